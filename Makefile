@@ -1,0 +1,112 @@
+# gpurent: build, test and run the control plane (gpurentd) and the node agent
+# (gpurent-agent). Plain make, libraries found with pkg-config.
+#
+#   make            build both programs into build/
+#   make run        install missing Debian packages, build, start a local system
+#   make check      install missing packages, build with ASan+UBSan, run every test
+#   make install    PREFIX=/usr/local DESTDIR=
+#   make clean
+
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+CC       ?= cc
+PKGS     := libmicrohttpd jansson libcurl sqlite3 openssl inih libsystemd
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+            -Wpointer-arith -Wformat=2 -Wcast-qual -Wvla -Wundef -Wwrite-strings \
+            -Wno-unused-parameter
+CFLAGS   ?= -O2 -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -I$(B)/gen \
+             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LIBS     := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
+
+# SAN=1 builds everything with AddressSanitizer and UndefinedBehaviorSanitizer
+# into build/san, so the sanitized and plain builds never mix objects.
+ifeq ($(SAN),1)
+B        := build/san
+CFLAGS   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=address,undefined
+else
+B        := build
+endif
+
+COMMON_SRC := $(wildcard src/common/*.c)
+DAEMON_SRC := $(filter-out src/gpurentd/main.c,$(wildcard src/gpurentd/*.c))
+AGENT_SRC  := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c))
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+MIGRATIONS := $(sort $(wildcard migrations/*.sql))
+
+COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(B)/%.o) $(B)/gen/embedded.o
+AGENT_OBJ  := $(AGENT_SRC:%.c=$(B)/%.o)
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+
+.PHONY: all deps run check unit e2e check-fast install clean
+all: $(B)/gpurentd $(B)/gpurent-agent
+
+deps:
+	@scripts/deps.sh build
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+# Migrations and the OpenAPI document are compiled into the daemon, so an
+# installed binary needs no source tree to migrate or describe itself.
+$(B)/gen/embedded.c: scripts/embed.sh $(MIGRATIONS) docs/openapi.json
+	@mkdir -p $(dir $@)
+	scripts/embed.sh docs/openapi.json $(MIGRATIONS) > $@.tmp && mv $@.tmp $@
+
+$(B)/gen/embedded.o: $(B)/gen/embedded.c
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -c $< -o $@
+
+$(B)/libcommon.a: $(COMMON_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(B)/libdaemon.a: $(DAEMON_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(B)/libagent.a: $(AGENT_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+$(B)/gpurentd: $(B)/src/gpurentd/main.o $(B)/libdaemon.a $(B)/libcommon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(B)/gpurent-agent: $(B)/src/agent/main.o $(B)/libagent.a $(B)/libcommon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+
+# Unit tests run from the repository root so they can read tests/data.
+unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+
+e2e: all
+	GPURENTD=$(CURDIR)/$(B)/gpurentd GPURENT_AGENT=$(CURDIR)/$(B)/gpurent-agent \
+	  python3 -m pytest -q -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
+
+# The whole suite runs once, on the sanitized build: every test is also a
+# memory-safety and undefined-behaviour test. The plain build is compiled too
+# so a warning that only -O2 finds still fails the check.
+check:
+	@scripts/deps.sh test
+	$(MAKE) all
+	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  $(MAKE) SAN=1 unit e2e
+
+check-fast: all unit e2e
+
+run:
+	@scripts/deps.sh build
+	$(MAKE) all
+	scripts/run-local.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/gpurent
+	install -m 0755 $(B)/gpurentd $(B)/gpurent-agent $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 conf/gpurentd.conf conf/gpurent-agent.conf $(DESTDIR)/etc/gpurent/
+
+clean:
+	rm -rf build var
+
+-include $(shell find build -name '*.d' 2>/dev/null)

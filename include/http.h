@@ -1,0 +1,143 @@
+/* http.h: the HTTP layer shared by gpurentd and gpurent-agent, on
+ * libmicrohttpd's internal thread pool (epoll). One route table of method,
+ * path pattern, handler and auth level; one place that reads bodies, caps
+ * their size, parses JSON by a declared field list, and writes every reply
+ * with the same headers and error shape.
+ *
+ * Threading: handlers run on the pool's threads, many at once; a request is
+ * only ever touched by one thread. A handler calls exactly one http_reply_*
+ * (or http_error*) before it returns. */
+#ifndef GPURENT_HTTP_H
+#define GPURENT_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api_error.h"
+#include "ids.h"
+
+struct http_request;
+struct http_server;
+
+typedef void (*http_handler)(struct http_request *req);
+
+/* Who may call a route; the program's authenticate callback decides what
+ * each level means (bearer keys in gpurentd, signatures in the agent). */
+enum http_auth { AUTH_NONE, AUTH_USER, AUTH_ADMIN, AUTH_SIGNED };
+
+struct http_route {
+    const char *method;   /* "GET", "POST", "PUT", "DELETE" */
+    const char *pattern;  /* "/v1/api-keys/{id}": {name} matches one segment */
+    http_handler handler; /* replies exactly once */
+    enum http_auth auth;  /* checked before the handler runs */
+};
+
+#define HTTP_MAX_PARAMS 4
+
+/* One request, from its first callback to its completion callback. */
+struct http_request {
+    const char *method;                  /* borrowed from libmicrohttpd */
+    const char *path;                    /* borrowed: the URL without query */
+    char request_id[ID_MAX];             /* "req_…", also in X-Request-Id */
+    char client_ip[64];                  /* peer address, for limits and logs */
+    const struct http_route *route;      /* matched route */
+    char *params[HTTP_MAX_PARAMS];       /* {name} segments in pattern order */
+    char *body;                          /* NUL-terminated copy of the body */
+    size_t body_len;                     /* bytes in body */
+    int body_too_large;                  /* more arrived than max_body_bytes */
+    unsigned status;                     /* status replied, for the log */
+    int replied;                         /* a reply has been queued */
+    int64_t start_ms;                    /* monotonic start, for the log */
+    /* Set by the program's authenticate callback. */
+    char user_id[ID_MAX];                /* the caller, or "" */
+    char key_id[ID_MAX];                 /* the API key used, or "" */
+    int is_admin;                        /* caller has the admin role */
+    struct { char name[48]; char value[256]; } extra[4]; /* http_add_header */
+    int n_extra;                         /* used entries of extra */
+    struct http_server *server;          /* owning server */
+    void *conn;                          /* struct MHD_Connection * */
+};
+
+struct http_config {
+    const char *host;             /* address to bind */
+    int port;                     /* 0 picks a free port */
+    int threads;                  /* size of the thread pool */
+    int max_connections;          /* across all clients */
+    int max_connections_per_ip;   /* per client address */
+    int connection_timeout_s;     /* idle connections are closed after this */
+    size_t max_body_bytes;        /* larger bodies get 413 */
+    int max_json_depth;           /* deeper bodies get 400 too_deep */
+    size_t max_path_bytes;        /* longer paths get 414 */
+    const char *cors_origins;     /* space-separated origins, "*" for any */
+    const char *cert_file;        /* PEM certificate for HTTPS, or NULL */
+    const char *key_file;         /* PEM key for HTTPS, or NULL */
+};
+
+/* Decides whether req may run a route of this level: returns 0, or replies
+ * with an error and returns -1. */
+typedef int (*http_authenticate_fn)(struct http_request *req, enum http_auth level);
+
+/* Starts listening; routes must outlive the server. NULL on failure (logged). */
+struct http_server *http_server_start(const struct http_config *cfg, const struct http_route *routes,
+                                      http_authenticate_fn authenticate, void *app);
+/* The port actually bound (useful with port 0). */
+int http_server_port(const struct http_server *srv);
+/* The program's context pointer given at start. */
+void *http_server_app(const struct http_server *srv);
+/* Replaces the CORS origins and body cap (SIGHUP reload); thread-safe. */
+void http_server_reload(struct http_server *srv, const char *cors_origins, size_t max_body_bytes, int max_json_depth);
+/* Stops accepting, waits up to drain_ms for requests in flight, then stops
+ * the threads and frees the server. NULL is a no-op. */
+void http_server_stop(struct http_server *srv, int drain_ms);
+
+/* --- reading a request --- */
+
+/* A header value (case-insensitive name) or NULL. Borrowed. */
+const char *http_header(struct http_request *req, const char *name);
+/* A query-string argument or NULL. Borrowed. */
+const char *http_query(struct http_request *req, const char *name);
+/* Refuses query arguments not in allowed (NULL-terminated): replies 400 and
+ * returns -1. */
+int http_query_allow(struct http_request *req, const char *const allowed[]);
+/* Reads integer query argument name into *out (def if absent); replies 400
+ * naming the argument and returns -1 if it is not an integer in [min, max]. */
+int http_query_int(struct http_request *req, const char *name, int64_t min, int64_t max, int64_t def,
+                   int64_t *out);
+
+enum json_kind { JSON_KIND_STRING, JSON_KIND_INTEGER, JSON_KIND_BOOLEAN, JSON_KIND_OBJECT, JSON_KIND_ARRAY };
+
+/* One field a JSON body may carry. */
+struct json_field {
+    const char *name;     /* key */
+    enum json_kind kind;  /* required JSON type */
+    int required;         /* absent is an error */
+    size_t max_len;       /* strings: longest accepted in bytes (0 = 256) */
+};
+
+/* Parses the request body as one JSON object holding only the listed fields
+ * (fields ends with a {NULL} row). An empty body counts as {}. On any
+ * problem replies 4xx naming the field and returns NULL; otherwise returns
+ * a new reference the caller must json_decref. */
+json_t *http_json_body(struct http_request *req, const struct json_field *fields);
+
+/* --- replying --- */
+
+/* Replies with status and body (steals the reference to body; NULL for no
+ * body). */
+void http_reply_json(struct http_request *req, unsigned status, json_t *body);
+/* Replies with an error from the table; field may be NULL; fmt NULL uses the
+ * table's default message. */
+void http_error(struct http_request *req, enum api_error e, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Like http_error, but with an explicit status (e.g. 402) and extra members
+ * merged into the error object (steals extra; may be NULL). */
+void http_error_ext(struct http_request *req, enum api_error e, const char *field, json_t *extra,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Replies with a body of another type (e.g. text/plain, text/csv). Copies body. */
+void http_reply_raw(struct http_request *req, unsigned status, const char *content_type, const char *body,
+                    size_t len);
+/* Adds a header to the reply about to be made (Retry-After, Location …). */
+void http_add_header(struct http_request *req, const char *name, const char *value);
+
+#endif

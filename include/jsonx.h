@@ -1,0 +1,21 @@
+/* jsonx.h: small JSON helpers shared by handlers: times as RFC 3339 strings
+ * and opaque pagination cursors. */
+#ifndef GPURENT_JSONX_H
+#define GPURENT_JSONX_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* "2026-11-29T18:22:00Z" for epoch seconds t; JSON null for t <= 0 when
+ * zero_is_null is set. New reference. */
+json_t *json_time(int64_t t, int zero_is_null);
+
+/* A cursor names the last item of a page by its sort key (a time and an id)
+ * and is opaque to clients: base64url of "TIME.ID". */
+#define CURSOR_MAX 96
+void cursor_encode(int64_t t, const char *id, char out[CURSOR_MAX]);
+/* Parses a cursor; -1 if it is not one we made. id gets at most idlen-1 bytes. */
+int cursor_decode(const char *cursor, int64_t *t, char *id, size_t idlen);
+
+#endif

@@ -1,0 +1,35 @@
+/* secrets.h: password hashing and API key tokens. Passwords use
+ * PBKDF2-HMAC-SHA256 with a per-password salt and a configurable iteration
+ * count kept in the stored string, so raising the count later does not break
+ * old hashes. API keys are 256 random bits shown once; only their SHA-256 is
+ * stored, and checks compare in constant time. */
+#ifndef GPURENT_SECRETS_H
+#define GPURENT_SECRETS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ids.h"
+
+#define PASSWORD_HASH_MAX 160
+/* Hashes password into out ("pbkdf2-sha256$ITER$SALT$HASH"); 0 or -1. */
+int password_hash(const char *password, int64_t iterations, char out[PASSWORD_HASH_MAX]);
+/* 1 if password matches stored, 0 if not or if stored is malformed. */
+int password_verify(const char *password, const char *stored);
+
+/* An API key token is "gpk_" + the 20 random characters of its key id + "_"
+ * + 64 hex characters of secret. The key id ("key_" + the same 20) finds the
+ * row; the secret's SHA-256 is compared with what the row holds. */
+#define API_TOKEN_LEN (4 + ID_RANDOM_CHARS + 1 + 64)
+#define API_SECRET_HASH_LEN 32
+/* Makes a new key: its id, the token to show once, and the hash to store. */
+int api_key_new(char id[ID_MAX], char token[API_TOKEN_LEN + 1], unsigned char hash[API_SECRET_HASH_LEN]);
+/* Splits a token into its key id and secret hash; -1 if malformed. */
+int api_key_parse(const char *token, char id[ID_MAX], unsigned char hash[API_SECRET_HASH_LEN]);
+/* Constant-time equality of two secret hashes: 1 if equal. */
+int api_key_hash_equal(const unsigned char *a, const unsigned char *b);
+
+/* SHA-256 of data as 64 lowercase hex characters plus NUL. */
+void sha256_hex(const void *data, size_t len, char out[65]);
+
+#endif

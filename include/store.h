@@ -1,0 +1,110 @@
+/* store.h: the SQLite store. The only module that speaks SQL: handlers and
+ * loops call the store_* functions declared here, grouped by the file that
+ * implements them.
+ *
+ * Threading: a struct store is one SQLite connection and its cache of
+ * prepared statements, used by one thread only. store_thread() gives each
+ * thread its own, opened on first use. Writes go through store_txn(), which
+ * runs a callback inside BEGIN IMMEDIATE and retries it when SQLite reports
+ * busy, so a callback may run more than once: it must not reply to HTTP or
+ * touch anything outside the database until store_txn() returns. */
+#ifndef GPURENT_STORE_H
+#define GPURENT_STORE_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ids.h"
+#include "secrets.h"
+
+/* Results shared by every store function. */
+enum store_rc {
+    STORE_OK = 0,
+    STORE_ERROR = -1,     /* unexpected failure, logged */
+    STORE_BUSY = -2,      /* the database is locked; the runner retries */
+    STORE_NOT_FOUND = -3, /* no such row */
+    STORE_CONFLICT = -4,  /* a uniqueness or state rule refused the change */
+};
+
+struct store;
+
+/* store.c */
+/* Opens (creating if needed) the database at path with WAL, synchronous=FULL,
+ * foreign keys and a busy timeout. NULL with err on failure. */
+struct store *store_open(const char *path, char *err, size_t errlen);
+/* Opens read-only, for reports and checks next to a running daemon. */
+struct store *store_open_readonly(const char *path, char *err, size_t errlen);
+void store_close(struct store *s);
+/* Sets the database every thread's store_thread() connection opens. */
+void store_set_path(const char *path);
+/* This thread's connection, opened on first use; NULL if it cannot open. */
+struct store *store_thread(void);
+/* Closes every connection store_thread() opened; call after all threads
+ * that used them have stopped. */
+void store_close_threads(void);
+/* The connection's handle, for the store_*.c files only. */
+sqlite3 *store_db(struct store *s);
+/* A prepared statement for sql from this connection's cache, reset and with
+ * its bindings cleared. sql must be a string with static storage: the cache
+ * is keyed by its address. NULL on error (logged). */
+sqlite3_stmt *store_stmt(struct store *s, const char *sql);
+/* Maps an SQLite result code to a store_rc, logging unexpected ones. */
+int store_rc_from_sqlite(struct store *s, int rc, const char *what);
+
+typedef int (*store_txn_fn)(struct store *s, void *ctx);
+/* Runs fn(s, ctx) in BEGIN IMMEDIATE … COMMIT. A negative result rolls back;
+ * STORE_BUSY from fn, BEGIN or COMMIT retries the whole callback (with a
+ * short backoff, for up to a few seconds). Returns fn's result, or
+ * STORE_BUSY / STORE_ERROR if the transaction itself could not complete. */
+int store_txn(struct store *s, store_txn_fn fn, void *ctx);
+
+/* migrate.c */
+/* Applies embedded migrations above the database's version, each in its own
+ * transaction, up to target (0 = all). Refuses a database whose version is
+ * newer than this binary knows. Returns 0 or -1 with err. */
+int store_migrate(struct store *s, int target, char *err, size_t errlen);
+/* The database's applied version (0 for a new one), or -1. */
+int store_schema_version(struct store *s);
+/* The newest version this binary carries. */
+int store_latest_version(void);
+
+/* store_users.c */
+enum user_role { ROLE_USER = 0, ROLE_ADMIN = 1 };
+struct user {
+    char id[ID_MAX];                     /* usr_… */
+    char email[256];                     /* lowercase */
+    char password_hash[PASSWORD_HASH_MAX]; /* "" when the account has none */
+    enum user_role role;                 /* user or admin */
+    int active;                          /* 0 when disabled */
+    char invite_code[64];                /* code given at sign-up, "" if none */
+    int64_t created_at;                  /* epoch seconds */
+};
+/* Inserts u (id and created_at filled by the caller); STORE_CONFLICT if the
+ * email is taken. */
+int store_user_insert(struct store *s, const struct user *u);
+int store_user_get(struct store *s, const char *id, struct user *out);
+int store_user_get_by_email(struct store *s, const char *email, struct user *out);
+/* Number of admin accounts, or a negative store_rc. */
+int64_t store_user_count_admins(struct store *s);
+
+/* store_api_keys.c */
+struct api_key {
+    char id[ID_MAX];                         /* key_… */
+    char user_id[ID_MAX];                    /* owner */
+    char name[128];                          /* the owner's label */
+    unsigned char secret_hash[API_SECRET_HASH_LEN]; /* SHA-256 of the secret */
+    int64_t created_at;                      /* epoch seconds */
+    int64_t revoked_at;                      /* 0 while valid */
+};
+int store_api_key_insert(struct store *s, const struct api_key *k);
+int store_api_key_get(struct store *s, const char *id, struct api_key *out);
+/* Keys of user_id created after the cursor (created_at, id), oldest first,
+ * at most max; *n gets the count. Revoked keys are listed too. */
+int store_api_key_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
+                       struct api_key *out, size_t max, size_t *n);
+/* Revokes key id of user_id at now; STORE_NOT_FOUND if it is not theirs.
+ * Revoking an already revoked key is STORE_OK and keeps the first time. */
+int store_api_key_revoke(struct store *s, const char *user_id, const char *id, int64_t now);
+
+#endif

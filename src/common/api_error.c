@@ -1,0 +1,35 @@
+/* api_error.c: the error table behind api_error.h. */
+#include "api_error.h"
+
+static const struct api_error_info errors[ERR_COUNT] = {
+    [ERR_MALFORMED_JSON] = {"malformed_json", 400, "the request body is not valid JSON"},
+    [ERR_INVALID_ENCODING] = {"invalid_encoding", 400, "the request body is not valid UTF-8"},
+    [ERR_NOT_AN_OBJECT] = {"not_an_object", 400, "the request body must be a JSON object"},
+    [ERR_TOO_DEEP] = {"too_deep", 400, "the request body is nested too deeply"},
+    [ERR_DUPLICATE_KEY] = {"duplicate_key", 400, "an object in the request body repeats a key"},
+    [ERR_UNKNOWN_FIELD] = {"unknown_field", 400, "the request has a field this endpoint does not take"},
+    [ERR_MISSING_FIELD] = {"missing_field", 400, "a required field is missing"},
+    [ERR_INVALID_FIELD] = {"invalid_field", 400, "a field has the wrong type or value"},
+    [ERR_INVALID_QUERY] = {"invalid_query", 400, "a query parameter is invalid"},
+    [ERR_BODY_TOO_LARGE] = {"body_too_large", 413, "the request body is too large"},
+    [ERR_URI_TOO_LONG] = {"uri_too_long", 414, "the request path is too long"},
+    [ERR_UNAUTHORIZED] = {"unauthorized", 401, "a valid API key is required (Authorization: Bearer KEY)"},
+    [ERR_INVALID_CREDENTIALS] = {"invalid_credentials", 401, "wrong email or password"},
+    [ERR_FORBIDDEN] = {"forbidden", 403, "this API key may not do that"},
+    [ERR_ACCOUNT_DISABLED] = {"account_disabled", 403, "this account is disabled"},
+    [ERR_NOT_FOUND] = {"not_found", 404, "no such resource"},
+    [ERR_METHOD_NOT_ALLOWED] = {"method_not_allowed", 405, "this resource does not take that method"},
+    [ERR_EMAIL_TAKEN] = {"email_taken", 409, "an account with this email already exists"},
+    [ERR_CONFLICT] = {"conflict", 409, "the resource's current state does not allow this"},
+    [ERR_TOO_MANY_REQUESTS] = {"too_many_requests", 429, "too many attempts; retry later"},
+    [ERR_INTERNAL] = {"internal", 500, "internal error; quote the request id when reporting it"},
+    [ERR_UNAVAILABLE] = {"unavailable", 503, "the service is not available right now"},
+    [ERR_INVALID_INVITE_CODE] = {"invalid_invite_code", 400, "the invite code is unknown, expired or used up"},
+};
+
+const struct api_error_info *api_error_info(enum api_error e)
+{
+    if ((unsigned)e >= ERR_COUNT)
+        e = ERR_INTERNAL;
+    return &errors[e];
+}

@@ -1,0 +1,219 @@
+/* conf.c: the configuration table engine described in conf.h. */
+#include "conf.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const struct conf_option *conf_find(const struct conf_option *table, const char *name)
+{
+    for (const struct conf_option *o = table; o->name; o++)
+        if (strcmp(o->name, name) == 0)
+            return o;
+    return NULL;
+}
+
+/* Strict integer: optional '-', digits only, no overflow. */
+static int parse_int64(const char *s, int64_t *out)
+{
+    const char *p = s;
+    if (*p == '-')
+        p++;
+    if (*p < '0' || *p > '9')
+        return -1;
+    for (const char *q = p; *q; q++)
+        if (*q < '0' || *q > '9')
+            return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_bool(const char *s, int *out)
+{
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) { *out = 1; return 0; }
+        if (strcasecmp(s, no[i]) == 0) { *out = 0; return 0; }
+    }
+    return -1;
+}
+
+static int conf_apply(const struct conf_option *o, void *conf, const char *value, char *err, size_t errlen)
+{
+    char *field = (char *)conf + o->offset;
+    switch (o->type) {
+    case CONF_INT: {
+        int64_t v;
+        if (parse_int64(value, &v) < 0) {
+            snprintf(err, errlen, "%s: '%s' is not an integer", o->name, value);
+            return -1;
+        }
+        if (v < o->min || v > o->max) {
+            snprintf(err, errlen, "%s: %" PRId64 " is outside %" PRId64 "..%" PRId64, o->name, v, o->min, o->max);
+            return -1;
+        }
+        int64_t old;
+        memcpy(&old, field, sizeof old);
+        memcpy(field, &v, sizeof v);
+        if (o->validate && o->validate(field, err, errlen) < 0) {
+            memcpy(field, &old, sizeof old);
+            return -1;
+        }
+        return 0;
+    }
+    case CONF_BOOL: {
+        int v;
+        if (parse_bool(value, &v) < 0) {
+            snprintf(err, errlen, "%s: '%s' is not true or false", o->name, value);
+            return -1;
+        }
+        memcpy(field, &v, sizeof v);
+        return 0;
+    }
+    case CONF_STRING: {
+        size_t n = strlen(value);
+        if (n >= o->size) {
+            snprintf(err, errlen, "%s: value longer than %zu bytes", o->name, o->size - 1);
+            return -1;
+        }
+        char *saved = malloc(o->size);
+        if (!saved) {
+            snprintf(err, errlen, "%s: out of memory", o->name);
+            return -1;
+        }
+        memcpy(saved, field, o->size);
+        memcpy(field, value, n + 1);
+        int rc = 0;
+        if (o->validate && o->validate(field, err, errlen) < 0) {
+            memcpy(field, saved, o->size);
+            rc = -1;
+        }
+        free(saved);
+        return rc;
+    }
+    }
+    snprintf(err, errlen, "%s: unknown option type", o->name);
+    return -1;
+}
+
+int conf_set_defaults(const struct conf_option *table, void *conf, char *err, size_t errlen)
+{
+    for (const struct conf_option *o = table; o->name; o++)
+        if (conf_apply(o, conf, o->def, err, errlen) < 0)
+            return -1;
+    return 0;
+}
+
+int conf_set(const struct conf_option *table, void *conf, const char *name, const char *value,
+             char *err, size_t errlen)
+{
+    const struct conf_option *o = conf_find(table, name);
+    if (!o) {
+        snprintf(err, errlen, "unknown option '%s'", name);
+        return -1;
+    }
+    return conf_apply(o, conf, value, err, errlen);
+}
+
+struct file_ctx {
+    const struct conf_option *table;
+    void *conf;
+    char msg[512]; /* reason for the first bad line */
+};
+
+static int on_ini_line(void *user, const char *section, const char *name, const char *value)
+{
+    struct file_ctx *ctx = user;
+    if (section[0]) {
+        snprintf(ctx->msg, sizeof ctx->msg, "sections are not used ([%s]); write plain key = value lines", section);
+        return 0;
+    }
+    return conf_set(ctx->table, ctx->conf, name, value, ctx->msg, sizeof ctx->msg) == 0;
+}
+
+int conf_load_file(const struct conf_option *table, void *conf, const char *path, char *err, size_t errlen)
+{
+    struct file_ctx ctx = {.table = table, .conf = conf};
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    int line = ini_parse_file(f, on_ini_line, &ctx);
+    fclose(f);
+    if (line == 0)
+        return 0;
+    if (line < 0) {
+        snprintf(err, errlen, "%s: cannot read", path);
+        return -1;
+    }
+    snprintf(err, errlen, "%s:%d: %s", path, line, ctx.msg[0] ? ctx.msg : "syntax error (expected key = value)");
+    return -1;
+}
+
+int conf_set_override(const struct conf_option *table, void *conf, const char *assignment, char *err,
+                      size_t errlen)
+{
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment) {
+        snprintf(err, errlen, "'%s': expected KEY=VALUE", assignment);
+        return -1;
+    }
+    char name[128];
+    size_t n = (size_t)(eq - assignment);
+    if (n >= sizeof name) {
+        snprintf(err, errlen, "'%s': option name too long", assignment);
+        return -1;
+    }
+    memcpy(name, assignment, n);
+    name[n] = '\0';
+    return conf_set(table, conf, name, eq + 1, err, errlen);
+}
+
+void conf_print_help(const struct conf_option *table, void *stream)
+{
+    for (const struct conf_option *o = table; o->name; o++) {
+        if (o->type == CONF_INT)
+            fprintf(stream, "  %-28s %s (default %s, %" PRId64 "..%" PRId64 ")\n", o->name, o->help, o->def, o->min, o->max);
+        else
+            fprintf(stream, "  %-28s %s (default \"%s\")\n", o->name, o->help, o->def);
+    }
+}
+
+int conf_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
+{
+    const char *colon;
+    const char *h = s;
+    size_t hlen;
+    if (*s == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':')
+            return -1;
+        h = s + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return -1;
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= hostlen)
+        return -1;
+    int64_t p;
+    if (parse_int64(colon + 1, &p) < 0 || p < 0 || p > 65535)
+        return -1;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    *port = (int)p;
+    return 0;
+}

@@ -1,0 +1,708 @@
+/* http.c: the HTTP layer behind http.h: libmicrohttpd set-up, routing,
+ * authentication hook, body reading, reply helpers, CORS and the access log. */
+#include "http.h"
+#include "clock.h"
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct http_server {
+    struct MHD_Daemon *mhd;             /* the libmicrohttpd daemon */
+    const struct http_route *routes;    /* route table, ends with method NULL */
+    http_authenticate_fn authenticate;  /* auth hook */
+    void *app;                          /* program context */
+    int port;                           /* bound port */
+    atomic_int in_flight;               /* requests between first call and completion */
+    pthread_rwlock_t reload_lock;       /* guards the reloadable fields below */
+    char cors_origins[1024];            /* space-separated, reloadable */
+    size_t max_body_bytes;              /* reloadable */
+    int max_json_depth;                 /* reloadable */
+    size_t max_path_bytes;              /* fixed at start */
+    char *cert_pem, *key_pem;           /* TLS material kept alive for MHD */
+};
+
+/* ---------------------------------------------------------------- replies */
+
+static void add_common_headers(struct http_request *req, struct MHD_Response *resp)
+{
+    struct MHD_Connection *conn = req->conn;
+    MHD_add_response_header(resp, "X-Request-Id", req->request_id);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    for (int i = 0; i < req->n_extra; i++)
+        MHD_add_response_header(resp, req->extra[i].name, req->extra[i].value);
+
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    if (!origin)
+        return;
+    struct http_server *srv = req->server;
+    int allowed = 0;
+    pthread_rwlock_rdlock(&srv->reload_lock);
+    size_t olen = strlen(origin);
+    for (const char *p = srv->cors_origins; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t n = strcspn(p, " ,");
+        if ((n == 1 && *p == '*') || (n == olen && n > 0 && strncmp(p, origin, n) == 0))
+            allowed = 1;
+        p += n;
+    }
+    pthread_rwlock_unlock(&srv->reload_lock);
+    if (allowed) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After, Location");
+    }
+}
+
+static void queue(struct http_request *req, unsigned status, struct MHD_Response *resp)
+{
+    if (req->replied) {
+        log_error("http: %s %s replied twice (request %s)", req->method, req->path, req->request_id);
+        MHD_destroy_response(resp);
+        return;
+    }
+    add_common_headers(req, resp);
+    req->replied = 1;
+    req->status = status;
+    if (MHD_queue_response(req->conn, status, resp) != MHD_YES)
+        log_error("http: cannot queue response for request %s", req->request_id);
+    MHD_destroy_response(resp);
+}
+
+void http_add_header(struct http_request *req, const char *name, const char *value)
+{
+    if (req->n_extra >= (int)(sizeof req->extra / sizeof req->extra[0]))
+        return;
+    snprintf(req->extra[req->n_extra].name, sizeof req->extra[0].name, "%s", name);
+    snprintf(req->extra[req->n_extra].value, sizeof req->extra[0].value, "%s", value);
+    req->n_extra++;
+}
+
+void http_reply_raw(struct http_request *req, unsigned status, const char *content_type, const char *body,
+                    size_t len)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return;
+    if (content_type)
+        MHD_add_response_header(resp, "Content-Type", content_type);
+    queue(req, status, resp);
+}
+
+void http_reply_json(struct http_request *req, unsigned status, json_t *body)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (body) {
+        text = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+        if (!text) {
+            log_error("http: cannot serialise reply for request %s", req->request_id);
+            status = 500;
+            text = strdup("{\"error\":{\"code\":\"internal\",\"message\":\"cannot serialise reply\",\"field\":null}}");
+            if (!text)
+                return;
+        }
+        len = strlen(text);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text ? text : (void *)(uintptr_t)"",
+                                                                text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(text);
+        return;
+    }
+    if (text)
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+    queue(req, status, resp);
+}
+
+static void error_v(struct http_request *req, enum api_error e, const char *field, json_t *extra, const char *fmt,
+                    va_list ap)
+{
+    const struct api_error_info *info = api_error_info(e);
+    char message[512];
+    if (fmt)
+        vsnprintf(message, sizeof message, fmt, ap);
+    else
+        snprintf(message, sizeof message, "%s", info->message);
+    json_t *err = json_pack("{s:s, s:s, s:o}", "code", info->code, "message", message, "field",
+                            field ? json_string(field) : json_null());
+    if (extra) {
+        json_object_update(err, extra);
+        json_decref(extra);
+    }
+    if (e == ERR_UNAUTHORIZED || e == ERR_INVALID_CREDENTIALS)
+        http_add_header(req, "WWW-Authenticate", "Bearer");
+    http_reply_json(req, info->status, json_pack("{s:o}", "error", err));
+}
+
+void http_error(struct http_request *req, enum api_error e, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_v(req, e, field, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void http_error_ext(struct http_request *req, enum api_error e, const char *field, json_t *extra, const char *fmt,
+                    ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    error_v(req, e, field, extra, fmt, ap);
+    va_end(ap);
+}
+
+/* ---------------------------------------------------------------- reading */
+
+const char *http_header(struct http_request *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+const char *http_query(struct http_request *req, const char *name)
+{
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+struct query_check {
+    const char *const *allowed;
+    const char *bad; /* first argument not allowed */
+};
+
+static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    struct query_check *qc = cls;
+    for (const char *const *a = qc->allowed; *a; a++)
+        if (strcmp(*a, key) == 0)
+            return MHD_YES;
+    qc->bad = key;
+    return MHD_NO;
+}
+
+int http_query_allow(struct http_request *req, const char *const allowed[])
+{
+    struct query_check qc = {.allowed = allowed};
+    MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_check_one, &qc);
+    if (qc.bad) {
+        http_error(req, ERR_INVALID_QUERY, qc.bad, "unknown query parameter '%.64s'", qc.bad);
+        return -1;
+    }
+    return 0;
+}
+
+int http_query_int(struct http_request *req, const char *name, int64_t min, int64_t max, int64_t def, int64_t *out)
+{
+    const char *v = http_query(req, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    int digits = 0;
+    const char *p = v;
+    if (*p == '-')
+        p++;
+    for (; *p; p++, digits++)
+        if (*p < '0' || *p > '9')
+            digits = -1000;
+    errno = 0;
+    long long n = digits > 0 && digits <= 18 ? strtoll(v, NULL, 10) : 0;
+    if (digits <= 0 || digits > 18 || n < min || n > max) {
+        http_error(req, ERR_INVALID_QUERY, name, "%s must be an integer from %lld to %lld", name, (long long)min,
+                   (long long)max);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+/* Strict UTF-8 check (no overlongs, no surrogates, nothing past U+10FFFF),
+ * so bad bytes get their own error rather than a parser's guess. */
+static int utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        size_t len;
+        unsigned cp;
+        if (c < 0x80) { i++; continue; }
+        else if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+        else return 0;
+        if (i + len > n)
+            return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* Deepest nesting of arrays and objects, skipping strings; scanned before
+ * parsing so a hostile body cannot make the parser recurse deeply. */
+static int json_depth(const char *s, size_t n, int cap)
+{
+    int depth = 0, max = 0, in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '{' || c == '[') {
+            if (++depth > max)
+                max = depth;
+            if (max > cap)
+                return max;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
+    }
+    return max;
+}
+
+static const char *kind_name(enum json_kind k)
+{
+    switch (k) {
+    case JSON_KIND_STRING: return "a string";
+    case JSON_KIND_INTEGER: return "an integer";
+    case JSON_KIND_BOOLEAN: return "true or false";
+    case JSON_KIND_OBJECT: return "an object";
+    case JSON_KIND_ARRAY: return "an array";
+    }
+    return "?";
+}
+
+static int kind_matches(json_t *v, enum json_kind k)
+{
+    switch (k) {
+    case JSON_KIND_STRING: return json_is_string(v);
+    case JSON_KIND_INTEGER: return json_is_integer(v);
+    case JSON_KIND_BOOLEAN: return json_is_boolean(v);
+    case JSON_KIND_OBJECT: return json_is_object(v);
+    case JSON_KIND_ARRAY: return json_is_array(v);
+    }
+    return 0;
+}
+
+json_t *http_json_body(struct http_request *req, const struct json_field *fields)
+{
+    struct http_server *srv = req->server;
+    pthread_rwlock_rdlock(&srv->reload_lock);
+    int max_depth = srv->max_json_depth;
+    pthread_rwlock_unlock(&srv->reload_lock);
+
+    json_t *root;
+    if (req->body_len == 0) {
+        root = json_object();
+    } else {
+        if (!utf8_valid((const unsigned char *)req->body, req->body_len)) {
+            http_error(req, ERR_INVALID_ENCODING, NULL, NULL);
+            return NULL;
+        }
+        if (json_depth(req->body, req->body_len, max_depth) > max_depth) {
+            http_error(req, ERR_TOO_DEEP, NULL, "the request body is nested deeper than %d levels", max_depth);
+            return NULL;
+        }
+        json_error_t jerr;
+        root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) {
+            if (json_error_code(&jerr) == json_error_duplicate_key)
+                http_error(req, ERR_DUPLICATE_KEY, NULL, "duplicate key in request body: %s", jerr.text);
+            else
+                http_error(req, ERR_MALFORMED_JSON, NULL, "malformed JSON at line %d column %d: %s", jerr.line,
+                           jerr.column, jerr.text);
+            return NULL;
+        }
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        http_error(req, ERR_NOT_AN_OBJECT, NULL, NULL);
+        return NULL;
+    }
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+        const struct json_field *f = fields;
+        while (f->name && strcmp(f->name, key) != 0)
+            f++;
+        if (!f->name) {
+            http_error(req, ERR_UNKNOWN_FIELD, key, "unknown field '%.64s'", key);
+            json_decref(root);
+            return NULL;
+        }
+    }
+    for (const struct json_field *f = fields; f->name; f++) {
+        json_t *v = json_object_get(root, f->name);
+        if (!v || json_is_null(v)) {
+            if (f->required) {
+                http_error(req, ERR_MISSING_FIELD, f->name, "field '%s' is required", f->name);
+                json_decref(root);
+                return NULL;
+            }
+            if (v) /* an explicit null is the same as absent */
+                json_object_del(root, f->name);
+            continue;
+        }
+        if (!kind_matches(v, f->kind)) {
+            http_error(req, ERR_INVALID_FIELD, f->name, "field '%s' must be %s", f->name, kind_name(f->kind));
+            json_decref(root);
+            return NULL;
+        }
+        size_t max_len = f->max_len ? f->max_len : 256;
+        if (f->kind == JSON_KIND_STRING && json_string_length(v) > max_len) {
+            http_error(req, ERR_INVALID_FIELD, f->name, "field '%s' is longer than %zu bytes", f->name, max_len);
+            json_decref(root);
+            return NULL;
+        }
+    }
+    return root;
+}
+
+/* ---------------------------------------------------------------- routing */
+
+/* Matches path against pattern; fills params (strdup'd) on success. */
+static int route_match(const char *pattern, const char *path, char *params[HTTP_MAX_PARAMS])
+{
+    int np = 0;
+    const char *p = pattern, *u = path;
+    while (*p && *u) {
+        if (*p != '/' || *u != '/')
+            return 0;
+        p++, u++;
+        size_t plen = strcspn(p, "/"), ulen = strcspn(u, "/");
+        if (*p == '{') {
+            if (ulen == 0 || ulen > 128 || np >= HTTP_MAX_PARAMS)
+                return 0;
+            params[np++] = strndup(u, ulen);
+        } else if (plen != ulen || strncmp(p, u, plen) != 0) {
+            for (int i = 0; i < np; i++)
+                free(params[i]), params[i] = NULL;
+            return 0;
+        }
+        p += plen, u += ulen;
+    }
+    if (*p || *u) {
+        for (int i = 0; i < np; i++)
+            free(params[i]), params[i] = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+static void free_params(struct http_request *req)
+{
+    for (int i = 0; i < HTTP_MAX_PARAMS; i++) {
+        free(req->params[i]);
+        req->params[i] = NULL;
+    }
+}
+
+static void dispatch(struct http_request *req)
+{
+    struct http_server *srv = req->server;
+    char allow[128] = "";
+    const struct http_route *found = NULL;
+    for (const struct http_route *r = srv->routes; r->method; r++) {
+        char *params[HTTP_MAX_PARAMS] = {0};
+        if (!route_match(r->pattern, req->path, params))
+            continue;
+        if (!found && strcmp(r->method, req->method) == 0) {
+            found = r;
+            memcpy(req->params, params, sizeof params);
+            continue;
+        }
+        for (int i = 0; i < HTTP_MAX_PARAMS; i++)
+            free(params[i]);
+        if (!strstr(allow, r->method) && strlen(allow) + strlen(r->method) + 3 < sizeof allow) {
+            if (allow[0])
+                strcat(allow, ", ");
+            strcat(allow, r->method);
+        }
+    }
+    if (found) {
+        req->route = found;
+        if (found->auth != AUTH_NONE && srv->authenticate(req, found->auth) < 0)
+            return;
+        found->handler(req);
+        if (!req->replied) {
+            log_error("http: handler for %s %s did not reply", found->method, found->pattern);
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        }
+        return;
+    }
+    if (!allow[0]) {
+        http_error(req, ERR_NOT_FOUND, NULL, "no route for %.200s", req->path);
+        return;
+    }
+    if (strcmp(req->method, "OPTIONS") == 0) {
+        /* CORS preflight: the origin check happens in add_common_headers. */
+        http_add_header(req, "Allow", allow);
+        http_add_header(req, "Access-Control-Allow-Methods", allow);
+        http_add_header(req, "Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key");
+        http_add_header(req, "Access-Control-Max-Age", "600");
+        http_reply_json(req, 204, NULL);
+        return;
+    }
+    http_add_header(req, "Allow", allow);
+    http_error(req, ERR_METHOD_NOT_ALLOWED, NULL, "%s is not allowed here; allowed: %s", req->method, allow);
+}
+
+/* ---------------------------------------------------------------- libmicrohttpd callbacks */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+    struct http_server *srv = cls;
+    struct http_request *req = *req_cls;
+
+    if (!req) {
+        /* First call: only headers are known. Set up state and return, so
+         * that keep-alive and 100-continue work; the reply comes later. */
+        req = calloc(1, sizeof *req);
+        if (!req)
+            return MHD_NO;
+        *req_cls = req;
+        atomic_fetch_add(&srv->in_flight, 1);
+        req->server = srv;
+        req->conn = conn;
+        req->method = method;
+        req->path = url;
+        req->start_ms = clock_mono_ms();
+        if (id_new("req", req->request_id) < 0)
+            snprintf(req->request_id, sizeof req->request_id, "req_unknown");
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, req->client_ip, sizeof req->client_ip);
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, req->client_ip, sizeof req->client_ip);
+        }
+        /* A declared length over the cap is refused before any body is read. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        pthread_rwlock_rdlock(&srv->reload_lock);
+        size_t cap = srv->max_body_bytes;
+        pthread_rwlock_unlock(&srv->reload_lock);
+        if (cl && strtoull(cl, NULL, 10) > cap) {
+            http_error(req, ERR_BODY_TOO_LARGE, NULL, "the request body is larger than %zu bytes", cap);
+            return MHD_YES;
+        }
+        if (strlen(url) > srv->max_path_bytes) {
+            http_error(req, ERR_URI_TOO_LONG, NULL, NULL);
+            return MHD_YES;
+        }
+        return MHD_YES;
+    }
+    if (req->replied) {
+        *upload_data_size = 0; /* an early reply was queued; drop the rest */
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        pthread_rwlock_rdlock(&srv->reload_lock);
+        size_t cap = srv->max_body_bytes;
+        pthread_rwlock_unlock(&srv->reload_lock);
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (req->body_too_large || req->body_len + n > cap) {
+            req->body_too_large = 1;
+            free(req->body);
+            req->body = NULL;
+            req->body_len = 0;
+            return MHD_YES;
+        }
+        char *grown = realloc(req->body, req->body_len + n + 1);
+        if (!grown)
+            return MHD_NO;
+        req->body = grown;
+        memcpy(req->body + req->body_len, upload_data, n);
+        req->body_len += n;
+        req->body[req->body_len] = '\0';
+        return MHD_YES;
+    }
+    /* The whole request has arrived. */
+    if (req->body_too_large) {
+        pthread_rwlock_rdlock(&srv->reload_lock);
+        size_t cap = srv->max_body_bytes;
+        pthread_rwlock_unlock(&srv->reload_lock);
+        http_error(req, ERR_BODY_TOO_LARGE, NULL, "the request body is larger than %zu bytes", cap);
+        return MHD_YES;
+    }
+    dispatch(req);
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls, enum MHD_RequestTerminationCode toe)
+{
+    struct http_server *srv = cls;
+    struct http_request *req = *req_cls;
+    if (!req)
+        return;
+    int64_t ms = clock_mono_ms() - req->start_ms;
+    /* Paths never hold secrets (keys travel in headers); bodies are not logged. */
+    log_info("http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
+             (long long)ms, req->request_id, req->client_ip,
+             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    free_params(req);
+    free(req->body);
+    free(req);
+    *req_cls = NULL;
+    atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    log_warn("http: libmicrohttpd: %s", line);
+}
+
+/* ---------------------------------------------------------------- life cycle */
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = (cap ? cap * 2 : 8192);
+            char *g = realloc(buf, cap);
+            if (!g) { free(buf); fclose(f); return NULL; }
+            buf = g;
+        }
+        size_t n = fread(buf + len, 1, 4096, f);
+        len += n;
+        if (n < 4096)
+            break;
+    }
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+struct http_server *http_server_start(const struct http_config *cfg, const struct http_route *routes,
+                                      http_authenticate_fn authenticate, void *app)
+{
+    struct http_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return NULL;
+    srv->routes = routes;
+    srv->authenticate = authenticate;
+    srv->app = app;
+    srv->max_path_bytes = cfg->max_path_bytes ? cfg->max_path_bytes : 2048;
+    pthread_rwlock_init(&srv->reload_lock, NULL);
+    http_server_reload(srv, cfg->cors_origins, cfg->max_body_bytes, cfg->max_json_depth);
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char port[8];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai != 0) {
+        log_error("http: listen address '%s' is not a numeric IP address: %s", cfg->host, gai_strerror(gai));
+        goto fail;
+    }
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    if (cfg->cert_file && cfg->cert_file[0]) {
+        srv->cert_pem = read_file(cfg->cert_file);
+        srv->key_pem = read_file(cfg->key_file ? cfg->key_file : "");
+        if (!srv->cert_pem || !srv->key_pem) {
+            log_error("http: cannot read TLS certificate %s or key %s", cfg->cert_file, cfg->key_file ? cfg->key_file : "");
+            goto fail;
+        }
+        flags |= MHD_USE_TLS;
+    }
+    struct MHD_OptionItem tls_opts[] = {
+        {srv->cert_pem ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, srv->cert_pem},
+        {srv->key_pem ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, srv->key_pem},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    srv->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
+                                MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                                MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+                                MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                MHD_OPTION_ARRAY, srv->cert_pem ? tls_opts : tls_opts + 2,
+                                MHD_OPTION_END);
+    freeaddrinfo(ai);
+    ai = NULL;
+    if (!srv->mhd) {
+        log_error("http: cannot listen on %s:%d (address in use, or a bad TLS key?)", cfg->host, cfg->port);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = di ? di->port : cfg->port;
+    return srv;
+fail:
+    if (ai)
+        freeaddrinfo(ai);
+    free(srv->cert_pem);
+    free(srv->key_pem);
+    pthread_rwlock_destroy(&srv->reload_lock);
+    free(srv);
+    return NULL;
+}
+
+int http_server_port(const struct http_server *srv) { return srv->port; }
+void *http_server_app(const struct http_server *srv) { return srv->app; }
+
+void http_server_reload(struct http_server *srv, const char *cors_origins, size_t max_body_bytes, int max_json_depth)
+{
+    pthread_rwlock_wrlock(&srv->reload_lock);
+    snprintf(srv->cors_origins, sizeof srv->cors_origins, "%s", cors_origins ? cors_origins : "");
+    srv->max_body_bytes = max_body_bytes;
+    srv->max_json_depth = max_json_depth;
+    pthread_rwlock_unlock(&srv->reload_lock);
+}
+
+void http_server_stop(struct http_server *srv, int drain_ms)
+{
+    if (!srv)
+        return;
+    /* Stop accepting first, so no new request starts while we drain. */
+    MHD_socket listen_fd = MHD_quiesce_daemon(srv->mhd);
+    int64_t deadline = clock_mono_ms() + drain_ms;
+    while (atomic_load(&srv->in_flight) > 0 && clock_mono_ms() < deadline)
+        usleep(10 * 1000);
+    if (atomic_load(&srv->in_flight) > 0)
+        log_warn("http: %d requests still in flight after %d ms; closing them", atomic_load(&srv->in_flight), drain_ms);
+    MHD_stop_daemon(srv->mhd);
+    if (listen_fd != MHD_INVALID_SOCKET)
+        close(listen_fd);
+    free(srv->cert_pem);
+    free(srv->key_pem);
+    pthread_rwlock_destroy(&srv->reload_lock);
+    free(srv);
+}

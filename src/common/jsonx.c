@@ -1,0 +1,84 @@
+/* jsonx.c: RFC 3339 times and pagination cursors (see jsonx.h). */
+#include "jsonx.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+json_t *json_time(int64_t t, int zero_is_null)
+{
+    if (zero_is_null && t <= 0)
+        return json_null();
+    time_t tt = (time_t)t;
+    struct tm tm;
+    char buf[32];
+    if (!gmtime_r(&tt, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        return json_null();
+    return json_string(buf);
+}
+
+static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+void cursor_encode(int64_t t, const char *id, char out[CURSOR_MAX])
+{
+    char raw[64];
+    int n = snprintf(raw, sizeof raw, "%lld.%s", (long long)t, id);
+    if (n < 0 || (size_t)n >= sizeof raw)
+        n = 0;
+    size_t o = 0;
+    unsigned bits = 0, acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc = (acc << 8) | (unsigned char)raw[i];
+        bits += 8;
+        while (bits >= 6) {
+            bits -= 6;
+            out[o++] = b64url[(acc >> bits) & 63];
+        }
+    }
+    if (bits)
+        out[o++] = b64url[(acc << (6 - bits)) & 63];
+    out[o] = '\0';
+}
+
+int cursor_decode(const char *cursor, int64_t *t, char *id, size_t idlen)
+{
+    char raw[64];
+    size_t o = 0;
+    unsigned bits = 0, acc = 0;
+    size_t len = strlen(cursor);
+    if (len == 0 || len > 84)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        const char *p = strchr(b64url, cursor[i]);
+        if (!p || !cursor[i])
+            return -1;
+        acc = (acc << 6) | (unsigned)(p - b64url);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o + 1 >= sizeof raw)
+                return -1;
+            raw[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    raw[o] = '\0';
+    char *dot = strchr(raw, '.');
+    if (!dot || dot == raw)
+        return -1;
+    long long v = 0;
+    for (char *p = raw; p < dot; p++) {
+        if (*p < '0' || *p > '9' || v > 922337203685477579LL)
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    const char *rest = dot + 1;
+    size_t rlen = strlen(rest);
+    if (rlen == 0 || rlen >= idlen)
+        return -1;
+    for (const char *p = rest; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return -1;
+    *t = v;
+    memcpy(id, rest, rlen + 1);
+    return 0;
+}

@@ -1,0 +1,120 @@
+/* secrets.c: password hashing and API key tokens (see secrets.h). */
+#include "secrets.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SALT_LEN 16
+#define DERIVED_LEN 32
+
+static int hex_decode(const char *hex, size_t n, unsigned char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = hex[2 * i + (size_t)k];
+            int d;
+            if (c >= '0' && c <= '9') d = c - '0';
+            else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+            else return -1;
+            v = v * 16 + d;
+        }
+        out[i] = (unsigned char)v;
+    }
+    return 0;
+}
+
+static int pbkdf2(const char *password, const unsigned char *salt, int64_t iterations, unsigned char out[DERIVED_LEN])
+{
+    if (iterations < 1 || iterations > INT32_MAX)
+        return -1;
+    return PKCS5_PBKDF2_HMAC(password, (int)strlen(password), salt, SALT_LEN, (int)iterations, EVP_sha256(),
+                             DERIVED_LEN, out) == 1 ? 0 : -1;
+}
+
+int password_hash(const char *password, int64_t iterations, char out[PASSWORD_HASH_MAX])
+{
+    unsigned char salt[SALT_LEN], derived[DERIVED_LEN];
+    char salt_hex[2 * SALT_LEN + 1], derived_hex[2 * DERIVED_LEN + 1];
+    if (random_bytes(salt, sizeof salt) < 0 || pbkdf2(password, salt, iterations, derived) < 0)
+        return -1;
+    hex_encode(salt, sizeof salt, salt_hex);
+    hex_encode(derived, sizeof derived, derived_hex);
+    snprintf(out, PASSWORD_HASH_MAX, "pbkdf2-sha256$%" PRId64 "$%s$%s", iterations, salt_hex, derived_hex);
+    OPENSSL_cleanse(derived, sizeof derived);
+    return 0;
+}
+
+int password_verify(const char *password, const char *stored)
+{
+    static const char scheme[] = "pbkdf2-sha256$";
+    if (strncmp(stored, scheme, sizeof scheme - 1) != 0)
+        return 0;
+    const char *p = stored + sizeof scheme - 1;
+    errno = 0;
+    char *end;
+    long long iterations = strtoll(p, &end, 10);
+    if (errno || end == p || *end != '$' || iterations < 1)
+        return 0;
+    const char *salt_hex = end + 1;
+    const char *derived_hex = salt_hex + 2 * SALT_LEN + 1;
+    if (strlen(salt_hex) != 2 * SALT_LEN + 1 + 2 * DERIVED_LEN || salt_hex[2 * SALT_LEN] != '$')
+        return 0;
+    unsigned char salt[SALT_LEN], want[DERIVED_LEN], got[DERIVED_LEN];
+    if (hex_decode(salt_hex, SALT_LEN, salt) < 0 || hex_decode(derived_hex, DERIVED_LEN, want) < 0)
+        return 0;
+    if (pbkdf2(password, salt, iterations, got) < 0)
+        return 0;
+    int ok = CRYPTO_memcmp(got, want, DERIVED_LEN) == 0;
+    OPENSSL_cleanse(got, sizeof got);
+    return ok;
+}
+
+void sha256_hex(const void *data, size_t len, char out[65])
+{
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    SHA256(data, len, d);
+    hex_encode(d, sizeof d, out);
+}
+
+int api_key_new(char id[ID_MAX], char token[API_TOKEN_LEN + 1], unsigned char hash[API_SECRET_HASH_LEN])
+{
+    unsigned char secret[32];
+    char secret_hex[65];
+    if (id_new("key", id) < 0 || random_bytes(secret, sizeof secret) < 0)
+        return -1;
+    hex_encode(secret, sizeof secret, secret_hex);
+    snprintf(token, API_TOKEN_LEN + 1, "gpk_%s_%s", id + 4, secret_hex);
+    SHA256((const unsigned char *)secret_hex, 64, hash);
+    OPENSSL_cleanse(secret, sizeof secret);
+    OPENSSL_cleanse(secret_hex, sizeof secret_hex);
+    return 0;
+}
+
+int api_key_parse(const char *token, char id[ID_MAX], unsigned char hash[API_SECRET_HASH_LEN])
+{
+    if (strlen(token) != API_TOKEN_LEN || strncmp(token, "gpk_", 4) != 0 || token[4 + ID_RANDOM_CHARS] != '_')
+        return -1;
+    snprintf(id, ID_MAX, "key_%.*s", ID_RANDOM_CHARS, token + 4);
+    if (!id_valid("key", id))
+        return -1;
+    const char *secret_hex = token + 4 + ID_RANDOM_CHARS + 1;
+    for (size_t i = 0; i < 64; i++) {
+        char c = secret_hex[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return -1;
+    }
+    SHA256((const unsigned char *)secret_hex, 64, hash);
+    return 0;
+}
+
+int api_key_hash_equal(const unsigned char *a, const unsigned char *b)
+{
+    return CRYPTO_memcmp(a, b, API_SECRET_HASH_LEN) == 0;
+}

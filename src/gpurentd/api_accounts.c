@@ -1,0 +1,184 @@
+/* api_accounts.c: POST /v1/signup, POST /v1/login and GET /v1/me. */
+#include "clock.h"
+#include "daemon.h"
+#include "jsonx.h"
+#include "store.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PASSWORD_MIN 10
+#define PASSWORD_MAX 256
+
+static json_t *user_json(const struct user *u)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}", "id", u->id, "email", u->email, "role",
+                     u->role == ROLE_ADMIN ? "admin" : "user", "status", u->active ? "active" : "disabled",
+                     "invite_code", u->invite_code[0] ? json_string(u->invite_code) : json_null(), "created_at",
+                     json_time(u->created_at, 0));
+}
+
+static json_t *new_key_json(const char *id, const char *name, const char *token, int64_t created_at)
+{
+    return json_pack("{s:s, s:s, s:s, s:o}", "id", id, "name", name, "token", token, "created_at",
+                     json_time(created_at, 0));
+}
+
+/* Checks the password rules; replies and returns -1 if it breaks one. */
+static int check_password(struct http_request *req, const char *pw)
+{
+    size_t n = strlen(pw);
+    if (n < PASSWORD_MIN || n > PASSWORD_MAX) {
+        http_error(req, ERR_INVALID_FIELD, "password", "password must be %d to %d characters", PASSWORD_MIN,
+                   PASSWORD_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* Invite codes are letters, digits and '-', compared in upper case. */
+static int normalize_invite(const char *in, char *out, size_t outlen)
+{
+    size_t n = strlen(in);
+    if (n == 0 || n >= outlen || n > 32)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (!isalnum(c) && c != '-')
+            return -1;
+        out[i] = (char)toupper(c);
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+void api_signup(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"email", JSON_KIND_STRING, 1, 254},
+        {"password", JSON_KIND_STRING, 1, PASSWORD_MAX},
+        {"invite_code", JSON_KIND_STRING, 0, 32},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    struct user u = {.role = ROLE_USER, .active = 1};
+    const char *why;
+    const char *invite = json_string_value(json_object_get(body, "invite_code"));
+    if (account_email_normalize(json_string_value(json_object_get(body, "email")), u.email, sizeof u.email, &why) < 0) {
+        http_error(req, ERR_INVALID_FIELD, "email", "%s", why);
+    } else if (check_password(req, json_string_value(json_object_get(body, "password"))) < 0) {
+        /* replied */
+    } else if (invite && normalize_invite(invite, u.invite_code, sizeof u.invite_code) < 0) {
+        http_error(req, ERR_INVALID_FIELD, "invite_code", "invite_code must be 1 to 32 letters, digits or '-'");
+    } else if (password_hash(json_string_value(json_object_get(body, "password")),
+                             daemon_config->password_iterations, u.password_hash) < 0) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    } else {
+        struct store *s = store_thread();
+        char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
+        int rc = s ? account_create(s, &u, "signup", key_id, token) : STORE_ERROR;
+        if (rc == STORE_CONFLICT)
+            http_error(req, ERR_EMAIL_TAKEN, "email", NULL);
+        else if (rc != STORE_OK)
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        else
+            http_reply_json(req, 201, json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
+                                                new_key_json(key_id, "signup", token, u.created_at)));
+    }
+    json_decref(body);
+}
+
+/* Burns the same time as a real password check, so that an unknown email
+ * cannot be told from a wrong password by timing. */
+static void dummy_password_check(const char *pw)
+{
+    static char dummy[PASSWORD_HASH_MAX];
+    static int64_t dummy_iterations;
+    /* Racy initialisation is harmless: any thread's hash is as good. */
+    if (dummy_iterations != daemon_config->password_iterations) {
+        char h[PASSWORD_HASH_MAX];
+        if (password_hash("not-a-password", daemon_config->password_iterations, h) == 0) {
+            memcpy(dummy, h, sizeof dummy);
+            dummy_iterations = daemon_config->password_iterations;
+        }
+    }
+    (void)password_verify(pw, dummy);
+}
+
+void api_login(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"email", JSON_KIND_STRING, 1, 254},
+        {"password", JSON_KIND_STRING, 1, PASSWORD_MAX},
+        {"key_name", JSON_KIND_STRING, 0, 128},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    const char *password = json_string_value(json_object_get(body, "password"));
+    const char *key_name = json_string_value(json_object_get(body, "key_name"));
+    char email[256], email_key[300], ip_key[80];
+    const char *why;
+    if (account_email_normalize(json_string_value(json_object_get(body, "email")), email, sizeof email, &why) < 0) {
+        http_error(req, ERR_INVALID_FIELD, "email", "%s", why);
+        json_decref(body);
+        return;
+    }
+    snprintf(email_key, sizeof email_key, "email:%s", email);
+    snprintf(ip_key, sizeof ip_key, "ip:%s", req->client_ip);
+    int64_t now = clock_now();
+    int64_t wait = throttle_wait(email_key, now);
+    int64_t wait_ip = throttle_wait(ip_key, now);
+    if (wait_ip > wait)
+        wait = wait_ip;
+    if (wait > 0) {
+        char retry[24];
+        snprintf(retry, sizeof retry, "%lld", (long long)wait);
+        http_add_header(req, "Retry-After", retry);
+        http_error(req, ERR_TOO_MANY_REQUESTS, NULL, "too many failed logins; retry in %lld seconds", (long long)wait);
+        json_decref(body);
+        return;
+    }
+    struct store *s = store_thread();
+    struct user u;
+    int rc = s ? store_user_get_by_email(s, email, &u) : STORE_ERROR;
+    if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    } else if (rc == STORE_NOT_FOUND || !u.password_hash[0] || !password_verify(password, u.password_hash)) {
+        if (rc == STORE_NOT_FOUND || !u.password_hash[0])
+            dummy_password_check(password);
+        throttle_fail(email_key, now, daemon_config->login_max_failures, daemon_config->login_lockout_s);
+        throttle_fail(ip_key, now, daemon_config->login_max_failures * 4, daemon_config->login_lockout_s);
+        http_error(req, ERR_INVALID_CREDENTIALS, NULL, NULL);
+    } else if (!u.active) {
+        http_error(req, ERR_ACCOUNT_DISABLED, NULL, NULL);
+    } else {
+        throttle_clear(email_key);
+        char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
+        int64_t created_at;
+        const char *name = key_name ? key_name : "login";
+        if (account_key_create(s, u.id, name, key_id, token, &created_at) != STORE_OK)
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        else
+            http_reply_json(req, 200, json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
+                                                new_key_json(key_id, name, token, created_at)));
+    }
+    json_decref(body);
+}
+
+void api_me(struct http_request *req)
+{
+    struct store *s = store_thread();
+    struct user u;
+    if (!s || store_user_get(s, req->user_id, &u) != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    json_t *j = user_json(&u);
+    json_object_set_new(j, "api_key_id", json_string(req->key_id));
+    http_reply_json(req, 200, j);
+}

@@ -1,0 +1,34 @@
+/* api_health.c: GET /healthz (the process answers), GET /readyz (it can
+ * serve: database reachable and migrated) and GET /v1/openapi.json. */
+#include "clock.h"
+#include "daemon.h"
+#include "embedded.h"
+#include "store.h"
+
+#include <string.h>
+
+void api_healthz(struct http_request *req)
+{
+    json_t *body = json_pack("{s:s, s:s, s:I}", "status", "ok", "clock", clock_is_testing() ? "testing" : "system",
+                             "time", (json_int_t)clock_now());
+    if (clock_is_testing())
+        json_object_set_new(body, "warning",
+                            json_string("TESTING CLOCK IN USE: time comes from a file, not the system clock"));
+    http_reply_json(req, 200, body);
+}
+
+void api_readyz(struct http_request *req)
+{
+    struct store *s = store_thread();
+    int version = s ? store_schema_version(s) : -1;
+    if (version != store_latest_version()) {
+        http_error(req, ERR_UNAVAILABLE, NULL, "the database is not reachable or not migrated");
+        return;
+    }
+    http_reply_json(req, 200, json_pack("{s:s, s:i}", "status", "ready", "schema_version", version));
+}
+
+void api_openapi(struct http_request *req)
+{
+    http_reply_raw(req, 200, "application/json", embedded_openapi_json, strlen(embedded_openapi_json));
+}

@@ -1,0 +1,128 @@
+/* api_keys.c: /v1/api-keys — create (token shown once), list, show, revoke. */
+#include "clock.h"
+#include "daemon.h"
+#include "jsonx.h"
+#include "store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define KEYS_PAGE_MAX 100
+
+static json_t *key_json(const struct api_key *k)
+{
+    return json_pack("{s:s, s:s, s:o, s:o}", "id", k->id, "name", k->name, "created_at", json_time(k->created_at, 0),
+                     "revoked_at", json_time(k->revoked_at, 1));
+}
+
+void api_keys_create(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"name", JSON_KIND_STRING, 0, 128},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    const char *name = json_string_value(json_object_get(body, "name"));
+    if (!name)
+        name = "api";
+    char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
+    int64_t created_at;
+    struct store *s = store_thread();
+    if (!s || account_key_create(s, req->user_id, name, key_id, token, &created_at) != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else
+        http_reply_json(req, 201, json_pack("{s:s, s:s, s:s, s:o, s:n}", "id", key_id, "name", name, "token", token,
+                                            "created_at", json_time(created_at, 0), "revoked_at"));
+    json_decref(body);
+}
+
+void api_keys_list(struct http_request *req)
+{
+    static const char *const allowed[] = {"limit", "cursor", NULL};
+    int64_t limit;
+    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, KEYS_PAGE_MAX, 50, &limit) < 0)
+        return;
+    int64_t after_t = -1;
+    char after_id[ID_MAX] = "";
+    const char *cursor = http_query(req, "cursor");
+    if (cursor && cursor_decode(cursor, &after_t, after_id, sizeof after_id) < 0) {
+        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
+        return;
+    }
+    struct api_key keys[KEYS_PAGE_MAX + 1];
+    size_t n;
+    struct store *s = store_thread();
+    /* One extra row tells whether another page follows. */
+    if (!s || store_api_key_list(s, req->user_id, after_t, after_id, keys, (size_t)limit + 1, &n) != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    json_t *data = json_array();
+    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    for (size_t i = 0; i < shown; i++)
+        json_array_append_new(data, key_json(&keys[i]));
+    json_t *next = json_null();
+    if (n > (size_t)limit) {
+        char c[CURSOR_MAX];
+        cursor_encode(keys[shown - 1].created_at, keys[shown - 1].id, c);
+        json_decref(next);
+        next = json_string(c);
+    }
+    http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
+}
+
+/* Loads the caller's key named by the path; replies 404 for a missing key
+ * and for anyone else's, so ids cannot be probed. */
+static int load_own_key(struct http_request *req, struct store *s, struct api_key *k)
+{
+    int rc = id_valid("key", req->params[0]) ? store_api_key_get(s, req->params[0], k) : STORE_NOT_FOUND;
+    if (rc == STORE_OK && strcmp(k->user_id, req->user_id) != 0)
+        rc = STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_NOT_FOUND, NULL, "no API key %.64s", req->params[0]);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    return rc;
+}
+
+void api_keys_get(struct http_request *req)
+{
+    struct store *s = store_thread();
+    struct api_key k;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    if (load_own_key(req, s, &k) == STORE_OK)
+        http_reply_json(req, 200, key_json(&k));
+}
+
+struct revoke_ctx {
+    const char *user_id, *key_id; /* whose and which */
+    int64_t now;                  /* revocation time */
+};
+
+static int revoke_txn(struct store *s, void *vctx)
+{
+    struct revoke_ctx *ctx = vctx;
+    return store_api_key_revoke(s, ctx->user_id, ctx->key_id, ctx->now);
+}
+
+void api_keys_revoke(struct http_request *req)
+{
+    struct store *s = store_thread();
+    struct api_key k;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    if (load_own_key(req, s, &k) != STORE_OK)
+        return;
+    struct revoke_ctx ctx = {req->user_id, k.id, clock_now()};
+    if (store_txn(s, revoke_txn, &ctx) != STORE_OK || store_api_key_get(s, k.id, &k) != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else
+        http_reply_json(req, 200, key_json(&k));
+}

@@ -1,0 +1,173 @@
+/* cli.c: the subcommands that work on the database directly, for operators
+ * and scripts: `gpurentd migrate` and `gpurentd admin create-user`. */
+#include "daemon.h"
+#include "store.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Loads the configuration for a database subcommand: -c FILE and --db PATH. */
+static int load_db_config(struct daemon_conf *conf, const char *file, const char *db)
+{
+    char *override = NULL;
+    if (db && asprintf(&override, "database=%s", db) < 0)
+        return -1;
+    int rc = daemon_load_config(conf, file, override ? &override : NULL, override ? 1 : 0);
+    free(override);
+    return rc;
+}
+
+/* Opens the configured database and brings it to target (0 = latest). */
+static struct store *open_migrated(const struct daemon_conf *conf, int target)
+{
+    char err[1024];
+    struct store *s = store_open(conf->database, err, sizeof err);
+    if (!s) {
+        fprintf(stderr, "gpurentd: %s\n", err);
+        return NULL;
+    }
+    if (store_migrate(s, target, err, sizeof err) < 0) {
+        fprintf(stderr, "gpurentd: %s\n", err);
+        store_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+int cmd_migrate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'}, {"db", required_argument, NULL, 'D'},
+        {"to", required_argument, NULL, 't'},     {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *file = NULL, *db = NULL;
+    int target = 0, opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': file = optarg; break;
+        case 'D': db = optarg; break;
+        case 't': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 9999) {
+                fprintf(stderr, "gpurentd migrate: --to takes a version from 1 to 9999\n");
+                return 2;
+            }
+            target = (int)v;
+            break;
+        }
+        case 'h':
+            printf("usage: gpurentd migrate [-c FILE] [--db PATH] [--to VERSION]\n"
+                   "Creates the database if needed and applies the migrations this binary carries\n"
+                   "(all of them, or up to VERSION), each in its own transaction.\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    struct daemon_conf conf;
+    if (optind < argc) {
+        fprintf(stderr, "gpurentd migrate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (load_db_config(&conf, file, db) < 0)
+        return 1;
+    struct store *s = open_migrated(&conf, target);
+    if (!s)
+        return 1;
+    printf("database %s is at schema version %d (this binary knows up to %d)\n", conf.database,
+           store_schema_version(s), store_latest_version());
+    store_close(s);
+    return 0;
+}
+
+static int read_password_stdin(char *out, size_t n)
+{
+    if (!fgets(out, (int)n, stdin))
+        return -1;
+    out[strcspn(out, "\r\n")] = '\0';
+    return strlen(out) >= 10 ? 0 : -1;
+}
+
+static int admin_create_user(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'}, {"db", required_argument, NULL, 'D'},
+        {"email", required_argument, NULL, 'e'},  {"admin", no_argument, NULL, 'a'},
+        {"password-stdin", no_argument, NULL, 'p'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *file = NULL, *db = NULL, *email = NULL;
+    int admin = 0, with_password = 0, opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'c': file = optarg; break;
+        case 'D': db = optarg; break;
+        case 'e': email = optarg; break;
+        case 'a': admin = 1; break;
+        case 'p': with_password = 1; break;
+        case 'h':
+            printf("usage: gpurentd admin create-user [-c FILE] [--db PATH] --email EMAIL [--admin] [--password-stdin]\n"
+                   "Creates an account and prints a new API key for it alone on the last line.\n"
+                   "With --password-stdin the first line of standard input becomes its password\n"
+                   "(10 characters or more); otherwise it can only use API keys.\n");
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (!email || optind < argc) {
+        fprintf(stderr, "gpurentd admin create-user: --email is required (see --help)\n");
+        return 2;
+    }
+    struct daemon_conf conf;
+    if (load_db_config(&conf, file, db) < 0)
+        return 1;
+    daemon_config = &conf;
+    struct user u = {.role = admin ? ROLE_ADMIN : ROLE_USER, .active = 1};
+    const char *why;
+    if (account_email_normalize(email, u.email, sizeof u.email, &why) < 0) {
+        fprintf(stderr, "gpurentd: --email: %s\n", why);
+        return 2;
+    }
+    if (with_password) {
+        char pw[257];
+        if (read_password_stdin(pw, sizeof pw) < 0) {
+            fprintf(stderr, "gpurentd: the password on standard input must be 10 to 256 characters\n");
+            return 2;
+        }
+        if (password_hash(pw, conf.password_iterations, u.password_hash) < 0)
+            return 1;
+    }
+    struct store *s = open_migrated(&conf, 0);
+    if (!s)
+        return 1;
+    char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
+    int rc = account_create(s, &u, "admin-cli", key_id, token);
+    store_close(s);
+    if (rc == STORE_CONFLICT) {
+        fprintf(stderr, "gpurentd: an account with email %s already exists\n", u.email);
+        return 1;
+    }
+    if (rc != STORE_OK) {
+        fprintf(stderr, "gpurentd: cannot create the account\n");
+        return 1;
+    }
+    printf("created %s %s (%s) with API key %s; the key follows, shown once:\n%s\n", admin ? "admin" : "user", u.id,
+           u.email, key_id, token);
+    return 0;
+}
+
+int cmd_admin(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "create-user") == 0)
+        return admin_create_user(argc - 1, argv + 1);
+    FILE *f = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) ? stdout : stderr;
+    fprintf(f, "usage: gpurentd admin create-user --email EMAIL [--admin] [--db PATH] [-c FILE]\n");
+    return f == stdout ? 0 : 2;
+}

@@ -1,0 +1,86 @@
+/* config.c: gpurentd's option table: every option's type, bounds and default
+ * in one place, read by conf.c from conf/gpurentd.conf and flags. */
+#include "daemon.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+struct daemon_conf *daemon_config;
+
+static int validate_listen(const void *field, char *err, size_t errlen)
+{
+    char host[128];
+    int port;
+    if (conf_parse_hostport(field, host, sizeof host, &port) < 0) {
+        snprintf(err, errlen, "listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_log_level(const void *field, char *err, size_t errlen)
+{
+    enum log_level l;
+    if (log_level_parse(field, &l) < 0) {
+        snprintf(err, errlen, "log_level: '%s' is not error, warn, info or debug", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_nonempty(const void *field, char *err, size_t errlen)
+{
+    if (!((const char *)field)[0]) {
+        snprintf(err, errlen, "value must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
+#define OPT_INT(n, lo, hi, d, h) {#n, CONF_INT, lo, hi, #d, offsetof(struct daemon_conf, n), sizeof(int64_t), NULL, h}
+#define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct daemon_conf, n), sizeof(((struct daemon_conf *)0)->n), v, h}
+
+const struct conf_option daemon_options[] = {
+    OPT_STR(listen, "127.0.0.1:8080", validate_listen, "address and port of the REST API"),
+    OPT_STR(database, "/var/lib/gpurent/gpurent.db", validate_nonempty, "SQLite database file"),
+    OPT_STR(log_level, "info", validate_log_level, "error, warn, info or debug"),
+    OPT_INT(threads, 1, 256, 4, "HTTP worker threads"),
+    OPT_INT(max_connections, 1, 100000, 1024, "open connections, all clients together"),
+    OPT_INT(max_connections_per_client, 1, 100000, 64, "open connections from one client address"),
+    OPT_INT(connection_timeout_s, 1, 3600, 30, "seconds before an idle or slow connection is closed"),
+    OPT_INT(max_body_bytes, 1024, 67108864, 1048576, "largest request body accepted"),
+    OPT_INT(max_json_depth, 2, 64, 16, "deepest JSON nesting accepted"),
+    OPT_STR(cors_origins, "", NULL, "web console origins allowed by CORS, space-separated ('*' for any)"),
+    OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),
+    OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),
+    OPT_INT(password_iterations, 1000, 100000000, 600000, "PBKDF2-SHA256 rounds for new password hashes"),
+    OPT_INT(login_max_failures, 1, 1000, 5, "failed logins per account or client before a lockout"),
+    OPT_INT(login_lockout_s, 1, 86400, 900, "seconds a lockout lasts"),
+    OPT_STR(bootstrap_admin_email, "admin@localhost", validate_nonempty, "first admin, created when the database has none"),
+    OPT_INT(drain_timeout_s, 1, 600, 15, "seconds SIGTERM waits for requests in flight"),
+    OPT_STR(clock_file, "", NULL, "TESTING ONLY: file holding the current time in epoch seconds"),
+    {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
+};
+
+int daemon_load_config(struct daemon_conf *conf, const char *file, char **overrides, int n_overrides)
+{
+    char err[1024];
+    memset(conf, 0, sizeof *conf);
+    if (conf_set_defaults(daemon_options, conf, err, sizeof err) < 0 ||
+        (file && conf_load_file(daemon_options, conf, file, err, sizeof err) < 0)) {
+        fprintf(stderr, "gpurentd: %s\n", err);
+        return -1;
+    }
+    for (int i = 0; i < n_overrides; i++) {
+        if (conf_set_override(daemon_options, conf, overrides[i], err, sizeof err) < 0) {
+            fprintf(stderr, "gpurentd: command line: %s\n", err);
+            return -1;
+        }
+    }
+    if ((conf->tls_cert[0] != 0) != (conf->tls_key[0] != 0)) {
+        fprintf(stderr, "gpurentd: tls_cert and tls_key must be set together\n");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,42 @@
+/* main.c: gpurentd's entry point: picks the subcommand. */
+#include "daemon.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: gpurentd [COMMAND] [OPTIONS]\n"
+               "\n"
+               "commands:\n"
+               "  serve          run the control plane (the default)\n"
+               "  migrate        create or upgrade the database\n"
+               "  admin          operator tasks: create-user\n"
+               "\n"
+               "Each command takes --help.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argv[1][0] == '-') {
+        if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+            printf("gpurentd 0.1.0\n");
+            return 0;
+        }
+        return cmd_serve(argc, argv);
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "serve") == 0)
+        return cmd_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "migrate") == 0)
+        return cmd_migrate(argc - 1, argv + 1);
+    if (strcmp(cmd, "admin") == 0)
+        return cmd_admin(argc - 1, argv + 1);
+    if (strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "gpurentd: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

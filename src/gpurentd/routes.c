@@ -1,0 +1,20 @@
+/* routes.c: every route gpurentd serves, in one table. Keep docs/openapi.json
+ * in step: a unit test checks that each route here is described there. */
+#include "daemon.h"
+
+const struct http_route daemon_routes[] = {
+    {"GET", "/healthz", api_healthz, AUTH_NONE},
+    {"GET", "/readyz", api_readyz, AUTH_NONE},
+    {"GET", "/v1/openapi.json", api_openapi, AUTH_NONE},
+
+    {"POST", "/v1/signup", api_signup, AUTH_NONE},
+    {"POST", "/v1/login", api_login, AUTH_NONE},
+    {"GET", "/v1/me", api_me, AUTH_USER},
+
+    {"POST", "/v1/api-keys", api_keys_create, AUTH_USER},
+    {"GET", "/v1/api-keys", api_keys_list, AUTH_USER},
+    {"GET", "/v1/api-keys/{id}", api_keys_get, AUTH_USER},
+    {"DELETE", "/v1/api-keys/{id}", api_keys_revoke, AUTH_USER},
+
+    {NULL, NULL, NULL, AUTH_NONE},
+};

@@ -1,0 +1,230 @@
+/* serve.c: `gpurentd serve`: load configuration, migrate, start the HTTP
+ * server and background loops, then wait for signals: SIGHUP reloads what can
+ * change safely, SIGTERM and SIGINT drain requests and exit 0. */
+#include "clock.h"
+#include "daemon.h"
+#include "store.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_OVERRIDES 64
+
+static void serve_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gpurentd [serve] [-c FILE] [--listen HOST:PORT] [--db PATH] [--log-level LEVEL]\n"
+            "                [--clock-file PATH] [-o KEY=VALUE]... [-n]\n"
+            "\n"
+            "Runs the gpurent control plane until SIGTERM or SIGINT.\n"
+            "  -c, --config FILE     configuration file (see conf/gpurentd.conf)\n"
+            "  --listen HOST:PORT    overrides 'listen'\n"
+            "  --db PATH             overrides 'database'\n"
+            "  --log-level LEVEL     overrides 'log_level'\n"
+            "  --clock-file PATH     TESTING ONLY: read the time from PATH (epoch seconds)\n"
+            "  -o, --set KEY=VALUE   overrides any option\n"
+            "  -n, --check           check the configuration, print 'configuration OK' and exit\n"
+            "  -h, --help            this help; --help-config lists every option\n");
+}
+
+/* Parses the options shared by serve and the database subcommands into
+ * overrides ("key=value" strings the caller frees). Returns 0, 1 when help
+ * was printed, or -1 on a bad option. */
+static int parse_serve_args(int argc, char **argv, const char **config_file, char **overrides, int *n_overrides,
+                            int *check_only)
+{
+    static const struct option long_opts[] = {
+        {"config", required_argument, NULL, 'c'},   {"listen", required_argument, NULL, 'L'},
+        {"db", required_argument, NULL, 'D'},       {"log-level", required_argument, NULL, 'l'},
+        {"clock-file", required_argument, NULL, 'k'}, {"set", required_argument, NULL, 'o'},
+        {"check", no_argument, NULL, 'n'},          {"help", no_argument, NULL, 'h'},
+        {"help-config", no_argument, NULL, 'H'},    {NULL, 0, NULL, 0},
+    };
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "c:o:nh", long_opts, NULL)) != -1) {
+        const char *key = NULL;
+        switch (opt) {
+        case 'c': *config_file = optarg; continue;
+        case 'n': *check_only = 1; continue;
+        case 'h': serve_usage(stdout); return 1;
+        case 'H': conf_print_help(daemon_options, stdout); return 1;
+        case 'L': key = "listen"; break;
+        case 'D': key = "database"; break;
+        case 'l': key = "log_level"; break;
+        case 'k': key = "clock_file"; break;
+        case 'o': key = ""; break;
+        default: serve_usage(stderr); return -1;
+        }
+        if (*n_overrides >= MAX_OVERRIDES) {
+            fprintf(stderr, "gpurentd: too many overrides\n");
+            return -1;
+        }
+        char *o = NULL;
+        if (asprintf(&o, "%s%s%s", key, key[0] ? "=" : "", optarg) < 0)
+            return -1;
+        overrides[(*n_overrides)++] = o;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "gpurentd: unexpected argument '%s'\n", argv[optind]);
+        serve_usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+/* Creates the first admin on an empty database and prints its key once:
+ * the operator's way in. */
+static int bootstrap_admin(struct store *s, const struct daemon_conf *conf)
+{
+    int64_t admins = store_user_count_admins(s);
+    if (admins < 0)
+        return -1;
+    if (admins > 0)
+        return 0;
+    struct user u = {.role = ROLE_ADMIN, .active = 1};
+    const char *why;
+    if (account_email_normalize(conf->bootstrap_admin_email, u.email, sizeof u.email, &why) < 0) {
+        log_error("bootstrap_admin_email: %s", why);
+        return -1;
+    }
+    char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
+    if (account_create(s, &u, "bootstrap", key_id, token) != STORE_OK) {
+        log_error("cannot create the bootstrap admin %s", u.email);
+        return -1;
+    }
+    log_warn("created the first admin account %s; its API key is printed once on standard output", u.email);
+    printf("gpurentd: first admin account: %s\n"
+           "gpurentd: admin API key (shown once, keep it safe):\n%s\n",
+           u.email, token);
+    fflush(stdout);
+    return 0;
+}
+
+struct loaded {
+    const char *file;      /* -c FILE or NULL */
+    char *overrides[MAX_OVERRIDES];
+    int n_overrides;
+};
+
+static void reload(struct http_server *srv, struct loaded *l)
+{
+    struct daemon_conf fresh;
+    if (daemon_load_config(&fresh, l->file, l->overrides, l->n_overrides) < 0) {
+        log_error("reload: configuration has errors (see above); keeping the running one");
+        return;
+    }
+    enum log_level level;
+    log_level_parse(fresh.log_level, &level);
+    log_set_level(level);
+    http_server_reload(srv, fresh.cors_origins, (size_t)fresh.max_body_bytes, (int)fresh.max_json_depth);
+    log_info("reload: applied log_level=%s cors_origins='%s' max_body_bytes=%lld max_json_depth=%lld; "
+             "other options take effect at the next restart",
+             fresh.log_level, fresh.cors_origins, (long long)fresh.max_body_bytes, (long long)fresh.max_json_depth);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    struct loaded l = {0};
+    int check_only = 0, status = 1;
+    int rc = parse_serve_args(argc, argv, &l.file, l.overrides, &l.n_overrides, &check_only);
+    static struct daemon_conf conf;
+    struct store *s = NULL;
+    struct http_server *srv = NULL;
+    if (rc != 0) {
+        status = rc > 0 ? 0 : 2;
+        goto out;
+    }
+    if (daemon_load_config(&conf, l.file, l.overrides, l.n_overrides) < 0)
+        goto out;
+    daemon_config = &conf;
+    if (check_only) {
+        printf("configuration OK\n");
+        status = 0;
+        goto out;
+    }
+    enum log_level level;
+    log_level_parse(conf.log_level, &level);
+    log_set_level(level);
+    if (clock_use_file(conf.clock_file) < 0) {
+        log_error("clock_file %s cannot be read or does not hold epoch seconds", conf.clock_file);
+        goto out;
+    }
+    if (clock_is_testing())
+        log_warn("TESTING CLOCK IN USE: time comes from %s, not the system clock; never do this in production",
+                 conf.clock_file);
+
+    /* Signals are handled by this thread alone (sigwait below): block them
+     * before any other thread exists so every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[1024];
+    s = store_open(conf.database, err, sizeof err);
+    if (!s) {
+        log_error("%s", err);
+        goto out;
+    }
+    if (store_migrate(s, 0, err, sizeof err) < 0) {
+        log_error("%s", err);
+        goto out;
+    }
+    if (bootstrap_admin(s, &conf) < 0)
+        goto out;
+    store_close(s);
+    s = NULL;
+    store_set_path(conf.database);
+
+    char host[128];
+    int port;
+    conf_parse_hostport(conf.listen, host, sizeof host, &port);
+    struct http_config hc = {
+        .host = host,
+        .port = port,
+        .threads = (int)conf.threads,
+        .max_connections = (int)conf.max_connections,
+        .max_connections_per_ip = (int)conf.max_connections_per_client,
+        .connection_timeout_s = (int)conf.connection_timeout_s,
+        .max_body_bytes = (size_t)conf.max_body_bytes,
+        .max_json_depth = (int)conf.max_json_depth,
+        .cors_origins = conf.cors_origins,
+        .cert_file = conf.tls_cert,
+        .key_file = conf.tls_key,
+    };
+    srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
+    if (!srv)
+        goto out;
+    log_info("gpurentd listening on %s://%s:%d (database %s, schema version %d)", conf.tls_cert[0] ? "https" : "http",
+             host, http_server_port(srv), conf.database, store_latest_version());
+
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&sigs, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            reload(srv, &l);
+            continue;
+        }
+        log_info("received %s: draining requests (up to %llds) and stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                 (long long)conf.drain_timeout_s);
+        break;
+    }
+    http_server_stop(srv, (int)conf.drain_timeout_s * 1000);
+    srv = NULL;
+    status = 0;
+    log_info("gpurentd stopped");
+out:
+    store_close(s);
+    store_close_threads();
+    for (int i = 0; i < l.n_overrides; i++)
+        free(l.overrides[i]);
+    return status;
+}

@@ -1,0 +1,215 @@
+/* store.c: SQLite connections, the per-connection statement cache, the
+ * per-thread connection registry and the transaction runner (see store.h). */
+#include "store.h"
+#include "log.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define STMT_SLOTS 512 /* power of two; more than the statements we have */
+
+struct store {
+    sqlite3 *db;                   /* the connection */
+    struct {
+        const char *sql;           /* key: the SQL text's address */
+        sqlite3_stmt *stmt;        /* prepared once, reused */
+    } stmts[STMT_SLOTS];
+    struct store *next_thread;     /* registry of store_thread() connections */
+};
+
+static int exec(sqlite3 *db, const char *sql, char *err, size_t errlen)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(err, errlen, "%s: %s", sql, msg ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static struct store *open_flags(const char *path, int flags, char *err, size_t errlen)
+{
+    struct store *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open database %s: %s", path, s->db ? sqlite3_errmsg(s->db) : "out of memory");
+        sqlite3_close(s->db);
+        free(s);
+        return NULL;
+    }
+    sqlite3_extended_result_codes(s->db, 1);
+    /* Every connection sets these itself: they are per connection, and money
+     * that was acknowledged must survive a crash (synchronous=FULL in WAL). */
+    sqlite3_busy_timeout(s->db, 5000);
+    int readonly = (flags & SQLITE_OPEN_READONLY) != 0;
+    if ((!readonly && exec(s->db, "PRAGMA journal_mode=WAL", err, errlen) < 0) ||
+        exec(s->db, "PRAGMA synchronous=FULL", err, errlen) < 0 ||
+        exec(s->db, "PRAGMA foreign_keys=ON", err, errlen) < 0) {
+        store_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+struct store *store_open(const char *path, char *err, size_t errlen)
+{
+    return open_flags(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errlen);
+}
+
+struct store *store_open_readonly(const char *path, char *err, size_t errlen)
+{
+    return open_flags(path, SQLITE_OPEN_READONLY, err, errlen);
+}
+
+void store_close(struct store *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < STMT_SLOTS; i++)
+        sqlite3_finalize(s->stmts[i].stmt);
+    sqlite3_close(s->db);
+    free(s);
+}
+
+sqlite3 *store_db(struct store *s) { return s->db; }
+
+sqlite3_stmt *store_stmt(struct store *s, const char *sql)
+{
+    size_t h = ((uintptr_t)sql >> 3) * 2654435761u;
+    for (size_t i = 0; i < STMT_SLOTS; i++) {
+        size_t slot = (h + i) & (STMT_SLOTS - 1);
+        if (s->stmts[slot].sql == sql) {
+            sqlite3_stmt *st = s->stmts[slot].stmt;
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            return st;
+        }
+        if (!s->stmts[slot].sql) {
+            sqlite3_stmt *st = NULL;
+            if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+                log_error("store: cannot prepare [%s]: %s", sql, sqlite3_errmsg(s->db));
+                return NULL;
+            }
+            s->stmts[slot].sql = sql;
+            s->stmts[slot].stmt = st;
+            return st;
+        }
+    }
+    log_error("store: statement cache full");
+    return NULL;
+}
+
+int store_rc_from_sqlite(struct store *s, int rc, const char *what)
+{
+    switch (rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_DONE:
+    case SQLITE_ROW:
+        return STORE_OK;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return STORE_BUSY;
+    case SQLITE_CONSTRAINT:
+        if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
+            return STORE_CONFLICT;
+        log_error("store: %s: constraint failed: %s", what, sqlite3_errmsg(s->db));
+        return STORE_ERROR;
+    default:
+        log_error("store: %s: %s", what, sqlite3_errmsg(s->db));
+        return STORE_ERROR;
+    }
+}
+
+/* ---------------------------------------------------------------- per-thread connections */
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct store *registry;      /* every store_thread() connection */
+static char thread_db_path[4096];   /* set once before threads start */
+static _Thread_local struct store *this_thread;
+
+void store_set_path(const char *path)
+{
+    snprintf(thread_db_path, sizeof thread_db_path, "%s", path);
+}
+
+struct store *store_thread(void)
+{
+    if (this_thread)
+        return this_thread;
+    char err[512];
+    struct store *s = store_open(thread_db_path, err, sizeof err);
+    if (!s) {
+        log_error("store: %s", err);
+        return NULL;
+    }
+    pthread_mutex_lock(&registry_lock);
+    s->next_thread = registry;
+    registry = s;
+    pthread_mutex_unlock(&registry_lock);
+    this_thread = s;
+    return s;
+}
+
+void store_close_threads(void)
+{
+    pthread_mutex_lock(&registry_lock);
+    struct store *s = registry;
+    registry = NULL;
+    pthread_mutex_unlock(&registry_lock);
+    while (s) {
+        struct store *next = s->next_thread;
+        store_close(s);
+        s = next;
+    }
+    this_thread = NULL;
+}
+
+/* ---------------------------------------------------------------- transactions */
+
+static void backoff(int attempt)
+{
+    struct timespec ts = {0, (long)(1 + (attempt % 20)) * 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static int step_simple(struct store *s, const char *sql)
+{
+    int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    return store_rc_from_sqlite(s, rc, sql);
+}
+
+int store_txn(struct store *s, store_txn_fn fn, void *ctx)
+{
+    for (int attempt = 0; attempt < 200; attempt++) {
+        int rc = step_simple(s, "BEGIN IMMEDIATE");
+        if (rc == STORE_BUSY) {
+            backoff(attempt);
+            continue;
+        }
+        if (rc != STORE_OK)
+            return rc;
+        int result = fn(s, ctx);
+        if (result >= 0) {
+            rc = step_simple(s, "COMMIT");
+            if (rc == STORE_OK)
+                return result;
+            result = rc;
+        }
+        /* ROLLBACK can fail only if SQLite already rolled back; either way
+         * the transaction is over. */
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        if (result != STORE_BUSY)
+            return result;
+        backoff(attempt);
+    }
+    log_error("store: transaction still busy after many retries");
+    return STORE_BUSY;
+}

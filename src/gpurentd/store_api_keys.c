@@ -1,0 +1,95 @@
+/* store_api_keys.c: SQL for the api_keys table. */
+#include "store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char SQL_KEY_INSERT[] =
+    "INSERT INTO api_keys (id, user_id, name, secret_hash, created_at) VALUES (?, ?, ?, ?, ?)";
+static const char SQL_KEY_GET[] =
+    "SELECT id, user_id, name, secret_hash, created_at, coalesce(revoked_at, 0) FROM api_keys WHERE id = ?";
+static const char SQL_KEY_LIST[] =
+    "SELECT id, user_id, name, secret_hash, created_at, coalesce(revoked_at, 0) FROM api_keys"
+    " WHERE user_id = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?";
+static const char SQL_KEY_REVOKE[] =
+    "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND user_id = ?";
+
+static void read_row(sqlite3_stmt *st, struct api_key *k)
+{
+    snprintf(k->id, sizeof k->id, "%s", (const char *)sqlite3_column_text(st, 0));
+    snprintf(k->user_id, sizeof k->user_id, "%s", (const char *)sqlite3_column_text(st, 1));
+    snprintf(k->name, sizeof k->name, "%s", (const char *)sqlite3_column_text(st, 2));
+    const void *h = sqlite3_column_blob(st, 3);
+    if (h && sqlite3_column_bytes(st, 3) == API_SECRET_HASH_LEN)
+        memcpy(k->secret_hash, h, API_SECRET_HASH_LEN);
+    else
+        memset(k->secret_hash, 0, API_SECRET_HASH_LEN);
+    k->created_at = sqlite3_column_int64(st, 4);
+    k->revoked_at = sqlite3_column_int64(st, 5);
+}
+
+int store_api_key_insert(struct store *s, const struct api_key *k)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_KEY_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, k->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, k->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, k->name, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 4, k->secret_hash, API_SECRET_HASH_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, k->created_at);
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert api key");
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_api_key_get(struct store *s, const char *id, struct api_key *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_KEY_GET);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), result;
+    if (rc == SQLITE_ROW) {
+        read_row(st, out);
+        result = STORE_OK;
+    } else {
+        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get api key");
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_api_key_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
+                       struct api_key *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_KEY_LIST);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, after_created);
+    sqlite3_bind_text(st, 3, after_id ? after_id : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
+        read_row(st, &out[(*n)++]);
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list api keys");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_api_key_revoke(struct store *s, const char *user_id, const char *id, int64_t now)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_KEY_REVOKE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, now);
+    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, user_id, -1, SQLITE_STATIC);
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "revoke api key");
+    sqlite3_reset(st);
+    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
+        return STORE_NOT_FOUND;
+    return rc;
+}

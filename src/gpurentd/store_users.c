@@ -1,0 +1,84 @@
+/* store_users.c: SQL for the users table. */
+#include "store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char SQL_USER_INSERT[] =
+    "INSERT INTO users (id, email, password_hash, role, status, invite_code, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)";
+static const char SQL_USER_BY_ID[] =
+    "SELECT id, email, password_hash, role, status, invite_code, created_at FROM users WHERE id = ?";
+static const char SQL_USER_BY_EMAIL[] =
+    "SELECT id, email, password_hash, role, status, invite_code, created_at FROM users WHERE email = ?";
+static const char SQL_USER_COUNT_ADMINS[] = "SELECT count(*) FROM users WHERE role = 'admin'";
+
+static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+int store_user_insert(struct store *s, const struct user *u)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, u->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, u->email, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, u->password_hash, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, u->role == ROLE_ADMIN ? "admin" : "user", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, u->active ? "active" : "disabled", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, u->invite_code, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 7, u->created_at);
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert user");
+    sqlite3_reset(st);
+    return rc;
+}
+
+static int user_get(struct store *s, const char *sql, const char *key, struct user *out)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int result;
+    if (rc == SQLITE_ROW) {
+        copy_text(out->id, sizeof out->id, st, 0);
+        copy_text(out->email, sizeof out->email, st, 1);
+        copy_text(out->password_hash, sizeof out->password_hash, st, 2);
+        out->role = strcmp((const char *)sqlite3_column_text(st, 3), "admin") == 0 ? ROLE_ADMIN : ROLE_USER;
+        out->active = strcmp((const char *)sqlite3_column_text(st, 4), "active") == 0;
+        copy_text(out->invite_code, sizeof out->invite_code, st, 5);
+        out->created_at = sqlite3_column_int64(st, 6);
+        result = STORE_OK;
+    } else if (rc == SQLITE_DONE) {
+        result = STORE_NOT_FOUND;
+    } else {
+        result = store_rc_from_sqlite(s, rc, "get user");
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_user_get(struct store *s, const char *id, struct user *out)
+{
+    return user_get(s, SQL_USER_BY_ID, id, out);
+}
+
+int store_user_get_by_email(struct store *s, const char *email, struct user *out)
+{
+    return user_get(s, SQL_USER_BY_EMAIL, email, out);
+}
+
+int64_t store_user_count_admins(struct store *s)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_COUNT_ADMINS);
+    if (!st)
+        return STORE_ERROR;
+    int rc = sqlite3_step(st);
+    int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "count admins");
+    sqlite3_reset(st);
+    return n;
+}

@@ -1,0 +1,81 @@
+/* throttle.c: counts failed logins per key ("email:…" or "ip:…") in memory
+ * and locks a key out for a while after too many. A fixed-size table with
+ * the oldest entry evicted keeps memory bounded whatever attackers send. */
+#include "daemon.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define THROTTLE_SLOTS 4096
+
+struct throttle_entry {
+    char key[280];         /* "email:x@y" or "ip:1.2.3.4"; "" when free */
+    int64_t first_failure; /* start of the current counting window */
+    int64_t failures;      /* failures in the window */
+    int64_t locked_until;  /* epoch seconds; 0 when not locked */
+};
+
+static struct throttle_entry table[THROTTLE_SLOTS];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Ranks a slot for reuse: free slots first, then unlocked ones, then the
+ * oldest; a lower rank is a better victim. */
+static int64_t victim_rank(const struct throttle_entry *e, int64_t now)
+{
+    if (!e->key[0])
+        return INT64_MIN;
+    return (e->locked_until > now ? INT64_MAX / 2 : 0) + e->first_failure;
+}
+
+static struct throttle_entry *find(const char *key, int create, int64_t now)
+{
+    struct throttle_entry *victim = &table[0];
+    for (size_t i = 0; i < THROTTLE_SLOTS; i++) {
+        if (table[i].key[0] && strcmp(table[i].key, key) == 0)
+            return &table[i];
+        if (victim_rank(&table[i], now) < victim_rank(victim, now))
+            victim = &table[i];
+    }
+    if (!create)
+        return NULL;
+    memset(victim, 0, sizeof *victim);
+    snprintf(victim->key, sizeof victim->key, "%s", key);
+    victim->first_failure = now;
+    return victim;
+}
+
+int64_t throttle_wait(const char *key, int64_t now)
+{
+    pthread_mutex_lock(&lock);
+    struct throttle_entry *e = find(key, 0, now);
+    int64_t wait = e && e->locked_until > now ? e->locked_until - now : 0;
+    pthread_mutex_unlock(&lock);
+    return wait;
+}
+
+void throttle_fail(const char *key, int64_t now, int64_t max, int64_t lockout_s)
+{
+    pthread_mutex_lock(&lock);
+    struct throttle_entry *e = find(key, 1, now);
+    if (now - e->first_failure > lockout_s) {
+        e->first_failure = now;
+        e->failures = 0;
+    }
+    if (++e->failures >= max) {
+        e->locked_until = now + lockout_s;
+        e->failures = 0;
+        e->first_failure = now;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void throttle_clear(const char *key)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < THROTTLE_SLOTS; i++)
+        if (table[i].key[0] && strcmp(table[i].key, key) == 0)
+            memset(&table[i], 0, sizeof table[i]);
+    pthread_mutex_unlock(&lock);
+}
