@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "api_error.h"
+#include "json_body.h"
 #include "ids.h"
 
 struct http_request;
@@ -104,16 +105,6 @@ int http_query_allow(struct http_request *req, const char *const allowed[]);
  * naming the argument and returns -1 if it is not an integer in [min, max]. */
 int http_query_int(struct http_request *req, const char *name, int64_t min, int64_t max, int64_t def,
                    int64_t *out);
-
-enum json_kind { JSON_KIND_STRING, JSON_KIND_INTEGER, JSON_KIND_BOOLEAN, JSON_KIND_OBJECT, JSON_KIND_ARRAY };
-
-/* One field a JSON body may carry. */
-struct json_field {
-    const char *name;     /* key */
-    enum json_kind kind;  /* required JSON type */
-    int required;         /* absent is an error */
-    size_t max_len;       /* strings: longest accepted in bytes (0 = 256) */
-};
 
 /* Parses the request body as one JSON object holding only the listed fields
  * (fields ends with a {NULL} row). An empty body counts as {}. On any

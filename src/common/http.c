@@ -1,6 +1,7 @@
 /* http.c: the HTTP layer behind http.h: libmicrohttpd set-up, routing,
  * authentication hook, body reading, reply helpers, CORS and the access log. */
 #include "http.h"
+#include "json_body.h"
 #include "clock.h"
 #include "log.h"
 
@@ -229,156 +230,16 @@ int http_query_int(struct http_request *req, const char *name, int64_t min, int6
     return 0;
 }
 
-/* Strict UTF-8 check (no overlongs, no surrogates, nothing past U+10FFFF),
- * so bad bytes get their own error rather than a parser's guess. */
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t len;
-        unsigned cp;
-        if (c < 0x80) { i++; continue; }
-        else if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-        else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-        else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-        else return 0;
-        if (i + len > n)
-            return 0;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
-
-/* Deepest nesting of arrays and objects, skipping strings; scanned before
- * parsing so a hostile body cannot make the parser recurse deeply. */
-static int json_depth(const char *s, size_t n, int cap)
-{
-    int depth = 0, max = 0, in_string = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = 0;
-        } else if (c == '"') {
-            in_string = 1;
-        } else if (c == '{' || c == '[') {
-            if (++depth > max)
-                max = depth;
-            if (max > cap)
-                return max;
-        } else if (c == '}' || c == ']') {
-            depth--;
-        }
-    }
-    return max;
-}
-
-static const char *kind_name(enum json_kind k)
-{
-    switch (k) {
-    case JSON_KIND_STRING: return "a string";
-    case JSON_KIND_INTEGER: return "an integer";
-    case JSON_KIND_BOOLEAN: return "true or false";
-    case JSON_KIND_OBJECT: return "an object";
-    case JSON_KIND_ARRAY: return "an array";
-    }
-    return "?";
-}
-
-static int kind_matches(json_t *v, enum json_kind k)
-{
-    switch (k) {
-    case JSON_KIND_STRING: return json_is_string(v);
-    case JSON_KIND_INTEGER: return json_is_integer(v);
-    case JSON_KIND_BOOLEAN: return json_is_boolean(v);
-    case JSON_KIND_OBJECT: return json_is_object(v);
-    case JSON_KIND_ARRAY: return json_is_array(v);
-    }
-    return 0;
-}
-
 json_t *http_json_body(struct http_request *req, const struct json_field *fields)
 {
     struct http_server *srv = req->server;
     pthread_rwlock_rdlock(&srv->reload_lock);
     int max_depth = srv->max_json_depth;
     pthread_rwlock_unlock(&srv->reload_lock);
-
-    json_t *root;
-    if (req->body_len == 0) {
-        root = json_object();
-    } else {
-        if (!utf8_valid((const unsigned char *)req->body, req->body_len)) {
-            http_error(req, ERR_INVALID_ENCODING, NULL, NULL);
-            return NULL;
-        }
-        if (json_depth(req->body, req->body_len, max_depth) > max_depth) {
-            http_error(req, ERR_TOO_DEEP, NULL, "the request body is nested deeper than %d levels", max_depth);
-            return NULL;
-        }
-        json_error_t jerr;
-        root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!root) {
-            if (json_error_code(&jerr) == json_error_duplicate_key)
-                http_error(req, ERR_DUPLICATE_KEY, NULL, "duplicate key in request body: %s", jerr.text);
-            else
-                http_error(req, ERR_MALFORMED_JSON, NULL, "malformed JSON at line %d column %d: %s", jerr.line,
-                           jerr.column, jerr.text);
-            return NULL;
-        }
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        http_error(req, ERR_NOT_AN_OBJECT, NULL, NULL);
-        return NULL;
-    }
-    const char *key;
-    json_t *value;
-    json_object_foreach(root, key, value) {
-        const struct json_field *f = fields;
-        while (f->name && strcmp(f->name, key) != 0)
-            f++;
-        if (!f->name) {
-            http_error(req, ERR_UNKNOWN_FIELD, key, "unknown field '%.64s'", key);
-            json_decref(root);
-            return NULL;
-        }
-    }
-    for (const struct json_field *f = fields; f->name; f++) {
-        json_t *v = json_object_get(root, f->name);
-        if (!v || json_is_null(v)) {
-            if (f->required) {
-                http_error(req, ERR_MISSING_FIELD, f->name, "field '%s' is required", f->name);
-                json_decref(root);
-                return NULL;
-            }
-            if (v) /* an explicit null is the same as absent */
-                json_object_del(root, f->name);
-            continue;
-        }
-        if (!kind_matches(v, f->kind)) {
-            http_error(req, ERR_INVALID_FIELD, f->name, "field '%s' must be %s", f->name, kind_name(f->kind));
-            json_decref(root);
-            return NULL;
-        }
-        size_t max_len = f->max_len ? f->max_len : 256;
-        if (f->kind == JSON_KIND_STRING && json_string_length(v) > max_len) {
-            http_error(req, ERR_INVALID_FIELD, f->name, "field '%s' is longer than %zu bytes", f->name, max_len);
-            json_decref(root);
-            return NULL;
-        }
-    }
+    struct json_body_error e;
+    json_t *root = json_body_parse(req->body, req->body_len, fields, max_depth, &e);
+    if (!root)
+        http_error(req, e.code, e.field[0] ? e.field : NULL, "%s", e.message);
     return root;
 }
 
