@@ -41,8 +41,8 @@
 
 /* A piece of the tool's output: not NUL-terminated. */
 struct span {
-    const char *p;
-    size_t n;
+    const char *p;  /* first byte */
+    size_t n;       /* length in bytes */
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -238,8 +238,8 @@ static struct gpu_card *card_add(struct gpu_facts *f, int index)
 #define TOKEN_LEN 16
 
 struct tokens {
-    size_t n;
-    char t[MAX_TOKENS][TOKEN_LEN];
+    size_t n;                       /* words in t */
+    char t[MAX_TOKENS][TOKEN_LEN];  /* upper-cased words, NUL-terminated */
 };
 
 /* Splits a name into upper-case alphanumeric words, so "AMD Instinct
@@ -429,7 +429,7 @@ static json_t *get_ci(json_t *obj, const char *key)
 
 /* ---- amd-smi ------------------------------------------------------------- */
 
-#define AMD "amd-smi output"
+#define AMD_MSG "amd-smi output"
 
 /* Reads the "size" of the vram section: {"value": 196592, "unit": "MB"}
  * (ROCm 6.1+), "196592 MB" (older), or a bare number of MB. Sets *na when
@@ -446,7 +446,7 @@ static int amd_vram_size(const json_t *size, int idx, int *gb, int *na,
         const json_t *u = json_object_get(size, "unit");
 
         if (v == NULL) {
-            set_err(err, errlen, AMD ": card %d has no vram size", idx);
+            set_err(err, errlen, AMD_MSG ": card %d has no vram size", idx);
             return -1;
         }
         if (json_is_string(v) && is_na(json_string_value(v))) {
@@ -454,17 +454,17 @@ static int amd_vram_size(const json_t *size, int idx, int *gb, int *na,
             return 0;
         }
         if (json_u64(v, &value) != 0) {
-            set_err(err, errlen, AMD ": card %d: vram size value is not a number", idx);
+            set_err(err, errlen, AMD_MSG ": card %d: vram size value is not a number", idx);
             return -1;
         }
         if (!json_is_string(u)) {
-            set_err(err, errlen, AMD ": card %d: vram size has no unit", idx);
+            set_err(err, errlen, AMD_MSG ": card %d: vram size has no unit", idx);
             return -1;
         }
         unit = unit_bytes((struct span){ json_string_value(u), json_string_length(u) });
         if (unit == 0) {
             copy_str(shown, sizeof shown, json_string_value(u));
-            set_err(err, errlen, AMD ": card %d: unknown vram unit \"%s\"", idx, shown);
+            set_err(err, errlen, AMD_MSG ": card %d: unknown vram unit \"%s\"", idx, shown);
             return -1;
         }
     } else if (json_is_string(size)) {
@@ -479,28 +479,28 @@ static int amd_vram_size(const json_t *size, int idx, int *gb, int *na,
         while (d < s.n && s.p[d] >= '0' && s.p[d] <= '9')
             d++;
         if (parse_u64((struct span){ s.p, d }, &value) != 0) {
-            set_err(err, errlen, AMD ": card %d: vram size is not a number", idx);
+            set_err(err, errlen, AMD_MSG ": card %d: vram size is not a number", idx);
             return -1;
         }
         s = span_trim((struct span){ s.p + d, s.n - d });
         unit = s.n == 0 ? UINT64_C(1) << 20 : unit_bytes(s);
         if (unit == 0) {
             copy_text(shown, sizeof shown, s.p, s.n);
-            set_err(err, errlen, AMD ": card %d: unknown vram unit \"%s\"", idx, shown);
+            set_err(err, errlen, AMD_MSG ": card %d: unknown vram unit \"%s\"", idx, shown);
             return -1;
         }
     } else if (json_is_integer(size)) {
         if (json_u64(size, &value) != 0) {
-            set_err(err, errlen, AMD ": card %d: vram size is negative", idx);
+            set_err(err, errlen, AMD_MSG ": card %d: vram size is negative", idx);
             return -1;
         }
         unit = UINT64_C(1) << 20;
     } else {
-        set_err(err, errlen, AMD ": card %d: vram size has the wrong type", idx);
+        set_err(err, errlen, AMD_MSG ": card %d: vram size has the wrong type", idx);
         return -1;
     }
     if (to_gb(value, unit, gb) != 0) {
-        set_err(err, errlen, AMD ": card %d: vram size is implausibly large", idx);
+        set_err(err, errlen, AMD_MSG ": card %d: vram size is implausibly large", idx);
         return -1;
     }
     return 0;
@@ -524,17 +524,17 @@ static int amd_static(json_t *e, struct gpu_card *c, struct gpu_facts *f,
         mark_failed(c, "amd-smi cannot read the model name");
         asic = NULL;
     } else if (!json_is_object(asic)) {
-        set_err(err, errlen, AMD ": card %d has no asic section", c->index);
+        set_err(err, errlen, AMD_MSG ": card %d has no asic section", c->index);
         return -1;
     }
     if (asic != NULL) {
         name = json_object_get(asic, "market_name");
         if (name == NULL) {
-            set_err(err, errlen, AMD ": card %d has no market_name", c->index);
+            set_err(err, errlen, AMD_MSG ": card %d has no market_name", c->index);
             return -1;
         }
         if (!json_is_string(name)) {
-            set_err(err, errlen, AMD ": card %d: market_name is not a string", c->index);
+            set_err(err, errlen, AMD_MSG ": card %d: market_name is not a string", c->index);
             return -1;
         }
         card_set_name(c, json_string_value(name), json_string_length(name));
@@ -546,10 +546,10 @@ static int amd_static(json_t *e, struct gpu_card *c, struct gpu_facts *f,
     if (json_is_string(vram) && is_na(json_string_value(vram))) {
         mark_failed(c, "amd-smi cannot read the VRAM size");
     } else if (vram != NULL && !json_is_object(vram)) {
-        set_err(err, errlen, AMD ": card %d: vram is not an object", c->index);
+        set_err(err, errlen, AMD_MSG ": card %d: vram is not an object", c->index);
         return -1;
     } else if (size == NULL) {
-        set_err(err, errlen, AMD ": card %d has no vram size", c->index);
+        set_err(err, errlen, AMD_MSG ": card %d has no vram size", c->index);
         return -1;
     } else {
         if (amd_vram_size(size, c->index, &c->memory_gb, &na, err, errlen) != 0)
@@ -590,7 +590,7 @@ static int amd_ecc(json_t *ecc, struct gpu_card *c, char *err, size_t errlen)
     if (v == NULL || (json_is_string(v) && is_na(json_string_value(v))))
         return 0;
     if (json_u64(v, &n) != 0) {
-        set_err(err, errlen, AMD ": card %d: total_uncorrectable_count is not a number",
+        set_err(err, errlen, AMD_MSG ": card %d: total_uncorrectable_count is not a number",
                 c->index);
         return -1;
     }
@@ -609,7 +609,7 @@ static int amd_entry(json_t *e, size_t pos, struct gpu_facts *f, unsigned char *
     int index;
 
     if (!json_is_object(e)) {
-        set_err(err, errlen, AMD ": entry %zu is not an object", pos);
+        set_err(err, errlen, AMD_MSG ": entry %zu is not an object", pos);
         return -1;
     }
     if (gpu == NULL) {
@@ -618,7 +618,7 @@ static int amd_entry(json_t *e, size_t pos, struct gpu_facts *f, unsigned char *
         /* `amd-smi version --json` has no GPU index, only versions. */
         if (json_object_get(e, "rocm_version") == NULL &&
             json_object_get(e, "amdsmi_library_version") == NULL) {
-            set_err(err, errlen, AMD ": entry %zu has no \"gpu\" index", pos);
+            set_err(err, errlen, AMD_MSG ": entry %zu has no \"gpu\" index", pos);
             return -1;
         }
         if (rocm != NULL)
@@ -626,19 +626,19 @@ static int amd_entry(json_t *e, size_t pos, struct gpu_facts *f, unsigned char *
         return 0;
     }
     if (json_u64(gpu, &idx) != 0 || idx > MAX_GPU_INDEX) {
-        set_err(err, errlen, AMD ": entry %zu: \"gpu\" is not a GPU index", pos);
+        set_err(err, errlen, AMD_MSG ": entry %zu: \"gpu\" is not a GPU index", pos);
         return -1;
     }
     index = (int)idx;
     for (size_t i = 0; i < *n_seen; i++) {
         if (seen[i] == index) {
-            set_err(err, errlen, AMD ": card %d is listed twice", index);
+            set_err(err, errlen, AMD_MSG ": card %d is listed twice", index);
             return -1;
         }
     }
     c = card_find(f, index);
     if (c == NULL && (c = card_add(f, index)) == NULL) {
-        set_err(err, errlen, AMD ": more than %d cards", DISCOVERY_MAX_CARDS);
+        set_err(err, errlen, AMD_MSG ": more than %d cards", DISCOVERY_MAX_CARDS);
         return -1;
     }
     /* A document lists each card once, so n_seen stays within the cards. */
@@ -648,7 +648,7 @@ static int amd_entry(json_t *e, size_t pos, struct gpu_facts *f, unsigned char *
         size_t slot = (size_t)(c - f->cards);
 
         if (has_static[slot]) {
-            set_err(err, errlen, AMD ": card %d has two static descriptions", index);
+            set_err(err, errlen, AMD_MSG ": card %d has two static descriptions", index);
             return -1;
         }
         has_static[slot] = 1;
@@ -674,13 +674,13 @@ static int amd_doc(json_t *doc, struct gpu_facts *f, unsigned char *has_static,
         if (list == NULL)
             return amd_entry(doc, 0, f, has_static, seen, &n_seen, err, errlen);
         if (!json_is_array(list)) {
-            set_err(err, errlen, AMD ": gpu_data is not a list");
+            set_err(err, errlen, AMD_MSG ": gpu_data is not a list");
             return -1;
         }
     }
     json_array_foreach(list, i, e) {
         if (n_seen >= DISCOVERY_MAX_CARDS && json_object_get(e, "gpu") != NULL) {
-            set_err(err, errlen, AMD ": more than %d cards", DISCOVERY_MAX_CARDS);
+            set_err(err, errlen, AMD_MSG ": more than %d cards", DISCOVERY_MAX_CARDS);
             return -1;
         }
         if (amd_entry(e, i, f, has_static, seen, &n_seen, err, errlen) != 0)
@@ -698,11 +698,11 @@ int discovery_parse_amd_smi(const char *text, size_t len, struct gpu_facts *out,
 
     facts_reset(out, "AMD", "ROCm");
     if (text == NULL || len == 0) {
-        set_err(err, errlen, AMD ": empty");
+        set_err(err, errlen, AMD_MSG ": empty");
         goto fail;
     }
     if (len > DISCOVERY_MAX_OUTPUT) {
-        set_err(err, errlen, AMD ": larger than %u bytes", DISCOVERY_MAX_OUTPUT);
+        set_err(err, errlen, AMD_MSG ": larger than %u bytes", DISCOVERY_MAX_OUTPUT);
         goto fail;
     }
     for (;;) {
@@ -721,19 +721,19 @@ int discovery_parse_amd_smi(const char *text, size_t len, struct gpu_facts *out,
         docs++;
     }
     if (docs == 0) {
-        set_err(err, errlen, AMD ": no JSON found");
+        set_err(err, errlen, AMD_MSG ": no JSON found");
         goto fail;
     }
     for (size_t i = 0; i < out->n_cards; i++) {
         if (!has_static[i]) {
-            set_err(err, errlen, AMD ": card %d has no static data (asic, vram)",
+            set_err(err, errlen, AMD_MSG ": card %d has no static data (asic, vram)",
                     out->cards[i].index);
             goto fail;
         }
         n_static++;
     }
     if (n_static == 0) {
-        set_err(err, errlen, AMD ": no GPUs listed");
+        set_err(err, errlen, AMD_MSG ": no GPUs listed");
         goto fail;
     }
     facts_sort(out);
@@ -745,7 +745,7 @@ fail:
 
 /* ---- rocm-smi ------------------------------------------------------------ */
 
-#define ROCM "rocm-smi output"
+#define ROCM_MSG "rocm-smi output"
 
 static int rocm_card(json_t *v, int index, struct gpu_facts *f, char *err, size_t errlen)
 {
@@ -755,25 +755,25 @@ static int rocm_card(json_t *v, int index, struct gpu_facts *f, char *err, size_
     uint64_t bytes;
 
     if (card_find(f, index) != NULL) {
-        set_err(err, errlen, ROCM ": card %d is listed twice", index);
+        set_err(err, errlen, ROCM_MSG ": card %d is listed twice", index);
         return -1;
     }
     if ((c = card_add(f, index)) == NULL) {
-        set_err(err, errlen, ROCM ": more than %d cards", DISCOVERY_MAX_CARDS);
+        set_err(err, errlen, ROCM_MSG ": more than %d cards", DISCOVERY_MAX_CARDS);
         return -1;
     }
     if (!json_is_object(v)) {
-        set_err(err, errlen, ROCM ": card %d is not an object", index);
+        set_err(err, errlen, ROCM_MSG ": card %d is not an object", index);
         return -1;
     }
     series = get_ci(v, "Card Series");
     if (series == NULL) {
-        set_err(err, errlen, ROCM ": card %d has no Card Series (run with --showproductname)",
+        set_err(err, errlen, ROCM_MSG ": card %d has no Card Series (run with --showproductname)",
                 index);
         return -1;
     }
     if (!json_is_string(series)) {
-        set_err(err, errlen, ROCM ": card %d: Card Series is not a string", index);
+        set_err(err, errlen, ROCM_MSG ": card %d: Card Series is not a string", index);
         return -1;
     }
     card_set_name(c, json_string_value(series), json_string_length(series));
@@ -782,16 +782,16 @@ static int rocm_card(json_t *v, int index, struct gpu_facts *f, char *err, size_
 
     vram = get_ci(v, "VRAM Total Memory (B)");
     if (vram == NULL) {
-        set_err(err, errlen, ROCM ": card %d has no vram size", index);
+        set_err(err, errlen, ROCM_MSG ": card %d has no vram size", index);
         return -1;
     }
     if (json_is_string(vram) && is_na(json_string_value(vram))) {
         mark_failed(c, "rocm-smi cannot read the VRAM size");
     } else if (json_u64(vram, &bytes) != 0) {
-        set_err(err, errlen, ROCM ": card %d: VRAM Total Memory (B) is not a number", index);
+        set_err(err, errlen, ROCM_MSG ": card %d: VRAM Total Memory (B) is not a number", index);
         return -1;
     } else if (to_gb(bytes, 1, &c->memory_gb) != 0) {
-        set_err(err, errlen, ROCM ": card %d: vram size is implausibly large", index);
+        set_err(err, errlen, ROCM_MSG ": card %d: vram size is implausibly large", index);
         return -1;
     } else if (c->memory_gb == 0) {
         mark_failed(c, "rocm-smi reports no VRAM");
@@ -813,26 +813,26 @@ int discovery_parse_rocm_smi(const char *text, size_t len, struct gpu_facts *out
 
     facts_reset(out, "AMD", "ROCm");
     if (text == NULL || len == 0) {
-        set_err(err, errlen, ROCM ": empty");
+        set_err(err, errlen, ROCM_MSG ": empty");
         goto fail;
     }
     if (len > DISCOVERY_MAX_OUTPUT) {
-        set_err(err, errlen, ROCM ": larger than %u bytes", DISCOVERY_MAX_OUTPUT);
+        set_err(err, errlen, ROCM_MSG ": larger than %u bytes", DISCOVERY_MAX_OUTPUT);
         goto fail;
     }
     pos = skip_noise(text, len, pos);
     if (pos >= len) {
-        set_err(err, errlen, ROCM ": no JSON found");
+        set_err(err, errlen, ROCM_MSG ": no JSON found");
         goto fail;
     }
     if ((doc = load_doc("rocm-smi", text, len, &pos, err, errlen)) == NULL)
         goto fail;
     if (skip_noise(text, len, pos) < len) {
-        set_err(err, errlen, ROCM ": more than one JSON document");
+        set_err(err, errlen, ROCM_MSG ": more than one JSON document");
         goto fail;
     }
     if (!json_is_object(doc)) {
-        set_err(err, errlen, ROCM ": top level is not an object");
+        set_err(err, errlen, ROCM_MSG ": top level is not an object");
         goto fail;
     }
     json_object_foreach(doc, key, v) {
@@ -849,7 +849,7 @@ int discovery_parse_rocm_smi(const char *text, size_t len, struct gpu_facts *out
                 char shown[24];
 
                 copy_str(shown, sizeof shown, key);
-                set_err(err, errlen, ROCM ": \"%s\" is not a card name", shown);
+                set_err(err, errlen, ROCM_MSG ": \"%s\" is not a card name", shown);
                 goto fail;
             }
             if (rocm_card(v, (int)idx, out, err, errlen) != 0)
@@ -858,7 +858,7 @@ int discovery_parse_rocm_smi(const char *text, size_t len, struct gpu_facts *out
         /* Other keys are sections this command does not ask for. */
     }
     if (out->n_cards == 0) {
-        set_err(err, errlen, ROCM ": no GPUs listed");
+        set_err(err, errlen, ROCM_MSG ": no GPUs listed");
         goto fail;
     }
     json_decref(doc);
@@ -872,7 +872,7 @@ fail:
 
 /* ---- nvidia-smi ---------------------------------------------------------- */
 
-#define NV "nvidia-smi output"
+#define NV_MSG "nvidia-smi output"
 
 enum nv_field { NV_INDEX, NV_NAME, NV_MEMORY, NV_DRIVER, NV_SERIAL, NV_UUID, NV_BUS,
                 NV_ECC, NV_RETIRED, NV_NFIELDS };
@@ -927,7 +927,7 @@ static int nv_lost_card(struct span line, struct gpu_facts *f, int lineno,
         }
     }
     if ((c = card_add(f, -1)) == NULL) {
-        set_err(err, errlen, NV ": more than %d cards (line %d)", DISCOVERY_MAX_CARDS, lineno);
+        set_err(err, errlen, NV_MSG ": more than %d cards (line %d)", DISCOVERY_MAX_CARDS, lineno);
         return -1;
     }
     copy_text(c->bus_id, sizeof c->bus_id, bus.p, bus.n);
@@ -958,24 +958,25 @@ static int nv_row(struct span line, struct gpu_facts *f, int lineno, char *err, 
         char shown[100];
 
         copy_text(shown, sizeof shown, line.p, line.n);
-        set_err(err, errlen, NV " line %d: %s", lineno, shown);
+        set_err(err, errlen, NV_MSG " line %d: %s", lineno, shown);
         return -1;
     }
     if (nf != NV_NFIELDS) {
-        set_err(err, errlen, NV " line %d: expected %d fields, got %zu", lineno, NV_NFIELDS, nf);
+        set_err(err, errlen, NV_MSG " line %d: expected %d fields, got %zu", lineno,
+                NV_NFIELDS, nf);
         return -1;
     }
     if (parse_u64(v[NV_INDEX], &num) != 0 || num > MAX_GPU_INDEX) {
-        set_err(err, errlen, NV " line %d: index is not a number", lineno);
+        set_err(err, errlen, NV_MSG " line %d: index is not a number", lineno);
         return -1;
     }
     index = (int)num;
     if (card_find(f, index) != NULL) {
-        set_err(err, errlen, NV " line %d: card %d is listed twice", lineno, index);
+        set_err(err, errlen, NV_MSG " line %d: card %d is listed twice", lineno, index);
         return -1;
     }
     if ((c = card_add(f, index)) == NULL) {
-        set_err(err, errlen, NV ": more than %d cards (line %d)", DISCOVERY_MAX_CARDS, lineno);
+        set_err(err, errlen, NV_MSG ": more than %d cards (line %d)", DISCOVERY_MAX_CARDS, lineno);
         return -1;
     }
     for (int i = 0; i < NV_NFIELDS; i++) {
@@ -1002,11 +1003,11 @@ static int nv_row(struct span line, struct gpu_facts *f, int lineno, char *err, 
             d++;
         if (parse_u64((struct span){ m.p, d }, &num) != 0 ||
             !(d == m.n || span_eq(span_trim((struct span){ m.p + d, m.n - d }), "MiB"))) {
-            set_err(err, errlen, NV " line %d: memory.total is not a number of MiB", lineno);
+            set_err(err, errlen, NV_MSG " line %d: memory.total is not a number of MiB", lineno);
             return -1;
         }
         if (to_gb(num, UINT64_C(1) << 20, &gb) != 0) {
-            set_err(err, errlen, NV " line %d: memory.total is implausibly large", lineno);
+            set_err(err, errlen, NV_MSG " line %d: memory.total is implausibly large", lineno);
             return -1;
         }
         c->memory_gb = gb;
@@ -1033,7 +1034,7 @@ static int nv_row(struct span line, struct gpu_facts *f, int lineno, char *err, 
 
     if (nv_kind(v[NV_ECC]) == NV_PLAIN) {
         if (parse_u64(v[NV_ECC], &num) != 0) {
-            set_err(err, errlen, NV " line %d: %s is not a number", lineno,
+            set_err(err, errlen, NV_MSG " line %d: %s is not a number", lineno,
                     nv_field_names[NV_ECC]);
             return -1;
         }
@@ -1046,7 +1047,7 @@ static int nv_row(struct span line, struct gpu_facts *f, int lineno, char *err, 
         if (span_eq(v[NV_RETIRED], "Yes")) {
             mark_failed(c, "memory pages pending retirement");
         } else if (!span_eq(v[NV_RETIRED], "No")) {
-            set_err(err, errlen, NV " line %d: %s is neither Yes nor No", lineno,
+            set_err(err, errlen, NV_MSG " line %d: %s is neither Yes nor No", lineno,
                     nv_field_names[NV_RETIRED]);
             return -1;
         }
@@ -1062,15 +1063,15 @@ int discovery_parse_nvidia_smi_csv(const char *text, size_t len, struct gpu_fact
 
     facts_reset(out, "NVIDIA", "CUDA");
     if (text == NULL || len == 0) {
-        set_err(err, errlen, NV ": empty");
+        set_err(err, errlen, NV_MSG ": empty");
         goto fail;
     }
     if (len > DISCOVERY_MAX_OUTPUT) {
-        set_err(err, errlen, NV ": larger than %u bytes", DISCOVERY_MAX_OUTPUT);
+        set_err(err, errlen, NV_MSG ": larger than %u bytes", DISCOVERY_MAX_OUTPUT);
         goto fail;
     }
     if (memchr(text, '\0', len) != NULL) {
-        set_err(err, errlen, NV ": contains NUL bytes, not text");
+        set_err(err, errlen, NV_MSG ": contains NUL bytes, not text");
         goto fail;
     }
     while (pos < len) {
@@ -1085,7 +1086,8 @@ int discovery_parse_nvidia_smi_csv(const char *text, size_t len, struct gpu_fact
         line = span_trim(line);
         if (line.n == 0)
             continue;
-        if (line.n >= strlen(LOST_PREFIX) && strncmp(line.p, LOST_PREFIX, strlen(LOST_PREFIX)) == 0) {
+        if (line.n >= strlen(LOST_PREFIX) &&
+            strncmp(line.p, LOST_PREFIX, strlen(LOST_PREFIX)) == 0) {
             if (nv_lost_card(line, out, lineno, err, errlen) != 0)
                 goto fail;
         } else if (nv_row(line, out, lineno, err, errlen) != 0) {
@@ -1093,7 +1095,7 @@ int discovery_parse_nvidia_smi_csv(const char *text, size_t len, struct gpu_fact
         }
     }
     if (out->n_cards == 0) {
-        set_err(err, errlen, NV ": no GPU rows");
+        set_err(err, errlen, NV_MSG ": no GPU rows");
         goto fail;
     }
     facts_sort(out);
@@ -1109,8 +1111,9 @@ typedef int (*parser_fn)(const char *, size_t, struct gpu_facts *, char *, size_
 
 /* Stdout of one or more commands, appended. */
 struct capture {
-    char *buf;
-    size_t len, cap;
+    char *buf;   /* owned; freed by discovery_run */
+    size_t len;  /* bytes captured */
+    size_t cap;  /* bytes allocated */
 };
 
 static int timespec_ms_left(const struct timespec *deadline)
@@ -1348,23 +1351,21 @@ static int run_one(char *const argv[], const struct timespec *deadline, struct c
                 WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     cap->len = start; /* a failed command's output is not parsed */
     return -1;
-fail_fds:
+kill:
+    kill_and_reap(pid);
+    cap->len = start;
     for (int i = 0; i < 2; i++)
         if (fds[i] >= 0)
             close(fds[i]);
     return -1;
-kill:
-    kill_and_reap(pid);
-    cap->len = start;
-    goto fail_fds;
 }
 
 /* The commands discovery_run uses when the caller gives none; words are
  * split on spaces into a private buffer so no string literal is ever passed
  * as a mutable argv. */
 struct default_cmd {
-    const char *words;
-    int optional; /* failure is logged and discovery goes on */
+    const char *words; /* argv, separated by single spaces */
+    int optional;      /* failure is logged and discovery goes on */
 };
 
 static const struct default_cmd amd_cmds[] = {
