@@ -16,6 +16,10 @@ int clock_is_testing(void);
  * read or parsed keeps the last good value (and logs once), so time never
  * jumps backwards by accident. */
 int64_t clock_now(void);
+/* Real wall-clock epoch seconds, whatever the testing clock says: for
+ * timestamps exchanged with other machines (agent request signatures), which
+ * check them against their own clocks. Never for billing. */
+int64_t clock_wall(void);
 /* Monotonic milliseconds for measuring durations (never the testing clock). */
 int64_t clock_mono_ms(void);
 

@@ -30,6 +30,13 @@ struct daemon_conf {
     char bootstrap_admin_email[256]; /* first admin, created on an empty database */
     int64_t drain_timeout_s;      /* SIGTERM waits this long for requests */
     char clock_file[1024];        /* testing clock; "" uses the system clock */
+    int64_t heartbeat_interval_ms;/* how often every agent is polled */
+    int64_t heartbeat_miss_limit; /* failed polls in a row before a node is offline */
+    int64_t agent_connect_timeout_ms; /* connecting to an agent */
+    int64_t agent_timeout_ms;     /* a whole call to an agent */
+    int64_t agent_max_response_bytes; /* larger agent replies fail the call */
+    int64_t agent_max_parallel;   /* agent connections open at once */
+    char agent_ca_file[1024];     /* CA bundle to verify https agents; "" for the system's */
 };
 extern const struct conf_option daemon_options[];
 /* The configuration in force; set once at start-up. */
@@ -78,6 +85,25 @@ void api_keys_create(struct http_request *req);
 void api_keys_list(struct http_request *req);
 void api_keys_get(struct http_request *req);
 void api_keys_revoke(struct http_request *req);
+
+/* heartbeat.c: polls every agent for its facts on its own thread. */
+int heartbeat_start(void);
+/* Asks for a pass now (a node was registered) instead of at the next period. */
+void heartbeat_wake(void);
+/* Stops the thread and waits for it; safe if never started. */
+void heartbeat_stop(void);
+
+/* api_gpu_types.c */
+void api_gpu_types_list(struct http_request *req);
+void api_gpu_types_put(struct http_request *req);
+void api_gpu_types_delete(struct http_request *req);
+
+/* api_nodes.c */
+void api_nodes_create(struct http_request *req);
+void api_nodes_list(struct http_request *req);
+void api_nodes_get(struct http_request *req);
+void api_nodes_set_state(struct http_request *req);
+void api_nodes_delete(struct http_request *req);
 
 /* serve.c */
 int cmd_serve(int argc, char **argv);

@@ -107,4 +107,100 @@ int store_api_key_list(struct store *s, const char *user_id, int64_t after_creat
  * Revoking an already revoked key is STORE_OK and keeps the first time. */
 int store_api_key_revoke(struct store *s, const char *user_id, const char *id, int64_t now);
 
+/* store_gpu_types.c */
+struct gpu_type {
+    char code[33];            /* catalog code, e.g. "MI450" */
+    char vendor[8];           /* "AMD" or "NVIDIA" */
+    int64_t memory_gb;        /* memory per card */
+    char memory_type[33];     /* e.g. "HBM3e" */
+    char stack[8];            /* "ROCm" or "CUDA" */
+    int reservation_required; /* rentable only through a reservation */
+    char features[512];       /* JSON array text, e.g. ["FP8"] */
+    char description[513];    /* for the console */
+    int64_t cards_total;      /* cards on nodes whose facts were accepted */
+    int64_t cards_free;       /* healthy, unallocated cards on ready nodes */
+    int64_t cards_in_use;     /* cards held by instances */
+    int64_t created_at, updated_at; /* epoch seconds */
+};
+/* Every type with its card counts, by code; *n gets the count. */
+int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n);
+int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out);
+/* Creates or replaces the type's description (not its counts); *created
+ * tells which. */
+int store_gpu_type_put(struct store *s, const struct gpu_type *t, int64_t now, int *created);
+/* STORE_CONFLICT while a registered node declares the type. */
+int store_gpu_type_delete(struct store *s, const char *code); /* STORE_CONFLICT if any node, even a removed one, names it */
+
+/* store_nodes.c */
+struct node {
+    char id[ID_MAX];          /* node_… */
+    char name[64];            /* admin's name */
+    char agent_url[513];      /* base URL of the agent */
+    char secret[65];          /* HMAC key for the agent (hex) */
+    char gpu_model[33];       /* declared model */
+    int64_t card_count;       /* declared cards */
+    char fabric[64];          /* RDMA fabric */
+    char region[64];          /* where */
+    char labels[2048];        /* JSON object text */
+    char admin_state[16];     /* active, cordoned, draining, maintenance */
+    char health[16];          /* unknown, up, offline, rejected */
+    char state[16];           /* derived: pending, ready, cordoned, draining, maintenance, offline, rejected */
+    char state_reason[256];   /* why rejected, offline or set aside */
+    int64_t missed_beats;     /* failed heartbeats in a row */
+    int64_t last_seen_at;     /* last good heartbeat, 0 if never */
+    char driver_version[64];  /* from facts */
+    char stack_version[64];   /* from facts */
+    int64_t cards_total;      /* card rows (accepted facts) */
+    int64_t cards_free;       /* healthy and unallocated, if the node is ready */
+    int64_t cards_in_use;     /* held by instances */
+    int64_t created_at, updated_at; /* epoch seconds */
+};
+struct node_card {
+    int64_t idx;              /* index on the node */
+    char model[33];           /* reported model */
+    int64_t memory_gb;        /* reported memory */
+    int healthy;              /* 0: failed */
+    char health_reason[128];  /* why it failed */
+    char instance_id[ID_MAX]; /* holder, "" when free */
+};
+/* Inserts a node (admin registration); STORE_CONFLICT if the name is taken. */
+int store_node_insert(struct store *s, const struct node *n);
+int store_node_get(struct store *s, const char *id, struct node *out);
+struct node_filter {
+    const char *state;        /* derived state, or NULL */
+    const char *gpu_model;    /* or NULL */
+    const char *fabric;       /* or NULL */
+    int64_t after_created;    /* cursor: created_at of the last row seen (-1: start) */
+    const char *after_id;     /* cursor: id of the last row seen */
+};
+int store_node_list(struct store *s, const struct node_filter *f, struct node *out, size_t max, size_t *n);
+/* The node's cards by index; *n gets the count. */
+int store_node_cards(struct store *s, const char *node_id, struct node_card *out, size_t max, size_t *n);
+/* Sets the admin state and its reason. */
+int store_node_set_admin_state(struct store *s, const char *id, const char *admin_state, const char *reason,
+                               int64_t now);
+/* Marks the node removed; STORE_CONFLICT while any of its cards is in use. */
+int store_node_remove(struct store *s, const char *id, int64_t now);
+
+/* What the heartbeat loop needs to call one agent. */
+struct node_target {
+    char id[ID_MAX];          /* node */
+    char agent_url[513];      /* where */
+    char secret[65];          /* signing key */
+    char gpu_model[33];       /* declared model */
+    int64_t card_count;       /* declared cards */
+    char health[16];          /* current health */
+    int64_t missed_beats;     /* failed beats so far */
+};
+/* Every registered node; *out is malloc'd (caller frees), *n its length. */
+int store_node_targets(struct store *s, struct node_target **out, size_t *n);
+/* Records a good heartbeat: facts accepted (cards replace the node's card
+ * facts, keeping allocations) or rejected with reason. */
+int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char *facts_json, int accepted,
+                       const char *reason, const char *driver_version, const char *stack_version,
+                       const struct node_card *cards, size_t n_cards);
+/* Records a failed heartbeat; the node goes offline after miss_limit in a
+ * row. */
+int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, const char *reason);
+
 #endif

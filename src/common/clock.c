@@ -82,6 +82,8 @@ int64_t clock_now(void)
     return v;
 }
 
+int64_t clock_wall(void) { return (int64_t)time(NULL); }
+
 int64_t clock_mono_ms(void)
 {
     struct timespec ts;

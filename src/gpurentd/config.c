@@ -60,6 +60,13 @@ const struct conf_option daemon_options[] = {
     OPT_STR(bootstrap_admin_email, "admin@localhost", validate_nonempty, "first admin, created when the database has none"),
     OPT_INT(drain_timeout_s, 1, 600, 15, "seconds SIGTERM waits for requests in flight"),
     OPT_STR(clock_file, "", NULL, "TESTING ONLY: file holding the current time in epoch seconds"),
+    OPT_INT(heartbeat_interval_ms, 100, 600000, 5000, "milliseconds between polls of every node agent"),
+    OPT_INT(heartbeat_miss_limit, 1, 100, 3, "failed polls in a row before a node is marked offline"),
+    OPT_INT(agent_connect_timeout_ms, 50, 60000, 2000, "milliseconds to connect to an agent"),
+    OPT_INT(agent_timeout_ms, 100, 600000, 5000, "milliseconds for a whole call to an agent"),
+    OPT_INT(agent_max_response_bytes, 4096, 16777216, 1048576, "largest agent reply accepted"),
+    OPT_INT(agent_max_parallel, 1, 10000, 256, "agent connections open at once"),
+    OPT_STR(agent_ca_file, "", NULL, "CA bundle that https agents' certificates must chain to; empty: system CAs"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

@@ -16,5 +16,15 @@ const struct http_route daemon_routes[] = {
     {"GET", "/v1/api-keys/{id}", api_keys_get, AUTH_USER},
     {"DELETE", "/v1/api-keys/{id}", api_keys_revoke, AUTH_USER},
 
+    {"GET", "/v1/gpu-types", api_gpu_types_list, AUTH_NONE},
+    {"PUT", "/v1/admin/gpu-types/{code}", api_gpu_types_put, AUTH_ADMIN},
+    {"DELETE", "/v1/admin/gpu-types/{code}", api_gpu_types_delete, AUTH_ADMIN},
+
+    {"POST", "/v1/admin/nodes", api_nodes_create, AUTH_ADMIN},
+    {"GET", "/v1/admin/nodes", api_nodes_list, AUTH_ADMIN},
+    {"GET", "/v1/admin/nodes/{id}", api_nodes_get, AUTH_ADMIN},
+    {"POST", "/v1/admin/nodes/{id}/state", api_nodes_set_state, AUTH_ADMIN},
+    {"DELETE", "/v1/admin/nodes/{id}", api_nodes_delete, AUTH_ADMIN},
+
     {NULL, NULL, NULL, AUTH_NONE},
 };

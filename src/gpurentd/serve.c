@@ -5,6 +5,7 @@
 #include "daemon.h"
 #include "store.h"
 
+#include <curl/curl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -167,6 +168,11 @@ int cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* libcurl's global state must be set up before any thread uses it. */
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+        log_error("cannot initialise libcurl");
+        goto out;
+    }
     char err[1024];
     s = store_open(conf.database, err, sizeof err);
     if (!s) {
@@ -200,7 +206,7 @@ int cmd_serve(int argc, char **argv)
         .key_file = conf.tls_key,
     };
     srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
-    if (!srv)
+    if (!srv || heartbeat_start() < 0)
         goto out;
     log_info("gpurentd listening on %s://%s:%d (database %s, schema version %d)", conf.tls_cert[0] ? "https" : "http",
              host, http_server_port(srv), conf.database, store_latest_version());
@@ -220,10 +226,14 @@ int cmd_serve(int argc, char **argv)
     http_server_stop(srv, (int)conf.drain_timeout_s * 1000);
     srv = NULL;
     status = 0;
+    log_info("stopping background loops");
     log_info("gpurentd stopped");
 out:
+    http_server_stop(srv, 0);
+    heartbeat_stop();
     store_close(s);
     store_close_threads();
+    curl_global_cleanup();
     for (int i = 0; i < l.n_overrides; i++)
         free(l.overrides[i]);
     return status;

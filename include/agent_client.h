@@ -1,0 +1,44 @@
+/* agent_client.h: signed HTTP calls from gpurentd to node agents, as libcurl
+ * easy handles that the caller runs on its own multi handle (the heartbeat
+ * and reconciler loops), never from an HTTP handler thread. Every call has
+ * connect and total timeouts and a cap on the response size, so a slow,
+ * broken or hostile agent costs at most a failed call. */
+#ifndef GPURENT_AGENT_CLIENT_H
+#define GPURENT_AGENT_CLIENT_H
+
+#include <curl/curl.h>
+#include <stddef.h>
+
+struct agent_client_opts {
+    long connect_timeout_ms;   /* TCP (and TLS) connect */
+    long total_timeout_ms;     /* whole call */
+    size_t max_response_bytes; /* larger replies fail the call */
+    const char *ca_file;       /* CA bundle for https agents, or NULL for the system's */
+};
+
+struct agent_call {
+    CURL *easy;                   /* the libcurl handle; its PRIVATE points back here */
+    struct curl_slist *headers;   /* signed headers, freed with the call */
+    char *request_body;           /* copy of the body sent, or NULL */
+    char *response;               /* NUL-terminated reply body (may be NULL) */
+    size_t response_len;          /* bytes in response */
+    size_t response_cap;          /* allocated */
+    size_t max_response_bytes;    /* from the options */
+    int too_large;                /* the reply went over max_response_bytes */
+    long status;                  /* HTTP status, 0 if none */
+    char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
+    size_t user_index;            /* caller's bookkeeping (e.g. which node) */
+};
+
+/* Builds a signed call of method to base_url + path with an optional JSON
+ * body. NULL on failure (logged). */
+struct agent_call *agent_call_new(const char *base_url, const char *secret, const char *method, const char *path,
+                                  const char *body, const struct agent_client_opts *opts);
+/* After the transfer ends with result: fills status and error. Returns 0 if
+ * an HTTP reply within the size cap arrived (any status), -1 otherwise. */
+int agent_call_finish(struct agent_call *c, CURLcode result);
+/* Frees the call and its handle; the caller removes it from any multi
+ * handle first. NULL is a no-op. */
+void agent_call_free(struct agent_call *c);
+
+#endif

@@ -1,0 +1,32 @@
+/* facts.h: judging a node agent's facts document against what the admin
+ * declared. Pure (no I/O), so every rule is unit-tested. */
+#ifndef GPURENT_FACTS_H
+#define GPURENT_FACTS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+#define FACTS_MAX_CARDS 64
+
+struct facts_verdict {
+    int accepted;                           /* 1: put the node in service */
+    char reason[256];                       /* why not, "" when accepted */
+    char driver_version[64];                /* reported driver */
+    char stack_version[64];                 /* reported ROCm or CUDA version */
+    struct node_card cards[FACTS_MAX_CARDS];/* reported cards by index */
+    size_t n_cards;                         /* entries in cards */
+    char *canonical;                        /* the facts that matter, as sorted compact JSON (caller frees) */
+};
+
+/* Checks facts against the declared model and card count. Returns -1 (with
+ * v->reason) if the document is malformed — the agent is misbehaving, which
+ * counts as a failed heartbeat — or 0 with v->accepted saying whether the
+ * node may serve: only the declared model, on exactly the declared number
+ * of cards with indexes 0..n-1. Failed cards do not reject a node; they
+ * only leave the free pool. */
+int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v);
+
+#endif

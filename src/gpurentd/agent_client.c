@@ -1,0 +1,143 @@
+/* agent_client.c: builds signed libcurl calls to node agents (see
+ * agent_client.h and docs/AGENT_PROTOCOL.md). */
+#include "agent_client.h"
+#include "clock.h"
+#include "log.h"
+#include "sign.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *userp)
+{
+    struct agent_call *c = userp;
+    size_t n = size * nmemb;
+    if (c->response_len + n > c->max_response_bytes) {
+        c->too_large = 1;
+        return 0; /* makes libcurl abort the transfer */
+    }
+    if (c->response_len + n + 1 > c->response_cap) {
+        size_t cap = c->response_cap ? c->response_cap : 1024;
+        while (cap < c->response_len + n + 1)
+            cap *= 2;
+        char *grown = realloc(c->response, cap);
+        if (!grown)
+            return 0;
+        c->response = grown;
+        c->response_cap = cap;
+    }
+    memcpy(c->response + c->response_len, data, n);
+    c->response_len += n;
+    c->response[c->response_len] = '\0';
+    return n;
+}
+
+/* The path part of base_url ("" for "http://host:port"), which the agent
+ * sees and so must be signed. */
+static const char *url_path(const char *base_url)
+{
+    const char *p = strstr(base_url, "://");
+    p = p ? p + 3 : base_url;
+    p = strchr(p, '/');
+    return p ? p : "";
+}
+
+struct agent_call *agent_call_new(const char *base_url, const char *secret, const char *method, const char *path,
+                                  const char *body, const struct agent_client_opts *opts)
+{
+    struct agent_call *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->max_response_bytes = opts->max_response_bytes;
+    c->easy = curl_easy_init();
+    if (!c->easy)
+        goto fail;
+    size_t base_len = strlen(base_url);
+    while (base_len > 0 && base_url[base_len - 1] == '/')
+        base_len--;
+    char url[1024], signed_path[1024];
+    int n = snprintf(url, sizeof url, "%.*s%s", (int)base_len, base_url, path);
+    const char *base_path = url_path(base_url);
+    size_t base_path_len = strlen(base_path);
+    while (base_path_len > 0 && base_path[base_path_len - 1] == '/')
+        base_path_len--;
+    int m = snprintf(signed_path, sizeof signed_path, "%.*s%s", (int)base_path_len, base_path, path);
+    if (n < 0 || (size_t)n >= sizeof url || m < 0 || (size_t)m >= sizeof signed_path)
+        goto fail;
+
+    struct sign_headers sh;
+    size_t body_len = body ? strlen(body) : 0;
+    if (sign_request(secret, method, signed_path, clock_wall(), body, body_len, &sh) < 0)
+        goto fail;
+    char line[128];
+    snprintf(line, sizeof line, "%s: %s", SIGN_HDR_TIMESTAMP, sh.timestamp);
+    c->headers = curl_slist_append(c->headers, line);
+    snprintf(line, sizeof line, "%s: %s", SIGN_HDR_NONCE, sh.nonce);
+    c->headers = curl_slist_append(c->headers, line);
+    snprintf(line, sizeof line, "%s: %s", SIGN_HDR_SIGNATURE, sh.signature);
+    c->headers = curl_slist_append(c->headers, line);
+    c->headers = curl_slist_append(c->headers, "Content-Type: application/json");
+    c->headers = curl_slist_append(c->headers, "Expect:"); /* no 100-continue round trip */
+    if (!c->headers)
+        goto fail;
+
+    CURL *e = c->easy;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, c);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->error);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, opts->connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, opts->total_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)opts->max_response_bytes);
+    if (opts->ca_file && opts->ca_file[0])
+        curl_easy_setopt(e, CURLOPT_CAINFO, opts->ca_file);
+    if (body) {
+        c->request_body = strdup(body);
+        if (!c->request_body)
+            goto fail;
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->request_body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    } else if (strcmp(method, "GET") == 0) {
+        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    }
+    return c;
+fail:
+    log_error("agent client: cannot build %s %s%s", method, base_url, path);
+    agent_call_free(c);
+    return NULL;
+}
+
+int agent_call_finish(struct agent_call *c, CURLcode result)
+{
+    curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &c->status);
+    if (c->too_large) {
+        snprintf(c->error, sizeof c->error, "reply larger than %zu bytes", c->max_response_bytes);
+        return -1;
+    }
+    if (result != CURLE_OK) {
+        if (!c->error[0])
+            snprintf(c->error, sizeof c->error, "%s", curl_easy_strerror(result));
+        return -1;
+    }
+    c->error[0] = '\0';
+    return 0;
+}
+
+void agent_call_free(struct agent_call *c)
+{
+    if (!c)
+        return;
+    if (c->easy)
+        curl_easy_cleanup(c->easy);
+    curl_slist_free_all(c->headers);
+    free(c->request_body);
+    free(c->response);
+    free(c);
+}

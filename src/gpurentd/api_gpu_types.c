@@ -1,0 +1,146 @@
+/* api_gpu_types.c: GET /v1/gpu-types (public: the console shows it before
+ * login) and the admin's PUT/DELETE /v1/admin/gpu-types/{code}. */
+#include "clock.h"
+#include "daemon.h"
+#include "store.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TYPES_MAX 128
+
+static json_t *type_json(const struct gpu_type *t)
+{
+    json_t *features = json_loads(t->features, 0, NULL);
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:o, s:s, s:I, s:I, s:I}", "code", t->code, "vendor", t->vendor,
+                     "memory_gb", (json_int_t)t->memory_gb, "memory_type", t->memory_type, "stack", t->stack,
+                     "reservation_required", t->reservation_required, "features",
+                     features ? features : json_array(), "description", t->description, "cards_total",
+                     (json_int_t)t->cards_total, "cards_free", (json_int_t)t->cards_free, "cards_in_use",
+                     (json_int_t)t->cards_in_use);
+}
+
+void api_gpu_types_list(struct http_request *req)
+{
+    static const char *const allowed[] = {NULL};
+    if (http_query_allow(req, allowed) < 0)
+        return;
+    static _Thread_local struct gpu_type types[TYPES_MAX];
+    size_t n;
+    struct store *s = store_thread();
+    if (!s || store_gpu_type_list(s, types, TYPES_MAX, &n) != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(data, type_json(&types[i]));
+    http_reply_json(req, 200, json_pack("{s:o}", "data", data));
+}
+
+/* Catalog codes: upper-case letters, digits and '-', like "H100-SXM". */
+static int code_valid(const char *c)
+{
+    size_t n = strlen(c);
+    if (n == 0 || n > 32)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isupper((unsigned char)c[i]) && !isdigit((unsigned char)c[i]) && c[i] != '-')
+            return 0;
+    return 1;
+}
+
+struct put_ctx {
+    struct gpu_type *t; /* the new description */
+    int64_t now;        /* change time */
+    int created;        /* out: it was new */
+};
+
+static int put_txn(struct store *s, void *vctx)
+{
+    struct put_ctx *ctx = vctx;
+    return store_gpu_type_put(s, ctx->t, ctx->now, &ctx->created);
+}
+
+void api_gpu_types_put(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"vendor", JSON_KIND_STRING, 1, 8},
+        {"memory_gb", JSON_KIND_INTEGER, 1, 0},
+        {"memory_type", JSON_KIND_STRING, 1, 32},
+        {"stack", JSON_KIND_STRING, 1, 8},
+        {"reservation_required", JSON_KIND_BOOLEAN, 0, 0},
+        {"features", JSON_KIND_ARRAY, 0, 0},
+        {"description", JSON_KIND_STRING, 0, 512},
+        {NULL, 0, 0, 0},
+    };
+    const char *code = req->params[0];
+    if (!code_valid(code)) {
+        http_error(req, ERR_INVALID_FIELD, "code", "a GPU type code is 1 to 32 upper-case letters, digits or '-'");
+        return;
+    }
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    struct gpu_type t = {0};
+    snprintf(t.code, sizeof t.code, "%s", code);
+    snprintf(t.vendor, sizeof t.vendor, "%s", json_string_value(json_object_get(body, "vendor")));
+    snprintf(t.memory_type, sizeof t.memory_type, "%s", json_string_value(json_object_get(body, "memory_type")));
+    snprintf(t.stack, sizeof t.stack, "%s", json_string_value(json_object_get(body, "stack")));
+    const char *desc = json_string_value(json_object_get(body, "description"));
+    snprintf(t.description, sizeof t.description, "%s", desc ? desc : "");
+    t.memory_gb = json_integer_value(json_object_get(body, "memory_gb"));
+    t.reservation_required = json_is_true(json_object_get(body, "reservation_required"));
+    json_t *features = json_object_get(body, "features");
+    size_t i;
+    json_t *f;
+    int features_ok = 1;
+    json_array_foreach(features, i, f) {
+        if (!json_is_string(f) || json_string_length(f) > 32 || i >= 16)
+            features_ok = 0;
+    }
+    char *ftext = features ? json_dumps(features, JSON_COMPACT) : NULL;
+    if (strcmp(t.vendor, "AMD") != 0 && strcmp(t.vendor, "NVIDIA") != 0)
+        http_error(req, ERR_INVALID_FIELD, "vendor", "vendor must be AMD or NVIDIA");
+    else if (strcmp(t.stack, "ROCm") != 0 && strcmp(t.stack, "CUDA") != 0)
+        http_error(req, ERR_INVALID_FIELD, "stack", "stack must be ROCm or CUDA");
+    else if (t.memory_gb < 1 || t.memory_gb > 4096)
+        http_error(req, ERR_INVALID_FIELD, "memory_gb", "memory_gb must be from 1 to 4096");
+    else if (!t.memory_type[0])
+        http_error(req, ERR_INVALID_FIELD, "memory_type", "memory_type must not be empty");
+    else if (!features_ok || (ftext && strlen(ftext) >= sizeof t.features))
+        http_error(req, ERR_INVALID_FIELD, "features", "features must be at most 16 strings of up to 32 bytes");
+    else {
+        snprintf(t.features, sizeof t.features, "%s", ftext ? ftext : "[]");
+        struct put_ctx ctx = {&t, clock_now(), 0};
+        struct store *s = store_thread();
+        struct gpu_type saved;
+        if (!s || store_txn(s, put_txn, &ctx) != STORE_OK || store_gpu_type_get(s, t.code, &saved) != STORE_OK)
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        else
+            http_reply_json(req, ctx.created ? 201 : 200, type_json(&saved));
+    }
+    free(ftext);
+    json_decref(body);
+}
+
+static int delete_txn(struct store *s, void *code)
+{
+    return store_gpu_type_delete(s, code);
+}
+
+void api_gpu_types_delete(struct http_request *req)
+{
+    struct store *s = store_thread();
+    int rc = s ? store_txn(s, delete_txn, req->params[0]) : STORE_ERROR;
+    if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_NOT_FOUND, NULL, "no GPU type %.32s", req->params[0]);
+    else if (rc == STORE_CONFLICT)
+        http_error(req, ERR_CONFLICT, NULL, "nodes are registered with GPU type %.32s", req->params[0]);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else
+        http_reply_json(req, 204, NULL);
+}

@@ -1,0 +1,340 @@
+/* api_nodes.c: the admin's view of the fleet: register a node (its secret
+ * is shown once), list and show nodes with their cards, set aside
+ * (cordon, drain, maintenance) or return to service, and remove an idle node.
+ * Handlers only change the database; the heartbeat loop talks to agents. */
+#include "clock.h"
+#include "daemon.h"
+#include "jsonx.h"
+#include "sign.h"
+#include "store.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NODES_PAGE_MAX 200
+
+static json_t *node_json(const struct node *n)
+{
+    json_t *labels = json_loads(n->labels, 0, NULL);
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:o, s:s, s:s, s:s, s:s, s:I, s:o, s:s, s:s,"
+                     " s:I, s:I, s:I, s:o, s:o}",
+                     "id", n->id, "name", n->name, "agent_url", n->agent_url, "gpu_model", n->gpu_model,
+                     "card_count", (json_int_t)n->card_count, "fabric", n->fabric, "region", n->region, "labels",
+                     labels ? labels : json_object(), "state", n->state, "state_reason", n->state_reason,
+                     "admin_state", n->admin_state, "health", n->health, "missed_heartbeats",
+                     (json_int_t)n->missed_beats, "last_seen_at", json_time(n->last_seen_at, 1), "driver_version",
+                     n->driver_version, "stack_version", n->stack_version, "cards_total", (json_int_t)n->cards_total,
+                     "cards_free", (json_int_t)n->cards_free, "cards_in_use", (json_int_t)n->cards_in_use,
+                     "created_at", json_time(n->created_at, 0), "updated_at", json_time(n->updated_at, 0));
+}
+
+/* Names and fabric/region words: letters, digits, '.', '_' and '-',
+ * starting with a letter or digit (names are lower case: they appear in
+ * agent URLs). */
+static int word_valid(const char *s, size_t max, int lower_only)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max || !isalnum((unsigned char)s[0]))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!(isdigit(c) || (islower(c)) || (!lower_only && isupper(c)) || c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+static int url_valid(const char *u)
+{
+    if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)
+        return 0;
+    const char *host = strstr(u, "://") + 3;
+    if (!*host || *host == '/')
+        return 0;
+    for (const char *p = u; *p; p++)
+        if ((unsigned char)*p <= ' ' || *p == '?' || *p == '#' || (unsigned char)*p >= 0x7f)
+            return 0;
+    return 1;
+}
+
+/* Checks labels: at most 32 string values, keys as word_valid. Returns the
+ * offending key or "" for a bad shape, NULL when fine. */
+static const char *labels_problem(json_t *labels)
+{
+    if (json_object_size(labels) > 32)
+        return "";
+    const char *k;
+    json_t *v;
+    json_object_foreach(labels, k, v) {
+        if (!word_valid(k, 63, 0) || !json_is_string(v) || json_string_length(v) > 255)
+            return k;
+    }
+    return NULL;
+}
+
+struct create_ctx {
+    struct node *node; /* to insert */
+    int type_missing;  /* out: gpu_model not in the catalog */
+};
+
+static int create_txn(struct store *s, void *vctx)
+{
+    struct create_ctx *ctx = vctx;
+    struct gpu_type t;
+    int rc = store_gpu_type_get(s, ctx->node->gpu_model, &t);
+    ctx->type_missing = rc == STORE_NOT_FOUND;
+    if (rc != STORE_OK)
+        return rc;
+    return store_node_insert(s, ctx->node);
+}
+
+void api_nodes_create(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"name", JSON_KIND_STRING, 1, 63},
+        {"agent_url", JSON_KIND_STRING, 1, 512},
+        {"gpu_model", JSON_KIND_STRING, 1, 32},
+        {"card_count", JSON_KIND_INTEGER, 1, 0},
+        {"fabric", JSON_KIND_STRING, 0, 63},
+        {"region", JSON_KIND_STRING, 0, 63},
+        {"labels", JSON_KIND_OBJECT, 0, 0},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    static _Thread_local struct node n;
+    memset(&n, 0, sizeof n);
+    const char *name = json_string_value(json_object_get(body, "name"));
+    const char *url = json_string_value(json_object_get(body, "agent_url"));
+    const char *fabric = json_string_value(json_object_get(body, "fabric"));
+    const char *region = json_string_value(json_object_get(body, "region"));
+    json_t *labels = json_object_get(body, "labels");
+    json_int_t cards = json_integer_value(json_object_get(body, "card_count"));
+    const char *bad_label = labels ? labels_problem(labels) : NULL;
+    char *labels_text = NULL;
+    if (!word_valid(name, 63, 1))
+        http_error(req, ERR_INVALID_FIELD, "name", "name must be lower-case letters, digits, '.', '_' or '-'");
+    else if (!url_valid(url))
+        http_error(req, ERR_INVALID_FIELD, "agent_url", "agent_url must be an http:// or https:// URL");
+    else if (cards < 1 || cards > 64)
+        http_error(req, ERR_INVALID_FIELD, "card_count", "card_count must be from 1 to 64");
+    else if (fabric && !word_valid(fabric, 63, 0))
+        http_error(req, ERR_INVALID_FIELD, "fabric", "fabric must be letters, digits, '.', '_' or '-'");
+    else if (region && !word_valid(region, 63, 0))
+        http_error(req, ERR_INVALID_FIELD, "region", "region must be letters, digits, '.', '_' or '-'");
+    else if (bad_label)
+        http_error(req, ERR_INVALID_FIELD, "labels",
+                   "labels must be at most 32 string values of up to 255 bytes with word keys (bad key '%.63s')",
+                   bad_label);
+    else if (id_new("node", n.id) < 0 || sign_secret_new(n.secret) < 0 ||
+             !(labels_text = json_dumps(labels ? labels : json_object(), JSON_COMPACT | JSON_SORT_KEYS)))
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else {
+        snprintf(n.name, sizeof n.name, "%s", name);
+        snprintf(n.agent_url, sizeof n.agent_url, "%s", url);
+        snprintf(n.gpu_model, sizeof n.gpu_model, "%s", json_string_value(json_object_get(body, "gpu_model")));
+        snprintf(n.fabric, sizeof n.fabric, "%s", fabric ? fabric : "default");
+        snprintf(n.region, sizeof n.region, "%s", region ? region : "default");
+        snprintf(n.labels, sizeof n.labels, "%s", labels_text);
+        n.card_count = cards;
+        n.created_at = clock_now();
+        struct create_ctx ctx = {&n, 0};
+        struct store *s = store_thread();
+        int rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR;
+        if (ctx.type_missing)
+            http_error(req, ERR_INVALID_FIELD, "gpu_model", "no GPU type %.32s in the catalog", n.gpu_model);
+        else if (rc == STORE_CONFLICT)
+            http_error(req, ERR_CONFLICT, "name", "a node named %s is already registered", n.name);
+        else if (rc != STORE_OK || store_node_get(s, n.id, &n) != STORE_OK)
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        else {
+            log_info("nodes: registered %s (%s) at %s", n.id, n.name, n.agent_url);
+            heartbeat_wake();
+            http_reply_json(req, 201, json_pack("{s:o, s:s}", "node", node_json(&n), "secret", n.secret));
+        }
+    }
+    free(labels_text);
+    json_decref(body);
+}
+
+void api_nodes_list(struct http_request *req)
+{
+    static const char *const allowed[] = {"state", "gpu_model", "fabric", "limit", "cursor", NULL};
+    int64_t limit;
+    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, NODES_PAGE_MAX, 50, &limit) < 0)
+        return;
+    struct node_filter f = {
+        .state = http_query(req, "state"),
+        .gpu_model = http_query(req, "gpu_model"),
+        .fabric = http_query(req, "fabric"),
+        .after_created = -1,
+    };
+    static const char *const states[] = {"pending", "ready", "cordoned", "draining", "maintenance", "offline",
+                                         "rejected"};
+    int state_ok = !f.state;
+    for (size_t i = 0; f.state && i < sizeof states / sizeof states[0]; i++)
+        state_ok |= strcmp(f.state, states[i]) == 0;
+    if (!state_ok) {
+        http_error(req, ERR_INVALID_QUERY, "state",
+                   "state must be pending, ready, cordoned, draining, maintenance, offline or rejected");
+        return;
+    }
+    char after_id[ID_MAX] = "";
+    const char *cursor = http_query(req, "cursor");
+    if (cursor && cursor_decode(cursor, &f.after_created, after_id, sizeof after_id) < 0) {
+        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
+        return;
+    }
+    f.after_id = after_id;
+    struct node *nodes = malloc(sizeof *nodes * (size_t)(limit + 1));
+    size_t n = 0;
+    struct store *s = store_thread();
+    if (!nodes || !s || store_node_list(s, &f, nodes, (size_t)limit + 1, &n) != STORE_OK) {
+        free(nodes);
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    json_t *data = json_array();
+    for (size_t i = 0; i < shown; i++)
+        json_array_append_new(data, node_json(&nodes[i]));
+    json_t *next = json_null();
+    if (n > (size_t)limit) {
+        char c[CURSOR_MAX];
+        cursor_encode(nodes[shown - 1].created_at, nodes[shown - 1].id, c);
+        next = json_string(c);
+    }
+    free(nodes);
+    http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
+}
+
+/* Loads the node named by the path, replying 404 if there is none. */
+static int load_node(struct http_request *req, struct store *s, struct node *n)
+{
+    int rc = id_valid("node", req->params[0]) ? store_node_get(s, req->params[0], n) : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_NOT_FOUND, NULL, "no node %.64s", req->params[0]);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    return rc;
+}
+
+static void reply_node_detail(struct http_request *req, struct store *s, const struct node *n, unsigned status)
+{
+    struct node_card cards[64];
+    size_t nc;
+    if (store_node_cards(s, n->id, cards, 64, &nc) != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    json_t *j = node_json(n), *arr = json_array();
+    for (size_t i = 0; i < nc; i++)
+        json_array_append_new(arr, json_pack("{s:I, s:s, s:I, s:b, s:s, s:b, s:o}", "index", (json_int_t)cards[i].idx,
+                                             "model", cards[i].model, "memory_gb", (json_int_t)cards[i].memory_gb,
+                                             "healthy", cards[i].healthy, "health_reason", cards[i].health_reason,
+                                             "in_use", cards[i].instance_id[0] != 0, "instance_id",
+                                             cards[i].instance_id[0] ? json_string(cards[i].instance_id)
+                                                                     : json_null()));
+    json_object_set_new(j, "cards", arr);
+    http_reply_json(req, status, j);
+}
+
+void api_nodes_get(struct http_request *req)
+{
+    struct store *s = store_thread();
+    static _Thread_local struct node n;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    if (load_node(req, s, &n) == STORE_OK)
+        reply_node_detail(req, s, &n, 200);
+}
+
+struct state_ctx {
+    const char *id, *admin_state, *reason; /* what to set */
+    int64_t now;                           /* when */
+};
+
+static int state_txn(struct store *s, void *vctx)
+{
+    struct state_ctx *ctx = vctx;
+    return store_node_set_admin_state(s, ctx->id, ctx->admin_state, ctx->reason, ctx->now);
+}
+
+void api_nodes_set_state(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"state", JSON_KIND_STRING, 1, 16},
+        {"reason", JSON_KIND_STRING, 0, 200},
+        {NULL, 0, 0, 0},
+    };
+    struct store *s = store_thread();
+    static _Thread_local struct node n;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    const char *state = json_string_value(json_object_get(body, "state"));
+    const char *reason = json_string_value(json_object_get(body, "reason"));
+    const char *admin_state = strcmp(state, "ready") == 0 ? "active"
+                              : strcmp(state, "cordoned") == 0 || strcmp(state, "draining") == 0 ||
+                                      strcmp(state, "maintenance") == 0
+                                  ? state
+                                  : NULL;
+    if (!admin_state) {
+        http_error(req, ERR_INVALID_FIELD, "state", "state must be ready, cordoned, draining or maintenance");
+    } else if (load_node(req, s, &n) == STORE_OK) {
+        struct state_ctx ctx = {n.id, admin_state, reason ? reason : "", clock_now()};
+        if (store_txn(s, state_txn, &ctx) != STORE_OK || store_node_get(s, n.id, &n) != STORE_OK) {
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        } else {
+            log_info("nodes: %s set to %s by %s%s%s", n.id, state, req->user_id, reason ? ": " : "",
+                     reason ? reason : "");
+            reply_node_detail(req, s, &n, 200);
+        }
+    }
+    json_decref(body);
+}
+
+struct remove_ctx {
+    const char *id; /* node */
+    int64_t now;    /* when */
+};
+
+static int remove_txn(struct store *s, void *vctx)
+{
+    struct remove_ctx *ctx = vctx;
+    return store_node_remove(s, ctx->id, ctx->now);
+}
+
+void api_nodes_delete(struct http_request *req)
+{
+    struct store *s = store_thread();
+    static _Thread_local struct node n;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    if (load_node(req, s, &n) != STORE_OK)
+        return;
+    struct remove_ctx ctx = {n.id, clock_now()};
+    int rc = store_txn(s, remove_txn, &ctx);
+    if (rc == STORE_CONFLICT)
+        http_error(req, ERR_CONFLICT, NULL, "node %s has %lld cards in use; drain it and wait until it is empty", n.id,
+                   (long long)n.cards_in_use);
+    else if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_NOT_FOUND, NULL, "no node %s", n.id);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else {
+        log_info("nodes: removed %s (%s)", n.id, n.name);
+        http_reply_json(req, 204, NULL);
+    }
+}

@@ -1,0 +1,119 @@
+/* facts.c: the rules that put a node in service or keep it out (facts.h). */
+#include "facts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int malformed(struct facts_verdict *v, const char *what)
+{
+    snprintf(v->reason, sizeof v->reason, "agent sent malformed facts: %s", what);
+    return -1;
+}
+
+/* Copies an optional string member; -1 if present but not a string. */
+static int opt_string(json_t *obj, const char *key, char *out, size_t n)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        out[0] = '\0';
+        return 0;
+    }
+    if (!json_is_string(v))
+        return -1;
+    snprintf(out, n, "%s", json_string_value(v));
+    return 0;
+}
+
+int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    if (!json_is_object(facts))
+        return malformed(v, "not a JSON object");
+    json_t *cards = json_object_get(facts, "cards");
+    if (!json_is_array(cards))
+        return malformed(v, "no cards array");
+    if (json_array_size(cards) > FACTS_MAX_CARDS)
+        return malformed(v, "more than 64 cards");
+    if (opt_string(facts, "driver_version", v->driver_version, sizeof v->driver_version) < 0 ||
+        opt_string(facts, "stack_version", v->stack_version, sizeof v->stack_version) < 0)
+        return malformed(v, "versions must be strings");
+
+    int seen[FACTS_MAX_CARDS] = {0};
+    size_t i;
+    json_t *card;
+    json_array_foreach(cards, i, card) {
+        json_t *idx = json_object_get(card, "index"), *model = json_object_get(card, "model"),
+               *mem = json_object_get(card, "memory_gb"), *healthy = json_object_get(card, "healthy");
+        if (!json_is_object(card) || !json_is_integer(idx) || !json_is_string(model) || !json_is_integer(mem) ||
+            !json_is_boolean(healthy))
+            return malformed(v, "each card needs index, model, memory_gb and healthy");
+        json_int_t k = json_integer_value(idx);
+        if (k < 0 || k >= FACTS_MAX_CARDS || seen[k]++)
+            return malformed(v, "card indexes must be distinct and 0..63");
+        if (json_integer_value(mem) < 0 || json_integer_value(mem) > 1 << 20)
+            return malformed(v, "memory_gb out of range");
+        struct node_card *c = &v->cards[v->n_cards++];
+        c->idx = k;
+        snprintf(c->model, sizeof c->model, "%s", json_string_value(model));
+        c->memory_gb = json_integer_value(mem);
+        c->healthy = json_is_true(healthy);
+        if (opt_string(card, "health_reason", c->health_reason, sizeof c->health_reason) < 0)
+            return malformed(v, "health_reason must be a string");
+        if (!c->healthy && !c->health_reason[0])
+            snprintf(c->health_reason, sizeof c->health_reason, "reported failed by the agent");
+    }
+    /* Sort by index so the stored card rows and the canonical text are stable. */
+    for (size_t a = 1; a < v->n_cards; a++)
+        for (size_t b = a; b > 0 && v->cards[b - 1].idx > v->cards[b].idx; b--) {
+            struct node_card t = v->cards[b];
+            v->cards[b] = v->cards[b - 1];
+            v->cards[b - 1] = t;
+        }
+
+    /* Models: all the same, and the declared one. */
+    const char *other = NULL;
+    size_t n_declared = 0, n_other = 0;
+    for (size_t k = 0; k < v->n_cards; k++) {
+        if (strcmp(v->cards[k].model, declared_model) == 0) {
+            n_declared++;
+        } else {
+            n_other++;
+            if (!other)
+                other = v->cards[k].model;
+        }
+    }
+    v->accepted = 0;
+    if (n_declared && n_other)
+        snprintf(v->reason, sizeof v->reason, "node reports mixed GPU models (%zu %s, %zu %s)", n_declared,
+                 declared_model, n_other, other[0] ? other : "unknown");
+    else if (n_other)
+        snprintf(v->reason, sizeof v->reason, "node reports %s cards but was registered as %s",
+                 other[0] ? other : "unrecognised", declared_model);
+    else if ((int64_t)v->n_cards != declared_cards)
+        snprintf(v->reason, sizeof v->reason, "node reports %zu cards but was registered with %lld", v->n_cards,
+                 (long long)declared_cards);
+    else if (v->n_cards && v->cards[v->n_cards - 1].idx != (int64_t)v->n_cards - 1)
+        snprintf(v->reason, sizeof v->reason, "card indexes are not 0..%zu", v->n_cards - 1);
+    else
+        v->accepted = 1;
+
+    json_t *canon = json_pack("{s:s, s:s, s:[]}", "driver_version", v->driver_version, "stack_version",
+                              v->stack_version, "cards");
+    json_t *arr = json_object_get(canon, "cards");
+    for (size_t k = 0; k < v->n_cards; k++)
+        json_array_append_new(arr, json_pack("{s:I, s:s, s:I, s:b, s:s}", "index", (json_int_t)v->cards[k].idx,
+                                             "model", v->cards[k].model, "memory_gb",
+                                             (json_int_t)v->cards[k].memory_gb, "healthy", v->cards[k].healthy,
+                                             "health_reason", v->cards[k].health_reason));
+    json_t *keep;
+    const char *keys[] = {"vendor", "stack", "agent_version", "runtime"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (json_is_string(keep = json_object_get(facts, keys[k])))
+            json_object_set(canon, keys[k], keep);
+    v->canonical = json_dumps(canon, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(canon);
+    if (!v->canonical)
+        return malformed(v, "cannot serialise");
+    return 0;
+}

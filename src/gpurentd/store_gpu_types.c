@@ -1,0 +1,139 @@
+/* store_gpu_types.c: SQL for the GPU catalog and its live card counts. */
+#include "store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Counts come from the card rows: the catalog never caches them, so they
+ * cannot drift from the cards themselves. */
+#define GPU_TYPE_COLUMNS                                                                                          \
+    "t.code, t.vendor, t.memory_gb, t.memory_type, t.stack, t.reservation_required, t.features, t.description," \
+    " t.created_at, t.updated_at,"                                                                            \
+    " (SELECT count(*) FROM node_cards c JOIN nodes n ON n.id = c.node_id"                                    \
+    "   WHERE n.gpu_model = t.code AND n.removed_at IS NULL AND n.health IN ('up', 'offline')),"              \
+    " (SELECT count(*) FROM node_cards c JOIN nodes n ON n.id = c.node_id"                                    \
+    "   WHERE n.gpu_model = t.code AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'" \
+    "   AND c.healthy = 1 AND c.instance_id IS NULL),"                                                        \
+    " (SELECT count(*) FROM node_cards c JOIN nodes n ON n.id = c.node_id"                                    \
+    "   WHERE n.gpu_model = t.code AND n.removed_at IS NULL AND c.instance_id IS NOT NULL)"
+
+static const char SQL_TYPE_LIST[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t ORDER BY t.code LIMIT ?";
+static const char SQL_TYPE_GET[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t WHERE t.code = ?";
+static const char SQL_TYPE_EXISTS[] = "SELECT 1 FROM gpu_types WHERE code = ?";
+static const char SQL_TYPE_INSERT[] =
+    "INSERT INTO gpu_types (code, vendor, memory_gb, memory_type, stack, reservation_required, features,"
+    " description, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+static const char SQL_TYPE_UPDATE[] =
+    "UPDATE gpu_types SET vendor = ?2, memory_gb = ?3, memory_type = ?4, stack = ?5, reservation_required = ?6,"
+    " features = ?7, description = ?8, updated_at = ?10 WHERE code = ?1";
+/* Removed nodes count too: their history still names the type. */
+static const char SQL_TYPE_IN_USE[] = "SELECT count(*) FROM nodes WHERE gpu_model = ?";
+static const char SQL_TYPE_DELETE[] = "DELETE FROM gpu_types WHERE code = ?";
+
+static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+static void read_type(sqlite3_stmt *st, struct gpu_type *t)
+{
+    text(t->code, sizeof t->code, st, 0);
+    text(t->vendor, sizeof t->vendor, st, 1);
+    t->memory_gb = sqlite3_column_int64(st, 2);
+    text(t->memory_type, sizeof t->memory_type, st, 3);
+    text(t->stack, sizeof t->stack, st, 4);
+    t->reservation_required = sqlite3_column_int(st, 5);
+    text(t->features, sizeof t->features, st, 6);
+    text(t->description, sizeof t->description, st, 7);
+    t->created_at = sqlite3_column_int64(st, 8);
+    t->updated_at = sqlite3_column_int64(st, 9);
+    t->cards_total = sqlite3_column_int64(st, 10);
+    t->cards_free = sqlite3_column_int64(st, 11);
+    t->cards_in_use = sqlite3_column_int64(st, 12);
+}
+
+int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_TYPE_LIST);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
+        read_type(st, &out[(*n)++]);
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list gpu types");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_TYPE_GET);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), result;
+    if (rc == SQLITE_ROW) {
+        read_type(st, out);
+        result = STORE_OK;
+    } else {
+        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get gpu type");
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_gpu_type_put(struct store *s, const struct gpu_type *t, int64_t now, int *created)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_TYPE_EXISTS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, t->code, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return store_rc_from_sqlite(s, rc, "find gpu type");
+    *created = rc == SQLITE_DONE;
+    st = store_stmt(s, *created ? SQL_TYPE_INSERT : SQL_TYPE_UPDATE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, t->code, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, t->vendor, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, t->memory_gb);
+    sqlite3_bind_text(st, 4, t->memory_type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, t->stack, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 6, t->reservation_required);
+    sqlite3_bind_text(st, 7, t->features, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, t->description, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 9, now);
+    sqlite3_bind_int64(st, 10, now);
+    rc = store_rc_from_sqlite(s, sqlite3_step(st), "put gpu type");
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_gpu_type_delete(struct store *s, const char *code)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_TYPE_IN_USE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t users = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_reset(st);
+    if (users < 0)
+        return store_rc_from_sqlite(s, rc, "count nodes of gpu type");
+    if (users > 0)
+        return STORE_CONFLICT;
+    st = store_stmt(s, SQL_TYPE_DELETE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
+    rc = store_rc_from_sqlite(s, sqlite3_step(st), "delete gpu type");
+    sqlite3_reset(st);
+    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
+        return STORE_NOT_FOUND;
+    return rc;
+}

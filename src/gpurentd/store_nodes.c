@@ -1,0 +1,328 @@
+/* store_nodes.c: SQL for nodes and their cards: registration, admin state,
+ * listing with derived state and card counts, and heartbeat results. */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NODE_COLUMNS                                                                                              \
+    "n.id, n.name, n.agent_url, n.secret, n.gpu_model, n.card_count, n.fabric, n.region, n.labels,"           \
+    " n.admin_state, n.health, s.state, n.state_reason, n.missed_beats, coalesce(n.last_seen_at, 0),"        \
+    " n.driver_version, n.stack_version, n.created_at, n.updated_at,"                                         \
+    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id),"                                            \
+    " CASE WHEN s.state = 'ready' THEN (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id"            \
+    "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                             \
+    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL)"
+
+static const char SQL_NODE_INSERT[] =
+    "INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region, labels, created_at,"
+    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+static const char SQL_NODE_GET[] =
+    "SELECT " NODE_COLUMNS " FROM nodes n JOIN node_states s ON s.node_id = n.id WHERE n.id = ?";
+static const char SQL_NODE_LIST[] =
+    "SELECT " NODE_COLUMNS " FROM nodes n JOIN node_states s ON s.node_id = n.id"
+    " WHERE (?1 IS NULL OR s.state = ?1) AND (?2 IS NULL OR n.gpu_model = ?2) AND (?3 IS NULL OR n.fabric = ?3)"
+    " AND (n.created_at, n.id) > (?4, ?5) ORDER BY n.created_at, n.id LIMIT ?6";
+static const char SQL_NODE_CARDS[] =
+    "SELECT idx, model, memory_gb, healthy, health_reason, coalesce(instance_id, '') FROM node_cards"
+    " WHERE node_id = ? ORDER BY idx LIMIT ?";
+static const char SQL_NODE_SET_ADMIN[] =
+    "UPDATE nodes SET admin_state = ?2, state_reason = ?3, updated_at = ?4 WHERE id = ?1 AND removed_at IS NULL";
+static const char SQL_NODE_BUSY[] = "SELECT count(*) FROM node_cards WHERE node_id = ? AND instance_id IS NOT NULL";
+static const char SQL_NODE_REMOVE[] =
+    "UPDATE nodes SET removed_at = ?2, updated_at = ?2 WHERE id = ?1 AND removed_at IS NULL";
+static const char SQL_NODE_TARGETS[] =
+    "SELECT id, agent_url, secret, gpu_model, card_count, health, missed_beats FROM nodes WHERE removed_at IS NULL";
+static const char SQL_NODE_FACTS[] = "SELECT facts, health FROM nodes WHERE id = ? AND removed_at IS NULL";
+static const char SQL_NODE_SEEN[] = "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0 WHERE id = ?1";
+static const char SQL_NODE_BEAT[] =
+    "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0, facts = ?3, health = ?4, state_reason = ?5,"
+    " driver_version = ?6, stack_version = ?7, updated_at = ?2 WHERE id = ?1";
+static const char SQL_CARD_UPSERT[] =
+    "INSERT INTO node_cards (node_id, idx, model, memory_gb, healthy, health_reason) VALUES (?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (node_id, idx) DO UPDATE SET model = excluded.model, memory_gb = excluded.memory_gb,"
+    " healthy = excluded.healthy, health_reason = excluded.health_reason";
+static const char SQL_CARD_TRIM[] = "DELETE FROM node_cards WHERE node_id = ? AND idx >= ? AND instance_id IS NULL";
+static const char SQL_NODE_MISSED[] =
+    "UPDATE nodes SET missed_beats = missed_beats + 1,"
+    " health = CASE WHEN health <> 'offline' AND missed_beats + 1 >= ?3 THEN 'offline' ELSE health END,"
+    " state_reason = CASE WHEN health <> 'offline' AND missed_beats + 1 >= ?3 THEN ?4 ELSE state_reason END,"
+    " updated_at = CASE WHEN health <> 'offline' AND missed_beats + 1 >= ?3 THEN ?2 ELSE updated_at END"
+    " WHERE id = ?1 AND removed_at IS NULL";
+
+static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+static void read_node(sqlite3_stmt *st, struct node *n)
+{
+    text(n->id, sizeof n->id, st, 0);
+    text(n->name, sizeof n->name, st, 1);
+    text(n->agent_url, sizeof n->agent_url, st, 2);
+    text(n->secret, sizeof n->secret, st, 3);
+    text(n->gpu_model, sizeof n->gpu_model, st, 4);
+    n->card_count = sqlite3_column_int64(st, 5);
+    text(n->fabric, sizeof n->fabric, st, 6);
+    text(n->region, sizeof n->region, st, 7);
+    text(n->labels, sizeof n->labels, st, 8);
+    text(n->admin_state, sizeof n->admin_state, st, 9);
+    text(n->health, sizeof n->health, st, 10);
+    text(n->state, sizeof n->state, st, 11);
+    text(n->state_reason, sizeof n->state_reason, st, 12);
+    n->missed_beats = sqlite3_column_int64(st, 13);
+    n->last_seen_at = sqlite3_column_int64(st, 14);
+    text(n->driver_version, sizeof n->driver_version, st, 15);
+    text(n->stack_version, sizeof n->stack_version, st, 16);
+    n->created_at = sqlite3_column_int64(st, 17);
+    n->updated_at = sqlite3_column_int64(st, 18);
+    n->cards_total = sqlite3_column_int64(st, 19);
+    n->cards_free = sqlite3_column_int64(st, 20);
+    n->cards_in_use = sqlite3_column_int64(st, 21);
+}
+
+/* Steps a statement expected to change rows; STORE_NOT_FOUND if none did. */
+static int step_change(struct store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
+    sqlite3_reset(st);
+    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
+        return STORE_NOT_FOUND;
+    return rc;
+}
+
+int store_node_insert(struct store *s, const struct node *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, n->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, n->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, n->agent_url, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, n->secret, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, n->gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, n->card_count);
+    sqlite3_bind_text(st, 7, n->fabric, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, n->region, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 9, n->labels, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 10, n->created_at);
+    sqlite3_bind_int64(st, 11, n->created_at);
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert node");
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_node_get(struct store *s, const char *id, struct node *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_GET);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), result;
+    if (rc == SQLITE_ROW) {
+        read_node(st, out);
+        result = STORE_OK;
+    } else {
+        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get node");
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_node_list(struct store *s, const struct node_filter *f, struct node *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_LIST);
+    if (!st)
+        return STORE_ERROR;
+    if (f->state)
+        sqlite3_bind_text(st, 1, f->state, -1, SQLITE_STATIC);
+    if (f->gpu_model)
+        sqlite3_bind_text(st, 2, f->gpu_model, -1, SQLITE_STATIC);
+    if (f->fabric)
+        sqlite3_bind_text(st, 3, f->fabric, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, f->after_created);
+    sqlite3_bind_text(st, 5, f->after_id ? f->after_id : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
+        read_node(st, &out[(*n)++]);
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list nodes");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_node_cards(struct store *s, const char *node_id, struct node_card *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_CARDS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, node_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
+        struct node_card *c = &out[(*n)++];
+        c->idx = sqlite3_column_int64(st, 0);
+        text(c->model, sizeof c->model, st, 1);
+        c->memory_gb = sqlite3_column_int64(st, 2);
+        c->healthy = sqlite3_column_int(st, 3);
+        text(c->health_reason, sizeof c->health_reason, st, 4);
+        text(c->instance_id, sizeof c->instance_id, st, 5);
+    }
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "node cards");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_node_set_admin_state(struct store *s, const char *id, const char *admin_state, const char *reason,
+                               int64_t now)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_SET_ADMIN);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, admin_state, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, reason, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, now);
+    return step_change(s, st, "set node admin state");
+}
+
+int store_node_remove(struct store *s, const char *id, int64_t now)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_BUSY);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t busy = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_reset(st);
+    if (busy < 0)
+        return store_rc_from_sqlite(s, rc, "count busy cards");
+    if (busy > 0)
+        return STORE_CONFLICT;
+    st = store_stmt(s, SQL_NODE_REMOVE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    return step_change(s, st, "remove node");
+}
+
+int store_node_targets(struct store *s, struct node_target **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_TARGETS);
+    if (!st)
+        return STORE_ERROR;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct node_target *grown = realloc(*out, cap * sizeof **out);
+            if (!grown) {
+                sqlite3_reset(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return STORE_ERROR;
+            }
+            *out = grown;
+        }
+        struct node_target *t = &(*out)[(*n)++];
+        text(t->id, sizeof t->id, st, 0);
+        text(t->agent_url, sizeof t->agent_url, st, 1);
+        text(t->secret, sizeof t->secret, st, 2);
+        text(t->gpu_model, sizeof t->gpu_model, st, 3);
+        t->card_count = sqlite3_column_int64(st, 4);
+        text(t->health, sizeof t->health, st, 5);
+        t->missed_beats = sqlite3_column_int64(st, 6);
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "node targets");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char *facts_json, int accepted,
+                       const char *reason, const char *driver_version, const char *stack_version,
+                       const struct node_card *cards, size_t n_cards)
+{
+    /* Most beats repeat the last facts: then only the time moves. */
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_FACTS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(st);
+        return STORE_NOT_FOUND; /* removed meanwhile */
+    }
+    if (rc != SQLITE_ROW) {
+        sqlite3_reset(st);
+        return store_rc_from_sqlite(s, rc, "node facts");
+    }
+    const char *old_facts = (const char *)sqlite3_column_text(st, 0);
+    const char *old_health = (const char *)sqlite3_column_text(st, 1);
+    int unchanged = old_facts && old_health && strcmp(old_facts, facts_json) == 0 &&
+                    strcmp(old_health, accepted ? "up" : "rejected") == 0;
+    sqlite3_reset(st);
+    if (unchanged) {
+        st = store_stmt(s, SQL_NODE_SEEN);
+        if (!st)
+            return STORE_ERROR;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, now);
+        return step_change(s, st, "node seen");
+    }
+    st = store_stmt(s, SQL_NODE_BEAT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    sqlite3_bind_text(st, 3, facts_json, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, accepted ? "up" : "rejected", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, driver_version, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, stack_version, -1, SQLITE_STATIC);
+    if ((rc = step_change(s, st, "node beat")) != STORE_OK || !accepted)
+        return rc;
+    for (size_t i = 0; i < n_cards; i++) {
+        st = store_stmt(s, SQL_CARD_UPSERT);
+        if (!st)
+            return STORE_ERROR;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, cards[i].idx);
+        sqlite3_bind_text(st, 3, cards[i].model, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, cards[i].memory_gb);
+        sqlite3_bind_int(st, 5, cards[i].healthy);
+        sqlite3_bind_text(st, 6, cards[i].health_reason, -1, SQLITE_STATIC);
+        rc = store_rc_from_sqlite(s, sqlite3_step(st), "upsert card");
+        sqlite3_reset(st);
+        if (rc != STORE_OK)
+            return rc;
+    }
+    st = store_stmt(s, SQL_CARD_TRIM);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)n_cards);
+    rc = store_rc_from_sqlite(s, sqlite3_step(st), "trim cards");
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, const char *reason)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_MISSED);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    sqlite3_bind_int64(st, 3, miss_limit);
+    sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
+    return step_change(s, st, "node missed beat");
+}
