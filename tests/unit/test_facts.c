@@ -1,0 +1,151 @@
+/* test_facts.c: the rules that put a node in service or keep it out. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "facts.h"
+
+/* Builds a facts document of n cards; card k gets models[k] if given. */
+static json_t *facts_doc(int n, const char *model, const char *odd_model, int odd_index, int failed_index)
+{
+    json_t *cards = json_array();
+    for (int k = 0; k < n; k++)
+        json_array_append_new(cards, json_pack("{s:i, s:s, s:i, s:b, s:s}", "index", k, "model",
+                                               k == odd_index ? odd_model : model, "memory_gb", 192, "healthy",
+                                               k != failed_index, "health_reason",
+                                               k == failed_index ? "uncorrectable ECC errors" : ""));
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:i}", "vendor", "AMD", "stack", "ROCm", "driver_version", "6.8.5",
+                     "stack_version", "6.2.0", "cards", cards, "workloads", 3);
+}
+
+static void check(const char *model, int64_t declared, json_t *doc, int want_rc, int want_accepted,
+                  const char *reason_part)
+{
+    struct facts_verdict v;
+    int rc = facts_check(model, declared, doc, &v);
+    assert_int_equal(rc, want_rc);
+    if (rc == 0)
+        assert_int_equal(v.accepted, want_accepted);
+    if (reason_part) {
+        if (!strstr(v.reason, reason_part))
+            fail_msg("reason '%s' lacks '%s'", v.reason, reason_part);
+    } else {
+        assert_string_equal(v.reason, "");
+    }
+    free(v.canonical);
+    json_decref(doc);
+}
+
+static void test_matching_node_is_accepted(void **state)
+{
+    (void)state;
+    struct facts_verdict v;
+    json_t *doc = facts_doc(8, "MI450", NULL, -1, -1);
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_true(v.accepted);
+    assert_int_equal(v.n_cards, 8);
+    assert_string_equal(v.driver_version, "6.8.5");
+    assert_string_equal(v.stack_version, "6.2.0");
+    for (size_t k = 0; k < 8; k++) {
+        assert_int_equal(v.cards[k].idx, (int64_t)k);
+        assert_true(v.cards[k].healthy);
+    }
+    /* Volatile fields such as the workload count stay out of the canonical
+     * text, so a busy node does not rewrite its row on every beat. */
+    assert_null(strstr(v.canonical, "workloads"));
+    assert_non_null(strstr(v.canonical, "\"driver_version\":\"6.8.5\""));
+    free(v.canonical);
+    json_decref(doc);
+}
+
+static void test_failed_card_keeps_node_in_service(void **state)
+{
+    (void)state;
+    struct facts_verdict v;
+    json_t *doc = facts_doc(8, "MI450", NULL, -1, 3);
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_true(v.accepted);
+    assert_false(v.cards[3].healthy);
+    assert_string_equal(v.cards[3].health_reason, "uncorrectable ECC errors");
+    assert_true(v.cards[2].healthy);
+    free(v.canonical);
+    json_decref(doc);
+}
+
+static void test_rejections(void **state)
+{
+    (void)state;
+    check("MI450", 8, facts_doc(8, "MI450", "MI300X", 5, -1), 0, 0, "mixed GPU models (7 MI450, 1 MI300X)");
+    check("MI450", 8, facts_doc(8, "MI300X", NULL, -1, -1), 0, 0, "reports MI300X cards but was registered as MI450");
+    check("MI450", 8, facts_doc(7, "MI450", NULL, -1, -1), 0, 0, "reports 7 cards but was registered with 8");
+    check("MI450", 4, facts_doc(8, "MI450", NULL, -1, -1), 0, 0, "reports 8 cards but was registered with 4");
+    check("MI450", 8, facts_doc(8, "MI450", "", 0, -1), 0, 0, "mixed GPU models");
+}
+
+static void test_gap_in_indexes_is_rejected(void **state)
+{
+    (void)state;
+    json_t *doc = facts_doc(2, "MI450", NULL, -1, -1);
+    json_object_set_new(json_array_get(json_object_get(doc, "cards"), 1), "index", json_integer(5));
+    check("MI450", 2, doc, 0, 0, "card indexes are not 0..1");
+}
+
+static void test_malformed_documents(void **state)
+{
+    (void)state;
+    check("MI450", 8, json_array(), -1, 0, "not a JSON object");
+    check("MI450", 8, json_pack("{s:s}", "cards", "eight"), -1, 0, "no cards array");
+    check("MI450", 1, json_pack("{s:[{s:s}]}", "cards", "index", "zero"), -1, 0, "each card needs");
+    check("MI450", 2, json_pack("{s:[{s:i,s:s,s:i,s:b},{s:i,s:s,s:i,s:b}]}", "cards", "index", 0, "model", "MI450",
+                                "memory_gb", 192, "healthy", 1, "index", 0, "model", "MI450", "memory_gb", 192,
+                                "healthy", 1),
+          -1, 0, "distinct");
+    check("MI450", 1, json_pack("{s:[{s:i,s:s,s:i,s:b}]}", "cards", "index", 64, "model", "MI450", "memory_gb", 1,
+                                "healthy", 1),
+          -1, 0, "0..63");
+    check("MI450", 1, json_pack("{s:[{s:i,s:s,s:i,s:b}]}", "cards", "index", 0, "model", "MI450", "memory_gb", -1,
+                                "healthy", 1),
+          -1, 0, "memory_gb");
+    check("MI450", 1, json_pack("{s:i, s:[]}", "driver_version", 5, "cards"), -1, 0, "versions must be strings");
+    json_t *many = json_pack("{s:[]}", "cards");
+    for (int k = 0; k < 65; k++)
+        json_array_append_new(json_object_get(many, "cards"), json_pack("{s:i}", "index", k));
+    check("MI450", 8, many, -1, 0, "more than 64 cards");
+}
+
+static void test_canonical_is_order_independent(void **state)
+{
+    (void)state;
+    json_t *a = facts_doc(3, "MI450", NULL, -1, -1);
+    json_t *b = facts_doc(3, "MI450", NULL, -1, -1);
+    json_t *cards = json_object_get(b, "cards");
+    json_t *first = json_incref(json_array_get(cards, 0));
+    json_array_remove(cards, 0);
+    json_array_append_new(cards, first);
+    struct facts_verdict va, vb;
+    assert_int_equal(facts_check("MI450", 3, a, &va), 0);
+    assert_int_equal(facts_check("MI450", 3, b, &vb), 0);
+    assert_string_equal(va.canonical, vb.canonical);
+    free(va.canonical);
+    free(vb.canonical);
+    json_decref(a);
+    json_decref(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matching_node_is_accepted),
+        cmocka_unit_test(test_failed_card_keeps_node_in_service),
+        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_gap_in_indexes_is_rejected),
+        cmocka_unit_test(test_malformed_documents),
+        cmocka_unit_test(test_canonical_is_order_independent),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
