@@ -28,6 +28,7 @@ struct agent_call {
     long status;                  /* HTTP status, 0 if none */
     char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
     size_t user_index;            /* caller's bookkeeping (e.g. which node) */
+    int done;                     /* agent_calls_run finished it */
 };
 
 /* Builds a signed call of method to base_url + path with an optional JSON
@@ -37,6 +38,11 @@ struct agent_call *agent_call_new(const char *base_url, const char *secret, cons
 /* After the transfer ends with result: fills status and error. Returns 0 if
  * an HTTP reply within the size cap arrived (any status), -1 otherwise. */
 int agent_call_finish(struct agent_call *c, CURLcode result);
+/* Runs every call at once on one multi handle, at most max_parallel
+ * connections open, and finishes each (agent_call_finish). Stops early, and
+ * returns -1, when stop() says so; then calls not finished have
+ * status 0 and an error. */
+int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int (*stop)(void));
 /* Frees the call and its handle; the caller removes it from any multi
  * handle first. NULL is a no-op. */
 void agent_call_free(struct agent_call *c);

@@ -28,6 +28,15 @@ enum api_error {
     ERR_INTERNAL,           /* our fault; logged with the request id */
     ERR_UNAVAILABLE,        /* not ready or shutting down */
     ERR_INVALID_INVITE_CODE,/* invite code unknown, expired or used up */
+    ERR_BAD_SIGNATURE,      /* agent: request signature missing, wrong, stale or replayed */
+    ERR_INSUFFICIENT_CAPACITY,/* not enough free cards right now */
+    ERR_QUOTA_EXCEEDED,     /* the user's card quota would be exceeded */
+    ERR_STACK_MISMATCH,     /* a ROCm image on a CUDA type, or the reverse */
+    ERR_RESERVATION_REQUIRED,/* the GPU type is rented through reservations only */
+    ERR_INVALID_STATE,      /* the instance's state does not allow this */
+    ERR_IDEMPOTENCY_KEY_REUSED,/* the Idempotency-Key was used with another request */
+    ERR_VOLUME_IN_USE,      /* the volume is used by an instance */
+    ERR_NAME_TAKEN,         /* a resource of that name exists */
     ERR_COUNT
 };
 

@@ -10,6 +10,8 @@
 #include "http.h"
 #include "log.h"
 
+struct store;
+
 /* config.c */
 struct daemon_conf {
     char listen[128];             /* host:port of the API */
@@ -37,6 +39,14 @@ struct daemon_conf {
     int64_t agent_max_response_bytes; /* larger agent replies fail the call */
     int64_t agent_max_parallel;   /* agent connections open at once */
     char agent_ca_file[1024];     /* CA bundle to verify https agents; "" for the system's */
+    int64_t default_max_cards;    /* card quota of users without an admin-set one */
+    int64_t volume_default_size_gb; /* quota of a volume created without a size */
+    char volume_source_template[512]; /* what agents mount: {volume_id} and {user_id} are replaced */
+    int64_t reconcile_interval_ms;/* reconciler period when nothing wakes it */
+    int64_t reconcile_sweep_ms;   /* how often every agent's workload list is checked for orphans */
+    int64_t provision_timeout_s;  /* a provisioning attempt that takes longer fails */
+    int64_t provision_max_attempts; /* failed attempts before an instance fails */
+    int64_t master_port;          /* MASTER_PORT given to multi-node jobs */
 };
 extern const struct conf_option daemon_options[];
 /* The configuration in force; set once at start-up. */
@@ -92,6 +102,84 @@ int heartbeat_start(void);
 void heartbeat_wake(void);
 /* Stops the thread and waits for it; safe if never started. */
 void heartbeat_stop(void);
+
+/* instances.c: the instance operations the API performs in one
+ * transaction each, and the JSON shape of an instance. */
+struct instance;
+struct instance_create {
+    const char *user_id;      /* owner */
+    const char *name;         /* label, may be "" */
+    const char *gpu_type;     /* catalog code */
+    int64_t card_count;       /* cards */
+    const char *image;        /* image id or ref */
+    const char *volume_id;    /* or NULL: the user's "shared" volume */
+};
+/* What an operation decided: ok, or an error for the client. */
+struct op_outcome {
+    enum api_error error;     /* meaningful when failed */
+    int failed;               /* 1: refused, nothing changed */
+    char field[32];           /* field at fault, or "" */
+    char message[256];        /* for the client */
+    json_t *extra;            /* extra members of the error object (owned) */
+};
+/* A transaction callback's result when an operation is refused: roll back,
+ * do not retry; the op_outcome says why. */
+#define REFUSED (-100)
+/* Checks the owner's quota and claims cards for the instance (best fit),
+ * in the caller's transaction. */
+int instance_place(struct store *s, const struct instance *in, struct op_outcome *o);
+/* Runs in a store transaction: creates the instance and claims its cards. */
+int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct op_outcome *o);
+/* start, stop and terminate; each runs in a store transaction. */
+int instance_start(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
+int instance_stop(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
+int instance_terminate(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
+/* The instance as the API shows it (new reference), or NULL. */
+json_t *instance_json(struct store *s, const struct instance *in);
+
+/* idempotency.c: Idempotency-Key handling for POSTs that create or move
+ * capacity or money. */
+struct idempotency {
+    char key[256];            /* the header, "" when absent */
+    char hash[65];            /* SHA-256 of method, path and body */
+};
+/* Reads the header. Returns 1 if the request was answered (a replay, a
+ * reused key or a bad header), 0 to go on. */
+int idempotency_begin(struct http_request *req, struct idempotency *idem);
+/* Records the answer inside the operation's transaction. */
+int idempotency_record(struct store *s, const struct http_request *req, const struct idempotency *idem, int status,
+                       const char *body);
+
+/* reconciler.c: drives agents towards what instances want, on its own thread. */
+int reconciler_start(void);
+/* Asks for a pass now (an instance changed) instead of at the next period. */
+void reconciler_wake(void);
+void reconciler_stop(void);
+
+/* api_instances.c */
+void api_instances_create(struct http_request *req);
+void api_instances_list(struct http_request *req);
+void api_instances_get(struct http_request *req);
+void api_instances_start(struct http_request *req);
+void api_instances_stop(struct http_request *req);
+void api_instances_terminate(struct http_request *req);
+void api_instances_events(struct http_request *req);
+
+/* api_volumes.c */
+void api_volumes_create(struct http_request *req);
+void api_volumes_list(struct http_request *req);
+void api_volumes_get(struct http_request *req);
+void api_volumes_delete(struct http_request *req);
+/* Finds or creates (inside a transaction) the user's default "shared" volume. */
+int volume_default(struct store *s, const char *user_id, char id_out[ID_MAX]);
+
+/* api_images.c */
+void api_images_list(struct http_request *req);
+void api_images_create(struct http_request *req);
+void api_images_delete(struct http_request *req);
+
+/* api_users.c: admin user limits */
+void api_users_set_limits(struct http_request *req);
 
 /* api_gpu_types.c */
 void api_gpu_types_list(struct http_request *req);

@@ -203,4 +203,135 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
  * row. */
 int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, const char *reason);
 
+/* store_images.c */
+struct image {
+    char id[ID_MAX];          /* img_… */
+    char ref[256];            /* what runtimes pull */
+    char stack[8];            /* ROCm or CUDA */
+    char description[513];    /* for the console */
+    int64_t created_at;       /* epoch seconds */
+};
+int store_image_list(struct store *s, struct image *out, size_t max, size_t *n);
+/* Finds an image by id or by ref. */
+int store_image_find(struct store *s, const char *id_or_ref, struct image *out);
+/* STORE_CONFLICT if the ref exists. */
+int store_image_insert(struct store *s, const struct image *img);
+int store_image_delete(struct store *s, const char *id);
+
+/* store_volumes.c */
+struct volume {
+    char id[ID_MAX];          /* vol_… */
+    char user_id[ID_MAX];     /* owner */
+    char name[64];            /* unique per owner */
+    int64_t size_gb;          /* quota */
+    char source[513];         /* what agents mount */
+    int64_t created_at;       /* epoch seconds */
+    int64_t instances;        /* instances not terminated or failed that use it */
+    int64_t mounted;          /* of those, how many hold cards now */
+};
+/* STORE_CONFLICT if the owner has a live volume of that name. */
+int store_volume_insert(struct store *s, const struct volume *v);
+/* A live volume of user_id (NULL: of anyone) by id. */
+int store_volume_get(struct store *s, const char *user_id, const char *id, struct volume *out);
+int store_volume_get_by_name(struct store *s, const char *user_id, const char *name, struct volume *out);
+int store_volume_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
+                      struct volume *out, size_t max, size_t *n);
+/* STORE_CONFLICT while an instance that is not terminated or failed uses it. */
+int store_volume_delete(struct store *s, const char *user_id, const char *id, int64_t now);
+
+/* store_instances.c */
+struct instance {
+    char id[ID_MAX];          /* ins_… */
+    char user_id[ID_MAX];     /* owner */
+    char name[64];            /* owner's label */
+    char gpu_model[33];       /* card model */
+    int64_t card_count;       /* cards */
+    char image[256];          /* image ref */
+    char volume_id[ID_MAX];   /* mounted at /shared */
+    char desired[16];         /* running, stopped, terminated */
+    char state[16];           /* pending … lost */
+    char phase[16];           /* provisioning phase of the slowest node */
+    char state_reason[256];   /* why the last change */
+    int64_t attempts;         /* failed provisioning attempts */
+    int64_t next_attempt_at;  /* retry not before */
+    int64_t state_since;      /* last state change */
+    int64_t created_at, updated_at; /* epoch seconds */
+};
+struct instance_node {
+    int64_t rank;             /* 0 = master */
+    char node_id[ID_MAX];     /* the node */
+    char node_name[64];       /* its name */
+    char agent_url[513];      /* its agent */
+    char secret[65];          /* its signing key */
+    char node_health[16];     /* up, offline … */
+    int64_t node_last_seen;   /* last good heartbeat */
+    char workload_id[ID_MAX]; /* id at the agent */
+    char cards[256];          /* JSON array of card indexes */
+    char phase[16];           /* last reported phase */
+    char message[256];        /* with the phase */
+    int put_done;             /* the agent accepted the workload */
+};
+struct instance_filter {
+    const char *user_id;      /* owner, or NULL for all (reconciler) */
+    const char *state;        /* or NULL */
+    int64_t after_created;    /* cursor */
+    const char *after_id;     /* cursor */
+};
+int store_instance_insert(struct store *s, const struct instance *in);
+/* By id; with user_id set, someone else's instance is STORE_NOT_FOUND. */
+int store_instance_get(struct store *s, const char *user_id, const char *id, struct instance *out);
+int store_instance_list(struct store *s, const struct instance_filter *f, struct instance *out, size_t max, size_t *n);
+/* Instances the reconciler must look at: any with cards or not yet settled.
+ * *out is malloc'd (caller frees). */
+int store_instance_unsettled(struct store *s, struct instance **out, size_t *n);
+/* Changes state (and phase and reason), logging an event when state or
+ * phase changes. */
+int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase,
+                             const char *reason, int64_t now);
+int store_instance_set_desired(struct store *s, const char *id, const char *desired, int64_t now);
+int store_instance_set_attempts(struct store *s, const char *id, int64_t attempts, int64_t next_attempt_at);
+int store_instance_event(struct store *s, const char *id, int64_t at, const char *state, const char *reason);
+struct instance_event {
+    int64_t seq;              /* order */
+    int64_t at;               /* epoch seconds */
+    char state[16];           /* state or phase entered */
+    char reason[256];         /* why */
+};
+int store_instance_events(struct store *s, const char *id, int64_t after_seq, struct instance_event *out, size_t max,
+                          size_t *n);
+int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n);
+/* Ready nodes of model with their free cards, by fabric then name. *out is
+ * malloc'd (caller frees). */
+struct placement_node;
+int store_placement_candidates(struct store *s, const char *gpu_model, struct placement_node **out, size_t *n);
+/* Gives cards (bit mask) of node_id to the instance at rank; STORE_CONFLICT
+ * if any is no longer free. */
+int store_instance_claim(struct store *s, const char *instance_id, int64_t rank, const char *node_id,
+                         const char *workload_id, uint64_t cards);
+/* Frees every card of the instance and forgets its placement. */
+int store_instance_release(struct store *s, const char *instance_id);
+int store_instance_node_update(struct store *s, const char *instance_id, int64_t rank, const char *phase,
+                               const char *message, int put_done);
+/* Opens a running interval at started_at (no-op if one is open). */
+int store_interval_open(struct store *s, const struct instance *in, int64_t started_at);
+/* Closes the open interval at ended_at (never before its start); no-op if
+ * none is open. */
+int store_interval_close(struct store *s, const char *instance_id, int64_t ended_at, const char *reason);
+/* Every workload id placed on a node, sorted (for orphan checks). *out
+ * is malloc'd: n entries of ID_MAX bytes. */
+int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n);
+/* Cards the user's instances hold or are about to hold. */
+int64_t store_user_cards_in_use(struct store *s, const char *user_id);
+/* The user's card quota, or def when no admin set one. */
+int64_t store_user_max_cards(struct store *s, const char *user_id, int64_t def);
+int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_cards);
+
+/* store_idempotency.c */
+/* The first answer recorded for (user_id, key): STORE_NOT_FOUND if none;
+ * *response is malloc'd. */
+int store_idempotency_get(struct store *s, const char *user_id, const char *key, char hash[65], int *status,
+                          char **response);
+int store_idempotency_put(struct store *s, const char *user_id, const char *key, const char *hash, int status,
+                          const char *response, int64_t now);
+
 #endif

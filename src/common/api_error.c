@@ -25,6 +25,15 @@ static const struct api_error_info errors[ERR_COUNT] = {
     [ERR_INTERNAL] = {"internal", 500, "internal error; quote the request id when reporting it"},
     [ERR_UNAVAILABLE] = {"unavailable", 503, "the service is not available right now"},
     [ERR_INVALID_INVITE_CODE] = {"invalid_invite_code", 400, "the invite code is unknown, expired or used up"},
+    [ERR_BAD_SIGNATURE] = {"bad_signature", 401, "the request signature is missing, wrong, stale or replayed"},
+    [ERR_INSUFFICIENT_CAPACITY] = {"insufficient_capacity", 409, "not enough free cards of that type right now"},
+    [ERR_QUOTA_EXCEEDED] = {"quota_exceeded", 403, "this would exceed your card quota"},
+    [ERR_STACK_MISMATCH] = {"stack_mismatch", 400, "the image's software stack does not match the GPU type"},
+    [ERR_RESERVATION_REQUIRED] = {"reservation_required", 403, "this GPU type is rented through reservations only"},
+    [ERR_INVALID_STATE] = {"invalid_state", 409, "the instance's current state does not allow this"},
+    [ERR_IDEMPOTENCY_KEY_REUSED] = {"idempotency_key_reused", 422, "this Idempotency-Key was used for another request"},
+    [ERR_VOLUME_IN_USE] = {"volume_in_use", 409, "the volume is used by an instance"},
+    [ERR_NAME_TAKEN] = {"name_taken", 409, "a resource with this name already exists"},
 };
 
 const struct api_error_info *api_error_info(enum api_error e)

@@ -141,3 +141,50 @@ void agent_call_free(struct agent_call *c)
     free(c->response);
     free(c);
 }
+
+int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int (*stop)(void))
+{
+    CURLM *multi = curl_multi_init();
+    if (!multi)
+        return -1;
+    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, max_parallel);
+    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, max_parallel);
+    size_t active = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!calls[i])
+            continue;
+        /* libcurl empties the buffer when the transfer starts. */
+        snprintf(calls[i]->error, sizeof calls[i]->error, "not run");
+        if (curl_multi_add_handle(multi, calls[i]->easy) == CURLM_OK)
+            active++;
+    }
+    int stopped = 0;
+    while (active > 0) {
+        int still;
+        curl_multi_perform(multi, &still);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(multi, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            struct agent_call *c;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+            agent_call_finish(c, msg->data.result);
+            c->done = 1;
+            curl_multi_remove_handle(multi, c->easy);
+            active--;
+        }
+        if (active == 0)
+            break;
+        if (stop && stop()) {
+            stopped = 1;
+            break;
+        }
+        curl_multi_poll(multi, NULL, 0, 100, NULL);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (calls[i] && !calls[i]->done)
+            curl_multi_remove_handle(multi, calls[i]->easy);
+    curl_multi_cleanup(multi);
+    return stopped ? -1 : 0;
+}

@@ -29,10 +29,32 @@ static int validate_log_level(const void *field, char *err, size_t errlen)
     return 0;
 }
 
-static int validate_nonempty(const void *field, char *err, size_t errlen)
+/* Validators see only the value, so each names its option in the message:
+ * a command-line override has no FILE:LINE to point at it. */
+static int require_nonempty(const char *name, const void *field, char *err, size_t errlen)
 {
     if (!((const char *)field)[0]) {
-        snprintf(err, errlen, "value must not be empty");
+        snprintf(err, errlen, "%s: value must not be empty", name);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_database(const void *field, char *err, size_t errlen)
+{
+    return require_nonempty("database", field, err, errlen);
+}
+
+static int validate_admin_email(const void *field, char *err, size_t errlen)
+{
+    return require_nonempty("bootstrap_admin_email", field, err, errlen);
+}
+
+/* Every volume needs its own source, so the template must name the volume. */
+static int validate_volume_source(const void *field, char *err, size_t errlen)
+{
+    if (!strstr(field, "{volume_id}")) {
+        snprintf(err, errlen, "volume_source_template: must contain {volume_id}");
         return -1;
     }
     return 0;
@@ -43,7 +65,7 @@ static int validate_nonempty(const void *field, char *err, size_t errlen)
 
 const struct conf_option daemon_options[] = {
     OPT_STR(listen, "127.0.0.1:8080", validate_listen, "address and port of the REST API"),
-    OPT_STR(database, "/var/lib/gpurent/gpurent.db", validate_nonempty, "SQLite database file"),
+    OPT_STR(database, "/var/lib/gpurent/gpurent.db", validate_database, "SQLite database file"),
     OPT_STR(log_level, "info", validate_log_level, "error, warn, info or debug"),
     OPT_INT(threads, 1, 256, 4, "HTTP worker threads"),
     OPT_INT(max_connections, 1, 100000, 1024, "open connections, all clients together"),
@@ -57,7 +79,7 @@ const struct conf_option daemon_options[] = {
     OPT_INT(password_iterations, 1000, 100000000, 600000, "PBKDF2-SHA256 rounds for new password hashes"),
     OPT_INT(login_max_failures, 1, 1000, 5, "failed logins per account or client before a lockout"),
     OPT_INT(login_lockout_s, 1, 86400, 900, "seconds a lockout lasts"),
-    OPT_STR(bootstrap_admin_email, "admin@localhost", validate_nonempty, "first admin, created when the database has none"),
+    OPT_STR(bootstrap_admin_email, "admin@localhost", validate_admin_email, "first admin, created when the database has none"),
     OPT_INT(drain_timeout_s, 1, 600, 15, "seconds SIGTERM waits for requests in flight"),
     OPT_STR(clock_file, "", NULL, "TESTING ONLY: file holding the current time in epoch seconds"),
     OPT_INT(heartbeat_interval_ms, 100, 600000, 5000, "milliseconds between polls of every node agent"),
@@ -67,6 +89,15 @@ const struct conf_option daemon_options[] = {
     OPT_INT(agent_max_response_bytes, 4096, 16777216, 1048576, "largest agent reply accepted"),
     OPT_INT(agent_max_parallel, 1, 10000, 256, "agent connections open at once"),
     OPT_STR(agent_ca_file, "", NULL, "CA bundle that https agents' certificates must chain to; empty: system CAs"),
+    OPT_INT(default_max_cards, 0, 100000, 64, "cards a user may hold at once unless an admin set a limit"),
+    OPT_INT(volume_default_size_gb, 1, 1048576, 100, "quota of a volume created without a size, GB"),
+    OPT_STR(volume_source_template, "/srv/gpurent/volumes/{volume_id}", validate_volume_source,
+            "what agents mount for a volume; {volume_id} and {user_id} are replaced (e.g. nfs.example:/export/{volume_id})"),
+    OPT_INT(reconcile_interval_ms, 50, 600000, 2000, "milliseconds between reconciler passes when nothing wakes it"),
+    OPT_INT(reconcile_sweep_ms, 100, 3600000, 30000, "milliseconds between checks of every agent for orphaned workloads"),
+    OPT_INT(provision_timeout_s, 1, 86400, 900, "seconds a provisioning attempt may take before it fails"),
+    OPT_INT(provision_max_attempts, 1, 100, 3, "failed provisioning attempts before an instance fails"),
+    OPT_INT(master_port, 1, 65535, 29500, "MASTER_PORT given to multi-node jobs"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

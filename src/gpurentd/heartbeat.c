@@ -69,68 +69,27 @@ static int poll_agents(struct beat *beats, size_t n)
         .max_response_bytes = (size_t)cf->agent_max_response_bytes,
         .ca_file = cf->agent_ca_file,
     };
-    CURLM *multi = curl_multi_init();
-    if (!multi)
-        return -1;
-    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)cf->agent_max_parallel);
-    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)cf->agent_max_parallel);
-    /* Calls still in flight, by beat, so a stop can free them. */
     struct agent_call **calls = calloc(n, sizeof *calls);
-    if (!calls) {
-        curl_multi_cleanup(multi);
+    if (!calls)
         return -1;
-    }
-    size_t active = 0;
     for (size_t i = 0; i < n; i++) {
-        struct agent_call *c = agent_call_new(beats[i].target->agent_url, beats[i].target->secret, "GET",
-                                              "/v1/facts", NULL, &opts);
-        if (!c) {
+        calls[i] = agent_call_new(beats[i].target->agent_url, beats[i].target->secret, "GET", "/v1/facts", NULL, &opts);
+        if (!calls[i])
             snprintf(beats[i].reason, sizeof beats[i].reason, "cannot build the call (bad agent URL?)");
-            continue;
-        }
-        c->user_index = i;
-        calls[i] = c;
-        curl_multi_add_handle(multi, c->easy);
-        active++;
     }
-    int stopped = 0;
-    while (active > 0) {
-        int still;
-        curl_multi_perform(multi, &still);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(multi, &left))) {
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            struct agent_call *c;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
-            struct beat *b = &beats[c->user_index];
-            if (agent_call_finish(c, msg->data.result) == 0)
-                judge(b, c);
-            else
-                snprintf(b->reason, sizeof b->reason, "agent unreachable: %.200s", c->error);
-            curl_multi_remove_handle(multi, c->easy);
-            calls[c->user_index] = NULL;
-            agent_call_free(c);
-            active--;
-        }
-        if (active == 0)
-            break;
-        if (should_stop()) {
-            stopped = 1;
-            break;
-        }
-        curl_multi_poll(multi, NULL, 0, 100, NULL);
-    }
+    int rc = agent_calls_run(calls, n, (long)cf->agent_max_parallel, should_stop);
     for (size_t i = 0; i < n; i++) {
-        if (calls[i]) { /* only after a stop */
-            curl_multi_remove_handle(multi, calls[i]->easy);
-            agent_call_free(calls[i]);
-        }
+        struct agent_call *c = calls[i];
+        if (!c)
+            continue;
+        if (rc == 0 && !c->error[0])
+            judge(&beats[i], c);
+        else
+            snprintf(beats[i].reason, sizeof beats[i].reason, "agent unreachable: %.200s", c->error);
+        agent_call_free(c);
     }
     free(calls);
-    curl_multi_cleanup(multi);
-    return stopped ? -1 : 0;
+    return rc;
 }
 
 struct record_ctx {

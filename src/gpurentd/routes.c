@@ -26,5 +26,24 @@ const struct http_route daemon_routes[] = {
     {"POST", "/v1/admin/nodes/{id}/state", api_nodes_set_state, AUTH_ADMIN},
     {"DELETE", "/v1/admin/nodes/{id}", api_nodes_delete, AUTH_ADMIN},
 
+    {"GET", "/v1/images", api_images_list, AUTH_NONE},
+    {"POST", "/v1/admin/images", api_images_create, AUTH_ADMIN},
+    {"DELETE", "/v1/admin/images/{id}", api_images_delete, AUTH_ADMIN},
+
+    {"POST", "/v1/volumes", api_volumes_create, AUTH_USER},
+    {"GET", "/v1/volumes", api_volumes_list, AUTH_USER},
+    {"GET", "/v1/volumes/{id}", api_volumes_get, AUTH_USER},
+    {"DELETE", "/v1/volumes/{id}", api_volumes_delete, AUTH_USER},
+
+    {"POST", "/v1/instances", api_instances_create, AUTH_USER},
+    {"GET", "/v1/instances", api_instances_list, AUTH_USER},
+    {"GET", "/v1/instances/{id}", api_instances_get, AUTH_USER},
+    {"POST", "/v1/instances/{id}/start", api_instances_start, AUTH_USER},
+    {"POST", "/v1/instances/{id}/stop", api_instances_stop, AUTH_USER},
+    {"DELETE", "/v1/instances/{id}", api_instances_terminate, AUTH_USER},
+    {"GET", "/v1/instances/{id}/events", api_instances_events, AUTH_USER},
+
+    {"PUT", "/v1/admin/users/{id}/limits", api_users_set_limits, AUTH_ADMIN},
+
     {NULL, NULL, NULL, AUTH_NONE},
 };

@@ -1,0 +1,44 @@
+/* placement.h: choosing cards for an instance. Pure: given the ready nodes
+ * of a GPU model and their free cards, pick where N cards go.
+ *
+ *  - Up to PLACEMENT_NODE_CARDS cards go on one node, best fit: the node
+ *    with the fewest free cards that still has room, so whole nodes stay
+ *    free for large jobs; the lowest free indexes are taken.
+ *  - More takes whole nodes (every card healthy and free), all in one RDMA
+ *    fabric: the fabric with the fewest whole nodes that still has enough,
+ *    nodes in the order given, which is also their rank order.
+ *
+ * The caller passes nodes sorted by fabric, then name. */
+#ifndef GPURENT_PLACEMENT_H
+#define GPURENT_PLACEMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ids.h"
+
+#define PLACEMENT_NODE_CARDS 8   /* cards on a whole node */
+#define PLACEMENT_MAX_NODES 32   /* 256 cards / 8 */
+
+struct placement_node {
+    char id[ID_MAX];      /* node id */
+    char fabric[64];      /* RDMA fabric */
+    int card_count;       /* cards the node has */
+    uint64_t free_mask;   /* bit i: card i is healthy and free */
+};
+
+struct placement {
+    size_t n_nodes;                         /* nodes used, in rank order */
+    size_t node[PLACEMENT_MAX_NODES];       /* indexes into the input */
+    uint64_t cards[PLACEMENT_MAX_NODES];    /* card indexes taken on each */
+};
+
+/* Whether cards is a count an instance may ask for: 1..8, or a multiple of
+ * 8 up to 256. */
+int placement_count_valid(int cards);
+/* Chooses cards on nodes[0..n); 0 on success, -1 when they do not fit. */
+int placement_choose(const struct placement_node *nodes, size_t n, int cards, struct placement *out);
+/* Free cards across all nodes (for "only N free" messages). */
+int64_t placement_free_cards(const struct placement_node *nodes, size_t n);
+
+#endif

@@ -1,0 +1,283 @@
+/* api_instances.c: /v1/instances — rent cards (create), list, show, start,
+ * stop, terminate, and read an instance's events. Each change is one
+ * transaction (instances.c); the reconciler is woken to drive the agents. */
+#include "daemon.h"
+#include "jsonx.h"
+#include "placement.h"
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INSTANCES_PAGE_MAX 100
+#define EVENTS_PAGE_MAX 500
+
+/* Replies with the refusal an operation decided. */
+static void reply_outcome(struct http_request *req, struct op_outcome *o)
+{
+    json_t *extra = o->extra;
+    o->extra = NULL;
+    http_error_ext(req, o->error, o->field[0] ? o->field : NULL, extra, "%s", o->message);
+}
+
+/* Replies after a transaction: the refusal, or a generic failure. */
+static void reply_failure(struct http_request *req, int rc, struct op_outcome *o)
+{
+    if (o->failed)
+        reply_outcome(req, o);
+    else if (rc == STORE_CONFLICT)
+        http_error(req, ERR_CONFLICT, NULL, "a concurrent request changed this; retry");
+    else
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+}
+
+struct create_ctx {
+    struct instance_create in;          /* the request */
+    const struct http_request *req;     /* for idempotency records */
+    const struct idempotency *idem;     /* the key */
+    struct op_outcome o;                /* refusal, if any */
+    char id[ID_MAX];                    /* the new instance */
+    char *body;                         /* the answer (malloc'd) */
+};
+
+static int create_txn(struct store *s, void *vctx)
+{
+    struct create_ctx *ctx = vctx;
+    free(ctx->body);
+    ctx->body = NULL;
+    json_decref(ctx->o.extra);
+    memset(&ctx->o, 0, sizeof ctx->o);
+    int rc = instance_create(s, &ctx->in, ctx->id, &ctx->o);
+    if (rc != STORE_OK)
+        return rc;
+    struct instance in;
+    if ((rc = store_instance_get(s, NULL, ctx->id, &in)) != STORE_OK)
+        return rc;
+    json_t *j = instance_json(s, &in);
+    ctx->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!ctx->body)
+        return STORE_ERROR;
+    return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->body);
+}
+
+void api_instances_create(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"gpu_type", JSON_KIND_STRING, 1, 32},
+        {"card_count", JSON_KIND_INTEGER, 1, 0},
+        {"image", JSON_KIND_STRING, 1, 255},
+        {"volume_id", JSON_KIND_STRING, 0, 64},
+        {"name", JSON_KIND_STRING, 0, 63},
+        {NULL, 0, 0, 0},
+    };
+    struct idempotency idem;
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    if (idempotency_begin(req, &idem)) {
+        json_decref(body);
+        return;
+    }
+    json_int_t cards = json_integer_value(json_object_get(body, "card_count"));
+    if (cards < 1 || cards > 256 || !placement_count_valid((int)cards)) {
+        http_error(req, ERR_INVALID_FIELD, "card_count",
+                   "card_count must be 1 to 8, or a multiple of 8 up to 256 (more than 8 cards take whole nodes)");
+        json_decref(body);
+        return;
+    }
+    struct create_ctx ctx = {
+        .in = {.user_id = req->user_id,
+               .name = json_string_value(json_object_get(body, "name")),
+               .gpu_type = json_string_value(json_object_get(body, "gpu_type")),
+               .card_count = cards,
+               .image = json_string_value(json_object_get(body, "image")),
+               .volume_id = json_string_value(json_object_get(body, "volume_id"))},
+        .req = req,
+        .idem = &idem,
+    };
+    struct store *s = store_thread();
+    int rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR;
+    if (rc == STORE_OK) {
+        log_info("instances: %s created %s: %lld x %s", req->user_id, ctx.id, (long long)cards, ctx.in.gpu_type);
+        reconciler_wake();
+        char location[64];
+        snprintf(location, sizeof location, "/v1/instances/%s", ctx.id);
+        http_add_header(req, "Location", location);
+        http_reply_raw(req, 201, "application/json", ctx.body, strlen(ctx.body));
+    } else {
+        reply_failure(req, rc, &ctx.o);
+    }
+    json_decref(ctx.o.extra);
+    free(ctx.body);
+    json_decref(body);
+}
+
+static const char *const instance_states[] = {"pending", "provisioning", "running", "stopping", "stopped",
+                                              "terminated", "failed", "lost", NULL};
+
+void api_instances_list(struct http_request *req)
+{
+    static const char *const allowed[] = {"state", "limit", "cursor", NULL};
+    int64_t limit;
+    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, INSTANCES_PAGE_MAX, 50, &limit) < 0)
+        return;
+    struct instance_filter f = {.user_id = req->user_id, .state = http_query(req, "state"), .after_created = -1};
+    int state_ok = !f.state;
+    for (size_t i = 0; f.state && instance_states[i]; i++)
+        state_ok |= strcmp(f.state, instance_states[i]) == 0;
+    if (!state_ok) {
+        http_error(req, ERR_INVALID_QUERY, "state", "unknown state '%.32s'", f.state);
+        return;
+    }
+    char after_id[ID_MAX] = "";
+    const char *cursor = http_query(req, "cursor");
+    if (cursor && cursor_decode(cursor, &f.after_created, after_id, sizeof after_id) < 0) {
+        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
+        return;
+    }
+    f.after_id = after_id;
+    struct instance *list = malloc(sizeof *list * (size_t)(limit + 1));
+    size_t n = 0;
+    struct store *s = store_thread();
+    if (!list || !s || store_instance_list(s, &f, list, (size_t)limit + 1, &n) != STORE_OK) {
+        free(list);
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    json_t *data = json_array();
+    for (size_t i = 0; i < shown; i++) {
+        json_t *j = instance_json(s, &list[i]);
+        if (j)
+            json_array_append_new(data, j);
+    }
+    json_t *next = json_null();
+    if (n > (size_t)limit) {
+        char c[CURSOR_MAX];
+        cursor_encode(list[shown - 1].created_at, list[shown - 1].id, c);
+        next = json_string(c);
+    }
+    free(list);
+    http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
+}
+
+/* Loads the caller's instance named by the path, replying 404 for a missing
+ * one and for anyone else's. */
+static int load_own(struct http_request *req, struct store *s, struct instance *in)
+{
+    int rc = id_valid("ins", req->params[0]) ? store_instance_get(s, req->user_id, req->params[0], in)
+                                             : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_NOT_FOUND, NULL, "no instance %.32s", req->params[0]);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    return rc;
+}
+
+void api_instances_get(struct http_request *req)
+{
+    struct store *s = store_thread();
+    struct instance in;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    if (load_own(req, s, &in) != STORE_OK)
+        return;
+    json_t *j = instance_json(s, &in);
+    if (j)
+        http_reply_json(req, 200, j);
+    else
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+}
+
+struct change_ctx {
+    int (*op)(struct store *, const char *, const char *, struct op_outcome *); /* what to do */
+    const char *user_id, *id;   /* whose, which */
+    struct op_outcome o;        /* refusal */
+};
+
+static int change_txn(struct store *s, void *vctx)
+{
+    struct change_ctx *ctx = vctx;
+    json_decref(ctx->o.extra);
+    memset(&ctx->o, 0, sizeof ctx->o);
+    return ctx->op(s, ctx->user_id, ctx->id, &ctx->o);
+}
+
+/* start, stop and terminate share everything but the operation. */
+static void change(struct http_request *req, int (*op)(struct store *, const char *, const char *, struct op_outcome *),
+                   const char *verb)
+{
+    /* These take no body; anything sent is refused like any unknown field. */
+    static const struct json_field none[] = {{NULL, 0, 0, 0}};
+    json_t *body = http_json_body(req, none);
+    if (!body)
+        return;
+    json_decref(body);
+    struct store *s = store_thread();
+    struct change_ctx ctx = {.op = op, .user_id = req->user_id, .id = req->params[0]};
+    int rc = s ? store_txn(s, change_txn, &ctx) : STORE_ERROR;
+    struct instance in;
+    if (rc == STORE_OK && store_instance_get(s, req->user_id, ctx.id, &in) == STORE_OK) {
+        log_info("instances: %s %s %s (now %s)", req->user_id, verb, in.id, in.state);
+        reconciler_wake();
+        json_t *j = instance_json(s, &in);
+        if (j)
+            http_reply_json(req, 200, j);
+        else
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+    } else {
+        reply_failure(req, rc == STORE_OK ? STORE_ERROR : rc, &ctx.o);
+    }
+    json_decref(ctx.o.extra);
+}
+
+void api_instances_start(struct http_request *req) { change(req, instance_start, "started"); }
+void api_instances_stop(struct http_request *req) { change(req, instance_stop, "stopped"); }
+void api_instances_terminate(struct http_request *req) { change(req, instance_terminate, "terminated"); }
+
+void api_instances_events(struct http_request *req)
+{
+    static const char *const allowed[] = {"limit", "cursor", NULL};
+    int64_t limit;
+    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, EVENTS_PAGE_MAX, 100, &limit) < 0)
+        return;
+    int64_t after = 0;
+    char unused[ID_MAX];
+    const char *cursor = http_query(req, "cursor");
+    if (cursor && cursor_decode(cursor, &after, unused, sizeof unused) < 0) {
+        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
+        return;
+    }
+    struct store *s = store_thread();
+    struct instance in;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    if (load_own(req, s, &in) != STORE_OK)
+        return;
+    struct instance_event *ev = malloc(sizeof *ev * (size_t)(limit + 1));
+    size_t n = 0;
+    if (!ev || store_instance_events(s, in.id, after, ev, (size_t)limit + 1, &n) != STORE_OK) {
+        free(ev);
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    json_t *data = json_array();
+    for (size_t i = 0; i < shown; i++)
+        json_array_append_new(data, json_pack("{s:I, s:o, s:s, s:s}", "seq", (json_int_t)ev[i].seq, "at",
+                                              json_time(ev[i].at, 0), "state", ev[i].state, "reason", ev[i].reason));
+    json_t *next = json_null();
+    if (n > (size_t)limit) {
+        char c[CURSOR_MAX];
+        cursor_encode(ev[shown - 1].seq, in.id, c);
+        next = json_string(c);
+    }
+    free(ev);
+    http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
+}

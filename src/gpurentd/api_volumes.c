@@ -1,0 +1,203 @@
+/* api_volumes.c: /v1/volumes — a user's persistent storage, mounted at
+ * /shared on every node of their instances. A volume outlives instances;
+ * deleting one that an instance still uses is refused. */
+#include "clock.h"
+#include "daemon.h"
+#include "jsonx.h"
+#include "store.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VOLUMES_PAGE_MAX 100
+#define DEFAULT_VOLUME "shared"
+
+static json_t *volume_json(const struct volume *v)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:I, s:b, s:o}", "id", v->id, "name", v->name, "size_gb",
+                     (json_int_t)v->size_gb, "mount_path", "/shared", "instances", (json_int_t)v->instances,
+                     "in_use", v->mounted > 0, "created_at", json_time(v->created_at, 0));
+}
+
+/* Renders volume_source_template for a new volume. */
+static int render_source(const char *user_id, const char *volume_id, char *out, size_t n)
+{
+    const char *t = daemon_config->volume_source_template;
+    size_t o = 0;
+    while (*t) {
+        const char *value = NULL;
+        size_t skip = 0;
+        if (strncmp(t, "{volume_id}", 11) == 0)
+            value = volume_id, skip = 11;
+        else if (strncmp(t, "{user_id}", 9) == 0)
+            value = user_id, skip = 9;
+        if (value) {
+            size_t len = strlen(value);
+            if (o + len >= n)
+                return -1;
+            memcpy(out + o, value, len);
+            o += len;
+            t += skip;
+        } else {
+            if (o + 1 >= n)
+                return -1;
+            out[o++] = *t++;
+        }
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+static int volume_new(struct store *s, const char *user_id, const char *name, int64_t size_gb, struct volume *v)
+{
+    memset(v, 0, sizeof *v);
+    if (id_new("vol", v->id) < 0)
+        return STORE_ERROR;
+    snprintf(v->user_id, sizeof v->user_id, "%s", user_id);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->size_gb = size_gb;
+    v->created_at = clock_now();
+    if (render_source(user_id, v->id, v->source, sizeof v->source) < 0)
+        return STORE_ERROR;
+    return store_volume_insert(s, v);
+}
+
+int volume_default(struct store *s, const char *user_id, char id_out[ID_MAX])
+{
+    struct volume v;
+    int rc = store_volume_get_by_name(s, user_id, DEFAULT_VOLUME, &v);
+    if (rc == STORE_NOT_FOUND)
+        rc = volume_new(s, user_id, DEFAULT_VOLUME, daemon_config->volume_default_size_gb, &v);
+    if (rc == STORE_OK)
+        memcpy(id_out, v.id, ID_MAX);
+    return rc;
+}
+
+static int name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 63 || !isalnum((unsigned char)name[0]))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!islower((unsigned char)name[i]) && !isdigit((unsigned char)name[i]) && name[i] != '-' && name[i] != '_')
+            return 0;
+    return 1;
+}
+
+struct create_ctx {
+    const char *user_id, *name; /* whose, what */
+    int64_t size_gb;            /* quota */
+    struct volume v;            /* out */
+};
+
+static int create_txn(struct store *s, void *vctx)
+{
+    struct create_ctx *ctx = vctx;
+    return volume_new(s, ctx->user_id, ctx->name, ctx->size_gb, &ctx->v);
+}
+
+void api_volumes_create(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"name", JSON_KIND_STRING, 1, 63},
+        {"size_gb", JSON_KIND_INTEGER, 0, 0},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    struct create_ctx ctx = {.user_id = req->user_id, .name = json_string_value(json_object_get(body, "name"))};
+    json_t *size = json_object_get(body, "size_gb");
+    ctx.size_gb = size ? json_integer_value(size) : daemon_config->volume_default_size_gb;
+    struct store *s = store_thread();
+    int rc;
+    if (!name_valid(ctx.name))
+        http_error(req, ERR_INVALID_FIELD, "name", "name must be 1 to 63 lower-case letters, digits, '-' or '_'");
+    else if (ctx.size_gb < 1 || ctx.size_gb > 1048576)
+        http_error(req, ERR_INVALID_FIELD, "size_gb", "size_gb must be from 1 to 1048576");
+    else if ((rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR) == STORE_CONFLICT)
+        http_error(req, ERR_NAME_TAKEN, "name", "you already have a volume named %s", ctx.name);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else
+        http_reply_json(req, 201, volume_json(&ctx.v));
+    json_decref(body);
+}
+
+void api_volumes_list(struct http_request *req)
+{
+    static const char *const allowed[] = {"limit", "cursor", NULL};
+    int64_t limit;
+    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, VOLUMES_PAGE_MAX, 50, &limit) < 0)
+        return;
+    int64_t after_t = -1;
+    char after_id[ID_MAX] = "";
+    const char *cursor = http_query(req, "cursor");
+    if (cursor && cursor_decode(cursor, &after_t, after_id, sizeof after_id) < 0) {
+        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
+        return;
+    }
+    struct volume *list = malloc(sizeof *list * (size_t)(limit + 1));
+    size_t n = 0;
+    struct store *s = store_thread();
+    if (!list || !s || store_volume_list(s, req->user_id, after_t, after_id, list, (size_t)limit + 1, &n) != STORE_OK) {
+        free(list);
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    json_t *data = json_array();
+    for (size_t i = 0; i < shown; i++)
+        json_array_append_new(data, volume_json(&list[i]));
+    json_t *next = json_null();
+    if (n > (size_t)limit) {
+        char c[CURSOR_MAX];
+        cursor_encode(list[shown - 1].created_at, list[shown - 1].id, c);
+        next = json_string(c);
+    }
+    free(list);
+    http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
+}
+
+void api_volumes_get(struct http_request *req)
+{
+    struct store *s = store_thread();
+    struct volume v;
+    int rc = !s ? STORE_ERROR
+             : id_valid("vol", req->params[0]) ? store_volume_get(s, req->user_id, req->params[0], &v)
+                                               : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_NOT_FOUND, NULL, "no volume %.32s", req->params[0]);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else
+        http_reply_json(req, 200, volume_json(&v));
+}
+
+struct delete_ctx {
+    const char *user_id, *id; /* whose, which */
+};
+
+static int delete_txn(struct store *s, void *vctx)
+{
+    struct delete_ctx *ctx = vctx;
+    return store_volume_delete(s, ctx->user_id, ctx->id, clock_now());
+}
+
+void api_volumes_delete(struct http_request *req)
+{
+    struct store *s = store_thread();
+    struct delete_ctx ctx = {req->user_id, req->params[0]};
+    int rc = !s ? STORE_ERROR : id_valid("vol", ctx.id) ? store_txn(s, delete_txn, &ctx) : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_NOT_FOUND, NULL, "no volume %.32s", req->params[0]);
+    else if (rc == STORE_CONFLICT)
+        http_error(req, ERR_VOLUME_IN_USE, NULL,
+                   "volume %s is used by instances that are not terminated; terminate them first", ctx.id);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else
+        http_reply_json(req, 204, NULL);
+}

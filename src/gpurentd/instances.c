@@ -1,0 +1,220 @@
+/* instances.c: what creating, starting, stopping and terminating an
+ * instance does to the database, each as one transaction callback, and the
+ * JSON shape of an instance. Agents are never called here: the reconciler
+ * sees the change and drives them. */
+#include "clock.h"
+#include "daemon.h"
+#include "jsonx.h"
+#include "placement.h"
+#include "store.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
+{
+    o->failed = 1;
+    o->error = e;
+    snprintf(o->field, sizeof o->field, "%s", field ? field : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->message, sizeof o->message, fmt, ap);
+    va_end(ap);
+    json_decref(o->extra);
+    o->extra = extra;
+    return REFUSED;
+}
+
+/* Claims cards for the instance: the quota, then best-fit placement, all in
+ * the caller's transaction, so no card is ever given twice. */
+int instance_place(struct store *s, const struct instance *in, struct op_outcome *o)
+{
+    int64_t used = store_user_cards_in_use(s, in->user_id);
+    int64_t limit = store_user_max_cards(s, in->user_id, daemon_config->default_max_cards);
+    if (used < 0 || limit < 0)
+        return used < 0 ? (int)used : (int)limit;
+    if (used + in->card_count > limit)
+        return refuse(o, ERR_QUOTA_EXCEEDED, "card_count", json_pack("{s:I, s:I}", "limit", (json_int_t)limit, "in_use", (json_int_t)used),
+                      "your card quota is %lld cards and %lld are in use; %lld more do not fit", (long long)limit,
+                      (long long)used, (long long)in->card_count);
+    struct placement_node *nodes;
+    size_t n;
+    int rc = store_placement_candidates(s, in->gpu_model, &nodes, &n);
+    if (rc != STORE_OK)
+        return rc;
+    struct placement p;
+    if (placement_choose(nodes, n, (int)in->card_count, &p) < 0) {
+        int64_t free_cards = placement_free_cards(nodes, n);
+        free(nodes);
+        return refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count",
+                      json_pack("{s:I}", "cards_free", (json_int_t)free_cards),
+                      "%lld %s cards requested but only %lld are free now%s", (long long)in->card_count, in->gpu_model,
+                      (long long)free_cards,
+                      in->card_count > PLACEMENT_NODE_CARDS ? " (more than 8 cards need whole free nodes in one fabric)"
+                                                            : " on any one node");
+    }
+    for (size_t r = 0; r < p.n_nodes && rc == STORE_OK; r++) {
+        char wl[ID_MAX];
+        if (id_new("wl", wl) < 0) {
+            rc = STORE_ERROR;
+            break;
+        }
+        rc = store_instance_claim(s, in->id, (int64_t)r, nodes[p.node[r]].id, wl, p.cards[r]);
+    }
+    free(nodes);
+    return rc;
+}
+
+int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct op_outcome *o)
+{
+    struct gpu_type t;
+    struct image img;
+    struct volume v;
+    int rc = store_gpu_type_get(s, req->gpu_type, &t);
+    if (rc == STORE_NOT_FOUND)
+        return refuse(o, ERR_INVALID_FIELD, "gpu_type", NULL, "no GPU type %s; see GET /v1/gpu-types", req->gpu_type);
+    if (rc != STORE_OK)
+        return rc;
+    if (t.reservation_required)
+        return refuse(o, ERR_RESERVATION_REQUIRED, "gpu_type", NULL,
+                      "%s is rented through reservations only", t.code);
+    rc = store_image_find(s, req->image, &img);
+    if (rc == STORE_NOT_FOUND)
+        return refuse(o, ERR_INVALID_FIELD, "image", NULL, "no image %s; see GET /v1/images", req->image);
+    if (rc != STORE_OK)
+        return rc;
+    if (strcmp(img.stack, t.stack) != 0)
+        return refuse(o, ERR_STACK_MISMATCH, "image", NULL, "%s is a %s image but %s cards run %s", img.ref, img.stack,
+                      t.code, t.stack);
+    char volume_id[ID_MAX];
+    if (req->volume_id) {
+        rc = store_volume_get(s, req->user_id, req->volume_id, &v);
+        if (rc == STORE_NOT_FOUND)
+            return refuse(o, ERR_INVALID_FIELD, "volume_id", NULL, "no volume %.32s", req->volume_id);
+        if (rc != STORE_OK)
+            return rc;
+        snprintf(volume_id, sizeof volume_id, "%s", v.id);
+    } else if ((rc = volume_default(s, req->user_id, volume_id)) != STORE_OK) {
+        return rc;
+    }
+    int64_t now = clock_now();
+    struct instance in = {.card_count = req->card_count, .created_at = now, .updated_at = now, .state_since = now};
+    if (id_new("ins", in.id) < 0)
+        return STORE_ERROR;
+    snprintf(in.user_id, sizeof in.user_id, "%s", req->user_id);
+    snprintf(in.name, sizeof in.name, "%s", req->name ? req->name : "");
+    snprintf(in.gpu_model, sizeof in.gpu_model, "%s", t.code);
+    snprintf(in.image, sizeof in.image, "%s", img.ref);
+    snprintf(in.volume_id, sizeof in.volume_id, "%s", volume_id);
+    snprintf(in.desired, sizeof in.desired, "running");
+    snprintf(in.state, sizeof in.state, "pending");
+    if ((rc = store_instance_insert(s, &in)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+        (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK)
+        return rc;
+    memcpy(id_out, in.id, ID_MAX);
+    return STORE_OK;
+}
+
+static int load(struct store *s, const char *user_id, const char *id, struct instance *in, struct op_outcome *o)
+{
+    int rc = id_valid("ins", id) ? store_instance_get(s, user_id, id, in) : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        return refuse(o, ERR_NOT_FOUND, NULL, NULL, "no instance %.32s", id);
+    return rc;
+}
+
+int instance_start(struct store *s, const char *user_id, const char *id, struct op_outcome *o)
+{
+    struct instance in;
+    int rc = load(s, user_id, id, &in, o);
+    if (rc != STORE_OK)
+        return rc;
+    if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "lost") != 0 && strcmp(in.state, "failed") != 0)
+        return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+                      "instance %s is %s; only a stopped, lost or failed instance can be started", in.id, in.state);
+    if (strcmp(in.desired, "terminated") == 0)
+        return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+                      "instance %s is being terminated", in.id);
+    int64_t now = clock_now();
+    /* The volume may have been deleted while the instance was stopped. */
+    struct volume v;
+    if ((rc = store_volume_get(s, user_id, in.volume_id, &v)) == STORE_NOT_FOUND)
+        return refuse(o, ERR_CONFLICT, NULL, NULL, "the instance's volume %s no longer exists", in.volume_id);
+    if (rc != STORE_OK)
+        return rc;
+    if ((rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+        (rc = store_instance_set_desired(s, in.id, "running", now)) != STORE_OK ||
+        (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK)
+        return rc;
+    return store_instance_set_state(s, in.id, "pending", "", "started by the user", now);
+}
+
+/* Ends billing at the request and hands the rest to the reconciler. */
+static int wind_down(struct store *s, const struct instance *in, const char *desired, const char *why, int64_t now)
+{
+    int rc;
+    if ((rc = store_instance_set_desired(s, in->id, desired, now)) != STORE_OK ||
+        (rc = store_interval_close(s, in->id, now, why)) != STORE_OK)
+        return rc;
+    return store_instance_set_state(s, in->id, "stopping", "", why, now);
+}
+
+int instance_stop(struct store *s, const char *user_id, const char *id, struct op_outcome *o)
+{
+    struct instance in;
+    int rc = load(s, user_id, id, &in, o);
+    if (rc != STORE_OK)
+        return rc;
+    /* Stopping what is stopping or stopped again is harmless. */
+    if (strcmp(in.state, "stopping") == 0 || strcmp(in.state, "stopped") == 0)
+        return STORE_OK;
+    if (strcmp(in.state, "terminated") == 0 || strcmp(in.state, "failed") == 0 || strcmp(in.state, "lost") == 0)
+        return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+                      "instance %s is %s and cannot be stopped", in.id, in.state);
+    return wind_down(s, &in, "stopped", "stop requested by the user", clock_now());
+}
+
+int instance_terminate(struct store *s, const char *user_id, const char *id, struct op_outcome *o)
+{
+    struct instance in;
+    int rc = load(s, user_id, id, &in, o);
+    if (rc != STORE_OK)
+        return rc;
+    if (strcmp(in.state, "terminated") == 0 || strcmp(in.desired, "terminated") == 0)
+        return STORE_OK;
+    int64_t now = clock_now();
+    if (strcmp(in.state, "stopped") == 0 || strcmp(in.state, "failed") == 0 || strcmp(in.state, "lost") == 0) {
+        /* Holds no cards: nothing for agents to do. */
+        if ((rc = store_instance_set_desired(s, in.id, "terminated", now)) != STORE_OK)
+            return rc;
+        return store_instance_set_state(s, in.id, "terminated", "", "terminated by the user", now);
+    }
+    return wind_down(s, &in, "terminated", "terminate requested by the user", now);
+}
+
+json_t *instance_json(struct store *s, const struct instance *in)
+{
+    struct instance_node nodes[PLACEMENT_MAX_NODES];
+    size_t n = 0;
+    if (store_instance_nodes(s, in->id, nodes, PLACEMENT_MAX_NODES, &n) != STORE_OK)
+        return NULL;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *cards = json_loads(nodes[i].cards, 0, NULL);
+        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:o, s:s, s:s}", "rank", (json_int_t)nodes[i].rank,
+                                             "node_id", nodes[i].node_id, "node_name", nodes[i].node_name, "cards",
+                                             cards ? cards : json_array(), "phase", nodes[i].phase, "message",
+                                             nodes[i].message));
+    }
+    return json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", in->id, "name",
+                     in->name, "gpu_type", in->gpu_model, "card_count", (json_int_t)in->card_count, "image", in->image,
+                     "volume_id", in->volume_id, "state", in->state, "desired_state", in->desired, "phase", in->phase,
+                     "state_reason", in->state_reason, "nodes", arr, "state_since", json_time(in->state_since, 0),
+                     "created_at", json_time(in->created_at, 0), "updated_at", json_time(in->updated_at, 0));
+}

@@ -1,0 +1,644 @@
+/* reconciler.c: the reconciler loop. On its own thread, woken whenever an
+ * instance changes (and every reconcile_interval_ms anyway), it compares what
+ * each unsettled instance wants with what its nodes' agents report, and
+ * acts: puts workloads, watches them provision, opens the running interval
+ * when every node runs, retries failed attempts on fresh cards with backoff,
+ * marks instances lost when a node goes offline (billing ends at its last
+ * heartbeat), removes workloads of stopped instances and releases their
+ * cards. Every reconcile_sweep_ms it also lists every agent's workloads:
+ * workloads no instance owns are deleted, and running instances whose
+ * workload exited or failed are ended. Level-triggered: after any crash or
+ * restart the next pass converges from the database and the agents alone. */
+#include "agent_client.h"
+#include "clock.h"
+#include "daemon.h"
+#include "placement.h"
+#include "store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_PENDING_DELETES 100000
+
+enum call_kind { CALL_PUT, CALL_GET, CALL_DELETE, CALL_LIST, CALL_ORPHAN };
+
+/* A workload to delete whatever becomes of its instance. */
+struct pending_delete {
+    char agent_url[513];      /* node's agent */
+    char secret[65];          /* its key */
+    char workload_id[ID_MAX]; /* what */
+};
+
+/* One unsettled instance in a pass. */
+struct work {
+    struct instance in;                           /* as read at the start of the pass */
+    struct instance_node nodes[PLACEMENT_MAX_NODES]; /* its placement */
+    size_t n_nodes;                               /* entries in nodes */
+    struct agent_call *call[PLACEMENT_MAX_NODES]; /* this pass's call per node, or NULL */
+    enum call_kind kind[PLACEMENT_MAX_NODES];     /* what each call is */
+};
+
+/* A workload seen in an agent's list during a sweep. */
+struct seen {
+    char workload_id[ID_MAX]; /* id */
+    char phase[16];           /* reported phase */
+    char message[256];        /* with it */
+};
+
+static pthread_t thread;
+static int running;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int stop_requested, wake_requested; /* guarded by lock */
+
+/* Deletes to send in the next pass; touched only by the reconciler thread. */
+static struct pending_delete *pending;
+static size_t n_pending;
+
+static int should_stop(void)
+{
+    pthread_mutex_lock(&lock);
+    int s = stop_requested;
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+static void queue_delete(const struct instance_node *p)
+{
+    if (n_pending >= MAX_PENDING_DELETES)
+        return; /* the sweep finds it later */
+    struct pending_delete *grown = realloc(pending, (n_pending + 1) * sizeof *pending);
+    if (!grown)
+        return;
+    pending = grown;
+    struct pending_delete *d = &pending[n_pending++];
+    snprintf(d->agent_url, sizeof d->agent_url, "%s", p->agent_url);
+    snprintf(d->secret, sizeof d->secret, "%s", p->secret);
+    snprintf(d->workload_id, sizeof d->workload_id, "%s", p->workload_id);
+}
+
+static struct agent_client_opts client_opts(void)
+{
+    const struct daemon_conf *cf = daemon_config;
+    struct agent_client_opts o = {
+        .connect_timeout_ms = cf->agent_connect_timeout_ms,
+        .total_timeout_ms = cf->agent_timeout_ms,
+        .max_response_bytes = (size_t)cf->agent_max_response_bytes,
+        .ca_file = cf->agent_ca_file,
+    };
+    return o;
+}
+
+/* The host part of an agent URL, for MASTER_ADDR. */
+static void url_host(const char *url, char *out, size_t n)
+{
+    const char *h = strstr(url, "://");
+    h = h ? h + 3 : url;
+    size_t len;
+    if (*h == '[') {
+        h++;
+        len = strcspn(h, "]");
+    } else {
+        len = strcspn(h, ":/");
+    }
+    snprintf(out, n, "%.*s", (int)len, h);
+}
+
+/* The spec put to node rank r: image, cards, volume and the environment a
+ * distributed job needs. */
+static char *workload_spec(struct store *s, const struct work *w, size_t r)
+{
+    struct gpu_type t;
+    struct volume v;
+    if (store_gpu_type_get(s, w->in.gpu_model, &t) != STORE_OK || store_volume_get(s, NULL, w->in.volume_id, &v) != STORE_OK)
+        return NULL;
+    char master[256], num[32], port[16];
+    url_host(w->nodes[0].agent_url, master, sizeof master);
+    json_t *cards = json_loads(w->nodes[r].cards, 0, NULL);
+    json_t *env = json_object();
+    snprintf(num, sizeof num, "%lld", (long long)w->nodes[r].rank);
+    json_object_set_new(env, "NODE_RANK", json_string(num));
+    json_object_set_new(env, "GPURENT_NODE_RANK", json_string(num));
+    snprintf(num, sizeof num, "%zu", w->n_nodes);
+    json_object_set_new(env, "NNODES", json_string(num));
+    json_object_set_new(env, "GPURENT_NODE_COUNT", json_string(num));
+    snprintf(num, sizeof num, "%lld", (long long)w->in.card_count);
+    json_object_set_new(env, "WORLD_SIZE", json_string(num));
+    snprintf(num, sizeof num, "%zu", cards ? json_array_size(cards) : 0);
+    json_object_set_new(env, "GPURENT_CARDS_PER_NODE", json_string(num));
+    json_object_set_new(env, "MASTER_ADDR", json_string(master));
+    snprintf(port, sizeof port, "%lld", (long long)daemon_config->master_port);
+    json_object_set_new(env, "MASTER_PORT", json_string(port));
+    json_object_set_new(env, "GPURENT_INSTANCE_ID", json_string(w->in.id));
+    json_t *spec = json_pack("{s:s, s:o, s:s, s:[{s:s, s:s}], s:o}", "image", w->in.image, "gpus",
+                             cards ? cards : json_array(), "stack", t.stack, "volumes", "source", v.source, "target",
+                             "/shared", "env", env);
+    char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(spec);
+    return text;
+}
+
+static int phase_rank(const char *phase)
+{
+    static const char *const order[] = {"pulling", "mounting", "starting", "running"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(phase, order[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* Reads phase and message from a workload document. */
+static void read_phase(const char *text, size_t len, char *phase, size_t pn, char *message, size_t mn)
+{
+    json_t *j = json_loadb(text ? text : "", len, 0, NULL);
+    const char *p = json_string_value(json_object_get(j, "phase"));
+    const char *m = json_string_value(json_object_get(j, "message"));
+    snprintf(phase, pn, "%s", p ? p : "");
+    snprintf(message, mn, "%s", m ? m : "");
+    json_decref(j);
+}
+
+/* ------------------------------------------------------------ deciding calls */
+
+static int holding(const struct instance *in)
+{
+    static const char *const states[] = {"pending", "provisioning", "running", "stopping", "lost"};
+    for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
+        if (strcmp(in->state, states[i]) == 0)
+            return 1;
+    return 0;
+}
+
+static void plan_calls(struct store *s, struct work *w, int64_t now, const struct agent_client_opts *opts)
+{
+    const struct instance *in = &w->in;
+    int winding_down = strcmp(in->desired, "running") != 0 && holding(in);
+    int provisioning = !winding_down && (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0);
+    if (provisioning && now < in->next_attempt_at)
+        return;
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        struct instance_node *p = &w->nodes[r];
+        if (strcmp(p->node_health, "up") != 0)
+            continue; /* decided in apply: lost, failed attempt, or nothing to delete */
+        char path[96];
+        snprintf(path, sizeof path, "/v1/workloads/%s", p->workload_id);
+        if (winding_down) {
+            w->call[r] = agent_call_new(p->agent_url, p->secret, "DELETE", path, NULL, opts);
+            w->kind[r] = CALL_DELETE;
+        } else if (provisioning && !p->put_done) {
+            char *spec = workload_spec(s, w, r);
+            if (spec)
+                w->call[r] = agent_call_new(p->agent_url, p->secret, "PUT", path, spec, opts);
+            free(spec);
+            w->kind[r] = CALL_PUT;
+        } else if (provisioning) {
+            w->call[r] = agent_call_new(p->agent_url, p->secret, "GET", path, NULL, opts);
+            w->kind[r] = CALL_GET;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ applying results */
+
+struct apply_ctx {
+    struct work *w;             /* the instance and its call results */
+    int64_t now;                /* pass time */
+    const struct seen *seen;    /* sweep results, sorted by id (NULL: no sweep) */
+    size_t n_seen;              /* entries in seen */
+    int queued_deletes;         /* out: workloads to delete next pass */
+};
+
+static const struct seen *find_seen(const struct apply_ctx *ctx, const char *id)
+{
+    size_t lo = 0, hi = ctx->n_seen;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(ctx->seen[mid].workload_id, id);
+        if (c == 0)
+            return &ctx->seen[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static void queue_all_deletes(struct apply_ctx *ctx)
+{
+    for (size_t r = 0; r < ctx->w->n_nodes; r++)
+        queue_delete(&ctx->w->nodes[r]);
+    ctx->queued_deletes = 1;
+}
+
+/* Ends the instance's run: billing stops at `at`, cards are released, its
+ * workloads are deleted, and it enters state. */
+static int end_run(struct store *s, struct apply_ctx *ctx, const char *state, int64_t at, const char *reason)
+{
+    int rc;
+    if ((rc = store_interval_close(s, ctx->w->in.id, at, reason)) != STORE_OK ||
+        (rc = store_instance_release(s, ctx->w->in.id)) != STORE_OK)
+        return rc;
+    queue_all_deletes(ctx);
+    return store_instance_set_state(s, ctx->w->in.id, state, "", reason, ctx->now);
+}
+
+/* A provisioning attempt failed: retry on fresh cards after a backoff, or
+ * give up after provision_max_attempts. */
+static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *reason)
+{
+    struct instance *in = &ctx->w->in;
+    int64_t attempts = in->attempts + 1;
+    char why[512];
+    int rc;
+    if (attempts >= daemon_config->provision_max_attempts) {
+        snprintf(why, sizeof why, "gave up after %lld attempts: %.200s", (long long)attempts, reason);
+        if ((rc = store_instance_set_attempts(s, in->id, attempts, 0)) != STORE_OK)
+            return rc;
+        return end_run(s, ctx, "failed", ctx->now, why);
+    }
+    if ((rc = store_instance_release(s, in->id)) != STORE_OK)
+        return rc;
+    queue_all_deletes(ctx);
+    struct op_outcome o = {0};
+    rc = instance_place(s, in, &o);
+    json_decref(o.extra);
+    if (rc == REFUSED) {
+        snprintf(why, sizeof why, "%.120s; no cards to retry on: %.120s", reason, o.message);
+        if ((rc = store_instance_set_attempts(s, in->id, attempts, 0)) != STORE_OK)
+            return rc;
+        return store_instance_set_state(s, in->id, "failed", "", why, ctx->now);
+    }
+    if (rc != STORE_OK)
+        return rc;
+    int64_t backoff = 10;
+    for (int64_t i = 1; i < attempts && backoff < 300; i++)
+        backoff *= 2;
+    if ((rc = store_instance_set_attempts(s, in->id, attempts, ctx->now + (backoff > 300 ? 300 : backoff))) != STORE_OK)
+        return rc;
+    snprintf(why, sizeof why, "attempt %lld failed, retrying on other cards: %.200s", (long long)attempts, reason);
+    return store_instance_set_state(s, in->id, "pending", "", why, ctx->now);
+}
+
+static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
+{
+    struct work *w = ctx->w;
+    char failure[256] = "";
+    int all_running = w->n_nodes > 0, any_put = 0, slowest = 4;
+    char slowest_phase[16] = "";
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        struct instance_node *p = &w->nodes[r];
+        struct agent_call *c = w->call[r];
+        if (strcmp(p->node_health, "up") != 0) {
+            snprintf(failure, sizeof failure, "node %s is %s", p->node_name, p->node_health);
+            break;
+        }
+        if (c && !c->error[0]) {
+            if (c->status == 200 || c->status == 201) {
+                read_phase(c->response, c->response_len, p->phase, sizeof p->phase, p->message, sizeof p->message);
+                p->put_done = 1;
+            } else if (w->kind[r] == CALL_GET && c->status == 404) {
+                p->put_done = 0; /* the agent forgot it: put it again */
+                snprintf(p->phase, sizeof p->phase, "%s", "");
+            } else {
+                snprintf(failure, sizeof failure, "node %s refused the workload (HTTP %ld)", p->node_name, c->status);
+            }
+        }
+        if (strcmp(p->phase, "failed") == 0 || strcmp(p->phase, "exited") == 0)
+            snprintf(failure, sizeof failure, "node %s: workload %s: %.160s", p->node_name, p->phase, p->message);
+        any_put |= p->put_done;
+        int pr = phase_rank(p->phase);
+        all_running &= pr == 3;
+        if (pr >= 0 && pr < slowest) {
+            slowest = pr;
+            snprintf(slowest_phase, sizeof slowest_phase, "%s", p->phase);
+        }
+        int rc = store_instance_node_update(s, w->in.id, p->rank, p->phase, p->message, p->put_done);
+        if (rc != STORE_OK && rc != STORE_NOT_FOUND)
+            return rc;
+    }
+    if (!failure[0] && ctx->now - w->in.state_since > daemon_config->provision_timeout_s &&
+        strcmp(w->in.state, "provisioning") == 0)
+        snprintf(failure, sizeof failure, "provisioning took longer than %llds",
+                 (long long)daemon_config->provision_timeout_s);
+    if (failure[0])
+        return attempt_failed(s, ctx, failure);
+    if (all_running) {
+        int rc = store_interval_open(s, &w->in, ctx->now);
+        if (rc != STORE_OK)
+            return rc;
+        if ((rc = store_instance_set_attempts(s, w->in.id, 0, 0)) != STORE_OK)
+            return rc;
+        return store_instance_set_state(s, w->in.id, "running", "", "every node is running", ctx->now);
+    }
+    if (any_put)
+        return store_instance_set_state(s, w->in.id, "provisioning", slowest_phase[0] ? slowest_phase : "pulling",
+                                        w->in.state_reason, ctx->now);
+    return STORE_OK;
+}
+
+static int apply_running(struct store *s, struct apply_ctx *ctx)
+{
+    struct work *w = ctx->w;
+    /* A node that stopped answering: billing ends at its last heartbeat. */
+    int64_t last_seen = -1;
+    const char *lost_node = NULL;
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        if (strcmp(w->nodes[r].node_health, "up") != 0 && (last_seen < 0 || w->nodes[r].node_last_seen < last_seen)) {
+            last_seen = w->nodes[r].node_last_seen;
+            lost_node = w->nodes[r].node_name;
+        }
+    }
+    if (lost_node) {
+        char why[160];
+        snprintf(why, sizeof why, "node %s stopped answering", lost_node);
+        return end_run(s, ctx, "lost", last_seen, why);
+    }
+    if (!ctx->seen)
+        return STORE_OK;
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        const struct seen *seen = find_seen(ctx, w->nodes[r].workload_id);
+        char why[320];
+        if (!seen) {
+            snprintf(why, sizeof why, "workload vanished from node %s", w->nodes[r].node_name);
+            return end_run(s, ctx, "failed", ctx->now, why);
+        }
+        if (strcmp(seen->phase, "failed") == 0 || strcmp(seen->phase, "exited") == 0) {
+            snprintf(why, sizeof why, "workload %s on node %s: %.200s", seen->phase, w->nodes[r].node_name,
+                     seen->message);
+            return end_run(s, ctx, strcmp(seen->phase, "exited") == 0 ? "stopped" : "failed", ctx->now, why);
+        }
+    }
+    return STORE_OK;
+}
+
+static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
+{
+    struct work *w = ctx->w;
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        struct agent_call *c = w->call[r];
+        if (strcmp(w->nodes[r].node_health, "up") != 0)
+            continue; /* offline: the sweep deletes it when the node returns */
+        if (!c || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404))
+            return STORE_OK; /* try again next pass */
+    }
+    int rc;
+    const char *final = strcmp(w->in.desired, "terminated") == 0 ? "terminated" : "stopped";
+    if ((rc = store_interval_close(s, w->in.id, ctx->now, final)) != STORE_OK ||
+        (rc = store_instance_release(s, w->in.id)) != STORE_OK)
+        return rc;
+    return store_instance_set_state(s, w->in.id, final, "", strcmp(final, "terminated") == 0 ? "terminated" : "stopped",
+                                    ctx->now);
+}
+
+static int apply_txn(struct store *s, void *vctx)
+{
+    struct apply_ctx *ctx = vctx;
+    struct instance now_in;
+    int rc = store_instance_get(s, NULL, ctx->w->in.id, &now_in);
+    if (rc != STORE_OK)
+        return rc;
+    /* The user changed it while we talked to agents: the next pass decides. */
+    if (strcmp(now_in.state, ctx->w->in.state) != 0 || strcmp(now_in.desired, ctx->w->in.desired) != 0 ||
+        now_in.attempts != ctx->w->in.attempts)
+        return STORE_OK;
+    ctx->queued_deletes = 0;
+    const struct instance *in = &ctx->w->in;
+    if (strcmp(in->state, "stopped") == 0 && strcmp(in->desired, "terminated") == 0)
+        return store_instance_set_state(s, in->id, "terminated", "", "terminated", ctx->now);
+    if (strcmp(in->desired, "running") != 0)
+        return apply_wind_down(s, ctx);
+    if (strcmp(in->state, "running") == 0)
+        return apply_running(s, ctx);
+    if (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0) {
+        if (ctx->now < in->next_attempt_at)
+            return STORE_OK;
+        return apply_provisioning(s, ctx);
+    }
+    return STORE_OK;
+}
+
+/* ------------------------------------------------------------ the sweep */
+
+static int seen_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct seen *)a)->workload_id, ((const struct seen *)b)->workload_id);
+}
+
+static int id_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+/* Reads one agent's workload list into seen; queues deletes of orphans. */
+static void take_list(struct agent_call *c, const struct node_target *t, char (*placed)[ID_MAX], size_t n_placed,
+                      struct seen **seen, size_t *n_seen, size_t *cap)
+{
+    json_t *doc = json_loadb(c->response ? c->response : "", c->response_len, 0, NULL);
+    json_t *list = json_object_get(doc, "workloads"), *wl;
+    size_t i;
+    json_array_foreach(list, i, wl) {
+        const char *id = json_string_value(json_object_get(wl, "id"));
+        if (!id || strlen(id) >= ID_MAX)
+            continue;
+        if (!bsearch(id, placed, n_placed, ID_MAX, id_cmp)) {
+            struct instance_node p = {0};
+            snprintf(p.agent_url, sizeof p.agent_url, "%s", t->agent_url);
+            snprintf(p.secret, sizeof p.secret, "%s", t->secret);
+            snprintf(p.workload_id, sizeof p.workload_id, "%s", id);
+            log_info("reconciler: deleting orphaned workload %s on node %s", id, t->id);
+            queue_delete(&p);
+            continue;
+        }
+        if (*n_seen == *cap) {
+            *cap = *cap ? *cap * 2 : 256;
+            struct seen *grown = realloc(*seen, *cap * sizeof **seen);
+            if (!grown)
+                break;
+            *seen = grown;
+        }
+        struct seen *sn = &(*seen)[(*n_seen)++];
+        snprintf(sn->workload_id, sizeof sn->workload_id, "%s", id);
+        const char *phase = json_string_value(json_object_get(wl, "phase"));
+        const char *message = json_string_value(json_object_get(wl, "message"));
+        snprintf(sn->phase, sizeof sn->phase, "%s", phase ? phase : "");
+        snprintf(sn->message, sizeof sn->message, "%s", message ? message : "");
+    }
+    json_decref(doc);
+}
+
+/* ------------------------------------------------------------ one pass */
+
+static void run_pass(struct store *s, int sweep)
+{
+    struct agent_client_opts opts = client_opts();
+    int64_t now = clock_now();
+    struct instance *ins = NULL;
+    size_t n_ins = 0;
+    if (store_instance_unsettled(s, &ins, &n_ins) != STORE_OK)
+        return;
+    struct work *works = calloc(n_ins ? n_ins : 1, sizeof *works);
+    struct node_target *targets = NULL;
+    size_t n_targets = 0;
+    char(*placed)[ID_MAX] = NULL;
+    size_t n_placed = 0;
+    if (!works)
+        goto out;
+    for (size_t i = 0; i < n_ins; i++) {
+        works[i].in = ins[i];
+        if (store_instance_nodes(s, ins[i].id, works[i].nodes, PLACEMENT_MAX_NODES, &works[i].n_nodes) != STORE_OK)
+            works[i].n_nodes = 0;
+        plan_calls(s, &works[i], now, &opts);
+    }
+    if (sweep && (store_node_targets(s, &targets, &n_targets) != STORE_OK ||
+                  store_placed_workloads(s, &placed, &n_placed) != STORE_OK))
+        sweep = 0;
+
+    /* Every call of the pass goes out at once: deletes left from the last
+     * pass, per-instance calls, and the sweep's lists. */
+    size_t n_deletes = n_pending;
+    struct pending_delete *deletes = pending;
+    pending = NULL;
+    n_pending = 0;
+    size_t total = n_deletes + n_targets;
+    for (size_t i = 0; i < n_ins; i++)
+        total += works[i].n_nodes;
+    struct agent_call **calls = calloc(total ? total : 1, sizeof *calls);
+    if (!calls) {
+        free(deletes);
+        goto out;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n_deletes; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/v1/workloads/%s", deletes[i].workload_id);
+        calls[k++] = agent_call_new(deletes[i].agent_url, deletes[i].secret, "DELETE", path, NULL, &opts);
+    }
+    size_t list_base = k;
+    for (size_t i = 0; sweep && i < n_targets; i++)
+        calls[k++] = strcmp(targets[i].health, "up") == 0
+                         ? agent_call_new(targets[i].agent_url, targets[i].secret, "GET", "/v1/workloads", NULL, &opts)
+                         : NULL;
+    size_t work_base = k;
+    for (size_t i = 0; i < n_ins; i++)
+        for (size_t r = 0; r < works[i].n_nodes; r++)
+            calls[k++] = works[i].call[r];
+    agent_calls_run(calls, k, (long)daemon_config->agent_max_parallel, should_stop);
+
+    /* Deletes that did not get through are tried again next pass. */
+    for (size_t i = 0; i < n_deletes; i++) {
+        struct agent_call *c = calls[i];
+        if (!c || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404)) {
+            struct instance_node p = {0};
+            snprintf(p.agent_url, sizeof p.agent_url, "%s", deletes[i].agent_url);
+            snprintf(p.secret, sizeof p.secret, "%s", deletes[i].secret);
+            snprintf(p.workload_id, sizeof p.workload_id, "%s", deletes[i].workload_id);
+            queue_delete(&p);
+        }
+    }
+    free(deletes);
+
+    struct seen *seen = NULL;
+    size_t n_seen = 0, cap = 0;
+    int sweep_complete = sweep;
+    for (size_t i = 0; sweep && i < n_targets; i++) {
+        struct agent_call *c = calls[list_base + i];
+        if (!c)
+            continue;
+        if (c->error[0] || c->status != 200)
+            sweep_complete = 0; /* an unlisted node's workloads are unknown, not gone */
+        else
+            take_list(c, &targets[i], placed, n_placed, &seen, &n_seen, &cap);
+    }
+    if (n_seen)
+        qsort(seen, n_seen, sizeof *seen, seen_cmp);
+
+    int64_t applied_at = clock_now();
+    for (size_t i = 0; i < n_ins; i++) {
+        struct apply_ctx ctx = {&works[i], applied_at, sweep_complete ? seen : NULL, n_seen, 0};
+        if (store_txn(s, apply_txn, &ctx) != STORE_OK)
+            log_error("reconciler: cannot update instance %s", works[i].in.id);
+    }
+    (void)work_base;
+    free(seen);
+    for (size_t i = 0; i < k; i++)
+        agent_call_free(calls[i]);
+    free(calls);
+out:
+    free(placed);
+    free(targets);
+    free(works);
+    free(ins);
+}
+
+static void *reconciler_main(void *arg)
+{
+    (void)arg;
+    struct store *s = store_thread();
+    if (!s) {
+        log_error("reconciler: no database connection; reconciler stopped");
+        return NULL;
+    }
+    int64_t last_sweep = 0;
+    for (;;) {
+        int64_t mono = clock_mono_ms();
+        int sweep = mono - last_sweep >= daemon_config->reconcile_sweep_ms;
+        if (sweep)
+            last_sweep = mono;
+        run_pass(s, sweep);
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        int64_t ms = n_pending ? 200 : daemon_config->reconcile_interval_ms;
+        deadline.tv_sec += ms / 1000;
+        deadline.tv_nsec += (ms % 1000) * 1000000;
+        if (deadline.tv_nsec >= 1000000000) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&lock);
+        while (!stop_requested && !wake_requested)
+            if (pthread_cond_timedwait(&cond, &lock, &deadline) == ETIMEDOUT)
+                break;
+        int stop = stop_requested;
+        wake_requested = 0;
+        pthread_mutex_unlock(&lock);
+        if (stop)
+            break;
+    }
+    free(pending);
+    pending = NULL;
+    n_pending = 0;
+    return NULL;
+}
+
+int reconciler_start(void)
+{
+    stop_requested = 0;
+    if (pthread_create(&thread, NULL, reconciler_main, NULL) != 0) {
+        log_error("reconciler: cannot start thread");
+        return -1;
+    }
+    running = 1;
+    return 0;
+}
+
+void reconciler_wake(void)
+{
+    pthread_mutex_lock(&lock);
+    wake_requested = 1;
+    pthread_cond_signal(&cond);
+    pthread_mutex_unlock(&lock);
+}
+
+void reconciler_stop(void)
+{
+    if (!running)
+        return;
+    pthread_mutex_lock(&lock);
+    stop_requested = 1;
+    pthread_cond_signal(&cond);
+    pthread_mutex_unlock(&lock);
+    pthread_join(thread, NULL);
+    running = 0;
+}

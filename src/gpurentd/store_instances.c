@@ -1,0 +1,516 @@
+/* store_instances.c: SQL for instances, their placement on node cards,
+ * their events and running intervals, and per-user card quotas. */
+#include "placement.h"
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INSTANCE_COLUMNS                                                                                  \
+    "id, user_id, name, gpu_model, card_count, image, volume_id, desired, state, phase, state_reason," \
+    " attempts, next_attempt_at, state_since, created_at, updated_at"
+
+/* States in which an instance holds (or is about to hold) cards. */
+#define HOLDING "('pending', 'provisioning', 'running', 'stopping', 'lost')"
+
+static const char SQL_INS_INSERT[] =
+    "INSERT INTO instances (" INSTANCE_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+static const char SQL_INS_GET[] =
+    "SELECT " INSTANCE_COLUMNS " FROM instances WHERE id = ?2 AND (?1 IS NULL OR user_id = ?1)";
+static const char SQL_INS_LIST[] =
+    "SELECT " INSTANCE_COLUMNS " FROM instances WHERE (?1 IS NULL OR user_id = ?1) AND (?2 IS NULL OR state = ?2)"
+    " AND (created_at, id) > (?3, ?4) ORDER BY created_at, id LIMIT ?5";
+static const char SQL_INS_UNSETTLED[] =
+    "SELECT " INSTANCE_COLUMNS " FROM instances"
+    " WHERE state IN " HOLDING " OR (state = 'stopped' AND desired = 'terminated') ORDER BY created_at, id";
+static const char SQL_INS_CURRENT[] = "SELECT state, phase FROM instances WHERE id = ?";
+static const char SQL_INS_SET_STATE[] =
+    "UPDATE instances SET state = ?2, phase = ?3, state_reason = ?4, updated_at = ?5,"
+    " state_since = CASE WHEN state <> ?2 THEN ?5 ELSE state_since END WHERE id = ?1";
+static const char SQL_INS_SET_DESIRED[] = "UPDATE instances SET desired = ?2, updated_at = ?3 WHERE id = ?1";
+static const char SQL_INS_SET_ATTEMPTS[] =
+    "UPDATE instances SET attempts = ?2, next_attempt_at = ?3 WHERE id = ?1";
+static const char SQL_EVENT_INSERT[] = "INSERT INTO instance_events (instance_id, at, state, reason) VALUES (?, ?, ?, ?)";
+static const char SQL_EVENT_LIST[] =
+    "SELECT seq, at, state, reason FROM instance_events WHERE instance_id = ? AND seq > ? ORDER BY seq LIMIT ?";
+static const char SQL_INS_NODES[] =
+    "SELECT p.rank, p.node_id, n.name, n.agent_url, n.secret, n.health, coalesce(n.last_seen_at, 0), p.workload_id,"
+    " p.cards, p.phase, p.message, p.put_done FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+    " WHERE p.instance_id = ? ORDER BY p.rank LIMIT ?";
+static const char SQL_CANDIDATES[] =
+    "SELECT n.id, n.fabric, n.card_count, coalesce((SELECT group_concat(c.idx) FROM node_cards c"
+    "   WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL), '')"
+    " FROM nodes n WHERE n.gpu_model = ? AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'"
+    " ORDER BY n.fabric, n.name";
+static const char SQL_CARD_CLAIM[] =
+    "UPDATE node_cards SET instance_id = ?1 WHERE node_id = ?2 AND idx = ?3 AND instance_id IS NULL AND healthy = 1";
+static const char SQL_PLACEMENT_INSERT[] =
+    "INSERT INTO instance_nodes (instance_id, rank, node_id, workload_id, cards) VALUES (?, ?, ?, ?, ?)";
+static const char SQL_CARD_RELEASE[] = "UPDATE node_cards SET instance_id = NULL WHERE instance_id = ?";
+static const char SQL_PLACEMENT_DELETE[] = "DELETE FROM instance_nodes WHERE instance_id = ?";
+static const char SQL_PLACEMENT_UPDATE[] =
+    "UPDATE instance_nodes SET phase = ?3, message = ?4, put_done = ?5 WHERE instance_id = ?1 AND rank = ?2";
+static const char SQL_INTERVAL_OPEN[] =
+    "INSERT INTO running_intervals (instance_id, user_id, gpu_model, card_count, started_at)"
+    " SELECT ?1, ?2, ?3, ?4, ?5 WHERE NOT EXISTS"
+    " (SELECT 1 FROM running_intervals WHERE instance_id = ?1 AND ended_at IS NULL)";
+static const char SQL_INTERVAL_CLOSE[] =
+    "UPDATE running_intervals SET ended_at = max(started_at, ?2), end_reason = ?3"
+    " WHERE instance_id = ?1 AND ended_at IS NULL";
+static const char SQL_PLACED_WORKLOADS[] = "SELECT workload_id FROM instance_nodes ORDER BY workload_id";
+static const char SQL_USER_CARDS[] =
+    "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ? AND state IN " HOLDING;
+static const char SQL_USER_MAX_CARDS[] = "SELECT max_cards FROM user_limits WHERE user_id = ?";
+static const char SQL_USER_SET_MAX_CARDS[] =
+    "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
+    " ON CONFLICT (user_id) DO UPDATE SET max_cards = excluded.max_cards";
+
+static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+static void read_instance(sqlite3_stmt *st, struct instance *in)
+{
+    text(in->id, sizeof in->id, st, 0);
+    text(in->user_id, sizeof in->user_id, st, 1);
+    text(in->name, sizeof in->name, st, 2);
+    text(in->gpu_model, sizeof in->gpu_model, st, 3);
+    in->card_count = sqlite3_column_int64(st, 4);
+    text(in->image, sizeof in->image, st, 5);
+    text(in->volume_id, sizeof in->volume_id, st, 6);
+    text(in->desired, sizeof in->desired, st, 7);
+    text(in->state, sizeof in->state, st, 8);
+    text(in->phase, sizeof in->phase, st, 9);
+    text(in->state_reason, sizeof in->state_reason, st, 10);
+    in->attempts = sqlite3_column_int64(st, 11);
+    in->next_attempt_at = sqlite3_column_int64(st, 12);
+    in->state_since = sqlite3_column_int64(st, 13);
+    in->created_at = sqlite3_column_int64(st, 14);
+    in->updated_at = sqlite3_column_int64(st, 15);
+}
+
+/* Steps a write; STORE_NOT_FOUND if it changed no row. */
+static int step_change(struct store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
+    sqlite3_reset(st);
+    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
+        return STORE_NOT_FOUND;
+    return rc;
+}
+
+static int step_write(struct store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_instance_insert(struct store *s, const struct instance *in)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, in->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, in->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, in->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, in->gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, in->card_count);
+    sqlite3_bind_text(st, 6, in->image, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 7, in->volume_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, in->desired, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 9, in->state, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 10, in->phase, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 11, in->state_reason, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 12, in->attempts);
+    sqlite3_bind_int64(st, 13, in->next_attempt_at);
+    sqlite3_bind_int64(st, 14, in->state_since);
+    sqlite3_bind_int64(st, 15, in->created_at);
+    sqlite3_bind_int64(st, 16, in->updated_at);
+    return step_write(s, st, "insert instance");
+}
+
+int store_instance_get(struct store *s, const char *user_id, const char *id, struct instance *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_GET);
+    if (!st)
+        return STORE_ERROR;
+    if (user_id)
+        sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), result;
+    if (rc == SQLITE_ROW) {
+        read_instance(st, out);
+        result = STORE_OK;
+    } else {
+        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get instance");
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_instance_list(struct store *s, const struct instance_filter *f, struct instance *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_LIST);
+    if (!st)
+        return STORE_ERROR;
+    if (f->user_id)
+        sqlite3_bind_text(st, 1, f->user_id, -1, SQLITE_STATIC);
+    if (f->state)
+        sqlite3_bind_text(st, 2, f->state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, f->after_created);
+    sqlite3_bind_text(st, 4, f->after_id ? f->after_id : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
+        read_instance(st, &out[(*n)++]);
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list instances");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_instance_unsettled(struct store *s, struct instance **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_UNSETTLED);
+    if (!st)
+        return STORE_ERROR;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct instance *grown = realloc(*out, cap * sizeof **out);
+            if (!grown) {
+                sqlite3_reset(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return STORE_ERROR;
+            }
+            *out = grown;
+        }
+        read_instance(st, &(*out)[(*n)++]);
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "unsettled instances");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_instance_event(struct store *s, const char *id, int64_t at, const char *state, const char *reason)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_EVENT_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, at);
+    sqlite3_bind_text(st, 3, state, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, reason ? reason : "", -1, SQLITE_STATIC);
+    return step_write(s, st, "insert instance event");
+}
+
+int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase,
+                             const char *reason, int64_t now)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_CURRENT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_reset(st);
+        return rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "instance state");
+    }
+    int state_changed = strcmp((const char *)sqlite3_column_text(st, 0), state) != 0;
+    int phase_changed = strcmp((const char *)sqlite3_column_text(st, 1), phase) != 0;
+    sqlite3_reset(st);
+    st = store_stmt(s, SQL_INS_SET_STATE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, state, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, phase, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, reason ? reason : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, now);
+    if ((rc = step_change(s, st, "set instance state")) != STORE_OK)
+        return rc;
+    if (state_changed)
+        return store_instance_event(s, id, now, state, reason);
+    if (phase_changed && phase[0])
+        return store_instance_event(s, id, now, phase, reason);
+    return STORE_OK;
+}
+
+int store_instance_set_desired(struct store *s, const char *id, const char *desired, int64_t now)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_SET_DESIRED);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, desired, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now);
+    return step_change(s, st, "set instance desired");
+}
+
+int store_instance_set_attempts(struct store *s, const char *id, int64_t attempts, int64_t next_attempt_at)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_SET_ATTEMPTS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, attempts);
+    sqlite3_bind_int64(st, 3, next_attempt_at);
+    return step_change(s, st, "set instance attempts");
+}
+
+int store_instance_events(struct store *s, const char *id, int64_t after_seq, struct instance_event *out, size_t max,
+                          size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_EVENT_LIST);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, after_seq);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
+        struct instance_event *e = &out[(*n)++];
+        e->seq = sqlite3_column_int64(st, 0);
+        e->at = sqlite3_column_int64(st, 1);
+        text(e->state, sizeof e->state, st, 2);
+        text(e->reason, sizeof e->reason, st, 3);
+    }
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "instance events");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_NODES);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
+        struct instance_node *p = &out[(*n)++];
+        p->rank = sqlite3_column_int64(st, 0);
+        text(p->node_id, sizeof p->node_id, st, 1);
+        text(p->node_name, sizeof p->node_name, st, 2);
+        text(p->agent_url, sizeof p->agent_url, st, 3);
+        text(p->secret, sizeof p->secret, st, 4);
+        text(p->node_health, sizeof p->node_health, st, 5);
+        p->node_last_seen = sqlite3_column_int64(st, 6);
+        text(p->workload_id, sizeof p->workload_id, st, 7);
+        text(p->cards, sizeof p->cards, st, 8);
+        text(p->phase, sizeof p->phase, st, 9);
+        text(p->message, sizeof p->message, st, 10);
+        p->put_done = sqlite3_column_int(st, 11);
+    }
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "instance nodes");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_placement_candidates(struct store *s, const char *gpu_model, struct placement_node **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_CANDIDATES);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct placement_node *grown = realloc(*out, cap * sizeof **out);
+            if (!grown) {
+                sqlite3_reset(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return STORE_ERROR;
+            }
+            *out = grown;
+        }
+        struct placement_node *pn = &(*out)[(*n)++];
+        text(pn->id, sizeof pn->id, st, 0);
+        text(pn->fabric, sizeof pn->fabric, st, 1);
+        pn->card_count = sqlite3_column_int(st, 2);
+        pn->free_mask = 0;
+        /* "0,1,5": the free card indexes. */
+        for (const char *p = (const char *)sqlite3_column_text(st, 3); p && *p;) {
+            char *end;
+            long idx = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (idx >= 0 && idx < 64)
+                pn->free_mask |= (uint64_t)1 << idx;
+            p = *end == ',' ? end + 1 : end;
+        }
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "placement candidates");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_instance_claim(struct store *s, const char *instance_id, int64_t rank, const char *node_id,
+                         const char *workload_id, uint64_t cards)
+{
+    char list[256] = "[";
+    size_t len = 1;
+    for (int idx = 0; idx < 64; idx++) {
+        if (!(cards & ((uint64_t)1 << idx)))
+            continue;
+        sqlite3_stmt *st = store_stmt(s, SQL_CARD_CLAIM);
+        if (!st)
+            return STORE_ERROR;
+        sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, node_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, idx);
+        int rc = step_change(s, st, "claim card");
+        /* A card taken meanwhile: the caller's transaction rolls back, so no
+         * partial claim survives. */
+        if (rc == STORE_NOT_FOUND)
+            return STORE_CONFLICT;
+        if (rc != STORE_OK)
+            return rc;
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", len > 1 ? "," : "", idx);
+    }
+    snprintf(list + len, sizeof list - len, "]");
+    sqlite3_stmt *st = store_stmt(s, SQL_PLACEMENT_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, rank);
+    sqlite3_bind_text(st, 3, node_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, workload_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, list, -1, SQLITE_STATIC);
+    return step_write(s, st, "insert placement");
+}
+
+int store_instance_release(struct store *s, const char *instance_id)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_CARD_RELEASE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    int rc = step_write(s, st, "release cards");
+    if (rc != STORE_OK)
+        return rc;
+    st = store_stmt(s, SQL_PLACEMENT_DELETE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    return step_write(s, st, "delete placement");
+}
+
+int store_instance_node_update(struct store *s, const char *instance_id, int64_t rank, const char *phase,
+                               const char *message, int put_done)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_PLACEMENT_UPDATE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, rank);
+    sqlite3_bind_text(st, 3, phase, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, message, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, put_done);
+    return step_change(s, st, "update placement");
+}
+
+int store_interval_open(struct store *s, const struct instance *in, int64_t started_at)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INTERVAL_OPEN);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, in->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, in->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, in->gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, in->card_count);
+    sqlite3_bind_int64(st, 5, started_at);
+    return step_write(s, st, "open running interval");
+}
+
+int store_interval_close(struct store *s, const char *instance_id, int64_t ended_at, const char *reason)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INTERVAL_CLOSE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, ended_at);
+    sqlite3_bind_text(st, 3, reason, -1, SQLITE_STATIC);
+    return step_write(s, st, "close running interval");
+}
+
+static int64_t single_int(struct store *s, const char *sql, const char *arg, int64_t if_none, const char *what)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? if_none
+                                                                                   : store_rc_from_sqlite(s, rc, what);
+    sqlite3_reset(st);
+    return v;
+}
+
+int64_t store_user_cards_in_use(struct store *s, const char *user_id)
+{
+    return single_int(s, SQL_USER_CARDS, user_id, 0, "user cards");
+}
+
+int64_t store_user_max_cards(struct store *s, const char *user_id, int64_t def)
+{
+    return single_int(s, SQL_USER_MAX_CARDS, user_id, def, "user max cards");
+}
+
+int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_cards)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_SET_MAX_CARDS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, max_cards);
+    return step_write(s, st, "set user max cards");
+}
+
+int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_PLACED_WORKLOADS);
+    if (!st)
+        return STORE_ERROR;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 256;
+            char(*grown)[ID_MAX] = realloc(*out, cap * ID_MAX);
+            if (!grown) {
+                sqlite3_reset(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return STORE_ERROR;
+            }
+            *out = grown;
+        }
+        text((*out)[(*n)++], ID_MAX, st, 0);
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "placed workloads");
+    sqlite3_reset(st);
+    return result;
+}

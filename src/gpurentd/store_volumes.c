@@ -1,0 +1,129 @@
+/* store_volumes.c: SQL for users' persistent volumes. */
+#include "store.h"
+
+#include <stdio.h>
+
+/* Instances that still need the volume: everything but the ended ones. */
+#define VOLUME_COLUMNS                                                                                        \
+    "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                            \
+    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')),"\
+    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id"                                             \
+    "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping', 'lost'))"
+
+static const char SQL_VOLUME_INSERT[] =
+    "INSERT INTO volumes (id, user_id, name, size_gb, source, created_at) VALUES (?, ?, ?, ?, ?, ?)";
+static const char SQL_VOLUME_GET[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
+                                     " WHERE v.id = ?2 AND (?1 IS NULL OR v.user_id = ?1) AND v.deleted_at IS NULL";
+static const char SQL_VOLUME_BY_NAME[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
+                                         " WHERE v.user_id = ? AND v.name = ? AND v.deleted_at IS NULL";
+static const char SQL_VOLUME_LIST[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
+                                      " WHERE v.user_id = ? AND v.deleted_at IS NULL AND (v.created_at, v.id) > (?, ?)"
+                                      " ORDER BY v.created_at, v.id LIMIT ?";
+static const char SQL_VOLUME_DELETE[] =
+    "UPDATE volumes SET deleted_at = ?3 WHERE id = ?2 AND user_id = ?1 AND deleted_at IS NULL";
+
+static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+static void read_volume(sqlite3_stmt *st, struct volume *v)
+{
+    text(v->id, sizeof v->id, st, 0);
+    text(v->user_id, sizeof v->user_id, st, 1);
+    text(v->name, sizeof v->name, st, 2);
+    v->size_gb = sqlite3_column_int64(st, 3);
+    text(v->source, sizeof v->source, st, 4);
+    v->created_at = sqlite3_column_int64(st, 5);
+    v->instances = sqlite3_column_int64(st, 6);
+    v->mounted = sqlite3_column_int64(st, 7);
+}
+
+static int get_one(struct store *s, sqlite3_stmt *st, struct volume *out, const char *what)
+{
+    int rc = sqlite3_step(st), result;
+    if (rc == SQLITE_ROW) {
+        read_volume(st, out);
+        result = STORE_OK;
+    } else {
+        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, what);
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_volume_insert(struct store *s, const struct volume *v)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_VOLUME_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, v->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, v->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, v->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, v->size_gb);
+    sqlite3_bind_text(st, 5, v->source, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, v->created_at);
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert volume");
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_volume_get(struct store *s, const char *user_id, const char *id, struct volume *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_VOLUME_GET);
+    if (!st)
+        return STORE_ERROR;
+    if (user_id)
+        sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+    return get_one(s, st, out, "get volume");
+}
+
+int store_volume_get_by_name(struct store *s, const char *user_id, const char *name, struct volume *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_VOLUME_BY_NAME);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    return get_one(s, st, out, "get volume by name");
+}
+
+int store_volume_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
+                      struct volume *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_VOLUME_LIST);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, after_created);
+    sqlite3_bind_text(st, 3, after_id ? after_id : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
+        read_volume(st, &out[(*n)++]);
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list volumes");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_volume_delete(struct store *s, const char *user_id, const char *id, int64_t now)
+{
+    struct volume v;
+    int rc = store_volume_get(s, user_id, id, &v);
+    if (rc != STORE_OK)
+        return rc;
+    if (v.instances > 0)
+        return STORE_CONFLICT;
+    sqlite3_stmt *st = store_stmt(s, SQL_VOLUME_DELETE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now);
+    rc = store_rc_from_sqlite(s, sqlite3_step(st), "delete volume");
+    sqlite3_reset(st);
+    return rc;
+}
