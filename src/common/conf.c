@@ -76,7 +76,13 @@ static int conf_apply(const struct conf_option *o, void *conf, const char *value
             snprintf(err, errlen, "%s: '%s' is not true or false", o->name, value);
             return -1;
         }
+        int old;
+        memcpy(&old, field, sizeof old);
         memcpy(field, &v, sizeof v);
+        if (o->validate && o->validate(field, err, errlen) < 0) {
+            memcpy(field, &old, sizeof old);
+            return -1;
+        }
         return 0;
     }
     case CONF_STRING: {
@@ -127,37 +133,92 @@ int conf_set(const struct conf_option *table, void *conf, const char *name, cons
 struct file_ctx {
     const struct conf_option *table;
     void *conf;
-    char msg[512]; /* reason for the first bad line */
+    FILE *f;        /* the file being read */
+    char *buf;      /* getline's buffer for the current line */
+    size_t cap;     /* its size */
+    int line;       /* lines read so far */
+    int bad_line;   /* first line refused by the reader or the handler, or 0 */
+    int read_errno; /* set if reading the file failed */
+    char msg[512];  /* reason for bad_line */
 };
+
+/* inih's line reader, making the checks inih does not: a line too long for
+ * inih's buffer would be split in two, an indented line would be handed on
+ * as a second value for the key above (replacing its value), and a [section]
+ * with no key after it would pass unnoticed. Such lines are refused here,
+ * and reading stops at the first refused line so its reason is the one
+ * reported. */
+static char *file_read_line(char *str, int num, void *stream)
+{
+    struct file_ctx *ctx = stream;
+    if (ctx->bad_line)
+        return NULL;
+    ssize_t n = getline(&ctx->buf, &ctx->cap, ctx->f);
+    if (n < 0) {
+        if (ferror(ctx->f))
+            ctx->read_errno = errno ? errno : EIO;
+        return NULL;
+    }
+    ctx->line++;
+    const char *s = ctx->buf;
+    if (ctx->line == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0)
+        s += 3;
+    size_t blank = strspn(s, " \t\r\n\v\f");
+    const char *t = s + blank;
+    int comment = !*t || *t == '#' || *t == ';';
+    if (strlen(ctx->buf) != (size_t)n)
+        snprintf(ctx->msg, sizeof ctx->msg, "line contains a NUL byte");
+    else if ((size_t)n >= (size_t)num && !comment)
+        snprintf(ctx->msg, sizeof ctx->msg, "line is longer than %d bytes", num - 2);
+    else if (blank && !comment)
+        snprintf(ctx->msg, sizeof ctx->msg,
+                 "line starts with a blank; start every key at the beginning of its line (values do not continue onto the next line)");
+    else if (*t == '[')
+        snprintf(ctx->msg, sizeof ctx->msg, "sections are not used (%.*s); write plain key = value lines",
+                 (int)strcspn(t, "\r\n"), t);
+    else {
+        snprintf(str, (size_t)num, "%s", comment ? "\n" : ctx->buf);
+        return str;
+    }
+    ctx->bad_line = ctx->line;
+    return NULL;
+}
 
 static int on_ini_line(void *user, const char *section, const char *name, const char *value)
 {
     struct file_ctx *ctx = user;
-    if (section[0]) {
-        snprintf(ctx->msg, sizeof ctx->msg, "sections are not used ([%s]); write plain key = value lines", section);
-        return 0;
-    }
-    return conf_set(ctx->table, ctx->conf, name, value, ctx->msg, sizeof ctx->msg) == 0;
+    if (conf_set(ctx->table, ctx->conf, name, value, ctx->msg, sizeof ctx->msg) == 0)
+        return 1;
+    ctx->bad_line = ctx->line;
+    return 0;
 }
 
 int conf_load_file(const struct conf_option *table, void *conf, const char *path, char *err, size_t errlen)
 {
     struct file_ctx ctx = {.table = table, .conf = conf};
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    ctx.f = fopen(path, "r");
+    if (!ctx.f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    int line = ini_parse_file(f, on_ini_line, &ctx);
-    fclose(f);
-    if (line == 0)
-        return 0;
-    if (line < 0) {
-        snprintf(err, errlen, "%s: cannot read", path);
+    /* inih reports its first bad line (a syntax error, or the handler's);
+     * ours may come later, when inih went on past a syntax error. */
+    int line = ini_parse_stream(file_read_line, &ctx, on_ini_line, &ctx);
+    fclose(ctx.f);
+    free(ctx.buf);
+    if (line < 0 || ctx.read_errno) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(ctx.read_errno ? ctx.read_errno : ENOMEM));
         return -1;
     }
-    snprintf(err, errlen, "%s:%d: %s", path, line, ctx.msg[0] ? ctx.msg : "syntax error (expected key = value)");
-    return -1;
+    if (line > 0 && (!ctx.bad_line || line < ctx.bad_line)) {
+        snprintf(err, errlen, "%s:%d: syntax error (expected key = value)", path, line);
+        return -1;
+    }
+    if (ctx.bad_line) {
+        snprintf(err, errlen, "%s:%d: %s", path, ctx.bad_line, ctx.msg);
+        return -1;
+    }
+    return 0;
 }
 
 int conf_set_override(const struct conf_option *table, void *conf, const char *assignment, char *err,
@@ -202,15 +263,16 @@ int conf_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
         hlen = (size_t)(close - h);
         colon = close + 1;
     } else {
-        colon = strrchr(s, ':');
-        if (!colon)
+        /* An IPv6 address needs its brackets: "::1:8080" is ambiguous. */
+        colon = strchr(s, ':');
+        if (!colon || strchr(colon + 1, ':'))
             return -1;
         hlen = (size_t)(colon - s);
     }
     if (hlen == 0 || hlen >= hostlen)
         return -1;
     int64_t p;
-    if (parse_int64(colon + 1, &p) < 0 || p < 0 || p > 65535)
+    if (colon[1] == '-' || parse_int64(colon + 1, &p) < 0 || p > 65535)
         return -1;
     memcpy(host, h, hlen);
     host[hlen] = '\0';

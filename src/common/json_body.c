@@ -118,7 +118,9 @@ json_t *json_body_parse(const char *text, size_t len, const struct json_field *f
         if (json_depth(text, len, max_depth) > max_depth)
             return fail(e, NULL, ERR_TOO_DEEP, NULL, "the request body is nested deeper than %d levels", max_depth);
         json_error_t jerr;
-        root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+        /* DECODE_ANY so that a bare 42 or "x" is reported as valid JSON that
+         * is not an object, rather than as malformed. */
+        root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
         if (!root && json_error_code(&jerr) == json_error_duplicate_key)
             return fail(e, NULL, ERR_DUPLICATE_KEY, NULL, "duplicate key in request body: %s", jerr.text);
         if (!root)

@@ -67,7 +67,7 @@ int cursor_decode(const char *cursor, int64_t *t, char *id, size_t idlen)
         return -1;
     long long v = 0;
     for (char *p = raw; p < dot; p++) {
-        if (*p < '0' || *p > '9' || v > 922337203685477579LL)
+        if (*p < '0' || *p > '9' || v > (INT64_MAX - (*p - '0')) / 10)
             return -1;
         v = v * 10 + (*p - '0');
     }
@@ -78,6 +78,12 @@ int cursor_decode(const char *cursor, int64_t *t, char *id, size_t idlen)
     for (const char *p = rest; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
             return -1;
+    /* Only the spelling cursor_encode writes: no leading zeros, no stray
+     * bits in the last character, nothing (not even NULs) after the id. */
+    char again[CURSOR_MAX];
+    cursor_encode(v, rest, again);
+    if (strcmp(again, cursor) != 0)
+        return -1;
     *t = v;
     memcpy(id, rest, rlen + 1);
     return 0;

@@ -57,6 +57,8 @@ int password_verify(const char *password, const char *stored)
     if (strncmp(stored, scheme, sizeof scheme - 1) != 0)
         return 0;
     const char *p = stored + sizeof scheme - 1;
+    if (*p < '0' || *p > '9') /* strtoll would also take blanks and a sign */
+        return 0;
     errno = 0;
     char *end;
     long long iterations = strtoll(p, &end, 10);

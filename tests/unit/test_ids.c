@@ -1,0 +1,186 @@
+/* test_ids.c: unit tests for random ids and hex (ids.c): the format of new
+ * ids, that they pass id_valid for their own kind only, that many of them
+ * never repeat and use the whole alphabet, id_valid's edges, and hex_encode
+ * against known answers. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ids.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+
+static void test_new_format(void **state)
+{
+    (void)state;
+    static const char *prefixes[] = {"usr", "key", "ins", "nod", "k", "", "abcdefghij"};
+    for (size_t i = 0; i < ARRAY_LEN(prefixes); i++) {
+        char id[ID_MAX];
+        memset(id, 'X', sizeof id);
+        assert_int_equal(id_new(prefixes[i], id), 0);
+        size_t plen = strlen(prefixes[i]);
+        assert_int_equal(strlen(id), plen + 1 + ID_RANDOM_CHARS);
+        assert_memory_equal(id, prefixes[i], plen);
+        assert_int_equal(id[plen], '_');
+        for (size_t k = plen + 1; id[k]; k++)
+            if (!strchr(alphabet, id[k]))
+                fail_msg("'%s': '%c' is not in the alphabet", id, id[k]);
+        assert_true(id_valid(prefixes[i], id));
+    }
+}
+
+static void test_new_prefix_too_long(void **state)
+{
+    (void)state;
+    char id[ID_MAX];
+    /* 10 bytes is the longest prefix that fits with '_', 20 chars and NUL. */
+    assert_int_equal(ID_MAX, 32);
+    assert_int_equal(id_new("abcdefghij", id), 0);
+    strcpy(id, "untouched");
+    assert_int_equal(id_new("abcdefghijk", id), -1);
+    assert_string_equal(id, "untouched");
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+/* 20000 ids: no repeats, every character in use in every position. */
+static void test_new_unique_and_spread(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    char (*ids)[ID_MAX] = calloc(N, ID_MAX);
+    assert_non_null(ids);
+    unsigned seen[ID_RANDOM_CHARS][32];
+    memset(seen, 0, sizeof seen);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(id_new("ins", ids[i]), 0);
+        for (size_t k = 0; k < ID_RANDOM_CHARS; k++)
+            seen[k][strchr(alphabet, ids[i][4 + k]) - alphabet]++;
+    }
+    qsort(ids, N, ID_MAX, cmp_str);
+    for (size_t i = 1; i < N; i++)
+        if (strcmp(ids[i - 1], ids[i]) == 0)
+            fail_msg("id repeated: %s", ids[i]);
+    /* Uniform would be 625 per character per position; a low-bit bias or a
+     * stuck character shows far outside these bounds. */
+    for (size_t k = 0; k < ID_RANDOM_CHARS; k++)
+        for (size_t c = 0; c < 32; c++)
+            if (seen[k][c] < 450 || seen[k][c] > 800)
+                fail_msg("position %zu char '%c' seen %u times of %d", k, alphabet[c], seen[k][c], N);
+    free(ids);
+}
+
+static void test_valid_edges(void **state)
+{
+    (void)state;
+    static const struct { const char *prefix, *s; int valid; } cases[] = {
+        {"usr", "usr_0123456789abcdefghjk", 1},
+        {"usr", "usr_mnpqrstvwxyz00000000", 1},
+        {"usr", "usr_zzzzzzzzzzzzzzzzzzzz", 1},
+        {"", "_0123456789abcdefghjk", 1},
+        /* length */
+        {"usr", "usr_0123456789abcdefghj", 0},
+        {"usr", "usr_0123456789abcdefghjkm", 0},
+        {"usr", "usr_", 0},
+        {"usr", "usr", 0},
+        {"usr", "", 0},
+        {"", "", 0},
+        {"", "_", 0},
+        /* the wrong kind, or a prefix of one */
+        {"key", "usr_0123456789abcdefghjk", 0},
+        {"us", "usr_0123456789abcdefghjk", 0},
+        {"usrx", "usr_0123456789abcdefghjk", 0},
+        {"", "usr_0123456789abcdefghjk", 0},
+        {"usr", "_0123456789abcdefghjk", 0},
+        {"usr", "USR_0123456789abcdefghjk", 0},
+        {"usr", "usr-0123456789abcdefghjk", 0},
+        {"usr", "usr__123456789abcdefghjk", 0},
+        {"usr", "usrX0123456789abcdefghjk", 0},
+        /* characters outside the alphabet: i l o u, uppercase, others */
+        {"usr", "usr_i123456789abcdefghjk", 0},
+        {"usr", "usr_0l23456789abcdefghjk", 0},
+        {"usr", "usr_01o3456789abcdefghjk", 0},
+        {"usr", "usr_012u456789abcdefghjk", 0},
+        {"usr", "usr_0123456789ABCDEFGHJK", 0},
+        {"usr", "usr_0123456789abcdefghj ", 0},
+        {"usr", "usr_0123456789abcdefghj_", 0},
+        {"usr", "usr_0123456789abcdefghj-", 0},
+        {"usr", "usr_0123456789abcdefghj\n", 0},
+        {"usr", "usr_0123456789abcdefgh\xc3\xa9", 0},
+        {"usr", " usr_0123456789abcdefghjk", 0},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++)
+        if (id_valid(cases[i].prefix, cases[i].s) != cases[i].valid)
+            fail_msg("id_valid(\"%s\", \"%s\") != %d", cases[i].prefix, cases[i].s, cases[i].valid);
+}
+
+static void test_random_bytes(void **state)
+{
+    (void)state;
+    unsigned char a[64], b[64], zero[64];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    memset(zero, 0, sizeof zero);
+    assert_int_equal(random_bytes(a, sizeof a), 0);
+    assert_int_equal(random_bytes(b, sizeof b), 0);
+    assert_memory_not_equal(a, b, sizeof a);
+    assert_memory_not_equal(a, zero, sizeof a);
+    assert_int_equal(random_bytes(a, 0), 0);
+}
+
+static void test_hex_encode(void **state)
+{
+    (void)state;
+    static const struct { const char *bytes; size_t n; const char *hex; } cases[] = {
+        {"", 0, ""},
+        {"\x00", 1, "00"},
+        {"\xff", 1, "ff"},
+        {"\x0f\xf0", 2, "0ff0"},
+        {"\x01\x23\x45\x67\x89\xab\xcd\xef", 8, "0123456789abcdef"},
+        {"abc", 3, "616263"},
+        {"\x00\x00\x80", 3, "000080"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char out[64];
+        memset(out, 'X', sizeof out);
+        hex_encode(cases[i].bytes, cases[i].n, out);
+        assert_string_equal(out, cases[i].hex);
+        /* Exactly 2n+1 bytes are written. */
+        assert_int_equal(out[2 * cases[i].n + 1], 'X');
+    }
+    unsigned char all[256];
+    char hex[513];
+    for (size_t i = 0; i < 256; i++)
+        all[i] = (unsigned char)i;
+    hex_encode(all, sizeof all, hex);
+    for (size_t i = 0; i < 256; i++) {
+        char want[3];
+        snprintf(want, sizeof want, "%02x", (unsigned)i);
+        assert_memory_equal(hex + 2 * i, want, 2);
+    }
+    assert_int_equal(hex[512], '\0');
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_new_format),
+        cmocka_unit_test(test_new_prefix_too_long),
+        cmocka_unit_test(test_new_unique_and_spread),
+        cmocka_unit_test(test_valid_edges),
+        cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_hex_encode),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
