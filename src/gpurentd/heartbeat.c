@@ -116,7 +116,8 @@ static int record_txn(struct store *s, void *vctx)
     return STORE_OK;
 }
 
-static void log_changes(struct beat *b)
+/* Logs a change of the node's health; returns 1 if it changed. */
+static int log_changes(struct beat *b)
 {
     struct node_target *t = b->target;
     if (b->ok && b->verdict.accepted && strcmp(t->health, "up") != 0)
@@ -125,6 +126,9 @@ static void log_changes(struct beat *b)
         log_warn("heartbeat: node %s not put in service: %s", t->id, b->verdict.reason);
     else if (!b->ok && strcmp(t->health, "offline") != 0 && t->missed_beats + 1 >= daemon_config->heartbeat_miss_limit)
         log_warn("heartbeat: node %s offline: %s", t->id, b->reason);
+    else
+        return 0;
+    return 1;
 }
 
 static void run_pass(struct store *s)
@@ -144,13 +148,18 @@ static void run_pass(struct store *s)
         beats[i].target = &targets[i];
     if (poll_agents(beats, n) == 0) {
         int64_t now = clock_now();
+        int changed = 0;
         for (size_t i = 0; i < n; i++)
-            log_changes(&beats[i]);
+            changed |= log_changes(&beats[i]);
         for (size_t off = 0; off < n; off += BATCH) {
             struct record_ctx ctx = {beats + off, n - off < BATCH ? n - off : BATCH, now};
             if (store_txn(s, record_txn, &ctx) != STORE_OK)
                 log_error("heartbeat: cannot record results");
         }
+        /* Instances on a node that went away are lost now, not at the
+         * reconciler's next period. */
+        if (changed)
+            reconciler_wake();
     }
     for (size_t i = 0; i < n; i++)
         free(beats[i].verdict.canonical);

@@ -23,6 +23,9 @@
 #include <time.h>
 
 #define MAX_PENDING_DELETES 100000
+/* A delete that failed this often is left to the sweep: its node is
+ * probably down, and retrying every pass would slow every pass. */
+#define MAX_DELETE_TRIES 5
 
 enum call_kind { CALL_PUT, CALL_GET, CALL_DELETE, CALL_LIST, CALL_ORPHAN };
 
@@ -31,6 +34,7 @@ struct pending_delete {
     char agent_url[513];      /* node's agent */
     char secret[65];          /* its key */
     char workload_id[ID_MAX]; /* what */
+    int tries;                /* failed attempts so far */
 };
 
 /* One unsettled instance in a pass. */
@@ -67,8 +71,13 @@ static int should_stop(void)
     return s;
 }
 
-static void queue_delete(const struct instance_node *p)
+static void queue_delete_try(const struct instance_node *p, int tries)
 {
+    if (tries >= MAX_DELETE_TRIES) {
+        log_warn("reconciler: giving up deleting workload %s at %s for now; the sweep will retry", p->workload_id,
+                 p->agent_url);
+        return;
+    }
     if (n_pending >= MAX_PENDING_DELETES)
         return; /* the sweep finds it later */
     struct pending_delete *grown = realloc(pending, (n_pending + 1) * sizeof *pending);
@@ -79,7 +88,10 @@ static void queue_delete(const struct instance_node *p)
     snprintf(d->agent_url, sizeof d->agent_url, "%s", p->agent_url);
     snprintf(d->secret, sizeof d->secret, "%s", p->secret);
     snprintf(d->workload_id, sizeof d->workload_id, "%s", p->workload_id);
+    d->tries = tries;
 }
+
+static void queue_delete(const struct instance_node *p) { queue_delete_try(p, 0); }
 
 static struct agent_client_opts client_opts(void)
 {
@@ -166,7 +178,7 @@ static void read_phase(const char *text, size_t len, char *phase, size_t pn, cha
 
 static int holding(const struct instance *in)
 {
-    static const char *const states[] = {"pending", "provisioning", "running", "stopping", "lost"};
+    static const char *const states[] = {"pending", "provisioning", "running", "stopping"};
     for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
         if (strcmp(in->state, states[i]) == 0)
             return 1;
@@ -337,7 +349,9 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
     }
     if (any_put)
         return store_instance_set_state(s, w->in.id, "provisioning", slowest_phase[0] ? slowest_phase : "pulling",
-                                        w->in.state_reason, ctx->now);
+                                        strcmp(w->in.state, "pending") == 0 ? "the agents accepted the workload"
+                                                                            : w->in.state_reason,
+                                        ctx->now);
     return STORE_OK;
 }
 
@@ -534,7 +548,7 @@ static void run_pass(struct store *s, int sweep)
             snprintf(p.agent_url, sizeof p.agent_url, "%s", deletes[i].agent_url);
             snprintf(p.secret, sizeof p.secret, "%s", deletes[i].secret);
             snprintf(p.workload_id, sizeof p.workload_id, "%s", deletes[i].workload_id);
-            queue_delete(&p);
+            queue_delete_try(&p, deletes[i].tries + 1);
         }
     }
     free(deletes);

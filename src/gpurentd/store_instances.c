@@ -11,8 +11,9 @@
     "id, user_id, name, gpu_model, card_count, image, volume_id, desired, state, phase, state_reason," \
     " attempts, next_attempt_at, state_since, created_at, updated_at"
 
-/* States in which an instance holds (or is about to hold) cards. */
-#define HOLDING "('pending', 'provisioning', 'running', 'stopping', 'lost')"
+/* States in which an instance holds cards. A lost instance has released
+ * them: its node is gone. */
+#define HOLDING "('pending', 'provisioning', 'running', 'stopping')"
 
 static const char SQL_INS_INSERT[] =
     "INSERT INTO instances (" INSTANCE_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";

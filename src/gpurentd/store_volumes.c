@@ -8,7 +8,7 @@
     "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                            \
     " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')),"\
     " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id"                                             \
-    "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping', 'lost'))"
+    "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping'))"
 
 static const char SQL_VOLUME_INSERT[] =
     "INSERT INTO volumes (id, user_id, name, size_gb, source, created_at) VALUES (?, ?, ?, ?, ?, ?)";
