@@ -37,6 +37,7 @@ enum api_error {
     ERR_IDEMPOTENCY_KEY_REUSED,/* the Idempotency-Key was used with another request */
     ERR_VOLUME_IN_USE,      /* the volume is used by an instance */
     ERR_NAME_TAKEN,         /* a resource of that name exists */
+    ERR_INSUFFICIENT_FUNDS, /* funds do not cover a minimum run */
     ERR_COUNT
 };
 

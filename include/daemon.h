@@ -47,6 +47,13 @@ struct daemon_conf {
     int64_t provision_timeout_s;  /* a provisioning attempt that takes longer fails */
     int64_t provision_max_attempts; /* failed attempts before an instance fails */
     int64_t master_port;          /* MASTER_PORT given to multi-node jobs */
+    char currency[8];             /* platform currency code shown with amounts */
+    int64_t billing_interval_ms;  /* milliseconds between billing passes */
+    int64_t min_run_minutes;      /* funds needed to start: this many minutes of the instance */
+    int64_t low_balance_minutes;  /* warn when funds last less than this at the current burn */
+    char signup_credit[24];       /* trial credit of a new account, e.g. "10.00" */
+    int64_t signup_credit_days;   /* days until the trial credit expires; 0 never */
+    char payment_webhook_secret[129]; /* HMAC key of the payment provider's webhook; "" turns it off */
 };
 extern const struct conf_option daemon_options[];
 /* The configuration in force; set once at start-up. */
@@ -76,6 +83,10 @@ int account_email_normalize(const char *in, char *out, size_t outlen, const char
  * key_name, in one transaction. token gets the key's token, shown once.
  * Returns a store_rc (STORE_CONFLICT if the email is taken). */
 int account_create(struct store *s, struct user *u, const char *key_name, char *key_id, char *token);
+/* account_create for a sign-up: also grants the trial credit or, when
+ * u->invite_code is set, what that code grants instead, in one transaction; STORE_NOT_FOUND (nothing
+ * created) if the invite code is unknown, expired or used up. */
+int account_signup(struct store *s, struct user *u, char *key_id, char *token);
 /* Creates an API key for user_id; same token rules. */
 int account_key_create(struct store *s, const char *user_id, const char *name, char *key_id, char *token,
                        int64_t *created_at);
@@ -150,6 +161,25 @@ int idempotency_begin(struct http_request *req, struct idempotency *idem);
 int idempotency_record(struct store *s, const struct http_request *req, const struct idempotency *idem, int status,
                        const char *body);
 
+/* billing.c: the billing loop and spend control. */
+struct billing_summary {
+    int64_t users;            /* users billed */
+    int64_t at;               /* the time billed up to */
+    int64_t duration_ms;      /* how long the pass took */
+};
+/* One pass over every user with unbilled running time (the thread calls
+ * it; tests and benchmarks may too). */
+int billing_pass(struct store *s, struct billing_summary *out);
+/* In a transaction: refuses (REFUSED, 402 insufficient_funds) unless the
+ * user's funds cover a minimum run of `cards` more cards of gpu_model. */
+int billing_check_funds(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
+                        struct op_outcome *o);
+int billing_start(void);
+/* Wakes the billing thread and waits (up to timeout_ms) for a pass that
+ * started after the call; 0 on success. */
+int billing_run_now(struct billing_summary *out, int timeout_ms);
+void billing_stop(void);
+
 /* reconciler.c: drives agents towards what instances want, on its own thread. */
 int reconciler_start(void);
 /* Asks for a pass now (an instance changed) instead of at the next period. */
@@ -198,6 +228,7 @@ int cmd_serve(int argc, char **argv);
 /* cli.c */
 int cmd_migrate(int argc, char **argv);
 int cmd_admin(int argc, char **argv);
+int cmd_ledger(int argc, char **argv);
 /* Loads configuration: defaults, then file (if any), then overrides. */
 int daemon_load_config(struct daemon_conf *conf, const char *file, char **overrides, int n_overrides);
 

@@ -320,8 +320,14 @@ int store_interval_close(struct store *s, const char *instance_id, int64_t ended
 /* Every workload id placed on a node, sorted (for orphan checks). *out
  * is malloc'd: n entries of ID_MAX bytes. */
 int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n);
-/* Cards the user's instances hold or are about to hold. */
-int64_t store_user_cards_in_use(struct store *s, const char *user_id);
+/* Cards the user's instances hold, not counting except_instance (NULL: none). */
+int64_t store_user_cards_in_use(struct store *s, const char *user_id, const char *except_instance);
+struct model_cards {
+    char gpu_model[33];       /* type */
+    int64_t cards;            /* cards of it held */
+};
+/* Cards the user's instances hold, per GPU type. */
+int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards *out, size_t max, size_t *n);
 /* The user's card quota, or def when no admin set one. */
 int64_t store_user_max_cards(struct store *s, const char *user_id, int64_t def);
 int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_cards);
@@ -333,5 +339,112 @@ int store_idempotency_get(struct store *s, const char *user_id, const char *key,
                           char **response);
 int store_idempotency_put(struct store *s, const char *user_id, const char *key, const char *hash, int status,
                           const char *response, int64_t now);
+
+/* store_money.c: prices, the ledger, credit grants, invite codes, top-ups
+ * and billing state of running intervals. */
+struct price_point;
+/* The price history of a GPU type, oldest first; *out malloc'd. */
+int store_prices(struct store *s, const char *gpu_model, struct price_point **out, size_t *n);
+int store_price_insert(struct store *s, const char *gpu_model, int64_t effective_at, int64_t card_hour, int64_t now);
+struct price_row {
+    char gpu_model[33];        /* type */
+    int64_t effective_at;      /* from */
+    int64_t card_hour;         /* micro-yuan per card-hour */
+    int64_t created_at;        /* when set */
+};
+int store_price_history(struct store *s, const char *gpu_model, struct price_row *out, size_t max, size_t *n);
+
+/* One leg of a ledger transaction. */
+struct ledger_leg {
+    char account_id[48];       /* 'cash:usr_…', 'grant:grt_…', 'revenue', 'promotion', 'payments' */
+    int64_t amount;            /* signed micro-yuan */
+    char grant_id[ID_MAX];     /* on grant legs */
+};
+/* What a ledger transaction is about. */
+struct ledger_entry {
+    int64_t at;                /* the time the movement is for */
+    const char *kind;          /* usage, grant, expiry, topup */
+    const char *user_id;       /* whose money */
+    const char *reason;        /* for statements */
+    const char *instance_id;   /* usage, or NULL */
+    int64_t interval_id;       /* usage, or 0 */
+    const char *grant_id;      /* grant/expiry, or NULL */
+    const char *topup_id;      /* topup, or NULL */
+};
+/* Posts a balanced transaction (legs must sum to zero) and moves the cached
+ * balances; STORE_CONFLICT if a user account would go below zero. */
+int store_ledger_post(struct store *s, const struct ledger_entry *e, const struct ledger_leg *legs, size_t n,
+                      int64_t now);
+/* A ledger account's cached balance (0 if it has none yet). */
+int64_t store_account_balance(struct store *s, const char *account_id);
+
+struct grant {
+    char id[ID_MAX];           /* grt_… */
+    char user_id[ID_MAX];      /* whose */
+    char source[48];           /* signup, invite:CODE, admin */
+    int64_t amount;            /* granted */
+    int64_t remaining;         /* left */
+    int64_t expires_at;        /* 0: never */
+    int64_t voided_at;         /* 0: not voided */
+    int64_t created_at;        /* when */
+};
+int store_grant_insert(struct store *s, const struct grant *g);
+/* Grants with money left, not expired at `at`, soonest expiry first (never
+ * expiring last), at most max. */
+int store_grants_spendable(struct store *s, const char *user_id, int64_t at, struct grant *out, size_t max, size_t *n);
+/* All the user's grants, newest first. */
+int store_grants_of(struct store *s, const char *user_id, struct grant *out, size_t max, size_t *n);
+/* Grants of anyone with money left that expired at or before `at`. */
+int store_grants_expired(struct store *s, int64_t at, struct grant *out, size_t max, size_t *n);
+/* Expiry times after `after` and at or before `until` of the user's grants with money left. */
+int store_grant_expiries(struct store *s, const char *user_id, int64_t after, int64_t until, int64_t *out, size_t max,
+                         size_t *n);
+int store_grant_spend(struct store *s, const char *id, int64_t amount);
+int store_grant_void(struct store *s, const char *id, int64_t at);
+
+struct invite_code {
+    char code[33];             /* e.g. AMD6GW */
+    int64_t amount;            /* credit per redemption */
+    int64_t credit_days;       /* 0: the credit never expires */
+    int64_t expires_at;        /* 0: the code never expires */
+    int64_t max_uses;          /* 0: unlimited */
+    int64_t uses;              /* so far */
+    int64_t created_at;        /* when */
+};
+int store_invite_get(struct store *s, const char *code, struct invite_code *out);
+int store_invite_insert(struct store *s, const struct invite_code *c);
+/* Records a redemption and counts the use; STORE_CONFLICT if this user
+ * already redeemed the code. */
+int store_invite_redeem(struct store *s, const char *code, const char *user_id, const char *grant_id, int64_t at);
+
+struct topup {
+    char id[ID_MAX];           /* top_… */
+    char user_id[ID_MAX];      /* whose */
+    char payment_id[129];      /* the payment's own id */
+    int64_t amount;            /* micro-yuan */
+    char source[16];           /* admin, webhook */
+    int64_t created_at;        /* when */
+};
+/* STORE_CONFLICT if the payment id was seen before. */
+int store_topup_insert(struct store *s, const struct topup *t);
+int store_topup_by_payment(struct store *s, const char *payment_id, struct topup *out);
+
+/* A running interval as billing sees it. */
+struct billable {
+    int64_t id;                /* interval */
+    char instance_id[ID_MAX];  /* whose */
+    char user_id[ID_MAX];      /* who pays */
+    char gpu_model[33];        /* at which price */
+    int64_t card_count;        /* how many cards */
+    int64_t started_at;        /* from */
+    int64_t ended_at;          /* to; 0 while running */
+    int64_t billed;            /* posted so far */
+};
+/* Users with intervals not yet billed in full; *out malloc'd (n entries). */
+int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n);
+/* The user's intervals not yet billed in full. */
+int store_billables(struct store *s, const char *user_id, struct billable *out, size_t max, size_t *n);
+/* Records what has been posted for an interval; settled once ended and paid. */
+int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled);
 
 #endif

@@ -34,6 +34,7 @@ static const struct api_error_info errors[ERR_COUNT] = {
     [ERR_IDEMPOTENCY_KEY_REUSED] = {"idempotency_key_reused", 422, "this Idempotency-Key was used for another request"},
     [ERR_VOLUME_IN_USE] = {"volume_in_use", 409, "the volume is used by an instance"},
     [ERR_NAME_TAKEN] = {"name_taken", 409, "a resource with this name already exists"},
+    [ERR_INSUFFICIENT_FUNDS] = {"insufficient_funds", 402, "your funds do not cover a minimum run"},
 };
 
 const struct api_error_info *api_error_info(enum api_error e)

@@ -36,18 +36,13 @@ struct http_server {
 
 /* ---------------------------------------------------------------- replies */
 
-static void add_common_headers(struct http_request *req, struct MHD_Response *resp)
+/* The request's Origin if it is one of the configured console origins, else
+ * NULL: only such a request gets Access-Control-* headers. */
+static const char *cors_allowed_origin(struct http_request *req)
 {
-    struct MHD_Connection *conn = req->conn;
-    MHD_add_response_header(resp, "X-Request-Id", req->request_id);
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    for (int i = 0; i < req->n_extra; i++)
-        MHD_add_response_header(resp, req->extra[i].name, req->extra[i].value);
-
-    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    const char *origin = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Origin");
     if (!origin)
-        return;
+        return NULL;
     struct http_server *srv = req->server;
     int allowed = 0;
     pthread_rwlock_rdlock(&srv->reload_lock);
@@ -61,10 +56,22 @@ static void add_common_headers(struct http_request *req, struct MHD_Response *re
         p += n;
     }
     pthread_rwlock_unlock(&srv->reload_lock);
-    if (allowed) {
+    return allowed ? origin : NULL;
+}
+
+static void add_common_headers(struct http_request *req, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-Id", req->request_id);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    for (int i = 0; i < req->n_extra; i++)
+        MHD_add_response_header(resp, req->extra[i].name, req->extra[i].value);
+
+    const char *origin = cors_allowed_origin(req);
+    if (origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(resp, "Vary", "Origin");
-        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After, Location");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After, Location, Idempotent-Replayed");
     }
 }
 
@@ -180,17 +187,34 @@ const char *http_query(struct http_request *req, const char *name)
 }
 
 struct query_check {
-    const char *const *allowed;
-    const char *bad; /* first argument not allowed */
+    const char *const *allowed; /* the names the endpoint takes */
+    uint32_t seen;              /* bit i: allowed[i] was given */
+    const char *bad;            /* first argument refused, or NULL */
+    const char *why;            /* the sentence for it */
 };
 
+/* Refuses names not allowed, and allowed ones given twice or without a
+ * value: "?limit=1&limit=500" or "?limit" must not quietly mean something. */
 static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
     struct query_check *qc = cls;
-    for (const char *const *a = qc->allowed; *a; a++)
-        if (strcmp(*a, key) == 0)
+    for (size_t i = 0; qc->allowed[i]; i++) {
+        if (strcmp(qc->allowed[i], key) != 0)
+            continue;
+        uint32_t bit = i < 32 ? 1u << i : 0;
+        if (!value)
+            qc->why = "needs a value";
+        else if (qc->seen & bit)
+            qc->why = "is given more than once";
+        else {
+            qc->seen |= bit;
             return MHD_YES;
+        }
+        qc->bad = key;
+        return MHD_NO;
+    }
     qc->bad = key;
+    qc->why = "is not one this endpoint takes";
     return MHD_NO;
 }
 
@@ -199,7 +223,7 @@ int http_query_allow(struct http_request *req, const char *const allowed[])
     struct query_check qc = {.allowed = allowed};
     MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_check_one, &qc);
     if (qc.bad) {
-        http_error(req, ERR_INVALID_QUERY, qc.bad, "unknown query parameter '%.64s'", qc.bad);
+        http_error(req, ERR_INVALID_QUERY, qc.bad, "query parameter '%.64s' %s", qc.bad, qc.why);
         return -1;
     }
     return 0;
@@ -320,11 +344,14 @@ static void dispatch(struct http_request *req)
         return;
     }
     if (strcmp(req->method, "OPTIONS") == 0) {
-        /* CORS preflight: the origin check happens in add_common_headers. */
+        /* CORS preflight: the Access-Control-* headers go only to an
+         * allowed origin (add_common_headers adds Allow-Origin for it). */
         http_add_header(req, "Allow", allow);
-        http_add_header(req, "Access-Control-Allow-Methods", allow);
-        http_add_header(req, "Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key");
-        http_add_header(req, "Access-Control-Max-Age", "600");
+        if (cors_allowed_origin(req)) {
+            http_add_header(req, "Access-Control-Allow-Methods", allow);
+            http_add_header(req, "Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key");
+            http_add_header(req, "Access-Control-Max-Age", "600");
+        }
         http_reply_json(req, 204, NULL);
         return;
     }

@@ -2,6 +2,8 @@
  * endpoint, the key endpoints and `gpurentd admin create-user`. */
 #include "clock.h"
 #include "daemon.h"
+#include "ledger.h"
+#include "money.h"
 #include "store.h"
 
 #include <ctype.h>
@@ -36,15 +38,32 @@ int account_email_normalize(const char *in, char *out, size_t outlen, const char
 struct create_ctx {
     struct user *user;      /* in: email, hash, role; out: id, created_at */
     struct api_key key;     /* the first key */
+    int signup;             /* grant the trial credit and redeem the invite code */
 };
+
+/* A bad invite code at sign-up: the whole sign-up rolls back. */
+#define BAD_INVITE (-101)
 
 static int create_txn(struct store *s, void *vctx)
 {
     struct create_ctx *ctx = vctx;
     int rc = store_user_insert(s, ctx->user);
-    if (rc != STORE_OK)
+    if (rc != STORE_OK || (rc = store_api_key_insert(s, &ctx->key)) != STORE_OK || !ctx->signup)
         return rc;
-    return store_api_key_insert(s, &ctx->key);
+    /* A new account gets the trial credit, or instead what its invite code
+     * grants. */
+    int64_t credit = 0, now = ctx->user->created_at;
+    if (ctx->user->invite_code[0]) {
+        char grant[ID_MAX];
+        rc = ledger_redeem_invite(s, ctx->user->id, ctx->user->invite_code, now, grant);
+        return rc == STORE_NOT_FOUND || rc == STORE_CONFLICT ? BAD_INVITE : rc;
+    }
+    money_parse(daemon_config->signup_credit, &credit);
+    if (credit > 0)
+        rc = ledger_grant(s, ctx->user->id, "signup", credit,
+                          daemon_config->signup_credit_days ? now + daemon_config->signup_credit_days * 86400 : 0, now,
+                          "trial credit for a new account", NULL);
+    return rc;
 }
 
 static int new_key(struct api_key *k, const char *user_id, const char *name, char *token, int64_t now)
@@ -58,16 +77,26 @@ static int new_key(struct api_key *k, const char *user_id, const char *name, cha
     return 0;
 }
 
-int account_create(struct store *s, struct user *u, const char *key_name, char *key_id, char *token)
+static int create(struct store *s, struct user *u, const char *key_name, char *key_id, char *token, int signup)
 {
-    struct create_ctx ctx = {.user = u};
+    struct create_ctx ctx = {.user = u, .signup = signup};
     u->created_at = clock_now();
     if (id_new("usr", u->id) < 0 || new_key(&ctx.key, u->id, key_name, token, u->created_at) < 0)
         return STORE_ERROR;
     int rc = store_txn(s, create_txn, &ctx);
     if (rc == STORE_OK)
         memcpy(key_id, ctx.key.id, ID_MAX);
-    return rc;
+    return rc == BAD_INVITE ? STORE_NOT_FOUND : rc;
+}
+
+int account_create(struct store *s, struct user *u, const char *key_name, char *key_id, char *token)
+{
+    return create(s, u, key_name, key_id, token, 0);
+}
+
+int account_signup(struct store *s, struct user *u, char *key_id, char *token)
+{
+    return create(s, u, "signup", key_id, token, 1);
 }
 
 static int key_txn(struct store *s, void *vctx)

@@ -79,9 +79,11 @@ void api_signup(struct http_request *req)
     } else {
         struct store *s = store_thread();
         char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
-        int rc = s ? account_create(s, &u, "signup", key_id, token) : STORE_ERROR;
+        int rc = s ? account_signup(s, &u, key_id, token) : STORE_ERROR;
         if (rc == STORE_CONFLICT)
             http_error(req, ERR_EMAIL_TAKEN, "email", NULL);
+        else if (rc == STORE_NOT_FOUND)
+            http_error(req, ERR_INVALID_INVITE_CODE, "invite_code", NULL);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else

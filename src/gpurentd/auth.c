@@ -4,6 +4,7 @@
 #include "daemon.h"
 #include "store.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -17,9 +18,16 @@ int auth_authenticate(struct http_request *req, enum http_auth level)
     const char *token = h + 7;
     while (*token == ' ')
         token++;
+    /* A header value ends without blanks (RFC 9110), but libmicrohttpd
+     * leaves trailing ones in place; they are not part of the token. */
+    size_t n = strlen(token);
+    while (n > 0 && (token[n - 1] == ' ' || token[n - 1] == '\t'))
+        n--;
+    char trimmed[API_TOKEN_LEN + 2]; /* a spare byte keeps a longer token too long */
+    snprintf(trimmed, sizeof trimmed, "%.*s", (int)n, token);
     char key_id[ID_MAX];
     unsigned char presented[API_SECRET_HASH_LEN];
-    if (api_key_parse(token, key_id, presented) < 0) {
+    if (api_key_parse(trimmed, key_id, presented) < 0) {
         http_error(req, ERR_UNAUTHORIZED, NULL, "the API key is malformed");
         return -1;
     }

@@ -1,6 +1,7 @@
 /* config.c: gpurentd's option table: every option's type, bounds and default
  * in one place, read by conf.c from conf/gpurentd.conf and flags. */
 #include "daemon.h"
+#include "money.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -60,6 +61,27 @@ static int validate_volume_source(const void *field, char *err, size_t errlen)
     return 0;
 }
 
+static int validate_currency(const void *field, char *err, size_t errlen)
+{
+    const char *c = field;
+    if (strlen(c) != 3 || strspn(c, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != 3) {
+        snprintf(err, errlen, "currency: '%s' is not a three-letter code such as CNY", c);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_money(const void *field, char *err, size_t errlen)
+{
+    int64_t v;
+    if (money_parse(field, &v) != MONEY_OK) {
+        snprintf(err, errlen, "signup_credit: '%s' is not an amount such as 10.00 (up to 6 decimals, no sign)",
+                 (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
 #define OPT_INT(n, lo, hi, d, h) {#n, CONF_INT, lo, hi, #d, offsetof(struct daemon_conf, n), sizeof(int64_t), NULL, h}
 #define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct daemon_conf, n), sizeof(((struct daemon_conf *)0)->n), v, h}
 
@@ -98,6 +120,13 @@ const struct conf_option daemon_options[] = {
     OPT_INT(provision_timeout_s, 1, 86400, 900, "seconds a provisioning attempt may take before it fails"),
     OPT_INT(provision_max_attempts, 1, 100, 3, "failed provisioning attempts before an instance fails"),
     OPT_INT(master_port, 1, 65535, 29500, "MASTER_PORT given to multi-node jobs"),
+    OPT_STR(currency, "CNY", validate_currency, "platform currency code shown with every amount"),
+    OPT_INT(billing_interval_ms, 100, 3600000, 10000, "milliseconds between billing passes"),
+    OPT_INT(min_run_minutes, 0, 1440, 10, "funds needed to start an instance: this many minutes of it"),
+    OPT_INT(low_balance_minutes, 0, 100000, 60, "warn when funds last less than this many minutes at the current burn"),
+    OPT_STR(signup_credit, "10.00", validate_money, "trial credit of a new account, in the platform currency"),
+    OPT_INT(signup_credit_days, 0, 3650, 0, "days until the trial credit expires; 0 never"),
+    OPT_STR(payment_webhook_secret, "", NULL, "HMAC-SHA256 key of the payment provider's webhook; empty turns it off"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

@@ -35,7 +35,7 @@ static int refuse(struct op_outcome *o, enum api_error e, const char *field, jso
  * the caller's transaction, so no card is ever given twice. */
 int instance_place(struct store *s, const struct instance *in, struct op_outcome *o)
 {
-    int64_t used = store_user_cards_in_use(s, in->user_id);
+    int64_t used = store_user_cards_in_use(s, in->user_id, in->id);
     int64_t limit = store_user_max_cards(s, in->user_id, daemon_config->default_max_cards);
     if (used < 0 || limit < 0)
         return used < 0 ? (int)used : (int)limit;
@@ -114,7 +114,8 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     snprintf(in.volume_id, sizeof in.volume_id, "%s", volume_id);
     snprintf(in.desired, sizeof in.desired, "running");
     snprintf(in.state, sizeof in.state, "pending");
-    if ((rc = store_instance_insert(s, &in)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+    if ((rc = billing_check_funds(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
+        (rc = store_instance_insert(s, &in)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK)
         return rc;
     memcpy(id_out, in.id, ID_MAX);
@@ -148,7 +149,8 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
         return refuse(o, ERR_CONFLICT, NULL, NULL, "the instance's volume %s no longer exists", in.volume_id);
     if (rc != STORE_OK)
         return rc;
-    if ((rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+    if ((rc = billing_check_funds(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
+        (rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_set_desired(s, in.id, "running", now)) != STORE_OK ||
         (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK)
         return rc;

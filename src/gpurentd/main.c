@@ -12,6 +12,7 @@ static void usage(FILE *f)
                "  serve          run the control plane (the default)\n"
                "  migrate        create or upgrade the database\n"
                "  admin          operator tasks: create-user\n"
+               "  ledger verify  check every invariant of the money ledger\n"
                "\n"
                "Each command takes --help.\n");
 }
@@ -32,6 +33,8 @@ int main(int argc, char **argv)
         return cmd_migrate(argc - 1, argv + 1);
     if (strcmp(cmd, "admin") == 0)
         return cmd_admin(argc - 1, argv + 1);
+    if (strcmp(cmd, "ledger") == 0)
+        return cmd_ledger(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

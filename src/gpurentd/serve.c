@@ -206,7 +206,7 @@ int cmd_serve(int argc, char **argv)
         .key_file = conf.tls_key,
     };
     srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
-    if (!srv || heartbeat_start() < 0 || reconciler_start() < 0)
+    if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0)
         goto out;
     log_info("gpurentd listening on %s://%s:%d (database %s, schema version %d)", conf.tls_cert[0] ? "https" : "http",
              host, http_server_port(srv), conf.database, store_latest_version());
@@ -232,6 +232,7 @@ out:
     http_server_stop(srv, 0);
     heartbeat_stop();
     reconciler_stop();
+    billing_stop();
     store_close(s);
     store_close_threads();
     curl_global_cleanup();

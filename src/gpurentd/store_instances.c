@@ -61,7 +61,10 @@ static const char SQL_INTERVAL_CLOSE[] =
     " WHERE instance_id = ?1 AND ended_at IS NULL";
 static const char SQL_PLACED_WORKLOADS[] = "SELECT workload_id FROM instance_nodes ORDER BY workload_id";
 static const char SQL_USER_CARDS[] =
-    "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ? AND state IN " HOLDING;
+    "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ?1 AND id <> ?2 AND state IN " HOLDING;
+static const char SQL_USER_CARDS_BY_MODEL[] =
+    "SELECT gpu_model, sum(card_count) FROM instances WHERE user_id = ? AND state IN " HOLDING
+    " GROUP BY gpu_model ORDER BY gpu_model LIMIT ?";
 static const char SQL_USER_MAX_CARDS[] = "SELECT max_cards FROM user_limits WHERE user_id = ?";
 static const char SQL_USER_SET_MAX_CARDS[] =
     "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
@@ -467,9 +470,17 @@ static int64_t single_int(struct store *s, const char *sql, const char *arg, int
     return v;
 }
 
-int64_t store_user_cards_in_use(struct store *s, const char *user_id)
+int64_t store_user_cards_in_use(struct store *s, const char *user_id, const char *except_instance)
 {
-    return single_int(s, SQL_USER_CARDS, user_id, 0, "user cards");
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_CARDS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, except_instance ? except_instance : "", -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "user cards");
+    sqlite3_reset(st);
+    return v;
 }
 
 int64_t store_user_max_cards(struct store *s, const char *user_id, int64_t def)
@@ -512,6 +523,25 @@ int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n)
         text((*out)[(*n)++], ID_MAX, st, 0);
     }
     int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "placed workloads");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_CARDS_BY_MODEL);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
+        text(out[*n].gpu_model, sizeof out[*n].gpu_model, st, 0);
+        out[*n].cards = sqlite3_column_int64(st, 1);
+        (*n)++;
+    }
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "cards by model");
     sqlite3_reset(st);
     return result;
 }

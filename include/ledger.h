@@ -1,0 +1,55 @@
+/* ledger.h: money operations on the double-entry ledger. Each runs inside
+ * the caller's store transaction, posts one balanced ledger transaction and
+ * keeps grants and balances in step with it. Amounts are micro-yuan.
+ *
+ * Accounts: 'cash:USER' (a user's paid money), 'grant:GRANT' (one credit
+ * grant), 'revenue' (usage earned), 'promotion' (credit given away, negative)
+ * and 'payments' (cash received from payment providers, negative). */
+#ifndef GPURENT_LEDGER_H
+#define GPURENT_LEDGER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ids.h"
+
+struct store;
+
+/* What a user can spend at time at: cash and unexpired credit. */
+struct funds {
+    int64_t cash;      /* paid money */
+    int64_t credit;    /* sum of unexpired grants' remaining */
+    int64_t available; /* cash + credit */
+};
+int ledger_funds(struct store *s, const char *user_id, int64_t at, struct funds *out);
+
+/* Grants credit: source 'signup', 'invite:CODE' or 'admin'; expires_at 0
+ * for never. id_out gets the grant id. */
+int ledger_grant(struct store *s, const char *user_id, const char *source, int64_t amount, int64_t expires_at,
+                 int64_t at, const char *reason, char id_out[ID_MAX]);
+/* Adds cash from a payment, once per payment_id: a repeat is STORE_OK with
+ * *duplicate set and nothing posted; the same payment id for another user or
+ * amount is STORE_CONFLICT. */
+int ledger_topup(struct store *s, const char *user_id, const char *payment_id, int64_t amount, const char *source,
+                 int64_t at, char id_out[ID_MAX], int *duplicate);
+/* Charges usage: grants first (soonest expiry first, as valid at `at`),
+ * then cash, all to revenue, each leg naming its grant. STORE_CONFLICT if
+ * the funds do not cover amount (nothing posted). */
+int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *instance_id,
+                  int64_t interval_id, const char *reason);
+/* Voids what is left of grants that expired at or before at (all users when
+ * user_id is NULL). */
+int ledger_expire_grants(struct store *s, const char *user_id, int64_t at);
+/* Redeems an invite code for the user at `at`: STORE_NOT_FOUND for an
+ * unknown, expired or used-up code, STORE_CONFLICT if already redeemed. */
+int ledger_redeem_invite(struct store *s, const char *user_id, const char *code, int64_t at, char grant_out[ID_MAX]);
+
+/* The price of a GPU type's card-hour at t (micro-yuan), or -1 if none. */
+int64_t ledger_price_at(struct store *s, const char *gpu_model, int64_t t);
+
+/* ledger_verify.c: checks every invariant of the ledger and prints each
+ * breach to stream. Returns the number of breaches (0: all good), or -1 if
+ * the check itself failed. */
+int ledger_verify(struct store *s, void *stream);
+
+#endif

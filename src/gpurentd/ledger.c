@@ -1,0 +1,196 @@
+/* ledger.c: money operations on the double-entry ledger (see ledger.h). */
+#include "ledger.h"
+#include "log.h"
+#include "store.h"
+#include "tariff.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GRANTS_MAX 64 /* grants one charge draws on at most */
+
+int ledger_funds(struct store *s, const char *user_id, int64_t at, struct funds *out)
+{
+    memset(out, 0, sizeof *out);
+    char account[48];
+    snprintf(account, sizeof account, "cash:%s", user_id);
+    int64_t cash = store_account_balance(s, account);
+    if (cash < 0)
+        return (int)cash;
+    struct grant g[GRANTS_MAX];
+    size_t n;
+    int rc = store_grants_spendable(s, user_id, at, g, GRANTS_MAX, &n);
+    if (rc != STORE_OK)
+        return rc;
+    out->cash = cash;
+    for (size_t i = 0; i < n; i++)
+        out->credit += g[i].remaining;
+    out->available = out->cash + out->credit;
+    return STORE_OK;
+}
+
+int ledger_grant(struct store *s, const char *user_id, const char *source, int64_t amount, int64_t expires_at,
+                 int64_t at, const char *reason, char id_out[ID_MAX])
+{
+    struct grant g = {.amount = amount, .remaining = amount, .expires_at = expires_at, .created_at = at};
+    if (amount <= 0 || id_new("grt", g.id) < 0)
+        return STORE_ERROR;
+    snprintf(g.user_id, sizeof g.user_id, "%s", user_id);
+    snprintf(g.source, sizeof g.source, "%s", source);
+    int rc = store_grant_insert(s, &g);
+    if (rc != STORE_OK)
+        return rc;
+    struct ledger_leg legs[2] = {{.amount = amount}, {.amount = -amount}};
+    snprintf(legs[0].account_id, sizeof legs[0].account_id, "grant:%s", g.id);
+    snprintf(legs[0].grant_id, sizeof legs[0].grant_id, "%s", g.id);
+    snprintf(legs[1].account_id, sizeof legs[1].account_id, "promotion");
+    struct ledger_entry e = {.at = at, .kind = "grant", .user_id = user_id, .reason = reason, .grant_id = g.id};
+    if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK)
+        return rc;
+    if (id_out)
+        memcpy(id_out, g.id, ID_MAX);
+    return STORE_OK;
+}
+
+int ledger_topup(struct store *s, const char *user_id, const char *payment_id, int64_t amount, const char *source,
+                 int64_t at, char id_out[ID_MAX], int *duplicate)
+{
+    *duplicate = 0;
+    struct topup t;
+    int rc = store_topup_by_payment(s, payment_id, &t);
+    if (rc == STORE_OK) {
+        if (strcmp(t.user_id, user_id) != 0 || t.amount != amount)
+            return STORE_CONFLICT;
+        *duplicate = 1;
+        memcpy(id_out, t.id, ID_MAX);
+        return STORE_OK;
+    }
+    if (rc != STORE_NOT_FOUND)
+        return rc;
+    memset(&t, 0, sizeof t);
+    if (amount <= 0 || id_new("top", t.id) < 0)
+        return STORE_ERROR;
+    snprintf(t.user_id, sizeof t.user_id, "%s", user_id);
+    snprintf(t.payment_id, sizeof t.payment_id, "%s", payment_id);
+    snprintf(t.source, sizeof t.source, "%s", source);
+    t.amount = amount;
+    t.created_at = at;
+    if ((rc = store_topup_insert(s, &t)) != STORE_OK)
+        return rc;
+    struct ledger_leg legs[2] = {{.amount = amount}, {.amount = -amount}};
+    snprintf(legs[0].account_id, sizeof legs[0].account_id, "cash:%s", user_id);
+    snprintf(legs[1].account_id, sizeof legs[1].account_id, "payments");
+    char reason[200];
+    snprintf(reason, sizeof reason, "top-up (payment %.128s)", payment_id);
+    struct ledger_entry e = {.at = at, .kind = "topup", .user_id = user_id, .reason = reason, .topup_id = t.id};
+    if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK)
+        return rc;
+    memcpy(id_out, t.id, ID_MAX);
+    return STORE_OK;
+}
+
+int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *instance_id,
+                  int64_t interval_id, const char *reason)
+{
+    if (amount == 0)
+        return STORE_OK;
+    if (amount < 0)
+        return STORE_ERROR;
+    /* Usage of the second before `at` may still draw on a grant expiring at `at`. */
+    struct grant g[GRANTS_MAX];
+    size_t n;
+    int rc = store_grants_spendable(s, user_id, at - 1, g, GRANTS_MAX, &n);
+    if (rc != STORE_OK)
+        return rc;
+    struct ledger_leg legs[GRANTS_MAX + 2];
+    memset(legs, 0, sizeof legs);
+    size_t nl = 0;
+    int64_t left = amount;
+    for (size_t i = 0; i < n && left > 0; i++) {
+        int64_t take = g[i].remaining < left ? g[i].remaining : left;
+        if ((rc = store_grant_spend(s, g[i].id, take)) != STORE_OK)
+            return rc;
+        snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "grant:%.31s", g[i].id);
+        snprintf(legs[nl].grant_id, sizeof legs[nl].grant_id, "%.31s", g[i].id);
+        legs[nl++].amount = -take;
+        left -= take;
+    }
+    if (left > 0) {
+        char cash[48];
+        snprintf(cash, sizeof cash, "cash:%s", user_id);
+        if (store_account_balance(s, cash) < left)
+            return STORE_CONFLICT;
+        snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "%s", cash);
+        legs[nl++].amount = -left;
+    }
+    snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "revenue");
+    legs[nl++].amount = amount;
+    struct ledger_entry e = {.at = at,
+                             .kind = "usage",
+                             .user_id = user_id,
+                             .reason = reason,
+                             .instance_id = instance_id,
+                             .interval_id = interval_id};
+    return store_ledger_post(s, &e, legs, nl, at);
+}
+
+int ledger_expire_grants(struct store *s, const char *user_id, int64_t at)
+{
+    for (;;) {
+        struct grant g[GRANTS_MAX];
+        size_t n = 0, done = 0;
+        int rc = store_grants_expired(s, at, g, GRANTS_MAX, &n);
+        if (rc != STORE_OK)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            if (user_id && strcmp(g[i].user_id, user_id) != 0)
+                continue;
+            struct ledger_leg legs[2] = {{.amount = -g[i].remaining}, {.amount = g[i].remaining}};
+            snprintf(legs[0].account_id, sizeof legs[0].account_id, "grant:%.31s", g[i].id);
+            snprintf(legs[0].grant_id, sizeof legs[0].grant_id, "%.31s", g[i].id);
+            snprintf(legs[1].account_id, sizeof legs[1].account_id, "promotion");
+            struct ledger_entry e = {.at = g[i].expires_at,
+                                     .kind = "expiry",
+                                     .user_id = g[i].user_id,
+                                     .reason = "credit expired; the unspent remainder is void",
+                                     .grant_id = g[i].id};
+            if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK ||
+                (rc = store_grant_void(s, g[i].id, g[i].expires_at)) != STORE_OK)
+                return rc;
+            done++;
+        }
+        if (n < GRANTS_MAX || done == 0)
+            return STORE_OK;
+    }
+}
+
+int ledger_redeem_invite(struct store *s, const char *user_id, const char *code, int64_t at, char grant_out[ID_MAX])
+{
+    struct invite_code c;
+    int rc = store_invite_get(s, code, &c);
+    if (rc != STORE_OK)
+        return rc;
+    if ((c.expires_at && c.expires_at <= at) || (c.max_uses && c.uses >= c.max_uses))
+        return STORE_NOT_FOUND;
+    char source[48], reason[96];
+    snprintf(source, sizeof source, "invite:%s", c.code);
+    snprintf(reason, sizeof reason, "invite code %s", c.code);
+    int64_t expires = c.credit_days ? at + c.credit_days * 86400 : 0;
+    if ((rc = ledger_grant(s, user_id, source, c.amount, expires, at, reason, grant_out)) != STORE_OK)
+        return rc;
+    /* The redemption row's primary key makes a second redemption by the
+     * same account fail, whatever the concurrency. */
+    return store_invite_redeem(s, c.code, user_id, grant_out, at);
+}
+
+int64_t ledger_price_at(struct store *s, const char *gpu_model, int64_t t)
+{
+    struct price_point *pp;
+    size_t n;
+    if (store_prices(s, gpu_model, &pp, &n) != STORE_OK)
+        return -1;
+    int64_t p = tariff_price_at(pp, n, t);
+    free(pp);
+    return p;
+}

@@ -1,0 +1,506 @@
+/* store_money.c: SQL for prices, the ledger, credit grants, invite codes,
+ * top-ups and the billing state of running intervals. */
+#include "store.h"
+#include "tariff.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char SQL_PRICES[] =
+    "SELECT effective_at, card_hour FROM prices WHERE gpu_model = ? ORDER BY effective_at";
+static const char SQL_PRICE_INSERT[] =
+    "INSERT INTO prices (gpu_model, effective_at, card_hour, created_at) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (gpu_model, effective_at) DO UPDATE SET card_hour = excluded.card_hour, created_at = excluded.created_at";
+static const char SQL_PRICE_HISTORY[] =
+    "SELECT gpu_model, effective_at, card_hour, created_at FROM prices WHERE (?1 IS NULL OR gpu_model = ?1)"
+    " ORDER BY gpu_model, effective_at LIMIT ?2";
+static const char SQL_ACCOUNT_ENSURE[] =
+    "INSERT INTO ledger_accounts (id, kind, user_id) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING";
+static const char SQL_ACCOUNT_MOVE[] = "UPDATE ledger_accounts SET balance = balance + ?2 WHERE id = ?1";
+static const char SQL_ACCOUNT_BALANCE[] = "SELECT balance FROM ledger_accounts WHERE id = ?";
+static const char SQL_TXN_INSERT[] =
+    "INSERT INTO ledger_transactions (at, kind, user_id, reason, instance_id, interval_id, grant_id, topup_id,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+static const char SQL_POSTING_INSERT[] =
+    "INSERT INTO ledger_postings (transaction_id, account_id, amount, grant_id) VALUES (?, ?, ?, ?)";
+#define GRANT_COLUMNS "id, user_id, source, amount, remaining, coalesce(expires_at, 0), coalesce(voided_at, 0), created_at"
+static const char SQL_GRANT_INSERT[] =
+    "INSERT INTO credit_grants (id, user_id, source, amount, remaining, expires_at, created_at)"
+    " VALUES (?, ?, ?, ?, ?, nullif(?, 0), ?)";
+static const char SQL_GRANTS_SPENDABLE[] =
+    "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE user_id = ?1 AND remaining > 0 AND voided_at IS NULL"
+    " AND (expires_at IS NULL OR expires_at > ?2) ORDER BY expires_at IS NULL, expires_at, created_at, id LIMIT ?3";
+static const char SQL_GRANTS_OF[] =
+    "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE user_id = ? ORDER BY created_at DESC, id LIMIT ?";
+static const char SQL_GRANTS_EXPIRED[] =
+    "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE remaining > 0 AND voided_at IS NULL AND expires_at <= ?"
+    " ORDER BY expires_at LIMIT ?";
+static const char SQL_GRANT_EXPIRIES[] =
+    "SELECT DISTINCT expires_at FROM credit_grants WHERE user_id = ?1 AND remaining > 0 AND voided_at IS NULL"
+    " AND expires_at > ?2 AND expires_at <= ?3 ORDER BY expires_at LIMIT ?4";
+static const char SQL_GRANT_SPEND[] =
+    "UPDATE credit_grants SET remaining = remaining - ?2 WHERE id = ?1 AND remaining >= ?2";
+static const char SQL_GRANT_VOID[] =
+    "UPDATE credit_grants SET remaining = 0, voided_at = ?2 WHERE id = ?1 AND voided_at IS NULL";
+static const char SQL_INVITE_GET[] =
+    "SELECT code, amount, coalesce(credit_days, 0), coalesce(expires_at, 0), coalesce(max_uses, 0), uses, created_at"
+    " FROM invite_codes WHERE code = ?";
+static const char SQL_INVITE_INSERT[] =
+    "INSERT INTO invite_codes (code, amount, credit_days, expires_at, max_uses, created_at)"
+    " VALUES (?, ?, nullif(?, 0), nullif(?, 0), nullif(?, 0), ?)";
+static const char SQL_INVITE_USE[] =
+    "UPDATE invite_codes SET uses = uses + 1 WHERE code = ? AND (max_uses IS NULL OR uses < max_uses)";
+static const char SQL_REDEMPTION_INSERT[] =
+    "INSERT INTO invite_redemptions (code, user_id, grant_id, at) VALUES (?, ?, ?, ?)";
+static const char SQL_TOPUP_INSERT[] =
+    "INSERT INTO topups (id, user_id, payment_id, amount, source, created_at) VALUES (?, ?, ?, ?, ?, ?)";
+static const char SQL_TOPUP_BY_PAYMENT[] =
+    "SELECT id, user_id, payment_id, amount, source, created_at FROM topups WHERE payment_id = ?";
+static const char SQL_USERS_TO_BILL[] =
+    "SELECT DISTINCT user_id FROM running_intervals WHERE settled = 0 ORDER BY user_id";
+static const char SQL_BILLABLES[] =
+    "SELECT id, instance_id, user_id, gpu_model, card_count, started_at, coalesce(ended_at, 0), billed"
+    " FROM running_intervals WHERE user_id = ? AND settled = 0 ORDER BY id LIMIT ?";
+static const char SQL_INTERVAL_BILLED[] = "UPDATE running_intervals SET billed = ?2, settled = ?3 WHERE id = ?1";
+
+static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+static int step_write(struct store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
+    sqlite3_reset(st);
+    return rc;
+}
+
+static int step_change(struct store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = step_write(s, st, what);
+    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
+        return STORE_NOT_FOUND;
+    return rc;
+}
+
+/* Runs a row-reading loop: calls read for each row until max. */
+#define READ_ROWS(s, st, out, max, n, read, what)                                                     \
+    do {                                                                                           \
+        int rc_;                                                                                   \
+        while ((rc_ = sqlite3_step(st)) == SQLITE_ROW && *(n) < (max))                             \
+            read(st, &(out)[(*(n))++]);                                                            \
+        int result_ = rc_ == SQLITE_DONE || rc_ == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc_, what); \
+        sqlite3_reset(st);                                                                         \
+        return result_;                                                                            \
+    } while (0)
+
+int store_prices(struct store *s, const char *gpu_model, struct price_point **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_PRICES);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            struct price_point *grown = realloc(*out, cap * sizeof **out);
+            if (!grown) {
+                sqlite3_reset(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return STORE_ERROR;
+            }
+            *out = grown;
+        }
+        (*out)[*n].effective_at = sqlite3_column_int64(st, 0);
+        (*out)[*n].card_hour = sqlite3_column_int64(st, 1);
+        (*n)++;
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "prices");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_price_insert(struct store *s, const char *gpu_model, int64_t effective_at, int64_t card_hour, int64_t now)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_PRICE_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, effective_at);
+    sqlite3_bind_int64(st, 3, card_hour);
+    sqlite3_bind_int64(st, 4, now);
+    return step_write(s, st, "insert price");
+}
+
+static void read_price_row(sqlite3_stmt *st, struct price_row *p)
+{
+    text(p->gpu_model, sizeof p->gpu_model, st, 0);
+    p->effective_at = sqlite3_column_int64(st, 1);
+    p->card_hour = sqlite3_column_int64(st, 2);
+    p->created_at = sqlite3_column_int64(st, 3);
+}
+
+int store_price_history(struct store *s, const char *gpu_model, struct price_row *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_PRICE_HISTORY);
+    if (!st)
+        return STORE_ERROR;
+    if (gpu_model)
+        sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    READ_ROWS(s, st, out, max, n, read_price_row, "price history");
+}
+
+/* Creates a user's cash or grant account on first use. */
+static int account_ensure(struct store *s, const char *account_id, const char *user_id)
+{
+    const char *kind = strncmp(account_id, "cash:", 5) == 0 ? "cash" : strncmp(account_id, "grant:", 6) == 0 ? "grant" : NULL;
+    if (!kind)
+        return STORE_OK; /* platform accounts exist from the migration */
+    sqlite3_stmt *st = store_stmt(s, SQL_ACCOUNT_ENSURE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, account_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, user_id, -1, SQLITE_STATIC);
+    return step_write(s, st, "ensure account");
+}
+
+int store_ledger_post(struct store *s, const struct ledger_entry *e, const struct ledger_leg *legs, size_t n,
+                      int64_t now)
+{
+    /* Refuse an unbalanced transaction before touching anything. */
+    __int128 sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += legs[i].amount;
+    if (sum != 0 || n < 2)
+        return STORE_ERROR;
+    sqlite3_stmt *st = store_stmt(s, SQL_TXN_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, e->at);
+    sqlite3_bind_text(st, 2, e->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, e->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, e->reason, -1, SQLITE_STATIC);
+    if (e->instance_id)
+        sqlite3_bind_text(st, 5, e->instance_id, -1, SQLITE_STATIC);
+    if (e->interval_id)
+        sqlite3_bind_int64(st, 6, e->interval_id);
+    if (e->grant_id)
+        sqlite3_bind_text(st, 7, e->grant_id, -1, SQLITE_STATIC);
+    if (e->topup_id)
+        sqlite3_bind_text(st, 8, e->topup_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 9, now);
+    int rc = step_write(s, st, "insert ledger transaction");
+    if (rc != STORE_OK)
+        return rc;
+    sqlite3_int64 txn = sqlite3_last_insert_rowid(store_db(s));
+    for (size_t i = 0; i < n; i++) {
+        if (legs[i].amount == 0)
+            continue;
+        if ((rc = account_ensure(s, legs[i].account_id, e->user_id)) != STORE_OK)
+            return rc;
+        st = store_stmt(s, SQL_POSTING_INSERT);
+        if (!st)
+            return STORE_ERROR;
+        sqlite3_bind_int64(st, 1, txn);
+        sqlite3_bind_text(st, 2, legs[i].account_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, legs[i].amount);
+        if (legs[i].grant_id[0])
+            sqlite3_bind_text(st, 4, legs[i].grant_id, -1, SQLITE_STATIC);
+        if ((rc = step_write(s, st, "insert posting")) != STORE_OK)
+            return rc;
+        st = store_stmt(s, SQL_ACCOUNT_MOVE);
+        if (!st)
+            return STORE_ERROR;
+        sqlite3_bind_text(st, 1, legs[i].account_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, legs[i].amount);
+        /* A user account below zero breaks its CHECK: refused, not clamped. */
+        rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if ((rc & 0xff) == SQLITE_CONSTRAINT)
+            return STORE_CONFLICT;
+        if ((rc = store_rc_from_sqlite(s, rc, "move balance")) != STORE_OK)
+            return rc;
+    }
+    return STORE_OK;
+}
+
+int64_t store_account_balance(struct store *s, const char *account_id)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_ACCOUNT_BALANCE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, account_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? 0 : store_rc_from_sqlite(s, rc, "balance");
+    sqlite3_reset(st);
+    return v;
+}
+
+int store_grant_insert(struct store *s, const struct grant *g)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANT_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, g->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, g->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, g->source, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, g->amount);
+    sqlite3_bind_int64(st, 5, g->remaining);
+    sqlite3_bind_int64(st, 6, g->expires_at);
+    sqlite3_bind_int64(st, 7, g->created_at);
+    return step_write(s, st, "insert grant");
+}
+
+static void read_grant(sqlite3_stmt *st, struct grant *g)
+{
+    text(g->id, sizeof g->id, st, 0);
+    text(g->user_id, sizeof g->user_id, st, 1);
+    text(g->source, sizeof g->source, st, 2);
+    g->amount = sqlite3_column_int64(st, 3);
+    g->remaining = sqlite3_column_int64(st, 4);
+    g->expires_at = sqlite3_column_int64(st, 5);
+    g->voided_at = sqlite3_column_int64(st, 6);
+    g->created_at = sqlite3_column_int64(st, 7);
+}
+
+int store_grants_spendable(struct store *s, const char *user_id, int64_t at, struct grant *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANTS_SPENDABLE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, at);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
+    READ_ROWS(s, st, out, max, n, read_grant, "spendable grants");
+}
+
+int store_grants_of(struct store *s, const char *user_id, struct grant *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANTS_OF);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    READ_ROWS(s, st, out, max, n, read_grant, "grants of user");
+}
+
+int store_grants_expired(struct store *s, int64_t at, struct grant *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANTS_EXPIRED);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, at);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    READ_ROWS(s, st, out, max, n, read_grant, "expired grants");
+}
+
+static void read_int(sqlite3_stmt *st, int64_t *v) { *v = sqlite3_column_int64(st, 0); }
+
+int store_grant_expiries(struct store *s, const char *user_id, int64_t after, int64_t until, int64_t *out, size_t max,
+                         size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANT_EXPIRIES);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int64(st, 3, until);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)max);
+    READ_ROWS(s, st, out, max, n, read_int, "grant expiries");
+}
+
+int store_grant_spend(struct store *s, const char *id, int64_t amount)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANT_SPEND);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, amount);
+    int rc = step_change(s, st, "spend grant");
+    return rc == STORE_NOT_FOUND ? STORE_CONFLICT : rc;
+}
+
+int store_grant_void(struct store *s, const char *id, int64_t at)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANT_VOID);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, at);
+    return step_change(s, st, "void grant");
+}
+
+static void read_invite(sqlite3_stmt *st, struct invite_code *c)
+{
+    text(c->code, sizeof c->code, st, 0);
+    c->amount = sqlite3_column_int64(st, 1);
+    c->credit_days = sqlite3_column_int64(st, 2);
+    c->expires_at = sqlite3_column_int64(st, 3);
+    c->max_uses = sqlite3_column_int64(st, 4);
+    c->uses = sqlite3_column_int64(st, 5);
+    c->created_at = sqlite3_column_int64(st, 6);
+}
+
+int store_invite_get(struct store *s, const char *code, struct invite_code *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INVITE_GET);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), result;
+    if (rc == SQLITE_ROW) {
+        read_invite(st, out);
+        result = STORE_OK;
+    } else {
+        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get invite code");
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_invite_insert(struct store *s, const struct invite_code *c)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INVITE_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, c->code, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, c->amount);
+    sqlite3_bind_int64(st, 3, c->credit_days);
+    sqlite3_bind_int64(st, 4, c->expires_at);
+    sqlite3_bind_int64(st, 5, c->max_uses);
+    sqlite3_bind_int64(st, 6, c->created_at);
+    return step_write(s, st, "insert invite code");
+}
+
+int store_invite_redeem(struct store *s, const char *code, const char *user_id, const char *grant_id, int64_t at)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_REDEMPTION_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, grant_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, at);
+    int rc = step_write(s, st, "insert redemption");
+    if (rc != STORE_OK)
+        return rc;
+    st = store_stmt(s, SQL_INVITE_USE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
+    rc = step_change(s, st, "use invite code");
+    return rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : rc; /* used up */
+}
+
+int store_topup_insert(struct store *s, const struct topup *t)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_TOPUP_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, t->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, t->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, t->payment_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, t->amount);
+    sqlite3_bind_text(st, 5, t->source, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, t->created_at);
+    return step_write(s, st, "insert topup");
+}
+
+int store_topup_by_payment(struct store *s, const char *payment_id, struct topup *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_TOPUP_BY_PAYMENT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, payment_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), result = STORE_OK;
+    if (rc == SQLITE_ROW) {
+        text(out->id, sizeof out->id, st, 0);
+        text(out->user_id, sizeof out->user_id, st, 1);
+        text(out->payment_id, sizeof out->payment_id, st, 2);
+        out->amount = sqlite3_column_int64(st, 3);
+        text(out->source, sizeof out->source, st, 4);
+        out->created_at = sqlite3_column_int64(st, 5);
+    } else {
+        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "topup by payment");
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_USERS_TO_BILL);
+    if (!st)
+        return STORE_ERROR;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 256;
+            char(*grown)[ID_MAX] = realloc(*out, cap * ID_MAX);
+            if (!grown) {
+                sqlite3_reset(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return STORE_ERROR;
+            }
+            *out = grown;
+        }
+        text((*out)[(*n)++], ID_MAX, st, 0);
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "users to bill");
+    sqlite3_reset(st);
+    return result;
+}
+
+static void read_billable(sqlite3_stmt *st, struct billable *b)
+{
+    b->id = sqlite3_column_int64(st, 0);
+    text(b->instance_id, sizeof b->instance_id, st, 1);
+    text(b->user_id, sizeof b->user_id, st, 2);
+    text(b->gpu_model, sizeof b->gpu_model, st, 3);
+    b->card_count = sqlite3_column_int64(st, 4);
+    b->started_at = sqlite3_column_int64(st, 5);
+    b->ended_at = sqlite3_column_int64(st, 6);
+    b->billed = sqlite3_column_int64(st, 7);
+}
+
+int store_billables(struct store *s, const char *user_id, struct billable *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_BILLABLES);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    READ_ROWS(s, st, out, max, n, read_billable, "billables");
+}
+
+int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INTERVAL_BILLED);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, billed);
+    sqlite3_bind_int(st, 3, settled);
+    return step_change(s, st, "interval billed");
+}

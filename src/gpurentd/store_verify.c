@@ -1,0 +1,125 @@
+/* store_verify.c: `gpurentd ledger verify`: every invariant the money rules
+ * promise, checked from the raw rows, each breach printed with what is
+ * wrong. Read-only; safe next to a running daemon. */
+#include "ledger.h"
+#include "money.h"
+#include "store.h"
+#include "tariff.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct check {
+    const char *what; /* the invariant, said as a breach */
+    const char *sql;  /* rows that break it: an id and a detail */
+};
+
+static const struct check checks[] = {
+    {"transaction does not balance",
+     "SELECT transaction_id, 'postings sum to ' || sum(amount) FROM ledger_postings GROUP BY transaction_id"
+     " HAVING sum(amount) <> 0"},
+    {"transaction has fewer than two postings",
+     "SELECT t.id, count(p.id) || ' postings' FROM ledger_transactions t LEFT JOIN ledger_postings p"
+     " ON p.transaction_id = t.id GROUP BY t.id HAVING count(p.id) < 2"},
+    {"cached balance differs from the sum of postings",
+     "SELECT a.id, 'balance ' || a.balance || ', postings ' || coalesce(sum(p.amount), 0) FROM ledger_accounts a"
+     " LEFT JOIN ledger_postings p ON p.account_id = a.id GROUP BY a.id HAVING a.balance <> coalesce(sum(p.amount), 0)"},
+    {"user account went below zero",
+     "SELECT account_id, 'lowest running balance ' || min(running) FROM (SELECT p.account_id,"
+     " sum(p.amount) OVER (PARTITION BY p.account_id ORDER BY p.id) AS running FROM ledger_postings p"
+     " JOIN ledger_accounts a ON a.id = p.account_id WHERE a.kind IN ('cash', 'grant'))"
+     " GROUP BY account_id HAVING min(running) < 0"},
+    {"grant's remaining differs from its account",
+     "SELECT g.id, 'remaining ' || g.remaining || ', account ' || coalesce(a.balance, 0) FROM credit_grants g"
+     " LEFT JOIN ledger_accounts a ON a.id = 'grant:' || g.id WHERE coalesce(a.balance, 0) <> g.remaining"},
+    {"grant overspent or never funded",
+     "SELECT g.id, 'amount ' || g.amount || ', funded ' || coalesce(sum(p.amount) FILTER (WHERE p.amount > 0), 0)"
+     " || ', drawn ' || coalesce(-sum(p.amount) FILTER (WHERE p.amount < 0), 0) FROM credit_grants g"
+     " LEFT JOIN ledger_postings p ON p.account_id = 'grant:' || g.id GROUP BY g.id"
+     " HAVING coalesce(sum(p.amount) FILTER (WHERE p.amount > 0), 0) <> g.amount"
+     " OR coalesce(-sum(p.amount) FILTER (WHERE p.amount < 0), 0) > g.amount"},
+    {"voided grant still has money",
+     "SELECT id, 'remaining ' || remaining FROM credit_grants WHERE voided_at IS NOT NULL AND remaining <> 0"},
+    {"grant leg does not name its grant",
+     "SELECT p.id, p.account_id FROM ledger_postings p WHERE p.account_id LIKE 'grant:%'"
+     " AND (p.grant_id IS NULL OR p.account_id <> 'grant:' || p.grant_id)"},
+    {"interval's revenue differs from what it says was billed",
+     "SELECT r.id, 'billed ' || r.billed || ', revenue ' || coalesce(x.s, 0) FROM running_intervals r LEFT JOIN"
+     " (SELECT t.interval_id AS id, sum(p.amount) AS s FROM ledger_postings p JOIN ledger_transactions t"
+     " ON t.id = p.transaction_id WHERE p.account_id = 'revenue' GROUP BY t.interval_id) x ON x.id = r.id"
+     " WHERE coalesce(x.s, 0) <> r.billed"},
+    {"top-up differs from the cash it added",
+     "SELECT u.id, 'amount ' || u.amount || ', cash ' || coalesce(sum(p.amount), 0) FROM topups u"
+     " LEFT JOIN ledger_transactions t ON t.topup_id = u.id LEFT JOIN ledger_postings p ON p.transaction_id = t.id"
+     " AND p.account_id LIKE 'cash:%' GROUP BY u.id HAVING coalesce(sum(p.amount), 0) <> u.amount"},
+    {"money exists outside the ledger",
+     "SELECT 'all accounts', 'sum ' || sum(balance) FROM ledger_accounts HAVING sum(balance) <> 0"},
+};
+
+static const char SQL_SETTLED[] =
+    "SELECT id, gpu_model, card_count, started_at, ended_at, billed FROM running_intervals"
+    " WHERE settled = 1 AND ended_at IS NOT NULL";
+
+/* Settled intervals must have been charged exactly what the tariff says. */
+static int check_settled(struct store *s, FILE *out)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store_db(s), SQL_SETTLED, -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    int breaches = 0, rc;
+    char model[33] = "";
+    struct price_point *pp = NULL;
+    size_t n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *m = (const char *)sqlite3_column_text(st, 1);
+        if (strcmp(m, model) != 0) {
+            free(pp);
+            pp = NULL;
+            if (store_prices(s, m, &pp, &n) != STORE_OK) {
+                breaches = -1;
+                break;
+            }
+            snprintf(model, sizeof model, "%s", m);
+        }
+        int64_t due;
+        if (tariff_due(pp, n, sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4),
+                       &due) != MONEY_OK ||
+            due != sqlite3_column_int64(st, 5)) {
+            fprintf(out, "breach: settled interval billed other than its tariff: %lld: billed %lld, due %lld\n",
+                    (long long)sqlite3_column_int64(st, 0), (long long)sqlite3_column_int64(st, 5), (long long)due);
+            breaches++;
+        }
+    }
+    free(pp);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE || breaches < 0 ? breaches : -1;
+}
+
+int ledger_verify(struct store *s, void *stream)
+{
+    FILE *out = stream;
+    int breaches = 0;
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(store_db(s), checks[i].sql, -1, &st, NULL) != SQLITE_OK) {
+            fprintf(out, "cannot check '%s': %s\n", checks[i].what, sqlite3_errmsg(store_db(s)));
+            return -1;
+        }
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            fprintf(out, "breach: %s: %s: %s\n", checks[i].what, (const char *)sqlite3_column_text(st, 0),
+                    (const char *)sqlite3_column_text(st, 1));
+            breaches++;
+        }
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) {
+            fprintf(out, "cannot check '%s': %s\n", checks[i].what, sqlite3_errmsg(store_db(s)));
+            return -1;
+        }
+    }
+    int settled = check_settled(s, out);
+    if (settled < 0)
+        return -1;
+    return breaches + settled;
+}
