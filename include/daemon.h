@@ -211,6 +211,29 @@ void api_images_delete(struct http_request *req);
 /* api_users.c: admin user limits */
 void api_users_set_limits(struct http_request *req);
 
+/* api_balance.c */
+void api_balance_get(struct http_request *req);
+void api_transactions_list(struct http_request *req);
+void api_usage_get(struct http_request *req);
+void api_statements_get(struct http_request *req);
+
+/* api_prices.c */
+void api_prices_list(struct http_request *req);
+void api_estimate_get(struct http_request *req);
+void api_prices_put(struct http_request *req);
+
+/* api_credits.c */
+void api_invite_redeem(struct http_request *req);
+void api_invite_codes_create(struct http_request *req);
+void api_grants_create(struct http_request *req);
+
+/* api_payments.c */
+void api_topups_create(struct http_request *req);
+void api_payments_webhook(struct http_request *req);
+
+/* api_billing.c */
+void api_billing_run(struct http_request *req);
+
 /* api_gpu_types.c */
 void api_gpu_types_list(struct http_request *req);
 void api_gpu_types_put(struct http_request *req);

@@ -11,6 +11,17 @@
  * zero_is_null is set. New reference. */
 json_t *json_time(int64_t t, int zero_is_null);
 
+/* Parses "2026-11-29T18:22:00Z" (UTC, seconds, 'Z' only) into epoch
+ * seconds; -1 if it is anything else. */
+int json_time_parse(const char *s, int64_t *out);
+
+/* An amount of micro-units as a decimal string ("9.60"). New reference. */
+json_t *json_money(int64_t micro);
+/* Reads a JSON string holding a non-negative amount ("10", "9.60"): 0, or
+ * -1 if it is not a string or not an amount (more than 6 decimals, a sign,
+ * an exponent, spaces, overflow). */
+int json_money_value(json_t *v, int64_t *out);
+
 /* A cursor names the last item of a page by its sort key (a time and an id)
  * and is opaque to clients: base64url of "TIME.ID". */
 #define CURSOR_MAX 96

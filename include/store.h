@@ -447,4 +447,42 @@ int store_billables(struct store *s, const char *user_id, struct billable *out, 
 /* Records what has been posted for an interval; settled once ended and paid. */
 int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled);
 
+/* store_money_reports.c: what users read about their money. */
+struct ledger_txn_row {
+    int64_t id;                /* transaction */
+    int64_t at;                /* for when */
+    char kind[16];             /* usage, grant, expiry, topup */
+    char reason[256];          /* sentence */
+    char instance_id[ID_MAX];  /* usage: instance, else "" */
+    int64_t user_delta;        /* net change of the user's funds */
+    int64_t credit_delta;      /* of which grants */
+    int64_t cash_delta;        /* of which cash */
+};
+struct ledger_txn_filter {
+    const char *user_id;       /* whose */
+    const char *kind;          /* or NULL */
+    int64_t from, to;          /* at in [from, to) */
+    int64_t after_id;          /* cursor: last id seen (0: start) */
+};
+int store_ledger_transactions(struct store *s, const struct ledger_txn_filter *f, struct ledger_txn_row *out,
+                              size_t max, size_t *n);
+struct usage_row {
+    char key[ID_MAX];          /* instance id or GPU type */
+    char gpu_model[33];        /* type */
+    int64_t card_seconds;      /* cards × seconds run within the period */
+    int64_t cost;              /* usage charged within the period */
+    int64_t from_credit;       /* of which paid by grants */
+    int64_t from_cash;         /* of which paid by cash */
+};
+/* Usage of user_id in [from, to) grouped by instance (by_type 0) or GPU
+ * type (1); open intervals count up to now. */
+int store_usage(struct store *s, const char *user_id, int64_t from, int64_t to, int64_t now, int by_type,
+                struct usage_row *out, size_t max, size_t *n);
+/* The user's funds (cash + unvoided grant remainders) as the ledger stood
+ * just before `at`. */
+int64_t store_user_funds_before(struct store *s, const char *user_id, int64_t at);
+/* Burn per hour of the user's running instances at the given time: the sum
+ * of price × cards of open intervals (micro-yuan per hour). */
+int64_t store_user_burn_rate(struct store *s, const char *user_id, int64_t at);
+
 #endif

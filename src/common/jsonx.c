@@ -1,7 +1,9 @@
 /* jsonx.c: RFC 3339 times and pagination cursors (see jsonx.h). */
 #include "jsonx.h"
+#include "money.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -15,6 +17,46 @@ json_t *json_time(int64_t t, int zero_is_null)
     if (!gmtime_r(&tt, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm))
         return json_null();
     return json_string(buf);
+}
+
+int json_time_parse(const char *s, int64_t *out)
+{
+    static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+    if (strlen(s) != sizeof shape - 1)
+        return -1;
+    for (size_t i = 0; shape[i]; i++)
+        if (shape[i] == 'd' ? (s[i] < '0' || s[i] > '9') : s[i] != shape[i])
+            return -1;
+    struct tm tm = {0};
+    tm.tm_year = atoi(s) - 1900;
+    tm.tm_mon = atoi(s + 5) - 1;
+    tm.tm_mday = atoi(s + 8);
+    tm.tm_hour = atoi(s + 11);
+    tm.tm_min = atoi(s + 14);
+    tm.tm_sec = atoi(s + 17);
+    if (tm.tm_mon < 0 || tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
+        tm.tm_sec > 60)
+        return -1;
+    struct tm check = tm;
+    time_t t = timegm(&tm);
+    /* timegm normalises 31 February into March: refuse such dates. */
+    if (t == (time_t)-1 || tm.tm_mday != check.tm_mday || tm.tm_mon != check.tm_mon)
+        return -1;
+    *out = (int64_t)t;
+    return 0;
+}
+
+json_t *json_money(int64_t micro)
+{
+    char buf[MONEY_FMT_LEN];
+    return json_string(money_format(micro, buf));
+}
+
+int json_money_value(json_t *v, int64_t *out)
+{
+    if (!json_is_string(v))
+        return -1;
+    return money_parse_n(json_string_value(v), json_string_length(v), out) == MONEY_OK ? 0 : -1;
 }
 
 static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

@@ -2,6 +2,8 @@
  * login) and the admin's PUT/DELETE /v1/admin/gpu-types/{code}. */
 #include "clock.h"
 #include "daemon.h"
+#include "jsonx.h"
+#include "ledger.h"
 #include "store.h"
 
 #include <ctype.h>
@@ -11,15 +13,22 @@
 
 #define TYPES_MAX 128
 
-static json_t *type_json(const struct gpu_type *t)
+/* The type with its live card counts and, when it has one, its current
+ * price per card-hour and per GB of GPU memory per hour. */
+static json_t *type_json(struct store *s, const struct gpu_type *t)
 {
+    int64_t price = ledger_price_at(s, t->code, clock_now());
     json_t *features = json_loads(t->features, 0, NULL);
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:o, s:s, s:I, s:I, s:I}", "code", t->code, "vendor", t->vendor,
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:o, s:s, s:I, s:I, s:I}", "code", t->code, "vendor", t->vendor,
                      "memory_gb", (json_int_t)t->memory_gb, "memory_type", t->memory_type, "stack", t->stack,
                      "reservation_required", t->reservation_required, "features",
                      features ? features : json_array(), "description", t->description, "cards_total",
                      (json_int_t)t->cards_total, "cards_free", (json_int_t)t->cards_free, "cards_in_use",
                      (json_int_t)t->cards_in_use);
+    json_object_set_new(j, "price_per_card_hour", price >= 0 ? json_money(price) : json_null());
+    json_object_set_new(j, "price_per_gb_hour", price >= 0 ? json_money(price / t->memory_gb) : json_null());
+    json_object_set_new(j, "currency", json_string(daemon_config->currency));
+    return j;
 }
 
 void api_gpu_types_list(struct http_request *req)
@@ -36,7 +45,7 @@ void api_gpu_types_list(struct http_request *req)
     }
     json_t *data = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(data, type_json(&types[i]));
+        json_array_append_new(data, type_json(s, &types[i]));
     http_reply_json(req, 200, json_pack("{s:o}", "data", data));
 }
 
@@ -120,7 +129,7 @@ void api_gpu_types_put(struct http_request *req)
         if (!s || store_txn(s, put_txn, &ctx) != STORE_OK || store_gpu_type_get(s, t.code, &saved) != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else
-            http_reply_json(req, ctx.created ? 201 : 200, type_json(&saved));
+            http_reply_json(req, ctx.created ? 201 : 200, type_json(s, &saved));
     }
     free(ftext);
     json_decref(body);

@@ -405,7 +405,8 @@ static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
     if ((rc = store_interval_close(s, w->in.id, ctx->now, final)) != STORE_OK ||
         (rc = store_instance_release(s, w->in.id)) != STORE_OK)
         return rc;
-    return store_instance_set_state(s, w->in.id, final, "", strcmp(final, "terminated") == 0 ? "terminated" : "stopped",
+    /* Keep saying why it stopped (the user, or funds running out). */
+    return store_instance_set_state(s, w->in.id, final, "", w->in.state_reason[0] ? w->in.state_reason : final,
                                     ctx->now);
 }
 

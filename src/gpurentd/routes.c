@@ -45,5 +45,19 @@ const struct http_route daemon_routes[] = {
 
     {"PUT", "/v1/admin/users/{id}/limits", api_users_set_limits, AUTH_ADMIN},
 
+    {"GET", "/v1/balance", api_balance_get, AUTH_USER},
+    {"GET", "/v1/transactions", api_transactions_list, AUTH_USER},
+    {"GET", "/v1/usage", api_usage_get, AUTH_USER},
+    {"GET", "/v1/statements/{month}", api_statements_get, AUTH_USER},
+    {"GET", "/v1/prices", api_prices_list, AUTH_NONE},
+    {"GET", "/v1/estimate", api_estimate_get, AUTH_NONE},
+    {"PUT", "/v1/admin/prices/{gpu_type}", api_prices_put, AUTH_ADMIN},
+    {"POST", "/v1/invite-codes/redeem", api_invite_redeem, AUTH_USER},
+    {"POST", "/v1/admin/invite-codes", api_invite_codes_create, AUTH_ADMIN},
+    {"POST", "/v1/admin/users/{id}/grants", api_grants_create, AUTH_ADMIN},
+    {"POST", "/v1/admin/users/{id}/topups", api_topups_create, AUTH_ADMIN},
+    {"POST", "/v1/payments/webhook", api_payments_webhook, AUTH_NONE},
+    {"POST", "/v1/admin/billing/run", api_billing_run, AUTH_ADMIN},
+
     {NULL, NULL, NULL, AUTH_NONE},
 };

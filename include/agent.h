@@ -1,0 +1,402 @@
+/* agent.h: gpurent-agent's own modules, grouped by the file that implements
+ * them, so this header is also a map of the node agent (see
+ * docs/AGENT_PROTOCOL.md for the API it serves).
+ *
+ * Threading, in one place:
+ *   - HTTP handlers run on libmicrohttpd's pool; they never run a command.
+ *   - Each node has a mutex (agent_node.lock) guarding its secret and its
+ *     workload list, and every field of its workloads marked "node lock".
+ *     Workload records are written to disk under that lock, so a phase
+ *     update can never overwrite a newer DELETE tombstone.
+ *   - The driver has one mutex guarding its timer heap and the fields of
+ *     each workload marked "driver lock".
+ *   - Lock order: a node lock, then the driver lock; never the reverse.
+ *   - Only the driver frees a workload, after taking it out of its node's
+ *     list under the node lock; so anything found in the list under the
+ *     node lock stays valid while that lock is held. */
+#ifndef GPURENT_AGENT_H
+#define GPURENT_AGENT_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf.h"
+#include "discovery.h"
+#include "http.h"
+#include "log.h"
+
+#define AGENT_VERSION "0.1.0"
+
+/* Node names and workload ids: 1 to 63 of [a-z0-9_-] (see the protocol). */
+#define AGENT_NAME_MAX 64
+
+/* config.c */
+struct agent_conf {
+    char listen[128];              /* host:port of the agent API */
+    char advertise_url[256];       /* sim-fleet: base URL registered with the control plane */
+    char state_dir[1024];          /* workload records, fleet secrets, the lock file */
+    char runtime[16];              /* sim, podman or docker */
+    char runtime_path[1024];       /* podman/docker executable; "" looks the runtime name up in PATH */
+    char node_name[AGENT_NAME_MAX];/* this node's name; "" uses the host name */
+    char secret_file[1024];        /* 64 hex digits given by POST /v1/admin/nodes */
+    char discovery[16];            /* amd-smi, rocm-smi, nvidia-smi or config */
+    int64_t discovery_interval_s;  /* how often GPU health is read again */
+    int64_t discovery_timeout_s;   /* bound on one discovery run */
+    char inventory_model[32];      /* discovery = config: catalog model code */
+    int64_t inventory_cards;       /* discovery = config: number of cards */
+    int64_t inventory_memory_gb;   /* discovery = config: per card; 0 uses the model's */
+    char inventory_failed_cards[256]; /* discovery = config: indices reported unhealthy */
+    char mount_root[1024];         /* host directories where /shared sources are mounted */
+    char mount_command[1024];      /* template: {source} {target} */
+    char umount_command[1024];     /* template: {target} */
+    char mountinfo_file[1024];     /* where mount points are checked */
+    char run_args[1024];           /* extra words for podman/docker run, space-separated */
+    int64_t pull_timeout_s;        /* bound on one image pull */
+    int64_t command_timeout_s;     /* bound on mount, run, inspect, stop, rm */
+    int64_t stop_timeout_s;        /* grace given to a container on stop */
+    int64_t check_interval_s;      /* how often running containers are inspected */
+    int64_t retry_interval_s;      /* wait before retrying a failed removal */
+    int64_t sim_pull_ms;           /* sim: time spent pulling */
+    int64_t sim_mount_ms;          /* sim: time spent mounting */
+    int64_t sim_start_ms;          /* sim: time spent starting */
+    int64_t sim_exit_ms;           /* sim: run time of an "exit-after" image without a number */
+    int64_t max_clock_skew_s;      /* signed timestamps further off are refused */
+    int64_t replay_cache_entries;  /* nonces remembered; 0 sizes it from the node count */
+    int64_t workers;               /* driver threads */
+    int64_t max_workloads;         /* per node */
+    int64_t threads;               /* HTTP worker threads */
+    int64_t max_connections;       /* all clients together */
+    int64_t max_connections_per_client; /* per client address; 0 = no limit */
+    int64_t connection_timeout_s;  /* idle connections closed after this */
+    int64_t max_body_bytes;        /* larger request bodies get 413 */
+    int64_t max_json_depth;        /* deeper JSON gets 400 */
+    char tls_cert[1024];           /* PEM certificate; "" serves plain HTTP */
+    char tls_key[1024];            /* PEM private key */
+    int64_t drain_timeout_s;       /* SIGTERM waits this long for requests */
+    char log_level[16];            /* error, warn, info, debug */
+    char clock_file[1024];         /* testing clock shared with gpurentd; "" = system clock */
+};
+extern const struct conf_option agent_options[];
+/* Loads defaults, then the file (if any), then "key=value" overrides, then
+ * checks the rules that span options. Messages go to stderr. 0 or -1. */
+int agent_load_config(struct agent_conf *conf, const char *file, char **overrides, int n_overrides);
+/* Cross-option rules only (also run by sim-fleet after its own flags). */
+int agent_check_config(const struct agent_conf *conf);
+
+/* spec.c: the workload spec of PUT /v1/workloads/{id}: parsing with every
+ * bound checked, canonical form, equality. Pure. */
+#define SPEC_IMAGE_MAX 256        /* bytes, NUL included */
+#define SPEC_MAX_GPUS 64
+#define SPEC_MAX_VOLUMES 8
+#define SPEC_SOURCE_MAX 1024
+#define SPEC_TARGET_MAX 256
+#define SPEC_MAX_ENV 64
+#define SPEC_ENV_NAME_MAX 128
+#define SPEC_ENV_VALUE_MAX 4096
+
+struct spec_volume {
+    char *source;                 /* "nfs.example:/export/vol_x"; owned */
+    char *target;                 /* path inside the container, "/shared"; owned */
+};
+struct spec_env {
+    char *name;                   /* owned */
+    char *value;                  /* owned */
+};
+struct wl_spec {
+    char *image;                  /* owned */
+    int gpus[SPEC_MAX_GPUS];      /* card indices, in the order given */
+    int n_gpus;                   /* used entries of gpus */
+    char stack[8];                /* "ROCm" or "CUDA"; "" when the body had none */
+    struct spec_volume volumes[SPEC_MAX_VOLUMES]; /* in the order given */
+    int n_volumes;                /* used entries of volumes */
+    struct spec_env *env;         /* sorted by name; owned */
+    int n_env;                    /* entries of env */
+};
+/* Whether s is 1..63 of [a-z0-9_-]. */
+int agent_name_valid(const char *s);
+/* Parses a spec object. On failure returns -1 with the offending field
+ * ("gpus", "volumes[1].target" ...) and a sentence; *out is then empty. */
+int spec_parse(const json_t *obj, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen);
+/* Frees what spec owns and zeroes it; NULL is a no-op. */
+void spec_free(struct wl_spec *spec);
+/* The canonical JSON of a spec (env as an object, keys sorted when dumped).
+ * New reference. */
+json_t *spec_to_json(const struct wl_spec *spec);
+/* 1 when two specs ask for the same thing: same image, stack, gpus in the
+ * same order, volumes in the same order, same env whatever its order. */
+int spec_equal(const struct wl_spec *a, const struct wl_spec *b);
+/* Whether the image name contains word: the sim runtime's failure switches. */
+int spec_image_has(const struct wl_spec *spec, const char *word);
+
+/* Phases of a workload, as the protocol names them. */
+enum wl_phase { WL_PULLING, WL_MOUNTING, WL_STARTING, WL_RUNNING, WL_EXITED, WL_FAILED };
+const char *wl_phase_name(enum wl_phase p);
+/* -1 for a name that is not a phase. */
+int wl_phase_parse(const char *name, enum wl_phase *out);
+
+struct agent_node;
+
+/* One workload on one node. */
+struct workload {
+    char id[AGENT_NAME_MAX];      /* chosen by the control plane */
+    struct agent_node *node;      /* owner; immutable */
+    struct wl_spec spec;          /* immutable once in the node's list */
+    enum wl_phase phase;          /* node lock */
+    char message[256];            /* node lock: why failed or exited */
+    int64_t created_at;           /* node lock: epoch seconds */
+    int64_t updated_at;           /* node lock: epoch seconds of the last phase change */
+    int removing;                 /* node lock: DELETE accepted, clean-up pending */
+    atomic_int cancel;            /* set by DELETE: interrupt the command in flight */
+    int64_t running_since_ms;     /* driver only: monotonic time it was last seen running */
+    size_t heap_idx;              /* driver lock: position in the timer heap */
+    int in_heap;                  /* driver lock: scheduled */
+    int64_t due_ms;               /* driver lock: monotonic time of its next step */
+    int busy;                     /* driver lock: a worker is stepping it */
+    int wake;                     /* driver lock: asked to step again while busy */
+};
+/* Frees a workload and its spec; NULL is a no-op. */
+void workload_free(struct workload *w);
+
+/* state.c: what the agent keeps on disk under state_dir:
+ *   nodes/NAME/registration.json   sim-fleet: node id and secret (0600)
+ *   [nodes/NAME/]workloads/ID.json one record per workload
+ *   agent.lock                     held while an agent uses the directory
+ * Every file is written to a temporary name, fsynced and renamed, and the
+ * directory fsynced, so a crash leaves the old or the new file, never half. */
+#define STATE_RECORD_MAX (1024 * 1024) /* larger record files are refused */
+/* Writes len bytes as dir/name atomically with the given mode. 0 or -1 (errno). */
+int state_write_atomic(const char *dir, const char *name, const void *data, size_t len, unsigned mode);
+/* Reads at most max bytes of a file into a NUL-terminated buffer the caller
+ * frees; -1 (errno) on failure or when the file is larger. */
+char *state_read_file(const char *path, size_t max, size_t *len);
+/* Creates dir and its parents with mode 0700. 0 or -1. */
+int state_mkdirs(const char *dir);
+/* A workload as its record file holds it. New reference. */
+json_t *record_to_json(const struct workload *w);
+/* Fills w (id, spec, phase, message, times, removing) from a record; -1 with
+ * a reason. w must be zeroed; on failure it owns nothing. */
+int record_from_json(const json_t *j, struct workload *w, char *err, size_t errlen);
+/* Saves w's record under node_dir/workloads/. 0 or -1 (logged). */
+int record_save(const char *node_dir, const struct workload *w);
+/* Deletes w's record; a missing one is fine. 0 or -1 (logged). */
+int record_delete(const char *node_dir, const char *id);
+/* Loads every record under node_dir/workloads/, calling add for each (add
+ * takes ownership of w). Unreadable records are renamed *.corrupt and
+ * logged; stale temporary files are removed. Returns the number loaded. */
+int records_load(const char *node_dir, struct agent_node *node,
+                 void (*add)(struct agent_node *node, struct workload *w, void *ctx), void *ctx);
+/* Reads a node secret file: 64 lowercase hex digits, optional newline.
+ * Refuses a file others may read. 0, or -1 with a reason. */
+int secret_read(const char *path, char out[65], char *err, size_t errlen);
+/* Whether s is 64 lowercase hex digits. */
+int secret_valid(const char *s);
+/* Saves/loads node_dir/registration.json ({"id", "secret"}, mode 0600). */
+int registration_save(const char *node_dir, const char *node_id, const char *secret);
+int registration_load(const char *node_dir, char node_id[ID_MAX], char secret[65]);
+/* Takes an exclusive lock on state_dir/agent.lock (held until exit); -1 if
+ * another agent holds it. */
+int state_lock(const char *state_dir);
+
+/* node.c: the nodes this process serves and what each reports. */
+struct agent_inventory {
+    pthread_mutex_t lock;         /* guards everything below */
+    int ok;                       /* facts were read at least once */
+    char error[256];              /* the last discovery error, "" if the last run worked */
+    struct gpu_facts facts;       /* the last good facts */
+};
+struct agent_node {
+    char name[AGENT_NAME_MAX];    /* immutable */
+    pthread_mutex_t lock;         /* guards secret, the workload list and its workloads */
+    char secret[65];              /* "" until known */
+    int64_t secret_tried_ms;      /* single node: last read of secret_file while it had none */
+    struct workload **wl;         /* the workload list */
+    size_t n_wl, cap_wl;          /* used and allocated entries of wl */
+};
+struct driver;
+struct runtime;
+struct agent {
+    struct agent_conf *conf;      /* configuration in force */
+    int fleet;                    /* nodes live under /nodes/{name} */
+    struct agent_node *nodes;     /* sorted by name; the array never changes after start */
+    size_t n_nodes;               /* entries of nodes */
+    struct agent_inventory inv;   /* shared by every node of this process */
+    struct replay_cache *replay;  /* nonces seen, shared by every node */
+    struct driver *driver;        /* workload driver threads */
+    const struct runtime *rt;     /* sim, podman or docker */
+    struct http_server *http;     /* the API */
+    atomic_int stopping;          /* SIGTERM: interrupt commands in flight */
+};
+/* Allocates n nodes with the given names (sorted here); -1 on a bad or
+ * duplicate name. */
+int agent_nodes_init(struct agent *a, char **names, size_t n);
+void agent_nodes_free(struct agent *a);
+/* The node called name, or NULL. Lock-free: the array is immutable. */
+struct agent_node *agent_node_find(struct agent *a, const char *name);
+/* Where a node's files live: state_dir itself for a single node, else
+ * state_dir/nodes/NAME. -1 if it does not fit. */
+int agent_node_dir(const struct agent *a, const struct agent_node *n, char *out, size_t outlen);
+/* Copies the node's secret into out (under its lock); for a single node
+ * whose secret is missing, re-reads secret_file at most once a second, so
+ * writing the file is enough to bring the node in. 0, or -1 if none. */
+int agent_node_secret(struct agent *a, struct agent_node *n, char out[65]);
+void agent_node_set_secret(struct agent_node *n, const char *secret);
+/* The workload list, under the node lock: append (-1 if out of memory),
+ * take out, and find by id (removing ones included). */
+int agent_node_add(struct agent_node *n, struct workload *w);
+void agent_node_remove(struct agent_node *n, struct workload *w);
+struct workload *agent_node_workload(struct agent_node *n, const char *id);
+/* Default card memory (GB), vendor, stack and marketing name of a catalog
+ * model; -1 for a model the agent does not know. */
+int model_defaults(const char *model, int *memory_gb, const char **vendor, const char **stack, const char **name);
+/* Fills facts from the configured inventory (model, cards, memory, failed
+ * cards). -1 with a reason for an unknown model. */
+int inventory_from_config(const struct agent_conf *c, struct gpu_facts *facts, char *err, size_t errlen);
+/* Runs discovery once into a->inv (config or the GPU tool). 0 or -1 (logged). */
+int agent_inventory_refresh(struct agent *a);
+/* The facts reply for node n; NULL when no facts were ever read. New reference. */
+json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_t errlen);
+/* Whether card index exists on this node; fills the node's stack ("ROCm"/"CUDA"). */
+int agent_inventory_has_card(struct agent *a, int index, char stack[8]);
+/* A workload as the API shows it. New reference; call under the node lock. */
+json_t *workload_json(const struct workload *w);
+
+/* api.c: routes, the signature check and the handlers. */
+extern const struct http_route agent_routes_single[];
+extern const struct http_route agent_routes_fleet[];
+int agent_authenticate(struct http_request *req, enum http_auth level);
+
+/* exec.c: running a command without a shell. */
+#define EXEC_OUTPUT_MAX 4096      /* bytes of output kept (the tail) */
+struct exec_result {
+    int started;                  /* the program could be started */
+    int exited;                   /* it exited (rather than was killed) */
+    int status;                   /* its exit status when exited */
+    int timed_out;                /* killed at the deadline */
+    int interrupted;              /* killed because cancel or stop was set */
+    char output[EXEC_OUTPUT_MAX]; /* stdout and stderr together, the last bytes, NUL-terminated */
+};
+/* Runs argv[0] (looked up in PATH before the fork) with argv, stdin from
+ * /dev/null, output captured, in its own process group; kills the group at
+ * timeout_s or as soon as *cancel or *stop becomes non-zero (either may be
+ * NULL). Returns 0 when it exited with status 0, else -1 (see r). */
+int agent_exec(char *const argv[], int timeout_s, atomic_int *cancel, atomic_int *stop, struct exec_result *r);
+/* "exit status 2: <last output line>" and the like, for messages. */
+void exec_describe(const struct exec_result *r, char *out, size_t outlen);
+
+/* argv.c: building argument vectors safely. */
+#define ARGV_MAX 512
+struct argv_buf {
+    char *v[ARGV_MAX + 1];        /* NULL-terminated; each entry owned */
+    int n;                        /* used entries */
+    int overflow;                 /* an add failed: too many words or no memory */
+};
+void argv_add(struct argv_buf *a, const char *word);
+void argv_addf(struct argv_buf *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Frees the words; NULL is a no-op. */
+void argv_free(struct argv_buf *a);
+/* One line, words separated by spaces, for logs and tests. */
+void argv_join(const struct argv_buf *a, char *out, size_t outlen);
+/* Splits a template on spaces and substitutes {source} and {target} inside
+ * words (no quoting: a word is never split or re-joined). -1 if the template
+ * has no words, names an unknown {placeholder}, or a value is NULL where its
+ * placeholder appears. */
+int argv_from_template(struct argv_buf *a, const char *tmpl, const char *source, const char *target);
+/* Checks a template when the configuration is read: words and placeholders
+ * known, the first word plain, and {target} present. */
+int argv_template_check(const char *tmpl, int want_source, char *err, size_t errlen);
+
+/* mount.c: host directories for volumes, mounting and the mount-point check. */
+/* The host directory for a volume source: mount_root/v-<16 hex of SHA-256>,
+ * so workloads using the same source share one mount. */
+int mount_host_dir(const char *mount_root, const char *source, char *out, size_t outlen);
+/* Whether path is a mount point according to a mountinfo file (the path
+ * itself and its realpath are both tried). 1, 0, or -1 if the file cannot
+ * be read. */
+int mount_is_mount_point(const char *mountinfo_file, const char *path);
+/* Decodes mountinfo's octal escapes (\040 ...) of one field in place. */
+void mount_unescape(char *s);
+
+/* runtime.c: the runtimes behind one interface. Each step returns a
+ * step_rc; on STEP_FAIL msg says why. A step is called by one driver worker
+ * at a time per workload, with no lock held. */
+enum step_rc { STEP_OK = 0, STEP_FAIL = -1, STEP_INTERRUPTED = -2 };
+enum rt_state { RT_RUNNING, RT_EXITED, RT_ABSENT, RT_UNKNOWN };
+struct runtime_ops {
+    const char *name;
+    /* Milliseconds the driver waits in phase p before calling its step:
+     * the sim's configured delays (0 for real runtimes). For WL_RUNNING it
+     * is the time until the next state check, or -1 for none. */
+    int64_t (*delay_ms)(const struct runtime *rt, struct workload *w, enum wl_phase p);
+    int (*pull)(const struct runtime *rt, struct workload *w, char *msg, size_t msglen);
+    /* Mounts one volume source at host_dir and checks it is a mount point. */
+    int (*mount)(const struct runtime *rt, struct workload *w, const struct spec_volume *v,
+                 const char *host_dir, char *msg, size_t msglen);
+    /* Starts the container; host_dirs[i] backs spec.volumes[i]. */
+    int (*start)(const struct runtime *rt, struct workload *w, char *const host_dirs[], char *msg, size_t msglen);
+    /* What the container is doing now; on RT_EXITED msg gives the exit code. */
+    enum rt_state (*state)(const struct runtime *rt, struct workload *w, char *msg, size_t msglen);
+    /* Stops and removes the container; an absent one is fine. */
+    int (*remove)(const struct runtime *rt, struct workload *w, char *msg, size_t msglen);
+    /* Unmounts a host directory no workload uses any more. */
+    int (*unmount)(const struct runtime *rt, struct workload *w, const char *host_dir, char *msg, size_t msglen);
+};
+struct runtime {
+    const struct runtime_ops *ops; /* what this runtime does */
+    const struct agent_conf *conf; /* delays, templates, timeouts */
+    struct agent *agent;           /* for the stop flag */
+    int docker;                    /* oci: docker's flags rather than podman's */
+    char exe[1024];                /* oci: the podman/docker executable */
+};
+/* Creates the runtime named by conf->runtime; NULL (logged) if unknown. */
+struct runtime *runtime_new(struct agent *a);
+void runtime_free(struct runtime *rt);
+/* sim: ms an "exit-after[-N]" image runs, or -1 if it does not exit. */
+int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms);
+
+/* runtime_oci.c: podman and docker command lines (pure, unit-tested) and
+ * the runtime that runs them. */
+struct oci_cmd {
+    const char *exe;              /* podman or docker executable */
+    int docker;                   /* docker's spelling of GPU flags */
+    int64_t stop_timeout_s;       /* grace for stop */
+    const char *run_args;         /* extra words for run, or NULL */
+};
+/* The container name for a workload: "gpurent-" + id. */
+void oci_container_name(const char *id, char *out, size_t outlen);
+int oci_argv_pull(const struct oci_cmd *c, const char *image, struct argv_buf *a);
+int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *s, char *const host_dirs[],
+                 struct argv_buf *a);
+int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a);
+int oci_argv_stop(const struct oci_cmd *c, const char *id, struct argv_buf *a);
+int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a);
+/* Parses inspect output "STATUS EXITCODE"; fills code for exited ones. */
+enum rt_state oci_parse_state(const char *output, int *code);
+extern const struct runtime_ops oci_runtime_ops;
+extern const struct runtime_ops sim_runtime_ops;
+
+/* driver.c: the threads that move workloads through their phases. */
+struct driver *driver_start(struct agent *a, int threads);
+/* Stops the threads (a command in flight is interrupted through
+ * a->stopping) and frees the driver; NULL is a no-op. */
+void driver_stop(struct driver *d);
+/* Asks for w's next step at now + delay_ms. Call with w's node lock held. */
+void driver_schedule(struct driver *d, struct workload *w, int64_t delay_ms);
+/* Takes a loaded workload into its node's list and schedules it (restart). */
+void driver_adopt(struct agent_node *node, struct workload *w, void *agent);
+
+/* serve.c: the serving process: single node or fleet. */
+/* Starts everything for a->nodes, then waits for SIGTERM/SIGINT (SIGHUP
+ * re-reads a single node's secret file). on_ready, if not NULL, runs once
+ * the API listens (sim-fleet registers its nodes there); a non-zero return
+ * stops the agent with status 1. Returns the exit status. */
+int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), void *ctx);
+/* `gpurent-agent [serve]`. */
+int agent_cmd_serve(int argc, char **argv);
+
+/* fleet.c: `gpurent-agent sim-fleet`. */
+int agent_cmd_fleet(int argc, char **argv);
+
+#endif

@@ -1,0 +1,176 @@
+/* api_credits.c: credit grants: POST /v1/invite-codes/redeem (a user
+ * redeems a code, once per account), and the admin's
+ * POST /v1/admin/invite-codes and POST /v1/admin/users/{id}/grants. */
+#include "clock.h"
+#include "daemon.h"
+#include "jsonx.h"
+#include "ledger.h"
+#include "money.h"
+#include "store.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ALREADY (-102) /* redemption refused: this account already has it */
+
+/* Upper-cases an invite code; -1 unless 1 to 32 letters, digits or '-'. */
+static int code_normalize(const char *in, char out[33])
+{
+    size_t n = strlen(in);
+    if (n == 0 || n > 32)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!isalnum((unsigned char)in[i]) && in[i] != '-')
+            return -1;
+        out[i] = (char)toupper((unsigned char)in[i]);
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+struct redeem_ctx {
+    const char *user_id;  /* who */
+    char code[33];        /* what */
+    char grant[ID_MAX];   /* out */
+    int64_t amount;       /* out */
+};
+
+static int redeem_txn(struct store *s, void *vctx)
+{
+    struct redeem_ctx *ctx = vctx;
+    struct invite_code c;
+    int rc = store_invite_get(s, ctx->code, &c);
+    if (rc != STORE_OK)
+        return rc;
+    ctx->amount = c.amount;
+    rc = ledger_redeem_invite(s, ctx->user_id, ctx->code, clock_now(), ctx->grant);
+    return rc == STORE_CONFLICT ? ALREADY : rc;
+}
+
+void api_invite_redeem(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"code", JSON_KIND_STRING, 1, 32},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    struct redeem_ctx ctx = {.user_id = req->user_id};
+    int bad = code_normalize(json_string_value(json_object_get(body, "code")), ctx.code) < 0;
+    json_decref(body);
+    struct store *s = store_thread();
+    int rc = bad ? STORE_NOT_FOUND : s ? store_txn(s, redeem_txn, &ctx) : STORE_ERROR;
+    if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_INVALID_INVITE_CODE, "code", NULL);
+    else if (rc == ALREADY)
+        http_error(req, ERR_CONFLICT, "code", "this account has already redeemed %s", ctx.code);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else
+        http_reply_json(req, 201, json_pack("{s:s, s:s, s:o, s:s}", "grant_id", ctx.grant, "code", ctx.code, "amount",
+                                            json_money(ctx.amount), "currency", daemon_config->currency));
+}
+
+static int invite_txn(struct store *s, void *c)
+{
+    return store_invite_insert(s, c);
+}
+
+void api_invite_codes_create(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"code", JSON_KIND_STRING, 1, 32},
+        {"amount", JSON_KIND_STRING, 1, 32},
+        {"expires_at", JSON_KIND_STRING, 0, 32},
+        {"max_uses", JSON_KIND_INTEGER, 0, 0},
+        {"credit_days", JSON_KIND_INTEGER, 0, 0},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    struct invite_code c = {.created_at = clock_now()};
+    const char *expires = json_string_value(json_object_get(body, "expires_at"));
+    json_t *max_uses = json_object_get(body, "max_uses"), *days = json_object_get(body, "credit_days");
+    c.max_uses = max_uses ? json_integer_value(max_uses) : 0;
+    c.credit_days = days ? json_integer_value(days) : 0;
+    if (code_normalize(json_string_value(json_object_get(body, "code")), c.code) < 0)
+        http_error(req, ERR_INVALID_FIELD, "code", "code must be 1 to 32 letters, digits or '-'");
+    else if (json_money_value(json_object_get(body, "amount"), &c.amount) < 0 || c.amount <= 0)
+        http_error(req, ERR_INVALID_FIELD, "amount", "amount must be a positive amount like \"10.00\"");
+    else if (expires && (json_time_parse(expires, &c.expires_at) < 0 || c.expires_at <= c.created_at))
+        http_error(req, ERR_INVALID_FIELD, "expires_at", "expires_at must be a future UTC time like 2027-01-01T00:00:00Z");
+    else if (max_uses && (c.max_uses < 1 || c.max_uses > 100000000))
+        http_error(req, ERR_INVALID_FIELD, "max_uses", "max_uses must be from 1 to 100000000");
+    else if (days && (c.credit_days < 1 || c.credit_days > 3650))
+        http_error(req, ERR_INVALID_FIELD, "credit_days", "credit_days must be from 1 to 3650");
+    else {
+        struct store *s = store_thread();
+        int rc = s ? store_txn(s, invite_txn, &c) : STORE_ERROR;
+        if (rc == STORE_CONFLICT)
+            http_error(req, ERR_NAME_TAKEN, "code", "invite code %s exists", c.code);
+        else if (rc != STORE_OK)
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        else
+            http_reply_json(req, 201, json_pack("{s:s, s:o, s:o, s:o, s:o, s:s}", "code", c.code, "amount",
+                                                json_money(c.amount), "expires_at", json_time(c.expires_at, 1),
+                                                "max_uses", c.max_uses ? json_integer(c.max_uses) : json_null(),
+                                                "credit_days", c.credit_days ? json_integer(c.credit_days) : json_null(),
+                                                "currency", daemon_config->currency));
+    }
+    json_decref(body);
+}
+
+struct grant_ctx {
+    const char *user_id;  /* whom */
+    int64_t amount;       /* how much */
+    int64_t expires_at;   /* 0: never */
+    const char *reason;   /* why */
+    char grant[ID_MAX];   /* out */
+};
+
+static int grant_txn(struct store *s, void *vctx)
+{
+    struct grant_ctx *ctx = vctx;
+    struct user u;
+    int rc = store_user_get(s, ctx->user_id, &u);
+    if (rc != STORE_OK)
+        return rc;
+    return ledger_grant(s, ctx->user_id, "admin", ctx->amount, ctx->expires_at, clock_now(), ctx->reason, ctx->grant);
+}
+
+void api_grants_create(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"amount", JSON_KIND_STRING, 1, 32},
+        {"expires_at", JSON_KIND_STRING, 0, 32},
+        {"reason", JSON_KIND_STRING, 0, 200},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    struct grant_ctx ctx = {.user_id = req->params[0], .reason = json_string_value(json_object_get(body, "reason"))};
+    if (!ctx.reason)
+        ctx.reason = "credit from an administrator";
+    const char *expires = json_string_value(json_object_get(body, "expires_at"));
+    if (json_money_value(json_object_get(body, "amount"), &ctx.amount) < 0 || ctx.amount <= 0)
+        http_error(req, ERR_INVALID_FIELD, "amount", "amount must be a positive amount like \"10.00\"");
+    else if (expires && (json_time_parse(expires, &ctx.expires_at) < 0 || ctx.expires_at <= clock_now()))
+        http_error(req, ERR_INVALID_FIELD, "expires_at", "expires_at must be a future UTC time like 2027-01-01T00:00:00Z");
+    else {
+        struct store *s = store_thread();
+        int rc = !s ? STORE_ERROR : id_valid("usr", ctx.user_id) ? store_txn(s, grant_txn, &ctx) : STORE_NOT_FOUND;
+        if (rc == STORE_NOT_FOUND)
+            http_error(req, ERR_NOT_FOUND, NULL, "no user %.32s", req->params[0]);
+        else if (rc != STORE_OK)
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        else
+            http_reply_json(req, 201, json_pack("{s:s, s:s, s:o, s:o, s:s}", "grant_id", ctx.grant, "user_id",
+                                                ctx.user_id, "amount", json_money(ctx.amount), "expires_at",
+                                                json_time(ctx.expires_at, 1), "currency", daemon_config->currency));
+    }
+    json_decref(body);
+}

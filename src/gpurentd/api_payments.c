@@ -1,0 +1,157 @@
+/* api_payments.c: cash top-ups, idempotent by the payment's id: the admin's
+ * POST /v1/admin/users/{id}/topups, and POST /v1/payments/webhook for a
+ * payment provider, authenticated by an HMAC-SHA256 signature of
+ * "TIMESTAMP.BODY" with payment_webhook_secret (X-Gpurent-Webhook-Timestamp,
+ * X-Gpurent-Webhook-Signature, lowercase hex), refused when stale. */
+#include "clock.h"
+#include "daemon.h"
+#include "jsonx.h"
+#include "ledger.h"
+#include "money.h"
+#include "store.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WEBHOOK_SKEW_S 300
+
+struct topup_ctx {
+    const char *user_id;     /* whose cash */
+    const char *payment_id;  /* the payment */
+    int64_t amount;          /* how much */
+    const char *source;      /* admin or webhook */
+    char id[ID_MAX];         /* out */
+    int duplicate;           /* out: seen before */
+};
+
+static int topup_txn(struct store *s, void *vctx)
+{
+    struct topup_ctx *ctx = vctx;
+    struct user u;
+    int rc = store_user_get(s, ctx->user_id, &u);
+    if (rc != STORE_OK)
+        return rc;
+    return ledger_topup(s, ctx->user_id, ctx->payment_id, ctx->amount, ctx->source, clock_now(), ctx->id,
+                        &ctx->duplicate);
+}
+
+static int payment_id_valid(const char *p)
+{
+    size_t n = strlen(p);
+    if (n == 0 || n > 128)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] <= ' ' || p[i] >= 0x7f)
+            return 0;
+    return 1;
+}
+
+/* Shared by both routes once the caller is trusted. */
+static void topup(struct http_request *req, struct topup_ctx *ctx, json_t *amount)
+{
+    if (!payment_id_valid(ctx->payment_id)) {
+        http_error(req, ERR_INVALID_FIELD, "payment_id", "payment_id must be 1 to 128 printable characters");
+        return;
+    }
+    if (json_money_value(amount, &ctx->amount) < 0 || ctx->amount <= 0) {
+        http_error(req, ERR_INVALID_FIELD, "amount", "amount must be a positive amount like \"100.00\"");
+        return;
+    }
+    struct store *s = store_thread();
+    int rc = !s ? STORE_ERROR : id_valid("usr", ctx->user_id) ? store_txn(s, topup_txn, ctx) : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_NOT_FOUND, NULL, "no user %.32s", ctx->user_id);
+    else if (rc == STORE_CONFLICT)
+        http_error(req, ERR_CONFLICT, "payment_id", "payment %s was already recorded with another user or amount",
+                   ctx->payment_id);
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else {
+        if (!ctx->duplicate)
+            log_info("payments: %s added %lld micro to %s (payment %s)", ctx->source, (long long)ctx->amount,
+                     ctx->user_id, ctx->payment_id);
+        http_reply_json(req, ctx->duplicate ? 200 : 201,
+                        json_pack("{s:s, s:s, s:s, s:o, s:s, s:b}", "topup_id", ctx->id, "user_id", ctx->user_id,
+                                  "payment_id", ctx->payment_id, "amount", json_money(ctx->amount), "currency",
+                                  daemon_config->currency, "duplicate", ctx->duplicate));
+    }
+}
+
+void api_topups_create(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"amount", JSON_KIND_STRING, 1, 32},
+        {"payment_id", JSON_KIND_STRING, 1, 128},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    struct topup_ctx ctx = {.user_id = req->params[0],
+                            .payment_id = json_string_value(json_object_get(body, "payment_id")),
+                            .source = "admin"};
+    topup(req, &ctx, json_object_get(body, "amount"));
+    json_decref(body);
+}
+
+/* Checks the webhook's signature in constant time; 0 if good. */
+static int webhook_signature_ok(struct http_request *req)
+{
+    const char *secret = daemon_config->payment_webhook_secret;
+    const char *ts = http_header(req, "X-Gpurent-Webhook-Timestamp");
+    const char *sig = http_header(req, "X-Gpurent-Webhook-Signature");
+    if (!secret[0] || !ts || !sig || strlen(sig) != 64 || strlen(ts) > 19 || strspn(ts, "0123456789") != strlen(ts) ||
+        !ts[0])
+        return -1;
+    int64_t when = strtoll(ts, NULL, 10), now = clock_wall();
+    if (when < now - WEBHOOK_SKEW_S || when > now + WEBHOOK_SKEW_S)
+        return -1;
+    /* The signed text is "TIMESTAMP.BODY". */
+    size_t tlen = strlen(ts), n = tlen + 1 + req->body_len;
+    unsigned char *text = malloc(n + 1);
+    if (!text)
+        return -1;
+    memcpy(text, ts, tlen);
+    text[tlen] = '.';
+    if (req->body_len)
+        memcpy(text + tlen + 1, req->body, req->body_len);
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    int ok = HMAC(EVP_sha256(), secret, (int)strlen(secret), text, n, mac, &len) != NULL;
+    free(text);
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    hex_encode(mac, len, hex);
+    return ok && CRYPTO_memcmp(hex, sig, 64) == 0 ? 0 : -1;
+}
+
+void api_payments_webhook(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"payment_id", JSON_KIND_STRING, 1, 128},
+        {"user_id", JSON_KIND_STRING, 1, 64},
+        {"amount", JSON_KIND_STRING, 1, 32},
+        {"currency", JSON_KIND_STRING, 1, 8},
+        {NULL, 0, 0, 0},
+    };
+    /* Authenticate before reading: an unsigned body is not even parsed. */
+    if (webhook_signature_ok(req) < 0) {
+        http_error(req, ERR_UNAUTHORIZED, NULL, "the webhook signature is missing, wrong or stale");
+        return;
+    }
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    if (strcmp(json_string_value(json_object_get(body, "currency")), daemon_config->currency) != 0) {
+        http_error(req, ERR_INVALID_FIELD, "currency", "this platform takes %s only", daemon_config->currency);
+    } else {
+        struct topup_ctx ctx = {.user_id = json_string_value(json_object_get(body, "user_id")),
+                                .payment_id = json_string_value(json_object_get(body, "payment_id")),
+                                .source = "webhook"};
+        topup(req, &ctx, json_object_get(body, "amount"));
+    }
+    json_decref(body);
+}

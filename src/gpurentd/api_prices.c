@@ -1,0 +1,162 @@
+/* api_prices.c: GET /v1/prices (price history, public), GET /v1/estimate
+ * (what a rental would cost, public) and the admin's
+ * PUT /v1/admin/prices/{gpu_type}. A price applies from its effective time
+ * on, never backwards. */
+#include "clock.h"
+#include "daemon.h"
+#include "jsonx.h"
+#include "ledger.h"
+#include "money.h"
+#include "store.h"
+#include "tariff.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PRICES_MAX 1000
+
+void api_prices_list(struct http_request *req)
+{
+    static const char *const allowed[] = {"gpu_type", NULL};
+    if (http_query_allow(req, allowed) < 0)
+        return;
+    struct price_row *rows = malloc(sizeof *rows * PRICES_MAX);
+    size_t n = 0;
+    struct store *s = store_thread();
+    if (!rows || !s || store_price_history(s, http_query(req, "gpu_type"), rows, PRICES_MAX, &n) != STORE_OK) {
+        free(rows);
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(data, json_pack("{s:s, s:o, s:o, s:s, s:o}", "gpu_type", rows[i].gpu_model,
+                                              "price_per_card_hour", json_money(rows[i].card_hour), "effective_at",
+                                              json_time(rows[i].effective_at, 0), "currency", daemon_config->currency,
+                                              "set_at", json_time(rows[i].created_at, 0)));
+    free(rows);
+    http_reply_json(req, 200, json_pack("{s:o}", "data", data));
+}
+
+/* Reads an hours query argument ("3", "1.5"): -1 after replying if bad. */
+static int query_hours(struct http_request *req, const char *name, int required, int64_t max_hours, int64_t *seconds)
+{
+    const char *v = http_query(req, name);
+    int64_t micro;
+    if (!v) {
+        if (required) {
+            http_error(req, ERR_INVALID_QUERY, name, "%s is required", name);
+            return -1;
+        }
+        *seconds = -1;
+        return 0;
+    }
+    if (money_parse(v, &micro) != MONEY_OK || micro <= 0 || micro > max_hours * MONEY_UNIT) {
+        http_error(req, ERR_INVALID_QUERY, name, "%s must be a positive number of hours up to %lld, like 3 or 1.5",
+                   name, (long long)max_hours);
+        return -1;
+    }
+    *seconds = (int64_t)((__int128)micro * 3600 / MONEY_UNIT);
+    return 0;
+}
+
+void api_estimate_get(struct http_request *req)
+{
+    static const char *const allowed[] = {"gpu_type", "card_count", "hours", "hours_per_day", "days", NULL};
+    int64_t cards, seconds, per_day, days;
+    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "card_count", 1, 256, 1, &cards) < 0 ||
+        query_hours(req, "hours", 0, 100000, &seconds) < 0 || query_hours(req, "hours_per_day", 0, 24, &per_day) < 0 ||
+        http_query_int(req, "days", 1, 3660, 1, &days) < 0)
+        return;
+    const char *type = http_query(req, "gpu_type");
+    if (!type) {
+        http_error(req, ERR_INVALID_QUERY, "gpu_type", "gpu_type is required");
+        return;
+    }
+    if ((seconds < 0) == (per_day < 0)) {
+        http_error(req, ERR_INVALID_QUERY, "hours", "give either hours, or hours_per_day (with days)");
+        return;
+    }
+    if (http_query(req, "days") && per_day < 0) {
+        http_error(req, ERR_INVALID_QUERY, "days", "days goes with hours_per_day");
+        return;
+    }
+    struct store *s = store_thread();
+    int64_t now = clock_now();
+    int64_t price = s ? ledger_price_at(s, type, now) : -1;
+    if (price < 0) {
+        http_error(req, ERR_INVALID_QUERY, "gpu_type", "no price for GPU type %.32s", type);
+        return;
+    }
+    /* A schedule of days at hours_per_day is charged day by day: each day's
+     * run is its own interval. */
+    int64_t one, total;
+    int64_t run = per_day >= 0 ? per_day : seconds, times = per_day >= 0 ? days : 1;
+    if (money_accrue(price, cards, run, &one) != MONEY_OK || one > INT64_MAX / times) {
+        http_error(req, ERR_INVALID_QUERY, "hours", "that estimate is too large");
+        return;
+    }
+    total = one * times;
+    http_reply_json(req, 200, json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:o, s:s}", "gpu_type", type, "card_count",
+                                        (json_int_t)cards, "price_per_card_hour", json_money(price), "run_hours",
+                                        json_money((int64_t)((__int128)run * MONEY_UNIT / 3600)), "runs",
+                                        (json_int_t)times, "cost_per_run", json_money(one), "total",
+                                        json_money(total), "currency", daemon_config->currency));
+}
+
+struct price_ctx {
+    const char *gpu_model;  /* type */
+    int64_t effective_at;   /* from */
+    int64_t card_hour;      /* price */
+    int missing;            /* out: no such type */
+};
+
+static int price_txn(struct store *s, void *vctx)
+{
+    struct price_ctx *ctx = vctx;
+    struct gpu_type t;
+    int rc = store_gpu_type_get(s, ctx->gpu_model, &t);
+    ctx->missing = rc == STORE_NOT_FOUND;
+    if (rc != STORE_OK)
+        return rc;
+    return store_price_insert(s, ctx->gpu_model, ctx->effective_at, ctx->card_hour, clock_now());
+}
+
+void api_prices_put(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"price_per_card_hour", JSON_KIND_STRING, 1, 32},
+        {"effective_at", JSON_KIND_STRING, 0, 32},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    int64_t now = clock_now();
+    struct price_ctx ctx = {.gpu_model = req->params[0], .effective_at = now};
+    const char *eff = json_string_value(json_object_get(body, "effective_at"));
+    if (json_money_value(json_object_get(body, "price_per_card_hour"), &ctx.card_hour) < 0)
+        http_error(req, ERR_INVALID_FIELD, "price_per_card_hour",
+                   "price_per_card_hour must be an amount like \"1.20\" (up to 6 decimals, no sign)");
+    else if (eff && json_time_parse(eff, &ctx.effective_at) < 0)
+        http_error(req, ERR_INVALID_FIELD, "effective_at", "effective_at must be a UTC time like 2026-12-01T00:00:00Z");
+    else if (ctx.effective_at < now)
+        http_error(req, ERR_INVALID_FIELD, "effective_at", "prices never change backwards: effective_at is in the past");
+    else {
+        struct store *s = store_thread();
+        int rc = s ? store_txn(s, price_txn, &ctx) : STORE_ERROR;
+        if (ctx.missing)
+            http_error(req, ERR_NOT_FOUND, NULL, "no GPU type %.32s", req->params[0]);
+        else if (rc != STORE_OK)
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        else {
+            log_info("prices: %s set %s to %lld micro per card-hour from %lld", req->user_id, ctx.gpu_model,
+                     (long long)ctx.card_hour, (long long)ctx.effective_at);
+            http_reply_json(req, 200, json_pack("{s:s, s:o, s:o, s:s}", "gpu_type", ctx.gpu_model,
+                                                "price_per_card_hour", json_money(ctx.card_hour), "effective_at",
+                                                json_time(ctx.effective_at, 0), "currency", daemon_config->currency));
+        }
+    }
+    json_decref(body);
+}

@@ -1,0 +1,153 @@
+/* store_money_reports.c: SQL behind the user's balance, transactions,
+ * usage and statements. Everything is read from the ledger and the running
+ * intervals, so what users see always agrees with what was posted. */
+#include "store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char SQL_TXNS[] =
+    "SELECT t.id, t.at, t.kind, t.reason, coalesce(t.instance_id, ''),"
+    " coalesce(sum(p.amount) FILTER (WHERE a.kind IN ('cash', 'grant')), 0),"
+    " coalesce(sum(p.amount) FILTER (WHERE a.kind = 'grant'), 0),"
+    " coalesce(sum(p.amount) FILTER (WHERE a.kind = 'cash'), 0)"
+    " FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
+    " JOIN ledger_accounts a ON a.id = p.account_id"
+    " WHERE t.user_id = ?1 AND (?2 IS NULL OR t.kind = ?2) AND t.at >= ?3 AND t.at < ?4 AND t.id > ?5"
+    " GROUP BY t.id ORDER BY t.id LIMIT ?6";
+/* Usage: card-seconds from intervals clipped to the period, money from the
+ * usage transactions posted for the period. */
+static const char SQL_USAGE_BY_INSTANCE[] =
+    "WITH secs AS (SELECT instance_id AS k, gpu_model, sum(card_count * (min(coalesce(ended_at, ?4), ?3)"
+    "   - max(started_at, ?2))) AS cs FROM running_intervals WHERE user_id = ?1 AND started_at < ?3"
+    "   AND coalesce(ended_at, ?4) > ?2 GROUP BY instance_id),"
+    " money AS (SELECT t.instance_id AS k, -sum(p.amount) FILTER (WHERE a.kind IN ('cash', 'grant')) AS cost,"
+    "   -coalesce(sum(p.amount) FILTER (WHERE a.kind = 'grant'), 0) AS credit,"
+    "   -coalesce(sum(p.amount) FILTER (WHERE a.kind = 'cash'), 0) AS cash"
+    "   FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
+    "   JOIN ledger_accounts a ON a.id = p.account_id"
+    "   WHERE t.user_id = ?1 AND t.kind = 'usage' AND t.at >= ?2 AND t.at < ?3 GROUP BY t.instance_id)"
+    " SELECT k, (SELECT gpu_model FROM instances WHERE id = k), coalesce((SELECT cs FROM secs WHERE secs.k = keys.k), 0),"
+    " coalesce((SELECT cost FROM money WHERE money.k = keys.k), 0), coalesce((SELECT credit FROM money WHERE money.k = keys.k), 0),"
+    " coalesce((SELECT cash FROM money WHERE money.k = keys.k), 0)"
+    " FROM (SELECT k FROM secs UNION SELECT k FROM money) keys ORDER BY k LIMIT ?5";
+static const char SQL_FUNDS_BEFORE[] =
+    "SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    " JOIN ledger_accounts a ON a.id = p.account_id WHERE a.user_id = ?1 AND t.at < ?2";
+static const char SQL_BURN[] =
+    "SELECT coalesce(sum(r.card_count * (SELECT card_hour FROM prices pr WHERE pr.gpu_model = r.gpu_model"
+    "   AND pr.effective_at <= ?2 ORDER BY pr.effective_at DESC LIMIT 1)), 0)"
+    " FROM running_intervals r WHERE r.user_id = ?1 AND r.ended_at IS NULL";
+
+static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
+int store_ledger_transactions(struct store *s, const struct ledger_txn_filter *f, struct ledger_txn_row *out,
+                              size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_TXNS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, f->user_id, -1, SQLITE_STATIC);
+    if (f->kind)
+        sqlite3_bind_text(st, 2, f->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, f->from);
+    sqlite3_bind_int64(st, 4, f->to);
+    sqlite3_bind_int64(st, 5, f->after_id);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
+        struct ledger_txn_row *r = &out[(*n)++];
+        r->id = sqlite3_column_int64(st, 0);
+        r->at = sqlite3_column_int64(st, 1);
+        text(r->kind, sizeof r->kind, st, 2);
+        text(r->reason, sizeof r->reason, st, 3);
+        text(r->instance_id, sizeof r->instance_id, st, 4);
+        r->user_delta = sqlite3_column_int64(st, 5);
+        r->credit_delta = sqlite3_column_int64(st, 6);
+        r->cash_delta = sqlite3_column_int64(st, 7);
+    }
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "transactions");
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_usage(struct store *s, const char *user_id, int64_t from, int64_t to, int64_t now, int by_type,
+                struct usage_row *out, size_t max, size_t *n)
+{
+    *n = 0;
+    struct usage_row rows[512];
+    size_t nr = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_USAGE_BY_INSTANCE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, from);
+    sqlite3_bind_int64(st, 3, to);
+    sqlite3_bind_int64(st, 4, now < to ? now : to);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)(by_type ? sizeof rows / sizeof rows[0] : max));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && nr < sizeof rows / sizeof rows[0]) {
+        struct usage_row *r = &rows[nr++];
+        text(r->key, sizeof r->key, st, 0);
+        text(r->gpu_model, sizeof r->gpu_model, st, 1);
+        r->card_seconds = sqlite3_column_int64(st, 2);
+        r->cost = sqlite3_column_int64(st, 3);
+        r->from_credit = sqlite3_column_int64(st, 4);
+        r->from_cash = sqlite3_column_int64(st, 5);
+    }
+    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "usage");
+    sqlite3_reset(st);
+    if (result != STORE_OK)
+        return result;
+    for (size_t i = 0; i < nr; i++) {
+        if (!by_type) {
+            if (*n < max)
+                out[(*n)++] = rows[i];
+            continue;
+        }
+        size_t k = 0;
+        while (k < *n && strcmp(out[k].key, rows[i].gpu_model) != 0)
+            k++;
+        if (k == *n) {
+            if (*n == max)
+                continue;
+            memset(&out[k], 0, sizeof out[k]);
+            snprintf(out[k].key, sizeof out[k].key, "%s", rows[i].gpu_model);
+            snprintf(out[k].gpu_model, sizeof out[k].gpu_model, "%s", rows[i].gpu_model);
+            (*n)++;
+        }
+        out[k].card_seconds += rows[i].card_seconds;
+        out[k].cost += rows[i].cost;
+        out[k].from_credit += rows[i].from_credit;
+        out[k].from_cash += rows[i].from_cash;
+    }
+    return STORE_OK;
+}
+
+static int64_t one_int(struct store *s, const char *sql, const char *user_id, int64_t at, const char *what)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, at);
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, what);
+    sqlite3_reset(st);
+    return v;
+}
+
+int64_t store_user_funds_before(struct store *s, const char *user_id, int64_t at)
+{
+    return one_int(s, SQL_FUNDS_BEFORE, user_id, at, "funds before");
+}
+
+int64_t store_user_burn_rate(struct store *s, const char *user_id, int64_t at)
+{
+    return one_int(s, SQL_BURN, user_id, at, "burn rate");
+}
