@@ -246,7 +246,7 @@ int store_instance_set_state(struct store *s, const char *id, const char *state,
     if (state_changed)
         return store_instance_event(s, id, now, state, reason);
     if (phase_changed && phase[0])
-        return store_instance_event(s, id, now, phase, reason);
+        return store_instance_event(s, id, now, phase, "the slowest node reached this phase");
     return STORE_OK;
 }
 
