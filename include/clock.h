@@ -22,5 +22,7 @@ int64_t clock_now(void);
 int64_t clock_wall(void);
 /* Monotonic milliseconds for measuring durations (never the testing clock). */
 int64_t clock_mono_ms(void);
+/* Monotonic microseconds, for latency histograms. */
+int64_t clock_mono_us(void);
 
 #endif

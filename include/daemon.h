@@ -54,6 +54,7 @@ struct daemon_conf {
     char signup_credit[24];       /* trial credit of a new account, e.g. "10.00" */
     int64_t signup_credit_days;   /* days until the trial credit expires; 0 never */
     char payment_webhook_secret[129]; /* HMAC key of the payment provider's webhook; "" turns it off */
+    char metrics_listen[128];     /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
 };
 extern const struct conf_option daemon_options[];
 /* The configuration in force; set once at start-up. */
@@ -61,6 +62,8 @@ extern struct daemon_conf *daemon_config;
 
 /* routes.c */
 extern const struct http_route daemon_routes[];
+/* The routes of the separate metrics listener (metrics_listen). */
+extern const struct http_route metrics_routes[];
 
 /* auth.c */
 int auth_authenticate(struct http_request *req, enum http_auth level);
@@ -233,6 +236,20 @@ void api_payments_webhook(struct http_request *req);
 
 /* api_billing.c */
 void api_billing_run(struct http_request *req);
+
+/* watchdog.c: systemd's watchdog, fed after real checks. */
+enum loop_kind { LOOP_HEARTBEAT, LOOP_RECONCILER, LOOP_BILLING, LOOP_COUNT };
+/* Each background loop calls this after every pass. */
+void watchdog_loop_alive(enum loop_kind loop);
+/* Starts feeding when systemd asked for a watchdog (WATCHDOG_USEC). */
+int watchdog_start(const char *host, int port, int tls);
+void watchdog_stop(void);
+
+/* metrics.c: Prometheus metrics. */
+void metrics_http_done(const struct http_request *req, int64_t duration_us);
+void metrics_agent_error(void);
+void metrics_billing_pass(int64_t duration_us);
+void api_metrics(struct http_request *req);
 
 /* api_gpu_types.c */
 void api_gpu_types_list(struct http_request *req);

@@ -50,6 +50,7 @@ struct http_request {
     unsigned status;                     /* status replied, for the log */
     int replied;                         /* a reply has been queued */
     int64_t start_ms;                    /* monotonic start, for the log */
+    int64_t start_us;                    /* the same in microseconds, for metrics */
     /* Set by the program's authenticate callback. */
     char user_id[ID_MAX];                /* the caller, or "" */
     char key_id[ID_MAX];                 /* the API key used, or "" */
@@ -71,6 +72,9 @@ struct http_config {
     int max_json_depth;           /* deeper bodies get 400 too_deep */
     size_t max_path_bytes;        /* longer paths get 414 */
     const char *cors_origins;     /* space-separated origins, "*" for any */
+    /* Called once per finished request with its duration (metrics); may
+     * be NULL. Runs on the pool's threads. */
+    void (*on_done)(const struct http_request *req, int64_t duration_us);
     const char *cert_file;        /* PEM certificate for HTTPS, or NULL */
     const char *key_file;         /* PEM key for HTTPS, or NULL */
 };

@@ -485,4 +485,21 @@ int64_t store_user_funds_before(struct store *s, const char *user_id, int64_t at
  * of price × cards of open intervals (micro-yuan per hour). */
 int64_t store_user_burn_rate(struct store *s, const char *user_id, int64_t at);
 
+/* store_metrics.c: counts for /metrics and the ledger's totals. */
+struct metric_row {
+    char a[33];               /* first label (a state) */
+    char b[33];               /* second label (a GPU type) */
+    int64_t value;            /* count */
+};
+int store_metrics_nodes(struct store *s, struct metric_row *out, size_t max, size_t *n);
+int store_metrics_instances(struct store *s, struct metric_row *out, size_t max, size_t *n);
+struct money_totals {
+    int64_t revenue;          /* usage charged, all time */
+    int64_t credits_granted;  /* credit granted, all time */
+    int64_t credits_spent;    /* credit spent on usage */
+    int64_t credits_expired;  /* credit voided at expiry */
+    int64_t topups;           /* cash added */
+};
+int store_metrics_money(struct store *s, struct money_totals *out);
+
 #endif

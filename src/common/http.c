@@ -23,6 +23,7 @@ struct http_server {
     struct MHD_Daemon *mhd;             /* the libmicrohttpd daemon */
     const struct http_route *routes;    /* route table, ends with method NULL */
     http_authenticate_fn authenticate;  /* auth hook */
+    void (*on_done)(const struct http_request *, int64_t); /* metrics hook, or NULL */
     void *app;                          /* program context */
     int port;                           /* bound port */
     atomic_int in_flight;               /* requests between first call and completion */
@@ -381,6 +382,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->method = method;
         req->path = url;
         req->start_ms = clock_mono_ms();
+        req->start_us = clock_mono_us();
         if (id_new("req", req->request_id) < 0)
             snprintf(req->request_id, sizeof req->request_id, "req_unknown");
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -451,6 +453,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (!req)
         return;
     int64_t ms = clock_mono_ms() - req->start_ms;
+    if (srv->on_done)
+        srv->on_done(req, clock_mono_us() - req->start_us);
     /* Paths never hold secrets (keys travel in headers); bodies are not logged. */
     log_info("http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
              (long long)ms, req->request_id, req->client_ip,
@@ -503,6 +507,7 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
         return NULL;
     srv->routes = routes;
     srv->authenticate = authenticate;
+    srv->on_done = cfg->on_done;
     srv->app = app;
     srv->max_path_bytes = cfg->max_path_bytes ? cfg->max_path_bytes : 2048;
     pthread_rwlock_init(&srv->reload_lock, NULL);

@@ -1,6 +1,7 @@
 /* agent_client.c: builds signed libcurl calls to node agents (see
  * agent_client.h and docs/AGENT_PROTOCOL.md). */
 #include "agent_client.h"
+#include "daemon.h"
 #include "clock.h"
 #include "log.h"
 #include "sign.h"
@@ -169,7 +170,8 @@ int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int 
                 continue;
             struct agent_call *c;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
-            agent_call_finish(c, msg->data.result);
+            if (agent_call_finish(c, msg->data.result) < 0 || c->status >= 500)
+                metrics_agent_error();
             c->done = 1;
             curl_multi_remove_handle(multi, c->easy);
             active--;

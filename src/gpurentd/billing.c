@@ -319,6 +319,8 @@ static void *billing_main(void *arg)
         struct billing_summary sum = {0};
         if (billing_pass(s, &sum) != STORE_OK)
             log_error("billing: pass failed; it will be retried");
+        metrics_billing_pass(sum.duration_ms * 1000);
+        watchdog_loop_alive(LOOP_BILLING);
         pthread_mutex_lock(&lock);
         last = sum;
         passes_done++;

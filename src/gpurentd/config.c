@@ -61,6 +61,17 @@ static int validate_volume_source(const void *field, char *err, size_t errlen)
     return 0;
 }
 
+static int validate_metrics_listen(const void *field, char *err, size_t errlen)
+{
+    char host[128];
+    int port;
+    if (((const char *)field)[0] && conf_parse_hostport(field, host, sizeof host, &port) < 0) {
+        snprintf(err, errlen, "metrics_listen: '%s' is not HOST:PORT", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate_currency(const void *field, char *err, size_t errlen)
 {
     const char *c = field;
@@ -127,6 +138,8 @@ const struct conf_option daemon_options[] = {
     OPT_STR(signup_credit, "10.00", validate_money, "trial credit of a new account, in the platform currency"),
     OPT_INT(signup_credit_days, 0, 3650, 0, "days until the trial credit expires; 0 never"),
     OPT_STR(payment_webhook_secret, "", NULL, "HMAC-SHA256 key of the payment provider's webhook; empty turns it off"),
+    OPT_STR(metrics_listen, "", validate_metrics_listen,
+            "host:port serving /metrics without an API key; empty: /metrics is admin-only on the API"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

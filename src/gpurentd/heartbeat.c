@@ -177,6 +177,7 @@ static void *heartbeat_main(void *arg)
     }
     for (;;) {
         run_pass(s);
+        watchdog_loop_alive(LOOP_HEARTBEAT);
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
         int64_t ms = daemon_config->heartbeat_interval_ms;

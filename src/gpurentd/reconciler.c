@@ -602,6 +602,7 @@ static void *reconciler_main(void *arg)
         if (sweep)
             last_sweep = mono;
         run_pass(s, sweep);
+        watchdog_loop_alive(LOOP_RECONCILER);
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
         int64_t ms = n_pending ? 200 : daemon_config->reconcile_interval_ms;

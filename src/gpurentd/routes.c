@@ -6,6 +6,7 @@ const struct http_route daemon_routes[] = {
     {"GET", "/healthz", api_healthz, AUTH_NONE},
     {"GET", "/readyz", api_readyz, AUTH_NONE},
     {"GET", "/v1/openapi.json", api_openapi, AUTH_NONE},
+    {"GET", "/metrics", api_metrics, AUTH_ADMIN},
 
     {"POST", "/v1/signup", api_signup, AUTH_NONE},
     {"POST", "/v1/login", api_login, AUTH_NONE},
@@ -59,5 +60,11 @@ const struct http_route daemon_routes[] = {
     {"POST", "/v1/payments/webhook", api_payments_webhook, AUTH_NONE},
     {"POST", "/v1/admin/billing/run", api_billing_run, AUTH_ADMIN},
 
+    {NULL, NULL, NULL, AUTH_NONE},
+};
+
+/* Served on metrics_listen, when set: for a scraper on a private network. */
+const struct http_route metrics_routes[] = {
+    {"GET", "/metrics", api_metrics, AUTH_NONE},
     {NULL, NULL, NULL, AUTH_NONE},
 };

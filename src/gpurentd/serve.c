@@ -8,6 +8,7 @@
 #include <curl/curl.h>
 #include <getopt.h>
 #include <signal.h>
+#include <systemd/sd-daemon.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +135,8 @@ int cmd_serve(int argc, char **argv)
     int rc = parse_serve_args(argc, argv, &l.file, l.overrides, &l.n_overrides, &check_only);
     static struct daemon_conf conf;
     struct store *s = NULL;
-    struct http_server *srv = NULL;
+    struct http_server *srv = NULL, *metrics_srv = NULL;
+    char mhost[128];
     if (rc != 0) {
         status = rc > 0 ? 0 : 2;
         goto out;
@@ -202,23 +204,44 @@ int cmd_serve(int argc, char **argv)
         .max_body_bytes = (size_t)conf.max_body_bytes,
         .max_json_depth = (int)conf.max_json_depth,
         .cors_origins = conf.cors_origins,
+        .on_done = metrics_http_done,
         .cert_file = conf.tls_cert,
         .key_file = conf.tls_key,
     };
     srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
     if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0)
         goto out;
+    if (conf.metrics_listen[0]) {
+        /* Same limits, no TLS and no key: a private scrape address. */
+        struct http_config mc = hc;
+        conf_parse_hostport(conf.metrics_listen, mhost, sizeof mhost, &mc.port);
+        mc.host = mhost;
+        mc.threads = 1;
+        mc.cors_origins = "";
+        mc.on_done = NULL;
+        mc.cert_file = mc.key_file = NULL;
+        if (!(metrics_srv = http_server_start(&mc, metrics_routes, auth_authenticate, NULL)))
+            goto out;
+        log_info("metrics on http://%s:%d/metrics", mhost, http_server_port(metrics_srv));
+    }
     log_info("gpurentd listening on %s://%s:%d (database %s, schema version %d)", conf.tls_cert[0] ? "https" : "http",
              host, http_server_port(srv), conf.database, store_latest_version());
+    if (watchdog_start(host, http_server_port(srv), conf.tls_cert[0] != 0) < 0)
+        goto out;
+    /* Port open and migrations applied: systemd may start what depends on us. */
+    sd_notifyf(0, "READY=1\nSTATUS=serving on %s:%d", host, http_server_port(srv));
 
     for (;;) {
         int sig = 0;
         if (sigwait(&sigs, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
+            sd_notify(0, "RELOADING=1");
             reload(srv, &l);
+            sd_notify(0, "READY=1");
             continue;
         }
+        sd_notify(0, "STOPPING=1");
         log_info("received %s: draining requests (up to %llds) and stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                  (long long)conf.drain_timeout_s);
         break;
@@ -229,6 +252,8 @@ int cmd_serve(int argc, char **argv)
     log_info("stopping background loops");
     log_info("gpurentd stopped");
 out:
+    watchdog_stop();
+    http_server_stop(metrics_srv, 0);
     http_server_stop(srv, 0);
     heartbeat_stop();
     reconciler_stop();

@@ -1,0 +1,195 @@
+/* metrics.c: GET /metrics in the Prometheus text format (version 0.0.4):
+ * HTTP requests and latency by route and status, counted as requests
+ * finish; nodes, cards and instances by state and GPU type, and money
+ * counters, read from the database at scrape time; billing pass duration
+ * and agent call errors, counted by their loops. */
+#include "clock.h"
+#include "daemon.h"
+#include "store.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ROUTES 128
+#define STATUS_SLOTS 24
+static const double bucket_seconds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+#define N_BUCKETS (sizeof bucket_seconds / sizeof bucket_seconds[0])
+
+/* One route's request counts and latency histogram. Index MAX_ROUTES
+ * collects requests that matched no route. */
+struct route_stats {
+    unsigned status[STATUS_SLOTS];    /* status codes seen */
+    int64_t count[STATUS_SLOTS];      /* requests per status */
+    int64_t buckets[N_BUCKETS];       /* requests at or below each bound */
+    int64_t total;                    /* all requests */
+    int64_t sum_us;                   /* total duration */
+};
+
+static struct route_stats routes[MAX_ROUTES + 1];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* guards routes */
+static atomic_llong agent_errors;
+static atomic_llong billing_passes;
+static atomic_llong billing_last_us;
+static atomic_llong billing_total_us;
+
+void metrics_http_done(const struct http_request *req, int64_t us)
+{
+    size_t idx = MAX_ROUTES;
+    if (req->route) {
+        ptrdiff_t i = req->route - daemon_routes;
+        if (i >= 0 && i < MAX_ROUTES)
+            idx = (size_t)i;
+    }
+    unsigned status = req->replied ? req->status : 0;
+    pthread_mutex_lock(&lock);
+    struct route_stats *r = &routes[idx];
+    for (size_t k = 0; k < STATUS_SLOTS; k++) {
+        if (r->status[k] == status || r->status[k] == 0) {
+            r->status[k] = status;
+            r->count[k]++;
+            break;
+        }
+    }
+    for (size_t b = 0; b < N_BUCKETS; b++)
+        if ((double)us <= bucket_seconds[b] * 1e6)
+            r->buckets[b]++;
+    r->total++;
+    r->sum_us += us;
+    pthread_mutex_unlock(&lock);
+}
+
+void metrics_agent_error(void) { atomic_fetch_add(&agent_errors, 1); }
+
+void metrics_billing_pass(int64_t duration_us)
+{
+    atomic_fetch_add(&billing_passes, 1);
+    atomic_store(&billing_last_us, duration_us);
+    atomic_fetch_add(&billing_total_us, duration_us);
+}
+
+static void route_labels(size_t idx, char *out, size_t n)
+{
+    if (idx == MAX_ROUTES)
+        snprintf(out, n, "method=\"\",route=\"unmatched\"");
+    else
+        snprintf(out, n, "method=\"%s\",route=\"%s\"", daemon_routes[idx].method, daemon_routes[idx].pattern);
+}
+
+static void write_http(FILE *f)
+{
+    static struct route_stats copy[MAX_ROUTES + 1];
+    pthread_mutex_lock(&lock);
+    memcpy(copy, routes, sizeof copy);
+    pthread_mutex_unlock(&lock);
+    char labels[256];
+    fprintf(f, "# HELP gpurent_http_requests_total HTTP requests answered, by route and status.\n"
+               "# TYPE gpurent_http_requests_total counter\n");
+    for (size_t i = 0; i <= MAX_ROUTES; i++) {
+        if (!copy[i].total)
+            continue; /* only indexes of routes that served requests are valid */
+        route_labels(i, labels, sizeof labels);
+        for (size_t k = 0; k < STATUS_SLOTS && copy[i].status[k]; k++)
+            fprintf(f, "gpurent_http_requests_total{%s,status=\"%u\"} %lld\n", labels, copy[i].status[k],
+                    (long long)copy[i].count[k]);
+    }
+    fprintf(f, "# HELP gpurent_http_request_duration_seconds Time from a request's first byte to its completion.\n"
+               "# TYPE gpurent_http_request_duration_seconds histogram\n");
+    for (size_t i = 0; i <= MAX_ROUTES; i++) {
+        if (!copy[i].total)
+            continue;
+        route_labels(i, labels, sizeof labels);
+        for (size_t b = 0; b < N_BUCKETS; b++)
+            fprintf(f, "gpurent_http_request_duration_seconds_bucket{%s,le=\"%g\"} %lld\n", labels, bucket_seconds[b],
+                    (long long)copy[i].buckets[b]);
+        fprintf(f, "gpurent_http_request_duration_seconds_bucket{%s,le=\"+Inf\"} %lld\n", labels,
+                (long long)copy[i].total);
+        fprintf(f, "gpurent_http_request_duration_seconds_sum{%s} %.6f\n", labels, (double)copy[i].sum_us / 1e6);
+        fprintf(f, "gpurent_http_request_duration_seconds_count{%s} %lld\n", labels, (long long)copy[i].total);
+    }
+}
+
+static int write_store(FILE *f, struct store *s)
+{
+    static _Thread_local struct metric_row rows[512];
+    static _Thread_local struct gpu_type types[64];
+    size_t n;
+    if (store_metrics_nodes(s, rows, 512, &n) != STORE_OK)
+        return -1;
+    fprintf(f, "# HELP gpurent_nodes Registered nodes by state and GPU type.\n# TYPE gpurent_nodes gauge\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "gpurent_nodes{state=\"%s\",gpu_type=\"%s\"} %lld\n", rows[i].a, rows[i].b, (long long)rows[i].value);
+    if (store_gpu_type_list(s, types, 64, &n) != STORE_OK)
+        return -1;
+    fprintf(f, "# HELP gpurent_cards Cards by GPU type: total (accepted nodes), free (rentable now), in use.\n"
+               "# TYPE gpurent_cards gauge\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f,
+                "gpurent_cards{gpu_type=\"%s\",status=\"total\"} %lld\n"
+                "gpurent_cards{gpu_type=\"%s\",status=\"free\"} %lld\n"
+                "gpurent_cards{gpu_type=\"%s\",status=\"in_use\"} %lld\n",
+                types[i].code, (long long)types[i].cards_total, types[i].code, (long long)types[i].cards_free,
+                types[i].code, (long long)types[i].cards_in_use);
+    if (store_metrics_instances(s, rows, 512, &n) != STORE_OK)
+        return -1;
+    fprintf(f, "# HELP gpurent_instances Instances by state and GPU type.\n# TYPE gpurent_instances gauge\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "gpurent_instances{state=\"%s\",gpu_type=\"%s\"} %lld\n", rows[i].a, rows[i].b,
+                (long long)rows[i].value);
+    struct money_totals m;
+    if (store_metrics_money(s, &m) != STORE_OK)
+        return -1;
+    fprintf(f,
+            "# HELP gpurent_revenue_micro_total Usage charged, in micro-units of the platform currency.\n"
+            "# TYPE gpurent_revenue_micro_total counter\ngpurent_revenue_micro_total %lld\n"
+            "# HELP gpurent_credits_granted_micro_total Credit granted (sign-up, invite codes, admins).\n"
+            "# TYPE gpurent_credits_granted_micro_total counter\ngpurent_credits_granted_micro_total %lld\n"
+            "# HELP gpurent_credits_spent_micro_total Credit spent on usage.\n"
+            "# TYPE gpurent_credits_spent_micro_total counter\ngpurent_credits_spent_micro_total %lld\n"
+            "# HELP gpurent_credits_expired_micro_total Credit voided when it expired.\n"
+            "# TYPE gpurent_credits_expired_micro_total counter\ngpurent_credits_expired_micro_total %lld\n"
+            "# HELP gpurent_topups_micro_total Cash added by top-ups.\n"
+            "# TYPE gpurent_topups_micro_total counter\ngpurent_topups_micro_total %lld\n",
+            (long long)m.revenue, (long long)m.credits_granted, (long long)m.credits_spent,
+            (long long)m.credits_expired, (long long)m.topups);
+    return 0;
+}
+
+void api_metrics(struct http_request *req)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    struct store *s = store_thread();
+    if (!f || !s) {
+        if (f)
+            fclose(f);
+        free(text);
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    write_http(f);
+    int ok = write_store(f, s) == 0;
+    fprintf(f,
+            "# HELP gpurent_billing_passes_total Billing passes run.\n"
+            "# TYPE gpurent_billing_passes_total counter\ngpurent_billing_passes_total %lld\n"
+            "# HELP gpurent_billing_pass_duration_seconds How long the last billing pass took.\n"
+            "# TYPE gpurent_billing_pass_duration_seconds gauge\ngpurent_billing_pass_duration_seconds %.6f\n"
+            "# HELP gpurent_billing_pass_seconds_total Time spent in billing passes.\n"
+            "# TYPE gpurent_billing_pass_seconds_total counter\ngpurent_billing_pass_seconds_total %.6f\n"
+            "# HELP gpurent_agent_call_errors_total Calls to node agents that got no usable reply.\n"
+            "# TYPE gpurent_agent_call_errors_total counter\ngpurent_agent_call_errors_total %lld\n"
+            "# HELP gpurent_testing_clock 1 when time comes from a clock file (never in production).\n"
+            "# TYPE gpurent_testing_clock gauge\ngpurent_testing_clock %d\n",
+            (long long)atomic_load(&billing_passes), (double)atomic_load(&billing_last_us) / 1e6,
+            (double)atomic_load(&billing_total_us) / 1e6, (long long)atomic_load(&agent_errors),
+            clock_is_testing());
+    fclose(f);
+    if (ok)
+        http_reply_raw(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    else
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    free(text);
+}

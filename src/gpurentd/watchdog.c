@@ -1,0 +1,136 @@
+/* watchdog.c: systemd's watchdog, fed only while the daemon really works.
+ * When the unit sets WatchdogSec, a thread checks, at half that period, that
+ * the database answers and is migrated, that the API answers /healthz on its
+ * own port, and that the heartbeat, reconciler and billing loops have
+ * finished a pass recently; only then does it send WATCHDOG=1. A stuck
+ * daemon is therefore restarted by systemd rather than left half alive. */
+#include "clock.h"
+#include "daemon.h"
+#include "store.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+
+static pthread_t thread;
+static int running;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int stop_requested;            /* guarded by lock */
+static char health_url[256];          /* the API's own /healthz */
+static _Atomic int64_t last_pass_ms[LOOP_COUNT];
+
+void watchdog_loop_alive(enum loop_kind loop)
+{
+    atomic_store(&last_pass_ms[loop], clock_mono_ms());
+}
+
+static size_t discard(char *d, size_t s, size_t n, void *u)
+{
+    (void)d, (void)u;
+    return s * n;
+}
+
+/* Returns NULL when healthy, else what is wrong. */
+static const char *check(struct store *s)
+{
+    if (store_schema_version(s) != store_latest_version())
+        return "the database does not answer or is not migrated";
+    CURL *c = curl_easy_init();
+    if (!c)
+        return "cannot make an HTTP client";
+    curl_easy_setopt(c, CURLOPT_URL, health_url);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    /* Our own certificate on loopback: reaching the port is what counts. */
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    long status = 0;
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    if (rc != CURLE_OK || status != 200)
+        return "the API does not answer /healthz";
+    /* Loops may take a while on a big fleet, but not minutes. */
+    static const char *const names[LOOP_COUNT] = {"heartbeat", "reconciler", "billing"};
+    int64_t periods[LOOP_COUNT] = {daemon_config->heartbeat_interval_ms, daemon_config->reconcile_interval_ms,
+                                   daemon_config->billing_interval_ms};
+    int64_t now = clock_mono_ms();
+    for (int i = 0; i < LOOP_COUNT; i++) {
+        int64_t allowed = periods[i] * 3 > 120000 ? periods[i] * 3 : 120000;
+        if (now - atomic_load(&last_pass_ms[i]) > allowed) {
+            log_error("watchdog: the %s loop has not finished a pass for %llds", names[i],
+                      (long long)((now - atomic_load(&last_pass_ms[i])) / 1000));
+            return "a background loop is stuck";
+        }
+    }
+    return NULL;
+}
+
+static void *watchdog_main(void *arg)
+{
+    uint64_t period_us = *(uint64_t *)arg;
+    struct store *s = store_thread();
+    for (;;) {
+        const char *problem = s ? check(s) : "no database connection";
+        if (!problem)
+            sd_notify(0, "WATCHDOG=1");
+        else
+            log_error("watchdog: not feeding systemd's watchdog: %s", problem);
+        struct timespec deadline;
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        uint64_t wait_us = period_us / 2;
+        deadline.tv_sec += (time_t)(wait_us / 1000000);
+        deadline.tv_nsec += (long)(wait_us % 1000000) * 1000;
+        if (deadline.tv_nsec >= 1000000000) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&lock);
+        while (!stop_requested)
+            if (pthread_cond_timedwait(&cond, &lock, &deadline) == ETIMEDOUT)
+                break;
+        int stop = stop_requested;
+        pthread_mutex_unlock(&lock);
+        if (stop)
+            return NULL;
+    }
+}
+
+int watchdog_start(const char *host, int port, int tls)
+{
+    static uint64_t period_us;
+    int64_t now = clock_mono_ms();
+    for (int i = 0; i < LOOP_COUNT; i++)
+        atomic_store(&last_pass_ms[i], now);
+    if (sd_watchdog_enabled(0, &period_us) <= 0)
+        return 0; /* not under a systemd watchdog */
+    const char *h = strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : strcmp(host, "::") == 0 ? "::1" : host;
+    snprintf(health_url, sizeof health_url, strchr(h, ':') ? "%s://[%s]:%d/healthz" : "%s://%s:%d/healthz",
+             tls ? "https" : "http", h, port);
+    stop_requested = 0;
+    if (pthread_create(&thread, NULL, watchdog_main, &period_us) != 0)
+        return -1;
+    running = 1;
+    log_info("watchdog: feeding systemd every %llums after checking the database, the API and the loops",
+             (unsigned long long)(period_us / 2000));
+    return 0;
+}
+
+void watchdog_stop(void)
+{
+    if (!running)
+        return;
+    pthread_mutex_lock(&lock);
+    stop_requested = 1;
+    pthread_cond_signal(&cond);
+    pthread_mutex_unlock(&lock);
+    pthread_join(thread, NULL);
+    running = 0;
+}
