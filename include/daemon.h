@@ -271,5 +271,10 @@ int cmd_admin(int argc, char **argv);
 int cmd_ledger(int argc, char **argv);
 /* Loads configuration: defaults, then file (if any), then overrides. */
 int daemon_load_config(struct daemon_conf *conf, const char *file, char **overrides, int n_overrides);
+/* The same for a database subcommand: -c FILE and --db PATH. */
+int daemon_load_db_config(struct daemon_conf *conf, const char *file, const char *db);
+/* cli_reports.c */
+int cmd_report(int argc, char **argv);
+int cmd_backup(int argc, char **argv);
 
 #endif

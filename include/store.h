@@ -499,7 +499,24 @@ struct money_totals {
     int64_t credits_spent;    /* credit spent on usage */
     int64_t credits_expired;  /* credit voided at expiry */
     int64_t topups;           /* cash added */
+    int64_t credit_outstanding; /* credit not yet spent or voided */
+    int64_t cash_held;        /* users' cash not yet spent */
 };
 int store_metrics_money(struct store *s, struct money_totals *out);
+
+/* store_reports.c: the report views and online backups. */
+/* The i-th report's name ("daily-revenue" …), or NULL past the last. */
+const char *store_report_name(size_t i);
+/* Called first with values NULL (the header), then once per row; values[c]
+ * may be NULL; is_int[c] says whether the value is an integer. */
+typedef void (*store_report_row_fn)(void *ctx, int n, const char *const *names, const char *const *values,
+                                    const int *is_int);
+/* Runs report name for days in [from_day, to_day) (either may be NULL).
+ * STORE_NOT_FOUND for an unknown report. */
+int store_report(struct store *s, const char *name, const char *from_day, const char *to_day, store_report_row_fn row,
+                 void *ctx);
+/* Copies the database to dest with SQLite's online backup: a consistent
+ * snapshot while the daemon keeps writing; dest appears only when complete. */
+int store_backup(struct store *s, const char *dest, char *err, size_t errlen);
 
 #endif

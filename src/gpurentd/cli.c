@@ -2,23 +2,13 @@
  * and scripts: `gpurentd migrate` and `gpurentd admin create-user`. */
 #include "daemon.h"
 #include "ledger.h"
+#include "money.h"
 #include "store.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Loads the configuration for a database subcommand: -c FILE and --db PATH. */
-static int load_db_config(struct daemon_conf *conf, const char *file, const char *db)
-{
-    char *override = NULL;
-    if (db && asprintf(&override, "database=%s", db) < 0)
-        return -1;
-    int rc = daemon_load_config(conf, file, override ? &override : NULL, override ? 1 : 0);
-    free(override);
-    return rc;
-}
 
 /* Opens the configured database and brings it to target (0 = latest). */
 static struct store *open_migrated(const struct daemon_conf *conf, int target)
@@ -75,7 +65,7 @@ int cmd_migrate(int argc, char **argv)
         fprintf(stderr, "gpurentd migrate: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (load_db_config(&conf, file, db) < 0)
+    if (daemon_load_db_config(&conf, file, db) < 0)
         return 1;
     struct store *s = open_migrated(&conf, target);
     if (!s)
@@ -127,7 +117,7 @@ static int admin_create_user(int argc, char **argv)
         return 2;
     }
     struct daemon_conf conf;
-    if (load_db_config(&conf, file, db) < 0)
+    if (daemon_load_db_config(&conf, file, db) < 0)
         return 1;
     daemon_config = &conf;
     struct user u = {.role = admin ? ROLE_ADMIN : ROLE_USER, .active = 1};
@@ -204,7 +194,7 @@ int cmd_ledger(int argc, char **argv)
         }
     }
     struct daemon_conf conf;
-    if (load_db_config(&conf, file, db) < 0)
+    if (daemon_load_db_config(&conf, file, db) < 0)
         return 1;
     char err[1024];
     struct store *s = store_open_readonly(conf.database, err, sizeof err);
@@ -213,6 +203,17 @@ int cmd_ledger(int argc, char **argv)
         return 1;
     }
     int breaches = ledger_verify(s, stdout);
+    struct money_totals m;
+    if (breaches == 0 && store_metrics_money(s, &m) == STORE_OK) {
+        /* The sums the reports must agree with, for people and for tests. */
+        char a[MONEY_FMT_LEN], b[MONEY_FMT_LEN], c[MONEY_FMT_LEN], d[MONEY_FMT_LEN], e[MONEY_FMT_LEN], f[MONEY_FMT_LEN],
+            g[MONEY_FMT_LEN];
+        printf("totals: revenue %s, credits granted %s, credits spent %s, credits expired %s, credit outstanding %s,"
+               " top-ups %s, cash held %s\n",
+               money_format(m.revenue, a), money_format(m.credits_granted, b), money_format(m.credits_spent, c),
+               money_format(m.credits_expired, d), money_format(m.credit_outstanding, e), money_format(m.topups, f),
+               money_format(m.cash_held, g));
+    }
     store_close(s);
     if (breaches < 0) {
         fprintf(stderr, "gpurentd: the ledger could not be checked\n");

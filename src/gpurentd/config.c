@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct daemon_conf *daemon_config;
@@ -163,4 +164,15 @@ int daemon_load_config(struct daemon_conf *conf, const char *file, char **overri
         return -1;
     }
     return 0;
+}
+
+/* Loads the configuration for a database subcommand: -c FILE and --db PATH. */
+int daemon_load_db_config(struct daemon_conf *conf, const char *file, const char *db)
+{
+    char *override = NULL;
+    if (db && asprintf(&override, "database=%s", db) < 0)
+        return -1;
+    int rc = daemon_load_config(conf, file, override ? &override : NULL, override ? 1 : 0);
+    free(override);
+    return rc;
 }

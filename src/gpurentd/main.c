@@ -13,6 +13,8 @@ static void usage(FILE *f)
                "  migrate        create or upgrade the database\n"
                "  admin          operator tasks: create-user\n"
                "  ledger verify  check every invariant of the money ledger\n"
+               "  report NAME    billing reports: daily-revenue, usage, utilisation, credit-liability, topups\n"
+               "  backup FILE    consistent online copy of the live database\n"
                "\n"
                "Each command takes --help.\n");
 }
@@ -35,6 +37,10 @@ int main(int argc, char **argv)
         return cmd_admin(argc - 1, argv + 1);
     if (strcmp(cmd, "ledger") == 0)
         return cmd_ledger(argc - 1, argv + 1);
+    if (strcmp(cmd, "report") == 0)
+        return cmd_report(argc - 1, argv + 1);
+    if (strcmp(cmd, "backup") == 0)
+        return cmd_backup(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

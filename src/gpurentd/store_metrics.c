@@ -19,7 +19,9 @@ static const char SQL_MONEY[] =
     "   WHERE t.kind = 'usage' AND p.account_id LIKE 'grant:%'),"
     " (SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
     "   WHERE t.kind = 'expiry' AND p.account_id LIKE 'grant:%'),"
-    " (SELECT coalesce(sum(amount), 0) FROM topups)";
+    " (SELECT coalesce(sum(amount), 0) FROM topups),"
+    " (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'grant'),"
+    " (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'cash')";
 
 static int labelled(struct store *s, const char *sql, struct metric_row *out, size_t max, size_t *n)
 {
@@ -62,6 +64,8 @@ int store_metrics_money(struct store *s, struct money_totals *out)
         out->credits_spent = sqlite3_column_int64(st, 2);
         out->credits_expired = sqlite3_column_int64(st, 3);
         out->topups = sqlite3_column_int64(st, 4);
+        out->credit_outstanding = sqlite3_column_int64(st, 5);
+        out->cash_held = sqlite3_column_int64(st, 6);
     }
     int result = rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "money totals");
     sqlite3_reset(st);

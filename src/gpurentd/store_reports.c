@@ -1,0 +1,122 @@
+/* store_reports.c: runs the billing team's report views (migrations
+ * 0005_reports.sql) for `gpurentd report`, filtered by day, and the online
+ * backup for `gpurentd backup`. */
+#include "log.h"
+#include "store.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Report names as operators type them, and the view behind each. Only
+ * these views can be read: the name never reaches SQL as text. */
+static const struct {
+    const char *name;
+    const char *sql;
+} reports[] = {
+    {"daily-revenue", "SELECT * FROM report_daily_revenue WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+                      " ORDER BY day, gpu_type"},
+    {"usage", "SELECT * FROM report_usage WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+              " ORDER BY day, user_id, instance_id"},
+    {"utilisation", "SELECT * FROM report_utilisation WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+                    " ORDER BY day, gpu_type"},
+    {"credit-liability", "SELECT * FROM report_credit_liability WHERE (?1 IS NULL OR day >= ?1)"
+                         " AND (?2 IS NULL OR day < ?2) ORDER BY day IS NULL, day, user_id, grant_id"},
+    {"topups", "SELECT * FROM report_topups WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+               " ORDER BY day, user_id, topup_id"},
+};
+
+const char *store_report_name(size_t i)
+{
+    return i < sizeof reports / sizeof reports[0] ? reports[i].name : NULL;
+}
+
+int store_report(struct store *s, const char *name, const char *from_day, const char *to_day, store_report_row_fn row,
+                 void *ctx)
+{
+    const char *sql = NULL;
+    for (size_t i = 0; i < sizeof reports / sizeof reports[0]; i++)
+        if (strcmp(reports[i].name, name) == 0)
+            sql = reports[i].sql;
+    if (!sql)
+        return STORE_NOT_FOUND;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store_db(s), sql, -1, &st, NULL) != SQLITE_OK) {
+        log_error("report %s: %s (is the database migrated?)", name, sqlite3_errmsg(store_db(s)));
+        return STORE_ERROR;
+    }
+    if (from_day)
+        sqlite3_bind_text(st, 1, from_day, -1, SQLITE_STATIC);
+    if (to_day)
+        sqlite3_bind_text(st, 2, to_day, -1, SQLITE_STATIC);
+    int n = sqlite3_column_count(st), rc;
+    const char *names[32], *values[32];
+    int is_int[32];
+    if (n > 32)
+        n = 32;
+    for (int c = 0; c < n; c++)
+        names[c] = sqlite3_column_name(st, c);
+    row(ctx, n, names, NULL, NULL); /* the header */
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        for (int c = 0; c < n; c++) {
+            values[c] = (const char *)sqlite3_column_text(st, c);
+            is_int[c] = sqlite3_column_type(st, c) == SQLITE_INTEGER;
+        }
+        row(ctx, n, names, values, is_int);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "report");
+}
+
+int store_backup(struct store *s, const char *dest, char *err, size_t errlen)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.partial", dest);
+    unlink(tmp);
+    sqlite3 *out = NULL;
+    if (sqlite3_open_v2(tmp, &out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot create %s: %s", tmp, out ? sqlite3_errmsg(out) : "out of memory");
+        sqlite3_close(out);
+        return -1;
+    }
+    sqlite3_backup *b = sqlite3_backup_init(out, "main", store_db(s), "main");
+    if (!b) {
+        snprintf(err, errlen, "cannot start the backup: %s", sqlite3_errmsg(out));
+        sqlite3_close(out);
+        unlink(tmp);
+        return -1;
+    }
+    /* Small steps with pauses: the daemon's writers wait at most one step.
+     * A write during the copy restarts it, so the result is one consistent
+     * snapshot. */
+    int rc;
+    while ((rc = sqlite3_backup_step(b, 256)) == SQLITE_OK || rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+        sqlite3_sleep(5);
+    sqlite3_backup_finish(b);
+    if (rc != SQLITE_DONE) {
+        snprintf(err, errlen, "backup failed: %s", sqlite3_errstr(rc));
+        sqlite3_close(out);
+        unlink(tmp);
+        return -1;
+    }
+    char *msg = NULL;
+    if (sqlite3_exec(out, "PRAGMA journal_mode=DELETE", NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(err, errlen, "backup: %s", msg ? msg : "?");
+        sqlite3_free(msg);
+        sqlite3_close(out);
+        unlink(tmp);
+        return -1;
+    }
+    sqlite3_close(out);
+    int fd = open(tmp, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0 || rename(tmp, dest) != 0) {
+        snprintf(err, errlen, "cannot finish %s", dest);
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
