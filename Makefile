@@ -8,6 +8,9 @@
 #   make clean
 
 PREFIX   ?= /usr/local
+# Debian's interpreter, where python3-pytest and python3-requests install; a
+# python3 earlier on PATH (pyenv, a virtualenv) would not have them.
+PYTHON   ?= /usr/bin/python3
 DESTDIR  ?=
 CC       ?= cc
 PKGS     := libmicrohttpd jansson libcurl sqlite3 openssl inih libsystemd
@@ -82,7 +85,7 @@ unit: $(UNIT_BIN)
 
 e2e: all
 	GPURENTD=$(CURDIR)/$(B)/gpurentd GPURENT_AGENT=$(CURDIR)/$(B)/gpurent-agent \
-	  python3 -m pytest -q -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
+	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
 
 # The whole suite runs once, on the sanitized build: every test is also a
 # memory-safety and undefined-behaviour test. The plain build is compiled too

@@ -77,7 +77,6 @@ struct agent_conf {
     char tls_key[1024];            /* PEM private key */
     int64_t drain_timeout_s;       /* SIGTERM waits this long for requests */
     char log_level[16];            /* error, warn, info, debug */
-    char clock_file[1024];         /* testing clock shared with gpurentd; "" = system clock */
 };
 extern const struct conf_option agent_options[];
 /* Loads defaults, then the file (if any), then "key=value" overrides, then

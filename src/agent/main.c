@@ -1,8 +1,40 @@
-/* main.c: gpurent-agent's entry point (the node agent; see issue 3). */
-#include <stdio.h>
+/* main.c: gpurent-agent's entry point: picks the subcommand (serve, the
+ * default, or sim-fleet). */
+#include "agent.h"
 
-int main(void)
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f)
 {
-    fprintf(stderr, "gpurent-agent: not built yet\n");
-    return 1;
+    fprintf(f, "usage: gpurent-agent [COMMAND] [OPTIONS]\n"
+               "\n"
+               "commands:\n"
+               "  serve          run the node agent (the default)\n"
+               "  sim-fleet      serve simulated nodes and register them with gpurentd\n"
+               "\n"
+               "Each command takes --help.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argv[1][0] == '-') {
+        if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
+            printf("gpurent-agent " AGENT_VERSION "\n");
+            return 0;
+        }
+        return agent_cmd_serve(argc, argv);
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "serve") == 0)
+        return agent_cmd_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "sim-fleet") == 0)
+        return agent_cmd_fleet(argc - 1, argv + 1);
+    if (strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "gpurent-agent: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
 }

@@ -1,0 +1,295 @@
+/* api.c: the agent's REST API (docs/AGENT_PROTOCOL.md): the route tables
+ * for one node and for a sim fleet under /nodes/{name}, the signature check
+ * every route but /healthz passes first, and the handlers. Handlers change
+ * what is wanted (a record on disk, a workload in the list) and schedule
+ * the driver; they never run a command. */
+#include "agent.h"
+#include "clock.h"
+#include "sign.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+static struct agent *app(struct http_request *req)
+{
+    return http_server_app(req->server);
+}
+
+/* The node a request is for: the only one, or the {node} of the prefix. */
+static struct agent_node *req_node(struct http_request *req)
+{
+    struct agent *a = app(req);
+    if (!a->fleet)
+        return &a->nodes[0];
+    return req->params[0] ? agent_node_find(a, req->params[0]) : NULL;
+}
+
+static const char *req_id(struct http_request *req)
+{
+    return req->params[app(req)->fleet ? 1 : 0];
+}
+
+int agent_authenticate(struct http_request *req, enum http_auth level)
+{
+    /* Freshness is judged on the wall clock, as gpurentd signs with it even
+     * when it runs on a testing clock.
+     *
+     * The path is verified as libmicrohttpd decoded it, without a query
+     * string. The protocol's paths need no encoding and take no query, so
+     * one with a query is refused here rather than verified in part. */
+    static const char *const no_query[] = {NULL};
+    if (http_query_allow(req, no_query) < 0)
+        return -1;
+    struct agent *a = app(req);
+    struct agent_node *n = req_node(req);
+    char secret[65] = "";
+    int have = n && agent_node_secret(a, n, secret) == 0;
+    enum sign_result r =
+        sign_verify(have ? secret : NULL, req->method, req->path, http_header(req, SIGN_HDR_TIMESTAMP),
+                    http_header(req, SIGN_HDR_NONCE), http_header(req, SIGN_HDR_SIGNATURE), req->body, req->body_len,
+                    clock_wall(), (int)a->conf->max_clock_skew_s, a->replay);
+    memset(secret, 0, sizeof secret);
+    if (r == SIGN_OK)
+        return 0;
+    if (r == SIGN_UNAVAILABLE) {
+        log_warn("signature: replay cache full or out of memory; refusing %s %s (raise replay_cache_entries)",
+                 req->method, req->path);
+        http_add_header(req, "Retry-After", "1");
+        http_error(req, ERR_UNAVAILABLE, NULL, "%s", sign_result_message(r));
+        return -1;
+    }
+    const char *why = sign_result_message(r);
+    if (r == SIGN_BAD_SIGNATURE && n && !have)
+        why = "this node has no secret yet (not registered, or its secret file is missing)";
+    log_info("signature: refused %s %s from %s: %s", req->method, req->path, req->client_ip, why);
+    http_add_header(req, "WWW-Authenticate", "Gpurent-HMAC-SHA256");
+    http_error(req, ERR_BAD_SIGNATURE, NULL, "%s", why);
+    return -1;
+}
+
+static void api_healthz(struct http_request *req)
+{
+    struct agent *a = app(req);
+    http_reply_json(req, 200, json_pack("{s:s, s:s, s:I, s:s}", "status", "ok", "runtime", a->conf->runtime, "nodes",
+                                        (json_int_t)a->n_nodes, "version", AGENT_VERSION));
+}
+
+static void api_facts(struct http_request *req)
+{
+    char err[512];
+    json_t *facts = agent_facts_json(app(req), req_node(req), err, sizeof err);
+    if (!facts) {
+        http_add_header(req, "Retry-After", "5");
+        http_error(req, ERR_UNAVAILABLE, NULL, "%s", err);
+        return;
+    }
+    http_reply_json(req, 200, facts);
+}
+
+static void api_workloads_list(struct http_request *req)
+{
+    struct agent_node *n = req_node(req);
+    json_t *list = json_array();
+    pthread_mutex_lock(&n->lock);
+    for (size_t i = 0; i < n->n_wl; i++)
+        if (!n->wl[i]->removing)
+            json_array_append_new(list, workload_json(n->wl[i]));
+    pthread_mutex_unlock(&n->lock);
+    http_reply_json(req, 200, json_pack("{s:o}", "workloads", list));
+}
+
+static void api_workload_get(struct http_request *req)
+{
+    struct agent_node *n = req_node(req);
+    const char *id = req_id(req);
+    json_t *body = NULL;
+    if (agent_name_valid(id)) {
+        pthread_mutex_lock(&n->lock);
+        struct workload *w = agent_node_workload(n, id);
+        if (w && !w->removing)
+            body = workload_json(w);
+        pthread_mutex_unlock(&n->lock);
+    }
+    if (!body) {
+        http_error(req, ERR_NOT_FOUND, NULL, "no workload %.64s on this node", id);
+        return;
+    }
+    http_reply_json(req, 200, body);
+}
+
+static const struct json_field spec_fields[] = {
+    {"image", JSON_KIND_STRING, 1, SPEC_IMAGE_MAX - 1},
+    {"gpus", JSON_KIND_ARRAY, 0, 0},
+    {"stack", JSON_KIND_STRING, 0, 8},
+    {"volumes", JSON_KIND_ARRAY, 0, 0},
+    {"env", JSON_KIND_OBJECT, 0, 0},
+    {NULL, 0, 0, 0},
+};
+
+/* Checks the spec against this node's cards and fills in its stack. */
+static int check_against_node(struct http_request *req, struct wl_spec *spec)
+{
+    struct agent *a = app(req);
+    char stack[8] = "";
+    for (int i = 0; i < spec->n_gpus; i++) {
+        if (!agent_inventory_has_card(a, spec->gpus[i], stack)) {
+            if (!stack[0]) {
+                http_add_header(req, "Retry-After", "5");
+                http_error(req, ERR_UNAVAILABLE, NULL, "GPU discovery has not succeeded yet");
+            } else {
+                http_error(req, ERR_INVALID_FIELD, "gpus", "card %d does not exist on this node", spec->gpus[i]);
+            }
+            return -1;
+        }
+    }
+    if (!stack[0])
+        agent_inventory_has_card(a, -1, stack);
+    if (!spec->stack[0])
+        snprintf(spec->stack, sizeof spec->stack, "%s", stack[0] ? stack : "ROCm");
+    else if (stack[0] && strcmp(spec->stack, stack) != 0) {
+        http_error(req, ERR_INVALID_FIELD, "stack", "this node runs %s, not %s", stack, spec->stack);
+        return -1;
+    }
+    return 0;
+}
+
+static void api_workload_put(struct http_request *req)
+{
+    struct agent *a = app(req);
+    struct agent_node *n = req_node(req);
+    const char *id = req_id(req);
+    if (!agent_name_valid(id)) {
+        http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+        return;
+    }
+    json_t *body = http_json_body(req, spec_fields);
+    if (!body)
+        return;
+    struct wl_spec spec;
+    char field[64], err[256];
+    int rc = spec_parse(body, &spec, field, sizeof field, err, sizeof err);
+    json_decref(body);
+    if (rc < 0) {
+        http_error(req, ERR_INVALID_FIELD, field[0] ? field : NULL, "%s", err);
+        return;
+    }
+    if (check_against_node(req, &spec) < 0) {
+        spec_free(&spec);
+        return;
+    }
+
+    char dir[PATH_MAX];
+    agent_node_dir(a, n, dir, sizeof dir);
+    err[0] = '\0';
+    unsigned status = 0;
+    enum api_error e = ERR_CONFLICT;
+    json_t *reply = NULL;
+    struct workload *w = NULL;
+    pthread_mutex_lock(&n->lock);
+    struct workload *old = agent_node_workload(n, id);
+    if (old && old->removing) {
+        http_add_header(req, "Retry-After", "1");
+        snprintf(err, sizeof err, "workload %s is still being removed; retry shortly", id);
+    } else if (old && spec_equal(&old->spec, &spec)) {
+        status = 200;
+        reply = workload_json(old);
+    } else if (old) {
+        snprintf(err, sizeof err, "workload %s exists with another spec; delete it first", id);
+    } else if (n->n_wl >= (size_t)a->conf->max_workloads) {
+        snprintf(err, sizeof err, "this node already holds %zu workloads, its maximum", n->n_wl);
+    } else {
+        /* A card runs one workload: refuse a spec that shares one with any
+         * workload still on the node (until that one is deleted). */
+        for (size_t i = 0; i < n->n_wl && !err[0]; i++)
+            for (int k = 0; k < n->wl[i]->spec.n_gpus; k++)
+                for (int g = 0; g < spec.n_gpus; g++)
+                    if (n->wl[i]->spec.gpus[k] == spec.gpus[g] && !err[0])
+                        snprintf(err, sizeof err, "card %d is in use by workload %s", spec.gpus[g], n->wl[i]->id);
+        if (!err[0]) {
+            w = calloc(1, sizeof *w);
+            if (!w) {
+                e = ERR_INTERNAL;
+            } else {
+                snprintf(w->id, sizeof w->id, "%s", id);
+                w->node = n;
+                w->spec = spec;
+                memset(&spec, 0, sizeof spec);
+                w->phase = WL_PULLING;
+                w->created_at = w->updated_at = clock_now();
+                if (record_save(dir, w) < 0 || agent_node_add(n, w) < 0) {
+                    record_delete(dir, w->id);
+                    workload_free(w);
+                    e = ERR_INTERNAL;
+                    snprintf(err, sizeof err, "cannot record the workload on disk");
+                } else {
+                    status = 201;
+                    reply = workload_json(w);
+                    log_info("workload %s on %s: accepted (%s)", w->id, n->name, w->spec.image);
+                    driver_schedule(a->driver, w, a->rt->ops->delay_ms(a->rt, w, WL_PULLING));
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&n->lock);
+    spec_free(&spec);
+    if (status)
+        http_reply_json(req, status, reply);
+    else
+        http_error(req, e, NULL, "%s", err[0] ? err : "cannot accept the workload");
+}
+
+static void api_workload_delete(struct http_request *req)
+{
+    struct agent *a = app(req);
+    struct agent_node *n = req_node(req);
+    const char *id = req_id(req);
+    if (!agent_name_valid(id)) {
+        http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+        return;
+    }
+    char dir[PATH_MAX];
+    agent_node_dir(a, n, dir, sizeof dir);
+    int failed = 0;
+    pthread_mutex_lock(&n->lock);
+    struct workload *w = agent_node_workload(n, id);
+    if (w && !w->removing) {
+        /* The tombstone is on disk before the answer, so a restart goes on
+         * removing rather than bring the workload back. */
+        w->removing = 1;
+        if (record_save(dir, w) < 0) {
+            w->removing = 0;
+            failed = 1;
+        } else {
+            atomic_store(&w->cancel, 1); /* stop a pull or mount in flight */
+            driver_schedule(a->driver, w, 0);
+            log_info("workload %s on %s: delete accepted", w->id, n->name);
+        }
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (failed) {
+        http_error(req, ERR_INTERNAL, NULL, "cannot record the deletion on disk");
+        return;
+    }
+    http_reply_json(req, 200, json_pack("{s:s, s:s}", "id", id, "phase", "removed"));
+}
+
+const struct http_route agent_routes_single[] = {
+    {"GET", "/healthz", api_healthz, AUTH_NONE},
+    {"GET", "/v1/facts", api_facts, AUTH_SIGNED},
+    {"GET", "/v1/workloads", api_workloads_list, AUTH_SIGNED},
+    {"GET", "/v1/workloads/{id}", api_workload_get, AUTH_SIGNED},
+    {"PUT", "/v1/workloads/{id}", api_workload_put, AUTH_SIGNED},
+    {"DELETE", "/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED},
+    {NULL, NULL, NULL, AUTH_NONE},
+};
+
+const struct http_route agent_routes_fleet[] = {
+    {"GET", "/healthz", api_healthz, AUTH_NONE},
+    {"GET", "/nodes/{node}/v1/facts", api_facts, AUTH_SIGNED},
+    {"GET", "/nodes/{node}/v1/workloads", api_workloads_list, AUTH_SIGNED},
+    {"GET", "/nodes/{node}/v1/workloads/{id}", api_workload_get, AUTH_SIGNED},
+    {"PUT", "/nodes/{node}/v1/workloads/{id}", api_workload_put, AUTH_SIGNED},
+    {"DELETE", "/nodes/{node}/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED},
+    {NULL, NULL, NULL, AUTH_NONE},
+};

@@ -1,0 +1,221 @@
+/* config.c: gpurent-agent's option table: every option's type, bounds and
+ * default in one place, read by conf.c from conf/gpurent-agent.conf and
+ * flags, plus the few rules that span options. */
+#include "agent.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int validate_listen(const void *field, char *err, size_t errlen)
+{
+    char host[128];
+    int port;
+    if (conf_parse_hostport(field, host, sizeof host, &port) < 0) {
+        snprintf(err, errlen, "listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:9090 or [::1]:9090)", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_log_level(const void *field, char *err, size_t errlen)
+{
+    enum log_level l;
+    if (log_level_parse(field, &l) < 0) {
+        snprintf(err, errlen, "log_level: '%s' is not error, warn, info or debug", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_nonempty(const void *field, char *err, size_t errlen)
+{
+    if (!((const char *)field)[0]) {
+        snprintf(err, errlen, "value must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
+static int one_of(const char *opt, const char *v, const char *const *names, char *err, size_t errlen)
+{
+    for (const char *const *n = names; *n; n++)
+        if (strcmp(v, *n) == 0)
+            return 0;
+    snprintf(err, errlen, "%s: '%s' is not one of:", opt, v);
+    for (const char *const *n = names; *n; n++) {
+        size_t len = strlen(err);
+        snprintf(err + len, errlen - len, " %s", *n);
+    }
+    return -1;
+}
+
+static int validate_runtime(const void *field, char *err, size_t errlen)
+{
+    static const char *const names[] = {"sim", "podman", "docker", NULL};
+    return one_of("runtime", field, names, err, errlen);
+}
+
+static int validate_discovery(const void *field, char *err, size_t errlen)
+{
+    static const char *const names[] = {"amd-smi", "rocm-smi", "nvidia-smi", "config", NULL};
+    return one_of("discovery", field, names, err, errlen);
+}
+
+static int validate_node_name(const void *field, char *err, size_t errlen)
+{
+    const char *s = field;
+    if (s[0] && !agent_name_valid(s)) {
+        snprintf(err, errlen, "node_name: '%s' must be 1 to 63 of a-z, 0-9, '_' and '-'", s);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_template(const char *opt, const void *field, int want_source, char *err, size_t errlen)
+{
+    char why[512];
+    if (argv_template_check(field, want_source, why, sizeof why) == 0)
+        return 0;
+    snprintf(err, errlen, "%s: %s", opt, why);
+    return -1;
+}
+
+static int validate_mount_command(const void *field, char *err, size_t errlen)
+{
+    return validate_template("mount_command", field, 1, err, errlen);
+}
+
+static int validate_umount_command(const void *field, char *err, size_t errlen)
+{
+    return validate_template("umount_command", field, 0, err, errlen);
+}
+
+/* "0,3" style list of card indices. */
+static int validate_card_list(const void *field, char *err, size_t errlen)
+{
+    const char *p = field;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= DISCOVERY_MAX_CARDS || (*end && *end != ',')) {
+            snprintf(err, errlen, "inventory_failed_cards: '%s' is not a comma-separated list of card indices 0..%d",
+                     (const char *)field,
+                     DISCOVERY_MAX_CARDS - 1);
+            return -1;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+static int validate_words(const void *field, char *err, size_t errlen)
+{
+    struct argv_buf a = {0};
+    int rc = 0;
+    const char *s = field;
+    if (s[0]) {
+        /* Checked as a template with no placeholders, which also bounds the word count. */
+        if (argv_from_template(&a, s, NULL, NULL) < 0 || a.overflow) {
+            snprintf(err, errlen, "run_args: must be plain words without {placeholders}");
+            rc = -1;
+        }
+    }
+    argv_free(&a);
+    return rc;
+}
+
+#define OPT_INT(n, lo, hi, d, h) {#n, CONF_INT, lo, hi, #d, offsetof(struct agent_conf, n), sizeof(int64_t), NULL, h}
+#define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct agent_conf, n), sizeof(((struct agent_conf *)0)->n), v, h}
+
+const struct conf_option agent_options[] = {
+    OPT_STR(listen, "127.0.0.1:9090", validate_listen, "address and port of the agent API (the node's management address)"),
+    OPT_STR(advertise_url, "", NULL, "sim-fleet: base URL given to the control plane; \"\" derives it from listen"),
+    OPT_STR(state_dir, "/var/lib/gpurent-agent", validate_nonempty, "workload records, fleet secrets and the lock file"),
+    OPT_STR(runtime, "podman", validate_runtime, "sim, podman or docker"),
+    OPT_STR(runtime_path, "", NULL, "podman/docker executable; \"\" looks the runtime's name up in PATH"),
+    OPT_STR(node_name, "", validate_node_name, "this node's name in facts; \"\" uses the host name"),
+    OPT_STR(secret_file, "/etc/gpurent/agent.secret", NULL, "the node secret from POST /v1/admin/nodes (mode 0600)"),
+    OPT_STR(discovery, "amd-smi", validate_discovery, "amd-smi, rocm-smi, nvidia-smi, or config (the inventory_* options)"),
+    OPT_INT(discovery_interval_s, 1, 86400, 60, "seconds between GPU health reads"),
+    OPT_INT(discovery_timeout_s, 1, 600, 30, "bound on one run of the discovery tool"),
+    OPT_STR(inventory_model, "MI450", NULL, "discovery = config: catalog model (MI450, MI300X, MI250, H100-SXM, RTX4090)"),
+    OPT_INT(inventory_cards, 1, DISCOVERY_MAX_CARDS, 8, "discovery = config: number of cards"),
+    OPT_INT(inventory_memory_gb, 0, 4096, 0, "discovery = config: memory per card; 0 uses the model's"),
+    OPT_STR(inventory_failed_cards, "", validate_card_list, "discovery = config: card indices reported unhealthy, e.g. 3,5"),
+    OPT_STR(mount_root, "/run/gpurent-agent/mounts", validate_nonempty, "host directories where volume sources are mounted"),
+    OPT_STR(mount_command, "mount -t nfs4 -o hard,noatime {source} {target}", validate_mount_command,
+            "mount template, split on spaces, no shell; {source} and {target} are substituted"),
+    OPT_STR(umount_command, "umount {target}", validate_umount_command, "unmount template; {target} is substituted"),
+    OPT_STR(mountinfo_file, "/proc/self/mountinfo", validate_nonempty,
+            "where a volume target is checked to be a mount point (a stand-in file in tests)"),
+    OPT_STR(run_args, "", validate_words, "extra words for podman/docker run, e.g. --ipc=host --shm-size=16g"),
+    OPT_INT(pull_timeout_s, 10, 86400, 3600, "bound on one image pull"),
+    OPT_INT(command_timeout_s, 1, 3600, 120, "bound on mount, run, inspect, stop and rm"),
+    OPT_INT(stop_timeout_s, 0, 3600, 30, "seconds a container gets to exit on stop before it is killed"),
+    OPT_INT(check_interval_s, 1, 3600, 10, "seconds between checks that running containers still run"),
+    OPT_INT(retry_interval_s, 1, 3600, 10, "seconds before a failed stop or unmount is tried again"),
+    OPT_INT(sim_pull_ms, 0, 3600000, 2000, "sim: milliseconds spent pulling"),
+    OPT_INT(sim_mount_ms, 0, 3600000, 500, "sim: milliseconds spent mounting"),
+    OPT_INT(sim_start_ms, 0, 3600000, 1000, "sim: milliseconds spent starting"),
+    OPT_INT(sim_exit_ms, 0, 86400000, 5000, "sim: run time of an image named exit-after (exit-after-N runs N ms)"),
+    OPT_INT(max_clock_skew_s, 1, 3600, 300, "signed requests further from this clock are refused"),
+    OPT_INT(replay_cache_entries, 0, 100000000, 0, "nonces remembered; 0 = max(65536, 96 per node)"),
+    OPT_INT(workers, 1, 64, 4, "driver threads (each runs one slow command at a time)"),
+    OPT_INT(max_workloads, 1, 4096, 64, "workloads one node may hold"),
+    OPT_INT(threads, 1, 256, 4, "HTTP worker threads"),
+    OPT_INT(max_connections, 1, 100000, 1024, "open connections, all clients together"),
+    OPT_INT(max_connections_per_client, 0, 100000, 0, "open connections from one address; 0 = no limit (gpurentd is one client)"),
+    OPT_INT(connection_timeout_s, 1, 3600, 30, "seconds before an idle or slow connection is closed"),
+    OPT_INT(max_body_bytes, 1024, 16777216, 65536, "largest request body accepted"),
+    OPT_INT(max_json_depth, 3, 64, 8, "deepest JSON nesting accepted"),
+    OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),
+    OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),
+    OPT_INT(drain_timeout_s, 1, 600, 10, "seconds SIGTERM waits for requests in flight"),
+    OPT_STR(log_level, "info", validate_log_level, "error, warn, info or debug"),
+    {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
+};
+
+int agent_check_config(const struct agent_conf *conf)
+{
+    if ((conf->tls_cert[0] != 0) != (conf->tls_key[0] != 0)) {
+        fprintf(stderr, "gpurent-agent: tls_cert and tls_key must be set together\n");
+        return -1;
+    }
+    if (strcmp(conf->discovery, "config") == 0) {
+        char err[256];
+        struct gpu_facts *f = malloc(sizeof *f);
+        if (!f)
+            return -1;
+        int rc = inventory_from_config(conf, f, err, sizeof err);
+        free(f);
+        if (rc < 0) {
+            fprintf(stderr, "gpurent-agent: %s\n", err);
+            return -1;
+        }
+    }
+    if (strcmp(conf->runtime, "sim") != 0 && conf->mount_root[0] != '/') {
+        fprintf(stderr, "gpurent-agent: mount_root must be an absolute path\n");
+        return -1;
+    }
+    return 0;
+}
+
+int agent_load_config(struct agent_conf *conf, const char *file, char **overrides, int n_overrides)
+{
+    char err[1024];
+    memset(conf, 0, sizeof *conf);
+    if (conf_set_defaults(agent_options, conf, err, sizeof err) < 0 ||
+        (file && conf_load_file(agent_options, conf, file, err, sizeof err) < 0)) {
+        fprintf(stderr, "gpurent-agent: %s\n", err);
+        return -1;
+    }
+    for (int i = 0; i < n_overrides; i++) {
+        if (conf_set_override(agent_options, conf, overrides[i], err, sizeof err) < 0) {
+            fprintf(stderr, "gpurent-agent: command line: %s\n", err);
+            return -1;
+        }
+    }
+    return agent_check_config(conf);
+}

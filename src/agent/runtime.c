@@ -1,0 +1,132 @@
+/* runtime.c: picks the runtime named in the configuration, and the sim
+ * runtime: the same phases as podman with configured delays and failures
+ * injected by name (an image containing fail-pull, fail-start or
+ * exit-after[-MS]; a volume source containing fail-mount), so tests, demos
+ * and fleet benchmarks exercise every path without containers. The sim
+ * never sleeps: its delays are driver timers. */
+#include "agent.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+
+int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms)
+{
+    const char *p = spec->image ? strstr(spec->image, "exit-after") : NULL;
+    if (!p)
+        return -1;
+    p += strlen("exit-after");
+    if (p[0] != '-' || p[1] < '0' || p[1] > '9')
+        return def_ms;
+    int64_t v = 0;
+    for (p++; *p >= '0' && *p <= '9'; p++)
+        if ((v = v * 10 + (*p - '0')) > 86400000)
+            return 86400000;
+    return v;
+}
+
+static int64_t sim_delay_ms(const struct runtime *rt, struct workload *w, enum wl_phase p)
+{
+    const struct agent_conf *c = rt->conf;
+    switch (p) {
+    case WL_PULLING: return c->sim_pull_ms;
+    case WL_MOUNTING: return c->sim_mount_ms;
+    case WL_STARTING: return c->sim_start_ms;
+    case WL_RUNNING: {
+        int64_t run = sim_exit_after_ms(&w->spec, c->sim_exit_ms);
+        if (run < 0)
+            return -1;
+        int64_t left = w->running_since_ms + run - clock_mono_ms();
+        return left > 0 ? left : 0;
+    }
+    default: return -1;
+    }
+}
+
+static int sim_pull(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
+{
+    if (spec_image_has(&w->spec, "fail-pull")) {
+        snprintf(msg, msglen, "pull: image %s not found (sim: injected fail-pull)", w->spec.image);
+        return STEP_FAIL;
+    }
+    return STEP_OK;
+}
+
+static int sim_mount(const struct runtime *rt, struct workload *w, const struct spec_volume *v, const char *host_dir,
+                     char *msg, size_t msglen)
+{
+    if (strstr(v->source, "fail-mount")) {
+        snprintf(msg, msglen, "mount %s: connection refused (sim: injected fail-mount)", v->source);
+        return STEP_FAIL;
+    }
+    return STEP_OK;
+}
+
+static int sim_start(const struct runtime *rt, struct workload *w, char *const host_dirs[], char *msg, size_t msglen)
+{
+    if (spec_image_has(&w->spec, "fail-start")) {
+        snprintf(msg, msglen, "run: the container did not start (sim: injected fail-start)");
+        return STEP_FAIL;
+    }
+    return STEP_OK;
+}
+
+static enum rt_state sim_state(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
+{
+    int64_t run = sim_exit_after_ms(&w->spec, rt->conf->sim_exit_ms);
+    if (run >= 0 && clock_mono_ms() >= w->running_since_ms + run) {
+        snprintf(msg, msglen, "the container exited with status 0");
+        return RT_EXITED;
+    }
+    return RT_RUNNING;
+}
+
+static int sim_remove(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
+{
+    return STEP_OK;
+}
+
+static int sim_unmount(const struct runtime *rt, struct workload *w, const char *host_dir, char *msg, size_t msglen)
+{
+    return STEP_OK;
+}
+
+const struct runtime_ops sim_runtime_ops = {
+    .name = "sim",
+    .delay_ms = sim_delay_ms,
+    .pull = sim_pull,
+    .mount = sim_mount,
+    .start = sim_start,
+    .state = sim_state,
+    .remove = sim_remove,
+    .unmount = sim_unmount,
+};
+
+struct runtime *runtime_new(struct agent *a)
+{
+    struct runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return NULL;
+    rt->conf = a->conf;
+    rt->agent = a;
+    const char *name = a->conf->runtime;
+    if (strcmp(name, "sim") == 0) {
+        rt->ops = &sim_runtime_ops;
+    } else if (strcmp(name, "podman") == 0 || strcmp(name, "docker") == 0) {
+        rt->ops = &oci_runtime_ops;
+        rt->docker = strcmp(name, "docker") == 0;
+        snprintf(rt->exe, sizeof rt->exe, "%s", a->conf->runtime_path[0] ? a->conf->runtime_path : name);
+    } else {
+        log_error("runtime '%s' is not sim, podman or docker", name);
+        free(rt);
+        return NULL;
+    }
+    return rt;
+}
+
+void runtime_free(struct runtime *rt)
+{
+    free(rt);
+}

@@ -1,0 +1,339 @@
+/* spec.c: the workload spec of PUT /v1/workloads/{id} (see agent.h): every
+ * field checked against its bounds, and against what could change the
+ * meaning of a podman/docker command line built from it. */
+#include "agent.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int agent_name_valid(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (n >= AGENT_NAME_MAX - 1 || !((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return 0;
+    }
+    return n > 0;
+}
+
+static const char *const phase_names[] = {"pulling", "mounting", "starting", "running", "exited", "failed"};
+
+const char *wl_phase_name(enum wl_phase p)
+{
+    return (unsigned)p < sizeof phase_names / sizeof phase_names[0] ? phase_names[p] : "unknown";
+}
+
+int wl_phase_parse(const char *name, enum wl_phase *out)
+{
+    for (size_t i = 0; i < sizeof phase_names / sizeof phase_names[0]; i++) {
+        if (strcmp(name, phase_names[i]) == 0) {
+            *out = (enum wl_phase)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void spec_free(struct wl_spec *spec)
+{
+    if (!spec)
+        return;
+    free(spec->image);
+    for (int i = 0; i < spec->n_volumes; i++) {
+        free(spec->volumes[i].source);
+        free(spec->volumes[i].target);
+    }
+    for (int i = 0; i < spec->n_env; i++) {
+        free(spec->env[i].name);
+        free(spec->env[i].value);
+    }
+    free(spec->env);
+    memset(spec, 0, sizeof *spec);
+}
+
+void workload_free(struct workload *w)
+{
+    if (!w)
+        return;
+    spec_free(&w->spec);
+    free(w);
+}
+
+/* Image references: registry/name:tag@digest characters, the same rule as
+ * gpurentd's image catalog (so nothing it accepts is refused here). A
+ * leading '-' is refused because the image is a word on podman's command
+ * line and would be read as an option (--privileged …). */
+static int image_valid(const char *s, size_t len)
+{
+    if (len == 0 || len >= SPEC_IMAGE_MAX || s[0] == '-' || s[0] == '/' || s[0] == ':')
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-' || c == '/' || c == ':' || c == '@' || c == '+'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Volume sources go into the mount command template: printable ASCII, no
+ * blanks (a word must stay one word), no leading '-' (an option to mount). */
+static int source_valid(const char *s, size_t len)
+{
+    if (len == 0 || len >= SPEC_SOURCE_MAX || s[0] == '-')
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] <= ' ' || s[i] > '~')
+            return 0;
+    return 1;
+}
+
+/* Targets go into "-v HOST:TARGET": an absolute path without ':' or ','
+ * (volume option separators), without "." or ".." segments, and not '/'. */
+static int target_valid(const char *s, size_t len)
+{
+    if (len < 2 || len >= SPEC_TARGET_MAX || s[0] != '/' || s[len - 1] == '/')
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-' || c == '/'))
+            return 0;
+        if (c == '/' && i + 1 < len) {
+            const char *seg = s + i + 1;
+            size_t seglen = strcspn(seg, "/");
+            if (seglen == 0 || (seglen == 1 && seg[0] == '.') || (seglen == 2 && seg[0] == '.' && seg[1] == '.'))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* The agent sets these itself to give a container its cards; a spec may
+ * not override them. */
+static const char *const reserved_env[] = {
+    "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES", NULL,
+};
+
+static int env_name_valid(const char *s, size_t len)
+{
+    if (len == 0 || len >= SPEC_ENV_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+static int env_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct spec_env *)a)->name, ((const struct spec_env *)b)->name);
+}
+
+static int bad(char *field, size_t fieldlen, const char *f, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static int bad(char *field, size_t fieldlen, const char *f, char *err, size_t errlen, const char *fmt, ...)
+{
+    snprintf(field, fieldlen, "%s", f);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A JSON string that holds no NUL byte (jansson allows "\u0000"), so C
+ * sees the whole value. */
+static const char *plain_string(const json_t *v, size_t *len)
+{
+    if (!json_is_string(v))
+        return NULL;
+    const char *s = json_string_value(v);
+    *len = json_string_length(v);
+    return strlen(s) == *len ? s : NULL;
+}
+
+static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
+{
+    char f[64];
+    size_t len = 0;
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(obj))
+        return bad(field, fieldlen, "", err, errlen, "the spec must be a JSON object");
+    json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
+        if (strcmp(key, "image") && strcmp(key, "gpus") && strcmp(key, "stack") && strcmp(key, "volumes") &&
+            strcmp(key, "env"))
+            return bad(field, fieldlen, key, err, errlen, "unknown field '%.64s'", key);
+    }
+
+    const char *image = plain_string(json_object_get(obj, "image"), &len);
+    if (!image)
+        return bad(field, fieldlen, "image", err, errlen, "image must be a string");
+    if (!image_valid(image, len))
+        return bad(field, fieldlen, "image", err, errlen,
+                   "image must be 1 to %d characters of letters, digits and . _ - / : @ +, not starting with - / or :",
+                   SPEC_IMAGE_MAX - 1);
+    if (!(out->image = strdup(image)))
+        return bad(field, fieldlen, "", err, errlen, "out of memory");
+
+    json_t *gpus = json_object_get(obj, "gpus");
+    if (gpus && !json_is_null(gpus)) {
+        if (!json_is_array(gpus) || json_array_size(gpus) > SPEC_MAX_GPUS)
+            return bad(field, fieldlen, "gpus", err, errlen, "gpus must be an array of at most %d card indices",
+                       SPEC_MAX_GPUS);
+        size_t i;
+        json_array_foreach(gpus, i, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= DISCOVERY_MAX_CARDS)
+                return bad(field, fieldlen, "gpus", err, errlen, "gpus[%zu] must be a card index from 0 to %d", i,
+                           DISCOVERY_MAX_CARDS - 1);
+            int g = (int)json_integer_value(v);
+            for (int k = 0; k < out->n_gpus; k++)
+                if (out->gpus[k] == g)
+                    return bad(field, fieldlen, "gpus", err, errlen, "gpus lists card %d twice", g);
+            out->gpus[out->n_gpus++] = g;
+        }
+    }
+
+    json_t *stack = json_object_get(obj, "stack");
+    if (stack && !json_is_null(stack)) {
+        const char *s = plain_string(stack, &len);
+        if (!s || (strcmp(s, "ROCm") != 0 && strcmp(s, "CUDA") != 0))
+            return bad(field, fieldlen, "stack", err, errlen, "stack must be \"ROCm\" or \"CUDA\"");
+        snprintf(out->stack, sizeof out->stack, "%s", s);
+    }
+
+    json_t *vols = json_object_get(obj, "volumes");
+    if (vols && !json_is_null(vols)) {
+        if (!json_is_array(vols) || json_array_size(vols) > SPEC_MAX_VOLUMES)
+            return bad(field, fieldlen, "volumes", err, errlen, "volumes must be an array of at most %d objects",
+                       SPEC_MAX_VOLUMES);
+        size_t i;
+        json_array_foreach(vols, i, v) {
+            snprintf(f, sizeof f, "volumes[%zu]", i);
+            if (!json_is_object(v))
+                return bad(field, fieldlen, f, err, errlen, "%s must be an object with source and target", f);
+            json_t *member;
+            json_object_foreach(v, key, member) {
+                if (strcmp(key, "source") && strcmp(key, "target")) {
+                    snprintf(f, sizeof f, "volumes[%zu].%.32s", i, key);
+                    return bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
+                }
+            }
+            size_t slen = 0, tlen = 0;
+            const char *src = plain_string(json_object_get(v, "source"), &slen);
+            const char *tgt = plain_string(json_object_get(v, "target"), &tlen);
+            if (!src || !source_valid(src, slen)) {
+                snprintf(f, sizeof f, "volumes[%zu].source", i);
+                return bad(field, fieldlen, f, err, errlen,
+                           "%s must be 1 to %d printable characters without blanks, not starting with -", f,
+                           SPEC_SOURCE_MAX - 1);
+            }
+            if (!tgt || !target_valid(tgt, tlen)) {
+                snprintf(f, sizeof f, "volumes[%zu].target", i);
+                return bad(field, fieldlen, f, err, errlen,
+                           "%s must be an absolute path (letters, digits, . _ - /) without . or .. segments", f);
+            }
+            for (int k = 0; k < out->n_volumes; k++) {
+                if (strcmp(out->volumes[k].target, tgt) == 0) {
+                    snprintf(f, sizeof f, "volumes[%zu].target", i);
+                    return bad(field, fieldlen, f, err, errlen, "two volumes are mounted at %s", tgt);
+                }
+            }
+            struct spec_volume *sv = &out->volumes[out->n_volumes];
+            sv->source = strdup(src);
+            sv->target = strdup(tgt);
+            out->n_volumes++; /* counted first, so spec_free frees a half-made entry */
+            if (!sv->source || !sv->target)
+                return bad(field, fieldlen, "", err, errlen, "out of memory");
+        }
+    }
+
+    json_t *env = json_object_get(obj, "env");
+    if (env && !json_is_null(env)) {
+        if (!json_is_object(env) || json_object_size(env) > SPEC_MAX_ENV)
+            return bad(field, fieldlen, "env", err, errlen, "env must be an object of at most %d strings", SPEC_MAX_ENV);
+        if (json_object_size(env) > 0 && !(out->env = calloc(json_object_size(env), sizeof *out->env)))
+            return bad(field, fieldlen, "", err, errlen, "out of memory");
+        json_object_foreach(env, key, v) {
+            snprintf(f, sizeof f, "env.%.48s", key);
+            if (!env_name_valid(key, strlen(key)))
+                return bad(field, fieldlen, f, err, errlen,
+                           "environment names are 1 to %d of letters, digits and _, not starting with a digit",
+                           SPEC_ENV_NAME_MAX - 1);
+            for (const char *const *r = reserved_env; *r; r++)
+                if (strcmp(key, *r) == 0)
+                    return bad(field, fieldlen, f, err, errlen, "%s is set by the agent from gpus", key);
+            size_t vlen;
+            const char *val = plain_string(v, &vlen);
+            if (!val || vlen >= SPEC_ENV_VALUE_MAX)
+                return bad(field, fieldlen, f, err, errlen, "%s must be a string of at most %d bytes without NUL", f,
+                           SPEC_ENV_VALUE_MAX - 1);
+            struct spec_env *e = &out->env[out->n_env++];
+            e->name = strdup(key);
+            e->value = strdup(val);
+            if (!e->name || !e->value)
+                return bad(field, fieldlen, "", err, errlen, "out of memory");
+        }
+        if (out->n_env > 1)
+            qsort(out->env, (size_t)out->n_env, sizeof *out->env, env_cmp);
+    }
+    return 0;
+}
+
+int spec_parse(const json_t *obj, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (parse_into(obj, out, field, fieldlen, err, errlen) < 0) {
+        spec_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+json_t *spec_to_json(const struct wl_spec *spec)
+{
+    json_t *gpus = json_array(), *vols = json_array(), *env = json_object();
+    for (int i = 0; i < spec->n_gpus; i++)
+        json_array_append_new(gpus, json_integer(spec->gpus[i]));
+    for (int i = 0; i < spec->n_volumes; i++)
+        json_array_append_new(vols, json_pack("{s:s, s:s}", "source", spec->volumes[i].source, "target",
+                                              spec->volumes[i].target));
+    for (int i = 0; i < spec->n_env; i++)
+        json_object_set_new(env, spec->env[i].name, json_string(spec->env[i].value));
+    json_t *o = json_pack("{s:s, s:o, s:o, s:o}", "image", spec->image, "gpus", gpus, "volumes", vols, "env", env);
+    if (o && spec->stack[0])
+        json_object_set_new(o, "stack", json_string(spec->stack));
+    return o;
+}
+
+int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
+{
+    if (strcmp(a->image, b->image) != 0 || strcmp(a->stack, b->stack) != 0 || a->n_gpus != b->n_gpus ||
+        a->n_volumes != b->n_volumes || a->n_env != b->n_env)
+        return 0;
+    if (memcmp(a->gpus, b->gpus, (size_t)a->n_gpus * sizeof a->gpus[0]) != 0)
+        return 0;
+    for (int i = 0; i < a->n_volumes; i++)
+        if (strcmp(a->volumes[i].source, b->volumes[i].source) || strcmp(a->volumes[i].target, b->volumes[i].target))
+            return 0;
+    /* env is kept sorted by name, so equal maps compare entry by entry. */
+    for (int i = 0; i < a->n_env; i++)
+        if (strcmp(a->env[i].name, b->env[i].name) || strcmp(a->env[i].value, b->env[i].value))
+            return 0;
+    return 1;
+}
+
+int spec_image_has(const struct wl_spec *spec, const char *word)
+{
+    return spec->image && strstr(spec->image, word) != NULL;
+}

@@ -1,0 +1,423 @@
+"""test_agent_api.py: gpurent-agent's signed API end to end, on the real
+binary in sim mode: signatures (unsigned, wrong, stale, replayed,
+malformed), facts, idempotent PUT and DELETE, spec validation, phases, the
+sim's injected failures, durability across restarts and crashes, and the
+command line."""
+import json
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from agent_util import Agent, assert_error, new_secret, poll, run_agent, sign
+
+SPEC = {
+    "image": "rocm/pytorch:2.3-rocm6.2",
+    "gpus": [0, 1],
+    "stack": "ROCm",
+    "volumes": [{"source": "nfs.example:/export/vol_x", "target": "/shared"}],
+    "env": {"GPURENT_NODE_RANK": "0", "MASTER_PORT": "29500"},
+}
+
+
+def wl_id():
+    return "wl_" + uuid.uuid4().hex[:20]
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory):
+    a = Agent(tmp_path_factory.mktemp("agent"), options={"inventory_failed_cards": "7"})
+    yield a
+    a.stop()
+
+
+@pytest.fixture
+def new_agent(tmp_path):
+    made = []
+
+    def make(**kw):
+        a = Agent(tmp_path / f"a{len(made)}", **kw)
+        made.append(a)
+        return a
+    yield make
+    for a in made:
+        a.stop()
+
+
+def free_gpus(agent, n):
+    """Cards no workload on the module's agent holds yet (each test takes its own)."""
+    used = set()
+    for w in agent.get("/v1/workloads").json()["workloads"]:
+        used.update(w["gpus"])
+    free = [g for g in range(7) if g not in used]  # card 7 is configured as failed
+    if len(free) < n:
+        for w in agent.get("/v1/workloads").json()["workloads"]:
+            assert agent.delete(f"/v1/workloads/{w['id']}").status_code == 200
+        poll(lambda: not agent.get("/v1/workloads").json()["workloads"], 10, "an empty node")
+        free = list(range(7))
+    return free[:n]
+
+
+# ---------------------------------------------------------------- signatures
+
+def test_healthz_needs_no_signature(agent):
+    r = agent.get("/healthz", sign=False)
+    assert r.status_code == 200
+    assert r.json()["status"] == "ok"
+    assert r.json()["runtime"] == "sim"
+
+
+@pytest.mark.parametrize("method,path", [
+    ("GET", "/v1/facts"), ("GET", "/v1/workloads"), ("GET", "/v1/workloads/wl_x"),
+    ("PUT", "/v1/workloads/wl_x"), ("DELETE", "/v1/workloads/wl_x"),
+])
+def test_every_route_but_healthz_refuses_unsigned(agent, method, path):
+    r = agent.request(method, path, json=SPEC if method == "PUT" else None, sign=False)
+    err = assert_error(r, 401, "bad_signature")
+    assert "missing" in err["message"]
+    assert r.headers.get("WWW-Authenticate")
+    # And nothing was created by the unsigned PUT.
+    assert agent.get("/v1/workloads/wl_x").status_code == 404
+
+
+def test_wrong_secret_is_refused(agent):
+    assert_error(agent.get("/v1/facts", secret=new_secret()), 401, "bad_signature")
+
+
+def test_signature_covers_method_path_and_body(agent):
+    secret = agent.secret
+    wid = wl_id()
+    body = json.dumps({**SPEC, "gpus": []}).encode()
+    # Signed for another path.
+    h = sign(secret, "GET", "/v1/facts")
+    assert_error(agent.get("/v1/workloads", headers=h, sign=False), 401, "bad_signature")
+    # Signed for another method.
+    h = sign(secret, "GET", f"/v1/workloads/{wid}")
+    assert_error(agent.delete(f"/v1/workloads/{wid}", headers=h, sign=False), 401, "bad_signature")
+    # Body changed after signing: the image swapped.
+    h = sign(secret, "PUT", f"/v1/workloads/{wid}", body)
+    tampered = body.replace(b"rocm/pytorch", b"evil/miner00")
+    assert_error(agent.put(f"/v1/workloads/{wid}", data=tampered, headers=h, sign=False), 401, "bad_signature")
+    assert agent.get(f"/v1/workloads/{wid}").status_code == 404
+    # The untouched request works.
+    h = sign(secret, "PUT", f"/v1/workloads/{wid}", body)
+    assert agent.put(f"/v1/workloads/{wid}", data=body, headers=h, sign=False).status_code == 201
+    assert agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
+@pytest.mark.parametrize("offset,ok", [(-301, False), (301, False), (-3600 * 24, False), (-290, True), (290, True)])
+def test_stale_timestamps_are_refused(agent, offset, ok):
+    r = agent.get("/v1/facts", ts=int(time.time()) + offset)
+    if ok:
+        assert r.status_code == 200, r.text
+    else:
+        err = assert_error(r, 401, "bad_signature")
+        assert "timestamp" in err["message"]
+
+
+def test_replayed_request_is_refused(agent):
+    h = sign(agent.secret, "GET", "/v1/facts")
+    assert agent.get("/v1/facts", headers=h, sign=False).status_code == 200
+    err = assert_error(agent.get("/v1/facts", headers=h, sign=False), 401, "bad_signature")
+    assert "already used" in err["message"]
+    # A replayed PUT creates nothing either; a replayed DELETE does not delete a newer workload.
+    wid = wl_id()
+    body = json.dumps({"image": "busybox"}).encode()
+    put = sign(agent.secret, "PUT", f"/v1/workloads/{wid}", body)
+    assert agent.put(f"/v1/workloads/{wid}", data=body, headers=put, sign=False).status_code == 201
+    dele = sign(agent.secret, "DELETE", f"/v1/workloads/{wid}")
+    assert agent.delete(f"/v1/workloads/{wid}", headers=dele, sign=False).status_code == 200
+    poll(lambda: agent.get(f"/v1/workloads/{wid}").status_code == 404, 10, "removal")
+    assert_error(agent.put(f"/v1/workloads/{wid}", data=body, headers=put, sign=False), 401, "bad_signature")
+    assert agent.get(f"/v1/workloads/{wid}").status_code == 404
+    assert agent.put(f"/v1/workloads/{wid}", json={"image": "busybox"}).status_code == 201
+    assert_error(agent.delete(f"/v1/workloads/{wid}", headers=dele, sign=False), 401, "bad_signature")
+    assert agent.get(f"/v1/workloads/{wid}").status_code == 200
+    assert agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda h: h.update({"X-Gpurent-Signature": h["X-Gpurent-Signature"].upper()}),
+    lambda h: h.update({"X-Gpurent-Nonce": h["X-Gpurent-Nonce"][:30]}),
+    lambda h: h.update({"X-Gpurent-Timestamp": "+" + h["X-Gpurent-Timestamp"]}),
+    lambda h: h.update({"X-Gpurent-Timestamp": "0" + h["X-Gpurent-Timestamp"]}),
+    lambda h: h.pop("X-Gpurent-Nonce"),
+])
+def test_malformed_signing_headers_are_refused(agent, mutate):
+    h = sign(agent.secret, "GET", "/v1/facts")
+    mutate(h)
+    assert_error(agent.get("/v1/facts", headers=h, sign=False), 401, "bad_signature")
+
+
+def test_query_strings_are_refused(agent):
+    # The signature would not cover what the agent reads; the protocol has no queries.
+    r = agent.get("/v1/workloads?limit=1")
+    assert_error(r, 400, "invalid_query")
+
+
+def test_node_without_secret_refuses_until_the_file_appears(new_agent):
+    a = new_agent(secret=False)
+    secret = new_secret()
+    err = assert_error(a.get("/v1/facts", secret=secret), 401, "bad_signature")
+    assert "no secret" in err["message"]
+    a.write_secret(secret)
+    poll(lambda: a.get("/v1/facts").status_code == 200, 10, "the agent to pick up its secret file")
+
+
+def test_secret_file_readable_by_others_is_not_used(new_agent):
+    a = new_agent()
+    os.chmod(a.secret_path, 0o644)
+    a.restart()
+    assert_error(a.get("/v1/facts"), 401, "bad_signature")
+    assert "chmod 600" in a.stderr_text()
+    os.chmod(a.secret_path, 0o600)
+    a.proc.send_signal(signal.SIGHUP)
+    poll(lambda: a.get("/v1/facts").status_code == 200, 10, "SIGHUP to re-read the secret")
+
+
+def test_sighup_rotates_the_secret(new_agent):
+    a = new_agent()
+    old = a.secret
+    a.write_secret(new_secret())
+    assert a.get("/v1/facts", secret=old).status_code == 200  # not re-read yet
+    a.proc.send_signal(signal.SIGHUP)
+    poll(lambda: a.get("/v1/facts", secret=old).status_code == 401, 10, "the old secret to stop working")
+    assert a.get("/v1/facts").status_code == 200
+
+
+# ---------------------------------------------------------------- facts
+
+def test_facts(agent):
+    r = agent.get("/v1/facts")
+    assert r.status_code == 200, r.text
+    f = r.json()
+    assert set(f) == {"node", "agent_version", "runtime", "vendor", "stack", "driver_version", "stack_version",
+                      "cards", "workloads"}
+    assert f["node"] == "node-a"
+    assert f["runtime"] == "sim"
+    assert (f["vendor"], f["stack"]) == ("AMD", "ROCm")
+    assert [c["index"] for c in f["cards"]] == list(range(8))
+    for c in f["cards"]:
+        assert set(c) == {"index", "model", "name", "memory_gb", "healthy", "health_reason"}
+        assert (c["model"], c["name"], c["memory_gb"]) == ("MI450", "AMD Instinct MI450", 192)
+    assert [c["healthy"] for c in f["cards"]] == [True] * 7 + [False]
+    assert f["cards"][7]["health_reason"]
+    assert f["cards"][0]["health_reason"] == ""
+
+
+def test_facts_count_workloads(new_agent):
+    a = new_agent()
+    assert a.get("/v1/facts").json()["workloads"] == 0
+    assert a.put("/v1/workloads/wl_1", json={"image": "busybox", "gpus": [0]}).status_code == 201
+    assert a.put("/v1/workloads/wl_2", json={"image": "busybox", "gpus": [1]}).status_code == 201
+    assert a.get("/v1/facts").json()["workloads"] == 2
+    assert a.delete("/v1/workloads/wl_1").status_code == 200
+    assert a.get("/v1/facts").json()["workloads"] == 1
+
+
+# ---------------------------------------------------------------- workloads
+
+def test_put_is_idempotent(agent):
+    wid = wl_id()
+    spec = {**SPEC, "gpus": free_gpus(agent, 2)}
+    r = agent.put(f"/v1/workloads/{wid}", json=spec)
+    assert r.status_code == 201, r.text
+    first = r.json()
+    assert set(first) == {"id", "phase", "message", "image", "gpus", "created_at", "updated_at"}
+    assert first["id"] == wid
+    assert first["phase"] == "pulling"
+    assert first["gpus"] == spec["gpus"]
+    # The same spec again, env keys in another order: 200 and nothing changes.
+    again = {**spec, "env": dict(reversed(list(spec["env"].items())))}
+    r = agent.put(f"/v1/workloads/{wid}", json=again)
+    assert r.status_code == 200, r.text
+    assert r.json()["created_at"] == first["created_at"]
+    listed = [w for w in agent.get("/v1/workloads").json()["workloads"] if w["id"] == wid]
+    assert len(listed) == 1
+    # Another spec under the same id: 409, and the workload keeps its spec.
+    for other in ({**spec, "image": "rocm/pytorch:2.4"}, {**spec, "gpus": list(reversed(spec["gpus"]))},
+                  {**spec, "env": {}}, {k: v for k, v in spec.items() if k != "volumes"}):
+        assert_error(agent.put(f"/v1/workloads/{wid}", json=other), 409, "conflict")
+    assert agent.get(f"/v1/workloads/{wid}").json()["image"] == spec["image"]
+    assert agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
+def test_delete_is_idempotent(agent):
+    wid = wl_id()
+    assert agent.put(f"/v1/workloads/{wid}", json={"image": "busybox"}).status_code == 201
+    for _ in range(2):
+        r = agent.delete(f"/v1/workloads/{wid}")
+        assert r.status_code == 200
+        assert r.json() == {"id": wid, "phase": "removed"}
+    assert_error(agent.get(f"/v1/workloads/{wid}"), 404, "not_found")
+    assert wid not in [w["id"] for w in agent.get("/v1/workloads").json()["workloads"]]
+    # Never existed: also 200.
+    r = agent.delete("/v1/workloads/wl_never_was")
+    assert r.status_code == 200
+    assert r.json() == {"id": "wl_never_was", "phase": "removed"}
+    # The record is gone from disk once removal is done.
+    path = os.path.join(agent.state_dir, "workloads", f"{wid}.json")
+    poll(lambda: not os.path.exists(path), 10, "the record to be deleted")
+    # And the id can be used again.
+    assert agent.put(f"/v1/workloads/{wid}", json={"image": "busybox"}).status_code == 201
+    assert agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
+def test_record_is_on_disk_before_the_answer(agent):
+    wid = wl_id()
+    assert agent.put(f"/v1/workloads/{wid}", json={"image": "busybox", "env": {"K": "v"}}).status_code == 201
+    path = os.path.join(agent.state_dir, "workloads", f"{wid}.json")
+    with open(path) as f:
+        rec = json.load(f)
+    assert rec["id"] == wid
+    assert rec["spec"]["env"] == {"K": "v"}
+    assert rec["removing"] is False
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
+def test_unknown_workload_is_404(agent):
+    assert_error(agent.get("/v1/workloads/wl_nope"), 404, "not_found")
+
+
+@pytest.mark.parametrize("body,field", [
+    ({}, "image"),
+    ({"image": "--privileged"}, "image"),
+    ({"image": "busybox", "gpus": [8]}, "gpus"),          # no card 8 on this node
+    ({"image": "busybox", "gpus": [0, 0]}, "gpus"),
+    ({"image": "busybox", "stack": "CUDA"}, "stack"),      # an AMD node
+    ({"image": "busybox", "volumes": [{"source": "a", "target": "/x:ro"}]}, "volumes[0].target"),
+    ({"image": "busybox", "env": {"HIP_VISIBLE_DEVICES": "3"}}, "env.HIP_VISIBLE_DEVICES"),
+    ({"image": "busybox", "privileged": True}, "privileged"),
+])
+def test_bad_specs_are_refused_and_change_nothing(agent, body, field):
+    wid = wl_id()
+    r = agent.put(f"/v1/workloads/{wid}", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["field"] == field
+    assert agent.get(f"/v1/workloads/{wid}").status_code == 404
+    assert not os.path.exists(os.path.join(agent.state_dir, "workloads", f"{wid}.json"))
+
+
+def test_bad_bodies_and_ids(agent):
+    assert_error(agent.put("/v1/workloads/wl_x", data=b"{not json"), 400, "malformed_json")
+    assert_error(agent.put("/v1/workloads/wl_x", data=b'{"image":"a","image":"b"}'), 400, "duplicate_key")
+    assert_error(agent.put("/v1/workloads/WL_UPPER", json={"image": "busybox"}), 400, "invalid_field")
+    big = {"image": "busybox", "env": {f"V{i}": "x" * 2000 for i in range(40)}}
+    assert_error(agent.put("/v1/workloads/wl_big", json=big), 413, "body_too_large")
+
+
+def test_cards_are_not_shared(agent):
+    a_id, b_id = wl_id(), wl_id()
+    g = free_gpus(agent, 2)
+    assert agent.put(f"/v1/workloads/{a_id}", json={"image": "busybox", "gpus": g}).status_code == 201
+    err = assert_error(agent.put(f"/v1/workloads/{b_id}", json={"image": "busybox", "gpus": [g[1]]}), 409, "conflict")
+    assert a_id in err["message"]
+    assert agent.delete(f"/v1/workloads/{a_id}").status_code == 200
+    poll(lambda: agent.put(f"/v1/workloads/{b_id}", json={"image": "busybox", "gpus": [g[1]]}).status_code == 201,
+         10, "the card to be free after the delete")
+    assert agent.delete(f"/v1/workloads/{b_id}").status_code == 200
+
+
+def test_phases_progress_in_order(new_agent):
+    a = new_agent(options={"sim_pull_ms": "400", "sim_mount_ms": "400", "sim_start_ms": "400"})
+    r = a.put("/v1/workloads/wl_p", json=SPEC)
+    assert r.json()["phase"] == "pulling"
+    seen = ["pulling"]
+
+    def watch():
+        body = a.get("/v1/workloads/wl_p").json()
+        if body["phase"] != seen[-1]:
+            seen.append(body["phase"])
+        return body["phase"] == "running" and body
+    body = poll(watch, 20, "running")
+    assert seen == ["pulling", "mounting", "starting", "running"], seen
+    assert body["message"] == ""
+    assert body["updated_at"] >= body["created_at"]
+    # The driver logged each step.
+    for step in ("pulling -> mounting", "mounting -> starting", "starting -> running"):
+        assert step in a.stderr_text()
+
+
+@pytest.mark.parametrize("spec,phase,words", [
+    ({"image": "registry/fail-pull:1"}, "failed", "fail-pull"),
+    ({"image": "busybox", "volumes": [{"source": "nfs:/fail-mount", "target": "/shared"}]}, "failed", "fail-mount"),
+    ({"image": "registry/fail-start:1"}, "failed", "fail-start"),
+    ({"image": "registry/exit-after-200:1"}, "exited", "status 0"),
+])
+def test_injected_failures_end_with_a_message(agent, spec, phase, words):
+    wid = wl_id()
+    assert agent.put(f"/v1/workloads/{wid}", json=spec).status_code == 201
+    body = agent.wait_phase(wid, {phase})
+    assert words in body["message"]
+    # Terminal phases stay put and still count until deleted.
+    assert agent.get(f"/v1/workloads/{wid}").json()["phase"] == phase
+    assert agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
+def test_workloads_survive_a_restart(new_agent):
+    a = new_agent()
+    assert a.put("/v1/workloads/wl_run", json={**SPEC, "gpus": [0]}).status_code == 201
+    a.wait_phase("wl_run", "running")
+    assert a.put("/v1/workloads/wl_bad", json={"image": "x/fail-pull"}).status_code == 201
+    a.wait_phase("wl_bad", "failed")
+    # A slow pull, so this one is mid-provisioning when the agent stops.
+    a.restart(sim_pull_ms=60000)
+    assert a.get("/v1/workloads/wl_run").json()["phase"] == "running"
+    assert a.put("/v1/workloads/wl_mid", json={"image": "busybox", "gpus": [1]}).status_code == 201
+    assert a.get("/v1/workloads/wl_mid").json()["phase"] == "pulling"
+    assert a.delete("/v1/workloads/wl_gone").status_code == 200
+    a.restart(sim_pull_ms=60)
+    # Running comes back running, without going through the phases again.
+    assert a.get("/v1/workloads/wl_run").json()["phase"] == "running"
+    failed = a.get("/v1/workloads/wl_bad").json()
+    assert failed["phase"] == "failed" and "fail-pull" in failed["message"]
+    # Mid-provisioning resumes.
+    a.wait_phase("wl_mid", "running")
+    assert sorted(w["id"] for w in a.get("/v1/workloads").json()["workloads"]) == ["wl_bad", "wl_mid", "wl_run"]
+    # Idempotency holds across the restart.
+    assert a.put("/v1/workloads/wl_run", json={**SPEC, "gpus": [0]}).status_code == 200
+    assert "resumed 3 workloads" in a.stderr_text()
+
+
+def test_workloads_survive_a_crash(new_agent):
+    a = new_agent(options={"sim_pull_ms": "60000"})
+    assert a.put("/v1/workloads/wl_c", json={"image": "busybox"}).status_code == 201
+    assert a.put("/v1/workloads/wl_d", json={"image": "busybox"}).status_code == 201
+    assert a.delete("/v1/workloads/wl_d").status_code == 200
+    a.kill()  # SIGKILL: only what was on disk before each answer remains
+    a.options["sim_pull_ms"] = "60"
+    a.start()
+    a.wait_phase("wl_c", "running")
+    assert a.get("/v1/workloads/wl_d").status_code == 404
+
+
+def test_second_agent_on_the_same_state_dir_is_refused(new_agent, tmp_path):
+    a = new_agent()
+    p = run_agent("-o", "runtime=sim", "-o", "discovery=config", "-o", "listen=127.0.0.1:0",
+                  "-o", f"state_dir={a.state_dir}", "-o", f"secret_file={a.secret_path}")
+    assert p.returncode == 1
+    assert "another gpurent-agent" in p.stderr
+
+
+# ---------------------------------------------------------------- command line
+
+def test_check_mode_and_help(tmp_path):
+    p = run_agent("-n", "-c", os.path.join(os.path.dirname(__file__), "..", "..", "conf", "gpurent-agent.conf"))
+    assert p.returncode == 0 and p.stdout == "configuration OK\n", p.stderr
+    p = run_agent("-n", "-o", "runtime=lxc")
+    assert p.returncode != 0 and "runtime" in p.stderr
+    conf = tmp_path / "bad.conf"
+    conf.write_text("runtime = sim\nmount_command = mount {target}\n")
+    p = run_agent("-n", "-c", str(conf))
+    assert p.returncode != 0 and "bad.conf:2:" in p.stderr
+    p = run_agent("--help")
+    assert p.returncode == 0 and "sim-fleet" in p.stdout
+    p = run_agent("--help-config")
+    assert p.returncode == 0 and "mount_command" in p.stdout
+    p = run_agent("--version")
+    assert p.returncode == 0 and p.stdout.startswith("gpurent-agent ")
+    p = run_agent("frobnicate")
+    assert p.returncode == 2

@@ -1,0 +1,307 @@
+"""test_agent_runtime.py: the real runtime (podman and docker) end to end,
+against stand-in executables put first on PATH: `podman`/`docker` record
+their argv and answer like the real tools (a container is a state file),
+and `mount`/`umount` record theirs and edit a stand-in mountinfo file that
+the agent reads through its mountinfo_file option. So the agent's real
+mount-point check runs, and can fail: a mount stand-in that exits 0 without
+mounting must stop the workload before `run`. The exact pull, mount, run,
+inspect, stop, rm and umount command lines are asserted."""
+import hashlib
+import os
+import stat
+import textwrap
+
+import pytest
+
+from agent_util import Agent, poll
+
+SEP = "\x1f"
+
+TOOL = textwrap.dedent(r"""
+    #!/bin/sh
+    # Stand-in podman/docker: records argv, answers like the real tool.
+    tool=$(basename "$0")
+    { printf '%s' "$tool"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG"
+    last=""; for a in "$@"; do last="$a"; done
+    case "$1" in
+    pull)
+        case "$2" in
+        *fail-pull*) echo "Error: initializing source docker://$2: reading manifest: manifest unknown" >&2; exit 125 ;;
+        *slow-pull*) exec sleep 60 ;;
+        esac
+        echo "Writing manifest to image destination"; exit 0 ;;
+    container)
+        if [ -f "$STANDIN_STATE/$last" ]; then cat "$STANDIN_STATE/$last"; exit 0; fi
+        echo "Error: no such container $last" >&2; exit 125 ;;
+    run)
+        prev=""; name=""
+        for a in "$@"; do [ "$prev" = "--name" ] && name="$a"; prev="$a"; done
+        case "$last" in *fail-start*)
+            echo "Error: crun: open /dev/kfd: No such device: OCI runtime error" >&2; exit 126 ;;
+        esac
+        echo "running 0" > "$STANDIN_STATE/$name"; echo "4f1d9c2b7a3e"; exit 0 ;;
+    stop)
+        [ -f "$STANDIN_STATE/$last" ] || { echo "Error: no such container $last" >&2; exit 125; }
+        echo "exited 143" > "$STANDIN_STATE/$last"; echo "$last" ;;
+    rm)
+        rm -f "$STANDIN_STATE/$last"; echo "$last" ;;
+    *)
+        echo "stand-in: unexpected command $1" >&2; exit 2 ;;
+    esac
+""").lstrip()
+
+MOUNT = textwrap.dedent(r"""
+    #!/bin/sh
+    # Stand-in mount: records argv; "mounts" by adding the target to the stand-in mountinfo.
+    { printf 'mount'; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG"
+    target=""; for a in "$@"; do target="$a"; done
+    case "$*" in *fail-mount*) echo "mount.nfs4: Connection refused" >&2; exit 32 ;; esac
+    [ -f "$STANDIN_STATE/mount-noop" ] && exit 0
+    printf '990 28 0:99 / %s rw,relatime - nfs4 server:/x rw\n' "$target" >> "$STANDIN_MOUNTINFO"
+""").lstrip()
+
+UMOUNT = textwrap.dedent(r"""
+    #!/bin/sh
+    # Stand-in umount: records argv; drops the target from the stand-in mountinfo.
+    { printf 'umount'; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG"
+    grep -v " $1 " "$STANDIN_MOUNTINFO" > "$STANDIN_MOUNTINFO.new"
+    mv "$STANDIN_MOUNTINFO.new" "$STANDIN_MOUNTINFO"
+""").lstrip()
+
+SRC = "nfs.example:/export/vol_x"
+ROCM_SPEC = {
+    "image": "rocm/pytorch:2.3-rocm6.2", "gpus": [2, 3], "stack": "ROCm",
+    "volumes": [{"source": SRC, "target": "/shared"}],
+    "env": {"MASTER_PORT": "29500", "GPURENT_NODE_RANK": "0", "NOTE": "two words"},
+}
+
+
+class Standins:
+    def __init__(self, root):
+        self.root = str(root)
+        self.bin = os.path.join(self.root, "bin")
+        self.state = os.path.join(self.root, "containers")
+        self.log = os.path.join(self.root, "calls.log")
+        self.mountinfo = os.path.join(self.root, "mountinfo")
+        self.mount_root = os.path.join(self.root, "mounts")
+        for d in (self.bin, self.state):
+            os.makedirs(d, exist_ok=True)
+        for name, text in (("podman", TOOL), ("docker", TOOL), ("mount", MOUNT), ("umount", UMOUNT)):
+            path = os.path.join(self.bin, name)
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, stat.S_IRWXU)
+        open(self.log, "w").close()
+        open(self.mountinfo, "w").close()
+        self.env = {**os.environ, "PATH": self.bin + os.pathsep + os.environ.get("PATH", ""),
+                    "STANDIN_LOG": self.log, "STANDIN_STATE": self.state, "STANDIN_MOUNTINFO": self.mountinfo}
+
+    def calls(self, tool=None):
+        with open(self.log) as f:
+            out = [line.rstrip("\n").split(SEP) for line in f if line.strip()]
+        return [c for c in out if tool is None or c[0] == tool]
+
+    def host_dir(self, source):
+        return os.path.join(self.mount_root, "v-" + hashlib.sha256(source.encode()).hexdigest()[:16])
+
+    def container(self, wid):
+        path = os.path.join(self.state, f"gpurent-{wid}")
+        return open(path).read().strip() if os.path.exists(path) else None
+
+    def set_container(self, wid, text):
+        path = os.path.join(self.state, f"gpurent-{wid}")
+        if text is None:
+            os.unlink(path)
+        else:
+            with open(path, "w") as f:
+                f.write(text + "\n")
+
+
+@pytest.fixture
+def standins(tmp_path):
+    return Standins(tmp_path / "standins")
+
+
+@pytest.fixture
+def real_agent(tmp_path, standins):
+    made = []
+
+    def make(runtime="podman", model="MI450", **options):
+        opts = {"runtime": runtime, "inventory_model": model, "mount_root": standins.mount_root,
+                "mountinfo_file": standins.mountinfo, "check_interval_s": "1", "retry_interval_s": "1",
+                "stop_timeout_s": "7", **options}
+        a = Agent(tmp_path / f"agent{len(made)}", options=opts, env=standins.env)
+        made.append(a)
+        return a
+    yield make
+    for a in made:
+        a.stop()
+
+
+def verbs(calls):
+    return [c[1] if c[0] in ("podman", "docker") else c[0] for c in calls]
+
+
+def test_podman_rocm_command_lines(real_agent, standins):
+    a = real_agent()
+    assert a.put("/v1/workloads/wl_rocm", json=ROCM_SPEC).status_code == 201
+    a.wait_phase("wl_rocm", "running")
+    hd = standins.host_dir(SRC)
+    calls = standins.calls()
+    assert calls[0] == ["podman", "pull", "rocm/pytorch:2.3-rocm6.2"]
+    # The default mount_command, run from PATH, target under mount_root.
+    assert calls[1] == ["mount", "-t", "nfs4", "-o", "hard,noatime", SRC, hd]
+    assert calls[2] == ["podman", "container", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
+                        "gpurent-wl_rocm"]
+    assert calls[3] == [
+        "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
+        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--env", "ROCR_VISIBLE_DEVICES=2,3",
+        "--volume", f"{hd}:/shared", "--env", "GPURENT_NODE_RANK=0", "--env", "MASTER_PORT=29500",
+        "--env", "NOTE=two words", "rocm/pytorch:2.3-rocm6.2"]
+    assert standins.container("wl_rocm") == "running 0"
+    # Running containers are inspected again every check_interval_s.
+    poll(lambda: verbs(standins.calls()).count("container") >= 2, 10, "a state check")
+
+    assert a.delete("/v1/workloads/wl_rocm").status_code == 200
+    poll(lambda: standins.container("wl_rocm") is None, 15, "the container to be removed")
+    poll(lambda: standins.calls("umount"), 10, "the unmount")
+    tail = [c for c in standins.calls() if c[0] != "podman" or c[1] != "container"][3:]
+    assert tail == [
+        ["podman", "stop", "-t", "7", "gpurent-wl_rocm"],
+        ["podman", "rm", "--force", "gpurent-wl_rocm"],
+        ["umount", hd],
+    ]
+    poll(lambda: not os.path.exists(os.path.join(a.state_dir, "workloads", "wl_rocm.json")), 10, "record deletion")
+    assert not os.path.exists(hd)  # the empty mount point is removed too
+
+
+def test_docker_cuda_command_lines(real_agent, standins):
+    a = real_agent(runtime="docker", model="H100-SXM")
+    spec = {"image": "nvcr.io/nvidia/pytorch:24.05-py3", "gpus": [0, 5], "env": {"A": "1"}}
+    r = a.put("/v1/workloads/wl_cuda", json=spec)
+    assert r.status_code == 201, r.text
+    a.wait_phase("wl_cuda", "running")
+    assert ["docker", "pull", "nvcr.io/nvidia/pytorch:24.05-py3"] in standins.calls()
+    run = [c for c in standins.calls() if c[:2] == ["docker", "run"]]
+    assert run == [[
+        "docker", "run", "--detach", "--name", "gpurent-wl_cuda", "--label", "gpurent.workload=wl_cuda",
+        "--pull", "never", "--gpus", '"device=0,5"', "--env", "A=1", "nvcr.io/nvidia/pytorch:24.05-py3"]]
+    assert standins.calls("mount") == []  # no volumes, nothing mounted
+    assert a.delete("/v1/workloads/wl_cuda").status_code == 200
+    poll(lambda: ["docker", "rm", "--force", "gpurent-wl_cuda"] in standins.calls(), 15, "docker rm")
+    assert ["docker", "stop", "-t", "7", "gpurent-wl_cuda"] in standins.calls()
+
+
+def test_podman_cuda_uses_cdi_devices(real_agent, standins):
+    a = real_agent(model="RTX4090", inventory_cards="4", run_args="--ipc=host --shm-size=8g")
+    assert a.put("/v1/workloads/wl_cdi", json={"image": "pytorch/pytorch:2.3", "gpus": [1, 3]}).status_code == 201
+    a.wait_phase("wl_cdi", "running")
+    run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
+    assert run[9:] == ["--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3", "--ipc=host",
+                       "--shm-size=8g", "pytorch/pytorch:2.3"]
+
+
+def test_bind_mount_template(real_agent, standins):
+    a = real_agent(mount_command="mount --bind {source} {target}", umount_command="umount --lazy {target}")
+    spec = {"image": "busybox", "volumes": [{"source": "/srv/volumes/vol_9", "target": "/shared"}]}
+    assert a.put("/v1/workloads/wl_bind", json=spec).status_code == 201
+    a.wait_phase("wl_bind", "running")
+    hd = standins.host_dir("/srv/volumes/vol_9")
+    assert standins.calls("mount") == [["mount", "--bind", "/srv/volumes/vol_9", hd]]
+    assert a.delete("/v1/workloads/wl_bind").status_code == 200
+    poll(lambda: standins.calls("umount"), 15, "the unmount")
+    assert standins.calls("umount") == [["umount", "--lazy", hd]]
+
+
+def test_mount_that_does_not_mount_stops_the_workload(real_agent, standins):
+    open(os.path.join(standins.state, "mount-noop"), "w").close()
+    a = real_agent()
+    assert a.put("/v1/workloads/wl_nomount", json=ROCM_SPEC).status_code == 201
+    body = a.wait_phase("wl_nomount", "failed")
+    assert "not a mount point" in body["message"]
+    assert standins.calls("mount")  # the command ran and exited 0 ...
+    assert not [c for c in standins.calls() if c[:2] == ["podman", "run"]]  # ... but no container started
+
+
+def test_failures_carry_the_tools_message(real_agent, standins):
+    a = real_agent()
+    cases = {
+        "wl_fp": ({"image": "registry.example/fail-pull:1"}, "manifest unknown"),
+        "wl_fm": ({"image": "busybox", "volumes": [{"source": "nfs:/fail-mount", "target": "/shared"}]},
+                  "Connection refused"),
+        "wl_fs": ({"image": "registry.example/fail-start:1"}, "/dev/kfd"),
+    }
+    for wid, (spec, _) in cases.items():
+        assert a.put(f"/v1/workloads/{wid}", json=spec).status_code == 201
+    for wid, (_, words) in cases.items():
+        body = a.wait_phase(wid, "failed")
+        assert words in body["message"], body
+    assert "exit status 125" in a.get("/v1/workloads/wl_fp").json()["message"]
+
+
+def test_container_exit_and_disappearance_are_noticed(real_agent, standins):
+    a = real_agent()
+    for wid in ("wl_ex", "wl_gone"):
+        assert a.put(f"/v1/workloads/{wid}", json={"image": "busybox"}).status_code == 201
+        a.wait_phase(wid, "running")
+    standins.set_container("wl_ex", "exited 3")
+    standins.set_container("wl_gone", None)
+    assert "status 3" in a.wait_phase("wl_ex", "exited")["message"]
+    assert "gone" in a.wait_phase("wl_gone", "failed")["message"]
+
+
+def test_restart_keeps_containers_and_does_not_rerun_them(real_agent, standins):
+    a = real_agent()
+    assert a.put("/v1/workloads/wl_keep", json=ROCM_SPEC).status_code == 201
+    a.wait_phase("wl_keep", "running")
+    a.stop()  # SIGTERM: the container must keep running
+    assert standins.container("wl_keep") == "running 0"
+    assert not [c for c in standins.calls() if c[1:2] in (["stop"], ["rm"]) or c[0] == "umount"]
+    runs = len([c for c in standins.calls() if c[:2] == ["podman", "run"]])
+    mounts = len(standins.calls("mount"))
+    a.start()
+    # Re-checked at once, found running, left alone.
+    poll(lambda: len([c for c in standins.calls() if c[:2] == ["podman", "container"]]) >= 2, 10, "re-check")
+    assert a.get("/v1/workloads/wl_keep").json()["phase"] == "running"
+    assert len([c for c in standins.calls() if c[:2] == ["podman", "run"]]) == runs
+    assert len(standins.calls("mount")) == mounts
+
+
+def test_shared_source_is_mounted_once_and_unmounted_last(real_agent, standins):
+    a = real_agent()
+    spec1 = {**ROCM_SPEC, "gpus": [0]}
+    spec2 = {**ROCM_SPEC, "gpus": [1], "image": "rocm/pytorch:2.4"}
+    assert a.put("/v1/workloads/wl_s1", json=spec1).status_code == 201
+    a.wait_phase("wl_s1", "running")
+    assert a.put("/v1/workloads/wl_s2", json=spec2).status_code == 201
+    a.wait_phase("wl_s2", "running")
+    assert len(standins.calls("mount")) == 1
+    assert a.delete("/v1/workloads/wl_s1").status_code == 200
+    poll(lambda: standins.container("wl_s1") is None, 15, "wl_s1 removed")
+    poll(lambda: not os.path.exists(os.path.join(a.state_dir, "workloads", "wl_s1.json")), 10, "wl_s1 record gone")
+    assert standins.calls("umount") == []  # wl_s2 still uses it
+    assert a.delete("/v1/workloads/wl_s2").status_code == 200
+    poll(lambda: standins.calls("umount"), 15, "the last unmount")
+    assert standins.calls("umount") == [["umount", standins.host_dir(SRC)]]
+
+
+def test_delete_interrupts_a_slow_pull(real_agent, standins):
+    a = real_agent()
+    assert a.put("/v1/workloads/wl_slow", json={"image": "registry.example/slow-pull:1"}).status_code == 201
+    poll(lambda: ["podman", "pull", "registry.example/slow-pull:1"] in standins.calls(), 10, "the pull to start")
+    assert a.delete("/v1/workloads/wl_slow").status_code == 200
+    # Gone well before the stand-in's 60-second pull would end.
+    poll(lambda: not os.path.exists(os.path.join(a.state_dir, "workloads", "wl_slow.json")), 15, "removal")
+    assert not [c for c in standins.calls() if c[:2] == ["podman", "run"]]
+
+
+def test_stop_during_a_pull_resumes_it_after_restart(real_agent, standins):
+    a = real_agent()
+    assert a.put("/v1/workloads/wl_resume", json={"image": "registry.example/slow-pull:1"}).status_code == 201
+    poll(lambda: standins.calls("podman"), 10, "the pull to start")
+    a.stop()  # interrupts the pull; the workload stays in pulling on disk
+    assert a.options["runtime"] == "podman"
+    a.start()
+    assert a.get("/v1/workloads/wl_resume").json()["phase"] == "pulling"
+    poll(lambda: standins.calls("podman").count(["podman", "pull", "registry.example/slow-pull:1"]) >= 2, 10,
+         "the pull to resume")

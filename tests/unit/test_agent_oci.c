@@ -1,0 +1,300 @@
+/* test_agent_oci.c: unit tests for the commands the real runtime runs:
+ * the exact podman and docker command lines for ROCm and CUDA workloads,
+ * pull, inspect, stop and rm; mount command templates; the mount-point
+ * check on a recorded mountinfo; inspect output parsing; and the exec
+ * helper (exit status, output tail, timeout, cancel, no shell). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "clock.h"
+
+#define MOUNTINFO "tests/data/agent/mountinfo.txt"
+
+static struct wl_spec spec_of(const char *text)
+{
+    struct wl_spec s;
+    char field[64], err[256];
+    json_t *j = json_loads(text, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(spec_parse(j, &s, field, sizeof field, err, sizeof err), 0);
+    json_decref(j);
+    return s;
+}
+
+static void assert_line(const struct argv_buf *a, const char *want)
+{
+    char line[4096];
+    assert_int_equal(a->overflow, 0);
+    assert_null(a->v[a->n]);
+    argv_join(a, line, sizeof line);
+    assert_string_equal(line, want);
+}
+
+static const char *const SPEC_ROCM =
+    "{\"image\": \"rocm/pytorch:2.3-rocm6.2\", \"gpus\": [2, 3], \"stack\": \"ROCm\","
+    " \"volumes\": [{\"source\": \"nfs.example:/export/vol_x\", \"target\": \"/shared\"}],"
+    " \"env\": {\"MASTER_PORT\": \"29500\", \"GPURENT_NODE_RANK\": \"0\"}}";
+static const char *const SPEC_CUDA =
+    "{\"image\": \"nvcr.io/nvidia/pytorch:24.05-py3\", \"gpus\": [0, 5], \"stack\": \"CUDA\","
+    " \"volumes\": [{\"source\": \"nfs.example:/export/vol_y\", \"target\": \"/shared\"}],"
+    " \"env\": {\"A\": \"x y\"}}";
+
+static void test_run_podman_rocm(void **state)
+{
+    struct wl_spec s = spec_of(SPEC_ROCM);
+    struct oci_cmd c = {.exe = "podman", .docker = 0, .stop_timeout_s = 30};
+    char *dirs[] = {(char *)(uintptr_t)"/run/m/v-1", NULL};
+    struct argv_buf a = {0};
+    assert_int_equal(oci_argv_run(&c, "wl_abc", &s, dirs, &a), 0);
+    assert_line(&a, "podman run --detach --name gpurent-wl_abc --label gpurent.workload=wl_abc --pull never"
+                    " --device /dev/kfd --device /dev/dri --env ROCR_VISIBLE_DEVICES=2,3"
+                    " --volume /run/m/v-1:/shared --env GPURENT_NODE_RANK=0 --env MASTER_PORT=29500"
+                    " rocm/pytorch:2.3-rocm6.2");
+    argv_free(&a);
+    argv_free(NULL);
+    spec_free(&s);
+}
+
+static void test_run_docker_rocm(void **state)
+{
+    struct wl_spec s = spec_of(SPEC_ROCM);
+    struct oci_cmd c = {.exe = "/usr/bin/docker", .docker = 1, .stop_timeout_s = 30,
+                        .run_args = "--ipc=host  --shm-size=16g"};
+    char *dirs[] = {(char *)(uintptr_t)"/run/m/v-1", NULL};
+    struct argv_buf a = {0};
+    assert_int_equal(oci_argv_run(&c, "wl_abc", &s, dirs, &a), 0);
+    assert_line(&a, "/usr/bin/docker run --detach --name gpurent-wl_abc --label gpurent.workload=wl_abc --pull never"
+                    " --device /dev/kfd --device /dev/dri --env ROCR_VISIBLE_DEVICES=2,3"
+                    " --volume /run/m/v-1:/shared --env GPURENT_NODE_RANK=0 --env MASTER_PORT=29500"
+                    " --ipc=host --shm-size=16g rocm/pytorch:2.3-rocm6.2");
+    argv_free(&a);
+    spec_free(&s);
+}
+
+static void test_run_podman_cuda(void **state)
+{
+    struct wl_spec s = spec_of(SPEC_CUDA);
+    struct oci_cmd c = {.exe = "podman", .docker = 0, .stop_timeout_s = 30};
+    char *dirs[] = {(char *)(uintptr_t)"/run/m/v-2", NULL};
+    struct argv_buf a = {0};
+    assert_int_equal(oci_argv_run(&c, "wl_n", &s, dirs, &a), 0);
+    assert_line(&a, "podman run --detach --name gpurent-wl_n --label gpurent.workload=wl_n --pull never"
+                    " --device nvidia.com/gpu=0 --device nvidia.com/gpu=5"
+                    " --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
+    /* "A=x y" is one word, not two. */
+    int found = 0;
+    for (int i = 0; i < a.n; i++)
+        found |= strcmp(a.v[i], "A=x y") == 0;
+    assert_true(found);
+    argv_free(&a);
+    spec_free(&s);
+}
+
+static void test_run_docker_cuda(void **state)
+{
+    struct wl_spec s = spec_of(SPEC_CUDA);
+    struct oci_cmd c = {.exe = "docker", .docker = 1, .stop_timeout_s = 30};
+    char *dirs[] = {(char *)(uintptr_t)"/run/m/v-2", NULL};
+    struct argv_buf a = {0};
+    assert_int_equal(oci_argv_run(&c, "wl_n", &s, dirs, &a), 0);
+    assert_line(&a, "docker run --detach --name gpurent-wl_n --label gpurent.workload=wl_n --pull never"
+                    " --gpus \"device=0,5\" --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
+    /* The quotes are part of the word: docker's --gpus would split 0,5 otherwise. */
+    int found = 0;
+    for (int i = 0; i < a.n; i++)
+        found |= strcmp(a.v[i], "\"device=0,5\"") == 0;
+    assert_true(found);
+    argv_free(&a);
+    spec_free(&s);
+}
+
+static void test_run_without_gpus(void **state)
+{
+    struct wl_spec s = spec_of("{\"image\": \"busybox\", \"stack\": \"ROCm\"}");
+    struct oci_cmd c = {.exe = "podman", .stop_timeout_s = 30};
+    char *dirs[] = {NULL};
+    struct argv_buf a = {0};
+    assert_int_equal(oci_argv_run(&c, "wl_0", &s, dirs, &a), 0);
+    assert_line(&a, "podman run --detach --name gpurent-wl_0 --label gpurent.workload=wl_0 --pull never busybox");
+    argv_free(&a);
+    spec_free(&s);
+}
+
+static void test_other_commands(void **state)
+{
+    struct oci_cmd c = {.exe = "podman", .stop_timeout_s = 45};
+    struct argv_buf a = {0};
+    assert_int_equal(oci_argv_pull(&c, "rocm/pytorch:2.3", &a), 0);
+    assert_line(&a, "podman pull rocm/pytorch:2.3");
+    argv_free(&a);
+    assert_int_equal(oci_argv_inspect(&c, "wl_1", &a), 0);
+    assert_line(&a, "podman container inspect --format {{.State.Status}} {{.State.ExitCode}} gpurent-wl_1");
+    assert_int_equal(a.n, 6); /* the format is one word */
+    argv_free(&a);
+    assert_int_equal(oci_argv_stop(&c, "wl_1", &a), 0);
+    assert_line(&a, "podman stop -t 45 gpurent-wl_1");
+    argv_free(&a);
+    assert_int_equal(oci_argv_rm(&c, "wl_1", &a), 0);
+    assert_line(&a, "podman rm --force gpurent-wl_1");
+    argv_free(&a);
+    char name[96];
+    oci_container_name("wl_zz", name, sizeof name);
+    assert_string_equal(name, "gpurent-wl_zz");
+}
+
+static void test_parse_state(void **state)
+{
+    int code = -1;
+    assert_int_equal(oci_parse_state("running 0\n", &code), RT_RUNNING);
+    assert_int_equal(oci_parse_state("exited 137\n", &code), RT_EXITED);
+    assert_int_equal(code, 137);
+    assert_int_equal(oci_parse_state("WARN[0000] something\nexited 3\n", &code), RT_EXITED);
+    assert_int_equal(code, 3);
+    assert_int_equal(oci_parse_state("created 0", &code), RT_EXITED);
+    assert_int_equal(oci_parse_state("", &code), RT_UNKNOWN);
+    assert_int_equal(oci_parse_state("banana 1", &code), RT_UNKNOWN);
+}
+
+static void test_templates(void **state)
+{
+    struct argv_buf a = {0};
+    assert_int_equal(argv_from_template(&a, "mount -t nfs4 -o hard,noatime {source} {target}", "nfs:/x y",
+                                        "/run/m/v-1"),
+                     0);
+    assert_int_equal(a.n, 7);
+    assert_string_equal(a.v[5], "nfs:/x y"); /* a value is never split */
+    assert_string_equal(a.v[6], "/run/m/v-1");
+    argv_free(&a);
+    assert_int_equal(argv_from_template(&a, "  helper --src={source}  --dst={target}/x ", "S", "T"), 0);
+    assert_line(&a, "helper --src=S --dst=T/x");
+    argv_free(&a);
+    assert_int_equal(argv_from_template(&a, "umount {target}", NULL, "/t"), 0);
+    argv_free(&a);
+    assert_int_equal(argv_from_template(&a, "mount {source} {target}", NULL, "/t"), -1);
+    argv_free(&a);
+    assert_int_equal(argv_from_template(&a, "mount {src} {target}", "s", "/t"), -1);
+    argv_free(&a);
+    assert_int_equal(argv_from_template(&a, "   ", "s", "/t"), -1);
+    argv_free(&a);
+
+    char err[256];
+    assert_int_equal(argv_template_check("mount --bind {source} {target}", 1, err, sizeof err), 0);
+    assert_int_equal(argv_template_check("umount {target}", 0, err, sizeof err), 0);
+    assert_int_equal(argv_template_check("mount {source}", 1, err, sizeof err), -1);
+    assert_int_equal(argv_template_check("mount {target}", 1, err, sizeof err), -1);
+    assert_int_equal(argv_template_check("umount {source} {target}", 0, err, sizeof err), -1);
+    assert_int_equal(argv_template_check("{source} {target}", 1, err, sizeof err), -1);
+    assert_int_equal(argv_template_check("mount {sourc} {target}", 1, err, sizeof err), -1);
+}
+
+static void test_argv_bounds(void **state)
+{
+    struct argv_buf a = {0};
+    for (int i = 0; i < ARGV_MAX; i++)
+        argv_add(&a, "w");
+    assert_int_equal(a.overflow, 0);
+    argv_add(&a, "one too many");
+    assert_int_equal(a.overflow, 1);
+    assert_int_equal(a.n, ARGV_MAX);
+    assert_null(a.v[a.n]);
+    argv_free(&a);
+    char line[8];
+    argv_add(&a, "abcdef");
+    argv_add(&a, "ghijkl");
+    argv_join(&a, line, sizeof line);
+    assert_string_equal(line, "abcdef ");
+    argv_free(&a);
+}
+
+static void test_mount_points(void **state)
+{
+    assert_int_equal(mount_is_mount_point(MOUNTINFO, "/proc"), 1);
+    assert_int_equal(mount_is_mount_point(MOUNTINFO, "/dev/shm/"), 1);
+    assert_int_equal(mount_is_mount_point(MOUNTINFO, "/run/gpurent-agent/mounts/v-0123456789abcdef"), 1);
+    assert_int_equal(mount_is_mount_point(MOUNTINFO, "/mnt/with space"), 1);
+    assert_int_equal(mount_is_mount_point(MOUNTINFO, "/mnt/bind"), 1);
+    assert_int_equal(mount_is_mount_point(MOUNTINFO, "/mnt"), 0);
+    assert_int_equal(mount_is_mount_point(MOUNTINFO, "/run/gpurent-agent/mounts/v-0123456789abcde"), 0);
+    assert_int_equal(mount_is_mount_point("tests/data/agent/no-such-file", "/proc"), -1);
+    /* The live table: /proc is a mount point here too, /proc/self is not. */
+    assert_int_equal(mount_is_mount_point("/proc/self/mountinfo", "/proc"), 1);
+    assert_int_equal(mount_is_mount_point("/proc/self/mountinfo", "/proc/self/fd"), 0);
+
+    char s[] = "a\\040b\\011c\\134d\\0";
+    mount_unescape(s);
+    assert_string_equal(s, "a b\tc\\d\\0");
+
+    char d1[256], d2[256], d3[256];
+    assert_int_equal(mount_host_dir("/run/m", "nfs:/a", d1, sizeof d1), 0);
+    assert_int_equal(mount_host_dir("/run/m", "nfs:/a", d2, sizeof d2), 0);
+    assert_int_equal(mount_host_dir("/run/m", "nfs:/b", d3, sizeof d3), 0);
+    assert_string_equal(d1, d2); /* one mount per source */
+    assert_string_not_equal(d1, d3);
+    assert_int_equal(strlen(d1), strlen("/run/m/v-") + 16);
+    assert_int_equal(mount_host_dir("/run/m", "x", d1, 10), -1);
+}
+
+static void test_exec(void **state)
+{
+    struct exec_result r;
+    char *ok[] = {(char *)(uintptr_t)"echo", (char *)(uintptr_t)"hello;", (char *)(uintptr_t)"$(id)", NULL};
+    assert_int_equal(agent_exec(ok, 10, NULL, NULL, &r), 0);
+    assert_true(r.exited);
+    assert_int_equal(r.status, 0);
+    /* No shell: metacharacters are plain text. */
+    assert_string_equal(r.output, "hello; $(id)\n");
+
+    char *fail[] = {(char *)(uintptr_t)"ls", (char *)(uintptr_t)"/no/such/dir", NULL};
+    assert_int_equal(agent_exec(fail, 10, NULL, NULL, &r), -1);
+    assert_true(r.exited);
+    assert_int_equal(r.status, 2);
+    char why[512];
+    exec_describe(&r, why, sizeof why);
+    assert_non_null(strstr(why, "exit status 2: "));
+    assert_non_null(strstr(why, "/no/such/dir"));
+
+    char *missing[] = {(char *)(uintptr_t)"gpurent-no-such-program", NULL};
+    assert_int_equal(agent_exec(missing, 10, NULL, NULL, &r), -1);
+    assert_false(r.started);
+
+    /* Only the tail of a long output is kept. */
+    char *yes[] = {(char *)(uintptr_t)"seq", (char *)(uintptr_t)"1", (char *)(uintptr_t)"100000", NULL};
+    assert_int_equal(agent_exec(yes, 10, NULL, NULL, &r), 0);
+    assert_int_equal(strlen(r.output), EXEC_OUTPUT_MAX - 1);
+    assert_non_null(strstr(r.output, "\n100000\n"));
+
+    int64_t t0 = clock_mono_ms();
+    char *slow[] = {(char *)(uintptr_t)"sleep", (char *)(uintptr_t)"30", NULL};
+    assert_int_equal(agent_exec(slow, 1, NULL, NULL, &r), -1);
+    assert_true(r.timed_out);
+    assert_true(clock_mono_ms() - t0 < 10000);
+
+    atomic_int cancel = 1;
+    t0 = clock_mono_ms();
+    assert_int_equal(agent_exec(slow, 30, &cancel, NULL, &r), -1);
+    assert_true(r.interrupted);
+    assert_true(clock_mono_ms() - t0 < 10000);
+    exec_describe(&r, why, sizeof why);
+    assert_string_equal(why, "interrupted");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_run_podman_rocm), cmocka_unit_test(test_run_docker_rocm),
+        cmocka_unit_test(test_run_podman_cuda), cmocka_unit_test(test_run_docker_cuda),
+        cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_other_commands),
+        cmocka_unit_test(test_parse_state),     cmocka_unit_test(test_templates),
+        cmocka_unit_test(test_argv_bounds),     cmocka_unit_test(test_mount_points),
+        cmocka_unit_test(test_exec),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,283 @@
+/* test_agent_spec.c: unit tests for the agent's workload spec: what a valid
+ * spec becomes, every refusal that protects the command line, bounds, and
+ * the equality that makes PUT idempotent. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "agent.h"
+
+/* Parses JSON text into a spec; returns spec_parse's result and the field. */
+static int parse(const char *text, struct wl_spec *s, char field[64])
+{
+    json_error_t jerr;
+    /* JSON_ALLOW_NUL: the parser must cope even if a "\u0000" gets through. */
+    json_t *j = json_loads(text, JSON_ALLOW_NUL, &jerr);
+    assert_non_null(j);
+    char err[256] = "";
+    field[0] = '\0';
+    int rc = spec_parse(j, s, field, 64, err, sizeof err);
+    if (rc < 0)
+        assert_true(err[0] != '\0'); /* every refusal says why */
+    json_decref(j);
+    return rc;
+}
+
+static void expect_bad(const char *text, const char *want_field)
+{
+    struct wl_spec s;
+    char field[64];
+    assert_int_equal(parse(text, &s, field), -1);
+    assert_string_equal(field, want_field);
+    /* A refused spec owns nothing. */
+    assert_null(s.image);
+    assert_null(s.env);
+    assert_int_equal(s.n_volumes, 0);
+}
+
+static void test_full_spec(void **state)
+{
+    struct wl_spec s;
+    char field[64];
+    assert_int_equal(parse("{\"image\": \"rocm/pytorch:2.3-rocm6.2\", \"gpus\": [3, 1, 2], \"stack\": \"ROCm\","
+                           " \"volumes\": [{\"source\": \"nfs.example:/export/vol_x\", \"target\": \"/shared\"}],"
+                           " \"env\": {\"MASTER_PORT\": \"29500\", \"GPURENT_NODE_RANK\": \"0\", \"EMPTY\": \"\"}}",
+                           &s, field),
+                     0);
+    assert_string_equal(s.image, "rocm/pytorch:2.3-rocm6.2");
+    assert_int_equal(s.n_gpus, 3);
+    assert_int_equal(s.gpus[0], 3); /* order kept: it decides device numbering */
+    assert_int_equal(s.gpus[2], 2);
+    assert_string_equal(s.stack, "ROCm");
+    assert_int_equal(s.n_volumes, 1);
+    assert_string_equal(s.volumes[0].source, "nfs.example:/export/vol_x");
+    assert_string_equal(s.volumes[0].target, "/shared");
+    assert_int_equal(s.n_env, 3);
+    assert_string_equal(s.env[0].name, "EMPTY"); /* sorted by name */
+    assert_string_equal(s.env[1].name, "GPURENT_NODE_RANK");
+    assert_string_equal(s.env[2].name, "MASTER_PORT");
+    assert_string_equal(s.env[2].value, "29500");
+    spec_free(&s);
+    assert_null(s.image);
+    spec_free(NULL); /* a no-op */
+}
+
+static void test_minimal_spec(void **state)
+{
+    struct wl_spec s;
+    char field[64];
+    assert_int_equal(parse("{\"image\": \"busybox\"}", &s, field), 0);
+    assert_int_equal(s.n_gpus, 0);
+    spec_free(&s);
+    /* gpurentd's catalog allows '+' and '@' (digests); so does the agent. */
+    assert_int_equal(parse("{\"image\": \"reg.example:5000/a+b/img@sha256:0f\"}", &s, field), 0);
+    assert_int_equal(s.n_volumes, 0);
+    assert_int_equal(s.n_env, 0);
+    assert_string_equal(s.stack, "");
+    spec_free(&s);
+    /* Explicit nulls are absent values. */
+    assert_int_equal(parse("{\"image\": \"busybox\", \"gpus\": null, \"env\": null}", &s, field), 0);
+    spec_free(&s);
+}
+
+static void test_refusals(void **state)
+{
+    expect_bad("[]", "");
+    expect_bad("{}", "image");
+    expect_bad("{\"image\": 5}", "image");
+    expect_bad("{\"image\": \"\"}", "image");
+    /* An image that podman would read as an option. */
+    expect_bad("{\"image\": \"--privileged\"}", "image");
+    expect_bad("{\"image\": \"-v/:/host\"}", "image");
+    expect_bad("{\"image\": \"a b\"}", "image");
+    expect_bad("{\"image\": \"a\\u0000b\"}", "image");
+    expect_bad("{\"image\": \"busybox\", \"extra\": 1}", "extra");
+    expect_bad("{\"image\": \"busybox\", \"gpus\": [0, 0]}", "gpus");
+    expect_bad("{\"image\": \"busybox\", \"gpus\": [-1]}", "gpus");
+    expect_bad("{\"image\": \"busybox\", \"gpus\": [64]}", "gpus");
+    expect_bad("{\"image\": \"busybox\", \"gpus\": [\"0\"]}", "gpus");
+    expect_bad("{\"image\": \"busybox\", \"gpus\": 0}", "gpus");
+    expect_bad("{\"image\": \"busybox\", \"stack\": \"rocm\"}", "stack");
+    expect_bad("{\"image\": \"busybox\", \"volumes\": [1]}", "volumes[0]");
+    expect_bad("{\"image\": \"busybox\", \"volumes\": [{\"source\": \"a\"}]}", "volumes[0].target");
+    expect_bad("{\"image\": \"busybox\", \"volumes\": [{\"source\": \"a\", \"target\": \"/s\", \"ro\": true}]}",
+               "volumes[0].ro");
+    /* A source that would be an option to mount, or two words. */
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"-oremount\", \"target\": \"/s\"}]}",
+               "volumes[0].source");
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a b\", \"target\": \"/s\"}]}", "volumes[0].source");
+    /* Targets that would change the meaning of -v HOST:TARGET or escape. */
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/s:ro\"}]}", "volumes[0].target");
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"s\"}]}", "volumes[0].target");
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/\"}]}", "volumes[0].target");
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/a/../etc\"}]}",
+               "volumes[0].target");
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/s\"},"
+               " {\"source\": \"b\", \"target\": \"/s\"}]}",
+               "volumes[1].target");
+    expect_bad("{\"image\": \"b\", \"env\": {\"1A\": \"x\"}}", "env.1A");
+    expect_bad("{\"image\": \"b\", \"env\": {\"A-B\": \"x\"}}", "env.A-B");
+    expect_bad("{\"image\": \"b\", \"env\": {\"A\": 1}}", "env.A");
+    /* The agent decides which cards a container sees. */
+    expect_bad("{\"image\": \"b\", \"env\": {\"ROCR_VISIBLE_DEVICES\": \"0\"}}", "env.ROCR_VISIBLE_DEVICES");
+    expect_bad("{\"image\": \"b\", \"env\": {\"CUDA_VISIBLE_DEVICES\": \"0\"}}", "env.CUDA_VISIBLE_DEVICES");
+}
+
+static void test_bounds(void **state)
+{
+    char big[8192];
+    struct wl_spec s;
+    char field[64];
+    /* 255 characters of image pass, 256 do not. */
+    char img[SPEC_IMAGE_MAX + 1];
+    memset(img, 'a', sizeof img);
+    img[SPEC_IMAGE_MAX - 1] = '\0';
+    snprintf(big, sizeof big, "{\"image\": \"%s\"}", img);
+    assert_int_equal(parse(big, &s, field), 0);
+    spec_free(&s);
+    img[SPEC_IMAGE_MAX - 1] = 'a';
+    img[SPEC_IMAGE_MAX] = '\0';
+    snprintf(big, sizeof big, "{\"image\": \"%s\"}", img);
+    expect_bad(big, "image");
+
+    /* 9 volumes are one too many. */
+    size_t n = (size_t)snprintf(big, sizeof big, "{\"image\": \"b\", \"volumes\": [");
+    for (int i = 0; i < SPEC_MAX_VOLUMES + 1; i++)
+        n += (size_t)snprintf(big + n, sizeof big - n, "%s{\"source\": \"s%d\", \"target\": \"/t%d\"}", i ? "," : "",
+                              i, i);
+    snprintf(big + n, sizeof big - n, "]}");
+    expect_bad(big, "volumes");
+
+    /* 65 environment variables are one too many. */
+    n = (size_t)snprintf(big, sizeof big, "{\"image\": \"b\", \"env\": {");
+    for (int i = 0; i < SPEC_MAX_ENV + 1; i++)
+        n += (size_t)snprintf(big + n, sizeof big - n, "%s\"V%d\": \"x\"", i ? "," : "", i);
+    snprintf(big + n, sizeof big - n, "}}");
+    expect_bad(big, "env");
+
+    /* A value of SPEC_ENV_VALUE_MAX bytes is too long. */
+    static char huge[SPEC_ENV_VALUE_MAX + 64];
+    char val[SPEC_ENV_VALUE_MAX + 1];
+    memset(val, 'v', sizeof val);
+    val[SPEC_ENV_VALUE_MAX] = '\0';
+    snprintf(huge, sizeof huge, "{\"image\": \"b\", \"env\": {\"A\": \"%s\"}}", val);
+    expect_bad(huge, "env.A");
+}
+
+static void test_equality(void **state)
+{
+    struct wl_spec a, b;
+    char field[64];
+    const char *base = "{\"image\": \"img\", \"gpus\": [0, 1], \"env\": {\"X\": \"1\", \"Y\": \"2\"},"
+                       " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}";
+    assert_int_equal(parse(base, &a, field), 0);
+    /* The same, with env in another order: equal. */
+    assert_int_equal(parse("{\"env\": {\"Y\": \"2\", \"X\": \"1\"}, \"gpus\": [0, 1], \"image\": \"img\","
+                           " \"volumes\": [{\"target\": \"/shared\", \"source\": \"s\"}]}",
+                           &b, field),
+                     0);
+    assert_true(spec_equal(&a, &b));
+    assert_true(spec_equal(&b, &a));
+    spec_free(&b);
+
+    static const char *const different[] = {
+        "{\"image\": \"img2\", \"gpus\": [0, 1], \"env\": {\"X\": \"1\", \"Y\": \"2\"},"
+        " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+        "{\"image\": \"img\", \"gpus\": [1, 0], \"env\": {\"X\": \"1\", \"Y\": \"2\"},"
+        " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+        "{\"image\": \"img\", \"gpus\": [0, 1], \"env\": {\"X\": \"1\", \"Y\": \"3\"},"
+        " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+        "{\"image\": \"img\", \"gpus\": [0, 1], \"env\": {\"X\": \"1\"},"
+        " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+        "{\"image\": \"img\", \"gpus\": [0, 1], \"env\": {\"X\": \"1\", \"Y\": \"2\"},"
+        " \"volumes\": [{\"source\": \"s2\", \"target\": \"/shared\"}]}",
+        "{\"image\": \"img\", \"gpus\": [0, 1], \"env\": {\"X\": \"1\", \"Y\": \"2\"}}",
+        "{\"image\": \"img\", \"gpus\": [0, 1], \"stack\": \"CUDA\", \"env\": {\"X\": \"1\", \"Y\": \"2\"},"
+        " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+    };
+    for (size_t i = 0; i < sizeof different / sizeof different[0]; i++) {
+        assert_int_equal(parse(different[i], &b, field), 0);
+        assert_false(spec_equal(&a, &b));
+        spec_free(&b);
+    }
+    spec_free(&a);
+}
+
+static void test_json_round_trip(void **state)
+{
+    struct wl_spec a, b;
+    char field[64], err[256];
+    assert_int_equal(parse("{\"image\": \"img\", \"gpus\": [2], \"stack\": \"CUDA\", \"env\": {\"B\": \"x\", \"A\": \"y\"},"
+                           " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+                           &a, field),
+                     0);
+    json_t *j = spec_to_json(&a);
+    assert_non_null(j);
+    assert_int_equal(spec_parse(j, &b, field, sizeof field, err, sizeof err), 0);
+    assert_true(spec_equal(&a, &b));
+    char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(text, "{\"env\":{\"A\":\"y\",\"B\":\"x\"},\"gpus\":[2],\"image\":\"img\",\"stack\":\"CUDA\","
+                              "\"volumes\":[{\"source\":\"s\",\"target\":\"/shared\"}]}");
+    free(text);
+    json_decref(j);
+    spec_free(&a);
+    spec_free(&b);
+}
+
+static void test_names_and_phases(void **state)
+{
+    assert_true(agent_name_valid("wl_7qx-3"));
+    assert_true(agent_name_valid("sim-mi450-01"));
+    assert_false(agent_name_valid(""));
+    assert_false(agent_name_valid("WL_1"));
+    assert_false(agent_name_valid("wl/1"));
+    assert_false(agent_name_valid("wl 1"));
+    assert_false(agent_name_valid(".."));
+    char long_name[80];
+    memset(long_name, 'a', sizeof long_name);
+    long_name[63] = '\0';
+    assert_true(agent_name_valid(long_name));
+    long_name[63] = 'a';
+    long_name[64] = '\0';
+    assert_false(agent_name_valid(long_name));
+
+    enum wl_phase p;
+    for (int i = WL_PULLING; i <= WL_FAILED; i++) {
+        assert_int_equal(wl_phase_parse(wl_phase_name((enum wl_phase)i), &p), 0);
+        assert_int_equal(p, i);
+    }
+    assert_string_equal(wl_phase_name(WL_RUNNING), "running");
+    assert_int_equal(wl_phase_parse("removed", &p), -1);
+}
+
+static void test_sim_switches(void **state)
+{
+    struct wl_spec s = {0};
+    s.image = (char *)(uintptr_t)"registry/exit-after-250:latest";
+    assert_int_equal(sim_exit_after_ms(&s, 5000), 250);
+    s.image = (char *)(uintptr_t)"busybox-exit-after";
+    assert_int_equal(sim_exit_after_ms(&s, 5000), 5000);
+    s.image = (char *)(uintptr_t)"busybox";
+    assert_int_equal(sim_exit_after_ms(&s, 5000), -1);
+    s.image = (char *)(uintptr_t)"exit-after-99999999999";
+    assert_int_equal(sim_exit_after_ms(&s, 5000), 86400000);
+    s.image = (char *)(uintptr_t)"x/fail-pull";
+    assert_true(spec_image_has(&s, "fail-pull"));
+    assert_false(spec_image_has(&s, "fail-start"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_full_spec),       cmocka_unit_test(test_minimal_spec),
+        cmocka_unit_test(test_refusals),        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_equality),        cmocka_unit_test(test_json_round_trip),
+        cmocka_unit_test(test_names_and_phases), cmocka_unit_test(test_sim_switches),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
