@@ -72,7 +72,7 @@ static void add_common_headers(struct http_request *req, struct MHD_Response *re
     if (origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(resp, "Vary", "Origin");
-        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After, Location, Idempotent-Replayed");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After, Location, Idempotent-Replayed, Content-Disposition");
     }
 }
 

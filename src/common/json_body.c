@@ -106,6 +106,25 @@ static json_t *fail(struct json_body_error *e, json_t *root, enum api_error code
     return NULL;
 }
 
+/* jansson reports a duplicate as "duplicate object key near '"KEY"'": the
+ * token is the key as JSON, decoded here so the error can name the field. */
+static int duplicate_key_name(const char *text, char *out, size_t n)
+{
+    const char *tok = strstr(text, "near '");
+    if (!tok)
+        return -1;
+    tok += 6;
+    size_t len = strlen(tok);
+    if (len < 3 || tok[len - 1] != '\'')
+        return -1;
+    json_t *k = json_loadb(tok, len - 1, JSON_DECODE_ANY, NULL);
+    int ok = json_is_string(k) && json_string_length(k) < n;
+    if (ok)
+        snprintf(out, n, "%s", json_string_value(k));
+    json_decref(k);
+    return ok ? 0 : -1;
+}
+
 json_t *json_body_parse(const char *text, size_t len, const struct json_field *fields, int max_depth,
                         struct json_body_error *e)
 {
@@ -121,8 +140,12 @@ json_t *json_body_parse(const char *text, size_t len, const struct json_field *f
         /* DECODE_ANY so that a bare 42 or "x" is reported as valid JSON that
          * is not an object, rather than as malformed. */
         root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-        if (!root && json_error_code(&jerr) == json_error_duplicate_key)
-            return fail(e, NULL, ERR_DUPLICATE_KEY, NULL, "duplicate key in request body: %s", jerr.text);
+        if (!root && json_error_code(&jerr) == json_error_duplicate_key) {
+            char key[80];
+            int named = duplicate_key_name(jerr.text, key, sizeof key) == 0;
+            return fail(e, NULL, ERR_DUPLICATE_KEY, named ? key : NULL, "key '%.64s' appears twice in an object",
+                        named ? key : "?");
+        }
         if (!root)
             return fail(e, NULL, ERR_MALFORMED_JSON, NULL, "malformed JSON at line %d column %d: %s", jerr.line,
                         jerr.column, jerr.text);

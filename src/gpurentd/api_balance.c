@@ -176,7 +176,7 @@ void api_usage_get(struct http_request *req)
 static int month_range(const char *m, int64_t *from, int64_t *to)
 {
     char start[32], end[32];
-    if (strlen(m) != 7 || m[4] != '-')
+    if (strlen(m) != 7 || m[4] != '-' || strspn(m, "0123456789") != 4 || strspn(m + 5, "0123456789") != 2)
         return -1;
     int year = atoi(m), month = atoi(m + 5);
     if (year < 1970 || year > 9998 || month < 1 || month > 12)

@@ -139,7 +139,7 @@ void api_payments_webhook(struct http_request *req)
     };
     /* Authenticate before reading: an unsigned body is not even parsed. */
     if (webhook_signature_ok(req) < 0) {
-        http_error(req, ERR_UNAUTHORIZED, NULL, "the webhook signature is missing, wrong or stale");
+        http_error(req, ERR_BAD_SIGNATURE, NULL, "the webhook signature is missing, wrong or stale");
         return;
     }
     json_t *body = http_json_body(req, fields);

@@ -26,6 +26,11 @@ int main(int argc, char **argv)
             printf("gpurentd 0.1.0\n");
             return 0;
         }
+        if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+            /* The commands first; then serve's own options, the default. */
+            usage(stdout);
+            putchar('\n');
+        }
         return cmd_serve(argc, argv);
     }
     const char *cmd = argv[1];

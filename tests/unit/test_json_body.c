@@ -114,10 +114,10 @@ static void test_table(void **state)
         {"byte order mark", "\xEF\xBB\xBF{\"email\":\"x\"}", 0, ERR_MALFORMED_JSON, ""},
 
         /* duplicates, decoded keys included */
-        {"duplicate key", "{\"email\":\"x\",\"email\":\"y\"}", 0, ERR_DUPLICATE_KEY, ""},
-        {"duplicate via escape", "{\"email\":\"x\",\"\\u0065mail\":\"y\"}", 0, ERR_DUPLICATE_KEY, ""},
-        {"duplicate nested", "{\"email\":\"x\",\"labels\":{\"a\":1,\"a\":2}}", 0, ERR_DUPLICATE_KEY, ""},
-        {"duplicate unknown", "{\"zz\":1,\"zz\":2}", 0, ERR_DUPLICATE_KEY, ""},
+        {"duplicate key", "{\"email\":\"x\",\"email\":\"y\"}", 0, ERR_DUPLICATE_KEY, "email"},
+        {"duplicate via escape", "{\"email\":\"x\",\"\\u0065mail\":\"y\"}", 0, ERR_DUPLICATE_KEY, "email"},
+        {"duplicate nested", "{\"email\":\"x\",\"labels\":{\"a\":1,\"a\":2}}", 0, ERR_DUPLICATE_KEY, "a"},
+        {"duplicate unknown", "{\"zz\":1,\"zz\":2}", 0, ERR_DUPLICATE_KEY, "zz"},
 
         /* unknown fields */
         {"unknown field", "{\"email\":\"x\",\"role\":\"admin\"}", 0, ERR_UNKNOWN_FIELD, "role"},

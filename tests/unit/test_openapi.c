@@ -3,8 +3,9 @@
  * be documented under its exact pattern and method, with its {name} path
  * parameters and its auth level; every operation the document describes must
  * be a route; every error code the document names must exist in the
- * api_error table, with the HTTP status it is listed under; every local $ref
- * must resolve. A failure names each route or code at fault. */
+ * api_error table, with the HTTP status it is listed under (example error
+ * bodies included); every tag an operation names must be declared; every
+ * local $ref must resolve. A failure names each route or code at fault. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -418,6 +419,100 @@ static void test_error_codes_match_status(void **state)
         fail_msg("%d error code(s) under the wrong status (listed above)", n);
 }
 
+/* An example error body under a documented status has a code sent with that
+ * status, and one the response lists in x-error-codes when it lists any. */
+static void check_example_error(const char *method, const char *path, long st, json_t *codes, json_t *value, int *n)
+{
+    json_t *err = json_is_object(value) ? json_object_get(value, "error") : NULL;
+    const char *code = json_is_object(err) ? json_string_value(json_object_get(err, "code")) : NULL;
+    if (!code)
+        return;
+    const struct api_error_info *info = find_error(code);
+    if (info && (long)info->status != st)
+        problem(n, "%s %s: an example under %ld has code \"%s\", which is sent with status %u", method, path, st, code,
+                info->status);
+    if (json_is_array(codes)) {
+        int listed = 0;
+        size_t i;
+        json_t *c;
+        json_array_foreach(codes, i, c)
+            if (json_is_string(c) && strcmp(json_string_value(c), code) == 0)
+                listed = 1;
+        if (!listed)
+            problem(n, "%s %s: an example under %ld has code \"%s\", which its x-error-codes does not list", method,
+                    path, st, code);
+    }
+}
+
+static void test_error_examples_match_status(void **state)
+{
+    int n = 0;
+    const char *path;
+    json_t *item;
+    json_object_foreach(json_object_get(doc, "paths"), path, item) {
+        const char *method;
+        json_t *op;
+        json_object_foreach(item, method, op) {
+            if (!is_http_method(method))
+                continue;
+            const char *status;
+            json_t *resp;
+            json_object_foreach(json_object_get(op, "responses"), status, resp) {
+                json_t *d = deref(resp);
+                char *end;
+                long st = strtol(status, &end, 10);
+                if (!d || *end)
+                    continue;
+                json_t *codes = json_object_get(d, "x-error-codes");
+                const char *type;
+                json_t *media;
+                json_object_foreach(json_object_get(d, "content"), type, media) {
+                    check_example_error(method, path, st, codes, json_object_get(media, "example"), &n);
+                    const char *name;
+                    json_t *ex;
+                    json_object_foreach(json_object_get(media, "examples"), name, ex)
+                        check_example_error(method, path, st, codes, json_object_get(deref(ex), "value"), &n);
+                }
+            }
+        }
+    }
+    if (n)
+        fail_msg("%d example error(s) under the wrong status (listed above)", n);
+}
+
+/* Every tag an operation names is declared in the document's tags, where
+ * its description lives. */
+static void test_operation_tags_are_declared(void **state)
+{
+    int n = 0;
+    json_t *declared = json_object();
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(doc, "tags"), i, t) {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (name)
+            json_object_set_new(declared, name, json_true());
+    }
+    const char *path;
+    json_t *item;
+    json_object_foreach(json_object_get(doc, "paths"), path, item) {
+        const char *method;
+        json_t *op;
+        json_object_foreach(item, method, op) {
+            if (!is_http_method(method))
+                continue;
+            json_array_foreach(json_object_get(op, "tags"), i, t) {
+                if (!json_is_string(t) || !json_object_get(declared, json_string_value(t)))
+                    problem(&n, "%s %s has tag \"%s\", which the document's tags do not declare", method, path,
+                            json_is_string(t) ? json_string_value(t) : "(not a string)");
+            }
+        }
+    }
+    json_decref(declared);
+    if (n)
+        fail_msg("%d undeclared tag(s) (listed above)", n);
+}
+
 static void check_ref(json_t *obj, int *n)
 {
     json_t *ref = json_object_get(obj, "$ref");
@@ -444,6 +539,8 @@ int main(void)
         cmocka_unit_test(test_error_code_enum_matches_table),
         cmocka_unit_test(test_error_codes_exist),
         cmocka_unit_test(test_error_codes_match_status),
+        cmocka_unit_test(test_error_examples_match_status),
+        cmocka_unit_test(test_operation_tags_are_declared),
         cmocka_unit_test(test_refs_resolve),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
