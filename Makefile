@@ -104,12 +104,66 @@ run:
 	$(MAKE) all
 	scripts/run-local.sh
 
+# make install [PREFIX=/usr/local] [DESTDIR=]: the two binaries in
+# $(PREFIX)/bin; the systemd units in $(PREFIX)/lib/systemd/system and the
+# gpurent user's sysusers.d entry in $(PREFIX)/lib/sysusers.d (systemd reads
+# both for PREFIX /usr/local and /usr; for another PREFIX add
+# UNITDIR=/etc/systemd/system SYSUSERSDIR=/etc/sysusers.d); the documents in
+# $(PREFIX)/share/doc/gpurent; the configuration in /etc/gpurent, where a
+# file already there and changed is kept and the new default goes beside it
+# as FILE.new. The units are rewritten to name $(PREFIX)/bin. Only on the
+# real system (no DESTDIR) is the gpurent user created, if missing, and
+# systemd told to reload its units.
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)/etc/gpurent
-	install -m 0755 $(B)/gpurentd $(B)/gpurent-agent $(DESTDIR)$(PREFIX)/bin/
-	install -m 0644 conf/gpurentd.conf conf/gpurent-agent.conf $(DESTDIR)/etc/gpurent/
+	@set -e; \
+	bindir='$(DESTDIR)$(PREFIX)/bin'; \
+	unitdir='$(DESTDIR)$(or $(UNITDIR),$(PREFIX)/lib/systemd/system)'; \
+	sysusersdir='$(DESTDIR)$(or $(SYSUSERSDIR),$(PREFIX)/lib/sysusers.d)'; \
+	docdir='$(DESTDIR)$(PREFIX)/share/doc/gpurent'; \
+	confdir='$(DESTDIR)/etc/gpurent'; \
+	install -d "$$bindir" "$$unitdir" "$$sysusersdir" "$$docdir" "$$confdir"; \
+	install -m 0755 $(B)/gpurentd $(B)/gpurent-agent "$$bindir/"; \
+	for u in gpurentd.service gpurent-agent.service; do \
+	  sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' \
+	      -e 's|/usr/local/share/doc/gpurent/|$(PREFIX)/share/doc/gpurent/|g' conf/$$u > "$$unitdir/$$u.tmp"; \
+	  chmod 0644 "$$unitdir/$$u.tmp"; mv -f "$$unitdir/$$u.tmp" "$$unitdir/$$u"; \
+	done; \
+	install -m 0644 conf/gpurent.sysusers "$$sysusersdir/gpurent.conf"; \
+	install -m 0644 README.md docs/OPERATIONS.md docs/REPORTS.md docs/ARCHITECTURE.md \
+	  docs/AGENT_PROTOCOL.md "$$docdir/"; \
+	for c in gpurentd.conf gpurent-agent.conf; do \
+	  if [ -e "$$confdir/$$c" ] && ! cmp -s conf/$$c "$$confdir/$$c"; then \
+	    install -m 0644 conf/$$c "$$confdir/$$c.new"; \
+	    echo "install: kept $$confdir/$$c; the new default is $$c.new beside it"; \
+	  else \
+	    install -m 0644 conf/$$c "$$confdir/$$c"; \
+	  fi; \
+	done; \
+	if [ -z '$(DESTDIR)' ]; then \
+	  if ! getent passwd gpurent >/dev/null; then \
+	    if command -v systemd-sysusers >/dev/null; then \
+	      systemd-sysusers "$$sysusersdir/gpurent.conf"; \
+	    else \
+	      useradd --system --user-group --home-dir /var/lib/gpurent --no-create-home \
+	        --shell /usr/sbin/nologin --comment 'gpurent control plane' gpurent; \
+	    fi; \
+	    echo "install: created the system user gpurent"; \
+	  fi; \
+	  if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi; \
+	  echo "install: done; start with: systemctl enable --now gpurentd (docs/OPERATIONS.md)"; \
+	fi
 
 clean:
 	rm -rf build var
 
 -include $(shell find build -name '*.d' 2>/dev/null)
+
+# bench: a billing pass over 10 000 and 100 000 running instances (time and
+# memory); figures and how to read them are in BENCHMARKS.md.
+.PHONY: bench
+$(B)/bench/billing: bench/billing.c $(B)/libdaemon.a $(B)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+bench: $(B)/bench/billing
+	$(B)/bench/billing --instances 10000
+	$(B)/bench/billing --instances 100000

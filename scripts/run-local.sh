@@ -1,52 +1,88 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # fleet specs are split into words on purpose
 # run-local.sh: starts a local gpurent for trying it out, as `make run` does
 # after the build: gpurentd on 127.0.0.1:${GPURENT_PORT:-8080} with its
-# database under ./var/, created and migrated on the first run. The first run
-# also saves the bootstrap admin API key (printed once by gpurentd) in
-# var/admin.key, mode 0600, so every later run can still show how to use it.
+# database under ./var/, created and migrated on the first run, and next to
+# it a small simulated GPU fleet registered through the admin API:
 #
-# gpurentd's log goes to this terminal; Ctrl-C (or SIGTERM to this script)
-# stops it cleanly and this script exits with its status.
+#   4 nodes x 8 MI450    fabric-a   gpurent-agent sim-fleet on PORT+1
+#   2 nodes x 8 MI300X   fabric-a   gpurent-agent sim-fleet on PORT+2
+#   1 node  x 8 H100-SXM fabric-b   gpurent-agent sim-fleet on PORT+3
+#
+# The first run also saves the bootstrap admin API key (printed once by
+# gpurentd) in var/admin.key, mode 0600; the fleets use it to register their
+# nodes and keep each node's secret under var/fleet/, so every later run
+# finds the same nodes working again.
+#
+# gpurentd's log goes to this terminal, the fleets' output to
+# var/fleet/NAME.log; Ctrl-C (or SIGTERM to this script) stops everything
+# cleanly and this script exits with gpurentd's status.
 #
 # Environment:
-#   GPURENT_PORT          port to listen on (default 8080)
+#   GPURENT_PORT          port to listen on (default 8080); the fleets use the
+#                         three ports after it
+#   GPURENT_FLEET         0 starts gpurentd alone, without the fleet
 #   GPURENT_CORS_ORIGINS  browser origins allowed by CORS (default: this
 #                         server under both http://127.0.0.1:PORT and
 #                         http://localhost:PORT, so a console page opened under
 #                         either name can call the other)
 #   GPURENTD              the gpurentd binary (default build/gpurentd)
+#   GPURENT_AGENT         the gpurent-agent binary (default build/gpurent-agent)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
 port=${GPURENT_PORT:-8080}
+with_fleet=${GPURENT_FLEET:-1}
 gpurentd=${GPURENTD:-build/gpurentd}
+agent=${GPURENT_AGENT:-build/gpurent-agent}
 cors=${GPURENT_CORS_ORIGINS:-"http://127.0.0.1:$port http://localhost:$port"}
 var=var
 db=$var/gpurent.db
 key_file=$var/admin.key
 stdout_file=$var/gpurentd.stdout
+fleet_dir=$var/fleet
 base=http://127.0.0.1:$port
 
 case $port in
   ''|*[!0-9]*) echo "run-local: GPURENT_PORT must be a port number, not '$port'" >&2; exit 2 ;;
 esac
+if [ "$port" -lt 1 ] || [ "$port" -gt 65532 ]; then
+  echo "run-local: GPURENT_PORT must be from 1 to 65532 (the fleet uses the next three)" >&2
+  exit 2
+fi
 if [ ! -x "$gpurentd" ]; then
   echo "run-local: $gpurentd is not built; run 'make run' (or 'make' first)" >&2
   exit 1
 fi
-
-# Whether something accepts TCP connections on 127.0.0.1:$port (bash's
-# /dev/tcp, so this needs no curl).
-port_open() {
-  (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
-}
-
-if port_open; then
-  echo "run-local: something already listens on 127.0.0.1:$port;" \
-       "stop it or choose another port: GPURENT_PORT=8081 make run" >&2
+if [ "$with_fleet" != 0 ] && [ ! -x "$agent" ]; then
+  echo "run-local: $agent is not built; run 'make run' (or 'make' first)" >&2
   exit 1
 fi
+
+# The simulated fleet, one sim-fleet process per GPU model (each serves its
+# nodes under http://127.0.0.1:PORT/nodes/NAME):
+#   name    model     nodes  cards  fabric    port
+fleets=(
+  "mi450    MI450     4      8      fabric-a  $((port + 1))"
+  "mi300x   MI300X    2      8      fabric-a  $((port + 2))"
+  "h100     H100-SXM  1      8      fabric-b  $((port + 3))"
+)
+[ "$with_fleet" = 0 ] && fleets=()
+
+# Whether something accepts TCP connections on 127.0.0.1:$1 (bash's
+# /dev/tcp, so this needs no curl).
+port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+for p in "$port" $(for f in "${fleets[@]}"; do set -- $f; echo "$6"; done); do
+  if port_open "$p"; then
+    echo "run-local: something already listens on 127.0.0.1:$p;" \
+         "stop it or choose other ports: GPURENT_PORT=9080 make run" >&2
+    exit 1
+  fi
+done
 
 mkdir -p "$var"
 chmod 0700 "$var"
@@ -61,15 +97,42 @@ rm -f "$stdout_file"
 "$gpurentd" -c conf/gpurentd.conf --db "$db" --listen "127.0.0.1:$port" \
   -o "cors_origins=$cors" >>"$stdout_file" &
 pid=$!
+fleet_pids=()
 
-# Forward Ctrl-C and SIGTERM to gpurentd as SIGTERM (drain, then exit 0),
-# and keep waiting for it to finish.
+# Forward Ctrl-C and SIGTERM to gpurentd and the fleets as SIGTERM (drain,
+# then exit 0), and keep waiting for them to finish. (Background jobs of a
+# script ignore the terminal's SIGINT, so this is what stops them.)
 stopping=0
 stop() {
   stopping=1
-  kill -TERM "$pid" 2>/dev/null || true
+  kill -TERM "$pid" ${fleet_pids[@]+"${fleet_pids[@]}"} 2>/dev/null || true
 }
 trap stop INT TERM
+
+# Stops the fleets (if any still run) and waits for them.
+stop_fleets() {
+  [ ${#fleet_pids[@]} -eq 0 ] && return 0
+  kill -TERM "${fleet_pids[@]}" 2>/dev/null || true
+  for fp in "${fleet_pids[@]}"; do
+    while kill -0 "$fp" 2>/dev/null; do wait "$fp" 2>/dev/null || true; done
+  done
+}
+
+# Waits for gpurentd to exit, whatever interrupts the wait, and exits with
+# its status after stopping the fleets.
+finish() {
+  local status=0
+  while :; do
+    status=0
+    wait "$pid" || status=$?
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  stop_fleets
+  if [ "$stopping" = 1 ] && [ "$status" = 0 ]; then
+    echo "run-local: gpurentd${fleet_pids[0]:+ and the fleet} stopped cleanly"
+  fi
+  exit "$status"
+}
 
 # Wait until gpurentd listens (migrating a new database takes a moment), or
 # report why it did not start.
@@ -81,10 +144,10 @@ for _ in $(seq 1 200); do
     echo "run-local: gpurentd exited during start-up (status $status); its log is above" >&2
     exit 1
   fi
-  port_open && break
+  port_open "$port" && break
   sleep 0.05
 done
-if ! port_open; then
+if ! port_open "$port"; then
   echo "run-local: gpurentd did not start listening on 127.0.0.1:$port within 10 seconds" >&2
   stop
   wait "$pid" || true
@@ -93,25 +156,66 @@ fi
 
 # The key is the last line of what gpurentd printed, on a new database only.
 new_key=$(grep -E '^gpk_[a-z0-9]+_[0-9a-f]+$' "$stdout_file" | tail -n 1 || true)
+made_key=""
 if [ -n "$new_key" ]; then
   (umask 077 && printf '%s\n' "$new_key" > "$key_file.tmp")
   chmod 0600 "$key_file.tmp"
   mv -f "$key_file.tmp" "$key_file"
+elif [ ! -s "$key_file" ] && [ ${#fleets[@]} -gt 0 ]; then
+  # An old database whose admin key was lost: the fleet needs an admin to
+  # register its nodes, so make one (safe while gpurentd runs).
+  made_key=ops-$(date +%s)@localhost
+  if out=$("$gpurentd" admin create-user --db "$db" --email "$made_key" --admin 2>&1); then
+    (umask 077 && printf '%s\n' "$out" | tail -n 1 > "$key_file.tmp")
+    chmod 0600 "$key_file.tmp"
+    mv -f "$key_file.tmp" "$key_file"
+  else
+    echo "run-local: cannot create an admin for the fleet: $out" >&2
+    made_key=""
+  fi
 fi
 
 # ---------------------------------------------------------------------------
-# SIMULATED FLEET (planned, not started yet).
-# A later issue starts a simulated GPU fleet here, once gpurentd is up, and
-# stops it with gpurentd:
-#
-#   build/gpurent-agent sim-fleet --control-plane "$base" \
-#     --admin-key "$(cat "$key_file")" --model MI450 --nodes 4 --cards 8 \
-#     --fabric fabric-a --region local --listen "127.0.0.1:$((port + 1))" \
-#     --state-dir "$var/fleet" &
-#   fleet_pid=$!
-#
-# (and stop() then also signals $fleet_pid, and the script waits for both).
+# The simulated fleet
 # ---------------------------------------------------------------------------
+fleet_failed=0
+if [ ${#fleets[@]} -gt 0 ] && [ -s "$key_file" ]; then
+  mkdir -p "$fleet_dir"
+  chmod 0700 "$fleet_dir"
+  for f in "${fleets[@]}"; do
+    set -- $f
+    # Each process keeps its nodes' secrets in its own state directory
+    # (var/fleet/NAME/nodes/NODE/registration.json), which it also locks.
+    "$agent" sim-fleet --control-plane "$base" --admin-key-file "$key_file" \
+      --model "$2" --nodes "$3" --cards "$4" --fabric "$5" --region local \
+      --listen "127.0.0.1:$6" --state-dir "$fleet_dir/$1" \
+      >"$fleet_dir/$1.log" 2>&1 &
+    fleet_pids+=($!)
+  done
+  # Each fleet prints "fleet ready" once all its nodes are registered (or
+  # were already); registration takes a moment per node.
+  i=0
+  for f in "${fleets[@]}"; do
+    set -- $f
+    fp=${fleet_pids[$i]}
+    i=$((i + 1))
+    for _ in $(seq 1 300); do
+      [ "$stopping" = 1 ] && finish
+      grep -q '^fleet ready' "$fleet_dir/$1.log" 2>/dev/null && break
+      kill -0 "$fp" 2>/dev/null || break
+      sleep 0.05
+    done
+    if ! grep -q '^fleet ready' "$fleet_dir/$1.log" 2>/dev/null; then
+      echo "run-local: the $2 fleet did not start; the end of $fleet_dir/$1.log:" >&2
+      tail -n 5 "$fleet_dir/$1.log" >&2 || true
+      fleet_failed=1
+    elif grep -q ' FAILED ' "$fleet_dir/$1.log"; then
+      grep ' FAILED ' "$fleet_dir/$1.log" | sed 's/^/run-local: /' >&2
+      fleet_failed=1
+    fi
+  done
+fi
+[ "$stopping" = 1 ] && finish
 
 admin_key=""
 [ -r "$key_file" ] && admin_key=$(head -n 1 "$key_file")
@@ -125,6 +229,9 @@ EOF
 if [ -n "$new_key" ]; then
   echo " A new database: its first admin is admin@localhost. The admin API key,"
   echo " shown once by gpurentd, is saved in $key_file (mode 0600)."
+elif [ -n "$made_key" ]; then
+  echo " $key_file was missing, so a new admin ($made_key) was made;"
+  echo " its API key is saved in $key_file (mode 0600)."
 elif [ -n "$admin_key" ]; then
   echo " The admin API key from the first run is in $key_file."
 else
@@ -135,50 +242,81 @@ else
  or start from scratch: stop this, 'rm -rf var', 'make run'.
 EOF
 fi
+if [ ${#fleet_pids[@]} -gt 0 ]; then
+  echo
+  echo " Simulated fleet (logs in $fleet_dir/*.log):"
+  for f in "${fleets[@]}"; do
+    set -- $f
+    # "fleet ready: 4 nodes (4 registered, 0 kept, 0 failed); ..."
+    line=$(sed -n 's/^fleet ready: .*(\(.*\)).*/\1/p' "$fleet_dir/$1.log" 2>/dev/null | tail -n 1 || true)
+    printf '   %-9s %s x %s cards  %-9s 127.0.0.1:%-6s %s\n' "$2" "$3" "$4" "$5" "$6" \
+      "${line:-not ready, see $fleet_dir/$1.log}"
+  done
+  if [ "$fleet_failed" = 1 ]; then
+    cat <<EOF
+ Some nodes did not come up (see above). A node registered by an earlier run
+ whose secret is gone from $fleet_dir cannot answer; start afresh with
+ 'rm -rf var' (the database and the fleet go together).
+EOF
+  fi
+fi
 cat <<EOF
 
- Try it (in another terminal):
+ Try it (in another terminal; add '| python3 -m json.tool' to pretty-print):
 
-   # sign up: the reply holds your first API key ("token"), shown once
-   curl -s -X POST $base/v1/signup \\
-        -d '{"email":"ada@example.com","password":"correct horse battery"}'
+   API=$base
 
-   # log in: every login returns a new API key
-   curl -s -X POST $base/v1/login \\
-        -d '{"email":"ada@example.com","password":"correct horse battery"}'
+   # the GPU catalog: cards in total and free now, price per card-hour
+   curl -s \$API/v1/gpu-types
 
-   # call the API with a key
-   KEY=gpk_...   # the "token" from signup or login
-   curl -s $base/v1/me -H "Authorization: Bearer \$KEY"
-   curl -s $base/v1/api-keys -H "Authorization: Bearer \$KEY"
+   # sign up with the invite code AMD6GW (10 yuan of credit); the reply holds
+   # your API key ("token"), shown once
+   KEY=\$(curl -s -X POST \$API/v1/signup \\
+        -d '{"email":"ada@example.com","password":"correct horse battery","invite_code":"AMD6GW"}' \\
+        | grep -o 'gpk_[a-z0-9_]*')
+   # (signed up in an earlier run? log in instead: every login makes a new key)
+   # KEY=\$(curl -s -X POST \$API/v1/login \\
+   #      -d '{"email":"ada@example.com","password":"correct horse battery"}' | grep -o 'gpk_[a-z0-9_]*')
+
+   # launch 8 x MI450 (1.20 per card-hour: 9.60 an hour) with ROCm PyTorch;
+   # your /shared volume is made on first use
+   ID=\$(curl -s -X POST \$API/v1/instances -H "Authorization: Bearer \$KEY" \\
+        -d '{"gpu_type":"MI450","card_count":8,"image":"rocm/pytorch:2.3-rocm6.2"}' \\
+        | grep -o 'ins_[a-z0-9]*' | head -n 1)
+
+   # watch it go pending, provisioning (pulling, mounting), running: a few
+   # seconds on the simulated fleet
+   curl -s \$API/v1/instances/\$ID -H "Authorization: Bearer \$KEY"
+   curl -s \$API/v1/instances/\$ID/events -H "Authorization: Bearer \$KEY"
+
+   # stop it: billing ends at once, the volume stays; start it again with
+   # POST .../start, remove it with DELETE \$API/v1/instances/\$ID
+   curl -s -X POST \$API/v1/instances/\$ID/stop -H "Authorization: Bearer \$KEY"
+
+   # what it cost (the final charge is posted by the next billing pass,
+   # within 10 seconds)
+   curl -s \$API/v1/balance -H "Authorization: Bearer \$KEY"
+   curl -s \$API/v1/usage -H "Authorization: Bearer \$KEY"
+   curl -s \$API/v1/transactions -H "Authorization: Bearer \$KEY"
 EOF
 if [ -n "$admin_key" ]; then
   cat <<EOF
 
-   # the same as the admin
-   curl -s $base/v1/me -H "Authorization: Bearer \$(cat $key_file)"
+   # as the admin: the nodes, their states and cards; the metrics
+   curl -s \$API/v1/admin/nodes -H "Authorization: Bearer \$(cat $key_file)"
+   curl -s \$API/metrics -H "Authorization: Bearer \$(cat $key_file)"
 EOF
 fi
 cat <<EOF
 
-   # what the API offers (OpenAPI 3), and whether the server is up
-   curl -s $base/v1/openapi.json
-   curl -s $base/healthz
+   # the API (OpenAPI 3), and whether the server is up
+   curl -s \$API/v1/openapi.json
+   curl -s \$API/healthz
 
- Ctrl-C stops gpurentd; the data stays in $var/ for the next 'make run'.
+ Ctrl-C stops gpurentd${fleet_pids[0]:+ and the fleet}; the data stays in $var/ for the next
+ 'make run' ('rm -rf var' starts afresh).
 ==============================================================================
 
 EOF
 
-# Wait for gpurentd. A trapped signal interrupts wait; keep waiting until
-# gpurentd has really exited, then exit with its status.
-status=0
-while :; do
-  status=0
-  wait "$pid" || status=$?
-  kill -0 "$pid" 2>/dev/null || break
-done
-if [ "$stopping" = 1 ] && [ "$status" = 0 ]; then
-  echo "run-local: gpurentd stopped cleanly"
-fi
-exit "$status"
+finish

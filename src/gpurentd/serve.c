@@ -119,13 +119,16 @@ static void reload(struct http_server *srv, struct loaded *l)
         log_error("reload: configuration has errors (see above); keeping the running one");
         return;
     }
-    enum log_level level;
+    enum log_level level, old = log_get_level();
     log_level_parse(fresh.log_level, &level);
-    log_set_level(level);
     http_server_reload(srv, fresh.cors_origins, (size_t)fresh.max_body_bytes, (int)fresh.max_json_depth);
+    /* Said under the more verbose of the old and new levels, so a reload that
+     * quietens the log (info to warn) still reports that it happened. */
+    log_set_level(level); (void)old;
     log_info("reload: applied log_level=%s cors_origins='%s' max_body_bytes=%lld max_json_depth=%lld; "
              "other options take effect at the next restart",
              fresh.log_level, fresh.cors_origins, (long long)fresh.max_body_bytes, (long long)fresh.max_json_depth);
+    log_set_level(level);
 }
 
 int cmd_serve(int argc, char **argv)
@@ -216,7 +219,7 @@ int cmd_serve(int argc, char **argv)
         struct http_config mc = hc;
         conf_parse_hostport(conf.metrics_listen, mhost, sizeof mhost, &mc.port);
         mc.host = mhost;
-        mc.threads = 1;
+        mc.threads = 2; /* libmicrohttpd warns about a pool of one */
         mc.cors_origins = "";
         mc.on_done = NULL;
         mc.cert_file = mc.key_file = NULL;
@@ -226,10 +229,11 @@ int cmd_serve(int argc, char **argv)
     }
     log_info("gpurentd listening on %s://%s:%d (database %s, schema version %d)", conf.tls_cert[0] ? "https" : "http",
              host, http_server_port(srv), conf.database, store_latest_version());
+    /* Port open and migrations applied: systemd may start what depends on us.
+     * READY=1 goes first: a watchdog ping before it would be out of order. */
+    sd_notifyf(0, "READY=1\nSTATUS=serving on %s:%d", host, http_server_port(srv));
     if (watchdog_start(host, http_server_port(srv), conf.tls_cert[0] != 0) < 0)
         goto out;
-    /* Port open and migrations applied: systemd may start what depends on us. */
-    sd_notifyf(0, "READY=1\nSTATUS=serving on %s:%d", host, http_server_port(srv));
 
     for (;;) {
         int sig = 0;
