@@ -21,8 +21,8 @@ static const double bucket_seconds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 /* One route's request counts and latency histogram. Index MAX_ROUTES
  * collects requests that matched no route. */
 struct route_stats {
-    unsigned status[STATUS_SLOTS];    /* status codes seen */
-    int64_t count[STATUS_SLOTS];      /* requests per status */
+    unsigned status[STATUS_SLOTS];    /* status codes seen; 0: no answer (client went away) */
+    int64_t count[STATUS_SLOTS];      /* requests per status; 0 marks a free slot */
     int64_t buckets[N_BUCKETS];       /* requests at or below each bound */
     int64_t total;                    /* all requests */
     int64_t sum_us;                   /* total duration */
@@ -46,8 +46,11 @@ void metrics_http_done(const struct http_request *req, int64_t us)
     unsigned status = req->replied ? req->status : 0;
     pthread_mutex_lock(&lock);
     struct route_stats *r = &routes[idx];
+    /* A slot is free while its count is 0 (status 0 is a real value: a
+     * request that got no answer), so unanswered requests never merge into
+     * the next status seen. */
     for (size_t k = 0; k < STATUS_SLOTS; k++) {
-        if (r->status[k] == status || r->status[k] == 0) {
+        if (r->count[k] == 0 || r->status[k] == status) {
             r->status[k] = status;
             r->count[k]++;
             break;
@@ -85,13 +88,14 @@ static void write_http(FILE *f)
     memcpy(copy, routes, sizeof copy);
     pthread_mutex_unlock(&lock);
     char labels[256];
-    fprintf(f, "# HELP gpurent_http_requests_total HTTP requests answered, by route and status.\n"
+    fprintf(f, "# HELP gpurent_http_requests_total HTTP requests by route and status (0: the connection closed"
+               " before a reply).\n"
                "# TYPE gpurent_http_requests_total counter\n");
     for (size_t i = 0; i <= MAX_ROUTES; i++) {
         if (!copy[i].total)
             continue; /* only indexes of routes that served requests are valid */
         route_labels(i, labels, sizeof labels);
-        for (size_t k = 0; k < STATUS_SLOTS && copy[i].status[k]; k++)
+        for (size_t k = 0; k < STATUS_SLOTS && copy[i].count[k]; k++)
             fprintf(f, "gpurent_http_requests_total{%s,status=\"%u\"} %lld\n", labels, copy[i].status[k],
                     (long long)copy[i].count[k]);
     }

@@ -124,7 +124,8 @@ static void reload(struct http_server *srv, struct loaded *l)
     http_server_reload(srv, fresh.cors_origins, (size_t)fresh.max_body_bytes, (int)fresh.max_json_depth);
     /* Said under the more verbose of the old and new levels, so a reload that
      * quietens the log (info to warn) still reports that it happened. */
-    log_set_level(level); (void)old;
+    if (level > old)
+        log_set_level(level);
     log_info("reload: applied log_level=%s cors_origins='%s' max_body_bytes=%lld max_json_depth=%lld; "
              "other options take effect at the next restart",
              fresh.log_level, fresh.cors_origins, (long long)fresh.max_body_bytes, (long long)fresh.max_json_depth);

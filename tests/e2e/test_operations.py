@@ -1,0 +1,955 @@
+"""test_operations.py: gpurentd as operators run it.
+
+* systemd: READY=1 (once the port answers and the schema is migrated),
+  WATCHDOG=1 pings, RELOADING=1/READY=1 around SIGHUP and STOPPING=1 on
+  SIGTERM arrive in that order on a test NOTIFY_SOCKET; SIGHUP really changes
+  the log level and the request limits.
+* `gpurentd backup` copies the live database while the daemon keeps serving
+  writers, and the copy opens and passes `gpurentd ledger verify`.
+* GET /metrics is strict Prometheus text (parsed here, not by a library),
+  admin-only on the API and keyless on metrics_listen, and its counters and
+  gauges move with the actions that should move them.
+* Every `gpurentd report` on a dataset built through the API gives the rows
+  worked out here, in table, CSV and JSON, and reconciles with `ledger
+  verify`'s totals; reports and sqlite3 readers run under write load.
+* TLS: the API over HTTPS with a throwaway CA, agents over HTTPS verified
+  against agent_ca_file, and a node whose certificate the CA did not sign
+  goes offline saying why.
+"""
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from agent_util import Fleet, poll
+from harness import START_TIME, assert_error, migration_versions, run_gpurentd
+from inventory_util import node as get_node, register, wait_state
+from money_util import IMAGE, MICRO, PRICE, accrue, start_cluster, yuan
+from ops_util import (EnvDaemon, NotifySocket, TlsDaemon, fields, ledger_totals, make_ca, make_cert, micro,
+                      parse_prometheus, report, run_report, sample, total)
+
+HOUR = 3600
+DAY = 86400
+DEADLINE = 60  # bound on polls; generous for sanitizer builds
+REPORTS = ("daily-revenue", "usage", "utilisation", "credit-liability", "topups")
+FAST_NODES = {"heartbeat_interval_ms": "100", "heartbeat_miss_limit": "2", "agent_connect_timeout_ms": "500",
+              "agent_timeout_ms": "2000"}
+
+
+def latest_schema():
+    versions = migration_versions()
+    return max(versions), versions[max(versions)]
+
+
+def schema_of(db):
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute("SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1").fetchone()
+    finally:
+        con.close()
+
+
+# ================================================================ systemd
+
+
+def test_sd_notify_ready_watchdog_reload_stopping_in_order(tmp_path):
+    ns = NotifySocket()
+    period_s = 0.3
+    d = EnvDaemon(tmp_path / "d", env={"NOTIFY_SOCKET": ns.addr, "WATCHDOG_USEC": str(int(period_s * 1e6))},
+                  start=False)
+    try:
+        d.spawn()
+        # The first message is READY=1: no ping or status comes before it.
+        _, first = ns.next(DEADLINE)
+        f = fields(first)
+        assert f.get("READY") == "1", first
+        assert f["STATUS"].startswith("serving on 127.0.0.1:"), first
+        port = int(f["STATUS"].rsplit(":", 1)[1])
+        # By then the port answers at once (no retry) and the schema is at the
+        # newest migration.
+        r = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+        assert r.status_code == 200, r.text
+        assert schema_of(d.db_path) == latest_schema()
+        assert f"listening on http://127.0.0.1:{port} " in d.stderr_text()
+        d.wait_for_log(r"watchdog: feeding systemd every 150ms after checking the database, the API and the loops")
+
+        # Pings keep coming, half the period apart: after what is queued, four
+        # pings received as they come span at least three half-periods.
+        ns.drain()
+        pings = [ns.next(DEADLINE) for _ in range(4)]
+        assert [m for _, m in ns.messages[1:]] == ["WATCHDOG=1"] * (len(ns.messages) - 1)
+        assert pings[-1][0] - pings[0][0] >= 3 * period_s / 2 * 0.8, pings
+
+        # SIGHUP: RELOADING=1 then READY=1, pings may interleave; pings go on.
+        n = len(ns.messages)
+        d.terminate(signal.SIGHUP)
+        ns.wait_for(lambda m: m.startswith("READY=1"), DEADLINE, "READY=1 after SIGHUP")
+        assert [m for _, m in ns.messages[n:] if m != "WATCHDOG=1"] == ["RELOADING=1", "READY=1"]
+        d.wait_for_log(r"reload: applied log_level=info ")
+        n = len(ns.messages)
+        ns.wait_for(lambda m: m == "WATCHDOG=1", DEADLINE, "a ping after the reload")
+        ns.wait_for(lambda m: m == "WATCHDOG=1", DEADLINE, "a second ping after the reload")
+        assert all(m == "WATCHDOG=1" for _, m in ns.messages[n:])
+
+        # SIGTERM: STOPPING=1, exit 0, and nothing but pings after STOPPING.
+        n = len(ns.messages)
+        assert d.stop() == 0
+        ns.drain()
+        after = [m for _, m in ns.messages[n:]]
+        assert "STOPPING=1" in after, after
+        assert [m for m in after if m != "WATCHDOG=1"] == ["STOPPING=1"], after
+        assert "gpurentd stopped" in d.stderr_text()
+    finally:
+        d.kill()
+        ns.close()
+
+
+def test_no_watchdog_pings_without_watchdog_usec(tmp_path):
+    ns = NotifySocket()
+    d = EnvDaemon(tmp_path / "d", env={"NOTIFY_SOCKET": ns.addr}, start=False)
+    try:
+        d.start()
+        _, first = ns.next(DEADLINE)
+        assert fields(first)["READY"] == "1"
+        # The daemon serves a few requests; still only READY=1 was sent.
+        for _ in range(3):
+            assert d.get("/healthz").status_code == 200
+        assert d.stop() == 0
+        ns.drain()
+        assert [m for _, m in ns.messages] == [first, "STOPPING=1"], ns.messages
+        assert "watchdog:" not in d.stderr_text()
+    finally:
+        d.kill()
+        ns.close()
+
+
+def _logged_path(d, path):
+    return f" {path} " in d.stderr_text()
+
+
+def _request_then_flush(d, path):
+    """GET path, then /healthz on the same keep-alive connection: the server
+    finishes (and logs) the first request before it reads the second."""
+    with requests.Session() as s:
+        r = s.get(d.url(path), timeout=10)
+        assert r.status_code == 404, r.text
+        assert s.get(d.url("/healthz"), timeout=10).status_code == 200
+    return r
+
+
+def test_sighup_reloads_log_level_and_limits(new_daemon):
+    d = new_daemon(config="log_level = info\n")
+    big = {"email": "big@example.test", "password": "x" * 3000}
+
+    def write(text):
+        with open(d.config_path, "w") as f:
+            f.write(text)
+
+    def reload(expect):
+        before = d.stderr_text().count("reload: ")
+        d.terminate(signal.SIGHUP)
+        poll(lambda: d.stderr_text().count("reload: ") > before, DEADLINE, "the reload log line")
+        assert expect in d.stderr_text().split("reload: ")[-1], d.stderr_text()[-2000:]
+
+    _request_then_flush(d, "/v1/ops-marker-info")
+    assert _logged_path(d, "/v1/ops-marker-info")
+    assert d.post("/v1/signup", json=big).status_code != 413
+
+    # Quieter: the reload still says what it did, then info lines stop.
+    write("log_level = warn\n")
+    reload("applied log_level=warn cors_origins='' max_body_bytes=1048576 max_json_depth=16")
+    _request_then_flush(d, "/v1/ops-marker-warn")
+    assert not _logged_path(d, "/v1/ops-marker-warn")
+
+    # Louder, and a smaller body limit: both at once. (gpurentd writes nothing
+    # at debug level itself; the level shows in the info lines coming back.)
+    write("log_level = debug\nmax_body_bytes = 2048\n")
+    reload("applied log_level=debug cors_origins='' max_body_bytes=2048 max_json_depth=16")
+    _request_then_flush(d, "/v1/ops-marker-debug")
+    assert _logged_path(d, "/v1/ops-marker-debug")
+    assert not _logged_path(d, "/v1/ops-marker-warn")  # never logged later either
+    assert_error(d.post("/v1/signup", json=big), 413, "body_too_large")
+
+    # A broken file changes nothing.
+    write("log_level = shouting\n")
+    reload("configuration has errors")
+    _request_then_flush(d, "/v1/ops-marker-kept")
+    assert _logged_path(d, "/v1/ops-marker-kept")
+    assert_error(d.post("/v1/signup", json=big), 413, "body_too_large")
+    assert d.get("/readyz").status_code == 200
+
+
+# ================================================================ backup
+
+
+def _grow(d, nodes):
+    """Makes the database span many SQLite pages, quickly: nodes with the
+    largest labels and agent URL the API takes, registered and removed again
+    (a removed node's row stays, and nothing polls it)."""
+    labels = {f"k{i:02d}": "x" * 50 for i in range(32)}
+
+    def one(i):
+        n, _ = register(d, f"bulk-{i:04d}", "http://127.0.0.1:9/" + "p" * 400, labels=labels)
+        r = d.delete(f"/v1/admin/nodes/{n['id']}", key=d.admin_key)
+        assert r.status_code in (200, 204), r.text
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(one, range(nodes)))
+
+
+def _row_count(db, table):
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_backup_while_serving_writers(new_daemon, tmp_path):
+    d = new_daemon(options={"max_connections_per_client": "100"})
+    _grow(d, 800)
+    users = [d.signup() for _ in range(3)]
+    for i, u in enumerate(users):
+        r = d.post(f"/v1/admin/users/{u.id}/topups", key=d.admin_key,
+                   json={"amount": "12.34", "payment_id": f"pay-backup-{i}"})
+        assert r.status_code == 201, r.text
+    pages = d.sql("PRAGMA page_count")[0][0]
+    # Copied 256 pages at a time, a database this size never finished backing
+    # up while writers kept committing: every commit restarted the copy.
+    assert pages > 768, f"the database should span several backup steps, has {pages} pages"
+
+    stop = threading.Event()
+    errors, spans = [], []  # spans: (start, end) of each writer request
+    lock = threading.Lock()
+
+    def writer(n):
+        """Signs up users as fast as the daemon takes them: each one a write
+        transaction of a dozen rows (user, key, credit grant, ledger)."""
+        with requests.Session() as s:
+            while not stop.is_set():
+                t = time.monotonic()
+                try:
+                    r = d.post("/v1/signup", json={"email": f"bk{n}-{os.urandom(6).hex()}@example.test",
+                                                   "password": "correct horse battery"}, session=s)
+                    ok = r.status_code == 201
+                except requests.RequestException as e:
+                    ok, r = False, e
+                with lock:
+                    spans.append((t, time.monotonic()))
+                    if not ok:
+                        errors.append(getattr(r, "text", repr(r)))
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    backups, windows = [], []
+    try:
+        poll(lambda: len(spans) >= 4, DEADLINE, "writers to get going")
+        users_before = _row_count(d.db_path, "users")
+        for i in range(3):
+            path = str(tmp_path / f"backup-{i}.db")
+            t0 = time.monotonic()
+            try:
+                p = run_gpurentd("backup", path, "--db", d.db_path, timeout=60)
+            except subprocess.TimeoutExpired:
+                raise AssertionError("gpurentd backup did not finish within 60 s while writers kept committing")
+            windows.append((t0, time.monotonic()))
+            assert p.returncode == 0, p.stderr
+            assert p.stdout == f"backed up {d.db_path} to {path}\n", p.stdout
+            backups.append(path)
+        poll(lambda: len(spans) >= 8, DEADLINE, "writers to carry on after the backups")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    users_after = _row_count(d.db_path, "users")
+    assert not errors, errors[:5]
+    # Writers were served while a backup ran.
+    overlapping = [s for s in spans for w in windows if s[0] < w[1] and s[1] > w[0]]
+    assert overlapping, (spans[:5], windows)
+
+    for path in backups:
+        assert not os.path.exists(path + ".partial")
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            assert con.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+            assert con.execute("SELECT version, name FROM schema_migrations ORDER BY version DESC LIMIT 1"
+                               ).fetchone() == latest_schema()
+            n_users = con.execute("SELECT count(*) FROM users").fetchone()[0]
+            assert users_before <= n_users <= users_after
+            assert con.execute("SELECT count(*) FROM nodes WHERE name LIKE 'bulk-%'").fetchone()[0] == 800
+            # One snapshot: every user arrived whole, with its key and credit.
+            assert con.execute("SELECT count(*) FROM users u WHERE NOT EXISTS"
+                               " (SELECT 1 FROM api_keys k WHERE k.user_id = u.id)").fetchone()[0] == 0
+            assert con.execute("SELECT count(*) FROM users u WHERE u.role <> 'admin' AND NOT EXISTS"
+                               " (SELECT 1 FROM credit_grants g WHERE g.user_id = u.id)").fetchone()[0] == 0
+        finally:
+            con.close()
+        assert not os.path.exists(path + "-wal")
+        totals = ledger_totals(path)
+        assert totals["topups"] == 3 * 12_340_000
+        assert totals["credits_granted"] == (n_users - 1) * 10 * MICRO  # the sign-up credit of each user
+        assert totals["revenue"] == 0
+
+
+# ================================================================ /metrics
+
+
+@pytest.fixture(scope="module")
+def metrics_cluster(tmp_path_factory):
+    # connection_timeout_s: the HTTP layer now and then notices a client that
+    # hung up mid-request only when the connection times out.
+    c = start_cluster(tmp_path_factory.mktemp("metrics"), nodes={"MI450": 2},
+                      options={"metrics_listen": "127.0.0.1:0", "connection_timeout_s": "2"})
+    m = c.d.wait_for_log(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
+    c.metrics_url = f"http://127.0.0.1:{m.group(1)}/metrics"
+    yield c
+    errors = []
+    try:
+        c.d.stop()
+    except AssertionError as e:
+        errors.append(str(e))
+        c.d.kill()
+    for f in c.fleets:
+        if f.proc.poll() is None:
+            f.stop()
+    assert not errors, errors
+
+
+def scrape(c, url=None):
+    if url:
+        r = requests.get(url, timeout=10)
+    else:
+        r = c.d.get("/metrics", key=c.d.admin_key)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8", r.headers
+    return parse_prometheus(r.text)
+
+
+def test_metrics_access(metrics_cluster):
+    c = metrics_cluster
+    user = c.signup()
+    assert_error(c.d.get("/metrics"), 401, "unauthorized")
+    assert_error(c.d.get("/metrics", key="gpk_" + "0" * 20 + "_" + "0" * 64), 401, "unauthorized")
+    assert_error(c.d.get("/metrics", key=user.key), 403, "forbidden")
+    api = scrape(c)
+    # The private listener needs no key, serves nothing else, and shows the
+    # same families.
+    plain = scrape(c, c.metrics_url)
+    assert set(plain) == set(api)
+    base = c.metrics_url.rsplit("/", 1)[0]
+    assert requests.get(base + "/v1/me", headers={"Authorization": f"Bearer {user.key}"}, timeout=10).status_code \
+        == 404
+    assert requests.get(base + "/healthz", timeout=10).status_code == 404
+    want = {
+        "gpurent_http_requests_total": "counter", "gpurent_http_request_duration_seconds": "histogram",
+        "gpurent_nodes": "gauge", "gpurent_cards": "gauge", "gpurent_instances": "gauge",
+        "gpurent_revenue_micro_total": "counter", "gpurent_credits_granted_micro_total": "counter",
+        "gpurent_credits_spent_micro_total": "counter", "gpurent_credits_expired_micro_total": "counter",
+        "gpurent_topups_micro_total": "counter", "gpurent_billing_passes_total": "counter",
+        "gpurent_billing_pass_duration_seconds": "gauge", "gpurent_agent_call_errors_total": "counter",
+    }
+    for name, kind in want.items():
+        assert name in api and api[name].type == kind, (name, api.get(name))
+        assert api[name].help, name
+    assert sample(api, "gpurent_testing_clock") == 1
+
+
+def test_metrics_parser_is_strict():
+    good = ("# HELP a_total A counter.\n# TYPE a_total counter\na_total{x=\"1\"} 3\n"
+            "# TYPE h histogram\nh_bucket{le=\"0.1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 0.3\nh_count 2\n")
+    assert sample(parse_prometheus(good), "h_count") == 2
+    bad = [
+        "a 1\n",                                                          # no TYPE
+        "# TYPE a counter\na -1\n",                                        # negative counter
+        "# TYPE a counter\na{x=\"1\"} 1\na{x=\"1\"} 2\n",                  # duplicate series
+        "# TYPE a gauge\na{1x=\"1\"} 1\n",                                 # bad label name
+        "# TYPE a gauge\na{x=\"\\q\"} 1\n",                                # bad escape
+        "# TYPE a gauge\na one\n",                                         # bad value
+        "# TYPE a gauge\na 1",                                             # no final newline
+        "# TYPE a gauge\n# TYPE b gauge\na 1\nb 1\na{y=\"2\"} 1\n",        # family split in two groups
+        "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",  # not cumulative
+        "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n",  # no +Inf
+        "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n",  # +Inf != count
+        "# TYPE a gauge\n\na 1\n",                                         # empty line
+        "# TYPE a gauge\na 1\n# TYPE a gauge\n",                           # TYPE twice / after samples
+    ]
+    for text in bad:
+        with pytest.raises(AssertionError):
+            parse_prometheus(text)
+
+
+def test_metrics_http_counters_move_by_route_and_status(metrics_cluster):
+    c = metrics_cluster
+    user = c.signup()
+    before = scrape(c)
+
+    def count(fams, route, status, method="GET"):
+        return sample(fams, "gpurent_http_requests_total", method=method, route=route, status=str(status)) or 0
+
+    def hist(fams, route, method="GET"):
+        labels = {"method": method, "route": route}
+        return (sample(fams, "gpurent_http_request_duration_seconds_count", **labels) or 0,
+                sample(fams, "gpurent_http_request_duration_seconds_sum", **labels) or 0)
+
+    for _ in range(3):
+        assert c.d.get("/v1/me", key=user.key).status_code == 200
+    for _ in range(2):
+        assert c.d.get("/v1/me").status_code == 401
+    assert c.d.get(f"/v1/instances/inst_{'0' * 20}", key=user.key).status_code == 404
+    assert c.d.get("/v1/no-such-route").status_code == 404
+    # A path no route has is counted under route="unmatched" with an empty
+    # method (arbitrary paths and methods must not make new series).
+    want = {("/v1/me", 200, "GET"): 3, ("/v1/me", 401, "GET"): 2, ("/v1/instances/{id}", 404, "GET"): 1,
+            ("unmatched", 404, ""): 1}
+
+    last = {}
+
+    def moved():
+        now = scrape(c)
+        last["deltas"] = {k: count(now, *k) - count(before, *k) for k in want}
+        return now if last["deltas"] == want else None
+    try:
+        now = poll(moved, DEADLINE, "the request counters to move")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: deltas {last['deltas']}, want {want}") from None
+    n0, s0 = hist(before, "/v1/me")
+    n1, s1 = hist(now, "/v1/me")
+    assert n1 - n0 == 5 and s1 >= s0
+    assert hist(now, "/v1/instances/{id}")[0] - hist(before, "/v1/instances/{id}")[0] == 1
+    # Every route's histogram counts exactly the requests its counters count.
+    fam = now["gpurent_http_requests_total"]
+    for route in {(l["method"], l["route"]) for _, l, _ in fam.samples}:
+        counted = total(now, "gpurent_http_requests_total", method=route[0], route=route[1])
+        assert counted == sample(now, "gpurent_http_request_duration_seconds_count",
+                                 method=route[0], route=route[1]), route
+
+
+def test_metrics_count_requests_the_client_abandoned(metrics_cluster):
+    """A client that hangs up mid-body gets no reply: the request still
+    counts, under status="0" (docs/OPERATIONS.md), and never under the next
+    status the route answers."""
+    c = metrics_cluster
+    labels = {"method": "", "route": "unmatched"}
+    before = scrape(c)
+    hist0 = sample(before, "gpurent_http_request_duration_seconds_count", **labels) or 0
+    with socket.create_connection(("127.0.0.1", c.d.port), timeout=10) as s:
+        s.sendall(b"POST /v1/signup HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{\"email\":")
+    poll(lambda: (sample(scrape(c), "gpurent_http_request_duration_seconds_count", **labels) or 0) == hist0 + 1,
+         DEADLINE, "the abandoned request to be counted")
+    assert c.d.get("/v1/no-such-route").status_code == 404
+
+    def settled():
+        f = scrape(c)
+        return f if (sample(f, "gpurent_http_request_duration_seconds_count", **labels) or 0) == hist0 + 2 else None
+    now = poll(settled, DEADLINE, "the 404 to be counted")
+
+    def count(fams, status):
+        return sample(fams, "gpurent_http_requests_total", status=status, **labels) or 0
+    assert count(now, "0") - count(before, "0") == 1
+    assert count(now, "404") - count(before, "404") == 1
+    assert total(now, "gpurent_http_requests_total", **labels) == \
+        sample(now, "gpurent_http_request_duration_seconds_count", **labels)
+
+
+def test_metrics_inventory_money_and_billing(metrics_cluster):
+    c = metrics_cluster
+    g = "MI450"
+    m = poll(lambda: (lambda f: f if sample(f, "gpurent_nodes", state="ready", gpu_type=g) == 2 else None)(scrape(c)),
+             DEADLINE, "two ready nodes in /metrics")
+    assert total(m, "gpurent_nodes") == 2
+    assert [sample(m, "gpurent_cards", gpu_type=g, status=s) for s in ("total", "free", "in_use")] == [16, 16, 0]
+    assert total(m, "gpurent_instances", gpu_type=g, state="running") == 0
+
+    before = m
+    u = c.signup()  # 10.00 of trial credit
+    t0 = c.d.now()
+    iid = c.launch(u, g, 8)
+
+    def launched():
+        f = scrape(c)
+        ok = (sample(f, "gpurent_instances", state="running", gpu_type=g) == 1
+              and [sample(f, "gpurent_cards", gpu_type=g, status=s) for s in ("total", "free", "in_use")] == [16, 8, 8])
+        return f if ok else None
+    poll(launched, DEADLINE, "the instance and its cards in /metrics")
+
+    c.d.set_clock(t0 + 1800)
+    c.billing()  # half an hour of 8 x 1.20 = 4.80, all from credit
+    c.topup(u, 5 * MICRO, "pay-metrics-1")
+    after = scrape(c)
+
+    def delta(name):
+        return sample(after, name) - sample(before, name)
+    assert delta("gpurent_credits_granted_micro_total") == 10 * MICRO
+    assert delta("gpurent_revenue_micro_total") == accrue(PRICE[g], 8, 1800) == 4_800_000
+    assert delta("gpurent_credits_spent_micro_total") == 4_800_000
+    assert delta("gpurent_credits_expired_micro_total") == 0
+    assert delta("gpurent_topups_micro_total") == 5 * MICRO
+    # An admin run waits for a pass that started after it was asked for, so
+    # it may take the loop through one more pass (billing.c says why).
+    assert delta("gpurent_billing_passes_total") in (1, 2)
+    assert sample(after, "gpurent_billing_pass_duration_seconds") >= 0
+    assert sample(after, "gpurent_billing_pass_seconds_total") >= sample(before, "gpurent_billing_pass_seconds_total")
+    # The money counters agree with the ledger.
+    totals = ledger_totals(c.d.db_path)
+    assert sample(after, "gpurent_revenue_micro_total") == totals["revenue"]
+    assert sample(after, "gpurent_credits_spent_micro_total") == totals["credits_spent"]
+    assert sample(after, "gpurent_topups_micro_total") == totals["topups"]
+
+    c.stop(u, iid)
+    stopped = scrape(c)
+    assert sample(stopped, "gpurent_instances", state="stopped", gpu_type=g) == 1
+    assert total(stopped, "gpurent_instances", state="running") == 0
+    assert [sample(stopped, "gpurent_cards", gpu_type=g, status=s) for s in ("free", "in_use")] == [16, 0]
+
+
+def test_metrics_agent_errors_after_an_agent_dies(metrics_cluster):
+    """Last in the module: it kills the fleet."""
+    c = metrics_cluster
+    before = scrape(c)
+    assert sample(before, "gpurent_nodes", state="ready", gpu_type="MI450") == 2
+    errors0 = sample(before, "gpurent_agent_call_errors_total")
+    f = c.fleets[0]
+    f.proc.kill()
+    f.proc.wait(timeout=30)
+
+    def offline():
+        m = scrape(c)
+        ok = sample(m, "gpurent_nodes", state="offline", gpu_type="MI450") == 2 \
+            and sample(m, "gpurent_agent_call_errors_total") >= errors0 + 2
+        return m if ok else None
+    m = poll(offline, DEADLINE, "both nodes offline and agent errors counted")
+    assert sample(m, "gpurent_nodes", state="ready", gpu_type="MI450") is None
+    assert sample(m, "gpurent_cards", gpu_type="MI450", status="free") == 0
+    # The plain listener agrees.
+    plain = scrape(c, c.metrics_url)
+    assert sample(plain, "gpurent_agent_call_errors_total") >= sample(m, "gpurent_agent_call_errors_total")
+
+
+# ================================================================ reports
+
+T0 = START_TIME + 14 * HOUR  # 2027-01-15T22:00:00Z: the runs cross midnight
+INVITE = "OPS-REPORTS"
+PAYMENT = 'pay-ops,"reports"-1'  # CSV must quote it
+
+
+class Money(int):
+    """An expected *_micro column: shown as an amount in every format."""
+
+
+def _cell(v):
+    """An expected value as the table and CSV formats show it."""
+    if v is None:
+        return ""
+    if isinstance(v, Money):
+        return yuan(int(v))
+    return str(v)
+
+
+def _json_value(v):
+    if isinstance(v, Money):
+        return yuan(int(v))
+    return v
+
+
+def check_report(db, name, columns, rows, *args):
+    """The report gives exactly rows (dicts keyed by columns, in order) in
+    all three formats."""
+    for fmt in ("table", "csv"):
+        header, got = report(db, name, fmt, *args)
+        assert header == list(columns), (name, fmt, header)
+        want = [[_cell(r[c]) for c in columns] for r in rows]
+        assert got == want, f"{name} as {fmt}:\n got {got}\nwant {want}"
+    got = report(db, name, "json", *args)
+    want = [{c: _json_value(r[c]) for c in columns} for r in rows]
+    assert got == want, f"{name} as json:\n got {got}\nwant {want}"
+    for row, want_row in zip(got, rows):  # JSON types: integers stay integers, amounts are strings
+        for c, v in row.items():
+            w = want_row[c]
+            assert type(v) is (str if isinstance(w, Money) else type(w)), (name, c, v)
+    return got
+
+
+def reconcile(db):
+    """Every report's totals agree with `ledger verify`'s, to the micro."""
+    t = ledger_totals(db)
+    revenue = report(db, "daily-revenue", "json")
+    usage = report(db, "usage", "json")
+    util = report(db, "utilisation", "json")
+    liability = report(db, "credit-liability", "json")
+    topups = report(db, "topups", "json")
+
+    def s(rows, col):
+        return sum(micro(r[col]) for r in rows)
+    cash_spent = t["revenue"] - t["credits_spent"]
+    assert s(revenue, "revenue") == t["revenue"]
+    assert s(revenue, "paid_by_credit") == t["credits_spent"]
+    assert s(revenue, "paid_by_cash") == cash_spent
+    assert all(micro(r["revenue"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in revenue)
+    assert s(usage, "cost") == t["revenue"]
+    assert s(usage, "paid_by_credit") == t["credits_spent"]
+    assert s(usage, "paid_by_cash") == cash_spent
+    assert all(micro(r["cost"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in usage)
+    sold = {}
+    for r in usage:
+        sold[(r["day"], r["gpu_type"])] = sold.get((r["day"], r["gpu_type"]), 0) + r["card_seconds"]
+    assert {(r["day"], r["gpu_type"]): r["card_seconds_sold"] for r in util} == {k: v for k, v in sold.items() if v}
+    assert s(liability, "remaining") == t["credit_outstanding"]
+    assert t["credits_granted"] - t["credits_spent"] - t["credits_expired"] == t["credit_outstanding"]
+    assert s(topups, "amount") == t["topups"]
+    assert t["topups"] - cash_spent == t["cash_held"]
+    return t
+
+
+def test_reports_on_a_known_dataset(tmp_path):
+    c = start_cluster(tmp_path, nodes={"MI450": 2, "MI300X": 1}, clock=T0, options={"signup_credit_days": "30"})
+    try:
+        _known_dataset(c)
+    finally:
+        c.close()
+
+
+def _known_dataset(c):
+    d, db = c.d, c.d.db_path
+    r = d.post("/v1/admin/invite-codes", key=d.admin_key, json={"code": INVITE, "amount": "50.00"})
+    assert r.status_code == 201, r.text
+    a = c.signup(invite_code=INVITE)      # 50.00 of credit that never expires, no trial credit
+    b = c.cli_user()                       # no credit: pays cash
+    top = c.topup(b, 100 * MICRO, PAYMENT)
+    trial = c.signup()                     # 10.00 of trial credit, expiring in 30 days, never used
+    ia = c.launch(a, "MI450", 8)           # 8 x 1.20 an hour
+    ib = c.launch(b, "MI300X", 4)          # 4 x 2.20 an hour
+    d.set_clock(T0 + HOUR)                 # 23:00 on the 15th
+    c.billing()
+    d.set_clock(T0 + 3 * HOUR)             # 01:00 on the 16th
+    c.billing()
+    d.set_clock(T0 + 3 * HOUR + 20 * 60)   # 01:20: b stops after 12 000 s
+    c.stop(b, ib)
+    d.set_clock(T0 + 4 * HOUR)             # 02:00: a has run 4 hours
+    c.billing()
+
+    pa, pb = PRICE["MI450"], PRICE["MI300X"]
+    a1, a2, a3 = accrue(pa, 8, HOUR), accrue(pa, 8, 3 * HOUR) - accrue(pa, 8, HOUR), \
+        accrue(pa, 8, 4 * HOUR) - accrue(pa, 8, 3 * HOUR)
+    b1, b2, b3 = accrue(pb, 4, HOUR), accrue(pb, 4, 3 * HOUR) - accrue(pb, 4, HOUR), \
+        accrue(pb, 4, 12000) - accrue(pb, 4, 3 * HOUR)
+    assert (a1, a2, a3, b1, b2, b3) == (9_600_000, 19_200_000, 9_600_000, 8_800_000, 17_600_000, 2_933_333)
+    d15, d16 = "2027-01-15", "2027-01-16"
+
+    # Revenue is dated by the billing pass that posted it.
+    cols = ("day", "gpu_type", "revenue", "paid_by_credit", "paid_by_cash", "transactions")
+    rows = [
+        dict(zip(cols, (d15, "MI300X", Money(b1), Money(0), Money(b1), 1))),
+        dict(zip(cols, (d15, "MI450", Money(a1), Money(a1), Money(0), 1))),
+        dict(zip(cols, (d16, "MI300X", Money(b2 + b3), Money(0), Money(b2 + b3), 2))),
+        dict(zip(cols, (d16, "MI450", Money(a2 + a3), Money(a2 + a3), Money(0), 2))),
+    ]
+    check_report(db, "daily-revenue", cols, rows)
+    check_report(db, "daily-revenue", cols, rows[2:], "--from", d16)
+    check_report(db, "daily-revenue", cols, rows[:2], "--to", d16)
+    check_report(db, "daily-revenue", cols, [], "--from", "2027-01-17", "--to", "2027-02-01")
+
+    # Card-seconds are split at midnight; money is dated by its pass.
+    cols = ("day", "user_id", "email", "instance_id", "gpu_type", "card_seconds", "cost", "paid_by_credit",
+            "paid_by_cash")
+    rows = []
+    for day in (d15, d16):
+        day_rows = [
+            dict(zip(cols, (day, a.id, a.email, ia, "MI450", 8 * 2 * HOUR,
+                            Money(a1 if day == d15 else a2 + a3), Money(a1 if day == d15 else a2 + a3), Money(0)))),
+            dict(zip(cols, (day, b.id, b.email, ib, "MI300X", 4 * (2 * HOUR if day == d15 else HOUR + 20 * 60),
+                            Money(b1 if day == d15 else b2 + b3), Money(0), Money(b1 if day == d15 else b2 + b3)))),
+        ]
+        rows += sorted(day_rows, key=lambda r: (r["user_id"], r["instance_id"]))
+    check_report(db, "usage", cols, rows)
+    check_report(db, "usage", cols, rows[2:], "--from", d16, "--to", "2027-01-17")
+
+    # Sold over available: 16 MI450 and 8 MI300X cards around the clock.
+    cols = ("day", "gpu_type", "card_seconds_sold", "card_seconds_available", "utilisation")
+    rows = []
+    for day in (d15, d16):
+        for gpu, cards in (("MI300X", 8), ("MI450", 16)):
+            sold = {(d15, "MI300X"): 4 * 2 * HOUR, (d15, "MI450"): 8 * 2 * HOUR,
+                    (d16, "MI300X"): 4 * (HOUR + 1200), (d16, "MI450"): 8 * 2 * HOUR}[(day, gpu)]
+            rows.append(dict(zip(cols, (day, gpu, sold, cards * DAY, f"{round(sold / (cards * DAY), 4):g}"))))
+    assert [r["utilisation"] for r in rows] == ["0.0417", "0.0417", "0.0278", "0.0417"]
+    check_report(db, "utilisation", cols, rows)
+
+    # Credit left: the trial grant (expires day 30) first, the invite's (never) last.
+    trial_grant = d.sql("SELECT id FROM credit_grants WHERE user_id = ?", (trial.id,))
+    invite_grant = d.sql("SELECT id FROM credit_grants WHERE user_id = ?", (a.id,))
+    assert len(trial_grant) == 1 and len(invite_grant) == 1
+    expires = T0 + 30 * DAY
+    cols = ("day", "user_id", "email", "grant_id", "source", "granted", "remaining", "expires_at")
+    rows = [
+        dict(zip(cols, ("2027-02-14", trial.id, trial.email, trial_grant[0][0], "signup", Money(10 * MICRO),
+                        Money(10 * MICRO), "2027-02-14 22:00:00"))),
+        dict(zip(cols, (None, a.id, a.email, invite_grant[0][0], f"invite:{INVITE}", Money(50 * MICRO),
+                        Money(50 * MICRO - a1 - a2 - a3), None))),
+    ]
+    assert expires == 1_802_642_400  # 2027-02-14T22:00:00Z
+    check_report(db, "credit-liability", cols, rows)
+    check_report(db, "credit-liability", cols, rows[:1], "--from", "2027-02-01", "--to", "2027-03-01")
+
+    cols = ("day", "user_id", "email", "topup_id", "payment_id", "source", "amount")
+    [(source,)] = d.sql("SELECT source FROM topups WHERE id = ?", (top["topup_id"],))
+    rows = [dict(zip(cols, (d15, b.id, b.email, top["topup_id"], PAYMENT, source, Money(100 * MICRO))))]
+    check_report(db, "topups", cols, rows)
+
+    t = reconcile(db)
+    assert t == {"revenue": a1 + a2 + a3 + b1 + b2 + b3, "credits_granted": 60 * MICRO,
+                 "credits_spent": a1 + a2 + a3, "credits_expired": 0,
+                 "credit_outstanding": 60 * MICRO - a1 - a2 - a3, "topups": 100 * MICRO,
+                 "cash_held": 100 * MICRO - b1 - b2 - b3}
+
+
+@pytest.mark.parametrize("args, code, says", [
+    (("no-such-report",), 2, "no report named 'no-such-report'"),
+    (("usage", "--from", "2027-1-5"), 2, "--from and --to take days"),
+    (("usage", "--format", "xml"), 2, "--format takes table, csv or json"),
+    ((), 2, "usage: gpurentd report"),
+])
+def test_report_refuses_bad_arguments(daemon, args, code, says):
+    p = run_gpurentd("report", *args, "--db", daemon.db_path)
+    assert p.returncode == code, (p.stdout, p.stderr)
+    assert says in p.stderr and p.stdout == ""
+
+
+def test_reports_and_sqlite_readers_under_write_load(tmp_path):
+    c = start_cluster(tmp_path, nodes={"MI450": 2})
+    try:
+        _under_load(c)
+    finally:
+        c.close()
+
+
+def _under_load(c):
+    d, db = c.d, c.d.db_path
+    payers = [c.signup() for _ in range(2)]
+    for i, u in enumerate(payers):
+        c.topup(u, 1000 * MICRO, f"pay-load-{i}")
+    errors = []
+    lock = threading.Lock()
+    writers_done = threading.Event()
+
+    def fail(what):
+        with lock:
+            errors.append(what)
+
+    def expect(r, *codes):
+        if r.status_code not in codes:
+            fail(f"{r.request.method} {r.request.path_url}: {r.status_code} {r.text[:300]}")
+            return False
+        return True
+
+    def accounts(rng):
+        with requests.Session() as s:
+            for i in range(25):
+                r = d.post("/v1/signup", session=s, json={"email": f"load-{os.urandom(6).hex()}@example.test",
+                                                         "password": "correct horse battery"})
+                if not expect(r, 201):
+                    continue
+                body = r.json()
+                r = d.post(f"/v1/admin/users/{body['user']['id']}/topups", key=d.admin_key, session=s,
+                           json={"amount": yuan(rng.randrange(1, 5000) * 10_000),
+                                 "payment_id": f"pay-load-{i}-{rng.random()}"})
+                expect(r, 201)
+                expect(d.get("/v1/balance", key=body["api_key"]["token"], session=s), 200)
+
+    instances_done = threading.Event()
+    clock_lock = threading.Lock()
+
+    def instances(rng):
+        """Keeps two or three instances running, replacing one at a time."""
+        held = []
+        with requests.Session() as s:
+            def running(u, iid):
+                r = d.get(f"/v1/instances/{iid}", key=u.key, session=s)
+                return expect(r, 200) and r.json()["state"] == "running"
+            try:
+                for _ in range(8):
+                    u = rng.choice(payers)
+                    with clock_lock:  # provisioning times out on the testing clock: hold it still
+                        r = d.post("/v1/instances", key=u.key, session=s,
+                                   json={"gpu_type": "MI450", "card_count": rng.choice((1, 2)), "image": IMAGE})
+                        if not expect(r, 201):
+                            continue
+                        iid = r.json()["id"]
+                        poll(lambda: running(u, iid), DEADLINE, f"instance {iid} to run")
+                    held.append((u, iid))
+                    if len(held) > 2:
+                        u, iid = held.pop(0)
+                        expect(d.delete(f"/v1/instances/{iid}", key=u.key, session=s), 200)
+                for u, iid in held:
+                    expect(d.delete(f"/v1/instances/{iid}", key=u.key, session=s), 200)
+            finally:
+                instances_done.set()
+
+    def billing(rng):
+        """Moves the clock and bills, until the instances are done."""
+        passes = 0
+        with requests.Session() as s:
+            while not instances_done.is_set() or passes < 8:
+                with clock_lock:
+                    d.advance_clock(rng.randrange(60, 900))
+                expect(d.post("/v1/admin/billing/run", key=d.admin_key, json={}, session=s), 200)
+                passes += 1
+
+    def run_writer(fn, seed):
+        try:
+            fn(random.Random(seed))
+        except Exception as e:  # noqa: BLE001 - reported as the test's failure
+            fail(f"{fn.__name__}: {e!r}")
+
+    reads = {"report": 0, "sqlite": 0}
+
+    def report_reader():
+        try:
+            while not writers_done.is_set() or reads["report"] < 2:
+                for name in REPORTS:
+                    json.loads(run_report(db, name, "json"))
+                run_report(db, "usage", "csv")
+                reads["report"] += 1
+        except Exception as e:  # noqa: BLE001
+            fail(f"report reader: {e!r}")
+
+    def sqlite_reader():
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10, isolation_level=None)
+        try:
+            while not writers_done.is_set() or reads["sqlite"] < 2:
+                con.execute("BEGIN")
+                # One snapshot: the books balance in it, whatever is committing.
+                assert con.execute("SELECT coalesce(sum(balance), 0) FROM ledger_accounts").fetchone() == (0,)
+                assert con.execute("SELECT coalesce(sum(amount), 0) FROM ledger_postings").fetchone() == (0,)
+                for view in ("report_daily_revenue", "report_usage", "report_utilisation",
+                             "report_credit_liability", "report_topups"):
+                    con.execute(f"SELECT * FROM {view}").fetchall()
+                con.execute("SELECT count(*), sum(amount) FROM topups").fetchone()
+                con.execute("SELECT state, count(*) FROM instances GROUP BY state").fetchall()
+                con.execute("COMMIT")
+                reads["sqlite"] += 1
+        except Exception as e:  # noqa: BLE001
+            fail(f"sqlite reader: {e!r}")
+        finally:
+            con.close()
+
+    writers = [threading.Thread(target=run_writer, args=(fn, seed))
+               for seed, fn in enumerate((accounts, instances, billing))]
+    readers = [threading.Thread(target=report_reader), threading.Thread(target=sqlite_reader)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join(timeout=300)
+    reads_during = dict(reads)
+    writers_done.set()
+    for t in readers:
+        t.join(timeout=300)
+    assert not errors, errors[:10]
+    assert reads_during["report"] >= 1 and reads_during["sqlite"] >= 1, reads_during
+
+    # Afterwards the books are whole and every report agrees with them.
+    c.wait_idle(timeout=DEADLINE)
+    c.billing()
+    t = reconcile(db)
+    assert t["revenue"] > 0 and t["topups"] > 2000 * MICRO
+    assert d.sql("SELECT count(*) FROM topups")[0][0] == 2 + 25
+
+
+# ================================================================ TLS
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """Two throwaway CAs; the API's and the agents' certificates are signed
+    by the first."""
+    directory = tmp_path_factory.mktemp("pki")
+    ca1, ca2 = make_ca(directory, "ca1"), make_ca(directory, "ca2")
+    return {"dir": directory, "ca": ca1, "other_ca": ca2, "server": make_cert(directory, "server", ca1),
+            "agent": make_cert(directory, "agent", ca1)}
+
+
+def test_api_over_https(pki, tmp_path):
+    ns = NotifySocket()
+    key, cert = pki["server"]
+    d = TlsDaemon(tmp_path / "d", ca=pki["ca"][1], cert=cert, key=key,
+                  env={"NOTIFY_SOCKET": ns.addr, "WATCHDOG_USEC": "300000"})
+    try:
+        assert d.base_url == f"https://127.0.0.1:{d.port}"
+        acct = d.signup()  # a password and a key cross only TLS
+        r = d.get("/v1/me", key=acct.key)
+        assert r.status_code == 200 and r.json()["email"] == acct.email, r.text
+        r = d.get("/metrics", key=d.admin_key)
+        assert r.status_code == 200, r.text
+        parse_prometheus(r.text)
+        # Plain HTTP to the HTTPS port gets no answer.
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{d.port}/readyz", timeout=10)
+        # A client that trusts another CA refuses the server.
+        with pytest.raises(requests.exceptions.SSLError):
+            d.get("/readyz", verify=pki["other_ca"][1])
+        # The watchdog's own health check reaches the API over HTTPS.
+        _, first = ns.next(DEADLINE)
+        assert fields(first)["READY"] == "1"
+        ns.wait_for(lambda m: m == "WATCHDOG=1", DEADLINE, "a ping")
+        ns.wait_for(lambda m: m == "WATCHDOG=1", DEADLINE, "a second ping")
+        assert "watchdog: not feeding" not in d.stderr_text()
+        assert d.stop() == 0
+    finally:
+        d.kill()
+        ns.close()
+
+
+def test_agents_over_https_are_verified_against_agent_ca_file(pki, new_daemon, tmp_path):
+    key, cert = pki["agent"]
+    tls = {"tls_cert": cert, "tls_key": key}
+    good = new_daemon(options={**FAST_NODES, "agent_ca_file": pki["ca"][1], "billing_interval_ms": "3600000"})
+    bad = new_daemon(options={**FAST_NODES, "agent_ca_file": pki["other_ca"][1]})
+    fleets = []
+    try:
+        fleets.append(Fleet(tmp_path / "good", good.base_url, nodes=1, admin_key=good.admin_key, options=tls,
+                            extra=("--name-prefix", "tls-good-")))
+        fleets.append(Fleet(tmp_path / "bad", bad.base_url, nodes=1, admin_key=bad.admin_key, options=tls,
+                            extra=("--name-prefix", "tls-bad-")))
+        [(_, ok)] = fleets[0].nodes.items()
+        [(_, ko)] = fleets[1].nodes.items()
+        assert ok["url"].startswith("https://127.0.0.1:") and ko["url"].startswith("https://127.0.0.1:"), \
+            fleets[0].lines
+        # The agent speaks TLS only.
+        with pytest.raises(requests.ConnectionError):
+            requests.get(ok["url"].replace("https://", "http://") + "/v1/facts", timeout=10)
+
+        n = wait_state(good, ok["id"], "ready", DEADLINE)
+        assert n["agent_url"] == ok["url"] and n["cards_total"] == 8 and n["missed_heartbeats"] == 0, n
+        # Signed calls that change things work over TLS too: an instance runs.
+        u = good.signup()
+        r = good.post("/v1/instances", key=u.key, json={"gpu_type": "MI450", "card_count": 1, "image": IMAGE})
+        assert r.status_code == 201, r.text
+        iid = r.json()["id"]
+        poll(lambda: good.get(f"/v1/instances/{iid}", key=u.key).json()["state"] == "running", DEADLINE,
+             "the instance on the https node to run")
+
+        # A certificate the configured CA did not sign: offline, and why.
+        n = wait_state(bad, ko["id"], "offline", DEADLINE)
+        assert "certificate" in n["state_reason"].lower(), n
+        m = parse_prometheus(bad.get("/metrics", key=bad.admin_key).text)
+        assert sample(m, "gpurent_agent_call_errors_total") >= 2
+        assert sample(m, "gpurent_nodes", state="offline", gpu_type="MI450") == 1
+        assert get_node(good, ok["id"])["state"] == "ready"
+    finally:
+        errors = []
+        for f in fleets:
+            try:
+                f.stop()
+            except AssertionError as e:
+                errors.append(str(e))
+        assert not errors, errors
