@@ -166,20 +166,26 @@ int idempotency_record(struct store *s, const struct http_request *req, const st
 
 /* billing.c: the billing loop and spend control. */
 struct billing_summary {
-    int64_t users;            /* users billed */
+    int64_t users;            /* users billed (usage posted or settled) */
+    int64_t checked;          /* users whose funds were checked */
     int64_t at;               /* the time billed up to */
     int64_t duration_ms;      /* how long the pass took */
 };
-/* One pass over every user with unbilled running time (the thread calls
- * it; tests and benchmarks may too). */
+/* A full pass: posts all usage due up to now for every user with unbilled
+ * running time (the thread at start-up and when asked; tests and
+ * benchmarks may call it too). */
 int billing_pass(struct store *s, struct billing_summary *out);
+/* The thread's periodic pass: checks every such user's funds against what
+ * is due and posts only where funds ran out, an interval ended, credit
+ * expired, or the user's regular posting (every few minutes) falls due. */
+int billing_check(struct store *s, struct billing_summary *out);
 /* In a transaction: refuses (REFUSED, 402 insufficient_funds) unless the
  * user's funds cover a minimum run of `cards` more cards of gpu_model. */
 int billing_check_funds(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
                         struct op_outcome *o);
 int billing_start(void);
-/* Wakes the billing thread and waits (up to timeout_ms) for a pass that
- * started after the call; 0 on success. */
+/* Wakes the billing thread and waits (up to timeout_ms) for a full pass
+ * that started after the call; 0 if it ran and succeeded. */
 int billing_run_now(struct billing_summary *out, int timeout_ms);
 void billing_stop(void);
 

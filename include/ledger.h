@@ -19,9 +19,19 @@ struct store;
 struct funds {
     int64_t cash;      /* paid money */
     int64_t credit;    /* sum of unexpired grants' remaining */
-    int64_t available; /* cash + credit */
+    int64_t unbilled;  /* usage accrued up to `at` but not yet posted (ledger_funds_now only) */
+    int64_t available; /* cash + credit, less unbilled (never below 0) */
 };
+/* The ledger's funds as posted: grants valid at `at` (expiring after it). */
 int ledger_funds(struct store *s, const char *user_id, int64_t at, struct funds *out);
+/* Usage of the user's running intervals accrued up to `at` beyond what was
+ * posted for them. */
+int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *out);
+/* What the user can really spend at `at`: ledger_funds less the unbilled
+ * usage (billing posts it at least every few minutes, not every pass).
+ * Conservative: credit that expired since the last posting is not counted,
+ * even for the usage it will pay for. */
+int ledger_funds_now(struct store *s, const char *user_id, int64_t at, struct funds *out);
 
 /* Grants credit: source 'signup', 'invite:CODE' or 'admin'; expires_at 0
  * for never. id_out gets the grant id. */
@@ -32,13 +42,14 @@ int ledger_grant(struct store *s, const char *user_id, const char *source, int64
  * amount is STORE_CONFLICT. */
 int ledger_topup(struct store *s, const char *user_id, const char *payment_id, int64_t amount, const char *source,
                  int64_t at, char id_out[ID_MAX], int *duplicate);
-/* Charges usage: grants first (soonest expiry first, as valid at `at`),
- * then cash, all to revenue, each leg naming its grant. STORE_CONFLICT if
- * the funds do not cover amount (nothing posted). */
+/* Charges usage: grants first (soonest expiry first, as valid in the second
+ * before `at`), then cash, all to revenue, each leg naming its grant.
+ * STORE_CONFLICT if the funds do not cover amount (roll back). */
 int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *instance_id,
                   int64_t interval_id, const char *reason);
-/* Voids what is left of grants that expired at or before at (all users when
- * user_id is NULL). */
+/* Voids what is left of the user's grants that expired at or before at.
+ * With user_id NULL: of every user with no running time left to bill (those
+ * with some spend each grant up to its expiry first, in their billing). */
 int ledger_expire_grants(struct store *s, const char *user_id, int64_t at);
 /* Redeems an invite code for the user at `at`: STORE_NOT_FOUND for an
  * unknown, expired or used-up code, STORE_CONFLICT if already redeemed. */

@@ -394,8 +394,9 @@ int store_grant_insert(struct store *s, const struct grant *g);
 int store_grants_spendable(struct store *s, const char *user_id, int64_t at, struct grant *out, size_t max, size_t *n);
 /* All the user's grants, newest first. */
 int store_grants_of(struct store *s, const char *user_id, struct grant *out, size_t max, size_t *n);
-/* Grants of anyone with money left that expired at or before `at`. */
-int store_grants_expired(struct store *s, int64_t at, struct grant *out, size_t max, size_t *n);
+/* Grants with money left that expired at or before `at`: the user's, or
+ * (user_id NULL) those of every user with no running time left to bill. */
+int store_grants_expired(struct store *s, const char *user_id, int64_t at, struct grant *out, size_t max, size_t *n);
 /* Expiry times after `after` and at or before `until` of the user's grants with money left. */
 int store_grant_expiries(struct store *s, const char *user_id, int64_t after, int64_t until, int64_t *out, size_t max,
                          size_t *n);
@@ -444,8 +445,24 @@ struct billable {
 int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n);
 /* The user's intervals not yet billed in full. */
 int store_billables(struct store *s, const char *user_id, struct billable *out, size_t max, size_t *n);
-/* Records what has been posted for an interval; settled once ended and paid. */
-int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled);
+/* Every unsettled interval, by user then id; *out malloc'd (n entries). */
+int store_billables_all(struct store *s, struct billable **out, size_t *n);
+/* What each user with unsettled intervals could spend in the second before
+ * `at`, by user id; *out malloc'd (n entries). */
+struct user_funds {
+    char user_id[ID_MAX];      /* whose */
+    int64_t cash;              /* cash balance */
+    int64_t credit;            /* grants' remainders valid in the second before `at` */
+    int expired_grants;        /* 1: a grant with money left expired at or before `at` */
+};
+int store_funds_to_bill(struct store *s, int64_t at, struct user_funds **out, size_t *n);
+/* The user's cash balance and the sum of their grants with money left that
+ * are valid at `at` (expiring after it). */
+int store_user_funds(struct store *s, const char *user_id, int64_t at, int64_t *cash, int64_t *credit);
+/* Records what has been posted for an interval; settled once ended and paid.
+ * exhausted_at >= 0: funds ran out then, so an interval still open or ended
+ * later ends there (never before its start); -1 otherwise. */
+int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled, int64_t exhausted_at);
 
 /* store_money_reports.c: what users read about their money. */
 struct ledger_txn_row {

@@ -1,6 +1,8 @@
-/* api_balance.c: what a user reads about their money: GET /v1/balance,
- * GET /v1/transactions, GET /v1/usage and GET /v1/statements/{month}
- * (JSON or CSV). Amounts are decimal strings with the currency. */
+/* api_balance.c: what a user reads about their money: GET /v1/balance
+ * (cash and credit as posted, the usage accrued since and not yet posted,
+ * and what is left to spend), GET /v1/transactions, GET /v1/usage and
+ * GET /v1/statements/{month} (JSON or CSV). Amounts are decimal strings
+ * with the currency. */
 #include "clock.h"
 #include "daemon.h"
 #include "jsonx.h"
@@ -43,7 +45,7 @@ void api_balance_get(struct http_request *req)
     static _Thread_local struct grant grants[GRANTS_SHOWN];
     size_t n;
     int64_t burn = s ? store_user_burn_rate(s, req->user_id, now) : STORE_ERROR;
-    if (!s || burn < 0 || ledger_funds(s, req->user_id, now, &f) != STORE_OK ||
+    if (!s || burn < 0 || ledger_funds_now(s, req->user_id, now, &f) != STORE_OK ||
         store_grants_of(s, req->user_id, grants, GRANTS_SHOWN, &n) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
@@ -67,10 +69,10 @@ void api_balance_get(struct http_request *req)
         low = minutes < daemon_config->low_balance_minutes;
     }
     http_reply_json(req, 200,
-                    json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "currency", daemon_config->currency, "cash",
-                              json_money(f.cash), "credit", json_money(f.credit), "available", json_money(f.available),
-                              "grants", list, "burn_rate_per_hour", json_money(burn), "runway_minutes", runway,
-                              "low_balance", low));
+                    json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "currency", daemon_config->currency,
+                              "cash", json_money(f.cash), "credit", json_money(f.credit), "unbilled",
+                              json_money(f.unbilled), "available", json_money(f.available), "grants", list,
+                              "burn_rate_per_hour", json_money(burn), "runway_minutes", runway, "low_balance", low));
 }
 
 void api_transactions_list(struct http_request *req)

@@ -1,6 +1,6 @@
-/* api_billing.c: POST /v1/admin/billing/run: runs a billing pass now and
- * waits for it, for operators (and tests on the testing clock) who must not
- * wait for the next period. */
+/* api_billing.c: POST /v1/admin/billing/run: runs a full billing pass now
+ * (every user's usage posted up to now) and waits for it, for operators (and
+ * tests on the testing clock) who must not wait for the next period. */
 #include "daemon.h"
 #include "jsonx.h"
 
@@ -13,7 +13,7 @@ void api_billing_run(struct http_request *req)
     json_decref(body);
     struct billing_summary sum;
     if (billing_run_now(&sum, 30000) < 0) {
-        http_error(req, ERR_UNAVAILABLE, NULL, "the billing pass did not finish in time");
+        http_error(req, ERR_UNAVAILABLE, NULL, "the billing pass failed or did not finish in time; it will be retried");
         return;
     }
     http_reply_json(req, 200, json_pack("{s:I, s:o, s:I}", "users_billed", (json_int_t)sum.users, "billed_until",

@@ -1,6 +1,7 @@
 /* api_credits.c: credit grants: POST /v1/invite-codes/redeem (a user
  * redeems a code, once per account), and the admin's
- * POST /v1/admin/invite-codes and POST /v1/admin/users/{id}/grants. */
+ * POST /v1/admin/invite-codes and POST /v1/admin/users/{id}/grants (which
+ * honours Idempotency-Key: a retried grant is granted once). */
 #include "clock.h"
 #include "daemon.h"
 #include "jsonx.h"
@@ -10,6 +11,7 @@
 
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ALREADY (-102) /* redemption refused: this account already has it */
@@ -123,22 +125,53 @@ void api_invite_codes_create(struct http_request *req)
     json_decref(body);
 }
 
+#define KEY_REUSED (-103) /* the Idempotency-Key came with another request */
+
 struct grant_ctx {
-    const char *user_id;  /* whom */
-    int64_t amount;       /* how much */
-    int64_t expires_at;   /* 0: never */
-    const char *reason;   /* why */
-    char grant[ID_MAX];   /* out */
+    const char *user_id;            /* whom */
+    int64_t amount;                 /* how much */
+    int64_t expires_at;             /* 0: never */
+    const char *reason;             /* why */
+    const struct http_request *req; /* for the idempotency record */
+    const struct idempotency *idem; /* its key */
+    char grant[ID_MAX];             /* out */
+    char *answer;                   /* out: the 201 body, or the replayed one (malloc'd) */
+    int replayed;                   /* out: answer is a twin request's */
 };
 
 static int grant_txn(struct store *s, void *vctx)
 {
     struct grant_ctx *ctx = vctx;
+    free(ctx->answer);
+    ctx->answer = NULL;
+    ctx->replayed = 0;
+    /* A retry sent while the first try was in flight: writers are
+     * serialised, so its record is visible here; answer as it did. */
+    if (ctx->idem->key[0]) {
+        char hash[65];
+        int status;
+        int rc = store_idempotency_get(s, ctx->req->user_id, ctx->idem->key, hash, &status, &ctx->answer);
+        if (rc == STORE_OK) {
+            ctx->replayed = 1;
+            return strcmp(hash, ctx->idem->hash) == 0 ? STORE_OK : KEY_REUSED;
+        }
+        if (rc != STORE_NOT_FOUND)
+            return rc;
+    }
     struct user u;
     int rc = store_user_get(s, ctx->user_id, &u);
+    if (rc == STORE_OK)
+        rc = ledger_grant(s, ctx->user_id, "admin", ctx->amount, ctx->expires_at, clock_now(), ctx->reason, ctx->grant);
     if (rc != STORE_OK)
         return rc;
-    return ledger_grant(s, ctx->user_id, "admin", ctx->amount, ctx->expires_at, clock_now(), ctx->reason, ctx->grant);
+    json_t *j = json_pack("{s:s, s:s, s:o, s:o, s:s}", "grant_id", ctx->grant, "user_id", ctx->user_id, "amount",
+                          json_money(ctx->amount), "expires_at", json_time(ctx->expires_at, 1), "currency",
+                          daemon_config->currency);
+    ctx->answer = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!ctx->answer)
+        return STORE_ERROR;
+    return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->answer);
 }
 
 void api_grants_create(struct http_request *req)
@@ -152,7 +185,15 @@ void api_grants_create(struct http_request *req)
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
-    struct grant_ctx ctx = {.user_id = req->params[0], .reason = json_string_value(json_object_get(body, "reason"))};
+    struct idempotency idem;
+    if (idempotency_begin(req, &idem)) {
+        json_decref(body);
+        return;
+    }
+    struct grant_ctx ctx = {.user_id = req->params[0],
+                            .reason = json_string_value(json_object_get(body, "reason")),
+                            .req = req,
+                            .idem = &idem};
     if (!ctx.reason)
         ctx.reason = "credit from an administrator";
     const char *expires = json_string_value(json_object_get(body, "expires_at"));
@@ -165,12 +206,16 @@ void api_grants_create(struct http_request *req)
         int rc = !s ? STORE_ERROR : id_valid("usr", ctx.user_id) ? store_txn(s, grant_txn, &ctx) : STORE_NOT_FOUND;
         if (rc == STORE_NOT_FOUND)
             http_error(req, ERR_NOT_FOUND, NULL, "no user %.32s", req->params[0]);
+        else if (rc == KEY_REUSED)
+            http_error(req, ERR_IDEMPOTENCY_KEY_REUSED, "Idempotency-Key", NULL);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
-        else
-            http_reply_json(req, 201, json_pack("{s:s, s:s, s:o, s:o, s:s}", "grant_id", ctx.grant, "user_id",
-                                                ctx.user_id, "amount", json_money(ctx.amount), "expires_at",
-                                                json_time(ctx.expires_at, 1), "currency", daemon_config->currency));
+        else {
+            if (ctx.replayed)
+                http_add_header(req, "Idempotent-Replayed", "true");
+            http_reply_raw(req, 201, "application/json", ctx.answer, strlen(ctx.answer));
+        }
+        free(ctx.answer);
     }
     json_decref(body);
 }

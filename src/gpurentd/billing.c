@@ -1,12 +1,18 @@
-/* billing.c: the billing loop. On its own thread, every billing_interval_ms
- * (or when asked), for each user with running intervals not yet billed in
- * full, it computes what each interval costs up to now (tariff.c) and posts
- * the difference from what was already posted, drawing grants before cash.
- * Credit that expires in between is used up to its expiry and then voided.
- * When funds cannot cover what is due, billing ends at the last second they
- * covered: the intervals are closed there and the user's instances are
- * stopped. Passes may be late, repeated or cut short by a crash: each
- * recomputes from the intervals' starts, so totals never change. */
+/* billing.c: the billing loop. On its own thread, every billing_interval_ms,
+ * it checks every user with running intervals not yet billed in full: what
+ * their intervals cost up to now (tariff.c) against what they can spend.
+ * Usage is posted to the ledger (the difference from what was already
+ * posted, drawing grants before cash) when funds run out, when an interval
+ * has ended, when a grant expired, and otherwise at least every
+ * BILLING_POST_EVERY_S per user, spread over the passes: posting every
+ * interval every pass would cost a ledger transaction per instance every few
+ * seconds. A full pass (billing_pass: at start-up, and when an admin asks)
+ * posts everything due. Credit that expires in between is used up to its
+ * expiry and then voided. When funds cannot cover what is due, billing ends
+ * at the last second they covered: the intervals are closed there and the
+ * user's instances are stopped. Passes may be late, repeated or cut short by
+ * a crash: each recomputes from the intervals' starts, so totals never
+ * change. */
 #include "clock.h"
 #include "daemon.h"
 #include "jsonx.h"
@@ -24,6 +30,7 @@
 
 #define BILLABLES_MAX 256   /* open intervals of one user handled per pass */
 #define USERS_PER_TXN 200   /* short write locks, few commits */
+#define BILLING_POST_EVERY_S 300 /* a user's usage is posted at least this often */
 #define CHECKPOINTS_MAX 64  /* grant expiries handled per user per pass */
 
 /* Prices per GPU type, loaded once per pass. */
@@ -173,8 +180,10 @@ static int bill_until(struct store *s, struct pass *p, const char *user_id, int6
                 return rc;
             b[i].billed = due;
         }
+        /* Funds that ran out end every interval there, even one the user
+         * stopped later but before this pass saw it. */
         int settled = (b[i].ended_at && b[i].ended_at <= until) || exhausted;
-        if ((rc = store_interval_billed(s, b[i].id, b[i].billed, settled)) != STORE_OK)
+        if ((rc = store_interval_billed(s, b[i].id, b[i].billed, settled, exhausted ? until : -1)) != STORE_OK)
             return rc;
     }
     if (exhausted)
@@ -182,13 +191,15 @@ static int bill_until(struct store *s, struct pass *p, const char *user_id, int6
     return STORE_OK;
 }
 
-static int bill_user(struct store *s, struct pass *p, const char *user_id)
+/* expiries 0: the caller knows no grant of the user expired by now. */
+static int bill_user(struct store *s, struct pass *p, const char *user_id, int expiries_possible)
 {
     /* Credit is spent up to its expiry and only then voided, so a late pass
      * draws on it exactly as a timely one would have. */
     int64_t expiries[CHECKPOINTS_MAX];
-    size_t n;
-    int rc = store_grant_expiries(s, user_id, INT64_MIN, p->now, expiries, CHECKPOINTS_MAX, &n);
+    size_t n = 0;
+    int rc = expiries_possible ? store_grant_expiries(s, user_id, INT64_MIN, p->now, expiries, CHECKPOINTS_MAX, &n)
+                               : STORE_OK;
     if (rc != STORE_OK)
         return rc;
     for (size_t i = 0; i < n; i++)
@@ -201,6 +212,7 @@ static int bill_user(struct store *s, struct pass *p, const char *user_id)
 struct batch_ctx {
     struct pass *pass;         /* shared state */
     char (*users)[ID_MAX];     /* the batch */
+    const unsigned char *expiries; /* per user: 0 if no grant of theirs expired by now; NULL: unknown */
     size_t n;                  /* its length */
 };
 
@@ -209,15 +221,58 @@ static int batch_txn(struct store *s, void *vctx)
     struct batch_ctx *ctx = vctx;
     ctx->pass->stopped_any = 0;
     for (size_t i = 0; i < ctx->n; i++) {
-        int rc = bill_user(s, ctx->pass, ctx->users[i]);
+        int rc = bill_user(s, ctx->pass, ctx->users[i], !ctx->expiries || ctx->expiries[i]);
         if (rc != STORE_OK) {
             log_error("billing: cannot bill user %s (rc %d)", ctx->users[i], rc);
             return rc;
         }
     }
-    /* Grants of users with nothing to bill expire too. */
-    return ledger_expire_grants(s, NULL, ctx->pass->now);
+    return STORE_OK;
 }
+
+/* Grants of users with nothing to bill expire too; after all the batches,
+ * so that no user's credit is voided before their usage up to its expiry
+ * was drawn from it (bill_user voids the grants of those it bills). */
+static int expire_txn(struct store *s, void *vctx)
+{
+    struct pass *p = vctx;
+    return ledger_expire_grants(s, NULL, p->now);
+}
+
+/* Bills users (sorted) in batches of USERS_PER_TXN, then voids the credit
+ * of users with nothing left to bill. */
+static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], const unsigned char *expiries,
+                      size_t n)
+{
+    int rc = STORE_OK, stopped = 0;
+    for (size_t off = 0; rc == STORE_OK && off < n; off += USERS_PER_TXN) {
+        struct batch_ctx ctx = {p, users + off, expiries ? expiries + off : NULL,
+                                n - off < USERS_PER_TXN ? n - off : USERS_PER_TXN};
+        rc = store_txn(s, batch_txn, &ctx);
+        stopped |= p->stopped_any;
+    }
+    if (rc == STORE_OK)
+        rc = store_txn(s, expire_txn, p);
+    if (stopped)
+        reconciler_wake();
+    return rc;
+}
+
+static void pass_done(struct pass *p, int64_t started, int64_t checked, int64_t billed, struct billing_summary *out)
+{
+    for (size_t i = 0; i < p->n_prices; i++)
+        free(p->prices[i].pp);
+    if (out) {
+        out->users = billed;
+        out->checked = checked;
+        out->at = p->now;
+        out->duration_ms = clock_mono_ms() - started;
+    }
+}
+
+/* When every user's usage was last looked at (a full pass or a check);
+ * only the thread that runs the passes touches it. */
+static int64_t last_check = -1;
 
 int billing_pass(struct store *s, struct billing_summary *out)
 {
@@ -226,26 +281,79 @@ int billing_pass(struct store *s, struct billing_summary *out)
     char(*users)[ID_MAX] = NULL;
     size_t n = 0;
     int rc = store_users_to_bill(s, &users, &n);
-    int stopped = 0;
-    for (size_t off = 0; rc == STORE_OK && off < n; off += USERS_PER_TXN) {
-        struct batch_ctx ctx = {&p, users + off, n - off < USERS_PER_TXN ? n - off : USERS_PER_TXN};
-        rc = store_txn(s, batch_txn, &ctx);
-        stopped |= p.stopped_any;
-    }
-    if (rc == STORE_OK && n == 0) {
-        struct batch_ctx ctx = {&p, NULL, 0};
-        rc = store_txn(s, batch_txn, &ctx);
-    }
-    for (size_t i = 0; i < p.n_prices; i++)
-        free(p.prices[i].pp);
+    if (rc == STORE_OK)
+        rc = bill_users(s, &p, users, NULL, n);
     free(users);
-    if (stopped)
-        reconciler_wake();
-    if (out) {
-        out->users = (int64_t)n;
-        out->at = p.now;
-        out->duration_ms = clock_mono_ms() - started;
+    if (rc == STORE_OK)
+        last_check = p.now;
+    pass_done(&p, started, (int64_t)n, (int64_t)n, out);
+    return rc;
+}
+
+/* Whether the user's regular posting falls between two passes: each user
+ * at their own offset in a BILLING_POST_EVERY_S cycle, so that every pass
+ * posts an even share of users. */
+static int posting_due(const char *user_id, int64_t prev, int64_t now)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (const char *c = user_id; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211u;
+    int64_t off = (int64_t)(h % BILLING_POST_EVERY_S);
+    return (now + off) / BILLING_POST_EVERY_S != (prev + off) / BILLING_POST_EVERY_S;
+}
+
+int billing_check(struct store *s, struct billing_summary *out)
+{
+    int64_t started = clock_mono_ms();
+    struct pass p = {.now = clock_now()};
+    int64_t prev = last_check >= 0 && last_check <= p.now ? last_check : p.now - 1;
+    struct billable *b = NULL;
+    struct user_funds *f = NULL;
+    char(*users)[ID_MAX] = NULL;
+    size_t nb = 0, nf = 0, nu = 0, checked = 0;
+    /* Funds first: a top-up landing between the two reads only makes a
+     * user look poorer, which bills them now rather than later. */
+    int rc = store_funds_to_bill(s, p.now, &f, &nf);
+    if (rc == STORE_OK)
+        rc = store_billables_all(s, &b, &nb);
+    unsigned char *expiries = NULL;
+    if (rc == STORE_OK && nb && (!(users = malloc(nb * sizeof *users)) || !(expiries = malloc(nb))))
+        rc = STORE_ERROR;
+    size_t fi = 0;
+    for (size_t i = 0; rc == STORE_OK && i < nb;) {
+        const char *user_id = b[i].user_id;
+        int64_t owed = 0;
+        int ended = 0;
+        size_t j = i;
+        for (; j < nb && strcmp(b[j].user_id, user_id) == 0; j++) {
+            int64_t due;
+            if ((rc = due_at(s, &p, &b[j], p.now, &due)) != STORE_OK)
+                break;
+            if (due > b[j].billed && money_add(owed, due - b[j].billed, &owed) != MONEY_OK)
+                rc = STORE_ERROR;
+            ended |= b[j].ended_at != 0;
+        }
+        while (fi < nf && strcmp(f[fi].user_id, user_id) < 0)
+            fi++;
+        const struct user_funds *uf = fi < nf && strcmp(f[fi].user_id, user_id) == 0 ? &f[fi] : NULL;
+        /* Anything uncertain bills now: the full path decides exactly. */
+        if (!uf || owed > uf->cash + uf->credit || ended || uf->expired_grants ||
+            (owed > 0 && posting_due(user_id, prev, p.now))) {
+            expiries[nu] = !uf || uf->expired_grants;
+            memcpy(users[nu++], user_id, ID_MAX);
+        }
+        checked++;
+        i = j;
     }
+    free(b);
+    free(f);
+    if (rc == STORE_OK)
+        rc = bill_users(s, &p, users, expiries, nu);
+    free(users);
+    free(expiries);
+    if (rc == STORE_OK)
+        last_check = p.now;
+    pass_done(&p, started, (int64_t)checked, (int64_t)nu, out);
     return rc;
 }
 
@@ -277,7 +385,7 @@ int billing_check_funds(struct store *s, const char *user_id, const char *gpu_mo
             return STORE_ERROR;
     }
     struct funds f;
-    rc = ledger_funds(s, user_id, at, &f);
+    rc = ledger_funds_now(s, user_id, at, &f);
     if (rc != STORE_OK)
         return rc;
     if (f.available >= need)
@@ -305,7 +413,9 @@ static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
 static int stop_requested, wake_requested; /* guarded by lock */
 static int64_t passes_done;                /* guarded by lock */
-static struct billing_summary last;        /* guarded by lock */
+static int64_t full_asked, full_done;      /* guarded by lock: full passes asked for, and served up to */
+static struct billing_summary last;        /* guarded by lock: of the last full pass */
+static int last_rc;                        /* guarded by lock: how the last full pass ended */
 
 static void *billing_main(void *arg)
 {
@@ -315,14 +425,29 @@ static void *billing_main(void *arg)
         log_error("billing: no database connection; billing stopped");
         return NULL;
     }
+    /* The first pass after start-up posts everything due. */
+    int first = 1;
     for (;;) {
+        /* Requests made before this read are served by this pass, which
+         * reads the clock after it. */
+        pthread_mutex_lock(&lock);
+        int64_t asked = full_asked;
+        pthread_mutex_unlock(&lock);
+        int full = first || asked > full_done;
         struct billing_summary sum = {0};
-        if (billing_pass(s, &sum) != STORE_OK)
+        int rc = full ? billing_pass(s, &sum) : billing_check(s, &sum);
+        if (rc != STORE_OK)
             log_error("billing: pass failed; it will be retried");
+        else
+            first = 0;
         metrics_billing_pass(sum.duration_ms * 1000);
         watchdog_loop_alive(LOOP_BILLING);
         pthread_mutex_lock(&lock);
-        last = sum;
+        if (full) {
+            last = sum;
+            last_rc = rc;
+            full_done = asked;
+        }
         passes_done++;
         pthread_cond_broadcast(&done_cond);
         struct timespec deadline;
@@ -368,22 +493,18 @@ int billing_run_now(struct billing_summary *out, int timeout_ms)
         deadline.tv_nsec -= 1000000000;
     }
     pthread_mutex_lock(&lock);
-    /* A pass already under way may have read the clock before the caller
-     * moved it: wait for the one after it. */
-    int64_t target = passes_done + 2;
-    wake_requested = 1;
-    pthread_cond_signal(&cond);
+    /* A pass already under way read the clock before this call: the full
+     * pass that serves it starts after it. */
+    int64_t target = ++full_asked;
     int rc = 0;
-    while (passes_done < target && rc == 0) {
-        if (passes_done == target - 1) {
-            wake_requested = 1;
-            pthread_cond_signal(&cond);
-        }
+    while (full_done < target && rc == 0) {
+        wake_requested = 1;
+        pthread_cond_signal(&cond);
         rc = pthread_cond_timedwait(&done_cond, &lock, &deadline);
     }
     if (out)
         *out = last;
-    int ok = passes_done >= target;
+    int ok = full_done >= target && last_rc == STORE_OK;
     pthread_mutex_unlock(&lock);
     return ok ? 0 : -1;
 }

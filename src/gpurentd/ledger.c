@@ -1,6 +1,7 @@
 /* ledger.c: money operations on the double-entry ledger (see ledger.h). */
 #include "ledger.h"
 #include "log.h"
+#include "money.h"
 #include "store.h"
 #include "tariff.h"
 
@@ -8,25 +9,53 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GRANTS_MAX 64 /* grants one charge draws on at most */
+#define GRANTS_MAX 64     /* grants read at once */
+#define BILLABLES_MAX 256 /* open intervals of one user counted at most */
 
 int ledger_funds(struct store *s, const char *user_id, int64_t at, struct funds *out)
 {
     memset(out, 0, sizeof *out);
-    char account[48];
-    snprintf(account, sizeof account, "cash:%s", user_id);
-    int64_t cash = store_account_balance(s, account);
-    if (cash < 0)
-        return (int)cash;
-    struct grant g[GRANTS_MAX];
-    size_t n;
-    int rc = store_grants_spendable(s, user_id, at, g, GRANTS_MAX, &n);
-    if (rc != STORE_OK)
+    int rc = store_user_funds(s, user_id, at, &out->cash, &out->credit);
+    if (rc != STORE_OK) {
+        memset(out, 0, sizeof *out);
         return rc;
-    out->cash = cash;
-    for (size_t i = 0; i < n; i++)
-        out->credit += g[i].remaining;
+    }
     out->available = out->cash + out->credit;
+    return STORE_OK;
+}
+
+int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *out)
+{
+    *out = 0;
+    struct billable b[BILLABLES_MAX];
+    size_t n;
+    int rc = store_billables(s, user_id, b, BILLABLES_MAX, &n);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        int64_t end = b[i].ended_at && b[i].ended_at < at ? b[i].ended_at : at, due = 0;
+        struct price_point *pp;
+        size_t np;
+        if (end <= b[i].started_at)
+            continue;
+        if ((rc = store_prices(s, b[i].gpu_model, &pp, &np)) != STORE_OK)
+            break;
+        if (tariff_due(pp, np, b[i].card_count, b[i].started_at, end, &due) != MONEY_OK ||
+            (due > b[i].billed && money_add(*out, due - b[i].billed, out) != MONEY_OK))
+            rc = STORE_ERROR;
+        free(pp);
+    }
+    if (rc != STORE_OK)
+        *out = 0;
+    return rc;
+}
+
+int ledger_funds_now(struct store *s, const char *user_id, int64_t at, struct funds *out)
+{
+    int rc = ledger_funds(s, user_id, at, out);
+    if (rc != STORE_OK || (rc = ledger_unbilled(s, user_id, at, &out->unbilled)) != STORE_OK) {
+        memset(out, 0, sizeof *out);
+        return rc;
+    }
+    out->available = out->unbilled < out->cash + out->credit ? out->cash + out->credit - out->unbilled : 0;
     return STORE_OK;
 }
 
@@ -97,30 +126,49 @@ int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t 
         return STORE_OK;
     if (amount < 0)
         return STORE_ERROR;
-    /* Usage of the second before `at` may still draw on a grant expiring at `at`. */
-    struct grant g[GRANTS_MAX];
-    size_t n;
-    int rc = store_grants_spendable(s, user_id, at - 1, g, GRANTS_MAX, &n);
-    if (rc != STORE_OK)
-        return rc;
-    struct ledger_leg legs[GRANTS_MAX + 2];
-    memset(legs, 0, sizeof legs);
-    size_t nl = 0;
+    /* One leg per grant drawn, then cash, then revenue: grown as needed, as
+     * a user may hold more grants than one read returns. */
+    size_t cap = GRANTS_MAX + 2, nl = 0;
+    struct ledger_leg *legs = calloc(cap, sizeof *legs);
+    if (!legs)
+        return STORE_ERROR;
     int64_t left = amount;
-    for (size_t i = 0; i < n && left > 0; i++) {
-        int64_t take = g[i].remaining < left ? g[i].remaining : left;
-        if ((rc = store_grant_spend(s, g[i].id, take)) != STORE_OK)
-            return rc;
-        snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "grant:%.31s", g[i].id);
-        snprintf(legs[nl].grant_id, sizeof legs[nl].grant_id, "%.31s", g[i].id);
-        legs[nl++].amount = -take;
-        left -= take;
+    int rc = STORE_OK;
+    while (left > 0) {
+        /* Usage of the second before `at` may still draw on a grant expiring at `at`. */
+        struct grant g[GRANTS_MAX];
+        size_t n;
+        if ((rc = store_grants_spendable(s, user_id, at - 1, g, GRANTS_MAX, &n)) != STORE_OK)
+            goto done;
+        for (size_t i = 0; i < n && left > 0; i++) {
+            int64_t take = g[i].remaining < left ? g[i].remaining : left;
+            if ((rc = store_grant_spend(s, g[i].id, take)) != STORE_OK)
+                goto done;
+            if (nl + 2 >= cap) {
+                struct ledger_leg *grown = realloc(legs, 2 * cap * sizeof *legs);
+                if (!grown) {
+                    rc = STORE_ERROR;
+                    goto done;
+                }
+                memset(grown + cap, 0, cap * sizeof *legs);
+                legs = grown;
+                cap *= 2;
+            }
+            snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "grant:%.31s", g[i].id);
+            snprintf(legs[nl].grant_id, sizeof legs[nl].grant_id, "%.31s", g[i].id);
+            legs[nl++].amount = -take;
+            left -= take;
+        }
+        if (n < GRANTS_MAX) /* every grant drawn; the rest is cash */
+            break;
     }
     if (left > 0) {
         char cash[48];
         snprintf(cash, sizeof cash, "cash:%s", user_id);
-        if (store_account_balance(s, cash) < left)
-            return STORE_CONFLICT;
+        if (store_account_balance(s, cash) < left) {
+            rc = STORE_CONFLICT;
+            goto done;
+        }
         snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "%s", cash);
         legs[nl++].amount = -left;
     }
@@ -132,20 +180,21 @@ int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t 
                              .reason = reason,
                              .instance_id = instance_id,
                              .interval_id = interval_id};
-    return store_ledger_post(s, &e, legs, nl, at);
+    rc = store_ledger_post(s, &e, legs, nl, at);
+done:
+    free(legs);
+    return rc;
 }
 
 int ledger_expire_grants(struct store *s, const char *user_id, int64_t at)
 {
     for (;;) {
         struct grant g[GRANTS_MAX];
-        size_t n = 0, done = 0;
-        int rc = store_grants_expired(s, at, g, GRANTS_MAX, &n);
+        size_t n = 0;
+        int rc = store_grants_expired(s, user_id, at, g, GRANTS_MAX, &n);
         if (rc != STORE_OK)
             return rc;
         for (size_t i = 0; i < n; i++) {
-            if (user_id && strcmp(g[i].user_id, user_id) != 0)
-                continue;
             struct ledger_leg legs[2] = {{.amount = -g[i].remaining}, {.amount = g[i].remaining}};
             snprintf(legs[0].account_id, sizeof legs[0].account_id, "grant:%.31s", g[i].id);
             snprintf(legs[0].grant_id, sizeof legs[0].grant_id, "%.31s", g[i].id);
@@ -158,9 +207,8 @@ int ledger_expire_grants(struct store *s, const char *user_id, int64_t at)
             if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK ||
                 (rc = store_grant_void(s, g[i].id, g[i].expires_at)) != STORE_OK)
                 return rc;
-            done++;
         }
-        if (n < GRANTS_MAX || done == 0)
+        if (n < GRANTS_MAX)
             return STORE_OK;
     }
 }

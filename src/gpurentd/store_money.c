@@ -33,9 +33,13 @@ static const char SQL_GRANTS_SPENDABLE[] =
     " AND (expires_at IS NULL OR expires_at > ?2) ORDER BY expires_at IS NULL, expires_at, created_at, id LIMIT ?3";
 static const char SQL_GRANTS_OF[] =
     "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE user_id = ? ORDER BY created_at DESC, id LIMIT ?";
+/* One user's expired grants, or (?2 NULL) those of users with nothing left
+ * to bill: a user with unsettled running time spends each grant up to its
+ * expiry first, so only their own billing may void it. */
 static const char SQL_GRANTS_EXPIRED[] =
-    "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE remaining > 0 AND voided_at IS NULL AND expires_at <= ?"
-    " ORDER BY expires_at LIMIT ?";
+    "SELECT " GRANT_COLUMNS " FROM credit_grants g WHERE remaining > 0 AND voided_at IS NULL AND expires_at <= ?1"
+    " AND (g.user_id = ?2 OR (?2 IS NULL AND NOT EXISTS (SELECT 1 FROM running_intervals r"
+    " WHERE r.user_id = g.user_id AND r.settled = 0))) ORDER BY expires_at, id LIMIT ?3";
 static const char SQL_GRANT_EXPIRIES[] =
     "SELECT DISTINCT expires_at FROM credit_grants WHERE user_id = ?1 AND remaining > 0 AND voided_at IS NULL"
     " AND expires_at > ?2 AND expires_at <= ?3 ORDER BY expires_at LIMIT ?4";
@@ -62,7 +66,30 @@ static const char SQL_USERS_TO_BILL[] =
 static const char SQL_BILLABLES[] =
     "SELECT id, instance_id, user_id, gpu_model, card_count, started_at, coalesce(ended_at, 0), billed"
     " FROM running_intervals WHERE user_id = ? AND settled = 0 ORDER BY id LIMIT ?";
-static const char SQL_INTERVAL_BILLED[] = "UPDATE running_intervals SET billed = ?2, settled = ?3 WHERE id = ?1";
+/* ?4, when set, is where billing ended because funds ran out: an interval
+ * still open or ended later is cut there. */
+/* The periodic check reads every unsettled interval and the funds of every
+ * user who has one in two statements, rather than a few per user. */
+static const char SQL_BILLABLES_ALL[] =
+    "SELECT id, instance_id, user_id, gpu_model, card_count, started_at, coalesce(ended_at, 0), billed"
+    " FROM running_intervals WHERE settled = 0 ORDER BY user_id, id";
+static const char SQL_FUNDS_TO_BILL[] =
+    "SELECT u.user_id, coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || u.user_id), 0),"
+    " coalesce((SELECT sum(g.remaining) FROM credit_grants g WHERE g.user_id = u.user_id AND g.remaining > 0"
+    "   AND g.voided_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > ?1)), 0),"
+    " EXISTS (SELECT 1 FROM credit_grants g WHERE g.user_id = u.user_id AND g.remaining > 0"
+    "   AND g.voided_at IS NULL AND g.expires_at <= ?2)"
+    " FROM (SELECT DISTINCT user_id FROM running_intervals WHERE settled = 0) u ORDER BY u.user_id";
+static const char SQL_USER_FUNDS[] =
+    "SELECT coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || ?1), 0),"
+    " coalesce((SELECT sum(remaining) FROM credit_grants WHERE user_id = ?1 AND remaining > 0"
+    " AND voided_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)), 0)";
+static const char SQL_INTERVAL_BILLED[] =
+    "UPDATE running_intervals SET billed = ?2, settled = ?3,"
+    " end_reason = CASE WHEN ?4 IS NOT NULL AND (ended_at IS NULL OR ended_at > ?4) THEN 'funds exhausted'"
+    " ELSE end_reason END,"
+    " ended_at = CASE WHEN ?4 IS NOT NULL AND (ended_at IS NULL OR ended_at > ?4) THEN max(started_at, ?4)"
+    " ELSE ended_at END WHERE id = ?1";
 
 static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
 {
@@ -207,8 +234,28 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
     for (size_t i = 0; i < n; i++) {
         if (legs[i].amount == 0)
             continue;
-        if ((rc = account_ensure(s, legs[i].account_id, e->user_id)) != STORE_OK)
-            return rc;
+        /* The account is created on its first posting: moved first, and
+         * only if that moved nothing, made and moved. */
+        for (int attempt = 0;; attempt++) {
+            st = store_stmt(s, SQL_ACCOUNT_MOVE);
+            if (!st)
+                return STORE_ERROR;
+            sqlite3_bind_text(st, 1, legs[i].account_id, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 2, legs[i].amount);
+            /* A user account below zero breaks its CHECK: refused, not clamped. */
+            rc = sqlite3_step(st);
+            sqlite3_reset(st);
+            if ((rc & 0xff) == SQLITE_CONSTRAINT)
+                return STORE_CONFLICT;
+            if ((rc = store_rc_from_sqlite(s, rc, "move balance")) != STORE_OK)
+                return rc;
+            if (sqlite3_changes(store_db(s)) == 1)
+                break;
+            if (attempt > 0) /* a platform account the migration should have made */
+                return STORE_ERROR;
+            if ((rc = account_ensure(s, legs[i].account_id, e->user_id)) != STORE_OK)
+                return rc;
+        }
         st = store_stmt(s, SQL_POSTING_INSERT);
         if (!st)
             return STORE_ERROR;
@@ -218,18 +265,6 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
         if (legs[i].grant_id[0])
             sqlite3_bind_text(st, 4, legs[i].grant_id, -1, SQLITE_STATIC);
         if ((rc = step_write(s, st, "insert posting")) != STORE_OK)
-            return rc;
-        st = store_stmt(s, SQL_ACCOUNT_MOVE);
-        if (!st)
-            return STORE_ERROR;
-        sqlite3_bind_text(st, 1, legs[i].account_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, legs[i].amount);
-        /* A user account below zero breaks its CHECK: refused, not clamped. */
-        rc = sqlite3_step(st);
-        sqlite3_reset(st);
-        if ((rc & 0xff) == SQLITE_CONSTRAINT)
-            return STORE_CONFLICT;
-        if ((rc = store_rc_from_sqlite(s, rc, "move balance")) != STORE_OK)
             return rc;
     }
     return STORE_OK;
@@ -297,14 +332,16 @@ int store_grants_of(struct store *s, const char *user_id, struct grant *out, siz
     READ_ROWS(s, st, out, max, n, read_grant, "grants of user");
 }
 
-int store_grants_expired(struct store *s, int64_t at, struct grant *out, size_t max, size_t *n)
+int store_grants_expired(struct store *s, const char *user_id, int64_t at, struct grant *out, size_t max, size_t *n)
 {
     *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_GRANTS_EXPIRED);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_int64(st, 1, at);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    if (user_id)
+        sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
     READ_ROWS(s, st, out, max, n, read_grant, "expired grants");
 }
 
@@ -494,7 +531,7 @@ int store_billables(struct store *s, const char *user_id, struct billable *out, 
     READ_ROWS(s, st, out, max, n, read_billable, "billables");
 }
 
-int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled)
+int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled, int64_t exhausted_at)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_INTERVAL_BILLED);
     if (!st)
@@ -502,5 +539,94 @@ int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settl
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, billed);
     sqlite3_bind_int(st, 3, settled);
+    if (exhausted_at >= 0)
+        sqlite3_bind_int64(st, 4, exhausted_at);
     return step_change(s, st, "interval billed");
+}
+
+int store_billables_all(struct store *s, struct billable **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_BILLABLES_ALL);
+    if (!st)
+        return STORE_ERROR;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            struct billable *grown = realloc(*out, cap * sizeof **out);
+            if (!grown) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            *out = grown;
+        }
+        read_billable(st, &(*out)[(*n)++]);
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "all billables");
+    sqlite3_reset(st);
+    if (result != STORE_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return result;
+}
+
+int store_funds_to_bill(struct store *s, int64_t at, struct user_funds **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_FUNDS_TO_BILL);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, at - 1);
+    sqlite3_bind_int64(st, 2, at);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            struct user_funds *grown = realloc(*out, cap * sizeof **out);
+            if (!grown) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            *out = grown;
+        }
+        struct user_funds *f = &(*out)[(*n)++];
+        text(f->user_id, sizeof f->user_id, st, 0);
+        f->cash = sqlite3_column_int64(st, 1);
+        f->credit = sqlite3_column_int64(st, 2);
+        f->expired_grants = sqlite3_column_int(st, 3);
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "funds to bill");
+    sqlite3_reset(st);
+    if (result != STORE_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return result;
+}
+
+int store_user_funds(struct store *s, const char *user_id, int64_t at, int64_t *cash, int64_t *credit)
+{
+    *cash = *credit = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_FUNDS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, at);
+    int rc = sqlite3_step(st), result = STORE_OK;
+    if (rc == SQLITE_ROW) {
+        *cash = sqlite3_column_int64(st, 0);
+        *credit = sqlite3_column_int64(st, 1);
+    } else {
+        result = store_rc_from_sqlite(s, rc, "user funds");
+    }
+    sqlite3_reset(st);
+    return result;
 }

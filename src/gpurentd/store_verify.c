@@ -49,6 +49,8 @@ static const struct check checks[] = {
      " (SELECT t.interval_id AS id, sum(p.amount) AS s FROM ledger_postings p JOIN ledger_transactions t"
      " ON t.id = p.transaction_id WHERE p.account_id = 'revenue' GROUP BY t.interval_id) x ON x.id = r.id"
      " WHERE coalesce(x.s, 0) <> r.billed"},
+    {"interval settled while still open",
+     "SELECT id, 'billed ' || billed FROM running_intervals WHERE settled = 1 AND ended_at IS NULL"},
     {"top-up differs from the cash it added",
      "SELECT u.id, 'amount ' || u.amount || ', cash ' || coalesce(sum(p.amount), 0) FROM topups u"
      " LEFT JOIN ledger_transactions t ON t.topup_id = u.id LEFT JOIN ledger_postings p ON p.transaction_id = t.id"

@@ -1,0 +1,553 @@
+"""money_util.py: helpers and fixtures shared by the money tests
+(test_money*.py): integer micro-yuan arithmetic written from the design (not
+from the C code), a real gpurentd with a real `gpurent-agent sim-fleet` so
+instances run and accrue usage, and `gpurentd ledger verify` after every test.
+
+Amounts
+-------
+MICRO                    micro-yuan per yuan
+PRICE                    seed prices per card-hour, micro-yuan
+micro(s) -> int          "9.60" -> 9600000, exact (no float); refuses anything else
+accrue(price, cards, s)  floor(price * cards * s / 3600), the billing formula
+yuan(micro) -> str       9600000 -> "9.60", as the API writes amounts
+iso(t)                   epoch seconds -> "2027-01-15T08:00:00Z"
+webhook_headers(secret, body, ts=None)  signed payment-webhook headers
+
+Daemon and fleet
+----------------
+MONEY_OPTIONS            daemon options: billing only when asked (so each test
+                         decides when passes run), fast heartbeats and
+                         reconciler, many connections per client
+Cluster(daemon, fleets)  a daemon with simulated nodes; see start_cluster()
+start_cluster(directory, nodes={"MI450": 4}, options=None, clock=START_TIME)
+                         starts gpurentd and one sim-fleet per GPU model,
+                         waits for every node to be ready
+Cluster methods          signup(**fields) -> Money user (with .id, .key);
+                         cli_user() -> user with no credit at all;
+                         launch(user, gpu, cards) -> instance id once running
+                         (the clock does not move while it provisions, so its
+                         running interval starts at the clock's value);
+                         stop(user, iid); wait_state(user, iid, states);
+                         billing() -> pass summary; balance(user) -> dict of
+                         micro ints; topup(user, amount, payment_id);
+                         grant(user, amount, expires_at=None) -> grant id;
+                         spent(user) -> micro spent on usage (from the ledger);
+                         verify() -> runs `gpurentd ledger verify`
+
+Fixtures (import them into a test module: `from money_util import *`)
+--------
+money_cluster            one Cluster per module (MI450 x 4 nodes, MI300X x 2)
+cluster_fixture(nodes, options)  makes another module-scoped cluster fixture
+new_cluster              factory for tests that need their own daemon; each
+                         one's ledger is verified before it is stopped
+verify_ledgers           autouse: after each test, `gpurentd ledger verify`
+                         must pass on the module's money_cluster
+"""
+import datetime
+import hashlib
+import hmac
+import os
+import re
+import time
+
+import pytest
+
+from agent_util import Fleet, poll
+from harness import START_TIME, Daemon, run_gpurentd, unique_email
+
+MICRO = 1_000_000
+PRICE = {"MI450": 1_200_000, "MI300X": 2_200_000, "RTX4090": 900_000}
+IMAGE = "rocm/pytorch:2.3-rocm6.2"
+SIM_ZERO = {"sim_pull_ms": "0", "sim_mount_ms": "0", "sim_start_ms": "0"}
+MONEY_OPTIONS = {
+    "billing_interval_ms": "3600000",      # passes only when a test asks for one
+    "heartbeat_interval_ms": "200",
+    "reconcile_interval_ms": "100",
+    "reconcile_sweep_ms": "500",
+    "max_connections_per_client": "1000",  # the concurrency tests open hundreds
+    "max_connections": "2000",
+    "threads": "16",
+}
+_AMOUNT = re.compile(r"^(-?)(0|[1-9][0-9]*)\.([0-9]{2,6})$")
+
+
+def micro(s):
+    """An amount the API showed ("9.60", "-0.000333") as integer micro-yuan.
+    Every amount the API shows has 2 to 6 fraction digits."""
+    m = _AMOUNT.match(s)
+    assert m, f"not an API amount: {s!r}"
+    v = int(m.group(2)) * MICRO + int(m.group(3).ljust(6, "0"))
+    return -v if m.group(1) else v
+
+
+def yuan(v):
+    """Micro-yuan as the API writes them: 2 to 6 fraction digits."""
+    sign = "-" if v < 0 else ""
+    v = abs(v)
+    frac = f"{v % MICRO:06d}".rstrip("0").ljust(2, "0")
+    return f"{sign}{v // MICRO}.{frac}"
+
+
+def accrue(price, cards, seconds):
+    return price * cards * seconds // 3600
+
+
+def iso(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def from_iso(s):
+    return int(datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp())
+
+
+class User:
+    def __init__(self, id, key, email):
+        self.id, self.key, self.email = id, key, email
+
+    def __repr__(self):
+        return f"User({self.id})"
+
+
+def webhook_headers(secret, body, ts=None):
+    """The payment provider's headers: hex HMAC-SHA256 of "TIMESTAMP.BODY"
+    keyed with the shared secret, the timestamp in wall-clock seconds."""
+    ts = str(int(time.time()) if ts is None else ts)
+    if isinstance(body, str):
+        body = body.encode()
+    sig = hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return {"X-Gpurent-Webhook-Timestamp": ts, "X-Gpurent-Webhook-Signature": sig,
+            "Content-Type": "application/json"}
+
+
+def ledger_verify(db_path):
+    """Runs `gpurentd ledger verify --db`; returns (exit code, output)."""
+    p = run_gpurentd("ledger", "verify", "--db", db_path, timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+class Cluster:
+    """A gpurentd with simulated nodes, and the money operations tests use."""
+
+    def __init__(self, daemon, fleets):
+        self.d = daemon
+        self.fleets = fleets
+
+    # ------------------------------------------------------------ users
+
+    def signup(self, **fields):
+        acct = self.d.signup(**fields)
+        return User(acct.id, acct.key, acct.email)
+
+    def cli_user(self):
+        """An account made by `gpurentd admin create-user`: no trial credit."""
+        email = unique_email("cash")
+        key = self.d.cli_create_user(email)
+        r = self.d.get("/v1/me", key=key)
+        assert r.status_code == 200, r.text
+        return User(r.json()["id"], key, email)
+
+    # ------------------------------------------------------------ money
+
+    def admin(self, method, path, **kw):
+        return self.d.request(method, path, key=self.d.admin_key, **kw)
+
+    def billing(self):
+        r = self.admin("POST", "/v1/admin/billing/run", json={})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def balance(self, user):
+        r = self.d.get("/v1/balance", key=user.key)
+        assert r.status_code == 200, r.text
+        b = r.json()
+        out = {k: micro(b[k]) for k in ("cash", "credit", "unbilled", "available", "burn_rate_per_hour")}
+        out["grants"] = {g["id"]: dict(g, amount=micro(g["amount"]), remaining=micro(g["remaining"]))
+                         for g in b["grants"]}
+        out["raw"] = b
+        return out
+
+    def topup(self, user, amount, payment_id=None):
+        r = self.admin("POST", f"/v1/admin/users/{user.id}/topups",
+                       json={"amount": yuan(amount), "payment_id": payment_id or f"pay-{os.urandom(8).hex()}"})
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def grant(self, user, amount, expires_at=None, reason=None):
+        body = {"amount": yuan(amount)}
+        if expires_at is not None:
+            body["expires_at"] = iso(expires_at)
+        if reason is not None:
+            body["reason"] = reason
+        r = self.admin("POST", f"/v1/admin/users/{user.id}/grants", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()["grant_id"]
+
+    def set_price(self, gpu, price, effective_at):
+        r = self.admin("PUT", f"/v1/admin/prices/{gpu}",
+                       json={"price_per_card_hour": yuan(price), "effective_at": iso(effective_at)})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def spent(self, user):
+        """Micro-yuan the user's funds paid for usage, from the ledger rows."""
+        rows = self.d.sql(
+            "SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t"
+            " ON t.id = p.transaction_id JOIN ledger_accounts a ON a.id = p.account_id"
+            " WHERE t.kind = 'usage' AND t.user_id = ? AND a.kind IN ('cash', 'grant')", (user.id,))
+        return rows[0][0]
+
+    def transactions(self, user, **params):
+        out, cursor = [], None
+        while True:
+            q = dict(params, limit=200)
+            if cursor:
+                q["cursor"] = cursor
+            r = self.d.get("/v1/transactions", key=user.key, params=q)
+            assert r.status_code == 200, r.text
+            out += r.json()["data"]
+            cursor = r.json()["next_cursor"]
+            if not cursor:
+                return out
+
+    def intervals(self, iid):
+        """(started_at, ended_at, billed, settled, end_reason) of each running interval."""
+        return self.d.sql("SELECT started_at, ended_at, billed, settled, end_reason FROM running_intervals"
+                          " WHERE instance_id = ? ORDER BY id", (iid,))
+
+    def verify(self):
+        rc, out = ledger_verify(self.d.db_path)
+        assert rc == 0 and out.strip().splitlines()[-1] == "ledger OK", f"ledger verify failed ({rc}):\n{out}"
+
+    # ------------------------------------------------------------ instances
+
+    def create(self, user, gpu="MI450", cards=8, **kw):
+        return self.d.post("/v1/instances", key=user.key,
+                           json={"gpu_type": gpu, "card_count": cards, "image": IMAGE}, **kw)
+
+    def instance(self, user, iid):
+        r = self.d.get(f"/v1/instances/{iid}", key=user.key)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait_state(self, user, iid, states, timeout=30):
+        states = {states} if isinstance(states, str) else set(states)
+
+        def check():
+            body = self.instance(user, iid)
+            if body["state"] in ("failed", "lost") and body["state"] not in states:
+                raise AssertionError(f"instance {iid} went {body['state']}: {body['state_reason']}")
+            return body if body["state"] in states else None
+        return poll(check, timeout, f"instance {iid} to reach {sorted(states)}")
+
+    def launch(self, user, gpu="MI450", cards=8):
+        """Creates an instance and waits (without moving the clock) until it runs."""
+        r = self.create(user, gpu, cards)
+        assert r.status_code == 201, r.text
+        iid = r.json()["id"]
+        self.wait_state(user, iid, "running")
+        return iid
+
+    def stop(self, user, iid, wait=True):
+        r = self.d.post(f"/v1/instances/{iid}/stop", key=user.key)
+        assert r.status_code == 200, r.text
+        if wait:
+            self.wait_state(user, iid, "stopped")
+        return r.json()
+
+    def start(self, user, iid):
+        return self.d.post(f"/v1/instances/{iid}/start", key=user.key)
+
+    def events(self, user, iid):
+        r = self.d.get(f"/v1/instances/{iid}/events", key=user.key, params={"limit": 500})
+        assert r.status_code == 200, r.text
+        return r.json()["data"]
+
+    def wait_idle(self, timeout=30):
+        """Waits until no instance is between states (every wind-down finished)."""
+        poll(lambda: not self.d.sql("SELECT 1 FROM instances WHERE state IN ('pending', 'provisioning', 'stopping')"
+                                    " LIMIT 1"), timeout, "every instance to settle")
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self):
+        """Stops the daemon (asserting a clean exit) and the fleets; kills
+        whatever does not stop, so nothing outlives the test."""
+        errors = []
+        try:
+            self.d.stop()
+        except Exception as e:
+            errors.append(f"gpurentd: {e}")
+            self.d.kill()
+        for f in self.fleets:
+            try:
+                f.stop()
+            except Exception as e:
+                errors.append(f"sim-fleet: {e}")
+                if f.proc.poll() is None:
+                    f.proc.kill()
+                    f.proc.wait()
+        assert not errors, "\n\n".join(errors)
+
+
+def start_cluster(directory, nodes=None, options=None, clock=START_TIME):
+    """gpurentd plus one sim-fleet per GPU model in nodes {model: count}."""
+    nodes = {"MI450": 4} if nodes is None else nodes
+    d = Daemon(os.path.join(str(directory), "daemon"), options={**MONEY_OPTIONS, **(options or {})}, clock=clock)
+    fleets = []
+    try:
+        for model, count in nodes.items():
+            f = Fleet(os.path.join(str(directory), f"fleet-{model.lower()}"), d.base_url, nodes=count, model=model,
+                      admin_key=d.admin_key, options=SIM_ZERO, start=False)
+            fleets.append(f)
+            f.start()
+        want = sum(nodes.values())
+
+        def ready():
+            r = d.get("/v1/admin/nodes", key=d.admin_key, params={"limit": 100})
+            assert r.status_code == 200, r.text
+            data = r.json()["data"]
+            return len(data) >= min(want, 100) and all(n["state"] == "ready" for n in data)
+        if want:
+            poll(ready, 60, "every simulated node to be ready")
+    except BaseException:
+        d.kill()
+        for f in fleets:
+            if f.proc and f.proc.poll() is None:
+                f.proc.kill()
+                f.proc.wait()
+        raise
+    return Cluster(d, fleets)
+
+
+# ---------------------------------------------------------------- fixtures
+
+_LIVE = []  # clusters whose ledgers are verified after each test
+
+
+def cluster_fixture(nodes=None, options=None):
+    """A module-scoped fixture: one Cluster for the module, its ledger
+    verified after each test."""
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory):
+        c = start_cluster(tmp_path_factory.mktemp("money"), nodes=nodes, options=options)
+        _LIVE.append(c)
+        try:
+            yield c
+        finally:
+            _LIVE.remove(c)
+            c.close()
+    return fixture
+
+
+money_cluster = cluster_fixture({"MI450": 4, "MI300X": 2})
+
+
+@pytest.fixture
+def new_cluster(tmp_path):
+    made = []
+
+    def make(**kw):
+        c = start_cluster(tmp_path / f"c{len(made)}", **kw)
+        made.append(c)
+        _LIVE.append(c)
+        return c
+    yield make
+    for c in made:
+        _LIVE.remove(c)
+    errors = []
+    for c in made:
+        try:
+            if c.d.running:
+                c.verify()
+        except Exception as e:
+            errors.append(str(e))
+        try:
+            c.close()
+        except Exception as e:
+            errors.append(str(e))
+    assert not errors, "\n\n".join(errors)
+
+
+@pytest.fixture(autouse=True)
+def verify_ledgers():
+    """`gpurentd ledger verify` passes on every money daemon after each test."""
+    yield
+    for c in list(_LIVE):
+        c.verify()
+
+
+# ---------------------------------------------------------------- reference model
+
+class RefModel:
+    """What the money rules say each user's funds and spend are, in plain
+    integer Python, fed the same operations as the daemon.
+
+    Billing is lazy, as the design describes it: a pass at `now` recomputes
+    every unsettled interval from its start, so its outcome depends only on
+    what happened before it, not on when earlier passes ran. Per user, each
+    grant expiry E up to now is a checkpoint: usage up to E is paid with the
+    funds valid in the second before E (so a grant pays for usage up to its
+    expiry), then what is left of grants expiring at E is void. When what is
+    due exceeds the funds, billing ends at the last second s they cover (due
+    is floor(price x cards x seconds / 3600) per price piece, so the search is
+    over whole seconds) and every interval of the user ends there. Usage draws
+    grants soonest expiry first (never-expiring last; then by creation time
+    and id), then cash.
+
+    users[uid] = {"cash": int, "grants": {gid: grant}, "intervals": [iv]}
+    grant = {"amount", "remaining", "expires": int or None, "created", "voided"}
+    iv = {"iid", "model", "cards", "start", "end" (None while open), "billed",
+          "settled"}
+    """
+
+    def __init__(self, prices=None):
+        self.prices = {m: [(0, p)] for m, p in (prices or PRICE).items()}
+        self.users = {}
+
+    # ---- operations the tests perform
+
+    def add_user(self, uid):
+        self.users[uid] = {"cash": 0, "grants": {}, "intervals": []}
+
+    def grant(self, uid, gid, amount, expires, created):
+        self.users[uid]["grants"][gid] = {"amount": amount, "remaining": amount, "expires": expires,
+                                          "created": created, "voided": False}
+
+    def topup(self, uid, amount):
+        self.users[uid]["cash"] += amount
+
+    def set_price(self, model, price, effective_at):
+        pts = [p for p in self.prices[model] if p[0] != effective_at] + [(effective_at, price)]
+        self.prices[model] = sorted(pts)
+
+    def open_interval(self, uid, iid, model, cards, start):
+        self.users[uid]["intervals"].append({"iid": iid, "model": model, "cards": cards, "start": start,
+                                             "end": None, "billed": 0, "settled": False})
+
+    def close_interval(self, uid, iid, at):
+        for iv in self.users[uid]["intervals"]:
+            if iv["iid"] == iid and iv["end"] is None:
+                iv["end"] = max(iv["start"], at)
+
+    # ---- what the rules derive
+
+    def price_at(self, model, t):
+        price = None
+        for eff, p in self.prices[model]:
+            if eff <= t:
+                price = p
+        return price
+
+    def due(self, iv, t):
+        end = t if iv["end"] is None else min(iv["end"], t)
+        total, pts = 0, self.prices[iv["model"]]
+        for k, (eff, p) in enumerate(pts):
+            lo = max(eff, iv["start"])
+            hi = min(pts[k + 1][0], end) if k + 1 < len(pts) else end
+            if hi > lo:
+                total += accrue(p, iv["cards"], hi - lo)
+        return total
+
+    def spendable(self, uid, at):
+        """Grants usable for the second before `at`, in draw order."""
+        gs = [(gid, g) for gid, g in self.users[uid]["grants"].items()
+              if not g["voided"] and g["remaining"] > 0 and (g["expires"] is None or g["expires"] > at - 1)]
+        return sorted(gs, key=lambda x: (x[1]["expires"] is None, x[1]["expires"] or 0, x[1]["created"], x[0]))
+
+    def funds(self, uid, now):
+        """Cash and credit valid at now, as posted."""
+        u = self.users[uid]
+        return u["cash"] + sum(g["remaining"] for _, g in self.spendable(uid, now + 1))
+
+    def unbilled(self, uid, now):
+        """Usage accrued up to now and not yet posted."""
+        return sum(max(0, self.due(iv, now) - iv["billed"]) for iv in self.unsettled(uid))
+
+    def available(self, uid, now):
+        """What the balance says is left to spend: posted funds less unbilled
+        usage (credit that expired since the last pass counts for nothing)."""
+        return max(0, self.funds(uid, now) - self.unbilled(uid, now))
+
+    def grant_shown(self, uid, gid, now):
+        g = self.users[uid]["grants"][gid]
+        return 0 if g["expires"] is not None and g["expires"] <= now else g["remaining"]
+
+    def spent(self, uid):
+        return sum(iv["billed"] for iv in self.users[uid]["intervals"])
+
+    def unsettled(self, uid):
+        return [iv for iv in self.users[uid]["intervals"] if not iv["settled"]]
+
+    def _owed(self, ivs, t):
+        return sum(max(0, self.due(iv, t) - iv["billed"]) for iv in ivs)
+
+    def _charge(self, uid, amount, at):
+        u = self.users[uid]
+        for _, g in self.spendable(uid, at):
+            take = min(g["remaining"], amount)
+            g["remaining"] -= take
+            amount -= take
+        assert amount <= u["cash"], "the model overdrew cash"
+        u["cash"] -= amount
+
+    def _expire(self, uid, at):
+        for g in self.users[uid]["grants"].values():
+            if not g["voided"] and g["remaining"] > 0 and g["expires"] is not None and g["expires"] <= at:
+                g["remaining"] = 0
+                g["voided"] = True
+
+    def _bill_until(self, uid, t):
+        """Returns the second funds ran out at, or None."""
+        ivs = self.unsettled(uid)
+        if not ivs:
+            return None
+        funds = self.users[uid]["cash"] + sum(g["remaining"] for _, g in self.spendable(uid, t))
+        until, exhausted = t, self._owed(ivs, t) > funds
+        if exhausted:
+            lo, hi = min(iv["start"] for iv in ivs), t
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._owed(ivs, mid) <= funds:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            until = lo
+        for iv in ivs:
+            d = self.due(iv, until)
+            if d > iv["billed"]:
+                self._charge(uid, d - iv["billed"], until)
+                iv["billed"] = d
+            if exhausted:
+                iv["end"] = max(iv["start"], until) if iv["end"] is None else min(iv["end"], max(iv["start"], until))
+            iv["settled"] = exhausted or (iv["end"] is not None and iv["end"] <= until)
+        return until if exhausted else None
+
+    def billing_pass(self, now):
+        """Returns {uid: second its funds ran out} for users stopped."""
+        stopped = {}
+        for uid in sorted(self.users):
+            if not self.unsettled(uid):
+                continue
+            expiries = sorted({g["expires"] for g in self.users[uid]["grants"].values()
+                               if not g["voided"] and g["remaining"] > 0 and g["expires"] is not None
+                               and g["expires"] <= now})
+            for e in expiries:
+                out = self._bill_until(uid, e)
+                if out is not None:
+                    stopped[uid] = out
+                self._expire(uid, e)
+            out = self._bill_until(uid, now)
+            if out is not None:
+                stopped[uid] = out
+        for uid in self.users:
+            if not self.unsettled(uid):
+                self._expire(uid, now)
+        return stopped
+
+    def min_run_need(self, uid, model, cards, now, held, minutes=10):
+        """Funds a create/start needs: a minimum run of it and of every card
+        the user holds (held: {model: cards})."""
+        need = accrue(self.price_at(model, now), cards, minutes * 60)
+        for m, n in held.items():
+            need += accrue(self.price_at(m, now), n, minutes * 60)
+        return need

@@ -1,0 +1,320 @@
+"""test_money_model.py: model-based random test of billing against the real
+daemon and simulated nodes. Each seed drives a fresh gpurentd through a few
+hundred random steps (sign-ups, admin and webhook top-ups, repeated payment
+ids, admin grants, some expiring, price changes, launches, starts, stops,
+clock jumps large and small or to the exact second funds or credit run out,
+and billing passes). The same steps feed RefModel (money_util), plain
+integer Python; after every billing pass each user's cash, credit, every
+grant's remainder, spend, running intervals (start, end, charge) and
+instances' states must equal the model's, and `gpurentd ledger verify` must
+pass. Between passes the balance's unbilled usage and what is left to spend
+must match too. Launches and starts are predicted: 402 exactly when the
+model says what is left does not cover a minimum run.
+
+MONEY_MODEL_SEED=N reruns one seed; MONEY_MODEL_STEPS sets the steps per
+seed. A failure names its seed and the last steps taken."""
+import copy
+import json
+import os
+import random
+import time
+
+import pytest
+
+from money_util import MICRO, RefModel, ledger_verify, new_cluster, webhook_headers, yuan  # noqa: F401
+
+SECRET = "whsec-model"
+STEPS = int(os.environ.get("MONEY_MODEL_STEPS", "500"))
+if os.environ.get("MONEY_MODEL_SEED"):
+    SEEDS = [int(os.environ["MONEY_MODEL_SEED"])]
+else:
+    _base = random.randrange(1, 10**6)
+    SEEDS = [_base + i for i in range(5)]
+NODES = {"MI450": 5, "MI300X": 2}
+
+
+class Run:
+    """One seed's random walk: the daemon, the model and the bookkeeping
+    that maps between them."""
+
+    def __init__(self, c, seed):
+        self.c, self.d, self.seed = c, c.d, seed
+        self.rng = random.Random(seed)
+        self.model = RefModel()
+        self.users = {}        # uid -> User
+        self.instances = {}    # iid -> {"uid", "gpu", "cards", "state": running|stopped}
+        self.pending = []      # (user, iid) created but not yet seen running
+        self.payments = []     # (uid, payment_id, amount) already paid
+        self.log = []
+        self.passes = 0
+        self.checks = 0
+        self.counts = {"ran out": 0, "refused 402": 0, "no capacity": 0}
+
+    def fail(self, msg):
+        tail = "\n  ".join(self.log[-25:])
+        raise AssertionError(f"seed {self.seed} (rerun: MONEY_MODEL_SEED={self.seed}), step {len(self.log)}: "
+                             f"{msg}\nlast steps:\n  {tail}")
+
+    def check(self, cond, msg):
+        if not cond:
+            self.fail(msg)
+
+    def now(self):
+        return self.d.now()
+
+    # ------------------------------------------------------------ waiting
+
+    def settle_launches(self):
+        """Instances created open their interval when they run; the clock
+        must not move before they do."""
+        for u, iid in self.pending:
+            body = self.c.wait_state(u, iid, "running")
+            self.check(body["state"] == "running", f"{iid} did not run")
+        self.pending = []
+
+    def settle_stops(self):
+        self.c.wait_idle()
+
+    # ------------------------------------------------------------ steps
+
+    def step_signup(self):
+        kind = self.rng.choice(["plain", "plain", "invite", "cli"])
+        if kind == "cli":
+            u = self.c.cli_user()
+        else:
+            u = self.c.signup(**({"invite_code": "AMD6GW"} if kind == "invite" else {}))
+        self.users[u.id] = u
+        self.model.add_user(u.id)
+        if kind != "cli":
+            [(gid, created)] = self.d.sql("SELECT id, created_at FROM credit_grants WHERE user_id = ?", (u.id,))
+            self.model.grant(u.id, gid, 10 * MICRO, None, created)
+        self.log.append(f"signup {kind} {u.id}")
+
+    def user(self):
+        return self.users[self.rng.choice(sorted(self.users))]
+
+    def amount(self):
+        return self.rng.choice([self.rng.randint(1, 50 * MICRO), self.rng.randint(1, 3) * MICRO,
+                                self.rng.randint(1, 1000)])
+
+    def step_topup(self):
+        if self.payments and self.rng.random() < 0.2:
+            uid, pid, amount = self.rng.choice(self.payments)  # a retry: no change
+            fresh = False
+        else:
+            uid, pid, amount, fresh = self.user().id, f"pay-{self.seed}-{len(self.log)}", self.amount(), True
+        if self.rng.random() < 0.5:
+            r = self.c.admin("POST", f"/v1/admin/users/{uid}/topups", json={"amount": yuan(amount),
+                                                                          "payment_id": pid})
+        else:
+            raw = json.dumps({"payment_id": pid, "user_id": uid, "amount": yuan(amount), "currency": "CNY"})
+            r = self.d.post("/v1/payments/webhook", data=raw, headers=webhook_headers(SECRET, raw))
+        self.check(r.status_code == (201 if fresh else 200), f"top-up: {r.status_code} {r.text}")
+        if fresh:
+            self.model.topup(uid, amount)
+            self.payments.append((uid, pid, amount))
+        self.log.append(f"topup {uid} {yuan(amount)} {pid} {'fresh' if fresh else 'repeat'}")
+
+    def step_grant(self):
+        u, amount, now = self.user(), self.amount(), self.now()
+        expires = None
+        if self.rng.random() < 0.6:
+            expires = now + self.rng.choice([1, 2, 60, self.rng.randint(1, 7200), self.rng.randint(1, 86400)])
+        gid = self.c.grant(u, amount, expires_at=expires)
+        self.model.grant(u.id, gid, amount, expires, now)
+        self.log.append(f"grant {u.id} {yuan(amount)} expires {expires and expires - now} -> {gid}")
+
+    def held(self, uid):
+        out = {}
+        for i in self.instances.values():
+            if i["uid"] == uid and i["state"] == "running":
+                out[i["gpu"]] = out.get(i["gpu"], 0) + i["cards"]
+        return out
+
+    def predict_refusal(self, uid, gpu, cards):
+        now = self.now()
+        need = self.model.min_run_need(uid, gpu, cards, now, self.held(uid))
+        return self.model.available(uid, now) < need
+
+    def step_launch(self):
+        self.settle_stops()
+        u = self.user()
+        gpu = self.rng.choice(["MI450", "MI450", "MI300X"])
+        cards = self.rng.choice([1, 1, 2, 4, 8])
+        poor = self.predict_refusal(u.id, gpu, cards)
+        r = self.c.create(u, gpu, cards)
+        self.log.append(f"launch {u.id} {cards} x {gpu}: {r.status_code}")
+        if poor:
+            self.check(r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds",
+                       f"launch should be refused for funds: {r.status_code} {r.text}")
+            self.counts["refused 402"] += 1
+            return
+        if r.status_code == 409 and r.json()["error"]["code"] == "insufficient_capacity":
+            self.counts["no capacity"] += 1
+            return
+        self.check(r.status_code == 201, f"launch: {r.status_code} {r.text}")
+        iid = r.json()["id"]
+        self.instances[iid] = {"uid": u.id, "gpu": gpu, "cards": cards, "state": "running"}
+        self.model.open_interval(u.id, iid, gpu, cards, self.now())
+        self.pending.append((u, iid))
+        self.log[-1] += f" -> {iid}"
+
+    def step_start(self):
+        stopped = [iid for iid, i in sorted(self.instances.items()) if i["state"] == "stopped"]
+        if not stopped:
+            return self.step_launch()
+        self.settle_stops()
+        iid = self.rng.choice(stopped)
+        i = self.instances[iid]
+        u = self.users[i["uid"]]
+        poor = self.predict_refusal(u.id, i["gpu"], i["cards"])
+        r = self.c.start(u, iid)
+        self.log.append(f"start {iid}: {r.status_code}")
+        if poor:
+            self.check(r.status_code == 402, f"start should be refused for funds: {r.status_code} {r.text}")
+            self.counts["refused 402"] += 1
+            return
+        if r.status_code == 409 and r.json()["error"]["code"] == "insufficient_capacity":
+            self.counts["no capacity"] += 1
+            return
+        self.check(r.status_code == 200, f"start: {r.status_code} {r.text}")
+        i["state"] = "running"
+        self.model.open_interval(u.id, iid, i["gpu"], i["cards"], self.now())
+        self.pending.append((u, iid))
+
+    def step_stop(self):
+        running = [iid for iid, i in sorted(self.instances.items()) if i["state"] == "running"]
+        if not running:
+            return self.step_launch()
+        self.settle_launches()
+        iid = self.rng.choice(running)
+        i = self.instances[iid]
+        self.c.stop(self.users[i["uid"]], iid, wait=False)
+        i["state"] = "stopped"
+        self.model.close_interval(i["uid"], iid, self.now())
+        self.log.append(f"stop {iid}")
+
+    def interesting_times(self):
+        """Seconds worth landing on: grant expiries and when funds run out."""
+        now, out = self.now(), []
+        for uid, u in self.model.users.items():
+            out += [g["expires"] + k for g in u["grants"].values() if g["expires"] for k in (-1, 0, 1)]
+        dry = copy.deepcopy(self.model)
+        out += [s + k for s in dry.billing_pass(now + 40 * 3600).values() for k in (-1, 0, 1)]
+        return [t for t in out if t > now]
+
+    def step_clock(self):
+        self.settle_launches()
+        now = self.now()
+        r = self.rng.random()
+        special = self.interesting_times() if r < 0.35 else []
+        if special:
+            t = self.rng.choice(special)
+        elif r < 0.8:
+            t = now + self.rng.randint(1, 600)
+        else:
+            t = now + self.rng.randint(600, 4 * 3600)
+        self.d.set_clock(t)
+        self.log.append(f"clock +{t - now}")
+
+    def step_price(self):
+        gpu = self.rng.choice(["MI450", "MI300X"])
+        price = self.rng.choice([self.rng.randint(100_000, 5 * MICRO), 1_200_000, 2_200_000])
+        eff = self.now() + self.rng.choice([0, 1, self.rng.randint(1, 7200)])
+        self.c.set_price(gpu, price, eff)
+        self.model.set_price(gpu, price, eff)
+        self.log.append(f"price {gpu} {yuan(price)} from +{eff - self.now()}")
+
+    def step_billing(self):
+        self.settle_launches()
+        now = self.now()
+        self.c.billing()
+        stopped = self.model.billing_pass(now)
+        self.passes += 1
+        self.counts["ran out"] += len(stopped)
+        for iid, i in self.instances.items():
+            if i["uid"] in stopped and i["state"] == "running":
+                i["state"] = "stopped"
+        self.log.append(f"billing at {now}: stopped {sorted(stopped.items())}")
+        self.settle_stops()
+        self.compare(full=True)
+
+    def step_peek(self):
+        """Balance between passes: the ledger as of the last pass."""
+        self.compare(full=False)
+
+    # ------------------------------------------------------------ comparing
+
+    def compare(self, full):
+        now = self.now()
+        self.checks += 1
+        for uid in sorted(self.users):
+            u, m = self.users[uid], self.model.users[uid]
+            b = self.c.balance(u)
+            want_grants = {gid: self.model.grant_shown(uid, gid, now) for gid in m["grants"]}
+            got_grants = {gid: g["remaining"] for gid, g in b["grants"].items()}
+            self.check(got_grants == want_grants, f"{uid} grants {got_grants} != model {want_grants}")
+            self.check(b["cash"] == m["cash"], f"{uid} cash {yuan(b['cash'])} != model {yuan(m['cash'])}")
+            want_credit = self.model.funds(uid, now) - m["cash"]
+            self.check(b["credit"] == want_credit, f"{uid} credit {yuan(b['credit'])} != model {yuan(want_credit)}")
+            want = (self.model.unbilled(uid, now), self.model.available(uid, now))
+            self.check((b["unbilled"], b["available"]) == want,
+                       f"{uid} unbilled, available {(b['unbilled'], b['available'])} != model {want}")
+            if not full:
+                continue
+            spent = self.c.spent(u)
+            self.check(spent == self.model.spent(uid), f"{uid} spent {spent} != model {self.model.spent(uid)}")
+            got = self.d.sql("SELECT instance_id, started_at, ended_at, billed, settled FROM running_intervals"
+                             " WHERE user_id = ? ORDER BY id", (uid,))
+            want = [(iv["iid"], iv["start"], iv["end"], iv["billed"], int(iv["settled"])) for iv in m["intervals"]]
+            self.check(got == want, f"{uid} intervals\n  daemon {got}\n  model  {want}")
+        if full:
+            states = dict(self.d.sql("SELECT id, state FROM instances"))
+            for iid, i in self.instances.items():
+                self.check(states[iid] == i["state"], f"{iid} is {states[iid]}, model says {i['state']}")
+            rc, out = ledger_verify(self.d.db_path)
+            self.check(rc == 0, f"ledger verify:\n{out}")
+
+    # ------------------------------------------------------------ the walk
+
+    def walk(self, steps):
+        self.step_signup()
+        table = [(self.step_signup, 1.0), (self.step_topup, 2.0), (self.step_grant, 2.0), (self.step_launch, 2.5),
+                 (self.step_start, 0.8), (self.step_stop, 1.5), (self.step_clock, 4.0), (self.step_billing, 3.0),
+                 (self.step_price, 0.3), (self.step_peek, 1.5)]
+        fns, weights = zip(*table)
+        for _ in range(steps):
+            fn = self.rng.choices(fns, weights)[0]
+            if fn == self.step_signup and len(self.users) >= 8:
+                fn = self.step_topup
+            fn()
+        # Everything stops; a last pass settles every interval.
+        self.settle_launches()
+        for iid, i in sorted(self.instances.items()):
+            if i["state"] == "running":
+                self.c.stop(self.users[i["uid"]], iid, wait=False)
+                i["state"] = "stopped"
+                self.model.close_interval(i["uid"], iid, self.now())
+        self.d.advance_clock(1)
+        self.step_billing()
+        for uid in self.users:
+            self.check(not self.model.unsettled(uid), f"{uid} has unsettled intervals after the last pass")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_walks_match_the_reference_model(new_cluster, seed):
+    started = time.monotonic()
+    c = new_cluster(nodes=NODES, options={"payment_webhook_secret": SECRET})
+    run = Run(c, seed)
+    try:
+        run.walk(STEPS)
+    except AssertionError as e:
+        if f"seed {seed}" not in str(e):
+            raise AssertionError(f"seed {seed} (rerun: MONEY_MODEL_SEED={seed}), step {len(run.log)}: {e}\n"
+                                 "last steps:\n  " + "\n  ".join(run.log[-25:])) from e
+        raise
+    voided = sum(g["voided"] for u in run.model.users.values() for g in u["grants"].values())
+    print(f"seed {seed}: {len(run.log)} steps, {run.passes} billing passes, {run.checks} comparisons, "
+          f"{len(run.instances)} instances, {len(run.users)} users, {voided} grants voided, {run.counts} "
+          f"in {time.monotonic() - started:.1f}s")
+    assert run.passes > 10
