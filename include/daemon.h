@@ -49,6 +49,7 @@ struct daemon_conf {
     int64_t master_port;          /* MASTER_PORT given to multi-node jobs */
     char currency[8];             /* platform currency code shown with amounts */
     int64_t billing_interval_ms;  /* milliseconds between billing passes */
+    int64_t billing_post_interval_s; /* a user's running usage is posted to the ledger at least this often */
     int64_t min_run_minutes;      /* funds needed to start: this many minutes of the instance */
     int64_t low_balance_minutes;  /* warn when funds last less than this at the current burn */
     char signup_credit[24];       /* trial credit of a new account, e.g. "10.00" */

@@ -4,7 +4,7 @@
  * Usage is posted to the ledger (the difference from what was already
  * posted, drawing grants before cash) when funds run out, when an interval
  * has ended, when a grant expired, and otherwise at least every
- * BILLING_POST_EVERY_S per user, spread over the passes: posting every
+ * billing_post_interval_s per user, spread over the passes: posting every
  * interval every pass would cost a ledger transaction per instance every few
  * seconds. A full pass (billing_pass: at start-up, and when an admin asks)
  * posts everything due. Credit that expires in between is used up to its
@@ -30,7 +30,6 @@
 
 #define BILLABLES_MAX 256   /* open intervals of one user handled per pass */
 #define USERS_PER_TXN 200   /* short write locks, few commits */
-#define BILLING_POST_EVERY_S 300 /* a user's usage is posted at least this often */
 #define CHECKPOINTS_MAX 64  /* grant expiries handled per user per pass */
 
 /* Prices per GPU type, loaded once per pass. */
@@ -291,15 +290,16 @@ int billing_pass(struct store *s, struct billing_summary *out)
 }
 
 /* Whether the user's regular posting falls between two passes: each user
- * at their own offset in a BILLING_POST_EVERY_S cycle, so that every pass
+ * at their own offset in a billing_post_interval_s cycle, so that every pass
  * posts an even share of users. */
 static int posting_due(const char *user_id, int64_t prev, int64_t now)
 {
     uint64_t h = 1469598103934665603u; /* FNV-1a */
     for (const char *c = user_id; *c; c++)
         h = (h ^ (unsigned char)*c) * 1099511628211u;
-    int64_t off = (int64_t)(h % BILLING_POST_EVERY_S);
-    return (now + off) / BILLING_POST_EVERY_S != (prev + off) / BILLING_POST_EVERY_S;
+    int64_t every = daemon_config->billing_post_interval_s;
+    int64_t off = (int64_t)(h % (uint64_t)every);
+    return (now + off) / every != (prev + off) / every;
 }
 
 int billing_check(struct store *s, struct billing_summary *out)

@@ -134,6 +134,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(master_port, 1, 65535, 29500, "MASTER_PORT given to multi-node jobs"),
     OPT_STR(currency, "CNY", validate_currency, "platform currency code shown with every amount"),
     OPT_INT(billing_interval_ms, 100, 3600000, 10000, "milliseconds between billing passes"),
+    OPT_INT(billing_post_interval_s, 1, 86400, 300,
+            "seconds between ledger postings of a user's running usage (funds are checked every pass)"),
     OPT_INT(min_run_minutes, 0, 1440, 10, "funds needed to start an instance: this many minutes of it"),
     OPT_INT(low_balance_minutes, 0, 100000, 60, "warn when funds last less than this many minutes at the current burn"),
     OPT_STR(signup_credit, "10.00", validate_money, "trial credit of a new account, in the platform currency"),
