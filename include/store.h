@@ -163,7 +163,8 @@ struct node_card {
     char health_reason[128];  /* why it failed */
     char instance_id[ID_MAX]; /* holder, "" when free */
 };
-/* Inserts a node (admin registration); STORE_CONFLICT if the name is taken. */
+/* Inserts a node (admin registration); STORE_CONFLICT if the name is taken,
+ * STORE_NOT_FOUND if its GPU model is not in the catalog. */
 int store_node_insert(struct store *s, const struct node *n);
 int store_node_get(struct store *s, const char *id, struct node *out);
 struct node_filter {

@@ -15,10 +15,12 @@
 
 #define NODES_PAGE_MAX 200
 
+/* The node as the API shows it; NULL (logged) if a stored text is not valid
+ * UTF-8, which jansson refuses to carry. */
 static json_t *node_json(const struct node *n)
 {
     json_t *labels = json_loads(n->labels, 0, NULL);
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:o, s:s, s:s, s:s, s:s, s:I, s:o, s:s, s:s,"
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:o, s:s, s:s, s:s, s:s, s:I, s:o, s:s, s:s,"
                      " s:I, s:I, s:I, s:o, s:o}",
                      "id", n->id, "name", n->name, "agent_url", n->agent_url, "gpu_model", n->gpu_model,
                      "card_count", (json_int_t)n->card_count, "fabric", n->fabric, "region", n->region, "labels",
@@ -28,6 +30,9 @@ static json_t *node_json(const struct node *n)
                      n->driver_version, "stack_version", n->stack_version, "cards_total", (json_int_t)n->cards_total,
                      "cards_free", (json_int_t)n->cards_free, "cards_in_use", (json_int_t)n->cards_in_use,
                      "created_at", json_time(n->created_at, 0), "updated_at", json_time(n->updated_at, 0));
+    if (!j)
+        log_error("nodes: cannot show %s: a stored text is not valid UTF-8", n->id);
+    return j;
 }
 
 /* Names and fabric/region words: letters, digits, '.', '_' and '-',
@@ -74,20 +79,9 @@ static const char *labels_problem(json_t *labels)
     return NULL;
 }
 
-struct create_ctx {
-    struct node *node; /* to insert */
-    int type_missing;  /* out: gpu_model not in the catalog */
-};
-
-static int create_txn(struct store *s, void *vctx)
+static int create_txn(struct store *s, void *node)
 {
-    struct create_ctx *ctx = vctx;
-    struct gpu_type t;
-    int rc = store_gpu_type_get(s, ctx->node->gpu_model, &t);
-    ctx->type_missing = rc == STORE_NOT_FOUND;
-    if (rc != STORE_OK)
-        return rc;
-    return store_node_insert(s, ctx->node);
+    return store_node_insert(s, node);
 }
 
 void api_nodes_create(struct http_request *req)
@@ -130,8 +124,12 @@ void api_nodes_create(struct http_request *req)
                    "labels must be at most 32 string values of up to 255 bytes with word keys (bad key '%.63s')",
                    bad_label);
     else if (id_new("node", n.id) < 0 || sign_secret_new(n.secret) < 0 ||
-             !(labels_text = json_dumps(labels ? labels : json_object(), JSON_COMPACT | JSON_SORT_KEYS)))
+             !(labels_text = labels ? json_dumps(labels, JSON_COMPACT | JSON_SORT_KEYS) : strdup("{}")))
         http_error(req, ERR_INTERNAL, NULL, NULL);
+    else if (strlen(labels_text) >= sizeof n.labels)
+        /* Cut short, the text would no longer be JSON. */
+        http_error(req, ERR_INVALID_FIELD, "labels", "labels take at most %zu bytes written as compact JSON",
+                   sizeof n.labels - 1);
     else {
         snprintf(n.name, sizeof n.name, "%s", name);
         snprintf(n.agent_url, sizeof n.agent_url, "%s", url);
@@ -141,10 +139,9 @@ void api_nodes_create(struct http_request *req)
         snprintf(n.labels, sizeof n.labels, "%s", labels_text);
         n.card_count = cards;
         n.created_at = clock_now();
-        struct create_ctx ctx = {&n, 0};
         struct store *s = store_thread();
-        int rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR;
-        if (ctx.type_missing)
+        int rc = s ? store_txn(s, create_txn, &n) : STORE_ERROR;
+        if (rc == STORE_NOT_FOUND)
             http_error(req, ERR_INVALID_FIELD, "gpu_model", "no GPU type %.32s in the catalog", n.gpu_model);
         else if (rc == STORE_CONFLICT)
             http_error(req, ERR_CONFLICT, "name", "a node named %s is already registered", n.name);
@@ -153,7 +150,11 @@ void api_nodes_create(struct http_request *req)
         else {
             log_info("nodes: registered %s (%s) at %s", n.id, n.name, n.agent_url);
             heartbeat_wake();
-            http_reply_json(req, 201, json_pack("{s:o, s:s}", "node", node_json(&n), "secret", n.secret));
+            json_t *shown = node_json(&n);
+            if (shown)
+                http_reply_json(req, 201, json_pack("{s:o, s:s}", "node", shown, "secret", n.secret));
+            else
+                http_error(req, ERR_INTERNAL, NULL, NULL);
         }
     }
     free(labels_text);
@@ -199,8 +200,16 @@ void api_nodes_list(struct http_request *req)
     }
     size_t shown = n > (size_t)limit ? (size_t)limit : n;
     json_t *data = json_array();
-    for (size_t i = 0; i < shown; i++)
-        json_array_append_new(data, node_json(&nodes[i]));
+    for (size_t i = 0; i < shown; i++) {
+        json_t *j = node_json(&nodes[i]);
+        if (!j) {
+            free(nodes);
+            json_decref(data);
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+            return;
+        }
+        json_array_append_new(data, j);
+    }
     json_t *next = json_null();
     if (n > (size_t)limit) {
         char c[CURSOR_MAX];
@@ -231,13 +240,24 @@ static void reply_node_detail(struct http_request *req, struct store *s, const s
         return;
     }
     json_t *j = node_json(n), *arr = json_array();
-    for (size_t i = 0; i < nc; i++)
-        json_array_append_new(arr, json_pack("{s:I, s:s, s:I, s:b, s:s, s:b, s:o}", "index", (json_int_t)cards[i].idx,
+    for (size_t i = 0; j && i < nc; i++) {
+        json_t *card = json_pack("{s:I, s:s, s:I, s:b, s:s, s:b, s:o}", "index", (json_int_t)cards[i].idx,
                                              "model", cards[i].model, "memory_gb", (json_int_t)cards[i].memory_gb,
                                              "healthy", cards[i].healthy, "health_reason", cards[i].health_reason,
                                              "in_use", cards[i].instance_id[0] != 0, "instance_id",
                                              cards[i].instance_id[0] ? json_string(cards[i].instance_id)
-                                                                     : json_null()));
+                                                                     : json_null());
+        if (!card) {
+            json_decref(j);
+            j = NULL;
+        }
+        json_array_append_new(arr, card);
+    }
+    if (!j) {
+        json_decref(arr);
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
     json_object_set_new(j, "cards", arr);
     http_reply_json(req, status, j);
 }

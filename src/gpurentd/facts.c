@@ -11,6 +11,21 @@ static int malformed(struct facts_verdict *v, const char *what)
     return -1;
 }
 
+/* Copies src (valid UTF-8, as jansson hands out) into out, cutting a string
+ * that does not fit at a character boundary: a cut inside a multi-byte
+ * character would leave text no JSON reply can carry. */
+static void copy_utf8(char *out, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+    if (len >= n) {
+        len = n - 1;
+        while (len > 0 && ((unsigned char)src[len] & 0xC0) == 0x80)
+            len--;
+    }
+    memcpy(out, src, len);
+    out[len] = '\0';
+}
+
 /* Copies an optional string member; -1 if present but not a string. */
 static int opt_string(json_t *obj, const char *key, char *out, size_t n)
 {
@@ -21,7 +36,7 @@ static int opt_string(json_t *obj, const char *key, char *out, size_t n)
     }
     if (!json_is_string(v))
         return -1;
-    snprintf(out, n, "%s", json_string_value(v));
+    copy_utf8(out, n, json_string_value(v));
     return 0;
 }
 
@@ -53,9 +68,12 @@ int facts_check(const char *declared_model, int64_t declared_cards, json_t *fact
             return malformed(v, "card indexes must be distinct and 0..63");
         if (json_integer_value(mem) < 0 || json_integer_value(mem) > 1 << 20)
             return malformed(v, "memory_gb out of range");
+        /* A longer model is no catalog code; cut short, it could pass for one. */
+        if (json_string_length(model) >= sizeof v->cards[0].model)
+            return malformed(v, "card model longer than 32 bytes");
         struct node_card *c = &v->cards[v->n_cards++];
         c->idx = k;
-        snprintf(c->model, sizeof c->model, "%s", json_string_value(model));
+        copy_utf8(c->model, sizeof c->model, json_string_value(model));
         c->memory_gb = json_integer_value(mem);
         c->healthy = json_is_true(healthy);
         if (opt_string(card, "health_reason", c->health_reason, sizeof c->health_reason) < 0)

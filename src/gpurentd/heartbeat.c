@@ -1,22 +1,22 @@
 /* heartbeat.c: the heartbeat loop. On its own thread, every
- * heartbeat_interval_ms (or at once when woken), it asks every registered
- * node's agent for its facts over one libcurl multi handle, judges them
- * (facts.c), and records the results in batched transactions. A node that
- * misses heartbeat_miss_limit polls in a row goes offline; a good reply
- * brings it back. */
+ * heartbeat_interval_ms, it asks every registered node's agent for its facts
+ * over one libcurl multi handle, judges them (facts.c), and records the
+ * results in batched transactions as they arrive. A node that misses
+ * heartbeat_miss_limit polls in a row goes offline; a good reply brings it
+ * back. A registration wakes the loop to poll just the new node. */
 #include "agent_client.h"
 #include "clock.h"
 #include "daemon.h"
 #include "facts.h"
 #include "store.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define BATCH 500 /* results per write transaction: short locks, few commits */
+#define NEW_PASS_GAP_US 50000 /* least time between two passes over new nodes */
 
 static pthread_t thread;
 static int running;
@@ -31,6 +31,33 @@ struct beat {
     struct facts_verdict verdict; /* when ok */
     char reason[256];             /* why not ok */
 };
+
+/* Cuts s at its first byte that does not begin a complete, valid UTF-8
+ * sequence. Reasons quote libcurl and jansson, whose fixed-size messages
+ * can end inside a character; the API must be able to show them. */
+static void utf8_clip(char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (p[i]) {
+        size_t len = p[i] < 0x80 ? 1 : (p[i] & 0xE0) == 0xC0 ? 2 : (p[i] & 0xF0) == 0xE0 ? 3
+                                                               : (p[i] & 0xF8) == 0xF0 ? 4 : 0;
+        size_t k = 1;
+        while (k < len && (p[i + k] & 0xC0) == 0x80)
+            k++;
+        if (len == 0 || k < len || (len == 2 && p[i] < 0xC2))
+            break;
+        i += len;
+    }
+    s[i] = '\0';
+}
+
+static int64_t monotonic_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static int should_stop(void)
 {
@@ -59,43 +86,20 @@ static void judge(struct beat *b, struct agent_call *c)
     json_decref(facts);
 }
 
-/* Calls every agent; fills beats. Returns 0, or -1 if stopped midway. */
-static int poll_agents(struct beat *beats, size_t n)
-{
-    const struct daemon_conf *cf = daemon_config;
-    struct agent_client_opts opts = {
-        .connect_timeout_ms = cf->agent_connect_timeout_ms,
-        .total_timeout_ms = cf->agent_timeout_ms,
-        .max_response_bytes = (size_t)cf->agent_max_response_bytes,
-        .ca_file = cf->agent_ca_file,
-    };
-    struct agent_call **calls = calloc(n, sizeof *calls);
-    if (!calls)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        calls[i] = agent_call_new(beats[i].target->agent_url, beats[i].target->secret, "GET", "/v1/facts", NULL, &opts);
-        if (!calls[i])
-            snprintf(beats[i].reason, sizeof beats[i].reason, "cannot build the call (bad agent URL?)");
-    }
-    int rc = agent_calls_run(calls, n, (long)cf->agent_max_parallel, should_stop);
-    for (size_t i = 0; i < n; i++) {
-        struct agent_call *c = calls[i];
-        if (!c)
-            continue;
-        if (rc == 0 && !c->error[0])
-            judge(&beats[i], c);
-        else
-            snprintf(beats[i].reason, sizeof beats[i].reason, "agent unreachable: %.200s", c->error);
-        agent_call_free(c);
-    }
-    free(calls);
-    return rc;
-}
+/* A pass in progress: the batch of judged beats waiting to be written. */
+struct pass {
+    struct store *s;          /* the loop's connection */
+    struct beat *batch;       /* BATCH slots */
+    size_t n_batch;           /* slots filled */
+    int only_new;             /* a pass for new nodes: failures are not recorded */
+    size_t answered;          /* good replies, for the log line */
+    int64_t record_us;        /* time spent writing */
+};
 
 struct record_ctx {
     struct beat *beats; /* the batch */
     size_t n;           /* its length */
-    int64_t now;        /* when the pass ran */
+    int64_t now;        /* when the batch is written */
 };
 
 static int record_txn(struct store *s, void *vctx)
@@ -131,72 +135,239 @@ static int log_changes(struct beat *b)
     return 1;
 }
 
-static void run_pass(struct store *s)
+/* Writes the batch in one transaction and empties it. */
+static void flush(struct pass *p)
+{
+    if (p->n_batch == 0)
+        return;
+    int64_t t0 = monotonic_us();
+    int changed = 0;
+    for (size_t i = 0; i < p->n_batch; i++)
+        changed |= log_changes(&p->batch[i]);
+    struct record_ctx ctx = {p->batch, p->n_batch, clock_now()};
+    if (store_txn(p->s, record_txn, &ctx) != STORE_OK)
+        log_error("heartbeat: cannot record results");
+    for (size_t i = 0; i < p->n_batch; i++) {
+        free(p->batch[i].verdict.canonical);
+        p->batch[i].verdict.canonical = NULL;
+    }
+    p->n_batch = 0;
+    /* Instances on a node that went away are lost now, not at the
+     * reconciler's next period. */
+    if (changed)
+        reconciler_wake();
+    p->record_us += monotonic_us() - t0;
+}
+
+/* Judges one finished call (NULL: it could not be built) into the batch,
+ * writing the batch when it is full. */
+static void add_result(struct pass *p, struct node_target *t, struct agent_call *c)
+{
+    struct beat *b = &p->batch[p->n_batch++];
+    b->target = t;
+    b->ok = 0;
+    b->reason[0] = '\0';
+    b->verdict.reason[0] = '\0';
+    b->verdict.canonical = NULL;
+    if (!c)
+        snprintf(b->reason, sizeof b->reason, "cannot build the call (bad agent URL?)");
+    else if (c->error[0])
+        snprintf(b->reason, sizeof b->reason, "agent unreachable: %.200s", c->error);
+    else
+        judge(b, c);
+    utf8_clip(b->reason);
+    utf8_clip(b->verdict.reason);
+    p->answered += b->ok;
+    /* A node polled the moment it was registered may not have its secret
+     * yet: only a success counts then, misses are left to the full passes. */
+    if (p->only_new && !b->ok) {
+        free(b->verdict.canonical);
+        b->verdict.canonical = NULL;
+        p->n_batch--;
+    }
+    if (p->n_batch == BATCH)
+        flush(p);
+}
+
+/* Asks every target for its facts. At most agent_max_parallel calls exist
+ * at once: each is built when a slot frees up and judged, freed and queued
+ * for writing as soon as it ends, so memory stays bounded however large
+ * the fleet, and results are written while slower agents are still being
+ * waited for. Returns 0, or -1 if stopped midway. */
+static int poll_targets(struct pass *p, struct node_target *targets, size_t n)
+{
+    const struct daemon_conf *cf = daemon_config;
+    struct agent_client_opts opts = {
+        .connect_timeout_ms = cf->agent_connect_timeout_ms,
+        .total_timeout_ms = cf->agent_timeout_ms,
+        .max_response_bytes = (size_t)cf->agent_max_response_bytes,
+        .ca_file = cf->agent_ca_file,
+    };
+    size_t window = (size_t)cf->agent_max_parallel;
+    struct agent_call **inflight = calloc(window, sizeof *inflight);
+    CURLM *multi = inflight ? curl_multi_init() : NULL;
+    if (!multi) {
+        free(inflight);
+        return -1;
+    }
+    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)window);
+    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)window);
+    size_t next = 0, active = 0;
+    int stopped = 0;
+    while (next < n || active > 0) {
+        /* Fill the free slots; user_index says which target a call is for. */
+        for (size_t slot = 0; slot < window && next < n; slot++) {
+            if (inflight[slot])
+                continue;
+            struct node_target *t = &targets[next++];
+            struct agent_call *c = agent_call_new(t->agent_url, t->secret, "GET", "/v1/facts", NULL, &opts);
+            if (c && curl_multi_add_handle(multi, c->easy) != CURLM_OK) {
+                agent_call_free(c);
+                c = NULL;
+            }
+            if (!c) {
+                add_result(p, t, NULL);
+                continue;
+            }
+            c->user_index = (size_t)(t - targets);
+            inflight[slot] = c;
+            active++;
+        }
+        if (active == 0)
+            continue;
+        int still;
+        curl_multi_perform(multi, &still);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(multi, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            struct agent_call *c;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+            if (agent_call_finish(c, msg->data.result) < 0 || c->status >= 500)
+                metrics_agent_error();
+            curl_multi_remove_handle(multi, c->easy);
+            for (size_t slot = 0; slot < window; slot++)
+                if (inflight[slot] == c)
+                    inflight[slot] = NULL;
+            active--;
+            add_result(p, &targets[c->user_index], c);
+            agent_call_free(c);
+        }
+        if (should_stop()) {
+            stopped = 1;
+            break;
+        }
+        /* Wait for traffic only when every slot is busy or nothing is left
+         * to start; otherwise go round and start more calls. */
+        if (active > 0 && (active == window || next == n))
+            curl_multi_poll(multi, NULL, 0, 100, NULL);
+    }
+    for (size_t slot = 0; slot < window; slot++) {
+        if (inflight[slot]) {
+            curl_multi_remove_handle(multi, inflight[slot]->easy);
+            agent_call_free(inflight[slot]);
+        }
+    }
+    curl_multi_cleanup(multi);
+    free(inflight);
+    return stopped ? -1 : 0;
+}
+
+/* One pass over every registered node, or (only_new) over those never
+ * reached yet, which is what a registration wakes the loop for: a fleet
+ * registering thousands of nodes must not poll the whole fleet each time. */
+static void run_pass(struct store *s, struct beat *batch, int only_new)
 {
     struct node_target *targets;
     size_t n;
-    if (store_node_targets(s, &targets, &n) != STORE_OK || n == 0) {
+    if (store_node_targets(s, &targets, &n) != STORE_OK) {
         free(targets);
         return;
     }
-    struct beat *beats = calloc(n, sizeof *beats);
-    if (!beats) {
-        free(targets);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        beats[i].target = &targets[i];
-    if (poll_agents(beats, n) == 0) {
-        int64_t now = clock_now();
-        int changed = 0;
+    if (only_new) {
+        size_t k = 0;
         for (size_t i = 0; i < n; i++)
-            changed |= log_changes(&beats[i]);
-        for (size_t off = 0; off < n; off += BATCH) {
-            struct record_ctx ctx = {beats + off, n - off < BATCH ? n - off : BATCH, now};
-            if (store_txn(s, record_txn, &ctx) != STORE_OK)
-                log_error("heartbeat: cannot record results");
-        }
-        /* Instances on a node that went away are lost now, not at the
-         * reconciler's next period. */
-        if (changed)
-            reconciler_wake();
+            if (strcmp(targets[i].health, "unknown") == 0)
+                targets[k++] = targets[i];
+        n = k;
     }
-    for (size_t i = 0; i < n; i++)
-        free(beats[i].verdict.canonical);
-    free(beats);
+    if (n == 0) {
+        free(targets);
+        return;
+    }
+    struct pass p = {.s = s, .batch = batch, .only_new = only_new};
+    int64_t t0 = monotonic_us();
+    if (poll_targets(&p, targets, n) == 0)
+        flush(&p);
+    /* bench/heartbeat.py counts beats from this line. */
+    log_debug("heartbeat: pass over %zu nodes%s: %zu answered, polling %lld ms, recording %lld ms", n,
+              only_new ? " (new)" : "", p.answered, (long long)(monotonic_us() - t0 - p.record_us) / 1000,
+              (long long)p.record_us / 1000);
+    for (size_t i = 0; i < p.n_batch; i++)
+        free(batch[i].verdict.canonical);
     free(targets);
+}
+
+/* Fills *ts with the wall-clock time us microseconds from now, for
+ * pthread_cond_timedwait. */
+static void deadline_in(int64_t us, struct timespec *ts)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    if (us <= 0)
+        return;
+    ts->tv_sec += (time_t)(us / 1000000);
+    ts->tv_nsec += (long)(us % 1000000) * 1000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
 }
 
 static void *heartbeat_main(void *arg)
 {
     (void)arg;
     struct store *s = store_thread();
-    if (!s) {
-        log_error("heartbeat: no database connection; heartbeats stopped");
+    struct beat *batch = calloc(BATCH, sizeof *batch);
+    if (!s || !batch) {
+        log_error("heartbeat: no database connection or memory; heartbeats stopped");
+        free(batch);
         return NULL;
     }
+    /* Full passes start every heartbeat_interval_ms, measured from the
+     * start of the last one, so the period holds however long a pass over a
+     * large fleet takes (a pass longer than the period starts the next at
+     * once). A wake in between polls only new nodes, at most every
+     * NEW_PASS_GAP_US, so registering a fleet node by node costs a few passes
+     * a second, not one per node. */
+    int64_t next_full = monotonic_us(), last_new = 0;
     for (;;) {
-        run_pass(s);
+        int64_t start = monotonic_us();
+        int full = start >= next_full;
+        if (full)
+            next_full = start + daemon_config->heartbeat_interval_ms * 1000;
+        else
+            last_new = start;
+        run_pass(s, batch, !full);
         watchdog_loop_alive(LOOP_HEARTBEAT);
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        int64_t ms = daemon_config->heartbeat_interval_ms;
-        deadline.tv_sec += ms / 1000;
-        deadline.tv_nsec += (ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
         pthread_mutex_lock(&lock);
-        while (!stop_requested && !wake_requested)
-            if (pthread_cond_timedwait(&cond, &lock, &deadline) == ETIMEDOUT)
+        for (;;) {
+            int64_t now = monotonic_us();
+            if (stop_requested || now >= next_full || (wake_requested && now >= last_new + NEW_PASS_GAP_US))
                 break;
+            int64_t until = wake_requested && last_new + NEW_PASS_GAP_US < next_full ? last_new + NEW_PASS_GAP_US
+                                                                                     : next_full;
+            struct timespec deadline;
+            deadline_in(until - now, &deadline);
+            pthread_cond_timedwait(&cond, &lock, &deadline);
+        }
         int stop = stop_requested;
-        wake_requested = 0;
+        wake_requested = 0; /* the coming pass, full or new, serves it */
         pthread_mutex_unlock(&lock);
         if (stop)
             break;
     }
+    free(batch);
     return NULL;
 }
 

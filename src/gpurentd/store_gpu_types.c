@@ -5,20 +5,22 @@
 #include <string.h>
 
 /* Counts come from the card rows: the catalog never caches them, so they
- * cannot drift from the cards themselves. */
+ * cannot drift from the cards themselves. All three are summed in one scan
+ * of the type's cards (three subqueries cost three scans, which shows at
+ * tens of thousands of cards: instance placement reads a type too). */
 #define GPU_TYPE_COLUMNS                                                                                          \
     "t.code, t.vendor, t.memory_gb, t.memory_type, t.stack, t.reservation_required, t.features, t.description," \
-    " t.created_at, t.updated_at,"                                                                            \
-    " (SELECT count(*) FROM node_cards c JOIN nodes n ON n.id = c.node_id"                                    \
-    "   WHERE n.gpu_model = t.code AND n.removed_at IS NULL AND n.health IN ('up', 'offline')),"              \
-    " (SELECT count(*) FROM node_cards c JOIN nodes n ON n.id = c.node_id"                                    \
-    "   WHERE n.gpu_model = t.code AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'" \
-    "   AND c.healthy = 1 AND c.instance_id IS NULL),"                                                        \
-    " (SELECT count(*) FROM node_cards c JOIN nodes n ON n.id = c.node_id"                                    \
-    "   WHERE n.gpu_model = t.code AND n.removed_at IS NULL AND c.instance_id IS NOT NULL)"
+    " t.created_at, t.updated_at, coalesce(k.total, 0), coalesce(k.free, 0), coalesce(k.in_use, 0)"
+#define CARD_COUNTS                                                                                               \
+    "SELECT n.gpu_model AS code, sum(n.health IN ('up', 'offline')) AS total,"                                 \
+    " sum(n.health = 'up' AND n.admin_state = 'active' AND c.healthy = 1 AND c.instance_id IS NULL) AS free,"   \
+    " sum(c.instance_id IS NOT NULL) AS in_use"                                                                 \
+    " FROM node_cards c JOIN nodes n ON n.id = c.node_id WHERE n.removed_at IS NULL"
 
-static const char SQL_TYPE_LIST[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t ORDER BY t.code LIMIT ?";
-static const char SQL_TYPE_GET[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t WHERE t.code = ?";
+static const char SQL_TYPE_LIST[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t LEFT JOIN (" CARD_COUNTS
+                                    " GROUP BY n.gpu_model) k ON k.code = t.code ORDER BY t.code LIMIT ?";
+static const char SQL_TYPE_GET[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t LEFT JOIN (" CARD_COUNTS
+                                   " AND n.gpu_model = ?1) k ON 1 WHERE t.code = ?1";
 static const char SQL_TYPE_EXISTS[] = "SELECT 1 FROM gpu_types WHERE code = ?";
 static const char SQL_TYPE_INSERT[] =
     "INSERT INTO gpu_types (code, vendor, memory_gb, memory_type, stack, reservation_required, features,"

@@ -15,9 +15,12 @@
     "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                             \
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL)"
 
+/* Inserts nothing when the model is not in the catalog (a plain existence
+ * check: the catalog's card counts cost a scan of every card). */
 static const char SQL_NODE_INSERT[] =
     "INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region, labels, created_at,"
-    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    " updated_at) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11"
+    " WHERE EXISTS (SELECT 1 FROM gpu_types WHERE code = ?5)";
 static const char SQL_NODE_GET[] =
     "SELECT " NODE_COLUMNS " FROM nodes n JOIN node_states s ON s.node_id = n.id WHERE n.id = ?";
 static const char SQL_NODE_LIST[] =
@@ -109,9 +112,7 @@ int store_node_insert(struct store *s, const struct node *n)
     sqlite3_bind_text(st, 9, n->labels, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 10, n->created_at);
     sqlite3_bind_int64(st, 11, n->created_at);
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert node");
-    sqlite3_reset(st);
-    return rc;
+    return step_change(s, st, "insert node");
 }
 
 int store_node_get(struct store *s, const char *id, struct node *out)

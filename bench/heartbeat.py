@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""bench/heartbeat.py: one gpurentd heartbeating a simulated fleet.
+
+For each fleet size it starts a fresh gpurentd (its own temporary database,
+the system clock) and one `gpurent-agent sim-fleet` process serving that many
+simulated nodes on loopback, registered through the admin API as the fleet
+command does it. Once every node is `ready` it measures, for a fixed time:
+
+  beats/s    good heartbeats per second, from the daemon's per-pass debug
+             line ("heartbeat: pass over N nodes: M answered, ..."), over
+             whole periods (first to last pass end in the window)
+  passes     heartbeat passes completed, the mean time between them, and
+             their longest polling and recording times
+  CPU        the daemon's utime+stime from /proc/PID/stat over the window,
+             in cores (1.00 = one core busy all the time)
+  RSS        the daemon's resident memory at the end (VmRSS) and its peak
+             (VmHWM), from /proc/PID/status
+
+The sim-fleet runs on the same machine and its CPU is reported too: on a
+small machine it competes with the daemon for cores.
+
+    python3 bench/heartbeat.py --nodes 1000 10000 --period-ms 5000 --seconds 60
+
+Nothing here is a test: it prints figures for BENCHMARKS.md.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+PASS_LINE = re.compile(r"^<7>(\S+)Z debug: heartbeat: pass over (\d+) nodes: (\d+) answered, polling (\d+) ms, "
+                       r"recording (\d+) ms$", re.M)
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15)
+
+
+def memory_kb(pid):
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1])
+    return out
+
+
+def stamp(text):
+    """Seconds since the epoch of a log line's UTC time, e.g. 2026-11-29T19:21:07.414."""
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%f").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise SystemExit(f"timed out after {timeout}s waiting for {what}")
+
+
+def ready_count(db):
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return con.execute("SELECT count(*) FROM node_states WHERE state = 'ready'").fetchone()[0]
+    finally:
+        con.close()
+
+
+def run(args, n):
+    work = tempfile.mkdtemp(prefix=f"gpurent-bench-{n}-")
+    db = os.path.join(work, "gpurent.db")
+    derr = open(os.path.join(work, "gpurentd.log"), "w+")
+    dout = open(os.path.join(work, "gpurentd.out"), "w+")
+    daemon = subprocess.Popen(
+        [args.gpurentd, "serve", "--listen", "127.0.0.1:0", "--db", db,
+         "-o", f"heartbeat_interval_ms={args.period_ms}", "-o", "log_level=debug",
+         "-o", f"agent_max_parallel={args.parallel}"],
+        stdout=dout, stderr=derr, stdin=subprocess.DEVNULL)
+    fleet = None
+    try:
+        def listening():
+            derr.seek(0)
+            m = re.search(r"listening on (http://\S+) ", derr.read())
+            return m and m.group(1)
+        url = wait_for(listening, 30, "gpurentd to listen")
+        dout.seek(0)
+        admin_key = dout.read().split()[-1]
+        key_file = os.path.join(work, "admin.key")
+        with open(key_file, "w") as f:
+            f.write(admin_key + "\n")
+        fout = open(os.path.join(work, "fleet.out"), "w+")
+        ferr = open(os.path.join(work, "fleet.log"), "w+")
+        t_reg = time.monotonic()
+        fleet = subprocess.Popen(
+            [args.agent, "sim-fleet", "--control-plane", url, "--admin-key-file", key_file, "--model", "MI450",
+             "--nodes", str(n), "--cards", "8", "--fabric", "bench", "--region", "local",
+             "--listen", "127.0.0.1:0", "--state-dir", os.path.join(work, "fleet"),
+             "-o", f"threads={args.agent_threads}", "-o", "max_connections=4096"],
+            stdout=fout, stderr=ferr, stdin=subprocess.DEVNULL)
+
+        def fleet_ready():
+            if fleet.poll() is not None:
+                raise SystemExit(f"sim-fleet exited {fleet.returncode}")
+            fout.seek(0)
+            return "fleet ready:" in fout.read()
+        wait_for(fleet_ready, args.register_timeout, "the fleet to register")
+        register_s = time.monotonic() - t_reg
+        fout.seek(0)
+        summary = [line for line in fout.read().splitlines() if line.startswith("fleet ready:")][0]
+        wait_for(lambda: ready_count(db) == n, 120, f"{n} nodes to be ready")
+        settle_s = time.monotonic() - t_reg - register_s
+
+        derr.seek(0, os.SEEK_END)
+        log_start = derr.tell()
+        c0, f0, t0 = cpu_seconds(daemon.pid), cpu_seconds(fleet.pid), time.monotonic()
+        time.sleep(args.seconds)
+        c1, f1, t1 = cpu_seconds(daemon.pid), cpu_seconds(fleet.pid), time.monotonic()
+        mem = memory_kb(daemon.pid)
+        derr.seek(log_start)
+        passes = [(int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)), stamp(m.group(1)))
+                  for m in PASS_LINE.finditer(derr.read())]
+        wall = t1 - t0
+        answered = sum(p[1] for p in passes)
+        # The rate over whole periods: from the end of the first pass in the
+        # window to the end of the last, the beats of every pass after the first.
+        span = passes[-1][4] - passes[0][4] if len(passes) > 1 else 0
+        rate = sum(p[1] for p in passes[1:]) / span if span > 0 else None
+        result = {
+            "nodes": n, "period_ms": args.period_ms, "window_s": round(wall, 1),
+            "register_s": round(register_s, 1), "until_all_ready_s": round(settle_s, 1), "fleet": summary,
+            "passes": len(passes), "beats": answered, "beats_per_s": round(rate, 1) if rate else None,
+            "period_s_mean": round(span / (len(passes) - 1), 2) if span > 0 else None,
+            "expected_beats_per_s": round(n / (args.period_ms / 1000), 1),
+            "missed": sum(p[0] - p[1] for p in passes),
+            "poll_ms_max": max((p[2] for p in passes), default=None),
+            "record_ms_max": max((p[3] for p in passes), default=None),
+            "daemon_cpu_cores": round((c1 - c0) / wall, 3), "fleet_cpu_cores": round((f1 - f0) / wall, 3),
+            "daemon_rss_mb": round(mem["VmRSS"] / 1024, 1), "daemon_peak_rss_mb": round(mem["VmHWM"] / 1024, 1),
+        }
+        return result
+    finally:
+        for p in (fleet, daemon):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--period-ms", type=int, default=5000)
+    ap.add_argument("--seconds", type=float, default=60, help="measurement window per fleet size")
+    ap.add_argument("--parallel", type=int, default=256, help="gpurentd's agent_max_parallel")
+    ap.add_argument("--agent-threads", type=int, default=8, help="sim-fleet HTTP threads")
+    ap.add_argument("--register-timeout", type=float, default=600)
+    ap.add_argument("--gpurentd", default=os.environ.get("GPURENTD") or os.path.join(REPO, "build", "gpurentd"))
+    ap.add_argument("--agent", default=os.environ.get("GPURENT_AGENT") or os.path.join(REPO, "build", "gpurent-agent"))
+    ap.add_argument("--keep", action="store_true", help="keep each run's directory (database, logs)")
+    args = ap.parse_args()
+    print(f"# {os.cpu_count()} CPUs; gpurentd {args.gpurentd}", file=sys.stderr)
+    for n in args.nodes:
+        r = run(args, n)
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
