@@ -52,13 +52,6 @@ static void utf8_clip(char *s)
     s[i] = '\0';
 }
 
-static int64_t monotonic_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static int should_stop(void)
 {
     pthread_mutex_lock(&lock);
@@ -140,7 +133,7 @@ static void flush(struct pass *p)
 {
     if (p->n_batch == 0)
         return;
-    int64_t t0 = monotonic_us();
+    int64_t t0 = clock_mono_us();
     int changed = 0;
     for (size_t i = 0; i < p->n_batch; i++)
         changed |= log_changes(&p->batch[i]);
@@ -156,7 +149,7 @@ static void flush(struct pass *p)
      * reconciler's next period. */
     if (changed)
         reconciler_wake();
-    p->record_us += monotonic_us() - t0;
+    p->record_us += clock_mono_us() - t0;
 }
 
 /* Judges one finished call (NULL: it could not be built) into the batch,
@@ -297,12 +290,12 @@ static void run_pass(struct store *s, struct beat *batch, int only_new)
         return;
     }
     struct pass p = {.s = s, .batch = batch, .only_new = only_new};
-    int64_t t0 = monotonic_us();
+    int64_t t0 = clock_mono_us();
     if (poll_targets(&p, targets, n) == 0)
         flush(&p);
     /* bench/heartbeat.py counts beats from this line. */
     log_debug("heartbeat: pass over %zu nodes%s: %zu answered, polling %lld ms, recording %lld ms", n,
-              only_new ? " (new)" : "", p.answered, (long long)(monotonic_us() - t0 - p.record_us) / 1000,
+              only_new ? " (new)" : "", p.answered, (long long)(clock_mono_us() - t0 - p.record_us) / 1000,
               (long long)p.record_us / 1000);
     for (size_t i = 0; i < p.n_batch; i++)
         free(batch[i].verdict.canonical);
@@ -340,9 +333,9 @@ static void *heartbeat_main(void *arg)
      * once). A wake in between polls only new nodes, at most every
      * NEW_PASS_GAP_US, so registering a fleet node by node costs a few passes
      * a second, not one per node. */
-    int64_t next_full = monotonic_us(), last_new = 0;
+    int64_t next_full = clock_mono_us(), last_new = 0;
     for (;;) {
-        int64_t start = monotonic_us();
+        int64_t start = clock_mono_us();
         int full = start >= next_full;
         if (full)
             next_full = start + daemon_config->heartbeat_interval_ms * 1000;
@@ -352,7 +345,7 @@ static void *heartbeat_main(void *arg)
         watchdog_loop_alive(LOOP_HEARTBEAT);
         pthread_mutex_lock(&lock);
         for (;;) {
-            int64_t now = monotonic_us();
+            int64_t now = clock_mono_us();
             if (stop_requested || now >= next_full || (wake_requested && now >= last_new + NEW_PASS_GAP_US))
                 break;
             int64_t until = wake_requested && last_new + NEW_PASS_GAP_US < next_full ? last_new + NEW_PASS_GAP_US

@@ -36,6 +36,8 @@ report(db, name, fmt, *args) -> parsed output of `gpurentd report`
 parse_table(text) / parse_csv(text) -> (header, rows of str)
 ledger_totals(db) -> {field: micro}   runs `gpurentd ledger verify`, asserts
     it passed and parses its totals line
+reconcile(db) -> totals               every report's totals agree with the
+    ledger's, to the micro
 """
 import csv
 import io
@@ -518,3 +520,34 @@ def ledger_totals(db):
     m = TOTALS.search(p.stdout)
     assert m, f"no totals line:\n{p.stdout}"
     return dict(zip(TOTAL_KEYS, (micro(x) for x in m.groups())))
+
+
+def reconcile(db):
+    """Every report's totals agree with `ledger verify`'s, to the micro."""
+    t = ledger_totals(db)
+    revenue = report(db, "daily-revenue", "json")
+    usage = report(db, "usage", "json")
+    util = report(db, "utilisation", "json")
+    liability = report(db, "credit-liability", "json")
+    topups = report(db, "topups", "json")
+
+    def s(rows, col):
+        return sum(micro(r[col]) for r in rows)
+    cash_spent = t["revenue"] - t["credits_spent"]
+    assert s(revenue, "revenue") == t["revenue"]
+    assert s(revenue, "paid_by_credit") == t["credits_spent"]
+    assert s(revenue, "paid_by_cash") == cash_spent
+    assert all(micro(r["revenue"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in revenue)
+    assert s(usage, "cost") == t["revenue"]
+    assert s(usage, "paid_by_credit") == t["credits_spent"]
+    assert s(usage, "paid_by_cash") == cash_spent
+    assert all(micro(r["cost"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in usage)
+    sold = {}
+    for r in usage:
+        sold[(r["day"], r["gpu_type"])] = sold.get((r["day"], r["gpu_type"]), 0) + r["card_seconds"]
+    assert {(r["day"], r["gpu_type"]): r["card_seconds_sold"] for r in util} == {k: v for k, v in sold.items() if v}
+    assert s(liability, "remaining") == t["credit_outstanding"]
+    assert t["credits_granted"] - t["credits_spent"] - t["credits_expired"] == t["credit_outstanding"]
+    assert s(topups, "amount") == t["topups"]
+    assert t["topups"] - cash_spent == t["cash_held"]
+    return t

@@ -22,6 +22,7 @@ import time
 import pytest
 
 from money_util import MICRO, RefModel, ledger_verify, new_cluster, webhook_headers, yuan  # noqa: F401
+from ops_util import reconcile
 
 SECRET = "whsec-model"
 STEPS = int(os.environ.get("MONEY_MODEL_STEPS", "500"))
@@ -318,3 +319,6 @@ def test_random_walks_match_the_reference_model(new_cluster, seed):
           f"{len(run.instances)} instances, {len(run.users)} users, {voided} grants voided, {run.counts} "
           f"in {time.monotonic() - started:.1f}s")
     assert run.passes > 10
+    # The billing team's reports agree with the ledger after a long random run.
+    totals = reconcile(run.d.db_path)
+    assert totals["revenue"] == sum(run.model.spent(uid) for uid in run.model.users)

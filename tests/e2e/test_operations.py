@@ -34,7 +34,7 @@ from agent_util import Fleet, poll
 from harness import START_TIME, assert_error, migration_versions, run_gpurentd
 from inventory_util import node as get_node, register, wait_state
 from money_util import IMAGE, MICRO, PRICE, accrue, start_cluster, yuan
-from ops_util import (EnvDaemon, NotifySocket, TlsDaemon, fields, ledger_totals, make_ca, make_cert, micro,
+from ops_util import (EnvDaemon, NotifySocket, TlsDaemon, fields, ledger_totals, make_ca, make_cert, micro, reconcile,
                       parse_prometheus, report, run_report, sample, total)
 
 HOUR = 3600
@@ -578,37 +578,6 @@ def check_report(db, name, columns, rows, *args):
             w = want_row[c]
             assert type(v) is (str if isinstance(w, Money) else type(w)), (name, c, v)
     return got
-
-
-def reconcile(db):
-    """Every report's totals agree with `ledger verify`'s, to the micro."""
-    t = ledger_totals(db)
-    revenue = report(db, "daily-revenue", "json")
-    usage = report(db, "usage", "json")
-    util = report(db, "utilisation", "json")
-    liability = report(db, "credit-liability", "json")
-    topups = report(db, "topups", "json")
-
-    def s(rows, col):
-        return sum(micro(r[col]) for r in rows)
-    cash_spent = t["revenue"] - t["credits_spent"]
-    assert s(revenue, "revenue") == t["revenue"]
-    assert s(revenue, "paid_by_credit") == t["credits_spent"]
-    assert s(revenue, "paid_by_cash") == cash_spent
-    assert all(micro(r["revenue"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in revenue)
-    assert s(usage, "cost") == t["revenue"]
-    assert s(usage, "paid_by_credit") == t["credits_spent"]
-    assert s(usage, "paid_by_cash") == cash_spent
-    assert all(micro(r["cost"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in usage)
-    sold = {}
-    for r in usage:
-        sold[(r["day"], r["gpu_type"])] = sold.get((r["day"], r["gpu_type"]), 0) + r["card_seconds"]
-    assert {(r["day"], r["gpu_type"]): r["card_seconds_sold"] for r in util} == {k: v for k, v in sold.items() if v}
-    assert s(liability, "remaining") == t["credit_outstanding"]
-    assert t["credits_granted"] - t["credits_spent"] - t["credits_expired"] == t["credit_outstanding"]
-    assert s(topups, "amount") == t["topups"]
-    assert t["topups"] - cash_spent == t["cash_held"]
-    return t
 
 
 def test_reports_on_a_known_dataset(tmp_path):
