@@ -3,8 +3,10 @@
 #ifndef GPURENT_DAEMON_H
 #define GPURENT_DAEMON_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "conf.h"
 #include "http.h"
@@ -110,6 +112,32 @@ void api_keys_create(struct http_request *req);
 void api_keys_list(struct http_request *req);
 void api_keys_get(struct http_request *req);
 void api_keys_revoke(struct http_request *req);
+
+/* loop.c: the thread plumbing every background loop shares. */
+struct bg_loop {
+    const char *name;          /* for log lines */
+    pthread_t thread;          /* the loop's thread */
+    int running;               /* started and not yet joined */
+    pthread_mutex_t lock;      /* guards the two requests and any state the loop shares */
+    pthread_cond_t cond;       /* signalled on wake and stop */
+    int stop_requested;        /* loop_stop() was called */
+    int wake_requested;        /* loop_wake() was called since the last sleep */
+};
+#define BG_LOOP_INIT(n) {.name = (n), .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER}
+/* Starts main_fn(l) on a new thread. */
+int loop_start(struct bg_loop *l, void *(*main_fn)(void *));
+/* Cuts the loop's current or next sleep short. */
+void loop_wake(struct bg_loop *l);
+/* Asks the loop to stop and waits for its thread; safe if never started. */
+void loop_stop(struct bg_loop *l);
+/* Sleeps up to ms, or until woken or stopped; returns 1 when stopping.
+ * The _locked form is called with l->lock held. */
+int loop_sleep(struct bg_loop *l, int64_t ms);
+int loop_sleep_locked(struct bg_loop *l, int64_t ms);
+/* Whether loop_stop() was called (for checks inside a long pass). */
+int loop_stopping(struct bg_loop *l);
+/* The CLOCK_REALTIME instant us microseconds from now, for timed waits. */
+void loop_deadline_us(int64_t us, struct timespec *ts);
 
 /* heartbeat.c: polls every agent for its facts on its own thread. */
 int heartbeat_start(void);

@@ -21,7 +21,6 @@
 #include "store.h"
 #include "tariff.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,16 +405,12 @@ int billing_check_funds(struct store *s, const char *user_id, const char *gpu_mo
 
 /* ------------------------------------------------------------ the thread */
 
-static pthread_t thread;
-static int running;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER;
-static int stop_requested, wake_requested; /* guarded by lock */
-static int64_t passes_done;                /* guarded by lock */
-static int64_t full_asked, full_done;      /* guarded by lock: full passes asked for, and served up to */
-static struct billing_summary last;        /* guarded by lock: of the last full pass */
-static int last_rc;                        /* guarded by lock: how the last full pass ended */
+static struct bg_loop loop = BG_LOOP_INIT("billing");
+static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER; /* a pass ended */
+static int64_t passes_done;                /* guarded by loop.lock */
+static int64_t full_asked, full_done;      /* guarded by loop.lock: full passes asked for, and served up to */
+static struct billing_summary last;        /* guarded by loop.lock: of the last full pass */
+static int last_rc;                        /* guarded by loop.lock: how the last full pass ended */
 
 static void *billing_main(void *arg)
 {
@@ -430,9 +425,9 @@ static void *billing_main(void *arg)
     for (;;) {
         /* Requests made before this read are served by this pass, which
          * reads the clock after it. */
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&loop.lock);
         int64_t asked = full_asked;
-        pthread_mutex_unlock(&lock);
+        pthread_mutex_unlock(&loop.lock);
         int full = first || asked > full_done;
         struct billing_summary sum = {0};
         int rc = full ? billing_pass(s, &sum) : billing_check(s, &sum);
@@ -442,7 +437,7 @@ static void *billing_main(void *arg)
             first = 0;
         metrics_billing_pass(sum.duration_ms * 1000);
         watchdog_loop_alive(LOOP_BILLING);
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&loop.lock);
         if (full) {
             last = sum;
             last_rc = rc;
@@ -450,73 +445,35 @@ static void *billing_main(void *arg)
         }
         passes_done++;
         pthread_cond_broadcast(&done_cond);
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        int64_t ms = daemon_config->billing_interval_ms;
-        deadline.tv_sec += ms / 1000;
-        deadline.tv_nsec += (ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-        while (!stop_requested && !wake_requested)
-            if (pthread_cond_timedwait(&cond, &lock, &deadline) == ETIMEDOUT)
-                break;
-        int stop = stop_requested;
-        wake_requested = 0;
-        pthread_mutex_unlock(&lock);
+        int stop = loop_sleep_locked(&loop, daemon_config->billing_interval_ms);
+        pthread_mutex_unlock(&loop.lock);
         if (stop)
             break;
     }
     return NULL;
 }
 
-int billing_start(void)
-{
-    stop_requested = 0;
-    if (pthread_create(&thread, NULL, billing_main, NULL) != 0) {
-        log_error("billing: cannot start thread");
-        return -1;
-    }
-    running = 1;
-    return 0;
-}
+int billing_start(void) { return loop_start(&loop, billing_main); }
 
 int billing_run_now(struct billing_summary *out, int timeout_ms)
 {
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
-    pthread_mutex_lock(&lock);
+    loop_deadline_us((int64_t)timeout_ms * 1000, &deadline);
+    pthread_mutex_lock(&loop.lock);
     /* A pass already under way read the clock before this call: the full
      * pass that serves it starts after it. */
     int64_t target = ++full_asked;
     int rc = 0;
     while (full_done < target && rc == 0) {
-        wake_requested = 1;
-        pthread_cond_signal(&cond);
-        rc = pthread_cond_timedwait(&done_cond, &lock, &deadline);
+        loop.wake_requested = 1;
+        pthread_cond_signal(&loop.cond);
+        rc = pthread_cond_timedwait(&done_cond, &loop.lock, &deadline);
     }
     if (out)
         *out = last;
     int ok = full_done >= target && last_rc == STORE_OK;
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&loop.lock);
     return ok ? 0 : -1;
 }
 
-void billing_stop(void)
-{
-    if (!running)
-        return;
-    pthread_mutex_lock(&lock);
-    stop_requested = 1;
-    pthread_cond_signal(&cond);
-    pthread_mutex_unlock(&lock);
-    pthread_join(thread, NULL);
-    running = 0;
-}
+void billing_stop(void) { loop_stop(&loop); }

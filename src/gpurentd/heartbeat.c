@@ -18,11 +18,7 @@
 #define BATCH 500 /* results per write transaction: short locks, few commits */
 #define NEW_PASS_GAP_US 50000 /* least time between two passes over new nodes */
 
-static pthread_t thread;
-static int running;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int stop_requested, wake_requested; /* guarded by lock */
+static struct bg_loop loop = BG_LOOP_INIT("heartbeat");
 
 /* One node's outcome of a pass. */
 struct beat {
@@ -52,13 +48,7 @@ static void utf8_clip(char *s)
     s[i] = '\0';
 }
 
-static int should_stop(void)
-{
-    pthread_mutex_lock(&lock);
-    int s = stop_requested;
-    pthread_mutex_unlock(&lock);
-    return s;
-}
+static int should_stop(void) { return loop_stopping(&loop); }
 
 static void judge(struct beat *b, struct agent_call *c)
 {
@@ -302,21 +292,6 @@ static void run_pass(struct store *s, struct beat *batch, int only_new)
     free(targets);
 }
 
-/* Fills *ts with the wall-clock time us microseconds from now, for
- * pthread_cond_timedwait. */
-static void deadline_in(int64_t us, struct timespec *ts)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    if (us <= 0)
-        return;
-    ts->tv_sec += (time_t)(us / 1000000);
-    ts->tv_nsec += (long)(us % 1000000) * 1000;
-    if (ts->tv_nsec >= 1000000000) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000;
-    }
-}
-
 static void *heartbeat_main(void *arg)
 {
     (void)arg;
@@ -343,20 +318,21 @@ static void *heartbeat_main(void *arg)
             last_new = start;
         run_pass(s, batch, !full);
         watchdog_loop_alive(LOOP_HEARTBEAT);
-        pthread_mutex_lock(&lock);
+        pthread_mutex_lock(&loop.lock);
         for (;;) {
             int64_t now = clock_mono_us();
-            if (stop_requested || now >= next_full || (wake_requested && now >= last_new + NEW_PASS_GAP_US))
+            if (loop.stop_requested || now >= next_full || (loop.wake_requested && now >= last_new + NEW_PASS_GAP_US))
                 break;
-            int64_t until = wake_requested && last_new + NEW_PASS_GAP_US < next_full ? last_new + NEW_PASS_GAP_US
-                                                                                     : next_full;
+            int64_t until = loop.wake_requested && last_new + NEW_PASS_GAP_US < next_full
+                                ? last_new + NEW_PASS_GAP_US
+                                : next_full;
             struct timespec deadline;
-            deadline_in(until - now, &deadline);
-            pthread_cond_timedwait(&cond, &lock, &deadline);
+            loop_deadline_us(until - now, &deadline);
+            pthread_cond_timedwait(&loop.cond, &loop.lock, &deadline);
         }
-        int stop = stop_requested;
-        wake_requested = 0; /* the coming pass, full or new, serves it */
-        pthread_mutex_unlock(&lock);
+        int stop = loop.stop_requested;
+        loop.wake_requested = 0; /* the coming pass, full or new, serves it */
+        pthread_mutex_unlock(&loop.lock);
         if (stop)
             break;
     }
@@ -364,33 +340,6 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-int heartbeat_start(void)
-{
-    stop_requested = 0;
-    if (pthread_create(&thread, NULL, heartbeat_main, NULL) != 0) {
-        log_error("heartbeat: cannot start thread");
-        return -1;
-    }
-    running = 1;
-    return 0;
-}
-
-void heartbeat_wake(void)
-{
-    pthread_mutex_lock(&lock);
-    wake_requested = 1;
-    pthread_cond_signal(&cond);
-    pthread_mutex_unlock(&lock);
-}
-
-void heartbeat_stop(void)
-{
-    if (!running)
-        return;
-    pthread_mutex_lock(&lock);
-    stop_requested = 1;
-    pthread_cond_signal(&cond);
-    pthread_mutex_unlock(&lock);
-    pthread_join(thread, NULL);
-    running = 0;
-}
+int heartbeat_start(void) { return loop_start(&loop, heartbeat_main); }
+void heartbeat_wake(void) { loop_wake(&loop); }
+void heartbeat_stop(void) { loop_stop(&loop); }

@@ -9,7 +9,6 @@
 #include "store.h"
 
 #include <curl/curl.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -17,17 +16,14 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
-static pthread_t thread;
-static int running;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int stop_requested;            /* guarded by lock */
+static struct bg_loop loop = BG_LOOP_INIT("watchdog");
+static uint64_t period_us;            /* systemd's WATCHDOG_USEC */
 static char health_url[256];          /* the API's own /healthz */
 static _Atomic int64_t last_pass_ms[LOOP_COUNT];
 
-void watchdog_loop_alive(enum loop_kind loop)
+void watchdog_loop_alive(enum loop_kind which)
 {
-    atomic_store(&last_pass_ms[loop], clock_mono_ms());
+    atomic_store(&last_pass_ms[which], clock_mono_ms());
 }
 
 static size_t discard(char *d, size_t s, size_t n, void *u)
@@ -75,7 +71,7 @@ static const char *check(struct store *s)
 
 static void *watchdog_main(void *arg)
 {
-    uint64_t period_us = *(uint64_t *)arg;
+    (void)arg;
     struct store *s = store_thread();
     for (;;) {
         const char *problem = s ? check(s) : "no database connection";
@@ -83,29 +79,13 @@ static void *watchdog_main(void *arg)
             sd_notify(0, "WATCHDOG=1");
         else
             log_error("watchdog: not feeding systemd's watchdog: %s", problem);
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        uint64_t wait_us = period_us / 2;
-        deadline.tv_sec += (time_t)(wait_us / 1000000);
-        deadline.tv_nsec += (long)(wait_us % 1000000) * 1000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-        pthread_mutex_lock(&lock);
-        while (!stop_requested)
-            if (pthread_cond_timedwait(&cond, &lock, &deadline) == ETIMEDOUT)
-                break;
-        int stop = stop_requested;
-        pthread_mutex_unlock(&lock);
-        if (stop)
+        if (loop_sleep(&loop, (int64_t)(period_us / 2000)))
             return NULL;
     }
 }
 
 int watchdog_start(const char *host, int port, int tls)
 {
-    static uint64_t period_us;
     int64_t now = clock_mono_ms();
     for (int i = 0; i < LOOP_COUNT; i++)
         atomic_store(&last_pass_ms[i], now);
@@ -114,23 +94,11 @@ int watchdog_start(const char *host, int port, int tls)
     const char *h = strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : strcmp(host, "::") == 0 ? "::1" : host;
     snprintf(health_url, sizeof health_url, strchr(h, ':') ? "%s://[%s]:%d/healthz" : "%s://%s:%d/healthz",
              tls ? "https" : "http", h, port);
-    stop_requested = 0;
-    if (pthread_create(&thread, NULL, watchdog_main, &period_us) != 0)
+    if (loop_start(&loop, watchdog_main) < 0)
         return -1;
-    running = 1;
     log_info("watchdog: feeding systemd every %llums after checking the database, the API and the loops",
              (unsigned long long)(period_us / 2000));
     return 0;
 }
 
-void watchdog_stop(void)
-{
-    if (!running)
-        return;
-    pthread_mutex_lock(&lock);
-    stop_requested = 1;
-    pthread_cond_signal(&cond);
-    pthread_mutex_unlock(&lock);
-    pthread_join(thread, NULL);
-    running = 0;
-}
+void watchdog_stop(void) { loop_stop(&loop); }

@@ -1,0 +1,80 @@
+/* loop.c: what every background loop (heartbeat, reconciler, billing,
+ * watchdog) shares: its thread, the lock and condition it sleeps on, and
+ * the wake and stop requests that cut a sleep short. Each loop keeps its
+ * own pacing; this file only spares them from writing the same thread
+ * plumbing four times. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <time.h>
+
+void loop_deadline_us(int64_t us, struct timespec *ts)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    if (us <= 0)
+        return;
+    ts->tv_sec += (time_t)(us / 1000000);
+    ts->tv_nsec += (long)(us % 1000000) * 1000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+int loop_start(struct bg_loop *l, void *(*main_fn)(void *))
+{
+    l->stop_requested = 0;
+    if (pthread_create(&l->thread, NULL, main_fn, l) != 0) {
+        log_error("%s: cannot start thread", l->name);
+        return -1;
+    }
+    l->running = 1;
+    return 0;
+}
+
+void loop_wake(struct bg_loop *l)
+{
+    pthread_mutex_lock(&l->lock);
+    l->wake_requested = 1;
+    pthread_cond_signal(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+}
+
+void loop_stop(struct bg_loop *l)
+{
+    if (!l->running)
+        return;
+    pthread_mutex_lock(&l->lock);
+    l->stop_requested = 1;
+    pthread_cond_signal(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+    pthread_join(l->thread, NULL);
+    l->running = 0;
+}
+
+int loop_sleep_locked(struct bg_loop *l, int64_t ms)
+{
+    struct timespec deadline;
+    loop_deadline_us(ms * 1000, &deadline);
+    while (!l->stop_requested && !l->wake_requested)
+        if (pthread_cond_timedwait(&l->cond, &l->lock, &deadline) == ETIMEDOUT)
+            break;
+    l->wake_requested = 0;
+    return l->stop_requested;
+}
+
+int loop_sleep(struct bg_loop *l, int64_t ms)
+{
+    pthread_mutex_lock(&l->lock);
+    int stop = loop_sleep_locked(l, ms);
+    pthread_mutex_unlock(&l->lock);
+    return stop;
+}
+
+int loop_stopping(struct bg_loop *l)
+{
+    pthread_mutex_lock(&l->lock);
+    int stop = l->stop_requested;
+    pthread_mutex_unlock(&l->lock);
+    return stop;
+}
