@@ -49,6 +49,8 @@ sqlite3 *store_db(struct store *s);
  * its bindings cleared. sql must be a string with static storage: the cache
  * is keyed by its address. NULL on error (logged). */
 sqlite3_stmt *store_stmt(struct store *s, const char *sql);
+/* Copies a text column into dst (n bytes), "" for NULL, cut to fit. */
+void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col);
 /* Maps an SQLite result code to a store_rc, logging unexpected ones. */
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 

@@ -81,6 +81,12 @@ void store_close(struct store *s)
 
 sqlite3 *store_db(struct store *s) { return s->db; }
 
+void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, n, "%s", t ? (const char *)t : "");
+}
+
 sqlite3_stmt *store_stmt(struct store *s, const char *sql)
 {
     size_t h = ((uintptr_t)sql >> 3) * 2654435761u;

@@ -32,22 +32,16 @@ static const char SQL_TYPE_UPDATE[] =
 static const char SQL_TYPE_IN_USE[] = "SELECT count(*) FROM nodes WHERE gpu_model = ?";
 static const char SQL_TYPE_DELETE[] = "DELETE FROM gpu_types WHERE code = ?";
 
-static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 static void read_type(sqlite3_stmt *st, struct gpu_type *t)
 {
-    text(t->code, sizeof t->code, st, 0);
-    text(t->vendor, sizeof t->vendor, st, 1);
+    store_column_text(t->code, sizeof t->code, st, 0);
+    store_column_text(t->vendor, sizeof t->vendor, st, 1);
     t->memory_gb = sqlite3_column_int64(st, 2);
-    text(t->memory_type, sizeof t->memory_type, st, 3);
-    text(t->stack, sizeof t->stack, st, 4);
+    store_column_text(t->memory_type, sizeof t->memory_type, st, 3);
+    store_column_text(t->stack, sizeof t->stack, st, 4);
     t->reservation_required = sqlite3_column_int(st, 5);
-    text(t->features, sizeof t->features, st, 6);
-    text(t->description, sizeof t->description, st, 7);
+    store_column_text(t->features, sizeof t->features, st, 6);
+    store_column_text(t->description, sizeof t->description, st, 7);
     t->created_at = sqlite3_column_int64(st, 8);
     t->updated_at = sqlite3_column_int64(st, 9);
     t->cards_total = sqlite3_column_int64(st, 10);

@@ -10,18 +10,12 @@ static const char SQL_IMAGE_INSERT[] =
     "INSERT INTO images (id, ref, stack, description, created_at) VALUES (?, ?, ?, ?, ?)";
 static const char SQL_IMAGE_DELETE[] = "DELETE FROM images WHERE id = ?";
 
-static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 static void read_image(sqlite3_stmt *st, struct image *img)
 {
-    text(img->id, sizeof img->id, st, 0);
-    text(img->ref, sizeof img->ref, st, 1);
-    text(img->stack, sizeof img->stack, st, 2);
-    text(img->description, sizeof img->description, st, 3);
+    store_column_text(img->id, sizeof img->id, st, 0);
+    store_column_text(img->ref, sizeof img->ref, st, 1);
+    store_column_text(img->stack, sizeof img->stack, st, 2);
+    store_column_text(img->description, sizeof img->description, st, 3);
     img->created_at = sqlite3_column_int64(st, 4);
 }
 

@@ -91,12 +91,6 @@ static const char SQL_INTERVAL_BILLED[] =
     " ended_at = CASE WHEN ?4 IS NOT NULL AND (ended_at IS NULL OR ended_at > ?4) THEN max(started_at, ?4)"
     " ELSE ended_at END WHERE id = ?1";
 
-static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 static int step_write(struct store *s, sqlite3_stmt *st, const char *what)
 {
     int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
@@ -169,7 +163,7 @@ int store_price_insert(struct store *s, const char *gpu_model, int64_t effective
 
 static void read_price_row(sqlite3_stmt *st, struct price_row *p)
 {
-    text(p->gpu_model, sizeof p->gpu_model, st, 0);
+    store_column_text(p->gpu_model, sizeof p->gpu_model, st, 0);
     p->effective_at = sqlite3_column_int64(st, 1);
     p->card_hour = sqlite3_column_int64(st, 2);
     p->created_at = sqlite3_column_int64(st, 3);
@@ -299,9 +293,9 @@ int store_grant_insert(struct store *s, const struct grant *g)
 
 static void read_grant(sqlite3_stmt *st, struct grant *g)
 {
-    text(g->id, sizeof g->id, st, 0);
-    text(g->user_id, sizeof g->user_id, st, 1);
-    text(g->source, sizeof g->source, st, 2);
+    store_column_text(g->id, sizeof g->id, st, 0);
+    store_column_text(g->user_id, sizeof g->user_id, st, 1);
+    store_column_text(g->source, sizeof g->source, st, 2);
     g->amount = sqlite3_column_int64(st, 3);
     g->remaining = sqlite3_column_int64(st, 4);
     g->expires_at = sqlite3_column_int64(st, 5);
@@ -384,7 +378,7 @@ int store_grant_void(struct store *s, const char *id, int64_t at)
 
 static void read_invite(sqlite3_stmt *st, struct invite_code *c)
 {
-    text(c->code, sizeof c->code, st, 0);
+    store_column_text(c->code, sizeof c->code, st, 0);
     c->amount = sqlite3_column_int64(st, 1);
     c->credit_days = sqlite3_column_int64(st, 2);
     c->expires_at = sqlite3_column_int64(st, 3);
@@ -466,11 +460,11 @@ int store_topup_by_payment(struct store *s, const char *payment_id, struct topup
     sqlite3_bind_text(st, 1, payment_id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st), result = STORE_OK;
     if (rc == SQLITE_ROW) {
-        text(out->id, sizeof out->id, st, 0);
-        text(out->user_id, sizeof out->user_id, st, 1);
-        text(out->payment_id, sizeof out->payment_id, st, 2);
+        store_column_text(out->id, sizeof out->id, st, 0);
+        store_column_text(out->user_id, sizeof out->user_id, st, 1);
+        store_column_text(out->payment_id, sizeof out->payment_id, st, 2);
         out->amount = sqlite3_column_int64(st, 3);
-        text(out->source, sizeof out->source, st, 4);
+        store_column_text(out->source, sizeof out->source, st, 4);
         out->created_at = sqlite3_column_int64(st, 5);
     } else {
         result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "topup by payment");
@@ -501,7 +495,7 @@ int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n)
             }
             *out = grown;
         }
-        text((*out)[(*n)++], ID_MAX, st, 0);
+        store_column_text((*out)[(*n)++], ID_MAX, st, 0);
     }
     int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "users to bill");
     sqlite3_reset(st);
@@ -511,9 +505,9 @@ int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n)
 static void read_billable(sqlite3_stmt *st, struct billable *b)
 {
     b->id = sqlite3_column_int64(st, 0);
-    text(b->instance_id, sizeof b->instance_id, st, 1);
-    text(b->user_id, sizeof b->user_id, st, 2);
-    text(b->gpu_model, sizeof b->gpu_model, st, 3);
+    store_column_text(b->instance_id, sizeof b->instance_id, st, 1);
+    store_column_text(b->user_id, sizeof b->user_id, st, 2);
+    store_column_text(b->gpu_model, sizeof b->gpu_model, st, 3);
     b->card_count = sqlite3_column_int64(st, 4);
     b->started_at = sqlite3_column_int64(st, 5);
     b->ended_at = sqlite3_column_int64(st, 6);
@@ -597,7 +591,7 @@ int store_funds_to_bill(struct store *s, int64_t at, struct user_funds **out, si
             *out = grown;
         }
         struct user_funds *f = &(*out)[(*n)++];
-        text(f->user_id, sizeof f->user_id, st, 0);
+        store_column_text(f->user_id, sizeof f->user_id, st, 0);
         f->cash = sqlite3_column_int64(st, 1);
         f->credit = sqlite3_column_int64(st, 2);
         f->expired_grants = sqlite3_column_int(st, 3);

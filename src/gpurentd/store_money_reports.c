@@ -39,12 +39,6 @@ static const char SQL_BURN[] =
     "   AND pr.effective_at <= ?2 ORDER BY pr.effective_at DESC LIMIT 1)), 0)"
     " FROM running_intervals r WHERE r.user_id = ?1 AND r.ended_at IS NULL";
 
-static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 int store_ledger_transactions(struct store *s, const struct ledger_txn_filter *f, struct ledger_txn_row *out,
                               size_t max, size_t *n)
 {
@@ -64,9 +58,9 @@ int store_ledger_transactions(struct store *s, const struct ledger_txn_filter *f
         struct ledger_txn_row *r = &out[(*n)++];
         r->id = sqlite3_column_int64(st, 0);
         r->at = sqlite3_column_int64(st, 1);
-        text(r->kind, sizeof r->kind, st, 2);
-        text(r->reason, sizeof r->reason, st, 3);
-        text(r->instance_id, sizeof r->instance_id, st, 4);
+        store_column_text(r->kind, sizeof r->kind, st, 2);
+        store_column_text(r->reason, sizeof r->reason, st, 3);
+        store_column_text(r->instance_id, sizeof r->instance_id, st, 4);
         r->user_delta = sqlite3_column_int64(st, 5);
         r->credit_delta = sqlite3_column_int64(st, 6);
         r->cash_delta = sqlite3_column_int64(st, 7);
@@ -93,8 +87,8 @@ int store_usage(struct store *s, const char *user_id, int64_t from, int64_t to, 
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW && nr < sizeof rows / sizeof rows[0]) {
         struct usage_row *r = &rows[nr++];
-        text(r->key, sizeof r->key, st, 0);
-        text(r->gpu_model, sizeof r->gpu_model, st, 1);
+        store_column_text(r->key, sizeof r->key, st, 0);
+        store_column_text(r->gpu_model, sizeof r->gpu_model, st, 1);
         r->card_seconds = sqlite3_column_int64(st, 2);
         r->cost = sqlite3_column_int64(st, 3);
         r->from_credit = sqlite3_column_int64(st, 4);

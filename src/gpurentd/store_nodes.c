@@ -54,31 +54,25 @@ static const char SQL_NODE_MISSED[] =
     " updated_at = CASE WHEN health <> 'offline' AND missed_beats + 1 >= ?3 THEN ?2 ELSE updated_at END"
     " WHERE id = ?1 AND removed_at IS NULL";
 
-static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 static void read_node(sqlite3_stmt *st, struct node *n)
 {
-    text(n->id, sizeof n->id, st, 0);
-    text(n->name, sizeof n->name, st, 1);
-    text(n->agent_url, sizeof n->agent_url, st, 2);
-    text(n->secret, sizeof n->secret, st, 3);
-    text(n->gpu_model, sizeof n->gpu_model, st, 4);
+    store_column_text(n->id, sizeof n->id, st, 0);
+    store_column_text(n->name, sizeof n->name, st, 1);
+    store_column_text(n->agent_url, sizeof n->agent_url, st, 2);
+    store_column_text(n->secret, sizeof n->secret, st, 3);
+    store_column_text(n->gpu_model, sizeof n->gpu_model, st, 4);
     n->card_count = sqlite3_column_int64(st, 5);
-    text(n->fabric, sizeof n->fabric, st, 6);
-    text(n->region, sizeof n->region, st, 7);
-    text(n->labels, sizeof n->labels, st, 8);
-    text(n->admin_state, sizeof n->admin_state, st, 9);
-    text(n->health, sizeof n->health, st, 10);
-    text(n->state, sizeof n->state, st, 11);
-    text(n->state_reason, sizeof n->state_reason, st, 12);
+    store_column_text(n->fabric, sizeof n->fabric, st, 6);
+    store_column_text(n->region, sizeof n->region, st, 7);
+    store_column_text(n->labels, sizeof n->labels, st, 8);
+    store_column_text(n->admin_state, sizeof n->admin_state, st, 9);
+    store_column_text(n->health, sizeof n->health, st, 10);
+    store_column_text(n->state, sizeof n->state, st, 11);
+    store_column_text(n->state_reason, sizeof n->state_reason, st, 12);
     n->missed_beats = sqlite3_column_int64(st, 13);
     n->last_seen_at = sqlite3_column_int64(st, 14);
-    text(n->driver_version, sizeof n->driver_version, st, 15);
-    text(n->stack_version, sizeof n->stack_version, st, 16);
+    store_column_text(n->driver_version, sizeof n->driver_version, st, 15);
+    store_column_text(n->stack_version, sizeof n->stack_version, st, 16);
     n->created_at = sqlite3_column_int64(st, 17);
     n->updated_at = sqlite3_column_int64(st, 18);
     n->cards_total = sqlite3_column_int64(st, 19);
@@ -167,11 +161,11 @@ int store_node_cards(struct store *s, const char *node_id, struct node_card *out
     while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
         struct node_card *c = &out[(*n)++];
         c->idx = sqlite3_column_int64(st, 0);
-        text(c->model, sizeof c->model, st, 1);
+        store_column_text(c->model, sizeof c->model, st, 1);
         c->memory_gb = sqlite3_column_int64(st, 2);
         c->healthy = sqlite3_column_int(st, 3);
-        text(c->health_reason, sizeof c->health_reason, st, 4);
-        text(c->instance_id, sizeof c->instance_id, st, 5);
+        store_column_text(c->health_reason, sizeof c->health_reason, st, 4);
+        store_column_text(c->instance_id, sizeof c->instance_id, st, 5);
     }
     int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "node cards");
     sqlite3_reset(st);
@@ -235,12 +229,12 @@ int store_node_targets(struct store *s, struct node_target **out, size_t *n)
             *out = grown;
         }
         struct node_target *t = &(*out)[(*n)++];
-        text(t->id, sizeof t->id, st, 0);
-        text(t->agent_url, sizeof t->agent_url, st, 1);
-        text(t->secret, sizeof t->secret, st, 2);
-        text(t->gpu_model, sizeof t->gpu_model, st, 3);
+        store_column_text(t->id, sizeof t->id, st, 0);
+        store_column_text(t->agent_url, sizeof t->agent_url, st, 1);
+        store_column_text(t->secret, sizeof t->secret, st, 2);
+        store_column_text(t->gpu_model, sizeof t->gpu_model, st, 3);
         t->card_count = sqlite3_column_int64(st, 4);
-        text(t->health, sizeof t->health, st, 5);
+        store_column_text(t->health, sizeof t->health, st, 5);
         t->missed_beats = sqlite3_column_int64(st, 6);
     }
     int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "node targets");

@@ -13,12 +13,6 @@ static const char SQL_USER_BY_EMAIL[] =
     "SELECT id, email, password_hash, role, status, invite_code, created_at FROM users WHERE email = ?";
 static const char SQL_USER_COUNT_ADMINS[] = "SELECT count(*) FROM users WHERE role = 'admin'";
 
-static void copy_text(char *dst, size_t n, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 int store_user_insert(struct store *s, const struct user *u)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_USER_INSERT);
@@ -45,12 +39,12 @@ static int user_get(struct store *s, const char *sql, const char *key, struct us
     int rc = sqlite3_step(st);
     int result;
     if (rc == SQLITE_ROW) {
-        copy_text(out->id, sizeof out->id, st, 0);
-        copy_text(out->email, sizeof out->email, st, 1);
-        copy_text(out->password_hash, sizeof out->password_hash, st, 2);
+        store_column_text(out->id, sizeof out->id, st, 0);
+        store_column_text(out->email, sizeof out->email, st, 1);
+        store_column_text(out->password_hash, sizeof out->password_hash, st, 2);
         out->role = strcmp((const char *)sqlite3_column_text(st, 3), "admin") == 0 ? ROLE_ADMIN : ROLE_USER;
         out->active = strcmp((const char *)sqlite3_column_text(st, 4), "active") == 0;
-        copy_text(out->invite_code, sizeof out->invite_code, st, 5);
+        store_column_text(out->invite_code, sizeof out->invite_code, st, 5);
         out->created_at = sqlite3_column_int64(st, 6);
         result = STORE_OK;
     } else if (rc == SQLITE_DONE) {

@@ -3,11 +3,15 @@
 
 #include <stdio.h>
 
-/* Instances that still need the volume: everything but the ended ones. */
+/* Instances that still need the volume: everything but the ended ones.
+ * Only its owner's instances can use a volume, so the counts read the
+ * owner's instances (instances_by_user) rather than scan every instance:
+ * the reconciler reads a volume for every instance it provisions. */
 #define VOLUME_COLUMNS                                                                                        \
     "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                            \
-    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')),"\
-    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id"                                             \
+    " (SELECT count(*) FROM instances i WHERE i.user_id = v.user_id AND i.volume_id = v.id"                   \
+    "   AND i.state NOT IN ('terminated', 'failed')),"                                                        \
+    " (SELECT count(*) FROM instances i WHERE i.user_id = v.user_id AND i.volume_id = v.id"                   \
     "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping'))"
 
 static const char SQL_VOLUME_INSERT[] =
