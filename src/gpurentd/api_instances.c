@@ -39,16 +39,55 @@ struct create_ctx {
     struct op_outcome o;                /* refusal, if any */
     char id[ID_MAX];                    /* the new instance */
     char *body;                         /* the answer (malloc'd) */
+    int replayed;                       /* 0, or the status of a twin's stored answer in body */
 };
+
+/* A twin request with the same key may have committed between
+ * idempotency_begin and this transaction (a client retrying while its first
+ * try is in flight). Writers are serialised, so looking again here sees it:
+ * replay its answer rather than create a second instance or, worse, report
+ * that the twin took the last cards. Returns 1 when answered. */
+static int twin_answered(struct store *s, struct create_ctx *ctx, int *rc)
+{
+    char stored[65];
+    int status;
+    char *response;
+    *rc = STORE_OK;
+    if (!ctx->idem->key[0])
+        return 0;
+    int r = store_idempotency_get(s, ctx->in.user_id, ctx->idem->key, stored, &status, &response);
+    if (r == STORE_NOT_FOUND)
+        return 0;
+    if (r != STORE_OK) {
+        *rc = r;
+        return 1;
+    }
+    if (strcmp(stored, ctx->idem->hash) != 0) {
+        free(response);
+        ctx->o.failed = 1;
+        ctx->o.error = ERR_IDEMPOTENCY_KEY_REUSED;
+        snprintf(ctx->o.field, sizeof ctx->o.field, "Idempotency-Key");
+        snprintf(ctx->o.message, sizeof ctx->o.message, "this Idempotency-Key was used for another request");
+        *rc = REFUSED;
+        return 1;
+    }
+    ctx->body = response;
+    ctx->replayed = status;
+    return 1;
+}
 
 static int create_txn(struct store *s, void *vctx)
 {
     struct create_ctx *ctx = vctx;
     free(ctx->body);
     ctx->body = NULL;
+    ctx->replayed = 0;
     json_decref(ctx->o.extra);
     memset(&ctx->o, 0, sizeof ctx->o);
-    int rc = instance_create(s, &ctx->in, ctx->id, &ctx->o);
+    int rc;
+    if (twin_answered(s, ctx, &rc))
+        return rc;
+    rc = instance_create(s, &ctx->in, ctx->id, &ctx->o);
     if (rc != STORE_OK)
         return rc;
     struct instance in;
@@ -99,7 +138,10 @@ void api_instances_create(struct http_request *req)
     };
     struct store *s = store_thread();
     int rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR;
-    if (rc == STORE_OK) {
+    if (rc == STORE_OK && ctx.replayed) {
+        http_add_header(req, "Idempotent-Replayed", "true");
+        http_reply_raw(req, (unsigned)ctx.replayed, "application/json", ctx.body, strlen(ctx.body));
+    } else if (rc == STORE_OK) {
         log_info("instances: %s created %s: %lld x %s", req->user_id, ctx.id, (long long)cards, ctx.in.gpu_type);
         reconciler_wake();
         char location[64];

@@ -8,7 +8,14 @@
  * cards. Every reconcile_sweep_ms it also lists every agent's workloads:
  * workloads no instance owns are deleted, and running instances whose
  * workload exited or failed are ended. Level-triggered: after any crash or
- * restart the next pass converges from the database and the agents alone. */
+ * restart the next pass converges from the database and the agents alone.
+ *
+ * While instances provision, passes come quickly (QUICK_MS after progress,
+ * doubling while nothing moves, up to reconcile_interval_ms), so an agent
+ * that finishes in milliseconds is seen in milliseconds and one that pulls
+ * for minutes is not polled in a busy loop. A pass writes every change it
+ * decided in one transaction (one commit, one fsync), and running
+ * instances with nothing to do cost no transaction at all. */
 #include "agent_client.h"
 #include "clock.h"
 #include "daemon.h"
@@ -26,6 +33,9 @@
 /* A delete that failed this often is left to the sweep: its node is
  * probably down, and retrying every pass would slow every pass. */
 #define MAX_DELETE_TRIES 5
+/* The first quick re-poll after progress, in milliseconds; it doubles while
+ * nothing moves. */
+#define QUICK_MS 5
 
 enum call_kind { CALL_PUT, CALL_GET, CALL_DELETE, CALL_LIST, CALL_ORPHAN };
 
@@ -120,14 +130,42 @@ static void url_host(const char *url, char *out, size_t n)
     snprintf(out, n, "%.*s", (int)len, h);
 }
 
+/* What the specs of one instance share, looked up once per instance and
+ * pass rather than once per node. */
+struct spec_inputs {
+    char stack[8];            /* the software stack the cards run */
+    char source[513];         /* what the agents mount at /shared */
+};
+
+static int spec_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out)
+{
+    /* The image's stack is the GPU type's (instance_create checked that),
+     * and the image is one indexed row, where reading the type also counts
+     * every card of the model. The type answers for an image since removed
+     * from the catalog. */
+    struct image img;
+    int rc = store_image_find(s, in->image, &img);
+    if (rc == STORE_OK) {
+        snprintf(out->stack, sizeof out->stack, "%s", img.stack);
+    } else if (rc == STORE_NOT_FOUND) {
+        struct gpu_type t;
+        if (store_gpu_type_get(s, in->gpu_model, &t) != STORE_OK)
+            return -1;
+        snprintf(out->stack, sizeof out->stack, "%s", t.stack);
+    } else {
+        return -1;
+    }
+    struct volume v;
+    if (store_volume_get(s, NULL, in->volume_id, &v) != STORE_OK)
+        return -1;
+    snprintf(out->source, sizeof out->source, "%s", v.source);
+    return 0;
+}
+
 /* The spec put to node rank r: image, cards, volume and the environment a
  * distributed job needs. */
-static char *workload_spec(struct store *s, const struct work *w, size_t r)
+static char *workload_spec(const struct spec_inputs *si, const struct work *w, size_t r)
 {
-    struct gpu_type t;
-    struct volume v;
-    if (store_gpu_type_get(s, w->in.gpu_model, &t) != STORE_OK || store_volume_get(s, NULL, w->in.volume_id, &v) != STORE_OK)
-        return NULL;
     char master[256], num[32], port[16];
     url_host(w->nodes[0].agent_url, master, sizeof master);
     json_t *cards = json_loads(w->nodes[r].cards, 0, NULL);
@@ -147,8 +185,8 @@ static char *workload_spec(struct store *s, const struct work *w, size_t r)
     json_object_set_new(env, "MASTER_PORT", json_string(port));
     json_object_set_new(env, "GPURENT_INSTANCE_ID", json_string(w->in.id));
     json_t *spec = json_pack("{s:s, s:o, s:s, s:[{s:s, s:s}], s:o}", "image", w->in.image, "gpus",
-                             cards ? cards : json_array(), "stack", t.stack, "volumes", "source", v.source, "target",
-                             "/shared", "env", env);
+                             cards ? cards : json_array(), "stack", si->stack, "volumes", "source", si->source,
+                             "target", "/shared", "env", env);
     char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(spec);
     return text;
@@ -187,6 +225,8 @@ static int holding(const struct instance *in)
 
 static void plan_calls(struct store *s, struct work *w, int64_t now, const struct agent_client_opts *opts)
 {
+    struct spec_inputs si;
+    int have_si = 0;
     const struct instance *in = &w->in;
     int winding_down = strcmp(in->desired, "running") != 0 && holding(in);
     int provisioning = !winding_down && (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0);
@@ -202,7 +242,9 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
             w->call[r] = agent_call_new(p->agent_url, p->secret, "DELETE", path, NULL, opts);
             w->kind[r] = CALL_DELETE;
         } else if (provisioning && !p->put_done) {
-            char *spec = workload_spec(s, w, r);
+            if (!have_si && spec_inputs_get(s, in, &si) == 0)
+                have_si = 1;
+            char *spec = have_si ? workload_spec(&si, w, r) : NULL;
             if (spec)
                 w->call[r] = agent_call_new(p->agent_url, p->secret, "PUT", path, spec, opts);
             free(spec);
@@ -222,6 +264,7 @@ struct apply_ctx {
     const struct seen *seen;    /* sweep results, sorted by id (NULL: no sweep) */
     size_t n_seen;              /* entries in seen */
     int queued_deletes;         /* out: workloads to delete next pass */
+    int progress;               /* out: an agent reported something new */
 };
 
 static const struct seen *find_seen(const struct apply_ctx *ctx, const char *id)
@@ -311,7 +354,10 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
         }
         if (c && !c->error[0]) {
             if (c->status == 200 || c->status == 201) {
+                char was[sizeof p->phase];
+                snprintf(was, sizeof was, "%s", p->phase);
                 read_phase(c->response, c->response_len, p->phase, sizeof p->phase, p->message, sizeof p->message);
+                ctx->progress |= !p->put_done || strcmp(was, p->phase) != 0;
                 p->put_done = 1;
             } else if (w->kind[r] == CALL_GET && c->status == 404) {
                 p->put_done = 0; /* the agent forgot it: put it again */
@@ -422,6 +468,7 @@ static int apply_txn(struct store *s, void *vctx)
         now_in.attempts != ctx->w->in.attempts)
         return STORE_OK;
     ctx->queued_deletes = 0;
+    ctx->progress = 0;
     const struct instance *in = &ctx->w->in;
     if (strcmp(in->state, "stopped") == 0 && strcmp(in->desired, "terminated") == 0)
         return store_instance_set_state(s, in->id, "terminated", "", "terminated", ctx->now);
@@ -433,6 +480,53 @@ static int apply_txn(struct store *s, void *vctx)
         if (ctx->now < in->next_attempt_at)
             return STORE_OK;
         return apply_provisioning(s, ctx);
+    }
+    return STORE_OK;
+}
+
+/* Whether applying could change anything. A running instance whose nodes
+ * are all up, and whose workloads the sweep (if any) saw running, has nothing
+ * to write; neither has one waiting out a retry backoff. Skipping them keeps
+ * a pass's transaction as small as the work there is. */
+static int apply_needed(const struct apply_ctx *ctx)
+{
+    const struct work *w = ctx->w;
+    const struct instance *in = &w->in;
+    if (strcmp(in->desired, "running") != 0)
+        return 1;
+    if (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0)
+        return ctx->now >= in->next_attempt_at;
+    if (strcmp(in->state, "running") != 0)
+        return 1;
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        if (strcmp(w->nodes[r].node_health, "up") != 0)
+            return 1;
+        if (ctx->seen) {
+            const struct seen *sn = find_seen(ctx, w->nodes[r].workload_id);
+            if (!sn || strcmp(sn->phase, "failed") == 0 || strcmp(sn->phase, "exited") == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Every instance of a pass that has something to write, applied in one
+ * transaction. */
+struct batch {
+    struct apply_ctx *ctx;    /* the instances */
+    size_t n;                 /* entries in ctx */
+    size_t pending_before;    /* deletes queued before the batch */
+};
+
+static int apply_batch_txn(struct store *s, void *vctx)
+{
+    struct batch *b = vctx;
+    /* A retried transaction queues its deletes again: forget the first try's. */
+    n_pending = b->pending_before;
+    for (size_t i = 0; i < b->n; i++) {
+        int rc = apply_txn(s, &b->ctx[i]);
+        if (rc != STORE_OK)
+            return rc;
     }
     return STORE_OK;
 }
@@ -485,14 +579,21 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
 
 /* ------------------------------------------------------------ one pass */
 
-static void run_pass(struct store *s, int sweep)
+/* What a pass saw, for choosing when the next one runs. */
+struct pass_result {
+    int busy;       /* some instance is provisioning or winding down */
+    int progress;   /* something moved: a workload put, a phase or state changed */
+};
+
+static struct pass_result run_pass(struct store *s, int sweep)
 {
+    struct pass_result res = {0, 0};
     struct agent_client_opts opts = client_opts();
     int64_t now = clock_now();
     struct instance *ins = NULL;
     size_t n_ins = 0;
     if (store_instance_unsettled(s, &ins, &n_ins) != STORE_OK)
-        return;
+        return res;
     struct work *works = calloc(n_ins ? n_ins : 1, sizeof *works);
     struct node_target *targets = NULL;
     size_t n_targets = 0;
@@ -570,11 +671,29 @@ static void run_pass(struct store *s, int sweep)
         qsort(seen, n_seen, sizeof *seen, seen_cmp);
 
     int64_t applied_at = clock_now();
-    for (size_t i = 0; i < n_ins; i++) {
-        struct apply_ctx ctx = {&works[i], applied_at, sweep_complete ? seen : NULL, n_seen, 0};
-        if (store_txn(s, apply_txn, &ctx) != STORE_OK)
-            log_error("reconciler: cannot update instance %s", works[i].in.id);
+    struct batch b = {calloc(n_ins ? n_ins : 1, sizeof *b.ctx), 0, n_pending};
+    for (size_t i = 0; b.ctx && i < n_ins; i++) {
+        struct apply_ctx ctx = {&works[i], applied_at, sweep_complete ? seen : NULL, n_seen, 0, 0};
+        const char *st = works[i].in.state;
+        res.busy |= strcmp(st, "pending") == 0 || strcmp(st, "provisioning") == 0 || strcmp(st, "stopping") == 0;
+        for (size_t r = 0; r < works[i].n_nodes; r++)
+            res.progress |= works[i].kind[r] == CALL_PUT && works[i].call[r] && !works[i].call[r]->error[0];
+        if (apply_needed(&ctx))
+            b.ctx[b.n++] = ctx;
     }
+    if (b.n && store_txn(s, apply_batch_txn, &b) != STORE_OK) {
+        /* One instance's failure must not hold the others back: apply them
+         * one by one, each in its own transaction. */
+        n_pending = b.pending_before;
+        for (size_t i = 0; i < b.n; i++)
+            if (store_txn(s, apply_txn, &b.ctx[i]) != STORE_OK)
+                log_error("reconciler: cannot update instance %s", b.ctx[i].w->in.id);
+    }
+    for (size_t i = 0; i < b.n; i++)
+        res.progress |= b.ctx[i].progress;
+    if (!b.ctx) /* out of memory: the next pass tries again */
+        res.busy = 1;
+    free(b.ctx);
     (void)work_base;
     free(seen);
     for (size_t i = 0; i < k; i++)
@@ -585,6 +704,7 @@ out:
     free(targets);
     free(works);
     free(ins);
+    return res;
 }
 
 static void *reconciler_main(void *arg)
@@ -595,17 +715,28 @@ static void *reconciler_main(void *arg)
         log_error("reconciler: no database connection; reconciler stopped");
         return NULL;
     }
-    int64_t last_sweep = 0;
+    int64_t last_sweep = 0, quick = 0;
     for (;;) {
         int64_t mono = clock_mono_ms();
         int sweep = mono - last_sweep >= daemon_config->reconcile_sweep_ms;
         if (sweep)
             last_sweep = mono;
-        run_pass(s, sweep);
+        struct pass_result r = run_pass(s, sweep);
         watchdog_loop_alive(LOOP_RECONCILER);
+        int64_t ms = daemon_config->reconcile_interval_ms;
+        /* Provisioning is watched closely while it moves, then less and
+         * less often while nothing does (an image pull can take minutes). */
+        if (r.busy) {
+            quick = r.progress || !quick ? QUICK_MS : quick * 2;
+            if (quick < ms)
+                ms = quick;
+        } else {
+            quick = 0;
+        }
+        if (n_pending && ms > 200)
+            ms = 200;
         struct timespec deadline;
         clock_gettime(CLOCK_REALTIME, &deadline);
-        int64_t ms = n_pending ? 200 : daemon_config->reconcile_interval_ms;
         deadline.tv_sec += ms / 1000;
         deadline.tv_nsec += (ms % 1000) * 1000000;
         if (deadline.tv_nsec >= 1000000000) {

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""bench/instances.py: how fast gpurentd rents cards, from request to running.
+
+For each fleet size it starts a fresh gpurentd (its own temporary database,
+the system clock) and one `gpurent-agent sim-fleet` process serving that many
+simulated 8-card MI450 nodes on loopback with every sim delay at zero, so the
+time measured is the control plane's (HTTP, placement, the reconciler's calls
+to the agents) and not a simulated image pull. Then:
+
+  burst   --clients processes send --burst creates as fast as they can over
+          keep-alive connections, spread over --users users.
+            creates/s        201 replies per second of the burst's wall time
+                             (each create claims its cards in one transaction)
+            create p50/p99   the POST's own latency
+            running p50/p99  from sending the POST to the instance showing
+                             state `running`, queueing included
+  paced   one client, one create at a time, waiting for `running` before the
+          next (--paced samples): the uncontended request-to-running time.
+
+`running` is seen by polling the instance_events table read-only every
+--poll-ms, so running times carry up to that much (plus a query) of error.
+The clients, the poller and the sim-fleet run on the same machine as the
+daemon and compete with it for cores; daemon and fleet CPU are reported.
+
+    python3 bench/instances.py --nodes 100 10000
+
+Nothing here is a test: it prints one JSON line per fleet size for
+BENCHMARKS.md.
+"""
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+TICK = os.sysconf("SC_CLK_TCK")
+IMAGE = "rocm/pytorch:2.3-rocm6.2"
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def wait_for(pred, timeout, what, every=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise SystemExit(f"timed out after {timeout}s waiting for {what}")
+
+
+def pct(values, p):
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(p / 100 * len(s) + 0.5)) - 1))]
+
+
+def ms(v):
+    return None if v is None else round(v * 1000, 1)
+
+
+class Api:
+    """A keep-alive JSON client."""
+
+    def __init__(self, port, key=None):
+        self.port, self.key = port, key
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+    def call(self, method, path, body=None, key=None):
+        headers = {"Content-Type": "application/json"}
+        auth = self.key if key is None else key
+        if auth:
+            headers["Authorization"] = f"Bearer {auth}"
+        data = json.dumps(body).encode() if body is not None else None
+        for attempt in range(2):
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                r = self.conn.getresponse()
+                return r.status, json.loads(r.read() or b"null")
+            except (http.client.HTTPException, ConnectionError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+                if attempt:
+                    raise
+
+
+def burst_worker(port, keys, count, cards, start, out):
+    api = Api(port)
+    rows = []
+    start.wait()
+    for i in range(count):
+        key = keys[i % len(keys)]
+        t0 = time.monotonic()
+        status, body = api.call("POST", "/v1/instances", {"gpu_type": "MI450", "card_count": cards, "image": IMAGE},
+                                key=key)
+        t1 = time.monotonic()
+        rows.append((body.get("id") if status == 201 else None, status, t0, t1,
+                     None if status == 201 else body.get("error", {}).get("code")))
+    out.put(rows)
+
+
+class RunningWatcher:
+    """Sees instances reach `running` through instance_events (read-only)."""
+
+    def __init__(self, db):
+        self.con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        self.seq = self.con.execute("SELECT coalesce(max(seq), 0) FROM instance_events").fetchone()[0]
+        self.seen = {}
+
+    def poll(self):
+        now = time.monotonic()
+        rows = self.con.execute("SELECT seq, instance_id, state FROM instance_events WHERE seq > ? ORDER BY seq",
+                                (self.seq,)).fetchall()
+        for seq, iid, state in rows:
+            self.seq = seq
+            if state == "running" and iid not in self.seen:
+                self.seen[iid] = now
+            if state == "failed":
+                self.seen.setdefault(iid, None)
+        return len(rows)
+
+
+def run(args, n):
+    work = tempfile.mkdtemp(prefix=f"gpurent-bench-inst-{n}-")
+    db = os.path.join(work, "gpurent.db")
+    derr = open(os.path.join(work, "gpurentd.log"), "w+")
+    dout = open(os.path.join(work, "gpurentd.out"), "w+")
+    opts = {"agent_max_parallel": args.parallel, "reconcile_interval_ms": args.reconcile_ms,
+            "heartbeat_interval_ms": args.heartbeat_ms, "default_max_cards": 100000, "password_iterations": 1000,
+            "threads": args.threads, "max_connections_per_client": 1000, "log_level": "info"}
+    cmd = [args.gpurentd, "serve", "--listen", "127.0.0.1:0", "--db", db]
+    for k, v in opts.items():
+        cmd += ["-o", f"{k}={v}"]
+    daemon = subprocess.Popen(cmd, stdout=dout, stderr=derr, stdin=subprocess.DEVNULL)
+    fleet = None
+    try:
+        def listening():
+            derr.seek(0)
+            m = re.search(r"listening on http://\S+:(\d+) ", derr.read())
+            return m and int(m.group(1))
+        port = wait_for(listening, 30, "gpurentd to listen", 0.05)
+        dout.seek(0)
+        admin_key = dout.read().split()[-1]
+        key_file = os.path.join(work, "admin.key")
+        with open(key_file, "w") as f:
+            f.write(admin_key + "\n")
+        fout = open(os.path.join(work, "fleet.out"), "w+")
+        ferr = open(os.path.join(work, "fleet.log"), "w+")
+        t_reg = time.monotonic()
+        fleet = subprocess.Popen(
+            [args.agent, "sim-fleet", "--control-plane", f"http://127.0.0.1:{port}", "--admin-key-file", key_file,
+             "--model", "MI450", "--nodes", str(n), "--cards", "8", "--fabric", "bench", "--region", "local",
+             "--listen", "127.0.0.1:0", "--state-dir", os.path.join(work, "fleet"),
+             "-o", f"threads={args.agent_threads}", "-o", "max_connections=4096", "-o", "sim_pull_ms=0",
+             "-o", "sim_mount_ms=0", "-o", "sim_start_ms=0", "-o", f"workers={args.agent_workers}"],
+            stdout=fout, stderr=ferr, stdin=subprocess.DEVNULL)
+
+        def fleet_ready():
+            if fleet.poll() is not None:
+                raise SystemExit(f"sim-fleet exited {fleet.returncode}")
+            fout.seek(0)
+            return "fleet ready:" in fout.read()
+        wait_for(fleet_ready, args.register_timeout, "the fleet to register")
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        wait_for(lambda: con.execute("SELECT count(*) FROM node_states WHERE state = 'ready'").fetchone()[0] == n
+                 and con.execute("SELECT count(*) FROM node_cards").fetchone()[0] == 8 * n,
+                 args.register_timeout, f"{n} nodes to be ready")
+        ready_s = time.monotonic() - t_reg
+
+        admin = Api(port, admin_key)
+        keys = []
+        for u in range(args.users):
+            status, body = admin.call("POST", "/v1/signup", {"email": f"bench{u}@example.test",
+                                                             "password": "correct horse battery"}, key="")
+            assert status == 201, body
+            uid, keys_u = body["user"]["id"], body["api_key"]["token"]
+            status, body = admin.call("POST", f"/v1/admin/users/{uid}/topups",
+                                      {"amount": "100000000.00", "payment_id": f"bench-{u}"})
+            assert status in (200, 201), body
+            keys.append(keys_u)
+
+        watcher = RunningWatcher(db)
+        free = n * 8
+        burst = min(args.burst, free // args.cards - args.paced)
+        # ---- burst
+        ctx = mp.get_context("fork")
+        start, out = ctx.Event(), ctx.Queue()
+        per = [burst // args.clients + (1 if i < burst % args.clients else 0) for i in range(args.clients)]
+        workers = [ctx.Process(target=burst_worker, args=(port, keys[i::args.clients] or keys, per[i], args.cards,
+                                                          start, out)) for i in range(args.clients)]
+        for w in workers:
+            w.start()
+        c0, f0 = cpu_seconds(daemon.pid), cpu_seconds(fleet.pid)
+        t_start = time.monotonic()
+        start.set()
+        rows, got = [], 0
+        while got < len(workers):
+            while not out.empty():
+                rows += out.get()
+                got += 1
+            watcher.poll()
+            time.sleep(args.poll_ms / 1000)
+        for w in workers:
+            w.join()
+        t_sent = max(r[3] for r in rows)
+        created = [r for r in rows if r[1] == 201]
+        wanted = {r[0] for r in created}
+        wait_for(lambda: (watcher.poll() or True) and wanted <= set(watcher.seen), 600,
+                 "every burst instance to run", args.poll_ms / 1000)
+        t_all = time.monotonic()
+        c1, f1 = cpu_seconds(daemon.pid), cpu_seconds(fleet.pid)
+        failed = [i for i in wanted if watcher.seen[i] is None]
+        first = min(r[2] for r in rows)
+        burst_wall = t_sent - first
+        to_running = [watcher.seen[r[0]] - r[2] for r in created if watcher.seen[r[0]] is not None]
+        result = {
+            "nodes": n, "cards_per_instance": args.cards, "fleet_ready_s": round(ready_s, 1),
+            "burst": {
+                "requests": len(rows), "created": len(created), "clients": args.clients,
+                "refused": sorted({r[4] for r in rows if r[1] != 201} - {None}),
+                "creates_per_s": round(len(created) / burst_wall, 1),
+                "create_ms_p50": ms(pct([r[3] - r[2] for r in created], 50)),
+                "create_ms_p99": ms(pct([r[3] - r[2] for r in created], 99)),
+                "running_ms_p50": ms(pct(to_running, 50)), "running_ms_p99": ms(pct(to_running, 99)),
+                "all_running_s": round(t_all - first, 2), "failed": len(failed),
+                "daemon_cpu_cores": round((c1 - c0) / (t_all - t_start), 2),
+                "fleet_cpu_cores": round((f1 - f0) / (t_all - t_start), 2),
+            },
+        }
+        # ---- paced
+        api = Api(port, keys[0])
+        lat, create_lat = [], []
+        for i in range(args.paced):
+            t0 = time.monotonic()
+            status, body = api.call("POST", "/v1/instances", {"gpu_type": "MI450", "card_count": args.cards,
+                                                              "image": IMAGE})
+            t1 = time.monotonic()
+            if status != 201:
+                result["paced_error"] = body
+                break
+            iid = body["id"]
+            deadline = time.monotonic() + 60
+            while iid not in watcher.seen and time.monotonic() < deadline:
+                watcher.poll()
+                time.sleep(args.poll_ms / 1000)
+            if watcher.seen.get(iid):
+                lat.append(watcher.seen[iid] - t0)
+                create_lat.append(t1 - t0)
+        result["paced"] = {"samples": len(lat), "create_ms_p50": ms(pct(create_lat, 50)),
+                           "create_ms_p99": ms(pct(create_lat, 99)), "running_ms_p50": ms(pct(lat, 50)),
+                           "running_ms_p99": ms(pct(lat, 99)), "running_ms_max": ms(max(lat) if lat else None)}
+        result["daemon_rss_mb"] = round(int(re.search(r"VmHWM:\s+(\d+)", open(f"/proc/{daemon.pid}/status").read())
+                                            .group(1)) / 1024, 1)
+        return result
+    finally:
+        for p in (fleet, daemon):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[100, 10000])
+    ap.add_argument("--cards", type=int, default=1, help="cards per instance (1-8: one node each)")
+    ap.add_argument("--burst", type=int, default=2000, help="creates in the burst (capped by the fleet's room)")
+    ap.add_argument("--clients", type=int, default=8, help="client processes in the burst")
+    ap.add_argument("--users", type=int, default=16)
+    ap.add_argument("--paced", type=int, default=200, help="one-at-a-time samples after the burst")
+    ap.add_argument("--poll-ms", type=float, default=2, help="how often `running` is looked for")
+    ap.add_argument("--reconcile-ms", type=int, default=2000, help="gpurentd's reconcile_interval_ms")
+    ap.add_argument("--heartbeat-ms", type=int, default=5000, help="gpurentd's heartbeat_interval_ms")
+    ap.add_argument("--threads", type=int, default=4, help="gpurentd's HTTP threads")
+    ap.add_argument("--parallel", type=int, default=256, help="gpurentd's agent_max_parallel")
+    ap.add_argument("--agent-threads", type=int, default=8, help="sim-fleet HTTP threads")
+    ap.add_argument("--agent-workers", type=int, default=4, help="sim-fleet driver threads")
+    ap.add_argument("--register-timeout", type=float, default=900)
+    ap.add_argument("--gpurentd", default=os.environ.get("GPURENTD") or os.path.join(REPO, "build", "gpurentd"))
+    ap.add_argument("--agent", default=os.environ.get("GPURENT_AGENT") or os.path.join(REPO, "build", "gpurent-agent"))
+    ap.add_argument("--keep", action="store_true", help="keep each run's directory (database, logs)")
+    args = ap.parse_args()
+    print(f"# {os.cpu_count()} CPUs; gpurentd {args.gpurentd}", file=sys.stderr)
+    for n in args.nodes:
+        print(json.dumps(run(args, n)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
