@@ -55,7 +55,8 @@ void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col);
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 
 typedef int (*store_txn_fn)(struct store *s, void *ctx);
-/* Runs fn(s, ctx) in BEGIN IMMEDIATE … COMMIT. A negative result rolls back;
+/* Runs fn(s, ctx) in BEGIN IMMEDIATE … COMMIT, one writer of the process at
+ * a time (never call store_txn from inside a callback). A negative result rolls back;
  * STORE_BUSY from fn, BEGIN or COMMIT retries the whole callback (with a
  * short backoff, for up to a few seconds). Returns fn's result, or
  * STORE_BUSY / STORE_ERROR if the transaction itself could not complete. */
@@ -127,6 +128,8 @@ struct gpu_type {
 /* Every type with its card counts, by code; *n gets the count. */
 int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n);
 int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out);
+/* The same without the card counts (left 0): no scan of the cards. */
+int store_gpu_type_row(struct store *s, const char *code, struct gpu_type *out);
 /* Creates or replaces the type's description (not its counts); *created
  * tells which. */
 int store_gpu_type_put(struct store *s, const struct gpu_type *t, int64_t now, int *created);

@@ -116,7 +116,7 @@ static int price_txn(struct store *s, void *vctx)
 {
     struct price_ctx *ctx = vctx;
     struct gpu_type t;
-    int rc = store_gpu_type_get(s, ctx->gpu_model, &t);
+    int rc = store_gpu_type_row(s, ctx->gpu_model, &t);
     ctx->missing = rc == STORE_NOT_FOUND;
     if (rc != STORE_OK)
         return rc;

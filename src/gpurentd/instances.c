@@ -76,7 +76,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     struct gpu_type t;
     struct image img;
     struct volume v;
-    int rc = store_gpu_type_get(s, req->gpu_type, &t);
+    int rc = store_gpu_type_row(s, req->gpu_type, &t);
     if (rc == STORE_NOT_FOUND)
         return refuse(o, ERR_INVALID_FIELD, "gpu_type", NULL, "no GPU type %s; see GET /v1/gpu-types", req->gpu_type);
     if (rc != STORE_OK)

@@ -149,7 +149,7 @@ static int spec_inputs_get(struct store *s, const struct instance *in, struct sp
         snprintf(out->stack, sizeof out->stack, "%s", img.stack);
     } else if (rc == STORE_NOT_FOUND) {
         struct gpu_type t;
-        if (store_gpu_type_get(s, in->gpu_model, &t) != STORE_OK)
+        if (store_gpu_type_row(s, in->gpu_model, &t) != STORE_OK)
             return -1;
         snprintf(out->stack, sizeof out->stack, "%s", t.stack);
     } else {

@@ -192,26 +192,38 @@ static int step_simple(struct store *s, const char *sql)
     return store_rc_from_sqlite(s, rc, sql);
 }
 
+/* Writers of this process take turns here before BEGIN IMMEDIATE. Without
+ * it, a thread that finds another thread's write transaction open sleeps in
+ * SQLite's busy handler, which polls in steps of up to 100 ms; with it, the
+ * next writer starts the moment the last one commits. Other processes (the
+ * command-line tools) still meet the busy timeout. */
+static pthread_mutex_t writer_turn = PTHREAD_MUTEX_INITIALIZER;
+
+/* One attempt at the transaction: its result, or STORE_BUSY to retry. */
+static int txn_once(struct store *s, store_txn_fn fn, void *ctx)
+{
+    int rc = step_simple(s, "BEGIN IMMEDIATE");
+    if (rc != STORE_OK)
+        return rc;
+    int result = fn(s, ctx);
+    if (result >= 0) {
+        rc = step_simple(s, "COMMIT");
+        if (rc == STORE_OK)
+            return result;
+        result = rc;
+    }
+    /* ROLLBACK can fail only if SQLite already rolled back; either way the
+     * transaction is over. */
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return result;
+}
+
 int store_txn(struct store *s, store_txn_fn fn, void *ctx)
 {
     for (int attempt = 0; attempt < 200; attempt++) {
-        int rc = step_simple(s, "BEGIN IMMEDIATE");
-        if (rc == STORE_BUSY) {
-            backoff(attempt);
-            continue;
-        }
-        if (rc != STORE_OK)
-            return rc;
-        int result = fn(s, ctx);
-        if (result >= 0) {
-            rc = step_simple(s, "COMMIT");
-            if (rc == STORE_OK)
-                return result;
-            result = rc;
-        }
-        /* ROLLBACK can fail only if SQLite already rolled back; either way
-         * the transaction is over. */
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        pthread_mutex_lock(&writer_turn);
+        int result = txn_once(s, fn, ctx);
+        pthread_mutex_unlock(&writer_turn);
         if (result != STORE_BUSY)
             return result;
         backoff(attempt);

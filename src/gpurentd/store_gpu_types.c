@@ -21,6 +21,11 @@ static const char SQL_TYPE_LIST[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types 
                                     " GROUP BY n.gpu_model) k ON k.code = t.code ORDER BY t.code LIMIT ?";
 static const char SQL_TYPE_GET[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t LEFT JOIN (" CARD_COUNTS
                                    " AND n.gpu_model = ?1) k ON 1 WHERE t.code = ?1";
+/* The catalog row alone, for callers that need no counts (instance
+ * creation runs it inside its write transaction). */
+static const char SQL_TYPE_ROW[] =
+    "SELECT t.code, t.vendor, t.memory_gb, t.memory_type, t.stack, t.reservation_required, t.features,"
+    " t.description, t.created_at, t.updated_at, 0, 0, 0 FROM gpu_types t WHERE t.code = ?1";
 static const char SQL_TYPE_EXISTS[] = "SELECT 1 FROM gpu_types WHERE code = ?";
 static const char SQL_TYPE_INSERT[] =
     "INSERT INTO gpu_types (code, vendor, memory_gb, memory_type, stack, reservation_required, features,"
@@ -64,9 +69,9 @@ int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_
     return result;
 }
 
-int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out)
+static int get_one(struct store *s, const char *sql, const char *code, struct gpu_type *out)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_TYPE_GET);
+    sqlite3_stmt *st = store_stmt(s, sql);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
@@ -79,6 +84,16 @@ int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out)
     }
     sqlite3_reset(st);
     return result;
+}
+
+int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out)
+{
+    return get_one(s, SQL_TYPE_GET, code, out);
+}
+
+int store_gpu_type_row(struct store *s, const char *code, struct gpu_type *out)
+{
+    return get_one(s, SQL_TYPE_ROW, code, out);
 }
 
 int store_gpu_type_put(struct store *s, const struct gpu_type *t, int64_t now, int *created)
