@@ -33,6 +33,12 @@ int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *o
  * even for the usage it will pay for. */
 int ledger_funds_now(struct store *s, const char *user_id, int64_t at, struct funds *out);
 
+/* How long the user's funds last at their current burn: *runway_minutes is
+ * -1 when nothing burns; *low says whether that is under
+ * low_balance_minutes. f and burn (micro per hour) may be NULL. */
+int ledger_runway(struct store *s, const char *user_id, int64_t at, struct funds *f, int64_t *burn,
+                  int64_t *runway_minutes, int *low);
+
 /* Grants credit: source 'signup', 'invite:CODE' or 'admin'; expires_at 0
  * for never. id_out gets the grant id. */
 int ledger_grant(struct store *s, const char *user_id, const char *source, int64_t amount, int64_t expires_at,

@@ -44,8 +44,9 @@ void api_balance_get(struct http_request *req)
     struct funds f;
     static _Thread_local struct grant grants[GRANTS_SHOWN];
     size_t n;
-    int64_t burn = s ? store_user_burn_rate(s, req->user_id, now) : STORE_ERROR;
-    if (!s || burn < 0 || ledger_funds_now(s, req->user_id, now, &f) != STORE_OK ||
+    int64_t burn, minutes;
+    int low;
+    if (!s || ledger_runway(s, req->user_id, now, &f, &burn, &minutes, &low) != STORE_OK ||
         store_grants_of(s, req->user_id, grants, GRANTS_SHOWN, &n) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
@@ -60,14 +61,7 @@ void api_balance_get(struct http_request *req)
                                               json_time(g->expires_at, 1), "created_at", json_time(g->created_at, 0),
                                               "expired", expired));
     }
-    /* Funds last available / burn hours; warn below low_balance_minutes. */
-    json_t *runway = json_null();
-    int low = 0;
-    if (burn > 0) {
-        int64_t minutes = (int64_t)((__int128)f.available * 60 / burn);
-        runway = json_integer(minutes);
-        low = minutes < daemon_config->low_balance_minutes;
-    }
+    json_t *runway = minutes >= 0 ? json_integer(minutes) : json_null();
     http_reply_json(req, 200,
                     json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "currency", daemon_config->currency,
                               "cash", json_money(f.cash), "credit", json_money(f.credit), "unbilled",

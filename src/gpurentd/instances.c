@@ -5,6 +5,7 @@
 #include "clock.h"
 #include "daemon.h"
 #include "jsonx.h"
+#include "ledger.h"
 #include "placement.h"
 #include "store.h"
 
@@ -214,9 +215,16 @@ json_t *instance_json(struct store *s, const struct instance *in)
                                              cards ? cards : json_array(), "phase", nodes[i].phase, "message",
                                              nodes[i].message));
     }
-    return json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", in->id, "name",
+    /* The owner's low-balance warning shows on each instance it concerns. */
+    int64_t runway;
+    int low = 0;
+    if (ledger_runway(s, in->user_id, clock_now(), NULL, NULL, &runway, &low) != STORE_OK)
+        low = 0;
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", in->id, "name",
                      in->name, "gpu_type", in->gpu_model, "card_count", (json_int_t)in->card_count, "image", in->image,
                      "volume_id", in->volume_id, "state", in->state, "desired_state", in->desired, "phase", in->phase,
                      "state_reason", in->state_reason, "nodes", arr, "state_since", json_time(in->state_since, 0),
                      "created_at", json_time(in->created_at, 0), "updated_at", json_time(in->updated_at, 0));
+    json_object_set_new(j, "low_balance", json_boolean(low));
+    return j;
 }

@@ -1,4 +1,5 @@
 /* ledger.c: money operations on the double-entry ledger (see ledger.h). */
+#include "daemon.h"
 #include "ledger.h"
 #include "log.h"
 #include "money.h"
@@ -56,6 +57,25 @@ int ledger_funds_now(struct store *s, const char *user_id, int64_t at, struct fu
         return rc;
     }
     out->available = out->unbilled < out->cash + out->credit ? out->cash + out->credit - out->unbilled : 0;
+    return STORE_OK;
+}
+
+int ledger_runway(struct store *s, const char *user_id, int64_t at, struct funds *f, int64_t *burn,
+                  int64_t *runway_minutes, int *low)
+{
+    struct funds mine;
+    if (!f)
+        f = &mine;
+    int64_t rate = store_user_burn_rate(s, user_id, at);
+    if (rate < 0)
+        return (int)rate;
+    int rc = ledger_funds_now(s, user_id, at, f);
+    if (rc != STORE_OK)
+        return rc;
+    if (burn)
+        *burn = rate;
+    *runway_minutes = rate > 0 ? (int64_t)((__int128)f->available * 60 / rate) : -1;
+    *low = rate > 0 && *runway_minutes < daemon_config->low_balance_minutes;
     return STORE_OK;
 }
 

@@ -25,6 +25,7 @@ def test_invite_credit_pays_exactly_until_second_3750(money_cluster):
     iid = c.launch(u, "MI450", 8)
     assert c.intervals(iid)[0][:2] == (t0, None)
     assert c.balance(u)["burn_rate_per_hour"] == 9_600_000
+    assert c.instance(u, iid)["low_balance"] is False  # 10.00 lasts 62 minutes: above the 60-minute warning
 
     # Exactly one hour: 9.60 charged, 0.40 left, still running.
     c.d.set_clock(t0 + HOUR)
@@ -33,7 +34,8 @@ def test_invite_credit_pays_exactly_until_second_3750(money_cluster):
     b = c.balance(u)
     assert (b["available"], b["credit"], b["cash"]) == (400_000, 400_000, 0)
     assert b["raw"]["low_balance"] is True and b["raw"]["runway_minutes"] == 2
-    assert c.instance(u, iid)["state"] == "running"
+    # The warning shows on the instance too.
+    assert c.instance(u, iid)["state"] == "running" and c.instance(u, iid)["low_balance"] is True
 
     # Short of the end: still running, charged to the micro.
     c.d.set_clock(t0 + 3749)
