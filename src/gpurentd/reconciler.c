@@ -22,7 +22,6 @@
 #include "placement.h"
 #include "store.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,23 +62,13 @@ struct seen {
     char message[256];        /* with it */
 };
 
-static pthread_t thread;
-static int running;
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
-static int stop_requested, wake_requested; /* guarded by lock */
+static struct bg_loop loop = BG_LOOP_INIT("reconciler");
 
 /* Deletes to send in the next pass; touched only by the reconciler thread. */
 static struct pending_delete *pending;
 static size_t n_pending;
 
-static int should_stop(void)
-{
-    pthread_mutex_lock(&lock);
-    int s = stop_requested;
-    pthread_mutex_unlock(&lock);
-    return s;
-}
+static int should_stop(void) { return loop_stopping(&loop); }
 
 static void queue_delete_try(const struct instance_node *p, int tries)
 {
@@ -735,22 +724,7 @@ static void *reconciler_main(void *arg)
         }
         if (n_pending && ms > 200)
             ms = 200;
-        struct timespec deadline;
-        clock_gettime(CLOCK_REALTIME, &deadline);
-        deadline.tv_sec += ms / 1000;
-        deadline.tv_nsec += (ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-        pthread_mutex_lock(&lock);
-        while (!stop_requested && !wake_requested)
-            if (pthread_cond_timedwait(&cond, &lock, &deadline) == ETIMEDOUT)
-                break;
-        int stop = stop_requested;
-        wake_requested = 0;
-        pthread_mutex_unlock(&lock);
-        if (stop)
+        if (loop_sleep(&loop, ms))
             break;
     }
     free(pending);
@@ -759,33 +733,6 @@ static void *reconciler_main(void *arg)
     return NULL;
 }
 
-int reconciler_start(void)
-{
-    stop_requested = 0;
-    if (pthread_create(&thread, NULL, reconciler_main, NULL) != 0) {
-        log_error("reconciler: cannot start thread");
-        return -1;
-    }
-    running = 1;
-    return 0;
-}
-
-void reconciler_wake(void)
-{
-    pthread_mutex_lock(&lock);
-    wake_requested = 1;
-    pthread_cond_signal(&cond);
-    pthread_mutex_unlock(&lock);
-}
-
-void reconciler_stop(void)
-{
-    if (!running)
-        return;
-    pthread_mutex_lock(&lock);
-    stop_requested = 1;
-    pthread_cond_signal(&cond);
-    pthread_mutex_unlock(&lock);
-    pthread_join(thread, NULL);
-    running = 0;
-}
+int reconciler_start(void) { return loop_start(&loop, reconciler_main); }
+void reconciler_wake(void) { loop_wake(&loop); }
+void reconciler_stop(void) { loop_stop(&loop); }

@@ -70,25 +70,19 @@ static const char SQL_USER_SET_MAX_CARDS[] =
     "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
     " ON CONFLICT (user_id) DO UPDATE SET max_cards = excluded.max_cards";
 
-static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 static void read_instance(sqlite3_stmt *st, struct instance *in)
 {
-    text(in->id, sizeof in->id, st, 0);
-    text(in->user_id, sizeof in->user_id, st, 1);
-    text(in->name, sizeof in->name, st, 2);
-    text(in->gpu_model, sizeof in->gpu_model, st, 3);
+    store_column_text(in->id, sizeof in->id, st, 0);
+    store_column_text(in->user_id, sizeof in->user_id, st, 1);
+    store_column_text(in->name, sizeof in->name, st, 2);
+    store_column_text(in->gpu_model, sizeof in->gpu_model, st, 3);
     in->card_count = sqlite3_column_int64(st, 4);
-    text(in->image, sizeof in->image, st, 5);
-    text(in->volume_id, sizeof in->volume_id, st, 6);
-    text(in->desired, sizeof in->desired, st, 7);
-    text(in->state, sizeof in->state, st, 8);
-    text(in->phase, sizeof in->phase, st, 9);
-    text(in->state_reason, sizeof in->state_reason, st, 10);
+    store_column_text(in->image, sizeof in->image, st, 5);
+    store_column_text(in->volume_id, sizeof in->volume_id, st, 6);
+    store_column_text(in->desired, sizeof in->desired, st, 7);
+    store_column_text(in->state, sizeof in->state, st, 8);
+    store_column_text(in->phase, sizeof in->phase, st, 9);
+    store_column_text(in->state_reason, sizeof in->state_reason, st, 10);
     in->attempts = sqlite3_column_int64(st, 11);
     in->next_attempt_at = sqlite3_column_int64(st, 12);
     in->state_since = sqlite3_column_int64(st, 13);
@@ -287,8 +281,8 @@ int store_instance_events(struct store *s, const char *id, int64_t after_seq, st
         struct instance_event *e = &out[(*n)++];
         e->seq = sqlite3_column_int64(st, 0);
         e->at = sqlite3_column_int64(st, 1);
-        text(e->state, sizeof e->state, st, 2);
-        text(e->reason, sizeof e->reason, st, 3);
+        store_column_text(e->state, sizeof e->state, st, 2);
+        store_column_text(e->reason, sizeof e->reason, st, 3);
     }
     int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "instance events");
     sqlite3_reset(st);
@@ -307,16 +301,16 @@ int store_instance_nodes(struct store *s, const char *id, struct instance_node *
     while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
         struct instance_node *p = &out[(*n)++];
         p->rank = sqlite3_column_int64(st, 0);
-        text(p->node_id, sizeof p->node_id, st, 1);
-        text(p->node_name, sizeof p->node_name, st, 2);
-        text(p->agent_url, sizeof p->agent_url, st, 3);
-        text(p->secret, sizeof p->secret, st, 4);
-        text(p->node_health, sizeof p->node_health, st, 5);
+        store_column_text(p->node_id, sizeof p->node_id, st, 1);
+        store_column_text(p->node_name, sizeof p->node_name, st, 2);
+        store_column_text(p->agent_url, sizeof p->agent_url, st, 3);
+        store_column_text(p->secret, sizeof p->secret, st, 4);
+        store_column_text(p->node_health, sizeof p->node_health, st, 5);
         p->node_last_seen = sqlite3_column_int64(st, 6);
-        text(p->workload_id, sizeof p->workload_id, st, 7);
-        text(p->cards, sizeof p->cards, st, 8);
-        text(p->phase, sizeof p->phase, st, 9);
-        text(p->message, sizeof p->message, st, 10);
+        store_column_text(p->workload_id, sizeof p->workload_id, st, 7);
+        store_column_text(p->cards, sizeof p->cards, st, 8);
+        store_column_text(p->phase, sizeof p->phase, st, 9);
+        store_column_text(p->message, sizeof p->message, st, 10);
         p->put_done = sqlite3_column_int(st, 11);
     }
     int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "instance nodes");
@@ -348,8 +342,8 @@ int store_placement_candidates(struct store *s, const char *gpu_model, struct pl
             *out = grown;
         }
         struct placement_node *pn = &(*out)[(*n)++];
-        text(pn->id, sizeof pn->id, st, 0);
-        text(pn->fabric, sizeof pn->fabric, st, 1);
+        store_column_text(pn->id, sizeof pn->id, st, 0);
+        store_column_text(pn->fabric, sizeof pn->fabric, st, 1);
         pn->card_count = sqlite3_column_int(st, 2);
         pn->free_mask = 0;
         /* "0,1,5": the free card indexes. */
@@ -520,7 +514,7 @@ int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n)
             }
             *out = grown;
         }
-        text((*out)[(*n)++], ID_MAX, st, 0);
+        store_column_text((*out)[(*n)++], ID_MAX, st, 0);
     }
     int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "placed workloads");
     sqlite3_reset(st);
@@ -537,7 +531,7 @@ int store_user_cards_by_model(struct store *s, const char *user_id, struct model
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        text(out[*n].gpu_model, sizeof out[*n].gpu_model, st, 0);
+        store_column_text(out[*n].gpu_model, sizeof out[*n].gpu_model, st, 0);
         out[*n].cards = sqlite3_column_int64(st, 1);
         (*n)++;
     }

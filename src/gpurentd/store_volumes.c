@@ -26,19 +26,13 @@ static const char SQL_VOLUME_LIST[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
 static const char SQL_VOLUME_DELETE[] =
     "UPDATE volumes SET deleted_at = ?3 WHERE id = ?2 AND user_id = ?1 AND deleted_at IS NULL";
 
-static void text(char *dst, size_t n, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, n, "%s", t ? (const char *)t : "");
-}
-
 static void read_volume(sqlite3_stmt *st, struct volume *v)
 {
-    text(v->id, sizeof v->id, st, 0);
-    text(v->user_id, sizeof v->user_id, st, 1);
-    text(v->name, sizeof v->name, st, 2);
+    store_column_text(v->id, sizeof v->id, st, 0);
+    store_column_text(v->user_id, sizeof v->user_id, st, 1);
+    store_column_text(v->name, sizeof v->name, st, 2);
     v->size_gb = sqlite3_column_int64(st, 3);
-    text(v->source, sizeof v->source, st, 4);
+    store_column_text(v->source, sizeof v->source, st, 4);
     v->created_at = sqlite3_column_int64(st, 5);
     v->instances = sqlite3_column_int64(st, 6);
     v->mounted = sqlite3_column_int64(st, 7);
