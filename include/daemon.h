@@ -80,6 +80,21 @@ void throttle_fail(const char *key, int64_t now, int64_t max, int64_t lockout_s)
 /* Forgets a key's failures (after a successful login). */
 void throttle_clear(const char *key);
 
+/* paging.c: limit and cursor for list endpoints. Handlers fetch limit + 1
+ * rows: the extra one says whether another page follows. */
+struct page {
+    int64_t limit;            /* rows to show */
+    int64_t after_t;          /* cursor: sort key of the last row seen (-1: first page) */
+    char after_id[ID_MAX];    /* cursor: that row's id ("" on the first page) */
+};
+/* Reads limit (1..max, default def) and cursor; replies 400 and returns -1
+ * if either is bad. */
+int page_begin(struct http_request *req, int64_t max, int64_t def, struct page *p);
+/* How many of the fetched rows to show. */
+size_t page_shown(const struct page *p, size_t fetched);
+/* The next_cursor naming the last row shown (new reference). */
+json_t *page_cursor(int64_t last_t, const char *last_id);
+
 /* accounts.c: account creation shared by the API and the command line. */
 struct store;
 struct user;

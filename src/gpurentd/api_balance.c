@@ -72,11 +72,12 @@ void api_balance_get(struct http_request *req)
 void api_transactions_list(struct http_request *req)
 {
     static const char *const allowed[] = {"kind", "from", "to", "limit", "cursor", NULL};
-    int64_t limit;
+    struct page pg;
     struct ledger_txn_filter f = {.user_id = req->user_id, .kind = http_query(req, "kind")};
-    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, TXN_PAGE_MAX, 50, &limit) < 0 ||
+    if (http_query_allow(req, allowed) < 0 || page_begin(req, TXN_PAGE_MAX, 50, &pg) < 0 ||
         query_time(req, "from", 0, &f.from) < 0 || query_time(req, "to", INT64_MAX, &f.to) < 0)
         return;
+    f.after_id = pg.after_t; /* transaction ids are the sort key */
     static const char *const kinds[] = {"usage", "grant", "expiry", "topup"};
     int kind_ok = !f.kind;
     for (size_t i = 0; f.kind && i < 4; i++)
@@ -85,21 +86,15 @@ void api_transactions_list(struct http_request *req)
         http_error(req, ERR_INVALID_QUERY, "kind", "kind must be usage, grant, expiry or topup");
         return;
     }
-    const char *cursor = http_query(req, "cursor");
-    char unused[ID_MAX];
-    if (cursor && cursor_decode(cursor, &f.after_id, unused, sizeof unused) < 0) {
-        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
-        return;
-    }
-    struct ledger_txn_row *rows = malloc(sizeof *rows * (size_t)(limit + 1));
+    struct ledger_txn_row *rows = malloc(sizeof *rows * (size_t)(pg.limit + 1));
     size_t n = 0;
     struct store *s = store_thread();
-    if (!rows || !s || store_ledger_transactions(s, &f, rows, (size_t)limit + 1, &n) != STORE_OK) {
+    if (!rows || !s || store_ledger_transactions(s, &f, rows, (size_t)pg.limit + 1, &n) != STORE_OK) {
         free(rows);
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    size_t shown = page_shown(&pg, n);
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++)
         json_array_append_new(data, json_pack("{s:I, s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:s}", "id",
@@ -109,12 +104,7 @@ void api_transactions_list(struct http_request *req)
                                               "amount", json_money(rows[i].user_delta), "credit",
                                               json_money(rows[i].credit_delta), "cash", json_money(rows[i].cash_delta),
                                               "currency", daemon_config->currency));
-    json_t *next = json_null();
-    if (n > (size_t)limit) {
-        char c[CURSOR_MAX];
-        cursor_encode(rows[shown - 1].id, "t", c);
-        next = json_string(c);
-    }
+    json_t *next = n > shown ? page_cursor(rows[shown - 1].id, "t") : json_null();
     free(rows);
     http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
 }

@@ -162,10 +162,11 @@ static const char *const instance_states[] = {"pending", "provisioning", "runnin
 void api_instances_list(struct http_request *req)
 {
     static const char *const allowed[] = {"state", "limit", "cursor", NULL};
-    int64_t limit;
-    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, INSTANCES_PAGE_MAX, 50, &limit) < 0)
+    struct page pg;
+    if (http_query_allow(req, allowed) < 0 || page_begin(req, INSTANCES_PAGE_MAX, 50, &pg) < 0)
         return;
-    struct instance_filter f = {.user_id = req->user_id, .state = http_query(req, "state"), .after_created = -1};
+    struct instance_filter f = {.user_id = req->user_id, .state = http_query(req, "state"),
+                                .after_created = pg.after_t, .after_id = pg.after_id};
     int state_ok = !f.state;
     for (size_t i = 0; f.state && instance_states[i]; i++)
         state_ok |= strcmp(f.state, instance_states[i]) == 0;
@@ -173,34 +174,22 @@ void api_instances_list(struct http_request *req)
         http_error(req, ERR_INVALID_QUERY, "state", "unknown state '%.32s'", f.state);
         return;
     }
-    char after_id[ID_MAX] = "";
-    const char *cursor = http_query(req, "cursor");
-    if (cursor && cursor_decode(cursor, &f.after_created, after_id, sizeof after_id) < 0) {
-        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
-        return;
-    }
-    f.after_id = after_id;
-    struct instance *list = malloc(sizeof *list * (size_t)(limit + 1));
+    struct instance *list = malloc(sizeof *list * (size_t)(pg.limit + 1));
     size_t n = 0;
     struct store *s = store_thread();
-    if (!list || !s || store_instance_list(s, &f, list, (size_t)limit + 1, &n) != STORE_OK) {
+    if (!list || !s || store_instance_list(s, &f, list, (size_t)pg.limit + 1, &n) != STORE_OK) {
         free(list);
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    size_t shown = page_shown(&pg, n);
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++) {
         json_t *j = instance_json(s, &list[i]);
         if (j)
             json_array_append_new(data, j);
     }
-    json_t *next = json_null();
-    if (n > (size_t)limit) {
-        char c[CURSOR_MAX];
-        cursor_encode(list[shown - 1].created_at, list[shown - 1].id, c);
-        next = json_string(c);
-    }
+    json_t *next = n > shown ? page_cursor(list[shown - 1].created_at, list[shown - 1].id) : json_null();
     free(list);
     http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
 }
@@ -284,16 +273,9 @@ void api_instances_terminate(struct http_request *req) { change(req, instance_te
 void api_instances_events(struct http_request *req)
 {
     static const char *const allowed[] = {"limit", "cursor", NULL};
-    int64_t limit;
-    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, EVENTS_PAGE_MAX, 100, &limit) < 0)
+    struct page pg;
+    if (http_query_allow(req, allowed) < 0 || page_begin(req, EVENTS_PAGE_MAX, 100, &pg) < 0)
         return;
-    int64_t after = 0;
-    char unused[ID_MAX];
-    const char *cursor = http_query(req, "cursor");
-    if (cursor && cursor_decode(cursor, &after, unused, sizeof unused) < 0) {
-        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
-        return;
-    }
     struct store *s = store_thread();
     struct instance in;
     if (!s) {
@@ -302,24 +284,19 @@ void api_instances_events(struct http_request *req)
     }
     if (load_own(req, s, &in) != STORE_OK)
         return;
-    struct instance_event *ev = malloc(sizeof *ev * (size_t)(limit + 1));
+    struct instance_event *ev = malloc(sizeof *ev * (size_t)(pg.limit + 1));
     size_t n = 0;
-    if (!ev || store_instance_events(s, in.id, after, ev, (size_t)limit + 1, &n) != STORE_OK) {
+    if (!ev || store_instance_events(s, in.id, pg.after_t, ev, (size_t)pg.limit + 1, &n) != STORE_OK) {
         free(ev);
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    size_t shown = page_shown(&pg, n);
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++)
         json_array_append_new(data, json_pack("{s:I, s:o, s:s, s:s}", "seq", (json_int_t)ev[i].seq, "at",
                                               json_time(ev[i].at, 0), "state", ev[i].state, "reason", ev[i].reason));
-    json_t *next = json_null();
-    if (n > (size_t)limit) {
-        char c[CURSOR_MAX];
-        cursor_encode(ev[shown - 1].seq, in.id, c);
-        next = json_string(c);
-    }
+    json_t *next = n > shown ? page_cursor(ev[shown - 1].seq, in.id) : json_null();
     free(ev);
     http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
 }

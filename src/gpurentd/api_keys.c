@@ -41,35 +41,22 @@ void api_keys_create(struct http_request *req)
 void api_keys_list(struct http_request *req)
 {
     static const char *const allowed[] = {"limit", "cursor", NULL};
-    int64_t limit;
-    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, KEYS_PAGE_MAX, 50, &limit) < 0)
+    struct page pg;
+    if (http_query_allow(req, allowed) < 0 || page_begin(req, KEYS_PAGE_MAX, 50, &pg) < 0)
         return;
-    int64_t after_t = -1;
-    char after_id[ID_MAX] = "";
-    const char *cursor = http_query(req, "cursor");
-    if (cursor && cursor_decode(cursor, &after_t, after_id, sizeof after_id) < 0) {
-        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
-        return;
-    }
     struct api_key keys[KEYS_PAGE_MAX + 1];
     size_t n;
     struct store *s = store_thread();
     /* One extra row tells whether another page follows. */
-    if (!s || store_api_key_list(s, req->user_id, after_t, after_id, keys, (size_t)limit + 1, &n) != STORE_OK) {
+    if (!s || store_api_key_list(s, req->user_id, pg.after_t, pg.after_id, keys, (size_t)pg.limit + 1, &n) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
     json_t *data = json_array();
-    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    size_t shown = page_shown(&pg, n);
     for (size_t i = 0; i < shown; i++)
         json_array_append_new(data, key_json(&keys[i]));
-    json_t *next = json_null();
-    if (n > (size_t)limit) {
-        char c[CURSOR_MAX];
-        cursor_encode(keys[shown - 1].created_at, keys[shown - 1].id, c);
-        json_decref(next);
-        next = json_string(c);
-    }
+    json_t *next = n > shown ? page_cursor(keys[shown - 1].created_at, keys[shown - 1].id) : json_null();
     http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
 }
 

@@ -164,14 +164,15 @@ void api_nodes_create(struct http_request *req)
 void api_nodes_list(struct http_request *req)
 {
     static const char *const allowed[] = {"state", "gpu_model", "fabric", "limit", "cursor", NULL};
-    int64_t limit;
-    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "limit", 1, NODES_PAGE_MAX, 50, &limit) < 0)
+    struct page pg;
+    if (http_query_allow(req, allowed) < 0 || page_begin(req, NODES_PAGE_MAX, 50, &pg) < 0)
         return;
     struct node_filter f = {
         .state = http_query(req, "state"),
         .gpu_model = http_query(req, "gpu_model"),
         .fabric = http_query(req, "fabric"),
-        .after_created = -1,
+        .after_created = pg.after_t,
+        .after_id = pg.after_id,
     };
     static const char *const states[] = {"pending", "ready", "cordoned", "draining", "maintenance", "offline",
                                          "rejected"};
@@ -183,22 +184,15 @@ void api_nodes_list(struct http_request *req)
                    "state must be pending, ready, cordoned, draining, maintenance, offline or rejected");
         return;
     }
-    char after_id[ID_MAX] = "";
-    const char *cursor = http_query(req, "cursor");
-    if (cursor && cursor_decode(cursor, &f.after_created, after_id, sizeof after_id) < 0) {
-        http_error(req, ERR_INVALID_QUERY, "cursor", "cursor is not one this API returned");
-        return;
-    }
-    f.after_id = after_id;
-    struct node *nodes = malloc(sizeof *nodes * (size_t)(limit + 1));
+    struct node *nodes = malloc(sizeof *nodes * (size_t)(pg.limit + 1));
     size_t n = 0;
     struct store *s = store_thread();
-    if (!nodes || !s || store_node_list(s, &f, nodes, (size_t)limit + 1, &n) != STORE_OK) {
+    if (!nodes || !s || store_node_list(s, &f, nodes, (size_t)pg.limit + 1, &n) != STORE_OK) {
         free(nodes);
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    size_t shown = n > (size_t)limit ? (size_t)limit : n;
+    size_t shown = page_shown(&pg, n);
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++) {
         json_t *j = node_json(&nodes[i]);
@@ -210,12 +204,7 @@ void api_nodes_list(struct http_request *req)
         }
         json_array_append_new(data, j);
     }
-    json_t *next = json_null();
-    if (n > (size_t)limit) {
-        char c[CURSOR_MAX];
-        cursor_encode(nodes[shown - 1].created_at, nodes[shown - 1].id, c);
-        next = json_string(c);
-    }
+    json_t *next = n > shown ? page_cursor(nodes[shown - 1].created_at, nodes[shown - 1].id) : json_null();
     free(nodes);
     http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
 }
