@@ -51,6 +51,12 @@ sqlite3 *store_db(struct store *s);
 sqlite3_stmt *store_stmt(struct store *s, const char *sql);
 /* Copies a text column into dst (n bytes), "" for NULL, cut to fit. */
 void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col);
+/* Steps st to its end, reading each row with read() into a malloc'd array
+ * of size-byte elements (*out, caller frees; *n rows). */
+int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,
+                  void (*read)(sqlite3_stmt *st, void *row), const char *what);
+/* A read() for store_collect: column 0 as an id (char[ID_MAX]). */
+void store_read_id(sqlite3_stmt *st, void *row);
 /* Maps an SQLite result code to a store_rc, logging unexpected ones. */
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 

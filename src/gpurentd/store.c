@@ -113,6 +113,43 @@ sqlite3_stmt *store_stmt(struct store *s, const char *sql)
     return NULL;
 }
 
+int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,
+                  void (*read)(sqlite3_stmt *st, void *row), const char *what)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            void *grown = realloc(*out, cap * size);
+            if (!grown) {
+                sqlite3_reset(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return STORE_ERROR;
+            }
+            *out = grown;
+        }
+        read(st, (char *)*out + (*n)++ * size);
+    }
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, what);
+    sqlite3_reset(st);
+    if (result != STORE_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return result;
+}
+
+void store_read_id(sqlite3_stmt *st, void *row)
+{
+    store_column_text(row, ID_MAX, st, 0);
+}
+
 int store_rc_from_sqlite(struct store *s, int rc, const char *what)
 {
     switch (rc & 0xff) {

@@ -171,33 +171,17 @@ int store_instance_list(struct store *s, const struct instance_filter *f, struct
     return result;
 }
 
+static void read_instance_row(sqlite3_stmt *st, void *row) { read_instance(st, row); }
+
 int store_instance_unsettled(struct store *s, struct instance **out, size_t *n)
 {
-    *out = NULL;
-    *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_INS_UNSETTLED);
     if (!st)
         return STORE_ERROR;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            struct instance *grown = realloc(*out, cap * sizeof **out);
-            if (!grown) {
-                sqlite3_reset(st);
-                free(*out);
-                *out = NULL;
-                *n = 0;
-                return STORE_ERROR;
-            }
-            *out = grown;
-        }
-        read_instance(st, &(*out)[(*n)++]);
-    }
-    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "unsettled instances");
-    sqlite3_reset(st);
-    return result;
+    void *rows;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_instance_row, "unsettled instances");
+    *out = rows;
+    return rc;
 }
 
 int store_instance_event(struct store *s, const char *id, int64_t at, const char *state, const char *reason)
@@ -318,48 +302,35 @@ int store_instance_nodes(struct store *s, const char *id, struct instance_node *
     return result;
 }
 
+static void read_candidate(sqlite3_stmt *st, void *row)
+{
+    struct placement_node *pn = row;
+    store_column_text(pn->id, sizeof pn->id, st, 0);
+    store_column_text(pn->fabric, sizeof pn->fabric, st, 1);
+    pn->card_count = sqlite3_column_int(st, 2);
+    pn->free_mask = 0;
+    /* "0,1,5": the free card indexes. */
+    for (const char *p = (const char *)sqlite3_column_text(st, 3); p && *p;) {
+        char *end;
+        long idx = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (idx >= 0 && idx < 64)
+            pn->free_mask |= (uint64_t)1 << idx;
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
 int store_placement_candidates(struct store *s, const char *gpu_model, struct placement_node **out, size_t *n)
 {
-    *out = NULL;
-    *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_CANDIDATES);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            struct placement_node *grown = realloc(*out, cap * sizeof **out);
-            if (!grown) {
-                sqlite3_reset(st);
-                free(*out);
-                *out = NULL;
-                *n = 0;
-                return STORE_ERROR;
-            }
-            *out = grown;
-        }
-        struct placement_node *pn = &(*out)[(*n)++];
-        store_column_text(pn->id, sizeof pn->id, st, 0);
-        store_column_text(pn->fabric, sizeof pn->fabric, st, 1);
-        pn->card_count = sqlite3_column_int(st, 2);
-        pn->free_mask = 0;
-        /* "0,1,5": the free card indexes. */
-        for (const char *p = (const char *)sqlite3_column_text(st, 3); p && *p;) {
-            char *end;
-            long idx = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            if (idx >= 0 && idx < 64)
-                pn->free_mask |= (uint64_t)1 << idx;
-            p = *end == ',' ? end + 1 : end;
-        }
-    }
-    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "placement candidates");
-    sqlite3_reset(st);
-    return result;
+    void *rows;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_candidate, "placement candidates");
+    *out = rows;
+    return rc;
 }
 
 int store_instance_claim(struct store *s, const char *instance_id, int64_t rank, const char *node_id,
@@ -494,31 +465,13 @@ int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_c
 
 int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n)
 {
-    *out = NULL;
-    *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_PLACED_WORKLOADS);
     if (!st)
         return STORE_ERROR;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 256;
-            char(*grown)[ID_MAX] = realloc(*out, cap * ID_MAX);
-            if (!grown) {
-                sqlite3_reset(st);
-                free(*out);
-                *out = NULL;
-                *n = 0;
-                return STORE_ERROR;
-            }
-            *out = grown;
-        }
-        store_column_text((*out)[(*n)++], ID_MAX, st, 0);
-    }
-    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "placed workloads");
-    sqlite3_reset(st);
-    return result;
+    void *rows;
+    int rc = store_collect(s, st, ID_MAX, &rows, n, store_read_id, "placed workloads");
+    *out = rows;
+    return rc;
 }
 
 int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards *out, size_t max, size_t *n)

@@ -117,36 +117,23 @@ static int step_change(struct store *s, sqlite3_stmt *st, const char *what)
         return result_;                                                                            \
     } while (0)
 
+static void read_price_point(sqlite3_stmt *st, void *row)
+{
+    struct price_point *p = row;
+    p->effective_at = sqlite3_column_int64(st, 0);
+    p->card_hour = sqlite3_column_int64(st, 1);
+}
+
 int store_prices(struct store *s, const char *gpu_model, struct price_point **out, size_t *n)
 {
-    *out = NULL;
-    *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_PRICES);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 8;
-            struct price_point *grown = realloc(*out, cap * sizeof **out);
-            if (!grown) {
-                sqlite3_reset(st);
-                free(*out);
-                *out = NULL;
-                *n = 0;
-                return STORE_ERROR;
-            }
-            *out = grown;
-        }
-        (*out)[*n].effective_at = sqlite3_column_int64(st, 0);
-        (*out)[*n].card_hour = sqlite3_column_int64(st, 1);
-        (*n)++;
-    }
-    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "prices");
-    sqlite3_reset(st);
-    return result;
+    void *rows;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_price_point, "prices");
+    *out = rows;
+    return rc;
 }
 
 int store_price_insert(struct store *s, const char *gpu_model, int64_t effective_at, int64_t card_hour, int64_t now)
@@ -475,31 +462,13 @@ int store_topup_by_payment(struct store *s, const char *payment_id, struct topup
 
 int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n)
 {
-    *out = NULL;
-    *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_USERS_TO_BILL);
     if (!st)
         return STORE_ERROR;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 256;
-            char(*grown)[ID_MAX] = realloc(*out, cap * ID_MAX);
-            if (!grown) {
-                sqlite3_reset(st);
-                free(*out);
-                *out = NULL;
-                *n = 0;
-                return STORE_ERROR;
-            }
-            *out = grown;
-        }
-        store_column_text((*out)[(*n)++], ID_MAX, st, 0);
-    }
-    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "users to bill");
-    sqlite3_reset(st);
-    return result;
+    void *rows;
+    int rc = store_collect(s, st, ID_MAX, &rows, n, store_read_id, "users to bill");
+    *out = rows;
+    return rc;
 }
 
 static void read_billable(sqlite3_stmt *st, struct billable *b)

@@ -206,40 +206,27 @@ int store_node_remove(struct store *s, const char *id, int64_t now)
     return step_change(s, st, "remove node");
 }
 
+static void read_target(sqlite3_stmt *st, void *row)
+{
+    struct node_target *t = row;
+    store_column_text(t->id, sizeof t->id, st, 0);
+    store_column_text(t->agent_url, sizeof t->agent_url, st, 1);
+    store_column_text(t->secret, sizeof t->secret, st, 2);
+    store_column_text(t->gpu_model, sizeof t->gpu_model, st, 3);
+    t->card_count = sqlite3_column_int64(st, 4);
+    store_column_text(t->health, sizeof t->health, st, 5);
+    t->missed_beats = sqlite3_column_int64(st, 6);
+}
+
 int store_node_targets(struct store *s, struct node_target **out, size_t *n)
 {
-    *out = NULL;
-    *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_TARGETS);
     if (!st)
         return STORE_ERROR;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            struct node_target *grown = realloc(*out, cap * sizeof **out);
-            if (!grown) {
-                sqlite3_reset(st);
-                free(*out);
-                *out = NULL;
-                *n = 0;
-                return STORE_ERROR;
-            }
-            *out = grown;
-        }
-        struct node_target *t = &(*out)[(*n)++];
-        store_column_text(t->id, sizeof t->id, st, 0);
-        store_column_text(t->agent_url, sizeof t->agent_url, st, 1);
-        store_column_text(t->secret, sizeof t->secret, st, 2);
-        store_column_text(t->gpu_model, sizeof t->gpu_model, st, 3);
-        t->card_count = sqlite3_column_int64(st, 4);
-        store_column_text(t->health, sizeof t->health, st, 5);
-        t->missed_beats = sqlite3_column_int64(st, 6);
-    }
-    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "node targets");
-    sqlite3_reset(st);
-    return result;
+    void *rows;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_target, "node targets");
+    *out = rows;
+    return rc;
 }
 
 int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char *facts_json, int accepted,
