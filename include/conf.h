@@ -47,6 +47,10 @@ int conf_set_override(const struct conf_option *table, void *conf, const char *a
 /* Prints every option with its default and help line. */
 void conf_print_help(const struct conf_option *table, void *stream);
 
+/* Validators both programs use for their "listen" and "log_level" options. */
+int conf_validate_listen(const void *field, char *err, size_t errlen);
+int conf_validate_log_level(const void *field, char *err, size_t errlen);
+
 /* Splits "host:port" ("[::1]:8080" for IPv6) into host and port; -1 if bad. */
 int conf_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
 

@@ -8,27 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int validate_listen(const void *field, char *err, size_t errlen)
-{
-    char host[128];
-    int port;
-    if (conf_parse_hostport(field, host, sizeof host, &port) < 0) {
-        snprintf(err, errlen, "listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:9090 or [::1]:9090)", (const char *)field);
-        return -1;
-    }
-    return 0;
-}
-
-static int validate_log_level(const void *field, char *err, size_t errlen)
-{
-    enum log_level l;
-    if (log_level_parse(field, &l) < 0) {
-        snprintf(err, errlen, "log_level: '%s' is not error, warn, info or debug", (const char *)field);
-        return -1;
-    }
-    return 0;
-}
-
 static int validate_nonempty(const void *field, char *err, size_t errlen)
 {
     if (!((const char *)field)[0]) {
@@ -130,7 +109,7 @@ static int validate_words(const void *field, char *err, size_t errlen)
 #define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct agent_conf, n), sizeof(((struct agent_conf *)0)->n), v, h}
 
 const struct conf_option agent_options[] = {
-    OPT_STR(listen, "127.0.0.1:9090", validate_listen, "address and port of the agent API (the node's management address)"),
+    OPT_STR(listen, "127.0.0.1:9090", conf_validate_listen, "address and port of the agent API (the node's management address)"),
     OPT_STR(advertise_url, "", NULL, "sim-fleet: base URL given to the control plane; \"\" derives it from listen"),
     OPT_STR(state_dir, "/var/lib/gpurent-agent", validate_nonempty, "workload records, fleet secrets and the lock file"),
     OPT_STR(runtime, "podman", validate_runtime, "sim, podman or docker"),
@@ -173,7 +152,7 @@ const struct conf_option agent_options[] = {
     OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),
     OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),
     OPT_INT(drain_timeout_s, 1, 600, 10, "seconds SIGTERM waits for requests in flight"),
-    OPT_STR(log_level, "info", validate_log_level, "error, warn, info or debug"),
+    OPT_STR(log_level, "info", conf_validate_log_level, "error, warn, info or debug"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

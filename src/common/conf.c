@@ -1,5 +1,6 @@
 /* conf.c: the configuration table engine described in conf.h. */
 #include "conf.h"
+#include "log.h"
 
 #include <errno.h>
 #include <ini.h>
@@ -277,5 +278,26 @@ int conf_parse_hostport(const char *s, char *host, size_t hostlen, int *port)
     memcpy(host, h, hlen);
     host[hlen] = '\0';
     *port = (int)p;
+    return 0;
+}
+
+int conf_validate_listen(const void *field, char *err, size_t errlen)
+{
+    char host[128];
+    int port;
+    if (conf_parse_hostport(field, host, sizeof host, &port) < 0) {
+        snprintf(err, errlen, "listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
+int conf_validate_log_level(const void *field, char *err, size_t errlen)
+{
+    enum log_level l;
+    if (log_level_parse(field, &l) < 0) {
+        snprintf(err, errlen, "log_level: '%s' is not error, warn, info or debug", (const char *)field);
+        return -1;
+    }
     return 0;
 }

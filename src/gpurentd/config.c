@@ -10,27 +10,6 @@
 
 struct daemon_conf *daemon_config;
 
-static int validate_listen(const void *field, char *err, size_t errlen)
-{
-    char host[128];
-    int port;
-    if (conf_parse_hostport(field, host, sizeof host, &port) < 0) {
-        snprintf(err, errlen, "listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)", (const char *)field);
-        return -1;
-    }
-    return 0;
-}
-
-static int validate_log_level(const void *field, char *err, size_t errlen)
-{
-    enum log_level l;
-    if (log_level_parse(field, &l) < 0) {
-        snprintf(err, errlen, "log_level: '%s' is not error, warn, info or debug", (const char *)field);
-        return -1;
-    }
-    return 0;
-}
-
 /* Validators see only the value, so each names its option in the message:
  * a command-line override has no FILE:LINE to point at it. */
 static int require_nonempty(const char *name, const void *field, char *err, size_t errlen)
@@ -98,9 +77,9 @@ static int validate_money(const void *field, char *err, size_t errlen)
 #define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct daemon_conf, n), sizeof(((struct daemon_conf *)0)->n), v, h}
 
 const struct conf_option daemon_options[] = {
-    OPT_STR(listen, "127.0.0.1:8080", validate_listen, "address and port of the REST API"),
+    OPT_STR(listen, "127.0.0.1:8080", conf_validate_listen, "address and port of the REST API"),
     OPT_STR(database, "/var/lib/gpurent/gpurent.db", validate_database, "SQLite database file"),
-    OPT_STR(log_level, "info", validate_log_level, "error, warn, info or debug"),
+    OPT_STR(log_level, "info", conf_validate_log_level, "error, warn, info or debug"),
     OPT_INT(threads, 1, 256, 4, "HTTP worker threads"),
     OPT_INT(max_connections, 1, 100000, 1024, "open connections, all clients together"),
     OPT_INT(max_connections_per_client, 1, 100000, 64, "open connections from one client address"),
