@@ -51,6 +51,10 @@ sqlite3 *store_db(struct store *s);
 sqlite3_stmt *store_stmt(struct store *s, const char *sql);
 /* Copies a text column into dst (n bytes), "" for NULL, cut to fit. */
 void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col);
+/* Steps a statement that writes, then resets it: a store_rc. */
+int store_step_write(struct store *s, sqlite3_stmt *st, const char *what);
+/* The same, but STORE_NOT_FOUND when it changed no row. */
+int store_step_change(struct store *s, sqlite3_stmt *st, const char *what);
 /* Steps st to its end, reading each row with read() into a malloc'd array
  * of size-byte elements (*out, caller frees; *n rows). */
 int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,

@@ -113,6 +113,21 @@ sqlite3_stmt *store_stmt(struct store *s, const char *sql)
     return NULL;
 }
 
+int store_step_write(struct store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_step_change(struct store *s, sqlite3_stmt *st, const char *what)
+{
+    int rc = store_step_write(s, st, what);
+    if (rc == STORE_OK && sqlite3_changes(s->db) == 0)
+        return STORE_NOT_FOUND;
+    return rc;
+}
+
 int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,
                   void (*read)(sqlite3_stmt *st, void *row), const char *what)
 {

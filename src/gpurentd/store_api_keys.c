@@ -38,9 +38,7 @@ int store_api_key_insert(struct store *s, const struct api_key *k)
     sqlite3_bind_text(st, 3, k->name, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 4, k->secret_hash, API_SECRET_HASH_LEN, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, k->created_at);
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert api key");
-    sqlite3_reset(st);
-    return rc;
+    return store_step_write(s, st, "insert api key");
 }
 
 int store_api_key_get(struct store *s, const char *id, struct api_key *out)
@@ -87,9 +85,5 @@ int store_api_key_revoke(struct store *s, const char *user_id, const char *id, i
     sqlite3_bind_int64(st, 1, now);
     sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, user_id, -1, SQLITE_STATIC);
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "revoke api key");
-    sqlite3_reset(st);
-    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
-        return STORE_NOT_FOUND;
-    return rc;
+    return store_step_change(s, st, "revoke api key");
 }

@@ -45,7 +45,5 @@ int store_idempotency_put(struct store *s, const char *user_id, const char *key,
     sqlite3_bind_int(st, 4, status);
     sqlite3_bind_text(st, 5, response, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, now);
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "put idempotency key");
-    sqlite3_reset(st);
-    return rc;
+    return store_step_write(s, st, "put idempotency key");
 }

@@ -61,9 +61,7 @@ int store_image_insert(struct store *s, const struct image *img)
     sqlite3_bind_text(st, 3, img->stack, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, img->description, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, img->created_at);
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert image");
-    sqlite3_reset(st);
-    return rc;
+    return store_step_write(s, st, "insert image");
 }
 
 int store_image_delete(struct store *s, const char *id)
@@ -72,9 +70,5 @@ int store_image_delete(struct store *s, const char *id)
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "delete image");
-    sqlite3_reset(st);
-    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
-        return STORE_NOT_FOUND;
-    return rc;
+    return store_step_change(s, st, "delete image");
 }

@@ -90,23 +90,6 @@ static void read_instance(sqlite3_stmt *st, struct instance *in)
     in->updated_at = sqlite3_column_int64(st, 15);
 }
 
-/* Steps a write; STORE_NOT_FOUND if it changed no row. */
-static int step_change(struct store *s, sqlite3_stmt *st, const char *what)
-{
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
-    sqlite3_reset(st);
-    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
-        return STORE_NOT_FOUND;
-    return rc;
-}
-
-static int step_write(struct store *s, sqlite3_stmt *st, const char *what)
-{
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
-    sqlite3_reset(st);
-    return rc;
-}
-
 int store_instance_insert(struct store *s, const struct instance *in)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_INS_INSERT);
@@ -128,7 +111,7 @@ int store_instance_insert(struct store *s, const struct instance *in)
     sqlite3_bind_int64(st, 14, in->state_since);
     sqlite3_bind_int64(st, 15, in->created_at);
     sqlite3_bind_int64(st, 16, in->updated_at);
-    return step_write(s, st, "insert instance");
+    return store_step_write(s, st, "insert instance");
 }
 
 int store_instance_get(struct store *s, const char *user_id, const char *id, struct instance *out)
@@ -193,7 +176,7 @@ int store_instance_event(struct store *s, const char *id, int64_t at, const char
     sqlite3_bind_int64(st, 2, at);
     sqlite3_bind_text(st, 3, state, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, reason ? reason : "", -1, SQLITE_STATIC);
-    return step_write(s, st, "insert instance event");
+    return store_step_write(s, st, "insert instance event");
 }
 
 int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase,
@@ -219,7 +202,7 @@ int store_instance_set_state(struct store *s, const char *id, const char *state,
     sqlite3_bind_text(st, 3, phase, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, reason ? reason : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, now);
-    if ((rc = step_change(s, st, "set instance state")) != STORE_OK)
+    if ((rc = store_step_change(s, st, "set instance state")) != STORE_OK)
         return rc;
     if (state_changed)
         return store_instance_event(s, id, now, state, reason);
@@ -236,7 +219,7 @@ int store_instance_set_desired(struct store *s, const char *id, const char *desi
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, desired, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, now);
-    return step_change(s, st, "set instance desired");
+    return store_step_change(s, st, "set instance desired");
 }
 
 int store_instance_set_attempts(struct store *s, const char *id, int64_t attempts, int64_t next_attempt_at)
@@ -247,7 +230,7 @@ int store_instance_set_attempts(struct store *s, const char *id, int64_t attempt
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, attempts);
     sqlite3_bind_int64(st, 3, next_attempt_at);
-    return step_change(s, st, "set instance attempts");
+    return store_step_change(s, st, "set instance attempts");
 }
 
 int store_instance_events(struct store *s, const char *id, int64_t after_seq, struct instance_event *out, size_t max,
@@ -347,7 +330,7 @@ int store_instance_claim(struct store *s, const char *instance_id, int64_t rank,
         sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, node_id, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 3, idx);
-        int rc = step_change(s, st, "claim card");
+        int rc = store_step_change(s, st, "claim card");
         /* A card taken meanwhile: the caller's transaction rolls back, so no
          * partial claim survives. */
         if (rc == STORE_NOT_FOUND)
@@ -365,7 +348,7 @@ int store_instance_claim(struct store *s, const char *instance_id, int64_t rank,
     sqlite3_bind_text(st, 3, node_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, workload_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, list, -1, SQLITE_STATIC);
-    return step_write(s, st, "insert placement");
+    return store_step_write(s, st, "insert placement");
 }
 
 int store_instance_release(struct store *s, const char *instance_id)
@@ -374,14 +357,14 @@ int store_instance_release(struct store *s, const char *instance_id)
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
-    int rc = step_write(s, st, "release cards");
+    int rc = store_step_write(s, st, "release cards");
     if (rc != STORE_OK)
         return rc;
     st = store_stmt(s, SQL_PLACEMENT_DELETE);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
-    return step_write(s, st, "delete placement");
+    return store_step_write(s, st, "delete placement");
 }
 
 int store_instance_node_update(struct store *s, const char *instance_id, int64_t rank, const char *phase,
@@ -395,7 +378,7 @@ int store_instance_node_update(struct store *s, const char *instance_id, int64_t
     sqlite3_bind_text(st, 3, phase, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, message, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 5, put_done);
-    return step_change(s, st, "update placement");
+    return store_step_change(s, st, "update placement");
 }
 
 int store_interval_open(struct store *s, const struct instance *in, int64_t started_at)
@@ -408,7 +391,7 @@ int store_interval_open(struct store *s, const struct instance *in, int64_t star
     sqlite3_bind_text(st, 3, in->gpu_model, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, in->card_count);
     sqlite3_bind_int64(st, 5, started_at);
-    return step_write(s, st, "open running interval");
+    return store_step_write(s, st, "open running interval");
 }
 
 int store_interval_close(struct store *s, const char *instance_id, int64_t ended_at, const char *reason)
@@ -419,7 +402,7 @@ int store_interval_close(struct store *s, const char *instance_id, int64_t ended
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, ended_at);
     sqlite3_bind_text(st, 3, reason, -1, SQLITE_STATIC);
-    return step_write(s, st, "close running interval");
+    return store_step_write(s, st, "close running interval");
 }
 
 static int64_t single_int(struct store *s, const char *sql, const char *arg, int64_t if_none, const char *what)
@@ -460,7 +443,7 @@ int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_c
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, max_cards);
-    return step_write(s, st, "set user max cards");
+    return store_step_write(s, st, "set user max cards");
 }
 
 int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n)

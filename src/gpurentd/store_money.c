@@ -91,21 +91,6 @@ static const char SQL_INTERVAL_BILLED[] =
     " ended_at = CASE WHEN ?4 IS NOT NULL AND (ended_at IS NULL OR ended_at > ?4) THEN max(started_at, ?4)"
     " ELSE ended_at END WHERE id = ?1";
 
-static int step_write(struct store *s, sqlite3_stmt *st, const char *what)
-{
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
-    sqlite3_reset(st);
-    return rc;
-}
-
-static int step_change(struct store *s, sqlite3_stmt *st, const char *what)
-{
-    int rc = step_write(s, st, what);
-    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
-        return STORE_NOT_FOUND;
-    return rc;
-}
-
 /* Runs a row-reading loop: calls read for each row until max. */
 #define READ_ROWS(s, st, out, max, n, read, what)                                                     \
     do {                                                                                           \
@@ -145,7 +130,7 @@ int store_price_insert(struct store *s, const char *gpu_model, int64_t effective
     sqlite3_bind_int64(st, 2, effective_at);
     sqlite3_bind_int64(st, 3, card_hour);
     sqlite3_bind_int64(st, 4, now);
-    return step_write(s, st, "insert price");
+    return store_step_write(s, st, "insert price");
 }
 
 static void read_price_row(sqlite3_stmt *st, struct price_row *p)
@@ -180,7 +165,7 @@ static int account_ensure(struct store *s, const char *account_id, const char *u
     sqlite3_bind_text(st, 1, account_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, user_id, -1, SQLITE_STATIC);
-    return step_write(s, st, "ensure account");
+    return store_step_write(s, st, "ensure account");
 }
 
 int store_ledger_post(struct store *s, const struct ledger_entry *e, const struct ledger_leg *legs, size_t n,
@@ -208,7 +193,7 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
     if (e->topup_id)
         sqlite3_bind_text(st, 8, e->topup_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 9, now);
-    int rc = step_write(s, st, "insert ledger transaction");
+    int rc = store_step_write(s, st, "insert ledger transaction");
     if (rc != STORE_OK)
         return rc;
     sqlite3_int64 txn = sqlite3_last_insert_rowid(store_db(s));
@@ -245,7 +230,7 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
         sqlite3_bind_int64(st, 3, legs[i].amount);
         if (legs[i].grant_id[0])
             sqlite3_bind_text(st, 4, legs[i].grant_id, -1, SQLITE_STATIC);
-        if ((rc = step_write(s, st, "insert posting")) != STORE_OK)
+        if ((rc = store_step_write(s, st, "insert posting")) != STORE_OK)
             return rc;
     }
     return STORE_OK;
@@ -275,7 +260,7 @@ int store_grant_insert(struct store *s, const struct grant *g)
     sqlite3_bind_int64(st, 5, g->remaining);
     sqlite3_bind_int64(st, 6, g->expires_at);
     sqlite3_bind_int64(st, 7, g->created_at);
-    return step_write(s, st, "insert grant");
+    return store_step_write(s, st, "insert grant");
 }
 
 static void read_grant(sqlite3_stmt *st, struct grant *g)
@@ -349,7 +334,7 @@ int store_grant_spend(struct store *s, const char *id, int64_t amount)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, amount);
-    int rc = step_change(s, st, "spend grant");
+    int rc = store_step_change(s, st, "spend grant");
     return rc == STORE_NOT_FOUND ? STORE_CONFLICT : rc;
 }
 
@@ -360,7 +345,7 @@ int store_grant_void(struct store *s, const char *id, int64_t at)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, at);
-    return step_change(s, st, "void grant");
+    return store_step_change(s, st, "void grant");
 }
 
 static void read_invite(sqlite3_stmt *st, struct invite_code *c)
@@ -402,7 +387,7 @@ int store_invite_insert(struct store *s, const struct invite_code *c)
     sqlite3_bind_int64(st, 4, c->expires_at);
     sqlite3_bind_int64(st, 5, c->max_uses);
     sqlite3_bind_int64(st, 6, c->created_at);
-    return step_write(s, st, "insert invite code");
+    return store_step_write(s, st, "insert invite code");
 }
 
 int store_invite_redeem(struct store *s, const char *code, const char *user_id, const char *grant_id, int64_t at)
@@ -414,14 +399,14 @@ int store_invite_redeem(struct store *s, const char *code, const char *user_id, 
     sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, grant_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, at);
-    int rc = step_write(s, st, "insert redemption");
+    int rc = store_step_write(s, st, "insert redemption");
     if (rc != STORE_OK)
         return rc;
     st = store_stmt(s, SQL_INVITE_USE);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
-    rc = step_change(s, st, "use invite code");
+    rc = store_step_change(s, st, "use invite code");
     return rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : rc; /* used up */
 }
 
@@ -436,7 +421,7 @@ int store_topup_insert(struct store *s, const struct topup *t)
     sqlite3_bind_int64(st, 4, t->amount);
     sqlite3_bind_text(st, 5, t->source, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, t->created_at);
-    return step_write(s, st, "insert topup");
+    return store_step_write(s, st, "insert topup");
 }
 
 int store_topup_by_payment(struct store *s, const char *payment_id, struct topup *out)
@@ -504,7 +489,7 @@ int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settl
     sqlite3_bind_int(st, 3, settled);
     if (exhausted_at >= 0)
         sqlite3_bind_int64(st, 4, exhausted_at);
-    return step_change(s, st, "interval billed");
+    return store_step_change(s, st, "interval billed");
 }
 
 int store_billables_all(struct store *s, struct billable **out, size_t *n)

@@ -80,16 +80,6 @@ static void read_node(sqlite3_stmt *st, struct node *n)
     n->cards_in_use = sqlite3_column_int64(st, 21);
 }
 
-/* Steps a statement expected to change rows; STORE_NOT_FOUND if none did. */
-static int step_change(struct store *s, sqlite3_stmt *st, const char *what)
-{
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), what);
-    sqlite3_reset(st);
-    if (rc == STORE_OK && sqlite3_changes(store_db(s)) == 0)
-        return STORE_NOT_FOUND;
-    return rc;
-}
-
 int store_node_insert(struct store *s, const struct node *n)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_INSERT);
@@ -106,7 +96,7 @@ int store_node_insert(struct store *s, const struct node *n)
     sqlite3_bind_text(st, 9, n->labels, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 10, n->created_at);
     sqlite3_bind_int64(st, 11, n->created_at);
-    return step_change(s, st, "insert node");
+    return store_step_change(s, st, "insert node");
 }
 
 int store_node_get(struct store *s, const char *id, struct node *out)
@@ -182,7 +172,7 @@ int store_node_set_admin_state(struct store *s, const char *id, const char *admi
     sqlite3_bind_text(st, 2, admin_state, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, reason, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, now);
-    return step_change(s, st, "set node admin state");
+    return store_step_change(s, st, "set node admin state");
 }
 
 int store_node_remove(struct store *s, const char *id, int64_t now)
@@ -203,7 +193,7 @@ int store_node_remove(struct store *s, const char *id, int64_t now)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
-    return step_change(s, st, "remove node");
+    return store_step_change(s, st, "remove node");
 }
 
 static void read_target(sqlite3_stmt *st, void *row)
@@ -258,7 +248,7 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
             return STORE_ERROR;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, now);
-        return step_change(s, st, "node seen");
+        return store_step_change(s, st, "node seen");
     }
     st = store_stmt(s, SQL_NODE_BEAT);
     if (!st)
@@ -270,7 +260,7 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     sqlite3_bind_text(st, 5, reason, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 6, driver_version, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 7, stack_version, -1, SQLITE_STATIC);
-    if ((rc = step_change(s, st, "node beat")) != STORE_OK || !accepted)
+    if ((rc = store_step_change(s, st, "node beat")) != STORE_OK || !accepted)
         return rc;
     for (size_t i = 0; i < n_cards; i++) {
         st = store_stmt(s, SQL_CARD_UPSERT);
@@ -306,5 +296,5 @@ int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t
     sqlite3_bind_int64(st, 2, now);
     sqlite3_bind_int64(st, 3, miss_limit);
     sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
-    return step_change(s, st, "node missed beat");
+    return store_step_change(s, st, "node missed beat");
 }

@@ -25,9 +25,7 @@ int store_user_insert(struct store *s, const struct user *u)
     sqlite3_bind_text(st, 5, u->active ? "active" : "disabled", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 6, u->invite_code, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 7, u->created_at);
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert user");
-    sqlite3_reset(st);
-    return rc;
+    return store_step_write(s, st, "insert user");
 }
 
 static int user_get(struct store *s, const char *sql, const char *key, struct user *out)

@@ -62,9 +62,7 @@ int store_volume_insert(struct store *s, const struct volume *v)
     sqlite3_bind_int64(st, 4, v->size_gb);
     sqlite3_bind_text(st, 5, v->source, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, v->created_at);
-    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert volume");
-    sqlite3_reset(st);
-    return rc;
+    return store_step_write(s, st, "insert volume");
 }
 
 int store_volume_get(struct store *s, const char *user_id, const char *id, struct volume *out)
