@@ -8,7 +8,8 @@
  *    fabric: the fabric with the fewest whole nodes that still has enough,
  *    nodes in the order given, which is also their rank order.
  *
- * The caller passes nodes sorted by fabric, then name. */
+ * The caller passes nodes sorted by fabric, then name (the store may pass
+ * only the best fit, or only whole free nodes: the choice is the same). */
 #ifndef GPURENT_PLACEMENT_H
 #define GPURENT_PLACEMENT_H
 
@@ -38,7 +39,5 @@ struct placement {
 int placement_count_valid(int cards);
 /* Chooses cards on nodes[0..n); 0 on success, -1 when they do not fit. */
 int placement_choose(const struct placement_node *nodes, size_t n, int cards, struct placement *out);
-/* Free cards across all nodes (for "only N free" messages). */
-int64_t placement_free_cards(const struct placement_node *nodes, size_t n);
 
 #endif

@@ -316,10 +316,14 @@ struct instance_event {
 int store_instance_events(struct store *s, const char *id, int64_t after_seq, struct instance_event *out, size_t max,
                           size_t *n);
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n);
-/* Ready nodes of model with their free cards, by fabric then name. *out is
- * malloc'd (caller frees). */
+/* The ready nodes of model that can take `cards` cards, with their free
+ * cards: for up to a node's worth, the best fit alone; for more, every whole
+ * free node, by fabric then name. *out is malloc'd (caller frees). */
 struct placement_node;
-int store_placement_candidates(struct store *s, const char *gpu_model, struct placement_node **out, size_t *n);
+int store_placement_candidates(struct store *s, const char *gpu_model, int64_t cards, struct placement_node **out,
+                               size_t *n);
+/* Free cards of model on ready nodes, for "only N are free" messages. */
+int64_t store_free_cards(struct store *s, const char *gpu_model);
 /* Gives cards (bit mask) of node_id to the instance at rank; STORE_CONFLICT
  * if any is no longer free. */
 int store_instance_claim(struct store *s, const char *instance_id, int64_t rank, const char *node_id,

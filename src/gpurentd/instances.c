@@ -46,13 +46,15 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
                       (long long)used, (long long)in->card_count);
     struct placement_node *nodes;
     size_t n;
-    int rc = store_placement_candidates(s, in->gpu_model, &nodes, &n);
+    int rc = store_placement_candidates(s, in->gpu_model, in->card_count, &nodes, &n);
     if (rc != STORE_OK)
         return rc;
     struct placement p;
     if (placement_choose(nodes, n, (int)in->card_count, &p) < 0) {
-        int64_t free_cards = placement_free_cards(nodes, n);
         free(nodes);
+        int64_t free_cards = store_free_cards(s, in->gpu_model);
+        if (free_cards < 0)
+            return (int)free_cards;
         return refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count",
                       json_pack("{s:I}", "cards_free", (json_int_t)free_cards),
                       "%lld %s cards requested but only %lld are free now%s", (long long)in->card_count, in->gpu_model,

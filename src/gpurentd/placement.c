@@ -78,11 +78,3 @@ int placement_choose(const struct placement_node *nodes, size_t n, int cards, st
     }
     return 0;
 }
-
-int64_t placement_free_cards(const struct placement_node *nodes, size_t n)
-{
-    int64_t total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += popcount(nodes[i].free_mask);
-    return total;
-}

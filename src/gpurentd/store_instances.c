@@ -39,11 +39,20 @@ static const char SQL_INS_NODES[] =
     "SELECT p.rank, p.node_id, n.name, n.agent_url, n.secret, n.health, coalesce(n.last_seen_at, 0), p.workload_id,"
     " p.cards, p.phase, p.message, p.put_done FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
     " WHERE p.instance_id = ? ORDER BY p.rank LIMIT ?";
-static const char SQL_CANDIDATES[] =
-    "SELECT n.id, n.fabric, n.card_count, coalesce((SELECT group_concat(c.idx) FROM node_cards c"
-    "   WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL), '')"
-    " FROM nodes n WHERE n.gpu_model = ? AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'"
-    " ORDER BY n.fabric, n.name";
+/* Placement candidates come through the nodes_placement index (0006): for
+ * one node's worth of cards only the best fit (fewest free cards that are
+ * enough), for more only whole free nodes, by fabric and name. */
+#define CANDIDATE_COLUMNS                                                                                  \
+    "SELECT n.id, n.fabric, n.card_count, coalesce((SELECT group_concat(c.idx) FROM node_cards c"        \
+    "   WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL), '')"                         \
+    " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'"
+static const char SQL_CANDIDATE_BEST_FIT[] =
+    CANDIDATE_COLUMNS " AND n.free_cards >= ?2 ORDER BY n.free_cards, n.fabric, n.name LIMIT 1";
+static const char SQL_CANDIDATES_WHOLE[] =
+    CANDIDATE_COLUMNS " AND n.free_cards = ?2 AND n.card_count = ?2 ORDER BY n.fabric, n.name";
+static const char SQL_FREE_CARDS[] =
+    "SELECT coalesce(sum(free_cards), 0) FROM nodes WHERE gpu_model = ?1 AND removed_at IS NULL AND health = 'up'"
+    " AND admin_state = 'active'";
 static const char SQL_CARD_CLAIM[] =
     "UPDATE node_cards SET instance_id = ?1 WHERE node_id = ?2 AND idx = ?3 AND instance_id IS NULL AND healthy = 1";
 static const char SQL_PLACEMENT_INSERT[] =
@@ -304,12 +313,15 @@ static void read_candidate(sqlite3_stmt *st, void *row)
     }
 }
 
-int store_placement_candidates(struct store *s, const char *gpu_model, struct placement_node **out, size_t *n)
+int store_placement_candidates(struct store *s, const char *gpu_model, int64_t cards, struct placement_node **out,
+                               size_t *n)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_CANDIDATES);
+    int whole = cards > PLACEMENT_NODE_CARDS;
+    sqlite3_stmt *st = store_stmt(s, whole ? SQL_CANDIDATES_WHOLE : SQL_CANDIDATE_BEST_FIT);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, whole ? PLACEMENT_NODE_CARDS : cards);
     void *rows;
     int rc = store_collect(s, st, sizeof **out, &rows, n, read_candidate, "placement candidates");
     *out = rows;
@@ -414,6 +426,18 @@ static int64_t single_int(struct store *s, const char *sql, const char *arg, int
     int rc = sqlite3_step(st);
     int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? if_none
                                                                                    : store_rc_from_sqlite(s, rc, what);
+    sqlite3_reset(st);
+    return v;
+}
+
+int64_t store_free_cards(struct store *s, const char *gpu_model)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_FREE_CARDS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "free cards");
     sqlite3_reset(st);
     return v;
 }

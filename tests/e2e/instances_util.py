@@ -273,6 +273,9 @@ class Cloud:
         # Only instances that hold cards have them.
         holders = {i for (i,) in d.sql(f"SELECT id FROM instances WHERE state IN {HOLDING}")}
         assert {i for _, _, i in claimed} <= holders
+        # Each node's free-card count (kept by triggers for placement) is its cards' truth.
+        assert d.sql("SELECT id, free_cards FROM nodes WHERE free_cards <> (SELECT count(*) FROM node_cards c"
+                     " WHERE c.node_id = nodes.id AND c.healthy = 1 AND c.instance_id IS NULL)") == []
         # The agents agree: no card is in two workloads on any node.
         for name, wls in self.all_workloads().items():
             gpus = [g for w in wls for g in w["gpus"]]
