@@ -160,7 +160,8 @@ struct node {
     char admin_state[16];     /* active, cordoned, draining, maintenance */
     char health[16];          /* unknown, up, offline, rejected */
     char state[16];           /* derived: pending, ready, cordoned, draining, maintenance, offline, rejected */
-    char state_reason[256];   /* why rejected, offline or set aside */
+    char state_reason[256];   /* why it is in its state: the admin's reason when set aside, else the heartbeats' */
+    char admin_reason[256];   /* why an admin set admin_state ("" when active) */
     int64_t missed_beats;     /* failed heartbeats in a row */
     int64_t last_seen_at;     /* last good heartbeat, 0 if never */
     char driver_version[64];  /* from facts */

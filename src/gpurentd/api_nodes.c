@@ -32,6 +32,8 @@ static json_t *node_json(const struct node *n)
                      "created_at", json_time(n->created_at, 0), "updated_at", json_time(n->updated_at, 0));
     if (!j)
         log_error("nodes: cannot show %s: a stored text is not valid UTF-8", n->id);
+    else
+        json_object_set_new(j, "admin_reason", json_string(n->admin_reason));
     return j;
 }
 

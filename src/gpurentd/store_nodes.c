@@ -8,12 +8,13 @@
 
 #define NODE_COLUMNS                                                                                              \
     "n.id, n.name, n.agent_url, n.secret, n.gpu_model, n.card_count, n.fabric, n.region, n.labels,"           \
-    " n.admin_state, n.health, s.state, n.state_reason, n.missed_beats, coalesce(n.last_seen_at, 0),"        \
+    " n.admin_state, n.health, s.state, CASE WHEN s.state IN ('cordoned', 'draining', 'maintenance')"     \
+    "   THEN n.admin_reason ELSE n.state_reason END, n.missed_beats, coalesce(n.last_seen_at, 0),"            \
     " n.driver_version, n.stack_version, n.created_at, n.updated_at,"                                         \
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id),"                                            \
     " CASE WHEN s.state = 'ready' THEN (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id"            \
     "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                             \
-    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL)"
+    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL), n.admin_reason"
 
 /* Inserts nothing when the model is not in the catalog (a plain existence
  * check: the catalog's card counts cost a scan of every card). */
@@ -31,7 +32,7 @@ static const char SQL_NODE_CARDS[] =
     "SELECT idx, model, memory_gb, healthy, health_reason, coalesce(instance_id, '') FROM node_cards"
     " WHERE node_id = ? ORDER BY idx LIMIT ?";
 static const char SQL_NODE_SET_ADMIN[] =
-    "UPDATE nodes SET admin_state = ?2, state_reason = ?3, updated_at = ?4 WHERE id = ?1 AND removed_at IS NULL";
+    "UPDATE nodes SET admin_state = ?2, admin_reason = ?3, updated_at = ?4 WHERE id = ?1 AND removed_at IS NULL";
 static const char SQL_NODE_BUSY[] = "SELECT count(*) FROM node_cards WHERE node_id = ? AND instance_id IS NOT NULL";
 static const char SQL_NODE_REMOVE[] =
     "UPDATE nodes SET removed_at = ?2, updated_at = ?2 WHERE id = ?1 AND removed_at IS NULL";
@@ -78,6 +79,7 @@ static void read_node(sqlite3_stmt *st, struct node *n)
     n->cards_total = sqlite3_column_int64(st, 19);
     n->cards_free = sqlite3_column_int64(st, 20);
     n->cards_in_use = sqlite3_column_int64(st, 21);
+    store_column_text(n->admin_reason, sizeof n->admin_reason, st, 22);
 }
 
 int store_node_insert(struct store *s, const struct node *n)

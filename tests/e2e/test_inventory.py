@@ -243,6 +243,30 @@ def test_killed_fleet_goes_offline_and_returns(new_daemon, procs):
     wait_beat(d, ids_of(a) + ids_of(other))
 
 
+def test_admin_reason_survives_an_outage(new_daemon, procs):
+    d = new_daemon(options=FAST)
+    port = free_port()
+    a = procs.fleet(d, "a", nodes=1, model="MI450", extra=("--listen", f"127.0.0.1:{port}"))
+    [target] = ids_of(a)
+    wait_all(d, [target], "ready")
+    r = set_state(d, target, "cordoned", reason="firmware update on Tuesday")
+    assert r.status_code == 200, r.text
+    assert (r.json()["state_reason"], r.json()["admin_reason"]) == ("firmware update on Tuesday",) * 2
+
+    # Offline: the heartbeats' reason shows, the admin's is kept beside it.
+    kill(a)
+    [off] = wait_all(d, [target], "offline")
+    assert off["state_reason"].startswith("agent unreachable:"), off
+    assert (off["admin_state"], off["admin_reason"]) == ("cordoned", "firmware update on Tuesday"), off
+
+    # Back: cordoned again, and still saying why.
+    a.start()
+    [back] = wait_all(d, [target], "cordoned")
+    assert (back["state_reason"], back["admin_reason"]) == ("firmware update on Tuesday",) * 2, back
+    r = set_state(d, target, "ready")
+    assert (r.json()["state"], r.json()["state_reason"], r.json()["admin_reason"]) == ("ready", "", "")
+
+
 def test_single_agent_killed_and_restarted(new_daemon, procs, tmp_path):
     d = new_daemon(options=FAST)
     port = free_port()
