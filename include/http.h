@@ -41,7 +41,7 @@ struct http_request {
     const char *method;                  /* borrowed from libmicrohttpd */
     const char *path;                    /* borrowed: the URL without query */
     char request_id[ID_MAX];             /* "req_…", also in X-Request-Id */
-    char client_ip[64];                  /* peer address, for limits and logs */
+    char client_ip[64];                  /* client address, for limits and logs (from X-Forwarded-For behind a trusted proxy) */
     const struct http_route *route;      /* matched route */
     char *params[HTTP_MAX_PARAMS];       /* {name} segments in pattern order */
     char *body;                          /* NUL-terminated copy of the body */
@@ -72,6 +72,7 @@ struct http_config {
     int max_json_depth;           /* deeper bodies get 400 too_deep */
     size_t max_path_bytes;        /* longer paths get 414 */
     const char *cors_origins;     /* space-separated origins, "*" for any */
+    const char *trusted_proxies;  /* reverse proxies (IP addresses) whose X-Forwarded-For names the client, or NULL */
     /* Called once per finished request with its duration (metrics); may
      * be NULL. Runs on the pool's threads. */
     void (*on_done)(const struct http_request *req, int64_t duration_us);

@@ -29,6 +29,7 @@ struct http_server {
     atomic_int in_flight;               /* requests between first call and completion */
     pthread_rwlock_t reload_lock;       /* guards the reloadable fields below */
     char cors_origins[1024];            /* space-separated, reloadable */
+    char trusted_proxies[512];          /* proxies whose X-Forwarded-For names the client */
     size_t max_body_bytes;              /* reloadable */
     int max_json_depth;                 /* reloadable */
     size_t max_path_bytes;              /* fixed at start */
@@ -36,6 +37,20 @@ struct http_server {
 };
 
 /* ---------------------------------------------------------------- replies */
+
+/* Whether a list of words separated by spaces or commas holds word. */
+static int list_contains(const char *list, const char *word, size_t len)
+{
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t n = strcspn(p, " ,");
+        if (n == len && n > 0 && strncmp(p, word, n) == 0)
+            return 1;
+        p += n;
+    }
+    return 0;
+}
 
 /* The request's Origin if it is one of the configured console origins, else
  * NULL: only such a request gets Access-Control-* headers. */
@@ -45,19 +60,47 @@ static const char *cors_allowed_origin(struct http_request *req)
     if (!origin)
         return NULL;
     struct http_server *srv = req->server;
-    int allowed = 0;
     pthread_rwlock_rdlock(&srv->reload_lock);
-    size_t olen = strlen(origin);
-    for (const char *p = srv->cors_origins; *p;) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        size_t n = strcspn(p, " ,");
-        if ((n == 1 && *p == '*') || (n == olen && n > 0 && strncmp(p, origin, n) == 0))
-            allowed = 1;
-        p += n;
-    }
+    int allowed = list_contains(srv->cors_origins, "*", 1) || list_contains(srv->cors_origins, origin, strlen(origin));
     pthread_rwlock_unlock(&srv->reload_lock);
     return allowed ? origin : NULL;
+}
+
+/* Behind a trusted reverse proxy the client is the rightmost address in
+ * X-Forwarded-For that is not itself a trusted proxy (entries to its left
+ * are whatever the client chose to send). */
+static void forwarded_client(struct http_request *req)
+{
+    struct http_server *srv = req->server;
+    if (!srv->trusted_proxies[0] || !list_contains(srv->trusted_proxies, req->client_ip, strlen(req->client_ip)))
+        return;
+    const char *xff = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Forwarded-For");
+    if (!xff)
+        return;
+    size_t end = strlen(xff);
+    while (end > 0) {
+        size_t start = end;
+        while (start > 0 && xff[start - 1] != ',')
+            start--;
+        size_t a = start, b = end;
+        while (a < b && xff[a] == ' ')
+            a++;
+        while (b > a && xff[b - 1] == ' ')
+            b--;
+        char ip[sizeof req->client_ip];
+        unsigned char buf[sizeof(struct in6_addr)];
+        if (b - a == 0 || b - a >= sizeof ip)
+            return;
+        memcpy(ip, xff + a, b - a);
+        ip[b - a] = '\0';
+        if (inet_pton(AF_INET, ip, buf) != 1 && inet_pton(AF_INET6, ip, buf) != 1)
+            return; /* not an address: keep the proxy's */
+        if (!list_contains(srv->trusted_proxies, ip, strlen(ip))) {
+            memcpy(req->client_ip, ip, b - a + 1);
+            return;
+        }
+        end = start > 0 ? start - 1 : 0;
+    }
 }
 
 static void add_common_headers(struct http_request *req, struct MHD_Response *resp)
@@ -393,6 +436,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             else if (sa->sa_family == AF_INET6)
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, req->client_ip, sizeof req->client_ip);
         }
+        forwarded_client(req);
         /* A declared length over the cap is refused before any body is read. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         pthread_rwlock_rdlock(&srv->reload_lock);
@@ -508,6 +552,7 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
     srv->routes = routes;
     srv->authenticate = authenticate;
     srv->on_done = cfg->on_done;
+    snprintf(srv->trusted_proxies, sizeof srv->trusted_proxies, "%s", cfg->trusted_proxies ? cfg->trusted_proxies : "");
     srv->app = app;
     srv->max_path_bytes = cfg->max_path_bytes ? cfg->max_path_bytes : 2048;
     pthread_rwlock_init(&srv->reload_lock, NULL);

@@ -87,6 +87,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(max_body_bytes, 1024, 67108864, 1048576, "largest request body accepted"),
     OPT_INT(max_json_depth, 2, 64, 16, "deepest JSON nesting accepted"),
     OPT_STR(cors_origins, "", NULL, "web console origins allowed by CORS, space-separated ('*' for any)"),
+    OPT_STR(trusted_proxies, "", NULL,
+            "reverse proxies (IP addresses, space-separated) whose X-Forwarded-For names the client for login limits and logs"),
     OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),
     OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),
     OPT_INT(password_iterations, 1000, 100000000, 600000, "PBKDF2-SHA256 rounds for new password hashes"),

@@ -208,6 +208,7 @@ int cmd_serve(int argc, char **argv)
         .max_body_bytes = (size_t)conf.max_body_bytes,
         .max_json_depth = (int)conf.max_json_depth,
         .cors_origins = conf.cors_origins,
+        .trusted_proxies = conf.trusted_proxies,
         .on_done = metrics_http_done,
         .cert_file = conf.tls_cert,
         .key_file = conf.tls_key,
