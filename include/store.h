@@ -55,6 +55,12 @@ void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col);
 int store_step_write(struct store *s, sqlite3_stmt *st, const char *what);
 /* The same, but STORE_NOT_FOUND when it changed no row. */
 int store_step_change(struct store *s, sqlite3_stmt *st, const char *what);
+/* Steps st once: reads the row into out, or STORE_NOT_FOUND if there is none. */
+int store_read_one(struct store *s, sqlite3_stmt *st, void *out, void (*read)(sqlite3_stmt *st, void *row),
+                   const char *what);
+/* Reads up to max rows into out (size-byte elements); *n gets the count. */
+int store_read_rows(struct store *s, sqlite3_stmt *st, void *out, size_t size, size_t max, size_t *n,
+                    void (*read)(sqlite3_stmt *st, void *row), const char *what);
 /* Steps st to its end, reading each row with read() into a malloc'd array
  * of size-byte elements (*out, caller frees; *n rows). */
 int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,

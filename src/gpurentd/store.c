@@ -128,6 +128,32 @@ int store_step_change(struct store *s, sqlite3_stmt *st, const char *what)
     return rc;
 }
 
+int store_read_one(struct store *s, sqlite3_stmt *st, void *out, void (*read)(sqlite3_stmt *st, void *row),
+                   const char *what)
+{
+    int rc = sqlite3_step(st), result;
+    if (rc == SQLITE_ROW) {
+        read(st, out);
+        result = STORE_OK;
+    } else {
+        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, what);
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_read_rows(struct store *s, sqlite3_stmt *st, void *out, size_t size, size_t max, size_t *n,
+                    void (*read)(sqlite3_stmt *st, void *row), const char *what)
+{
+    *n = 0;
+    int rc;
+    while (*n < max && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        read(st, (char *)out + (*n)++ * size);
+    int result = *n == max || rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, what);
+    sqlite3_reset(st);
+    return result;
+}
+
 int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,
                   void (*read)(sqlite3_stmt *st, void *row), const char *what)
 {

@@ -14,8 +14,9 @@ static const char SQL_KEY_LIST[] =
 static const char SQL_KEY_REVOKE[] =
     "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND user_id = ?";
 
-static void read_row(sqlite3_stmt *st, struct api_key *k)
+static void read_row(sqlite3_stmt *st, void *row)
 {
+    struct api_key *k = row;
     snprintf(k->id, sizeof k->id, "%s", (const char *)sqlite3_column_text(st, 0));
     snprintf(k->user_id, sizeof k->user_id, "%s", (const char *)sqlite3_column_text(st, 1));
     snprintf(k->name, sizeof k->name, "%s", (const char *)sqlite3_column_text(st, 2));
@@ -47,15 +48,7 @@ int store_api_key_get(struct store *s, const char *id, struct api_key *out)
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), result;
-    if (rc == SQLITE_ROW) {
-        read_row(st, out);
-        result = STORE_OK;
-    } else {
-        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get api key");
-    }
-    sqlite3_reset(st);
-    return result;
+    return store_read_one(s, st, out, read_row, "get api key");
 }
 
 int store_api_key_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
@@ -69,12 +62,7 @@ int store_api_key_list(struct store *s, const char *user_id, int64_t after_creat
     sqlite3_bind_int64(st, 2, after_created);
     sqlite3_bind_text(st, 3, after_id ? after_id : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
-        read_row(st, &out[(*n)++]);
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list api keys");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_row, "list api keys");
 }
 
 int store_api_key_revoke(struct store *s, const char *user_id, const char *id, int64_t now)

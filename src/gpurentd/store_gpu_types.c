@@ -37,8 +37,9 @@ static const char SQL_TYPE_UPDATE[] =
 static const char SQL_TYPE_IN_USE[] = "SELECT count(*) FROM nodes WHERE gpu_model = ?";
 static const char SQL_TYPE_DELETE[] = "DELETE FROM gpu_types WHERE code = ?";
 
-static void read_type(sqlite3_stmt *st, struct gpu_type *t)
+static void read_type(sqlite3_stmt *st, void *row)
 {
+    struct gpu_type *t = row;
     store_column_text(t->code, sizeof t->code, st, 0);
     store_column_text(t->vendor, sizeof t->vendor, st, 1);
     t->memory_gb = sqlite3_column_int64(st, 2);
@@ -61,12 +62,7 @@ int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
-        read_type(st, &out[(*n)++]);
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list gpu types");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_type, "list gpu types");
 }
 
 static int get_one(struct store *s, const char *sql, const char *code, struct gpu_type *out)
@@ -75,15 +71,7 @@ static int get_one(struct store *s, const char *sql, const char *code, struct gp
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), result;
-    if (rc == SQLITE_ROW) {
-        read_type(st, out);
-        result = STORE_OK;
-    } else {
-        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get gpu type");
-    }
-    sqlite3_reset(st);
-    return result;
+    return store_read_one(s, st, out, read_type, "get gpu type");
 }
 
 int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out)

@@ -10,8 +10,9 @@ static const char SQL_IMAGE_INSERT[] =
     "INSERT INTO images (id, ref, stack, description, created_at) VALUES (?, ?, ?, ?, ?)";
 static const char SQL_IMAGE_DELETE[] = "DELETE FROM images WHERE id = ?";
 
-static void read_image(sqlite3_stmt *st, struct image *img)
+static void read_image(sqlite3_stmt *st, void *row)
 {
+    struct image *img = row;
     store_column_text(img->id, sizeof img->id, st, 0);
     store_column_text(img->ref, sizeof img->ref, st, 1);
     store_column_text(img->stack, sizeof img->stack, st, 2);
@@ -26,12 +27,7 @@ int store_image_list(struct store *s, struct image *out, size_t max, size_t *n)
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
-        read_image(st, &out[(*n)++]);
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list images");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_image, "list images");
 }
 
 int store_image_find(struct store *s, const char *id_or_ref, struct image *out)
@@ -40,15 +36,7 @@ int store_image_find(struct store *s, const char *id_or_ref, struct image *out)
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id_or_ref, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), result;
-    if (rc == SQLITE_ROW) {
-        read_image(st, out);
-        result = STORE_OK;
-    } else {
-        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "find image");
-    }
-    sqlite3_reset(st);
-    return result;
+    return store_read_one(s, st, out, read_image, "find image");
 }
 
 int store_image_insert(struct store *s, const struct image *img)

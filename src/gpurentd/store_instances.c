@@ -79,8 +79,9 @@ static const char SQL_USER_SET_MAX_CARDS[] =
     "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
     " ON CONFLICT (user_id) DO UPDATE SET max_cards = excluded.max_cards";
 
-static void read_instance(sqlite3_stmt *st, struct instance *in)
+static void read_instance(sqlite3_stmt *st, void *row)
 {
+    struct instance *in = row;
     store_column_text(in->id, sizeof in->id, st, 0);
     store_column_text(in->user_id, sizeof in->user_id, st, 1);
     store_column_text(in->name, sizeof in->name, st, 2);
@@ -131,15 +132,7 @@ int store_instance_get(struct store *s, const char *user_id, const char *id, str
     if (user_id)
         sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), result;
-    if (rc == SQLITE_ROW) {
-        read_instance(st, out);
-        result = STORE_OK;
-    } else {
-        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get instance");
-    }
-    sqlite3_reset(st);
-    return result;
+    return store_read_one(s, st, out, read_instance, "get instance");
 }
 
 int store_instance_list(struct store *s, const struct instance_filter *f, struct instance *out, size_t max, size_t *n)
@@ -155,15 +148,8 @@ int store_instance_list(struct store *s, const struct instance_filter *f, struct
     sqlite3_bind_int64(st, 3, f->after_created);
     sqlite3_bind_text(st, 4, f->after_id ? f->after_id : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
-        read_instance(st, &out[(*n)++]);
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list instances");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_instance, "list instances");
 }
-
-static void read_instance_row(sqlite3_stmt *st, void *row) { read_instance(st, row); }
 
 int store_instance_unsettled(struct store *s, struct instance **out, size_t *n)
 {
@@ -171,7 +157,7 @@ int store_instance_unsettled(struct store *s, struct instance **out, size_t *n)
     if (!st)
         return STORE_ERROR;
     void *rows;
-    int rc = store_collect(s, st, sizeof **out, &rows, n, read_instance_row, "unsettled instances");
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_instance, "unsettled instances");
     *out = rows;
     return rc;
 }

@@ -91,17 +91,6 @@ static const char SQL_INTERVAL_BILLED[] =
     " ended_at = CASE WHEN ?4 IS NOT NULL AND (ended_at IS NULL OR ended_at > ?4) THEN max(started_at, ?4)"
     " ELSE ended_at END WHERE id = ?1";
 
-/* Runs a row-reading loop: calls read for each row until max. */
-#define READ_ROWS(s, st, out, max, n, read, what)                                                     \
-    do {                                                                                           \
-        int rc_;                                                                                   \
-        while ((rc_ = sqlite3_step(st)) == SQLITE_ROW && *(n) < (max))                             \
-            read(st, &(out)[(*(n))++]);                                                            \
-        int result_ = rc_ == SQLITE_DONE || rc_ == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc_, what); \
-        sqlite3_reset(st);                                                                         \
-        return result_;                                                                            \
-    } while (0)
-
 static void read_price_point(sqlite3_stmt *st, void *row)
 {
     struct price_point *p = row;
@@ -133,8 +122,9 @@ int store_price_insert(struct store *s, const char *gpu_model, int64_t effective
     return store_step_write(s, st, "insert price");
 }
 
-static void read_price_row(sqlite3_stmt *st, struct price_row *p)
+static void read_price_row(sqlite3_stmt *st, void *row)
 {
+    struct price_row *p = row;
     store_column_text(p->gpu_model, sizeof p->gpu_model, st, 0);
     p->effective_at = sqlite3_column_int64(st, 1);
     p->card_hour = sqlite3_column_int64(st, 2);
@@ -150,7 +140,7 @@ int store_price_history(struct store *s, const char *gpu_model, struct price_row
     if (gpu_model)
         sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    READ_ROWS(s, st, out, max, n, read_price_row, "price history");
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_price_row, "price history");
 }
 
 /* Creates a user's cash or grant account on first use. */
@@ -263,8 +253,9 @@ int store_grant_insert(struct store *s, const struct grant *g)
     return store_step_write(s, st, "insert grant");
 }
 
-static void read_grant(sqlite3_stmt *st, struct grant *g)
+static void read_grant(sqlite3_stmt *st, void *row)
 {
+    struct grant *g = row;
     store_column_text(g->id, sizeof g->id, st, 0);
     store_column_text(g->user_id, sizeof g->user_id, st, 1);
     store_column_text(g->source, sizeof g->source, st, 2);
@@ -284,7 +275,7 @@ int store_grants_spendable(struct store *s, const char *user_id, int64_t at, str
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, at);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
-    READ_ROWS(s, st, out, max, n, read_grant, "spendable grants");
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_grant, "spendable grants");
 }
 
 int store_grants_of(struct store *s, const char *user_id, struct grant *out, size_t max, size_t *n)
@@ -295,7 +286,7 @@ int store_grants_of(struct store *s, const char *user_id, struct grant *out, siz
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    READ_ROWS(s, st, out, max, n, read_grant, "grants of user");
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_grant, "grants of user");
 }
 
 int store_grants_expired(struct store *s, const char *user_id, int64_t at, struct grant *out, size_t max, size_t *n)
@@ -308,10 +299,10 @@ int store_grants_expired(struct store *s, const char *user_id, int64_t at, struc
     if (user_id)
         sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
-    READ_ROWS(s, st, out, max, n, read_grant, "expired grants");
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_grant, "expired grants");
 }
 
-static void read_int(sqlite3_stmt *st, int64_t *v) { *v = sqlite3_column_int64(st, 0); }
+static void read_int(sqlite3_stmt *st, void *row) { *(int64_t *)row = sqlite3_column_int64(st, 0); }
 
 int store_grant_expiries(struct store *s, const char *user_id, int64_t after, int64_t until, int64_t *out, size_t max,
                          size_t *n)
@@ -324,7 +315,7 @@ int store_grant_expiries(struct store *s, const char *user_id, int64_t after, in
     sqlite3_bind_int64(st, 2, after);
     sqlite3_bind_int64(st, 3, until);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)max);
-    READ_ROWS(s, st, out, max, n, read_int, "grant expiries");
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_int, "grant expiries");
 }
 
 int store_grant_spend(struct store *s, const char *id, int64_t amount)
@@ -348,8 +339,9 @@ int store_grant_void(struct store *s, const char *id, int64_t at)
     return store_step_change(s, st, "void grant");
 }
 
-static void read_invite(sqlite3_stmt *st, struct invite_code *c)
+static void read_invite(sqlite3_stmt *st, void *row)
 {
+    struct invite_code *c = row;
     store_column_text(c->code, sizeof c->code, st, 0);
     c->amount = sqlite3_column_int64(st, 1);
     c->credit_days = sqlite3_column_int64(st, 2);
@@ -365,15 +357,7 @@ int store_invite_get(struct store *s, const char *code, struct invite_code *out)
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), result;
-    if (rc == SQLITE_ROW) {
-        read_invite(st, out);
-        result = STORE_OK;
-    } else {
-        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get invite code");
-    }
-    sqlite3_reset(st);
-    return result;
+    return store_read_one(s, st, out, read_invite, "get invite code");
 }
 
 int store_invite_insert(struct store *s, const struct invite_code *c)
@@ -456,8 +440,9 @@ int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n)
     return rc;
 }
 
-static void read_billable(sqlite3_stmt *st, struct billable *b)
+static void read_billable(sqlite3_stmt *st, void *row)
 {
+    struct billable *b = row;
     b->id = sqlite3_column_int64(st, 0);
     store_column_text(b->instance_id, sizeof b->instance_id, st, 1);
     store_column_text(b->user_id, sizeof b->user_id, st, 2);
@@ -476,7 +461,7 @@ int store_billables(struct store *s, const char *user_id, struct billable *out, 
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    READ_ROWS(s, st, out, max, n, read_billable, "billables");
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_billable, "billables");
 }
 
 int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled, int64_t exhausted_at)

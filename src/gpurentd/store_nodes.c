@@ -55,8 +55,9 @@ static const char SQL_NODE_MISSED[] =
     " updated_at = CASE WHEN health <> 'offline' AND missed_beats + 1 >= ?3 THEN ?2 ELSE updated_at END"
     " WHERE id = ?1 AND removed_at IS NULL";
 
-static void read_node(sqlite3_stmt *st, struct node *n)
+static void read_node(sqlite3_stmt *st, void *row)
 {
+    struct node *n = row;
     store_column_text(n->id, sizeof n->id, st, 0);
     store_column_text(n->name, sizeof n->name, st, 1);
     store_column_text(n->agent_url, sizeof n->agent_url, st, 2);
@@ -107,15 +108,7 @@ int store_node_get(struct store *s, const char *id, struct node *out)
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), result;
-    if (rc == SQLITE_ROW) {
-        read_node(st, out);
-        result = STORE_OK;
-    } else {
-        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "get node");
-    }
-    sqlite3_reset(st);
-    return result;
+    return store_read_one(s, st, out, read_node, "get node");
 }
 
 int store_node_list(struct store *s, const struct node_filter *f, struct node *out, size_t max, size_t *n)
@@ -133,12 +126,7 @@ int store_node_list(struct store *s, const struct node_filter *f, struct node *o
     sqlite3_bind_int64(st, 4, f->after_created);
     sqlite3_bind_text(st, 5, f->after_id ? f->after_id : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
-        read_node(st, &out[(*n)++]);
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list nodes");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_node, "list nodes");
 }
 
 int store_node_cards(struct store *s, const char *node_id, struct node_card *out, size_t max, size_t *n)

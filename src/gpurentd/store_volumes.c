@@ -26,8 +26,9 @@ static const char SQL_VOLUME_LIST[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
 static const char SQL_VOLUME_DELETE[] =
     "UPDATE volumes SET deleted_at = ?3 WHERE id = ?2 AND user_id = ?1 AND deleted_at IS NULL";
 
-static void read_volume(sqlite3_stmt *st, struct volume *v)
+static void read_volume(sqlite3_stmt *st, void *row)
 {
+    struct volume *v = row;
     store_column_text(v->id, sizeof v->id, st, 0);
     store_column_text(v->user_id, sizeof v->user_id, st, 1);
     store_column_text(v->name, sizeof v->name, st, 2);
@@ -40,15 +41,7 @@ static void read_volume(sqlite3_stmt *st, struct volume *v)
 
 static int get_one(struct store *s, sqlite3_stmt *st, struct volume *out, const char *what)
 {
-    int rc = sqlite3_step(st), result;
-    if (rc == SQLITE_ROW) {
-        read_volume(st, out);
-        result = STORE_OK;
-    } else {
-        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, what);
-    }
-    sqlite3_reset(st);
-    return result;
+    return store_read_one(s, st, out, read_volume, what);
 }
 
 int store_volume_insert(struct store *s, const struct volume *v)
@@ -97,12 +90,7 @@ int store_volume_list(struct store *s, const char *user_id, int64_t after_create
     sqlite3_bind_int64(st, 2, after_created);
     sqlite3_bind_text(st, 3, after_id ? after_id : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
-        read_volume(st, &out[(*n)++]);
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "list volumes");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_volume, "list volumes");
 }
 
 int store_volume_delete(struct store *s, const char *user_id, const char *id, int64_t now)
