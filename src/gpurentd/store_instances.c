@@ -228,6 +228,15 @@ int store_instance_set_attempts(struct store *s, const char *id, int64_t attempt
     return store_step_change(s, st, "set instance attempts");
 }
 
+static void read_event(sqlite3_stmt *st, void *row)
+{
+    struct instance_event *e = row;
+    e->seq = sqlite3_column_int64(st, 0);
+    e->at = sqlite3_column_int64(st, 1);
+    store_column_text(e->state, sizeof e->state, st, 2);
+    store_column_text(e->reason, sizeof e->reason, st, 3);
+}
+
 int store_instance_events(struct store *s, const char *id, int64_t after_seq, struct instance_event *out, size_t max,
                           size_t *n)
 {
@@ -238,17 +247,24 @@ int store_instance_events(struct store *s, const char *id, int64_t after_seq, st
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, after_seq);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        struct instance_event *e = &out[(*n)++];
-        e->seq = sqlite3_column_int64(st, 0);
-        e->at = sqlite3_column_int64(st, 1);
-        store_column_text(e->state, sizeof e->state, st, 2);
-        store_column_text(e->reason, sizeof e->reason, st, 3);
-    }
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "instance events");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_event, "instance events");
+}
+
+static void read_instance_node(sqlite3_stmt *st, void *row)
+{
+    struct instance_node *p = row;
+    p->rank = sqlite3_column_int64(st, 0);
+    store_column_text(p->node_id, sizeof p->node_id, st, 1);
+    store_column_text(p->node_name, sizeof p->node_name, st, 2);
+    store_column_text(p->agent_url, sizeof p->agent_url, st, 3);
+    store_column_text(p->secret, sizeof p->secret, st, 4);
+    store_column_text(p->node_health, sizeof p->node_health, st, 5);
+    p->node_last_seen = sqlite3_column_int64(st, 6);
+    store_column_text(p->workload_id, sizeof p->workload_id, st, 7);
+    store_column_text(p->cards, sizeof p->cards, st, 8);
+    store_column_text(p->phase, sizeof p->phase, st, 9);
+    store_column_text(p->message, sizeof p->message, st, 10);
+    p->put_done = sqlite3_column_int(st, 11);
 }
 
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n)
@@ -259,25 +275,7 @@ int store_instance_nodes(struct store *s, const char *id, struct instance_node *
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        struct instance_node *p = &out[(*n)++];
-        p->rank = sqlite3_column_int64(st, 0);
-        store_column_text(p->node_id, sizeof p->node_id, st, 1);
-        store_column_text(p->node_name, sizeof p->node_name, st, 2);
-        store_column_text(p->agent_url, sizeof p->agent_url, st, 3);
-        store_column_text(p->secret, sizeof p->secret, st, 4);
-        store_column_text(p->node_health, sizeof p->node_health, st, 5);
-        p->node_last_seen = sqlite3_column_int64(st, 6);
-        store_column_text(p->workload_id, sizeof p->workload_id, st, 7);
-        store_column_text(p->cards, sizeof p->cards, st, 8);
-        store_column_text(p->phase, sizeof p->phase, st, 9);
-        store_column_text(p->message, sizeof p->message, st, 10);
-        p->put_done = sqlite3_column_int(st, 11);
-    }
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "instance nodes");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_instance_node, "instance nodes");
 }
 
 static void read_candidate(sqlite3_stmt *st, void *row)
@@ -467,6 +465,13 @@ int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n)
     return rc;
 }
 
+static void read_model_cards(sqlite3_stmt *st, void *row)
+{
+    struct model_cards *m = row;
+    store_column_text(m->gpu_model, sizeof m->gpu_model, st, 0);
+    m->cards = sqlite3_column_int64(st, 1);
+}
+
 int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards *out, size_t max, size_t *n)
 {
     *n = 0;
@@ -475,13 +480,5 @@ int store_user_cards_by_model(struct store *s, const char *user_id, struct model
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        store_column_text(out[*n].gpu_model, sizeof out[*n].gpu_model, st, 0);
-        out[*n].cards = sqlite3_column_int64(st, 1);
-        (*n)++;
-    }
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "cards by model");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_model_cards, "cards by model");
 }

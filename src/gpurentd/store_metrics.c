@@ -23,6 +23,14 @@ static const char SQL_MONEY[] =
     " (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'grant'),"
     " (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'cash')";
 
+static void read_metric_row(sqlite3_stmt *st, void *row)
+{
+    struct metric_row *r = row;
+    snprintf(r->a, sizeof r->a, "%s", (const char *)sqlite3_column_text(st, 0));
+    snprintf(r->b, sizeof r->b, "%s", (const char *)sqlite3_column_text(st, 1));
+    r->value = sqlite3_column_int64(st, 2);
+}
+
 static int labelled(struct store *s, const char *sql, struct metric_row *out, size_t max, size_t *n)
 {
     *n = 0;
@@ -30,16 +38,7 @@ static int labelled(struct store *s, const char *sql, struct metric_row *out, si
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        struct metric_row *r = &out[(*n)++];
-        snprintf(r->a, sizeof r->a, "%s", (const char *)sqlite3_column_text(st, 0));
-        snprintf(r->b, sizeof r->b, "%s", (const char *)sqlite3_column_text(st, 1));
-        r->value = sqlite3_column_int64(st, 2);
-    }
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "metrics");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_metric_row, "metrics");
 }
 
 int store_metrics_nodes(struct store *s, struct metric_row *out, size_t max, size_t *n)

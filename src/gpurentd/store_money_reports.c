@@ -39,6 +39,19 @@ static const char SQL_BURN[] =
     "   AND pr.effective_at <= ?2 ORDER BY pr.effective_at DESC LIMIT 1)), 0)"
     " FROM running_intervals r WHERE r.user_id = ?1 AND r.ended_at IS NULL";
 
+static void read_txn_row(sqlite3_stmt *st, void *row)
+{
+    struct ledger_txn_row *r = row;
+    r->id = sqlite3_column_int64(st, 0);
+    r->at = sqlite3_column_int64(st, 1);
+    store_column_text(r->kind, sizeof r->kind, st, 2);
+    store_column_text(r->reason, sizeof r->reason, st, 3);
+    store_column_text(r->instance_id, sizeof r->instance_id, st, 4);
+    r->user_delta = sqlite3_column_int64(st, 5);
+    r->credit_delta = sqlite3_column_int64(st, 6);
+    r->cash_delta = sqlite3_column_int64(st, 7);
+}
+
 int store_ledger_transactions(struct store *s, const struct ledger_txn_filter *f, struct ledger_txn_row *out,
                               size_t max, size_t *n)
 {
@@ -53,21 +66,7 @@ int store_ledger_transactions(struct store *s, const struct ledger_txn_filter *f
     sqlite3_bind_int64(st, 4, f->to);
     sqlite3_bind_int64(st, 5, f->after_id);
     sqlite3_bind_int64(st, 6, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        struct ledger_txn_row *r = &out[(*n)++];
-        r->id = sqlite3_column_int64(st, 0);
-        r->at = sqlite3_column_int64(st, 1);
-        store_column_text(r->kind, sizeof r->kind, st, 2);
-        store_column_text(r->reason, sizeof r->reason, st, 3);
-        store_column_text(r->instance_id, sizeof r->instance_id, st, 4);
-        r->user_delta = sqlite3_column_int64(st, 5);
-        r->credit_delta = sqlite3_column_int64(st, 6);
-        r->cash_delta = sqlite3_column_int64(st, 7);
-    }
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "transactions");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_txn_row, "transactions");
 }
 
 int store_usage(struct store *s, const char *user_id, int64_t from, int64_t to, int64_t now, int by_type,

@@ -129,6 +129,17 @@ int store_node_list(struct store *s, const struct node_filter *f, struct node *o
     return store_read_rows(s, st, out, sizeof *out, max, n, read_node, "list nodes");
 }
 
+static void read_card(sqlite3_stmt *st, void *row)
+{
+    struct node_card *c = row;
+    c->idx = sqlite3_column_int64(st, 0);
+    store_column_text(c->model, sizeof c->model, st, 1);
+    c->memory_gb = sqlite3_column_int64(st, 2);
+    c->healthy = sqlite3_column_int(st, 3);
+    store_column_text(c->health_reason, sizeof c->health_reason, st, 4);
+    store_column_text(c->instance_id, sizeof c->instance_id, st, 5);
+}
+
 int store_node_cards(struct store *s, const char *node_id, struct node_card *out, size_t max, size_t *n)
 {
     *n = 0;
@@ -137,19 +148,7 @@ int store_node_cards(struct store *s, const char *node_id, struct node_card *out
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, node_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        struct node_card *c = &out[(*n)++];
-        c->idx = sqlite3_column_int64(st, 0);
-        store_column_text(c->model, sizeof c->model, st, 1);
-        c->memory_gb = sqlite3_column_int64(st, 2);
-        c->healthy = sqlite3_column_int(st, 3);
-        store_column_text(c->health_reason, sizeof c->health_reason, st, 4);
-        store_column_text(c->instance_id, sizeof c->instance_id, st, 5);
-    }
-    int result = rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "node cards");
-    sqlite3_reset(st);
-    return result;
+    return store_read_rows(s, st, out, sizeof *out, max, n, read_card, "node cards");
 }
 
 int store_node_set_admin_state(struct store *s, const char *id, const char *admin_state, const char *reason,
