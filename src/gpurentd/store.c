@@ -146,7 +146,7 @@ int store_read_rows(struct store *s, sqlite3_stmt *st, void *out, size_t size, s
                     void (*read)(sqlite3_stmt *st, void *row), const char *what)
 {
     *n = 0;
-    int rc;
+    int rc = SQLITE_DONE;
     while (*n < max && (rc = sqlite3_step(st)) == SQLITE_ROW)
         read(st, (char *)out + (*n)++ * size);
     int result = *n == max || rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, what);
