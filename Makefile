@@ -164,6 +164,11 @@ clean:
 $(B)/bench/billing: bench/billing.c $(B)/libdaemon.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
-bench: $(B)/bench/billing
+$(B)/bench/claims: bench/claims.c $(B)/libdaemon.a $(B)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+bench: $(B)/bench/billing $(B)/bench/claims
+	$(B)/bench/claims --nodes 100 --threads 1,4,16
+	$(B)/bench/claims --nodes 10000 --threads 1,4,16
 	$(B)/bench/billing --instances 10000
 	$(B)/bench/billing --instances 100000

@@ -71,12 +71,22 @@ void store_read_id(sqlite3_stmt *st, void *row);
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 
 typedef int (*store_txn_fn)(struct store *s, void *ctx);
-/* Runs fn(s, ctx) in BEGIN IMMEDIATE … COMMIT, one writer of the process at
- * a time (never call store_txn from inside a callback). A negative result rolls back;
+/* Runs fn(ctx) in a write transaction, one writer of the process at a time
+ * (never call store_txn from inside a callback). Writers that queue while a
+ * transaction runs are committed together (group commit, see store.c), so fn
+ * may run on another thread's connection: it must use only the store it is
+ * given and ctx. A negative result rolls back fn's own work;
  * STORE_BUSY from fn, BEGIN or COMMIT retries the whole callback (with a
  * short backoff, for up to a few seconds). Returns fn's result, or
  * STORE_BUSY / STORE_ERROR if the transaction itself could not complete. */
 int store_txn(struct store *s, store_txn_fn fn, void *ctx);
+/* What store_txn has done since the process started. */
+struct store_txn_stats {
+    int64_t commits;      /* durable commits (one fsync each) */
+    int64_t transactions; /* callbacks committed: transactions / commits is the batching */
+    int64_t waiting;      /* callbacks queued now for the next batch */
+};
+void store_txn_stats(struct store_txn_stats *out);
 
 /* migrate.c */
 /* Applies embedded migrations above the database's version, each in its own

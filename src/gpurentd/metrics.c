@@ -176,6 +176,17 @@ void api_metrics(struct http_request *req)
     }
     write_http(f);
     int ok = write_store(f, s) == 0;
+    struct store_txn_stats txn;
+    store_txn_stats(&txn);
+    fprintf(f,
+            "# HELP gpurent_store_commits_total Durable commits (one fsync each) of write transactions.\n"
+            "# TYPE gpurent_store_commits_total counter\ngpurent_store_commits_total %lld\n"
+            "# HELP gpurent_store_transactions_total Write transactions committed; several share a commit when"
+            " writers queue.\n"
+            "# TYPE gpurent_store_transactions_total counter\ngpurent_store_transactions_total %lld\n"
+            "# HELP gpurent_store_writers_waiting Write transactions queued for the next commit.\n"
+            "# TYPE gpurent_store_writers_waiting gauge\ngpurent_store_writers_waiting %lld\n",
+            (long long)txn.commits, (long long)txn.transactions, (long long)txn.waiting);
     fprintf(f,
             "# HELP gpurent_billing_passes_total Billing passes run.\n"
             "# TYPE gpurent_billing_passes_total counter\ngpurent_billing_passes_total %lld\n"

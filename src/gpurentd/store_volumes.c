@@ -3,15 +3,15 @@
 
 #include <stdio.h>
 
-/* Instances that still need the volume: everything but the ended ones.
- * Only its owner's instances can use a volume, so the counts read the
- * owner's instances (instances_by_user) rather than scan every instance:
- * the reconciler reads a volume for every instance it provisions. */
+/* Instances that still need the volume (everything but the ended ones), and
+ * those holding cards. Both counts read the index of live instances by
+ * volume (migration 0009), whose WHERE they repeat word for word so that
+ * SQLite uses it: every create, start and provisioning reads a volume, and
+ * must not read the owner's terminated instances to do it. */
 #define VOLUME_COLUMNS                                                                                        \
     "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                            \
-    " (SELECT count(*) FROM instances i WHERE i.user_id = v.user_id AND i.volume_id = v.id"                   \
-    "   AND i.state NOT IN ('terminated', 'failed')),"                                                        \
-    " (SELECT count(*) FROM instances i WHERE i.user_id = v.user_id AND i.volume_id = v.id"                   \
+    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')),"  \
+    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')"   \
     "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping'))"
 
 static const char SQL_VOLUME_INSERT[] =

@@ -357,11 +357,16 @@ def test_metrics_access(metrics_cluster):
         "gpurent_credits_spent_micro_total": "counter", "gpurent_credits_expired_micro_total": "counter",
         "gpurent_topups_micro_total": "counter", "gpurent_billing_passes_total": "counter",
         "gpurent_billing_pass_duration_seconds": "gauge", "gpurent_agent_call_errors_total": "counter",
+        "gpurent_store_commits_total": "counter", "gpurent_store_transactions_total": "counter",
+        "gpurent_store_writers_waiting": "gauge",
     }
     for name, kind in want.items():
         assert name in api and api[name].type == kind, (name, api.get(name))
         assert api[name].help, name
     assert sample(api, "gpurent_testing_clock") == 1
+    # Start-up wrote (migrations, the bootstrap key); batches hold one or more.
+    assert sample(api, "gpurent_store_transactions_total") >= sample(api, "gpurent_store_commits_total") >= 1
+    assert sample(api, "gpurent_store_writers_waiting") >= 0
 
 
 def test_metrics_parser_is_strict():

@@ -1,0 +1,261 @@
+/* test_store_txn.c: the transaction runner's group commit. Callbacks that
+ * queue behind a running transaction share the next commit, yet each keeps
+ * its own outcome: a refusal or a constraint failure undoes only that
+ * callback's work, later callbacks see earlier ones' writes, and each caller
+ * gets its own result. Runs on a real SQLite file. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "store.h"
+
+static char dir[64], db_path[128];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/gpurent-txn-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(db_path, sizeof db_path, "%s/t.db", dir);
+    char err[256];
+    struct store *s = store_open(db_path, err, sizeof err);
+    if (!s)
+        return -1;
+    int rc = sqlite3_exec(store_db(s),
+                          "CREATE TABLE counter (n INTEGER NOT NULL);"
+                          "INSERT INTO counter VALUES (0);"
+                          "CREATE TABLE items (k TEXT PRIMARY KEY, by_thread INTEGER NOT NULL) STRICT;",
+                          NULL, NULL, NULL);
+    store_close(s);
+    store_set_path(db_path);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    store_close_threads();
+    char p[160];
+    const char *suffixes[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s%s", db_path, suffixes[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+    return 0;
+}
+
+static int64_t one_int(struct store *s, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+    if (sqlite3_prepare_v2(store_db(s), sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* What a callback does, chosen by the test. */
+enum outcome { COMMIT, REFUSE, DUPLICATE };
+
+struct job {
+    enum outcome outcome;
+    int thread;              /* who asked */
+    char key[32];            /* the item it inserts */
+    int hold_for;            /* 0, or: wait in the callback until this many others queue */
+    atomic_int entered;      /* set when a holding callback starts */
+    int result;              /* what store_txn returned */
+};
+
+/* Adds one to the counter and inserts its item, then commits, refuses, or
+ * inserts a key that exists; returns the counter as it saw it. */
+static int job_txn(struct store *s, void *vctx)
+{
+    struct job *j = vctx;
+    if (j->hold_for) {
+        atomic_store(&j->entered, 1);
+        struct store_txn_stats st;
+        for (store_txn_stats(&st); st.waiting < j->hold_for; store_txn_stats(&st))
+            sched_yield();
+    }
+    sqlite3 *db = store_db(s);
+    if (sqlite3_exec(db, "UPDATE counter SET n = n + 1", NULL, NULL, NULL) != SQLITE_OK)
+        return STORE_ERROR;
+    sqlite3_stmt *st = NULL;
+    sqlite3_prepare_v2(db, "INSERT INTO items (k, by_thread) VALUES (?1, ?2)", -1, &st, NULL);
+    sqlite3_bind_text(st, 1, j->key, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, j->thread);
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "insert item");
+    sqlite3_finalize(st);
+    if (rc != STORE_OK)
+        return rc;
+    if (j->outcome == REFUSE)
+        return REFUSED;
+    if (j->outcome == DUPLICATE) {
+        rc = sqlite3_exec(db, "INSERT INTO items (k, by_thread) VALUES ('taken', -1)", NULL, NULL, NULL);
+        return store_rc_from_sqlite(s, rc, "insert duplicate");
+    }
+    return (int)one_int(s, "SELECT n FROM counter");
+}
+
+static void *run_job(void *arg)
+{
+    struct job *j = arg;
+    struct store *s = store_thread();
+    j->result = s ? store_txn(s, job_txn, j) : STORE_ERROR;
+    return NULL;
+}
+
+static void reset_tables(struct store *s)
+{
+    assert_int_equal(sqlite3_exec(store_db(s), "UPDATE counter SET n = 0; DELETE FROM items;"
+                                                "INSERT INTO items VALUES ('taken', 0)", NULL, NULL, NULL),
+                     SQLITE_OK);
+}
+
+static void test_one_caller_gets_its_result_or_rolls_back(void **state)
+{
+    (void)state;
+    struct store *s = store_thread();
+    assert_non_null(s);
+    reset_tables(s);
+    struct job ok = {.outcome = COMMIT, .key = "a"}, no = {.outcome = REFUSE, .key = "b"},
+               dup = {.outcome = DUPLICATE, .key = "c"};
+    assert_int_equal(store_txn(s, job_txn, &ok), 1);
+    assert_int_equal(store_txn(s, job_txn, &no), REFUSED);
+    assert_int_equal(store_txn(s, job_txn, &dup), STORE_CONFLICT);
+    assert_int_equal(one_int(s, "SELECT n FROM counter"), 1);
+    assert_int_equal(one_int(s, "SELECT count(*) FROM items WHERE k IN ('a', 'b', 'c')"), 1);
+}
+
+/* One caller holds the transaction open until all the others have queued, so
+ * the others make exactly one batch: one commit for all of them. */
+#define QUEUED 24
+
+static void test_queued_callers_share_one_commit_and_keep_their_outcomes(void **state)
+{
+    (void)state;
+    struct store *s = store_thread();
+    assert_non_null(s);
+    reset_tables(s);
+    struct store_txn_stats before, after;
+    store_txn_stats(&before);
+
+    struct job jobs[QUEUED + 1];
+    pthread_t threads[QUEUED + 1];
+    for (int i = 0; i <= QUEUED; i++) {
+        jobs[i] = (struct job){.outcome = i % 3 == 1 ? REFUSE : i % 5 == 2 ? DUPLICATE : COMMIT, .thread = i};
+        snprintf(jobs[i].key, sizeof jobs[i].key, "job-%d", i);
+    }
+    jobs[0].outcome = COMMIT;
+    jobs[0].hold_for = QUEUED;
+    assert_int_equal(pthread_create(&threads[0], NULL, run_job, &jobs[0]), 0);
+    /* The holder must be running its callback before the others queue. */
+    while (!atomic_load(&jobs[0].entered))
+        sched_yield();
+    for (int i = 1; i <= QUEUED; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, run_job, &jobs[i]), 0);
+    for (int i = 0; i <= QUEUED; i++)
+        pthread_join(threads[i], NULL);
+    store_txn_stats(&after);
+
+    /* Every caller got its own outcome; the committed ones saw the counter
+     * rise one by one, each seeing its predecessors' work and none of the
+     * refused or failed ones'. */
+    int committed = 0, seen[QUEUED + 2] = {0};
+    for (int i = 0; i <= QUEUED; i++) {
+        switch (jobs[i].outcome) {
+        case REFUSE: assert_int_equal(jobs[i].result, REFUSED); break;
+        case DUPLICATE: assert_int_equal(jobs[i].result, STORE_CONFLICT); break;
+        case COMMIT:
+            assert_in_range(jobs[i].result, 1, QUEUED + 1);
+            assert_int_equal(seen[jobs[i].result], 0);
+            seen[jobs[i].result] = 1;
+            committed++;
+            break;
+        }
+    }
+    assert_int_equal(jobs[0].result, 1);
+    for (int v = 1; v <= committed; v++)
+        assert_int_equal(seen[v], 1);
+    assert_int_equal(one_int(s, "SELECT n FROM counter"), committed);
+    assert_int_equal(one_int(s, "SELECT count(*) FROM items WHERE k LIKE 'job-%'"), committed);
+    assert_int_equal(one_int(s, "SELECT count(*) FROM items WHERE k LIKE 'job-%' AND (by_thread % 3 = 1"
+                                " OR by_thread % 5 = 2) AND by_thread <> 0"),
+                     0);
+    /* The holder's commit, then one for everyone who queued behind it. */
+    assert_int_equal(after.commits - before.commits, 2);
+    assert_int_equal(after.transactions - before.transactions, committed);
+    assert_int_equal(after.waiting, 0);
+}
+
+/* Many threads, many transactions each: totals add up whatever the batching. */
+#define THREADS 12
+#define PER_THREAD 60
+
+struct worker {
+    int thread;
+    int committed;
+    int bad_results;
+};
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    struct store *s = store_thread();
+    for (int i = 0; s && i < PER_THREAD; i++) {
+        struct job j = {.outcome = (i + w->thread) % 4 == 0 ? REFUSE : (i + w->thread) % 7 == 0 ? DUPLICATE : COMMIT,
+                        .thread = w->thread};
+        snprintf(j.key, sizeof j.key, "w%d-%d", w->thread, i);
+        int rc = store_txn(s, job_txn, &j);
+        if (j.outcome == COMMIT && rc >= 1)
+            w->committed++;
+        else if (!(j.outcome == REFUSE && rc == REFUSED) && !(j.outcome == DUPLICATE && rc == STORE_CONFLICT))
+            w->bad_results++;
+    }
+    return NULL;
+}
+
+static void test_concurrent_writers_lose_and_duplicate_nothing(void **state)
+{
+    (void)state;
+    struct store *s = store_thread();
+    assert_non_null(s);
+    reset_tables(s);
+    struct worker w[THREADS];
+    pthread_t threads[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (struct worker){.thread = i};
+        assert_int_equal(pthread_create(&threads[i], NULL, work, &w[i]), 0);
+    }
+    int committed = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        assert_int_equal(w[i].bad_results, 0);
+        committed += w[i].committed;
+    }
+    assert_true(committed > 0);
+    assert_int_equal(one_int(s, "SELECT n FROM counter"), committed);
+    assert_int_equal(one_int(s, "SELECT count(*) FROM items WHERE k LIKE 'w%'"), committed);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_caller_gets_its_result_or_rolls_back),
+        cmocka_unit_test(test_queued_callers_share_one_commit_and_keep_their_outcomes),
+        cmocka_unit_test(test_concurrent_writers_lose_and_duplicate_nothing),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
