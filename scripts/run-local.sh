@@ -227,8 +227,10 @@ cat <<EOF
 ==============================================================================
 EOF
 if [ -n "$new_key" ]; then
-  echo " A new database: its first admin is admin@localhost. The admin API key,"
-  echo " shown once by gpurentd, is saved in $key_file (mode 0600)."
+  echo " A new database: its first admin is admin@localhost. Its API key, shown"
+  echo " this once (also saved in $key_file, mode 0600):"
+  echo
+  echo "   $new_key"
 elif [ -n "$made_key" ]; then
   echo " $key_file was missing, so a new admin ($made_key) was made;"
   echo " its API key is saved in $key_file (mode 0600)."
