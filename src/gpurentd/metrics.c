@@ -1,5 +1,5 @@
 /* metrics.c: GET /metrics in the Prometheus text format (version 0.0.4):
- * HTTP requests and latency by route and status, counted as requests
+ * HTTP requests and latency by method, route and status, counted as requests
  * finish; nodes, cards and instances by state and GPU type, and money
  * counters, read from the database at scrape time; billing pass duration
  * and agent call errors, counted by their loops. */
@@ -18,14 +18,23 @@
 static const double bucket_seconds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
 #define N_BUCKETS (sizeof bucket_seconds / sizeof bucket_seconds[0])
 
-/* One route's request counts and latency histogram. Index MAX_ROUTES
- * collects requests that matched no route. */
-struct route_stats {
-    unsigned status[STATUS_SLOTS];    /* status codes seen; 0: no answer (client went away) */
-    int64_t count[STATUS_SLOTS];      /* requests per status; 0 marks a free slot */
+/* One status of one route: its request count and latency histogram. */
+struct status_stats {
+    unsigned status;                  /* status code; 0: no answer (client went away) */
+    int64_t count;                    /* requests; 0 marks a free slot */
     int64_t buckets[N_BUCKETS];       /* requests at or below each bound */
-    int64_t total;                    /* all requests */
     int64_t sum_us;                   /* total duration */
+};
+
+/* One route's requests by status. Index MAX_ROUTES collects requests that
+ * matched no route. Each route keeps at most STATUS_SLOTS statuses, which
+ * bounds the series both the counter and the histogram can make: a route
+ * only answers a handful of statuses, and the unmatched one only 404, 405,
+ * 413, 414 and the like, whatever clients send. A status beyond the
+ * slots is left out of both, rather than lumped under a wrong label. */
+struct route_stats {
+    struct status_stats slot[STATUS_SLOTS];
+    int64_t total;                    /* all requests; non-zero marks a route that served some */
 };
 
 static struct route_stats routes[MAX_ROUTES + 1];
@@ -49,18 +58,22 @@ void metrics_http_done(const struct http_request *req, int64_t us)
     /* A slot is free while its count is 0 (status 0 is a real value: a
      * request that got no answer), so unanswered requests never merge into
      * the next status seen. */
+    struct status_stats *st = NULL;
     for (size_t k = 0; k < STATUS_SLOTS; k++) {
-        if (r->count[k] == 0 || r->status[k] == status) {
-            r->status[k] = status;
-            r->count[k]++;
+        if (r->slot[k].count == 0 || r->slot[k].status == status) {
+            st = &r->slot[k];
             break;
         }
     }
-    for (size_t b = 0; b < N_BUCKETS; b++)
-        if ((double)us <= bucket_seconds[b] * 1e6)
-            r->buckets[b]++;
     r->total++;
-    r->sum_us += us;
+    if (st) {
+        st->status = status;
+        st->count++;
+        for (size_t b = 0; b < N_BUCKETS; b++)
+            if ((double)us <= bucket_seconds[b] * 1e6)
+                st->buckets[b]++;
+        st->sum_us += us;
+    }
     pthread_mutex_unlock(&lock);
 }
 
@@ -81,11 +94,15 @@ static void route_labels(size_t idx, char *out, size_t n)
         snprintf(out, n, "method=\"%s\",route=\"%s\"", daemon_routes[idx].method, daemon_routes[idx].pattern);
 }
 
-static void write_http(FILE *f)
+static int write_http(FILE *f)
 {
-    static struct route_stats copy[MAX_ROUTES + 1];
+    /* A copy per scrape (the API's pool and the metrics listener may scrape
+     * at once), so the lock is held for a memcpy, not for the formatting. */
+    struct route_stats *copy = malloc(sizeof routes);
+    if (!copy)
+        return -1;
     pthread_mutex_lock(&lock);
-    memcpy(copy, routes, sizeof copy);
+    memcpy(copy, routes, sizeof routes);
     pthread_mutex_unlock(&lock);
     char labels[256];
     fprintf(f, "# HELP gpurent_http_requests_total HTTP requests by route and status (0: the connection closed"
@@ -95,24 +112,32 @@ static void write_http(FILE *f)
         if (!copy[i].total)
             continue; /* only indexes of routes that served requests are valid */
         route_labels(i, labels, sizeof labels);
-        for (size_t k = 0; k < STATUS_SLOTS && copy[i].count[k]; k++)
-            fprintf(f, "gpurent_http_requests_total{%s,status=\"%u\"} %lld\n", labels, copy[i].status[k],
-                    (long long)copy[i].count[k]);
+        for (size_t k = 0; k < STATUS_SLOTS && copy[i].slot[k].count; k++)
+            fprintf(f, "gpurent_http_requests_total{%s,status=\"%u\"} %lld\n", labels, copy[i].slot[k].status,
+                    (long long)copy[i].slot[k].count);
     }
-    fprintf(f, "# HELP gpurent_http_request_duration_seconds Time from a request's first byte to its completion.\n"
+    fprintf(f, "# HELP gpurent_http_request_duration_seconds Time from a request's first byte to its completion,"
+               " by route and status.\n"
                "# TYPE gpurent_http_request_duration_seconds histogram\n");
     for (size_t i = 0; i <= MAX_ROUTES; i++) {
         if (!copy[i].total)
             continue;
         route_labels(i, labels, sizeof labels);
-        for (size_t b = 0; b < N_BUCKETS; b++)
-            fprintf(f, "gpurent_http_request_duration_seconds_bucket{%s,le=\"%g\"} %lld\n", labels, bucket_seconds[b],
-                    (long long)copy[i].buckets[b]);
-        fprintf(f, "gpurent_http_request_duration_seconds_bucket{%s,le=\"+Inf\"} %lld\n", labels,
-                (long long)copy[i].total);
-        fprintf(f, "gpurent_http_request_duration_seconds_sum{%s} %.6f\n", labels, (double)copy[i].sum_us / 1e6);
-        fprintf(f, "gpurent_http_request_duration_seconds_count{%s} %lld\n", labels, (long long)copy[i].total);
+        for (size_t k = 0; k < STATUS_SLOTS && copy[i].slot[k].count; k++) {
+            const struct status_stats *st = &copy[i].slot[k];
+            for (size_t b = 0; b < N_BUCKETS; b++)
+                fprintf(f, "gpurent_http_request_duration_seconds_bucket{%s,status=\"%u\",le=\"%g\"} %lld\n", labels,
+                        st->status, bucket_seconds[b], (long long)st->buckets[b]);
+            fprintf(f, "gpurent_http_request_duration_seconds_bucket{%s,status=\"%u\",le=\"+Inf\"} %lld\n", labels,
+                    st->status, (long long)st->count);
+            fprintf(f, "gpurent_http_request_duration_seconds_sum{%s,status=\"%u\"} %.6f\n", labels, st->status,
+                    (double)st->sum_us / 1e6);
+            fprintf(f, "gpurent_http_request_duration_seconds_count{%s,status=\"%u\"} %lld\n", labels, st->status,
+                    (long long)st->count);
+        }
     }
+    free(copy);
+    return 0;
 }
 
 static int write_store(FILE *f, struct store *s)
@@ -174,8 +199,8 @@ void api_metrics(struct http_request *req)
         http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         return;
     }
-    write_http(f);
-    int ok = write_store(f, s) == 0;
+    int ok = write_http(f) == 0;
+    ok = ok && write_store(f, s) == 0;
     struct store_txn_stats txn;
     store_txn_stats(&txn);
     fprintf(f,

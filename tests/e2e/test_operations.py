@@ -401,8 +401,8 @@ def test_metrics_http_counters_move_by_route_and_status(metrics_cluster):
     def count(fams, route, status, method="GET"):
         return sample(fams, "gpurent_http_requests_total", method=method, route=route, status=str(status)) or 0
 
-    def hist(fams, route, method="GET"):
-        labels = {"method": method, "route": route}
+    def hist(fams, route, status, method="GET"):
+        labels = {"method": method, "route": route, "status": str(status)}
         return (sample(fams, "gpurent_http_request_duration_seconds_count", **labels) or 0,
                 sample(fams, "gpurent_http_request_duration_seconds_sum", **labels) or 0)
 
@@ -427,16 +427,25 @@ def test_metrics_http_counters_move_by_route_and_status(metrics_cluster):
         now = poll(moved, DEADLINE, "the request counters to move")
     except AssertionError as e:
         raise AssertionError(f"{e}: deltas {last['deltas']}, want {want}") from None
-    n0, s0 = hist(before, "/v1/me")
-    n1, s1 = hist(now, "/v1/me")
-    assert n1 - n0 == 5 and s1 >= s0
-    assert hist(now, "/v1/instances/{id}")[0] - hist(before, "/v1/instances/{id}")[0] == 1
-    # Every route's histogram counts exactly the requests its counters count.
-    fam = now["gpurent_http_requests_total"]
-    for route in {(l["method"], l["route"]) for _, l, _ in fam.samples}:
-        counted = total(now, "gpurent_http_requests_total", method=route[0], route=route[1])
-        assert counted == sample(now, "gpurent_http_request_duration_seconds_count",
-                                 method=route[0], route=route[1]), route
+    # The latency histogram is by route and status too: the 200s and the
+    # 401s of /v1/me are apart.
+    for (route, status, method), n in want.items():
+        n0, s0 = hist(before, route, status, method)
+        n1, s1 = hist(now, route, status, method)
+        assert n1 - n0 == n and s1 >= s0, (route, status, method, n0, n1)
+        inf = sample(now, "gpurent_http_request_duration_seconds_bucket", method=method, route=route,
+                     status=str(status), le="+Inf")
+        assert inf == n1, (route, status, method)
+    # Every (route, status) histogram counts exactly the requests its counter
+    # counts, and there is no histogram series without a counter.
+    counters = {(l["method"], l["route"], l["status"]): v
+                for n, l, v in now["gpurent_http_requests_total"].samples}
+    hists = {(l["method"], l["route"], l["status"]): v
+             for n, l, v in now["gpurent_http_request_duration_seconds"].samples
+             if n == "gpurent_http_request_duration_seconds_count"}
+    assert counters == hists
+    for n, l, _ in now["gpurent_http_request_duration_seconds"].samples:
+        assert set(l) - {"le"} == {"method", "route", "status"}, (n, l)
 
 
 def test_metrics_count_requests_the_client_abandoned(metrics_cluster):
@@ -445,26 +454,32 @@ def test_metrics_count_requests_the_client_abandoned(metrics_cluster):
     status the route answers."""
     c = metrics_cluster
     labels = {"method": "", "route": "unmatched"}
+
+    def hist_count(fams):
+        return total(fams, "gpurent_http_request_duration_seconds_count", **labels)
     before = scrape(c)
-    hist0 = sample(before, "gpurent_http_request_duration_seconds_count", **labels) or 0
+    hist0 = hist_count(before)
     with socket.create_connection(("127.0.0.1", c.d.port), timeout=10) as s:
         s.sendall(b"POST /v1/signup HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 1000\r\n\r\n{\"email\":")
-    poll(lambda: (sample(scrape(c), "gpurent_http_request_duration_seconds_count", **labels) or 0) == hist0 + 1,
-         DEADLINE, "the abandoned request to be counted")
+    poll(lambda: hist_count(scrape(c)) == hist0 + 1, DEADLINE, "the abandoned request to be counted")
     assert c.d.get("/v1/no-such-route").status_code == 404
 
     def settled():
         f = scrape(c)
-        return f if (sample(f, "gpurent_http_request_duration_seconds_count", **labels) or 0) == hist0 + 2 else None
+        return f if hist_count(f) == hist0 + 2 else None
     now = poll(settled, DEADLINE, "the 404 to be counted")
 
     def count(fams, status):
         return sample(fams, "gpurent_http_requests_total", status=status, **labels) or 0
     assert count(now, "0") - count(before, "0") == 1
     assert count(now, "404") - count(before, "404") == 1
-    assert total(now, "gpurent_http_requests_total", **labels) == \
-        sample(now, "gpurent_http_request_duration_seconds_count", **labels)
+    assert total(now, "gpurent_http_requests_total", **labels) == hist_count(now)
+
+    def hist(fams, status):
+        return sample(fams, "gpurent_http_request_duration_seconds_count", status=status, **labels) or 0
+    assert hist(now, "0") - hist(before, "0") == 1
+    assert hist(now, "404") - hist(before, "404") == 1
 
 
 def test_metrics_inventory_money_and_billing(metrics_cluster):
