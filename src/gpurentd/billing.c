@@ -27,7 +27,6 @@
 #include <string.h>
 #include <time.h>
 
-#define BILLABLES_MAX 256   /* open intervals of one user handled per pass */
 #define USERS_PER_TXN 200   /* short write locks, few commits */
 #define CHECKPOINTS_MAX 64  /* grant expiries handled per user per pass */
 
@@ -39,8 +38,10 @@ struct price_cache {
 };
 
 struct pass {
-    struct price_cache prices[32]; /* per type seen */
-    size_t n_prices;               /* entries */
+    /* Per type seen, grown as needed: with a fixed table, a pass that met
+     * more types than it held would fail every user after. */
+    struct price_cache *prices;
+    size_t n_prices, cap_prices;   /* entries, allocated */
     int64_t now;                   /* pass time */
     int stopped_any;               /* instances were stopped: wake the reconciler */
 };
@@ -53,8 +54,14 @@ static int schedule(struct store *s, struct pass *p, const char *model, struct p
             *n = p->prices[i].n;
             return STORE_OK;
         }
-    if (p->n_prices == sizeof p->prices / sizeof p->prices[0])
-        return STORE_ERROR;
+    if (p->n_prices == p->cap_prices) {
+        size_t cap = p->cap_prices ? 2 * p->cap_prices : 16;
+        struct price_cache *grown = realloc(p->prices, cap * sizeof *grown);
+        if (!grown)
+            return STORE_ERROR;
+        p->prices = grown;
+        p->cap_prices = cap;
+    }
     struct price_cache *c = &p->prices[p->n_prices];
     int rc = store_prices(s, model, &c->pp, &c->n);
     if (rc != STORE_OK)
@@ -134,16 +141,13 @@ static int stop_for_funds(struct store *s, struct pass *p, const char *user_id, 
     }
 }
 
-/* Bills the user's intervals up to t. */
-static int bill_until(struct store *s, struct pass *p, const char *user_id, int64_t t)
+/* Bills the user's intervals b[0..n) up to t. */
+static int bill_intervals(struct store *s, struct pass *p, const char *user_id, struct billable *b, size_t n,
+                          int64_t t)
 {
-    struct billable b[BILLABLES_MAX];
-    size_t n;
-    int rc = store_billables(s, user_id, b, BILLABLES_MAX, &n);
-    if (rc != STORE_OK || n == 0)
-        return rc;
     int64_t owed;
     struct funds funds;
+    int rc;
     if ((rc = owed_at(s, p, b, n, t, &owed)) != STORE_OK || (rc = ledger_funds(s, user_id, t - 1, &funds)) != STORE_OK)
         return rc;
     int64_t until = t;
@@ -187,6 +191,19 @@ static int bill_until(struct store *s, struct pass *p, const char *user_id, int6
     if (exhausted)
         return stop_for_funds(s, p, user_id, until);
     return STORE_OK;
+}
+
+/* Bills the user's intervals up to t: all of them, however many, as the
+ * second funds run out depends on every one. */
+static int bill_until(struct store *s, struct pass *p, const char *user_id, int64_t t)
+{
+    struct billable *b;
+    size_t n;
+    int rc = ledger_billables(s, user_id, &b, &n);
+    if (rc == STORE_OK && n > 0)
+        rc = bill_intervals(s, p, user_id, b, n, t);
+    free(b);
+    return rc;
 }
 
 /* expiries 0: the caller knows no grant of the user expired by now. */
@@ -260,6 +277,7 @@ static void pass_done(struct pass *p, int64_t started, int64_t checked, int64_t 
 {
     for (size_t i = 0; i < p->n_prices; i++)
         free(p->prices[i].pp);
+    free(p->prices);
     if (out) {
         out->users = billed;
         out->checked = checked;
