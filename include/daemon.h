@@ -30,8 +30,13 @@ struct daemon_conf {
     char tls_cert[1024];          /* PEM certificate; "" serves plain HTTP */
     char tls_key[1024];           /* PEM private key */
     int64_t password_iterations;  /* PBKDF2 rounds for new password hashes */
-    int64_t login_max_failures;   /* failed logins before a lockout */
-    int64_t login_lockout_s;      /* how long a lockout lasts */
+    /* The login limits change on SIGHUP while the HTTP pool reads them:
+     * _Atomic makes every read of daemon_config->login_* an atomic load and
+     * the reload's writes atomic stores, so no reader needs a lock. The
+     * two change one after the other; a login between them sees either
+     * value of each, both valid. */
+    _Atomic int64_t login_max_failures; /* failed logins per account before a lockout (4x per client) */
+    _Atomic int64_t login_lockout_s;    /* how long a lockout lasts */
     char bootstrap_admin_email[256]; /* first admin, created on an empty database */
     int64_t drain_timeout_s;      /* SIGTERM waits this long for requests */
     char clock_file[1024];        /* testing clock; "" uses the system clock */
@@ -61,7 +66,9 @@ struct daemon_conf {
     char metrics_listen[128];     /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
 };
 extern const struct conf_option daemon_options[];
-/* The configuration in force; set once at start-up. */
+/* The configuration in force; set once at start-up. SIGHUP changes only
+ * login_max_failures and login_lockout_s in it (atomic fields); the other
+ * reloadable options live in the HTTP server and the log module. */
 extern struct daemon_conf *daemon_config;
 
 /* routes.c */

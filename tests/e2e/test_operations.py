@@ -188,6 +188,48 @@ def test_sighup_reloads_log_level_and_limits(new_daemon):
     assert d.get("/readyz").status_code == 200
 
 
+def test_sighup_reloads_login_limits(new_daemon):
+    """login_max_failures and login_lockout_s apply from the first failed
+    login after SIGHUP, per account and per client (4 x the account limit)."""
+    d = new_daemon(config="login_max_failures = 5\nlogin_lockout_s = 900\n")
+    emails = [d.signup().email for _ in range(7)]
+
+    def fail(email):
+        return d.login(email, "wrong password entirely")
+
+    # Under the start-up limit of 5, three failures lock nothing.
+    for _ in range(3):
+        assert_error(fail(emails[0]), 401, "invalid_credentials")
+
+    with open(d.config_path, "w") as f:
+        f.write("login_max_failures = 2\nlogin_lockout_s = 120\n")
+    before = d.stderr_text().count("reload: ")
+    d.terminate(signal.SIGHUP)
+    poll(lambda: d.stderr_text().count("reload: ") > before, DEADLINE, "the reload log line")
+    line = d.stderr_text().split("reload: ")[-1].split("\n")[0]
+    assert "login_max_failures=2 (per client 8) login_lockout_s=120;" in line, line
+
+    # emails[0] already has three failures in its window: the lower limit
+    # locks it at its next failure.
+    assert_error(fail(emails[0]), 401, "invalid_credentials")
+    r = fail(emails[0])
+    assert_error(r, 429, "too_many_requests")
+    assert r.headers["Retry-After"] == "120", r.headers  # the new lockout (the clock stands still)
+    # A fresh account is locked after two failures, not five.
+    assert_error(fail(emails[1]), 401, "invalid_credentials")
+    assert_error(fail(emails[1]), 401, "invalid_credentials")
+    assert_error(fail(emails[1]), 429, "too_many_requests")
+    # Per client: 4 x 2 = 8 failures from this address lock it for every
+    # account. So far 6 failures counted (the locked attempts count none).
+    assert_error(fail(emails[2]), 401, "invalid_credentials")
+    assert_error(fail(emails[3]), 401, "invalid_credentials")
+    r = fail(emails[4])
+    assert_error(r, 429, "too_many_requests")
+    assert r.headers["Retry-After"] == "120", r.headers
+    # Even the right password waits now.
+    assert_error(d.login(emails[5], "correct horse battery"), 429, "too_many_requests")
+
+
 # ================================================================ backup
 
 
