@@ -51,6 +51,18 @@ void conf_print_help(const struct conf_option *table, void *stream);
 int conf_validate_listen(const void *field, char *err, size_t errlen);
 int conf_validate_log_level(const void *field, char *err, size_t errlen);
 
+/* Validators for lists of words separated by spaces or commas, the way
+ * http.c reads cors_origins and trusted_proxies; name is the option named in
+ * the message. Each word of an address list must be an IPv4 or IPv6 address
+ * written as inet_ntop writes it (http.c compares the client's address as
+ * text, so "0:0::1" would never match "::1"); CIDR ranges and host names are
+ * refused. Each word of an origin list must be "*" or an origin as browsers
+ * send it: http or https, "://", a lower-case host name, IPv4 address or
+ * [IPv6] address, an optional port other than the scheme's default, and
+ * nothing after (no path, no trailing slash). Empty lists are accepted. */
+int conf_check_address_list(const char *name, const char *list, char *err, size_t errlen);
+int conf_check_origin_list(const char *name, const char *list, char *err, size_t errlen);
+
 /* Splits "host:port" ("[::1]:8080" for IPv6) into host and port; -1 if bad. */
 int conf_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
 

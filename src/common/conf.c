@@ -2,6 +2,7 @@
 #include "conf.h"
 #include "log.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ini.h>
 #include <inttypes.h>
@@ -300,4 +301,169 @@ int conf_validate_log_level(const void *field, char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+/* Calls check on each word of a list separated by spaces or commas (the
+ * separators of http.c's list_contains, so the words checked here are the
+ * words matched there), stopping at the first refusal. */
+static int check_words(const char *name, const char *list,
+                       int (*check)(const char *name, const char *w, size_t n, char *err, size_t errlen),
+                       char *err, size_t errlen)
+{
+    for (const char *p = list; *p;) {
+        p += strspn(p, " ,");
+        size_t n = strcspn(p, " ,");
+        if (n > 0 && check(name, p, n, err, errlen) < 0)
+            return -1;
+        p += n;
+    }
+    return 0;
+}
+
+/* Whether the n bytes at w are an address of family af: 1 if written exactly
+ * as inet_ntop writes it, 0 if an address written otherwise (canon then holds
+ * inet_ntop's form), -1 if not an address of that family. */
+static int address_form(int af, const char *w, size_t n, char *canon, size_t canonlen)
+{
+    char buf[INET6_ADDRSTRLEN];
+    unsigned char bin[sizeof(struct in6_addr)];
+    if (n >= sizeof buf)
+        return -1;
+    memcpy(buf, w, n);
+    buf[n] = '\0';
+    if (inet_pton(af, buf, bin) != 1 || !inet_ntop(af, bin, canon, (socklen_t)canonlen))
+        return -1;
+    return strcmp(buf, canon) == 0;
+}
+
+static int check_address(const char *name, const char *w, size_t n, char *err, size_t errlen)
+{
+    char canon[INET6_ADDRSTRLEN];
+    int form = address_form(AF_INET, w, n, canon, sizeof canon);
+    if (form < 0)
+        form = address_form(AF_INET6, w, n, canon, sizeof canon);
+    if (form == 1)
+        return 0;
+    /* http.c compares the peer's address as inet_ntop wrote it, as text. */
+    if (form == 0)
+        snprintf(err, errlen, "%s: '%.*s' would never match a client; write it as '%s'", name, (int)n, w, canon);
+    else if (memchr(w, '/', n))
+        snprintf(err, errlen, "%s: '%.*s' is a range; ranges (CIDR) are not supported, list each proxy's address",
+                 name, (int)n, w);
+    else
+        snprintf(err, errlen, "%s: '%.*s' is not an IP address (list each proxy's IPv4 or IPv6 address; no host names)",
+                 name, (int)n, w);
+    return -1;
+}
+
+int conf_check_address_list(const char *name, const char *list, char *err, size_t errlen)
+{
+    return check_words(name, list, check_address, err, errlen);
+}
+
+/* A host name as browsers put it in an origin: lower-case letters, digits,
+ * '-', '_' and dots between non-empty labels; all digits and dots must be an
+ * IPv4 address in its usual form. */
+static int origin_host_ok(const char *h, size_t n)
+{
+    if (n == 0 || n > 253 || h[0] == '.' || h[n - 1] == '.')
+        return 0;
+    int numeric = 1;
+    for (size_t i = 0; i < n; i++) {
+        char c = h[i];
+        if (c == '.' && h[i + 1] == '.')
+            return 0;
+        if (c != '.' && (c < '0' || c > '9'))
+            numeric = 0;
+    }
+    char canon[INET6_ADDRSTRLEN];
+    return !numeric || address_form(AF_INET, h, n, canon, sizeof canon) == 1;
+}
+
+/* Checks the n bytes at w as an origin; messages quote the whole word (qn
+ * bytes at w), which is longer than n when the path after w is cut off. */
+static int check_origin_part(const char *name, const char *w, size_t n, size_t qn, char *err, size_t errlen)
+{
+    if (n == 1 && w[0] == '*')
+        return 0;
+    const char *end = w + n;
+    /* http.c compares the browser's Origin header as text, and browsers send
+     * it in lower case: an upper-case letter could never match. */
+    for (const char *q = w; q < end; q++)
+        if (*q >= 'A' && *q <= 'Z') {
+            snprintf(err, errlen, "%s: '%.*s' has upper-case letters; browsers send origins in lower case", name,
+                     (int)qn, w);
+            return -1;
+        }
+    int https;
+    const char *p;
+    if (n > 7 && strncmp(w, "http://", 7) == 0) {
+        https = 0;
+        p = w + 7;
+    } else if (n > 8 && strncmp(w, "https://", 8) == 0) {
+        https = 1;
+        p = w + 8;
+    } else {
+        goto bad;
+    }
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    if (slash) {
+        /* Report what is wrong before the path first, if anything is. */
+        if (check_origin_part(name, w, (size_t)(slash - w), qn, err, errlen) < 0)
+            return -1;
+        snprintf(err, errlen, "%s: '%.*s' has a path or a trailing slash; an origin is scheme://host[:port] alone: '%.*s'",
+                 name, (int)qn, w, (int)(slash - w), w);
+        return -1;
+    }
+    if (*p == '[') {
+        const char *close = memchr(p, ']', (size_t)(end - p));
+        char canon[INET6_ADDRSTRLEN];
+        int form = close ? address_form(AF_INET6, p + 1, (size_t)(close - p - 1), canon, sizeof canon) : -1;
+        if (form < 0)
+            goto bad;
+        if (form == 0) {
+            snprintf(err, errlen, "%s: '%.*s' would never match; browsers send the address as [%s]", name, (int)qn, w,
+                     canon);
+            return -1;
+        }
+        p = close + 1;
+    } else {
+        /* The separators and NUL are outside the set, so the span stays
+         * within the word. */
+        size_t h = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-_.");
+        if (!origin_host_ok(p, h))
+            goto bad;
+        p += h;
+    }
+    if (p < end && *p == ':') {
+        size_t d = strspn(p + 1, "0123456789");
+        long port = d >= 1 && d <= 5 && p[1] != '0' ? strtol(p + 1, NULL, 10) : 0;
+        if (port < 1 || port > 65535) {
+            snprintf(err, errlen, "%s: '%.*s' has a bad port (1 to 65535, no leading zeros)", name, (int)qn, w);
+            return -1;
+        }
+        if (port == (https ? 443 : 80)) {
+            snprintf(err, errlen, "%s: '%.*s' names the default port, which browsers leave out: '%.*s'", name, (int)qn,
+                     w, (int)(p - w), w);
+            return -1;
+        }
+        p += 1 + d;
+    }
+    if (p == end)
+        return 0;
+bad:
+    snprintf(err, errlen,
+             "%s: '%.*s' is not an origin: scheme://host[:port] with scheme http or https, e.g. https://console.example.com",
+             name, (int)qn, w);
+    return -1;
+}
+
+static int check_origin(const char *name, const char *w, size_t n, char *err, size_t errlen)
+{
+    return check_origin_part(name, w, n, n, err, errlen);
+}
+
+int conf_check_origin_list(const char *name, const char *list, char *err, size_t errlen)
+{
+    return check_words(name, list, check_origin, err, errlen);
 }

@@ -73,6 +73,18 @@ static int validate_money(const void *field, char *err, size_t errlen)
     return 0;
 }
 
+/* Both lists are matched as text by http.c, so a word that could never match
+ * is refused here rather than found out when a browser or a proxy fails. */
+static int validate_cors_origins(const void *field, char *err, size_t errlen)
+{
+    return conf_check_origin_list("cors_origins", field, err, errlen);
+}
+
+static int validate_trusted_proxies(const void *field, char *err, size_t errlen)
+{
+    return conf_check_address_list("trusted_proxies", field, err, errlen);
+}
+
 #define OPT_INT(n, lo, hi, d, h) {#n, CONF_INT, lo, hi, #d, offsetof(struct daemon_conf, n), sizeof(int64_t), NULL, h}
 #define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct daemon_conf, n), sizeof(((struct daemon_conf *)0)->n), v, h}
 
@@ -86,8 +98,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(connection_timeout_s, 1, 3600, 30, "seconds before an idle or slow connection is closed"),
     OPT_INT(max_body_bytes, 1024, 67108864, 1048576, "largest request body accepted"),
     OPT_INT(max_json_depth, 2, 64, 16, "deepest JSON nesting accepted"),
-    OPT_STR(cors_origins, "", NULL, "web console origins allowed by CORS, space-separated ('*' for any)"),
-    OPT_STR(trusted_proxies, "", NULL,
+    OPT_STR(cors_origins, "", validate_cors_origins, "web console origins allowed by CORS, space-separated ('*' for any)"),
+    OPT_STR(trusted_proxies, "", validate_trusted_proxies,
             "reverse proxies (IP addresses, space-separated) whose X-Forwarded-For names the client for login limits and logs"),
     OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),
     OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),

@@ -1,8 +1,9 @@
 /* test_conf.c: unit tests for the configuration table engine (conf.c). A
  * small table of its own exercises each option type, bounds, validators,
  * overrides and files; the daemon's real table is then checked row by row:
- * every default passes its own rules, bad values of each type are refused,
- * and conf/-style files written to a temporary directory load or fail with
+ * every default passes its own rules, bad values of each type are refused
+ * (with the list validators for CORS origins and trusted proxies), and
+ * conf/-style files written to a temporary directory load or fail with
  * FILE:LINE. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -630,6 +631,102 @@ static void test_print_help(void **state)
     free(buf);
 }
 
+/* ---- the list validators shared through conf.h ---- */
+
+static void test_address_list(void **state)
+{
+    (void)state;
+    char err[512];
+    static const char *good[] = {
+        "", " ", ",", "127.0.0.1", "10.9.9.9 127.0.0.1", "10.0.0.1,10.0.0.2", " ::1 , 192.168.1.1 ",
+        "2001:db8::1", "::ffff:10.0.0.1", "fe80::1 0.0.0.0",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(good); i++)
+        if (conf_check_address_list("proxies", good[i], err, sizeof err) != 0)
+            fail_msg("'%s' refused: %s", good[i], err);
+    static const struct { const char *value, *needle; } bad[] = {
+        {"banana", "proxies: 'banana' is not an IP address"},
+        {"127.0.0.1 proxy.example", "'proxy.example' is not an IP address"},
+        {"10.0.0.0/8", "'10.0.0.0/8' is a range; ranges (CIDR) are not supported"},
+        {"::1 fd00::/64", "'fd00::/64' is a range"},
+        {"256.1.1.1", "is not an IP address"},
+        {"127.1", "is not an IP address"},
+        {"1.2.3.4:80", "is not an IP address"},
+        {"[::1]", "is not an IP address"},
+        {"fe80::1%eth0", "is not an IP address"},
+        {"127.0.0.1\t10.0.0.1", "is not an IP address"},
+        /* Addresses http.c's text comparison would never match. */
+        {"0:0:0:0:0:0:0:1", "'0:0:0:0:0:0:0:1' would never match a client; write it as '::1'"},
+        {"2001:DB8::1", "write it as '2001:db8::1'"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        err[0] = '\0';
+        if (conf_check_address_list("proxies", bad[i].value, err, sizeof err) != -1 || !strstr(err, bad[i].needle))
+            fail_msg("'%s': err '%s', wanted '%s'", bad[i].value, err, bad[i].needle);
+    }
+}
+
+static void test_origin_list(void **state)
+{
+    (void)state;
+    char err[512];
+    static const char *good[] = {
+        "", "*", "https://console.example.com", "http://localhost:5173", "https://a.example https://b.example",
+        "http://127.0.0.1:8080,http://localhost:8080", "https://[::1]:8443", "http://[2001:db8::1]",
+        "https://xn--bcher-kva.example", "http://my_host.internal:1", "https://a.example:65535", "* https://a.example",
+        "http://example.com:443", "https://example.com:80",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(good); i++)
+        if (conf_check_origin_list("origins", good[i], err, sizeof err) != 0)
+            fail_msg("'%s' refused: %s", good[i], err);
+    static const struct { const char *value, *needle; } bad[] = {
+        {"console.example.com/", "origins: 'console.example.com/' is not an origin: scheme://host[:port]"},
+        {"https://ok.example x", "'x' is not an origin"},
+        {"ftp://files.example", "is not an origin"},
+        {"https://", "is not an origin"},
+        {"https:/console.example", "is not an origin"},
+        {"null", "is not an origin"},
+        {"**", "is not an origin"},
+        {"https://console.example.com/", "has a path or a trailing slash; an origin is scheme://host[:port] alone: "
+                                         "'https://console.example.com'"},
+        {"https://console.example.com/app", "has a path"},
+        {"http://localhost:3000/", "alone: 'http://localhost:3000'"},
+        {"https://bad host/", "'host/' is not an origin"},
+        {"https://bad!host/", "'https://bad!host/' is not an origin"},
+        {"https://Console.example.com", "has upper-case letters; browsers send origins in lower case"},
+        {"HTTPS://console.example.com", "has upper-case letters"},
+        {"https://console.example.com:443", "names the default port, which browsers leave out: "
+                                            "'https://console.example.com'"},
+        {"http://localhost:80", "names the default port"},
+        {"https://a.example:0", "has a bad port"},
+        {"https://a.example:65536", "has a bad port"},
+        {"https://a.example:08080", "has a bad port"},
+        {"https://a.example:", "has a bad port"},
+        {"https://a.example:x", "has a bad port"},
+        {"https://a.example?x=1", "is not an origin"},
+        {"https://a.example#top", "is not an origin"},
+        {"https://user@a.example", "is not an origin"},
+        {"https://.example", "is not an origin"},
+        {"https://a..example", "is not an origin"},
+        {"https://a.example.", "is not an origin"},
+        {"http://999.1.1.1", "is not an origin"},
+        {"http://127.1", "is not an origin"},
+        {"http://[::1", "is not an origin"},
+        {"http://[banana]", "is not an origin"},
+        {"http://::1", "is not an origin"},
+        {"http://[0:0::1]:8080", "would never match; browsers send the address as [::1]"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        err[0] = '\0';
+        if (conf_check_origin_list("origins", bad[i].value, err, sizeof err) != -1 || !strstr(err, bad[i].needle))
+            fail_msg("'%s': err '%s', wanted '%s'", bad[i].value, err, bad[i].needle);
+    }
+    /* A long word is quoted whole or cut at the buffer, never overrun. */
+    char small[24];
+    assert_int_equal(conf_check_origin_list("origins", "https://a-rather-long-host.example/", small, sizeof small), -1);
+    assert_int_equal(strlen(small), sizeof small - 1);
+}
+
 /* ---- the daemon's real table ---- */
 
 static void test_daemon_defaults(void **state)
@@ -724,6 +821,12 @@ static void test_daemon_bad_values(void **state)
         {"log_level", "trace"},
         {"database", ""},
         {"bootstrap_admin_email", ""},
+        {"trusted_proxies", "banana"},
+        {"trusted_proxies", "10.0.0.0/8"},
+        {"trusted_proxies", "127.0.0.1 proxy.example"},
+        {"cors_origins", "console.example.com/ x"},
+        {"cors_origins", "https://console.example.com/"},
+        {"cors_origins", "https://ok.example ftp://bad.example"},
     };
     for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
         err[0] = '\0';
@@ -741,6 +844,9 @@ static void test_daemon_bad_values(void **state)
         {"log_level", "debug"},
         {"cors_origins", ""},
         {"cors_origins", "https://console.example https://other.example"},
+        {"cors_origins", "*"},
+        {"trusted_proxies", ""},
+        {"trusted_proxies", "10.9.9.9 127.0.0.1 ::1"},
         {"tls_cert", "/etc/gpurent/cert.pem"},
     };
     for (size_t i = 0; i < ARRAY_LEN(good); i++)
@@ -840,6 +946,9 @@ static void test_daemon_bad_files(void **state)
         {"[gpurentd]\nthreads = 4\n", 1, "sections are not used ([gpurentd])"},
         {"threads = 4\nworkers = 4\n", 2, "unknown option 'workers'"},
         {"password_iterations = 999\n", 1, "password_iterations: 999 is outside 1000..100000000"},
+        {"threads = 4\ntrusted_proxies = banana\n", 2, "trusted_proxies: 'banana' is not an IP address"},
+        {"\n\ncors_origins = https://ok.example https://console.example.com/\n", 3,
+         "cors_origins: 'https://console.example.com/' has a path or a trailing slash"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         const char *path = write_file("bad-daemon.conf", cases[i].text);
@@ -882,6 +991,8 @@ int main(void)
         cmocka_unit_test(test_file_odd_bytes),
         cmocka_unit_test(test_file_unreadable),
         cmocka_unit_test(test_print_help),
+        cmocka_unit_test(test_address_list),
+        cmocka_unit_test(test_origin_list),
         cmocka_unit_test(test_daemon_defaults),
         cmocka_unit_test(test_daemon_bad_values),
         cmocka_unit_test(test_daemon_sample_file),
