@@ -6,10 +6,34 @@ still parse), and `make run`'s script, scripts/run-local.sh, end to end on a
 temporary state directory: banner, admin key, simulated fleet, an instance
 that runs, Ctrl-C, and a second run on the same state."""
 import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
 
 import pytest
+import requests
 
-from harness import REPO, run_gpurentd
+from agent_util import AGENT, poll
+from harness import GPURENTD, REPO, assert_no_sanitizer_report, run_gpurentd
+
+
+def sanitizer_env():
+    """The environment for a program started here: a sanitized build must
+    fail loudly (the harness sets the same)."""
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "halt_on_error=1:detect_leaks=1:abort_on_error=0")
+    env.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
+    return env
+
+
+def ok(url):
+    try:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.ConnectionError:
+        return False
+
 
 # ---------------------------------------------------------------------------
 # gpurentd -n: the list options are checked like every other option
@@ -46,3 +70,170 @@ def test_check_accepts_good_lists(tmp_path):
     for args in (["-n", "-c", conf], ["-n", "-o", "cors_origins=*", "-o", "trusted_proxies="]):
         p = run_gpurentd(*args)
         assert p.returncode == 0 and p.stdout == "configuration OK\n", (args, p.stderr)
+
+
+# ---------------------------------------------------------------------------
+# make install
+# ---------------------------------------------------------------------------
+
+UNITS = ("gpurentd.service", "gpurent-agent.service")
+DOCS = ("README.md", "docs/OPERATIONS.md", "docs/REPORTS.md", "docs/ARCHITECTURE.md", "docs/AGENT_PROTOCOL.md")
+
+
+def build_dir_vars():
+    """The make variables that make `make install` copy the binaries under
+    test: SAN=1 for build/san, nothing for build. Other binaries are not
+    what the Makefile installs, so the install tests are skipped for them."""
+    here = os.path.dirname(GPURENTD)
+    if os.path.dirname(AGENT) != here:
+        pytest.skip(f"GPURENTD and GPURENT_AGENT are in different directories ({GPURENTD}, {AGENT})")
+    if here == os.path.join(REPO, "build"):
+        return []
+    if here == os.path.join(REPO, "build", "san"):
+        return ["SAN=1"]
+    pytest.skip(f"make install copies build/ or build/san/, not {here}")
+
+
+def make_install(destdir, *variables):
+    """Runs `make install` from the repository root without building: `-o all`
+    takes the binaries as they are, so this never compiles (nor races a
+    build someone else runs in the same tree). Returns make's output."""
+    if not shutil.which("make"):
+        pytest.skip("make is not installed")
+    p = subprocess.run(["make", "--no-print-directory", "-o", "all", "install", f"DESTDIR={destdir}",
+                        *build_dir_vars(), *variables],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert not re.search(r"(^|\s)-c\s+\S+\.c\b", out), f"make install compiled something:\n{out}"
+    return out
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def check_units(destdir, prefix, unitdir):
+    """Each unit is the shipped one with its binary and documentation paths
+    moved to prefix, and every path it names that make install provides is
+    there."""
+    for unit in UNITS:
+        path = os.path.join(destdir + unitdir, unit)
+        assert mode(path) == 0o644, unit
+        text = read(path).decode()
+        want = read(os.path.join(REPO, "conf", unit)).decode()
+        want = want.replace("/usr/local/bin/", f"{prefix}/bin/")
+        want = want.replace("/usr/local/share/doc/gpurent/", f"{prefix}/share/doc/gpurent/")
+        assert text == want, unit
+        settings = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+        exec_start = [ln for ln in settings if ln.startswith("ExecStart=")]
+        assert len(exec_start) == 1, unit
+        argv = exec_start[0][len("ExecStart="):].split()
+        binary = os.path.basename(argv[0])
+        assert argv[0] == f"{prefix}/bin/{binary}", exec_start
+        assert mode(destdir + argv[0]) == 0o755, argv[0]
+        config = argv[argv.index("-c") + 1]
+        assert config.startswith("/etc/gpurent/") and os.path.isfile(destdir + config), exec_start
+        docs = [ln for ln in settings if ln.startswith("Documentation=")]
+        assert docs, unit
+        for url in docs[0][len("Documentation="):].split():
+            assert url.startswith(f"file:{prefix}/share/doc/gpurent/"), url
+            assert os.path.isfile(destdir + url[len("file:"):]), url
+        if prefix != "/usr/local":
+            assert not any("/usr/local/bin/" in ln or "/usr/local/share/" in ln for ln in settings), \
+                f"{unit} still names /usr/local:\n{text}"
+
+
+def test_make_install_under_usr(tmp_path):
+    dest = str(tmp_path / "root")
+    make_install(dest, "PREFIX=/usr")
+
+    # Everything lands under DESTDIR, where the Makefile says.
+    for name, built in (("gpurentd", GPURENTD), ("gpurent-agent", AGENT)):
+        path = os.path.join(dest, "usr/bin", name)
+        assert mode(path) == 0o755, name
+        assert read(path) == read(built), f"{path} is not the binary under test"
+    for conf in ("gpurentd.conf", "gpurent-agent.conf"):
+        path = os.path.join(dest, "etc/gpurent", conf)
+        assert mode(path) == 0o644 and read(path) == read(os.path.join(REPO, "conf", conf)), conf
+    check_units(dest, "/usr", "/usr/lib/systemd/system")
+    sysusers = os.path.join(dest, "usr/lib/sysusers.d/gpurent.conf")
+    assert mode(sysusers) == 0o644 and read(sysusers) == read(os.path.join(REPO, "conf", "gpurent.sysusers"))
+    for doc in DOCS:
+        path = os.path.join(dest, "usr/share/doc/gpurent", os.path.basename(doc))
+        assert mode(path) == 0o644 and read(path) == read(os.path.join(REPO, doc)), doc
+    installed = sorted(os.path.relpath(os.path.join(d, f), dest) for d, _, fs in os.walk(dest) for f in fs)
+    assert installed == sorted(
+        ["usr/bin/gpurentd", "usr/bin/gpurent-agent", "etc/gpurent/gpurentd.conf", "etc/gpurent/gpurent-agent.conf",
+         "usr/lib/sysusers.d/gpurent.conf"]
+        + [f"usr/lib/systemd/system/{u}" for u in UNITS]
+        + [f"usr/share/doc/gpurent/{os.path.basename(d)}" for d in DOCS]), installed
+
+    # The installed programs accept the installed configurations as they are.
+    env = sanitizer_env()
+    for binary, conf in (("gpurentd", "gpurentd.conf"), ("gpurent-agent", "gpurent-agent.conf")):
+        p = subprocess.run([os.path.join(dest, "usr/bin", binary), "-n", "-c", os.path.join(dest, "etc/gpurent", conf)],
+                           capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        assert p.returncode == 0 and p.stdout == "configuration OK\n", (binary, p.stderr)
+
+    # And the installed gpurentd serves from it, away from the source tree
+    # (migrations and the OpenAPI document are compiled in): the unit's
+    # command line with the database and the port moved into the test's
+    # directory.
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    stderr_path = run_dir / "stderr.log"
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen([os.path.join(dest, "usr/bin/gpurentd"), "serve",
+                                 "-c", os.path.join(dest, "etc/gpurent/gpurentd.conf"),
+                                 "--db", str(run_dir / "gpurent.db"), "--listen", "127.0.0.1:0",
+                                 "-o", "password_iterations=1000"],
+                                stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, cwd=run_dir, env=env)
+    try:
+        m = poll(lambda: proc.poll() is None and re.search(r"listening on http://\S+:(\d+) ", stderr_path.read_text()),
+                 60, "the installed gpurentd to listen")
+        base = f"http://127.0.0.1:{m.group(1)}"
+        poll(lambda: ok(base + "/readyz"), 60, "/readyz")
+        r = requests.get(base + "/v1/openapi.json", timeout=30)
+        assert r.status_code == 200 and r.json()["openapi"].startswith("3."), r.text[:200]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    log = stderr_path.read_text()
+    assert_no_sanitizer_report(log, "installed gpurentd")
+    assert rc == 0, log[-4000:]
+
+
+def test_make_install_elsewhere_keeps_changed_configuration(tmp_path):
+    # Another PREFIX, with the units and the user where systemd reads them.
+    dest = str(tmp_path / "root")
+    variables = ("PREFIX=/opt/gpurent", "UNITDIR=/etc/systemd/system", "SYSUSERSDIR=/etc/sysusers.d")
+    out = make_install(dest, *variables)
+    assert "kept" not in out, out
+    for name in ("gpurentd", "gpurent-agent"):
+        assert mode(os.path.join(dest, "opt/gpurent/bin", name)) == 0o755
+    check_units(dest, "/opt/gpurent", "/etc/systemd/system")
+    assert os.path.isfile(os.path.join(dest, "etc/sysusers.d/gpurent.conf"))
+    assert not os.path.exists(os.path.join(dest, "opt/gpurent/lib")), "UNITDIR and SYSUSERSDIR were not used"
+    for doc in DOCS:
+        assert os.path.isfile(os.path.join(dest, "opt/gpurent/share/doc/gpurent", os.path.basename(doc))), doc
+
+    # Installing again over an edited configuration keeps the operator's
+    # file and puts the new default beside it; an unedited one is replaced
+    # quietly.
+    conf = os.path.join(dest, "etc/gpurent/gpurentd.conf")
+    edited = read(conf) + b"\nthreads = 8\n"
+    with open(conf, "wb") as f:
+        f.write(edited)
+    out = make_install(dest, *variables)
+    assert f"kept {conf}; the new default is gpurentd.conf.new beside it" in out, out
+    assert read(conf) == edited
+    assert read(conf + ".new") == read(os.path.join(REPO, "conf", "gpurentd.conf"))
+    assert "gpurent-agent.conf" not in out, out
+    assert not os.path.exists(os.path.join(dest, "etc/gpurent/gpurent-agent.conf.new"))
