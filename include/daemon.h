@@ -323,6 +323,10 @@ void api_nodes_delete(struct http_request *req);
 
 /* serve.c */
 int cmd_serve(int argc, char **argv);
+/* 1 when host (an IP address as written in a listen option or a URL, or a
+ * name) can only be reached from this machine: 127.0.0.0/8, ::1, the IPv4
+ * loopback mapped into IPv6, "localhost". Decides the clear-text warnings. */
+int host_is_loopback(const char *host);
 /* cli.c */
 int cmd_migrate(int argc, char **argv);
 int cmd_admin(int argc, char **argv);

@@ -1,5 +1,7 @@
 /* log.c: the logger behind log.h. Each event is formatted into one buffer and
- * written with a single write(2), so lines from different threads never mix. */
+ * written with a single write(2), so lines from different threads never mix;
+ * newlines and control characters in a message are neutralised, so a value
+ * from outside can neither split a line nor forge one. */
 #include "log.h"
 
 #include <stdarg.h>
@@ -56,11 +58,26 @@ void log_msg(enum log_level level, const char *fmt, ...)
     int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     va_end(ap);
     size_t len = (size_t)n + (m < 0 ? 0 : ((size_t)m < sizeof line - (size_t)n - 1 ? (size_t)m : sizeof line - (size_t)n - 2));
-    /* A message never spans lines: journald would split it into two events. */
-    for (size_t i = (size_t)n; i < len; i++)
-        if (line[i] == '\n' || line[i] == '\r')
-            line[i] = ' ';
-    line[len++] = '\n';
-    ssize_t w = write(STDERR_FILENO, line, len);
+    /* Messages carry values from outside (request paths, names, library
+     * errors). A message never spans lines: journald would split it into two
+     * events, the second with whatever priority prefix its text begins with,
+     * so newlines become spaces. Other control characters are written as
+     * \xNN: an escape sequence would repaint an operator's terminal, and
+     * journalctl shows a message holding one only as "[N blob data]", which
+     * would hide the request that sent it. */
+    char out[sizeof line * 4 + 2];
+    memcpy(out, line, (size_t)n);
+    size_t k = (size_t)n;
+    for (size_t i = (size_t)n; i < len; i++) {
+        unsigned char c = (unsigned char)line[i];
+        if (c == '\n' || c == '\r')
+            out[k++] = ' ';
+        else if ((c < 0x20 && c != '\t') || c == 0x7f)
+            k += (size_t)snprintf(out + k, 5, "\\x%02x", c);
+        else
+            out[k++] = (char)c;
+    }
+    out[k++] = '\n';
+    ssize_t w = write(STDERR_FILENO, out, k);
     (void)w;
 }

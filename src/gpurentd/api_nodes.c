@@ -66,6 +66,41 @@ static int url_valid(const char *u)
     return 1;
 }
 
+/* Warns when an agent URL is plain http:// to a host other than this
+ * machine: the workload specs the control plane sends there (environments
+ * that may hold users' secrets) and the facts it reads back would cross the
+ * network in clear text. Signatures keep them from being forged, not from
+ * being read. The registration still succeeds: a test bed may want it. */
+static void warn_if_clear_text(const struct node *n)
+{
+    if (strncmp(n->agent_url, "http://", 7) != 0)
+        return;
+    const char *authority = n->agent_url + 7;
+    size_t len = strcspn(authority, "/");
+    const char *at = memrchr(authority, '@', len); /* user:password@host */
+    if (at) {
+        len -= (size_t)(at + 1 - authority);
+        authority = at + 1;
+    }
+    char host[256];
+    if (authority[0] == '[') { /* [IPv6]:port */
+        const char *close = memchr(authority, ']', len);
+        len = close ? (size_t)(close - authority - 1) : len - 1;
+        authority++;
+    } else {
+        const char *colon = memchr(authority, ':', len);
+        if (colon)
+            len = (size_t)(colon - authority);
+    }
+    snprintf(host, sizeof host, "%.*s", (int)(len < sizeof host ? len : sizeof host - 1), authority);
+    if (host_is_loopback(host))
+        return;
+    log_warn("nodes: %s (%s) registered at plain %s, not on loopback: workload specs and their environments "
+             "would cross the network in clear text; serve the agent over TLS (its tls_cert and tls_key) and "
+             "register an https:// URL",
+             n->id, n->name, n->agent_url);
+}
+
 /* Checks labels: at most 32 string values, keys as word_valid. Returns the
  * offending key or "" for a bad shape, NULL when fine. */
 static const char *labels_problem(json_t *labels)
@@ -151,6 +186,7 @@ void api_nodes_create(struct http_request *req)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else {
             log_info("nodes: registered %s (%s) at %s", n.id, n.name, n.agent_url);
+            warn_if_clear_text(&n);
             heartbeat_wake();
             json_t *shown = node_json(&n);
             if (shown)

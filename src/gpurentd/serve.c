@@ -5,6 +5,7 @@
 #include "daemon.h"
 #include "store.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <getopt.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_OVERRIDES 64
 
@@ -104,6 +106,34 @@ static int bootstrap_admin(struct store *s, const struct daemon_conf *conf)
            u.email, token);
     fflush(stdout);
     return 0;
+}
+
+int host_is_loopback(const char *host)
+{
+    unsigned char a[16];
+    if (inet_pton(AF_INET, host, a) == 1)
+        return a[0] == 127;
+    if (inet_pton(AF_INET6, host, a) == 1) {
+        static const unsigned char one[16] = {[15] = 1};
+        static const unsigned char mapped[12] = {[10] = 0xff, [11] = 0xff};
+        return memcmp(a, one, 16) == 0 || (memcmp(a, mapped, 12) == 0 && a[12] == 127);
+    }
+    return strcasecmp(host, "localhost") == 0 || strcasecmp(host, "localhost.") == 0;
+}
+
+/* API keys, sign-up passwords and workload environments must not cross a
+ * network in clear text (docs/OPERATIONS.md, TLS). Plain HTTP is fine on
+ * loopback, where only this machine (a TLS reverse proxy) reaches it, and
+ * an operator who named trusted_proxies has said a proxy is in front; any
+ * other plain listener gets a warning at every start. */
+static void warn_if_clear_text(const struct daemon_conf *conf, const char *host, int port)
+{
+    if (conf->tls_cert[0] || host_is_loopback(host) || conf->trusted_proxies[0])
+        return;
+    log_warn("serving plain HTTP on %s:%d, which is not a loopback address, and no trusted_proxies are set: "
+             "passwords and API keys (and the environments of workloads) would cross the network in clear text; "
+             "set tls_cert and tls_key, or listen on 127.0.0.1 behind a TLS reverse proxy named in trusted_proxies",
+             host, port);
 }
 
 struct loaded {
@@ -241,6 +271,7 @@ int cmd_serve(int argc, char **argv)
     }
     log_info("gpurentd listening on %s://%s:%d (database %s, schema version %d)", conf.tls_cert[0] ? "https" : "http",
              host, http_server_port(srv), conf.database, store_latest_version());
+    warn_if_clear_text(&conf, host, http_server_port(srv));
     /* Port open and migrations applied: systemd may start what depends on us.
      * READY=1 goes first: a watchdog ping before it would be out of order. */
     sd_notifyf(0, "READY=1\nSTATUS=serving on %s:%d", host, http_server_port(srv));
