@@ -3,7 +3,9 @@
 * systemd: READY=1 (once the port answers and the schema is migrated),
   WATCHDOG=1 pings, RELOADING=1/READY=1 around SIGHUP and STOPPING=1 on
   SIGTERM arrive in that order on a test NOTIFY_SOCKET; SIGHUP really changes
-  the log level and the request limits.
+  the log level, the request limits and the login limits. The watchdog
+  stops feeding (and says why) when the schema is not the binary's or the
+  API takes no connections, and feeds again once that is undone.
 * `gpurentd backup` copies the live database while the daemon keeps serving
   writers, and the copy opens and passes `gpurentd ledger verify`.
 * GET /metrics is strict Prometheus text (parsed here, not by a library),
@@ -19,6 +21,7 @@
 import json
 import os
 import random
+import re
 import signal
 import socket
 import sqlite3
@@ -127,6 +130,90 @@ def test_no_watchdog_pings_without_watchdog_usec(tmp_path):
         ns.drain()
         assert [m for _, m in ns.messages] == [first, "STOPPING=1"], ns.messages
         assert "watchdog:" not in d.stderr_text()
+    finally:
+        d.kill()
+        ns.close()
+
+
+NOT_FEEDING = "watchdog: not feeding systemd's watchdog: "
+
+
+def _assert_watchdog_starved(d, ns, problem):
+    """The watchdog logs problem at every check and sends no WATCHDOG=1 in
+    between: ordered by the watchdog thread's own log lines, not by time. The
+    thread pings or logs, one after the other, so once a line is in the log
+    every ping sent before it is queued on the socket."""
+    line = NOT_FEEDING + problem
+
+    def errors():
+        return d.stderr_text().count(line)
+    n0 = errors()
+    poll(lambda: errors() > n0, DEADLINE, f"the watchdog to log {line!r}")
+    ns.drain()
+    mark = len(ns.messages)
+    n1 = errors()
+    poll(lambda: errors() >= n1 + 2, DEADLINE, "two more failed checks")
+    ns.drain()
+    fed = [m for _, m in ns.messages[mark:] if m == "WATCHDOG=1"]
+    assert not fed, f"WATCHDOG=1 sent between failed checks: {ns.messages[mark:]}"
+    assert re.search(r"^<3>\S+ error: " + re.escape(line) + "$", d.stderr_text(), re.M), d.stderr_text()[-2000:]
+
+
+def _watchdog_daemon(tmp_path, **kw):
+    ns = NotifySocket()
+    d = EnvDaemon(tmp_path / "d", env={"NOTIFY_SOCKET": ns.addr, "WATCHDOG_USEC": "300000"}, start=False, **kw)
+    d.start()
+    _, first = ns.next(DEADLINE)
+    assert fields(first)["READY"] == "1"
+    ns.wait_for(lambda m: m == "WATCHDOG=1", DEADLINE, "a first ping while healthy")
+    return d, ns
+
+
+def test_watchdog_stops_feeding_when_the_schema_is_not_this_binarys(tmp_path):
+    """A newer gpurentd migrated the database under the running one (an
+    upgrade done out of order): the old binary must not pass for healthy."""
+    d, ns = _watchdog_daemon(tmp_path)
+    try:
+        con = sqlite3.connect(d.db_path, timeout=30)
+        try:
+            with con:
+                con.execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                            (9999, "9999_from_a_newer_gpurentd", START_TIME))
+            _assert_watchdog_starved(d, ns, "the database does not answer or is not migrated")
+            assert_error(d.get("/readyz"), 503, "unavailable")
+            # Undone: the pings come back.
+            with con:
+                con.execute("DELETE FROM schema_migrations WHERE version = 9999")
+        finally:
+            con.close()
+        ns.drain()
+        ns.wait_for(lambda m: m == "WATCHDOG=1", DEADLINE, "pings once the schema is right again")
+        assert d.get("/readyz").status_code == 200
+        assert d.stop() == 0
+    finally:
+        d.kill()
+        ns.close()
+
+
+def test_watchdog_stops_feeding_while_the_api_takes_no_connections(tmp_path):
+    """A client holding every connection the API allows from its address
+    (the watchdog's /healthz comes from loopback too, like a local reverse
+    proxy's requests): the API does not answer, so systemd must be left to
+    restart the daemon."""
+    d, ns = _watchdog_daemon(tmp_path, options={"max_connections_per_client": "3",
+                                                "connection_timeout_s": "600"})
+    held = []
+    try:
+        for _ in range(3):
+            held.append(socket.create_connection(("127.0.0.1", d.port), timeout=10))
+        _assert_watchdog_starved(d, ns, "the API does not answer /healthz")
+    finally:
+        for s in held:
+            s.close()
+    try:
+        ns.drain()
+        ns.wait_for(lambda m: m == "WATCHDOG=1", DEADLINE, "pings once the connections are free")
+        assert d.stop() == 0
     finally:
         d.kill()
         ns.close()
