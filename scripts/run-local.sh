@@ -2,7 +2,8 @@
 # shellcheck disable=SC2086  # fleet specs are split into words on purpose
 # run-local.sh: starts a local gpurent for trying it out, as `make run` does
 # after the build: gpurentd on 127.0.0.1:${GPURENT_PORT:-8080} with its
-# database under ./var/, created and migrated on the first run, and next to
+# database under ${GPURENT_VAR:-var/} (the repository's var/ by default),
+# created and migrated on the first run, and next to
 # it a small simulated GPU fleet registered through the admin API:
 #
 #   4 nodes x 8 MI450    fabric-a   gpurent-agent sim-fleet on PORT+1
@@ -10,18 +11,25 @@
 #   1 node  x 8 H100-SXM fabric-b   gpurent-agent sim-fleet on PORT+3
 #
 # The first run also saves the bootstrap admin API key (printed once by
-# gpurentd) in var/admin.key, mode 0600; the fleets use it to register their
-# nodes and keep each node's secret under var/fleet/, so every later run
-# finds the same nodes working again.
+# gpurentd, and shown once in the banner) in VAR/admin.key, mode 0600; the
+# fleets use it to register their nodes and keep each node's secret under
+# VAR/fleet/, so every later run on the same VAR and ports finds the same
+# nodes working again.
 #
 # gpurentd's log goes to this terminal, the fleets' output to
-# var/fleet/NAME.log; Ctrl-C (or SIGTERM to this script) stops everything
+# VAR/fleet/NAME.log; Ctrl-C (or SIGTERM to this script) stops everything
 # cleanly and this script exits with gpurentd's status.
 #
 # Environment:
 #   GPURENT_PORT          port to listen on (default 8080); the fleets use the
 #                         three ports after it
 #   GPURENT_FLEET         0 starts gpurentd alone, without the fleet
+#   GPURENT_VAR           the state directory VAR (default var in the
+#                         repository; a relative path is taken from the
+#                         directory this script is started in): the
+#                         database, admin.key, gpurentd.stdout and fleet/.
+#                         Nodes are registered with their ports, so reuse a
+#                         state directory with the same GPURENT_PORT
 #   GPURENT_CORS_ORIGINS  browser origins allowed by CORS (default: this
 #                         server under both http://127.0.0.1:PORT and
 #                         http://localhost:PORT, so a console page opened under
@@ -30,6 +38,15 @@
 #   GPURENT_AGENT         the gpurent-agent binary (default build/gpurent-agent)
 set -euo pipefail
 
+# GPURENT_VAR is read before the cd below, so a relative one names a
+# directory under the caller's; the default is the repository's var/.
+var=${GPURENT_VAR:-}
+case $var in
+  '') var=var ;;
+  /*) ;;
+  *) var=$PWD/$var ;;
+esac
+
 cd "$(dirname "$0")/.."
 
 port=${GPURENT_PORT:-8080}
@@ -37,7 +54,6 @@ with_fleet=${GPURENT_FLEET:-1}
 gpurentd=${GPURENTD:-build/gpurentd}
 agent=${GPURENT_AGENT:-build/gpurent-agent}
 cors=${GPURENT_CORS_ORIGINS:-"http://127.0.0.1:$port http://localhost:$port"}
-var=var
 db=$var/gpurent.db
 key_file=$var/admin.key
 stdout_file=$var/gpurentd.stdout
@@ -185,7 +201,7 @@ if [ ${#fleets[@]} -gt 0 ] && [ -s "$key_file" ]; then
   for f in "${fleets[@]}"; do
     set -- $f
     # Each process keeps its nodes' secrets in its own state directory
-    # (var/fleet/NAME/nodes/NODE/registration.json), which it also locks.
+    # (VAR/fleet/NAME/nodes/NODE/registration.json), which it also locks.
     "$agent" sim-fleet --control-plane "$base" --admin-key-file "$key_file" \
       --model "$2" --nodes "$3" --cards "$4" --fabric "$5" --region local \
       --listen "127.0.0.1:$6" --state-dir "$fleet_dir/$1" \
@@ -241,7 +257,7 @@ else
  $key_file is missing (the admin key is printed only when the database is
  created). Make another admin key, even while gpurentd runs, with:
    $gpurentd admin create-user --db $db --email you@example.com --admin
- or start from scratch: stop this, 'rm -rf var', 'make run'.
+ or start from scratch: stop this, 'rm -rf $var', 'make run'.
 EOF
 fi
 if [ ${#fleet_pids[@]} -gt 0 ]; then
@@ -258,7 +274,7 @@ if [ ${#fleet_pids[@]} -gt 0 ]; then
     cat <<EOF
  Some nodes did not come up (see above). A node registered by an earlier run
  whose secret is gone from $fleet_dir cannot answer; start afresh with
- 'rm -rf var' (the database and the fleet go together).
+ 'rm -rf $var' (the database and the fleet go together).
 EOF
   fi
 fi
@@ -316,7 +332,7 @@ cat <<EOF
    curl -s \$API/healthz
 
  Ctrl-C stops gpurentd${fleet_pids[0]:+ and the fleet}; the data stays in $var/ for the next
- 'make run' ('rm -rf var' starts afresh).
+ 'make run' ('rm -rf $var' starts afresh).
 ==============================================================================
 
 EOF

@@ -5,12 +5,16 @@ DESTDIR (files, modes, units rewritten to the PREFIX, configurations that
 still parse), and `make run`'s script, scripts/run-local.sh, end to end on a
 temporary state directory: banner, admin key, simulated fleet, an instance
 that runs, Ctrl-C, and a second run on the same state."""
+import datetime
 import os
+import random
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
+import time
 
 import pytest
 import requests
@@ -237,3 +241,210 @@ def test_make_install_elsewhere_keeps_changed_configuration(tmp_path):
     assert read(conf + ".new") == read(os.path.join(REPO, "conf", "gpurentd.conf"))
     assert "gpurent-agent.conf" not in out, out
     assert not os.path.exists(os.path.join(dest, "etc/gpurent/gpurent-agent.conf.new"))
+
+
+# ---------------------------------------------------------------------------
+# make run: scripts/run-local.sh end to end
+# ---------------------------------------------------------------------------
+
+RUN_LOCAL = os.path.join(REPO, "scripts", "run-local.sh")
+FLEET_NODES = {"MI450": 4, "MI300X": 2, "H100-SXM": 1}  # what run-local.sh starts
+BANNER_END = "Ctrl-C stops gpurentd and the fleet"
+SLOW = 120  # a bound on waits, generous for sanitizer builds and a busy machine
+
+
+def free_port_block(n=4):
+    """A port p with p..p+n-1 all free on 127.0.0.1 (run-local.sh uses the
+    daemon's port and the three after it). Taken below the kernel's
+    ephemeral range, so the port-0 listeners of other tests never land there;
+    a clash with another test picking ports here is still possible but
+    unlikely."""
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(20000, 32000 - n)
+        socks = []
+        try:
+            for q in range(p, p + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", q))
+            return p
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no block of free ports found")
+
+
+class RunLocal:
+    """One run of scripts/run-local.sh in its own session (so its process
+    group is what Ctrl-C would reach in a terminal), output to files."""
+
+    def __init__(self, var, port, tag):
+        self.var, self.port, self.base = str(var), port, f"http://127.0.0.1:{port}"
+        self.out_path = os.path.join(os.path.dirname(self.var), f"run-local-{tag}.stdout")
+        self.err_path = os.path.join(os.path.dirname(self.var), f"run-local-{tag}.stderr")
+        env = {**sanitizer_env(), "GPURENT_VAR": self.var, "GPURENT_PORT": str(port),
+               "GPURENTD": GPURENTD, "GPURENT_AGENT": AGENT}
+        env.pop("GPURENT_FLEET", None)
+        env.pop("GPURENT_CORS_ORIGINS", None)
+        # Started from outside the repository: the script finds its way there
+        # itself, and GPURENT_VAR is absolute.
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(["bash", RUN_LOCAL], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=os.path.dirname(self.var), start_new_session=True)
+
+    def stdout(self):
+        with open(self.out_path, errors="replace") as f:
+            return f.read()
+
+    def stderr(self):
+        with open(self.err_path, errors="replace") as f:
+            return f.read()
+
+    def logs(self):
+        return f"--- stdout\n{self.stdout()[-3000:]}\n--- stderr\n{self.stderr()[-5000:]}"
+
+    def wait_banner(self):
+        def shown():
+            assert self.proc.poll() is None, f"run-local.sh exited with {self.proc.returncode}\n{self.logs()}"
+            return BANNER_END in self.stdout()
+        poll(shown, SLOW, "the banner")
+        return self.stdout()
+
+    def admin(self, key, path):
+        r = requests.get(self.base + path, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait_nodes_ready(self, key, seen_since):
+        """Polls until every node of the fleet is ready with its 8 cards and
+        was reached by a heartbeat of this run (last_seen_at from
+        seen_since, epoch seconds, on): a node left ready in the database by
+        an earlier run does not count."""
+        def ready():
+            nodes = self.admin(key, "/v1/admin/nodes?limit=100")["data"]
+            counts = {}
+            for n in nodes:
+                seen = n["last_seen_at"] and datetime.datetime.fromisoformat(
+                    n["last_seen_at"].replace("Z", "+00:00")).timestamp()
+                if n["state"] == "ready" and n["cards_total"] == 8 and seen and seen >= int(seen_since):
+                    counts[n["gpu_model"]] = counts.get(n["gpu_model"], 0) + 1
+            return len(nodes) == sum(FLEET_NODES.values()) and counts == FLEET_NODES and nodes
+        return poll(ready, SLOW, "the simulated fleet to be ready")
+
+    def interrupt(self):
+        """Ctrl-C: SIGINT to the whole process group, as a terminal sends it.
+        The script must stop everything it started and exit 0."""
+        pgid = self.proc.pid  # start_new_session: the script leads its group
+        os.killpg(pgid, signal.SIGINT)
+        try:
+            rc = self.proc.wait(timeout=SLOW)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            raise AssertionError(f"run-local.sh did not stop after SIGINT\n{self.logs()}")
+        assert_no_sanitizer_report(self.stderr(), "run-local.sh")
+        for name in os.listdir(os.path.join(self.var, "fleet")):
+            if name.endswith(".log"):
+                with open(os.path.join(self.var, "fleet", name), errors="replace") as f:
+                    assert_no_sanitizer_report(f.read(), f"fleet {name}")
+        assert rc == 0, f"run-local.sh exited with {rc}\n{self.logs()}"
+        assert "run-local: gpurentd and the fleet stopped cleanly" in self.stdout(), self.logs()
+        # Nothing it started is left: not in its process group, and no
+        # process anywhere that still names its state directory.
+        try:
+            os.killpg(pgid, 0)
+            raise AssertionError(f"processes remain in run-local.sh's group {pgid}")
+        except ProcessLookupError:
+            pass
+        left = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if self.var in cmd:
+                left.append((pid, cmd))
+        assert not left, f"left running: {left}"
+
+    def kill(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+TOKEN_LINE = re.compile(r"^ +(gpk_[0-9a-z]{20}_[0-9a-f]{64})$", re.M)
+
+
+def test_run_local_end_to_end(tmp_path):
+    var = tmp_path / "state"
+    port = free_port_block()
+    key_file = var / "admin.key"
+
+    # First run: a new database, so the banner shows the new admin key once.
+    started = time.time()
+    run = RunLocal(var, port, "first")
+    try:
+        banner = run.wait_banner()
+        assert f"gpurent is running at {run.base}   (database {var}/gpurent.db)" in banner, banner
+        keys = TOKEN_LINE.findall(banner)
+        assert len(keys) == 1, banner
+        admin_key = keys[0]
+        assert banner.count(admin_key) == 1, "the key is shown once"
+        with open(key_file) as f:
+            assert f.read() == admin_key + "\n"
+        assert mode(key_file) == 0o600 and mode(var) == 0o700
+        for model, n in FLEET_NODES.items():
+            assert re.search(rf"^   {re.escape(model)} +{n} x 8 cards .* {n} registered, 0 kept, 0 failed$",
+                             banner, re.M), banner
+        run.wait_nodes_ready(admin_key, started)
+
+        # The walk-through the banner suggests: sign up with the invite code,
+        # launch 8 x MI450 with ROCm PyTorch, watch it run.
+        r = requests.post(run.base + "/v1/signup", timeout=60, json={
+            "email": "ada@example.com", "password": "correct horse battery", "invite_code": "AMD6GW"})
+        assert r.status_code == 201, r.text
+        key = r.json()["api_key"]["token"]
+        auth = {"Authorization": f"Bearer {key}"}
+        r = requests.post(run.base + "/v1/instances", headers=auth, timeout=30,
+                          json={"gpu_type": "MI450", "card_count": 8, "image": "rocm/pytorch:2.3-rocm6.2"})
+        assert r.status_code == 201, r.text
+        inst_id = r.json()["id"]
+
+        def running():
+            i = requests.get(f"{run.base}/v1/instances/{inst_id}", headers=auth, timeout=30).json()
+            assert i["state"] in ("pending", "provisioning", "running"), i
+            return i["state"] == "running" and i
+        inst = poll(running, SLOW, "the instance to run")
+        assert len(inst["nodes"]) == 1 and len(inst["nodes"][0]["cards"]) == 8, inst
+
+        run.interrupt()
+    finally:
+        run.kill()
+
+    # Second run on the same state: the same nodes come back, and no key is
+    # printed (the banner points at the saved one).
+    started = time.time()
+    run = RunLocal(var, port, "second")
+    try:
+        banner = run.wait_banner()
+        assert not re.search(r"gpk_[0-9a-z]", banner), banner
+        assert f" The admin API key from the first run is in {key_file}." in banner, banner
+        with open(key_file) as f:
+            assert f.read() == admin_key + "\n"
+        with open(var / "gpurentd.stdout") as f:
+            assert "gpk_" not in f.read(), "gpurentd printed a key on an old database"
+        for model, n in FLEET_NODES.items():
+            assert re.search(rf"^   {re.escape(model)} +{n} x 8 cards .* 0 registered, {n} kept, 0 failed$",
+                             banner, re.M), banner
+        nodes = run.wait_nodes_ready(admin_key, started)
+        assert len({n["id"] for n in nodes}) == sum(FLEET_NODES.values())
+        # The instance of the first run is still there, on its node (the sim
+        # agents reload their workload records).
+        again = requests.get(f"{run.base}/v1/instances/{inst_id}", headers=auth, timeout=30).json()
+        assert again["state"] == "running" and again["nodes"] == inst["nodes"], again
+        run.interrupt()
+    finally:
+        run.kill()
