@@ -5,14 +5,16 @@ running); each test corrupts its own copy in one way, the way a bug or a
 hand-written UPDATE would, and the verifier must exit non-zero and name the
 breach and the row. Corruptions that the schema's CHECK constraints refuse
 are made with PRAGMA ignore_check_constraints, after checking that the
-constraint does refuse them."""
+constraint does refuse them. The same invariants in Python
+(money_util.ledger_breaches, which the random model test runs after every
+step) must see each corruption too."""
 import os
 import shutil
 import sqlite3
 
 import pytest
 
-from money_util import MICRO, cluster_fixture, ledger_verify, verify_ledgers  # noqa: F401
+from money_util import MICRO, cluster_fixture, ledger_breaches, ledger_verify, verify_ledgers  # noqa: F401
 
 verify_cluster = cluster_fixture({"MI450": 1})
 
@@ -102,7 +104,16 @@ def corrupt(path, fn):
     return out
 
 
+def python_breaches(path):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return ledger_breaches(con)
+    finally:
+        con.close()
+
+
 def assert_breach(path, what, subject):
+    assert python_breaches(path), f"money_util.ledger_breaches missed a corrupt ledger ({what})"
     rc, out = ledger_verify(path)
     assert rc != 0, f"ledger verify passed a corrupt ledger ({what}):\n{out}"
     assert f"breach: {what}: {subject}" in out, f"want a breach '{what}' naming {subject}:\n{out}"
@@ -115,6 +126,7 @@ def test_the_uncorrupted_copy_passes(copy):
     path, _ = copy
     rc, out = ledger_verify(path)
     assert rc == 0 and out.strip().splitlines()[-1] == "ledger OK", out
+    assert python_breaches(path) == []
 
 
 def test_an_unbalanced_transaction(copy):
