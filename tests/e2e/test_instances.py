@@ -3,14 +3,19 @@ real sim agents (`gpurent-agent sim-fleet`): 1, 8, 16 and 256 cards placed
 best-fit on the right nodes and run by the agents with the image, cards,
 /shared volume and distributed-job environment; the life cycle and its
 events; running intervals as billing reads them; stop and start moving to
-other nodes with the volume following; volumes; card quotas.
+other nodes with the volume following; volumes; card quotas; a reconciler
+woken by new work rather than by its period.
 
 Every check asks the agents themselves (signed GET /v1/workloads, and the
 workload records they keep) as well as the API and the database."""
 import signal
 
 from harness import assert_error
-from instances_util import cloud, wait  # noqa: F401  (cloud is a fixture)
+from instances_util import cloud, cloud_with, wait  # noqa: F401  (cloud is a fixture)
+
+# A reconciler whose own period (10 minutes) and sweep (an hour) never come
+# within a test: whatever it does there, a wake-up made it do.
+cloud_slow_reconciler = cloud_with(reconcile_interval_ms="600000", reconcile_sweep_ms="3600000")
 
 
 def test_rent_one_then_two_cards_best_fit(cloud):
@@ -144,6 +149,27 @@ def test_events_and_life_cycle(cloud):
     assert events[0]["reason"] == "created"
     assert cloud.held_cards(iid) == {}
     assert cloud.workloads("n-01") == []
+
+
+def test_reconciler_is_woken_by_new_work(cloud_slow_reconciler):
+    """Creating, stopping and starting an instance wake the reconciler: each
+    completes within the poll deadline (a minute at most), far inside the
+    ten-minute period, so the wake-ups drive them, not the period."""
+    cloud = cloud_slow_reconciler
+    cloud.fleet(2, prefix="n-")
+    u = cloud.user()
+    inst = cloud.create(u, card_count=8)
+    iid = inst["id"]
+    cloud.wait_state(u, iid, "running")
+    cloud.check_running(u, iid)
+    cloud.action(u, iid, "stop")
+    cloud.wait_state(u, iid, "stopped")
+    assert cloud.held_cards(iid) == {}
+    assert cloud.all_workloads() == {"n-01": [], "n-02": []}
+    cloud.action(u, iid, "start")
+    cloud.wait_state(u, iid, "running")
+    cloud.check_running(u, iid)
+    cloud.check_cards_consistent()
 
 
 def _iso(t):

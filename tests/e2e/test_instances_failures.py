@@ -1,14 +1,20 @@
 """test_instances_failures.py: what goes wrong while provisioning ends in a
 sensible state, with nothing left behind on the agents: an image that cannot
 be pulled, a volume that cannot be mounted, an agent killed mid-provisioning,
-gpurentd itself killed (SIGKILL) mid-provisioning and restarted, and
-workloads no instance owns."""
+gpurentd itself killed (SIGKILL) mid-provisioning and restarted, workloads
+no instance owns, and an agent restarted under a running instance."""
 import signal
+
+import pytest
 
 from harness import assert_error
 from instances_util import cloud, cloud_with, wait  # noqa: F401  (fixtures)
 
 cloud_one_attempt = cloud_with(provision_max_attempts="1")
+# Heartbeats every 500 ms and a node offline only after 100 misses (50 s):
+# an agent restart, which takes a second or two, never makes its node
+# offline, so what the test sees is what the agent's restart itself does.
+cloud_patient = cloud_with(heartbeat_interval_ms="500", heartbeat_miss_limit="100")
 cloud_fail_mount = cloud_with(provision_max_attempts="1",
                               volume_source_template="nfs.example:/export/fail-mount/{volume_id}")
 
@@ -298,3 +304,59 @@ def test_node_lost_while_running(cloud):
     cloud.wait_state(u, inst["id"], "running")
     cloud.check_running(u, inst["id"])
     cloud.check_cards_consistent()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
+def test_agent_restarted_under_running_instance(cloud_patient, sig):
+    """An agent stopped (or killed) and started again on the same state
+    directory and port while its node runs an instance, before the node is
+    judged offline: the agent reloads its workload record, the instance keeps
+    running and billing without a break, and the node runs exactly the one
+    workload it had: nothing put again under another id, nothing orphaned."""
+    cloud = cloud_patient
+    d = cloud.d
+    a = cloud.fleet(2, prefix="n-")
+    u = cloud.user()
+    inst = cloud.create(u, card_count=8)
+    iid = inst["id"]
+    cloud.wait_state(u, iid, "running")
+    cloud.check_running(u, iid)
+    [(node, wl_id)] = d.sql("SELECT n.name, p.workload_id FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+                            " WHERE p.instance_id = ?", (iid,))
+    other = "n-02" if node == "n-01" else "n-01"
+    assert [(w["id"], w["phase"]) for w in cloud.workloads(node)] == [(wl_id, "running")]
+    intervals = d.sql("SELECT started_at, ended_at FROM running_intervals WHERE instance_id = ?", (iid,))
+    assert len(intervals) == 1 and intervals[0][1] is None, intervals
+    events_before = cloud.events(u, iid)
+
+    if sig == signal.SIGTERM:
+        a.stop()
+    else:
+        a.proc.kill()
+        a.proc.wait()
+    cloud.restart_fleet(a)
+
+    # A heartbeat of the restarted agent: the node answered at a later time
+    # on the testing clock than anything before the restart.
+    t = d.advance_clock(1)
+    wait(lambda: d.sql("SELECT last_seen_at, health FROM nodes WHERE name = ?", (node,)) == [(t, "up")],
+         what=f"a heartbeat from the restarted {node}")
+    # A sweep of the restarted agent: a stray workload put on its other node
+    # now is deleted only by a sweep that listed that node, and the same
+    # sweep listed the instance's node too.
+    r = cloud.agent(other, "PUT", "/v1/workloads/wl_probe00000000000001", json={"image": "busybox", "gpus": [0]})
+    assert r.status_code == 201, r.text
+    cloud.wait_no_orphans()
+    assert "orphaned workload wl_probe00000000000001" in d.stderr_text()
+
+    # Exactly the workload it had, still running, and nothing anywhere else.
+    assert [(w["id"], w["phase"]) for w in cloud.workloads(node)] == [(wl_id, "running")]
+    assert cloud.workloads(other) == []
+    assert d.sql("SELECT workload_id FROM instance_nodes WHERE instance_id = ?", (iid,)) == [(wl_id,)]
+    i = cloud.get(u, iid)
+    assert i["state"] == "running" and [(p["node_name"], p["cards"]) for p in i["nodes"]] == [(node, list(range(8)))], i
+    cloud.check_running(u, iid)
+    cloud.check_cards_consistent()
+    # No event (lost, a new attempt) and no break in billing.
+    assert cloud.events(u, iid) == events_before
+    assert d.sql("SELECT started_at, ended_at FROM running_intervals WHERE instance_id = ?", (iid,)) == intervals
