@@ -104,9 +104,15 @@ def make_install(destdir, *variables):
     build someone else runs in the same tree). Returns make's output."""
     if not shutil.which("make"):
         pytest.skip("make is not installed")
+    # Nothing from an outer make (`make e2e` passes its flags and command-line
+    # variables down in MAKEFLAGS) or from the caller's environment may move
+    # the files: only the variables given here count.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "DESTDIR", "PREFIX", "UNITDIR",
+                        "SYSUSERSDIR", "SAN")}
     p = subprocess.run(["make", "--no-print-directory", "-o", "all", "install", f"DESTDIR={destdir}",
                         *build_dir_vars(), *variables],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+                       cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     assert not re.search(r"(^|\s)-c\s+\S+\.c\b", out), f"make install compiled something:\n{out}"
