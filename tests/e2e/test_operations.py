@@ -793,14 +793,35 @@ def _known_dataset(c):
     check_report(db, "usage", cols, rows[2:], "--from", d16, "--to", "2027-01-17")
 
     # Sold over available: 16 MI450 and 8 MI300X cards around the clock.
-    cols = ("day", "gpu_type", "card_seconds_sold", "card_seconds_available", "utilisation")
-    rows = []
-    for day in (d15, d16):
-        for gpu, cards in (("MI300X", 8), ("MI450", 16)):
-            sold = {(d15, "MI300X"): 4 * 2 * HOUR, (d15, "MI450"): 8 * 2 * HOUR,
-                    (d16, "MI300X"): 4 * (HOUR + 1200), (d16, "MI450"): 8 * 2 * HOUR}[(day, gpu)]
-            rows.append(dict(zip(cols, (day, gpu, sold, cards * DAY, f"{round(sold / (cards * DAY), 4):g}"))))
+    # Card-hours: sold rounded half up to four places, available exact.
+    cols = ("day", "gpu_type", "card_seconds_sold", "card_seconds_available", "utilisation", "card_hours_sold",
+            "card_hours_available")
+    sold = {(d15, "MI300X"): 4 * 2 * HOUR, (d15, "MI450"): 8 * 2 * HOUR,
+            (d16, "MI300X"): 4 * (HOUR + 1200), (d16, "MI450"): 8 * 2 * HOUR}
+
+    def utilisation_rows(cards_of):
+        rows = []
+        for day in (d15, d16):
+            for gpu in ("MI300X", "MI450"):
+                cards, secs = cards_of[gpu], sold[(day, gpu)]
+                ratio = f"{round(secs / (cards * DAY), 4):g}" if cards else None
+                h4 = (secs * 10000 + 1800) // 3600  # ten-thousandths of an hour, half up
+                rows.append(dict(zip(cols, (day, gpu, secs, cards * DAY, ratio,
+                                            f"{h4 // 10000}.{h4 % 10000:04d}", cards * 24))))
+        return rows
+    rows = utilisation_rows({"MI300X": 8, "MI450": 16})
     assert [r["utilisation"] for r in rows] == ["0.0417", "0.0417", "0.0278", "0.0417"]
+    assert [r["card_hours_sold"] for r in rows] == ["8.0000", "16.0000", "5.3333", "16.0000"]
+    check_report(db, "utilisation", cols, rows)
+
+    # The MI300X node is removed: its type had sales, and keeps them, now
+    # against no cards (before migration 0010 its rows vanished).
+    [(mi300x,)] = d.sql("SELECT id FROM nodes WHERE gpu_model = 'MI300X' AND removed_at IS NULL")
+    r = d.delete(f"/v1/admin/nodes/{mi300x}", key=d.admin_key)
+    assert r.status_code in (200, 204), r.text
+    rows = utilisation_rows({"MI300X": 0, "MI450": 16})
+    assert [(r["card_seconds_available"], r["utilisation"]) for r in rows if r["gpu_type"] == "MI300X"] == \
+        [(0, None), (0, None)]
     check_report(db, "utilisation", cols, rows)
 
     # Credit left: the trial grant (expires day 30) first, the invite's (never) last.
