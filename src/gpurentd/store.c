@@ -281,7 +281,7 @@ static int control(struct store *s, const char *sql)
 }
 
 /* Group commit. With synchronous=FULL every COMMIT waits for an fsync, which
- * costs about a millisecond on our disks and would cap the daemon at about a
+ * costs up to a millisecond on our disks and would cap the daemon at about a
  * thousand writes a second however many threads ask. So writers of this
  * process queue here, and whichever finds no transaction running leads: it
  * runs the callbacks of every writer waiting (its own among them) on its own
