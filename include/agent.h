@@ -49,6 +49,8 @@ struct agent_conf {
     int64_t inventory_cards;       /* discovery = config: number of cards */
     int64_t inventory_memory_gb;   /* discovery = config: per card; 0 uses the model's */
     char inventory_failed_cards[256]; /* discovery = config: indices reported unhealthy */
+    char inventory_driver_version[48]; /* discovery = config: reported driver; "" = the vendor's default */
+    char inventory_stack_version[48]; /* discovery = config: reported ROCm/CUDA version; "" = the vendor's default */
     char mount_root[1024];         /* host directories where /shared sources are mounted */
     char mount_command[1024];      /* template: {source} {target} */
     char umount_command[1024];     /* template: {target} */
@@ -163,6 +165,7 @@ void workload_free(struct workload *w);
  *   nodes/NAME/registration.json   sim-fleet: node id and secret (0600)
  *   [nodes/NAME/]workloads/ID.json one record per workload
  *   agent.lock                     held while an agent uses the directory
+ *   replay-mark                    the latest future timestamp accepted (replay.c)
  * Every file is written to a temporary name, fsynced and renamed, and the
  * directory fsynced, so a crash leaves the old or the new file, never half. */
 #define STATE_RECORD_MAX (1024 * 1024) /* larger record files are refused */
@@ -227,6 +230,14 @@ struct agent {
     const struct runtime *rt;     /* sim, podman or docker */
     struct http_server *http;     /* the API */
     atomic_int stopping;          /* SIGTERM: interrupt commands in flight */
+    const char *conf_file;        /* -c FILE or NULL: read again on SIGHUP */
+    char **conf_overrides;        /* "key=value" as first applied, again on SIGHUP */
+    int n_conf_overrides;         /* entries of conf_overrides */
+    _Atomic int64_t refresher_alive_ms; /* monotonic ms the discovery refresher last woke; 0 = not running */
+    int64_t started_wall;         /* wall-clock second this run took the state directory */
+    int64_t signed_floor;         /* signed requests dated earlier are refused (replay.c); set before serving */
+    pthread_mutex_t mark_lock;    /* guards future_mark and its file */
+    int64_t future_mark;          /* the latest future timestamp accepted, kept on disk */
 };
 /* Allocates n nodes with the given names (sorted here); -1 on a bad or
  * duplicate name. */
@@ -261,6 +272,23 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
 int agent_inventory_has_card(struct agent *a, int index, char stack[8]);
 /* A workload as the API shows it. New reference; call under the node lock. */
 json_t *workload_json(const struct workload *w);
+
+/* replay.c: signed requests are accepted once, across restarts too. */
+enum replay_verdict {
+    REPLAY_OK,                    /* accept */
+    REPLAY_BEFORE_START,          /* dated before signed_floor: 401 */
+    REPLAY_UNAVAILABLE,           /* dated ahead and the mark cannot be saved: 503 */
+};
+/* Takes the start time and the previous run's mark (state_dir/replay-mark)
+ * into a->signed_floor and logs it. Call once the state directory is
+ * locked. 0. */
+int agent_replay_init(struct agent *a);
+/* Sleeps until the wall clock has left the start second (at most 1 s). */
+void agent_replay_wait(struct agent *a);
+void agent_replay_free(struct agent *a);
+/* Judges an authentic, fresh request's timestamp header at now (wall
+ * seconds); a future one is put on disk before it is accepted. */
+enum replay_verdict agent_replay_check(struct agent *a, const char *timestamp, int64_t now);
 
 /* api.c: routes, the signature check and the handlers. */
 extern const struct http_route agent_routes_single[];
@@ -383,12 +411,28 @@ struct driver *driver_start(struct agent *a, int threads);
 void driver_stop(struct driver *d);
 /* Asks for w's next step at now + delay_ms. Call with w's node lock held. */
 void driver_schedule(struct driver *d, struct workload *w, int64_t delay_ms);
+/* Whether every worker made progress recently: an idle one goes round its
+ * loop every few seconds, a busy one must finish its step within its
+ * commands' timeouts. 0, or -1 with why (for the watchdog). */
+int driver_check(struct driver *d, int64_t now_ms, char *why, size_t whylen);
 /* Takes a loaded workload into its node's list and schedules it (restart). */
 void driver_adopt(struct agent_node *node, struct workload *w, void *agent);
 
+/* watchdog.c: systemd's watchdog, fed only after real checks. */
+struct agent_watchdog;
+/* Starts the checking thread when systemd asked for a watchdog
+ * (WATCHDOG_USEC, and WATCHDOG_PID if set, naming this process); NULL when
+ * it did not, or when the thread cannot start (logged). host and port are
+ * where the API listens. */
+struct agent_watchdog *agent_watchdog_start(struct agent *a, const char *host, int port, int tls);
+/* Stops and frees it; NULL is a no-op. */
+void agent_watchdog_stop(struct agent_watchdog *w);
+
 /* serve.c: the serving process: single node or fleet. */
-/* Starts everything for a->nodes, then waits for SIGTERM/SIGINT (SIGHUP
- * re-reads a single node's secret file). on_ready, if not NULL, runs once
+/* Starts everything for a->nodes, then waits for SIGTERM/SIGINT. SIGHUP
+ * re-reads a single node's secret file and, from a->conf_file and
+ * a->conf_overrides, the options that can change while running (log_level,
+ * max_body_bytes, max_json_depth). on_ready, if not NULL, runs once
  * the API listens (sim-fleet registers its nodes there); a non-zero return
  * stops the agent with status 1. Returns the exit status. */
 int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), void *ctx);

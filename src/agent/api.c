@@ -1,6 +1,7 @@
 /* api.c: the agent's REST API (docs/AGENT_PROTOCOL.md): the route tables
  * for one node and for a sim fleet under /nodes/{name}, the signature check
- * every route but /healthz passes first, and the handlers. Handlers change
+ * every route but /healthz passes first (with replay.c's rule for requests
+ * from before a restart), and the handlers. Handlers change
  * what is wanted (a record on disk, a workload in the list) and schedule
  * the driver; they never run a command. */
 #include "agent.h"
@@ -45,13 +46,27 @@ int agent_authenticate(struct http_request *req, enum http_auth level)
     struct agent_node *n = req_node(req);
     char secret[65] = "";
     int have = n && agent_node_secret(a, n, secret) == 0;
+    int64_t now = clock_wall();
     enum sign_result r =
         sign_verify(have ? secret : NULL, req->method, req->path, http_header(req, SIGN_HDR_TIMESTAMP),
                     http_header(req, SIGN_HDR_NONCE), http_header(req, SIGN_HDR_SIGNATURE), req->body, req->body_len,
-                    clock_wall(), (int)a->conf->max_clock_skew_s, a->replay);
+                    now, (int)a->conf->max_clock_skew_s, a->replay);
     memset(secret, 0, sizeof secret);
-    if (r == SIGN_OK)
-        return 0;
+    const char *why = sign_result_message(r);
+    if (r == SIGN_OK) {
+        /* Authentic and fresh; the nonce cache does not outlive a restart,
+         * so the timestamp must also be one this run can vouch for. */
+        enum replay_verdict v = agent_replay_check(a, http_header(req, SIGN_HDR_TIMESTAMP), now);
+        if (v == REPLAY_OK)
+            return 0;
+        if (v == REPLAY_UNAVAILABLE) {
+            http_add_header(req, "Retry-After", "1");
+            http_error(req, ERR_UNAVAILABLE, NULL, "the agent cannot record a timestamp ahead of its clock");
+            return -1;
+        }
+        why = "request is dated before this agent's start, so it may be a replay; sign a new one";
+        r = SIGN_STALE;
+    }
     if (r == SIGN_UNAVAILABLE) {
         log_warn("signature: replay cache full or out of memory; refusing %s %s (raise replay_cache_entries)",
                  req->method, req->path);
@@ -59,7 +74,6 @@ int agent_authenticate(struct http_request *req, enum http_auth level)
         http_error(req, ERR_UNAVAILABLE, NULL, "%s", sign_result_message(r));
         return -1;
     }
-    const char *why = sign_result_message(r);
     if (r == SIGN_BAD_SIGNATURE && n && !have)
         why = "this node has no secret yet (not registered, or its secret file is missing)";
     log_info("signature: refused %s %s from %s: %s", req->method, req->path, req->client_ip, why);

@@ -89,6 +89,30 @@ static int validate_card_list(const void *field, char *err, size_t errlen)
     return 0;
 }
 
+/* A version as tools print them ("6.8.5", "550.54.15", "12.4",
+ * "6.8.0-45-generic"): it lands in facts and in gpurentd's node record. */
+static int validate_version(const char *opt, const char *s, char *err, size_t errlen)
+{
+    for (const char *p = s; *p; p++) {
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '.' ||
+              *p == '-' || *p == '_' || *p == '+')) {
+            snprintf(err, errlen, "%s: '%s' may hold only letters, digits and . - _ +", opt, s);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int validate_driver_version(const void *field, char *err, size_t errlen)
+{
+    return validate_version("inventory_driver_version", field, err, errlen);
+}
+
+static int validate_stack_version(const void *field, char *err, size_t errlen)
+{
+    return validate_version("inventory_stack_version", field, err, errlen);
+}
+
 static int validate_words(const void *field, char *err, size_t errlen)
 {
     struct argv_buf a = {0};
@@ -123,6 +147,10 @@ const struct conf_option agent_options[] = {
     OPT_INT(inventory_cards, 1, DISCOVERY_MAX_CARDS, 8, "discovery = config: number of cards"),
     OPT_INT(inventory_memory_gb, 0, 4096, 0, "discovery = config: memory per card; 0 uses the model's"),
     OPT_STR(inventory_failed_cards, "", validate_card_list, "discovery = config: card indices reported unhealthy, e.g. 3,5"),
+    OPT_STR(inventory_driver_version, "", validate_driver_version,
+            "discovery = config: driver version reported; \"\" = 6.8.5 (AMD) or 550.54.15 (NVIDIA)"),
+    OPT_STR(inventory_stack_version, "", validate_stack_version,
+            "discovery = config: ROCm or CUDA version reported; \"\" = 6.2.0 (AMD) or 12.4 (NVIDIA)"),
     OPT_STR(mount_root, "/run/gpurent-agent/mounts", validate_nonempty, "host directories where volume sources are mounted"),
     OPT_STR(mount_command, "mount -t nfs4 -o hard,noatime {source} {target}", validate_mount_command,
             "mount template, split on spaces, no shell; {source} and {target} are substituted"),

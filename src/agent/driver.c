@@ -8,7 +8,8 @@
  * lock, so after a restart the agent resumes each workload from the phase
  * it had reached (see driver_adopt). Mounting and unmounting are serialised
  * by mount_lock, so one workload cannot unmount a source that another is
- * about to use. */
+ * about to use. Each worker publishes when it last went round its loop and,
+ * while stepping, by when the step must be over, for the watchdog. */
 #include "agent.h"
 
 #include <errno.h>
@@ -21,6 +22,19 @@
 #include "clock.h"
 
 #define STEP_FREED INT64_MIN /* the step removed and freed the workload */
+/* An idle worker wakes at least this often, so the watchdog sees it alive. */
+#define IDLE_TICK_MS 10000
+/* A worker not seen for this long while idle is stuck (on a lock). */
+#define IDLE_ALLOWED_MS 120000
+
+struct driver;
+/* One worker thread and the progress the watchdog reads. */
+struct worker {
+    struct driver *d;               /* owner */
+    pthread_t thread;               /* the thread */
+    _Atomic int64_t beat_ms;        /* monotonic ms it last went round its loop */
+    _Atomic int64_t busy_until_ms;  /* while stepping: when the step is overdue; 0 when idle */
+};
 
 struct driver {
     struct agent *agent;        /* owner */
@@ -29,9 +43,10 @@ struct driver {
     pthread_mutex_t mount_lock; /* serialises mount and unmount steps */
     struct workload **heap;     /* min-heap on due_ms */
     size_t n, cap;              /* used and allocated heap slots */
-    pthread_t *threads;         /* workers */
+    struct worker *workers;     /* the threads */
     int n_threads;              /* started workers */
     int stopping;               /* workers exit */
+    int64_t step_bound_ms;      /* the longest one step may take: its commands' timeouts, doubled */
 };
 
 /* ---------------------------------------------------------------- heap */
@@ -305,19 +320,21 @@ static int64_t step(struct driver *d, struct workload *w)
 
 static void *worker_main(void *arg)
 {
-    struct driver *d = arg;
+    struct worker *me = arg;
+    struct driver *d = me->d;
     pthread_mutex_lock(&d->lock);
     while (!d->stopping) {
-        if (d->n == 0) {
-            pthread_cond_wait(&d->cond, &d->lock);
-            continue;
-        }
-        struct workload *w = d->heap[0];
         int64_t now = clock_mono_ms();
-        if (w->due_ms > now) {
+        atomic_store(&me->beat_ms, now);
+        struct workload *w = d->n ? d->heap[0] : NULL;
+        if (!w || w->due_ms > now) {
+            /* Bounded even with nothing to do, so that a beat means the
+             * worker can still take the driver lock. */
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            int64_t wait_ms = w->due_ms - now;
+            int64_t wait_ms = w ? w->due_ms - now : IDLE_TICK_MS;
+            if (wait_ms > IDLE_TICK_MS)
+                wait_ms = IDLE_TICK_MS;
             ts.tv_sec += (time_t)(wait_ms / 1000);
             ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
             if (ts.tv_nsec >= 1000000000L) {
@@ -335,7 +352,11 @@ static void *worker_main(void *arg)
             pthread_cond_signal(&d->cond);
         pthread_mutex_unlock(&d->lock);
 
+        atomic_store(&me->busy_until_ms, clock_mono_ms() + d->step_bound_ms);
         int64_t next = step(d, w);
+        /* Beat first: driver_check reads busy_until_ms, then beat_ms. */
+        atomic_store(&me->beat_ms, clock_mono_ms());
+        atomic_store(&me->busy_until_ms, 0);
 
         pthread_mutex_lock(&d->lock);
         if (next == STEP_FREED)
@@ -365,13 +386,21 @@ struct driver *driver_start(struct agent *a, int threads)
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->mount_lock, NULL);
-    d->threads = calloc((size_t)threads, sizeof *d->threads);
-    if (!d->threads) {
+    /* A step runs at most a pull, or a few commands per volume plus a stop;
+     * each is killed at its timeout. Doubled for the wait on mount_lock. */
+    const struct agent_conf *c = a->conf;
+    int64_t commands_s = (SPEC_MAX_VOLUMES + 3) * (c->command_timeout_s + c->stop_timeout_s);
+    d->step_bound_ms = 2 * 1000 * (c->pull_timeout_s > commands_s ? c->pull_timeout_s : commands_s) + IDLE_ALLOWED_MS;
+    d->workers = calloc((size_t)threads, sizeof *d->workers);
+    if (!d->workers) {
         driver_stop(d);
         return NULL;
     }
     for (int i = 0; i < threads; i++) {
-        int err = pthread_create(&d->threads[i], NULL, worker_main, d);
+        struct worker *wk = &d->workers[i];
+        wk->d = d;
+        atomic_store(&wk->beat_ms, clock_mono_ms());
+        int err = pthread_create(&wk->thread, NULL, worker_main, wk);
         if (err) {
             log_error("driver: cannot start a worker thread: %s", strerror(err));
             driver_stop(d);
@@ -391,16 +420,31 @@ void driver_stop(struct driver *d)
     pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->lock);
     for (int i = 0; i < d->n_threads; i++)
-        pthread_join(d->threads[i], NULL);
+        pthread_join(d->workers[i].thread, NULL);
     /* The workloads themselves belong to their nodes. */
     for (size_t i = 0; i < d->n; i++)
         d->heap[i]->in_heap = 0;
     free(d->heap);
-    free(d->threads);
+    free(d->workers);
     pthread_cond_destroy(&d->cond);
     pthread_mutex_destroy(&d->lock);
     pthread_mutex_destroy(&d->mount_lock);
     free(d);
+}
+
+int driver_check(struct driver *d, int64_t now_ms, char *why, size_t whylen)
+{
+    for (int i = 0; i < d->n_threads; i++) {
+        struct worker *wk = &d->workers[i];
+        int64_t busy_until = atomic_load(&wk->busy_until_ms);
+        int64_t beat = atomic_load(&wk->beat_ms);
+        if (busy_until ? now_ms > busy_until : now_ms - beat > IDLE_ALLOWED_MS) {
+            snprintf(why, whylen, "driver worker %d has made no progress for %llds%s", i,
+                     (long long)((now_ms - beat) / 1000), busy_until ? " (stuck in a step)" : "");
+            return -1;
+        }
+    }
+    return 0;
 }
 
 void driver_adopt(struct agent_node *n, struct workload *w, void *agent)

@@ -422,6 +422,10 @@ int agent_cmd_fleet(int argc, char **argv)
         goto out;
     if (agent_load_config(&conf, file, overrides, n_overrides) < 0)
         goto out;
+    /* SIGHUP reads the same again, the fleet's own settings included. */
+    a.conf_file = file;
+    a.conf_overrides = overrides;
+    a.n_conf_overrides = n_overrides;
 
     int width = 2;
     for (long v = f.nodes; v >= 100; v /= 10)

@@ -76,9 +76,12 @@ int inventory_from_config(const struct agent_conf *c, struct gpu_facts *f, char 
         mem = (int)c->inventory_memory_gb;
     snprintf(f->vendor, sizeof f->vendor, "%s", vendor);
     snprintf(f->stack, sizeof f->stack, "%s", stack);
+    /* Without a configured version, a current release of the vendor's. */
     int amd = strcmp(vendor, "AMD") == 0;
-    snprintf(f->driver_version, sizeof f->driver_version, "%s", amd ? "6.8.5" : "550.54.15");
-    snprintf(f->stack_version, sizeof f->stack_version, "%s", amd ? "6.2.0" : "12.4");
+    snprintf(f->driver_version, sizeof f->driver_version, "%s",
+             c->inventory_driver_version[0] ? c->inventory_driver_version : amd ? "6.8.5" : "550.54.15");
+    snprintf(f->stack_version, sizeof f->stack_version, "%s",
+             c->inventory_stack_version[0] ? c->inventory_stack_version : amd ? "6.2.0" : "12.4");
     f->n_cards = (size_t)c->inventory_cards;
     for (size_t i = 0; i < f->n_cards; i++) {
         struct gpu_card *card = &f->cards[i];

@@ -3,12 +3,16 @@
  * inventory, reload workload records and resume them, serve the signed API,
  * then wait for signals. SIGTERM and SIGINT stop the agent and exit 0 while
  * containers keep running: a restarted agent finds them again. SIGHUP
- * re-reads a single node's secret file. */
+ * re-reads a single node's secret file and reloads what can change while
+ * running, between RELOADING=1 and READY=1 as systemd's notify-reload
+ * expects. */
 #include "agent.h"
 #include "clock.h"
 #include "sign.h"
 
+#include <curl/curl.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -36,6 +40,7 @@ static void *refresher_main(void *arg)
     struct refresher *r = arg;
     pthread_mutex_lock(&r->lock);
     while (!r->stop) {
+        atomic_store(&r->agent->refresher_alive_ms, clock_mono_ms()); /* for the watchdog */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_sec += (time_t)r->agent->conf->discovery_interval_s;
@@ -60,8 +65,12 @@ static void refresher_start(struct refresher *r, struct agent *a)
     pthread_cond_init(&r->cond, &ca);
     pthread_condattr_destroy(&ca);
     /* The configured inventory never changes; only real tools are re-read. */
-    if (strcmp(a->conf->discovery, "config") != 0)
+    if (strcmp(a->conf->discovery, "config") != 0) {
+        atomic_store(&a->refresher_alive_ms, clock_mono_ms());
         r->started = pthread_create(&r->thread, NULL, refresher_main, r) == 0;
+        if (!r->started)
+            atomic_store(&a->refresher_alive_ms, 0);
+    }
 }
 
 static void refresher_stop(struct refresher *r)
@@ -90,6 +99,63 @@ static void reread_secret(struct agent *a)
     log_info("SIGHUP: re-read the node secret from %s", a->conf->secret_file);
 }
 
+/* Options reload() applies; every other one waits for a restart. */
+static const char *const reloadable[] = {"log_level", "max_body_bytes", "max_json_depth", NULL};
+
+static int is_reloadable(const char *name)
+{
+    for (const char *const *r = reloadable; *r; r++)
+        if (strcmp(*r, name) == 0)
+            return 1;
+    return 0;
+}
+
+/* SIGHUP: the secret, then the configuration from the same file and
+ * overrides as at start. A file with errors changes nothing. */
+static void reload(struct agent *a)
+{
+    reread_secret(a);
+    struct agent_conf *fresh = malloc(sizeof *fresh);
+    if (!fresh) {
+        log_error("reload: out of memory; keeping the running configuration");
+        return;
+    }
+    if (agent_load_config(fresh, a->conf_file, a->conf_overrides, a->n_conf_overrides) < 0) {
+        log_error("reload: configuration has errors (see above); keeping the running one");
+        free(fresh);
+        return;
+    }
+    /* Name what changed but cannot be applied now, so an operator is not
+     * left believing a reload moved the listen address. */
+    char later[512] = "";
+    for (const struct conf_option *o = agent_options; o->name; o++) {
+        const char *was = (const char *)a->conf + o->offset, *now = (const char *)fresh + o->offset;
+        int differs = o->type == CONF_STRING ? strncmp(was, now, o->size) != 0 : memcmp(was, now, o->size) != 0;
+        if (differs && !is_reloadable(o->name)) {
+            size_t len = strlen(later);
+            snprintf(later + len, sizeof later - len, "%s%s", len ? ", " : "", o->name);
+        }
+    }
+    enum log_level level, old = log_get_level();
+    log_level_parse(fresh->log_level, &level);
+    http_server_reload(a->http, "", (size_t)fresh->max_body_bytes, (int)fresh->max_json_depth);
+    /* Only the main thread reads these after start; they are written back so
+     * the next reload compares against what is in force. */
+    snprintf(a->conf->log_level, sizeof a->conf->log_level, "%s", fresh->log_level);
+    a->conf->max_body_bytes = fresh->max_body_bytes;
+    a->conf->max_json_depth = fresh->max_json_depth;
+    /* Said under the more verbose of the old and new levels, so a reload that
+     * quietens the log still reports that it happened. */
+    if (level > old)
+        log_set_level(level);
+    log_info("reload: applied log_level=%s max_body_bytes=%lld max_json_depth=%lld; %s%s",
+             fresh->log_level, (long long)fresh->max_body_bytes, (long long)fresh->max_json_depth,
+             later[0] ? "changed but applied only at the next restart: " : "other options apply at the next restart",
+             later);
+    log_set_level(level);
+    free(fresh);
+}
+
 static void load_node_records(struct agent *a)
 {
     size_t total = 0;
@@ -109,7 +175,8 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
     const struct agent_conf *conf = a->conf;
     int status = 1, lock_fd = -1;
     struct refresher refresh;
-    int refresh_started = 0;
+    int refresh_started = 0, replay_started = 0;
+    struct agent_watchdog *watchdog = NULL;
 
     enum log_level level;
     log_level_parse(conf->log_level, &level);
@@ -124,6 +191,9 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* libcurl's global state (for the watchdog's self-check) before any
+     * thread exists; reference-counted, so sim-fleet's own call is fine. */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     pthread_mutex_init(&a->inv.lock, NULL);
     if (state_mkdirs(conf->state_dir) < 0) {
         log_error("cannot create state_dir %s: %s", conf->state_dir, strerror(errno));
@@ -131,6 +201,10 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
     }
     if ((lock_fd = state_lock(conf->state_dir)) < 0)
         goto out;
+    /* Only now: the previous run has let go of the directory, so it accepts
+     * nothing more. */
+    agent_replay_init(a);
+    replay_started = 1;
     agent_inventory_refresh(a); /* a failure is logged; facts answer 503 until it works */
 
     size_t entries = (size_t)conf->replay_cache_entries;
@@ -156,6 +230,7 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
         memset(secret, 0, sizeof secret);
     }
     load_node_records(a);
+    agent_replay_wait(a);
 
     char host[128];
     int port;
@@ -184,22 +259,19 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
     refresh_started = 1;
     if (on_ready && on_ready(a, ctx) != 0)
         goto out;
+    /* READY=1 goes first: a watchdog ping before it would be out of order. */
     sd_notifyf(0, "READY=1\nSTATUS=serving %zu node%s", a->n_nodes, a->n_nodes == 1 ? "" : "s");
+    watchdog = agent_watchdog_start(a, host, http_server_port(a->http), conf->tls_cert[0] != 0);
 
-    uint64_t wd_usec = 0;
-    int watchdog = sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0;
     for (;;) {
-        struct timespec tick = {.tv_sec = 1};
-        if (watchdog) {
-            sd_notify(0, "WATCHDOG=1");
-            tick.tv_sec = (time_t)(wd_usec / 2 / 1000000);
-            tick.tv_nsec = (long)(wd_usec / 2 % 1000000) * 1000;
-        }
-        int sig = sigtimedwait(&sigs, NULL, &tick);
-        if (sig < 0)
+        int sig = 0;
+        if (sigwait(&sigs, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            reread_secret(a);
+            /* systemd's notify-reload wants the time the reload began. */
+            sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRId64, clock_mono_us());
+            reload(a);
+            sd_notify(0, "READY=1");
             continue;
         }
         log_info("received %s: stopping (containers keep running)", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -208,6 +280,8 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
     status = 0;
 out:
     sd_notify(0, "STOPPING=1");
+    /* First, so that stopping the API is not reported as a failure. */
+    agent_watchdog_stop(watchdog);
     atomic_store(&a->stopping, 1);
     if (a->http)
         http_server_stop(a->http, (int)conf->drain_timeout_s * 1000);
@@ -220,9 +294,12 @@ out:
     a->rt = NULL;
     replay_cache_free(a->replay);
     a->replay = NULL;
+    if (replay_started)
+        agent_replay_free(a);
     pthread_mutex_destroy(&a->inv.lock);
     if (lock_fd >= 0)
         close(lock_fd);
+    curl_global_cleanup();
     if (status == 0)
         log_info("gpurent-agent stopped");
     return status;
@@ -310,7 +387,7 @@ int agent_cmd_serve(int argc, char **argv)
         status = 0;
         goto out;
     }
-    struct agent a = {.conf = &conf};
+    struct agent a = {.conf = &conf, .conf_file = file, .conf_overrides = overrides, .n_conf_overrides = n_overrides};
     char name[AGENT_NAME_MAX];
     if (conf.node_name[0])
         snprintf(name, sizeof name, "%s", conf.node_name);

@@ -19,18 +19,30 @@ poll(fn, timeout=20, what="") -> value     calls fn until it returns truthy
 run_agent(*args, timeout=30) -> CompletedProcess   one-shot (-n, --help)
 
 Agent(directory, *, options=None, secret=True, node="node-a", env=None,
-      start=True)
+      start=True, config=None, wrapper=())
     One `gpurent-agent` (serve) process, runtime sim and discovery config
     unless options say otherwise. directory holds state/, agent.secret
     (mode 0600; secret=False leaves it out, a string sets its value) and
     stderr-N.log for the N-th start. listen is 127.0.0.1:0: the port is
     read from the "listening on" log line, so tests never race for ports.
+    options are given as -o; one whose value is None is left out (so a
+    configuration file can set it). config is a path given as -c. wrapper
+    is a command line put before the agent's (it must exec "$@").
   start(), stop(sig=SIGTERM) -> rc (asserts 0 and no sanitizer report),
   kill() (SIGKILL, no checks), restart(**options)
   request(method, path, json=None, data=None, secret=None, headers=None,
           sign=True, ts=None, nonce=None) -> requests.Response
   get/put/delete(path, **kw); wait_phase(id, phases, timeout=20) -> dict
   stderr_text(), wait_for_log(regex, timeout=10)
+  signed_floor() -> int: the earliest request timestamp this run accepts,
+      from its log
+
+NotifySocket()
+    An AF_UNIX datagram socket in the abstract namespace standing in for
+    systemd's NOTIFY_SOCKET (addr is the value to set). next(timeout) ->
+    (monotonic time, text); wait_for(pred, timeout, what) -> (t, text);
+    drain(); messages: every (t, text) read so far; close().
+notify_fields(text) -> {KEY: value} of one notification
 
 Fleet(directory, control_plane, *, nodes=3, model="MI450", extra=(),
       options=None, start=True)
@@ -52,9 +64,11 @@ import os
 import re
 import secrets as pysecrets
 import signal
+import socket
 import subprocess
 import threading
 import time
+import uuid
 
 import requests
 
@@ -149,8 +163,67 @@ class _Signed:
         return requests.request(method, self.base_url + path, data=data, headers=h, timeout=timeout)
 
 
+class NotifySocket:
+    """What systemd reads sd_notify messages from, for one test."""
+
+    def __init__(self):
+        name = f"gpurent-agent-test-notify-{uuid.uuid4().hex}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind("\0" + name)
+        self.addr = "@" + name
+        self.messages = []
+
+    def next(self, timeout):
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            data = self.sock.recv(4096)
+        except socket.timeout:
+            raise AssertionError(f"no notification within {timeout}s; so far {[m for _, m in self.messages]}") \
+                from None
+        msg = (time.monotonic(), data.decode())
+        self.messages.append(msg)
+        return msg
+
+    def wait_for(self, pred, timeout=20, what="a notification"):
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, f"timed out waiting for {what}; got {[m for _, m in self.messages]}"
+            t, text = self.next(left)
+            if pred(text):
+                return t, text
+
+    def drain(self):
+        """Reads what is queued without waiting (after the sender exited,
+        everything it sent is queued)."""
+        self.sock.setblocking(False)
+        try:
+            while True:
+                try:
+                    data = self.sock.recv(4096)
+                except BlockingIOError:
+                    return
+                self.messages.append((time.monotonic(), data.decode()))
+        finally:
+            self.sock.setblocking(True)
+
+    def close(self):
+        self.sock.close()
+
+
+def notify_fields(text):
+    out = {}
+    for line in text.split("\n"):
+        if line:
+            k, sep, v = line.partition("=")
+            assert sep, f"notification line without '=': {line!r} in {text!r}"
+            out[k] = v
+    return out
+
+
 class Agent(_Signed):
-    def __init__(self, directory, *, options=None, secret=True, node="node-a", env=None, start=True):
+    def __init__(self, directory, *, options=None, secret=True, node="node-a", env=None, start=True, config=None,
+                 wrapper=()):
         self.dir = str(directory)
         os.makedirs(self.dir, exist_ok=True)
         self.state_dir = os.path.join(self.dir, "state")
@@ -165,6 +238,8 @@ class Agent(_Signed):
         }
         self.options.update(options or {})
         self.env = env
+        self.config = config
+        self.wrapper = list(wrapper)
         self.proc = None
         self.starts = 0
         self.port = None
@@ -186,9 +261,12 @@ class Agent(_Signed):
 
     def start(self):
         self.starts += 1
-        args = [AGENT]
+        args = [*self.wrapper, AGENT]
+        if self.config:
+            args += ["-c", str(self.config)]
         for k, v in self.options.items():
-            args += ["-o", f"{k}={v}"]
+            if v is not None:
+                args += ["-o", f"{k}={v}"]
         with open(self.stderr_path, "w") as err:
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=self.env)
         self.port = _wait_listening(self.proc, self.stderr_path)
@@ -223,6 +301,11 @@ class Agent(_Signed):
     def wait_for_log(self, regex, timeout=10):
         pattern = re.compile(regex)
         return poll(lambda: pattern.search(self.stderr_text()), timeout, f"log line {regex!r}")
+
+    def signed_floor(self):
+        m = re.search(r"signed requests dated before (\d+) are refused", self.stderr_text())
+        assert m, self.stderr_text()[-2000:]
+        return int(m.group(1))
 
     def request(self, method, path, json=None, data=None, secret=None, headers=None, sign=True, ts=None,
                 nonce=None, timeout=10):

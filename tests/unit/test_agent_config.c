@@ -68,6 +68,11 @@ static void test_values(void **state)
     assert_int_equal(set(&c, "inventory_failed_cards=64"), -1);
     assert_int_equal(set(&c, "run_args=--ipc=host --shm-size=8g"), 0);
     assert_int_equal(set(&c, "run_args=--name={target}"), -1);
+    assert_int_equal(set(&c, "inventory_driver_version=6.8.0-45-generic"), 0);
+    assert_int_equal(set(&c, "inventory_driver_version=6.8 beta"), -1);
+    assert_int_equal(set(&c, "inventory_stack_version=12.4+local"), 0);
+    assert_int_equal(set(&c, "inventory_stack_version=\"12.4\""), -1);
+    assert_string_equal(c.inventory_stack_version, "12.4+local");
     assert_int_equal(set(&c, "inventory_cards=0"), -1);
     assert_int_equal(set(&c, "max_clock_skew_s=0"), -1);
     assert_int_equal(set(&c, "listen=localhost"), -1);
@@ -96,6 +101,16 @@ static void test_inventory(void **state)
     assert_true(f.cards[1].healthy);
     assert_false(f.cards[2].healthy);
     assert_true(f.cards[2].health_reason[0] != '\0');
+    /* Versions: the vendor's defaults unless configured. */
+    assert_string_equal(f.driver_version, "6.8.5");
+    assert_string_equal(f.stack_version, "6.2.0");
+    assert_int_equal(set(&c, "inventory_driver_version=6.10.5"), 0);
+    assert_int_equal(set(&c, "inventory_stack_version=7.0.2"), 0);
+    assert_int_equal(inventory_from_config(&c, &f, err, sizeof err), 0);
+    assert_string_equal(f.driver_version, "6.10.5");
+    assert_string_equal(f.stack_version, "7.0.2");
+    assert_int_equal(set(&c, "inventory_driver_version="), 0);
+    assert_int_equal(set(&c, "inventory_stack_version="), 0);
     /* The name maps back to the model through the discovery module. */
     assert_string_equal(discovery_model_code(f.cards[0].name), "MI300X");
 
@@ -104,6 +119,8 @@ static void test_inventory(void **state)
     assert_int_equal(inventory_from_config(&c, &f, err, sizeof err), 0);
     assert_string_equal(f.vendor, "NVIDIA");
     assert_string_equal(f.stack, "CUDA");
+    assert_string_equal(f.driver_version, "550.54.15");
+    assert_string_equal(f.stack_version, "12.4");
     assert_int_equal(f.cards[0].memory_gb, 94);
     assert_string_equal(discovery_model_code(f.cards[0].name), "H100-SXM");
 
