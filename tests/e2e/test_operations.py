@@ -662,6 +662,45 @@ def test_metrics_inventory_money_and_billing(metrics_cluster):
     assert [sample(stopped, "gpurent_cards", gpu_type=g, status=s) for s in ("free", "in_use")] == [16, 0]
 
 
+def test_metrics_credit_granted_by_invite_and_admin_and_expired(new_daemon):
+    """gpurent_credits_granted_micro_total moves with invite-code and admin
+    grants, gpurent_credits_expired_micro_total when a grant's remainder is
+    voided at expiry; both agree with the ledger."""
+    d = new_daemon(options={"billing_interval_ms": "3600000"})  # passes only when asked
+
+    def money():
+        r = d.get("/metrics", key=d.admin_key)
+        assert r.status_code == 200, r.text
+        f = parse_prometheus(r.text)
+        return {k: sample(f, f"gpurent_{k}_micro_total") for k in ("credits_granted", "credits_expired")}
+
+    def delta(a, b):
+        return {k: b[k] - a[k] for k in a}
+    m0 = money()
+    r = d.post("/v1/admin/invite-codes", key=d.admin_key, json={"code": "OPS-METRICS", "amount": "3.50"})
+    assert r.status_code == 201, r.text
+    u = d.signup(invite_code="OPS-METRICS")  # the invite's credit instead of the trial's
+    m1 = money()
+    assert delta(m0, m1) == {"credits_granted": 3_500_000, "credits_expired": 0}
+
+    expires = d.now() + HOUR
+    r = d.post(f"/v1/admin/users/{u.id}/grants", key=d.admin_key,
+               json={"amount": "2.25", "expires_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))})
+    assert r.status_code == 201, r.text
+    m2 = money()
+    assert delta(m1, m2) == {"credits_granted": 2_250_000, "credits_expired": 0}
+
+    # Not yet expired: a pass voids nothing.
+    assert d.post("/v1/admin/billing/run", key=d.admin_key, json={}).status_code == 200
+    assert money() == m2
+    d.set_clock(expires)
+    assert d.post("/v1/admin/billing/run", key=d.admin_key, json={}).status_code == 200
+    m3 = money()
+    assert delta(m2, m3) == {"credits_granted": 0, "credits_expired": 2_250_000}
+    totals = ledger_totals(d.db_path)
+    assert (totals["credits_granted"], totals["credits_expired"]) == (m3["credits_granted"], m3["credits_expired"])
+
+
 def test_metrics_agent_errors_after_an_agent_dies(metrics_cluster):
     """Last in the module: it kills the fleet."""
     c = metrics_cluster
