@@ -31,22 +31,35 @@ static int code_normalize(const char *in, char out[33])
     return 0;
 }
 
+/* Why a code cannot be redeemed, so that the error says so. */
+enum refusal { CODE_UNKNOWN, CODE_EXPIRED, CODE_USED_UP };
+
 struct redeem_ctx {
     const char *user_id;  /* who */
     char code[33];        /* what */
     char grant[ID_MAX];   /* out */
     int64_t amount;       /* out */
+    enum refusal why;     /* out, on STORE_NOT_FOUND */
+    int64_t expired_at;   /* out, when why is CODE_EXPIRED */
 };
 
 static int redeem_txn(struct store *s, void *vctx)
 {
     struct redeem_ctx *ctx = vctx;
     struct invite_code c;
+    int64_t now = clock_now();
+    ctx->why = CODE_UNKNOWN;
     int rc = store_invite_get(s, ctx->code, &c);
     if (rc != STORE_OK)
         return rc;
     ctx->amount = c.amount;
-    rc = ledger_redeem_invite(s, ctx->user_id, ctx->code, clock_now(), ctx->grant);
+    rc = ledger_redeem_invite(s, ctx->user_id, ctx->code, now, ctx->grant);
+    if (rc == STORE_NOT_FOUND) {
+        /* Known code: refused for its expiry, or else for its use limit
+         * (which a concurrent redemption may have just reached). */
+        ctx->why = c.expires_at && c.expires_at <= now ? CODE_EXPIRED : CODE_USED_UP;
+        ctx->expired_at = c.expires_at;
+    }
     return rc == STORE_CONFLICT ? ALREADY : rc;
 }
 
@@ -59,13 +72,22 @@ void api_invite_redeem(struct http_request *req)
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
-    struct redeem_ctx ctx = {.user_id = req->user_id};
+    struct redeem_ctx ctx = {.user_id = req->user_id, .why = CODE_UNKNOWN};
     int bad = code_normalize(json_string_value(json_object_get(body, "code")), ctx.code) < 0;
     json_decref(body);
     struct store *s = store_thread();
     int rc = bad ? STORE_NOT_FOUND : s ? store_txn(s, redeem_txn, &ctx) : STORE_ERROR;
-    if (rc == STORE_NOT_FOUND)
-        http_error(req, ERR_INVALID_INVITE_CODE, "code", NULL);
+    if (rc == STORE_NOT_FOUND && ctx.why == CODE_EXPIRED) {
+        json_t *when = json_time(ctx.expired_at, 0);
+        http_error(req, ERR_INVALID_INVITE_CODE, "code", "invite code %s expired at %s", ctx.code,
+                   when ? json_string_value(when) : "?");
+        json_decref(when);
+    } else if (rc == STORE_NOT_FOUND && ctx.why == CODE_USED_UP)
+        http_error(req, ERR_INVALID_INVITE_CODE, "code", "invite code %s has been used up", ctx.code);
+    else if (rc == STORE_NOT_FOUND && bad)
+        http_error(req, ERR_INVALID_INVITE_CODE, "code", "an invite code is 1 to 32 letters, digits or '-'");
+    else if (rc == STORE_NOT_FOUND)
+        http_error(req, ERR_INVALID_INVITE_CODE, "code", "no invite code %s", ctx.code);
     else if (rc == ALREADY)
         http_error(req, ERR_CONFLICT, "code", "this account has already redeemed %s", ctx.code);
     else if (rc != STORE_OK)
