@@ -331,7 +331,11 @@ int host_is_loopback(const char *host);
 int cmd_migrate(int argc, char **argv);
 int cmd_admin(int argc, char **argv);
 int cmd_ledger(int argc, char **argv);
-/* Loads configuration: defaults, then file (if any), then overrides. */
+/* Loads configuration: defaults, then file (if any), then overrides; what is
+ * wrong goes to err (naming file and line, or the command line). */
+int daemon_read_config(struct daemon_conf *conf, const char *file, char **overrides, int n_overrides, char *err,
+                       size_t errlen);
+/* The same, printing what is wrong on stderr (start-up, command line). */
 int daemon_load_config(struct daemon_conf *conf, const char *file, char **overrides, int n_overrides);
 /* The same for a database subcommand: -c FILE and --db PATH. */
 int daemon_load_db_config(struct daemon_conf *conf, const char *file, const char *db);

@@ -139,23 +139,32 @@ const struct conf_option daemon_options[] = {
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 
-int daemon_load_config(struct daemon_conf *conf, const char *file, char **overrides, int n_overrides)
+int daemon_read_config(struct daemon_conf *conf, const char *file, char **overrides, int n_overrides, char *err,
+                       size_t errlen)
 {
-    char err[1024];
     memset(conf, 0, sizeof *conf);
-    if (conf_set_defaults(daemon_options, conf, err, sizeof err) < 0 ||
-        (file && conf_load_file(daemon_options, conf, file, err, sizeof err) < 0)) {
-        fprintf(stderr, "gpurentd: %s\n", err);
+    if (conf_set_defaults(daemon_options, conf, err, errlen) < 0 ||
+        (file && conf_load_file(daemon_options, conf, file, err, errlen) < 0))
         return -1;
-    }
     for (int i = 0; i < n_overrides; i++) {
-        if (conf_set_override(daemon_options, conf, overrides[i], err, sizeof err) < 0) {
-            fprintf(stderr, "gpurentd: command line: %s\n", err);
+        char why[896];
+        if (conf_set_override(daemon_options, conf, overrides[i], why, sizeof why) < 0) {
+            snprintf(err, errlen, "command line: %s", why);
             return -1;
         }
     }
     if ((conf->tls_cert[0] != 0) != (conf->tls_key[0] != 0)) {
-        fprintf(stderr, "gpurentd: tls_cert and tls_key must be set together\n");
+        snprintf(err, errlen, "tls_cert and tls_key must be set together");
+        return -1;
+    }
+    return 0;
+}
+
+int daemon_load_config(struct daemon_conf *conf, const char *file, char **overrides, int n_overrides)
+{
+    char err[1024];
+    if (daemon_read_config(conf, file, overrides, n_overrides, err, sizeof err) < 0) {
+        fprintf(stderr, "gpurentd: %s\n", err);
         return -1;
     }
     return 0;

@@ -145,8 +145,9 @@ struct loaded {
 static void reload(struct http_server *srv, struct loaded *l)
 {
     struct daemon_conf fresh;
-    if (daemon_load_config(&fresh, l->file, l->overrides, l->n_overrides) < 0) {
-        log_error("reload: configuration has errors (see above); keeping the running one");
+    char err[1024];
+    if (daemon_read_config(&fresh, l->file, l->overrides, l->n_overrides, err, sizeof err) < 0) {
+        log_error("reload: configuration has errors (%s); keeping the running one", err);
         return;
     }
     enum log_level level, old = log_get_level();

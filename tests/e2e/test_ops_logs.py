@@ -153,13 +153,12 @@ def test_every_line_has_a_priority_prefix_and_values_cannot_split_lines(new_daem
     assert "/v1/ops-log-esc\\x1b[2J\\x1b[31mred\\x7f\\x08 404 " in esc, esc
 
 
-@pytest.mark.xfail(strict=True, reason="config.c prints a refused file's errors with fprintf, without a priority "
-                                       "prefix (daemon_load_config); the reload's own error line has one")
 def test_a_refused_reload_logs_with_priority_prefixes(new_daemon):
     d = new_daemon(config="log_level = info\n")
     with open(d.config_path, "w") as f:
         f.write("log_level = shouting\n")
     d.terminate(signal.SIGHUP)
-    d.wait_for_log(r"reload: configuration has errors")
+    m = d.wait_for_log(r"reload: configuration has errors \((.*)\); keeping the running one")
+    assert d.config_path + ":1:" in m.group(1) and "log_level" in m.group(1), m.group(0)
     for line in _stopped_log(d).splitlines():
         assert LINE.match(line), f"a stderr line without its priority prefix: {line!r}"
