@@ -21,10 +21,16 @@
  *   rocm-smi (deprecated, for older nodes):
  *     rocm-smi --showproductname --showmeminfo vram --showdriverversion
  *              --showserial --showbus --json
+ *   rocm-smi prints the driver version but not ROCm's, which discovery_run
+ *   reads from $ROCM_PATH/.info/version (default /opt/rocm), as it does when
+ *   amd-smi's optional version command failed.
  *
- *   nvidia-smi:
+ *   nvidia-smi, two commands whose stdout is concatenated, CSV first:
  *     nvidia-smi --query-gpu=DISCOVERY_NVIDIA_SMI_FIELDS
  *                --format=csv,noheader,nounits
+ *     nvidia-smi -q -d COMPUTE               CUDA version (optional): no
+ *                                            --query-gpu field has it, the
+ *                                            header of -q output does
  *
  * Health: a card is reported unhealthy (healthy = 0, with health_reason) when
  * the tool says it failed, not when the output is malformed. Signals used:
@@ -65,7 +71,7 @@ struct gpu_facts {
     char vendor[16];            /* "AMD" or "NVIDIA" */
     char stack[8];              /* "ROCm" or "CUDA" */
     char driver_version[48];    /* amdgpu or NVIDIA driver version, may be "" */
-    char stack_version[48];     /* ROCm version when the tool tells it, else "" */
+    char stack_version[48];     /* ROCm or CUDA version when the tools tell it, else "" */
     size_t n_cards;             /* entries used in cards[], at least 1 on success */
     struct gpu_card cards[DISCOVERY_MAX_CARDS]; /* sorted by index, -1 last */
 };
@@ -78,8 +84,16 @@ int discovery_parse_amd_smi(const char *text, size_t len, struct gpu_facts *out,
                             char *err, size_t errlen);
 int discovery_parse_rocm_smi(const char *text, size_t len, struct gpu_facts *out,
                              char *err, size_t errlen);
+/* The CSV rows, optionally followed by `nvidia-smi -q` output (from its
+ * "==============NVSMI LOG==============" banner on), whose header gives
+ * the CUDA version and, if the rows had none, the driver version. */
 int discovery_parse_nvidia_smi_csv(const char *text, size_t len, struct gpu_facts *out,
                                    char *err, size_t errlen);
+
+/* The ROCm release at the start of a $ROCM_PATH/.info/version file
+ * ("6.0.2-115" gives "6.0.2") into out; -1 with out "" when the text does
+ * not start with one or it does not fit in cap. */
+int discovery_parse_rocm_version(const char *text, size_t len, char *out, size_t cap);
 
 /* Maps a marketing name ("AMD Instinct MI300X", "NVIDIA H100 80GB HBM3",
  * "NVIDIA GeForce RTX 4090", "AMD Instinct MI450", "AMD Instinct MI250X/MI250")

@@ -1055,11 +1055,41 @@ static int nv_row(struct span line, struct gpu_facts *f, int lineno, char *err, 
     return 0;
 }
 
+/* Copies a version as a tool printed it ("12.4", "550.90.07", "6.0.2")
+ * into dst; 0, or -1 (dst untouched) for "N/A", an empty value or one that
+ * does not start with a digit. */
+static int copy_version(char *dst, size_t cap, struct span v)
+{
+    v = span_trim(v);
+    if (v.n == 0 || v.p[0] < '0' || v.p[0] > '9')
+        return -1;
+    copy_text(dst, cap, v.p, v.n);
+    return 0;
+}
+
+/* One line of `nvidia-smi -q`: only the header's "Driver Version : X" and
+ * "CUDA Version : Y" matter; per-GPU sections and anything else are skipped,
+ * since -q's layout changes between driver releases. */
+static void nv_query_line(struct span line, struct gpu_facts *f)
+{
+    const char *colon = memchr(line.p, ':', line.n);
+    struct span key, value;
+
+    if (colon == NULL)
+        return;
+    key = span_trim((struct span){ line.p, (size_t)(colon - line.p) });
+    value = (struct span){ colon + 1, line.n - (size_t)(colon - line.p) - 1 };
+    if (span_eq(key, "CUDA Version"))
+        copy_version(f->stack_version, sizeof f->stack_version, value);
+    else if (span_eq(key, "Driver Version") && f->driver_version[0] == '\0')
+        copy_version(f->driver_version, sizeof f->driver_version, value);
+}
+
 int discovery_parse_nvidia_smi_csv(const char *text, size_t len, struct gpu_facts *out,
                                    char *err, size_t errlen)
 {
     size_t pos = 0;
-    int lineno = 0;
+    int lineno = 0, query = 0;
 
     facts_reset(out, "NVIDIA", "CUDA");
     if (text == NULL || len == 0) {
@@ -1086,6 +1116,16 @@ int discovery_parse_nvidia_smi_csv(const char *text, size_t len, struct gpu_fact
         line = span_trim(line);
         if (line.n == 0)
             continue;
+        /* `nvidia-smi -q` output follows the CSV rows (discovery_run runs
+         * it second); from its banner on, lines are read as -q output. */
+        if (!query && line.p[0] == '=' && memmem(line.p, line.n, "NVSMI LOG", 9) != NULL) {
+            query = 1;
+            continue;
+        }
+        if (query) {
+            nv_query_line(line, out);
+            continue;
+        }
         if (line.n >= strlen(LOST_PREFIX) &&
             strncmp(line.p, LOST_PREFIX, strlen(LOST_PREFIX)) == 0) {
             if (nv_lost_card(line, out, lineno, err, errlen) != 0)
@@ -1103,6 +1143,64 @@ int discovery_parse_nvidia_smi_csv(const char *text, size_t len, struct gpu_fact
 fail:
     memset(out, 0, sizeof *out);
     return -1;
+}
+
+/* ---- the ROCm version file ------------------------------------------------- */
+
+int discovery_parse_rocm_version(const char *text, size_t len, char *out, size_t cap)
+{
+    struct span v = { text, 0 };
+    size_t n = 0;
+
+    if (cap > 0)
+        out[0] = '\0';
+    if (text == NULL || cap == 0)
+        return -1;
+    /* "6.0.2-115": the release, then the build number, which amd-smi leaves
+     * out of its rocm_version, so it is left out here too. */
+    while (v.n < len && isspace((unsigned char)text[v.n]) && text[v.n] != '\n')
+        v.n++;
+    v.p += v.n;
+    v.n = 0;
+    while (v.p + v.n < text + len && ((v.p[v.n] >= '0' && v.p[v.n] <= '9') || v.p[v.n] == '.'))
+        v.n++;
+    for (size_t i = 0; i < v.n; i++)
+        n += v.p[i] >= '0' && v.p[i] <= '9';
+    if (n == 0 || v.p[0] == '.' || v.n >= cap)
+        return -1;
+    copy_text(out, cap, v.p, v.n);
+    return 0;
+}
+
+/* The ROCm version from $ROCM_PATH/.info/version (ROCm's install prefix,
+ * /opt/rocm by default), for tools that do not print it. Best effort: ""
+ * stays when the file is missing or odd. */
+static void read_rocm_version(struct gpu_facts *f)
+{
+    const char *root = getenv("ROCM_PATH");
+    char path[PATH_MAX], buf[256];
+    struct stat st;
+    ssize_t got;
+    int fd;
+
+    if (root == NULL || root[0] != '/')
+        root = "/opt/rocm";
+    if (snprintf(path, sizeof path, "%s/.info/version", root) >= (int)sizeof path)
+        return;
+    /* O_NONBLOCK: a FIFO planted there must not hang discovery. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        do
+            got = read(fd, buf, sizeof buf);
+        while (got < 0 && errno == EINTR);
+        if (got > 0 &&
+            discovery_parse_rocm_version(buf, (size_t)got, f->stack_version,
+                                         sizeof f->stack_version) != 0)
+            log_warn("discovery: %s does not start with a version; no ROCm version reported", path);
+    }
+    close(fd);
 }
 
 /* ---- running the tools --------------------------------------------------- */
@@ -1381,6 +1479,8 @@ static const struct default_cmd rocm_cmds[] = {
 };
 static const struct default_cmd nvidia_cmds[] = {
     { "nvidia-smi --query-gpu=" DISCOVERY_NVIDIA_SMI_FIELDS " --format=csv,noheader,nounits", 0 },
+    /* No --query-gpu field gives the CUDA version; -q's header does. */
+    { "nvidia-smi -q -d COMPUTE", 1 },
     { NULL, 0 },
 };
 
@@ -1458,6 +1558,10 @@ int discovery_run(const char *tool, char *const argv[], int timeout_s, struct gp
         }
     }
     rc = parse(cap.buf ? cap.buf : "", cap.len, out, err, errlen);
+    /* rocm-smi never prints the ROCm version, and amd-smi's version command
+     * is optional. */
+    if (rc == 0 && strcmp(out->stack, "ROCm") == 0 && out->stack_version[0] == '\0')
+        read_rocm_version(out);
 done:
     free(cap.buf);
     return rc;

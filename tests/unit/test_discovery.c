@@ -1,6 +1,7 @@
 /* test_discovery.c: the GPU discovery parsers on recorded amd-smi, rocm-smi
- * and nvidia-smi output (tests/data/discovery/), on hostile input, and
- * discovery_run against small stand-in scripts. Run from the repository root. */
+ * and nvidia-smi output (tests/data/discovery/), the driver and ROCm/CUDA
+ * versions they record, hostile input, and discovery_run against small
+ * stand-in scripts. Run from the repository root. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -63,6 +64,23 @@ static void assert_contains(const char *hay, const char *needle)
 {
     if (strstr(hay, needle) == NULL)
         fail_msg("\"%s\" does not contain \"%s\"", hay, needle);
+}
+
+/* Two recordings one after the other, as discovery_run concatenates the
+ * stdout of its commands; exact size, like load(). */
+static char *load_two(const char *first, const char *second, size_t *len)
+{
+    size_t n1, n2;
+    char *a = load(first, &n1), *b = load(second, &n2);
+    char *buf = malloc(n1 + n2 ? n1 + n2 : 1);
+
+    assert_non_null(buf);
+    memcpy(buf, a, n1);
+    memcpy(buf + n1, b, n2);
+    free(a);
+    free(b);
+    *len = n1 + n2;
+    return buf;
 }
 
 static struct gpu_facts *parse_file_ok(parser_fn parse, const char *name)
@@ -442,6 +460,53 @@ static void test_rocm_mi250_x8(void **state)
     free(f);
 }
 
+/* rocm-smi on a node where one card stopped answering: N/A where its VRAM
+ * size and serial should be. */
+static void test_rocm_failed_card(void **state)
+{
+    struct gpu_facts *f = parse_file_ok(discovery_parse_rocm_smi, "rocm-smi-mi250-x8-vram-na.json");
+
+    assert_string_equal(f->driver_version, "6.3.6");
+    assert_int_equal(f->n_cards, 8);
+    assert_int_equal(count_healthy(f), 7);
+    for (size_t i = 0; i < 8; i++) {
+        assert_int_equal(f->cards[i].index, (int)i);
+        assert_string_equal(f->cards[i].model, "MI250");
+        assert_int_equal(f->cards[i].memory_gb, i == 5 ? 0 : 64);
+        assert_int_equal(f->cards[i].healthy, i != 5);
+    }
+    assert_string_equal(f->cards[5].health_reason, "rocm-smi cannot read the VRAM size");
+    assert_string_equal(f->cards[5].serial, "");
+    assert_string_equal(f->cards[5].bus_id, "0000:B0:00.0");
+    free(f);
+}
+
+static void test_rocm_version_file(void **state)
+{
+    char out[48];
+    size_t len;
+    char *text = load("rocm-info-version.txt", &len);
+
+    assert_int_equal(discovery_parse_rocm_version(text, len, out, sizeof out), 0);
+    assert_string_equal(out, "6.0.2");
+    free(text);
+    assert_int_equal(discovery_parse_rocm_version("7.0.2", 5, out, sizeof out), 0);
+    assert_string_equal(out, "7.0.2");
+    assert_int_equal(discovery_parse_rocm_version("  6.4.1\n", 8, out, sizeof out), 0);
+    assert_string_equal(out, "6.4.1");
+    /* Only len bytes are read. */
+    assert_int_equal(discovery_parse_rocm_version("6.2.41", 3, out, sizeof out), 0);
+    assert_string_equal(out, "6.2");
+    assert_int_equal(discovery_parse_rocm_version("", 0, out, sizeof out), -1);
+    assert_string_equal(out, "");
+    assert_int_equal(discovery_parse_rocm_version("rocm-6.2.0\n", 11, out, sizeof out), -1);
+    assert_int_equal(discovery_parse_rocm_version(".5\n", 3, out, sizeof out), -1);
+    assert_int_equal(discovery_parse_rocm_version("\n6.2.0\n", 7, out, sizeof out), -1);
+    assert_int_equal(discovery_parse_rocm_version("6.2.0", 5, out, 5), -1);
+    assert_string_equal(out, "");
+    assert_int_equal(discovery_parse_rocm_version("6.2.0", 5, out, 6), 0);
+}
+
 static void test_rocm_malformed(void **state)
 {
     struct gpu_facts *f;
@@ -512,6 +577,56 @@ static void test_nvidia_h100_x8(void **state)
     assert_string_equal(f->cards[0].serial, "1652223015011");
     assert_string_equal(f->cards[3].bus_id, "00000000:5D:00.0");
     free(f);
+}
+
+/* The CSV followed by `nvidia-smi -q -d COMPUTE`, as discovery_run
+ * gathers them: the CUDA version comes from -q's header. */
+static void test_nvidia_h100_x8_versions(void **state)
+{
+    struct gpu_facts *f = calloc(1, sizeof *f);
+    char err[256] = "";
+    size_t len;
+    char *text = load_two("nvidia-smi-h100-x8.csv", "nvidia-smi-h100-x8-q-compute.txt", &len);
+
+    assert_non_null(f);
+    if (discovery_parse_nvidia_smi_csv(text, len, f, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_string_equal(f->driver_version, "550.90.07");
+    assert_string_equal(f->stack_version, "12.4");
+    assert_all_cards(f, 8, "H100-SXM", 80);
+    assert_int_equal(count_healthy(f), 8);
+    free(text);
+    free(f);
+
+    /* The driver from -q when the rows had none; N/A and non-versions are
+     * not versions; after the banner no line is taken for a card. */
+    f = parse_str_ok(discovery_parse_nvidia_smi_csv,
+                     "0, NVIDIA H100 80GB HBM3, 81559, [N/A], 1, GPU-a, 00000000:18:00.0, 0, No\n"
+                     "==============NVSMI LOG==============\n"
+                     "Driver Version                            : 560.35.03\n"
+                     "CUDA Version                              : N/A\n"
+                     "1, NVIDIA H100 80GB HBM3, 81559, 550.90.07, 2, GPU-b, 00000000:2A:00.0, 0, No\n"
+                     "GPU 00000000:18:00.0\n"
+                     "    Compute Mode                          : Default");
+    assert_int_equal(f->n_cards, 1);
+    assert_string_equal(f->driver_version, "560.35.03");
+    assert_string_equal(f->stack_version, "");
+    free(f);
+    f = parse_str_ok(discovery_parse_nvidia_smi_csv,
+                     "0, NVIDIA H100 80GB HBM3, 81559, 550.90.07, 1, GPU-a, 00000000:18:00.0, 0, No\n"
+                     "==============NVSMI LOG==============\n"
+                     "Driver Version : 999\n"
+                     "CUDA Version:12.8\n");
+    assert_string_equal(f->driver_version, "550.90.07");
+    assert_string_equal(f->stack_version, "12.8");
+    free(f);
+    f = parse_str_ok(discovery_parse_nvidia_smi_csv,
+                     "0, NVIDIA H100 80GB HBM3, 81559, 550.90.07, 1, GPU-a, 00000000:18:00.0, 0, No\n"
+                     "==============NVSMI LOG==============\n"
+                     "CUDA Version : \x01\x7f bad\n");
+    assert_string_equal(f->stack_version, "");
+    free(f);
+    expect_fail_file(discovery_parse_nvidia_smi_csv, "nvidia-smi-h100-x8-q-compute.txt", "no GPU rows");
 }
 
 static void test_nvidia_rtx4090_x4(void **state)
@@ -630,11 +745,9 @@ static void test_nvidia_inline(void **state)
 
 /* Cutting a recording anywhere, or corrupting any byte, must give either a
  * result or a message, never a crash or an over-read (ASan watches). */
-static void mutate_one(parser_fn parse, const char *name)
+static void mutate_text(parser_fn parse, const char *text, size_t len)
 {
     struct gpu_facts *f = malloc(sizeof *f);
-    size_t len;
-    char *text = load(name, &len);
     char err[256];
     uint32_t rnd = 2463534242u;
 
@@ -667,19 +780,34 @@ static void mutate_one(parser_fn parse, const char *name)
             assert_true(f->n_cards >= 1 && f->n_cards <= DISCOVERY_MAX_CARDS);
         free(copy);
     }
-    free(text);
     free(f);
+}
+
+static void mutate_one(parser_fn parse, const char *name)
+{
+    size_t len;
+    char *text = load(name, &len);
+
+    mutate_text(parse, text, len);
+    free(text);
 }
 
 static void test_mutations(void **state)
 {
+    size_t len;
+    char *text;
+
     mutate_one(discovery_parse_amd_smi, "amd-smi-mi300x-x8-ecc-failed.txt");
     mutate_one(discovery_parse_amd_smi, "amd-smi-mi450-x8.txt");
     mutate_one(discovery_parse_amd_smi, "amd-smi-mi300x-x2-static-only.txt");
     mutate_one(discovery_parse_rocm_smi, "rocm-smi-mi250-x8.json");
+    mutate_one(discovery_parse_rocm_smi, "rocm-smi-mi250-x8-vram-na.json");
     mutate_one(discovery_parse_nvidia_smi_csv, "nvidia-smi-h100-x8-reset-failed.csv");
     mutate_one(discovery_parse_nvidia_smi_csv, "nvidia-smi-h100-x8-lost-card.csv");
     mutate_one(discovery_parse_nvidia_smi_csv, "nvidia-smi-rtx4090-x4.csv");
+    text = load_two("nvidia-smi-h100-x8.csv", "nvidia-smi-h100-x8-q-compute.txt", &len);
+    mutate_text(discovery_parse_nvidia_smi_csv, text, len);
+    free(text);
 }
 
 static void test_tiny_error_buffers(void **state)
@@ -716,6 +844,9 @@ static void write_script(const char *name, const char *body)
 
 static int run_setup(void **state)
 {
+    char path[128];
+    FILE *f;
+
     snprintf(tmpdir, sizeof tmpdir, "/tmp/test_discovery.XXXXXX");
     if (mkdtemp(tmpdir) == NULL)
         return -1;
@@ -738,13 +869,26 @@ static int run_setup(void **state)
                  "*) echo \"unexpected: $*\" >&2; exit 9 ;;\n"
                  "esac");
     write_script("nvidia-smi",
-                 "[ \"$*\" = '--query-gpu=" DISCOVERY_NVIDIA_SMI_FIELDS
-                 " --format=csv,noheader,nounits' ] || { echo \"bad args: $*\" >&2; exit 9; }\n"
-                 "exec cat tests/data/discovery/nvidia-smi-h100-x8.csv");
+                 "case \"$*\" in\n"
+                 "'--query-gpu=" DISCOVERY_NVIDIA_SMI_FIELDS " --format=csv,noheader,nounits')\n"
+                 "  exec cat tests/data/discovery/nvidia-smi-h100-x8.csv ;;\n"
+                 "'-q -d COMPUTE') exec cat tests/data/discovery/nvidia-smi-h100-x8-q-compute.txt ;;\n"
+                 "*) echo \"bad args: $*\" >&2; exit 9 ;;\n"
+                 "esac");
     write_script("rocm-smi",
                  "[ \"$*\" = '--showproductname --showmeminfo vram --showdriverversion "
                  "--showserial --showbus --json' ] || { echo \"bad args: $*\" >&2; exit 9; }\n"
                  "exec cat tests/data/discovery/rocm-smi-mi250-x8.json");
+    /* A ROCm install prefix for $ROCM_PATH, with its version file. */
+    snprintf(path, sizeof path, "%s/.info", tmpdir);
+    if (mkdir(path, 0700) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/.info/version", tmpdir);
+    f = fopen(path, "w");
+    if (f == NULL)
+        return -1;
+    fputs("6.0.2-115\n", f);
+    fclose(f);
     return 0;
 }
 
@@ -758,6 +902,10 @@ static int run_teardown(void **state)
         snprintf(path, sizeof path, "%s/%s", tmpdir, names[i]);
         unlink(path);
     }
+    snprintf(path, sizeof path, "%s/.info/version", tmpdir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/.info", tmpdir);
+    rmdir(path);
     rmdir(tmpdir);
     return 0;
 }
@@ -839,18 +987,42 @@ static void test_run_default_commands(void **state)
     snprintf(path, sizeof path, "%s:%s", tmpdir, saved);
     assert_int_equal(setenv("PATH", path, 1), 0);
 
+    assert_int_equal(setenv("ROCM_PATH", tmpdir, 1), 0);
+
     assert_int_equal(discovery_run("nvidia-smi", NULL, 5, f, err, sizeof err), 0);
     assert_all_cards(f, 8, "H100-SXM", 80);
+    assert_string_equal(f->driver_version, "550.90.07");
+    assert_string_equal(f->stack_version, "12.4");
 
     assert_int_equal(discovery_run("rocm-smi", NULL, 5, f, err, sizeof err), 0);
     assert_all_cards(f, 8, "MI250", 64);
+    assert_string_equal(f->driver_version, "6.3.6");
+    assert_string_equal(f->stack_version, "6.0.2"); /* from $ROCM_PATH/.info/version */
 
     /* version and static succeed, metric fails and is skipped (logged). */
     if (discovery_run("amd-smi", NULL, 5, f, err, sizeof err) != 0)
         fail_msg("%s", err);
-    assert_string_equal(f->stack_version, "6.2.4");
+    assert_string_equal(f->stack_version, "6.2.4"); /* amd-smi's own, not the file's */
     assert_all_cards(f, 8, "MI300X", 192);
     assert_int_equal(count_healthy(f), 8);
+
+    /* amd-smi without its version command: the file fills in; without the
+     * file, nothing does. */
+    {
+        char prog[128], arg[128];
+        char *av[3] = { prog, arg, NULL };
+
+        snprintf(prog, sizeof prog, "%s/cat-file", tmpdir);
+        snprintf(arg, sizeof arg, DATA "amd-smi-mi300x-x2-static-only.txt");
+        assert_int_equal(discovery_run("amd-smi", av, 5, f, err, sizeof err), 0);
+        assert_string_equal(f->stack_version, "6.0.2");
+        assert_int_equal(setenv("ROCM_PATH", "/nonexistent-rocm", 1), 0);
+        assert_int_equal(discovery_run("amd-smi", av, 5, f, err, sizeof err), 0);
+        assert_string_equal(f->stack_version, "");
+        assert_int_equal(discovery_run("rocm-smi", NULL, 5, f, err, sizeof err), 0);
+        assert_string_equal(f->stack_version, "");
+    }
+    unsetenv("ROCM_PATH");
 
     assert_int_equal(setenv("PATH", saved, 1), 0);
     free(saved);
@@ -868,8 +1040,11 @@ int main(void)
         cmocka_unit_test(test_amd_malformed_recordings),
         cmocka_unit_test(test_amd_inline),
         cmocka_unit_test(test_rocm_mi250_x8),
+        cmocka_unit_test(test_rocm_failed_card),
+        cmocka_unit_test(test_rocm_version_file),
         cmocka_unit_test(test_rocm_malformed),
         cmocka_unit_test(test_nvidia_h100_x8),
+        cmocka_unit_test(test_nvidia_h100_x8_versions),
         cmocka_unit_test(test_nvidia_rtx4090_x4),
         cmocka_unit_test(test_nvidia_failed_card),
         cmocka_unit_test(test_nvidia_lost_card),
