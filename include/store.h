@@ -364,7 +364,7 @@ struct model_cards {
     int64_t cards;            /* cards of it held */
 };
 /* Cards the user's instances hold, per GPU type. */
-int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards *out, size_t max, size_t *n);
+int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards **out, size_t *n);
 /* The user's card quota, or def when no admin set one. */
 int64_t store_user_max_cards(struct store *s, const char *user_id, int64_t def);
 int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_cards);

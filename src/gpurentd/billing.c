@@ -391,16 +391,19 @@ int billing_check_funds(struct store *s, const char *user_id, const char *gpu_mo
     int64_t seconds = daemon_config->min_run_minutes * 60, need;
     if (money_accrue(price, cards, seconds, &need) != MONEY_OK)
         return STORE_ERROR;
-    struct model_cards held[32];
+    struct model_cards *held;
     size_t n_held;
-    int rc = store_user_cards_by_model(s, user_id, held, 32, &n_held);
+    int rc = store_user_cards_by_model(s, user_id, &held, &n_held);
     if (rc != STORE_OK)
         return rc;
-    for (size_t i = 0; i < n_held; i++) {
+    for (size_t i = 0; i < n_held && rc == STORE_OK; i++) {
         int64_t p = ledger_price_at(s, held[i].gpu_model, at), more;
         if (p > 0 && (money_accrue(p, held[i].cards, seconds, &more) != MONEY_OK || money_add(need, more, &need) != MONEY_OK))
-            return STORE_ERROR;
+            rc = STORE_ERROR;
     }
+    free(held);
+    if (rc != STORE_OK)
+        return rc;
     struct funds f;
     rc = ledger_funds_now(s, user_id, at, &f);
     if (rc != STORE_OK)

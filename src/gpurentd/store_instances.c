@@ -73,7 +73,7 @@ static const char SQL_USER_CARDS[] =
     "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ?1 AND id <> ?2 AND state IN " HOLDING;
 static const char SQL_USER_CARDS_BY_MODEL[] =
     "SELECT gpu_model, sum(card_count) FROM instances WHERE user_id = ? AND state IN " HOLDING
-    " GROUP BY gpu_model ORDER BY gpu_model LIMIT ?";
+    " GROUP BY gpu_model ORDER BY gpu_model";
 static const char SQL_USER_MAX_CARDS[] = "SELECT max_cards FROM user_limits WHERE user_id = ?";
 static const char SQL_USER_SET_MAX_CARDS[] =
     "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
@@ -472,13 +472,13 @@ static void read_model_cards(sqlite3_stmt *st, void *row)
     m->cards = sqlite3_column_int64(st, 1);
 }
 
-int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards *out, size_t max, size_t *n)
+int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards **out, size_t *n)
 {
+    *out = NULL;
     *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_USER_CARDS_BY_MODEL);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    return store_read_rows(s, st, out, sizeof *out, max, n, read_model_cards, "cards by model");
+    return store_collect(s, st, sizeof **out, (void **)out, n, read_model_cards, "cards by model");
 }
