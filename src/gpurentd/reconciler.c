@@ -540,7 +540,8 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
         const char *id = json_string_value(json_object_get(wl, "id"));
         if (!id || strlen(id) >= ID_MAX)
             continue;
-        if (!bsearch(id, placed, n_placed, ID_MAX, id_cmp)) {
+        /* bsearch's array must not be NULL, even for zero entries. */
+        if (n_placed == 0 || !bsearch(id, placed, n_placed, ID_MAX, id_cmp)) {
             struct instance_node p = {0};
             snprintf(p.agent_url, sizeof p.agent_url, "%s", t->agent_url);
             snprintf(p.secret, sizeof p.secret, "%s", t->secret);
