@@ -28,34 +28,14 @@ import datetime
 import json
 import os
 import re
-import shutil
-import signal
-import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 
+from common import Cloud, cpu_seconds, memory_kb
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-TICK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 PASS_LINE = re.compile(r"^<7>(\S+)Z debug: heartbeat: pass over (\d+) nodes: (\d+) answered, polling (\d+) ms, "
                        r"recording (\d+) ms$", re.M)
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14 and 15)
-
-
-def memory_kb(pid):
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                out[line.split(":")[0]] = int(line.split()[1])
-    return out
 
 
 def stamp(text):
@@ -64,74 +44,18 @@ def stamp(text):
         tzinfo=datetime.timezone.utc).timestamp()
 
 
-def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise SystemExit(f"timed out after {timeout}s waiting for {what}")
-
-
-def ready_count(db):
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        return con.execute("SELECT count(*) FROM node_states WHERE state = 'ready'").fetchone()[0]
-    finally:
-        con.close()
-
-
 def run(args, n):
-    work = tempfile.mkdtemp(prefix=f"gpurent-bench-{n}-")
-    db = os.path.join(work, "gpurent.db")
-    derr = open(os.path.join(work, "gpurentd.log"), "w+")
-    dout = open(os.path.join(work, "gpurentd.out"), "w+")
-    daemon = subprocess.Popen(
-        [args.gpurentd, "serve", "--listen", "127.0.0.1:0", "--db", db,
-         "-o", f"heartbeat_interval_ms={args.period_ms}", "-o", "log_level=debug",
-         "-o", f"agent_max_parallel={args.parallel}"],
-        stdout=dout, stderr=derr, stdin=subprocess.DEVNULL)
-    fleet = None
-    try:
-        def listening():
-            derr.seek(0)
-            m = re.search(r"listening on (http://\S+) ", derr.read())
-            return m and m.group(1)
-        url = wait_for(listening, 30, "gpurentd to listen")
-        dout.seek(0)
-        admin_key = dout.read().split()[-1]
-        key_file = os.path.join(work, "admin.key")
-        with open(key_file, "w") as f:
-            f.write(admin_key + "\n")
-        fout = open(os.path.join(work, "fleet.out"), "w+")
-        ferr = open(os.path.join(work, "fleet.log"), "w+")
-        t_reg = time.monotonic()
-        fleet = subprocess.Popen(
-            [args.agent, "sim-fleet", "--control-plane", url, "--admin-key-file", key_file, "--model", "MI450",
-             "--nodes", str(n), "--cards", "8", "--fabric", "bench", "--region", "local",
-             "--listen", "127.0.0.1:0", "--state-dir", os.path.join(work, "fleet"),
-             "-o", f"threads={args.agent_threads}", "-o", "max_connections=4096"],
-            stdout=fout, stderr=ferr, stdin=subprocess.DEVNULL)
-
-        def fleet_ready():
-            if fleet.poll() is not None:
-                raise SystemExit(f"sim-fleet exited {fleet.returncode}")
-            fout.seek(0)
-            return "fleet ready:" in fout.read()
-        wait_for(fleet_ready, args.register_timeout, "the fleet to register")
-        register_s = time.monotonic() - t_reg
-        fout.seek(0)
-        summary = [line for line in fout.read().splitlines() if line.startswith("fleet ready:")][0]
-        wait_for(lambda: ready_count(db) == n, 120, f"{n} nodes to be ready")
-        settle_s = time.monotonic() - t_reg - register_s
-
+    daemon_options = {"heartbeat_interval_ms": args.period_ms, "log_level": "debug",
+                      "agent_max_parallel": args.parallel}
+    fleet_options = {"threads": args.agent_threads, "max_connections": 4096}
+    with Cloud(args.gpurentd, args.agent, n, daemon_options, fleet_options, args.register_timeout, args.keep) as c:
+        derr = c.daemon_log
         derr.seek(0, os.SEEK_END)
         log_start = derr.tell()
-        c0, f0, t0 = cpu_seconds(daemon.pid), cpu_seconds(fleet.pid), time.monotonic()
+        c0, f0, t0 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid), time.monotonic()
         time.sleep(args.seconds)
-        c1, f1, t1 = cpu_seconds(daemon.pid), cpu_seconds(fleet.pid), time.monotonic()
-        mem = memory_kb(daemon.pid)
+        c1, f1, t1 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid), time.monotonic()
+        mem = memory_kb(c.daemon.pid)
         derr.seek(log_start)
         passes = [(int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)), stamp(m.group(1)))
                   for m in PASS_LINE.finditer(derr.read())]
@@ -141,9 +65,10 @@ def run(args, n):
         # window to the end of the last, the beats of every pass after the first.
         span = passes[-1][4] - passes[0][4] if len(passes) > 1 else 0
         rate = sum(p[1] for p in passes[1:]) / span if span > 0 else None
-        result = {
+        return {
             "nodes": n, "period_ms": args.period_ms, "window_s": round(wall, 1),
-            "register_s": round(register_s, 1), "until_all_ready_s": round(settle_s, 1), "fleet": summary,
+            "register_s": round(c.registered_s, 1), "until_all_ready_s": round(c.ready_s - c.registered_s, 1),
+            "fleet": c.fleet_summary,
             "passes": len(passes), "beats": answered, "beats_per_s": round(rate, 1) if rate else None,
             "period_s_mean": round(span / (len(passes) - 1), 2) if span > 0 else None,
             "expected_beats_per_s": round(n / (args.period_ms / 1000), 1),
@@ -153,20 +78,6 @@ def run(args, n):
             "daemon_cpu_cores": round((c1 - c0) / wall, 3), "fleet_cpu_cores": round((f1 - f0) / wall, 3),
             "daemon_rss_mb": round(mem["VmRSS"] / 1024, 1), "daemon_peak_rss_mb": round(mem["VmHWM"] / 1024, 1),
         }
-        return result
-    finally:
-        for p in (fleet, daemon):
-            if p and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def main():

@@ -32,34 +32,14 @@ import http.client
 import json
 import multiprocessing as mp
 import os
-import re
-import shutil
-import signal
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 
+from common import Cloud, cpu_seconds, memory_kb, wait_for
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-TICK = os.sysconf("SC_CLK_TCK")
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def wait_for(pred, timeout, what, every=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every)
-    raise SystemExit(f"timed out after {timeout}s waiting for {what}")
 
 
 def pct(values, p):
@@ -135,53 +115,16 @@ class RunningWatcher:
 
 
 def run(args, n):
-    work = tempfile.mkdtemp(prefix=f"gpurent-bench-inst-{n}-")
-    db = os.path.join(work, "gpurent.db")
-    derr = open(os.path.join(work, "gpurentd.log"), "w+")
-    dout = open(os.path.join(work, "gpurentd.out"), "w+")
-    opts = {"agent_max_parallel": args.parallel, "reconcile_interval_ms": args.reconcile_ms,
-            "heartbeat_interval_ms": args.heartbeat_ms, "default_max_cards": 100000, "password_iterations": 1000,
-            "threads": args.threads, "max_connections_per_client": 1000, "log_level": "info"}
-    cmd = [args.gpurentd, "serve", "--listen", "127.0.0.1:0", "--db", db]
-    for k, v in opts.items():
-        cmd += ["-o", f"{k}={v}"]
-    daemon = subprocess.Popen(cmd, stdout=dout, stderr=derr, stdin=subprocess.DEVNULL)
-    fleet = None
-    try:
-        def listening():
-            derr.seek(0)
-            m = re.search(r"listening on http://\S+:(\d+) ", derr.read())
-            return m and int(m.group(1))
-        port = wait_for(listening, 30, "gpurentd to listen", 0.05)
-        dout.seek(0)
-        admin_key = dout.read().split()[-1]
-        key_file = os.path.join(work, "admin.key")
-        with open(key_file, "w") as f:
-            f.write(admin_key + "\n")
-        fout = open(os.path.join(work, "fleet.out"), "w+")
-        ferr = open(os.path.join(work, "fleet.log"), "w+")
-        t_reg = time.monotonic()
-        fleet = subprocess.Popen(
-            [args.agent, "sim-fleet", "--control-plane", f"http://127.0.0.1:{port}", "--admin-key-file", key_file,
-             "--model", "MI450", "--nodes", str(n), "--cards", "8", "--fabric", "bench", "--region", "local",
-             "--listen", "127.0.0.1:0", "--state-dir", os.path.join(work, "fleet"),
-             "-o", f"threads={args.agent_threads}", "-o", "max_connections=4096", "-o", "sim_pull_ms=0",
-             "-o", "sim_mount_ms=0", "-o", "sim_start_ms=0", "-o", f"workers={args.agent_workers}"],
-            stdout=fout, stderr=ferr, stdin=subprocess.DEVNULL)
-
-        def fleet_ready():
-            if fleet.poll() is not None:
-                raise SystemExit(f"sim-fleet exited {fleet.returncode}")
-            fout.seek(0)
-            return "fleet ready:" in fout.read()
-        wait_for(fleet_ready, args.register_timeout, "the fleet to register")
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-        wait_for(lambda: con.execute("SELECT count(*) FROM node_states WHERE state = 'ready'").fetchone()[0] == n
-                 and con.execute("SELECT count(*) FROM node_cards").fetchone()[0] == 8 * n,
-                 args.register_timeout, f"{n} nodes to be ready")
-        ready_s = time.monotonic() - t_reg
-
-        admin = Api(port, admin_key)
+    daemon_options = {"agent_max_parallel": args.parallel, "reconcile_interval_ms": args.reconcile_ms,
+                      "heartbeat_interval_ms": args.heartbeat_ms, "default_max_cards": 100000,
+                      "password_iterations": 1000, "threads": args.threads, "max_connections_per_client": 1000,
+                      "log_level": "info"}
+    fleet_options = {"threads": args.agent_threads, "max_connections": 4096, "sim_pull_ms": 0, "sim_mount_ms": 0,
+                     "sim_start_ms": 0, "workers": args.agent_workers}
+    with Cloud(args.gpurentd, args.agent, n, daemon_options, fleet_options, args.register_timeout, args.keep,
+               prefix="gpurent-bench-inst-") as c:
+        port, db, daemon, fleet = c.port, c.db, c.daemon, c.fleet
+        admin = Api(port, c.admin_key)
         keys = []
         for u in range(args.users):
             status, body = admin.call("POST", "/v1/signup", {"email": f"bench{u}@example.test",
@@ -228,7 +171,7 @@ def run(args, n):
         burst_wall = t_sent - first
         to_running = [watcher.seen[r[0]] - r[2] for r in created if watcher.seen[r[0]] is not None]
         result = {
-            "nodes": n, "cards_per_instance": args.cards, "fleet_ready_s": round(ready_s, 1),
+            "nodes": n, "cards_per_instance": args.cards, "fleet_ready_s": round(c.ready_s, 1),
             "burst": {
                 "requests": len(rows), "created": len(created), "clients": args.clients,
                 "refused": sorted({r[4] for r in rows if r[1] != 201} - {None}),
@@ -263,22 +206,8 @@ def run(args, n):
         result["paced"] = {"samples": len(lat), "create_ms_p50": ms(pct(create_lat, 50)),
                            "create_ms_p99": ms(pct(create_lat, 99)), "running_ms_p50": ms(pct(lat, 50)),
                            "running_ms_p99": ms(pct(lat, 99)), "running_ms_max": ms(max(lat) if lat else None)}
-        result["daemon_rss_mb"] = round(int(re.search(r"VmHWM:\s+(\d+)", open(f"/proc/{daemon.pid}/status").read())
-                                            .group(1)) / 1024, 1)
+        result["daemon_rss_mb"] = round(memory_kb(daemon.pid)["VmHWM"] / 1024, 1)
         return result
-    finally:
-        for p in (fleet, daemon):
-            if p and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def main():

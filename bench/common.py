@@ -1,0 +1,140 @@
+"""bench/common.py: what the Python benchmarks share: a control plane with a
+simulated fleet started and stopped around a measurement, and readings of a
+process's CPU time and memory from /proc. Not a test."""
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User plus system CPU seconds of pid so far (fields 14 and 15 of stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def memory_kb(pid):
+    """{"VmRSS": now, "VmHWM": peak} resident memory of pid, in KiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1])
+    return out
+
+
+def wait_for(pred, timeout, what, every=0.2):
+    """pred()'s first true value, polling every `every` seconds; exits the
+    benchmark if it has none after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise SystemExit(f"timed out after {timeout}s waiting for {what}")
+
+
+class Cloud:
+    """gpurentd on a free loopback port with a database in a new temporary
+    directory, and one `gpurent-agent sim-fleet` of `nodes` 8-card MI450
+    nodes registered with it through the admin API, as newcomers and tests
+    start them. Use as a context manager: on entry both run and every node is
+    ready with its cards recorded; on exit both get SIGTERM and the directory
+    is removed unless keep.
+
+    Attributes once entered: work (the directory), db, url, port, admin_key,
+    daemon and fleet (Popen), daemon_log (gpurentd's stderr, open for
+    reading), registered_s (fleet start to "fleet ready") and ready_s (fleet
+    start to every node ready)."""
+
+    def __init__(self, gpurentd, agent, nodes, daemon_options, fleet_options, register_timeout=600, keep=False,
+                 prefix="gpurent-bench-"):
+        self.gpurentd, self.agent, self.nodes = gpurentd, agent, nodes
+        self.daemon_options, self.fleet_options = daemon_options, fleet_options
+        self.register_timeout, self.keep = register_timeout, keep
+        self.work = tempfile.mkdtemp(prefix=f"{prefix}{nodes}-")
+        self.db = os.path.join(self.work, "gpurent.db")
+        self.daemon = self.fleet = None
+
+    def _open(self, name):
+        return open(os.path.join(self.work, name), "w+")
+
+    def __enter__(self):
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self):
+        self.daemon_log, dout = self._open("gpurentd.log"), self._open("gpurentd.out")
+        cmd = [self.gpurentd, "serve", "--listen", "127.0.0.1:0", "--db", self.db]
+        for k, v in self.daemon_options.items():
+            cmd += ["-o", f"{k}={v}"]
+        self.daemon = subprocess.Popen(cmd, stdout=dout, stderr=self.daemon_log, stdin=subprocess.DEVNULL)
+
+        def listening():
+            if self.daemon.poll() is not None:
+                raise SystemExit(f"gpurentd exited {self.daemon.returncode}")
+            self.daemon_log.seek(0)
+            return re.search(r"listening on (http://\S+:(\d+)) ", self.daemon_log.read())
+        m = wait_for(listening, 30, "gpurentd to listen", 0.05)
+        self.url, self.port = m.group(1), int(m.group(2))
+        dout.seek(0)
+        self.admin_key = dout.read().split()[-1]  # printed once, alone on the last line
+        key_file = os.path.join(self.work, "admin.key")
+        with open(key_file, "w") as f:
+            f.write(self.admin_key + "\n")
+
+        fout = self._open("fleet.out")
+        cmd = [self.agent, "sim-fleet", "--control-plane", self.url, "--admin-key-file", key_file,
+               "--model", "MI450", "--nodes", str(self.nodes), "--cards", "8", "--fabric", "bench",
+               "--region", "local", "--listen", "127.0.0.1:0", "--state-dir", os.path.join(self.work, "fleet")]
+        for k, v in self.fleet_options.items():
+            cmd += ["-o", f"{k}={v}"]
+        t0 = time.monotonic()
+        self.fleet = subprocess.Popen(cmd, stdout=fout, stderr=self._open("fleet.log"), stdin=subprocess.DEVNULL)
+
+        def fleet_ready():
+            if self.fleet.poll() is not None:
+                raise SystemExit(f"sim-fleet exited {self.fleet.returncode}")
+            fout.seek(0)
+            return "fleet ready:" in fout.read()
+        wait_for(fleet_ready, self.register_timeout, "the fleet to register")
+        self.registered_s = time.monotonic() - t0
+        fout.seek(0)
+        self.fleet_summary = [line for line in fout.read().splitlines() if line.startswith("fleet ready:")][0]
+
+        con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)
+        try:
+            wait_for(lambda: con.execute("SELECT count(*) FROM node_states WHERE state = 'ready'").fetchone()[0]
+                     == self.nodes and con.execute("SELECT count(*) FROM node_cards").fetchone()[0]
+                     == 8 * self.nodes, self.register_timeout, f"{self.nodes} nodes to be ready")
+        finally:
+            con.close()
+        self.ready_s = time.monotonic() - t0
+
+    def __exit__(self, *exc):
+        for p in (self.fleet, self.daemon):
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        if self.keep:
+            print(f"kept {self.work}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+        return False
