@@ -27,8 +27,6 @@ struct agent_call {
     int too_large;                /* the reply went over max_response_bytes */
     long status;                  /* HTTP status, 0 if none */
     char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
-    size_t user_index;            /* caller's bookkeeping (e.g. which node) */
-    int done;                     /* agent_calls_run finished it */
 };
 
 /* Builds a signed call of method to base_url + path with an optional JSON
@@ -38,10 +36,23 @@ struct agent_call *agent_call_new(const char *base_url, const char *secret, cons
 /* After the transfer ends with result: fills status and error. Returns 0 if
  * an HTTP reply within the size cap arrived (any status), -1 otherwise. */
 int agent_call_finish(struct agent_call *c, CURLcode result);
-/* Runs every call at once on one multi handle, at most max_parallel
- * connections open, and finishes each (agent_call_finish). Stops early, and
- * returns -1, when stop() says so; then calls not finished have
- * status 0 and an error. */
+/* Calls made one at a time as agent_calls_stream needs them: make(ctx, i)
+ * builds call i of the stream (NULL if it cannot); done(ctx, i, c, finished)
+ * then owns it: finished 1 when it ended (agent_call_finish has filled it;
+ * c is NULL if make failed), 0 when the stream stopped with it in flight. */
+struct agent_call_stream {
+    struct agent_call *(*make)(void *ctx, size_t i);
+    void (*done)(void *ctx, size_t i, struct agent_call *c, int finished);
+    void *ctx;
+};
+/* Runs calls 0 .. n-1 of the stream on one multi handle, at most
+ * max_parallel of them existing at once, each made when a slot frees up and
+ * handed to done the moment it ends, so memory stays bounded however many
+ * calls there are. Stops early, and returns -1, when stop() says so. */
+int agent_calls_stream(size_t n, long max_parallel, int (*stop)(void), const struct agent_call_stream *st);
+/* The same over calls the caller already made (NULL entries skipped); each
+ * stays the caller's. Calls a stop left unfinished have status 0 and an
+ * error. */
 int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int (*stop)(void));
 /* Frees the call and its handle; the caller removes it from any multi
  * handle first. NULL is a no-op. */

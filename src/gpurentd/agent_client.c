@@ -143,33 +143,52 @@ void agent_call_free(struct agent_call *c)
     free(c);
 }
 
-int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int (*stop)(void))
+int agent_calls_stream(size_t n, long max_parallel, int (*stop)(void), const struct agent_call_stream *st)
 {
-    CURLM *multi = curl_multi_init();
-    if (!multi)
+    /* Only max_parallel calls exist at a time: a handle waiting in the multi
+     * for a connection already holds its buffers (some 17 KB), which for a
+     * pass over 10 000 agents would be 170 MB; so each call is made when a
+     * slot frees up and handed back the moment it ends. */
+    size_t window = max_parallel > 0 ? (size_t)max_parallel : 1;
+    struct {
+        struct agent_call *c; /* in flight, or NULL: a free slot */
+        size_t i;             /* its index in the stream */
+    } *slot = calloc(window, sizeof *slot);
+    CURLM *multi = slot ? curl_multi_init() : NULL;
+    if (!multi) {
+        free(slot);
         return -1;
-    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, max_parallel);
-    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, max_parallel);
-    for (size_t i = 0; i < n; i++)
-        if (calls[i]) /* libcurl empties the buffer when the transfer starts. */
-            snprintf(calls[i]->error, sizeof calls[i]->error, "not run");
-    /* Only max_parallel transfers are handed to libcurl at a time: a handle
-     * waiting in the multi for a connection already holds its buffers
-     * (some 17 KB), which for a sweep of 10 000 agents is 170 MB. */
-    size_t next = 0, active = 0, window = max_parallel > 0 ? (size_t)max_parallel : 1;
+    }
+    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)window);
+    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)window);
+    size_t next = 0, active = 0;
     int stopped = 0;
     for (;;) {
-        while (active < window && next < n) {
-            struct agent_call *c = calls[next++];
-            if (!c)
+        for (size_t k = 0; k < window && next < n; k++) {
+            if (slot[k].c)
                 continue;
-            if (curl_multi_add_handle(multi, c->easy) == CURLM_OK)
-                active++;
-            else
-                c->done = 1; /* never ran: its error still says so */
+            size_t i = next++;
+            struct agent_call *c = st->make(st->ctx, i);
+            if (!c) {
+                st->done(st->ctx, i, NULL, 1);
+                continue;
+            }
+            /* What the call says if it never runs; libcurl empties the
+             * buffer when the transfer starts. */
+            snprintf(c->error, sizeof c->error, "not run");
+            if (curl_multi_add_handle(multi, c->easy) != CURLM_OK) {
+                st->done(st->ctx, i, c, 1);
+                continue;
+            }
+            slot[k].c = c;
+            slot[k].i = i;
+            active++;
         }
-        if (active == 0)
-            break;
+        if (active == 0) {
+            if (next == n)
+                break;
+            continue; /* every call of that round failed to start: make more */
+        }
         int still;
         curl_multi_perform(multi, &still);
         CURLMsg *msg;
@@ -181,9 +200,15 @@ int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int 
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
             if (agent_call_finish(c, msg->data.result) < 0 || c->status >= 500)
                 metrics_agent_error();
-            c->done = 1;
             curl_multi_remove_handle(multi, c->easy);
+            size_t i = 0;
+            for (size_t k = 0; k < window; k++)
+                if (slot[k].c == c) {
+                    i = slot[k].i;
+                    slot[k].c = NULL;
+                }
             active--;
+            st->done(st->ctx, i, c, 1);
         }
         if (active == 0 && next == n)
             break;
@@ -191,13 +216,34 @@ int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int 
             stopped = 1;
             break;
         }
+        /* Wait for traffic only when every slot is busy or nothing is left
+         * to start; otherwise go round and start more calls. */
         if (active == window || next == n)
             curl_multi_poll(multi, NULL, 0, 100, NULL);
     }
-    /* Handed to libcurl (before next) and not done: still in the multi. */
-    for (size_t i = 0; i < next; i++)
-        if (calls[i] && !calls[i]->done)
-            curl_multi_remove_handle(multi, calls[i]->easy);
+    for (size_t k = 0; k < window; k++) {
+        if (slot[k].c) {
+            curl_multi_remove_handle(multi, slot[k].c->easy);
+            st->done(st->ctx, slot[k].i, slot[k].c, 0);
+        }
+    }
     curl_multi_cleanup(multi);
+    free(slot);
     return stopped ? -1 : 0;
+}
+
+/* agent_calls_run's stream: the calls the caller made, left with it. */
+static struct agent_call *take_made(void *ctx, size_t i) { return ((struct agent_call **)ctx)[i]; }
+static void leave_with_caller(void *ctx, size_t i, struct agent_call *c, int finished)
+{
+    (void)ctx, (void)i, (void)c, (void)finished;
+}
+
+int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int (*stop)(void))
+{
+    for (size_t i = 0; i < n; i++)
+        if (calls[i]) /* calls a stop leaves unstarted say so too */
+            snprintf(calls[i]->error, sizeof calls[i]->error, "not run");
+    const struct agent_call_stream st = {take_made, leave_with_caller, calls};
+    return agent_calls_stream(n, max_parallel, stop, &st);
 }

@@ -172,89 +172,41 @@ static void add_result(struct pass *p, struct node_target *t, struct agent_call 
         flush(p);
 }
 
-/* Asks every target for its facts. At most agent_max_parallel calls exist
- * at once: each is built when a slot frees up and judged, freed and queued
- * for writing as soon as it ends, so memory stays bounded however large
- * the fleet, and results are written while slower agents are still being
- * waited for. Returns 0, or -1 if stopped midway. */
+/* agent_calls_stream's callbacks for a pass: a facts call per target, each
+ * judged, freed and queued for writing as soon as it ends. */
+struct facts_stream {
+    struct pass *p;
+    struct node_target *targets;
+    struct agent_client_opts opts;
+};
+
+static struct agent_call *make_facts_call(void *vctx, size_t i)
+{
+    struct facts_stream *fs = vctx;
+    return agent_call_new(fs->targets[i].agent_url, fs->targets[i].secret, "GET", "/v1/facts", NULL, &fs->opts);
+}
+
+static void take_facts(void *vctx, size_t i, struct agent_call *c, int finished)
+{
+    struct facts_stream *fs = vctx;
+    if (finished)
+        add_result(fs->p, &fs->targets[i], c);
+    agent_call_free(c);
+}
+
+/* Asks every target for its facts, at most agent_max_parallel calls at once,
+ * so results are written while slower agents are still being waited for.
+ * Returns 0, or -1 if stopped midway. */
 static int poll_targets(struct pass *p, struct node_target *targets, size_t n)
 {
     const struct daemon_conf *cf = daemon_config;
-    struct agent_client_opts opts = {
-        .connect_timeout_ms = cf->agent_connect_timeout_ms,
-        .total_timeout_ms = cf->agent_timeout_ms,
-        .max_response_bytes = (size_t)cf->agent_max_response_bytes,
-        .ca_file = cf->agent_ca_file,
-    };
-    size_t window = (size_t)cf->agent_max_parallel;
-    struct agent_call **inflight = calloc(window, sizeof *inflight);
-    CURLM *multi = inflight ? curl_multi_init() : NULL;
-    if (!multi) {
-        free(inflight);
-        return -1;
-    }
-    curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)window);
-    curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)window);
-    size_t next = 0, active = 0;
-    int stopped = 0;
-    while (next < n || active > 0) {
-        /* Fill the free slots; user_index says which target a call is for. */
-        for (size_t slot = 0; slot < window && next < n; slot++) {
-            if (inflight[slot])
-                continue;
-            struct node_target *t = &targets[next++];
-            struct agent_call *c = agent_call_new(t->agent_url, t->secret, "GET", "/v1/facts", NULL, &opts);
-            if (c && curl_multi_add_handle(multi, c->easy) != CURLM_OK) {
-                agent_call_free(c);
-                c = NULL;
-            }
-            if (!c) {
-                add_result(p, t, NULL);
-                continue;
-            }
-            c->user_index = (size_t)(t - targets);
-            inflight[slot] = c;
-            active++;
-        }
-        if (active == 0)
-            continue;
-        int still;
-        curl_multi_perform(multi, &still);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(multi, &left))) {
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            struct agent_call *c;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
-            if (agent_call_finish(c, msg->data.result) < 0 || c->status >= 500)
-                metrics_agent_error();
-            curl_multi_remove_handle(multi, c->easy);
-            for (size_t slot = 0; slot < window; slot++)
-                if (inflight[slot] == c)
-                    inflight[slot] = NULL;
-            active--;
-            add_result(p, &targets[c->user_index], c);
-            agent_call_free(c);
-        }
-        if (should_stop()) {
-            stopped = 1;
-            break;
-        }
-        /* Wait for traffic only when every slot is busy or nothing is left
-         * to start; otherwise go round and start more calls. */
-        if (active > 0 && (active == window || next == n))
-            curl_multi_poll(multi, NULL, 0, 100, NULL);
-    }
-    for (size_t slot = 0; slot < window; slot++) {
-        if (inflight[slot]) {
-            curl_multi_remove_handle(multi, inflight[slot]->easy);
-            agent_call_free(inflight[slot]);
-        }
-    }
-    curl_multi_cleanup(multi);
-    free(inflight);
-    return stopped ? -1 : 0;
+    struct facts_stream fs = {p, targets,
+                              {.connect_timeout_ms = cf->agent_connect_timeout_ms,
+                               .total_timeout_ms = cf->agent_timeout_ms,
+                               .max_response_bytes = (size_t)cf->agent_max_response_bytes,
+                               .ca_file = cf->agent_ca_file}};
+    const struct agent_call_stream st = {make_facts_call, take_facts, &fs};
+    return agent_calls_stream(n, (long)cf->agent_max_parallel, should_stop, &st);
 }
 
 /* One pass over every registered node, or (only_new) over those never
