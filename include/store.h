@@ -71,11 +71,12 @@ void store_read_id(sqlite3_stmt *st, void *row);
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 
 typedef int (*store_txn_fn)(struct store *s, void *ctx);
-/* Runs fn(ctx) in a write transaction, one writer of the process at a time
- * (never call store_txn from inside a callback). Writers that queue while a
- * transaction runs are committed together (group commit, see store.c), so fn
- * may run on another thread's connection: it must use only the store it is
- * given and ctx. A negative result rolls back fn's own work;
+/* Runs fn(s2, ctx) in a write transaction, one writer of the process at a
+ * time (never call store_txn from inside a callback). Writers that queue
+ * while a transaction runs are committed together (group commit, see
+ * store.c), so s2 may be another thread's connection to the same database:
+ * fn must use only the store it is given and ctx. A negative result rolls
+ * back fn's own work;
  * STORE_BUSY from fn, BEGIN or COMMIT retries the whole callback (with a
  * short backoff, for up to a few seconds). Returns fn's result, or
  * STORE_BUSY / STORE_ERROR if the transaction itself could not complete. */

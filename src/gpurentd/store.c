@@ -299,7 +299,7 @@ static int control(struct store *s, const char *sql)
 struct txn_request {
     store_txn_fn fn;
     void *ctx;
-    const char *db_file;       /* only requests on the leader's file batch */
+    const char *db_file;       /* the database's file; NULL if it has none */
     int result;
     bool done;
     struct txn_request *next;
@@ -312,18 +312,21 @@ static bool leading;                /* a batch is running */
 static struct store_txn_stats stats; /* guarded by queue_lock */
 
 /* Runs one request's callback in a savepoint of the open transaction, so
- * that its failure undoes its own work only. */
-static void run_in_savepoint(struct store *s, struct txn_request *r)
+ * that its failure undoes its own work only. Returns 0, or -1 when its work
+ * could not be undone or kept apart (the savepoint statements failed): the
+ * whole transaction must go then. */
+static int run_in_savepoint(struct store *s, struct txn_request *r)
 {
     if (control(s, SQL_SAVEPOINT) != STORE_OK) {
         r->result = STORE_ERROR;
-        return;
+        return -1;
     }
     r->result = r->fn(s, r->ctx);
-    if (r->result < 0 && !sqlite3_get_autocommit(s->db))
-        control(s, SQL_ROLLBACK_TO);
-    if (!sqlite3_get_autocommit(s->db))
-        control(s, SQL_RELEASE);
+    if (sqlite3_get_autocommit(s->db))
+        return -1; /* SQLite rolled the whole transaction back itself */
+    if (r->result < 0 && control(s, SQL_ROLLBACK_TO) != STORE_OK)
+        return -1;
+    return control(s, SQL_RELEASE) == STORE_OK ? 0 : -1;
 }
 
 /* Runs batch (a NULL-terminated list) in one transaction on s, setting each
@@ -341,12 +344,13 @@ static void run_batch(struct store *s, struct txn_request *batch)
                 r->result = rc;
                 continue;
             }
-            run_in_savepoint(s, r);
             /* Some errors (I/O, disk full) make SQLite roll back the whole
-             * transaction: the earlier callbacks' work is gone too, so they
+             * transaction, and a savepoint that cannot be rolled back or
+             * released leaves this callback's work tangled with the others':
+             * either way the whole transaction goes. The earlier callbacks
              * run again (callbacks are written to be retried), this one
-             * fails, and the rest have not run: they try again too. */
-            if (sqlite3_get_autocommit(s->db)) {
+             * fails, and the rest, not run yet, try again too. */
+            if (run_in_savepoint(s, r) < 0) {
                 for (struct txn_request *e = batch; e != r; e = e->next)
                     e->result = STORE_BUSY;
                 if (r->result >= 0)
@@ -366,15 +370,26 @@ static void run_batch(struct store *s, struct txn_request *batch)
             r->result = rc;
 }
 
-/* Moves up to BATCH_MAX queued requests on db_file out of the queue, in
- * order, and returns them as a list. Called with queue_lock held. */
-static struct txn_request *take_batch(const char *db_file)
+/* Whether r may share the batch that own's thread leads: only a request on
+ * the same database file. A request on an unnamed database (in memory,
+ * temporary) shares with nobody: two of them are different databases. */
+static bool same_database(const struct txn_request *r, const struct txn_request *own)
+{
+    if (!r->db_file || !own->db_file)
+        return r == own;
+    return strcmp(r->db_file, own->db_file) == 0;
+}
+
+/* Moves up to BATCH_MAX queued requests that may share own's batch out of
+ * the queue, in order, and returns them as a list. Called with queue_lock
+ * held. */
+static struct txn_request *take_batch(const struct txn_request *own)
 {
     struct txn_request *batch = NULL, **tail = &batch, **link = &queue;
     int taken = 0;
     while (*link && taken < BATCH_MAX) {
         struct txn_request *r = *link;
-        if (strcmp(r->db_file, db_file) != 0) {
+        if (!same_database(r, own)) {
             link = &r->next;
             continue;
         }
@@ -393,8 +408,10 @@ static struct txn_request *take_batch(const char *db_file)
 static int txn_once(struct store *s, store_txn_fn fn, void *ctx)
 {
     struct txn_request req = {.fn = fn, .ctx = ctx, .db_file = sqlite3_db_filename(s->db, "main")};
-    if (!req.db_file)
-        req.db_file = "";
+    /* An in-memory or temporary database has no name, and two of them are
+     * different databases: such a request runs in a batch of its own. */
+    if (!req.db_file || !req.db_file[0])
+        req.db_file = NULL;
     pthread_mutex_lock(&queue_lock);
     struct txn_request **tail = &queue;
     while (*tail)
@@ -407,7 +424,7 @@ static int txn_once(struct store *s, store_txn_fn fn, void *ctx)
             continue;
         }
         leading = true;
-        struct txn_request *batch = take_batch(req.db_file);
+        struct txn_request *batch = take_batch(&req);
         pthread_mutex_unlock(&queue_lock);
         run_batch(s, batch);
         pthread_mutex_lock(&queue_lock);

@@ -200,6 +200,59 @@ static void test_queued_callers_share_one_commit_and_keep_their_outcomes(void **
     assert_int_equal(after.waiting, 0);
 }
 
+/* Requests on unnamed databases (in memory) never share a batch: two of
+ * them queued behind the same holder each run on their own database. */
+struct memory_job {
+    struct store *s;          /* its own in-memory database */
+    int result;
+};
+
+static int memory_txn(struct store *s, void *vctx)
+{
+    (void)vctx;
+    return sqlite3_exec(store_db(s), "INSERT INTO mine VALUES (1)", NULL, NULL, NULL) == SQLITE_OK ? STORE_OK
+                                                                                                 : STORE_ERROR;
+}
+
+static void *run_memory_job(void *arg)
+{
+    struct memory_job *m = arg;
+    m->result = store_txn(m->s, memory_txn, m);
+    return NULL;
+}
+
+static void test_memory_databases_never_share_a_batch(void **state)
+{
+    (void)state;
+    struct store *s = store_thread();
+    assert_non_null(s);
+    reset_tables(s);
+    char err[256];
+    struct memory_job mem[2];
+    for (int i = 0; i < 2; i++) {
+        mem[i].s = store_open(":memory:", err, sizeof err);
+        assert_non_null(mem[i].s);
+        assert_int_equal(sqlite3_exec(store_db(mem[i].s), "CREATE TABLE mine (x INTEGER)", NULL, NULL, NULL),
+                         SQLITE_OK);
+    }
+    struct job holder = {.outcome = COMMIT, .key = "holder", .hold_for = 2};
+    pthread_t h, t[2];
+    assert_int_equal(pthread_create(&h, NULL, run_job, &holder), 0);
+    while (!atomic_load(&holder.entered))
+        sched_yield();
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, run_memory_job, &mem[i]), 0);
+    pthread_join(h, NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(holder.result, 1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(mem[i].result, STORE_OK);
+        assert_int_equal(one_int(mem[i].s, "SELECT count(*) FROM mine"), 1);
+        store_close(mem[i].s);
+    }
+}
+
 /* Many threads, many transactions each: totals add up whatever the batching. */
 #define THREADS 12
 #define PER_THREAD 60
@@ -255,6 +308,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_caller_gets_its_result_or_rolls_back),
         cmocka_unit_test(test_queued_callers_share_one_commit_and_keep_their_outcomes),
+        cmocka_unit_test(test_memory_databases_never_share_a_batch),
         cmocka_unit_test(test_concurrent_writers_lose_and_duplicate_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
