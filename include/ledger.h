@@ -25,9 +25,6 @@ struct funds {
 };
 /* The ledger's funds as posted: grants valid at `at` (expiring after it). */
 int ledger_funds(struct store *s, const char *user_id, int64_t at, struct funds *out);
-/* Every interval of the user not yet billed in full, by id, however many:
- * *out malloc'd (caller frees; NULL when *n is 0). */
-int ledger_billables(struct store *s, const char *user_id, struct billable **out, size_t *n);
 /* Usage of the user's running intervals accrued up to `at` beyond what was
  * posted for them. */
 int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *out);

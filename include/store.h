@@ -481,8 +481,10 @@ struct billable {
 };
 /* Users with intervals not yet billed in full; *out malloc'd (n entries). */
 int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n);
-/* The user's intervals not yet billed in full. */
-int store_billables(struct store *s, const char *user_id, struct billable *out, size_t max, size_t *n);
+/* Every interval of the user not yet billed in full, by id, however many:
+ * a user's every unsettled interval must count, or usage goes uncharged and
+ * funds look larger than they are. *out malloc'd (n entries; NULL if none). */
+int store_billables(struct store *s, const char *user_id, struct billable **out, size_t *n);
 /* Every unsettled interval, by user then id; *out malloc'd (n entries). */
 int store_billables_all(struct store *s, struct billable **out, size_t *n);
 /* What each user with unsettled intervals could spend in the second before

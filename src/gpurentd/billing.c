@@ -199,7 +199,7 @@ static int bill_until(struct store *s, struct pass *p, const char *user_id, int6
 {
     struct billable *b;
     size_t n;
-    int rc = ledger_billables(s, user_id, &b, &n);
+    int rc = store_billables(s, user_id, &b, &n);
     if (rc == STORE_OK && n > 0)
         rc = bill_intervals(s, p, user_id, b, n, t);
     free(b);

@@ -24,45 +24,12 @@ int ledger_funds(struct store *s, const char *user_id, int64_t at, struct funds 
     return STORE_OK;
 }
 
-int ledger_billables(struct store *s, const char *user_id, struct billable **out, size_t *n)
-{
-    /* store_billables fills a buffer it is given: one that came back full
-     * may have left rows out, so it is read again into one twice as large
-     * (at most twice the rows read in all). No fixed cap: a user's every
-     * unsettled interval must count, or usage goes uncharged and funds look
-     * larger than they are. The count is bounded by the user's card quota
-     * (running instances) plus the intervals ended since their last
-     * posting, so this is at most a few megabytes, freed after the user. */
-    *out = NULL;
-    *n = 0;
-    for (size_t cap = 64;; cap *= 2) {
-        if (cap > SIZE_MAX / 2 / sizeof **out)
-            return STORE_ERROR;
-        struct billable *grown = realloc(*out, cap * sizeof **out);
-        if (!grown) {
-            free(*out);
-            *out = NULL;
-            return STORE_ERROR;
-        }
-        *out = grown;
-        int rc = store_billables(s, user_id, *out, cap, n);
-        if (rc != STORE_OK || *n < cap) {
-            if (rc != STORE_OK || *n == 0) {
-                free(*out);
-                *out = NULL;
-                *n = 0;
-            }
-            return rc;
-        }
-    }
-}
-
 int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *out)
 {
     *out = 0;
     struct billable *b;
     size_t n;
-    int rc = ledger_billables(s, user_id, &b, &n);
+    int rc = store_billables(s, user_id, &b, &n);
     /* Intervals of one model usually come together: its schedule is read
      * once per run of them rather than once per interval. */
     char model[sizeof b->gpu_model] = "";

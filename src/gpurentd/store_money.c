@@ -65,7 +65,7 @@ static const char SQL_USERS_TO_BILL[] =
     "SELECT DISTINCT user_id FROM running_intervals WHERE settled = 0 ORDER BY user_id";
 static const char SQL_BILLABLES[] =
     "SELECT id, instance_id, user_id, gpu_model, card_count, started_at, coalesce(ended_at, 0), billed"
-    " FROM running_intervals WHERE user_id = ? AND settled = 0 ORDER BY id LIMIT ?";
+    " FROM running_intervals WHERE user_id = ? AND settled = 0 ORDER BY id";
 /* ?4, when set, is where billing ended because funds ran out: an interval
  * still open or ended later is cut there. */
 /* The periodic check reads every unsettled interval and the funds of every
@@ -453,15 +453,15 @@ static void read_billable(sqlite3_stmt *st, void *row)
     b->billed = sqlite3_column_int64(st, 7);
 }
 
-int store_billables(struct store *s, const char *user_id, struct billable *out, size_t max, size_t *n)
+int store_billables(struct store *s, const char *user_id, struct billable **out, size_t *n)
 {
+    *out = NULL;
     *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_BILLABLES);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    return store_read_rows(s, st, out, sizeof *out, max, n, read_billable, "billables");
+    return store_collect(s, st, sizeof **out, (void **)out, n, read_billable, "billables");
 }
 
 int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled, int64_t exhausted_at)
@@ -484,28 +484,16 @@ int store_billables_all(struct store *s, struct billable **out, size_t *n)
     sqlite3_stmt *st = store_stmt(s, SQL_BILLABLES_ALL);
     if (!st)
         return STORE_ERROR;
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 1024;
-            struct billable *grown = realloc(*out, cap * sizeof **out);
-            if (!grown) {
-                rc = SQLITE_NOMEM;
-                break;
-            }
-            *out = grown;
-        }
-        read_billable(st, &(*out)[(*n)++]);
-    }
-    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "all billables");
-    sqlite3_reset(st);
-    if (result != STORE_OK) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return result;
+    return store_collect(s, st, sizeof **out, (void **)out, n, read_billable, "all billables");
+}
+
+static void read_user_funds(sqlite3_stmt *st, void *row)
+{
+    struct user_funds *f = row;
+    store_column_text(f->user_id, sizeof f->user_id, st, 0);
+    f->cash = sqlite3_column_int64(st, 1);
+    f->credit = sqlite3_column_int64(st, 2);
+    f->expired_grants = sqlite3_column_int(st, 3);
 }
 
 int store_funds_to_bill(struct store *s, int64_t at, struct user_funds **out, size_t *n)
@@ -517,32 +505,7 @@ int store_funds_to_bill(struct store *s, int64_t at, struct user_funds **out, si
         return STORE_ERROR;
     sqlite3_bind_int64(st, 1, at - 1);
     sqlite3_bind_int64(st, 2, at);
-    size_t cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 1024;
-            struct user_funds *grown = realloc(*out, cap * sizeof **out);
-            if (!grown) {
-                rc = SQLITE_NOMEM;
-                break;
-            }
-            *out = grown;
-        }
-        struct user_funds *f = &(*out)[(*n)++];
-        store_column_text(f->user_id, sizeof f->user_id, st, 0);
-        f->cash = sqlite3_column_int64(st, 1);
-        f->credit = sqlite3_column_int64(st, 2);
-        f->expired_grants = sqlite3_column_int(st, 3);
-    }
-    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "funds to bill");
-    sqlite3_reset(st);
-    if (result != STORE_OK) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
-    return result;
+    return store_collect(s, st, sizeof **out, (void **)out, n, read_user_funds, "funds to bill");
 }
 
 int store_user_funds(struct store *s, const char *user_id, int64_t at, int64_t *cash, int64_t *credit)
