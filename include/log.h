@@ -15,6 +15,11 @@ const char *log_level_name(enum log_level level);
 void log_msg(enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Sets the level and says fmt at info under the more verbose of the old and
+ * new levels, so that a reload that quietens the log still says it happened. */
+void log_level_change(enum log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(...)  log_msg(LOG_LVL_WARN, __VA_ARGS__)
 #define log_info(...)  log_msg(LOG_LVL_INFO, __VA_ARGS__)

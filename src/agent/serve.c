@@ -136,7 +136,7 @@ static void reload(struct agent *a)
             snprintf(later + len, sizeof later - len, "%s%s", len ? ", " : "", o->name);
         }
     }
-    enum log_level level, old = log_get_level();
+    enum log_level level;
     log_level_parse(fresh->log_level, &level);
     http_server_reload(a->http, "", (size_t)fresh->max_body_bytes, (int)fresh->max_json_depth);
     /* Only the main thread reads these after start; they are written back so
@@ -144,15 +144,11 @@ static void reload(struct agent *a)
     snprintf(a->conf->log_level, sizeof a->conf->log_level, "%s", fresh->log_level);
     a->conf->max_body_bytes = fresh->max_body_bytes;
     a->conf->max_json_depth = fresh->max_json_depth;
-    /* Said under the more verbose of the old and new levels, so a reload that
-     * quietens the log still reports that it happened. */
-    if (level > old)
-        log_set_level(level);
-    log_info("reload: applied log_level=%s max_body_bytes=%lld max_json_depth=%lld; %s%s",
-             fresh->log_level, (long long)fresh->max_body_bytes, (long long)fresh->max_json_depth,
-             later[0] ? "changed but applied only at the next restart: " : "other options apply at the next restart",
-             later);
-    log_set_level(level);
+    log_level_change(level, "reload: applied log_level=%s max_body_bytes=%lld max_json_depth=%lld; %s%s",
+                     fresh->log_level, (long long)fresh->max_body_bytes, (long long)fresh->max_json_depth,
+                     later[0] ? "changed but applied only at the next restart: "
+                              : "other options apply at the next restart",
+                     later);
     free(fresh);
 }
 

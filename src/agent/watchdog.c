@@ -8,8 +8,8 @@
  * that still takes signals says nothing about the threads doing the work. */
 #include "agent.h"
 #include "clock.h"
+#include "selfcheck.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,35 +31,12 @@ struct agent_watchdog {
     pthread_t thread;      /* the checking thread */
 };
 
-static size_t discard(char *d, size_t s, size_t n, void *u)
-{
-    (void)d, (void)u;
-    return s * n;
-}
-
 /* NULL when healthy, else what is wrong (in why). */
 static const char *check(struct agent_watchdog *w, char *why, size_t whylen)
 {
     struct agent *a = w->agent;
-    CURL *c = curl_easy_init();
-    if (!c)
-        return "cannot make an HTTP client";
-    curl_easy_setopt(c, CURLOPT_URL, w->health_url);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
-    /* Our own certificate on loopback: reaching the port is what counts. */
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-    long status = 0;
-    CURLcode rc = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(c);
-    if (rc != CURLE_OK || status != 200) {
-        snprintf(why, whylen, "the API does not answer %s: %s", w->health_url,
-                 rc != CURLE_OK ? curl_easy_strerror(rc) : "not 200");
+    if (selfcheck_get(w->health_url, why, whylen) < 0)
         return why;
-    }
     int64_t now = clock_mono_ms();
     if (driver_check(a->driver, now, why, whylen) < 0)
         return why;
@@ -121,9 +98,7 @@ struct agent_watchdog *agent_watchdog_start(struct agent *a, const char *host, i
     }
     w->agent = a;
     w->period_us = period_us;
-    const char *h = strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : strcmp(host, "::") == 0 ? "::1" : host;
-    snprintf(w->health_url, sizeof w->health_url, strchr(h, ':') ? "%s://[%s]:%d/healthz" : "%s://%s:%d/healthz",
-             tls ? "https" : "http", h, port);
+    selfcheck_url(host, port, tls, w->health_url, sizeof w->health_url);
     pthread_mutex_init(&w->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

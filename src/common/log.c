@@ -39,7 +39,7 @@ const char *log_level_name(enum log_level level)
     return "?";
 }
 
-void log_msg(enum log_level level, const char *fmt, ...)
+static void log_vmsg(enum log_level level, const char *fmt, va_list ap)
 {
     if ((int)level > atomic_load(&current_level))
         return;
@@ -53,10 +53,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
     int n = snprintf(line, sizeof line, "<%d>%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: ", (int)level,
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                      ts.tv_nsec / 1000000, log_level_name(level));
-    va_list ap;
-    va_start(ap, fmt);
     int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-    va_end(ap);
     size_t len = (size_t)n + (m < 0 ? 0 : ((size_t)m < sizeof line - (size_t)n - 1 ? (size_t)m : sizeof line - (size_t)n - 2));
     /* Messages carry values from outside (request paths, names, library
      * errors). A message never spans lines: journald would split it into two
@@ -80,4 +77,25 @@ void log_msg(enum log_level level, const char *fmt, ...)
     out[k++] = '\n';
     ssize_t w = write(STDERR_FILENO, out, k);
     (void)w;
+}
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    log_vmsg(level, fmt, ap);
+    va_end(ap);
+}
+
+void log_level_change(enum log_level level, const char *fmt, ...)
+{
+    /* Said under the more verbose of the old and new levels, so a reload
+     * that quietens the log (info to warn) still reports that it happened. */
+    if (level > log_get_level())
+        log_set_level(level);
+    va_list ap;
+    va_start(ap, fmt);
+    log_vmsg(LOG_LVL_INFO, fmt, ap);
+    va_end(ap);
+    log_set_level(level);
 }

@@ -150,7 +150,7 @@ static void reload(struct http_server *srv, struct loaded *l)
         log_error("reload: configuration has errors (%s); keeping the running one", err);
         return;
     }
-    enum log_level level, old = log_get_level();
+    enum log_level level;
     log_level_parse(fresh.log_level, &level);
     http_server_reload(srv, fresh.cors_origins, (size_t)fresh.max_body_bytes, (int)fresh.max_json_depth);
     /* The login limits are read at each failed login (api_accounts.c) and
@@ -161,16 +161,13 @@ static void reload(struct http_server *srv, struct loaded *l)
     int64_t max_failures = fresh.login_max_failures, lockout_s = fresh.login_lockout_s;
     daemon_config->login_max_failures = max_failures;
     daemon_config->login_lockout_s = lockout_s;
-    /* Said under the more verbose of the old and new levels, so a reload that
-     * quietens the log (info to warn) still reports that it happened. */
-    if (level > old)
-        log_set_level(level);
-    log_info("reload: applied log_level=%s cors_origins='%s' max_body_bytes=%lld max_json_depth=%lld "
-             "login_max_failures=%lld (per client %lld) login_lockout_s=%lld; "
-             "other options take effect at the next restart",
-             fresh.log_level, fresh.cors_origins, (long long)fresh.max_body_bytes, (long long)fresh.max_json_depth,
-             (long long)max_failures, (long long)max_failures * 4, (long long)lockout_s);
-    log_set_level(level);
+    log_level_change(level,
+                     "reload: applied log_level=%s cors_origins='%s' max_body_bytes=%lld max_json_depth=%lld "
+                     "login_max_failures=%lld (per client %lld) login_lockout_s=%lld; "
+                     "other options take effect at the next restart",
+                     fresh.log_level, fresh.cors_origins, (long long)fresh.max_body_bytes,
+                     (long long)fresh.max_json_depth, (long long)max_failures, (long long)max_failures * 4,
+                     (long long)lockout_s);
 }
 
 int cmd_serve(int argc, char **argv)

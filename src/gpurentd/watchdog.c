@@ -6,9 +6,9 @@
  * daemon is therefore restarted by systemd rather than left half alive. */
 #include "clock.h"
 #include "daemon.h"
+#include "selfcheck.h"
 #include "store.h"
 
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,33 +26,16 @@ void watchdog_loop_alive(enum loop_kind which)
     atomic_store(&last_pass_ms[which], clock_mono_ms());
 }
 
-static size_t discard(char *d, size_t s, size_t n, void *u)
-{
-    (void)d, (void)u;
-    return s * n;
-}
-
 /* Returns NULL when healthy, else what is wrong. */
 static const char *check(struct store *s)
 {
     if (store_schema_version(s) != store_latest_version())
         return "the database does not answer or is not migrated";
-    CURL *c = curl_easy_init();
-    if (!c)
-        return "cannot make an HTTP client";
-    curl_easy_setopt(c, CURLOPT_URL, health_url);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
-    /* Our own certificate on loopback: reaching the port is what counts. */
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-    long status = 0;
-    CURLcode rc = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(c);
-    if (rc != CURLE_OK || status != 200)
+    char why[512];
+    if (selfcheck_get(health_url, why, sizeof why) < 0) {
+        log_error("watchdog: %s", why);
         return "the API does not answer /healthz";
+    }
     /* Loops may take a while on a big fleet, but not minutes. */
     static const char *const names[LOOP_COUNT] = {"heartbeat", "reconciler", "billing"};
     int64_t periods[LOOP_COUNT] = {daemon_config->heartbeat_interval_ms, daemon_config->reconcile_interval_ms,
@@ -91,9 +74,7 @@ int watchdog_start(const char *host, int port, int tls)
         atomic_store(&last_pass_ms[i], now);
     if (sd_watchdog_enabled(0, &period_us) <= 0)
         return 0; /* not under a systemd watchdog */
-    const char *h = strcmp(host, "0.0.0.0") == 0 ? "127.0.0.1" : strcmp(host, "::") == 0 ? "::1" : host;
-    snprintf(health_url, sizeof health_url, strchr(h, ':') ? "%s://[%s]:%d/healthz" : "%s://%s:%d/healthz",
-             tls ? "https" : "http", h, port);
+    selfcheck_url(host, port, tls, health_url, sizeof health_url);
     if (loop_start(&loop, watchdog_main) < 0)
         return -1;
     log_info("watchdog: feeding systemd every %llums after checking the database, the API and the loops",
