@@ -136,10 +136,19 @@ def test_watchdog_pings_only_while_its_checks_pass(tmp_path):
             ns.wait_for(lambda m: m == "WATCHDOG=1", DEADLINE, "a watchdog ping")
         assert all(m == "WATCHDOG=1" for _, m in ns.messages[1:]), ns.messages
 
-        held = hold_connection(a, r"watchdog: not feeding systemd's watchdog: the API does not answer "
-                                  r"http://127\.0\.0\.1:\d+/healthz")
+        failing = "watchdog: not feeding systemd's watchdog"
+        held = hold_connection(a, re.escape(failing) + r": the API does not answer http://127\.0\.0\.1:\d+/healthz")
         try:
             ns.drain()  # pings from before the check failed
+            n = len(ns.messages)
+            # A whole failing round later, still no ping.
+            failures = a.stderr_text().count(failing)
+            deadline = time.monotonic() + DEADLINE
+            while a.stderr_text().count(failing) <= failures:
+                assert time.monotonic() < deadline, "the watchdog did not check again"
+                time.sleep(0.05)
+            ns.drain()
+            assert not any(m == "WATCHDOG=1" for _, m in ns.messages[n:]), ns.messages[n:]
             n = len(ns.messages)
         finally:
             held.close()
