@@ -52,7 +52,7 @@ struct agent_conf {
     char inventory_driver_version[48]; /* discovery = config: reported driver; "" = the vendor's default */
     char inventory_stack_version[48]; /* discovery = config: reported ROCm/CUDA version; "" = the vendor's default */
     char mount_root[1024];         /* host directories where /shared sources are mounted */
-    char mount_command[1024];      /* template: {source} {target} */
+    char mount_command[1024];      /* template: {source} {target}, optionally {size_gb} */
     char umount_command[1024];     /* template: {target} */
     char mountinfo_file[1024];     /* where mount points are checked */
     char run_args[1024];           /* extra words for podman/docker run, space-separated */
@@ -97,10 +97,13 @@ int agent_check_config(const struct agent_conf *conf);
 #define SPEC_MAX_ENV 64
 #define SPEC_ENV_NAME_MAX 128
 #define SPEC_ENV_VALUE_MAX 4096
+#define SPEC_SIZE_GB_MAX 1048576  /* gpurentd's bound on a volume's size_gb */
 
 struct spec_volume {
     char *source;                 /* "nfs.example:/export/vol_x"; owned */
     char *target;                 /* path inside the container, "/shared"; owned */
+    int64_t size_gb;              /* the volume's quota, 1..SPEC_SIZE_GB_MAX; 0 when the spec gave none
+                                     (an older control plane), which {size_gb} in mount_command refuses */
 };
 struct spec_env {
     char *name;                   /* owned */
@@ -127,7 +130,8 @@ void spec_free(struct wl_spec *spec);
  * New reference. */
 json_t *spec_to_json(const struct wl_spec *spec);
 /* 1 when two specs ask for the same thing: same image, stack, gpus in the
- * same order, volumes in the same order, same env whatever its order. */
+ * same order, volumes (source, target, size) in the same order, same env
+ * whatever its order. */
 int spec_equal(const struct wl_spec *a, const struct wl_spec *b);
 /* Whether the image name contains word: the sim runtime's failure switches. */
 int spec_image_has(const struct wl_spec *spec, const char *word);
@@ -326,13 +330,21 @@ void argv_addf(struct argv_buf *a, const char *fmt, ...) __attribute__((format(p
 void argv_free(struct argv_buf *a);
 /* One line, words separated by spaces, for logs and tests. */
 void argv_join(const struct argv_buf *a, char *out, size_t outlen);
-/* Splits a template on spaces and substitutes {source} and {target} inside
- * words (no quoting: a word is never split or re-joined). -1 if the template
- * has no words, names an unknown {placeholder}, or a value is NULL where its
- * placeholder appears. */
+/* Splits a template on spaces and substitutes {source}, {target} and
+ * {size_gb} inside words (no quoting: a word is never split or re-joined).
+ * -1 if the template has no words, names an unknown {placeholder}, or a
+ * value is NULL where its placeholder appears. */
+int argv_from_template_sized(struct argv_buf *a, const char *tmpl, const char *source, const char *target,
+                             const char *size_gb);
+/* The same with no {size_gb} value: for umount_command, run_args, and
+ * mount templates that do not use it. */
 int argv_from_template(struct argv_buf *a, const char *tmpl, const char *source, const char *target);
+/* Whether a template uses {size_gb}. */
+int argv_template_uses_size(const char *tmpl);
 /* Checks a template when the configuration is read: words and placeholders
- * known, the first word plain, and {target} present. */
+ * known, the first word plain, and {target} present. want_source is 1 for
+ * mount_command ({source} required, {size_gb} allowed), 0 for
+ * umount_command (only {target}). */
 int argv_template_check(const char *tmpl, int want_source, char *err, size_t errlen);
 
 /* mount.c: host directories for volumes, mounting and the mount-point check. */
@@ -345,6 +357,12 @@ int mount_host_dir(const char *mount_root, const char *source, char *out, size_t
 int mount_is_mount_point(const char *mountinfo_file, const char *path);
 /* Decodes mountinfo's octal escapes (\040 ...) of one field in place. */
 void mount_unescape(char *s);
+/* The mount command for volume v at host_dir from the mount_command
+ * template, {size_gb} being v's quota in decimal. -1 with msg ("mount
+ * SOURCE: ...") when the template uses {size_gb} and the spec gave v no
+ * size, or the template cannot be expanded; the caller frees a either way. */
+int mount_argv(struct argv_buf *a, const char *tmpl, const struct spec_volume *v, const char *host_dir, char *msg,
+               size_t msglen);
 
 /* runtime.c: the runtimes behind one interface. Each step returns a
  * step_rc; on STEP_FAIL msg says why. A step is called by one driver worker

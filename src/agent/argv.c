@@ -58,8 +58,16 @@ void argv_join(const struct argv_buf *a, char *out, size_t outlen)
     }
 }
 
+/* A placeholder and its value; a NULL value makes a template that names
+ * it fail to expand. */
+struct placeholder {
+    const char *name;
+    size_t len;
+    const char *value;
+};
+
 /* Appends one template word with its placeholders replaced. */
-static int expand_word(struct argv_buf *a, const char *w, size_t wlen, const char *source, const char *target)
+static int expand_word(struct argv_buf *a, const char *w, size_t wlen, const struct placeholder *ph, size_t nph)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -72,20 +80,16 @@ static int expand_word(struct argv_buf *a, const char *w, size_t wlen, const cha
             fputc(w[i++], f);
             continue;
         }
-        const char *val;
-        size_t plen;
-        if (wlen - i >= 8 && strncmp(w + i, "{source}", 8) == 0)
-            val = source, plen = 8;
-        else if (wlen - i >= 8 && strncmp(w + i, "{target}", 8) == 0)
-            val = target, plen = 8;
-        else
-            val = NULL, plen = 0;
-        if (!val) {
+        const struct placeholder *hit = NULL;
+        for (size_t k = 0; k < nph && !hit; k++)
+            if (wlen - i >= ph[k].len && strncmp(w + i, ph[k].name, ph[k].len) == 0)
+                hit = &ph[k];
+        if (!hit || !hit->value) {
             rc = -1;
             break;
         }
-        fputs(val, f);
-        i += plen;
+        fputs(hit->value, f);
+        i += hit->len;
     }
     if (fclose(f) != 0)
         rc = -1;
@@ -95,8 +99,14 @@ static int expand_word(struct argv_buf *a, const char *w, size_t wlen, const cha
     return rc;
 }
 
-int argv_from_template(struct argv_buf *a, const char *tmpl, const char *source, const char *target)
+int argv_from_template_sized(struct argv_buf *a, const char *tmpl, const char *source, const char *target,
+                             const char *size_gb)
 {
+    const struct placeholder ph[] = {
+        {"{source}", 8, source},
+        {"{target}", 8, target},
+        {"{size_gb}", 9, size_gb},
+    };
     int words = 0;
     for (const char *p = tmpl; *p;) {
         while (*p == ' ' || *p == '\t')
@@ -104,7 +114,7 @@ int argv_from_template(struct argv_buf *a, const char *tmpl, const char *source,
         if (!*p)
             break;
         size_t n = strcspn(p, " \t");
-        if (expand_word(a, p, n, source, target) < 0)
+        if (expand_word(a, p, n, ph, sizeof ph / sizeof ph[0]) < 0)
             return -1;
         words++;
         p += n;
@@ -112,14 +122,25 @@ int argv_from_template(struct argv_buf *a, const char *tmpl, const char *source,
     return words > 0 && !a->overflow ? 0 : -1;
 }
 
+int argv_from_template(struct argv_buf *a, const char *tmpl, const char *source, const char *target)
+{
+    return argv_from_template_sized(a, tmpl, source, target, NULL);
+}
+
+int argv_template_uses_size(const char *tmpl)
+{
+    return strstr(tmpl, "{size_gb}") != NULL;
+}
+
 int argv_template_check(const char *tmpl, int want_source, char *err, size_t errlen)
 {
     struct argv_buf a = {0};
     int rc = -1;
     size_t first = strcspn(tmpl + strspn(tmpl, " \t"), " \t");
-    if (argv_from_template(&a, tmpl, "S", "T") < 0) {
-        snprintf(err, errlen, "'%s': a command template needs words, and only {source} and {target} placeholders",
-                 tmpl);
+    /* Only a mount knows a volume, so only mount_command may ask for its size. */
+    if (argv_from_template_sized(&a, tmpl, "S", "T", want_source ? "1" : NULL) < 0) {
+        snprintf(err, errlen, "'%s': a command template needs words, and only %s placeholders", tmpl,
+                 want_source ? "{source}, {target} and {size_gb}" : "{target}");
     } else if (memchr(tmpl + strspn(tmpl, " \t"), '{', first)) {
         snprintf(err, errlen, "'%s': the program (first word) cannot be a placeholder", tmpl);
     } else if (!strstr(tmpl, "{target}")) {

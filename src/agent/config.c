@@ -153,7 +153,7 @@ const struct conf_option agent_options[] = {
             "discovery = config: ROCm or CUDA version reported; \"\" = 6.2.0 (AMD) or 12.4 (NVIDIA)"),
     OPT_STR(mount_root, "/run/gpurent-agent/mounts", validate_nonempty, "host directories where volume sources are mounted"),
     OPT_STR(mount_command, "mount -t nfs4 -o hard,noatime {source} {target}", validate_mount_command,
-            "mount template, split on spaces, no shell; {source} and {target} are substituted"),
+            "mount template, split on spaces, no shell; {source}, {target}, {size_gb} (quota, GB) are substituted"),
     OPT_STR(umount_command, "umount {target}", validate_umount_command, "unmount template; {target} is substituted"),
     OPT_STR(mountinfo_file, "/proc/self/mountinfo", validate_nonempty,
             "where a volume target is checked to be a mount point (a stand-in file in tests)"),

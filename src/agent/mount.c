@@ -1,7 +1,9 @@
-/* mount.c: where volume sources are mounted on the host, and the check that
- * a mount really happened. The check reads mountinfo rather than comparing
- * st_dev of the target and its parent, because a bind mount from the same
- * filesystem has the same st_dev as its parent and would look unmounted. */
+/* mount.c: where volume sources are mounted on the host, the mount command
+ * for a volume (its source, host directory and size quota put into the
+ * mount_command template), and the check that a mount really happened. The
+ * check reads mountinfo rather than comparing st_dev of the target and its
+ * parent, because a bind mount from the same filesystem has the same st_dev
+ * as its parent and would look unmounted. */
 #include "agent.h"
 #include "secrets.h"
 
@@ -67,4 +69,28 @@ int mount_is_mount_point(const char *mountinfo_file, const char *path)
     free(line);
     fclose(f);
     return found;
+}
+
+int mount_argv(struct argv_buf *a, const char *tmpl, const struct spec_volume *v, const char *host_dir, char *msg,
+               size_t msglen)
+{
+    char size[24];
+    const char *sizep = NULL;
+    if (v->size_gb > 0) {
+        snprintf(size, sizeof size, "%lld", (long long)v->size_gb);
+        sizep = size;
+    } else if (argv_template_uses_size(tmpl)) {
+        /* Mounting without the quota would hand the workload storage the
+         * site meant to bound; the fix is on the control plane's side. */
+        snprintf(msg, msglen,
+                 "mount %s: mount_command uses {size_gb} but the workload spec gives this volume no size_gb "
+                 "(a control plane that predates it?)",
+                 v->source);
+        return -1;
+    }
+    if (argv_from_template_sized(a, tmpl, v->source, host_dir, sizep) < 0) {
+        snprintf(msg, msglen, "mount %s: bad mount_command template", v->source);
+        return -1;
+    }
+    return 0;
 }

@@ -224,7 +224,7 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
                 return bad(field, fieldlen, f, err, errlen, "%s must be an object with source and target", f);
             json_t *member;
             json_object_foreach(v, key, member) {
-                if (strcmp(key, "source") && strcmp(key, "target")) {
+                if (strcmp(key, "source") && strcmp(key, "target") && strcmp(key, "size_gb")) {
                     snprintf(f, sizeof f, "volumes[%zu].%.32s", i, key);
                     return bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
                 }
@@ -249,7 +249,22 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
                     return bad(field, fieldlen, f, err, errlen, "two volumes are mounted at %s", tgt);
                 }
             }
+            /* The quota reaches mount_command as {size_gb}. Optional, so a
+             * control plane that does not send it is still served; null is
+             * not "absent" here, since no control plane ever sent one. */
+            json_t *size = json_object_get(v, "size_gb");
+            int64_t size_gb = 0;
+            if (size) {
+                if (!json_is_integer(size) || json_integer_value(size) < 1 ||
+                    json_integer_value(size) > SPEC_SIZE_GB_MAX) {
+                    snprintf(f, sizeof f, "volumes[%zu].size_gb", i);
+                    return bad(field, fieldlen, f, err, errlen, "%s must be an integer from 1 to %d", f,
+                               SPEC_SIZE_GB_MAX);
+                }
+                size_gb = (int64_t)json_integer_value(size);
+            }
             struct spec_volume *sv = &out->volumes[out->n_volumes];
+            sv->size_gb = size_gb;
             sv->source = strdup(src);
             sv->target = strdup(tgt);
             out->n_volumes++; /* counted first, so spec_free frees a half-made entry */
@@ -305,9 +320,14 @@ json_t *spec_to_json(const struct wl_spec *spec)
     json_t *gpus = json_array(), *vols = json_array(), *env = json_object();
     for (int i = 0; i < spec->n_gpus; i++)
         json_array_append_new(gpus, json_integer(spec->gpus[i]));
-    for (int i = 0; i < spec->n_volumes; i++)
-        json_array_append_new(vols, json_pack("{s:s, s:s}", "source", spec->volumes[i].source, "target",
-                                              spec->volumes[i].target));
+    for (int i = 0; i < spec->n_volumes; i++) {
+        json_t *vol = json_pack("{s:s, s:s}", "source", spec->volumes[i].source, "target", spec->volumes[i].target);
+        /* Only when given, so a record made from an older control plane's
+         * spec reads back as the same spec. */
+        if (vol && spec->volumes[i].size_gb > 0)
+            json_object_set_new(vol, "size_gb", json_integer((json_int_t)spec->volumes[i].size_gb));
+        json_array_append_new(vols, vol);
+    }
     for (int i = 0; i < spec->n_env; i++)
         json_object_set_new(env, spec->env[i].name, json_string(spec->env[i].value));
     json_t *o = json_pack("{s:s, s:o, s:o, s:o}", "image", spec->image, "gpus", gpus, "volumes", vols, "env", env);
@@ -324,7 +344,8 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
     if (memcmp(a->gpus, b->gpus, (size_t)a->n_gpus * sizeof a->gpus[0]) != 0)
         return 0;
     for (int i = 0; i < a->n_volumes; i++)
-        if (strcmp(a->volumes[i].source, b->volumes[i].source) || strcmp(a->volumes[i].target, b->volumes[i].target))
+        if (strcmp(a->volumes[i].source, b->volumes[i].source) ||
+            strcmp(a->volumes[i].target, b->volumes[i].target) || a->volumes[i].size_gb != b->volumes[i].size_gb)
             return 0;
     /* env is kept sorted by name, so equal maps compare entry by entry. */
     for (int i = 0; i < a->n_env; i++)

@@ -300,6 +300,11 @@ def test_unknown_workload_is_404(agent):
     ({"image": "busybox", "gpus": [0, 0]}, "gpus"),
     ({"image": "busybox", "stack": "CUDA"}, "stack"),      # an AMD node
     ({"image": "busybox", "volumes": [{"source": "a", "target": "/x:ro"}]}, "volumes[0].target"),
+    ({"image": "busybox", "volumes": [{"source": "a", "target": "/x", "size_gb": 0}]}, "volumes[0].size_gb"),
+    ({"image": "busybox", "volumes": [{"source": "a", "target": "/x", "size_gb": 1048577}]}, "volumes[0].size_gb"),
+    ({"image": "busybox", "volumes": [{"source": "a", "target": "/x", "size_gb": "100"}]}, "volumes[0].size_gb"),
+    ({"image": "busybox", "volumes": [{"source": "a", "target": "/x", "size_gb": None}]}, "volumes[0].size_gb"),
+    ({"image": "busybox", "volumes": [{"source": "a", "target": "/x", "size_gb": 1.5}]}, "volumes[0].size_gb"),
     ({"image": "busybox", "env": {"HIP_VISIBLE_DEVICES": "3"}}, "env.HIP_VISIBLE_DEVICES"),
     ({"image": "busybox", "privileged": True}, "privileged"),
 ])
@@ -391,6 +396,33 @@ def test_workloads_survive_a_restart(new_agent):
     # Idempotency holds across the restart.
     assert a.put("/v1/workloads/wl_run", json={**SPEC, "gpus": [0]}).status_code == 200
     assert "resumed 3 workloads" in a.stderr_text()
+
+
+def test_volume_size_is_kept_compared_and_survives_a_restart(new_agent):
+    """A volume's size_gb is part of the spec: recorded, compared for
+    idempotency (before and after a restart), and optional."""
+    # The sim never runs mount_command, so a template asking for the size
+    # does not stop a volume that has none.
+    a = new_agent(options={"mount_command": "/usr/local/sbin/mount-volume {source} {target} {size_gb}"})
+    vol = {"source": "nfs.example:/export/vol_q", "target": "/shared", "size_gb": 250}
+    spec = {**SPEC, "gpus": [0], "volumes": [vol]}
+    assert a.put("/v1/workloads/wl_sized", json=spec).status_code == 201
+    with open(os.path.join(a.state_dir, "workloads", "wl_sized.json")) as f:
+        assert json.load(f)["spec"]["volumes"] == [vol]
+    assert a.put("/v1/workloads/wl_sized", json=spec).status_code == 200
+    no_size = {k: v for k, v in vol.items() if k != "size_gb"}
+    for other in ({**spec, "volumes": [{**vol, "size_gb": 251}]}, {**spec, "volumes": [no_size]}):
+        assert_error(a.put("/v1/workloads/wl_sized", json=other), 409, "conflict")
+    # A control plane that sends no size is still served.
+    old = {**SPEC, "gpus": [1], "volumes": [no_size]}
+    assert a.put("/v1/workloads/wl_unsized", json=old).status_code == 201
+    a.wait_phase("wl_sized", "running")
+    a.wait_phase("wl_unsized", "running")
+    a.restart()
+    assert a.put("/v1/workloads/wl_sized", json=spec).status_code == 200
+    assert a.put("/v1/workloads/wl_unsized", json=old).status_code == 200
+    assert_error(a.put("/v1/workloads/wl_unsized", json={**old, "volumes": [{**no_size, "size_gb": 250}]}), 409,
+                 "conflict")
 
 
 def test_workloads_survive_a_crash(new_agent):

@@ -63,6 +63,11 @@ static void test_values(void **state)
     assert_int_equal(set(&c, "mount_command=mount {target}"), -1);
     assert_int_equal(set(&c, "umount_command=umount -l {target}"), 0);
     assert_int_equal(set(&c, "umount_command=umount {source}"), -1);
+    /* The volume's quota is known to a mount only. */
+    assert_int_equal(set(&c, "mount_command=/usr/local/sbin/mount-volume {source} {target} {size_gb}"), 0);
+    assert_string_equal(c.mount_command, "/usr/local/sbin/mount-volume {source} {target} {size_gb}");
+    assert_int_equal(set(&c, "umount_command=umount {target} {size_gb}"), -1);
+    assert_int_equal(set(&c, "run_args=--shm-size={size_gb}g"), -1);
     assert_int_equal(set(&c, "inventory_failed_cards=0,7"), 0);
     assert_int_equal(set(&c, "inventory_failed_cards=0,x"), -1);
     assert_int_equal(set(&c, "inventory_failed_cards=64"), -1);

@@ -1,8 +1,9 @@
 /* test_agent_oci.c: unit tests for the commands the real runtime runs:
  * the exact podman and docker command lines for ROCm and CUDA workloads,
- * pull, inspect, stop and rm; mount command templates; the mount-point
- * check on a recorded mountinfo; inspect output parsing; and the exec
- * helper (exit status, output tail, timeout, cancel, no shell). */
+ * pull, inspect, stop and rm; mount command templates, with a volume's
+ * {size_gb}; the mount-point check on a recorded mountinfo; inspect output
+ * parsing; and the exec helper (exit status, output tail, timeout, cancel,
+ * no shell). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -195,6 +196,64 @@ static void test_templates(void **state)
     assert_int_equal(argv_template_check("mount {sourc} {target}", 1, err, sizeof err), -1);
 }
 
+/* {size_gb}: expanded inside a word for mount_command, refused by every
+ * other template, and a clear refusal when a volume has no size. */
+static void test_size_template(void **state)
+{
+    struct argv_buf a = {0};
+    assert_int_equal(argv_from_template_sized(&a, "mount -t tmpfs -o size={size_gb}G,mode=0755 {source} {target}",
+                                              "scratch", "/run/m/v-1", "50"),
+                     0);
+    assert_line(&a, "mount -t tmpfs -o size=50G,mode=0755 scratch /run/m/v-1");
+    argv_free(&a);
+    /* No value for a placeholder the template names: no command. */
+    assert_int_equal(argv_from_template_sized(&a, "mount {source} {target} {size_gb}", "s", "/t", NULL), -1);
+    argv_free(&a);
+    assert_int_equal(argv_from_template(&a, "mount {source} {target} {size_gb}", "s", "/t"), -1);
+    argv_free(&a);
+    assert_int_equal(argv_from_template_sized(&a, "mount {source} {target} {size}", "s", "/t", "5"), -1);
+    argv_free(&a);
+    assert_true(argv_template_uses_size("mount -o size={size_gb}G {source} {target}"));
+    assert_false(argv_template_uses_size("mount {source} {target} {size}"));
+
+    char err[256];
+    assert_int_equal(argv_template_check("/usr/local/sbin/mount-volume {source} {target} {size_gb}", 1, err,
+                                         sizeof err),
+                     0);
+    assert_int_equal(argv_template_check("umount {target} {size_gb}", 0, err, sizeof err), -1);
+    assert_non_null(strstr(err, "only {target}"));
+    assert_int_equal(argv_template_check("{size_gb} {source} {target}", 1, err, sizeof err), -1);
+    assert_int_equal(argv_template_check("mount {size_gb} {target}", 1, err, sizeof err), -1);
+
+    /* mount_argv: the volume's own size, in decimal. */
+    char msg[512] = "";
+    struct wl_spec s = spec_of("{\"image\": \"b\", \"volumes\": [{\"source\": \"nfs:/v\", \"target\": \"/shared\","
+                               " \"size_gb\": 1048576}, {\"source\": \"nfs:/old\", \"target\": \"/old\"}]}");
+    assert_int_equal(mount_argv(&a, "mount-volume {source} {target} {size_gb}", &s.volumes[0], "/run/m/v-2", msg,
+                                sizeof msg),
+                     0);
+    assert_line(&a, "mount-volume nfs:/v /run/m/v-2 1048576");
+    argv_free(&a);
+    /* A volume without a size still mounts with a template that does not ask for one ... */
+    assert_int_equal(mount_argv(&a, "mount --bind {source} {target}", &s.volumes[1], "/run/m/v-3", msg, sizeof msg),
+                     0);
+    assert_line(&a, "mount --bind nfs:/old /run/m/v-3");
+    argv_free(&a);
+    /* ... and is refused, saying why, by one that does. */
+    assert_int_equal(mount_argv(&a, "mount-volume {source} {target} {size_gb}", &s.volumes[1], "/run/m/v-3", msg,
+                                sizeof msg),
+                     -1);
+    assert_int_equal(a.n, 0);
+    assert_non_null(strstr(msg, "mount nfs:/old: mount_command uses {size_gb}"));
+    assert_non_null(strstr(msg, "no size_gb"));
+    argv_free(&a);
+    assert_int_equal(mount_argv(&a, "mount {source} {target} {nope}", &s.volumes[0], "/run/m/v-2", msg, sizeof msg),
+                     -1);
+    assert_string_equal(msg, "mount nfs:/v: bad mount_command template");
+    argv_free(&a);
+    spec_free(&s);
+}
+
 static void test_argv_bounds(void **state)
 {
     struct argv_buf a = {0};
@@ -293,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_run_podman_cuda), cmocka_unit_test(test_run_docker_cuda),
         cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_other_commands),
         cmocka_unit_test(test_parse_state),     cmocka_unit_test(test_templates),
+        cmocka_unit_test(test_size_template),
         cmocka_unit_test(test_argv_bounds),     cmocka_unit_test(test_mount_points),
         cmocka_unit_test(test_exec),
     };

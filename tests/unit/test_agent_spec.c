@@ -1,6 +1,6 @@
 /* test_agent_spec.c: unit tests for the agent's workload spec: what a valid
  * spec becomes, every refusal that protects the command line, bounds, and
- * the equality that makes PUT idempotent. */
+ * the equality that makes PUT idempotent (volume sizes included). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +45,8 @@ static void test_full_spec(void **state)
     struct wl_spec s;
     char field[64];
     assert_int_equal(parse("{\"image\": \"rocm/pytorch:2.3-rocm6.2\", \"gpus\": [3, 1, 2], \"stack\": \"ROCm\","
-                           " \"volumes\": [{\"source\": \"nfs.example:/export/vol_x\", \"target\": \"/shared\"}],"
+                           " \"volumes\": [{\"source\": \"nfs.example:/export/vol_x\", \"target\": \"/shared\","
+                           " \"size_gb\": 500}, {\"source\": \"nfs.example:/old\", \"target\": \"/old\"}],"
                            " \"env\": {\"MASTER_PORT\": \"29500\", \"GPURENT_NODE_RANK\": \"0\", \"EMPTY\": \"\"}}",
                            &s, field),
                      0);
@@ -54,9 +55,11 @@ static void test_full_spec(void **state)
     assert_int_equal(s.gpus[0], 3); /* order kept: it decides device numbering */
     assert_int_equal(s.gpus[2], 2);
     assert_string_equal(s.stack, "ROCm");
-    assert_int_equal(s.n_volumes, 1);
+    assert_int_equal(s.n_volumes, 2);
     assert_string_equal(s.volumes[0].source, "nfs.example:/export/vol_x");
     assert_string_equal(s.volumes[0].target, "/shared");
+    assert_int_equal(s.volumes[0].size_gb, 500);
+    assert_int_equal(s.volumes[1].size_gb, 0); /* absent (an older control plane): no size */
     assert_int_equal(s.n_env, 3);
     assert_string_equal(s.env[0].name, "EMPTY"); /* sorted by name */
     assert_string_equal(s.env[1].name, "GPURENT_NODE_RANK");
@@ -120,6 +123,16 @@ static void test_refusals(void **state)
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/s\"},"
                " {\"source\": \"b\", \"target\": \"/s\"}]}",
                "volumes[1].target");
+    /* A size quota is a whole number of GB within gpurentd's bounds. */
+    static const char *const bad_sizes[] = {"0", "-1", "1048577", "1e3", "10.0", "\"10\"", "true", "null", "[1]"};
+    for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/a\", \"size_gb\": 5},"
+                 " {\"source\": \"b\", \"target\": \"/b\", \"size_gb\": %s}]}",
+                 bad_sizes[i]);
+        expect_bad(text, "volumes[1].size_gb");
+    }
     expect_bad("{\"image\": \"b\", \"env\": {\"1A\": \"x\"}}", "env.1A");
     expect_bad("{\"image\": \"b\", \"env\": {\"A-B\": \"x\"}}", "env.A-B");
     expect_bad("{\"image\": \"b\", \"env\": {\"A\": 1}}", "env.A");
@@ -144,6 +157,15 @@ static void test_bounds(void **state)
     img[SPEC_IMAGE_MAX] = '\0';
     snprintf(big, sizeof big, "{\"image\": \"%s\"}", img);
     expect_bad(big, "image");
+
+    /* size_gb: 1 and 1048576 (1 PiB, gpurentd's largest volume) pass. */
+    assert_int_equal(parse("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/a\", \"size_gb\": 1},"
+                           " {\"source\": \"b\", \"target\": \"/b\", \"size_gb\": 1048576}]}",
+                           &s, field),
+                     0);
+    assert_int_equal(s.volumes[0].size_gb, 1);
+    assert_int_equal(s.volumes[1].size_gb, SPEC_SIZE_GB_MAX);
+    spec_free(&s);
 
     /* 9 volumes are one too many. */
     size_t n = (size_t)snprintf(big, sizeof big, "{\"image\": \"b\", \"volumes\": [");
@@ -199,12 +221,39 @@ static void test_equality(void **state)
         "{\"image\": \"img\", \"gpus\": [0, 1], \"env\": {\"X\": \"1\", \"Y\": \"2\"}}",
         "{\"image\": \"img\", \"gpus\": [0, 1], \"stack\": \"CUDA\", \"env\": {\"X\": \"1\", \"Y\": \"2\"},"
         " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+        /* A size where there was none: another quota, so another spec. */
+        "{\"image\": \"img\", \"gpus\": [0, 1], \"env\": {\"X\": \"1\", \"Y\": \"2\"},"
+        " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\", \"size_gb\": 100}]}",
     };
     for (size_t i = 0; i < sizeof different / sizeof different[0]; i++) {
         assert_int_equal(parse(different[i], &b, field), 0);
         assert_false(spec_equal(&a, &b));
         spec_free(&b);
     }
+    spec_free(&a);
+
+    /* With sizes: the same size is the same spec, another size is not. */
+    const char *sized = "{\"image\": \"img\", \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\","
+                        " \"size_gb\": 100}]}";
+    assert_int_equal(parse(sized, &a, field), 0);
+    assert_int_equal(parse("{\"volumes\": [{\"size_gb\": 100, \"target\": \"/shared\", \"source\": \"s\"}],"
+                           " \"image\": \"img\"}",
+                           &b, field),
+                     0);
+    assert_true(spec_equal(&a, &b));
+    spec_free(&b);
+    assert_int_equal(parse("{\"image\": \"img\", \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\","
+                           " \"size_gb\": 101}]}",
+                           &b, field),
+                     0);
+    assert_false(spec_equal(&a, &b));
+    spec_free(&b);
+    assert_int_equal(parse("{\"image\": \"img\", \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+                           &b, field),
+                     0);
+    assert_false(spec_equal(&a, &b));
+    assert_false(spec_equal(&b, &a));
+    spec_free(&b);
     spec_free(&a);
 }
 
@@ -213,7 +262,8 @@ static void test_json_round_trip(void **state)
     struct wl_spec a, b;
     char field[64], err[256];
     assert_int_equal(parse("{\"image\": \"img\", \"gpus\": [2], \"stack\": \"CUDA\", \"env\": {\"B\": \"x\", \"A\": \"y\"},"
-                           " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"}]}",
+                           " \"volumes\": [{\"source\": \"s\", \"target\": \"/shared\"},"
+                           " {\"source\": \"q\", \"target\": \"/q\", \"size_gb\": 1048576}]}",
                            &a, field),
                      0);
     json_t *j = spec_to_json(&a);
@@ -222,7 +272,8 @@ static void test_json_round_trip(void **state)
     assert_true(spec_equal(&a, &b));
     char *text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
     assert_string_equal(text, "{\"env\":{\"A\":\"y\",\"B\":\"x\"},\"gpus\":[2],\"image\":\"img\",\"stack\":\"CUDA\","
-                              "\"volumes\":[{\"source\":\"s\",\"target\":\"/shared\"}]}");
+                              "\"volumes\":[{\"source\":\"s\",\"target\":\"/shared\"},"
+                              "{\"size_gb\":1048576,\"source\":\"q\",\"target\":\"/q\"}]}");
     free(text);
     json_decref(j);
     spec_free(&a);
