@@ -124,6 +124,7 @@ static void url_host(const char *url, char *out, size_t n)
 struct spec_inputs {
     char stack[8];            /* the software stack the cards run */
     char source[513];         /* what the agents mount at /shared */
+    int64_t size_gb;          /* the volume's quota, for the agents' mount_command */
 };
 
 static int spec_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out)
@@ -148,6 +149,7 @@ static int spec_inputs_get(struct store *s, const struct instance *in, struct sp
     if (store_volume_get(s, NULL, in->volume_id, &v) != STORE_OK)
         return -1;
     snprintf(out->source, sizeof out->source, "%s", v.source);
+    out->size_gb = v.size_gb;
     return 0;
 }
 
@@ -173,9 +175,12 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
     snprintf(port, sizeof port, "%lld", (long long)daemon_config->master_port);
     json_object_set_new(env, "MASTER_PORT", json_string(port));
     json_object_set_new(env, "GPURENT_INSTANCE_ID", json_string(w->in.id));
-    json_t *spec = json_pack("{s:s, s:o, s:s, s:[{s:s, s:s}], s:o}", "image", w->in.image, "gpus",
+    /* size_gb travels with the volume so a node's mount can enforce the
+     * quota (AGENT_PROTOCOL.md); the volumes API and volume_default_size_gb
+     * keep it within 1..1048576, the range agents accept. */
+    json_t *spec = json_pack("{s:s, s:o, s:s, s:[{s:s, s:s, s:I}], s:o}", "image", w->in.image, "gpus",
                              cards ? cards : json_array(), "stack", si->stack, "volumes", "source", si->source,
-                             "target", "/shared", "env", env);
+                             "target", "/shared", "size_gb", (json_int_t)si->size_gb, "env", env);
     char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(spec);
     return text;

@@ -4,8 +4,9 @@ their argv and answer like the real tools (a container is a state file),
 and `mount`/`umount` record theirs and edit a stand-in mountinfo file that
 the agent reads through its mountinfo_file option. So the agent's real
 mount-point check runs, and can fail: a mount stand-in that exits 0 without
-mounting must stop the workload before `run`. The exact pull, mount, run,
-inspect, stop, rm and umount command lines are asserted."""
+mounting must stop the workload before `run`. The exact pull, mount (with a
+volume's {size_gb}), run, inspect, stop, rm and umount command lines are
+asserted."""
 import hashlib
 import os
 import stat
@@ -211,6 +212,29 @@ def test_bind_mount_template(real_agent, standins):
     assert a.delete("/v1/workloads/wl_bind").status_code == 200
     poll(lambda: standins.calls("umount"), 15, "the unmount")
     assert standins.calls("umount") == [["umount", "--lazy", hd]]
+
+
+def test_mount_command_receives_the_volume_size(real_agent, standins):
+    """{size_gb} hands the volume's quota to the mount command; a volume
+    whose spec has no size (an older control plane) is not mounted without
+    its quota, and the workload says why."""
+    a = real_agent(mount_command="mount -t tmpfs -o size={size_gb}G,mode=0755 {source} {target}")
+    sized = {**ROCM_SPEC, "volumes": [{"source": SRC, "target": "/shared", "size_gb": 250}]}
+    assert a.put("/v1/workloads/wl_quota", json=sized).status_code == 201
+    a.wait_phase("wl_quota", "running")
+    hd = standins.host_dir(SRC)
+    assert standins.calls("mount") == [["mount", "-t", "tmpfs", "-o", "size=250G,mode=0755", SRC, hd]]
+    run = [c for c in standins.calls() if c[:2] == ["podman", "run"]]
+    assert len(run) == 1 and f"{hd}:/shared" in run[0]  # the size is the mount's business, not the container's
+
+    other = "nfs.example:/export/vol_old"
+    assert a.put("/v1/workloads/wl_nosize", json={"image": "busybox", "volumes": [
+        {"source": other, "target": "/shared"}]}).status_code == 201
+    body = a.wait_phase("wl_nosize", "failed")
+    assert body["message"].startswith(f"mount {other}: mount_command uses {{size_gb}}"), body
+    assert "no size_gb" in body["message"], body
+    assert len(standins.calls("mount")) == 1  # nothing ran for it ...
+    assert len([c for c in standins.calls() if c[:2] == ["podman", "run"]]) == 1  # ... and no container started
 
 
 def test_mount_that_does_not_mount_stops_the_workload(real_agent, standins):

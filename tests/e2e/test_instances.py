@@ -3,7 +3,8 @@ real sim agents (`gpurent-agent sim-fleet`): 1, 8, 16 and 256 cards placed
 best-fit on the right nodes and run by the agents with the image, cards,
 /shared volume and distributed-job environment; the life cycle and its
 events; running intervals as billing reads them; stop and start moving to
-other nodes with the volume following; volumes; card quotas; a reconciler
+other nodes with the volume following; volumes and their size quota in
+the agents' specs; card quotas; a reconciler
 woken by new work rather than by its period.
 
 Every check asks the agents themselves (signed GET /v1/workloads, and the
@@ -256,7 +257,8 @@ def test_stop_then_start_moves_to_free_nodes_and_volume_follows(cloud):
     assert {p["node_id"] for p in moved["nodes"]}.isdisjoint({p["node_id"] for p in first["nodes"]})
     for p in moved["nodes"]:
         (wl,) = cloud.workloads(p["node_name"])
-        assert cloud.record(p["node_name"], wl["id"])["spec"]["volumes"] == [{"source": source, "target": "/shared"}]
+        assert cloud.record(p["node_name"], wl["id"])["spec"]["volumes"] == \
+            [{"source": source, "target": "/shared", "size_gb": 50}]
     cloud.check_running(b, y["id"])
     # Two running intervals for x, one per run.
     rows = cloud.d.sql("SELECT ended_at IS NULL FROM running_intervals WHERE instance_id = ? ORDER BY id",
@@ -274,6 +276,31 @@ def test_stop_then_start_moves_to_free_nodes_and_volume_follows(cloud):
     assert cloud.d.dump() == before
     assert cloud.get(a, x["id"])["state"] == "stopped"
     cloud.check_cards_consistent()
+
+
+def test_volume_size_reaches_the_agents(cloud):
+    """The volume's size quota travels with it in every node's workload spec,
+    where the agent's mount_command can hand it to the storage as
+    {size_gb}: an explicit size on both nodes of a 16-card instance, and the
+    default volume's size for an instance that names none."""
+    cloud.fleet(3, prefix="n-")
+    u = cloud.user()
+    r = cloud.d.post("/v1/volumes", key=u.key, json={"name": "quota", "size_gb": 777})
+    assert r.status_code == 201, r.text
+    vol = r.json()
+    big = cloud.create(u, card_count=16, volume_id=vol["id"])
+    small = cloud.create(u, card_count=1)
+    default = cloud.volume(u, small["volume_id"])
+    assert default["name"] == "shared" and default["size_gb"] == 100  # volume_default_size_gb
+    for inst, v, n in ((big, vol, 2), (small, default, 1)):
+        cloud.wait_state(u, inst["id"], "running")
+        nodes = cloud.get(u, inst["id"])["nodes"]
+        assert len(nodes) == n, nodes
+        source = cloud.d.sql("SELECT source FROM volumes WHERE id = ?", (v["id"],))[0][0]
+        rows = dict(cloud.d.sql("SELECT rank, workload_id FROM instance_nodes WHERE instance_id = ?", (inst["id"],)))
+        for p in nodes:
+            spec = cloud.record(p["node_name"], rows[p["rank"]])["spec"]
+            assert spec["volumes"] == [{"source": source, "target": "/shared", "size_gb": v["size_gb"]}], spec
 
 
 def test_volumes_crud_and_in_use(cloud):
