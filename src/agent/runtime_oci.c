@@ -232,9 +232,8 @@ static int oci_mount(const struct runtime *rt, struct workload *w, const struct 
     }
     struct argv_buf a = {0};
     struct exec_result r;
-    if (argv_from_template(&a, rt->conf->mount_command, v->source, host_dir) < 0) {
+    if (mount_argv(&a, rt->conf->mount_command, v, host_dir, msg, msglen) < 0) {
         argv_free(&a);
-        snprintf(msg, msglen, "mount %s: bad mount_command template", v->source);
         return STEP_FAIL;
     }
     char what[SPEC_SOURCE_MAX + 16];

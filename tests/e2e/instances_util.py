@@ -250,7 +250,7 @@ class Cloud:
             assert mine[0]["phase"] == "running", mine
             assert mine[0]["gpus"] == p["cards"] and mine[0]["image"] == inst["image"], mine
             spec = self.record(p["node_name"], wl_id)["spec"]
-            assert spec["volumes"] == [{"source": source, "target": "/shared"}], spec
+            assert spec["volumes"] == [{"source": source, "target": "/shared", "size_gb": vol["size_gb"]}], spec
             env = spec["env"]
             assert env["NODE_RANK"] == str(p["rank"]), env
             assert env["NNODES"] == str(n), env
