@@ -37,12 +37,6 @@ Agent(directory, *, options=None, secret=True, node="node-a", env=None,
   signed_floor() -> int: the earliest request timestamp this run accepts,
       from its log
 
-NotifySocket()
-    An AF_UNIX datagram socket in the abstract namespace standing in for
-    systemd's NOTIFY_SOCKET (addr is the value to set). next(timeout) ->
-    (monotonic time, text); wait_for(pred, timeout, what) -> (t, text);
-    drain(); messages: every (t, text) read so far; close().
-notify_fields(text) -> {KEY: value} of one notification
 
 Fleet(directory, control_plane, *, nodes=3, model="MI450", extra=(),
       options=None, start=True)
@@ -64,11 +58,9 @@ import os
 import re
 import secrets as pysecrets
 import signal
-import socket
 import subprocess
 import threading
 import time
-import uuid
 
 import requests
 
@@ -163,62 +155,6 @@ class _Signed:
         return requests.request(method, self.base_url + path, data=data, headers=h, timeout=timeout)
 
 
-class NotifySocket:
-    """What systemd reads sd_notify messages from, for one test."""
-
-    def __init__(self):
-        name = f"gpurent-agent-test-notify-{uuid.uuid4().hex}"
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind("\0" + name)
-        self.addr = "@" + name
-        self.messages = []
-
-    def next(self, timeout):
-        self.sock.settimeout(max(timeout, 0.001))
-        try:
-            data = self.sock.recv(4096)
-        except socket.timeout:
-            raise AssertionError(f"no notification within {timeout}s; so far {[m for _, m in self.messages]}") \
-                from None
-        msg = (time.monotonic(), data.decode())
-        self.messages.append(msg)
-        return msg
-
-    def wait_for(self, pred, timeout=20, what="a notification"):
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"timed out waiting for {what}; got {[m for _, m in self.messages]}"
-            t, text = self.next(left)
-            if pred(text):
-                return t, text
-
-    def drain(self):
-        """Reads what is queued without waiting (after the sender exited,
-        everything it sent is queued)."""
-        self.sock.setblocking(False)
-        try:
-            while True:
-                try:
-                    data = self.sock.recv(4096)
-                except BlockingIOError:
-                    return
-                self.messages.append((time.monotonic(), data.decode()))
-        finally:
-            self.sock.setblocking(True)
-
-    def close(self):
-        self.sock.close()
-
-
-def notify_fields(text):
-    out = {}
-    for line in text.split("\n"):
-        if line:
-            k, sep, v = line.partition("=")
-            assert sep, f"notification line without '=': {line!r} in {text!r}"
-            out[k] = v
-    return out
 
 
 class Agent(_Signed):

@@ -1,16 +1,7 @@
-"""ops_util.py: helpers for the operations tests (test_operations.py):
-systemd notifications, a strict Prometheus text parser, a throwaway CA made
+"""ops_util.py: helpers for the operations tests (test_operations.py): a
+strict Prometheus text parser, a throwaway CA made
 with the `openssl` command line, the report command's three output formats
 and `gpurentd ledger verify`'s totals line.
-
-NotifySocket()
-    An AF_UNIX SOCK_DGRAM socket in the abstract namespace, as systemd's
-    NOTIFY_SOCKET would be. addr is the value for NOTIFY_SOCKET ("@name").
-  next(timeout) -> (monotonic seconds, message text); raises on timeout
-  wait_for(pred, timeout, what) -> message: reads until pred(text) holds;
-      every message read is kept in messages [(t, text)]
-  drain(): reads what is queued without waiting
-  close()
 
 EnvDaemon(directory, *, env=None, **Daemon kwargs)
     harness.Daemon started with extra environment variables (the harness's
@@ -45,73 +36,12 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import time
-import uuid
 
 import requests
 
 from harness import GPURENTD, TOKEN, Daemon, _env, assert_no_sanitizer_report, run_gpurentd
-
-# ---------------------------------------------------------------- sd_notify
-
-
-class NotifySocket:
-    def __init__(self):
-        name = f"gpurent-test-notify-{uuid.uuid4().hex}"
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind("\0" + name)
-        self.addr = "@" + name
-        self.messages = []
-
-    def next(self, timeout):
-        self.sock.settimeout(max(timeout, 0.001))
-        try:
-            data = self.sock.recv(4096)
-        except socket.timeout:
-            raise AssertionError(f"no notification within {timeout}s; so far {[m for _, m in self.messages]}") \
-                from None
-        msg = (time.monotonic(), data.decode())
-        self.messages.append(msg)
-        return msg
-
-    def wait_for(self, pred, timeout=20, what="a notification"):
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"timed out waiting for {what}; got {[m for _, m in self.messages]}"
-            t, text = self.next(left)
-            if pred(text):
-                return t, text
-
-    def drain(self):
-        """Reads what is already queued, without waiting (after the sender
-        exited, every datagram it sent is queued)."""
-        self.sock.setblocking(False)
-        try:
-            while True:
-                try:
-                    data = self.sock.recv(4096)
-                except BlockingIOError:
-                    return
-                self.messages.append((time.monotonic(), data.decode()))
-        finally:
-            self.sock.setblocking(True)
-
-    def close(self):
-        self.sock.close()
-
-
-def fields(message):
-    """A notification's KEY=VALUE lines as a dict."""
-    out = {}
-    for line in message.split("\n"):
-        if line:
-            k, sep, v = line.partition("=")
-            assert sep, f"notification line without '=': {line!r} in {message!r}"
-            out[k] = v
-    return out
 
 
 # ---------------------------------------------------------------- daemons

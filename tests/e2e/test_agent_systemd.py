@@ -15,7 +15,8 @@ import time
 
 import requests
 
-from agent_util import Agent, NotifySocket, assert_error, notify_fields
+from agent_util import Agent, assert_error
+from notify_util import NotifySocket, notify_fields
 
 DEADLINE = 60  # bound on waits; generous for sanitizer builds
 # Runs the agent as this shell's pid, so WATCHDOG_PID can name it.

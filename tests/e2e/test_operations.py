@@ -37,8 +37,9 @@ from agent_util import Fleet, poll
 from harness import START_TIME, assert_error, migration_versions, run_gpurentd
 from inventory_util import node as get_node, register, wait_state
 from money_util import IMAGE, MICRO, PRICE, accrue, start_cluster, yuan
-from ops_util import (EnvDaemon, NotifySocket, TlsDaemon, fields, ledger_totals, make_ca, make_cert, micro, reconcile,
-                      parse_prometheus, report, run_report, sample, total)
+from notify_util import NotifySocket, notify_fields as fields
+from ops_util import (EnvDaemon, TlsDaemon, ledger_totals, make_ca, make_cert, micro, reconcile, parse_prometheus, report,
+                      run_report, sample, total)
 
 HOUR = 3600
 DAY = 86400
