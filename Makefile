@@ -161,12 +161,9 @@ clean:
 # bench: a billing pass over 10 000 and 100 000 running instances (time and
 # memory); figures and how to read them are in BENCHMARKS.md.
 .PHONY: bench
-$(B)/bench/billing: bench/billing.c $(B)/libdaemon.a $(B)/libcommon.a
+$(B)/bench/%: bench/%.c bench/bench_util.c bench/bench_util.h $(B)/libdaemon.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
-$(B)/bench/claims: bench/claims.c $(B)/libdaemon.a $(B)/libcommon.a
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(CC) $(ALL_CFLAGS) -Ibench $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LIBS)
 bench: $(B)/bench/billing $(B)/bench/claims
 	$(B)/bench/claims --nodes 100 --threads 1,4,16
 	$(B)/bench/claims --nodes 10000 --threads 1,4,16

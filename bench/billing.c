@@ -26,46 +26,22 @@
  * BENCH_SQL="PRAGMA ..." runs that statement on the connection first, to
  * try connection settings (mmap_size, cache_size) without rebuilding.
  */
-#include "clock.h"
+#include "bench_util.h"
 #include "daemon.h"
 #include "ledger.h"
-#include "log.h"
 #include "money.h"
 #include "store.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#define T0 INT64_C(1800000000) /* the testing clock's start, as in the e2e tests */
+#define T0 BENCH_T0
 #define PRICE INT64_C(1200000) /* MI450 seed price per card-hour */
-
-static char clock_path[1200];
-
-static void set_clock(int64_t t)
-{
-    char tmp[1300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", clock_path);
-    FILE *f = fopen(tmp, "w");
-    if (!f || fprintf(f, "%" PRId64 "\n", t) < 0 || fclose(f) != 0 || rename(tmp, clock_path) != 0) {
-        fprintf(stderr, "bench: cannot write %s: %s\n", clock_path, strerror(errno));
-        exit(1);
-    }
-}
-
-static double now_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static double cpu_s(void)
 {
@@ -80,15 +56,6 @@ static long max_rss_kb(void)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss;
-}
-
-static void exec_or_die(struct store *s, const char *sql)
-{
-    char *err = NULL;
-    if (sqlite3_exec(store_db(s), sql, NULL, NULL, &err) != SQLITE_OK) {
-        fprintf(stderr, "bench: %s: %s\n", sql, err ? err : "?");
-        exit(1);
-    }
 }
 
 struct fill {
@@ -177,32 +144,22 @@ static int count_stmt(unsigned type, void *ctx, void *p, void *x)
 /* Runs one pass at t: full (billing_pass) or the thread's periodic check. */
 static void pass(struct store *s, const char *label, int full, int64_t t, int64_t instances)
 {
-    set_clock(t);
+    bench_set_clock(t);
     statements = 0;
     sqlite3_trace_v2(store_db(s), SQLITE_TRACE_STMT, count_stmt, NULL);
-    double w0 = now_s(CLOCK_MONOTONIC), c0 = cpu_s();
+    double w0 = bench_now(), c0 = cpu_s();
     struct billing_summary sum;
     if ((full ? billing_pass(s, &sum) : billing_check(s, &sum)) != STORE_OK) {
         fprintf(stderr, "bench: billing pass failed\n");
         exit(1);
     }
-    double wall = now_s(CLOCK_MONOTONIC) - w0, cpu = cpu_s() - c0;
+    double wall = bench_now() - w0, cpu = cpu_s() - c0;
     sqlite3_trace_v2(store_db(s), 0, NULL, NULL);
     printf("%-6s t=+%-5" PRId64 " %6" PRId64 " users checked %6" PRId64 " posted  wall %7.3f s  cpu %7.3f s"
            "  %6.2f us/instance  %8" PRId64 " SQL statements  max RSS %6.1f MiB\n",
            label, t - T0, sum.checked, sum.users, wall, cpu, wall * 1e6 / (double)instances, statements,
            (double)max_rss_kb() / 1024.0);
     fflush(stdout);
-}
-
-static int64_t one_int(struct store *s, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    if (sqlite3_prepare_v2(store_db(s), sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
 }
 
 int main(int argc, char **argv)
@@ -235,35 +192,11 @@ int main(int argc, char **argv)
         return 2;
     }
     int64_t users = instances / per_user;
-    char dir[1024];
-    if (dir_arg) {
-        snprintf(dir, sizeof dir, "%s", dir_arg);
-        mkdir(dir, 0700);
-    } else {
-        snprintf(dir, sizeof dir, "/tmp/gpurent-bench-XXXXXX");
-        if (!mkdtemp(dir)) {
-            perror("bench: mkdtemp");
-            return 1;
-        }
-    }
-    char db_path[1100], override_db[1200], override_clock[1300];
+    char dir[1024], db_path[1100];
+    if (bench_workdir(dir_arg, dir, sizeof dir) < 0 || bench_daemon_config(dir, NULL, 0) < 0)
+        return 1;
     snprintf(db_path, sizeof db_path, "%s/gpurent.db", dir);
-    snprintf(clock_path, sizeof clock_path, "%s/clock", dir);
     unlink(db_path);
-    set_clock(T0);
-    snprintf(override_db, sizeof override_db, "database=%s", db_path);
-    snprintf(override_clock, sizeof override_clock, "clock_file=%s", clock_path);
-    char override_log[] = "log_level=warn";
-    char *overrides[] = {override_db, override_clock, override_log};
-    static struct daemon_conf conf;
-    if (daemon_load_config(&conf, NULL, overrides, 3) < 0)
-        return 1;
-    daemon_config = &conf;
-    log_set_level(LOG_LVL_WARN);
-    if (clock_use_file(clock_path) < 0) {
-        fprintf(stderr, "bench: cannot use the clock file\n");
-        return 1;
-    }
 
     char err[1024];
     struct store *s = store_open(db_path, err, sizeof err);
@@ -272,10 +205,10 @@ int main(int argc, char **argv)
         return 1;
     }
     if (strcmp(sync, "normal") == 0)
-        exec_or_die(s, "PRAGMA synchronous=NORMAL");
+        bench_exec(s, "PRAGMA synchronous=NORMAL");
     if (getenv("BENCH_SQL"))
-        exec_or_die(s, getenv("BENCH_SQL"));
-    double f0 = now_s(CLOCK_MONOTONIC);
+        bench_exec(s, getenv("BENCH_SQL"));
+    double f0 = bench_now();
     for (int64_t from = 0; from < users; from += 5000) {
         struct fill f = {users, per_user, from, from + 5000 < users ? from + 5000 : users};
         if (store_txn(s, fill_txn, &f) != STORE_OK) {
@@ -283,10 +216,10 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    exec_or_die(s, "ANALYZE");
+    bench_exec(s, "ANALYZE");
     printf("billing bench: %" PRId64 " running 1-card MI450 instances, %" PRId64 " per user, %" PRId64
            " users; synchronous=%s; database %s (filled in %.1f s, RSS so far %.1f MiB)\n",
-           instances, per_user, users, sync, db_path, now_s(CLOCK_MONOTONIC) - f0, (double)max_rss_kb() / 1024.0);
+           instances, per_user, users, sync, db_path, bench_now() - f0, (double)max_rss_kb() / 1024.0);
 
     /* What the daemon does: a full pass at start-up, then a check every
      * 10 s (billing_interval_ms), each posting the users whose turn it is;
@@ -299,25 +232,19 @@ int main(int argc, char **argv)
 
     /* The books must still balance, and every interval be charged exactly. */
     int64_t want = per_user * users * ((PRICE * 3620) / 3600);
-    int64_t revenue = one_int(s, "SELECT balance FROM ledger_accounts WHERE id = 'revenue'");
+    int64_t revenue = bench_int(s, "SELECT balance FROM ledger_accounts WHERE id = 'revenue'");
     FILE *sink = fopen("/dev/null", "w");
-    double v0 = now_s(CLOCK_MONOTONIC);
+    double v0 = bench_now();
     int breaches = ledger_verify(s, sink ? (void *)sink : (void *)stderr);
-    double vt = now_s(CLOCK_MONOTONIC) - v0;
+    double vt = bench_now() - v0;
     if (sink)
         fclose(sink);
     printf("check   revenue %" PRId64 " micro (want %" PRId64 "), ledger verify: %d breaches in %.2f s\n", revenue,
            want, breaches, vt);
     store_close(s);
     if (!keep) {
-        char p[1300];
-        const char *suffixes[] = {"", "-wal", "-shm"};
-        for (size_t i = 0; i < 3; i++) {
-            snprintf(p, sizeof p, "%s%s", db_path, suffixes[i]);
-            unlink(p);
-        }
-        unlink(clock_path);
-        rmdir(dir);
+        bench_remove_db(db_path);
+        bench_remove_workdir(dir);
     }
     return revenue == want && breaches == 0 ? 0 : 1;
 }

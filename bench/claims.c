@@ -24,52 +24,22 @@
  * --history H gives every user H terminated 8-card instances first, as
  * months of use leave behind, to see what a bigger database costs a claim.
  */
-#include "clock.h"
+#include "bench_util.h"
 #include "daemon.h"
 #include "ledger.h"
-#include "log.h"
 #include "money.h"
 #include "store.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#define T0 INT64_C(1800000000) /* the testing clock's start, as in the e2e tests */
+#define T0 BENCH_T0
 #define THREADS_MAX 64
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void exec_or_die(struct store *s, const char *sql)
-{
-    char *err = NULL;
-    if (sqlite3_exec(store_db(s), sql, NULL, NULL, &err) != SQLITE_OK) {
-        fprintf(stderr, "bench: %s: %s\n", sql, err ? err : "?");
-        exit(1);
-    }
-}
-
-static int64_t one_int(struct store *s, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    if (sqlite3_prepare_v2(store_db(s), sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
 
 struct fill {
     int64_t nodes;
@@ -198,9 +168,9 @@ static void *work(void *arg)
         snprintf(uid, sizeof uid, "usr_%020d", (int)((w->first_user + i * w->stride) % w->users));
         struct claim c = {.in = {.user_id = uid, .name = "", .gpu_type = "MI450", .card_count = w->cards,
                                  .image = "rocm/pytorch:2.3-rocm6.2", .volume_id = NULL}};
-        double t = now_s();
+        double t = bench_now();
         int rc = store_txn(s, claim_txn, &c);
-        w->latency[i] = now_s() - t;
+        w->latency[i] = bench_now() - t;
         json_decref(c.o.extra);
         if (rc == STORE_OK)
             w->made++;
@@ -220,8 +190,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static char clock_path[1200];
-
 /* One run on a fresh database in dir; returns 0 if every check held. */
 static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, int64_t history, int threads, int keep)
 {
@@ -239,7 +207,7 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
     struct fill f = {nodes, users, history};
     if (store_txn(s, fill_txn, &f) != STORE_OK)
         return 1;
-    exec_or_die(s, "ANALYZE");
+    bench_exec(s, "ANALYZE");
     store_set_path(db_path);
 
     struct worker w[THREADS_MAX];
@@ -252,12 +220,12 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
         w[i] = (struct worker){.first_user = i, .stride = threads, .users = users, .claims = share, .cards = cards, .latency = latency + given};
         given += share;
     }
-    double t0 = now_s();
+    double t0 = bench_now();
     for (int i = 0; i < threads; i++)
         pthread_create(&w[i].thread, NULL, work, &w[i]);
     for (int i = 0; i < threads; i++)
         pthread_join(w[i].thread, NULL);
-    double wall = now_s() - t0;
+    double wall = bench_now() - t0;
     store_close_threads();
 
     int64_t made = 0, refused = 0;
@@ -268,10 +236,10 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
     free(latency);
 
     /* Every instance holds exactly its cards, and the claimed cards add up. */
-    int64_t wrong = one_int(s, "SELECT count(*) FROM instances i WHERE state <> 'terminated' AND card_count <>"
+    int64_t wrong = bench_int(s, "SELECT count(*) FROM instances i WHERE state <> 'terminated' AND card_count <>"
                                " (SELECT count(*) FROM node_cards c WHERE c.instance_id = i.id)");
-    int64_t held = one_int(s, "SELECT count(*) FROM node_cards WHERE instance_id IS NOT NULL");
-    int64_t free_ok = one_int(s, "SELECT count(*) FROM nodes n WHERE free_cards <> (SELECT count(*) FROM node_cards c"
+    int64_t held = bench_int(s, "SELECT count(*) FROM node_cards WHERE instance_id IS NOT NULL");
+    int64_t free_ok = bench_int(s, "SELECT count(*) FROM nodes n WHERE free_cards <> (SELECT count(*) FROM node_cards c"
                                  " WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL)");
     FILE *sink = fopen("/dev/null", "w");
     int breaches = ledger_verify(s, sink ? (void *)sink : (void *)stderr);
@@ -287,14 +255,8 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
         fprintf(stderr, "bench: made %" PRId64 " refused %" PRId64 " wrong %" PRId64 " held %" PRId64
                         " bad free counts %" PRId64 " ledger breaches %d\n",
                 made, refused, wrong, held, free_ok, breaches);
-    if (!keep) {
-        char p[1200];
-        const char *suffixes[] = {"", "-wal", "-shm"};
-        for (size_t i = 0; i < 3; i++) {
-            snprintf(p, sizeof p, "%s%s", db_path, suffixes[i]);
-            unlink(p);
-        }
-    }
+    if (!keep)
+        bench_remove_db(db_path);
     return ok ? 0 : 1;
 }
 
@@ -345,44 +307,15 @@ int main(int argc, char **argv)
         p = *end == ',' ? end + 1 : end;
     }
 
-    char dir[1024];
-    if (dir_arg) {
-        snprintf(dir, sizeof dir, "%s", dir_arg);
-        mkdir(dir, 0700);
-    } else {
-        snprintf(dir, sizeof dir, "/tmp/gpurent-claims-XXXXXX");
-        if (!mkdtemp(dir)) {
-            perror("bench: mkdtemp");
-            return 1;
-        }
-    }
-    snprintf(clock_path, sizeof clock_path, "%s/clock", dir);
-    FILE *cf = fopen(clock_path, "w");
-    if (!cf || fprintf(cf, "%" PRId64 "\n", T0) < 0 || fclose(cf) != 0) {
-        fprintf(stderr, "bench: cannot write %s: %s\n", clock_path, strerror(errno));
+    char dir[1024], quota[] = "default_max_cards=100000";
+    char *overrides[] = {quota};
+    if (bench_workdir(dir_arg, dir, sizeof dir) < 0 || bench_daemon_config(dir, overrides, 1) < 0)
         return 1;
-    }
-    char override_clock[1300], override_db[1200];
-    snprintf(override_clock, sizeof override_clock, "clock_file=%s", clock_path);
-    snprintf(override_db, sizeof override_db, "database=%s/unused.db", dir);
-    char override_log[] = "log_level=warn", override_quota[] = "default_max_cards=100000";
-    char *overrides[] = {override_db, override_clock, override_log, override_quota};
-    static struct daemon_conf conf;
-    if (daemon_load_config(&conf, NULL, overrides, 4) < 0)
-        return 1;
-    daemon_config = &conf;
-    log_set_level(LOG_LVL_WARN);
-    if (clock_use_file(clock_path) < 0) {
-        fprintf(stderr, "bench: cannot use the clock file\n");
-        return 1;
-    }
     printf("claims bench: instance_create() through store_txn(), synchronous=FULL, directory %s\n", dir);
     int failed = 0;
     for (int i = 0; i < ncounts; i++)
         failed |= run(dir, nodes, claims, cards, history, counts[i], keep);
-    if (!keep) {
-        unlink(clock_path);
-        rmdir(dir);
-    }
+    if (!keep)
+        bench_remove_workdir(dir);
     return failed;
 }

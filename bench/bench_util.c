@@ -1,0 +1,113 @@
+/* bench_util.c: what the C benchmarks share (see bench_util.h). */
+#include "bench_util.h"
+#include "clock.h"
+#include "daemon.h"
+#include "log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OVERRIDES_MAX 16
+
+static char clock_path[1200];
+
+int bench_workdir(const char *dir_arg, char *dir, size_t dirlen)
+{
+    if (dir_arg) {
+        snprintf(dir, dirlen, "%s", dir_arg);
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+            fprintf(stderr, "bench: cannot make %s: %s\n", dir, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    snprintf(dir, dirlen, "/tmp/gpurent-bench-XXXXXX");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "bench: mkdtemp: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void bench_set_clock(int64_t t)
+{
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", clock_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%" PRId64 "\n", t) < 0 || fclose(f) != 0 || rename(tmp, clock_path) != 0) {
+        fprintf(stderr, "bench: cannot write %s: %s\n", clock_path, strerror(errno));
+        exit(1);
+    }
+}
+
+int bench_daemon_config(const char *dir, char **overrides, int n_overrides)
+{
+    snprintf(clock_path, sizeof clock_path, "%s/clock", dir);
+    bench_set_clock(BENCH_T0);
+    char clock_opt[1300], db_opt[1200], log_opt[] = "log_level=warn";
+    snprintf(clock_opt, sizeof clock_opt, "clock_file=%s", clock_path);
+    /* Each bench opens its own databases; this one is never created. */
+    snprintf(db_opt, sizeof db_opt, "database=%s/unused.db", dir);
+    char *all[OVERRIDES_MAX] = {db_opt, clock_opt, log_opt};
+    int n = 3;
+    for (int i = 0; i < n_overrides && n < OVERRIDES_MAX; i++)
+        all[n++] = overrides[i];
+    static struct daemon_conf conf;
+    if (daemon_load_config(&conf, NULL, all, n) < 0)
+        return -1;
+    daemon_config = &conf;
+    log_set_level(LOG_LVL_WARN);
+    if (clock_use_file(clock_path) < 0) {
+        fprintf(stderr, "bench: cannot use the clock file %s\n", clock_path);
+        return -1;
+    }
+    return 0;
+}
+
+void bench_remove_db(const char *db_path)
+{
+    char p[1300];
+    const char *suffixes[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s%s", db_path, suffixes[i]);
+        unlink(p);
+    }
+}
+
+void bench_remove_workdir(const char *dir)
+{
+    unlink(clock_path);
+    rmdir(dir);
+}
+
+double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void bench_exec(struct store *s, const char *sql)
+{
+    char *err = NULL;
+    if (sqlite3_exec(store_db(s), sql, NULL, NULL, &err) != SQLITE_OK) {
+        fprintf(stderr, "bench: %s: %s\n", sql, err ? err : "?");
+        exit(1);
+    }
+}
+
+int64_t bench_int(struct store *s, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+    if (sqlite3_prepare_v2(store_db(s), sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
