@@ -83,7 +83,7 @@ void api_signup(struct http_request *req)
         if (rc == STORE_CONFLICT)
             http_error(req, ERR_EMAIL_TAKEN, "email", NULL);
         else if (rc == STORE_NOT_FOUND)
-            http_error(req, ERR_INVALID_INVITE_CODE, "invite_code", NULL);
+            api_invite_refused(req, "invite_code", u.invite_code);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else

@@ -63,6 +63,34 @@ static int redeem_txn(struct store *s, void *vctx)
     return rc == STORE_CONFLICT ? ALREADY : rc;
 }
 
+/* The 400 for a code that could not be redeemed, saying why. */
+static void reply_refusal(struct http_request *req, const char *field, const char *code, enum refusal why,
+                          int64_t expired_at)
+{
+    if (why == CODE_EXPIRED) {
+        json_t *when = json_time(expired_at, 0);
+        http_error(req, ERR_INVALID_INVITE_CODE, field, "invite code %s expired at %s", code,
+                   when ? json_string_value(when) : "?");
+        json_decref(when);
+    } else if (why == CODE_USED_UP) {
+        http_error(req, ERR_INVALID_INVITE_CODE, field, "invite code %s has been used up", code);
+    } else {
+        http_error(req, ERR_INVALID_INVITE_CODE, field, "no invite code %s", code);
+    }
+}
+
+void api_invite_refused(struct http_request *req, const char *field, const char *code)
+{
+    struct store *s = store_thread();
+    struct invite_code c;
+    int64_t now = clock_now();
+    if (!s || store_invite_get(s, code, &c) != STORE_OK)
+        reply_refusal(req, field, code, CODE_UNKNOWN, 0);
+    else
+        reply_refusal(req, field, code, c.expires_at && c.expires_at <= now ? CODE_EXPIRED : CODE_USED_UP,
+                      c.expires_at);
+}
+
 void api_invite_redeem(struct http_request *req)
 {
     static const struct json_field fields[] = {
@@ -77,17 +105,10 @@ void api_invite_redeem(struct http_request *req)
     json_decref(body);
     struct store *s = store_thread();
     int rc = bad ? STORE_NOT_FOUND : s ? store_txn(s, redeem_txn, &ctx) : STORE_ERROR;
-    if (rc == STORE_NOT_FOUND && ctx.why == CODE_EXPIRED) {
-        json_t *when = json_time(ctx.expired_at, 0);
-        http_error(req, ERR_INVALID_INVITE_CODE, "code", "invite code %s expired at %s", ctx.code,
-                   when ? json_string_value(when) : "?");
-        json_decref(when);
-    } else if (rc == STORE_NOT_FOUND && ctx.why == CODE_USED_UP)
-        http_error(req, ERR_INVALID_INVITE_CODE, "code", "invite code %s has been used up", ctx.code);
-    else if (rc == STORE_NOT_FOUND && bad)
+    if (rc == STORE_NOT_FOUND && bad)
         http_error(req, ERR_INVALID_INVITE_CODE, "code", "an invite code is 1 to 32 letters, digits or '-'");
     else if (rc == STORE_NOT_FOUND)
-        http_error(req, ERR_INVALID_INVITE_CODE, "code", "no invite code %s", ctx.code);
+        reply_refusal(req, "code", ctx.code, ctx.why, ctx.expired_at);
     else if (rc == ALREADY)
         http_error(req, ERR_CONFLICT, "code", "this account has already redeemed %s", ctx.code);
     else if (rc != STORE_OK)

@@ -45,7 +45,8 @@ def test_an_expired_invite_code_is_refused_and_changes_nothing(terms):
     # Signing up with it is refused too, and makes no account.
     r = c.d.post("/v1/signup", json={"email": "late-signup@example.test", "password": "correct horse battery",
                                      "invite_code": "LATE-1"})
-    assert_error(r, 400, "invalid_invite_code", "invite_code")
+    err = assert_error(r, 400, "invalid_invite_code", "invite_code")
+    assert err["message"] == f"invite code LATE-1 expired at {iso(t0 + 60)}", err
     assert c.d.sql("SELECT count(*) FROM users WHERE email = 'late-signup@example.test'") == [(0,)]
 
 
@@ -58,6 +59,13 @@ def test_unknown_and_used_up_invite_codes_say_which(terms):
     assert redeem(c, u, "ONCE-1").status_code == 201
     err = assert_error(redeem(c, v, "ONCE-1"), 400, "invalid_invite_code", "code")
     assert err["message"] == "invite code ONCE-1 has been used up", err
+    # Sign-up says the same of a used-up or unknown code.
+    for code, message in [("ONCE-1", "invite code ONCE-1 has been used up"),
+                          ("NO-SUCH-CODE", "no invite code NO-SUCH-CODE")]:
+        r = c.d.post("/v1/signup", json={"email": f"{code.lower()}@example.test", "password": "correct horse battery",
+                                         "invite_code": code})
+        err = assert_error(r, 400, "invalid_invite_code", "invite_code")
+        assert err["message"] == message, err
     # A code this account already has, still open to others, is a conflict.
     make_code(c, "TWICE-1", 1 * MICRO, max_uses=2)
     assert redeem(c, u, "TWICE-1").status_code == 201
