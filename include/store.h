@@ -237,6 +237,14 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
  * row. */
 int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, const char *reason);
 
+/* store_capacity.c */
+/* Brings the node's capacity history (node_capacity) in step with what it
+ * offers now: closes its open interval at now if its model or card count
+ * changed or it is no longer accepted, and opens one from now if it offers
+ * cards. Call in the transaction that changed the node; the store_node_*
+ * writers above already do. STORE_NOT_FOUND for an unknown node. */
+int store_capacity_sync(struct store *s, const char *node_id, int64_t now);
+
 /* store_images.c */
 struct image {
     char id[ID_MAX];          /* img_… */

@@ -1,5 +1,8 @@
 /* store_nodes.c: SQL for nodes and their cards: registration, admin state,
- * listing with derived state and card counts, and heartbeat results. */
+ * listing with derived state and card counts, and heartbeat results. Every
+ * change of whether a node is accepted or how many cards it has also brings
+ * its capacity history up to date (store_capacity_sync), in the same
+ * transaction. */
 #include "store.h"
 
 #include <stdio.h>
@@ -182,7 +185,8 @@ int store_node_remove(struct store *s, const char *id, int64_t now)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
-    return store_step_change(s, st, "remove node");
+    rc = store_step_change(s, st, "remove node");
+    return rc == STORE_OK ? store_capacity_sync(s, id, now) : rc;
 }
 
 static void read_target(sqlite3_stmt *st, void *row)
@@ -249,8 +253,10 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     sqlite3_bind_text(st, 5, reason, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 6, driver_version, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 7, stack_version, -1, SQLITE_STATIC);
-    if ((rc = store_step_change(s, st, "node beat")) != STORE_OK || !accepted)
+    if ((rc = store_step_change(s, st, "node beat")) != STORE_OK)
         return rc;
+    if (!accepted) /* its card rows stay, but a rejected node offers none */
+        return store_capacity_sync(s, id, now);
     for (size_t i = 0; i < n_cards; i++) {
         st = store_stmt(s, SQL_CARD_UPSERT);
         if (!st)
@@ -273,7 +279,7 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     sqlite3_bind_int64(st, 2, (sqlite3_int64)n_cards);
     rc = store_rc_from_sqlite(s, sqlite3_step(st), "trim cards");
     sqlite3_reset(st);
-    return rc;
+    return rc == STORE_OK ? store_capacity_sync(s, id, now) : rc;
 }
 
 int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, const char *reason)
@@ -285,5 +291,9 @@ int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t
     sqlite3_bind_int64(st, 2, now);
     sqlite3_bind_int64(st, 3, miss_limit);
     sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
-    return store_step_change(s, st, "node missed beat");
+    int rc = store_step_change(s, st, "node missed beat");
+    /* Going offline keeps a node in the fleet, but a never-reached or
+     * rejected node that goes offline joins it again with its card rows, as
+     * the report has always counted it. */
+    return rc == STORE_OK ? store_capacity_sync(s, id, now) : rc;
 }

@@ -479,6 +479,11 @@ def reconcile(db):
     # interval ended): utilisation shows it with nothing sold.
     assert {(r["day"], r["gpu_type"]): r["card_seconds_sold"] for r in util if r["card_seconds_sold"]} == \
         {k: v for k, v in sold.items() if v}
+    for r in util:  # card-hours available: exact when whole, else four places rounded half up
+        a = r["card_seconds_available"]
+        h4 = (a * 10000 + 1800) // 3600
+        assert r["card_hours_available"] == (a // 3600 if a % 3600 == 0 else f"{h4 // 10000}.{h4 % 10000:04d}"), r
+        assert (r["utilisation"] is None) == (a == 0), r
     assert s(liability, "remaining") == t["credit_outstanding"]
     assert t["credits_granted"] - t["credits_spent"] - t["credits_expired"] == t["credit_outstanding"]
     assert s(topups, "amount") == t["topups"]

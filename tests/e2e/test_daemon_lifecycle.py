@@ -103,6 +103,40 @@ def test_migrate_to_each_version_in_turn(tmp_path):
     assert (schema(direct), applied(direct)) == before
 
 
+def test_migration_11_backfills_capacity_history(tmp_path):
+    """0011 gives each node in service (not removed, up or offline) one open
+    interval from its registration with its card rows; other nodes none."""
+    db = tmp_path / "capacity.db"
+    assert run_gpurentd("migrate", "--db", db, "--to", 10).returncode == 0
+    # (name, gpu model, health, card rows, created_at, removed_at)
+    nodes = [("up", "MI450", "up", 8, 1000, None), ("offline", "MI300X", "offline", 4, 2000, None),
+             ("rejected", "MI450", "rejected", 8, 3000, None), ("removed", "MI450", "up", 8, 4000, 5000),
+             ("pending", "MI450", "unknown", 0, 6000, None), ("cardless", "MI450", "up", 0, 7000, None)]
+    con = sqlite3.connect(db)
+    with con:
+        for name, model, health, cards, created, removed in nodes:
+            node_id = f"node_{name:a<20}"
+            con.execute("INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region,"
+                        " health, created_at, updated_at, removed_at) VALUES (?, ?, 'http://127.0.0.1:1', ?, ?, 8,"
+                        " 'fabric-a', 'local', ?, ?, ?, ?)", (node_id, name, "0" * 64, model, health, created,
+                                                             created, removed))
+            con.executemany("INSERT INTO node_cards (node_id, idx, model, memory_gb, healthy) VALUES (?, ?, ?, 192, 1)",
+                            [(node_id, i, model) for i in range(cards)])
+    con.close()
+    p = run_gpurentd("migrate", "--db", db)
+    assert p.returncode == 0, p.stderr
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        got = con.execute("SELECT node_id, gpu_model, cards, from_at, to_at FROM node_capacity ORDER BY node_id")
+        assert got.fetchall() == [(f"node_{'offline':a<20}", "MI300X", 4, 2000, None),
+                                  (f"node_{'up':a<20}", "MI450", 8, 1000, None)]
+        cols = [r[1] for r in con.execute("PRAGMA table_info(report_utilisation)")]
+        assert cols == ["day", "gpu_type", "card_seconds_sold", "card_seconds_available", "utilisation",
+                        "card_hours_sold", "card_hours_available"]
+    finally:
+        con.close()
+
+
 def test_old_database_is_migrated_at_start(new_daemon):
     versions = migration_versions()
     d = new_daemon(start=False)

@@ -14,6 +14,8 @@
 * Every `gpurentd report` on a dataset built through the API gives the rows
   worked out here, in table, CSV and JSON, and reconciles with `ledger
   verify`'s totals; reports and sqlite3 readers run under write load.
+  Utilisation measures each day against the capacity history (nodes added,
+  removed, rejected, offline on the testing clock), to the card-second.
 * TLS: the API over HTTPS with a throwaway CA, agents over HTTPS verified
   against agent_ca_file, and a node whose certificate the CA did not sign
   goes offline saying why.
@@ -35,8 +37,8 @@ import requests
 
 from agent_util import Fleet, poll
 from harness import START_TIME, assert_error, migration_versions, run_gpurentd
-from inventory_util import node as get_node, register, wait_state
-from money_util import IMAGE, MICRO, PRICE, accrue, start_cluster, yuan
+from inventory_util import FakeAgent, facts_doc, node as get_node, register, wait_state
+from money_util import IMAGE, MICRO, PRICE, SIM_ZERO, accrue, start_cluster, yuan
 from notify_util import NotifySocket, notify_fields as fields
 from ops_util import (EnvDaemon, TlsDaemon, ledger_totals, make_ca, make_cert, micro, reconcile, parse_prometheus, report,
                       run_report, sample, total)
@@ -751,6 +753,13 @@ def _json_value(v):
     return v
 
 
+def hours4(secs):
+    """Card-seconds as card-hours with four places, rounded half up, as the
+    view computes them."""
+    h4 = (secs * 10000 + 1800) // 3600  # ten-thousandths of an hour
+    return f"{h4 // 10000}.{h4 % 10000:04d}"
+
+
 def check_report(db, name, columns, rows, *args):
     """The report gives exactly rows (dicts keyed by columns, in order) in
     all three formats."""
@@ -832,36 +841,41 @@ def _known_dataset(c):
     check_report(db, "usage", cols, rows)
     check_report(db, "usage", cols, rows[2:], "--from", d16, "--to", "2027-01-17")
 
-    # Sold over available: 16 MI450 and 8 MI300X cards around the clock.
-    # Card-hours: sold rounded half up to four places, available exact.
+    # Sold over available. The fleet (16 MI450 and 8 MI300X cards) came up
+    # at T0, 22:00 on the 15th: that day offers 2 hours of each card, the
+    # 16th (still offered) the whole day. Card-hours: sold rounded half up to
+    # four places, available exact.
     cols = ("day", "gpu_type", "card_seconds_sold", "card_seconds_available", "utilisation", "card_hours_sold",
             "card_hours_available")
     sold = {(d15, "MI300X"): 4 * 2 * HOUR, (d15, "MI450"): 8 * 2 * HOUR,
             (d16, "MI300X"): 4 * (HOUR + 1200), (d16, "MI450"): 8 * 2 * HOUR}
 
-    def utilisation_rows(cards_of):
+    def utilisation_rows(available):
         rows = []
         for day in (d15, d16):
             for gpu in ("MI300X", "MI450"):
-                cards, secs = cards_of[gpu], sold[(day, gpu)]
-                ratio = f"{round(secs / (cards * DAY), 4):g}" if cards else None
-                h4 = (secs * 10000 + 1800) // 3600  # ten-thousandths of an hour, half up
-                rows.append(dict(zip(cols, (day, gpu, secs, cards * DAY, ratio,
-                                            f"{h4 // 10000}.{h4 % 10000:04d}", cards * 24))))
+                avail, secs = available[(day, gpu)], sold[(day, gpu)]
+                ratio = f"{round(secs / avail, 4):g}" if avail else None
+                rows.append(dict(zip(cols, (day, gpu, secs, avail, ratio, hours4(secs), avail // HOUR))))
         return rows
-    rows = utilisation_rows({"MI300X": 8, "MI450": 16})
-    assert [r["utilisation"] for r in rows] == ["0.0417", "0.0417", "0.0278", "0.0417"]
+    available = {(d15, "MI300X"): 8 * 2 * HOUR, (d15, "MI450"): 16 * 2 * HOUR,
+                 (d16, "MI300X"): 8 * DAY, (d16, "MI450"): 16 * DAY}
+    rows = utilisation_rows(available)
+    assert [r["utilisation"] for r in rows] == ["0.5", "0.5", "0.0278", "0.0417"]
     assert [r["card_hours_sold"] for r in rows] == ["8.0000", "16.0000", "5.3333", "16.0000"]
     check_report(db, "utilisation", cols, rows)
 
-    # The MI300X node is removed: its type had sales, and keeps them, now
-    # against no cards (before migration 0010 its rows vanished).
+    # The MI300X node is removed at 02:00 on the 16th: that day now offers
+    # its cards for 2 hours, the 15th is as it was (before migration 0011
+    # both days lost them; before 0010 the type's rows vanished).
     [(mi300x,)] = d.sql("SELECT id FROM nodes WHERE gpu_model = 'MI300X' AND removed_at IS NULL")
     r = d.delete(f"/v1/admin/nodes/{mi300x}", key=d.admin_key)
     assert r.status_code in (200, 204), r.text
-    rows = utilisation_rows({"MI300X": 0, "MI450": 16})
+    assert d.sql("SELECT cards, from_at, to_at FROM node_capacity WHERE node_id = ?", (mi300x,)) == \
+        [(8, T0, T0 + 4 * HOUR)]
+    rows = utilisation_rows({**available, (d16, "MI300X"): 8 * 2 * HOUR})
     assert [(r["card_seconds_available"], r["utilisation"]) for r in rows if r["gpu_type"] == "MI300X"] == \
-        [(0, None), (0, None)]
+        [(57600, "0.5"), (57600, "0.3333")]
     check_report(db, "utilisation", cols, rows)
 
     # Credit left: the trial grant (expires day 30) first, the invite's (never) last.
@@ -890,6 +904,121 @@ def _known_dataset(c):
                  "credits_spent": a1 + a2 + a3, "credits_expired": 0,
                  "credit_outstanding": 60 * MICRO - a1 - a2 - a3, "topups": 100 * MICRO,
                  "cash_held": 100 * MICRO - b1 - b2 - b3}
+
+
+D1 = START_TIME + 16 * HOUR + 14 * DAY  # 2027-01-30T00:00:00Z, a midnight
+
+
+def test_utilisation_follows_the_fleet_day_by_day(tmp_path):
+    c = start_cluster(tmp_path, nodes={"MI450": 2}, clock=D1)
+    try:
+        _fleet_history(c, tmp_path)
+    finally:
+        c.close()
+
+
+def _fleet_history(c, tmp_path):
+    """Day 1: two nodes of 8 cards all day. Day 2: a third node comes up at
+    12:00 and one of the first two is removed at 18:00:45. Day 3: two nodes
+    again. Each day's available card-seconds are the node_capacity intervals'
+    overlap with it, exactly; sold still reconciles with the ledger."""
+    d, db = c.d, c.d.db_path
+    assert D1 % DAY == 0
+    first = sorted(n for (n,) in d.sql("SELECT id FROM nodes"))
+    assert d.sql("SELECT node_id, gpu_model, cards, from_at, to_at FROM node_capacity ORDER BY node_id") == \
+        [(n, "MI450", 8, D1, None) for n in first]
+    u = c.cli_user()
+    c.topup(u, 100 * MICRO)
+
+    def run(cards, start, end):
+        d.set_clock(start)
+        iid = c.launch(u, "MI450", cards)
+        d.set_clock(end)
+        c.stop(u, iid)
+        c.billing()
+        c.wait_idle()
+
+    run(1, D1 + 10 * HOUR, D1 + 11 * HOUR)           # day 1: 1 card-hour
+
+    d.set_clock(D1 + DAY + 12 * HOUR)                 # day 2, 12:00: a third node
+    late = Fleet(tmp_path / "fleet-late", d.base_url, nodes=1, model="MI450", admin_key=d.admin_key,
+                 options=SIM_ZERO, extra=("--name-prefix", "late-"), start=False)
+    c.fleets.append(late)
+    late.start()
+    [third] = [n["id"] for n in late.nodes.values()]
+    wait_state(d, third, "ready")
+    run(8, D1 + DAY + 13 * HOUR, D1 + DAY + 14 * HOUR)  # day 2: 8 card-hours
+
+    removed_at = D1 + DAY + 18 * HOUR + 45            # 18:00:45: not a whole hour
+    d.set_clock(removed_at)
+    gone = first[1]
+    r = d.delete(f"/v1/admin/nodes/{gone}", key=d.admin_key)
+    assert r.status_code in (200, 204), r.text
+    run(2, D1 + 2 * DAY + 9 * HOUR, D1 + 2 * DAY + 10 * HOUR)  # day 3: 2 card-hours
+
+    assert sorted(d.sql("SELECT node_id, cards, from_at, to_at FROM node_capacity")) == sorted([
+        (first[0], 8, D1, None), (gone, 8, D1, removed_at), (third, 8, D1 + DAY + 12 * HOUR, None)])
+
+    days = [time.strftime("%Y-%m-%d", time.gmtime(D1 + i * DAY)) for i in range(3)]
+    sold = [1 * HOUR, 8 * HOUR, 2 * HOUR]
+    available = [
+        16 * DAY,                                                      # both first nodes all day
+        8 * DAY + 8 * (18 * HOUR + 45) + 8 * 12 * HOUR,                # one all day, one to 18:00:45, one from 12:00
+        16 * DAY,                                                      # the first and the third (still offered)
+    ]
+    assert available[1] == 1_555_560  # 432.1 card-hours: not whole, so a decimal string
+    cols = ("day", "gpu_type", "card_seconds_sold", "card_seconds_available", "utilisation", "card_hours_sold",
+            "card_hours_available")
+    rows = [dict(zip(cols, (day, "MI450", s, a, f"{round(s / a, 4):g}", hours4(s),
+                            a // HOUR if a % HOUR == 0 else hours4(a))))
+            for day, s, a in zip(days, sold, available)]
+    assert [r["card_hours_available"] for r in rows] == [384, "432.1000", 384]
+    assert [r["utilisation"] for r in rows] == ["0.0026", "0.0185", "0.0052"]
+    check_report(db, "utilisation", cols, rows)
+    check_report(db, "utilisation", cols, rows[1:2], "--from", days[1], "--to", days[2])
+    t = reconcile(db)
+    assert t["revenue"] == accrue(PRICE["MI450"], 1, HOUR) + accrue(PRICE["MI450"], 8, HOUR) + \
+        accrue(PRICE["MI450"], 2, HOUR)
+
+
+def test_capacity_history_follows_a_nodes_health(tmp_path):
+    """An interval closes when the node is rejected and reopens when its
+    facts are accepted again; going offline and back changes nothing (an
+    offline node is still in the fleet); removal closes it. Every change is
+    dated by the daemon's (testing) clock."""
+    agent = FakeAgent(model="MI450", cards=8, name="cap")
+    d = EnvDaemon(tmp_path / "d", options=FAST_NODES, clock=D1)
+    try:
+        n, _ = register(d, "cap", agent.url)
+
+        def history():
+            return d.sql("SELECT gpu_model, cards, from_at, to_at FROM node_capacity WHERE node_id = ?"
+                         " ORDER BY from_at", (n["id"],))
+        wait_state(d, n["id"], "ready")
+        assert history() == [("MI450", 8, D1, None)]
+        d.set_clock(D1 + 100)
+        agent.facts = facts_doc("cap", cards=7)      # not the declared 8: rejected
+        wait_state(d, n["id"], "rejected")
+        assert history() == [("MI450", 8, D1, D1 + 100)]
+        d.set_clock(D1 + 200)
+        agent.facts = facts_doc("cap", cards=8)
+        wait_state(d, n["id"], "ready")
+        d.set_clock(D1 + 300)
+        agent.mode = "http500"
+        wait_state(d, n["id"], "offline")
+        d.set_clock(D1 + 400)
+        agent.mode = "facts"
+        wait_state(d, n["id"], "ready")
+        assert history() == [("MI450", 8, D1, D1 + 100), ("MI450", 8, D1 + 200, None)]
+        d.set_clock(D1 + 500)
+        r = d.delete(f"/v1/admin/nodes/{n['id']}", key=d.admin_key)
+        assert r.status_code in (200, 204), r.text
+        assert history() == [("MI450", 8, D1, D1 + 100), ("MI450", 8, D1 + 200, D1 + 500)]
+        d.stop()
+    finally:
+        if d.proc and d.proc.poll() is None:
+            d.kill()
+        agent.close()
 
 
 @pytest.mark.parametrize("args, code, says", [
