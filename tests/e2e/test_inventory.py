@@ -890,13 +890,13 @@ def test_text_from_an_agent_cannot_hide_a_node(new_daemon, procs):
     # the node would vanish from the list.
     d = new_daemon(options=FAST)
     fa = procs.fake("facts", name="utf8")
-    n, secret = register(d, "utf8", fa.url)
-    fa.secret = secret
     doc = facts_doc("utf8")
     doc["driver_version"] = "d" * 62 + "é" * 10
     doc["stack_version"] = "版本" * 40
     doc["cards"][2].update(healthy=False, health_reason="温度过高" * 40)
-    fa.facts = doc
+    fa.facts = doc  # before the node exists: its first facts are these
+    n, secret = register(d, "utf8", fa.url)
+    fa.secret = secret
     ready = wait_state(d, n["id"], "ready")
     assert ready["driver_version"] == "d" * 62, ready
     assert ready["stack_version"] == ("版本" * 40).encode()[:63].decode("utf-8", "ignore")

@@ -207,8 +207,18 @@ def test_watchdog_stops_feeding_while_the_api_takes_no_connections(tmp_path):
                                                 "connection_timeout_s": "600"})
     held = []
     try:
-        for _ in range(3):
-            held.append(socket.create_connection(("127.0.0.1", d.port), timeout=10))
+        # A connection counts once the daemon has answered on it (kept
+        # alive afterwards). One opened while the watchdog's own request
+        # held a place is closed at once: open another.
+        deadline = time.monotonic() + DEADLINE
+        while len(held) < 3:
+            assert time.monotonic() < deadline, "could not hold three connections"
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            if s.recv(65536).startswith(b"HTTP/1.1 200"):
+                held.append(s)
+            else:
+                s.close()
         _assert_watchdog_starved(d, ns, "the API does not answer /healthz")
     finally:
         for s in held:
