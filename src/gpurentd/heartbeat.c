@@ -111,7 +111,8 @@ static int log_changes(struct beat *b)
         log_info("heartbeat: node %s is up", t->id);
     else if (b->ok && !b->verdict.accepted && strcmp(t->health, "rejected") != 0)
         log_warn("heartbeat: node %s not put in service: %s", t->id, b->verdict.reason);
-    else if (!b->ok && strcmp(t->health, "offline") != 0 && t->missed_beats + 1 >= daemon_config->heartbeat_miss_limit)
+    else if (!b->ok && (strcmp(t->health, "up") == 0 || strcmp(t->health, "unknown") == 0) &&
+             t->missed_beats + 1 >= daemon_config->heartbeat_miss_limit)
         log_warn("heartbeat: node %s offline: %s", t->id, b->reason);
     else
         return 0;

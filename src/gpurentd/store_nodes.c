@@ -51,11 +51,15 @@ static const char SQL_CARD_UPSERT[] =
     " ON CONFLICT (node_id, idx) DO UPDATE SET model = excluded.model, memory_gb = excluded.memory_gb,"
     " healthy = excluded.healthy, health_reason = excluded.health_reason";
 static const char SQL_CARD_TRIM[] = "DELETE FROM node_cards WHERE node_id = ? AND idx >= ? AND instance_id IS NULL";
+/* A node that misses enough beats goes offline, unless it is offline
+ * already or rejected: a rejected node stays so, with its reason, because
+ * offline counts its cards as capacity the platform has (migration 0011). */
 static const char SQL_NODE_MISSED[] =
     "UPDATE nodes SET missed_beats = missed_beats + 1,"
-    " health = CASE WHEN health <> 'offline' AND missed_beats + 1 >= ?3 THEN 'offline' ELSE health END,"
-    " state_reason = CASE WHEN health <> 'offline' AND missed_beats + 1 >= ?3 THEN ?4 ELSE state_reason END,"
-    " updated_at = CASE WHEN health <> 'offline' AND missed_beats + 1 >= ?3 THEN ?2 ELSE updated_at END"
+    " health = CASE WHEN health IN ('unknown', 'up') AND missed_beats + 1 >= ?3 THEN 'offline' ELSE health END,"
+    " state_reason = CASE WHEN health IN ('unknown', 'up') AND missed_beats + 1 >= ?3 THEN ?4"
+    "   ELSE state_reason END,"
+    " updated_at = CASE WHEN health IN ('unknown', 'up') AND missed_beats + 1 >= ?3 THEN ?2 ELSE updated_at END"
     " WHERE id = ?1 AND removed_at IS NULL";
 
 static void read_node(sqlite3_stmt *st, void *row)

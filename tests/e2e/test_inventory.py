@@ -433,6 +433,17 @@ def test_facts_that_disagree_keep_the_node_out_of_service(new_daemon, procs):
     gone = wait_state(d, too_few["id"], "rejected")
     assert gone["state_reason"] == "node reports 2 cards but was registered with 8"
     assert counts(d, "MI450") == (0, 0, 0)
+    # A rejected node that stops answering stays rejected, for its reason:
+    # offline would count its cards as capacity the platform has.
+    fa.mode = "http500"
+    deadline = time.monotonic() + 30
+    while node(d, mixed["id"])["missed_heartbeats"] < int(FAST["heartbeat_miss_limit"]) + 2:
+        assert time.monotonic() < deadline, node(d, mixed["id"])
+        time.sleep(0.05)
+    still = node(d, mixed["id"])
+    assert (still["state"], still["health"]) == ("rejected", "rejected"), still
+    assert still["state_reason"] == "node reports mixed GPU models (7 MI450, 1 MI300X)", still
+    assert counts(d, "MI450") == (0, 0, 0)
 
 
 # ---------------------------------------------------------------- removal
