@@ -82,7 +82,11 @@ struct agent_conf {
 };
 extern const struct conf_option agent_options[];
 /* Loads defaults, then the file (if any), then "key=value" overrides, then
- * checks the rules that span options. Messages go to stderr. 0 or -1. */
+ * checks the rules that span options; what is wrong goes to err (naming file
+ * and line, or the command line). 0 or -1. */
+int agent_read_config(struct agent_conf *conf, const char *file, char **overrides, int n_overrides, char *err,
+                      size_t errlen);
+/* The same, printing what is wrong on stderr (start-up). */
 int agent_load_config(struct agent_conf *conf, const char *file, char **overrides, int n_overrides);
 /* Cross-option rules only (also run by sim-fleet after its own flags). */
 int agent_check_config(const struct agent_conf *conf);

@@ -184,45 +184,64 @@ const struct conf_option agent_options[] = {
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 
-int agent_check_config(const struct agent_conf *conf)
+/* What is wrong with a loaded configuration as a whole, in err; -1 if any. */
+static int check_config(const struct agent_conf *conf, char *err, size_t errlen)
 {
     if ((conf->tls_cert[0] != 0) != (conf->tls_key[0] != 0)) {
-        fprintf(stderr, "gpurent-agent: tls_cert and tls_key must be set together\n");
+        snprintf(err, errlen, "tls_cert and tls_key must be set together");
         return -1;
     }
     if (strcmp(conf->discovery, "config") == 0) {
-        char err[256];
         struct gpu_facts *f = malloc(sizeof *f);
-        if (!f)
-            return -1;
-        int rc = inventory_from_config(conf, f, err, sizeof err);
-        free(f);
-        if (rc < 0) {
-            fprintf(stderr, "gpurent-agent: %s\n", err);
+        if (!f) {
+            snprintf(err, errlen, "out of memory");
             return -1;
         }
+        int rc = inventory_from_config(conf, f, err, errlen);
+        free(f);
+        if (rc < 0)
+            return -1;
     }
     if (strcmp(conf->runtime, "sim") != 0 && conf->mount_root[0] != '/') {
-        fprintf(stderr, "gpurent-agent: mount_root must be an absolute path\n");
+        snprintf(err, errlen, "mount_root must be an absolute path");
         return -1;
     }
     return 0;
 }
 
-int agent_load_config(struct agent_conf *conf, const char *file, char **overrides, int n_overrides)
+int agent_check_config(const struct agent_conf *conf)
 {
     char err[1024];
-    memset(conf, 0, sizeof *conf);
-    if (conf_set_defaults(agent_options, conf, err, sizeof err) < 0 ||
-        (file && conf_load_file(agent_options, conf, file, err, sizeof err) < 0)) {
+    if (check_config(conf, err, sizeof err) < 0) {
         fprintf(stderr, "gpurent-agent: %s\n", err);
         return -1;
     }
+    return 0;
+}
+
+int agent_read_config(struct agent_conf *conf, const char *file, char **overrides, int n_overrides, char *err,
+                      size_t errlen)
+{
+    memset(conf, 0, sizeof *conf);
+    if (conf_set_defaults(agent_options, conf, err, errlen) < 0 ||
+        (file && conf_load_file(agent_options, conf, file, err, errlen) < 0))
+        return -1;
     for (int i = 0; i < n_overrides; i++) {
-        if (conf_set_override(agent_options, conf, overrides[i], err, sizeof err) < 0) {
-            fprintf(stderr, "gpurent-agent: command line: %s\n", err);
+        char why[896];
+        if (conf_set_override(agent_options, conf, overrides[i], why, sizeof why) < 0) {
+            snprintf(err, errlen, "command line: %s", why);
             return -1;
         }
     }
-    return agent_check_config(conf);
+    return check_config(conf, err, errlen);
+}
+
+int agent_load_config(struct agent_conf *conf, const char *file, char **overrides, int n_overrides)
+{
+    char err[1024];
+    if (agent_read_config(conf, file, overrides, n_overrides, err, sizeof err) < 0) {
+        fprintf(stderr, "gpurent-agent: %s\n", err);
+        return -1;
+    }
+    return 0;
 }

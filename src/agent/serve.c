@@ -120,8 +120,9 @@ static void reload(struct agent *a)
         log_error("reload: out of memory; keeping the running configuration");
         return;
     }
-    if (agent_load_config(fresh, a->conf_file, a->conf_overrides, a->n_conf_overrides) < 0) {
-        log_error("reload: configuration has errors (see above); keeping the running one");
+    char err[1024];
+    if (agent_read_config(fresh, a->conf_file, a->conf_overrides, a->n_conf_overrides, err, sizeof err) < 0) {
+        log_error("reload: configuration has errors (%s); keeping the running one", err);
         free(fresh);
         return;
     }

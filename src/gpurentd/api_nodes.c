@@ -9,6 +9,7 @@
 #include "store.h"
 
 #include <ctype.h>
+#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,25 +76,25 @@ static void warn_if_clear_text(const struct node *n)
 {
     if (strncmp(n->agent_url, "http://", 7) != 0)
         return;
-    const char *authority = n->agent_url + 7;
-    size_t len = strcspn(authority, "/");
-    const char *at = memrchr(authority, '@', len); /* user:password@host */
-    if (at) {
-        len -= (size_t)(at + 1 - authority);
-        authority = at + 1;
+    /* libcurl parses the URL as it will connect to it (user info, IPv6
+     * brackets and ports included). */
+    CURLU *u = curl_url();
+    char *host = NULL;
+    if (u && curl_url_set(u, CURLUPART_URL, n->agent_url, 0) == CURLUE_OK)
+        curl_url_get(u, CURLUPART_HOST, &host, 0);
+    int loopback = 0;
+    if (host) {
+        size_t len = strlen(host);
+        if (len > 2 && host[0] == '[' && host[len - 1] == ']') { /* an IPv6 address */
+            host[len - 1] = '\0';
+            loopback = host_is_loopback(host + 1);
+        } else {
+            loopback = host_is_loopback(host);
+        }
     }
-    char host[256];
-    if (authority[0] == '[') { /* [IPv6]:port */
-        const char *close = memchr(authority, ']', len);
-        len = close ? (size_t)(close - authority - 1) : len - 1;
-        authority++;
-    } else {
-        const char *colon = memchr(authority, ':', len);
-        if (colon)
-            len = (size_t)(colon - authority);
-    }
-    snprintf(host, sizeof host, "%.*s", (int)(len < sizeof host ? len : sizeof host - 1), authority);
-    if (host_is_loopback(host))
+    curl_free(host);
+    curl_url_cleanup(u);
+    if (loopback)
         return;
     log_warn("nodes: %s (%s) registered at plain %s, not on loopback: workload specs and their environments "
              "would cross the network in clear text; serve the agent over TLS (its tls_cert and tls_key) and "

@@ -295,9 +295,7 @@ int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t
     sqlite3_bind_int64(st, 2, now);
     sqlite3_bind_int64(st, 3, miss_limit);
     sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
-    int rc = store_step_change(s, st, "node missed beat");
-    /* Going offline keeps a node in the fleet, but a never-reached or
-     * rejected node that goes offline joins it again with its card rows, as
-     * the report has always counted it. */
-    return rc == STORE_OK ? store_capacity_sync(s, id, now) : rc;
+    /* No capacity change to record: only a node that is up (accepted, and
+     * still so when offline) or never reached (no card rows) goes offline. */
+    return store_step_change(s, st, "node missed beat");
 }

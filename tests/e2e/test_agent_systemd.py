@@ -103,7 +103,8 @@ def test_ready_reload_and_stopping(tmp_path):
         # A broken file changes nothing.
         conf.write_text("log_level = shouting\n")
         reload("configuration has errors")
-        assert "log_level" in a.stderr_text().split("reload: ")[-2]  # the reason, just before
+        refused = [line for line in a.stderr_text().splitlines() if "reload: configuration has errors" in line]
+        assert f"{conf}:1: log_level" in refused[-1], refused  # the reason, with file and line
         request_then_flush(a, "/marker-kept")
         assert logged(a, "/marker-kept")
         assert_error(a.put("/v1/workloads/wl_big2", json=big), 413, "body_too_large")
