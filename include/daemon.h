@@ -41,7 +41,8 @@ struct daemon_conf {
     int64_t drain_timeout_s;      /* SIGTERM waits this long for requests */
     char clock_file[1024];        /* testing clock; "" uses the system clock */
     int64_t heartbeat_interval_ms;/* how often every agent is polled */
-    int64_t heartbeat_miss_limit; /* failed polls in a row before a node is offline */
+    int64_t heartbeat_miss_limit; /* failed polls in a row before a node is unreachable */
+    int64_t node_lost_after_s;    /* silence after which an unreachable node is offline, its instances lost */
     int64_t agent_connect_timeout_ms; /* connecting to an agent */
     int64_t agent_timeout_ms;     /* a whole call to an agent */
     int64_t agent_max_response_bytes; /* larger agent replies fail the call */
@@ -222,7 +223,15 @@ struct billing_summary {
     int64_t checked;          /* users whose funds were checked */
     int64_t at;               /* the time billed up to */
     int64_t duration_ms;      /* how long the pass took */
+    int64_t failed;           /* users skipped because their billing failed (logged) */
 };
+/* Users whose billing failed, for /metrics and /readyz. */
+struct billing_failures {
+    int64_t total;            /* user billings that failed, all time */
+    int64_t users;            /* users whose last billing failed */
+    int64_t users_repeated;   /* of them, failed in more than one pass in a row */
+};
+void billing_failures(struct billing_failures *out);
 /* A full pass: posts all usage due up to now for every user with unbilled
  * running time (the thread at start-up and when asked; tests and
  * benchmarks may call it too). */
@@ -245,6 +254,9 @@ void billing_stop(void);
 int reconciler_start(void);
 /* Asks for a pass now (an instance changed) instead of at the next period. */
 void reconciler_wake(void);
+/* Asks the next pass to list node_id's workloads (its agent reported an
+ * exit) and wakes the reconciler. Any thread. */
+void reconciler_list_node(const char *node_id);
 void reconciler_stop(void);
 
 /* api_instances.c */

@@ -19,6 +19,7 @@ struct facts_verdict {
     struct node_card cards[FACTS_MAX_CARDS];/* reported cards by index */
     size_t n_cards;                         /* entries in cards */
     char *canonical;                        /* the facts that matter, as sorted compact JSON (caller frees) */
+    int64_t workload_exits;                 /* the agent's count of ended workloads, -1 when absent */
 };
 
 /* Checks facts against the declared model and card count. Returns -1 (with

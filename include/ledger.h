@@ -62,6 +62,23 @@ int ledger_expire_grants(struct store *s, const char *user_id, int64_t at);
  * unknown, expired or used-up code, STORE_CONFLICT if already redeemed. */
 int ledger_redeem_invite(struct store *s, const char *user_id, const char *code, int64_t at, char grant_out[ID_MAX]);
 
+/* The end of the time interval b may be charged for at t: its end, or t
+ * while it runs, but never past the last good heartbeat of a node of it that
+ * has missed one since (b->confirmed_until). Billing, the funds check and
+ * the balance all charge [b->started_at, this). */
+int64_t ledger_billable_end(const struct billable *b, int64_t t);
+/* Gives back amount of what interval b was charged (it turned out not to
+ * have run that long), as one 'refund' transaction at `at` naming the
+ * interval and why: to the accounts that paid, the last drawn first. What
+ * goes back to a grant since voided is voided again at once (an 'expiry'
+ * transaction), as it would have been. STORE_ERROR if the interval was not
+ * charged that much. */
+int ledger_refund(struct store *s, const struct billable *b, int64_t amount, int64_t at, const char *why);
+/* Ends the instance's open running interval at ended_at (never before its
+ * start) and, if billing had charged it past that, refunds the difference
+ * in the same transaction. No-op when none is open. */
+int ledger_close_interval(struct store *s, const char *instance_id, int64_t ended_at, const char *reason, int64_t now);
+
 /* The price of a GPU type's card-hour at t (micro-yuan), or -1 if none. */
 int64_t ledger_price_at(struct store *s, const char *gpu_model, int64_t t);
 

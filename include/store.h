@@ -81,6 +81,12 @@ typedef int (*store_txn_fn)(struct store *s, void *ctx);
  * short backoff, for up to a few seconds). Returns fn's result, or
  * STORE_BUSY / STORE_ERROR if the transaction itself could not complete. */
 int store_txn(struct store *s, store_txn_fn fn, void *ctx);
+/* Inside a store_txn callback: runs fn(s, ctx) in a savepoint of its own, so
+ * that a negative result (in *result) undoes fn's work only and the caller
+ * can go on with the rest (billing skips one user and bills the others).
+ * Returns 0, or -1 when the savepoint itself failed: then the whole
+ * transaction must give up. */
+int store_part(struct store *s, store_txn_fn fn, void *ctx, int *result);
 /* What store_txn has done since the process started. */
 struct store_txn_stats {
     int64_t commits;      /* durable commits (one fsync each) */
@@ -223,8 +229,10 @@ struct node_target {
     char secret[65];          /* signing key */
     char gpu_model[33];       /* declared model */
     int64_t card_count;       /* declared cards */
-    char health[16];          /* current health */
+    char health[16];          /* current health; 'unreachable' for an up node missing beats */
     int64_t missed_beats;     /* failed beats so far */
+    int64_t last_seen_at;     /* last good heartbeat, 0 if never */
+    int64_t workload_exits;   /* the agent's last reported count of ended workloads, -1 if none */
 };
 /* Every registered node; *out is malloc'd (caller frees), *n its length. */
 int store_node_targets(struct store *s, struct node_target **out, size_t *n);
@@ -232,10 +240,13 @@ int store_node_targets(struct store *s, struct node_target **out, size_t *n);
  * facts, keeping allocations) or rejected with reason. */
 int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char *facts_json, int accepted,
                        const char *reason, const char *driver_version, const char *stack_version,
-                       const struct node_card *cards, size_t n_cards);
-/* Records a failed heartbeat; the node goes offline after miss_limit in a
- * row. */
-int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, const char *reason);
+                       const struct node_card *cards, size_t n_cards, int64_t workload_exits);
+/* Records a failed heartbeat. After miss_limit in a row an up node is
+ * unreachable (it keeps its cards; nothing new is placed on it), and once
+ * it has not answered for lost_after_s it is offline; a node never reached
+ * goes offline after miss_limit. */
+int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, int64_t lost_after_s,
+                           const char *reason);
 
 /* store_capacity.c */
 /* Brings the node's capacity history (node_capacity) in step with what it
@@ -305,7 +316,7 @@ struct instance_node {
     char node_name[64];       /* its name */
     char agent_url[513];      /* its agent */
     char secret[65];          /* its signing key */
-    char node_health[16];     /* up, offline … */
+    char node_health[16];     /* up, unreachable (up but missing beats), offline … */
     int64_t node_last_seen;   /* last good heartbeat */
     char workload_id[ID_MAX]; /* id at the agent */
     char cards[256];          /* JSON array of card indexes */
@@ -361,7 +372,8 @@ int store_instance_node_update(struct store *s, const char *instance_id, int64_t
 /* Opens a running interval at started_at (no-op if one is open). */
 int store_interval_open(struct store *s, const struct instance *in, int64_t started_at);
 /* Closes the open interval at ended_at (never before its start); no-op if
- * none is open. */
+ * none is open. Billing code closes through ledger_close_interval, which
+ * also gives back what was charged past the new end. */
 int store_interval_close(struct store *s, const char *instance_id, int64_t ended_at, const char *reason);
 /* Every workload id placed on a node, sorted (for orphan checks). *out
  * is malloc'd: n entries of ID_MAX bytes. */
@@ -409,11 +421,11 @@ struct ledger_leg {
 /* What a ledger transaction is about. */
 struct ledger_entry {
     int64_t at;                /* the time the movement is for */
-    const char *kind;          /* usage, grant, expiry, topup */
+    const char *kind;          /* usage, refund, grant, expiry, topup */
     const char *user_id;       /* whose money */
     const char *reason;        /* for statements */
-    const char *instance_id;   /* usage, or NULL */
-    int64_t interval_id;       /* usage, or 0 */
+    const char *instance_id;   /* usage and refund, or NULL */
+    int64_t interval_id;       /* usage and refund, or 0 */
     const char *grant_id;      /* grant/expiry, or NULL */
     const char *topup_id;      /* topup, or NULL */
 };
@@ -447,6 +459,8 @@ int store_grants_expired(struct store *s, const char *user_id, int64_t at, struc
 int store_grant_expiries(struct store *s, const char *user_id, int64_t after, int64_t until, int64_t *out, size_t max,
                          size_t *n);
 int store_grant_spend(struct store *s, const char *id, int64_t amount);
+/* Gives amount back to a grant not voided (a refund of usage it paid). */
+int store_grant_restore(struct store *s, const char *id, int64_t amount);
 int store_grant_void(struct store *s, const char *id, int64_t at);
 
 struct invite_code {
@@ -486,7 +500,21 @@ struct billable {
     int64_t started_at;        /* from */
     int64_t ended_at;          /* to; 0 while running */
     int64_t billed;            /* posted so far */
+    int64_t confirmed_until;   /* open, on a node that has missed a beat: known to have run only until its
+                                * last good one; -1 when nothing caps it */
 };
+/* The user's open interval of instance_id; STORE_NOT_FOUND if none is open. */
+int store_interval_get_open(struct store *s, const char *instance_id, struct billable *out);
+/* Who paid for an interval: each user account that its usage (less its
+ * refunds) drew from, with what it still has to give back, the account drawn
+ * last first. */
+struct interval_payer {
+    char account_id[48];       /* 'cash:usr_…' or 'grant:grt_…' */
+    char grant_id[ID_MAX];     /* on grant accounts, else "" */
+    int64_t paid;              /* net micro-yuan it paid, > 0 */
+    int64_t grant_voided_at;   /* grant accounts: when the grant was voided, 0 if not */
+};
+int store_interval_payers(struct store *s, int64_t interval_id, struct interval_payer **out, size_t *n);
 /* Users with intervals not yet billed in full; *out malloc'd (n entries). */
 int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n);
 /* Every interval of the user not yet billed in full, by id, however many:

@@ -25,7 +25,15 @@ void api_readyz(struct http_request *req)
         http_error(req, ERR_UNAVAILABLE, NULL, "the database is not reachable or not migrated");
         return;
     }
-    http_reply_json(req, 200, json_pack("{s:s, s:i}", "status", "ready", "schema_version", version));
+    /* Users whose billing keeps failing run unbilled: said here for the
+     * operator, though the daemon still serves everyone else (readiness is
+     * whether to send it traffic, and the API is fine). */
+    struct billing_failures bf;
+    billing_failures(&bf);
+    json_t *billing = json_pack("{s:s, s:I, s:I}", "status", bf.users_repeated ? "failing" : "ok", "users_failing",
+                                (json_int_t)bf.users, "users_failing_repeatedly", (json_int_t)bf.users_repeated);
+    http_reply_json(req, 200, json_pack("{s:s, s:i, s:{s:o}}", "status", "ready", "schema_version", version,
+                                        "checks", "billing", billing));
 }
 
 void api_openapi(struct http_request *req)

@@ -156,7 +156,7 @@ void api_instances_create(struct http_request *req)
     json_decref(body);
 }
 
-static const char *const instance_states[] = {"pending", "provisioning", "running", "stopping", "stopped",
+static const char *const instance_states[] = {"pending", "provisioning", "running", "stopping", "unreachable", "stopped",
                                               "terminated", "failed", "lost", NULL};
 
 void api_instances_list(struct http_request *req)

@@ -12,7 +12,15 @@
  * at the last second they covered: the intervals are closed there and the
  * user's instances are stopped. Passes may be late, repeated or cut short by
  * a crash: each recomputes from the intervals' starts, so totals never
- * change. */
+ * change.
+ *
+ * Only time known to have run is charged: an open interval on a node that
+ * has missed a heartbeat is charged up to that node's last good one
+ * (ledger_billable_end), and an interval whose end moved back below what was
+ * charged gets the difference refunded. Each user is billed in a savepoint
+ * of their own: one whose billing fails (an overflow, a broken row) is
+ * skipped for the pass, logged once per change of reason and counted, and
+ * everyone else is billed. */
 #include "clock.h"
 #include "daemon.h"
 #include "jsonx.h"
@@ -22,6 +30,7 @@
 #include "tariff.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +53,8 @@ struct pass {
     size_t n_prices, cap_prices;   /* entries, allocated */
     int64_t now;                   /* pass time */
     int stopped_any;               /* instances were stopped: wake the reconciler */
+    int64_t failed;                /* users skipped this pass */
+    char why[160];                 /* why the user being billed failed, "" if unsaid */
 };
 
 static int schedule(struct store *s, struct pass *p, const char *model, struct price_point **pp, size_t *n)
@@ -81,12 +92,16 @@ static int due_at(struct store *s, struct pass *p, const struct billable *b, int
     int rc = schedule(s, p, b->gpu_model, &pp, &n);
     if (rc != STORE_OK)
         return rc;
-    int64_t end = b->ended_at && b->ended_at < t ? b->ended_at : t;
+    int64_t end = ledger_billable_end(b, t);
     if (end <= b->started_at) {
         *out = 0;
         return STORE_OK;
     }
-    return tariff_due(pp, n, b->card_count, b->started_at, end, out) == MONEY_OK ? STORE_OK : STORE_ERROR;
+    if (tariff_due(pp, n, b->card_count, b->started_at, end, out) == MONEY_OK)
+        return STORE_OK;
+    snprintf(p->why, sizeof p->why, "the cost of interval %lld (%lld x %s, %lld s) overflows", (long long)b->id,
+             (long long)b->card_count, b->gpu_model, (long long)(end - b->started_at));
+    return STORE_ERROR;
 }
 
 /* Sum over the intervals of what is due at t beyond what was posted. */
@@ -98,8 +113,10 @@ static int owed_at(struct store *s, struct pass *p, const struct billable *b, si
         int rc = due_at(s, p, &b[i], t, &due);
         if (rc != STORE_OK)
             return rc;
-        if (due > b[i].billed && money_add(total, due - b[i].billed, &total) != MONEY_OK)
+        if (due > b[i].billed && money_add(total, due - b[i].billed, &total) != MONEY_OK) {
+            snprintf(p->why, sizeof p->why, "the sum of what is owed overflows");
             return STORE_ERROR;
+        }
     }
     *out = total;
     return STORE_OK;
@@ -127,7 +144,7 @@ static int stop_for_funds(struct store *s, struct pass *p, const char *user_id, 
                 (strcmp(in->state, "pending") != 0 && strcmp(in->state, "provisioning") != 0 &&
                  strcmp(in->state, "running") != 0))
                 continue;
-            if ((rc = store_interval_close(s, in->id, t, "funds exhausted")) != STORE_OK ||
+            if ((rc = ledger_close_interval(s, in->id, t, "funds exhausted", p->now)) != STORE_OK ||
                 (rc = store_instance_set_desired(s, in->id, "stopped", p->now)) != STORE_OK ||
                 (rc = store_instance_set_state(s, in->id, "stopping", "", why, p->now)) != STORE_OK)
                 return rc;
@@ -178,8 +195,20 @@ static int bill_intervals(struct store *s, struct pass *p, const char *user_id, 
             snprintf(reason, sizeof reason, "%lld x %s, %s", (long long)b[i].card_count, b[i].gpu_model,
                      b[i].instance_id);
             if ((rc = ledger_charge(s, user_id, due - b[i].billed, until, b[i].instance_id, b[i].id, reason)) !=
-                STORE_OK)
+                STORE_OK) {
+                snprintf(p->why, sizeof p->why, "cannot post usage of interval %lld", (long long)b[i].id);
                 return rc;
+            }
+            b[i].billed = due;
+        } else if (b[i].ended_at && b[i].ended_at <= until && due < b[i].billed) {
+            /* It ended below what was charged (a clock stepped back, an
+             * end moved by a path that did not refund): give it back, so
+             * the total never depends on when passes ran. */
+            if ((rc = ledger_refund(s, &b[i], b[i].billed - due, p->now, "charged past the interval's end")) !=
+                STORE_OK) {
+                snprintf(p->why, sizeof p->why, "cannot refund interval %lld", (long long)b[i].id);
+                return rc;
+            }
             b[i].billed = due;
         }
         /* Funds that ran out end every interval there, even one the user
@@ -224,25 +253,124 @@ static int bill_user(struct store *s, struct pass *p, const char *user_id, int e
     return bill_until(s, p, user_id, p->now);
 }
 
+/* Per user of a batch: how billing them went, for after the commit. */
+struct user_result {
+    int rc;                    /* STORE_OK, or why they were skipped */
+    char why[160];             /* said when rc is not STORE_OK */
+};
+
 struct batch_ctx {
     struct pass *pass;         /* shared state */
     char (*users)[ID_MAX];     /* the batch */
     const unsigned char *expiries; /* per user: 0 if no grant of theirs expired by now; NULL: unknown */
     size_t n;                  /* its length */
+    struct user_result *results; /* n entries */
+    size_t current;            /* the user being billed */
 };
 
+static int user_part(struct store *s, void *vctx)
+{
+    struct batch_ctx *ctx = vctx;
+    size_t i = ctx->current;
+    return bill_user(s, ctx->pass, ctx->users[i], !ctx->expiries || ctx->expiries[i]);
+}
+
+/* Bills each user of the batch in a savepoint of their own: a user whose
+ * billing fails is rolled back alone and the batch goes on. Only a busy
+ * database (retry it all) or a savepoint that failed ends the batch. */
 static int batch_txn(struct store *s, void *vctx)
 {
     struct batch_ctx *ctx = vctx;
     ctx->pass->stopped_any = 0;
-    for (size_t i = 0; i < ctx->n; i++) {
-        int rc = bill_user(s, ctx->pass, ctx->users[i], !ctx->expiries || ctx->expiries[i]);
+    for (ctx->current = 0; ctx->current < ctx->n; ctx->current++) {
+        int stopped = ctx->pass->stopped_any;
+        ctx->pass->why[0] = '\0';
+        int rc;
+        if (store_part(s, user_part, ctx, &rc) < 0)
+            return rc == STORE_BUSY ? rc : STORE_ERROR;
+        if (rc == STORE_BUSY)
+            return rc; /* the whole batch is retried */
+        struct user_result *r = &ctx->results[ctx->current];
+        r->rc = rc;
         if (rc != STORE_OK) {
-            log_error("billing: cannot bill user %s (rc %d)", ctx->users[i], rc);
-            return rc;
+            ctx->pass->stopped_any = stopped; /* its stops were rolled back too */
+            snprintf(r->why, sizeof r->why, "%s", ctx->pass->why[0] ? ctx->pass->why : "a store error (logged)");
         }
     }
     return STORE_OK;
+}
+
+/* ------------------------------------------------------------ failing users */
+
+/* Users whose billing failed, with their streak of failed passes and the
+ * last reason: so a failure is logged once per change, not every pass.
+ * Only the billing thread touches the table; the counts are read by
+ * /metrics and /readyz. */
+struct failing_user {
+    char user_id[ID_MAX];
+    int64_t streak;            /* passes in a row that failed them */
+    char why[160];             /* the last reason */
+};
+static struct failing_user *failing;
+static size_t n_failing, cap_failing;
+static atomic_llong failures_total;     /* user billings that failed, all time */
+static atomic_llong users_failing;      /* users whose last billing failed */
+static atomic_llong users_failing_again; /* of them, failed more than one pass in a row */
+
+static struct failing_user *failing_find(const char *user_id)
+{
+    for (size_t i = 0; i < n_failing; i++)
+        if (strcmp(failing[i].user_id, user_id) == 0)
+            return &failing[i];
+    return NULL;
+}
+
+static void note_result(const char *user_id, const struct user_result *r)
+{
+    struct failing_user *f = failing_find(user_id);
+    if (r->rc == STORE_OK) {
+        if (f) {
+            log_info("billing: user %s is billed again after %lld failed passes", user_id, (long long)f->streak);
+            *f = failing[--n_failing];
+        }
+        return;
+    }
+    atomic_fetch_add(&failures_total, 1);
+    if (!f) {
+        if (n_failing == cap_failing) {
+            size_t cap = cap_failing ? 2 * cap_failing : 16;
+            struct failing_user *grown = realloc(failing, cap * sizeof *grown);
+            if (!grown) {
+                log_error("billing: cannot bill user %s: %s", user_id, r->why);
+                return;
+            }
+            failing = grown;
+            cap_failing = cap;
+        }
+        f = &failing[n_failing++];
+        memset(f, 0, sizeof *f);
+        snprintf(f->user_id, sizeof f->user_id, "%s", user_id);
+    }
+    if (f->streak == 0 || strcmp(f->why, r->why) != 0)
+        log_error("billing: cannot bill user %s, skipped until it can be: %s", user_id, r->why);
+    snprintf(f->why, sizeof f->why, "%s", r->why);
+    f->streak++;
+}
+
+static void count_failing(void)
+{
+    int64_t again = 0;
+    for (size_t i = 0; i < n_failing; i++)
+        again += failing[i].streak > 1;
+    atomic_store(&users_failing, (long long)n_failing);
+    atomic_store(&users_failing_again, (long long)again);
+}
+
+void billing_failures(struct billing_failures *out)
+{
+    out->total = atomic_load(&failures_total);
+    out->users = atomic_load(&users_failing);
+    out->users_repeated = atomic_load(&users_failing_again);
 }
 
 /* Grants of users with nothing to bill expire too; after all the batches,
@@ -260,12 +388,19 @@ static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], co
                       size_t n)
 {
     int rc = STORE_OK, stopped = 0;
+    struct user_result results[USERS_PER_TXN];
     for (size_t off = 0; rc == STORE_OK && off < n; off += USERS_PER_TXN) {
         struct batch_ctx ctx = {p, users + off, expiries ? expiries + off : NULL,
-                                n - off < USERS_PER_TXN ? n - off : USERS_PER_TXN};
+                                n - off < USERS_PER_TXN ? n - off : USERS_PER_TXN, results, 0};
         rc = store_txn(s, batch_txn, &ctx);
+        if (rc == STORE_OK)
+            for (size_t i = 0; i < ctx.n; i++) {
+                note_result(ctx.users[i], &results[i]);
+                p->failed += results[i].rc != STORE_OK;
+            }
         stopped |= p->stopped_any;
     }
+    count_failing();
     if (rc == STORE_OK)
         rc = store_txn(s, expire_txn, p);
     if (stopped)
@@ -283,6 +418,7 @@ static void pass_done(struct pass *p, int64_t started, int64_t checked, int64_t 
         out->checked = checked;
         out->at = p->now;
         out->duration_ms = clock_mono_ms() - started;
+        out->failed = p->failed;
     }
 }
 
@@ -340,21 +476,22 @@ int billing_check(struct store *s, struct billing_summary *out)
     for (size_t i = 0; rc == STORE_OK && i < nb;) {
         const char *user_id = b[i].user_id;
         int64_t owed = 0;
-        int ended = 0;
+        int ended = 0, uncertain = 0;
         size_t j = i;
         for (; j < nb && strcmp(b[j].user_id, user_id) == 0; j++) {
             int64_t due;
-            if ((rc = due_at(s, &p, &b[j], p.now, &due)) != STORE_OK)
-                break;
-            if (due > b[j].billed && money_add(owed, due - b[j].billed, &owed) != MONEY_OK)
-                rc = STORE_ERROR;
+            /* A cost that cannot be computed goes to the full path, which
+             * fails (and reports) this user alone. */
+            if (due_at(s, &p, &b[j], p.now, &due) != STORE_OK ||
+                (due > b[j].billed && money_add(owed, due - b[j].billed, &owed) != MONEY_OK))
+                uncertain = 1;
             ended |= b[j].ended_at != 0;
         }
         while (fi < nf && strcmp(f[fi].user_id, user_id) < 0)
             fi++;
         const struct user_funds *uf = fi < nf && strcmp(f[fi].user_id, user_id) == 0 ? &f[fi] : NULL;
         /* Anything uncertain bills now: the full path decides exactly. */
-        if (!uf || owed > uf->cash + uf->credit || ended || uf->expired_grants ||
+        if (!uf || uncertain || (__int128)owed > (__int128)uf->cash + uf->credit || ended || uf->expired_grants ||
             (owed > 0 && posting_due(user_id, prev, p.now))) {
             expiries[nu] = !uf || uf->expired_grants;
             memcpy(users[nu++], user_id, ID_MAX);

@@ -110,7 +110,10 @@ const struct conf_option daemon_options[] = {
     OPT_INT(drain_timeout_s, 1, 600, 15, "seconds SIGTERM waits for requests in flight"),
     OPT_STR(clock_file, "", NULL, "TESTING ONLY: file holding the current time in epoch seconds"),
     OPT_INT(heartbeat_interval_ms, 100, 600000, 5000, "milliseconds between polls of every node agent"),
-    OPT_INT(heartbeat_miss_limit, 1, 100, 3, "failed polls in a row before a node is marked offline"),
+    OPT_INT(heartbeat_miss_limit, 1, 100, 3, "failed polls in a row before a node is unreachable"),
+    OPT_INT(node_lost_after_s, 0, 604800, 600,
+            "seconds an unreachable node may stay silent before it is offline and its instances are lost;"
+            " 0: offline at once"),
     OPT_INT(agent_connect_timeout_ms, 50, 60000, 2000, "milliseconds to connect to an agent"),
     OPT_INT(agent_timeout_ms, 100, 600000, 5000, "milliseconds for a whole call to an agent"),
     OPT_INT(agent_max_response_bytes, 4096, 16777216, 1048576, "largest agent reply accepted"),

@@ -2,8 +2,11 @@
  * heartbeat_interval_ms, it asks every registered node's agent for its facts
  * over one libcurl multi handle, judges them (facts.c), and records the
  * results in batched transactions as they arrive. A node that misses
- * heartbeat_miss_limit polls in a row goes offline; a good reply brings it
- * back. A registration wakes the loop to poll just the new node. */
+ * heartbeat_miss_limit polls in a row is unreachable, and offline once it
+ * has been silent for node_lost_after_s; a good reply brings it back. When a
+ * node's count of ended workloads changes, the reconciler is asked to list
+ * that node's workloads now, so an exit is billed to its second. A
+ * registration wakes the loop to poll just the new node. */
 #include "agent_client.h"
 #include "clock.h"
 #include "daemon.h"
@@ -94,29 +97,43 @@ static int record_txn(struct store *s, void *vctx)
         if (b->ok)
             rc = store_node_beat_ok(s, b->target->id, ctx->now, b->verdict.canonical, b->verdict.accepted,
                                     b->verdict.reason, b->verdict.driver_version, b->verdict.stack_version,
-                                    b->verdict.cards, b->verdict.n_cards);
+                                    b->verdict.cards, b->verdict.n_cards, b->verdict.workload_exits);
         else
-            rc = store_node_beat_missed(s, b->target->id, ctx->now, daemon_config->heartbeat_miss_limit, b->reason);
+            rc = store_node_beat_missed(s, b->target->id, ctx->now, daemon_config->heartbeat_miss_limit,
+                                        daemon_config->node_lost_after_s, b->reason);
         if (rc != STORE_OK && rc != STORE_NOT_FOUND) /* not found: removed during the pass */
             return rc;
     }
     return STORE_OK;
 }
 
-/* Logs a change of the node's health; returns 1 if it changed. */
-static int log_changes(struct beat *b)
+/* Logs a change of the node's health (the same rules as SQL_NODE_MISSED in
+ * store_nodes.c); returns 1 if it changed. A first missed beat changes
+ * nothing that needs the reconciler: billing already stops at the node's
+ * last good beat. */
+static int log_changes(struct beat *b, int64_t now)
 {
     struct node_target *t = b->target;
-    if (b->ok && b->verdict.accepted && strcmp(t->health, "up") != 0)
+    int up = strcmp(t->health, "up") == 0, unreachable = strcmp(t->health, "unreachable") == 0;
+    int missing = !b->ok && t->missed_beats + 1 >= daemon_config->heartbeat_miss_limit;
+    if (b->ok && b->verdict.accepted && !up)
         log_info("heartbeat: node %s is up", t->id);
     else if (b->ok && !b->verdict.accepted && strcmp(t->health, "rejected") != 0)
         log_warn("heartbeat: node %s not put in service: %s", t->id, b->verdict.reason);
-    else if (!b->ok && (strcmp(t->health, "up") == 0 || strcmp(t->health, "unknown") == 0) &&
-             t->missed_beats + 1 >= daemon_config->heartbeat_miss_limit)
+    else if (missing && (strcmp(t->health, "unknown") == 0 ||
+                         ((up || unreachable) && t->last_seen_at <= now - daemon_config->node_lost_after_s)))
         log_warn("heartbeat: node %s offline: %s", t->id, b->reason);
+    else if (missing && up)
+        log_warn("heartbeat: node %s unreachable: %s", t->id, b->reason);
     else
         return 0;
     return 1;
+}
+
+/* Whether the node's workloads ended since the last beat said. */
+static int exits_changed(const struct beat *b)
+{
+    return b->ok && b->verdict.workload_exits >= 0 && b->verdict.workload_exits != b->target->workload_exits;
 }
 
 /* Writes the batch in one transaction and empties it. */
@@ -126,11 +143,16 @@ static void flush(struct pass *p)
         return;
     int64_t t0 = clock_mono_us();
     int changed = 0;
-    for (size_t i = 0; i < p->n_batch; i++)
-        changed |= log_changes(&p->batch[i]);
     struct record_ctx ctx = {p->batch, p->n_batch, clock_now()};
+    for (size_t i = 0; i < p->n_batch; i++)
+        changed |= log_changes(&p->batch[i], ctx.now);
     if (store_txn(p->s, record_txn, &ctx) != STORE_OK)
         log_error("heartbeat: cannot record results");
+    for (size_t i = 0; i < p->n_batch; i++)
+        if (exits_changed(&p->batch[i])) {
+            reconciler_list_node(p->batch[i].target->id);
+            changed = 1;
+        }
     for (size_t i = 0; i < p->n_batch; i++) {
         free(p->batch[i].verdict.canonical);
         p->batch[i].verdict.canonical = NULL;
@@ -153,6 +175,7 @@ static void add_result(struct pass *p, struct node_target *t, struct agent_call 
     b->reason[0] = '\0';
     b->verdict.reason[0] = '\0';
     b->verdict.canonical = NULL;
+    b->verdict.workload_exits = -1;
     if (!c)
         snprintf(b->reason, sizeof b->reason, "cannot build the call (bad agent URL?)");
     else if (c->error[0])

@@ -165,7 +165,7 @@ static int wind_down(struct store *s, const struct instance *in, const char *des
 {
     int rc;
     if ((rc = store_instance_set_desired(s, in->id, desired, now)) != STORE_OK ||
-        (rc = store_interval_close(s, in->id, now, why)) != STORE_OK)
+        (rc = ledger_close_interval(s, in->id, now, why, now)) != STORE_OK)
         return rc;
     return store_instance_set_state(s, in->id, "stopping", "", why, now);
 }

@@ -36,7 +36,7 @@ int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *o
     struct price_point *pp = NULL;
     size_t np = 0;
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
-        int64_t end = b[i].ended_at && b[i].ended_at < at ? b[i].ended_at : at, due = 0;
+        int64_t end = ledger_billable_end(&b[i], at), due = 0;
         if (end <= b[i].started_at)
             continue;
         if (strcmp(model, b[i].gpu_model) != 0) {
@@ -259,6 +259,115 @@ int ledger_redeem_invite(struct store *s, const char *user_id, const char *code,
     /* The redemption row's primary key makes a second redemption by the
      * same account fail, whatever the concurrency. */
     return store_invite_redeem(s, c.code, user_id, grant_out, at);
+}
+
+int64_t ledger_billable_end(const struct billable *b, int64_t t)
+{
+    int64_t end = b->ended_at && b->ended_at < t ? b->ended_at : t;
+    if (!b->ended_at && b->confirmed_until >= 0 && b->confirmed_until < end)
+        end = b->confirmed_until;
+    return end;
+}
+
+/* Posts the void of money a refund gave back to a grant already voided. */
+static int void_refunded(struct store *s, const struct billable *b, const struct interval_payer *p, int64_t take,
+                         int64_t at)
+{
+    struct ledger_leg legs[2] = {{.amount = -take}, {.amount = take}};
+    snprintf(legs[0].account_id, sizeof legs[0].account_id, "%s", p->account_id);
+    snprintf(legs[0].grant_id, sizeof legs[0].grant_id, "%s", p->grant_id);
+    snprintf(legs[1].account_id, sizeof legs[1].account_id, "promotion");
+    struct ledger_entry e = {.at = at,
+                             .kind = "expiry",
+                             .user_id = b->user_id,
+                             .reason = "refunded credit had expired; it is void",
+                             .grant_id = p->grant_id};
+    return store_ledger_post(s, &e, legs, 2, at);
+}
+
+int ledger_refund(struct store *s, const struct billable *b, int64_t amount, int64_t at, const char *why)
+{
+    if (amount <= 0)
+        return amount == 0 ? STORE_OK : STORE_ERROR;
+    struct interval_payer *payers;
+    size_t n;
+    int rc = store_interval_payers(s, b->id, &payers, &n);
+    if (rc != STORE_OK)
+        return rc;
+    struct ledger_leg *legs = calloc(n + 1, sizeof *legs);
+    int64_t *taken = calloc(n ? n : 1, sizeof *taken);
+    if (!legs || !taken) {
+        rc = STORE_ERROR;
+        goto done;
+    }
+    int64_t left = amount;
+    size_t nl = 0;
+    for (size_t i = 0; i < n && left > 0; i++) {
+        int64_t take = payers[i].paid < left ? payers[i].paid : left;
+        if (payers[i].grant_id[0] && !payers[i].grant_voided_at &&
+            (rc = store_grant_restore(s, payers[i].grant_id, take)) != STORE_OK)
+            goto done;
+        snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "%s", payers[i].account_id);
+        snprintf(legs[nl].grant_id, sizeof legs[nl].grant_id, "%s", payers[i].grant_id);
+        legs[nl++].amount = take;
+        taken[i] = take;
+        left -= take;
+    }
+    if (left > 0) {
+        log_error("ledger: refund of %lld to interval %lld is more than it was charged", (long long)amount,
+                  (long long)b->id);
+        rc = STORE_ERROR;
+        goto done;
+    }
+    snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "revenue");
+    legs[nl++].amount = -amount;
+    char reason[256];
+    snprintf(reason, sizeof reason, "refund, %lld x %s, %s: %.160s", (long long)b->card_count, b->gpu_model,
+             b->instance_id, why);
+    struct ledger_entry e = {.at = at,
+                             .kind = "refund",
+                             .user_id = b->user_id,
+                             .reason = reason,
+                             .instance_id = b->instance_id,
+                             .interval_id = b->id};
+    if ((rc = store_ledger_post(s, &e, legs, nl, at)) != STORE_OK)
+        goto done;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        if (taken[i] && payers[i].grant_voided_at)
+            rc = void_refunded(s, b, &payers[i], taken[i], at);
+done:
+    free(taken);
+    free(legs);
+    free(payers);
+    return rc;
+}
+
+int ledger_close_interval(struct store *s, const char *instance_id, int64_t ended_at, const char *reason, int64_t now)
+{
+    struct billable b;
+    int rc = store_interval_get_open(s, instance_id, &b);
+    if (rc == STORE_NOT_FOUND)
+        return STORE_OK;
+    if (rc != STORE_OK || (rc = store_interval_close(s, instance_id, ended_at, reason)) != STORE_OK)
+        return rc;
+    if (b.billed == 0)
+        return STORE_OK;
+    /* What is due at the end it now has (store_interval_close never puts it
+     * before the start). */
+    struct price_point *pp;
+    size_t np;
+    int64_t due;
+    if ((rc = store_prices(s, b.gpu_model, &pp, &np)) != STORE_OK)
+        return rc;
+    int mrc = tariff_due(pp, np, b.card_count, b.started_at, ended_at > b.started_at ? ended_at : b.started_at, &due);
+    free(pp);
+    if (mrc != MONEY_OK)
+        return STORE_ERROR;
+    if (due >= b.billed)
+        return STORE_OK;
+    if ((rc = ledger_refund(s, &b, b.billed - due, now, reason)) != STORE_OK)
+        return rc;
+    return store_interval_billed(s, b.id, due, 0, -1);
 }
 
 int64_t ledger_price_at(struct store *s, const char *gpu_model, int64_t t)

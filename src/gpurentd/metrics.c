@@ -212,6 +212,18 @@ void api_metrics(struct http_request *req)
             "# HELP gpurent_store_writers_waiting Write transactions queued for the next commit.\n"
             "# TYPE gpurent_store_writers_waiting gauge\ngpurent_store_writers_waiting %lld\n",
             (long long)txn.commits, (long long)txn.transactions, (long long)txn.waiting);
+    struct billing_failures bf;
+    billing_failures(&bf);
+    fprintf(f,
+            "# HELP gpurent_billing_user_failures_total Times billing one user failed and the user was skipped"
+            " for the pass.\n"
+            "# TYPE gpurent_billing_user_failures_total counter\ngpurent_billing_user_failures_total %lld\n"
+            "# HELP gpurent_billing_users_failing Users whose last billing failed.\n"
+            "# TYPE gpurent_billing_users_failing gauge\ngpurent_billing_users_failing %lld\n"
+            "# HELP gpurent_billing_users_failing_repeatedly Users whose billing failed in more than one pass in a"
+            " row.\n"
+            "# TYPE gpurent_billing_users_failing_repeatedly gauge\ngpurent_billing_users_failing_repeatedly %lld\n",
+            (long long)bf.total, (long long)bf.users, (long long)bf.users_repeated);
     fprintf(f,
             "# HELP gpurent_billing_passes_total Billing passes run.\n"
             "# TYPE gpurent_billing_passes_total counter\ngpurent_billing_passes_total %lld\n"

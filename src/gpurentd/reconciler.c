@@ -3,12 +3,22 @@
  * each unsettled instance wants with what its nodes' agents report, and
  * acts: puts workloads, watches them provision, opens the running interval
  * when every node runs, retries failed attempts on fresh cards with backoff,
- * marks instances lost when a node goes offline (billing ends at its last
- * heartbeat), removes workloads of stopped instances and releases their
- * cards. Every reconcile_sweep_ms it also lists every agent's workloads:
- * workloads no instance owns are deleted, and running instances whose
- * workload exited or failed are ended. Level-triggered: after any crash or
- * restart the next pass converges from the database and the agents alone.
+ * removes workloads of stopped instances and releases their cards.
+ *
+ * A running instance whose node stops answering (unreachable, see
+ * heartbeat.c) becomes unreachable: its interval ends at the node's last
+ * good heartbeat, but it keeps its cards and its workloads. If every node
+ * answers again and every workload still runs, it is running again, billed
+ * from that moment; if a workload ended meanwhile it ends unbilled; if a
+ * node stays silent past node_lost_after_s (offline) it is lost, its cards
+ * released and its workloads deleted when the node returns.
+ *
+ * Every reconcile_sweep_ms it lists every agent's workloads, and a node the
+ * heartbeat saw a workload end on is listed in the next pass: workloads no
+ * instance owns are deleted, and running instances whose workload exited or
+ * failed are ended at the second the agent says it ended. Level-triggered:
+ * after any crash or restart the next pass converges from the database and
+ * the agents alone.
  *
  * While instances provision, passes come quickly (QUICK_MS after progress,
  * doubling while nothing moves, up to reconcile_interval_ms), so an agent
@@ -19,6 +29,7 @@
 #include "agent_client.h"
 #include "clock.h"
 #include "daemon.h"
+#include "ledger.h"
 #include "placement.h"
 #include "store.h"
 
@@ -60,6 +71,7 @@ struct seen {
     char workload_id[ID_MAX]; /* id */
     char phase[16];           /* reported phase */
     char message[256];        /* with it */
+    int64_t ended_ago;        /* exited or failed: seconds before the list was made, by the agent's clock; -1 unknown */
 };
 
 static struct bg_loop loop = BG_LOOP_INIT("reconciler");
@@ -67,6 +79,14 @@ static struct bg_loop loop = BG_LOOP_INIT("reconciler");
 /* Deletes to send in the next pass; touched only by the reconciler thread. */
 static struct pending_delete *pending;
 static size_t n_pending;
+
+/* Nodes to list in the next pass, asked for by the heartbeat when an agent
+ * reports an ended workload; guarded by loop.lock. Capped: past it the next
+ * pass lists every node, which is what the cap would have asked for anyway. */
+#define MAX_LIST_NODES 1024
+static char (*list_nodes)[ID_MAX];
+static size_t n_list_nodes;
+static int list_all;
 
 static int should_stop(void) { return loop_stopping(&loop); }
 
@@ -217,6 +237,15 @@ static int holding(const struct instance *in)
     return 0;
 }
 
+/* Whether every node of the instance answers its heartbeats. */
+static int all_nodes_up(const struct work *w)
+{
+    for (size_t r = 0; r < w->n_nodes; r++)
+        if (strcmp(w->nodes[r].node_health, "up") != 0)
+            return 0;
+    return 1;
+}
+
 static void plan_calls(struct store *s, struct work *w, int64_t now, const struct agent_client_opts *opts)
 {
     struct spec_inputs si;
@@ -224,6 +253,9 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
     const struct instance *in = &w->in;
     int winding_down = strcmp(in->desired, "running") != 0 && holding(in);
     int provisioning = !winding_down && (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0);
+    /* An unreachable instance whose nodes all answer again: is its work
+     * still running? */
+    int recovering = !winding_down && strcmp(in->state, "unreachable") == 0 && all_nodes_up(w);
     if (provisioning && now < in->next_attempt_at)
         return;
     for (size_t r = 0; r < w->n_nodes; r++) {
@@ -243,7 +275,7 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
                 w->call[r] = agent_call_new(p->agent_url, p->secret, "PUT", path, spec, opts);
             free(spec);
             w->kind[r] = CALL_PUT;
-        } else if (provisioning) {
+        } else if (provisioning || recovering) {
             w->call[r] = agent_call_new(p->agent_url, p->secret, "GET", path, NULL, opts);
             w->kind[r] = CALL_GET;
         }
@@ -255,8 +287,10 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
 struct apply_ctx {
     struct work *w;             /* the instance and its call results */
     int64_t now;                /* pass time */
-    const struct seen *seen;    /* sweep results, sorted by id (NULL: no sweep) */
+    const struct seen *seen;    /* workloads of the nodes listed this pass, sorted by id */
     size_t n_seen;              /* entries in seen */
+    char (*listed)[ID_MAX];     /* the nodes whose lists came back, sorted */
+    size_t n_listed;            /* entries in listed */
     int queued_deletes;         /* out: workloads to delete next pass */
     int progress;               /* out: an agent reported something new */
 };
@@ -277,6 +311,14 @@ static const struct seen *find_seen(const struct apply_ctx *ctx, const char *id)
     return NULL;
 }
 
+static int id_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+/* Whether this pass has node_id's list of workloads. */
+static int was_listed(const struct apply_ctx *ctx, const char *node_id)
+{
+    return ctx->n_listed && bsearch(node_id, ctx->listed, ctx->n_listed, ID_MAX, id_cmp);
+}
+
 static void queue_all_deletes(struct apply_ctx *ctx)
 {
     for (size_t r = 0; r < ctx->w->n_nodes; r++)
@@ -284,12 +326,13 @@ static void queue_all_deletes(struct apply_ctx *ctx)
     ctx->queued_deletes = 1;
 }
 
-/* Ends the instance's run: billing stops at `at`, cards are released, its
- * workloads are deleted, and it enters state. */
+/* Ends the instance's run: billing stops at `at` (what was charged past it
+ * is refunded), cards are released, its workloads are deleted, and it
+ * enters state. */
 static int end_run(struct store *s, struct apply_ctx *ctx, const char *state, int64_t at, const char *reason)
 {
     int rc;
-    if ((rc = store_interval_close(s, ctx->w->in.id, at, reason)) != STORE_OK ||
+    if ((rc = ledger_close_interval(s, ctx->w->in.id, at, reason, ctx->now)) != STORE_OK ||
         (rc = store_instance_release(s, ctx->w->in.id)) != STORE_OK)
         return rc;
     queue_all_deletes(ctx);
@@ -395,26 +438,33 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
     return STORE_OK;
 }
 
-static int apply_running(struct store *s, struct apply_ctx *ctx)
+/* The node of the instance that stopped answering first: the one with the
+ * oldest last good heartbeat among those not up, or NULL if all are up.
+ * *offline says whether any node is offline (gone past node_lost_after_s,
+ * or never reached). */
+static const struct instance_node *silent_node(const struct work *w, int *offline)
+{
+    const struct instance_node *first = NULL;
+    *offline = 0;
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        const struct instance_node *p = &w->nodes[r];
+        if (strcmp(p->node_health, "up") == 0)
+            continue;
+        *offline |= strcmp(p->node_health, "unreachable") != 0;
+        if (!first || p->node_last_seen < first->node_last_seen)
+            first = p;
+    }
+    return first;
+}
+
+/* Checks the listed workloads of a running instance: one that exited or
+ * failed ends the run at the second its agent says it ended. */
+static int check_workloads(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
-    /* A node that stopped answering: billing ends at its last heartbeat. */
-    int64_t last_seen = -1;
-    const char *lost_node = NULL;
     for (size_t r = 0; r < w->n_nodes; r++) {
-        if (strcmp(w->nodes[r].node_health, "up") != 0 && (last_seen < 0 || w->nodes[r].node_last_seen < last_seen)) {
-            last_seen = w->nodes[r].node_last_seen;
-            lost_node = w->nodes[r].node_name;
-        }
-    }
-    if (lost_node) {
-        char why[160];
-        snprintf(why, sizeof why, "node %s stopped answering", lost_node);
-        return end_run(s, ctx, "lost", last_seen, why);
-    }
-    if (!ctx->seen)
-        return STORE_OK;
-    for (size_t r = 0; r < w->n_nodes; r++) {
+        if (!was_listed(ctx, w->nodes[r].node_id))
+            continue;
         const struct seen *seen = find_seen(ctx, w->nodes[r].workload_id);
         char why[320];
         if (!seen) {
@@ -424,10 +474,70 @@ static int apply_running(struct store *s, struct apply_ctx *ctx)
         if (strcmp(seen->phase, "failed") == 0 || strcmp(seen->phase, "exited") == 0) {
             snprintf(why, sizeof why, "workload %s on node %s: %.200s", seen->phase, w->nodes[r].node_name,
                      seen->message);
-            return end_run(s, ctx, strcmp(seen->phase, "exited") == 0 ? "stopped" : "failed", ctx->now, why);
+            int64_t at = seen->ended_ago >= 0 ? ctx->now - seen->ended_ago : ctx->now;
+            return end_run(s, ctx, strcmp(seen->phase, "exited") == 0 ? "stopped" : "failed", at, why);
         }
     }
     return STORE_OK;
+}
+
+static int apply_running(struct store *s, struct apply_ctx *ctx)
+{
+    struct work *w = ctx->w;
+    int offline;
+    const struct instance_node *silent = silent_node(w, &offline);
+    if (silent) {
+        /* Billing ends at the silent node's last good heartbeat either way:
+         * what ran after it is not known to have run. */
+        char why[200];
+        if (offline) {
+            snprintf(why, sizeof why, "node %s stopped answering", silent->node_name);
+            return end_run(s, ctx, "lost", silent->node_last_seen, why);
+        }
+        snprintf(why, sizeof why, "node %s stopped answering; not billed until it answers again", silent->node_name);
+        int rc = ledger_close_interval(s, w->in.id, silent->node_last_seen, "node unreachable", ctx->now);
+        return rc != STORE_OK ? rc : store_instance_set_state(s, w->in.id, "unreachable", "", why, ctx->now);
+    }
+    return check_workloads(s, ctx);
+}
+
+/* An unreachable instance: lost once a node is offline, running again once
+ * every node answers and every workload was seen running, ended (unbilled)
+ * if a workload did not survive. */
+static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
+{
+    struct work *w = ctx->w;
+    int offline;
+    const struct instance_node *silent = silent_node(w, &offline);
+    char why[320];
+    if (offline) {
+        snprintf(why, sizeof why, "node %s did not answer for %llds", silent->node_name,
+                 (long long)daemon_config->node_lost_after_s);
+        return end_run(s, ctx, "lost", silent->node_last_seen, why);
+    }
+    if (silent)
+        return STORE_OK; /* still waiting */
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        struct agent_call *c = w->call[r];
+        struct instance_node *p = &w->nodes[r];
+        if (!c || c->error[0] || (c->status != 200 && c->status != 404))
+            return STORE_OK; /* ask again next pass */
+        if (c->status == 404) {
+            snprintf(why, sizeof why, "workload vanished from node %s while it was unreachable", p->node_name);
+            return end_run(s, ctx, "failed", ctx->now, why);
+        }
+        read_phase(c->response, c->response_len, p->phase, sizeof p->phase, p->message, sizeof p->message);
+        if (strcmp(p->phase, "running") != 0) {
+            snprintf(why, sizeof why, "workload %s on node %s while it was unreachable: %.160s", p->phase,
+                     p->node_name, p->message);
+            return end_run(s, ctx, strcmp(p->phase, "exited") == 0 ? "stopped" : "failed", ctx->now, why);
+        }
+    }
+    ctx->progress = 1;
+    int rc = store_interval_open(s, &w->in, ctx->now);
+    return rc != STORE_OK ? rc
+                          : store_instance_set_state(s, w->in.id, "running", "",
+                                                     "every node answers again and the workload kept running", ctx->now);
 }
 
 static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
@@ -435,6 +545,11 @@ static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
     struct work *w = ctx->w;
     for (size_t r = 0; r < w->n_nodes; r++) {
         struct agent_call *c = w->call[r];
+        /* An unreachable node may still run the workload: its cards stay
+         * held until it answers (and the delete goes through) or is
+         * offline, so they are never given to anyone else meanwhile. */
+        if (strcmp(w->nodes[r].node_health, "unreachable") == 0)
+            return STORE_OK;
         if (strcmp(w->nodes[r].node_health, "up") != 0)
             continue; /* offline: the sweep deletes it when the node returns */
         if (!c || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404))
@@ -442,7 +557,7 @@ static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
     }
     int rc;
     const char *final = strcmp(w->in.desired, "terminated") == 0 ? "terminated" : "stopped";
-    if ((rc = store_interval_close(s, w->in.id, ctx->now, final)) != STORE_OK ||
+    if ((rc = ledger_close_interval(s, w->in.id, ctx->now, final, ctx->now)) != STORE_OK ||
         (rc = store_instance_release(s, w->in.id)) != STORE_OK)
         return rc;
     /* Keep saying why it stopped (the user, or funds running out). */
@@ -470,6 +585,8 @@ static int apply_txn(struct store *s, void *vctx)
         return apply_wind_down(s, ctx);
     if (strcmp(in->state, "running") == 0)
         return apply_running(s, ctx);
+    if (strcmp(in->state, "unreachable") == 0)
+        return apply_unreachable(s, ctx);
     if (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0) {
         if (ctx->now < in->next_attempt_at)
             return STORE_OK;
@@ -490,12 +607,17 @@ static int apply_needed(const struct apply_ctx *ctx)
         return 1;
     if (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0)
         return ctx->now >= in->next_attempt_at;
+    if (strcmp(in->state, "unreachable") == 0) {
+        /* Something to decide once a node is offline or all answer. */
+        int offline;
+        return !silent_node(w, &offline) || offline;
+    }
     if (strcmp(in->state, "running") != 0)
         return 1;
     for (size_t r = 0; r < w->n_nodes; r++) {
         if (strcmp(w->nodes[r].node_health, "up") != 0)
             return 1;
-        if (ctx->seen) {
+        if (was_listed(ctx, w->nodes[r].node_id)) {
             const struct seen *sn = find_seen(ctx, w->nodes[r].workload_id);
             if (!sn || strcmp(sn->phase, "failed") == 0 || strcmp(sn->phase, "exited") == 0)
                 return 1;
@@ -532,14 +654,15 @@ static int seen_cmp(const void *a, const void *b)
     return strcmp(((const struct seen *)a)->workload_id, ((const struct seen *)b)->workload_id);
 }
 
-static int id_cmp(const void *a, const void *b) { return strcmp(a, b); }
-
 /* Reads one agent's workload list into seen; queues deletes of orphans. */
 static void take_list(struct agent_call *c, const struct node_target *t, char (*placed)[ID_MAX], size_t n_placed,
                       struct seen **seen, size_t *n_seen, size_t *cap)
 {
     json_t *doc = json_loadb(c->response ? c->response : "", c->response_len, 0, NULL);
     json_t *list = json_object_get(doc, "workloads"), *wl;
+    /* The agent's clock when it made the list: an end is placed on ours as
+     * "so long before the list", whatever the skew between the machines. */
+    json_t *agent_now = json_object_get(doc, "now");
     size_t i;
     json_array_foreach(list, i, wl) {
         const char *id = json_string_value(json_object_get(wl, "id"));
@@ -568,6 +691,12 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
         const char *message = json_string_value(json_object_get(wl, "message"));
         snprintf(sn->phase, sizeof sn->phase, "%s", phase ? phase : "");
         snprintf(sn->message, sizeof sn->message, "%s", message ? message : "");
+        json_t *ended = json_object_get(wl, "exited_at");
+        sn->ended_ago = -1;
+        if (json_is_integer(agent_now) && json_is_integer(ended))
+            sn->ended_ago = json_integer_value(agent_now) > json_integer_value(ended)
+                                ? json_integer_value(agent_now) - json_integer_value(ended)
+                                : 0;
     }
     json_decref(doc);
 }
@@ -580,9 +709,52 @@ struct pass_result {
     int progress;   /* something moved: a workload put, a phase or state changed */
 };
 
+/* Takes the nodes asked to be listed (sorted); *all when every node is. */
+static char (*take_list_nodes(size_t *n, int *all))[ID_MAX]
+{
+    pthread_mutex_lock(&loop.lock);
+    char(*nodes)[ID_MAX] = list_nodes;
+    *n = n_list_nodes;
+    *all = list_all;
+    list_nodes = NULL;
+    n_list_nodes = 0;
+    list_all = 0;
+    pthread_mutex_unlock(&loop.lock);
+    if (*n)
+        qsort(nodes, *n, ID_MAX, id_cmp);
+    return nodes;
+}
+
+void reconciler_list_node(const char *node_id)
+{
+    pthread_mutex_lock(&loop.lock);
+    int known = 0;
+    for (size_t i = 0; i < n_list_nodes && !known; i++)
+        known = strcmp(list_nodes[i], node_id) == 0;
+    if (!known && !list_all) {
+        char(*grown)[ID_MAX] = n_list_nodes < MAX_LIST_NODES
+                                   ? realloc(list_nodes, (n_list_nodes + 1) * sizeof *list_nodes)
+                                   : NULL;
+        if (grown) {
+            list_nodes = grown;
+            snprintf(list_nodes[n_list_nodes++], ID_MAX, "%s", node_id);
+        } else {
+            list_all = 1;
+        }
+    }
+    pthread_mutex_unlock(&loop.lock);
+    loop_wake(&loop);
+}
+
 static struct pass_result run_pass(struct store *s, int sweep)
 {
     struct pass_result res = {0, 0};
+    size_t n_asked = 0;
+    int asked_all = 0;
+    char(*asked)[ID_MAX] = take_list_nodes(&n_asked, &asked_all);
+    sweep |= asked_all;
+    char(*listed)[ID_MAX] = NULL;
+    size_t n_listed = 0;
     struct agent_client_opts opts = client_opts();
     int64_t now = clock_now();
     struct instance *ins = NULL;
@@ -602,9 +774,10 @@ static struct pass_result run_pass(struct store *s, int sweep)
             works[i].n_nodes = 0;
         plan_calls(s, &works[i], now, &opts);
     }
-    if (sweep && (store_node_targets(s, &targets, &n_targets) != STORE_OK ||
-                  store_placed_workloads(s, &placed, &n_placed) != STORE_OK))
-        sweep = 0;
+    int listing = sweep || n_asked;
+    if (listing && (store_node_targets(s, &targets, &n_targets) != STORE_OK ||
+                    store_placed_workloads(s, &placed, &n_placed) != STORE_OK))
+        listing = 0;
 
     /* Every call of the pass goes out at once: deletes left from the last
      * pass, per-instance calls, and the sweep's lists. */
@@ -627,8 +800,9 @@ static struct pass_result run_pass(struct store *s, int sweep)
         calls[k++] = agent_call_new(deletes[i].agent_url, deletes[i].secret, "DELETE", path, NULL, &opts);
     }
     size_t list_base = k;
-    for (size_t i = 0; sweep && i < n_targets; i++)
-        calls[k++] = strcmp(targets[i].health, "up") == 0
+    for (size_t i = 0; listing && i < n_targets; i++)
+        calls[k++] = strcmp(targets[i].health, "up") == 0 &&
+                             (sweep || bsearch(targets[i].id, asked, n_asked, ID_MAX, id_cmp))
                          ? agent_call_new(targets[i].agent_url, targets[i].secret, "GET", "/v1/workloads", NULL, &opts)
                          : NULL;
     size_t work_base = k;
@@ -652,23 +826,26 @@ static struct pass_result run_pass(struct store *s, int sweep)
 
     struct seen *seen = NULL;
     size_t n_seen = 0, cap = 0;
-    int sweep_complete = sweep;
-    for (size_t i = 0; sweep && i < n_targets; i++) {
+    if (listing && n_targets && !(listed = calloc(n_targets, sizeof *listed)))
+        listing = 0;
+    for (size_t i = 0; listing && i < n_targets; i++) {
         struct agent_call *c = calls[list_base + i];
-        if (!c)
+        /* A node whose list did not come back: its workloads are unknown,
+         * not gone. */
+        if (!c || c->error[0] || c->status != 200)
             continue;
-        if (c->error[0] || c->status != 200)
-            sweep_complete = 0; /* an unlisted node's workloads are unknown, not gone */
-        else
-            take_list(c, &targets[i], placed, n_placed, &seen, &n_seen, &cap);
+        take_list(c, &targets[i], placed, n_placed, &seen, &n_seen, &cap);
+        memcpy(listed[n_listed++], targets[i].id, ID_MAX);
     }
     if (n_seen)
         qsort(seen, n_seen, sizeof *seen, seen_cmp);
+    if (n_listed)
+        qsort(listed, n_listed, ID_MAX, id_cmp);
 
     int64_t applied_at = clock_now();
     struct batch b = {calloc(n_ins ? n_ins : 1, sizeof *b.ctx), 0, n_pending};
     for (size_t i = 0; b.ctx && i < n_ins; i++) {
-        struct apply_ctx ctx = {&works[i], applied_at, sweep_complete ? seen : NULL, n_seen, 0, 0};
+        struct apply_ctx ctx = {&works[i], applied_at, seen, n_seen, listed, n_listed, 0, 0};
         const char *st = works[i].in.state;
         res.busy |= strcmp(st, "pending") == 0 || strcmp(st, "provisioning") == 0 || strcmp(st, "stopping") == 0;
         for (size_t r = 0; r < works[i].n_nodes; r++)
@@ -695,6 +872,8 @@ static struct pass_result run_pass(struct store *s, int sweep)
         agent_call_free(calls[i]);
     free(calls);
 out:
+    free(listed);
+    free(asked);
     free(placed);
     free(targets);
     free(works);
@@ -736,6 +915,11 @@ static void *reconciler_main(void *arg)
     free(pending);
     pending = NULL;
     n_pending = 0;
+    pthread_mutex_lock(&loop.lock);
+    free(list_nodes);
+    list_nodes = NULL;
+    n_list_nodes = 0;
+    pthread_mutex_unlock(&loop.lock);
     return NULL;
 }
 

@@ -280,6 +280,23 @@ static int control(struct store *s, const char *sql)
     return st ? store_step_write(s, st, sql) : STORE_ERROR;
 }
 
+static const char SQL_PART[] = "SAVEPOINT part";
+static const char SQL_PART_ROLLBACK[] = "ROLLBACK TO part";
+static const char SQL_PART_RELEASE[] = "RELEASE part";
+
+int store_part(struct store *s, store_txn_fn fn, void *ctx, int *result)
+{
+    *result = STORE_ERROR;
+    if (control(s, SQL_PART) != STORE_OK)
+        return -1;
+    *result = fn(s, ctx);
+    if (sqlite3_get_autocommit(s->db))
+        return -1; /* SQLite rolled the whole transaction back itself */
+    if (*result < 0 && control(s, SQL_PART_ROLLBACK) != STORE_OK)
+        return -1;
+    return control(s, SQL_PART_RELEASE) == STORE_OK ? 0 : -1;
+}
+
 /* Group commit. With synchronous=FULL every COMMIT waits for an fsync, which
  * costs up to a millisecond on our disks and would cap the daemon at about a
  * thousand writes a second however many threads ask. So writers of this

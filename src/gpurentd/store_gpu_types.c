@@ -13,7 +13,8 @@
     " t.created_at, t.updated_at, coalesce(k.total, 0), coalesce(k.free, 0), coalesce(k.in_use, 0)"
 #define CARD_COUNTS                                                                                               \
     "SELECT n.gpu_model AS code, sum(n.health IN ('up', 'offline')) AS total,"                                 \
-    " sum(n.health = 'up' AND n.admin_state = 'active' AND c.healthy = 1 AND c.instance_id IS NULL) AS free,"   \
+    " sum(n.health = 'up' AND n.unreachable_since IS NULL AND n.admin_state = 'active' AND c.healthy = 1"        \
+    "     AND c.instance_id IS NULL) AS free,"   \
     " sum(c.instance_id IS NOT NULL) AS in_use"                                                                 \
     " FROM node_cards c JOIN nodes n ON n.id = c.node_id WHERE n.removed_at IS NULL"
 

@@ -11,9 +11,10 @@
     "id, user_id, name, gpu_model, card_count, image, volume_id, desired, state, phase, state_reason," \
     " attempts, next_attempt_at, state_since, created_at, updated_at"
 
-/* States in which an instance holds cards. A lost instance has released
- * them: its node is gone. */
-#define HOLDING "('pending', 'provisioning', 'running', 'stopping')"
+/* States in which an instance holds cards. An unreachable one keeps them
+ * while it waits for its node; a lost instance has released them: its node
+ * is gone. */
+#define HOLDING "('pending', 'provisioning', 'running', 'stopping', 'unreachable')"
 
 static const char SQL_INS_INSERT[] =
     "INSERT INTO instances (" INSTANCE_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
@@ -36,7 +37,9 @@ static const char SQL_EVENT_INSERT[] = "INSERT INTO instance_events (instance_id
 static const char SQL_EVENT_LIST[] =
     "SELECT seq, at, state, reason FROM instance_events WHERE instance_id = ? AND seq > ? ORDER BY seq LIMIT ?";
 static const char SQL_INS_NODES[] =
-    "SELECT p.rank, p.node_id, n.name, n.agent_url, n.secret, n.health, coalesce(n.last_seen_at, 0), p.workload_id,"
+    "SELECT p.rank, p.node_id, n.name, n.agent_url, n.secret,"
+    " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
+    " coalesce(n.last_seen_at, 0), p.workload_id,"
     " p.cards, p.phase, p.message, p.put_done FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
     " WHERE p.instance_id = ? ORDER BY p.rank LIMIT ?";
 /* Placement candidates come through the nodes_placement index (0006): for
@@ -45,14 +48,15 @@ static const char SQL_INS_NODES[] =
 #define CANDIDATE_COLUMNS                                                                                  \
     "SELECT n.id, n.fabric, n.card_count, coalesce((SELECT group_concat(c.idx) FROM node_cards c"        \
     "   WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL), '')"                         \
-    " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'"
+    " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'" \
+    " AND n.unreachable_since IS NULL"
 static const char SQL_CANDIDATE_BEST_FIT[] =
     CANDIDATE_COLUMNS " AND n.free_cards >= ?2 ORDER BY n.free_cards, n.fabric, n.name LIMIT 1";
 static const char SQL_CANDIDATES_WHOLE[] =
     CANDIDATE_COLUMNS " AND n.free_cards = ?2 AND n.card_count = ?2 ORDER BY n.fabric, n.name";
 static const char SQL_FREE_CARDS[] =
     "SELECT coalesce(sum(free_cards), 0) FROM nodes WHERE gpu_model = ?1 AND removed_at IS NULL AND health = 'up'"
-    " AND admin_state = 'active'";
+    " AND admin_state = 'active' AND unreachable_since IS NULL";
 static const char SQL_CARD_CLAIM[] =
     "UPDATE node_cards SET instance_id = ?1 WHERE node_id = ?2 AND idx = ?3 AND instance_id IS NULL AND healthy = 1";
 static const char SQL_PLACEMENT_INSERT[] =

@@ -45,6 +45,9 @@ static const char SQL_GRANT_EXPIRIES[] =
     " AND expires_at > ?2 AND expires_at <= ?3 ORDER BY expires_at LIMIT ?4";
 static const char SQL_GRANT_SPEND[] =
     "UPDATE credit_grants SET remaining = remaining - ?2 WHERE id = ?1 AND remaining >= ?2";
+static const char SQL_GRANT_RESTORE[] =
+    "UPDATE credit_grants SET remaining = remaining + ?2 WHERE id = ?1 AND voided_at IS NULL"
+    " AND remaining + ?2 <= amount";
 static const char SQL_GRANT_VOID[] =
     "UPDATE credit_grants SET remaining = 0, voided_at = ?2 WHERE id = ?1 AND voided_at IS NULL";
 static const char SQL_INVITE_GET[] =
@@ -63,16 +66,32 @@ static const char SQL_TOPUP_BY_PAYMENT[] =
     "SELECT id, user_id, payment_id, amount, source, created_at FROM topups WHERE payment_id = ?";
 static const char SQL_USERS_TO_BILL[] =
     "SELECT DISTINCT user_id FROM running_intervals WHERE settled = 0 ORDER BY user_id";
+/* An open interval on a node that has missed a heartbeat is known to have
+ * run only until that node's last good one: billing stops there until the
+ * node answers again (its missed_beats back to 0). */
+#define BILLABLE_COLUMNS                                                                                   \
+    "r.id, r.instance_id, r.user_id, r.gpu_model, r.card_count, r.started_at, coalesce(r.ended_at, 0), r.billed," \
+    " CASE WHEN r.ended_at IS NULL THEN coalesce((SELECT min(coalesce(n.last_seen_at, 0)) FROM instance_nodes p" \
+    "   JOIN nodes n ON n.id = p.node_id WHERE p.instance_id = r.instance_id AND n.missed_beats > 0), -1) ELSE -1 END"
 static const char SQL_BILLABLES[] =
-    "SELECT id, instance_id, user_id, gpu_model, card_count, started_at, coalesce(ended_at, 0), billed"
-    " FROM running_intervals WHERE user_id = ? AND settled = 0 ORDER BY id";
+    "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.user_id = ? AND r.settled = 0 ORDER BY r.id";
+static const char SQL_INTERVAL_GET_OPEN[] =
+    "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.instance_id = ? AND r.ended_at IS NULL";
+/* Net payment per user account for an interval's usage and refunds, the
+ * account drawn last first, so a refund gives back in the reverse order of
+ * the charges. */
+static const char SQL_INTERVAL_PAYERS[] =
+    "SELECT p.account_id, coalesce(max(p.grant_id), ''), -sum(p.amount), coalesce(max(g.voided_at), 0)"
+    " FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
+    " JOIN ledger_accounts a ON a.id = p.account_id LEFT JOIN credit_grants g ON g.id = p.grant_id"
+    " WHERE t.interval_id = ?1 AND t.kind IN ('usage', 'refund') AND a.kind IN ('cash', 'grant')"
+    " GROUP BY p.account_id HAVING -sum(p.amount) > 0 ORDER BY max(p.id) DESC";
 /* ?4, when set, is where billing ended because funds ran out: an interval
  * still open or ended later is cut there. */
 /* The periodic check reads every unsettled interval and the funds of every
  * user who has one in two statements, rather than a few per user. */
 static const char SQL_BILLABLES_ALL[] =
-    "SELECT id, instance_id, user_id, gpu_model, card_count, started_at, coalesce(ended_at, 0), billed"
-    " FROM running_intervals WHERE settled = 0 ORDER BY user_id, id";
+    "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.settled = 0 ORDER BY r.user_id, r.id";
 static const char SQL_FUNDS_TO_BILL[] =
     "SELECT u.user_id, coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || u.user_id), 0),"
     " coalesce((SELECT sum(g.remaining) FROM credit_grants g WHERE g.user_id = u.user_id AND g.remaining > 0"
@@ -329,6 +348,17 @@ int store_grant_spend(struct store *s, const char *id, int64_t amount)
     return rc == STORE_NOT_FOUND ? STORE_CONFLICT : rc;
 }
 
+int store_grant_restore(struct store *s, const char *id, int64_t amount)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANT_RESTORE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, amount);
+    int rc = store_step_change(s, st, "restore grant");
+    return rc == STORE_NOT_FOUND ? STORE_CONFLICT : rc;
+}
+
 int store_grant_void(struct store *s, const char *id, int64_t at)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_GRANT_VOID);
@@ -451,6 +481,36 @@ static void read_billable(sqlite3_stmt *st, void *row)
     b->started_at = sqlite3_column_int64(st, 5);
     b->ended_at = sqlite3_column_int64(st, 6);
     b->billed = sqlite3_column_int64(st, 7);
+    b->confirmed_until = sqlite3_column_int64(st, 8);
+}
+
+int store_interval_get_open(struct store *s, const char *instance_id, struct billable *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INTERVAL_GET_OPEN);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    return store_read_one(s, st, out, read_billable, "open interval");
+}
+
+static void read_payer(sqlite3_stmt *st, void *row)
+{
+    struct interval_payer *p = row;
+    store_column_text(p->account_id, sizeof p->account_id, st, 0);
+    store_column_text(p->grant_id, sizeof p->grant_id, st, 1);
+    p->paid = sqlite3_column_int64(st, 2);
+    p->grant_voided_at = sqlite3_column_int64(st, 3);
+}
+
+int store_interval_payers(struct store *s, int64_t interval_id, struct interval_payer **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_INTERVAL_PAYERS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, interval_id);
+    return store_collect(s, st, sizeof **out, (void **)out, n, read_payer, "interval payers");
 }
 
 int store_billables(struct store *s, const char *user_id, struct billable **out, size_t *n)

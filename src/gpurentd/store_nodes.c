@@ -40,26 +40,41 @@ static const char SQL_NODE_BUSY[] = "SELECT count(*) FROM node_cards WHERE node_
 static const char SQL_NODE_REMOVE[] =
     "UPDATE nodes SET removed_at = ?2, updated_at = ?2 WHERE id = ?1 AND removed_at IS NULL";
 static const char SQL_NODE_TARGETS[] =
-    "SELECT id, agent_url, secret, gpu_model, card_count, health, missed_beats FROM nodes WHERE removed_at IS NULL";
+    "SELECT id, agent_url, secret, gpu_model, card_count,"
+    " CASE WHEN health = 'up' AND unreachable_since IS NOT NULL THEN 'unreachable' ELSE health END, missed_beats,"
+    " coalesce(last_seen_at, 0), workload_exits FROM nodes WHERE removed_at IS NULL";
 static const char SQL_NODE_FACTS[] = "SELECT facts, health FROM nodes WHERE id = ? AND removed_at IS NULL";
-static const char SQL_NODE_SEEN[] = "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0 WHERE id = ?1";
+/* An unreachable node that answers again is reachable from this beat on. */
+static const char SQL_NODE_SEEN[] =
+    "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0, workload_exits = ?3,"
+    " state_reason = CASE WHEN unreachable_since IS NULL THEN state_reason ELSE '' END,"
+    " updated_at = CASE WHEN unreachable_since IS NULL THEN updated_at ELSE ?2 END, unreachable_since = NULL"
+    " WHERE id = ?1";
 static const char SQL_NODE_BEAT[] =
     "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0, facts = ?3, health = ?4, state_reason = ?5,"
-    " driver_version = ?6, stack_version = ?7, updated_at = ?2 WHERE id = ?1";
+    " driver_version = ?6, stack_version = ?7, updated_at = ?2, workload_exits = ?8, unreachable_since = NULL"
+    " WHERE id = ?1";
 static const char SQL_CARD_UPSERT[] =
     "INSERT INTO node_cards (node_id, idx, model, memory_gb, healthy, health_reason) VALUES (?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (node_id, idx) DO UPDATE SET model = excluded.model, memory_gb = excluded.memory_gb,"
     " healthy = excluded.healthy, health_reason = excluded.health_reason";
 static const char SQL_CARD_TRIM[] = "DELETE FROM node_cards WHERE node_id = ? AND idx >= ? AND instance_id IS NULL";
-/* A node that misses enough beats goes offline, unless it is offline
- * already or rejected: a rejected node stays so, with its reason, because
- * offline counts its cards as capacity the platform has (migration 0011). */
+/* After ?3 missed beats an up node becomes unreachable (UNREACHABLE) and,
+ * once its last good beat is ?5 seconds old, offline (OFFLINE); a node never
+ * reached goes offline at once. Offline and rejected nodes stay as they are:
+ * a rejected node keeps its reason, because offline counts its cards as
+ * capacity the platform has (migration 0011). */
+#define MISS_REACHED "missed_beats + 1 >= ?3"
+#define UNREACHABLE "(health = 'up' AND unreachable_since IS NULL AND " MISS_REACHED ")"
+#define OFFLINE                                                                                             \
+    "((health = 'unknown' AND " MISS_REACHED ") OR (health = 'up' AND " MISS_REACHED                        \
+    " AND coalesce(last_seen_at, 0) <= ?2 - ?5))"
 static const char SQL_NODE_MISSED[] =
     "UPDATE nodes SET missed_beats = missed_beats + 1,"
-    " health = CASE WHEN health IN ('unknown', 'up') AND missed_beats + 1 >= ?3 THEN 'offline' ELSE health END,"
-    " state_reason = CASE WHEN health IN ('unknown', 'up') AND missed_beats + 1 >= ?3 THEN ?4"
-    "   ELSE state_reason END,"
-    " updated_at = CASE WHEN health IN ('unknown', 'up') AND missed_beats + 1 >= ?3 THEN ?2 ELSE updated_at END"
+    " unreachable_since = CASE WHEN " UNREACHABLE " THEN ?2 ELSE unreachable_since END,"
+    " health = CASE WHEN " OFFLINE " THEN 'offline' ELSE health END,"
+    " state_reason = CASE WHEN " UNREACHABLE " OR " OFFLINE " THEN ?4 ELSE state_reason END,"
+    " updated_at = CASE WHEN " UNREACHABLE " OR " OFFLINE " THEN ?2 ELSE updated_at END"
     " WHERE id = ?1 AND removed_at IS NULL";
 
 static void read_node(sqlite3_stmt *st, void *row)
@@ -203,6 +218,8 @@ static void read_target(sqlite3_stmt *st, void *row)
     t->card_count = sqlite3_column_int64(st, 4);
     store_column_text(t->health, sizeof t->health, st, 5);
     t->missed_beats = sqlite3_column_int64(st, 6);
+    t->last_seen_at = sqlite3_column_int64(st, 7);
+    t->workload_exits = sqlite3_column_int64(st, 8);
 }
 
 int store_node_targets(struct store *s, struct node_target **out, size_t *n)
@@ -218,7 +235,7 @@ int store_node_targets(struct store *s, struct node_target **out, size_t *n)
 
 int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char *facts_json, int accepted,
                        const char *reason, const char *driver_version, const char *stack_version,
-                       const struct node_card *cards, size_t n_cards)
+                       const struct node_card *cards, size_t n_cards, int64_t workload_exits)
 {
     /* Most beats repeat the last facts: then only the time moves. */
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_FACTS);
@@ -245,6 +262,7 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
             return STORE_ERROR;
         sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, now);
+        sqlite3_bind_int64(st, 3, workload_exits);
         return store_step_change(s, st, "node seen");
     }
     st = store_stmt(s, SQL_NODE_BEAT);
@@ -257,6 +275,7 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     sqlite3_bind_text(st, 5, reason, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 6, driver_version, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 7, stack_version, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 8, workload_exits);
     if ((rc = store_step_change(s, st, "node beat")) != STORE_OK)
         return rc;
     if (!accepted) /* its card rows stay, but a rejected node offers none */
@@ -286,7 +305,8 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     return rc == STORE_OK ? store_capacity_sync(s, id, now) : rc;
 }
 
-int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, const char *reason)
+int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t miss_limit, int64_t lost_after_s,
+                           const char *reason)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_MISSED);
     if (!st)
@@ -295,6 +315,7 @@ int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t
     sqlite3_bind_int64(st, 2, now);
     sqlite3_bind_int64(st, 3, miss_limit);
     sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, lost_after_s);
     /* No capacity change to record: only a node that is up (accepted, and
      * still so when offline) or never reached (no card rows) goes offline. */
     return store_step_change(s, st, "node missed beat");

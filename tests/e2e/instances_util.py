@@ -49,6 +49,9 @@ FAST_CLOUD = {
     "reconcile_sweep_ms": "300",
     "heartbeat_interval_ms": "100",
     "heartbeat_miss_limit": "3",
+    # No unreachable stage unless a test asks for one: a silent node is
+    # offline at the miss limit (test_unreachable.py covers the stage).
+    "node_lost_after_s": "0",
     "agent_timeout_ms": "2000",
     "agent_connect_timeout_ms": "500",
     "provision_timeout_s": "600",
@@ -56,7 +59,7 @@ FAST_CLOUD = {
     "volume_source_template": "nfs.example:/export/{user_id}/{volume_id}",
 }
 SIM_DELAYS = {"sim_pull_ms": "40", "sim_mount_ms": "40", "sim_start_ms": "40"}
-HOLDING = ("pending", "provisioning", "running", "stopping")
+HOLDING = ("pending", "provisioning", "running", "stopping", "unreachable")
 DEADLINE = 60  # a bound on polls, generous for sanitizer builds; tests finish far sooner
 
 

@@ -29,7 +29,7 @@ from inventory_util import (FakeAgent, counts, facts_doc, free_port, gpu_type, i
                             set_state, wait_beat, wait_node, wait_state)
 
 FAST = {"heartbeat_interval_ms": "100", "heartbeat_miss_limit": "2", "agent_connect_timeout_ms": "300",
-        "agent_timeout_ms": "1000"}
+        "agent_timeout_ms": "1000", "node_lost_after_s": "0"}
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
 NODE_ID = re.compile(r"^node_[0-9a-z]{20}$")
 SECRET = re.compile(r"^[0-9a-f]{64}$")

@@ -48,7 +48,7 @@ DAY = 86400
 DEADLINE = 60  # bound on polls; generous for sanitizer builds
 REPORTS = ("daily-revenue", "usage", "utilisation", "credit-liability", "topups")
 FAST_NODES = {"heartbeat_interval_ms": "100", "heartbeat_miss_limit": "2", "agent_connect_timeout_ms": "500",
-              "agent_timeout_ms": "2000"}
+              "agent_timeout_ms": "2000", "node_lost_after_s": "0"}
 
 
 def latest_schema():
@@ -457,7 +457,7 @@ def metrics_cluster(tmp_path_factory):
     # connection_timeout_s: the HTTP layer now and then notices a client that
     # hung up mid-request only when the connection times out.
     c = start_cluster(tmp_path_factory.mktemp("metrics"), nodes={"MI450": 2},
-                      options={"metrics_listen": "127.0.0.1:0", "connection_timeout_s": "2"})
+                      options={"metrics_listen": "127.0.0.1:0", "connection_timeout_s": "2", "node_lost_after_s": "0"})
     m = c.d.wait_for_log(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
     c.metrics_url = f"http://127.0.0.1:{m.group(1)}/metrics"
     yield c
