@@ -587,7 +587,9 @@ struct metric_row {
 int store_metrics_nodes(struct store *s, struct metric_row *out, size_t max, size_t *n);
 int store_metrics_instances(struct store *s, struct metric_row *out, size_t max, size_t *n);
 struct money_totals {
-    int64_t revenue;          /* usage charged, all time */
+    int64_t revenue;          /* usage charged, all time (before refunds) */
+    int64_t refunds;          /* usage charged and given back: time that turned out not to have run */
+    int64_t credits_refunded; /* of which went back to grants (credit spent less this is credit used) */
     int64_t credits_granted;  /* credit granted, all time */
     int64_t credits_spent;    /* credit spent on usage */
     int64_t credits_expired;  /* credit voided at expiry */

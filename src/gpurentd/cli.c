@@ -207,12 +207,12 @@ int cmd_ledger(int argc, char **argv)
     if (breaches == 0 && store_metrics_money(s, &m) == STORE_OK) {
         /* The sums the reports must agree with, for people and for tests. */
         char a[MONEY_FMT_LEN], b[MONEY_FMT_LEN], c[MONEY_FMT_LEN], d[MONEY_FMT_LEN], e[MONEY_FMT_LEN], f[MONEY_FMT_LEN],
-            g[MONEY_FMT_LEN];
+            g[MONEY_FMT_LEN], h[MONEY_FMT_LEN], k[MONEY_FMT_LEN];
         printf("totals: revenue %s, credits granted %s, credits spent %s, credits expired %s, credit outstanding %s,"
-               " top-ups %s, cash held %s\n",
+               " top-ups %s, cash held %s, refunds %s, credits refunded %s\n",
                money_format(m.revenue, a), money_format(m.credits_granted, b), money_format(m.credits_spent, c),
                money_format(m.credits_expired, d), money_format(m.credit_outstanding, e), money_format(m.topups, f),
-               money_format(m.cash_held, g));
+               money_format(m.cash_held, g), money_format(m.refunds, h), money_format(m.credits_refunded, k));
     }
     store_close(s);
     if (breaches < 0) {

@@ -180,9 +180,15 @@ static int write_store(FILE *f, struct store *s)
             "# HELP gpurent_credits_expired_micro_total Credit voided when it expired.\n"
             "# TYPE gpurent_credits_expired_micro_total counter\ngpurent_credits_expired_micro_total %lld\n"
             "# HELP gpurent_topups_micro_total Cash added by top-ups.\n"
-            "# TYPE gpurent_topups_micro_total counter\ngpurent_topups_micro_total %lld\n",
+            "# TYPE gpurent_topups_micro_total counter\ngpurent_topups_micro_total %lld\n"
+            "# HELP gpurent_refunds_micro_total Usage charged and given back (time that turned out not to have"
+            " run); revenue less this is what was earned.\n"
+            "# TYPE gpurent_refunds_micro_total counter\ngpurent_refunds_micro_total %lld\n"
+            "# HELP gpurent_credits_refunded_micro_total Of the refunds, what went back to credit grants.\n"
+            "# TYPE gpurent_credits_refunded_micro_total counter\ngpurent_credits_refunded_micro_total %lld\n",
             (long long)m.revenue, (long long)m.credits_granted, (long long)m.credits_spent,
-            (long long)m.credits_expired, (long long)m.topups);
+            (long long)m.credits_expired, (long long)m.topups, (long long)m.refunds,
+            (long long)m.credits_refunded);
     return 0;
 }
 

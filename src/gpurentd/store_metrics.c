@@ -12,7 +12,8 @@ static const char SQL_INSTANCES_BY_STATE[] =
     "SELECT state, gpu_model, count(*) FROM instances GROUP BY state, gpu_model ORDER BY 1, 2 LIMIT ?";
 static const char SQL_MONEY[] =
     "SELECT"
-    " (SELECT coalesce(sum(amount), 0) FROM ledger_postings WHERE account_id = 'revenue'),"
+    " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'usage' AND p.account_id = 'revenue'),"
     " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
     "   WHERE t.kind = 'grant' AND p.account_id LIKE 'grant:%'),"
     " (SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
@@ -21,7 +22,11 @@ static const char SQL_MONEY[] =
     "   WHERE t.kind = 'expiry' AND p.account_id LIKE 'grant:%'),"
     " (SELECT coalesce(sum(amount), 0) FROM topups),"
     " (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'grant'),"
-    " (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'cash')";
+    " (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'cash'),"
+    " (SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'refund' AND p.account_id = 'revenue'),"
+    " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'refund' AND p.account_id LIKE 'grant:%')";
 
 static void read_metric_row(sqlite3_stmt *st, void *row)
 {
@@ -65,6 +70,8 @@ int store_metrics_money(struct store *s, struct money_totals *out)
         out->topups = sqlite3_column_int64(st, 4);
         out->credit_outstanding = sqlite3_column_int64(st, 5);
         out->cash_held = sqlite3_column_int64(st, 6);
+        out->refunds = sqlite3_column_int64(st, 7);
+        out->credits_refunded = sqlite3_column_int64(st, 8);
     }
     int result = rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "money totals");
     sqlite3_reset(st);

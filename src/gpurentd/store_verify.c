@@ -33,12 +33,15 @@ static const struct check checks[] = {
     {"grant's remaining differs from its account",
      "SELECT g.id, 'remaining ' || g.remaining || ', account ' || coalesce(a.balance, 0) FROM credit_grants g"
      " LEFT JOIN ledger_accounts a ON a.id = 'grant:' || g.id WHERE coalesce(a.balance, 0) <> g.remaining"},
+    /* Funded once, by its grant transaction; drawn, net of refunds, never
+     * more than that (refunds give usage back, so the gross draws may). */
     {"grant overspent or never funded",
-     "SELECT g.id, 'amount ' || g.amount || ', funded ' || coalesce(sum(p.amount) FILTER (WHERE p.amount > 0), 0)"
-     " || ', drawn ' || coalesce(-sum(p.amount) FILTER (WHERE p.amount < 0), 0) FROM credit_grants g"
-     " LEFT JOIN ledger_postings p ON p.account_id = 'grant:' || g.id GROUP BY g.id"
-     " HAVING coalesce(sum(p.amount) FILTER (WHERE p.amount > 0), 0) <> g.amount"
-     " OR coalesce(-sum(p.amount) FILTER (WHERE p.amount < 0), 0) > g.amount"},
+     "SELECT g.id, 'amount ' || g.amount || ', funded ' || coalesce(sum(p.amount) FILTER (WHERE t.kind = 'grant'), 0)"
+     " || ', drawn ' || coalesce(-sum(p.amount) FILTER (WHERE t.kind <> 'grant'), 0) FROM credit_grants g"
+     " LEFT JOIN ledger_postings p ON p.account_id = 'grant:' || g.id"
+     " LEFT JOIN ledger_transactions t ON t.id = p.transaction_id GROUP BY g.id"
+     " HAVING coalesce(sum(p.amount) FILTER (WHERE t.kind = 'grant'), 0) <> g.amount"
+     " OR coalesce(-sum(p.amount) FILTER (WHERE t.kind <> 'grant'), 0) > g.amount"},
     {"voided grant still has money",
      "SELECT id, 'remaining ' || remaining FROM credit_grants WHERE voided_at IS NOT NULL AND remaining <> 0"},
     {"grant leg does not name its grant",
@@ -49,6 +52,20 @@ static const struct check checks[] = {
      " (SELECT t.interval_id AS id, sum(p.amount) AS s FROM ledger_postings p JOIN ledger_transactions t"
      " ON t.id = p.transaction_id WHERE p.account_id = 'revenue' GROUP BY t.interval_id) x ON x.id = r.id"
      " WHERE coalesce(x.s, 0) <> r.billed"},
+    /* A refund gives an interval's payers back part of what they paid it,
+     * from its revenue, and nothing else. */
+    {"refund names no interval or moves other than revenue back to its payers",
+     "SELECT t.id, 'interval ' || coalesce(t.interval_id, 'none') FROM ledger_transactions t"
+     " WHERE t.kind = 'refund' AND (t.interval_id IS NULL OR EXISTS (SELECT 1 FROM ledger_postings p"
+     " JOIN ledger_accounts a ON a.id = p.account_id WHERE p.transaction_id = t.id AND NOT"
+     " ((a.kind = 'revenue' AND p.amount < 0) OR (a.kind IN ('cash', 'grant') AND p.amount > 0"
+     "  AND a.user_id = t.user_id))))"},
+    {"account refunded more than it paid for an interval",
+     "SELECT t.interval_id || ' ' || p.account_id, 'paid ' || -sum(p.amount) FILTER (WHERE t.kind = 'usage')"
+     " || ', refunded ' || coalesce(sum(p.amount) FILTER (WHERE t.kind = 'refund'), 0)"
+     " FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
+     " JOIN ledger_accounts a ON a.id = p.account_id WHERE t.kind IN ('usage', 'refund') AND a.kind IN ('cash', 'grant')"
+     " GROUP BY t.interval_id, p.account_id HAVING sum(p.amount) > 0"},
     {"interval settled while still open",
      "SELECT id, 'billed ' || billed FROM running_intervals WHERE settled = 1 AND ended_at IS NULL"},
     {"top-up differs from the cash it added",

@@ -429,9 +429,10 @@ def report(db, name, fmt, *args):
 # ---------------------------------------------------------------- ledger
 
 TOTALS = re.compile(r"^totals: revenue (\S+), credits granted (\S+), credits spent (\S+), credits expired (\S+),"
-                    r" credit outstanding (\S+), top-ups (\S+), cash held (\S+)$", re.M)
+                    r" credit outstanding (\S+), top-ups (\S+), cash held (\S+), refunds (\S+),"
+                    r" credits refunded (\S+)$", re.M)
 TOTAL_KEYS = ("revenue", "credits_granted", "credits_spent", "credits_expired", "credit_outstanding", "topups",
-              "cash_held")
+              "cash_held", "refunds", "credits_refunded")
 _AMOUNT = re.compile(r"^(-?)(0|[1-9][0-9]*)\.([0-9]{2,6})$")
 
 
@@ -463,13 +464,16 @@ def reconcile(db):
 
     def s(rows, col):
         return sum(micro(r[col]) for r in rows)
-    cash_spent = t["revenue"] - t["credits_spent"]
-    assert s(revenue, "revenue") == t["revenue"]
-    assert s(revenue, "paid_by_credit") == t["credits_spent"]
+    # The views net refunds out; the totals count charges and refunds apart.
+    earned = t["revenue"] - t["refunds"]
+    credit_used = t["credits_spent"] - t["credits_refunded"]
+    cash_spent = earned - credit_used
+    assert s(revenue, "revenue") == earned
+    assert s(revenue, "paid_by_credit") == credit_used
     assert s(revenue, "paid_by_cash") == cash_spent
     assert all(micro(r["revenue"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in revenue)
-    assert s(usage, "cost") == t["revenue"]
-    assert s(usage, "paid_by_credit") == t["credits_spent"]
+    assert s(usage, "cost") == earned
+    assert s(usage, "paid_by_credit") == credit_used
     assert s(usage, "paid_by_cash") == cash_spent
     assert all(micro(r["cost"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in usage)
     sold = {}
@@ -485,7 +489,7 @@ def reconcile(db):
         assert r["card_hours_available"] == (a // 3600 if a % 3600 == 0 else f"{h4 // 10000}.{h4 % 10000:04d}"), r
         assert (r["utilisation"] is None) == (a == 0), r
     assert s(liability, "remaining") == t["credit_outstanding"]
-    assert t["credits_granted"] - t["credits_spent"] - t["credits_expired"] == t["credit_outstanding"]
+    assert t["credits_granted"] - credit_used - t["credits_expired"] == t["credit_outstanding"]
     assert s(topups, "amount") == t["topups"]
     assert t["topups"] - cash_spent == t["cash_held"]
     return t

@@ -919,7 +919,7 @@ def _known_dataset(c):
     assert t == {"revenue": a1 + a2 + a3 + b1 + b2 + b3, "credits_granted": 60 * MICRO,
                  "credits_spent": a1 + a2 + a3, "credits_expired": 0,
                  "credit_outstanding": 60 * MICRO - a1 - a2 - a3, "topups": 100 * MICRO,
-                 "cash_held": 100 * MICRO - b1 - b2 - b3}
+                 "cash_held": 100 * MICRO - b1 - b2 - b3, "refunds": 0, "credits_refunded": 0}
 
 
 D1 = START_TIME + 16 * HOUR + 14 * DAY  # 2027-01-30T00:00:00Z, a midnight
