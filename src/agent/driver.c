@@ -6,7 +6,9 @@
  *
  * Every phase change is written to the workload's record under its node
  * lock, so after a restart the agent resumes each workload from the phase
- * it had reached (see driver_adopt). Mounting and unmounting are serialised
+ * it had reached (see driver_adopt); reaching exited or failed also records
+ * the second the workload ended and its status, and counts the exit on its
+ * node for facts (set_phase). Mounting and unmounting are serialised
  * by mount_lock, so one workload cannot unmount a source that another is
  * about to use. Each worker publishes when it last went round its loop and,
  * while stepping, by when the step must be over, for the watchdog. */
