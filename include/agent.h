@@ -159,7 +159,12 @@ struct workload {
     int64_t updated_at;           /* node lock: epoch seconds of the last phase change */
     int removing;                 /* node lock: DELETE accepted, clean-up pending */
     atomic_int cancel;            /* set by DELETE: interrupt the command in flight */
-    int64_t running_since_ms;     /* driver only: monotonic time it was last seen running */
+    int64_t running_at_ms;        /* node lock to write (the driver, its only writer, reads it without):
+                                     wall-clock ms it entered running; 0 unknown */
+    int64_t exited_at;            /* node lock: wall-clock epoch second it reached exited or failed;
+                                     0 (null) in every other phase */
+    int exit_known;               /* node lock: exit_code holds the status its container ended with */
+    int exit_code;                /* node lock: that status, when exit_known */
     size_t heap_idx;              /* driver lock: position in the timer heap */
     int in_heap;                  /* driver lock: scheduled */
     int64_t due_ms;               /* driver lock: monotonic time of its next step */
@@ -186,8 +191,10 @@ char *state_read_file(const char *path, size_t max, size_t *len);
 int state_mkdirs(const char *dir);
 /* A workload as its record file holds it. New reference. */
 json_t *record_to_json(const struct workload *w);
-/* Fills w (id, spec, phase, message, times, removing) from a record; -1 with
- * a reason. w must be zeroed; on failure it owns nothing. */
+/* Fills w (id, spec, phase, message, times, removing, how it ended) from a
+ * record; a record an older agent wrote, without running_at_ms, exited_at
+ * and exit_code, reads as if they were null. -1 with a reason. w must be
+ * zeroed; on failure it owns nothing. */
 int record_from_json(const json_t *j, struct workload *w, char *err, size_t errlen);
 /* Saves w's record under node_dir/workloads/. 0 or -1 (logged). */
 int record_save(const char *node_dir, const struct workload *w);
@@ -224,6 +231,8 @@ struct agent_node {
     int64_t secret_tried_ms;      /* single node: last read of secret_file while it had none */
     struct workload **wl;         /* the workload list */
     size_t n_wl, cap_wl;          /* used and allocated entries of wl */
+    int64_t workload_exits;       /* node lock: workloads that reached exited or failed since the process
+                                     started (facts' workload_exits) */
 };
 struct driver;
 struct runtime;
@@ -373,6 +382,12 @@ int mount_argv(struct argv_buf *a, const char *tmpl, const struct spec_volume *v
  * at a time per workload, with no lock held. */
 enum step_rc { STEP_OK = 0, STEP_FAIL = -1, STEP_INTERRUPTED = -2 };
 enum rt_state { RT_RUNNING, RT_EXITED, RT_ABSENT, RT_UNKNOWN };
+/* How a container ended, as far as its runtime can tell. */
+struct rt_exit {
+    int64_t at;                   /* wall-clock epoch second it ended; 0 when unknown */
+    int has_code;                 /* code is known */
+    int code;                     /* its exit status */
+};
 struct runtime_ops {
     const char *name;
     /* Milliseconds the driver waits in phase p before calling its step:
@@ -385,8 +400,10 @@ struct runtime_ops {
                  const char *host_dir, char *msg, size_t msglen);
     /* Starts the container; host_dirs[i] backs spec.volumes[i]. */
     int (*start)(const struct runtime *rt, struct workload *w, char *const host_dirs[], char *msg, size_t msglen);
-    /* What the container is doing now; on RT_EXITED msg gives the exit code. */
-    enum rt_state (*state)(const struct runtime *rt, struct workload *w, char *msg, size_t msglen);
+    /* What the container is doing now; on RT_EXITED ex says when and with
+     * what status it ended (zeroed first: unknown) and msg gives the status. */
+    enum rt_state (*state)(const struct runtime *rt, struct workload *w, struct rt_exit *ex, char *msg,
+                           size_t msglen);
     /* Stops and removes the container; an absent one is fine. */
     int (*remove)(const struct runtime *rt, struct workload *w, char *msg, size_t msglen);
     /* Unmounts a host directory no workload uses any more. */
@@ -421,8 +438,15 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
 int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_stop(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a);
-/* Parses inspect output "STATUS EXITCODE"; fills code for exited ones. */
-enum rt_state oci_parse_state(const char *output, int *code);
+/* Parses inspect output "STATUS EXITCODE FINISHEDAT"; for exited ones fills
+ * ex (zeroed first) with what the line tells: the code, and the finish time
+ * when it parses and is after 1970. */
+enum rt_state oci_parse_state(const char *output, struct rt_exit *ex);
+/* Epoch seconds (rounded down) of a time as docker prints it (RFC 3339,
+ * "2024-05-01T12:34:56.123456789+02:00") or podman does (Go's default,
+ * "2024-05-01 12:34:56.123456789 +0200 CEST"): fractional seconds optional,
+ * a zone (Z or an offset) required. 0, or -1 for anything else. */
+int oci_parse_time(const char *text, int64_t *out);
 extern const struct runtime_ops oci_runtime_ops;
 extern const struct runtime_ops sim_runtime_ops;
 

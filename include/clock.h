@@ -20,6 +20,8 @@ int64_t clock_now(void);
  * timestamps exchanged with other machines (agent request signatures), which
  * check them against their own clocks. Never for billing. */
 int64_t clock_wall(void);
+/* The same in milliseconds, for wall-clock instants finer than a second. */
+int64_t clock_wall_ms(void);
 /* Monotonic milliseconds for measuring durations (never the testing clock). */
 int64_t clock_mono_ms(void);
 /* Monotonic microseconds, for latency histograms. */

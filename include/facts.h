@@ -19,7 +19,8 @@ struct facts_verdict {
     struct node_card cards[FACTS_MAX_CARDS];/* reported cards by index */
     size_t n_cards;                         /* entries in cards */
     char *canonical;                        /* the facts that matter, as sorted compact JSON (caller frees) */
-    int64_t workload_exits;                 /* the agent's count of ended workloads, -1 when absent */
+    int64_t workload_exits;                 /* the agent's count of workload exits (it changes when one ends,
+                                               and restarts at 0 with the agent); -1 when the facts have none */
 };
 
 /* Checks facts against the declared model and card count. Returns -1 (with
@@ -27,7 +28,9 @@ struct facts_verdict {
  * counts as a failed heartbeat — or 0 with v->accepted saying whether the
  * node may serve: only the declared model, on exactly the declared number
  * of cards with indexes 0..n-1. Failed cards do not reject a node; they
- * only leave the free pool. */
+ * only leave the free pool. workload_exits, optional, must be an integer
+ * >= 0 (null counts as absent); being a counter, it stays out of
+ * v->canonical, which changes only when the node's hardware does. */
 int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v);
 
 #endif

@@ -109,8 +109,12 @@ static void api_workloads_list(struct http_request *req)
     for (size_t i = 0; i < n->n_wl; i++)
         if (!n->wl[i]->removing)
             json_array_append_new(list, workload_json(n->wl[i]));
+    /* Read after the workloads and under the same lock, so no exited_at in
+     * the list is later than now: the control plane places each on its own
+     * clock as its now - (now - exited_at), whatever the skew. */
+    int64_t now = clock_wall();
     pthread_mutex_unlock(&n->lock);
-    http_reply_json(req, 200, json_pack("{s:o}", "workloads", list));
+    http_reply_json(req, 200, json_pack("{s:o, s:I}", "workloads", list, "now", (json_int_t)now));
 }
 
 static void api_workload_get(struct http_request *req)

@@ -6,7 +6,9 @@
  *
  * Every phase change is written to the workload's record under its node
  * lock, so after a restart the agent resumes each workload from the phase
- * it had reached (see driver_adopt). Mounting and unmounting are serialised
+ * it had reached (see driver_adopt); reaching exited or failed also records
+ * the second the workload ended and its status, and counts the exit on its
+ * node for facts (set_phase). Mounting and unmounting are serialised
  * by mount_lock, so one workload cannot unmount a source that another is
  * about to use. Each worker publishes when it last went round its loop and,
  * while stepping, by when the step must be over, for the watchdog. */
@@ -151,10 +153,31 @@ void driver_schedule(struct driver *d, struct workload *w, int64_t delay_ms)
 
 /* ---------------------------------------------------------------- steps */
 
+static int phase_final(enum wl_phase p)
+{
+    return p == WL_EXITED || p == WL_FAILED;
+}
+
+/* The second w ended, from what its runtime said (at, 0 when it cannot
+ * tell) and when the driver noticed (now). Without a time from the runtime
+ * the noticing is all there is: later than the real end by up to one
+ * check, never earlier. A time after now, or before the workload was
+ * accepted, cannot be its end (a stepped clock, a confused runtime); it is
+ * replaced by now too, so billing never runs past the notice. */
+static int64_t exit_second(const struct workload *w, int64_t at, int64_t now)
+{
+    if (at <= 0 || at > now || at < w->created_at)
+        return now;
+    return at;
+}
+
 /* Records a phase change and writes the record (under the node lock, so a
- * DELETE's tombstone is never overwritten by an older view). Returns
- * whether a DELETE arrived meanwhile. */
-static int set_phase(struct agent *a, struct workload *w, enum wl_phase p, const char *msg)
+ * DELETE's tombstone is never overwritten by an older view). Entering
+ * running notes its wall-clock instant; reaching exited or failed notes
+ * when and how it ended (ex: what the runtime told, or NULL for a failure
+ * before any container ran) and counts the exit for facts. Returns whether
+ * a DELETE arrived meanwhile. */
+static int set_phase(struct agent *a, struct workload *w, enum wl_phase p, const char *msg, const struct rt_exit *ex)
 {
     struct agent_node *n = w->node;
     char dir[PATH_MAX];
@@ -163,6 +186,14 @@ static int set_phase(struct agent *a, struct workload *w, enum wl_phase p, const
     if (w->phase != p)
         log_info("workload %s on %s: %s -> %s%s%s", w->id, n->name, wl_phase_name(w->phase), wl_phase_name(p),
                  msg[0] ? ": " : "", msg);
+    if (p == WL_RUNNING)
+        w->running_at_ms = clock_wall_ms();
+    if (phase_final(p) && !phase_final(w->phase)) {
+        w->exited_at = exit_second(w, ex ? ex->at : 0, clock_wall());
+        w->exit_known = ex && ex->has_code;
+        w->exit_code = w->exit_known ? ex->code : 0;
+        n->workload_exits++;
+    }
     w->phase = p;
     snprintf(w->message, sizeof w->message, "%s", msg);
     w->updated_at = clock_now();
@@ -292,15 +323,17 @@ static int64_t step(struct driver *d, struct workload *w)
         next = WL_RUNNING;
         break;
     case WL_RUNNING: {
-        enum rt_state st = rt->ops->state(rt, w, msg, sizeof msg);
+        struct rt_exit ex = {0};
+        enum rt_state st = rt->ops->state(rt, w, &ex, msg, sizeof msg);
         if (st == RT_RUNNING || st == RT_UNKNOWN) {
             if (st == RT_UNKNOWN && !atomic_load(&a->stopping))
                 log_warn("workload %s: cannot tell whether it runs: %s", w->id, msg);
             return rt->ops->delay_ms(rt, w, WL_RUNNING);
         }
         if (st == RT_EXITED)
-            return set_phase(a, w, WL_EXITED, msg) ? 0 : -1;
-        return set_phase(a, w, WL_FAILED, "the container is gone (removed outside the agent?)") ? 0 : -1;
+            return set_phase(a, w, WL_EXITED, msg, &ex) ? 0 : -1;
+        /* Gone with its status: neither when nor how it ended is known. */
+        return set_phase(a, w, WL_FAILED, "the container is gone (removed outside the agent?)", NULL) ? 0 : -1;
     }
     default:
         return -1;
@@ -308,10 +341,8 @@ static int64_t step(struct driver *d, struct workload *w)
     if (rc == STEP_INTERRUPTED)
         return atomic_load(&a->stopping) ? -1 : 0; /* a DELETE: the next step removes it */
     if (rc != STEP_OK)
-        return set_phase(a, w, WL_FAILED, msg) ? 0 : -1;
-    if (next == WL_RUNNING)
-        w->running_since_ms = clock_mono_ms();
-    if (set_phase(a, w, next, ""))
+        return set_phase(a, w, WL_FAILED, msg, NULL) ? 0 : -1; /* no container ran: no exit status */
+    if (set_phase(a, w, next, "", NULL))
         return 0;
     return rt->ops->delay_ms(rt, w, next);
 }
@@ -462,7 +493,10 @@ void driver_adopt(struct agent_node *n, struct workload *w, void *agent)
     if (w->removing)
         delay = 0; /* finish the removal a DELETE asked for */
     else if (w->phase == WL_RUNNING) {
-        w->running_since_ms = clock_mono_ms();
+        /* A record from an agent that did not keep the instant: the sim's
+         * run starts again from now, as it used to. */
+        if (w->running_at_ms <= 0)
+            w->running_at_ms = clock_wall_ms();
         delay = 0; /* check at once that it still runs */
     } else if (w->phase == WL_EXITED || w->phase == WL_FAILED)
         delay = -1;

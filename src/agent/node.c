@@ -182,8 +182,12 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
     pthread_mutex_lock(&n->lock);
     for (size_t i = 0; i < n->n_wl; i++)
         count += !n->wl[i]->removing;
+    int64_t exits = n->workload_exits;
     pthread_mutex_unlock(&n->lock);
     json_object_set_new(o, "workloads", json_integer((json_int_t)count));
+    /* The heartbeat carries it so that the control plane lists this node's
+     * workloads as soon as one ends, rather than at its next sweep. */
+    json_object_set_new(o, "workload_exits", json_integer((json_int_t)exits));
     return o;
 }
 
@@ -192,9 +196,12 @@ json_t *workload_json(const struct workload *w)
     json_t *gpus = json_array();
     for (int i = 0; i < w->spec.n_gpus; i++)
         json_array_append_new(gpus, json_integer(w->spec.gpus[i]));
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:I}", "id", w->id, "phase", wl_phase_name(w->phase), "message",
-                     w->message, "image", w->spec.image, "gpus", gpus, "created_at", (json_int_t)w->created_at,
-                     "updated_at", (json_int_t)w->updated_at);
+    json_t *exited_at = w->exited_at > 0 ? json_integer((json_int_t)w->exited_at) : json_null();
+    json_t *exit_code = w->exit_known ? json_integer(w->exit_code) : json_null();
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:o}", "id", w->id, "phase", wl_phase_name(w->phase),
+                     "message", w->message, "image", w->spec.image, "gpus", gpus, "created_at",
+                     (json_int_t)w->created_at, "updated_at", (json_int_t)w->updated_at, "exited_at", exited_at,
+                     "exit_code", exit_code);
 }
 
 /* ---------------------------------------------------------------- nodes */

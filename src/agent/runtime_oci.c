@@ -2,7 +2,9 @@
  * lines. The builders are pure so unit tests can assert every word; the
  * steps run them through agent_exec (no shell) and mount volumes with the
  * configured template, checking the result is a mount point before any
- * container may use it. */
+ * container may use it. The check of a running container reads its status,
+ * exit code and finish time in one inspect, so an exit is reported at the
+ * second it happened rather than when it was noticed. */
 #include "agent.h"
 
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 void oci_container_name(const char *id, char *out, size_t outlen)
@@ -109,7 +112,8 @@ int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a
     argv_add(a, "container");
     argv_add(a, "inspect");
     argv_add(a, "--format");
-    argv_add(a, "{{.State.Status}} {{.State.ExitCode}}");
+    /* The finish time last: it has spaces in podman's spelling. */
+    argv_add(a, "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}");
     argv_add(a, name);
     return finish(a);
 }
@@ -137,8 +141,91 @@ int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a)
     return finish(a);
 }
 
-enum rt_state oci_parse_state(const char *output, int *code)
+/* Reads exactly n digits at *p into *out and moves past them; -1 if not. */
+static int digits(const char **p, int n, int *out)
 {
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        char c = (*p)[i];
+        if (c < '0' || c > '9')
+            return -1;
+        v = v * 10 + (c - '0');
+    }
+    *p += n;
+    *out = v;
+    return 0;
+}
+
+static int days_in_month(int year, int month)
+{
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    return days[month - 1] + (month == 2 && leap);
+}
+
+int oci_parse_time(const char *text, int64_t *out)
+{
+    const char *p = text;
+    int y, mo, d, h, mi, sec, oh = 0, om = 0, sign = 0;
+    while (*p == ' ')
+        p++;
+    if (digits(&p, 4, &y) < 0 || *p++ != '-' || digits(&p, 2, &mo) < 0 || *p++ != '-' || digits(&p, 2, &d) < 0)
+        return -1;
+    if (*p != 'T' && *p != 't' && *p != ' ')
+        return -1;
+    p++;
+    if (digits(&p, 2, &h) < 0 || *p++ != ':' || digits(&p, 2, &mi) < 0 || *p++ != ':' || digits(&p, 2, &sec) < 0)
+        return -1;
+    /* The fraction is dropped: the second is what the protocol reports. */
+    if (*p == '.' || *p == ',') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return -1;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    /* RFC 3339 puts the zone right after the time, Go's format a space
+     * before it and its offset without a colon. */
+    if (*p == ' ')
+        p++;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        sign = *p++ == '-' ? -1 : 1;
+        if (digits(&p, 2, &oh) < 0)
+            return -1;
+        if (*p == ':')
+            p++;
+        if (digits(&p, 2, &om) < 0)
+            return -1;
+    } else {
+        return -1; /* no zone: local to a machine we cannot name */
+    }
+    /* After the offset Go names the zone (" CEST"), which the offset already
+     * settles; anything glued to the offset is not a time. */
+    if (*p && *p != ' ' && *p != '\n' && *p != '\r')
+        return -1;
+    if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 60 || oh > 23 ||
+        om > 59)
+        return -1;
+    struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h, .tm_min = mi,
+                    .tm_sec = sec};
+    /* timegm reads a leap second's :60 as the next minute's :00. */
+    int64_t t = (int64_t)timegm(&tm);
+    *out = t - sign * (oh * 3600 + om * 60);
+    return 0;
+}
+
+/* Statuses of a container that was made but never ran: no exit status. */
+static int never_ran(const char *status)
+{
+    return strcmp(status, "created") == 0 || strcmp(status, "configured") == 0 ||
+           strcmp(status, "initialized") == 0;
+}
+
+enum rt_state oci_parse_state(const char *output, struct rt_exit *ex)
+{
+    memset(ex, 0, sizeof *ex);
     /* The answer is the last non-empty line; warnings may come before it. */
     const char *end = output + strlen(output);
     while (end > output && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' '))
@@ -147,19 +234,28 @@ enum rt_state oci_parse_state(const char *output, int *code)
     while (start > output && start[-1] != '\n')
         start--;
     char status[32];
-    int ec = 0;
-    char line[128];
+    int ec = 0, used = 0;
+    char line[256];
     snprintf(line, sizeof line, "%.*s", (int)(end - start), start);
-    if (sscanf(line, "%31s %d", status, &ec) < 1)
+    int n = sscanf(line, "%31s %d %n", status, &ec, &used);
+    if (n < 1)
         return RT_UNKNOWN;
-    *code = ec;
     if (strcmp(status, "running") == 0 || strcmp(status, "paused") == 0 || strcmp(status, "restarting") == 0)
         return RT_RUNNING;
-    if (strcmp(status, "exited") == 0 || strcmp(status, "stopped") == 0 || strcmp(status, "dead") == 0 ||
-        strcmp(status, "created") == 0 || strcmp(status, "configured") == 0 || strcmp(status, "initialized") == 0 ||
-        strcmp(status, "removing") == 0)
-        return RT_EXITED;
-    return RT_UNKNOWN;
+    if (!(strcmp(status, "exited") == 0 || strcmp(status, "stopped") == 0 || strcmp(status, "dead") == 0 ||
+          never_ran(status) || strcmp(status, "removing") == 0))
+        return RT_UNKNOWN;
+    if (n == 2 && !never_ran(status)) {
+        ex->has_code = 1;
+        ex->code = ec;
+    }
+    /* A finish time that does not parse, or the zero time of a container
+     * that never finished (year 1), is left unknown: the driver then uses
+     * the time it noticed the exit, the latest the end can have been. */
+    int64_t at;
+    if (n == 2 && used > 0 && oci_parse_time(line + used, &at) == 0 && at > 0)
+        ex->at = at;
+    return RT_EXITED;
 }
 
 /* ------------------------------------------------------------------ steps */
@@ -250,21 +346,24 @@ static int oci_mount(const struct runtime *rt, struct workload *w, const struct 
     return STEP_OK;
 }
 
-static enum rt_state oci_state(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
+static enum rt_state oci_state(const struct runtime *rt, struct workload *w, struct rt_exit *ex, char *msg,
+                               size_t msglen)
 {
     struct oci_cmd c = cmd_of(rt);
     struct argv_buf a = {0};
     struct exec_result r;
+    memset(ex, 0, sizeof *ex);
     oci_argv_inspect(&c, w->id, &a);
     int rc = run_cmd(rt, w, &a, (int)rt->conf->command_timeout_s, "inspect", &r, msg, msglen);
     if (rc == STEP_INTERRUPTED)
         return RT_UNKNOWN;
     if (rc != STEP_OK)
         return r.started && r.exited && no_such_container(r.output) ? RT_ABSENT : RT_UNKNOWN;
-    int code = 0;
-    enum rt_state st = oci_parse_state(r.output, &code);
-    if (st == RT_EXITED)
-        snprintf(msg, msglen, "the container exited with status %d", code);
+    enum rt_state st = oci_parse_state(r.output, ex);
+    if (st == RT_EXITED && ex->has_code)
+        snprintf(msg, msglen, "the container exited with status %d", ex->code);
+    else if (st == RT_EXITED)
+        snprintf(msg, msglen, "the container exited with an unknown status");
     else if (st == RT_UNKNOWN)
         snprintf(msg, msglen, "inspect: unexpected output '%.100s'", r.output);
     return st;
@@ -291,9 +390,10 @@ static int oci_remove_container(const struct runtime *rt, struct workload *w, ch
 static int oci_start(const struct runtime *rt, struct workload *w, char *const host_dirs[], char *msg, size_t msglen)
 {
     char why[256];
+    struct rt_exit ex;
     /* After a crash between run and the phase update, the container may
      * already run: keep it. A leftover that does not run is replaced. */
-    enum rt_state st = oci_state(rt, w, why, sizeof why);
+    enum rt_state st = oci_state(rt, w, &ex, why, sizeof why);
     if (st == RT_RUNNING)
         return STEP_OK;
     if (st != RT_ABSENT) {
@@ -315,7 +415,8 @@ static int oci_start(const struct runtime *rt, struct workload *w, char *const h
 static int oci_remove(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
 {
     char why[256];
-    enum rt_state st = oci_state(rt, w, why, sizeof why);
+    struct rt_exit ex;
+    enum rt_state st = oci_state(rt, w, &ex, why, sizeof why);
     if (st == RT_ABSENT)
         return STEP_OK;
     return oci_remove_container(rt, w, msg, msglen);

@@ -145,23 +145,51 @@ char *state_read_file(const char *path, size_t max, size_t *len)
 
 /* ---------------------------------------------------------------- records */
 
+/* An integer member, or null when the value is unknown (0 for the times,
+ * exit_known unset for the code). */
+static json_t *int_or_null(int known, int64_t v)
+{
+    return known ? json_integer((json_int_t)v) : json_null();
+}
+
 json_t *record_to_json(const struct workload *w)
 {
-    return json_pack("{s:i, s:s, s:o, s:s, s:s, s:I, s:I, s:b}", "version", 1, "id", w->id, "spec",
+    return json_pack("{s:i, s:s, s:o, s:s, s:s, s:I, s:I, s:b, s:o, s:o, s:o}", "version", 1, "id", w->id, "spec",
                      spec_to_json(&w->spec), "phase", wl_phase_name(w->phase), "message", w->message, "created_at",
-                     (json_int_t)w->created_at, "updated_at", (json_int_t)w->updated_at, "removing", w->removing);
+                     (json_int_t)w->created_at, "updated_at", (json_int_t)w->updated_at, "removing", w->removing,
+                     "running_at_ms", int_or_null(w->running_at_ms > 0, w->running_at_ms), "exited_at",
+                     int_or_null(w->exited_at > 0, w->exited_at), "exit_code",
+                     int_or_null(w->exit_known, w->exit_code));
+}
+
+/* Reads an optional member that is null or an integer in [lo, hi]: *known
+ * says which; -1 for anything else. */
+static int opt_int(const json_t *v, int64_t lo, int64_t hi, int *known, int64_t *out)
+{
+    *known = 0;
+    *out = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return -1;
+    *known = 1;
+    *out = json_integer_value(v);
+    return 0;
 }
 
 int record_from_json(const json_t *j, struct workload *w, char *err, size_t errlen)
 {
-    json_t *spec = NULL;
+    json_t *spec = NULL, *running_at = NULL, *exited_at = NULL, *exit_code = NULL;
     const char *id = NULL, *phase = NULL, *message = NULL;
     json_int_t version = 0, created = 0, updated = 0;
     int removing = 0;
     json_error_t jerr;
-    if (json_unpack_ex((json_t *)(uintptr_t)j, &jerr, JSON_STRICT, "{s:I, s:s, s:o, s:s, s:s, s:I, s:I, s:b}",
-                       "version", &version, "id", &id, "spec", &spec, "phase", &phase, "message", &message,
-                       "created_at", &created, "updated_at", &updated, "removing", &removing) < 0) {
+    /* The last three came with exit reporting: absent in an older agent's records. */
+    if (json_unpack_ex((json_t *)(uintptr_t)j, &jerr, JSON_STRICT,
+                       "{s:I, s:s, s:o, s:s, s:s, s:I, s:I, s:b, s?o, s?o, s?o}", "version", &version, "id", &id,
+                       "spec", &spec, "phase", &phase, "message", &message, "created_at", &created, "updated_at",
+                       &updated, "removing", &removing, "running_at_ms", &running_at, "exited_at", &exited_at,
+                       "exit_code", &exit_code) < 0) {
         snprintf(err, errlen, "%s", jerr.text);
         return -1;
     }
@@ -177,6 +205,20 @@ int record_from_json(const json_t *j, struct workload *w, char *err, size_t errl
         snprintf(err, errlen, "unknown phase '%.32s'", phase);
         return -1;
     }
+    int known, code_known;
+    int64_t running_ms, exited, code;
+    if (opt_int(running_at, 1, INT64_MAX, &known, &running_ms) < 0) {
+        snprintf(err, errlen, "running_at_ms is not a positive integer or null");
+        return -1;
+    }
+    if (opt_int(exited_at, 1, INT64_MAX, &known, &exited) < 0) {
+        snprintf(err, errlen, "exited_at is not a positive integer or null");
+        return -1;
+    }
+    if (opt_int(exit_code, INT_MIN, INT_MAX, &code_known, &code) < 0) {
+        snprintf(err, errlen, "exit_code is not an integer or null");
+        return -1;
+    }
     char field[64], why[256];
     if (spec_parse(spec, &w->spec, field, sizeof field, why, sizeof why) < 0) {
         snprintf(err, errlen, "spec: %s", why);
@@ -187,6 +229,10 @@ int record_from_json(const json_t *j, struct workload *w, char *err, size_t errl
     w->created_at = created;
     w->updated_at = updated;
     w->removing = removing;
+    w->running_at_ms = running_ms;
+    w->exited_at = exited;
+    w->exit_known = code_known;
+    w->exit_code = (int)code;
     return 0;
 }
 

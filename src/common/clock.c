@@ -82,7 +82,18 @@ int64_t clock_now(void)
     return v;
 }
 
-int64_t clock_wall(void) { return (int64_t)time(NULL); }
+/* Both read CLOCK_REALTIME itself: time() may answer from the last timer
+ * tick, a second behind clock_wall_ms() just after a second begins, and an
+ * instant taken with one must never be later than "now" taken with the
+ * other (the agent's exited_at and its list's now). */
+int64_t clock_wall(void) { return clock_wall_ms() / 1000; }
+
+int64_t clock_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 int64_t clock_mono_ms(void)
 {

@@ -43,6 +43,7 @@ static int opt_string(json_t *obj, const char *key, char *out, size_t n)
 int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v)
 {
     memset(v, 0, sizeof *v);
+    v->workload_exits = -1;
     if (!json_is_object(facts))
         return malformed(v, "not a JSON object");
     json_t *cards = json_object_get(facts, "cards");
@@ -53,6 +54,14 @@ int facts_check(const char *declared_model, int64_t declared_cards, json_t *fact
     if (opt_string(facts, "driver_version", v->driver_version, sizeof v->driver_version) < 0 ||
         opt_string(facts, "stack_version", v->stack_version, sizeof v->stack_version) < 0)
         return malformed(v, "versions must be strings");
+    /* Typed like every other field: an agent that sends something else
+     * here is as broken as one that sends a number for a version. */
+    json_t *exits = json_object_get(facts, "workload_exits");
+    if (exits && !json_is_null(exits)) {
+        if (!json_is_integer(exits) || json_integer_value(exits) < 0)
+            return malformed(v, "workload_exits must be a non-negative integer");
+        v->workload_exits = json_integer_value(exits);
+    }
 
     int seen[FACTS_MAX_CARDS] = {0};
     size_t i;

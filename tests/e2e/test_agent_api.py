@@ -1,8 +1,9 @@
 """test_agent_api.py: gpurent-agent's signed API end to end, on the real
 binary in sim mode: signatures (unsigned, wrong, stale, replayed,
 malformed), facts, idempotent PUT and DELETE, spec validation, phases, the
-sim's injected failures, durability across restarts and crashes, and the
-command line."""
+sim's injected failures, exits (the second and status reported, the
+list's now, facts' workload_exits), durability across restarts and
+crashes, and the command line."""
 import json
 import os
 import signal
@@ -205,7 +206,8 @@ def test_facts(agent):
     assert r.status_code == 200, r.text
     f = r.json()
     assert set(f) == {"node", "agent_version", "runtime", "vendor", "stack", "driver_version", "stack_version",
-                      "cards", "workloads"}
+                      "cards", "workloads", "workload_exits"}
+    assert isinstance(f["workload_exits"], int) and f["workload_exits"] >= 0
     assert f["node"] == "node-a"
     assert f["runtime"] == "sim"
     assert (f["vendor"], f["stack"]) == ("AMD", "ROCm")
@@ -236,9 +238,11 @@ def test_put_is_idempotent(agent):
     r = agent.put(f"/v1/workloads/{wid}", json=spec)
     assert r.status_code == 201, r.text
     first = r.json()
-    assert set(first) == {"id", "phase", "message", "image", "gpus", "created_at", "updated_at"}
+    assert set(first) == {"id", "phase", "message", "image", "gpus", "created_at", "updated_at", "exited_at",
+                          "exit_code"}
     assert first["id"] == wid
     assert first["phase"] == "pulling"
+    assert first["exited_at"] is None and first["exit_code"] is None
     assert first["gpus"] == spec["gpus"]
     # The same spec again, env keys in another order: 200 and nothing changes.
     again = {**spec, "env": dict(reversed(list(spec["env"].items())))}
@@ -371,6 +375,98 @@ def test_injected_failures_end_with_a_message(agent, spec, phase, words):
     # Terminal phases stay put and still count until deleted.
     assert agent.get(f"/v1/workloads/{wid}").json()["phase"] == phase
     assert agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
+# ---------------------------------------------------------------- exits
+
+def read_record(agent, wid):
+    with open(os.path.join(agent.state_dir, "workloads", f"{wid}.json")) as f:
+        return json.load(f)
+
+
+def test_an_exit_is_reported_at_the_second_it_was_due(new_agent):
+    a = new_agent()
+    before = int(time.time())
+    spec = {"image": "registry/exit-after-1500:1", "gpus": [0]}
+    assert a.put("/v1/workloads/wl_due", json=spec).status_code == 201
+    body = a.wait_phase("wl_due", "exited")
+    after = int(time.time())
+    assert body["message"] == "the container exited with status 0"
+    assert body["exit_code"] == 0
+    # 1.5 s after it entered running, an instant the record keeps to the
+    # millisecond: the second that instant falls in, however late the
+    # driver got to it.
+    rec = read_record(a, "wl_due")
+    assert body["exited_at"] == (rec["running_at_ms"] + 1500) // 1000
+    assert (rec["exited_at"], rec["exit_code"], rec["phase"]) == (body["exited_at"], 0, "exited")
+    assert before - 1 <= rec["running_at_ms"] // 1000 and body["exited_at"] <= after + 1
+    # The list shows the same document and the agent's clock when it built
+    # the reply; a PUT of the same spec answers the same document too.
+    listed = a.get("/v1/workloads").json()
+    assert set(listed) == {"workloads", "now"}
+    assert listed["workloads"] == [body]
+    assert isinstance(listed["now"], int) and body["exited_at"] <= listed["now"] <= int(time.time()) + 1
+    r = a.put("/v1/workloads/wl_due", json=spec)
+    assert r.status_code == 200 and r.json() == body
+
+
+def test_workload_exits_counts_every_exit_and_failure(new_agent):
+    a = new_agent()
+
+    def exits():
+        return a.get("/v1/facts").json()["workload_exits"]
+    assert exits() == 0
+    ends = [
+        ("wl_e1", {"image": "registry/exit-after-200:1", "gpus": [0]}, "exited"),
+        ("wl_f1", {"image": "registry/fail-pull:1", "gpus": [1]}, "failed"),
+        ("wl_f2", {"image": "busybox", "gpus": [2], "volumes": [{"source": "nfs:/fail-mount", "target": "/s"}]},
+         "failed"),
+        ("wl_f3", {"image": "registry/fail-start:1", "gpus": [3]}, "failed"),
+        ("wl_e2", {"image": "registry/exit-after-100:1", "gpus": [4]}, "exited"),
+    ]
+    for n, (wid, spec, phase) in enumerate(ends, 1):
+        assert a.put(f"/v1/workloads/{wid}", json=spec).status_code == 201
+        body = a.wait_phase(wid, phase)
+        assert exits() == n, body
+        # Only an exit of a container that ran has a status.
+        assert body["exit_code"] == (0 if phase == "exited" else None), body
+        assert body["created_at"] <= body["exited_at"] <= a.get("/v1/workloads").json()["now"], body
+    # Running, asked for again, or deleted: none of these is an exit.
+    assert a.put("/v1/workloads/wl_run", json={"image": "busybox", "gpus": [5]}).status_code == 201
+    running = a.wait_phase("wl_run", "running")
+    assert running["exited_at"] is None and running["exit_code"] is None
+    assert a.put("/v1/workloads/wl_e1", json=ends[0][1]).status_code == 200
+    assert a.delete("/v1/workloads/wl_e1").status_code == 200
+    assert a.delete("/v1/workloads/wl_run").status_code == 200
+    poll(lambda: not os.path.exists(os.path.join(a.state_dir, "workloads", "wl_run.json")), 10, "the removal")
+    assert exits() == len(ends)
+
+
+def test_a_restarted_agent_reports_exits_from_its_records(new_agent):
+    a = new_agent()
+    assert a.put("/v1/workloads/wl_done", json={"image": "registry/exit-after-200:1", "gpus": [0]}).status_code == 201
+    assert a.put("/v1/workloads/wl_pull", json={"image": "registry/fail-pull:1", "gpus": [1]}).status_code == 201
+    done = a.wait_phase("wl_done", "exited")
+    pulled = a.wait_phase("wl_pull", "failed")
+    assert (done["exit_code"], pulled["exit_code"]) == (0, None)
+    assert pulled["exited_at"] is not None
+    assert a.get("/v1/facts").json()["workload_exits"] == 2
+    a.restart()
+    assert a.get("/v1/workloads/wl_done").json() == done
+    assert a.get("/v1/workloads/wl_pull").json() == pulled
+    assert a.get("/v1/facts").json()["workload_exits"] == 0  # counted since this process started
+
+    # A run that falls due while the agent is down ended at the second it
+    # was due, not when the agent came back to notice.
+    assert a.put("/v1/workloads/wl_late", json={"image": "registry/exit-after-3000:1", "gpus": [2]}).status_code == 201
+    running_at = poll(lambda: read_record(a, "wl_late")["running_at_ms"], 20, "wl_late to run")
+    a.stop()
+    poll(lambda: time.time() * 1000 >= running_at + 3000 + 1200, 10, "the run to fall due")
+    a.start()
+    late = a.wait_phase("wl_late", "exited")
+    assert (late["exited_at"], late["exit_code"]) == ((running_at + 3000) // 1000, 0)
+    assert late["updated_at"] > late["exited_at"]  # noticed a second or more later
+    assert a.get("/v1/facts").json()["workload_exits"] == 1
 
 
 def test_workloads_survive_a_restart(new_agent):

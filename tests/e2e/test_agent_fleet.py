@@ -2,7 +2,8 @@
 serves many simulated nodes under /nodes/{name}, each with its own secret,
 registered with a fake control plane (a small http.server standing in for
 gpurentd's POST /v1/admin/nodes); a re-run keeps the saved secrets when the
-control plane answers 409; a node without a secret refuses every call."""
+control plane answers 409; a node without a secret refuses every call;
+each node counts its own workload exits."""
 import json
 import os
 import re
@@ -81,9 +82,35 @@ def test_each_node_has_its_own_secret_and_workloads(tmp_path, cp):
                      409, "conflict")
         poll(lambda: f.request(a, cp.secrets[a], "GET", "/v1/workloads/wl_a").json()["phase"] == "running", 20,
              "running on node A")
-        assert f.request(c, cp.secrets[c], "GET", "/v1/workloads").json() == {"workloads": []}
+        listed = f.request(c, cp.secrets[c], "GET", "/v1/workloads").json()
+        assert set(listed) == {"workloads", "now"} and listed["workloads"] == []
         assert f.request(a, cp.secrets[a], "GET", "/v1/facts").json()["workloads"] == 1
         assert os.path.exists(os.path.join(f.state_dir, "nodes", a, "workloads", "wl_a.json"))
+    finally:
+        f.stop()
+
+
+def test_each_node_counts_its_own_exits(tmp_path, cp):
+    f = Fleet(tmp_path, cp.url, nodes=3)
+    try:
+        a, b, c = "sim-mi450-01", "sim-mi450-02", "sim-mi450-03"
+
+        def exits(name):
+            return f.request(name, cp.secrets[name], "GET", "/v1/facts").json()["workload_exits"]
+
+        def ended(name, wid, phase):
+            r = f.request(name, cp.secrets[name], "GET", f"/v1/workloads/{wid}")
+            return r.json()["phase"] == phase
+        assert [exits(n) for n in (a, b, c)] == [0, 0, 0]
+        assert f.request(a, cp.secrets[a], "PUT", "/v1/workloads/wl_x",
+                         json={"image": "registry/fail-pull:1"}).status_code == 201
+        poll(lambda: ended(a, "wl_x", "failed"), 20, "the failure on node A")
+        assert [exits(n) for n in (a, b, c)] == [1, 0, 0]
+        for wid in ("wl_x", "wl_y"):
+            assert f.request(b, cp.secrets[b], "PUT", f"/v1/workloads/{wid}",
+                             json={"image": "registry/exit-after-100:1"}).status_code == 201
+            poll(lambda: ended(b, wid, "exited"), 20, f"{wid} to exit on node B")
+        assert [exits(n) for n in (a, b, c)] == [1, 2, 0]
     finally:
         f.stop()
 

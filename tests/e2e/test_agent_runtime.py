@@ -6,11 +6,14 @@ the agent reads through its mountinfo_file option. So the agent's real
 mount-point check runs, and can fail: a mount stand-in that exits 0 without
 mounting must stop the workload before `run`. The exact pull, mount (with a
 volume's {size_gb}), run, inspect, stop, rm and umount command lines are
-asserted."""
+asserted, and a container's exit is reported with its status at the finish
+time the tool prints, in either tool's spelling of it."""
 import hashlib
+import json
 import os
 import stat
 import textwrap
+import time
 
 import pytest
 
@@ -24,6 +27,10 @@ TOOL = textwrap.dedent(r"""
     tool=$(basename "$0")
     { printf '%s' "$tool"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG"
     last=""; for a in "$@"; do last="$a"; done
+    # FinishedAt as each tool prints it: podman in Go's default time format,
+    # docker in RFC 3339; the zero time while a container has not finished.
+    zero_time() { [ "$tool" = docker ] && echo "0001-01-01T00:00:00Z" || echo "0001-01-01 00:00:00 +0000 UTC"; }
+    now_time() { [ "$tool" = docker ] && date -u +%Y-%m-%dT%H:%M:%S.%NZ || date -u "+%Y-%m-%d %H:%M:%S.%N +0000 UTC"; }
     case "$1" in
     pull)
         case "$2" in
@@ -40,10 +47,10 @@ TOOL = textwrap.dedent(r"""
         case "$last" in *fail-start*)
             echo "Error: crun: open /dev/kfd: No such device: OCI runtime error" >&2; exit 126 ;;
         esac
-        echo "running 0" > "$STANDIN_STATE/$name"; echo "4f1d9c2b7a3e"; exit 0 ;;
+        echo "running 0 $(zero_time)" > "$STANDIN_STATE/$name"; echo "4f1d9c2b7a3e"; exit 0 ;;
     stop)
         [ -f "$STANDIN_STATE/$last" ] || { echo "Error: no such container $last" >&2; exit 125; }
-        echo "exited 143" > "$STANDIN_STATE/$last"; echo "$last" ;;
+        echo "exited 143 $(now_time)" > "$STANDIN_STATE/$last"; echo "$last" ;;
     rm)
         rm -f "$STANDIN_STATE/$last"; echo "$last" ;;
     *)
@@ -68,6 +75,8 @@ UMOUNT = textwrap.dedent(r"""
     grep -v " $1 " "$STANDIN_MOUNTINFO" > "$STANDIN_MOUNTINFO.new"
     mv "$STANDIN_MOUNTINFO.new" "$STANDIN_MOUNTINFO"
 """).lstrip()
+
+PODMAN_ZERO = "0001-01-01 00:00:00 +0000 UTC"
 
 SRC = "nfs.example:/export/vol_x"
 ROCM_SPEC = {
@@ -152,14 +161,14 @@ def test_podman_rocm_command_lines(real_agent, standins):
     assert calls[0] == ["podman", "pull", "rocm/pytorch:2.3-rocm6.2"]
     # The default mount_command, run from PATH, target under mount_root.
     assert calls[1] == ["mount", "-t", "nfs4", "-o", "hard,noatime", SRC, hd]
-    assert calls[2] == ["podman", "container", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
-                        "gpurent-wl_rocm"]
+    assert calls[2] == ["podman", "container", "inspect", "--format",
+                        "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}", "gpurent-wl_rocm"]
     assert calls[3] == [
         "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
         "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--env", "ROCR_VISIBLE_DEVICES=2,3",
         "--volume", f"{hd}:/shared", "--env", "GPURENT_NODE_RANK=0", "--env", "MASTER_PORT=29500",
         "--env", "NOTE=two words", "rocm/pytorch:2.3-rocm6.2"]
-    assert standins.container("wl_rocm") == "running 0"
+    assert standins.container("wl_rocm") == "running 0 " + PODMAN_ZERO
     # Running containers are inspected again every check_interval_s.
     poll(lambda: verbs(standins.calls()).count("container") >= 2, 10, "a state check")
 
@@ -260,6 +269,9 @@ def test_failures_carry_the_tools_message(real_agent, standins):
     for wid, (_, words) in cases.items():
         body = a.wait_phase(wid, "failed")
         assert words in body["message"], body
+        # No container ran: an exit second, and no status.
+        assert body["exit_code"] is None, body
+        assert body["created_at"] <= body["exited_at"] <= a.get("/v1/workloads").json()["now"], body
     assert "exit status 125" in a.get("/v1/workloads/wl_fp").json()["message"]
 
 
@@ -274,12 +286,67 @@ def test_container_exit_and_disappearance_are_noticed(real_agent, standins):
     assert "gone" in a.wait_phase("wl_gone", "failed")["message"]
 
 
+def go_time(t, offset_min):
+    """t as podman prints a time: Go's default format, with a zone name."""
+    sign, (hh, mm) = "+" if offset_min >= 0 else "-", divmod(abs(offset_min), 60)
+    local = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t + offset_min * 60))
+    return f"{local}.123456789 {sign}{hh:02d}{mm:02d} XYZT"
+
+
+def rfc3339(t, offset_min):
+    """t as docker prints a time: RFC 3339 with nanoseconds."""
+    sign, (hh, mm) = "+" if offset_min >= 0 else "-", divmod(abs(offset_min), 60)
+    local = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t + offset_min * 60))
+    return f"{local}.987654321" + ("Z" if offset_min == 0 else f"{sign}{hh:02d}:{mm:02d}")
+
+
+@pytest.mark.parametrize("runtime,spell,offset_min", [
+    ("podman", go_time, 60), ("podman", go_time, -300), ("docker", rfc3339, 0), ("docker", rfc3339, -270),
+])
+def test_an_exit_is_reported_at_the_runtimes_finish_time(real_agent, standins, runtime, spell, offset_min):
+    a = real_agent(runtime=runtime)
+    assert a.put("/v1/workloads/wl_fin", json={"image": "busybox"}).status_code == 201
+    ended = a.wait_phase("wl_fin", "running")["created_at"]
+    # Noticed two seconds or more after it ended, so a time taken from the
+    # notice could not pass for the runtime's.
+    poll(lambda: time.time() >= ended + 2, 10, "two seconds to pass")
+    standins.set_container("wl_fin", f"exited 3 {spell(ended, offset_min)}")
+    body = a.wait_phase("wl_fin", "exited")
+    assert body["message"] == "the container exited with status 3"
+    assert (body["exit_code"], body["exited_at"]) == (3, ended)
+    assert body["updated_at"] >= ended + 2  # when the agent noticed
+    with open(os.path.join(a.state_dir, "workloads", "wl_fin.json")) as f:
+        rec = json.load(f)
+    assert (rec["exit_code"], rec["exited_at"]) == (3, ended)
+
+
+def test_an_exit_without_a_usable_finish_time_is_placed_when_noticed(real_agent, standins):
+    a = real_agent()
+    ids = ("wl_notime", "wl_future", "wl_never", "wl_gone")
+    for i, wid in enumerate(ids):
+        assert a.put(f"/v1/workloads/{wid}", json={"image": "busybox", "gpus": [i]}).status_code == 201
+        a.wait_phase(wid, "running")
+    before = int(time.time())
+    standins.set_container("wl_notime", "exited 5")
+    standins.set_container("wl_future", "exited 2 2100-01-01T00:00:00Z")  # never past the notice
+    standins.set_container("wl_never", "exited 1 " + PODMAN_ZERO)
+    standins.set_container("wl_gone", None)
+    got = {wid: a.wait_phase(wid, {"exited", "failed"}) for wid in ids}
+    now = a.get("/v1/workloads").json()["now"]
+    after = int(time.time())
+    assert [(got[w]["phase"], got[w]["exit_code"]) for w in ids] == [
+        ("exited", 5), ("exited", 2), ("exited", 1), ("failed", None)]
+    assert "gone" in got["wl_gone"]["message"]
+    for body in got.values():
+        assert before - 1 <= body["exited_at"] <= min(now, after + 1), body
+
+
 def test_restart_keeps_containers_and_does_not_rerun_them(real_agent, standins):
     a = real_agent()
     assert a.put("/v1/workloads/wl_keep", json=ROCM_SPEC).status_code == 201
     a.wait_phase("wl_keep", "running")
     a.stop()  # SIGTERM: the container must keep running
-    assert standins.container("wl_keep") == "running 0"
+    assert standins.container("wl_keep") == "running 0 " + PODMAN_ZERO
     assert not [c for c in standins.calls() if c[1:2] in (["stop"], ["rm"]) or c[0] == "umount"]
     runs = len([c for c in standins.calls() if c[:2] == ["podman", "run"]])
     mounts = len(standins.calls("mount"))

@@ -1,9 +1,9 @@
 /* test_agent_oci.c: unit tests for the commands the real runtime runs:
  * the exact podman and docker command lines for ROCm and CUDA workloads,
- * pull, inspect, stop and rm; mount command templates, with a volume's
- * {size_gb}; the mount-point check on a recorded mountinfo; inspect output
- * parsing; and the exec helper (exit status, output tail, timeout, cancel,
- * no shell). */
+ * pull, inspect (status, exit code and finish time), stop and rm; mount
+ * command templates, with a volume's {size_gb}; the mount-point check on a
+ * recorded mountinfo; inspect output and finish-time parsing; and the exec
+ * helper (exit status, output tail, timeout, cancel, no shell). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -137,8 +137,15 @@ static void test_other_commands(void **state)
     assert_line(&a, "podman pull rocm/pytorch:2.3");
     argv_free(&a);
     assert_int_equal(oci_argv_inspect(&c, "wl_1", &a), 0);
-    assert_line(&a, "podman container inspect --format {{.State.Status}} {{.State.ExitCode}} gpurent-wl_1");
+    assert_line(&a, "podman container inspect --format {{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}"
+                    " gpurent-wl_1");
     assert_int_equal(a.n, 6); /* the format is one word */
+    assert_string_equal(a.v[4], "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}");
+    argv_free(&a);
+    struct oci_cmd d = {.exe = "/usr/bin/docker", .docker = 1, .stop_timeout_s = 45};
+    assert_int_equal(oci_argv_inspect(&d, "wl_1", &a), 0);
+    assert_line(&a, "/usr/bin/docker container inspect --format {{.State.Status}} {{.State.ExitCode}}"
+                    " {{.State.FinishedAt}} gpurent-wl_1");
     argv_free(&a);
     assert_int_equal(oci_argv_stop(&c, "wl_1", &a), 0);
     assert_line(&a, "podman stop -t 45 gpurent-wl_1");
@@ -153,15 +160,109 @@ static void test_other_commands(void **state)
 
 static void test_parse_state(void **state)
 {
-    int code = -1;
-    assert_int_equal(oci_parse_state("running 0\n", &code), RT_RUNNING);
-    assert_int_equal(oci_parse_state("exited 137\n", &code), RT_EXITED);
-    assert_int_equal(code, 137);
-    assert_int_equal(oci_parse_state("WARN[0000] something\nexited 3\n", &code), RT_EXITED);
-    assert_int_equal(code, 3);
-    assert_int_equal(oci_parse_state("created 0", &code), RT_EXITED);
-    assert_int_equal(oci_parse_state("", &code), RT_UNKNOWN);
-    assert_int_equal(oci_parse_state("banana 1", &code), RT_UNKNOWN);
+    struct rt_exit ex;
+    assert_int_equal(oci_parse_state("running 0 0001-01-01 00:00:00 +0000 UTC\n", &ex), RT_RUNNING);
+    assert_int_equal(oci_parse_state("running 0\n", &ex), RT_RUNNING);
+    /* podman's spelling of the finish time, and docker's. */
+    assert_int_equal(oci_parse_state("exited 137 2026-11-30 14:02:07.123456789 +0100 CET\n", &ex), RT_EXITED);
+    assert_int_equal(ex.has_code, 1);
+    assert_int_equal(ex.code, 137);
+    assert_int_equal(ex.at, 1796043727); /* 13:02:07 UTC */
+    assert_int_equal(oci_parse_state("exited 3 2026-11-30T13:02:07.999999999Z", &ex), RT_EXITED);
+    assert_int_equal(ex.code, 3);
+    assert_int_equal(ex.at, 1796043727);
+    assert_int_equal(oci_parse_state("WARN[0000] something\nexited 3 2026-11-30T13:02:07Z\n", &ex), RT_EXITED);
+    assert_int_equal(ex.code, 3);
+    assert_int_equal(ex.at, 1796043727);
+    /* Without a usable finish time: the code alone (the driver uses the
+     * time it noticed). The zero time is a container that never finished. */
+    assert_int_equal(oci_parse_state("exited 3\n", &ex), RT_EXITED);
+    assert_int_equal(ex.has_code, 1);
+    assert_int_equal(ex.code, 3);
+    assert_int_equal(ex.at, 0);
+    assert_int_equal(oci_parse_state("exited 0 0001-01-01T00:00:00Z", &ex), RT_EXITED);
+    assert_int_equal(ex.has_code, 1);
+    assert_int_equal(ex.at, 0);
+    assert_int_equal(oci_parse_state("exited 1 yesterday", &ex), RT_EXITED);
+    assert_int_equal(ex.code, 1);
+    assert_int_equal(ex.at, 0);
+    assert_int_equal(oci_parse_state("exited 1 1969-12-31T23:59:59Z", &ex), RT_EXITED);
+    assert_int_equal(ex.at, 0);
+    /* No code, or a container that never ran: no status to report. */
+    assert_int_equal(oci_parse_state("exited", &ex), RT_EXITED);
+    assert_int_equal(ex.has_code, 0);
+    assert_int_equal(ex.at, 0);
+    assert_int_equal(oci_parse_state("created 0 0001-01-01 00:00:00 +0000 UTC", &ex), RT_EXITED);
+    assert_int_equal(ex.has_code, 0);
+    assert_int_equal(oci_parse_state("stopped -1 2026-11-30T13:02:07+00:00", &ex), RT_EXITED);
+    assert_int_equal(ex.has_code, 1);
+    assert_int_equal(ex.code, -1);
+    assert_int_equal(ex.at, 1796043727);
+    assert_int_equal(oci_parse_state("", &ex), RT_UNKNOWN);
+    assert_int_equal(oci_parse_state("banana 1", &ex), RT_UNKNOWN);
+}
+
+/* Finish times as the runtimes print them: RFC 3339 (docker) and Go's
+ * default format (podman), fractions and offsets of both signs; anything
+ * else refused rather than guessed. */
+static void test_parse_time(void **state)
+{
+    static const struct {
+        const char *text;
+        int64_t want;
+    } good[] = {
+        {"1970-01-01T00:00:00Z", 0},
+        {"2026-11-30T13:02:07Z", 1796043727},
+        {"2026-11-30t13:02:07z", 1796043727},
+        {"2026-11-30T13:02:07.5Z", 1796043727},
+        {"2026-11-30T13:02:07.999999999Z", 1796043727},
+        {"2026-11-30T14:02:07.123+01:00", 1796043727},
+        {"2026-11-30T08:32:07-04:30", 1796043727},
+        {"2026-11-30 13:02:07 +0000 UTC", 1796043727},
+        {"2026-11-30 14:02:07.123456789 +0100 CET", 1796043727},
+        {"2026-11-30 09:02:07.1 -0400 EDT", 1796043727},
+        {"2026-11-30 16:02:07 +0300 +03", 1796043727},
+        {"2026-12-01T00:02:07+11:00", 1796043727},   /* the next day in the east */
+        {"2026-11-30 13:02:07.5 +0000 UTC m=+0.000000001", 1796043727},
+        {"2028-02-29T00:00:00Z", 1835395200},        /* a leap day */
+        {"2016-12-31T23:59:60Z", 1483228800},        /* a leap second: the next minute */
+        {"  2026-11-30T13:02:07Z\n", 1796043727},
+        {"0001-01-01 00:00:00 +0000 UTC", -62135596800},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int64_t t = 42;
+        if (oci_parse_time(good[i].text, &t) != 0 || t != good[i].want)
+            fail_msg("'%s': got %lld, want %lld", good[i].text, (long long)t, (long long)good[i].want);
+    }
+    static const char *const bad[] = {
+        "",
+        "2026-11-30T13:02:07",           /* no zone */
+        "2026-11-30 13:02:07",
+        "2026-11-30T13:02:07.Z",          /* a point without digits */
+        "2026-11-30T13:02:07+0100x",
+        "2026-11-30T13:02:07Zulu",
+        "2026-11-30T13:02Z",
+        "2026-11-30",
+        "2026-13-01T00:00:00Z",
+        "2026-02-29T00:00:00Z",           /* not a leap year */
+        "2026-04-31T00:00:00Z",
+        "2026-11-30T24:00:00Z",
+        "2026-11-30T13:60:00Z",
+        "2026-11-30T13:02:61Z",
+        "2026-11-30T13:02:07+24:00",
+        "2026-11-30T13:02:07+01:60",
+        "2026-11-30T13:02:07+1",
+        "26-11-30T13:02:07Z",
+        "2026/11/30T13:02:07Z",
+        "2026-11-30X13:02:07Z",
+        "1796043727",
+        "<no value>",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t t = 42;
+        if (oci_parse_time(bad[i], &t) != -1)
+            fail_msg("'%s' parsed as %lld", bad[i], (long long)t);
+    }
 }
 
 static void test_templates(void **state)
@@ -351,7 +452,8 @@ int main(void)
         cmocka_unit_test(test_run_podman_rocm), cmocka_unit_test(test_run_docker_rocm),
         cmocka_unit_test(test_run_podman_cuda), cmocka_unit_test(test_run_docker_cuda),
         cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_other_commands),
-        cmocka_unit_test(test_parse_state),     cmocka_unit_test(test_templates),
+        cmocka_unit_test(test_parse_state),     cmocka_unit_test(test_parse_time),
+        cmocka_unit_test(test_templates),
         cmocka_unit_test(test_size_template),
         cmocka_unit_test(test_argv_bounds),     cmocka_unit_test(test_mount_points),
         cmocka_unit_test(test_exec),

@@ -1,7 +1,8 @@
 /* test_agent_state.c: unit tests for what the agent keeps on disk: workload
- * records written atomically and read back equal, unusable records moved
- * aside, leftovers of interrupted writes removed, node secrets and fleet
- * registrations with their file modes, and the state directory lock. */
+ * records written atomically and read back equal (how a workload ended
+ * included, and an older agent's records without it), unusable records
+ * moved aside, leftovers of interrupted writes removed, node secrets and
+ * fleet registrations with their file modes, and the state directory lock. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -117,6 +118,139 @@ static void test_record_round_trip(void **state)
     assert_int_equal(records_load(dir, &node, collect, &l), 0);
     workload_free(w);
     workload_free(NULL);
+}
+
+/* How a workload ended survives a save and a load: the exit second and
+ * status, the instant it entered running, and null for each when unknown. */
+static void test_record_keeps_how_it_ended(void **state)
+{
+    struct workload *w = make_workload("wl_ended", "{\"image\": \"registry/exit-after-1500:1\"}");
+    w->phase = WL_EXITED;
+    snprintf(w->message, sizeof w->message, "the container exited with status 3");
+    w->created_at = 1795976993;
+    w->updated_at = 1795977004;
+    w->running_at_ms = 1795976995250;
+    w->exited_at = 1795977001;
+    w->exit_known = 1;
+    w->exit_code = 3;
+    assert_int_equal(record_save(dir, w), 0);
+
+    char path[256];
+    snprintf(path, sizeof path, "%s/workloads/wl_ended.json", dir);
+    size_t len = 0;
+    char *text = state_read_file(path, STATE_RECORD_MAX, &len);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "\"exited_at\":1795977001"));
+    assert_non_null(strstr(text, "\"exit_code\":3"));
+    assert_non_null(strstr(text, "\"running_at_ms\":1795976995250"));
+    free(text);
+
+    struct agent_node node = {0};
+    struct loaded l = {0};
+    assert_int_equal(records_load(dir, &node, collect, &l), 1);
+    struct workload *r = l.w[0];
+    assert_int_equal(r->phase, WL_EXITED);
+    assert_int_equal(r->running_at_ms, 1795976995250);
+    assert_int_equal(r->exited_at, 1795977001);
+    assert_int_equal(r->exit_known, 1);
+    assert_int_equal(r->exit_code, 3);
+    workload_free(r);
+
+    /* Failed before its container ran: an exit second, no status. A
+     * negative status (docker reports -1 for some) is a status too. */
+    w->phase = WL_FAILED;
+    w->running_at_ms = 0;
+    w->exit_known = 0;
+    w->exit_code = 0;
+    assert_int_equal(record_save(dir, w), 0);
+    text = state_read_file(path, STATE_RECORD_MAX, &len);
+    assert_non_null(strstr(text, "\"exit_code\":null"));
+    assert_non_null(strstr(text, "\"running_at_ms\":null"));
+    free(text);
+    l.n = 0;
+    assert_int_equal(records_load(dir, &node, collect, &l), 1);
+    assert_int_equal(l.w[0]->exited_at, 1795977001);
+    assert_int_equal(l.w[0]->exit_known, 0);
+    assert_int_equal(l.w[0]->running_at_ms, 0);
+    workload_free(l.w[0]);
+    w->exit_known = 1;
+    w->exit_code = -1;
+    assert_int_equal(record_save(dir, w), 0);
+    l.n = 0;
+    assert_int_equal(records_load(dir, &node, collect, &l), 1);
+    assert_int_equal(l.w[0]->exit_known, 1);
+    assert_int_equal(l.w[0]->exit_code, -1);
+    workload_free(l.w[0]);
+
+    /* Still running: every one of them null but the running instant. */
+    w->phase = WL_RUNNING;
+    w->running_at_ms = 1795976995250;
+    w->exited_at = 0;
+    w->exit_known = 0;
+    assert_int_equal(record_save(dir, w), 0);
+    text = state_read_file(path, STATE_RECORD_MAX, &len);
+    assert_non_null(strstr(text, "\"exited_at\":null"));
+    assert_non_null(strstr(text, "\"exit_code\":null"));
+    free(text);
+    l.n = 0;
+    assert_int_equal(records_load(dir, &node, collect, &l), 1);
+    assert_int_equal(l.w[0]->exited_at, 0);
+    assert_int_equal(l.w[0]->exit_known, 0);
+    assert_int_equal(l.w[0]->running_at_ms, 1795976995250);
+    workload_free(l.w[0]);
+    workload_free(w);
+}
+
+/* Records written by the agent before exits were reported have none of the
+ * three fields: they load, as unknown. */
+static void test_older_records_load_without_exit_fields(void **state)
+{
+    char wdir[128], path[256];
+    snprintf(wdir, sizeof wdir, "%s/workloads", dir);
+    assert_int_equal(state_mkdirs(wdir), 0);
+    snprintf(path, sizeof path, "%s/wl_old.json", wdir);
+    write_text(path,
+               "{\"created_at\":1795976993,\"id\":\"wl_old\",\"message\":\"the container exited with status 0\","
+               "\"phase\":\"exited\",\"removing\":false,\"spec\":{\"env\":{},\"gpus\":[0],\"image\":\"busybox\","
+               "\"stack\":\"ROCm\",\"volumes\":[]},\"updated_at\":1795977001,\"version\":1}",
+               0600);
+    struct agent_node node = {0};
+    struct loaded l = {0};
+    assert_int_equal(records_load(dir, &node, collect, &l), 1);
+    struct workload *r = l.w[0];
+    assert_string_equal(r->id, "wl_old");
+    assert_int_equal(r->phase, WL_EXITED);
+    assert_int_equal(r->updated_at, 1795977001);
+    assert_int_equal(r->exited_at, 0);
+    assert_int_equal(r->exit_known, 0);
+    assert_int_equal(r->running_at_ms, 0);
+    /* The API shows them as null. */
+    json_t *doc = workload_json(r);
+    assert_true(json_is_null(json_object_get(doc, "exited_at")));
+    assert_true(json_is_null(json_object_get(doc, "exit_code")));
+    json_decref(doc);
+    workload_free(r);
+
+    /* Present but of the wrong kind: the record is unusable, as for any field. */
+    static const char *const bad[] = {"\"exited_at\":\"1795977001\"", "\"exited_at\":0", "\"exit_code\":1.5",
+                                      "\"exit_code\":4294967296", "\"running_at_ms\":-5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(path, sizeof path, "%s/wl_bad%zu.json", wdir, i);
+        snprintf(text, sizeof text,
+                 "{\"version\":1,\"id\":\"wl_bad%zu\",\"spec\":{\"image\":\"b\"},\"phase\":\"exited\","
+                 "\"message\":\"\",\"created_at\":1,\"updated_at\":1,\"removing\":false,%s}",
+                 i, bad[i]);
+        write_text(path, text, 0600);
+    }
+    l.n = 0;
+    assert_int_equal(records_load(dir, &node, collect, &l), 1);
+    assert_string_equal(l.w[0]->id, "wl_old");
+    workload_free(l.w[0]);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/wl_bad%zu.json.corrupt", wdir, i);
+        assert_int_equal(access(path, F_OK), 0);
+    }
 }
 
 static void test_bad_records_are_moved_aside(void **state)
@@ -243,6 +377,8 @@ int main(void)
     log_set_level(LOG_LVL_ERROR - 1); /* the moved-aside records log errors on purpose */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_record_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_keeps_how_it_ended, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_older_records_load_without_exit_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_records_are_moved_aside, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomic_write_and_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_secret_file, setup, teardown),

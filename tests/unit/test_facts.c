@@ -137,6 +137,47 @@ static void test_canonical_is_order_independent(void **state)
     json_decref(b);
 }
 
+/* workload_exits: read when present, -1 when not, refused when not a
+ * count, and never part of the canonical text (it changes on every exit). */
+static void test_workload_exits(void **state)
+{
+    (void)state;
+    struct facts_verdict v;
+    json_t *doc = facts_doc(8, "MI450", NULL, -1, -1);
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_int_equal(v.workload_exits, -1);
+    char *before = v.canonical;
+
+    json_object_set_new(doc, "workload_exits", json_integer(0));
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_int_equal(v.workload_exits, 0);
+    assert_string_equal(v.canonical, before);
+    free(v.canonical);
+
+    json_object_set_new(doc, "workload_exits", json_integer(17));
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_true(v.accepted);
+    assert_int_equal(v.workload_exits, 17);
+    assert_string_equal(v.canonical, before);
+    assert_null(strstr(v.canonical, "workload_exits"));
+    free(v.canonical);
+
+    json_object_set_new(doc, "workload_exits", json_null());
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_int_equal(v.workload_exits, -1);
+    free(v.canonical);
+    free(before);
+    json_decref(doc);
+
+    /* Not a count: malformed, as a wrong type in any other field is. */
+    json_t *bad[] = {json_integer(-1), json_string("3"), json_real(1.5), json_true(), json_array()};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        doc = facts_doc(8, "MI450", NULL, -1, -1);
+        json_object_set_new(doc, "workload_exits", bad[i]);
+        check("MI450", 8, doc, -1, 0, "workload_exits must be a non-negative integer");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -146,6 +187,7 @@ int main(void)
         cmocka_unit_test(test_gap_in_indexes_is_rejected),
         cmocka_unit_test(test_malformed_documents),
         cmocka_unit_test(test_canonical_is_order_independent),
+        cmocka_unit_test(test_workload_exits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
