@@ -99,8 +99,10 @@ static int due_at(struct store *s, struct pass *p, const struct billable *b, int
     }
     if (tariff_due(pp, n, b->card_count, b->started_at, end, out) == MONEY_OK)
         return STORE_OK;
-    snprintf(p->why, sizeof p->why, "the cost of interval %lld (%lld x %s, %lld s) overflows", (long long)b->id,
-             (long long)b->card_count, b->gpu_model, (long long)(end - b->started_at));
+    /* Said without the time, which grows every pass: the reason is logged
+     * again only when it changes. */
+    snprintf(p->why, sizeof p->why, "the cost of interval %lld (%lld x %s) overflows", (long long)b->id,
+             (long long)b->card_count, b->gpu_model);
     return STORE_ERROR;
 }
 
