@@ -319,10 +319,10 @@ void api_payments_webhook(struct http_request *req);
 void api_billing_run(struct http_request *req);
 
 /* api_audit.c: the record of admin money actions. */
-/* Reads the optional "reason" of an admin route's body (declared as a
- * string of up to 4 * max_chars bytes): 1 to max_chars characters, no NUL.
- * *out is "" when absent (borrowed from body otherwise). Replies 400 and
- * returns -1 when bad. */
+/* Reads the optional "reason" of an admin route's body (declared among its
+ * fields as a string; 4 * max_chars bytes hold any max_chars characters):
+ * 1 to max_chars characters. *out is "" when absent (borrowed from body
+ * otherwise). Replies 400 and returns -1 when bad. */
 int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const char **out);
 /* Writes the admin_actions row for an action req's admin did, in the
  * caller's transaction (s inside store_txn): action is grant, topup,

@@ -24,14 +24,14 @@ int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const
     json_t *v = json_object_get(body, "reason");
     if (!v)
         return 0;
-    /* Any text (a grant's reason is a statement line, which may hold quotes
-     * and line breaks), but not a NUL: the string would be cut short at it. */
+    /* Any text: a grant's reason is a statement line, which may hold quotes
+     * and line breaks. (The body parser refuses a NUL in a string.) */
     const char *r = json_string_value(v);
     size_t len = json_string_length(v), chars = 0;
     for (size_t i = 0; i < len; i++)
         chars += ((unsigned char)r[i] & 0xc0) != 0x80; /* UTF-8 continuation bytes are not characters */
-    if (len == 0 || strlen(r) != len || chars > max_chars) {
-        http_error(req, ERR_INVALID_FIELD, "reason", "reason must be 1 to %zu characters, without NUL", max_chars);
+    if (len == 0 || chars > max_chars) {
+        http_error(req, ERR_INVALID_FIELD, "reason", "reason must be 1 to %zu characters", max_chars);
         return -1;
     }
     *out = r;
