@@ -266,6 +266,23 @@ def test_configured_limits_are_honoured(new_cluster):
     assert holdings(c, v) == 30 * MICRO
 
 
+def test_an_invite_code_worth_more_than_max_balance_is_refused_where_it_lands(new_cluster):
+    """max_grant may be above max_balance: such a code can be made, but no
+    redemption of it can land, at sign-up (no account is made) or later."""
+    c = new_cluster(nodes={}, options={"max_grant": "200.00", "max_balance": "100.00"})
+    assert c.admin("POST", "/v1/admin/invite-codes", json={"code": "BIG", "amount": "150.00"}).status_code == 201
+    r = c.d.post("/v1/signup", json={"email": "big@example.test", "password": "correct horse battery",
+                                     "invite_code": "big"})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["field"] == "invite_code" and "max_balance 100.00 CNY" in err["message"], r.text
+    assert not c.d.sql("SELECT 1 FROM users WHERE email = 'big@example.test'")
+    u = c.signup()
+    err = over(c, "redeem BIG", "POST", "/v1/invite-codes/redeem", "code", "max_balance", 100 * MICRO, key=u.key,
+               json={"code": "BIG"})
+    assert err["message"] == (f"invite code BIG's credit of 150.00 would take the balance of {u.id} to 160.00,"
+                              " over max_balance 100.00 CNY"), err
+
+
 @pytest.mark.parametrize("options, needle", [
     (["signup_credit=100000.01"], "signup_credit 100000.01 is over max_grant 100000.00"),
     (["max_grant=5.00"], "signup_credit 10.00 is over max_grant 5.00"),
