@@ -118,7 +118,9 @@ def run(args, n):
     daemon_options = {"agent_max_parallel": args.parallel, "reconcile_interval_ms": args.reconcile_ms,
                       "heartbeat_interval_ms": args.heartbeat_ms, "default_max_cards": 100000,
                       "password_iterations": 1000, "threads": args.threads, "max_connections_per_client": 1000,
-                      "log_level": "info"}
+                      "log_level": "info",
+                      # Each bench user gets 100 000 000.00 of cash, so that funds never stop a claim.
+                      "max_topup": "100000000.00", "max_balance": "100000000.00"}
     fleet_options = {"threads": args.agent_threads, "max_connections": 4096, "sim_pull_ms": 0, "sim_mount_ms": 0,
                      "sim_start_ms": 0, "workers": args.agent_workers}
     with Cloud(args.gpurentd, args.agent, n, daemon_options, fleet_options, args.register_timeout, args.keep,

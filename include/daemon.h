@@ -63,6 +63,15 @@ struct daemon_conf {
     int64_t low_balance_minutes;  /* warn when funds last less than this at the current burn */
     char signup_credit[24];       /* trial credit of a new account, e.g. "10.00" */
     int64_t signup_credit_days;   /* days until the trial credit expires; 0 never */
+    char max_price_per_card_hour[24]; /* highest price per card-hour an admin may set, e.g. "10000.00" */
+    char max_topup[24];           /* largest single top-up (admin or webhook) */
+    char max_grant[24];           /* largest single grant (admin, invite code, trial credit) */
+    char max_balance[24];         /* most a user may hold: cash and credit not voided, together */
+    /* The four limits above in micro-units, set by daemon_read_config. */
+    int64_t max_price_micro;      /* max_price_per_card_hour */
+    int64_t max_topup_micro;      /* max_topup */
+    int64_t max_grant_micro;      /* max_grant */
+    int64_t max_balance_micro;    /* max_balance */
     char payment_webhook_secret[129]; /* HMAC key of the payment provider's webhook; "" turns it off */
     char metrics_listen[128];     /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
 };
@@ -103,6 +112,17 @@ int page_begin(struct http_request *req, int64_t max, int64_t def, struct page *
 size_t page_shown(const struct page *p, size_t fetched);
 /* The next_cursor naming the last row shown (new reference). */
 json_t *page_cursor(int64_t last_t, const char *last_id);
+
+/* limits.c: the money maxima as every route enforces them. */
+/* Replies 400 invalid_field for an amount (the value of field) over limit,
+ * naming both and the option: "amount 2000000.00 is over max_topup
+ * 1000000.00 CNY". */
+void limit_refuse(struct http_request *req, const char *field, int64_t amount, const char *option, int64_t limit);
+/* The 400 invalid_field (naming field) for money a transaction refused with
+ * LEDGER_OVER_BALANCE: amount would take user_id's balance over max_balance.
+ * label words the money in the message (NULL: the field's name). */
+void limit_refuse_balance(struct http_request *req, const char *field, const char *label, const char *user_id,
+                          int64_t amount);
 
 /* accounts.c: account creation shared by the API and the command line. */
 struct store;
@@ -309,6 +329,21 @@ void api_payments_webhook(struct http_request *req);
 
 /* api_billing.c */
 void api_billing_run(struct http_request *req);
+
+/* api_audit.c: the record of admin money actions. */
+/* Reads the optional "reason" of an admin route's body (declared among its
+ * fields as a string; 4 * max_chars bytes hold any max_chars characters):
+ * 1 to max_chars characters. *out is "" when absent (borrowed from body
+ * otherwise). Replies 400 and returns -1 when bad. */
+int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const char **out);
+/* Writes the admin_actions row for an action req's admin did, in the
+ * caller's transaction (s inside store_txn): action is grant, topup,
+ * invite_code, price, limits or billing_run; target the user id, GPU type
+ * or code (NULL for none); amount in micro-yuan (-1 for none); detail the
+ * request's effective values (borrowed; written with sorted keys). */
+int audit_record(struct store *s, const struct http_request *req, const char *action, const char *target,
+                 int64_t amount, json_t *detail, const char *reason);
+void api_audit_list(struct http_request *req);
 
 /* watchdog.c: systemd's watchdog, fed after real checks. */
 enum loop_kind { LOOP_HEARTBEAT, LOOP_RECONCILER, LOOP_BILLING, LOOP_COUNT };

@@ -40,13 +40,19 @@ int ledger_funds_now(struct store *s, const char *user_id, int64_t at, struct fu
 int ledger_runway(struct store *s, const char *user_id, int64_t at, struct funds *f, int64_t *burn,
                   int64_t *runway_minutes, int *low);
 
+/* ledger_grant and ledger_topup refuse with this (nothing written; the
+ * caller's transaction rolls back) when the money would take what the user
+ * holds, cash and credit not voided, over max_balance. */
+#define LEDGER_OVER_BALANCE (-110)
+
 /* Grants credit: source 'signup', 'invite:CODE' or 'admin'; expires_at 0
- * for never. id_out gets the grant id. */
+ * for never. id_out gets the grant id. LEDGER_OVER_BALANCE past max_balance. */
 int ledger_grant(struct store *s, const char *user_id, const char *source, int64_t amount, int64_t expires_at,
                  int64_t at, const char *reason, char id_out[ID_MAX]);
 /* Adds cash from a payment, once per payment_id: a repeat is STORE_OK with
  * *duplicate set and nothing posted; the same payment id for another user or
- * amount is STORE_CONFLICT. */
+ * amount is STORE_CONFLICT, and nothing else is. LEDGER_OVER_BALANCE past
+ * max_balance. */
 int ledger_topup(struct store *s, const char *user_id, const char *payment_id, int64_t amount, const char *source,
                  int64_t at, char id_out[ID_MAX], int *duplicate);
 /* Charges usage: grants first (soonest expiry first, as valid in the second
@@ -59,7 +65,8 @@ int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t 
  * with some spend each grant up to its expiry first, in their billing). */
 int ledger_expire_grants(struct store *s, const char *user_id, int64_t at);
 /* Redeems an invite code for the user at `at`: STORE_NOT_FOUND for an
- * unknown, expired or used-up code, STORE_CONFLICT if already redeemed. */
+ * unknown, expired or used-up code, STORE_CONFLICT if already redeemed,
+ * LEDGER_OVER_BALANCE (from ledger_grant) past max_balance. */
 int ledger_redeem_invite(struct store *s, const char *user_id, const char *code, int64_t at, char grant_out[ID_MAX]);
 
 /* The end of the time interval b may be charged for at t: its end, or t

@@ -430,7 +430,9 @@ struct ledger_entry {
     const char *topup_id;      /* topup, or NULL */
 };
 /* Posts a balanced transaction (legs must sum to zero) and moves the cached
- * balances; STORE_CONFLICT if a user account would go below zero. */
+ * balances; STORE_CONFLICT if a user account would go below zero, and
+ * STORE_ERROR (logged, naming the account) if a cached balance would
+ * overflow 64 bits. */
 int store_ledger_post(struct store *s, const struct ledger_entry *e, const struct ledger_leg *legs, size_t n,
                       int64_t now);
 /* A ledger account's cached balance (0 if it has none yet). */
@@ -535,6 +537,9 @@ int store_funds_to_bill(struct store *s, int64_t at, struct user_funds **out, si
 /* The user's cash balance and the sum of their grants with money left that
  * are valid at `at` (expiring after it). */
 int store_user_funds(struct store *s, const char *user_id, int64_t at, int64_t *cash, int64_t *credit);
+/* What max_balance bounds: the user's cash balance, and the sum of what is
+ * left of their grants not yet voided (expired or not). */
+int store_user_holdings(struct store *s, const char *user_id, int64_t *cash, int64_t *credit);
 /* Records what has been posted for an interval; settled once ended and paid.
  * exhausted_at >= 0: funds ran out then, so an interval still open or ended
  * later ends there (never before its start); -1 otherwise. */
@@ -598,6 +603,31 @@ struct money_totals {
     int64_t cash_held;        /* users' cash not yet spent */
 };
 int store_metrics_money(struct store *s, struct money_totals *out);
+
+/* store_audit.c: what admins did with money (admin_actions). */
+#define AUDIT_REASON_MAX 500   /* characters in an admin's reason */
+struct admin_action {
+    int64_t id;                /* order; set by the store */
+    int64_t at;                /* epoch seconds on the daemon's clock */
+    char admin_user_id[ID_MAX]; /* the admin who made the request */
+    char api_key_id[ID_MAX];   /* the API key it came with */
+    char action[16];           /* grant, topup, invite_code, price, limits, billing_run */
+    char target[64];           /* the user id, GPU type or invite code acted on; "" for none */
+    int64_t amount;            /* micro-yuan granted, topped up, per redemption or per card-hour; -1 for none */
+    char detail[1024];         /* the request's effective values, a JSON object */
+    char reason[4 * AUDIT_REASON_MAX + 1]; /* the admin's reason (UTF-8), "" when none was given */
+};
+/* Adds a row (a->id is ignored) in the caller's transaction. */
+int store_admin_action_insert(struct store *s, const struct admin_action *a);
+struct admin_action_filter {
+    const char *action;        /* or NULL for any */
+    const char *target;        /* or NULL for any */
+    const char *admin_user_id; /* or NULL for any */
+    int64_t before_id;         /* cursor: only rows older (smaller id) than this */
+};
+/* Rows matching f, newest first, at most max. */
+int store_admin_actions(struct store *s, const struct admin_action_filter *f, struct admin_action *out, size_t max,
+                        size_t *n);
 
 /* store_reports.c: the report views and online backups. */
 /* The i-th report's name ("daily-revenue" …), or NULL past the last. */

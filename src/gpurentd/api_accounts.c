@@ -2,6 +2,7 @@
 #include "clock.h"
 #include "daemon.h"
 #include "jsonx.h"
+#include "ledger.h"
 #include "store.h"
 
 #include <ctype.h>
@@ -84,6 +85,11 @@ void api_signup(struct http_request *req)
             http_error(req, ERR_EMAIL_TAKEN, "email", NULL);
         else if (rc == STORE_NOT_FOUND)
             api_invite_refused(req, "invite_code", u.invite_code);
+        /* A new account holds nothing, so only a code worth more than
+         * max_balance on its own is refused this way. */
+        else if (rc == LEDGER_OVER_BALANCE)
+            http_error(req, ERR_INVALID_FIELD, "invite_code", "invite code %s grants more than max_balance %s %s",
+                       u.invite_code, daemon_config->max_balance, daemon_config->currency);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else

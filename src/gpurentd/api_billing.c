@@ -1,16 +1,50 @@
 /* api_billing.c: POST /v1/admin/billing/run: runs a full billing pass now
  * (every user's usage posted up to now) and waits for it, for operators (and
- * tests on the testing clock) who must not wait for the next period. */
+ * tests on the testing clock) who must not wait for the next period. The
+ * run is recorded in admin_actions, with the optional reason of its body,
+ * just before it is asked for. */
 #include "daemon.h"
 #include "jsonx.h"
+#include "store.h"
+
+struct run_ctx {
+    const struct http_request *req; /* the admin's */
+    const char *reason;             /* the admin's reason, "" for none */
+};
+
+/* The pass runs on the billing thread, in transactions of its own, so the
+ * record has its own transaction, committed before the pass is asked for:
+ * every pass an admin asked for has its row, even one that then fails. */
+static int run_txn(struct store *s, void *vctx)
+{
+    struct run_ctx *ctx = vctx;
+    json_t *detail = json_object();
+    int rc = audit_record(s, ctx->req, "billing_run", NULL, -1, detail, ctx->reason);
+    json_decref(detail);
+    return rc;
+}
 
 void api_billing_run(struct http_request *req)
 {
-    static const struct json_field none[] = {{NULL, 0, 0, 0}};
-    json_t *body = http_json_body(req, none);
+    static const struct json_field fields[] = {
+        {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
+        {NULL, 0, 0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
     if (!body)
         return;
+    struct run_ctx ctx = {.req = req};
+    if (audit_reason(req, body, AUDIT_REASON_MAX, &ctx.reason) < 0) {
+        json_decref(body);
+        return;
+    }
+    struct store *s = store_thread();
+    int rc = s ? store_txn(s, run_txn, &ctx) : STORE_ERROR;
     json_decref(body);
+    if (rc != STORE_OK) {
+        http_error(req, rc == STORE_BUSY ? ERR_UNAVAILABLE : ERR_INTERNAL, NULL, NULL);
+        return;
+    }
     struct billing_summary sum;
     if (billing_run_now(&sum, 30000) < 0) {
         http_error(req, ERR_UNAVAILABLE, NULL, "the billing pass failed or did not finish in time; it will be retried");

@@ -1,7 +1,9 @@
 /* api_credits.c: credit grants: POST /v1/invite-codes/redeem (a user
  * redeems a code, once per account), and the admin's
  * POST /v1/admin/invite-codes and POST /v1/admin/users/{id}/grants (which
- * honours Idempotency-Key: a retried grant is granted once). */
+ * honours Idempotency-Key: a retried grant is granted once). Amounts are
+ * bounded by max_grant and, as they land, by max_balance; the admin's
+ * routes are recorded in admin_actions. */
 #include "clock.h"
 #include "daemon.h"
 #include "jsonx.h"
@@ -111,6 +113,12 @@ void api_invite_redeem(struct http_request *req)
         reply_refusal(req, "code", ctx.code, ctx.why, ctx.expired_at);
     else if (rc == ALREADY)
         http_error(req, ERR_CONFLICT, "code", "this account has already redeemed %s", ctx.code);
+    else if (rc == LEDGER_OVER_BALANCE) {
+        char label[64];
+        snprintf(label, sizeof label, "invite code %s's credit of", ctx.code);
+        limit_refuse_balance(req, "code", label, ctx.user_id, ctx.amount);
+    } else if (rc == STORE_BUSY)
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else
@@ -118,9 +126,31 @@ void api_invite_redeem(struct http_request *req)
                                             json_money(ctx.amount), "currency", daemon_config->currency));
 }
 
-static int invite_txn(struct store *s, void *c)
+/* An invite code as the API shows it, and as its admin_actions detail. */
+static json_t *invite_json(const struct invite_code *c)
 {
-    return store_invite_insert(s, c);
+    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:s}", "code", c->code, "amount", json_money(c->amount), "expires_at",
+                     json_time(c->expires_at, 1), "max_uses", c->max_uses ? json_integer(c->max_uses) : json_null(),
+                     "credit_days", c->credit_days ? json_integer(c->credit_days) : json_null(), "currency",
+                     daemon_config->currency);
+}
+
+struct invite_ctx {
+    struct invite_code c;             /* the code */
+    const struct http_request *req;   /* the admin's, for admin_actions */
+    const char *reason;               /* the admin's reason, "" for none */
+};
+
+static int invite_txn(struct store *s, void *vctx)
+{
+    struct invite_ctx *ctx = vctx;
+    int rc = store_invite_insert(s, &ctx->c);
+    if (rc != STORE_OK)
+        return rc;
+    json_t *detail = invite_json(&ctx->c);
+    rc = audit_record(s, ctx->req, "invite_code", ctx->c.code, ctx->c.amount, detail, ctx->reason);
+    json_decref(detail);
+    return rc;
 }
 
 void api_invite_codes_create(struct http_request *req)
@@ -131,50 +161,61 @@ void api_invite_codes_create(struct http_request *req)
         {"expires_at", JSON_KIND_STRING, 0, 32},
         {"max_uses", JSON_KIND_INTEGER, 0, 0},
         {"credit_days", JSON_KIND_INTEGER, 0, 0},
+        {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
         {NULL, 0, 0, 0},
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
-    struct invite_code c = {.created_at = clock_now()};
+    struct invite_ctx ctx = {.c = {.created_at = clock_now()}, .req = req};
+    if (audit_reason(req, body, AUDIT_REASON_MAX, &ctx.reason) < 0) {
+        json_decref(body);
+        return;
+    }
+    struct invite_code *c = &ctx.c;
     const char *expires = json_string_value(json_object_get(body, "expires_at"));
     json_t *max_uses = json_object_get(body, "max_uses"), *days = json_object_get(body, "credit_days");
-    c.max_uses = max_uses ? json_integer_value(max_uses) : 0;
-    c.credit_days = days ? json_integer_value(days) : 0;
-    if (code_normalize(json_string_value(json_object_get(body, "code")), c.code) < 0)
+    c->max_uses = max_uses ? json_integer_value(max_uses) : 0;
+    c->credit_days = days ? json_integer_value(days) : 0;
+    if (code_normalize(json_string_value(json_object_get(body, "code")), c->code) < 0)
         http_error(req, ERR_INVALID_FIELD, "code", "code must be 1 to 32 letters, digits or '-'");
-    else if (json_money_value(json_object_get(body, "amount"), &c.amount) < 0 || c.amount <= 0)
+    else if (json_money_value(json_object_get(body, "amount"), &c->amount) < 0 || c->amount <= 0)
         http_error(req, ERR_INVALID_FIELD, "amount", "amount must be a positive amount like \"10.00\"");
-    else if (expires && (json_time_parse(expires, &c.expires_at) < 0 || c.expires_at <= c.created_at))
+    /* Each redemption is a grant, so the code's amount meets max_grant. */
+    else if (c->amount > daemon_config->max_grant_micro)
+        limit_refuse(req, "amount", c->amount, "max_grant", daemon_config->max_grant_micro);
+    else if (expires && (json_time_parse(expires, &c->expires_at) < 0 || c->expires_at <= c->created_at))
         http_error(req, ERR_INVALID_FIELD, "expires_at", "expires_at must be a future UTC time like 2027-01-01T00:00:00Z");
-    else if (max_uses && (c.max_uses < 1 || c.max_uses > 100000000))
+    else if (max_uses && (c->max_uses < 1 || c->max_uses > 100000000))
         http_error(req, ERR_INVALID_FIELD, "max_uses", "max_uses must be from 1 to 100000000");
-    else if (days && (c.credit_days < 1 || c.credit_days > 3650))
+    else if (days && (c->credit_days < 1 || c->credit_days > 3650))
         http_error(req, ERR_INVALID_FIELD, "credit_days", "credit_days must be from 1 to 3650");
     else {
         struct store *s = store_thread();
-        int rc = s ? store_txn(s, invite_txn, &c) : STORE_ERROR;
+        int rc = s ? store_txn(s, invite_txn, &ctx) : STORE_ERROR;
         if (rc == STORE_CONFLICT)
-            http_error(req, ERR_NAME_TAKEN, "code", "invite code %s exists", c.code);
+            http_error(req, ERR_NAME_TAKEN, "code", "invite code %s exists", c->code);
+        else if (rc == STORE_BUSY)
+            http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else
-            http_reply_json(req, 201, json_pack("{s:s, s:o, s:o, s:o, s:o, s:s}", "code", c.code, "amount",
-                                                json_money(c.amount), "expires_at", json_time(c.expires_at, 1),
-                                                "max_uses", c.max_uses ? json_integer(c.max_uses) : json_null(),
-                                                "credit_days", c.credit_days ? json_integer(c.credit_days) : json_null(),
-                                                "currency", daemon_config->currency));
+            http_reply_json(req, 201, invite_json(c));
     }
     json_decref(body);
 }
 
 #define KEY_REUSED (-103) /* the Idempotency-Key came with another request */
+/* A grant's reason is also the line on the user's statement, which holds
+ * this many bytes (and characters: more characters than bytes there are not). */
+#define GRANT_REASON_MAX 200
 
 struct grant_ctx {
     const char *user_id;            /* whom */
     int64_t amount;                 /* how much */
     int64_t expires_at;             /* 0: never */
-    const char *reason;             /* why */
+    const char *reason;             /* why, as the admin wrote it ("" for none) */
+    const char *statement;          /* what the user's statement says: the reason or a default */
     const struct http_request *req; /* for the idempotency record */
     const struct idempotency *idem; /* its key */
     char grant[ID_MAX];             /* out */
@@ -204,17 +245,18 @@ static int grant_txn(struct store *s, void *vctx)
     struct user u;
     int rc = store_user_get(s, ctx->user_id, &u);
     if (rc == STORE_OK)
-        rc = ledger_grant(s, ctx->user_id, "admin", ctx->amount, ctx->expires_at, clock_now(), ctx->reason, ctx->grant);
+        rc = ledger_grant(s, ctx->user_id, "admin", ctx->amount, ctx->expires_at, clock_now(), ctx->statement,
+                          ctx->grant);
     if (rc != STORE_OK)
         return rc;
     json_t *j = json_pack("{s:s, s:s, s:o, s:o, s:s}", "grant_id", ctx->grant, "user_id", ctx->user_id, "amount",
                           json_money(ctx->amount), "expires_at", json_time(ctx->expires_at, 1), "currency",
                           daemon_config->currency);
     ctx->answer = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    /* The answer is also the action's detail: what was granted, and the id. */
+    rc = ctx->answer ? audit_record(s, ctx->req, "grant", ctx->user_id, ctx->amount, j, ctx->reason) : STORE_ERROR;
     json_decref(j);
-    if (!ctx->answer)
-        return STORE_ERROR;
-    return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->answer);
+    return rc != STORE_OK ? rc : idempotency_record(s, ctx->req, ctx->idem, 201, ctx->answer);
 }
 
 void api_grants_create(struct http_request *req)
@@ -222,7 +264,7 @@ void api_grants_create(struct http_request *req)
     static const struct json_field fields[] = {
         {"amount", JSON_KIND_STRING, 1, 32},
         {"expires_at", JSON_KIND_STRING, 0, 32},
-        {"reason", JSON_KIND_STRING, 0, 200},
+        {"reason", JSON_KIND_STRING, 0, GRANT_REASON_MAX},
         {NULL, 0, 0, 0},
     };
     json_t *body = http_json_body(req, fields);
@@ -233,24 +275,32 @@ void api_grants_create(struct http_request *req)
         json_decref(body);
         return;
     }
-    struct grant_ctx ctx = {.user_id = req->params[0],
-                            .reason = json_string_value(json_object_get(body, "reason")),
-                            .req = req,
-                            .idem = &idem};
-    if (!ctx.reason)
-        ctx.reason = "credit from an administrator";
+    struct grant_ctx ctx = {.user_id = req->params[0], .req = req, .idem = &idem};
+    /* The reason is also the statement's text, so it keeps the length a
+     * statement line holds rather than the 500 characters of other routes. */
+    if (audit_reason(req, body, GRANT_REASON_MAX, &ctx.reason) < 0) {
+        json_decref(body);
+        return;
+    }
     const char *expires = json_string_value(json_object_get(body, "expires_at"));
     if (json_money_value(json_object_get(body, "amount"), &ctx.amount) < 0 || ctx.amount <= 0)
         http_error(req, ERR_INVALID_FIELD, "amount", "amount must be a positive amount like \"10.00\"");
+    else if (ctx.amount > daemon_config->max_grant_micro)
+        limit_refuse(req, "amount", ctx.amount, "max_grant", daemon_config->max_grant_micro);
     else if (expires && (json_time_parse(expires, &ctx.expires_at) < 0 || ctx.expires_at <= clock_now()))
         http_error(req, ERR_INVALID_FIELD, "expires_at", "expires_at must be a future UTC time like 2027-01-01T00:00:00Z");
     else {
+        ctx.statement = ctx.reason[0] ? ctx.reason : "credit from an administrator";
         struct store *s = store_thread();
         int rc = !s ? STORE_ERROR : id_valid("usr", ctx.user_id) ? store_txn(s, grant_txn, &ctx) : STORE_NOT_FOUND;
         if (rc == STORE_NOT_FOUND)
             http_error(req, ERR_NOT_FOUND, NULL, "no user %.32s", req->params[0]);
         else if (rc == KEY_REUSED)
             http_error(req, ERR_IDEMPOTENCY_KEY_REUSED, "Idempotency-Key", NULL);
+        else if (rc == LEDGER_OVER_BALANCE)
+            limit_refuse_balance(req, "amount", NULL, ctx.user_id, ctx.amount);
+        else if (rc == STORE_BUSY)
+            http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else {

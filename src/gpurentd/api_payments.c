@@ -1,7 +1,8 @@
-/* api_payments.c: cash top-ups, idempotent by the payment's id: the admin's
- * POST /v1/admin/users/{id}/topups, and POST /v1/payments/webhook for a
- * payment provider, authenticated by an HMAC-SHA256 signature of
- * "TIMESTAMP.BODY" with payment_webhook_secret (X-Gpurent-Webhook-Timestamp,
+/* api_payments.c: cash top-ups, idempotent by the payment's id and bounded
+ * by max_topup and max_balance: the admin's POST /v1/admin/users/{id}/topups
+ * (recorded in admin_actions), and POST /v1/payments/webhook for a payment
+ * provider, authenticated by an HMAC-SHA256 signature of "TIMESTAMP.BODY"
+ * with payment_webhook_secret (X-Gpurent-Webhook-Timestamp,
  * X-Gpurent-Webhook-Signature, lowercase hex), refused when stale. */
 #include "clock.h"
 #include "daemon.h"
@@ -24,6 +25,8 @@ struct topup_ctx {
     const char *payment_id;  /* the payment */
     int64_t amount;          /* how much */
     const char *source;      /* admin or webhook */
+    const struct http_request *admin; /* the admin's request, recorded in admin_actions; NULL for the webhook */
+    const char *reason;      /* the admin's reason, "" for none */
     char id[ID_MAX];         /* out */
     int duplicate;           /* out: seen before */
 };
@@ -35,8 +38,16 @@ static int topup_txn(struct store *s, void *vctx)
     int rc = store_user_get(s, ctx->user_id, &u);
     if (rc != STORE_OK)
         return rc;
-    return ledger_topup(s, ctx->user_id, ctx->payment_id, ctx->amount, ctx->source, clock_now(), ctx->id,
-                        &ctx->duplicate);
+    rc = ledger_topup(s, ctx->user_id, ctx->payment_id, ctx->amount, ctx->source, clock_now(), ctx->id,
+                      &ctx->duplicate);
+    /* A repeated payment adds nothing, so there is no action to record. */
+    if (rc != STORE_OK || ctx->duplicate || !ctx->admin)
+        return rc;
+    json_t *detail = json_pack("{s:s, s:s, s:o, s:s}", "topup_id", ctx->id, "payment_id", ctx->payment_id, "amount",
+                               json_money(ctx->amount), "currency", daemon_config->currency);
+    rc = audit_record(s, ctx->admin, "topup", ctx->user_id, ctx->amount, detail, ctx->reason);
+    json_decref(detail);
+    return rc;
 }
 
 static int payment_id_valid(const char *p)
@@ -61,13 +72,24 @@ static void topup(struct http_request *req, struct topup_ctx *ctx, json_t *amoun
         http_error(req, ERR_INVALID_FIELD, "amount", "amount must be a positive amount like \"100.00\"");
         return;
     }
+    if (ctx->amount > daemon_config->max_topup_micro) {
+        limit_refuse(req, "amount", ctx->amount, "max_topup", daemon_config->max_topup_micro);
+        return;
+    }
     struct store *s = store_thread();
     int rc = !s ? STORE_ERROR : id_valid("usr", ctx->user_id) ? store_txn(s, topup_txn, ctx) : STORE_NOT_FOUND;
+    /* Only ledger_topup's own finding of the payment id under another user
+     * or amount is STORE_CONFLICT; every other failure rolled back too and
+     * left nothing behind, so the same payment may be sent again. */
     if (rc == STORE_NOT_FOUND)
         http_error(req, ERR_NOT_FOUND, NULL, "no user %.32s", ctx->user_id);
     else if (rc == STORE_CONFLICT)
         http_error(req, ERR_CONFLICT, "payment_id", "payment %s was already recorded with another user or amount",
                    ctx->payment_id);
+    else if (rc == LEDGER_OVER_BALANCE)
+        limit_refuse_balance(req, "amount", NULL, ctx->user_id, ctx->amount);
+    else if (rc == STORE_BUSY)
+        http_error(req, ERR_UNAVAILABLE, NULL, "the database is busy; the top-up was not recorded, send it again");
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else {
@@ -86,6 +108,7 @@ void api_topups_create(struct http_request *req)
     static const struct json_field fields[] = {
         {"amount", JSON_KIND_STRING, 1, 32},
         {"payment_id", JSON_KIND_STRING, 1, 128},
+        {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
         {NULL, 0, 0, 0},
     };
     json_t *body = http_json_body(req, fields);
@@ -93,8 +116,10 @@ void api_topups_create(struct http_request *req)
         return;
     struct topup_ctx ctx = {.user_id = req->params[0],
                             .payment_id = json_string_value(json_object_get(body, "payment_id")),
-                            .source = "admin"};
-    topup(req, &ctx, json_object_get(body, "amount"));
+                            .source = "admin",
+                            .admin = req};
+    if (audit_reason(req, body, AUDIT_REASON_MAX, &ctx.reason) == 0)
+        topup(req, &ctx, json_object_get(body, "amount"));
     json_decref(body);
 }
 

@@ -1,7 +1,8 @@
 /* api_prices.c: GET /v1/prices (price history, public), GET /v1/estimate
  * (what a rental would cost, public) and the admin's
- * PUT /v1/admin/prices/{gpu_type}. A price applies from its effective time
- * on, never backwards. */
+ * PUT /v1/admin/prices/{gpu_type} (at most max_price_per_card_hour,
+ * recorded in admin_actions). A price applies from its effective time on,
+ * never backwards. */
 #include "clock.h"
 #include "daemon.h"
 #include "jsonx.h"
@@ -109,8 +110,18 @@ struct price_ctx {
     const char *gpu_model;  /* type */
     int64_t effective_at;   /* from */
     int64_t card_hour;      /* price */
+    const struct http_request *req; /* the admin's, for admin_actions */
+    const char *reason;     /* the admin's reason, "" for none */
     int missing;            /* out: no such type */
 };
+
+/* The price as the API shows it, and as its admin_actions detail. */
+static json_t *price_json(const struct price_ctx *ctx)
+{
+    return json_pack("{s:s, s:o, s:o, s:s}", "gpu_type", ctx->gpu_model, "price_per_card_hour",
+                     json_money(ctx->card_hour), "effective_at", json_time(ctx->effective_at, 0), "currency",
+                     daemon_config->currency);
+}
 
 static int price_txn(struct store *s, void *vctx)
 {
@@ -118,9 +129,13 @@ static int price_txn(struct store *s, void *vctx)
     struct gpu_type t;
     int rc = store_gpu_type_row(s, ctx->gpu_model, &t);
     ctx->missing = rc == STORE_NOT_FOUND;
-    if (rc != STORE_OK)
+    if (rc != STORE_OK || (rc = store_price_insert(s, ctx->gpu_model, ctx->effective_at, ctx->card_hour,
+                                                   clock_now())) != STORE_OK)
         return rc;
-    return store_price_insert(s, ctx->gpu_model, ctx->effective_at, ctx->card_hour, clock_now());
+    json_t *detail = price_json(ctx);
+    rc = audit_record(s, ctx->req, "price", ctx->gpu_model, ctx->card_hour, detail, ctx->reason);
+    json_decref(detail);
+    return rc;
 }
 
 void api_prices_put(struct http_request *req)
@@ -128,17 +143,27 @@ void api_prices_put(struct http_request *req)
     static const struct json_field fields[] = {
         {"price_per_card_hour", JSON_KIND_STRING, 1, 32},
         {"effective_at", JSON_KIND_STRING, 0, 32},
+        {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
         {NULL, 0, 0, 0},
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
     int64_t now = clock_now();
-    struct price_ctx ctx = {.gpu_model = req->params[0], .effective_at = now};
+    struct price_ctx ctx = {.gpu_model = req->params[0], .effective_at = now, .req = req};
+    if (audit_reason(req, body, AUDIT_REASON_MAX, &ctx.reason) < 0) {
+        json_decref(body);
+        return;
+    }
     const char *eff = json_string_value(json_object_get(body, "effective_at"));
     if (json_money_value(json_object_get(body, "price_per_card_hour"), &ctx.card_hour) < 0)
         http_error(req, ERR_INVALID_FIELD, "price_per_card_hour",
                    "price_per_card_hour must be an amount like \"1.20\" (up to 6 decimals, no sign)");
+    /* Billing multiplies the price by cards and seconds: the cap keeps that
+     * product far inside 64 bits. */
+    else if (ctx.card_hour > daemon_config->max_price_micro)
+        limit_refuse(req, "price_per_card_hour", ctx.card_hour, "max_price_per_card_hour",
+                     daemon_config->max_price_micro);
     else if (eff && json_time_parse(eff, &ctx.effective_at) < 0)
         http_error(req, ERR_INVALID_FIELD, "effective_at", "effective_at must be a UTC time like 2026-12-01T00:00:00Z");
     else if (ctx.effective_at < now)
@@ -148,14 +173,14 @@ void api_prices_put(struct http_request *req)
         int rc = s ? store_txn(s, price_txn, &ctx) : STORE_ERROR;
         if (ctx.missing)
             http_error(req, ERR_NOT_FOUND, NULL, "no GPU type %.32s", req->params[0]);
+        else if (rc == STORE_BUSY)
+            http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else {
             log_info("prices: %s set %s to %lld micro per card-hour from %lld", req->user_id, ctx.gpu_model,
                      (long long)ctx.card_hour, (long long)ctx.effective_at);
-            http_reply_json(req, 200, json_pack("{s:s, s:o, s:o, s:s}", "gpu_type", ctx.gpu_model,
-                                                "price_per_card_hour", json_money(ctx.card_hour), "effective_at",
-                                                json_time(ctx.effective_at, 0), "currency", daemon_config->currency));
+            http_reply_json(req, 200, price_json(&ctx));
         }
     }
     json_decref(body);

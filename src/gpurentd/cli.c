@@ -204,7 +204,13 @@ int cmd_ledger(int argc, char **argv)
     }
     int breaches = ledger_verify(s, stdout);
     struct money_totals m;
-    if (breaches == 0 && store_metrics_money(s, &m) == STORE_OK) {
+    int totals = breaches == 0 ? store_metrics_money(s, &m) : STORE_OK;
+    if (breaches == 0 && totals != STORE_OK) {
+        /* Every check passed, yet the totals' sums failed (overflowed):
+         * not a ledger to call OK. */
+        printf("breach: the totals cannot be computed: a sum overflows 64-bit integers or the read failed\n");
+        breaches = 1;
+    } else if (breaches == 0) {
         /* The sums the reports must agree with, for people and for tests. */
         char a[MONEY_FMT_LEN], b[MONEY_FMT_LEN], c[MONEY_FMT_LEN], d[MONEY_FMT_LEN], e[MONEY_FMT_LEN], f[MONEY_FMT_LEN],
             g[MONEY_FMT_LEN], h[MONEY_FMT_LEN], k[MONEY_FMT_LEN];

@@ -62,15 +62,57 @@ static int validate_currency(const void *field, char *err, size_t errlen)
     return 0;
 }
 
-static int validate_money(const void *field, char *err, size_t errlen)
+/* No money option may be set above 10^12 yuan (10^18 micro-units): INT64_MAX
+ * is about 9.22 x 10^18 micro, so a balance at max_balance plus a top-up or
+ * grant at its maximum, or even nine balances at the cap added up, still fit
+ * in int64_t, and every check made on them is exact. Prices stop lower, at
+ * 10^6 yuan per card-hour, because billing multiplies a price by up to 256
+ * cards and by seconds: at that cap one instance of 256 cards runs for more
+ * than four years before its charge could pass INT64_MAX. */
+#define MONEY_OPTION_CAP (INT64_C(1000000000000) * MONEY_UNIT)
+#define PRICE_OPTION_CAP (INT64_C(1000000) * MONEY_UNIT)
+
+/* A money option: an amount in the platform currency, at most cap. */
+static int check_amount(const char *name, const void *field, int64_t cap, char *err, size_t errlen)
 {
     int64_t v;
+    char a[MONEY_FMT_LEN];
     if (money_parse(field, &v) != MONEY_OK) {
-        snprintf(err, errlen, "signup_credit: '%s' is not an amount such as 10.00 (up to 6 decimals, no sign)",
+        snprintf(err, errlen, "%s: '%s' is not an amount such as 10.00 (up to 6 decimals, no sign)", name,
                  (const char *)field);
         return -1;
     }
+    if (v > cap) {
+        snprintf(err, errlen, "%s: %s is over %s, the most this option may be (so that sums of amounts stay exact)",
+                 name, (const char *)field, money_format(cap, a));
+        return -1;
+    }
     return 0;
+}
+
+static int validate_signup_credit(const void *field, char *err, size_t errlen)
+{
+    return check_amount("signup_credit", field, MONEY_OPTION_CAP, err, errlen);
+}
+
+static int validate_max_price(const void *field, char *err, size_t errlen)
+{
+    return check_amount("max_price_per_card_hour", field, PRICE_OPTION_CAP, err, errlen);
+}
+
+static int validate_max_topup(const void *field, char *err, size_t errlen)
+{
+    return check_amount("max_topup", field, MONEY_OPTION_CAP, err, errlen);
+}
+
+static int validate_max_grant(const void *field, char *err, size_t errlen)
+{
+    return check_amount("max_grant", field, MONEY_OPTION_CAP, err, errlen);
+}
+
+static int validate_max_balance(const void *field, char *err, size_t errlen)
+{
+    return check_amount("max_balance", field, MONEY_OPTION_CAP, err, errlen);
 }
 
 /* Both lists are matched as text by http.c, so a word that could never match
@@ -134,8 +176,15 @@ const struct conf_option daemon_options[] = {
             "seconds between ledger postings of a user's running usage (funds are checked every pass)"),
     OPT_INT(min_run_minutes, 0, 1440, 10, "funds needed to start an instance: this many minutes of it"),
     OPT_INT(low_balance_minutes, 0, 100000, 60, "warn when funds last less than this many minutes at the current burn"),
-    OPT_STR(signup_credit, "10.00", validate_money, "trial credit of a new account, in the platform currency"),
+    OPT_STR(signup_credit, "10.00", validate_signup_credit,
+            "trial credit of a new account, in the platform currency (at most max_grant and max_balance)"),
     OPT_INT(signup_credit_days, 0, 3650, 0, "days until the trial credit expires; 0 never"),
+    OPT_STR(max_price_per_card_hour, "10000.00", validate_max_price,
+            "highest price per card-hour an admin may set (at most 1000000.00)"),
+    OPT_STR(max_topup, "1000000.00", validate_max_topup, "largest single top-up, by an admin or the payment webhook"),
+    OPT_STR(max_grant, "100000.00", validate_max_grant, "largest single credit grant: an admin's, or an invite code's"),
+    OPT_STR(max_balance, "10000000.00", validate_max_balance,
+            "most a user may hold, cash and credit together; a top-up or grant beyond it is refused"),
     OPT_STR(payment_webhook_secret, "", NULL, "HMAC-SHA256 key of the payment provider's webhook; empty turns it off"),
     OPT_STR(metrics_listen, "", validate_metrics_listen,
             "host:port serving /metrics without an API key; empty: /metrics is admin-only on the API"),
@@ -158,6 +207,22 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
     }
     if ((conf->tls_cert[0] != 0) != (conf->tls_key[0] != 0)) {
         snprintf(err, errlen, "tls_cert and tls_key must be set together");
+        return -1;
+    }
+    /* The validators have parsed each amount already; the handlers compare
+     * with integers. */
+    int64_t credit;
+    money_parse(conf->signup_credit, &credit);
+    money_parse(conf->max_price_per_card_hour, &conf->max_price_micro);
+    money_parse(conf->max_topup, &conf->max_topup_micro);
+    money_parse(conf->max_grant, &conf->max_grant_micro);
+    money_parse(conf->max_balance, &conf->max_balance_micro);
+    /* The trial credit is a grant to an empty account, so it must pass both
+     * limits a grant meets, or every sign-up would be refused. */
+    if (credit > conf->max_grant_micro || credit > conf->max_balance_micro) {
+        int over_grant = credit > conf->max_grant_micro;
+        snprintf(err, errlen, "signup_credit %s is over %s %s: the trial credit is a grant", conf->signup_credit,
+                 over_grant ? "max_grant" : "max_balance", over_grant ? conf->max_grant : conf->max_balance);
         return -1;
     }
     return 0;

@@ -88,15 +88,34 @@ int ledger_runway(struct store *s, const char *user_id, int64_t at, struct funds
     return STORE_OK;
 }
 
+/* Refuses money that would take what the user holds (cash and credit not
+ * voided) over max_balance. Read in the caller's transaction, before its
+ * write: writers take turns, so no other top-up or grant can slip in
+ * between the check and the write. */
+static int within_max_balance(struct store *s, const char *user_id, int64_t amount)
+{
+    int64_t cash, credit, held;
+    int rc = store_user_holdings(s, user_id, &cash, &credit);
+    if (rc != STORE_OK)
+        return rc;
+    if (money_add(cash, credit, &held) != MONEY_OK || money_add(held, amount, &held) != MONEY_OK ||
+        held > daemon_config->max_balance_micro)
+        return LEDGER_OVER_BALANCE;
+    return STORE_OK;
+}
+
 int ledger_grant(struct store *s, const char *user_id, const char *source, int64_t amount, int64_t expires_at,
                  int64_t at, const char *reason, char id_out[ID_MAX])
 {
     struct grant g = {.amount = amount, .remaining = amount, .expires_at = expires_at, .created_at = at};
     if (amount <= 0 || id_new("grt", g.id) < 0)
         return STORE_ERROR;
+    int rc = within_max_balance(s, user_id, amount);
+    if (rc != STORE_OK)
+        return rc;
     snprintf(g.user_id, sizeof g.user_id, "%s", user_id);
     snprintf(g.source, sizeof g.source, "%s", source);
-    int rc = store_grant_insert(s, &g);
+    rc = store_grant_insert(s, &g);
     if (rc != STORE_OK)
         return rc;
     struct ledger_leg legs[2] = {{.amount = amount}, {.amount = -amount}};
@@ -129,13 +148,18 @@ int ledger_topup(struct store *s, const char *user_id, const char *payment_id, i
     memset(&t, 0, sizeof t);
     if (amount <= 0 || id_new("top", t.id) < 0)
         return STORE_ERROR;
+    if ((rc = within_max_balance(s, user_id, amount)) != STORE_OK)
+        return rc;
     snprintf(t.user_id, sizeof t.user_id, "%s", user_id);
     snprintf(t.payment_id, sizeof t.payment_id, "%s", payment_id);
     snprintf(t.source, sizeof t.source, "%s", source);
     t.amount = amount;
     t.created_at = at;
+    /* The payment id was found unused in this same transaction, so a
+     * conflict from here on is not a repeated payment: it fails as the
+     * error it is, and is never reported as a collision. */
     if ((rc = store_topup_insert(s, &t)) != STORE_OK)
-        return rc;
+        return rc == STORE_CONFLICT ? STORE_ERROR : rc;
     struct ledger_leg legs[2] = {{.amount = amount}, {.amount = -amount}};
     snprintf(legs[0].account_id, sizeof legs[0].account_id, "cash:%s", user_id);
     snprintf(legs[1].account_id, sizeof legs[1].account_id, "payments");
@@ -143,7 +167,7 @@ int ledger_topup(struct store *s, const char *user_id, const char *payment_id, i
     snprintf(reason, sizeof reason, "top-up (payment %.128s)", payment_id);
     struct ledger_entry e = {.at = at, .kind = "topup", .user_id = user_id, .reason = reason, .topup_id = t.id};
     if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK)
-        return rc;
+        return rc == STORE_CONFLICT ? STORE_ERROR : rc;
     memcpy(id_out, t.id, ID_MAX);
     return STORE_OK;
 }

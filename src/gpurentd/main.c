@@ -13,7 +13,8 @@ static void usage(FILE *f)
                "  migrate        create or upgrade the database\n"
                "  admin          operator tasks: create-user\n"
                "  ledger verify  check every invariant of the money ledger\n"
-               "  report NAME    billing reports: daily-revenue, usage, utilisation, credit-liability, topups\n"
+               "  report NAME    billing reports: daily-revenue, usage, utilisation, credit-liability, topups,\n"
+               "                 admin-actions\n"
                "  backup FILE    consistent online copy of the live database\n"
                "\n"
                "Each command takes --help.\n");

@@ -59,6 +59,7 @@ const struct http_route daemon_routes[] = {
     {"POST", "/v1/admin/users/{id}/topups", api_topups_create, AUTH_ADMIN},
     {"POST", "/v1/payments/webhook", api_payments_webhook, AUTH_NONE},
     {"POST", "/v1/admin/billing/run", api_billing_run, AUTH_ADMIN},
+    {"GET", "/v1/admin/audit", api_audit_list, AUTH_ADMIN},
 
     {NULL, NULL, NULL, AUTH_NONE},
 };

@@ -1,5 +1,6 @@
 /* store_money.c: SQL for prices, the ledger, credit grants, invite codes,
  * top-ups and the billing state of running intervals. */
+#include "log.h"
 #include "store.h"
 #include "tariff.h"
 
@@ -17,7 +18,14 @@ static const char SQL_PRICE_HISTORY[] =
     " ORDER BY gpu_model, effective_at LIMIT ?2";
 static const char SQL_ACCOUNT_ENSURE[] =
     "INSERT INTO ledger_accounts (id, kind, user_id) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING";
-static const char SQL_ACCOUNT_MOVE[] = "UPDATE ledger_accounts SET balance = balance + ?2 WHERE id = ?1";
+/* Moves a cached balance only when the sum fits in 64 bits (?3 and ?4 are
+ * INT64_MAX and INT64_MIN, so neither bound overflows): SQLite would turn
+ * an overflowing sum into a REAL, which the STRICT column refuses with a
+ * constraint error that looks like any other. No row changed means no such
+ * account, or an overflow. */
+static const char SQL_ACCOUNT_MOVE[] =
+    "UPDATE ledger_accounts SET balance = balance + ?2 WHERE id = ?1"
+    " AND CASE WHEN ?2 >= 0 THEN balance <= ?3 - ?2 ELSE balance >= ?4 - ?2 END";
 static const char SQL_ACCOUNT_BALANCE[] = "SELECT balance FROM ledger_accounts WHERE id = ?";
 static const char SQL_TXN_INSERT[] =
     "INSERT INTO ledger_transactions (at, kind, user_id, reason, instance_id, interval_id, grant_id, topup_id,"
@@ -99,6 +107,13 @@ static const char SQL_FUNDS_TO_BILL[] =
     " EXISTS (SELECT 1 FROM credit_grants g WHERE g.user_id = u.user_id AND g.remaining > 0"
     "   AND g.voided_at IS NULL AND g.expires_at <= ?2)"
     " FROM (SELECT DISTINCT user_id FROM running_intervals WHERE settled = 0) u ORDER BY u.user_id";
+/* What max_balance bounds: the cash and what is left of every grant not yet
+ * voided, expired or not (billing may still spend it on usage up to its
+ * expiry). Two columns, added in C where the sum is checked. */
+static const char SQL_USER_HOLDINGS[] =
+    "SELECT coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || ?1), 0),"
+    " coalesce((SELECT sum(remaining) FROM credit_grants WHERE user_id = ?1 AND remaining > 0"
+    " AND voided_at IS NULL), 0)";
 static const char SQL_USER_FUNDS[] =
     "SELECT coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || ?1), 0),"
     " coalesce((SELECT sum(remaining) FROM credit_grants WHERE user_id = ?1 AND remaining > 0"
@@ -177,6 +192,28 @@ static int account_ensure(struct store *s, const char *account_id, const char *u
     return store_step_write(s, st, "ensure account");
 }
 
+/* Why a balance did not move although its account was ensured: the sum
+ * would overflow 64 bits, or (a platform account the migration should have
+ * made) it does not exist. Either way the whole transaction fails, logged
+ * with the account, and is never taken for a conflict. */
+static int move_refused(struct store *s, const struct ledger_leg *leg)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_ACCOUNT_BALANCE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, leg->account_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        log_error("store: ledger account %s: balance %lld %+lld overflows 64-bit integers; transaction refused",
+                  leg->account_id, (long long)sqlite3_column_int64(st, 0), (long long)leg->amount);
+    else if (rc == SQLITE_DONE)
+        log_error("store: ledger account %s does not exist; transaction refused", leg->account_id);
+    else
+        store_rc_from_sqlite(s, rc, "balance");
+    sqlite3_reset(st);
+    return STORE_ERROR;
+}
+
 int store_ledger_post(struct store *s, const struct ledger_entry *e, const struct ledger_leg *legs, size_t n,
                       int64_t now)
 {
@@ -217,17 +254,25 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
                 return STORE_ERROR;
             sqlite3_bind_text(st, 1, legs[i].account_id, -1, SQLITE_STATIC);
             sqlite3_bind_int64(st, 2, legs[i].amount);
-            /* A user account below zero breaks its CHECK: refused, not clamped. */
+            sqlite3_bind_int64(st, 3, INT64_MAX);
+            sqlite3_bind_int64(st, 4, INT64_MIN);
+            /* A user account below zero breaks its CHECK: refused, not
+             * clamped. Only that CHECK is a conflict; any other constraint
+             * failure is an error, logged. */
             rc = sqlite3_step(st);
             sqlite3_reset(st);
-            if ((rc & 0xff) == SQLITE_CONSTRAINT)
+            if (rc == SQLITE_CONSTRAINT_CHECK)
                 return STORE_CONFLICT;
+            if ((rc & 0xff) == SQLITE_CONSTRAINT) {
+                log_error("store: ledger account %s: %s", legs[i].account_id, sqlite3_errmsg(store_db(s)));
+                return STORE_ERROR;
+            }
             if ((rc = store_rc_from_sqlite(s, rc, "move balance")) != STORE_OK)
                 return rc;
             if (sqlite3_changes(store_db(s)) == 1)
                 break;
-            if (attempt > 0) /* a platform account the migration should have made */
-                return STORE_ERROR;
+            if (attempt > 0)
+                return move_refused(s, &legs[i]);
             if ((rc = account_ensure(s, legs[i].account_id, e->user_id)) != STORE_OK)
                 return rc;
         }
@@ -582,6 +627,24 @@ int store_user_funds(struct store *s, const char *user_id, int64_t at, int64_t *
         *credit = sqlite3_column_int64(st, 1);
     } else {
         result = store_rc_from_sqlite(s, rc, "user funds");
+    }
+    sqlite3_reset(st);
+    return result;
+}
+
+int store_user_holdings(struct store *s, const char *user_id, int64_t *cash, int64_t *credit)
+{
+    *cash = *credit = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_HOLDINGS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), result = STORE_OK;
+    if (rc == SQLITE_ROW) {
+        *cash = sqlite3_column_int64(st, 0);
+        *credit = sqlite3_column_int64(st, 1);
+    } else {
+        result = store_rc_from_sqlite(s, rc, "user holdings");
     }
     sqlite3_reset(st);
     return result;

@@ -1,6 +1,8 @@
 /* store_money_reports.c: SQL behind the user's balance, transactions,
  * usage and statements. Everything is read from the ledger and the running
  * intervals, so what users see always agrees with what was posted. */
+#include "log.h"
+#include "money.h"
 #include "store.h"
 
 #include <stdio.h>
@@ -16,14 +18,16 @@ static const char SQL_TXNS[] =
     " WHERE t.user_id = ?1 AND (?2 IS NULL OR t.kind = ?2) AND t.at >= ?3 AND t.at < ?4 AND t.id > ?5"
     " GROUP BY t.id ORDER BY t.id LIMIT ?6";
 /* Usage: card-seconds from intervals clipped to the period, money from the
- * usage transactions posted for the period. */
+ * usage transactions posted for the period. Money is summed as sum(-x), not
+ * -sum(x): sum() fails on an overflow, where negating INT64_MIN would
+ * quietly give a REAL. */
 static const char SQL_USAGE_BY_INSTANCE[] =
     "WITH secs AS (SELECT instance_id AS k, gpu_model, sum(card_count * (min(coalesce(ended_at, ?4), ?3)"
     "   - max(started_at, ?2))) AS cs FROM running_intervals WHERE user_id = ?1 AND started_at < ?3"
     "   AND coalesce(ended_at, ?4) > ?2 GROUP BY instance_id),"
-    " money AS (SELECT t.instance_id AS k, -sum(p.amount) FILTER (WHERE a.kind IN ('cash', 'grant')) AS cost,"
-    "   -coalesce(sum(p.amount) FILTER (WHERE a.kind = 'grant'), 0) AS credit,"
-    "   -coalesce(sum(p.amount) FILTER (WHERE a.kind = 'cash'), 0) AS cash"
+    " money AS (SELECT t.instance_id AS k, sum(-p.amount) FILTER (WHERE a.kind IN ('cash', 'grant')) AS cost,"
+    "   coalesce(sum(-p.amount) FILTER (WHERE a.kind = 'grant'), 0) AS credit,"
+    "   coalesce(sum(-p.amount) FILTER (WHERE a.kind = 'cash'), 0) AS cash"
     "   FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
     "   JOIN ledger_accounts a ON a.id = p.account_id"
     "   WHERE t.user_id = ?1 AND t.kind = 'usage' AND t.at >= ?2 AND t.at < ?3 GROUP BY t.instance_id)"
@@ -114,10 +118,14 @@ int store_usage(struct store *s, const char *user_id, int64_t from, int64_t to, 
             snprintf(out[k].gpu_model, sizeof out[k].gpu_model, "%s", rows[i].gpu_model);
             (*n)++;
         }
-        out[k].card_seconds += rows[i].card_seconds;
-        out[k].cost += rows[i].cost;
-        out[k].from_credit += rows[i].from_credit;
-        out[k].from_cash += rows[i].from_cash;
+        if (money_add(out[k].card_seconds, rows[i].card_seconds, &out[k].card_seconds) != MONEY_OK ||
+            money_add(out[k].cost, rows[i].cost, &out[k].cost) != MONEY_OK ||
+            money_add(out[k].from_credit, rows[i].from_credit, &out[k].from_credit) != MONEY_OK ||
+            money_add(out[k].from_cash, rows[i].from_cash, &out[k].from_cash) != MONEY_OK) {
+            log_error("store: usage of %s by GPU type: a sum overflows 64-bit integers", user_id);
+            *n = 0;
+            return STORE_ERROR;
+        }
     }
     return STORE_OK;
 }
@@ -131,6 +139,12 @@ static int64_t one_int(struct store *s, const char *sql, const char *user_id, in
     sqlite3_bind_int64(st, 2, at);
     int rc = sqlite3_step(st);
     int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, what);
+    /* A product that overflowed (a price times cards) became a REAL, which
+     * would read back as a wrong number. */
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_INTEGER) {
+        log_error("store: %s of %s: a sum overflows 64-bit integers", what, user_id);
+        v = STORE_ERROR;
+    }
     sqlite3_reset(st);
     return v;
 }

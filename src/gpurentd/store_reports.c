@@ -1,6 +1,6 @@
-/* store_reports.c: runs the billing team's report views (migrations
- * 0005_reports.sql) for `gpurentd report`, filtered by day, and the online
- * backup for `gpurentd backup`. */
+/* store_reports.c: runs the billing team's report views (migration
+ * 0005_reports.sql and later ones) for `gpurentd report`, filtered by day,
+ * and the online backup for `gpurentd backup`. */
 #include "log.h"
 #include "store.h"
 
@@ -25,7 +25,19 @@ static const struct {
                          " AND (?2 IS NULL OR day < ?2) ORDER BY day IS NULL, day, user_id, grant_id"},
     {"topups", "SELECT * FROM report_topups WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
                " ORDER BY day, user_id, topup_id"},
+    {"admin-actions", "SELECT * FROM report_admin_actions WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+                      " ORDER BY day, action_id"},
 };
+
+/* Columns named *_micro hold money, which must come out as integers. SQLite
+ * raises an error when sum() overflows, but plain arithmetic that overflows
+ * (a product, a negated sum) quietly becomes a REAL: printed as an amount
+ * that would be a wrong number, so the report fails instead. */
+static int money_column(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 6 && strcmp(name + n - 6, "_micro") == 0;
+}
 
 const char *store_report_name(size_t i)
 {
@@ -58,15 +70,29 @@ int store_report(struct store *s, const char *name, const char *from_day, const 
     for (int c = 0; c < n; c++)
         names[c] = sqlite3_column_name(st, c);
     row(ctx, n, names, NULL, NULL); /* the header */
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int bad = -1;
+    while (bad < 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         for (int c = 0; c < n; c++) {
+            int type = sqlite3_column_type(st, c);
             values[c] = (const char *)sqlite3_column_text(st, c);
-            is_int[c] = sqlite3_column_type(st, c) == SQLITE_INTEGER;
+            is_int[c] = type == SQLITE_INTEGER;
+            if (type != SQLITE_INTEGER && type != SQLITE_NULL && money_column(names[c]))
+                bad = c;
         }
-        row(ctx, n, names, values, is_int);
+        if (bad < 0)
+            row(ctx, n, names, values, is_int);
     }
+    if (bad >= 0) {
+        log_error("report %s: column %s holds %s, not an integer: a sum overflows 64-bit integers", name, names[bad],
+                  values[bad] ? values[bad] : "?");
+        sqlite3_finalize(st);
+        return STORE_ERROR;
+    }
+    /* A step that failed (sum() overflowing among them) is logged with
+     * SQLite's message before the statement goes. */
+    int result = rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "report");
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "report");
+    return result;
 }
 
 int store_backup(struct store *s, const char *dest, char *err, size_t errlen)

@@ -29,8 +29,8 @@ Cluster methods          signup(**fields) -> Money user (with .id, .key);
                          running interval starts at the clock's value);
                          stop(user, iid); wait_state(user, iid, states);
                          billing() -> pass summary; balance(user, session=None) -> dict of
-                         micro ints; topup(user, amount, payment_id);
-                         grant(user, amount, expires_at=None) -> grant id;
+                         micro ints; topup(user, amount, payment_id, reason=None);
+                         grant(user, amount, expires_at=None, reason=None) -> grant id;
                          spent(user) -> micro spent on usage (from the ledger);
                          verify() -> runs `gpurentd ledger verify`
 ledger_verify(db_path) -> (exit code, output) of `gpurentd ledger verify`
@@ -269,9 +269,11 @@ class Cluster:
         out["raw"] = b
         return out
 
-    def topup(self, user, amount, payment_id=None):
-        r = self.admin("POST", f"/v1/admin/users/{user.id}/topups",
-                       json={"amount": yuan(amount), "payment_id": payment_id or f"pay-{os.urandom(8).hex()}"})
+    def topup(self, user, amount, payment_id=None, reason=None):
+        body = {"amount": yuan(amount), "payment_id": payment_id or f"pay-{os.urandom(8).hex()}"}
+        if reason is not None:
+            body["reason"] = reason
+        r = self.admin("POST", f"/v1/admin/users/{user.id}/topups", json=body)
         assert r.status_code == 201, r.text
         return r.json()
 

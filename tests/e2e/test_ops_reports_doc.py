@@ -5,8 +5,8 @@ Python's sqlite3 module, read-only, and must give exactly the rows of the
 output block that follows it, and every `$ gpurentd report …` and
 `$ gpurentd ledger verify` example must print what the page shows.
 
-Ids are random, so cells holding one (usr_…, grt_…, ins_…, top_…) compare
-as "<id>". The one query that reads the wall clock (date('now')) runs as of
+Ids are random, so cells holding one (usr_…, grt_…, ins_…, top_…, key_…)
+compare as "<id>". The one query that reads the wall clock (date('now')) runs as of
 the day the page names for it.
 """
 import datetime
@@ -21,7 +21,7 @@ from money_util import MICRO, start_cluster
 from ops_util import parse_table, reconcile, run_report
 
 DOC = os.path.join(REPO, "docs", "REPORTS.md")
-ID = re.compile(r"\b(usr|grt|ins|top)_[0-9a-z]{20}\b")
+ID = re.compile(r"\b(usr|grt|ins|top|key)_[0-9a-z]{20}\b")
 TODAY = "2026-12-02"  # the day the example's date('now') query was run: dan signed up that day
 
 
@@ -95,8 +95,8 @@ def example_db(tmp_path_factory):
     (trial credit, a 100.00 top-up and a 50.00 admin grant) ran 16 x MI450
     for six hours across midnight, then 8 x MI300X until her funds ran out;
     a month later bob's remaining credit expired, and dan signed up and got
-    a 25.00 grant and a 30.00 top-up. The fleet: 32 MI450 and 16 MI300X
-    cards."""
+    a 25.00 grant ("welcome offer") and a 30.00 top-up ("bank transfer").
+    The fleet: 32 MI450 and 16 MI300X cards."""
     c = start_cluster(tmp_path_factory.mktemp("reports-doc"), nodes={"MI450": 4, "MI300X": 2},
                       clock=at("2026-11-01T08:00"), options={"signup_credit_days": "30"})
     try:
@@ -133,8 +133,8 @@ def example_db(tmp_path_factory):
         d.set_clock(at("2026-12-02T12:00"))
         c.billing()                            # bob's (and carol's spent) trial credit expired on the 1st
         dan = c.signup(email="dan@example.com")
-        c.grant(dan, 25 * MICRO, expires_at=at("2026-12-20T00:00"))
-        c.topup(dan, 30 * MICRO, "pay-dan-1")
+        c.grant(dan, 25 * MICRO, expires_at=at("2026-12-20T00:00"), reason="welcome offer")
+        c.topup(dan, 30 * MICRO, "pay-dan-1", reason="bank transfer")
         c.wait_idle()
         c.verify()
         yield d.db_path

@@ -2,9 +2,9 @@
  * small table of its own exercises each option type, bounds, validators,
  * overrides and files; the daemon's real table is then checked row by row:
  * every default passes its own rules, bad values of each type are refused
- * (with the list validators for CORS origins and trusted proxies), and
- * conf/-style files written to a temporary directory load or fail with
- * FILE:LINE. */
+ * (with the list validators for CORS origins and trusted proxies), the
+ * money limits keep to their caps and to each other, and conf/-style files
+ * written to a temporary directory load or fail with FILE:LINE. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -967,6 +967,57 @@ static void test_daemon_bad_files(void **state)
     assert_int_equal(daemon_load_config(&c, path, NULL, 0), -1);
 }
 
+/* The money limits: their defaults in micro-units, the caps on the options
+ * themselves, and the trial credit fitting max_grant and max_balance, all
+ * through the daemon's loader, which is what fills the micro-unit fields. */
+static void test_daemon_money_limits(void **state)
+{
+    (void)state;
+    struct daemon_conf c;
+    char err[1024] = "";
+    if (daemon_read_config(&c, NULL, NULL, 0, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_true(c.max_price_micro == INT64_C(10000000000));
+    assert_true(c.max_topup_micro == INT64_C(1000000000000));
+    assert_true(c.max_grant_micro == INT64_C(100000000000));
+    assert_true(c.max_balance_micro == INT64_C(10000000000000));
+
+    static const struct { const char *set[3]; const char *needle; } bad[] = {
+        {{"max_balance=1000000000000.000001"}, "max_balance: 1000000000000.000001 is over 1000000000000.00"},
+        {{"max_topup=9223372036854.775807"}, "max_topup: 9223372036854.775807 is over 1000000000000.00"},
+        {{"max_grant=99999999999999999999"}, "max_grant: '99999999999999999999' is not an amount"},
+        {{"max_price_per_card_hour=1000000.01"}, "max_price_per_card_hour: 1000000.01 is over 1000000.00"},
+        {{"max_topup=1.0000001"}, "max_topup: '1.0000001' is not an amount"},
+        {{"max_topup="}, "max_topup: '' is not an amount"},
+        {{"signup_credit=-1"}, "signup_credit: '-1' is not an amount"},
+        {{"max_grant=9.999999"}, "signup_credit 10.00 is over max_grant 9.999999"},
+        {{"max_balance=1"}, "signup_credit 10.00 is over max_balance 1"},
+        {{"signup_credit=200.00", "max_grant=500.00", "max_balance=199.99"}, "signup_credit 200.00 is over max_balance"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char *set[3];
+        int n = 0;
+        for (; n < 3 && bad[i].set[n]; n++)
+            set[n] = strdup(bad[i].set[n]);
+        err[0] = '\0';
+        int rc = daemon_read_config(&c, NULL, set, n, err, sizeof err);
+        for (int k = 0; k < n; k++)
+            free(set[k]);
+        if (rc != -1 || !strstr(err, bad[i].needle))
+            fail_msg("case %zu: rc %d err '%s', wanted '%s'", i, rc, err, bad[i].needle);
+    }
+
+    /* The caps themselves, and a trial credit exactly at both limits. */
+    char o1[] = "max_topup=1000000000000", o2[] = "max_grant=20.00", o3[] = "max_balance=20",
+         o4[] = "max_price_per_card_hour=1000000.00", o5[] = "signup_credit=20.000000";
+    char *good[] = {o1, o2, o3, o4, o5};
+    if (daemon_read_config(&c, NULL, good, 5, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_true(c.max_topup_micro == INT64_C(1000000000000000000));
+    assert_true(c.max_grant_micro == 20 * INT64_C(1000000) && c.max_balance_micro == c.max_grant_micro);
+    assert_true(c.max_price_micro == INT64_C(1000000000000));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -998,6 +1049,7 @@ int main(void)
         cmocka_unit_test(test_daemon_sample_file),
         cmocka_unit_test(test_daemon_shipped_sample),
         cmocka_unit_test(test_daemon_bad_files),
+        cmocka_unit_test(test_daemon_money_limits),
     };
     return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }
