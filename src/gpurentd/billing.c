@@ -192,6 +192,11 @@ static int bill_intervals(struct store *s, struct pass *p, const char *user_id, 
         int64_t due;
         if ((rc = due_at(s, p, &b[i], until, &due)) != STORE_OK)
             return rc;
+        /* Funds that ran out end every interval there, even one the user
+         * stopped later but before this pass saw it; one on a node that went
+         * quiet ends where it is known to have run, at most there. */
+        int settled = (b[i].ended_at && b[i].ended_at <= until) || exhausted;
+        int64_t cut = exhausted ? ledger_billable_end(&b[i], until) : -1;
         if (due > b[i].billed) {
             char reason[160];
             snprintf(reason, sizeof reason, "%lld x %s, %s", (long long)b[i].card_count, b[i].gpu_model,
@@ -202,10 +207,11 @@ static int bill_intervals(struct store *s, struct pass *p, const char *user_id, 
                 return rc;
             }
             b[i].billed = due;
-        } else if (b[i].ended_at && b[i].ended_at <= until && due < b[i].billed) {
-            /* It ended below what was charged (a clock stepped back, an
-             * end moved by a path that did not refund): give it back, so
-             * the total never depends on when passes ran. */
+        } else if (settled && due < b[i].billed) {
+            /* It ends below what was charged (a clock stepped back, funds
+             * cut it short of an earlier charge, an end moved by a path
+             * that did not refund): give it back, so the total never
+             * depends on when passes ran. */
             if ((rc = ledger_refund(s, &b[i], b[i].billed - due, p->now, "charged past the interval's end")) !=
                 STORE_OK) {
                 snprintf(p->why, sizeof p->why, "cannot refund interval %lld", (long long)b[i].id);
@@ -213,10 +219,7 @@ static int bill_intervals(struct store *s, struct pass *p, const char *user_id, 
             }
             b[i].billed = due;
         }
-        /* Funds that ran out end every interval there, even one the user
-         * stopped later but before this pass saw it. */
-        int settled = (b[i].ended_at && b[i].ended_at <= until) || exhausted;
-        if ((rc = store_interval_billed(s, b[i].id, b[i].billed, settled, exhausted ? until : -1)) != STORE_OK)
+        if ((rc = store_interval_billed(s, b[i].id, b[i].billed, settled, cut)) != STORE_OK)
             return rc;
     }
     if (exhausted)

@@ -242,7 +242,8 @@ def test_bad_clock_file_refuses_to_start(tmp_path):
 def test_readyz(daemon):
     r = daemon.get("/readyz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ready", "schema_version": max(migration_versions())}
+    assert r.json() == {"status": "ready", "schema_version": max(migration_versions()),
+                        "checks": {"billing": {"status": "ok", "users_failing": 0, "users_failing_repeatedly": 0}}}
 
 
 def test_pipelined_requests_are_answered_in_order(daemon, user):
