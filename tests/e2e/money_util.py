@@ -148,55 +148,71 @@ def ledger_breaches(con):
     SQL: every transaction balances and has two postings or more; cached
     balances equal their postings; all balances sum to zero; no user account
     (cash or grant) ever below zero, posting by posting; each grant funded
-    exactly its amount once, never drawn beyond it, its remaining equal to
-    its account, nothing left once voided, every grant leg naming its grant;
-    each interval's revenue equal to what it says was billed, settled only
-    once ended, and then billed exactly its tariff; each top-up adding its
-    amount in cash. Returns a list of breaches, empty when all hold. Read it
-    in one transaction so that it sees one snapshot."""
+    exactly its amount once, never drawn beyond it net of what refunds gave
+    back, its remaining equal to its account, nothing left once voided,
+    every grant leg naming its grant; each interval's revenue equal to what
+    it says was billed, settled only once ended, and then billed exactly its
+    tariff; each refund naming its interval and moving only revenue back to
+    its user's cash and grants, never giving an account more than it paid
+    for that interval; each top-up adding its amount in cash. Returns a list
+    of breaches, empty when all hold. Read it in one transaction so that it
+    sees one snapshot."""
     out = []
-    accounts = {a: (kind, bal) for a, kind, bal in con.execute("SELECT id, kind, balance FROM ledger_accounts")}
-    txns = {t: (kind, iv, top) for t, kind, iv, top in
-            con.execute("SELECT id, kind, interval_id, topup_id FROM ledger_transactions")}
+    accounts = {a: (kind, bal, uid) for a, kind, bal, uid in
+                con.execute("SELECT id, kind, balance, user_id FROM ledger_accounts")}
+    txns = {t: (kind, iv, top, uid) for t, kind, iv, top, uid in
+            con.execute("SELECT id, kind, interval_id, topup_id, user_id FROM ledger_transactions")}
     txn_sum, txn_legs, acct_sum, low = {}, {}, {}, {}
-    funded, drawn, revenue, topup_cash = {}, {}, {}, {}
+    funded, drawn, revenue, topup_cash, paid = {}, {}, {}, {}, {}
     for pid, txn, acct, amount, grant in con.execute(
             "SELECT id, transaction_id, account_id, amount, grant_id FROM ledger_postings ORDER BY id"):
         txn_sum[txn] = txn_sum.get(txn, 0) + amount
         txn_legs[txn] = txn_legs.get(txn, 0) + 1
         acct_sum[acct] = acct_sum.get(acct, 0) + amount
-        kind = accounts.get(acct, ("?", 0))[0]
+        kind, _, owner = accounts.get(acct, ("?", 0, None))
         if kind in ("cash", "grant"):
             low[acct] = min(low.get(acct, 0), acct_sum[acct])
-        if acct.startswith("grant:"):
-            g = acct[len("grant:"):]
-            if grant != g:
-                out.append(f"posting {pid} on {acct} names grant {grant}")
-            if amount > 0:
-                funded[g] = funded.get(g, 0) + amount
-            else:
-                drawn[g] = drawn.get(g, 0) - amount
+        if acct.startswith("grant:") and grant != acct[len("grant:"):]:
+            out.append(f"posting {pid} on {acct} names grant {grant}")
         t = txns.get(txn)
         if t is None:
             out.append(f"posting {pid} belongs to no transaction ({txn})")
             continue
+        if acct.startswith("grant:"):
+            # Funded by its grant transaction; drawn (usage, expiry) net of
+            # what refunds gave back.
+            g = acct[len("grant:"):]
+            if t[0] == "grant":
+                funded[g] = funded.get(g, 0) + amount
+            else:
+                drawn[g] = drawn.get(g, 0) - amount
         if acct == "revenue" and t[1] is not None:
             revenue[t[1]] = revenue.get(t[1], 0) + amount
         if kind == "cash" and t[2] is not None:
             topup_cash[t[2]] = topup_cash.get(t[2], 0) + amount
-    for t in txns:
+        if t[0] in ("usage", "refund") and kind in ("cash", "grant"):
+            paid[(t[1], acct)] = paid.get((t[1], acct), 0) - amount
+        if t[0] == "refund" and not ((kind == "revenue" and amount < 0) or
+                                     (kind in ("cash", "grant") and amount > 0 and owner == t[3])):
+            out.append(f"refund {txn} moves {amount} on {acct}, not revenue back to its user's funds")
+    for t, (kind, iv, _, _) in txns.items():
         if txn_sum.get(t, 0) != 0:
             out.append(f"transaction {t} sums to {txn_sum[t]}")
         if txn_legs.get(t, 0) < 2:
             out.append(f"transaction {t} has {txn_legs.get(t, 0)} postings")
-    for a, (kind, bal) in accounts.items():
+        if kind == "refund" and iv is None:
+            out.append(f"refund {t} names no interval")
+    for (iv, acct), v in paid.items():
+        if v < 0:
+            out.append(f"{acct} was refunded {-v} more than it paid for interval {iv}")
+    for a, (kind, bal, _) in accounts.items():
         if bal != acct_sum.get(a, 0):
             out.append(f"account {a} caches {bal}, its postings sum to {acct_sum.get(a, 0)}")
     for a in acct_sum:
         if a not in accounts:
             out.append(f"postings on {a}, an account that does not exist")
-    if sum(bal for _, bal in accounts.values()) != 0:
-        out.append(f"balances sum to {sum(bal for _, bal in accounts.values())}")
+    if sum(bal for _, bal, _ in accounts.values()) != 0:
+        out.append(f"balances sum to {sum(bal for _, bal, _ in accounts.values())}")
     for a, v in low.items():
         if v < 0:
             out.append(f"user account {a} went down to {v}")
@@ -205,8 +221,9 @@ def ledger_breaches(con):
             out.append(f"grant {g} of {amount} was funded {funded.get(g, 0)}")
         if drawn.get(g, 0) > amount:
             out.append(f"grant {g} of {amount} was drawn {drawn[g]}")
-        if remaining != accounts.get(f"grant:{g}", (None, 0))[1]:
-            out.append(f"grant {g} has {remaining} remaining, its account {accounts.get(f'grant:{g}', (None, 0))[1]}")
+        if remaining != accounts.get(f"grant:{g}", (None, 0, None))[1]:
+            out.append(f"grant {g} has {remaining} remaining, its account "
+                       f"{accounts.get(f'grant:{g}', (None, 0, None))[1]}")
         if voided is not None and remaining != 0:
             out.append(f"grant {g} was voided with {remaining} remaining")
     prices = {}

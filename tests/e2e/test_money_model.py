@@ -28,14 +28,16 @@ import copy
 import json
 import os
 import random
+import signal
 import sqlite3
 import time
 
 import pytest
 import requests
 
-from money_util import (MICRO, RefModel, ledger_breaches, ledger_verify, new_cluster, webhook_headers,  # noqa: F401
-                        yuan)
+from agent_util import poll
+from money_util import (MICRO, PRICE, RefModel, accrue, ledger_breaches, ledger_verify, new_cluster,  # noqa: F401
+                        webhook_headers, yuan)
 from ops_util import reconcile
 
 SECRET = "whsec-model"
@@ -396,3 +398,98 @@ def test_random_walks_match_the_reference_model(new_cluster, seed):
     # The billing team's reports agree with the ledger after a long random run.
     totals = reconcile(run.d.db_path)
     assert totals["revenue"] == sum(run.model.spent(uid) for uid in run.model.users)
+
+
+# ---------------------------------------------------------------- funds running out, the end moved back
+
+# A node that misses a beat is noticed within a second; it stays reachable
+# (missed, not unreachable) for the whole test.
+SILENT_OPTIONS = {"agent_timeout_ms": "1000", "heartbeat_miss_limit": "100", "node_lost_after_s": "3600"}
+
+
+def _intervals(c):
+    return {iid: (start, end, billed, settled) for iid, start, end, billed, settled in c.d.sql(
+        "SELECT instance_id, started_at, ended_at, billed, settled FROM running_intervals ORDER BY id")}
+
+
+def _node(c, gpu):
+    [(last_seen, missed)] = c.d.sql("SELECT last_seen_at, missed_beats FROM nodes WHERE gpu_model = ?", (gpu,))
+    return last_seen, missed
+
+
+def _net_charges(c, user):
+    """What the user's funds paid for usage, net of refunds, from the ledger."""
+    return c.d.sql("SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t"
+                   " ON t.id = p.transaction_id JOIN ledger_accounts a ON a.id = p.account_id"
+                   " WHERE t.kind IN ('usage', 'refund') AND t.user_id = ? AND a.kind IN ('cash', 'grant')",
+                   (user.id,))[0][0]
+
+
+def test_funds_running_out_never_bill_a_silent_node_past_its_last_heartbeat(new_cluster):
+    """One user, two instances: one on a node that has missed a heartbeat
+    (billed only up to its last good one), one on a healthy node whose cost
+    runs the user's funds out well after that heartbeat. The pass that stops
+    them must leave the silent node's interval ending no later than its last
+    good heartbeat and billed exactly its tariff; `ledger verify` passes."""
+    c = new_cluster(nodes={"MI450": 1, "MI300X": 1}, options=SILENT_OPTIONS)
+    u = c.cli_user()
+    c.topup(u, 3 * MICRO)
+    t0 = c.d.now()
+    quiet = c.launch(u, "MI300X", 1)
+    busy = c.launch(u, "MI450", 8)
+    t1 = c.d.advance_clock(60)
+    poll(lambda: _node(c, "MI300X") == (t1, 0), 60, "a good heartbeat at the new time")
+    [fleet] = [f for f in c.fleets if f.dir.endswith("fleet-mi300x")]
+    fleet.proc.send_signal(signal.SIGSTOP)
+    try:
+        poll(lambda: _node(c, "MI300X")[1] >= 1, 60, "the MI300X node to miss a heartbeat")
+        assert _node(c, "MI300X")[0] == t1
+        c.d.set_clock(t0 + 3600)
+        c.billing()
+        got = _intervals(c)
+        # Funds cover the quiet one's 60 confirmed seconds and the busy one
+        # up to the last second they cover.
+        quiet_due = accrue(PRICE["MI300X"], 1, 60)
+        busy_s = max(s for s in range(3600) if quiet_due + accrue(PRICE["MI450"], 8, s) <= 3 * MICRO)
+        assert got[busy] == (t0, t0 + busy_s, accrue(PRICE["MI450"], 8, busy_s), 1), got
+        start, end, billed, settled = got[quiet]
+        assert settled == 1 and start == t0 and end <= t1, f"the silent node's interval ends past {t1}: {got[quiet]}"
+        assert billed == accrue(PRICE["MI300X"], 1, end - start), got[quiet]
+        assert _net_charges(c, u) == sum(iv[2] for iv in got.values())
+        rc, out = ledger_verify(c.d.db_path)
+        assert rc == 0, out
+    finally:
+        fleet.proc.send_signal(signal.SIGCONT)
+
+
+def test_funds_running_out_refund_what_was_charged_past_the_end(new_cluster):
+    """The clock steps back below what an interval was already charged for;
+    a second instance then runs the user's funds out. The pass ends both at
+    the last second funds covered: the first one was charged past it, and
+    gets the difference back as a refund naming its interval, so it is
+    billed exactly its tariff; `ledger verify` passes."""
+    c = new_cluster(nodes={"MI450": 2})
+    u = c.cli_user()
+    c.topup(u, 3_500_000)
+    t0 = c.d.now()
+    first = c.launch(u, "MI450", 1)
+    c.d.set_clock(t0 + 3600)
+    c.billing()
+    assert _intervals(c)[first] == (t0, None, PRICE["MI450"], 0)
+    c.d.set_clock(t0 + 1000)
+    second = c.launch(u, "MI450", 8)
+    c.d.set_clock(t0 + 2200)
+    c.billing()
+    got = _intervals(c)
+    # The pass found funds (2.30) short of the second's cost at t0 + 2200.
+    end = got[second][1]
+    assert got[second] == (t0 + 1000, end, accrue(PRICE["MI450"], 8, end - t0 - 1000), 1), got
+    assert t0 + 1000 < end < t0 + 3600, got
+    assert got[first] == (t0, end, accrue(PRICE["MI450"], 1, end - t0), 1), \
+        f"charged {PRICE['MI450']} for the first up to t0 + 3600, settled at t0 + {end - t0}: {got[first]}"
+    [(iv_id,)] = c.d.sql("SELECT id FROM running_intervals WHERE instance_id = ?", (first,))
+    refunds = c.d.sql("SELECT interval_id FROM ledger_transactions WHERE kind = 'refund'")
+    assert refunds == [(iv_id,)], refunds
+    assert _net_charges(c, u) == sum(iv[2] for iv in got.values())
+    rc, out = ledger_verify(c.d.db_path)
+    assert rc == 0, out
