@@ -18,11 +18,9 @@ import os
 import signal
 import sqlite3
 
-import pytest
-
 from agent_util import poll
 from harness import START_TIME
-from money_util import MICRO, PRICE, accrue, new_cluster, yuan  # noqa: F401
+from money_util import MICRO, PRICE, accrue, new_cluster  # noqa: F401 (a fixture)
 
 T0 = START_TIME
 DEADLINE = 60  # bound on polls, generous for sanitizer builds
@@ -66,6 +64,13 @@ def quiet(fleet):
         fleet.proc.send_signal(signal.SIGCONT)
 
 
+def renter(c):
+    """A user with 100.00 of cash running 8 x MI450 from the clock's value."""
+    u = c.signup()
+    c.topup(u, 100 * MICRO)
+    return u, c.launch(u)
+
+
 def sql_write(c, query, params=()):
     """Writes to the live database beside the daemon, as an operator's
     sqlite3 would (WAL: the daemon's readers and writers carry on)."""
@@ -103,9 +108,7 @@ def test_node_declared_offline_is_billed_to_its_last_heartbeat(new_cluster):
     offline, and the difference was never given back (`ledger verify`:
     settled interval billed other than its tariff)."""
     c = new_cluster(nodes={"MI450": 1}, options={**QUIET, "node_lost_after_s": "0"})
-    u = c.signup()
-    c.topup(u, 100 * MICRO)
-    iid = c.launch(u)
+    u, iid = renter(c)
     c.d.set_clock(T0 + 1800)
     beat_at(c, T0 + 1800)
     with quiet(c.fleets[0]):
@@ -124,9 +127,7 @@ def test_quiet_node_is_billed_again_once_it_answers(new_cluster):
     only to its last good heartbeat, by billing runs and in the balance;
     when it answers again the whole interval is known to have run."""
     c = new_cluster(nodes={"MI450": 1}, options={**QUIET, "heartbeat_miss_limit": "100"})
-    u = c.signup()
-    c.topup(u, 100 * MICRO)
-    iid = c.launch(u)
+    u, iid = renter(c)
     c.d.set_clock(T0 + 1800)
     beat_at(c, T0 + 1800)
     with quiet(c.fleets[0]):
@@ -152,9 +153,7 @@ def test_short_blip_keeps_the_job_and_bills_only_confirmed_time(new_cluster):
     still running: the instance runs on, billed from when it is seen
     running again; the silent gap is never billed."""
     c = new_cluster(nodes={"MI450": 1}, options={**QUIET, "node_lost_after_s": "600"})
-    u = c.signup()
-    c.topup(u, 100 * MICRO)
-    iid = c.launch(u)
+    u, iid = renter(c)
     workloads = workload_ids(c, iid)
     c.d.set_clock(T0 + 600)
     beat_at(c, T0 + 600)
@@ -192,10 +191,7 @@ def test_silence_past_node_lost_after_s_loses_the_instance_once(new_cluster):
     and not a second more; when the node returns its workload is deleted,
     and starting the instance again bills only the new run."""
     c = new_cluster(nodes={"MI450": 1}, options={**QUIET, "node_lost_after_s": "600"})
-    u = c.signup()
-    c.topup(u, 100 * MICRO)
-    iid = c.launch(u)
-    workloads = workload_ids(c, iid)
+    u, iid = renter(c)
     c.d.set_clock(T0 + 300)
     beat_at(c, T0 + 300)
     with quiet(c.fleets[0]):

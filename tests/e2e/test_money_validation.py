@@ -222,7 +222,7 @@ def test_billing_run_refuses_bad_input(checked, people):
 
 @pytest.mark.parametrize("path,params,field", [
     ("/v1/balance", {"x": "1"}, "x"),
-    ("/v1/transactions", {"kind": "refund"}, "kind"),
+    ("/v1/transactions", {"kind": "refunds"}, "kind"),
     ("/v1/transactions", {"limit": "0"}, "limit"),
     ("/v1/transactions", {"limit": "201"}, "limit"),
     ("/v1/transactions", {"limit": "1e1"}, "limit"),
