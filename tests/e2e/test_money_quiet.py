@@ -238,6 +238,8 @@ def test_clock_stepped_back_refunds_to_where_the_money_came_from(new_cluster):
         (interval_id, "cash", 9_200_000), (interval_id, "grant", 400_000), (interval_id, "revenue", -9_600_000)]
     b = c.balance(u)
     assert b["cash"] == 20 * MICRO and b["credit"] == 10 * MICRO - one_hour
+    (statement,) = c.transactions(u, kind="refund")  # the user's statement shows it
+    assert (statement["kind"], statement["instance_id"]) == ("refund", iid), statement
     c.verify()
 
 
