@@ -18,7 +18,10 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
             -Wpointer-arith -Wformat=2 -Wcast-qual -Wvla -Wundef -Wwrite-strings \
             -Wno-unused-parameter
 CFLAGS   ?= -O2 -g
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -I$(B)/gen \
+# Every layer's folder is on the include path for now; check-layers (below)
+# is what keeps each file to the headers its layer may use.
+INCLUDES := -Iinclude/gpurent -Isrc/gpurentd $(addprefix -Isrc/gpurentd/,store domain loops http cmd audit) -Isrc/agent
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(INCLUDES) -I$(B)/gen \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LIBS     := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 
@@ -33,7 +36,7 @@ B        := build
 endif
 
 COMMON_SRC := $(wildcard src/common/*.c)
-DAEMON_SRC := $(filter-out src/gpurentd/main.c,$(wildcard src/gpurentd/*.c))
+DAEMON_SRC := $(filter-out src/gpurentd/cmd/main.c,$(wildcard src/gpurentd/*/*.c))
 AGENT_SRC  := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
@@ -69,7 +72,7 @@ $(B)/libdaemon.a: $(DAEMON_OBJ)
 $(B)/libagent.a: $(AGENT_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
-$(B)/gpurentd: $(B)/src/gpurentd/main.o $(B)/libdaemon.a $(B)/libcommon.a
+$(B)/gpurentd: $(B)/src/gpurentd/cmd/main.o $(B)/libdaemon.a $(B)/libcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(B)/gpurent-agent: $(B)/src/agent/main.o $(B)/libagent.a $(B)/libcommon.a

@@ -132,9 +132,9 @@ _ROUTE = re.compile(r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*,\s*(AUTH_\w+)
 
 def route_table():
     """The daemon's routes as (method, pattern, auth) from routes.c."""
-    with open(os.path.join(REPO, "src", "gpurentd", "routes.c")) as f:
+    with open(os.path.join(REPO, "src", "gpurentd", "http", "routes.c")) as f:
         routes = _ROUTE.findall(f.read())
-    assert routes, "no routes found in src/gpurentd/routes.c: has its format changed?"
+    assert routes, "no routes found in src/gpurentd/http/routes.c: has its format changed?"
     return routes
 
 

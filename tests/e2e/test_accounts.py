@@ -307,7 +307,7 @@ def test_bearer_header_spelling(daemon, user, header):
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.skipif(not ADMIN_ONLY, reason="the route table (src/gpurentd/routes.c) has no AUTH_ADMIN route yet: "
+@pytest.mark.skipif(not ADMIN_ONLY, reason="the route table (src/gpurentd/http/routes.c) has no AUTH_ADMIN route yet: "
                                            "nothing to forbid; this test runs once a /v1/admin route exists")
 @pytest.mark.parametrize("method, pattern", ADMIN_ONLY or [("GET", "/v1/admin")])
 def test_user_key_on_admin_route_is_403(daemon, user, method, pattern):

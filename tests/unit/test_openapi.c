@@ -179,7 +179,7 @@ static void check_route(const struct http_route *r, int *n)
     json_t *item = json_object_get(json_object_get(doc, "paths"), r->pattern);
     json_t *op = item ? json_object_get(item, m) : NULL;
     if (!json_is_object(op)) {
-        problem(n, "route %s %s (src/gpurentd/routes.c) is not documented: add paths[\"%s\"].%s", r->method,
+        problem(n, "route %s %s (src/gpurentd/http/routes.c) is not documented: add paths[\"%s\"].%s", r->method,
                 r->pattern, r->pattern, m);
         return;
     }
@@ -257,7 +257,7 @@ static void test_every_route_is_documented(void **state)
         check_route(r, &n);
     assert_true(routes > 0);
     if (n)
-        fail_msg("%d problem(s) between src/gpurentd/routes.c and docs/openapi.json (listed above)", n);
+        fail_msg("%d problem(s) between src/gpurentd/http/routes.c and docs/openapi.json (listed above)", n);
 }
 
 static void test_every_operation_is_a_route(void **state)
@@ -274,7 +274,7 @@ static void test_every_operation_is_a_route(void **state)
                 continue;
             ops++;
             if (!find_route(path, key))
-                problem(&n, "documents %s %s, which is not in daemon_routes (src/gpurentd/routes.c): remove it or "
+                problem(&n, "documents %s %s, which is not in daemon_routes (src/gpurentd/http/routes.c): remove it or "
                             "add the route", key, path);
         }
         if (!ops)
