@@ -20,7 +20,7 @@ WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototy
 CFLAGS   ?= -O2 -g
 # Every layer's folder is on the include path for now; check-layers (below)
 # is what keeps each file to the headers its layer may use.
-INCLUDES := -Iinclude/gpurent -Isrc/gpurentd $(addprefix -Isrc/gpurentd/,store domain loops http cmd audit) -Isrc/agent
+INCLUDES := -Iinclude -Isrc/gpurentd
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(INCLUDES) -I$(B)/gen \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LIBS     := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
@@ -46,7 +46,7 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(B)/%.o) $(B)/gen/embedded.o
 AGENT_OBJ  := $(AGENT_SRC:%.c=$(B)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-.PHONY: all deps run check unit e2e check-fast install clean
+.PHONY: all deps run check check-layers unit e2e check-fast install clean
 all: $(B)/gpurentd $(B)/gpurent-agent
 
 deps:
@@ -80,7 +80,7 @@ $(B)/gpurent-agent: $(B)/src/agent/main.o $(B)/libagent.a $(B)/libcommon.a
 
 $(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+	$(CC) $(ALL_CFLAGS) -Isrc/agent -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
 # Unit tests run from the repository root so they can read tests/data.
 unit: $(UNIT_BIN)
@@ -95,12 +95,17 @@ e2e: all
 # so a warning that only -O2 finds still fails the check.
 check:
 	@scripts/deps.sh test
+	$(MAKE) check-layers
 	$(MAKE) all
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  $(MAKE) SAN=1 unit e2e
 
-check-fast: all unit e2e
+# Each layer includes only what it may (scripts/check-layers.py says what).
+check-layers:
+	$(PYTHON) scripts/check-layers.py
+
+check-fast: check-layers all unit e2e
 
 run:
 	@scripts/deps.sh build
@@ -166,7 +171,7 @@ clean:
 .PHONY: bench
 $(B)/bench/%: bench/%.c bench/bench_util.c bench/bench_util.h $(B)/libdaemon.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Ibench $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LIBS)
+	$(CC) $(ALL_CFLAGS) -Ibench -Isrc/agent $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LIBS)
 bench: $(B)/bench/billing $(B)/bench/claims
 	$(B)/bench/claims --nodes 100 --threads 1,4,16
 	$(B)/bench/claims --nodes 10000 --threads 1,4,16

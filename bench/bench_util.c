@@ -1,8 +1,9 @@
 /* bench_util.c: what the C benchmarks share (see bench_util.h). */
 #include "bench_util.h"
-#include "clock.h"
-#include "daemon.h"
-#include "log.h"
+#include "gpurent/clock.h"
+#include "gpurentd.h"
+#include "store/store_sql.h" /* benchmarks fill the database directly */
+#include "gpurent/log.h"
 
 #include <errno.h>
 #include <inttypes.h>

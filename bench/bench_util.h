@@ -4,7 +4,7 @@
 #ifndef GPURENT_BENCH_UTIL_H
 #define GPURENT_BENCH_UTIL_H
 
-#include "store.h"
+#include "store/store.h"
 
 #include <stdint.h>
 

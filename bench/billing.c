@@ -27,10 +27,10 @@
  * try connection settings (mmap_size, cache_size) without rebuilding.
  */
 #include "bench_util.h"
-#include "daemon.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
+#include "gpurentd.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "store/store_sql.h" /* benchmarks fill the database directly */
 
 #include <getopt.h>
 #include <inttypes.h>

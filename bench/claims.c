@@ -25,10 +25,10 @@
  * months of use leave behind, to see what a bigger database costs a claim.
  */
 #include "bench_util.h"
-#include "daemon.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
+#include "gpurentd.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "store/store_sql.h" /* benchmarks fill the database directly */
 
 #include <getopt.h>
 #include <inttypes.h>

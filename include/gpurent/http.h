@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "api_error.h"
-#include "json_body.h"
-#include "ids.h"
+#include "gpurent/api_error.h"
+#include "gpurent/json_body.h"
+#include "gpurent/ids.h"
 
 struct http_request;
 struct http_server;

@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "api_error.h"
+#include "gpurent/api_error.h"
 
 enum json_kind { JSON_KIND_STRING, JSON_KIND_INTEGER, JSON_KIND_BOOLEAN, JSON_KIND_OBJECT, JSON_KIND_ARRAY };
 

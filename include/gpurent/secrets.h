@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ids.h"
+#include "gpurent/ids.h"
 
 #define PASSWORD_HASH_MAX 160
 /* Hashes password into out ("pbkdf2-sha256$ITER$SALT$HASH"); 0 or -1. */
@@ -31,5 +31,13 @@ int api_key_hash_equal(const unsigned char *a, const unsigned char *b);
 
 /* SHA-256 of data as 64 lowercase hex characters plus NUL. */
 void sha256_hex(const void *data, size_t len, char out[65]);
+/* SHA-256 of the n pieces parts[i] (lens[i] bytes each) one after the
+ * other, as sha256_hex: for hashing a request without copying it. */
+void sha256_hex_parts(const void *const *parts, const size_t *lens, size_t n, char out[65]);
+/* HMAC-SHA256 of data keyed with key, as 64 lowercase hex characters plus
+ * NUL; -1 (out "") on failure. */
+int hmac_sha256_hex(const char *key, const void *data, size_t len, char out[65]);
+/* Constant-time equality of two n-byte strings (signatures): 1 if equal. */
+int secret_equal(const void *a, const void *b, size_t n);
 
 #endif

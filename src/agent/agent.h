@@ -23,10 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "conf.h"
+#include "gpurent/conf.h"
 #include "discovery.h"
-#include "http.h"
-#include "log.h"
+#include "gpurent/http.h"
+#include "gpurent/log.h"
 
 #define AGENT_VERSION "0.1.0"
 

@@ -5,8 +5,8 @@
  * what is wanted (a record on disk, a workload in the list) and schedule
  * the driver; they never run a command. */
 #include "agent.h"
-#include "clock.h"
-#include "sign.h"
+#include "gpurent/clock.h"
+#include "gpurent/sign.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "gpurent/log.h"
 
 #define GIB (UINT64_C(1) << 30)
 /* Larger than any card sold; a bigger figure means a misread unit. */

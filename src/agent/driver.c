@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
+#include "gpurent/clock.h"
 
 #define STEP_FREED INT64_MIN /* the step removed and freed the workload */
 /* An idle worker wakes at least this often, so the watchdog sees it alive. */

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "gpurent/clock.h"
 
 #define KILL_GRACE_MS 2000 /* SIGTERM first, SIGKILL this much later */
 #define DRAIN_MS 200       /* output still read after the child exited */

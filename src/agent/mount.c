@@ -5,7 +5,7 @@
  * parent, because a bind mount from the same filesystem has the same st_dev
  * as its parent and would look unmounted. */
 #include "agent.h"
-#include "secrets.h"
+#include "gpurent/secrets.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "gpurent/clock.h"
 
 static const struct model_info {
     const char *model;  /* catalog code */

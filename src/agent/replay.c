@@ -18,7 +18,7 @@
  * that no request dated in its start second can be refused. A clock that
  * steps back across a restart reopens the gap by the size of the step. */
 #include "agent.h"
-#include "clock.h"
+#include "gpurent/clock.h"
 
 #include <errno.h>
 #include <inttypes.h>

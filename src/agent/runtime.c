@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "gpurent/clock.h"
 
 int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms)
 {

@@ -7,8 +7,8 @@
  * running, between RELOADING=1 and READY=1 as systemd's notify-reload
  * expects. */
 #include "agent.h"
-#include "clock.h"
-#include "sign.h"
+#include "gpurent/clock.h"
+#include "gpurent/sign.h"
 
 #include <curl/curl.h>
 #include <errno.h>

@@ -7,8 +7,8 @@
  * rather than left half alive. The signal loop never pings: a main thread
  * that still takes signals says nothing about the threads doing the work. */
 #include "agent.h"
-#include "clock.h"
-#include "selfcheck.h"
+#include "gpurent/clock.h"
+#include "gpurent/selfcheck.h"
 
 #include <errno.h>
 #include <pthread.h>

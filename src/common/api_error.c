@@ -1,5 +1,5 @@
 /* api_error.c: the error table behind api_error.h. */
-#include "api_error.h"
+#include "gpurent/api_error.h"
 
 static const struct api_error_info errors[ERR_COUNT] = {
     [ERR_MALFORMED_JSON] = {"malformed_json", 400, "the request body is not valid JSON"},

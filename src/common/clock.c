@@ -1,6 +1,6 @@
 /* clock.c: system time, or the testing clock read from a file (see clock.h). */
-#include "clock.h"
-#include "log.h"
+#include "gpurent/clock.h"
+#include "gpurent/log.h"
 
 #include <errno.h>
 #include <inttypes.h>

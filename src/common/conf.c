@@ -1,6 +1,6 @@
 /* conf.c: the configuration table engine described in conf.h. */
-#include "conf.h"
-#include "log.h"
+#include "gpurent/conf.h"
+#include "gpurent/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

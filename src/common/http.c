@@ -1,9 +1,9 @@
 /* http.c: the HTTP layer behind http.h: libmicrohttpd set-up, routing,
  * authentication hook, body reading, reply helpers, CORS and the access log. */
-#include "http.h"
-#include "json_body.h"
-#include "clock.h"
-#include "log.h"
+#include "gpurent/http.h"
+#include "gpurent/json_body.h"
+#include "gpurent/clock.h"
+#include "gpurent/log.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

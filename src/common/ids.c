@@ -1,5 +1,5 @@
 /* ids.c: random ids and bytes from OpenSSL's CSPRNG (see ids.h). */
-#include "ids.h"
+#include "gpurent/ids.h"
 
 #include <openssl/rand.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* json_body.c: checks a request body against an endpoint's declared fields
  * (see json_body.h); pure, so it is unit-tested without a server. */
-#include "json_body.h"
+#include "gpurent/json_body.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* jsonx.c: RFC 3339 times and pagination cursors (see jsonx.h). */
-#include "jsonx.h"
-#include "money.h"
+#include "gpurent/jsonx.h"
+#include "gpurent/money.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * written with a single write(2), so lines from different threads never mix;
  * newlines and control characters in a message are neutralised, so a value
  * from outside can neither split a line nor forge one. */
-#include "log.h"
+#include "gpurent/log.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -1,7 +1,7 @@
 /* money.c: parsing, formatting and checked arithmetic for int64_t micro-unit
  * amounts, and the billing formula. Integers only: a double cannot hold every
  * micro-yuan amount above 2^53 micro and rounds where the ledger must not. */
-#include "money.h"
+#include "gpurent/money.h"
 
 #include <stdbool.h>
 #include <string.h>

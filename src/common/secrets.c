@@ -1,10 +1,11 @@
 /* secrets.c: password hashing and API key tokens (see secrets.h). */
-#include "secrets.h"
+#include "gpurent/secrets.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,36 @@ void sha256_hex(const void *data, size_t len, char out[65])
     SHA256(data, len, d);
     hex_encode(d, sizeof d, out);
 }
+
+void sha256_hex_parts(const void *const *parts, const size_t *lens, size_t n, char out[65])
+{
+    unsigned char d[SHA256_DIGEST_LENGTH];
+    unsigned len = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    out[0] = '\0';
+    if (!ctx)
+        return;
+    int ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = lens[i] == 0 || EVP_DigestUpdate(ctx, parts[i], lens[i]) == 1;
+    ok = ok && EVP_DigestFinal_ex(ctx, d, &len) == 1;
+    EVP_MD_CTX_free(ctx);
+    if (ok)
+        hex_encode(d, len, out);
+}
+
+int hmac_sha256_hex(const char *key, const void *data, size_t len, char out[65])
+{
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    out[0] = '\0';
+    if (!HMAC(EVP_sha256(), key, (int)strlen(key), data, len, mac, &n) || n != SHA256_DIGEST_LENGTH)
+        return -1;
+    hex_encode(mac, n, out);
+    return 0;
+}
+
+int secret_equal(const void *a, const void *b, size_t n) { return CRYPTO_memcmp(a, b, n) == 0; }
 
 int api_key_new(char id[ID_MAX], char token[API_TOKEN_LEN + 1], unsigned char hash[API_SECRET_HASH_LEN])
 {

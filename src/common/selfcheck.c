@@ -1,6 +1,6 @@
 /* selfcheck.c: a program asking its own HTTP server whether it answers (see
  * selfcheck.h), with libcurl, from a watchdog thread. */
-#include "selfcheck.h"
+#include "gpurent/selfcheck.h"
 
 #include <curl/curl.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* sign.c: HMAC-SHA256 request signing between gpurentd and its node agents,
  * and the agent's replay cache of recently seen nonces (see sign.h). */
-#include "sign.h"
+#include "gpurent/sign.h"
 
 #include <inttypes.h>
 #include <pthread.h>

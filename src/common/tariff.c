@@ -1,6 +1,6 @@
 /* tariff.c: interval costs under a price schedule (see tariff.h). */
-#include "tariff.h"
-#include "money.h"
+#include "gpurent/tariff.h"
+#include "gpurent/money.h"
 
 int tariff_due(const struct price_point *pp, size_t n, int64_t cards, int64_t start, int64_t end, int64_t *out)
 {

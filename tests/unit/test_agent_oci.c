@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "agent.h"
-#include "clock.h"
+#include "gpurent/clock.h"
 
 #define MOUNTINFO "tests/data/agent/mountinfo.txt"
 

@@ -18,8 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "conf.h"
-#include "daemon.h"
+#include "gpurent/conf.h"
+#include "gpurentd.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

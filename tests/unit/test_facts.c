@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "facts.h"
+#include "domain/facts.h"
 
 /* Builds a facts document of n cards; card k gets models[k] if given. */
 static json_t *facts_doc(int n, const char *model, const char *odd_model, int odd_index, int failed_index)

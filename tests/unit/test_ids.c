@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ids.h"
+#include "gpurent/ids.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_body.h"
+#include "gpurent/json_body.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define OK (-1) /* "no error expected" in the tables below */

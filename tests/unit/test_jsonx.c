@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "jsonx.h"
+#include "gpurent/jsonx.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

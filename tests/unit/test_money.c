@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "money.h"
+#include "gpurent/money.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 /* A value no function under test produces, to see that failures zero *out. */

@@ -19,8 +19,8 @@
 
 #include <jansson.h>
 
-#include "api_error.h"
-#include "daemon.h"
+#include "gpurent/api_error.h"
+#include "gpurentd.h"
 #include "embedded.h"
 
 static json_t *doc; /* the parsed document, owned by the group */

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "placement.h"
+#include "domain/placement.h"
 
 #define ALL8 0xffu
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "secrets.h"
+#include "gpurent/secrets.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

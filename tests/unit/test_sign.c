@@ -16,7 +16,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "sign.h"
+#include "gpurent/sign.h"
 
 #define SECRET "5f1c0a9e7b3d4c2a8e6f0d1b9a7c5e3f2d4b6a8c0e1f3a5b7d9c2e4f6a8b0c1d"
 #define BODY   "{\"image\":\"rocm/pytorch:2.3-rocm6.2\",\"gpus\":[0,1]}"

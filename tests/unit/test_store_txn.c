@@ -16,8 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
-#include "store.h"
+#include "gpurentd.h"
+#include "store/store_sql.h" /* a test of the store itself */
 
 static char dir[64], db_path[128];
 

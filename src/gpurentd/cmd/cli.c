@@ -1,9 +1,9 @@
 /* cli.c: the subcommands that work on the database directly, for operators
  * and scripts: `gpurentd migrate` and `gpurentd admin create-user`. */
-#include "daemon.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
+#include "gpurentd.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "store/store.h"
 
 #include <getopt.h>
 #include <stdio.h>

@@ -2,9 +2,9 @@
  * table, CSV or JSON) and `gpurentd backup FILE` (an online copy). Both read
  * the live database next to a running daemon without blocking it: WAL
  * readers see a consistent snapshot and never hold up writers. */
-#include "daemon.h"
-#include "money.h"
-#include "store.h"
+#include "gpurentd.h"
+#include "gpurent/money.h"
+#include "store/store.h"
 
 #include <getopt.h>
 #include <jansson.h>

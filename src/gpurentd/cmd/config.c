@@ -1,7 +1,7 @@
 /* config.c: gpurentd's option table: every option's type, bounds and default
  * in one place, read by conf.c from conf/gpurentd.conf and flags. */
-#include "daemon.h"
-#include "money.h"
+#include "gpurentd.h"
+#include "gpurent/money.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* main.c: gpurentd's entry point: picks the subcommand. */
-#include "daemon.h"
+#include "gpurentd.h"
 
 #include <stdio.h>
 #include <string.h>

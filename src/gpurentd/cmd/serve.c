@@ -1,12 +1,12 @@
 /* serve.c: `gpurentd serve`: load configuration, migrate, start the HTTP
  * server and background loops, then wait for signals: SIGHUP reloads what can
  * change safely, SIGTERM and SIGINT drain requests and exit 0. */
-#include "clock.h"
-#include "daemon.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "gpurentd.h"
+#include "gpurent/url.h"
+#include "store/store.h"
 
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
@@ -108,19 +108,6 @@ static int bootstrap_admin(struct store *s, const struct daemon_conf *conf)
     return 0;
 }
 
-int host_is_loopback(const char *host)
-{
-    unsigned char a[16];
-    if (inet_pton(AF_INET, host, a) == 1)
-        return a[0] == 127;
-    if (inet_pton(AF_INET6, host, a) == 1) {
-        static const unsigned char one[16] = {[15] = 1};
-        static const unsigned char mapped[12] = {[10] = 0xff, [11] = 0xff};
-        return memcmp(a, one, 16) == 0 || (memcmp(a, mapped, 12) == 0 && a[12] == 127);
-    }
-    return strcasecmp(host, "localhost") == 0 || strcasecmp(host, "localhost.") == 0;
-}
-
 /* API keys, sign-up passwords and workload environments must not cross a
  * network in clear text (docs/OPERATIONS.md, TLS). Plain HTTP is fine on
  * loopback, where only this machine (a TLS reverse proxy) reaches it, and
@@ -213,7 +200,7 @@ int cmd_serve(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     /* libcurl's global state must be set up before any thread uses it. */
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+    if (agent_client_global_init() != 0) {
         log_error("cannot initialise libcurl");
         goto out;
     }
@@ -305,7 +292,7 @@ out:
     billing_stop();
     store_close(s);
     store_close_threads();
-    curl_global_cleanup();
+    agent_client_global_cleanup();
     for (int i = 0; i < l.n_overrides; i++)
         free(l.overrides[i]);
     return status;

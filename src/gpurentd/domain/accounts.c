@@ -1,10 +1,10 @@
 /* accounts.c: creating accounts and API keys, shared by the sign-up
  * endpoint, the key endpoints and `gpurentd admin create-user`. */
-#include "clock.h"
-#include "daemon.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "domain/domain.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "store/store.h"
 
 #include <ctype.h>
 #include <stdio.h>

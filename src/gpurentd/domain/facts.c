@@ -1,5 +1,5 @@
 /* facts.c: the rules that put a node in service or keep it out (facts.h). */
-#include "facts.h"
+#include "domain/facts.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,12 +2,12 @@
  * instance does to the database, each as one transaction callback, and the
  * JSON shape of an instance. Agents are never called here: the reconciler
  * sees the change and drives them. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "ledger.h"
-#include "placement.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "domain/domain.h"
+#include "gpurent/jsonx.h"
+#include "domain/ledger.h"
+#include "domain/placement.h"
+#include "store/store.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -117,7 +117,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     snprintf(in.volume_id, sizeof in.volume_id, "%s", volume_id);
     snprintf(in.desired, sizeof in.desired, "running");
     snprintf(in.state, sizeof in.state, "pending");
-    if ((rc = billing_check_funds(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
+    if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
         (rc = store_instance_insert(s, &in)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK)
         return rc;
@@ -152,7 +152,7 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
         return refuse(o, ERR_CONFLICT, NULL, NULL, "the instance's volume %s no longer exists", in.volume_id);
     if (rc != STORE_OK)
         return rc;
-    if ((rc = billing_check_funds(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
+    if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
         (rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_set_desired(s, in.id, "running", now)) != STORE_OK ||
         (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK)

@@ -1,10 +1,10 @@
 /* ledger.c: money operations on the double-entry ledger (see ledger.h). */
-#include "daemon.h"
-#include "ledger.h"
-#include "log.h"
-#include "money.h"
-#include "store.h"
-#include "tariff.h"
+#include "domain/domain.h"
+#include "domain/ledger.h"
+#include "gpurent/log.h"
+#include "gpurent/money.h"
+#include "store/store.h"
+#include "gpurent/tariff.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ids.h"
+#include "gpurent/ids.h"
 
 struct store;
 struct billable;
@@ -89,9 +89,5 @@ int ledger_close_interval(struct store *s, const char *instance_id, int64_t ende
 /* The price of a GPU type's card-hour at t (micro-yuan), or -1 if none. */
 int64_t ledger_price_at(struct store *s, const char *gpu_model, int64_t t);
 
-/* ledger_verify.c: checks every invariant of the ledger and prints each
- * breach to stream. Returns the number of breaches (0: all good), or -1 if
- * the check itself failed. */
-int ledger_verify(struct store *s, void *stream);
 
 #endif

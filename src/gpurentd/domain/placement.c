@@ -1,5 +1,5 @@
 /* placement.c: best-fit card placement (see placement.h). */
-#include "placement.h"
+#include "domain/placement.h"
 
 #include <string.h>
 

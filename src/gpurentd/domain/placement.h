@@ -16,17 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ids.h"
-
-#define PLACEMENT_NODE_CARDS 8   /* cards on a whole node */
-#define PLACEMENT_MAX_NODES 32   /* 256 cards / 8 */
-
-struct placement_node {
-    char id[ID_MAX];      /* node id */
-    char fabric[64];      /* RDMA fabric */
-    int card_count;       /* cards the node has */
-    uint64_t free_mask;   /* bit i: card i is healthy and free */
-};
+#include "store/store.h" /* struct placement_node, the limits */
 
 struct placement {
     size_t n_nodes;                         /* nodes used, in rank order */

@@ -1,9 +1,9 @@
 /* api_accounts.c: POST /v1/signup, POST /v1/login and GET /v1/me. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "ledger.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "domain/ledger.h"
+#include "store/store.h"
 
 #include <ctype.h>
 #include <stdio.h>

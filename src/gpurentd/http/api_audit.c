@@ -4,11 +4,11 @@
  * their optional reason and write their row, inside the transaction of the
  * change it records, so there is never a change without its row or a row
  * without its change. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "log.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "gpurent/log.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

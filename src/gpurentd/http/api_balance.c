@@ -3,12 +3,12 @@
  * and what is left to spend), GET /v1/transactions, GET /v1/usage and
  * GET /v1/statements/{month} (JSON or CSV). Amounts are decimal strings
  * with the currency. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

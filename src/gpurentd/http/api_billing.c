@@ -3,9 +3,9 @@
  * tests on the testing clock) who must not wait for the next period. The
  * run is recorded in admin_actions, with the optional reason of its body,
  * just before it is asked for. */
-#include "daemon.h"
-#include "jsonx.h"
-#include "store.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "store/store.h"
 
 struct run_ctx {
     const struct http_request *req; /* the admin's */

@@ -4,12 +4,12 @@
  * honours Idempotency-Key: a retried grant is granted once). Amounts are
  * bounded by max_grant and, as they land, by max_balance; the admin's
  * routes are recorded in admin_actions. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "store/store.h"
 
 #include <ctype.h>
 #include <stdio.h>

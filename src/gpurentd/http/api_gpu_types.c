@@ -1,10 +1,10 @@
 /* api_gpu_types.c: GET /v1/gpu-types (public: the console shows it before
  * login) and the admin's PUT/DELETE /v1/admin/gpu-types/{code}. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "ledger.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "domain/ledger.h"
+#include "store/store.h"
 
 #include <ctype.h>
 #include <stdio.h>

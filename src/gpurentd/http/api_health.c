@@ -1,9 +1,9 @@
 /* api_health.c: GET /healthz (the process answers), GET /readyz (it can
  * serve: database reachable and migrated) and GET /v1/openapi.json. */
-#include "clock.h"
-#include "daemon.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
 #include "embedded.h"
-#include "store.h"
+#include "store/store.h"
 
 #include <string.h>
 

@@ -1,10 +1,10 @@
 /* api_images.c: GET /v1/images (public, like the GPU catalog) and the
  * admin's POST /v1/admin/images and DELETE /v1/admin/images/{id}. Images
  * are named by id in URLs because their refs hold '/' and ':'. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <string.h>

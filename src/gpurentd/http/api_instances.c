@@ -1,10 +1,10 @@
 /* api_instances.c: /v1/instances — rent cards (create), list, show, start,
  * stop, terminate, and read an instance's events. Each change is one
  * transaction (instances.c); the reconciler is woken to drive the agents. */
-#include "daemon.h"
-#include "jsonx.h"
-#include "placement.h"
-#include "store.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "domain/placement.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* api_keys.c: /v1/api-keys — create (token shown once), list, show, revoke. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,14 +2,14 @@
  * is shown once), list and show nodes with their cards, set aside
  * (cordon, drain, maintenance) or return to service, and remove an idle node.
  * Handlers only change the database; the heartbeat loop talks to agents. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "sign.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "gpurent/sign.h"
+#include "gpurent/url.h"
+#include "store/store.h"
 
 #include <ctype.h>
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,25 +76,8 @@ static void warn_if_clear_text(const struct node *n)
 {
     if (strncmp(n->agent_url, "http://", 7) != 0)
         return;
-    /* libcurl parses the URL as it will connect to it (user info, IPv6
-     * brackets and ports included). */
-    CURLU *u = curl_url();
-    char *host = NULL;
-    if (u && curl_url_set(u, CURLUPART_URL, n->agent_url, 0) == CURLUE_OK)
-        curl_url_get(u, CURLUPART_HOST, &host, 0);
-    int loopback = 0;
-    if (host) {
-        size_t len = strlen(host);
-        if (len > 2 && host[0] == '[' && host[len - 1] == ']') { /* an IPv6 address */
-            host[len - 1] = '\0';
-            loopback = host_is_loopback(host + 1);
-        } else {
-            loopback = host_is_loopback(host);
-        }
-    }
-    curl_free(host);
-    curl_url_cleanup(u);
-    if (loopback)
+    char host[256];
+    if (url_host(n->agent_url, host, sizeof host) == 0 && host_is_loopback(host))
         return;
     log_warn("nodes: %s (%s) registered at plain %s, not on loopback: workload specs and their environments "
              "would cross the network in clear text; serve the agent over TLS (its tls_cert and tls_key) and "

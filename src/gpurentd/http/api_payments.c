@@ -4,16 +4,14 @@
  * provider, authenticated by an HMAC-SHA256 signature of "TIMESTAMP.BODY"
  * with payment_webhook_secret (X-Gpurent-Webhook-Timestamp,
  * X-Gpurent-Webhook-Signature, lowercase hex), refused when stale. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "gpurent/secrets.h"
+#include "store/store.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,13 +142,10 @@ static int webhook_signature_ok(struct http_request *req)
     text[tlen] = '.';
     if (req->body_len)
         memcpy(text + tlen + 1, req->body, req->body_len);
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    int ok = HMAC(EVP_sha256(), secret, (int)strlen(secret), text, n, mac, &len) != NULL;
+    char hex[65];
+    int ok = hmac_sha256_hex(secret, text, n, hex) == 0;
     free(text);
-    char hex[2 * EVP_MAX_MD_SIZE + 1];
-    hex_encode(mac, len, hex);
-    return ok && CRYPTO_memcmp(hex, sig, 64) == 0 ? 0 : -1;
+    return ok && secret_equal(hex, sig, 64) ? 0 : -1;
 }
 
 void api_payments_webhook(struct http_request *req)

@@ -3,13 +3,13 @@
  * PUT /v1/admin/prices/{gpu_type} (at most max_price_per_card_hour,
  * recorded in admin_actions). A price applies from its effective time on,
  * never backwards. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
-#include "tariff.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "store/store.h"
+#include "gpurent/tariff.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* api_users.c: admin routes about users: PUT /v1/admin/users/{id}/limits
  * sets a user's card quota, recorded in admin_actions. */
-#include "daemon.h"
-#include "store.h"
+#include "http/api.h"
+#include "store/store.h"
 
 struct limits_ctx {
     const char *user_id; /* whose */

@@ -1,10 +1,10 @@
 /* api_volumes.c: /v1/volumes — a user's persistent storage, mounted at
  * /shared on every node of their instances. A volume outlives instances;
  * deleting one that an instance still uses is refused. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/jsonx.h"
+#include "store/store.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -12,67 +12,12 @@
 #include <string.h>
 
 #define VOLUMES_PAGE_MAX 100
-#define DEFAULT_VOLUME "shared"
 
 static json_t *volume_json(const struct volume *v)
 {
     return json_pack("{s:s, s:s, s:I, s:s, s:I, s:b, s:o}", "id", v->id, "name", v->name, "size_gb",
                      (json_int_t)v->size_gb, "mount_path", "/shared", "instances", (json_int_t)v->instances,
                      "in_use", v->mounted > 0, "created_at", json_time(v->created_at, 0));
-}
-
-/* Renders volume_source_template for a new volume. */
-static int render_source(const char *user_id, const char *volume_id, char *out, size_t n)
-{
-    const char *t = daemon_config->volume_source_template;
-    size_t o = 0;
-    while (*t) {
-        const char *value = NULL;
-        size_t skip = 0;
-        if (strncmp(t, "{volume_id}", 11) == 0)
-            value = volume_id, skip = 11;
-        else if (strncmp(t, "{user_id}", 9) == 0)
-            value = user_id, skip = 9;
-        if (value) {
-            size_t len = strlen(value);
-            if (o + len >= n)
-                return -1;
-            memcpy(out + o, value, len);
-            o += len;
-            t += skip;
-        } else {
-            if (o + 1 >= n)
-                return -1;
-            out[o++] = *t++;
-        }
-    }
-    out[o] = '\0';
-    return 0;
-}
-
-static int volume_new(struct store *s, const char *user_id, const char *name, int64_t size_gb, struct volume *v)
-{
-    memset(v, 0, sizeof *v);
-    if (id_new("vol", v->id) < 0)
-        return STORE_ERROR;
-    snprintf(v->user_id, sizeof v->user_id, "%s", user_id);
-    snprintf(v->name, sizeof v->name, "%s", name);
-    v->size_gb = size_gb;
-    v->created_at = clock_now();
-    if (render_source(user_id, v->id, v->source, sizeof v->source) < 0)
-        return STORE_ERROR;
-    return store_volume_insert(s, v);
-}
-
-int volume_default(struct store *s, const char *user_id, char id_out[ID_MAX])
-{
-    struct volume v;
-    int rc = store_volume_get_by_name(s, user_id, DEFAULT_VOLUME, &v);
-    if (rc == STORE_NOT_FOUND)
-        rc = volume_new(s, user_id, DEFAULT_VOLUME, daemon_config->volume_default_size_gb, &v);
-    if (rc == STORE_OK)
-        memcpy(id_out, v.id, ID_MAX);
-    return rc;
 }
 
 static int name_valid(const char *name)
@@ -95,7 +40,7 @@ struct create_ctx {
 static int create_txn(struct store *s, void *vctx)
 {
     struct create_ctx *ctx = vctx;
-    return volume_new(s, ctx->user_id, ctx->name, ctx->size_gb, &ctx->v);
+    return volume_create(s, ctx->user_id, ctx->name, ctx->size_gb, &ctx->v);
 }
 
 void api_volumes_create(struct http_request *req)

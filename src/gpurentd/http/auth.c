@@ -1,8 +1,8 @@
 /* auth.c: bearer API keys. Finds the key by the id inside the token, then
  * compares the secret's hash in constant time, so neither a wrong secret nor
  * an unknown key tells an attacker anything by timing the database. */
-#include "daemon.h"
-#include "store.h"
+#include "http/api.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <string.h>

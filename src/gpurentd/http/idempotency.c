@@ -4,30 +4,21 @@
  * that answer or, if the first never committed, runs afresh: never twice.
  * Keys belong to their user; the same key with another request is refused.
  * Refusals (4xx) are not stored, so a retry after fixing the cause runs. */
-#include "clock.h"
-#include "daemon.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "gpurent/secrets.h"
+#include "store/store.h"
 
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Method and path each with its NUL, so no two requests run together. */
 static void request_hash(const struct http_request *req, char out[65])
 {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    if (!ctx)
-        return;
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    EVP_DigestUpdate(ctx, req->method, strlen(req->method) + 1);
-    EVP_DigestUpdate(ctx, req->path, strlen(req->path) + 1);
-    if (req->body_len)
-        EVP_DigestUpdate(ctx, req->body, req->body_len);
-    EVP_DigestFinal_ex(ctx, digest, &len);
-    EVP_MD_CTX_free(ctx);
-    hex_encode(digest, len, out);
+    const void *parts[] = {req->method, req->path, req->body};
+    size_t lens[] = {strlen(req->method) + 1, strlen(req->path) + 1, req->body_len};
+    sha256_hex_parts(parts, lens, 3, out);
 }
 
 int idempotency_begin(struct http_request *req, struct idempotency *idem)

@@ -1,9 +1,9 @@
 /* limits.c: the money maxima (max_price_per_card_hour, max_topup, max_grant,
  * max_balance) as the API enforces them, in one wording for every route: a
  * 400 invalid_field naming the body field, the amount and the limit. */
-#include "daemon.h"
-#include "money.h"
-#include "store.h"
+#include "http/api.h"
+#include "gpurent/money.h"
+#include "store/store.h"
 
 void limit_refuse(struct http_request *req, const char *field, int64_t amount, const char *option, int64_t limit)
 {

@@ -1,6 +1,6 @@
 /* routes.c: every route gpurentd serves, in one table. Keep docs/openapi.json
  * in step: a unit test checks that each route here is described there. */
-#include "daemon.h"
+#include "http/api.h"
 
 const struct http_route daemon_routes[] = {
     {"GET", "/healthz", api_healthz, AUTH_NONE},

@@ -1,7 +1,7 @@
 /* throttle.c: counts failed logins per key ("email:…" or "ip:…") in memory
  * and locks a key out for a while after too many. A fixed-size table with
  * the oldest entry evicted keeps memory bounded whatever attackers send. */
-#include "daemon.h"
+#include "http/api.h"
 
 #include <pthread.h>
 #include <stdint.h>

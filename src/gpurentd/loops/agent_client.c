@@ -1,10 +1,10 @@
 /* agent_client.c: builds signed libcurl calls to node agents (see
  * agent_client.h and docs/AGENT_PROTOCOL.md). */
-#include "agent_client.h"
-#include "daemon.h"
-#include "clock.h"
-#include "log.h"
-#include "sign.h"
+#include "loops/agent_client.h"
+#include "loops/loops.h"
+#include "gpurent/clock.h"
+#include "gpurent/log.h"
+#include "gpurent/sign.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,3 +247,7 @@ int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int 
     const struct agent_call_stream st = {take_made, leave_with_caller, calls};
     return agent_calls_stream(n, max_parallel, stop, &st);
 }
+
+int agent_client_global_init(void) { return curl_global_init(CURL_GLOBAL_DEFAULT) == 0 ? 0 : -1; }
+
+void agent_client_global_cleanup(void) { curl_global_cleanup(); }

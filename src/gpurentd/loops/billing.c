@@ -21,13 +21,13 @@
  * of their own: one whose billing fails (an overflow, a broken row) is
  * skipped for the pass, logged once per change of reason and counted, and
  * everyone else is billed. */
-#include "clock.h"
-#include "daemon.h"
-#include "jsonx.h"
-#include "ledger.h"
-#include "money.h"
-#include "store.h"
-#include "tariff.h"
+#include "gpurent/clock.h"
+#include "loops/loops.h"
+#include "gpurent/jsonx.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
+#include "store/store.h"
+#include "gpurent/tariff.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -514,56 +514,6 @@ int billing_check(struct store *s, struct billing_summary *out)
         last_check = p.now;
     pass_done(&p, started, (int64_t)checked, (int64_t)nu, out);
     return rc;
-}
-
-int billing_check_funds(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
-                        struct op_outcome *o)
-{
-    int64_t price = ledger_price_at(s, gpu_model, at);
-    if (price < 0) {
-        o->failed = 1;
-        o->error = ERR_INVALID_FIELD;
-        snprintf(o->field, sizeof o->field, "gpu_type");
-        snprintf(o->message, sizeof o->message, "%s has no price yet", gpu_model);
-        return REFUSED;
-    }
-    /* Funds must cover a minimum run of this instance and of every other
-     * one the user already holds cards for, each at its own price, so that
-     * concurrent starts cannot count the same money twice. */
-    int64_t seconds = daemon_config->min_run_minutes * 60, need;
-    if (money_accrue(price, cards, seconds, &need) != MONEY_OK)
-        return STORE_ERROR;
-    struct model_cards *held;
-    size_t n_held;
-    int rc = store_user_cards_by_model(s, user_id, &held, &n_held);
-    if (rc != STORE_OK)
-        return rc;
-    for (size_t i = 0; i < n_held && rc == STORE_OK; i++) {
-        int64_t p = ledger_price_at(s, held[i].gpu_model, at), more;
-        if (p > 0 && (money_accrue(p, held[i].cards, seconds, &more) != MONEY_OK || money_add(need, more, &need) != MONEY_OK))
-            rc = STORE_ERROR;
-    }
-    free(held);
-    if (rc != STORE_OK)
-        return rc;
-    struct funds f;
-    rc = ledger_funds_now(s, user_id, at, &f);
-    if (rc != STORE_OK)
-        return rc;
-    if (f.available >= need)
-        return STORE_OK;
-    char need_s[MONEY_FMT_LEN], have_s[MONEY_FMT_LEN];
-    money_format(need, need_s);
-    money_format(f.available, have_s);
-    o->failed = 1;
-    o->error = ERR_INSUFFICIENT_FUNDS;
-    json_decref(o->extra);
-    o->extra = json_pack("{s:s, s:s, s:s}", "needed", need_s, "available", have_s, "currency",
-                         daemon_config->currency);
-    snprintf(o->message, sizeof o->message,
-             "%s %s needed for a %lld-minute minimum run (with your other running cards); %s available",
-             need_s, daemon_config->currency, (long long)daemon_config->min_run_minutes, have_s);
-    return REFUSED;
 }
 
 /* ------------------------------------------------------------ the thread */

@@ -7,11 +7,11 @@
  * node's count of ended workloads changes, the reconciler is asked to list
  * that node's workloads now, so an exit is billed to its second. A
  * registration wakes the loop to poll just the new node. */
-#include "agent_client.h"
-#include "clock.h"
-#include "daemon.h"
-#include "facts.h"
-#include "store.h"
+#include "loops/agent_client.h"
+#include "gpurent/clock.h"
+#include "loops/loops.h"
+#include "domain/facts.h"
+#include "store/store.h"
 
 #include <pthread.h>
 #include <stdlib.h>

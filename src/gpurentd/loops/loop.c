@@ -3,7 +3,7 @@
  * the wake and stop requests that cut a sleep short. Each loop keeps its
  * own pacing; this file only spares them from writing the same thread
  * plumbing four times. */
-#include "daemon.h"
+#include "loops/loops.h"
 
 #include <errno.h>
 #include <time.h>

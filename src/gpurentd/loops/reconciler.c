@@ -26,12 +26,13 @@
  * for minutes is not polled in a busy loop. A pass writes every change it
  * decided in one transaction (one commit, one fsync), and running
  * instances with nothing to do cost no transaction at all. */
-#include "agent_client.h"
-#include "clock.h"
-#include "daemon.h"
-#include "ledger.h"
-#include "placement.h"
-#include "store.h"
+#include "loops/agent_client.h"
+#include "gpurent/clock.h"
+#include "loops/loops.h"
+#include "domain/ledger.h"
+#include "domain/placement.h"
+#include "gpurent/url.h"
+#include "store/store.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -122,21 +123,6 @@ static struct agent_client_opts client_opts(void)
         .ca_file = cf->agent_ca_file,
     };
     return o;
-}
-
-/* The host part of an agent URL, for MASTER_ADDR. */
-static void url_host(const char *url, char *out, size_t n)
-{
-    const char *h = strstr(url, "://");
-    h = h ? h + 3 : url;
-    size_t len;
-    if (*h == '[') {
-        h++;
-        len = strcspn(h, "]");
-    } else {
-        len = strcspn(h, ":/");
-    }
-    snprintf(out, n, "%.*s", (int)len, h);
 }
 
 /* What the specs of one instance share, looked up once per instance and

@@ -4,10 +4,10 @@
  * own port, and that the heartbeat, reconciler and billing loops have
  * finished a pass recently; only then does it send WATCHDOG=1. A stuck
  * daemon is therefore restarted by systemd rather than left half alive. */
-#include "clock.h"
-#include "daemon.h"
-#include "selfcheck.h"
-#include "store.h"
+#include "gpurent/clock.h"
+#include "loops/loops.h"
+#include "gpurent/selfcheck.h"
+#include "store/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

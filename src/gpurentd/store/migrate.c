@@ -1,9 +1,9 @@
 /* migrate.c: applies the numbered migrations compiled into the binary, each in
  * its own transaction, and records every applied version. */
-#include "clock.h"
+#include "gpurent/clock.h"
 #include "embedded.h"
-#include "log.h"
-#include "store.h"
+#include "gpurent/log.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* store.c: SQLite connections, the per-connection statement cache, the
  * per-thread connection registry and the transaction runner (see store.h). */
-#include "store.h"
-#include "log.h"
+#include "store/store_sql.h"
+#include "gpurent/log.h"
 
 #include <pthread.h>
 #include <stdbool.h>

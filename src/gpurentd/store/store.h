@@ -1,6 +1,7 @@
-/* store.h: the SQLite store. The only module that speaks SQL: handlers and
- * loops call the store_* functions declared here, grouped by the file that
- * implements them.
+/* store.h: the store layer's public face. The store is the only module
+ * that speaks SQL: the domain, the loops, the handlers and the commands call
+ * the store_* functions declared here, grouped by the file that implements
+ * them, and see neither SQLite nor SQL (store_sql.h is the store's own).
  *
  * Threading: a struct store is one SQLite connection and its cache of
  * prepared statements, used by one thread only. store_thread() gives each
@@ -11,12 +12,11 @@
 #ifndef GPURENT_STORE_H
 #define GPURENT_STORE_H
 
-#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ids.h"
-#include "secrets.h"
+#include "gpurent/ids.h"
+#include "gpurent/secrets.h"
 
 /* Results shared by every store function. */
 enum store_rc {
@@ -43,32 +43,6 @@ struct store *store_thread(void);
 /* Closes every connection store_thread() opened; call after all threads
  * that used them have stopped. */
 void store_close_threads(void);
-/* The connection's handle, for the store_*.c files only. */
-sqlite3 *store_db(struct store *s);
-/* A prepared statement for sql from this connection's cache, reset and with
- * its bindings cleared. sql must be a string with static storage: the cache
- * is keyed by its address. NULL on error (logged). */
-sqlite3_stmt *store_stmt(struct store *s, const char *sql);
-/* Copies a text column into dst (n bytes), "" for NULL, cut to fit. */
-void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col);
-/* Steps a statement that writes, then resets it: a store_rc. */
-int store_step_write(struct store *s, sqlite3_stmt *st, const char *what);
-/* The same, but STORE_NOT_FOUND when it changed no row. */
-int store_step_change(struct store *s, sqlite3_stmt *st, const char *what);
-/* Steps st once: reads the row into out, or STORE_NOT_FOUND if there is none. */
-int store_read_one(struct store *s, sqlite3_stmt *st, void *out, void (*read)(sqlite3_stmt *st, void *row),
-                   const char *what);
-/* Reads up to max rows into out (size-byte elements); *n gets the count. */
-int store_read_rows(struct store *s, sqlite3_stmt *st, void *out, size_t size, size_t max, size_t *n,
-                    void (*read)(sqlite3_stmt *st, void *row), const char *what);
-/* Steps st to its end, reading each row with read() into a malloc'd array
- * of size-byte elements (*out, caller frees; *n rows). */
-int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,
-                  void (*read)(sqlite3_stmt *st, void *row), const char *what);
-/* A read() for store_collect: column 0 as an id (char[ID_MAX]). */
-void store_read_id(sqlite3_stmt *st, void *row);
-/* Maps an SQLite result code to a store_rc, logging unexpected ones. */
-int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 
 typedef int (*store_txn_fn)(struct store *s, void *ctx);
 /* Runs fn(s2, ctx) in a write transaction, one writer of the process at a
@@ -353,10 +327,18 @@ struct instance_event {
 int store_instance_events(struct store *s, const char *id, int64_t after_seq, struct instance_event *out, size_t max,
                           size_t *n);
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n);
+/* A node placement may choose, as the store reads it. */
+#define PLACEMENT_NODE_CARDS 8   /* cards on a whole node */
+#define PLACEMENT_MAX_NODES 32   /* 256 cards / 8 */
+struct placement_node {
+    char id[ID_MAX];      /* node id */
+    char fabric[64];      /* RDMA fabric */
+    int card_count;       /* cards the node has */
+    uint64_t free_mask;   /* bit i: card i is healthy and free */
+};
 /* The ready nodes of model that can take `cards` cards, with their free
  * cards: for up to a node's worth, the best fit alone; for more, every whole
  * free node, by fabric then name. *out is malloc'd (caller frees). */
-struct placement_node;
 int store_placement_candidates(struct store *s, const char *gpu_model, int64_t cards, struct placement_node **out,
                                size_t *n);
 /* Free cards of model on ready nodes, for "only N are free" messages. */
@@ -628,6 +610,27 @@ struct admin_action_filter {
 /* Rows matching f, newest first, at most max. */
 int store_admin_actions(struct store *s, const struct admin_action_filter *f, struct admin_action *out, size_t max,
                         size_t *n);
+
+/* store_verify.c: the ledger's invariants as queries over the raw rows, for
+ * the auditor (audit/ledger_verify.c). */
+/* Called once per breach of a rule (what): id and detail name the row (id
+ * "" for a breach of the whole ledger). With id NULL, detail says why the
+ * rule could not be checked. */
+typedef void (*store_breach_fn)(void *ctx, const char *what, const char *id, const char *detail);
+/* Runs every rule; the number of breaches, or -1 if a rule could not run. */
+int store_verify_rules(struct store *s, store_breach_fn fn, void *ctx);
+/* A settled interval as stored. */
+struct settled_interval {
+    int64_t id;                /* interval */
+    char gpu_model[33];        /* at which prices */
+    int64_t card_count;        /* cards */
+    int64_t started_at;        /* from */
+    int64_t ended_at;          /* to */
+    int64_t billed;            /* what was charged, net of refunds */
+};
+/* Calls fn for every settled interval, by GPU type then id; a non-zero
+ * return stops with STORE_ERROR. */
+int store_settled_intervals(struct store *s, int (*fn)(void *ctx, const struct settled_interval *iv), void *ctx);
 
 /* store_reports.c: the report views and online backups. */
 /* The i-th report's name ("daily-revenue" …), or NULL past the last. */

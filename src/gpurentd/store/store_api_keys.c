@@ -1,5 +1,5 @@
 /* store_api_keys.c: SQL for the api_keys table. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* store_audit.c: SQL for admin_actions, the record of what admins did with
  * money (migration 0013): one row written in the transaction of each change,
  * read back newest first. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * what each node offered: keeps a node's open interval in step with its
  * current facts, so report_utilisation can measure each day against the
  * fleet of that day. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* store_gpu_types.c: SQL for the GPU catalog and its live card counts. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* store_idempotency.c: SQL for Idempotency-Key replay records. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* store_images.c: SQL for the image catalog. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 

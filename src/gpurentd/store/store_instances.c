@@ -1,7 +1,6 @@
 /* store_instances.c: SQL for instances, their placement on node cards,
  * their events and running intervals, and per-user card quotas. */
-#include "placement.h"
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* store_metrics.c: the counts /metrics reports from the database at scrape
  * time, so gauges are always what the store holds, and money counters are
  * sums of postings (they only grow, as Prometheus counters must). */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 

@@ -1,8 +1,8 @@
 /* store_money.c: SQL for prices, the ledger, credit grants, invite codes,
  * top-ups and the billing state of running intervals. */
-#include "log.h"
-#include "store.h"
-#include "tariff.h"
+#include "gpurent/log.h"
+#include "store/store_sql.h"
+#include "gpurent/tariff.h"
 
 #include <stdio.h>
 #include <stdlib.h>

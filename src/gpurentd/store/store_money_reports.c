@@ -1,9 +1,9 @@
 /* store_money_reports.c: SQL behind the user's balance, transactions,
  * usage and statements. Everything is read from the ledger and the running
  * intervals, so what users see always agrees with what was posted. */
-#include "log.h"
-#include "money.h"
-#include "store.h"
+#include "gpurent/log.h"
+#include "gpurent/money.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * change of whether a node is accepted or how many cards it has also brings
  * its capacity history up to date (store_capacity_sync), in the same
  * transaction. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* store_reports.c: runs the billing team's report views (migration
  * 0005_reports.sql and later ones) for `gpurentd report`, filtered by day,
  * and the online backup for `gpurentd backup`. */
-#include "log.h"
-#include "store.h"
+#include "gpurent/log.h"
+#include "store/store_sql.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* store_users.c: SQL for the users table. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <string.h>

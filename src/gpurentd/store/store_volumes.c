@@ -1,5 +1,5 @@
 /* store_volumes.c: SQL for users' persistent volumes. */
-#include "store.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 

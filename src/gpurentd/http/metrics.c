@@ -2,10 +2,10 @@
  * HTTP requests and latency by method, route and status, counted as requests
  * finish; nodes, cards and instances by state and GPU type, and money
  * counters, read from the database at scrape time; billing pass duration
- * and agent call errors, counted by their loops. */
-#include "clock.h"
-#include "daemon.h"
-#include "store.h"
+ * and agent call errors, counted by their loops (loops/counters.c). */
+#include "gpurent/clock.h"
+#include "http/api.h"
+#include "store/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,10 +39,6 @@ struct route_stats {
 
 static struct route_stats routes[MAX_ROUTES + 1];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* guards routes */
-static atomic_llong agent_errors;
-static atomic_llong billing_passes;
-static atomic_llong billing_last_us;
-static atomic_llong billing_total_us;
 
 void metrics_http_done(const struct http_request *req, int64_t us)
 {
@@ -75,15 +71,6 @@ void metrics_http_done(const struct http_request *req, int64_t us)
         st->sum_us += us;
     }
     pthread_mutex_unlock(&lock);
-}
-
-void metrics_agent_error(void) { atomic_fetch_add(&agent_errors, 1); }
-
-void metrics_billing_pass(int64_t duration_us)
-{
-    atomic_fetch_add(&billing_passes, 1);
-    atomic_store(&billing_last_us, duration_us);
-    atomic_fetch_add(&billing_total_us, duration_us);
 }
 
 static void route_labels(size_t idx, char *out, size_t n)
@@ -220,6 +207,8 @@ void api_metrics(struct http_request *req)
             (long long)txn.commits, (long long)txn.transactions, (long long)txn.waiting);
     struct billing_failures bf;
     billing_failures(&bf);
+    struct loop_counters lc;
+    loop_counters(&lc);
     fprintf(f,
             "# HELP gpurent_billing_user_failures_total Times billing one user failed and the user was skipped"
             " for the pass.\n"
@@ -241,9 +230,8 @@ void api_metrics(struct http_request *req)
             "# TYPE gpurent_agent_call_errors_total counter\ngpurent_agent_call_errors_total %lld\n"
             "# HELP gpurent_testing_clock 1 when time comes from a clock file (never in production).\n"
             "# TYPE gpurent_testing_clock gauge\ngpurent_testing_clock %d\n",
-            (long long)atomic_load(&billing_passes), (double)atomic_load(&billing_last_us) / 1e6,
-            (double)atomic_load(&billing_total_us) / 1e6, (long long)atomic_load(&agent_errors),
-            clock_is_testing());
+            (long long)lc.billing_passes, (double)lc.billing_last_us / 1e6, (double)lc.billing_total_us / 1e6,
+            (long long)lc.agent_errors, clock_is_testing());
     fclose(f);
     if (ok)
         http_reply_raw(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);

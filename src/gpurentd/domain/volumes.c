@@ -1,0 +1,65 @@
+/* volumes.c: what a new volume is (its id and the source every node mounts,
+ * rendered from volume_source_template) and each user's default "shared"
+ * volume, which creating an instance makes on first use. */
+#include "domain/domain.h"
+#include "gpurent/clock.h"
+#include "store/store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define DEFAULT_VOLUME "shared"
+
+/* Renders volume_source_template for a new volume. */
+static int render_source(const char *user_id, const char *volume_id, char *out, size_t n)
+{
+    const char *t = daemon_config->volume_source_template;
+    size_t o = 0;
+    while (*t) {
+        const char *value = NULL;
+        size_t skip = 0;
+        if (strncmp(t, "{volume_id}", 11) == 0)
+            value = volume_id, skip = 11;
+        else if (strncmp(t, "{user_id}", 9) == 0)
+            value = user_id, skip = 9;
+        if (value) {
+            size_t len = strlen(value);
+            if (o + len >= n)
+                return -1;
+            memcpy(out + o, value, len);
+            o += len;
+            t += skip;
+        } else {
+            if (o + 1 >= n)
+                return -1;
+            out[o++] = *t++;
+        }
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+int volume_create(struct store *s, const char *user_id, const char *name, int64_t size_gb, struct volume *v)
+{
+    memset(v, 0, sizeof *v);
+    if (id_new("vol", v->id) < 0)
+        return STORE_ERROR;
+    snprintf(v->user_id, sizeof v->user_id, "%s", user_id);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->size_gb = size_gb;
+    v->created_at = clock_now();
+    if (render_source(user_id, v->id, v->source, sizeof v->source) < 0)
+        return STORE_ERROR;
+    return store_volume_insert(s, v);
+}
+
+int volume_default(struct store *s, const char *user_id, char id_out[ID_MAX])
+{
+    struct volume v;
+    int rc = store_volume_get_by_name(s, user_id, DEFAULT_VOLUME, &v);
+    if (rc == STORE_NOT_FOUND)
+        rc = volume_create(s, user_id, DEFAULT_VOLUME, daemon_config->volume_default_size_gb, &v);
+    if (rc == STORE_OK)
+        memcpy(id_out, v.id, ID_MAX);
+    return rc;
+}

@@ -1,0 +1,168 @@
+/* api.h: the HTTP layer (src/gpurentd/http): the route table, what every
+ * request passes (authentication, login throttling, paging, idempotency,
+ * the money limits' wording) and one handler file per API resource. A
+ * handler checks its input, changes the domain through the store in one
+ * transaction, wakes the loop concerned and answers once. */
+#ifndef GPURENT_API_H
+#define GPURENT_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "domain/domain.h"
+#include "gpurent/http.h"
+#include "loops/loops.h"
+
+/* routes.c */
+extern const struct http_route daemon_routes[];
+/* The routes of the separate metrics listener (metrics_listen). */
+extern const struct http_route metrics_routes[];
+
+/* auth.c */
+int auth_authenticate(struct http_request *req, enum http_auth level);
+
+/* throttle.c: failed-login limiting per account and per client address. */
+/* Seconds the key must still wait (0 if it may try now). */
+int64_t throttle_wait(const char *key, int64_t now);
+/* Records a failure; after max failures within the lockout window the key
+ * must wait lockout_s. */
+void throttle_fail(const char *key, int64_t now, int64_t max, int64_t lockout_s);
+/* Forgets a key's failures (after a successful login). */
+void throttle_clear(const char *key);
+
+/* paging.c: limit and cursor for list endpoints. Handlers fetch limit + 1
+ * rows: the extra one says whether another page follows. */
+struct page {
+    int64_t limit;            /* rows to show */
+    int64_t after_t;          /* cursor: sort key of the last row seen (-1: first page) */
+    char after_id[ID_MAX];    /* cursor: that row's id ("" on the first page) */
+};
+/* Reads limit (1..max, default def) and cursor; replies 400 and returns -1
+ * if either is bad. */
+int page_begin(struct http_request *req, int64_t max, int64_t def, struct page *p);
+/* How many of the fetched rows to show. */
+size_t page_shown(const struct page *p, size_t fetched);
+/* The next_cursor naming the last row shown (new reference). */
+json_t *page_cursor(int64_t last_t, const char *last_id);
+
+/* limits.c: the money maxima as every route enforces them. */
+/* Replies 400 invalid_field for an amount (the value of field) over limit,
+ * naming both and the option: "amount 2000000.00 is over max_topup
+ * 1000000.00 CNY". */
+void limit_refuse(struct http_request *req, const char *field, int64_t amount, const char *option, int64_t limit);
+/* The 400 invalid_field (naming field) for money a transaction refused with
+ * LEDGER_OVER_BALANCE: amount would take user_id's balance over max_balance.
+ * label words the money in the message (NULL: the field's name). */
+void limit_refuse_balance(struct http_request *req, const char *field, const char *label, const char *user_id,
+                          int64_t amount);
+
+/* idempotency.c: Idempotency-Key handling for POSTs that create or move
+ * capacity or money. */
+struct idempotency {
+    char key[256];            /* the header, "" when absent */
+    char hash[65];            /* SHA-256 of method, path and body */
+};
+/* Reads the header. Returns 1 if the request was answered (a replay, a
+ * reused key or a bad header), 0 to go on. */
+int idempotency_begin(struct http_request *req, struct idempotency *idem);
+/* Records the answer inside the operation's transaction. */
+int idempotency_record(struct store *s, const struct http_request *req, const struct idempotency *idem, int status,
+                       const char *body);
+
+/* api_health.c */
+void api_healthz(struct http_request *req);
+void api_readyz(struct http_request *req);
+void api_openapi(struct http_request *req);
+
+/* api_accounts.c */
+void api_signup(struct http_request *req);
+void api_login(struct http_request *req);
+void api_me(struct http_request *req);
+
+/* api_keys.c */
+void api_keys_create(struct http_request *req);
+void api_keys_list(struct http_request *req);
+void api_keys_get(struct http_request *req);
+void api_keys_revoke(struct http_request *req);
+
+/* api_instances.c */
+void api_instances_create(struct http_request *req);
+void api_instances_list(struct http_request *req);
+void api_instances_get(struct http_request *req);
+void api_instances_start(struct http_request *req);
+void api_instances_stop(struct http_request *req);
+void api_instances_terminate(struct http_request *req);
+void api_instances_events(struct http_request *req);
+
+/* api_volumes.c */
+void api_volumes_create(struct http_request *req);
+void api_volumes_list(struct http_request *req);
+void api_volumes_get(struct http_request *req);
+void api_volumes_delete(struct http_request *req);
+
+/* api_images.c */
+void api_images_list(struct http_request *req);
+void api_images_create(struct http_request *req);
+void api_images_delete(struct http_request *req);
+
+/* api_users.c: admin user limits */
+void api_users_set_limits(struct http_request *req);
+
+/* api_balance.c */
+void api_balance_get(struct http_request *req);
+void api_transactions_list(struct http_request *req);
+void api_usage_get(struct http_request *req);
+void api_statements_get(struct http_request *req);
+
+/* api_prices.c */
+void api_prices_list(struct http_request *req);
+void api_estimate_get(struct http_request *req);
+void api_prices_put(struct http_request *req);
+
+/* api_credits.c */
+void api_invite_redeem(struct http_request *req);
+/* The 400 for an invite code that could not be redeemed (field names it in
+ * the request), saying whether it is unknown, expired or used up. */
+void api_invite_refused(struct http_request *req, const char *field, const char *code);
+void api_invite_codes_create(struct http_request *req);
+void api_grants_create(struct http_request *req);
+
+/* api_payments.c */
+void api_topups_create(struct http_request *req);
+void api_payments_webhook(struct http_request *req);
+
+/* api_billing.c */
+void api_billing_run(struct http_request *req);
+
+/* api_audit.c: the record of admin money actions. */
+/* Reads the optional "reason" of an admin route's body (declared among its
+ * fields as a string; 4 * max_chars bytes hold any max_chars characters):
+ * 1 to max_chars characters. *out is "" when absent (borrowed from body
+ * otherwise). Replies 400 and returns -1 when bad. */
+int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const char **out);
+/* Writes the admin_actions row for an action req's admin did, in the
+ * caller's transaction (s inside store_txn): action is grant, topup,
+ * invite_code, price, limits or billing_run; target the user id, GPU type
+ * or code (NULL for none); amount in micro-yuan (-1 for none); detail the
+ * request's effective values (borrowed; written with sorted keys). */
+int audit_record(struct store *s, const struct http_request *req, const char *action, const char *target,
+                 int64_t amount, json_t *detail, const char *reason);
+void api_audit_list(struct http_request *req);
+
+/* api_gpu_types.c */
+void api_gpu_types_list(struct http_request *req);
+void api_gpu_types_put(struct http_request *req);
+void api_gpu_types_delete(struct http_request *req);
+
+/* api_nodes.c */
+void api_nodes_create(struct http_request *req);
+void api_nodes_list(struct http_request *req);
+void api_nodes_get(struct http_request *req);
+void api_nodes_set_state(struct http_request *req);
+void api_nodes_delete(struct http_request *req);
+
+/* metrics.c: GET /metrics, and the HTTP requests it counts. */
+void metrics_http_done(const struct http_request *req, int64_t duration_us);
+void api_metrics(struct http_request *req);
+
+#endif

@@ -1,0 +1,28 @@
+/* counters.c: what the loops count for /metrics, as atomics any thread may
+ * bump or read: agent calls that failed, billing passes and their time. The
+ * handler that prints them is http/metrics.c. */
+#include "loops/loops.h"
+
+#include <stdatomic.h>
+
+static atomic_llong agent_errors;
+static atomic_llong billing_passes;
+static atomic_llong billing_last_us;
+static atomic_llong billing_total_us;
+
+void metrics_agent_error(void) { atomic_fetch_add(&agent_errors, 1); }
+
+void metrics_billing_pass(int64_t duration_us)
+{
+    atomic_fetch_add(&billing_passes, 1);
+    atomic_store(&billing_last_us, duration_us);
+    atomic_fetch_add(&billing_total_us, duration_us);
+}
+
+void loop_counters(struct loop_counters *out)
+{
+    out->agent_errors = atomic_load(&agent_errors);
+    out->billing_passes = atomic_load(&billing_passes);
+    out->billing_last_us = atomic_load(&billing_last_us);
+    out->billing_total_us = atomic_load(&billing_total_us);
+}

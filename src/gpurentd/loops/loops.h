@@ -1,0 +1,112 @@
+/* loops.h: the loops layer (src/gpurentd/loops): the background threads
+ * (heartbeat, reconciler, billing, watchdog), the plumbing they share, the
+ * agent client they call nodes with (agent_client.h) and the process's
+ * metrics counters. They act on the domain and the store; handlers above
+ * wake them and read their counters. */
+#ifndef GPURENT_LOOPS_H
+#define GPURENT_LOOPS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "domain/domain.h"
+#include "gpurent/http.h"
+
+/* loop.c: the thread plumbing every background loop shares. */
+struct bg_loop {
+    const char *name;          /* for log lines */
+    pthread_t thread;          /* the loop's thread */
+    int running;               /* started and not yet joined */
+    pthread_mutex_t lock;      /* guards the two requests and any state the loop shares */
+    pthread_cond_t cond;       /* signalled on wake and stop */
+    int stop_requested;        /* loop_stop() was called */
+    int wake_requested;        /* loop_wake() was called since the last sleep */
+};
+#define BG_LOOP_INIT(n) {.name = (n), .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER}
+/* Starts main_fn(l) on a new thread. */
+int loop_start(struct bg_loop *l, void *(*main_fn)(void *));
+/* Cuts the loop's current or next sleep short. */
+void loop_wake(struct bg_loop *l);
+/* Asks the loop to stop and waits for its thread; safe if never started. */
+void loop_stop(struct bg_loop *l);
+/* Sleeps up to ms, or until woken or stopped; returns 1 when stopping.
+ * The _locked form is called with l->lock held. */
+int loop_sleep(struct bg_loop *l, int64_t ms);
+int loop_sleep_locked(struct bg_loop *l, int64_t ms);
+/* Whether loop_stop() was called (for checks inside a long pass). */
+int loop_stopping(struct bg_loop *l);
+/* The CLOCK_REALTIME instant us microseconds from now, for timed waits. */
+void loop_deadline_us(int64_t us, struct timespec *ts);
+
+/* heartbeat.c: polls every agent for its facts on its own thread. */
+int heartbeat_start(void);
+/* Asks for a pass now (a node was registered) instead of at the next period. */
+void heartbeat_wake(void);
+/* Stops the thread and waits for it; safe if never started. */
+void heartbeat_stop(void);
+
+/* billing.c: the billing loop and spend control. */
+struct billing_summary {
+    int64_t users;            /* users billed (usage posted or settled) */
+    int64_t checked;          /* users whose funds were checked */
+    int64_t at;               /* the time billed up to */
+    int64_t duration_ms;      /* how long the pass took */
+    int64_t failed;           /* users skipped because their billing failed (logged) */
+};
+/* Users whose billing failed, for /metrics and /readyz. */
+struct billing_failures {
+    int64_t total;            /* user billings that failed, all time */
+    int64_t users;            /* users whose last billing failed */
+    int64_t users_repeated;   /* of them, failed in more than one pass in a row */
+};
+void billing_failures(struct billing_failures *out);
+/* A full pass: posts all usage due up to now for every user with unbilled
+ * running time (the thread at start-up and when asked; tests and
+ * benchmarks may call it too). */
+int billing_pass(struct store *s, struct billing_summary *out);
+/* The thread's periodic pass: checks every such user's funds against what
+ * is due and posts only where funds ran out, an interval ended, credit
+ * expired, or the user's regular posting (every few minutes) falls due. */
+int billing_check(struct store *s, struct billing_summary *out);
+int billing_start(void);
+/* Wakes the billing thread and waits (up to timeout_ms) for a full pass
+ * that started after the call; 0 if it ran and succeeded. */
+int billing_run_now(struct billing_summary *out, int timeout_ms);
+void billing_stop(void);
+
+/* reconciler.c: drives agents towards what instances want, on its own thread. */
+int reconciler_start(void);
+/* Asks for a pass now (an instance changed) instead of at the next period. */
+void reconciler_wake(void);
+/* Asks the next pass to list node_id's workloads (its agent reported an
+ * exit) and wakes the reconciler. Any thread. */
+void reconciler_list_node(const char *node_id);
+void reconciler_stop(void);
+
+/* watchdog.c: systemd's watchdog, fed after real checks. */
+enum loop_kind { LOOP_HEARTBEAT, LOOP_RECONCILER, LOOP_BILLING, LOOP_COUNT };
+/* Each background loop calls this after every pass. */
+void watchdog_loop_alive(enum loop_kind loop);
+/* Starts feeding when systemd asked for a watchdog (WATCHDOG_USEC). */
+int watchdog_start(const char *host, int port, int tls);
+void watchdog_stop(void);
+
+/* agent_client.c (the calls themselves are in agent_client.h): libcurl's
+ * process-wide set-up, before any thread starts, and its tear-down. 0 or -1. */
+int agent_client_global_init(void);
+void agent_client_global_cleanup(void);
+
+/* counters.c: what the loops count for /metrics (http/metrics.c prints it). */
+struct loop_counters {
+    int64_t agent_errors;     /* agent calls without a usable reply */
+    int64_t billing_passes;   /* billing passes run */
+    int64_t billing_last_us;  /* how long the last one took */
+    int64_t billing_total_us; /* time spent in all of them */
+};
+void metrics_agent_error(void);
+void metrics_billing_pass(int64_t duration_us);
+void loop_counters(struct loop_counters *out);
+
+#endif

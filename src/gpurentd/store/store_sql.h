@@ -1,0 +1,39 @@
+/* store_sql.h: what the store_*.c files share and nothing outside store/
+ * may include (make check-layers says so): SQLite itself, a connection's
+ * handle and statement cache, and the helpers that step statements and read
+ * rows. Everything above the store sees only store.h. */
+#ifndef GPURENT_STORE_SQL_H
+#define GPURENT_STORE_SQL_H
+
+#include <sqlite3.h>
+
+#include "store/store.h"
+
+/* The connection's handle, for the store_*.c files only. */
+sqlite3 *store_db(struct store *s);
+/* A prepared statement for sql from this connection's cache, reset and with
+ * its bindings cleared. sql must be a string with static storage: the cache
+ * is keyed by its address. NULL on error (logged). */
+sqlite3_stmt *store_stmt(struct store *s, const char *sql);
+/* Copies a text column into dst (n bytes), "" for NULL, cut to fit. */
+void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col);
+/* Steps a statement that writes, then resets it: a store_rc. */
+int store_step_write(struct store *s, sqlite3_stmt *st, const char *what);
+/* The same, but STORE_NOT_FOUND when it changed no row. */
+int store_step_change(struct store *s, sqlite3_stmt *st, const char *what);
+/* Steps st once: reads the row into out, or STORE_NOT_FOUND if there is none. */
+int store_read_one(struct store *s, sqlite3_stmt *st, void *out, void (*read)(sqlite3_stmt *st, void *row),
+                   const char *what);
+/* Reads up to max rows into out (size-byte elements); *n gets the count. */
+int store_read_rows(struct store *s, sqlite3_stmt *st, void *out, size_t size, size_t max, size_t *n,
+                    void (*read)(sqlite3_stmt *st, void *row), const char *what);
+/* Steps st to its end, reading each row with read() into a malloc'd array
+ * of size-byte elements (*out, caller frees; *n rows). */
+int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,
+                  void (*read)(sqlite3_stmt *st, void *row), const char *what);
+/* A read() for store_collect: column 0 as an id (char[ID_MAX]). */
+void store_read_id(sqlite3_stmt *st, void *row);
+/* Maps an SQLite result code to a store_rc, logging unexpected ones. */
+int store_rc_from_sqlite(struct store *s, int rc, const char *what);
+
+#endif
