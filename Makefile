@@ -46,7 +46,7 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(B)/%.o) $(B)/gen/embedded.o
 AGENT_OBJ  := $(AGENT_SRC:%.c=$(B)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-.PHONY: all deps run check check-layers unit e2e check-fast install clean
+.PHONY: all deps run check check-layers format unit e2e check-fast install clean
 all: $(B)/gpurentd $(B)/gpurent-agent
 
 deps:
@@ -106,6 +106,12 @@ check-layers:
 	$(PYTHON) scripts/check-layers.py
 
 check-fast: check-layers all unit e2e
+
+# Applies .clang-format (Debian's clang-format) to the C sources and headers.
+FORMATTED = $(shell find src include tests/unit bench -name '*.[ch]' 2>/dev/null)
+format:
+	@command -v clang-format >/dev/null || { echo "make format needs clang-format: apt-get install -y clang-format"; exit 1; }
+	clang-format -i $(FORMATTED)
 
 run:
 	@scripts/deps.sh build

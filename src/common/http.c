@@ -1,6 +1,7 @@
 /* http.c: the HTTP layer behind http.h: libmicrohttpd set-up, routing,
  * authentication hook, body reading, reply helpers, CORS and the access log. */
 #include "gpurent/http.h"
+#include "gpurent/assert.h"
 #include "gpurent/json_body.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
@@ -121,11 +122,8 @@ static void add_common_headers(struct http_request *req, struct MHD_Response *re
 
 static void queue(struct http_request *req, unsigned status, struct MHD_Response *resp)
 {
-    if (req->replied) {
-        log_error("http: %s %s replied twice (request %s)", req->method, req->path, req->request_id);
-        MHD_destroy_response(resp);
-        return;
-    }
+    /* Exactly one reply per request: a second one is a handler's bug. */
+    ASSERT(!req->replied);
     add_common_headers(req, resp);
     req->replied = 1;
     req->status = status;

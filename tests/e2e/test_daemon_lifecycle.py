@@ -409,7 +409,7 @@ def test_flags_override_the_file(new_daemon, tmp_path):
 # ---------------------------------------------------------------- command line
 
 def config_option_names():
-    with open(os.path.join(REPO, "src", "gpurentd", "config.c")) as f:
+    with open(os.path.join(REPO, "src", "gpurentd", "cmd", "config.c")) as f:
         names = re.findall(r"^\s*OPT_\w+\((\w+),", f.read(), re.M)
     assert names
     return names

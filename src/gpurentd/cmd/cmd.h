@@ -1,6 +1,12 @@
-/* cmd.h: the commands layer (src/gpurentd/cmd): main's subcommands
- * (serve, migrate, admin, ledger, report, backup) and the configuration
- * loader. It may use every layer below. */
+/* cmd.h: the commands layer (src/gpurentd/cmd): main's subcommands and the
+ * configuration loader. It may use every layer below (gpurentd.h).
+ *
+ *   main.c         picks the subcommand
+ *   serve.c        `serve`: configuration, migration, the bootstrap admin,
+ *                  the HTTP servers, the loops, sd_notify, signals
+ *   config.c       the option table (daemon_options) and the loader
+ *   cli.c          `migrate`, `admin create-user`, `ledger verify`
+ *   cli_reports.c  `report` and `backup` */
 #ifndef GPURENT_CMD_H
 #define GPURENT_CMD_H
 

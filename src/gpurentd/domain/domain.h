@@ -1,9 +1,19 @@
 /* domain.h: the domain layer (src/gpurentd/domain): the rules of the
  * business that the handlers, the loops and the commands share, written
- * once: accounts, instances and their placement, volumes, funds and the
- * ledger (ledger.h), node facts (facts.h). It sits on the store (store.h)
- * and the common library, and knows nothing of HTTP handlers, loops or
- * commands: make check-layers refuses an include of a layer above. */
+ * once. It sits on the store (store.h) and the common library, and knows
+ * nothing of HTTP handlers, loops or commands: make check-layers refuses an
+ * include of a layer above.
+ *
+ *   accounts.c   accounts and API keys, shared by the API and the CLI
+ *   instances.c  create, start, stop, terminate as transaction callbacks,
+ *                and the JSON shape of an instance
+ *   placement.c  best-fit card placement (placement.h; pure)
+ *   volumes.c    new volumes and each user's default "shared" one
+ *   funds.c      the price book (what an interval owes, for billing, the
+ *                balance and refunds) and the funds a start needs
+ *   ledger.c     money movements on the double-entry ledger (ledger.h):
+ *                grants, top-ups, charges, refunds, expiry, funds
+ *   facts.c      whether a node's facts put it in service (facts.h; pure) */
 #ifndef GPURENT_DOMAIN_H
 #define GPURENT_DOMAIN_H
 
@@ -135,7 +145,22 @@ int instance_terminate(struct store *s, const char *user_id, const char *id, str
 /* The instance as the API shows it (new reference), or NULL. */
 json_t *instance_json(struct store *s, const struct instance *in);
 
-/* funds.c: what a start needs to be allowed. */
+/* funds.c: the price book, the one computation of what an interval owes
+ * (billing, the balance and refunds use it), and what a start needs. */
+struct billable;
+struct price_book_entry;
+/* The price schedules of the GPU types met, each read once from the store.
+ * Zero-initialise; free with price_book_free. */
+struct price_book {
+    struct price_book_entry *entries; /* by type, as met */
+    size_t n, cap;                    /* entries, allocated */
+};
+void price_book_free(struct price_book *book);
+/* A price_book_due result: the cost overflows 64-bit micro-units. */
+#define PRICE_OVERFLOW (-50)
+/* What interval b costs from its start to ledger_billable_end(b, t) under
+ * its type's schedule: STORE_OK, a store error, or PRICE_OVERFLOW. */
+int price_book_due(struct store *s, struct price_book *book, const struct billable *b, int64_t t, int64_t *out);
 /* In a transaction: refuses (REFUSED, 402 insufficient_funds) unless the
  * user's funds cover a minimum run of `cards` more cards of gpu_model. */
 int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards,

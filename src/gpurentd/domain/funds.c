@@ -1,13 +1,74 @@
-/* funds.c: whether a user may start cards: funds for a minimum run of
- * them and of everything else they hold, each at its own price, counted in
- * the transaction that claims the cards. */
+/* funds.c: the one place an interval's cost is computed (the price book,
+ * used by billing, the balance and refunds alike), and whether a user may
+ * start cards: funds for a minimum run of them and of everything else they
+ * hold, each at its own price, counted in the transaction that claims the
+ * cards. ledger verify recomputes costs on its own (audit/), as an auditor
+ * should. */
 #include "domain/domain.h"
 #include "domain/ledger.h"
 #include "gpurent/money.h"
+#include "gpurent/tariff.h"
 #include "store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* One GPU type's price schedule. */
+struct price_book_entry {
+    char model[33];            /* type */
+    struct price_point *pp;    /* schedule, oldest first */
+    size_t n;                  /* entries */
+};
+
+void price_book_free(struct price_book *book)
+{
+    for (size_t i = 0; i < book->n; i++)
+        free(book->entries[i].pp);
+    free(book->entries);
+    memset(book, 0, sizeof *book);
+}
+
+/* The schedule of model, read on first use. Grown as needed: with a fixed
+ * table, a pass that met more types than it held would fail every user
+ * after. */
+static int schedule(struct store *s, struct price_book *book, const char *model, const struct price_book_entry **out)
+{
+    for (size_t i = 0; i < book->n; i++)
+        if (strcmp(book->entries[i].model, model) == 0) {
+            *out = &book->entries[i];
+            return STORE_OK;
+        }
+    if (book->n == book->cap) {
+        size_t cap = book->cap ? 2 * book->cap : 16;
+        struct price_book_entry *grown = realloc(book->entries, cap * sizeof *grown);
+        if (!grown)
+            return STORE_ERROR;
+        book->entries = grown;
+        book->cap = cap;
+    }
+    struct price_book_entry *e = &book->entries[book->n];
+    int rc = store_prices(s, model, &e->pp, &e->n);
+    if (rc != STORE_OK)
+        return rc;
+    snprintf(e->model, sizeof e->model, "%s", model);
+    book->n++;
+    *out = e;
+    return STORE_OK;
+}
+
+int price_book_due(struct store *s, struct price_book *book, const struct billable *b, int64_t t, int64_t *out)
+{
+    *out = 0;
+    const struct price_book_entry *e;
+    int rc = schedule(s, book, b->gpu_model, &e);
+    if (rc != STORE_OK)
+        return rc;
+    int64_t end = ledger_billable_end(b, t);
+    if (end <= b->started_at)
+        return STORE_OK;
+    return tariff_due(e->pp, e->n, b->card_count, b->started_at, end, out) == MONEY_OK ? STORE_OK : PRICE_OVERFLOW;
+}
 
 int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards,
                             int64_t at, struct op_outcome *o)

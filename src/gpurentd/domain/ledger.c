@@ -29,33 +29,21 @@ int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *o
     *out = 0;
     struct billable *b;
     size_t n;
+    struct price_book book = {0};
     int rc = store_billables(s, user_id, &b, &n);
-    /* Intervals of one model usually come together: its schedule is read
-     * once per run of them rather than once per interval. */
-    char model[sizeof b->gpu_model] = "";
-    struct price_point *pp = NULL;
-    size_t np = 0;
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
-        int64_t end = ledger_billable_end(&b[i], at), due = 0;
-        if (end <= b[i].started_at)
-            continue;
-        if (strcmp(model, b[i].gpu_model) != 0) {
-            free(pp);
-            pp = NULL;
-            model[0] = '\0';
-            if ((rc = store_prices(s, b[i].gpu_model, &pp, &np)) != STORE_OK)
-                break;
-            snprintf(model, sizeof model, "%s", b[i].gpu_model);
-        }
-        if (tariff_due(pp, np, b[i].card_count, b[i].started_at, end, &due) != MONEY_OK ||
-            (due > b[i].billed && money_add(*out, due - b[i].billed, out) != MONEY_OK))
+        int64_t due;
+        if ((rc = price_book_due(s, &book, &b[i], at, &due)) == STORE_OK && due > b[i].billed &&
+            money_add(*out, due - b[i].billed, out) != MONEY_OK)
             rc = STORE_ERROR;
     }
-    free(pp);
+    price_book_free(&book);
     free(b);
-    if (rc != STORE_OK)
+    if (rc != STORE_OK) {
         *out = 0;
-    return rc;
+        return rc == PRICE_OVERFLOW ? STORE_ERROR : rc;
+    }
+    return STORE_OK;
 }
 
 int ledger_funds_now(struct store *s, const char *user_id, int64_t at, struct funds *out)
@@ -378,15 +366,13 @@ int ledger_close_interval(struct store *s, const char *instance_id, int64_t ende
         return STORE_OK;
     /* What is due at the end it now has (store_interval_close never puts it
      * before the start). */
-    struct price_point *pp;
-    size_t np;
+    b.ended_at = ended_at > b.started_at ? ended_at : b.started_at;
+    struct price_book book = {0};
     int64_t due;
-    if ((rc = store_prices(s, b.gpu_model, &pp, &np)) != STORE_OK)
-        return rc;
-    int mrc = tariff_due(pp, np, b.card_count, b.started_at, ended_at > b.started_at ? ended_at : b.started_at, &due);
-    free(pp);
-    if (mrc != MONEY_OK)
-        return STORE_ERROR;
+    rc = price_book_due(s, &book, &b, b.ended_at, &due);
+    price_book_free(&book);
+    if (rc != STORE_OK)
+        return rc == PRICE_OVERFLOW ? STORE_ERROR : rc;
     if (due >= b.billed)
         return STORE_OK;
     if ((rc = ledger_refund(s, &b, b.billed - due, now, reason)) != STORE_OK)

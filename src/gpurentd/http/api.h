@@ -1,8 +1,19 @@
 /* api.h: the HTTP layer (src/gpurentd/http): the route table, what every
- * request passes (authentication, login throttling, paging, idempotency,
- * the money limits' wording) and one handler file per API resource. A
- * handler checks its input, changes the domain through the store in one
- * transaction, wakes the loop concerned and answers once. */
+ * request passes and one handler file per API resource. A handler checks
+ * its input, changes the domain through the store in one transaction, wakes
+ * the loop concerned and answers once (ASSERTed in src/common/http.c).
+ *
+ *   routes.c       every route, in one table (docs/openapi.json follows it)
+ *   auth.c         bearer API keys and roles
+ *   throttle.c     failed-login lockouts
+ *   idempotency.c  Idempotency-Key: the replay before a change and the
+ *                  record in its transaction
+ *   paging.c       limit and cursor
+ *   limits.c       the money maxima's 400s, in one wording
+ *   metrics.c      GET /metrics
+ *   api_*.c        one file per resource: health, accounts, keys, GPU
+ *                  types, nodes, images, volumes, instances, users, balance,
+ *                  prices, credits, payments, billing, audit */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
 
@@ -65,6 +76,14 @@ struct idempotency {
 /* Reads the header. Returns 1 if the request was answered (a replay, a
  * reused key or a bad header), 0 to go on. */
 int idempotency_begin(struct http_request *req, struct idempotency *idem);
+/* The in-transaction replay, before the operation acts: a retry sent while
+ * the first try was in flight finds the twin's record here (writers are
+ * serialised). IDEM_NONE: go on; IDEM_REPLAY: *status and *body (malloc'd,
+ * caller frees) are the twin's answer; IDEM_REUSED: the key came with
+ * another request. A negative store_rc on failure. */
+enum { IDEM_NONE = 0, IDEM_REPLAY = 1, IDEM_REUSED = 2 };
+int idempotency_twin(struct store *s, const struct http_request *req, const struct idempotency *idem, int *status,
+                     char **body);
 /* Records the answer inside the operation's transaction. */
 int idempotency_record(struct store *s, const struct http_request *req, const struct idempotency *idem, int status,
                        const char *body);

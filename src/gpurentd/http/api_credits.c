@@ -229,18 +229,11 @@ static int grant_txn(struct store *s, void *vctx)
     free(ctx->answer);
     ctx->answer = NULL;
     ctx->replayed = 0;
-    /* A retry sent while the first try was in flight: writers are
-     * serialised, so its record is visible here; answer as it did. */
-    if (ctx->idem->key[0]) {
-        char hash[65];
-        int status;
-        int rc = store_idempotency_get(s, ctx->req->user_id, ctx->idem->key, hash, &status, &ctx->answer);
-        if (rc == STORE_OK) {
-            ctx->replayed = 1;
-            return strcmp(hash, ctx->idem->hash) == 0 ? STORE_OK : KEY_REUSED;
-        }
-        if (rc != STORE_NOT_FOUND)
-            return rc;
+    int status;
+    int twin = idempotency_twin(s, ctx->req, ctx->idem, &status, &ctx->answer);
+    if (twin != IDEM_NONE) {
+        ctx->replayed = twin == IDEM_REPLAY;
+        return twin < 0 ? twin : twin == IDEM_REPLAY ? STORE_OK : KEY_REUSED;
     }
     struct user u;
     int rc = store_user_get(s, ctx->user_id, &u);

@@ -49,31 +49,19 @@ struct create_ctx {
  * that the twin took the last cards. Returns 1 when answered. */
 static int twin_answered(struct store *s, struct create_ctx *ctx, int *rc)
 {
-    char stored[65];
-    int status;
-    char *response;
-    *rc = STORE_OK;
-    if (!ctx->idem->key[0])
-        return 0;
-    int r = store_idempotency_get(s, ctx->in.user_id, ctx->idem->key, stored, &status, &response);
-    if (r == STORE_NOT_FOUND)
-        return 0;
-    if (r != STORE_OK) {
-        *rc = r;
-        return 1;
-    }
-    if (strcmp(stored, ctx->idem->hash) != 0) {
-        free(response);
+    int status = 0;
+    int twin = idempotency_twin(s, ctx->req, ctx->idem, &status, &ctx->body);
+    *rc = twin < 0 ? twin : STORE_OK;
+    if (twin == IDEM_REUSED) {
         ctx->o.failed = 1;
         ctx->o.error = ERR_IDEMPOTENCY_KEY_REUSED;
         snprintf(ctx->o.field, sizeof ctx->o.field, "Idempotency-Key");
         snprintf(ctx->o.message, sizeof ctx->o.message, "this Idempotency-Key was used for another request");
         *rc = REFUSED;
-        return 1;
     }
-    ctx->body = response;
-    ctx->replayed = status;
-    return 1;
+    if (twin == IDEM_REPLAY)
+        ctx->replayed = status;
+    return twin != IDEM_NONE;
 }
 
 static int create_txn(struct store *s, void *vctx)

@@ -59,6 +59,25 @@ int idempotency_begin(struct http_request *req, struct idempotency *idem)
     return 1;
 }
 
+int idempotency_twin(struct store *s, const struct http_request *req, const struct idempotency *idem, int *status,
+                     char **body)
+{
+    *body = NULL;
+    if (!idem->key[0])
+        return IDEM_NONE;
+    char stored[65];
+    int rc = store_idempotency_get(s, req->user_id, idem->key, stored, status, body);
+    if (rc == STORE_NOT_FOUND)
+        return IDEM_NONE;
+    if (rc != STORE_OK)
+        return rc;
+    if (strcmp(stored, idem->hash) == 0)
+        return IDEM_REPLAY;
+    free(*body);
+    *body = NULL;
+    return IDEM_REUSED;
+}
+
 int idempotency_record(struct store *s, const struct http_request *req, const struct idempotency *idem, int status,
                        const char *body)
 {

@@ -39,66 +39,20 @@
 #define USERS_PER_TXN 200   /* short write locks, few commits */
 #define CHECKPOINTS_MAX 64  /* grant expiries handled per user per pass */
 
-/* Prices per GPU type, loaded once per pass. */
-struct price_cache {
-    char model[33];            /* type */
-    struct price_point *pp;    /* schedule */
-    size_t n;                  /* entries */
-};
-
 struct pass {
-    /* Per type seen, grown as needed: with a fixed table, a pass that met
-     * more types than it held would fail every user after. */
-    struct price_cache *prices;
-    size_t n_prices, cap_prices;   /* entries, allocated */
+    struct price_book prices;      /* each type's schedule, read once per pass */
     int64_t now;                   /* pass time */
     int stopped_any;               /* instances were stopped: wake the reconciler */
     int64_t failed;                /* users skipped this pass */
     char why[160];                 /* why the user being billed failed, "" if unsaid */
 };
 
-static int schedule(struct store *s, struct pass *p, const char *model, struct price_point **pp, size_t *n)
-{
-    for (size_t i = 0; i < p->n_prices; i++)
-        if (strcmp(p->prices[i].model, model) == 0) {
-            *pp = p->prices[i].pp;
-            *n = p->prices[i].n;
-            return STORE_OK;
-        }
-    if (p->n_prices == p->cap_prices) {
-        size_t cap = p->cap_prices ? 2 * p->cap_prices : 16;
-        struct price_cache *grown = realloc(p->prices, cap * sizeof *grown);
-        if (!grown)
-            return STORE_ERROR;
-        p->prices = grown;
-        p->cap_prices = cap;
-    }
-    struct price_cache *c = &p->prices[p->n_prices];
-    int rc = store_prices(s, model, &c->pp, &c->n);
-    if (rc != STORE_OK)
-        return rc;
-    snprintf(c->model, sizeof c->model, "%s", model);
-    p->n_prices++;
-    *pp = c->pp;
-    *n = c->n;
-    return STORE_OK;
-}
-
-/* What interval b costs from its start to min(its end, t). */
+/* What interval b costs at t (price_book_due), with a reason when it fails. */
 static int due_at(struct store *s, struct pass *p, const struct billable *b, int64_t t, int64_t *out)
 {
-    struct price_point *pp;
-    size_t n;
-    int rc = schedule(s, p, b->gpu_model, &pp, &n);
-    if (rc != STORE_OK)
+    int rc = price_book_due(s, &p->prices, b, t, out);
+    if (rc != PRICE_OVERFLOW)
         return rc;
-    int64_t end = ledger_billable_end(b, t);
-    if (end <= b->started_at) {
-        *out = 0;
-        return STORE_OK;
-    }
-    if (tariff_due(pp, n, b->card_count, b->started_at, end, out) == MONEY_OK)
-        return STORE_OK;
     /* Said without the time, which grows every pass: the reason is logged
      * again only when it changes. */
     snprintf(p->why, sizeof p->why, "the cost of interval %lld (%lld x %s) overflows", (long long)b->id,
@@ -415,9 +369,7 @@ static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], co
 
 static void pass_done(struct pass *p, int64_t started, int64_t checked, int64_t billed, struct billing_summary *out)
 {
-    for (size_t i = 0; i < p->n_prices; i++)
-        free(p->prices[i].pp);
-    free(p->prices);
+    price_book_free(&p->prices);
     if (out) {
         out->users = billed;
         out->checked = checked;

@@ -1,8 +1,17 @@
-/* loops.h: the loops layer (src/gpurentd/loops): the background threads
- * (heartbeat, reconciler, billing, watchdog), the plumbing they share, the
- * agent client they call nodes with (agent_client.h) and the process's
- * metrics counters. They act on the domain and the store; handlers above
- * wake them and read their counters. */
+/* loops.h: the loops layer (src/gpurentd/loops): the background threads,
+ * the plumbing they share, the agent client they call nodes with and what
+ * they count. They act on the domain and the store; handlers above wake
+ * them and read their counters.
+ *
+ *   loop.c          thread, sleep, wake and stop, shared by every loop
+ *   heartbeat.c     polls every agent's facts; up, unreachable, offline
+ *   reconciler.c    drives agents towards what instances want
+ *   billing.c       the billing loop: each user billed in a savepoint of
+ *                   their own, failures isolated and counted
+ *   watchdog.c      systemd's watchdog, fed after real checks
+ *   agent_client.c  signed libcurl calls with timeouts and a reply cap
+ *                   (agent_client.h: the only libcurl of the daemon)
+ *   counters.c      agent errors and billing passes, for /metrics */
 #ifndef GPURENT_LOOPS_H
 #define GPURENT_LOOPS_H
 

@@ -1,6 +1,7 @@
 /* store.c: SQLite connections, the per-connection statement cache, the
  * per-thread connection registry and the transaction runner (see store.h). */
 #include "store/store_sql.h"
+#include "gpurent/assert.h"
 #include "gpurent/log.h"
 
 #include <pthread.h>
@@ -280,6 +281,18 @@ static int control(struct store *s, const char *sql)
     return st ? store_step_write(s, st, sql) : STORE_ERROR;
 }
 
+/* Set while this thread runs a transaction callback: a callback that
+ * called store_txn would wait for the very batch it is part of. */
+static _Thread_local int in_callback;
+
+static int run_callback(struct store *s, store_txn_fn fn, void *ctx)
+{
+    in_callback++;
+    int rc = fn(s, ctx);
+    in_callback--;
+    return rc;
+}
+
 static const char SQL_PART[] = "SAVEPOINT part";
 static const char SQL_PART_ROLLBACK[] = "ROLLBACK TO part";
 static const char SQL_PART_RELEASE[] = "RELEASE part";
@@ -289,6 +302,7 @@ int store_part(struct store *s, store_txn_fn fn, void *ctx, int *result)
     *result = STORE_ERROR;
     if (control(s, SQL_PART) != STORE_OK)
         return -1;
+    ASSERT(in_callback); /* a part of the transaction a callback runs in */
     *result = fn(s, ctx);
     if (sqlite3_get_autocommit(s->db))
         return -1; /* SQLite rolled the whole transaction back itself */
@@ -338,7 +352,7 @@ static int run_in_savepoint(struct store *s, struct txn_request *r)
         r->result = STORE_ERROR;
         return -1;
     }
-    r->result = r->fn(s, r->ctx);
+    r->result = run_callback(s, r->fn, r->ctx);
     if (sqlite3_get_autocommit(s->db))
         return -1; /* SQLite rolled the whole transaction back itself */
     if (r->result < 0 && control(s, SQL_ROLLBACK_TO) != STORE_OK)
@@ -353,7 +367,7 @@ static void run_batch(struct store *s, struct txn_request *batch)
 {
     int rc = control(s, SQL_BEGIN);
     if (rc == STORE_OK && !batch->next) {
-        batch->result = batch->fn(s, batch->ctx);
+        batch->result = run_callback(s, batch->fn, batch->ctx);
         rc = batch->result < 0 ? batch->result : STORE_OK;
     } else {
         for (struct txn_request *r = batch; r; r = r->next) {
@@ -470,6 +484,7 @@ void store_txn_stats(struct store_txn_stats *out)
 
 int store_txn(struct store *s, store_txn_fn fn, void *ctx)
 {
+    ASSERT(!in_callback); /* never nest store_txn (store.h) */
     for (int attempt = 0; attempt < 200; attempt++) {
         int result = txn_once(s, fn, ctx);
         if (result != STORE_BUSY)

@@ -2,6 +2,11 @@
  * that speaks SQL: the domain, the loops, the handlers and the commands call
  * the store_* functions declared here, grouped by the file that implements
  * them, and see neither SQLite nor SQL (store_sql.h is the store's own).
+ * store.c holds the connections, the statement cache and the transaction
+ * runner (group commit), migrate.c the migrations, and one store_*.c per
+ * table or concern the SQL: users, API keys, GPU types, nodes, capacity
+ * history, images, volumes, instances, idempotency, money, money reports,
+ * audit, metrics, reports, verify.
  *
  * Threading: a struct store is one SQLite connection and its cache of
  * prepared statements, used by one thread only. store_thread() gives each

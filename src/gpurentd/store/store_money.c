@@ -1,5 +1,6 @@
 /* store_money.c: SQL for prices, the ledger, credit grants, invite codes,
  * top-ups and the billing state of running intervals. */
+#include "gpurent/assert.h"
 #include "gpurent/log.h"
 #include "store/store_sql.h"
 #include "gpurent/tariff.h"
@@ -221,8 +222,9 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
     __int128 sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += legs[i].amount;
-    if (sum != 0 || n < 2)
-        return STORE_ERROR;
+    /* Every caller builds its legs to balance: one that does not is a bug
+     * that would create or destroy money. */
+    ASSERT(sum == 0 && n >= 2);
     sqlite3_stmt *st = store_stmt(s, SQL_TXN_INSERT);
     if (!st)
         return STORE_ERROR;
