@@ -25,7 +25,7 @@ struct conf_option {
     /* Extra check after parsing; writes a reason into err and returns -1 to
      * refuse. May be NULL. */
     int (*validate)(const void *field, char *err, size_t errlen);
-    const char *help;    /* one line shown by --help-config */
+    const char *help; /* one line shown by --help-config */
 };
 
 /* Sets every option to its default. Returns -1 (with err) only if a default
@@ -33,17 +33,15 @@ struct conf_option {
 int conf_set_defaults(const struct conf_option *table, void *conf, char *err, size_t errlen);
 /* Parses value for option name into conf. -1 with err on an unknown name or
  * a bad value; conf is unchanged then. */
-int conf_set(const struct conf_option *table, void *conf, const char *name, const char *value,
-             char *err, size_t errlen);
+int conf_set(const struct conf_option *table, void *conf, const char *name, const char *value, char *err,
+             size_t errlen);
 /* Reads a file of "key = value" lines ('#' and ';' comments), each key at the
  * start of its line: no [sections], no indented continuation lines. -1 with
  * err as "FILE:LINE: reason" on the first bad line or if the file cannot be
  * read. */
-int conf_load_file(const struct conf_option *table, void *conf, const char *path, char *err,
-                   size_t errlen);
+int conf_load_file(const struct conf_option *table, void *conf, const char *path, char *err, size_t errlen);
 /* Applies a "key=value" override from the command line. */
-int conf_set_override(const struct conf_option *table, void *conf, const char *assignment,
-                      char *err, size_t errlen);
+int conf_set_override(const struct conf_option *table, void *conf, const char *assignment, char *err, size_t errlen);
 /* Prints every option with its default and help line. */
 void conf_print_help(const struct conf_option *table, void *stream);
 

@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "gpurent/api_error.h"
-#include "gpurent/json_body.h"
 #include "gpurent/ids.h"
+#include "gpurent/json_body.h"
 
 struct http_request;
 struct http_server;
@@ -38,46 +38,49 @@ struct http_route {
 
 /* One request, from its first callback to its completion callback. */
 struct http_request {
-    const char *method;                  /* borrowed from libmicrohttpd */
-    const char *path;                    /* borrowed: the URL without query */
-    char request_id[ID_MAX];             /* "req_…", also in X-Request-Id */
-    char client_ip[64];                  /* client address, for limits and logs (from X-Forwarded-For behind a trusted proxy) */
-    const struct http_route *route;      /* matched route */
-    char *params[HTTP_MAX_PARAMS];       /* {name} segments in pattern order */
-    char *body;                          /* NUL-terminated copy of the body */
-    size_t body_len;                     /* bytes in body */
-    int body_too_large;                  /* more arrived than max_body_bytes */
-    unsigned status;                     /* status replied, for the log */
-    int replied;                         /* a reply has been queued */
-    int64_t start_ms;                    /* monotonic start, for the log */
-    int64_t start_us;                    /* the same in microseconds, for metrics */
+    const char *method;      /* borrowed from libmicrohttpd */
+    const char *path;        /* borrowed: the URL without query */
+    char request_id[ID_MAX]; /* "req_…", also in X-Request-Id */
+    char client_ip[64];      /* client address, for limits and logs (from X-Forwarded-For behind a trusted proxy) */
+    const struct http_route *route; /* matched route */
+    char *params[HTTP_MAX_PARAMS];  /* {name} segments in pattern order */
+    char *body;                     /* NUL-terminated copy of the body */
+    size_t body_len;                /* bytes in body */
+    int body_too_large;             /* more arrived than max_body_bytes */
+    unsigned status;                /* status replied, for the log */
+    int replied;                    /* a reply has been queued */
+    int64_t start_ms;               /* monotonic start, for the log */
+    int64_t start_us;               /* the same in microseconds, for metrics */
     /* Set by the program's authenticate callback. */
-    char user_id[ID_MAX];                /* the caller, or "" */
-    char key_id[ID_MAX];                 /* the API key used, or "" */
-    int is_admin;                        /* caller has the admin role */
-    struct { char name[48]; char value[256]; } extra[4]; /* http_add_header */
-    int n_extra;                         /* used entries of extra */
-    struct http_server *server;          /* owning server */
-    void *conn;                          /* struct MHD_Connection * */
+    char user_id[ID_MAX]; /* the caller, or "" */
+    char key_id[ID_MAX];  /* the API key used, or "" */
+    int is_admin;         /* caller has the admin role */
+    struct {
+        char name[48];
+        char value[256];
+    } extra[4];                 /* http_add_header */
+    int n_extra;                /* used entries of extra */
+    struct http_server *server; /* owning server */
+    void *conn;                 /* struct MHD_Connection * */
 };
 
 struct http_config {
-    const char *host;             /* address to bind */
-    int port;                     /* 0 picks a free port */
-    int threads;                  /* size of the thread pool */
-    int max_connections;          /* across all clients */
-    int max_connections_per_ip;   /* per client address */
-    int connection_timeout_s;     /* idle connections are closed after this */
-    size_t max_body_bytes;        /* larger bodies get 413 */
-    int max_json_depth;           /* deeper bodies get 400 too_deep */
-    size_t max_path_bytes;        /* longer paths get 414 */
-    const char *cors_origins;     /* space-separated origins, "*" for any */
-    const char *trusted_proxies;  /* reverse proxies (IP addresses) whose X-Forwarded-For names the client, or NULL */
+    const char *host;            /* address to bind */
+    int port;                    /* 0 picks a free port */
+    int threads;                 /* size of the thread pool */
+    int max_connections;         /* across all clients */
+    int max_connections_per_ip;  /* per client address */
+    int connection_timeout_s;    /* idle connections are closed after this */
+    size_t max_body_bytes;       /* larger bodies get 413 */
+    int max_json_depth;          /* deeper bodies get 400 too_deep */
+    size_t max_path_bytes;       /* longer paths get 414 */
+    const char *cors_origins;    /* space-separated origins, "*" for any */
+    const char *trusted_proxies; /* reverse proxies (IP addresses) whose X-Forwarded-For names the client, or NULL */
     /* Called once per finished request with its duration (metrics); may
      * be NULL. Runs on the pool's threads. */
     void (*on_done)(const struct http_request *req, int64_t duration_us);
-    const char *cert_file;        /* PEM certificate for HTTPS, or NULL */
-    const char *key_file;         /* PEM key for HTTPS, or NULL */
+    const char *cert_file; /* PEM certificate for HTTPS, or NULL */
+    const char *key_file;  /* PEM key for HTTPS, or NULL */
 };
 
 /* Decides whether req may run a route of this level: returns 0, or replies
@@ -108,8 +111,7 @@ const char *http_query(struct http_request *req, const char *name);
 int http_query_allow(struct http_request *req, const char *const allowed[]);
 /* Reads integer query argument name into *out (def if absent); replies 400
  * naming the argument and returns -1 if it is not an integer in [min, max]. */
-int http_query_int(struct http_request *req, const char *name, int64_t min, int64_t max, int64_t def,
-                   int64_t *out);
+int http_query_int(struct http_request *req, const char *name, int64_t min, int64_t max, int64_t def, int64_t *out);
 
 /* Parses the request body as one JSON object holding only the listed fields
  * (fields ends with a {NULL} row). An empty body counts as {}. On any
@@ -128,11 +130,10 @@ void http_error(struct http_request *req, enum api_error e, const char *field, c
     __attribute__((format(printf, 4, 5)));
 /* Like http_error, but with an explicit status (e.g. 402) and extra members
  * merged into the error object (steals extra; may be NULL). */
-void http_error_ext(struct http_request *req, enum api_error e, const char *field, json_t *extra,
-                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void http_error_ext(struct http_request *req, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Replies with a body of another type (e.g. text/plain, text/csv). Copies body. */
-void http_reply_raw(struct http_request *req, unsigned status, const char *content_type, const char *body,
-                    size_t len);
+void http_reply_raw(struct http_request *req, unsigned status, const char *content_type, const char *body, size_t len);
 /* Adds a header to the reply about to be made (Retry-After, Location …). */
 void http_add_header(struct http_request *req, const char *name, const char *value);
 

@@ -14,10 +14,10 @@ enum json_kind { JSON_KIND_STRING, JSON_KIND_INTEGER, JSON_KIND_BOOLEAN, JSON_KI
 
 /* One field a JSON body may carry. */
 struct json_field {
-    const char *name;     /* key */
-    enum json_kind kind;  /* required JSON type */
-    int required;         /* absent is an error */
-    size_t max_len;       /* strings: longest accepted in bytes (0 = 256) */
+    const char *name;    /* key */
+    enum json_kind kind; /* required JSON type */
+    int required;        /* absent is an error */
+    size_t max_len;      /* strings: longest accepted in bytes (0 = 256) */
 };
 
 /* Why a body was refused. */

@@ -12,17 +12,15 @@ enum log_level log_get_level(void);
 int log_level_parse(const char *name, enum log_level *out);
 const char *log_level_name(enum log_level level);
 
-void log_msg(enum log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Sets the level and says fmt at info under the more verbose of the old and
  * new levels, so that a reload that quietens the log still says it happened. */
-void log_level_change(enum log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void log_level_change(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
-#define log_warn(...)  log_msg(LOG_LVL_WARN, __VA_ARGS__)
-#define log_info(...)  log_msg(LOG_LVL_INFO, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_LVL_INFO, __VA_ARGS__)
 #define log_debug(...) log_msg(LOG_LVL_DEBUG, __VA_ARGS__)
 
 #endif

@@ -62,7 +62,6 @@ int money_accrue(int64_t price_per_card_hour, int64_t cards, int64_t seconds, in
  * stopped at the exact second its funds run out. A rate of 0 (either factor 0)
  * and any answer beyond INT64_MAX give INT64_MAX. Inputs below 0 are
  * MONEY_ERR_NEGATIVE. */
-int money_seconds_affordable(int64_t price_per_card_hour, int64_t cards, int64_t funds,
-                             int64_t *out_seconds);
+int money_seconds_affordable(int64_t price_per_card_hour, int64_t cards, int64_t funds, int64_t *out_seconds);
 
 #endif

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #define SIGN_HDR_TIMESTAMP "X-Gpurent-Timestamp"
-#define SIGN_HDR_NONCE     "X-Gpurent-Nonce"
+#define SIGN_HDR_NONCE "X-Gpurent-Nonce"
 #define SIGN_HDR_SIGNATURE "X-Gpurent-Signature"
 
 /* How far, in seconds, a request's timestamp may be from the agent's clock. */
@@ -45,8 +45,8 @@ struct sign_headers {
  * nonce. body may be NULL only when body_len is 0. Returns 0, or -1 on bad
  * arguments or a failure of the random generator, with h zeroed so a half
  * signed request cannot be sent by accident. */
-int sign_request(const char *secret, const char *method, const char *path, int64_t now,
-                 const void *body, size_t body_len, struct sign_headers *h);
+int sign_request(const char *secret, const char *method, const char *path, int64_t now, const void *body,
+                 size_t body_len, struct sign_headers *h);
 
 /* Outcomes of sign_verify, in the order they are checked. Suggested HTTP
  * status: 503 for SIGN_UNAVAILABLE (gpurentd should retry later), 401 for
@@ -90,10 +90,9 @@ void replay_cache_free(struct replay_cache *rc);
  * as 0. The nonce is recorded in rc only once the signature and the timestamp
  * are good, so unauthenticated traffic cannot fill the cache; rc must not be
  * NULL (a NULL rc gives SIGN_UNAVAILABLE, failing closed). */
-enum sign_result sign_verify(const char *secret, const char *method, const char *path,
-                             const char *timestamp, const char *nonce, const char *signature,
-                             const void *body, size_t body_len, int64_t now, int max_skew_s,
-                             struct replay_cache *rc);
+enum sign_result sign_verify(const char *secret, const char *method, const char *path, const char *timestamp,
+                             const char *nonce, const char *signature, const void *body, size_t body_len, int64_t now,
+                             int max_skew_s, struct replay_cache *rc);
 
 /* A short human sentence for error bodies and logs; never NULL. */
 const char *sign_result_message(enum sign_result r);

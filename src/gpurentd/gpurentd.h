@@ -19,12 +19,12 @@
 #ifndef GPURENT_GPURENTD_H
 #define GPURENT_GPURENTD_H
 
-#include "store/store.h"
 #include "audit/audit.h"
+#include "cmd/cmd.h"
 #include "domain/domain.h"
 #include "domain/ledger.h"
-#include "loops/loops.h"
 #include "http/api.h"
-#include "cmd/cmd.h"
+#include "loops/loops.h"
+#include "store/store.h"
 
 #endif

@@ -29,10 +29,10 @@ static void print_breach(void *ctx, const char *what, const char *id, const char
 struct settled_check {
     FILE *out;
     int breaches;
-    char model[33];            /* whose prices pp holds */
+    char model[33]; /* whose prices pp holds */
     struct price_point *pp;
     size_t n;
-    struct store *store;       /* to read price histories */
+    struct store *store; /* to read price histories */
 };
 
 static int check_one(void *vctx, const struct settled_interval *iv)

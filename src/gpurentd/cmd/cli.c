@@ -1,8 +1,8 @@
 /* cli.c: the subcommands that work on the database directly, for operators
  * and scripts: `gpurentd migrate` and `gpurentd admin create-user`. */
-#include "gpurentd.h"
 #include "domain/ledger.h"
 #include "gpurent/money.h"
+#include "gpurentd.h"
 #include "store/store.h"
 
 #include <getopt.h>
@@ -30,17 +30,23 @@ static struct store *open_migrated(const struct daemon_conf *conf, int target)
 int cmd_migrate(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"db", required_argument, NULL, 'D'},
-        {"to", required_argument, NULL, 't'},     {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"db",     required_argument, NULL, 'D'},
+        {"to",     required_argument, NULL, 't'},
+        {"help",   no_argument,       NULL, 'h'},
+        {NULL,     0,                 NULL, 0  },
     };
     const char *file = NULL, *db = NULL;
     int target = 0, opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'c': file = optarg; break;
-        case 'D': db = optarg; break;
+        case 'c':
+            file = optarg;
+            break;
+        case 'D':
+            db = optarg;
+            break;
         case 't': {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -70,8 +76,8 @@ int cmd_migrate(int argc, char **argv)
     struct store *s = open_migrated(&conf, target);
     if (!s)
         return 1;
-    printf("database %s is at schema version %d (this binary knows up to %d)\n", conf.database,
-           store_schema_version(s), store_latest_version());
+    printf("database %s is at schema version %d (this binary knows up to %d)\n", conf.database, store_schema_version(s),
+           store_latest_version());
     store_close(s);
     return 0;
 }
@@ -87,26 +93,40 @@ static int read_password_stdin(char *out, size_t n)
 static int admin_create_user(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"db", required_argument, NULL, 'D'},
-        {"email", required_argument, NULL, 'e'},  {"admin", no_argument, NULL, 'a'},
-        {"password-stdin", no_argument, NULL, 'p'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"config",         required_argument, NULL, 'c'},
+        {"db",             required_argument, NULL, 'D'},
+        {"email",          required_argument, NULL, 'e'},
+        {"admin",          no_argument,       NULL, 'a'},
+        {"password-stdin", no_argument,       NULL, 'p'},
+        {"help",           no_argument,       NULL, 'h'},
+        {NULL,             0,                 NULL, 0  },
     };
     const char *file = NULL, *db = NULL, *email = NULL;
     int admin = 0, with_password = 0, opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'c': file = optarg; break;
-        case 'D': db = optarg; break;
-        case 'e': email = optarg; break;
-        case 'a': admin = 1; break;
-        case 'p': with_password = 1; break;
+        case 'c':
+            file = optarg;
+            break;
+        case 'D':
+            db = optarg;
+            break;
+        case 'e':
+            email = optarg;
+            break;
+        case 'a':
+            admin = 1;
+            break;
+        case 'p':
+            with_password = 1;
+            break;
         case 'h':
-            printf("usage: gpurentd admin create-user [-c FILE] [--db PATH] --email EMAIL [--admin] [--password-stdin]\n"
-                   "Creates an account and prints a new API key for it alone on the last line.\n"
-                   "With --password-stdin the first line of standard input becomes its password\n"
-                   "(10 characters or more); otherwise it can only use API keys.\n");
+            printf(
+                "usage: gpurentd admin create-user [-c FILE] [--db PATH] --email EMAIL [--admin] [--password-stdin]\n"
+                "Creates an account and prints a new API key for it alone on the last line.\n"
+                "With --password-stdin the first line of standard input becomes its password\n"
+                "(10 characters or more); otherwise it can only use API keys.\n");
             return 0;
         default:
             return 2;
@@ -179,18 +199,27 @@ int cmd_ledger(int argc, char **argv)
         return help ? 0 : 2;
     }
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"db", required_argument, NULL, 'D'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"db",     required_argument, NULL, 'D'},
+        {"help",   no_argument,       NULL, 'h'},
+        {NULL,     0,                 NULL, 0  },
     };
     const char *file = NULL, *db = NULL;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc - 1, argv + 1, "c:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'c': file = optarg; break;
-        case 'D': db = optarg; break;
-        case 'h': ledger_usage(stdout); return 0;
-        default: return 2;
+        case 'c':
+            file = optarg;
+            break;
+        case 'D':
+            db = optarg;
+            break;
+        case 'h':
+            ledger_usage(stdout);
+            return 0;
+        default:
+            return 2;
         }
     }
     struct daemon_conf conf;

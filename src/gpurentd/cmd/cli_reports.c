@@ -2,8 +2,8 @@
  * table, CSV or JSON) and `gpurentd backup FILE` (an online copy). Both read
  * the live database next to a running daemon without blocking it: WAL
  * readers see a consistent snapshot and never hold up writers. */
-#include "gpurentd.h"
 #include "gpurent/money.h"
+#include "gpurentd.h"
 #include "store/store.h"
 
 #include <getopt.h>
@@ -16,12 +16,12 @@ enum report_format { FORMAT_TABLE, FORMAT_CSV, FORMAT_JSON };
 
 /* Rows kept for the table format, which must know column widths first. */
 struct report_out {
-    enum report_format format;  /* how to print */
-    int n;                      /* columns */
-    char **cells;               /* table: every cell, row-major */
-    size_t n_cells, cap;        /* used, allocated */
-    json_t *json;               /* json: the array */
-    int failed;                 /* out of memory */
+    enum report_format format; /* how to print */
+    int n;                     /* columns */
+    char **cells;              /* table: every cell, row-major */
+    size_t n_cells, cap;       /* used, allocated */
+    json_t *json;              /* json: the array */
+    int failed;                /* out of memory */
 };
 
 /* Columns named *_micro hold money: shown as decimal amounts. */
@@ -167,10 +167,13 @@ static void report_usage(FILE *f)
 int cmd_report(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"db", required_argument, NULL, 'D'},
-        {"from", required_argument, NULL, 'f'},   {"to", required_argument, NULL, 't'},
-        {"format", required_argument, NULL, 'F'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"db",     required_argument, NULL, 'D'},
+        {"from",   required_argument, NULL, 'f'},
+        {"to",     required_argument, NULL, 't'},
+        {"format", required_argument, NULL, 'F'},
+        {"help",   no_argument,       NULL, 'h'},
+        {NULL,     0,                 NULL, 0  },
     };
     const char *file = NULL, *db = NULL, *from = NULL, *to = NULL;
     struct report_out o = {.format = FORMAT_TABLE};
@@ -178,21 +181,36 @@ int cmd_report(int argc, char **argv)
     optind = 1;
     while ((opt = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'c': file = optarg; break;
-        case 'D': db = optarg; break;
-        case 'f': from = optarg; break;
-        case 't': to = optarg; break;
+        case 'c':
+            file = optarg;
+            break;
+        case 'D':
+            db = optarg;
+            break;
+        case 'f':
+            from = optarg;
+            break;
+        case 't':
+            to = optarg;
+            break;
         case 'F':
-            if (strcmp(optarg, "table") == 0) o.format = FORMAT_TABLE;
-            else if (strcmp(optarg, "csv") == 0) o.format = FORMAT_CSV;
-            else if (strcmp(optarg, "json") == 0) o.format = FORMAT_JSON;
+            if (strcmp(optarg, "table") == 0)
+                o.format = FORMAT_TABLE;
+            else if (strcmp(optarg, "csv") == 0)
+                o.format = FORMAT_CSV;
+            else if (strcmp(optarg, "json") == 0)
+                o.format = FORMAT_JSON;
             else {
                 fprintf(stderr, "gpurentd report: --format takes table, csv or json\n");
                 return 2;
             }
             break;
-        case 'h': report_usage(stdout); return 0;
-        default: report_usage(stderr); return 2;
+        case 'h':
+            report_usage(stdout);
+            return 0;
+        default:
+            report_usage(stderr);
+            return 2;
         }
     }
     if (optind + 1 != argc) {
@@ -236,22 +254,29 @@ int cmd_report(int argc, char **argv)
 int cmd_backup(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'}, {"db", required_argument, NULL, 'D'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"db",     required_argument, NULL, 'D'},
+        {"help",   no_argument,       NULL, 'h'},
+        {NULL,     0,                 NULL, 0  },
     };
     const char *file = NULL, *db = NULL;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (opt) {
-        case 'c': file = optarg; break;
-        case 'D': db = optarg; break;
+        case 'c':
+            file = optarg;
+            break;
+        case 'D':
+            db = optarg;
+            break;
         case 'h':
             printf("usage: gpurentd backup FILE [--db PATH] [-c FILE]\n"
                    "Copies the live database to FILE with SQLite's online backup: a consistent\n"
                    "snapshot while the daemon keeps serving. FILE appears only once complete.\n");
             return 0;
-        default: return 2;
+        default:
+            return 2;
         }
     }
     if (optind + 1 != argc) {

@@ -1,7 +1,7 @@
 /* config.c: gpurentd's option table: every option's type, bounds and default
  * in one place, read by conf.c from conf/gpurentd.conf and flags. */
-#include "gpurentd.h"
 #include "gpurent/money.h"
+#include "gpurentd.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -127,8 +127,14 @@ static int validate_trusted_proxies(const void *field, char *err, size_t errlen)
     return conf_check_address_list("trusted_proxies", field, err, errlen);
 }
 
-#define OPT_INT(n, lo, hi, d, h) {#n, CONF_INT, lo, hi, #d, offsetof(struct daemon_conf, n), sizeof(int64_t), NULL, h}
-#define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct daemon_conf, n), sizeof(((struct daemon_conf *)0)->n), v, h}
+#define OPT_INT(n, lo, hi, d, h)                                                            \
+    {                                                                                       \
+#n, CONF_INT, lo, hi, #d, offsetof(struct daemon_conf, n), sizeof(int64_t), NULL, h \
+    }
+#define OPT_STR(n, d, v, h)                                                                                   \
+    {                                                                                                         \
+#n, CONF_STRING, 0, 0, d, offsetof(struct daemon_conf, n), sizeof(((struct daemon_conf *)0)->n), v, h \
+    }
 
 const struct conf_option daemon_options[] = {
     OPT_STR(listen, "127.0.0.1:8080", conf_validate_listen, "address and port of the REST API"),
@@ -140,15 +146,18 @@ const struct conf_option daemon_options[] = {
     OPT_INT(connection_timeout_s, 1, 3600, 30, "seconds before an idle or slow connection is closed"),
     OPT_INT(max_body_bytes, 1024, 67108864, 1048576, "largest request body accepted"),
     OPT_INT(max_json_depth, 2, 64, 16, "deepest JSON nesting accepted"),
-    OPT_STR(cors_origins, "", validate_cors_origins, "web console origins allowed by CORS, space-separated ('*' for any)"),
+    OPT_STR(cors_origins, "", validate_cors_origins,
+            "web console origins allowed by CORS, space-separated ('*' for any)"),
     OPT_STR(trusted_proxies, "", validate_trusted_proxies,
-            "reverse proxies (IP addresses, space-separated) whose X-Forwarded-For names the client for login limits and logs"),
+            "reverse proxies (IP addresses, space-separated) whose X-Forwarded-For names the client for login limits "
+            "and logs"),
     OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),
     OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),
     OPT_INT(password_iterations, 1000, 100000000, 600000, "PBKDF2-SHA256 rounds for new password hashes"),
     OPT_INT(login_max_failures, 1, 1000, 5, "failed logins per account or client before a lockout"),
     OPT_INT(login_lockout_s, 1, 86400, 900, "seconds a lockout lasts"),
-    OPT_STR(bootstrap_admin_email, "admin@localhost", validate_admin_email, "first admin, created when the database has none"),
+    OPT_STR(bootstrap_admin_email, "admin@localhost", validate_admin_email,
+            "first admin, created when the database has none"),
     OPT_INT(drain_timeout_s, 1, 600, 15, "seconds SIGTERM waits for requests in flight"),
     OPT_STR(clock_file, "", NULL, "TESTING ONLY: file holding the current time in epoch seconds"),
     OPT_INT(heartbeat_interval_ms, 100, 600000, 5000, "milliseconds between polls of every node agent"),
@@ -164,9 +173,11 @@ const struct conf_option daemon_options[] = {
     OPT_INT(default_max_cards, 0, 100000, 64, "cards a user may hold at once unless an admin set a limit"),
     OPT_INT(volume_default_size_gb, 1, 1048576, 100, "quota of a volume created without a size, GB"),
     OPT_STR(volume_source_template, "/srv/gpurent/volumes/{volume_id}", validate_volume_source,
-            "what agents mount for a volume; {volume_id} and {user_id} are replaced (e.g. nfs.example:/export/{volume_id})"),
+            "what agents mount for a volume; {volume_id} and {user_id} are replaced (e.g. "
+            "nfs.example:/export/{volume_id})"),
     OPT_INT(reconcile_interval_ms, 50, 600000, 2000, "milliseconds between reconciler passes when nothing wakes it"),
-    OPT_INT(reconcile_sweep_ms, 100, 3600000, 30000, "milliseconds between checks of every agent for orphaned workloads"),
+    OPT_INT(reconcile_sweep_ms, 100, 3600000, 30000,
+            "milliseconds between checks of every agent for orphaned workloads"),
     OPT_INT(provision_timeout_s, 1, 86400, 900, "seconds a provisioning attempt may take before it fails"),
     OPT_INT(provision_max_attempts, 1, 100, 3, "failed provisioning attempts before an instance fails"),
     OPT_INT(master_port, 1, 65535, 29500, "MASTER_PORT given to multi-node jobs"),

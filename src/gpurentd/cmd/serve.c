@@ -2,36 +2,35 @@
  * server and background loops, then wait for signals: SIGHUP reloads what can
  * change safely, SIGTERM and SIGINT drain requests and exit 0. */
 #include "gpurent/clock.h"
-#include "gpurentd.h"
 #include "gpurent/url.h"
+#include "gpurentd.h"
 #include "store/store.h"
 
 #include <arpa/inet.h>
 #include <getopt.h>
 #include <signal.h>
-#include <systemd/sd-daemon.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <systemd/sd-daemon.h>
 
 #define MAX_OVERRIDES 64
 
 static void serve_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: gpurentd [serve] [-c FILE] [--listen HOST:PORT] [--db PATH] [--log-level LEVEL]\n"
-            "                [--clock-file PATH] [-o KEY=VALUE]... [-n]\n"
-            "\n"
-            "Runs the gpurent control plane until SIGTERM or SIGINT.\n"
-            "  -c, --config FILE     configuration file (see conf/gpurentd.conf)\n"
-            "  --listen HOST:PORT    overrides 'listen'\n"
-            "  --db PATH             overrides 'database'\n"
-            "  --log-level LEVEL     overrides 'log_level'\n"
-            "  --clock-file PATH     TESTING ONLY: read the time from PATH (epoch seconds)\n"
-            "  -o, --set KEY=VALUE   overrides any option\n"
-            "  -n, --check           check the configuration, print 'configuration OK' and exit\n"
-            "  -h, --help            this help; --help-config lists every option\n");
+    fprintf(f, "usage: gpurentd [serve] [-c FILE] [--listen HOST:PORT] [--db PATH] [--log-level LEVEL]\n"
+               "                [--clock-file PATH] [-o KEY=VALUE]... [-n]\n"
+               "\n"
+               "Runs the gpurent control plane until SIGTERM or SIGINT.\n"
+               "  -c, --config FILE     configuration file (see conf/gpurentd.conf)\n"
+               "  --listen HOST:PORT    overrides 'listen'\n"
+               "  --db PATH             overrides 'database'\n"
+               "  --log-level LEVEL     overrides 'log_level'\n"
+               "  --clock-file PATH     TESTING ONLY: read the time from PATH (epoch seconds)\n"
+               "  -o, --set KEY=VALUE   overrides any option\n"
+               "  -n, --check           check the configuration, print 'configuration OK' and exit\n"
+               "  -h, --help            this help; --help-config lists every option\n");
 }
 
 /* Parses the options shared by serve and the database subcommands into
@@ -41,27 +40,52 @@ static int parse_serve_args(int argc, char **argv, const char **config_file, cha
                             int *check_only)
 {
     static const struct option long_opts[] = {
-        {"config", required_argument, NULL, 'c'},   {"listen", required_argument, NULL, 'L'},
-        {"db", required_argument, NULL, 'D'},       {"log-level", required_argument, NULL, 'l'},
-        {"clock-file", required_argument, NULL, 'k'}, {"set", required_argument, NULL, 'o'},
-        {"check", no_argument, NULL, 'n'},          {"help", no_argument, NULL, 'h'},
-        {"help-config", no_argument, NULL, 'H'},    {NULL, 0, NULL, 0},
+        {"config",      required_argument, NULL, 'c'},
+        {"listen",      required_argument, NULL, 'L'},
+        {"db",          required_argument, NULL, 'D'},
+        {"log-level",   required_argument, NULL, 'l'},
+        {"clock-file",  required_argument, NULL, 'k'},
+        {"set",         required_argument, NULL, 'o'},
+        {"check",       no_argument,       NULL, 'n'},
+        {"help",        no_argument,       NULL, 'h'},
+        {"help-config", no_argument,       NULL, 'H'},
+        {NULL,          0,                 NULL, 0  },
     };
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "c:o:nh", long_opts, NULL)) != -1) {
         const char *key = NULL;
         switch (opt) {
-        case 'c': *config_file = optarg; continue;
-        case 'n': *check_only = 1; continue;
-        case 'h': serve_usage(stdout); return 1;
-        case 'H': conf_print_help(daemon_options, stdout); return 1;
-        case 'L': key = "listen"; break;
-        case 'D': key = "database"; break;
-        case 'l': key = "log_level"; break;
-        case 'k': key = "clock_file"; break;
-        case 'o': key = ""; break;
-        default: serve_usage(stderr); return -1;
+        case 'c':
+            *config_file = optarg;
+            continue;
+        case 'n':
+            *check_only = 1;
+            continue;
+        case 'h':
+            serve_usage(stdout);
+            return 1;
+        case 'H':
+            conf_print_help(daemon_options, stdout);
+            return 1;
+        case 'L':
+            key = "listen";
+            break;
+        case 'D':
+            key = "database";
+            break;
+        case 'l':
+            key = "log_level";
+            break;
+        case 'k':
+            key = "clock_file";
+            break;
+        case 'o':
+            key = "";
+            break;
+        default:
+            serve_usage(stderr);
+            return -1;
         }
         if (*n_overrides >= MAX_OVERRIDES) {
             fprintf(stderr, "gpurentd: too many overrides\n");
@@ -124,7 +148,7 @@ static void warn_if_clear_text(const struct daemon_conf *conf, const char *host,
 }
 
 struct loaded {
-    const char *file;      /* -c FILE or NULL */
+    const char *file; /* -c FILE or NULL */
     char *overrides[MAX_OVERRIDES];
     int n_overrides;
 };

@@ -1,8 +1,8 @@
 /* accounts.c: creating accounts and API keys, shared by the sign-up
  * endpoint, the key endpoints and `gpurentd admin create-user`. */
-#include "gpurent/clock.h"
 #include "domain/domain.h"
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
 #include "gpurent/money.h"
 #include "store/store.h"
 
@@ -24,8 +24,8 @@ int account_email_normalize(const char *in, char *out, size_t outlen, const char
     }
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)in[i];
-        if (c <= ' ' || c == 0x7f || c == '"' || c == '<' || c == '>' || c == '(' || c == ')' || c == ',' ||
-            c == ';' || c == '\\') {
+        if (c <= ' ' || c == 0x7f || c == '"' || c == '<' || c == '>' || c == '(' || c == ')' || c == ',' || c == ';' ||
+            c == '\\') {
             *why = "email has a character that is not allowed";
             return -1;
         }
@@ -36,9 +36,9 @@ int account_email_normalize(const char *in, char *out, size_t outlen, const char
 }
 
 struct create_ctx {
-    struct user *user;      /* in: email, hash, role; out: id, created_at */
-    struct api_key key;     /* the first key */
-    int signup;             /* grant the trial credit and redeem the invite code */
+    struct user *user;  /* in: email, hash, role; out: id, created_at */
+    struct api_key key; /* the first key */
+    int signup;         /* grant the trial credit and redeem the invite code */
 };
 
 /* A bad invite code at sign-up: the whole sign-up rolls back. */

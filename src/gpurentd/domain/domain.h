@@ -31,20 +31,20 @@ struct user;
 
 /* cmd/config.c loads it (defaults, file, command line); every layer reads it. */
 struct daemon_conf {
-    char listen[128];             /* host:port of the API */
-    char database[1024];          /* SQLite file */
-    char log_level[16];           /* error, warn, info, debug */
-    int64_t threads;              /* HTTP worker threads */
-    int64_t max_connections;      /* all clients together */
+    char listen[128];                   /* host:port of the API */
+    char database[1024];                /* SQLite file */
+    char log_level[16];                 /* error, warn, info, debug */
+    int64_t threads;                    /* HTTP worker threads */
+    int64_t max_connections;            /* all clients together */
     int64_t max_connections_per_client; /* per client address */
-    int64_t connection_timeout_s; /* idle connections closed after this */
-    int64_t max_body_bytes;       /* larger request bodies get 413 */
-    int64_t max_json_depth;       /* deeper JSON gets 400 */
-    char cors_origins[1024];      /* console origins allowed by CORS */
-    char trusted_proxies[512];    /* reverse proxies whose X-Forwarded-For names the client */
-    char tls_cert[1024];          /* PEM certificate; "" serves plain HTTP */
-    char tls_key[1024];           /* PEM private key */
-    int64_t password_iterations;  /* PBKDF2 rounds for new password hashes */
+    int64_t connection_timeout_s;       /* idle connections closed after this */
+    int64_t max_body_bytes;             /* larger request bodies get 413 */
+    int64_t max_json_depth;             /* deeper JSON gets 400 */
+    char cors_origins[1024];            /* console origins allowed by CORS */
+    char trusted_proxies[512];          /* reverse proxies whose X-Forwarded-For names the client */
+    char tls_cert[1024];                /* PEM certificate; "" serves plain HTTP */
+    char tls_key[1024];                 /* PEM private key */
+    int64_t password_iterations;        /* PBKDF2 rounds for new password hashes */
     /* The login limits change on SIGHUP while the HTTP pool reads them:
      * _Atomic makes every read of daemon_config->login_* an atomic load and
      * the reload's writes atomic stores, so no reader needs a lock. The
@@ -52,43 +52,43 @@ struct daemon_conf {
      * value of each, both valid. */
     _Atomic int64_t login_max_failures; /* failed logins per account before a lockout (4x per client) */
     _Atomic int64_t login_lockout_s;    /* how long a lockout lasts */
-    char bootstrap_admin_email[256]; /* first admin, created on an empty database */
-    int64_t drain_timeout_s;      /* SIGTERM waits this long for requests */
-    char clock_file[1024];        /* testing clock; "" uses the system clock */
-    int64_t heartbeat_interval_ms;/* how often every agent is polled */
-    int64_t heartbeat_miss_limit; /* failed polls in a row before a node is unreachable */
-    int64_t node_lost_after_s;    /* silence after which an unreachable node is offline, its instances lost */
-    int64_t agent_connect_timeout_ms; /* connecting to an agent */
-    int64_t agent_timeout_ms;     /* a whole call to an agent */
-    int64_t agent_max_response_bytes; /* larger agent replies fail the call */
-    int64_t agent_max_parallel;   /* agent connections open at once */
-    char agent_ca_file[1024];     /* CA bundle to verify https agents; "" for the system's */
-    int64_t default_max_cards;    /* card quota of users without an admin-set one */
-    int64_t volume_default_size_gb; /* quota of a volume created without a size */
-    char volume_source_template[512]; /* what agents mount: {volume_id} and {user_id} are replaced */
-    int64_t reconcile_interval_ms;/* reconciler period when nothing wakes it */
-    int64_t reconcile_sweep_ms;   /* how often every agent's workload list is checked for orphans */
-    int64_t provision_timeout_s;  /* a provisioning attempt that takes longer fails */
-    int64_t provision_max_attempts; /* failed attempts before an instance fails */
-    int64_t master_port;          /* MASTER_PORT given to multi-node jobs */
-    char currency[8];             /* platform currency code shown with amounts */
-    int64_t billing_interval_ms;  /* milliseconds between billing passes */
-    int64_t billing_post_interval_s; /* a user's running usage is posted to the ledger at least this often */
-    int64_t min_run_minutes;      /* funds needed to start: this many minutes of the instance */
-    int64_t low_balance_minutes;  /* warn when funds last less than this at the current burn */
-    char signup_credit[24];       /* trial credit of a new account, e.g. "10.00" */
-    int64_t signup_credit_days;   /* days until the trial credit expires; 0 never */
-    char max_price_per_card_hour[24]; /* highest price per card-hour an admin may set, e.g. "10000.00" */
-    char max_topup[24];           /* largest single top-up (admin or webhook) */
-    char max_grant[24];           /* largest single grant (admin, invite code, trial credit) */
-    char max_balance[24];         /* most a user may hold: cash and credit not voided, together */
+    char bootstrap_admin_email[256];    /* first admin, created on an empty database */
+    int64_t drain_timeout_s;            /* SIGTERM waits this long for requests */
+    char clock_file[1024];              /* testing clock; "" uses the system clock */
+    int64_t heartbeat_interval_ms;      /* how often every agent is polled */
+    int64_t heartbeat_miss_limit;       /* failed polls in a row before a node is unreachable */
+    int64_t node_lost_after_s;          /* silence after which an unreachable node is offline, its instances lost */
+    int64_t agent_connect_timeout_ms;   /* connecting to an agent */
+    int64_t agent_timeout_ms;           /* a whole call to an agent */
+    int64_t agent_max_response_bytes;   /* larger agent replies fail the call */
+    int64_t agent_max_parallel;         /* agent connections open at once */
+    char agent_ca_file[1024];           /* CA bundle to verify https agents; "" for the system's */
+    int64_t default_max_cards;          /* card quota of users without an admin-set one */
+    int64_t volume_default_size_gb;     /* quota of a volume created without a size */
+    char volume_source_template[512];   /* what agents mount: {volume_id} and {user_id} are replaced */
+    int64_t reconcile_interval_ms;      /* reconciler period when nothing wakes it */
+    int64_t reconcile_sweep_ms;         /* how often every agent's workload list is checked for orphans */
+    int64_t provision_timeout_s;        /* a provisioning attempt that takes longer fails */
+    int64_t provision_max_attempts;     /* failed attempts before an instance fails */
+    int64_t master_port;                /* MASTER_PORT given to multi-node jobs */
+    char currency[8];                   /* platform currency code shown with amounts */
+    int64_t billing_interval_ms;        /* milliseconds between billing passes */
+    int64_t billing_post_interval_s;    /* a user's running usage is posted to the ledger at least this often */
+    int64_t min_run_minutes;            /* funds needed to start: this many minutes of the instance */
+    int64_t low_balance_minutes;        /* warn when funds last less than this at the current burn */
+    char signup_credit[24];             /* trial credit of a new account, e.g. "10.00" */
+    int64_t signup_credit_days;         /* days until the trial credit expires; 0 never */
+    char max_price_per_card_hour[24];   /* highest price per card-hour an admin may set, e.g. "10000.00" */
+    char max_topup[24];                 /* largest single top-up (admin or webhook) */
+    char max_grant[24];                 /* largest single grant (admin, invite code, trial credit) */
+    char max_balance[24];               /* most a user may hold: cash and credit not voided, together */
     /* The four limits above in micro-units, set by daemon_read_config. */
-    int64_t max_price_micro;      /* max_price_per_card_hour */
-    int64_t max_topup_micro;      /* max_topup */
-    int64_t max_grant_micro;      /* max_grant */
-    int64_t max_balance_micro;    /* max_balance */
+    int64_t max_price_micro;          /* max_price_per_card_hour */
+    int64_t max_topup_micro;          /* max_topup */
+    int64_t max_grant_micro;          /* max_grant */
+    int64_t max_balance_micro;        /* max_balance */
     char payment_webhook_secret[129]; /* HMAC key of the payment provider's webhook; "" turns it off */
-    char metrics_listen[128];     /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
+    char metrics_listen[128];         /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
 };
 /* The configuration in force; set once at start-up. SIGHUP changes only
  * login_max_failures and login_lockout_s in it (atomic fields); the other
@@ -115,20 +115,20 @@ int account_key_create(struct store *s, const char *user_id, const char *name, c
  * transaction each, and the JSON shape of an instance. */
 struct instance;
 struct instance_create {
-    const char *user_id;      /* owner */
-    const char *name;         /* label, may be "" */
-    const char *gpu_type;     /* catalog code */
-    int64_t card_count;       /* cards */
-    const char *image;        /* image id or ref */
-    const char *volume_id;    /* or NULL: the user's "shared" volume */
+    const char *user_id;   /* owner */
+    const char *name;      /* label, may be "" */
+    const char *gpu_type;  /* catalog code */
+    int64_t card_count;    /* cards */
+    const char *image;     /* image id or ref */
+    const char *volume_id; /* or NULL: the user's "shared" volume */
 };
 /* What an operation decided: ok, or an error for the client. */
 struct op_outcome {
-    enum api_error error;     /* meaningful when failed */
-    int failed;               /* 1: refused, nothing changed */
-    char field[32];           /* field at fault, or "" */
-    char message[256];        /* for the client */
-    json_t *extra;            /* extra members of the error object (owned) */
+    enum api_error error; /* meaningful when failed */
+    int failed;           /* 1: refused, nothing changed */
+    char field[32];       /* field at fault, or "" */
+    char message[256];    /* for the client */
+    json_t *extra;        /* extra members of the error object (owned) */
 };
 /* A transaction callback's result when an operation is refused: roll back,
  * do not retry; the op_outcome says why. */
@@ -163,8 +163,8 @@ void price_book_free(struct price_book *book);
 int price_book_due(struct store *s, struct price_book *book, const struct billable *b, int64_t t, int64_t *out);
 /* In a transaction: refuses (REFUSED, 402 insufficient_funds) unless the
  * user's funds cover a minimum run of `cards` more cards of gpu_model. */
-int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards,
-                            int64_t at, struct op_outcome *o);
+int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
+                            struct op_outcome *o);
 
 /* volumes.c */
 struct volume;

@@ -66,7 +66,8 @@ int facts_check(const char *declared_model, int64_t declared_cards, json_t *fact
     int seen[FACTS_MAX_CARDS] = {0};
     size_t i;
     json_t *card;
-    json_array_foreach(cards, i, card) {
+    json_array_foreach(cards, i, card)
+    {
         json_t *idx = json_object_get(card, "index"), *model = json_object_get(card, "model"),
                *mem = json_object_get(card, "memory_gb"), *healthy = json_object_get(card, "healthy");
         if (!json_is_object(card) || !json_is_integer(idx) || !json_is_string(model) || !json_is_integer(mem) ||
@@ -125,14 +126,14 @@ int facts_check(const char *declared_model, int64_t declared_cards, json_t *fact
     else
         v->accepted = 1;
 
-    json_t *canon = json_pack("{s:s, s:s, s:[]}", "driver_version", v->driver_version, "stack_version",
-                              v->stack_version, "cards");
+    json_t *canon =
+        json_pack("{s:s, s:s, s:[]}", "driver_version", v->driver_version, "stack_version", v->stack_version, "cards");
     json_t *arr = json_object_get(canon, "cards");
     for (size_t k = 0; k < v->n_cards; k++)
-        json_array_append_new(arr, json_pack("{s:I, s:s, s:I, s:b, s:s}", "index", (json_int_t)v->cards[k].idx,
-                                             "model", v->cards[k].model, "memory_gb",
-                                             (json_int_t)v->cards[k].memory_gb, "healthy", v->cards[k].healthy,
-                                             "health_reason", v->cards[k].health_reason));
+        json_array_append_new(arr,
+                              json_pack("{s:I, s:s, s:I, s:b, s:s}", "index", (json_int_t)v->cards[k].idx, "model",
+                                        v->cards[k].model, "memory_gb", (json_int_t)v->cards[k].memory_gb, "healthy",
+                                        v->cards[k].healthy, "health_reason", v->cards[k].health_reason));
     json_t *keep;
     const char *keys[] = {"vendor", "stack", "agent_version", "runtime"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)

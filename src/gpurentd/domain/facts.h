@@ -12,14 +12,14 @@
 #define FACTS_MAX_CARDS 64
 
 struct facts_verdict {
-    int accepted;                           /* 1: put the node in service */
-    char reason[256];                       /* why not, "" when accepted */
-    char driver_version[64];                /* reported driver */
-    char stack_version[64];                 /* reported ROCm or CUDA version */
-    struct node_card cards[FACTS_MAX_CARDS];/* reported cards by index */
-    size_t n_cards;                         /* entries in cards */
-    char *canonical;                        /* the facts that matter, as sorted compact JSON (caller frees) */
-    int64_t workload_exits;                 /* the agent's count of workload exits (it changes when one ends,
+    int accepted;                            /* 1: put the node in service */
+    char reason[256];                        /* why not, "" when accepted */
+    char driver_version[64];                 /* reported driver */
+    char stack_version[64];                  /* reported ROCm or CUDA version */
+    struct node_card cards[FACTS_MAX_CARDS]; /* reported cards by index */
+    size_t n_cards;                          /* entries in cards */
+    char *canonical;                         /* the facts that matter, as sorted compact JSON (caller frees) */
+    int64_t workload_exits;                  /* the agent's count of workload exits (it changes when one ends,
                                                and restarts at 0 with the agent); -1 when the facts have none */
 };
 

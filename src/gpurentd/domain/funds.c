@@ -16,9 +16,9 @@
 
 /* One GPU type's price schedule. */
 struct price_book_entry {
-    char model[33];            /* type */
-    struct price_point *pp;    /* schedule, oldest first */
-    size_t n;                  /* entries */
+    char model[33];         /* type */
+    struct price_point *pp; /* schedule, oldest first */
+    size_t n;               /* entries */
 };
 
 void price_book_free(struct price_book *book)
@@ -70,8 +70,8 @@ int price_book_due(struct store *s, struct price_book *book, const struct billab
     return tariff_due(e->pp, e->n, b->card_count, b->started_at, end, out) == MONEY_OK ? STORE_OK : PRICE_OVERFLOW;
 }
 
-int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards,
-                            int64_t at, struct op_outcome *o)
+int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
+                            struct op_outcome *o)
 {
     int64_t price = ledger_price_at(s, gpu_model, at);
     if (price < 0) {
@@ -94,7 +94,8 @@ int funds_check_minimum_run(struct store *s, const char *user_id, const char *gp
         return rc;
     for (size_t i = 0; i < n_held && rc == STORE_OK; i++) {
         int64_t p = ledger_price_at(s, held[i].gpu_model, at), more;
-        if (p > 0 && (money_accrue(p, held[i].cards, seconds, &more) != MONEY_OK || money_add(need, more, &need) != MONEY_OK))
+        if (p > 0 &&
+            (money_accrue(p, held[i].cards, seconds, &more) != MONEY_OK || money_add(need, more, &need) != MONEY_OK))
             rc = STORE_ERROR;
     }
     free(held);
@@ -112,10 +113,9 @@ int funds_check_minimum_run(struct store *s, const char *user_id, const char *gp
     o->failed = 1;
     o->error = ERR_INSUFFICIENT_FUNDS;
     json_decref(o->extra);
-    o->extra = json_pack("{s:s, s:s, s:s}", "needed", need_s, "available", have_s, "currency",
-                         daemon_config->currency);
+    o->extra = json_pack("{s:s, s:s, s:s}", "needed", need_s, "available", have_s, "currency", daemon_config->currency);
     snprintf(o->message, sizeof o->message,
-             "%s %s needed for a %lld-minute minimum run (with your other running cards); %s available",
-             need_s, daemon_config->currency, (long long)daemon_config->min_run_minutes, have_s);
+             "%s %s needed for a %lld-minute minimum run (with your other running cards); %s available", need_s,
+             daemon_config->currency, (long long)daemon_config->min_run_minutes, have_s);
     return REFUSED;
 }

@@ -2,18 +2,17 @@
  * instance does to the database, each as one transaction callback, and the
  * JSON shape of an instance. Agents are never called here: the reconciler
  * sees the change and drives them. */
-#include "gpurent/clock.h"
 #include "domain/domain.h"
-#include "gpurent/jsonx.h"
 #include "domain/ledger.h"
 #include "domain/placement.h"
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
 #include "store/store.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -41,7 +40,8 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
     if (used < 0 || limit < 0)
         return used < 0 ? (int)used : (int)limit;
     if (used + in->card_count > limit)
-        return refuse(o, ERR_QUOTA_EXCEEDED, "card_count", json_pack("{s:I, s:I}", "limit", (json_int_t)limit, "in_use", (json_int_t)used),
+        return refuse(o, ERR_QUOTA_EXCEEDED, "card_count",
+                      json_pack("{s:I, s:I}", "limit", (json_int_t)limit, "in_use", (json_int_t)used),
                       "your card quota is %lld cards and %lld are in use; %lld more do not fit", (long long)limit,
                       (long long)used, (long long)in->card_count);
     struct placement_node *nodes;
@@ -85,8 +85,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     if (rc != STORE_OK)
         return rc;
     if (t.reservation_required)
-        return refuse(o, ERR_RESERVATION_REQUIRED, "gpu_type", NULL,
-                      "%s is rented through reservations only", t.code);
+        return refuse(o, ERR_RESERVATION_REQUIRED, "gpu_type", NULL, "%s is rented through reservations only", t.code);
     rc = store_image_find(s, req->image, &img);
     if (rc == STORE_NOT_FOUND)
         return refuse(o, ERR_INVALID_FIELD, "image", NULL, "no image %s; see GET /v1/images", req->image);
@@ -222,11 +221,12 @@ json_t *instance_json(struct store *s, const struct instance *in)
     int low = 0;
     if (ledger_runway(s, in->user_id, clock_now(), NULL, NULL, &runway, &low) != STORE_OK)
         low = 0;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", in->id, "name",
-                     in->name, "gpu_type", in->gpu_model, "card_count", (json_int_t)in->card_count, "image", in->image,
-                     "volume_id", in->volume_id, "state", in->state, "desired_state", in->desired, "phase", in->phase,
-                     "state_reason", in->state_reason, "nodes", arr, "state_since", json_time(in->state_since, 0),
-                     "created_at", json_time(in->created_at, 0), "updated_at", json_time(in->updated_at, 0));
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", in->id, "name",
+                  in->name, "gpu_type", in->gpu_model, "card_count", (json_int_t)in->card_count, "image", in->image,
+                  "volume_id", in->volume_id, "state", in->state, "desired_state", in->desired, "phase", in->phase,
+                  "state_reason", in->state_reason, "nodes", arr, "state_since", json_time(in->state_since, 0),
+                  "created_at", json_time(in->created_at, 0), "updated_at", json_time(in->updated_at, 0));
     json_object_set_new(j, "low_balance", json_boolean(low));
     return j;
 }

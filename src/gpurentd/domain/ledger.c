@@ -1,10 +1,10 @@
 /* ledger.c: money operations on the double-entry ledger (see ledger.h). */
-#include "domain/domain.h"
 #include "domain/ledger.h"
+#include "domain/domain.h"
 #include "gpurent/log.h"
 #include "gpurent/money.h"
-#include "store/store.h"
 #include "gpurent/tariff.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -89,5 +89,4 @@ int ledger_close_interval(struct store *s, const char *instance_id, int64_t ende
 /* The price of a GPU type's card-hour at t (micro-yuan), or -1 if none. */
 int64_t ledger_price_at(struct store *s, const char *gpu_model, int64_t t);
 
-
 #endif

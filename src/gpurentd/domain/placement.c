@@ -11,7 +11,10 @@ int placement_count_valid(int cards)
            cards % PLACEMENT_NODE_CARDS == 0;
 }
 
-static int popcount(uint64_t m) { return __builtin_popcountll(m); }
+static int popcount(uint64_t m)
+{
+    return __builtin_popcountll(m);
+}
 
 static int whole(const struct placement_node *nd)
 {

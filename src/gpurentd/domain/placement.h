@@ -19,9 +19,9 @@
 #include "store/store.h" /* struct placement_node, the limits */
 
 struct placement {
-    size_t n_nodes;                         /* nodes used, in rank order */
-    size_t node[PLACEMENT_MAX_NODES];       /* indexes into the input */
-    uint64_t cards[PLACEMENT_MAX_NODES];    /* card indexes taken on each */
+    size_t n_nodes;                      /* nodes used, in rank order */
+    size_t node[PLACEMENT_MAX_NODES];    /* indexes into the input */
+    uint64_t cards[PLACEMENT_MAX_NODES]; /* card indexes taken on each */
 };
 
 /* Whether cards is a count an instance may ask for: 1..8, or a multiple of

@@ -44,9 +44,9 @@ void throttle_clear(const char *key);
 /* paging.c: limit and cursor for list endpoints. Handlers fetch limit + 1
  * rows: the extra one says whether another page follows. */
 struct page {
-    int64_t limit;            /* rows to show */
-    int64_t after_t;          /* cursor: sort key of the last row seen (-1: first page) */
-    char after_id[ID_MAX];    /* cursor: that row's id ("" on the first page) */
+    int64_t limit;         /* rows to show */
+    int64_t after_t;       /* cursor: sort key of the last row seen (-1: first page) */
+    char after_id[ID_MAX]; /* cursor: that row's id ("" on the first page) */
 };
 /* Reads limit (1..max, default def) and cursor; replies 400 and returns -1
  * if either is bad. */
@@ -70,8 +70,8 @@ void limit_refuse_balance(struct http_request *req, const char *field, const cha
 /* idempotency.c: Idempotency-Key handling for POSTs that create or move
  * capacity or money. */
 struct idempotency {
-    char key[256];            /* the header, "" when absent */
-    char hash[65];            /* SHA-256 of method, path and body */
+    char key[256]; /* the header, "" when absent */
+    char hash[65]; /* SHA-256 of method, path and body */
 };
 /* Reads the header. Returns 1 if the request was answered (a replay, a
  * reused key or a bad header), 0 to go on. */

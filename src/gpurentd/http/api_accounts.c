@@ -1,8 +1,8 @@
 /* api_accounts.c: POST /v1/signup, POST /v1/login and GET /v1/me. */
-#include "gpurent/clock.h"
-#include "http/api.h"
-#include "gpurent/jsonx.h"
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <ctype.h>
@@ -57,10 +57,10 @@ static int normalize_invite(const char *in, char *out, size_t outlen)
 void api_signup(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"email", JSON_KIND_STRING, 1, 254},
-        {"password", JSON_KIND_STRING, 1, PASSWORD_MAX},
-        {"invite_code", JSON_KIND_STRING, 0, 32},
-        {NULL, 0, 0, 0},
+        {"email",       JSON_KIND_STRING, 1, 254         },
+        {"password",    JSON_KIND_STRING, 1, PASSWORD_MAX},
+        {"invite_code", JSON_KIND_STRING, 0, 32          },
+        {NULL,          0,                0, 0           },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -74,8 +74,8 @@ void api_signup(struct http_request *req)
         /* replied */
     } else if (invite && normalize_invite(invite, u.invite_code, sizeof u.invite_code) < 0) {
         http_error(req, ERR_INVALID_FIELD, "invite_code", "invite_code must be 1 to 32 letters, digits or '-'");
-    } else if (password_hash(json_string_value(json_object_get(body, "password")),
-                             daemon_config->password_iterations, u.password_hash) < 0) {
+    } else if (password_hash(json_string_value(json_object_get(body, "password")), daemon_config->password_iterations,
+                             u.password_hash) < 0) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
     } else {
         struct store *s = store_thread();
@@ -93,8 +93,9 @@ void api_signup(struct http_request *req)
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else
-            http_reply_json(req, 201, json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
-                                                new_key_json(key_id, "signup", token, u.created_at)));
+            http_reply_json(req, 201,
+                            json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
+                                      new_key_json(key_id, "signup", token, u.created_at)));
     }
     json_decref(body);
 }
@@ -119,10 +120,10 @@ static void dummy_password_check(const char *pw)
 void api_login(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"email", JSON_KIND_STRING, 1, 254},
+        {"email",    JSON_KIND_STRING, 1, 254         },
         {"password", JSON_KIND_STRING, 1, PASSWORD_MAX},
-        {"key_name", JSON_KIND_STRING, 0, 128},
-        {NULL, 0, 0, 0},
+        {"key_name", JSON_KIND_STRING, 0, 128         },
+        {NULL,       0,                0, 0           },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -172,8 +173,9 @@ void api_login(struct http_request *req)
         if (account_key_create(s, u.id, name, key_id, token, &created_at) != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else
-            http_reply_json(req, 200, json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
-                                                new_key_json(key_id, name, token, created_at)));
+            http_reply_json(req, 200,
+                            json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
+                                      new_key_json(key_id, name, token, created_at)));
     }
     json_decref(body);
 }

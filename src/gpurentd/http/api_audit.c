@@ -5,9 +5,9 @@
  * change it records, so there is never a change without its row or a row
  * without its change. */
 #include "gpurent/clock.h"
-#include "http/api.h"
 #include "gpurent/jsonx.h"
 #include "gpurent/log.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -89,8 +89,9 @@ void api_audit_list(struct http_request *req)
                    "action must be grant, topup, invite_code, price, limits or billing_run");
         return;
     }
-    if (f.target && (!f.target[0] || strlen(f.target) >= sizeof ((struct admin_action *)0)->target)) {
-        http_error(req, ERR_INVALID_QUERY, "target", "target must be a user id, GPU type or invite code (1 to 63 bytes)");
+    if (f.target && (!f.target[0] || strlen(f.target) >= sizeof((struct admin_action *)0)->target)) {
+        http_error(req, ERR_INVALID_QUERY, "target",
+                   "target must be a user id, GPU type or invite code (1 to 63 bytes)");
         return;
     }
     if (f.admin_user_id && !id_valid("usr", f.admin_user_id)) {

@@ -3,11 +3,11 @@
  * and what is left to spend), GET /v1/transactions, GET /v1/usage and
  * GET /v1/statements/{month} (JSON or CSV). Amounts are decimal strings
  * with the currency. */
-#include "gpurent/clock.h"
-#include "http/api.h"
-#include "gpurent/jsonx.h"
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
 #include "gpurent/money.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -97,13 +97,12 @@ void api_transactions_list(struct http_request *req)
     size_t shown = page_shown(&pg, n);
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++)
-        json_array_append_new(data, json_pack("{s:I, s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:s}", "id",
-                                              (json_int_t)rows[i].id, "at", json_time(rows[i].at, 0), "kind",
-                                              rows[i].kind, "reason", rows[i].reason, "instance_id",
-                                              rows[i].instance_id[0] ? json_string(rows[i].instance_id) : json_null(),
-                                              "amount", json_money(rows[i].user_delta), "credit",
-                                              json_money(rows[i].credit_delta), "cash", json_money(rows[i].cash_delta),
-                                              "currency", daemon_config->currency));
+        json_array_append_new(
+            data, json_pack("{s:I, s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:s}", "id", (json_int_t)rows[i].id, "at",
+                            json_time(rows[i].at, 0), "kind", rows[i].kind, "reason", rows[i].reason, "instance_id",
+                            rows[i].instance_id[0] ? json_string(rows[i].instance_id) : json_null(), "amount",
+                            json_money(rows[i].user_delta), "credit", json_money(rows[i].credit_delta), "cash",
+                            json_money(rows[i].cash_delta), "currency", daemon_config->currency));
     json_t *next = n > shown ? page_cursor(rows[shown - 1].id, "t") : json_null();
     free(rows);
     http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
@@ -154,8 +153,9 @@ void api_usage_get(struct http_request *req)
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    http_reply_json(req, 200, json_pack("{s:o, s:o, s:s, s:o}", "from", json_time(from, 0), "to", json_time(to, 0),
-                                        "currency", daemon_config->currency, "data", data));
+    http_reply_json(req, 200,
+                    json_pack("{s:o, s:o, s:s, s:o}", "from", json_time(from, 0), "to", json_time(to, 0), "currency",
+                              daemon_config->currency, "data", data));
 }
 
 /* "2026-11" → [first second of the month, first second of the next). */
@@ -253,11 +253,11 @@ void api_statements_get(struct http_request *req)
         http_add_header(req, "Content-Disposition", disposition);
         http_reply_raw(req, 200, "text/csv; charset=utf-8", csv_text, csv_len);
     } else {
-        http_reply_json(req, 200, json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:O, s:O}", "month", req->params[0],
-                                            "currency", daemon_config->currency, "from", json_time(from, 0), "to",
-                                            json_time(to, 0), "opening_balance", json_money(opening),
-                                            "closing_balance", json_money(closing), "transactions", lines, "usage",
-                                            usage));
+        http_reply_json(req, 200,
+                        json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:O, s:O}", "month", req->params[0], "currency",
+                                  daemon_config->currency, "from", json_time(from, 0), "to", json_time(to, 0),
+                                  "opening_balance", json_money(opening), "closing_balance", json_money(closing),
+                                  "transactions", lines, "usage", usage));
     }
     free(csv_text);
     json_decref(lines);

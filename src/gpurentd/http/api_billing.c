@@ -3,8 +3,8 @@
  * tests on the testing clock) who must not wait for the next period. The
  * run is recorded in admin_actions, with the optional reason of its body,
  * just before it is asked for. */
-#include "http/api.h"
 #include "gpurent/jsonx.h"
+#include "http/api.h"
 #include "store/store.h"
 
 struct run_ctx {
@@ -28,7 +28,7 @@ void api_billing_run(struct http_request *req)
 {
     static const struct json_field fields[] = {
         {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
-        {NULL, 0, 0, 0},
+        {NULL,     0,                0, 0                   },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -52,7 +52,8 @@ void api_billing_run(struct http_request *req)
     }
     /* A user whose billing failed was skipped (logged, counted in /metrics):
      * the pass itself served everyone else. */
-    http_reply_json(req, 200, json_pack("{s:I, s:I, s:o, s:I}", "users_billed", (json_int_t)sum.users,
-                                        "users_failed", (json_int_t)sum.failed, "billed_until", json_time(sum.at, 0),
-                                        "duration_ms", (json_int_t)sum.duration_ms));
+    http_reply_json(req, 200,
+                    json_pack("{s:I, s:I, s:o, s:I}", "users_billed", (json_int_t)sum.users, "users_failed",
+                              (json_int_t)sum.failed, "billed_until", json_time(sum.at, 0), "duration_ms",
+                              (json_int_t)sum.duration_ms));
 }

@@ -4,11 +4,11 @@
  * honours Idempotency-Key: a retried grant is granted once). Amounts are
  * bounded by max_grant and, as they land, by max_balance; the admin's
  * routes are recorded in admin_actions. */
-#include "gpurent/clock.h"
-#include "http/api.h"
-#include "gpurent/jsonx.h"
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
 #include "gpurent/money.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <ctype.h>
@@ -37,12 +37,12 @@ static int code_normalize(const char *in, char out[33])
 enum refusal { CODE_UNKNOWN, CODE_EXPIRED, CODE_USED_UP };
 
 struct redeem_ctx {
-    const char *user_id;  /* who */
-    char code[33];        /* what */
-    char grant[ID_MAX];   /* out */
-    int64_t amount;       /* out */
-    enum refusal why;     /* out, on STORE_NOT_FOUND */
-    int64_t expired_at;   /* out, when why is CODE_EXPIRED */
+    const char *user_id; /* who */
+    char code[33];       /* what */
+    char grant[ID_MAX];  /* out */
+    int64_t amount;      /* out */
+    enum refusal why;    /* out, on STORE_NOT_FOUND */
+    int64_t expired_at;  /* out, when why is CODE_EXPIRED */
 };
 
 static int redeem_txn(struct store *s, void *vctx)
@@ -97,7 +97,7 @@ void api_invite_redeem(struct http_request *req)
 {
     static const struct json_field fields[] = {
         {"code", JSON_KIND_STRING, 1, 32},
-        {NULL, 0, 0, 0},
+        {NULL,   0,                0, 0 },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -122,8 +122,9 @@ void api_invite_redeem(struct http_request *req)
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else
-        http_reply_json(req, 201, json_pack("{s:s, s:s, s:o, s:s}", "grant_id", ctx.grant, "code", ctx.code, "amount",
-                                            json_money(ctx.amount), "currency", daemon_config->currency));
+        http_reply_json(req, 201,
+                        json_pack("{s:s, s:s, s:o, s:s}", "grant_id", ctx.grant, "code", ctx.code, "amount",
+                                  json_money(ctx.amount), "currency", daemon_config->currency));
 }
 
 /* An invite code as the API shows it, and as its admin_actions detail. */
@@ -136,9 +137,9 @@ static json_t *invite_json(const struct invite_code *c)
 }
 
 struct invite_ctx {
-    struct invite_code c;             /* the code */
-    const struct http_request *req;   /* the admin's, for admin_actions */
-    const char *reason;               /* the admin's reason, "" for none */
+    struct invite_code c;           /* the code */
+    const struct http_request *req; /* the admin's, for admin_actions */
+    const char *reason;             /* the admin's reason, "" for none */
 };
 
 static int invite_txn(struct store *s, void *vctx)
@@ -156,13 +157,13 @@ static int invite_txn(struct store *s, void *vctx)
 void api_invite_codes_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"code", JSON_KIND_STRING, 1, 32},
-        {"amount", JSON_KIND_STRING, 1, 32},
-        {"expires_at", JSON_KIND_STRING, 0, 32},
-        {"max_uses", JSON_KIND_INTEGER, 0, 0},
-        {"credit_days", JSON_KIND_INTEGER, 0, 0},
-        {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
-        {NULL, 0, 0, 0},
+        {"code",        JSON_KIND_STRING,  1, 32                  },
+        {"amount",      JSON_KIND_STRING,  1, 32                  },
+        {"expires_at",  JSON_KIND_STRING,  0, 32                  },
+        {"max_uses",    JSON_KIND_INTEGER, 0, 0                   },
+        {"credit_days", JSON_KIND_INTEGER, 0, 0                   },
+        {"reason",      JSON_KIND_STRING,  0, 4 * AUDIT_REASON_MAX},
+        {NULL,          0,                 0, 0                   },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -185,7 +186,8 @@ void api_invite_codes_create(struct http_request *req)
     else if (c->amount > daemon_config->max_grant_micro)
         limit_refuse(req, "amount", c->amount, "max_grant", daemon_config->max_grant_micro);
     else if (expires && (json_time_parse(expires, &c->expires_at) < 0 || c->expires_at <= c->created_at))
-        http_error(req, ERR_INVALID_FIELD, "expires_at", "expires_at must be a future UTC time like 2027-01-01T00:00:00Z");
+        http_error(req, ERR_INVALID_FIELD, "expires_at",
+                   "expires_at must be a future UTC time like 2027-01-01T00:00:00Z");
     else if (max_uses && (c->max_uses < 1 || c->max_uses > 100000000))
         http_error(req, ERR_INVALID_FIELD, "max_uses", "max_uses must be from 1 to 100000000");
     else if (days && (c->credit_days < 1 || c->credit_days > 3650))
@@ -255,10 +257,10 @@ static int grant_txn(struct store *s, void *vctx)
 void api_grants_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"amount", JSON_KIND_STRING, 1, 32},
-        {"expires_at", JSON_KIND_STRING, 0, 32},
-        {"reason", JSON_KIND_STRING, 0, GRANT_REASON_MAX},
-        {NULL, 0, 0, 0},
+        {"amount",     JSON_KIND_STRING, 1, 32              },
+        {"expires_at", JSON_KIND_STRING, 0, 32              },
+        {"reason",     JSON_KIND_STRING, 0, GRANT_REASON_MAX},
+        {NULL,         0,                0, 0               },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -281,7 +283,8 @@ void api_grants_create(struct http_request *req)
     else if (ctx.amount > daemon_config->max_grant_micro)
         limit_refuse(req, "amount", ctx.amount, "max_grant", daemon_config->max_grant_micro);
     else if (expires && (json_time_parse(expires, &ctx.expires_at) < 0 || ctx.expires_at <= clock_now()))
-        http_error(req, ERR_INVALID_FIELD, "expires_at", "expires_at must be a future UTC time like 2027-01-01T00:00:00Z");
+        http_error(req, ERR_INVALID_FIELD, "expires_at",
+                   "expires_at must be a future UTC time like 2027-01-01T00:00:00Z");
     else {
         ctx.statement = ctx.reason[0] ? ctx.reason : "credit from an administrator";
         struct store *s = store_thread();

@@ -1,9 +1,9 @@
 /* api_gpu_types.c: GET /v1/gpu-types (public: the console shows it before
  * login) and the admin's PUT/DELETE /v1/admin/gpu-types/{code}. */
-#include "gpurent/clock.h"
-#include "http/api.h"
-#include "gpurent/jsonx.h"
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <ctype.h>
@@ -19,12 +19,12 @@ static json_t *type_json(struct store *s, const struct gpu_type *t)
 {
     int64_t price = ledger_price_at(s, t->code, clock_now());
     json_t *features = json_loads(t->features, 0, NULL);
-    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:o, s:s, s:I, s:I, s:I}", "code", t->code, "vendor", t->vendor,
-                     "memory_gb", (json_int_t)t->memory_gb, "memory_type", t->memory_type, "stack", t->stack,
-                     "reservation_required", t->reservation_required, "features",
-                     features ? features : json_array(), "description", t->description, "cards_total",
-                     (json_int_t)t->cards_total, "cards_free", (json_int_t)t->cards_free, "cards_in_use",
-                     (json_int_t)t->cards_in_use);
+    json_t *j =
+        json_pack("{s:s, s:s, s:I, s:s, s:s, s:b, s:o, s:s, s:I, s:I, s:I}", "code", t->code, "vendor", t->vendor,
+                  "memory_gb", (json_int_t)t->memory_gb, "memory_type", t->memory_type, "stack", t->stack,
+                  "reservation_required", t->reservation_required, "features", features ? features : json_array(),
+                  "description", t->description, "cards_total", (json_int_t)t->cards_total, "cards_free",
+                  (json_int_t)t->cards_free, "cards_in_use", (json_int_t)t->cards_in_use);
     json_object_set_new(j, "price_per_card_hour", price >= 0 ? json_money(price) : json_null());
     json_object_set_new(j, "price_per_gb_hour", price >= 0 ? json_money(price / t->memory_gb) : json_null());
     json_object_set_new(j, "currency", json_string(daemon_config->currency));
@@ -76,14 +76,14 @@ static int put_txn(struct store *s, void *vctx)
 void api_gpu_types_put(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"vendor", JSON_KIND_STRING, 1, 8},
-        {"memory_gb", JSON_KIND_INTEGER, 1, 0},
-        {"memory_type", JSON_KIND_STRING, 1, 32},
-        {"stack", JSON_KIND_STRING, 1, 8},
-        {"reservation_required", JSON_KIND_BOOLEAN, 0, 0},
-        {"features", JSON_KIND_ARRAY, 0, 0},
-        {"description", JSON_KIND_STRING, 0, 512},
-        {NULL, 0, 0, 0},
+        {"vendor",               JSON_KIND_STRING,  1, 8  },
+        {"memory_gb",            JSON_KIND_INTEGER, 1, 0  },
+        {"memory_type",          JSON_KIND_STRING,  1, 32 },
+        {"stack",                JSON_KIND_STRING,  1, 8  },
+        {"reservation_required", JSON_KIND_BOOLEAN, 0, 0  },
+        {"features",             JSON_KIND_ARRAY,   0, 0  },
+        {"description",          JSON_KIND_STRING,  0, 512},
+        {NULL,                   0,                 0, 0  },
     };
     const char *code = req->params[0];
     if (!code_valid(code)) {
@@ -106,7 +106,8 @@ void api_gpu_types_put(struct http_request *req)
     size_t i;
     json_t *f;
     int features_ok = 1;
-    json_array_foreach(features, i, f) {
+    json_array_foreach(features, i, f)
+    {
         if (!json_is_string(f) || json_string_length(f) > 32 || i >= 16)
             features_ok = 0;
     }

@@ -1,8 +1,8 @@
 /* api_health.c: GET /healthz (the process answers), GET /readyz (it can
  * serve: database reachable and migrated) and GET /v1/openapi.json. */
+#include "embedded.h"
 #include "gpurent/clock.h"
 #include "http/api.h"
-#include "embedded.h"
 #include "store/store.h"
 
 #include <string.h>
@@ -32,8 +32,9 @@ void api_readyz(struct http_request *req)
     billing_failures(&bf);
     json_t *billing = json_pack("{s:s, s:I, s:I}", "status", bf.users_repeated ? "failing" : "ok", "users_failing",
                                 (json_int_t)bf.users, "users_failing_repeatedly", (json_int_t)bf.users_repeated);
-    http_reply_json(req, 200, json_pack("{s:s, s:i, s:{s:o}}", "status", "ready", "schema_version", version,
-                                        "checks", "billing", billing));
+    http_reply_json(
+        req, 200,
+        json_pack("{s:s, s:i, s:{s:o}}", "status", "ready", "schema_version", version, "checks", "billing", billing));
 }
 
 void api_openapi(struct http_request *req)

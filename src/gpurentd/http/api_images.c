@@ -2,8 +2,8 @@
  * admin's POST /v1/admin/images and DELETE /v1/admin/images/{id}. Images
  * are named by id in URLs because their refs hold '/' and ':'. */
 #include "gpurent/clock.h"
-#include "http/api.h"
 #include "gpurent/jsonx.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -58,10 +58,10 @@ static int insert_txn(struct store *s, void *img)
 void api_images_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"ref", JSON_KIND_STRING, 1, 255},
-        {"stack", JSON_KIND_STRING, 1, 8},
+        {"ref",         JSON_KIND_STRING, 1, 255},
+        {"stack",       JSON_KIND_STRING, 1, 8  },
         {"description", JSON_KIND_STRING, 0, 512},
-        {NULL, 0, 0, 0},
+        {NULL,          0,                0, 0  },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)

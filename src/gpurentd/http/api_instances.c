@@ -1,9 +1,9 @@
 /* api_instances.c: /v1/instances — rent cards (create), list, show, start,
  * stop, terminate, and read an instance's events. Each change is one
  * transaction (instances.c); the reconciler is woken to drive the agents. */
-#include "http/api.h"
-#include "gpurent/jsonx.h"
 #include "domain/placement.h"
+#include "gpurent/jsonx.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -33,13 +33,13 @@ static void reply_failure(struct http_request *req, int rc, struct op_outcome *o
 }
 
 struct create_ctx {
-    struct instance_create in;          /* the request */
-    const struct http_request *req;     /* for idempotency records */
-    const struct idempotency *idem;     /* the key */
-    struct op_outcome o;                /* refusal, if any */
-    char id[ID_MAX];                    /* the new instance */
-    char *body;                         /* the answer (malloc'd) */
-    int replayed;                       /* 0, or the status of a twin's stored answer in body */
+    struct instance_create in;      /* the request */
+    const struct http_request *req; /* for idempotency records */
+    const struct idempotency *idem; /* the key */
+    struct op_outcome o;            /* refusal, if any */
+    char id[ID_MAX];                /* the new instance */
+    char *body;                     /* the answer (malloc'd) */
+    int replayed;                   /* 0, or the status of a twin's stored answer in body */
 };
 
 /* A twin request with the same key may have committed between
@@ -92,12 +92,12 @@ static int create_txn(struct store *s, void *vctx)
 void api_instances_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"gpu_type", JSON_KIND_STRING, 1, 32},
-        {"card_count", JSON_KIND_INTEGER, 1, 0},
-        {"image", JSON_KIND_STRING, 1, 255},
-        {"volume_id", JSON_KIND_STRING, 0, 64},
-        {"name", JSON_KIND_STRING, 0, 63},
-        {NULL, 0, 0, 0},
+        {"gpu_type",   JSON_KIND_STRING,  1, 32 },
+        {"card_count", JSON_KIND_INTEGER, 1, 0  },
+        {"image",      JSON_KIND_STRING,  1, 255},
+        {"volume_id",  JSON_KIND_STRING,  0, 64 },
+        {"name",       JSON_KIND_STRING,  0, 63 },
+        {NULL,         0,                 0, 0  },
     };
     struct idempotency idem;
     json_t *body = http_json_body(req, fields);
@@ -144,8 +144,8 @@ void api_instances_create(struct http_request *req)
     json_decref(body);
 }
 
-static const char *const instance_states[] = {"pending", "provisioning", "running", "stopping", "unreachable", "stopped",
-                                              "terminated", "failed", "lost", NULL};
+static const char *const instance_states[] = {"pending", "provisioning", "running", "stopping", "unreachable",
+                                              "stopped", "terminated",   "failed",  "lost",     NULL};
 
 void api_instances_list(struct http_request *req)
 {
@@ -153,8 +153,10 @@ void api_instances_list(struct http_request *req)
     struct page pg;
     if (http_query_allow(req, allowed) < 0 || page_begin(req, INSTANCES_PAGE_MAX, 50, &pg) < 0)
         return;
-    struct instance_filter f = {.user_id = req->user_id, .state = http_query(req, "state"),
-                                .after_created = pg.after_t, .after_id = pg.after_id};
+    struct instance_filter f = {.user_id = req->user_id,
+                                .state = http_query(req, "state"),
+                                .after_created = pg.after_t,
+                                .after_id = pg.after_id};
     int state_ok = !f.state;
     for (size_t i = 0; f.state && instance_states[i]; i++)
         state_ok |= strcmp(f.state, instance_states[i]) == 0;
@@ -186,8 +188,8 @@ void api_instances_list(struct http_request *req)
  * one and for anyone else's. */
 static int load_own(struct http_request *req, struct store *s, struct instance *in)
 {
-    int rc = id_valid("ins", req->params[0]) ? store_instance_get(s, req->user_id, req->params[0], in)
-                                             : STORE_NOT_FOUND;
+    int rc =
+        id_valid("ins", req->params[0]) ? store_instance_get(s, req->user_id, req->params[0], in) : STORE_NOT_FOUND;
     if (rc == STORE_NOT_FOUND)
         http_error(req, ERR_NOT_FOUND, NULL, "no instance %.32s", req->params[0]);
     else if (rc != STORE_OK)
@@ -214,8 +216,8 @@ void api_instances_get(struct http_request *req)
 
 struct change_ctx {
     int (*op)(struct store *, const char *, const char *, struct op_outcome *); /* what to do */
-    const char *user_id, *id;   /* whose, which */
-    struct op_outcome o;        /* refusal */
+    const char *user_id, *id;                                                   /* whose, which */
+    struct op_outcome o;                                                        /* refusal */
 };
 
 static int change_txn(struct store *s, void *vctx)
@@ -231,7 +233,9 @@ static void change(struct http_request *req, int (*op)(struct store *, const cha
                    const char *verb)
 {
     /* These take no body; anything sent is refused like any unknown field. */
-    static const struct json_field none[] = {{NULL, 0, 0, 0}};
+    static const struct json_field none[] = {
+        {NULL, 0, 0, 0}
+    };
     json_t *body = http_json_body(req, none);
     if (!body)
         return;
@@ -254,9 +258,18 @@ static void change(struct http_request *req, int (*op)(struct store *, const cha
     json_decref(ctx.o.extra);
 }
 
-void api_instances_start(struct http_request *req) { change(req, instance_start, "started"); }
-void api_instances_stop(struct http_request *req) { change(req, instance_stop, "stopped"); }
-void api_instances_terminate(struct http_request *req) { change(req, instance_terminate, "terminated"); }
+void api_instances_start(struct http_request *req)
+{
+    change(req, instance_start, "started");
+}
+void api_instances_stop(struct http_request *req)
+{
+    change(req, instance_stop, "stopped");
+}
+void api_instances_terminate(struct http_request *req)
+{
+    change(req, instance_terminate, "terminated");
+}
 
 void api_instances_events(struct http_request *req)
 {

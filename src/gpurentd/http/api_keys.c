@@ -1,7 +1,7 @@
 /* api_keys.c: /v1/api-keys — create (token shown once), list, show, revoke. */
 #include "gpurent/clock.h"
-#include "http/api.h"
 #include "gpurent/jsonx.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -19,7 +19,7 @@ void api_keys_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
         {"name", JSON_KIND_STRING, 0, 128},
-        {NULL, 0, 0, 0},
+        {NULL,   0,                0, 0  },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -33,8 +33,9 @@ void api_keys_create(struct http_request *req)
     if (!s || account_key_create(s, req->user_id, name, key_id, token, &created_at) != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else
-        http_reply_json(req, 201, json_pack("{s:s, s:s, s:s, s:o, s:n}", "id", key_id, "name", name, "token", token,
-                                            "created_at", json_time(created_at, 0), "revoked_at"));
+        http_reply_json(req, 201,
+                        json_pack("{s:s, s:s, s:s, s:o, s:n}", "id", key_id, "name", name, "token", token, "created_at",
+                                  json_time(created_at, 0), "revoked_at"));
     json_decref(body);
 }
 
@@ -48,7 +49,8 @@ void api_keys_list(struct http_request *req)
     size_t n;
     struct store *s = store_thread();
     /* One extra row tells whether another page follows. */
-    if (!s || store_api_key_list(s, req->user_id, pg.after_t, pg.after_id, keys, (size_t)pg.limit + 1, &n) != STORE_OK) {
+    if (!s ||
+        store_api_key_list(s, req->user_id, pg.after_t, pg.after_id, keys, (size_t)pg.limit + 1, &n) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }

@@ -3,10 +3,10 @@
  * (cordon, drain, maintenance) or return to service, and remove an idle node.
  * Handlers only change the database; the heartbeat loop talks to agents. */
 #include "gpurent/clock.h"
-#include "http/api.h"
 #include "gpurent/jsonx.h"
 #include "gpurent/sign.h"
 #include "gpurent/url.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <ctype.h>
@@ -21,16 +21,17 @@
 static json_t *node_json(const struct node *n)
 {
     json_t *labels = json_loads(n->labels, 0, NULL);
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:o, s:s, s:s, s:s, s:s, s:I, s:o, s:s, s:s,"
-                     " s:I, s:I, s:I, s:o, s:o}",
-                     "id", n->id, "name", n->name, "agent_url", n->agent_url, "gpu_model", n->gpu_model,
-                     "card_count", (json_int_t)n->card_count, "fabric", n->fabric, "region", n->region, "labels",
-                     labels ? labels : json_object(), "state", n->state, "state_reason", n->state_reason,
-                     "admin_state", n->admin_state, "health", n->health, "missed_heartbeats",
-                     (json_int_t)n->missed_beats, "last_seen_at", json_time(n->last_seen_at, 1), "driver_version",
-                     n->driver_version, "stack_version", n->stack_version, "cards_total", (json_int_t)n->cards_total,
-                     "cards_free", (json_int_t)n->cards_free, "cards_in_use", (json_int_t)n->cards_in_use,
-                     "created_at", json_time(n->created_at, 0), "updated_at", json_time(n->updated_at, 0));
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:o, s:s, s:s, s:s, s:s, s:I, s:o, s:s, s:s,"
+                  " s:I, s:I, s:I, s:o, s:o}",
+                  "id", n->id, "name", n->name, "agent_url", n->agent_url, "gpu_model", n->gpu_model, "card_count",
+                  (json_int_t)n->card_count, "fabric", n->fabric, "region", n->region, "labels",
+                  labels ? labels : json_object(), "state", n->state, "state_reason", n->state_reason, "admin_state",
+                  n->admin_state, "health", n->health, "missed_heartbeats", (json_int_t)n->missed_beats, "last_seen_at",
+                  json_time(n->last_seen_at, 1), "driver_version", n->driver_version, "stack_version", n->stack_version,
+                  "cards_total", (json_int_t)n->cards_total, "cards_free", (json_int_t)n->cards_free, "cards_in_use",
+                  (json_int_t)n->cards_in_use, "created_at", json_time(n->created_at, 0), "updated_at",
+                  json_time(n->updated_at, 0));
     if (!j)
         log_error("nodes: cannot show %s: a stored text is not valid UTF-8", n->id);
     else
@@ -93,7 +94,8 @@ static const char *labels_problem(json_t *labels)
         return "";
     const char *k;
     json_t *v;
-    json_object_foreach(labels, k, v) {
+    json_object_foreach(labels, k, v)
+    {
         if (!word_valid(k, 63, 0) || !json_is_string(v) || json_string_length(v) > 255)
             return k;
     }
@@ -108,14 +110,14 @@ static int create_txn(struct store *s, void *node)
 void api_nodes_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"name", JSON_KIND_STRING, 1, 63},
-        {"agent_url", JSON_KIND_STRING, 1, 512},
-        {"gpu_model", JSON_KIND_STRING, 1, 32},
-        {"card_count", JSON_KIND_INTEGER, 1, 0},
-        {"fabric", JSON_KIND_STRING, 0, 63},
-        {"region", JSON_KIND_STRING, 0, 63},
-        {"labels", JSON_KIND_OBJECT, 0, 0},
-        {NULL, 0, 0, 0},
+        {"name",       JSON_KIND_STRING,  1, 63 },
+        {"agent_url",  JSON_KIND_STRING,  1, 512},
+        {"gpu_model",  JSON_KIND_STRING,  1, 32 },
+        {"card_count", JSON_KIND_INTEGER, 1, 0  },
+        {"fabric",     JSON_KIND_STRING,  0, 63 },
+        {"region",     JSON_KIND_STRING,  0, 63 },
+        {"labels",     JSON_KIND_OBJECT,  0, 0  },
+        {NULL,         0,                 0, 0  },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -196,8 +198,8 @@ void api_nodes_list(struct http_request *req)
         .after_created = pg.after_t,
         .after_id = pg.after_id,
     };
-    static const char *const states[] = {"pending", "ready", "cordoned", "draining", "maintenance", "offline",
-                                         "rejected"};
+    static const char *const states[] = {"pending",     "ready",   "cordoned", "draining",
+                                         "maintenance", "offline", "rejected"};
     int state_ok = !f.state;
     for (size_t i = 0; f.state && i < sizeof states / sizeof states[0]; i++)
         state_ok |= strcmp(f.state, states[i]) == 0;
@@ -252,12 +254,11 @@ static void reply_node_detail(struct http_request *req, struct store *s, const s
     }
     json_t *j = node_json(n), *arr = json_array();
     for (size_t i = 0; j && i < nc; i++) {
-        json_t *card = json_pack("{s:I, s:s, s:I, s:b, s:s, s:b, s:o}", "index", (json_int_t)cards[i].idx,
-                                             "model", cards[i].model, "memory_gb", (json_int_t)cards[i].memory_gb,
-                                             "healthy", cards[i].healthy, "health_reason", cards[i].health_reason,
-                                             "in_use", cards[i].instance_id[0] != 0, "instance_id",
-                                             cards[i].instance_id[0] ? json_string(cards[i].instance_id)
-                                                                     : json_null());
+        json_t *card =
+            json_pack("{s:I, s:s, s:I, s:b, s:s, s:b, s:o}", "index", (json_int_t)cards[i].idx, "model", cards[i].model,
+                      "memory_gb", (json_int_t)cards[i].memory_gb, "healthy", cards[i].healthy, "health_reason",
+                      cards[i].health_reason, "in_use", cards[i].instance_id[0] != 0, "instance_id",
+                      cards[i].instance_id[0] ? json_string(cards[i].instance_id) : json_null());
         if (!card) {
             json_decref(j);
             j = NULL;
@@ -299,9 +300,9 @@ static int state_txn(struct store *s, void *vctx)
 void api_nodes_set_state(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"state", JSON_KIND_STRING, 1, 16},
+        {"state",  JSON_KIND_STRING, 1, 16 },
         {"reason", JSON_KIND_STRING, 0, 200},
-        {NULL, 0, 0, 0},
+        {NULL,     0,                0, 0  },
     };
     struct store *s = store_thread();
     static _Thread_local struct node n;
@@ -314,11 +315,10 @@ void api_nodes_set_state(struct http_request *req)
         return;
     const char *state = json_string_value(json_object_get(body, "state"));
     const char *reason = json_string_value(json_object_get(body, "reason"));
-    const char *admin_state = strcmp(state, "ready") == 0 ? "active"
-                              : strcmp(state, "cordoned") == 0 || strcmp(state, "draining") == 0 ||
-                                      strcmp(state, "maintenance") == 0
-                                  ? state
-                                  : NULL;
+    const char *admin_state =
+        strcmp(state, "ready") == 0 ? "active"
+        : strcmp(state, "cordoned") == 0 || strcmp(state, "draining") == 0 || strcmp(state, "maintenance") == 0 ? state
+                                                                                                                : NULL;
     if (!admin_state) {
         http_error(req, ERR_INVALID_FIELD, "state", "state must be ready, cordoned, draining or maintenance");
     } else if (load_node(req, s, &n) == STORE_OK) {

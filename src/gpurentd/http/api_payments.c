@@ -4,12 +4,12 @@
  * provider, authenticated by an HMAC-SHA256 signature of "TIMESTAMP.BODY"
  * with payment_webhook_secret (X-Gpurent-Webhook-Timestamp,
  * X-Gpurent-Webhook-Signature, lowercase hex), refused when stale. */
-#include "gpurent/clock.h"
-#include "http/api.h"
-#include "gpurent/jsonx.h"
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
 #include "gpurent/money.h"
 #include "gpurent/secrets.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -19,14 +19,14 @@
 #define WEBHOOK_SKEW_S 300
 
 struct topup_ctx {
-    const char *user_id;     /* whose cash */
-    const char *payment_id;  /* the payment */
-    int64_t amount;          /* how much */
-    const char *source;      /* admin or webhook */
+    const char *user_id;              /* whose cash */
+    const char *payment_id;           /* the payment */
+    int64_t amount;                   /* how much */
+    const char *source;               /* admin or webhook */
     const struct http_request *admin; /* the admin's request, recorded in admin_actions; NULL for the webhook */
-    const char *reason;      /* the admin's reason, "" for none */
-    char id[ID_MAX];         /* out */
-    int duplicate;           /* out: seen before */
+    const char *reason;               /* the admin's reason, "" for none */
+    char id[ID_MAX];                  /* out */
+    int duplicate;                    /* out: seen before */
 };
 
 static int topup_txn(struct store *s, void *vctx)
@@ -36,8 +36,8 @@ static int topup_txn(struct store *s, void *vctx)
     int rc = store_user_get(s, ctx->user_id, &u);
     if (rc != STORE_OK)
         return rc;
-    rc = ledger_topup(s, ctx->user_id, ctx->payment_id, ctx->amount, ctx->source, clock_now(), ctx->id,
-                      &ctx->duplicate);
+    rc =
+        ledger_topup(s, ctx->user_id, ctx->payment_id, ctx->amount, ctx->source, clock_now(), ctx->id, &ctx->duplicate);
     /* A repeated payment adds nothing, so there is no action to record. */
     if (rc != STORE_OK || ctx->duplicate || !ctx->admin)
         return rc;
@@ -104,10 +104,10 @@ static void topup(struct http_request *req, struct topup_ctx *ctx, json_t *amoun
 void api_topups_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"amount", JSON_KIND_STRING, 1, 32},
-        {"payment_id", JSON_KIND_STRING, 1, 128},
-        {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
-        {NULL, 0, 0, 0},
+        {"amount",     JSON_KIND_STRING, 1, 32                  },
+        {"payment_id", JSON_KIND_STRING, 1, 128                 },
+        {"reason",     JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
+        {NULL,         0,                0, 0                   },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -152,10 +152,10 @@ void api_payments_webhook(struct http_request *req)
 {
     static const struct json_field fields[] = {
         {"payment_id", JSON_KIND_STRING, 1, 128},
-        {"user_id", JSON_KIND_STRING, 1, 64},
-        {"amount", JSON_KIND_STRING, 1, 32},
-        {"currency", JSON_KIND_STRING, 1, 8},
-        {NULL, 0, 0, 0},
+        {"user_id",    JSON_KIND_STRING, 1, 64 },
+        {"amount",     JSON_KIND_STRING, 1, 32 },
+        {"currency",   JSON_KIND_STRING, 1, 8  },
+        {NULL,         0,                0, 0  },
     };
     /* Authenticate before reading: an unsigned body is not even parsed. */
     if (webhook_signature_ok(req) < 0) {

@@ -3,13 +3,13 @@
  * PUT /v1/admin/prices/{gpu_type} (at most max_price_per_card_hour,
  * recorded in admin_actions). A price applies from its effective time on,
  * never backwards. */
-#include "gpurent/clock.h"
-#include "http/api.h"
-#include "gpurent/jsonx.h"
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
 #include "gpurent/money.h"
-#include "store/store.h"
 #include "gpurent/tariff.h"
+#include "http/api.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,20 +99,21 @@ void api_estimate_get(struct http_request *req)
         return;
     }
     total = one * times;
-    http_reply_json(req, 200, json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:o, s:s}", "gpu_type", type, "card_count",
-                                        (json_int_t)cards, "price_per_card_hour", json_money(price), "run_hours",
-                                        json_money((int64_t)((__int128)run * MONEY_UNIT / 3600)), "runs",
-                                        (json_int_t)times, "cost_per_run", json_money(one), "total",
-                                        json_money(total), "currency", daemon_config->currency));
+    http_reply_json(req, 200,
+                    json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:o, s:s}", "gpu_type", type, "card_count",
+                              (json_int_t)cards, "price_per_card_hour", json_money(price), "run_hours",
+                              json_money((int64_t)((__int128)run * MONEY_UNIT / 3600)), "runs", (json_int_t)times,
+                              "cost_per_run", json_money(one), "total", json_money(total), "currency",
+                              daemon_config->currency));
 }
 
 struct price_ctx {
-    const char *gpu_model;  /* type */
-    int64_t effective_at;   /* from */
-    int64_t card_hour;      /* price */
+    const char *gpu_model;          /* type */
+    int64_t effective_at;           /* from */
+    int64_t card_hour;              /* price */
     const struct http_request *req; /* the admin's, for admin_actions */
-    const char *reason;     /* the admin's reason, "" for none */
-    int missing;            /* out: no such type */
+    const char *reason;             /* the admin's reason, "" for none */
+    int missing;                    /* out: no such type */
 };
 
 /* The price as the API shows it, and as its admin_actions detail. */
@@ -129,8 +130,8 @@ static int price_txn(struct store *s, void *vctx)
     struct gpu_type t;
     int rc = store_gpu_type_row(s, ctx->gpu_model, &t);
     ctx->missing = rc == STORE_NOT_FOUND;
-    if (rc != STORE_OK || (rc = store_price_insert(s, ctx->gpu_model, ctx->effective_at, ctx->card_hour,
-                                                   clock_now())) != STORE_OK)
+    if (rc != STORE_OK ||
+        (rc = store_price_insert(s, ctx->gpu_model, ctx->effective_at, ctx->card_hour, clock_now())) != STORE_OK)
         return rc;
     json_t *detail = price_json(ctx);
     rc = audit_record(s, ctx->req, "price", ctx->gpu_model, ctx->card_hour, detail, ctx->reason);
@@ -141,10 +142,10 @@ static int price_txn(struct store *s, void *vctx)
 void api_prices_put(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"price_per_card_hour", JSON_KIND_STRING, 1, 32},
-        {"effective_at", JSON_KIND_STRING, 0, 32},
-        {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
-        {NULL, 0, 0, 0},
+        {"price_per_card_hour", JSON_KIND_STRING, 1, 32                  },
+        {"effective_at",        JSON_KIND_STRING, 0, 32                  },
+        {"reason",              JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
+        {NULL,                  0,                0, 0                   },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -167,7 +168,8 @@ void api_prices_put(struct http_request *req)
     else if (eff && json_time_parse(eff, &ctx.effective_at) < 0)
         http_error(req, ERR_INVALID_FIELD, "effective_at", "effective_at must be a UTC time like 2026-12-01T00:00:00Z");
     else if (ctx.effective_at < now)
-        http_error(req, ERR_INVALID_FIELD, "effective_at", "prices never change backwards: effective_at is in the past");
+        http_error(req, ERR_INVALID_FIELD, "effective_at",
+                   "prices never change backwards: effective_at is in the past");
     else {
         struct store *s = store_thread();
         int rc = s ? store_txn(s, price_txn, &ctx) : STORE_ERROR;

@@ -4,10 +4,10 @@
 #include "store/store.h"
 
 struct limits_ctx {
-    const char *user_id; /* whose */
-    int64_t max_cards;   /* new quota */
+    const char *user_id;            /* whose */
+    int64_t max_cards;              /* new quota */
     const struct http_request *req; /* the admin's, for admin_actions */
-    const char *reason;  /* the admin's reason, "" for none */
+    const char *reason;             /* the admin's reason, "" for none */
 };
 
 static int limits_txn(struct store *s, void *vctx)
@@ -26,9 +26,9 @@ static int limits_txn(struct store *s, void *vctx)
 void api_users_set_limits(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"max_cards", JSON_KIND_INTEGER, 1, 0},
-        {"reason", JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
-        {NULL, 0, 0, 0},
+        {"max_cards", JSON_KIND_INTEGER, 1, 0                   },
+        {"reason",    JSON_KIND_STRING,  0, 4 * AUDIT_REASON_MAX},
+        {NULL,        0,                 0, 0                   },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -54,5 +54,6 @@ void api_users_set_limits(struct http_request *req)
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else
-        http_reply_json(req, 200, json_pack("{s:s, s:I}", "user_id", ctx.user_id, "max_cards", (json_int_t)ctx.max_cards));
+        http_reply_json(req, 200,
+                        json_pack("{s:s, s:I}", "user_id", ctx.user_id, "max_cards", (json_int_t)ctx.max_cards));
 }

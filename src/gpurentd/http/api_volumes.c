@@ -2,8 +2,8 @@
  * /shared on every node of their instances. A volume outlives instances;
  * deleting one that an instance still uses is refused. */
 #include "gpurent/clock.h"
-#include "http/api.h"
 #include "gpurent/jsonx.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <ctype.h>
@@ -16,8 +16,8 @@
 static json_t *volume_json(const struct volume *v)
 {
     return json_pack("{s:s, s:s, s:I, s:s, s:I, s:b, s:o}", "id", v->id, "name", v->name, "size_gb",
-                     (json_int_t)v->size_gb, "mount_path", "/shared", "instances", (json_int_t)v->instances,
-                     "in_use", v->mounted > 0, "created_at", json_time(v->created_at, 0));
+                     (json_int_t)v->size_gb, "mount_path", "/shared", "instances", (json_int_t)v->instances, "in_use",
+                     v->mounted > 0, "created_at", json_time(v->created_at, 0));
 }
 
 static int name_valid(const char *name)
@@ -46,9 +46,9 @@ static int create_txn(struct store *s, void *vctx)
 void api_volumes_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"name", JSON_KIND_STRING, 1, 63},
-        {"size_gb", JSON_KIND_INTEGER, 0, 0},
-        {NULL, 0, 0, 0},
+        {"name",    JSON_KIND_STRING,  1, 63},
+        {"size_gb", JSON_KIND_INTEGER, 0, 0 },
+        {NULL,      0,                 0, 0 },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -80,7 +80,8 @@ void api_volumes_list(struct http_request *req)
     struct volume *list = malloc(sizeof *list * (size_t)(pg.limit + 1));
     size_t n = 0;
     struct store *s = store_thread();
-    if (!list || !s || store_volume_list(s, req->user_id, pg.after_t, pg.after_id, list, (size_t)pg.limit + 1, &n) != STORE_OK) {
+    if (!list || !s ||
+        store_volume_list(s, req->user_id, pg.after_t, pg.after_id, list, (size_t)pg.limit + 1, &n) != STORE_OK) {
         free(list);
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
@@ -98,7 +99,7 @@ void api_volumes_get(struct http_request *req)
 {
     struct store *s = store_thread();
     struct volume v;
-    int rc = !s ? STORE_ERROR
+    int rc = !s                                ? STORE_ERROR
              : id_valid("vol", req->params[0]) ? store_volume_get(s, req->user_id, req->params[0], &v)
                                                : STORE_NOT_FOUND;
     if (rc == STORE_NOT_FOUND)

@@ -39,7 +39,8 @@ int auth_authenticate(struct http_request *req, enum http_auth level)
     struct api_key key;
     struct user user;
     int rc = store_api_key_get(s, key_id, &key);
-    if (rc == STORE_NOT_FOUND || (rc == STORE_OK && (!api_key_hash_equal(presented, key.secret_hash) || key.revoked_at))) {
+    if (rc == STORE_NOT_FOUND ||
+        (rc == STORE_OK && (!api_key_hash_equal(presented, key.secret_hash) || key.revoked_at))) {
         http_error(req, ERR_UNAUTHORIZED, NULL, "the API key is unknown or revoked");
         return -1;
     }

@@ -5,8 +5,8 @@
  * Keys belong to their user; the same key with another request is refused.
  * Refusals (4xx) are not stored, so a retry after fixing the cause runs. */
 #include "gpurent/clock.h"
-#include "http/api.h"
 #include "gpurent/secrets.h"
+#include "http/api.h"
 #include "store/store.h"
 
 #include <stdio.h>

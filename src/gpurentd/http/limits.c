@@ -1,8 +1,8 @@
 /* limits.c: the money maxima (max_price_per_card_hour, max_topup, max_grant,
  * max_balance) as the API enforces them, in one wording for every route: a
  * 400 invalid_field naming the body field, the amount and the limit. */
-#include "http/api.h"
 #include "gpurent/money.h"
+#include "http/api.h"
 #include "store/store.h"
 
 void limit_refuse(struct http_request *req, const char *field, int64_t amount, const char *option, int64_t limit)
@@ -23,8 +23,8 @@ void limit_refuse_balance(struct http_request *req, const char *field, const cha
     char a[MONEY_FMT_LEN], t[MONEY_FMT_LEN], l[MONEY_FMT_LEN];
     money_format(amount, a);
     money_format(daemon_config->max_balance_micro, l);
-    if (s && store_user_holdings(s, user_id, &cash, &credit) == STORE_OK && money_add(cash, credit, &held) == MONEY_OK &&
-        money_add(held, amount, &after) == MONEY_OK)
+    if (s && store_user_holdings(s, user_id, &cash, &credit) == STORE_OK &&
+        money_add(cash, credit, &held) == MONEY_OK && money_add(held, amount, &after) == MONEY_OK)
         http_error(req, ERR_INVALID_FIELD, field, "%s %s would take the balance of %s to %s, over max_balance %s %s",
                    label ? label : field, a, user_id, money_format(after, t), l, daemon_config->currency);
     else

@@ -20,10 +20,10 @@ static const double bucket_seconds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 
 /* One status of one route: its request count and latency histogram. */
 struct status_stats {
-    unsigned status;                  /* status code; 0: no answer (client went away) */
-    int64_t count;                    /* requests; 0 marks a free slot */
-    int64_t buckets[N_BUCKETS];       /* requests at or below each bound */
-    int64_t sum_us;                   /* total duration */
+    unsigned status;            /* status code; 0: no answer (client went away) */
+    int64_t count;              /* requests; 0 marks a free slot */
+    int64_t buckets[N_BUCKETS]; /* requests at or below each bound */
+    int64_t sum_us;             /* total duration */
 };
 
 /* One route's requests by status. Index MAX_ROUTES collects requests that
@@ -34,7 +34,7 @@ struct status_stats {
  * slots is left out of both, rather than lumped under a wrong label. */
 struct route_stats {
     struct status_stats slot[STATUS_SLOTS];
-    int64_t total;                    /* all requests; non-zero marks a route that served some */
+    int64_t total; /* all requests; non-zero marks a route that served some */
 };
 
 static struct route_stats routes[MAX_ROUTES + 1];
@@ -136,7 +136,8 @@ static int write_store(FILE *f, struct store *s)
         return -1;
     fprintf(f, "# HELP gpurent_nodes Registered nodes by state and GPU type.\n# TYPE gpurent_nodes gauge\n");
     for (size_t i = 0; i < n; i++)
-        fprintf(f, "gpurent_nodes{state=\"%s\",gpu_type=\"%s\"} %lld\n", rows[i].a, rows[i].b, (long long)rows[i].value);
+        fprintf(f, "gpurent_nodes{state=\"%s\",gpu_type=\"%s\"} %lld\n", rows[i].a, rows[i].b,
+                (long long)rows[i].value);
     if (store_gpu_type_list(s, types, 64, &n) != STORE_OK)
         return -1;
     fprintf(f, "# HELP gpurent_cards Cards by GPU type: total (accepted nodes), free (rentable now), in use.\n"
@@ -174,8 +175,7 @@ static int write_store(FILE *f, struct store *s)
             "# HELP gpurent_credits_refunded_micro_total Of the refunds, what went back to credit grants.\n"
             "# TYPE gpurent_credits_refunded_micro_total counter\ngpurent_credits_refunded_micro_total %lld\n",
             (long long)m.revenue, (long long)m.credits_granted, (long long)m.credits_spent,
-            (long long)m.credits_expired, (long long)m.topups, (long long)m.refunds,
-            (long long)m.credits_refunded);
+            (long long)m.credits_expired, (long long)m.topups, (long long)m.refunds, (long long)m.credits_refunded);
     return 0;
 }
 

@@ -1,8 +1,8 @@
 /* paging.c: the pagination every list endpoint shares: `limit` and an
  * opaque `cursor` in, `next_cursor` out. A cursor names the last row of a
  * page by its sort key (a time or sequence number, and an id). */
-#include "http/api.h"
 #include "gpurent/jsonx.h"
+#include "http/api.h"
 
 #include <string.h>
 

@@ -1,10 +1,10 @@
 /* agent_client.c: builds signed libcurl calls to node agents (see
  * agent_client.h and docs/AGENT_PROTOCOL.md). */
 #include "loops/agent_client.h"
-#include "loops/loops.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
 #include "gpurent/sign.h"
+#include "loops/loops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,7 +233,10 @@ int agent_calls_stream(size_t n, long max_parallel, int (*stop)(void), const str
 }
 
 /* agent_calls_run's stream: the calls the caller made, left with it. */
-static struct agent_call *take_made(void *ctx, size_t i) { return ((struct agent_call **)ctx)[i]; }
+static struct agent_call *take_made(void *ctx, size_t i)
+{
+    return ((struct agent_call **)ctx)[i];
+}
 static void leave_with_caller(void *ctx, size_t i, struct agent_call *c, int finished)
 {
     (void)ctx, (void)i, (void)c, (void)finished;
@@ -248,6 +251,12 @@ int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int 
     return agent_calls_stream(n, max_parallel, stop, &st);
 }
 
-int agent_client_global_init(void) { return curl_global_init(CURL_GLOBAL_DEFAULT) == 0 ? 0 : -1; }
+int agent_client_global_init(void)
+{
+    return curl_global_init(CURL_GLOBAL_DEFAULT) == 0 ? 0 : -1;
+}
 
-void agent_client_global_cleanup(void) { curl_global_cleanup(); }
+void agent_client_global_cleanup(void)
+{
+    curl_global_cleanup();
+}

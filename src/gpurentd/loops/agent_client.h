@@ -17,15 +17,15 @@ struct agent_client_opts {
 };
 
 struct agent_call {
-    CURL *easy;                   /* the libcurl handle; its PRIVATE points back here */
-    struct curl_slist *headers;   /* signed headers, freed with the call */
-    char *request_body;           /* copy of the body sent, or NULL */
-    char *response;               /* NUL-terminated reply body (may be NULL) */
-    size_t response_len;          /* bytes in response */
-    size_t response_cap;          /* allocated */
-    size_t max_response_bytes;    /* from the options */
-    int too_large;                /* the reply went over max_response_bytes */
-    long status;                  /* HTTP status, 0 if none */
+    CURL *easy;                       /* the libcurl handle; its PRIVATE points back here */
+    struct curl_slist *headers;       /* signed headers, freed with the call */
+    char *request_body;               /* copy of the body sent, or NULL */
+    char *response;                   /* NUL-terminated reply body (may be NULL) */
+    size_t response_len;              /* bytes in response */
+    size_t response_cap;              /* allocated */
+    size_t max_response_bytes;        /* from the options */
+    int too_large;                    /* the reply went over max_response_bytes */
+    long status;                      /* HTTP status, 0 if none */
     char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
 };
 

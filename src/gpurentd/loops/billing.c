@@ -21,13 +21,13 @@
  * of their own: one whose billing fails (an overflow, a broken row) is
  * skipped for the pass, logged once per change of reason and counted, and
  * everyone else is billed. */
-#include "gpurent/clock.h"
-#include "loops/loops.h"
-#include "gpurent/jsonx.h"
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
 #include "gpurent/money.h"
-#include "store/store.h"
 #include "gpurent/tariff.h"
+#include "loops/loops.h"
+#include "store/store.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,15 +36,15 @@
 #include <string.h>
 #include <time.h>
 
-#define USERS_PER_TXN 200   /* short write locks, few commits */
-#define CHECKPOINTS_MAX 64  /* grant expiries handled per user per pass */
+#define USERS_PER_TXN 200  /* short write locks, few commits */
+#define CHECKPOINTS_MAX 64 /* grant expiries handled per user per pass */
 
 struct pass {
-    struct price_book prices;      /* each type's schedule, read once per pass */
-    int64_t now;                   /* pass time */
-    int stopped_any;               /* instances were stopped: wake the reconciler */
-    int64_t failed;                /* users skipped this pass */
-    char why[160];                 /* why the user being billed failed, "" if unsaid */
+    struct price_book prices; /* each type's schedule, read once per pass */
+    int64_t now;              /* pass time */
+    int stopped_any;          /* instances were stopped: wake the reconciler */
+    int64_t failed;           /* users skipped this pass */
+    char why[160];            /* why the user being billed failed, "" if unsaid */
 };
 
 /* What interval b costs at t (price_book_due), with a reason when it fails. */
@@ -115,8 +115,7 @@ static int stop_for_funds(struct store *s, struct pass *p, const char *user_id, 
 }
 
 /* Bills the user's intervals b[0..n) up to t. */
-static int bill_intervals(struct store *s, struct pass *p, const char *user_id, struct billable *b, size_t n,
-                          int64_t t)
+static int bill_intervals(struct store *s, struct pass *p, const char *user_id, struct billable *b, size_t n, int64_t t)
 {
     int64_t owed;
     struct funds funds;
@@ -214,17 +213,17 @@ static int bill_user(struct store *s, struct pass *p, const char *user_id, int e
 
 /* Per user of a batch: how billing them went, for after the commit. */
 struct user_result {
-    int rc;                    /* STORE_OK, or why they were skipped */
-    char why[160];             /* said when rc is not STORE_OK */
+    int rc;        /* STORE_OK, or why they were skipped */
+    char why[160]; /* said when rc is not STORE_OK */
 };
 
 struct batch_ctx {
-    struct pass *pass;         /* shared state */
-    char (*users)[ID_MAX];     /* the batch */
+    struct pass *pass;             /* shared state */
+    char (*users)[ID_MAX];         /* the batch */
     const unsigned char *expiries; /* per user: 0 if no grant of theirs expired by now; NULL: unknown */
-    size_t n;                  /* its length */
-    struct user_result *results; /* n entries */
-    size_t current;            /* the user being billed */
+    size_t n;                      /* its length */
+    struct user_result *results;   /* n entries */
+    size_t current;                /* the user being billed */
 };
 
 static int user_part(struct store *s, void *vctx)
@@ -267,13 +266,13 @@ static int batch_txn(struct store *s, void *vctx)
  * /metrics and /readyz. */
 struct failing_user {
     char user_id[ID_MAX];
-    int64_t streak;            /* passes in a row that failed them */
-    char why[160];             /* the last reason */
+    int64_t streak; /* passes in a row that failed them */
+    char why[160];  /* the last reason */
 };
 static struct failing_user *failing;
 static size_t n_failing, cap_failing;
-static atomic_llong failures_total;     /* user billings that failed, all time */
-static atomic_llong users_failing;      /* users whose last billing failed */
+static atomic_llong failures_total;      /* user billings that failed, all time */
+static atomic_llong users_failing;       /* users whose last billing failed */
 static atomic_llong users_failing_again; /* of them, failed more than one pass in a row */
 
 static struct failing_user *failing_find(const char *user_id)
@@ -343,14 +342,17 @@ static int expire_txn(struct store *s, void *vctx)
 
 /* Bills users (sorted) in batches of USERS_PER_TXN, then voids the credit
  * of users with nothing left to bill. */
-static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], const unsigned char *expiries,
-                      size_t n)
+static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], const unsigned char *expiries, size_t n)
 {
     int rc = STORE_OK, stopped = 0;
     struct user_result results[USERS_PER_TXN];
     for (size_t off = 0; rc == STORE_OK && off < n; off += USERS_PER_TXN) {
-        struct batch_ctx ctx = {p, users + off, expiries ? expiries + off : NULL,
-                                n - off < USERS_PER_TXN ? n - off : USERS_PER_TXN, results, 0};
+        struct batch_ctx ctx = {p,
+                                users + off,
+                                expiries ? expiries + off : NULL,
+                                n - off < USERS_PER_TXN ? n - off : USERS_PER_TXN,
+                                results,
+                                0};
         rc = store_txn(s, batch_txn, &ctx);
         if (rc == STORE_OK)
             for (size_t i = 0; i < ctx.n; i++) {
@@ -472,10 +474,10 @@ int billing_check(struct store *s, struct billing_summary *out)
 
 static struct bg_loop loop = BG_LOOP_INIT("billing");
 static pthread_cond_t done_cond = PTHREAD_COND_INITIALIZER; /* a pass ended */
-static int64_t passes_done;                /* guarded by loop.lock */
-static int64_t full_asked, full_done;      /* guarded by loop.lock: full passes asked for, and served up to */
-static struct billing_summary last;        /* guarded by loop.lock: of the last full pass */
-static int last_rc;                        /* guarded by loop.lock: how the last full pass ended */
+static int64_t passes_done;                                 /* guarded by loop.lock */
+static int64_t full_asked, full_done; /* guarded by loop.lock: full passes asked for, and served up to */
+static struct billing_summary last;   /* guarded by loop.lock: of the last full pass */
+static int last_rc;                   /* guarded by loop.lock: how the last full pass ended */
 
 static void *billing_main(void *arg)
 {
@@ -518,7 +520,10 @@ static void *billing_main(void *arg)
     return NULL;
 }
 
-int billing_start(void) { return loop_start(&loop, billing_main); }
+int billing_start(void)
+{
+    return loop_start(&loop, billing_main);
+}
 
 int billing_run_now(struct billing_summary *out, int timeout_ms)
 {
@@ -541,4 +546,7 @@ int billing_run_now(struct billing_summary *out, int timeout_ms)
     return ok ? 0 : -1;
 }
 
-void billing_stop(void) { loop_stop(&loop); }
+void billing_stop(void)
+{
+    loop_stop(&loop);
+}

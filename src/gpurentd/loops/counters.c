@@ -10,7 +10,10 @@ static atomic_llong billing_passes;
 static atomic_llong billing_last_us;
 static atomic_llong billing_total_us;
 
-void metrics_agent_error(void) { atomic_fetch_add(&agent_errors, 1); }
+void metrics_agent_error(void)
+{
+    atomic_fetch_add(&agent_errors, 1);
+}
 
 void metrics_billing_pass(int64_t duration_us)
 {

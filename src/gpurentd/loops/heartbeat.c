@@ -7,10 +7,10 @@
  * node's count of ended workloads changes, the reconciler is asked to list
  * that node's workloads now, so an exit is billed to its second. A
  * registration wakes the loop to poll just the new node. */
-#include "loops/agent_client.h"
-#include "gpurent/clock.h"
-#include "loops/loops.h"
 #include "domain/facts.h"
+#include "gpurent/clock.h"
+#include "loops/agent_client.h"
+#include "loops/loops.h"
 #include "store/store.h"
 
 #include <pthread.h>
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#define BATCH 500 /* results per write transaction: short locks, few commits */
+#define BATCH 500             /* results per write transaction: short locks, few commits */
 #define NEW_PASS_GAP_US 50000 /* least time between two passes over new nodes */
 
 static struct bg_loop loop = BG_LOOP_INIT("heartbeat");
@@ -39,8 +39,11 @@ static void utf8_clip(char *s)
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
     while (p[i]) {
-        size_t len = p[i] < 0x80 ? 1 : (p[i] & 0xE0) == 0xC0 ? 2 : (p[i] & 0xF0) == 0xE0 ? 3
-                                                               : (p[i] & 0xF8) == 0xF0 ? 4 : 0;
+        size_t len = p[i] < 0x80             ? 1
+                     : (p[i] & 0xE0) == 0xC0 ? 2
+                     : (p[i] & 0xF0) == 0xE0 ? 3
+                     : (p[i] & 0xF8) == 0xF0 ? 4
+                                             : 0;
         size_t k = 1;
         while (k < len && (p[i + k] & 0xC0) == 0x80)
             k++;
@@ -51,7 +54,10 @@ static void utf8_clip(char *s)
     s[i] = '\0';
 }
 
-static int should_stop(void) { return loop_stopping(&loop); }
+static int should_stop(void)
+{
+    return loop_stopping(&loop);
+}
 
 static void judge(struct beat *b, struct agent_call *c)
 {
@@ -74,12 +80,12 @@ static void judge(struct beat *b, struct agent_call *c)
 
 /* A pass in progress: the batch of judged beats waiting to be written. */
 struct pass {
-    struct store *s;          /* the loop's connection */
-    struct beat *batch;       /* BATCH slots */
-    size_t n_batch;           /* slots filled */
-    int only_new;             /* a pass for new nodes: failures are not recorded */
-    size_t answered;          /* good replies, for the log line */
-    int64_t record_us;        /* time spent writing */
+    struct store *s;    /* the loop's connection */
+    struct beat *batch; /* BATCH slots */
+    size_t n_batch;     /* slots filled */
+    int only_new;       /* a pass for new nodes: failures are not recorded */
+    size_t answered;    /* good replies, for the log line */
+    int64_t record_us;  /* time spent writing */
 };
 
 struct record_ctx {
@@ -224,11 +230,14 @@ static void take_facts(void *vctx, size_t i, struct agent_call *c, int finished)
 static int poll_targets(struct pass *p, struct node_target *targets, size_t n)
 {
     const struct daemon_conf *cf = daemon_config;
-    struct facts_stream fs = {p, targets,
-                              {.connect_timeout_ms = cf->agent_connect_timeout_ms,
-                               .total_timeout_ms = cf->agent_timeout_ms,
-                               .max_response_bytes = (size_t)cf->agent_max_response_bytes,
-                               .ca_file = cf->agent_ca_file}};
+    struct facts_stream fs = {
+        p,
+        targets,
+        {.connect_timeout_ms = cf->agent_connect_timeout_ms,
+          .total_timeout_ms = cf->agent_timeout_ms,
+          .max_response_bytes = (size_t)cf->agent_max_response_bytes,
+          .ca_file = cf->agent_ca_file}
+    };
     const struct agent_call_stream st = {make_facts_call, take_facts, &fs};
     return agent_calls_stream(n, (long)cf->agent_max_parallel, should_stop, &st);
 }
@@ -299,9 +308,8 @@ static void *heartbeat_main(void *arg)
             int64_t now = clock_mono_us();
             if (loop.stop_requested || now >= next_full || (loop.wake_requested && now >= last_new + NEW_PASS_GAP_US))
                 break;
-            int64_t until = loop.wake_requested && last_new + NEW_PASS_GAP_US < next_full
-                                ? last_new + NEW_PASS_GAP_US
-                                : next_full;
+            int64_t until =
+                loop.wake_requested && last_new + NEW_PASS_GAP_US < next_full ? last_new + NEW_PASS_GAP_US : next_full;
             struct timespec deadline;
             loop_deadline_us(until - now, &deadline);
             pthread_cond_timedwait(&loop.cond, &loop.lock, &deadline);
@@ -316,6 +324,15 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-int heartbeat_start(void) { return loop_start(&loop, heartbeat_main); }
-void heartbeat_wake(void) { loop_wake(&loop); }
-void heartbeat_stop(void) { loop_stop(&loop); }
+int heartbeat_start(void)
+{
+    return loop_start(&loop, heartbeat_main);
+}
+void heartbeat_wake(void)
+{
+    loop_wake(&loop);
+}
+void heartbeat_stop(void)
+{
+    loop_stop(&loop);
+}

@@ -25,15 +25,18 @@
 
 /* loop.c: the thread plumbing every background loop shares. */
 struct bg_loop {
-    const char *name;          /* for log lines */
-    pthread_t thread;          /* the loop's thread */
-    int running;               /* started and not yet joined */
-    pthread_mutex_t lock;      /* guards the two requests and any state the loop shares */
-    pthread_cond_t cond;       /* signalled on wake and stop */
-    int stop_requested;        /* loop_stop() was called */
-    int wake_requested;        /* loop_wake() was called since the last sleep */
+    const char *name;     /* for log lines */
+    pthread_t thread;     /* the loop's thread */
+    int running;          /* started and not yet joined */
+    pthread_mutex_t lock; /* guards the two requests and any state the loop shares */
+    pthread_cond_t cond;  /* signalled on wake and stop */
+    int stop_requested;   /* loop_stop() was called */
+    int wake_requested;   /* loop_wake() was called since the last sleep */
 };
-#define BG_LOOP_INIT(n) {.name = (n), .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER}
+#define BG_LOOP_INIT(n)                                                                  \
+    {                                                                                    \
+        .name = (n), .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER \
+    }
 /* Starts main_fn(l) on a new thread. */
 int loop_start(struct bg_loop *l, void *(*main_fn)(void *));
 /* Cuts the loop's current or next sleep short. */
@@ -58,17 +61,17 @@ void heartbeat_stop(void);
 
 /* billing.c: the billing loop and spend control. */
 struct billing_summary {
-    int64_t users;            /* users billed (usage posted or settled) */
-    int64_t checked;          /* users whose funds were checked */
-    int64_t at;               /* the time billed up to */
-    int64_t duration_ms;      /* how long the pass took */
-    int64_t failed;           /* users skipped because their billing failed (logged) */
+    int64_t users;       /* users billed (usage posted or settled) */
+    int64_t checked;     /* users whose funds were checked */
+    int64_t at;          /* the time billed up to */
+    int64_t duration_ms; /* how long the pass took */
+    int64_t failed;      /* users skipped because their billing failed (logged) */
 };
 /* Users whose billing failed, for /metrics and /readyz. */
 struct billing_failures {
-    int64_t total;            /* user billings that failed, all time */
-    int64_t users;            /* users whose last billing failed */
-    int64_t users_repeated;   /* of them, failed in more than one pass in a row */
+    int64_t total;          /* user billings that failed, all time */
+    int64_t users;          /* users whose last billing failed */
+    int64_t users_repeated; /* of them, failed in more than one pass in a row */
 };
 void billing_failures(struct billing_failures *out);
 /* A full pass: posts all usage due up to now for every user with unbilled

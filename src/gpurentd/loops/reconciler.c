@@ -26,12 +26,12 @@
  * for minutes is not polled in a busy loop. A pass writes every change it
  * decided in one transaction (one commit, one fsync), and running
  * instances with nothing to do cost no transaction at all. */
-#include "loops/agent_client.h"
-#include "gpurent/clock.h"
-#include "loops/loops.h"
 #include "domain/ledger.h"
 #include "domain/placement.h"
+#include "gpurent/clock.h"
 #include "gpurent/url.h"
+#include "loops/agent_client.h"
+#include "loops/loops.h"
 #include "store/store.h"
 
 #include <pthread.h>
@@ -60,11 +60,11 @@ struct pending_delete {
 
 /* One unsettled instance in a pass. */
 struct work {
-    struct instance in;                           /* as read at the start of the pass */
+    struct instance in;                              /* as read at the start of the pass */
     struct instance_node nodes[PLACEMENT_MAX_NODES]; /* its placement */
-    size_t n_nodes;                               /* entries in nodes */
-    struct agent_call *call[PLACEMENT_MAX_NODES]; /* this pass's call per node, or NULL */
-    enum call_kind kind[PLACEMENT_MAX_NODES];     /* what each call is */
+    size_t n_nodes;                                  /* entries in nodes */
+    struct agent_call *call[PLACEMENT_MAX_NODES];    /* this pass's call per node, or NULL */
+    enum call_kind kind[PLACEMENT_MAX_NODES];        /* what each call is */
 };
 
 /* A workload seen in an agent's list during a sweep. */
@@ -89,7 +89,10 @@ static char (*list_nodes)[ID_MAX];
 static size_t n_list_nodes;
 static int list_all;
 
-static int should_stop(void) { return loop_stopping(&loop); }
+static int should_stop(void)
+{
+    return loop_stopping(&loop);
+}
 
 static void queue_delete_try(const struct instance_node *p, int tries)
 {
@@ -111,7 +114,10 @@ static void queue_delete_try(const struct instance_node *p, int tries)
     d->tries = tries;
 }
 
-static void queue_delete(const struct instance_node *p) { queue_delete_try(p, 0); }
+static void queue_delete(const struct instance_node *p)
+{
+    queue_delete_try(p, 0);
+}
 
 static struct agent_client_opts client_opts(void)
 {
@@ -128,9 +134,9 @@ static struct agent_client_opts client_opts(void)
 /* What the specs of one instance share, looked up once per instance and
  * pass rather than once per node. */
 struct spec_inputs {
-    char stack[8];            /* the software stack the cards run */
-    char source[513];         /* what the agents mount at /shared */
-    int64_t size_gb;          /* the volume's quota, for the agents' mount_command */
+    char stack[8];    /* the software stack the cards run */
+    char source[513]; /* what the agents mount at /shared */
+    int64_t size_gb;  /* the volume's quota, for the agents' mount_command */
 };
 
 static int spec_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out)
@@ -271,14 +277,14 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
 /* ------------------------------------------------------------ applying results */
 
 struct apply_ctx {
-    struct work *w;             /* the instance and its call results */
-    int64_t now;                /* pass time */
-    const struct seen *seen;    /* workloads of the nodes listed this pass, sorted by id */
-    size_t n_seen;              /* entries in seen */
-    char (*listed)[ID_MAX];     /* the nodes whose lists came back, sorted */
-    size_t n_listed;            /* entries in listed */
-    int queued_deletes;         /* out: workloads to delete next pass */
-    int progress;               /* out: an agent reported something new */
+    struct work *w;          /* the instance and its call results */
+    int64_t now;             /* pass time */
+    const struct seen *seen; /* workloads of the nodes listed this pass, sorted by id */
+    size_t n_seen;           /* entries in seen */
+    char (*listed)[ID_MAX];  /* the nodes whose lists came back, sorted */
+    size_t n_listed;         /* entries in listed */
+    int queued_deletes;      /* out: workloads to delete next pass */
+    int progress;            /* out: an agent reported something new */
 };
 
 static const struct seen *find_seen(const struct apply_ctx *ctx, const char *id)
@@ -297,7 +303,10 @@ static const struct seen *find_seen(const struct apply_ctx *ctx, const char *id)
     return NULL;
 }
 
-static int id_cmp(const void *a, const void *b) { return strcmp(a, b); }
+static int id_cmp(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
 
 /* Whether this pass has node_id's list of workloads. */
 static int was_listed(const struct apply_ctx *ctx, const char *node_id)
@@ -417,10 +426,9 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
         return store_instance_set_state(s, w->in.id, "running", "", "every node is running", ctx->now);
     }
     if (any_put)
-        return store_instance_set_state(s, w->in.id, "provisioning", slowest_phase[0] ? slowest_phase : "pulling",
-                                        strcmp(w->in.state, "pending") == 0 ? "the agents accepted the workload"
-                                                                            : w->in.state_reason,
-                                        ctx->now);
+        return store_instance_set_state(
+            s, w->in.id, "provisioning", slowest_phase[0] ? slowest_phase : "pulling",
+            strcmp(w->in.state, "pending") == 0 ? "the agents accepted the workload" : w->in.state_reason, ctx->now);
     return STORE_OK;
 }
 
@@ -514,16 +522,17 @@ static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
         }
         read_phase(c->response, c->response_len, p->phase, sizeof p->phase, p->message, sizeof p->message);
         if (strcmp(p->phase, "running") != 0) {
-            snprintf(why, sizeof why, "workload %s on node %s while it was unreachable: %.160s", p->phase,
-                     p->node_name, p->message);
+            snprintf(why, sizeof why, "workload %s on node %s while it was unreachable: %.160s", p->phase, p->node_name,
+                     p->message);
             return end_run(s, ctx, strcmp(p->phase, "exited") == 0 ? "stopped" : "failed", ctx->now, why);
         }
     }
     ctx->progress = 1;
     int rc = store_interval_open(s, &w->in, ctx->now);
-    return rc != STORE_OK ? rc
-                          : store_instance_set_state(s, w->in.id, "running", "",
-                                                     "every node answers again and the workload kept running", ctx->now);
+    return rc != STORE_OK
+               ? rc
+               : store_instance_set_state(s, w->in.id, "running", "",
+                                          "every node answers again and the workload kept running", ctx->now);
 }
 
 static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
@@ -615,9 +624,9 @@ static int apply_needed(const struct apply_ctx *ctx)
 /* Every instance of a pass that has something to write, applied in one
  * transaction. */
 struct batch {
-    struct apply_ctx *ctx;    /* the instances */
-    size_t n;                 /* entries in ctx */
-    size_t pending_before;    /* deletes queued before the batch */
+    struct apply_ctx *ctx; /* the instances */
+    size_t n;              /* entries in ctx */
+    size_t pending_before; /* deletes queued before the batch */
 };
 
 static int apply_batch_txn(struct store *s, void *vctx)
@@ -650,7 +659,8 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
      * "so long before the list", whatever the skew between the machines. */
     json_t *agent_now = json_object_get(doc, "now");
     size_t i;
-    json_array_foreach(list, i, wl) {
+    json_array_foreach(list, i, wl)
+    {
         const char *id = json_string_value(json_object_get(wl, "id"));
         if (!id || strlen(id) >= ID_MAX)
             continue;
@@ -691,8 +701,8 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
 
 /* What a pass saw, for choosing when the next one runs. */
 struct pass_result {
-    int busy;       /* some instance is provisioning or winding down */
-    int progress;   /* something moved: a workload put, a phase or state changed */
+    int busy;     /* some instance is provisioning or winding down */
+    int progress; /* something moved: a workload put, a phase or state changed */
 };
 
 /* Takes the nodes asked to be listed (sorted); *all when every node is. */
@@ -718,9 +728,8 @@ void reconciler_list_node(const char *node_id)
     for (size_t i = 0; i < n_list_nodes && !known; i++)
         known = strcmp(list_nodes[i], node_id) == 0;
     if (!known && !list_all) {
-        char(*grown)[ID_MAX] = n_list_nodes < MAX_LIST_NODES
-                                   ? realloc(list_nodes, (n_list_nodes + 1) * sizeof *list_nodes)
-                                   : NULL;
+        char(*grown)[ID_MAX] =
+            n_list_nodes < MAX_LIST_NODES ? realloc(list_nodes, (n_list_nodes + 1) * sizeof *list_nodes) : NULL;
         if (grown) {
             list_nodes = grown;
             snprintf(list_nodes[n_list_nodes++], ID_MAX, "%s", node_id);
@@ -787,10 +796,10 @@ static struct pass_result run_pass(struct store *s, int sweep)
     }
     size_t list_base = k;
     for (size_t i = 0; listing && i < n_targets; i++)
-        calls[k++] = strcmp(targets[i].health, "up") == 0 &&
-                             (sweep || bsearch(targets[i].id, asked, n_asked, ID_MAX, id_cmp))
-                         ? agent_call_new(targets[i].agent_url, targets[i].secret, "GET", "/v1/workloads", NULL, &opts)
-                         : NULL;
+        calls[k++] =
+            strcmp(targets[i].health, "up") == 0 && (sweep || bsearch(targets[i].id, asked, n_asked, ID_MAX, id_cmp))
+                ? agent_call_new(targets[i].agent_url, targets[i].secret, "GET", "/v1/workloads", NULL, &opts)
+                : NULL;
     size_t work_base = k;
     for (size_t i = 0; i < n_ins; i++)
         for (size_t r = 0; r < works[i].n_nodes; r++)
@@ -909,6 +918,15 @@ static void *reconciler_main(void *arg)
     return NULL;
 }
 
-int reconciler_start(void) { return loop_start(&loop, reconciler_main); }
-void reconciler_wake(void) { loop_wake(&loop); }
-void reconciler_stop(void) { loop_stop(&loop); }
+int reconciler_start(void)
+{
+    return loop_start(&loop, reconciler_main);
+}
+void reconciler_wake(void)
+{
+    loop_wake(&loop);
+}
+void reconciler_stop(void)
+{
+    loop_stop(&loop);
+}

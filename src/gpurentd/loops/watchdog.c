@@ -5,8 +5,8 @@
  * finished a pass recently; only then does it send WATCHDOG=1. A stuck
  * daemon is therefore restarted by systemd rather than left half alive. */
 #include "gpurent/clock.h"
-#include "loops/loops.h"
 #include "gpurent/selfcheck.h"
+#include "loops/loops.h"
 #include "store/store.h"
 
 #include <pthread.h>
@@ -17,8 +17,8 @@
 #include <time.h>
 
 static struct bg_loop loop = BG_LOOP_INIT("watchdog");
-static uint64_t period_us;            /* systemd's WATCHDOG_USEC */
-static char health_url[256];          /* the API's own /healthz */
+static uint64_t period_us;   /* systemd's WATCHDOG_USEC */
+static char health_url[256]; /* the API's own /healthz */
 static _Atomic int64_t last_pass_ms[LOOP_COUNT];
 
 void watchdog_loop_alive(enum loop_kind which)
@@ -82,4 +82,7 @@ int watchdog_start(const char *host, int port, int tls)
     return 0;
 }
 
-void watchdog_stop(void) { loop_stop(&loop); }
+void watchdog_stop(void)
+{
+    loop_stop(&loop);
+}

@@ -1,19 +1,18 @@
 /* migrate.c: applies the numbered migrations compiled into the binary, each in
  * its own transaction, and records every applied version. */
-#include "gpurent/clock.h"
 #include "embedded.h"
+#include "gpurent/clock.h"
 #include "gpurent/log.h"
 #include "store/store_sql.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const char SQL_CREATE_VERSIONS[] =
-    "CREATE TABLE IF NOT EXISTS schema_migrations ("
-    " version INTEGER PRIMARY KEY,"  /* NNNN of migrations/NNNN_name.sql */
-    " name TEXT NOT NULL,"           /* the file name without .sql */
-    " applied_at INTEGER NOT NULL"   /* epoch seconds */
-    ") STRICT";
+static const char SQL_CREATE_VERSIONS[] = "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                                          " version INTEGER PRIMARY KEY," /* NNNN of migrations/NNNN_name.sql */
+                                          " name TEXT NOT NULL,"          /* the file name without .sql */
+                                          " applied_at INTEGER NOT NULL"  /* epoch seconds */
+                                          ") STRICT";
 
 int store_latest_version(void)
 {
@@ -61,8 +60,8 @@ static int apply_one(struct store *s, void *vctx)
         return (rc & 0xff) == SQLITE_BUSY ? STORE_BUSY : STORE_ERROR;
     }
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                           -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", -1, &st,
+                           NULL) != SQLITE_OK) {
         snprintf(ctx->err, ctx->errlen, "cannot record migration: %s", sqlite3_errmsg(db));
         return STORE_ERROR;
     }

@@ -1,8 +1,8 @@
 /* store.c: SQLite connections, the per-connection statement cache, the
  * per-thread connection registry and the transaction runner (see store.h). */
-#include "store/store_sql.h"
 #include "gpurent/assert.h"
 #include "gpurent/log.h"
+#include "store/store_sql.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -15,12 +15,12 @@
 #define STMT_SLOTS 512 /* power of two; more than the statements we have */
 
 struct store {
-    sqlite3 *db;                   /* the connection */
+    sqlite3 *db; /* the connection */
     struct {
-        const char *sql;           /* key: the SQL text's address */
-        sqlite3_stmt *stmt;        /* prepared once, reused */
+        const char *sql;    /* key: the SQL text's address */
+        sqlite3_stmt *stmt; /* prepared once, reused */
     } stmts[STMT_SLOTS];
-    struct store *next_thread;     /* registry of store_thread() connections */
+    struct store *next_thread; /* registry of store_thread() connections */
 };
 
 static int exec(sqlite3 *db, const char *sql, char *err, size_t errlen)
@@ -81,7 +81,10 @@ void store_close(struct store *s)
     free(s);
 }
 
-sqlite3 *store_db(struct store *s) { return s->db; }
+sqlite3 *store_db(struct store *s)
+{
+    return s->db;
+}
 
 void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col)
 {
@@ -217,8 +220,8 @@ int store_rc_from_sqlite(struct store *s, int rc, const char *what)
 /* ---------------------------------------------------------------- per-thread connections */
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct store *registry;      /* every store_thread() connection */
-static char thread_db_path[4096];   /* set once before threads start */
+static struct store *registry;    /* every store_thread() connection */
+static char thread_db_path[4096]; /* set once before threads start */
 static _Thread_local struct store *this_thread;
 
 void store_set_path(const char *path)
@@ -330,7 +333,7 @@ int store_part(struct store *s, store_txn_fn fn, void *ctx, int *result)
 struct txn_request {
     store_txn_fn fn;
     void *ctx;
-    const char *db_file;       /* the database's file; NULL if it has none */
+    const char *db_file; /* the database's file; NULL if it has none */
     int result;
     bool done;
     struct txn_request *next;
@@ -338,8 +341,8 @@ struct txn_request {
 
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_done = PTHREAD_COND_INITIALIZER;
-static struct txn_request *queue;   /* FIFO of waiting requests */
-static bool leading;                /* a batch is running */
+static struct txn_request *queue;    /* FIFO of waiting requests */
+static bool leading;                 /* a batch is running */
 static struct store_txn_stats stats; /* guarded by queue_lock */
 
 /* Runs one request's callback in a savepoint of the open transaction, so

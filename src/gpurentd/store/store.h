@@ -87,13 +87,13 @@ int store_latest_version(void);
 /* store_users.c */
 enum user_role { ROLE_USER = 0, ROLE_ADMIN = 1 };
 struct user {
-    char id[ID_MAX];                     /* usr_… */
-    char email[256];                     /* lowercase */
+    char id[ID_MAX];                       /* usr_… */
+    char email[256];                       /* lowercase */
     char password_hash[PASSWORD_HASH_MAX]; /* "" when the account has none */
-    enum user_role role;                 /* user or admin */
-    int active;                          /* 0 when disabled */
-    char invite_code[64];                /* code given at sign-up, "" if none */
-    int64_t created_at;                  /* epoch seconds */
+    enum user_role role;                   /* user or admin */
+    int active;                            /* 0 when disabled */
+    char invite_code[64];                  /* code given at sign-up, "" if none */
+    int64_t created_at;                    /* epoch seconds */
 };
 /* Inserts u (id and created_at filled by the caller); STORE_CONFLICT if the
  * email is taken. */
@@ -105,12 +105,12 @@ int64_t store_user_count_admins(struct store *s);
 
 /* store_api_keys.c */
 struct api_key {
-    char id[ID_MAX];                         /* key_… */
-    char user_id[ID_MAX];                    /* owner */
-    char name[128];                          /* the owner's label */
+    char id[ID_MAX];                                /* key_… */
+    char user_id[ID_MAX];                           /* owner */
+    char name[128];                                 /* the owner's label */
     unsigned char secret_hash[API_SECRET_HASH_LEN]; /* SHA-256 of the secret */
-    int64_t created_at;                      /* epoch seconds */
-    int64_t revoked_at;                      /* 0 while valid */
+    int64_t created_at;                             /* epoch seconds */
+    int64_t revoked_at;                             /* 0 while valid */
 };
 int store_api_key_insert(struct store *s, const struct api_key *k);
 int store_api_key_get(struct store *s, const char *id, struct api_key *out);
@@ -124,17 +124,17 @@ int store_api_key_revoke(struct store *s, const char *user_id, const char *id, i
 
 /* store_gpu_types.c */
 struct gpu_type {
-    char code[33];            /* catalog code, e.g. "MI450" */
-    char vendor[8];           /* "AMD" or "NVIDIA" */
-    int64_t memory_gb;        /* memory per card */
-    char memory_type[33];     /* e.g. "HBM3e" */
-    char stack[8];            /* "ROCm" or "CUDA" */
-    int reservation_required; /* rentable only through a reservation */
-    char features[512];       /* JSON array text, e.g. ["FP8"] */
-    char description[513];    /* for the console */
-    int64_t cards_total;      /* cards on nodes whose facts were accepted */
-    int64_t cards_free;       /* healthy, unallocated cards on ready nodes */
-    int64_t cards_in_use;     /* cards held by instances */
+    char code[33];                  /* catalog code, e.g. "MI450" */
+    char vendor[8];                 /* "AMD" or "NVIDIA" */
+    int64_t memory_gb;              /* memory per card */
+    char memory_type[33];           /* e.g. "HBM3e" */
+    char stack[8];                  /* "ROCm" or "CUDA" */
+    int reservation_required;       /* rentable only through a reservation */
+    char features[512];             /* JSON array text, e.g. ["FP8"] */
+    char description[513];          /* for the console */
+    int64_t cards_total;            /* cards on nodes whose facts were accepted */
+    int64_t cards_free;             /* healthy, unallocated cards on ready nodes */
+    int64_t cards_in_use;           /* cards held by instances */
     int64_t created_at, updated_at; /* epoch seconds */
 };
 /* Every type with its card counts, by code; *n gets the count. */
@@ -146,31 +146,32 @@ int store_gpu_type_row(struct store *s, const char *code, struct gpu_type *out);
  * tells which. */
 int store_gpu_type_put(struct store *s, const struct gpu_type *t, int64_t now, int *created);
 /* STORE_CONFLICT while a registered node declares the type. */
-int store_gpu_type_delete(struct store *s, const char *code); /* STORE_CONFLICT if any node, even a removed one, names it */
+int store_gpu_type_delete(struct store *s,
+                          const char *code); /* STORE_CONFLICT if any node, even a removed one, names it */
 
 /* store_nodes.c */
 struct node {
-    char id[ID_MAX];          /* node_… */
-    char name[64];            /* admin's name */
-    char agent_url[513];      /* base URL of the agent */
-    char secret[65];          /* HMAC key for the agent (hex) */
-    char gpu_model[33];       /* declared model */
-    int64_t card_count;       /* declared cards */
-    char fabric[64];          /* RDMA fabric */
-    char region[64];          /* where */
-    char labels[2048];        /* JSON object text */
-    char admin_state[16];     /* active, cordoned, draining, maintenance */
-    char health[16];          /* unknown, up, offline, rejected */
-    char state[16];           /* derived: pending, ready, cordoned, draining, maintenance, offline, rejected */
-    char state_reason[256];   /* why it is in its state: the admin's reason when set aside, else the heartbeats' */
-    char admin_reason[256];   /* why an admin set admin_state ("" when active) */
-    int64_t missed_beats;     /* failed heartbeats in a row */
-    int64_t last_seen_at;     /* last good heartbeat, 0 if never */
-    char driver_version[64];  /* from facts */
-    char stack_version[64];   /* from facts */
-    int64_t cards_total;      /* card rows (accepted facts) */
-    int64_t cards_free;       /* healthy and unallocated, if the node is ready */
-    int64_t cards_in_use;     /* held by instances */
+    char id[ID_MAX];         /* node_… */
+    char name[64];           /* admin's name */
+    char agent_url[513];     /* base URL of the agent */
+    char secret[65];         /* HMAC key for the agent (hex) */
+    char gpu_model[33];      /* declared model */
+    int64_t card_count;      /* declared cards */
+    char fabric[64];         /* RDMA fabric */
+    char region[64];         /* where */
+    char labels[2048];       /* JSON object text */
+    char admin_state[16];    /* active, cordoned, draining, maintenance */
+    char health[16];         /* unknown, up, offline, rejected */
+    char state[16];          /* derived: pending, ready, cordoned, draining, maintenance, offline, rejected */
+    char state_reason[256];  /* why it is in its state: the admin's reason when set aside, else the heartbeats' */
+    char admin_reason[256];  /* why an admin set admin_state ("" when active) */
+    int64_t missed_beats;    /* failed heartbeats in a row */
+    int64_t last_seen_at;    /* last good heartbeat, 0 if never */
+    char driver_version[64]; /* from facts */
+    char stack_version[64];  /* from facts */
+    int64_t cards_total;     /* card rows (accepted facts) */
+    int64_t cards_free;      /* healthy and unallocated, if the node is ready */
+    int64_t cards_in_use;    /* held by instances */
     int64_t created_at, updated_at; /* epoch seconds */
 };
 struct node_card {
@@ -186,11 +187,11 @@ struct node_card {
 int store_node_insert(struct store *s, const struct node *n);
 int store_node_get(struct store *s, const char *id, struct node *out);
 struct node_filter {
-    const char *state;        /* derived state, or NULL */
-    const char *gpu_model;    /* or NULL */
-    const char *fabric;       /* or NULL */
-    int64_t after_created;    /* cursor: created_at of the last row seen (-1: start) */
-    const char *after_id;     /* cursor: id of the last row seen */
+    const char *state;     /* derived state, or NULL */
+    const char *gpu_model; /* or NULL */
+    const char *fabric;    /* or NULL */
+    int64_t after_created; /* cursor: created_at of the last row seen (-1: start) */
+    const char *after_id;  /* cursor: id of the last row seen */
 };
 int store_node_list(struct store *s, const struct node_filter *f, struct node *out, size_t max, size_t *n);
 /* The node's cards by index; *n gets the count. */
@@ -203,15 +204,15 @@ int store_node_remove(struct store *s, const char *id, int64_t now);
 
 /* What the heartbeat loop needs to call one agent. */
 struct node_target {
-    char id[ID_MAX];          /* node */
-    char agent_url[513];      /* where */
-    char secret[65];          /* signing key */
-    char gpu_model[33];       /* declared model */
-    int64_t card_count;       /* declared cards */
-    char health[16];          /* current health; 'unreachable' for an up node missing beats */
-    int64_t missed_beats;     /* failed beats so far */
-    int64_t last_seen_at;     /* last good heartbeat, 0 if never */
-    int64_t workload_exits;   /* the agent's last reported count of ended workloads, -1 if none */
+    char id[ID_MAX];        /* node */
+    char agent_url[513];    /* where */
+    char secret[65];        /* signing key */
+    char gpu_model[33];     /* declared model */
+    int64_t card_count;     /* declared cards */
+    char health[16];        /* current health; 'unreachable' for an up node missing beats */
+    int64_t missed_beats;   /* failed beats so far */
+    int64_t last_seen_at;   /* last good heartbeat, 0 if never */
+    int64_t workload_exits; /* the agent's last reported count of ended workloads, -1 if none */
 };
 /* Every registered node; *out is malloc'd (caller frees), *n its length. */
 int store_node_targets(struct store *s, struct node_target **out, size_t *n);
@@ -237,11 +238,11 @@ int store_capacity_sync(struct store *s, const char *node_id, int64_t now);
 
 /* store_images.c */
 struct image {
-    char id[ID_MAX];          /* img_… */
-    char ref[256];            /* what runtimes pull */
-    char stack[8];            /* ROCm or CUDA */
-    char description[513];    /* for the console */
-    int64_t created_at;       /* epoch seconds */
+    char id[ID_MAX];       /* img_… */
+    char ref[256];         /* what runtimes pull */
+    char stack[8];         /* ROCm or CUDA */
+    char description[513]; /* for the console */
+    int64_t created_at;    /* epoch seconds */
 };
 int store_image_list(struct store *s, struct image *out, size_t max, size_t *n);
 /* Finds an image by id or by ref. */
@@ -252,14 +253,14 @@ int store_image_delete(struct store *s, const char *id);
 
 /* store_volumes.c */
 struct volume {
-    char id[ID_MAX];          /* vol_… */
-    char user_id[ID_MAX];     /* owner */
-    char name[64];            /* unique per owner */
-    int64_t size_gb;          /* quota */
-    char source[513];         /* what agents mount */
-    int64_t created_at;       /* epoch seconds */
-    int64_t instances;        /* instances not terminated or failed that use it */
-    int64_t mounted;          /* of those, how many hold cards now */
+    char id[ID_MAX];      /* vol_… */
+    char user_id[ID_MAX]; /* owner */
+    char name[64];        /* unique per owner */
+    int64_t size_gb;      /* quota */
+    char source[513];     /* what agents mount */
+    int64_t created_at;   /* epoch seconds */
+    int64_t instances;    /* instances not terminated or failed that use it */
+    int64_t mounted;      /* of those, how many hold cards now */
 };
 /* STORE_CONFLICT if the owner has a live volume of that name. */
 int store_volume_insert(struct store *s, const struct volume *v);
@@ -273,20 +274,20 @@ int store_volume_delete(struct store *s, const char *user_id, const char *id, in
 
 /* store_instances.c */
 struct instance {
-    char id[ID_MAX];          /* ins_… */
-    char user_id[ID_MAX];     /* owner */
-    char name[64];            /* owner's label */
-    char gpu_model[33];       /* card model */
-    int64_t card_count;       /* cards */
-    char image[256];          /* image ref */
-    char volume_id[ID_MAX];   /* mounted at /shared */
-    char desired[16];         /* running, stopped, terminated */
-    char state[16];           /* pending … lost */
-    char phase[16];           /* provisioning phase of the slowest node */
-    char state_reason[256];   /* why the last change */
-    int64_t attempts;         /* failed provisioning attempts */
-    int64_t next_attempt_at;  /* retry not before */
-    int64_t state_since;      /* last state change */
+    char id[ID_MAX];                /* ins_… */
+    char user_id[ID_MAX];           /* owner */
+    char name[64];                  /* owner's label */
+    char gpu_model[33];             /* card model */
+    int64_t card_count;             /* cards */
+    char image[256];                /* image ref */
+    char volume_id[ID_MAX];         /* mounted at /shared */
+    char desired[16];               /* running, stopped, terminated */
+    char state[16];                 /* pending … lost */
+    char phase[16];                 /* provisioning phase of the slowest node */
+    char state_reason[256];         /* why the last change */
+    int64_t attempts;               /* failed provisioning attempts */
+    int64_t next_attempt_at;        /* retry not before */
+    int64_t state_since;            /* last state change */
     int64_t created_at, updated_at; /* epoch seconds */
 };
 struct instance_node {
@@ -304,10 +305,10 @@ struct instance_node {
     int put_done;             /* the agent accepted the workload */
 };
 struct instance_filter {
-    const char *user_id;      /* owner, or NULL for all (reconciler) */
-    const char *state;        /* or NULL */
-    int64_t after_created;    /* cursor */
-    const char *after_id;     /* cursor */
+    const char *user_id;   /* owner, or NULL for all (reconciler) */
+    const char *state;     /* or NULL */
+    int64_t after_created; /* cursor */
+    const char *after_id;  /* cursor */
 };
 int store_instance_insert(struct store *s, const struct instance *in);
 /* By id; with user_id set, someone else's instance is STORE_NOT_FOUND. */
@@ -318,28 +319,28 @@ int store_instance_list(struct store *s, const struct instance_filter *f, struct
 int store_instance_unsettled(struct store *s, struct instance **out, size_t *n);
 /* Changes state (and phase and reason), logging an event when state or
  * phase changes. */
-int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase,
-                             const char *reason, int64_t now);
+int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase, const char *reason,
+                             int64_t now);
 int store_instance_set_desired(struct store *s, const char *id, const char *desired, int64_t now);
 int store_instance_set_attempts(struct store *s, const char *id, int64_t attempts, int64_t next_attempt_at);
 int store_instance_event(struct store *s, const char *id, int64_t at, const char *state, const char *reason);
 struct instance_event {
-    int64_t seq;              /* order */
-    int64_t at;               /* epoch seconds */
-    char state[16];           /* state or phase entered */
-    char reason[256];         /* why */
+    int64_t seq;      /* order */
+    int64_t at;       /* epoch seconds */
+    char state[16];   /* state or phase entered */
+    char reason[256]; /* why */
 };
 int store_instance_events(struct store *s, const char *id, int64_t after_seq, struct instance_event *out, size_t max,
                           size_t *n);
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n);
 /* A node placement may choose, as the store reads it. */
-#define PLACEMENT_NODE_CARDS 8   /* cards on a whole node */
-#define PLACEMENT_MAX_NODES 32   /* 256 cards / 8 */
+#define PLACEMENT_NODE_CARDS 8 /* cards on a whole node */
+#define PLACEMENT_MAX_NODES 32 /* 256 cards / 8 */
 struct placement_node {
-    char id[ID_MAX];      /* node id */
-    char fabric[64];      /* RDMA fabric */
-    int card_count;       /* cards the node has */
-    uint64_t free_mask;   /* bit i: card i is healthy and free */
+    char id[ID_MAX];    /* node id */
+    char fabric[64];    /* RDMA fabric */
+    int card_count;     /* cards the node has */
+    uint64_t free_mask; /* bit i: card i is healthy and free */
 };
 /* The ready nodes of model that can take `cards` cards, with their free
  * cards: for up to a node's worth, the best fit alone; for more, every whole
@@ -368,8 +369,8 @@ int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n);
 /* Cards the user's instances hold, not counting except_instance (NULL: none). */
 int64_t store_user_cards_in_use(struct store *s, const char *user_id, const char *except_instance);
 struct model_cards {
-    char gpu_model[33];       /* type */
-    int64_t cards;            /* cards of it held */
+    char gpu_model[33]; /* type */
+    int64_t cards;      /* cards of it held */
 };
 /* Cards the user's instances hold, per GPU type. */
 int store_user_cards_by_model(struct store *s, const char *user_id, struct model_cards **out, size_t *n);
@@ -392,29 +393,29 @@ struct price_point;
 int store_prices(struct store *s, const char *gpu_model, struct price_point **out, size_t *n);
 int store_price_insert(struct store *s, const char *gpu_model, int64_t effective_at, int64_t card_hour, int64_t now);
 struct price_row {
-    char gpu_model[33];        /* type */
-    int64_t effective_at;      /* from */
-    int64_t card_hour;         /* micro-yuan per card-hour */
-    int64_t created_at;        /* when set */
+    char gpu_model[33];   /* type */
+    int64_t effective_at; /* from */
+    int64_t card_hour;    /* micro-yuan per card-hour */
+    int64_t created_at;   /* when set */
 };
 int store_price_history(struct store *s, const char *gpu_model, struct price_row *out, size_t max, size_t *n);
 
 /* One leg of a ledger transaction. */
 struct ledger_leg {
-    char account_id[48];       /* 'cash:usr_…', 'grant:grt_…', 'revenue', 'promotion', 'payments' */
-    int64_t amount;            /* signed micro-yuan */
-    char grant_id[ID_MAX];     /* on grant legs */
+    char account_id[48];   /* 'cash:usr_…', 'grant:grt_…', 'revenue', 'promotion', 'payments' */
+    int64_t amount;        /* signed micro-yuan */
+    char grant_id[ID_MAX]; /* on grant legs */
 };
 /* What a ledger transaction is about. */
 struct ledger_entry {
-    int64_t at;                /* the time the movement is for */
-    const char *kind;          /* usage, refund, grant, expiry, topup */
-    const char *user_id;       /* whose money */
-    const char *reason;        /* for statements */
-    const char *instance_id;   /* usage and refund, or NULL */
-    int64_t interval_id;       /* usage and refund, or 0 */
-    const char *grant_id;      /* grant/expiry, or NULL */
-    const char *topup_id;      /* topup, or NULL */
+    int64_t at;              /* the time the movement is for */
+    const char *kind;        /* usage, refund, grant, expiry, topup */
+    const char *user_id;     /* whose money */
+    const char *reason;      /* for statements */
+    const char *instance_id; /* usage and refund, or NULL */
+    int64_t interval_id;     /* usage and refund, or 0 */
+    const char *grant_id;    /* grant/expiry, or NULL */
+    const char *topup_id;    /* topup, or NULL */
 };
 /* Posts a balanced transaction (legs must sum to zero) and moves the cached
  * balances; STORE_CONFLICT if a user account would go below zero, and
@@ -426,14 +427,14 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
 int64_t store_account_balance(struct store *s, const char *account_id);
 
 struct grant {
-    char id[ID_MAX];           /* grt_… */
-    char user_id[ID_MAX];      /* whose */
-    char source[48];           /* signup, invite:CODE, admin */
-    int64_t amount;            /* granted */
-    int64_t remaining;         /* left */
-    int64_t expires_at;        /* 0: never */
-    int64_t voided_at;         /* 0: not voided */
-    int64_t created_at;        /* when */
+    char id[ID_MAX];      /* grt_… */
+    char user_id[ID_MAX]; /* whose */
+    char source[48];      /* signup, invite:CODE, admin */
+    int64_t amount;       /* granted */
+    int64_t remaining;    /* left */
+    int64_t expires_at;   /* 0: never */
+    int64_t voided_at;    /* 0: not voided */
+    int64_t created_at;   /* when */
 };
 int store_grant_insert(struct store *s, const struct grant *g);
 /* Grants with money left, not expired at `at`, soonest expiry first (never
@@ -453,13 +454,13 @@ int store_grant_restore(struct store *s, const char *id, int64_t amount);
 int store_grant_void(struct store *s, const char *id, int64_t at);
 
 struct invite_code {
-    char code[33];             /* e.g. AMD6GW */
-    int64_t amount;            /* credit per redemption */
-    int64_t credit_days;       /* 0: the credit never expires */
-    int64_t expires_at;        /* 0: the code never expires */
-    int64_t max_uses;          /* 0: unlimited */
-    int64_t uses;              /* so far */
-    int64_t created_at;        /* when */
+    char code[33];       /* e.g. AMD6GW */
+    int64_t amount;      /* credit per redemption */
+    int64_t credit_days; /* 0: the credit never expires */
+    int64_t expires_at;  /* 0: the code never expires */
+    int64_t max_uses;    /* 0: unlimited */
+    int64_t uses;        /* so far */
+    int64_t created_at;  /* when */
 };
 int store_invite_get(struct store *s, const char *code, struct invite_code *out);
 int store_invite_insert(struct store *s, const struct invite_code *c);
@@ -468,12 +469,12 @@ int store_invite_insert(struct store *s, const struct invite_code *c);
 int store_invite_redeem(struct store *s, const char *code, const char *user_id, const char *grant_id, int64_t at);
 
 struct topup {
-    char id[ID_MAX];           /* top_… */
-    char user_id[ID_MAX];      /* whose */
-    char payment_id[129];      /* the payment's own id */
-    int64_t amount;            /* micro-yuan */
-    char source[16];           /* admin, webhook */
-    int64_t created_at;        /* when */
+    char id[ID_MAX];      /* top_… */
+    char user_id[ID_MAX]; /* whose */
+    char payment_id[129]; /* the payment's own id */
+    int64_t amount;       /* micro-yuan */
+    char source[16];      /* admin, webhook */
+    int64_t created_at;   /* when */
 };
 /* STORE_CONFLICT if the payment id was seen before. */
 int store_topup_insert(struct store *s, const struct topup *t);
@@ -481,15 +482,15 @@ int store_topup_by_payment(struct store *s, const char *payment_id, struct topup
 
 /* A running interval as billing sees it. */
 struct billable {
-    int64_t id;                /* interval */
-    char instance_id[ID_MAX];  /* whose */
-    char user_id[ID_MAX];      /* who pays */
-    char gpu_model[33];        /* at which price */
-    int64_t card_count;        /* how many cards */
-    int64_t started_at;        /* from */
-    int64_t ended_at;          /* to; 0 while running */
-    int64_t billed;            /* posted so far */
-    int64_t confirmed_until;   /* open, on a node that has missed a beat: known to have run only until its
+    int64_t id;               /* interval */
+    char instance_id[ID_MAX]; /* whose */
+    char user_id[ID_MAX];     /* who pays */
+    char gpu_model[33];       /* at which price */
+    int64_t card_count;       /* how many cards */
+    int64_t started_at;       /* from */
+    int64_t ended_at;         /* to; 0 while running */
+    int64_t billed;           /* posted so far */
+    int64_t confirmed_until;  /* open, on a node that has missed a beat: known to have run only until its
                                 * last good one; -1 when nothing caps it */
 };
 /* The user's open interval of instance_id; STORE_NOT_FOUND if none is open. */
@@ -498,10 +499,10 @@ int store_interval_get_open(struct store *s, const char *instance_id, struct bil
  * refunds) drew from, with what it still has to give back, the account drawn
  * last first. */
 struct interval_payer {
-    char account_id[48];       /* 'cash:usr_…' or 'grant:grt_…' */
-    char grant_id[ID_MAX];     /* on grant accounts, else "" */
-    int64_t paid;              /* net micro-yuan it paid, > 0 */
-    int64_t grant_voided_at;   /* grant accounts: when the grant was voided, 0 if not */
+    char account_id[48];     /* 'cash:usr_…' or 'grant:grt_…' */
+    char grant_id[ID_MAX];   /* on grant accounts, else "" */
+    int64_t paid;            /* net micro-yuan it paid, > 0 */
+    int64_t grant_voided_at; /* grant accounts: when the grant was voided, 0 if not */
 };
 int store_interval_payers(struct store *s, int64_t interval_id, struct interval_payer **out, size_t *n);
 /* Users with intervals not yet billed in full; *out malloc'd (n entries). */
@@ -515,10 +516,10 @@ int store_billables_all(struct store *s, struct billable **out, size_t *n);
 /* What each user with unsettled intervals could spend in the second before
  * `at`, by user id; *out malloc'd (n entries). */
 struct user_funds {
-    char user_id[ID_MAX];      /* whose */
-    int64_t cash;              /* cash balance */
-    int64_t credit;            /* grants' remainders valid in the second before `at` */
-    int expired_grants;        /* 1: a grant with money left expired at or before `at` */
+    char user_id[ID_MAX]; /* whose */
+    int64_t cash;         /* cash balance */
+    int64_t credit;       /* grants' remainders valid in the second before `at` */
+    int expired_grants;   /* 1: a grant with money left expired at or before `at` */
 };
 int store_funds_to_bill(struct store *s, int64_t at, struct user_funds **out, size_t *n);
 /* The user's cash balance and the sum of their grants with money left that
@@ -534,30 +535,30 @@ int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settl
 
 /* store_money_reports.c: what users read about their money. */
 struct ledger_txn_row {
-    int64_t id;                /* transaction */
-    int64_t at;                /* for when */
-    char kind[16];             /* usage, grant, expiry, topup */
-    char reason[256];          /* sentence */
-    char instance_id[ID_MAX];  /* usage: instance, else "" */
-    int64_t user_delta;        /* net change of the user's funds */
-    int64_t credit_delta;      /* of which grants */
-    int64_t cash_delta;        /* of which cash */
+    int64_t id;               /* transaction */
+    int64_t at;               /* for when */
+    char kind[16];            /* usage, grant, expiry, topup */
+    char reason[256];         /* sentence */
+    char instance_id[ID_MAX]; /* usage: instance, else "" */
+    int64_t user_delta;       /* net change of the user's funds */
+    int64_t credit_delta;     /* of which grants */
+    int64_t cash_delta;       /* of which cash */
 };
 struct ledger_txn_filter {
-    const char *user_id;       /* whose */
-    const char *kind;          /* or NULL */
-    int64_t from, to;          /* at in [from, to) */
-    int64_t after_id;          /* cursor: last id seen (0: start) */
+    const char *user_id; /* whose */
+    const char *kind;    /* or NULL */
+    int64_t from, to;    /* at in [from, to) */
+    int64_t after_id;    /* cursor: last id seen (0: start) */
 };
 int store_ledger_transactions(struct store *s, const struct ledger_txn_filter *f, struct ledger_txn_row *out,
                               size_t max, size_t *n);
 struct usage_row {
-    char key[ID_MAX];          /* instance id or GPU type */
-    char gpu_model[33];        /* type */
-    int64_t card_seconds;      /* cards × seconds run within the period */
-    int64_t cost;              /* usage charged within the period */
-    int64_t from_credit;       /* of which paid by grants */
-    int64_t from_cash;         /* of which paid by cash */
+    char key[ID_MAX];     /* instance id or GPU type */
+    char gpu_model[33];   /* type */
+    int64_t card_seconds; /* cards × seconds run within the period */
+    int64_t cost;         /* usage charged within the period */
+    int64_t from_credit;  /* of which paid by grants */
+    int64_t from_cash;    /* of which paid by cash */
 };
 /* Usage of user_id in [from, to) grouped by instance (by_type 0) or GPU
  * type (1); open intervals count up to now. */
@@ -572,36 +573,36 @@ int64_t store_user_burn_rate(struct store *s, const char *user_id, int64_t at);
 
 /* store_metrics.c: counts for /metrics and the ledger's totals. */
 struct metric_row {
-    char a[33];               /* first label (a state) */
-    char b[33];               /* second label (a GPU type) */
-    int64_t value;            /* count */
+    char a[33];    /* first label (a state) */
+    char b[33];    /* second label (a GPU type) */
+    int64_t value; /* count */
 };
 int store_metrics_nodes(struct store *s, struct metric_row *out, size_t max, size_t *n);
 int store_metrics_instances(struct store *s, struct metric_row *out, size_t max, size_t *n);
 struct money_totals {
-    int64_t revenue;          /* usage charged, all time (before refunds) */
-    int64_t refunds;          /* usage charged and given back: time that turned out not to have run */
-    int64_t credits_refunded; /* of which went back to grants (credit spent less this is credit used) */
-    int64_t credits_granted;  /* credit granted, all time */
-    int64_t credits_spent;    /* credit spent on usage */
-    int64_t credits_expired;  /* credit voided at expiry */
-    int64_t topups;           /* cash added */
+    int64_t revenue;            /* usage charged, all time (before refunds) */
+    int64_t refunds;            /* usage charged and given back: time that turned out not to have run */
+    int64_t credits_refunded;   /* of which went back to grants (credit spent less this is credit used) */
+    int64_t credits_granted;    /* credit granted, all time */
+    int64_t credits_spent;      /* credit spent on usage */
+    int64_t credits_expired;    /* credit voided at expiry */
+    int64_t topups;             /* cash added */
     int64_t credit_outstanding; /* credit not yet spent or voided */
-    int64_t cash_held;        /* users' cash not yet spent */
+    int64_t cash_held;          /* users' cash not yet spent */
 };
 int store_metrics_money(struct store *s, struct money_totals *out);
 
 /* store_audit.c: what admins did with money (admin_actions). */
-#define AUDIT_REASON_MAX 500   /* characters in an admin's reason */
+#define AUDIT_REASON_MAX 500 /* characters in an admin's reason */
 struct admin_action {
-    int64_t id;                /* order; set by the store */
-    int64_t at;                /* epoch seconds on the daemon's clock */
+    int64_t id;                 /* order; set by the store */
+    int64_t at;                 /* epoch seconds on the daemon's clock */
     char admin_user_id[ID_MAX]; /* the admin who made the request */
-    char api_key_id[ID_MAX];   /* the API key it came with */
-    char action[16];           /* grant, topup, invite_code, price, limits, billing_run */
-    char target[64];           /* the user id, GPU type or invite code acted on; "" for none */
-    int64_t amount;            /* micro-yuan granted, topped up, per redemption or per card-hour; -1 for none */
-    char detail[1024];         /* the request's effective values, a JSON object */
+    char api_key_id[ID_MAX];    /* the API key it came with */
+    char action[16];            /* grant, topup, invite_code, price, limits, billing_run */
+    char target[64];            /* the user id, GPU type or invite code acted on; "" for none */
+    int64_t amount;             /* micro-yuan granted, topped up, per redemption or per card-hour; -1 for none */
+    char detail[1024];          /* the request's effective values, a JSON object */
     char reason[4 * AUDIT_REASON_MAX + 1]; /* the admin's reason (UTF-8), "" when none was given */
 };
 /* Adds a row (a->id is ignored) in the caller's transaction. */
@@ -626,12 +627,12 @@ typedef void (*store_breach_fn)(void *ctx, const char *what, const char *id, con
 int store_verify_rules(struct store *s, store_breach_fn fn, void *ctx);
 /* A settled interval as stored. */
 struct settled_interval {
-    int64_t id;                /* interval */
-    char gpu_model[33];        /* at which prices */
-    int64_t card_count;        /* cards */
-    int64_t started_at;        /* from */
-    int64_t ended_at;          /* to */
-    int64_t billed;            /* what was charged, net of refunds */
+    int64_t id;         /* interval */
+    char gpu_model[33]; /* at which prices */
+    int64_t card_count; /* cards */
+    int64_t started_at; /* from */
+    int64_t ended_at;   /* to */
+    int64_t billed;     /* what was charged, net of refunds */
 };
 /* Calls fn for every settled interval, by GPU type then id; a non-zero
  * return stops with STORE_ERROR. */

@@ -8,14 +8,14 @@
  * cannot drift from the cards themselves. All three are summed in one scan
  * of the type's cards (three subqueries cost three scans, which shows at
  * tens of thousands of cards: instance placement reads a type too). */
-#define GPU_TYPE_COLUMNS                                                                                          \
+#define GPU_TYPE_COLUMNS                                                                                        \
     "t.code, t.vendor, t.memory_gb, t.memory_type, t.stack, t.reservation_required, t.features, t.description," \
     " t.created_at, t.updated_at, coalesce(k.total, 0), coalesce(k.free, 0), coalesce(k.in_use, 0)"
-#define CARD_COUNTS                                                                                               \
-    "SELECT n.gpu_model AS code, sum(n.health IN ('up', 'offline')) AS total,"                                 \
-    " sum(n.health = 'up' AND n.unreachable_since IS NULL AND n.admin_state = 'active' AND c.healthy = 1"        \
-    "     AND c.instance_id IS NULL) AS free,"   \
-    " sum(c.instance_id IS NOT NULL) AS in_use"                                                                 \
+#define CARD_COUNTS                                                                                       \
+    "SELECT n.gpu_model AS code, sum(n.health IN ('up', 'offline')) AS total,"                            \
+    " sum(n.health = 'up' AND n.unreachable_since IS NULL AND n.admin_state = 'active' AND c.healthy = 1" \
+    "     AND c.instance_id IS NULL) AS free,"                                                            \
+    " sum(c.instance_id IS NOT NULL) AS in_use"                                                           \
     " FROM node_cards c JOIN nodes n ON n.id = c.node_id WHERE n.removed_at IS NULL"
 
 static const char SQL_TYPE_LIST[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t LEFT JOIN (" CARD_COUNTS

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define INSTANCE_COLUMNS                                                                                  \
+#define INSTANCE_COLUMNS                                                                               \
     "id, user_id, name, gpu_model, card_count, image, volume_id, desired, state, phase, state_reason," \
     " attempts, next_attempt_at, state_since, created_at, updated_at"
 
@@ -30,9 +30,9 @@ static const char SQL_INS_SET_STATE[] =
     "UPDATE instances SET state = ?2, phase = ?3, state_reason = ?4, updated_at = ?5,"
     " state_since = CASE WHEN state <> ?2 THEN ?5 ELSE state_since END WHERE id = ?1";
 static const char SQL_INS_SET_DESIRED[] = "UPDATE instances SET desired = ?2, updated_at = ?3 WHERE id = ?1";
-static const char SQL_INS_SET_ATTEMPTS[] =
-    "UPDATE instances SET attempts = ?2, next_attempt_at = ?3 WHERE id = ?1";
-static const char SQL_EVENT_INSERT[] = "INSERT INTO instance_events (instance_id, at, state, reason) VALUES (?, ?, ?, ?)";
+static const char SQL_INS_SET_ATTEMPTS[] = "UPDATE instances SET attempts = ?2, next_attempt_at = ?3 WHERE id = ?1";
+static const char SQL_EVENT_INSERT[] =
+    "INSERT INTO instance_events (instance_id, at, state, reason) VALUES (?, ?, ?, ?)";
 static const char SQL_EVENT_LIST[] =
     "SELECT seq, at, state, reason FROM instance_events WHERE instance_id = ? AND seq > ? ORDER BY seq LIMIT ?";
 static const char SQL_INS_NODES[] =
@@ -44,9 +44,9 @@ static const char SQL_INS_NODES[] =
 /* Placement candidates come through the nodes_placement index (0006): for
  * one node's worth of cards only the best fit (fewest free cards that are
  * enough), for more only whole free nodes, by fabric and name. */
-#define CANDIDATE_COLUMNS                                                                                  \
-    "SELECT n.id, n.fabric, n.card_count, coalesce((SELECT group_concat(c.idx) FROM node_cards c"        \
-    "   WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL), '')"                         \
+#define CANDIDATE_COLUMNS                                                                                            \
+    "SELECT n.id, n.fabric, n.card_count, coalesce((SELECT group_concat(c.idx) FROM node_cards c"                    \
+    "   WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL), '')"                                    \
     " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'" \
     " AND n.unreachable_since IS NULL"
 static const char SQL_CANDIDATE_BEST_FIT[] =
@@ -68,9 +68,8 @@ static const char SQL_INTERVAL_OPEN[] =
     "INSERT INTO running_intervals (instance_id, user_id, gpu_model, card_count, started_at)"
     " SELECT ?1, ?2, ?3, ?4, ?5 WHERE NOT EXISTS"
     " (SELECT 1 FROM running_intervals WHERE instance_id = ?1 AND ended_at IS NULL)";
-static const char SQL_INTERVAL_CLOSE[] =
-    "UPDATE running_intervals SET ended_at = max(started_at, ?2), end_reason = ?3"
-    " WHERE instance_id = ?1 AND ended_at IS NULL";
+static const char SQL_INTERVAL_CLOSE[] = "UPDATE running_intervals SET ended_at = max(started_at, ?2), end_reason = ?3"
+                                         " WHERE instance_id = ?1 AND ended_at IS NULL";
 static const char SQL_PLACED_WORKLOADS[] = "SELECT workload_id FROM instance_nodes ORDER BY workload_id";
 static const char SQL_USER_CARDS[] =
     "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ?1 AND id <> ?2 AND state IN " HOLDING;
@@ -78,9 +77,8 @@ static const char SQL_USER_CARDS_BY_MODEL[] =
     "SELECT gpu_model, sum(card_count) FROM instances WHERE user_id = ? AND state IN " HOLDING
     " GROUP BY gpu_model ORDER BY gpu_model";
 static const char SQL_USER_MAX_CARDS[] = "SELECT max_cards FROM user_limits WHERE user_id = ?";
-static const char SQL_USER_SET_MAX_CARDS[] =
-    "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
-    " ON CONFLICT (user_id) DO UPDATE SET max_cards = excluded.max_cards";
+static const char SQL_USER_SET_MAX_CARDS[] = "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
+                                             " ON CONFLICT (user_id) DO UPDATE SET max_cards = excluded.max_cards";
 
 static void read_instance(sqlite3_stmt *st, void *row)
 {
@@ -177,8 +175,8 @@ int store_instance_event(struct store *s, const char *id, int64_t at, const char
     return store_step_write(s, st, "insert instance event");
 }
 
-int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase,
-                             const char *reason, int64_t now)
+int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase, const char *reason,
+                             int64_t now)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_INS_CURRENT);
     if (!st)
@@ -411,8 +409,9 @@ static int64_t single_int(struct store *s, const char *sql, const char *arg, int
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
-    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? if_none
-                                                                                   : store_rc_from_sqlite(s, rc, what);
+    int64_t v = rc == SQLITE_ROW    ? sqlite3_column_int64(st, 0)
+                : rc == SQLITE_DONE ? if_none
+                                    : store_rc_from_sqlite(s, rc, what);
     sqlite3_reset(st);
     return v;
 }

@@ -2,18 +2,18 @@
  * top-ups and the billing state of running intervals. */
 #include "gpurent/assert.h"
 #include "gpurent/log.h"
-#include "store/store_sql.h"
 #include "gpurent/tariff.h"
+#include "store/store_sql.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char SQL_PRICES[] =
-    "SELECT effective_at, card_hour FROM prices WHERE gpu_model = ? ORDER BY effective_at";
+static const char SQL_PRICES[] = "SELECT effective_at, card_hour FROM prices WHERE gpu_model = ? ORDER BY effective_at";
 static const char SQL_PRICE_INSERT[] =
     "INSERT INTO prices (gpu_model, effective_at, card_hour, created_at) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT (gpu_model, effective_at) DO UPDATE SET card_hour = excluded.card_hour, created_at = excluded.created_at";
+    " ON CONFLICT (gpu_model, effective_at) DO UPDATE SET card_hour = excluded.card_hour, created_at = "
+    "excluded.created_at";
 static const char SQL_PRICE_HISTORY[] =
     "SELECT gpu_model, effective_at, card_hour, created_at FROM prices WHERE (?1 IS NULL OR gpu_model = ?1)"
     " ORDER BY gpu_model, effective_at LIMIT ?2";
@@ -24,16 +24,16 @@ static const char SQL_ACCOUNT_ENSURE[] =
  * an overflowing sum into a REAL, which the STRICT column refuses with a
  * constraint error that looks like any other. No row changed means no such
  * account, or an overflow. */
-static const char SQL_ACCOUNT_MOVE[] =
-    "UPDATE ledger_accounts SET balance = balance + ?2 WHERE id = ?1"
-    " AND CASE WHEN ?2 >= 0 THEN balance <= ?3 - ?2 ELSE balance >= ?4 - ?2 END";
+static const char SQL_ACCOUNT_MOVE[] = "UPDATE ledger_accounts SET balance = balance + ?2 WHERE id = ?1"
+                                       " AND CASE WHEN ?2 >= 0 THEN balance <= ?3 - ?2 ELSE balance >= ?4 - ?2 END";
 static const char SQL_ACCOUNT_BALANCE[] = "SELECT balance FROM ledger_accounts WHERE id = ?";
 static const char SQL_TXN_INSERT[] =
     "INSERT INTO ledger_transactions (at, kind, user_id, reason, instance_id, interval_id, grant_id, topup_id,"
     " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_POSTING_INSERT[] =
     "INSERT INTO ledger_postings (transaction_id, account_id, amount, grant_id) VALUES (?, ?, ?, ?)";
-#define GRANT_COLUMNS "id, user_id, source, amount, remaining, coalesce(expires_at, 0), coalesce(voided_at, 0), created_at"
+#define GRANT_COLUMNS \
+    "id, user_id, source, amount, remaining, coalesce(expires_at, 0), coalesce(voided_at, 0), created_at"
 static const char SQL_GRANT_INSERT[] =
     "INSERT INTO credit_grants (id, user_id, source, amount, remaining, expires_at, created_at)"
     " VALUES (?, ?, ?, ?, ?, nullif(?, 0), ?)";
@@ -78,9 +78,9 @@ static const char SQL_USERS_TO_BILL[] =
 /* An open interval on a node that has missed a heartbeat is known to have
  * run only until that node's last good one: billing stops there until the
  * node answers again (its missed_beats back to 0). */
-#define BILLABLE_COLUMNS                                                                                   \
+#define BILLABLE_COLUMNS                                                                                          \
     "r.id, r.instance_id, r.user_id, r.gpu_model, r.card_count, r.started_at, coalesce(r.ended_at, 0), r.billed," \
-    " CASE WHEN r.ended_at IS NULL THEN coalesce((SELECT min(coalesce(n.last_seen_at, 0)) FROM instance_nodes p" \
+    " CASE WHEN r.ended_at IS NULL THEN coalesce((SELECT min(coalesce(n.last_seen_at, 0)) FROM instance_nodes p"  \
     "   JOIN nodes n ON n.id = p.node_id WHERE p.instance_id = r.instance_id AND n.missed_beats > 0), -1) ELSE -1 END"
 static const char SQL_BILLABLES[] =
     "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.user_id = ? AND r.settled = 0 ORDER BY r.id";
@@ -181,7 +181,9 @@ int store_price_history(struct store *s, const char *gpu_model, struct price_row
 /* Creates a user's cash or grant account on first use. */
 static int account_ensure(struct store *s, const char *account_id, const char *user_id)
 {
-    const char *kind = strncmp(account_id, "cash:", 5) == 0 ? "cash" : strncmp(account_id, "grant:", 6) == 0 ? "grant" : NULL;
+    const char *kind = strncmp(account_id, "cash:", 5) == 0    ? "cash"
+                       : strncmp(account_id, "grant:", 6) == 0 ? "grant"
+                                                               : NULL;
     if (!kind)
         return STORE_OK; /* platform accounts exist from the migration */
     sqlite3_stmt *st = store_stmt(s, SQL_ACCOUNT_ENSURE);
@@ -299,7 +301,9 @@ int64_t store_account_balance(struct store *s, const char *account_id)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, account_id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
-    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? 0 : store_rc_from_sqlite(s, rc, "balance");
+    int64_t v = rc == SQLITE_ROW    ? sqlite3_column_int64(st, 0)
+                : rc == SQLITE_DONE ? 0
+                                    : store_rc_from_sqlite(s, rc, "balance");
     sqlite3_reset(st);
     return v;
 }
@@ -368,7 +372,10 @@ int store_grants_expired(struct store *s, const char *user_id, int64_t at, struc
     return store_read_rows(s, st, out, sizeof *out, max, n, read_grant, "expired grants");
 }
 
-static void read_int(sqlite3_stmt *st, void *row) { *(int64_t *)row = sqlite3_column_int64(st, 0); }
+static void read_int(sqlite3_stmt *st, void *row)
+{
+    *(int64_t *)row = sqlite3_column_int64(st, 0);
+}
 
 int store_grant_expiries(struct store *s, const char *user_id, int64_t after, int64_t until, int64_t *out, size_t max,
                          size_t *n)

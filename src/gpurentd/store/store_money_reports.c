@@ -31,8 +31,10 @@ static const char SQL_USAGE_BY_INSTANCE[] =
     "   FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
     "   JOIN ledger_accounts a ON a.id = p.account_id"
     "   WHERE t.user_id = ?1 AND t.kind = 'usage' AND t.at >= ?2 AND t.at < ?3 GROUP BY t.instance_id)"
-    " SELECT k, (SELECT gpu_model FROM instances WHERE id = k), coalesce((SELECT cs FROM secs WHERE secs.k = keys.k), 0),"
-    " coalesce((SELECT cost FROM money WHERE money.k = keys.k), 0), coalesce((SELECT credit FROM money WHERE money.k = keys.k), 0),"
+    " SELECT k, (SELECT gpu_model FROM instances WHERE id = k), coalesce((SELECT cs FROM secs WHERE secs.k = keys.k), "
+    "0),"
+    " coalesce((SELECT cost FROM money WHERE money.k = keys.k), 0), coalesce((SELECT credit FROM money WHERE money.k = "
+    "keys.k), 0),"
     " coalesce((SELECT cash FROM money WHERE money.k = keys.k), 0)"
     " FROM (SELECT k FROM secs UNION SELECT k FROM money) keys ORDER BY k LIMIT ?5";
 static const char SQL_FUNDS_BEFORE[] =

@@ -9,14 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NODE_COLUMNS                                                                                              \
-    "n.id, n.name, n.agent_url, n.secret, n.gpu_model, n.card_count, n.fabric, n.region, n.labels,"           \
-    " n.admin_state, n.health, s.state, CASE WHEN s.state IN ('cordoned', 'draining', 'maintenance')"     \
-    "   THEN n.admin_reason ELSE n.state_reason END, n.missed_beats, coalesce(n.last_seen_at, 0),"            \
-    " n.driver_version, n.stack_version, n.created_at, n.updated_at,"                                         \
-    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id),"                                            \
-    " CASE WHEN s.state = 'ready' THEN (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id"            \
-    "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                             \
+#define NODE_COLUMNS                                                                                  \
+    "n.id, n.name, n.agent_url, n.secret, n.gpu_model, n.card_count, n.fabric, n.region, n.labels,"   \
+    " n.admin_state, n.health, s.state, CASE WHEN s.state IN ('cordoned', 'draining', 'maintenance')" \
+    "   THEN n.admin_reason ELSE n.state_reason END, n.missed_beats, coalesce(n.last_seen_at, 0),"    \
+    " n.driver_version, n.stack_version, n.created_at, n.updated_at,"                                 \
+    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id),"                                    \
+    " CASE WHEN s.state = 'ready' THEN (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id"     \
+    "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                     \
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL), n.admin_reason"
 
 /* Inserts nothing when the model is not in the catalog (a plain existence
@@ -66,8 +66,8 @@ static const char SQL_CARD_TRIM[] = "DELETE FROM node_cards WHERE node_id = ? AN
  * capacity the platform has (migration 0011). */
 #define MISS_REACHED "missed_beats + 1 >= ?3"
 #define UNREACHABLE "(health = 'up' AND unreachable_since IS NULL AND " MISS_REACHED ")"
-#define OFFLINE                                                                                             \
-    "((health = 'unknown' AND " MISS_REACHED ") OR (health = 'up' AND " MISS_REACHED                        \
+#define OFFLINE                                                                      \
+    "((health = 'unknown' AND " MISS_REACHED ") OR (health = 'up' AND " MISS_REACHED \
     " AND coalesce(last_seen_at, 0) <= ?2 - ?5))"
 static const char SQL_NODE_MISSED[] =
     "UPDATE nodes SET missed_beats = missed_beats + 1,"

@@ -15,18 +15,18 @@ static const struct {
     const char *name;
     const char *sql;
 } reports[] = {
-    {"daily-revenue", "SELECT * FROM report_daily_revenue WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
-                      " ORDER BY day, gpu_type"},
-    {"usage", "SELECT * FROM report_usage WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
-              " ORDER BY day, user_id, instance_id"},
-    {"utilisation", "SELECT * FROM report_utilisation WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
-                    " ORDER BY day, gpu_type"},
+    {"daily-revenue",    "SELECT * FROM report_daily_revenue WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+                      " ORDER BY day, gpu_type"                                                         },
+    {"usage",            "SELECT * FROM report_usage WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+              " ORDER BY day, user_id, instance_id"                                                             },
+    {"utilisation",      "SELECT * FROM report_utilisation WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+                    " ORDER BY day, gpu_type"                                                             },
     {"credit-liability", "SELECT * FROM report_credit_liability WHERE (?1 IS NULL OR day >= ?1)"
                          " AND (?2 IS NULL OR day < ?2) ORDER BY day IS NULL, day, user_id, grant_id"},
-    {"topups", "SELECT * FROM report_topups WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
-               " ORDER BY day, user_id, topup_id"},
-    {"admin-actions", "SELECT * FROM report_admin_actions WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
-                      " ORDER BY day, action_id"},
+    {"topups",           "SELECT * FROM report_topups WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+               " ORDER BY day, user_id, topup_id"                                                              },
+    {"admin-actions",    "SELECT * FROM report_admin_actions WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+                      " ORDER BY day, action_id"                                                        },
 };
 
 /* Columns named *_micro hold money, which must come out as integers. SQLite

@@ -15,22 +15,23 @@ struct check {
 static const struct check checks[] = {
     {"transaction does not balance",
      "SELECT transaction_id, 'postings sum to ' || sum(amount) FROM ledger_postings GROUP BY transaction_id"
-     " HAVING sum(amount) <> 0"},
+     " HAVING sum(amount) <> 0"                                                                              },
     {"transaction has fewer than two postings",
      "SELECT t.id, count(p.id) || ' postings' FROM ledger_transactions t LEFT JOIN ledger_postings p"
-     " ON p.transaction_id = t.id GROUP BY t.id HAVING count(p.id) < 2"},
+     " ON p.transaction_id = t.id GROUP BY t.id HAVING count(p.id) < 2"                                      },
     {"cached balance differs from the sum of postings",
      "SELECT a.id, 'balance ' || a.balance || ', postings ' || coalesce(sum(p.amount), 0) FROM ledger_accounts a"
-     " LEFT JOIN ledger_postings p ON p.account_id = a.id GROUP BY a.id HAVING a.balance <> coalesce(sum(p.amount), 0)"},
+     " LEFT JOIN ledger_postings p ON p.account_id = a.id GROUP BY a.id HAVING a.balance <> coalesce(sum(p.amount), "
+     "0)"                                                                                                    },
     {"user account went below zero",
      "SELECT account_id, 'lowest running balance ' || min(running) FROM (SELECT p.account_id,"
      " sum(p.amount) OVER (PARTITION BY p.account_id ORDER BY p.id) AS running FROM ledger_postings p"
      " JOIN ledger_accounts a ON a.id = p.account_id WHERE a.kind IN ('cash', 'grant'))"
-     " GROUP BY account_id HAVING min(running) < 0"},
+     " GROUP BY account_id HAVING min(running) < 0"                                                          },
     {"grant's remaining differs from its account",
      "SELECT g.id, 'remaining ' || g.remaining || ', account ' || coalesce(a.balance, 0) FROM credit_grants g"
-     " LEFT JOIN ledger_accounts a ON a.id = 'grant:' || g.id WHERE coalesce(a.balance, 0) <> g.remaining"},
-    /* Funded once, by its grant transaction; drawn, net of refunds, never
+     " LEFT JOIN ledger_accounts a ON a.id = 'grant:' || g.id WHERE coalesce(a.balance, 0) <> g.remaining"   },
+ /* Funded once, by its grant transaction; drawn, net of refunds, never
      * more than that (refunds give usage back, so the gross draws may). */
     {"grant overspent or never funded",
      "SELECT g.id, 'amount ' || g.amount || ', funded ' || coalesce(sum(p.amount) FILTER (WHERE t.kind = 'grant'), 0)"
@@ -38,39 +39,40 @@ static const struct check checks[] = {
      " LEFT JOIN ledger_postings p ON p.account_id = 'grant:' || g.id"
      " LEFT JOIN ledger_transactions t ON t.id = p.transaction_id GROUP BY g.id"
      " HAVING coalesce(sum(p.amount) FILTER (WHERE t.kind = 'grant'), 0) <> g.amount"
-     " OR coalesce(-sum(p.amount) FILTER (WHERE t.kind <> 'grant'), 0) > g.amount"},
+     " OR coalesce(-sum(p.amount) FILTER (WHERE t.kind <> 'grant'), 0) > g.amount"                           },
     {"voided grant still has money",
      "SELECT id, 'remaining ' || remaining FROM credit_grants WHERE voided_at IS NOT NULL AND remaining <> 0"},
     {"grant leg does not name its grant",
      "SELECT p.id, p.account_id FROM ledger_postings p WHERE p.account_id LIKE 'grant:%'"
-     " AND (p.grant_id IS NULL OR p.account_id <> 'grant:' || p.grant_id)"},
+     " AND (p.grant_id IS NULL OR p.account_id <> 'grant:' || p.grant_id)"                                   },
     {"interval's revenue differs from what it says was billed",
      "SELECT r.id, 'billed ' || r.billed || ', revenue ' || coalesce(x.s, 0) FROM running_intervals r LEFT JOIN"
      " (SELECT t.interval_id AS id, sum(p.amount) AS s FROM ledger_postings p JOIN ledger_transactions t"
      " ON t.id = p.transaction_id WHERE p.account_id = 'revenue' GROUP BY t.interval_id) x ON x.id = r.id"
-     " WHERE coalesce(x.s, 0) <> r.billed"},
-    /* A refund gives an interval's payers back part of what they paid it,
+     " WHERE coalesce(x.s, 0) <> r.billed"                                                                   },
+ /* A refund gives an interval's payers back part of what they paid it,
      * from its revenue, and nothing else. */
     {"refund names no interval or moves other than revenue back to its payers",
      "SELECT t.id, 'interval ' || coalesce(t.interval_id, 'none') FROM ledger_transactions t"
      " WHERE t.kind = 'refund' AND (t.interval_id IS NULL OR EXISTS (SELECT 1 FROM ledger_postings p"
      " JOIN ledger_accounts a ON a.id = p.account_id WHERE p.transaction_id = t.id AND NOT"
      " ((a.kind = 'revenue' AND p.amount < 0) OR (a.kind IN ('cash', 'grant') AND p.amount > 0"
-     "  AND a.user_id = t.user_id))))"},
+     "  AND a.user_id = t.user_id))))"                                                                       },
     {"account refunded more than it paid for an interval",
      "SELECT t.interval_id || ' ' || p.account_id, 'paid ' || -sum(p.amount) FILTER (WHERE t.kind = 'usage')"
      " || ', refunded ' || coalesce(sum(p.amount) FILTER (WHERE t.kind = 'refund'), 0)"
      " FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
-     " JOIN ledger_accounts a ON a.id = p.account_id WHERE t.kind IN ('usage', 'refund') AND a.kind IN ('cash', 'grant')"
-     " GROUP BY t.interval_id, p.account_id HAVING sum(p.amount) > 0"},
+     " JOIN ledger_accounts a ON a.id = p.account_id WHERE t.kind IN ('usage', 'refund') AND a.kind IN ('cash', "
+     "'grant')"
+     " GROUP BY t.interval_id, p.account_id HAVING sum(p.amount) > 0"                                        },
     {"interval settled while still open",
-     "SELECT id, 'billed ' || billed FROM running_intervals WHERE settled = 1 AND ended_at IS NULL"},
+     "SELECT id, 'billed ' || billed FROM running_intervals WHERE settled = 1 AND ended_at IS NULL"          },
     {"top-up differs from the cash it added",
      "SELECT u.id, 'amount ' || u.amount || ', cash ' || coalesce(sum(p.amount), 0) FROM topups u"
      " LEFT JOIN ledger_transactions t ON t.topup_id = u.id LEFT JOIN ledger_postings p ON p.transaction_id = t.id"
-     " AND p.account_id LIKE 'cash:%' GROUP BY u.id HAVING coalesce(sum(p.amount), 0) <> u.amount"},
+     " AND p.account_id LIKE 'cash:%' GROUP BY u.id HAVING coalesce(sum(p.amount), 0) <> u.amount"           },
     {"money exists outside the ledger",
-     "SELECT 'all accounts', 'sum ' || sum(balance) FROM ledger_accounts HAVING sum(balance) <> 0"},
+     "SELECT 'all accounts', 'sum ' || sum(balance) FROM ledger_accounts HAVING sum(balance) <> 0"           },
 };
 
 static const char SQL_SETTLED[] =
@@ -88,8 +90,7 @@ int store_verify_rules(struct store *s, store_breach_fn fn, void *ctx)
         }
         int rc;
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            fn(ctx, checks[i].what, (const char *)sqlite3_column_text(st, 0),
-               (const char *)sqlite3_column_text(st, 1));
+            fn(ctx, checks[i].what, (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1));
             breaches++;
         }
         /* sum() raises "integer overflow" (SQLite gives it no code of its

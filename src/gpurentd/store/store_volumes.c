@@ -8,9 +8,9 @@
  * volume (migration 0009), whose WHERE they repeat word for word so that
  * SQLite uses it: every create, start and provisioning reads a volume, and
  * must not read the owner's terminated instances to do it. */
-#define VOLUME_COLUMNS                                                                                        \
-    "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                            \
-    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')),"  \
+#define VOLUME_COLUMNS                                                                                          \
+    "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                               \
+    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed'))," \
     " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')"   \
     "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping'))"
 
