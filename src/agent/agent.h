@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "gpurent/conf.h"
-#include "discovery.h"
+#include "discovery/discovery.h"
 #include "gpurent/http.h"
 #include "gpurent/log.h"
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "discovery.h"
+#include "discovery/discovery.h"
 
 #define DATA "tests/data/discovery/"
 
