@@ -25,6 +25,7 @@
 
 #include "gpurent/conf.h"
 #include "discovery/discovery.h"
+#include "exec.h"
 #include "gpurent/http.h"
 #include "gpurent/log.h"
 
@@ -312,23 +313,8 @@ extern const struct http_route agent_routes_single[];
 extern const struct http_route agent_routes_fleet[];
 int agent_authenticate(struct http_request *req, enum http_auth level);
 
-/* exec.c: running a command without a shell. */
-#define EXEC_OUTPUT_MAX 4096      /* bytes of output kept (the tail) */
-struct exec_result {
-    int started;                  /* the program could be started */
-    int exited;                   /* it exited (rather than was killed) */
-    int status;                   /* its exit status when exited */
-    int timed_out;                /* killed at the deadline */
-    int interrupted;              /* killed because cancel or stop was set */
-    char output[EXEC_OUTPUT_MAX]; /* stdout and stderr together, the last bytes, NUL-terminated */
-};
-/* Runs argv[0] (looked up in PATH before the fork) with argv, stdin from
- * /dev/null, output captured, in its own process group; kills the group at
- * timeout_s or as soon as *cancel or *stop becomes non-zero (either may be
- * NULL). Returns 0 when it exited with status 0, else -1 (see r). */
-int agent_exec(char *const argv[], int timeout_s, atomic_int *cancel, atomic_int *stop, struct exec_result *r);
-/* "exit status 2: <last output line>" and the like, for messages. */
-void exec_describe(const struct exec_result *r, char *out, size_t outlen);
+/* exec.c: running a command without a shell, in exec.h (included above),
+ * which the discovery folder uses too. */
 
 /* argv.c: building argument vectors safely. */
 #define ARGV_MAX 512

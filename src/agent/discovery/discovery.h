@@ -100,15 +100,17 @@ const char *discovery_model_code(const char *name);
  * ("6.0.2-115" gives "6.0.2") into out; -1 with out "" when the text does
  * not start with one or it does not fit in cap. */
 int discovery_parse_rocm_version(const char *text, size_t len, char *out, size_t cap);
-/* Runs a discovery command without a shell, reads its stdout (at most
- * DISCOVERY_MAX_OUTPUT bytes) and parses it with the parser for tool
- * ("amd-smi", "rocm-smi" or "nvidia-smi"). argv NULL runs the commands listed
- * above for the tool; otherwise argv[0] is run (looked up in PATH, then
- * /opt/rocm/bin) with argv, NULL-terminated. The whole call is bounded by
- * timeout_s seconds: a command still running then is killed with its process
- * group. A command that exits non-zero fails the call, except the optional
- * amd-smi version and metric commands, which are logged and skipped. The
- * caller must not set SIGCHLD to SIG_IGN (the child is reaped here). */
+/* Runs a discovery command through exec.c (no shell), reads its stdout (at
+ * most DISCOVERY_MAX_OUTPUT bytes, over every command together) and parses
+ * it with the parser for tool ("amd-smi", "rocm-smi" or "nvidia-smi"). argv
+ * NULL runs the commands listed above for the tool; otherwise argv[0] is run
+ * (looked up in PATH, then /opt/rocm/bin) with argv, NULL-terminated. The
+ * whole call is bounded by timeout_s seconds: a command still running then
+ * is killed with its process group (SIGTERM, SIGKILL two seconds later). A
+ * command that exits non-zero fails the call, with the last line it printed
+ * (stderr first) in err, except the optional amd-smi version and metric and
+ * nvidia-smi -q commands, which are logged and skipped. The caller must not
+ * set SIGCHLD to SIG_IGN (exec.c reaps the child). */
 int discovery_run(const char *tool, char *const argv[], int timeout_s, struct gpu_facts *out, char *err, size_t errlen);
 
 #endif
