@@ -94,6 +94,12 @@ int discovery_parse_nvidia_smi_csv(const char *text, size_t len, struct gpu_fact
  * to its catalog code (MI300X, H100-SXM, RTX4090, MI450, MI250), or NULL for a
  * model the catalog does not sell (H100 PCIe, RTX 4090 D, MI325X ...). */
 const char *discovery_model_code(const char *name);
+/* The default card memory (GB, as the catalog seeds it), vendor, stack and
+ * marketing name (which discovery_model_code maps back to the code) of a
+ * catalog model, for an inventory configured rather than discovered; -1
+ * for a model the agent does not know. */
+int discovery_model_defaults(const char *model, int *memory_gb, const char **vendor, const char **stack,
+                             const char **name);
 
 /* discovery.c: running the tools. */
 /* The ROCm release at the start of a $ROCM_PATH/.info/version file

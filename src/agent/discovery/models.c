@@ -1,7 +1,9 @@
-/* models.c: maps the marketing name a GPU tool prints ("AMD Instinct
- * MI300X", "NVIDIA H100 80GB HBM3") to the catalog code gpurent sells it
- * under, by whole words, so a product the catalog does not sell (H100
- * PCIe, RTX 4090 D, MI325X) is never taken for one it does. */
+/* models.c: the catalog models the agent knows. Maps the marketing name a
+ * GPU tool prints ("AMD Instinct MI300X", "NVIDIA H100 80GB HBM3") to the
+ * catalog code gpurent sells it under, by whole words, so a product the
+ * catalog does not sell (H100 PCIe, RTX 4090 D, MI325X) is never taken for
+ * one it does; and gives each code's defaults (memory, vendor, stack, name)
+ * for an inventory configured rather than discovered. */
 #include "discovery/discovery.h"
 
 #include <ctype.h>
@@ -89,4 +91,33 @@ const char *discovery_model_code(const char *name)
     if (rtx >= 0 && (size_t)rtx + 2 == tk.n && strcmp(tk.t[rtx + 1], "4090") == 0)
         return "RTX4090";
     return NULL;
+}
+
+static const struct model_info {
+    const char *model;  /* catalog code */
+    int memory_gb;      /* per card */
+    const char *vendor; /* "AMD" or "NVIDIA" */
+    const char *name;   /* as the vendor tool prints it */
+} models[] = {
+  /* Memory as the gpurent catalog seeds it, so a sim fleet matches it. */
+    {"MI450",    192, "AMD",    "AMD Instinct MI450"       },
+    {"MI300X",   96,  "AMD",    "AMD Instinct MI300X"      },
+    {"MI250",    128, "AMD",    "AMD Instinct MI250X/MI250"},
+    {"H100-SXM", 80,  "NVIDIA", "NVIDIA H100 80GB HBM3"    },
+    {"RTX4090",  24,  "NVIDIA", "NVIDIA GeForce RTX 4090"  },
+};
+
+int discovery_model_defaults(const char *model, int *memory_gb, const char **vendor, const char **stack,
+                             const char **name)
+{
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        if (strcmp(models[i].model, model) == 0) {
+            *memory_gb = models[i].memory_gb;
+            *vendor = models[i].vendor;
+            *stack = strcmp(models[i].vendor, "AMD") == 0 ? "ROCm" : "CUDA";
+            *name = models[i].name;
+            return 0;
+        }
+    }
+    return -1;
 }
