@@ -37,7 +37,7 @@ endif
 
 COMMON_SRC := $(wildcard src/common/*.c)
 DAEMON_SRC := $(filter-out src/gpurentd/cmd/main.c,$(wildcard src/gpurentd/*/*.c))
-AGENT_SRC  := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c))
+AGENT_SRC  := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c src/agent/*/*.c))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
 
@@ -55,6 +55,11 @@ deps:
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+# The agent's own objects see include/ and src/agent only: an agent file that
+# names a daemon header does not compile, and a header in one of the agent's
+# folders is named with it ("discovery/discovery.h").
+$(B)/src/agent/%.o: INCLUDES := -Iinclude -Isrc/agent
 
 # Migrations and the OpenAPI document are compiled into the daemon, so an
 # installed binary needs no source tree to migrate or describe itself.

@@ -1,6 +1,9 @@
 /* agent.h: gpurent-agent's own modules, grouped by the file that implements
  * them, so this header is also a map of the node agent (see
- * docs/AGENT_PROTOCOL.md for the API it serves).
+ * docs/AGENT_PROTOCOL.md for the API it serves). Two parts have headers of
+ * their own, included here, because they need nothing of the rest:
+ * GPU discovery (discovery/discovery.h, the folder src/agent/discovery)
+ * and the process runner (exec.h, exec.c), which discovery uses too.
  *
  * Threading, in one place:
  *   - HTTP handlers run on libmicrohttpd's pool; they never run a command.
@@ -23,8 +26,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "discovery/discovery.h"
+#include "exec.h"
 #include "gpurent/conf.h"
-#include "discovery.h"
 #include "gpurent/http.h"
 #include "gpurent/log.h"
 
@@ -33,7 +37,7 @@
 /* Node names and workload ids: 1 to 63 of [a-z0-9_-] (see the protocol). */
 #define AGENT_NAME_MAX 64
 
-/* config.c */
+/* config.c: the agent's options, their table and the rules across them. */
 struct agent_conf {
     char listen[128];              /* host:port of the agent API */
     char advertise_url[256];       /* sim-fleet: base URL registered with the control plane */
@@ -140,7 +144,8 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b);
 /* Whether the image name contains word: the sim runtime's failure switches. */
 int spec_image_has(const struct wl_spec *spec, const char *word);
 
-/* Phases of a workload, as the protocol names them. */
+/* spec.c, continued: the workload a spec describes, and its phases as the
+ * protocol names them. */
 enum wl_phase { WL_PULLING, WL_MOUNTING, WL_STARTING, WL_RUNNING, WL_EXITED, WL_FAILED };
 const char *wl_phase_name(enum wl_phase p);
 /* -1 for a name that is not a phase. */
@@ -275,12 +280,10 @@ void agent_node_set_secret(struct agent_node *n, const char *secret);
 int agent_node_add(struct agent_node *n, struct workload *w);
 void agent_node_remove(struct agent_node *n, struct workload *w);
 struct workload *agent_node_workload(struct agent_node *n, const char *id);
-/* Default card memory (GB), vendor, stack and marketing name of a catalog
- * model; -1 for a model the agent does not know. */
-int model_defaults(const char *model, int *memory_gb, const char **vendor, const char **stack, const char **name);
 /* Fills facts from the configured inventory (model, cards, memory, failed
- * cards). -1 with a reason for an unknown model. */
-int inventory_from_config(const struct agent_conf *c, struct gpu_facts *facts, char *err, size_t errlen);
+ * cards; defaults from discovery_model_defaults). -1 with a reason for an
+ * unknown model. */
+int agent_inventory_from_config(const struct agent_conf *c, struct gpu_facts *facts, char *err, size_t errlen);
 /* Runs discovery once into a->inv (config or the GPU tool). 0 or -1 (logged). */
 int agent_inventory_refresh(struct agent *a);
 /* The facts reply for node n; NULL when no facts were ever read. New reference. */
@@ -312,23 +315,7 @@ extern const struct http_route agent_routes_single[];
 extern const struct http_route agent_routes_fleet[];
 int agent_authenticate(struct http_request *req, enum http_auth level);
 
-/* exec.c: running a command without a shell. */
-#define EXEC_OUTPUT_MAX 4096      /* bytes of output kept (the tail) */
-struct exec_result {
-    int started;                  /* the program could be started */
-    int exited;                   /* it exited (rather than was killed) */
-    int status;                   /* its exit status when exited */
-    int timed_out;                /* killed at the deadline */
-    int interrupted;              /* killed because cancel or stop was set */
-    char output[EXEC_OUTPUT_MAX]; /* stdout and stderr together, the last bytes, NUL-terminated */
-};
-/* Runs argv[0] (looked up in PATH before the fork) with argv, stdin from
- * /dev/null, output captured, in its own process group; kills the group at
- * timeout_s or as soon as *cancel or *stop becomes non-zero (either may be
- * NULL). Returns 0 when it exited with status 0, else -1 (see r). */
-int agent_exec(char *const argv[], int timeout_s, atomic_int *cancel, atomic_int *stop, struct exec_result *r);
-/* "exit status 2: <last output line>" and the like, for messages. */
-void exec_describe(const struct exec_result *r, char *out, size_t outlen);
+/* exec.c: running a command without a shell: see exec.h, included above. */
 
 /* argv.c: building argument vectors safely. */
 #define ARGV_MAX 512
@@ -421,6 +408,8 @@ struct runtime *runtime_new(struct agent *a);
 void runtime_free(struct runtime *rt);
 /* sim: ms an "exit-after[-N]" image runs, or -1 if it does not exit. */
 int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms);
+/* The simulated runtime (phases with configured delays). */
+extern const struct runtime_ops sim_runtime_ops;
 
 /* runtime_oci.c: podman and docker command lines (pure, unit-tested) and
  * the runtime that runs them. */
@@ -447,8 +436,8 @@ enum rt_state oci_parse_state(const char *output, struct rt_exit *ex);
  * "2024-05-01 12:34:56.123456789 +0200 CEST"): fractional seconds optional,
  * a zone (Z or an offset) required. 0, or -1 for anything else. */
 int oci_parse_time(const char *text, int64_t *out);
+/* The podman/docker runtime. */
 extern const struct runtime_ops oci_runtime_ops;
-extern const struct runtime_ops sim_runtime_ops;
 
 /* driver.c: the threads that move workloads through their phases. */
 struct driver *driver_start(struct agent *a, int threads);

@@ -197,7 +197,7 @@ static int check_config(const struct agent_conf *conf, char *err, size_t errlen)
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        int rc = inventory_from_config(conf, f, err, errlen);
+        int rc = agent_inventory_from_config(conf, f, err, errlen);
         free(f);
         if (rc < 0)
             return -1;

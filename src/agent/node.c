@@ -11,34 +11,6 @@
 
 #include "gpurent/clock.h"
 
-static const struct model_info {
-    const char *model;  /* catalog code */
-    int memory_gb;      /* per card */
-    const char *vendor; /* "AMD" or "NVIDIA" */
-    const char *name;   /* as the vendor tool prints it */
-} models[] = {
-    /* Memory as the gpurent catalog seeds it, so a sim fleet matches it. */
-    {"MI450", 192, "AMD", "AMD Instinct MI450"},
-    {"MI300X", 96, "AMD", "AMD Instinct MI300X"},
-    {"MI250", 128, "AMD", "AMD Instinct MI250X/MI250"},
-    {"H100-SXM", 80, "NVIDIA", "NVIDIA H100 80GB HBM3"},
-    {"RTX4090", 24, "NVIDIA", "NVIDIA GeForce RTX 4090"},
-};
-
-int model_defaults(const char *model, int *memory_gb, const char **vendor, const char **stack, const char **name)
-{
-    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
-        if (strcmp(models[i].model, model) == 0) {
-            *memory_gb = models[i].memory_gb;
-            *vendor = models[i].vendor;
-            *stack = strcmp(models[i].vendor, "AMD") == 0 ? "ROCm" : "CUDA";
-            *name = models[i].name;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static int model_code_valid(const char *s)
 {
     size_t n = 0;
@@ -49,7 +21,7 @@ static int model_code_valid(const char *s)
     return n > 0 && n < 32;
 }
 
-int inventory_from_config(const struct agent_conf *c, struct gpu_facts *f, char *err, size_t errlen)
+int agent_inventory_from_config(const struct agent_conf *c, struct gpu_facts *f, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     int mem = 0;
@@ -59,7 +31,7 @@ int inventory_from_config(const struct agent_conf *c, struct gpu_facts *f, char 
         snprintf(err, errlen, "inventory_model: '%s' is not a model code like MI450", c->inventory_model);
         return -1;
     }
-    if (model_defaults(c->inventory_model, &mem, &vendor, &stack, &name) < 0) {
+    if (discovery_model_defaults(c->inventory_model, &mem, &vendor, &stack, &name) < 0) {
         /* A model the catalog gained later: AMD Instinct parts are MI-something. */
         int amd = strncmp(c->inventory_model, "MI", 2) == 0;
         vendor = amd ? "AMD" : "NVIDIA";
@@ -114,7 +86,7 @@ int agent_inventory_refresh(struct agent *a)
         return -1;
     int rc;
     if (strcmp(a->conf->discovery, "config") == 0)
-        rc = inventory_from_config(a->conf, f, err, sizeof err);
+        rc = agent_inventory_from_config(a->conf, f, err, sizeof err);
     else
         rc = discovery_run(a->conf->discovery, NULL, (int)a->conf->discovery_timeout_s, f, err, sizeof err);
     pthread_mutex_lock(&a->inv.lock);

@@ -1,6 +1,6 @@
 /* runtime_oci.c: the real runtime: podman or docker driven by their command
  * lines. The builders are pure so unit tests can assert every word; the
- * steps run them through agent_exec (no shell) and mount volumes with the
+ * steps run them through exec_run (no shell) and mount volumes with the
  * configured template, checking the result is a mount point before any
  * container may use it. The check of a running container reads its status,
  * exit code and finish time in one inspect, so an exit is reported at the
@@ -14,6 +14,8 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "gpurent/clock.h"
 
 void oci_container_name(const char *id, char *out, size_t outlen)
 {
@@ -279,7 +281,9 @@ static int run_cmd(const struct runtime *rt, struct workload *w, struct argv_buf
     char line[1024];
     argv_join(a, line, sizeof line);
     log_debug("workload %s: running %s", w->id, line);
-    int rc = agent_exec(a->v, timeout_s, &w->cancel, &rt->agent->stopping, r);
+    struct exec_opts o = {
+        .deadline_ms = clock_mono_ms() + (int64_t)timeout_s * 1000, .cancel = &w->cancel, .stop = &rt->agent->stopping};
+    int rc = exec_run(a->v, &o, r);
     argv_free(a);
     if (rc == 0)
         return STEP_OK;

@@ -95,7 +95,7 @@ static void test_inventory(void **state)
     assert_int_equal(set(&c, "inventory_model=MI300X"), 0);
     assert_int_equal(set(&c, "inventory_cards=4"), 0);
     assert_int_equal(set(&c, "inventory_failed_cards=2"), 0);
-    assert_int_equal(inventory_from_config(&c, &f, err, sizeof err), 0);
+    assert_int_equal(agent_inventory_from_config(&c, &f, err, sizeof err), 0);
     assert_string_equal(f.vendor, "AMD");
     assert_string_equal(f.stack, "ROCm");
     assert_int_equal(f.n_cards, 4);
@@ -111,7 +111,7 @@ static void test_inventory(void **state)
     assert_string_equal(f.stack_version, "6.2.0");
     assert_int_equal(set(&c, "inventory_driver_version=6.10.5"), 0);
     assert_int_equal(set(&c, "inventory_stack_version=7.0.2"), 0);
-    assert_int_equal(inventory_from_config(&c, &f, err, sizeof err), 0);
+    assert_int_equal(agent_inventory_from_config(&c, &f, err, sizeof err), 0);
     assert_string_equal(f.driver_version, "6.10.5");
     assert_string_equal(f.stack_version, "7.0.2");
     assert_int_equal(set(&c, "inventory_driver_version="), 0);
@@ -121,7 +121,7 @@ static void test_inventory(void **state)
 
     assert_int_equal(set(&c, "inventory_model=H100-SXM"), 0);
     assert_int_equal(set(&c, "inventory_memory_gb=94"), 0);
-    assert_int_equal(inventory_from_config(&c, &f, err, sizeof err), 0);
+    assert_int_equal(agent_inventory_from_config(&c, &f, err, sizeof err), 0);
     assert_string_equal(f.vendor, "NVIDIA");
     assert_string_equal(f.stack, "CUDA");
     assert_string_equal(f.driver_version, "550.54.15");
@@ -133,24 +133,24 @@ static void test_inventory(void **state)
     assert_int_equal(set(&c, "discovery=config"), 0);
     assert_int_equal(set(&c, "inventory_model=MI355X"), 0);
     assert_int_equal(set(&c, "inventory_memory_gb=0"), 0);
-    assert_int_equal(inventory_from_config(&c, &f, err, sizeof err), -1);
+    assert_int_equal(agent_inventory_from_config(&c, &f, err, sizeof err), -1);
     assert_int_equal(agent_check_config(&c), -1);
     assert_int_equal(set(&c, "inventory_memory_gb=288"), 0);
-    assert_int_equal(inventory_from_config(&c, &f, err, sizeof err), 0);
+    assert_int_equal(agent_inventory_from_config(&c, &f, err, sizeof err), 0);
     assert_string_equal(f.stack, "ROCm");
     assert_int_equal(set(&c, "inventory_model=MI 355"), 0);
-    assert_int_equal(inventory_from_config(&c, &f, err, sizeof err), -1);
+    assert_int_equal(agent_inventory_from_config(&c, &f, err, sizeof err), -1);
 
     int mem;
     const char *vendor, *stack, *name;
-    assert_int_equal(model_defaults("MI450", &mem, &vendor, &stack, &name), 0);
+    assert_int_equal(discovery_model_defaults("MI450", &mem, &vendor, &stack, &name), 0);
     assert_int_equal(mem, 192);
     assert_string_equal(discovery_model_code(name), "MI450");
-    assert_int_equal(model_defaults("RTX4090", &mem, &vendor, &stack, &name), 0);
+    assert_int_equal(discovery_model_defaults("RTX4090", &mem, &vendor, &stack, &name), 0);
     assert_string_equal(discovery_model_code(name), "RTX4090");
-    assert_int_equal(model_defaults("MI250", &mem, &vendor, &stack, &name), 0);
+    assert_int_equal(discovery_model_defaults("MI250", &mem, &vendor, &stack, &name), 0);
     assert_string_equal(discovery_model_code(name), "MI250");
-    assert_int_equal(model_defaults("A100", &mem, &vendor, &stack, &name), -1);
+    assert_int_equal(discovery_model_defaults("A100", &mem, &vendor, &stack, &name), -1);
 }
 
 int main(void)

@@ -2,17 +2,22 @@
  * the exact podman and docker command lines for ROCm and CUDA workloads,
  * pull, inspect (status, exit code and finish time), stop and rm; mount
  * command templates, with a volume's {size_gb}; the mount-point check on a
- * recorded mountinfo; inspect output and finish-time parsing; and the exec
- * helper (exit status, output tail, timeout, cancel, no shell). */
+ * recorded mountinfo; inspect output and finish-time parsing; and the
+ * process runner exec.c (exit status, output tail, timeout, cancel, no
+ * shell, stdout kept apart and capped, a directory after PATH, default
+ * signals in the child). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "gpurent/clock.h"
@@ -402,18 +407,27 @@ static void test_mount_points(void **state)
     assert_int_equal(mount_host_dir("/run/m", "x", d1, 10), -1);
 }
 
+/* exec_run with a timeout in seconds from now, as the runtime calls it. */
+static int run(char *const argv[], int timeout_s, atomic_int *cancel, struct exec_result *r)
+{
+    struct exec_opts o = {.deadline_ms = clock_mono_ms() + (int64_t)timeout_s * 1000, .cancel = cancel};
+    return exec_run(argv, &o, r);
+}
+
+#define W(s) ((char *)(uintptr_t)(s))
+
 static void test_exec(void **state)
 {
     struct exec_result r;
-    char *ok[] = {(char *)(uintptr_t)"echo", (char *)(uintptr_t)"hello;", (char *)(uintptr_t)"$(id)", NULL};
-    assert_int_equal(agent_exec(ok, 10, NULL, NULL, &r), 0);
+    char *ok[] = {W("echo"), W("hello;"), W("$(id)"), NULL};
+    assert_int_equal(run(ok, 10, NULL, &r), 0);
     assert_true(r.exited);
     assert_int_equal(r.status, 0);
     /* No shell: metacharacters are plain text. */
     assert_string_equal(r.output, "hello; $(id)\n");
 
-    char *fail[] = {(char *)(uintptr_t)"ls", (char *)(uintptr_t)"/no/such/dir", NULL};
-    assert_int_equal(agent_exec(fail, 10, NULL, NULL, &r), -1);
+    char *fail[] = {W("ls"), W("/no/such/dir"), NULL};
+    assert_int_equal(run(fail, 10, NULL, &r), -1);
     assert_true(r.exited);
     assert_int_equal(r.status, 2);
     char why[512];
@@ -421,29 +435,122 @@ static void test_exec(void **state)
     assert_non_null(strstr(why, "exit status 2: "));
     assert_non_null(strstr(why, "/no/such/dir"));
 
-    char *missing[] = {(char *)(uintptr_t)"gpurent-no-such-program", NULL};
-    assert_int_equal(agent_exec(missing, 10, NULL, NULL, &r), -1);
+    char *missing[] = {W("gpurent-no-such-program"), NULL};
+    assert_int_equal(run(missing, 10, NULL, &r), -1);
     assert_false(r.started);
+    exec_describe(&r, why, sizeof why);
+    assert_string_equal(why, "gpurent-no-such-program: not found in PATH");
+    char *missing_path[] = {W("/no/such/program"), NULL};
+    assert_int_equal(run(missing_path, 10, NULL, &r), -1);
+    assert_string_equal(r.output, "/no/such/program: not found or not executable");
 
     /* Only the tail of a long output is kept. */
-    char *yes[] = {(char *)(uintptr_t)"seq", (char *)(uintptr_t)"1", (char *)(uintptr_t)"100000", NULL};
-    assert_int_equal(agent_exec(yes, 10, NULL, NULL, &r), 0);
+    char *yes[] = {W("seq"), W("1"), W("100000"), NULL};
+    assert_int_equal(run(yes, 10, NULL, &r), 0);
     assert_int_equal(strlen(r.output), EXEC_OUTPUT_MAX - 1);
     assert_non_null(strstr(r.output, "\n100000\n"));
 
     int64_t t0 = clock_mono_ms();
-    char *slow[] = {(char *)(uintptr_t)"sleep", (char *)(uintptr_t)"30", NULL};
-    assert_int_equal(agent_exec(slow, 1, NULL, NULL, &r), -1);
+    char *slow[] = {W("sleep"), W("30"), NULL};
+    assert_int_equal(run(slow, 1, NULL, &r), -1);
     assert_true(r.timed_out);
     assert_true(clock_mono_ms() - t0 < 10000);
 
     atomic_int cancel = 1;
     t0 = clock_mono_ms();
-    assert_int_equal(agent_exec(slow, 30, &cancel, NULL, &r), -1);
+    assert_int_equal(run(slow, 30, &cancel, &r), -1);
     assert_true(r.interrupted);
     assert_true(clock_mono_ms() - t0 < 10000);
     exec_describe(&r, why, sizeof why);
     assert_string_equal(why, "interrupted");
+
+    /* A deadline already past starts nothing. */
+    assert_int_equal(run(ok, 0, NULL, &r), -1);
+    assert_false(r.started);
+    assert_true(r.timed_out);
+
+    char *killed[] = {W("sh"), W("-c"), W("kill -9 $$"), NULL};
+    assert_int_equal(run(killed, 10, NULL, &r), -1);
+    assert_false(r.exited);
+    assert_int_equal(r.signal, 9);
+}
+
+/* What GPU discovery asks of the runner: stdout whole and apart from
+ * stderr, a cap on it, and a directory searched after PATH. */
+static void test_exec_capture(void **state)
+{
+    struct exec_result r;
+    char buf[64];
+    struct exec_capture cap = {buf, sizeof buf, 0};
+    struct exec_opts o = {.deadline_ms = clock_mono_ms() + 10000, .out = &cap};
+
+    char *both[] = {W("sh"), W("-c"), W("echo out; echo err >&2; echo more"), NULL};
+    assert_int_equal(exec_run(both, &o, &r), 0);
+    assert_int_equal(cap.len, 9);
+    assert_memory_equal(buf, "out\nmore\n", 9);
+    assert_string_equal(r.output, "err\n");
+
+    /* Appended after what is there; over the cap the command is killed. */
+    char *more[] = {W("echo"), W("again"), NULL};
+    assert_int_equal(exec_run(more, &o, &r), 0);
+    assert_int_equal(cap.len, 15);
+    assert_memory_equal(buf + 9, "again\n", 6);
+    int64_t t0 = clock_mono_ms();
+    char *flood[] = {W("yes"), NULL};
+    assert_int_equal(exec_run(flood, &o, &r), -1);
+    assert_true(r.overflowed);
+    assert_false(r.timed_out);
+    assert_true(cap.len <= sizeof buf);
+    assert_true(clock_mono_ms() - t0 < 5000);
+
+    /* A program found only in also_path. */
+    char dir[] = "/tmp/test_exec.XXXXXX", tool[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(tool, sizeof tool, "%s/gpurent-test-tool", dir);
+    FILE *f = fopen(tool, "w");
+    assert_non_null(f);
+    fputs("#!/bin/sh\necho found\n", f);
+    fclose(f);
+    assert_int_equal(chmod(tool, 0755), 0);
+    char *bare[] = {W("gpurent-test-tool"), NULL};
+    cap.len = 0;
+    assert_int_equal(exec_run(bare, &o, &r), -1);
+    assert_string_equal(r.output, "gpurent-test-tool: not found in PATH");
+    o.also_path = dir;
+    assert_int_equal(exec_run(bare, &o, &r), 0);
+    assert_memory_equal(buf, "found\n", 6);
+    o.also_path = "/nonexistent";
+    assert_int_equal(exec_run(bare, &o, &r), -1);
+    assert_string_equal(r.output, "gpurent-test-tool: not found in PATH or /nonexistent");
+    unlink(tool);
+    rmdir(dir);
+}
+
+/* The command starts with default signals whatever the agent ignores or
+ * blocks (it ignores SIGPIPE and blocks its shutdown signals). */
+static void test_exec_signals(void **state)
+{
+    struct exec_result r;
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    assert_int_equal(pthread_sigmask(SIG_BLOCK, &block, &old), 0);
+    void (*pipe_was)(int) = signal(SIGPIPE, SIG_IGN);
+    void (*int_was)(int) = signal(SIGINT, SIG_IGN);
+    char *status[] = {W("grep"), W("-E"), W("^Sig(Blk|Ign)"), W("/proc/self/status"), NULL};
+    int rc = run(status, 10, NULL, &r);
+    signal(SIGPIPE, pipe_was);
+    signal(SIGINT, int_was);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    assert_int_equal(rc, 0);
+    unsigned long long blocked, ignored;
+    assert_int_equal(sscanf(r.output, "SigBlk: %llx SigIgn: %llx", &blocked, &ignored), 2);
+    assert_int_equal(blocked, 0);
+    /* Only these: the signals this test was started with stay as they were. */
+    static const int reset[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+        assert_int_equal(ignored & (1ull << (reset[i] - 1)), 0);
 }
 
 int main(void)
@@ -457,6 +564,8 @@ int main(void)
         cmocka_unit_test(test_size_template),
         cmocka_unit_test(test_argv_bounds),     cmocka_unit_test(test_mount_points),
         cmocka_unit_test(test_exec),
+        cmocka_unit_test(test_exec_capture),
+        cmocka_unit_test(test_exec_signals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* test_discovery.c: the GPU discovery parsers on recorded amd-smi, rocm-smi
  * and nvidia-smi output (tests/data/discovery/), the driver and ROCm/CUDA
- * versions they record, hostile input, and discovery_run against small
- * stand-in scripts. Run from the repository root. */
+ * versions they record, hostile input, the catalog models (names to codes,
+ * codes to defaults), and discovery_run against small stand-in scripts.
+ * Run from the repository root. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "discovery.h"
+#include "discovery/discovery.h"
 
 #define DATA "tests/data/discovery/"
 
@@ -218,6 +219,22 @@ static void test_model_codes(void **state)
     for (size_t i = 0; i + 1 < sizeof longname; i++)
         longname[i] = (i % 3 == 2) ? ' ' : 'A';
     assert_null(discovery_model_code(longname));
+}
+
+/* Every model the agent knows has defaults whose name maps back to it. */
+static void test_model_defaults(void **state)
+{
+    static const char *const codes[] = { "MI450", "MI300X", "MI250", "H100-SXM", "RTX4090" };
+    const char *vendor, *stack, *name;
+    int mem;
+
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        assert_int_equal(discovery_model_defaults(codes[i], &mem, &vendor, &stack, &name), 0);
+        assert_true(mem > 0);
+        assert_string_equal(stack, strcmp(vendor, "AMD") == 0 ? "ROCm" : "CUDA");
+        assert_string_equal(discovery_model_code(name), codes[i]);
+    }
+    assert_int_equal(discovery_model_defaults("MI325X", &mem, &vendor, &stack, &name), -1);
 }
 
 /* ---- amd-smi ------------------------------------------------------------- */
@@ -1033,6 +1050,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_codes),
+        cmocka_unit_test(test_model_defaults),
         cmocka_unit_test(test_amd_mi300x_x8),
         cmocka_unit_test(test_amd_mi450_x8),
         cmocka_unit_test(test_amd_ecc_failed_card),
