@@ -833,6 +833,30 @@ static void test_price_at_reads_the_type_schedule(void **state)
     assert_int_equal(ledger_price_at(fx.s, "NOSUCH", 0), -1);
 }
 
+static void test_runway_is_how_long_funds_last_at_the_current_burn(void **state)
+{
+    users();
+    struct funds f;
+    int64_t burn = -5, runway = -5;
+    int low = -5;
+    assert_int_equal(ledger_runway(fx.s, alice, 1000, &f, &burn, &runway, &low), STORE_OK);
+    assert_int_equal(burn, 0);
+    assert_int_equal(runway, -1); /* nothing burns */
+    assert_int_equal(low, 0);
+    topup(alice, "pay-1", 3600000); /* an hour of one TST card */
+    struct instance in;
+    int64_t iv;
+    fx_running(fx.s, alice, FX_TST, 1, 1000, &in, &iv);
+    assert_int_equal(ledger_runway(fx.s, alice, 1000, &f, &burn, &runway, &low), STORE_OK);
+    assert_int_equal(burn, 3600000);
+    assert_int_equal(f.available, 3600000);
+    assert_int_equal(runway, 60);
+    assert_int_equal(low, 0); /* low_balance_minutes is 60: under it, not at it */
+    assert_int_equal(ledger_runway(fx.s, alice, 1001, NULL, NULL, &runway, &low), STORE_OK);
+    assert_int_equal(runway, 59);
+    assert_int_equal(low, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -868,6 +892,7 @@ int main(void)
         fx_test(test_unbilled_hour_of_eight_mi450_is_9_60),
         fx_test(test_funds_now_subtract_unbilled_and_never_go_below_zero),
         fx_test(test_price_at_reads_the_type_schedule),
+        fx_test(test_runway_is_how_long_funds_last_at_the_current_burn),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
