@@ -446,7 +446,24 @@ static void test_daemon_paths_a_client_might_get_wrong(void **state)
     expect_status(daemon_srv, "DELETE", "/v1/me", 405, "GET");
     expect_status(daemon_srv, "PUT", "/v1/instances", 405, "POST, GET");
     expect_status(daemon_srv, "GET", "/v1/admin/nodes/node_1/state", 405, "POST");
-    /* The metrics listener's table serves /metrics alone. */
+}
+
+/* The metrics listener's table serves /metrics alone and without a key;
+ * on the API the same path needs an admin. */
+static void test_metrics_listener_serves_metrics_alone_without_a_key(void **state)
+{
+    size_t n = 0;
+    for (const struct http_route *r = metrics_routes; r->method; r++, n++) {
+        assert_string_equal(r->method, "GET");
+        assert_string_equal(r->pattern, "/metrics");
+        assert_int_equal(r->auth, AUTH_NONE);
+    }
+    assert_int_equal(n, 1);
+    expect_route(daemon_srv, "GET", "/metrics", "/metrics", NULL, NULL);
+    struct reply r;
+    request(daemon_srv, "GET", "/metrics", &r);
+    assert_int_equal(json_integer_value(json_object_get(r.body, "auth")), AUTH_ADMIN);
+    reply_free(&r);
 }
 
 /* ---------------------------------------------------------------- bugs */
@@ -523,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_every_daemon_route_is_reached_by_its_own_pattern),
         cmocka_unit_test(test_every_daemon_path_lists_its_methods_in_allow),
         cmocka_unit_test(test_daemon_paths_a_client_might_get_wrong),
+        cmocka_unit_test(test_metrics_listener_serves_metrics_alone_without_a_key),
     };
     const struct CMUnitTest bug_tests[] = {
         cmocka_unit_test(test_bug_a_second_parameter_that_fails_leaks_the_first),
