@@ -1,0 +1,489 @@
+/* test_store_instances.c: the SQL of instances (store_instances.c): rows,
+ * lists and the reconciler's unsettled set, state changes and their events,
+ * desired state and attempts, claiming and releasing cards, the agents'
+ * phases, running intervals (open, close, the open one), placed workloads,
+ * card quotas, and the instance metrics. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_fixtures.h"
+
+static char alice[ID_MAX], bob[ID_MAX];
+
+static void setup_rows(void)
+{
+    fx_user(fx.s, "alice@example.com", ROLE_USER, alice);
+    fx_user(fx.s, "bob@example.com", ROLE_USER, bob);
+    fx_tst_type(fx.s);
+}
+
+static struct instance get(const char *id)
+{
+    struct instance in;
+    assert_int_equal(store_instance_get(fx.s, NULL, id, &in), STORE_OK);
+    return in;
+}
+
+static int64_t events(const char *id)
+{
+    return fx_sql_int(fx.s, "SELECT count(*) FROM instance_events WHERE instance_id = ?1", id);
+}
+
+/* ---------------------------------------------------------------- rows */
+
+static void test_instance_round_trips_and_is_only_its_owner_s(void **state)
+{
+    setup_rows();
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 4, "pending", 1000, &in);
+    struct instance got;
+    assert_int_equal(store_instance_get(fx.s, alice, in.id, &got), STORE_OK);
+    assert_string_equal(got.user_id, alice);
+    assert_string_equal(got.name, "job");
+    assert_string_equal(got.gpu_model, FX_TST);
+    assert_int_equal(got.card_count, 4);
+    assert_string_equal(got.image, "rocm/pytorch:2.3-rocm6.2");
+    assert_string_equal(got.volume_id, in.volume_id);
+    assert_string_equal(got.desired, "running");
+    assert_string_equal(got.state, "pending");
+    assert_string_equal(got.phase, "");
+    assert_int_equal(got.attempts, 0);
+    assert_int_equal(got.state_since, 1000);
+    assert_int_equal(got.created_at, 1000);
+    assert_int_equal(store_instance_get(fx.s, bob, in.id, &got), STORE_NOT_FOUND);
+    assert_int_equal(store_instance_get(fx.s, NULL, in.id, &got), STORE_OK);
+    assert_int_equal(store_instance_get(fx.s, NULL, "ins_nosuch", &got), STORE_NOT_FOUND);
+    /* The table's CHECKs hold: no instance of no cards. */
+    struct instance bad = in;
+    assert_int_equal(id_new("ins", bad.id), 0);
+    bad.card_count = 0;
+    assert_int_equal(store_instance_insert(fx.s, &bad), STORE_ERROR);
+    assert_int_equal(store_instance_insert(fx.s, &in), STORE_CONFLICT);
+}
+
+static void test_instance_list_filters_by_owner_and_state_with_a_cursor(void **state)
+{
+    setup_rows();
+    struct instance a1, a2, a3, b1;
+    fx_instance(fx.s, alice, FX_TST, 1, "running", 100, &a1);
+    fx_instance(fx.s, alice, FX_TST, 1, "stopped", 200, &a2);
+    fx_instance(fx.s, alice, FX_TST, 1, "running", 300, &a3);
+    fx_instance(fx.s, bob, FX_TST, 1, "running", 150, &b1);
+    struct instance out[8];
+    size_t n;
+    struct instance_filter hers = {.user_id = alice, .after_created = -1};
+    assert_int_equal(store_instance_list(fx.s, &hers, out, 8, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(out[0].id, a1.id);
+    assert_string_equal(out[2].id, a3.id);
+    struct instance_filter running = {.user_id = alice, .state = "running", .after_created = -1};
+    assert_int_equal(store_instance_list(fx.s, &running, out, 8, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    struct instance_filter all_running = {.state = "running", .after_created = -1};
+    assert_int_equal(store_instance_list(fx.s, &all_running, out, 8, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(out[1].id, b1.id);
+    struct instance_filter page = {.user_id = alice, .after_created = -1};
+    assert_int_equal(store_instance_list(fx.s, &page, out, 1, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    page.after_created = out[0].created_at;
+    page.after_id = a1.id;
+    assert_int_equal(store_instance_list(fx.s, &page, out, 1, &n), STORE_OK);
+    assert_string_equal(out[0].id, a2.id);
+}
+
+static void test_unsettled_are_those_holding_cards_or_still_to_be_removed(void **state)
+{
+    setup_rows();
+    static const char *const holding[] = {"pending", "provisioning", "running", "stopping", "unreachable"};
+    static const char *const settled[] = {"stopped", "terminated", "failed", "lost"};
+    struct instance in;
+    for (size_t i = 0; i < 5; i++)
+        fx_instance(fx.s, alice, FX_TST, 1, holding[i], 100 + (int64_t)i, &in);
+    for (size_t i = 0; i < 4; i++)
+        fx_instance(fx.s, alice, FX_TST, 1, settled[i], 200 + (int64_t)i, &in);
+    struct instance doomed;
+    fx_instance(fx.s, alice, FX_TST, 1, "stopped", 300, &doomed);
+    assert_int_equal(store_instance_set_desired(fx.s, doomed.id, "terminated", 301), STORE_OK);
+    struct instance *u;
+    size_t n;
+    assert_int_equal(store_instance_unsettled(fx.s, &u, &n), STORE_OK);
+    assert_int_equal(n, 6);
+    for (size_t i = 0; i < 5; i++)
+        assert_string_equal(u[i].state, holding[i]);
+    assert_string_equal(u[5].id, doomed.id);
+    free(u);
+}
+
+/* ---------------------------------------------------------------- state, events, desired, attempts */
+
+static void test_set_state_logs_an_event_when_state_or_phase_changes(void **state)
+{
+    setup_rows();
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 100, &in);
+    assert_int_equal(store_instance_set_state(fx.s, in.id, "provisioning", "pulling", "placed", 110), STORE_OK);
+    assert_int_equal(events(in.id), 1);
+    assert_int_equal(store_instance_set_state(fx.s, in.id, "provisioning", "mounting", "", 120), STORE_OK);
+    assert_int_equal(events(in.id), 2);
+    assert_int_equal(store_instance_set_state(fx.s, in.id, "provisioning", "mounting", "", 130), STORE_OK);
+    assert_int_equal(events(in.id), 2);
+    struct instance got = get(in.id);
+    assert_string_equal(got.phase, "mounting");
+    assert_int_equal(got.state_since, 110); /* the phase is not a state change */
+    assert_int_equal(got.updated_at, 130);
+    assert_int_equal(store_instance_set_state(fx.s, in.id, "running", "", NULL, 140), STORE_OK);
+    got = get(in.id);
+    assert_int_equal(got.state_since, 140);
+    assert_string_equal(got.state_reason, "");
+    struct instance_event e[8];
+    size_t n;
+    assert_int_equal(store_instance_events(fx.s, in.id, 0, e, 8, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(e[0].state, "provisioning");
+    assert_string_equal(e[0].reason, "placed");
+    assert_int_equal(e[0].at, 110);
+    assert_string_equal(e[1].state, "mounting");
+    assert_string_equal(e[1].reason, "the slowest node reached this phase");
+    assert_string_equal(e[2].state, "running");
+    assert_int_equal(store_instance_set_state(fx.s, "ins_nosuch", "running", "", "", 150), STORE_NOT_FOUND);
+}
+
+static void test_events_page_after_a_sequence_number(void **state)
+{
+    setup_rows();
+    struct instance in, other;
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 100, &in);
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 100, &other);
+    for (int i = 0; i < 5; i++) {
+        char reason[16];
+        snprintf(reason, sizeof reason, "r%d", i);
+        assert_int_equal(store_instance_event(fx.s, in.id, 100 + i, "note", reason), STORE_OK);
+        assert_int_equal(store_instance_event(fx.s, other.id, 100 + i, "note", NULL), STORE_OK);
+    }
+    struct instance_event e[2];
+    size_t n;
+    assert_int_equal(store_instance_events(fx.s, in.id, 0, e, 2, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(e[1].reason, "r1");
+    assert_int_equal(store_instance_events(fx.s, in.id, e[1].seq, e, 2, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(e[0].reason, "r2");
+    assert_true(e[0].seq < e[1].seq);
+    assert_int_equal(store_instance_events(fx.s, in.id, e[1].seq, e, 2, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(e[0].reason, "r4");
+}
+
+static void test_desired_state_and_attempts_are_recorded(void **state)
+{
+    setup_rows();
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 1, "running", 100, &in);
+    assert_int_equal(store_instance_set_desired(fx.s, in.id, "stopped", 200), STORE_OK);
+    assert_int_equal(store_instance_set_attempts(fx.s, in.id, 2, 260), STORE_OK);
+    struct instance got = get(in.id);
+    assert_string_equal(got.desired, "stopped");
+    assert_int_equal(got.updated_at, 200);
+    assert_int_equal(got.attempts, 2);
+    assert_int_equal(got.next_attempt_at, 260);
+    assert_int_equal(events(in.id), 0);
+    assert_int_equal(store_instance_set_desired(fx.s, in.id, "paused", 300), STORE_ERROR);
+    assert_int_equal(store_instance_set_desired(fx.s, "ins_nosuch", "stopped", 300), STORE_NOT_FOUND);
+    assert_int_equal(store_instance_set_attempts(fx.s, "ins_nosuch", 1, 0), STORE_NOT_FOUND);
+}
+
+/* ---------------------------------------------------------------- placement on cards */
+
+static void test_claim_gives_the_cards_and_records_the_placement(void **state)
+{
+    setup_rows();
+    char node[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 1000, node);
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 2, "pending", 1000, &in);
+    assert_int_equal(store_instance_claim(fx.s, in.id, 0, node, "wl_one", 0x0a), STORE_OK);
+    struct instance_node p[4];
+    size_t n;
+    assert_int_equal(store_instance_nodes(fx.s, in.id, p, 4, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(p[0].rank, 0);
+    assert_string_equal(p[0].node_id, node);
+    assert_string_equal(p[0].node_name, "n1");
+    assert_string_equal(p[0].agent_url, "http://10.0.0.1:8081/n1");
+    assert_string_equal(p[0].node_health, "up");
+    assert_int_equal(p[0].node_last_seen, 1000);
+    assert_string_equal(p[0].workload_id, "wl_one");
+    assert_string_equal(p[0].cards, "[1,3]");
+    assert_string_equal(p[0].phase, "");
+    assert_int_equal(p[0].put_done, 0);
+    struct node_card c[8];
+    assert_int_equal(store_node_cards(fx.s, node, c, 8, &n), STORE_OK);
+    assert_string_equal(c[1].instance_id, in.id);
+    assert_string_equal(c[3].instance_id, in.id);
+    assert_string_equal(c[2].instance_id, "");
+    assert_int_equal(store_free_cards(fx.s, FX_TST), 6);
+}
+
+struct claim_ctx {
+    const char *instance, *node;
+    uint64_t mask;
+};
+
+static int claim_txn(struct store *s, void *vctx)
+{
+    struct claim_ctx *c = vctx;
+    char wl[ID_MAX];
+    id_new("wl", wl);
+    return store_instance_claim(s, c->instance, 0, c->node, wl, c->mask);
+}
+
+static void test_claim_of_a_taken_or_failed_card_is_a_conflict_and_leaves_nothing(void **state)
+{
+    setup_rows();
+    char node[ID_MAX];
+    fx_node(fx.s, "n1", FX_TST, 8, "f1", 1000, node);
+    assert_int_equal(fx_beat(fx.s, node, 1000, FX_TST, 8, 0x80), STORE_OK); /* card 7 failed */
+    struct instance a, b;
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 1000, &a);
+    fx_instance(fx.s, bob, FX_TST, 2, "pending", 1000, &b);
+    assert_int_equal(fx_claim(fx.s, a.id, 0, node, 0x08), STORE_OK); /* card 3 */
+    struct claim_ctx taken = {b.id, node, 0x0c};                      /* cards 2 and 3 */
+    assert_int_equal(store_txn(fx.s, claim_txn, &taken), STORE_CONFLICT);
+    struct claim_ctx failed = {b.id, node, 0x81};                     /* cards 0 and 7 */
+    assert_int_equal(store_txn(fx.s, claim_txn, &failed), STORE_CONFLICT);
+    struct node_card c[8];
+    size_t n;
+    assert_int_equal(store_node_cards(fx.s, node, c, 8, &n), STORE_OK);
+    assert_string_equal(c[0].instance_id, "");
+    assert_string_equal(c[2].instance_id, "");
+    assert_string_equal(c[3].instance_id, a.id);
+    struct instance_node p[2];
+    assert_int_equal(store_instance_nodes(fx.s, b.id, p, 2, &n), STORE_OK);
+    assert_int_equal(n, 0);
+}
+
+static void test_release_frees_every_card_and_forgets_the_placement(void **state)
+{
+    setup_rows();
+    char n1[ID_MAX], n2[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 1000, n1);
+    fx_ready_node(fx.s, "n2", FX_TST, 8, "f1", 1000, n2);
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 16, "pending", 1000, &in);
+    assert_int_equal(fx_claim(fx.s, in.id, 0, n1, 0xff), STORE_OK);
+    assert_int_equal(fx_claim(fx.s, in.id, 1, n2, 0xff), STORE_OK);
+    assert_int_equal(store_free_cards(fx.s, FX_TST), 0);
+    struct instance_node p[4];
+    size_t n;
+    assert_int_equal(store_instance_nodes(fx.s, in.id, p, 4, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(p[1].rank, 1);
+    assert_string_equal(p[1].node_id, n2);
+    assert_int_equal(store_instance_release(fx.s, in.id), STORE_OK);
+    assert_int_equal(store_free_cards(fx.s, FX_TST), 16);
+    assert_int_equal(store_instance_nodes(fx.s, in.id, p, 4, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(store_instance_release(fx.s, in.id), STORE_OK); /* nothing left: still fine */
+}
+
+static void test_node_update_records_the_agent_s_phase(void **state)
+{
+    setup_rows();
+    char node[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 1000, node);
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 1, "provisioning", 1000, &in);
+    assert_int_equal(fx_claim(fx.s, in.id, 0, node, 0x1), STORE_OK);
+    assert_int_equal(store_instance_node_update(fx.s, in.id, 0, "pulling", "layer 3 of 9", 1), STORE_OK);
+    struct instance_node p[2];
+    size_t n;
+    assert_int_equal(store_instance_nodes(fx.s, in.id, p, 2, &n), STORE_OK);
+    assert_string_equal(p[0].phase, "pulling");
+    assert_string_equal(p[0].message, "layer 3 of 9");
+    assert_int_equal(p[0].put_done, 1);
+    assert_int_equal(store_instance_node_update(fx.s, in.id, 1, "pulling", "", 1), STORE_NOT_FOUND);
+}
+
+static void test_instance_nodes_show_a_quiet_node_as_unreachable(void **state)
+{
+    setup_rows();
+    char node[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 1000, node);
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 1, "running", 1000, &in);
+    assert_int_equal(fx_claim(fx.s, in.id, 0, node, 0x1), STORE_OK);
+    for (int i = 1; i <= 3; i++)
+        assert_int_equal(store_node_beat_missed(fx.s, node, 1000 + i, 3, 600, "timeout"), STORE_OK);
+    struct instance_node p[2];
+    size_t n;
+    assert_int_equal(store_instance_nodes(fx.s, in.id, p, 2, &n), STORE_OK);
+    assert_string_equal(p[0].node_health, "unreachable");
+    assert_int_equal(p[0].node_last_seen, 1000);
+}
+
+static void test_placed_workloads_are_every_workload_id_sorted(void **state)
+{
+    setup_rows();
+    char node[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 1000, node);
+    struct instance a, b;
+    fx_instance(fx.s, alice, FX_TST, 1, "running", 1000, &a);
+    fx_instance(fx.s, bob, FX_TST, 1, "running", 1000, &b);
+    assert_int_equal(store_instance_claim(fx.s, a.id, 0, node, "wl_zz", 0x1), STORE_OK);
+    assert_int_equal(store_instance_claim(fx.s, b.id, 0, node, "wl_aa", 0x2), STORE_OK);
+    char(*w)[ID_MAX];
+    size_t n;
+    assert_int_equal(store_placed_workloads(fx.s, &w, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(w[0], "wl_aa");
+    assert_string_equal(w[1], "wl_zz");
+    free(w);
+    /* A workload id is the agent's key: it is never given twice. */
+    assert_int_equal(store_instance_claim(fx.s, b.id, 1, node, "wl_zz", 0x4), STORE_CONFLICT);
+}
+
+/* ---------------------------------------------------------------- running intervals */
+
+static void test_interval_open_is_a_no_op_while_one_is_open(void **state)
+{
+    setup_rows();
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 3, "running", 100, &in);
+    assert_int_equal(store_interval_open(fx.s, &in, 100), STORE_OK);
+    assert_int_equal(store_interval_open(fx.s, &in, 200), STORE_OK);
+    assert_int_equal(fx_sql_int(fx.s, "SELECT count(*) FROM running_intervals WHERE instance_id = ?1", in.id), 1);
+    struct billable b;
+    assert_int_equal(store_interval_get_open(fx.s, in.id, &b), STORE_OK);
+    assert_true(b.id > 0);
+    assert_string_equal(b.instance_id, in.id);
+    assert_string_equal(b.user_id, alice);
+    assert_string_equal(b.gpu_model, FX_TST);
+    assert_int_equal(b.card_count, 3);
+    assert_int_equal(b.started_at, 100);
+    assert_int_equal(b.ended_at, 0);
+    assert_int_equal(b.billed, 0);
+    assert_int_equal(b.confirmed_until, -1);
+}
+
+static void test_interval_close_never_ends_before_its_start(void **state)
+{
+    setup_rows();
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 1, "running", 100, &in);
+    assert_int_equal(store_interval_open(fx.s, &in, 100), STORE_OK);
+    assert_int_equal(store_interval_close(fx.s, in.id, 50, "stopped"), STORE_OK);
+    struct billable b;
+    assert_int_equal(store_interval_get_open(fx.s, in.id, &b), STORE_NOT_FOUND);
+    assert_int_equal(fx_sql_int(fx.s, "SELECT ended_at FROM running_intervals WHERE instance_id = ?1", in.id), 100);
+    char reason[32];
+    fx_sql_text(fx.s, "SELECT end_reason FROM running_intervals WHERE instance_id = ?1", in.id, reason,
+                sizeof reason);
+    assert_string_equal(reason, "stopped");
+    /* Closing with none open changes nothing; a new one can open. */
+    assert_int_equal(store_interval_close(fx.s, in.id, 400, "again"), STORE_OK);
+    assert_int_equal(store_interval_open(fx.s, &in, 300), STORE_OK);
+    assert_int_equal(store_interval_get_open(fx.s, in.id, &b), STORE_OK);
+    assert_int_equal(b.started_at, 300);
+    assert_int_equal(fx_sql_int(fx.s, "SELECT count(*) FROM running_intervals WHERE instance_id = ?1", in.id), 2);
+}
+
+/* ---------------------------------------------------------------- quotas */
+
+static void test_user_cards_count_holding_instances_only(void **state)
+{
+    setup_rows();
+    struct instance running, quiet, pending, stopped, lost, theirs;
+    fx_instance(fx.s, alice, FX_TST, 2, "running", 100, &running);
+    fx_instance(fx.s, alice, "MI450", 3, "unreachable", 100, &quiet);
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 100, &pending);
+    fx_instance(fx.s, alice, FX_TST, 4, "stopped", 100, &stopped);
+    fx_instance(fx.s, alice, FX_TST, 8, "lost", 100, &lost);
+    fx_instance(fx.s, bob, FX_TST, 5, "running", 100, &theirs);
+    assert_int_equal(store_user_cards_in_use(fx.s, alice, NULL), 6);
+    assert_int_equal(store_user_cards_in_use(fx.s, alice, running.id), 4);
+    assert_int_equal(store_user_cards_in_use(fx.s, bob, NULL), 5);
+    struct model_cards *m;
+    size_t n;
+    assert_int_equal(store_user_cards_by_model(fx.s, alice, &m, &n), STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(m[0].gpu_model, "MI450");
+    assert_int_equal(m[0].cards, 3);
+    assert_string_equal(m[1].gpu_model, FX_TST);
+    assert_int_equal(m[1].cards, 3);
+    free(m);
+    char carol[ID_MAX];
+    fx_user(fx.s, "carol@example.com", ROLE_USER, carol);
+    assert_int_equal(store_user_cards_in_use(fx.s, carol, NULL), 0);
+    assert_int_equal(store_user_cards_by_model(fx.s, carol, &m, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(m);
+}
+
+static void test_user_max_cards_is_the_default_until_an_admin_sets_it(void **state)
+{
+    setup_rows();
+    assert_int_equal(store_user_max_cards(fx.s, alice, 32), 32);
+    assert_int_equal(store_user_set_max_cards(fx.s, alice, 5), STORE_OK);
+    assert_int_equal(store_user_max_cards(fx.s, alice, 32), 5);
+    assert_int_equal(store_user_set_max_cards(fx.s, alice, 0), STORE_OK);
+    assert_int_equal(store_user_max_cards(fx.s, alice, 32), 0);
+    assert_int_equal(store_user_max_cards(fx.s, bob, 32), 32);
+    assert_int_equal(store_user_set_max_cards(fx.s, alice, 100001), STORE_ERROR);
+    assert_int_equal(store_user_max_cards(fx.s, alice, 32), 0);
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+static void test_metrics_count_instances_by_state_and_model(void **state)
+{
+    setup_rows();
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 1, "running", 100, &in);
+    fx_instance(fx.s, bob, FX_TST, 1, "running", 100, &in);
+    fx_instance(fx.s, alice, "MI450", 1, "running", 100, &in);
+    fx_instance(fx.s, alice, FX_TST, 1, "failed", 100, &in);
+    struct metric_row m[8];
+    size_t n;
+    assert_int_equal(store_metrics_instances(fx.s, m, 8, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(m[0].a, "failed");
+    assert_int_equal(m[0].value, 1);
+    assert_string_equal(m[1].a, "running");
+    assert_string_equal(m[1].b, "MI450");
+    assert_string_equal(m[2].b, FX_TST);
+    assert_int_equal(m[2].value, 2);
+    assert_int_equal(store_metrics_instances(fx.s, m, 1, &n), STORE_OK);
+    assert_int_equal(n, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        fx_test(test_instance_round_trips_and_is_only_its_owner_s),
+        fx_test(test_instance_list_filters_by_owner_and_state_with_a_cursor),
+        fx_test(test_unsettled_are_those_holding_cards_or_still_to_be_removed),
+        fx_test(test_set_state_logs_an_event_when_state_or_phase_changes),
+        fx_test(test_events_page_after_a_sequence_number),
+        fx_test(test_desired_state_and_attempts_are_recorded),
+        fx_test(test_claim_gives_the_cards_and_records_the_placement),
+        fx_test(test_claim_of_a_taken_or_failed_card_is_a_conflict_and_leaves_nothing),
+        fx_test(test_release_frees_every_card_and_forgets_the_placement),
+        fx_test(test_node_update_records_the_agent_s_phase),
+        fx_test(test_instance_nodes_show_a_quiet_node_as_unreachable),
+        fx_test(test_placed_workloads_are_every_workload_id_sorted),
+        fx_test(test_interval_open_is_a_no_op_while_one_is_open),
+        fx_test(test_interval_close_never_ends_before_its_start),
+        fx_test(test_user_cards_count_holding_instances_only),
+        fx_test(test_user_max_cards_is_the_default_until_an_admin_sets_it),
+        fx_test(test_metrics_count_instances_by_state_and_model),
+    };
+    return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
+}
