@@ -321,23 +321,19 @@ static int route_match(const char *pattern, const char *path, char *params[HTTP_
             return 0;
         p++, u++;
         size_t plen = strcspn(p, "/"), ulen = strcspn(u, "/");
-        if (*p == '{') {
-            if (ulen == 0 || ulen > 128 || np >= HTTP_MAX_PARAMS)
-                return 0;
+        if (*p == '{' ? ulen == 0 || ulen > 128 || np >= HTTP_MAX_PARAMS
+                      : plen != ulen || strncmp(p, u, plen) != 0)
+            goto no_match;
+        if (*p == '{')
             params[np++] = strndup(u, ulen);
-        } else if (plen != ulen || strncmp(p, u, plen) != 0) {
-            for (int i = 0; i < np; i++)
-                free(params[i]), params[i] = NULL;
-            return 0;
-        }
         p += plen, u += ulen;
     }
-    if (*p || *u) {
-        for (int i = 0; i < np; i++)
-            free(params[i]), params[i] = NULL;
-        return 0;
-    }
-    return 1;
+    if (!*p && !*u)
+        return 1;
+no_match: /* what was captured before the mismatch is freed, whichever segment failed */
+    for (int i = 0; i < np; i++)
+        free(params[i]), params[i] = NULL;
+    return 0;
 }
 
 static void free_params(struct http_request *req)

@@ -13,8 +13,11 @@ int tariff_due(const struct price_point *pp, size_t n, int64_t cards, int64_t st
         int64_t to = k + 1 < n && pp[k + 1].effective_at < end ? pp[k + 1].effective_at : end;
         if (to <= from)
             continue;
-        int64_t piece;
-        int rc = money_accrue(pp[k].card_hour, cards, to - from, &piece);
+        int64_t piece, seconds;
+        /* A piece longer than 64 bits of seconds cannot be priced. */
+        if (__builtin_sub_overflow(to, from, &seconds))
+            return MONEY_ERR_OVERFLOW;
+        int rc = money_accrue(pp[k].card_hour, cards, seconds, &piece);
         if (rc != MONEY_OK || (rc = money_add(total, piece, &total)) != MONEY_OK)
             return rc;
     }

@@ -480,15 +480,13 @@ static void assert_no_leak_so_far(void)
 #endif
 }
 
-/* BUG (route_match in src/common/http.c): when a pattern with two {name}
- * segments matches the first and then fails on the second because that
- * segment is empty or longer than 128 bytes, route_match returns 0 without
- * freeing the first parameter it strdup'd (the other failure paths free
- * them). dispatch() tries every route, so each such request leaks: the
- * agent's sim-fleet routes "/nodes/{node}/v1/workloads/{id}" do it for
- * GET /nodes/n1/v1/workloads/ before any signature is checked. The reply
- * itself is right (404). Fails under make SAN=1 (LeakSanitizer). */
-static void test_bug_a_second_parameter_that_fails_leaks_the_first(void **state)
+/* A pattern with two {name} segments that matches the first and fails on
+ * the second (empty, or over 128 bytes) frees the first parameter: dispatch
+ * tries every route, so the agent's sim-fleet routes
+ * "/nodes/{node}/v1/workloads/{id}" leaked on GET /nodes/n1/v1/workloads/
+ * before any signature was checked. The reply is 404; LeakSanitizer (make
+ * SAN=1) sees any leak. */
+static void test_a_second_parameter_that_fails_frees_the_first(void **state)
 {
     struct http_server *fleet = start(agent_routes_fleet);
     assert_non_null(fleet);
@@ -501,12 +499,10 @@ static void test_bug_a_second_parameter_that_fails_leaks_the_first(void **state)
     assert_no_leak_so_far();
 }
 
-/* BUG (route_match): a pattern with more {name} segments than
- * HTTP_MAX_PARAMS (4) never matches, and each attempt leaks the four
- * parameters captured before the fifth is refused. No daemon route has
- * five; a table that did would answer 404 without a word. Fails under make
- * SAN=1 (LeakSanitizer). */
-static void test_bug_a_fifth_parameter_never_matches_and_leaks_the_four(void **state)
+/* A pattern with more {name} segments than HTTP_MAX_PARAMS (4) never
+ * matches, and the four parameters captured before the fifth is refused
+ * are freed (LeakSanitizer, make SAN=1). */
+static void test_a_fifth_parameter_never_matches_and_frees_the_four(void **state)
 {
     static const struct http_route five[] = {
         {"GET", "/{a}/{b}/{c}/{d}/{e}", echo, AUTH_NONE},
@@ -543,8 +539,8 @@ int main(void)
         cmocka_unit_test(test_metrics_listener_serves_metrics_alone_without_a_key),
     };
     const struct CMUnitTest bug_tests[] = {
-        cmocka_unit_test(test_bug_a_second_parameter_that_fails_leaks_the_first),
-        cmocka_unit_test(test_bug_a_fifth_parameter_never_matches_and_leaks_the_four),
+        cmocka_unit_test(test_a_second_parameter_that_fails_frees_the_first),
+        cmocka_unit_test(test_a_fifth_parameter_never_matches_and_frees_the_four),
     };
     int failed = cmocka_run_group_tests_name("own routes", own_tests, own_setup, own_teardown);
     failed += cmocka_run_group_tests_name("daemon_routes", daemon_tests, daemon_setup, daemon_teardown);

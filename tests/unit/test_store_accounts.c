@@ -371,20 +371,16 @@ static void test_gpu_type_delete_removes_an_unused_type_once(void **state)
     assert_int_equal(store_gpu_type_delete(fx.s, "MI250"), STORE_OK); /* seeded, never priced */
 }
 
-/* BUG (store_gpu_type_delete): a type with prices but no node (the seeded
- * MI300X and RTX4090, or any type an admin priced before registering a
- * node) cannot be deleted: prices.gpu_model references gpu_types, the
- * DELETE fails its foreign key, and the store returns STORE_ERROR (logged
- * "constraint failed"), so DELETE /v1/admin/gpu-types/MI300X answers 500
- * internal. It should be refused as STORE_CONFLICT like a type nodes name,
- * or delete the type's prices with it. */
-static void test_bug_gpu_type_delete_of_a_priced_type_is_an_error(void **state)
+/* A priced type cannot be deleted: its prices are the history billed usage
+ * was priced by. Refused like a type nodes name (409 at the API), not a
+ * foreign-key failure (it was a 500). */
+static void test_gpu_type_delete_of_a_priced_type_is_a_conflict(void **state)
 {
     fx_gpu_type(fx.s, "PRICED", "AMD", "ROCm");
     assert_int_equal(store_price_insert(fx.s, "PRICED", 0, 1000000, 10), STORE_OK);
-    int rc = store_gpu_type_delete(fx.s, "PRICED");
-    if (rc != STORE_CONFLICT && rc != STORE_OK)
-        fail_msg("store_gpu_type_delete of a priced type: %d, want STORE_CONFLICT (or STORE_OK)", rc);
+    assert_int_equal(store_gpu_type_delete(fx.s, "PRICED"), STORE_CONFLICT);
+    struct gpu_type t;
+    assert_int_equal(store_gpu_type_row(fx.s, "PRICED", &t), STORE_OK);
 }
 
 /* ---------------------------------------------------------------- images */
@@ -649,7 +645,7 @@ int main(void)
         fx_test(test_gpu_type_get_counts_cards_and_row_does_not),
         fx_test(test_gpu_type_delete_is_refused_while_a_node_names_it_even_removed),
         fx_test(test_gpu_type_delete_removes_an_unused_type_once),
-        fx_test(test_bug_gpu_type_delete_of_a_priced_type_is_an_error),
+        fx_test(test_gpu_type_delete_of_a_priced_type_is_a_conflict),
         fx_test(test_image_list_is_by_ref_and_find_takes_id_or_ref),
         fx_test(test_image_insert_refuses_a_taken_ref_and_delete_removes_it_once),
         fx_test(test_volume_names_are_unique_per_owner),

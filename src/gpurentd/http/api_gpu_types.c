@@ -148,7 +148,8 @@ void api_gpu_types_delete(struct http_request *req)
     if (rc == STORE_NOT_FOUND)
         http_error(req, ERR_NOT_FOUND, NULL, "no GPU type %.32s", req->params[0]);
     else if (rc == STORE_CONFLICT)
-        http_error(req, ERR_CONFLICT, NULL, "nodes are registered with GPU type %.32s", req->params[0]);
+        http_error(req, ERR_CONFLICT, NULL, "GPU type %.32s is in use: nodes, prices or instances name it",
+                   req->params[0]);
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else

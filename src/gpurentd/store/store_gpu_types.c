@@ -35,7 +35,11 @@ static const char SQL_TYPE_UPDATE[] =
     "UPDATE gpu_types SET vendor = ?2, memory_gb = ?3, memory_type = ?4, stack = ?5, reservation_required = ?6,"
     " features = ?7, description = ?8, updated_at = ?10 WHERE code = ?1";
 /* Removed nodes count too: their history still names the type. */
-static const char SQL_TYPE_IN_USE[] = "SELECT count(*) FROM nodes WHERE gpu_model = ?";
+/* Nodes, prices and instances name a type: prices are history that billed
+ * usage was priced by, so a type once priced stays. */
+static const char SQL_TYPE_IN_USE[] =
+    "SELECT (SELECT count(*) FROM nodes WHERE gpu_model = ?1) + (SELECT count(*) FROM prices WHERE gpu_model = ?1)"
+    " + (SELECT count(*) FROM instances WHERE gpu_model = ?1)";
 static const char SQL_TYPE_DELETE[] = "DELETE FROM gpu_types WHERE code = ?";
 
 static void read_type(sqlite3_stmt *st, void *row)
