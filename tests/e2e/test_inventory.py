@@ -778,6 +778,12 @@ def test_gpu_type_put_and_delete(quiet):
     assert r.status_code == 204, r.text
     assert "GONE-1" not in {x["code"] for x in d.get("/v1/gpu-types").json()["data"]}
     assert_error(d.delete("/v1/admin/gpu-types/GONE-1", key=d.admin_key), 404, "not_found")
+    # A priced type stays too: its prices are what billed usage was priced by.
+    assert d.request("PUT", "/v1/admin/gpu-types/PRICED-1", key=d.admin_key, json=TYPE_OK).status_code == 201
+    r = d.request("PUT", "/v1/admin/prices/PRICED-1", key=d.admin_key,
+                  json={"price_per_card_hour": "1.00", "effective_at": "2099-01-01T00:00:00Z"})
+    assert r.status_code == 200, r.text
+    assert_error(d.delete("/v1/admin/gpu-types/PRICED-1", key=d.admin_key), 409, "conflict")
 
 
 def test_user_keys_are_refused_on_every_admin_route(quiet):
