@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+# The harness and helpers live in lib/; the suites, by area, beside it.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 
 from harness import GPURENTD, Daemon, stop_all  # noqa: E402
 

@@ -78,7 +78,7 @@ import uuid
 
 import requests
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 GPURENTD = os.path.abspath(os.environ.get("GPURENTD") or os.path.join(REPO, "build", "gpurentd"))
 START_TIME = 1_800_000_000  # 2027-01-15T08:00:00Z
 FAST_OPTIONS = {"password_iterations": "1000"}

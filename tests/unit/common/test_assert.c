@@ -50,7 +50,7 @@ static void test_false_condition_logs_and_aborts(void **state)
     assert_true(WIFSIGNALED(status));
     assert_int_equal(WTERMSIG(status), SIGABRT);
     assert_non_null(strstr(out, "<3>"));
-    assert_non_null(strstr(out, "assertion failed: legs >= 2 (tests/unit/test_assert.c:18, in broken_invariant)"));
+    assert_non_null(strstr(out, "assertion failed: legs >= 2 (tests/unit/common/test_assert.c:18, in broken_invariant)"));
 }
 
 int main(void)

@@ -64,7 +64,7 @@ import time
 
 import requests
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 AGENT = os.path.abspath(os.environ.get("GPURENT_AGENT") or os.path.join(REPO, "build", "gpurent-agent"))
 
 SIM_FAST = {"sim_pull_ms": "60", "sim_mount_ms": "60", "sim_start_ms": "60", "sim_exit_ms": "300"}

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from agent_util import Agent, assert_error, new_secret, poll, run_agent, sign
+from agent_util import REPO, Agent, assert_error, new_secret, poll, run_agent, sign
 
 SPEC = {
     "image": "rocm/pytorch:2.3-rocm6.2",
@@ -544,7 +544,7 @@ def test_second_agent_on_the_same_state_dir_is_refused(new_agent, tmp_path):
 # ---------------------------------------------------------------- command line
 
 def test_check_mode_and_help(tmp_path):
-    p = run_agent("-n", "-c", os.path.join(os.path.dirname(__file__), "..", "..", "conf", "gpurent-agent.conf"))
+    p = run_agent("-n", "-c", os.path.join(REPO, "conf", "gpurent-agent.conf"))
     assert p.returncode == 0 and p.stdout == "configuration OK\n", p.stderr
     p = run_agent("-n", "-o", "runtime=lxc")
     assert p.returncode != 0 and "runtime" in p.stderr
