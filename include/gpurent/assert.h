@@ -10,4 +10,13 @@ _Noreturn void assert_fail(const char *file, int line, const char *func, const c
 
 #define ASSERT(cond) ((cond) ? (void)0 : assert_fail(__FILE__, __LINE__, __func__, #cond))
 
+/* The lock order, as far as it matters here: no thread starts a database
+ * transaction while it holds a lock of its own (a loop's), since a
+ * transaction may wait for a whole batch of other threads' work, which may
+ * want that lock. Lock wrappers count what this thread holds; store_txn
+ * ASSERTs locks_held() == 0. */
+void lock_note_acquired(void);
+void lock_note_released(void);
+int locks_held(void);
+
 #endif

@@ -492,9 +492,9 @@ static void *billing_main(void *arg)
     for (;;) {
         /* Requests made before this read are served by this pass, which
          * reads the clock after it. */
-        pthread_mutex_lock(&loop.lock);
+        loop_lock(&loop);
         int64_t asked = full_asked;
-        pthread_mutex_unlock(&loop.lock);
+        loop_unlock(&loop);
         int full = first || asked > full_done;
         struct billing_summary sum = {0};
         int rc = full ? billing_pass(s, &sum) : billing_check(s, &sum);
@@ -504,7 +504,7 @@ static void *billing_main(void *arg)
             first = 0;
         metrics_billing_pass(sum.duration_ms * 1000);
         watchdog_loop_alive(LOOP_BILLING);
-        pthread_mutex_lock(&loop.lock);
+        loop_lock(&loop);
         if (full) {
             last = sum;
             last_rc = rc;
@@ -513,7 +513,7 @@ static void *billing_main(void *arg)
         passes_done++;
         pthread_cond_broadcast(&done_cond);
         int stop = loop_sleep_locked(&loop, daemon_config->billing_interval_ms);
-        pthread_mutex_unlock(&loop.lock);
+        loop_unlock(&loop);
         if (stop)
             break;
     }
@@ -529,7 +529,7 @@ int billing_run_now(struct billing_summary *out, int timeout_ms)
 {
     struct timespec deadline;
     loop_deadline_us((int64_t)timeout_ms * 1000, &deadline);
-    pthread_mutex_lock(&loop.lock);
+    loop_lock(&loop);
     /* A pass already under way read the clock before this call: the full
      * pass that serves it starts after it. */
     int64_t target = ++full_asked;
@@ -542,7 +542,7 @@ int billing_run_now(struct billing_summary *out, int timeout_ms)
     if (out)
         *out = last;
     int ok = full_done >= target && last_rc == STORE_OK;
-    pthread_mutex_unlock(&loop.lock);
+    loop_unlock(&loop);
     return ok ? 0 : -1;
 }
 

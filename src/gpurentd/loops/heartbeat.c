@@ -303,7 +303,7 @@ static void *heartbeat_main(void *arg)
             last_new = start;
         run_pass(s, batch, !full);
         watchdog_loop_alive(LOOP_HEARTBEAT);
-        pthread_mutex_lock(&loop.lock);
+        loop_lock(&loop);
         for (;;) {
             int64_t now = clock_mono_us();
             if (loop.stop_requested || now >= next_full || (loop.wake_requested && now >= last_new + NEW_PASS_GAP_US))
@@ -316,7 +316,7 @@ static void *heartbeat_main(void *arg)
         }
         int stop = loop.stop_requested;
         loop.wake_requested = 0; /* the coming pass, full or new, serves it */
-        pthread_mutex_unlock(&loop.lock);
+        loop_unlock(&loop);
         if (stop)
             break;
     }

@@ -3,6 +3,7 @@
  * the wake and stop requests that cut a sleep short. Each loop keeps its
  * own pacing; this file only spares them from writing the same thread
  * plumbing four times. */
+#include "gpurent/assert.h"
 #include "loops/loops.h"
 
 #include <errno.h>
@@ -21,6 +22,18 @@ void loop_deadline_us(int64_t us, struct timespec *ts)
     }
 }
 
+void loop_lock(struct bg_loop *l)
+{
+    pthread_mutex_lock(&l->lock);
+    lock_note_acquired();
+}
+
+void loop_unlock(struct bg_loop *l)
+{
+    lock_note_released();
+    pthread_mutex_unlock(&l->lock);
+}
+
 int loop_start(struct bg_loop *l, void *(*main_fn)(void *))
 {
     l->stop_requested = 0;
@@ -34,20 +47,20 @@ int loop_start(struct bg_loop *l, void *(*main_fn)(void *))
 
 void loop_wake(struct bg_loop *l)
 {
-    pthread_mutex_lock(&l->lock);
+    loop_lock(l);
     l->wake_requested = 1;
     pthread_cond_signal(&l->cond);
-    pthread_mutex_unlock(&l->lock);
+    loop_unlock(l);
 }
 
 void loop_stop(struct bg_loop *l)
 {
     if (!l->running)
         return;
-    pthread_mutex_lock(&l->lock);
+    loop_lock(l);
     l->stop_requested = 1;
     pthread_cond_signal(&l->cond);
-    pthread_mutex_unlock(&l->lock);
+    loop_unlock(l);
     pthread_join(l->thread, NULL);
     l->running = 0;
 }
@@ -65,16 +78,16 @@ int loop_sleep_locked(struct bg_loop *l, int64_t ms)
 
 int loop_sleep(struct bg_loop *l, int64_t ms)
 {
-    pthread_mutex_lock(&l->lock);
+    loop_lock(l);
     int stop = loop_sleep_locked(l, ms);
-    pthread_mutex_unlock(&l->lock);
+    loop_unlock(l);
     return stop;
 }
 
 int loop_stopping(struct bg_loop *l)
 {
-    pthread_mutex_lock(&l->lock);
+    loop_lock(l);
     int stop = l->stop_requested;
-    pthread_mutex_unlock(&l->lock);
+    loop_unlock(l);
     return stop;
 }

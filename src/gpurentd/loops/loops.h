@@ -37,6 +37,10 @@ struct bg_loop {
     {                                                                                    \
         .name = (n), .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER \
     }
+/* Takes and gives back the loop's lock, counted for the lock order (see
+ * gpurent/assert.h): no store transaction inside. */
+void loop_lock(struct bg_loop *l);
+void loop_unlock(struct bg_loop *l);
 /* Starts main_fn(l) on a new thread. */
 int loop_start(struct bg_loop *l, void *(*main_fn)(void *));
 /* Cuts the loop's current or next sleep short. */

@@ -708,14 +708,14 @@ struct pass_result {
 /* Takes the nodes asked to be listed (sorted); *all when every node is. */
 static char (*take_list_nodes(size_t *n, int *all))[ID_MAX]
 {
-    pthread_mutex_lock(&loop.lock);
+    loop_lock(&loop);
     char(*nodes)[ID_MAX] = list_nodes;
     *n = n_list_nodes;
     *all = list_all;
     list_nodes = NULL;
     n_list_nodes = 0;
     list_all = 0;
-    pthread_mutex_unlock(&loop.lock);
+    loop_unlock(&loop);
     if (*n)
         qsort(nodes, *n, ID_MAX, id_cmp);
     return nodes;
@@ -723,7 +723,7 @@ static char (*take_list_nodes(size_t *n, int *all))[ID_MAX]
 
 void reconciler_list_node(const char *node_id)
 {
-    pthread_mutex_lock(&loop.lock);
+    loop_lock(&loop);
     int known = 0;
     for (size_t i = 0; i < n_list_nodes && !known; i++)
         known = strcmp(list_nodes[i], node_id) == 0;
@@ -737,7 +737,7 @@ void reconciler_list_node(const char *node_id)
             list_all = 1;
         }
     }
-    pthread_mutex_unlock(&loop.lock);
+    loop_unlock(&loop);
     loop_wake(&loop);
 }
 
@@ -910,11 +910,11 @@ static void *reconciler_main(void *arg)
     free(pending);
     pending = NULL;
     n_pending = 0;
-    pthread_mutex_lock(&loop.lock);
+    loop_lock(&loop);
     free(list_nodes);
     list_nodes = NULL;
     n_list_nodes = 0;
-    pthread_mutex_unlock(&loop.lock);
+    loop_unlock(&loop);
     return NULL;
 }
 

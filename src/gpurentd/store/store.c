@@ -487,7 +487,8 @@ void store_txn_stats(struct store_txn_stats *out)
 
 int store_txn(struct store *s, store_txn_fn fn, void *ctx)
 {
-    ASSERT(!in_callback); /* never nest store_txn (store.h) */
+    ASSERT(!in_callback);     /* never nest store_txn (store.h) */
+    ASSERT(locks_held() == 0); /* the lock order: no lock held across a transaction */
     for (int attempt = 0; attempt < 200; attempt++) {
         int result = txn_once(s, fn, ctx);
         if (result != STORE_BUSY)

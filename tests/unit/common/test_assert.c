@@ -53,11 +53,24 @@ static void test_false_condition_logs_and_aborts(void **state)
     assert_non_null(strstr(out, "assertion failed: legs >= 2 (tests/unit/common/test_assert.c:18, in broken_invariant)"));
 }
 
+static void test_locks_held_counts_what_this_thread_holds(void **state)
+{
+    (void)state;
+    assert_int_equal(locks_held(), 0);
+    lock_note_acquired();
+    lock_note_acquired();
+    assert_int_equal(locks_held(), 2);
+    lock_note_released();
+    lock_note_released();
+    assert_int_equal(locks_held(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_true_condition_passes),
         cmocka_unit_test(test_false_condition_logs_and_aborts),
+        cmocka_unit_test(test_locks_held_counts_what_this_thread_holds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include "gpurent/assert.h"
 #include "gpurentd.h"
 #include "store/store_sql.h" /* a test of the store itself */
 
@@ -122,6 +125,49 @@ static void reset_tables(struct store *s)
     assert_int_equal(sqlite3_exec(store_db(s), "UPDATE counter SET n = 0; DELETE FROM items;"
                                                 "INSERT INTO items VALUES ('taken', 0)", NULL, NULL, NULL),
                      SQLITE_OK);
+}
+
+static int nothing(struct store *s, void *ctx)
+{
+    (void)s;
+    (void)ctx;
+    return STORE_OK;
+}
+
+static int nest_txn(struct store *s, void *ctx)
+{
+    return store_txn(s, nothing, ctx);
+}
+
+/* Starting a transaction while holding a lock breaks the lock order (a
+ * batch's leader may need that lock), and one started inside a callback
+ * would wait for its own batch: both abort (ASSERT). */
+static void expect_txn_aborts(int hold_lock, int nest)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        fclose(stderr); /* the assertion's log line is expected */
+        struct store *s = store_thread();
+        if (hold_lock)
+            lock_note_acquired();
+        if (nest)
+            store_txn(s, nest_txn, NULL);
+        else
+            store_txn(s, nothing, NULL);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+
+static void test_a_transaction_under_a_lock_or_inside_another_aborts(void **state)
+{
+    (void)state;
+    expect_txn_aborts(1, 0);
+    expect_txn_aborts(0, 1);
+    assert_int_equal(store_txn(store_thread(), nothing, NULL), STORE_OK); /* and the parent's are fine */
 }
 
 static void test_one_caller_gets_its_result_or_rolls_back(void **state)
@@ -306,6 +352,7 @@ static void test_concurrent_writers_lose_and_duplicate_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_transaction_under_a_lock_or_inside_another_aborts),
         cmocka_unit_test(test_one_caller_gets_its_result_or_rolls_back),
         cmocka_unit_test(test_queued_callers_share_one_commit_and_keep_their_outcomes),
         cmocka_unit_test(test_memory_databases_never_share_a_batch),
