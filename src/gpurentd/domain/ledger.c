@@ -360,7 +360,14 @@ int ledger_close_interval(struct store *s, const char *instance_id, int64_t ende
     int rc = store_interval_get_open(s, instance_id, &b);
     if (rc == STORE_NOT_FOUND)
         return STORE_OK;
-    if (rc != STORE_OK || (rc = store_interval_close(s, instance_id, ended_at, reason)) != STORE_OK)
+    if (rc != STORE_OK)
+        return rc;
+    /* Whoever ends it (a stop, an exit, funds), an interval on a node that
+     * has missed a heartbeat is known to have run only to its last good
+     * one. */
+    if (b.confirmed_until >= 0 && ended_at > b.confirmed_until)
+        ended_at = b.confirmed_until;
+    if ((rc = store_interval_close(s, instance_id, ended_at, reason)) != STORE_OK)
         return rc;
     if (b.billed == 0)
         return STORE_OK;

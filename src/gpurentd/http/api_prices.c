@@ -114,6 +114,7 @@ struct price_ctx {
     const struct http_request *req; /* the admin's, for admin_actions */
     const char *reason;             /* the admin's reason, "" for none */
     int missing;                    /* out: no such type */
+    int64_t billed_until;           /* out: when effective_at was refused, usage is billed up to here */
 };
 
 /* The price as the API shows it, and as its admin_actions detail. */
@@ -130,8 +131,18 @@ static int price_txn(struct store *s, void *vctx)
     struct gpu_type t;
     int rc = store_gpu_type_row(s, ctx->gpu_model, &t);
     ctx->missing = rc == STORE_NOT_FOUND;
-    if (rc != STORE_OK ||
-        (rc = store_price_insert(s, ctx->gpu_model, ctx->effective_at, ctx->card_hour, clock_now())) != STORE_OK)
+    if (rc != STORE_OK)
+        return rc;
+    /* After a clock stepped back, "now" can lie before usage already billed
+     * at the old price: a price from then would reprice it. */
+    int64_t billed = store_price_billed_until(s, ctx->gpu_model);
+    if (billed < 0)
+        return (int)billed;
+    if (ctx->effective_at < billed) {
+        ctx->billed_until = billed;
+        return STORE_CONFLICT;
+    }
+    if ((rc = store_price_insert(s, ctx->gpu_model, ctx->effective_at, ctx->card_hour, clock_now())) != STORE_OK)
         return rc;
     json_t *detail = price_json(ctx);
     rc = audit_record(s, ctx->req, "price", ctx->gpu_model, ctx->card_hour, detail, ctx->reason);
@@ -175,7 +186,13 @@ void api_prices_put(struct http_request *req)
         int rc = s ? store_txn(s, price_txn, &ctx) : STORE_ERROR;
         if (ctx.missing)
             http_error(req, ERR_NOT_FOUND, NULL, "no GPU type %.32s", req->params[0]);
-        else if (rc == STORE_BUSY)
+        else if (rc == STORE_CONFLICT && ctx.billed_until) {
+            json_t *t = json_time(ctx.billed_until, 0);
+            http_error(req, ERR_INVALID_FIELD, "effective_at",
+                       "prices never change backwards: usage of %.32s is billed up to %s", ctx.gpu_model,
+                       json_string_value(t));
+            json_decref(t);
+        } else if (rc == STORE_BUSY)
             http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);

@@ -96,9 +96,11 @@ static int stop_for_funds(struct store *s, struct pass *p, const char *user_id, 
             return rc;
         for (size_t i = 0; i < n; i++) {
             struct instance *in = &list[i];
+            /* An unreachable instance is not billed now, but it would be
+             * again the moment its node answers: it stops too. */
             if (strcmp(in->desired, "running") != 0 ||
                 (strcmp(in->state, "pending") != 0 && strcmp(in->state, "provisioning") != 0 &&
-                 strcmp(in->state, "running") != 0))
+                 strcmp(in->state, "running") != 0 && strcmp(in->state, "unreachable") != 0))
                 continue;
             if ((rc = ledger_close_interval(s, in->id, t, "funds exhausted", p->now)) != STORE_OK ||
                 (rc = store_instance_set_desired(s, in->id, "stopped", p->now)) != STORE_OK ||

@@ -392,6 +392,10 @@ struct price_point;
 /* The price history of a GPU type, oldest first; *out malloc'd. */
 int store_prices(struct store *s, const char *gpu_model, struct price_point **out, size_t *n);
 int store_price_insert(struct store *s, const char *gpu_model, int64_t effective_at, int64_t card_hour, int64_t now);
+/* The latest second usage of gpu_model was charged to or a settled interval
+ * of it ended at (0 if none): a new price may not start before it, or it
+ * would reprice what was billed. A negative store_rc on failure. */
+int64_t store_price_billed_until(struct store *s, const char *gpu_model);
 struct price_row {
     char gpu_model[33];   /* type */
     int64_t effective_at; /* from */

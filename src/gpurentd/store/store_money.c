@@ -54,6 +54,12 @@ static const char SQL_GRANT_EXPIRIES[] =
     " AND expires_at > ?2 AND expires_at <= ?3 ORDER BY expires_at LIMIT ?4";
 static const char SQL_GRANT_SPEND[] =
     "UPDATE credit_grants SET remaining = remaining - ?2 WHERE id = ?1 AND remaining >= ?2";
+/* How far usage of a type has been billed: the latest second a charge was
+ * made to, or a settled interval ended at. */
+static const char SQL_PRICE_BILLED_UNTIL[] =
+    "SELECT coalesce(max(x), 0) FROM (SELECT max(t.at) AS x FROM ledger_transactions t"
+    " JOIN running_intervals r ON r.id = t.interval_id WHERE r.gpu_model = ?1 AND t.kind = 'usage'"
+    " UNION ALL SELECT max(ended_at) FROM running_intervals WHERE gpu_model = ?1 AND settled = 1)";
 static const char SQL_GRANT_RESTORE[] =
     "UPDATE credit_grants SET remaining = remaining + ?2 WHERE id = ?1 AND voided_at IS NULL"
     " AND remaining + ?2 <= amount";
@@ -143,6 +149,18 @@ int store_prices(struct store *s, const char *gpu_model, struct price_point **ou
     int rc = store_collect(s, st, sizeof **out, &rows, n, read_price_point, "prices");
     *out = rows;
     return rc;
+}
+
+int64_t store_price_billed_until(struct store *s, const char *gpu_model)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_PRICE_BILLED_UNTIL);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "price billed until");
+    sqlite3_reset(st);
+    return v;
 }
 
 int store_price_insert(struct store *s, const char *gpu_model, int64_t effective_at, int64_t card_hour, int64_t now)
