@@ -226,6 +226,7 @@ struct batch_ctx {
     size_t n;                      /* its length */
     struct user_result *results;   /* n entries */
     size_t current;                /* the user being billed */
+    int isolate;                   /* each user in a savepoint of their own */
 };
 
 static int user_part(struct store *s, void *vctx)
@@ -235,8 +236,15 @@ static int user_part(struct store *s, void *vctx)
     return bill_user(s, ctx->pass, ctx->users[i], !ctx->expiries || ctx->expiries[i]);
 }
 
-/* Bills each user of the batch in a savepoint of their own: a user whose
- * billing fails is rolled back alone and the batch goes on. Only a busy
+/* A batch's result when a user failed without savepoints: roll back and
+ * bill the batch again, each user in a savepoint of their own. */
+#define BATCH_ISOLATE (-60)
+
+/* Bills the batch's users. Nearly always every one succeeds, so the batch
+ * first runs as one piece; if a user fails, it is rolled back and run again
+ * with each user in a savepoint of their own (ctx->isolate), so that the one
+ * who fails is rolled back alone and the others are billed. Savepoints cost
+ * two statements a user, which the common case does not pay. Only a busy
  * database (retry it all) or a savepoint that failed ends the batch. */
 static int batch_txn(struct store *s, void *vctx)
 {
@@ -246,6 +254,16 @@ static int batch_txn(struct store *s, void *vctx)
         int stopped = ctx->pass->stopped_any;
         ctx->pass->why[0] = '\0';
         int rc;
+        if (!ctx->isolate) {
+            rc = user_part(s, ctx);
+            if (rc == STORE_OK || rc == STORE_BUSY) {
+                ctx->results[ctx->current].rc = rc;
+                if (rc == STORE_BUSY)
+                    return rc;
+                continue;
+            }
+            return BATCH_ISOLATE;
+        }
         if (store_part(s, user_part, ctx, &rc) < 0)
             return rc == STORE_BUSY ? rc : STORE_ERROR;
         if (rc == STORE_BUSY)
@@ -354,8 +372,13 @@ static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], co
                                 expiries ? expiries + off : NULL,
                                 n - off < USERS_PER_TXN ? n - off : USERS_PER_TXN,
                                 results,
+                                0,
                                 0};
         rc = store_txn(s, batch_txn, &ctx);
+        if (rc == BATCH_ISOLATE) {
+            ctx.isolate = 1;
+            rc = store_txn(s, batch_txn, &ctx);
+        }
         if (rc == STORE_OK)
             for (size_t i = 0; i < ctx.n; i++) {
                 note_result(ctx.users[i], &results[i]);
