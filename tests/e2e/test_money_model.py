@@ -493,3 +493,72 @@ def test_funds_running_out_refund_what_was_charged_past_the_end(new_cluster):
     assert _net_charges(c, u) == sum(iv[2] for iv in got.values())
     rc, out = ledger_verify(c.d.db_path)
     assert rc == 0, out
+
+
+# ---------------------------------------------------------------- found by the walk's design (daemon bugs)
+
+def _fleet(c, gpu):
+    [fleet] = [f for f in c.fleets if f.dir.endswith(f"fleet-{gpu.lower()}")]
+    return fleet
+
+
+def test_a_stop_on_a_silent_node_is_billed_only_to_its_last_heartbeat(new_cluster):
+    """Daemon bug (found while extending the walk): a user stops an instance
+    whose node has missed heartbeats. Stopping closes the interval at now
+    (instances.c wind_down -> ledger_close_interval(now)), and a closed
+    interval's billable end is its end: confirmed_until only caps open ones
+    (store_money.c BILLABLE_COLUMNS). So the time since the node's last good
+    heartbeat, not known to have run, is billed while the node is still
+    silent, and stays billed if it never answers again (the instance is then
+    stopped, not lost, and billed to the stop; had the user not stopped it,
+    it would be lost and billed to the last heartbeat)."""
+    c = new_cluster(nodes={"MI450": 1}, options=SILENT_OPTIONS)
+    u = c.cli_user()
+    c.topup(u, 100 * MICRO)
+    t0 = c.d.now()
+    iid = c.launch(u, "MI450", 8)
+    t1 = c.d.advance_clock(60)
+    poll(lambda: _node(c, "MI450") == (t1, 0), 60, "a good heartbeat at the new time")
+    fleet = _fleet(c, "MI450")
+    fleet.proc.send_signal(signal.SIGSTOP)
+    try:
+        poll(lambda: _node(c, "MI450")[1] >= 1, 60, "the node to miss a heartbeat")
+        assert _node(c, "MI450")[0] == t1
+        c.d.set_clock(t0 + 3600)
+        c.stop(u, iid, wait=False)
+        c.billing()
+        assert _node(c, "MI450")[1] >= 1, "the node answered again"
+        assert _net_charges(c, u) == accrue(PRICE["MI450"], 8, 60), \
+            f"billed {_net_charges(c, u)} for {_intervals(c)[iid]}, the node silent since t0 + 60"
+    finally:
+        fleet.proc.send_signal(signal.SIGCONT)
+
+
+def test_funds_running_out_stop_an_unreachable_instance_too(new_cluster):
+    """Daemon bug (found while extending the walk): when funds run out the
+    user's instances are stopped, but stop_for_funds (billing.c) stops only
+    pending, provisioning and running ones. An unreachable instance keeps
+    desired state running, so once its node answers it runs again, opening
+    a new interval with no funds behind it (cut back to nothing only by the
+    next pass that looks)."""
+    c = new_cluster(nodes={"MI450": 1, "MI300X": 1},
+                    options={"agent_timeout_ms": "1000", "heartbeat_miss_limit": "3", "node_lost_after_s": "86400"})
+    u = c.cli_user()
+    c.topup(u, 3 * MICRO)
+    t0 = c.d.now()
+    quiet = c.launch(u, "MI300X", 1)
+    busy = c.launch(u, "MI450", 8)
+    t1 = c.d.advance_clock(60)
+    poll(lambda: _node(c, "MI300X") == (t1, 0), 60, "a good heartbeat at the new time")
+    fleet = _fleet(c, "MI300X")
+    fleet.proc.send_signal(signal.SIGSTOP)
+    try:
+        c.wait_state(u, quiet, "unreachable", timeout=60)
+        c.d.set_clock(t0 + 3600)
+        c.billing()
+        c.wait_state(u, busy, "stopped", timeout=60)
+        assert _intervals(c)[quiet][1:] == (t1, accrue(PRICE["MI300X"], 1, 60), 1), _intervals(c)
+        desired = dict(c.d.sql("SELECT id, desired FROM instances"))
+        assert desired == {busy: "stopped", quiet: "stopped"}, f"funds ran out, yet {desired}"
+    finally:
+        fleet.proc.send_signal(signal.SIGCONT)
