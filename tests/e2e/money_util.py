@@ -9,6 +9,8 @@ MICRO                    micro-yuan per yuan
 PRICE                    seed prices per card-hour, micro-yuan
 micro(s) -> int          "9.60" -> 9600000, exact (no float); refuses anything else
 accrue(price, cards, s)  floor(price * cards * s / 3600), the billing formula
+tariff(prices, model, cards, start, end)  what an interval costs under a price
+                         schedule {model: [(effective_at, price)]}
 yuan(micro) -> str       9600000 -> "9.60", as the API writes amounts
 iso(t)                   epoch seconds -> "2027-01-15T08:00:00Z"
 webhook_headers(secret, body, ts=None)  signed payment-webhook headers
@@ -130,7 +132,7 @@ def ledger_verify(db_path):
     return p.returncode, p.stdout + p.stderr
 
 
-def _tariff(prices, model, cards, start, end):
+def tariff(prices, model, cards, start, end):
     """What an interval costs under the price schedule [(effective_at,
     price)], each price piece by the formula."""
     total, pts = 0, prices.get(model, [])
@@ -236,8 +238,8 @@ def ledger_breaches(con):
             out.append(f"interval {iv} says {billed} billed, its revenue is {revenue.get(iv, 0)}")
         if settled and end is None:
             out.append(f"interval {iv} is settled while still open")
-        elif settled and billed != _tariff(prices, model, cards, start, end):
-            due = _tariff(prices, model, cards, start, end)
+        elif settled and billed != tariff(prices, model, cards, start, end):
+            due = tariff(prices, model, cards, start, end)
             out.append(f"settled interval {iv} billed {billed}, its tariff is {due}")
     for top, amount in con.execute("SELECT id, amount FROM topups"):
         if topup_cash.get(top, 0) != amount:
