@@ -225,9 +225,12 @@ class Run:
         return [iid for iid, i in self.instances.items() if i["node"] in fs.nodes and i["state"] in states]
 
     def healthy_fleet(self):
-        """A fleet in no silence, at random, or None."""
-        keys = [k for k, fs in sorted(self.fleets.items()) if fs.silence is None]
-        return self.fleets[self.rng.choice(keys)] if keys else None
+        """A fleet in no silence, at random, those running more instances
+        more often (a silence is worth more where something runs), or None."""
+        fleets = [fs for _, fs in sorted(self.fleets.items()) if fs.silence is None]
+        if not fleets:
+            return None
+        return self.rng.choices(fleets, [1 + 2 * len(self.on_fleet(fs, ("running",))) for fs in fleets])[0]
 
     def nodes_of(self, fs):
         """[(id, missed_beats, last_seen_at, health, unreachable_since)] of the fleet's nodes."""
@@ -341,13 +344,17 @@ class Run:
 
     def silence_ends(self, fs):
         """The fleet answers again (SIGCONT, or its process restarted on its
-        old port) at a clock no earlier than its last good heartbeat: a
+        old port) at a clock no earlier than its last good heartbeat nor its
+        instances' last intervals' ends: a
         blip's intervals are billed whole again; unreachable instances run
         again with a new interval from the clock's second; stopping ones
         stop; the workloads of lost ones are deleted."""
         s = fs.silence
-        if s["kind"] != "blip" and self.now() < s["since"]:
-            self.set_clock(s["since"] + self.rng.randint(0, 60))
+        # Not below an end already recorded (a step back may have left one
+        # past the last heartbeat): the new interval would overlap it.
+        floor = max([s["since"]] + [self.last_end(iid) or s["since"] for iid in self.on_fleet(fs, ("unreachable",))])
+        if s["kind"] != "blip" and self.now() < floor:
+            self.set_clock(floor + self.rng.randint(0, 60))
         if s["kind"] == "down":
             restart_on_old_port(fs.fleet)
         else:
@@ -675,7 +682,7 @@ class Run:
         for fs in self.fleets.values():
             if fs.silence and fs.silence["kind"] != "blip" and not fs.silence["offline"]:
                 out += [fs.silence["since"] + LOST_AFTER + k for k in (-1, 0, 1)]
-        return [t for t in out if t > now]
+        return sorted({t for t in out if t > now})  # in an order the seed decides, not the users' ids
 
     def step_clock(self):
         self.settle_launches()
