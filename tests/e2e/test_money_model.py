@@ -41,9 +41,10 @@ every step:
   equal what their intervals were billed; their unbilled usage is exactly
   each unsettled interval's tariff up to its billable end (its end, now, or
   a silent node's last good heartbeat) less what it was billed; an
-  instance's intervals never overlap; intervals open when a fleet went
-  quiet never end past its last good heartbeat, and none opens on it until
-  it answers; nodes of fleets left running never miss a heartbeat.
+  instance's intervals never overlap; an exited job's interval never ends
+  past the exit second; intervals open when a fleet went quiet never end
+  past its last good heartbeat, and none opens on it until it answers;
+  nodes of fleets left running never miss a heartbeat.
 
 After every billing pass and node step the instances' observed states
 (running, stopping, stopped, unreachable, lost) equal the model's too. The
@@ -52,13 +53,16 @@ each seed (spawning it every step would cost more than the rest of the step
 under ASan). Launches and starts are predicted: 402 exactly when the model
 says what is left does not cover a minimum run.
 
-Two behaviours the walk steps around are daemon bugs, each with a failing
-test below: a user's stop on a node that missed heartbeats bills the silent
-time (so a stop never lands during a blip), and funds running out leave an
-unreachable instance's desired state running (the walk takes that
-instance's states from the daemon). An instance is never started while the
-clock is below the end of its last interval: after a step back the daemon
-would open the new interval before the old one's end.
+Three behaviours the walk steps around are daemon bugs, each with a
+failing test below: a user's stop on a node that missed heartbeats bills
+the silent time (so no stop lands during a blip); funds running out leave
+an unreachable instance's desired state running (the walk takes that
+instance's states from the daemon's record); a price set after the clock
+stepped back may start inside settled time and break the ledger (the walk
+sets prices only after every settled end). An instance is never started,
+nor a silence ended, while the clock is below the end of the instance's
+last interval: after a step back the daemon would open the new interval
+before the old one's end.
 
 MONEY_MODEL_SEED=N reruns one seed; MONEY_MODEL_SEEDS sets how many seeds
 (default 4), MONEY_MODEL_STEPS the steps per seed (default 300),
@@ -180,6 +184,7 @@ class Run:
         self.node_fleet = {nid: fs for fs in self.fleets.values() for nid in fs.nodes}
         self.secrets = {}
         self.last_pass = None  # the clock's second at the last billing pass
+        self.exits = {}        # interval id -> the second its job's exit was recorded at
         self.timing = {}       # step kind -> (steps, seconds spent in them, without the checks)
 
     def fail(self, msg):
@@ -601,6 +606,7 @@ class Run:
         self.check(low <= end <= start + k, f"{iid} exited at {end}, not within [{low}, {start + k}]")
         self.model.open_of(u.id, iid)["id"] = iv
         self.model.close_interval(u.id, iid, end)
+        self.exits[iv] = end
         i["state"] = "stopped"
         self.counts["exits"] += 1
         self.log[-1] += f", clock +{k}, ended at +{end - start}"
@@ -693,11 +699,17 @@ class Run:
             t = self.rng.choice(special)
         elif r < 0.72:
             t = now + self.rng.randint(1, 600)
-        elif r < 0.82:
-            # Back, often below what the last pass charged open intervals to.
-            base = self.last_pass if self.last_pass is not None and self.rng.random() < 0.5 else now
+        elif r < 0.84:
+            # Back, often below what the last pass charged open intervals to,
+            # and often a stop there: what was charged past it is refunded.
+            base = self.last_pass if self.last_pass is not None and self.rng.random() < 0.7 else now
             t = min(now, base) - self.rng.choice([self.rng.randint(1, 600), self.rng.randint(600, 7200)])
             self.counts["clock back"] += 1
+            self.log.append(f"clock {t - now:+d}")
+            self.set_clock(t)
+            if self.rng.random() < 0.4:
+                self.step_stop()
+            return
         else:
             t = now + self.rng.randint(600, 4 * 3600)
         self.log.append(f"clock {t - now:+d}")
@@ -800,8 +812,9 @@ class Run:
 
     def check_records(self, snap):
         """The rules, from the daemon's records: charges equal what intervals
-        were billed; an instance's intervals never overlap; a silent fleet's
-        intervals stop at its last good heartbeat; healthy nodes answer."""
+        were billed; an instance's intervals never overlap, nor run past its
+        job's exit; a silent fleet's intervals stop at its last good
+        heartbeat; healthy nodes answer."""
         billed = {}
         by_instance = {}
         for iv, uid, iid, _, _, start, end, amount, _ in snap["intervals"]:
@@ -815,6 +828,9 @@ class Run:
             for (a, s0, e0), (b, s1, _) in zip(ivs, ivs[1:]):
                 self.check(e0 is not None and s1 >= e0, f"{iid}'s intervals {a} [{s0}, {e0}] and {b} from {s1} overlap")
         rows = {iv: (iid, start, end) for iv, _, iid, _, _, start, end, _, _ in snap["intervals"]}
+        for iv, second in self.exits.items():
+            self.check(rows[iv][2] is not None and rows[iv][2] <= second,
+                       f"interval {iv} of {rows[iv][0]} ends at {rows[iv][2]}, past its job's exit at {second}")
         for fs in self.fleets.values():
             s = fs.silence
             if s is None:
