@@ -9,6 +9,8 @@ MICRO                    micro-yuan per yuan
 PRICE                    seed prices per card-hour, micro-yuan
 micro(s) -> int          "9.60" -> 9600000, exact (no float); refuses anything else
 accrue(price, cards, s)  floor(price * cards * s / 3600), the billing formula
+tariff(prices, model, cards, start, end)  what an interval costs under a price
+                         schedule {model: [(effective_at, price)]}
 yuan(micro) -> str       9600000 -> "9.60", as the API writes amounts
 iso(t)                   epoch seconds -> "2027-01-15T08:00:00Z"
 webhook_headers(secret, body, ts=None)  signed payment-webhook headers
@@ -130,7 +132,7 @@ def ledger_verify(db_path):
     return p.returncode, p.stdout + p.stderr
 
 
-def _tariff(prices, model, cards, start, end):
+def tariff(prices, model, cards, start, end):
     """What an interval costs under the price schedule [(effective_at,
     price)], each price piece by the formula."""
     total, pts = 0, prices.get(model, [])
@@ -236,8 +238,8 @@ def ledger_breaches(con):
             out.append(f"interval {iv} says {billed} billed, its revenue is {revenue.get(iv, 0)}")
         if settled and end is None:
             out.append(f"interval {iv} is settled while still open")
-        elif settled and billed != _tariff(prices, model, cards, start, end):
-            due = _tariff(prices, model, cards, start, end)
+        elif settled and billed != tariff(prices, model, cards, start, end):
+            due = tariff(prices, model, cards, start, end)
             out.append(f"settled interval {iv} billed {billed}, its tariff is {due}")
     for top, amount in con.execute("SELECT id, amount FROM topups"):
         if topup_cash.get(top, 0) != amount:
@@ -512,24 +514,37 @@ class RefModel:
     expiry), then what is left of grants expiring at E is void. When what is
     due exceeds the funds, billing ends at the last second s they cover (due
     is floor(price x cards x seconds / 3600) per price piece, so the search is
-    over whole seconds) and every interval of the user ends there. Usage draws
-    grants soonest expiry first (never-expiring last; then by creation time
-    and id), then cash.
+    over whole seconds) and every interval of the user is cut at s, or at its
+    billable end when that is sooner. Usage draws grants soonest expiry first
+    (never-expiring last; then by creation time and id), then cash.
 
-    users[uid] = {"cash": int, "grants": {gid: grant}, "intervals": [iv]}
+    Only time known to have run is charged: an open interval of an instance
+    in caps (its node missed a heartbeat) is billed up to caps[iid], that
+    node's last good heartbeat. An interval whose end moves below what it was
+    charged (closed, or settled by a pass, there) gets the difference back:
+    a refund to the accounts that paid it, the one whose latest posting on it
+    is newest first; credit given back to a grant already voided is voided
+    again. Each interval keeps its postings (paid: [seq, account, amount],
+    account a grant id or "cash") for that order. Intervals are billed in the
+    daemon's order, by id when the test has set it (open_interval(id=...)).
+
+    users[uid] = {"cash": int, "grants": {gid: grant}, "intervals": [iv],
+                  "charged": usage posted, "refunded": refunds posted}
     grant = {"amount", "remaining", "expires": int or None, "created", "voided"}
     iv = {"iid", "model", "cards", "start", "end" (None while open), "billed",
-          "settled"}
+          "settled", "id" (the daemon's, or None), "paid"}
     """
 
     def __init__(self, prices=None):
         self.prices = {m: [(0, p)] for m, p in (prices or PRICE).items()}
         self.users = {}
+        self.caps = {}   # iid -> last good heartbeat of its silent node
+        self.seq = 0     # postings, in the order the daemon writes them
 
     # ---- operations the tests perform
 
     def add_user(self, uid):
-        self.users[uid] = {"cash": 0, "grants": {}, "intervals": []}
+        self.users[uid] = {"cash": 0, "grants": {}, "intervals": [], "charged": 0, "refunded": 0}
 
     def grant(self, uid, gid, amount, expires, created):
         self.users[uid]["grants"][gid] = {"amount": amount, "remaining": amount, "expires": expires,
@@ -542,14 +557,28 @@ class RefModel:
         pts = [p for p in self.prices[model] if p[0] != effective_at] + [(effective_at, price)]
         self.prices[model] = sorted(pts)
 
-    def open_interval(self, uid, iid, model, cards, start):
+    def open_interval(self, uid, iid, model, cards, start, id=None):
         self.users[uid]["intervals"].append({"iid": iid, "model": model, "cards": cards, "start": start,
-                                             "end": None, "billed": 0, "settled": False})
+                                             "end": None, "billed": 0, "settled": False, "id": id, "paid": []})
 
-    def close_interval(self, uid, iid, at):
+    def open_of(self, uid, iid):
+        """The instance's open interval, or None."""
         for iv in self.users[uid]["intervals"]:
             if iv["iid"] == iid and iv["end"] is None:
-                iv["end"] = max(iv["start"], at)
+                return iv
+        return None
+
+    def close_interval(self, uid, iid, at):
+        """Ends the open interval at max(start, at), refunding what it was
+        charged past there (ledger_close_interval)."""
+        iv = self.open_of(uid, iid)
+        if iv is None:
+            return
+        iv["end"] = max(iv["start"], at)
+        due = self.due(iv, iv["end"])
+        if due < iv["billed"]:
+            self._refund(uid, iv, iv["billed"] - due)
+            iv["billed"] = due
 
     # ---- what the rules derive
 
@@ -560,8 +589,16 @@ class RefModel:
                 price = p
         return price
 
+    def billable_end(self, iv, t):
+        """How far the interval may be billed at t: its end, or t, and for an
+        open one never past its silent node's last good heartbeat."""
+        if iv["end"] is not None:
+            return min(iv["end"], t)
+        cap = self.caps.get(iv["iid"])
+        return t if cap is None else min(t, cap)
+
     def due(self, iv, t):
-        end = t if iv["end"] is None else min(iv["end"], t)
+        end = self.billable_end(iv, t)
         total, pts = 0, self.prices[iv["model"]]
         for k, (eff, p) in enumerate(pts):
             lo = max(eff, iv["start"])
@@ -595,22 +632,58 @@ class RefModel:
         return 0 if g["expires"] is not None and g["expires"] <= now else g["remaining"]
 
     def spent(self, uid):
+        """Usage net of refunds."""
         return sum(iv["billed"] for iv in self.users[uid]["intervals"])
 
     def unsettled(self, uid):
-        return [iv for iv in self.users[uid]["intervals"] if not iv["settled"]]
+        """Unsettled intervals in the order the daemon bills them."""
+        ivs = [iv for iv in self.users[uid]["intervals"] if not iv["settled"]]
+        return sorted(ivs, key=lambda iv: (iv["id"] is None, iv["id"] or 0))
 
     def _owed(self, ivs, t):
         return sum(max(0, self.due(iv, t) - iv["billed"]) for iv in ivs)
 
-    def _charge(self, uid, amount, at):
+    def _post(self, iv, account, amount):
+        self.seq += 1
+        iv["paid"].append((self.seq, account, amount))
+
+    def _charge(self, uid, amount, at, iv):
         u = self.users[uid]
-        for _, g in self.spendable(uid, at):
+        u["charged"] += amount
+        for gid, g in self.spendable(uid, at):
+            if amount == 0:
+                break
             take = min(g["remaining"], amount)
             g["remaining"] -= take
             amount -= take
-        assert amount <= u["cash"], "the model overdrew cash"
-        u["cash"] -= amount
+            self._post(iv, gid, take)
+        if amount:
+            assert amount <= u["cash"], "the model overdrew cash"
+            u["cash"] -= amount
+            self._post(iv, "cash", amount)
+
+    def payers(self, iv):
+        """[(account, net paid)] for the interval, the latest posted first."""
+        net, last = {}, {}
+        for seq, account, amount in iv["paid"]:
+            net[account] = net.get(account, 0) + amount
+            last[account] = seq
+        return [(a, net[a]) for a in sorted(net, key=lambda a: -last[a]) if net[a] > 0]
+
+    def _refund(self, uid, iv, amount):
+        u = self.users[uid]
+        u["refunded"] += amount
+        for account, paid in self.payers(iv):
+            if amount == 0:
+                break
+            take = min(paid, amount)
+            if account == "cash":
+                u["cash"] += take
+            elif not u["grants"][account]["voided"]:
+                u["grants"][account]["remaining"] += take
+            amount -= take
+            self._post(iv, account, -take)
+        assert amount == 0, "the model refunded more than the interval was charged"
 
     def _expire(self, uid, at):
         for g in self.users[uid]["grants"].values():
@@ -636,12 +709,18 @@ class RefModel:
             until = lo
         for iv in ivs:
             d = self.due(iv, until)
-            if d > iv["billed"]:
-                self._charge(uid, d - iv["billed"], until)
-                iv["billed"] = d
+            settled = exhausted or (iv["end"] is not None and iv["end"] <= until)
             if exhausted:
-                iv["end"] = max(iv["start"], until) if iv["end"] is None else min(iv["end"], max(iv["start"], until))
-            iv["settled"] = exhausted or (iv["end"] is not None and iv["end"] <= until)
+                cut = self.billable_end(iv, until)
+                if iv["end"] is None or iv["end"] > cut:
+                    iv["end"] = max(iv["start"], cut)
+            if d > iv["billed"]:
+                self._charge(uid, d - iv["billed"], until, iv)
+                iv["billed"] = d
+            elif settled and d < iv["billed"]:
+                self._refund(uid, iv, iv["billed"] - d)
+                iv["billed"] = d
+            iv["settled"] = settled
         return until if exhausted else None
 
     def billing_pass(self, now):
