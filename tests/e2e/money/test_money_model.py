@@ -53,13 +53,14 @@ each seed (spawning it every step would cost more than the rest of the step
 under ASan). Launches and starts are predicted: 402 exactly when the model
 says what is left does not cover a minimum run.
 
-Three behaviours the walk steps around are daemon bugs, each with a
-failing test below: a user's stop on a node that missed heartbeats bills
-the silent time (so no stop lands during a blip); funds running out leave
-an unreachable instance's desired state running (the walk takes that
-instance's states from the daemon's record); a price set after the clock
-stepped back may start inside settled time and break the ledger (the walk
-sets prices only after every settled end). An instance is never started,
+Three daemon bugs the walk found are mended and pinned by the deterministic
+tests at the end of this file: a stop on a node that missed heartbeats
+billed the silent time; funds running out left an unreachable instance
+meant to run; a price set after the clock stepped back could start inside
+billed time. The walk now expects the mended behaviour (an unreachable
+instance out of funds is stopping; a price before billed time is refused),
+and still lands no stop during a blip, which the deterministic test covers.
+An instance is never started,
 nor a silence ended, while the clock is below the end of the instance's
 last interval: after a step back the daemon would open the new interval
 before the old one's end.
@@ -716,14 +717,30 @@ class Run:
         self.set_clock(t)
 
     def step_price(self):
-        """A price from now or later, never inside time already settled: after
-        a step back the daemon would take one (a bug, see
-        test_a_price_set_after_the_clock_stepped_back_never_reprices_settled_usage)."""
+        """A price from now or later. Never from before what was already
+        billed of the type (a charge's second, a settled end): after a step
+        back "now" can lie before it, and the daemon refuses such a price
+        (400 naming effective_at) rather than reprice billed usage; a third
+        of the time the walk tries one and expects that."""
         gpu = self.rng.choice(["MI450", "MI300X"])
         price = self.rng.choice([self.rng.randint(100_000, 5 * MICRO), 1_200_000, 2_200_000])
+        (billed,) = self.c.d.sql(
+            "SELECT coalesce(max(x), 0) FROM (SELECT max(t.at) AS x FROM ledger_transactions t"
+            " JOIN running_intervals r ON r.id = t.interval_id WHERE r.gpu_model = ?1 AND t.kind = 'usage'"
+            " UNION ALL SELECT max(ended_at) FROM running_intervals WHERE gpu_model = ?1 AND settled = 1)",
+            (gpu,))[0]
         settled = [iv["end"] for u in self.model.users.values() for iv in u["intervals"]
                    if iv["settled"] and iv["model"] == gpu]
-        eff = max([self.now()] + settled) + self.rng.choice([0, 1, self.rng.randint(1, 7200)])
+        floor = max([self.now(), billed] + settled)
+        if floor > self.now() and self.rng.random() < 1 / 3:
+            eff = self.rng.randint(self.now(), floor - 1)
+            r = self.c.admin("PUT", f"/v1/admin/prices/{gpu}",
+                             json={"price_per_card_hour": yuan(price), "effective_at": iso(eff)})
+            self.check(r.status_code == 400 and r.json()["error"]["field"] == "effective_at",
+                       f"a price from {eff}, before {gpu} billed up to {floor}: {r.status_code} {r.text}")
+            self.log.append(f"price {gpu} {yuan(price)} from +{eff - self.now()}: refused, billed to +{floor - self.now()}")
+            return
+        eff = floor + self.rng.choice([0, 1, self.rng.randint(1, 7200)])
         self.c.set_price(gpu, price, eff)
         self.model.set_price(gpu, price, eff)
         self.log.append(f"price {gpu} {yuan(price)} from +{eff - self.now()}")
@@ -743,10 +760,9 @@ class Run:
             if i["state"] == "running":
                 i.update(desired="stopped", state="stopping" if self.silent(iid) else "stopped")
             elif i["state"] == "unreachable":
-                # Daemon bug (test_funds_running_out_stop_an_unreachable_instance_too):
-                # take what it did with the instance from its record.
-                [(desired, state)] = self.d.sql("SELECT desired, state FROM instances WHERE id = ?", (iid,))
-                i.update(desired=desired, state=state)
+                # Stopped too (test_funds_running_out_stop_an_unreachable_instance_too):
+                # its node is silent, so it stays stopping until it answers.
+                i.update(desired="stopped", state="stopping")
                 self.counts["unreachable out of funds"] += 1
         self.log.append(f"billing at {now}: stopped {sorted(stopped.items())}")
         self.settle_stops()
@@ -1084,7 +1100,7 @@ def test_funds_running_out_refund_what_was_charged_past_the_end(new_cluster):
     assert rc == 0, out
 
 
-# ---------------------------------------------------------------- found by the walk's design (daemon bugs)
+# ---------------------------------------------------------------- daemon bugs the walk found, mended
 
 def _fleet(c, gpu):
     [fleet] = [f for f in c.fleets if f.dir.endswith(f"fleet-{gpu.lower()}")]
@@ -1092,7 +1108,7 @@ def _fleet(c, gpu):
 
 
 def test_a_stop_on_a_silent_node_is_billed_only_to_its_last_heartbeat(new_cluster):
-    """Daemon bug (found while extending the walk): a user stops an instance
+    """Found while extending the walk (mended): a user stops an instance
     whose node has missed heartbeats. Stopping closes the interval at now
     (instances.c wind_down -> ledger_close_interval(now)), and a closed
     interval's billable end is its end: confirmed_until only caps open ones
@@ -1124,7 +1140,7 @@ def test_a_stop_on_a_silent_node_is_billed_only_to_its_last_heartbeat(new_cluste
 
 
 def test_funds_running_out_stop_an_unreachable_instance_too(new_cluster):
-    """Daemon bug (found while extending the walk): when funds run out the
+    """Found while extending the walk (mended): when funds run out the
     user's instances are stopped, but stop_for_funds (billing.c) stops only
     pending, provisioning and running ones. An unreachable instance keeps
     desired state running, so once its node answers it runs again, opening
@@ -1154,7 +1170,7 @@ def test_funds_running_out_stop_an_unreachable_instance_too(new_cluster):
 
 
 def test_a_price_set_after_the_clock_stepped_back_never_reprices_settled_usage(tmp_path):
-    """Daemon bug (found by the walk, seed 1 under ASan, with the clock
+    """Found by the walk (mended; seed 1 under ASan, with the clock
     stepped back then a price change): PUT /v1/admin/prices refuses only an
     effective_at before now (api_prices.c). Once the clock has stepped back,
     a price can start inside time already billed and settled, so the settled
