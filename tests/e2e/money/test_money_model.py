@@ -351,10 +351,9 @@ class Run:
     def silence_ends(self, fs):
         """The fleet answers again (SIGCONT, or its process restarted on its
         old port) at a clock no earlier than its last good heartbeat nor its
-        instances' last intervals' ends: a
-        blip's intervals are billed whole again; unreachable instances run
-        again with a new interval from the clock's second; stopping ones
-        stop; the workloads of lost ones are deleted."""
+        instances' last intervals' ends: a blip's intervals are billed whole
+        again; unreachable instances run again with a new interval from the
+        clock's second; stopping ones stop; lost ones' workloads are deleted."""
         s = fs.silence
         # Not below an end already recorded (a step back may have left one
         # past the last heartbeat): the new interval would overlap it.
