@@ -255,6 +255,9 @@ class Run:
         [(node, workload)] = self.d.sql("SELECT node_id, workload_id FROM instance_nodes WHERE instance_id = ?",
                                         (iid,))
         self.instances[iid].update(node=node, workload=workload)
+        # A cap was its old node's silence: a new placement is on a node that
+        # answers (an instance lost on a silent fleet may start on another).
+        self.model.caps.pop(iid, None)
 
     def agent_workloads(self, fs, name):
         """The workload ids a node's agent holds, asked directly."""
