@@ -5,6 +5,47 @@
  * GPU discovery (discovery/discovery.h, the folder src/agent/discovery)
  * and the process runner (exec.h, exec.c), which discovery uses too.
  *
+ *   main.c, serve.c  subcommands; the serving life cycle shared by `serve`
+ *                    and `sim-fleet`: configuration, the state directory
+ *                    lock, GPU inventory, reloading workload records, the
+ *                    signed API, sd_notify, signals
+ *   fleet.c          sim-fleet: many simulated nodes under /nodes/{name} in
+ *                    one process, each registered with gpurentd, secrets
+ *                    saved so a re-run keeps working
+ *   api.c            the REST API (facts, workloads), the signature check
+ *                    every route but /healthz passes first
+ *   node.c           the nodes a process serves, their secrets and facts
+ *   spec.c           the workload spec, checked against everything that
+ *                    could change a command line built from it
+ *   driver.c         worker threads that move workloads through pulling,
+ *                    mounting, starting, running, and remove them; each exit
+ *                    or failure recorded with its second and status and
+ *                    counted per node (facts' workload_exits)
+ *   runtime.c        the runtime interface and `sim` (phases with delays,
+ *                    failures injected by image name)
+ *   runtime_oci.c    podman/docker by their command lines (--device
+ *                    /dev/kfd --device /dev/dri for ROCm, the NVIDIA
+ *                    equivalents, /shared bind mounted; an exit's status and
+ *                    finish time read by the same inspect)
+ *   mount.c, argv.c  volume mounts with a configurable command and a
+ *                    mountinfo check; argument vectors from templates (no
+ *                    shell ever)
+ *   exec.c           the one process runner (exec.h): no shell, the program
+ *                    found before the fork, its own process group, killed at
+ *                    a deadline, on DELETE or shutdown, its output capped
+ *   discovery/       amd_smi.c, rocm_smi.c, nvidia_smi.c (one tool each),
+ *                    models.c (catalog models), text.c and cards.c (what the
+ *                    parsers share), discovery.c (runs a tool through exec.c
+ *                    under one deadline and cap); tested on recorded output
+ *   state.c          workload records and fleet registrations on disk,
+ *                    written atomically (temporary file, fsync, rename)
+ *   config.c         the option table
+ *   replay.c         the floor below which signed requests are refused after
+ *                    a restart
+ *   watchdog.c       systemd's watchdog, fed only after /healthz answers and
+ *                    every driver worker and the discovery refresher made
+ *                    progress
+ *
  * Threading, in one place:
  *   - HTTP handlers run on libmicrohttpd's pool; they never run a command.
  *   - Each node has a mutex (agent_node.lock) guarding its secret and its
