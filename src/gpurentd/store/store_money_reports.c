@@ -30,7 +30,7 @@ static const char SQL_USAGE_BY_INSTANCE[] =
     "   coalesce(sum(-p.amount) FILTER (WHERE a.kind = 'cash'), 0) AS cash"
     "   FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
     "   JOIN ledger_accounts a ON a.id = p.account_id"
-    "   WHERE t.user_id = ?1 AND t.kind = 'usage' AND t.at >= ?2 AND t.at < ?3 GROUP BY t.instance_id)"
+    "   WHERE t.user_id = ?1 AND t.kind IN ('usage', 'refund') AND t.at >= ?2 AND t.at < ?3 GROUP BY t.instance_id)"
     " SELECT k, (SELECT gpu_model FROM instances WHERE id = k), coalesce((SELECT cs FROM secs WHERE secs.k = keys.k), "
     "0),"
     " coalesce((SELECT cost FROM money WHERE money.k = keys.k), 0), coalesce((SELECT credit FROM money WHERE money.k = "

@@ -20,7 +20,7 @@ import sqlite3
 
 from agent_util import poll
 from harness import START_TIME
-from money_util import MICRO, PRICE, accrue, new_cluster  # noqa: F401 (a fixture)
+from money_util import MICRO, PRICE, accrue, micro, new_cluster  # noqa: F401 (a fixture)
 
 T0 = START_TIME
 DEADLINE = 60  # bound on polls, generous for sanitizer builds
@@ -240,6 +240,11 @@ def test_clock_stepped_back_refunds_to_where_the_money_came_from(new_cluster):
     assert b["cash"] == 20 * MICRO and b["credit"] == 10 * MICRO - one_hour
     (statement,) = c.transactions(u, kind="refund")  # the user's statement shows it
     assert (statement["kind"], statement["instance_id"]) == ("refund", iid), statement
+    # The usage the user reads is what they were finally charged.
+    r = c.d.get("/v1/usage", key=u.key, params={"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"})
+    assert r.status_code == 200, r.text
+    ((row,),) = [[x for x in r.json()["data"] if x["instance_id"] == iid]]
+    assert micro(row["cost"]) == one_hour and micro(row["paid_by_cash"]) == 0, row
     c.verify()
 
 

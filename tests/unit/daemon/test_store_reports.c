@@ -159,9 +159,9 @@ static void test_usage_clips_running_time_to_the_period_by_instance_or_type(void
     assert_int_equal(n, 1);
 }
 
-/* GET /v1/usage documents its cost as usage transactions only: a refund
- * given in the period does not lower it (the report views net refunds). */
-static void test_usage_cost_counts_usage_transactions_not_refunds(void **state)
+/* GET /v1/usage's cost is what was finally charged in the period: a refund
+ * given in it lowers it, as the report views net refunds out. */
+static void test_usage_cost_nets_refunds_out(void **state)
 {
     setup_rows();
     topup(alice, "pay-1", 100000, 10);
@@ -174,7 +174,7 @@ static void test_usage_cost_counts_usage_transactions_not_refunds(void **state)
     size_t n;
     assert_int_equal(store_usage(fx.s, alice, 1000, 2000, 1300, 0, u, 4, &n), STORE_OK);
     assert_int_equal(n, 1);
-    assert_int_equal(u[0].cost, 5000);
+    assert_int_equal(u[0].cost, 3000);
 }
 
 static void test_funds_before_are_the_ledger_as_it_stood(void **state)
@@ -597,7 +597,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         fx_test(test_transactions_show_each_movement_with_its_credit_and_cash_split),
         fx_test(test_usage_clips_running_time_to_the_period_by_instance_or_type),
-        fx_test(test_usage_cost_counts_usage_transactions_not_refunds),
+        fx_test(test_usage_cost_nets_refunds_out),
         fx_test(test_funds_before_are_the_ledger_as_it_stood),
         fx_test(test_burn_rate_is_price_times_cards_of_what_runs),
         fx_test(test_money_totals_add_up_every_kind_of_movement),
