@@ -96,9 +96,12 @@ else:
 DEADLINE = 60         # bound on every wait, generous for sanitizer builds
 MISS_LIMIT = 3        # heartbeat_miss_limit
 LOST_AFTER = 1800     # node_lost_after_s
-# A paused agent costs a heartbeat its whole timeout (a missed beat a
-# second); a healthy one answers far inside it, even under ASan.
-WALK_OPTIONS = {"payment_webhook_secret": SECRET, "agent_timeout_ms": "1000",
+# A paused agent costs a heartbeat its whole timeout (a missed beat every
+# two seconds); a healthy one answers far inside it, even under ASan. Two
+# seconds, not one: a blip's billing and comparison must end before its
+# fleet misses MISS_LIMIT beats, and under the whole sanitized suite on two
+# cores they once took over three seconds.
+WALK_OPTIONS = {"payment_webhook_secret": SECRET, "agent_timeout_ms": "2000",
                 "heartbeat_miss_limit": str(MISS_LIMIT), "node_lost_after_s": str(LOST_AFTER)}
 # key: (GPU model, nodes, the fleet's directory name)
 FLEETS = {"a": ("MI450", 3, "fleet-mi450"), "b": ("MI450", 2, "fleet-mi450-b"), "x": ("MI300X", 2, "fleet-mi300x")}
