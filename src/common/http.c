@@ -561,7 +561,13 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
         log_error("http: listen address '%s' is not a numeric IP address: %s", cfg->host, gai_strerror(gai));
         goto fail;
     }
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    /* poll(), not epoll: with a thread pool on epoll, libmicrohttpd's
+     * MHD_quiesce_daemon (http_server_stop's first step) races its workers
+     * for removing the listen socket from their epoll sets, and the loser
+     * aborts the process ("Failed to remove listen FD from epoll set"):
+     * an agent or a daemon stopping on SIGTERM died now and then. With
+     * poll() the workers learn of the quiesce through their ITC. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     if (cfg->cert_file && cfg->cert_file[0]) {
