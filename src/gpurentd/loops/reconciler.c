@@ -800,7 +800,6 @@ static struct pass_result run_pass(struct store *s, int sweep)
             strcmp(targets[i].health, "up") == 0 && (sweep || bsearch(targets[i].id, asked, n_asked, ID_MAX, id_cmp))
                 ? agent_call_new(targets[i].agent_url, targets[i].secret, "GET", "/v1/workloads", NULL, &opts)
                 : NULL;
-    size_t work_base = k;
     for (size_t i = 0; i < n_ins; i++)
         for (size_t r = 0; r < works[i].n_nodes; r++)
             calls[k++] = works[i].call[r];
@@ -861,7 +860,6 @@ static struct pass_result run_pass(struct store *s, int sweep)
     if (!b.ctx) /* out of memory: the next pass tries again */
         res.busy = 1;
     free(b.ctx);
-    (void)work_base;
     free(seen);
     for (size_t i = 0; i < k; i++)
         agent_call_free(calls[i]);
@@ -896,7 +894,10 @@ static void *reconciler_main(void *arg)
         /* Provisioning is watched closely while it moves, then less and
          * less often while nothing does (an image pull can take minutes). */
         if (r.busy) {
-            quick = r.progress || !quick ? QUICK_MS : quick * 2;
+            /* Capped at the period: an instance waiting on an unreachable
+             * node keeps a pass busy without progress for minutes, and an
+             * uncapped doubling overflows. */
+            quick = r.progress || !quick ? QUICK_MS : quick < ms ? quick * 2 : ms;
             if (quick < ms)
                 ms = quick;
         } else {
