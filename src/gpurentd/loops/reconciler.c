@@ -374,7 +374,7 @@ static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *re
 static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
-    char failure[256] = "";
+    char failure[256] = "", exited[256] = "";
     int all_running = w->n_nodes > 0, any_put = 0, slowest = 4;
     char slowest_phase[16] = "";
     for (size_t r = 0; r < w->n_nodes; r++) {
@@ -398,8 +398,11 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
                 snprintf(failure, sizeof failure, "node %s refused the workload (HTTP %ld)", p->node_name, c->status);
             }
         }
-        if (strcmp(p->phase, "failed") == 0 || strcmp(p->phase, "exited") == 0)
-            snprintf(failure, sizeof failure, "node %s: workload %s: %.160s", p->node_name, p->phase, p->message);
+        if (strcmp(p->phase, "failed") == 0)
+            snprintf(failure, sizeof failure, "node %s: workload failed: %.160s", p->node_name, p->message);
+        else if (strcmp(p->phase, "exited") == 0 && !exited[0])
+            snprintf(exited, sizeof exited, "node %s: workload exited before every node was seen running: %.160s",
+                     p->node_name, p->message);
         any_put |= p->put_done;
         int pr = phase_rank(p->phase);
         all_running &= pr == 3;
@@ -417,6 +420,12 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
                  (long long)daemon_config->provision_timeout_s);
     if (failure[0])
         return attempt_failed(s, ctx, failure);
+    /* A job that ran and ended before the pass saw every node running is
+     * over, not a failed attempt: trying it again would run it twice. It
+     * is billed as every run is, from when the control plane saw all its
+     * nodes running, which here it never did. */
+    if (exited[0])
+        return end_run(s, ctx, "stopped", ctx->now, exited);
     if (all_running) {
         int rc = store_interval_open(s, &w->in, ctx->now);
         if (rc != STORE_OK)

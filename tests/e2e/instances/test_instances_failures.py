@@ -254,6 +254,26 @@ def test_workload_that_exits_ends_the_run(cloud):
     assert cloud.workloads("n-01") == []
 
 
+def test_job_that_ends_before_every_rank_runs_is_over_not_retried(cloud):
+    """A rank whose job ends while another rank still pulls: the job ran, so
+    the instance stops (not retried on other cards, which would run it a
+    second time), and nothing is billed, since the instance was never seen
+    running on all its nodes."""
+    cloud.fleet(1, prefix="fast-", sim={"sim_pull_ms": "0"})
+    cloud.fleet(1, prefix="slow-", sim={"sim_pull_ms": "4000"})
+    cloud.add_image("example/exit-after-100:1")
+    u = cloud.user()
+    inst = cloud.create(u, card_count=16, image="example/exit-after-100:1")
+    i = cloud.wait_state(u, inst["id"], ("stopped", "failed"))
+    assert i["state"] == "stopped", i
+    assert "fast-01: workload exited before every node was seen running" in i["state_reason"], i
+    assert cloud.d.sql("SELECT count(*) FROM running_intervals") == [(0,)]
+    assert cloud.d.sql("SELECT attempts FROM instances WHERE id = ?", (inst["id"],)) == [(0,)]
+    assert cloud.held_cards(inst["id"]) == {}
+    cloud.wait_no_orphans()
+    assert [e["state"] for e in cloud.events(u, inst["id"])].count("pending") == 1
+
+
 def test_stop_and_terminate_while_provisioning(cloud):
     """Changing one's mind mid-pull removes the workloads and frees the
     cards; nothing was billed."""

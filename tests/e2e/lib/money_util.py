@@ -568,6 +568,11 @@ class RefModel:
                 return iv
         return None
 
+    def drop_open(self, uid, iid):
+        """Forgets the instance's open interval: the daemon never opened it
+        (the job ended before every node was seen running)."""
+        self.users[uid]["intervals"].remove(self.open_of(uid, iid))
+
     def close_interval(self, uid, iid, at):
         """Ends the open interval at max(start, at), refunding what it was
         charged past there (ledger_close_interval)."""

@@ -178,7 +178,7 @@ class Run:
         self.http = requests.Session()
         self.http.trust_env = False  # no proxy look-up per request: loopback only
         self.counts = {"ran out": 0, "refused 402": 0, "no capacity": 0, "blips": 0, "blips gone long": 0,
-                       "silences": 0, "restarts": 0, "offline": 0, "lost": 0, "back running": 0, "exits": 0,
+                       "silences": 0, "restarts": 0, "offline": 0, "lost": 0, "back running": 0, "exits": 0, "exits before running": 0,
                        "clock back": 0, "unreachable out of funds": 0}
         ids = dict(self.d.sql("SELECT name, id FROM nodes"))
         self.fleets = {}
@@ -594,7 +594,19 @@ class Run:
             return
         start, i = self.now(), self.instances[iid]
         fs, name = self.fleet_of(iid), self.node_fleet[i["node"]].nodes[i["node"]]
-        self.c.wait_state(u, iid, ("running", "stopped"), timeout=DEADLINE)
+        body = self.c.wait_state(u, iid, ("running", "stopped"), timeout=DEADLINE)
+        if body["state"] == "stopped" and not self.d.sql("SELECT 1 FROM running_intervals WHERE instance_id = ?",
+                                                         (iid,)):
+            # It ended before a pass saw it running: nothing was billed, and
+            # it is not run again on other cards.
+            self.check("exited before every node was seen running" in body["state_reason"],
+                       f"{iid} stopped unbilled: {body['state_reason']!r}")
+            self.model.drop_open(u.id, iid)
+            i["state"] = "stopped"
+            self.counts["exits before running"] += 1
+            self.log[-1] += ", ended before it was seen running"
+            self.wait(lambda: i["workload"] not in self.agent_workloads(fs, name), f"{iid}'s workload to be deleted")
+            return
         k = self.rng.choice([0, 1, self.rng.randint(2, 600)])
         self.d.set_clock(start + k)
         moved = time.time()
