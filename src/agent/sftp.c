@@ -237,9 +237,10 @@ int sftp_path_normalize(const char *in, char *out, size_t outlen)
         if (n == 0 || (n == 1 && start[0] == '.'))
             continue;
         if (n == 2 && start[0] == '.' && start[1] == '.') {
-            while (len > 0 && out[len] != '/')
-                len--;
-            /* out[0] is '/' whenever len > 0; back at the root, len is 0. */
+            /* Back to the '/' that began the last component (out[0] when
+             * it was the first, leaving len 0: the root). */
+            while (len > 0 && out[--len] != '/')
+                ;
             continue;
         }
         if (len + 1 + n + 1 > outlen)
