@@ -346,6 +346,13 @@ uint32_t sftp_status_of_errno(int err)
 
 /* ---- the server ---- */
 
+/* The permission bits a client may set: no set-user-ID or set-group-ID,
+ * since files are made as the agent's user (often root), and a program
+ * that ran as it from the volume would be a way up. A mode given at
+ * create time loses them silently, like bits a umask takes away; an
+ * explicit chmod asking for them is refused. */
+#define SFTP_MODE_BITS 01777u
+
 struct sftp_handle {
     int used;        /* slot holds an open file or directory */
     uint32_t gen;    /* bumped on every close, so a stale handle string finds nothing */
@@ -565,7 +572,7 @@ static int do_open(struct sftp_server *s, uint32_t id, struct sftp_in *in)
     /* O_NONBLOCK so that a FIFO someone left in the volume cannot hang the
      * server in open; anything but a regular file is refused below. */
     flags |= O_NOCTTY | O_NONBLOCK;
-    unsigned mode = (a.flags & SFTP_ATTR_PERMISSIONS) ? (a.perm & 07777) : 0666;
+    unsigned mode = (a.flags & SFTP_ATTR_PERMISSIONS) ? (a.perm & SFTP_MODE_BITS) : 0666;
     int fd = resolve(s, path, flags, mode);
     if (fd < 0)
         return send_errno(s, id, errno);
@@ -730,7 +737,9 @@ static int apply_attrs(struct sftp_server *s, uint32_t id, int fd, int is_opath,
             return send_errno(s, id, errno);
     }
     if (a->flags & SFTP_ATTR_PERMISSIONS) {
-        mode_t mode = a->perm & 07777;
+        if (a->perm & (S_ISUID | S_ISGID))
+            return send_status(s, id, SFTP_FX_PERMISSION_DENIED, "set-user-ID and set-group-ID bits are not allowed");
+        mode_t mode = a->perm & SFTP_MODE_BITS;
         if ((is_opath ? chmod(link, mode) : fchmod(fd, mode)) != 0)
             return send_errno(s, id, errno);
     }
@@ -870,7 +879,7 @@ static int do_mkdir(struct sftp_server *s, uint32_t id, struct sftp_in *in)
     int pfd = resolve_parent(s, path, &name);
     if (pfd < 0)
         return send_errno(s, id, errno == EPERM ? EEXIST : errno);
-    mode_t mode = (a.flags & SFTP_ATTR_PERMISSIONS) ? (a.perm & 07777) : 0777;
+    mode_t mode = (a.flags & SFTP_ATTR_PERMISSIONS) ? (a.perm & SFTP_MODE_BITS) : 0777;
     int rc = mkdirat(pfd, name, mode), err = errno;
     close(pfd);
     return rc == 0 ? send_ok(s, id) : send_errno(s, id, err);

@@ -122,6 +122,27 @@ def test_ls_long_mkdir_rename_chmod_rm_rmdir(served):
     served.check_server_exits()
 
 
+def test_preserve_resume_fsync_df_hardlink(served):
+    f = served.work / "f.bin"
+    f.write_bytes(os.urandom(600 * 1024))
+    f.chmod(0o600)
+    os.utime(f, (1600000000, 1600000000))
+    # A partial upload left behind, completed by reput.
+    (served.root / "part.bin").write_bytes(f.read_bytes()[:100 * 1024])
+    p = served.sftp("put -p f.bin kept.bin\nput -f f.bin synced.bin\nreput f.bin part.bin\nln synced.bin hard.bin\n"
+                    "df\n")
+    kept = (served.root / "kept.bin").stat()
+    assert kept.st_mtime == 1600000000 and (kept.st_mode & 0o777) == 0o600
+    assert sha(served.root / "synced.bin") == sha(f) and sha(served.root / "part.bin") == sha(f)
+    assert (served.root / "hard.bin").stat().st_ino == (served.root / "synced.bin").stat().st_ino
+    assert "Avail" in p.stdout, p.stdout
+    # No set-user-ID or set-group-ID bits through chmod.
+    p = served.sftp("-chmod 4755 kept.bin\n-chmod 2755 kept.bin\nchmod 1755 kept.bin\n")
+    assert (served.root / "kept.bin").stat().st_mode & 0o7777 == 0o1755
+    assert p.stderr.count("Permission denied") == 2, p.stderr
+    served.check_server_exits()
+
+
 def test_dotdot_stays_inside_the_root(served):
     (served.work / "f").write_bytes(b"payload")
     p = served.sftp("-get ../outside/secret s1\n-get ../../../../../etc/passwd s2\n-get /../outside/secret s3\n"
@@ -310,6 +331,10 @@ def test_raw_bounds_and_statuses(served, raw):
     assert t == 101 and status(body)[0] == 8
     t, body = raw.request(200, s("nonsense@example.com"))
     assert t == 101 and status(body)[0] == 8
+    # A mode given at create time loses set-user-ID and set-group-ID.
+    t, body = raw.request(3, s("suid") + struct.pack(">III", 0x2 | 0x8, 0x4, 0o6755))
+    assert status(raw.request(4, s(handle(t, body)))[1])[0] == 0
+    assert (served.root / "suid").stat().st_mode & 0o7777 == 0o755
     # Removing or renaming the root itself is refused.
     t, body = raw.request(15, s("/shared"))
     assert t == 101 and status(body)[0] == 3
