@@ -372,6 +372,7 @@ struct sftp_server {
 
 static int write_all(int fd, const unsigned char *p, size_t n)
 {
+    errno = 0;
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR)
@@ -392,7 +393,11 @@ static int send_reply(struct sftp_server *s)
         log_error("sftp-server: a reply could not be built (out of memory or over %d bytes)", SFTP_PACKET_MAX);
         return -1;
     }
-    return write_all(s->out_fd, s->out.p, s->out.len);
+    if (write_all(s->out_fd, s->out.p, s->out.len) != 0) {
+        log_error("sftp-server: writing a reply: %s", errno ? strerror(errno) : "the client stopped reading");
+        return -1;
+    }
+    return 0;
 }
 
 static int send_status(struct sftp_server *s, uint32_t id, uint32_t code, const char *msg)
