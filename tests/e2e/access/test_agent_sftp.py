@@ -13,6 +13,7 @@ import hashlib
 import os
 import struct
 import subprocess
+import threading
 
 import pytest
 
@@ -340,6 +341,44 @@ def test_raw_bounds_and_statuses(served, raw):
     assert t == 101 and status(body)[0] == 3
     t, body = raw.request(18, s("/") + s("/moved"))
     assert t == 101 and status(body)[0] == 3
+
+
+def test_raw_swapping_a_directory_for_a_symlink_never_reaches_outside(served, raw):
+    """While the host swaps a directory of the root for symlinks to the
+    outside (absolute and relative) as fast as it can, every read through
+    the swapped name gets the root's file or an error, never the outside's."""
+    (served.root / "real").mkdir()
+    (served.root / "real" / "secret").write_text("inside\n")
+    os.symlink(str(served.outside), served.root / "abs")
+    os.symlink("../outside", served.root / "rel")
+    stop = threading.Event()
+
+    def swap():
+        names = ["real", "abs", "rel"]
+        i = 0
+        while not stop.is_set():
+            os.rename(served.root / names[i % 3], served.root / "swap")
+            os.rename(served.root / "swap", served.root / names[i % 3])
+            i += 1
+
+    t = threading.Thread(target=swap)
+    t.start()
+    try:
+        seen = set()
+        for _ in range(2000):
+            for name in ("swap/secret", "/shared/swap/../swap/secret"):
+                ptype, body = raw.request(3, s(name) + struct.pack(">II", 1, 0))
+                if ptype != 102:
+                    continue
+                h = handle(ptype, body)
+                ptype, body = raw.request(5, s(h) + struct.pack(">QI", 0, 4096))
+                assert ptype == 103
+                seen.add(body[4:])
+                assert status(raw.request(4, s(h))[1])[0] == 0
+    finally:
+        stop.set()
+        t.join()
+    assert seen <= {b"inside\n"}, seen
 
 
 def test_raw_oversized_packet_ends_the_session(raw):
