@@ -45,6 +45,9 @@
  *   watchdog.c       systemd's watchdog, fed only after /healthz answers and
  *                    every driver worker and the discovery refresher made
  *                    progress
+ *   sftp.c           `sftp-server --root DIR` (sftp.h): the SFTP server the
+ *                    SSH server runs for the sftp subsystem, every path
+ *                    resolved inside DIR with openat2(RESOLVE_IN_ROOT)
  *
  * Threading, in one place:
  *   - HTTP handlers run on libmicrohttpd's pool; they never run a command.
@@ -69,6 +72,7 @@
 
 #include "discovery/discovery.h"
 #include "exec.h"
+#include "sftp.h"
 #include "gpurent/conf.h"
 #include "gpurent/http.h"
 #include "gpurent/log.h"
