@@ -143,6 +143,29 @@ int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a)
     return finish(a);
 }
 
+int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, int tty, const char *term,
+                  struct argv_buf *a)
+{
+    char name[AGENT_NAME_MAX + 16];
+    oci_container_name(id, name, sizeof name);
+    argv_add(a, c->exe);
+    argv_add(a, "exec");
+    argv_add(a, "-i");
+    if (tty)
+        argv_add(a, "-t");
+    if (term && term[0]) {
+        argv_add(a, "-e");
+        argv_addf(a, "TERM=%s", term);
+    }
+    argv_add(a, name);
+    argv_add(a, "/bin/sh");
+    if (command) {
+        argv_add(a, "-c");
+        argv_add(a, command);
+    }
+    return finish(a);
+}
+
 /* Reads exactly n digits at *p into *out and moves past them; -1 if not. */
 static int digits(const char **p, int n, int *out)
 {
@@ -451,6 +474,18 @@ static int oci_unmount(const struct runtime *rt, struct workload *w, const char 
     return STEP_OK;
 }
 
+static int oci_shell(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
+                     struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen)
+{
+    struct oci_cmd c = cmd_of(rt);
+    cwd[0] = '\0';
+    if (oci_argv_exec(&c, w->id, command, tty, term, argv) < 0) {
+        snprintf(msg, msglen, "exec: the command line does not fit");
+        return STEP_FAIL;
+    }
+    return STEP_OK;
+}
+
 const struct runtime_ops oci_runtime_ops = {
     .name = "oci",
     .delay_ms = oci_delay_ms,
@@ -460,4 +495,5 @@ const struct runtime_ops oci_runtime_ops = {
     .state = oci_state,
     .remove = oci_remove,
     .unmount = oci_unmount,
+    .shell = oci_shell,
 };
