@@ -33,6 +33,10 @@
  *   exec.c           the one process runner (exec.h): no shell, the program
  *                    found before the fork, its own process group, killed at
  *                    a deadline, on DELETE or shutdown, its output capped
+ *   ssh/             the SSH server (ssh/ssh.h): libssh listeners per node,
+ *                    public-key logins against the workload specs, commands,
+ *                    PTY shells and the sftp subsystem run through the
+ *                    runtime, `ssh -L` only to the workload's own ports
  *   discovery/       amd_smi.c, rocm_smi.c, nvidia_smi.c (one tool each),
  *                    models.c (catalog models), text.c and cards.c (what the
  *                    parsers share), discovery.c (runs a tool through exec.c
@@ -69,6 +73,7 @@
 
 #include "discovery/discovery.h"
 #include "exec.h"
+#include "ssh/ssh.h"
 #include "gpurent/conf.h"
 #include "gpurent/http.h"
 #include "gpurent/log.h"
@@ -301,6 +306,9 @@ struct agent_node {
     size_t n_wl, cap_wl;          /* used and allocated entries of wl */
     int64_t workload_exits;       /* node lock: workloads that reached exited or failed since the process
                                      started (facts' workload_exits) */
+    int ssh_port;                 /* the SSH port bound for it, 0 when none; set before the API serves */
+    char ssh_host_key[128];       /* "ssh-ed25519 <base64>", its public host key; the same */
+    char ssh_fingerprint[96];     /* "SHA256:..." of it; the same */
 };
 struct driver;
 struct runtime;
@@ -314,6 +322,7 @@ struct agent {
     struct driver *driver;        /* workload driver threads */
     const struct runtime *rt;     /* sim, podman or docker */
     struct http_server *http;     /* the API */
+    struct ssh_server *ssh;       /* the SSH server, NULL when off */
     atomic_int stopping;          /* SIGTERM: interrupt commands in flight */
     const char *conf_file;        /* -c FILE or NULL: read again on SIGHUP */
     char **conf_overrides;        /* "key=value" as first applied, again on SIGHUP */
