@@ -1,9 +1,11 @@
 /* agent.h: gpurent-agent's own modules, grouped by the file that implements
  * them, so this header is also a map of the node agent (see
- * docs/AGENT_PROTOCOL.md for the API it serves). Two parts have headers of
- * their own, included here, because they need nothing of the rest:
- * GPU discovery (discovery/discovery.h, the folder src/agent/discovery)
- * and the process runner (exec.h, exec.c), which discovery uses too.
+ * docs/AGENT_PROTOCOL.md for the API it serves). Three parts have headers
+ * of their own, included here: GPU discovery (discovery/discovery.h, the
+ * folder src/agent/discovery) and the process runner (exec.h, exec.c),
+ * which discovery uses too, because they need nothing of the rest; and the
+ * SSH server (ssh/ssh.h, the folder src/agent/ssh), whose internals only
+ * its own files see.
  *
  *   main.c, serve.c  subcommands; the serving life cycle shared by `serve`
  *                    and `sim-fleet`: configuration, the state directory

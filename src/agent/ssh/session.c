@@ -471,6 +471,13 @@ void ssh_chan_pump(struct ssh_chan *ch)
         close(ch->in_fd);
         ch->in_fd = -1;
     }
+    struct ssh_conn *c = ch->conn;
+    if (WIFEXITED(ch->wait_status))
+        log_info("ssh: node %s workload %s user %s from %s:%d: ended with status %d", c->listener->node->name,
+                 c->wl_id, c->user, c->addr, c->port, WEXITSTATUS(ch->wait_status));
+    else
+        log_info("ssh: node %s workload %s user %s from %s:%d: ended by signal %s", c->listener->node->name,
+                 c->wl_id, c->user, c->addr, c->port, signal_name(WTERMSIG(ch->wait_status)));
     if (!ch->client_closed) {
         if (WIFEXITED(ch->wait_status))
             ssh_channel_request_send_exit_status(ch->channel, WEXITSTATUS(ch->wait_status));
