@@ -376,14 +376,26 @@ static void accept_one(struct ssh_listener *l)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void *listener_main(void *arg)
+/* One thread accepts for every node (a sim fleet has hundreds): it polls
+ * all the listening sockets together. */
+static void *accept_main(void *arg)
 {
-    struct ssh_listener *l = arg;
-    while (!atomic_load(&l->srv->stopping)) {
-        struct pollfd p = {.fd = l->fd, .events = POLLIN};
-        if (poll(&p, 1, 250) > 0)
-            accept_one(l);
+    struct ssh_server *s = arg;
+    struct pollfd *p = calloc(s->n_listeners, sizeof *p);
+    if (!p) {
+        log_error("ssh: out of memory: no SSH logins are accepted");
+        return NULL;
     }
+    for (size_t i = 0; i < s->n_listeners; i++)
+        p[i] = (struct pollfd){.fd = s->listeners[i].fd, .events = POLLIN};
+    while (!atomic_load(&s->stopping)) {
+        if (poll(p, (nfds_t)s->n_listeners, 250) <= 0)
+            continue;
+        for (size_t i = 0; i < s->n_listeners; i++)
+            if (p[i].revents & POLLIN)
+                accept_one(&s->listeners[i]);
+    }
+    free(p);
     return NULL;
 }
 
@@ -462,16 +474,13 @@ int ssh_server_start(struct agent *a, struct ssh_server **out)
             return -1;
         }
     }
-    for (size_t i = 0; i < s->n_listeners; i++) {
-        struct ssh_listener *l = &s->listeners[i];
-        int rc = pthread_create(&l->thread, NULL, listener_main, l);
-        if (rc != 0) {
-            log_error("ssh: cannot start a listener thread: %s", strerror(rc));
-            ssh_server_stop(s);
-            return -1;
-        }
-        l->thread_started = 1;
+    int rc = pthread_create(&s->accept_thread, NULL, accept_main, s);
+    if (rc != 0) {
+        log_error("ssh: cannot start the accept thread: %s", strerror(rc));
+        ssh_server_stop(s);
+        return -1;
     }
+    s->accept_started = 1;
     *out = s;
     return 0;
 }
@@ -481,9 +490,8 @@ void ssh_server_stop(struct ssh_server *s)
     if (!s)
         return;
     atomic_store(&s->stopping, 1);
-    for (size_t i = 0; i < s->n_listeners; i++)
-        if (s->listeners[i].thread_started)
-            pthread_join(s->listeners[i].thread, NULL);
+    if (s->accept_started)
+        pthread_join(s->accept_thread, NULL);
     /* Connection threads see stopping within one poll and end. */
     pthread_mutex_lock(&s->lock);
     while (s->connections > 0)

@@ -3,8 +3,8 @@
  * the image:
  *
  *   server.c   one listener per node (its own port and ed25519 host key,
- *              kept in the node's directory), an accept thread each, one
- *              thread per connection driving an ssh_event; public-key login
+ *              kept in the node's directory), one accept thread for all,
+ *              one thread per connection driving an ssh_event; public-key login
  *              only, as the workload spec's ssh.user with one of its
  *              ssh.authorized_keys while the workload runs; failed logins
  *              rate-limited per client address; every login and refusal
@@ -23,6 +23,7 @@
 #ifndef GPURENT_AGENT_SSH_H
 #define GPURENT_AGENT_SSH_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -65,6 +66,8 @@ struct ssh_server {
     struct ssh_listener *listeners; /* one per node, in a->nodes order */
     size_t n_listeners;
     atomic_int stopping;           /* ssh_server_stop: every thread ends */
+    pthread_t accept_thread;       /* accepts for every listener */
+    int accept_started;
     pthread_mutex_t lock;          /* guards what follows */
     pthread_cond_t idle;           /* signalled when a connection ends */
     int64_t connections;           /* connection threads alive, all nodes */
@@ -76,8 +79,6 @@ struct ssh_listener {
     struct agent_node *node;
     int fd;                        /* listening socket, -1 if none */
     ssh_bind bind;                 /* holds the host key */
-    pthread_t thread;
-    int thread_started;
     int64_t active;                /* srv->lock: this node's connections */
 };
 
