@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from agent_util import Agent, assert_error, poll
+from agent_util import Agent, FakeControlPlane, Fleet, assert_error, poll
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh-keygen"),
                                 reason="needs openssh-client")
@@ -307,3 +307,37 @@ def test_failed_logins_are_rate_limited(tmp_path, keys):
         assert "failed logins in a minute" in n.agent.stderr_text()
     finally:
         n.stop()
+
+
+def test_each_fleet_node_has_its_own_listener_and_host_key(tmp_path, keys):
+    cp = FakeControlPlane()
+    f = Fleet(tmp_path, cp.url, nodes=3, model="MI450")
+    try:
+        names = list(f.nodes)
+        facts = {n: f.request(n, cp.secrets[n], "GET", "/v1/facts").json()["ssh"] for n in names}
+        assert len({x["port"] for x in facts.values()}) == 3
+        assert len({x["host_key"] for x in facts.values()}) == 3
+        for n in names:
+            assert os.path.exists(os.path.join(f.state_dir, "nodes", n, "ssh_host_ed25519_key"))
+        # A login on the second node reaches that node's workload only.
+        second = names[1]
+        wid = wl_id()
+        spec = {"image": "img", "gpus": [0], "ssh": {"user": "ins_fleet-1", "authorized_keys": [keys["mine"][1]]}}
+        assert f.request(second, cp.secrets[second], "PUT", f"/v1/workloads/{wid}", json=spec).status_code == 201
+        poll(lambda: f.request(second, cp.secrets[second], "GET", f"/v1/workloads/{wid}").json()["phase"]
+             == "running", 20, "the workload running")
+        kh = tmp_path / "known_hosts"
+        kh.write_text("".join(f"[127.0.0.1]:{x['port']} {x['host_key']}\n" for x in facts.values()))
+
+        def ssh(node):
+            return subprocess.run(
+                ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+                 "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={kh}", "-o", "BatchMode=yes",
+                 "-p", str(facts[node]["port"]), "ins_fleet-1@127.0.0.1", "echo $GPURENT_WORKLOAD"],
+                capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        p = ssh(second)
+        assert p.returncode == 0 and p.stdout.strip() == wid, p.stderr
+        assert ssh(names[0]).returncode == 255
+    finally:
+        f.stop()
+        cp.close()
