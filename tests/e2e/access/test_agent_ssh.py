@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from agent_util import Agent, FakeControlPlane, Fleet, assert_error, poll
+from agent_util import AGENT, Agent, FakeControlPlane, Fleet, assert_error, poll
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh-keygen"),
                                 reason="needs openssh-client")
@@ -341,3 +341,37 @@ def test_each_fleet_node_has_its_own_listener_and_host_key(tmp_path, keys):
     finally:
         f.stop()
         cp.close()
+
+
+def has_sftp_server():
+    p = subprocess.run([AGENT, "sftp-server", "--help"], capture_output=True, text=True, timeout=30)
+    return "unknown command" not in p.stderr
+
+
+@pytest.mark.skipif(not shutil.which("sftp"), reason="needs openssh-client's sftp")
+def test_sftp_subsystem_puts_files_into_the_volume(node, keys, workload, tmp_path):
+    if not has_sftp_server():
+        pytest.skip("gpurent-agent sftp-server is not built into this agent yet")
+    local = tmp_path / "data.txt"
+    local.write_text("dataset\n")
+    batch = tmp_path / "batch"
+    batch.write_text(f"put {local} /shared/data.txt\nls /shared\n")
+    p = subprocess.run(["sftp", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+                        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={node.known_hosts}",
+                        "-o", "BatchMode=yes", "-P", str(node.port), "-b", str(batch),
+                        f"{workload['user']}@127.0.0.1"],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(os.path.join(workload["volume"], "data.txt")) as f:
+        assert f.read() == "dataset\n"
+    node.agent.wait_for_log(r"ssh: node node-a workload \S+ user ins_abc-0 from \S+: sftp")
+
+
+def test_sftp_without_a_shared_volume_is_refused(node, keys):
+    node.run_workload("ins_novol-0", [keys["mine"][1]])
+    p = subprocess.run(["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+                        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={node.known_hosts}",
+                        "-o", "BatchMode=yes", "-p", str(node.port), "-s", "ins_novol-0@127.0.0.1", "sftp"],
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0
+    node.agent.wait_for_log(r"cannot start sftp: the workload mounts no volume at /shared")
