@@ -375,3 +375,28 @@ def test_sftp_without_a_shared_volume_is_refused(node, keys):
                        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert p.returncode != 0
     node.agent.wait_for_log(r"cannot start sftp: the workload mounts no volume at /shared")
+
+
+def test_session_limit_and_idle_timeout(tmp_path, keys):
+    n = Node(tmp_path / "lim", ssh_max_sessions="1", ssh_idle_timeout_s="2")
+    held = None
+    try:
+        n.run_workload("ins_lim-0", [keys["mine"][1]])
+        held = subprocess.Popen(
+            ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={n.known_hosts}", "-o", "BatchMode=yes",
+             "-p", str(n.port), "ins_lim-0@127.0.0.1", "sleep 600"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        n.agent.wait_for_log(r"user ins_lim-0 from \S+: command")
+        # The node's one connection is taken: the next is turned away.
+        assert n.ssh(keys["mine"][0], "ins_lim-0", "true").returncode == 255
+        assert "connections already (ssh_max_sessions)" in n.agent.stderr_text()
+        # The silent one is closed after ssh_idle_timeout_s, its command hung up.
+        assert held.wait(timeout=60) == 255
+        n.agent.wait_for_log(r"idle for 2 s, closed")
+        assert n.ssh(keys["mine"][0], "ins_lim-0", "echo again").stdout == "again\n"
+    finally:
+        if held and held.poll() is None:
+            held.kill()
+            held.wait(timeout=30)
+        n.stop()
