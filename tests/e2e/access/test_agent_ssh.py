@@ -6,8 +6,14 @@ another key, a workload not running, a password, no spec ssh), the host key
 reported in facts, kept across a restart and pinned by StrictHostKeyChecking,
 and `ssh -L` reaching a server inside the workload but not one outside it.
 """
+import fcntl
 import os
+import pty
+import select
 import shutil
+import signal
+import struct
+import termios
 import socket
 import subprocess
 import sys
@@ -400,3 +406,54 @@ def test_session_limit_and_idle_timeout(tmp_path, keys):
             held.kill()
             held.wait(timeout=30)
         n.stop()
+
+
+def test_pty_window_changes_and_ctrl_c(node, keys, workload):
+    """A real terminal in front of ssh: the remote PTY takes the window size
+    and its changes, and ^C interrupts the remote command, not the session."""
+    master, slave = pty.openpty()
+
+    def set_size(rows, cols):
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    set_size(30, 100)
+    proc = subprocess.Popen(
+        ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+         "-o", f"UserKnownHostsFile={node.known_hosts}", "-o", "BatchMode=yes", "-tt", "-p", str(node.port),
+         f"{workload['user']}@127.0.0.1"],
+        stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    seen = bytearray()
+
+    def wait_for(text, timeout=20):
+        def check():
+            r, _, _ = select.select([master], [], [], 0.2)
+            if r:
+                try:
+                    seen.extend(os.read(master, 65536))
+                except OSError:
+                    pass
+            return text.encode() in seen
+        poll(check, timeout, f"{text!r} on the terminal")
+    try:
+        os.write(master, b"stty size; echo mark-$((1+1))\n")
+        wait_for("30 100")
+        wait_for("mark-2")
+        slave_again = os.open(os.readlink(f"/proc/{proc.pid}/fd/0"), os.O_RDWR | os.O_NOCTTY)
+        fcntl.ioctl(slave_again, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        os.close(slave_again)
+        os.kill(proc.pid, signal.SIGWINCH)
+        os.write(master, b"stty size\n")
+        wait_for("40 120")
+        os.write(master, b"sleep 600\n")
+        wait_for("sleep 600\r\n")
+        os.write(master, b"\x03")  # the remote terminal's interrupt: sleep dies, the shell stays
+        wait_for("^C")
+        os.write(master, b"echo after-$((2+2))\n")
+        wait_for("after-4")
+        os.write(master, b"exit 7\n")
+        assert proc.wait(timeout=30) == 7
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        os.close(master)
