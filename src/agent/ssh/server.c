@@ -87,7 +87,8 @@ static int key_fingerprint(const ssh_key key, char *out, size_t outlen)
 
 static int listen_socket(const char *host, int port, int *bound_port)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
@@ -325,8 +326,8 @@ static void accept_one(struct ssh_listener *l)
     char addr[64] = "?", serv[16] = "0";
     getnameinfo((struct sockaddr *)&ss, sl, addr, sizeof addr, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
     if (over_rate(s, addr)) {
-        log_warn("ssh refused: node %s from %s:%s: more than %lld failed logins in a minute", l->node->name, addr,
-                 serv, (long long)s->agent->conf->ssh_login_rate);
+        log_warn("ssh refused: node %s from %s:%s: more than %lld failed logins in a minute", l->node->name, addr, serv,
+                 (long long)s->agent->conf->ssh_login_rate);
         close(fd);
         return;
     }
@@ -399,8 +400,7 @@ static void *accept_main(void *arg)
     return NULL;
 }
 
-static int listener_open(struct ssh_server *s, struct ssh_listener *l, struct agent_node *n, const char *host,
-                         int port)
+static int listener_open(struct ssh_server *s, struct ssh_listener *l, struct agent_node *n, const char *host, int port)
 {
     struct agent *a = s->agent;
     char dir[PATH_MAX];

@@ -28,9 +28,19 @@ static const struct {
     const char *name; /* as SSH names it: no "SIG" */
     int sig;
 } signals[] = {
-    {"ABRT", SIGABRT}, {"ALRM", SIGALRM}, {"FPE", SIGFPE},   {"HUP", SIGHUP},   {"ILL", SIGILL},
-    {"INT", SIGINT},   {"KILL", SIGKILL}, {"PIPE", SIGPIPE}, {"QUIT", SIGQUIT}, {"SEGV", SIGSEGV},
-    {"TERM", SIGTERM}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
+    {"ABRT", SIGABRT},
+    {"ALRM", SIGALRM},
+    {"FPE",  SIGFPE },
+    {"HUP",  SIGHUP },
+    {"ILL",  SIGILL },
+    {"INT",  SIGINT },
+    {"KILL", SIGKILL},
+    {"PIPE", SIGPIPE},
+    {"QUIT", SIGQUIT},
+    {"SEGV", SIGSEGV},
+    {"TERM", SIGTERM},
+    {"USR1", SIGUSR1},
+    {"USR2", SIGUSR2},
 };
 
 static const char *signal_name(int sig)
@@ -105,8 +115,7 @@ static int flush_pending(struct ssh_chan *ch)
     return 0;
 }
 
-static int chan_data(ssh_session session, ssh_channel channel, void *data, uint32_t len, int is_stderr,
-                     void *userdata)
+static int chan_data(ssh_session session, ssh_channel channel, void *data, uint32_t len, int is_stderr, void *userdata)
 {
     struct ssh_chan *ch = userdata;
     ch->conn->last_activity_ms = clock_mono_ms();
@@ -346,10 +355,17 @@ static int chan_start(struct ssh_chan *ch, const char *command, int sftp)
     if (rc == 0) {
         ch->started = 1;
         log_info("ssh: node %s workload %s user %s from %s:%d: %s%s", n->name, c->wl_id, c->user, c->addr, c->port,
-                 sftp ? "sftp" : command ? "command" : "shell", ch->tty ? " with a pty" : "");
+                 sftp      ? "sftp"
+                 : command ? "command"
+                           : "shell",
+                 ch->tty ? " with a pty" : "");
     } else {
         log_warn("ssh: node %s workload %s user %s from %s:%d: cannot start %s: %s", n->name, c->wl_id, c->user,
-                 c->addr, c->port, sftp ? "sftp" : command ? "the command" : "a shell", msg);
+                 c->addr, c->port,
+                 sftp      ? "sftp"
+                 : command ? "the command"
+                           : "a shell",
+                 msg);
     }
     argv_free(&argv);
     argv_free(&env);
@@ -473,11 +489,11 @@ void ssh_chan_pump(struct ssh_chan *ch)
     }
     struct ssh_conn *c = ch->conn;
     if (WIFEXITED(ch->wait_status))
-        log_info("ssh: node %s workload %s user %s from %s:%d: ended with status %d", c->listener->node->name,
-                 c->wl_id, c->user, c->addr, c->port, WEXITSTATUS(ch->wait_status));
+        log_info("ssh: node %s workload %s user %s from %s:%d: ended with status %d", c->listener->node->name, c->wl_id,
+                 c->user, c->addr, c->port, WEXITSTATUS(ch->wait_status));
     else
-        log_info("ssh: node %s workload %s user %s from %s:%d: ended by signal %s", c->listener->node->name,
-                 c->wl_id, c->user, c->addr, c->port, signal_name(WTERMSIG(ch->wait_status)));
+        log_info("ssh: node %s workload %s user %s from %s:%d: ended by signal %s", c->listener->node->name, c->wl_id,
+                 c->user, c->addr, c->port, signal_name(WTERMSIG(ch->wait_status)));
     if (!ch->client_closed) {
         if (WIFEXITED(ch->wait_status))
             ssh_channel_request_send_exit_status(ch->channel, WEXITSTATUS(ch->wait_status));
