@@ -476,6 +476,11 @@ struct runtime_ops {
      * connection thread with no lock held. STEP_OK or STEP_FAIL with msg. */
     int (*shell)(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
                  struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen);
+    /* SSH forwards: the host pid of workload id's main process, whose
+     * namespaces are the container's; 0 for the sim, whose processes share
+     * the host's. Takes the id, not the workload, as it runs a command with
+     * no lock held. STEP_OK or STEP_FAIL with msg. */
+    int (*main_pid)(const struct runtime *rt, const char *id, long *pid, char *msg, size_t msglen);
 };
 struct runtime {
     const struct runtime_ops *ops; /* what this runtime does */
@@ -518,6 +523,8 @@ int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a);
  * sessions; command NULL for a shell, term "" or NULL for none. */
 int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, int tty, const char *term,
                   struct argv_buf *a);
+/* `container inspect --format {{.State.Pid}} <container>`: SSH forwards. */
+int oci_argv_inspect_pid(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 /* Parses inspect output "STATUS EXITCODE FINISHEDAT"; for exited ones fills
  * ex (zeroed first) with what the line tells: the code, and the finish time
  * when it parses and is after 1970. */

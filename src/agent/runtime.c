@@ -167,6 +167,12 @@ static int sim_shell(const struct runtime *rt, struct workload *w, const char *c
     return STEP_OK;
 }
 
+static int sim_main_pid(const struct runtime *rt, const char *id, long *pid, char *msg, size_t msglen)
+{
+    *pid = 0;
+    return STEP_OK;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
     if (remove(path) < 0 && errno != ENOENT)
@@ -199,6 +205,7 @@ const struct runtime_ops sim_runtime_ops = {
     .remove = sim_remove,
     .unmount = sim_unmount,
     .shell = sim_shell,
+    .main_pid = sim_main_pid,
 };
 
 struct runtime *runtime_new(struct agent *a)

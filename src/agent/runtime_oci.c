@@ -166,6 +166,19 @@ int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, 
     return finish(a);
 }
 
+int oci_argv_inspect_pid(const struct oci_cmd *c, const char *id, struct argv_buf *a)
+{
+    char name[AGENT_NAME_MAX + 16];
+    oci_container_name(id, name, sizeof name);
+    argv_add(a, c->exe);
+    argv_add(a, "container");
+    argv_add(a, "inspect");
+    argv_add(a, "--format");
+    argv_add(a, "{{.State.Pid}}");
+    argv_add(a, name);
+    return finish(a);
+}
+
 /* Reads exactly n digits at *p into *out and moves past them; -1 if not. */
 static int digits(const char **p, int n, int *out)
 {
@@ -486,6 +499,37 @@ static int oci_shell(const struct runtime *rt, struct workload *w, const char *c
     return STEP_OK;
 }
 
+static int oci_main_pid(const struct runtime *rt, const char *id, long *pid, char *msg, size_t msglen)
+{
+    struct oci_cmd c = cmd_of(rt);
+    struct argv_buf a = {0};
+    char out[64];
+    struct exec_capture cap = {.buf = out, .cap = sizeof out - 1};
+    struct exec_opts o = {.deadline_ms = clock_mono_ms() + rt->conf->command_timeout_s * 1000,
+                          .stop = &rt->agent->stopping,
+                          .out = &cap};
+    struct exec_result r;
+    *pid = 0;
+    if (oci_argv_inspect_pid(&c, id, &a) < 0) {
+        argv_free(&a);
+        snprintf(msg, msglen, "inspect: command line too long");
+        return STEP_FAIL;
+    }
+    int rc = exec_run(a.v, &o, &r);
+    argv_free(&a);
+    out[cap.len] = '\0';
+    char *end = NULL;
+    long v = strtol(out, &end, 10);
+    if (rc != 0 || v <= 0 || !end || (*end && *end != '\n')) {
+        char why[512];
+        exec_describe(&r, why, sizeof why);
+        snprintf(msg, msglen, "inspect: %s", rc != 0 ? why : "the container has no running process");
+        return STEP_FAIL;
+    }
+    *pid = v;
+    return STEP_OK;
+}
+
 const struct runtime_ops oci_runtime_ops = {
     .name = "oci",
     .delay_ms = oci_delay_ms,
@@ -496,4 +540,5 @@ const struct runtime_ops oci_runtime_ops = {
     .remove = oci_remove,
     .unmount = oci_unmount,
     .shell = oci_shell,
+    .main_pid = oci_main_pid,
 };

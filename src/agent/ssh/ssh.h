@@ -14,7 +14,8 @@
  *              process whose output goes to the channel and whose end
  *              becomes exit-status or exit-signal
  *   forward.c  direct-tcpip (`ssh -L`): only to a port a process of that
- *              workload listens on, everything else refused
+ *              workload listens on (in its container's namespaces with
+ *              podman/docker), everything else refused
  *
  * agent.h includes this header for the first two functions; the rest is
  * shared by the three files alone. Threading: a connection's session, its
@@ -160,10 +161,12 @@ void ssh_chan_set_callbacks(struct ssh_chan *ch);
 /* The message callback: direct-tcpip channel opens; returns 1 for every
  * other message, which libssh then answers by default (refusal). */
 int ssh_forward_message(ssh_session session, ssh_message msg, void *userdata);
-/* Whether a process of workload id listens on TCP port (sim: a process
- * whose environment has GPURENT_WORKLOAD=id owns a listening socket on
- * it). 1, 0. */
-int ssh_forward_port_owned(const char *wl_id, int port);
+/* Whether a process of workload id listens on TCP port: with
+ * container_pid 0 (sim) a process whose environment has
+ * GPURENT_WORKLOAD=id owns a listening socket on it in the host's network;
+ * otherwise a process in container_pid's pid namespace owns one in its
+ * network namespace. 1, 0. */
+int ssh_forward_port_owned(const char *wl_id, long container_pid, int port);
 #endif
 
 #endif

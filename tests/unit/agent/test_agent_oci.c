@@ -572,6 +572,11 @@ static void test_exec_argv(void **state)
     assert_int_equal(oci_argv_exec(&d, "wl_x", "tty", 1, NULL, &a), 0);
     assert_line(&a, "/usr/bin/docker exec -i -t gpurent-wl_x /bin/sh -c tty");
     argv_free(&a);
+    /* Forwards find the container's main process by its pid. */
+    memset(&a, 0, sizeof a);
+    assert_int_equal(oci_argv_inspect_pid(&c, "wl_abc", &a), 0);
+    assert_line(&a, "podman container inspect --format {{.State.Pid}} gpurent-wl_abc");
+    argv_free(&a);
 }
 
 int main(void)
