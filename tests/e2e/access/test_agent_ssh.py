@@ -457,3 +457,105 @@ def test_pty_window_changes_and_ctrl_c(node, keys, workload):
             proc.kill()
             proc.wait(timeout=30)
         os.close(master)
+
+
+STANDIN_PODMAN = """#!/bin/sh
+# Stand-in podman for SSH: records argv; exec runs the shell it was given on
+# the host (where the real one would enter the container); inspect reports a
+# running container whose main pid is in $STANDIN_DIR/pid.
+{ printf '%s' podman; for a in "$@"; do printf '\\037%s' "$a"; done; printf '\\n'; } >> "$STANDIN_DIR/log"
+case "$1" in
+pull|stop|rm) exit 0 ;;
+run) echo 0123abcd; exit 0 ;;
+container)
+    case "$4" in
+    *Pid*) cat "$STANDIN_DIR/pid"; exit 0 ;;
+    *) echo "running 0 0001-01-01T00:00:00Z"; exit 0 ;;
+    esac ;;
+exec)
+    shift
+    while [ $# -gt 0 ]; do
+        case "$1" in -i|-t) shift ;; -e) export "$2"; shift 2 ;; *) break ;; esac
+    done
+    shift  # the container name
+    exec "$@" ;;
+esac
+exit 0
+"""
+
+
+@pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("ip"), reason="needs unshare and ip")
+def test_podman_exec_and_forward_into_the_container_network(tmp_path, keys):
+    standin = tmp_path / "bin"
+    standin.mkdir()
+    (standin / "podman").write_text(STANDIN_PODMAN)
+    os.chmod(standin / "podman", 0o755)
+    env = dict(os.environ, STANDIN_DIR=str(standin), PATH=f"{standin}:{os.environ['PATH']}")
+    # The "container": a network namespace of its own with a server in it.
+    port = free_port()
+    server_dir = tmp_path / "www"
+    server_dir.mkdir()
+    (server_dir / "index.html").write_text("in the container\n")
+    container = subprocess.Popen(
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {sys.executable} -m http.server --bind 127.0.0.1 "
+         f"{port}"], cwd=server_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30).returncode != 0:
+        container.kill()
+        container.wait(timeout=30)
+        pytest.skip("no network namespaces here")
+    (standin / "pid").write_text(f"{container.pid}\n")
+    outside = free_port()
+    host_server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(outside)],
+                                   cwd=server_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    n = None
+    tunnel = None
+    try:
+        def in_netns_listening():
+            with open(f"/proc/{container.pid}/net/tcp") as f:
+                return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
+                           for line in f.readlines()[1:])
+        poll(in_netns_listening, 20, "the server in the container's network")
+        n = Node.__new__(Node)
+        n.dir = str(tmp_path)
+        n.agent = Agent(tmp_path / "agent", options={"runtime": "podman", "command_timeout_s": "10"}, env=env)
+        n.known_hosts = str(tmp_path / "known_hosts")
+        n.pin()
+        name = "gpurent-" + n.run_workload("ins_oci-0", [keys["mine"][1]])
+
+        def calls():
+            with open(standin / "log") as f:
+                return [line.rstrip("\n").split("\x1f") for line in f]
+        p = n.ssh(keys["mine"][0], "ins_oci-0", "echo via-$((3*3)); exit 4")
+        assert p.returncode == 4 and p.stdout == "via-9\n", p.stderr
+        assert ["podman", "exec", "-i", name, "/bin/sh", "-c", "echo via-$((3*3)); exit 4"] in calls()
+        local_in, local_out = free_port(), free_port()
+        tunnel = subprocess.Popen(
+            ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={n.known_hosts}",
+             "-o", "BatchMode=yes", "-N", "-p", str(n.port),
+             "-L", f"127.0.0.1:{local_in}:localhost:{port}", "-L", f"127.0.0.1:{local_out}:localhost:{outside}",
+             "ins_oci-0@127.0.0.1"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def tunnel_up():
+            try:
+                socket.create_connection(("127.0.0.1", local_in), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        poll(tunnel_up, 20, "the tunnel")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{local_in}/index.html", timeout=10).read()
+        assert body == b"in the container\n"
+        assert ["podman", "container", "inspect", "--format", "{{.State.Pid}}", name] in calls()
+        # The host's server on another port is not the container's: refused.
+        with pytest.raises(Exception):
+            urllib.request.urlopen(f"http://127.0.0.1:{local_out}/index.html", timeout=10).read()
+        n.agent.wait_for_log("no process of the workload listens on that port")
+    finally:
+        if tunnel:
+            tunnel.terminate()
+            tunnel.wait(timeout=30)
+        if n:
+            n.stop()
+        for proc in (container, host_server):
+            proc.terminate()
+            proc.wait(timeout=30)
