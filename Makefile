@@ -13,7 +13,7 @@ PREFIX   ?= /usr/local
 PYTHON   ?= /usr/bin/python3
 DESTDIR  ?=
 CC       ?= cc
-PKGS     := libmicrohttpd jansson libcurl sqlite3 openssl inih libsystemd
+PKGS     := libmicrohttpd jansson libcurl sqlite3 openssl inih libsystemd libssh
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wpointer-arith -Wformat=2 -Wcast-qual -Wvla -Wundef -Wwrite-strings \
             -Wno-unused-parameter

@@ -99,7 +99,8 @@ class Cloud:
         fout = self._open("fleet.out")
         cmd = [self.agent, "sim-fleet", "--control-plane", self.url, "--admin-key-file", key_file,
                "--model", "MI450", "--nodes", str(self.nodes), "--cards", "8", "--fabric", "bench",
-               "--region", "local", "--listen", "127.0.0.1:0", "--state-dir", os.path.join(self.work, "fleet")]
+               "--region", "local", "--listen", "127.0.0.1:0", "--state-dir", os.path.join(self.work, "fleet"),
+               "-o", "ssh_listen="]  # benchmarks measure the control plane, not SSH
         for k, v in self.fleet_options.items():
             cmd += ["-o", f"{k}={v}"]
         t0 = time.monotonic()

@@ -1,9 +1,11 @@
 /* agent.h: gpurent-agent's own modules, grouped by the file that implements
  * them, so this header is also a map of the node agent (see
- * docs/AGENT_PROTOCOL.md for the API it serves). Two parts have headers of
- * their own, included here, because they need nothing of the rest:
- * GPU discovery (discovery/discovery.h, the folder src/agent/discovery)
- * and the process runner (exec.h, exec.c), which discovery uses too.
+ * docs/AGENT_PROTOCOL.md for the API it serves). Three parts have headers
+ * of their own, included here: GPU discovery (discovery/discovery.h, the
+ * folder src/agent/discovery) and the process runner (exec.h, exec.c),
+ * which discovery uses too, because they need nothing of the rest; and the
+ * SSH server (ssh/ssh.h, the folder src/agent/ssh), whose internals only
+ * its own files see.
  *
  *   main.c, serve.c  subcommands; the serving life cycle shared by `serve`
  *                    and `sim-fleet`: configuration, the state directory
@@ -33,6 +35,10 @@
  *   exec.c           the one process runner (exec.h): no shell, the program
  *                    found before the fork, its own process group, killed at
  *                    a deadline, on DELETE or shutdown, its output capped
+ *   ssh/             the SSH server (ssh/ssh.h): libssh listeners per node,
+ *                    public-key logins against the workload specs, commands,
+ *                    PTY shells and the sftp subsystem run through the
+ *                    runtime, `ssh -L` only to the workload's own ports
  *   discovery/       amd_smi.c, rocm_smi.c, nvidia_smi.c (one tool each),
  *                    models.c (catalog models), text.c and cards.c (what the
  *                    parsers share), discovery.c (runs a tool through exec.c
@@ -73,6 +79,7 @@
 #include "discovery/discovery.h"
 #include "exec.h"
 #include "sftp.h"
+#include "ssh/ssh.h"
 #include "gpurent/conf.h"
 #include "gpurent/http.h"
 #include "gpurent/log.h"
@@ -128,6 +135,12 @@ struct agent_conf {
     char tls_key[1024];            /* PEM private key */
     int64_t drain_timeout_s;       /* SIGTERM waits this long for requests */
     char log_level[16];            /* error, warn, info, debug */
+    char ssh_listen[128];          /* host:port of the SSH server; "" = none */
+    int64_t ssh_max_sessions;      /* concurrent SSH connections per node */
+    int64_t ssh_auth_timeout_s;    /* bound on key exchange and login */
+    int64_t ssh_max_auth_tries;    /* public keys tried per connection */
+    int64_t ssh_login_rate;        /* failed logins per client address per minute before refusal */
+    int64_t ssh_idle_timeout_s;    /* silent connections closed after this; 0 = never */
 };
 extern const struct conf_option agent_options[];
 /* Loads defaults, then the file (if any), then "key=value" overrides, then
@@ -151,6 +164,9 @@ int agent_check_config(const struct agent_conf *conf);
 #define SPEC_ENV_NAME_MAX 128
 #define SPEC_ENV_VALUE_MAX 4096
 #define SPEC_SIZE_GB_MAX 1048576  /* gpurentd's bound on a volume's size_gb */
+#define SPEC_SSH_USER_MAX 81      /* bytes of ssh.user, NUL included */
+#define SPEC_SSH_MAX_KEYS 64      /* entries of ssh.authorized_keys */
+#define SPEC_SSH_KEY_MAX 16384    /* bytes of one authorized key line */
 
 struct spec_volume {
     char *source;                 /* "nfs.example:/export/vol_x"; owned */
@@ -162,6 +178,13 @@ struct spec_env {
     char *name;                   /* owned */
     char *value;                  /* owned */
 };
+/* Who may log in to the workload over SSH ("ssh" in the spec). */
+struct spec_ssh {
+    int present;                  /* the spec had an ssh object; without one every login is refused */
+    char user[SPEC_SSH_USER_MAX]; /* the login name, 1..80 of [a-z0-9_-] */
+    char **keys;                  /* "<type> <base64>" lines, in the order given; owned */
+    int n_keys;                   /* entries of keys */
+};
 struct wl_spec {
     char *image;                  /* owned */
     int gpus[SPEC_MAX_GPUS];      /* card indices, in the order given */
@@ -171,6 +194,7 @@ struct wl_spec {
     int n_volumes;                /* used entries of volumes */
     struct spec_env *env;         /* sorted by name; owned */
     int n_env;                    /* entries of env */
+    struct spec_ssh ssh;          /* SSH logins to it */
 };
 /* Whether s is 1..63 of [a-z0-9_-]. */
 int agent_name_valid(const char *s);
@@ -184,8 +208,13 @@ void spec_free(struct wl_spec *spec);
 json_t *spec_to_json(const struct wl_spec *spec);
 /* 1 when two specs ask for the same thing: same image, stack, gpus in the
  * same order, volumes (source, target, size) in the same order, same env
- * whatever its order. */
+ * whatever its order, same ssh user and keys in the same order. */
 int spec_equal(const struct wl_spec *a, const struct wl_spec *b);
+/* Parses one ssh.authorized_keys line "<type> <base64>" with libssh; the
+ * blob must be of the named type. 0 with *out (libssh's ssh_key, which the
+ * caller frees with ssh_key_free), or -1. */
+struct ssh_key_struct;
+int spec_ssh_key_import(const char *line, struct ssh_key_struct **out);
 /* Whether the image name contains word: the sim runtime's failure switches. */
 int spec_image_has(const struct wl_spec *spec, const char *word);
 
@@ -283,6 +312,9 @@ struct agent_node {
     size_t n_wl, cap_wl;          /* used and allocated entries of wl */
     int64_t workload_exits;       /* node lock: workloads that reached exited or failed since the process
                                      started (facts' workload_exits) */
+    int ssh_port;                 /* the SSH port bound for it, 0 when none; set before the API serves */
+    char ssh_host_key[128];       /* "ssh-ed25519 <base64>", its public host key; the same */
+    char ssh_fingerprint[96];     /* "SHA256:..." of it; the same */
 };
 struct driver;
 struct runtime;
@@ -296,6 +328,7 @@ struct agent {
     struct driver *driver;        /* workload driver threads */
     const struct runtime *rt;     /* sim, podman or docker */
     struct http_server *http;     /* the API */
+    struct ssh_server *ssh;       /* the SSH server, NULL when off */
     atomic_int stopping;          /* SIGTERM: interrupt commands in flight */
     const char *conf_file;        /* -c FILE or NULL: read again on SIGHUP */
     char **conf_overrides;        /* "key=value" as first applied, again on SIGHUP */
@@ -440,6 +473,18 @@ struct runtime_ops {
     int (*remove)(const struct runtime *rt, struct workload *w, char *msg, size_t msglen);
     /* Unmounts a host directory no workload uses any more. */
     int (*unmount)(const struct runtime *rt, struct workload *w, const char *host_dir, char *msg, size_t msglen);
+    /* SSH: the program that runs command (NULL: an interactive shell)
+     * inside the workload, tty when a PTY was asked for, TERM term ("" for
+     * none). Fills argv, env (NAME=VALUE words; none: the agent's own
+     * environment) and cwd ("" = the agent's). Called from an SSH
+     * connection thread with no lock held. STEP_OK or STEP_FAIL with msg. */
+    int (*shell)(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
+                 struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen);
+    /* SSH forwards: the host pid of workload id's main process, whose
+     * namespaces are the container's; 0 for the sim, whose processes share
+     * the host's. Takes the id, not the workload, as it runs a command with
+     * no lock held. STEP_OK or STEP_FAIL with msg. */
+    int (*main_pid)(const struct runtime *rt, const char *id, long *pid, char *msg, size_t msglen);
 };
 struct runtime {
     const struct runtime_ops *ops; /* what this runtime does */
@@ -453,6 +498,12 @@ struct runtime *runtime_new(struct agent *a);
 void runtime_free(struct runtime *rt);
 /* sim: ms an "exit-after[-N]" image runs, or -1 if it does not exit. */
 int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms);
+/* The host directory holding the volume a workload mounts at /shared: in
+ * sim an absolute source itself (created 0700: every sim node of a machine
+ * shares it), otherwise mount_host_dir's. -1 when it mounts none there. */
+int runtime_shared_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen);
+/* sim: <node dir>/containers/<workload id>, the simulated container. */
+int sim_container_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen);
 /* The simulated runtime (phases with configured delays). */
 extern const struct runtime_ops sim_runtime_ops;
 
@@ -472,6 +523,12 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
 int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_stop(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a);
+/* `exec -i [-t] [-e TERM=term] <container> /bin/sh [-c command]`: SSH
+ * sessions; command NULL for a shell, term "" or NULL for none. */
+int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, int tty, const char *term,
+                  struct argv_buf *a);
+/* `container inspect --format {{.State.Pid}} <container>`: SSH forwards. */
+int oci_argv_inspect_pid(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 /* Parses inspect output "STATUS EXITCODE FINISHEDAT"; for exited ones fills
  * ex (zeroed first) with what the line tells: the code, and the finish time
  * when it parses and is after 1970. */

@@ -129,6 +129,19 @@ static int validate_words(const void *field, char *err, size_t errlen)
     return rc;
 }
 
+/* ssh_listen: host:port, or "" for no SSH server. */
+static int validate_ssh_listen(const void *field, char *err, size_t errlen)
+{
+    char host[128];
+    int port;
+    const char *s = field;
+    if (s[0] && conf_parse_hostport(s, host, sizeof host, &port) < 0) {
+        snprintf(err, errlen, "ssh_listen: '%s' is not HOST:PORT (e.g. 0.0.0.0:2222) or \"\" (no SSH server)", s);
+        return -1;
+    }
+    return 0;
+}
+
 #define OPT_INT(n, lo, hi, d, h) {#n, CONF_INT, lo, hi, #d, offsetof(struct agent_conf, n), sizeof(int64_t), NULL, h}
 #define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct agent_conf, n), sizeof(((struct agent_conf *)0)->n), v, h}
 
@@ -181,6 +194,13 @@ const struct conf_option agent_options[] = {
     OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),
     OPT_INT(drain_timeout_s, 1, 600, 10, "seconds SIGTERM waits for requests in flight"),
     OPT_STR(log_level, "info", conf_validate_log_level, "error, warn, info or debug"),
+    OPT_STR(ssh_listen, "0.0.0.0:2222", validate_ssh_listen,
+            "SSH server address (sim-fleet: node i binds port+i, or its own ephemeral port for 0); \"\" = no SSH server"),
+    OPT_INT(ssh_max_sessions, 1, 100000, 64, "concurrent SSH connections per node"),
+    OPT_INT(ssh_auth_timeout_s, 1, 600, 30, "seconds a connection has to log in"),
+    OPT_INT(ssh_max_auth_tries, 1, 100, 6, "public keys one connection may try"),
+    OPT_INT(ssh_login_rate, 1, 100000, 20, "failed SSH logins per client address per minute before it is refused"),
+    OPT_INT(ssh_idle_timeout_s, 0, 604800, 0, "seconds an SSH connection may stay silent; 0 = no limit"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

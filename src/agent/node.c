@@ -160,6 +160,11 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
     /* The heartbeat carries it so that the control plane lists this node's
      * workloads as soon as one ends, rather than at its next sweep. */
     json_object_set_new(o, "workload_exits", json_integer((json_int_t)exits));
+    /* Set before the API served and never changed after: no lock. */
+    json_object_set_new(o, "ssh",
+                        n->ssh_port > 0 ? json_pack("{s:i, s:s, s:s}", "port", n->ssh_port, "host_key",
+                                                    n->ssh_host_key, "fingerprint", n->ssh_fingerprint)
+                                        : json_null());
     return o;
 }
 

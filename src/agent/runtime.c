@@ -9,9 +9,14 @@
  * too. */
 #include "agent.h"
 
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gpurent/clock.h"
 
@@ -94,8 +99,94 @@ static enum rt_state sim_state(const struct runtime *rt, struct workload *w, str
     return RT_RUNNING;
 }
 
+int sim_container_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen)
+{
+    char node_dir[PATH_MAX];
+    if (agent_node_dir(rt->agent, w->node, node_dir, sizeof node_dir) < 0)
+        return -1;
+    int n = snprintf(out, outlen, "%s/containers/%s", node_dir, w->id);
+    return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
+int runtime_shared_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen)
+{
+    for (int i = 0; i < w->spec.n_volumes; i++) {
+        const struct spec_volume *v = &w->spec.volumes[i];
+        if (strcmp(v->target, "/shared") != 0)
+            continue;
+        if (rt->ops == &sim_runtime_ops && v->source[0] == '/') {
+            int n = snprintf(out, outlen, "%s", v->source);
+            if (n < 0 || (size_t)n >= outlen || state_mkdirs(out) < 0)
+                return -1;
+            return 0;
+        }
+        return mount_host_dir(rt->conf->mount_root, v->source, out, outlen);
+    }
+    return -1;
+}
+
+/* The simulated container: a directory with a `shared` link to the volume,
+ * and /bin/sh run there with HOME pointing at it and GPURENT_WORKLOAD
+ * telling its processes apart (the port forwarding check reads it). For
+ * tests only: it isolates nothing. */
+static int sim_shell(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
+                     struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen)
+{
+    char dir[PATH_MAX], shared[PATH_MAX], link_path[PATH_MAX + 16];
+    if (sim_container_dir(rt, w, dir, sizeof dir) < 0 || state_mkdirs(dir) < 0) {
+        snprintf(msg, msglen, "sim: cannot create the container directory: %s", strerror(errno));
+        return STEP_FAIL;
+    }
+    if (runtime_shared_dir(rt, w, shared, sizeof shared) == 0) {
+        snprintf(link_path, sizeof link_path, "%s/shared", dir);
+        char old[PATH_MAX];
+        ssize_t n = readlink(link_path, old, sizeof old - 1);
+        if (n < 0 || (size_t)n != strlen(shared) || memcmp(old, shared, (size_t)n) != 0) {
+            unlink(link_path);
+            if (symlink(shared, link_path) < 0)
+                log_warn("sim: cannot link %s to %s: %s", link_path, shared, strerror(errno));
+        }
+    }
+    argv_add(argv, "/bin/sh");
+    if (command) {
+        argv_add(argv, "-c");
+        argv_add(argv, command);
+    }
+    argv_addf(env, "HOME=%s", dir);
+    argv_addf(env, "GPURENT_WORKLOAD=%s", w->id);
+    argv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
+    if (term && term[0])
+        argv_addf(env, "TERM=%s", term);
+    for (int i = 0; i < w->spec.n_env; i++)
+        argv_addf(env, "%s=%s", w->spec.env[i].name, w->spec.env[i].value);
+    snprintf(cwd, cwdlen, "%s", dir);
+    if (argv->overflow || env->overflow) {
+        snprintf(msg, msglen, "sim: the command line does not fit");
+        return STEP_FAIL;
+    }
+    return STEP_OK;
+}
+
+static int sim_main_pid(const struct runtime *rt, const char *id, long *pid, char *msg, size_t msglen)
+{
+    *pid = 0;
+    return STEP_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    if (remove(path) < 0 && errno != ENOENT)
+        log_warn("sim: cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* The container directory goes with the workload; FTW_PHYS so the `shared`
+ * link is removed, never followed into the volume. */
 static int sim_remove(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
 {
+    char dir[PATH_MAX];
+    if (sim_container_dir(rt, w, dir, sizeof dir) == 0 && access(dir, F_OK) == 0)
+        nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     return STEP_OK;
 }
 
@@ -113,6 +204,8 @@ const struct runtime_ops sim_runtime_ops = {
     .state = sim_state,
     .remove = sim_remove,
     .unmount = sim_unmount,
+    .shell = sim_shell,
+    .main_pid = sim_main_pid,
 };
 
 struct runtime *runtime_new(struct agent *a)

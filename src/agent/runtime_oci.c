@@ -143,6 +143,42 @@ int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a)
     return finish(a);
 }
 
+int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, int tty, const char *term,
+                  struct argv_buf *a)
+{
+    char name[AGENT_NAME_MAX + 16];
+    oci_container_name(id, name, sizeof name);
+    argv_add(a, c->exe);
+    argv_add(a, "exec");
+    argv_add(a, "-i");
+    if (tty)
+        argv_add(a, "-t");
+    if (term && term[0]) {
+        argv_add(a, "-e");
+        argv_addf(a, "TERM=%s", term);
+    }
+    argv_add(a, name);
+    argv_add(a, "/bin/sh");
+    if (command) {
+        argv_add(a, "-c");
+        argv_add(a, command);
+    }
+    return finish(a);
+}
+
+int oci_argv_inspect_pid(const struct oci_cmd *c, const char *id, struct argv_buf *a)
+{
+    char name[AGENT_NAME_MAX + 16];
+    oci_container_name(id, name, sizeof name);
+    argv_add(a, c->exe);
+    argv_add(a, "container");
+    argv_add(a, "inspect");
+    argv_add(a, "--format");
+    argv_add(a, "{{.State.Pid}}");
+    argv_add(a, name);
+    return finish(a);
+}
+
 /* Reads exactly n digits at *p into *out and moves past them; -1 if not. */
 static int digits(const char **p, int n, int *out)
 {
@@ -451,6 +487,49 @@ static int oci_unmount(const struct runtime *rt, struct workload *w, const char 
     return STEP_OK;
 }
 
+static int oci_shell(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
+                     struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen)
+{
+    struct oci_cmd c = cmd_of(rt);
+    cwd[0] = '\0';
+    if (oci_argv_exec(&c, w->id, command, tty, term, argv) < 0) {
+        snprintf(msg, msglen, "exec: the command line does not fit");
+        return STEP_FAIL;
+    }
+    return STEP_OK;
+}
+
+static int oci_main_pid(const struct runtime *rt, const char *id, long *pid, char *msg, size_t msglen)
+{
+    struct oci_cmd c = cmd_of(rt);
+    struct argv_buf a = {0};
+    char out[64];
+    struct exec_capture cap = {.buf = out, .cap = sizeof out - 1};
+    struct exec_opts o = {.deadline_ms = clock_mono_ms() + rt->conf->command_timeout_s * 1000,
+                          .stop = &rt->agent->stopping,
+                          .out = &cap};
+    struct exec_result r;
+    *pid = 0;
+    if (oci_argv_inspect_pid(&c, id, &a) < 0) {
+        argv_free(&a);
+        snprintf(msg, msglen, "inspect: command line too long");
+        return STEP_FAIL;
+    }
+    int rc = exec_run(a.v, &o, &r);
+    argv_free(&a);
+    out[cap.len] = '\0';
+    char *end = NULL;
+    long v = strtol(out, &end, 10);
+    if (rc != 0 || v <= 0 || !end || (*end && *end != '\n')) {
+        char why[512];
+        exec_describe(&r, why, sizeof why);
+        snprintf(msg, msglen, "inspect: %s", rc != 0 ? why : "the container has no running process");
+        return STEP_FAIL;
+    }
+    *pid = v;
+    return STEP_OK;
+}
+
 const struct runtime_ops oci_runtime_ops = {
     .name = "oci",
     .delay_ms = oci_delay_ms,
@@ -460,4 +539,6 @@ const struct runtime_ops oci_runtime_ops = {
     .state = oci_state,
     .remove = oci_remove,
     .unmount = oci_unmount,
+    .shell = oci_shell,
+    .main_pid = oci_main_pid,
 };

@@ -227,6 +227,9 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
         memset(secret, 0, sizeof secret);
     }
     load_node_records(a);
+    /* Before the API: facts report the SSH port and host key from the start. */
+    if (ssh_server_start(a, &a->ssh) < 0)
+        goto out;
     agent_replay_wait(a);
 
     char host[128];
@@ -283,6 +286,8 @@ out:
     if (a->http)
         http_server_stop(a->http, (int)conf->drain_timeout_s * 1000);
     a->http = NULL;
+    ssh_server_stop(a->ssh);
+    a->ssh = NULL;
     driver_stop(a->driver);
     a->driver = NULL;
     if (refresh_started)

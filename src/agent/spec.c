@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libssh/libssh.h>
+
 int agent_name_valid(const char *s)
 {
     size_t n = 0;
@@ -52,6 +54,9 @@ void spec_free(struct wl_spec *spec)
         free(spec->env[i].value);
     }
     free(spec->env);
+    for (int i = 0; i < spec->ssh.n_keys; i++)
+        free(spec->ssh.keys[i]);
+    free(spec->ssh.keys);
     memset(spec, 0, sizeof *spec);
 }
 
@@ -161,6 +166,93 @@ static const char *plain_string(const json_t *v, size_t *len)
     return strlen(s) == *len ? s : NULL;
 }
 
+/* ssh.user: the login name, which the SSH server matches exactly. */
+static int ssh_user_valid(const char *s, size_t len)
+{
+    if (len == 0 || len >= SPEC_SSH_USER_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int spec_ssh_key_import(const char *line, ssh_key *out)
+{
+    *out = NULL;
+    const char *sp = strchr(line, ' ');
+    if (!sp || sp == line || sp - line >= 64 || !sp[1] || strchr(sp + 1, ' '))
+        return -1;
+    char type_name[64];
+    memcpy(type_name, line, (size_t)(sp - line));
+    type_name[sp - line] = '\0';
+    enum ssh_keytypes_e type = ssh_key_type_from_name(type_name);
+    if (type == SSH_KEYTYPE_UNKNOWN)
+        return -1;
+    ssh_key key = NULL;
+    if (ssh_pki_import_pubkey_base64(sp + 1, type, &key) != SSH_OK || !key)
+        return -1;
+    /* The blob names its own type; a line whose words disagree is refused
+     * rather than believed either way. */
+    enum ssh_keytypes_e got = ssh_key_type(key);
+    const char *blob_type = got == SSH_KEYTYPE_ECDSA_P256 || got == SSH_KEYTYPE_ECDSA_P384 ||
+                                    got == SSH_KEYTYPE_ECDSA_P521
+                                ? ssh_pki_key_ecdsa_name(key)
+                                : ssh_key_type_to_char(got);
+    if (!blob_type || strcmp(blob_type, type_name) != 0) {
+        ssh_key_free(key);
+        return -1;
+    }
+    *out = key;
+    return 0;
+}
+
+static int parse_ssh(const json_t *ssh, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
+{
+    char f[64];
+    const char *key;
+    json_t *v;
+    size_t len = 0;
+    if (!json_is_object(ssh))
+        return bad(field, fieldlen, "ssh", err, errlen, "ssh must be an object with user and authorized_keys");
+    json_object_foreach((json_t *)(uintptr_t)ssh, key, v) {
+        if (strcmp(key, "user") && strcmp(key, "authorized_keys")) {
+            snprintf(f, sizeof f, "ssh.%.48s", key);
+            return bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
+        }
+    }
+    const char *user = plain_string(json_object_get(ssh, "user"), &len);
+    if (!user || !ssh_user_valid(user, len))
+        return bad(field, fieldlen, "ssh.user", err, errlen, "ssh.user must be 1 to %d of a-z, 0-9, _ and -",
+                   SPEC_SSH_USER_MAX - 1);
+    snprintf(out->ssh.user, sizeof out->ssh.user, "%s", user);
+    json_t *keys = json_object_get(ssh, "authorized_keys");
+    if (!json_is_array(keys) || json_array_size(keys) > SPEC_SSH_MAX_KEYS)
+        return bad(field, fieldlen, "ssh.authorized_keys", err, errlen,
+                   "ssh.authorized_keys must be an array of at most %d public keys", SPEC_SSH_MAX_KEYS);
+    if (json_array_size(keys) > 0 && !(out->ssh.keys = calloc(json_array_size(keys), sizeof *out->ssh.keys)))
+        return bad(field, fieldlen, "", err, errlen, "out of memory");
+    size_t i;
+    json_array_foreach(keys, i, v) {
+        snprintf(f, sizeof f, "ssh.authorized_keys[%zu]", i);
+        const char *line = plain_string(v, &len);
+        ssh_key parsed = NULL;
+        if (!line || len >= SPEC_SSH_KEY_MAX || spec_ssh_key_import(line, &parsed) < 0)
+            return bad(field, fieldlen, f, err, errlen,
+                       "%s must be a public key \"<type> <base64>\" (no comment, at most %d bytes) whose blob is "
+                       "of that type",
+                       f, SPEC_SSH_KEY_MAX - 1);
+        ssh_key_free(parsed);
+        if (!(out->ssh.keys[out->ssh.n_keys] = strdup(line)))
+            return bad(field, fieldlen, "", err, errlen, "out of memory");
+        out->ssh.n_keys++;
+    }
+    out->ssh.present = 1;
+    return 0;
+}
+
 static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
 {
     char f[64];
@@ -172,7 +264,7 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
         return bad(field, fieldlen, "", err, errlen, "the spec must be a JSON object");
     json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
         if (strcmp(key, "image") && strcmp(key, "gpus") && strcmp(key, "stack") && strcmp(key, "volumes") &&
-            strcmp(key, "env"))
+            strcmp(key, "env") && strcmp(key, "ssh"))
             return bad(field, fieldlen, key, err, errlen, "unknown field '%.64s'", key);
     }
 
@@ -302,6 +394,10 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
         if (out->n_env > 1)
             qsort(out->env, (size_t)out->n_env, sizeof *out->env, env_cmp);
     }
+
+    json_t *ssh = json_object_get(obj, "ssh");
+    if (ssh && !json_is_null(ssh) && parse_ssh(ssh, out, field, fieldlen, err, errlen) < 0)
+        return -1;
     return 0;
 }
 
@@ -333,6 +429,13 @@ json_t *spec_to_json(const struct wl_spec *spec)
     json_t *o = json_pack("{s:s, s:o, s:o, s:o}", "image", spec->image, "gpus", gpus, "volumes", vols, "env", env);
     if (o && spec->stack[0])
         json_object_set_new(o, "stack", json_string(spec->stack));
+    /* Only when given, so a record from before SSH reads back the same. */
+    if (o && spec->ssh.present) {
+        json_t *keys = json_array();
+        for (int i = 0; i < spec->ssh.n_keys; i++)
+            json_array_append_new(keys, json_string(spec->ssh.keys[i]));
+        json_object_set_new(o, "ssh", json_pack("{s:s, s:o}", "user", spec->ssh.user, "authorized_keys", keys));
+    }
     return o;
 }
 
@@ -350,6 +453,11 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
     /* env is kept sorted by name, so equal maps compare entry by entry. */
     for (int i = 0; i < a->n_env; i++)
         if (strcmp(a->env[i].name, b->env[i].name) || strcmp(a->env[i].value, b->env[i].value))
+            return 0;
+    if (a->ssh.present != b->ssh.present || strcmp(a->ssh.user, b->ssh.user) != 0 || a->ssh.n_keys != b->ssh.n_keys)
+        return 0;
+    for (int i = 0; i < a->ssh.n_keys; i++)
+        if (strcmp(a->ssh.keys[i], b->ssh.keys[i]) != 0)
             return 0;
     return 1;
 }

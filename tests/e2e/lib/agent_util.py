@@ -67,7 +67,8 @@ import requests
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 AGENT = os.path.abspath(os.environ.get("GPURENT_AGENT") or os.path.join(REPO, "build", "gpurent-agent"))
 
-SIM_FAST = {"sim_pull_ms": "60", "sim_mount_ms": "60", "sim_start_ms": "60", "sim_exit_ms": "300"}
+SIM_FAST = {"sim_pull_ms": "60", "sim_mount_ms": "60", "sim_start_ms": "60", "sim_exit_ms": "300",
+            "ssh_listen": "127.0.0.1:0"}  # each node its own ephemeral SSH port: tests never collide
 
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                      "ThreadSanitizer", "UndefinedBehaviorSanitizer")

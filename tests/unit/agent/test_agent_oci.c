@@ -553,6 +553,32 @@ static void test_exec_signals(void **state)
         assert_int_equal(ignored & (1ull << (reset[i] - 1)), 0);
 }
 
+/* SSH sessions: podman exec with stdin open, a TTY when asked, TERM. */
+static void test_exec_argv(void **state)
+{
+    struct oci_cmd c = {.exe = "podman", .docker = 0, .stop_timeout_s = 30};
+    struct argv_buf a = {0};
+    assert_int_equal(oci_argv_exec(&c, "wl_abc", NULL, 1, "xterm-256color", &a), 0);
+    assert_line(&a, "podman exec -i -t -e TERM=xterm-256color gpurent-wl_abc /bin/sh");
+    argv_free(&a);
+    memset(&a, 0, sizeof a);
+    assert_int_equal(oci_argv_exec(&c, "wl_abc", "echo 'a b'; exit 3", 0, "", &a), 0);
+    assert_line(&a, "podman exec -i gpurent-wl_abc /bin/sh -c echo 'a b'; exit 3");
+    assert_int_equal(a.n, 7);
+    assert_string_equal(a.v[6], "echo 'a b'; exit 3"); /* one word, never re-split */
+    argv_free(&a);
+    struct oci_cmd d = {.exe = "/usr/bin/docker", .docker = 1, .stop_timeout_s = 30};
+    memset(&a, 0, sizeof a);
+    assert_int_equal(oci_argv_exec(&d, "wl_x", "tty", 1, NULL, &a), 0);
+    assert_line(&a, "/usr/bin/docker exec -i -t gpurent-wl_x /bin/sh -c tty");
+    argv_free(&a);
+    /* Forwards find the container's main process by its pid. */
+    memset(&a, 0, sizeof a);
+    assert_int_equal(oci_argv_inspect_pid(&c, "wl_abc", &a), 0);
+    assert_line(&a, "podman container inspect --format {{.State.Pid}} gpurent-wl_abc");
+    argv_free(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -566,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_exec),
         cmocka_unit_test(test_exec_capture),
         cmocka_unit_test(test_exec_signals),
+        cmocka_unit_test(test_exec_argv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

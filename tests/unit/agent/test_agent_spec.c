@@ -322,6 +322,109 @@ static void test_sim_switches(void **state)
     assert_false(spec_image_has(&s, "fail-start"));
 }
 
+#define KEY_ED "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIM9DZ3VtLWKV/52U+E2HTaN7kEefgRLIcmUmQRHCiu1"
+#define KEY_EC                                                                                                        \
+    "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBHjqs4qlTyvPNDA/"                         \
+    "dUNgsNfk989ON7+mzM1sw16qmKgdvPNuidunQGtILY/LfwuOj+3ZKzuVuSd7YC+mikkH2wI="
+
+/* ssh: parsed, canonical only when given, part of equality. */
+static void test_ssh(void **state)
+{
+    struct wl_spec a, b;
+    char field[64];
+    const char *with = "{\"image\": \"img\", \"ssh\": {\"user\": \"ins_abc-0\", \"authorized_keys\": [\"" KEY_ED
+                       "\", \"" KEY_EC "\"]}}";
+    assert_int_equal(parse(with, &a, field), 0);
+    assert_true(a.ssh.present);
+    assert_string_equal(a.ssh.user, "ins_abc-0");
+    assert_int_equal(a.ssh.n_keys, 2);
+    assert_string_equal(a.ssh.keys[1], KEY_EC);
+    json_t *j = spec_to_json(&a);
+    char err[256];
+    assert_non_null(json_object_get(j, "ssh"));
+    assert_int_equal(spec_parse(j, &b, field, sizeof field, err, sizeof err), 0);
+    assert_true(spec_equal(&a, &b));
+    json_decref(j);
+    spec_free(&b);
+
+    /* Without ssh: not present, not in the canonical form, not equal. */
+    assert_int_equal(parse("{\"image\": \"img\"}", &b, field), 0);
+    assert_false(b.ssh.present);
+    j = spec_to_json(&b);
+    assert_null(json_object_get(j, "ssh"));
+    json_decref(j);
+    assert_false(spec_equal(&a, &b));
+    spec_free(&b);
+    /* Other keys, fewer keys, another order, another user: different. */
+    static const char *const different[] = {
+        "{\"image\": \"img\", \"ssh\": {\"user\": \"ins_abc-0\", \"authorized_keys\": [\"" KEY_ED "\"]}}",
+        "{\"image\": \"img\", \"ssh\": {\"user\": \"ins_abc-0\", \"authorized_keys\": [\"" KEY_EC "\", \"" KEY_ED
+        "\"]}}",
+        "{\"image\": \"img\", \"ssh\": {\"user\": \"ins_abc-1\", \"authorized_keys\": [\"" KEY_ED "\", \"" KEY_EC
+        "\"]}}",
+    };
+    for (size_t i = 0; i < sizeof different / sizeof different[0]; i++) {
+        assert_int_equal(parse(different[i], &b, field), 0);
+        assert_false(spec_equal(&a, &b));
+        spec_free(&b);
+    }
+    spec_free(&a);
+    /* No keys is a valid (if useless) list. */
+    assert_int_equal(parse("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": []}}", &b, field), 0);
+    assert_int_equal(b.ssh.n_keys, 0);
+    spec_free(&b);
+
+    expect_bad("{\"image\": \"img\", \"ssh\": []}", "ssh");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": [], \"x\": 1}}", "ssh.x");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"authorized_keys\": []}}", "ssh.user");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"\", \"authorized_keys\": []}}", "ssh.user");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"Root\", \"authorized_keys\": []}}", "ssh.user");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"a b\", \"authorized_keys\": []}}", "ssh.user");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": 5, \"authorized_keys\": []}}", "ssh.user");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"u\"}}", "ssh.authorized_keys");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": \"" KEY_ED "\"}}",
+               "ssh.authorized_keys");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": [\"" KEY_ED " me@host\"]}}",
+               "ssh.authorized_keys[0]");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": [\"" KEY_ED "\", 3]}}",
+               "ssh.authorized_keys[1]");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": [\"ssh-ed25519 AAAA\"]}}",
+               "ssh.authorized_keys[0]");
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": [\"ssh-foo AAAA\"]}}",
+               "ssh.authorized_keys[0]");
+    /* The type word and the blob disagree. */
+    expect_bad("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": "
+               "[\"ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIIM9DZ3VtLWKV/52U+E2HTaN7kEefgRLIcmUmQRHCiu1\"]}}",
+               "ssh.authorized_keys[0]");
+
+    /* Bounds: an 80-character user, 64 keys; one more of either is refused. */
+    char user[96], text[8192];
+    memset(user, 'u', 80);
+    user[80] = '\0';
+    snprintf(text, sizeof text, "{\"image\": \"img\", \"ssh\": {\"user\": \"%s\", \"authorized_keys\": []}}", user);
+    assert_int_equal(parse(text, &b, field), 0);
+    spec_free(&b);
+    user[80] = 'u';
+    user[81] = '\0';
+    snprintf(text, sizeof text, "{\"image\": \"img\", \"ssh\": {\"user\": \"%s\", \"authorized_keys\": []}}", user);
+    expect_bad(text, "ssh.user");
+    static char many[65 * 120 + 200];
+    for (int n = 64; n <= 65; n++) {
+        size_t off = (size_t)snprintf(many, sizeof many, "{\"image\": \"img\", \"ssh\": {\"user\": \"u\", "
+                                                         "\"authorized_keys\": [");
+        for (int i = 0; i < n; i++)
+            off += (size_t)snprintf(many + off, sizeof many - off, "%s\"" KEY_ED "\"", i ? ", " : "");
+        snprintf(many + off, sizeof many - off, "]}}");
+        if (n == 64) {
+            assert_int_equal(parse(many, &b, field), 0);
+            assert_int_equal(b.ssh.n_keys, 64);
+            spec_free(&b);
+        } else {
+            expect_bad(many, "ssh.authorized_keys");
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_refusals),        cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_equality),        cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_names_and_phases), cmocka_unit_test(test_sim_switches),
+        cmocka_unit_test(test_ssh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,512 @@
+/* ssh/server.c: the SSH listeners (one per node), the host keys, public-key
+ * login against the workload specs, the failed-login rate limit and the
+ * per-connection event loop (see ssh.h). */
+#define GPURENT_SSH_INTERNAL
+#include "ssh/ssh.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpurent/clock.h"
+#include "gpurent/conf.h"
+
+#define HOST_KEY_FILE "ssh_host_ed25519_key"
+
+/* Loads the node's host key, or makes one at first start and keeps it
+ * (0600, written atomically) so clients that pinned it keep trusting the
+ * node across restarts. Returns the private key in base64 (PEM-like
+ * OpenSSH format) for the caller to free, or NULL (logged). */
+static char *host_key_load(const char *dir, const char *node)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, HOST_KEY_FILE) >= (int)sizeof path)
+        return NULL;
+    size_t len = 0;
+    char *text = state_read_file(path, 64 * 1024, &len);
+    if (text) {
+        ssh_key key = NULL;
+        if (ssh_pki_import_privkey_base64(text, NULL, NULL, NULL, &key) == SSH_OK &&
+            ssh_key_type(key) == SSH_KEYTYPE_ED25519) {
+            ssh_key_free(key);
+            return text;
+        }
+        ssh_key_free(key);
+        log_error("node %s: %s is not an ed25519 private key; move it away to make a new one", node, path);
+        free(text);
+        return NULL;
+    }
+    if (errno != ENOENT) {
+        log_error("node %s: cannot read %s: %s", node, path, strerror(errno));
+        return NULL;
+    }
+    ssh_key key = NULL;
+    char *b64 = NULL;
+    if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &key) != SSH_OK ||
+        ssh_pki_export_privkey_base64(key, NULL, NULL, NULL, &b64) != SSH_OK) {
+        log_error("node %s: cannot generate an ed25519 host key", node);
+        ssh_key_free(key);
+        return NULL;
+    }
+    ssh_key_free(key);
+    if (state_mkdirs(dir) < 0 || state_write_atomic(dir, HOST_KEY_FILE, b64, strlen(b64), 0600) < 0) {
+        log_error("node %s: cannot save the host key in %s: %s", node, dir, strerror(errno));
+        ssh_string_free_char(b64);
+        return NULL;
+    }
+    log_info("node %s: made a new SSH host key %s", node, path);
+    char *copy = strdup(b64);
+    ssh_string_free_char(b64);
+    return copy;
+}
+
+/* "SHA256:..." exactly as ssh-keygen -l prints it. */
+static int key_fingerprint(const ssh_key key, char *out, size_t outlen)
+{
+    unsigned char *hash = NULL;
+    size_t hlen = 0;
+    out[0] = '\0';
+    if (ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &hlen) != 0)
+        return -1;
+    char *fp = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, hlen);
+    ssh_clean_pubkey_hash(&hash);
+    if (!fp)
+        return -1;
+    snprintf(out, outlen, "%s", fp);
+    ssh_string_free_char(fp);
+    return 0;
+}
+
+static int listen_socket(const char *host, int port, int *bound_port)
+{
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    int rc = getaddrinfo(host[0] ? host : NULL, portstr, &hints, &res);
+    if (rc != 0) {
+        log_error("ssh_listen %s:%d: %s", host, port, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0)
+            break;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        log_error("ssh_listen %s:%d: cannot listen: %s", host, port, strerror(errno));
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    char ignored[8], serv[16];
+    getnameinfo((struct sockaddr *)&ss, sl, ignored, 0, serv, sizeof serv, NI_NUMERICSERV);
+    *bound_port = atoi(serv);
+    return fd;
+}
+
+/* The failed-login table: one-minute windows per client address. */
+static struct ssh_fail_entry *fail_entry(struct ssh_server *s, const char *addr, int create, int64_t now)
+{
+    struct ssh_fail_entry *oldest = &s->fails[0];
+    for (size_t i = 0; i < SSH_FAIL_TABLE; i++) {
+        struct ssh_fail_entry *e = &s->fails[i];
+        if (e->addr[0] && strcmp(e->addr, addr) == 0) {
+            if (now - e->window_ms >= 60000) {
+                e->window_ms = now;
+                e->failures = 0;
+            }
+            return e;
+        }
+        if (!e->addr[0] || e->window_ms < oldest->window_ms)
+            oldest = e;
+    }
+    if (!create)
+        return NULL;
+    snprintf(oldest->addr, sizeof oldest->addr, "%s", addr);
+    oldest->window_ms = now;
+    oldest->failures = 0;
+    return oldest;
+}
+
+static int over_rate(struct ssh_server *s, const char *addr)
+{
+    pthread_mutex_lock(&s->lock);
+    struct ssh_fail_entry *e = fail_entry(s, addr, 0, clock_mono_ms());
+    int over = e && e->failures >= s->agent->conf->ssh_login_rate;
+    pthread_mutex_unlock(&s->lock);
+    return over;
+}
+
+static void count_failure(struct ssh_server *s, const char *addr)
+{
+    pthread_mutex_lock(&s->lock);
+    fail_entry(s, addr, 1, clock_mono_ms())->failures++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The workload whose ssh.user is user, not being removed; node lock held. */
+static struct workload *workload_of_user(struct agent_node *n, const char *user)
+{
+    for (size_t i = 0; i < n->n_wl; i++) {
+        struct workload *w = n->wl[i];
+        if (!w->removing && w->spec.ssh.present && strcmp(w->spec.ssh.user, user) == 0)
+            return w;
+    }
+    return NULL;
+}
+
+struct workload *ssh_conn_workload(struct ssh_conn *c)
+{
+    struct workload *w = agent_node_workload(c->listener->node, c->wl_id);
+    if (!w || w->removing || w->phase != WL_RUNNING || !w->spec.ssh.present || strcmp(w->spec.ssh.user, c->user))
+        return NULL;
+    return w;
+}
+
+/* Public-key login: libssh calls this once without a signature (may this
+ * key be used?) and once with a verified one. Every refusal looks the same
+ * to the client; the log says why. */
+static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_struct *pubkey, char signature_state,
+                       void *userdata)
+{
+    struct ssh_conn *c = userdata;
+    struct agent_node *n = c->listener->node;
+    snprintf(c->user, sizeof c->user, "%s", user);
+    key_fingerprint(pubkey, c->fingerprint, sizeof c->fingerprint);
+    if (signature_state == SSH_PUBLICKEY_STATE_NONE)
+        c->tries++;
+    if (c->tries > c->srv->agent->conf->ssh_max_auth_tries) {
+        log_warn("ssh refused: node %s user %.80s key %s from %s: more than %lld keys tried", n->name, user,
+                 c->fingerprint, c->addr, (long long)c->srv->agent->conf->ssh_max_auth_tries);
+        c->refused = 1;
+        ssh_disconnect(session);
+        return SSH_AUTH_DENIED;
+    }
+    if (signature_state != SSH_PUBLICKEY_STATE_NONE && signature_state != SSH_PUBLICKEY_STATE_VALID) {
+        c->refused = 1;
+        log_warn("ssh refused: node %s user %.80s key %s from %s: bad signature", n->name, user, c->fingerprint,
+                 c->addr);
+        return SSH_AUTH_DENIED;
+    }
+    const char *why = NULL;
+    char wl_id[AGENT_NAME_MAX] = "";
+    pthread_mutex_lock(&n->lock);
+    struct workload *w = workload_of_user(n, user);
+    if (!w) {
+        why = "no workload has this user";
+    } else if (w->phase != WL_RUNNING) {
+        why = "the workload is not running";
+    } else {
+        why = "the key is not one of the workload's";
+        for (int i = 0; i < w->spec.ssh.n_keys && why; i++) {
+            ssh_key k = NULL;
+            if (spec_ssh_key_import(w->spec.ssh.keys[i], &k) == 0 && ssh_key_cmp(k, pubkey, SSH_KEY_CMP_PUBLIC) == 0)
+                why = NULL;
+            ssh_key_free(k);
+        }
+        snprintf(wl_id, sizeof wl_id, "%s", w->id);
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (why) {
+        c->refused = 1;
+        log_warn("ssh refused: node %s user %.80s key %s from %s:%d: %s", n->name, user, c->fingerprint, c->addr,
+                 c->port, why);
+        return SSH_AUTH_DENIED;
+    }
+    if (signature_state == SSH_PUBLICKEY_STATE_NONE)
+        return SSH_AUTH_SUCCESS; /* the key may be used: the client signs next */
+    snprintf(c->wl_id, sizeof c->wl_id, "%s", wl_id);
+    c->authenticated = 1;
+    log_info("ssh login: node %s workload %s user %s key %s from %s:%d", n->name, wl_id, user, c->fingerprint, c->addr,
+             c->port);
+    return SSH_AUTH_SUCCESS;
+}
+
+static void conn_run(struct ssh_conn *c)
+{
+    const struct agent_conf *conf = c->srv->agent->conf;
+    long timeout = (long)conf->ssh_auth_timeout_s;
+    ssh_options_set(c->session, SSH_OPTIONS_TIMEOUT, &timeout);
+    c->server_cb.userdata = c;
+    c->server_cb.auth_pubkey_function = auth_pubkey;
+    c->server_cb.channel_open_request_session_function = ssh_session_open;
+    ssh_callbacks_init(&c->server_cb);
+    ssh_set_server_callbacks(c->session, &c->server_cb);
+    ssh_set_message_callback(c->session, ssh_forward_message, c);
+    ssh_set_auth_methods(c->session, SSH_AUTH_METHOD_PUBLICKEY);
+    if (ssh_handle_key_exchange(c->session) != SSH_OK) {
+        log_info("ssh: node %s from %s:%d: key exchange failed: %s", c->listener->node->name, c->addr, c->port,
+                 ssh_get_error(c->session));
+        return;
+    }
+    c->event = ssh_event_new();
+    if (!c->event || ssh_event_add_session(c->event, c->session) != SSH_OK)
+        return;
+    int64_t auth_deadline = clock_mono_ms() + conf->ssh_auth_timeout_s * 1000;
+    c->last_activity_ms = clock_mono_ms();
+    while (!atomic_load(&c->srv->stopping)) {
+        if (ssh_event_dopoll(c->event, 200) == SSH_ERROR && !ssh_is_connected(c->session))
+            break;
+        for (int i = 0; i < c->n_chans; i++)
+            ssh_chan_pump(c->chans[i]);
+        if (!ssh_is_connected(c->session))
+            break;
+        int64_t now = clock_mono_ms();
+        if (!c->authenticated && now >= auth_deadline) {
+            log_warn("ssh refused: node %s user %.80s from %s:%d: no login within %lld s", c->listener->node->name,
+                     c->user, c->addr, c->port, (long long)conf->ssh_auth_timeout_s);
+            c->refused = 1;
+            break;
+        }
+        if (conf->ssh_idle_timeout_s > 0 && now - c->last_activity_ms >= conf->ssh_idle_timeout_s * 1000) {
+            log_info("ssh: node %s workload %s from %s:%d: idle for %lld s, closed", c->listener->node->name, c->wl_id,
+                     c->addr, c->port, (long long)conf->ssh_idle_timeout_s);
+            break;
+        }
+    }
+    /* Each finished channel has sent its status; let it reach the client. */
+    if (ssh_is_connected(c->session))
+        ssh_event_dopoll(c->event, 0);
+}
+
+static void *conn_main(void *arg)
+{
+    struct ssh_conn *c = arg;
+    struct ssh_server *s = c->srv;
+    conn_run(c);
+    if (!c->authenticated && c->refused)
+        count_failure(s, c->addr);
+    for (int i = 0; i < c->n_chans; i++)
+        ssh_chan_free(c->chans[i]);
+    if (c->authenticated)
+        log_info("ssh: node %s workload %s user %s from %s:%d: disconnected", c->listener->node->name, c->wl_id,
+                 c->user, c->addr, c->port);
+    if (c->event) {
+        ssh_event_remove_session(c->event, c->session);
+        ssh_event_free(c->event);
+    }
+    ssh_disconnect(c->session);
+    ssh_free(c->session);
+    pthread_mutex_lock(&s->lock);
+    c->listener->active--;
+    s->connections--;
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->lock);
+    free(c);
+    return NULL;
+}
+
+static void accept_one(struct ssh_listener *l)
+{
+    struct ssh_server *s = l->srv;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    char addr[64] = "?", serv[16] = "0";
+    getnameinfo((struct sockaddr *)&ss, sl, addr, sizeof addr, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
+    if (over_rate(s, addr)) {
+        log_warn("ssh refused: node %s from %s:%s: more than %lld failed logins in a minute", l->node->name, addr, serv,
+                 (long long)s->agent->conf->ssh_login_rate);
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    int full = l->active >= s->agent->conf->ssh_max_sessions;
+    if (!full) {
+        l->active++;
+        s->connections++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (full) {
+        log_warn("ssh refused: node %s from %s:%s: %lld connections already (ssh_max_sessions)", l->node->name, addr,
+                 serv, (long long)s->agent->conf->ssh_max_sessions);
+        close(fd);
+        return;
+    }
+    struct ssh_conn *c = calloc(1, sizeof *c);
+    ssh_session session = c ? ssh_new() : NULL;
+    if (session && ssh_bind_accept_fd(l->bind, session, fd) == SSH_OK) {
+        c->srv = s;
+        c->listener = l;
+        c->session = session;
+        c->port = atoi(serv);
+        snprintf(c->addr, sizeof c->addr, "%s", addr);
+        pthread_attr_t attr;
+        pthread_t t;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, conn_main, c);
+        pthread_attr_destroy(&attr);
+        if (rc == 0)
+            return;
+        log_error("ssh: cannot start a connection thread: %s", strerror(rc));
+        ssh_free(session); /* closes fd */
+    } else {
+        log_warn("ssh: node %s from %s:%s: cannot accept: %s", l->node->name, addr, serv,
+                 session ? ssh_get_error(l->bind) : "out of memory");
+        if (session)
+            ssh_free(session);
+        close(fd);
+    }
+    free(c);
+    pthread_mutex_lock(&s->lock);
+    l->active--;
+    s->connections--;
+    pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* One thread accepts for every node (a sim fleet has hundreds): it polls
+ * all the listening sockets together. */
+static void *accept_main(void *arg)
+{
+    struct ssh_server *s = arg;
+    struct pollfd *p = calloc(s->n_listeners, sizeof *p);
+    if (!p) {
+        log_error("ssh: out of memory: no SSH logins are accepted");
+        return NULL;
+    }
+    for (size_t i = 0; i < s->n_listeners; i++)
+        p[i] = (struct pollfd){.fd = s->listeners[i].fd, .events = POLLIN};
+    while (!atomic_load(&s->stopping)) {
+        if (poll(p, (nfds_t)s->n_listeners, 250) <= 0)
+            continue;
+        for (size_t i = 0; i < s->n_listeners; i++)
+            if (p[i].revents & POLLIN)
+                accept_one(&s->listeners[i]);
+    }
+    free(p);
+    return NULL;
+}
+
+static int listener_open(struct ssh_server *s, struct ssh_listener *l, struct agent_node *n, const char *host, int port)
+{
+    struct agent *a = s->agent;
+    char dir[PATH_MAX];
+    l->srv = s;
+    l->node = n;
+    l->fd = -1;
+    if (agent_node_dir(a, n, dir, sizeof dir) < 0)
+        return -1;
+    char *priv = host_key_load(dir, n->name);
+    if (!priv)
+        return -1;
+    ssh_key key = NULL, bind_key = NULL;
+    char *pub = NULL;
+    int rc = -1;
+    if (ssh_pki_import_privkey_base64(priv, NULL, NULL, NULL, &key) != SSH_OK ||
+        ssh_pki_import_privkey_base64(priv, NULL, NULL, NULL, &bind_key) != SSH_OK ||
+        ssh_pki_export_pubkey_base64(key, &pub) != SSH_OK) {
+        log_error("node %s: cannot use its SSH host key", n->name);
+        goto out;
+    }
+    snprintf(n->ssh_host_key, sizeof n->ssh_host_key, "ssh-ed25519 %s", pub);
+    key_fingerprint(key, n->ssh_fingerprint, sizeof n->ssh_fingerprint);
+    l->bind = ssh_bind_new();
+    /* The bind owns bind_key from here on. */
+    if (!l->bind || ssh_bind_options_set(l->bind, SSH_BIND_OPTIONS_IMPORT_KEY, bind_key) != SSH_OK) {
+        ssh_key_free(bind_key);
+        log_error("node %s: cannot set up libssh", n->name);
+        goto out;
+    }
+    int bound = 0;
+    if ((l->fd = listen_socket(host, port, &bound)) < 0)
+        goto out;
+    n->ssh_port = bound;
+    log_info("node %s: SSH on %s:%d, host key %s", n->name, host, bound, n->ssh_fingerprint);
+    rc = 0;
+out:
+    ssh_key_free(key);
+    ssh_string_free_char(pub);
+    memset(priv, 0, strlen(priv));
+    free(priv);
+    return rc;
+}
+
+int ssh_server_start(struct agent *a, struct ssh_server **out)
+{
+    *out = NULL;
+    const struct agent_conf *conf = a->conf;
+    if (!conf->ssh_listen[0]) {
+        log_info("ssh_listen is empty: no SSH server");
+        return 0;
+    }
+    char host[128];
+    int port = 0;
+    conf_parse_hostport(conf->ssh_listen, host, sizeof host, &port);
+    if (port > 0 && (size_t)port + a->n_nodes - 1 > 65535) {
+        log_error("ssh_listen port %d + %zu nodes goes past 65535", port, a->n_nodes);
+        return -1;
+    }
+    struct ssh_server *s = calloc(1, sizeof *s);
+    if (!s || !(s->listeners = calloc(a->n_nodes, sizeof *s->listeners))) {
+        free(s);
+        return -1;
+    }
+    s->agent = a;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        s->n_listeners++;
+        if (listener_open(s, &s->listeners[i], &a->nodes[i], host, port > 0 ? port + (int)i : 0) < 0) {
+            ssh_server_stop(s);
+            return -1;
+        }
+    }
+    int rc = pthread_create(&s->accept_thread, NULL, accept_main, s);
+    if (rc != 0) {
+        log_error("ssh: cannot start the accept thread: %s", strerror(rc));
+        ssh_server_stop(s);
+        return -1;
+    }
+    s->accept_started = 1;
+    *out = s;
+    return 0;
+}
+
+void ssh_server_stop(struct ssh_server *s)
+{
+    if (!s)
+        return;
+    atomic_store(&s->stopping, 1);
+    if (s->accept_started)
+        pthread_join(s->accept_thread, NULL);
+    /* Connection threads see stopping within one poll and end. */
+    pthread_mutex_lock(&s->lock);
+    while (s->connections > 0)
+        pthread_cond_wait(&s->idle, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < s->n_listeners; i++) {
+        struct ssh_listener *l = &s->listeners[i];
+        if (l->fd >= 0)
+            close(l->fd);
+        if (l->bind)
+            ssh_bind_free(l->bind);
+        l->node->ssh_port = 0;
+    }
+    pthread_cond_destroy(&s->idle);
+    pthread_mutex_destroy(&s->lock);
+    free(s->listeners);
+    free(s);
+}

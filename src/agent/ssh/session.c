@@ -1,0 +1,531 @@
+/* ssh/session.c: SSH session channels: a command, a shell (with a PTY when
+ * asked: window changes, signals) or the sftp subsystem, each a child
+ * process the runtime describes (inside the workload's container), its
+ * stdin fed from the channel and its stdout and stderr written back, its
+ * end sent as exit-status or exit-signal (see ssh.h). */
+#define GPURENT_SSH_INTERNAL
+#include "ssh/ssh.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "gpurent/clock.h"
+
+extern char **environ;
+
+static const struct {
+    const char *name; /* as SSH names it: no "SIG" */
+    int sig;
+} signals[] = {
+    {"ABRT", SIGABRT},
+    {"ALRM", SIGALRM},
+    {"FPE",  SIGFPE },
+    {"HUP",  SIGHUP },
+    {"ILL",  SIGILL },
+    {"INT",  SIGINT },
+    {"KILL", SIGKILL},
+    {"PIPE", SIGPIPE},
+    {"QUIT", SIGQUIT},
+    {"SEGV", SIGSEGV},
+    {"TERM", SIGTERM},
+    {"USR1", SIGUSR1},
+    {"USR2", SIGUSR2},
+};
+
+static const char *signal_name(int sig)
+{
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
+        if (signals[i].sig == sig)
+            return signals[i].name;
+    return "KILL";
+}
+
+struct ssh_chan *ssh_chan_new(struct ssh_conn *c, enum ssh_chan_kind kind)
+{
+    if (c->n_chans >= SSH_CHANNELS_MAX)
+        return NULL;
+    struct ssh_chan *ch = calloc(1, sizeof *ch);
+    if (!ch)
+        return NULL;
+    ch->conn = c;
+    ch->kind = kind;
+    ch->in_fd = ch->out_fd = ch->err_fd = -1;
+    ch->out_ref.chan = ch;
+    ch->err_ref.chan = ch;
+    ch->err_ref.is_stderr = 1;
+    c->chans[c->n_chans++] = ch;
+    return ch;
+}
+
+/* Output of a child (or a forwarded socket) into the channel. The channel
+ * write waits for the client's window, which is the back-pressure. */
+static int output_ready(socket_t fd, int revents, void *userdata)
+{
+    struct ssh_chan_fd *ref = userdata;
+    struct ssh_chan *ch = ref->chan;
+    if (ref->eof)
+        return 0;
+    char buf[16384];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) {
+        ch->conn->last_activity_ms = clock_mono_ms();
+        int rc = ref->is_stderr ? ssh_channel_write_stderr(ch->channel, buf, (uint32_t)n)
+                                : ssh_channel_write(ch->channel, buf, (uint32_t)n);
+        if (rc == SSH_ERROR)
+            ref->eof = 1;
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        ref->eof = 1; /* EIO on a PTY master: the other side is closed */
+    }
+    return 0;
+}
+
+int ssh_chan_watch(struct ssh_chan *ch, int fd, int is_stderr)
+{
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return ssh_event_add_fd(ch->conn->event, fd, POLLIN, output_ready, is_stderr ? &ch->err_ref : &ch->out_ref) ==
+                   SSH_OK
+               ? 0
+               : -1;
+}
+
+/* Writes what it can of the held input; 0, or -1 when in_fd is gone. */
+static int flush_pending(struct ssh_chan *ch)
+{
+    while (ch->pending_len > 0 && ch->in_fd >= 0) {
+        ssize_t n = write(ch->in_fd, ch->pending, ch->pending_len);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                return 0;
+            return -1;
+        }
+        memmove(ch->pending, ch->pending + n, ch->pending_len - (size_t)n);
+        ch->pending_len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int chan_data(ssh_session session, ssh_channel channel, void *data, uint32_t len, int is_stderr, void *userdata)
+{
+    struct ssh_chan *ch = userdata;
+    ch->conn->last_activity_ms = clock_mono_ms();
+    if (ch->in_fd < 0 || is_stderr)
+        return (int)len; /* nobody reads it: dropped, as sshd does */
+    flush_pending(ch);
+    size_t taken = 0;
+    if (ch->pending_len == 0) {
+        ssize_t n = write(ch->in_fd, data, len);
+        if (n > 0)
+            taken = (size_t)n;
+    }
+    /* The rest is held here up to a bound; beyond it libssh keeps it and
+     * offers it again, and the client's window stops it meanwhile. */
+    size_t room = SSH_PENDING_MAX - ch->pending_len, keep = len - taken < room ? len - taken : room;
+    if (keep > 0) {
+        char *p = realloc(ch->pending, ch->pending_len + keep);
+        if (!p)
+            return (int)taken;
+        ch->pending = p;
+        memcpy(ch->pending + ch->pending_len, (char *)data + taken, keep);
+        ch->pending_len += keep;
+        taken += keep;
+    }
+    return (int)taken;
+}
+
+static void close_input_if_done(struct ssh_chan *ch)
+{
+    if (!ch->client_eof || ch->pending_len > 0 || ch->in_fd < 0)
+        return;
+    if (ch->kind == CHAN_FORWARD) {
+        shutdown(ch->in_fd, SHUT_WR); /* in_fd is out_fd: the socket */
+        ch->client_eof = 2;
+    } else if (!ch->tty) {
+        close(ch->in_fd);
+        ch->in_fd = -1;
+    } else {
+        /* A PTY has no half-close: EOF is the terminal's ^D. */
+        char eot = 4;
+        if (write(ch->in_fd, &eot, 1) < 0)
+            log_debug("ssh: cannot pass EOF to a pty: %s", strerror(errno));
+        ch->client_eof = 2;
+    }
+}
+
+static void chan_eof(ssh_session session, ssh_channel channel, void *userdata)
+{
+    struct ssh_chan *ch = userdata;
+    if (!ch->client_eof)
+        ch->client_eof = 1;
+}
+
+static void chan_close(ssh_session session, ssh_channel channel, void *userdata)
+{
+    struct ssh_chan *ch = userdata;
+    ch->client_closed = 1;
+    /* The client left: the session's processes get the hang-up a terminal
+     * gives (sshd does the same). */
+    if (ch->pid > 0 && !ch->reaped)
+        kill(-ch->pid, SIGHUP);
+}
+
+static int chan_pty_request(ssh_session session, ssh_channel channel, const char *term, int width, int height,
+                            int pxwidth, int pxheight, void *userdata)
+{
+    struct ssh_chan *ch = userdata;
+    if (ch->started || ch->tty)
+        return -1;
+    ch->tty = 1;
+    snprintf(ch->term, sizeof ch->term, "%s", term && strlen(term) < sizeof ch->term ? term : "xterm");
+    for (char *p = ch->term; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_' || *p == '.' || *p == '+'))
+            *p = '_';
+    ch->ws.ws_col = (unsigned short)(width > 0 && width < 10000 ? width : 80);
+    ch->ws.ws_row = (unsigned short)(height > 0 && height < 10000 ? height : 24);
+    ch->ws.ws_xpixel = (unsigned short)(pxwidth > 0 && pxwidth < 65536 ? pxwidth : 0);
+    ch->ws.ws_ypixel = (unsigned short)(pxheight > 0 && pxheight < 65536 ? pxheight : 0);
+    return 0;
+}
+
+static int chan_window_change(ssh_session session, ssh_channel channel, int width, int height, int pxwidth,
+                              int pxheight, void *userdata)
+{
+    struct ssh_chan *ch = userdata;
+    if (!ch->tty)
+        return -1;
+    ch->ws.ws_col = (unsigned short)(width > 0 && width < 10000 ? width : ch->ws.ws_col);
+    ch->ws.ws_row = (unsigned short)(height > 0 && height < 10000 ? height : ch->ws.ws_row);
+    if (ch->in_fd >= 0)
+        ioctl(ch->in_fd, TIOCSWINSZ, &ch->ws);
+    return 0;
+}
+
+static void chan_signal(ssh_session session, ssh_channel channel, const char *name, void *userdata)
+{
+    struct ssh_chan *ch = userdata;
+    if (ch->pid <= 0 || ch->reaped || !name)
+        return;
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
+        if (strcmp(signals[i].name, name) == 0)
+            kill(-ch->pid, signals[i].sig);
+}
+
+/* argv[0] as execve wants it: looked up in PATH before the fork. */
+static int find_program(const char *name, char *out, size_t outlen)
+{
+    if (strchr(name, '/'))
+        return snprintf(out, outlen, "%s", name) < (int)outlen ? 0 : -1;
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        if (n > 0 && snprintf(out, outlen, "%.*s/%s", (int)n, path, name) < (int)outlen && access(out, X_OK) == 0)
+            return 0;
+        path += n + (path[n] == ':');
+    }
+    return -1;
+}
+
+/* Forks the child: its own session (and controlling terminal) with a PTY,
+ * its own process group otherwise, so signals reach what it started. Only
+ * async-signal-safe calls between fork and exec. */
+static int spawn(struct ssh_chan *ch, struct argv_buf *argv, struct argv_buf *env, const char *cwd, char *msg,
+                 size_t msglen)
+{
+    char prog[PATH_MAX];
+    if (find_program(argv->v[0], prog, sizeof prog) < 0) {
+        snprintf(msg, msglen, "%s: not found", argv->v[0]);
+        return -1;
+    }
+    char *const *envp = env->n > 0 ? env->v : environ;
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, master = -1, slave = -1;
+    if (ch->tty) {
+        if (openpty(&master, &slave, NULL, NULL, &ch->ws) < 0) {
+            snprintf(msg, msglen, "openpty: %s", strerror(errno));
+            return -1;
+        }
+        fcntl(master, F_SETFD, FD_CLOEXEC);
+        fcntl(slave, F_SETFD, FD_CLOEXEC);
+    } else if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+        snprintf(msg, msglen, "pipe: %s", strerror(errno));
+        for (int i = 0; i < 2; i++) {
+            if (in[i] >= 0)
+                close(in[i]);
+            if (out[i] >= 0)
+                close(out[i]);
+            if (err[i] >= 0)
+                close(err[i]);
+        }
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(msg, msglen, "fork: %s", strerror(errno));
+        if (ch->tty) {
+            close(master);
+            close(slave);
+        } else {
+            close(in[0]), close(in[1]), close(out[0]), close(out[1]), close(err[0]), close(err[1]);
+        }
+        return -1;
+    }
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        static const int reset[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
+        for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
+            signal(reset[i], SIG_DFL);
+        if (ch->tty) {
+            setsid();
+            ioctl(slave, TIOCSCTTY, 0);
+            dup2(slave, 0), dup2(slave, 1), dup2(slave, 2);
+        } else {
+            setpgid(0, 0);
+            dup2(in[0], 0), dup2(out[1], 1), dup2(err[1], 2);
+        }
+        syscall(SYS_close_range, 3U, ~0U, 0U);
+        if (cwd[0] && chdir(cwd) < 0)
+            _exit(127);
+        execve(prog, argv->v, envp);
+        _exit(127);
+    }
+    ch->pid = pid;
+    if (ch->tty) {
+        close(slave);
+        ch->in_fd = ch->out_fd = master;
+        return ssh_chan_watch(ch, master, 0) < 0 ? -1 : 0;
+    }
+    close(in[0]), close(out[1]), close(err[1]);
+    ch->in_fd = in[1];
+    ch->out_fd = out[0];
+    ch->err_fd = err[0];
+    fcntl(ch->in_fd, F_SETFL, fcntl(ch->in_fd, F_GETFL) | O_NONBLOCK);
+    return ssh_chan_watch(ch, ch->out_fd, 0) < 0 || ssh_chan_watch(ch, ch->err_fd, 1) < 0 ? -1 : 0;
+}
+
+/* Starts what the channel asked for: command (NULL for a shell) or, with
+ * sftp set, the agent's own SFTP server on the workload's /shared volume.
+ * 0, or 1 (refused, logged). */
+static int chan_start(struct ssh_chan *ch, const char *command, int sftp)
+{
+    struct ssh_conn *c = ch->conn;
+    struct agent *a = c->srv->agent;
+    struct agent_node *n = c->listener->node;
+    if (ch->started)
+        return 1;
+    struct argv_buf argv = {0}, env = {0};
+    char cwd[PATH_MAX] = "", msg[512] = "", shared[PATH_MAX];
+    int rc = -1;
+    pthread_mutex_lock(&n->lock);
+    struct workload *w = ssh_conn_workload(c);
+    if (!w) {
+        snprintf(msg, sizeof msg, "the workload is no longer running");
+    } else if (sftp) {
+        if (runtime_shared_dir(a->rt, w, shared, sizeof shared) < 0) {
+            snprintf(msg, sizeof msg, "the workload mounts no volume at /shared");
+        } else {
+            argv_add(&argv, "/proc/self/exe");
+            argv_add(&argv, "sftp-server");
+            argv_add(&argv, "--root");
+            argv_add(&argv, shared);
+            rc = argv.overflow ? -1 : 0;
+        }
+    } else {
+        rc = a->rt->ops->shell(a->rt, w, command, ch->tty, ch->term, &argv, &env, cwd, sizeof cwd, msg, sizeof msg) ==
+                     STEP_OK
+                 ? 0
+                 : -1;
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (rc == 0)
+        rc = spawn(ch, &argv, &env, cwd, msg, sizeof msg);
+    if (rc == 0) {
+        ch->started = 1;
+        log_info("ssh: node %s workload %s user %s from %s:%d: %s%s", n->name, c->wl_id, c->user, c->addr, c->port,
+                 sftp      ? "sftp"
+                 : command ? "command"
+                           : "shell",
+                 ch->tty ? " with a pty" : "");
+    } else {
+        log_warn("ssh: node %s workload %s user %s from %s:%d: cannot start %s: %s", n->name, c->wl_id, c->user,
+                 c->addr, c->port,
+                 sftp      ? "sftp"
+                 : command ? "the command"
+                           : "a shell",
+                 msg);
+    }
+    argv_free(&argv);
+    argv_free(&env);
+    return rc == 0 ? 0 : 1;
+}
+
+static int chan_exec(ssh_session session, ssh_channel channel, const char *command, void *userdata)
+{
+    return chan_start(userdata, command, 0);
+}
+
+static int chan_shell(ssh_session session, ssh_channel channel, void *userdata)
+{
+    return chan_start(userdata, NULL, 0);
+}
+
+static int chan_subsystem(ssh_session session, ssh_channel channel, const char *subsystem, void *userdata)
+{
+    if (strcmp(subsystem, "sftp") != 0)
+        return 1;
+    return chan_start(userdata, NULL, 1);
+}
+
+void ssh_chan_set_callbacks(struct ssh_chan *ch)
+{
+    memset(&ch->cb, 0, sizeof ch->cb);
+    ch->cb.userdata = ch;
+    ch->cb.channel_data_function = chan_data;
+    ch->cb.channel_eof_function = chan_eof;
+    ch->cb.channel_close_function = chan_close;
+    if (ch->kind == CHAN_SESSION) {
+        ch->cb.channel_pty_request_function = chan_pty_request;
+        ch->cb.channel_pty_window_change_function = chan_window_change;
+        ch->cb.channel_signal_function = chan_signal;
+        ch->cb.channel_exec_request_function = chan_exec;
+        ch->cb.channel_shell_request_function = chan_shell;
+        ch->cb.channel_subsystem_request_function = chan_subsystem;
+    }
+    ssh_callbacks_init(&ch->cb);
+    ssh_set_channel_callbacks(ch->channel, &ch->cb);
+}
+
+ssh_channel ssh_session_open(ssh_session session, void *userdata)
+{
+    struct ssh_conn *c = userdata;
+    if (!c->authenticated)
+        return NULL;
+    struct ssh_chan *ch = ssh_chan_new(c, CHAN_SESSION);
+    if (!ch)
+        return NULL;
+    ch->channel = ssh_channel_new(session);
+    if (!ch->channel)
+        return NULL;
+    ssh_chan_set_callbacks(ch);
+    return ch->channel;
+}
+
+static void unwatch(struct ssh_chan *ch, int *fd, struct ssh_chan_fd *ref)
+{
+    if (*fd < 0)
+        return;
+    ssh_event_remove_fd(ch->conn->event, *fd);
+    if (*fd == ch->in_fd)
+        ch->in_fd = -1;
+    close(*fd);
+    *fd = -1;
+    ref->eof = 1;
+}
+
+void ssh_chan_pump(struct ssh_chan *ch)
+{
+    if (ch->finished || !ch->started)
+        return;
+    if (flush_pending(ch) < 0) {
+        ch->pending_len = 0;
+        if (ch->in_fd >= 0 && ch->in_fd != ch->out_fd)
+            close(ch->in_fd);
+        ch->in_fd = ch->in_fd == ch->out_fd ? ch->in_fd : -1;
+    }
+    if (ch->client_eof == 1)
+        close_input_if_done(ch);
+    if (ch->pid > 0 && !ch->reaped) {
+        int st;
+        if (waitpid(ch->pid, &st, WNOHANG) == ch->pid) {
+            ch->reaped = 1;
+            ch->wait_status = st;
+        }
+    }
+    /* A PTY stays open while anything the shell left behind holds it; the
+     * session ends with the shell, after what it wrote has been read. */
+    if (ch->tty && ch->reaped && !ch->out_ref.eof) {
+        char buf[16384];
+        for (;;) {
+            ssize_t n = read(ch->out_fd, buf, sizeof buf);
+            if (n <= 0)
+                break;
+            ssh_channel_write(ch->channel, buf, (uint32_t)n);
+        }
+        ch->out_ref.eof = 1;
+    }
+    if (ch->out_ref.eof)
+        unwatch(ch, &ch->out_fd, &ch->out_ref);
+    if (ch->err_ref.eof)
+        unwatch(ch, &ch->err_fd, &ch->err_ref);
+    if (ch->kind == CHAN_FORWARD) {
+        if (ch->out_fd < 0 || ch->client_closed) {
+            if (ch->out_fd >= 0)
+                unwatch(ch, &ch->out_fd, &ch->out_ref);
+            if (!ch->client_closed)
+                ssh_channel_send_eof(ch->channel);
+            ssh_channel_close(ch->channel);
+            ch->finished = 1;
+        }
+        return;
+    }
+    if (!ch->reaped || ch->out_fd >= 0 || ch->err_fd >= 0)
+        return;
+    if (ch->in_fd >= 0) {
+        close(ch->in_fd);
+        ch->in_fd = -1;
+    }
+    struct ssh_conn *c = ch->conn;
+    if (WIFEXITED(ch->wait_status))
+        log_info("ssh: node %s workload %s user %s from %s:%d: ended with status %d", c->listener->node->name, c->wl_id,
+                 c->user, c->addr, c->port, WEXITSTATUS(ch->wait_status));
+    else
+        log_info("ssh: node %s workload %s user %s from %s:%d: ended by signal %s", c->listener->node->name, c->wl_id,
+                 c->user, c->addr, c->port, signal_name(WTERMSIG(ch->wait_status)));
+    if (!ch->client_closed) {
+        if (WIFEXITED(ch->wait_status))
+            ssh_channel_request_send_exit_status(ch->channel, WEXITSTATUS(ch->wait_status));
+        else if (WIFSIGNALED(ch->wait_status))
+            ssh_channel_request_send_exit_signal(ch->channel, signal_name(WTERMSIG(ch->wait_status)),
+                                                 WCOREDUMP(ch->wait_status), "", "");
+        ssh_channel_send_eof(ch->channel);
+        ssh_channel_close(ch->channel);
+    }
+    ch->finished = 1;
+}
+
+void ssh_chan_free(struct ssh_chan *ch)
+{
+    if (!ch)
+        return;
+    if (ch->pid > 0 && !ch->reaped) {
+        kill(-ch->pid, SIGHUP);
+        int st;
+        for (int i = 0; i < 20 && waitpid(ch->pid, &st, WNOHANG) == 0; i++)
+            usleep(50000);
+        if (waitpid(ch->pid, &st, WNOHANG) == 0) {
+            kill(-ch->pid, SIGKILL);
+            waitpid(ch->pid, &st, 0);
+        }
+    }
+    if (ch->out_fd >= 0)
+        unwatch(ch, &ch->out_fd, &ch->out_ref);
+    if (ch->err_fd >= 0)
+        unwatch(ch, &ch->err_fd, &ch->err_ref);
+    if (ch->in_fd >= 0)
+        close(ch->in_fd);
+    free(ch->pending);
+    free(ch);
+}

@@ -1,0 +1,561 @@
+"""test_agent_ssh.py: the agent's SSH server end to end, with Debian's real
+OpenSSH client against a standalone sim agent: a workload PUT with a spec
+whose ssh member names a user and keys made by ssh-keygen, then commands
+(output, stderr apart, exit codes, signals), a PTY, refusals (wrong user,
+another key, a workload not running, a password, no spec ssh), the host key
+reported in facts, kept across a restart and pinned by StrictHostKeyChecking,
+and `ssh -L` reaching a server inside the workload but not one outside it.
+"""
+import fcntl
+import os
+import pty
+import select
+import shutil
+import signal
+import struct
+import termios
+import socket
+import subprocess
+import sys
+import urllib.request
+import uuid
+
+import pytest
+
+from agent_util import AGENT, Agent, FakeControlPlane, Fleet, assert_error, poll
+
+pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh-keygen"),
+                                reason="needs openssh-client")
+
+
+def keygen(directory, name):
+    path = os.path.join(str(directory), name)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", path], check=True, timeout=30)
+    with open(path + ".pub") as f:
+        return path, " ".join(f.read().split()[:2])
+
+
+def wl_id():
+    return "wl_" + uuid.uuid4().hex[:20]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    """A sim agent and what a client needs to reach its SSH server."""
+
+    def __init__(self, directory, **options):
+        self.dir = str(directory)
+        self.agent = Agent(os.path.join(self.dir, "agent"), options=options)
+        self.known_hosts = os.path.join(self.dir, "known_hosts")
+        self.pin()
+
+    def facts(self):
+        return self.agent.get("/v1/facts").json()["ssh"]
+
+    def pin(self):
+        f = self.facts()
+        with open(self.known_hosts, "w") as out:
+            out.write(f"[127.0.0.1]:{f['port']} {f['host_key']}\n")
+        self.port = f["port"]
+
+    def ssh(self, key, user, *command, extra=(), timeout=30, input=None):
+        args = ["ssh", "-F", "/dev/null", "-i", key, "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                "-p", str(self.port), *extra, f"{user}@127.0.0.1", *command]
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input,
+                              stdin=None if input is not None else subprocess.DEVNULL)
+
+    def run_workload(self, user, keys, volume=None, image="img", wait="running"):
+        wid = wl_id()
+        spec = {"image": image, "gpus": [], "ssh": {"user": user, "authorized_keys": keys}}
+        if volume:
+            spec["volumes"] = [{"source": volume, "target": "/shared"}]
+        r = self.agent.put(f"/v1/workloads/{wid}", json=spec)
+        assert r.status_code == 201, r.text
+        if wait:
+            self.agent.wait_phase(wid, [wait])
+        return wid
+
+    def stop(self):
+        self.agent.stop()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    return {"mine": keygen(d, "mine"), "other": keygen(d, "other")}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    n = Node(tmp_path_factory.mktemp("ssh"))
+    yield n
+    n.stop()
+
+
+@pytest.fixture(scope="module")
+def workload(node, keys, tmp_path_factory):
+    vol = str(tmp_path_factory.mktemp("vol"))
+    wid = node.run_workload("ins_abc-0", [keys["mine"][1]], volume=vol)
+    return {"id": wid, "user": "ins_abc-0", "volume": vol}
+
+
+def test_facts_report_port_host_key_and_fingerprint(node):
+    f = node.facts()
+    assert f["port"] > 0 and f["host_key"].startswith("ssh-ed25519 ")
+    # The fingerprint is ssh-keygen's own.
+    p = subprocess.run(["ssh-keygen", "-l", "-f", "-"], input=f["host_key"] + "\n", capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[1] == f["fingerprint"]
+    key = os.path.join(node.agent.state_dir, "ssh_host_ed25519_key")
+    assert os.stat(key).st_mode & 0o777 == 0o600
+
+
+def test_command_output_stderr_and_exit_code(node, keys, workload):
+    p = node.ssh(keys["mine"][0], workload["user"], "echo out; echo err >&2; exit 3")
+    assert p.returncode == 3, p.stderr
+    assert p.stdout == "out\n"
+    assert "err\n" in p.stderr
+    p = node.ssh(keys["mine"][0], workload["user"], "true")
+    assert p.returncode == 0 and p.stdout == ""
+
+
+def test_command_runs_in_the_sim_container(node, keys, workload):
+    p = node.ssh(keys["mine"][0], workload["user"], 'pwd; echo "$GPURENT_WORKLOAD"; echo hi > shared/x; tty')
+    lines = p.stdout.splitlines()
+    assert lines[0] == os.path.join(node.agent.state_dir, "containers", workload["id"])
+    assert lines[1] == workload["id"]
+    assert lines[2] == "not a tty"
+    assert p.returncode == 1  # tty's status without a terminal
+    with open(os.path.join(workload["volume"], "x")) as f:
+        assert f.read() == "hi\n"
+
+
+def test_stdin_reaches_the_command(node, keys, workload):
+    data = "line\n" * 20000
+    p = node.ssh(keys["mine"][0], workload["user"], "wc -l", input=data)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "20000"
+
+
+def test_killed_command_reports_its_signal(node, keys, workload):
+    p = node.ssh(keys["mine"][0], workload["user"], "kill -TERM $$")
+    # OpenSSH exits 255 when the remote end sent exit-signal.
+    assert p.returncode == 255, p.stderr
+    node.agent.wait_for_log(r"ended by signal TERM")
+
+
+def test_tty_gets_a_pty(node, keys, workload):
+    p = node.ssh(keys["mine"][0], workload["user"], "tty; stty size", extra=["-tt"])
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.replace("\r", "").splitlines()
+    assert lines[0].startswith("/dev/pts/")
+
+
+def test_interactive_shell_with_pty(node, keys, workload):
+    p = node.ssh(keys["mine"][0], workload["user"], extra=["-tt"], input="echo shell-$((6*7))\nexit 5\n")
+    assert p.returncode == 5, p.stderr
+    assert "shell-42" in p.stdout
+
+
+def test_wrong_user_other_key_and_password_are_refused(node, keys, workload):
+    p = node.ssh(keys["mine"][0], "nobody", "true")
+    assert p.returncode == 255 and "Permission denied" in p.stderr
+    p = node.ssh(keys["other"][0], workload["user"], "true")
+    assert p.returncode == 255 and "Permission denied" in p.stderr
+    p = node.ssh(keys["mine"][0], workload["user"], "true",
+                 extra=["-o", "PreferredAuthentications=password,keyboard-interactive"])
+    assert p.returncode == 255
+    assert "publickey" in p.stderr  # the only method offered
+    text = node.agent.stderr_text()
+    assert "ssh refused: node node-a user nobody" in text
+    assert "the key is not one of the workload's" in text
+
+
+def test_workload_not_running_or_without_ssh_is_refused(node, keys):
+    wid = node.run_workload("ins_slow-0", [keys["mine"][1]], image="fail-start", wait="failed")
+    p = node.ssh(keys["mine"][0], "ins_slow-0", "true")
+    assert p.returncode == 255 and "Permission denied" in p.stderr
+    poll(lambda: "the workload is not running" in node.agent.stderr_text(), 10, "the refusal logged")
+    assert node.agent.delete(f"/v1/workloads/{wid}").status_code == 200
+    # A spec without ssh (an older control plane): nobody logs in.
+    wid = wl_id()
+    assert node.agent.put(f"/v1/workloads/{wid}", json={"image": "img", "gpus": []}).status_code == 201
+    node.agent.wait_phase(wid, ["running"])
+    p = node.ssh(keys["mine"][0], "ins_abc-0x", "true")
+    assert p.returncode == 255
+
+
+def test_removed_workload_refuses_and_loses_its_container(node, keys):
+    wid = node.run_workload("ins_gone-0", [keys["mine"][1]])
+    assert node.ssh(keys["mine"][0], "ins_gone-0", "true").returncode == 0
+    cdir = os.path.join(node.agent.state_dir, "containers", wid)
+    assert os.path.isdir(cdir)
+    assert node.agent.delete(f"/v1/workloads/{wid}").status_code == 200
+    poll(lambda: node.agent.get(f"/v1/workloads/{wid}").status_code == 404, 20, "the workload removed")
+    assert not os.path.exists(cdir)
+    p = node.ssh(keys["mine"][0], "ins_gone-0", "true")
+    assert p.returncode == 255 and "Permission denied" in p.stderr
+
+
+def test_bad_ssh_specs_are_refused(node, keys):
+    for ssh, field in [({"user": "Bad User", "authorized_keys": []}, "ssh.user"),
+                       ({"user": "u", "authorized_keys": ["ssh-ed25519 AAAA"]}, "ssh.authorized_keys[0]"),
+                       ({"user": "u", "authorized_keys": [keys["mine"][1] + " comment"]}, "ssh.authorized_keys[0]"),
+                       ({"user": "u", "authorized_keys": [], "extra": 1}, "ssh.extra"),
+                       ({"user": "u"}, "ssh.authorized_keys"),
+                       ("u", "ssh")]:
+        r = node.agent.put(f"/v1/workloads/{wl_id()}", json={"image": "img", "gpus": [], "ssh": ssh})
+        err = assert_error(r, 400, r.json()["error"]["code"])
+        assert err["field"] == field, r.text
+
+
+def test_other_keys_on_re_put_are_a_conflict(node, keys):
+    wid = node.run_workload("ins_same-0", [keys["mine"][1]], wait=None)
+    r = node.agent.put(f"/v1/workloads/{wid}", json={"image": "img", "gpus": [], "ssh": {
+        "user": "ins_same-0", "authorized_keys": [keys["other"][1]]}})
+    assert r.status_code == 409, r.text
+    r = node.agent.put(f"/v1/workloads/{wid}", json={"image": "img", "gpus": [], "ssh": {
+        "user": "ins_same-0", "authorized_keys": [keys["mine"][1]]}})
+    assert r.status_code in (200, 201), r.text
+
+
+def test_forward_reaches_a_server_inside_the_workload_only(node, keys, workload, tmp_path):
+    inside = free_port()
+    serve = f"{sys.executable} -m http.server --bind 127.0.0.1 {inside}"
+    p = node.ssh(keys["mine"][0], workload["user"],
+                 f"echo inside > index.html; nohup {serve} >/dev/null 2>&1 </dev/null & echo started")
+    assert p.returncode == 0 and "started" in p.stdout, p.stderr
+    outside_dir = tmp_path / "outside"
+    outside_dir.mkdir()
+    (outside_dir / "index.html").write_text("outside\n")
+    outside = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(outside)],
+                              cwd=outside_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tunnel = None
+    try:
+        def listening(port):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        poll(lambda: listening(inside) and listening(outside), 20, "both HTTP servers")
+        local_in, local_out = free_port(), free_port()
+        tunnel = subprocess.Popen(
+            ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={node.known_hosts}",
+             "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-N", "-p", str(node.port),
+             "-L", f"127.0.0.1:{local_in}:localhost:{inside}", "-L", f"127.0.0.1:{local_out}:localhost:{outside}",
+             f"{workload['user']}@127.0.0.1"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        poll(lambda: listening(local_in), 20, "the tunnel")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{local_in}/index.html", timeout=10).read()
+        assert body == b"inside\n"
+        with pytest.raises(Exception):
+            urllib.request.urlopen(f"http://127.0.0.1:{local_out}/index.html", timeout=10).read()
+        poll(lambda: "no process of the workload listens on that port" in node.agent.stderr_text(), 10,
+             "the refused forward logged")
+    finally:
+        if tunnel:
+            tunnel.terminate()
+            tunnel.wait(timeout=30)
+        server.terminate()
+        server.wait(timeout=30)
+        node.ssh(keys["mine"][0], workload["user"], f"pkill -f 'http.server --bind 127.0.0.1 {inside}' || true")
+
+
+def test_host_key_kept_across_restart_and_a_changed_one_fails(tmp_path, keys):
+    n = Node(tmp_path / "n", ssh_listen=f"127.0.0.1:{free_port()}")
+    try:
+        before = n.facts()
+        n.agent.restart()
+        after = n.facts()
+        assert after["host_key"] == before["host_key"] and after["port"] == before["port"]
+        wid = n.run_workload("ins_keep-0", [keys["mine"][1]])
+        assert n.ssh(keys["mine"][0], "ins_keep-0", "true").returncode == 0
+        # A new host key (the file removed): the pinned one no longer matches.
+        n.agent.stop()
+        os.unlink(os.path.join(n.agent.state_dir, "ssh_host_ed25519_key"))
+        n.agent.start()
+        assert n.facts()["host_key"] != before["host_key"]
+        n.agent.wait_phase(wid, ["running"])
+        p = n.ssh(keys["mine"][0], "ins_keep-0", "true")
+        assert p.returncode == 255
+        assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in p.stderr or "Host key verification failed" in p.stderr
+    finally:
+        n.stop()
+
+
+def test_ssh_off_reports_null(tmp_path):
+    a = Agent(tmp_path / "off", options={"ssh_listen": ""})
+    try:
+        assert a.get("/v1/facts").json()["ssh"] is None
+    finally:
+        a.stop()
+
+
+def test_failed_logins_are_rate_limited(tmp_path, keys):
+    n = Node(tmp_path / "rl", ssh_login_rate="2")
+    try:
+        n.run_workload("ins_rl-0", [keys["mine"][1]])
+        for _ in range(2):
+            assert n.ssh(keys["other"][0], "ins_rl-0", "true").returncode == 255
+        # Over the rate: even the right key is turned away for the minute.
+        p = n.ssh(keys["mine"][0], "ins_rl-0", "true")
+        assert p.returncode == 255
+        assert "failed logins in a minute" in n.agent.stderr_text()
+    finally:
+        n.stop()
+
+
+def test_each_fleet_node_has_its_own_listener_and_host_key(tmp_path, keys):
+    cp = FakeControlPlane()
+    f = Fleet(tmp_path, cp.url, nodes=3, model="MI450")
+    try:
+        names = list(f.nodes)
+        facts = {n: f.request(n, cp.secrets[n], "GET", "/v1/facts").json()["ssh"] for n in names}
+        assert len({x["port"] for x in facts.values()}) == 3
+        assert len({x["host_key"] for x in facts.values()}) == 3
+        for n in names:
+            assert os.path.exists(os.path.join(f.state_dir, "nodes", n, "ssh_host_ed25519_key"))
+        # A login on the second node reaches that node's workload only.
+        second = names[1]
+        wid = wl_id()
+        spec = {"image": "img", "gpus": [0], "ssh": {"user": "ins_fleet-1", "authorized_keys": [keys["mine"][1]]}}
+        assert f.request(second, cp.secrets[second], "PUT", f"/v1/workloads/{wid}", json=spec).status_code == 201
+        poll(lambda: f.request(second, cp.secrets[second], "GET", f"/v1/workloads/{wid}").json()["phase"]
+             == "running", 20, "the workload running")
+        kh = tmp_path / "known_hosts"
+        kh.write_text("".join(f"[127.0.0.1]:{x['port']} {x['host_key']}\n" for x in facts.values()))
+
+        def ssh(node):
+            return subprocess.run(
+                ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+                 "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={kh}", "-o", "BatchMode=yes",
+                 "-p", str(facts[node]["port"]), "ins_fleet-1@127.0.0.1", "echo $GPURENT_WORKLOAD"],
+                capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        p = ssh(second)
+        assert p.returncode == 0 and p.stdout.strip() == wid, p.stderr
+        assert ssh(names[0]).returncode == 255
+    finally:
+        f.stop()
+        cp.close()
+
+
+def has_sftp_server():
+    p = subprocess.run([AGENT, "sftp-server", "--help"], capture_output=True, text=True, timeout=30)
+    return "unknown command" not in p.stderr
+
+
+@pytest.mark.skipif(not shutil.which("sftp"), reason="needs openssh-client's sftp")
+def test_sftp_subsystem_puts_files_into_the_volume(node, keys, workload, tmp_path):
+    if not has_sftp_server():
+        pytest.skip("gpurent-agent sftp-server is not built into this agent yet")
+    local = tmp_path / "data.txt"
+    local.write_text("dataset\n")
+    batch = tmp_path / "batch"
+    batch.write_text(f"put {local} /shared/data.txt\nls /shared\n")
+    p = subprocess.run(["sftp", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+                        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={node.known_hosts}",
+                        "-o", "BatchMode=yes", "-P", str(node.port), "-b", str(batch),
+                        f"{workload['user']}@127.0.0.1"],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(os.path.join(workload["volume"], "data.txt")) as f:
+        assert f.read() == "dataset\n"
+    node.agent.wait_for_log(r"ssh: node node-a workload \S+ user ins_abc-0 from \S+: sftp")
+
+
+def test_sftp_without_a_shared_volume_is_refused(node, keys):
+    node.run_workload("ins_novol-0", [keys["mine"][1]])
+    p = subprocess.run(["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+                        "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={node.known_hosts}",
+                        "-o", "BatchMode=yes", "-p", str(node.port), "-s", "ins_novol-0@127.0.0.1", "sftp"],
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0
+    node.agent.wait_for_log(r"cannot start sftp: the workload mounts no volume at /shared")
+
+
+def test_session_limit_and_idle_timeout(tmp_path, keys):
+    n = Node(tmp_path / "lim", ssh_max_sessions="1", ssh_idle_timeout_s="2")
+    held = None
+    try:
+        n.run_workload("ins_lim-0", [keys["mine"][1]])
+        held = subprocess.Popen(
+            ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={n.known_hosts}", "-o", "BatchMode=yes",
+             "-p", str(n.port), "ins_lim-0@127.0.0.1", "sleep 600"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        n.agent.wait_for_log(r"user ins_lim-0 from \S+: command")
+        # The node's one connection is taken: the next is turned away.
+        assert n.ssh(keys["mine"][0], "ins_lim-0", "true").returncode == 255
+        assert "connections already (ssh_max_sessions)" in n.agent.stderr_text()
+        # The silent one is closed after ssh_idle_timeout_s, its command hung up.
+        assert held.wait(timeout=60) == 255
+        n.agent.wait_for_log(r"idle for 2 s, closed")
+        assert n.ssh(keys["mine"][0], "ins_lim-0", "echo again").stdout == "again\n"
+    finally:
+        if held and held.poll() is None:
+            held.kill()
+            held.wait(timeout=30)
+        n.stop()
+
+
+def test_pty_window_changes_and_ctrl_c(node, keys, workload):
+    """A real terminal in front of ssh: the remote PTY takes the window size
+    and its changes, and ^C interrupts the remote command, not the session."""
+    master, slave = pty.openpty()
+
+    def set_size(rows, cols):
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    set_size(30, 100)
+    proc = subprocess.Popen(
+        ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+         "-o", f"UserKnownHostsFile={node.known_hosts}", "-o", "BatchMode=yes", "-tt", "-p", str(node.port),
+         f"{workload['user']}@127.0.0.1"],
+        stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    seen = bytearray()
+
+    def wait_for(text, timeout=20):
+        def check():
+            r, _, _ = select.select([master], [], [], 0.2)
+            if r:
+                try:
+                    seen.extend(os.read(master, 65536))
+                except OSError:
+                    pass
+            return text.encode() in seen
+        poll(check, timeout, f"{text!r} on the terminal")
+    try:
+        os.write(master, b"stty size; echo mark-$((1+1))\n")
+        wait_for("30 100")
+        wait_for("mark-2")
+        slave_again = os.open(os.readlink(f"/proc/{proc.pid}/fd/0"), os.O_RDWR | os.O_NOCTTY)
+        fcntl.ioctl(slave_again, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        os.close(slave_again)
+        os.kill(proc.pid, signal.SIGWINCH)
+        os.write(master, b"stty size\n")
+        wait_for("40 120")
+        os.write(master, b"sleep 600\n")
+        wait_for("sleep 600\r\n")
+        os.write(master, b"\x03")  # the remote terminal's interrupt: sleep dies, the shell stays
+        wait_for("^C")
+        os.write(master, b"echo after-$((2+2))\n")
+        wait_for("after-4")
+        os.write(master, b"exit 7\n")
+        assert proc.wait(timeout=30) == 7
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        os.close(master)
+
+
+STANDIN_PODMAN = """#!/bin/sh
+# Stand-in podman for SSH: records argv; exec runs the shell it was given on
+# the host (where the real one would enter the container); inspect reports a
+# running container whose main pid is in $STANDIN_DIR/pid.
+{ printf '%s' podman; for a in "$@"; do printf '\\037%s' "$a"; done; printf '\\n'; } >> "$STANDIN_DIR/log"
+case "$1" in
+pull|stop|rm) exit 0 ;;
+run) echo 0123abcd; exit 0 ;;
+container)
+    case "$4" in
+    *Pid*) cat "$STANDIN_DIR/pid"; exit 0 ;;
+    *) echo "running 0 0001-01-01T00:00:00Z"; exit 0 ;;
+    esac ;;
+exec)
+    shift
+    while [ $# -gt 0 ]; do
+        case "$1" in -i|-t) shift ;; -e) export "$2"; shift 2 ;; *) break ;; esac
+    done
+    shift  # the container name
+    exec "$@" ;;
+esac
+exit 0
+"""
+
+
+@pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("ip"), reason="needs unshare and ip")
+def test_podman_exec_and_forward_into_the_container_network(tmp_path, keys):
+    standin = tmp_path / "bin"
+    standin.mkdir()
+    (standin / "podman").write_text(STANDIN_PODMAN)
+    os.chmod(standin / "podman", 0o755)
+    env = dict(os.environ, STANDIN_DIR=str(standin), PATH=f"{standin}:{os.environ['PATH']}")
+    # The "container": a network namespace of its own with a server in it.
+    port = free_port()
+    server_dir = tmp_path / "www"
+    server_dir.mkdir()
+    (server_dir / "index.html").write_text("in the container\n")
+    container = subprocess.Popen(
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {sys.executable} -m http.server --bind 127.0.0.1 "
+         f"{port}"], cwd=server_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=30).returncode != 0:
+        container.kill()
+        container.wait(timeout=30)
+        pytest.skip("no network namespaces here")
+    (standin / "pid").write_text(f"{container.pid}\n")
+    outside = free_port()
+    host_server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(outside)],
+                                   cwd=server_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    n = None
+    tunnel = None
+    try:
+        def in_netns_listening():
+            with open(f"/proc/{container.pid}/net/tcp") as f:
+                return any(line.split()[1].endswith(f":{port:04X}") and line.split()[3] == "0A"
+                           for line in f.readlines()[1:])
+        poll(in_netns_listening, 20, "the server in the container's network")
+        n = Node.__new__(Node)
+        n.dir = str(tmp_path)
+        n.agent = Agent(tmp_path / "agent", options={"runtime": "podman", "command_timeout_s": "10"}, env=env)
+        n.known_hosts = str(tmp_path / "known_hosts")
+        n.pin()
+        name = "gpurent-" + n.run_workload("ins_oci-0", [keys["mine"][1]])
+
+        def calls():
+            with open(standin / "log") as f:
+                return [line.rstrip("\n").split("\x1f") for line in f]
+        p = n.ssh(keys["mine"][0], "ins_oci-0", "echo via-$((3*3)); exit 4")
+        assert p.returncode == 4 and p.stdout == "via-9\n", p.stderr
+        assert ["podman", "exec", "-i", name, "/bin/sh", "-c", "echo via-$((3*3)); exit 4"] in calls()
+        local_in, local_out = free_port(), free_port()
+        tunnel = subprocess.Popen(
+            ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={n.known_hosts}",
+             "-o", "BatchMode=yes", "-N", "-p", str(n.port),
+             "-L", f"127.0.0.1:{local_in}:localhost:{port}", "-L", f"127.0.0.1:{local_out}:localhost:{outside}",
+             "ins_oci-0@127.0.0.1"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def tunnel_up():
+            try:
+                socket.create_connection(("127.0.0.1", local_in), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        poll(tunnel_up, 20, "the tunnel")
+        body = urllib.request.urlopen(f"http://127.0.0.1:{local_in}/index.html", timeout=10).read()
+        assert body == b"in the container\n"
+        assert ["podman", "container", "inspect", "--format", "{{.State.Pid}}", name] in calls()
+        # The host's server on another port is not the container's: refused.
+        with pytest.raises(Exception):
+            urllib.request.urlopen(f"http://127.0.0.1:{local_out}/index.html", timeout=10).read()
+        n.agent.wait_for_log("no process of the workload listens on that port")
+    finally:
+        if tunnel:
+            tunnel.terminate()
+            tunnel.wait(timeout=30)
+        if n:
+            n.stop()
+        for proc in (container, host_server):
+            proc.terminate()
+            proc.wait(timeout=30)
