@@ -13,7 +13,9 @@
  *                balance and refunds) and the funds a start needs
  *   ledger.c     money movements on the double-entry ledger (ledger.h):
  *                grants, top-ups, charges, refunds, expiry, funds
- *   facts.c      whether a node's facts put it in service (facts.h; pure) */
+ *   facts.c      whether a node's facts put it in service (facts.h; pure)
+ *   ssh_keys.c   OpenSSH public key lines parsed and fingerprinted
+ *                (ssh_keys.h; pure) */
 #ifndef GPURENT_DOMAIN_H
 #define GPURENT_DOMAIN_H
 
