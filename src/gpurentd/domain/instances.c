@@ -262,9 +262,9 @@ static json_t *rank_ssh_json(const struct instance *in, const struct instance_no
         snprintf(command, sizeof command, "ssh -p %lld %s@%s", (long long)p->ssh_port, user, host);
         snprintf(known, sizeof known, "[%s]:%lld %s", host, (long long)p->ssh_port, p->ssh_host_key);
     }
-    return json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:s}", "host", host, "port", (json_int_t)p->ssh_port, "user",
-                     user, "host_key", p->ssh_host_key, "host_key_fingerprint", p->ssh_host_fingerprint, "command",
-                     command, "known_hosts", known);
+    return json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:s}", "host", host, "port", (json_int_t)p->ssh_port, "user", user,
+                     "host_key", p->ssh_host_key, "host_key_fingerprint", p->ssh_host_fp, "command", command,
+                     "known_hosts", known);
 }
 
 char *instance_ssh_config(struct store *s, const struct instance *in)
@@ -296,8 +296,8 @@ char *instance_ssh_config(struct store *s, const struct instance *in)
                                 "    HostName %s\n"
                                 "    Port %lld\n"
                                 "    User %s-%lld\n",
-                                in->id, (long long)p->rank, (long long)p->rank, p->node_name,
-                                p->ssh_host_fingerprint, host, (long long)p->ssh_port, in->id, (long long)p->rank);
+                                in->id, (long long)p->rank, (long long)p->rank, p->node_name, p->ssh_host_fp, host,
+                                (long long)p->ssh_port, in->id, (long long)p->rank);
     }
     return out;
 }
@@ -315,8 +315,8 @@ json_t *instance_json(struct store *s, const struct instance *in)
                                  nodes[i].node_id, "node_name", nodes[i].node_name, "cards",
                                  cards ? cards : json_array(), "phase", nodes[i].phase, "message", nodes[i].message);
         if (rank)
-            json_object_set_new(rank, "ssh", strcmp(in->state, "running") == 0 ? rank_ssh_json(in, &nodes[i])
-                                                                                 : json_null());
+            json_object_set_new(rank, "ssh",
+                                strcmp(in->state, "running") == 0 ? rank_ssh_json(in, &nodes[i]) : json_null());
         json_array_append_new(arr, rank);
     }
     /* The owner's low-balance warning shows on each instance it concerns. */

@@ -133,10 +133,10 @@ static int wire_mpint_bits(struct wire *w, int64_t *bits)
 }
 
 struct curve {
-    const char *type;  /* key type */
-    const char *name;  /* curve identifier inside the blob */
-    size_t point_len;  /* uncompressed point: 0x04, X, Y */
-    int64_t bits;      /* as ssh-keygen shows */
+    const char *type; /* key type */
+    const char *name; /* curve identifier inside the blob */
+    size_t point_len; /* uncompressed point: 0x04, X, Y */
+    int64_t bits;     /* as ssh-keygen shows */
 };
 
 static const struct curve CURVES[] = {
@@ -168,8 +168,7 @@ static int check_material(const char *type, struct wire *w, int64_t *bits, char 
         if (wire_mpint_bits(w, &e_bits) < 0 || wire_mpint_bits(w, &n_bits) < 0)
             return fail(why, whylen, "the ssh-rsa key is truncated or its numbers are malformed");
         if (e_bits < 2 || e_bits > 64)
-            return fail(why, whylen, "the ssh-rsa key's public exponent is implausible (%lld bits)",
-                        (long long)e_bits);
+            return fail(why, whylen, "the ssh-rsa key's public exponent is implausible (%lld bits)", (long long)e_bits);
         if (n_bits < RSA_MIN_BITS)
             return fail(why, whylen, "RSA keys must have at least %d bits; this one has %lld", RSA_MIN_BITS,
                         (long long)n_bits);
@@ -233,8 +232,9 @@ int ssh_key_parse(const char *line, struct ssh_pubkey *out, char *why, size_t wh
     if (type_len == 0)
         return fail(why, whylen, "the public key is empty; give a line like \"ssh-ed25519 AAAA... you@host\"");
     if (type_len >= sizeof out->type) {
-        return fail(why, whylen, "unsupported key type; use ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa "
-                                 "(options before the key are not taken)");
+        return fail(why, whylen,
+                    "unsupported key type; use ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa "
+                    "(options before the key are not taken)");
     }
     memcpy(out->type, type, type_len);
     out->type[type_len] = '\0';
@@ -298,8 +298,7 @@ int ssh_key_format(const struct ssh_pubkey *k, int with_comment, char *out, size
 {
     int len;
     if (with_comment && k->comment_len)
-        len = snprintf(out, n, "%s %.*s %.*s", k->type, (int)k->base64_len, k->base64, (int)k->comment_len,
-                       k->comment);
+        len = snprintf(out, n, "%s %.*s %.*s", k->type, (int)k->base64_len, k->base64, (int)k->comment_len, k->comment);
     else
         len = snprintf(out, n, "%s %.*s", k->type, (int)k->base64_len, k->base64);
     return len < 0 || (size_t)len >= n ? -1 : 0;

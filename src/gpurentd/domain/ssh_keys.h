@@ -21,13 +21,13 @@
 #define SSH_KEY_COMMENT_MAX 256
 
 struct ssh_pubkey {
-    char type[24];                        /* "ssh-ed25519", "ecdsa-sha2-nistp256", …, "ssh-rsa" */
-    int64_t bits;                         /* as ssh-keygen -l shows: 256, 384, 521, or the RSA modulus size */
+    char type[24];                         /* "ssh-ed25519", "ecdsa-sha2-nistp256", …, "ssh-rsa" */
+    int64_t bits;                          /* as ssh-keygen -l shows: 256, 384, 521, or the RSA modulus size */
     char fingerprint[SSH_FINGERPRINT_MAX]; /* "SHA256:…" as ssh-keygen -l prints it */
-    const char *base64;                   /* the blob's base64 in the parsed line (borrowed) */
-    size_t base64_len;                    /* its length */
-    const char *comment;                  /* the comment in the parsed line, trimmed (borrowed; "" if none) */
-    size_t comment_len;                   /* its length */
+    const char *base64;                    /* the blob's base64 in the parsed line (borrowed) */
+    size_t base64_len;                     /* its length */
+    const char *comment;                   /* the comment in the parsed line, trimmed (borrowed; "" if none) */
+    size_t comment_len;                    /* its length */
 };
 
 /* Parses one public key line: optional surrounding blanks, the type, blanks,

@@ -42,7 +42,7 @@ static json_t *node_json(const struct node *n)
     json_object_set_new(j, "public_host", json_string(host));
     json_object_set_new(j, "ssh",
                         n->ssh_port > 0 ? json_pack("{s:I, s:s, s:s}", "port", (json_int_t)n->ssh_port, "host_key",
-                                                    n->ssh_host_key, "fingerprint", n->ssh_host_fingerprint)
+                                                    n->ssh_host_key, "fingerprint", n->ssh_host_fp)
                                         : json_null());
     return j;
 }
@@ -131,15 +131,15 @@ static int create_txn(struct store *s, void *node)
 void api_nodes_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"name",       JSON_KIND_STRING,  1, 63 },
-        {"agent_url",  JSON_KIND_STRING,  1, 512},
-        {"gpu_model",  JSON_KIND_STRING,  1, 32 },
-        {"card_count", JSON_KIND_INTEGER, 1, 0  },
-        {"fabric",     JSON_KIND_STRING,  0, 63 },
-        {"region",     JSON_KIND_STRING,  0, 63 },
-        {"labels",     JSON_KIND_OBJECT,  0, 0  },
-        {"public_host", JSON_KIND_STRING, 0, 253},
-        {NULL,         0,                 0, 0  },
+        {"name",        JSON_KIND_STRING,  1, 63 },
+        {"agent_url",   JSON_KIND_STRING,  1, 512},
+        {"gpu_model",   JSON_KIND_STRING,  1, 32 },
+        {"card_count",  JSON_KIND_INTEGER, 1, 0  },
+        {"fabric",      JSON_KIND_STRING,  0, 63 },
+        {"region",      JSON_KIND_STRING,  0, 63 },
+        {"labels",      JSON_KIND_OBJECT,  0, 0  },
+        {"public_host", JSON_KIND_STRING,  0, 253},
+        {NULL,          0,                 0, 0  },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)

@@ -105,14 +105,13 @@ void api_ssh_keys_create(struct http_request *req)
             http_add_header(req, "Location", location);
             http_reply_json(req, 201, ssh_key_json(&ctx.k));
         } else if (rc == STORE_CONFLICT && ctx.over_limit) {
-            http_error_ext(req, ERR_SSH_KEY_LIMIT, NULL,
-                             json_pack("{s:I}", "limit", (json_int_t)ctx.limit),
-                             "an account may hold at most %lld SSH keys (max_ssh_keys_per_user); delete one first",
-                             (long long)ctx.limit);
+            http_error_ext(req, ERR_SSH_KEY_LIMIT, NULL, json_pack("{s:I}", "limit", (json_int_t)ctx.limit),
+                           "an account may hold at most %lld SSH keys (max_ssh_keys_per_user); delete one first",
+                           (long long)ctx.limit);
         } else if (rc == STORE_CONFLICT) {
             http_error_ext(req, ERR_SSH_KEY_EXISTS, "public_key", json_pack("{s:s}", "id", ctx.existing.id),
-                             "this key (%s) is already on your account as %s (\"%s\")", ctx.k.fingerprint,
-                             ctx.existing.id, ctx.existing.name);
+                           "this key (%s) is already on your account as %s (\"%s\")", ctx.k.fingerprint,
+                           ctx.existing.id, ctx.existing.name);
         } else {
             http_error(req, ERR_INTERNAL, NULL, NULL);
         }
@@ -130,8 +129,8 @@ void api_ssh_keys_list(struct http_request *req)
     size_t n;
     struct store *s = store_thread();
     /* One extra row tells whether another page follows. */
-    if (!s || store_ssh_key_list(s, req->user_id, pg.after_t, pg.after_id, (size_t)pg.limit + 1, &keys, &n) !=
-                  STORE_OK) {
+    if (!s ||
+        store_ssh_key_list(s, req->user_id, pg.after_t, pg.after_id, (size_t)pg.limit + 1, &keys, &n) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
@@ -148,8 +147,7 @@ void api_ssh_keys_list(struct http_request *req)
  * and for anyone else's, so ids cannot be probed. */
 static int load_own_key(struct http_request *req, struct store *s, struct ssh_key *k)
 {
-    int rc = id_valid("sshk", req->params[0]) ? store_ssh_key_get(s, req->user_id, req->params[0], k)
-                                              : STORE_NOT_FOUND;
+    int rc = id_valid("sshk", req->params[0]) ? store_ssh_key_get(s, req->user_id, req->params[0], k) : STORE_NOT_FOUND;
     if (rc == STORE_NOT_FOUND)
         http_error(req, ERR_NOT_FOUND, NULL, "no SSH key %.64s", req->params[0]);
     else if (rc != STORE_OK)

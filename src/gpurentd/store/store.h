@@ -172,7 +172,7 @@ struct node {
     char public_host[254];   /* where users connect; "" for the host of agent_url */
     int64_t ssh_port;        /* the agent's SSH server from facts, 0 when it reports none */
     char ssh_host_key[1025]; /* its host key "type base64", "" when none */
-    char ssh_host_fingerprint[64]; /* SHA256:… of that key, computed here */
+    char ssh_host_fp[64];    /* SHA256:… fingerprint of that key, computed here */
     int64_t cards_total;     /* card rows (accepted facts) */
     int64_t cards_free;      /* healthy and unallocated, if the node is ready */
     int64_t cards_in_use;    /* held by instances */
@@ -314,7 +314,7 @@ struct instance_node {
     char public_host[254];    /* the node's host for users; "" for the host of agent_url */
     int64_t ssh_port;         /* its SSH server's port, 0 when it reports none */
     char ssh_host_key[1025];  /* its host key "type base64", "" when none */
-    char ssh_host_fingerprint[64]; /* SHA256:… of it */
+    char ssh_host_fp[64];     /* SHA256:… fingerprint of it */
 };
 struct instance_filter {
     const char *user_id;   /* owner, or NULL for all (reconciler) */

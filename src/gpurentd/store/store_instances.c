@@ -271,7 +271,7 @@ static void read_instance_node(sqlite3_stmt *st, void *row)
     store_column_text(p->public_host, sizeof p->public_host, st, 12);
     p->ssh_port = sqlite3_column_int64(st, 13);
     store_column_text(p->ssh_host_key, sizeof p->ssh_host_key, st, 14);
-    store_column_text(p->ssh_host_fingerprint, sizeof p->ssh_host_fingerprint, st, 15);
+    store_column_text(p->ssh_host_fp, sizeof p->ssh_host_fp, st, 15);
 }
 
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n)

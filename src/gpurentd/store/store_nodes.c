@@ -17,8 +17,9 @@
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id),"                                    \
     " CASE WHEN s.state = 'ready' THEN (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id"     \
     "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                     \
-    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL), n.admin_reason,"      \
-    " n.public_host, coalesce(n.ssh_port, 0), coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, '')"
+    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL),"      \
+    " n.admin_reason, n.public_host, coalesce(n.ssh_port, 0), coalesce(n.ssh_host_key, ''),"          \
+    " coalesce(n.ssh_host_fingerprint, '')"
 
 /* Inserts nothing when the model is not in the catalog (a plain existence
  * check: the catalog's card counts cost a scan of every card). */
@@ -111,7 +112,7 @@ static void read_node(sqlite3_stmt *st, void *row)
     store_column_text(n->public_host, sizeof n->public_host, st, 23);
     n->ssh_port = sqlite3_column_int64(st, 24);
     store_column_text(n->ssh_host_key, sizeof n->ssh_host_key, st, 25);
-    store_column_text(n->ssh_host_fingerprint, sizeof n->ssh_host_fingerprint, st, 26);
+    store_column_text(n->ssh_host_fp, sizeof n->ssh_host_fp, st, 26);
 }
 
 int store_node_insert(struct store *s, const struct node *n)

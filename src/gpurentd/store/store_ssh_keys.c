@@ -8,12 +8,14 @@
 
 #define SSH_KEY_COLUMNS "id, user_id, name, type, bits, blob, comment, fingerprint, created_at"
 
-static const char SQL_SSH_KEY_INSERT[] = "INSERT INTO ssh_keys (" SSH_KEY_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+static const char SQL_SSH_KEY_INSERT[] =
+    "INSERT INTO ssh_keys (" SSH_KEY_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_SSH_KEY_GET[] = "SELECT " SSH_KEY_COLUMNS " FROM ssh_keys WHERE id = ? AND user_id = ?";
 static const char SQL_SSH_KEY_BY_FP[] =
     "SELECT " SSH_KEY_COLUMNS " FROM ssh_keys WHERE user_id = ? AND fingerprint = ?";
-static const char SQL_SSH_KEY_LIST[] = "SELECT " SSH_KEY_COLUMNS " FROM ssh_keys"
-                                       " WHERE user_id = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?";
+static const char SQL_SSH_KEY_LIST[] =
+    "SELECT " SSH_KEY_COLUMNS " FROM ssh_keys"
+    " WHERE user_id = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?";
 static const char SQL_SSH_KEY_COUNT[] = "SELECT count(*) FROM ssh_keys WHERE user_id = ?";
 static const char SQL_SSH_KEY_DELETE[] = "DELETE FROM ssh_keys WHERE id = ? AND user_id = ?";
 /* The snapshot: the keys named (ssh_key_ids), or every key of the owner
