@@ -267,44 +267,61 @@ static json_t *rank_ssh_json(const struct instance *in, const struct instance_no
                      "known_hosts", known);
 }
 
+/* Appends to out (cap bytes, *len used), cutting what does not fit. */
+static void appendf(char *out, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void appendf(char *out, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
+}
+
 char *instance_ssh_config(struct store *s, const struct instance *in)
 {
     static _Thread_local struct instance_node nodes[PLACEMENT_MAX_NODES];
     size_t n = 0;
     if (store_instance_nodes(s, in->id, nodes, PLACEMENT_MAX_NODES, &n) != STORE_OK)
         return NULL;
+    /* A block is under 800 bytes (ids, a host of at most 253, a name of 63). */
     size_t cap = 512 + n * 2048, len = 0;
     char *out = malloc(cap);
     if (!out)
         return NULL;
-    len += (size_t)snprintf(out + len, cap - len,
-                            "# gpurent instance %s%s%s: one Host per rank. Pin the host keys with the\n"
-                            "# known_hosts lines of GET /v1/instances/%s (nodes[].ssh.known_hosts).\n",
-                            in->id, in->name[0] ? " " : "", in->name, in->id);
+    /* Only texts the daemon checked go in (ids, node names, hosts): the
+     * instance's name may hold a line break, which would be a directive. */
+    appendf(out, cap, &len,
+            "# gpurent instance %s: one Host per rank. Pin the host keys with the\n"
+            "# known_hosts lines of GET /v1/instances/%s (nodes[].ssh.known_hosts).\n",
+            in->id, in->id);
     for (size_t i = 0; i < n; i++) {
         const struct instance_node *p = &nodes[i];
         char host[254];
         node_connect_host(p->public_host, p->agent_url, host, sizeof host);
         if (p->ssh_port <= 0) {
-            len += (size_t)snprintf(out + len, cap - len, "\n# rank %lld (%s): the node reports no SSH server\n",
-                                    (long long)p->rank, p->node_name);
+            appendf(out, cap, &len, "\n# rank %lld (%s): the node reports no SSH server\n", (long long)p->rank,
+                    p->node_name);
             continue;
         }
-        len += (size_t)snprintf(out + len, cap - len,
-                                "\nHost %s-%lld\n"
-                                "    # rank %lld on node %s, host key %s\n"
-                                "    HostName %s\n"
-                                "    Port %lld\n"
-                                "    User %s-%lld\n",
-                                in->id, (long long)p->rank, (long long)p->rank, p->node_name, p->ssh_host_fp, host,
-                                (long long)p->ssh_port, in->id, (long long)p->rank);
+        appendf(out, cap, &len,
+                "\nHost %s-%lld\n"
+                "    # rank %lld on node %s, host key %s\n"
+                "    HostName %s\n"
+                "    Port %lld\n"
+                "    User %s-%lld\n",
+                in->id, (long long)p->rank, (long long)p->rank, p->node_name, p->ssh_host_fp, host,
+                (long long)p->ssh_port, in->id, (long long)p->rank);
     }
     return out;
 }
 
 json_t *instance_json(struct store *s, const struct instance *in)
 {
-    struct instance_node nodes[PLACEMENT_MAX_NODES];
+    /* Each rank carries its node's host key now: kept off the stack. */
+    static _Thread_local struct instance_node nodes[PLACEMENT_MAX_NODES];
     size_t n = 0;
     if (store_instance_nodes(s, in->id, nodes, PLACEMENT_MAX_NODES, &n) != STORE_OK)
         return NULL;
