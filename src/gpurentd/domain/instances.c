@@ -348,5 +348,11 @@ json_t *instance_json(struct store *s, const struct instance *in)
                   "state_reason", in->state_reason, "nodes", arr, "state_since", json_time(in->state_since, 0),
                   "created_at", json_time(in->created_at, 0), "updated_at", json_time(in->updated_at, 0));
     json_object_set_new(j, "low_balance", json_boolean(low));
+    /* The keys it names (null: all the account's), as given at create. */
+    char *keys = NULL, *ids = NULL;
+    json_t *named = store_instance_ssh(s, in->id, &keys, &ids) == STORE_OK && ids ? json_loads(ids, 0, NULL) : NULL;
+    json_object_set_new(j, "ssh_key_ids", named ? named : json_null());
+    free(keys);
+    free(ids);
     return j;
 }

@@ -105,6 +105,7 @@ def test_connect_details_keys_in_the_spec_and_ssh_config(cloud, fake, host_key, 
     k2 = add_key(cloud.d, u, keygen(tmp_path / "u", "ecdsa", 256)[0], "two")
     add_key(cloud.d, u, keygen(tmp_path / "u", "rsa", 2048)[0], "not named")
     inst = cloud.create(u, card_count=2, ssh_key_ids=[k2["id"], k1["id"]])
+    assert inst["ssh_key_ids"] == [k2["id"], k1["id"]]
     running = cloud.wait_state(u, inst["id"], "running")
     # The agent got the named keys, without comments, for login <id>-0.
     (wl_id, spec), = a.specs()
@@ -144,6 +145,7 @@ def test_snapshot_is_taken_again_at_start(cloud, fake, tmp_path):
     u = cloud.user()
     keys = [add_key(cloud.d, u, keygen(tmp_path)[0], f"k{i}") for i in range(3)]
     inst = cloud.create(u, card_count=1)  # names none: every key of the account
+    assert inst["ssh_key_ids"] is None
     cloud.wait_state(u, inst["id"], "running")
     first = a.specs()[-1][1]["ssh"]["authorized_keys"]
     assert sorted(first) == sorted(key_only(k["public_key"]) for k in keys)
