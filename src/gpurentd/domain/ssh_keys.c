@@ -191,6 +191,8 @@ static int check_material(const char *type, struct wire *w, int64_t *bits, char 
         if (len != c->point_len || s[0] != 0x04)
             return fail(why, whylen, "the %s key's point is not an uncompressed %s point (%zu bytes, want %zu)", type,
                         c->name, len, c->point_len);
+        if (!ec_point_on_curve(c->name, s, len))
+            return fail(why, whylen, "the %s key's point is not on the %s curve", type, c->name);
         *bits = c->bits;
         return 0;
     }

@@ -223,10 +223,8 @@ static void refuses_wrong_sizes_for_each_curve(void **state)
         put_cstring(&bl, curves[i].curve);
         put_string(&bl, point, curves[i].good);
         to_line(curves[i].type, &bl, "ok", line, sizeof line);
-        struct ssh_pubkey k;
-        char why[256];
-        if (ssh_key_parse(line, &k, why, sizeof why) != 0)
-            fail_msg("%s refused: %s", curves[i].type, why);
+        /* The right size and form, but no point of the curve. */
+        expect_refused(line, "not on the");
         bl.n = 0;
         put_cstring(&bl, curves[i].type);
         put_cstring(&bl, curves[i].curve);
@@ -240,6 +238,24 @@ static void refuses_wrong_sizes_for_each_curve(void **state)
         put_string(&bl, point, curves[i].good);
         to_line(curves[i].type, &bl, NULL, line, sizeof line);
         expect_refused(line, "not an uncompressed");
+    }
+}
+
+static void refuses_a_real_point_moved_off_its_curve(void **state)
+{
+    (void)state;
+    for (size_t v = 1; v <= 3; v++) {
+        char line[1024];
+        snprintf(line, sizeof line, "%s", VECTORS[v].line);
+        /* The last base64 characters before the padding and comment hold
+         * the low bits of the point's y. */
+        char *end = strchr(strchr(line, ' ') + 1, ' ');
+        char *c = end - 1;
+        while (*c == '=')
+            c--;
+        c--;
+        *c = *c == 'A' ? 'B' : 'A';
+        expect_refused(line, "not on the");
     }
 }
 
@@ -336,6 +352,7 @@ int main(void)
         cmocka_unit_test(refuses_unknown_types_and_options),
         cmocka_unit_test(refuses_a_type_that_disagrees_with_the_blob),
         cmocka_unit_test(refuses_wrong_sizes_for_each_curve),
+        cmocka_unit_test(refuses_a_real_point_moved_off_its_curve),
         cmocka_unit_test(refuses_truncated_blobs_and_trailing_garbage),
         cmocka_unit_test(refuses_bad_base64),
         cmocka_unit_test(refuses_rsa_numbers_that_are_malformed),
