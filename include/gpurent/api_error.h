@@ -38,6 +38,8 @@ enum api_error {
     ERR_VOLUME_IN_USE,          /* the volume is used by an instance */
     ERR_NAME_TAKEN,             /* a resource of that name exists */
     ERR_INSUFFICIENT_FUNDS,     /* funds do not cover a minimum run */
+    ERR_SSH_KEY_EXISTS,         /* the account already has this SSH key */
+    ERR_SSH_KEY_LIMIT,          /* the account has max_ssh_keys_per_user keys */
     ERR_COUNT
 };
 

@@ -37,6 +37,11 @@ void sha256_hex_parts(const void *const *parts, const size_t *lens, size_t n, ch
 /* HMAC-SHA256 of data keyed with key, as 64 lowercase hex characters plus
  * NUL; -1 (out "") on failure. */
 int hmac_sha256_hex(const char *key, const void *data, size_t len, char out[65]);
+/* 1 when point (len bytes, SEC 1 encoding) is a point of the NIST curve
+ * named as OpenSSH names it ("nistp256", "nistp384", "nistp521"), not the
+ * point at infinity; 0 otherwise. For SSH public keys (the daemon's
+ * ssh_keys.c), so no ECDSA key that cannot exist is taken. */
+int ec_point_on_curve(const char *curve, const unsigned char *point, size_t len);
 /* Constant-time equality of two n-byte strings (signatures): 1 if equal. */
 int secret_equal(const void *a, const void *b, size_t n);
 

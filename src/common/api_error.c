@@ -35,6 +35,8 @@ static const struct api_error_info errors[ERR_COUNT] = {
     [ERR_VOLUME_IN_USE] = {"volume_in_use", 409, "the volume is used by an instance"},
     [ERR_NAME_TAKEN] = {"name_taken", 409, "a resource with this name already exists"},
     [ERR_INSUFFICIENT_FUNDS] = {"insufficient_funds", 402, "your funds do not cover a minimum run"},
+    [ERR_SSH_KEY_EXISTS] = {"ssh_key_exists", 409, "this SSH key is already on your account"},
+    [ERR_SSH_KEY_LIMIT] = {"ssh_key_limit", 409, "your account has as many SSH keys as it may hold"},
 };
 
 const struct api_error_info *api_error_info(enum api_error e)

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <openssl/crypto.h>
+#include <openssl/ec.h>
 #include <openssl/evp.h>
+#include <openssl/obj_mac.h>
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
 #include <stdio.h>
@@ -150,4 +152,23 @@ int api_key_parse(const char *token, char id[ID_MAX], unsigned char hash[API_SEC
 int api_key_hash_equal(const unsigned char *a, const unsigned char *b)
 {
     return CRYPTO_memcmp(a, b, API_SECRET_HASH_LEN) == 0;
+}
+
+int ec_point_on_curve(const char *curve, const unsigned char *point, size_t len)
+{
+    int nid = strcmp(curve, "nistp256") == 0   ? NID_X9_62_prime256v1
+              : strcmp(curve, "nistp384") == 0 ? NID_secp384r1
+              : strcmp(curve, "nistp521") == 0 ? NID_secp521r1
+                                               : NID_undef;
+    if (nid == NID_undef)
+        return 0;
+    EC_GROUP *group = EC_GROUP_new_by_curve_name(nid);
+    EC_POINT *p = group ? EC_POINT_new(group) : NULL;
+    /* oct2point refuses coordinates outside the field; is_on_curve then
+     * checks the equation. The point at infinity is no public key. */
+    int ok = p && EC_POINT_oct2point(group, p, point, len, NULL) == 1 && !EC_POINT_is_at_infinity(group, p) &&
+             EC_POINT_is_on_curve(group, p, NULL) == 1;
+    EC_POINT_free(p);
+    EC_GROUP_free(group);
+    return ok;
 }

@@ -8,7 +8,7 @@
  *   audit/   ledger verify: the auditor, reading raw rows through the store
  *            and sharing no arithmetic with the code it checks
  *   domain/  the rules: accounts, instances, placement, volumes, funds, the
- *            ledger, node facts
+ *            ledger, node facts, SSH public keys
  *   loops/   background threads (heartbeat, reconciler, billing,
  *            watchdog), the agent client, metrics counters
  *   http/    routes, what every request passes, a handler per resource

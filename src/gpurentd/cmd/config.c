@@ -199,6 +199,7 @@ const struct conf_option daemon_options[] = {
     OPT_STR(payment_webhook_secret, "", NULL, "HMAC-SHA256 key of the payment provider's webhook; empty turns it off"),
     OPT_STR(metrics_listen, "", validate_metrics_listen,
             "host:port serving /metrics without an API key; empty: /metrics is admin-only on the API"),
+    OPT_INT(max_ssh_keys_per_user, 1, 64, 20, "SSH public keys one account may hold (an instance takes at most 64)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

@@ -13,7 +13,9 @@
  *                balance and refunds) and the funds a start needs
  *   ledger.c     money movements on the double-entry ledger (ledger.h):
  *                grants, top-ups, charges, refunds, expiry, funds
- *   facts.c      whether a node's facts put it in service (facts.h; pure) */
+ *   facts.c      whether a node's facts put it in service (facts.h; pure)
+ *   ssh_keys.c   OpenSSH public key lines parsed and fingerprinted
+ *                (ssh_keys.h; pure) */
 #ifndef GPURENT_DOMAIN_H
 #define GPURENT_DOMAIN_H
 
@@ -89,6 +91,7 @@ struct daemon_conf {
     int64_t max_balance_micro;        /* max_balance */
     char payment_webhook_secret[129]; /* HMAC key of the payment provider's webhook; "" turns it off */
     char metrics_listen[128];         /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
+    int64_t max_ssh_keys_per_user;    /* SSH public keys one account may hold */
 };
 /* The configuration in force; set once at start-up. SIGHUP changes only
  * login_max_failures and login_lockout_s in it (atomic fields); the other
@@ -121,7 +124,11 @@ struct instance_create {
     int64_t card_count;    /* cards */
     const char *image;     /* image id or ref */
     const char *volume_id; /* or NULL: the user's "shared" volume */
+    json_t *ssh_key_ids;   /* JSON array of the user's SSH key ids (strings, checked by the handler), or NULL: all */
 };
+/* The most SSH keys an instance may name (contract 1 of issue 11 caps a
+ * spec's authorized_keys at 64). */
+#define INSTANCE_MAX_SSH_KEYS 64
 /* What an operation decided: ok, or an error for the client. */
 struct op_outcome {
     enum api_error error; /* meaningful when failed */
@@ -142,8 +149,17 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
 int instance_start(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
 int instance_stop(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
 int instance_terminate(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
-/* The instance as the API shows it (new reference), or NULL. */
+/* The instance as the API shows it (new reference), or NULL. Each rank of
+ * a running instance carries its connect details ("ssh"), null where its
+ * node reports no SSH server. */
 json_t *instance_json(struct store *s, const struct instance *in);
+/* The host users connect to on a node: its public_host, or when that is ""
+ * the host of its agent URL, into out (n bytes). */
+void node_connect_host(const char *public_host, const char *agent_url, char *out, size_t n);
+/* The OpenSSH client config of every rank of a running instance (one Host
+ * block per rank with a node reporting SSH; malloc'd, caller frees), or
+ * NULL on a store error. */
+char *instance_ssh_config(struct store *s, const struct instance *in);
 
 /* funds.c: the price book, the one computation of what an interval owes
  * (billing, the balance and refunds use it), and what a start needs. */

@@ -1,5 +1,6 @@
 /* facts.c: the rules that put a node in service or keep it out (facts.h). */
 #include "domain/facts.h"
+#include "domain/ssh_keys.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,34 @@ static int opt_string(json_t *obj, const char *key, char *out, size_t n)
     return 0;
 }
 
+/* Reads the facts' ssh member into v; -1 (malformed) when it is wrong. */
+static int ssh_facts(json_t *facts, struct facts_verdict *v)
+{
+    json_t *ssh = json_object_get(facts, "ssh");
+    if (!ssh || json_is_null(ssh))
+        return 0;
+    json_t *port = json_object_get(ssh, "port"), *key = json_object_get(ssh, "host_key"),
+           *fp = json_object_get(ssh, "fingerprint");
+    if (!json_is_object(ssh) || !json_is_integer(port) || json_integer_value(port) < 1 ||
+        json_integer_value(port) > 65535 || !json_is_string(key) || (fp && !json_is_null(fp) && !json_is_string(fp)))
+        return malformed(v, "ssh must be null or {port 1..65535, host_key, fingerprint}");
+    if (json_string_length(key) >= sizeof v->ssh_host_key)
+        return malformed(v, "ssh.host_key longer than 1024 bytes");
+    struct ssh_pubkey k;
+    char why[200];
+    if (ssh_key_parse(json_string_value(key), &k, why, sizeof why) < 0) {
+        snprintf(v->reason, sizeof v->reason, "agent sent malformed facts: ssh.host_key: %s", why);
+        return -1;
+    }
+    if (json_is_string(fp) && strcmp(json_string_value(fp), k.fingerprint) != 0)
+        return malformed(v, "ssh.fingerprint is not the fingerprint of ssh.host_key");
+    if (ssh_key_format(&k, 0, v->ssh_host_key, sizeof v->ssh_host_key) < 0)
+        return malformed(v, "ssh.host_key longer than 1024 bytes");
+    snprintf(v->ssh_fingerprint, sizeof v->ssh_fingerprint, "%s", k.fingerprint);
+    v->ssh_port = json_integer_value(port);
+    return 0;
+}
+
 int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v)
 {
     memset(v, 0, sizeof *v);
@@ -62,6 +91,8 @@ int facts_check(const char *declared_model, int64_t declared_cards, json_t *fact
             return malformed(v, "workload_exits must be a non-negative integer");
         v->workload_exits = json_integer_value(exits);
     }
+    if (ssh_facts(facts, v) < 0)
+        return -1;
 
     int seen[FACTS_MAX_CARDS] = {0};
     size_t i;

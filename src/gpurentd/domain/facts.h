@@ -21,6 +21,9 @@ struct facts_verdict {
     char *canonical;                         /* the facts that matter, as sorted compact JSON (caller frees) */
     int64_t workload_exits;                  /* the agent's count of workload exits (it changes when one ends,
                                                and restarts at 0 with the agent); -1 when the facts have none */
+    int64_t ssh_port;                        /* the agent's SSH server (facts "ssh"), 0 when it has none */
+    char ssh_host_key[1025];                 /* its host key, "type base64" (comment dropped) */
+    char ssh_fingerprint[64];                /* SHA256:… computed here from the host key */
 };
 
 /* Checks facts against the declared model and card count. Returns -1 (with
@@ -30,7 +33,11 @@ struct facts_verdict {
  * of cards with indexes 0..n-1. Failed cards do not reject a node; they
  * only leave the free pool. workload_exits, optional, must be an integer
  * >= 0 (null counts as absent); being a counter, it stays out of
- * v->canonical, which changes only when the node's hardware does. */
+ * v->canonical, which changes only when the node's hardware does. So does
+ * ssh (AGENT_PROTOCOL.md): null or absent when the agent's SSH server is
+ * off, else {port 1..65535, host_key (a public key line that must parse),
+ * fingerprint (optional; must be the host key's)}; anything else is
+ * malformed. */
 int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v);
 
 #endif

@@ -7,6 +7,7 @@
 #include "domain/placement.h"
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
+#include "gpurent/url.h"
 #include "store/store.h"
 
 #include <stdarg.h>
@@ -74,6 +75,29 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
     return rc;
 }
 
+/* Checks that every id names one of user_id's SSH keys, once; *ids_json
+ * gets the array as stored (malloc'd). */
+static int ssh_key_ids_check(struct store *s, const char *user_id, json_t *ids, char **ids_json, struct op_outcome *o)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v)
+    {
+        const char *id = json_string_value(v);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(id, json_string_value(json_array_get(ids, j))) == 0)
+                return refuse(o, ERR_INVALID_FIELD, "ssh_key_ids", NULL, "ssh_key_ids names %.32s twice", id);
+        struct ssh_key k;
+        int rc = id_valid("sshk", id) ? store_ssh_key_get(s, user_id, id, &k) : STORE_NOT_FOUND;
+        if (rc == STORE_NOT_FOUND)
+            return refuse(o, ERR_INVALID_FIELD, "ssh_key_ids", NULL, "no SSH key %.32s; see GET /v1/ssh-keys", id);
+        if (rc != STORE_OK)
+            return rc;
+    }
+    *ids_json = json_dumps(ids, JSON_COMPACT);
+    return *ids_json ? STORE_OK : STORE_ERROR;
+}
+
 int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct op_outcome *o)
 {
     struct gpu_type t;
@@ -116,10 +140,18 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     snprintf(in.volume_id, sizeof in.volume_id, "%s", volume_id);
     snprintf(in.desired, sizeof in.desired, "running");
     snprintf(in.state, sizeof in.state, "pending");
-    if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
-        (rc = store_instance_insert(s, &in)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
-        (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK)
+    char *ids = NULL;
+    if (req->ssh_key_ids && (rc = ssh_key_ids_check(s, req->user_id, req->ssh_key_ids, &ids, o)) != STORE_OK)
         return rc;
+    if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
+        (rc = store_instance_insert(s, &in)) != STORE_OK ||
+        (ids && (rc = store_instance_set_ssh_key_ids(s, in.id, ids)) != STORE_OK) ||
+        (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+        (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK) {
+        free(ids);
+        return rc;
+    }
+    free(ids);
     memcpy(id_out, in.id, ID_MAX);
     return STORE_OK;
 }
@@ -153,6 +185,7 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
         return rc;
     if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
         (rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+        (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK ||
         (rc = store_instance_set_desired(s, in.id, "running", now)) != STORE_OK ||
         (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK)
         return rc;
@@ -202,19 +235,106 @@ int instance_terminate(struct store *s, const char *user_id, const char *id, str
     return wind_down(s, &in, "terminated", "terminate requested by the user", now);
 }
 
+void node_connect_host(const char *public_host, const char *agent_url, char *out, size_t n)
+{
+    if (public_host[0])
+        snprintf(out, n, "%s", public_host);
+    else if (url_host(agent_url, out, n) < 0)
+        snprintf(out, n, "%s", "");
+}
+
+/* What a client needs to reach one rank: host and port, the login
+ * "<instance id>-<rank>" the reconciler gives the agent, the host key to
+ * pin, a command to paste and its known_hosts line (OpenSSH writes
+ * "[host]:port" for any port but 22). null when the node reports no SSH
+ * server. */
+static json_t *rank_ssh_json(const struct instance *in, const struct instance_node *p)
+{
+    if (p->ssh_port <= 0)
+        return json_null();
+    char host[254], user[ID_MAX + 24], command[512], known[1600];
+    node_connect_host(p->public_host, p->agent_url, host, sizeof host);
+    snprintf(user, sizeof user, "%s-%lld", in->id, (long long)p->rank);
+    if (p->ssh_port == 22) {
+        snprintf(command, sizeof command, "ssh %s@%s", user, host);
+        snprintf(known, sizeof known, "%s %s", host, p->ssh_host_key);
+    } else {
+        snprintf(command, sizeof command, "ssh -p %lld %s@%s", (long long)p->ssh_port, user, host);
+        snprintf(known, sizeof known, "[%s]:%lld %s", host, (long long)p->ssh_port, p->ssh_host_key);
+    }
+    return json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:s}", "host", host, "port", (json_int_t)p->ssh_port, "user", user,
+                     "host_key", p->ssh_host_key, "host_key_fingerprint", p->ssh_host_fp, "command", command,
+                     "known_hosts", known);
+}
+
+/* Appends to out (cap bytes, *len used), cutting what does not fit. */
+static void appendf(char *out, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void appendf(char *out, size_t cap, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len = *len + (size_t)n < cap ? *len + (size_t)n : cap - 1;
+}
+
+char *instance_ssh_config(struct store *s, const struct instance *in)
+{
+    static _Thread_local struct instance_node nodes[PLACEMENT_MAX_NODES];
+    size_t n = 0;
+    if (store_instance_nodes(s, in->id, nodes, PLACEMENT_MAX_NODES, &n) != STORE_OK)
+        return NULL;
+    /* A block is under 800 bytes (ids, a host of at most 253, a name of 63). */
+    size_t cap = 512 + n * 2048, len = 0;
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    /* Only texts the daemon checked go in (ids, node names, hosts): the
+     * instance's name may hold a line break, which would be a directive. */
+    appendf(out, cap, &len,
+            "# gpurent instance %s: one Host per rank. Pin the host keys with the\n"
+            "# known_hosts lines of GET /v1/instances/%s (nodes[].ssh.known_hosts).\n",
+            in->id, in->id);
+    for (size_t i = 0; i < n; i++) {
+        const struct instance_node *p = &nodes[i];
+        char host[254];
+        node_connect_host(p->public_host, p->agent_url, host, sizeof host);
+        if (p->ssh_port <= 0) {
+            appendf(out, cap, &len, "\n# rank %lld (%s): the node reports no SSH server\n", (long long)p->rank,
+                    p->node_name);
+            continue;
+        }
+        appendf(out, cap, &len,
+                "\nHost %s-%lld\n"
+                "    # rank %lld on node %s, host key %s\n"
+                "    HostName %s\n"
+                "    Port %lld\n"
+                "    User %s-%lld\n",
+                in->id, (long long)p->rank, (long long)p->rank, p->node_name, p->ssh_host_fp, host,
+                (long long)p->ssh_port, in->id, (long long)p->rank);
+    }
+    return out;
+}
+
 json_t *instance_json(struct store *s, const struct instance *in)
 {
-    struct instance_node nodes[PLACEMENT_MAX_NODES];
+    /* Each rank carries its node's host key now: kept off the stack. */
+    static _Thread_local struct instance_node nodes[PLACEMENT_MAX_NODES];
     size_t n = 0;
     if (store_instance_nodes(s, in->id, nodes, PLACEMENT_MAX_NODES, &n) != STORE_OK)
         return NULL;
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
         json_t *cards = json_loads(nodes[i].cards, 0, NULL);
-        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:o, s:s, s:s}", "rank", (json_int_t)nodes[i].rank,
-                                             "node_id", nodes[i].node_id, "node_name", nodes[i].node_name, "cards",
-                                             cards ? cards : json_array(), "phase", nodes[i].phase, "message",
-                                             nodes[i].message));
+        json_t *rank = json_pack("{s:I, s:s, s:s, s:o, s:s, s:s}", "rank", (json_int_t)nodes[i].rank, "node_id",
+                                 nodes[i].node_id, "node_name", nodes[i].node_name, "cards",
+                                 cards ? cards : json_array(), "phase", nodes[i].phase, "message", nodes[i].message);
+        if (rank)
+            json_object_set_new(rank, "ssh",
+                                strcmp(in->state, "running") == 0 ? rank_ssh_json(in, &nodes[i]) : json_null());
+        json_array_append_new(arr, rank);
     }
     /* The owner's low-balance warning shows on each instance it concerns. */
     int64_t runway;
@@ -228,5 +348,11 @@ json_t *instance_json(struct store *s, const struct instance *in)
                   "state_reason", in->state_reason, "nodes", arr, "state_since", json_time(in->state_since, 0),
                   "created_at", json_time(in->created_at, 0), "updated_at", json_time(in->updated_at, 0));
     json_object_set_new(j, "low_balance", json_boolean(low));
+    /* The keys it names (null: all the account's), as given at create. */
+    char *keys = NULL, *ids = NULL;
+    json_t *named = store_instance_ssh(s, in->id, &keys, &ids) == STORE_OK && ids ? json_loads(ids, 0, NULL) : NULL;
+    json_object_set_new(j, "ssh_key_ids", named ? named : json_null());
+    free(keys);
+    free(ids);
     return j;
 }

@@ -13,7 +13,7 @@
  *   metrics.c      GET /metrics
  *   api_*.c        one file per resource: health, accounts, keys, GPU
  *                  types, nodes, images, volumes, instances, users, balance,
- *                  prices, credits, payments, billing, audit */
+ *                  prices, credits, payments, billing, audit, SSH keys */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
 
@@ -112,6 +112,13 @@ void api_instances_start(struct http_request *req);
 void api_instances_stop(struct http_request *req);
 void api_instances_terminate(struct http_request *req);
 void api_instances_events(struct http_request *req);
+void api_instances_ssh_config(struct http_request *req);
+
+/* api_ssh_keys.c */
+void api_ssh_keys_create(struct http_request *req);
+void api_ssh_keys_list(struct http_request *req);
+void api_ssh_keys_get(struct http_request *req);
+void api_ssh_keys_delete(struct http_request *req);
 
 /* api_volumes.c */
 void api_volumes_create(struct http_request *req);

@@ -92,12 +92,13 @@ static int create_txn(struct store *s, void *vctx)
 void api_instances_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"gpu_type",   JSON_KIND_STRING,  1, 32 },
-        {"card_count", JSON_KIND_INTEGER, 1, 0  },
-        {"image",      JSON_KIND_STRING,  1, 255},
-        {"volume_id",  JSON_KIND_STRING,  0, 64 },
-        {"name",       JSON_KIND_STRING,  0, 63 },
-        {NULL,         0,                 0, 0  },
+        {"gpu_type",    JSON_KIND_STRING,  1, 32 },
+        {"card_count",  JSON_KIND_INTEGER, 1, 0  },
+        {"image",       JSON_KIND_STRING,  1, 255},
+        {"volume_id",   JSON_KIND_STRING,  0, 64 },
+        {"name",        JSON_KIND_STRING,  0, 63 },
+        {"ssh_key_ids", JSON_KIND_ARRAY,   0, 0  },
+        {NULL,          0,                 0, 0  },
     };
     struct idempotency idem;
     json_t *body = http_json_body(req, fields);
@@ -114,8 +115,24 @@ void api_instances_create(struct http_request *req)
         json_decref(body);
         return;
     }
+    json_t *ssh_ids = json_object_get(body, "ssh_key_ids");
+    if (ssh_ids && json_array_size(ssh_ids) > INSTANCE_MAX_SSH_KEYS) {
+        http_error(req, ERR_INVALID_FIELD, "ssh_key_ids", "ssh_key_ids may name at most %d keys",
+                   INSTANCE_MAX_SSH_KEYS);
+        json_decref(body);
+        return;
+    }
+    for (size_t i = 0; ssh_ids && i < json_array_size(ssh_ids); i++) {
+        json_t *v = json_array_get(ssh_ids, i);
+        if (!json_is_string(v) || json_string_length(v) >= ID_MAX) {
+            http_error(req, ERR_INVALID_FIELD, "ssh_key_ids", "ssh_key_ids must be an array of SSH key ids");
+            json_decref(body);
+            return;
+        }
+    }
     struct create_ctx ctx = {
         .in = {.user_id = req->user_id,
+               .ssh_key_ids = ssh_ids,
                .name = json_string_value(json_object_get(body, "name")),
                .gpu_type = json_string_value(json_object_get(body, "gpu_type")),
                .card_count = cards,
@@ -212,6 +229,32 @@ void api_instances_get(struct http_request *req)
         http_reply_json(req, 200, j);
     else
         http_error(req, ERR_INTERNAL, NULL, NULL);
+}
+
+/* GET /v1/instances/{id}/ssh-config: the OpenSSH client config of every
+ * rank, text/plain, for `ssh -F` or ~/.ssh/config. Only a running instance
+ * has connect details. */
+void api_instances_ssh_config(struct http_request *req)
+{
+    struct store *s = store_thread();
+    struct instance in;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    if (load_own(req, s, &in) != STORE_OK)
+        return;
+    if (strcmp(in.state, "running") != 0) {
+        http_error_ext(req, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+                       "instance %s is %s; its SSH config exists while it runs", in.id, in.state);
+        return;
+    }
+    char *text = instance_ssh_config(s, &in);
+    if (text)
+        http_reply_raw(req, 200, "text/plain; charset=utf-8", text, strlen(text));
+    else
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    free(text);
 }
 
 struct change_ctx {

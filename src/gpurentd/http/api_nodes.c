@@ -32,11 +32,32 @@ static json_t *node_json(const struct node *n)
                   "cards_total", (json_int_t)n->cards_total, "cards_free", (json_int_t)n->cards_free, "cards_in_use",
                   (json_int_t)n->cards_in_use, "created_at", json_time(n->created_at, 0), "updated_at",
                   json_time(n->updated_at, 0));
-    if (!j)
+    if (!j) {
         log_error("nodes: cannot show %s: a stored text is not valid UTF-8", n->id);
-    else
-        json_object_set_new(j, "admin_reason", json_string(n->admin_reason));
+        return NULL;
+    }
+    json_object_set_new(j, "admin_reason", json_string(n->admin_reason));
+    char host[254];
+    node_connect_host(n->public_host, n->agent_url, host, sizeof host);
+    json_object_set_new(j, "public_host", json_string(host));
+    json_object_set_new(j, "ssh",
+                        n->ssh_port > 0 ? json_pack("{s:I, s:s, s:s}", "port", (json_int_t)n->ssh_port, "host_key",
+                                                    n->ssh_host_key, "fingerprint", n->ssh_host_fp)
+                                        : json_null());
     return j;
+}
+
+/* A host users can put after ssh's '@': a DNS name or an IPv4 or IPv6
+ * address, 1..253 bytes, no brackets, user info or port. */
+static int host_name_valid(const char *h)
+{
+    size_t n = strlen(h);
+    if (n == 0 || n > 253 || h[0] == '-' || h[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)h[i]) && h[i] != '.' && h[i] != '-' && h[i] != ':')
+            return 0;
+    return 1;
 }
 
 /* Names and fabric/region words: letters, digits, '.', '_' and '-',
@@ -110,14 +131,15 @@ static int create_txn(struct store *s, void *node)
 void api_nodes_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"name",       JSON_KIND_STRING,  1, 63 },
-        {"agent_url",  JSON_KIND_STRING,  1, 512},
-        {"gpu_model",  JSON_KIND_STRING,  1, 32 },
-        {"card_count", JSON_KIND_INTEGER, 1, 0  },
-        {"fabric",     JSON_KIND_STRING,  0, 63 },
-        {"region",     JSON_KIND_STRING,  0, 63 },
-        {"labels",     JSON_KIND_OBJECT,  0, 0  },
-        {NULL,         0,                 0, 0  },
+        {"name",        JSON_KIND_STRING,  1, 63 },
+        {"agent_url",   JSON_KIND_STRING,  1, 512},
+        {"gpu_model",   JSON_KIND_STRING,  1, 32 },
+        {"card_count",  JSON_KIND_INTEGER, 1, 0  },
+        {"fabric",      JSON_KIND_STRING,  0, 63 },
+        {"region",      JSON_KIND_STRING,  0, 63 },
+        {"labels",      JSON_KIND_OBJECT,  0, 0  },
+        {"public_host", JSON_KIND_STRING,  0, 253},
+        {NULL,          0,                 0, 0  },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -128,6 +150,7 @@ void api_nodes_create(struct http_request *req)
     const char *url = json_string_value(json_object_get(body, "agent_url"));
     const char *fabric = json_string_value(json_object_get(body, "fabric"));
     const char *region = json_string_value(json_object_get(body, "region"));
+    const char *public_host = json_string_value(json_object_get(body, "public_host"));
     json_t *labels = json_object_get(body, "labels");
     json_int_t cards = json_integer_value(json_object_get(body, "card_count"));
     const char *bad_label = labels ? labels_problem(labels) : NULL;
@@ -142,6 +165,9 @@ void api_nodes_create(struct http_request *req)
         http_error(req, ERR_INVALID_FIELD, "fabric", "fabric must be letters, digits, '.', '_' or '-'");
     else if (region && !word_valid(region, 63, 0))
         http_error(req, ERR_INVALID_FIELD, "region", "region must be letters, digits, '.', '_' or '-'");
+    else if (public_host && !host_name_valid(public_host))
+        http_error(req, ERR_INVALID_FIELD, "public_host",
+                   "public_host must be a host name or an IP address (letters, digits, '.', '-' and ':')");
     else if (bad_label)
         http_error(req, ERR_INVALID_FIELD, "labels",
                    "labels must be at most 32 string values of up to 255 bytes with word keys (bad key '%.63s')",
@@ -160,6 +186,11 @@ void api_nodes_create(struct http_request *req)
         snprintf(n.fabric, sizeof n.fabric, "%s", fabric ? fabric : "default");
         snprintf(n.region, sizeof n.region, "%s", region ? region : "default");
         snprintf(n.labels, sizeof n.labels, "%s", labels_text);
+        /* Users connect here; by default the host the daemon reaches the agent at. */
+        if (public_host)
+            snprintf(n.public_host, sizeof n.public_host, "%s", public_host);
+        else if (url_host(url, n.public_host, sizeof n.public_host) < 0)
+            n.public_host[0] = '\0';
         n.card_count = cards;
         n.created_at = clock_now();
         struct store *s = store_thread();

@@ -43,6 +43,12 @@ const struct http_route daemon_routes[] = {
     {"POST",   "/v1/instances/{id}/stop",     api_instances_stop,      AUTH_USER },
     {"DELETE", "/v1/instances/{id}",          api_instances_terminate, AUTH_USER },
     {"GET",    "/v1/instances/{id}/events",   api_instances_events,    AUTH_USER },
+    {"GET",    "/v1/instances/{id}/ssh-config", api_instances_ssh_config, AUTH_USER },
+
+    {"POST",   "/v1/ssh-keys",                api_ssh_keys_create,     AUTH_USER },
+    {"GET",    "/v1/ssh-keys",                api_ssh_keys_list,       AUTH_USER },
+    {"GET",    "/v1/ssh-keys/{id}",           api_ssh_keys_get,        AUTH_USER },
+    {"DELETE", "/v1/ssh-keys/{id}",           api_ssh_keys_delete,     AUTH_USER },
 
     {"PUT",    "/v1/admin/users/{id}/limits", api_users_set_limits,    AUTH_ADMIN},
 

@@ -100,13 +100,17 @@ static int record_txn(struct store *s, void *vctx)
     for (size_t i = 0; i < ctx->n; i++) {
         struct beat *b = &ctx->beats[i];
         int rc;
-        if (b->ok)
+        if (b->ok) {
             rc = store_node_beat_ok(s, b->target->id, ctx->now, b->verdict.canonical, b->verdict.accepted,
                                     b->verdict.reason, b->verdict.driver_version, b->verdict.stack_version,
                                     b->verdict.cards, b->verdict.n_cards, b->verdict.workload_exits);
-        else
+            if (rc == STORE_OK)
+                rc = store_node_set_ssh(s, b->target->id, b->verdict.ssh_port, b->verdict.ssh_host_key,
+                                        b->verdict.ssh_fingerprint);
+        } else {
             rc = store_node_beat_missed(s, b->target->id, ctx->now, daemon_config->heartbeat_miss_limit,
                                         daemon_config->node_lost_after_s, b->reason);
+        }
         if (rc != STORE_OK && rc != STORE_NOT_FOUND) /* not found: removed during the pass */
             return rc;
     }

@@ -137,6 +137,7 @@ struct spec_inputs {
     char stack[8];    /* the software stack the cards run */
     char source[513]; /* what the agents mount at /shared */
     int64_t size_gb;  /* the volume's quota, for the agents' mount_command */
+    json_t *ssh_keys; /* the snapshot of its SSH keys, "type base64" (owned) */
 };
 
 static int spec_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out)
@@ -162,6 +163,19 @@ static int spec_inputs_get(struct store *s, const struct instance *in, struct sp
         return -1;
     snprintf(out->source, sizeof out->source, "%s", v.source);
     out->size_gb = v.size_gb;
+    /* The keys were snapshotted at create or at the last start
+     * (store_instance_ssh_snapshot), so every rank and every retry of this
+     * run gets the same set: a key deleted since works until the next start. */
+    char *keys;
+    if (store_instance_ssh(s, in->id, &keys, NULL) != STORE_OK)
+        return -1;
+    out->ssh_keys = json_loads(keys, 0, NULL);
+    free(keys);
+    if (!json_is_array(out->ssh_keys)) {
+        json_decref(out->ssh_keys);
+        out->ssh_keys = NULL;
+        return -1;
+    }
     return 0;
 }
 
@@ -193,6 +207,14 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
     json_t *spec = json_pack("{s:s, s:o, s:s, s:[{s:s, s:s, s:I}], s:o}", "image", w->in.image, "gpus",
                              cards ? cards : json_array(), "stack", si->stack, "volumes", "source", si->source,
                              "target", "/shared", "size_gb", (json_int_t)si->size_gb, "env", env);
+    /* The login of rank r is "<instance id>-<rank>" (AGENT_PROTOCOL.md):
+     * unique on a node, and what the connect details show. Only a node
+     * whose facts report an SSH server gets it: an agent from before SSH
+     * refuses a spec member it does not know. */
+    char user[ID_MAX + 24];
+    snprintf(user, sizeof user, "%s-%lld", w->in.id, (long long)w->nodes[r].rank);
+    if (spec && w->nodes[r].ssh_port > 0)
+        json_object_set_new(spec, "ssh", json_pack("{s:s, s:O}", "user", user, "authorized_keys", si->ssh_keys));
     char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(spec);
     return text;
@@ -240,7 +262,7 @@ static int all_nodes_up(const struct work *w)
 
 static void plan_calls(struct store *s, struct work *w, int64_t now, const struct agent_client_opts *opts)
 {
-    struct spec_inputs si;
+    struct spec_inputs si = {.ssh_keys = NULL};
     int have_si = 0;
     const struct instance *in = &w->in;
     int winding_down = strcmp(in->desired, "running") != 0 && holding(in);
@@ -272,6 +294,7 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
             w->kind[r] = CALL_GET;
         }
     }
+    json_decref(si.ssh_keys);
 }
 
 /* ------------------------------------------------------------ applying results */

@@ -6,7 +6,7 @@
  * runner (group commit), migrate.c the migrations, and one store_*.c per
  * table or concern the SQL: users, API keys, GPU types, nodes, capacity
  * history, images, volumes, instances, idempotency, money, money reports,
- * audit, metrics, reports, verify.
+ * audit, metrics, reports, verify, SSH keys.
  *
  * Threading: a struct store is one SQLite connection and its cache of
  * prepared statements, used by one thread only. store_thread() gives each
@@ -169,6 +169,10 @@ struct node {
     int64_t last_seen_at;    /* last good heartbeat, 0 if never */
     char driver_version[64]; /* from facts */
     char stack_version[64];  /* from facts */
+    char public_host[254];   /* where users connect; "" for the host of agent_url */
+    int64_t ssh_port;        /* the agent's SSH server from facts, 0 when it reports none */
+    char ssh_host_key[1025]; /* its host key "type base64", "" when none */
+    char ssh_host_fp[64];    /* SHA256:… fingerprint of that key, computed here */
     int64_t cards_total;     /* card rows (accepted facts) */
     int64_t cards_free;      /* healthy and unallocated, if the node is ready */
     int64_t cards_in_use;    /* held by instances */
@@ -221,6 +225,10 @@ int store_node_targets(struct store *s, struct node_target **out, size_t *n);
 int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char *facts_json, int accepted,
                        const char *reason, const char *driver_version, const char *stack_version,
                        const struct node_card *cards, size_t n_cards, int64_t workload_exits);
+/* Records what the node's facts say of its SSH server (port 0: none, then
+ * host_key and fingerprint are ignored and stored as NULL). Writes only
+ * when something changed. STORE_NOT_FOUND for a removed node. */
+int store_node_set_ssh(struct store *s, const char *id, int64_t port, const char *host_key, const char *fingerprint);
 /* Records a failed heartbeat. After miss_limit in a row an up node is
  * unreachable (it keeps its cards; nothing new is placed on it), and once
  * it has not answered for lost_after_s it is offline; a node never reached
@@ -303,6 +311,10 @@ struct instance_node {
     char phase[16];           /* last reported phase */
     char message[256];        /* with the phase */
     int put_done;             /* the agent accepted the workload */
+    char public_host[254];    /* the node's host for users; "" for the host of agent_url */
+    int64_t ssh_port;         /* its SSH server's port, 0 when it reports none */
+    char ssh_host_key[1025];  /* its host key "type base64", "" when none */
+    char ssh_host_fp[64];     /* SHA256:… fingerprint of it */
 };
 struct instance_filter {
     const char *user_id;   /* owner, or NULL for all (reconciler) */
@@ -377,6 +389,39 @@ int store_user_cards_by_model(struct store *s, const char *user_id, struct model
 /* The user's card quota, or def when no admin set one. */
 int64_t store_user_max_cards(struct store *s, const char *user_id, int64_t def);
 int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_cards);
+
+/* store_ssh_keys.c: users' OpenSSH public keys and instances' snapshots of them. */
+struct ssh_key {
+    char id[ID_MAX];      /* sshk_… */
+    char user_id[ID_MAX]; /* owner */
+    char name[65];        /* the owner's label, 1..64 bytes */
+    char type[24];        /* ssh-ed25519, ecdsa-sha2-nistp256/384/521, ssh-rsa */
+    int64_t bits;         /* as ssh-keygen -l shows */
+    char blob[4096];      /* the key's base64 (RSA-16384, the largest taken, needs 2764) */
+    char comment[257];    /* the line's comment, "" if none */
+    char fingerprint[64]; /* SHA256:… */
+    int64_t created_at;   /* epoch seconds */
+};
+/* STORE_CONFLICT if the owner has a key of that fingerprint. */
+int store_ssh_key_insert(struct store *s, const struct ssh_key *k);
+/* user_id's key id; STORE_NOT_FOUND for anyone else's. */
+int store_ssh_key_get(struct store *s, const char *user_id, const char *id, struct ssh_key *out);
+int store_ssh_key_by_fingerprint(struct store *s, const char *user_id, const char *fingerprint, struct ssh_key *out);
+/* Keys of user_id after the cursor, oldest first, at most max; *out is
+ * malloc'd (caller frees), *n its length. */
+int store_ssh_key_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id, size_t max,
+                       struct ssh_key **out, size_t *n);
+/* How many keys user_id has, or a negative store_rc. */
+int64_t store_ssh_key_count(struct store *s, const char *user_id);
+/* STORE_NOT_FOUND if it is not user_id's. */
+int store_ssh_key_delete(struct store *s, const char *user_id, const char *id);
+/* The keys the instance names (a JSON array of ids), or NULL for all its owner's. */
+int store_instance_set_ssh_key_ids(struct store *s, const char *instance_id, const char *ids_json);
+/* Takes the instance's snapshot of its keys now (at create and at start). */
+int store_instance_ssh_snapshot(struct store *s, const char *instance_id);
+/* The snapshot (JSON array of "type base64") and, when ids_json is not NULL,
+ * the ids it names (NULL for all); both malloc'd, caller frees. */
+int store_instance_ssh(struct store *s, const char *instance_id, char **keys_json, char **ids_json);
 
 /* store_idempotency.c */
 /* The first answer recorded for (user_id, key): STORE_NOT_FOUND if none;

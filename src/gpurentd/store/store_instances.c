@@ -39,7 +39,9 @@ static const char SQL_INS_NODES[] =
     "SELECT p.rank, p.node_id, n.name, n.agent_url, n.secret,"
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
     " coalesce(n.last_seen_at, 0), p.workload_id,"
-    " p.cards, p.phase, p.message, p.put_done FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+    " p.cards, p.phase, p.message, p.put_done, n.public_host, coalesce(n.ssh_port, 0),"
+    " coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, '')"
+    " FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
     " WHERE p.instance_id = ? ORDER BY p.rank LIMIT ?";
 /* Placement candidates come through the nodes_placement index (0006): for
  * one node's worth of cards only the best fit (fewest free cards that are
@@ -266,6 +268,10 @@ static void read_instance_node(sqlite3_stmt *st, void *row)
     store_column_text(p->phase, sizeof p->phase, st, 9);
     store_column_text(p->message, sizeof p->message, st, 10);
     p->put_done = sqlite3_column_int(st, 11);
+    store_column_text(p->public_host, sizeof p->public_host, st, 12);
+    p->ssh_port = sqlite3_column_int64(st, 13);
+    store_column_text(p->ssh_host_key, sizeof p->ssh_host_key, st, 14);
+    store_column_text(p->ssh_host_fp, sizeof p->ssh_host_fp, st, 15);
 }
 
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n)

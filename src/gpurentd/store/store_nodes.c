@@ -17,13 +17,15 @@
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id),"                                    \
     " CASE WHEN s.state = 'ready' THEN (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id"     \
     "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                     \
-    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL), n.admin_reason"
+    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL),"      \
+    " n.admin_reason, n.public_host, coalesce(n.ssh_port, 0), coalesce(n.ssh_host_key, ''),"          \
+    " coalesce(n.ssh_host_fingerprint, '')"
 
 /* Inserts nothing when the model is not in the catalog (a plain existence
  * check: the catalog's card counts cost a scan of every card). */
 static const char SQL_NODE_INSERT[] =
     "INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region, labels, created_at,"
-    " updated_at) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11"
+    " updated_at, public_host) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12"
     " WHERE EXISTS (SELECT 1 FROM gpu_types WHERE code = ?5)";
 static const char SQL_NODE_GET[] =
     "SELECT " NODE_COLUMNS " FROM nodes n JOIN node_states s ON s.node_id = n.id WHERE n.id = ?";
@@ -54,6 +56,10 @@ static const char SQL_NODE_BEAT[] =
     "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0, facts = ?3, health = ?4, state_reason = ?5,"
     " driver_version = ?6, stack_version = ?7, updated_at = ?2, workload_exits = ?8, unreachable_since = NULL"
     " WHERE id = ?1";
+static const char SQL_NODE_SSH[] =
+    "UPDATE nodes SET ssh_port = ?2, ssh_host_key = ?3, ssh_host_fingerprint = ?4 WHERE id = ?1 AND removed_at IS NULL"
+    " AND (ssh_port IS NOT ?2 OR ssh_host_key IS NOT ?3 OR ssh_host_fingerprint IS NOT ?4)";
+static const char SQL_NODE_EXISTS[] = "SELECT 1 FROM nodes WHERE id = ? AND removed_at IS NULL";
 static const char SQL_CARD_UPSERT[] =
     "INSERT INTO node_cards (node_id, idx, model, memory_gb, healthy, health_reason) VALUES (?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (node_id, idx) DO UPDATE SET model = excluded.model, memory_gb = excluded.memory_gb,"
@@ -103,6 +109,10 @@ static void read_node(sqlite3_stmt *st, void *row)
     n->cards_free = sqlite3_column_int64(st, 20);
     n->cards_in_use = sqlite3_column_int64(st, 21);
     store_column_text(n->admin_reason, sizeof n->admin_reason, st, 22);
+    store_column_text(n->public_host, sizeof n->public_host, st, 23);
+    n->ssh_port = sqlite3_column_int64(st, 24);
+    store_column_text(n->ssh_host_key, sizeof n->ssh_host_key, st, 25);
+    store_column_text(n->ssh_host_fp, sizeof n->ssh_host_fp, st, 26);
 }
 
 int store_node_insert(struct store *s, const struct node *n)
@@ -121,6 +131,7 @@ int store_node_insert(struct store *s, const struct node *n)
     sqlite3_bind_text(st, 9, n->labels, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 10, n->created_at);
     sqlite3_bind_int64(st, 11, n->created_at);
+    sqlite3_bind_text(st, 12, n->public_host, -1, SQLITE_STATIC);
     return store_step_change(s, st, "insert node");
 }
 
@@ -319,4 +330,29 @@ int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t
     /* No capacity change to record: only a node that is up (accepted, and
      * still so when offline) or never reached (no card rows) goes offline. */
     return store_step_change(s, st, "node missed beat");
+}
+
+int store_node_set_ssh(struct store *s, const char *id, int64_t port, const char *host_key, const char *fingerprint)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_SSH);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    if (port > 0) {
+        sqlite3_bind_int64(st, 2, port);
+        sqlite3_bind_text(st, 3, host_key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, fingerprint, -1, SQLITE_STATIC);
+    }
+    int rc = store_step_write(s, st, "node ssh");
+    if (rc != STORE_OK || sqlite3_changes(store_db(s)) > 0)
+        return rc;
+    /* Nothing changed: unchanged facts, or no such node. */
+    st = store_stmt(s, SQL_NODE_EXISTS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    int out = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "node");
+    sqlite3_reset(st);
+    return out;
 }

@@ -1,11 +1,18 @@
 """Bad request bodies on every endpoint that takes one: each gets its 4xx
 status and stable error code in the one error shape, naming the field at
 fault where there is one, and leaves the database exactly as it was."""
+import atexit
 import json
+import shutil
+import tempfile
 
 import pytest
 
 from harness import DEFAULT_PASSWORD, assert_error, unique_email
+from ssh_util import keygen
+
+KEY_DIR = tempfile.mkdtemp(prefix="gpurent-keys-")
+atexit.register(shutil.rmtree, KEY_DIR, True)
 
 
 class Endpoint:
@@ -26,6 +33,9 @@ ENDPOINTS = [
     Endpoint("/v1/login", {"email": str, "password": str, "key_name": str}, ["email", "password"], False,
              None),  # filled in by the fixture: needs an existing account
     Endpoint("/v1/api-keys", {"name": str}, [], True, lambda: {"name": "laptop"}),
+    # A fresh key each time: the same key twice is a 409.
+    Endpoint("/v1/ssh-keys", {"name": str, "public_key": str}, ["name", "public_key"], True,
+             lambda: {"name": "laptop", "public_key": keygen(KEY_DIR)[0]}),
 ]
 
 

@@ -178,6 +178,56 @@ static void test_workload_exits(void **state)
     }
 }
 
+#define HOST_KEY "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILbBhWGcV/wiZDYS5aJ2boLc2M1Dnq3rZcvNrrRWX43r"
+#define HOST_FP "SHA256:/mDBwP+YfBGaKLRcMikIibUhe17WSenOLLqbMlkaqnY"
+
+static void test_ssh(void **state)
+{
+    (void)state;
+    struct facts_verdict v;
+    /* Absent and null: no SSH server. */
+    json_t *doc = facts_doc(8, "MI450", NULL, -1, -1);
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_int_equal(v.ssh_port, 0);
+    free(v.canonical);
+    json_object_set_new(doc, "ssh", json_null());
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_int_equal(v.ssh_port, 0);
+    free(v.canonical);
+    /* A server: the fingerprint is computed here; the comment is dropped. */
+    json_object_set_new(doc, "ssh", json_pack("{s:i, s:s, s:s}", "port", 2222, "host_key", HOST_KEY " root@n7",
+                                              "fingerprint", HOST_FP));
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_true(v.accepted);
+    assert_int_equal(v.ssh_port, 2222);
+    assert_string_equal(v.ssh_host_key, HOST_KEY);
+    assert_string_equal(v.ssh_fingerprint, HOST_FP);
+    assert_null(strstr(v.canonical, "ssh")); /* like the counters, not hardware */
+    free(v.canonical);
+    json_decref(doc);
+    /* Each wrong shape is malformed. */
+    json_t *bad[] = {
+        json_string("on"),
+        json_pack("{s:s}", "host_key", HOST_KEY),
+        json_pack("{s:i, s:s}", "port", 0, "host_key", HOST_KEY),
+        json_pack("{s:i, s:s}", "port", 65536, "host_key", HOST_KEY),
+        json_pack("{s:s, s:s}", "port", "22", "host_key", HOST_KEY),
+        json_pack("{s:i, s:i}", "port", 22, "host_key", 1),
+        json_pack("{s:i, s:s}", "port", 22, "host_key", "ssh-ed25519 AAAA"),
+        json_pack("{s:i, s:s, s:s}", "port", 22, "host_key", HOST_KEY, "fingerprint", "SHA256:other"),
+        json_pack("{s:i, s:s, s:i}", "port", 22, "host_key", HOST_KEY, "fingerprint", 5),
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        doc = facts_doc(8, "MI450", NULL, -1, -1);
+        json_object_set_new(doc, "ssh", bad[i]);
+        if (facts_check("MI450", 8, doc, &v) != -1)
+            fail_msg("bad ssh member %zu accepted", i);
+        assert_non_null(strstr(v.reason, "ssh"));
+        free(v.canonical);
+        json_decref(doc);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -188,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_malformed_documents),
         cmocka_unit_test(test_canonical_is_order_independent),
         cmocka_unit_test(test_workload_exits),
+        cmocka_unit_test(test_ssh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
