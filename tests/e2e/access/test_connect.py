@@ -173,7 +173,7 @@ def test_port_22_gives_plain_known_hosts(cloud, fake, host_key):
 
 
 def test_a_node_without_ssh_shows_null_and_gets_no_ssh_spec(cloud, tmp_path):
-    f = cloud.fleet(1)
+    f = cloud.fleet(1, sim={"ssh_listen": ""})  # its SSH server off
     u = cloud.user()
     k = add_key(cloud.d, u, keygen(tmp_path)[0])
     inst = cloud.create(u, card_count=1, ssh_key_ids=[k["id"]])
