@@ -10,6 +10,9 @@
 #   2 nodes x 8 MI300X   fabric-a   gpurent-agent sim-fleet on PORT+2
 #   1 node  x 8 H100-SXM fabric-b   gpurent-agent sim-fleet on PORT+3
 #
+# Each node serves SSH on 127.0.0.1, from GPURENT_SSH_PORT (2222) on, and
+# volumes are directories under VAR/volumes that every node shares.
+#
 # The first run also saves the bootstrap admin API key (printed once by
 # gpurentd, and shown once in the banner) in VAR/admin.key, mode 0600; the
 # fleets use it to register their nodes and keep each node's secret under
@@ -23,6 +26,7 @@
 # Environment:
 #   GPURENT_PORT          port to listen on (default 8080); the fleets use the
 #                         three ports after it
+#   GPURENT_SSH_PORT      the first of the seven nodes' SSH ports (default 2222)
 #   GPURENT_FLEET         0 starts gpurentd alone, without the fleet
 #   GPURENT_VAR           the state directory VAR (default var in the
 #                         repository; a relative path is taken from the
@@ -50,6 +54,7 @@ esac
 cd "$(dirname "$0")/.."
 
 port=${GPURENT_PORT:-8080}
+ssh_port=${GPURENT_SSH_PORT:-2222}
 with_fleet=${GPURENT_FLEET:-1}
 gpurentd=${GPURENTD:-build/gpurentd}
 agent=${GPURENT_AGENT:-build/gpurent-agent}
@@ -63,6 +68,13 @@ base=http://127.0.0.1:$port
 case $port in
   ''|*[!0-9]*) echo "run-local: GPURENT_PORT must be a port number, not '$port'" >&2; exit 2 ;;
 esac
+case $ssh_port in
+  ''|*[!0-9]*) echo "run-local: GPURENT_SSH_PORT must be a port number, not '$ssh_port'" >&2; exit 2 ;;
+esac
+if [ "$ssh_port" -lt 1 ] || [ "$ssh_port" -gt 65529 ]; then
+  echo "run-local: GPURENT_SSH_PORT must be from 1 to 65529 (the nodes use it and the next six)" >&2
+  exit 2
+fi
 if [ "$port" -lt 1 ] || [ "$port" -gt 65532 ]; then
   echo "run-local: GPURENT_PORT must be from 1 to 65532 (the fleet uses the next three)" >&2
   exit 2
@@ -79,10 +91,13 @@ fi
 # The simulated fleet, one sim-fleet process per GPU model (each serves its
 # nodes under http://127.0.0.1:PORT/nodes/NAME):
 #   name    model     nodes  cards  fabric    port
+# Each node serves SSH on its own port from GPURENT_SSH_PORT (2222) on:
+# the MI450 nodes 2222-2225, the MI300X ones 2226-2227, the H100 2228.
+#   name    model     nodes  cards  fabric    port          first SSH port
 fleets=(
-  "mi450    MI450     4      8      fabric-a  $((port + 1))"
-  "mi300x   MI300X    2      8      fabric-a  $((port + 2))"
-  "h100     H100-SXM  1      8      fabric-b  $((port + 3))"
+  "mi450    MI450     4      8      fabric-a  $((port + 1))  $ssh_port"
+  "mi300x   MI300X    2      8      fabric-a  $((port + 2))  $((ssh_port + 4))"
+  "h100     H100-SXM  1      8      fabric-b  $((port + 3))  $((ssh_port + 6))"
 )
 [ "$with_fleet" = 0 ] && fleets=()
 
@@ -92,7 +107,7 @@ port_open() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-for p in "$port" $(for f in "${fleets[@]}"; do set -- $f; echo "$6"; done); do
+for p in "$port" $(for f in "${fleets[@]}"; do set -- $f; echo "$6"; seq "$7" $(($7 + $3 - 1)); done); do
   if port_open "$p"; then
     echo "run-local: something already listens on 127.0.0.1:$p;" \
          "stop it or choose other ports: GPURENT_PORT=9080 make run" >&2
@@ -110,8 +125,13 @@ chmod 0700 "$var"
 rm -f "$stdout_file"
 (umask 077 && : > "$stdout_file")
 
+# Volumes are directories under VAR/volumes, which every simulated node of
+# this machine sees, as a network file system would make them: a file put
+# into /shared through one node is there on the others.
+mkdir -p "$var/volumes"
+volumes=$(cd "$var/volumes" && pwd)
 "$gpurentd" -c conf/gpurentd.conf --db "$db" --listen "127.0.0.1:$port" \
-  -o "cors_origins=$cors" >>"$stdout_file" &
+  -o "cors_origins=$cors" -o "volume_source_template=$volumes/{volume_id}" >>"$stdout_file" &
 pid=$!
 fleet_pids=()
 
@@ -204,7 +224,7 @@ if [ ${#fleets[@]} -gt 0 ] && [ -s "$key_file" ]; then
     # (VAR/fleet/NAME/nodes/NODE/registration.json), which it also locks.
     "$agent" sim-fleet --control-plane "$base" --admin-key-file "$key_file" \
       --model "$2" --nodes "$3" --cards "$4" --fabric "$5" --region local \
-      --listen "127.0.0.1:$6" --state-dir "$fleet_dir/$1" \
+      --listen "127.0.0.1:$6" --state-dir "$fleet_dir/$1" -o "ssh_listen=127.0.0.1:$7" \
       >"$fleet_dir/$1.log" 2>&1 &
     fleet_pids+=($!)
   done
@@ -306,6 +326,22 @@ cat <<EOF
    # seconds on the simulated fleet
    curl -s \$API/v1/instances/\$ID -H "Authorization: Bearer \$KEY"
    curl -s \$API/v1/instances/\$ID/events -H "Authorization: Bearer \$KEY"
+
+   # your SSH key (make one with ssh-keygen -t ed25519 if you have none); the
+   # instance takes the account's keys when it starts
+   curl -s -X POST \$API/v1/ssh-keys -H "Authorization: Bearer \$KEY" \
+        -d "{\\"name\\":\\"laptop\\",\\"public_key\\":\\"\$(cat ~/.ssh/id_ed25519.pub)\\"}"
+   # ... launch as above once the key is there, then take an OpenSSH config
+   # and the host keys for every rank, and go in: a shell in the workload,
+   # a file into /shared, and what the container printed
+   curl -s \$API/v1/instances/\$ID/ssh-config -H "Authorization: Bearer \$KEY" > gpurent.ssh
+   curl -s \$API/v1/instances/\$ID -H "Authorization: Bearer \$KEY" \
+        | python3 -c 'import json,sys; [print(n["ssh"]["known_hosts"]) for n in json.load(sys.stdin)["nodes"]]' \
+        > gpurent.known_hosts
+   ssh -F gpurent.ssh -o UserKnownHostsFile=gpurent.known_hosts \$ID-0 'pwd; ls'
+   scp -F gpurent.ssh -o UserKnownHostsFile=gpurent.known_hosts README.md \$ID-0:/shared/
+   # (the simulated runtime runs your shell in a directory of the host, with
+   # /shared as ./shared: it is for trying and testing, not isolation)
 
    # stop it: billing ends at once, the volume stays; start it again with
    # POST .../start, remove it with DELETE \$API/v1/instances/\$ID

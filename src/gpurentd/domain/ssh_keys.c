@@ -199,9 +199,11 @@ static int check_material(const char *type, struct wire *w, int64_t *bits, char 
     return fail(why, whylen, "unsupported key type %.40s", type);
 }
 
+/* Blanks between the fields; a line end counts as one, since only the one
+ * that may end the line gets past ssh_key_parse's first check. */
 static int is_blank(char c)
 {
-    return c == ' ' || c == '\t';
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
 
 static int type_supported(const char *type)
@@ -221,7 +223,14 @@ int ssh_key_parse(const char *line, struct ssh_pubkey *out, char *why, size_t wh
     size_t total = strnlen(line, SSH_KEY_LINE_MAX + 1);
     if (total > SSH_KEY_LINE_MAX)
         return fail(why, whylen, "a public key line may be at most %d bytes", SSH_KEY_LINE_MAX);
-    for (size_t i = 0; i < total; i++)
+    /* One line end after the key is what a .pub file holds, so a pasted or
+     * uploaded file is taken; a line break anywhere else is refused. */
+    size_t body = total;
+    if (body > 0 && line[body - 1] == '\n')
+        body--;
+    if (body > 0 && line[body - 1] == '\r')
+        body--;
+    for (size_t i = 0; i < body; i++)
         if (((unsigned char)line[i] < 0x20 && line[i] != '\t') || line[i] == 0x7f)
             return fail(why, whylen, "give one public key line, without line breaks or control characters");
     const char *p = line;

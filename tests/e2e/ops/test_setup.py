@@ -287,11 +287,11 @@ class RunLocal:
     """One run of scripts/run-local.sh in its own session (so its process
     group is what Ctrl-C would reach in a terminal), output to files."""
 
-    def __init__(self, var, port, tag):
+    def __init__(self, var, port, ssh_port, tag):
         self.var, self.port, self.base = str(var), port, f"http://127.0.0.1:{port}"
         self.out_path = os.path.join(os.path.dirname(self.var), f"run-local-{tag}.stdout")
         self.err_path = os.path.join(os.path.dirname(self.var), f"run-local-{tag}.stderr")
-        env = {**sanitizer_env(), "GPURENT_VAR": self.var, "GPURENT_PORT": str(port),
+        env = {**sanitizer_env(), "GPURENT_VAR": self.var, "GPURENT_PORT": str(port), "GPURENT_SSH_PORT": str(ssh_port),
                "GPURENTD": GPURENTD, "GPURENT_AGENT": AGENT}
         env.pop("GPURENT_FLEET", None)
         env.pop("GPURENT_CORS_ORIGINS", None)
@@ -387,11 +387,12 @@ TOKEN_LINE = re.compile(r"^ +(gpk_[0-9a-z]{20}_[0-9a-f]{64})$", re.M)
 def test_run_local_end_to_end(tmp_path):
     var = tmp_path / "state"
     port = free_port_block()
+    ssh_port = free_port_block(7)  # one SSH port per node
     key_file = var / "admin.key"
 
     # First run: a new database, so the banner shows the new admin key once.
     started = time.time()
-    run = RunLocal(var, port, "first")
+    run = RunLocal(var, port, ssh_port, "first")
     try:
         banner = run.wait_banner()
         assert f"gpurent is running at {run.base}   (database {var}/gpurent.db)" in banner, banner
@@ -414,6 +415,11 @@ def test_run_local_end_to_end(tmp_path):
         assert r.status_code == 201, r.text
         key = r.json()["api_key"]["token"]
         auth = {"Authorization": f"Bearer {key}"}
+        ssh_key = tmp_path / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh_key)], check=True)
+        r = requests.post(run.base + "/v1/ssh-keys", headers=auth, timeout=30,
+                          json={"name": "laptop", "public_key": (tmp_path / "id_ed25519.pub").read_text()})
+        assert r.status_code == 201, r.text
         r = requests.post(run.base + "/v1/instances", headers=auth, timeout=30,
                           json={"gpu_type": "MI450", "card_count": 8, "image": "rocm/pytorch:2.3-rocm6.2"})
         assert r.status_code == 201, r.text
@@ -426,6 +432,25 @@ def test_run_local_end_to_end(tmp_path):
         inst = poll(running, SLOW, "the instance to run")
         assert len(inst["nodes"]) == 1 and len(inst["nodes"][0]["cards"]) == 8, inst
 
+        # In as the banner says: its ssh-config and known_hosts lines, a
+        # command, a file into /shared, read back.
+        r = requests.get(f"{run.base}/v1/instances/{inst_id}/ssh-config", headers=auth, timeout=30)
+        assert r.status_code == 200, r.text
+        (tmp_path / "gpurent.ssh").write_text(r.text)
+        (tmp_path / "gpurent.known_hosts").write_text(inst["nodes"][0]["ssh"]["known_hosts"] + "\n")
+        opts = ["-F", str(tmp_path / "gpurent.ssh"), "-i", str(ssh_key), "-o", "IdentitiesOnly=yes",
+                "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={tmp_path / 'gpurent.known_hosts'}"]
+        assert inst["nodes"][0]["ssh"]["port"] in range(ssh_port, ssh_port + 4), inst
+        out = subprocess.run(["ssh", *opts, f"{inst_id}-0", "echo in-the-instance"], capture_output=True,
+                             text=True, timeout=SLOW)
+        assert (out.returncode, out.stdout) == (0, "in-the-instance\n"), out
+        out = subprocess.run(["scp", *opts, os.path.join(REPO, "README.md"), f"{inst_id}-0:/shared/"],
+                             capture_output=True, text=True, timeout=SLOW)
+        assert out.returncode == 0, out
+        volumes = list((var / "volumes").iterdir())
+        assert len(volumes) == 1 and (volumes[0] / "README.md").read_bytes() == \
+            open(os.path.join(REPO, "README.md"), "rb").read()
+
         run.interrupt()
     finally:
         run.kill()
@@ -433,7 +458,7 @@ def test_run_local_end_to_end(tmp_path):
     # Second run on the same state: the same nodes come back, and no key is
     # printed (the banner points at the saved one).
     started = time.time()
-    run = RunLocal(var, port, "second")
+    run = RunLocal(var, port, ssh_port, "second")
     try:
         banner = run.wait_banner()
         assert not re.search(r"gpk_[0-9a-z]", banner), banner

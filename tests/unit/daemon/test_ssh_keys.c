@@ -160,6 +160,16 @@ static void comments_are_optional_trimmed_and_may_hold_spaces(void **state)
     expect_refused(line, "comment may be at most");
     snprintf(line, sizeof line, "%s two\nlines", bare);
     expect_refused(line, "line breaks");
+    snprintf(line, sizeof line, "%s\n\n", bare);
+    expect_refused(line, "line breaks");
+    /* The one line end a .pub file ends with is taken, with or without a comment. */
+    snprintf(line, sizeof line, "%s\n", bare);
+    assert_int_equal(ssh_key_parse(line, &k, why, sizeof why), 0);
+    assert_int_equal(k.base64_len, strlen(bare) - strlen("ssh-ed25519 "));
+    assert_int_equal(k.comment_len, 0);
+    snprintf(line, sizeof line, "%s me@laptop\r\n", bare);
+    assert_int_equal(ssh_key_parse(line, &k, why, sizeof why), 0);
+    assert_int_equal(k.comment_len, strlen("me@laptop"));
 }
 
 static void refuses_rsa_under_2048_bits(void **state)
