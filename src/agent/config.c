@@ -181,6 +181,8 @@ const struct conf_option agent_options[] = {
     OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),
     OPT_INT(drain_timeout_s, 1, 600, 10, "seconds SIGTERM waits for requests in flight"),
     OPT_STR(log_level, "info", conf_validate_log_level, "error, warn, info or debug"),
+    OPT_INT(log_max_bytes, 4096, 1073741824, 8388608,
+            "a workload's output file is rotated past this (one old file kept: twice this on disk)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 
