@@ -222,6 +222,9 @@ struct workload {
     int wake;                     /* driver lock: asked to step again while busy */
     int64_t sim_tick;             /* the driver's worker only: the last "tick" line a log-every-N sim
                                      image wrote (0 none yet; not kept across restarts) */
+    int64_t oci_log_ms;           /* the driver's worker only: podman/docker: ms of the last output line
+                                     collected (0 none yet) */
+    int64_t oci_log_same;         /* the driver's worker only: lines collected dated oci_log_ms */
 };
 /* Frees a workload and its spec; NULL is a no-op. */
 void workload_free(struct workload *w);
@@ -507,6 +510,14 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
 int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_stop(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a);
+/* "<exe> logs --timestamps --since SINCE_S gpurent-ID": the container's
+ * stdout since a second, each line after a timestamp, polled at every
+ * state check and appended to the workload's log (logs.c). */
+int oci_argv_logs(const struct oci_cmd *c, const char *id, int64_t since_s, struct argv_buf *a);
+/* Parses one line of that output, "<RFC 3339 time> <text>": its time in
+ * epoch ms into *t_ms and where the text starts. 0, or -1 for a line
+ * without a time. */
+int oci_parse_log_line(const char *line, size_t n, int64_t *t_ms, size_t *text_at);
 /* Parses inspect output "STATUS EXITCODE FINISHEDAT"; for exited ones fills
  * ex (zeroed first) with what the line tells: the code, and the finish time
  * when it parses and is after 1970. */
