@@ -128,8 +128,8 @@ static int open_current(const char *path, uint64_t gen)
     return fd;
 }
 
-int wl_log_append(const char *node_dir, const char *id, int64_t max_bytes, int64_t t_ms, char stream,
-                  const char *text, size_t len)
+int wl_log_append(const char *node_dir, const char *id, int64_t max_bytes, int64_t t_ms, char stream, const char *text,
+                  size_t len)
 {
     char cur[PATH_MAX], old[PATH_MAX], dir[PATH_MAX];
     if (log_paths(node_dir, id, cur, old) < 0 || snprintf(dir, sizeof dir, "%s/logs", node_dir) >= (int)sizeof dir) {
@@ -215,10 +215,10 @@ int wl_log_cursor_valid(const char *s)
 
 /* One parsed line. */
 struct log_line {
-    int64_t t;
-    char stream;
-    char *text;                   /* unescaped; owned */
-    size_t len;
+    int64_t t;   /* epoch ms */
+    char stream; /* 'o' or 'e' */
+    char *text;  /* unescaped; owned */
+    size_t len;  /* bytes of text */
 };
 
 /* Parses a stored line (without its newline) into l; -1 for a line this
@@ -258,12 +258,12 @@ static json_t *line_json(const struct log_line *l)
 }
 
 struct segment {
-    FILE *f;                      /* NULL when the file does not exist */
-    uint64_t gen;                 /* from its header; 0 none */
+    FILE *f;      /* NULL when the file does not exist */
+    uint64_t gen; /* from its header; 0 none */
 };
 
-json_t *wl_log_read(const char *node_dir, const char *id, const struct wl_log_query *q,
-                    char cursor[WL_LOG_CURSOR_MAX], int *at_end, char *err, size_t errlen)
+json_t *wl_log_read(const char *node_dir, const char *id, const struct wl_log_query *q, char cursor[WL_LOG_CURSOR_MAX],
+                    int *at_end, char *err, size_t errlen)
 {
     char paths[2][PATH_MAX];
     uint64_t want_gen = 0, want_off = 0;

@@ -85,7 +85,7 @@ static void sim_ticks(const struct runtime *rt, struct workload *w, int64_t now_
     int64_t k = (until - w->running_at_ms) / every;
     if (k - w->sim_tick > SIM_TICK_BURST)
         w->sim_tick = k - SIM_TICK_BURST;
-    for (; w->sim_tick < k; )
+    while (w->sim_tick < k)
         sim_log(rt, w, 'o', "tick %lld", (long long)++w->sim_tick);
 }
 
