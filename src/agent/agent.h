@@ -46,6 +46,9 @@
  *   state.c          workload records and fleet registrations on disk,
  *                    written atomically (temporary file, fsync, rename)
  *   config.c         the option table
+ *   logs.c           each workload's output lines on disk (logs/ID.log and
+ *                    one rotation, .log.1), read back by tail, time and
+ *                    cursor for GET /v1/workloads/{id}/logs
  *   replay.c         the floor below which signed requests are refused after
  *                    a restart
  *   watchdog.c       systemd's watchdog, fed only after /healthz answers and
@@ -141,6 +144,7 @@ struct agent_conf {
     int64_t ssh_max_auth_tries;    /* public keys tried per connection */
     int64_t ssh_login_rate;        /* failed logins per client address per minute before refusal */
     int64_t ssh_idle_timeout_s;    /* silent connections closed after this; 0 = never */
+    int64_t log_max_bytes;         /* a workload's log file is rotated (once) past this */
 };
 extern const struct conf_option agent_options[];
 /* Loads defaults, then the file (if any), then "key=value" overrides, then
@@ -249,6 +253,11 @@ struct workload {
     int64_t due_ms;               /* driver lock: monotonic time of its next step */
     int busy;                     /* driver lock: a worker is stepping it */
     int wake;                     /* driver lock: asked to step again while busy */
+    int64_t sim_tick;             /* the driver's worker only: the last "tick" line a log-every-N sim
+                                     image wrote (0 none yet; not kept across restarts) */
+    int64_t oci_log_ms;           /* the driver's worker only: podman/docker: ms of the last output line
+                                     collected (0 none yet) */
+    int64_t oci_log_same;         /* the driver's worker only: lines collected dated oci_log_ms */
 };
 /* Frees a workload and its spec; NULL is a no-op. */
 void workload_free(struct workload *w);
@@ -393,6 +402,39 @@ extern const struct http_route agent_routes_single[];
 extern const struct http_route agent_routes_fleet[];
 int agent_authenticate(struct http_request *req, enum http_auth level);
 
+/* logs.c: workload output on disk, one file per workload under
+ * node_dir/logs/: ID.log, and ID.log.1 after one rotation. Each line is
+ * "<epoch ms> <o|e> <text>\n", the text with backslash, newline and
+ * carriage return escaped as \\, \n and \r, so a line is one line.
+ * Each file starts with a line "#gpurent-log <generation>"; a cursor names
+ * a position as "<generation>-<offset>" of the file holding it, so it
+ * survives a rotation (a rename) and an agent restart, and a cursor into
+ * the rotated file still reads on into the new one. */
+#define WL_LOG_TEXT_MAX 16384       /* longer output lines are cut */
+#define WL_LOG_REPLY_LINES 1000     /* most lines one read returns (and the largest tail) */
+#define WL_LOG_REPLY_BYTES (1024 * 1024) /* most text bytes one read returns */
+#define WL_LOG_CURSOR_MAX 48
+/* Appends one line (stream 'o' stdout or 'e' stderr) dated t_ms, rotating
+ * first when the file would grow past max_bytes. Serialised internally.
+ * 0 or -1 (logged). */
+int wl_log_append(const char *node_dir, const char *id, int64_t max_bytes, int64_t t_ms, char stream,
+                  const char *text, size_t len);
+/* Removes both files of a workload; missing ones are fine. */
+void wl_log_remove(const char *node_dir, const char *id);
+struct wl_log_query {
+    int64_t tail;                 /* 0: from the start (or after); else only the last tail lines */
+    int64_t since_ms;             /* lines dated before are skipped; 0 none */
+    const char *after;            /* a cursor: only lines after it; NULL none */
+};
+/* Reads lines as q asks into a new array of {"t","stream","text"}, at most
+ * WL_LOG_REPLY_LINES and WL_LOG_REPLY_BYTES; cursor gets the position after
+ * the last line returned (or the end), *at_end whether nothing follows it.
+ * -1 with a reason for a malformed cursor. */
+json_t *wl_log_read(const char *node_dir, const char *id, const struct wl_log_query *q,
+                    char cursor[WL_LOG_CURSOR_MAX], int *at_end, char *err, size_t errlen);
+/* Whether s is a cursor as wl_log_read writes them. */
+int wl_log_cursor_valid(const char *s);
+
 /* exec.c: running a command without a shell: see exec.h, included above. */
 
 /* argv.c: building argument vectors safely. */
@@ -529,6 +571,14 @@ int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, 
                   struct argv_buf *a);
 /* `container inspect --format {{.State.Pid}} <container>`: SSH forwards. */
 int oci_argv_inspect_pid(const struct oci_cmd *c, const char *id, struct argv_buf *a);
+/* "<exe> logs --timestamps --since SINCE_S gpurent-ID": the container's
+ * stdout since a second, each line after a timestamp, polled at every
+ * state check and appended to the workload's log (logs.c). */
+int oci_argv_logs(const struct oci_cmd *c, const char *id, int64_t since_s, struct argv_buf *a);
+/* Parses one line of that output, "<RFC 3339 time> <text>": its time in
+ * epoch ms into *t_ms and where the text starts. 0, or -1 for a line
+ * without a time. */
+int oci_parse_log_line(const char *line, size_t n, int64_t *t_ms, size_t *text_at);
 /* Parses inspect output "STATUS EXITCODE FINISHEDAT"; for exited ones fills
  * ex (zeroed first) with what the line tells: the code, and the finish time
  * when it parses and is after 1970. */

@@ -31,16 +31,69 @@ static const char *req_id(struct http_request *req)
     return req->params[app(req)->fleet ? 1 : 0];
 }
 
+/* The logs route's query arguments, in the order they are signed. */
+static const char *const logs_query[] = {"tail", "since", "after", NULL};
+
+/* Whether the request is for GET .../v1/workloads/{id}/logs. */
+static int is_logs_route(const struct http_request *req)
+{
+    size_t n = strlen(req->path);
+    return strcmp(req->method, "GET") == 0 && n > 5 && strcmp(req->path + n - 5, "/logs") == 0;
+}
+
+/* The path the signature covers: the decoded path, and for the logs route
+ * its query in canonical form, "?name=value&..." in logs_query's order with
+ * the arguments given. Their values are refused unless plain (digits,
+ * letters, '-'), so the decoded and the sent form are the same text and
+ * nothing outside the signature changes the reply. -1 (replied) if not. */
+static int signed_path(struct http_request *req, char *out, size_t outlen)
+{
+    static const char *const no_query[] = {NULL};
+    if (!is_logs_route(req)) {
+        if (http_query_allow(req, no_query) < 0)
+            return -1;
+        snprintf(out, outlen, "%s", req->path);
+        return 0;
+    }
+    if (http_query_allow(req, logs_query) < 0)
+        return -1;
+    size_t o = (size_t)snprintf(out, outlen, "%s", req->path);
+    char sep = '?';
+    for (const char *const *q = logs_query; *q; q++) {
+        const char *v = http_query(req, *q);
+        if (!v)
+            continue;
+        size_t len = strlen(v);
+        int plain = len > 0 && len < WL_LOG_CURSOR_MAX;
+        for (size_t i = 0; i < len && plain; i++)
+            plain = (v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'z') || v[i] == '-';
+        if (!plain) {
+            http_error(req, ERR_INVALID_QUERY, *q, "%s must be 1 to %d of 0-9, a-z and '-'", *q,
+                       WL_LOG_CURSOR_MAX - 1);
+            return -1;
+        }
+        int n = snprintf(out + o, outlen - o, "%c%s=%s", sep, *q, v);
+        if (n < 0 || (size_t)n >= outlen - o) {
+            http_error(req, ERR_INVALID_FIELD, NULL, "the path is too long");
+            return -1;
+        }
+        o += (size_t)n;
+        sep = '&';
+    }
+    return 0;
+}
+
 int agent_authenticate(struct http_request *req, enum http_auth level)
 {
     /* Freshness is judged on the wall clock, as gpurentd signs with it even
      * when it runs on a testing clock.
      *
-     * The path is verified as libmicrohttpd decoded it, without a query
-     * string. The protocol's paths need no encoding and take no query, so
-     * one with a query is refused here rather than verified in part. */
-    static const char *const no_query[] = {NULL};
-    if (http_query_allow(req, no_query) < 0)
+     * The path is verified as libmicrohttpd decoded it. The protocol's
+     * paths need no encoding and take no query, but for the logs route's
+     * arguments, signed in a canonical form (signed_path); any other query
+     * is refused here rather than verified in part. */
+    char path[1024];
+    if (signed_path(req, path, sizeof path) < 0)
         return -1;
     struct agent *a = app(req);
     struct agent_node *n = req_node(req);
@@ -48,7 +101,7 @@ int agent_authenticate(struct http_request *req, enum http_auth level)
     int have = n && agent_node_secret(a, n, secret) == 0;
     int64_t now = clock_wall();
     enum sign_result r =
-        sign_verify(have ? secret : NULL, req->method, req->path, http_header(req, SIGN_HDR_TIMESTAMP),
+        sign_verify(have ? secret : NULL, req->method, path, http_header(req, SIGN_HDR_TIMESTAMP),
                     http_header(req, SIGN_HDR_NONCE), http_header(req, SIGN_HDR_SIGNATURE), req->body, req->body_len,
                     now, (int)a->conf->max_clock_skew_s, a->replay);
     memset(secret, 0, sizeof secret);
@@ -134,6 +187,55 @@ static void api_workload_get(struct http_request *req)
         return;
     }
     http_reply_json(req, 200, body);
+}
+
+/* GET .../v1/workloads/{id}/logs?tail=N&since=EPOCH_S&after=CURSOR: lines
+ * from the workload's log file (logs.c). Reading a file is no command: it
+ * is done here, bounded by logs.c's reply limits. */
+static void api_workload_logs(struct http_request *req)
+{
+    struct agent *a = app(req);
+    struct agent_node *n = req_node(req);
+    const char *id = req_id(req);
+    int64_t tail, since;
+    if (http_query_int(req, "tail", 0, WL_LOG_REPLY_LINES, 0, &tail) < 0 ||
+        http_query_int(req, "since", 0, 253402300799, 0, &since) < 0)
+        return;
+    const char *after = http_query(req, "after");
+    if (after && !wl_log_cursor_valid(after)) {
+        http_error(req, ERR_INVALID_QUERY, "after", "after is not a cursor this agent gave");
+        return;
+    }
+    if (after && tail) {
+        http_error(req, ERR_INVALID_QUERY, "tail", "tail and after cannot be used together");
+        return;
+    }
+    int found = 0, ended = 0;
+    if (agent_name_valid(id)) {
+        pthread_mutex_lock(&n->lock);
+        struct workload *w = agent_node_workload(n, id);
+        if (w && !w->removing) {
+            found = 1;
+            /* Read before the file: the sim writes a container's last line
+             * before its phase turns exited, so the file then holds all. */
+            ended = w->phase == WL_EXITED || w->phase == WL_FAILED;
+        }
+        pthread_mutex_unlock(&n->lock);
+    }
+    if (!found) {
+        http_error(req, ERR_NOT_FOUND, NULL, "no workload %.64s on this node", id);
+        return;
+    }
+    char dir[PATH_MAX], cursor[WL_LOG_CURSOR_MAX], err[256];
+    agent_node_dir(a, n, dir, sizeof dir);
+    struct wl_log_query q = {.tail = tail, .since_ms = since * 1000, .after = after};
+    int at_end = 0;
+    json_t *lines = wl_log_read(dir, id, &q, cursor, &at_end, err, sizeof err);
+    if (!lines) {
+        http_error(req, ERR_INVALID_QUERY, "after", "%s", err);
+        return;
+    }
+    http_reply_json(req, 200, json_pack("{s:o, s:s, s:b}", "lines", lines, "cursor", cursor, "done", ended && at_end));
 }
 
 static const struct json_field spec_fields[] = {
@@ -300,6 +402,7 @@ const struct http_route agent_routes_single[] = {
     {"GET", "/v1/workloads/{id}", api_workload_get, AUTH_SIGNED},
     {"PUT", "/v1/workloads/{id}", api_workload_put, AUTH_SIGNED},
     {"DELETE", "/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED},
+    {"GET", "/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED},
     {NULL, NULL, NULL, AUTH_NONE},
 };
 
@@ -310,5 +413,6 @@ const struct http_route agent_routes_fleet[] = {
     {"GET", "/nodes/{node}/v1/workloads/{id}", api_workload_get, AUTH_SIGNED},
     {"PUT", "/nodes/{node}/v1/workloads/{id}", api_workload_put, AUTH_SIGNED},
     {"DELETE", "/nodes/{node}/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED},
+    {"GET", "/nodes/{node}/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED},
     {NULL, NULL, NULL, AUTH_NONE},
 };

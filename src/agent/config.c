@@ -201,6 +201,8 @@ const struct conf_option agent_options[] = {
     OPT_INT(ssh_max_auth_tries, 1, 100, 6, "public keys one connection may try"),
     OPT_INT(ssh_login_rate, 1, 100000, 20, "failed SSH logins per client address per minute before it is refused"),
     OPT_INT(ssh_idle_timeout_s, 0, 604800, 0, "seconds an SSH connection may stay silent; 0 = no limit"),
+    OPT_INT(log_max_bytes, 4096, 1073741824, 8388608,
+            "a workload's output file is rotated past this (one old file kept: twice this on disk)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

@@ -258,6 +258,7 @@ static int64_t step_remove(struct driver *d, struct workload *w)
     agent_node_dir(a, n, dir, sizeof dir);
     pthread_mutex_lock(&n->lock);
     record_delete(dir, w->id);
+    wl_log_remove(dir, w->id);
     agent_node_remove(n, w);
     pthread_mutex_unlock(&n->lock);
     log_info("workload %s on %s: removed", w->id, n->name);

@@ -6,7 +6,10 @@
  * never sleeps: its delays are driver timers. Its run time is counted on
  * the wall clock from the instant the workload entered running, kept in
  * the record, so an exit lands on the second it was due, across restarts
- * too. */
+ * too. Its "output" goes to the workload's log (logs.c): a line when the
+ * container starts, "tick K" every N ms for an image containing
+ * log-every-N (written by the state checks, which the driver's timers wake
+ * at each tick: no thread per workload), and a line when it exits. */
 #include "agent.h"
 
 #include <errno.h>
@@ -19,6 +22,9 @@
 #include <unistd.h>
 
 #include "gpurent/clock.h"
+
+#include <limits.h>
+#include <stdarg.h>
 
 int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms)
 {
@@ -35,6 +41,59 @@ int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms)
     return v;
 }
 
+/* ms between "tick" lines of a log-every-N image, or -1 for none; N is
+ * kept within 10 ms .. a day so a typo cannot flood the disk. */
+static int64_t sim_log_every_ms(const struct wl_spec *spec)
+{
+    const char *p = spec->image ? strstr(spec->image, "log-every-") : NULL;
+    if (!p)
+        return -1;
+    p += strlen("log-every-");
+    if (*p < '0' || *p > '9')
+        return -1;
+    int64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if ((v = v * 10 + (*p - '0')) > 86400000)
+            return 86400000;
+    return v < 10 ? 10 : v;
+}
+
+/* Appends one line of the simulated container's output. */
+static void sim_log(const struct runtime *rt, struct workload *w, char stream, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void sim_log(const struct runtime *rt, struct workload *w, char stream, const char *fmt, ...)
+{
+    char dir[PATH_MAX], text[512];
+    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    wl_log_append(dir, w->id, rt->conf->log_max_bytes, clock_wall_ms(), stream, text,
+                  (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
+}
+
+/* At most this many missed ticks are written at once (a late worker, a
+ * restart): the log says what a container would have printed, not a flood. */
+#define SIM_TICK_BURST 100
+
+/* Writes the tick lines due by now (or by the exit, if earlier). */
+static void sim_ticks(const struct runtime *rt, struct workload *w, int64_t now_ms, int64_t exit_due_ms)
+{
+    int64_t every = sim_log_every_ms(&w->spec);
+    if (every < 0 || w->running_at_ms <= 0)
+        return;
+    int64_t until = exit_due_ms >= 0 && exit_due_ms < now_ms ? exit_due_ms : now_ms;
+    int64_t k = (until - w->running_at_ms) / every;
+    if (k - w->sim_tick > SIM_TICK_BURST)
+        w->sim_tick = k - SIM_TICK_BURST;
+    while (w->sim_tick < k)
+        sim_log(rt, w, 'o', "tick %lld", (long long)++w->sim_tick);
+}
+
 static int64_t sim_delay_ms(const struct runtime *rt, struct workload *w, enum wl_phase p)
 {
     const struct agent_conf *c = rt->conf;
@@ -44,9 +103,18 @@ static int64_t sim_delay_ms(const struct runtime *rt, struct workload *w, enum w
     case WL_STARTING: return c->sim_start_ms;
     case WL_RUNNING: {
         int64_t run = sim_exit_after_ms(&w->spec, c->sim_exit_ms);
-        if (run < 0)
+        int64_t every = sim_log_every_ms(&w->spec);
+        int64_t now = clock_wall_ms(), left = -1;
+        if (run >= 0)
+            left = w->running_at_ms + run - now;
+        if (every > 0) {
+            /* wake at the next tick, or the exit if that comes first */
+            int64_t tick = w->running_at_ms + (w->sim_tick + 1) * every - now;
+            if (left < 0 || tick < left)
+                left = tick;
+        } else if (run < 0) {
             return -1;
-        int64_t left = w->running_at_ms + run - clock_wall_ms();
+        }
         return left > 0 ? left : 0;
     }
     default: return -1;
@@ -76,8 +144,10 @@ static int sim_start(const struct runtime *rt, struct workload *w, char *const h
 {
     if (spec_image_has(&w->spec, "fail-start")) {
         snprintf(msg, msglen, "run: the container did not start (sim: injected fail-start)");
+        sim_log(rt, w, 'e', "sim: %s", msg);
         return STEP_FAIL;
     }
+    sim_log(rt, w, 'o', "sim: container started, image %s", w->spec.image);
     return STEP_OK;
 }
 
@@ -85,8 +155,10 @@ static enum rt_state sim_state(const struct runtime *rt, struct workload *w, str
                                size_t msglen)
 {
     int64_t run = sim_exit_after_ms(&w->spec, rt->conf->sim_exit_ms);
-    int64_t due_ms = w->running_at_ms + run;
-    if (run >= 0 && clock_wall_ms() >= due_ms) {
+    int64_t due_ms = run >= 0 ? w->running_at_ms + run : -1;
+    int64_t now = clock_wall_ms();
+    sim_ticks(rt, w, now, due_ms);
+    if (run >= 0 && now >= due_ms) {
         /* It ended in the second it was due, however late a worker (or a
          * restarted agent) gets here: that is what a real runtime's finish
          * time says too. */
@@ -94,6 +166,7 @@ static enum rt_state sim_state(const struct runtime *rt, struct workload *w, str
         ex->has_code = 1;
         ex->code = 0;
         snprintf(msg, msglen, "the container exited with status 0");
+        sim_log(rt, w, 'o', "sim: container exited with status 0");
         return RT_EXITED;
     }
     return RT_RUNNING;

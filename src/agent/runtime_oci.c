@@ -8,6 +8,7 @@
 #include "agent.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,19 @@ int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a
     argv_add(a, "--format");
     /* The finish time last: it has spaces in podman's spelling. */
     argv_add(a, "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}");
+    argv_add(a, name);
+    return finish(a);
+}
+
+int oci_argv_logs(const struct oci_cmd *c, const char *id, int64_t since_s, struct argv_buf *a)
+{
+    char name[AGENT_NAME_MAX + 16];
+    oci_container_name(id, name, sizeof name);
+    argv_add(a, c->exe);
+    argv_add(a, "logs");
+    argv_add(a, "--timestamps");
+    argv_add(a, "--since");
+    argv_addf(a, "%lld", (long long)since_s);
     argv_add(a, name);
     return finish(a);
 }
@@ -331,6 +345,87 @@ static int run_cmd(const struct runtime *rt, struct workload *w, struct argv_buf
     return STEP_FAIL;
 }
 
+int oci_parse_log_line(const char *line, size_t n, int64_t *t_ms, size_t *text_at)
+{
+    /* --timestamps puts RFC 3339 with nanoseconds and one space first. */
+    const char *sp = memchr(line, ' ', n);
+    char when[64];
+    if (!sp || (size_t)(sp - line) >= sizeof when)
+        return -1;
+    memcpy(when, line, (size_t)(sp - line));
+    when[sp - line] = 0;
+    int64_t s;
+    if (oci_parse_time(when, &s) < 0)
+        return -1;
+    int64_t ms = 0;
+    const char *f = strchr(when, '.');
+    if (f)
+        for (int i = 1; i <= 3; i++)
+            ms = ms * 10 + (f[i] >= '0' && f[i] <= '9' ? f[i] - '0' : 0);
+    *t_ms = s * 1000 + ms;
+    *text_at = (size_t)(sp - line) + 1;
+    return 0;
+}
+
+/* Most stdout one poll of `logs` may bring; a container printing more than
+ * this between two checks loses the excess of that interval. */
+#define OCI_LOG_POLL_MAX (1024 * 1024)
+
+/* Appends what the container printed since the last poll to its log. The
+ * tool's --since has whole seconds, so lines already taken (up to
+ * oci_log_ms, and oci_log_same lines dated exactly then) are skipped. */
+static void collect_logs(const struct runtime *rt, struct workload *w)
+{
+    char dir[PATH_MAX], msg[256];
+    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0)
+        return;
+    struct oci_cmd c = cmd_of(rt);
+    struct argv_buf a = {0};
+    struct exec_result r;
+    int64_t since_ms = w->oci_log_ms ? w->oci_log_ms : w->running_at_ms;
+    oci_argv_logs(&c, w->id, since_ms > 0 ? since_ms / 1000 : 0, &a);
+    struct exec_capture out = {.buf = malloc(OCI_LOG_POLL_MAX), .cap = OCI_LOG_POLL_MAX};
+    if (!out.buf) {
+        argv_free(&a);
+        return;
+    }
+    if (a.overflow) {
+        argv_free(&a);
+        free(out.buf);
+        return;
+    }
+    struct exec_opts o = {.deadline_ms = clock_mono_ms() + rt->conf->command_timeout_s * 1000,
+                          .cancel = &w->cancel, .stop = &rt->agent->stopping, .out = &out};
+    int rc = exec_run(a.v, &o, &r);
+    argv_free(&a);
+    if (rc != 0 && !r.overflowed) {
+        exec_describe(&r, msg, sizeof msg);
+        log_debug("workload %s: logs: %s", w->id, msg);
+    }
+    int64_t same = 0;
+    for (size_t i = 0; i < out.len;) {
+        const char *line = out.buf + i;
+        const char *nl = memchr(line, '\n', out.len - i);
+        if (!nl)
+            break; /* cut short: the next poll reads it whole */
+        size_t n = (size_t)(nl - line), text_at;
+        i += n + 1;
+        int64_t t;
+        if (oci_parse_log_line(line, n, &t, &text_at) < 0 || t < w->oci_log_ms)
+            continue;
+        if (t == w->oci_log_ms && ++same <= w->oci_log_same)
+            continue;
+        wl_log_append(dir, w->id, rt->conf->log_max_bytes, t, 'o', line + text_at, n - text_at);
+        if (t != w->oci_log_ms) {
+            w->oci_log_ms = t;
+            w->oci_log_same = 0;
+            same = 1;
+        }
+        w->oci_log_same++;
+    }
+    free(out.buf);
+}
+
 static int no_such_container(const char *output)
 {
     /* podman: "no such container"; docker: "No such container" / "No such object". */
@@ -400,6 +495,10 @@ static enum rt_state oci_state(const struct runtime *rt, struct workload *w, str
     if (rc != STEP_OK)
         return r.started && r.exited && no_such_container(r.output) ? RT_ABSENT : RT_UNKNOWN;
     enum rt_state st = oci_parse_state(r.output, ex);
+    /* After the inspect: an exited container's last lines are in the log
+     * before its phase says exited. */
+    if (st == RT_RUNNING || st == RT_EXITED)
+        collect_logs(rt, w);
     if (st == RT_EXITED && ex->has_code)
         snprintf(msg, msglen, "the container exited with status %d", ex->code);
     else if (st == RT_EXITED)

@@ -1,7 +1,8 @@
 """test_agent_runtime.py: the real runtime (podman and docker) end to end,
 against stand-in executables put first on PATH: `podman`/`docker` record
 their argv and answer like the real tools (a container is a state file),
-and `mount`/`umount` record theirs and edit a stand-in mountinfo file that
+and `mount`/`umount` record theirs (a container's output, for `logs`, is
+a file next to its state) and edit a stand-in mountinfo file that
 the agent reads through its mountinfo_file option. So the agent's real
 mount-point check runs, and can fail: a mount stand-in that exits 0 without
 mounting must stop the workload before `run`. The exact pull, mount (with a
@@ -25,6 +26,14 @@ TOOL = textwrap.dedent(r"""
     #!/bin/sh
     # Stand-in podman/docker: records argv, answers like the real tool.
     tool=$(basename "$0")
+    last=""; for a in "$@"; do last="$a"; done
+    # `logs` is polled at every check: recorded apart, so the other
+    # tests' call sequences stay as they were; prints CONTAINER.out.
+    if [ "$1" = logs ]; then
+        { printf '%s' "$tool"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG.logs"
+        [ -f "$STANDIN_STATE/$last.out" ] && cat "$STANDIN_STATE/$last.out"
+        exit 0
+    fi
     { printf '%s' "$tool"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG"
     last=""; for a in "$@"; do last="$a"; done
     # FinishedAt as each tool prints it: podman in Go's default time format,
@@ -396,3 +405,31 @@ def test_stop_during_a_pull_resumes_it_after_restart(real_agent, standins):
     assert a.get("/v1/workloads/wl_resume").json()["phase"] == "pulling"
     poll(lambda: standins.calls("podman").count(["podman", "pull", "registry.example/slow-pull:1"]) >= 2, 10,
          "the pull to resume")
+
+
+def test_container_output_is_collected_into_the_log(real_agent, standins):
+    a = real_agent()
+    assert a.put("/v1/workloads/wl_out", json={"image": "busybox"}).status_code == 201
+    a.wait_phase("wl_out", "running")
+    now = time.time()
+    stamp = lambda dt: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now + dt)) + ".250000000Z"
+    out = os.path.join(standins.state, "gpurent-wl_out.out")
+    with open(out, "w") as f:
+        f.write(f"{stamp(0)} epoch 1\n{stamp(0)} epoch 1 again\nnot a timestamped line\n{stamp(1)} epoch 2\n")
+
+    def lines():
+        body = a.get("/v1/workloads/wl_out/logs").json()
+        return body["lines"] if len(body["lines"]) >= 3 else None
+    got = poll(lines, 20, "the container's output in the log")
+    assert [l["text"] for l in got] == ["epoch 1", "epoch 1 again", "epoch 2"]
+    assert got[0]["t"] == int(now) * 1000 + 250 and got[0]["stream"] == "stdout"
+    # Polled again (the tool prints all of it each time): nothing twice.
+    polls = lambda: len(open(standins.log + ".logs").read().splitlines())
+    seen = polls()
+    poll(lambda: polls() >= seen + 2, 20, "two more polls of logs")
+    assert [l["text"] for l in a.get("/v1/workloads/wl_out/logs").json()["lines"]] == [
+        "epoch 1", "epoch 1 again", "epoch 2"]
+    with open(standins.log + ".logs") as f:
+        first = f.readline().rstrip("\n").split(SEP)
+    assert first[:4] == ["podman", "logs", "--timestamps", "--since"]
+    assert first[4].isdigit() and first[5] == "gpurent-wl_out" and len(first) == 6
