@@ -143,6 +143,7 @@ static const struct json_field spec_fields[] = {
     {"volumes", JSON_KIND_ARRAY, 0, 0},
     {"env", JSON_KIND_OBJECT, 0, 0},
     {"ssh", JSON_KIND_OBJECT, 0, 0},
+    {"ports", JSON_KIND_ARRAY, 0, 0},
     {NULL, 0, 0, 0},
 };
 
