@@ -28,8 +28,8 @@
 
 #include "gpurent/clock.h"
 
-#define RELAY_BUF 16384         /* bytes held per direction of a relay */
-#define BIND_RETRY_MS 5000      /* a host port that would not bind is tried again after this */
+#define RELAY_BUF 16384    /* bytes held per direction of a relay */
+#define BIND_RETRY_MS 5000 /* a host port that would not bind is tried again after this */
 
 struct pub_listener {
     int fd;                     /* -1 while the port would not bind */
@@ -40,17 +40,17 @@ struct pub_listener {
     int64_t retry_ms;           /* fd -1: monotonic time of the next bind */
 };
 
-struct pub_pipe {               /* one direction of a relay */
+struct pub_pipe { /* one direction of a relay */
     char buf[RELAY_BUF];
-    size_t len, off;            /* bytes held, bytes of them sent */
-    int eof;                    /* the source ended; the destination was shut for writing once drained */
+    size_t len, off; /* bytes held, bytes of them sent */
+    int eof;         /* the source ended; the destination was shut for writing once drained */
 };
 
 struct pub_relay {
-    int fd[2];                  /* the client, the workload's socket; -1 when free */
-    struct agent_node *node;    /* whose workload */
+    int fd[2];               /* the client, the workload's socket; -1 when free */
+    struct agent_node *node; /* whose workload */
     char wl_id[AGENT_NAME_MAX];
-    struct pub_pipe pipe[2];    /* pipe[0]: client to workload, pipe[1]: back */
+    struct pub_pipe pipe[2]; /* pipe[0]: client to workload, pipe[1]: back */
 };
 
 /* What a running sim workload publishes, copied out under its node's lock. */
@@ -58,18 +58,18 @@ struct pub_want {
     struct agent_node *node;
     char wl_id[AGENT_NAME_MAX];
     int host, container;
-    int have;                   /* rescan: a listener for it exists */
+    int have; /* rescan: a listener for it exists */
 };
 
 struct publisher {
     struct agent *agent;
     atomic_int stopping;
     pthread_t thread;
-    struct pub_listener *ls;    /* PUBLISH_MAX_LISTENERS entries, n_ls used */
+    struct pub_listener *ls; /* PUBLISH_MAX_LISTENERS entries, n_ls used */
     size_t n_ls;
-    struct pub_relay *relays;   /* PUBLISH_MAX_RELAYS entries */
-    struct pollfd *pfd;         /* PUBLISH_MAX_LISTENERS + 2 * PUBLISH_MAX_RELAYS */
-    struct pub_want *want;      /* rescan's scratch, PUBLISH_MAX_LISTENERS entries */
+    struct pub_relay *relays; /* PUBLISH_MAX_RELAYS entries */
+    struct pollfd *pfd;       /* PUBLISH_MAX_LISTENERS + 2 * PUBLISH_MAX_RELAYS */
+    struct pub_want *want;    /* rescan's scratch, PUBLISH_MAX_LISTENERS entries */
 };
 
 int publish_parse_range(const char *s, int *first, int *last)
@@ -285,8 +285,8 @@ static void take_connection(struct publisher *p, struct pub_listener *l)
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (w < 0 || connect(w, (struct sockaddr *)&sa, sizeof sa) < 0 ||
         fcntl(w, F_SETFL, fcntl(w, F_GETFL) | O_NONBLOCK) < 0) {
-        log_info("node %s: host port %d: cannot reach port %d of workload %s: %s", l->node->name, l->host,
-                 l->container, l->wl_id, strerror(errno));
+        log_info("node %s: host port %d: cannot reach port %d of workload %s: %s", l->node->name, l->host, l->container,
+                 l->wl_id, strerror(errno));
         if (w >= 0)
             close(w);
         close(c);

@@ -69,7 +69,8 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
         struct placement_node *any;
         size_t n_any;
         struct placement q;
-        if (n_ports > 0 && (rc = store_placement_candidates(s, in->gpu_model, in->card_count, &any, &n_any)) == STORE_OK) {
+        if (n_ports > 0 &&
+            (rc = store_placement_candidates(s, in->gpu_model, in->card_count, &any, &n_any)) == STORE_OK) {
             int cards_fit = placement_choose(any, n_any, (int)in->card_count, &q) == 0;
             free(any);
             if (cards_fit)

@@ -50,8 +50,8 @@ static const char SQL_INS_NODES[] =
     "SELECT n.id, n.fabric, n.card_count, coalesce((SELECT group_concat(c.idx) FROM node_cards c"                    \
     "   WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL), '')"                                    \
     " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'" \
-    " AND n.unreachable_since IS NULL"                                                                              \
-    " AND (?3 = 0 OR (n.publish_first IS NOT NULL AND n.publish_last - n.publish_first + 1 -"                     \
+    " AND n.unreachable_since IS NULL"                                                                               \
+    " AND (?3 = 0 OR (n.publish_first IS NOT NULL AND n.publish_last - n.publish_first + 1 -"                        \
     "  (SELECT count(*) FROM node_ports q WHERE q.node_id = n.id) >= ?3))"
 static const char SQL_CANDIDATE_BEST_FIT[] =
     CANDIDATE_COLUMNS " AND n.free_cards >= ?2 ORDER BY n.free_cards, n.fabric, n.name LIMIT 1";

@@ -145,8 +145,8 @@ int store_instance_claim_ports(struct store *s, const char *instance_id, int64_t
          * transaction rolls back, like a card claimed twice. */
         if ((rc = store_step_write(s, st, "claim host port")) != STORE_OK)
             return rc;
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s{\"container\":%lld,\"host\":%lld}",
-                                i ? "," : "", (long long)container[i], (long long)host[i]);
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s{\"container\":%lld,\"host\":%lld}", i ? "," : "",
+                                (long long)container[i], (long long)host[i]);
     }
     snprintf(list + len, sizeof list - len, "]");
     st = store_stmt(s, SQL_PLACEMENT_PORTS);
