@@ -137,6 +137,22 @@ def test_a_port_of_the_workload_is_reached_and_nothing_else(cloud, tmp_path):
         return None
     poll(closed, DEADLINE, "the published port to close after the stop")
 
+    # Started again: placement gives it host ports anew.
+    cloud.action(me.acct, inst["id"], "start")
+    again = cloud.wait_state(me.acct, inst["id"], "running")
+    assert [p["container_port"] for p in again["nodes"][0]["published"]] == [web, idle, outside]
+    cloud.action(me.acct, inst["id"], "terminate")
+    cloud.wait_state(me.acct, inst["id"], "terminated")
+
+    # A 16-card instance: every rank publishes on its own node's range.
+    big = cloud.create(me.acct, card_count=16, ports=[web])
+    ranks = cloud.wait_state(me.acct, big["id"], "running")["nodes"]
+    assert len(ranks) == 2
+    for r in ranks:
+        first, last = node_range(cloud, r["node_name"])
+        [p] = r["published"]
+        assert p["container_port"] == web and first <= p["host_port"] <= last, (p, first, last)
+
 
 def test_two_instances_on_one_node_get_different_host_ports(cloud, tmp_path):
     f = cloud.fleet(1, sim=publishing(1))
