@@ -316,7 +316,8 @@ static int pump(struct pub_relay *r, int d, short src_ev, short dst_ev)
     }
     /* Non-blocking: a write that would block just waits for POLLOUT. */
     if (q->len > q->off) {
-        ssize_t put = write(dst, q->buf + q->off, q->len - q->off);
+        /* MSG_NOSIGNAL: a peer gone is an error here, not a SIGPIPE. */
+        ssize_t put = send(dst, q->buf + q->off, q->len - q->off, MSG_NOSIGNAL);
         if (put > 0) {
             q->off += (size_t)put;
             if (q->off == q->len)
