@@ -145,6 +145,8 @@ struct agent_conf {
     int64_t ssh_login_rate;        /* failed logins per client address per minute before refusal */
     int64_t ssh_idle_timeout_s;    /* silent connections closed after this; 0 = never */
     int64_t log_max_bytes;         /* a workload's log file is rotated (once) past this */
+    char publish_port_range[16];   /* "FIRST-LAST" host ports for published ports; "" = none */
+    int64_t sim_publish_ports_per_node; /* sim-fleet: node i publishes on FIRST+i*this .. (its own slice) */
 };
 extern const struct conf_option agent_options[];
 /* Loads defaults, then the file (if any), then "key=value" overrides, then
@@ -171,6 +173,7 @@ int agent_check_config(const struct agent_conf *conf);
 #define SPEC_SSH_USER_MAX 81      /* bytes of ssh.user, NUL included */
 #define SPEC_SSH_MAX_KEYS 64      /* entries of ssh.authorized_keys */
 #define SPEC_SSH_KEY_MAX 16384    /* bytes of one authorized key line */
+#define SPEC_MAX_PORTS 8          /* entries of ports (gpurentd's bound on an instance's) */
 
 struct spec_volume {
     char *source;                 /* "nfs.example:/export/vol_x"; owned */
@@ -189,6 +192,12 @@ struct spec_ssh {
     char **keys;                  /* "<type> <base64>" lines, in the order given; owned */
     int n_keys;                   /* entries of keys */
 };
+/* One published port ("ports" in the spec): host port `host` of the node
+ * leads to TCP port `container` of the workload. */
+struct spec_port {
+    int container;                /* 1..65535 */
+    int host;                     /* 1..65535, within the node's publish_port_range (checked by the API) */
+};
 struct wl_spec {
     char *image;                  /* owned */
     int gpus[SPEC_MAX_GPUS];      /* card indices, in the order given */
@@ -199,6 +208,8 @@ struct wl_spec {
     struct spec_env *env;         /* sorted by name; owned */
     int n_env;                    /* entries of env */
     struct spec_ssh ssh;          /* SSH logins to it */
+    struct spec_port ports[SPEC_MAX_PORTS]; /* published ports, in the order given */
+    int n_ports;                  /* used entries of ports */
 };
 /* Whether s is 1..63 of [a-z0-9_-]. */
 int agent_name_valid(const char *s);
@@ -212,7 +223,8 @@ void spec_free(struct wl_spec *spec);
 json_t *spec_to_json(const struct wl_spec *spec);
 /* 1 when two specs ask for the same thing: same image, stack, gpus in the
  * same order, volumes (source, target, size) in the same order, same env
- * whatever its order, same ssh user and keys in the same order. */
+ * whatever its order, same ssh user and keys in the same order, same ports
+ * in the same order. */
 int spec_equal(const struct wl_spec *a, const struct wl_spec *b);
 /* Parses one ssh.authorized_keys line "<type> <base64>" with libssh; the
  * blob must be of the named type. 0 with *out (libssh's ssh_key, which the
@@ -324,6 +336,7 @@ struct agent_node {
     int ssh_port;                 /* the SSH port bound for it, 0 when none; set before the API serves */
     char ssh_host_key[128];       /* "ssh-ed25519 <base64>", its public host key; the same */
     char ssh_fingerprint[96];     /* "SHA256:..." of it; the same */
+    int publish_first, publish_last; /* host ports it publishes on, 0 when none; set before the API serves */
 };
 struct driver;
 struct runtime;
@@ -548,6 +561,29 @@ int runtime_shared_dir(const struct runtime *rt, const struct workload *w, char 
 int sim_container_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen);
 /* The simulated runtime (phases with configured delays). */
 extern const struct runtime_ops sim_runtime_ops;
+
+/* publish.c: published ports in the sim runtime. One thread listens on
+ * 0.0.0.0:<host port> for every port of every running sim workload (it
+ * looks at the workload lists every PUBLISH_RESCAN_MS), and relays each
+ * connection to 127.0.0.1:<container port> only when a process of that
+ * workload listens there (ssh_forward_port_owned), else closes it. The
+ * listeners, relays and their buffers are bounded; podman and docker
+ * publish with -p themselves. */
+#define PUBLISH_RESCAN_MS 200
+#define PUBLISH_MAX_LISTENERS 1024 /* host ports listened on at once, all nodes */
+#define PUBLISH_MAX_RELAYS 256     /* connections relayed at once, all nodes */
+struct publisher;
+/* Gives every node its range from publish_port_range (sim-fleet: node i
+ * the slice FIRST+i*sim_publish_ports_per_node, that many ports; nodes
+ * whose slice would pass LAST publish none, logged). -1 (logged) on a bad
+ * range. */
+int publish_assign_ranges(struct agent *a);
+/* Parses "FIRST-LAST" (1 <= FIRST <= LAST <= 65535); "" gives 0, 0. -1 if bad. */
+int publish_parse_range(const char *s, int *first, int *last);
+/* Starts the thread (sim only; other runtimes and no range: *out NULL). */
+int publish_start(struct agent *a, struct publisher **out);
+/* Closes every listener and relay and ends the thread; NULL is a no-op. */
+void publish_stop(struct publisher *p);
 
 /* runtime_oci.c: podman and docker command lines (pure, unit-tested) and
  * the runtime that runs them. */

@@ -245,6 +245,7 @@ static const struct json_field spec_fields[] = {
     {"volumes", JSON_KIND_ARRAY, 0, 0},
     {"env", JSON_KIND_OBJECT, 0, 0},
     {"ssh", JSON_KIND_OBJECT, 0, 0},
+    {"ports", JSON_KIND_ARRAY, 0, 0},
     {NULL, 0, 0, 0},
 };
 
@@ -261,6 +262,21 @@ static int check_against_node(struct http_request *req, struct wl_spec *spec)
             } else {
                 http_error(req, ERR_INVALID_FIELD, "gpus", "card %d does not exist on this node", spec->gpus[i]);
             }
+            return -1;
+        }
+    }
+    /* Host ports are the node's to give: only from its range (set before
+     * the API served, never changed: no lock). */
+    struct agent_node *n = req_node(req);
+    for (int i = 0; i < spec->n_ports; i++) {
+        if (spec->ports[i].host < n->publish_first || spec->ports[i].host > n->publish_last) {
+            char f[32];
+            snprintf(f, sizeof f, "ports[%d].host", i);
+            if (n->publish_first == 0)
+                http_error(req, ERR_INVALID_FIELD, f, "this node publishes no ports (publish_port_range is \"\")");
+            else
+                http_error(req, ERR_INVALID_FIELD, f, "host port %d is outside this node's range %d-%d",
+                           spec->ports[i].host, n->publish_first, n->publish_last);
             return -1;
         }
     }

@@ -142,6 +142,18 @@ static int validate_ssh_listen(const void *field, char *err, size_t errlen)
     return 0;
 }
 
+/* publish_port_range: FIRST-LAST, or "" for no published ports. */
+static int validate_publish_range(const void *field, char *err, size_t errlen)
+{
+    int first, last;
+    if (publish_parse_range(field, &first, &last) < 0) {
+        snprintf(err, errlen, "publish_port_range: '%s' is not FIRST-LAST (e.g. 30000-30999, 1..65535) or \"\" (none)",
+                 (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
 #define OPT_INT(n, lo, hi, d, h) {#n, CONF_INT, lo, hi, #d, offsetof(struct agent_conf, n), sizeof(int64_t), NULL, h}
 #define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct agent_conf, n), sizeof(((struct agent_conf *)0)->n), v, h}
 
@@ -203,6 +215,10 @@ const struct conf_option agent_options[] = {
     OPT_INT(ssh_idle_timeout_s, 0, 604800, 0, "seconds an SSH connection may stay silent; 0 = no limit"),
     OPT_INT(log_max_bytes, 4096, 1073741824, 8388608,
             "a workload's output file is rotated past this (one old file kept: twice this on disk)"),
+    OPT_STR(publish_port_range, "30000-30999", validate_publish_range,
+            "host ports published ports are given from (FIRST-LAST); \"\" = no published ports"),
+    OPT_INT(sim_publish_ports_per_node, 1, 65535, 100,
+            "sim-fleet: host ports of each node: node i gets FIRST+i*N .. FIRST+i*N+N-1 of publish_port_range"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

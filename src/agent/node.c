@@ -165,6 +165,10 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
                         n->ssh_port > 0 ? json_pack("{s:i, s:s, s:s}", "port", n->ssh_port, "host_key",
                                                     n->ssh_host_key, "fingerprint", n->ssh_fingerprint)
                                         : json_null());
+    json_object_set_new(o, "publish_ports",
+                        n->publish_first > 0
+                            ? json_pack("{s:i, s:i}", "first", n->publish_first, "last", n->publish_last)
+                            : json_null());
     return o;
 }
 

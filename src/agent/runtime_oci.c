@@ -101,6 +101,11 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
         argv_add(a, "--env");
         argv_addf(a, "%s=%s", s->env[i].name, s->env[i].value);
     }
+    /* Published ports: the runtime's own port forwarding, TCP only. */
+    for (int i = 0; i < s->n_ports; i++) {
+        argv_add(a, "-p");
+        argv_addf(a, "%d:%d/tcp", s->ports[i].host, s->ports[i].container);
+    }
     if (c->run_args && c->run_args[0] && argv_from_template(a, c->run_args, NULL, NULL) < 0)
         return -1;
     argv_add(a, s->image);

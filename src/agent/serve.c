@@ -173,6 +173,7 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
     int status = 1, lock_fd = -1;
     struct refresher refresh;
     int refresh_started = 0, replay_started = 0;
+    struct publisher *publisher = NULL;
     struct agent_watchdog *watchdog = NULL;
 
     enum log_level level;
@@ -229,6 +230,10 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
     load_node_records(a);
     /* Before the API: facts report the SSH port and host key from the start. */
     if (ssh_server_start(a, &a->ssh) < 0)
+        goto out;
+    /* Before the API too: facts report each node's range, and a spec's
+     * host ports are checked against it. */
+    if (publish_assign_ranges(a) < 0 || publish_start(a, &publisher) < 0)
         goto out;
     agent_replay_wait(a);
 
@@ -288,6 +293,7 @@ out:
     a->http = NULL;
     ssh_server_stop(a->ssh);
     a->ssh = NULL;
+    publish_stop(publisher);
     driver_stop(a->driver);
     a->driver = NULL;
     if (refresh_started)

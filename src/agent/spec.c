@@ -253,6 +253,38 @@ static int parse_ssh(const json_t *ssh, struct wl_spec *out, char *field, size_t
     return 0;
 }
 
+/* ports: [{"container": c, "host": h}], each port 1..65535, no container
+ * port and no host port twice. Whether the host ports are the node's is
+ * the API's check (it knows the node). */
+static int parse_ports(const json_t *ports, struct wl_spec *out, char *field, size_t fieldlen, char *err,
+                       size_t errlen)
+{
+    char f[64];
+    if (!json_is_array(ports) || json_array_size(ports) > SPEC_MAX_PORTS)
+        return bad(field, fieldlen, "ports", err, errlen, "ports must be an array of at most %d entries",
+                   SPEC_MAX_PORTS);
+    size_t i;
+    json_t *p;
+    json_array_foreach((json_t *)(uintptr_t)ports, i, p) {
+        snprintf(f, sizeof f, "ports[%zu]", i);
+        json_t *c = json_object_get(p, "container"), *h = json_object_get(p, "host");
+        if (!json_is_object(p) || json_object_size(p) != 2 || !json_is_integer(c) || !json_is_integer(h) ||
+            json_integer_value(c) < 1 || json_integer_value(c) > 65535 || json_integer_value(h) < 1 ||
+            json_integer_value(h) > 65535)
+            return bad(field, fieldlen, f, err, errlen,
+                       "%s must be {\"container\": 1..65535, \"host\": 1..65535} and nothing else", f);
+        int container = (int)json_integer_value(c), host = (int)json_integer_value(h);
+        for (int j = 0; j < out->n_ports; j++)
+            if (out->ports[j].container == container || out->ports[j].host == host)
+                return bad(field, fieldlen, f, err, errlen, "%s repeats a container or host port of ports[%d]", f,
+                           j);
+        out->ports[out->n_ports].container = container;
+        out->ports[out->n_ports].host = host;
+        out->n_ports++;
+    }
+    return 0;
+}
+
 static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
 {
     char f[64];
@@ -264,7 +296,7 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
         return bad(field, fieldlen, "", err, errlen, "the spec must be a JSON object");
     json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
         if (strcmp(key, "image") && strcmp(key, "gpus") && strcmp(key, "stack") && strcmp(key, "volumes") &&
-            strcmp(key, "env") && strcmp(key, "ssh"))
+            strcmp(key, "env") && strcmp(key, "ssh") && strcmp(key, "ports"))
             return bad(field, fieldlen, key, err, errlen, "unknown field '%.64s'", key);
     }
 
@@ -398,6 +430,9 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
     json_t *ssh = json_object_get(obj, "ssh");
     if (ssh && !json_is_null(ssh) && parse_ssh(ssh, out, field, fieldlen, err, errlen) < 0)
         return -1;
+    json_t *ports = json_object_get(obj, "ports");
+    if (ports && !json_is_null(ports) && parse_ports(ports, out, field, fieldlen, err, errlen) < 0)
+        return -1;
     return 0;
 }
 
@@ -436,6 +471,14 @@ json_t *spec_to_json(const struct wl_spec *spec)
             json_array_append_new(keys, json_string(spec->ssh.keys[i]));
         json_object_set_new(o, "ssh", json_pack("{s:s, s:o}", "user", spec->ssh.user, "authorized_keys", keys));
     }
+    /* Likewise only when there are some. */
+    if (o && spec->n_ports > 0) {
+        json_t *ports = json_array();
+        for (int i = 0; i < spec->n_ports; i++)
+            json_array_append_new(ports, json_pack("{s:i, s:i}", "container", spec->ports[i].container, "host",
+                                                   spec->ports[i].host));
+        json_object_set_new(o, "ports", ports);
+    }
     return o;
 }
 
@@ -458,6 +501,11 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
         return 0;
     for (int i = 0; i < a->ssh.n_keys; i++)
         if (strcmp(a->ssh.keys[i], b->ssh.keys[i]) != 0)
+            return 0;
+    if (a->n_ports != b->n_ports)
+        return 0;
+    for (int i = 0; i < a->n_ports; i++)
+        if (a->ports[i].container != b->ports[i].container || a->ports[i].host != b->ports[i].host)
             return 0;
     return 1;
 }

@@ -17,7 +17,7 @@
  *              workload listens on (in its container's namespaces with
  *              podman/docker), everything else refused
  *
- * agent.h includes this header for the first two functions; the rest is
+ * agent.h includes this header for the first three functions; the rest is
  * shared by the three files alone. Threading: a connection's session, its
  * channels and children are touched only by its own thread; the server's
  * counters and the failed-login table are guarded by ssh_server.lock. */
@@ -40,6 +40,13 @@ int ssh_server_start(struct agent *a, struct ssh_server **out);
 /* Closes the listeners, ends every connection (their children get SIGHUP)
  * and frees the server; NULL is a no-op. */
 void ssh_server_stop(struct ssh_server *s);
+/* Whether a process of workload id listens on TCP port: with
+ * container_pid 0 (sim) a process whose environment has
+ * GPURENT_WORKLOAD=id owns a listening socket on it in the host's network;
+ * otherwise a process in container_pid's pid namespace owns one in its
+ * network namespace. 1, 0. Also
+ * what publish.c asks before it relays a connection. */
+int ssh_forward_port_owned(const char *wl_id, long container_pid, int port);
 
 #ifdef GPURENT_SSH_INTERNAL
 #include <libssh/callbacks.h>
@@ -161,12 +168,6 @@ void ssh_chan_set_callbacks(struct ssh_chan *ch);
 /* The message callback: direct-tcpip channel opens; returns 1 for every
  * other message, which libssh then answers by default (refusal). */
 int ssh_forward_message(ssh_session session, ssh_message msg, void *userdata);
-/* Whether a process of workload id listens on TCP port: with
- * container_pid 0 (sim) a process whose environment has
- * GPURENT_WORKLOAD=id owns a listening socket on it in the host's network;
- * otherwise a process in container_pid's pid namespace owns one in its
- * network namespace. 1, 0. */
-int ssh_forward_port_owned(const char *wl_id, long container_pid, int port);
 #endif
 
 #endif

@@ -125,6 +125,7 @@ struct instance_create {
     const char *image;     /* image id or ref */
     const char *volume_id; /* or NULL: the user's "shared" volume */
     json_t *ssh_key_ids;   /* JSON array of the user's SSH key ids (strings, checked by the handler), or NULL: all */
+    json_t *ports;         /* JSON array of distinct container ports to publish (checked by the handler), or NULL */
 };
 /* The most SSH keys an instance may name (contract 1 of issue 11 caps a
  * spec's authorized_keys at 64). */

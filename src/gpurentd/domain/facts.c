@@ -69,6 +69,21 @@ static int ssh_facts(json_t *facts, struct facts_verdict *v)
     return 0;
 }
 
+/* Reads the facts' publish_ports member (null or absent: publishing off). */
+static int publish_facts(json_t *facts, struct facts_verdict *v)
+{
+    json_t *pp = json_object_get(facts, "publish_ports");
+    if (!pp || json_is_null(pp))
+        return 0;
+    json_t *first = json_object_get(pp, "first"), *last = json_object_get(pp, "last");
+    if (!json_is_object(pp) || !json_is_integer(first) || !json_is_integer(last) || json_integer_value(first) < 1 ||
+        json_integer_value(last) > 65535 || json_integer_value(first) > json_integer_value(last))
+        return malformed(v, "publish_ports must be null or {first, last} with 1 <= first <= last <= 65535");
+    v->publish_first = json_integer_value(first);
+    v->publish_last = json_integer_value(last);
+    return 0;
+}
+
 int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v)
 {
     memset(v, 0, sizeof *v);
@@ -91,7 +106,7 @@ int facts_check(const char *declared_model, int64_t declared_cards, json_t *fact
             return malformed(v, "workload_exits must be a non-negative integer");
         v->workload_exits = json_integer_value(exits);
     }
-    if (ssh_facts(facts, v) < 0)
+    if (ssh_facts(facts, v) < 0 || publish_facts(facts, v) < 0)
         return -1;
 
     int seen[FACTS_MAX_CARDS] = {0};

@@ -24,6 +24,7 @@ struct facts_verdict {
     int64_t ssh_port;                        /* the agent's SSH server (facts "ssh"), 0 when it has none */
     char ssh_host_key[1025];                 /* its host key, "type base64" (comment dropped) */
     char ssh_fingerprint[64];                /* SHA256:… computed here from the host key */
+    int64_t publish_first, publish_last;     /* host ports it publishes on (facts "publish_ports"), 0 when none */
 };
 
 /* Checks facts against the declared model and card count. Returns -1 (with
@@ -37,7 +38,8 @@ struct facts_verdict {
  * ssh (AGENT_PROTOCOL.md): null or absent when the agent's SSH server is
  * off, else {port 1..65535, host_key (a public key line that must parse),
  * fingerprint (optional; must be the host key's)}; anything else is
- * malformed. */
+ * malformed. publish_ports, likewise null or absent when the agent
+ * publishes no ports, is {first, last} with 1 <= first <= last <= 65535. */
 int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v);
 
 #endif

@@ -45,9 +45,17 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
                       json_pack("{s:I, s:I}", "limit", (json_int_t)limit, "in_use", (json_int_t)used),
                       "your card quota is %lld cards and %lld are in use; %lld more do not fit", (long long)limit,
                       (long long)used, (long long)in->card_count);
+    /* Published ports are a per-node resource like cards: only nodes with
+     * that many free host ports are candidates, and each rank claims its
+     * own in the same transaction. */
+    int64_t ports[STORE_MAX_PORTS];
+    size_t n_ports;
+    int rc = store_instance_ports(s, in->id, ports, &n_ports);
+    if (rc != STORE_OK)
+        return rc;
     struct placement_node *nodes;
     size_t n;
-    int rc = store_placement_candidates(s, in->gpu_model, in->card_count, &nodes, &n);
+    rc = store_placement_candidates_ports(s, in->gpu_model, in->card_count, (int64_t)n_ports, &nodes, &n);
     if (rc != STORE_OK)
         return rc;
     struct placement p;
@@ -56,6 +64,24 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
         int64_t free_cards = store_free_cards(s, in->gpu_model);
         if (free_cards < 0)
             return (int)free_cards;
+        /* Was it the cards, or the host ports? Without the port filter the
+         * cards alone would fit. */
+        struct placement_node *any;
+        size_t n_any;
+        struct placement q;
+        if (n_ports > 0 &&
+            (rc = store_placement_candidates(s, in->gpu_model, in->card_count, &any, &n_any)) == STORE_OK) {
+            int cards_fit = placement_choose(any, n_any, (int)in->card_count, &q) == 0;
+            free(any);
+            if (cards_fit)
+                return refuse(o, ERR_INSUFFICIENT_CAPACITY, "ports",
+                              json_pack("{s:I}", "cards_free", (json_int_t)free_cards),
+                              "%lld %s cards are free but no node that has them can publish %zu more ports now"
+                              " (its host port range is full or it publishes none)",
+                              (long long)in->card_count, in->gpu_model, n_ports);
+        } else if (n_ports > 0) {
+            return rc;
+        }
         return refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count",
                       json_pack("{s:I}", "cards_free", (json_int_t)free_cards),
                       "%lld %s cards requested but only %lld are free now%s", (long long)in->card_count, in->gpu_model,
@@ -70,6 +96,8 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
             break;
         }
         rc = store_instance_claim(s, in->id, (int64_t)r, nodes[p.node[r]].id, wl, p.cards[r]);
+        if (rc == STORE_OK)
+            rc = store_instance_claim_ports(s, in->id, (int64_t)r, nodes[p.node[r]].id, ports, n_ports);
     }
     free(nodes);
     return rc;
@@ -143,15 +171,23 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     char *ids = NULL;
     if (req->ssh_key_ids && (rc = ssh_key_ids_check(s, req->user_id, req->ssh_key_ids, &ids, o)) != STORE_OK)
         return rc;
+    char *ports = req->ports && json_array_size(req->ports) ? json_dumps(req->ports, JSON_COMPACT) : NULL;
+    if (req->ports && json_array_size(req->ports) && !ports) {
+        free(ids);
+        return STORE_ERROR;
+    }
     if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
         (rc = store_instance_insert(s, &in)) != STORE_OK ||
         (ids && (rc = store_instance_set_ssh_key_ids(s, in.id, ids)) != STORE_OK) ||
+        (ports && (rc = store_instance_set_ports(s, in.id, ports)) != STORE_OK) ||
         (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK) {
         free(ids);
+        free(ports);
         return rc;
     }
     free(ids);
+    free(ports);
     memcpy(id_out, in.id, ID_MAX);
     return STORE_OK;
 }
@@ -318,6 +354,28 @@ char *instance_ssh_config(struct store *s, const struct instance *in)
     return out;
 }
 
+/* Where each published port of a rank is reached: its node's host and the
+ * host port placement gave it. */
+static json_t *rank_published_json(const struct instance_node *p)
+{
+    char host[254], address[272];
+    node_connect_host(p->public_host, p->agent_url, host, sizeof host);
+    json_t *out = json_array(), *ports = json_loads(p->ports, 0, NULL);
+    size_t i;
+    json_t *v;
+    json_array_foreach(ports, i, v)
+    {
+        json_int_t container = json_integer_value(json_object_get(v, "container"));
+        json_int_t host_port = json_integer_value(json_object_get(v, "host"));
+        /* An IPv6 literal needs brackets before ":port". */
+        snprintf(address, sizeof address, strchr(host, ':') ? "[%s]:%lld" : "%s:%lld", host, (long long)host_port);
+        json_array_append_new(out, json_pack("{s:I, s:s, s:I, s:s}", "container_port", container, "host", host,
+                                             "host_port", host_port, "address", address));
+    }
+    json_decref(ports);
+    return out;
+}
+
 json_t *instance_json(struct store *s, const struct instance *in)
 {
     /* Each rank carries its node's host key now: kept off the stack. */
@@ -334,6 +392,9 @@ json_t *instance_json(struct store *s, const struct instance *in)
         if (rank)
             json_object_set_new(rank, "ssh",
                                 strcmp(in->state, "running") == 0 ? rank_ssh_json(in, &nodes[i]) : json_null());
+        if (rank)
+            json_object_set_new(rank, "published",
+                                strcmp(in->state, "running") == 0 ? rank_published_json(&nodes[i]) : json_array());
         json_array_append_new(arr, rank);
     }
     /* The owner's low-balance warning shows on each instance it concerns. */
@@ -352,6 +413,13 @@ json_t *instance_json(struct store *s, const struct instance *in)
     char *keys = NULL, *ids = NULL;
     json_t *named = store_instance_ssh(s, in->id, &keys, &ids) == STORE_OK && ids ? json_loads(ids, 0, NULL) : NULL;
     json_object_set_new(j, "ssh_key_ids", named ? named : json_null());
+    int64_t ports[STORE_MAX_PORTS];
+    size_t n_ports = 0;
+    json_t *asked = json_array();
+    if (store_instance_ports(s, in->id, ports, &n_ports) == STORE_OK)
+        for (size_t i = 0; i < n_ports; i++)
+            json_array_append_new(asked, json_integer(ports[i]));
+    json_object_set_new(j, "ports", asked);
     free(keys);
     free(ids);
     return j;

@@ -98,6 +98,7 @@ void api_instances_create(struct http_request *req)
         {"volume_id",   JSON_KIND_STRING,  0, 64 },
         {"name",        JSON_KIND_STRING,  0, 63 },
         {"ssh_key_ids", JSON_KIND_ARRAY,   0, 0  },
+        {"ports",       JSON_KIND_ARRAY,   0, 0  },
         {NULL,          0,                 0, 0  },
     };
     struct idempotency idem;
@@ -130,9 +131,33 @@ void api_instances_create(struct http_request *req)
             return;
         }
     }
+    /* Published ports: a few distinct container TCP ports (placement gives
+     * each a host port of every node, so they are capped like cards). */
+    json_t *ports = json_object_get(body, "ports");
+    if (ports && json_array_size(ports) > STORE_MAX_PORTS) {
+        http_error(req, ERR_INVALID_FIELD, "ports", "ports may name at most %d container ports", STORE_MAX_PORTS);
+        json_decref(body);
+        return;
+    }
+    for (size_t i = 0; ports && i < json_array_size(ports); i++) {
+        json_t *v = json_array_get(ports, i);
+        json_int_t port = json_is_integer(v) ? json_integer_value(v) : 0;
+        if (port < 1 || port > 65535) {
+            http_error(req, ERR_INVALID_FIELD, "ports", "ports must be an array of TCP port numbers 1..65535");
+            json_decref(body);
+            return;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (json_integer_value(json_array_get(ports, j)) == port) {
+                http_error(req, ERR_INVALID_FIELD, "ports", "ports names %lld twice", (long long)port);
+                json_decref(body);
+                return;
+            }
+    }
     struct create_ctx ctx = {
         .in = {.user_id = req->user_id,
                .ssh_key_ids = ssh_ids,
+               .ports = ports,
                .name = json_string_value(json_object_get(body, "name")),
                .gpu_type = json_string_value(json_object_get(body, "gpu_type")),
                .card_count = cards,

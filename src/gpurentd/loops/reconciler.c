@@ -215,6 +215,12 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
     snprintf(user, sizeof user, "%s-%lld", w->in.id, (long long)w->nodes[r].rank);
     if (spec && w->nodes[r].ssh_port > 0)
         json_object_set_new(spec, "ssh", json_pack("{s:s, s:O}", "user", user, "authorized_keys", si->ssh_keys));
+    /* Published ports only when placement gave some: an agent from before
+     * them refuses a spec member it does not know. */
+    json_t *ports = json_loads(w->nodes[r].ports, 0, NULL);
+    if (spec && json_array_size(ports) > 0)
+        json_object_set_new(spec, "ports", json_incref(ports));
+    json_decref(ports);
     char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(spec);
     return text;

@@ -315,6 +315,7 @@ struct instance_node {
     int64_t ssh_port;         /* its SSH server's port, 0 when it reports none */
     char ssh_host_key[1025];  /* its host key "type base64", "" when none */
     char ssh_host_fp[64];     /* SHA256:… fingerprint of it */
+    char ports[512];          /* JSON [{"container": c, "host": h}] it publishes (0016) */
 };
 struct instance_filter {
     const char *user_id;   /* owner, or NULL for all (reconciler) */
@@ -359,6 +360,10 @@ struct placement_node {
  * free node, by fabric then name. *out is malloc'd (caller frees). */
 int store_placement_candidates(struct store *s, const char *gpu_model, int64_t cards, struct placement_node **out,
                                size_t *n);
+/* The same, counting only nodes with at least `ports` free host ports to
+ * publish on (0 for any node). */
+int store_placement_candidates_ports(struct store *s, const char *gpu_model, int64_t cards, int64_t ports,
+                                     struct placement_node **out, size_t *n);
 /* Free cards of model on ready nodes, for "only N are free" messages. */
 int64_t store_free_cards(struct store *s, const char *gpu_model);
 /* Gives cards (bit mask) of node_id to the instance at rank; STORE_CONFLICT
@@ -422,6 +427,22 @@ int store_instance_ssh_snapshot(struct store *s, const char *instance_id);
 /* The snapshot (JSON array of "type base64") and, when ids_json is not NULL,
  * the ids it names (NULL for all); both malloc'd, caller frees. */
 int store_instance_ssh(struct store *s, const char *instance_id, char **keys_json, char **ids_json);
+
+/* store_ports.c: published ports (0016): what an instance asks for, the
+ * range each node publishes on, and host ports given to instance nodes. */
+#define STORE_MAX_PORTS 8 /* container ports one instance may publish */
+/* The instance's container ports, a JSON array of integers (stored as given). */
+int store_instance_set_ports(struct store *s, const char *instance_id, const char *ports_json);
+/* Reads them into ports[0..*n) (at most STORE_MAX_PORTS). */
+int store_instance_ports(struct store *s, const char *instance_id, int64_t ports[STORE_MAX_PORTS], size_t *n);
+/* Records the node's publish range from its facts (first 0: none). Writes
+ * only when something changed; STORE_NOT_FOUND for a removed node. */
+int store_node_set_publish(struct store *s, const char *id, int64_t first, int64_t last);
+/* Gives rank `rank` of the instance on node_id one free host port of the
+ * node's range for each container port, the lowest free ones, and records
+ * them on its instance_nodes row; STORE_CONFLICT when the range has too few. */
+int store_instance_claim_ports(struct store *s, const char *instance_id, int64_t rank, const char *node_id,
+                               const int64_t *container, size_t n);
 
 /* store_idempotency.c */
 /* The first answer recorded for (user_id, key): STORE_NOT_FOUND if none;

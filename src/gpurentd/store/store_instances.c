@@ -40,7 +40,7 @@ static const char SQL_INS_NODES[] =
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
     " coalesce(n.last_seen_at, 0), p.workload_id,"
     " p.cards, p.phase, p.message, p.put_done, n.public_host, coalesce(n.ssh_port, 0),"
-    " coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, '')"
+    " coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, ''), p.ports"
     " FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
     " WHERE p.instance_id = ? ORDER BY p.rank LIMIT ?";
 /* Placement candidates come through the nodes_placement index (0006): for
@@ -50,7 +50,9 @@ static const char SQL_INS_NODES[] =
     "SELECT n.id, n.fabric, n.card_count, coalesce((SELECT group_concat(c.idx) FROM node_cards c"                    \
     "   WHERE c.node_id = n.id AND c.healthy = 1 AND c.instance_id IS NULL), '')"                                    \
     " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'" \
-    " AND n.unreachable_since IS NULL"
+    " AND n.unreachable_since IS NULL"                                                                               \
+    " AND (?3 = 0 OR (n.publish_first IS NOT NULL AND n.publish_last - n.publish_first + 1 -"                        \
+    "  (SELECT count(*) FROM node_ports q WHERE q.node_id = n.id) >= ?3))"
 static const char SQL_CANDIDATE_BEST_FIT[] =
     CANDIDATE_COLUMNS " AND n.free_cards >= ?2 ORDER BY n.free_cards, n.fabric, n.name LIMIT 1";
 static const char SQL_CANDIDATES_WHOLE[] =
@@ -63,6 +65,8 @@ static const char SQL_CARD_CLAIM[] =
 static const char SQL_PLACEMENT_INSERT[] =
     "INSERT INTO instance_nodes (instance_id, rank, node_id, workload_id, cards) VALUES (?, ?, ?, ?, ?)";
 static const char SQL_CARD_RELEASE[] = "UPDATE node_cards SET instance_id = NULL WHERE instance_id = ?";
+/* Host ports go with the cards (0016). */
+static const char SQL_PORTS_RELEASE[] = "DELETE FROM node_ports WHERE instance_id = ?";
 static const char SQL_PLACEMENT_DELETE[] = "DELETE FROM instance_nodes WHERE instance_id = ?";
 static const char SQL_PLACEMENT_UPDATE[] =
     "UPDATE instance_nodes SET phase = ?3, message = ?4, put_done = ?5 WHERE instance_id = ?1 AND rank = ?2";
@@ -272,6 +276,7 @@ static void read_instance_node(sqlite3_stmt *st, void *row)
     p->ssh_port = sqlite3_column_int64(st, 13);
     store_column_text(p->ssh_host_key, sizeof p->ssh_host_key, st, 14);
     store_column_text(p->ssh_host_fp, sizeof p->ssh_host_fp, st, 15);
+    store_column_text(p->ports, sizeof p->ports, st, 16);
 }
 
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n)
@@ -307,12 +312,19 @@ static void read_candidate(sqlite3_stmt *st, void *row)
 int store_placement_candidates(struct store *s, const char *gpu_model, int64_t cards, struct placement_node **out,
                                size_t *n)
 {
+    return store_placement_candidates_ports(s, gpu_model, cards, 0, out, n);
+}
+
+int store_placement_candidates_ports(struct store *s, const char *gpu_model, int64_t cards, int64_t ports,
+                                     struct placement_node **out, size_t *n)
+{
     int whole = cards > PLACEMENT_NODE_CARDS;
     sqlite3_stmt *st = store_stmt(s, whole ? SQL_CANDIDATES_WHOLE : SQL_CANDIDATE_BEST_FIT);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, whole ? PLACEMENT_NODE_CARDS : cards);
+    sqlite3_bind_int64(st, 3, ports);
     void *rows;
     int rc = store_collect(s, st, sizeof **out, &rows, n, read_candidate, "placement candidates");
     *out = rows;
@@ -362,6 +374,12 @@ int store_instance_release(struct store *s, const char *instance_id)
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
     int rc = store_step_write(s, st, "release cards");
     if (rc != STORE_OK)
+        return rc;
+    st = store_stmt(s, SQL_PORTS_RELEASE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    if ((rc = store_step_write(s, st, "release host ports")) != STORE_OK)
         return rc;
     st = store_stmt(s, SQL_PLACEMENT_DELETE);
     if (!st)

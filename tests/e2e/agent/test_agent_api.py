@@ -206,8 +206,9 @@ def test_facts(agent):
     assert r.status_code == 200, r.text
     f = r.json()
     assert set(f) == {"node", "agent_version", "runtime", "vendor", "stack", "driver_version", "stack_version",
-                      "cards", "workloads", "workload_exits", "ssh"}
+                      "cards", "workloads", "workload_exits", "ssh", "publish_ports"}
     assert set(f["ssh"]) == {"port", "host_key", "fingerprint"}  # tests/e2e/access/test_agent_ssh.py says more
+    assert f["publish_ports"] == {"first": 30000, "last": 30999}  # the default publish_port_range
     assert isinstance(f["workload_exits"], int) and f["workload_exits"] >= 0
     assert f["node"] == "node-a"
     assert f["runtime"] == "sim"

@@ -81,6 +81,17 @@ static void test_values(void **state)
     assert_int_equal(set(&c, "inventory_cards=0"), -1);
     assert_int_equal(set(&c, "max_clock_skew_s=0"), -1);
     assert_int_equal(set(&c, "listen=localhost"), -1);
+    assert_int_equal(set(&c, "publish_port_range=40000-40009"), 0);
+    assert_int_equal(set(&c, "publish_port_range="), 0);
+    assert_int_equal(set(&c, "publish_port_range=7-7"), 0);
+    static const char *const bad_ranges[] = {"publish_port_range=40000", "publish_port_range=0-10",
+                                             "publish_port_range=10-65536", "publish_port_range=20-10",
+                                             "publish_port_range=a-b", "publish_port_range=10-20x",
+                                             "publish_port_range=-10"};
+    for (size_t i = 0; i < sizeof bad_ranges / sizeof bad_ranges[0]; i++)
+        assert_int_equal(set(&c, bad_ranges[i]), -1);
+    assert_string_equal(c.publish_port_range, "7-7");
+    assert_int_equal(set(&c, "sim_publish_ports_per_node=0"), -1);
     assert_int_equal(agent_check_config(&c), 0);
     assert_int_equal(set(&c, "tls_cert=/x.pem"), 0);
     assert_int_equal(agent_check_config(&c), -1); /* tls_key missing */

@@ -134,6 +134,27 @@ static void test_run_without_gpus(void **state)
     spec_free(&s);
 }
 
+static void test_run_published_ports(void **state)
+{
+    /* Each published port is one -p HOST:CONTAINER/tcp, in the spec's
+     * order, after the environment and before run_args, for both runtimes. */
+    struct wl_spec s = spec_of("{\"image\": \"busybox\", \"stack\": \"ROCm\", \"ports\": [{\"container\": 8888,"
+                               " \"host\": 30007}, {\"container\": 6006, \"host\": 30000}]}");
+    char *dirs[] = {NULL};
+    struct argv_buf a = {0};
+    struct oci_cmd podman = {.exe = "podman", .stop_timeout_s = 30, .run_args = "--ipc=host"};
+    assert_int_equal(oci_argv_run(&podman, "wl_p", &s, dirs, &a), 0);
+    assert_line(&a, "podman run --detach --name gpurent-wl_p --label gpurent.workload=wl_p --pull never"
+                    " -p 30007:8888/tcp -p 30000:6006/tcp --ipc=host busybox");
+    argv_free(&a);
+    struct oci_cmd docker = {.exe = "docker", .docker = 1, .stop_timeout_s = 30};
+    assert_int_equal(oci_argv_run(&docker, "wl_p", &s, dirs, &a), 0);
+    assert_line(&a, "docker run --detach --name gpurent-wl_p --label gpurent.workload=wl_p --pull never"
+                    " -p 30007:8888/tcp -p 30000:6006/tcp busybox");
+    argv_free(&a);
+    spec_free(&s);
+}
+
 static void test_other_commands(void **state)
 {
     struct oci_cmd c = {.exe = "podman", .stop_timeout_s = 45};
@@ -601,7 +622,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_podman_rocm), cmocka_unit_test(test_run_docker_rocm),
         cmocka_unit_test(test_run_podman_cuda), cmocka_unit_test(test_run_docker_cuda),
-        cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_other_commands),
+        cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_run_published_ports), cmocka_unit_test(test_other_commands),
         cmocka_unit_test(test_parse_state),     cmocka_unit_test(test_parse_time),
         cmocka_unit_test(test_templates),
         cmocka_unit_test(test_size_template),

@@ -425,6 +425,84 @@ static void test_ssh(void **state)
     }
 }
 
+/* ports: parsed in order, canonical only when given, part of equality,
+ * every bound refused with the entry's field. */
+static void test_ports(void **state)
+{
+    struct wl_spec a, b;
+    char field[64], err[256];
+    const char *with =
+        "{\"image\": \"img\", \"ports\": [{\"container\": 8888, \"host\": 30007}, {\"container\": 1, \"host\": 65535}]}";
+    assert_int_equal(parse(with, &a, field), 0);
+    assert_int_equal(a.n_ports, 2);
+    assert_int_equal(a.ports[0].container, 8888);
+    assert_int_equal(a.ports[0].host, 30007);
+    assert_int_equal(a.ports[1].container, 1);
+    assert_int_equal(a.ports[1].host, 65535);
+    json_t *j = spec_to_json(&a);
+    json_t *ports = json_object_get(j, "ports");
+    assert_int_equal(json_array_size(ports), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(ports, 0), "host")), 30007);
+    assert_int_equal(spec_parse(j, &b, field, sizeof field, err, sizeof err), 0);
+    assert_true(spec_equal(&a, &b));
+    json_decref(j);
+    spec_free(&b);
+
+    /* None, an empty list and null are the same spec, without "ports". */
+    static const char *const none[] = {"{\"image\": \"img\"}", "{\"image\": \"img\", \"ports\": []}",
+                                       "{\"image\": \"img\", \"ports\": null}"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
+        assert_int_equal(parse(none[i], &b, field), 0);
+        assert_int_equal(b.n_ports, 0);
+        j = spec_to_json(&b);
+        assert_null(json_object_get(j, "ports"));
+        json_decref(j);
+        assert_false(spec_equal(&a, &b));
+        spec_free(&b);
+    }
+    /* Another host port, another order, one fewer: different. */
+    static const char *const different[] = {
+        "{\"image\": \"img\", \"ports\": [{\"container\": 8888, \"host\": 30008}, {\"container\": 1, \"host\": 65535}]}",
+        "{\"image\": \"img\", \"ports\": [{\"container\": 1, \"host\": 65535}, {\"container\": 8888, \"host\": 30007}]}",
+        "{\"image\": \"img\", \"ports\": [{\"container\": 8888, \"host\": 30007}]}",
+    };
+    for (size_t i = 0; i < sizeof different / sizeof different[0]; i++) {
+        assert_int_equal(parse(different[i], &b, field), 0);
+        assert_false(spec_equal(&a, &b));
+        spec_free(&b);
+    }
+    spec_free(&a);
+
+    /* Eight is the most. */
+    char text[1024];
+    size_t len = (size_t)snprintf(text, sizeof text, "{\"image\": \"img\", \"ports\": [");
+    for (int i = 0; i < SPEC_MAX_PORTS + 1; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s{\"container\": %d, \"host\": %d}", i ? ", " : "",
+                                8000 + i, 30000 + i);
+    snprintf(text + len, sizeof text - len, "]}");
+    expect_bad(text, "ports");
+    char *last = strrchr(text, '{');
+    snprintf(last - 2, 4, "]}");
+    assert_int_equal(parse(text, &b, field), 0);
+    assert_int_equal(b.n_ports, SPEC_MAX_PORTS);
+    spec_free(&b);
+
+    expect_bad("{\"image\": \"img\", \"ports\": {}}", "ports");
+    expect_bad("{\"image\": \"img\", \"ports\": [8888]}", "ports[0]");
+    expect_bad("{\"image\": \"img\", \"ports\": [{\"container\": 8888}]}", "ports[0]");
+    expect_bad("{\"image\": \"img\", \"ports\": [{\"container\": 8888, \"host\": \"30007\"}]}", "ports[0]");
+    expect_bad("{\"image\": \"img\", \"ports\": [{\"container\": 0, \"host\": 30007}]}", "ports[0]");
+    expect_bad("{\"image\": \"img\", \"ports\": [{\"container\": 65536, \"host\": 30007}]}", "ports[0]");
+    expect_bad("{\"image\": \"img\", \"ports\": [{\"container\": 80, \"host\": -1}]}", "ports[0]");
+    expect_bad("{\"image\": \"img\", \"ports\": [{\"container\": 80, \"host\": 30007, \"udp\": true}]}", "ports[0]");
+    expect_bad("{\"image\": \"img\", \"ports\": [{\"container\": 80, \"host\": 30007},"
+               " {\"container\": 80, \"host\": 30008}]}",
+               "ports[1]");
+    expect_bad("{\"image\": \"img\", \"ports\": [{\"container\": 80, \"host\": 30007},"
+               " {\"container\": 81, \"host\": 30007}]}",
+               "ports[1]");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -432,7 +510,7 @@ int main(void)
         cmocka_unit_test(test_refusals),        cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_equality),        cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_names_and_phases), cmocka_unit_test(test_sim_switches),
-        cmocka_unit_test(test_ssh),
+        cmocka_unit_test(test_ssh),             cmocka_unit_test(test_ports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -228,6 +228,46 @@ static void test_ssh(void **state)
     }
 }
 
+/* publish_ports: absent or null is none; {first, last} in 1..65535, in order. */
+static void test_publish_ports(void **state)
+{
+    (void)state;
+    struct facts_verdict v;
+    json_t *doc = facts_doc(8, "MI450", NULL, -1, -1);
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_int_equal(v.publish_first, 0);
+    free(v.canonical);
+    json_object_set_new(doc, "publish_ports", json_null());
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_int_equal(v.publish_first, 0);
+    free(v.canonical);
+    json_object_set_new(doc, "publish_ports", json_pack("{s:i, s:i}", "first", 30000, "last", 30999));
+    assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+    assert_true(v.accepted);
+    assert_int_equal(v.publish_first, 30000);
+    assert_int_equal(v.publish_last, 30999);
+    assert_null(strstr(v.canonical, "publish")); /* configuration, not hardware */
+    free(v.canonical);
+    json_decref(doc);
+    json_t *bad[] = {
+        json_string("30000-30999"),
+        json_pack("{s:i}", "first", 30000),
+        json_pack("{s:i, s:i}", "first", 0, "last", 10),
+        json_pack("{s:i, s:i}", "first", 10, "last", 65536),
+        json_pack("{s:i, s:i}", "first", 20, "last", 10),
+        json_pack("{s:s, s:i}", "first", "1", "last", 10),
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        doc = facts_doc(8, "MI450", NULL, -1, -1);
+        json_object_set_new(doc, "publish_ports", bad[i]);
+        if (facts_check("MI450", 8, doc, &v) != -1)
+            fail_msg("bad publish_ports member %zu accepted", i);
+        assert_non_null(strstr(v.reason, "publish_ports"));
+        free(v.canonical);
+        json_decref(doc);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +278,7 @@ int main(void)
         cmocka_unit_test(test_malformed_documents),
         cmocka_unit_test(test_canonical_is_order_independent),
         cmocka_unit_test(test_workload_exits),
+        cmocka_unit_test(test_publish_ports),
         cmocka_unit_test(test_ssh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -294,6 +294,80 @@ static void test_release_frees_every_card_and_forgets_the_placement(void **state
     assert_int_equal(store_instance_release(fx.s, in.id), STORE_OK); /* nothing left: still fine */
 }
 
+/* Host ports: the lowest free ones of the node's range, never one port to
+ * two instances, too few is a conflict, released with the cards; nodes
+ * without a range or without enough free ports are no candidates. */
+static void test_host_ports_are_claimed_like_cards(void **state)
+{
+    setup_rows();
+    char node[ID_MAX], bare[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 1000, node);
+    fx_ready_node(fx.s, "n2", FX_TST, 8, "f1", 1000, bare);
+    assert_int_equal(store_node_set_publish(fx.s, node, 30000, 30003), STORE_OK);
+    assert_int_equal(store_node_set_publish(fx.s, node, 30000, 30003), STORE_OK); /* unchanged: still fine */
+    assert_int_equal(store_node_set_publish(fx.s, "node_nosuchnode000000000", 1, 2), STORE_NOT_FOUND);
+    struct instance a, b, c;
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 1000, &a);
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 1000, &b);
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 1000, &c);
+    assert_int_equal(store_instance_set_ports(fx.s, a.id, "[8888,6006,22]"), STORE_OK);
+    int64_t ports[STORE_MAX_PORTS];
+    size_t n_ports;
+    assert_int_equal(store_instance_ports(fx.s, a.id, ports, &n_ports), STORE_OK);
+    assert_int_equal(n_ports, 3);
+    assert_int_equal(ports[0], 8888);
+    assert_int_equal(ports[2], 22);
+    assert_int_equal(store_instance_ports(fx.s, b.id, ports, &n_ports), STORE_OK);
+    assert_int_equal(n_ports, 0);
+
+    /* Only the node with a range and 3 free ports is a candidate. */
+    struct placement_node *cand;
+    size_t n;
+    assert_int_equal(store_placement_candidates_ports(fx.s, FX_TST, 1, 3, &cand, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(cand[0].id, node);
+    free(cand);
+    assert_int_equal(store_placement_candidates_ports(fx.s, FX_TST, 1, 5, &cand, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(cand);
+
+    const int64_t three[] = {8888, 6006, 22}, one[] = {80};
+    assert_int_equal(fx_claim(fx.s, a.id, 0, node, 0x01), STORE_OK);
+    assert_int_equal(store_instance_claim_ports(fx.s, a.id, 0, node, three, 3), STORE_OK);
+    struct instance_node p[2];
+    assert_int_equal(store_instance_nodes(fx.s, a.id, p, 2, &n), STORE_OK);
+    assert_string_equal(p[0].ports,
+                        "[{\"container\":8888,\"host\":30000},{\"container\":6006,\"host\":30001},"
+                        "{\"container\":22,\"host\":30002}]");
+    /* One port left: b takes it, c finds none; the bare node has no range. */
+    assert_int_equal(fx_claim(fx.s, b.id, 0, node, 0x02), STORE_OK);
+    assert_int_equal(store_instance_claim_ports(fx.s, b.id, 0, node, one, 1), STORE_OK);
+    assert_int_equal(store_instance_nodes(fx.s, b.id, p, 2, &n), STORE_OK);
+    assert_string_equal(p[0].ports, "[{\"container\":80,\"host\":30003}]");
+    assert_int_equal(fx_claim(fx.s, c.id, 0, node, 0x04), STORE_OK);
+    assert_int_equal(store_instance_claim_ports(fx.s, c.id, 0, node, one, 1), STORE_CONFLICT);
+    assert_int_equal(store_instance_claim_ports(fx.s, c.id, 0, bare, one, 1), STORE_CONFLICT);
+    /* The primary key holds even against a direct write. */
+    fx_sql_exec(fx.s, "SAVEPOINT dup");
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO node_ports (node_id, host_port, instance_id, container_port) VALUES ('%s', 30003, '%s', 1)",
+             node, c.id);
+    assert_int_not_equal(sqlite3_exec(store_db(fx.s), sql, NULL, NULL, NULL), SQLITE_OK);
+    fx_sql_exec(fx.s, "RELEASE dup");
+    /* Released with the cards: the lowest ports come free again. */
+    assert_int_equal(store_instance_release(fx.s, a.id), STORE_OK);
+    assert_int_equal(fx_sql_int(fx.s, "SELECT count(*) FROM node_ports WHERE instance_id = ?", a.id), 0);
+    assert_int_equal(store_instance_claim_ports(fx.s, c.id, 0, node, three, 2), STORE_OK);
+    assert_int_equal(store_instance_nodes(fx.s, c.id, p, 2, &n), STORE_OK);
+    assert_string_equal(p[0].ports, "[{\"container\":8888,\"host\":30000},{\"container\":6006,\"host\":30001}]");
+    /* A node that stops publishing is no candidate for ports any more. */
+    assert_int_equal(store_node_set_publish(fx.s, node, 0, 0), STORE_OK);
+    assert_int_equal(store_placement_candidates_ports(fx.s, FX_TST, 1, 1, &cand, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(cand);
+}
+
 static void test_node_update_records_the_agent_s_phase(void **state)
 {
     setup_rows();
@@ -484,6 +558,7 @@ int main(void)
         fx_test(test_user_cards_count_holding_instances_only),
         fx_test(test_user_max_cards_is_the_default_until_an_admin_sets_it),
         fx_test(test_metrics_count_instances_by_state_and_model),
+        fx_test(test_host_ports_are_claimed_like_cards),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
