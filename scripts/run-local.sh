@@ -92,12 +92,14 @@ fi
 # nodes under http://127.0.0.1:PORT/nodes/NAME):
 #   name    model     nodes  cards  fabric    port
 # Each node serves SSH on its own port from GPURENT_SSH_PORT (2222) on:
-# the MI450 nodes 2222-2225, the MI300X ones 2226-2227, the H100 2228.
-#   name    model     nodes  cards  fabric    port          first SSH port
+# the MI450 nodes 2222-2225, the MI300X ones 2226-2227, the H100 2228; and
+# publishes instances' ports on its own 100 host ports from 30000 on (each
+# fleet gets its own part of the range; sim_publish_ports_per_node splits it).
+#   name    model     nodes  cards  fabric    port          first SSH port    published ports
 fleets=(
-  "mi450    MI450     4      8      fabric-a  $((port + 1))  $ssh_port"
-  "mi300x   MI300X    2      8      fabric-a  $((port + 2))  $((ssh_port + 4))"
-  "h100     H100-SXM  1      8      fabric-b  $((port + 3))  $((ssh_port + 6))"
+  "mi450    MI450     4      8      fabric-a  $((port + 1))  $ssh_port          30000-30399"
+  "mi300x   MI300X    2      8      fabric-a  $((port + 2))  $((ssh_port + 4))  30400-30599"
+  "h100     H100-SXM  1      8      fabric-b  $((port + 3))  $((ssh_port + 6))  30600-30699"
 )
 [ "$with_fleet" = 0 ] && fleets=()
 
@@ -224,7 +226,7 @@ if [ ${#fleets[@]} -gt 0 ] && [ -s "$key_file" ]; then
     # (VAR/fleet/NAME/nodes/NODE/registration.json), which it also locks.
     "$agent" sim-fleet --control-plane "$base" --admin-key-file "$key_file" \
       --model "$2" --nodes "$3" --cards "$4" --fabric "$5" --region local \
-      --listen "127.0.0.1:$6" --state-dir "$fleet_dir/$1" -o "ssh_listen=127.0.0.1:$7" \
+      --listen "127.0.0.1:$6" --state-dir "$fleet_dir/$1" -o "ssh_listen=127.0.0.1:$7" -o "publish_port_range=$8" \
       >"$fleet_dir/$1.log" 2>&1 &
     fleet_pids+=($!)
   done
