@@ -216,6 +216,25 @@ void http_error_ext(struct http_request *req, enum api_error e, const char *fiel
     va_end(ap);
 }
 
+/* ---------------------------------------------------------------- answering later */
+
+void http_defer(struct http_request *req)
+{
+    ASSERT(!req->replied && !req->deferred);
+    req->deferred = 1;
+    MHD_suspend_connection(req->conn);
+}
+
+void http_resume(struct http_request *req, http_resume_fn fn, void *ctx)
+{
+    ASSERT(req->deferred && !req->resume_fn);
+    req->resume_ctx = ctx;
+    req->resume_fn = fn;
+    /* libmicrohttpd's lock in MHD_resume_connection orders the two stores
+     * above before the pool thread's next call reads them. */
+    MHD_resume_connection(req->conn);
+}
+
 /* ---------------------------------------------------------------- reading */
 
 const char *http_header(struct http_request *req, const char *name)
@@ -371,7 +390,7 @@ static void dispatch(struct http_request *req)
         if (found->auth != AUTH_NONE && srv->authenticate(req, found->auth) < 0)
             return;
         found->handler(req);
-        if (!req->replied) {
+        if (!req->replied && !req->deferred) {
             log_error("http: handler for %s %s did not reply", found->method, found->pattern);
             http_error(req, ERR_INTERNAL, NULL, NULL);
         }
@@ -446,6 +465,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return MHD_YES;
     }
+    if (req->deferred) {
+        /* Called again while suspended (should not happen) or after
+         * http_resume: the resume function replies. */
+        http_resume_fn fn = req->resume_fn;
+        if (!fn)
+            return MHD_YES;
+        req->resume_fn = NULL;
+        req->deferred = 0;
+        fn(req, req->resume_ctx, 1);
+        if (!req->replied) {
+            log_error("http: deferred %s %s did not reply", req->method, req->path);
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        }
+        return MHD_YES;
+    }
     if (req->replied) {
         *upload_data_size = 0; /* an early reply was queued; drop the rest */
         return MHD_YES;
@@ -490,6 +524,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     struct http_request *req = *req_cls;
     if (!req)
         return;
+    if (req->resume_fn) /* resumed, but the connection closed before it replied */
+        req->resume_fn(req, req->resume_ctx, 0);
     int64_t ms = clock_mono_ms() - req->start_ms;
     if (srv->on_done)
         srv->on_done(req, clock_mono_us() - req->start_us);
@@ -567,7 +603,9 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
      * aborts the process ("Failed to remove listen FD from epoll set"):
      * an agent or a daemon stopping on SIGTERM died now and then. With
      * poll() the workers learn of the quiesce through their ITC. */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    /* MHD_ALLOW_SUSPEND_RESUME: http_defer; a resume from another thread
+     * wakes the connection's worker through its ITC. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     if (cfg->cert_file && cfg->cert_file[0]) {
