@@ -22,6 +22,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* guards the fields below */
 static struct logs_job *queue_head, *queue_tail;         /* submitted, not started */
 static size_t n_queued;                                  /* entries in the queue */
+static int64_t n_pending;                                /* submitted and not yet handed back */
 static int running;                                      /* the thread is started and not stopping */
 static int stop_requested;                               /* logs_proxy_stop was called */
 static struct agent_multi *multi;                        /* the thread's calls; its wakeup is thread-safe */
@@ -32,6 +33,9 @@ static void finish(struct logs_job *job)
 {
     agent_call_free(job->call);
     job->call = NULL;
+    pthread_mutex_lock(&lock);
+    n_pending--;
+    pthread_mutex_unlock(&lock);
     http_resume(job->req, job->reply, job);
 }
 
@@ -164,9 +168,18 @@ int logs_proxy_submit(struct logs_job *job)
         queue_head = job;
     queue_tail = job;
     n_queued++;
+    n_pending++;
     pthread_mutex_unlock(&lock);
     agent_multi_wakeup(multi);
     return 0;
+}
+
+int64_t logs_proxy_pending(void)
+{
+    pthread_mutex_lock(&lock);
+    int64_t n = n_pending;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 void logs_proxy_stop(void)

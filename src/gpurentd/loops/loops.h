@@ -157,5 +157,7 @@ int logs_proxy_submit(struct logs_job *job);
 /* Answers every read still waiting with "shutting down" and stops the
  * thread; call it before the HTTP server stops. Safe if never started. */
 void logs_proxy_stop(void);
+/* Reads submitted and not yet handed back, for /metrics. */
+int64_t logs_proxy_pending(void);
 
 #endif

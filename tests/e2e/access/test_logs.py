@@ -5,6 +5,7 @@ and the key property: a log read from a paused (SIGSTOPped) node is pending
 on the logs proxy while other API requests still answer, because the
 handler defers its request instead of waiting on the agent."""
 import calendar
+import re
 import signal
 import threading
 import time
@@ -47,6 +48,12 @@ def wait_tick(c, u, inst_id, k, **params):
         assert r.status_code == 200, r.text
         return r.json() if any(n >= k for n in ticks_of(r.json())) else None
     return poll(check, DEADLINE, f"tick {k} or later in the logs")
+
+
+def pending_reads(c):
+    r = c.d.get("/metrics", key=c.d.admin_key)
+    assert r.status_code == 200, r.text
+    return int(re.search(r"^gpurent_logs_reads_pending (\d+)$", r.text, re.M).group(1))
 
 
 def epoch_s(rfc3339_ms):
@@ -148,8 +155,8 @@ def test_paused_node_holds_no_http_thread(cloud_patient):
         extra = [threading.Thread(target=lambda: logs(c, u, inst["id"])) for _ in range(8)]
         for e in extra:
             e.start()
-        # The daemon logs nothing per request until it ends; the reads are
-        # pending once every other request below is answered while t waits.
+        poll(lambda: pending_reads(c) == 9, DEADLINE, "the nine reads to be pending on the proxy")
+        # Every pool thread is free: other requests answer while they wait.
         for _ in range(3):
             r = c.d.get("/v1/gpu-types", key=u.key)
             assert r.status_code == 200, r.text
@@ -168,3 +175,28 @@ def test_paused_node_holds_no_http_thread(cloud_patient):
     else:
         err = assert_error(r, 503, "unavailable")
         assert "no answer from node" in err["message"], err
+    poll(lambda: pending_reads(c) == 0, DEADLINE, "no read pending")
+
+
+def test_shutdown_answers_pending_reads(cloud_patient):
+    c = cloud_patient
+    fleet, u, inst = running(c)
+    wait_tick(c, u, inst["id"], 1)
+    reply = {}
+
+    def read():
+        reply["r"] = logs(c, u, inst["id"])
+
+    fleet.proc.send_signal(signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=read)
+        t.start()
+        poll(lambda: pending_reads(c) == 1, DEADLINE, "the read to be pending on the proxy")
+        # A clean stop (exit 0, no sanitizer report) answers it first: the
+        # HTTP server cannot stop with a suspended connection.
+        c.d.stop()
+        t.join(DEADLINE)
+    finally:
+        fleet.proc.send_signal(signal.SIGCONT)
+    err = assert_error(reply["r"], 503, "unavailable")
+    assert "shutting down" in err["message"], err
