@@ -152,6 +152,20 @@ void http_defer(struct http_request *req);
  * pool thread and replies. */
 void http_resume(struct http_request *req, http_resume_fn fn, void *ctx);
 
+/* A streamed reply (chunked). pull(ctx, buf, max) runs on a pool thread and
+ * returns bytes written (> 0), 0 when nothing is ready (the connection is
+ * then suspended, holding no thread, until http_stream_wake) or -1 at the
+ * end. done(ctx) runs once when the reply is finished or the client left;
+ * after it, nobody may call http_stream_wake. NULL on failure: done will
+ * not run, the caller keeps ctx, and replies itself unless req->replied. */
+struct http_stream;
+struct http_stream *http_reply_stream(struct http_request *req, const char *content_type,
+                                      long (*pull)(void *ctx, char *buf, size_t max), void (*done)(void *ctx),
+                                      void *ctx);
+/* From any thread: pull has something new (or the end); wakes a suspended
+ * stream, and also lets libmicrohttpd notice a client that left. */
+void http_stream_wake(struct http_stream *st);
+
 /* Adds a header to the reply about to be made (Retry-After, Location …). */
 void http_add_header(struct http_request *req, const char *name, const char *value);
 

@@ -235,6 +235,99 @@ void http_resume(struct http_request *req, http_resume_fn fn, void *ctx)
     MHD_resume_connection(req->conn);
 }
 
+/* A streamed reply: the reader suspends the connection when its source has
+ * nothing (returning 0 alone would make libmicrohttpd call it again at
+ * once, a busy loop in this threading mode) and a wake resumes it. */
+struct http_stream {
+    long (*pull)(void *ctx, char *buf, size_t max); /* the source */
+    void (*done)(void *ctx);                        /* run once at the end */
+    void *ctx;                                      /* their argument */
+    struct MHD_Connection *conn;                    /* to suspend and resume */
+    pthread_mutex_t lock;                           /* guards the two flags */
+    int suspended;                                  /* the reader suspended the connection */
+    int woken;                                      /* a wake came while it was not suspended */
+};
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct http_stream *st = cls;
+    pthread_mutex_lock(&st->lock);
+    st->woken = 0;
+    pthread_mutex_unlock(&st->lock);
+    long n = st->pull(st->ctx, buf, max);
+    if (n < 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (n > 0)
+        return (ssize_t)n;
+    pthread_mutex_lock(&st->lock);
+    if (!st->woken) { /* a wake between pull and here: call pull again instead */
+        st->suspended = 1;
+        MHD_suspend_connection(st->conn);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return 0;
+}
+
+static void stream_no_done(void *ctx)
+{
+    (void)ctx;
+}
+
+static void stream_free(void *cls)
+{
+    struct http_stream *st = cls;
+    st->done(st->ctx);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+struct http_stream *http_reply_stream(struct http_request *req, const char *content_type,
+                                      long (*pull)(void *ctx, char *buf, size_t max), void (*done)(void *ctx),
+                                      void *ctx)
+{
+    struct http_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->pull = pull;
+    st->done = done;
+    st->ctx = ctx;
+    st->conn = req->conn;
+    pthread_mutex_init(&st->lock, NULL);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    if (!resp) {
+        pthread_mutex_destroy(&st->lock);
+        free(st);
+        return NULL;
+    }
+    if (content_type)
+        MHD_add_response_header(resp, "Content-Type", content_type);
+    /* queue() inlined: on failure done must not run, the caller keeps ctx. */
+    ASSERT(!req->replied);
+    add_common_headers(req, resp);
+    req->replied = 1;
+    req->status = 200;
+    int queued = MHD_queue_response(req->conn, 200, resp) == MHD_YES;
+    if (!queued) {
+        log_error("http: cannot queue response for request %s", req->request_id);
+        st->done = stream_no_done;
+    }
+    MHD_destroy_response(resp); /* the connection holds it (and st) while it streams */
+    return queued ? st : NULL;
+}
+
+void http_stream_wake(struct http_stream *st)
+{
+    pthread_mutex_lock(&st->lock);
+    if (st->suspended) {
+        st->suspended = 0;
+        MHD_resume_connection(st->conn);
+    } else {
+        st->woken = 1;
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
 /* ---------------------------------------------------------------- reading */
 
 const char *http_header(struct http_request *req, const char *name)

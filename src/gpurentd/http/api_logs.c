@@ -1,4 +1,5 @@
-/* api_logs.c: GET /v1/instances/{id}/logs, what a rank's container printed.
+/* api_logs.c: GET /v1/instances/{id}/logs, what a rank's container printed,
+ * as JSON or (follow=true) streamed as text lines.
  * The handler only checks the query and the instance and hands the agent
  * call to the logs proxy (loops/logs_proxy.c) with its request deferred:
  * handlers never wait on an agent, so a slow or dead node holds no pool
@@ -108,14 +109,12 @@ void api_instances_logs(struct http_request *req)
     if (http_query_int(req, "rank", 0, PLACEMENT_MAX_NODES - 1, 0, &rank) < 0 ||
         http_query_int(req, "tail", 0, LOGS_MAX_TAIL, LOGS_DEFAULT_TAIL, &tail) < 0 || query_since(req, &since) < 0)
         return;
-    const char *follow = http_query(req, "follow");
-    if (follow && strcmp(follow, "false") != 0) {
-        if (strcmp(follow, "true") == 0)
-            http_error(req, ERR_INVALID_QUERY, "follow", "follow=true is not supported yet; poll with since");
-        else
-            http_error(req, ERR_INVALID_QUERY, "follow", "follow must be true or false");
+    const char *follow_arg = http_query(req, "follow");
+    if (follow_arg && strcmp(follow_arg, "false") != 0 && strcmp(follow_arg, "true") != 0) {
+        http_error(req, ERR_INVALID_QUERY, "follow", "follow must be true or false");
         return;
     }
+    int follow = follow_arg && strcmp(follow_arg, "true") == 0;
     struct store *s = store_thread();
     if (!s) {
         http_error(req, ERR_UNAVAILABLE, NULL, NULL);
@@ -171,7 +170,28 @@ void api_instances_logs(struct http_request *req)
         snprintf(job->path, sizeof job->path, "/v1/workloads/%s/logs?tail=%lld", node->workload_id, (long long)tail);
     if (since > 0 && len > 0 && (size_t)len < sizeof job->path)
         len += snprintf(job->path + len, sizeof job->path - (size_t)len, "&since=%lld", (long long)since);
-    if (len < 0 || (size_t)len >= sizeof job->path || logs_proxy_submit(job) < 0) {
+    if (len < 0 || (size_t)len >= sizeof job->path) {
+        free(job);
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    if (follow) {
+        /* Streamed as text lines; the proxy polls the agent, the stream's
+         * connection is suspended whenever nothing is new. */
+        struct logs_follow *f = logs_follow_new(job, node->workload_id);
+        free(job);
+        struct http_stream *st =
+            f ? http_reply_stream(req, "text/plain; charset=utf-8", logs_follow_pull, logs_follow_done, f) : NULL;
+        if (!st) {
+            logs_follow_free(f);
+            if (!req->replied)
+                http_error(req, ERR_INTERNAL, NULL, NULL);
+            return;
+        }
+        logs_follow_start(f, st);
+        return;
+    }
+    if (logs_proxy_submit(job) < 0) {
         free(job);
         http_add_header(req, "Retry-After", "1");
         http_error(req, ERR_UNAVAILABLE, NULL, "too many log reads are waiting for nodes; try again");

@@ -159,5 +159,20 @@ int logs_proxy_submit(struct logs_job *job);
 void logs_proxy_stop(void);
 /* Reads submitted and not yet handed back, for /metrics. */
 int64_t logs_proxy_pending(void);
+/* follow=true: the proxy reads target->path first, then polls the agent
+ * with after=cursor every LOGS_FOLLOW_POLL_MS, and keeps the lines as text
+ * ("<RFC 3339 time> <stream> <text>\n") for the stream's pull, until the
+ * workload ends, the client leaves, a call fails or the daemon stops. */
+struct logs_follow;
+/* A follow of target's node and workload (workload_id names it); NULL
+ * when out of memory. */
+struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id);
+/* The stream's pull and done (see http_reply_stream). */
+long logs_follow_pull(void *f, char *buf, size_t max);
+void logs_follow_done(void *f);
+/* Hands f, whose reply streams on st, to the proxy thread. */
+void logs_follow_start(struct logs_follow *f, struct http_stream *st);
+/* Frees a follow that never started (http_reply_stream failed). */
+void logs_follow_free(struct logs_follow *f);
 
 #endif

@@ -1,6 +1,7 @@
 """GET /v1/instances/{id}/logs against a real daemon and a sim fleet: lines
-appear as the container prints them, tail and since filter them, bad query
-values are 400, another user's instance is 404, a stopped instance is 409,
+appear as the container prints them, tail and since filter them, follow=true
+streams new lines as they are written and ends when the workload does, bad
+query values are 400, another user's instance is 404, a stopped instance is 409,
 and the key property: a log read from a paused (SIGSTOPped) node is pending
 on the logs proxy while other API requests still answer, because the
 handler defers its request instead of waiting on the agent."""
@@ -9,6 +10,8 @@ import re
 import signal
 import threading
 import time
+
+import requests
 
 from agent_util import poll
 from harness import assert_error
@@ -110,7 +113,7 @@ def test_bad_queries_and_others_instances(cloud):
         ({"tail": 1001}, "tail"), ({"tail": -1}, "tail"), ({"tail": "ten"}, "tail"), ({"tail": "1.5"}, "tail"),
         ({"since": "yesterday"}, "since"), ({"since": "2026-13-01T00:00:00Z"}, "since"), ({"since": "-5"}, "since"),
         ({"since": "2026-11-29T18:22:00+08:00"}, "since"),
-        ({"follow": "yes"}, "follow"), ({"follow": "true"}, "follow"),
+        ({"follow": "yes"}, "follow"), ({"follow": "1"}, "follow"), ({"follow": "true", "tail": 5000}, "tail"),
         ({"colour": "blue"}, "colour"),
     ]
     for params, field in bad:
@@ -200,3 +203,50 @@ def test_shutdown_answers_pending_reads(cloud_patient):
         fleet.proc.send_signal(signal.SIGCONT)
     err = assert_error(reply["r"], 503, "unavailable")
     assert "shutting down" in err["message"], err
+
+
+LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (stdout|stderr) (.*)$")
+
+
+def follow(c, u, inst_id, **params):
+    r = requests.get(c.d.url(f"/v1/instances/{inst_id}/logs"), params=dict(params, follow="true"),
+                     headers={"Authorization": f"Bearer {u.key}"}, stream=True, timeout=DEADLINE)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("text/plain"), r.headers
+    return r
+
+
+def test_follow_streams_new_lines_until_the_workload_ends(cloud):
+    c = cloud
+    _, u, inst = running(c)
+    first = wait_tick(c, u, inst["id"], 2, tail=1)
+    start_k = ticks_of(first)[-1]
+    # More follows than the pool has threads: each holds a suspended
+    # connection, not a thread, so other requests still answer.
+    streams = [follow(c, u, inst["id"], tail=2) for _ in range(10)]
+    for _ in range(3):
+        assert c.d.get("/v1/gpu-types", key=u.key).status_code == 200
+        assert c.d.get("/v1/instances", key=u.key).status_code == 200
+    lines = streams[0].iter_lines(decode_unicode=True)
+    got = []
+    for line in lines:
+        m = LINE.match(line)
+        assert m, line
+        got.append(m.group(3))
+        ks = [int(t.split()[1]) for t in got if t.startswith("tick ")]
+        if ks and ks[-1] >= start_k + 5:
+            break
+    ks = [int(t.split()[1]) for t in got if t.startswith("tick ")]
+    # tail=2 first, then every line as it comes, none lost or repeated.
+    assert ks == list(range(ks[0], ks[0] + len(ks))), got
+    assert ks[0] >= start_k - 1, got
+    for s in streams[1:]:
+        s.close()
+    # Stopping the instance ends the workload, and the stream ends.
+    c.action(u, inst["id"], "stop")
+    rest = list(lines)
+    assert rest, "the stream ended without the workload's last lines"
+    assert any("exited" in t or t.startswith("gpurent: ") for t in rest), rest[-5:]
+    streams[0].close()
+    c.wait_state(u, inst["id"], "stopped")
+    assert_error(logs(c, u, inst["id"], follow="true"), 409, "invalid_state", "rank")
