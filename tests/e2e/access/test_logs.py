@@ -190,19 +190,26 @@ def test_shutdown_answers_pending_reads(cloud_patient):
     def read():
         reply["r"] = logs(c, u, inst["id"])
 
+    # A follow whose stream has sent what there was: its connection is
+    # suspended, waiting for the paused node.
+    stream = follow(c, u, inst["id"], tail=1)
+    lines = stream.iter_lines(decode_unicode=True)
+    assert LINE.match(next(lines))
     fleet.proc.send_signal(signal.SIGSTOP)
     try:
         t = threading.Thread(target=read)
         t.start()
         poll(lambda: pending_reads(c) == 1, DEADLINE, "the read to be pending on the proxy")
-        # A clean stop (exit 0, no sanitizer report) answers it first: the
+        # A clean stop (exit 0, no sanitizer report) answers both first: the
         # HTTP server cannot stop with a suspended connection.
         c.d.stop()
         t.join(DEADLINE)
+        rest = list(lines)
     finally:
         fleet.proc.send_signal(signal.SIGCONT)
     err = assert_error(reply["r"], 503, "unavailable")
     assert "shutting down" in err["message"], err
+    assert rest and rest[-1] == "gpurent: the control plane is shutting down", rest[-3:]
 
 
 LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (stdout|stderr) (.*)$")
