@@ -59,6 +59,18 @@ def pending_reads(c):
     return int(re.search(r"^gpurent_logs_reads_pending (\d+)$", r.text, re.M).group(1))
 
 
+# One streamed line of follow=true.
+LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (stdout|stderr) (.*)$")
+
+
+def follow(c, u, inst_id, **params):
+    r = requests.get(c.d.url(f"/v1/instances/{inst_id}/logs"), params=dict(params, follow="true"),
+                     headers={"Authorization": f"Bearer {u.key}"}, stream=True, timeout=DEADLINE)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("text/plain"), r.headers
+    return r
+
+
 def epoch_s(rfc3339_ms):
     return calendar.timegm(time.strptime(rfc3339_ms[:19], "%Y-%m-%dT%H:%M:%S"))
 
@@ -210,17 +222,6 @@ def test_shutdown_answers_pending_reads(cloud_patient):
     err = assert_error(reply["r"], 503, "unavailable")
     assert "shutting down" in err["message"], err
     assert rest and rest[-1] == "gpurent: the control plane is shutting down", rest[-3:]
-
-
-LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) (stdout|stderr) (.*)$")
-
-
-def follow(c, u, inst_id, **params):
-    r = requests.get(c.d.url(f"/v1/instances/{inst_id}/logs"), params=dict(params, follow="true"),
-                     headers={"Authorization": f"Bearer {u.key}"}, stream=True, timeout=DEADLINE)
-    assert r.status_code == 200, r.text
-    assert r.headers["Content-Type"].startswith("text/plain"), r.headers
-    return r
 
 
 def test_follow_streams_new_lines_until_the_workload_ends(cloud):
