@@ -6,7 +6,8 @@
  *
  * Threading: handlers run on the pool's threads, many at once; a request is
  * only ever touched by one thread. A handler calls exactly one http_reply_*
- * (or http_error*) before it returns. */
+ * (or http_error*) before it returns, or http_defer to answer later from
+ * another thread (http_resume) without holding a pool thread meanwhile. */
 #ifndef GPURENT_HTTP_H
 #define GPURENT_HTTP_H
 
@@ -22,6 +23,9 @@ struct http_request;
 struct http_server;
 
 typedef void (*http_handler)(struct http_request *req);
+/* Runs on a pool thread after http_resume: replies as a handler would
+ * (connected 1), or only frees ctx when the client is gone (connected 0). */
+typedef void (*http_resume_fn)(struct http_request *req, void *ctx, int connected);
 
 /* Who may call a route; the program's authenticate callback decides what
  * each level means (bearer keys in gpurentd, signatures in the agent). */
@@ -62,6 +66,9 @@ struct http_request {
     int n_extra;                /* used entries of extra */
     struct http_server *server; /* owning server */
     void *conn;                 /* struct MHD_Connection * */
+    int deferred;               /* http_defer was called and the reply is not made yet */
+    http_resume_fn resume_fn;   /* set by http_resume, run on the next pool call */
+    void *resume_ctx;           /* its argument */
 };
 
 struct http_config {
@@ -134,6 +141,31 @@ void http_error_ext(struct http_request *req, enum api_error e, const char *fiel
     __attribute__((format(printf, 5, 6)));
 /* Replies with a body of another type (e.g. text/plain, text/csv). Copies body. */
 void http_reply_raw(struct http_request *req, unsigned status, const char *content_type, const char *body, size_t len);
+/* --- answering later --- */
+
+/* Suspends the request's connection: the handler returns without replying
+ * and the pool thread serves others. Some other thread must then call
+ * http_resume exactly once, before http_server_stop (libmicrohttpd cannot
+ * stop with suspended connections). */
+void http_defer(struct http_request *req);
+/* From any thread: wakes a deferred request; fn(req, ctx, 1) then runs on a
+ * pool thread and replies. */
+void http_resume(struct http_request *req, http_resume_fn fn, void *ctx);
+
+/* A streamed reply (chunked). pull(ctx, buf, max) runs on a pool thread and
+ * returns bytes written (> 0), 0 when nothing is ready (the connection is
+ * then suspended, holding no thread, until http_stream_wake) or -1 at the
+ * end. done(ctx) runs once when the reply is finished or the client left;
+ * after it, nobody may call http_stream_wake. NULL on failure: done will
+ * not run, the caller keeps ctx, and replies itself unless req->replied. */
+struct http_stream;
+struct http_stream *http_reply_stream(struct http_request *req, const char *content_type,
+                                      long (*pull)(void *ctx, char *buf, size_t max), void (*done)(void *ctx),
+                                      void *ctx);
+/* From any thread: pull has something new (or the end); wakes a suspended
+ * stream, and also lets libmicrohttpd notice a client that left. */
+void http_stream_wake(struct http_stream *st);
+
 /* Adds a header to the reply about to be made (Retry-After, Location …). */
 void http_add_header(struct http_request *req, const char *name, const char *value);
 

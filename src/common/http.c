@@ -216,6 +216,118 @@ void http_error_ext(struct http_request *req, enum api_error e, const char *fiel
     va_end(ap);
 }
 
+/* ---------------------------------------------------------------- answering later */
+
+void http_defer(struct http_request *req)
+{
+    ASSERT(!req->replied && !req->deferred);
+    req->deferred = 1;
+    MHD_suspend_connection(req->conn);
+}
+
+void http_resume(struct http_request *req, http_resume_fn fn, void *ctx)
+{
+    ASSERT(req->deferred && !req->resume_fn);
+    req->resume_ctx = ctx;
+    req->resume_fn = fn;
+    /* libmicrohttpd's lock in MHD_resume_connection orders the two stores
+     * above before the pool thread's next call reads them. */
+    MHD_resume_connection(req->conn);
+}
+
+/* A streamed reply: the reader suspends the connection when its source has
+ * nothing (returning 0 alone would make libmicrohttpd call it again at
+ * once, a busy loop in this threading mode) and a wake resumes it. */
+struct http_stream {
+    long (*pull)(void *ctx, char *buf, size_t max); /* the source */
+    void (*done)(void *ctx);                        /* run once at the end */
+    void *ctx;                                      /* their argument */
+    struct MHD_Connection *conn;                    /* to suspend and resume */
+    pthread_mutex_t lock;                           /* guards the two flags */
+    int suspended;                                  /* the reader suspended the connection */
+    int woken;                                      /* a wake came while it was not suspended */
+};
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct http_stream *st = cls;
+    pthread_mutex_lock(&st->lock);
+    st->woken = 0;
+    pthread_mutex_unlock(&st->lock);
+    long n = st->pull(st->ctx, buf, max);
+    if (n < 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (n > 0)
+        return (ssize_t)n;
+    pthread_mutex_lock(&st->lock);
+    if (!st->woken) { /* a wake between pull and here: call pull again instead */
+        st->suspended = 1;
+        MHD_suspend_connection(st->conn);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return 0;
+}
+
+static void stream_no_done(void *ctx)
+{
+    (void)ctx;
+}
+
+static void stream_free(void *cls)
+{
+    struct http_stream *st = cls;
+    st->done(st->ctx);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+struct http_stream *http_reply_stream(struct http_request *req, const char *content_type,
+                                      long (*pull)(void *ctx, char *buf, size_t max), void (*done)(void *ctx),
+                                      void *ctx)
+{
+    struct http_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->pull = pull;
+    st->done = done;
+    st->ctx = ctx;
+    st->conn = req->conn;
+    pthread_mutex_init(&st->lock, NULL);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+    if (!resp) {
+        pthread_mutex_destroy(&st->lock);
+        free(st);
+        return NULL;
+    }
+    if (content_type)
+        MHD_add_response_header(resp, "Content-Type", content_type);
+    /* queue() inlined: on failure done must not run, the caller keeps ctx. */
+    ASSERT(!req->replied);
+    add_common_headers(req, resp);
+    req->replied = 1;
+    req->status = 200;
+    int queued = MHD_queue_response(req->conn, 200, resp) == MHD_YES;
+    if (!queued) {
+        log_error("http: cannot queue response for request %s", req->request_id);
+        st->done = stream_no_done;
+    }
+    MHD_destroy_response(resp); /* the connection holds it (and st) while it streams */
+    return queued ? st : NULL;
+}
+
+void http_stream_wake(struct http_stream *st)
+{
+    pthread_mutex_lock(&st->lock);
+    if (st->suspended) {
+        st->suspended = 0;
+        MHD_resume_connection(st->conn);
+    } else {
+        st->woken = 1;
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
 /* ---------------------------------------------------------------- reading */
 
 const char *http_header(struct http_request *req, const char *name)
@@ -371,7 +483,7 @@ static void dispatch(struct http_request *req)
         if (found->auth != AUTH_NONE && srv->authenticate(req, found->auth) < 0)
             return;
         found->handler(req);
-        if (!req->replied) {
+        if (!req->replied && !req->deferred) {
             log_error("http: handler for %s %s did not reply", found->method, found->pattern);
             http_error(req, ERR_INTERNAL, NULL, NULL);
         }
@@ -446,6 +558,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return MHD_YES;
     }
+    if (req->deferred) {
+        /* Called again while suspended (should not happen) or after
+         * http_resume: the resume function replies. */
+        http_resume_fn fn = req->resume_fn;
+        if (!fn)
+            return MHD_YES;
+        req->resume_fn = NULL;
+        req->deferred = 0;
+        fn(req, req->resume_ctx, 1);
+        if (!req->replied) {
+            log_error("http: deferred %s %s did not reply", req->method, req->path);
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        }
+        return MHD_YES;
+    }
     if (req->replied) {
         *upload_data_size = 0; /* an early reply was queued; drop the rest */
         return MHD_YES;
@@ -490,6 +617,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     struct http_request *req = *req_cls;
     if (!req)
         return;
+    if (req->resume_fn) /* resumed, but the connection closed before it replied */
+        req->resume_fn(req, req->resume_ctx, 0);
     int64_t ms = clock_mono_ms() - req->start_ms;
     if (srv->on_done)
         srv->on_done(req, clock_mono_us() - req->start_us);
@@ -567,7 +696,9 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
      * aborts the process ("Failed to remove listen FD from epoll set"):
      * an agent or a daemon stopping on SIGTERM died now and then. With
      * poll() the workers learn of the quiesce through their ITC. */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    /* MHD_ALLOW_SUSPEND_RESUME: http_defer; a resume from another thread
+     * wakes the connection's worker through its ITC. */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     if (cfg->cert_file && cfg->cert_file[0]) {

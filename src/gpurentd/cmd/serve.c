@@ -263,7 +263,7 @@ int cmd_serve(int argc, char **argv)
         .key_file = conf.tls_key,
     };
     srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
-    if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0)
+    if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0 || logs_proxy_start() < 0)
         goto out;
     if (conf.metrics_listen[0]) {
         /* Same limits, no TLS and no key: a private scrape address. */
@@ -302,6 +302,9 @@ int cmd_serve(int argc, char **argv)
                  (long long)conf.drain_timeout_s);
         break;
     }
+    /* Deferred log reads are answered first: the server cannot stop while
+     * a connection is suspended. */
+    logs_proxy_stop();
     http_server_stop(srv, (int)conf.drain_timeout_s * 1000);
     srv = NULL;
     status = 0;
@@ -309,6 +312,7 @@ int cmd_serve(int argc, char **argv)
     log_info("gpurentd stopped");
 out:
     watchdog_stop();
+    logs_proxy_stop();
     http_server_stop(metrics_srv, 0);
     http_server_stop(srv, 0);
     heartbeat_stop();

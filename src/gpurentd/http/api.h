@@ -13,7 +13,8 @@
  *   metrics.c      GET /metrics
  *   api_*.c        one file per resource: health, accounts, keys, GPU
  *                  types, nodes, images, volumes, instances, users, balance,
- *                  prices, credits, payments, billing, audit, SSH keys */
+ *                  prices, credits, payments, billing, audit, SSH keys
+ *   api_logs.c     instance logs, read from agents by the logs proxy */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
 
@@ -113,6 +114,9 @@ void api_instances_stop(struct http_request *req);
 void api_instances_terminate(struct http_request *req);
 void api_instances_events(struct http_request *req);
 void api_instances_ssh_config(struct http_request *req);
+
+/* api_logs.c */
+void api_instances_logs(struct http_request *req);
 
 /* api_ssh_keys.c */
 void api_ssh_keys_create(struct http_request *req);

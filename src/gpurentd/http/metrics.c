@@ -205,6 +205,10 @@ void api_metrics(struct http_request *req)
             "# HELP gpurent_store_writers_waiting Write transactions queued for the next commit.\n"
             "# TYPE gpurent_store_writers_waiting gauge\ngpurent_store_writers_waiting %lld\n",
             (long long)txn.commits, (long long)txn.transactions, (long long)txn.waiting);
+    fprintf(f,
+            "# HELP gpurent_logs_reads_pending Log reads (GET /v1/instances/{id}/logs) waiting on a node's agent.\n"
+            "# TYPE gpurent_logs_reads_pending gauge\ngpurent_logs_reads_pending %lld\n",
+            (long long)logs_proxy_pending());
     struct billing_failures bf;
     billing_failures(&bf);
     struct loop_counters lc;

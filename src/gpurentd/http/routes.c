@@ -44,6 +44,7 @@ const struct http_route daemon_routes[] = {
     {"DELETE", "/v1/instances/{id}",          api_instances_terminate, AUTH_USER },
     {"GET",    "/v1/instances/{id}/events",   api_instances_events,    AUTH_USER },
     {"GET",    "/v1/instances/{id}/ssh-config", api_instances_ssh_config, AUTH_USER },
+    {"GET",    "/v1/instances/{id}/logs",     api_instances_logs,      AUTH_USER },
 
     {"POST",   "/v1/ssh-keys",                api_ssh_keys_create,     AUTH_USER },
     {"GET",    "/v1/ssh-keys",                api_ssh_keys_list,       AUTH_USER },

@@ -251,6 +251,68 @@ int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int 
     return agent_calls_stream(n, max_parallel, stop, &st);
 }
 
+struct agent_multi {
+    CURLM *multi; /* the handle; curl_multi_wakeup is its one thread-safe call */
+};
+
+struct agent_multi *agent_multi_new(void)
+{
+    struct agent_multi *m = calloc(1, sizeof *m);
+    if (m && !(m->multi = curl_multi_init())) {
+        free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+int agent_multi_add(struct agent_multi *m, struct agent_call *c)
+{
+    return curl_multi_add_handle(m->multi, c->easy) == CURLM_OK ? 0 : -1;
+}
+
+void agent_multi_remove(struct agent_multi *m, struct agent_call *c)
+{
+    curl_multi_remove_handle(m->multi, c->easy);
+}
+
+void agent_multi_run(struct agent_multi *m, int wait_ms)
+{
+    int still = 0;
+    curl_multi_perform(m->multi, &still);
+    curl_multi_poll(m->multi, NULL, 0, wait_ms, NULL);
+    curl_multi_perform(m->multi, &still);
+}
+
+struct agent_call *agent_multi_next_done(struct agent_multi *m, int *ok)
+{
+    CURLMsg *msg;
+    int left = 0;
+    while ((msg = curl_multi_info_read(m->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        struct agent_call *c = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+        if (!c)
+            continue;
+        *ok = agent_call_finish(c, msg->data.result);
+        return c;
+    }
+    return NULL;
+}
+
+void agent_multi_wakeup(struct agent_multi *m)
+{
+    curl_multi_wakeup(m->multi);
+}
+
+void agent_multi_free(struct agent_multi *m)
+{
+    if (!m)
+        return;
+    curl_multi_cleanup(m->multi);
+    free(m);
+}
+
 int agent_client_global_init(void)
 {
     return curl_global_init(CURL_GLOBAL_DEFAULT) == 0 ? 0 : -1;

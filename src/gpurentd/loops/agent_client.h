@@ -54,6 +54,24 @@ int agent_calls_stream(size_t n, long max_parallel, int (*stop)(void), const str
  * stays the caller's. Calls a stop left unfinished have status 0 and an
  * error. */
 int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int (*stop)(void));
+/* A multi handle for a thread that keeps calls coming and going (the logs
+ * proxy), woken from other threads. */
+struct agent_multi;
+struct agent_multi *agent_multi_new(void);
+/* Starts c on m: 0, or -1 (c stays the caller's). */
+int agent_multi_add(struct agent_multi *m, struct agent_call *c);
+/* Takes c off m, finished or not. */
+void agent_multi_remove(struct agent_multi *m, struct agent_call *c);
+/* Moves the transfers on, then waits up to wait_ms for network activity or
+ * agent_multi_wakeup. */
+void agent_multi_run(struct agent_multi *m, int wait_ms);
+/* A call that has ended since the last run (agent_call_finish done: *ok is
+ * its result, 0 or -1), still on m; NULL when there is none. */
+struct agent_call *agent_multi_next_done(struct agent_multi *m, int *ok);
+/* Cuts a wait in agent_multi_run short; any thread. */
+void agent_multi_wakeup(struct agent_multi *m);
+/* Frees m; its calls must have been removed. NULL is a no-op. */
+void agent_multi_free(struct agent_multi *m);
 /* Frees the call and its handle; the caller removes it from any multi
  * handle first. NULL is a no-op. */
 void agent_call_free(struct agent_call *c);

@@ -11,7 +11,9 @@
  *   watchdog.c      systemd's watchdog, fed after real checks
  *   agent_client.c  signed libcurl calls with timeouts and a reply cap
  *                   (agent_client.h: the only libcurl of the daemon)
- *   counters.c      agent errors and billing passes, for /metrics */
+ *   counters.c      agent errors and billing passes, for /metrics
+ *   logs_proxy.c    reads workload logs from agents for deferred HTTP
+ *                   requests, on its own thread */
 #ifndef GPURENT_LOOPS_H
 #define GPURENT_LOOPS_H
 
@@ -22,6 +24,8 @@
 
 #include "domain/domain.h"
 #include "gpurent/http.h"
+
+struct agent_call;
 
 /* loop.c: the thread plumbing every background loop shares. */
 struct bg_loop {
@@ -124,5 +128,51 @@ struct loop_counters {
 void metrics_agent_error(void);
 void metrics_billing_pass(int64_t duration_us);
 void loop_counters(struct loop_counters *out);
+
+/* logs_proxy.c: the agent calls behind GET /v1/instances/{id}/logs. The
+ * handler fills a job and submits it; the proxy thread calls the agent and
+ * then resumes the request, and job->reply (on a pool thread) answers it
+ * from status, body and error, then frees body and job. */
+struct logs_job {
+    /* Filled by the handler. */
+    struct http_request *req; /* the request, deferred by logs_proxy_submit */
+    char agent_url[513];      /* the node's agent */
+    char secret[65];          /* its signing key */
+    char node_name[64];       /* for messages */
+    char path[384];           /* "/v1/workloads/<id>/logs?…", signed as it is */
+    int64_t rank;             /* the instance rank read */
+    http_resume_fn reply;     /* answers the request with this job as ctx */
+    /* Filled by the proxy. */
+    long status;             /* the agent's HTTP status, 0 when no reply came */
+    char *body;              /* its body (malloc'd) or NULL */
+    char error[512];         /* why no reply came */
+    struct agent_call *call; /* the call in flight */
+    struct logs_job *next;   /* queue link */
+};
+int logs_proxy_start(void);
+/* Defers job->req and queues the read: 0, and the proxy owns the job until
+ * job->reply runs; -1 (stopping or too many waiting), and the caller still
+ * owns both the job and the reply. */
+int logs_proxy_submit(struct logs_job *job);
+/* Answers every read still waiting with "shutting down" and stops the
+ * thread; call it before the HTTP server stops. Safe if never started. */
+void logs_proxy_stop(void);
+/* Reads submitted and not yet handed back, for /metrics. */
+int64_t logs_proxy_pending(void);
+/* follow=true: the proxy reads target->path first, then polls the agent
+ * with after=cursor every LOGS_FOLLOW_POLL_MS, and keeps the lines as text
+ * ("<RFC 3339 time> <stream> <text>\n") for the stream's pull, until the
+ * workload ends, the client leaves, a call fails or the daemon stops. */
+struct logs_follow;
+/* A follow of target's node and workload (workload_id names it); NULL
+ * when out of memory. */
+struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id);
+/* The stream's pull and done (see http_reply_stream). */
+long logs_follow_pull(void *f, char *buf, size_t max);
+void logs_follow_done(void *f);
+/* Hands f, whose reply streams on st, to the proxy thread. */
+void logs_follow_start(struct logs_follow *f, struct http_stream *st);
+/* Frees a follow that never started (http_reply_stream failed). */
+void logs_follow_free(struct logs_follow *f);
 
 #endif
