@@ -342,6 +342,8 @@ cat <<EOF
         > gpurent.known_hosts
    ssh -F gpurent.ssh -o UserKnownHostsFile=gpurent.known_hosts \$ID-0 'pwd; ls'
    scp -F gpurent.ssh -o UserKnownHostsFile=gpurent.known_hosts README.md \$ID-0:/shared/
+   # what the container printed (add &follow=true and curl -N to follow it)
+   curl -s "\$API/v1/instances/\$ID/logs?tail=50" -H "Authorization: Bearer \$KEY"
    # (the simulated runtime runs your shell in a directory of the host, with
    # /shared as ./shared: it is for trying and testing, not isolation)
 
