@@ -267,9 +267,10 @@ struct workload {
     int wake;                     /* driver lock: asked to step again while busy */
     int64_t sim_tick;             /* the driver's worker only: the last "tick" line a log-every-N sim
                                      image wrote (0 none yet; not kept across restarts) */
-    int64_t oci_log_ms;           /* the driver's worker only: podman/docker: ms of the last output line
-                                     collected (0 none yet) */
-    int64_t oci_log_same;         /* the driver's worker only: lines collected dated oci_log_ms */
+    struct oci_log_mark {         /* the driver's worker only: podman/docker, per stream (stdout, stderr): */
+        int64_t ms;               /*   ms of the last output line collected (0 none yet) */
+        int64_t same;             /*   lines collected dated ms */
+    } oci_log[2];
 };
 /* Frees a workload and its spec; NULL is a no-op. */
 void workload_free(struct workload *w);
@@ -608,8 +609,9 @@ int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, 
 /* `container inspect --format {{.State.Pid}} <container>`: SSH forwards. */
 int oci_argv_inspect_pid(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 /* "<exe> logs --timestamps --since SINCE_S gpurent-ID": the container's
- * stdout since a second, each line after a timestamp, polled at every
- * state check and appended to the workload's log (logs.c). */
+ * stdout and stderr since a second (each on its own stream), each line
+ * after a timestamp, polled at every state check and appended to the
+ * workload's log (logs.c). */
 int oci_argv_logs(const struct oci_cmd *c, const char *id, int64_t since_s, struct argv_buf *a);
 /* Parses one line of that output, "<RFC 3339 time> <text>": its time in
  * epoch ms into *t_ms and where the text starts. 0, or -1 for a line

@@ -189,6 +189,8 @@ int exec_run(char *const argv[], const struct exec_opts *o, struct exec_result *
                 ssize_t n = read(p[i].fd, buf, sizeof buf);
                 if (n > 0 && which == 0) {
                     keep_tail(r, &used, buf, (size_t)n);
+                    if (o->out && o->err)
+                        keep_all(o->err, r, buf, (size_t)n);
                 } else if (n > 0) {
                     keep_all(o->out, r, buf, (size_t)n);
                 } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {

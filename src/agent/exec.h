@@ -25,6 +25,7 @@ struct exec_opts {
     atomic_int *stop;         /* the same for shutdown; may be NULL */
     const char *also_path;    /* ':'-separated directories searched after PATH for argv[0]; may be NULL */
     struct exec_capture *out; /* stdout apart and whole; NULL: with stderr into the result's tail */
+    struct exec_capture *err; /* with out only: stderr whole too (it still feeds the tail); may be NULL */
 };
 
 struct exec_result {

@@ -372,13 +372,41 @@ int oci_parse_log_line(const char *line, size_t n, int64_t *t_ms, size_t *text_a
     return 0;
 }
 
-/* Most stdout one poll of `logs` may bring; a container printing more than
- * this between two checks loses the excess of that interval. */
+/* Most output one poll of `logs` may bring per stream; a container printing
+ * more than this between two checks loses the excess of that interval. */
 #define OCI_LOG_POLL_MAX (1024 * 1024)
 
-/* Appends what the container printed since the last poll to its log. The
- * tool's --since has whole seconds, so lines already taken (up to
- * oci_log_ms, and oci_log_same lines dated exactly then) are skipped. */
+/* Appends the complete lines of one stream's output that are newer than its
+ * mark (the tool's --since has whole seconds, so lines already taken, up to
+ * mark->ms and mark->same lines dated exactly then, come again). */
+static void append_new_lines(const char *dir, const struct runtime *rt, struct workload *w, char stream,
+                             const struct exec_capture *got, struct oci_log_mark *mark)
+{
+    int64_t same = 0;
+    for (size_t i = 0; i < got->len;) {
+        const char *line = got->buf + i;
+        const char *nl = memchr(line, '\n', got->len - i);
+        if (!nl)
+            break; /* cut short: the next poll reads it whole */
+        size_t n = (size_t)(nl - line), text_at;
+        i += n + 1;
+        int64_t t;
+        if (oci_parse_log_line(line, n, &t, &text_at) < 0 || t < mark->ms)
+            continue;
+        if (t == mark->ms && ++same <= mark->same)
+            continue;
+        wl_log_append(dir, w->id, rt->conf->log_max_bytes, t, stream, line + text_at, n - text_at);
+        if (t != mark->ms) {
+            mark->ms = t;
+            mark->same = 0;
+            same = 1;
+        }
+        mark->same++;
+    }
+}
+
+/* Appends what the container printed on stdout and stderr since the last
+ * poll to its log: `logs` replays each stream of the container on its own. */
 static void collect_logs(const struct runtime *rt, struct workload *w)
 {
     char dir[PATH_MAX], msg[256];
@@ -387,48 +415,32 @@ static void collect_logs(const struct runtime *rt, struct workload *w)
     struct oci_cmd c = cmd_of(rt);
     struct argv_buf a = {0};
     struct exec_result r;
-    int64_t since_ms = w->oci_log_ms ? w->oci_log_ms : w->running_at_ms;
+    int64_t since_ms = w->running_at_ms;
+    if (w->oci_log[0].ms || w->oci_log[1].ms) {
+        int64_t o = w->oci_log[0].ms, e = w->oci_log[1].ms;
+        since_ms = !o ? e : !e ? o : o < e ? o : e;
+    }
     oci_argv_logs(&c, w->id, since_ms > 0 ? since_ms / 1000 : 0, &a);
     struct exec_capture out = {.buf = malloc(OCI_LOG_POLL_MAX), .cap = OCI_LOG_POLL_MAX};
-    if (!out.buf) {
-        argv_free(&a);
-        return;
-    }
-    if (a.overflow) {
+    struct exec_capture err = {.buf = malloc(OCI_LOG_POLL_MAX), .cap = OCI_LOG_POLL_MAX};
+    if (!out.buf || !err.buf || a.overflow) {
         argv_free(&a);
         free(out.buf);
+        free(err.buf);
         return;
     }
     struct exec_opts o = {.deadline_ms = clock_mono_ms() + rt->conf->command_timeout_s * 1000,
-                          .cancel = &w->cancel, .stop = &rt->agent->stopping, .out = &out};
+                          .cancel = &w->cancel, .stop = &rt->agent->stopping, .out = &out, .err = &err};
     int rc = exec_run(a.v, &o, &r);
     argv_free(&a);
     if (rc != 0 && !r.overflowed) {
         exec_describe(&r, msg, sizeof msg);
         log_debug("workload %s: logs: %s", w->id, msg);
     }
-    int64_t same = 0;
-    for (size_t i = 0; i < out.len;) {
-        const char *line = out.buf + i;
-        const char *nl = memchr(line, '\n', out.len - i);
-        if (!nl)
-            break; /* cut short: the next poll reads it whole */
-        size_t n = (size_t)(nl - line), text_at;
-        i += n + 1;
-        int64_t t;
-        if (oci_parse_log_line(line, n, &t, &text_at) < 0 || t < w->oci_log_ms)
-            continue;
-        if (t == w->oci_log_ms && ++same <= w->oci_log_same)
-            continue;
-        wl_log_append(dir, w->id, rt->conf->log_max_bytes, t, 'o', line + text_at, n - text_at);
-        if (t != w->oci_log_ms) {
-            w->oci_log_ms = t;
-            w->oci_log_same = 0;
-            same = 1;
-        }
-        w->oci_log_same++;
-    }
+    append_new_lines(dir, rt, w, 'o', &out, &w->oci_log[0]);
+    append_new_lines(dir, rt, w, 'e', &err, &w->oci_log[1]);
     free(out.buf);
+    free(err.buf);
 }
 
 static int no_such_container(const char *output)

@@ -28,9 +28,11 @@ TOOL = textwrap.dedent(r"""
     tool=$(basename "$0")
     last=""; for a in "$@"; do last="$a"; done
     # `logs` is polled at every check: recorded apart, so the other
-    # tests' call sequences stay as they were; prints CONTAINER.out.
+    # tests' call sequences stay as they were; prints CONTAINER.out, and
+    # CONTAINER.err on stderr, as the real tool replays each stream.
     if [ "$1" = logs ]; then
         { printf '%s' "$tool"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG.logs"
+        [ -f "$STANDIN_STATE/$last.err" ] && cat "$STANDIN_STATE/$last.err" >&2
         [ -f "$STANDIN_STATE/$last.out" ] && cat "$STANDIN_STATE/$last.out"
         exit 0
     fi
@@ -414,21 +416,26 @@ def test_container_output_is_collected_into_the_log(real_agent, standins):
     now = time.time()
     stamp = lambda dt: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now + dt)) + ".250000000Z"
     out = os.path.join(standins.state, "gpurent-wl_out.out")
+    with open(os.path.join(standins.state, "gpurent-wl_out.err"), "w") as f:
+        f.write(f"{stamp(0)} warning: low memory\n{stamp(2)} Traceback\n")
     with open(out, "w") as f:
         f.write(f"{stamp(0)} epoch 1\n{stamp(0)} epoch 1 again\nnot a timestamped line\n{stamp(1)} epoch 2\n")
 
     def lines():
         body = a.get("/v1/workloads/wl_out/logs").json()
-        return body["lines"] if len(body["lines"]) >= 3 else None
+        return body["lines"] if len(body["lines"]) >= 5 else None
+    want = [("stdout", "epoch 1"), ("stdout", "epoch 1 again"), ("stdout", "epoch 2"),
+            ("stderr", "warning: low memory"), ("stderr", "Traceback")]
     got = poll(lines, 20, "the container's output in the log")
-    assert [l["text"] for l in got] == ["epoch 1", "epoch 1 again", "epoch 2"]
-    assert got[0]["t"] == int(now) * 1000 + 250 and got[0]["stream"] == "stdout"
+    assert sorted((l["stream"], l["text"]) for l in got) == sorted(want)
+    epoch1 = [l for l in got if l["text"] == "epoch 1"][0]
+    assert epoch1["t"] == int(now) * 1000 + 250 and epoch1["stream"] == "stdout"
     # Polled again (the tool prints all of it each time): nothing twice.
     polls = lambda: len(open(standins.log + ".logs").read().splitlines())
     seen = polls()
     poll(lambda: polls() >= seen + 2, 20, "two more polls of logs")
-    assert [l["text"] for l in a.get("/v1/workloads/wl_out/logs").json()["lines"]] == [
-        "epoch 1", "epoch 1 again", "epoch 2"]
+    again = a.get("/v1/workloads/wl_out/logs").json()["lines"]
+    assert sorted((l["stream"], l["text"]) for l in again) == sorted(want)
     with open(standins.log + ".logs") as f:
         first = f.readline().rstrip("\n").split(SEP)
     assert first[:4] == ["podman", "logs", "--timestamps", "--since"]
