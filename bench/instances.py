@@ -119,7 +119,7 @@ def run(args, n):
                       "heartbeat_interval_ms": args.heartbeat_ms, "default_max_cards": 100000,
                       "password_iterations": 1000, "threads": args.threads, "max_connections_per_client": 1000,
                       "log_level": "info",
-                      # Each bench user gets 100 000 000.00 of cash, so that funds never stop a claim.
+                      # Each bench user gets 99 999 000.00 of cash (its trial credit on top stays under max_balance), so that funds never stop a claim.
                       "max_topup": "100000000.00", "max_balance": "100000000.00"}
     fleet_options = {"threads": args.agent_threads, "max_connections": 4096, "sim_pull_ms": 0, "sim_mount_ms": 0,
                      "sim_start_ms": 0, "workers": args.agent_workers}
@@ -134,7 +134,7 @@ def run(args, n):
             assert status == 201, body
             uid, keys_u = body["user"]["id"], body["api_key"]["token"]
             status, body = admin.call("POST", f"/v1/admin/users/{uid}/topups",
-                                      {"amount": "100000000.00", "payment_id": f"bench-{u}"})
+                                      {"amount": "99999000.00", "payment_id": f"bench-{u}"})
             assert status in (200, 201), body
             keys.append(keys_u)
 
