@@ -137,6 +137,13 @@ static int sim_mount(const struct runtime *rt, struct workload *w, const struct 
         snprintf(msg, msglen, "mount %s: connection refused (sim: injected fail-mount)", v->source);
         return STEP_FAIL;
     }
+    /* mount_root stands for the network store: every sim node given the
+     * same mount_root sees one directory per source, as every real node
+     * sees the one NFS export. The "mount" makes it appear. */
+    if (v->source[0] != '/' && state_mkdirs(host_dir) < 0) {
+        snprintf(msg, msglen, "sim: cannot create %s: %s", host_dir, strerror(errno));
+        return STEP_FAIL;
+    }
     return STEP_OK;
 }
 

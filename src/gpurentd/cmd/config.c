@@ -172,7 +172,7 @@ const struct conf_option daemon_options[] = {
     OPT_STR(agent_ca_file, "", NULL, "CA bundle that https agents' certificates must chain to; empty: system CAs"),
     OPT_INT(default_max_cards, 0, 100000, 64, "cards a user may hold at once unless an admin set a limit"),
     OPT_INT(volume_default_size_gb, 1, 1048576, 100, "quota of a volume created without a size, GB"),
-    OPT_STR(volume_source_template, "/srv/gpurent/volumes/{volume_id}", validate_volume_source,
+    OPT_STR(volume_source_template, "nfs-server:/export/gpurent/{volume_id}", validate_volume_source,
             "what agents mount for a volume; {volume_id} and {user_id} are replaced (e.g. "
             "nfs.example:/export/{volume_id})"),
     OPT_INT(reconcile_interval_ms, 50, 600000, 2000, "milliseconds between reconciler passes when nothing wakes it"),

@@ -72,9 +72,10 @@ class Renter:
 
 @pytest.fixture
 def shared_cloud(new_daemon, tmp_path):
-    """A cloud whose volumes are directories of this machine that every sim
-    node sees, as a network file system would make them."""
-    c = Cloud(new_daemon, tmp_path, {"volume_source_template": str(tmp_path / "volumes" / "{volume_id}")})
+    """A cloud with NFS-style volume sources, as in production: every sim
+    node of every fleet "mounts" them from one directory, the network
+    store (Cloud.network_store)."""
+    c = Cloud(new_daemon, tmp_path)
     yield c
     c.close()
 
@@ -152,6 +153,11 @@ def test_a_renter_gets_in_copies_files_and_comes_back(shared_cloud, tmp_path):
     got = me.sftp(moved[0], f"get /shared/dataset.bin {tmp_path / 'again.bin'}\n")
     assert got.returncode == 0, got
     assert (tmp_path / "again.bin").read_bytes() == data
+    # It came from the network store, where the volume's source is mounted.
+    source = cloud.d.sql("SELECT source FROM volumes WHERE id = ?", [inst["volume_id"]])[0][0]
+    assert source.startswith("nfs.example:/export/"), source
+    stored = [p for p in cloud.network_store.glob("v-*/dataset.bin")]
+    assert len(stored) == 1 and stored[0].read_bytes() == data, stored
 
     # A node whose host key is not the one pinned is refused.
     wrong = tmp_path / "wrong_known_hosts"

@@ -71,6 +71,9 @@ class Cloud:
         self.d = new_daemon(options={**FAST_CLOUD, **(options or {})})
         self.fleets = []
         self.payments = itertools.count()
+        # Every fleet of the cloud mounts its volumes here: the sim's
+        # stand-in for the one network store all real nodes mount.
+        self.network_store = tmp_path / "network-store"
 
     # ------------------------------------------------------------ fleet
 
@@ -78,7 +81,7 @@ class Cloud:
         prefix = prefix or f"f{next(self._prefixes)}-{model.lower()}-"
         f = Fleet(self.tmp / f"fleet-{prefix.rstrip('-')}", self.d.base_url, nodes=nodes, model=model, cards=cards,
                   admin_key=self.d.admin_key, extra=("--fabric", fabric, "--name-prefix", prefix),
-                  options={**SIM_DELAYS, **(sim or {})})
+                  options={**SIM_DELAYS, "mount_root": str(self.network_store), **(sim or {})})
         assert len(f.nodes) == nodes and all(n["status"] in ("registered", "kept") for n in f.nodes.values()), \
             f.stdout_text()
         self.fleets.append(f)
