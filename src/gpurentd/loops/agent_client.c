@@ -10,6 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct agent_client_opts agent_client_opts_from_config(void)
+{
+    const struct daemon_conf *cf = daemon_config;
+    struct agent_client_opts o = {
+        .connect_timeout_ms = cf->agent_connect_timeout_ms,
+        .total_timeout_ms = cf->agent_timeout_ms,
+        .max_response_bytes = (size_t)cf->agent_max_response_bytes,
+        .ca_file = cf->agent_ca_file,
+    };
+    return o;
+}
+
 static size_t on_body(char *data, size_t size, size_t nmemb, void *userp)
 {
     struct agent_call *c = userp;

@@ -29,6 +29,10 @@ struct agent_call {
     char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
 };
 
+/* The options every call of the daemon uses, from its configuration
+ * (agent_connect_timeout_ms, agent_timeout_ms, agent_max_response_bytes,
+ * agent_ca_file). */
+struct agent_client_opts agent_client_opts_from_config(void);
 /* Builds a signed call of method to base_url + path with an optional JSON
  * body. NULL on failure (logged). */
 struct agent_call *agent_call_new(const char *base_url, const char *secret, const char *method, const char *path,

@@ -236,14 +236,7 @@ static void take_facts(void *vctx, size_t i, struct agent_call *c, int finished)
 static int poll_targets(struct pass *p, struct node_target *targets, size_t n)
 {
     const struct daemon_conf *cf = daemon_config;
-    struct facts_stream fs = {
-        p,
-        targets,
-        {.connect_timeout_ms = cf->agent_connect_timeout_ms,
-          .total_timeout_ms = cf->agent_timeout_ms,
-          .max_response_bytes = (size_t)cf->agent_max_response_bytes,
-          .ca_file = cf->agent_ca_file}
-    };
+    struct facts_stream fs = {p, targets, agent_client_opts_from_config()};
     const struct agent_call_stream st = {make_facts_call, take_facts, &fs};
     return agent_calls_stream(n, (long)cf->agent_max_parallel, should_stop, &st);
 }

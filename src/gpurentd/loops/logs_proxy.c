@@ -74,18 +74,6 @@ static void fail(struct logs_job *job, const char *why, const char *detail)
     finish(job);
 }
 
-static struct agent_client_opts client_opts(void)
-{
-    const struct daemon_conf *cf = daemon_config;
-    struct agent_client_opts o = {
-        .connect_timeout_ms = cf->agent_connect_timeout_ms,
-        .total_timeout_ms = cf->agent_timeout_ms,
-        .max_response_bytes = (size_t)cf->agent_max_response_bytes,
-        .ca_file = cf->agent_ca_file,
-    };
-    return o;
-}
-
 struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id)
 {
     struct logs_follow *f = calloc(1, sizeof *f);
@@ -306,7 +294,7 @@ static void *proxy_main(void *arg)
     size_t n_active = 0;
     struct logs_follow *follows[LOGS_MAX_FOLLOWS];
     size_t n_follows = 0;
-    struct agent_client_opts opts = client_opts();
+    struct agent_client_opts opts = agent_client_opts_from_config();
     for (;;) {
         pthread_mutex_lock(&lock);
         int stopping = stop_requested;

@@ -119,18 +119,6 @@ static void queue_delete(const struct instance_node *p)
     queue_delete_try(p, 0);
 }
 
-static struct agent_client_opts client_opts(void)
-{
-    const struct daemon_conf *cf = daemon_config;
-    struct agent_client_opts o = {
-        .connect_timeout_ms = cf->agent_connect_timeout_ms,
-        .total_timeout_ms = cf->agent_timeout_ms,
-        .max_response_bytes = (size_t)cf->agent_max_response_bytes,
-        .ca_file = cf->agent_ca_file,
-    };
-    return o;
-}
-
 /* What the specs of one instance share, looked up once per instance and
  * pass rather than once per node. */
 struct spec_inputs {
@@ -788,7 +776,7 @@ static struct pass_result run_pass(struct store *s, int sweep)
     sweep |= asked_all;
     char(*listed)[ID_MAX] = NULL;
     size_t n_listed = 0;
-    struct agent_client_opts opts = client_opts();
+    struct agent_client_opts opts = agent_client_opts_from_config();
     int64_t now = clock_now();
     struct instance *ins = NULL;
     size_t n_ins = 0;

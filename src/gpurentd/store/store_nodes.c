@@ -343,10 +343,16 @@ int store_node_set_ssh(struct store *s, const char *id, int64_t port, const char
         sqlite3_bind_text(st, 3, host_key, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 4, fingerprint, -1, SQLITE_STATIC);
     }
-    int rc = store_step_write(s, st, "node ssh");
+    return store_node_update_if_changed(s, st, id, "node ssh");
+}
+
+int store_node_update_if_changed(struct store *s, sqlite3_stmt *st, const char *id, const char *what)
+{
+    int rc = store_step_write(s, st, what);
     if (rc != STORE_OK || sqlite3_changes(store_db(s)) > 0)
         return rc;
-    /* Nothing changed: unchanged facts, or no such node. */
+    /* Nothing changed: the node already had these values, or there is no
+     * such node. */
     st = store_stmt(s, SQL_NODE_EXISTS);
     if (!st)
         return STORE_ERROR;

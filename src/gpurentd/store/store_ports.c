@@ -14,7 +14,6 @@ static const char SQL_INS_PORTS[] =
 static const char SQL_NODE_PUBLISH[] =
     "UPDATE nodes SET publish_first = ?2, publish_last = ?3 WHERE id = ?1 AND removed_at IS NULL"
     " AND (publish_first IS NOT ?2 OR publish_last IS NOT ?3)";
-static const char SQL_NODE_EXISTS[] = "SELECT 1 FROM nodes WHERE id = ? AND removed_at IS NULL";
 static const char SQL_NODE_RANGE[] =
     "SELECT publish_first, publish_last FROM nodes WHERE id = ? AND publish_first IS NOT NULL";
 /* Only the range's ports: a range that shrank leaves older rows outside it,
@@ -61,17 +60,7 @@ int store_node_set_publish(struct store *s, const char *id, int64_t first, int64
         sqlite3_bind_int64(st, 2, first);
         sqlite3_bind_int64(st, 3, last);
     }
-    int rc = store_step_write(s, st, "node publish range");
-    if (rc != STORE_OK || sqlite3_changes(store_db(s)) > 0)
-        return rc;
-    st = store_stmt(s, SQL_NODE_EXISTS);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    int out = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "node");
-    sqlite3_reset(st);
-    return out;
+    return store_node_update_if_changed(s, st, id, "node publish range");
 }
 
 /* The node's range into *first..*last; STORE_CONFLICT when it has none. */

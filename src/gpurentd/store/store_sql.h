@@ -33,6 +33,11 @@ int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, si
                   void (*read)(sqlite3_stmt *st, void *row), const char *what);
 /* A read() for store_collect: column 0 as an id (char[ID_MAX]). */
 void store_read_id(sqlite3_stmt *st, void *row);
+/* store_nodes.c: steps st, an UPDATE of node id that changes a row only
+ * when its values differ (written only when facts change): STORE_OK when
+ * it wrote or the node already had them, STORE_NOT_FOUND when there is no
+ * such node. */
+int store_node_update_if_changed(struct store *s, sqlite3_stmt *st, const char *id, const char *what);
 /* Maps an SQLite result code to a store_rc, logging unexpected ones. */
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 
