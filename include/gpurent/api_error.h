@@ -40,6 +40,9 @@ enum api_error {
     ERR_INSUFFICIENT_FUNDS,     /* funds do not cover a minimum run */
     ERR_SSH_KEY_EXISTS,         /* the account already has this SSH key */
     ERR_SSH_KEY_LIMIT,          /* the account has max_ssh_keys_per_user keys */
+    ERR_BAD_REQUEST,            /* the HTTP request itself is malformed (framing, NUL bytes, no Host) */
+    ERR_HEADERS_TOO_LARGE,      /* request headers over the cap */
+    ERR_NOT_IMPLEMENTED,        /* a transfer coding the server does not implement */
     ERR_COUNT
 };
 

@@ -62,11 +62,12 @@ struct http_request {
     struct {
         char name[48];
         char value[256];
-    } extra[4];                 /* http_add_header */
+    } extra[8];                 /* http_add_header */
     int n_extra;                /* used entries of extra */
     struct http_server *server; /* owning server */
     void *conn;                 /* struct MHD_Connection * */
     int deferred;               /* http_defer was called and the reply is not made yet */
+    int http11;                 /* the request line said HTTP/1.1 */
     http_resume_fn resume_fn;   /* set by http_resume, run on the next pool call */
     void *resume_ctx;           /* its argument */
 };
@@ -168,5 +169,7 @@ void http_stream_wake(struct http_stream *st);
 
 /* Adds a header to the reply about to be made (Retry-After, Location …). */
 void http_add_header(struct http_request *req, const char *name, const char *value);
+/* Whether http_add_header already added name (any case). */
+int http_has_header(const struct http_request *req, const char *name);
 
 #endif

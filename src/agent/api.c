@@ -370,6 +370,8 @@ static void api_workload_put(struct http_request *req)
     }
     pthread_mutex_unlock(&n->lock);
     spec_free(&spec);
+    if (status == 201)
+        http_add_header(req, "Location", req->path); /* PUT made it here */
     if (status)
         http_reply_json(req, status, reply);
     else

@@ -37,6 +37,9 @@ static const struct api_error_info errors[ERR_COUNT] = {
     [ERR_INSUFFICIENT_FUNDS] = {"insufficient_funds", 402, "your funds do not cover a minimum run"},
     [ERR_SSH_KEY_EXISTS] = {"ssh_key_exists", 409, "this SSH key is already on your account"},
     [ERR_SSH_KEY_LIMIT] = {"ssh_key_limit", 409, "your account has as many SSH keys as it may hold"},
+    [ERR_BAD_REQUEST] = {"bad_request", 400, "the HTTP request is malformed"},
+    [ERR_HEADERS_TOO_LARGE] = {"headers_too_large", 431, "the request headers are too large"},
+    [ERR_NOT_IMPLEMENTED] = {"not_implemented", 501, "the server does not implement this"},
 };
 
 const struct api_error_info *api_error_info(enum api_error e)

@@ -141,6 +141,14 @@ void http_add_header(struct http_request *req, const char *name, const char *val
     req->n_extra++;
 }
 
+int http_has_header(const struct http_request *req, const char *name)
+{
+    for (int i = 0; i < req->n_extra; i++)
+        if (strcasecmp(req->extra[i].name, name) == 0)
+            return 1;
+    return 0;
+}
+
 void http_reply_raw(struct http_request *req, unsigned status, const char *content_type, const char *body,
                     size_t len)
 {
@@ -194,8 +202,12 @@ static void error_v(struct http_request *req, enum api_error e, const char *fiel
         json_object_update(err, extra);
         json_decref(extra);
     }
-    if (e == ERR_UNAUTHORIZED || e == ERR_INVALID_CREDENTIALS)
-        http_add_header(req, "WWW-Authenticate", "Bearer");
+    /* RFC 9110: a 401 names its challenge; a 503 or 429 says when to come
+     * back (handlers that know better have added their own). */
+    if (info->status == 401 && !http_has_header(req, "WWW-Authenticate"))
+        http_add_header(req, "WWW-Authenticate", e == ERR_BAD_SIGNATURE ? "GPURENT-HMAC-SHA256" : "Bearer");
+    if ((info->status == 503 || info->status == 429) && !http_has_header(req, "Retry-After"))
+        http_add_header(req, "Retry-After", info->status == 503 ? "5" : "1");
     http_reply_json(req, info->status, json_pack("{s:o}", "error", err));
 }
 
@@ -456,6 +468,20 @@ static void free_params(struct http_request *req)
     }
 }
 
+/* Adds method to a ", "-separated Allow list once. */
+static void allow_add(char *allow, size_t cap, const char *method)
+{
+    size_t n = strlen(method);
+    for (const char *p = allow; *p; p += strcspn(p, ","), p += *p == ',' ? 2 : 0)
+        if (strncmp(p, method, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return;
+    if (strlen(allow) + n + 3 < cap) {
+        if (allow[0])
+            strcat(allow, ", ");
+        strcat(allow, method);
+    }
+}
+
 static void dispatch(struct http_request *req)
 {
     struct http_server *srv = req->server;
@@ -465,18 +491,20 @@ static void dispatch(struct http_request *req)
         char *params[HTTP_MAX_PARAMS] = {0};
         if (!route_match(r->pattern, req->path, params))
             continue;
-        if (!found && strcmp(r->method, req->method) == 0) {
+        /* HEAD is GET without the body (RFC 9110 9.3.2); libmicrohttpd
+         * sends the headers of the GET reply and leaves the body out. */
+        int same = strcmp(r->method, req->method) == 0 ||
+                   (strcmp(req->method, "HEAD") == 0 && strcmp(r->method, "GET") == 0);
+        if (!found && same) {
             found = r;
             memcpy(req->params, params, sizeof params);
             continue;
         }
         for (int i = 0; i < HTTP_MAX_PARAMS; i++)
             free(params[i]);
-        if (!strstr(allow, r->method) && strlen(allow) + strlen(r->method) + 3 < sizeof allow) {
-            if (allow[0])
-                strcat(allow, ", ");
-            strcat(allow, r->method);
-        }
+        allow_add(allow, sizeof allow, r->method);
+        if (strcmp(r->method, "GET") == 0)
+            allow_add(allow, sizeof allow, "HEAD");
     }
     if (found) {
         req->route = found;
@@ -511,11 +539,110 @@ static void dispatch(struct http_request *req)
 
 /* ---------------------------------------------------------------- libmicrohttpd callbacks */
 
+/* What the raw request target showed before libmicrohttpd decoded it: the
+ * decoded path is a C string, so "%00" would cut it short ("/v1/me%00x"
+ * served as /v1/me) and "%2F" would become a route separator. The URI log
+ * callback sees the target as sent and returns one of these addresses as
+ * the request's first context, so nothing is allocated before
+ * libmicrohttpd promises a completion callback. */
+enum { URI_PLAIN, URI_NUL, URI_ENCODED_SLASH, URI_KINDS };
+static const char uri_kind[URI_KINDS];
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    int kind = URI_PLAIN;
+    size_t path_len = strcspn(uri, "?");
+    for (const char *p = uri; (p = strchr(p, '%')) != NULL; p++) {
+        if (p[1] == '0' && p[2] == '0')
+            return (void *)(uintptr_t)&uri_kind[URI_NUL];
+        if ((size_t)(p - uri) < path_len && p[1] == '2' && (p[2] == 'F' || p[2] == 'f'))
+            kind = URI_ENCODED_SLASH;
+    }
+    return (void *)(uintptr_t)&uri_kind[kind];
+}
+
+/* Headers and query arguments holding a NUL byte (raw, or %00 decoded),
+ * and the headers' total size. */
+struct header_scan {
+    int nul;
+    size_t bytes;
+};
+
+static enum MHD_Result scan_value(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                  const char *value, size_t value_size)
+{
+    struct header_scan *hs = cls;
+    if ((key && strlen(key) != key_size) || (value && strlen(value) != value_size))
+        hs->nul = 1;
+    hs->bytes += key_size + value_size + 4;
+    return MHD_YES;
+}
+
+/* Bound on all request headers together: past it, 431 with the API's
+ * error body (libmicrohttpd's own limit, its connection memory, is set
+ * well above it, so its bare 431 page is only for far larger ones). */
+#define HEADERS_MAX_BYTES 16384
+
+/* The framing rules a request must pass before anything reads it (RFC
+ * 9112): 1 when it was answered. */
+static int refuse_bad_framing(struct http_request *req, int uri)
+{
+    struct MHD_Connection *conn = req->conn;
+    if (uri == URI_NUL) {
+        http_error(req, ERR_BAD_REQUEST, NULL, "the request target holds a NUL byte (%%00)");
+        return 1;
+    }
+    struct header_scan hs = {0};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, scan_value, &hs);
+    size_t header_bytes = hs.bytes;
+    MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, scan_value, &hs);
+    if (hs.nul) {
+        http_error(req, ERR_BAD_REQUEST, NULL, "a header or query parameter holds a NUL byte");
+        return 1;
+    }
+    if (header_bytes > HEADERS_MAX_BYTES) {
+        http_add_header(req, "Connection", "close");
+        http_error(req, ERR_HEADERS_TOO_LARGE, NULL, "the request headers are larger than %d bytes",
+                   HEADERS_MAX_BYTES);
+        return 1;
+    }
+    const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (te && cl) {
+        /* Two framings: a proxy in front may have read the other one, so
+         * whatever follows on this connection cannot be trusted. */
+        http_add_header(req, "Connection", "close");
+        http_error(req, ERR_BAD_REQUEST, NULL, "the request has both Content-Length and Transfer-Encoding");
+        return 1;
+    }
+    if (te && strcasecmp(te, "chunked") != 0) {
+        http_add_header(req, "Connection", "close");
+        http_error(req, ERR_NOT_IMPLEMENTED, NULL, "Transfer-Encoding %.60s is not implemented; use chunked", te);
+        return 1;
+    }
+    if (req->http11 && !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)) {
+        http_error(req, ERR_BAD_REQUEST, NULL, "an HTTP/1.1 request must have a Host header");
+        return 1;
+    }
+    if (uri == URI_ENCODED_SLASH) {
+        /* An encoded slash is data inside one segment, and no id holds one. */
+        http_error(req, ERR_NOT_FOUND, NULL, "no route for %.200s (an encoded slash is not a separator)", req->path);
+        return 1;
+    }
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **req_cls)
 {
     struct http_server *srv = cls;
+    int uri = URI_PLAIN;
+    const char *first = *req_cls;
+    if (first >= uri_kind && first < uri_kind + URI_KINDS) {
+        uri = (int)(first - uri_kind);
+        *req_cls = NULL;
+    }
     struct http_request *req = *req_cls;
 
     if (!req) {
@@ -543,6 +670,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, req->client_ip, sizeof req->client_ip);
         }
         forwarded_client(req);
+        req->http11 = strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
+        if (refuse_bad_framing(req, uri))
+            return MHD_YES;
         /* A declared length over the cap is refused before any body is read. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         pthread_rwlock_rdlock(&srv->reload_lock);
@@ -615,8 +745,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 {
     struct http_server *srv = cls;
     struct http_request *req = *req_cls;
-    if (!req)
-        return;
+    const char *first = *req_cls;
+    if (!req || (first >= uri_kind && first < uri_kind + URI_KINDS))
+        return; /* libmicrohttpd answered it before on_request ran */
     if (req->resume_fn) /* resumed, but the connection closed before it replied */
         req->resume_fn(req, req->resume_ctx, 0);
     int64_t ms = clock_mono_ms() - req->start_ms;
@@ -723,6 +854,8 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                                MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
+                                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * HEADERS_MAX_BYTES + 32768),
                                 MHD_OPTION_ARRAY, srv->cert_pem ? tls_opts : tls_opts + 2,
                                 MHD_OPTION_END);
     freeaddrinfo(ai);

@@ -92,10 +92,12 @@ void api_signup(struct http_request *req)
                        u.invite_code, daemon_config->max_balance, daemon_config->currency);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
-        else
+        else {
+            http_add_header(req, "Location", "/v1/me");
             http_reply_json(req, 201,
                             json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
                                       new_key_json(key_id, "signup", token, u.created_at)));
+        }
     }
     json_decref(body);
 }

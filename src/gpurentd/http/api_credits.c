@@ -121,10 +121,12 @@ void api_invite_redeem(struct http_request *req)
         http_error(req, ERR_UNAVAILABLE, NULL, NULL);
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
-    else
+    else {
+        http_add_header(req, "Location", "/v1/balance"); /* where the new grant shows */
         http_reply_json(req, 201,
                         json_pack("{s:s, s:s, s:o, s:s}", "grant_id", ctx.grant, "code", ctx.code, "amount",
                                   json_money(ctx.amount), "currency", daemon_config->currency));
+    }
 }
 
 /* An invite code as the API shows it, and as its admin_actions detail. */

@@ -129,8 +129,11 @@ void api_gpu_types_put(struct http_request *req)
         struct gpu_type saved;
         if (!s || store_txn(s, put_txn, &ctx) != STORE_OK || store_gpu_type_get(s, t.code, &saved) != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
-        else
+        else {
+            if (ctx.created)
+                http_add_header(req, "Location", "/v1/gpu-types"); /* the catalog it joined */
             http_reply_json(req, ctx.created ? 201 : 200, type_json(s, &saved));
+        }
     }
     free(ftext);
     json_decref(body);

@@ -87,8 +87,10 @@ void api_images_create(struct http_request *req)
             http_error(req, ERR_NAME_TAKEN, "ref", "image %s is already in the catalog", img.ref);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
-        else
+        else {
+            http_add_header(req, "Location", "/v1/images"); /* the catalog it joined */
             http_reply_json(req, 201, image_json(&img));
+        }
     }
     json_decref(body);
 }

@@ -32,10 +32,14 @@ void api_keys_create(struct http_request *req)
     struct store *s = store_thread();
     if (!s || account_key_create(s, req->user_id, name, key_id, token, &created_at) != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
-    else
+    else {
+        char location[64];
+        snprintf(location, sizeof location, "/v1/api-keys/%s", key_id);
+        http_add_header(req, "Location", location);
         http_reply_json(req, 201,
                         json_pack("{s:s, s:s, s:s, s:o, s:n}", "id", key_id, "name", name, "token", token, "created_at",
                                   json_time(created_at, 0), "revoked_at"));
+    }
     json_decref(body);
 }
 

@@ -206,6 +206,9 @@ void api_nodes_create(struct http_request *req)
             warn_if_clear_text(&n);
             heartbeat_wake();
             json_t *shown = node_json(&n);
+            char location[64];
+            snprintf(location, sizeof location, "/v1/admin/nodes/%s", n.id);
+            http_add_header(req, "Location", location);
             if (shown)
                 http_reply_json(req, 201, json_pack("{s:o, s:s}", "node", shown, "secret", n.secret));
             else

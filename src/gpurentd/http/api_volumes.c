@@ -66,8 +66,12 @@ void api_volumes_create(struct http_request *req)
         http_error(req, ERR_NAME_TAKEN, "name", "you already have a volume named %s", ctx.name);
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
-    else
+    else {
+        char location[64];
+        snprintf(location, sizeof location, "/v1/volumes/%s", ctx.v.id);
+        http_add_header(req, "Location", location);
         http_reply_json(req, 201, volume_json(&ctx.v));
+    }
     json_decref(body);
 }
 

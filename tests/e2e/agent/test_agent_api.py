@@ -144,7 +144,8 @@ def test_replayed_request_is_refused(agent):
     poll(lambda: agent.get(f"/v1/workloads/{wid}").status_code == 404, 10, "removal")
     assert_error(agent.put(f"/v1/workloads/{wid}", data=body, headers=put, sign=False), 401, "bad_signature")
     assert agent.get(f"/v1/workloads/{wid}").status_code == 404
-    assert agent.put(f"/v1/workloads/{wid}", json={"image": "busybox"}).status_code == 201
+    r = agent.put(f"/v1/workloads/{wid}", json={"image": "busybox"})
+    assert r.status_code == 201 and r.headers["Location"] == f"/v1/workloads/{wid}", (r.text, r.headers)
     assert_error(agent.delete(f"/v1/workloads/{wid}", headers=dele, sign=False), 401, "bad_signature")
     assert agent.get(f"/v1/workloads/{wid}").status_code == 200
     assert agent.delete(f"/v1/workloads/{wid}").status_code == 200

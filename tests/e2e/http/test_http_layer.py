@@ -34,7 +34,8 @@ def test_unknown_route_is_404_json(daemon, method, path):
 
 
 def allowed_methods(path_pattern):
-    return {m for m, p, _ in route_table() if p == path_pattern}
+    methods = {m for m, p, _ in route_table() if p == path_pattern}
+    return methods | {"HEAD"} if "GET" in methods else methods
 
 
 @pytest.mark.parametrize("method, path, pattern", [
@@ -78,7 +79,7 @@ def test_cors_preflight_for_the_console(cors_daemon):
     assert REQUEST_ID.match(r.headers["X-Request-Id"])
     h = cors_headers(r)
     assert h["access-control-allow-origin"] == CONSOLE
-    assert {m.strip() for m in h["access-control-allow-methods"].split(",")} == {"GET", "POST"}
+    assert {m.strip() for m in h["access-control-allow-methods"].split(",")} == {"GET", "HEAD", "POST"}
     allowed = {x.strip().lower() for x in h["access-control-allow-headers"].split(",")}
     assert {"authorization", "content-type", "idempotency-key"} <= allowed
     assert int(h["access-control-max-age"]) > 0
@@ -106,7 +107,7 @@ def test_no_cors_for_other_origins(cors_daemon, origin):
     pre = cors_daemon.request("OPTIONS", "/v1/me", headers={"Origin": origin, "Access-Control-Request-Method": "GET"})
     assert pre.status_code == 204
     assert cors_headers(pre) == {}, pre.headers
-    assert pre.headers["Allow"] == "GET"
+    assert pre.headers["Allow"] == "GET, HEAD"
     real = cors_daemon.get("/v1/me", key=u.key, headers={"Origin": origin})
     assert real.status_code == 200 and cors_headers(real) == {}, real.headers
 

@@ -1,0 +1,196 @@
+"""HTTP as the RFCs and proxies expect, through raw sockets where a client
+library would hide the fault: HEAD on every GET route, one framing per
+request (Content-Length and Transfer-Encoding together refused and the
+connection closed, codings other than chunked 501), Host required in
+HTTP/1.1, NUL bytes refused in the path and the query, an encoded
+slash never a separator, oversized headers answered with the API's JSON
+error, and the headers every 401, 429 and 503 must carry."""
+import json
+import socket
+
+import pytest
+
+from harness import assert_error, route_table
+
+
+def raw(d, data, timeout=10):
+    """Sends bytes on a fresh connection; returns (status, headers, body,
+    closed) of the first reply, closed saying the server ended the
+    connection after it."""
+    with socket.create_connection(("127.0.0.1", d.port), timeout=timeout) as sock:
+        sock.sendall(data)
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        length = int(headers.get("content-length", "0"))
+        while len(body) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        sock.settimeout(3)
+        try:
+            closed = sock.recv(1) == b""
+        except (socket.timeout, ConnectionResetError):
+            closed = False
+        return status, headers, body, closed
+
+
+def json_error(status, headers, body, code):
+    assert headers["content-type"] == "application/json", headers
+    err = json.loads(body)["error"]
+    assert err["code"] == code, err
+    return err
+
+
+# ---------------------------------------------------------------- HEAD
+
+def get_routes_without_params():
+    return sorted({p for m, p, _ in route_table() if m == "GET" and "{" not in p})
+
+
+@pytest.mark.parametrize("path", get_routes_without_params())
+def test_head_answers_every_get_route_without_a_body(daemon, user, path):
+    key = daemon.admin_key if path.startswith("/v1/admin") else user.key
+    g = daemon.get(path, key=key)
+    status, headers, body, _ = raw(daemon, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n"
+                                           f"Authorization: Bearer {key}\r\nConnection: close\r\n\r\n".encode())
+    assert status == g.status_code, (path, status, g.status_code)
+    assert body == b"", body[:200]
+    assert headers.get("content-type") == g.headers.get("Content-Type").lower() or \
+        headers.get("content-type") == g.headers.get("Content-Type"), headers
+
+
+def test_head_on_a_route_with_an_id_and_allow_lists_head(daemon, user):
+    r = daemon.request("HEAD", "/v1/api-keys/key_00000000000000000000", key=user.key)
+    assert r.status_code == 404 and r.content == b""
+    r = daemon.request("DELETE", "/v1/me", key=user.key)
+    allow = {m.strip() for m in r.headers["Allow"].split(",")}
+    assert allow == {"GET", "HEAD"}, allow
+    r = daemon.request("HEAD", "/v1/signup")
+    assert r.status_code == 405 and "HEAD" not in r.headers["Allow"], r.headers
+
+
+# ---------------------------------------------------------------- framing
+
+def test_content_length_with_transfer_encoding_is_refused_and_closed(daemon, user):
+    body = b'{"name": "smuggled"}'
+    before = daemon.dump()
+    req = (f"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {user.key}\r\n"
+           f"Content-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    req += b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    req += b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    status, headers, rbody, closed = raw(daemon, req)
+    assert status == 400, (status, rbody)
+    json_error(status, headers, rbody, "bad_request")
+    assert closed, "the connection must close after a request with two framings"
+    assert daemon.dump() == before
+
+
+@pytest.mark.parametrize("coding", ["gzip", "gzip, chunked", "identity", "x-custom"])
+def test_transfer_codings_other_than_chunked_are_501(daemon, user, coding):
+    before = daemon.dump()
+    req = (f"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {user.key}\r\n"
+           f"Transfer-Encoding: {coding}\r\n\r\n0\r\n\r\n").encode()
+    status, headers, body, closed = raw(daemon, req)
+    assert status == 501, (status, body)
+    json_error(status, headers, body, "not_implemented")
+    assert closed
+    assert daemon.dump() == before
+
+
+def test_chunked_bodies_still_work(daemon, user):
+    body = b'{"name": "chunked"}'
+    req = (f"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {user.key}\r\n"
+           f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
+    req += b"5\r\n" + body[:5] + b"\r\n" + b"%x\r\n" % (len(body) - 5) + body[5:] + b"\r\n0\r\n\r\n"
+    status, headers, rbody, _ = raw(daemon, req)
+    assert status == 201, rbody
+    assert headers["location"].startswith("/v1/api-keys/key_"), headers
+
+
+def test_http11_without_host_is_400_but_http10_is_served(daemon):
+    status, headers, body, _ = raw(daemon, b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert status == 400
+    assert "Host" in json_error(status, headers, body, "bad_request")["message"]
+    status, _, body, _ = raw(daemon, b"GET /healthz HTTP/1.0\r\n\r\n")
+    assert status == 200, body
+
+
+# ---------------------------------------------------------------- NUL bytes and slashes
+
+@pytest.mark.parametrize("target", [
+    "/v1/me%00admin", "/v1/me%00", "/v1/api-keys/key_x%00y", "/v1/me?x=%00", "/v1/me?a%00b=1",
+    "/v1/instances?state=running%00stopped",
+])
+def test_nul_bytes_in_the_target_are_400(daemon, user, target):
+    status, headers, body, _ = raw(daemon, f"GET {target} HTTP/1.1\r\nHost: x\r\n"
+                                           f"Authorization: Bearer {user.key}\r\nConnection: close\r\n\r\n".encode())
+    assert status == 400, (target, status, body)
+    json_error(status, headers, body, "bad_request")
+
+
+@pytest.mark.parametrize("target", ["/v1%2Fme", "/v1/api-keys%2fkey_00000000000000000000",
+                                    "/v1/instances/ins_00000000000000000000%2Fstop"])
+def test_an_encoded_slash_is_not_a_separator(daemon, user, target):
+    status, headers, body, _ = raw(daemon, f"GET {target} HTTP/1.1\r\nHost: x\r\n"
+                                           f"Authorization: Bearer {user.key}\r\nConnection: close\r\n\r\n".encode())
+    assert status == 404, (target, status, body)
+    json_error(status, headers, body, "not_found")
+
+
+def test_an_encoded_slash_in_the_query_is_data(daemon):
+    r = daemon.get("/v1/estimate", params={"gpu_type": "MI450/x", "card_count": 1, "hours": 1})
+    assert r.status_code in (400, 404), r.text
+    assert r.json()["error"]["code"] != "bad_request", r.text
+
+
+# ---------------------------------------------------------------- the library's own errors
+
+def test_oversized_headers_get_the_api_error_body(daemon):
+    big = "X-Big: " + "a" * 20000 + "\r\n"
+    status, headers, body, closed = raw(daemon, f"GET /healthz HTTP/1.1\r\nHost: x\r\n{big}\r\n".encode())
+    assert status == 431, (status, body[:200])
+    json_error(status, headers, body, "headers_too_large")
+
+
+# ---------------------------------------------------------------- headers every error class carries
+
+def test_every_401_names_its_challenge(daemon):
+    r = daemon.get("/v1/me")
+    assert_error(r, 401, "unauthorized")
+    assert r.headers["WWW-Authenticate"] == "Bearer"
+    r = daemon.post("/v1/login", json={"email": "nobody@example.com", "password": "wrong password!"})
+    assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer", r.headers
+    r = daemon.post("/v1/payments/webhook", data=b'{"payment_id": "p1"}',
+                    headers={"Content-Type": "application/json"})
+    assert r.status_code == 401 and r.headers.get("WWW-Authenticate"), (r.status_code, r.headers)
+
+
+def test_every_201_says_where_the_new_resource_is(daemon, user):
+    r = daemon.post("/v1/signup", json={"email": "located@example.test", "password": "correct horse battery"})
+    assert r.status_code == 201 and r.headers["Location"] == "/v1/me", r.headers
+    r = daemon.post("/v1/api-keys", key=user.key, json={"name": "located"})
+    assert r.status_code == 201 and r.headers["Location"] == f"/v1/api-keys/{r.json()['id']}", r.headers
+    assert daemon.get(r.headers["Location"], key=user.key).status_code == 200
+    r = daemon.post("/v1/volumes", key=user.key, json={"name": "located"})
+    assert r.status_code == 201 and r.headers["Location"] == f"/v1/volumes/{r.json()['id']}", r.headers
+    assert daemon.get(r.headers["Location"], key=user.key).status_code == 200
+    r = daemon.post("/v1/admin/images", key=daemon.admin_key, json={"ref": "example/located:1", "stack": "ROCm"})
+    assert r.status_code == 201 and r.headers["Location"] == "/v1/images", (r.text, r.headers)
+    r = daemon.post("/v1/admin/nodes", key=daemon.admin_key,
+                    json={"name": "located-node", "agent_url": "http://127.0.0.1:9", "gpu_model": "MI450",
+                          "card_count": 8, "fabric": "fabric-a", "region": "local"})
+    assert r.status_code == 201, r.text
+    assert r.headers["Location"] == f"/v1/admin/nodes/{r.json()['node']['id']}", r.headers
+    assert daemon.get(r.headers["Location"], key=daemon.admin_key).status_code == 200
