@@ -139,20 +139,32 @@ void api_gpu_types_put(struct http_request *req)
     json_decref(body);
 }
 
-static int delete_txn(struct store *s, void *code)
+struct delete_ctx {
+    const char *code;
+    struct gpu_type_users users;
+};
+
+static int delete_txn(struct store *s, void *vctx)
 {
-    return store_gpu_type_delete(s, code);
+    struct delete_ctx *ctx = vctx;
+    return store_gpu_type_delete(s, ctx->code, &ctx->users);
 }
 
 void api_gpu_types_delete(struct http_request *req)
 {
     struct store *s = store_thread();
-    int rc = s ? store_txn(s, delete_txn, req->params[0]) : STORE_ERROR;
+    struct delete_ctx ctx = {.code = req->params[0]};
+    int rc = s ? store_txn(s, delete_txn, &ctx) : STORE_ERROR;
     if (rc == STORE_NOT_FOUND)
         http_error(req, ERR_NOT_FOUND, NULL, "no GPU type %.32s", req->params[0]);
     else if (rc == STORE_CONFLICT)
-        http_error(req, ERR_CONFLICT, NULL, "GPU type %.32s is in use: nodes, prices or instances name it",
-                   req->params[0]);
+        http_error_ext(req, ERR_CONFLICT, NULL,
+                       json_pack("{s:I, s:I, s:I}", "nodes", (json_int_t)ctx.users.nodes, "prices",
+                                 (json_int_t)ctx.users.prices, "instances", (json_int_t)ctx.users.instances),
+                       "GPU type %.32s cannot be deleted: %lld nodes (removed ones included), %lld prices and "
+                       "%lld instances name it, and what they recorded keeps its type",
+                       req->params[0], (long long)ctx.users.nodes, (long long)ctx.users.prices,
+                       (long long)ctx.users.instances);
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else

@@ -145,9 +145,13 @@ int store_gpu_type_row(struct store *s, const char *code, struct gpu_type *out);
 /* Creates or replaces the type's description (not its counts); *created
  * tells which. */
 int store_gpu_type_put(struct store *s, const struct gpu_type *t, int64_t now, int *created);
-/* STORE_CONFLICT while a registered node declares the type. */
-int store_gpu_type_delete(struct store *s,
-                          const char *code); /* STORE_CONFLICT if any node, even a removed one, names it */
+/* What still names a GPU type, so it cannot be deleted: nodes (removed ones
+ * too), prices (their history is the ledger's) and instances. */
+struct gpu_type_users {
+    int64_t nodes, prices, instances;
+};
+/* STORE_CONFLICT, with *users filled, while anything names the type. */
+int store_gpu_type_delete(struct store *s, const char *code, struct gpu_type_users *users);
 
 /* store_nodes.c */
 struct node {

@@ -38,8 +38,8 @@ static const char SQL_TYPE_UPDATE[] =
 /* Nodes, prices and instances name a type: prices are history that billed
  * usage was priced by, so a type once priced stays. */
 static const char SQL_TYPE_IN_USE[] =
-    "SELECT (SELECT count(*) FROM nodes WHERE gpu_model = ?1) + (SELECT count(*) FROM prices WHERE gpu_model = ?1)"
-    " + (SELECT count(*) FROM instances WHERE gpu_model = ?1)";
+    "SELECT (SELECT count(*) FROM nodes WHERE gpu_model = ?1), (SELECT count(*) FROM prices WHERE gpu_model = ?1),"
+    " (SELECT count(*) FROM instances WHERE gpu_model = ?1)";
 static const char SQL_TYPE_DELETE[] = "DELETE FROM gpu_types WHERE code = ?";
 
 static void read_type(sqlite3_stmt *st, void *row)
@@ -118,18 +118,24 @@ int store_gpu_type_put(struct store *s, const struct gpu_type *t, int64_t now, i
     return rc;
 }
 
-int store_gpu_type_delete(struct store *s, const char *code)
+int store_gpu_type_delete(struct store *s, const char *code, struct gpu_type_users *users)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_TYPE_IN_USE);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
-    int64_t users = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    if (rc != SQLITE_ROW) {
+        rc = store_rc_from_sqlite(s, rc, "count what names a gpu type");
+        sqlite3_reset(st);
+        return rc;
+    }
+    users->nodes = sqlite3_column_int64(st, 0);
+    users->prices = sqlite3_column_int64(st, 1);
+    users->instances = sqlite3_column_int64(st, 2);
     sqlite3_reset(st);
-    if (users < 0)
-        return store_rc_from_sqlite(s, rc, "count nodes of gpu type");
-    if (users > 0)
+    /* Running intervals name the type too, but only through an instance. */
+    if (users->nodes + users->prices + users->instances > 0)
         return STORE_CONFLICT;
     st = store_stmt(s, SQL_TYPE_DELETE);
     if (!st)

@@ -194,3 +194,12 @@ def test_every_201_says_where_the_new_resource_is(daemon, user):
     assert r.status_code == 201, r.text
     assert r.headers["Location"] == f"/v1/admin/nodes/{r.json()['node']['id']}", r.headers
     assert daemon.get(r.headers["Location"], key=daemon.admin_key).status_code == 200
+
+
+def test_deleting_a_gpu_type_with_history_is_409_saying_why(daemon):
+    before = daemon.dump()
+    r = daemon.delete("/v1/admin/gpu-types/RTX4090", key=daemon.admin_key)
+    err = assert_error(r, 409, "conflict")
+    assert err["prices"] >= 1 and err["nodes"] == 0 and err["instances"] == 0, err
+    assert "prices" in err["message"], err
+    assert daemon.dump() == before
