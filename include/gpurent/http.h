@@ -87,6 +87,10 @@ struct http_config {
     /* Called once per finished request with its duration (metrics); may
      * be NULL. Runs on the pool's threads. */
     void (*on_done)(const struct http_request *req, int64_t duration_us);
+    /* Optional: asked before an internal error (500) is answered; 1 with a
+     * reason in why answers 503 unavailable with it instead (the daemon:
+     * its database's disk is full, which is not a bug to report). */
+    int (*unavailable_cause)(char *why, size_t whylen);
     const char *cert_file; /* PEM certificate for HTTPS, or NULL */
     const char *key_file;  /* PEM key for HTTPS, or NULL */
 };

@@ -25,6 +25,7 @@ struct http_server {
     const struct http_route *routes;    /* route table, ends with method NULL */
     http_authenticate_fn authenticate;  /* auth hook */
     void (*on_done)(const struct http_request *, int64_t); /* metrics hook, or NULL */
+    int (*unavailable_cause)(char *, size_t);              /* see http_config, or NULL */
     void *app;                          /* program context */
     int port;                           /* bound port */
     atomic_int in_flight;               /* requests between first call and completion */
@@ -190,11 +191,21 @@ void http_reply_json(struct http_request *req, unsigned status, json_t *body)
 static void error_v(struct http_request *req, enum api_error e, const char *field, json_t *extra, const char *fmt,
                     va_list ap)
 {
-    const struct api_error_info *info = api_error_info(e);
-    char message[512];
-    if (fmt)
+    char message[512] = "";
+    int cause = e == ERR_INTERNAL && req->server && req->server->unavailable_cause &&
+                req->server->unavailable_cause(message, sizeof message);
+    if (cause) {
+        /* Not a bug to report: say what is wrong and when to retry. */
+        e = ERR_UNAVAILABLE;
+        field = NULL;
+        json_decref(extra);
+        extra = NULL;
+        http_add_header(req, "Retry-After", "30");
+    } else if (fmt) {
         vsnprintf(message, sizeof message, fmt, ap);
-    else
+    }
+    const struct api_error_info *info = api_error_info(e);
+    if (!message[0])
         snprintf(message, sizeof message, "%s", info->message);
     json_t *err = json_pack("{s:s, s:s, s:o}", "code", info->code, "message", message, "field",
                             field ? json_string(field) : json_null());
@@ -806,6 +817,7 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
     srv->routes = routes;
     srv->authenticate = authenticate;
     srv->on_done = cfg->on_done;
+    srv->unavailable_cause = cfg->unavailable_cause;
     snprintf(srv->trusted_proxies, sizeof srv->trusted_proxies, "%s", cfg->trusted_proxies ? cfg->trusted_proxies : "");
     srv->app = app;
     srv->max_path_bytes = cfg->max_path_bytes ? cfg->max_path_bytes : 2048;

@@ -259,6 +259,7 @@ int cmd_serve(int argc, char **argv)
         .cors_origins = conf.cors_origins,
         .trusted_proxies = conf.trusted_proxies,
         .on_done = metrics_http_done,
+        .unavailable_cause = api_unavailable_cause,
         .cert_file = conf.tls_cert,
         .key_file = conf.tls_key,
     };

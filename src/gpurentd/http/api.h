@@ -92,6 +92,9 @@ int idempotency_record(struct store *s, const struct http_request *req, const st
 /* api_health.c */
 void api_healthz(struct http_request *req);
 void api_readyz(struct http_request *req);
+/* http_config.unavailable_cause: 1 with a reason while the database's disk
+ * is full, so internal errors are answered 503 with it. */
+int api_unavailable_cause(char *why, size_t whylen);
 void api_openapi(struct http_request *req);
 
 /* api_accounts.c */

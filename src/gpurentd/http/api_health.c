@@ -5,6 +5,7 @@
 #include "http/api.h"
 #include "store/store.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void api_healthz(struct http_request *req)
@@ -17,12 +18,27 @@ void api_healthz(struct http_request *req)
     http_reply_json(req, 200, body);
 }
 
+#define DISK_FULL_REASON "the database's file system is full: writes are refused until space returns"
+
+int api_unavailable_cause(char *why, size_t whylen)
+{
+    if (!store_disk_full())
+        return 0;
+    snprintf(why, whylen, "%s", DISK_FULL_REASON);
+    return 1;
+}
+
 void api_readyz(struct http_request *req)
 {
     struct store *s = store_thread();
     int version = s ? store_schema_version(s) : -1;
     if (version != store_latest_version()) {
         http_error(req, ERR_UNAVAILABLE, NULL, "the database is not reachable or not migrated");
+        return;
+    }
+    if (store_disk_full()) {
+        http_error_ext(req, ERR_UNAVAILABLE, NULL, json_pack("{s:{s:s}}", "checks", "storage", "full"), "%s",
+                       DISK_FULL_REASON);
         return;
     }
     /* Users whose billing keeps failing run unbilled: said here for the

@@ -203,8 +203,10 @@ void api_metrics(struct http_request *req)
             " writers queue.\n"
             "# TYPE gpurent_store_transactions_total counter\ngpurent_store_transactions_total %lld\n"
             "# HELP gpurent_store_writers_waiting Write transactions queued for the next commit.\n"
-            "# TYPE gpurent_store_writers_waiting gauge\ngpurent_store_writers_waiting %lld\n",
-            (long long)txn.commits, (long long)txn.transactions, (long long)txn.waiting);
+            "# TYPE gpurent_store_writers_waiting gauge\ngpurent_store_writers_waiting %lld\n"
+            "# HELP gpurent_store_disk_full 1 while writes fail because the database's file system is full.\n"
+            "# TYPE gpurent_store_disk_full gauge\ngpurent_store_disk_full %d\n",
+            (long long)txn.commits, (long long)txn.transactions, (long long)txn.waiting, store_disk_full());
     fprintf(f,
             "# HELP gpurent_logs_reads_pending Log reads (GET /v1/instances/{id}/logs) waiting on a node's agent.\n"
             "# TYPE gpurent_logs_reads_pending gauge\ngpurent_logs_reads_pending %lld\n",

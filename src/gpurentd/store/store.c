@@ -4,12 +4,15 @@
 #include "gpurent/log.h"
 #include "store/store_sql.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #define STMT_SLOTS 512 /* power of two; more than the statements we have */
@@ -196,6 +199,51 @@ void store_read_id(sqlite3_stmt *st, void *row)
     store_column_text(row, ID_MAX, st, 0);
 }
 
+/* ---------------------------------------------------------------- a full disk */
+
+/* Set while writes fail for want of space (SQLITE_FULL, or an I/O error
+ * whose errno is ENOSPC), so the API answers 503 rather than 500 and
+ * /readyz fails; cleared by the next commit or once the file system has
+ * room again. Logged once per change, not once per failed write. */
+static atomic_int disk_full;
+static char thread_db_path[4096]; /* set once before threads start */
+
+/* Free space that counts as room again: a commit needs some pages of WAL. */
+#define DISK_ROOM_BYTES (1024 * 1024)
+
+static int is_disk_full(struct store *s, int rc)
+{
+    return (rc & 0xff) == SQLITE_FULL || ((rc & 0xff) == SQLITE_IOERR && sqlite3_system_errno(s->db) == ENOSPC);
+}
+
+static void disk_full_set(int full, const char *why)
+{
+    if (atomic_exchange(&disk_full, full) == full)
+        return;
+    if (full)
+        log_error("store: the database's file system is full (%s); writes are answered 503 until space returns",
+                  why);
+    else
+        log_info("store: the database's file system has room again (%s); writes resume", why);
+}
+
+int store_disk_full(void)
+{
+    if (!atomic_load(&disk_full))
+        return 0;
+    /* Nothing may write for a while (no requests, no nodes): look at the
+     * file system itself, so readiness comes back without a write. */
+    char dir[sizeof thread_db_path];
+    snprintf(dir, sizeof dir, "%s", thread_db_path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    struct statvfs fs;
+    if (statvfs(slash ? dir : ".", &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize >= DISK_ROOM_BYTES)
+        disk_full_set(0, "free space seen");
+    return atomic_load(&disk_full);
+}
+
 int store_rc_from_sqlite(struct store *s, int rc, const char *what)
 {
     switch (rc & 0xff) {
@@ -212,6 +260,10 @@ int store_rc_from_sqlite(struct store *s, int rc, const char *what)
         log_error("store: %s: constraint failed: %s", what, sqlite3_errmsg(s->db));
         return STORE_ERROR;
     default:
+        if (is_disk_full(s, rc)) {
+            disk_full_set(1, sqlite3_errmsg(s->db));
+            return STORE_ERROR;
+        }
         log_error("store: %s: %s", what, sqlite3_errmsg(s->db));
         return STORE_ERROR;
     }
@@ -221,7 +273,6 @@ int store_rc_from_sqlite(struct store *s, int rc, const char *what)
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct store *registry;    /* every store_thread() connection */
-static char thread_db_path[4096]; /* set once before threads start */
 static _Thread_local struct store *this_thread;
 
 void store_set_path(const char *path)
@@ -393,8 +444,11 @@ static void run_batch(struct store *s, struct txn_request *batch)
             }
         }
     }
-    if (rc == STORE_OK && (rc = control(s, SQL_COMMIT)) == STORE_OK)
+    if (rc == STORE_OK && (rc = control(s, SQL_COMMIT)) == STORE_OK) {
+        if (atomic_load(&disk_full))
+            disk_full_set(0, "a commit succeeded");
         return;
+    }
     /* ROLLBACK fails only if SQLite already rolled back; either way the
      * transaction is over and no callback's work was kept. */
     if (!sqlite3_get_autocommit(s->db))

@@ -81,6 +81,10 @@ void store_txn_stats(struct store_txn_stats *out);
 int store_migrate(struct store *s, int target, char *err, size_t errlen);
 /* The database's applied version (0 for a new one), or -1. */
 int store_schema_version(struct store *s);
+/* Whether writes are failing because the database's file system is full:
+ * set by the write that failed, cleared by the next commit or once the
+ * file system has 1 MiB free again (looked at on each call while set). */
+int store_disk_full(void);
 /* The newest version this binary carries. */
 int store_latest_version(void);
 
