@@ -79,6 +79,9 @@ struct http_config {
     int max_connections;         /* across all clients */
     int max_connections_per_ip;  /* per client address */
     int connection_timeout_s;    /* idle connections are closed after this */
+    int header_timeout_s;        /* a request's headers must arrive within this; 0 = no bound */
+    int64_t body_min_rate;       /* bytes/s: a body must arrive within header_timeout_s + max_body_bytes / this;
+                                    0 = no bound */
     size_t max_body_bytes;       /* larger bodies get 413 */
     int max_json_depth;          /* deeper bodies get 400 too_deep */
     size_t max_path_bytes;       /* longer paths get 414 */

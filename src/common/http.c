@@ -5,6 +5,7 @@
 #include "gpurent/json_body.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
+#include "http_conns.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,6 +37,7 @@ struct http_server {
     int max_json_depth;                 /* reloadable */
     size_t max_path_bytes;              /* fixed at start */
     char *cert_pem, *key_pem;           /* TLS material kept alive for MHD */
+    struct http_conns *conns;           /* open connections and their deadlines */
 };
 
 /* ---------------------------------------------------------------- replies */
@@ -643,6 +645,34 @@ static int refuse_bad_framing(struct http_request *req, int uri)
     return 0;
 }
 
+/* Where the connection carrying req is now, for its deadline. */
+static void conn_phase(struct http_request *req, enum http_conn_phase phase)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci)
+        http_conns_set_phase(req->server->conns, ci->socket_context, phase);
+}
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct http_server *srv = cls;
+    return http_conns_accept(srv->conns, addr) ? MHD_YES : MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct http_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *peer = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = fd ? http_conns_opened(srv->conns, fd->connect_fd, peer ? peer->client_addr : NULL) : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        http_conns_closed(srv->conns, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **req_cls)
@@ -681,6 +711,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, req->client_ip, sizeof req->client_ip);
         }
         forwarded_client(req);
+        conn_phase(req, HTTP_CONN_BODY);
         req->http11 = strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         if (refuse_bad_framing(req, uri))
             return MHD_YES;
@@ -748,6 +779,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_error(req, ERR_BODY_TOO_LARGE, NULL, "the request body is larger than %zu bytes", cap);
         return MHD_YES;
     }
+    conn_phase(req, HTTP_CONN_BUSY);
     dispatch(req);
     return MHD_YES;
 }
@@ -759,6 +791,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     const char *first = *req_cls;
     if (!req || (first >= uri_kind && first < uri_kind + URI_KINDS))
         return; /* libmicrohttpd answered it before on_request ran */
+    conn_phase(req, HTTP_CONN_HEADERS); /* the next request on it, if any */
     if (req->resume_fn) /* resumed, but the connection closed before it replied */
         req->resume_fn(req, req->resume_ctx, 0);
     int64_t ms = clock_mono_ms() - req->start_ms;
@@ -858,12 +891,27 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
         {srv->key_pem ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, srv->key_pem},
         {MHD_OPTION_END, 0, NULL},
     };
-    srv->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
+    /* The per-address cap counts only connections still sending headers
+     * (http_conns.c): clients behind one NAT address that keep requests
+     * flowing are not starved by it; libmicrohttpd's own per-address cap,
+     * which counts every connection, stays off. */
+    struct http_conns_limits limits = {
+        .header_timeout_ms = (int64_t)cfg->header_timeout_s * 1000,
+        .body_timeout_ms = cfg->body_min_rate > 0 ? ((int64_t)cfg->header_timeout_s * 1000 +
+                                                     (int64_t)(cfg->max_body_bytes * 1000 / (uint64_t)cfg->body_min_rate))
+                                                  : 0,
+        .max_connections = cfg->max_connections,
+        .max_headers_per_client = cfg->max_connections_per_ip,
+    };
+    srv->conns = http_conns_new(&limits);
+    if (!srv->conns)
+        goto fail;
+    srv->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, on_accept, srv, on_request, srv,
                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                 MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                                MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+                                MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
@@ -885,6 +933,7 @@ fail:
     free(srv->cert_pem);
     free(srv->key_pem);
     pthread_rwlock_destroy(&srv->reload_lock);
+    http_conns_free(srv->conns);
     free(srv);
     return NULL;
 }
@@ -918,5 +967,6 @@ void http_server_stop(struct http_server *srv, int drain_ms)
     free(srv->cert_pem);
     free(srv->key_pem);
     pthread_rwlock_destroy(&srv->reload_lock);
+    http_conns_free(srv->conns);
     free(srv);
 }

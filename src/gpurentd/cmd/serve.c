@@ -254,6 +254,8 @@ int cmd_serve(int argc, char **argv)
         .max_connections = (int)conf.max_connections,
         .max_connections_per_ip = (int)conf.max_connections_per_client,
         .connection_timeout_s = (int)conf.connection_timeout_s,
+        .header_timeout_s = (int)conf.header_timeout_s,
+        .body_min_rate = conf.body_min_rate,
         .max_body_bytes = (size_t)conf.max_body_bytes,
         .max_json_depth = (int)conf.max_json_depth,
         .cors_origins = conf.cors_origins,

@@ -40,6 +40,8 @@ struct daemon_conf {
     int64_t max_connections;            /* all clients together */
     int64_t max_connections_per_client; /* per client address */
     int64_t connection_timeout_s;       /* idle connections closed after this */
+    int64_t header_timeout_s;           /* a request's headers must arrive within this */
+    int64_t body_min_rate;              /* bytes/s a body must average; 0 = no bound */
     int64_t max_body_bytes;             /* larger request bodies get 413 */
     int64_t max_json_depth;             /* deeper JSON gets 400 */
     char cors_origins[1024];            /* console origins allowed by CORS */
