@@ -24,7 +24,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2 || argv[1][0] == '-') {
         if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
-            printf("gpurentd 0.1.0\n");
+            printf("gpurentd %s\n", GPURENTD_VERSION);
             return 0;
         }
         if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {

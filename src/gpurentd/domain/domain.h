@@ -99,6 +99,8 @@ struct daemon_conf {
  * login_max_failures and login_lockout_s in it (atomic fields); the other
  * reloadable options live in the HTTP server and the log module. */
 extern struct daemon_conf *daemon_config;
+/* What `gpurentd --version` and /metrics' gpurent_build_info say. */
+#define GPURENTD_VERSION "0.1.0"
 
 /* accounts.c: account creation shared by the API and the command line. */
 struct user;

@@ -7,11 +7,14 @@
 #include "http/api.h"
 #include "store/store.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #define MAX_ROUTES 128
 #define STATUS_SLOTS 24
@@ -140,15 +143,25 @@ static int write_store(FILE *f, struct store *s)
                 (long long)rows[i].value);
     if (store_gpu_type_list(s, types, 64, &n) != STORE_OK)
         return -1;
-    fprintf(f, "# HELP gpurent_cards Cards by GPU type: total (accepted nodes), free (rentable now), in use.\n"
+    /* The parts only (Prometheus: a sum over a metric's series must mean
+     * something), and the whole as a metric of its own. */
+    fprintf(f, "# HELP gpurent_cards Cards on accepted nodes by GPU type: free (rentable now), in use (held by"
+               " instances), unavailable (unhealthy, or on nodes not taking work); they sum to"
+               " gpurent_cards_capacity.\n"
                "# TYPE gpurent_cards gauge\n");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        int64_t rest = types[i].cards_total - types[i].cards_free - types[i].cards_in_use;
         fprintf(f,
-                "gpurent_cards{gpu_type=\"%s\",status=\"total\"} %lld\n"
                 "gpurent_cards{gpu_type=\"%s\",status=\"free\"} %lld\n"
-                "gpurent_cards{gpu_type=\"%s\",status=\"in_use\"} %lld\n",
-                types[i].code, (long long)types[i].cards_total, types[i].code, (long long)types[i].cards_free,
-                types[i].code, (long long)types[i].cards_in_use);
+                "gpurent_cards{gpu_type=\"%s\",status=\"in_use\"} %lld\n"
+                "gpurent_cards{gpu_type=\"%s\",status=\"unavailable\"} %lld\n",
+                types[i].code, (long long)types[i].cards_free, types[i].code, (long long)types[i].cards_in_use,
+                types[i].code, (long long)(rest > 0 ? rest : 0));
+    }
+    fprintf(f, "# HELP gpurent_cards_capacity Cards on accepted nodes (up or offline) by GPU type.\n"
+               "# TYPE gpurent_cards_capacity gauge\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "gpurent_cards_capacity{gpu_type=\"%s\"} %lld\n", types[i].code, (long long)types[i].cards_total);
     if (store_metrics_instances(s, rows, 512, &n) != STORE_OK)
         return -1;
     fprintf(f, "# HELP gpurent_instances Instances by state and GPU type.\n# TYPE gpurent_instances gauge\n");
@@ -179,6 +192,74 @@ static int write_store(FILE *f, struct store *s)
     return 0;
 }
 
+/* The process metrics every Prometheus client library exports, by their
+ * standard names, from /proc and getrusage. */
+static void write_process(FILE *f)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        fprintf(f, "# HELP process_cpu_seconds_total User and system CPU time spent.\n"
+                   "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.6f\n",
+                (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned long long vsize = 0, rss = 0;
+    FILE *statm = fopen("/proc/self/statm", "r");
+    if (statm) {
+        if (fscanf(statm, "%llu %llu", &vsize, &rss) == 2)
+            fprintf(f, "# HELP process_virtual_memory_bytes Virtual memory size.\n"
+                       "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %llu\n"
+                       "# HELP process_resident_memory_bytes Resident memory size.\n"
+                       "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %llu\n",
+                    vsize * (unsigned long long)page, rss * (unsigned long long)page);
+        fclose(statm);
+    }
+    DIR *fds = opendir("/proc/self/fd");
+    if (fds) {
+        long open = -1; /* the directory's own descriptor is not the process's */
+        while (readdir(fds))
+            open++;
+        closedir(fds);
+        open -= 2; /* "." and ".." */
+        fprintf(f, "# HELP process_open_fds Open file descriptors.\n"
+                   "# TYPE process_open_fds gauge\nprocess_open_fds %ld\n", open > 0 ? open : 0);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        fprintf(f, "# HELP process_max_fds The limit on open file descriptors.\n"
+                   "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+    /* Start time: the 22nd field of /proc/self/stat (clock ticks after
+     * boot) plus the boot time, so it is the real clock's, as Prometheus
+     * expects, whatever the testing clock says. */
+    char buf[1024];
+    FILE *st = fopen("/proc/self/stat", "r");
+    size_t got = st ? fread(buf, 1, sizeof buf - 1, st) : 0;
+    if (st)
+        fclose(st);
+    buf[got] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ticks = 0;
+    for (int field = 2; p && *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    if (p && sscanf(p, "%llu", &ticks) == 1) {
+        unsigned long long btime = 0;
+        FILE *ps = fopen("/proc/stat", "r");
+        char line[256];
+        while (ps && fgets(line, sizeof line, ps))
+            if (sscanf(line, "btime %llu", &btime) == 1)
+                break;
+        if (ps)
+            fclose(ps);
+        if (btime)
+            fprintf(f, "# HELP process_start_time_seconds Start time of the process since the epoch.\n"
+                       "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+                    (double)btime + (double)ticks / (double)sysconf(_SC_CLK_TCK));
+    }
+    fprintf(f, "# HELP gpurent_build_info The running gpurentd's version (always 1).\n"
+               "# TYPE gpurent_build_info gauge\ngpurent_build_info{version=\"%s\"} 1\n",
+            GPURENTD_VERSION);
+}
+
 void api_metrics(struct http_request *req)
 {
     char *text = NULL;
@@ -193,6 +274,7 @@ void api_metrics(struct http_request *req)
         return;
     }
     int ok = write_http(f) == 0;
+    write_process(f);
     ok = ok && write_store(f, s) == 0;
     struct store_txn_stats txn;
     store_txn_stats(&txn);

@@ -480,6 +480,9 @@ def scrape(c, url=None):
         r = c.d.get("/metrics", key=c.d.admin_key)
     assert r.status_code == 200, r.text
     assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8", r.headers
+    # Prometheus's own linter (Debian's prometheus package) finds nothing.
+    lint = subprocess.run(["promtool", "check", "metrics"], input=r.text, capture_output=True, text=True, timeout=60)
+    assert (lint.returncode, lint.stdout, lint.stderr) == (0, "", ""), lint
     return parse_prometheus(r.text)
 
 
@@ -507,7 +510,10 @@ def test_metrics_access(metrics_cluster):
         "gpurent_billing_pass_duration_seconds": "gauge", "gpurent_agent_call_errors_total": "counter",
         "gpurent_store_commits_total": "counter", "gpurent_store_transactions_total": "counter",
         "gpurent_store_writers_waiting": "gauge", "gpurent_logs_reads_pending": "gauge",
-        "gpurent_store_disk_full": "gauge",
+        "gpurent_store_disk_full": "gauge", "gpurent_cards_capacity": "gauge", "gpurent_build_info": "gauge",
+        "process_cpu_seconds_total": "counter", "process_resident_memory_bytes": "gauge",
+        "process_virtual_memory_bytes": "gauge", "process_open_fds": "gauge", "process_max_fds": "gauge",
+        "process_start_time_seconds": "gauge",
     }
     for name, kind in want.items():
         assert name in api and api[name].type == kind, (name, api.get(name))
@@ -637,7 +643,8 @@ def test_metrics_inventory_money_and_billing(metrics_cluster):
     m = poll(lambda: (lambda f: f if sample(f, "gpurent_nodes", state="ready", gpu_type=g) == 2 else None)(scrape(c)),
              DEADLINE, "two ready nodes in /metrics")
     assert total(m, "gpurent_nodes") == 2
-    assert [sample(m, "gpurent_cards", gpu_type=g, status=s) for s in ("total", "free", "in_use")] == [16, 16, 0]
+    assert [sample(m, "gpurent_cards", gpu_type=g, status=s) for s in ("free", "in_use", "unavailable")] == [16, 0, 0]
+    assert sample(m, "gpurent_cards_capacity", gpu_type=g) == 16
     assert total(m, "gpurent_instances", gpu_type=g, state="running") == 0
 
     before = m
@@ -648,7 +655,8 @@ def test_metrics_inventory_money_and_billing(metrics_cluster):
     def launched():
         f = scrape(c)
         ok = (sample(f, "gpurent_instances", state="running", gpu_type=g) == 1
-              and [sample(f, "gpurent_cards", gpu_type=g, status=s) for s in ("total", "free", "in_use")] == [16, 8, 8])
+              and [sample(f, "gpurent_cards", gpu_type=g, status=s) for s in ("free", "in_use", "unavailable")]
+              == [8, 8, 0] and sample(f, "gpurent_cards_capacity", gpu_type=g) == 16)
         return f if ok else None
     poll(launched, DEADLINE, "the instance and its cards in /metrics")
 
