@@ -46,7 +46,7 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(B)/%.o) $(B)/gen/embedded.o
 AGENT_OBJ  := $(AGENT_SRC:%.c=$(B)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-.PHONY: all deps run check check-layers format unit e2e check-fast install clean
+.PHONY: all deps run check check-layers lint-openapi format unit e2e check-fast install clean
 all: $(B)/gpurentd $(B)/gpurent-agent
 
 deps:
@@ -109,6 +109,15 @@ check:
 # Each layer includes only what it may (scripts/check-layers.py says what).
 check-layers:
 	$(PYTHON) scripts/check-layers.py
+
+# The API description passes two independent OpenAPI linters with no
+# errors: Spectral's spectral:oas rules (.spectral.yaml) and Redocly's
+# recommended ones (redocly.yaml), the npm packages package.json pins and
+# scripts/deps.sh installs into node_modules with npm ci.
+lint-openapi:
+	node_modules/.bin/spectral lint --ruleset .spectral.yaml --fail-severity error --display-only-failures \
+	  docs/openapi.json
+	node_modules/.bin/redocly lint --config redocly.yaml --format stylish docs/openapi.json
 
 check-fast: check-layers all unit e2e
 
