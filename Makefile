@@ -141,7 +141,8 @@ run:
 # UNITDIR=/etc/systemd/system SYSUSERSDIR=/etc/sysusers.d); the documents in
 # $(PREFIX)/share/doc/gpurent; the configuration in /etc/gpurent, where a
 # file already there and changed is kept and the new default goes beside it
-# as FILE.new. The units are rewritten to name $(PREFIX)/bin. Only on the
+# as FILE.new; gpurentd.conf, which may hold secrets, is 0640 and (on the
+# real system) of group gpurent. The units are rewritten to name $(PREFIX)/bin. Only on the
 # real system (no DESTDIR) is the gpurent user created, if missing, and
 # systemd told to reload its units.
 install: all
@@ -162,11 +163,12 @@ install: all
 	install -m 0644 README.md docs/OPERATIONS.md docs/REPORTS.md docs/ARCHITECTURE.md \
 	  docs/AGENT_PROTOCOL.md "$$docdir/"; \
 	for c in gpurentd.conf gpurent-agent.conf; do \
+	  mode=0644; [ $$c = gpurentd.conf ] && mode=0640; \
 	  if [ -e "$$confdir/$$c" ] && ! cmp -s conf/$$c "$$confdir/$$c"; then \
-	    install -m 0644 conf/$$c "$$confdir/$$c.new"; \
+	    install -m $$mode conf/$$c "$$confdir/$$c.new"; \
 	    echo "install: kept $$confdir/$$c; the new default is $$c.new beside it"; \
 	  else \
-	    install -m 0644 conf/$$c "$$confdir/$$c"; \
+	    install -m $$mode conf/$$c "$$confdir/$$c"; \
 	  fi; \
 	done; \
 	if [ -z '$(DESTDIR)' ]; then \
@@ -179,6 +181,7 @@ install: all
 	    fi; \
 	    echo "install: created the system user gpurent"; \
 	  fi; \
+	  chgrp gpurent "$$confdir/gpurentd.conf"; \
 	  if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi; \
 	  echo "install: done; start with: systemctl enable --now gpurentd (docs/OPERATIONS.md)"; \
 	fi
