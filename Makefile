@@ -46,7 +46,7 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(B)/%.o) $(B)/gen/embedded.o
 AGENT_OBJ  := $(AGENT_SRC:%.c=$(B)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-.PHONY: all deps run check check-layers format unit e2e check-fast install clean
+.PHONY: all deps run check check-layers lint-openapi format unit e2e check-fast install clean
 all: $(B)/gpurentd $(B)/gpurent-agent
 
 deps:
@@ -110,6 +110,15 @@ check:
 check-layers:
 	$(PYTHON) scripts/check-layers.py
 
+# The API description passes two independent OpenAPI linters with no
+# errors: Spectral's spectral:oas rules (.spectral.yaml) and Redocly's
+# recommended ones (redocly.yaml), the npm packages package.json pins and
+# scripts/deps.sh installs into node_modules with npm ci.
+lint-openapi:
+	node_modules/.bin/spectral lint --ruleset .spectral.yaml --fail-severity error --display-only-failures \
+	  docs/openapi.json
+	node_modules/.bin/redocly lint --config redocly.yaml --format stylish docs/openapi.json
+
 check-fast: check-layers all unit e2e
 
 # Applies .clang-format (Debian's clang-format) to the C sources and headers.
@@ -132,7 +141,8 @@ run:
 # UNITDIR=/etc/systemd/system SYSUSERSDIR=/etc/sysusers.d); the documents in
 # $(PREFIX)/share/doc/gpurent; the configuration in /etc/gpurent, where a
 # file already there and changed is kept and the new default goes beside it
-# as FILE.new. The units are rewritten to name $(PREFIX)/bin. Only on the
+# as FILE.new; gpurentd.conf, which may hold secrets, is 0640 and (on the
+# real system) of group gpurent. The units are rewritten to name $(PREFIX)/bin. Only on the
 # real system (no DESTDIR) is the gpurent user created, if missing, and
 # systemd told to reload its units.
 install: all
@@ -153,11 +163,12 @@ install: all
 	install -m 0644 README.md docs/OPERATIONS.md docs/REPORTS.md docs/ARCHITECTURE.md \
 	  docs/AGENT_PROTOCOL.md "$$docdir/"; \
 	for c in gpurentd.conf gpurent-agent.conf; do \
+	  mode=0644; [ $$c = gpurentd.conf ] && mode=0640; \
 	  if [ -e "$$confdir/$$c" ] && ! cmp -s conf/$$c "$$confdir/$$c"; then \
-	    install -m 0644 conf/$$c "$$confdir/$$c.new"; \
+	    install -m $$mode conf/$$c "$$confdir/$$c.new"; \
 	    echo "install: kept $$confdir/$$c; the new default is $$c.new beside it"; \
 	  else \
-	    install -m 0644 conf/$$c "$$confdir/$$c"; \
+	    install -m $$mode conf/$$c "$$confdir/$$c"; \
 	  fi; \
 	done; \
 	if [ -z '$(DESTDIR)' ]; then \
@@ -170,6 +181,7 @@ install: all
 	    fi; \
 	    echo "install: created the system user gpurent"; \
 	  fi; \
+	  chgrp gpurent "$$confdir/gpurentd.conf"; \
 	  if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi; \
 	  echo "install: done; start with: systemctl enable --now gpurentd (docs/OPERATIONS.md)"; \
 	fi

@@ -20,7 +20,25 @@ for p in $want; do
     missing="$missing $p"
   fi
 done
-[ -z "$missing" ] && exit 0
+npm_tools() {
+  # The tests' npm tools (package.json, package-lock.json): installed again
+  # when the lock file is newer than what node_modules holds.
+  [ "${1:-}" = test ] || return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "gpurent's checks need Node.js and npm; install them with:" >&2
+    echo "  sudo apt-get install -y nodejs npm" >&2
+    exit 1
+  fi
+  if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    echo "installing the npm tools of package-lock.json into node_modules"
+    npm ci --no-audit --no-fund --loglevel=error
+  fi
+}
+
+if [ -z "$missing" ]; then
+  npm_tools "${1:-build}"
+  exit 0
+fi
 
 if [ "$(id -u)" -eq 0 ]; then
   echo "installing missing Debian packages:$missing"
@@ -28,6 +46,7 @@ if [ "$(id -u)" -eq 0 ]; then
   apt-get update -qq
   # shellcheck disable=SC2086
   apt-get install -y -qq --no-install-recommends $missing
+  npm_tools "${1:-build}"
 else
   echo "gpurent needs these Debian packages; install them with:" >&2
   echo "  sudo apt-get install -y$missing" >&2

@@ -29,6 +29,15 @@ int api_key_parse(const char *token, char id[ID_MAX], unsigned char hash[API_SEC
 /* Constant-time equality of two secret hashes: 1 if equal. */
 int api_key_hash_equal(const unsigned char *a, const unsigned char *b);
 
+/* Reads a secret kept in a file (a webhook key, an SMTP password): its
+ * first line, without the line end, into out. Refused with a reason when
+ * others may read it or anyone but its owner may write it (whatever the
+ * umask was when it was made), when it is not a regular file, or when the
+ * line does not fit. 0 or -1. */
+int secret_file_read(const char *path, char *out, size_t outlen, char *err, size_t errlen);
+/* Whether a file exists and others may read it: 1, 0, or -1 (cannot stat). */
+int file_world_readable(const char *path);
+
 /* SHA-256 of data as 64 lowercase hex characters plus NUL. */
 void sha256_hex(const void *data, size_t len, char out[65]);
 /* SHA-256 of the n pieces parts[i] (lens[i] bytes each) one after the

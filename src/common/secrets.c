@@ -2,6 +2,7 @@
 #include "gpurent/secrets.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/crypto.h>
 #include <openssl/ec.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define SALT_LEN 16
 #define DERIVED_LEN 32
@@ -171,4 +174,49 @@ int ec_point_on_curve(const char *curve, const unsigned char *point, size_t len)
     EC_POINT_free(p);
     EC_GROUP_free(group);
     return ok;
+}
+
+int file_world_readable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -1;
+    return (st.st_mode & S_IROTH) != 0;
+}
+
+int secret_file_read(const char *path, char *out, size_t outlen, char *err, size_t errlen)
+{
+    out[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || (st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP))) {
+        snprintf(err, errlen, "%s holds a secret but %s (mode %04o): chmod 0600 (or 0640 for the daemon's group)",
+                 path, S_ISREG(st.st_mode) ? "others may read or change it" : "is not a regular file",
+                 (unsigned)(st.st_mode & 07777));
+        close(fd);
+        return -1;
+    }
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n < 0) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    buf[n] = '\0';
+    size_t len = strcspn(buf, "\r\n");
+    if (len == 0 || len >= outlen) {
+        snprintf(err, errlen, "%s: the secret must be one line of 1 to %zu bytes", path, outlen - 1);
+        return -1;
+    }
+    memcpy(out, buf, len);
+    out[len] = '\0';
+    explicit_bzero(buf, sizeof buf);
+    return 0;
 }

@@ -1,6 +1,7 @@
 /* config.c: gpurentd's option table: every option's type, bounds and default
  * in one place, read by conf.c from conf/gpurentd.conf and flags. */
 #include "gpurent/money.h"
+#include "gpurent/secrets.h"
 #include "gpurentd.h"
 
 #include <stddef.h>
@@ -201,6 +202,8 @@ const struct conf_option daemon_options[] = {
     OPT_STR(max_balance, "10000000.00", validate_max_balance,
             "most a user may hold, cash and credit together; a top-up or grant beyond it is refused"),
     OPT_STR(payment_webhook_secret, "", NULL, "HMAC-SHA256 key of the payment provider's webhook; empty turns it off"),
+    OPT_STR(payment_webhook_secret_file, "", NULL,
+            "file holding payment_webhook_secret instead (mode 0600 or 0640; others may not read it)"),
     OPT_STR(metrics_listen, "", validate_metrics_listen,
             "host:port serving /metrics without an API key; empty: /metrics is admin-only on the API"),
     OPT_INT(max_ssh_keys_per_user, 1, 64, 20, "SSH public keys one account may hold (an instance takes at most 64)"),
@@ -220,6 +223,20 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
             snprintf(err, errlen, "command line: %s", why);
             return -1;
         }
+    }
+    /* Secrets are never read from where others can read them. */
+    if (conf->payment_webhook_secret_file[0]) {
+        if (conf->payment_webhook_secret[0]) {
+            snprintf(err, errlen, "payment_webhook_secret and payment_webhook_secret_file are both set; keep one");
+            return -1;
+        }
+        if (secret_file_read(conf->payment_webhook_secret_file, conf->payment_webhook_secret,
+                             sizeof conf->payment_webhook_secret, err, errlen) < 0)
+            return -1;
+    } else if (conf->payment_webhook_secret[0] && file && file_world_readable(file) == 1) {
+        snprintf(err, errlen, "%s holds payment_webhook_secret but others may read it: chmod o-r %s (make install "
+                 "makes it 0640), or move the secret to payment_webhook_secret_file", file, file);
+        return -1;
     }
     if ((conf->tls_cert[0] != 0) != (conf->tls_key[0] != 0)) {
         snprintf(err, errlen, "tls_cert and tls_key must be set together");

@@ -92,6 +92,7 @@ struct daemon_conf {
     int64_t max_grant_micro;          /* max_grant */
     int64_t max_balance_micro;        /* max_balance */
     char payment_webhook_secret[129]; /* HMAC key of the payment provider's webhook; "" turns it off */
+    char payment_webhook_secret_file[1024]; /* where to read it instead; "" none */
     char metrics_listen[128];         /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
     int64_t max_ssh_keys_per_user;    /* SSH public keys one account may hold */
 };

@@ -5,6 +5,7 @@
 #include "store/store_sql.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -12,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #define STMT_SLOTS 512 /* power of two; more than the statements we have */
 
@@ -37,8 +40,33 @@ static int exec(sqlite3 *db, const char *sql, char *err, size_t errlen)
     return 0;
 }
 
+/* The database holds password hashes and the ledger: never readable by
+ * others, whatever the umask. SQLite gives its -wal and -shm files the
+ * database file's own mode, so making that file first, 0640 (the daemon's
+ * group may read, for the billing team's reports), covers all three; one
+ * found readable by others loses that. */
+static int database_file_private(const char *path, char *err, size_t errlen)
+{
+    if (!path[0] || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
+        return 0;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        snprintf(err, errlen, "cannot open database %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if ((st.st_mode & 0007) && fchmod(fd, st.st_mode & 0770) == 0)
+        log_warn("store: %s was readable by others; now mode %04o", path, (unsigned)(st.st_mode & 0770));
+    close(fd);
+    return 0;
+}
+
 static struct store *open_flags(const char *path, int flags, char *err, size_t errlen)
 {
+    if ((flags & SQLITE_OPEN_CREATE) && database_file_private(path, err, errlen) < 0)
+        return NULL;
     struct store *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "out of memory");

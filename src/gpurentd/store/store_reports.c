@@ -4,9 +4,11 @@
 #include "gpurent/log.h"
 #include "store/store_sql.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Report names as operators type them, and the view behind each. Only
@@ -100,6 +102,16 @@ int store_backup(struct store *s, const char *dest, char *err, size_t errlen)
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.partial", dest);
     unlink(tmp);
+    /* A copy of every password hash and payment: 0600 whatever the umask,
+     * made before SQLite opens it (it keeps an existing file's mode). */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || fchmod(fd, 0600) < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
     sqlite3 *out = NULL;
     if (sqlite3_open_v2(tmp, &out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
         snprintf(err, errlen, "cannot create %s: %s", tmp, out ? sqlite3_errmsg(out) : "out of memory");
@@ -138,7 +150,7 @@ int store_backup(struct store *s, const char *dest, char *err, size_t errlen)
         return -1;
     }
     sqlite3_close(out);
-    int fd = open(tmp, O_RDONLY);
+    fd = open(tmp, O_RDONLY);
     if (fd < 0 || fsync(fd) != 0 || rename(tmp, dest) != 0) {
         snprintf(err, errlen, "cannot finish %s", dest);
         if (fd >= 0)

@@ -201,22 +201,25 @@ def test_watchdog_stops_feeding_when_the_schema_is_not_this_binarys(tmp_path):
 
 
 def test_watchdog_stops_feeding_while_the_api_takes_no_connections(tmp_path):
-    """A client holding every connection the API allows from its address
-    (the watchdog's /healthz comes from loopback too, like a local reverse
-    proxy's requests): the API does not answer, so systemd must be left to
-    restart the daemon."""
-    d, ns = _watchdog_daemon(tmp_path, options={"max_connections_per_client": "3",
-                                                "connection_timeout_s": "600"})
+    """Clients holding every connection the API allows (from other loopback
+    addresses, so the per-address rules do not spare the watchdog's own
+    /healthz): the API does not answer, so systemd must be left to restart
+    the daemon."""
+    d, ns = _watchdog_daemon(tmp_path, options={"max_connections": "4", "connection_timeout_s": "600",
+                                                "header_timeout_s": "600"})
     held = []
     try:
         # A connection counts once the daemon has answered on it (kept
         # alive afterwards). One opened while the watchdog's own request
         # held a place is closed at once: open another.
         deadline = time.monotonic() + DEADLINE
-        while len(held) < 3:
-            assert time.monotonic() < deadline, "could not hold three connections"
-            s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        while len(held) < 4:
+            assert time.monotonic() < deadline, "could not hold four connections"
+            s = socket.socket()
+            s.settimeout(10)
+            s.bind((f"127.0.0.{2 + len(held)}", 0))
             try:
+                s.connect(("127.0.0.1", d.port))
                 s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 reply = s.recv(65536)
             except OSError:  # refused with the request unread: a reset

@@ -168,9 +168,10 @@ def test_make_install_under_usr(tmp_path):
         path = os.path.join(dest, "usr/bin", name)
         assert mode(path) == 0o755, name
         assert read(path) == read(built), f"{path} is not the binary under test"
-    for conf in ("gpurentd.conf", "gpurent-agent.conf"):
+    # gpurentd.conf may hold secrets (payment_webhook_secret): never world-readable.
+    for conf, want in (("gpurentd.conf", 0o640), ("gpurent-agent.conf", 0o644)):
         path = os.path.join(dest, "etc/gpurent", conf)
-        assert mode(path) == 0o644 and read(path) == read(os.path.join(REPO, "conf", conf)), conf
+        assert mode(path) == want and read(path) == read(os.path.join(REPO, "conf", conf)), (conf, oct(mode(path)))
     check_units(dest, "/usr", "/usr/lib/systemd/system")
     sysusers = os.path.join(dest, "usr/lib/sysusers.d/gpurent.conf")
     assert mode(sysusers) == 0o644 and read(sysusers) == read(os.path.join(REPO, "conf", "gpurent.sysusers"))
