@@ -5,7 +5,7 @@
 #include "gpurent/json_body.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
-#include "http_conns.h"
+#include "gpurent/http_conns.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* http_conns.c: the table of open connections behind http_conns.h, its
  * accept policy and the reaper thread that ends connections whose request
  * is too slow to arrive. */
-#include "http_conns.h"
+#include "gpurent/http_conns.h"
 
 #include "gpurent/clock.h"
 #include "gpurent/log.h"

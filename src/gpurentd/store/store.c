@@ -49,17 +49,21 @@ static int database_file_private(const char *path, char *err, size_t errlen)
 {
     if (!path[0] || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
         return 0;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+    /* Only a file made here is opened and closed: closing a descriptor of
+     * a database this process already has open would drop the POSIX locks
+     * its connections hold on it. An existing file is changed by name. */
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0640);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
+    if (errno != EEXIST || stat(path, &st) < 0) {
         snprintf(err, errlen, "cannot open database %s: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
         return -1;
     }
-    if ((st.st_mode & 0007) && fchmod(fd, st.st_mode & 0770) == 0)
+    if ((st.st_mode & 0007) && chmod(path, st.st_mode & 0770) == 0)
         log_warn("store: %s was readable by others; now mode %04o", path, (unsigned)(st.st_mode & 0770));
-    close(fd);
     return 0;
 }
 
