@@ -166,14 +166,18 @@ int agent_check_config(const struct agent_conf *conf);
 #define SPEC_MAX_VOLUMES 8
 #define SPEC_SOURCE_MAX 1024
 #define SPEC_TARGET_MAX 256
-#define SPEC_MAX_ENV 64
+#define SPEC_MAX_ENV 160          /* the user's 64 and the control plane's own */
 #define SPEC_ENV_NAME_MAX 128
-#define SPEC_ENV_VALUE_MAX 4096
+#define SPEC_ENV_VALUE_MAX 4097   /* bytes, NUL included: gpurentd takes values of 4096 */
 #define SPEC_SIZE_GB_MAX 1048576  /* gpurentd's bound on a volume's size_gb */
 #define SPEC_SSH_USER_MAX 81      /* bytes of ssh.user, NUL included */
 #define SPEC_SSH_MAX_KEYS 64      /* entries of ssh.authorized_keys */
 #define SPEC_SSH_KEY_MAX 16384    /* bytes of one authorized key line */
 #define SPEC_MAX_PORTS 8          /* entries of ports (gpurentd's bound on an instance's) */
+#define SPEC_COMMAND_MAX_WORDS 64 /* words of command (gpurentd's bounds) */
+#define SPEC_COMMAND_WORD_MAX 4096 /* bytes of one word */
+#define SPEC_COMMAND_MAX_BYTES 32768 /* bytes of all words */
+#define SPEC_WORKING_DIR_MAX 256  /* bytes of working_dir, NUL included */
 
 struct spec_volume {
     char *source;                 /* "nfs.example:/export/vol_x"; owned */
@@ -184,6 +188,7 @@ struct spec_volume {
 struct spec_env {
     char *name;                   /* owned */
     char *value;                  /* owned */
+    int secret;                   /* named by secret_env: never echoed, logged or on a command line */
 };
 /* Who may log in to the workload over SSH ("ssh" in the spec). */
 struct spec_ssh {
@@ -210,6 +215,9 @@ struct wl_spec {
     struct spec_ssh ssh;          /* SSH logins to it */
     struct spec_port ports[SPEC_MAX_PORTS]; /* published ports, in the order given */
     int n_ports;                  /* used entries of ports */
+    char **command;               /* replaces the image's command (words after the image); NULL none; owned */
+    int n_command;                /* words of command */
+    char working_dir[SPEC_WORKING_DIR_MAX]; /* --workdir; "" the image's */
 };
 /* Whether s is 1..63 of [a-z0-9_-]. */
 int agent_name_valid(const char *s);
@@ -231,6 +239,9 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b);
  * caller frees with ssh_key_free), or -1. */
 struct ssh_key_struct;
 int spec_ssh_key_import(const char *line, struct ssh_key_struct **out);
+/* The spec as GET /v1/workloads shows it: command, working_dir and env,
+ * a secret_env value as "***". Adds them to j. */
+void spec_public_json(const struct wl_spec *spec, json_t *j);
 /* Whether the image name contains word: the sim runtime's failure switches. */
 int spec_image_has(const struct wl_spec *spec, const char *word);
 
@@ -563,6 +574,20 @@ int sim_container_dir(const struct runtime *rt, const struct workload *w, char *
 /* The simulated runtime (phases with configured delays). */
 extern const struct runtime_ops sim_runtime_ops;
 
+/* sim_process.c: a commanded sim workload's real process, keyed by its
+ * container directory. */
+#define SIM_PROCESS_POLL_MS 200 /* how often a running one's exit is looked for */
+/* Starts spec.command in cwd with envp (NAME=VALUE, NULL-terminated); its
+ * output lines go to the workload's log. STEP_OK, or STEP_FAIL with msg
+ * (not found, cannot chdir or exec). */
+int sim_process_start(const struct runtime *rt, struct workload *w, const char *container_dir, const char *cwd,
+                      char *const envp[], char *msg, size_t msglen);
+/* 0 running, 1 exited (*exit_at, wall-clock second, and *code: its status
+ * or 128 + the signal), -1 no such process (another agent's). */
+int sim_process_state(const char *container_dir, int64_t *exit_at, int *code);
+/* Kills its process group (SIGTERM, SIGKILL after 2 s) and forgets it. */
+void sim_process_stop(const char *container_dir);
+
 /* publish.c: published ports in the sim runtime. One thread listens on
  * 0.0.0.0:<host port> for every port of every running sim workload (it
  * looks at the workload lists every PUBLISH_RESCAN_MS), and relays each
@@ -593,7 +618,12 @@ struct oci_cmd {
     int docker;                   /* docker's spelling of GPU flags */
     int64_t stop_timeout_s;       /* grace for stop */
     const char *run_args;         /* extra words for run, or NULL */
+    const char *env_file;         /* run: the spec's env is in this file (--env-file), or NULL: --env words */
 };
+/* The env file of a spec for --env-file: NAME=VALUE lines of every env
+ * entry without a line break in its value (those stay --env words, and
+ * secret ones are refused by spec_parse). malloc'd, or NULL. */
+char *oci_env_file_text(const struct wl_spec *s);
 /* The container name for a workload: "gpurent-" + id. */
 void oci_container_name(const char *id, char *out, size_t outlen);
 int oci_argv_pull(const struct oci_cmd *c, const char *image, struct argv_buf *a);

@@ -200,7 +200,7 @@ const struct conf_option agent_options[] = {
     OPT_INT(max_connections, 1, 100000, 1024, "open connections, all clients together"),
     OPT_INT(max_connections_per_client, 0, 100000, 0, "open connections from one address; 0 = no limit (gpurentd is one client)"),
     OPT_INT(connection_timeout_s, 1, 3600, 30, "seconds before an idle or slow connection is closed"),
-    OPT_INT(max_body_bytes, 1024, 16777216, 65536, "largest request body accepted"),
+    OPT_INT(max_body_bytes, 1024, 16777216, 1048576, "largest request body accepted (a spec with a long command and env is some 300 KB)"),
     OPT_INT(max_json_depth, 3, 64, 8, "deepest JSON nesting accepted"),
     OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),
     OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),

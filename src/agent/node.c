@@ -179,10 +179,13 @@ json_t *workload_json(const struct workload *w)
         json_array_append_new(gpus, json_integer(w->spec.gpus[i]));
     json_t *exited_at = w->exited_at > 0 ? json_integer((json_int_t)w->exited_at) : json_null();
     json_t *exit_code = w->exit_known ? json_integer(w->exit_code) : json_null();
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:o}", "id", w->id, "phase", wl_phase_name(w->phase),
-                     "message", w->message, "image", w->spec.image, "gpus", gpus, "created_at",
-                     (json_int_t)w->created_at, "updated_at", (json_int_t)w->updated_at, "exited_at", exited_at,
-                     "exit_code", exit_code);
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:I, s:o, s:o}", "id", w->id, "phase",
+                          wl_phase_name(w->phase), "message", w->message, "image", w->spec.image, "gpus", gpus,
+                          "created_at", (json_int_t)w->created_at, "updated_at", (json_int_t)w->updated_at,
+                          "exited_at", exited_at, "exit_code", exit_code);
+    if (j)
+        spec_public_json(&w->spec, j); /* secret values as "***" */
+    return j;
 }
 
 /* ---------------------------------------------------------------- nodes */

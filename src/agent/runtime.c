@@ -9,7 +9,9 @@
  * too. Its "output" goes to the workload's log (logs.c): a line when the
  * container starts, "tick K" every N ms for an image containing
  * log-every-N (written by the state checks, which the driver's timers wake
- * at each tick: no thread per workload), and a line when it exits. */
+ * at each tick: no thread per workload), and a line when it exits. A spec
+ * with a command is different: the command really runs (sim_process.c),
+ * its output is the log, its exit status and second what is reported. */
 #include "agent.h"
 
 #include <errno.h>
@@ -102,6 +104,8 @@ static int64_t sim_delay_ms(const struct runtime *rt, struct workload *w, enum w
     case WL_MOUNTING: return c->sim_mount_ms;
     case WL_STARTING: return c->sim_start_ms;
     case WL_RUNNING: {
+        if (w->spec.n_command > 0)
+            return SIM_PROCESS_POLL_MS; /* the process's exit is noticed at the next check */
         int64_t run = sim_exit_after_ms(&w->spec, c->sim_exit_ms);
         int64_t every = sim_log_every_ms(&w->spec);
         int64_t now = clock_wall_ms(), left = -1;
@@ -147,6 +151,10 @@ static int sim_mount(const struct runtime *rt, struct workload *w, const struct 
     return STEP_OK;
 }
 
+static int sim_start_command(const struct runtime *rt, struct workload *w, char *msg, size_t msglen);
+static enum rt_state sim_command_state(const struct runtime *rt, struct workload *w, struct rt_exit *ex, char *msg,
+                                       size_t msglen);
+
 static int sim_start(const struct runtime *rt, struct workload *w, char *const host_dirs[], char *msg, size_t msglen)
 {
     if (spec_image_has(&w->spec, "fail-start")) {
@@ -155,12 +163,16 @@ static int sim_start(const struct runtime *rt, struct workload *w, char *const h
         return STEP_FAIL;
     }
     sim_log(rt, w, 'o', "sim: container started, image %s", w->spec.image);
+    if (w->spec.n_command > 0)
+        return sim_start_command(rt, w, msg, msglen);
     return STEP_OK;
 }
 
 static enum rt_state sim_state(const struct runtime *rt, struct workload *w, struct rt_exit *ex, char *msg,
                                size_t msglen)
 {
+    if (w->spec.n_command > 0)
+        return sim_command_state(rt, w, ex, msg, msglen);
     int64_t run = sim_exit_after_ms(&w->spec, rt->conf->sim_exit_ms);
     int64_t due_ms = run >= 0 ? w->running_at_ms + run : -1;
     int64_t now = clock_wall_ms();
@@ -209,11 +221,11 @@ int runtime_shared_dir(const struct runtime *rt, const struct workload *w, char 
  * and /bin/sh run there with HOME pointing at it and GPURENT_WORKLOAD
  * telling its processes apart (the port forwarding check reads it). For
  * tests only: it isolates nothing. */
-static int sim_shell(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
-                     struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen)
+/* Makes the container directory dir and its `shared` link. */
+static int sim_prepare(const struct runtime *rt, struct workload *w, char dir[PATH_MAX], char *msg, size_t msglen)
 {
-    char dir[PATH_MAX], shared[PATH_MAX], link_path[PATH_MAX + 16];
-    if (sim_container_dir(rt, w, dir, sizeof dir) < 0 || state_mkdirs(dir) < 0) {
+    char shared[PATH_MAX], link_path[PATH_MAX + 16];
+    if (sim_container_dir(rt, w, dir, PATH_MAX) < 0 || state_mkdirs(dir) < 0) {
         snprintf(msg, msglen, "sim: cannot create the container directory: %s", strerror(errno));
         return STEP_FAIL;
     }
@@ -227,6 +239,15 @@ static int sim_shell(const struct runtime *rt, struct workload *w, const char *c
                 log_warn("sim: cannot link %s to %s: %s", link_path, shared, strerror(errno));
         }
     }
+    return STEP_OK;
+}
+
+static int sim_shell(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
+                     struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen)
+{
+    char dir[PATH_MAX];
+    if (sim_prepare(rt, w, dir, msg, msglen) != STEP_OK)
+        return STEP_FAIL;
     argv_add(argv, "/bin/sh");
     if (command) {
         argv_add(argv, "-c");
@@ -247,6 +268,83 @@ static int sim_shell(const struct runtime *rt, struct workload *w, const char *c
     return STEP_OK;
 }
 
+/* The directory a commanded sim workload starts in: working_dir under
+ * /shared is the volume's directory, any other under the container
+ * directory, none the container directory itself. */
+static int sim_cwd(const struct runtime *rt, struct workload *w, const char *dir, char *out, size_t outlen)
+{
+    const char *wd = w->spec.working_dir;
+    char shared[PATH_MAX];
+    int n;
+    if ((strcmp(wd, "/shared") == 0 || strncmp(wd, "/shared/", 8) == 0) &&
+        runtime_shared_dir(rt, w, shared, sizeof shared) == 0)
+        n = snprintf(out, outlen, "%s%s", shared, wd + 7);
+    else
+        n = snprintf(out, outlen, "%s%s", dir, wd);
+    if (n < 0 || (size_t)n >= outlen)
+        return -1;
+    return state_mkdirs(out);
+}
+
+/* A spec with a command runs it for real (sim_process.c): env is the
+ * spec's, then HOME (the container directory), PATH and GPURENT_WORKLOAD
+ * where the spec has none. */
+static int sim_start_command(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
+{
+    char dir[PATH_MAX], cwd[PATH_MAX];
+    if (sim_prepare(rt, w, dir, msg, msglen) != STEP_OK)
+        return STEP_FAIL;
+    if (sim_cwd(rt, w, dir, cwd, sizeof cwd) < 0) {
+        snprintf(msg, msglen, "run: cannot create the working directory %.200s", w->spec.working_dir);
+        return STEP_FAIL;
+    }
+    struct argv_buf env = {0};
+    int has_home = 0, has_path = 0, has_wl = 0;
+    for (int i = 0; i < w->spec.n_env; i++) {
+        argv_addf(&env, "%s=%s", w->spec.env[i].name, w->spec.env[i].value);
+        has_home |= strcmp(w->spec.env[i].name, "HOME") == 0;
+        has_path |= strcmp(w->spec.env[i].name, "PATH") == 0;
+        has_wl |= strcmp(w->spec.env[i].name, "GPURENT_WORKLOAD") == 0;
+    }
+    if (!has_home)
+        argv_addf(&env, "HOME=%s", dir);
+    if (!has_path)
+        argv_add(&env, "PATH=/usr/local/bin:/usr/bin:/bin");
+    if (!has_wl)
+        argv_addf(&env, "GPURENT_WORKLOAD=%s", w->id);
+    if (env.overflow) {
+        argv_free(&env);
+        snprintf(msg, msglen, "run: the environment does not fit");
+        return STEP_FAIL;
+    }
+    int rc = sim_process_start(rt, w, dir, cwd, env.v, msg, msglen);
+    argv_free(&env);
+    if (rc != STEP_OK)
+        sim_log(rt, w, 'e', "sim: %s", msg);
+    return rc;
+}
+
+static enum rt_state sim_command_state(const struct runtime *rt, struct workload *w, struct rt_exit *ex, char *msg,
+                                       size_t msglen)
+{
+    char dir[PATH_MAX];
+    int64_t at = 0;
+    int code = 0;
+    int st = sim_container_dir(rt, w, dir, sizeof dir) == 0 ? sim_process_state(dir, &at, &code) : -1;
+    if (st == 0)
+        return RT_RUNNING;
+    if (st < 0) {
+        /* Not this agent's child: it went with the agent that started it. */
+        snprintf(msg, msglen, "the command's process is gone (the agent restarted); its exit status is unknown");
+        return RT_EXITED;
+    }
+    ex->at = at;
+    ex->has_code = 1;
+    ex->code = code;
+    snprintf(msg, msglen, "the command exited with status %d", code);
+    return RT_EXITED;
+}
+
 static int sim_main_pid(const struct runtime *rt, const char *id, long *pid, char *msg, size_t msglen)
 {
     *pid = 0;
@@ -265,7 +363,10 @@ static int remove_entry(const char *path, const struct stat *st, int type, struc
 static int sim_remove(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
 {
     char dir[PATH_MAX];
-    if (sim_container_dir(rt, w, dir, sizeof dir) == 0 && access(dir, F_OK) == 0)
+    if (sim_container_dir(rt, w, dir, sizeof dir) < 0)
+        return STEP_OK;
+    sim_process_stop(dir); /* its command's process group, if it has one */
+    if (access(dir, F_OK) == 0)
         nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     return STEP_OK;
 }

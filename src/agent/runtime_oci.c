@@ -97,9 +97,21 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
         argv_add(a, "--volume");
         argv_addf(a, "%s:%s", host_dirs[i], s->volumes[i].target);
     }
+    /* With an env file no value is a word of the command line, which is
+     * logged and which every user of the host can read in /proc. */
+    if (c->env_file && s->n_env > 0) {
+        argv_add(a, "--env-file");
+        argv_add(a, c->env_file);
+    }
     for (int i = 0; i < s->n_env; i++) {
+        if (c->env_file && !strpbrk(s->env[i].value, "\r\n"))
+            continue;
         argv_add(a, "--env");
         argv_addf(a, "%s=%s", s->env[i].name, s->env[i].value);
+    }
+    if (s->working_dir[0]) {
+        argv_add(a, "--workdir");
+        argv_add(a, s->working_dir);
     }
     /* Published ports: the runtime's own port forwarding, TCP only. */
     for (int i = 0; i < s->n_ports; i++) {
@@ -109,7 +121,51 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
     if (c->run_args && c->run_args[0] && argv_from_template(a, c->run_args, NULL, NULL) < 0)
         return -1;
     argv_add(a, s->image);
+    /* The command replaces the image's CMD; its ENTRYPOINT stays. */
+    for (int i = 0; i < s->n_command; i++)
+        argv_add(a, s->command[i]);
     return finish(a);
+}
+
+char *oci_env_file_text(const struct wl_spec *s)
+{
+    size_t cap = 1, len = 0;
+    for (int i = 0; i < s->n_env; i++)
+        cap += strlen(s->env[i].name) + strlen(s->env[i].value) + 2;
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    for (int i = 0; i < s->n_env; i++) {
+        if (strpbrk(s->env[i].value, "\r\n"))
+            continue;
+        len += (size_t)snprintf(out + len, cap - len, "%s=%s\n", s->env[i].name, s->env[i].value);
+    }
+    out[len] = '\0';
+    return out;
+}
+
+/* Writes the env file of w under its node's directory (run/ID.env, 0600,
+ * the directory 0700) into path. 0 or -1 with msg. */
+static int env_file_write(const struct runtime *rt, struct workload *w, char *path, size_t pathlen, char *msg,
+                          size_t msglen)
+{
+    char dir[PATH_MAX];
+    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0 ||
+        snprintf(path, pathlen, "%s/run/%s.env", dir, w->id) >= (int)pathlen) {
+        snprintf(msg, msglen, "run: the env file path is too long");
+        return -1;
+    }
+    char *text = oci_env_file_text(&w->spec);
+    char rundir[PATH_MAX + 8];
+    snprintf(rundir, sizeof rundir, "%s/run", dir);
+    if (!text || state_mkdirs(rundir) < 0 || state_write_atomic(rundir, strrchr(path, '/') + 1, text, strlen(text),
+                                                                 0600) < 0) {
+        snprintf(msg, msglen, "run: cannot write the env file: %s", strerror(errno));
+        free(text);
+        return -1;
+    }
+    free(text);
+    return 0;
 }
 
 int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a)
@@ -560,12 +616,25 @@ static int oci_start(const struct runtime *rt, struct workload *w, char *const h
     struct oci_cmd c = cmd_of(rt);
     struct argv_buf a = {0};
     struct exec_result r;
+    char env_file[PATH_MAX];
+    if (w->spec.n_env > 0) {
+        if (env_file_write(rt, w, env_file, sizeof env_file, msg, msglen) < 0)
+            return STEP_FAIL;
+        c.env_file = env_file;
+    }
     if (oci_argv_run(&c, w->id, &w->spec, host_dirs, &a) < 0) {
         argv_free(&a);
+        if (c.env_file)
+            unlink(env_file);
         snprintf(msg, msglen, "run: command line too long");
         return STEP_FAIL;
     }
-    return run_cmd(rt, w, &a, (int)rt->conf->command_timeout_s, "run", &r, msg, msglen);
+    int rc = run_cmd(rt, w, &a, (int)rt->conf->command_timeout_s, "run", &r, msg, msglen);
+    /* The runtime has read it once run returns: the container keeps its
+     * own copy of the environment, and no file of secrets stays behind. */
+    if (c.env_file && unlink(env_file) < 0 && errno != ENOENT)
+        log_warn("workload %s: cannot remove its env file: %s", w->id, strerror(errno));
+    return rc;
 }
 
 static int oci_remove(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)

@@ -54,6 +54,9 @@ void spec_free(struct wl_spec *spec)
         free(spec->env[i].value);
     }
     free(spec->env);
+    for (int i = 0; i < spec->n_command; i++)
+        free(spec->command[i]);
+    free(spec->command);
     for (int i = 0; i < spec->ssh.n_keys; i++)
         free(spec->ssh.keys[i]);
     free(spec->ssh.keys);
@@ -285,6 +288,87 @@ static int parse_ports(const json_t *ports, struct wl_spec *out, char *field, si
     return 0;
 }
 
+/* working_dir: an absolute path without "..", control characters or ','
+ * (it is one word of --workdir, never split, but kept plain). */
+static int working_dir_valid(const char *s, size_t len)
+{
+    if (len == 0 || len >= SPEC_WORKING_DIR_MAX || s[0] != '/')
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f || c == ',')
+            return 0;
+        if (c == '/' && i + 1 < len) {
+            const char *seg = s + i + 1;
+            size_t seglen = strcspn(seg, "/");
+            if (seglen == 2 && seg[0] == '.' && seg[1] == '.')
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* command, working_dir and secret_env (after env, whose names secret_env
+ * must be). */
+static int parse_run(const json_t *obj, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
+{
+    size_t len = 0, total = 0, i;
+    json_t *v;
+    json_t *cmd = json_object_get(obj, "command");
+    if (cmd && !json_is_null(cmd)) {
+        if (!json_is_array(cmd) || json_array_size(cmd) < 1 || json_array_size(cmd) > SPEC_COMMAND_MAX_WORDS)
+            return bad(field, fieldlen, "command", err, errlen, "command must be an array of 1 to %d strings",
+                       SPEC_COMMAND_MAX_WORDS);
+        if (!(out->command = calloc(json_array_size(cmd), sizeof *out->command)))
+            return bad(field, fieldlen, "", err, errlen, "out of memory");
+        json_array_foreach(cmd, i, v) {
+            const char *word = plain_string(v, &len);
+            if (!word || len > SPEC_COMMAND_WORD_MAX || (i == 0 && len == 0))
+                return bad(field, fieldlen, "command", err, errlen,
+                           "command[%zu] must be a string of at most %d bytes without NUL (the first not empty)", i,
+                           SPEC_COMMAND_WORD_MAX);
+            total += len;
+            if (total > SPEC_COMMAND_MAX_BYTES)
+                return bad(field, fieldlen, "command", err, errlen, "command is over %d bytes in all",
+                           SPEC_COMMAND_MAX_BYTES);
+            if (!(out->command[out->n_command] = strdup(word)))
+                return bad(field, fieldlen, "", err, errlen, "out of memory");
+            out->n_command++;
+        }
+    }
+    json_t *wd = json_object_get(obj, "working_dir");
+    if (wd && !json_is_null(wd)) {
+        const char *dir = plain_string(wd, &len);
+        if (!dir || !working_dir_valid(dir, len))
+            return bad(field, fieldlen, "working_dir", err, errlen,
+                       "working_dir must be an absolute path of at most %d bytes without .., ',' or control "
+                       "characters",
+                       SPEC_WORKING_DIR_MAX - 1);
+        snprintf(out->working_dir, sizeof out->working_dir, "%s", dir);
+    }
+    json_t *secret = json_object_get(obj, "secret_env");
+    if (secret && !json_is_null(secret)) {
+        if (!json_is_array(secret) || json_array_size(secret) > SPEC_MAX_ENV)
+            return bad(field, fieldlen, "secret_env", err, errlen,
+                       "secret_env must be an array of at most %d names of env", SPEC_MAX_ENV);
+        json_array_foreach(secret, i, v) {
+            const char *name = plain_string(v, &len);
+            struct spec_env *found = NULL;
+            for (int k = 0; name && k < out->n_env && !found; k++)
+                if (strcmp(out->env[k].name, name) == 0)
+                    found = &out->env[k];
+            if (!found)
+                return bad(field, fieldlen, "secret_env", err, errlen, "secret_env[%zu] must name an entry of env", i);
+            /* It travels in an env file of NAME=VALUE lines. */
+            if (strpbrk(found->value, "\r\n"))
+                return bad(field, fieldlen, "secret_env", err, errlen,
+                           "secret_env[%zu]: a secret value cannot hold a line break", i);
+            found->secret = 1;
+        }
+    }
+    return 0;
+}
+
 static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
 {
     char f[64];
@@ -296,7 +380,8 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
         return bad(field, fieldlen, "", err, errlen, "the spec must be a JSON object");
     json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
         if (strcmp(key, "image") && strcmp(key, "gpus") && strcmp(key, "stack") && strcmp(key, "volumes") &&
-            strcmp(key, "env") && strcmp(key, "ssh") && strcmp(key, "ports"))
+            strcmp(key, "env") && strcmp(key, "ssh") && strcmp(key, "ports") && strcmp(key, "command") &&
+            strcmp(key, "working_dir") && strcmp(key, "secret_env"))
             return bad(field, fieldlen, key, err, errlen, "unknown field '%.64s'", key);
     }
 
@@ -427,6 +512,8 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
             qsort(out->env, (size_t)out->n_env, sizeof *out->env, env_cmp);
     }
 
+    if (parse_run(obj, out, field, fieldlen, err, errlen) < 0)
+        return -1;
     json_t *ssh = json_object_get(obj, "ssh");
     if (ssh && !json_is_null(ssh) && parse_ssh(ssh, out, field, fieldlen, err, errlen) < 0)
         return -1;
@@ -471,6 +558,22 @@ json_t *spec_to_json(const struct wl_spec *spec)
             json_array_append_new(keys, json_string(spec->ssh.keys[i]));
         json_object_set_new(o, "ssh", json_pack("{s:s, s:o}", "user", spec->ssh.user, "authorized_keys", keys));
     }
+    /* Each only when given, so older records read back the same. */
+    if (o && spec->n_command > 0) {
+        json_t *cmd = json_array();
+        for (int i = 0; i < spec->n_command; i++)
+            json_array_append_new(cmd, json_string(spec->command[i]));
+        json_object_set_new(o, "command", cmd);
+    }
+    if (o && spec->working_dir[0])
+        json_object_set_new(o, "working_dir", json_string(spec->working_dir));
+    json_t *secret = json_array();
+    for (int i = 0; i < spec->n_env; i++)
+        if (spec->env[i].secret)
+            json_array_append_new(secret, json_string(spec->env[i].name));
+    if (o && json_array_size(secret) > 0)
+        json_object_set(o, "secret_env", secret);
+    json_decref(secret);
     /* Likewise only when there are some. */
     if (o && spec->n_ports > 0) {
         json_t *ports = json_array();
@@ -495,7 +598,13 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
             return 0;
     /* env is kept sorted by name, so equal maps compare entry by entry. */
     for (int i = 0; i < a->n_env; i++)
-        if (strcmp(a->env[i].name, b->env[i].name) || strcmp(a->env[i].value, b->env[i].value))
+        if (strcmp(a->env[i].name, b->env[i].name) || strcmp(a->env[i].value, b->env[i].value) ||
+            a->env[i].secret != b->env[i].secret)
+            return 0;
+    if (a->n_command != b->n_command || strcmp(a->working_dir, b->working_dir) != 0)
+        return 0;
+    for (int i = 0; i < a->n_command; i++)
+        if (strcmp(a->command[i], b->command[i]) != 0)
             return 0;
     if (a->ssh.present != b->ssh.present || strcmp(a->ssh.user, b->ssh.user) != 0 || a->ssh.n_keys != b->ssh.n_keys)
         return 0;
@@ -508,6 +617,21 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
         if (a->ports[i].container != b->ports[i].container || a->ports[i].host != b->ports[i].host)
             return 0;
     return 1;
+}
+
+void spec_public_json(const struct wl_spec *spec, json_t *j)
+{
+    json_t *cmd = NULL, *env = json_object();
+    if (spec->n_command > 0) {
+        cmd = json_array();
+        for (int i = 0; i < spec->n_command; i++)
+            json_array_append_new(cmd, json_string(spec->command[i]));
+    }
+    for (int i = 0; i < spec->n_env; i++)
+        json_object_set_new(env, spec->env[i].name, json_string(spec->env[i].secret ? "***" : spec->env[i].value));
+    json_object_set_new(j, "command", cmd ? cmd : json_null());
+    json_object_set_new(j, "working_dir", json_string(spec->working_dir));
+    json_object_set_new(j, "env", env);
 }
 
 int spec_image_has(const struct wl_spec *spec, const char *word)

@@ -53,6 +53,25 @@ static int validate_metrics_listen(const void *field, char *err, size_t errlen)
     return 0;
 }
 
+static int validate_image_policy(const void *field, char *err, size_t errlen)
+{
+    if (strcmp(field, "catalog") != 0 && strcmp(field, "registries") != 0) {
+        snprintf(err, errlen, "image_policy: '%s' is not catalog or registries", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_image_registries(const void *field, char *err, size_t errlen)
+{
+    char bad[256];
+    if (!image_registries_valid(field, bad, sizeof bad)) {
+        snprintf(err, errlen, "image_registries: '%s' is not a registry host[:port]", bad);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate_currency(const void *field, char *err, size_t errlen)
 {
     const char *c = field;
@@ -207,6 +226,10 @@ const struct conf_option daemon_options[] = {
     OPT_STR(metrics_listen, "", validate_metrics_listen,
             "host:port serving /metrics without an API key; empty: /metrics is admin-only on the API"),
     OPT_INT(max_ssh_keys_per_user, 1, 64, 20, "SSH public keys one account may hold (an instance takes at most 64)"),
+    OPT_STR(image_policy, "catalog", validate_image_policy,
+            "catalog: instances run catalog images only; registries: also any image of image_registries"),
+    OPT_STR(image_registries, "", validate_image_registries,
+            "registries (host[:port], comma-separated, e.g. docker.io,ghcr.io) users' own images may come from"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 
@@ -236,6 +259,10 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
     } else if (conf->payment_webhook_secret[0] && file && file_world_readable(file) == 1) {
         snprintf(err, errlen, "%s holds payment_webhook_secret but others may read it: chmod o-r %s (make install "
                  "makes it 0640), or move the secret to payment_webhook_secret_file", file, file);
+        return -1;
+    }
+    if (strcmp(conf->image_policy, "registries") == 0 && !conf->image_registries[0]) {
+        snprintf(err, errlen, "image_policy = registries needs image_registries");
         return -1;
     }
     if ((conf->tls_cert[0] != 0) != (conf->tls_key[0] != 0)) {

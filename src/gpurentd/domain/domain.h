@@ -15,7 +15,11 @@
  *                grants, top-ups, charges, refunds, expiry, funds
  *   facts.c      whether a node's facts put it in service (facts.h; pure)
  *   ssh_keys.c   OpenSSH public key lines parsed and fingerprinted
- *                (ssh_keys.h; pure) */
+ *                (ssh_keys.h; pure)
+ *   runspec.c    what an instance runs (command, env, working_dir) and
+ *                image references, checked (pure)
+ *   instance_run.c  storing those at create, PATCH while stopped (the
+ *                field table), the image policy */
 #ifndef GPURENT_DOMAIN_H
 #define GPURENT_DOMAIN_H
 
@@ -26,6 +30,7 @@
 #include "gpurent/api_error.h"
 #include "gpurent/conf.h"
 #include "gpurent/ids.h"
+#include "gpurent/json_body.h"
 #include "gpurent/log.h"
 
 struct store;
@@ -95,6 +100,8 @@ struct daemon_conf {
     char payment_webhook_secret_file[1024]; /* where to read it instead; "" none */
     char metrics_listen[128];         /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
     int64_t max_ssh_keys_per_user;    /* SSH public keys one account may hold */
+    char image_policy[16];            /* "catalog": catalog images only; "registries": also any of image_registries */
+    char image_registries[1024];      /* registries (host[:port], comma-separated) users' own images may come from */
 };
 /* The configuration in force; set once at start-up. SIGHUP changes only
  * login_max_failures and login_lockout_s in it (atomic fields); the other
@@ -131,6 +138,9 @@ struct instance_create {
     const char *volume_id; /* or NULL: the user's "shared" volume */
     json_t *ssh_key_ids;   /* JSON array of the user's SSH key ids (strings, checked by the handler), or NULL: all */
     json_t *ports;         /* JSON array of distinct container ports to publish (checked by the handler), or NULL */
+    json_t *command;       /* JSON array of strings (run_command_check passed), or NULL: the image's */
+    json_t *env;           /* normalised by run_env_check, or NULL */
+    const char *working_dir; /* run_working_dir_check passed, or NULL */
 };
 /* The most SSH keys an instance may name (contract 1 of issue 11 caps a
  * spec's authorized_keys at 64). */
@@ -166,6 +176,67 @@ void node_connect_host(const char *public_host, const char *agent_url, char *out
  * block per rank with a node reporting SSH; malloc'd, caller frees), or
  * NULL on a store error. */
 char *instance_ssh_config(struct store *s, const struct instance *in);
+
+/* runspec.c: the bounds of what an instance runs (contract of issue 12). */
+#define RUN_COMMAND_MAX_WORDS 64
+#define RUN_WORD_MAX 4096
+#define RUN_COMMAND_MAX_BYTES 32768
+#define RUN_ENV_MAX 64
+#define RUN_ENV_NAME_MAX 127
+#define RUN_ENV_VALUE_MAX 4096
+#define RUN_WORKING_DIR_MAX 255
+/* Each returns 0, or -1 with o filled (ERR_INVALID_FIELD naming the field).
+ * NULL (absent) passes. command: an array of at most 64 strings ([] is "the
+ * image's own"). */
+int run_command_check(const json_t *cmd, struct op_outcome *o);
+/* env: [{"name", "value", "secret"}]; *norm gets the entries with secret
+ * always a boolean (new reference), or NULL when env is NULL or refused. */
+int run_env_check(const json_t *env, json_t **norm, struct op_outcome *o);
+/* Whether an env name is well formed and not reserved (the agent's card
+ * variables, the rendezvous ones, GPURENT_*); *why says which when not. */
+int run_env_name_valid(const char *s, size_t len, const char **why);
+/* working_dir: "" or an absolute path of at most 255 bytes, no "..". */
+int run_working_dir_check(const char *dir, struct op_outcome *o);
+/* The env as the API shows it: secret entries {"name", "secret": true} with
+ * no value. New reference. */
+json_t *run_env_public(const json_t *env);
+/* Parses an image reference [host[:port]/]path[:tag][@sha256:<64 hex>]
+ * (path components lowercase). 0 with its registry in registry (lowercase;
+ * "docker.io" when it names none), or -1 with *why ending "the image ...". */
+int image_ref_parse(const char *ref, char *registry, size_t reglen, const char **why);
+/* Whether registry is one of the comma- or space-separated list. */
+int image_registry_listed(const char *registry, const char *list);
+/* Whether every entry of such a list is host[:port]; else the first bad one in bad. */
+int image_registries_valid(const char *list, char *bad, size_t badlen);
+
+/* instance_run.c: what an instance runs, stored at create and changed by
+ * PATCH while it is stopped. */
+struct gpu_type;
+/* The image to run: a catalog image (by id or ref), or with image_policy =
+ * registries any valid reference of an image_registries registry, which
+ * takes the GPU type's stack. ref_out gets what the agents pull. */
+int instance_image_resolve(struct store *s, const char *image, const struct gpu_type *t, char ref_out[256],
+                           struct op_outcome *o);
+/* Stores command, env and working_dir (create's, already checked). */
+int instance_run_store(struct store *s, const char *instance_id, const json_t *command, const json_t *env,
+                       const char *working_dir);
+/* Adds "command", "env" (public view) and "working_dir" to an instance's JSON. */
+void instance_run_json(struct store *s, const char *instance_id, json_t *j);
+/* One field PATCH /v1/instances/{id} may change. check runs before the
+ * transaction (pure: 0 or -1 with o); apply runs inside it, with the
+ * stopped instance loaded. Other fields are added as rows. */
+struct instance;
+struct instance_patch_field {
+    const char *name;       /* body key */
+    enum json_kind kind;    /* its JSON type */
+    size_t max_len;         /* strings: the longest the body parser takes */
+    int (*check)(const json_t *value, struct op_outcome *o);
+    int (*apply)(struct store *s, const struct instance *in, const json_t *value, struct op_outcome *o);
+};
+extern const struct instance_patch_field instance_patch_fields[]; /* ends with a NULL name */
+/* Runs in a store transaction: the caller's instance id, stopped, gets
+ * every field of body that a row names (checked already). */
+int instance_patch(struct store *s, const char *user_id, const char *id, const json_t *body, struct op_outcome *o);
 
 /* funds.c: the price book, the one computation of what an interval owes
  * (billing, the balance and refunds use it), and what a start needs. */

@@ -129,7 +129,6 @@ static int ssh_key_ids_check(struct store *s, const char *user_id, json_t *ids, 
 int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct op_outcome *o)
 {
     struct gpu_type t;
-    struct image img;
     struct volume v;
     int rc = store_gpu_type_row(s, req->gpu_type, &t);
     if (rc == STORE_NOT_FOUND)
@@ -138,14 +137,9 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
         return rc;
     if (t.reservation_required)
         return refuse(o, ERR_RESERVATION_REQUIRED, "gpu_type", NULL, "%s is rented through reservations only", t.code);
-    rc = store_image_find(s, req->image, &img);
-    if (rc == STORE_NOT_FOUND)
-        return refuse(o, ERR_INVALID_FIELD, "image", NULL, "no image %s; see GET /v1/images", req->image);
-    if (rc != STORE_OK)
+    char image_ref[256];
+    if ((rc = instance_image_resolve(s, req->image, &t, image_ref, o)) != STORE_OK)
         return rc;
-    if (strcmp(img.stack, t.stack) != 0)
-        return refuse(o, ERR_STACK_MISMATCH, "image", NULL, "%s is a %s image but %s cards run %s", img.ref, img.stack,
-                      t.code, t.stack);
     char volume_id[ID_MAX];
     if (req->volume_id) {
         rc = store_volume_get(s, req->user_id, req->volume_id, &v);
@@ -164,7 +158,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     snprintf(in.user_id, sizeof in.user_id, "%s", req->user_id);
     snprintf(in.name, sizeof in.name, "%s", req->name ? req->name : "");
     snprintf(in.gpu_model, sizeof in.gpu_model, "%s", t.code);
-    snprintf(in.image, sizeof in.image, "%s", img.ref);
+    snprintf(in.image, sizeof in.image, "%s", image_ref);
     snprintf(in.volume_id, sizeof in.volume_id, "%s", volume_id);
     snprintf(in.desired, sizeof in.desired, "running");
     snprintf(in.state, sizeof in.state, "pending");
@@ -180,6 +174,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
         (rc = store_instance_insert(s, &in)) != STORE_OK ||
         (ids && (rc = store_instance_set_ssh_key_ids(s, in.id, ids)) != STORE_OK) ||
         (ports && (rc = store_instance_set_ports(s, in.id, ports)) != STORE_OK) ||
+        (rc = instance_run_store(s, in.id, req->command, req->env, req->working_dir)) != STORE_OK ||
         (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK) {
         free(ids);
@@ -420,6 +415,7 @@ json_t *instance_json(struct store *s, const struct instance *in)
         for (size_t i = 0; i < n_ports; i++)
             json_array_append_new(asked, json_integer(ports[i]));
     json_object_set_new(j, "ports", asked);
+    instance_run_json(s, in->id, j);
     free(keys);
     free(ids);
     return j;

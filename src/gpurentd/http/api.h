@@ -112,6 +112,7 @@ void api_keys_revoke(struct http_request *req);
 void api_instances_create(struct http_request *req);
 void api_instances_list(struct http_request *req);
 void api_instances_get(struct http_request *req);
+void api_instances_patch(struct http_request *req);
 void api_instances_start(struct http_request *req);
 void api_instances_stop(struct http_request *req);
 void api_instances_terminate(struct http_request *req);

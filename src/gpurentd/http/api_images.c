@@ -32,7 +32,20 @@ void api_images_list(struct http_request *req)
     json_t *data = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(data, image_json(&images[i]));
-    http_reply_json(req, 200, json_pack("{s:o}", "data", data));
+    /* The catalog first; beside it, whether users may bring their own
+     * images and from where (options image_policy, image_registries). */
+    json_t *registries = json_array();
+    const char *list = daemon_config->image_registries;
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ')
+            p++;
+        size_t len = strcspn(p, ", ");
+        if (len)
+            json_array_append_new(registries, json_stringn(p, len));
+        p += len;
+    }
+    http_reply_json(req, 200, json_pack("{s:o, s:s, s:o}", "data", data, "image_policy", daemon_config->image_policy,
+                                        "image_registries", registries));
 }
 
 /* An image reference as container runtimes take it: registry/name:tag or

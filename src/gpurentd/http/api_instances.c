@@ -1,11 +1,13 @@
-/* api_instances.c: /v1/instances — rent cards (create), list, show, start,
- * stop, terminate, and read an instance's events. Each change is one
+/* api_instances.c: /v1/instances — rent cards (create), list, show, change
+ * what a stopped one runs (PATCH), start, stop, terminate, and read an
+ * instance's events. Each change is one
  * transaction (instances.c); the reconciler is woken to drive the agents. */
 #include "domain/placement.h"
 #include "gpurent/jsonx.h"
 #include "http/api.h"
 #include "store/store.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +101,9 @@ void api_instances_create(struct http_request *req)
         {"name",        JSON_KIND_STRING,  0, 63 },
         {"ssh_key_ids", JSON_KIND_ARRAY,   0, 0  },
         {"ports",       JSON_KIND_ARRAY,   0, 0  },
+        {"command",     JSON_KIND_ARRAY,   0, 0  },
+        {"env",         JSON_KIND_ARRAY,   0, 0  },
+        {"working_dir", JSON_KIND_STRING,  0, 4096},
         {NULL,          0,                 0, 0  },
     };
     struct idempotency idem;
@@ -154,8 +159,22 @@ void api_instances_create(struct http_request *req)
                 return;
             }
     }
+    /* What runs: checked here, before any transaction, each refusal
+     * naming its field. */
+    struct op_outcome run_o = {0};
+    json_t *env = NULL;
+    const char *working_dir = json_string_value(json_object_get(body, "working_dir"));
+    if (run_command_check(json_object_get(body, "command"), &run_o) < 0 ||
+        run_env_check(json_object_get(body, "env"), &env, &run_o) < 0 || run_working_dir_check(working_dir, &run_o) < 0) {
+        reply_outcome(req, &run_o);
+        json_decref(body);
+        return;
+    }
     struct create_ctx ctx = {
         .in = {.user_id = req->user_id,
+               .command = json_object_get(body, "command"),
+               .env = env,
+               .working_dir = working_dir,
                .ssh_key_ids = ssh_ids,
                .ports = ports,
                .name = json_string_value(json_object_get(body, "name")),
@@ -183,6 +202,7 @@ void api_instances_create(struct http_request *req)
     }
     json_decref(ctx.o.extra);
     free(ctx.body);
+    json_decref(env);
     json_decref(body);
 }
 
@@ -368,4 +388,71 @@ void api_instances_events(struct http_request *req)
     json_t *next = n > shown ? page_cursor(ev[shown - 1].seq, in.id) : json_null();
     free(ev);
     http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
+}
+
+struct patch_ctx {
+    const char *user_id, *id; /* whose, which */
+    const json_t *body;       /* the checked fields */
+    struct op_outcome o;      /* refusal */
+};
+
+static int patch_txn(struct store *s, void *vctx)
+{
+    struct patch_ctx *ctx = vctx;
+    json_decref(ctx->o.extra);
+    memset(&ctx->o, 0, sizeof ctx->o);
+    return instance_patch(s, ctx->user_id, ctx->id, ctx->body, &ctx->o);
+}
+
+/* The body's declaration, made once from the domain's field table. */
+#define PATCH_FIELDS_MAX 32
+static struct json_field patch_fields[PATCH_FIELDS_MAX + 1];
+
+static void patch_fields_init(void)
+{
+    size_t n = 0;
+    for (const struct instance_patch_field *f = instance_patch_fields; f->name && n < PATCH_FIELDS_MAX; f++, n++)
+        patch_fields[n] = (struct json_field){f->name, f->kind, 0, f->max_len};
+    patch_fields[n] = (struct json_field){NULL, 0, 0, 0};
+}
+
+/* PATCH /v1/instances/{id}: the fields of instance_patch_fields, each
+ * checked before the transaction; the instance must be stopped. */
+void api_instances_patch(struct http_request *req)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, patch_fields_init);
+    json_t *body = http_json_body(req, patch_fields);
+    if (!body)
+        return;
+    struct op_outcome o = {0};
+    if (json_object_size(body) == 0) {
+        http_error(req, ERR_MISSING_FIELD, NULL, "the body names no field to change");
+        json_decref(body);
+        return;
+    }
+    for (const struct instance_patch_field *f = instance_patch_fields; f->name; f++) {
+        json_t *v = json_object_get(body, f->name);
+        if (v && f->check(v, &o) < 0) {
+            reply_outcome(req, &o);
+            json_decref(body);
+            return;
+        }
+    }
+    struct store *s = store_thread();
+    struct patch_ctx ctx = {.user_id = req->user_id, .id = req->params[0], .body = body};
+    int rc = s ? store_txn(s, patch_txn, &ctx) : STORE_ERROR;
+    struct instance in;
+    if (rc == STORE_OK && store_instance_get(s, req->user_id, ctx.id, &in) == STORE_OK) {
+        log_info("instances: %s changed %s", req->user_id, in.id);
+        json_t *j = instance_json(s, &in);
+        if (j)
+            http_reply_json(req, 200, j);
+        else
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+    } else {
+        reply_failure(req, rc == STORE_OK ? STORE_ERROR : rc, &ctx.o);
+    }
+    json_decref(ctx.o.extra);
+    json_decref(body);
 }

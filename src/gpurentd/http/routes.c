@@ -39,6 +39,7 @@ const struct http_route daemon_routes[] = {
     {"POST",   "/v1/instances",               api_instances_create,    AUTH_USER },
     {"GET",    "/v1/instances",               api_instances_list,      AUTH_USER },
     {"GET",    "/v1/instances/{id}",          api_instances_get,       AUTH_USER },
+    {"PATCH",  "/v1/instances/{id}",          api_instances_patch,     AUTH_USER },
     {"POST",   "/v1/instances/{id}/start",    api_instances_start,     AUTH_USER },
     {"POST",   "/v1/instances/{id}/stop",     api_instances_stop,      AUTH_USER },
     {"DELETE", "/v1/instances/{id}",          api_instances_terminate, AUTH_USER },

@@ -126,10 +126,14 @@ struct spec_inputs {
     char source[513]; /* what the agents mount at /shared */
     int64_t size_gb;  /* the volume's quota, for the agents' mount_command */
     json_t *ssh_keys; /* the snapshot of its SSH keys, "type base64" (owned) */
+    struct instance_run run; /* what it runs: command, the user's env, working_dir (owned) */
 };
 
 static int spec_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out)
 {
+    store_instance_run_free(&out->run); /* a retry after a failed read */
+    if (store_instance_run(s, in->id, &out->run) != STORE_OK)
+        return -1;
     /* The image's stack is the GPU type's (instance_create checked that),
      * and the image is one indexed row, where reading the type also counts
      * every card of the model. The type answers for an image since removed
@@ -165,6 +169,38 @@ static int spec_inputs_get(struct store *s, const struct instance *in, struct sp
         return -1;
     }
     return 0;
+}
+
+/* What the user asked to run, into spec: "command" and "working_dir" when
+ * set, the user's env beside the platform's (whose names the API reserves),
+ * and "secret_env", the names the agent must never echo. Only members that
+ * are set go in: an agent from before them refuses one it does not know. */
+static void spec_add_run(json_t *spec, const struct instance_run *run)
+{
+    json_t *command = run->command ? json_loads(run->command, 0, NULL) : NULL;
+    if (json_array_size(command) > 0)
+        json_object_set(spec, "command", command);
+    json_decref(command);
+    if (run->working_dir[0])
+        json_object_set_new(spec, "working_dir", json_string(run->working_dir));
+    json_t *env = json_object_get(spec, "env"), *user = json_loads(run->env ? run->env : "[]", 0, NULL);
+    json_t *secret = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(user, i, e)
+    {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const char *value = json_string_value(json_object_get(e, "value"));
+        if (!name || !value || json_object_get(env, name))
+            continue;
+        json_object_set_new(env, name, json_string(value));
+        if (json_is_true(json_object_get(e, "secret")))
+            json_array_append_new(secret, json_string(name));
+    }
+    if (json_array_size(secret) > 0)
+        json_object_set(spec, "secret_env", secret);
+    json_decref(secret);
+    json_decref(user);
 }
 
 /* The spec put to node rank r: image, cards, volume and the environment a
@@ -209,6 +245,8 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
     if (spec && json_array_size(ports) > 0)
         json_object_set_new(spec, "ports", json_incref(ports));
     json_decref(ports);
+    if (spec)
+        spec_add_run(spec, &si->run);
     char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(spec);
     return text;
@@ -289,6 +327,7 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
         }
     }
     json_decref(si.ssh_keys);
+    store_instance_run_free(&si.run);
 }
 
 /* ------------------------------------------------------------ applying results */

@@ -6,7 +6,7 @@
  * runner (group commit), migrate.c the migrations, and one store_*.c per
  * table or concern the SQL: users, API keys, GPU types, nodes, capacity
  * history, images, volumes, instances, idempotency, money, money reports,
- * audit, metrics, reports, verify, SSH keys.
+ * audit, metrics, reports, verify, SSH keys, what an instance runs.
  *
  * Threading: a struct store is one SQLite connection and its cache of
  * prepared statements, used by one thread only. store_thread() gives each
@@ -451,6 +451,21 @@ int store_node_set_publish(struct store *s, const char *id, int64_t first, int64
  * them on its instance_nodes row; STORE_CONFLICT when the range has too few. */
 int store_instance_claim_ports(struct store *s, const char *instance_id, int64_t rank, const char *node_id,
                                const int64_t *container, size_t n);
+
+/* store_run.c: what an instance runs (0017), and its image. */
+struct instance_run {
+    char *command;         /* JSON array of strings, or NULL: the image's (malloc'd) */
+    char *env;             /* JSON array of {"name", "value", "secret"}, secret values included (malloc'd) */
+    char working_dir[256]; /* "" : the image's */
+};
+/* command_json NULL stores NULL; env_json NULL stores "[]". */
+int store_instance_set_command(struct store *s, const char *instance_id, const char *command_json);
+int store_instance_set_env(struct store *s, const char *instance_id, const char *env_json);
+int store_instance_set_working_dir(struct store *s, const char *instance_id, const char *dir);
+int store_instance_set_image(struct store *s, const char *instance_id, const char *ref);
+/* Reads them; free with store_instance_run_free (also after a failure). */
+int store_instance_run(struct store *s, const char *instance_id, struct instance_run *out);
+void store_instance_run_free(struct instance_run *r);
 
 /* store_idempotency.c */
 /* The first answer recorded for (user_id, key): STORE_NOT_FOUND if none;

@@ -242,7 +242,7 @@ def test_put_is_idempotent(agent):
     assert r.status_code == 201, r.text
     first = r.json()
     assert set(first) == {"id", "phase", "message", "image", "gpus", "created_at", "updated_at", "exited_at",
-                          "exit_code"}
+                          "exit_code", "command", "working_dir", "env"}
     assert first["id"] == wid
     assert first["phase"] == "pulling"
     assert first["exited_at"] is None and first["exit_code"] is None
@@ -328,7 +328,8 @@ def test_bad_bodies_and_ids(agent):
     assert_error(agent.put("/v1/workloads/wl_x", data=b"{not json"), 400, "malformed_json")
     assert_error(agent.put("/v1/workloads/wl_x", data=b'{"image":"a","image":"b"}'), 400, "duplicate_key")
     assert_error(agent.put("/v1/workloads/WL_UPPER", json={"image": "busybox"}), 400, "invalid_field")
-    big = {"image": "busybox", "env": {f"V{i}": "x" * 2000 for i in range(40)}}
+    # Over max_body_bytes (1 MiB by default): refused before it is parsed.
+    big = {"image": "busybox", "env": {f"V{i}": "x" * 2000 for i in range(600)}}
     assert_error(agent.put("/v1/workloads/wl_big", json=big), 413, "body_too_large")
 
 

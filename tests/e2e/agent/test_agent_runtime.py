@@ -53,8 +53,10 @@ TOOL = textwrap.dedent(r"""
         if [ -f "$STANDIN_STATE/$last" ]; then cat "$STANDIN_STATE/$last"; exit 0; fi
         echo "Error: no such container $last" >&2; exit 125 ;;
     run)
-        prev=""; name=""
-        for a in "$@"; do [ "$prev" = "--name" ] && name="$a"; prev="$a"; done
+        prev=""; name=""; envf=""
+        for a in "$@"; do [ "$prev" = "--name" ] && name="$a"; [ "$prev" = "--env-file" ] && envf="$a"; prev="$a"; done
+        # The env file is gone once run returns: keep what it held, and its mode.
+        if [ -n "$envf" ]; then cp "$envf" "$STANDIN_STATE/$name.envfile"; stat -c %a "$envf" > "$STANDIN_STATE/$name.envmode"; fi
         case "$last" in *fail-start*)
             echo "Error: crun: open /dev/kfd: No such device: OCI runtime error" >&2; exit 126 ;;
         esac
@@ -129,6 +131,12 @@ class Standins:
         path = os.path.join(self.state, f"gpurent-{wid}")
         return open(path).read().strip() if os.path.exists(path) else None
 
+    def env_file(self, wid):
+        """What the env file given to run held, and its mode (octal text)."""
+        base = os.path.join(self.state, f"gpurent-{wid}")
+        with open(base + ".envfile") as f, open(base + ".envmode") as m:
+            return f.read(), m.read().strip()
+
     def set_container(self, wid, text):
         path = os.path.join(self.state, f"gpurent-{wid}")
         if text is None:
@@ -159,6 +167,10 @@ def real_agent(tmp_path, standins):
         a.stop()
 
 
+def env_file(agent, wid):
+    return os.path.join(agent.state_dir, "run", f"{wid}.env")
+
+
 def verbs(calls):
     return [c[1] if c[0] in ("podman", "docker") else c[0] for c in calls]
 
@@ -177,8 +189,10 @@ def test_podman_rocm_command_lines(real_agent, standins):
     assert calls[3] == [
         "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
         "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--env", "ROCR_VISIBLE_DEVICES=2,3",
-        "--volume", f"{hd}:/shared", "--env", "GPURENT_NODE_RANK=0", "--env", "MASTER_PORT=29500",
-        "--env", "NOTE=two words", "rocm/pytorch:2.3-rocm6.2"]
+        "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "rocm/pytorch:2.3-rocm6.2"]
+    # The env travels in a 0600 file, sorted by name, removed after run.
+    assert standins.env_file("wl_rocm") == ("GPURENT_NODE_RANK=0\nMASTER_PORT=29500\nNOTE=two words\n", "600")
+    assert not os.path.exists(env_file(a, "wl_rocm"))
     assert standins.container("wl_rocm") == "running 0 " + PODMAN_ZERO
     # Running containers are inspected again every check_interval_s.
     poll(lambda: verbs(standins.calls()).count("container") >= 2, 10, "a state check")
@@ -206,7 +220,9 @@ def test_docker_cuda_command_lines(real_agent, standins):
     run = [c for c in standins.calls() if c[:2] == ["docker", "run"]]
     assert run == [[
         "docker", "run", "--detach", "--name", "gpurent-wl_cuda", "--label", "gpurent.workload=wl_cuda",
-        "--pull", "never", "--gpus", '"device=0,5"', "--env", "A=1", "nvcr.io/nvidia/pytorch:24.05-py3"]]
+        "--pull", "never", "--gpus", '"device=0,5"', "--env-file", env_file(a, "wl_cuda"),
+        "nvcr.io/nvidia/pytorch:24.05-py3"]]
+    assert standins.env_file("wl_cuda") == ("A=1\n", "600")
     assert standins.calls("mount") == []  # no volumes, nothing mounted
     assert a.delete("/v1/workloads/wl_cuda").status_code == 200
     poll(lambda: ["docker", "rm", "--force", "gpurent-wl_cuda"] in standins.calls(), 15, "docker rm")
@@ -440,3 +456,47 @@ def test_container_output_is_collected_into_the_log(real_agent, standins):
         first = f.readline().rstrip("\n").split(SEP)
     assert first[:4] == ["podman", "logs", "--timestamps", "--since"]
     assert first[4].isdigit() and first[5] == "gpurent-wl_out" and len(first) == 6
+
+
+SECRET = "tok-9f2e-never-shown"
+
+
+def test_command_working_dir_and_secret_env(real_agent, standins):
+    """command goes after the image, working_dir is --workdir, and a
+    secret_env value is in the env file only: never on the command line,
+    in GET /v1/workloads (shown "***"), or the agent's log."""
+    a = real_agent()
+    spec = {"image": "registry.example.com:5000/team/train:1", "env": {"HF_TOKEN": SECRET, "MODE": "fast"},
+            "secret_env": ["HF_TOKEN"], "command": ["python3", "train.py", "--lr", "3e-4"],
+            "working_dir": "/shared/proj"}
+    r = a.put("/v1/workloads/wl_cmd", json=spec)
+    assert r.status_code == 201, r.text
+    assert SECRET not in r.text
+    a.wait_phase("wl_cmd", "running")
+    run = [c for c in standins.calls() if c[:2] == ["podman", "run"]]
+    assert run == [[
+        "podman", "run", "--detach", "--name", "gpurent-wl_cmd", "--label", "gpurent.workload=wl_cmd",
+        "--pull", "never", "--env-file", env_file(a, "wl_cmd"), "--workdir", "/shared/proj",
+        "registry.example.com:5000/team/train:1", "python3", "train.py", "--lr", "3e-4"]]
+    assert standins.env_file("wl_cmd") == (f"HF_TOKEN={SECRET}\nMODE=fast\n", "600")
+    assert not os.path.exists(env_file(a, "wl_cmd"))
+    one = a.get("/v1/workloads/wl_cmd").json()
+    assert one["env"] == {"HF_TOKEN": "***", "MODE": "fast"}
+    assert one["command"] == spec["command"] and one["working_dir"] == "/shared/proj"
+    assert SECRET not in a.get("/v1/workloads").text
+    # The same PUT again is the same workload; a different secret is not.
+    assert a.put("/v1/workloads/wl_cmd", json=spec).status_code == 200
+    assert a.put("/v1/workloads/wl_cmd", json={**spec, "env": {"HF_TOKEN": "other", "MODE": "fast"}}).status_code == 409
+    # A run that fails says why without the secret, and leaves no env file.
+    bad = {**spec, "image": "registry.example/fail-start:1", "command": None}
+    assert a.put("/v1/workloads/wl_bad", json=bad).status_code == 201
+    body = a.wait_phase("wl_bad", "failed")
+    assert "/dev/kfd" in body["message"] and SECRET not in str(body)
+    assert not os.path.exists(env_file(a, "wl_bad"))
+    assert SECRET not in a.stderr_text()
+    # Bad members are refused naming them.
+    for extra, field in (({"command": []}, "command"), ({"command": "sh"}, "command"), ({"command": [1]}, "command"),
+                         ({"working_dir": "rel"}, "working_dir"), ({"working_dir": "/a/../b"}, "working_dir"),
+                         ({"secret_env": ["NOPE"]}, "secret_env"), ({"secret_env": "HF_TOKEN"}, "secret_env")):
+        r = a.put("/v1/workloads/wl_x", json={**spec, **extra})
+        assert r.status_code == 400 and r.json()["error"]["field"] == field, (extra, r.text)

@@ -53,6 +53,9 @@ def ok(url):
      "cors_origins: 'https://console.example.com/' has a path or a trailing slash"),
     ("cors_origins", "https://Console.example.com", "has upper-case letters"),
     ("cors_origins", "https://console.example.com:443", "names the default port"),
+    ("image_policy", "any", "image_policy: 'any' is not catalog or registries"),
+    ("image_registries", "docker.io,bad_host", "image_registries: 'bad_host' is not a registry host[:port]"),
+    ("image_registries", "ghcr.io:70000", "image_registries: 'ghcr.io:70000' is not a registry host[:port]"),
 ])
 def test_check_refuses_bad_lists(tmp_path, option, value, message):
     # On the command line: the message names the option, there is no line.
@@ -65,6 +68,13 @@ def test_check_refuses_bad_lists(tmp_path, option, value, message):
     p = run_gpurentd("-n", "-c", conf)
     assert p.returncode != 0 and p.stdout == "", (p.stdout, p.stderr)
     assert p.stderr.startswith(f"gpurentd: {conf}:3: {option}: ") and message in p.stderr, p.stderr
+
+
+def test_the_registries_image_policy_needs_registries():
+    p = run_gpurentd("-n", "-o", "image_policy=registries")
+    assert p.returncode != 0 and "image_policy = registries needs image_registries" in p.stderr, p.stderr
+    p = run_gpurentd("-n", "-o", "image_policy=registries", "-o", "image_registries=docker.io, ghcr.io,r.example:5000")
+    assert p.returncode == 0 and p.stdout == "configuration OK\n", p.stderr
 
 
 def test_check_accepts_good_lists(tmp_path):

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agent.h"
@@ -503,6 +504,70 @@ static void test_ports(void **state)
                "ports[1]");
 }
 
+
+/* command, working_dir and secret_env (issue 12): parsed, bounded, kept in
+ * the record's JSON, part of equality, and secret values masked in the
+ * public view; podman's env file holds NAME=VALUE lines. */
+static void test_command_and_secrets(void **state)
+{
+    struct wl_spec a, b;
+    char field[64];
+    assert_int_equal(parse("{\"image\": \"img\", \"env\": {\"T\": \"hush\", \"A\": \"1\"},"
+                           " \"secret_env\": [\"T\"], \"command\": [\"python3\", \"-c\", \"print(1)\"],"
+                           " \"working_dir\": \"/shared/p\"}", &a, field), 0);
+    assert_int_equal(a.n_command, 3);
+    assert_string_equal(a.command[2], "print(1)");
+    assert_string_equal(a.working_dir, "/shared/p");
+    assert_string_equal(a.env[1].name, "T");
+    assert_true(a.env[1].secret && !a.env[0].secret);
+    json_t *pub = json_object();
+    spec_public_json(&a, pub);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(pub, "env"), "T")), "***");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(pub, "env"), "A")), "1");
+    json_decref(pub);
+    char *file = oci_env_file_text(&a);
+    assert_string_equal(file, "A=1\nT=hush\n");
+    free(file);
+    /* The record keeps everything; it parses back to an equal spec. */
+    json_t *j = spec_to_json(&a);
+    char f2[64], err[256];
+    assert_int_equal(spec_parse(j, &b, f2, sizeof f2, err, sizeof err), 0);
+    json_decref(j);
+    assert_true(spec_equal(&a, &b));
+    b.env[1].secret = 0;
+    assert_false(spec_equal(&a, &b));
+    b.env[1].secret = 1;
+    b.working_dir[0] = '\0';
+    assert_false(spec_equal(&a, &b));
+    spec_free(&b);
+    spec_free(&a);
+
+    expect_bad("{\"image\": \"img\", \"command\": []}", "command");
+    expect_bad("{\"image\": \"img\", \"command\": \"sh\"}", "command");
+    expect_bad("{\"image\": \"img\", \"command\": [\"\"]}", "command");
+    expect_bad("{\"image\": \"img\", \"command\": [\"a\", 2]}", "command");
+    expect_bad("{\"image\": \"img\", \"working_dir\": \"rel\"}", "working_dir");
+    expect_bad("{\"image\": \"img\", \"working_dir\": \"/a/../b\"}", "working_dir");
+    expect_bad("{\"image\": \"img\", \"working_dir\": 3}", "working_dir");
+    expect_bad("{\"image\": \"img\", \"secret_env\": [\"T\"]}", "secret_env");
+    expect_bad("{\"image\": \"img\", \"env\": {\"T\": \"a\\nb\"}, \"secret_env\": [\"T\"]}", "secret_env");
+    expect_bad("{\"image\": \"img\", \"env\": {\"T\": \"x\"}, \"secret_env\": \"T\"}", "secret_env");
+    /* 64 words pass, 65 do not. */
+    static char many[2000];
+    for (int n = 64; n <= 65; n++) {
+        size_t off = (size_t)snprintf(many, sizeof many, "{\"image\": \"img\", \"command\": [");
+        for (int i = 0; i < n; i++)
+            off += (size_t)snprintf(many + off, sizeof many - off, "%s\"w\"", i ? ", " : "");
+        snprintf(many + off, sizeof many - off, "]}");
+        if (n == 64) {
+            assert_int_equal(parse(many, &a, field), 0);
+            spec_free(&a);
+        } else {
+            expect_bad(many, "command");
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -511,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_equality),        cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_names_and_phases), cmocka_unit_test(test_sim_switches),
         cmocka_unit_test(test_ssh),             cmocka_unit_test(test_ports),
+        cmocka_unit_test(test_command_and_secrets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,203 @@
+/* instance_run.c: what an instance runs, in the database: command, env and
+ * working_dir stored at create and shown (secret values never), the image
+ * policy that decides which images may run, and PATCH /v1/instances/{id},
+ * which changes such fields only while the instance is stopped, driven by
+ * a table of fields that later fields join as rows. */
+#include "domain/domain.h"
+#include "gpurent/clock.h"
+#include "store/store.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
+{
+    o->failed = 1;
+    o->error = e;
+    snprintf(o->field, sizeof o->field, "%s", field ? field : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->message, sizeof o->message, fmt, ap);
+    va_end(ap);
+    json_decref(o->extra);
+    o->extra = extra;
+    return REFUSED;
+}
+
+int instance_image_resolve(struct store *s, const char *image, const struct gpu_type *t, char ref_out[256],
+                           struct op_outcome *o)
+{
+    struct image img;
+    int rc = store_image_find(s, image, &img);
+    if (rc == STORE_OK) {
+        if (strcmp(img.stack, t->stack) != 0)
+            return refuse(o, ERR_STACK_MISMATCH, "image", NULL, "%s is a %s image but %s cards run %s", img.ref,
+                          img.stack, t->code, t->stack);
+        snprintf(ref_out, 256, "%s", img.ref);
+        return STORE_OK;
+    }
+    if (rc != STORE_NOT_FOUND)
+        return rc;
+    if (strcmp(daemon_config->image_policy, "registries") != 0)
+        return refuse(o, ERR_INVALID_FIELD, "image", NULL, "no image %.64s; see GET /v1/images", image);
+    char registry[256];
+    const char *why;
+    if (image_ref_parse(image, registry, sizeof registry, &why) < 0)
+        return refuse(o, ERR_INVALID_FIELD, "image", NULL,
+                      "image %.64s is not in the catalog and not a valid reference: it %s", image, why);
+    if (!image_registry_listed(registry, daemon_config->image_registries))
+        return refuse(o, ERR_INVALID_FIELD, "image", json_pack("{s:s}", "registry", registry),
+                      "image %.64s is from registry %s, which is not allowed here (allowed: %.120s)", image, registry,
+                      daemon_config->image_registries);
+    /* A user's own image runs the cards' stack: nothing else could. */
+    snprintf(ref_out, 256, "%s", image);
+    return STORE_OK;
+}
+
+int instance_run_store(struct store *s, const char *instance_id, const json_t *command, const json_t *env,
+                       const char *working_dir)
+{
+    int rc = STORE_OK;
+    if (command && json_array_size(command) > 0) {
+        char *text = json_dumps(command, JSON_COMPACT);
+        rc = text ? store_instance_set_command(s, instance_id, text) : STORE_ERROR;
+        free(text);
+    }
+    if (rc == STORE_OK && env && json_array_size(env) > 0) {
+        char *text = json_dumps(env, JSON_COMPACT);
+        rc = text ? store_instance_set_env(s, instance_id, text) : STORE_ERROR;
+        free(text);
+    }
+    if (rc == STORE_OK && working_dir && working_dir[0])
+        rc = store_instance_set_working_dir(s, instance_id, working_dir);
+    return rc;
+}
+
+void instance_run_json(struct store *s, const char *instance_id, json_t *j)
+{
+    struct instance_run r;
+    json_t *command = NULL, *env = NULL;
+    if (store_instance_run(s, instance_id, &r) == STORE_OK) {
+        command = r.command ? json_loads(r.command, 0, NULL) : NULL;
+        json_t *stored = json_loads(r.env, 0, NULL);
+        env = run_env_public(stored);
+        json_decref(stored);
+    }
+    json_object_set_new(j, "command", command ? command : json_null());
+    json_object_set_new(j, "env", env ? env : json_array());
+    json_object_set_new(j, "working_dir", json_string(r.working_dir[0] ? r.working_dir : ""));
+    store_instance_run_free(&r);
+}
+
+/* ------------------------------------------------------------ PATCH rows */
+
+static int check_image(const json_t *v, struct op_outcome *o)
+{
+    return 0; /* the policy needs the store: apply decides */
+}
+
+static int apply_image(struct store *s, const struct instance *in, const json_t *v, struct op_outcome *o)
+{
+    struct gpu_type t;
+    char ref[256];
+    int rc = store_gpu_type_row(s, in->gpu_model, &t);
+    if (rc != STORE_OK)
+        return rc;
+    if ((rc = instance_image_resolve(s, json_string_value(v), &t, ref, o)) != STORE_OK)
+        return rc;
+    return store_instance_set_image(s, in->id, ref);
+}
+
+static int check_command(const json_t *v, struct op_outcome *o)
+{
+    return run_command_check(v, o);
+}
+
+static int apply_command(struct store *s, const struct instance *in, const json_t *v, struct op_outcome *o)
+{
+    if (json_array_size(v) == 0)
+        return store_instance_set_command(s, in->id, NULL); /* back to the image's own */
+    char *text = json_dumps(v, JSON_COMPACT);
+    int rc = text ? store_instance_set_command(s, in->id, text) : STORE_ERROR;
+    free(text);
+    return rc;
+}
+
+static int check_env(const json_t *v, struct op_outcome *o)
+{
+    json_t *norm = NULL;
+    int rc = run_env_check(v, &norm, o);
+    json_decref(norm);
+    return rc;
+}
+
+/* The whole env is replaced: a secret entry must be given again with its
+ * value, since no client can read it back to merge. */
+static int apply_env(struct store *s, const struct instance *in, const json_t *v, struct op_outcome *o)
+{
+    json_t *norm = NULL;
+    if (run_env_check(v, &norm, o) < 0)
+        return REFUSED;
+    char *text = json_dumps(norm, JSON_COMPACT);
+    json_decref(norm);
+    int rc = text ? store_instance_set_env(s, in->id, text) : STORE_ERROR;
+    free(text);
+    return rc;
+}
+
+static int check_working_dir(const json_t *v, struct op_outcome *o)
+{
+    return run_working_dir_check(json_string_value(v), o);
+}
+
+static int apply_working_dir(struct store *s, const struct instance *in, const json_t *v, struct op_outcome *o)
+{
+    return store_instance_set_working_dir(s, in->id, json_string_value(v));
+}
+
+const struct instance_patch_field instance_patch_fields[] = {
+    {"image",       JSON_KIND_STRING, 255,  check_image,       apply_image      },
+    {"command",     JSON_KIND_ARRAY,  0,    check_command,     apply_command    },
+    {"env",         JSON_KIND_ARRAY,  0,    check_env,         apply_env        },
+    {"working_dir", JSON_KIND_STRING, 4096, check_working_dir, apply_working_dir},
+    {NULL,          0,                0,    NULL,              NULL             },
+};
+
+int instance_patch(struct store *s, const char *user_id, const char *id, const json_t *body, struct op_outcome *o)
+{
+    struct instance in;
+    int rc = id_valid("ins", id) ? store_instance_get(s, user_id, id, &in) : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        return refuse(o, ERR_NOT_FOUND, NULL, NULL, "no instance %.32s", id);
+    if (rc != STORE_OK)
+        return rc;
+    /* A running job reads its spec once, at start: a change now would show
+     * what does not run. stopped is the one state where nothing runs and
+     * the next start reads it. */
+    if (strcmp(in.state, "stopped") != 0)
+        return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+                      "instance %s is %s; it can be changed only while stopped (POST /v1/instances/%s/stop)", in.id,
+                      in.state, in.id);
+    /* The event names the fields, never a value: env may hold secrets. */
+    char reason[256] = "changed by the user:";
+    size_t len = strlen(reason);
+    for (const struct instance_patch_field *f = instance_patch_fields; f->name; f++) {
+        json_t *v = json_object_get(body, f->name);
+        if (!v)
+            continue;
+        if ((rc = f->apply(s, &in, v, o)) != STORE_OK)
+            return rc;
+        int n = snprintf(reason + len, sizeof reason - len, "%s %s", len > 20 ? "," : "", f->name);
+        if (n > 0 && len + (size_t)n < sizeof reason)
+            len += (size_t)n;
+    }
+    int64_t now = clock_now();
+    if ((rc = store_instance_set_desired(s, in.id, in.desired, now)) != STORE_OK)
+        return rc;
+    return store_instance_event(s, in.id, now, in.state, len > 20 ? reason : "changed by the user: nothing");
+}

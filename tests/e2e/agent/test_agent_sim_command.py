@@ -1,0 +1,83 @@
+"""test_agent_sim_command.py: the sim runtime runs a spec's `command` for
+real. Its stdout and stderr are the workload's log, line by line; its exit
+status and second are the workload's; its env is the spec's with HOME, PATH
+and GPURENT_WORKLOAD; working_dir under /shared is the volume's directory;
+DELETE kills its whole process group; an agent that dies takes the process
+with it, and the agent started again reports the workload exited with an
+unknown status. A secret_env value is never in the agent's log."""
+import os
+import time
+
+from agent_util import Agent, poll
+
+SECRET = "pw-7c1d-never-logged"
+
+
+def log_texts(a, wid):
+    r = a.get(f"/v1/workloads/{wid}/logs?tail=500")
+    assert r.status_code == 200, r.text
+    return [(line["stream"], line["text"]) for line in r.json()["lines"]]
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_the_command_runs_logs_and_exits_with_its_status(tmp_path):
+    a = Agent(tmp_path / "a")
+    vol = tmp_path / "vol"
+    spec = {"image": "busybox", "volumes": [{"source": str(vol), "target": "/shared"}],
+            "env": {"WHO": "sim", "TOKEN": SECRET}, "secret_env": ["TOKEN"], "working_dir": "/shared/run",
+            "command": ["sh", "-c", 'echo "hi $WHO"; echo "home=$HOME"; pwd; echo warn >&2;'
+                        ' [ -n "$TOKEN" ] && echo "token-len=${#TOKEN}"; printf partial; exit 7']}
+    started = int(time.time())
+    assert a.put("/v1/workloads/wl_job", json=spec).status_code == 201
+    w = a.wait_phase("wl_job", "exited")
+    assert w["exit_code"] == 7 and w["message"] == "the command exited with status 7"
+    assert started <= w["exited_at"] <= int(time.time())
+    lines = log_texts(a, "wl_job")
+    assert ("stdout", "hi sim") in lines and ("stderr", "warn") in lines and ("stdout", "partial") in lines
+    assert ("stdout", f"token-len={len(SECRET)}") in lines
+    assert ("stdout", str(vol / "run")) in lines  # /shared/run is the volume's directory
+    home = [t for s, t in lines if t.startswith("home=")][0]
+    assert home.endswith("/containers/wl_job"), home
+    assert w["env"]["TOKEN"] == "***"
+    assert SECRET not in a.get("/v1/workloads").text
+    assert SECRET not in a.stderr_text()
+    assert a.delete("/v1/workloads/wl_job").status_code == 200
+    a.stop()
+    assert SECRET not in a.stderr_text()
+
+
+def test_delete_kills_the_process_group_and_a_restart_reports_an_unknown_exit(tmp_path):
+    a = Agent(tmp_path / "a")
+    pidfile = tmp_path / "pids"
+    spec = {"image": "busybox",
+            "command": ["sh", "-c", f'sleep 300 & echo $! > {pidfile}.child; echo $$ > {pidfile}; wait']}
+    assert a.put("/v1/workloads/wl_long", json=spec).status_code == 201
+    a.wait_phase("wl_long", "running")
+    poll(lambda: os.path.exists(f"{pidfile}.child") and os.path.getsize(f"{pidfile}.child") > 0, 20, "the pids")
+    main, child = int(open(pidfile).read()), int(open(f"{pidfile}.child").read())
+    assert alive(main) and alive(child)
+    assert a.delete("/v1/workloads/wl_long").status_code == 200
+    poll(lambda: a.get("/v1/workloads/wl_long").status_code == 404, 20, "the removal")
+    poll(lambda: not alive(main) and not alive(child), 10, "the process group to be gone")
+
+    # A workload whose process the agent before this one started.
+    os.unlink(pidfile)
+    assert a.put("/v1/workloads/wl_orphan", json=spec).status_code == 201
+    a.wait_phase("wl_orphan", "running")
+    poll(lambda: os.path.exists(pidfile) and os.path.getsize(pidfile) > 0, 20, "the pid")
+    main = int(open(pidfile).read())
+    a.kill()
+    poll(lambda: not alive(main), 10, "the process to die with its agent")
+    a.start()
+    w = a.wait_phase("wl_orphan", "exited")
+    assert w["exit_code"] is None and "unknown" in w["message"], w
+    a.stop()
