@@ -92,16 +92,16 @@ static int create_txn(struct store *s, void *vctx)
 void api_instances_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"gpu_type",    JSON_KIND_STRING,  1, 32 },
-        {"card_count",  JSON_KIND_INTEGER, 1, 0  },
-        {"image",       JSON_KIND_STRING,  1, 255},
-        {"volume_id",   JSON_KIND_STRING,  0, 64 },
-        {"name",        JSON_KIND_STRING,  0, 63 },
-        {"ssh_key_ids", JSON_KIND_ARRAY,   0, 0  },
-        {"ports",       JSON_KIND_ARRAY,   0, 0  },
-        {"restart_policy", JSON_KIND_STRING, 0, 16},
-        {"max_runtime_minutes", JSON_KIND_INTEGER, 0, 0},
-        {NULL,          0,                 0, 0  },
+        {"gpu_type",            JSON_KIND_STRING,  1, 32 },
+        {"card_count",          JSON_KIND_INTEGER, 1, 0  },
+        {"image",               JSON_KIND_STRING,  1, 255},
+        {"volume_id",           JSON_KIND_STRING,  0, 64 },
+        {"name",                JSON_KIND_STRING,  0, 63 },
+        {"ssh_key_ids",         JSON_KIND_ARRAY,   0, 0  },
+        {"ports",               JSON_KIND_ARRAY,   0, 0  },
+        {"restart_policy",      JSON_KIND_STRING,  0, 16 },
+        {"max_runtime_minutes", JSON_KIND_INTEGER, 0, 0  },
+        {NULL,                  0,                 0, 0  },
     };
     struct idempotency idem;
     json_t *body = http_json_body(req, fields);
@@ -205,8 +205,9 @@ void api_instances_create(struct http_request *req)
     json_decref(body);
 }
 
-static const char *const instance_states[] = {"pending", "provisioning", "running", "stopping", "unreachable",
-                                              "stopped", "terminated",   "failed",  "lost",     "succeeded", NULL};
+static const char *const instance_states[] = {"pending",     "provisioning", "running",    "stopping",
+                                              "unreachable", "stopped",      "terminated", "failed",
+                                              "lost",        "succeeded",    NULL};
 
 void api_instances_list(struct http_request *req)
 {

@@ -492,8 +492,8 @@ static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const
     }
     int long_run = strcmp(in->state, "running") == 0 && at - in->state_since >= 600;
     int64_t backoff = in->restart_backoff_s <= 0 || long_run ? 10
-                      : in->restart_backoff_s >= 150    ? 300
-                                                        : in->restart_backoff_s * 2;
+                      : in->restart_backoff_s >= 150         ? 300
+                                                             : in->restart_backoff_s * 2;
     int64_t count = in->restart_count + 1;
     char reason[1024];
     snprintf(reason, sizeof reason, "restart %lld in %llds (restart_policy %s): %.*s", (long long)count,
@@ -506,7 +506,8 @@ static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const
     log_info("reconciler: instance %s: %s", in->id, reason);
     /* Every restart is an event, even from pending (where the state does
      * not change and set_state writes none). */
-    if (strcmp(in->state, "pending") == 0 && (rc = store_instance_event(s, in->id, ctx->now, "pending", reason)) != STORE_OK)
+    if (strcmp(in->state, "pending") == 0 &&
+        (rc = store_instance_event(s, in->id, ctx->now, "pending", reason)) != STORE_OK)
         return rc;
     return store_instance_set_state(s, in->id, "pending", "", reason, ctx->now);
 }

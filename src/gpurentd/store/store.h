@@ -298,15 +298,15 @@ struct instance {
     int64_t state_since;            /* last state change */
     int64_t created_at, updated_at; /* epoch seconds */
     /* jobs (0018, store_jobs.c) */
-    char restart_policy[16];        /* never, on_failure, always */
-    int64_t max_runtime_minutes;    /* a run is stopped after this long; 0: never */
-    int64_t restart_count;          /* restarts since the last create or start */
-    int64_t restart_backoff_s;      /* what the last restart waited; 0 none */
-    int exit_known;                 /* exit_code holds the status the job last exited with */
-    int64_t exit_code;              /* that status */
-    int64_t run_started_at;         /* the current run began (max runtime counts from it); 0 not yet */
-    int64_t runtime_warned_at;      /* max_runtime_warning written for this run; 0 not yet */
-    int64_t ranks_exited_at;        /* latest status-0 exit of a rank while others ran; 0 none */
+    char restart_policy[16];     /* never, on_failure, always */
+    int64_t max_runtime_minutes; /* a run is stopped after this long; 0: never */
+    int64_t restart_count;       /* restarts since the last create or start */
+    int64_t restart_backoff_s;   /* what the last restart waited; 0 none */
+    int exit_known;              /* exit_code holds the status the job last exited with */
+    int64_t exit_code;           /* that status */
+    int64_t run_started_at;      /* the current run began (max runtime counts from it); 0 not yet */
+    int64_t runtime_warned_at;   /* max_runtime_warning written for this run; 0 not yet */
+    int64_t ranks_exited_at;     /* latest status-0 exit of a rank while others ran; 0 none */
 };
 struct instance_node {
     int64_t rank;             /* 0 = master */
@@ -348,8 +348,8 @@ int store_instance_set_desired(struct store *s, const char *id, const char *desi
 int store_instance_set_attempts(struct store *s, const char *id, int64_t attempts, int64_t next_attempt_at);
 int store_instance_event(struct store *s, const char *id, int64_t at, const char *state, const char *reason);
 struct instance_event {
-    int64_t seq;      /* order */
-    int64_t at;       /* epoch seconds */
+    int64_t seq;       /* order */
+    int64_t at;        /* epoch seconds */
     char state[32];    /* state or phase entered, or max_runtime_warning */
     char reason[1024]; /* why */
 };

@@ -8,13 +8,13 @@
 
 static const char SQL_SET_JOB[] = "UPDATE instances SET restart_policy = ?2, max_runtime_minutes = ?3 WHERE id = ?1";
 static const char SQL_SET_EXIT[] = "UPDATE instances SET exit_code = ?2 WHERE id = ?1";
-static const char SQL_SET_RESTARTS[] =
-    "UPDATE instances SET restart_count = ?2, restart_backoff_s = ?3 WHERE id = ?1";
+static const char SQL_SET_RESTARTS[] = "UPDATE instances SET restart_count = ?2, restart_backoff_s = ?3 WHERE id = ?1";
 static const char SQL_SET_RUN_CLOCK[] =
     "UPDATE instances SET run_started_at = ?2, runtime_warned_at = ?3 WHERE id = ?1";
 static const char SQL_SET_RANKS_EXITED[] = "UPDATE instances SET ranks_exited_at = ?2 WHERE id = ?1";
-static const char SQL_NODE_RENEW[] = "UPDATE instance_nodes SET workload_id = ?3, phase = '', message = '', put_done = 0"
-                                     " WHERE instance_id = ?1 AND rank = ?2";
+static const char SQL_NODE_RENEW[] =
+    "UPDATE instance_nodes SET workload_id = ?3, phase = '', message = '', put_done = 0"
+    " WHERE instance_id = ?1 AND rank = ?2";
 
 void store_read_job_columns(sqlite3_stmt *st, int first, struct instance *in)
 {

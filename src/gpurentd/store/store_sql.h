@@ -35,7 +35,7 @@ int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, si
 void store_read_id(sqlite3_stmt *st, void *row);
 /* The instance columns of 0018 (store_jobs.c), selected after the others,
  * and their reader from column `first`. */
-#define STORE_JOB_COLUMNS                                                                        \
+#define STORE_JOB_COLUMNS                                                                            \
     "restart_policy, coalesce(max_runtime_minutes, 0), restart_count, restart_backoff_s, exit_code," \
     " coalesce(run_started_at, 0), coalesce(runtime_warned_at, 0), coalesce(ranks_exited_at, 0)"
 void store_read_job_columns(sqlite3_stmt *st, int first, struct instance *in);
