@@ -9,7 +9,8 @@
 #define INSTANCE_COLUMNS                                                                               \
     "id, user_id, name, gpu_model, card_count, image, volume_id, desired, state, phase, state_reason," \
     " attempts, next_attempt_at, state_since, created_at, updated_at"
-/* Read after INSTANCE_COLUMNS, from column 16 (0018, store_jobs.c). */
+/* The job columns (0018, store_jobs.c) come last, so they are found from
+ * the end however many columns INSTANCE_COLUMNS gains. */
 #define INSTANCE_READ INSTANCE_COLUMNS ", " STORE_JOB_COLUMNS
 
 /* States in which an instance holds cards. An unreachable one keeps them
@@ -107,7 +108,7 @@ static void read_instance(sqlite3_stmt *st, void *row)
     in->state_since = sqlite3_column_int64(st, 13);
     in->created_at = sqlite3_column_int64(st, 14);
     in->updated_at = sqlite3_column_int64(st, 15);
-    store_read_job_columns(st, 16, in);
+    store_read_job_columns(st, sqlite3_column_count(st) - STORE_JOB_NCOLS, in);
 }
 
 int store_instance_insert(struct store *s, const struct instance *in)
