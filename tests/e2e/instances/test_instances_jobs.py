@@ -308,3 +308,51 @@ def test_multinode_job_succeeds_when_every_rank_exits_0(cloud):
     assert inst["state"] == "succeeded" and inst["exit_code"] == 0, inst
     assert "on every node" in inst["state_reason"], inst
     _verify(cloud)
+
+
+def test_job_failing_before_every_rank_runs_ends_failed_unbilled(cloud):
+    """A rank whose job exits non-zero while another still pulls: the job
+    ran, so it is over (not retried on other cards), failed with its status,
+    and nothing is billed."""
+    cloud.fleet(1, prefix="fast-", sim={"sim_pull_ms": "0"})
+    cloud.fleet(1, prefix="slow-", sim={"sim_pull_ms": "4000"})
+    img = _image(cloud, "example/exit-after-100-exit-code-4:1")
+    u = cloud.user()
+    iid = cloud.create(u, card_count=16, image=img)["id"]
+    inst = cloud.wait_state(u, iid, ("stopped", "failed", "succeeded"))
+    assert inst["state"] == "failed" and inst["exit_code"] == 4 and inst["desired_state"] == "stopped", inst
+    assert "workload exited before every node was seen running" in inst["state_reason"], inst
+    assert "sim: container exited with status 4" in inst["state_reason"], inst
+    assert _intervals(cloud, iid) == []
+    assert cloud.d.sql("SELECT attempts FROM instances WHERE id = ?", (iid,)) == [(0,)]
+    cloud.wait_no_orphans()
+    _verify(cloud)
+
+
+def test_max_runtime_keeps_counting_across_restarts(cloud):
+    """An `always` service that keeps exiting: max_runtime_minutes counts
+    from the first time the run was seen running, restarts included, so it
+    is stopped at that bound even while it waits to restart."""
+    cloud.fleet(1)
+    img = _image(cloud, "example/exit-after-800:1")
+    u = cloud.user()
+    iid = cloud.create(u, card_count=1, image=img, restart_policy="always", max_runtime_minutes=1)["id"]
+    cloud.wait_state(u, iid, "running")
+    start = cloud.d.now()
+    first = _workload_ids(cloud, iid)
+    wait(lambda: cloud.get(u, iid)["restart_count"] == 1, what="the first restart")
+    wait(lambda: not set(first) & _agent_ids(cloud), what="the exited workload to be deleted")
+    cloud.d.set_clock(start + 10)
+    wait(lambda: cloud.get(u, iid)["restart_count"] == 2, what="the second restart")
+    cloud.d.set_clock(start + 30)  # half the minute: the warning, counted from the first run
+    wait(lambda: [e for e in cloud.events(u, iid) if e["state"] == "max_runtime_warning"], what="the warning")
+    cloud.d.set_clock(start + 60)
+    inst = cloud.wait_state(u, iid, "stopped")
+    assert inst["state_reason"].startswith("max_runtime_minutes reached: stopped after 1 minutes"), inst
+    ivs = _intervals(cloud, iid)
+    # Runs from start, start + 10 and maybe start + 30 (the third restart's
+    # backoff ends with the warning's step): none billed past the bound.
+    assert [b for b, _, _ in ivs][:2] == [start, start + 10] and len(ivs) <= 3, ivs
+    assert all(e is not None and e <= start + 60 for _, e, _ in ivs), ivs
+    assert cloud.held_cards(iid) == {}
+    _verify(cloud)
