@@ -330,7 +330,7 @@ static void api_workload_put(struct http_request *req)
         snprintf(err, sizeof err, "workload %s is still being removed; retry shortly", id);
     } else if (old && spec_equal(&old->spec, &spec)) {
         status = 200;
-        reply = workload_json(old);
+        reply = workload_json_ended(a, n, old);
     } else if (old) {
         snprintf(err, sizeof err, "workload %s exists with another spec; delete it first", id);
     } else if (n->n_wl >= (size_t)a->conf->max_workloads) {
