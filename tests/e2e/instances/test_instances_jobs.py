@@ -307,6 +307,11 @@ def test_multinode_job_succeeds_when_every_rank_exits_0(cloud):
     inst = cloud.wait_state(u, iid, ("failed", "succeeded"))
     assert inst["state"] == "succeeded" and inst["exit_code"] == 0, inst
     assert "on every node" in inst["state_reason"], inst
+    [(began, end, reason)] = _intervals(cloud, iid)
+    assert began == start and start <= end <= start + 30 and reason.startswith("workload exited with status 0")
+    assert _charged(cloud, u) == accrue(PRICE["MI450"], 16, end - start)
+    assert inst["nodes"] == [] and cloud.held_cards(iid) == {}
+    cloud.wait_no_orphans()
     _verify(cloud)
 
 
