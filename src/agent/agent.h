@@ -404,6 +404,9 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
 int agent_inventory_has_card(struct agent *a, int index, char stack[8]);
 /* A workload as the API shows it. New reference; call under the node lock. */
 json_t *workload_json(const struct workload *w);
+/* workload_json, plus "last_lines" (the log's last lines) when the
+ * workload exited or failed: what GET /v1/workloads answers. */
+json_t *workload_json_ended(const struct agent *a, const struct agent_node *n, const struct workload *w);
 
 /* replay.c: signed requests are accepted once, across restarts too. */
 enum replay_verdict {
@@ -459,6 +462,14 @@ json_t *wl_log_read(const char *node_dir, const char *id, const struct wl_log_qu
                     char cursor[WL_LOG_CURSOR_MAX], int *at_end, char *err, size_t errlen);
 /* Whether s is a cursor as wl_log_read writes them. */
 int wl_log_cursor_valid(const char *s);
+#define WL_LAST_LINES_MAX 10         /* last_lines of an ended workload (AGENT_PROTOCOL.md) */
+#define WL_LAST_LINE_MAX 200         /* bytes of each, cut on a character boundary */
+#define WL_LAST_READ_BYTES 65536     /* read from the end of each log file for them, at most */
+/* The texts of the last max (<= WL_LAST_LINES_MAX) lines of the workload's
+ * log, oldest first, each one line of at most WL_LAST_LINE_MAX bytes; an
+ * empty array when it has none. Reads at most WL_LAST_READ_BYTES of each
+ * of its two files, so it costs the same however large the log is. */
+json_t *wl_log_last_lines(const char *node_dir, const char *id, size_t max);
 
 /* exec.c: running a command without a shell: see exec.h, included above. */
 

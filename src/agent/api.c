@@ -161,7 +161,7 @@ static void api_workloads_list(struct http_request *req)
     pthread_mutex_lock(&n->lock);
     for (size_t i = 0; i < n->n_wl; i++)
         if (!n->wl[i]->removing)
-            json_array_append_new(list, workload_json(n->wl[i]));
+            json_array_append_new(list, workload_json_ended(app(req), n, n->wl[i]));
     /* Read after the workloads and under the same lock, so no exited_at in
      * the list is later than now: the control plane places each on its own
      * clock as its now - (now - exited_at), whatever the skew. */
@@ -179,7 +179,7 @@ static void api_workload_get(struct http_request *req)
         pthread_mutex_lock(&n->lock);
         struct workload *w = agent_node_workload(n, id);
         if (w && !w->removing)
-            body = workload_json(w);
+            body = workload_json_ended(app(req), n, w);
         pthread_mutex_unlock(&n->lock);
     }
     if (!body) {
@@ -333,7 +333,7 @@ static void api_workload_put(struct http_request *req)
         snprintf(err, sizeof err, "workload %s is still being removed; retry shortly", id);
     } else if (old && spec_equal(&old->spec, &spec)) {
         status = 200;
-        reply = workload_json(old);
+        reply = workload_json_ended(a, n, old);
     } else if (old) {
         snprintf(err, sizeof err, "workload %s exists with another spec; delete it first", id);
     } else if (n->n_wl >= (size_t)a->conf->max_workloads) {

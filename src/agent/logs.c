@@ -372,3 +372,126 @@ json_t *wl_log_read(const char *node_dir, const char *id, const struct wl_log_qu
     free(ring);
     return lines;
 }
+
+/* The text of a last line: control characters become spaces (it goes into
+ * an instance's reason, one line) and it is cut at WL_LAST_LINE_MAX bytes on
+ * a character boundary (the stored text is UTF-8 already). */
+static json_t *last_line_json(const struct log_line *l)
+{
+    char out[WL_LAST_LINE_MAX + 1];
+    size_t o = 0;
+    const unsigned char *s = (const unsigned char *)l->text;
+    for (size_t i = 0; i < l->len;) {
+        size_t k = utf8_len(s + i, l->len - i);
+        if (k == 0)
+            k = 1; /* not written by format_line: '?' below */
+        if (o + k > WL_LAST_LINE_MAX)
+            break;
+        if (k == 1)
+            out[o++] = s[i] < 0x20 || s[i] == 0x7f ? ' ' : s[i] < 0x80 ? (char)s[i] : '?';
+        else
+            memcpy(out + o, s + i, k), o += k;
+        i += k;
+    }
+    out[o] = 0;
+    return json_stringn(out, o);
+}
+
+/* Parses the whole lines of buf[0..n) (the first one only if whole is set:
+ * a read from the middle of a file starts inside a line) into ring, which
+ * keeps the last max of them. */
+static void tail_lines(char *buf, size_t n, int whole, struct log_line *ring, size_t max, size_t *count)
+{
+    size_t i = 0;
+    if (!whole) {
+        while (i < n && buf[i] != '\n')
+            i++;
+        i++;
+    }
+    while (i < n) {
+        char *nl = memchr(buf + i, '\n', n - i);
+        if (!nl)
+            break; /* being written */
+        struct log_line l;
+        if (parse_line(buf + i, (size_t)(nl - (buf + i)), &l) == 0) {
+            if (*count == max) {
+                free(ring[0].text);
+                memmove(ring, ring + 1, (max - 1) * sizeof *ring);
+                (*count)--;
+            }
+            ring[(*count)++] = l;
+        }
+        i = (size_t)(nl - buf) + 1;
+    }
+}
+
+/* Reads the last bytes of path, at most WL_LAST_READ_BYTES; *whole says
+ * whether the read began at the start of the file. NULL when absent. */
+static char *read_tail(const char *path, size_t *n, int *whole)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    char *buf = NULL;
+    if (fstat(fd, &st) == 0) {
+        off_t from = st.st_size > WL_LAST_READ_BYTES ? st.st_size - WL_LAST_READ_BYTES : 0;
+        size_t want = (size_t)(st.st_size - from);
+        buf = malloc(want + 1);
+        ssize_t got = buf ? pread(fd, buf, want, from) : -1;
+        if (got < 0) {
+            free(buf);
+            buf = NULL;
+        } else {
+            *n = (size_t)got;
+            *whole = from == 0;
+        }
+    }
+    close(fd);
+    return buf;
+}
+
+json_t *wl_log_last_lines(const char *node_dir, const char *id, size_t max)
+{
+    char paths[2][PATH_MAX];
+    if (max == 0 || max > WL_LAST_LINES_MAX || log_paths(node_dir, id, paths[1], paths[0]) < 0)
+        return json_array();
+    struct log_line ring[WL_LAST_LINES_MAX];
+    size_t count = 0, n = 0;
+    int whole = 0;
+    /* The current file's end; the older file only when the current one
+     * holds fewer lines (it was just rotated). Under the lock, so no
+     * rotation falls between the two reads. */
+    pthread_mutex_lock(&log_lock);
+    char *cur = read_tail(paths[1], &n, &whole);
+    if (cur)
+        tail_lines(cur, n, whole, ring, max, &count);
+    if (count < max && (!cur || whole)) {
+        struct log_line later[WL_LAST_LINES_MAX];
+        size_t n_later = count;
+        memcpy(later, ring, count * sizeof *ring);
+        count = 0;
+        size_t m = 0;
+        char *old = read_tail(paths[0], &m, &whole);
+        if (old)
+            tail_lines(old, m, whole, ring, max, &count);
+        free(old);
+        /* Older lines first, then the current file's, keeping the last max. */
+        for (size_t i = 0; i < n_later; i++) {
+            if (count == max) {
+                free(ring[0].text);
+                memmove(ring, ring + 1, (max - 1) * sizeof *ring);
+                count--;
+            }
+            ring[count++] = later[i];
+        }
+    }
+    pthread_mutex_unlock(&log_lock);
+    free(cur);
+    json_t *lines = json_array();
+    for (size_t i = 0; i < count; i++) {
+        json_array_append_new(lines, last_line_json(&ring[i]));
+        free(ring[i].text);
+    }
+    return lines;
+}

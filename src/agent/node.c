@@ -5,6 +5,7 @@
  * a 10 000-node sim fleet costs a few megabytes; the inventory is shared. */
 #include "agent.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,15 @@ json_t *workload_json(const struct workload *w)
                           "exited_at", exited_at, "exit_code", exit_code);
     if (j)
         spec_public_json(&w->spec, j); /* secret values as "***" */
+    return j;
+}
+
+json_t *workload_json_ended(const struct agent *a, const struct agent_node *n, const struct workload *w)
+{
+    json_t *j = workload_json(w);
+    char dir[PATH_MAX];
+    if (j && (w->phase == WL_EXITED || w->phase == WL_FAILED) && agent_node_dir(a, n, dir, sizeof dir) == 0)
+        json_object_set_new(j, "last_lines", wl_log_last_lines(dir, w->id, WL_LAST_LINES_MAX));
     return j;
 }
 

@@ -1,7 +1,10 @@
 /* runtime.c: picks the runtime named in the configuration, and the sim
  * runtime: the same phases as podman with configured delays and failures
  * injected by name (an image containing fail-pull, fail-start or
- * exit-after[-MS]; a volume source containing fail-mount), so tests, demos
+ * exit-after[-MS], with exit-code-N for the status it exits with, 0..255,
+ * 0 when absent, and only-rank-R to exit only the workload whose NODE_RANK
+ * is R, the others running on; a volume source containing fail-mount), so
+ * tests, demos
  * and fleet benchmarks exercise every path without containers. The sim
  * never sleeps: its delays are driver timers. Its run time is counted on
  * the wall clock from the instant the workload entered running, kept in
@@ -28,10 +31,25 @@
 #include <limits.h>
 #include <stdarg.h>
 
+/* Whether an only-rank-R image names another rank than this workload's. */
+static int sim_other_rank(const struct wl_spec *spec)
+{
+    const char *p = strstr(spec->image, "only-rank-");
+    if (!p)
+        return 0;
+    p += strlen("only-rank-");
+    const char *rank = "";
+    for (int i = 0; i < spec->n_env; i++)
+        if (strcmp(spec->env[i].name, "NODE_RANK") == 0)
+            rank = spec->env[i].value;
+    size_t n = strspn(p, "0123456789");
+    return n == 0 || strlen(rank) != n || strncmp(p, rank, n) != 0;
+}
+
 int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms)
 {
     const char *p = spec->image ? strstr(spec->image, "exit-after") : NULL;
-    if (!p)
+    if (!p || sim_other_rank(spec))
         return -1;
     p += strlen("exit-after");
     if (p[0] != '-' || p[1] < '0' || p[1] > '9')
@@ -41,6 +59,19 @@ int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms)
         if ((v = v * 10 + (*p - '0')) > 86400000)
             return 86400000;
     return v;
+}
+
+/* The status an exit-after image exits with: exit-code-N in its name
+ * (N cut to 0..255 as a process's status is), else 0. */
+static int sim_exit_code(const struct wl_spec *spec)
+{
+    const char *p = spec->image ? strstr(spec->image, "exit-code-") : NULL;
+    if (!p)
+        return 0;
+    int v = 0;
+    for (p += strlen("exit-code-"); *p >= '0' && *p <= '9' && v < 1000; p++)
+        v = v * 10 + (*p - '0');
+    return v & 0xff;
 }
 
 /* ms between "tick" lines of a log-every-N image, or -1 for none; N is
@@ -183,9 +214,9 @@ static enum rt_state sim_state(const struct runtime *rt, struct workload *w, str
          * time says too. */
         ex->at = due_ms / 1000;
         ex->has_code = 1;
-        ex->code = 0;
-        snprintf(msg, msglen, "the container exited with status 0");
-        sim_log(rt, w, 'o', "sim: container exited with status 0");
+        ex->code = sim_exit_code(&w->spec);
+        snprintf(msg, msglen, "the container exited with status %d", ex->code);
+        sim_log(rt, w, ex->code ? 'e' : 'o', "sim: container exited with status %d", ex->code);
         return RT_EXITED;
     }
     return RT_RUNNING;

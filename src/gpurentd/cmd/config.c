@@ -205,6 +205,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(provision_timeout_s, 1, 86400, 900, "seconds a provisioning attempt may take before it fails"),
     OPT_INT(provision_max_attempts, 1, 100, 3, "failed provisioning attempts before an instance fails"),
     OPT_INT(master_port, 1, 65535, 29500, "MASTER_PORT given to multi-node jobs"),
+    OPT_INT(max_runtime_warning_minutes, 1, 1440, 10,
+            "minutes before max_runtime_minutes runs out that the max_runtime_warning event is written"),
     OPT_STR(currency, "CNY", validate_currency, "platform currency code shown with every amount"),
     OPT_INT(billing_interval_ms, 100, 3600000, 10000, "milliseconds between billing passes"),
     OPT_INT(billing_post_interval_s, 1, 86400, 300,

@@ -80,6 +80,7 @@ struct daemon_conf {
     int64_t provision_timeout_s;        /* a provisioning attempt that takes longer fails */
     int64_t provision_max_attempts;     /* failed attempts before an instance fails */
     int64_t master_port;                /* MASTER_PORT given to multi-node jobs */
+    int64_t max_runtime_warning_minutes; /* max_runtime_warning this long before the end of a bounded run */
     char currency[8];                   /* platform currency code shown with amounts */
     int64_t billing_interval_ms;        /* milliseconds between billing passes */
     int64_t billing_post_interval_s;    /* a user's running usage is posted to the ledger at least this often */
@@ -141,10 +142,16 @@ struct instance_create {
     json_t *command;       /* JSON array of strings (run_command_check passed), or NULL: the image's */
     json_t *env;           /* normalised by run_env_check, or NULL */
     const char *working_dir; /* run_working_dir_check passed, or NULL */
+    const char *restart_policy;  /* never, on_failure or always (checked by the handler), or NULL: never */
+    int64_t max_runtime_minutes; /* 1..43200 (checked by the handler), or 0: no bound */
 };
 /* The most SSH keys an instance may name (contract 1 of issue 11 caps a
  * spec's authorized_keys at 64). */
 #define INSTANCE_MAX_SSH_KEYS 64
+/* The longest max_runtime_minutes: 30 days (issue 12's contract). */
+#define INSTANCE_MAX_RUNTIME_MINUTES 43200
+/* Whether p names a restart policy: never, on_failure or always (instances.c). */
+int instance_restart_policy_valid(const char *p);
 /* What an operation decided: ok, or an error for the client. */
 struct op_outcome {
     enum api_error error; /* meaningful when failed */
@@ -163,6 +170,9 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
 int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct op_outcome *o);
 /* start, stop and terminate; each runs in a store transaction. */
 int instance_start(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
+/* What a start resets of a job (instances.c): restarts, exit status and the
+ * run's clock. */
+int instance_job_reset(struct store *s, const char *id);
 int instance_stop(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
 int instance_terminate(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
 /* The instance as the API shows it (new reference), or NULL. Each rank of

@@ -160,11 +160,52 @@ static int apply_working_dir(struct store *s, const struct instance *in, const j
     return store_instance_set_working_dir(s, in->id, json_string_value(v));
 }
 
+static int check_restart_policy(const json_t *v, struct op_outcome *o)
+{
+    if (instance_restart_policy_valid(json_string_value(v)))
+        return 0;
+    refuse(o, ERR_INVALID_FIELD, "restart_policy", NULL, "restart_policy must be never, on_failure or always");
+    return -1;
+}
+
+/* The two job fields share one setter; each reads the other as it is now,
+ * so a PATCH naming both keeps both. */
+static int apply_restart_policy(struct store *s, const struct instance *in, const json_t *v, struct op_outcome *o)
+{
+    struct instance now;
+    int rc = store_instance_get(s, NULL, in->id, &now);
+    return rc != STORE_OK ? rc : store_instance_set_job(s, in->id, json_string_value(v), now.max_runtime_minutes);
+}
+
+static int check_max_runtime(const json_t *v, struct op_outcome *o)
+{
+    /* 0 takes the bound away (an explicit null reads as absent here, as
+     * [] and "" give command and working_dir back to the image). */
+    json_int_t m = json_integer_value(v);
+    if (json_is_integer(v) && m >= 0 && m <= INSTANCE_MAX_RUNTIME_MINUTES)
+        return 0;
+    refuse(o, ERR_INVALID_FIELD, "max_runtime_minutes", NULL,
+           "max_runtime_minutes must be an integer from 1 to %d (30 days), or 0 for no bound",
+           INSTANCE_MAX_RUNTIME_MINUTES);
+    return -1;
+}
+
+static int apply_max_runtime(struct store *s, const struct instance *in, const json_t *v, struct op_outcome *o)
+{
+    struct instance now;
+    int rc = store_instance_get(s, NULL, in->id, &now);
+    return rc != STORE_OK ? rc
+                          : store_instance_set_job(s, in->id, now.restart_policy[0] ? now.restart_policy : "never",
+                                                   json_integer_value(v));
+}
+
 const struct instance_patch_field instance_patch_fields[] = {
     {"image",       JSON_KIND_STRING, 255,  check_image,       apply_image      },
     {"command",     JSON_KIND_ARRAY,  0,    check_command,     apply_command    },
     {"env",         JSON_KIND_ARRAY,  0,    check_env,         apply_env        },
     {"working_dir", JSON_KIND_STRING, 4096, check_working_dir, apply_working_dir},
+    {"restart_policy", JSON_KIND_STRING, 16, check_restart_policy, apply_restart_policy},
+    {"max_runtime_minutes", JSON_KIND_INTEGER, 0, check_max_runtime, apply_max_runtime},
     {NULL,          0,                0,    NULL,              NULL             },
 };
 
@@ -177,9 +218,9 @@ int instance_patch(struct store *s, const char *user_id, const char *id, const j
     if (rc != STORE_OK)
         return rc;
     /* A running job reads its spec once, at start: a change now would show
-     * what does not run. stopped is the one state where nothing runs and
-     * the next start reads it. */
-    if (strcmp(in.state, "stopped") != 0)
+     * what does not run. Settled states (stopped, and a job's succeeded or
+     * failed) are where nothing runs and the next start reads it. */
+    if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "succeeded") != 0 && strcmp(in.state, "failed") != 0)
         return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
                       "instance %s is %s; it can be changed only while stopped (POST /v1/instances/%s/stop)", in.id,
                       in.state, in.id);

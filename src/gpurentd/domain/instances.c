@@ -175,7 +175,10 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
         (ids && (rc = store_instance_set_ssh_key_ids(s, in.id, ids)) != STORE_OK) ||
         (ports && (rc = store_instance_set_ports(s, in.id, ports)) != STORE_OK) ||
         (rc = instance_run_store(s, in.id, req->command, req->env, req->working_dir)) != STORE_OK ||
-        (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+        (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK ||
+        (rc = store_instance_set_job(s, in.id, req->restart_policy ? req->restart_policy : "never",
+                                     req->max_runtime_minutes)) != STORE_OK ||
+        (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK) {
         free(ids);
         free(ports);
@@ -201,9 +204,11 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
     int rc = load(s, user_id, id, &in, o);
     if (rc != STORE_OK)
         return rc;
-    if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "lost") != 0 && strcmp(in.state, "failed") != 0)
+    if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "lost") != 0 && strcmp(in.state, "failed") != 0 &&
+        strcmp(in.state, "succeeded") != 0)
         return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
-                      "instance %s is %s; only a stopped, lost or failed instance can be started", in.id, in.state);
+                      "instance %s is %s; only a stopped, succeeded, lost or failed instance can be started", in.id,
+                      in.state);
     if (strcmp(in.desired, "terminated") == 0)
         return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
                       "instance %s is being terminated", in.id);
@@ -218,9 +223,27 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
         (rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK ||
         (rc = store_instance_set_desired(s, in.id, "running", now)) != STORE_OK ||
-        (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK)
+        (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK ||
+        (rc = instance_job_reset(s, in.id)) != STORE_OK)
         return rc;
     return store_instance_set_state(s, in.id, "pending", "", "started by the user", now);
+}
+
+int instance_restart_policy_valid(const char *p)
+{
+    return strcmp(p, "never") == 0 || strcmp(p, "on_failure") == 0 || strcmp(p, "always") == 0;
+}
+
+/* A start begins a new run: no restarts yet, no exit status, and
+ * max_runtime_minutes counts from when it next runs. */
+int instance_job_reset(struct store *s, const char *id)
+{
+    int rc;
+    if ((rc = store_instance_set_restarts(s, id, 0, 0)) != STORE_OK ||
+        (rc = store_instance_set_exit(s, id, 0, 0)) != STORE_OK ||
+        (rc = store_instance_set_ranks_exited(s, id, 0)) != STORE_OK)
+        return rc;
+    return store_instance_set_run_clock(s, id, 0, 0);
 }
 
 /* Ends billing at the request and hands the rest to the reconciler. */
@@ -242,7 +265,8 @@ int instance_stop(struct store *s, const char *user_id, const char *id, struct o
     /* Stopping what is stopping or stopped again is harmless. */
     if (strcmp(in.state, "stopping") == 0 || strcmp(in.state, "stopped") == 0)
         return STORE_OK;
-    if (strcmp(in.state, "terminated") == 0 || strcmp(in.state, "failed") == 0 || strcmp(in.state, "lost") == 0)
+    if (strcmp(in.state, "terminated") == 0 || strcmp(in.state, "failed") == 0 || strcmp(in.state, "lost") == 0 ||
+        strcmp(in.state, "succeeded") == 0)
         return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
                       "instance %s is %s and cannot be stopped", in.id, in.state);
     return wind_down(s, &in, "stopped", "stop requested by the user", clock_now());
@@ -257,7 +281,8 @@ int instance_terminate(struct store *s, const char *user_id, const char *id, str
     if (strcmp(in.state, "terminated") == 0 || strcmp(in.desired, "terminated") == 0)
         return STORE_OK;
     int64_t now = clock_now();
-    if (strcmp(in.state, "stopped") == 0 || strcmp(in.state, "failed") == 0 || strcmp(in.state, "lost") == 0) {
+    if (strcmp(in.state, "stopped") == 0 || strcmp(in.state, "failed") == 0 || strcmp(in.state, "lost") == 0 ||
+        strcmp(in.state, "succeeded") == 0) {
         /* Holds no cards: nothing for agents to do. */
         if ((rc = store_instance_set_desired(s, in.id, "terminated", now)) != STORE_OK)
             return rc;
@@ -416,6 +441,11 @@ json_t *instance_json(struct store *s, const struct instance *in)
             json_array_append_new(asked, json_integer(ports[i]));
     json_object_set_new(j, "ports", asked);
     instance_run_json(s, in->id, j);
+    json_object_set_new(j, "restart_policy", json_string(in->restart_policy[0] ? in->restart_policy : "never"));
+    json_object_set_new(j, "max_runtime_minutes",
+                        in->max_runtime_minutes > 0 ? json_integer(in->max_runtime_minutes) : json_null());
+    json_object_set_new(j, "restart_count", json_integer(in->restart_count));
+    json_object_set_new(j, "exit_code", in->exit_known ? json_integer(in->exit_code) : json_null());
     free(keys);
     free(ids);
     return j;

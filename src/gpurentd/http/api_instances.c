@@ -94,17 +94,19 @@ static int create_txn(struct store *s, void *vctx)
 void api_instances_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"gpu_type",    JSON_KIND_STRING,  1, 32 },
-        {"card_count",  JSON_KIND_INTEGER, 1, 0  },
-        {"image",       JSON_KIND_STRING,  1, 255},
-        {"volume_id",   JSON_KIND_STRING,  0, 64 },
-        {"name",        JSON_KIND_STRING,  0, 63 },
-        {"ssh_key_ids", JSON_KIND_ARRAY,   0, 0  },
-        {"ports",       JSON_KIND_ARRAY,   0, 0  },
-        {"command",     JSON_KIND_ARRAY,   0, 0  },
-        {"env",         JSON_KIND_ARRAY,   0, 0  },
-        {"working_dir", JSON_KIND_STRING,  0, 4096},
-        {NULL,          0,                 0, 0  },
+        {"gpu_type",            JSON_KIND_STRING,  1, 32 },
+        {"card_count",          JSON_KIND_INTEGER, 1, 0  },
+        {"image",               JSON_KIND_STRING,  1, 255},
+        {"volume_id",           JSON_KIND_STRING,  0, 64 },
+        {"name",                JSON_KIND_STRING,  0, 63 },
+        {"ssh_key_ids",         JSON_KIND_ARRAY,   0, 0  },
+        {"ports",               JSON_KIND_ARRAY,   0, 0  },
+        {"command",             JSON_KIND_ARRAY,   0, 0  },
+        {"env",                 JSON_KIND_ARRAY,   0, 0  },
+        {"working_dir",         JSON_KIND_STRING,  0, 4096},
+        {"restart_policy",      JSON_KIND_STRING,  0, 16 },
+        {"max_runtime_minutes", JSON_KIND_INTEGER, 0, 0  },
+        {NULL,                  0,                 0, 0  },
     };
     struct idempotency idem;
     json_t *body = http_json_body(req, fields);
@@ -159,6 +161,21 @@ void api_instances_create(struct http_request *req)
                 return;
             }
     }
+    const char *policy = json_string_value(json_object_get(body, "restart_policy"));
+    if (policy && !instance_restart_policy_valid(policy)) {
+        http_error(req, ERR_INVALID_FIELD, "restart_policy", "restart_policy must be never, on_failure or always");
+        json_decref(body);
+        return;
+    }
+    json_t *max_rt = json_object_get(body, "max_runtime_minutes");
+    json_int_t max_minutes = max_rt ? json_integer_value(max_rt) : 0;
+    if (max_rt && (max_minutes < 1 || max_minutes > INSTANCE_MAX_RUNTIME_MINUTES)) {
+        http_error(req, ERR_INVALID_FIELD, "max_runtime_minutes",
+                   "max_runtime_minutes must be an integer from 1 to %d (30 days), or null for no bound",
+                   INSTANCE_MAX_RUNTIME_MINUTES);
+        json_decref(body);
+        return;
+    }
     /* What runs: checked here, before any transaction, each refusal
      * naming its field. */
     struct op_outcome run_o = {0};
@@ -175,6 +192,8 @@ void api_instances_create(struct http_request *req)
                .command = json_object_get(body, "command"),
                .env = env,
                .working_dir = working_dir,
+               .restart_policy = policy,
+               .max_runtime_minutes = max_minutes,
                .ssh_key_ids = ssh_ids,
                .ports = ports,
                .name = json_string_value(json_object_get(body, "name")),
@@ -206,8 +225,9 @@ void api_instances_create(struct http_request *req)
     json_decref(body);
 }
 
-static const char *const instance_states[] = {"pending", "provisioning", "running", "stopping", "unreachable",
-                                              "stopped", "terminated",   "failed",  "lost",     NULL};
+static const char *const instance_states[] = {"pending",     "provisioning", "running",    "stopping",
+                                              "unreachable", "stopped",      "terminated", "failed",
+                                              "lost",        "succeeded",    NULL};
 
 void api_instances_list(struct http_request *req)
 {

@@ -73,6 +73,9 @@ struct seen {
     char phase[16];           /* reported phase */
     char message[256];        /* with it */
     int64_t ended_ago;        /* exited or failed: seconds before the list was made, by the agent's clock; -1 unknown */
+    int exit_known;           /* exited: exit_code holds its status */
+    int exit_code;            /* that status */
+    char *last;               /* exited or failed: its last log lines, joined for a reason (malloc'd), or NULL */
 };
 
 static struct bg_loop loop = BG_LOOP_INIT("reconciler");
@@ -272,6 +275,62 @@ static void read_phase(const char *text, size_t len, char *phase, size_t pn, cha
     json_decref(j);
 }
 
+/* The length of s cut to at most max bytes on a character boundary. */
+static size_t utf8_cut(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
+        max--;
+    return max;
+}
+
+/* The most bytes of last lines a reason carries: the newest that fit. */
+#define LAST_LINES_BYTES 640
+
+/* The agent's "last_lines" of an ended workload (AGENT_PROTOCOL.md) joined
+ * as "a | b | c", the newest lines that fit in LAST_LINES_BYTES, each cut
+ * to 200 bytes; NULL when there are none. */
+static char *join_last_lines(json_t *lines)
+{
+    size_t n = json_array_size(lines), first = n, total = 0;
+    while (first > 0) {
+        const char *t = json_string_value(json_array_get(lines, first - 1));
+        size_t len = t ? utf8_cut(t, 200) + 3 : 0;
+        if (total + len > LAST_LINES_BYTES)
+            break;
+        total += len;
+        first--;
+    }
+    if (first == n)
+        return NULL;
+    char *out = malloc(total + 1);
+    size_t o = 0;
+    for (size_t i = first; out && i < n; i++) {
+        const char *t = json_string_value(json_array_get(lines, i));
+        if (!t)
+            continue;
+        if (o)
+            memcpy(out + o, " | ", 3), o += 3;
+        size_t len = utf8_cut(t, 200);
+        memcpy(out + o, t, len);
+        o += len;
+    }
+    if (out)
+        out[o] = 0;
+    return out;
+}
+
+/* An ended workload's status and last lines, from its JSON object. */
+static void read_end(json_t *wl, int *known, int *code, char **last)
+{
+    json_t *c = json_object_get(wl, "exit_code");
+    *known = json_is_integer(c);
+    *code = *known ? (int)json_integer_value(c) : 0;
+    *last = join_last_lines(json_object_get(wl, "last_lines"));
+}
+
 /* ------------------------------------------------------------ deciding calls */
 
 static int holding(const struct instance *in)
@@ -427,10 +486,137 @@ static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *re
     return store_instance_set_state(s, in->id, "pending", "", why, ctx->now);
 }
 
+/* ------------------------------------------------------------ jobs */
+
+/* Appends "; last lines: ..." to why (cap bytes) when there are some. */
+static void add_last_lines(char *why, size_t cap, const char *last)
+{
+    size_t len = strlen(why);
+    if (last && len + 20 < cap)
+        snprintf(why + len, cap - len, "; last lines: %.*s", (int)utf8_cut(last, cap - len - 16), last);
+}
+
+/* The restart policy brings the run back after its exit at `at`: billing
+ * stops there, the workloads are deleted, and after a backoff (10 s,
+ * doubling per restart up to 300 s, back to 10 s after a run of ten
+ * minutes or more) every rank is put again on the same cards under a fresh
+ * workload id; unbilled until every node runs again. A user's stop meanwhile
+ * wins: the instance is pending, so it winds down and never restarts. */
+static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why)
+{
+    struct work *w = ctx->w;
+    const struct instance *in = &w->in;
+    int rc;
+    if ((rc = ledger_close_interval(s, in->id, at, why, ctx->now)) != STORE_OK)
+        return rc;
+    queue_all_deletes(ctx);
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        char wl[ID_MAX];
+        if (id_new("wl", wl) < 0)
+            return STORE_ERROR;
+        if ((rc = store_instance_node_renew(s, in->id, w->nodes[r].rank, wl)) != STORE_OK)
+            return rc;
+    }
+    int long_run = strcmp(in->state, "running") == 0 && at - in->state_since >= 600;
+    int64_t backoff = in->restart_backoff_s <= 0 || long_run ? 10
+                      : in->restart_backoff_s >= 150         ? 300
+                                                             : in->restart_backoff_s * 2;
+    int64_t count = in->restart_count + 1;
+    char reason[1024];
+    snprintf(reason, sizeof reason, "restart %lld in %llds (restart_policy %s): %.*s", (long long)count,
+             (long long)backoff, in->restart_policy, (int)utf8_cut(why, 900), why);
+    if ((rc = store_instance_set_restarts(s, in->id, count, backoff)) != STORE_OK ||
+        (rc = store_instance_set_ranks_exited(s, in->id, 0)) != STORE_OK ||
+        (rc = store_instance_set_attempts(s, in->id, 0, ctx->now + backoff)) != STORE_OK)
+        return rc;
+    ctx->progress = 1;
+    log_info("reconciler: instance %s: %s", in->id, reason);
+    /* Every restart is an event, even from pending (where the state does
+     * not change and set_state writes none). */
+    if (strcmp(in->state, "pending") == 0 &&
+        (rc = store_instance_event(s, in->id, ctx->now, "pending", reason)) != STORE_OK)
+        return rc;
+    return store_instance_set_state(s, in->id, "pending", "", reason, ctx->now);
+}
+
+/* The job's main process ended (ok: with status 0 on every rank), billed to
+ * `at`: restarted if its policy says so; else the instance ends succeeded
+ * or failed, its cards freed, its volume kept, and settled (desired
+ * stopped) so nothing tries to run it again until its owner starts it. */
+static int job_over(struct store *s, struct apply_ctx *ctx, int ok, int64_t at, int known, int64_t code,
+                    const char *why)
+{
+    const struct instance *in = &ctx->w->in;
+    int rc;
+    if ((rc = store_instance_set_exit(s, in->id, known, code)) != STORE_OK)
+        return rc;
+    if (strcmp(in->restart_policy, "always") == 0 || (strcmp(in->restart_policy, "on_failure") == 0 && !ok))
+        return restart_run(s, ctx, at, why);
+    if ((rc = store_instance_set_desired(s, in->id, "stopped", ctx->now)) != STORE_OK)
+        return rc;
+    return end_run(s, ctx, ok ? "succeeded" : "failed", at, why);
+}
+
+/* The end of the current run under max_runtime_minutes, or 0 when
+ * unbounded or not yet running; *warn_at gets when max_runtime_warning is due. */
+static int64_t runtime_end(const struct instance *in, int64_t *warn_at)
+{
+    if (in->max_runtime_minutes <= 0 || in->run_started_at <= 0)
+        return 0;
+    int64_t total = in->max_runtime_minutes * 60, warn = daemon_config->max_runtime_warning_minutes * 60;
+    if (warn > total / 2)
+        warn = total / 2;
+    *warn_at = in->run_started_at + total - warn;
+    return in->run_started_at + total;
+}
+
+/* Whether max_runtime_minutes has something to do this pass. */
+static int runtime_due(const struct instance *in, int64_t now)
+{
+    int64_t warn_at, end = runtime_end(in, &warn_at);
+    return end && (now >= end || (!in->runtime_warned_at && now >= warn_at));
+}
+
+/* max_runtime_minutes: the warning event once, then the stop at the end
+ * (billed to that second, the volume kept); *stopped says it stopped. */
+static int apply_runtime(struct store *s, struct apply_ctx *ctx, int *stopped)
+{
+    const struct instance *in = &ctx->w->in;
+    int64_t warn_at, end = runtime_end(in, &warn_at);
+    char why[256];
+    int rc;
+    *stopped = 0;
+    if (!end)
+        return STORE_OK;
+    if (ctx->now >= end) {
+        *stopped = 1;
+        snprintf(why, sizeof why, "max_runtime_minutes reached: stopped after %lld minutes (the run began at %lld)",
+                 (long long)in->max_runtime_minutes, (long long)in->run_started_at);
+        log_info("reconciler: instance %s: %s", in->id, why);
+        if ((rc = store_instance_set_desired(s, in->id, "stopped", ctx->now)) != STORE_OK ||
+            (rc = ledger_close_interval(s, in->id, end, why, ctx->now)) != STORE_OK)
+            return rc;
+        ctx->progress = 1;
+        return store_instance_set_state(s, in->id, "stopping", "", why, ctx->now);
+    }
+    if (!in->runtime_warned_at && ctx->now >= warn_at) {
+        snprintf(why, sizeof why, "max_runtime_minutes is %lld: the instance will be stopped in %lld seconds",
+                 (long long)in->max_runtime_minutes, (long long)(end - ctx->now));
+        if ((rc = store_instance_set_run_clock(s, in->id, in->run_started_at, ctx->now)) != STORE_OK)
+            return rc;
+        return store_instance_event(s, in->id, ctx->now, "max_runtime_warning", why);
+    }
+    return STORE_OK;
+}
+
 static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
     char failure[256] = "", exited[256] = "";
+    /* Of the ranks that exited: the one to report (the first with a bad
+     * status, else the first), its status and last lines. */
+    int exit_bad = 0, exit_known = 0, exit_code = 0;
+    char *exit_last = NULL;
     int all_running = w->n_nodes > 0, any_put = 0, slowest = 4;
     char slowest_phase[16] = "";
     for (size_t r = 0; r < w->n_nodes; r++) {
@@ -456,9 +642,24 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
         }
         if (strcmp(p->phase, "failed") == 0)
             snprintf(failure, sizeof failure, "node %s: workload failed: %.160s", p->node_name, p->message);
-        else if (strcmp(p->phase, "exited") == 0 && !exited[0])
-            snprintf(exited, sizeof exited, "node %s: workload exited before every node was seen running: %.160s",
-                     p->node_name, p->message);
+        else if (strcmp(p->phase, "exited") == 0 && !exit_bad) {
+            int known = 0, code = 0;
+            char *last = NULL;
+            json_t *j = c && !c->error[0] ? json_loadb(c->response ? c->response : "", c->response_len, 0, NULL) : NULL;
+            read_end(j, &known, &code, &last);
+            json_decref(j);
+            if (!exited[0] || !known || code != 0) {
+                exit_bad = !known || code != 0;
+                exit_known = known;
+                exit_code = code;
+                free(exit_last);
+                exit_last = last;
+                last = NULL;
+                snprintf(exited, sizeof exited, "node %s: workload exited before every node was seen running: %.160s",
+                         p->node_name, p->message);
+            }
+            free(last);
+        }
         any_put |= p->put_done;
         int pr = phase_rank(p->phase);
         all_running &= pr == 3;
@@ -467,24 +668,39 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
             snprintf(slowest_phase, sizeof slowest_phase, "%s", p->phase);
         }
         int rc = store_instance_node_update(s, w->in.id, p->rank, p->phase, p->message, p->put_done);
-        if (rc != STORE_OK && rc != STORE_NOT_FOUND)
+        if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
+            free(exit_last);
             return rc;
+        }
     }
     if (!failure[0] && ctx->now - w->in.state_since > daemon_config->provision_timeout_s &&
         strcmp(w->in.state, "provisioning") == 0)
         snprintf(failure, sizeof failure, "provisioning took longer than %llds",
                  (long long)daemon_config->provision_timeout_s);
-    if (failure[0])
+    if (failure[0]) {
+        free(exit_last);
         return attempt_failed(s, ctx, failure);
+    }
     /* A job that ran and ended before the pass saw every node running is
-     * over, not a failed attempt: trying it again would run it twice. It
-     * is billed as every run is, from when the control plane saw all its
-     * nodes running, which here it never did. */
-    if (exited[0])
-        return end_run(s, ctx, "stopped", ctx->now, exited);
+     * over, not a failed attempt: trying it again would run it twice (its
+     * restart policy may run it again). It is billed as every run is, from
+     * when the control plane saw all its nodes running, which here it
+     * never did. */
+    if (exited[0]) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", exited);
+        add_last_lines(why, sizeof why, exit_last);
+        free(exit_last);
+        return job_over(s, ctx, !exit_bad, ctx->now, exit_known, exit_code, why);
+    }
+    free(exit_last);
     if (all_running) {
         int rc = store_interval_open(s, &w->in, ctx->now);
         if (rc != STORE_OK)
+            return rc;
+        /* max_runtime_minutes counts from the first time this run is seen
+         * running; restarts by the policy keep counting. */
+        if (!w->in.run_started_at && (rc = store_instance_set_run_clock(s, w->in.id, ctx->now, 0)) != STORE_OK)
             return rc;
         if ((rc = store_instance_set_attempts(s, w->in.id, 0, 0)) != STORE_OK)
             return rc;
@@ -516,28 +732,66 @@ static const struct instance_node *silent_node(const struct work *w, int *offlin
     return first;
 }
 
-/* Checks the listed workloads of a running instance: one that exited or
- * failed ends the run at the second its agent says it ended. */
+/* Checks the listed workloads of a running instance. A rank that failed,
+ * vanished or exited with a status other than 0 ends the whole run at
+ * once, at the second its agent says it ended (a gang: every rank's
+ * workload is deleted). A rank that exited with 0 is marked; when every
+ * rank has, the job is over, billed to the last exit. */
 static int check_workloads(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
+    size_t done = 0;
+    int64_t last_at = w->in.ranks_exited_at;
+    const struct seen *last_seen = NULL;
+    const char *last_node = "";
+    char why[1024];
     for (size_t r = 0; r < w->n_nodes; r++) {
-        if (!was_listed(ctx, w->nodes[r].node_id))
+        struct instance_node *p = &w->nodes[r];
+        if (!was_listed(ctx, p->node_id)) {
+            done += strcmp(p->phase, "exited") == 0; /* seen ending with 0 by an earlier pass */
             continue;
-        const struct seen *seen = find_seen(ctx, w->nodes[r].workload_id);
-        char why[320];
-        if (!seen) {
-            snprintf(why, sizeof why, "workload vanished from node %s", w->nodes[r].node_name);
-            return end_run(s, ctx, "failed", ctx->now, why);
         }
-        if (strcmp(seen->phase, "failed") == 0 || strcmp(seen->phase, "exited") == 0) {
-            snprintf(why, sizeof why, "workload %s on node %s: %.200s", seen->phase, w->nodes[r].node_name,
-                     seen->message);
-            int64_t at = seen->ended_ago >= 0 ? ctx->now - seen->ended_ago : ctx->now;
-            return end_run(s, ctx, strcmp(seen->phase, "exited") == 0 ? "stopped" : "failed", at, why);
+        const struct seen *seen = find_seen(ctx, p->workload_id);
+        if (!seen) {
+            snprintf(why, sizeof why, "workload vanished from node %s", p->node_name);
+            return job_over(s, ctx, 0, ctx->now, 0, 0, why);
+        }
+        int failed = strcmp(seen->phase, "failed") == 0;
+        if (!failed && strcmp(seen->phase, "exited") != 0)
+            continue;
+        int64_t at = seen->ended_ago >= 0 ? ctx->now - seen->ended_ago : ctx->now;
+        if (failed || !seen->exit_known || seen->exit_code != 0) {
+            if (failed)
+                snprintf(why, sizeof why, "workload failed on node %s: %.200s", p->node_name, seen->message);
+            else if (!seen->exit_known)
+                snprintf(why, sizeof why, "workload exited with an unknown status on node %s", p->node_name);
+            else
+                snprintf(why, sizeof why, "workload exited with status %d on node %s", seen->exit_code, p->node_name);
+            add_last_lines(why, sizeof why, seen->last);
+            return job_over(s, ctx, 0, at, seen->exit_known, seen->exit_code, why);
+        }
+        done++;
+        if (at >= last_at || !last_seen) {
+            last_at = at > last_at ? at : last_at;
+            last_seen = seen;
+            last_node = p->node_name;
+        }
+        if (strcmp(p->phase, "exited") != 0) {
+            int rc = store_instance_node_update(s, w->in.id, p->rank, "exited", seen->message, 1);
+            if (rc != STORE_OK)
+                return rc;
         }
     }
-    return STORE_OK;
+    if (w->n_nodes == 0 || !last_seen)
+        return STORE_OK;
+    if (done < w->n_nodes) /* the others still run: remember the latest exit for the bill */
+        return last_at > w->in.ranks_exited_at ? store_instance_set_ranks_exited(s, w->in.id, last_at) : STORE_OK;
+    if (w->n_nodes == 1)
+        snprintf(why, sizeof why, "workload exited with status 0 on node %s", last_node);
+    else
+        snprintf(why, sizeof why, "workload exited with status 0 on every node, last on %s", last_node);
+    add_last_lines(why, sizeof why, last_seen->last);
+    return job_over(s, ctx, 1, last_at, 1, 0, why);
 }
 
 static int apply_running(struct store *s, struct apply_ctx *ctx)
@@ -568,7 +822,7 @@ static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
     struct work *w = ctx->w;
     int offline;
     const struct instance_node *silent = silent_node(w, &offline);
-    char why[320];
+    char why[1024];
     if (offline) {
         snprintf(why, sizeof why, "node %s did not answer for %llds", silent->node_name,
                  (long long)daemon_config->node_lost_after_s);
@@ -587,9 +841,18 @@ static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
         }
         read_phase(c->response, c->response_len, p->phase, sizeof p->phase, p->message, sizeof p->message);
         if (strcmp(p->phase, "running") != 0) {
+            /* Ended unbilled: billing stopped at the silence. */
+            int known = 0, code = 0;
+            char *last = NULL;
+            json_t *j = json_loadb(c->response ? c->response : "", c->response_len, 0, NULL);
+            if (strcmp(p->phase, "exited") == 0)
+                read_end(j, &known, &code, &last);
+            json_decref(j);
             snprintf(why, sizeof why, "workload %s on node %s while it was unreachable: %.160s", p->phase, p->node_name,
                      p->message);
-            return end_run(s, ctx, strcmp(p->phase, "exited") == 0 ? "stopped" : "failed", ctx->now, why);
+            add_last_lines(why, sizeof why, last);
+            free(last);
+            return job_over(s, ctx, strcmp(p->phase, "exited") == 0 && known && code == 0, ctx->now, known, code, why);
         }
     }
     ctx->progress = 1;
@@ -643,6 +906,11 @@ static int apply_txn(struct store *s, void *vctx)
         return store_instance_set_state(s, in->id, "terminated", "", "terminated", ctx->now);
     if (strcmp(in->desired, "running") != 0)
         return apply_wind_down(s, ctx);
+    if (runtime_due(in, ctx->now)) {
+        int stopped;
+        if ((rc = apply_runtime(s, ctx, &stopped)) != STORE_OK || stopped)
+            return rc;
+    }
     if (strcmp(in->state, "running") == 0)
         return apply_running(s, ctx);
     if (strcmp(in->state, "unreachable") == 0)
@@ -663,7 +931,7 @@ static int apply_needed(const struct apply_ctx *ctx)
 {
     const struct work *w = ctx->w;
     const struct instance *in = &w->in;
-    if (strcmp(in->desired, "running") != 0)
+    if (strcmp(in->desired, "running") != 0 || runtime_due(in, ctx->now))
         return 1;
     if (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0)
         return ctx->now >= in->next_attempt_at;
@@ -753,6 +1021,11 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
         snprintf(sn->phase, sizeof sn->phase, "%s", phase ? phase : "");
         snprintf(sn->message, sizeof sn->message, "%s", message ? message : "");
         json_t *ended = json_object_get(wl, "exited_at");
+        sn->exit_known = 0;
+        sn->exit_code = 0;
+        sn->last = NULL;
+        if (strcmp(sn->phase, "exited") == 0 || strcmp(sn->phase, "failed") == 0)
+            read_end(wl, &sn->exit_known, &sn->exit_code, &sn->last);
         sn->ended_ago = -1;
         if (json_is_integer(agent_now) && json_is_integer(ended))
             sn->ended_ago = json_integer_value(agent_now) > json_integer_value(ended)
@@ -925,6 +1198,8 @@ static struct pass_result run_pass(struct store *s, int sweep)
     if (!b.ctx) /* out of memory: the next pass tries again */
         res.busy = 1;
     free(b.ctx);
+    for (size_t i = 0; i < n_seen; i++)
+        free(seen[i].last);
     free(seen);
     for (size_t i = 0; i < k; i++)
         agent_call_free(calls[i]);

@@ -300,11 +300,21 @@ struct instance {
     char desired[16];               /* running, stopped, terminated */
     char state[16];                 /* pending … lost */
     char phase[16];                 /* provisioning phase of the slowest node */
-    char state_reason[256];         /* why the last change */
+    char state_reason[1024];        /* why the last change (a job's end names its last log lines) */
     int64_t attempts;               /* failed provisioning attempts */
     int64_t next_attempt_at;        /* retry not before */
     int64_t state_since;            /* last state change */
     int64_t created_at, updated_at; /* epoch seconds */
+    /* jobs (0018, store_jobs.c) */
+    char restart_policy[16];     /* never, on_failure, always */
+    int64_t max_runtime_minutes; /* a run is stopped after this long; 0: never */
+    int64_t restart_count;       /* restarts since the last create or start */
+    int64_t restart_backoff_s;   /* what the last restart waited; 0 none */
+    int exit_known;              /* exit_code holds the status the job last exited with */
+    int64_t exit_code;           /* that status */
+    int64_t run_started_at;      /* the current run began (max runtime counts from it); 0 not yet */
+    int64_t runtime_warned_at;   /* max_runtime_warning written for this run; 0 not yet */
+    int64_t ranks_exited_at;     /* latest status-0 exit of a rank while others ran; 0 none */
 };
 struct instance_node {
     int64_t rank;             /* 0 = master */
@@ -346,10 +356,10 @@ int store_instance_set_desired(struct store *s, const char *id, const char *desi
 int store_instance_set_attempts(struct store *s, const char *id, int64_t attempts, int64_t next_attempt_at);
 int store_instance_event(struct store *s, const char *id, int64_t at, const char *state, const char *reason);
 struct instance_event {
-    int64_t seq;      /* order */
-    int64_t at;       /* epoch seconds */
-    char state[16];   /* state or phase entered */
-    char reason[256]; /* why */
+    int64_t seq;       /* order */
+    int64_t at;        /* epoch seconds */
+    char state[32];    /* state or phase entered, or max_runtime_warning */
+    char reason[1024]; /* why */
 };
 int store_instance_events(struct store *s, const char *id, int64_t after_seq, struct instance_event *out, size_t max,
                           size_t *n);
@@ -466,6 +476,21 @@ int store_instance_set_image(struct store *s, const char *instance_id, const cha
 /* Reads them; free with store_instance_run_free (also after a failure). */
 int store_instance_run(struct store *s, const char *instance_id, struct instance_run *out);
 void store_instance_run_free(struct instance_run *r);
+/* store_jobs.c: jobs and services (0018): an instance's restart policy and
+ * run time bound, its exit status, restarts and the clock of its run. */
+/* Sets what create asked for (policy never, on_failure or always; minutes 0: none). */
+int store_instance_set_job(struct store *s, const char *id, const char *restart_policy, int64_t max_runtime_minutes);
+/* Records the status the job exited with (known 0: unknown, NULL). */
+int store_instance_set_exit(struct store *s, const char *id, int known, int64_t code);
+/* Records a restart: the count and the backoff it waits. */
+int store_instance_set_restarts(struct store *s, const char *id, int64_t restart_count, int64_t backoff_s);
+/* The run's start and its warning mark (0 each: NULL). */
+int store_instance_set_run_clock(struct store *s, const char *id, int64_t run_started_at, int64_t warned_at);
+/* The latest status-0 exit of a rank of a job whose other ranks run (0: NULL). */
+int store_instance_set_ranks_exited(struct store *s, const char *id, int64_t at);
+/* Gives rank `rank` a fresh workload id and forgets what its agent reported,
+ * so the next pass puts the workload again on the same cards. */
+int store_instance_node_renew(struct store *s, const char *id, int64_t rank, const char *workload_id);
 
 /* store_idempotency.c */
 /* The first answer recorded for (user_id, key): STORE_NOT_FOUND if none;

@@ -9,6 +9,9 @@
 #define INSTANCE_COLUMNS                                                                               \
     "id, user_id, name, gpu_model, card_count, image, volume_id, desired, state, phase, state_reason," \
     " attempts, next_attempt_at, state_since, created_at, updated_at"
+/* The job columns (0018, store_jobs.c) come last, so they are found from
+ * the end however many columns INSTANCE_COLUMNS gains. */
+#define INSTANCE_READ INSTANCE_COLUMNS ", " STORE_JOB_COLUMNS
 
 /* States in which an instance holds cards. An unreachable one keeps them
  * while it waits for its node; a lost instance has released them: its node
@@ -18,12 +21,12 @@
 static const char SQL_INS_INSERT[] =
     "INSERT INTO instances (" INSTANCE_COLUMNS ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_INS_GET[] =
-    "SELECT " INSTANCE_COLUMNS " FROM instances WHERE id = ?2 AND (?1 IS NULL OR user_id = ?1)";
+    "SELECT " INSTANCE_READ " FROM instances WHERE id = ?2 AND (?1 IS NULL OR user_id = ?1)";
 static const char SQL_INS_LIST[] =
-    "SELECT " INSTANCE_COLUMNS " FROM instances WHERE (?1 IS NULL OR user_id = ?1) AND (?2 IS NULL OR state = ?2)"
+    "SELECT " INSTANCE_READ " FROM instances WHERE (?1 IS NULL OR user_id = ?1) AND (?2 IS NULL OR state = ?2)"
     " AND (created_at, id) > (?3, ?4) ORDER BY created_at, id LIMIT ?5";
 static const char SQL_INS_UNSETTLED[] =
-    "SELECT " INSTANCE_COLUMNS " FROM instances"
+    "SELECT " INSTANCE_READ " FROM instances"
     " WHERE state IN " HOLDING " OR (state = 'stopped' AND desired = 'terminated') ORDER BY created_at, id";
 static const char SQL_INS_CURRENT[] = "SELECT state, phase FROM instances WHERE id = ?";
 static const char SQL_INS_SET_STATE[] =
@@ -105,6 +108,7 @@ static void read_instance(sqlite3_stmt *st, void *row)
     in->state_since = sqlite3_column_int64(st, 13);
     in->created_at = sqlite3_column_int64(st, 14);
     in->updated_at = sqlite3_column_int64(st, 15);
+    store_read_job_columns(st, sqlite3_column_count(st) - STORE_JOB_NCOLS, in);
 }
 
 int store_instance_insert(struct store *s, const struct instance *in)

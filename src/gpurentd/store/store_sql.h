@@ -38,6 +38,13 @@ void store_read_id(sqlite3_stmt *st, void *row);
  * it wrote or the node already had them, STORE_NOT_FOUND when there is no
  * such node. */
 int store_node_update_if_changed(struct store *s, sqlite3_stmt *st, const char *id, const char *what);
+/* The instance columns of 0018 (store_jobs.c), selected after the others,
+ * and their reader from column `first`. */
+#define STORE_JOB_COLUMNS                                                                            \
+    "restart_policy, coalesce(max_runtime_minutes, 0), restart_count, restart_backoff_s, exit_code," \
+    " coalesce(run_started_at, 0), coalesce(runtime_warned_at, 0), coalesce(ranks_exited_at, 0)"
+#define STORE_JOB_NCOLS 8 /* columns in STORE_JOB_COLUMNS */
+void store_read_job_columns(sqlite3_stmt *st, int first, struct instance *in);
 /* Maps an SQLite result code to a store_rc, logging unexpected ones. */
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 

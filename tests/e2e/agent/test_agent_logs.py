@@ -3,7 +3,8 @@ sim's start line, its "tick K" lines for a log-every-N image and its exit
 line; tail, since, and following by cursor until done; the query covered
 by the signature (a request signed without it, or with other values, is
 refused); bad values 400; unknown workloads 404; the log kept across an
-agent restart, and removed with the workload."""
+agent restart, and removed with the workload; the last lines of an ended
+workload in its JSON, bounded in count and size."""
 import os
 import time
 
@@ -95,5 +96,36 @@ def test_bad_queries_and_signature(tmp_path):
         # Other routes still take no query at all.
         r = a.get("/v1/workloads/wl_2?tail=1")
         assert r.status_code == 400, r.text
+    finally:
+        a.stop()
+
+
+def test_ended_workload_shows_its_last_lines(tmp_path):
+    """An exited workload's JSON (one and the list) carries the last 10 lines
+    of its log, the exit line last, each at most 200 bytes; a running one
+    has none. The sim's exit-code-N makes it exit with N."""
+    a = Agent(tmp_path)
+    try:
+        long_line = "x" * 300
+        r = a.put("/v1/workloads/wl_end", json={"image": "t/log-every-20-exit-after-600-exit-code-7:1", "gpus": [0]})
+        assert r.status_code == 201, r.text
+        running = poll(lambda: (lambda b: b if b["phase"] == "running" else None)(a.get("/v1/workloads/wl_end").json()),
+                       20, "running")
+        assert "last_lines" not in running
+        body = a.wait_phase("wl_end", "exited")
+        assert body["exit_code"] == 7 and body["message"] == "the container exited with status 7", body
+        lines = body["last_lines"]
+        assert len(lines) == 10 and lines[-1] == "sim: container exited with status 7", lines
+        ticks = [int(t.split()[1]) for t in lines[:-1]]
+        assert all(t.startswith("tick ") for t in lines[:-1]) and ticks == list(range(ticks[0], ticks[0] + 9)), lines
+        [listed] = [w for w in a.get("/v1/workloads").json()["workloads"] if w["id"] == "wl_end"]
+        assert listed["last_lines"] == lines
+        # Lines are cut to 200 bytes: a log line written straight to the file.
+        path = os.path.join(a.state_dir, "logs", "wl_end.log")
+        with open(path, "a") as f:
+            f.write(f"{int(time.time() * 1000)} e {long_line}\n")
+        lines = a.get("/v1/workloads/wl_end").json()["last_lines"]
+        assert lines[-1] == "x" * 200 and len(lines) == 10, lines
+        assert a.delete("/v1/workloads/wl_end").status_code == 200
     finally:
         a.stop()

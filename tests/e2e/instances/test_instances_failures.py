@@ -239,14 +239,16 @@ def test_orphaned_workloads_are_removed(cloud):
 
 def test_workload_that_exits_ends_the_run(cloud):
     """A running workload that exits on its own ends the instance's run and
-    its billing, and frees the cards."""
+    its billing, and frees the cards: a job (restart_policy never) that
+    exited with status 0 has succeeded, and is settled (desired stopped)."""
     cloud.fleet(1, prefix="n-", sim={"sim_exit_ms": "400"})
     cloud.add_image("example/exit-after:1")
     u = cloud.user()
     inst = cloud.create(u, card_count=8, image="example/exit-after:1")
     cloud.wait_state(u, inst["id"], "running")
-    i = cloud.wait_state(u, inst["id"], ("stopped", "failed"))
-    assert i["state"] == "stopped" and "exited" in i["state_reason"], i
+    i = cloud.wait_state(u, inst["id"], ("stopped", "failed", "succeeded"))
+    assert i["state"] == "succeeded" and "exited" in i["state_reason"], i
+    assert i["desired_state"] == "stopped" and i["exit_code"] == 0, i
     assert cloud.held_cards(inst["id"]) == {}
     assert cloud.d.sql("SELECT count(*) FROM running_intervals WHERE instance_id = ? AND ended_at IS NOT NULL",
                        (inst["id"],)) == [(1,)]
@@ -256,16 +258,16 @@ def test_workload_that_exits_ends_the_run(cloud):
 
 def test_job_that_ends_before_every_rank_runs_is_over_not_retried(cloud):
     """A rank whose job ends while another rank still pulls: the job ran, so
-    the instance stops (not retried on other cards, which would run it a
-    second time), and nothing is billed, since the instance was never seen
-    running on all its nodes."""
+    the instance is over (succeeded here, its status was 0; not retried on
+    other cards, which would run it a second time), and nothing is billed,
+    since the instance was never seen running on all its nodes."""
     cloud.fleet(1, prefix="fast-", sim={"sim_pull_ms": "0"})
     cloud.fleet(1, prefix="slow-", sim={"sim_pull_ms": "4000"})
     cloud.add_image("example/exit-after-100:1")
     u = cloud.user()
     inst = cloud.create(u, card_count=16, image="example/exit-after-100:1")
-    i = cloud.wait_state(u, inst["id"], ("stopped", "failed"))
-    assert i["state"] == "stopped", i
+    i = cloud.wait_state(u, inst["id"], ("stopped", "failed", "succeeded"))
+    assert i["state"] == "succeeded" and i["exit_code"] == 0 and i["desired_state"] == "stopped", i
     assert "fast-01: workload exited before every node was seen running" in i["state_reason"], i
     assert cloud.d.sql("SELECT count(*) FROM running_intervals") == [(0,)]
     assert cloud.d.sql("SELECT attempts FROM instances WHERE id = ?", (inst["id"],)) == [(0,)]

@@ -139,6 +139,18 @@ def test_patch_changes_what_the_next_start_runs_only_while_stopped(cloud):
     r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=other.key, json={"command": ["x"]})
     assert_error(r, 404, "not_found")
     assert c.get(u, inst["id"])["command"] is None
+    # The job fields change the same way, each keeping the other.
+    r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key,
+                    json={"restart_policy": "on_failure", "max_runtime_minutes": 90})
+    assert r.status_code == 200, r.text
+    assert (r.json()["restart_policy"], r.json()["max_runtime_minutes"]) == ("on_failure", 90)
+    r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={"max_runtime_minutes": 0})
+    assert (r.json()["restart_policy"], r.json()["max_runtime_minutes"]) == ("on_failure", None), r.text
+    for field, bad in (("restart_policy", "sometimes"), ("restart_policy", 3), ("max_runtime_minutes", -1),
+                       ("max_runtime_minutes", 43201), ("max_runtime_minutes", "10")):
+        r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={field: bad})
+        assert_error(r, 400, "invalid_field", field)
+    assert c.get(u, inst["id"])["restart_policy"] == "on_failure"
 
 
 @pytest.fixture

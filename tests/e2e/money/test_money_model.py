@@ -47,7 +47,8 @@ every step:
   nodes of fleets left running never miss a heartbeat.
 
 After every billing pass and node step the instances' observed states
-(running, stopping, stopped, unreachable, lost) equal the model's too. The
+(running, stopping, stopped, succeeded, unreachable, lost) equal the model's
+too; a job that exits ends succeeded and settled (desired stopped). The
 real `gpurentd ledger verify` runs every CLI_EVERY steps and at the end of
 each seed (spawning it every step would cost more than the rest of the step
 under ASan). Launches and starts are predicted: 402 exactly when the model
@@ -161,7 +162,7 @@ class Run:
         self.rng = random.Random(seed)
         self.model = RefModel()
         self.users = {}        # uid -> User
-        # iid -> {"uid", "gpu", "cards", "desired": running|stopped, "state": running|stopping|stopped|
+        # iid -> {"uid", "gpu", "cards", "desired": running|stopped, "state": running|stopping|stopped|succeeded|
         #         unreachable|lost (as observed once settled), "node", "workload", "exit_ms" or None}
         self.instances = {}
         self.pending = []      # (user, iid) created but not yet seen running
@@ -558,8 +559,8 @@ class Run:
     def step_stop(self):
         """Stops an instance meant to run: a running one stops (billed to
         now), an unreachable one stops once its node answers or is offline
-        (it was billed to the node's last heartbeat), one that exited is
-        stopped already (200, nothing changes), a lost one cannot be (409)."""
+        (it was billed to the node's last heartbeat), a lost one cannot be
+        (409); a job that exited succeeded and is no longer meant to run."""
         meant = [iid for iid, i in self.instances.items() if i["desired"] == "running"]
         if not meant:
             return self.step_launch()
@@ -594,15 +595,16 @@ class Run:
             return
         start, i = self.now(), self.instances[iid]
         fs, name = self.fleet_of(iid), self.node_fleet[i["node"]].nodes[i["node"]]
-        body = self.c.wait_state(u, iid, ("running", "stopped"), timeout=DEADLINE)
-        if body["state"] == "stopped" and not self.d.sql("SELECT 1 FROM running_intervals WHERE instance_id = ?",
+        body = self.c.wait_state(u, iid, ("running", "succeeded"), timeout=DEADLINE)
+        if body["state"] == "succeeded" and not self.d.sql("SELECT 1 FROM running_intervals WHERE instance_id = ?",
                                                          (iid,)):
             # It ended before a pass saw it running: nothing was billed, and
             # it is not run again on other cards.
             self.check("exited before every node was seen running" in body["state_reason"],
                        f"{iid} stopped unbilled: {body['state_reason']!r}")
             self.model.drop_open(u.id, iid)
-            i["state"] = "stopped"
+            # A job (restart_policy never) that exited 0 succeeded, settled.
+            i.update(state="succeeded", desired="stopped")
             self.counts["exits before running"] += 1
             self.log[-1] += ", ended before it was seen running"
             self.wait(lambda: i["workload"] not in self.agent_workloads(fs, name), f"{iid}'s workload to be deleted")
@@ -610,7 +612,7 @@ class Run:
         k = self.rng.choice([0, 1, self.rng.randint(2, 600)])
         self.d.set_clock(start + k)
         moved = time.time()
-        self.c.wait_state(u, iid, "stopped", timeout=DEADLINE)
+        self.c.wait_state(u, iid, "succeeded", timeout=DEADLINE)
         seen = time.time()
         [(iv, began, end, reason)] = self.d.sql("SELECT id, started_at, ended_at, end_reason FROM running_intervals"
                                                 " WHERE instance_id = ?", (iid,))
@@ -625,7 +627,7 @@ class Run:
         self.model.open_of(u.id, iid)["id"] = iv
         self.model.close_interval(u.id, iid, end)
         self.exits[iv] = end
-        i["state"] = "stopped"
+        i.update(state="succeeded", desired="stopped")
         self.counts["exits"] += 1
         self.log[-1] += f", clock +{k}, ended at +{end - start}"
         self.wait(lambda: i["workload"] not in self.agent_workloads(fs, name), f"{iid}'s workload to be deleted")

@@ -307,7 +307,7 @@ def test_exited_job_is_billed_to_its_exit_second(new_cluster):
                  json={"gpu_type": "MI450", "card_count": 8, "image": "example/exit-after-3000:1"})
     assert r.status_code == 201, r.text
     iid = r.json()["id"]
-    i = c.wait_state(u, iid, "stopped", timeout=DEADLINE)
+    i = c.wait_state(u, iid, "succeeded", timeout=DEADLINE)
     assert "workload exited" in i["state_reason"], i
     ((start, end, _, _, reason),) = c.intervals(iid)
     assert reason.startswith("workload exited"), reason
