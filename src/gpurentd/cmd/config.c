@@ -100,6 +100,11 @@ static int validate_max_price(const void *field, char *err, size_t errlen)
     return check_amount("max_price_per_card_hour", field, PRICE_OPTION_CAP, err, errlen);
 }
 
+static int validate_max_storage_price(const void *field, char *err, size_t errlen)
+{
+    return check_amount("max_price_per_gb_month", field, PRICE_OPTION_CAP, err, errlen);
+}
+
 static int validate_max_topup(const void *field, char *err, size_t errlen)
 {
     return check_amount("max_topup", field, MONEY_OPTION_CAP, err, errlen);
@@ -200,6 +205,9 @@ const struct conf_option daemon_options[] = {
     OPT_STR(metrics_listen, "", validate_metrics_listen,
             "host:port serving /metrics without an API key; empty: /metrics is admin-only on the API"),
     OPT_INT(max_ssh_keys_per_user, 1, 64, 20, "SSH public keys one account may hold (an instance takes at most 64)"),
+    OPT_INT(max_volume_size_gb, 1, 1048576, 1048576, "largest volume a user may create, GB (volume_default_size_gb at most)"),
+    OPT_STR(max_price_per_gb_month, "1000.00", validate_max_storage_price,
+            "highest storage price per GB-month (30 days) an admin may set (at most 1000000.00)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 
@@ -229,6 +237,12 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
     money_parse(conf->max_topup, &conf->max_topup_micro);
     money_parse(conf->max_grant, &conf->max_grant_micro);
     money_parse(conf->max_balance, &conf->max_balance_micro);
+    money_parse(conf->max_price_per_gb_month, &conf->max_storage_price_micro);
+    if (conf->volume_default_size_gb > conf->max_volume_size_gb) {
+        snprintf(err, errlen, "volume_default_size_gb %lld is over max_volume_size_gb %lld",
+                 (long long)conf->volume_default_size_gb, (long long)conf->max_volume_size_gb);
+        return -1;
+    }
     /* The trial credit is a grant to an empty account, so it must pass both
      * limits a grant meets, or every sign-up would be refused. */
     if (credit > conf->max_grant_micro || credit > conf->max_balance_micro) {
