@@ -662,6 +662,8 @@ struct money_totals {
     int64_t topups;             /* cash added */
     int64_t credit_outstanding; /* credit not yet spent or voided */
     int64_t cash_held;          /* users' cash not yet spent */
+    int64_t storage_revenue;    /* storage charged, all time (0020; not in revenue) */
+    int64_t storage_credits_spent; /* credit spent on storage (not in credits_spent) */
 };
 int store_metrics_money(struct store *s, struct money_totals *out);
 

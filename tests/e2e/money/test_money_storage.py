@@ -9,7 +9,8 @@ global price stays 0 for the instances' default volumes."""
 import pytest
 
 from harness import assert_error
-from money_util import MICRO, PRICE, accrue, cluster_fixture, iso, micro, yuan, verify_ledgers  # noqa: F401
+from money_util import (MICRO, PRICE, accrue, cluster_fixture, iso, ledger_verify, micro, verify_ledgers,  # noqa: F401
+                        yuan)
 from test_money_validation import refused, run_matrix
 
 MONTH = 2_592_000
@@ -138,6 +139,15 @@ def test_a_volume_kept_across_a_stopped_instance_is_charged_to_the_second(storag
     rows = c.d.sql("SELECT volume_id, sum(cost_micro), sum(paid_by_cash_micro) FROM report_storage"
                    " WHERE user_id = ? GROUP BY volume_id", (u.id,))
     assert rows == [(vid, due, due)]
+    # /metrics counts storage revenue on its own, as the ledger has it.
+    r = c.admin("GET", "/metrics")
+    assert r.status_code == 200, r.text
+    [line] = [x for x in r.text.splitlines() if x.startswith("gpurent_storage_revenue_micro_total ")]
+    [(total,)] = c.d.sql("SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t"
+                         " ON t.id = p.transaction_id WHERE t.kind = 'storage' AND p.account_id = 'revenue'")
+    assert int(line.split()[1]) == total >= due
+    rc, out = ledger_verify(c.d.db_path)
+    assert rc == 0 and f"storage totals: revenue {yuan(total)}," in out, out
 
 
 def test_the_estimate_shows_storage_per_hour_and_for_the_run(storage):
