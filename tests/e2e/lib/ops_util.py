@@ -433,6 +433,7 @@ TOTALS = re.compile(r"^totals: revenue (\S+), credits granted (\S+), credits spe
                     r" credits refunded (\S+)$", re.M)
 TOTAL_KEYS = ("revenue", "credits_granted", "credits_spent", "credits_expired", "credit_outstanding", "topups",
               "cash_held", "refunds", "credits_refunded")
+STORAGE_TOTALS = re.compile(r"^storage totals: revenue (\S+), credits spent (\S+)$", re.M)
 _AMOUNT = re.compile(r"^(-?)(0|[1-9][0-9]*)\.([0-9]{2,6})$")
 
 
@@ -450,7 +451,11 @@ def ledger_totals(db):
     assert lines[-1] == "ledger OK", p.stdout
     m = TOTALS.search(p.stdout)
     assert m, f"no totals line:\n{p.stdout}"
-    return dict(zip(TOTAL_KEYS, (micro(x) for x in m.groups())))
+    out = dict(zip(TOTAL_KEYS, (micro(x) for x in m.groups())))
+    m = STORAGE_TOTALS.search(p.stdout)
+    assert m, f"no storage totals line:\n{p.stdout}"
+    out["storage_revenue"], out["storage_credits_spent"] = (micro(x) for x in m.groups())
+    return out
 
 
 def reconcile(db):
@@ -461,6 +466,7 @@ def reconcile(db):
     util = report(db, "utilisation", "json")
     liability = report(db, "credit-liability", "json")
     topups = report(db, "topups", "json")
+    storage = report(db, "storage", "json")
 
     def s(rows, col):
         return sum(micro(r[col]) for r in rows)
@@ -488,8 +494,14 @@ def reconcile(db):
         h4 = (a * 10000 + 1800) // 3600
         assert r["card_hours_available"] == (a // 3600 if a % 3600 == 0 else f"{h4 // 10000}.{h4 % 10000:04d}"), r
         assert (r["utilisation"] is None) == (a == 0), r
+    # Storage is counted apart from card time, in its own report.
+    assert s(storage, "cost") == t["storage_revenue"]
+    assert s(storage, "paid_by_credit") == t["storage_credits_spent"]
+    assert all(micro(r["cost"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in storage)
+    storage_cash = t["storage_revenue"] - t["storage_credits_spent"]
     assert s(liability, "remaining") == t["credit_outstanding"]
-    assert t["credits_granted"] - credit_used - t["credits_expired"] == t["credit_outstanding"]
+    assert t["credits_granted"] - credit_used - t["storage_credits_spent"] - t["credits_expired"] == \
+        t["credit_outstanding"]
     assert s(topups, "amount") == t["topups"]
-    assert t["topups"] - cash_spent == t["cash_held"]
+    assert t["topups"] - cash_spent - storage_cash == t["cash_held"]
     return t

@@ -11,6 +11,7 @@ import pytest
 from harness import assert_error
 from money_util import (MICRO, PRICE, accrue, cluster_fixture, iso, ledger_verify, micro, verify_ledgers,  # noqa: F401
                         yuan)
+from ops_util import reconcile
 from test_money_validation import refused, run_matrix
 
 MONTH = 2_592_000
@@ -148,6 +149,9 @@ def test_a_volume_kept_across_a_stopped_instance_is_charged_to_the_second(storag
     assert int(line.split()[1]) == total >= due
     rc, out = ledger_verify(c.d.db_path)
     assert rc == 0 and f"storage totals: revenue {yuan(total)}," in out, out
+    # Every report agrees with ledger verify's totals, storage included.
+    t = reconcile(c.d.db_path)
+    assert t["storage_revenue"] == total
 
 
 def test_the_estimate_shows_storage_per_hour_and_for_the_run(storage):
