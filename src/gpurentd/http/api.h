@@ -13,7 +13,8 @@
  *   metrics.c      GET /metrics
  *   api_*.c        one file per resource: health, accounts, keys, GPU
  *                  types, nodes, images, volumes, instances, users, balance,
- *                  prices, credits, payments, billing, audit, SSH keys
+ *                  prices, storage prices, credits, payments, billing,
+ *                  audit, SSH keys
  *   api_logs.c     instance logs, read from agents by the logs proxy */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H

@@ -14,6 +14,11 @@
  * a crash: each recomputes from the intervals' starts, so totals never
  * change.
  *
+ * Storage of volumes (per GB-month, from creation to deletion, running or
+ * not) is billed in the same pass and the same way, before card time: what
+ * funds do not cover stays owed and is charged first when money arrives
+ * (bill_storage).
+ *
  * Only time known to have run is charged: an open interval on a node that
  * has missed a heartbeat is charged up to that node's last good one
  * (ledger_billable_end), and an interval whose end moved back below what was

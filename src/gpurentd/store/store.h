@@ -6,7 +6,7 @@
  * runner (group commit), migrate.c the migrations, and one store_*.c per
  * table or concern the SQL: users, API keys, GPU types, nodes, capacity
  * history, images, volumes, instances, idempotency, money, money reports,
- * audit, metrics, reports, verify, SSH keys.
+ * audit, metrics, reports, verify, SSH keys, storage billing.
  *
  * Threading: a struct store is one SQLite connection and its cache of
  * prepared statements, used by one thread only. store_thread() gives each
