@@ -8,12 +8,13 @@ region, so the tests of the module do not charge each other's volumes; the
 global price stays 0 for the instances' default volumes."""
 import os
 import random
+import sqlite3
 import threading
 import time
 
 from harness import assert_error
-from money_util import (MICRO, PRICE, accrue, cluster_fixture, iso, ledger_verify, micro, new_cluster,  # noqa: F401
-                        verify_ledgers, yuan)
+from money_util import (MICRO, PRICE, accrue, cluster_fixture, iso, ledger_breaches, ledger_verify,  # noqa: F401
+                        micro, new_cluster, storage_cost, verify_ledgers, yuan)
 from ops_util import reconcile, storage_totals
 from test_money_validation import refused, run_matrix
 
@@ -27,15 +28,13 @@ storage = cluster_fixture({"MI450": 2}, {"max_volume_size_gb": "10000", "max_pri
 bare = cluster_fixture({}, {"max_body_bytes": "4096", "max_price_per_gb_month": "100.00"})
 
 
-def storage_cost(schedule, size_gb, start, end):
-    """What a volume costs under [(effective_at, price per GB-month)]."""
-    total = 0
-    for k, (eff, p) in enumerate(schedule):
-        lo = max(eff, start)
-        hi = min(schedule[k + 1][0], end) if k + 1 < len(schedule) else end
-        if hi > lo:
-            total += p * size_gb * (hi - lo) // MONTH
-    return total
+def python_breaches(c):
+    """money_util's own reading of the raw rows, storage rules included."""
+    con = sqlite3.connect(f"file:{c.d.db_path}?mode=ro", uri=True)
+    try:
+        return ledger_breaches(con)
+    finally:
+        con.close()
 
 
 def set_storage_price(c, region, price, effective_at=None, reason=None):
@@ -156,6 +155,7 @@ def test_a_volume_kept_across_a_stopped_instance_is_charged_to_the_second(storag
     # Every report agrees with ledger verify's totals, storage included.
     reconcile(c.d.db_path)
     assert storage_totals(c.d.db_path)[0] == total
+    assert python_breaches(c) == []
 
 
 def test_the_estimate_shows_storage_per_hour_and_for_the_run(storage):
@@ -239,6 +239,7 @@ def test_funds_running_out_leave_storage_owed_until_money_arrives(storage):
     c.d.delete(f"/v1/instances/{r.json()['id']}", key=u.key)
     c.wait_state(u, r.json()["id"], "terminated")
     c.billing()
+    assert python_breaches(c) == []
 
 
 def test_storage_is_charged_before_card_time_when_funds_run_short(storage):
@@ -437,3 +438,4 @@ def test_kill_9_during_and_between_passes_changes_no_storage_total(new_cluster):
         c.billing()
     for u, vid, size, region in vols:
         assert storage_charged(c, vid)[0] == storage_cost(sched[region], size, t0, deleted.get(vid, t_end))
+    assert python_breaches(c) == []
