@@ -183,15 +183,24 @@ int funds_check_minimum_run(struct store *s, const char *user_id, const char *gp
         return rc;
     if (f.available >= need)
         return STORE_OK;
-    char need_s[MONEY_FMT_LEN], have_s[MONEY_FMT_LEN];
+    char need_s[MONEY_FMT_LEN], have_s[MONEY_FMT_LEN], owed_s[MONEY_FMT_LEN];
     money_format(need, need_s);
     money_format(f.available, have_s);
+    /* Storage not covered is paid before any card time: say so when it is
+     * what the funds go to. */
+    int64_t owed = 0;
+    if ((rc = ledger_storage_owed(s, user_id, at, &owed)) != STORE_OK)
+        return rc;
+    money_format(owed, owed_s);
     o->failed = 1;
     o->error = ERR_INSUFFICIENT_FUNDS;
     json_decref(o->extra);
     o->extra = json_pack("{s:s, s:s, s:s}", "needed", need_s, "available", have_s, "currency", daemon_config->currency);
+    if (owed > 0)
+        json_object_set_new(o->extra, "storage_owed", json_string(owed_s));
     snprintf(o->message, sizeof o->message,
-             "%s %s needed for a %lld-minute minimum run (with your other running cards); %s available", need_s,
-             daemon_config->currency, (long long)daemon_config->min_run_minutes, have_s);
+             "%s %s needed for a %lld-minute minimum run (with your other running cards); %s available%s%s%s", need_s,
+             daemon_config->currency, (long long)daemon_config->min_run_minutes, have_s,
+             owed > 0 ? " after " : "", owed > 0 ? owed_s : "", owed > 0 ? " of storage not yet charged" : "");
     return REFUSED;
 }

@@ -208,8 +208,10 @@ def test_funds_running_out_leave_storage_owed_until_money_arrives(storage):
     b = c.balance(u)
     assert (b["cash"], b["credit"], b["available"]) == (0, 0, 0)
     assert micro(b["raw"]["storage_unbilled"]) == due - MICRO
-    # No instance starts while storage is owed.
-    assert_error(c.create(u, "MI450", 1), 402, "insufficient_funds")
+    # No instance starts while storage is owed, and the refusal says why.
+    err = assert_error(c.create(u, "MI450", 1), 402, "insufficient_funds")
+    assert (err["available"], micro(err["storage_owed"])) == ("0.00", due - MICRO), err
+    assert "of storage not yet charged" in err["message"], err
     # Passes with no money change nothing.
     c.billing()
     assert storage_charged(c, vid)[0] == 1 * MICRO
