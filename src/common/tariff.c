@@ -32,3 +32,59 @@ int64_t tariff_price_at(const struct price_point *pp, size_t n, int64_t t)
         price = pp[k].card_hour;
     return price;
 }
+
+/* floor(price × size × seconds / month), exact with 128-bit intermediates:
+ * price and size are bounded far below 2^63 each, but their product with
+ * seconds is checked rather than trusted. */
+static int storage_piece(int64_t price, int64_t size_gb, int64_t seconds, int64_t *out)
+{
+    *out = 0;
+    if (price < 0 || size_gb < 0 || seconds < 0)
+        return MONEY_ERR_NEGATIVE;
+    unsigned __int128 rate = (unsigned __int128)price * (unsigned __int128)size_gb;
+    if (rate == 0 || seconds == 0)
+        return MONEY_OK;
+    if ((unsigned __int128)seconds > ~(unsigned __int128)0 / rate)
+        return MONEY_ERR_OVERFLOW;
+    unsigned __int128 micro = rate * (unsigned __int128)seconds / (unsigned __int128)TARIFF_MONTH_SECONDS;
+    if (micro > (unsigned __int128)INT64_MAX)
+        return MONEY_ERR_OVERFLOW;
+    *out = (int64_t)micro;
+    return MONEY_OK;
+}
+
+int tariff_storage_due(const struct price_point *pp, size_t n, int64_t size_gb, int64_t start, int64_t end,
+                       int64_t *out)
+{
+    *out = 0;
+    if (end < start || size_gb < 0)
+        return MONEY_ERR_NEGATIVE;
+    int64_t total = 0;
+    for (size_t k = 0; k < n; k++) {
+        int64_t from = pp[k].effective_at > start ? pp[k].effective_at : start;
+        int64_t to = k + 1 < n && pp[k + 1].effective_at < end ? pp[k + 1].effective_at : end;
+        if (to <= from)
+            continue;
+        int64_t piece, seconds;
+        if (__builtin_sub_overflow(to, from, &seconds))
+            return MONEY_ERR_OVERFLOW;
+        int rc = storage_piece(pp[k].card_hour, size_gb, seconds, &piece);
+        if (rc != MONEY_OK || (rc = money_add(total, piece, &total)) != MONEY_OK) {
+            *out = 0;
+            return rc;
+        }
+    }
+    *out = total;
+    return MONEY_OK;
+}
+
+size_t tariff_storage_schedule(const struct price_point *global, size_t ng, const struct price_point *region,
+                               size_t nr, struct price_point *out)
+{
+    size_t o = 0;
+    for (size_t k = 0; k < ng && (nr == 0 || global[k].effective_at < region[0].effective_at); k++)
+        out[o++] = global[k];
+    for (size_t k = 0; k < nr; k++)
+        out[o++] = region[k];
+    return o;
+}

@@ -61,6 +61,71 @@ static int check_one(void *vctx, const struct settled_interval *iv)
     return 0;
 }
 
+/* Every volume charged for storage: a settled one exactly its tariff from
+ * creation to deletion, any other never more than its tariff up to its
+ * deletion or, while it exists, its latest charge. Volumes come by region,
+ * so each region's schedule (the global prices, then the region's own from
+ * its first on) is read once. */
+struct volume_check {
+    FILE *out;
+    int breaches;
+    int loaded;       /* pp holds region's schedule */
+    char region[64];  /* whose */
+    struct price_point *pp;
+    size_t n;
+    struct store *store;
+};
+
+static int load_storage_schedule(struct volume_check *c, const char *region)
+{
+    struct price_point *g = NULL, *r = NULL;
+    size_t ng = 0, nr = 0;
+    free(c->pp);
+    c->pp = NULL;
+    c->n = 0;
+    c->loaded = 0;
+    int rc = store_storage_prices(c->store, "", &g, &ng);
+    if (rc == STORE_OK && region[0])
+        rc = store_storage_prices(c->store, region, &r, &nr);
+    if (rc == STORE_OK && !(c->pp = malloc((ng + nr ? ng + nr : 1) * sizeof *c->pp)))
+        rc = STORE_ERROR;
+    if (rc == STORE_OK) {
+        c->n = tariff_storage_schedule(g, ng, r, nr, c->pp);
+        snprintf(c->region, sizeof c->region, "%s", region);
+        c->loaded = 1;
+    }
+    free(g);
+    free(r);
+    return rc == STORE_OK ? 0 : -1;
+}
+
+static int check_volume(void *vctx, const struct volume_charge *vc)
+{
+    struct volume_check *c = vctx;
+    if ((!c->loaded || strcmp(vc->region, c->region) != 0) && load_storage_schedule(c, vc->region) < 0)
+        return -1;
+    int64_t end = vc->deleted_at ? vc->deleted_at : vc->last_charge;
+    if (end < vc->created_at)
+        end = vc->created_at;
+    int64_t due;
+    int mrc = tariff_storage_due(c->pp, c->n, vc->size_gb, vc->created_at, end, &due);
+    if (mrc != MONEY_OK) {
+        fprintf(c->out, "breach: volume's storage billed beyond its tariff: %s: billed %lld, its tariff %s\n",
+                vc->volume_id, (long long)vc->billed,
+                mrc == MONEY_ERR_OVERFLOW ? "overflows 64-bit integers" : "cannot be computed");
+        c->breaches++;
+    } else if (vc->settled && due != vc->billed) {
+        fprintf(c->out, "breach: deleted volume's storage billed other than its tariff: %s: billed %lld, due %lld\n",
+                vc->volume_id, (long long)vc->billed, (long long)due);
+        c->breaches++;
+    } else if (!vc->settled && vc->billed > due) {
+        fprintf(c->out, "breach: volume's storage billed beyond its tariff: %s: billed %lld, due %lld\n",
+                vc->volume_id, (long long)vc->billed, (long long)due);
+        c->breaches++;
+    }
+    return 0;
+}
+
 int ledger_verify(struct store *s, void *stream)
 {
     FILE *out = stream;
@@ -70,5 +135,9 @@ int ledger_verify(struct store *s, void *stream)
     struct settled_check c = {.out = out, .store = s};
     int rc = store_settled_intervals(s, check_one, &c);
     free(c.pp);
-    return rc == STORE_OK ? breaches + c.breaches : -1;
+    struct volume_check vc = {.out = out, .store = s};
+    if (rc == STORE_OK)
+        rc = store_volume_charges(s, check_volume, &vc);
+    free(vc.pp);
+    return rc == STORE_OK ? breaches + c.breaches + vc.breaches : -1;
 }

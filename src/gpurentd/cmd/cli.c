@@ -248,6 +248,9 @@ int cmd_ledger(int argc, char **argv)
                money_format(m.revenue, a), money_format(m.credits_granted, b), money_format(m.credits_spent, c),
                money_format(m.credits_expired, d), money_format(m.credit_outstanding, e), money_format(m.topups, f),
                money_format(m.cash_held, g), money_format(m.refunds, h), money_format(m.credits_refunded, k));
+        /* A line of its own, so that the one above keeps its form. */
+        printf("storage totals: revenue %s, credits spent %s\n", money_format(m.storage_revenue, a),
+               money_format(m.storage_credits_spent, b));
     }
     store_close(s);
     if (breaches < 0) {

@@ -120,6 +120,11 @@ static int validate_max_price(const void *field, char *err, size_t errlen)
     return check_amount("max_price_per_card_hour", field, PRICE_OPTION_CAP, err, errlen);
 }
 
+static int validate_max_storage_price(const void *field, char *err, size_t errlen)
+{
+    return check_amount("max_price_per_gb_month", field, PRICE_OPTION_CAP, err, errlen);
+}
+
 static int validate_max_topup(const void *field, char *err, size_t errlen)
 {
     return check_amount("max_topup", field, MONEY_OPTION_CAP, err, errlen);
@@ -232,6 +237,9 @@ const struct conf_option daemon_options[] = {
             "catalog: instances run catalog images only; registries: also any image of image_registries"),
     OPT_STR(image_registries, "", validate_image_registries,
             "registries (host[:port], comma-separated, e.g. docker.io,ghcr.io) users' own images may come from"),
+    OPT_INT(max_volume_size_gb, 1, 1048576, 1048576, "largest volume a user may create, GB (volume_default_size_gb at most)"),
+    OPT_STR(max_price_per_gb_month, "1000.00", validate_max_storage_price,
+            "highest storage price per GB-month (30 days) an admin may set (at most 1000000.00)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 
@@ -279,6 +287,12 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
     money_parse(conf->max_topup, &conf->max_topup_micro);
     money_parse(conf->max_grant, &conf->max_grant_micro);
     money_parse(conf->max_balance, &conf->max_balance_micro);
+    money_parse(conf->max_price_per_gb_month, &conf->max_storage_price_micro);
+    if (conf->volume_default_size_gb > conf->max_volume_size_gb) {
+        snprintf(err, errlen, "volume_default_size_gb %lld is over max_volume_size_gb %lld",
+                 (long long)conf->volume_default_size_gb, (long long)conf->max_volume_size_gb);
+        return -1;
+    }
     /* The trial credit is a grant to an empty account, so it must pass both
      * limits a grant meets, or every sign-up would be refused. */
     if (credit > conf->max_grant_micro || credit > conf->max_balance_micro) {

@@ -103,6 +103,9 @@ struct daemon_conf {
     int64_t max_ssh_keys_per_user;    /* SSH public keys one account may hold */
     char image_policy[16];            /* "catalog": catalog images only; "registries": also any of image_registries */
     char image_registries[1024];      /* registries (host[:port], comma-separated) users' own images may come from */
+    int64_t max_volume_size_gb;       /* largest volume a user may create, GB */
+    char max_price_per_gb_month[24];  /* highest storage price per GB-month an admin may set, e.g. "1000.00" */
+    int64_t max_storage_price_micro;  /* max_price_per_gb_month, set by daemon_read_config */
 };
 /* The configuration in force; set once at start-up. SIGHUP changes only
  * login_max_failures and login_lockout_s in it (atomic fields); the other
@@ -264,6 +267,23 @@ void price_book_free(struct price_book *book);
 /* What interval b costs from its start to ledger_billable_end(b, t) under
  * its type's schedule: STORE_OK, a store error, or PRICE_OVERFLOW. */
 int price_book_due(struct store *s, struct price_book *book, const struct billable *b, int64_t t, int64_t *out);
+/* Storage schedules by region (the region's own prices after the global
+ * ones, tariff_storage_schedule), each read once. Zero-initialise; free
+ * with storage_book_free. */
+struct storage_book_entry;
+struct storage_book {
+    struct storage_book_entry *entries; /* by region, as met */
+    size_t n, cap;                      /* entries, allocated */
+};
+void storage_book_free(struct storage_book *book);
+struct storage_billable;
+/* What volume v's storage costs from its creation to t (or its deletion,
+ * if sooner): STORE_OK, a store error, or PRICE_OVERFLOW. */
+int storage_book_due(struct store *s, struct storage_book *book, const struct storage_billable *v, int64_t t,
+                     int64_t *out);
+/* The storage price per GB-month in force at t for region ("" global):
+ * 0 when none is set. Negative store_rc on failure. */
+int64_t storage_book_price_at(struct store *s, struct storage_book *book, const char *region, int64_t t);
 /* In a transaction: refuses (REFUSED, 402 insufficient_funds) unless the
  * user's funds cover a minimum run of `cards` more cards of gpu_model. */
 int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
@@ -273,6 +293,9 @@ int funds_check_minimum_run(struct store *s, const char *user_id, const char *gp
 struct volume;
 /* Creates volume v (filling it) of user_id in the caller's transaction. */
 int volume_create(struct store *s, const char *user_id, const char *name, int64_t size_gb, struct volume *v);
+/* The same in a storage region ("" for the global storage price). */
+int volume_create_in(struct store *s, const char *user_id, const char *name, int64_t size_gb, const char *region,
+                     struct volume *v);
 /* Finds or creates (inside a transaction) the user's default "shared" volume. */
 int volume_default(struct store *s, const char *user_id, char id_out[ID_MAX]);
 

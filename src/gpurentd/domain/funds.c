@@ -70,6 +70,82 @@ int price_book_due(struct store *s, struct price_book *book, const struct billab
     return tariff_due(e->pp, e->n, b->card_count, b->started_at, end, out) == MONEY_OK ? STORE_OK : PRICE_OVERFLOW;
 }
 
+/* One region's storage schedule, merged with the global one. */
+struct storage_book_entry {
+    char region[64];        /* "" global */
+    struct price_point *pp; /* schedule, oldest first */
+    size_t n;               /* entries */
+};
+
+void storage_book_free(struct storage_book *book)
+{
+    for (size_t i = 0; i < book->n; i++)
+        free(book->entries[i].pp);
+    free(book->entries);
+    memset(book, 0, sizeof *book);
+}
+
+static int storage_schedule(struct store *s, struct storage_book *book, const char *region,
+                            const struct storage_book_entry **out)
+{
+    for (size_t i = 0; i < book->n; i++)
+        if (strcmp(book->entries[i].region, region) == 0) {
+            *out = &book->entries[i];
+            return STORE_OK;
+        }
+    if (book->n == book->cap) {
+        size_t cap = book->cap ? 2 * book->cap : 8;
+        struct storage_book_entry *grown = realloc(book->entries, cap * sizeof *grown);
+        if (!grown)
+            return STORE_ERROR;
+        book->entries = grown;
+        book->cap = cap;
+    }
+    struct price_point *g = NULL, *r = NULL;
+    size_t ng = 0, nr = 0;
+    int rc = store_storage_prices(s, "", &g, &ng);
+    if (rc == STORE_OK && region[0])
+        rc = store_storage_prices(s, region, &r, &nr);
+    struct storage_book_entry *e = &book->entries[book->n];
+    e->pp = rc == STORE_OK ? malloc((ng + nr ? ng + nr : 1) * sizeof *e->pp) : NULL;
+    if (rc == STORE_OK && !e->pp)
+        rc = STORE_ERROR;
+    if (rc == STORE_OK) {
+        e->n = tariff_storage_schedule(g, ng, r, nr, e->pp);
+        snprintf(e->region, sizeof e->region, "%s", region);
+        book->n++;
+        *out = e;
+    }
+    free(g);
+    free(r);
+    return rc;
+}
+
+int storage_book_due(struct store *s, struct storage_book *book, const struct storage_billable *v, int64_t t,
+                     int64_t *out)
+{
+    *out = 0;
+    const struct storage_book_entry *e;
+    int rc = storage_schedule(s, book, v->region, &e);
+    if (rc != STORE_OK)
+        return rc;
+    int64_t end = v->deleted_at && v->deleted_at < t ? v->deleted_at : t;
+    if (end <= v->created_at)
+        return STORE_OK;
+    return tariff_storage_due(e->pp, e->n, v->size_gb, v->created_at, end, out) == MONEY_OK ? STORE_OK
+                                                                                             : PRICE_OVERFLOW;
+}
+
+int64_t storage_book_price_at(struct store *s, struct storage_book *book, const char *region, int64_t t)
+{
+    const struct storage_book_entry *e;
+    int rc = storage_schedule(s, book, region, &e);
+    if (rc != STORE_OK)
+        return rc;
+    int64_t p = tariff_price_at(e->pp, e->n, t);
+    return p < 0 ? 0 : p;
+}
+
 int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
                             struct op_outcome *o)
 {
@@ -107,15 +183,24 @@ int funds_check_minimum_run(struct store *s, const char *user_id, const char *gp
         return rc;
     if (f.available >= need)
         return STORE_OK;
-    char need_s[MONEY_FMT_LEN], have_s[MONEY_FMT_LEN];
+    char need_s[MONEY_FMT_LEN], have_s[MONEY_FMT_LEN], owed_s[MONEY_FMT_LEN];
     money_format(need, need_s);
     money_format(f.available, have_s);
+    /* Storage not covered is paid before any card time: say so when it is
+     * what the funds go to. */
+    int64_t owed = 0;
+    if ((rc = ledger_storage_owed(s, user_id, at, &owed)) != STORE_OK)
+        return rc;
+    money_format(owed, owed_s);
     o->failed = 1;
     o->error = ERR_INSUFFICIENT_FUNDS;
     json_decref(o->extra);
     o->extra = json_pack("{s:s, s:s, s:s}", "needed", need_s, "available", have_s, "currency", daemon_config->currency);
+    if (owed > 0)
+        json_object_set_new(o->extra, "storage_owed", json_string(owed_s));
     snprintf(o->message, sizeof o->message,
-             "%s %s needed for a %lld-minute minimum run (with your other running cards); %s available", need_s,
-             daemon_config->currency, (long long)daemon_config->min_run_minutes, have_s);
+             "%s %s needed for a %lld-minute minimum run (with your other running cards); %s available%s%s%s", need_s,
+             daemon_config->currency, (long long)daemon_config->min_run_minutes, have_s,
+             owed > 0 ? " after " : "", owed > 0 ? owed_s : "", owed > 0 ? " of storage not yet charged" : "");
     return REFUSED;
 }

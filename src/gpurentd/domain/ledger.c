@@ -39,10 +39,66 @@ int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *o
     }
     price_book_free(&book);
     free(b);
+    int64_t storage = 0;
+    if (rc == STORE_OK && (rc = ledger_storage_owed(s, user_id, at, &storage)) == STORE_OK &&
+        money_add(*out, storage, out) != MONEY_OK)
+        rc = STORE_ERROR;
     if (rc != STORE_OK) {
         *out = 0;
         return rc == PRICE_OVERFLOW ? STORE_ERROR : rc;
     }
+    return STORE_OK;
+}
+
+int ledger_storage_owed(struct store *s, const char *user_id, int64_t at, int64_t *out)
+{
+    *out = 0;
+    struct storage_billable *v;
+    size_t n;
+    struct storage_book book = {0};
+    int rc = store_storage_billables(s, user_id, &v, &n);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        int64_t due;
+        if ((rc = storage_book_due(s, &book, &v[i], at, &due)) == STORE_OK && due > v[i].billed &&
+            money_add(*out, due - v[i].billed, out) != MONEY_OK)
+            rc = STORE_ERROR;
+    }
+    storage_book_free(&book);
+    free(v);
+    if (rc != STORE_OK) {
+        *out = 0;
+        return rc == PRICE_OVERFLOW ? STORE_ERROR : rc;
+    }
+    return STORE_OK;
+}
+
+int ledger_storage_burn(struct store *s, const char *user_id, int64_t at, int64_t *per_hour)
+{
+    *per_hour = 0;
+    struct storage_billable *v;
+    size_t n;
+    struct storage_book book = {0};
+    int rc = store_storage_billables(s, user_id, &v, &n);
+    /* The rate of every live volume at its price now, then the hour of it
+     * floored once: what an hour of them all costs. */
+    __int128 rate = 0;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        if (v[i].deleted_at)
+            continue;
+        int64_t p = storage_book_price_at(s, &book, v[i].region, at);
+        if (p < 0)
+            rc = (int)p;
+        else
+            rate += (__int128)p * v[i].size_gb;
+    }
+    storage_book_free(&book);
+    free(v);
+    if (rc != STORE_OK)
+        return rc;
+    __int128 hour = rate * 3600 / TARIFF_MONTH_SECONDS;
+    if (hour > INT64_MAX)
+        return STORE_ERROR;
+    *per_hour = (int64_t)hour;
     return STORE_OK;
 }
 
@@ -63,10 +119,15 @@ int ledger_runway(struct store *s, const char *user_id, int64_t at, struct funds
     struct funds mine;
     if (!f)
         f = &mine;
-    int64_t rate = store_user_burn_rate(s, user_id, at);
+    int64_t rate = store_user_burn_rate(s, user_id, at), storage;
     if (rate < 0)
         return (int)rate;
-    int rc = ledger_funds_now(s, user_id, at, f);
+    int rc = ledger_storage_burn(s, user_id, at, &storage);
+    if (rc != STORE_OK)
+        return rc;
+    if (money_add(rate, storage, &rate) != MONEY_OK)
+        return STORE_ERROR;
+    rc = ledger_funds_now(s, user_id, at, f);
     if (rc != STORE_OK)
         return rc;
     if (burn)
@@ -160,8 +221,30 @@ int ledger_topup(struct store *s, const char *user_id, const char *payment_id, i
     return STORE_OK;
 }
 
+/* Draws amount from the user's grants then cash into revenue, posted as e
+ * (its kind and what it names). */
+static int charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const struct ledger_entry *e);
+
 int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *instance_id,
                   int64_t interval_id, const char *reason)
+{
+    struct ledger_entry e = {.at = at,
+                             .kind = "usage",
+                             .user_id = user_id,
+                             .reason = reason,
+                             .instance_id = instance_id,
+                             .interval_id = interval_id};
+    return charge(s, user_id, amount, at, &e);
+}
+
+int ledger_charge_storage(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *volume_id,
+                          const char *reason)
+{
+    struct ledger_entry e = {.at = at, .kind = "storage", .user_id = user_id, .reason = reason, .volume_id = volume_id};
+    return charge(s, user_id, amount, at, &e);
+}
+
+static int charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const struct ledger_entry *e)
 {
     if (amount == 0)
         return STORE_OK;
@@ -215,13 +298,7 @@ int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t 
     }
     snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "revenue");
     legs[nl++].amount = amount;
-    struct ledger_entry e = {.at = at,
-                             .kind = "usage",
-                             .user_id = user_id,
-                             .reason = reason,
-                             .instance_id = instance_id,
-                             .interval_id = interval_id};
-    rc = store_ledger_post(s, &e, legs, nl, at);
+    rc = store_ledger_post(s, e, legs, nl, at);
 done:
     free(legs);
     return rc;

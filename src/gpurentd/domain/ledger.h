@@ -25,8 +25,8 @@ struct funds {
 };
 /* The ledger's funds as posted: grants valid at `at` (expiring after it). */
 int ledger_funds(struct store *s, const char *user_id, int64_t at, struct funds *out);
-/* Usage of the user's running intervals accrued up to `at` beyond what was
- * posted for them. */
+/* Usage of the user's running intervals and storage of their volumes
+ * accrued up to `at` beyond what was posted for them. */
 int ledger_unbilled(struct store *s, const char *user_id, int64_t at, int64_t *out);
 /* What the user can really spend at `at`: ledger_funds less the unbilled
  * usage (billing posts it at least every few minutes, not every pass).
@@ -60,6 +60,18 @@ int ledger_topup(struct store *s, const char *user_id, const char *payment_id, i
  * STORE_CONFLICT if the funds do not cover amount (roll back). */
 int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *instance_id,
                   int64_t interval_id, const char *reason);
+/* Charges storage of a volume the same way, as a 'storage' transaction
+ * naming the volume. */
+int ledger_charge_storage(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *volume_id,
+                          const char *reason);
+/* Storage of the user's volumes accrued up to `at` beyond what was posted
+ * (what was not covered stays owed: it is charged first when money
+ * arrives). Part of ledger_unbilled. */
+int ledger_storage_owed(struct store *s, const char *user_id, int64_t at, int64_t *out);
+/* What an hour of the user's live volumes costs at the prices in force at
+ * `at`: floor(sum(price x size_gb) x 3600 / 2 592 000). Part of the
+ * balance's burn rate. */
+int ledger_storage_burn(struct store *s, const char *user_id, int64_t at, int64_t *per_hour);
 /* Voids what is left of the user's grants that expired at or before at.
  * With user_id NULL: of every user with no running time left to bill (those
  * with some spend each grant up to its expiry first, in their billing). */

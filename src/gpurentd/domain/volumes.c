@@ -41,7 +41,14 @@ static int render_source(const char *user_id, const char *volume_id, char *out, 
 
 int volume_create(struct store *s, const char *user_id, const char *name, int64_t size_gb, struct volume *v)
 {
+    return volume_create_in(s, user_id, name, size_gb, "", v);
+}
+
+int volume_create_in(struct store *s, const char *user_id, const char *name, int64_t size_gb, const char *region,
+                     struct volume *v)
+{
     memset(v, 0, sizeof *v);
+    snprintf(v->region, sizeof v->region, "%s", region);
     if (id_new("vol", v->id) < 0)
         return STORE_ERROR;
     snprintf(v->user_id, sizeof v->user_id, "%s", user_id);

@@ -13,7 +13,8 @@
  *   metrics.c      GET /metrics
  *   api_*.c        one file per resource: health, accounts, keys, GPU
  *                  types, nodes, images, volumes, instances, users, balance,
- *                  prices, credits, payments, billing, audit, SSH keys
+ *                  prices, storage prices, credits, payments, billing,
+ *                  audit, SSH keys
  *   api_logs.c     instance logs, read from agents by the logs proxy */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
@@ -152,6 +153,13 @@ void api_statements_get(struct http_request *req);
 void api_prices_list(struct http_request *req);
 void api_estimate_get(struct http_request *req);
 void api_prices_put(struct http_request *req);
+/* api_storage_prices.c */
+void api_storage_prices_list(struct http_request *req);
+void api_storage_prices_put(struct http_request *req);
+/* Whether region may name a storage region: letters, digits, '.', '_'
+ * or '-', 1 to 63, starting with a letter or digit, and not "global"
+ * (the API's name of the global price). */
+int storage_region_valid(const char *region);
 
 /* api_credits.c */
 void api_invite_redeem(struct http_request *req);
@@ -176,8 +184,8 @@ void api_billing_run(struct http_request *req);
 int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const char **out);
 /* Writes the admin_actions row for an action req's admin did, in the
  * caller's transaction (s inside store_txn): action is grant, topup,
- * invite_code, price, limits or billing_run; target the user id, GPU type
- * or code (NULL for none); amount in micro-yuan (-1 for none); detail the
+ * invite_code, price, limits, billing_run or storage_price; target the
+ * user id, GPU type, code or storage region (NULL for none); amount in micro-yuan (-1 for none); detail the
  * request's effective values (borrowed; written with sorted keys). */
 int audit_record(struct store *s, const struct http_request *req, const char *action, const char *target,
                  int64_t amount, json_t *detail, const char *reason);

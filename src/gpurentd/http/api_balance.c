@@ -44,9 +44,11 @@ void api_balance_get(struct http_request *req)
     struct funds f;
     static _Thread_local struct grant grants[GRANTS_SHOWN];
     size_t n;
-    int64_t burn, minutes;
+    int64_t burn, minutes, storage_burn, storage_owed;
     int low;
     if (!s || ledger_runway(s, req->user_id, now, &f, &burn, &minutes, &low) != STORE_OK ||
+        ledger_storage_burn(s, req->user_id, now, &storage_burn) != STORE_OK ||
+        ledger_storage_owed(s, req->user_id, now, &storage_owed) != STORE_OK ||
         store_grants_of(s, req->user_id, grants, GRANTS_SHOWN, &n) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
@@ -62,11 +64,16 @@ void api_balance_get(struct http_request *req)
                                               "expired", expired));
     }
     json_t *runway = minutes >= 0 ? json_integer(minutes) : json_null();
+    /* burn_rate_per_hour is card time and storage together; the storage
+     * part and the storage not yet charged (owed when funds ran short) are
+     * shown on their own too. */
     http_reply_json(req, 200,
-                    json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "currency", daemon_config->currency,
-                              "cash", json_money(f.cash), "credit", json_money(f.credit), "unbilled",
-                              json_money(f.unbilled), "available", json_money(f.available), "grants", list,
-                              "burn_rate_per_hour", json_money(burn), "runway_minutes", runway, "low_balance", low));
+                    json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "currency",
+                              daemon_config->currency, "cash", json_money(f.cash), "credit", json_money(f.credit),
+                              "unbilled", json_money(f.unbilled), "storage_unbilled", json_money(storage_owed),
+                              "available", json_money(f.available), "grants", list, "burn_rate_per_hour",
+                              json_money(burn), "storage_burn_rate_per_hour", json_money(storage_burn),
+                              "runway_minutes", runway, "low_balance", low));
 }
 
 void api_transactions_list(struct http_request *req)
@@ -78,12 +85,12 @@ void api_transactions_list(struct http_request *req)
         query_time(req, "from", 0, &f.from) < 0 || query_time(req, "to", INT64_MAX, &f.to) < 0)
         return;
     f.after_id = pg.after_t; /* transaction ids are the sort key */
-    static const char *const kinds[] = {"usage", "refund", "grant", "expiry", "topup"};
+    static const char *const kinds[] = {"usage", "refund", "grant", "expiry", "topup", "storage"};
     int kind_ok = !f.kind;
     for (size_t i = 0; f.kind && i < sizeof kinds / sizeof kinds[0]; i++)
         kind_ok |= strcmp(f.kind, kinds[i]) == 0;
     if (!kind_ok) {
-        http_error(req, ERR_INVALID_QUERY, "kind", "kind must be usage, refund, grant, expiry or topup");
+        http_error(req, ERR_INVALID_QUERY, "kind", "kind must be usage, refund, grant, expiry, topup or storage");
         return;
     }
     struct ledger_txn_row *rows = malloc(sizeof *rows * (size_t)(pg.limit + 1));
@@ -98,9 +105,10 @@ void api_transactions_list(struct http_request *req)
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++)
         json_array_append_new(
-            data, json_pack("{s:I, s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:s}", "id", (json_int_t)rows[i].id, "at",
+            data, json_pack("{s:I, s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}", "id", (json_int_t)rows[i].id, "at",
                             json_time(rows[i].at, 0), "kind", rows[i].kind, "reason", rows[i].reason, "instance_id",
-                            rows[i].instance_id[0] ? json_string(rows[i].instance_id) : json_null(), "amount",
+                            rows[i].instance_id[0] ? json_string(rows[i].instance_id) : json_null(), "volume_id",
+                            rows[i].volume_id[0] ? json_string(rows[i].volume_id) : json_null(), "amount",
                             json_money(rows[i].user_delta), "credit", json_money(rows[i].credit_delta), "cash",
                             json_money(rows[i].cash_delta), "currency", daemon_config->currency));
     json_t *next = n > shown ? page_cursor(rows[shown - 1].id, "t") : json_null();
@@ -126,6 +134,24 @@ static json_t *usage_rows(struct store *s, const char *user_id, int64_t from, in
         json_array_append_new(data, json_pack("{s:s, s:s, s:o, s:o, s:o, s:o}", by_type ? "gpu_type" : "instance_id",
                                               rows[i].key, "gpu_type", rows[i].gpu_model, "card_hours",
                                               card_hours(rows[i].card_seconds), "cost", json_money(rows[i].cost),
+                                              "paid_by_credit", json_money(rows[i].from_credit), "paid_by_cash",
+                                              json_money(rows[i].from_cash)));
+    return data;
+}
+
+/* Storage charged per volume in [from, to): the statement's storage lines. */
+static json_t *storage_rows(struct store *s, const char *user_id, int64_t from, int64_t to)
+{
+    static _Thread_local struct storage_line rows[USAGE_MAX];
+    size_t n;
+    if (store_storage_lines(s, user_id, from, to, rows, USAGE_MAX, &n) != STORE_OK)
+        return NULL;
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(data, json_pack("{s:s, s:s, s:s, s:I, s:o, s:o, s:o}", "volume_id", rows[i].volume_id,
+                                              "name", rows[i].name, "region",
+                                              rows[i].region[0] ? rows[i].region : "global", "size_gb",
+                                              (json_int_t)rows[i].size_gb, "cost", json_money(rows[i].cost),
                                               "paid_by_credit", json_money(rows[i].from_credit), "paid_by_cash",
                                               json_money(rows[i].from_cash)));
     return data;
@@ -209,12 +235,13 @@ void api_statements_get(struct http_request *req)
     int64_t closing = s ? store_user_funds_before(s, req->user_id, to) : STORE_ERROR;
     struct ledger_txn_filter f = {.user_id = req->user_id, .from = from, .to = to};
     json_t *lines = json_array(), *usage = s ? usage_rows(s, req->user_id, from, to, 0) : NULL;
+    json_t *storage = s ? storage_rows(s, req->user_id, from, to) : NULL;
     char *csv_text = NULL;
     size_t csv_len = 0;
     FILE *out = csv ? open_memstream(&csv_text, &csv_len) : NULL;
     if (out)
         fprintf(out, "id,at,kind,reason,instance_id,amount,credit,cash,currency\r\n");
-    int ok = opening >= 0 && closing >= 0 && usage && (!csv || out);
+    int ok = opening >= 0 && closing >= 0 && usage && storage && (!csv || out);
     static _Thread_local struct ledger_txn_row rows[TXN_PAGE_MAX];
     size_t n = TXN_PAGE_MAX;
     while (ok && n == TXN_PAGE_MAX) {
@@ -231,12 +258,15 @@ void api_statements_get(struct http_request *req)
             if (out) {
                 fprintf(out, "%lld,%s,%s,", (long long)rows[i].id, json_string_value(when), rows[i].kind);
                 csv_field(out, rows[i].reason);
+                /* The columns stay as they were: a storage line's reason
+                 * names its volume. */
                 fprintf(out, ",%s,%s,%s,%s,%s\r\n", rows[i].instance_id, amount, credit, cash, daemon_config->currency);
             } else {
-                json_array_append_new(lines, json_pack("{s:I, s:O, s:s, s:s, s:s, s:s, s:s, s:s}", "id",
+                json_array_append_new(lines, json_pack("{s:I, s:O, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "id",
                                                        (json_int_t)rows[i].id, "at", when, "kind", rows[i].kind,
                                                        "reason", rows[i].reason, "instance_id", rows[i].instance_id,
-                                                       "amount", amount, "credit", credit, "cash", cash));
+                                                       "volume_id", rows[i].volume_id, "amount", amount, "credit",
+                                                       credit, "cash", cash));
             }
             json_decref(when);
         }
@@ -254,12 +284,13 @@ void api_statements_get(struct http_request *req)
         http_reply_raw(req, 200, "text/csv; charset=utf-8", csv_text, csv_len);
     } else {
         http_reply_json(req, 200,
-                        json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:O, s:O}", "month", req->params[0], "currency",
+                        json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:O, s:O, s:O}", "month", req->params[0], "currency",
                                   daemon_config->currency, "from", json_time(from, 0), "to", json_time(to, 0),
                                   "opening_balance", json_money(opening), "closing_balance", json_money(closing),
-                                  "transactions", lines, "usage", usage));
+                                  "transactions", lines, "usage", usage, "storage", storage));
     }
     free(csv_text);
     json_decref(lines);
     json_decref(usage);
+    json_decref(storage);
 }

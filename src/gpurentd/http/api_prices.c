@@ -3,6 +3,7 @@
  * PUT /v1/admin/prices/{gpu_type} (at most max_price_per_card_hour,
  * recorded in admin_actions). A price applies from its effective time on,
  * never backwards. */
+#include "domain/domain.h"
 #include "domain/ledger.h"
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
@@ -62,14 +63,60 @@ static int query_hours(struct http_request *req, const char *name, int required,
     return 0;
 }
 
+/* Adds the storage of a volume of volume_gb in region to an estimate: it
+ * is billed for all `seconds` the volume exists, running or stopped, at
+ * the price in force now; total becomes cards and storage. -1 after
+ * replying if it cannot be computed. */
+static int estimate_storage(struct http_request *req, struct store *s, json_t *reply, int64_t volume_gb,
+                            const char *region, int64_t now, int64_t seconds, int64_t cards_total)
+{
+    struct storage_book book = {0};
+    int64_t price = storage_book_price_at(s, &book, region, now);
+    storage_book_free(&book);
+    if (price < 0) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return -1;
+    }
+    const struct price_point pp[] = {{0, price}};
+    int64_t hour, storage, total;
+    if (tariff_storage_due(pp, 1, volume_gb, 0, 3600, &hour) != MONEY_OK ||
+        tariff_storage_due(pp, 1, volume_gb, 0, seconds, &storage) != MONEY_OK ||
+        money_add(cards_total, storage, &total) != MONEY_OK) {
+        http_error(req, ERR_INVALID_QUERY, "volume_gb", "that estimate is too large");
+        return -1;
+    }
+    json_object_set_new(reply, "volume_gb", json_integer(volume_gb));
+    json_object_set_new(reply, "region", json_string(region[0] ? region : "global"));
+    json_object_set_new(reply, "price_per_gb_month", json_money(price));
+    json_object_set_new(reply, "storage_hours", json_money((int64_t)((__int128)seconds * MONEY_UNIT / 3600)));
+    json_object_set_new(reply, "storage_per_hour", json_money(hour));
+    json_object_set_new(reply, "storage_total", json_money(storage));
+    json_object_set_new(reply, "cards_total", json_money(cards_total));
+    json_object_set_new(reply, "total", json_money(total));
+    return 0;
+}
+
 void api_estimate_get(struct http_request *req)
 {
-    static const char *const allowed[] = {"gpu_type", "card_count", "hours", "hours_per_day", "days", NULL};
-    int64_t cards, seconds, per_day, days;
+    static const char *const allowed[] = {"gpu_type", "card_count", "hours", "hours_per_day", "days", "volume_gb",
+                                          "region", NULL};
+    int64_t cards, seconds, per_day, days, volume_gb;
     if (http_query_allow(req, allowed) < 0 || http_query_int(req, "card_count", 1, 256, 1, &cards) < 0 ||
         query_hours(req, "hours", 0, 100000, &seconds) < 0 || query_hours(req, "hours_per_day", 0, 24, &per_day) < 0 ||
-        http_query_int(req, "days", 1, 3660, 1, &days) < 0)
+        http_query_int(req, "days", 1, 3660, 1, &days) < 0 ||
+        http_query_int(req, "volume_gb", 1, daemon_config->max_volume_size_gb, 0, &volume_gb) < 0)
         return;
+    const char *region = http_query(req, "region");
+    if (region && strcmp(region, "global") != 0 && !storage_region_valid(region)) {
+        http_error(req, ERR_INVALID_QUERY, "region", "region must be global or letters, digits, '.', '_' or '-'");
+        return;
+    }
+    if (region && !http_query(req, "volume_gb")) {
+        http_error(req, ERR_INVALID_QUERY, "region", "region goes with volume_gb");
+        return;
+    }
+    if (!region || strcmp(region, "global") == 0)
+        region = "";
     const char *type = http_query(req, "gpu_type");
     if (!type) {
         http_error(req, ERR_INVALID_QUERY, "gpu_type", "gpu_type is required");
@@ -99,12 +146,17 @@ void api_estimate_get(struct http_request *req)
         return;
     }
     total = one * times;
-    http_reply_json(req, 200,
-                    json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:o, s:s}", "gpu_type", type, "card_count",
+    json_t *reply = json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:o, s:s}", "gpu_type", type, "card_count",
                               (json_int_t)cards, "price_per_card_hour", json_money(price), "run_hours",
                               json_money((int64_t)((__int128)run * MONEY_UNIT / 3600)), "runs", (json_int_t)times,
                               "cost_per_run", json_money(one), "total", json_money(total), "currency",
-                              daemon_config->currency));
+                              daemon_config->currency);
+    if (volume_gb > 0 && estimate_storage(req, s, reply, volume_gb, region, now, per_day >= 0 ? days * 86400 : seconds,
+                                          total) < 0) {
+        json_decref(reply);
+        return;
+    }
+    http_reply_json(req, 200, reply);
 }
 
 struct price_ctx {

@@ -15,9 +15,10 @@
 
 static json_t *volume_json(const struct volume *v)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:I, s:b, s:o}", "id", v->id, "name", v->name, "size_gb",
-                     (json_int_t)v->size_gb, "mount_path", "/shared", "instances", (json_int_t)v->instances, "in_use",
-                     v->mounted > 0, "created_at", json_time(v->created_at, 0));
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:b, s:o}", "id", v->id, "name", v->name, "size_gb",
+                     (json_int_t)v->size_gb, "region", v->region[0] ? v->region : "global", "mount_path", "/shared",
+                     "instances", (json_int_t)v->instances, "in_use", v->mounted > 0, "created_at",
+                     json_time(v->created_at, 0));
 }
 
 static int name_valid(const char *name)
@@ -33,14 +34,26 @@ static int name_valid(const char *name)
 
 struct create_ctx {
     const char *user_id, *name; /* whose, what */
-    int64_t size_gb;            /* quota */
+    int64_t size_gb;            /* quota, and what storage is billed for */
+    const char *region;         /* storage region, "" global */
+    int unknown_region;         /* out: no node and no storage price has it */
     struct volume v;            /* out */
 };
 
 static int create_txn(struct store *s, void *vctx)
 {
     struct create_ctx *ctx = vctx;
-    return volume_create(s, ctx->user_id, ctx->name, ctx->size_gb, &ctx->v);
+    ctx->unknown_region = 0;
+    if (ctx->region[0]) {
+        int known = store_region_known(s, ctx->region);
+        if (known < 0)
+            return known;
+        if (!known) {
+            ctx->unknown_region = 1;
+            return STORE_NOT_FOUND;
+        }
+    }
+    return volume_create_in(s, ctx->user_id, ctx->name, ctx->size_gb, ctx->region, &ctx->v);
 }
 
 void api_volumes_create(struct http_request *req)
@@ -48,6 +61,7 @@ void api_volumes_create(struct http_request *req)
     static const struct json_field fields[] = {
         {"name",    JSON_KIND_STRING,  1, 63},
         {"size_gb", JSON_KIND_INTEGER, 0, 0 },
+        {"region",  JSON_KIND_STRING,  0, 63},
         {NULL,      0,                 0, 0 },
     };
     json_t *body = http_json_body(req, fields);
@@ -56,13 +70,24 @@ void api_volumes_create(struct http_request *req)
     struct create_ctx ctx = {.user_id = req->user_id, .name = json_string_value(json_object_get(body, "name"))};
     json_t *size = json_object_get(body, "size_gb");
     ctx.size_gb = size ? json_integer_value(size) : daemon_config->volume_default_size_gb;
+    const char *region = json_string_value(json_object_get(body, "region"));
+    /* The region only chooses the storage price: "global" (or none) is the
+     * global price; another must be a live node's region or one with a
+     * storage price of its own. */
+    ctx.region = !region || !region[0] || strcmp(region, "global") == 0 ? "" : region;
     struct store *s = store_thread();
     int rc;
     if (!name_valid(ctx.name))
         http_error(req, ERR_INVALID_FIELD, "name", "name must be 1 to 63 lower-case letters, digits, '-' or '_'");
-    else if (ctx.size_gb < 1 || ctx.size_gb > 1048576)
-        http_error(req, ERR_INVALID_FIELD, "size_gb", "size_gb must be from 1 to 1048576");
-    else if ((rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR) == STORE_CONFLICT)
+    else if (ctx.size_gb < 1 || ctx.size_gb > daemon_config->max_volume_size_gb)
+        http_error(req, ERR_INVALID_FIELD, "size_gb", "size_gb must be from 1 to %lld (max_volume_size_gb)",
+                   (long long)daemon_config->max_volume_size_gb);
+    else if (ctx.region[0] && !storage_region_valid(ctx.region))
+        http_error(req, ERR_INVALID_FIELD, "region", "region must be global or letters, digits, '.', '_' or '-'");
+    else if ((rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR) == STORE_NOT_FOUND && ctx.unknown_region)
+        http_error(req, ERR_INVALID_FIELD, "region",
+                   "no node and no storage price is in region %s; leave region out for the global price", ctx.region);
+    else if (rc == STORE_CONFLICT)
         http_error(req, ERR_NAME_TAKEN, "name", "you already have a volume named %s", ctx.name);
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);

@@ -186,9 +186,16 @@ static int write_store(FILE *f, struct store *s)
             " run); revenue less this is what was earned.\n"
             "# TYPE gpurent_refunds_micro_total counter\ngpurent_refunds_micro_total %lld\n"
             "# HELP gpurent_credits_refunded_micro_total Of the refunds, what went back to credit grants.\n"
-            "# TYPE gpurent_credits_refunded_micro_total counter\ngpurent_credits_refunded_micro_total %lld\n",
+            "# TYPE gpurent_credits_refunded_micro_total counter\ngpurent_credits_refunded_micro_total %lld\n"
+            "# HELP gpurent_storage_revenue_micro_total Storage of volumes charged (per GB-month), not in"
+            " gpurent_revenue_micro_total.\n"
+            "# TYPE gpurent_storage_revenue_micro_total counter\ngpurent_storage_revenue_micro_total %lld\n"
+            "# HELP gpurent_storage_credits_spent_micro_total Credit spent on storage, not in"
+            " gpurent_credits_spent_micro_total.\n"
+            "# TYPE gpurent_storage_credits_spent_micro_total counter\ngpurent_storage_credits_spent_micro_total %lld\n",
             (long long)m.revenue, (long long)m.credits_granted, (long long)m.credits_spent,
-            (long long)m.credits_expired, (long long)m.topups, (long long)m.refunds, (long long)m.credits_refunded);
+            (long long)m.credits_expired, (long long)m.topups, (long long)m.refunds, (long long)m.credits_refunded,
+            (long long)m.storage_revenue, (long long)m.storage_credits_spent);
     return 0;
 }
 

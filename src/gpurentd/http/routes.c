@@ -61,6 +61,8 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/prices",                  api_prices_list,         AUTH_NONE },
     {"GET",    "/v1/estimate",                api_estimate_get,        AUTH_NONE },
     {"PUT",    "/v1/admin/prices/{gpu_type}", api_prices_put,          AUTH_ADMIN},
+    {"GET",    "/v1/storage-prices",          api_storage_prices_list, AUTH_NONE },
+    {"PUT",    "/v1/admin/storage-prices/{region}", api_storage_prices_put, AUTH_ADMIN},
     {"POST",   "/v1/invite-codes/redeem",     api_invite_redeem,       AUTH_USER },
     {"POST",   "/v1/admin/invite-codes",      api_invite_codes_create, AUTH_ADMIN},
     {"POST",   "/v1/admin/users/{id}/grants", api_grants_create,       AUTH_ADMIN},

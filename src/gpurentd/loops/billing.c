@@ -14,6 +14,11 @@
  * a crash: each recomputes from the intervals' starts, so totals never
  * change.
  *
+ * Storage of volumes (per GB-month, from creation to deletion, running or
+ * not) is billed in the same pass and the same way, before card time: what
+ * funds do not cover stays owed and is charged first when money arrives
+ * (bill_storage).
+ *
  * Only time known to have run is charged: an open interval on a node that
  * has missed a heartbeat is charged up to that node's last good one
  * (ledger_billable_end), and an interval whose end moved back below what was
@@ -21,6 +26,7 @@
  * of their own: one whose billing fails (an overflow, a broken row) is
  * skipped for the pass, logged once per change of reason and counted, and
  * everyone else is billed. */
+#include "domain/domain.h"
 #include "domain/ledger.h"
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
@@ -41,6 +47,7 @@
 
 struct pass {
     struct price_book prices; /* each type's schedule, read once per pass */
+    struct storage_book storage; /* each region's storage schedule, read once per pass */
     int64_t now;              /* pass time */
     int stopped_any;          /* instances were stopped: wake the reconciler */
     int64_t failed;           /* users skipped this pass */
@@ -182,13 +189,78 @@ static int bill_intervals(struct store *s, struct pass *p, const char *user_id, 
     return STORE_OK;
 }
 
-/* Bills the user's intervals up to t: all of them, however many, as the
- * second funds run out depends on every one. */
+/* What volume v's storage costs at t, with a reason when it fails. */
+static int storage_due_at(struct store *s, struct pass *p, const struct storage_billable *v, int64_t t, int64_t *out)
+{
+    int rc = storage_book_due(s, &p->storage, v, t, out);
+    if (rc != PRICE_OVERFLOW)
+        return rc;
+    snprintf(p->why, sizeof p->why, "the storage cost of volume %s (%lld GB) overflows", v->volume_id,
+             (long long)v->size_gb);
+    return STORE_ERROR;
+}
+
+/* Charges the storage of the user's volumes up to t, oldest volume first,
+ * as far as their funds go: storage is charged before card time, and what
+ * funds do not cover stays owed (the volume is kept; ledger_funds_now
+ * counts it, so no instance starts until it is paid) and is charged first
+ * at the next pass that finds money. A volume is settled once it is deleted
+ * and charged its whole tariff. */
+static int bill_storage(struct store *s, struct pass *p, const char *user_id, int64_t t)
+{
+    struct storage_billable *v;
+    size_t n;
+    int rc = store_storage_billables(s, user_id, &v, &n);
+    if (rc != STORE_OK || n == 0) {
+        free(v);
+        return rc;
+    }
+    struct funds funds;
+    if ((rc = ledger_funds(s, user_id, t - 1, &funds)) != STORE_OK) {
+        free(v);
+        return rc;
+    }
+    int64_t left = funds.available;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+        int64_t due;
+        if ((rc = storage_due_at(s, p, &v[i], t, &due)) != STORE_OK)
+            break;
+        int64_t charged = 0;
+        if (due > v[i].billed && left > 0) {
+            charged = due - v[i].billed < left ? due - v[i].billed : left;
+            char reason[160];
+            snprintf(reason, sizeof reason, "storage, %lld GB, %s (%s)", (long long)v[i].size_gb, v[i].volume_id,
+                     v[i].name);
+            if ((rc = ledger_charge_storage(s, user_id, charged, t, v[i].volume_id, reason)) != STORE_OK) {
+                snprintf(p->why, sizeof p->why, "cannot post storage of volume %s", v[i].volume_id);
+                break;
+            }
+            v[i].billed += charged;
+            left -= charged;
+        }
+        /* A pass at a time before the last charge (a clock stepped back)
+         * sees less due than was billed: nothing is owed, nothing moves;
+         * deletions are never put before the last charge, so it settles
+         * at its tariff once the deletion is reached. */
+        int settled = v[i].deleted_at && v[i].deleted_at <= t && v[i].billed == due;
+        if ((charged || settled) &&
+            (rc = store_storage_billed(s, v[i].volume_id, v[i].billed, charged ? t : 0, settled)) != STORE_OK)
+            break;
+    }
+    free(v);
+    return rc;
+}
+
+/* Bills the user's storage, then their intervals up to t: all of them,
+ * however many, as the second funds run out depends on every one. */
 static int bill_until(struct store *s, struct pass *p, const char *user_id, int64_t t)
 {
     struct billable *b;
     size_t n;
-    int rc = store_billables(s, user_id, &b, &n);
+    int rc = bill_storage(s, p, user_id, t);
+    if (rc != STORE_OK)
+        return rc;
+    rc = store_billables(s, user_id, &b, &n);
     if (rc == STORE_OK && n > 0)
         rc = bill_intervals(s, p, user_id, b, n, t);
     free(b);
@@ -397,6 +469,7 @@ static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], co
 static void pass_done(struct pass *p, int64_t started, int64_t checked, int64_t billed, struct billing_summary *out)
 {
     price_book_free(&p->prices);
+    storage_book_free(&p->storage);
     if (out) {
         out->users = billed;
         out->checked = checked;
@@ -450,17 +523,25 @@ int billing_check(struct store *s, struct billing_summary *out)
     size_t nb = 0, nf = 0, nu = 0, checked = 0;
     /* Funds first: a top-up landing between the two reads only makes a
      * user look poorer, which bills them now rather than later. */
+    struct storage_billable *v = NULL;
+    size_t nv = 0;
     int rc = store_funds_to_bill(s, p.now, &f, &nf);
     if (rc == STORE_OK)
         rc = store_billables_all(s, &b, &nb);
+    if (rc == STORE_OK)
+        rc = store_storage_billables_all(s, &v, &nv);
     unsigned char *expiries = NULL;
-    if (rc == STORE_OK && nb && (!(users = malloc(nb * sizeof *users)) || !(expiries = malloc(nb))))
+    if (rc == STORE_OK && nb + nv &&
+        (!(users = malloc((nb + nv) * sizeof *users)) || !(expiries = malloc(nb + nv))))
         rc = STORE_ERROR;
     size_t fi = 0;
-    for (size_t i = 0; rc == STORE_OK && i < nb;) {
-        const char *user_id = b[i].user_id;
-        int64_t owed = 0;
-        int ended = 0, uncertain = 0;
+    /* Both lists are sorted by user: each user's intervals and volumes are
+     * looked at together. */
+    for (size_t i = 0, k = 0; rc == STORE_OK && (i < nb || k < nv);) {
+        const char *user_id =
+            i < nb && (k >= nv || strcmp(b[i].user_id, v[k].user_id) <= 0) ? b[i].user_id : v[k].user_id;
+        int64_t owed = 0, storage = 0;
+        int ended = 0, uncertain = 0, deleted = 0, cards = 0;
         size_t j = i;
         for (; j < nb && strcmp(b[j].user_id, user_id) == 0; j++) {
             int64_t due;
@@ -470,20 +551,39 @@ int billing_check(struct store *s, struct billing_summary *out)
                 (due > b[j].billed && money_add(owed, due - b[j].billed, &owed) != MONEY_OK))
                 uncertain = 1;
             ended |= b[j].ended_at != 0;
+            cards = 1;
         }
+        size_t m = k;
+        for (; m < nv && strcmp(v[m].user_id, user_id) == 0; m++) {
+            int64_t due;
+            if (storage_due_at(s, &p, &v[m], p.now, &due) != STORE_OK ||
+                (due > v[m].billed && money_add(storage, due - v[m].billed, &storage) != MONEY_OK))
+                uncertain = 1;
+            deleted |= v[m].deleted_at != 0;
+        }
+        if (money_add(owed, storage, &owed) != MONEY_OK)
+            uncertain = 1;
         while (fi < nf && strcmp(f[fi].user_id, user_id) < 0)
             fi++;
         const struct user_funds *uf = fi < nf && strcmp(f[fi].user_id, user_id) == 0 ? &f[fi] : NULL;
+        __int128 funds = uf ? (__int128)uf->cash + uf->credit : 0;
+        /* Storage owed beyond funds stops nothing: it is worth a pass only
+         * when there is money to charge it from (or cards to stop), and a
+         * deleted volume only when it can be settled. */
+        int short_of_funds = (__int128)owed > funds && (cards || funds > 0);
+        int settle = deleted && (storage == 0 || funds > 0);
         /* Anything uncertain bills now: the full path decides exactly. */
-        if (!uf || uncertain || (__int128)owed > (__int128)uf->cash + uf->credit || ended || uf->expired_grants ||
+        if (!uf || uncertain || short_of_funds || ended || settle || uf->expired_grants ||
             (owed > 0 && posting_due(user_id, prev, p.now))) {
             expiries[nu] = !uf || uf->expired_grants;
             memcpy(users[nu++], user_id, ID_MAX);
         }
         checked++;
         i = j;
+        k = m;
     }
     free(b);
+    free(v);
     free(f);
     if (rc == STORE_OK)
         rc = bill_users(s, &p, users, expiries, nu);

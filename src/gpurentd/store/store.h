@@ -6,7 +6,8 @@
  * runner (group commit), migrate.c the migrations, and one store_*.c per
  * table or concern the SQL: users, API keys, GPU types, nodes, capacity
  * history, images, volumes, instances, idempotency, money, money reports,
- * audit, metrics, reports, verify, SSH keys, what an instance runs.
+ * audit, metrics, reports, verify, SSH keys, what an instance runs, storage
+ * billing.
  *
  * Threading: a struct store is one SQLite connection and its cache of
  * prepared statements, used by one thread only. store_thread() gives each
@@ -277,6 +278,7 @@ struct volume {
     int64_t created_at;   /* epoch seconds */
     int64_t instances;    /* instances not terminated or failed that use it */
     int64_t mounted;      /* of those, how many hold cards now */
+    char region[64];      /* whose storage price applies; "" the global one (0020) */
 };
 /* STORE_CONFLICT if the owner has a live volume of that name. */
 int store_volume_insert(struct store *s, const struct volume *v);
@@ -534,6 +536,7 @@ struct ledger_entry {
     int64_t interval_id;     /* usage and refund, or 0 */
     const char *grant_id;    /* grant/expiry, or NULL */
     const char *topup_id;    /* topup, or NULL */
+    const char *volume_id;   /* storage, or NULL */
 };
 /* Posts a balanced transaction (legs must sum to zero) and moves the cached
  * balances; STORE_CONFLICT if a user account would go below zero, and
@@ -658,6 +661,7 @@ struct ledger_txn_row {
     char kind[16];            /* usage, grant, expiry, topup */
     char reason[256];         /* sentence */
     char instance_id[ID_MAX]; /* usage: instance, else "" */
+    char volume_id[ID_MAX];   /* storage: volume, else "" */
     int64_t user_delta;       /* net change of the user's funds */
     int64_t credit_delta;     /* of which grants */
     int64_t cash_delta;       /* of which cash */
@@ -707,6 +711,8 @@ struct money_totals {
     int64_t topups;             /* cash added */
     int64_t credit_outstanding; /* credit not yet spent or voided */
     int64_t cash_held;          /* users' cash not yet spent */
+    int64_t storage_revenue;    /* storage charged, all time (0020; not in revenue) */
+    int64_t storage_credits_spent; /* credit spent on storage (not in credits_spent) */
 };
 int store_metrics_money(struct store *s, struct money_totals *out);
 
@@ -735,6 +741,59 @@ struct admin_action_filter {
 int store_admin_actions(struct store *s, const struct admin_action_filter *f, struct admin_action *out, size_t max,
                         size_t *n);
 
+/* store_storage.c: storage billing (0020): prices per GB-month, global
+ * (region "") or per region, each volume's billing state, statement lines. */
+/* The storage price history of region ("" global), oldest first; *out
+ * malloc'd; card_hour holds micro-yuan per GB-month. */
+int store_storage_prices(struct store *s, const char *region, struct price_point **out, size_t *n);
+int store_storage_price_insert(struct store *s, const char *region, int64_t effective_at, int64_t gb_month,
+                               int64_t now);
+struct storage_price_row {
+    char region[64];      /* "" global */
+    int64_t effective_at; /* from */
+    int64_t gb_month;     /* micro-yuan per GB-month */
+    int64_t created_at;   /* when set */
+};
+/* region NULL: every region's. */
+int store_storage_price_history(struct store *s, const char *region, struct storage_price_row *out, size_t max,
+                                size_t *n);
+/* The latest second storage was charged to, of the region's volumes (of
+ * every volume for region ""): a new price may not start before it. */
+int64_t store_storage_billed_until(struct store *s, const char *region);
+/* A volume whose storage is not yet charged in full. */
+struct storage_billable {
+    char volume_id[ID_MAX]; /* vol_… */
+    char user_id[ID_MAX];   /* who pays */
+    char name[64];          /* for ledger reasons */
+    char region[64];        /* whose price; "" global */
+    int64_t size_gb;        /* GB billed */
+    int64_t created_at;     /* from */
+    int64_t deleted_at;     /* to; 0 while it exists */
+    int64_t billed;         /* posted so far */
+    int64_t billed_to;      /* second of the last charge */
+};
+/* The user's volumes not yet settled (none while no storage price above 0
+ * exists), oldest first; *out malloc'd. */
+int store_storage_billables(struct store *s, const char *user_id, struct storage_billable **out, size_t *n);
+/* Every user's, by user then age. */
+int store_storage_billables_all(struct store *s, struct storage_billable **out, size_t *n);
+/* Records what was charged (billed), up to when (billed_to, kept as the
+ * latest), and whether it is settled. */
+int store_storage_billed(struct store *s, const char *volume_id, int64_t billed, int64_t billed_to, int settled);
+/* 1 if region is a live node's region or has a storage price, 0 if not,
+ * a negative store_rc on failure. */
+int store_region_known(struct store *s, const char *region);
+/* A statement's storage line: what a volume was charged in a period. */
+struct storage_line {
+    char volume_id[ID_MAX];
+    char name[64];
+    char region[64];
+    int64_t size_gb;
+    int64_t cost, from_credit, from_cash; /* micro-yuan */
+};
+int store_storage_lines(struct store *s, const char *user_id, int64_t from, int64_t to, struct storage_line *out,
+                        size_t max, size_t *n);
+
 /* store_verify.c: the ledger's invariants as queries over the raw rows, for
  * the auditor (audit/ledger_verify.c). */
 /* Called once per breach of a rule (what): id and detail name the row (id
@@ -755,6 +814,20 @@ struct settled_interval {
 /* Calls fn for every settled interval, by GPU type then id; a non-zero
  * return stops with STORE_ERROR. */
 int store_settled_intervals(struct store *s, int (*fn)(void *ctx, const struct settled_interval *iv), void *ctx);
+/* A volume's storage billing as stored (0020). */
+struct volume_charge {
+    char volume_id[ID_MAX];
+    char region[64];
+    int64_t size_gb;
+    int64_t created_at;
+    int64_t deleted_at;  /* 0 while it exists */
+    int64_t billed;      /* storage_billed */
+    int64_t last_charge; /* the latest `at` of its storage transactions, 0 if none */
+    int settled;         /* storage_settled */
+};
+/* Calls fn for every volume that has storage charged or is settled, by
+ * region then id; a non-zero return stops with STORE_ERROR. */
+int store_volume_charges(struct store *s, int (*fn)(void *ctx, const struct volume_charge *vc), void *ctx);
 
 /* store_reports.c: the report views and online backups. */
 /* The i-th report's name ("daily-revenue" …), or NULL past the last. */

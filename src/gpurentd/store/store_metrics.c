@@ -26,7 +26,11 @@ static const char SQL_MONEY[] =
     " (SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
     "   WHERE t.kind = 'refund' AND p.account_id = 'revenue'),"
     " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
-    "   WHERE t.kind = 'refund' AND p.account_id LIKE 'grant:%')";
+    "   WHERE t.kind = 'refund' AND p.account_id LIKE 'grant:%'),"
+    " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'storage' AND p.account_id = 'revenue'),"
+    " (SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'storage' AND p.account_id LIKE 'grant:%')";
 
 static void read_metric_row(sqlite3_stmt *st, void *row)
 {
@@ -72,6 +76,8 @@ int store_metrics_money(struct store *s, struct money_totals *out)
         out->cash_held = sqlite3_column_int64(st, 6);
         out->refunds = sqlite3_column_int64(st, 7);
         out->credits_refunded = sqlite3_column_int64(st, 8);
+        out->storage_revenue = sqlite3_column_int64(st, 9);
+        out->storage_credits_spent = sqlite3_column_int64(st, 10);
     }
     int result = rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "money totals");
     sqlite3_reset(st);

@@ -29,7 +29,7 @@ static const char SQL_ACCOUNT_MOVE[] = "UPDATE ledger_accounts SET balance = bal
 static const char SQL_ACCOUNT_BALANCE[] = "SELECT balance FROM ledger_accounts WHERE id = ?";
 static const char SQL_TXN_INSERT[] =
     "INSERT INTO ledger_transactions (at, kind, user_id, reason, instance_id, interval_id, grant_id, topup_id,"
-    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    " created_at, volume_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_POSTING_INSERT[] =
     "INSERT INTO ledger_postings (transaction_id, account_id, amount, grant_id) VALUES (?, ?, ?, ?)";
 #define GRANT_COLUMNS \
@@ -48,7 +48,9 @@ static const char SQL_GRANTS_OF[] =
 static const char SQL_GRANTS_EXPIRED[] =
     "SELECT " GRANT_COLUMNS " FROM credit_grants g WHERE remaining > 0 AND voided_at IS NULL AND expires_at <= ?1"
     " AND (g.user_id = ?2 OR (?2 IS NULL AND NOT EXISTS (SELECT 1 FROM running_intervals r"
-    " WHERE r.user_id = g.user_id AND r.settled = 0))) ORDER BY expires_at, id LIMIT ?3";
+    " WHERE r.user_id = g.user_id AND r.settled = 0) AND NOT (" STORE_STORAGE_PRICED " AND EXISTS (SELECT 1"
+    " FROM volumes v WHERE v.user_id = g.user_id AND v.storage_settled = 0))))"
+    " ORDER BY expires_at, id LIMIT ?3";
 static const char SQL_GRANT_EXPIRIES[] =
     "SELECT DISTINCT expires_at FROM credit_grants WHERE user_id = ?1 AND remaining > 0 AND voided_at IS NULL"
     " AND expires_at > ?2 AND expires_at <= ?3 ORDER BY expires_at LIMIT ?4";
@@ -79,8 +81,12 @@ static const char SQL_TOPUP_INSERT[] =
     "INSERT INTO topups (id, user_id, payment_id, amount, source, created_at) VALUES (?, ?, ?, ?, ?, ?)";
 static const char SQL_TOPUP_BY_PAYMENT[] =
     "SELECT id, user_id, payment_id, amount, source, created_at FROM topups WHERE payment_id = ?";
-static const char SQL_USERS_TO_BILL[] =
-    "SELECT DISTINCT user_id FROM running_intervals WHERE settled = 0 ORDER BY user_id";
+/* Users with running time or storage to bill (the union sorts and
+ * removes duplicates). */
+#define USERS_TO_BILL                                                                    \
+    "SELECT user_id FROM running_intervals WHERE settled = 0 UNION SELECT user_id FROM" \
+    " volumes WHERE storage_settled = 0 AND " STORE_STORAGE_PRICED
+static const char SQL_USERS_TO_BILL[] = "SELECT user_id FROM (" USERS_TO_BILL ") ORDER BY user_id";
 /* An open interval on a node that has missed a heartbeat is known to have
  * run only until that node's last good one: billing stops there until the
  * node answers again (its missed_beats back to 0). Whether any node is quiet
@@ -117,7 +123,7 @@ static const char SQL_FUNDS_TO_BILL[] =
     "   AND g.voided_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > ?1)), 0),"
     " EXISTS (SELECT 1 FROM credit_grants g WHERE g.user_id = u.user_id AND g.remaining > 0"
     "   AND g.voided_at IS NULL AND g.expires_at <= ?2)"
-    " FROM (SELECT DISTINCT user_id FROM running_intervals WHERE settled = 0) u ORDER BY u.user_id";
+    " FROM (" USERS_TO_BILL ") u ORDER BY u.user_id";
 /* What max_balance bounds: the cash and what is left of every grant not yet
  * voided, expired or not (billing may still spend it on usage up to its
  * expiry). Two columns, added in C where the sum is checked. */
@@ -265,6 +271,8 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
     if (e->topup_id)
         sqlite3_bind_text(st, 8, e->topup_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 9, now);
+    if (e->volume_id)
+        sqlite3_bind_text(st, 10, e->volume_id, -1, SQLITE_STATIC);
     int rc = store_step_write(s, st, "insert ledger transaction");
     if (rc != STORE_OK)
         return rc;

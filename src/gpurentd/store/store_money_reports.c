@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char SQL_TXNS[] =
-    "SELECT t.id, t.at, t.kind, t.reason, coalesce(t.instance_id, ''),"
+    "SELECT t.id, t.at, t.kind, t.reason, coalesce(t.instance_id, ''), coalesce(t.volume_id, ''),"
     " coalesce(sum(p.amount) FILTER (WHERE a.kind IN ('cash', 'grant')), 0),"
     " coalesce(sum(p.amount) FILTER (WHERE a.kind = 'grant'), 0),"
     " coalesce(sum(p.amount) FILTER (WHERE a.kind = 'cash'), 0)"
@@ -53,9 +53,10 @@ static void read_txn_row(sqlite3_stmt *st, void *row)
     store_column_text(r->kind, sizeof r->kind, st, 2);
     store_column_text(r->reason, sizeof r->reason, st, 3);
     store_column_text(r->instance_id, sizeof r->instance_id, st, 4);
-    r->user_delta = sqlite3_column_int64(st, 5);
-    r->credit_delta = sqlite3_column_int64(st, 6);
-    r->cash_delta = sqlite3_column_int64(st, 7);
+    store_column_text(r->volume_id, sizeof r->volume_id, st, 5);
+    r->user_delta = sqlite3_column_int64(st, 6);
+    r->credit_delta = sqlite3_column_int64(st, 7);
+    r->cash_delta = sqlite3_column_int64(st, 8);
 }
 
 int store_ledger_transactions(struct store *s, const struct ledger_txn_filter *f, struct ledger_txn_row *out,

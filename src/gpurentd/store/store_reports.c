@@ -29,6 +29,8 @@ static const struct {
                " ORDER BY day, user_id, topup_id"                                                              },
     {"admin-actions",    "SELECT * FROM report_admin_actions WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
                       " ORDER BY day, action_id"                                                        },
+    {"storage",          "SELECT * FROM report_storage WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
+                " ORDER BY day, user_id, volume_id"                                                        },
 };
 
 /* Columns named *_micro hold money, which must come out as integers. SQLite

@@ -9,6 +9,10 @@
 
 #include "store/store.h"
 
+/* Volumes have storage to bill only once some storage price above 0 was
+ * set (migration 0020): until then billing reads no volume at all. */
+#define STORE_STORAGE_PRICED "EXISTS (SELECT 1 FROM storage_prices WHERE gb_month > 0)"
+
 /* The connection's handle, for the store_*.c files only. */
 sqlite3 *store_db(struct store *s);
 /* A prepared statement for sql from this connection's cache, reset and with

@@ -71,6 +71,23 @@ static const struct check checks[] = {
      "SELECT u.id, 'amount ' || u.amount || ', cash ' || coalesce(sum(p.amount), 0) FROM topups u"
      " LEFT JOIN ledger_transactions t ON t.topup_id = u.id LEFT JOIN ledger_postings p ON p.transaction_id = t.id"
      " AND p.account_id LIKE 'cash:%' GROUP BY u.id HAVING coalesce(sum(p.amount), 0) <> u.amount"           },
+    /* Storage (0020): each volume's revenue is what it says was billed,
+     * and a storage transaction moves only its user's funds to revenue
+     * for a volume of that user. */
+    {"volume's storage revenue differs from what it says was billed",
+     "SELECT v.id, 'billed ' || v.storage_billed || ', revenue ' || coalesce(x.s, 0) FROM volumes v LEFT JOIN"
+     " (SELECT t.volume_id AS id, sum(p.amount) AS s FROM ledger_postings p JOIN ledger_transactions t"
+     " ON t.id = p.transaction_id WHERE p.account_id = 'revenue' AND t.kind = 'storage' GROUP BY t.volume_id) x"
+     " ON x.id = v.id WHERE coalesce(x.s, 0) <> v.storage_billed"                                           },
+    {"storage transaction names no volume of its user or moves other than its funds to revenue",
+     "SELECT t.id, 'volume ' || coalesce(t.volume_id, 'none') FROM ledger_transactions t"
+     " WHERE t.kind = 'storage' AND (t.volume_id IS NULL OR t.interval_id IS NOT NULL"
+     " OR NOT EXISTS (SELECT 1 FROM volumes v WHERE v.id = t.volume_id AND v.user_id = t.user_id)"
+     " OR EXISTS (SELECT 1 FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id"
+     " WHERE p.transaction_id = t.id AND NOT ((a.kind = 'revenue' AND p.amount > 0)"
+     "  OR (a.kind IN ('cash', 'grant') AND p.amount < 0 AND a.user_id = t.user_id))))"                   },
+    {"volume's storage settled while it exists",
+     "SELECT id, 'billed ' || storage_billed FROM volumes WHERE storage_settled = 1 AND deleted_at IS NULL"  },
     {"money exists outside the ledger",
      "SELECT 'all accounts', 'sum ' || sum(balance) FROM ledger_accounts HAVING sum(balance) <> 0"           },
 };
@@ -132,4 +149,34 @@ int store_settled_intervals(struct store *s, int (*fn)(void *ctx, const struct s
     }
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "settled intervals");
+}
+
+static const char SQL_VOLUME_CHARGES[] =
+    "SELECT v.id, v.region, v.size_gb, v.created_at, coalesce(v.deleted_at, 0), v.storage_billed,"
+    " coalesce((SELECT max(t.at) FROM ledger_transactions t WHERE t.volume_id = v.id AND t.kind = 'storage'), 0),"
+    " v.storage_settled FROM volumes v WHERE v.storage_billed <> 0 OR v.storage_settled = 1"
+    " OR EXISTS (SELECT 1 FROM ledger_transactions t WHERE t.volume_id = v.id) ORDER BY v.region, v.id";
+
+int store_volume_charges(struct store *s, int (*fn)(void *ctx, const struct volume_charge *vc), void *ctx)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store_db(s), SQL_VOLUME_CHARGES, -1, &st, NULL) != SQLITE_OK)
+        return STORE_ERROR;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct volume_charge vc = {.size_gb = sqlite3_column_int64(st, 2),
+                                   .created_at = sqlite3_column_int64(st, 3),
+                                   .deleted_at = sqlite3_column_int64(st, 4),
+                                   .billed = sqlite3_column_int64(st, 5),
+                                   .last_charge = sqlite3_column_int64(st, 6),
+                                   .settled = sqlite3_column_int(st, 7)};
+        store_column_text(vc.volume_id, sizeof vc.volume_id, st, 0);
+        store_column_text(vc.region, sizeof vc.region, st, 1);
+        if (fn(ctx, &vc) != 0) {
+            sqlite3_finalize(st);
+            return STORE_ERROR;
+        }
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "volume charges");
 }

@@ -12,10 +12,10 @@
     "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                               \
     " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed'))," \
     " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')"   \
-    "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping'))"
+    "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping')), v.region"
 
 static const char SQL_VOLUME_INSERT[] =
-    "INSERT INTO volumes (id, user_id, name, size_gb, source, created_at) VALUES (?, ?, ?, ?, ?, ?)";
+    "INSERT INTO volumes (id, user_id, name, size_gb, source, created_at, region) VALUES (?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_VOLUME_GET[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
                                      " WHERE v.id = ?2 AND (?1 IS NULL OR v.user_id = ?1) AND v.deleted_at IS NULL";
 static const char SQL_VOLUME_BY_NAME[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
@@ -23,8 +23,11 @@ static const char SQL_VOLUME_BY_NAME[] = "SELECT " VOLUME_COLUMNS " FROM volumes
 static const char SQL_VOLUME_LIST[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
                                       " WHERE v.user_id = ? AND v.deleted_at IS NULL AND (v.created_at, v.id) > (?, ?)"
                                       " ORDER BY v.created_at, v.id LIMIT ?";
+/* A deletion is never put before storage already charged (a clock stepped
+ * back): what was billed then stays within the volume's tariff, and no
+ * storage refund is ever needed. */
 static const char SQL_VOLUME_DELETE[] =
-    "UPDATE volumes SET deleted_at = ?3 WHERE id = ?2 AND user_id = ?1 AND deleted_at IS NULL";
+    "UPDATE volumes SET deleted_at = max(?3, storage_billed_to) WHERE id = ?2 AND user_id = ?1 AND deleted_at IS NULL";
 
 static void read_volume(sqlite3_stmt *st, void *row)
 {
@@ -37,6 +40,7 @@ static void read_volume(sqlite3_stmt *st, void *row)
     v->created_at = sqlite3_column_int64(st, 5);
     v->instances = sqlite3_column_int64(st, 6);
     v->mounted = sqlite3_column_int64(st, 7);
+    store_column_text(v->region, sizeof v->region, st, 8);
 }
 
 static int get_one(struct store *s, sqlite3_stmt *st, struct volume *out, const char *what)
@@ -55,6 +59,7 @@ int store_volume_insert(struct store *s, const struct volume *v)
     sqlite3_bind_int64(st, 4, v->size_gb);
     sqlite3_bind_text(st, 5, v->source, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, v->created_at);
+    sqlite3_bind_text(st, 7, v->region, -1, SQLITE_STATIC);
     return store_step_write(s, st, "insert volume");
 }
 

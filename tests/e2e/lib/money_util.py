@@ -11,6 +11,8 @@ micro(s) -> int          "9.60" -> 9600000, exact (no float); refuses anything e
 accrue(price, cards, s)  floor(price * cards * s / 3600), the billing formula
 tariff(prices, model, cards, start, end)  what an interval costs under a price
                          schedule {model: [(effective_at, price)]}
+storage_cost(schedule, size_gb, start, end)  what a volume's storage costs under
+                         [(effective_at, price per GB-month)]
 yuan(micro) -> str       9600000 -> "9.60", as the API writes amounts
 iso(t)                   epoch seconds -> "2027-01-15T08:00:00Z"
 webhook_headers(secret, body, ts=None)  signed payment-webhook headers
@@ -244,6 +246,66 @@ def ledger_breaches(con):
     for top, amount in con.execute("SELECT id, amount FROM topups"):
         if topup_cash.get(top, 0) != amount:
             out.append(f"top-up {top} of {amount} added {topup_cash.get(top, 0)} cash")
+    out += storage_breaches(con)
+    return out
+
+
+def storage_cost(schedule, size_gb, start, end):
+    """What a volume costs under [(effective_at, price per GB-month)]: each
+    price piece floor(price x size_gb x seconds / 2 592 000), a month being
+    30 days."""
+    total = 0
+    for k, (eff, p) in enumerate(schedule):
+        lo = max(eff, start)
+        hi = min(schedule[k + 1][0], end) if k + 1 < len(schedule) else end
+        if hi > lo:
+            total += p * size_gb * (hi - lo) // 2_592_000
+    return total
+
+
+def storage_breaches(con):
+    """The storage rules (migration 0020) from the raw rows: each storage
+    transaction names a volume of its user and moves only that user's funds
+    to revenue; each volume's revenue is what it says was billed; a settled
+    volume is deleted and billed exactly its tariff from creation to
+    deletion, any other never more than its tariff to its deletion or, while
+    it exists, its latest charge. A region's schedule is the global prices
+    before its own first price, then its own."""
+    out = []
+    if not con.execute("SELECT 1 FROM sqlite_schema WHERE name = 'storage_prices'").fetchall():
+        return out
+    prices = {}
+    for region, eff, price in con.execute("SELECT region, effective_at, gb_month FROM storage_prices"
+                                          " ORDER BY region, effective_at"):
+        prices.setdefault(region, []).append((eff, price))
+
+    def schedule(region):
+        own = prices.get(region, []) if region else []
+        return [pt for pt in prices.get("", []) if not own or pt[0] < own[0][0]] + own
+    owner = dict(con.execute("SELECT id, user_id FROM volumes"))
+    revenue, last = {}, {}
+    for txn, uid, vid, at in con.execute("SELECT id, user_id, volume_id, at FROM ledger_transactions"
+                                         " WHERE kind = 'storage'"):
+        if vid is None or owner.get(vid) != uid:
+            out.append(f"storage transaction {txn} names volume {vid}, not one of {uid}'s")
+        last[vid] = max(last.get(vid, 0), at)
+        for acct, amount, kind, acct_user in con.execute(
+                "SELECT p.account_id, p.amount, a.kind, a.user_id FROM ledger_postings p"
+                " JOIN ledger_accounts a ON a.id = p.account_id WHERE p.transaction_id = ?", (txn,)):
+            if kind == "revenue" and amount > 0:
+                revenue[vid] = revenue.get(vid, 0) + amount
+            elif not (kind in ("cash", "grant") and amount < 0 and acct_user == uid):
+                out.append(f"storage transaction {txn} moves {amount} on {acct}")
+    for vid, region, size, created, deleted, billed, settled in con.execute(
+            "SELECT id, region, size_gb, created_at, deleted_at, storage_billed, storage_settled FROM volumes"):
+        if revenue.get(vid, 0) != billed:
+            out.append(f"volume {vid} says {billed} billed, its storage revenue is {revenue.get(vid, 0)}")
+        end = deleted if deleted is not None else last.get(vid, created)
+        due = storage_cost(schedule(region), size, created, max(end, created))
+        if settled and (deleted is None or billed != due):
+            out.append(f"settled volume {vid} billed {billed}, its tariff is {due} (deleted {deleted})")
+        elif not settled and billed > due:
+            out.append(f"volume {vid} billed {billed}, beyond its tariff {due}")
     return out
 
 

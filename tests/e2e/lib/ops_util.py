@@ -433,6 +433,7 @@ TOTALS = re.compile(r"^totals: revenue (\S+), credits granted (\S+), credits spe
                     r" credits refunded (\S+)$", re.M)
 TOTAL_KEYS = ("revenue", "credits_granted", "credits_spent", "credits_expired", "credit_outstanding", "topups",
               "cash_held", "refunds", "credits_refunded")
+STORAGE_TOTALS = re.compile(r"^storage totals: revenue (\S+), credits spent (\S+)$", re.M)
 _AMOUNT = re.compile(r"^(-?)(0|[1-9][0-9]*)\.([0-9]{2,6})$")
 
 
@@ -453,14 +454,26 @@ def ledger_totals(db):
     return dict(zip(TOTAL_KEYS, (micro(x) for x in m.groups())))
 
 
+def storage_totals(db):
+    """(storage revenue, credit spent on storage) from `ledger verify`'s
+    line of its own."""
+    p = run_gpurentd("ledger", "verify", "--db", db, timeout=120)
+    assert p.returncode == 0, f"ledger verify failed ({p.returncode}):\n{p.stdout}{p.stderr}"
+    m = STORAGE_TOTALS.search(p.stdout)
+    assert m, f"no storage totals line:\n{p.stdout}"
+    return tuple(micro(x) for x in m.groups())
+
+
 def reconcile(db):
     """Every report's totals agree with `ledger verify`'s, to the micro."""
     t = ledger_totals(db)
+    storage_revenue, storage_credit = storage_totals(db)
     revenue = report(db, "daily-revenue", "json")
     usage = report(db, "usage", "json")
     util = report(db, "utilisation", "json")
     liability = report(db, "credit-liability", "json")
     topups = report(db, "topups", "json")
+    storage = report(db, "storage", "json")
 
     def s(rows, col):
         return sum(micro(r[col]) for r in rows)
@@ -488,8 +501,13 @@ def reconcile(db):
         h4 = (a * 10000 + 1800) // 3600
         assert r["card_hours_available"] == (a // 3600 if a % 3600 == 0 else f"{h4 // 10000}.{h4 % 10000:04d}"), r
         assert (r["utilisation"] is None) == (a == 0), r
+    # Storage is counted apart from card time, in its own report.
+    assert s(storage, "cost") == storage_revenue
+    assert s(storage, "paid_by_credit") == storage_credit
+    assert all(micro(r["cost"]) == micro(r["paid_by_credit"]) + micro(r["paid_by_cash"]) for r in storage)
+    storage_cash = storage_revenue - storage_credit
     assert s(liability, "remaining") == t["credit_outstanding"]
-    assert t["credits_granted"] - credit_used - t["credits_expired"] == t["credit_outstanding"]
+    assert t["credits_granted"] - credit_used - storage_credit - t["credits_expired"] == t["credit_outstanding"]
     assert s(topups, "amount") == t["topups"]
-    assert t["topups"] - cash_spent == t["cash_held"]
+    assert t["topups"] - cash_spent - storage_cash == t["cash_held"]
     return t

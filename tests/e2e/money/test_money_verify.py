@@ -27,7 +27,15 @@ def base(verify_cluster, tmp_path_factory):
     t0 = c.d.now()
     c.topup(u, 100 * MICRO)
     soon = c.grant(u, 1 * MICRO, expires_at=t0 + 60)  # drawn, then what is left voided
+    # Storage: the default volume billed while it lives, another deleted.
+    r = c.admin("PUT", "/v1/admin/storage-prices/global", json={"price_per_gb_month": "3.00"})
+    assert r.status_code == 200, r.text
+    r = c.d.post("/v1/volumes", key=u.key, json={"name": "gone", "size_gb": 10})
+    assert r.status_code == 201, r.text
+    gone = r.json()["id"]
     done = c.launch(u, "MI450", 1)
+    c.d.set_clock(t0 + 1000)
+    assert c.d.delete(f"/v1/volumes/{gone}", key=u.key).status_code == 204
     c.d.set_clock(t0 + 3600)
     c.billing()
     c.stop(u, done)
@@ -55,7 +63,13 @@ def base(verify_cluster, tmp_path_factory):
             "topup_txn": q("SELECT id FROM ledger_transactions WHERE kind = 'topup' AND user_id = ?", u.id),
             "settled": q("SELECT id FROM running_intervals WHERE instance_id = ?", done),
             "open": q("SELECT id FROM running_intervals WHERE instance_id = ?", live),
+            "gone": gone,
+            "shared": q("SELECT volume_id FROM instances WHERE id = ?", live),
+            "storage_txn": q("SELECT max(id) FROM ledger_transactions WHERE kind = 'storage' AND volume_id = ?",
+                             q("SELECT volume_id FROM instances WHERE id = ?", live)),
         }
+        assert q("SELECT storage_settled = 1 AND storage_billed > 0 FROM volumes WHERE id = ?", gone) == 1
+        assert q("SELECT storage_settled = 0 AND storage_billed > 0 FROM volumes WHERE id = ?", ids["shared"]) == 1
         # What the corruptions rely on.
         assert q("SELECT voided_at IS NOT NULL AND remaining = 0 FROM credit_grants WHERE id = ?", soon) == 1
         assert q("SELECT remaining > 0 FROM credit_grants WHERE id = ?", ids["signup"]) == 1
@@ -284,6 +298,42 @@ def test_a_topup_that_differs_from_the_cash_it_added(copy):
     corrupt(path, lambda con: con.execute("UPDATE topups SET amount = amount + 1 WHERE id = ?", (ids["topup"],)))
     assert_breach(path, "top-up differs from the cash it added",
                   f"{ids['topup']}: amount {100 * MICRO + 1}, cash {100 * MICRO}")
+
+
+def test_a_volume_billed_other_than_its_storage_revenue(copy):
+    path, ids = copy
+    vid = ids["shared"]
+    billed = corrupt(path, lambda con: con.execute("SELECT storage_billed FROM volumes WHERE id = ?",
+                                                   (vid,)).fetchone()[0])
+    corrupt(path, lambda con: con.execute("UPDATE volumes SET storage_billed = storage_billed + 1 WHERE id = ?",
+                                          (vid,)))
+    assert_breach(path, "volume's storage revenue differs from what it says was billed",
+                  f"{vid}: billed {billed + 1}, revenue {billed}")
+
+
+def test_a_deleted_volume_billed_other_than_its_storage_tariff(copy):
+    path, ids = copy
+    vid = ids["gone"]
+    billed = corrupt(path, lambda con: con.execute("SELECT storage_billed FROM volumes WHERE id = ?",
+                                                   (vid,)).fetchone()[0])
+    # A day more of 10 GB at 3.00 a GB-month is 1.00 more due.
+    corrupt(path, lambda con: con.execute("UPDATE volumes SET deleted_at = deleted_at + 86400 WHERE id = ?", (vid,)))
+    out = assert_breach(path, "deleted volume's storage billed other than its tariff", f"{vid}: billed {billed}, due")
+    assert f"due {billed + 1_000_000}" in out, out
+
+
+def test_a_volume_settled_while_it_exists(copy):
+    path, ids = copy
+    corrupt(path, lambda con: con.execute("UPDATE volumes SET storage_settled = 1 WHERE id = ?", (ids["shared"],)))
+    assert_breach(path, "volume's storage settled while it exists", f"{ids['shared']}: billed")
+
+
+def test_a_storage_transaction_that_names_no_volume(copy):
+    path, ids = copy
+    txn = ids["storage_txn"]
+    corrupt(path, lambda con: con.execute("UPDATE ledger_transactions SET volume_id = NULL WHERE id = ?", (txn,)))
+    assert_breach(path, "storage transaction names no volume of its user or moves other than its funds to revenue",
+                  f"{txn}: volume none")
 
 
 def test_the_base_copy_is_left_alone(base):

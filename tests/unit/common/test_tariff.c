@@ -234,6 +234,100 @@ static void test_a_piece_longer_than_int64_seconds_is_an_overflow(void **state)
     assert_int_equal(rc, MONEY_ERR_OVERFLOW);
 }
 
+/* ------------------------------------------------------------ storage */
+
+static int64_t sdue(const struct price_point *pp, size_t n, int64_t gb, int64_t start, int64_t end, int *rc)
+{
+    int64_t out = 77;
+    *rc = tariff_storage_due(pp, n, gb, start, end, &out);
+    return out;
+}
+
+/* 0.30 a GB-month for 100 GB over one 30-day month is exactly 30.00. */
+static void test_storage_a_whole_month_costs_price_times_size(void **state)
+{
+    (void)state;
+    const struct price_point pp[] = {{0, 300000}};
+    int rc;
+    assert_int_equal(sdue(pp, 1, 100, 1000, 1000 + TARIFF_MONTH_SECONDS, &rc), 30000000);
+    assert_int_equal(rc, MONEY_OK);
+    assert_int_equal(TARIFF_MONTH_SECONDS, 30 * 86400);
+}
+
+/* floor(300000 × 100 × 3600 / 2592000) = floor(41666.67) = 41666. */
+static void test_storage_an_hour_is_floored(void **state)
+{
+    (void)state;
+    const struct price_point pp[] = {{0, 300000}};
+    int rc;
+    assert_int_equal(sdue(pp, 1, 100, 0, 3600, &rc), 41666);
+    assert_int_equal(sdue(pp, 1, 1, 0, 1, &rc), 0); /* 0.115 micro */
+    assert_int_equal(sdue(pp, 1, 1, 0, 9, &rc), 1);
+    assert_int_equal(sdue(NULL, 0, 100, 0, 3600, &rc), 0);
+    assert_int_equal(rc, MONEY_OK);
+}
+
+/* A change splits the volume's time; each piece floored on its own. */
+static void test_storage_a_price_change_splits_the_time(void **state)
+{
+    (void)state;
+    const struct price_point pp[] = {{100, 300000}, {1000, 600000}};
+    int rc;
+    /* free before 100; [100,1000) at 0.30; [1000,2000) at 0.60; 10 GB */
+    int64_t a = (int64_t)((__int128)300000 * 10 * 900 / 2592000), b = (int64_t)((__int128)600000 * 10 * 1000 / 2592000);
+    assert_int_equal(sdue(pp, 2, 10, 0, 2000, &rc), a + b);
+    assert_int_equal(rc, MONEY_OK);
+}
+
+static void test_storage_bad_input_and_overflow(void **state)
+{
+    (void)state;
+    const struct price_point pp[] = {{0, INT64_MAX}};
+    int rc;
+    assert_int_equal(sdue(pp, 1, 1048576, 0, INT64_MAX, &rc), 0);
+    assert_int_equal(rc, MONEY_ERR_OVERFLOW);
+    assert_int_equal(sdue(pp, 1, 1, 10, 5, &rc), 0);
+    assert_int_equal(rc, MONEY_ERR_NEGATIVE);
+    assert_int_equal(sdue(pp, 1, -1, 0, 5, &rc), 0);
+    assert_int_equal(rc, MONEY_ERR_NEGATIVE);
+    const struct price_point neg[] = {{0, -1}};
+    assert_int_equal(sdue(neg, 1, 1, 0, 5, &rc), 0);
+    assert_int_equal(rc, MONEY_ERR_NEGATIVE);
+}
+
+/* Due never falls as time moves on (what billing's differences rely on). */
+static void test_storage_due_is_monotonic(void **state)
+{
+    (void)state;
+    const struct price_point pp[] = {{0, 123457}, {5000, 1}, {9000, 999999}};
+    int rc;
+    int64_t prev = 0;
+    for (int64_t t = 0; t < 20000; t += 7) {
+        int64_t d = sdue(pp, 3, 37, 3, t + 3, &rc);
+        assert_int_equal(rc, MONEY_OK);
+        assert_true(d >= prev);
+        prev = d;
+    }
+}
+
+/* A region's own prices replace the global ones from its first on. */
+static void test_storage_schedule_merges_global_then_region(void **state)
+{
+    (void)state;
+    const struct price_point g[] = {{0, 1}, {100, 2}, {300, 3}};
+    const struct price_point r[] = {{200, 10}, {400, 20}};
+    struct price_point out[5];
+    size_t n = tariff_storage_schedule(g, 3, r, 2, out);
+    assert_int_equal(n, 4);
+    assert_int_equal(out[0].effective_at, 0);
+    assert_int_equal(out[1].effective_at, 100);
+    assert_int_equal(out[2].effective_at, 200);
+    assert_int_equal(out[2].card_hour, 10);
+    assert_int_equal(out[3].card_hour, 20);
+    assert_int_equal(tariff_storage_schedule(g, 3, NULL, 0, out), 3);
+    assert_int_equal(tariff_storage_schedule(NULL, 0, r, 2, out), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +347,12 @@ int main(void)
         cmocka_unit_test(test_worked_example_eight_mi450_for_three_hours_is_28_80),
         cmocka_unit_test(test_worked_example_eight_mi450_for_one_hour_is_9_60),
         cmocka_unit_test(test_a_piece_longer_than_int64_seconds_is_an_overflow),
+        cmocka_unit_test(test_storage_a_whole_month_costs_price_times_size),
+        cmocka_unit_test(test_storage_an_hour_is_floored),
+        cmocka_unit_test(test_storage_a_price_change_splits_the_time),
+        cmocka_unit_test(test_storage_bad_input_and_overflow),
+        cmocka_unit_test(test_storage_due_is_monotonic),
+        cmocka_unit_test(test_storage_schedule_merges_global_then_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
