@@ -181,6 +181,11 @@ const struct conf_option daemon_options[] = {
     OPT_INT(provision_timeout_s, 1, 86400, 900, "seconds a provisioning attempt may take before it fails"),
     OPT_INT(provision_max_attempts, 1, 100, 3, "failed provisioning attempts before an instance fails"),
     OPT_INT(master_port, 1, 65535, 29500, "MASTER_PORT given to multi-node jobs"),
+    OPT_INT(rendezvous_timeout_s, 30, 3600, 600,
+            "seconds a multi-node instance may take from its first rank running to its last, unless it sets its own"),
+    {"volume_source_shared", CONF_BOOL, 0, 1, "false", offsetof(struct daemon_conf, volume_source_shared), sizeof(int),
+     NULL, "a volume source that is a local path is the same shared directory on every node (else multi-node "
+     "instances refuse it)"},
     OPT_STR(currency, "CNY", validate_currency, "platform currency code shown with every amount"),
     OPT_INT(billing_interval_ms, 100, 3600000, 10000, "milliseconds between billing passes"),
     OPT_INT(billing_post_interval_s, 1, 86400, 300,

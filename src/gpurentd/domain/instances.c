@@ -181,6 +181,10 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
         (ids && (rc = store_instance_set_ssh_key_ids(s, in.id, ids)) != STORE_OK) ||
         (ports && (rc = store_instance_set_ports(s, in.id, ports)) != STORE_OK) ||
         (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+        (rc = instance_gang_prepare(s, &in,
+                                    req->rendezvous_timeout_s > 0 ? req->rendezvous_timeout_s
+                                                                  : daemon_config->rendezvous_timeout_s,
+                                    o)) != STORE_OK ||
         (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK) {
         free(ids);
         free(ports);
@@ -221,7 +225,7 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
         return rc;
     if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
         (rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
-        (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK ||
+        (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_gang_prepare(s, &in, 0, o)) != STORE_OK ||
         (rc = store_instance_set_desired(s, in.id, "running", now)) != STORE_OK ||
         (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK)
         return rc;
@@ -392,6 +396,12 @@ json_t *instance_json(struct store *s, const struct instance *in)
         if (rank)
             json_object_set_new(rank, "ssh",
                                 strcmp(in->state, "running") == 0 ? rank_ssh_json(in, &nodes[i]) : json_null());
+        if (rank) {
+            char data[254];
+            node_data_address(nodes[i].data_host, nodes[i].data_address, nodes[i].public_host, nodes[i].agent_url,
+                              data, sizeof data);
+            json_object_set_new(rank, "data_address", json_string(data));
+        }
         if (rank)
             json_object_set_new(rank, "published",
                                 strcmp(in->state, "running") == 0 ? rank_published_json(&nodes[i]) : json_array());
@@ -420,6 +430,9 @@ json_t *instance_json(struct store *s, const struct instance *in)
         for (size_t i = 0; i < n_ports; i++)
             json_array_append_new(asked, json_integer(ports[i]));
     json_object_set_new(j, "ports", asked);
+    struct instance_gang g;
+    if (store_instance_gang(s, in->id, &g) == STORE_OK)
+        json_object_set_new(j, "rendezvous_timeout_s", json_integer(g.rendezvous_timeout_s));
     free(keys);
     free(ids);
     return j;

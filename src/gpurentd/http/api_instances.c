@@ -99,6 +99,7 @@ void api_instances_create(struct http_request *req)
         {"name",        JSON_KIND_STRING,  0, 63 },
         {"ssh_key_ids", JSON_KIND_ARRAY,   0, 0  },
         {"ports",       JSON_KIND_ARRAY,   0, 0  },
+        {"rendezvous_timeout_s", JSON_KIND_INTEGER, 0, 0},
         {NULL,          0,                 0, 0  },
     };
     struct idempotency idem;
@@ -154,8 +155,16 @@ void api_instances_create(struct http_request *req)
                 return;
             }
     }
+    json_t *rendezvous = json_object_get(body, "rendezvous_timeout_s");
+    if (rendezvous && (json_integer_value(rendezvous) < 30 || json_integer_value(rendezvous) > 3600)) {
+        http_error(req, ERR_INVALID_FIELD, "rendezvous_timeout_s",
+                   "rendezvous_timeout_s must be an integer number of seconds from 30 to 3600");
+        json_decref(body);
+        return;
+    }
     struct create_ctx ctx = {
         .in = {.user_id = req->user_id,
+               .rendezvous_timeout_s = rendezvous ? json_integer_value(rendezvous) : 0,
                .ssh_key_ids = ssh_ids,
                .ports = ports,
                .name = json_string_value(json_object_get(body, "name")),

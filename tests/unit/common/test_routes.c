@@ -414,8 +414,8 @@ static void test_every_daemon_route_is_reached_by_its_own_pattern(void **state)
     }
 }
 
-/* A method no route has (PATCH) gets 405 naming exactly the methods of the
- * routes with that pattern, in table order. */
+/* A method no route has (TRACE; PATCH has routes since issue 12) gets 405
+ * naming exactly the methods of the routes with that pattern, in table order. */
 static void test_every_daemon_path_lists_its_methods_in_allow(void **state)
 {
     for (const struct http_route *r = daemon_routes; r->method; r++) {
@@ -426,9 +426,9 @@ static void test_every_daemon_path_lists_its_methods_in_allow(void **state)
         char path[512];
         concrete(r->pattern, path, sizeof path);
         struct reply rep;
-        request(daemon_srv, "PATCH", path, &rep);
+        request(daemon_srv, "TRACE", path, &rep);
         if (rep.status != 405 || strcmp(rep.allow, want) != 0)
-            fail_msg("PATCH %s: status %d, Allow '%s', want 405 '%s'", path, rep.status, rep.allow, want);
+            fail_msg("TRACE %s: status %d, Allow '%s', want 405 '%s'", path, rep.status, rep.allow, want);
         reply_free(&rep);
     }
 }
