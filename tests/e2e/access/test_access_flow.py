@@ -73,8 +73,10 @@ class Renter:
 @pytest.fixture
 def shared_cloud(new_daemon, tmp_path):
     """A cloud whose volumes are directories of this machine that every sim
-    node sees, as a network file system would make them."""
-    c = Cloud(new_daemon, tmp_path, {"volume_source_template": str(tmp_path / "volumes" / "{volume_id}")})
+    node sees, as a network file system would make them (so the operator
+    says so: volume_source_shared)."""
+    c = Cloud(new_daemon, tmp_path, {"volume_source_template": str(tmp_path / "volumes" / "{volume_id}"),
+                                     "volume_source_shared": "true"})
     yield c
     c.close()
 
