@@ -246,6 +246,7 @@ static const struct json_field spec_fields[] = {
     {"env", JSON_KIND_OBJECT, 0, 0},
     {"ssh", JSON_KIND_OBJECT, 0, 0},
     {"ports", JSON_KIND_ARRAY, 0, 0},
+    {"cluster", JSON_KIND_OBJECT, 0, 0},
     {NULL, 0, 0, 0},
 };
 

@@ -86,7 +86,7 @@ def test_ready_reload_and_stopping(tmp_path):
 
         # Quieter: the reload still says what it did, then info lines stop.
         conf.write_text("log_level = warn\n")
-        reload("applied log_level=warn max_body_bytes=65536 max_json_depth=8; other options apply at the next restart")
+        reload("applied log_level=warn max_body_bytes=262144 max_json_depth=8; other options apply at the next restart")
         request_then_flush(a, "/marker-warn")
         assert not logged(a, "/marker-warn")
 
