@@ -222,8 +222,6 @@ def test_thirty_two_nodes_rendezvous(cloud, tmp_path):
 
     by_rank = specs(cloud, iid)
     assert sorted(by_rank) == list(range(32))
-    if d.sql("SELECT count(*) FROM nodes WHERE data_address IS NULL") != [(0,)]:  # TEMPORARY until the agent merge
-        pytest.skip("these agents report no data_address: they predate the cluster member")
     hosts_want = [{"name": f"rank{p['rank']}", "address": p["data_address"], "ssh_port": p["ssh"]["port"],
                    "user": f"{iid}-{p['rank']}", "slots": 8, "host_key": p["ssh"]["host_key"]} for p in nodes]
     for rank, spec in by_rank.items():
@@ -261,9 +259,11 @@ def test_thirty_two_nodes_rendezvous(cloud, tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 0, out
     assert out.stdout == "".join(f"rank{k} slots=8\n" for k in range(32)) + "MASTER=127.0.0.2\n", out
-    out = subprocess.run(base + ["ssh -F $HOME/.ssh/config -o BatchMode=yes rank31 'echo $GPURENT_NODE_RANK'"],
+    out = subprocess.run(base + ["ssh -F $HOME/.ssh/config -o BatchMode=yes rank31 'echo $GPURENT_NODE_RANK $NODE_RANK"
+                                 " $NNODES $GPURENT_NODE_COUNT $MASTER_ADDR $MASTER_PORT $WORLD_SIZE $LOCAL_WORLD_SIZE"
+                                 " $GPURENT_GPUS_PER_NODE $GPURENT_INSTANCE_ID'"],
                          capture_output=True, text=True, timeout=120)
-    assert (out.returncode, out.stdout) == (0, "31\n"), out
+    assert (out.returncode, out.stdout) == (0, f"31 31 32 32 127.0.0.2 29500 256 8 8 {iid}\n"), out
 
     cloud.action(u, iid, "terminate")
     cloud.wait_state(u, iid, "terminated")
