@@ -111,6 +111,38 @@ def test_data_host_at_registration_and_patch(cloud):
     assert r.json()["node"]["reported_data_address"] is None
 
 
+def test_reported_data_address_is_judged_and_stored(cloud):
+    """The heartbeat stores the data_address an agent's facts report when it
+    changes; one that is no address makes the facts malformed (a failed
+    heartbeat, the reason naming it); none falls back to the public host."""
+    from ssh_util import SshFakeAgent
+    a = SshFakeAgent(None, name="fk")
+    try:
+        r = cloud.admin("POST", "/v1/admin/nodes", json={"name": "fk", "agent_url": a.url, "gpu_model": "MI450",
+                                                         "card_count": 8, "public_host": "fk.example"})
+        assert r.status_code == 201, r.text
+        node_id = r.json()["node"]["id"]
+        cloud.wait_nodes_up(["fk"])
+
+        def node():
+            return cloud.admin("GET", f"/v1/admin/nodes/{node_id}").json()
+        n = node()
+        assert (n["reported_data_address"], n["data_address"]) == (None, "fk.example"), n
+        a.facts["data_address"] = "10.20.30.40"
+        wait(lambda: node()["reported_data_address"] == "10.20.30.40", what="the reported address")
+        assert node()["data_address"] == "10.20.30.40"
+        a.facts["data_address"] = "not an address!"
+        n = wait(lambda: (lambda n: n if n["state"] == "offline" else None)(node()), what="malformed facts")
+        assert "data_address" in n["state_reason"], n
+        assert n["reported_data_address"] == "10.20.30.40", n  # a refused report changes nothing
+        a.facts["data_address"] = None
+        wait(lambda: (lambda n: n["state"] == "ready" and n["reported_data_address"] is None)(node()),
+             what="the node back, reporting none")
+        assert node()["data_address"] == "fk.example"
+    finally:
+        a.close()
+
+
 def test_rendezvous_timeout_field(cloud):
     """rendezvous_timeout_s: 30..3600, an integer, default the option (600);
     shown on the instance."""
@@ -194,7 +226,8 @@ def test_thirty_two_nodes_rendezvous(cloud, tmp_path):
     ids = node_ids(cloud)
     # Rank 0 is the first node by name (one fabric): its admin data_host wins.
     r = patch_node(cloud, ids["g-01"], {"data_host": "127.0.0.2"})
-    assert r.status_code == 200 and r.json()["data_address"] == "127.0.0.2", r.text
+    assert r.status_code == 200, r.text
+    assert (r.json()["data_address"], r.json()["reported_data_address"]) == ("127.0.0.2", "127.0.0.1"), r.text
     u = cloud.user(max_cards=256)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "me", "-f", str(tmp_path / "me")],
                    check=True)
