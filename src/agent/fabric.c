@@ -193,8 +193,9 @@ int fabric_data_address(const struct agent *a, char *out, size_t outlen)
         snprintf(out, outlen, "%s", a->conf->data_address);
         return 0;
     }
-    /* Simulated nodes all live on this machine. */
-    if (a->fleet) {
+    /* Simulated nodes all live on this machine (and their SSH servers
+     * may listen on loopback only). */
+    if (a->fleet || strcmp(a->conf->runtime, "sim") == 0) {
         snprintf(out, outlen, "127.0.0.1");
         return 0;
     }
