@@ -155,7 +155,7 @@ struct agent_conf {
     int64_t log_max_bytes;         /* a workload's log file is rotated (once) past this */
     char publish_port_range[16];   /* "FIRST-LAST" host ports for published ports; "" = none */
     int64_t sim_publish_ports_per_node; /* sim-fleet: node i publishes on FIRST+i*this .. (its own slice) */
-    char data_address[256];        /* facts' data_address; "" = found (fabric.c), sim-fleet 127.0.0.1 */
+    char data_address[256];        /* facts' data_address; "" = found (fabric.c), the sim's 127.0.0.1 */
     char rdma_device_dir[1024];    /* RDMA device nodes passed to multi-node containers */
     char shm_size[16];             /* --shm-size of multi-node containers ("64g") */
     char group_file[1024];         /* where video/render gids are read; "" = the host's groups (NSS) */
@@ -680,7 +680,8 @@ struct fabric_iface {
 /* The first up, non-loopback address of an RDMA interface, else of any
  * interface; -1 (out "") when none. Pure. */
 int fabric_pick_address(const struct fabric_iface *ifs, int n, char *out, size_t outlen);
-/* Facts' data_address: the option, else 127.0.0.1 for sim-fleet, else
+/* Facts' data_address: the option, else 127.0.0.1 for the sim runtime
+ * (sim-fleet or not), else
  * fabric_pick_address over getifaddrs and /sys/class/infiniband. -1 (out
  * "") when none is found. */
 int fabric_data_address(const struct agent *a, char *out, size_t outlen);

@@ -190,7 +190,8 @@ static int parse_host(const json_t *h, size_t i, struct spec_cluster_host *out, 
     }
     snprintf(out->user, sizeof out->user, "%s", user);
     json_t *slots = json_object_get(h, "slots");
-    if (!json_is_integer(slots) || json_integer_value(slots) < 1 || json_integer_value(slots) > SPEC_CLUSTER_SLOTS_MAX) {
+    if (!json_is_integer(slots) || json_integer_value(slots) < 1 ||
+        json_integer_value(slots) > SPEC_CLUSTER_SLOTS_MAX) {
         snprintf(f, sizeof f, "cluster.hosts[%zu].slots", i);
         return bad(field, fieldlen, f, err, errlen, "%s must be an integer from 1 to %d", f, SPEC_CLUSTER_SLOTS_MAX);
     }
@@ -245,7 +246,8 @@ static int parse_into(const json_t *obj, struct spec_cluster *out, char *field, 
     json_t *rank = json_object_get(obj, "rank");
     if (!json_is_integer(rank) || json_integer_value(rank) < 0 || json_integer_value(rank) >= out->n_hosts)
         return bad(field, fieldlen, "cluster.rank", err, errlen,
-                   "cluster.rank must be an integer from 0 to %d (this node's entry of cluster.hosts)", out->n_hosts - 1);
+                   "cluster.rank must be an integer from 0 to %d (this node's entry of cluster.hosts)",
+                   out->n_hosts - 1);
     out->rank = (int)json_integer_value(rank);
     /* The value is never quoted in the message: it is a private key. */
     const char *id = plain(json_object_get(obj, "identity"), &len);
@@ -370,7 +372,8 @@ static int config_path(const char *home, const char *file, char *out, size_t out
     for (const char *p = home; *p; p++)
         if (*p == '"' || *p == '%' || *p == '\\' || (unsigned char)*p < ' ' || *p == 0x7f)
             return -1;
-    int n = strchr(home, ' ') ? snprintf(out, outlen, "\"%s/%s\"", home, file) : snprintf(out, outlen, "%s/%s", home, file);
+    int n = strchr(home, ' ') ? snprintf(out, outlen, "\"%s/%s\"", home, file)
+                              : snprintf(out, outlen, "%s/%s", home, file);
     return n < 0 || (size_t)n >= outlen ? -1 : 0;
 }
 

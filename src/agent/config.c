@@ -262,7 +262,7 @@ const struct conf_option agent_options[] = {
             "sim-fleet: host ports of each node: node i gets FIRST+i*N .. FIRST+i*N+N-1 of publish_port_range"),
     OPT_STR(data_address, "", validate_data_address,
             "address the other nodes of a multi-node instance reach this one at (MASTER_ADDR); \"\" = the first "
-            "non-loopback IPv4 address, an RDMA interface's first (sim-fleet: 127.0.0.1)"),
+            "non-loopback IPv4 address, an RDMA interface's first (runtime sim: 127.0.0.1)"),
     OPT_STR(rdma_device_dir, "/dev/infiniband", validate_rdma_device_dir,
             "RDMA device nodes given to multi-node containers (each entry, sorted, as --device)"),
     OPT_STR(shm_size, "64g", validate_shm_size, "--shm-size of multi-node containers (digits then b, k, m or g)"),

@@ -98,14 +98,22 @@ int fabric_group_gid(const char *group_file, const char *name, long *gid)
     if (!group_file[0]) {
         /* The host's own groups, through NSS like every other tool. */
         struct group gr, *res = NULL;
-        char buf[16384];
-        int err = getgrnam_r(name, &gr, buf, sizeof buf, &res);
-        if (err)
+        int err = ERANGE;
+        /* A group with many members needs a larger buffer: grown to 1 MiB. */
+        for (size_t size = 16384; err == ERANGE && size <= 1024 * 1024; size *= 4) {
+            char *buf = malloc(size);
+            if (!buf)
+                return -1;
+            err = getgrnam_r(name, &gr, buf, size, &res);
+            if (!err && res)
+                *gid = (long)res->gr_gid;
+            free(buf);
+        }
+        if (err) {
+            errno = err;
             return -1;
-        if (!res)
-            return 1;
-        *gid = (long)res->gr_gid;
-        return 0;
+        }
+        return res ? 0 : 1;
     }
     /* A group file in /etc/group's syntax "name:password:gid:members". */
     FILE *f = fopen(group_file, "re");
@@ -185,8 +193,9 @@ int fabric_data_address(const struct agent *a, char *out, size_t outlen)
         snprintf(out, outlen, "%s", a->conf->data_address);
         return 0;
     }
-    /* Simulated nodes all live on this machine. */
-    if (a->fleet) {
+    /* Simulated nodes all live on this machine (and their SSH servers
+     * may listen on loopback only). */
+    if (a->fleet || strcmp(a->conf->runtime, "sim") == 0) {
         snprintf(out, outlen, "127.0.0.1");
         return 0;
     }

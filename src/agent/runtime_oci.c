@@ -625,7 +625,8 @@ static int oci_host_for(const struct runtime *rt, const struct workload *w, stru
                  strerror(errno));
     if (s->n_gpus > 0 && strcmp(s->stack, "CUDA") != 0) {
         const char *gf = rt->conf->group_file;
-        if (fabric_group_gid(gf, "video", &host->video_gid) < 0 || fabric_group_gid(gf, "render", &host->render_gid) < 0)
+        if (fabric_group_gid(gf, "video", &host->video_gid) < 0 ||
+            fabric_group_gid(gf, "render", &host->render_gid) < 0)
             log_warn("workload %s: cannot read the groups%s%s: %s", w->id, gf[0] ? " in " : "", gf, strerror(errno));
     }
     return 0;

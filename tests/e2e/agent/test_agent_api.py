@@ -7,6 +7,7 @@ crashes, and the command line."""
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 
@@ -230,14 +231,24 @@ def test_facts_data_address(new_agent):
     assert a.get("/v1/facts").json()["data_address"] == "fd00::7"
     a.restart(data_address="gpu-7.fabric.example")
     assert a.get("/v1/facts").json()["data_address"] == "gpu-7.fabric.example"
-    # Found: this machine's first non-loopback IPv4 address, or null when
-    # it has none (a sandbox with loopback only).
+    # Unset, the sim's nodes are on this machine.
     a.restart(data_address="")
-    got = a.get("/v1/facts").json()["data_address"]
+    assert a.get("/v1/facts").json()["data_address"] == "127.0.0.1"
+    a.stop()
+    # A real runtime finds this machine's first non-loopback IPv4 address,
+    # or null when it has none (a sandbox with loopback only).
+    b = new_agent(options={"runtime": "podman", "runtime_path": "/bin/false"})
+    got = b.get("/v1/facts").json()["data_address"]
     if got is not None:
         parts = got.split(".")
         assert len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts), got
         assert parts[0] != "127", got
+    # hostname -I lists the machine's addresses but loopback's.
+    if os.path.exists("/bin/hostname") or os.path.exists("/usr/bin/hostname"):
+        ips = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10).stdout.split()
+        v4 = [ip for ip in ips if ip.count(".") == 3 and not ip.startswith("127.")]
+        assert (got is None) == (not v4), (got, ips)
+        assert got is None or got in v4, (got, ips)
 
 
 @pytest.mark.parametrize("option", ["data_address=10.0.0.256", "data_address=a b", "data_address=[::1]",

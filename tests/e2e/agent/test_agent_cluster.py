@@ -8,6 +8,7 @@ sim's hostfile, and `ssh -F "$HOME/.ssh/config" rank1` from it lands in
 rank 1's workload, its host key checked against the written known_hosts.
 The files are in the sim container directory, and go with the workload.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import uuid
 
 import pytest
 
-from agent_util import FakeControlPlane, Fleet, poll
+from agent_util import Agent, FakeControlPlane, Fleet, poll
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh-keygen"),
                                 reason="needs openssh-client")
@@ -120,3 +121,33 @@ def test_rank0_reaches_rank1_by_its_hostfile_name(fleet, tmp_path):
     for i, n in enumerate(names):
         assert node_request(fleet, n, "DELETE", f"/v1/workloads/{wids[i]}").status_code == 200
     poll(lambda: not os.path.exists(cdir), 20, "rank 0's container directory to go")
+
+
+def test_a_256_rank_cluster_fits_and_257_do_not(tmp_path):
+    inst_key, inst_pub = keygen(tmp_path, "instance")
+    with open(inst_key) as f:
+        identity = f.read()
+    a = Agent(tmp_path / "agent")
+    try:
+        def spec(n):
+            hosts = [{"name": f"rank{i}", "address": f"10.0.{i // 250}.{i % 250 + 1}", "ssh_port": 2222,
+                      "user": f"ins_0123456789abcdefghij-{i}", "slots": 8, "host_key": inst_pub} for i in range(n)]
+            return {"image": "img", "gpus": [0],
+                    "ssh": {"user": "ins_0123456789abcdefghij-3", "authorized_keys": [inst_pub]},
+                    "cluster": {"rank": 3, "hosts": hosts, "identity": identity}}
+        big = spec(256)
+        assert len(json.dumps(big)) < 65536 * 2  # well inside max_body_bytes (256 KiB)
+        r = a.put("/v1/workloads/wl_big", json=big)
+        assert r.status_code == 201, r.text
+        a.wait_phase("wl_big", "running")
+        cdir = os.path.join(a.state_dir, "containers", "wl_big")
+        with open(os.path.join(cdir, "etc", "gpurent", "hostfile")) as f:
+            lines = f.read().splitlines()
+        assert lines[0] == "rank0 slots=8" and lines[255] == "rank255 slots=8" and len(lines) == 256
+        r = a.put("/v1/workloads/wl_bigger", json=spec(257))
+        assert r.status_code == 400 and r.json()["error"]["field"] == "cluster.hosts", r.text
+        # A restarted agent reads the record back, identity and all.
+        a.restart()
+        assert a.put("/v1/workloads/wl_big", json=big).status_code == 200
+    finally:
+        a.stop()
