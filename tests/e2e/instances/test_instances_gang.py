@@ -303,6 +303,52 @@ def test_thirty_two_nodes_rendezvous(cloud, tmp_path):
     cloud.wait_no_orphans()
 
 
+def test_internal_key_kept_across_starts_and_only_for_multi_node(cloud):
+    """The instance's key pair is made at create for more than one node and
+    kept when it starts again on other nodes (the new ranks get the same
+    identity and the user's own key list is untouched); a single-node
+    instance has none, and its spec no cluster member."""
+    d = cloud.d
+    cloud.fleet(5, prefix="k-", sim=SSH_SIM)
+    u = cloud.user()
+    single = cloud.create(u, card_count=8)
+    cloud.wait_state(u, single["id"], "running")
+    assert d.sql("SELECT internal_pubkey, internal_key FROM instances WHERE id = ?", (single["id"],)) == [(None, None)]
+    (spec,) = specs(cloud, single["id"]).values()
+    assert "cluster" not in spec and spec["env"]["NNODES"] == "1" and spec["env"]["LOCAL_WORLD_SIZE"] == "8", spec
+    assert spec["ssh"]["authorized_keys"] == [], spec
+    inst = cloud.create(u, card_count=16)
+    iid = inst["id"]
+    cloud.wait_state(u, iid, "running")
+    key = d.sql("SELECT internal_pubkey, internal_key FROM instances WHERE id = ?", (iid,))[0]
+    first = specs(cloud, iid)
+    nodes_before = [p["node_name"] for p in cloud.get(u, iid)["nodes"]]
+    cloud.action(u, iid, "stop")
+    cloud.wait_state(u, iid, "stopped")
+    # Its nodes set aside, so the start lands elsewhere.
+    ids = node_ids(cloud)
+    for name in nodes_before:
+        r = cloud.admin("POST", f"/v1/admin/nodes/{ids[name]}/state", json={"state": "cordoned"})
+        assert r.status_code == 200, r.text
+    cloud.action(u, iid, "start")
+    cloud.wait_state(u, iid, "running")
+    nodes_after = [p["node_name"] for p in cloud.get(u, iid)["nodes"]]
+    assert set(nodes_after).isdisjoint(nodes_before), (nodes_before, nodes_after)
+    assert d.sql("SELECT internal_pubkey, internal_key FROM instances WHERE id = ?", (iid,))[0] == key
+    again = specs(cloud, iid)
+    for rank in (0, 1):
+        assert again[rank]["cluster"]["identity"] == first[rank]["cluster"]["identity"] == key[1]
+        assert again[rank]["ssh"]["authorized_keys"] == [" ".join(key[0].split()[:2])]
+    # Another instance has another key.
+    for name in nodes_before:
+        r = cloud.admin("POST", f"/v1/admin/nodes/{ids[name]}/state", json={"state": "ready"})
+        assert r.status_code == 200, r.text
+    busy = cloud.create(u, card_count=16)
+    other = d.sql("SELECT internal_pubkey FROM instances WHERE id = ?", (busy["id"],))[0][0]
+    assert other and other != key[0]
+    assert d.get("/v1/ssh-keys", key=u.key).json()["data"] == []
+
+
 def test_a_rank_that_cannot_start_ends_the_whole_instance(cloud_no_sweep):
     """One node refuses its rank (a card of it is busy with a workload the
     control plane does not know): the attempt fails for every rank, every
