@@ -389,6 +389,8 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
             char *spec = have_si ? workload_spec(&si, w, r) : NULL;
             if (spec)
                 w->call[r] = agent_call_new(p->agent_url, p->secret, "PUT", path, spec, opts);
+            if (spec && si.key.priv[0]) /* it carries the instance's private key */
+                secret_wipe(spec, strlen(spec));
             free(spec);
             w->kind[r] = CALL_PUT;
         } else if (provisioning || recovering) {
