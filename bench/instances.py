@@ -118,7 +118,7 @@ def run(args, n):
     daemon_options = {"agent_max_parallel": args.parallel, "reconcile_interval_ms": args.reconcile_ms,
                       "heartbeat_interval_ms": args.heartbeat_ms, "default_max_cards": 100000,
                       "password_iterations": 1000, "threads": args.threads, "max_connections_per_client": 1000,
-                      "log_level": "info",
+                      "log_level": "info", "volume_source_shared": "true",  # the sim nodes share this machine
                       # Each bench user gets 99 999 000.00 of cash (its trial credit on top stays under max_balance), so that funds never stop a claim.
                       "max_topup": "100000000.00", "max_balance": "100000000.00"}
     fleet_options = {"threads": args.agent_threads, "max_connections": 4096, "sim_pull_ms": 0, "sim_mount_ms": 0,

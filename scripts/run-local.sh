@@ -133,7 +133,8 @@ rm -f "$stdout_file"
 mkdir -p "$var/volumes"
 volumes=$(cd "$var/volumes" && pwd)
 "$gpurentd" -c conf/gpurentd.conf --db "$db" --listen "127.0.0.1:$port" \
-  -o "cors_origins=$cors" -o "volume_source_template=$volumes/{volume_id}" >>"$stdout_file" &
+  -o "cors_origins=$cors" -o "volume_source_template=$volumes/{volume_id}" -o volume_source_shared=true \
+  >>"$stdout_file" &
 pid=$!
 fleet_pids=()
 

@@ -1,4 +1,4 @@
-/* secrets.h: password hashing and API key tokens. Passwords use
+/* secrets.h: password hashing, API key tokens and SSH key pairs. Passwords use
  * PBKDF2-HMAC-SHA256 with a per-password salt and a configurable iteration
  * count kept in the stored string, so raising the count later does not break
  * old hashes. API keys are 256 random bits shown once; only their SHA-256 is
@@ -53,5 +53,18 @@ int hmac_sha256_hex(const char *key, const void *data, size_t len, char out[65])
 int ec_point_on_curve(const char *curve, const unsigned char *point, size_t len);
 /* Constant-time equality of two n-byte strings (signatures): 1 if equal. */
 int secret_equal(const void *a, const void *b, size_t n);
+
+/* The longest key pair ssh_ed25519_keypair writes, NUL included: the public
+ * key line (with a comment of up to 64 bytes) and the private key. */
+#define SSH_PUBKEY_MAX 192
+#define SSH_PRIVKEY_MAX 640
+/* Makes a fresh Ed25519 key pair for ssh: pub gets the OpenSSH public key
+ * line "ssh-ed25519 AAAA... comment", priv the private key in OpenSSH's own
+ * unencrypted format ("-----BEGIN OPENSSH PRIVATE KEY-----", openssh-key-v1,
+ * PROTOCOL.key), which ssh and ssh-keygen read. comment: up to 64 bytes, no
+ * line break. 0, or -1 with both "". The caller wipes priv when done. */
+int ssh_ed25519_keypair(const char *comment, char *pub, size_t pub_n, char *priv, size_t priv_n);
+/* Overwrites n bytes at p with zeros in a way the compiler keeps. */
+void secret_wipe(void *p, size_t n);
 
 #endif

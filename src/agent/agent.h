@@ -19,6 +19,11 @@
  *   node.c           the nodes a process serves, their secrets and facts
  *   spec.c           the workload spec, checked against everything that
  *                    could change a command line built from it
+ *   cluster.c        the spec's cluster member (the ranks of a multi-node
+ *                    instance) and the files made from it: hostfiles and
+ *                    an ssh directory (config, key, known_hosts)
+ *   fabric.c         what the host offers multi-node training: RDMA
+ *                    devices, video/render gids, the data-plane address
  *   driver.c         worker threads that move workloads through pulling,
  *                    mounting, starting, running, and remove them; each exit
  *                    or failure recorded with its second and status and
@@ -26,9 +31,11 @@
  *   runtime.c        the runtime interface and `sim` (phases with delays,
  *                    failures injected by image name)
  *   runtime_oci.c    podman/docker by their command lines (--device
- *                    /dev/kfd --device /dev/dri for ROCm, the NVIDIA
- *                    equivalents, /shared bind mounted; an exit's status and
- *                    finish time read by the same inspect)
+ *                    /dev/kfd --device /dev/dri and the video/render
+ *                    groups for ROCm, the NVIDIA equivalents, /shared bind
+ *                    mounted, host networking, RDMA and the cluster files
+ *                    for multi-node; an exit's status and finish time read
+ *                    by the same inspect)
  *   mount.c, argv.c  volume mounts with a configurable command and a
  *                    mountinfo check; argument vectors from templates (no
  *                    shell ever)
@@ -91,6 +98,7 @@
 
 /* Node names and workload ids: 1 to 63 of [a-z0-9_-] (see the protocol). */
 #define AGENT_NAME_MAX 64
+#define INET_ADDRSTRLEN_MAX 16 /* "255.255.255.255" and its NUL */
 
 /* config.c: the agent's options, their table and the rules across them. */
 struct agent_conf {
@@ -147,6 +155,10 @@ struct agent_conf {
     int64_t log_max_bytes;         /* a workload's log file is rotated (once) past this */
     char publish_port_range[16];   /* "FIRST-LAST" host ports for published ports; "" = none */
     int64_t sim_publish_ports_per_node; /* sim-fleet: node i publishes on FIRST+i*this .. (its own slice) */
+    char data_address[256];        /* facts' data_address; "" = found (fabric.c), the sim's 127.0.0.1 */
+    char rdma_device_dir[1024];    /* RDMA device nodes passed to multi-node containers */
+    char shm_size[16];             /* --shm-size of multi-node containers ("64g") */
+    char group_file[1024];         /* where video/render gids are read; "" = the host's groups (NSS) */
 };
 extern const struct conf_option agent_options[];
 /* Loads defaults, then the file (if any), then "key=value" overrides, then
@@ -203,6 +215,27 @@ struct spec_port {
     int container;                /* 1..65535 */
     int host;                     /* 1..65535, within the node's publish_port_range (checked by the API) */
 };
+/* One rank of a multi-node instance ("cluster.hosts[i]" in the spec). */
+#define SPEC_CLUSTER_MAX_HOSTS 256
+#define SPEC_CLUSTER_ADDRESS_MAX 254      /* bytes of an address, NUL included (a DNS name's 253) */
+#define SPEC_CLUSTER_IDENTITY_MAX 16384   /* bytes of the private key text, NUL included */
+#define SPEC_CLUSTER_SLOTS_MAX DISCOVERY_MAX_CARDS
+struct spec_cluster_host {
+    char name[AGENT_NAME_MAX];    /* its hostfile name, 1..63 of [a-z0-9-], unique */
+    char address[SPEC_CLUSTER_ADDRESS_MAX]; /* data-plane address: IPv4, IPv6 or a host name */
+    int ssh_port;                 /* its agent's SSH server, 1..65535 */
+    char user[SPEC_SSH_USER_MAX]; /* the login of its workload there */
+    int slots;                    /* its GPUs, 1..SPEC_CLUSTER_SLOTS_MAX */
+    char *host_key;               /* "<type> <base64>" of that SSH server; owned */
+};
+/* "cluster" in the spec: present only for instances of more than one node. */
+struct spec_cluster {
+    int present;                  /* the spec had one */
+    int rank;                     /* this node's entry of hosts */
+    struct spec_cluster_host *hosts; /* in rank order; owned */
+    int n_hosts;                  /* entries of hosts, 1..SPEC_CLUSTER_MAX_HOSTS */
+    char *identity;               /* OpenSSH ed25519 private key text; a secret; owned */
+};
 struct wl_spec {
     char *image;                  /* owned */
     int gpus[SPEC_MAX_GPUS];      /* card indices, in the order given */
@@ -218,6 +251,7 @@ struct wl_spec {
     char **command;               /* replaces the image's command (words after the image); NULL none; owned */
     int n_command;                /* words of command */
     char working_dir[SPEC_WORKING_DIR_MAX]; /* --workdir; "" the image's */
+    struct spec_cluster cluster;  /* the other ranks of a multi-node instance (cluster.c) */
 };
 /* Whether s is 1..63 of [a-z0-9_-]. */
 int agent_name_valid(const char *s);
@@ -232,7 +266,7 @@ json_t *spec_to_json(const struct wl_spec *spec);
 /* 1 when two specs ask for the same thing: same image, stack, gpus in the
  * same order, volumes (source, target, size) in the same order, same env
  * whatever its order, same ssh user and keys in the same order, same ports
- * in the same order. */
+ * in the same order, same cluster (cluster_equal). */
 int spec_equal(const struct wl_spec *a, const struct wl_spec *b);
 /* Parses one ssh.authorized_keys line "<type> <base64>" with libssh; the
  * blob must be of the named type. 0 with *out (libssh's ssh_key, which the
@@ -244,6 +278,40 @@ int spec_ssh_key_import(const char *line, struct ssh_key_struct **out);
 void spec_public_json(const struct wl_spec *spec, json_t *j);
 /* Whether the image name contains word: the sim runtime's failure switches. */
 int spec_image_has(const struct wl_spec *spec, const char *word);
+
+/* cluster.c: the spec's cluster member and the files made from it: the
+ * hostfiles (DeepSpeed "NAME slots=N", MPI "NAME:N", in rank order) and an
+ * ssh directory (config, id_ed25519, known_hosts). */
+/* Parses a cluster object (called by spec_parse). -1 with field and err;
+ * *out then owns nothing. The identity is never quoted in err. */
+int cluster_parse(const json_t *obj, struct spec_cluster *out, char *field, size_t fieldlen, char *err,
+                  size_t errlen);
+/* Frees what c owns (wiping the identity) and zeroes it; NULL is a no-op. */
+void cluster_free(struct spec_cluster *c);
+/* Its canonical JSON, identity included (for the record only). New reference. */
+json_t *cluster_to_json(const struct spec_cluster *c);
+/* 1 when both are absent, or both ask for the same ranks and identity. */
+int cluster_equal(const struct spec_cluster *a, const struct spec_cluster *b);
+/* Whether s is an IPv4 address, an IPv6 address (no brackets) or a DNS host
+ * name; and whether it is one of the first two. */
+int cluster_address_valid(const char *s);
+int cluster_address_is_ip(const char *s);
+/* Whether s has a cluster of more than one host: the multi-node flags. */
+int cluster_multi_node(const struct wl_spec *s);
+/* The files' texts, malloc'd (NULL when out of memory): a hostfile (mpi 0
+ * DeepSpeed's, 1 MPI's), the ssh config whose IdentityFile and
+ * UserKnownHostsFile lie in ssh_home ("~/.ssh" in a container; NULL for a
+ * home ssh cannot name), and known_hosts ("[address]:port key" lines). */
+char *cluster_hostfile(const struct spec_cluster *c, int mpi);
+char *cluster_ssh_config(const struct spec_cluster *c, const char *ssh_home);
+char *cluster_known_hosts(const struct spec_cluster *c);
+/* Writes etc_dir/{hostfile,hostfile.mpi} and ssh_dir/{config,known_hosts,
+ * id_ed25519} (the key and config 0600, the directories 0700), config naming
+ * ssh_home. 0, or -1 with msg. */
+int cluster_write_files(const struct spec_cluster *c, const char *etc_dir, const char *ssh_dir, const char *ssh_home,
+                        char *msg, size_t msglen);
+/* Removes a directory of such files; a missing one is fine. */
+void cluster_remove_dir(const char *dir);
 
 /* spec.c, continued: the workload a spec describes, and its phases as the
  * protocol names them. */
@@ -474,7 +542,7 @@ json_t *wl_log_last_lines(const char *node_dir, const char *id, size_t max);
 /* exec.c: running a command without a shell: see exec.h, included above. */
 
 /* argv.c: building argument vectors safely. */
-#define ARGV_MAX 512
+#define ARGV_MAX 2048 /* a 256-rank run line has an --add-host per rank */
 struct argv_buf {
     char *v[ARGV_MAX + 1];        /* NULL-terminated; each entry owned */
     int n;                        /* used entries */
@@ -582,6 +650,10 @@ int64_t sim_exit_after_ms(const struct wl_spec *spec, int64_t def_ms);
 int runtime_shared_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen);
 /* sim: <node dir>/containers/<workload id>, the simulated container. */
 int sim_container_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen);
+/* sim: the environment of a process in w's container directory dir: the
+ * spec's env, and for a cluster GPURENT_HOSTFILE naming the sim's own
+ * hostfile (dir/etc/gpurent/hostfile) in place of the spec's. */
+void sim_add_env(const struct workload *w, const char *dir, struct argv_buf *env);
 /* The simulated runtime (phases with configured delays). */
 extern const struct runtime_ops sim_runtime_ops;
 
@@ -622,14 +694,51 @@ int publish_start(struct agent *a, struct publisher **out);
 /* Closes every listener and relay and ends the thread; NULL is a no-op. */
 void publish_stop(struct publisher *p);
 
+/* fabric.c: what the host offers multi-node training, looked up when
+ * asked (a container's start, a facts reply). */
+#define FABRIC_MAX_RDMA_DEVICES 64
+/* The entries of dir that are device nodes (not directories or links),
+ * sorted, as dir/NAME in a new array (fabric_free_devices). A missing dir
+ * is a host without RDMA: 0 with none. -1 on another error. */
+int fabric_rdma_devices(const char *dir, char ***out, int *n);
+void fabric_free_devices(char **devs, int n);
+/* The gid of group name: from group_file (/etc/group's syntax) or, when it
+ * is "", getgrnam_r. 0 found, 1 no such group, -1 unreadable. */
+int fabric_group_gid(const char *group_file, const char *name, long *gid);
+/* Whether s is a size podman and docker take for --shm-size: digits and
+ * an optional unit b, k, m or g, not zero. */
+int fabric_shm_size_valid(const char *s);
+/* One IPv4 interface address, as fabric_pick_address weighs it. */
+struct fabric_iface {
+    char address[INET_ADDRSTRLEN_MAX];
+    int loopback, up, rdma;       /* rdma: the interface backs an RDMA device */
+};
+/* The first up, non-loopback address of an RDMA interface, else of any
+ * interface; -1 (out "") when none. Pure. */
+int fabric_pick_address(const struct fabric_iface *ifs, int n, char *out, size_t outlen);
+/* Facts' data_address: the option, else 127.0.0.1 for the sim runtime
+ * (sim-fleet or not), else
+ * fabric_pick_address over getifaddrs and /sys/class/infiniband. -1 (out
+ * "") when none is found. */
+int fabric_data_address(const struct agent *a, char *out, size_t outlen);
+
 /* runtime_oci.c: podman and docker command lines (pure, unit-tested) and
  * the runtime that runs them. */
+/* What a run line needs to know about the host, found at start. */
+struct oci_host {
+    char **rdma;                  /* RDMA device paths, sorted (multi-node only) */
+    int n_rdma;                   /* entries of rdma */
+    long video_gid, render_gid;   /* --group-add for ROCm; -1 when the host has no such group */
+    const char *shm_size;         /* --shm-size for multi-node */
+    const char *cluster_dir;      /* the cluster files to mount (hostfile, hostfile.mpi, ssh/); NULL none */
+};
 struct oci_cmd {
     const char *exe;              /* podman or docker executable */
     int docker;                   /* docker's spelling of GPU flags */
     int64_t stop_timeout_s;       /* grace for stop */
     const char *run_args;         /* extra words for run, or NULL */
     const char *env_file;         /* run: the spec's env is in this file (--env-file), or NULL: --env words */
+    const struct oci_host *host;  /* NULL: none of its additions */
 };
 /* The env file of a spec for --env-file: NAME=VALUE lines of every env
  * entry without a line break in its value (those stay --env words, and
@@ -640,6 +749,14 @@ void oci_container_name(const char *id, char *out, size_t outlen);
 int oci_argv_pull(const struct oci_cmd *c, const char *image, struct argv_buf *a);
 int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *s, char *const host_dirs[],
                  struct argv_buf *a);
+/* The multi-node additions of a run line (host network, RDMA devices from
+ * c->host, IPC_LOCK, memlock, shm, --add-host per rank with an IP), only
+ * for a cluster of more than one host, and the read-only mounts of the
+ * cluster files (c->host->cluster_dir) whenever s has a cluster. */
+void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct argv_buf *a);
+/* Where a podman/docker workload's cluster files live: node_dir/cluster/ID
+ * (0700, removed with the workload). */
+int oci_cluster_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen);
 int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_stop(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a);

@@ -154,6 +154,47 @@ static int validate_publish_range(const void *field, char *err, size_t errlen)
     return 0;
 }
 
+/* data_address: "" (found at each facts reply), or what the ranks of a
+ * multi-node instance use to reach this node. */
+static int validate_data_address(const void *field, char *err, size_t errlen)
+{
+    const char *s = field;
+    if (s[0] && !cluster_address_valid(s)) {
+        snprintf(err, errlen, "data_address: '%s' is not an IPv4 address, an IPv6 address or a host name", s);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_shm_size(const void *field, char *err, size_t errlen)
+{
+    if (!fabric_shm_size_valid(field)) {
+        snprintf(err, errlen, "shm_size: '%s' is not a size like 64g (digits, then b, k, m or g)",
+                 (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_abs_path(const char *opt, const char *s, int empty_ok, char *err, size_t errlen)
+{
+    if ((s[0] || !empty_ok) && s[0] != '/') {
+        snprintf(err, errlen, "%s: '%s' must be an absolute path%s", opt, s, empty_ok ? " or \"\"" : "");
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_rdma_device_dir(const void *field, char *err, size_t errlen)
+{
+    return validate_abs_path("rdma_device_dir", field, 0, err, errlen);
+}
+
+static int validate_group_file(const void *field, char *err, size_t errlen)
+{
+    return validate_abs_path("group_file", field, 1, err, errlen);
+}
+
 #define OPT_INT(n, lo, hi, d, h) {#n, CONF_INT, lo, hi, #d, offsetof(struct agent_conf, n), sizeof(int64_t), NULL, h}
 #define OPT_STR(n, d, v, h) {#n, CONF_STRING, 0, 0, d, offsetof(struct agent_conf, n), sizeof(((struct agent_conf *)0)->n), v, h}
 
@@ -200,7 +241,7 @@ const struct conf_option agent_options[] = {
     OPT_INT(max_connections, 1, 100000, 1024, "open connections, all clients together"),
     OPT_INT(max_connections_per_client, 0, 100000, 0, "open connections from one address; 0 = no limit (gpurentd is one client)"),
     OPT_INT(connection_timeout_s, 1, 3600, 30, "seconds before an idle or slow connection is closed"),
-    OPT_INT(max_body_bytes, 1024, 16777216, 1048576, "largest request body accepted (a spec with a long command and env is some 300 KB)"),
+    OPT_INT(max_body_bytes, 1024, 16777216, 1048576, "largest request body accepted (a spec with a long command and env is some 300 KB, a 256-rank cluster some 60 KiB)"),
     OPT_INT(max_json_depth, 3, 64, 8, "deepest JSON nesting accepted"),
     OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),
     OPT_STR(tls_key, "", NULL, "PEM private key file for tls_cert"),
@@ -219,6 +260,14 @@ const struct conf_option agent_options[] = {
             "host ports published ports are given from (FIRST-LAST); \"\" = no published ports"),
     OPT_INT(sim_publish_ports_per_node, 1, 65535, 100,
             "sim-fleet: host ports of each node: node i gets FIRST+i*N .. FIRST+i*N+N-1 of publish_port_range"),
+    OPT_STR(data_address, "", validate_data_address,
+            "address the other nodes of a multi-node instance reach this one at (MASTER_ADDR); \"\" = the first "
+            "non-loopback IPv4 address, an RDMA interface's first (runtime sim: 127.0.0.1)"),
+    OPT_STR(rdma_device_dir, "/dev/infiniband", validate_rdma_device_dir,
+            "RDMA device nodes given to multi-node containers (each entry, sorted, as --device)"),
+    OPT_STR(shm_size, "64g", validate_shm_size, "--shm-size of multi-node containers (digits then b, k, m or g)"),
+    OPT_STR(group_file, "", validate_group_file,
+            "where the video and render gids for ROCm containers are read; \"\" = the host's groups (getgrnam)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

@@ -170,6 +170,11 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
                         n->publish_first > 0
                             ? json_pack("{s:i, s:i}", "first", n->publish_first, "last", n->publish_last)
                             : json_null());
+    /* Where the other ranks of a multi-node instance reach this node;
+     * null when no address could be found (the admin's data_host then). */
+    char addr[SPEC_CLUSTER_ADDRESS_MAX];
+    json_object_set_new(o, "data_address",
+                        fabric_data_address(a, addr, sizeof addr) == 0 ? json_string(addr) : json_null());
     return o;
 }
 

@@ -185,11 +185,42 @@ static int sim_mount(const struct runtime *rt, struct workload *w, const struct 
 static int sim_start_command(const struct runtime *rt, struct workload *w, char *msg, size_t msglen);
 static enum rt_state sim_command_state(const struct runtime *rt, struct workload *w, struct rt_exit *ex, char *msg,
                                        size_t msglen);
+/* The cluster files where a container has them, under the container
+ * directory: etc/gpurent/hostfile{,.mpi} and .ssh/ (HOME's). Its ssh config
+ * names the key and known_hosts by absolute path: OpenSSH expands ~ to the
+ * passwd home, which a sim container's HOME is not. */
+static int sim_cluster_files(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
+{
+    char dir[PATH_MAX], etc[PATH_MAX + 16], ssh[PATH_MAX + 8];
+    if (sim_container_dir(rt, w, dir, sizeof dir) < 0 || snprintf(etc, sizeof etc, "%s/etc/gpurent", dir) < 0 ||
+        snprintf(ssh, sizeof ssh, "%s/.ssh", dir) < 0) {
+        snprintf(msg, msglen, "cluster files: state_dir is too long");
+        return -1;
+    }
+    return cluster_write_files(&w->spec.cluster, etc, ssh, ssh, msg, msglen);
+}
+
+void sim_add_env(const struct workload *w, const char *dir, struct argv_buf *env)
+{
+    for (int i = 0; i < w->spec.n_env; i++) {
+        /* The control plane names the container's path; the sim's file is
+         * elsewhere. */
+        if (w->spec.cluster.present && strcmp(w->spec.env[i].name, "GPURENT_HOSTFILE") == 0)
+            continue;
+        argv_addf(env, "%s=%s", w->spec.env[i].name, w->spec.env[i].value);
+    }
+    if (w->spec.cluster.present)
+        argv_addf(env, "GPURENT_HOSTFILE=%s/etc/gpurent/hostfile", dir);
+}
 
 static int sim_start(const struct runtime *rt, struct workload *w, char *const host_dirs[], char *msg, size_t msglen)
 {
     if (spec_image_has(&w->spec, "fail-start")) {
         snprintf(msg, msglen, "run: the container did not start (sim: injected fail-start)");
+        sim_log(rt, w, 'e', "sim: %s", msg);
+        return STEP_FAIL;
+    }
+    if (w->spec.cluster.present && sim_cluster_files(rt, w, msg, msglen) < 0) {
         sim_log(rt, w, 'e', "sim: %s", msg);
         return STEP_FAIL;
     }
@@ -289,8 +320,7 @@ static int sim_shell(const struct runtime *rt, struct workload *w, const char *c
     argv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
     if (term && term[0])
         argv_addf(env, "TERM=%s", term);
-    for (int i = 0; i < w->spec.n_env; i++)
-        argv_addf(env, "%s=%s", w->spec.env[i].name, w->spec.env[i].value);
+    sim_add_env(w, dir, env);
     snprintf(cwd, cwdlen, "%s", dir);
     if (argv->overflow || env->overflow) {
         snprintf(msg, msglen, "sim: the command line does not fit");
@@ -318,7 +348,7 @@ static int sim_cwd(const struct runtime *rt, struct workload *w, const char *dir
 }
 
 /* A spec with a command runs it for real (sim_process.c): env is the
- * spec's, then HOME (the container directory), PATH and GPURENT_WORKLOAD
+ * spec's (sim_add_env), then HOME (the container directory), PATH and GPURENT_WORKLOAD
  * where the spec has none. */
 static int sim_start_command(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
 {
@@ -331,8 +361,8 @@ static int sim_start_command(const struct runtime *rt, struct workload *w, char 
     }
     struct argv_buf env = {0};
     int has_home = 0, has_path = 0, has_wl = 0;
+    sim_add_env(w, dir, &env); /* the spec's, with the sim's own GPURENT_HOSTFILE */
     for (int i = 0; i < w->spec.n_env; i++) {
-        argv_addf(&env, "%s=%s", w->spec.env[i].name, w->spec.env[i].value);
         has_home |= strcmp(w->spec.env[i].name, "HOME") == 0;
         has_path |= strcmp(w->spec.env[i].name, "PATH") == 0;
         has_wl |= strcmp(w->spec.env[i].name, "GPURENT_WORKLOAD") == 0;

@@ -49,6 +49,44 @@ static void gpu_list(const struct wl_spec *s, char *out, size_t outlen)
     }
 }
 
+void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct argv_buf *a)
+{
+    if (cluster_multi_node(s)) {
+        /* Ranks reach each other on any port (NCCL/RCCL, torchrun's store,
+         * sshd), and RDMA verbs need the host's interfaces and devices,
+         * pinned memory and a shared memory far above the default 64 MB. */
+        argv_add(a, "--network");
+        argv_add(a, "host");
+        for (int i = 0; c->host && i < c->host->n_rdma; i++) {
+            argv_add(a, "--device");
+            argv_add(a, c->host->rdma[i]);
+        }
+        argv_add(a, "--cap-add");
+        argv_add(a, "IPC_LOCK");
+        argv_add(a, "--ulimit");
+        argv_add(a, "memlock=-1:-1");
+        argv_add(a, "--shm-size");
+        argv_add(a, c->host && c->host->shm_size ? c->host->shm_size : "64g");
+        /* The hostfile names resolve in /etc/hosts; --add-host takes only an
+         * IP, so a rank known by host name is left to DNS (ssh's config
+         * names its HostName anyway). */
+        for (int i = 0; i < s->cluster.n_hosts; i++) {
+            if (!cluster_address_is_ip(s->cluster.hosts[i].address))
+                continue;
+            argv_add(a, "--add-host");
+            argv_addf(a, "%s:%s", s->cluster.hosts[i].name, s->cluster.hosts[i].address);
+        }
+    }
+    if (s->cluster.present && c->host && c->host->cluster_dir) {
+        argv_add(a, "--volume");
+        argv_addf(a, "%s/hostfile:/etc/gpurent/hostfile:ro", c->host->cluster_dir);
+        argv_add(a, "--volume");
+        argv_addf(a, "%s/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro", c->host->cluster_dir);
+        argv_add(a, "--volume");
+        argv_addf(a, "%s/ssh:/root/.ssh:ro", c->host->cluster_dir);
+    }
+}
+
 int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *s, char *const host_dirs[],
                  struct argv_buf *a)
 {
@@ -89,6 +127,17 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
             argv_add(a, "/dev/kfd");
             argv_add(a, "--device");
             argv_add(a, "/dev/dri");
+            /* The device nodes belong to these groups; a container user
+             * other than root opens them only as a member. By number: the
+             * image's /etc/group need not have them, or not the host's ids. */
+            if (c->host && c->host->video_gid >= 0) {
+                argv_add(a, "--group-add");
+                argv_addf(a, "%ld", c->host->video_gid);
+            }
+            if (c->host && c->host->render_gid >= 0 && c->host->render_gid != c->host->video_gid) {
+                argv_add(a, "--group-add");
+                argv_addf(a, "%ld", c->host->render_gid);
+            }
             argv_add(a, "--env");
             argv_addf(a, "ROCR_VISIBLE_DEVICES=%s", gpus);
         }
@@ -113,11 +162,13 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
         argv_add(a, "--workdir");
         argv_add(a, s->working_dir);
     }
-    /* Published ports: the runtime's own port forwarding, TCP only. */
-    for (int i = 0; i < s->n_ports; i++) {
+    /* Published ports: the runtime's own port forwarding, TCP only; with
+     * host networking (multi-node) the container's ports are the host's. */
+    for (int i = 0; i < s->n_ports && !cluster_multi_node(s); i++) {
         argv_add(a, "-p");
         argv_addf(a, "%d:%d/tcp", s->ports[i].host, s->ports[i].container);
     }
+    oci_argv_cluster(c, s, a);
     if (c->run_args && c->run_args[0] && argv_from_template(a, c->run_args, NULL, NULL) < 0)
         return -1;
     argv_add(a, s->image);
@@ -599,6 +650,44 @@ static int oci_remove_container(const struct runtime *rt, struct workload *w, ch
     return rc;
 }
 
+int oci_cluster_dir(const struct runtime *rt, const struct workload *w, char *out, size_t outlen)
+{
+    char node_dir[PATH_MAX];
+    if (agent_node_dir(rt->agent, w->node, node_dir, sizeof node_dir) < 0)
+        return -1;
+    int n = snprintf(out, outlen, "%s/cluster/%s", node_dir, w->id);
+    return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
+/* What w's run line needs of this host: its cluster files written (before
+ * every start, so a restarted container sees them whole), RDMA devices
+ * for a multi-node workload, and the video and render gids for ROCm. */
+static int oci_host_for(const struct runtime *rt, const struct workload *w, struct oci_host *host, char *dir,
+                        size_t dirlen, char *msg, size_t msglen)
+{
+    const struct wl_spec *s = &w->spec;
+    if (s->cluster.present) {
+        char ssh_dir[PATH_MAX + 8];
+        if (oci_cluster_dir(rt, w, dir, dirlen) < 0 || snprintf(ssh_dir, sizeof ssh_dir, "%s/ssh", dir) < 0) {
+            snprintf(msg, msglen, "cluster files: state_dir is too long");
+            return -1;
+        }
+        if (cluster_write_files(&s->cluster, dir, ssh_dir, "~/.ssh", msg, msglen) < 0)
+            return -1;
+        host->cluster_dir = dir;
+    }
+    if (cluster_multi_node(s) && fabric_rdma_devices(rt->conf->rdma_device_dir, &host->rdma, &host->n_rdma) < 0)
+        log_warn("workload %s: cannot list %s: %s; no RDMA devices given", w->id, rt->conf->rdma_device_dir,
+                 strerror(errno));
+    if (s->n_gpus > 0 && strcmp(s->stack, "CUDA") != 0) {
+        const char *gf = rt->conf->group_file;
+        if (fabric_group_gid(gf, "video", &host->video_gid) < 0 ||
+            fabric_group_gid(gf, "render", &host->render_gid) < 0)
+            log_warn("workload %s: cannot read the groups%s%s: %s", w->id, gf[0] ? " in " : "", gf, strerror(errno));
+    }
+    return 0;
+}
+
 static int oci_start(const struct runtime *rt, struct workload *w, char *const host_dirs[], char *msg, size_t msglen)
 {
     char why[256];
@@ -614,15 +703,26 @@ static int oci_start(const struct runtime *rt, struct workload *w, char *const h
             return rc;
     }
     struct oci_cmd c = cmd_of(rt);
+    struct oci_host host = {.video_gid = -1, .render_gid = -1, .shm_size = rt->conf->shm_size};
+    char cluster_dir[PATH_MAX];
+    if (oci_host_for(rt, w, &host, cluster_dir, sizeof cluster_dir, msg, msglen) < 0) {
+        fabric_free_devices(host.rdma, host.n_rdma);
+        return STEP_FAIL;
+    }
+    c.host = &host;
     struct argv_buf a = {0};
     struct exec_result r;
     char env_file[PATH_MAX];
     if (w->spec.n_env > 0) {
-        if (env_file_write(rt, w, env_file, sizeof env_file, msg, msglen) < 0)
+        if (env_file_write(rt, w, env_file, sizeof env_file, msg, msglen) < 0) {
+            fabric_free_devices(host.rdma, host.n_rdma);
             return STEP_FAIL;
+        }
         c.env_file = env_file;
     }
-    if (oci_argv_run(&c, w->id, &w->spec, host_dirs, &a) < 0) {
+    int built = oci_argv_run(&c, w->id, &w->spec, host_dirs, &a);
+    fabric_free_devices(host.rdma, host.n_rdma);
+    if (built < 0) {
         argv_free(&a);
         if (c.env_file)
             unlink(env_file);
@@ -639,12 +739,14 @@ static int oci_start(const struct runtime *rt, struct workload *w, char *const h
 
 static int oci_remove(const struct runtime *rt, struct workload *w, char *msg, size_t msglen)
 {
-    char why[256];
+    char why[256], dir[PATH_MAX];
     struct rt_exit ex;
     enum rt_state st = oci_state(rt, w, &ex, why, sizeof why);
-    if (st == RT_ABSENT)
-        return STEP_OK;
-    return oci_remove_container(rt, w, msg, msglen);
+    int rc = st == RT_ABSENT ? STEP_OK : oci_remove_container(rt, w, msg, msglen);
+    /* The cluster files (its private key among them) go with the container. */
+    if (rc == STEP_OK && w->spec.cluster.present && oci_cluster_dir(rt, w, dir, sizeof dir) == 0)
+        cluster_remove_dir(dir);
+    return rc;
 }
 
 static int oci_unmount(const struct runtime *rt, struct workload *w, const char *host_dir, char *msg, size_t msglen)

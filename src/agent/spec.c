@@ -60,6 +60,7 @@ void spec_free(struct wl_spec *spec)
     for (int i = 0; i < spec->ssh.n_keys; i++)
         free(spec->ssh.keys[i]);
     free(spec->ssh.keys);
+    cluster_free(&spec->cluster);
     memset(spec, 0, sizeof *spec);
 }
 
@@ -381,7 +382,7 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
     json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
         if (strcmp(key, "image") && strcmp(key, "gpus") && strcmp(key, "stack") && strcmp(key, "volumes") &&
             strcmp(key, "env") && strcmp(key, "ssh") && strcmp(key, "ports") && strcmp(key, "command") &&
-            strcmp(key, "working_dir") && strcmp(key, "secret_env"))
+            strcmp(key, "working_dir") && strcmp(key, "secret_env") && strcmp(key, "cluster"))
             return bad(field, fieldlen, key, err, errlen, "unknown field '%.64s'", key);
     }
 
@@ -520,6 +521,9 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
     json_t *ports = json_object_get(obj, "ports");
     if (ports && !json_is_null(ports) && parse_ports(ports, out, field, fieldlen, err, errlen) < 0)
         return -1;
+    json_t *cluster = json_object_get(obj, "cluster");
+    if (cluster && !json_is_null(cluster) && cluster_parse(cluster, &out->cluster, field, fieldlen, err, errlen) < 0)
+        return -1;
     return 0;
 }
 
@@ -582,6 +586,8 @@ json_t *spec_to_json(const struct wl_spec *spec)
                                                    spec->ports[i].host));
         json_object_set_new(o, "ports", ports);
     }
+    if (o && spec->cluster.present)
+        json_object_set_new(o, "cluster", cluster_to_json(&spec->cluster));
     return o;
 }
 
@@ -616,7 +622,7 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
     for (int i = 0; i < a->n_ports; i++)
         if (a->ports[i].container != b->ports[i].container || a->ports[i].host != b->ports[i].host)
             return 0;
-    return 1;
+    return cluster_equal(&a->cluster, &b->cluster);
 }
 
 void spec_public_json(const struct wl_spec *spec, json_t *j)

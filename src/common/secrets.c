@@ -1,4 +1,5 @@
-/* secrets.c: password hashing and API key tokens (see secrets.h). */
+/* secrets.c: password hashing, API key tokens and the instance-internal SSH
+ * key pairs (see secrets.h). */
 #include "gpurent/secrets.h"
 
 #include <errno.h>
@@ -219,4 +220,143 @@ int secret_file_read(const char *path, char *out, size_t outlen, char *err, size
     out[len] = '\0';
     explicit_bzero(buf, sizeof buf);
     return 0;
+}
+
+/* ------------------------------------------------------------ SSH key pairs */
+
+/* A growing byte buffer in SSH wire encoding (RFC 4251): uint32 big-endian
+ * lengths before strings. */
+struct wire {
+    unsigned char buf[1024]; /* the bytes; a key pair needs about 250 */
+    size_t len;              /* used */
+    int over;                /* something did not fit */
+};
+
+static void wire_u32(struct wire *w, uint32_t v)
+{
+    if (w->len + 4 > sizeof w->buf) {
+        w->over = 1;
+        return;
+    }
+    w->buf[w->len++] = (unsigned char)(v >> 24);
+    w->buf[w->len++] = (unsigned char)(v >> 16);
+    w->buf[w->len++] = (unsigned char)(v >> 8);
+    w->buf[w->len++] = (unsigned char)v;
+}
+
+static void wire_raw(struct wire *w, const void *p, size_t n)
+{
+    if (w->len + n > sizeof w->buf) {
+        w->over = 1;
+        return;
+    }
+    memcpy(w->buf + w->len, p, n);
+    w->len += n;
+}
+
+static void wire_string(struct wire *w, const void *p, size_t n)
+{
+    wire_u32(w, (uint32_t)n);
+    wire_raw(w, p, n);
+}
+
+static void wire_cstring(struct wire *w, const char *s)
+{
+    wire_string(w, s, strlen(s));
+}
+
+/* Base64 of n bytes into out (cap bytes, NUL-terminated); -1 if it does not fit. */
+static int base64(const unsigned char *in, size_t n, char *out, size_t cap)
+{
+    if (cap < 4 * ((n + 2) / 3) + 1)
+        return -1;
+    EVP_EncodeBlock((unsigned char *)out, in, (int)n);
+    return 0;
+}
+
+void secret_wipe(void *p, size_t n)
+{
+    OPENSSL_cleanse(p, n);
+}
+
+int ssh_ed25519_keypair(const char *comment, char *pub, size_t pub_n, char *priv, size_t priv_n)
+{
+    static const char type[] = "ssh-ed25519";
+    unsigned char pk[32], sk[64];
+    size_t pk_len = sizeof pk, seed_len = 32;
+    int rc = -1;
+    EVP_PKEY *key = NULL;
+    EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, NULL);
+    if (!ctx || EVP_PKEY_keygen_init(ctx) != 1 || EVP_PKEY_keygen(ctx, &key) != 1 ||
+        EVP_PKEY_get_raw_public_key(key, pk, &pk_len) != 1 || pk_len != 32 ||
+        EVP_PKEY_get_raw_private_key(key, sk, &seed_len) != 1 || seed_len != 32)
+        goto out;
+    /* OpenSSH keeps the 32-byte seed followed by the public key. */
+    memcpy(sk + 32, pk, 32);
+
+    struct wire blob = {.len = 0};
+    wire_cstring(&blob, type);
+    wire_string(&blob, pk, 32);
+    char b64[128];
+    if (blob.over || base64(blob.buf, blob.len, b64, sizeof b64) < 0)
+        goto out;
+    if (snprintf(pub, pub_n, "%s %s%s%s", type, b64, comment[0] ? " " : "", comment) >= (int)pub_n)
+        goto out;
+
+    /* PROTOCOL.key: "openssh-key-v1\0", cipher and KDF "none", one key, its
+     * public blob, then the private section: two equal check words, the
+     * key, its comment, and padding 1, 2, 3 … to the cipher's block size
+     * (8 for "none"). */
+    struct wire w = {.len = 0}, secret = {.len = 0};
+    uint32_t check;
+    if (random_bytes(&check, sizeof check) < 0)
+        goto out;
+    wire_u32(&secret, check);
+    wire_u32(&secret, check);
+    wire_cstring(&secret, type);
+    wire_string(&secret, pk, 32);
+    wire_string(&secret, sk, 64);
+    wire_cstring(&secret, comment);
+    for (unsigned char pad = 1; secret.len % 8; pad++)
+        wire_raw(&secret, &pad, 1);
+    wire_raw(&w, "openssh-key-v1", 15);
+    wire_cstring(&w, "none");
+    wire_cstring(&w, "none");
+    wire_cstring(&w, "");
+    wire_u32(&w, 1);
+    wire_string(&w, blob.buf, blob.len);
+    wire_string(&w, secret.buf, secret.len);
+    static char body[1500];
+    if (w.over || secret.over || base64(w.buf, w.len, body, sizeof body) < 0)
+        goto wipe;
+    /* PEM-style armour with 70-column lines, as ssh-keygen writes it. */
+    static const char begin[] = "-----BEGIN OPENSSH PRIVATE KEY-----\n", end[] = "-----END OPENSSH PRIVATE KEY-----\n";
+    size_t blen = strlen(body), o = 0;
+    if (priv_n < sizeof begin + sizeof end + blen + blen / 70 + 2)
+        goto wipe;
+    memcpy(priv, begin, sizeof begin - 1);
+    o = sizeof begin - 1;
+    for (size_t i = 0; i < blen; i += 70) {
+        size_t k = blen - i < 70 ? blen - i : 70;
+        memcpy(priv + o, body + i, k);
+        o += k;
+        priv[o++] = '\n';
+    }
+    memcpy(priv + o, end, sizeof end);
+    rc = 0;
+wipe:
+    OPENSSL_cleanse(&w, sizeof w);
+    OPENSSL_cleanse(&secret, sizeof secret);
+    OPENSSL_cleanse(body, sizeof body);
+out:
+    OPENSSL_cleanse(sk, sizeof sk);
+    EVP_PKEY_free(key);
+    EVP_PKEY_CTX_free(ctx);
+    if (rc < 0) {
+        if (pub_n)
+            pub[0] = '\0';
+        if (priv_n)
+            priv[0] = '\0';
+    }
+    return rc;
 }

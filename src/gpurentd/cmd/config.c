@@ -161,6 +161,11 @@ static int validate_trusted_proxies(const void *field, char *err, size_t errlen)
 #n, CONF_STRING, 0, 0, d, offsetof(struct daemon_conf, n), sizeof(((struct daemon_conf *)0)->n), v, h \
     }
 
+#define OPT_BOOL(n, d, h)                                                                 \
+    {                                                                                     \
+#n, CONF_BOOL, 0, 1, d, offsetof(struct daemon_conf, n), sizeof(int), NULL, h \
+    }
+
 const struct conf_option daemon_options[] = {
     OPT_STR(listen, "127.0.0.1:8080", conf_validate_listen, "address and port of the REST API"),
     OPT_STR(database, "/var/lib/gpurent/gpurent.db", validate_database, "SQLite database file"),
@@ -204,6 +209,9 @@ const struct conf_option daemon_options[] = {
     OPT_STR(volume_source_template, "nfs-server:/export/gpurent/{volume_id}", validate_volume_source,
             "what agents mount for a volume; {volume_id} and {user_id} are replaced (e.g. "
             "nfs.example:/export/{volume_id})"),
+    OPT_BOOL(volume_source_shared, "false",
+             "a volume source that is a local path is the same shared directory on every node (else multi-node "
+             "instances refuse it)"),
     OPT_INT(reconcile_interval_ms, 50, 600000, 2000, "milliseconds between reconciler passes when nothing wakes it"),
     OPT_INT(reconcile_sweep_ms, 100, 3600000, 30000,
             "milliseconds between checks of every agent for orphaned workloads"),
@@ -212,6 +220,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(master_port, 1, 65535, 29500, "MASTER_PORT given to multi-node jobs"),
     OPT_INT(max_runtime_warning_minutes, 1, 1440, 10,
             "minutes before max_runtime_minutes runs out that the max_runtime_warning event is written"),
+    OPT_INT(rendezvous_timeout_s, 30, 3600, 600,
+            "seconds a multi-node instance may take from its first rank running to its last, unless it sets its own"),
     OPT_STR(currency, "CNY", validate_currency, "platform currency code shown with every amount"),
     OPT_INT(billing_interval_ms, 100, 3600000, 10000, "milliseconds between billing passes"),
     OPT_INT(billing_post_interval_s, 1, 86400, 300,

@@ -9,6 +9,8 @@
  *                and the JSON shape of an instance
  *   placement.c  best-fit card placement (placement.h; pure)
  *   volumes.c    new volumes and each user's default "shared" one
+ *   gang.c       multi-node instances: rendezvous bound, shared /shared,
+ *                the internal SSH key pair, nodes' data-plane addresses
  *   funds.c      the price book (what an interval owes, for billing, the
  *                balance and refunds) and the funds a start needs
  *   ledger.c     money movements on the double-entry ledger (ledger.h):
@@ -81,6 +83,8 @@ struct daemon_conf {
     int64_t provision_max_attempts;     /* failed attempts before an instance fails */
     int64_t master_port;                /* MASTER_PORT given to multi-node jobs */
     int64_t max_runtime_warning_minutes; /* max_runtime_warning this long before the end of a bounded run */
+    int64_t rendezvous_timeout_s;       /* default bound from a multi-node instance's first rank running to its last */
+    int volume_source_shared;           /* a volume source that is a local path ("/…") is shared by every node */
     char currency[8];                   /* platform currency code shown with amounts */
     int64_t billing_interval_ms;        /* milliseconds between billing passes */
     int64_t billing_post_interval_s;    /* a user's running usage is posted to the ledger at least this often */
@@ -147,6 +151,7 @@ struct instance_create {
     const char *working_dir; /* run_working_dir_check passed, or NULL */
     const char *restart_policy;  /* never, on_failure or always (checked by the handler), or NULL: never */
     int64_t max_runtime_minutes; /* 1..43200 (checked by the handler), or 0: no bound */
+    int64_t rendezvous_timeout_s; /* 30..3600 (checked by the handler), or 0: the option's default */
 };
 /* The most SSH keys an instance may name (contract 1 of issue 11 caps a
  * spec's authorized_keys at 64). */
@@ -250,6 +255,23 @@ extern const struct instance_patch_field instance_patch_fields[]; /* ends with a
 /* Runs in a store transaction: the caller's instance id, stopped, gets
  * every field of body that a row names (checked already). */
 int instance_patch(struct store *s, const char *user_id, const char *id, const json_t *body, struct op_outcome *o);
+
+/* gang.c: multi-node instances (issue 12). */
+/* 1 when an instance of card_count cards spans more than one node. */
+int instance_multi_node(int64_t card_count);
+/* In the create or start transaction, after placement: records the
+ * rendezvous bound (rendezvous_timeout_s > 0; 0 keeps the stored one) and
+ * forgets the last attempt's rendezvous; for a multi-node instance refuses
+ * (409 conflict, field volume_id) a volume whose source is a node-local
+ * path unless volume_source_shared, refuses more than 63 SSH keys, and
+ * makes the instance-internal key pair if it has none. */
+int instance_gang_prepare(struct store *s, const struct instance *in, int64_t rendezvous_timeout_s,
+                          struct op_outcome *o);
+/* Where other ranks reach a node (MASTER_ADDR, the hostfile): the admin's
+ * data_host, else the data_address its facts report, else its public host
+ * (node_connect_host). */
+void node_data_address(const char *data_host, const char *data_address, const char *public_host,
+                       const char *agent_url, char *out, size_t n);
 
 /* funds.c: the price book, the one computation of what an interval owes
  * (billing, the balance and refunds use it), and what a start needs. */

@@ -2,6 +2,8 @@
 #include "domain/facts.h"
 #include "domain/ssh_keys.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +86,50 @@ static int publish_facts(json_t *facts, struct facts_verdict *v)
     return 0;
 }
 
+int data_host_valid(const char *h)
+{
+    unsigned char addr[16];
+    size_t n = strlen(h);
+    if (n == 0 || n > 253)
+        return 0;
+    if (inet_pton(AF_INET, h, addr) == 1 || inet_pton(AF_INET6, h, addr) == 1)
+        return 1;
+    /* A DNS name: dot-separated labels of 1..63 letters, digits and '-',
+     * neither starting nor ending with '-'; not all digits and dots, which
+     * would be a malformed IPv4 address rather than a name. */
+    size_t label = 0;
+    int letters = 0;
+    for (size_t i = 0; i <= n; i++) {
+        unsigned char c = (unsigned char)h[i];
+        if (c == '.' || c == '\0') {
+            if (label == 0 || h[i - 1] == '-')
+                return 0;
+            label = 0;
+            continue;
+        }
+        if (!isalnum(c) && c != '-')
+            return 0;
+        if (label == 0 && c == '-')
+            return 0;
+        if (++label > 63)
+            return 0;
+        letters |= !isdigit(c);
+    }
+    return letters;
+}
+
+/* Reads the facts' data_address (absent, null or "": none reported). */
+static int data_address_facts(json_t *facts, struct facts_verdict *v)
+{
+    json_t *a = json_object_get(facts, "data_address");
+    if (!a || json_is_null(a) || (json_is_string(a) && json_string_length(a) == 0))
+        return 0;
+    if (!json_is_string(a) || !data_host_valid(json_string_value(a)))
+        return malformed(v, "data_address must be null or an IP address or host name of up to 253 bytes");
+    snprintf(v->data_address, sizeof v->data_address, "%s", json_string_value(a));
+    return 0;
+}
+
 int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v)
 {
     memset(v, 0, sizeof *v);
@@ -106,7 +152,7 @@ int facts_check(const char *declared_model, int64_t declared_cards, json_t *fact
             return malformed(v, "workload_exits must be a non-negative integer");
         v->workload_exits = json_integer_value(exits);
     }
-    if (ssh_facts(facts, v) < 0 || publish_facts(facts, v) < 0)
+    if (ssh_facts(facts, v) < 0 || publish_facts(facts, v) < 0 || data_address_facts(facts, v) < 0)
         return -1;
 
     int seen[FACTS_MAX_CARDS] = {0};

@@ -25,6 +25,7 @@ struct facts_verdict {
     char ssh_host_key[1025];                 /* its host key, "type base64" (comment dropped) */
     char ssh_fingerprint[64];                /* SHA256:… computed here from the host key */
     int64_t publish_first, publish_last;     /* host ports it publishes on (facts "publish_ports"), 0 when none */
+    char data_address[254];                  /* its data-plane address (facts "data_address"), "" when none */
 };
 
 /* Checks facts against the declared model and card count. Returns -1 (with
@@ -41,5 +42,13 @@ struct facts_verdict {
  * malformed. publish_ports, likewise null or absent when the agent
  * publishes no ports, is {first, last} with 1 <= first <= last <= 65535. */
 int facts_check(const char *declared_model, int64_t declared_cards, json_t *facts, struct facts_verdict *v);
+/* data_address (issue 12), null, absent or "" when the agent reports none,
+ * is else an address other ranks reach the node at: an IPv4 or IPv6
+ * address or a DNS host name (data_host_valid), or the facts are
+ * malformed. Like ssh it stays out of v->canonical. */
+
+/* 1 when h is an IPv4 or IPv6 address or a DNS host name of at most 253
+ * bytes: what a node's data_address or data_host may be. */
+int data_host_valid(const char *h);
 
 #endif

@@ -199,6 +199,21 @@ static int apply_max_runtime(struct store *s, const struct instance *in, const j
                                                    json_integer_value(v));
 }
 
+static int check_rendezvous(const json_t *v, struct op_outcome *o)
+{
+    json_int_t t = json_integer_value(v);
+    if (json_is_integer(v) && t >= 30 && t <= 3600)
+        return 0;
+    refuse(o, ERR_INVALID_FIELD, "rendezvous_timeout_s", NULL,
+           "rendezvous_timeout_s must be an integer number of seconds from 30 to 3600");
+    return -1;
+}
+
+static int apply_rendezvous(struct store *s, const struct instance *in, const json_t *v, struct op_outcome *o)
+{
+    return store_instance_set_rendezvous_timeout(s, in->id, json_integer_value(v));
+}
+
 const struct instance_patch_field instance_patch_fields[] = {
     {"image",       JSON_KIND_STRING, 255,  check_image,       apply_image      },
     {"command",     JSON_KIND_ARRAY,  0,    check_command,     apply_command    },
@@ -206,6 +221,7 @@ const struct instance_patch_field instance_patch_fields[] = {
     {"working_dir", JSON_KIND_STRING, 4096, check_working_dir, apply_working_dir},
     {"restart_policy", JSON_KIND_STRING, 16, check_restart_policy, apply_restart_policy},
     {"max_runtime_minutes", JSON_KIND_INTEGER, 0, check_max_runtime, apply_max_runtime},
+    {"rendezvous_timeout_s", JSON_KIND_INTEGER, 0, check_rendezvous, apply_rendezvous},
     {NULL,          0,                0,    NULL,              NULL             },
 };
 

@@ -179,6 +179,10 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
         (rc = store_instance_set_job(s, in.id, req->restart_policy ? req->restart_policy : "never",
                                      req->max_runtime_minutes)) != STORE_OK ||
         (rc = instance_place(s, &in, o)) != STORE_OK ||
+        (rc = instance_gang_prepare(s, &in,
+                                    req->rendezvous_timeout_s > 0 ? req->rendezvous_timeout_s
+                                                                  : daemon_config->rendezvous_timeout_s,
+                                    o)) != STORE_OK ||
         (rc = store_instance_event(s, in.id, now, "pending", "created")) != STORE_OK) {
         free(ids);
         free(ports);
@@ -221,7 +225,7 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
         return rc;
     if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
         (rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
-        (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK ||
+        (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_gang_prepare(s, &in, 0, o)) != STORE_OK ||
         (rc = store_instance_set_desired(s, in.id, "running", now)) != STORE_OK ||
         (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK ||
         (rc = instance_job_reset(s, in.id)) != STORE_OK)
@@ -412,6 +416,12 @@ json_t *instance_json(struct store *s, const struct instance *in)
         if (rank)
             json_object_set_new(rank, "ssh",
                                 strcmp(in->state, "running") == 0 ? rank_ssh_json(in, &nodes[i]) : json_null());
+        if (rank) {
+            char data[254];
+            node_data_address(nodes[i].data_host, nodes[i].data_address, nodes[i].public_host, nodes[i].agent_url,
+                              data, sizeof data);
+            json_object_set_new(rank, "data_address", json_string(data));
+        }
         if (rank)
             json_object_set_new(rank, "published",
                                 strcmp(in->state, "running") == 0 ? rank_published_json(&nodes[i]) : json_array());
@@ -446,6 +456,9 @@ json_t *instance_json(struct store *s, const struct instance *in)
                         in->max_runtime_minutes > 0 ? json_integer(in->max_runtime_minutes) : json_null());
     json_object_set_new(j, "restart_count", json_integer(in->restart_count));
     json_object_set_new(j, "exit_code", in->exit_known ? json_integer(in->exit_code) : json_null());
+    struct instance_gang g;
+    if (store_instance_gang(s, in->id, &g) == STORE_OK)
+        json_object_set_new(j, "rendezvous_timeout_s", json_integer(g.rendezvous_timeout_s));
     free(keys);
     free(ids);
     return j;

@@ -202,6 +202,7 @@ void api_nodes_list(struct http_request *req);
 void api_nodes_get(struct http_request *req);
 void api_nodes_set_state(struct http_request *req);
 void api_nodes_delete(struct http_request *req);
+void api_nodes_patch(struct http_request *req);
 
 /* metrics.c: GET /metrics, and the HTTP requests it counts. */
 void metrics_http_done(const struct http_request *req, int64_t duration_us);

@@ -106,6 +106,7 @@ void api_instances_create(struct http_request *req)
         {"working_dir",         JSON_KIND_STRING,  0, 4096},
         {"restart_policy",      JSON_KIND_STRING,  0, 16 },
         {"max_runtime_minutes", JSON_KIND_INTEGER, 0, 0  },
+        {"rendezvous_timeout_s", JSON_KIND_INTEGER, 0, 0 },
         {NULL,                  0,                 0, 0  },
     };
     struct idempotency idem;
@@ -176,6 +177,13 @@ void api_instances_create(struct http_request *req)
         json_decref(body);
         return;
     }
+    json_t *rendezvous = json_object_get(body, "rendezvous_timeout_s");
+    if (rendezvous && (json_integer_value(rendezvous) < 30 || json_integer_value(rendezvous) > 3600)) {
+        http_error(req, ERR_INVALID_FIELD, "rendezvous_timeout_s",
+                   "rendezvous_timeout_s must be an integer number of seconds from 30 to 3600");
+        json_decref(body);
+        return;
+    }
     /* What runs: checked here, before any transaction, each refusal
      * naming its field. */
     struct op_outcome run_o = {0};
@@ -194,6 +202,7 @@ void api_instances_create(struct http_request *req)
                .working_dir = working_dir,
                .restart_policy = policy,
                .max_runtime_minutes = max_minutes,
+               .rendezvous_timeout_s = rendezvous ? json_integer_value(rendezvous) : 0,
                .ssh_key_ids = ssh_ids,
                .ports = ports,
                .name = json_string_value(json_object_get(body, "name")),

@@ -1,7 +1,9 @@
 /* api_nodes.c: the admin's view of the fleet: register a node (its secret
- * is shown once), list and show nodes with their cards, set aside
- * (cordon, drain, maintenance) or return to service, and remove an idle node.
+ * is shown once), list and show nodes with their cards, change where users
+ * and other ranks reach it (PATCH), set aside (cordon, drain, maintenance)
+ * or return to service, and remove an idle node.
  * Handlers only change the database; the heartbeat loop talks to agents. */
+#include "domain/facts.h"
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
 #include "gpurent/sign.h"
@@ -40,6 +42,12 @@ static json_t *node_json(const struct node *n)
     char host[254];
     node_connect_host(n->public_host, n->agent_url, host, sizeof host);
     json_object_set_new(j, "public_host", json_string(host));
+    /* What other ranks of a multi-node instance reach it at, and why. */
+    char data[254];
+    node_data_address(n->data_host, n->data_address, n->public_host, n->agent_url, data, sizeof data);
+    json_object_set_new(j, "data_address", json_string(data));
+    json_object_set_new(j, "data_host", n->data_host[0] ? json_string(n->data_host) : json_null());
+    json_object_set_new(j, "reported_data_address", n->data_address[0] ? json_string(n->data_address) : json_null());
     json_object_set_new(j, "ssh",
                         n->ssh_port > 0 ? json_pack("{s:I, s:s, s:s}", "port", (json_int_t)n->ssh_port, "host_key",
                                                     n->ssh_host_key, "fingerprint", n->ssh_host_fp)
@@ -59,6 +67,10 @@ static int host_name_valid(const char *h)
             return 0;
     return 1;
 }
+
+#define DATA_HOST_RULE                                                                                    \
+    "data_host must be an IPv4 or IPv6 address or a host name (labels of letters, digits and '-', up to 253 " \
+    "bytes), or \"\" to use what the agent reports"
 
 /* Names and fabric/region words: letters, digits, '.', '_' and '-',
  * starting with a letter or digit (names are lower case: they appear in
@@ -139,6 +151,7 @@ void api_nodes_create(struct http_request *req)
         {"region",      JSON_KIND_STRING,  0, 63 },
         {"labels",      JSON_KIND_OBJECT,  0, 0  },
         {"public_host", JSON_KIND_STRING,  0, 253},
+        {"data_host",   JSON_KIND_STRING,  0, 253},
         {NULL,          0,                 0, 0  },
     };
     json_t *body = http_json_body(req, fields);
@@ -151,6 +164,7 @@ void api_nodes_create(struct http_request *req)
     const char *fabric = json_string_value(json_object_get(body, "fabric"));
     const char *region = json_string_value(json_object_get(body, "region"));
     const char *public_host = json_string_value(json_object_get(body, "public_host"));
+    const char *data_host = json_string_value(json_object_get(body, "data_host"));
     json_t *labels = json_object_get(body, "labels");
     json_int_t cards = json_integer_value(json_object_get(body, "card_count"));
     const char *bad_label = labels ? labels_problem(labels) : NULL;
@@ -168,6 +182,8 @@ void api_nodes_create(struct http_request *req)
     else if (public_host && !host_name_valid(public_host))
         http_error(req, ERR_INVALID_FIELD, "public_host",
                    "public_host must be a host name or an IP address (letters, digits, '.', '-' and ':')");
+    else if (data_host && !data_host_valid(data_host))
+        http_error(req, ERR_INVALID_FIELD, "data_host", "%s", DATA_HOST_RULE);
     else if (bad_label)
         http_error(req, ERR_INVALID_FIELD, "labels",
                    "labels must be at most 32 string values of up to 255 bytes with word keys (bad key '%.63s')",
@@ -191,6 +207,7 @@ void api_nodes_create(struct http_request *req)
             snprintf(n.public_host, sizeof n.public_host, "%s", public_host);
         else if (url_host(url, n.public_host, sizeof n.public_host) < 0)
             n.public_host[0] = '\0';
+        snprintf(n.data_host, sizeof n.data_host, "%s", data_host ? data_host : "");
         n.card_count = cards;
         n.created_at = clock_now();
         struct store *s = store_thread();
@@ -362,6 +379,63 @@ void api_nodes_set_state(struct http_request *req)
         } else {
             log_info("nodes: %s set to %s by %s%s%s", n.id, state, req->user_id, reason ? ": " : "",
                      reason ? reason : "");
+            reply_node_detail(req, s, &n, 200);
+        }
+    }
+    json_decref(body);
+}
+
+struct hosts_ctx {
+    const char *id, *public_host, *data_host; /* what to set; NULL: leave */
+    int64_t now;                              /* when */
+};
+
+static int hosts_txn(struct store *s, void *vctx)
+{
+    struct hosts_ctx *ctx = vctx;
+    return store_node_set_hosts(s, ctx->id, ctx->public_host, ctx->data_host, ctx->now);
+}
+
+/* PATCH /v1/admin/nodes/{id}: public_host (users' host; "" for the agent
+ * URL's) and data_host (other ranks'; "" for what the agent reports). A
+ * running instance keeps the addresses its ranks were given; the next
+ * start uses the new ones. */
+void api_nodes_patch(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"public_host", JSON_KIND_STRING, 0, 253},
+        {"data_host",   JSON_KIND_STRING, 0, 253},
+        {NULL,          0,                0, 0  },
+    };
+    struct store *s = store_thread();
+    static _Thread_local struct node n;
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return;
+    }
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    const char *public_host = json_string_value(json_object_get(body, "public_host"));
+    const char *data_host = json_string_value(json_object_get(body, "data_host"));
+    if (!public_host && !data_host) {
+        http_error(req, ERR_MISSING_FIELD, "public_host", "give public_host, data_host or both");
+    } else if (public_host && public_host[0] && !host_name_valid(public_host)) {
+        http_error(req, ERR_INVALID_FIELD, "public_host",
+                   "public_host must be a host name or an IP address (letters, digits, '.', '-' and ':'), or \"\""
+                   " for the host of agent_url");
+    } else if (data_host && data_host[0] && !data_host_valid(data_host)) {
+        http_error(req, ERR_INVALID_FIELD, "data_host", "%s", DATA_HOST_RULE);
+    } else if (load_node(req, s, &n) == STORE_OK) {
+        struct hosts_ctx ctx = {n.id, public_host, data_host, clock_now()};
+        int rc = store_txn(s, hosts_txn, &ctx);
+        if (rc == STORE_NOT_FOUND)
+            http_error(req, ERR_NOT_FOUND, NULL, "no node %s", n.id);
+        else if (rc != STORE_OK || store_node_get(s, n.id, &n) != STORE_OK)
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+        else {
+            log_info("nodes: %s hosts changed by %s: public_host %s, data_host %s", n.id, req->user_id,
+                     n.public_host[0] ? n.public_host : "(agent URL's)", n.data_host[0] ? n.data_host : "(reported)");
             reply_node_detail(req, s, &n, 200);
         }
     }

@@ -26,6 +26,7 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/admin/nodes/{id}",        api_nodes_get,           AUTH_ADMIN},
     {"POST",   "/v1/admin/nodes/{id}/state",  api_nodes_set_state,     AUTH_ADMIN},
     {"DELETE", "/v1/admin/nodes/{id}",        api_nodes_delete,        AUTH_ADMIN},
+    {"PATCH",  "/v1/admin/nodes/{id}",        api_nodes_patch,         AUTH_ADMIN},
 
     {"GET",    "/v1/images",                  api_images_list,         AUTH_NONE },
     {"POST",   "/v1/admin/images",            api_images_create,       AUTH_ADMIN},

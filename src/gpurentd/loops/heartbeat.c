@@ -109,6 +109,8 @@ static int record_txn(struct store *s, void *vctx)
                                         b->verdict.ssh_fingerprint);
             if (rc == STORE_OK)
                 rc = store_node_set_publish(s, b->target->id, b->verdict.publish_first, b->verdict.publish_last);
+            if (rc == STORE_OK)
+                rc = store_node_set_data_address(s, b->target->id, b->verdict.data_address);
         } else {
             rc = store_node_beat_missed(s, b->target->id, ctx->now, daemon_config->heartbeat_miss_limit,
                                         daemon_config->node_lost_after_s, b->reason);

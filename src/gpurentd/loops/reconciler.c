@@ -26,10 +26,11 @@
  * for minutes is not polled in a busy loop. A pass writes every change it
  * decided in one transaction (one commit, one fsync), and running
  * instances with nothing to do cost no transaction at all. */
+#include "domain/domain.h"
 #include "domain/ledger.h"
 #include "domain/placement.h"
 #include "gpurent/clock.h"
-#include "gpurent/url.h"
+#include "gpurent/secrets.h"
 #include "loops/agent_client.h"
 #include "loops/loops.h"
 #include "store/store.h"
@@ -130,7 +131,9 @@ struct spec_inputs {
     int64_t size_gb;  /* the volume's quota, for the agents' mount_command */
     json_t *ssh_keys; /* the snapshot of its SSH keys, "type base64" (owned) */
     struct instance_run run; /* what it runs: command, the user's env, working_dir (owned) */
+    struct instance_key key; /* its internal key pair (multi-node), "" when none */
 };
+static int gang_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out);
 
 static int spec_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out)
 {
@@ -171,7 +174,100 @@ static int spec_inputs_get(struct store *s, const struct instance *in, struct sp
         out->ssh_keys = NULL;
         return -1;
     }
-    return 0;
+    return gang_inputs_get(s, in, out);
+}
+
+/* The internal key pair of a multi-node instance (made at create or start,
+ * instance_gang_prepare); single-node ones have none. */
+static int gang_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out)
+{
+    memset(&out->key, 0, sizeof out->key);
+    if (!instance_multi_node(in->card_count))
+        return 0;
+    return store_instance_internal_key(s, in->id, &out->key) == STORE_OK ? 0 : -1;
+}
+
+static void spec_inputs_free(struct spec_inputs *si)
+{
+    json_decref(si->ssh_keys);
+    si->ssh_keys = NULL;
+    store_instance_run_free(&si->run);
+    secret_wipe(&si->key, sizeof si->key);
+}
+
+static void rank_data_address(const struct instance_node *p, char *out, size_t n)
+{
+    node_data_address(p->data_host, p->data_address, p->public_host, p->agent_url, out, n);
+}
+
+static void env_int(json_t *env, const char *name, long long v)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%lld", v);
+    json_object_set_new(env, name, json_string(num));
+}
+
+/* The environment every rank's job gets for rendezvous (ARCHITECTURE.md):
+ * MASTER_ADDR is rank 0's data-plane address, WORLD_SIZE every card of the
+ * instance (as torchrun means it), LOCAL_WORLD_SIZE and
+ * GPURENT_GPUS_PER_NODE this node's cards. */
+static void gang_env(json_t *env, const struct work *w, size_t r, size_t local_cards)
+{
+    char master[254];
+    rank_data_address(&w->nodes[0], master, sizeof master);
+    json_object_set_new(env, "MASTER_ADDR", json_string(master));
+    env_int(env, "WORLD_SIZE", (long long)w->in.card_count);
+    env_int(env, "LOCAL_WORLD_SIZE", (long long)local_cards);
+    env_int(env, "GPURENT_GPUS_PER_NODE", (long long)local_cards);
+    json_object_set_new(env, "GPURENT_HOSTFILE", json_string("/etc/gpurent/hostfile"));
+    (void)r;
+}
+
+/* For more than one node: every rank's hosts (rankN at its data-plane
+ * address, its SSH server's port and host key, the login of that rank,
+ * its cards as slots) and the identity they log in to each other with,
+ * whose public key joins this rank's authorized_keys. Only when every node
+ * reports an SSH server (the agent needs each host's port and key; without
+ * them there is no ssh launcher to set up) and a data_address in its facts:
+ * agents from before issue 12 report none, and refuse a spec member they do
+ * not know. */
+static void gang_spec(json_t *spec, const struct spec_inputs *si, const struct work *w, size_t r)
+{
+    if (w->n_nodes < 2 || !si->key.pub[0])
+        return;
+    json_t *hosts = json_array();
+    for (size_t k = 0; k < w->n_nodes; k++) {
+        const struct instance_node *p = &w->nodes[k];
+        if (p->ssh_port <= 0 || !p->ssh_host_key[0] || !p->data_address[0]) {
+            json_decref(hosts);
+            return;
+        }
+        char name[32], address[254], user[ID_MAX + 24];
+        snprintf(name, sizeof name, "rank%lld", (long long)p->rank);
+        rank_data_address(p, address, sizeof address);
+        snprintf(user, sizeof user, "%s-%lld", w->in.id, (long long)p->rank);
+        json_t *cards = json_loads(p->cards, 0, NULL);
+        json_array_append_new(hosts, json_pack("{s:s, s:s, s:I, s:s, s:I, s:s}", "name", name, "address", address,
+                                               "ssh_port", (json_int_t)p->ssh_port, "user", user, "slots",
+                                               (json_int_t)json_array_size(cards), "host_key", p->ssh_host_key));
+        json_decref(cards);
+    }
+    json_object_set_new(spec, "cluster",
+                        json_pack("{s:I, s:o, s:s}", "rank", (json_int_t)w->nodes[r].rank, "hosts", hosts, "identity",
+                                  si->key.priv));
+    /* The key line without its comment, as authorized_keys entries are
+     * sent; a copy, since every rank's spec shares the users' snapshot. */
+    json_t *ssh = json_object_get(spec, "ssh");
+    if (ssh) {
+        char line[SSH_PUBKEY_MAX];
+        snprintf(line, sizeof line, "%s", si->key.pub);
+        char *sp = strchr(line, ' ');
+        if (sp && (sp = strchr(sp + 1, ' ')))
+            *sp = '\0';
+        json_t *keys = json_copy(json_object_get(ssh, "authorized_keys"));
+        json_array_append_new(keys, json_string(line));
+        json_object_set_new(ssh, "authorized_keys", keys);
+    }
 }
 
 /* What the user asked to run, into spec: "command" and "working_dir" when
@@ -210,8 +306,7 @@ static void spec_add_run(json_t *spec, const struct instance_run *run)
  * distributed job needs. */
 static char *workload_spec(const struct spec_inputs *si, const struct work *w, size_t r)
 {
-    char master[256], num[32], port[16];
-    url_host(w->nodes[0].agent_url, master, sizeof master);
+    char num[32], port[16];
     json_t *cards = json_loads(w->nodes[r].cards, 0, NULL);
     json_t *env = json_object();
     snprintf(num, sizeof num, "%lld", (long long)w->nodes[r].rank);
@@ -224,10 +319,10 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
     json_object_set_new(env, "WORLD_SIZE", json_string(num));
     snprintf(num, sizeof num, "%zu", cards ? json_array_size(cards) : 0);
     json_object_set_new(env, "GPURENT_CARDS_PER_NODE", json_string(num));
-    json_object_set_new(env, "MASTER_ADDR", json_string(master));
     snprintf(port, sizeof port, "%lld", (long long)daemon_config->master_port);
     json_object_set_new(env, "MASTER_PORT", json_string(port));
     json_object_set_new(env, "GPURENT_INSTANCE_ID", json_string(w->in.id));
+    gang_env(env, w, r, cards ? json_array_size(cards) : 0);
     /* size_gb travels with the volume so a node's mount can enforce the
      * quota (AGENT_PROTOCOL.md); the volumes API and volume_default_size_gb
      * keep it within 1..1048576, the range agents accept. */
@@ -248,8 +343,10 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
     if (spec && json_array_size(ports) > 0)
         json_object_set_new(spec, "ports", json_incref(ports));
     json_decref(ports);
-    if (spec)
+    if (spec) {
         spec_add_run(spec, &si->run);
+        gang_spec(spec, si, w, r);
+    }
     char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(spec);
     return text;
@@ -378,6 +475,8 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
             char *spec = have_si ? workload_spec(&si, w, r) : NULL;
             if (spec)
                 w->call[r] = agent_call_new(p->agent_url, p->secret, "PUT", path, spec, opts);
+            if (spec && si.key.priv[0]) /* it carries the instance's private key */
+                secret_wipe(spec, strlen(spec));
             free(spec);
             w->kind[r] = CALL_PUT;
         } else if (provisioning || recovering) {
@@ -385,8 +484,7 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
             w->kind[r] = CALL_GET;
         }
     }
-    json_decref(si.ssh_keys);
-    store_instance_run_free(&si.run);
+    spec_inputs_free(&si);
 }
 
 /* ------------------------------------------------------------ applying results */
@@ -463,7 +561,8 @@ static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *re
             return rc;
         return end_run(s, ctx, "failed", ctx->now, why);
     }
-    if ((rc = store_instance_release(s, in->id)) != STORE_OK)
+    if ((rc = store_instance_release(s, in->id)) != STORE_OK ||
+        (rc = store_instance_set_rendezvous(s, in->id, 0)) != STORE_OK)
         return rc;
     queue_all_deletes(ctx);
     struct op_outcome o = {0};
@@ -609,6 +708,32 @@ static int apply_runtime(struct store *s, struct apply_ctx *ctx, int *stopped)
     return STORE_OK;
 }
 
+/* Gang start: once one rank of a multi-node instance runs, the others have
+ * rendezvous_timeout_s to follow, or the attempt fails (every rank is then
+ * deleted and the instance placed afresh): a job waiting at its barrier for
+ * a rank stuck pulling would otherwise hold every card for
+ * provision_timeout_s. The first running rank's second is kept in the
+ * instance (rendezvous_since), so a restart of the daemon keeps counting. */
+static int rendezvous_check(struct store *s, struct apply_ctx *ctx, char *failure, size_t n)
+{
+    struct work *w = ctx->w;
+    size_t running = 0;
+    for (size_t r = 0; r < w->n_nodes; r++)
+        running += phase_rank(w->nodes[r].phase) == 3;
+    if (w->n_nodes < 2 || running == 0)
+        return STORE_OK;
+    struct instance_gang g;
+    int rc = store_instance_gang(s, w->in.id, &g);
+    if (rc != STORE_OK)
+        return rc;
+    if (g.rendezvous_since <= 0)
+        return store_instance_set_rendezvous(s, w->in.id, ctx->now);
+    if (ctx->now - g.rendezvous_since > g.rendezvous_timeout_s)
+        snprintf(failure, n, "only %zu of %zu nodes were running %llds after the first (rendezvous_timeout_s)",
+                 running, w->n_nodes, (long long)g.rendezvous_timeout_s);
+    return STORE_OK;
+}
+
 static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
@@ -677,6 +802,13 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
         strcmp(w->in.state, "provisioning") == 0)
         snprintf(failure, sizeof failure, "provisioning took longer than %llds",
                  (long long)daemon_config->provision_timeout_s);
+    if (!failure[0] && !all_running) {
+        int rc = rendezvous_check(s, ctx, failure, sizeof failure);
+        if (rc != STORE_OK) {
+            free(exit_last);
+            return rc;
+        }
+    }
     if (failure[0]) {
         free(exit_last);
         return attempt_failed(s, ctx, failure);
@@ -702,7 +834,8 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
          * running; restarts by the policy keep counting. */
         if (!w->in.run_started_at && (rc = store_instance_set_run_clock(s, w->in.id, ctx->now, 0)) != STORE_OK)
             return rc;
-        if ((rc = store_instance_set_attempts(s, w->in.id, 0, 0)) != STORE_OK)
+        if ((rc = store_instance_set_attempts(s, w->in.id, 0, 0)) != STORE_OK ||
+            (w->n_nodes > 1 && (rc = store_instance_set_rendezvous(s, w->in.id, 0)) != STORE_OK))
             return rc;
         return store_instance_set_state(s, w->in.id, "running", "", "every node is running", ctx->now);
     }

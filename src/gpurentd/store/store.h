@@ -7,7 +7,7 @@
  * table or concern the SQL: users, API keys, GPU types, nodes, capacity
  * history, images, volumes, instances, idempotency, money, money reports,
  * audit, metrics, reports, verify, SSH keys, what an instance runs, storage
- * billing.
+ * billing, multi-node jobs (store_gang.c).
  *
  * Threading: a struct store is one SQLite connection and its cache of
  * prepared statements, used by one thread only. store_thread() gives each
@@ -186,6 +186,8 @@ struct node {
     int64_t cards_free;      /* healthy and unallocated, if the node is ready */
     int64_t cards_in_use;    /* held by instances */
     int64_t created_at, updated_at; /* epoch seconds */
+    char data_host[254];     /* the admin's data-plane host (0019), "" when unset */
+    char data_address[254];  /* the data-plane address the agent's facts report, "" when none */
 };
 struct node_card {
     int64_t idx;              /* index on the node */
@@ -336,6 +338,8 @@ struct instance_node {
     char ssh_host_key[1025];  /* its host key "type base64", "" when none */
     char ssh_host_fp[64];     /* SHA256:… fingerprint of it */
     char ports[512];          /* JSON [{"container": c, "host": h}] it publishes (0016) */
+    char data_host[254];      /* the node's admin-set data-plane host (0019), "" when unset */
+    char data_address[254];   /* the one its facts report, "" when none */
 };
 struct instance_filter {
     const char *user_id;   /* owner, or NULL for all (reconciler) */
@@ -493,6 +497,31 @@ int store_instance_set_ranks_exited(struct store *s, const char *id, int64_t at)
 /* Gives rank `rank` a fresh workload id and forgets what its agent reported,
  * so the next pass puts the workload again on the same cards. */
 int store_instance_node_renew(struct store *s, const char *id, int64_t rank, const char *workload_id);
+/* store_gang.c: multi-node jobs (0019): node data-plane addresses, an
+ * instance's rendezvous bound and internal SSH key pair. */
+/* Records the data-plane address the node's facts report ("" for none);
+ * writes only when it changed. */
+int store_node_set_data_address(struct store *s, const char *id, const char *address);
+/* The admin changes where users (public_host) and other ranks (data_host)
+ * reach a node; NULL leaves that one as it is. STORE_NOT_FOUND: no node. */
+int store_node_set_hosts(struct store *s, const char *id, const char *public_host, const char *data_host, int64_t now);
+struct instance_gang {
+    int64_t rendezvous_timeout_s; /* first rank running to last, at most */
+    int64_t rendezvous_since;     /* this attempt's first rank seen running, 0 none yet */
+    int has_key;                  /* it has an internal key pair */
+};
+int store_instance_gang(struct store *s, const char *id, struct instance_gang *out);
+int store_instance_set_rendezvous_timeout(struct store *s, const char *id, int64_t seconds);
+/* Marks when the first rank of this attempt was seen running (0: none). */
+int store_instance_set_rendezvous(struct store *s, const char *id, int64_t since);
+/* The instance-internal key pair: a public key line and an OpenSSH private
+ * key. Only the reconciler reads it, for the agents' specs. */
+struct instance_key {
+    char pub[SSH_PUBKEY_MAX];   /* "ssh-ed25519 AAAA… comment", "" when none */
+    char priv[SSH_PRIVKEY_MAX]; /* "-----BEGIN OPENSSH PRIVATE KEY-----…", "" when none */
+};
+int store_instance_set_internal_key(struct store *s, const char *id, const char *pub, const char *priv);
+int store_instance_internal_key(struct store *s, const char *id, struct instance_key *out);
 
 /* store_idempotency.c */
 /* The first answer recorded for (user_id, key): STORE_NOT_FOUND if none;

@@ -43,7 +43,8 @@ static const char SQL_INS_NODES[] =
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
     " coalesce(n.last_seen_at, 0), p.workload_id,"
     " p.cards, p.phase, p.message, p.put_done, n.public_host, coalesce(n.ssh_port, 0),"
-    " coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, ''), p.ports"
+    " coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, ''), p.ports,"
+    " n.data_host, coalesce(n.data_address, '')"
     " FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
     " WHERE p.instance_id = ? ORDER BY p.rank LIMIT ?";
 /* Placement candidates come through the nodes_placement index (0006): for
@@ -281,6 +282,8 @@ static void read_instance_node(sqlite3_stmt *st, void *row)
     store_column_text(p->ssh_host_key, sizeof p->ssh_host_key, st, 14);
     store_column_text(p->ssh_host_fp, sizeof p->ssh_host_fp, st, 15);
     store_column_text(p->ports, sizeof p->ports, st, 16);
+    store_column_text(p->data_host, sizeof p->data_host, st, 17);
+    store_column_text(p->data_address, sizeof p->data_address, st, 18);
 }
 
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n)

@@ -19,13 +19,13 @@
     "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                     \
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL),"      \
     " n.admin_reason, n.public_host, coalesce(n.ssh_port, 0), coalesce(n.ssh_host_key, ''),"          \
-    " coalesce(n.ssh_host_fingerprint, '')"
+    " coalesce(n.ssh_host_fingerprint, ''), n.data_host, coalesce(n.data_address, '')"
 
 /* Inserts nothing when the model is not in the catalog (a plain existence
  * check: the catalog's card counts cost a scan of every card). */
 static const char SQL_NODE_INSERT[] =
     "INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region, labels, created_at,"
-    " updated_at, public_host) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12"
+    " updated_at, public_host, data_host) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13"
     " WHERE EXISTS (SELECT 1 FROM gpu_types WHERE code = ?5)";
 static const char SQL_NODE_GET[] =
     "SELECT " NODE_COLUMNS " FROM nodes n JOIN node_states s ON s.node_id = n.id WHERE n.id = ?";
@@ -113,6 +113,8 @@ static void read_node(sqlite3_stmt *st, void *row)
     n->ssh_port = sqlite3_column_int64(st, 24);
     store_column_text(n->ssh_host_key, sizeof n->ssh_host_key, st, 25);
     store_column_text(n->ssh_host_fp, sizeof n->ssh_host_fp, st, 26);
+    store_column_text(n->data_host, sizeof n->data_host, st, 27);
+    store_column_text(n->data_address, sizeof n->data_address, st, 28);
 }
 
 int store_node_insert(struct store *s, const struct node *n)
@@ -132,6 +134,7 @@ int store_node_insert(struct store *s, const struct node *n)
     sqlite3_bind_int64(st, 10, n->created_at);
     sqlite3_bind_int64(st, 11, n->created_at);
     sqlite3_bind_text(st, 12, n->public_host, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 13, n->data_host, -1, SQLITE_STATIC);
     return store_step_change(s, st, "insert node");
 }
 

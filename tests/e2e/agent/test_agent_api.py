@@ -7,6 +7,7 @@ crashes, and the command line."""
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 
@@ -207,7 +208,7 @@ def test_facts(agent):
     assert r.status_code == 200, r.text
     f = r.json()
     assert set(f) == {"node", "agent_version", "runtime", "vendor", "stack", "driver_version", "stack_version",
-                      "cards", "workloads", "workload_exits", "ssh", "publish_ports"}
+                      "cards", "workloads", "workload_exits", "ssh", "publish_ports", "data_address"}
     assert set(f["ssh"]) == {"port", "host_key", "fingerprint"}  # tests/e2e/access/test_agent_ssh.py says more
     assert f["publish_ports"] == {"first": 30000, "last": 30999}  # the default publish_port_range
     assert isinstance(f["workload_exits"], int) and f["workload_exits"] >= 0
@@ -221,6 +222,42 @@ def test_facts(agent):
     assert [c["healthy"] for c in f["cards"]] == [True] * 7 + [False]
     assert f["cards"][7]["health_reason"]
     assert f["cards"][0]["health_reason"] == ""
+
+
+def test_facts_data_address(new_agent):
+    # Set: reported as it is.
+    a = new_agent(options={"data_address": "10.9.8.7"})
+    assert a.get("/v1/facts").json()["data_address"] == "10.9.8.7"
+    a.restart(data_address="fd00::7")
+    assert a.get("/v1/facts").json()["data_address"] == "fd00::7"
+    a.restart(data_address="gpu-7.fabric.example")
+    assert a.get("/v1/facts").json()["data_address"] == "gpu-7.fabric.example"
+    # Unset, the sim's nodes are on this machine.
+    a.restart(data_address="")
+    assert a.get("/v1/facts").json()["data_address"] == "127.0.0.1"
+    a.stop()
+    # A real runtime finds this machine's first non-loopback IPv4 address,
+    # or null when it has none (a sandbox with loopback only).
+    b = new_agent(options={"runtime": "podman", "runtime_path": "/bin/false"})
+    got = b.get("/v1/facts").json()["data_address"]
+    if got is not None:
+        parts = got.split(".")
+        assert len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts), got
+        assert parts[0] != "127", got
+    # hostname -I lists the machine's addresses but loopback's.
+    if os.path.exists("/bin/hostname") or os.path.exists("/usr/bin/hostname"):
+        ips = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10).stdout.split()
+        v4 = [ip for ip in ips if ip.count(".") == 3 and not ip.startswith("127.")]
+        assert (got is None) == (not v4), (got, ips)
+        assert got is None or got in v4, (got, ips)
+
+
+@pytest.mark.parametrize("option", ["data_address=10.0.0.256", "data_address=a b", "data_address=[::1]",
+                                    "shm_size=0", "shm_size=64gb", "shm_size=", "rdma_device_dir=dev/ib",
+                                    "rdma_device_dir=", "group_file=etc/group"])
+def test_bad_multi_node_options_stop_the_agent(option):
+    p = run_agent("-n", "-o", option)
+    assert p.returncode != 0 and option.split("=")[0] in p.stderr, p.stderr
 
 
 def test_facts_count_workloads(new_agent):
@@ -314,6 +351,12 @@ def test_unknown_workload_is_404(agent):
     ({"image": "busybox", "volumes": [{"source": "a", "target": "/x", "size_gb": 1.5}]}, "volumes[0].size_gb"),
     ({"image": "busybox", "env": {"HIP_VISIBLE_DEVICES": "3"}}, "env.HIP_VISIBLE_DEVICES"),
     ({"image": "busybox", "privileged": True}, "privileged"),
+    ({"image": "busybox", "cluster": "rank0"}, "cluster"),
+    ({"image": "busybox", "cluster": {"rank": 0, "hosts": []}}, "cluster.hosts"),
+    ({"image": "busybox", "cluster": {"rank": 0, "hosts": [{"name": "Rank0"}]}}, "cluster.hosts[0].name"),
+    ({"image": "busybox", "cluster": {"rank": 0, "hosts": [{"name": "rank0", "address": "10.0.0.256"}]}},
+     "cluster.hosts[0].address"),
+    ({"image": "busybox", "cluster": {"rank": 0, "hosts": [], "nodes": 2}}, "cluster.nodes"),
 ])
 def test_bad_specs_are_refused_and_change_nothing(agent, body, field):
     wid = wl_id()

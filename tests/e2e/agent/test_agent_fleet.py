@@ -222,3 +222,22 @@ def test_many_nodes_in_one_process(tmp_path, cp):
         assert threads < 40, threads
     finally:
         f.stop()
+
+
+def test_fleet_nodes_report_loopback_as_their_data_address(tmp_path, cp):
+    # Simulated nodes all live on this machine: the other ranks reach them
+    # at 127.0.0.1, unless data_address says otherwise.
+    f = Fleet(tmp_path / "a", cp.url, nodes=2)
+    try:
+        for n in f.nodes:
+            assert f.request(n, cp.secrets[n], "GET", "/v1/facts").json()["data_address"] == "127.0.0.1"
+    finally:
+        f.stop()
+    other = FakeControlPlane()  # the same node names again: a fresh control plane
+    f = Fleet(tmp_path / "b", other.url, nodes=1, options={"data_address": "10.1.2.3"})
+    try:
+        (n,) = f.nodes
+        assert f.request(n, other.secrets[n], "GET", "/v1/facts").json()["data_address"] == "10.1.2.3"
+    finally:
+        f.stop()
+        other.close()

@@ -16,6 +16,9 @@ import stat
 import textwrap
 import time
 
+import shutil
+import subprocess
+
 import pytest
 
 from agent_util import Agent, poll
@@ -116,6 +119,15 @@ class Standins:
             os.chmod(path, stat.S_IRWXU)
         open(self.log, "w").close()
         open(self.mountinfo, "w").close()
+        # The host's groups and RDMA device nodes, as the agent reads them
+        # (group_file, rdma_device_dir): fixed here, whatever the machine has.
+        self.group_file = os.path.join(self.root, "group")
+        with open(self.group_file, "w") as f:
+            f.write("root:x:0:\nvideo:x:44:\nrender:x:109:\n")
+        self.rdma_dir = os.path.join(self.root, "infiniband")
+        os.makedirs(os.path.join(self.rdma_dir, "by-path"), exist_ok=True)
+        for name in ("uverbs1", "rdma_cm", "uverbs0"):
+            open(os.path.join(self.rdma_dir, name), "w").close()
         self.env = {**os.environ, "PATH": self.bin + os.pathsep + os.environ.get("PATH", ""),
                     "STANDIN_LOG": self.log, "STANDIN_STATE": self.state, "STANDIN_MOUNTINFO": self.mountinfo}
 
@@ -158,7 +170,8 @@ def real_agent(tmp_path, standins):
     def make(runtime="podman", model="MI450", **options):
         opts = {"runtime": runtime, "inventory_model": model, "mount_root": standins.mount_root,
                 "mountinfo_file": standins.mountinfo, "check_interval_s": "1", "retry_interval_s": "1",
-                "stop_timeout_s": "7", **options}
+                "stop_timeout_s": "7", "group_file": standins.group_file, "rdma_device_dir": standins.rdma_dir,
+                **options}
         a = Agent(tmp_path / f"agent{len(made)}", options=opts, env=standins.env)
         made.append(a)
         return a
@@ -188,7 +201,8 @@ def test_podman_rocm_command_lines(real_agent, standins):
                         "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}", "gpurent-wl_rocm"]
     assert calls[3] == [
         "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
-        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--env", "ROCR_VISIBLE_DEVICES=2,3",
+        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "44",
+        "--group-add", "109", "--env", "ROCR_VISIBLE_DEVICES=2,3",
         "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "rocm/pytorch:2.3-rocm6.2"]
     # The env travels in a 0600 file, sorted by name, removed after run.
     assert standins.env_file("wl_rocm") == ("GPURENT_NODE_RANK=0\nMASTER_PORT=29500\nNOTE=two words\n", "600")
@@ -500,3 +514,154 @@ def test_command_working_dir_and_secret_env(real_agent, standins):
                          ({"secret_env": ["NOPE"]}, "secret_env"), ({"secret_env": "HF_TOKEN"}, "secret_env")):
         r = a.put("/v1/workloads/wl_x", json={**spec, **extra})
         assert r.status_code == 400 and r.json()["error"]["field"] == field, (extra, r.text)
+
+
+# ---------------------------------------------------------------- multi-node
+
+@pytest.fixture(scope="module")
+def rank_key(tmp_path_factory):
+    """An ed25519 key pair made by ssh-keygen: the instance's identity, and
+    its public half as every rank's host key (any valid key will do)."""
+    if not shutil.which("ssh-keygen"):
+        pytest.skip("needs ssh-keygen")
+    path = os.path.join(str(tmp_path_factory.mktemp("rankkey")), "id")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", path], check=True, timeout=30)
+    with open(path) as f:
+        private = f.read()
+    with open(path + ".pub") as f:
+        public = " ".join(f.read().split()[:2])
+    return private, public
+
+
+def cluster_spec(key, rank=1, addresses=("10.0.0.5", "fd00::6", "gpu-9.example"), **extra):
+    private, public = key
+    hosts = [{"name": f"rank{i}", "address": addr, "ssh_port": 2222, "user": f"ins_m-{i}", "slots": 2,
+              "host_key": public} for i, addr in enumerate(addresses)]
+    # No env: how the spec's env reaches podman (words or a file) is not
+    # what these tests are about.
+    return {"image": "rocm/pytorch:2.3-rocm6.2", "gpus": [0, 1], "stack": "ROCm",
+            "ports": [{"container": 8888, "host": 30007}],
+            "cluster": {"rank": rank, "hosts": hosts, "identity": private}, **extra}
+
+
+def mode(path):
+    return os.stat(path).st_mode & 0o777
+
+
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
+def test_multi_node_command_line_and_cluster_files(real_agent, standins, rank_key, runtime):
+    a = real_agent(runtime=runtime, shm_size="128g")
+    spec = cluster_spec(rank_key)
+    r = a.put("/v1/workloads/wl_mn", json=spec)
+    assert r.status_code == 201, r.text
+    a.wait_phase("wl_mn", "running")
+    cdir = os.path.join(a.state_dir, "cluster", "wl_mn")
+    run = [c for c in standins.calls() if c[:2] == [runtime, "run"]]
+    # Host networking (so no -p: the ports are the host's), every RDMA node
+    # sorted (not the by-path directory), pinned memory, a large /dev/shm,
+    # /etc/hosts entries for the ranks with an IP, the files read-only.
+    assert run == [[
+        runtime, "run", "--detach", "--name", "gpurent-wl_mn", "--label", "gpurent.workload=wl_mn",
+        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "44",
+        "--group-add", "109", "--env", "ROCR_VISIBLE_DEVICES=0,1",
+        "--network", "host",
+        "--device", f"{standins.rdma_dir}/rdma_cm", "--device", f"{standins.rdma_dir}/uverbs0",
+        "--device", f"{standins.rdma_dir}/uverbs1",
+        "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1", "--shm-size", "128g",
+        "--add-host", "rank0:10.0.0.5", "--add-host", "rank1:fd00::6",
+        "--volume", f"{cdir}/hostfile:/etc/gpurent/hostfile:ro",
+        "--volume", f"{cdir}/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro",
+        "--volume", f"{cdir}/ssh:/root/.ssh:ro",
+        "rocm/pytorch:2.3-rocm6.2"]]
+    # The private key is on no command line.
+    assert rank_key[0].split("\n")[1] not in open(standins.log).read()
+
+    # The files, made before the run, in a 0700 directory of the workload.
+    assert mode(cdir) == 0o700 and mode(os.path.join(a.state_dir, "cluster")) == 0o700
+    with open(os.path.join(cdir, "hostfile")) as f:
+        assert f.read() == "rank0 slots=2\nrank1 slots=2\nrank2 slots=2\n"
+    with open(os.path.join(cdir, "hostfile.mpi")) as f:
+        assert f.read() == "rank0:2\nrank1:2\nrank2:2\n"
+    pub = rank_key[1]
+    with open(os.path.join(cdir, "ssh", "known_hosts")) as f:
+        assert f.read() == f"[10.0.0.5]:2222 {pub}\n[fd00::6]:2222 {pub}\n[gpu-9.example]:2222 {pub}\n"
+    with open(os.path.join(cdir, "ssh", "config")) as f:
+        config = f.read()
+    for i, addr in enumerate(("10.0.0.5", "fd00::6", "gpu-9.example")):
+        assert (f"Host rank{i}\n    HostName {addr}\n    Port 2222\n    User ins_m-{i}\n"
+                "    IdentityFile ~/.ssh/id_ed25519\n    IdentitiesOnly yes\n    StrictHostKeyChecking yes\n"
+                "    UserKnownHostsFile ~/.ssh/known_hosts\n") in config
+    with open(os.path.join(cdir, "ssh", "id_ed25519")) as f:
+        assert f.read() == rank_key[0]
+    assert mode(os.path.join(cdir, "ssh")) == 0o700
+    assert mode(os.path.join(cdir, "ssh", "id_ed25519")) == 0o600
+    assert mode(os.path.join(cdir, "ssh", "config")) == 0o600
+    # ssh-keygen reads the key back: it is a working OpenSSH private key.
+    p = subprocess.run(["ssh-keygen", "-y", "-f", os.path.join(cdir, "ssh", "id_ed25519")], capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0 and p.stdout.split()[:2] == pub.split(), p.stderr
+
+    # The identity is in the record (0600, so a restart can write the files
+    # again) and in no reply.
+    record = os.path.join(a.state_dir, "workloads", "wl_mn.json")
+    assert mode(record) == 0o600 and mode(os.path.dirname(record)) == 0o700
+    with open(record) as f:
+        assert json.load(f)["spec"]["cluster"] == spec["cluster"]
+    for path in ("/v1/workloads", "/v1/workloads/wl_mn"):
+        text = a.get(path).text
+        assert "PRIVATE KEY" not in text and "identity" not in text
+    assert "PRIVATE KEY" not in a.stderr_text()
+    # The same PUT again is the same workload; another identity is not.
+    assert a.put("/v1/workloads/wl_mn", json=spec).status_code == 200
+    other = dict(spec, cluster=dict(spec["cluster"], rank=2))
+    assert a.put("/v1/workloads/wl_mn", json=other).status_code == 409
+
+    # The files go with the workload.
+    assert a.delete("/v1/workloads/wl_mn").status_code == 200
+    poll(lambda: not os.path.exists(record), 15, "the workload's removal")
+    assert not os.path.exists(cdir)
+
+
+@pytest.mark.parametrize("runtime", ["podman", "docker"])
+def test_single_node_gets_none_of_the_multi_node_additions(real_agent, standins, runtime):
+    a = real_agent(runtime=runtime)
+    spec = {"image": "rocm/pytorch:2.3-rocm6.2", "gpus": [0, 1], "stack": "ROCm",
+            "ports": [{"container": 8888, "host": 30007}]}
+    assert a.put("/v1/workloads/wl_one", json=spec).status_code == 201
+    a.wait_phase("wl_one", "running")
+    run = [c for c in standins.calls() if c[:2] == [runtime, "run"]]
+    # The ROCm groups (every ROCm container has them), the published port,
+    # and nothing of host networking, RDMA, memlock, shm or cluster files.
+    assert run == [[
+        runtime, "run", "--detach", "--name", "gpurent-wl_one", "--label", "gpurent.workload=wl_one",
+        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "44",
+        "--group-add", "109", "--env", "ROCR_VISIBLE_DEVICES=0,1",
+        "-p", "30007:8888/tcp", "rocm/pytorch:2.3-rocm6.2"]]
+    assert not os.path.exists(os.path.join(a.state_dir, "cluster"))
+
+
+def test_one_host_cluster_gets_files_but_no_flags(real_agent, standins, rank_key):
+    a = real_agent()
+    spec = cluster_spec(rank_key, rank=0, addresses=("10.0.0.5",))
+    assert a.put("/v1/workloads/wl_1h", json=spec).status_code == 201
+    a.wait_phase("wl_1h", "running")
+    run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
+    for word in ("--network", "--cap-add", "--ulimit", "--shm-size", "--add-host"):
+        assert word not in run
+    assert "30007:8888/tcp" in run
+    cdir = os.path.join(a.state_dir, "cluster", "wl_1h")
+    assert run[-2] == f"{cdir}/ssh:/root/.ssh:ro"
+
+
+def test_group_and_rdma_lookups_that_find_nothing(real_agent, standins, rank_key):
+    # No such groups, no RDMA directory: no --group-add, no RDMA --device,
+    # and the multi-node container still starts.
+    empty = os.path.join(standins.root, "group-empty")
+    open(empty, "w").close()
+    a = real_agent(group_file=empty, rdma_device_dir=os.path.join(standins.root, "none"))
+    assert a.put("/v1/workloads/wl_bare", json=cluster_spec(rank_key)).status_code == 201
+    a.wait_phase("wl_bare", "running")
+    run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
+    assert "--group-add" not in run
+    assert run[run.index("--network"):run.index("--cap-add")] == ["--network", "host"]
+    assert run[run.index("--shm-size") + 1] == "64g"  # the default

@@ -263,7 +263,14 @@ class Cloud:
             assert env["WORLD_SIZE"] == str(inst["card_count"]), env
             assert env["MASTER_PORT"] == "29500", env
             assert env["GPURENT_INSTANCE_ID"] == inst_id, env
-            assert env["MASTER_ADDR"] == _host(self.node_fleet(master).nodes[master]["url"]), env
+            # Rank 0's data-plane address (ranks' data_address), which for a
+            # sim node without data_host or facts is its agent URL's host.
+            assert env["MASTER_ADDR"] == nodes[0]["data_address"], env
+            if not self.d.sql("SELECT 1 FROM nodes WHERE name = ? AND (data_host <> '' OR data_address IS NOT NULL)",
+                              (master,)):
+                assert env["MASTER_ADDR"] == _host(self.node_fleet(master).nodes[master]["url"]), env
+            assert env["LOCAL_WORLD_SIZE"] == env["GPURENT_GPUS_PER_NODE"] == str(len(p["cards"])), env
+            assert env["GPURENT_HOSTFILE"] == "/etc/gpurent/hostfile", env
         assert vol["in_use"] is True and vol["mount_path"] == "/shared", vol
         return inst
 

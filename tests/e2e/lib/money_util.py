@@ -76,6 +76,9 @@ MONEY_OPTIONS = {
     "max_connections_per_client": "1000",  # the concurrency tests open hundreds
     "max_connections": "2000",
     "threads": "16",
+    # The default volumes are directories of this machine, which every sim
+    # node of it shares (multi-node instances need that said).
+    "volume_source_shared": "true",
 }
 _AMOUNT = re.compile(r"^(-?)(0|[1-9][0-9]*)\.([0-9]{2,6})$")
 

@@ -155,6 +155,93 @@ static void test_run_published_ports(void **state)
     spec_free(&s);
 }
 
+/* A two-rank cluster (this node rank 1), the second rank known by name. */
+static const char *const SPEC_CLUSTER_TAIL =
+    " \"cluster\": {\"rank\": 1, \"hosts\": ["
+    "{\"name\": \"rank0\", \"address\": \"10.0.0.5\", \"ssh_port\": 2222, \"user\": \"ins_x-0\", \"slots\": 8,"
+    " \"host_key\": \"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDiHeVeIvD0OZCCm7hCe7/RCKyRT5k0qxLRAAuEroL9G\"},"
+    "{\"name\": \"rank1\", \"address\": \"fd00::6\", \"ssh_port\": 2222, \"user\": \"ins_x-1\", \"slots\": 8,"
+    " \"host_key\": \"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDiHeVeIvD0OZCCm7hCe7/RCKyRT5k0qxLRAAuEroL9G\"},"
+    "{\"name\": \"rank2\", \"address\": \"gpu-9.example\", \"ssh_port\": 2222, \"user\": \"ins_x-2\", \"slots\": 8,"
+    " \"host_key\": \"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDiHeVeIvD0OZCCm7hCe7/RCKyRT5k0qxLRAAuEroL9G\"}],"
+    " \"identity\": \"-----BEGIN OPENSSH PRIVATE KEY-----\\n"
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\\n"
+    "QyNTUxOQAAACA4h3lXiLw9DmQgpu4Qnu/0QiskU+ZNKsS0QALhK6C/RgAAAIjQ7WeU0O1n\\n"
+    "lAAAAAtzc2gtZWQyNTUxOQAAACA4h3lXiLw9DmQgpu4Qnu/0QiskU+ZNKsS0QALhK6C/Rg\\n"
+    "AAAEDaF9tTOV7RmcsDDZ3s3V87o3jkk4hu7t0NLicgZpXwNDiHeVeIvD0OZCCm7hCe7/RC\\n"
+    "KyRT5k0qxLRAAuEroL9GAAAAAAECAwQF\\n"
+    "-----END OPENSSH PRIVATE KEY-----\\n\"}}";
+
+static struct wl_spec spec_with_cluster(const char *head)
+{
+    char text[4096];
+    snprintf(text, sizeof text, "%s,%s", head, SPEC_CLUSTER_TAIL);
+    return spec_of(text);
+}
+
+static void test_run_multi_node(void **state)
+{
+    /* ROCm, two RDMA devices, the host's video and render groups, a
+     * published port dropped (host networking), --add-host for the ranks
+     * with an IP, the cluster files mounted read-only; podman and docker
+     * spell it all the same. */
+    struct wl_spec s = spec_with_cluster("{\"image\": \"rocm/pytorch:2.3-rocm6.2\", \"gpus\": [0, 1], \"stack\": \"ROCm\","
+                                         " \"ports\": [{\"container\": 8888, \"host\": 30007}],"
+                                         " \"env\": {\"NODE_RANK\": \"1\"}");
+    char *rdma[] = {(char *)(uintptr_t)"/dev/infiniband/rdma_cm", (char *)(uintptr_t)"/dev/infiniband/uverbs0"};
+    struct oci_host host = {.rdma = rdma, .n_rdma = 2, .video_gid = 44, .render_gid = 109, .shm_size = "128g",
+                            .cluster_dir = "/var/lib/gpurent-agent/cluster/wl_m"};
+    const char *rest = " --device /dev/kfd --device /dev/dri --group-add 44 --group-add 109"
+                       " --env ROCR_VISIBLE_DEVICES=0,1 --env NODE_RANK=1"
+                       " --network host --device /dev/infiniband/rdma_cm --device /dev/infiniband/uverbs0"
+                       " --cap-add IPC_LOCK --ulimit memlock=-1:-1 --shm-size 128g"
+                       " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6"
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile:/etc/gpurent/hostfile:ro"
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro"
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/ssh:/root/.ssh:ro"
+                       " rocm/pytorch:2.3-rocm6.2";
+    char want[4096];
+    char *dirs[] = {NULL};
+    for (int docker = 0; docker <= 1; docker++) {
+        struct oci_cmd c = {.exe = docker ? "docker" : "podman", .docker = docker, .stop_timeout_s = 30, .host = &host};
+        struct argv_buf a = {0};
+        assert_int_equal(oci_argv_run(&c, "wl_m", &s, dirs, &a), 0);
+        snprintf(want, sizeof want, "%s run --detach --name gpurent-wl_m --label gpurent.workload=wl_m --pull never%s",
+                 c.exe, rest);
+        assert_line(&a, want);
+        argv_free(&a);
+    }
+    /* Without RDMA devices or a video group; one gid shared by both groups
+     * is added once. */
+    struct oci_host bare = {.video_gid = -1, .render_gid = 109};
+    struct oci_cmd c = {.exe = "podman", .stop_timeout_s = 30, .host = &bare};
+    struct argv_buf a = {0};
+    assert_int_equal(oci_argv_run(&c, "wl_m", &s, dirs, &a), 0);
+    assert_line(&a, "podman run --detach --name gpurent-wl_m --label gpurent.workload=wl_m --pull never"
+                    " --device /dev/kfd --device /dev/dri --group-add 109 --env ROCR_VISIBLE_DEVICES=0,1"
+                    " --env NODE_RANK=1 --network host --cap-add IPC_LOCK --ulimit memlock=-1:-1 --shm-size 64g"
+                    " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6 rocm/pytorch:2.3-rocm6.2");
+    argv_free(&a);
+    struct oci_host same = {.video_gid = 44, .render_gid = 44};
+    c.host = &same;
+    spec_free(&s);
+
+    /* CUDA: no groups; a one-host cluster: files, none of the flags. */
+    s = spec_of("{\"image\": \"busybox\", \"gpus\": [0], \"stack\": \"CUDA\","
+                " \"ports\": [{\"container\": 8888, \"host\": 30007}]}");
+    assert_int_equal(oci_argv_run(&c, "wl_s", &s, dirs, &a), 0);
+    assert_line(&a, "podman run --detach --name gpurent-wl_s --label gpurent.workload=wl_s --pull never"
+                    " --device nvidia.com/gpu=0 -p 30007:8888/tcp busybox");
+    argv_free(&a);
+    spec_free(&s);
+    s = spec_of("{\"image\": \"busybox\", \"gpus\": [0], \"stack\": \"ROCm\"}");
+    assert_int_equal(oci_argv_run(&c, "wl_s", &s, dirs, &a), 0);
+    assert_line(&a, "podman run --detach --name gpurent-wl_s --label gpurent.workload=wl_s --pull never"
+                    " --device /dev/kfd --device /dev/dri --group-add 44 --env ROCR_VISIBLE_DEVICES=0 busybox");
+    argv_free(&a);
+    spec_free(&s);
+}
+
 static void test_other_commands(void **state)
 {
     struct oci_cmd c = {.exe = "podman", .stop_timeout_s = 45};
@@ -622,7 +709,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_podman_rocm), cmocka_unit_test(test_run_docker_rocm),
         cmocka_unit_test(test_run_podman_cuda), cmocka_unit_test(test_run_docker_cuda),
-        cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_run_published_ports), cmocka_unit_test(test_other_commands),
+        cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_run_published_ports), cmocka_unit_test(test_run_multi_node), cmocka_unit_test(test_other_commands),
         cmocka_unit_test(test_parse_state),     cmocka_unit_test(test_parse_time),
         cmocka_unit_test(test_templates),
         cmocka_unit_test(test_size_template),

@@ -1,7 +1,9 @@
 /* test_secrets.c: unit tests for password hashes and API key tokens
  * (secrets.c): known answers computed outside this program, round trips,
  * wrong passwords, stored strings spoiled one way at a time, the iteration
- * count travelling with the hash, and the token format and its parser. */
+ * count travelling with the hash, the token format and its parser, and the
+ * SSH key pairs of multi-node instances (OpenSSH's formats, checked by
+ * decoding them here and, where it is installed, by ssh-keygen itself). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpurent/secrets.h"
 
@@ -345,6 +348,134 @@ static void test_sha256_hex(void **state)
     }
 }
 
+/* Decodes standard base64 (no line breaks); the length or -1. */
+static int unbase64(const char *in, size_t n, unsigned char *out)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    int len = 0, bits = 0;
+    unsigned acc = 0;
+    for (size_t i = 0; i < n && in[i] != '='; i++) {
+        const char *p = strchr(abc, in[i]);
+        if (!p || !in[i])
+            return -1;
+        acc = (acc << 6) | (unsigned)(p - abc);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[len++] = (unsigned char)(acc >> bits);
+        }
+    }
+    return len;
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void test_ssh_keypair_format(void **state)
+{
+    (void)state;
+    char pub[SSH_PUBKEY_MAX], priv[SSH_PRIVKEY_MAX];
+    assert_int_equal(ssh_ed25519_keypair("gpurent-ins_test", pub, sizeof pub, priv, sizeof priv), 0);
+    /* "ssh-ed25519 <base64 of string type, string 32-byte key> comment" */
+    assert_memory_equal(pub, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI", 37);
+    const char *b64 = pub + 12, *sp = strchr(b64, ' ');
+    assert_non_null(sp);
+    assert_string_equal(sp + 1, "gpurent-ins_test");
+    unsigned char blob[128];
+    assert_int_equal(unbase64(b64, (size_t)(sp - b64), blob), 51);
+    assert_int_equal(be32(blob), 11);
+    assert_memory_equal(blob + 4, "ssh-ed25519", 11);
+    assert_int_equal(be32(blob + 15), 32);
+
+    /* The armour, 70-column lines, and openssh-key-v1 inside. */
+    static const char begin[] = "-----BEGIN OPENSSH PRIVATE KEY-----\n", end[] = "-----END OPENSSH PRIVATE KEY-----\n";
+    assert_memory_equal(priv, begin, sizeof begin - 1);
+    size_t plen = strlen(priv);
+    assert_true(plen > sizeof end);
+    assert_string_equal(priv + plen - (sizeof end - 1), end);
+    char body[1024] = "";
+    size_t blen = 0;
+    for (const char *line = priv + sizeof begin - 1; strncmp(line, "-----END", 8) != 0;) {
+        const char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        assert_true(nl - line <= 70);
+        memcpy(body + blen, line, (size_t)(nl - line));
+        blen += (size_t)(nl - line);
+        line = nl + 1;
+    }
+    unsigned char bin[768];
+    int n = unbase64(body, blen, bin);
+    assert_true(n > 200);
+    const unsigned char *p = bin;
+    assert_memory_equal(p, "openssh-key-v1", 15);
+    p += 15;
+    assert_int_equal(be32(p), 4);
+    assert_memory_equal(p + 4, "none", 4); /* cipher */
+    p += 8;
+    assert_int_equal(be32(p), 4);
+    assert_memory_equal(p + 4, "none", 4); /* KDF */
+    p += 8;
+    assert_int_equal(be32(p), 0); /* KDF options */
+    p += 4;
+    assert_int_equal(be32(p), 1); /* keys */
+    p += 4;
+    assert_int_equal(be32(p), 51);
+    assert_memory_equal(p + 4, blob, 51); /* the same public key */
+    p += 4 + 51;
+    uint32_t slen = be32(p);
+    p += 4;
+    assert_int_equal(slen % 8, 0);
+    assert_int_equal((size_t)(p - bin) + slen, (size_t)n);
+    assert_int_equal(be32(p), be32(p + 4)); /* the check words */
+    assert_int_equal(be32(p + 8), 11);
+    assert_memory_equal(p + 12, "ssh-ed25519", 11);
+    assert_int_equal(be32(p + 23), 32);
+    assert_memory_equal(p + 27, blob + 19, 32);
+    assert_int_equal(be32(p + 59), 64);
+    assert_memory_equal(p + 63 + 32, blob + 19, 32); /* seed, then the public key again */
+
+    /* Two pairs are never the same. */
+    char pub2[SSH_PUBKEY_MAX], priv2[SSH_PRIVKEY_MAX];
+    assert_int_equal(ssh_ed25519_keypair("", pub2, sizeof pub2, priv2, sizeof priv2), 0);
+    assert_memory_not_equal(pub, pub2, 80);
+    assert_null(strchr(pub2 + 12, ' ')); /* no comment: no trailing blank */
+    /* Too small a buffer fails whole, leaving nothing half-written. */
+    char small[100];
+    assert_int_equal(ssh_ed25519_keypair("", pub2, sizeof pub2, small, sizeof small), -1);
+    assert_string_equal(small, "");
+    assert_string_equal(pub2, "");
+}
+
+/* OpenSSH itself reads the private key and derives the same public key. */
+static void test_ssh_keypair_ssh_keygen(void **state)
+{
+    (void)state;
+    if (access("/usr/bin/ssh-keygen", X_OK) != 0)
+        skip();
+    char pub[SSH_PUBKEY_MAX], priv[SSH_PRIVKEY_MAX];
+    assert_int_equal(ssh_ed25519_keypair("c", pub, sizeof pub, priv, sizeof priv), 0);
+    char path[] = "/tmp/gpurent-test-key-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, priv, strlen(priv)), (ssize_t)strlen(priv));
+    close(fd);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "/usr/bin/ssh-keygen -y -f %s 2>&1", path);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    char line[512] = "";
+    char *got = fgets(line, sizeof line, f);
+    int status = pclose(f);
+    unlink(path);
+    assert_non_null(got);
+    assert_int_equal(status, 0);
+    line[strcspn(line, "\n")] = '\0';
+    /* ssh-keygen prints "type base64 comment" as the file holds it. */
+    assert_string_equal(line, pub);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +491,8 @@ int main(void)
         cmocka_unit_test(test_api_key_parse_malformed),
         cmocka_unit_test(test_api_key_hash_equal),
         cmocka_unit_test(test_sha256_hex),
+        cmocka_unit_test(test_ssh_keypair_format),
+        cmocka_unit_test(test_ssh_keypair_ssh_keygen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

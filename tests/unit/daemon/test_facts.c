@@ -268,6 +268,54 @@ static void test_publish_ports(void **state)
     }
 }
 
+/* data_address: absent, null or "" is none; else an IP address or a host
+ * name, kept out of the canonical facts. */
+static void test_data_address(void **state)
+{
+    (void)state;
+    struct facts_verdict v;
+    const char *good[] = {"10.0.0.5", "fe80::1", "2001:db8::7", "node-3.ib.example", "gpu07", "127.0.0.1"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        json_t *doc = facts_doc(8, "MI450", NULL, -1, -1);
+        json_object_set_new(doc, "data_address", json_string(good[i]));
+        if (facts_check("MI450", 8, doc, &v) != 0)
+            fail_msg("good data_address %s refused: %s", good[i], v.reason);
+        assert_true(v.accepted);
+        assert_string_equal(v.data_address, good[i]);
+        assert_null(strstr(v.canonical, "data_address"));
+        free(v.canonical);
+        json_decref(doc);
+    }
+    json_t *none[] = {json_null(), json_string("")};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *doc = facts_doc(8, "MI450", NULL, -1, -1);
+        json_object_set_new(doc, "data_address", none[i]);
+        assert_int_equal(facts_check("MI450", 8, doc, &v), 0);
+        assert_string_equal(v.data_address, "");
+        free(v.canonical);
+        json_decref(doc);
+    }
+    char long_name[300];
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    for (size_t k = 63; k < sizeof long_name - 1; k += 64)
+        long_name[k] = '.';
+    json_t *bad[] = {json_integer(10), json_string("10.0.0.5:22"), json_string("-x.example"),
+                     json_string("a..b"),  json_string("a b"),        json_string("1.2.3.999"),
+                     json_string("host_x"), json_string(long_name),   json_pack("[s]", "10.0.0.5")};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *doc = facts_doc(8, "MI450", NULL, -1, -1);
+        json_object_set_new(doc, "data_address", bad[i]);
+        if (facts_check("MI450", 8, doc, &v) != -1)
+            fail_msg("bad data_address member %zu accepted", i);
+        assert_non_null(strstr(v.reason, "data_address"));
+        json_decref(doc);
+    }
+    assert_false(data_host_valid(""));
+    assert_true(data_host_valid("a-1.b"));
+    assert_false(data_host_valid("a-.b"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +327,7 @@ int main(void)
         cmocka_unit_test(test_canonical_is_order_independent),
         cmocka_unit_test(test_workload_exits),
         cmocka_unit_test(test_publish_ports),
+        cmocka_unit_test(test_data_address),
         cmocka_unit_test(test_ssh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

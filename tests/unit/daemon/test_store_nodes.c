@@ -722,6 +722,40 @@ static void test_metrics_count_nodes_by_state_and_model(void **state)
     assert_int_equal(m[2].value, 2);
 }
 
+/* ---------------------------------------------------------------- data-plane address (0019) */
+
+static void test_data_address_from_facts_and_hosts_from_the_admin(void **state)
+{
+    setup_rows();
+    char id[ID_MAX];
+    fx_node(fx.s, "dp-1", FX_TST, 8, "f", 100, id);
+    struct node n = get(id);
+    assert_string_equal(n.data_host, "");
+    assert_string_equal(n.data_address, "");
+    assert_int_equal(store_node_set_data_address(fx.s, id, "10.0.0.5"), STORE_OK);
+    assert_string_equal(get(id).data_address, "10.0.0.5");
+    /* The same report again writes nothing. */
+    int64_t before = sqlite3_total_changes(store_db(fx.s));
+    assert_int_equal(store_node_set_data_address(fx.s, id, "10.0.0.5"), STORE_OK);
+    assert_int_equal(sqlite3_total_changes(store_db(fx.s)), before);
+    assert_int_equal(store_node_set_data_address(fx.s, id, ""), STORE_OK);
+    assert_int_equal(fx_sql_int(fx.s, "SELECT data_address IS NULL FROM nodes WHERE id = ?", id), 1);
+    /* NULL leaves a host as it is; "" clears it. */
+    assert_int_equal(store_node_set_hosts(fx.s, id, NULL, "ib0.example", 200), STORE_OK);
+    n = get(id);
+    assert_string_equal(n.data_host, "ib0.example");
+    assert_int_equal(n.updated_at, 200);
+    assert_int_equal(store_node_set_hosts(fx.s, id, "pub.example", NULL, 201), STORE_OK);
+    n = get(id);
+    assert_string_equal(n.public_host, "pub.example");
+    assert_string_equal(n.data_host, "ib0.example");
+    assert_int_equal(store_node_set_hosts(fx.s, id, NULL, "", 202), STORE_OK);
+    assert_string_equal(get(id).data_host, "");
+    assert_int_equal(store_node_set_hosts(fx.s, "node_00000000000000000000", NULL, "x", 203), STORE_NOT_FOUND);
+    assert_int_equal(store_node_remove(fx.s, id, 300), STORE_OK);
+    assert_int_equal(store_node_set_hosts(fx.s, id, "a", "b", 301), STORE_NOT_FOUND);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -748,6 +782,7 @@ int main(void)
         fx_test(test_targets_name_every_registered_node_with_what_a_beat_needs),
         fx_test(test_capacity_follows_what_the_node_offers),
         fx_test(test_capacity_sync_repeats_change_nothing_and_an_unknown_node_is_not_found),
+        fx_test(test_data_address_from_facts_and_hosts_from_the_admin),
         fx_test(test_capacity_changes_within_one_second_leave_no_empty_interval),
         fx_test(test_capacity_never_runs_backwards_when_the_clock_steps_back),
         fx_test(test_placement_best_fit_is_the_node_with_the_fewest_free_cards_that_fit),
