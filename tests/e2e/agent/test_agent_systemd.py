@@ -36,19 +36,26 @@ def request_then_flush(a, path):
 
 
 def hold_connection(a, log_regex):
-    """Holds a connection to the agent until log_regex is logged. Only one
-    connection per client is allowed: if the watchdog's own request held
-    the place when this one came, the agent closes this one, so it is opened
-    again."""
+    """Holds the agent's one connection (max_connections = 1) from another
+    loopback address until log_regex is logged: if the watchdog's own
+    request held the place when this one came, the agent closes this one,
+    so it is opened again."""
     pattern = re.compile(log_regex)
     deadline = time.monotonic() + DEADLINE
-    held = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+
+    def connect():
+        s = socket.socket()
+        s.settimeout(10)
+        s.bind(("127.0.0.2", 0))
+        s.connect(("127.0.0.1", a.port))
+        return s
+    held = connect()
     while not pattern.search(a.stderr_text()):
         assert time.monotonic() < deadline, f"no log line {log_regex!r}:\n{a.stderr_text()[-2000:]}"
         readable, _, _ = select.select([held], [], [], 0.05)
         if readable and held.recv(1) == b"":
             held.close()
-            held = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+            held = connect()
     return held
 
 
@@ -125,10 +132,10 @@ def test_ready_reload_and_stopping(tmp_path):
 
 def test_watchdog_pings_only_while_its_checks_pass(tmp_path):
     ns = NotifySocket()
-    # One connection per client address: a test connection held open keeps
-    # the watchdog's own request out, as a wedged HTTP server would.
+    # One connection in all: a test connection held open keeps the
+    # watchdog's own request out, as a wedged HTTP server would.
     a = Agent(tmp_path / "a", env={**os.environ, "NOTIFY_SOCKET": ns.addr, "WATCHDOG_USEC": "400000"},
-              wrapper=AS_WATCHDOG_PID, options={"max_connections_per_client": "1"}, start=False)
+              wrapper=AS_WATCHDOG_PID, options={"max_connections": "1"}, start=False)
     try:
         a.start()
         _, first = ns.next(DEADLINE)
