@@ -59,6 +59,7 @@ struct http_request {
     char user_id[ID_MAX]; /* the caller, or "" */
     char key_id[ID_MAX];  /* the API key used, or "" */
     int is_admin;         /* caller has the admin role */
+    int key_use_due;      /* the key's last use should be noted once this request succeeds */
     struct {
         char name[48];
         char value[256];

@@ -242,6 +242,8 @@ const struct conf_option daemon_options[] = {
             "file holding payment_webhook_secret instead (mode 0600 or 0640; others may not read it)"),
     OPT_STR(metrics_listen, "", validate_metrics_listen,
             "host:port serving /metrics without an API key; empty: /metrics is admin-only on the API"),
+    OPT_INT(login_key_ttl_s, 0, 31622400, 2592000,
+            "seconds after which a key made by logging in stops working (0: never; default 30 days)"),
     OPT_INT(max_ssh_keys_per_user, 1, 64, 20, "SSH public keys one account may hold (an instance takes at most 64)"),
     OPT_STR(image_policy, "catalog", validate_image_policy,
             "catalog: instances run catalog images only; registries: also any image of image_registries"),

@@ -260,7 +260,7 @@ int cmd_serve(int argc, char **argv)
         .max_json_depth = (int)conf.max_json_depth,
         .cors_origins = conf.cors_origins,
         .trusted_proxies = conf.trusted_proxies,
-        .on_done = metrics_http_done,
+        .on_done = auth_request_done,
         .unavailable_cause = api_unavailable_cause,
         .cert_file = conf.tls_cert,
         .key_file = conf.tls_key,

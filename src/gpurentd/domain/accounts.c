@@ -107,9 +107,16 @@ static int key_txn(struct store *s, void *vctx)
 int account_key_create(struct store *s, const char *user_id, const char *name, char *key_id, char *token,
                        int64_t *created_at)
 {
+    return account_login_key(s, user_id, name, 0, key_id, token, created_at);
+}
+
+int account_login_key(struct store *s, const char *user_id, const char *name, int64_t ttl_s, char *key_id,
+                      char *token, int64_t *created_at)
+{
     struct api_key k;
     if (new_key(&k, user_id, name, token, clock_now()) < 0)
         return STORE_ERROR;
+    k.expires_at = ttl_s > 0 ? k.created_at + ttl_s : 0;
     int rc = store_txn(s, key_txn, &k);
     if (rc == STORE_OK) {
         memcpy(key_id, k.id, ID_MAX);

@@ -56,6 +56,7 @@ struct daemon_conf {
     char tls_cert[1024];                /* PEM certificate; "" serves plain HTTP */
     char tls_key[1024];                 /* PEM private key */
     int64_t password_iterations;        /* PBKDF2 rounds for new password hashes */
+    int64_t login_key_ttl_s;            /* keys made by POST /v1/login expire after this; 0: never */
     /* The login limits change on SIGHUP while the HTTP pool reads them:
      * _Atomic makes every read of daemon_config->login_* an atomic load and
      * the reload's writes atomic stores, so no reader needs a lock. The
@@ -133,6 +134,10 @@ int account_signup(struct store *s, struct user *u, char *key_id, char *token);
 /* Creates an API key for user_id; same token rules. */
 int account_key_create(struct store *s, const char *user_id, const char *name, char *key_id, char *token,
                        int64_t *created_at);
+/* The same for a key made by logging in: it expires ttl_s after its
+ * creation (0: never). */
+int account_login_key(struct store *s, const char *user_id, const char *name, int64_t ttl_s, char *key_id,
+                      char *token, int64_t *created_at);
 
 /* instances.c: the instance operations the API performs in one
  * transaction each, and the JSON shape of an instance. */

@@ -33,6 +33,9 @@ extern const struct http_route metrics_routes[];
 
 /* auth.c */
 int auth_authenticate(struct http_request *req, enum http_auth level);
+/* The API's http_config.on_done: counts the request (metrics_http_done)
+ * and, after a success, notes its key's last use when one is due. */
+void auth_request_done(const struct http_request *req, int64_t duration_us);
 
 /* throttle.c: failed-login limiting per account and per client address. */
 /* Seconds the key must still wait (0 if it may try now). */
@@ -108,6 +111,13 @@ void api_keys_create(struct http_request *req);
 void api_keys_list(struct http_request *req);
 void api_keys_get(struct http_request *req);
 void api_keys_revoke(struct http_request *req);
+void api_keys_revoke_all(struct http_request *req);
+/* api_password.c */
+void api_me_password(struct http_request *req);
+/* The password rules (api_accounts.c): replies 400 naming field and returns
+ * -1 when pw breaks one. */
+#define API_PASSWORD_MAX 256
+int api_password_check(struct http_request *req, const char *field, const char *pw);
 
 /* api_instances.c */
 void api_instances_create(struct http_request *req);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #define PASSWORD_MIN 10
-#define PASSWORD_MAX 256
+#define PASSWORD_MAX API_PASSWORD_MAX
 
 static json_t *user_json(const struct user *u)
 {
@@ -26,16 +26,19 @@ static json_t *new_key_json(const char *id, const char *name, const char *token,
                      json_time(created_at, 0));
 }
 
-/* Checks the password rules; replies and returns -1 if it breaks one. */
-static int check_password(struct http_request *req, const char *pw)
+int api_password_check(struct http_request *req, const char *field, const char *pw)
 {
     size_t n = strlen(pw);
     if (n < PASSWORD_MIN || n > PASSWORD_MAX) {
-        http_error(req, ERR_INVALID_FIELD, "password", "password must be %d to %d characters", PASSWORD_MIN,
-                   PASSWORD_MAX);
+        http_error(req, ERR_INVALID_FIELD, field, "%s must be %d to %d characters", field, PASSWORD_MIN, PASSWORD_MAX);
         return -1;
     }
     return 0;
+}
+
+static int check_password(struct http_request *req, const char *pw)
+{
+    return api_password_check(req, "password", pw);
 }
 
 /* Invite codes are letters, digits and '-', compared in upper case. */
@@ -172,12 +175,14 @@ void api_login(struct http_request *req)
         char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
         int64_t created_at;
         const char *name = key_name ? key_name : "login";
-        if (account_key_create(s, u.id, name, key_id, token, &created_at) != STORE_OK)
+        int64_t ttl = daemon_config->login_key_ttl_s;
+        if (account_login_key(s, u.id, name, ttl, key_id, token, &created_at) != STORE_OK) {
             http_error(req, ERR_INTERNAL, NULL, NULL);
-        else
-            http_reply_json(req, 200,
-                            json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
-                                      new_key_json(key_id, name, token, created_at)));
+        } else {
+            json_t *key = new_key_json(key_id, name, token, created_at);
+            json_object_set_new(key, "expires_at", json_time(ttl > 0 ? created_at + ttl : 0, 1));
+            http_reply_json(req, 200, json_pack("{s:o, s:o}", "user", user_json(&u), "api_key", key));
+        }
     }
     json_decref(body);
 }

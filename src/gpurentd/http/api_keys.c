@@ -1,4 +1,5 @@
-/* api_keys.c: /v1/api-keys — create (token shown once), list, show, revoke. */
+/* api_keys.c: /v1/api-keys — create (token shown once), list (with last use
+ * and expiry), show, revoke one, revoke all. */
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
 #include "http/api.h"
@@ -11,8 +12,9 @@
 
 static json_t *key_json(const struct api_key *k)
 {
-    return json_pack("{s:s, s:s, s:o, s:o}", "id", k->id, "name", k->name, "created_at", json_time(k->created_at, 0),
-                     "revoked_at", json_time(k->revoked_at, 1));
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o}", "id", k->id, "name", k->name, "created_at",
+                     json_time(k->created_at, 0), "revoked_at", json_time(k->revoked_at, 1), "expires_at",
+                     json_time(k->expires_at, 1), "last_used_at", json_time(k->last_used_at, 1));
 }
 
 void api_keys_create(struct http_request *req)
@@ -118,4 +120,44 @@ void api_keys_revoke(struct http_request *req)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else
         http_reply_json(req, 200, key_json(&k));
+}
+
+struct revoke_all_ctx {
+    const char *user_id;
+    const char *except_id; /* the calling key, or NULL */
+    int64_t now;
+    int64_t revoked;
+};
+
+static int revoke_all_txn(struct store *s, void *vctx)
+{
+    struct revoke_all_ctx *ctx = vctx;
+    return store_api_keys_revoke_all(s, ctx->user_id, ctx->except_id, 0, ctx->now, &ctx->revoked);
+}
+
+/* POST /v1/api-keys/revoke-all: every key of the account at once (a leaked
+ * laptop, a departed colleague), by default but the one making the call. */
+void api_keys_revoke_all(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"keep_current", JSON_KIND_BOOLEAN, 0, 0},
+        {NULL,           0,              0, 0},
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    json_t *keep = json_object_get(body, "keep_current");
+    struct revoke_all_ctx ctx = {.user_id = req->user_id,
+                                 .except_id = !keep || json_is_true(keep) ? req->key_id : NULL,
+                                 .now = clock_now()};
+    struct store *s = store_thread();
+    if (!s || store_txn(s, revoke_all_txn, &ctx) != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    } else {
+        log_info("api-keys: %s revoked %lld keys%s", req->user_id, (long long)ctx.revoked,
+                 ctx.except_id ? " (all but the calling one)" : "");
+        http_reply_json(req, 200, json_pack("{s:I, s:b}", "revoked", (json_int_t)ctx.revoked, "kept_current",
+                                            ctx.except_id != NULL));
+    }
+    json_decref(body);
 }

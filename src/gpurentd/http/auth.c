@@ -1,12 +1,35 @@
 /* auth.c: bearer API keys. Finds the key by the id inside the token, then
  * compares the secret's hash in constant time, so neither a wrong secret nor
  * an unknown key tells an attacker anything by timing the database. */
+#include "gpurent/clock.h"
+#include "gpurent/jsonx.h"
 #include "http/api.h"
 #include "store/store.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+
+struct touch {
+    const char *key_id;
+    int64_t now;
+};
+
+static int touch_txn(struct store *s, void *vctx)
+{
+    const struct touch *t = vctx;
+    return store_api_key_touch(s, t->key_id, t->now);
+}
+
+void auth_request_done(const struct http_request *req, int64_t duration_us)
+{
+    metrics_http_done(req, duration_us);
+    if (!req->key_use_due || !req->replied || req->status >= 400)
+        return;
+    struct store *s = store_thread();
+    if (s)
+        store_txn(s, touch_txn, &(struct touch){req->key_id, clock_now()});
+}
 
 int auth_authenticate(struct http_request *req, enum http_auth level)
 {
@@ -52,6 +75,17 @@ int auth_authenticate(struct http_request *req, enum http_auth level)
         http_error(req, ERR_ACCOUNT_DISABLED, NULL, NULL);
         return -1;
     }
+    int64_t now = clock_now();
+    if (key.expires_at && now >= key.expires_at) {
+        json_t *at = json_time(key.expires_at, 0);
+        http_error(req, ERR_UNAUTHORIZED, NULL, "the API key expired at %s; log in again (POST /v1/login)",
+                   json_string_value(at));
+        json_decref(at);
+        return -1;
+    }
+    /* Last use, to the minute: noted once the request succeeded (a refused
+     * one changes nothing), at most one small write a minute per key. */
+    req->key_use_due = now - key.last_used_at >= 60;
     memcpy(req->user_id, user.id, sizeof req->user_id);
     memcpy(req->key_id, key.id, sizeof req->key_id);
     req->is_admin = user.role == ROLE_ADMIN;

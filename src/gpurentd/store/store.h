@@ -116,9 +116,20 @@ struct api_key {
     unsigned char secret_hash[API_SECRET_HASH_LEN]; /* SHA-256 of the secret */
     int64_t created_at;                             /* epoch seconds */
     int64_t revoked_at;                             /* 0 while valid */
+    int64_t expires_at;                             /* 0: never (keys made by logging in expire) */
+    int64_t last_used_at;                           /* 0: never used; written at most once a minute */
 };
 int store_api_key_insert(struct store *s, const struct api_key *k);
 int store_api_key_get(struct store *s, const char *id, struct api_key *out);
+/* Notes a use at now unless one was noted in the minute before: a write at
+ * most once a minute per key, not one per request. */
+int store_api_key_touch(struct store *s, const char *id, int64_t now);
+/* Revokes every live key of user_id but except_id (NULL: all), only those
+ * made by logging in when logins_only; *n gets how many. */
+int store_api_keys_revoke_all(struct store *s, const char *user_id, const char *except_id, int logins_only,
+                              int64_t now, int64_t *n);
+/* Sets a user's password hash. */
+int store_user_set_password(struct store *s, const char *user_id, const char *password_hash);
 /* Keys of user_id created after the cursor (created_at, id), oldest first,
  * at most max; *n gets the count. Revoked keys are listed too. */
 int store_api_key_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,

@@ -1,16 +1,22 @@
-/* store_api_keys.c: SQL for the api_keys table. */
+/* store_api_keys.c: SQL for the api_keys table, and a user's password hash. */
 #include "store/store_sql.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static const char SQL_KEY_INSERT[] =
-    "INSERT INTO api_keys (id, user_id, name, secret_hash, created_at) VALUES (?, ?, ?, ?, ?)";
-static const char SQL_KEY_GET[] =
-    "SELECT id, user_id, name, secret_hash, created_at, coalesce(revoked_at, 0) FROM api_keys WHERE id = ?";
-static const char SQL_KEY_LIST[] =
-    "SELECT id, user_id, name, secret_hash, created_at, coalesce(revoked_at, 0) FROM api_keys"
-    " WHERE user_id = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?";
+    "INSERT INTO api_keys (id, user_id, name, secret_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, nullif(?, 0))";
+#define KEY_COLUMNS \
+    "id, user_id, name, secret_hash, created_at, coalesce(revoked_at, 0), coalesce(expires_at, 0), coalesce(last_used_at, 0)"
+static const char SQL_KEY_GET[] = "SELECT " KEY_COLUMNS " FROM api_keys WHERE id = ?";
+static const char SQL_KEY_LIST[] = "SELECT " KEY_COLUMNS " FROM api_keys"
+                                   " WHERE user_id = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?";
+static const char SQL_KEY_TOUCH[] =
+    "UPDATE api_keys SET last_used_at = ?2 WHERE id = ?1 AND (last_used_at IS NULL OR last_used_at <= ?2 - 60)";
+static const char SQL_KEYS_REVOKE_ALL[] =
+    "UPDATE api_keys SET revoked_at = ?2 WHERE user_id = ?1 AND revoked_at IS NULL AND id IS NOT ?3"
+    " AND (?4 = 0 OR expires_at IS NOT NULL)";
+static const char SQL_USER_PASSWORD[] = "UPDATE users SET password_hash = ?2 WHERE id = ?1";
 static const char SQL_KEY_REVOKE[] =
     "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND user_id = ?";
 
@@ -27,6 +33,8 @@ static void read_row(sqlite3_stmt *st, void *row)
         memset(k->secret_hash, 0, API_SECRET_HASH_LEN);
     k->created_at = sqlite3_column_int64(st, 4);
     k->revoked_at = sqlite3_column_int64(st, 5);
+    k->expires_at = sqlite3_column_int64(st, 6);
+    k->last_used_at = sqlite3_column_int64(st, 7);
 }
 
 int store_api_key_insert(struct store *s, const struct api_key *k)
@@ -39,6 +47,7 @@ int store_api_key_insert(struct store *s, const struct api_key *k)
     sqlite3_bind_text(st, 3, k->name, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 4, k->secret_hash, API_SECRET_HASH_LEN, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, k->created_at);
+    sqlite3_bind_int64(st, 6, k->expires_at);
     return store_step_write(s, st, "insert api key");
 }
 
@@ -74,4 +83,42 @@ int store_api_key_revoke(struct store *s, const char *user_id, const char *id, i
     sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, user_id, -1, SQLITE_STATIC);
     return store_step_change(s, st, "revoke api key");
+}
+
+int store_api_key_touch(struct store *s, const char *id, int64_t now)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_KEY_TOUCH);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    return store_step_write(s, st, "note api key use");
+}
+
+int store_api_keys_revoke_all(struct store *s, const char *user_id, const char *except_id, int logins_only,
+                              int64_t now, int64_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_KEYS_REVOKE_ALL);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    if (except_id)
+        sqlite3_bind_text(st, 3, except_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 4, logins_only);
+    int rc = store_step_write(s, st, "revoke api keys");
+    if (rc == STORE_OK)
+        *n = sqlite3_changes(store_db(s));
+    return rc;
+}
+
+int store_user_set_password(struct store *s, const char *user_id, const char *password_hash)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_PASSWORD);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
+    return store_step_change(s, st, "set password");
 }

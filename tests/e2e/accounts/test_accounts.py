@@ -142,8 +142,11 @@ def test_create_show_and_revoke_a_key(daemon, user):
 
     shown = daemon.get(f"/v1/api-keys/{created['id']}", key=user.key)
     assert shown.status_code == 200, shown.text
-    assert shown.json() == {"id": created["id"], "name": "ci runner", "created_at": created["created_at"],
-                            "revoked_at": None}
+    body = shown.json()
+    # Its use a moment ago is noted just after that reply (test_account_security.py reads it).
+    assert body.pop("last_used_at") in (None, created["created_at"]), body
+    assert body == {"id": created["id"], "name": "ci runner", "created_at": created["created_at"],
+                    "revoked_at": None, "expires_at": None}
 
     t0 = daemon.advance_clock(60)
     revoked = daemon.delete(f"/v1/api-keys/{created['id']}", key=user.key)
@@ -210,7 +213,8 @@ def test_key_list_pages_through_every_key_once(daemon, user):
         assert r.status_code == 200, r.text
         page = r.json()
         assert set(page) == {"data", "next_cursor"}
-        assert all(set(k) == {"id", "name", "created_at", "revoked_at"} for k in page["data"])
+        assert all(set(k) == {"id", "name", "created_at", "revoked_at", "expires_at", "last_used_at"}
+                   for k in page["data"])
         seen += [k["id"] for k in page["data"]]
         pages += 1
         cursor = page["next_cursor"]

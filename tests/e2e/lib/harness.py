@@ -394,14 +394,16 @@ class Daemon:
         finally:
             con.close()
 
-    # Columns the heartbeat thread rewrites on its own clock: a node that stays
-    # unreachable counts one more missed beat on every poll, whatever a test's
-    # requests do, so "this request changed nothing" compares without them.
-    HEARTBEAT_COLUMNS = {"nodes": ("missed_beats",)}
+    # Columns written on their own schedule, whatever a test's requests do, so
+    # "this request changed nothing" compares without them: the heartbeat's
+    # missed beats (a node that stays unreachable counts one more every poll),
+    # and a key's last use, noted just after a successful request's reply (so
+    # it may land after the dump a test takes next).
+    BACKGROUND_COLUMNS = {"nodes": ("missed_beats",), "api_keys": ("last_used_at",)}
 
     def dump(self):
         """Every row of every table, read in one transaction, with the
-        heartbeat counters (HEARTBEAT_COLUMNS) blanked."""
+        columns written in the background (BACKGROUND_COLUMNS) blanked."""
         con = self._connect()
         try:
             con.execute("BEGIN")
@@ -411,7 +413,7 @@ class Daemon:
             for t in names:
                 cur = con.execute(f'SELECT * FROM "{t}"')
                 cols = [c[0] for c in cur.description]
-                blank = [cols.index(c) for c in self.HEARTBEAT_COLUMNS.get(t, ())]
+                blank = [cols.index(c) for c in self.BACKGROUND_COLUMNS.get(t, ())]
                 rows = [tuple(None if i in blank else v for i, v in enumerate(r)) for r in cur.fetchall()]
                 out[t] = sorted(rows, key=repr)
             return out

@@ -1,0 +1,73 @@
+/* api_password.c: POST /v1/me/password — change the account's password,
+ * proving the current one, and end the sessions other logins opened. */
+#include "gpurent/clock.h"
+#include "gpurent/secrets.h"
+#include "http/api.h"
+#include "store/store.h"
+
+#include <string.h>
+
+struct password_ctx {
+    const char *user_id;
+    const char *key_id;  /* the calling key: kept */
+    const char *current; /* as typed */
+    char hash[PASSWORD_HASH_MAX];
+    int wrong;           /* out: current did not match */
+    int64_t now;
+    int64_t revoked;     /* out: other login keys revoked */
+};
+
+/* The check and the change in one transaction, so two changes racing with
+ * the same current password cannot both pass. */
+static int password_txn(struct store *s, void *vctx)
+{
+    struct password_ctx *ctx = vctx;
+    struct user u;
+    int rc = store_user_get(s, ctx->user_id, &u);
+    if (rc != STORE_OK)
+        return rc;
+    ctx->wrong = !u.password_hash[0] || !password_verify(ctx->current, u.password_hash);
+    if (ctx->wrong)
+        return REFUSED;
+    if ((rc = store_user_set_password(s, ctx->user_id, ctx->hash)) != STORE_OK)
+        return rc;
+    return store_api_keys_revoke_all(s, ctx->user_id, ctx->key_id, 1, ctx->now, &ctx->revoked);
+}
+
+void api_me_password(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"current_password", JSON_KIND_STRING, 1, API_PASSWORD_MAX},
+        {"new_password",     JSON_KIND_STRING, 1, API_PASSWORD_MAX},
+        {NULL,               0,                0, 0               },
+    };
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    const char *current = json_string_value(json_object_get(body, "current_password"));
+    const char *next = json_string_value(json_object_get(body, "new_password"));
+    struct password_ctx ctx = {.user_id = req->user_id, .key_id = req->key_id, .current = current,
+                               .now = clock_now()};
+    if (api_password_check(req, "new_password", next) < 0) {
+        json_decref(body);
+        return;
+    }
+    if (password_hash(next, daemon_config->password_iterations, ctx.hash) < 0) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        json_decref(body);
+        return;
+    }
+    struct store *s = store_thread();
+    int rc = s ? store_txn(s, password_txn, &ctx) : STORE_ERROR;
+    if (rc == REFUSED && ctx.wrong)
+        /* 403, not 401: the API key is fine, the proof of the password is not. */
+        http_error(req, ERR_FORBIDDEN, "current_password", "current_password is not the account's password");
+    else if (rc != STORE_OK)
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+    else {
+        log_info("accounts: %s changed its password; %lld login keys revoked", req->user_id, (long long)ctx.revoked);
+        http_reply_json(req, 200, json_pack("{s:b, s:I}", "changed", 1, "login_keys_revoked", (json_int_t)ctx.revoked));
+    }
+    explicit_bzero(ctx.hash, sizeof ctx.hash);
+    json_decref(body);
+}
