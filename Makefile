@@ -101,6 +101,7 @@ e2e: all
 check:
 	@scripts/deps.sh test
 	$(MAKE) check-layers
+	$(MAKE) lint-openapi
 	$(MAKE) all
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -113,13 +114,13 @@ check-layers:
 # The API description passes two independent OpenAPI linters with no
 # errors: Spectral's spectral:oas rules (.spectral.yaml) and Redocly's
 # recommended ones (redocly.yaml), the npm packages package.json pins and
-# scripts/deps.sh installs into node_modules with npm ci.
+# scripts/deps.sh installs into node_modules with npm ci. Part of make check.
 lint-openapi:
 	node_modules/.bin/spectral lint --ruleset .spectral.yaml --fail-severity error --display-only-failures \
 	  docs/openapi.json
 	node_modules/.bin/redocly lint --config redocly.yaml --format stylish docs/openapi.json
 
-check-fast: check-layers all unit e2e
+check-fast: check-layers lint-openapi all unit e2e
 
 # Applies .clang-format (Debian's clang-format) to the C sources and headers.
 # Not tests/unit: cmocka's header needs the includes it comes after, which
