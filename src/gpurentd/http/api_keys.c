@@ -135,29 +135,29 @@ static int revoke_all_txn(struct store *s, void *vctx)
     return store_api_keys_revoke_all(s, ctx->user_id, ctx->except_id, 0, ctx->now, &ctx->revoked);
 }
 
-/* POST /v1/api-keys/revoke-all: every key of the account at once (a leaked
- * laptop, a departed colleague), by default but the one making the call. */
+/* DELETE /v1/api-keys: every key of the account at once (a leaked laptop,
+ * a departed colleague), by default but the one making the call
+ * (?keep_current=false: that one too). */
 void api_keys_revoke_all(struct http_request *req)
 {
-    static const struct json_field fields[] = {
-        {"keep_current", JSON_KIND_BOOLEAN, 0, 0},
-        {NULL,           0,              0, 0},
-    };
-    json_t *body = http_json_body(req, fields);
-    if (!body)
+    static const char *const allowed[] = {"keep_current", NULL};
+    if (http_query_allow(req, allowed) < 0)
         return;
-    json_t *keep = json_object_get(body, "keep_current");
+    const char *keep = http_query(req, "keep_current");
+    if (keep && strcmp(keep, "true") != 0 && strcmp(keep, "false") != 0) {
+        http_error(req, ERR_INVALID_QUERY, "keep_current", "keep_current must be true or false");
+        return;
+    }
     struct revoke_all_ctx ctx = {.user_id = req->user_id,
-                                 .except_id = !keep || json_is_true(keep) ? req->key_id : NULL,
+                                 .except_id = !keep || strcmp(keep, "true") == 0 ? req->key_id : NULL,
                                  .now = clock_now()};
     struct store *s = store_thread();
     if (!s || store_txn(s, revoke_all_txn, &ctx) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
-    } else {
-        log_info("api-keys: %s revoked %lld keys%s", req->user_id, (long long)ctx.revoked,
-                 ctx.except_id ? " (all but the calling one)" : "");
-        http_reply_json(req, 200, json_pack("{s:I, s:b}", "revoked", (json_int_t)ctx.revoked, "kept_current",
-                                            ctx.except_id != NULL));
+        return;
     }
-    json_decref(body);
+    log_info("api-keys: %s revoked %lld keys%s", req->user_id, (long long)ctx.revoked,
+             ctx.except_id ? " (all but the calling one)" : "");
+    http_reply_json(req, 200,
+                    json_pack("{s:I, s:b}", "revoked", (json_int_t)ctx.revoked, "kept_current", ctx.except_id != NULL));
 }

@@ -16,7 +16,7 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/api-keys",                api_keys_list,           AUTH_USER },
     {"GET",    "/v1/api-keys/{id}",           api_keys_get,            AUTH_USER },
     {"DELETE", "/v1/api-keys/{id}",           api_keys_revoke,         AUTH_USER },
-    {"POST",   "/v1/api-keys/revoke-all",     api_keys_revoke_all,     AUTH_USER },
+    {"DELETE", "/v1/api-keys",                api_keys_revoke_all,     AUTH_USER },
     {"POST",   "/v1/me/password",             api_me_password,         AUTH_USER },
 
     {"GET",    "/v1/gpu-types",               api_gpu_types_list,      AUTH_NONE },

@@ -74,21 +74,21 @@ def test_keys_show_their_last_use_to_the_minute(daemon, user):
 def test_revoke_all_keys(daemon):
     acct = daemon.signup()
     others = [daemon.post("/v1/api-keys", key=acct.key, json={"name": f"k{i}"}).json() for i in range(3)]
-    r = daemon.post("/v1/api-keys/revoke-all", key=acct.key, json={})
+    r = daemon.delete("/v1/api-keys", key=acct.key)
     assert r.status_code == 200 and r.json() == {"revoked": 3, "kept_current": True}, r.text
     for k in others:
         assert_error(daemon.get("/v1/me", key=k["token"]), 401, "unauthorized")
     assert daemon.get("/v1/me", key=acct.key).status_code == 200
     # Another account's keys are untouched.
     other = daemon.signup()
-    r = daemon.post("/v1/api-keys/revoke-all", key=acct.key, json={"keep_current": False})
+    r = daemon.delete("/v1/api-keys", key=acct.key, params={"keep_current": "false"})
     assert r.status_code == 200 and r.json() == {"revoked": 1, "kept_current": False}, r.text
     assert_error(daemon.get("/v1/me", key=acct.key), 401, "unauthorized")
     assert daemon.get("/v1/me", key=other.key).status_code == 200
-    for body, code, field in (({"keep_current": "yes"}, "invalid_field", "keep_current"),
-                              ({"everything": True}, "unknown_field", "everything")):
-        assert_error(daemon.post("/v1/api-keys/revoke-all", key=other.key, json=body), 400, code, field)
-    assert_error(daemon.post("/v1/api-keys/revoke-all", json={}), 401, "unauthorized")
+    for params, field in (({"keep_current": "yes"}, "keep_current"), ({"keep_current": "1"}, "keep_current"),
+                          ({"everything": "true"}, "everything")):
+        assert_error(daemon.delete("/v1/api-keys", key=other.key, params=params), 400, "invalid_query", field)
+    assert_error(daemon.delete("/v1/api-keys"), 401, "unauthorized")
     assert daemon.get("/v1/me", key=other.key).status_code == 200
 
 

@@ -135,12 +135,16 @@ static const struct api_error_info *find_error(const char *code)
     return NULL;
 }
 
+/* The route an operation documents. The HTTP layer answers HEAD with the
+ * GET route and OPTIONS (the CORS preflight) on every path that has a
+ * route, so those two stand for the path's GET route and its first one. */
 static const struct http_route *find_route(const char *pattern, const char *method_lower)
 {
+    const char *want = strcmp(method_lower, "head") == 0 ? "get" : method_lower;
     for (const struct http_route *r = daemon_routes; r->method; r++) {
         char m[16];
         lower(r->method, m, sizeof m);
-        if (strcmp(r->pattern, pattern) == 0 && strcmp(m, method_lower) == 0)
+        if (strcmp(r->pattern, pattern) == 0 && (strcmp(m, want) == 0 || strcmp(method_lower, "options") == 0))
             return r;
     }
     return NULL;

@@ -356,19 +356,23 @@ static void test_gpu_type_delete_is_refused_while_a_node_names_it_even_removed(v
     char node[ID_MAX];
     fx_gpu_type(fx.s, "OLD", "AMD", "ROCm");
     fx_node(fx.s, "n1", "OLD", 8, "f1", 1000, node);
-    assert_int_equal(store_gpu_type_delete(fx.s, "OLD"), STORE_CONFLICT);
+    struct gpu_type_users users;
+    assert_int_equal(store_gpu_type_delete(fx.s, "OLD", &users), STORE_CONFLICT);
+    assert_int_equal(users.nodes, 1);
     assert_int_equal(store_node_remove(fx.s, node, 2000), STORE_OK);
-    assert_int_equal(store_gpu_type_delete(fx.s, "OLD"), STORE_CONFLICT);
+    assert_int_equal(store_gpu_type_delete(fx.s, "OLD", &users), STORE_CONFLICT); /* removed nodes count too */
+    assert_int_equal(users.nodes, 1);
 }
 
 static void test_gpu_type_delete_removes_an_unused_type_once(void **state)
 {
     fx_gpu_type(fx.s, "GONE", "NVIDIA", "CUDA");
-    assert_int_equal(store_gpu_type_delete(fx.s, "GONE"), STORE_OK);
+    struct gpu_type_users users;
+    assert_int_equal(store_gpu_type_delete(fx.s, "GONE", &users), STORE_OK);
     struct gpu_type t;
     assert_int_equal(store_gpu_type_row(fx.s, "GONE", &t), STORE_NOT_FOUND);
-    assert_int_equal(store_gpu_type_delete(fx.s, "GONE"), STORE_NOT_FOUND);
-    assert_int_equal(store_gpu_type_delete(fx.s, "MI250"), STORE_OK); /* seeded, never priced */
+    assert_int_equal(store_gpu_type_delete(fx.s, "GONE", &users), STORE_NOT_FOUND);
+    assert_int_equal(store_gpu_type_delete(fx.s, "MI250", &users), STORE_OK); /* seeded, never priced */
 }
 
 /* A priced type cannot be deleted: its prices are the history billed usage
@@ -378,7 +382,10 @@ static void test_gpu_type_delete_of_a_priced_type_is_a_conflict(void **state)
 {
     fx_gpu_type(fx.s, "PRICED", "AMD", "ROCm");
     assert_int_equal(store_price_insert(fx.s, "PRICED", 0, 1000000, 10), STORE_OK);
-    assert_int_equal(store_gpu_type_delete(fx.s, "PRICED"), STORE_CONFLICT);
+    struct gpu_type_users users;
+    assert_int_equal(store_gpu_type_delete(fx.s, "PRICED", &users), STORE_CONFLICT);
+    assert_int_equal(users.prices, 1);
+    assert_int_equal(users.nodes + users.instances, 0);
     struct gpu_type t;
     assert_int_equal(store_gpu_type_row(fx.s, "PRICED", &t), STORE_OK);
 }
