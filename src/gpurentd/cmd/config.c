@@ -1,6 +1,7 @@
 /* config.c: gpurentd's option table: every option's type, bounds and default
  * in one place, read by conf.c from conf/gpurentd.conf and flags. */
 #include "gpurent/money.h"
+#include "gpurent/smtp.h"
 #include "gpurentd.h"
 
 #include <stddef.h>
@@ -127,6 +128,36 @@ static int validate_trusted_proxies(const void *field, char *err, size_t errlen)
     return conf_check_address_list("trusted_proxies", field, err, errlen);
 }
 
+static int validate_smtp_url(const void *field, char *err, size_t errlen)
+{
+    const char *u = field;
+    if (u[0] && strncmp(u, "smtp://", 7) != 0 && strncmp(u, "smtps://", 8) != 0) {
+        snprintf(err, errlen, "smtp_url: '%s' must start with smtp:// or smtps://", u);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_smtp_from(const void *field, char *err, size_t errlen)
+{
+    const char *f = field;
+    if (!strchr(f, '@') || strpbrk(f, " <>\r\n\t")) {
+        snprintf(err, errlen, "smtp_from: '%s' is not a bare address like gpurent@example.com", f);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_smtp_tls(const void *field, char *err, size_t errlen)
+{
+    enum smtp_tls t;
+    if (smtp_tls_parse(field, &t) < 0) {
+        snprintf(err, errlen, "smtp_tls: '%s' must be none, starttls or required", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
 #define OPT_INT(n, lo, hi, d, h)                                                            \
     {                                                                                       \
 #n, CONF_INT, lo, hi, #d, offsetof(struct daemon_conf, n), sizeof(int64_t), NULL, h \
@@ -204,6 +235,22 @@ const struct conf_option daemon_options[] = {
     OPT_STR(metrics_listen, "", validate_metrics_listen,
             "host:port serving /metrics without an API key; empty: /metrics is admin-only on the API"),
     OPT_INT(max_ssh_keys_per_user, 1, 64, 20, "SSH public keys one account may hold (an instance takes at most 64)"),
+    OPT_INT(email_verify_ttl_s, 60, 2592000, 86400, "seconds a sign-up's e-mail verification code works"),
+    OPT_STR(smtp_url, "", validate_smtp_url,
+            "smtp://host:port or smtps://host:port sending verification mail; empty: the mail is logged instead"),
+    OPT_STR(smtp_from, "gpurent@localhost", validate_smtp_from, "From: address of the daemon's mail"),
+    OPT_STR(smtp_tls, "required", validate_smtp_tls,
+            "none, starttls (when offered) or required (as libcurl's CURLOPT_USE_SSL); smtps:// is always TLS"),
+    OPT_STR(smtp_credentials_file, "", NULL,
+            "file holding user:password for SMTP AUTH, readable only by the daemon (mode 0600); empty: no AUTH"),
+    OPT_STR(public_url, "", NULL, "the API's address as users reach it, for the text of mail; empty: the listen address"),
+    OPT_INT(email_strip_plus_tags, 0, 1, 1, "1: name+tag@domain counts as name@domain when checking e-mails are unique"),
+    OPT_STR(email_dotless_domains, "gmail.com,googlemail.com", NULL,
+            "comma-separated domains whose mailboxes ignore dots in the name (a.b@ is ab@)"),
+    OPT_INT(signup_rate_per_address, 0, 1000000, 10,
+            "sign-ups per hour from one client address; 0 no limit (SIGHUP applies a change)"),
+    OPT_INT(signup_rate_per_subnet, 0, 1000000, 50,
+            "sign-ups per hour from one /24 (IPv6: /64); 0 no limit (SIGHUP applies a change)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 
