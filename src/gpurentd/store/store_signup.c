@@ -20,9 +20,9 @@ static const char SQL_USER_ACTIVE[] = "UPDATE users SET status = ? WHERE id = ?"
 static const char SQL_USER_RUNNING[] =
     "SELECT id FROM instances WHERE user_id = ? AND desired = 'running' ORDER BY id";
 static const char SQL_SIGNUPS_ALL[] =
-    "SELECT " USER_COLUMNS " FROM users WHERE signup_address != '' ORDER BY created_at DESC, id DESC LIMIT ?";
+    "SELECT " USER_COLUMNS " FROM users WHERE signup_address != '' ORDER BY created_at DESC, rowid DESC LIMIT ?";
 static const char SQL_SIGNUPS_BY_ADDRESS[] =
-    "SELECT " USER_COLUMNS " FROM users WHERE signup_address = ? ORDER BY created_at DESC, id DESC LIMIT ?";
+    "SELECT " USER_COLUMNS " FROM users WHERE signup_address = ? ORDER BY created_at DESC, rowid DESC LIMIT ?";
 static const char SQL_OUTBOX_INSERT[] =
     "INSERT INTO outbox (user_id, to_addr, subject, body, created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?)";
 static const char SQL_OUTBOX_NEXT[] =

@@ -507,7 +507,8 @@ def test_metrics_access(metrics_cluster):
         "gpurent_billing_pass_duration_seconds": "gauge", "gpurent_agent_call_errors_total": "counter",
         "gpurent_store_commits_total": "counter", "gpurent_store_transactions_total": "counter",
         "gpurent_store_writers_waiting": "gauge", "gpurent_logs_reads_pending": "gauge",
-        "gpurent_store_disk_full": "gauge",
+        "gpurent_store_disk_full": "gauge", "gpurent_signups_total": "counter",
+        "gpurent_signups_refused_total": "counter", "gpurent_mail_sent_total": "counter",
     }
     for name, kind in want.items():
         assert name in api and api[name].type == kind, (name, api.get(name))
