@@ -175,7 +175,7 @@ void api_billing_run(struct http_request *req);
 int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const char **out);
 /* Writes the admin_actions row for an action req's admin did, in the
  * caller's transaction (s inside store_txn): action is grant, topup,
- * invite_code, price, limits or billing_run; target the user id, GPU type
+ * invite_code, price, limits, billing_run, suspend or reinstate; target the user id, GPU type
  * or code (NULL for none); amount in micro-yuan (-1 for none); detail the
  * request's effective values (borrowed; written with sorted keys). */
 int audit_record(struct store *s, const struct http_request *req, const char *action, const char *target,
