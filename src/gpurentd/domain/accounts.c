@@ -244,9 +244,9 @@ static int grant_trial(struct store *s, const struct user *u, int64_t now, struc
             return store_user_set_trial(s, u->id, now);
         if (result == STORE_BUSY)
             return result;
+        /* The code no longer redeems (expired, used up, at its daily
+         * cap): the person still gets the trial credit. */
         out->grant_id[0] = out->source[0] = '\0';
-        log_info("verification of %s: invite code %s no longer redeems; the trial credit is granted instead", u->id,
-                 u->invite_code);
     }
     int64_t credit = 0;
     money_parse(daemon_config->signup_credit, &credit);
