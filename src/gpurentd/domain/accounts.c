@@ -344,6 +344,11 @@ int account_redeem_check(struct store *s, const char *user_id, const char *code,
         return rc;
     if (!u.email_verified_at)
         return ACCOUNT_NOT_VERIFIED;
+    int64_t had = 0;
+    if ((rc = store_invite_redeemed(s, code, user_id, &had)) != STORE_OK)
+        return rc;
+    if (had)
+        return ACCOUNT_CODE_REDEEMED;
     if (u.trial_at)
         return ACCOUNT_TRIAL_HAD;
     return account_invite_day_check(s, code, now);

@@ -148,9 +148,11 @@ int account_resend_verification(struct store *s, const char *user_id);
  * of the daemon's clock): STORE_OK or ACCOUNT_CODE_DAY_FULL. In the
  * caller's transaction. */
 int account_invite_day_check(struct store *s, const char *code, int64_t now);
-/* The checks a later redemption of an invite code meets (verified, no
+/* The checks a later redemption of an invite code meets, in this order
+ * (verified, ACCOUNT_CODE_REDEEMED when this account has this code, no
  * trial yet, per-day cap) and, after ledger_redeem_invite, the trial mark:
  * in the caller's transaction. */
+#define ACCOUNT_CODE_REDEEMED (-127)
 int account_redeem_check(struct store *s, const char *user_id, const char *code, int64_t now);
 int account_redeem_done(struct store *s, const char *user_id, int64_t now);
 /* Suspends (active 0: keys refused, instances stopped) or reinstates an

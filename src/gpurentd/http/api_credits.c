@@ -57,7 +57,7 @@ static int redeem_txn(struct store *s, void *vctx)
     ctx->amount = c.amount;
     /* One trial per account, for verified addresses only (issue 13). */
     if ((rc = account_redeem_check(s, ctx->user_id, ctx->code, now)) != STORE_OK)
-        return rc;
+        return rc == ACCOUNT_CODE_REDEEMED ? ALREADY : rc;
     rc = ledger_redeem_invite(s, ctx->user_id, ctx->code, now, ctx->grant);
     if (rc == STORE_OK)
         return account_redeem_done(s, ctx->user_id, now);

@@ -763,6 +763,8 @@ int64_t store_outbox_pending(struct store *s);
 /* An invite code's per-day cap (0: none). */
 int store_invite_day_cap(struct store *s, const char *code, int64_t *cap);
 int store_invite_set_day_cap(struct store *s, const char *code, int64_t cap);
+/* Whether user_id redeemed code: *n 1 or 0. */
+int store_invite_redeemed(struct store *s, const char *code, const char *user_id, int64_t *n);
 /* Redemptions of code at or after since. */
 int store_invite_uses_since(struct store *s, const char *code, int64_t since, int64_t *n);
 

@@ -35,6 +35,7 @@ static const char SQL_OUTBOX_RETRY[] =
 static const char SQL_OUTBOX_PENDING[] = "SELECT count(*) FROM outbox WHERE sent_at IS NULL AND failed_at IS NULL";
 static const char SQL_INVITE_DAY_CAP[] = "SELECT coalesce(max_uses_per_day, 0) FROM invite_codes WHERE code = ?";
 static const char SQL_INVITE_SET_DAY_CAP[] = "UPDATE invite_codes SET max_uses_per_day = ? WHERE code = ?";
+static const char SQL_INVITE_REDEEMED[] = "SELECT count(*) FROM invite_redemptions WHERE code = ? AND user_id = ?";
 static const char SQL_INVITE_USES_SINCE[] = "SELECT count(*) FROM invite_redemptions WHERE code = ? AND at >= ?";
 
 int store_verification_insert(struct store *s, const char *token_hash, const char *user_id, int64_t at,
@@ -257,4 +258,14 @@ int store_invite_uses_since(struct store *s, const char *code, int64_t since, in
     sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, since);
     return count(s, st, n, "count invite uses");
+}
+
+int store_invite_redeemed(struct store *s, const char *code, const char *user_id, int64_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INVITE_REDEEMED);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
+    return count(s, st, n, "count own redemptions");
 }
