@@ -62,8 +62,8 @@ static int read_credentials(const char *path)
     int ok = colon && colon > line && strlen(line) < sizeof smtp_user && strlen(colon + 1) < sizeof smtp_password;
     if (ok) {
         *colon = '\0';
-        snprintf(smtp_user, sizeof smtp_user, "%s", line);
-        snprintf(smtp_password, sizeof smtp_password, "%s", colon + 1);
+        memcpy(smtp_user, line, strlen(line) + 1); /* lengths checked above */
+        memcpy(smtp_password, colon + 1, strlen(colon + 1) + 1);
     } else {
         log_error("smtp_credentials_file %s: must hold one line user:password", path);
     }
