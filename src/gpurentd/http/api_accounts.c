@@ -182,7 +182,7 @@ void api_login(struct http_request *req)
     }
     struct store *s = store_thread();
     struct user u;
-    int rc = s ? store_user_get_by_email(s, email, &u) : STORE_ERROR;
+    int rc = s ? store_user_get_by_login(s, email, lower, &u) : STORE_ERROR;
     if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
     } else if (rc == STORE_NOT_FOUND || !u.password_hash[0] || !password_verify(password, u.password_hash)) {

@@ -254,7 +254,7 @@ void api_admin_users_find(struct http_request *req)
     account_email_key(lower, key, sizeof key);
     struct store *s = store_thread();
     struct user u;
-    int rc = s ? store_user_get_by_email(s, key, &u) : STORE_ERROR;
+    int rc = s ? store_user_get_by_login(s, key, lower, &u) : STORE_ERROR;
     if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;

@@ -110,6 +110,10 @@ int store_user_insert(struct store *s, const struct user *u);
 int store_user_get(struct store *s, const char *id, struct user *out);
 /* By the normalised form (email_key). */
 int store_user_get_by_email(struct store *s, const char *email_key, struct user *out);
+/* By email_key, else by the lower-cased email: accounts made before
+ * migration 0021 keep their lower-cased address as key, which the
+ * normalised form of a spelling may not match. */
+int store_user_get_by_login(struct store *s, const char *email_key, const char *lower, struct user *out);
 /* Number of admin accounts, or a negative store_rc. */
 int64_t store_user_count_admins(struct store *s);
 

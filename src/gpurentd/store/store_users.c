@@ -11,6 +11,7 @@ static const char SQL_USER_BY_ID[] =
     "SELECT " USER_COLUMNS " FROM users WHERE id = ?";
 static const char SQL_USER_BY_EMAIL[] =
     "SELECT " USER_COLUMNS " FROM users WHERE email_key = ?";
+static const char SQL_USER_BY_LOWER[] = "SELECT " USER_COLUMNS " FROM users WHERE email = ?";
 static const char SQL_USER_COUNT_ADMINS[] = "SELECT count(*) FROM users WHERE role = 'admin'";
 
 int store_user_insert(struct store *s, const struct user *u)
@@ -85,6 +86,12 @@ int store_user_get(struct store *s, const char *id, struct user *out)
 int store_user_get_by_email(struct store *s, const char *email, struct user *out)
 {
     return user_get(s, SQL_USER_BY_EMAIL, email, out);
+}
+
+int store_user_get_by_login(struct store *s, const char *email_key, const char *lower, struct user *out)
+{
+    int rc = user_get(s, SQL_USER_BY_EMAIL, email_key, out);
+    return rc == STORE_NOT_FOUND ? user_get(s, SQL_USER_BY_LOWER, lower, out) : rc;
 }
 
 int64_t store_user_count_admins(struct store *s)

@@ -469,3 +469,37 @@ def test_suspension_stops_instances_and_refuses_keys(new_daemon, tmp_path):
         check_ledger(d)
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------- accounts made before migration 0021
+
+def test_accounts_from_before_the_migration_are_verified_and_keep_their_trial(new_daemon, tmp_path):
+    import sqlite3
+    from harness import api_key_hash, run_gpurentd
+    d = new_daemon(start=False)
+    assert run_gpurentd("migrate", "--db", d.db_path, "--to", "16").returncode == 0
+    token_a = "gpk_" + "a" * 20 + "_" + "1" * 64
+    token_b = "gpk_" + "b" * 20 + "_" + "2" * 64
+    con = sqlite3.connect(d.db_path)
+    with con:
+        for uid, addr, token, grant in (("usr_" + "a" * 20, "a.b+old@gmail.com", token_a, True),
+                                        ("usr_" + "b" * 20, "plain@example.test", token_b, False)):
+            con.execute("INSERT INTO users (id, email, created_at) VALUES (?, ?, 1000)", (uid, addr))
+            con.execute("INSERT INTO api_keys (id, user_id, name, secret_hash, created_at) VALUES (?, ?, 'k', ?, 1000)",
+                        ("key_" + uid[4:], uid, api_key_hash(token)))
+            if grant:
+                con.execute("INSERT INTO credit_grants (id, user_id, source, amount, remaining, created_at)"
+                            " VALUES (?, ?, 'signup', 1, 1, 1000)", ("grt_" + "c" * 20, uid))
+    con.close()
+    d.start()
+    assert d.get("/v1/me", key=token_a).json()["email_verified"] is True
+    rows = d.sql("SELECT id, email_key, email_verified_at, trial_at FROM users WHERE id LIKE 'usr_a%' OR id LIKE 'usr_b%'"
+                 " ORDER BY id")
+    assert rows == [("usr_" + "a" * 20, "a.b+old@gmail.com", 1000, 1000), ("usr_" + "b" * 20, "plain@example.test",
+                                                                           1000, None)]
+    # The one with a sign-up grant had its trial; the other may redeem a code.
+    assert_error(d.post("/v1/invite-codes/redeem", key=token_a, json={"code": "AMD6GW"}), 409, "conflict", "code")
+    assert d.post("/v1/invite-codes/redeem", key=token_b, json={"code": "AMD6GW"}).status_code == 201
+    # Its old lower-cased address still finds it, though it is not in the new normal form.
+    r = d.get("/v1/admin/users", key=d.admin_key, params={"email": "A.B+old@gmail.com"})
+    assert [u["id"] for u in r.json()["data"]] == ["usr_" + "a" * 20]
