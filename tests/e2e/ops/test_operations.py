@@ -313,7 +313,7 @@ def test_sighup_reloads_login_limits(new_daemon):
     d.terminate(signal.SIGHUP)
     poll(lambda: d.stderr_text().count("reload: ") > before, DEADLINE, "the reload log line")
     line = d.stderr_text().split("reload: ")[-1].split("\n")[0]
-    assert "login_max_failures=2 (per client 8) login_lockout_s=120;" in line, line
+    assert "login_max_failures=2 (per client 8) login_lockout_s=120 signup_rate_per_address=" in line, line
 
     # emails[0] already has three failures in its window: the lower limit
     # locks it at its next failure.
