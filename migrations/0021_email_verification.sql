@@ -66,9 +66,10 @@ ALTER TABLE invite_codes ADD COLUMN max_uses_per_day INTEGER CHECK (max_uses_per
 CREATE INDEX invite_redemptions_by_code_at ON invite_redemptions (code, at);
 
 -- Suspending and reinstating accounts are admin actions too (widened as
--- 0012 widens a CHECK list).
+-- 0012 widens a CHECK list; 'billing_run' with its quotes appears only in
+-- the CHECK list, whatever other values were added around it).
 PRAGMA writable_schema = ON;
 UPDATE sqlite_schema
-   SET sql = replace(sql, '''limits'', ''billing_run'')', '''limits'', ''billing_run'', ''suspend'', ''reinstate'')')
+   SET sql = replace(sql, '''billing_run''', '''billing_run'', ''suspend'', ''reinstate''')
  WHERE type = 'table' AND name = 'admin_actions';
 PRAGMA writable_schema = RESET;
