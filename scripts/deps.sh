@@ -6,7 +6,8 @@ set -eu
 
 build_pkgs="gcc make pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
 libsqlite3-dev libssl-dev libinih-dev libsystemd-dev libssh-dev"
-test_pkgs="libcmocka-dev python3 python3-pytest python3-requests sqlite3 openssl openssh-client prometheus"
+test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-aiosmtpd sqlite3 openssl openssh-client
+prometheus"
 
 case "${1:-build}" in
   build) want="$build_pkgs" ;;

@@ -310,7 +310,8 @@ cat <<EOF
    # the GPU catalog: cards in total and free now, price per card-hour
    curl -s \$API/v1/gpu-types
 
-   # sign up with the invite code AMD6GW (10 yuan of credit); the reply holds
+   # sign up with the invite code AMD6GW (10 yuan of credit once your e-mail
+   # address is verified, below); the reply holds
    # your API key ("token"), shown once
    KEY=\$(curl -s -X POST \$API/v1/signup \\
         -d '{"email":"ada@example.com","password":"correct horse battery","invite_code":"AMD6GW"}' \\
@@ -318,6 +319,12 @@ cat <<EOF
    # (signed up in an earlier run? log in instead: every login makes a new key)
    # KEY=\$(curl -s -X POST \$API/v1/login \\
    #      -d '{"email":"ada@example.com","password":"correct horse battery"}' | grep -o 'gpk_[a-z0-9_]*')
+
+   # verify the address: with no smtp_url set, gpurentd does not send the
+   # e-mail but writes it to its log in this terminal, on a line starting
+   # "E-MAIL NOT SENT (no smtp_url): verify ada@example.com with code evc_..."
+   # (the credit comes, and launching is allowed, once the address is verified)
+   curl -s -X POST \$API/v1/verify-email -d '{"token":"evc_...the code from the log..."}'
 
    # launch 8 x MI450 (1.20 per card-hour: 9.60 an hour) with ROCm PyTorch;
    # your /shared volume is made on first use

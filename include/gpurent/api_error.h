@@ -43,6 +43,7 @@ enum api_error {
     ERR_BAD_REQUEST,            /* the HTTP request itself is malformed (framing, NUL bytes, no Host) */
     ERR_HEADERS_TOO_LARGE,      /* request headers over the cap */
     ERR_NOT_IMPLEMENTED,        /* a transfer coding the server does not implement */
+    ERR_EMAIL_NOT_VERIFIED,     /* the account's e-mail address is not verified yet */
     ERR_COUNT
 };
 

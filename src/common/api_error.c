@@ -40,6 +40,8 @@ static const struct api_error_info errors[ERR_COUNT] = {
     [ERR_BAD_REQUEST] = {"bad_request", 400, "the HTTP request is malformed"},
     [ERR_HEADERS_TOO_LARGE] = {"headers_too_large", 431, "the request headers are too large"},
     [ERR_NOT_IMPLEMENTED] = {"not_implemented", 501, "the server does not implement this"},
+    [ERR_EMAIL_NOT_VERIFIED] = {"email_not_verified", 403,
+                                "verify your e-mail address first (POST /v1/verify-email with the code we sent)"},
 };
 
 const struct api_error_info *api_error_info(enum api_error e)

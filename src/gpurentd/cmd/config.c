@@ -2,6 +2,7 @@
  * in one place, read by conf.c from conf/gpurentd.conf and flags. */
 #include "gpurent/money.h"
 #include "gpurent/secrets.h"
+#include "gpurent/smtp.h"
 #include "gpurentd.h"
 
 #include <stddef.h>
@@ -152,6 +153,36 @@ static int validate_trusted_proxies(const void *field, char *err, size_t errlen)
     return conf_check_address_list("trusted_proxies", field, err, errlen);
 }
 
+static int validate_smtp_url(const void *field, char *err, size_t errlen)
+{
+    const char *u = field;
+    if (u[0] && strncmp(u, "smtp://", 7) != 0 && strncmp(u, "smtps://", 8) != 0) {
+        snprintf(err, errlen, "smtp_url: '%s' must start with smtp:// or smtps://", u);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_smtp_from(const void *field, char *err, size_t errlen)
+{
+    const char *f = field;
+    if (!strchr(f, '@') || strpbrk(f, " <>\r\n\t")) {
+        snprintf(err, errlen, "smtp_from: '%s' is not a bare address like gpurent@example.com", f);
+        return -1;
+    }
+    return 0;
+}
+
+static int validate_smtp_tls(const void *field, char *err, size_t errlen)
+{
+    enum smtp_tls t;
+    if (smtp_tls_parse(field, &t) < 0) {
+        snprintf(err, errlen, "smtp_tls: '%s' must be none, starttls or required", (const char *)field);
+        return -1;
+    }
+    return 0;
+}
+
 #define OPT_INT(n, lo, hi, d, h)                                                            \
     {                                                                                       \
 #n, CONF_INT, lo, hi, #d, offsetof(struct daemon_conf, n), sizeof(int64_t), NULL, h \
@@ -252,6 +283,22 @@ const struct conf_option daemon_options[] = {
     OPT_INT(max_volume_size_gb, 1, 1048576, 1048576, "largest volume a user may create, GB (volume_default_size_gb at most)"),
     OPT_STR(max_price_per_gb_month, "1000.00", validate_max_storage_price,
             "highest storage price per GB-month (30 days) an admin may set (at most 1000000.00)"),
+    OPT_INT(email_verify_ttl_s, 60, 2592000, 86400, "seconds a sign-up's e-mail verification code works"),
+    OPT_STR(smtp_url, "", validate_smtp_url,
+            "smtp://host:port or smtps://host:port sending verification mail; empty: the mail is logged instead"),
+    OPT_STR(smtp_from, "gpurent@localhost", validate_smtp_from, "From: address of the daemon's mail"),
+    OPT_STR(smtp_tls, "required", validate_smtp_tls,
+            "none, starttls (when offered) or required (as libcurl's CURLOPT_USE_SSL); smtps:// is always TLS"),
+    OPT_STR(smtp_credentials_file, "", NULL,
+            "file holding user:password for SMTP AUTH, readable only by the daemon (mode 0600); empty: no AUTH"),
+    OPT_STR(public_url, "", NULL, "the API's address as users reach it, for the text of mail; empty: the listen address"),
+    OPT_INT(email_strip_plus_tags, 0, 1, 1, "1: name+tag@domain counts as name@domain when checking e-mails are unique"),
+    OPT_STR(email_dotless_domains, "gmail.com,googlemail.com", NULL,
+            "comma-separated domains whose mailboxes ignore dots in the name (a.b@ is ab@)"),
+    OPT_INT(signup_rate_per_address, 0, 1000000, 10,
+            "sign-ups per hour from one client address; 0 no limit (SIGHUP applies a change)"),
+    OPT_INT(signup_rate_per_subnet, 0, 1000000, 50,
+            "sign-ups per hour from one /24 (IPv6: /64); 0 no limit (SIGHUP applies a change)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 

@@ -172,13 +172,18 @@ static void reload(struct http_server *srv, struct loaded *l)
     int64_t max_failures = fresh.login_max_failures, lockout_s = fresh.login_lockout_s;
     daemon_config->login_max_failures = max_failures;
     daemon_config->login_lockout_s = lockout_s;
+    /* The sign-up limits likewise: read at each sign-up (api_signup.c). */
+    int64_t per_address = fresh.signup_rate_per_address, per_subnet = fresh.signup_rate_per_subnet;
+    daemon_config->signup_rate_per_address = per_address;
+    daemon_config->signup_rate_per_subnet = per_subnet;
     log_level_change(level,
                      "reload: applied log_level=%s cors_origins='%s' max_body_bytes=%lld max_json_depth=%lld "
-                     "login_max_failures=%lld (per client %lld) login_lockout_s=%lld; "
+                     "login_max_failures=%lld (per client %lld) login_lockout_s=%lld "
+                     "signup_rate_per_address=%lld signup_rate_per_subnet=%lld; "
                      "other options take effect at the next restart",
                      fresh.log_level, fresh.cors_origins, (long long)fresh.max_body_bytes,
                      (long long)fresh.max_json_depth, (long long)max_failures, (long long)max_failures * 4,
-                     (long long)lockout_s);
+                     (long long)lockout_s, (long long)per_address, (long long)per_subnet);
 }
 
 int cmd_serve(int argc, char **argv)
@@ -266,7 +271,8 @@ int cmd_serve(int argc, char **argv)
         .key_file = conf.tls_key,
     };
     srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
-    if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0 || logs_proxy_start() < 0)
+    if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0 || logs_proxy_start() < 0 ||
+        mailer_start() < 0)
         goto out;
     if (conf.metrics_listen[0]) {
         /* Same limits, no TLS and no key: a private scrape address. */
@@ -321,6 +327,7 @@ out:
     heartbeat_stop();
     reconciler_stop();
     billing_stop();
+    mailer_stop();
     store_close(s);
     store_close_threads();
     agent_client_global_cleanup();

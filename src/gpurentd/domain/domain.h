@@ -111,6 +111,19 @@ struct daemon_conf {
     int64_t max_volume_size_gb;       /* largest volume a user may create, GB */
     char max_price_per_gb_month[24];  /* highest storage price per GB-month an admin may set, e.g. "1000.00" */
     int64_t max_storage_price_micro;  /* max_price_per_gb_month, set by daemon_read_config */
+    /* Sign-ups (issue 13): verification mail and its SMTP server. */
+    int64_t email_verify_ttl_s;       /* a verification code works this long */
+    char smtp_url[512];               /* smtp:// or smtps:// server; "" logs the mail instead */
+    char smtp_from[256];              /* envelope and From: address */
+    char smtp_tls[16];                /* none, starttls or required (CURLOPT_USE_SSL) */
+    char smtp_credentials_file[1024]; /* "user:password", mode 0600; "" for no AUTH */
+    char public_url[256];             /* the API's address as users reach it, for mail text */
+    int64_t email_strip_plus_tags;    /* 1: a+tag@x is a@x for uniqueness */
+    char email_dotless_domains[512];  /* domains whose local part ignores dots, comma-separated */
+    /* Sign-ups per hour per client address and per /24 (IPv6 /64); 0 no
+     * limit. Changed on SIGHUP like the login limits (atomic). */
+    _Atomic int64_t signup_rate_per_address;
+    _Atomic int64_t signup_rate_per_subnet;
 };
 /* The configuration in force; set once at start-up. SIGHUP changes only
  * login_max_failures and login_lockout_s in it (atomic fields); the other
@@ -123,6 +136,48 @@ extern struct daemon_conf *daemon_config;
 struct user;
 /* Validates and lowercases an email into out; -1 with a reason. */
 int account_email_normalize(const char *in, char *out, size_t outlen, const char **why);
+/* The form of a valid lower-cased email that uniqueness is checked on:
+ * +tags stripped (email_strip_plus_tags) and dots dropped from the local
+ * part for email_dotless_domains. */
+void account_email_key(const char *email, char *out, size_t outlen);
+/* Sign-up outcomes beyond store_rc (account_verify, account_redeem). */
+#define ACCOUNT_TOKEN_UNKNOWN (-120)  /* no such verification code */
+#define ACCOUNT_TOKEN_USED (-121)     /* the code was used already */
+#define ACCOUNT_TOKEN_EXPIRED (-122)  /* the code expired */
+#define ACCOUNT_NOT_VERIFIED (-123)   /* the address is not verified yet */
+#define ACCOUNT_TRIAL_HAD (-124)      /* the account already had its trial credit */
+#define ACCOUNT_CODE_DAY_FULL (-125)  /* the invite code reached its cap for today */
+#define ACCOUNT_ALREADY_VERIFIED (-126)
+/* What verifying an address granted. */
+struct account_verified {
+    char user_id[ID_MAX];
+    char grant_id[ID_MAX]; /* "" when nothing was granted */
+    char source[48];       /* "signup" or "invite:CODE", "" for nothing */
+    int64_t amount;        /* micro-yuan granted */
+};
+/* Verifies the address the code was sent to and, if the account has not
+ * had its trial, grants it (the sign-up's invite code, or the trial
+ * credit when there was none or it no longer redeems), in one
+ * transaction. */
+int account_verify(struct store *s, const char *token, struct account_verified *out);
+/* Queues a new verification mail for user_id (the old codes keep working
+ * until they expire); ACCOUNT_ALREADY_VERIFIED when there is nothing to do. */
+int account_resend_verification(struct store *s, const char *user_id);
+/* Whether code may be redeemed once more today (its per-day cap, UTC days
+ * of the daemon's clock): STORE_OK or ACCOUNT_CODE_DAY_FULL. In the
+ * caller's transaction. */
+int account_invite_day_check(struct store *s, const char *code, int64_t now);
+/* The checks a later redemption of an invite code meets, in this order
+ * (verified, ACCOUNT_CODE_REDEEMED when this account has this code, no
+ * trial yet, per-day cap) and, after ledger_redeem_invite, the trial mark:
+ * in the caller's transaction. */
+#define ACCOUNT_CODE_REDEEMED (-127)
+int account_redeem_check(struct store *s, const char *user_id, const char *code, int64_t now);
+int account_redeem_done(struct store *s, const char *user_id, int64_t now);
+/* Suspends (active 0: keys refused, instances stopped) or reinstates an
+ * account, in the caller's transaction; *stopped gets how many instances
+ * were told to stop. */
+int account_set_active(struct store *s, const char *user_id, int active, int64_t *stopped);
 /* Creates user u (filling id and created_at) with one API key named
  * key_name, in one transaction. token gets the key's token, shown once.
  * Returns a store_rc (STORE_CONFLICT if the email is taken). */
@@ -131,6 +186,9 @@ int account_create(struct store *s, struct user *u, const char *key_name, char *
  * u->invite_code is set, what that code grants instead, in one transaction; STORE_NOT_FOUND (nothing
  * created) if the invite code is unknown, expired or used up. */
 int account_signup(struct store *s, struct user *u, char *key_id, char *token);
+/* Since issue 13 a sign-up grants nothing at once: account_signup creates
+ * the account unverified, with a verification code queued for mail in the
+ * same transaction; the credit comes with account_verify. */
 /* Creates an API key for user_id; same token rules. */
 int account_key_create(struct store *s, const char *user_id, const char *name, char *key_id, char *token,
                        int64_t *created_at);

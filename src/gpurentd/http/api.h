@@ -194,8 +194,9 @@ void api_billing_run(struct http_request *req);
 int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const char **out);
 /* Writes the admin_actions row for an action req's admin did, in the
  * caller's transaction (s inside store_txn): action is grant, topup,
- * invite_code, price, limits, billing_run or storage_price; target the
- * user id, GPU type, code or storage region (NULL for none); amount in micro-yuan (-1 for none); detail the
+ * invite_code, price, limits, billing_run, storage_price, suspend or
+ * reinstate; target the user id, GPU type, code or storage region (NULL for
+ * none); amount in micro-yuan (-1 for none); detail the
  * request's effective values (borrowed; written with sorted keys). */
 int audit_record(struct store *s, const struct http_request *req, const char *action, const char *target,
                  int64_t amount, json_t *detail, const char *reason);
@@ -213,6 +214,31 @@ void api_nodes_get(struct http_request *req);
 void api_nodes_set_state(struct http_request *req);
 void api_nodes_delete(struct http_request *req);
 void api_nodes_patch(struct http_request *req);
+
+/* api_signup.c: sign-up limits, e-mail verification, the launch gate for
+ * unverified accounts, admins' look-up, suspension and sign-up list. */
+/* Replies 429 with Retry-After and returns -1 when the client's address or
+ * subnet has had its hour's sign-ups (signup_rate_per_*). */
+int signup_rate_check(struct http_request *req);
+/* Counts a sign-up against the client's address and subnet. */
+void signup_rate_count(struct http_request *req);
+void signup_count_ok(void);
+/* reason: rate_address, rate_subnet, email_taken or invite_code. */
+void signup_count_refused(const char *reason);
+/* The sign-up and mail counters, in the text format /metrics serves. */
+void signup_metrics_write(FILE *f);
+/* A user as admins see it (verification, trial, sign-up address). */
+json_t *admin_user_json(const struct user *u);
+void api_verify_email(struct http_request *req);
+void api_verify_email_resend(struct http_request *req);
+/* POST /v1/instances and /start, refused with 403 email_not_verified until
+ * the caller's address is verified. */
+void api_instances_create_verified(struct http_request *req);
+void api_instances_start_verified(struct http_request *req);
+void api_admin_users_find(struct http_request *req);
+void api_admin_users_suspend(struct http_request *req);
+void api_admin_users_reinstate(struct http_request *req);
+void api_admin_signups(struct http_request *req);
 
 /* metrics.c: GET /metrics, and the HTTP requests it counts. */
 void metrics_http_done(const struct http_request *req, int64_t duration_us);

@@ -1,8 +1,11 @@
-/* api_accounts.c: POST /v1/signup, POST /v1/login and GET /v1/me. */
+/* api_accounts.c: POST /v1/signup, POST /v1/login and GET /v1/me. A
+ * sign-up is rate-limited and creates an unverified account whose credit
+ * waits for the e-mail address to be verified (api_signup.c). */
 #include "domain/ledger.h"
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
 #include "http/api.h"
+#include "loops/loops.h"
 #include "store/store.h"
 
 #include <ctype.h>
@@ -14,10 +17,10 @@
 
 static json_t *user_json(const struct user *u)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o}", "id", u->id, "email", u->email, "role",
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:b}", "id", u->id, "email", u->email, "role",
                      u->role == ROLE_ADMIN ? "admin" : "user", "status", u->active ? "active" : "disabled",
                      "invite_code", u->invite_code[0] ? json_string(u->invite_code) : json_null(), "created_at",
-                     json_time(u->created_at, 0));
+                     json_time(u->created_at, 0), "email_verified", u->email_verified_at != 0);
 }
 
 static json_t *new_key_json(const char *id, const char *name, const char *token, int64_t created_at)
@@ -68,10 +71,17 @@ void api_signup(struct http_request *req)
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
+    if (signup_rate_check(req) < 0) {
+        json_decref(body);
+        return;
+    }
     struct user u = {.role = ROLE_USER, .active = 1};
     const char *why;
     const char *invite = json_string_value(json_object_get(body, "invite_code"));
-    if (account_email_normalize(json_string_value(json_object_get(body, "email")), u.email, sizeof u.email, &why) < 0) {
+    const char *typed = json_string_value(json_object_get(body, "email"));
+    snprintf(u.email_display, sizeof u.email_display, "%s", typed);
+    snprintf(u.signup_address, sizeof u.signup_address, "%s", req->client_ip);
+    if (account_email_normalize(typed, u.email, sizeof u.email, &why) < 0) {
         http_error(req, ERR_INVALID_FIELD, "email", "%s", why);
     } else if (check_password(req, json_string_value(json_object_get(body, "password"))) < 0) {
         /* replied */
@@ -83,11 +93,19 @@ void api_signup(struct http_request *req)
     } else {
         struct store *s = store_thread();
         char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
+        account_email_key(u.email, u.email_key, sizeof u.email_key);
         int rc = s ? account_signup(s, &u, key_id, token) : STORE_ERROR;
+        if (rc == STORE_CONFLICT || rc == STORE_NOT_FOUND || rc == ACCOUNT_CODE_DAY_FULL)
+            signup_count_refused(rc == STORE_CONFLICT ? "email_taken" : "invite_code");
         if (rc == STORE_CONFLICT)
-            http_error(req, ERR_EMAIL_TAKEN, "email", NULL);
+            http_error(req, ERR_EMAIL_TAKEN, "email",
+                       "an account with this e-mail address, or one that reaches the same mailbox, exists");
         else if (rc == STORE_NOT_FOUND)
             api_invite_refused(req, "invite_code", u.invite_code);
+        else if (rc == ACCOUNT_CODE_DAY_FULL)
+            http_error(req, ERR_INVALID_INVITE_CODE, "invite_code",
+                       "invite code %s has been used as often as it may be today (UTC); try again tomorrow",
+                       u.invite_code);
         /* A new account holds nothing, so only a code worth more than
          * max_balance on its own is refused this way. */
         else if (rc == LEDGER_OVER_BALANCE)
@@ -96,10 +114,15 @@ void api_signup(struct http_request *req)
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else {
+            signup_rate_count(req);
+            signup_count_ok();
+            mailer_wake();
             http_add_header(req, "Location", "/v1/me");
             http_reply_json(req, 201,
-                            json_pack("{s:o, s:o}", "user", user_json(&u), "api_key",
-                                      new_key_json(key_id, "signup", token, u.created_at)));
+                            json_pack("{s:o, s:o, s:{s:s, s:s, s:I}}", "user", user_json(&u), "api_key",
+                                      new_key_json(key_id, "signup", token, u.created_at), "email_verification",
+                                      "status", "sent", "sent_to", u.email_display, "expires_in_s",
+                                      (json_int_t)daemon_config->email_verify_ttl_s));
         }
     }
     json_decref(body);
@@ -137,11 +160,14 @@ void api_login(struct http_request *req)
     const char *key_name = json_string_value(json_object_get(body, "key_name"));
     char email[256], email_key[300], ip_key[80];
     const char *why;
-    if (account_email_normalize(json_string_value(json_object_get(body, "email")), email, sizeof email, &why) < 0) {
+    char lower[256];
+    if (account_email_normalize(json_string_value(json_object_get(body, "email")), lower, sizeof lower, &why) < 0) {
         http_error(req, ERR_INVALID_FIELD, "email", "%s", why);
         json_decref(body);
         return;
     }
+    /* Any spelling that reaches the mailbox logs in (and shares its lockout). */
+    account_email_key(lower, email, sizeof email);
     snprintf(email_key, sizeof email_key, "email:%s", email);
     snprintf(ip_key, sizeof ip_key, "ip:%s", req->client_ip);
     int64_t now = clock_now();
@@ -159,7 +185,7 @@ void api_login(struct http_request *req)
     }
     struct store *s = store_thread();
     struct user u;
-    int rc = s ? store_user_get_by_email(s, email, &u) : STORE_ERROR;
+    int rc = s ? store_user_get_by_login(s, email, lower, &u) : STORE_ERROR;
     if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
     } else if (rc == STORE_NOT_FOUND || !u.password_hash[0] || !password_verify(password, u.password_hash)) {

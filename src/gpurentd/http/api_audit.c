@@ -16,7 +16,8 @@
 
 #define AUDIT_PAGE_MAX 200
 
-static const char *const actions[] = {"grant", "topup", "invite_code", "price", "limits", "billing_run", "storage_price", NULL};
+static const char *const actions[] = {"grant",         "topup",   "invite_code", "price", "limits", "billing_run",
+                                     "storage_price", "suspend", "reinstate",   NULL};
 
 int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const char **out)
 {
@@ -86,7 +87,8 @@ void api_audit_list(struct http_request *req)
         known |= strcmp(f.action, actions[i]) == 0;
     if (!known) {
         http_error(req, ERR_INVALID_QUERY, "action",
-                   "action must be grant, topup, invite_code, price, limits, billing_run or storage_price");
+                   "action must be grant, topup, invite_code, price, limits, billing_run, storage_price, suspend or "
+                   "reinstate");
         return;
     }
     if (f.target && (!f.target[0] || strlen(f.target) >= sizeof((struct admin_action *)0)->target)) {

@@ -55,7 +55,12 @@ static int redeem_txn(struct store *s, void *vctx)
     if (rc != STORE_OK)
         return rc;
     ctx->amount = c.amount;
+    /* One trial per account, for verified addresses only (issue 13). */
+    if ((rc = account_redeem_check(s, ctx->user_id, ctx->code, now)) != STORE_OK)
+        return rc == ACCOUNT_CODE_REDEEMED ? ALREADY : rc;
     rc = ledger_redeem_invite(s, ctx->user_id, ctx->code, now, ctx->grant);
+    if (rc == STORE_OK)
+        return account_redeem_done(s, ctx->user_id, now);
     if (rc == STORE_NOT_FOUND) {
         /* Known code: refused for its expiry, or else for its use limit
          * (which a concurrent redemption may have just reached). */
@@ -113,6 +118,15 @@ void api_invite_redeem(struct http_request *req)
         reply_refusal(req, "code", ctx.code, ctx.why, ctx.expired_at);
     else if (rc == ALREADY)
         http_error(req, ERR_CONFLICT, "code", "this account has already redeemed %s", ctx.code);
+    else if (rc == ACCOUNT_NOT_VERIFIED)
+        http_error(req, ERR_EMAIL_NOT_VERIFIED, NULL, NULL);
+    else if (rc == ACCOUNT_TRIAL_HAD)
+        http_error(req, ERR_CONFLICT, "code",
+                   "this account has had its trial credit already; an account gets one trial, from sign-up or one "
+                   "invite code");
+    else if (rc == ACCOUNT_CODE_DAY_FULL)
+        http_error(req, ERR_INVALID_INVITE_CODE, "code",
+                   "invite code %s has been used as often as it may be today (UTC); try again tomorrow", ctx.code);
     else if (rc == LEDGER_OVER_BALANCE) {
         char label[64];
         snprintf(label, sizeof label, "invite code %s's credit of", ctx.code);
@@ -138,8 +152,16 @@ static json_t *invite_json(const struct invite_code *c)
                      daemon_config->currency);
 }
 
+/* invite_json with the per-day cap (migration 0021) added. */
+static json_t *invite_day_json(json_t *j, int64_t per_day)
+{
+    json_object_set_new(j, "max_uses_per_day", per_day ? json_integer(per_day) : json_null());
+    return j;
+}
+
 struct invite_ctx {
     struct invite_code c;           /* the code */
+    int64_t max_uses_per_day;       /* 0: no daily cap */
     const struct http_request *req; /* the admin's, for admin_actions */
     const char *reason;             /* the admin's reason, "" for none */
 };
@@ -148,9 +170,11 @@ static int invite_txn(struct store *s, void *vctx)
 {
     struct invite_ctx *ctx = vctx;
     int rc = store_invite_insert(s, &ctx->c);
+    if (rc == STORE_OK && ctx->max_uses_per_day)
+        rc = store_invite_set_day_cap(s, ctx->c.code, ctx->max_uses_per_day);
     if (rc != STORE_OK)
         return rc;
-    json_t *detail = invite_json(&ctx->c);
+    json_t *detail = invite_day_json(invite_json(&ctx->c), ctx->max_uses_per_day);
     rc = audit_record(s, ctx->req, "invite_code", ctx->c.code, ctx->c.amount, detail, ctx->reason);
     json_decref(detail);
     return rc;
@@ -164,6 +188,7 @@ void api_invite_codes_create(struct http_request *req)
         {"expires_at",  JSON_KIND_STRING,  0, 32                  },
         {"max_uses",    JSON_KIND_INTEGER, 0, 0                   },
         {"credit_days", JSON_KIND_INTEGER, 0, 0                   },
+        {"max_uses_per_day", JSON_KIND_INTEGER, 0, 0              },
         {"reason",      JSON_KIND_STRING,  0, 4 * AUDIT_REASON_MAX},
         {NULL,          0,                 0, 0                   },
     };
@@ -180,6 +205,8 @@ void api_invite_codes_create(struct http_request *req)
     json_t *max_uses = json_object_get(body, "max_uses"), *days = json_object_get(body, "credit_days");
     c->max_uses = max_uses ? json_integer_value(max_uses) : 0;
     c->credit_days = days ? json_integer_value(days) : 0;
+    json_t *per_day = json_object_get(body, "max_uses_per_day");
+    ctx.max_uses_per_day = per_day ? json_integer_value(per_day) : 0;
     if (code_normalize(json_string_value(json_object_get(body, "code")), c->code) < 0)
         http_error(req, ERR_INVALID_FIELD, "code", "code must be 1 to 32 letters, digits or '-'");
     else if (json_money_value(json_object_get(body, "amount"), &c->amount) < 0 || c->amount <= 0)
@@ -194,6 +221,8 @@ void api_invite_codes_create(struct http_request *req)
         http_error(req, ERR_INVALID_FIELD, "max_uses", "max_uses must be from 1 to 100000000");
     else if (days && (c->credit_days < 1 || c->credit_days > 3650))
         http_error(req, ERR_INVALID_FIELD, "credit_days", "credit_days must be from 1 to 3650");
+    else if (per_day && (ctx.max_uses_per_day < 1 || ctx.max_uses_per_day > 100000000))
+        http_error(req, ERR_INVALID_FIELD, "max_uses_per_day", "max_uses_per_day must be from 1 to 100000000");
     else {
         struct store *s = store_thread();
         int rc = s ? store_txn(s, invite_txn, &ctx) : STORE_ERROR;
@@ -204,7 +233,7 @@ void api_invite_codes_create(struct http_request *req)
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else
-            http_reply_json(req, 201, invite_json(c));
+            http_reply_json(req, 201, invite_day_json(invite_json(c), ctx.max_uses_per_day));
     }
     json_decref(body);
 }

@@ -300,6 +300,7 @@ void api_metrics(struct http_request *req)
             "# HELP gpurent_logs_reads_pending Log reads (GET /v1/instances/{id}/logs) waiting on a node's agent.\n"
             "# TYPE gpurent_logs_reads_pending gauge\ngpurent_logs_reads_pending %lld\n",
             (long long)logs_proxy_pending());
+    signup_metrics_write(f);
     struct billing_failures bf;
     billing_failures(&bf);
     struct loop_counters lc;

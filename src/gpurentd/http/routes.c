@@ -11,6 +11,8 @@ const struct http_route daemon_routes[] = {
     {"POST",   "/v1/signup",                  api_signup,              AUTH_NONE },
     {"POST",   "/v1/login",                   api_login,               AUTH_NONE },
     {"GET",    "/v1/me",                      api_me,                  AUTH_USER },
+    {"POST",   "/v1/verify-email",            api_verify_email,        AUTH_NONE },
+    {"POST",   "/v1/verify-email/resend",     api_verify_email_resend, AUTH_USER },
 
     {"POST",   "/v1/api-keys",                api_keys_create,         AUTH_USER },
     {"GET",    "/v1/api-keys",                api_keys_list,           AUTH_USER },
@@ -39,11 +41,11 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/volumes/{id}",            api_volumes_get,         AUTH_USER },
     {"DELETE", "/v1/volumes/{id}",            api_volumes_delete,      AUTH_USER },
 
-    {"POST",   "/v1/instances",               api_instances_create,    AUTH_USER },
+    {"POST",   "/v1/instances",               api_instances_create_verified, AUTH_USER },
     {"GET",    "/v1/instances",               api_instances_list,      AUTH_USER },
     {"GET",    "/v1/instances/{id}",          api_instances_get,       AUTH_USER },
     {"PATCH",  "/v1/instances/{id}",          api_instances_patch,     AUTH_USER },
-    {"POST",   "/v1/instances/{id}/start",    api_instances_start,     AUTH_USER },
+    {"POST",   "/v1/instances/{id}/start",    api_instances_start_verified, AUTH_USER },
     {"POST",   "/v1/instances/{id}/stop",     api_instances_stop,      AUTH_USER },
     {"DELETE", "/v1/instances/{id}",          api_instances_terminate, AUTH_USER },
     {"GET",    "/v1/instances/{id}/events",   api_instances_events,    AUTH_USER },
@@ -56,6 +58,10 @@ const struct http_route daemon_routes[] = {
     {"DELETE", "/v1/ssh-keys/{id}",           api_ssh_keys_delete,     AUTH_USER },
 
     {"PUT",    "/v1/admin/users/{id}/limits", api_users_set_limits,    AUTH_ADMIN},
+    {"GET",    "/v1/admin/users",             api_admin_users_find,    AUTH_ADMIN},
+    {"POST",   "/v1/admin/users/{id}/suspend", api_admin_users_suspend, AUTH_ADMIN},
+    {"POST",   "/v1/admin/users/{id}/reinstate", api_admin_users_reinstate, AUTH_ADMIN},
+    {"GET",    "/v1/admin/signups",           api_admin_signups,       AUTH_ADMIN},
 
     {"GET",    "/v1/balance",                 api_balance_get,         AUTH_USER },
     {"GET",    "/v1/transactions",            api_transactions_list,   AUTH_USER },

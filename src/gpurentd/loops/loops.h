@@ -13,7 +13,9 @@
  *                   (agent_client.h: the only libcurl of the daemon)
  *   counters.c      agent errors and billing passes, for /metrics
  *   logs_proxy.c    reads workload logs from agents for deferred HTTP
- *                   requests, on its own thread */
+ *                   requests, on its own thread
+ *   mailer.c        sends the outbox's mail (SMTP via common/smtp.c) with
+ *                   retries, or logs it when no smtp_url is set */
 #ifndef GPURENT_LOOPS_H
 #define GPURENT_LOOPS_H
 
@@ -112,6 +114,15 @@ void watchdog_loop_alive(enum loop_kind loop);
 /* Starts feeding when systemd asked for a watchdog (WATCHDOG_USEC). */
 int watchdog_start(const char *host, int port, int tls);
 void watchdog_stop(void);
+
+/* mailer.c: the outbox's sender, on its own thread. mailer_start reads
+ * smtp_credentials_file (refused if others may read it); -1 stops start-up. */
+int mailer_start(void);
+/* Asks for a pass now (mail was queued) instead of within a second. */
+void mailer_wake(void);
+void mailer_stop(void);
+/* Mail handed to the server (or logged), failed tries, mail given up on. */
+void mailer_counters(int64_t *sent, int64_t *failures, int64_t *given_up);
 
 /* agent_client.c (the calls themselves are in agent_client.h): libcurl's
  * process-wide set-up, before any thread starts, and its tear-down. 0 or -1. */

@@ -99,12 +99,22 @@ struct user {
     int active;                            /* 0 when disabled */
     char invite_code[64];                  /* code given at sign-up, "" if none */
     int64_t created_at;                    /* epoch seconds */
+    char email_key[256];                   /* normalised form, unique ("" at insert: the email) */
+    char email_display[256];               /* as typed at sign-up ("" at insert: the email) */
+    int64_t email_verified_at;             /* 0 until the address is verified */
+    int64_t trial_at;                      /* when it got its trial credit; 0 never */
+    char signup_address[64];               /* client address of the sign-up, "" otherwise */
 };
 /* Inserts u (id and created_at filled by the caller); STORE_CONFLICT if the
  * email is taken. */
 int store_user_insert(struct store *s, const struct user *u);
 int store_user_get(struct store *s, const char *id, struct user *out);
-int store_user_get_by_email(struct store *s, const char *email, struct user *out);
+/* By the normalised form (email_key). */
+int store_user_get_by_email(struct store *s, const char *email_key, struct user *out);
+/* By email_key, else by the lower-cased email: accounts made before
+ * migration 0021 keep their lower-cased address as key, which the
+ * normalised form of a spelling may not match. */
+int store_user_get_by_login(struct store *s, const char *email_key, const char *lower, struct user *out);
 /* Number of admin accounts, or a negative store_rc. */
 int64_t store_user_count_admins(struct store *s);
 
@@ -868,6 +878,52 @@ struct volume_charge {
 /* Calls fn for every volume that has storage charged or is settled, by
  * region then id; a non-zero return stops with STORE_ERROR. */
 int store_volume_charges(struct store *s, int (*fn)(void *ctx, const struct volume_charge *vc), void *ctx);
+
+/* store_signup.c: e-mail verification codes, the outbox, sign-up lists,
+ * suspension and invite codes' per-day caps (migration 0021). */
+struct email_verification {
+    char user_id[ID_MAX]; /* whose */
+    int64_t expires_at;   /* epoch seconds */
+    int64_t used_at;      /* 0 while unused */
+};
+/* token_hash is sha256_hex of the code. */
+int store_verification_insert(struct store *s, const char *token_hash, const char *user_id, int64_t at,
+                              int64_t expires_at);
+int store_verification_get(struct store *s, const char *token_hash, struct email_verification *out);
+int store_verification_use(struct store *s, const char *token_hash, int64_t at);
+int store_user_set_verified(struct store *s, const char *user_id, int64_t at);
+/* Marks the trial had; STORE_CONFLICT when the account already had it. */
+int store_user_set_trial(struct store *s, const char *user_id, int64_t at);
+int store_user_set_active(struct store *s, const char *user_id, int active);
+/* Ids of user_id's instances whose desired state is running (malloc'd
+ * ID_MAX-byte rows, *n of them). */
+int store_user_running_instances(struct store *s, const char *user_id, char (**ids)[ID_MAX], size_t *n);
+/* Recent sign-ups (users with a signup_address), newest first; address
+ * NULL for all. *out malloc'd. */
+int store_signups_list(struct store *s, const char *address, size_t limit, struct user **out, size_t *n);
+struct outbox_mail {
+    int64_t id;
+    char to[256];
+    char subject[201];
+    char *body; /* malloc'd */
+    int64_t attempts;
+};
+int store_outbox_insert(struct store *s, const char *user_id, const char *to, const char *subject, const char *body,
+                        int64_t at);
+/* The oldest mail due at now; STORE_NOT_FOUND when none. */
+int store_outbox_next(struct store *s, int64_t now, struct outbox_mail *out);
+int store_outbox_sent(struct store *s, int64_t id, int64_t at);
+/* Counts a failed try: next try at next_at, or given up (failed) when 1. */
+int store_outbox_retry(struct store *s, int64_t id, int64_t next_at, int failed, int64_t at, const char *error);
+/* Mail not yet sent nor given up, for /metrics; negative store_rc on error. */
+int64_t store_outbox_pending(struct store *s);
+/* An invite code's per-day cap (0: none). */
+int store_invite_day_cap(struct store *s, const char *code, int64_t *cap);
+int store_invite_set_day_cap(struct store *s, const char *code, int64_t cap);
+/* Whether user_id redeemed code: *n 1 or 0. */
+int store_invite_redeemed(struct store *s, const char *code, const char *user_id, int64_t *n);
+/* Redemptions of code at or after since. */
+int store_invite_uses_since(struct store *s, const char *code, int64_t since, int64_t *n);
 
 /* store_reports.c: the report views and online backups. */
 /* The i-th report's name ("daily-revenue" …), or NULL past the last. */

@@ -35,6 +35,12 @@ int store_read_rows(struct store *s, sqlite3_stmt *st, void *out, size_t size, s
  * of size-byte elements (*out, caller frees; *n rows). */
 int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, size_t *n,
                   void (*read)(sqlite3_stmt *st, void *row), const char *what);
+/* store_users.c: the users columns every read selects, in order, and a
+ * read() for them (struct user). */
+#define USER_COLUMNS                                                                                         \
+    "id, email, password_hash, role, status, invite_code, created_at, coalesce(email_key, ''), email_display," \
+    " coalesce(email_verified_at, 0), coalesce(trial_at, 0), signup_address"
+void store_read_user(sqlite3_stmt *st, void *row);
 /* A read() for store_collect: column 0 as an id (char[ID_MAX]). */
 void store_read_id(sqlite3_stmt *st, void *row);
 /* store_nodes.c: steps st, an UPDATE of node id that changes a row only

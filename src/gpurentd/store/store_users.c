@@ -5,12 +5,13 @@
 #include <string.h>
 
 static const char SQL_USER_INSERT[] =
-    "INSERT INTO users (id, email, password_hash, role, status, invite_code, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)";
+    "INSERT INTO users (id, email, password_hash, role, status, invite_code, created_at, email_key, email_display,"
+    " email_verified_at, trial_at, signup_address) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_USER_BY_ID[] =
-    "SELECT id, email, password_hash, role, status, invite_code, created_at FROM users WHERE id = ?";
+    "SELECT " USER_COLUMNS " FROM users WHERE id = ?";
 static const char SQL_USER_BY_EMAIL[] =
-    "SELECT id, email, password_hash, role, status, invite_code, created_at FROM users WHERE email = ?";
+    "SELECT " USER_COLUMNS " FROM users WHERE email_key = ?";
+static const char SQL_USER_BY_LOWER[] = "SELECT " USER_COLUMNS " FROM users WHERE email = ?";
 static const char SQL_USER_COUNT_ADMINS[] = "SELECT count(*) FROM users WHERE role = 'admin'";
 
 int store_user_insert(struct store *s, const struct user *u)
@@ -25,7 +26,36 @@ int store_user_insert(struct store *s, const struct user *u)
     sqlite3_bind_text(st, 5, u->active ? "active" : "disabled", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 6, u->invite_code, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 7, u->created_at);
+    sqlite3_bind_text(st, 8, u->email_key[0] ? u->email_key : u->email, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 9, u->email_display[0] ? u->email_display : u->email, -1, SQLITE_STATIC);
+    if (u->email_verified_at)
+        sqlite3_bind_int64(st, 10, u->email_verified_at);
+    else
+        sqlite3_bind_null(st, 10);
+    if (u->trial_at)
+        sqlite3_bind_int64(st, 11, u->trial_at);
+    else
+        sqlite3_bind_null(st, 11);
+    sqlite3_bind_text(st, 12, u->signup_address, -1, SQLITE_STATIC);
     return store_step_write(s, st, "insert user");
+}
+
+void store_read_user(sqlite3_stmt *st, void *row)
+{
+    struct user *out = row;
+    memset(out, 0, sizeof *out);
+    store_column_text(out->id, sizeof out->id, st, 0);
+    store_column_text(out->email, sizeof out->email, st, 1);
+    store_column_text(out->password_hash, sizeof out->password_hash, st, 2);
+    out->role = strcmp((const char *)sqlite3_column_text(st, 3), "admin") == 0 ? ROLE_ADMIN : ROLE_USER;
+    out->active = strcmp((const char *)sqlite3_column_text(st, 4), "active") == 0;
+    store_column_text(out->invite_code, sizeof out->invite_code, st, 5);
+    out->created_at = sqlite3_column_int64(st, 6);
+    store_column_text(out->email_key, sizeof out->email_key, st, 7);
+    store_column_text(out->email_display, sizeof out->email_display, st, 8);
+    out->email_verified_at = sqlite3_column_int64(st, 9);
+    out->trial_at = sqlite3_column_int64(st, 10);
+    store_column_text(out->signup_address, sizeof out->signup_address, st, 11);
 }
 
 static int user_get(struct store *s, const char *sql, const char *key, struct user *out)
@@ -37,13 +67,7 @@ static int user_get(struct store *s, const char *sql, const char *key, struct us
     int rc = sqlite3_step(st);
     int result;
     if (rc == SQLITE_ROW) {
-        store_column_text(out->id, sizeof out->id, st, 0);
-        store_column_text(out->email, sizeof out->email, st, 1);
-        store_column_text(out->password_hash, sizeof out->password_hash, st, 2);
-        out->role = strcmp((const char *)sqlite3_column_text(st, 3), "admin") == 0 ? ROLE_ADMIN : ROLE_USER;
-        out->active = strcmp((const char *)sqlite3_column_text(st, 4), "active") == 0;
-        store_column_text(out->invite_code, sizeof out->invite_code, st, 5);
-        out->created_at = sqlite3_column_int64(st, 6);
+        store_read_user(st, out);
         result = STORE_OK;
     } else if (rc == SQLITE_DONE) {
         result = STORE_NOT_FOUND;
@@ -62,6 +86,12 @@ int store_user_get(struct store *s, const char *id, struct user *out)
 int store_user_get_by_email(struct store *s, const char *email, struct user *out)
 {
     return user_get(s, SQL_USER_BY_EMAIL, email, out);
+}
+
+int store_user_get_by_login(struct store *s, const char *email_key, const char *lower, struct user *out)
+{
+    int rc = user_get(s, SQL_USER_BY_EMAIL, email_key, out);
+    return rc == STORE_NOT_FOUND ? user_get(s, SQL_USER_BY_LOWER, lower, out) : rc;
 }
 
 int64_t store_user_count_admins(struct store *s)

@@ -32,7 +32,7 @@ Daemon(directory, *, options=None, config=None, args=(), clock=START_TIME,
     gpurent.db, clock (the testing clock file), gpurentd.conf (when config
     text is given; passed with -c) and stdout-N.log / stderr-N.log for the
     N-th start. options are extra `-o key=value` overrides, applied over
-    FAST_OPTIONS (password_iterations=1000). clock=None runs on the system
+    FAST_OPTIONS (password_iterations=1000, no sign-up rate limits). clock=None runs on the system
     clock. listen defaults to port 0: the daemon binds a free port and the
     harness reads it from the "listening on" log line, so there is no race
     for ports between tests.
@@ -54,8 +54,12 @@ Daemon(directory, *, options=None, config=None, args=(), clock=START_TIME,
               data=None, headers=None, params=None, session=None) ->
               requests.Response (a new connection per call unless a
               requests.Session is given); get/post/delete(path, **kw)
-  accounts    signup(email=None, password=None, **fields) -> Account
-              (asserts 201); login(email, password, **fields) -> Response;
+  accounts    signup(email=None, password=None, verify=True, **fields) -> Account
+              (asserts 201; verify: reads the code from the "E-MAIL NOT SENT"
+              log line of a daemon without smtp_url and verifies the address,
+              so the account has its trial credit and may launch);
+              verification_code(email) -> the last code logged for email;
+              verify_email(email) -> the 200 body; login(email, password, **fields) -> Response;
               create_key(key, name=None) -> dict (the 201 body);
               cli_create_user(email, admin=False, password=None) -> token
   database    sql(query, params=()) -> list of tuples (read-only sqlite3
@@ -81,7 +85,9 @@ import requests
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 GPURENTD = os.path.abspath(os.environ.get("GPURENTD") or os.path.join(REPO, "build", "gpurentd"))
 START_TIME = 1_800_000_000  # 2027-01-15T08:00:00Z
-FAST_OPTIONS = {"password_iterations": "1000"}
+# Tests make many accounts from 127.0.0.1: the sign-up rate limits are off
+# unless a test sets them (tests/e2e/accounts/test_signup.py does).
+FAST_OPTIONS = {"password_iterations": "1000", "signup_rate_per_address": "0", "signup_rate_per_subnet": "0"}
 DEFAULT_PASSWORD = "correct horse battery"
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer", "ERROR: ThreadSanitizer")
 REQUEST_ID = re.compile(r"^req_[0-9a-z]{20}$")
@@ -340,14 +346,27 @@ class Daemon:
 
     # ------------------------------------------------------------ accounts
 
-    def signup(self, email=None, password=None, **fields):
+    def signup(self, email=None, password=None, verify=True, **fields):
         email = email or unique_email()
         password = password or DEFAULT_PASSWORD
         r = self.post("/v1/signup", json={"email": email, "password": password, **fields})
         assert r.status_code == 201, r.text
         body = r.json()
+        if verify:
+            self.verify_email(email)
         return Account(id=body["user"]["id"], email=body["user"]["email"], password=password,
                        key=body["api_key"]["token"], key_id=body["api_key"]["id"])
+
+    def verification_code(self, email, timeout=10):
+        """The newest verification code the mailer logged for email (as typed)."""
+        rx = rf"E-MAIL NOT SENT \(no smtp_url\): verify {re.escape(email)} with code (evc_[0-9a-z]{{20}})"
+        self.wait_for_log(rx, timeout=timeout)
+        return re.findall(rx, self.stderr_text())[-1]
+
+    def verify_email(self, email):
+        r = self.post("/v1/verify-email", json={"token": self.verification_code(email)})
+        assert r.status_code == 200, r.text
+        return r.json()
 
     def login(self, email, password, **fields):
         return self.post("/v1/login", json={"email": email, "password": password, **fields})

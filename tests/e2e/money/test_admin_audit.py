@@ -92,7 +92,7 @@ def test_each_admin_money_action_writes_one_row(audited, admins):
     assert r.status_code == 201, r.text
     row = one_row(c, since, root, "invite_code", "AUDIT-27", 15 * MICRO, "spring campaign")
     assert row["detail"] == {"code": "AUDIT-27", "amount": "15.00", "expires_at": None, "max_uses": 10,
-                             "credit_days": None, "currency": "CNY"}
+                             "credit_days": None, "max_uses_per_day": None, "currency": "CNY"}
 
     since = last_id(c)
     r = as_admin(c, ops, "PUT", "/v1/admin/prices/MI300X", json={"price_per_card_hour": "2.40", "reason": "Q2 list"})

@@ -110,10 +110,10 @@ def test_invite_codes_take_max_grant_and_refuse_one_micro_more(bounds):
          json={"code": "BOUNDS-OVER", "amount": yuan(MAX_GRANT + 1)})
     r = c.admin("POST", path, json={"code": "BOUNDS-MAX", "amount": yuan(MAX_GRANT)})
     assert r.status_code == 201, r.text
-    u = c.signup()
+    u = c.cli_user()  # an account that has had no trial may redeem a code
     r = c.d.post("/v1/invite-codes/redeem", key=u.key, json={"code": "BOUNDS-MAX"})
     assert r.status_code == 201, r.text
-    assert c.balance(u)["credit"] == MAX_GRANT + 10 * MICRO  # and the trial credit
+    assert c.balance(u)["credit"] == MAX_GRANT
 
 
 def test_prices_take_max_price_and_refuse_one_micro_more(bounds):
@@ -159,12 +159,12 @@ def test_the_overflowing_topup_is_refused_and_later_topups_still_work(bounds):
 
 def test_money_past_max_balance_is_refused_on_every_route(bounds):
     c = bounds
-    u = c.signup()                              # 10.00 of trial credit
+    u = c.cli_user()                            # no trial yet: it may still redeem a code
     for _ in range(9):
         assert topup(c, u, yuan(MAX_TOPUP)).status_code == 201
     assert c.admin("POST", f"/v1/admin/users/{u.id}/grants", json={"amount": yuan(MAX_GRANT)}).status_code == 201
     room = MAX_BALANCE - holdings(c, u)
-    assert room == MAX_TOPUP - MAX_GRANT - 10 * MICRO
+    assert room == MAX_TOPUP - MAX_GRANT
     # Exactly up to the limit is fine; then not one micro more, by any route.
     assert topup(c, u, yuan(room - 1)).status_code == 201
     assert webhook(c, u.id, "0.000001").status_code == 201
@@ -259,11 +259,13 @@ def test_configured_limits_are_honoured(new_cluster):
          json={"amount": "0.01"})
     assert holdings(c, u) == 100 * MICRO
     # A new account's trial credit (10.00) is within the limits; an invite
-    # code of 20.00 is too, and redeeming it takes this user to 30.00.
+    # code of 20.00 is too, and redeeming it (an account with no trial yet)
+    # takes this user to 20.00.
+    assert holdings(c, c.signup()) == 10 * MICRO
     assert c.admin("POST", "/v1/admin/invite-codes", json={"code": "SMALL", "amount": "20.00"}).status_code == 201
-    v = c.signup()
+    v = c.cli_user()
     assert c.d.post("/v1/invite-codes/redeem", key=v.key, json={"code": "SMALL"}).status_code == 201
-    assert holdings(c, v) == 30 * MICRO
+    assert holdings(c, v) == 20 * MICRO
 
 
 def test_an_invite_code_worth_more_than_max_balance_is_refused_where_it_lands(new_cluster):
@@ -276,10 +278,10 @@ def test_an_invite_code_worth_more_than_max_balance_is_refused_where_it_lands(ne
     err = r.json()["error"]
     assert r.status_code == 400 and err["field"] == "invite_code" and "max_balance 100.00 CNY" in err["message"], r.text
     assert not c.d.sql("SELECT 1 FROM users WHERE email = 'big@example.test'")
-    u = c.signup()
+    u = c.cli_user()
     err = over(c, "redeem BIG", "POST", "/v1/invite-codes/redeem", "code", "max_balance", 100 * MICRO, key=u.key,
                json={"code": "BIG"})
-    assert err["message"] == (f"invite code BIG's credit of 150.00 would take the balance of {u.id} to 160.00,"
+    assert err["message"] == (f"invite code BIG's credit of 150.00 would take the balance of {u.id} to 150.00,"
                               " over max_balance 100.00 CNY"), err
 
 

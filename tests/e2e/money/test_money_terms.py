@@ -28,7 +28,7 @@ def test_an_expired_invite_code_is_refused_and_changes_nothing(terms):
     c = terms
     t0 = c.d.now()
     make_code(c, "LATE-1", 5 * MICRO, expires_at=iso(t0 + 60))
-    early, late = c.signup(), c.signup()
+    early, late = c.cli_user(), c.cli_user()  # accounts with no trial yet
     # The last second before its expiry it still counts...
     c.d.set_clock(t0 + 59)
     r = redeem(c, early, "late-1")
@@ -52,7 +52,7 @@ def test_an_expired_invite_code_is_refused_and_changes_nothing(terms):
 
 def test_unknown_and_used_up_invite_codes_say_which(terms):
     c = terms
-    u, v = c.signup(), c.signup()
+    u, v = c.cli_user(), c.cli_user()
     err = assert_error(redeem(c, u, "NO-SUCH-CODE"), 400, "invalid_invite_code", "code")
     assert err["message"] == "no invite code NO-SUCH-CODE", err
     make_code(c, "ONCE-1", 1 * MICRO, max_uses=1)
@@ -67,10 +67,15 @@ def test_unknown_and_used_up_invite_codes_say_which(terms):
         err = assert_error(r, 400, "invalid_invite_code", "invite_code")
         assert err["message"] == message, err
     # A code this account already has, still open to others, is a conflict.
+    # (u had its trial with ONCE-1: a third account.)
+    w = c.cli_user()
     make_code(c, "TWICE-1", 1 * MICRO, max_uses=2)
-    assert redeem(c, u, "TWICE-1").status_code == 201
-    err = assert_error(redeem(c, u, "TWICE-1"), 409, "conflict", "code")
+    assert redeem(c, w, "TWICE-1").status_code == 201
+    err = assert_error(redeem(c, w, "TWICE-1"), 409, "conflict", "code")
     assert err["message"] == "this account has already redeemed TWICE-1", err
+    # Another code for an account that had its trial: refused too.
+    err = assert_error(redeem(c, u, "TWICE-1"), 409, "conflict", "code")
+    assert "trial" in err["message"], err
 
 
 def test_credit_days_give_a_grant_that_expires_after_them(terms):
@@ -78,7 +83,7 @@ def test_credit_days_give_a_grant_that_expires_after_them(terms):
     t0 = c.d.now()
     made = make_code(c, "DAYS-3", 2 * MICRO, credit_days=3)
     assert (made["credit_days"], made["expires_at"], made["amount"]) == (3, None, "2.00")
-    u = c.signup()
+    u = c.cli_user()
     c.d.set_clock(t0 + 100)
     r = redeem(c, u, "DAYS-3")
     assert r.status_code == 201, r.text
@@ -89,7 +94,7 @@ def test_credit_days_give_a_grant_that_expires_after_them(terms):
     assert (g["source"], g["amount"], g["remaining"], g["expires_at"]) == ("invite:DAYS-3", 2 * MICRO, 2 * MICRO,
                                                                            iso(t0 + 100 + 3 * DAY))
     assert c.d.sql("SELECT expires_at FROM credit_grants WHERE id = ?", (gid,)) == [(t0 + 100 + 3 * DAY,)]
-    signup_credit = 10 * MICRO
+    signup_credit = 0  # an account made by an admin, so that it may redeem the code
     # Spendable up to the second before its expiry, then void.
     c.d.set_clock(t0 + 100 + 3 * DAY - 1)
     assert c.balance(u)["credit"] == signup_credit + 2 * MICRO

@@ -98,7 +98,7 @@ def people(checked):
 
 
 def test_redeem_refuses_bad_input(checked, people):
-    c, u = checked, people["alice"]
+    c, u = checked, checked.cli_user()  # verified and no trial yet: it may redeem
     path = "/v1/invite-codes/redeem"
     run_matrix(c, "POST", path, u.key, {"code": "AMD6GW"}, required=["code"], strings=["code"])
     for bad in ("", " ", "AMD 6GW", "AMD6GW\n", "A" * 33, "\u00c4MD6GW", "AMD6GW;", "NO-SUCH-CODE"):

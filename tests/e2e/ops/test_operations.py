@@ -316,7 +316,7 @@ def test_sighup_reloads_login_limits(new_daemon):
     d.terminate(signal.SIGHUP)
     poll(lambda: d.stderr_text().count("reload: ") > before, DEADLINE, "the reload log line")
     line = d.stderr_text().split("reload: ")[-1].split("\n")[0]
-    assert "login_max_failures=2 (per client 8) login_lockout_s=120;" in line, line
+    assert "login_max_failures=2 (per client 8) login_lockout_s=120 signup_rate_per_address=" in line, line
 
     # emails[0] already has three failures in its window: the lower limit
     # locks it at its next failure.
@@ -517,6 +517,8 @@ def test_metrics_access(metrics_cluster):
         "process_cpu_seconds_total": "counter", "process_resident_memory_bytes": "gauge",
         "process_virtual_memory_bytes": "gauge", "process_open_fds": "gauge", "process_max_fds": "gauge",
         "process_start_time_seconds": "gauge",
+        "gpurent_signups_total": "counter", "gpurent_signups_refused_total": "counter",
+        "gpurent_mail_sent_total": "counter",
     }
     for name, kind in want.items():
         assert name in api and api[name].type == kind, (name, api.get(name))

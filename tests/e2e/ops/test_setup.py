@@ -426,6 +426,14 @@ def test_run_local_end_to_end(tmp_path):
         assert r.status_code == 201, r.text
         key = r.json()["api_key"]["token"]
         auth = {"Authorization": f"Bearer {key}"}
+        # Without smtp_url the verification code is in the daemon's log on
+        # the terminal, as the banner says.
+        code_line = re.compile(r"E-MAIL NOT SENT \(no smtp_url\): verify ada@example\.com with code (evc_[0-9a-z]{20})")
+        code = poll(lambda: (code_line.search(run.stderr()) or None) and code_line.search(run.stderr()).group(1),
+                    30, "the verification code in the log")
+        assert "E-MAIL NOT SENT" in banner or "verify-email" in banner, banner
+        r = requests.post(run.base + "/v1/verify-email", timeout=30, json={"token": code})
+        assert r.status_code == 200 and r.json()["credit"]["source"] == "invite:AMD6GW", r.text
         ssh_key = tmp_path / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh_key)], check=True)
         r = requests.post(run.base + "/v1/ssh-keys", headers=auth, timeout=30,

@@ -1,0 +1,26 @@
+/* smtp.h: sending one plain-text e-mail through an SMTP server with
+ * libcurl (the daemon's mailer loop uses it; libcurl stays in common). */
+#ifndef GPURENT_SMTP_H
+#define GPURENT_SMTP_H
+#include <stddef.h>
+
+/* How TLS is used, as libcurl's CURLOPT_USE_SSL: "none" never, "starttls"
+ * when the server offers it (CURLUSESSL_TRY), "required" or fail
+ * (CURLUSESSL_ALL). smtps:// URLs are TLS from the first byte anyway. */
+enum smtp_tls { SMTP_TLS_NONE, SMTP_TLS_STARTTLS, SMTP_TLS_REQUIRED };
+/* Parses "none", "starttls" or "required"; -1 otherwise. */
+int smtp_tls_parse(const char *s, enum smtp_tls *out);
+
+struct smtp_server {
+    const char *url;      /* smtp://host:port or smtps://host:port */
+    const char *from;     /* envelope and From: address */
+    const char *user;     /* "" or NULL: no AUTH */
+    const char *password; /* with user */
+    enum smtp_tls tls;    /* CURLOPT_USE_SSL */
+    long timeout_ms;      /* the whole exchange */
+};
+/* Sends subject and body (plain text, UTF-8, lines ending in \n) to to.
+ * 0, or -1 with the reason in err. */
+int smtp_send(const struct smtp_server *srv, const char *to, const char *subject, const char *body, char *err,
+              size_t errlen);
+#endif
