@@ -4,7 +4,7 @@
  * the loop concerned and answers once (ASSERTed in src/common/http.c).
  *
  *   routes.c       every route, in one table (docs/openapi.json follows it)
- *   auth.c         bearer API keys and roles
+ *   auth.c         bearer API keys (expiry, last use) and roles
  *   throttle.c     failed-login lockouts
  *   idempotency.c  Idempotency-Key: the replay before a change and the
  *                  record in its transaction
@@ -14,7 +14,8 @@
  *   api_*.c        one file per resource: health, accounts, keys, GPU
  *                  types, nodes, images, volumes, instances, users, balance,
  *                  prices, storage prices, credits, payments, billing,
- *                  audit, SSH keys
+ *                  audit, SSH keys, the password (api_password.c), sign-ups
+ *                  and admins acting on accounts (api_signup.c)
  *   api_logs.c     instance logs, read from agents by the logs proxy */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
