@@ -236,6 +236,9 @@ const struct conf_option daemon_options[] = {
     OPT_INT(agent_max_parallel, 1, 10000, 256, "agent connections open at once"),
     OPT_STR(agent_ca_file, "", NULL, "CA bundle that https agents' certificates must chain to; empty: system CAs"),
     OPT_INT(default_max_cards, 0, 100000, 64, "cards a user may hold at once unless an admin set a limit"),
+    OPT_INT(default_max_volumes, 0, 100000, 10, "live volumes a user may hold unless an admin set another bound"),
+    OPT_INT(default_max_volume_gb, 0, 1000000000, 20000,
+            "GB a user's live volumes may hold together unless an admin set another bound"),
     OPT_INT(volume_default_size_gb, 1, 1048576, 100, "quota of a volume created without a size, GB"),
     OPT_STR(volume_source_template, "nfs-server:/export/gpurent/{volume_id}", validate_volume_source,
             "what agents mount for a volume; {volume_id} and {user_id} are replaced (e.g. "

@@ -47,6 +47,8 @@ struct daemon_conf {
     int64_t max_connections;            /* all clients together */
     int64_t max_connections_per_client; /* per client address */
     int64_t connection_timeout_s;       /* idle connections closed after this */
+    int64_t default_max_volumes;        /* live volumes a user may hold unless an admin set another bound */
+    int64_t default_max_volume_gb;      /* GB of a user's live volumes together, the same way */
     int64_t header_timeout_s;           /* a request's headers must arrive within this */
     int64_t body_min_rate;              /* bytes/s a body must average; 0 = no bound */
     int64_t max_body_bytes;             /* larger request bodies get 413 */
@@ -381,6 +383,12 @@ int volume_create(struct store *s, const char *user_id, const char *name, int64_
 /* The same in a storage region ("" for the global storage price). */
 int volume_create_in(struct store *s, const char *user_id, const char *name, int64_t size_gb, const char *region,
                      struct volume *v);
+/* Whether a new volume of size_gb stays within the user's bounds (admin-set,
+ * else default_max_volumes and default_max_volume_gb): STORE_OK, or
+ * VOLUME_OVER_LIMIT with a sentence in why (when not NULL). The creates
+ * above check it themselves. */
+#define VOLUME_OVER_LIMIT (-101)
+int volume_limit_check(struct store *s, const char *user_id, int64_t size_gb, char *why, size_t whylen);
 /* Finds or creates (inside a transaction) the user's default "shared" volume. */
 int volume_default(struct store *s, const char *user_id, char id_out[ID_MAX]);
 

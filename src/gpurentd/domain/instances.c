@@ -149,7 +149,13 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
             return rc;
         snprintf(volume_id, sizeof volume_id, "%s", v.id);
     } else if ((rc = volume_default(s, req->user_id, volume_id)) != STORE_OK) {
-        return rc;
+        if (rc != VOLUME_OVER_LIMIT)
+            return rc;
+        char why[256];
+        volume_limit_check(s, req->user_id, daemon_config->volume_default_size_gb, why, sizeof why);
+        return refuse(o, ERR_QUOTA_EXCEEDED, "volume_id", NULL,
+                      "the default volume (shared, %lld GB) cannot be made: %s; name a volume_id",
+                      (long long)daemon_config->volume_default_size_gb, why);
     }
     int64_t now = clock_now();
     struct instance in = {.card_count = req->card_count, .created_at = now, .updated_at = now, .state_since = now};

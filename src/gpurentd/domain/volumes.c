@@ -39,6 +39,31 @@ static int render_source(const char *user_id, const char *volume_id, char *out, 
     return 0;
 }
 
+int volume_limit_check(struct store *s, const char *user_id, int64_t size_gb, char *why, size_t whylen)
+{
+    int64_t max_count, max_gb, count, gb;
+    int rc = store_user_volume_limits(s, user_id, daemon_config->default_max_volumes,
+                                      daemon_config->default_max_volume_gb, &max_count, &max_gb);
+    if (rc == STORE_OK)
+        rc = store_user_volume_usage(s, user_id, &count, &gb);
+    if (rc != STORE_OK)
+        return rc;
+    if (count + 1 > max_count) {
+        if (why)
+            snprintf(why, whylen, "your account may hold at most %lld volumes and has %lld; delete one first",
+                     (long long)max_count, (long long)count);
+        return VOLUME_OVER_LIMIT;
+    }
+    if (gb + size_gb > max_gb) {
+        if (why)
+            snprintf(why, whylen,
+                     "your volumes may hold at most %lld GB together; you have %lld GB, so this one may have at most %lld",
+                     (long long)max_gb, (long long)gb, (long long)(max_gb > gb ? max_gb - gb : 0));
+        return VOLUME_OVER_LIMIT;
+    }
+    return STORE_OK;
+}
+
 int volume_create(struct store *s, const char *user_id, const char *name, int64_t size_gb, struct volume *v)
 {
     return volume_create_in(s, user_id, name, size_gb, "", v);
@@ -48,6 +73,9 @@ int volume_create_in(struct store *s, const char *user_id, const char *name, int
                      struct volume *v)
 {
     memset(v, 0, sizeof *v);
+    int rc = volume_limit_check(s, user_id, size_gb, NULL, 0);
+    if (rc != STORE_OK)
+        return rc;
     snprintf(v->region, sizeof v->region, "%s", region);
     if (id_new("vol", v->id) < 0)
         return STORE_ERROR;

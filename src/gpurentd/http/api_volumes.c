@@ -37,6 +37,7 @@ struct create_ctx {
     int64_t size_gb;            /* quota, and what storage is billed for */
     const char *region;         /* storage region, "" global */
     int unknown_region;         /* out: no node and no storage price has it */
+    char why[256];              /* out: which volume bound it would break */
     struct volume v;            /* out */
 };
 
@@ -53,7 +54,10 @@ static int create_txn(struct store *s, void *vctx)
             return STORE_NOT_FOUND;
         }
     }
-    return volume_create_in(s, ctx->user_id, ctx->name, ctx->size_gb, ctx->region, &ctx->v);
+    int rc = volume_create_in(s, ctx->user_id, ctx->name, ctx->size_gb, ctx->region, &ctx->v);
+    if (rc == VOLUME_OVER_LIMIT)
+        volume_limit_check(s, ctx->user_id, ctx->size_gb, ctx->why, sizeof ctx->why);
+    return rc;
 }
 
 void api_volumes_create(struct http_request *req)
@@ -89,6 +93,8 @@ void api_volumes_create(struct http_request *req)
                    "no node and no storage price is in region %s; leave region out for the global price", ctx.region);
     else if (rc == STORE_CONFLICT)
         http_error(req, ERR_NAME_TAKEN, "name", "you already have a volume named %s", ctx.name);
+    else if (rc == VOLUME_OVER_LIMIT)
+        http_error(req, ERR_QUOTA_EXCEEDED, "size_gb", "%s", ctx.why);
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else {

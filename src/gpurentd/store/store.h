@@ -439,6 +439,14 @@ int store_user_cards_by_model(struct store *s, const char *user_id, struct model
 /* The user's card quota, or def when no admin set one. */
 int64_t store_user_max_cards(struct store *s, const char *user_id, int64_t def);
 int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_cards);
+/* The user's volume bounds (0023): how many live volumes, how many GB in
+ * all; each the default given when no admin set one. */
+int store_user_volume_limits(struct store *s, const char *user_id, int64_t def_count, int64_t def_gb,
+                             int64_t *max_volumes, int64_t *max_gb);
+/* Sets them; -1 leaves one as it is (or the default when never set). */
+int store_user_set_volume_limits(struct store *s, const char *user_id, int64_t max_volumes, int64_t max_gb);
+/* The user's live volumes and their GB together. */
+int store_user_volume_usage(struct store *s, const char *user_id, int64_t *count, int64_t *gb);
 
 /* store_ssh_keys.c: users' OpenSSH public keys and instances' snapshots of them. */
 struct ssh_key {

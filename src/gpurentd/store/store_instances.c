@@ -515,3 +515,61 @@ int store_user_cards_by_model(struct store *s, const char *user_id, struct model
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     return store_collect(s, st, sizeof **out, (void **)out, n, read_model_cards, "cards by model");
 }
+
+static const char SQL_USER_VOLUME_LIMITS[] =
+    "SELECT coalesce(max_volumes, -1), coalesce(max_volume_gb, -1) FROM user_volume_limits WHERE user_id = ?";
+static const char SQL_USER_SET_VOLUME_LIMITS[] =
+    "INSERT INTO user_volume_limits (user_id, max_volumes, max_volume_gb) VALUES (?1, nullif(?2, -1), nullif(?3, -1))"
+    " ON CONFLICT (user_id) DO UPDATE SET max_volumes = CASE WHEN ?2 = -1 THEN max_volumes ELSE ?2 END,"
+    " max_volume_gb = CASE WHEN ?3 = -1 THEN max_volume_gb ELSE ?3 END";
+static const char SQL_USER_VOLUME_USAGE[] =
+    "SELECT count(*), coalesce(sum(size_gb), 0) FROM volumes WHERE user_id = ? AND deleted_at IS NULL";
+
+int store_user_volume_limits(struct store *s, const char *user_id, int64_t def_count, int64_t def_gb,
+                             int64_t *max_volumes, int64_t *max_gb)
+{
+    *max_volumes = def_count;
+    *max_gb = def_gb;
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_VOLUME_LIMITS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        if (sqlite3_column_int64(st, 0) >= 0)
+            *max_volumes = sqlite3_column_int64(st, 0);
+        if (sqlite3_column_int64(st, 1) >= 0)
+            *max_gb = sqlite3_column_int64(st, 1);
+    }
+    int out = rc == SQLITE_ROW || rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "user volume limits");
+    sqlite3_reset(st);
+    return out;
+}
+
+int store_user_set_volume_limits(struct store *s, const char *user_id, int64_t max_volumes, int64_t max_gb)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_SET_VOLUME_LIMITS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, max_volumes);
+    sqlite3_bind_int64(st, 3, max_gb);
+    return store_step_write(s, st, "set user volume limits");
+}
+
+int store_user_volume_usage(struct store *s, const char *user_id, int64_t *count, int64_t *gb)
+{
+    *count = *gb = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_VOLUME_USAGE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *count = sqlite3_column_int64(st, 0);
+        *gb = sqlite3_column_int64(st, 1);
+    }
+    int out = rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "user volume usage");
+    sqlite3_reset(st);
+    return out;
+}

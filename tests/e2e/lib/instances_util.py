@@ -158,7 +158,7 @@ class Cloud:
     def set_max_cards(self, u, n):
         r = self.admin("PUT", f"/v1/admin/users/{u.id}/limits", json={"max_cards": n})
         assert r.status_code == 200, r.text
-        assert r.json() == {"user_id": u.id, "max_cards": n}
+        assert r.json()["user_id"] == u.id and r.json()["max_cards"] == n, r.text
 
     def add_image(self, ref, stack="ROCm"):
         r = self.admin("POST", "/v1/admin/images", json={"ref": ref, "stack": stack})

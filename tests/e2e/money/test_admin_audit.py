@@ -105,7 +105,7 @@ def test_each_admin_money_action_writes_one_row(audited, admins):
     since = last_id(c)
     r = as_admin(c, root, "PUT", f"/v1/admin/users/{u.id}/limits", json={"max_cards": 32})
     assert r.status_code == 200, r.text
-    assert r.json() == {"user_id": u.id, "max_cards": 32}
+    assert r.json() == {"user_id": u.id, "max_cards": 32, "max_volumes": 10, "max_volume_gb": 20000}
     row = one_row(c, since, root, "limits", u.id, None, "")
     assert row["detail"] == {"max_cards": 32}
 
