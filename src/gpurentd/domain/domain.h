@@ -236,6 +236,10 @@ struct op_outcome {
 /* A transaction callback's result when an operation is refused: roll back,
  * do not retry; the op_outcome says why. */
 #define REFUSED (-100)
+/* Fills o with a refusal (error, field or NULL, extra members of the error
+ * object or NULL, taken; a sentence) and returns REFUSED. */
+int op_refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Checks the owner's quota and claims cards for the instance (best fit),
  * in the caller's transaction. */
 int instance_place(struct store *s, const struct instance *in, struct op_outcome *o);

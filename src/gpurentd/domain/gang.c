@@ -14,21 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int refuse(struct op_outcome *o, enum api_error e, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int refuse(struct op_outcome *o, enum api_error e, const char *field, const char *fmt, ...)
-{
-    o->failed = 1;
-    o->error = e;
-    snprintf(o->field, sizeof o->field, "%s", field);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(o->message, sizeof o->message, fmt, ap);
-    va_end(ap);
-    return REFUSED;
-}
-
 void node_data_address(const char *data_host, const char *data_address, const char *public_host,
                        const char *agent_url, char *out, size_t n)
 {
@@ -54,7 +39,7 @@ static int volume_check(struct store *s, const struct instance *in, struct op_ou
     if (rc != STORE_OK)
         return rc;
     if (v.source[0] == '/' && !daemon_config->volume_source_shared)
-        return refuse(o, ERR_CONFLICT, "volume_id",
+        return op_refuse(o, ERR_CONFLICT, "volume_id", NULL,
                       "volume %s is a directory local to each node (%.120s): an instance of %lld cards spans "
                       "several nodes, which would not share it; ask the operator for a network volume source",
                       v.id, v.source, (long long)in->card_count);
@@ -74,7 +59,7 @@ static int keys_check(struct store *s, const struct instance *in, struct op_outc
     json_decref(arr);
     free(keys);
     if (n >= INSTANCE_MAX_SSH_KEYS)
-        return refuse(o, ERR_INVALID_FIELD, "ssh_key_ids",
+        return op_refuse(o, ERR_INVALID_FIELD, "ssh_key_ids", NULL,
                       "an instance of more than one node takes at most %d of your SSH keys (its ranks' own key "
                       "takes the last place); name fewer with ssh_key_ids",
                       INSTANCE_MAX_SSH_KEYS - 1);

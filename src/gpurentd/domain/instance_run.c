@@ -12,23 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
-{
-    o->failed = 1;
-    o->error = e;
-    snprintf(o->field, sizeof o->field, "%s", field ? field : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(o->message, sizeof o->message, fmt, ap);
-    va_end(ap);
-    json_decref(o->extra);
-    o->extra = extra;
-    return REFUSED;
-}
-
 int instance_image_resolve(struct store *s, const char *image, const struct gpu_type *t, char ref_out[256],
                            struct op_outcome *o)
 {
@@ -36,7 +19,7 @@ int instance_image_resolve(struct store *s, const char *image, const struct gpu_
     int rc = store_image_find(s, image, &img);
     if (rc == STORE_OK) {
         if (strcmp(img.stack, t->stack) != 0)
-            return refuse(o, ERR_STACK_MISMATCH, "image", NULL, "%s is a %s image but %s cards run %s", img.ref,
+            return op_refuse(o, ERR_STACK_MISMATCH, "image", NULL, "%s is a %s image but %s cards run %s", img.ref,
                           img.stack, t->code, t->stack);
         snprintf(ref_out, 256, "%s", img.ref);
         return STORE_OK;
@@ -44,14 +27,14 @@ int instance_image_resolve(struct store *s, const char *image, const struct gpu_
     if (rc != STORE_NOT_FOUND)
         return rc;
     if (strcmp(daemon_config->image_policy, "registries") != 0)
-        return refuse(o, ERR_INVALID_FIELD, "image", NULL, "no image %.64s; see GET /v1/images", image);
+        return op_refuse(o, ERR_INVALID_FIELD, "image", NULL, "no image %.64s; see GET /v1/images", image);
     char registry[256];
     const char *why;
     if (image_ref_parse(image, registry, sizeof registry, &why) < 0)
-        return refuse(o, ERR_INVALID_FIELD, "image", NULL,
+        return op_refuse(o, ERR_INVALID_FIELD, "image", NULL,
                       "image %.64s is not in the catalog and not a valid reference: it %s", image, why);
     if (!image_registry_listed(registry, daemon_config->image_registries))
-        return refuse(o, ERR_INVALID_FIELD, "image", json_pack("{s:s}", "registry", registry),
+        return op_refuse(o, ERR_INVALID_FIELD, "image", json_pack("{s:s}", "registry", registry),
                       "image %.64s is from registry %s, which is not allowed here (allowed: %.120s)", image, registry,
                       daemon_config->image_registries);
     /* A user's own image runs the cards' stack: nothing else could. */
@@ -164,7 +147,7 @@ static int check_restart_policy(const json_t *v, struct op_outcome *o)
 {
     if (instance_restart_policy_valid(json_string_value(v)))
         return 0;
-    refuse(o, ERR_INVALID_FIELD, "restart_policy", NULL, "restart_policy must be never, on_failure or always");
+    op_refuse(o, ERR_INVALID_FIELD, "restart_policy", NULL, "restart_policy must be never, on_failure or always");
     return -1;
 }
 
@@ -184,7 +167,7 @@ static int check_max_runtime(const json_t *v, struct op_outcome *o)
     json_int_t m = json_integer_value(v);
     if (json_is_integer(v) && m >= 0 && m <= INSTANCE_MAX_RUNTIME_MINUTES)
         return 0;
-    refuse(o, ERR_INVALID_FIELD, "max_runtime_minutes", NULL,
+    op_refuse(o, ERR_INVALID_FIELD, "max_runtime_minutes", NULL,
            "max_runtime_minutes must be an integer from 1 to %d (30 days), or 0 for no bound",
            INSTANCE_MAX_RUNTIME_MINUTES);
     return -1;
@@ -204,7 +187,7 @@ static int check_rendezvous(const json_t *v, struct op_outcome *o)
     json_int_t t = json_integer_value(v);
     if (json_is_integer(v) && t >= 30 && t <= 3600)
         return 0;
-    refuse(o, ERR_INVALID_FIELD, "rendezvous_timeout_s", NULL,
+    op_refuse(o, ERR_INVALID_FIELD, "rendezvous_timeout_s", NULL,
            "rendezvous_timeout_s must be an integer number of seconds from 30 to 3600");
     return -1;
 }
@@ -230,14 +213,14 @@ int instance_patch(struct store *s, const char *user_id, const char *id, const j
     struct instance in;
     int rc = id_valid("ins", id) ? store_instance_get(s, user_id, id, &in) : STORE_NOT_FOUND;
     if (rc == STORE_NOT_FOUND)
-        return refuse(o, ERR_NOT_FOUND, NULL, NULL, "no instance %.32s", id);
+        return op_refuse(o, ERR_NOT_FOUND, NULL, NULL, "no instance %.32s", id);
     if (rc != STORE_OK)
         return rc;
     /* A running job reads its spec once, at start: a change now would show
      * what does not run. Settled states (stopped, and a job's succeeded or
      * failed) are where nothing runs and the next start reads it. */
     if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "succeeded") != 0 && strcmp(in.state, "failed") != 0)
-        return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+        return op_refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
                       "instance %s is %s; it can be changed only while stopped (POST /v1/instances/%s/stop)", in.id,
                       in.state, in.id);
     /* The event names the fields, never a value: env may hold secrets. */

@@ -15,10 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
+int op_refuse(struct op_outcome *o, enum api_error e, const char *field, json_t *extra, const char *fmt, ...)
 {
     o->failed = 1;
     o->error = e;
@@ -41,7 +38,7 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
     if (used < 0 || limit < 0)
         return used < 0 ? (int)used : (int)limit;
     if (used + in->card_count > limit)
-        return refuse(o, ERR_QUOTA_EXCEEDED, "card_count",
+        return op_refuse(o, ERR_QUOTA_EXCEEDED, "card_count",
                       json_pack("{s:I, s:I}", "limit", (json_int_t)limit, "in_use", (json_int_t)used),
                       "your card quota is %lld cards and %lld are in use; %lld more do not fit", (long long)limit,
                       (long long)used, (long long)in->card_count);
@@ -74,7 +71,7 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
             int cards_fit = placement_choose(any, n_any, (int)in->card_count, &q) == 0;
             free(any);
             if (cards_fit)
-                return refuse(o, ERR_INSUFFICIENT_CAPACITY, "ports",
+                return op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "ports",
                               json_pack("{s:I}", "cards_free", (json_int_t)free_cards),
                               "%lld %s cards are free but no node that has them can publish %zu more ports now"
                               " (its host port range is full or it publishes none)",
@@ -82,7 +79,7 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
         } else if (n_ports > 0) {
             return rc;
         }
-        return refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count",
+        return op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count",
                       json_pack("{s:I}", "cards_free", (json_int_t)free_cards),
                       "%lld %s cards requested but only %lld are free now%s", (long long)in->card_count, in->gpu_model,
                       (long long)free_cards,
@@ -114,11 +111,11 @@ static int ssh_key_ids_check(struct store *s, const char *user_id, json_t *ids, 
         const char *id = json_string_value(v);
         for (size_t j = 0; j < i; j++)
             if (strcmp(id, json_string_value(json_array_get(ids, j))) == 0)
-                return refuse(o, ERR_INVALID_FIELD, "ssh_key_ids", NULL, "ssh_key_ids names %.32s twice", id);
+                return op_refuse(o, ERR_INVALID_FIELD, "ssh_key_ids", NULL, "ssh_key_ids names %.32s twice", id);
         struct ssh_key k;
         int rc = id_valid("sshk", id) ? store_ssh_key_get(s, user_id, id, &k) : STORE_NOT_FOUND;
         if (rc == STORE_NOT_FOUND)
-            return refuse(o, ERR_INVALID_FIELD, "ssh_key_ids", NULL, "no SSH key %.32s; see GET /v1/ssh-keys", id);
+            return op_refuse(o, ERR_INVALID_FIELD, "ssh_key_ids", NULL, "no SSH key %.32s; see GET /v1/ssh-keys", id);
         if (rc != STORE_OK)
             return rc;
     }
@@ -132,11 +129,11 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     struct volume v;
     int rc = store_gpu_type_row(s, req->gpu_type, &t);
     if (rc == STORE_NOT_FOUND)
-        return refuse(o, ERR_INVALID_FIELD, "gpu_type", NULL, "no GPU type %s; see GET /v1/gpu-types", req->gpu_type);
+        return op_refuse(o, ERR_INVALID_FIELD, "gpu_type", NULL, "no GPU type %s; see GET /v1/gpu-types", req->gpu_type);
     if (rc != STORE_OK)
         return rc;
     if (t.reservation_required)
-        return refuse(o, ERR_RESERVATION_REQUIRED, "gpu_type", NULL, "%s is rented through reservations only", t.code);
+        return op_refuse(o, ERR_RESERVATION_REQUIRED, "gpu_type", NULL, "%s is rented through reservations only", t.code);
     char image_ref[256];
     if ((rc = instance_image_resolve(s, req->image, &t, image_ref, o)) != STORE_OK)
         return rc;
@@ -144,7 +141,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     if (req->volume_id) {
         rc = store_volume_get(s, req->user_id, req->volume_id, &v);
         if (rc == STORE_NOT_FOUND)
-            return refuse(o, ERR_INVALID_FIELD, "volume_id", NULL, "no volume %.32s", req->volume_id);
+            return op_refuse(o, ERR_INVALID_FIELD, "volume_id", NULL, "no volume %.32s", req->volume_id);
         if (rc != STORE_OK)
             return rc;
         snprintf(volume_id, sizeof volume_id, "%s", v.id);
@@ -153,7 +150,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
             return rc;
         char why[256];
         volume_limit_check(s, req->user_id, daemon_config->volume_default_size_gb, why, sizeof why);
-        return refuse(o, ERR_QUOTA_EXCEEDED, "volume_id", NULL,
+        return op_refuse(o, ERR_QUOTA_EXCEEDED, "volume_id", NULL,
                       "the default volume (shared, %lld GB) cannot be made: %s; name a volume_id",
                       (long long)daemon_config->volume_default_size_gb, why);
     }
@@ -204,7 +201,7 @@ static int load(struct store *s, const char *user_id, const char *id, struct ins
 {
     int rc = id_valid("ins", id) ? store_instance_get(s, user_id, id, in) : STORE_NOT_FOUND;
     if (rc == STORE_NOT_FOUND)
-        return refuse(o, ERR_NOT_FOUND, NULL, NULL, "no instance %.32s", id);
+        return op_refuse(o, ERR_NOT_FOUND, NULL, NULL, "no instance %.32s", id);
     return rc;
 }
 
@@ -216,17 +213,17 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
         return rc;
     if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "lost") != 0 && strcmp(in.state, "failed") != 0 &&
         strcmp(in.state, "succeeded") != 0)
-        return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+        return op_refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
                       "instance %s is %s; only a stopped, succeeded, lost or failed instance can be started", in.id,
                       in.state);
     if (strcmp(in.desired, "terminated") == 0)
-        return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+        return op_refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
                       "instance %s is being terminated", in.id);
     int64_t now = clock_now();
     /* The volume may have been deleted while the instance was stopped. */
     struct volume v;
     if ((rc = store_volume_get(s, user_id, in.volume_id, &v)) == STORE_NOT_FOUND)
-        return refuse(o, ERR_CONFLICT, NULL, NULL, "the instance's volume %s no longer exists", in.volume_id);
+        return op_refuse(o, ERR_CONFLICT, NULL, NULL, "the instance's volume %s no longer exists", in.volume_id);
     if (rc != STORE_OK)
         return rc;
     if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
@@ -277,7 +274,7 @@ int instance_stop(struct store *s, const char *user_id, const char *id, struct o
         return STORE_OK;
     if (strcmp(in.state, "terminated") == 0 || strcmp(in.state, "failed") == 0 || strcmp(in.state, "lost") == 0 ||
         strcmp(in.state, "succeeded") == 0)
-        return refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+        return op_refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
                       "instance %s is %s and cannot be stopped", in.id, in.state);
     return wind_down(s, &in, "stopped", "stop requested by the user", clock_now());
 }
