@@ -276,6 +276,13 @@ int spec_ssh_key_import(const char *line, struct ssh_key_struct **out);
 /* The spec as GET /v1/workloads shows it: command, working_dir and env,
  * a secret_env value as "***". Adds them to j. */
 void spec_public_json(const struct wl_spec *spec, json_t *j);
+/* For the parsers of spec members (spec.c, cluster.c): fills field and err
+ * and returns -1. */
+int spec_bad(char *field, size_t fieldlen, const char *f, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* A JSON string that holds no NUL byte (jansson allows "\u0000"), so C sees
+ * the whole value; NULL otherwise. */
+const char *spec_plain_string(const json_t *v, size_t *len);
 /* Whether the image name contains word: the sim runtime's failure switches. */
 int spec_image_has(const struct wl_spec *spec, const char *word);
 

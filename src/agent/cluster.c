@@ -21,29 +21,6 @@
 
 #include <libssh/libssh.h>
 
-static int bad(char *field, size_t fieldlen, const char *f, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-static int bad(char *field, size_t fieldlen, const char *f, char *err, size_t errlen, const char *fmt, ...)
-{
-    snprintf(field, fieldlen, "%s", f);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* A JSON string without NUL bytes, so C sees all of it. */
-static const char *plain(const json_t *v, size_t *len)
-{
-    if (!json_is_string(v))
-        return NULL;
-    *len = json_string_length(v);
-    const char *s = json_string_value(v);
-    return strlen(s) == *len ? s : NULL;
-}
-
 /* Host names are hostfile words, ssh Host patterns and /etc/hosts names:
  * [a-z0-9-] keeps them all three without quoting. */
 static int host_name_valid(const char *s, size_t len)
@@ -154,38 +131,38 @@ static int parse_host(const json_t *h, size_t i, struct spec_cluster_host *out, 
     size_t len = 0;
     snprintf(f, sizeof f, "cluster.hosts[%zu]", i);
     if (!json_is_object(h))
-        return bad(field, fieldlen, f, err, errlen,
+        return spec_bad(field, fieldlen, f, err, errlen,
                    "%s must be an object with name, address, ssh_port, user, slots and host_key", f);
     json_object_foreach((json_t *)(uintptr_t)h, key, v) {
         if (strcmp(key, "name") && strcmp(key, "address") && strcmp(key, "ssh_port") && strcmp(key, "user") &&
             strcmp(key, "slots") && strcmp(key, "host_key")) {
             snprintf(f, sizeof f, "cluster.hosts[%zu].%.24s", i, key);
-            return bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
+            return spec_bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
         }
     }
-    const char *name = plain(json_object_get(h, "name"), &len);
+    const char *name = spec_plain_string(json_object_get(h, "name"), &len);
     if (!name || !host_name_valid(name, len)) {
         snprintf(f, sizeof f, "cluster.hosts[%zu].name", i);
-        return bad(field, fieldlen, f, err, errlen, "%s must be 1 to %d of a-z, 0-9 and -, not starting with -", f,
+        return spec_bad(field, fieldlen, f, err, errlen, "%s must be 1 to %d of a-z, 0-9 and -, not starting with -", f,
                    AGENT_NAME_MAX - 1);
     }
     snprintf(out->name, sizeof out->name, "%s", name);
-    const char *addr = plain(json_object_get(h, "address"), &len);
+    const char *addr = spec_plain_string(json_object_get(h, "address"), &len);
     if (!addr || len >= SPEC_CLUSTER_ADDRESS_MAX || !cluster_address_valid(addr)) {
         snprintf(f, sizeof f, "cluster.hosts[%zu].address", i);
-        return bad(field, fieldlen, f, err, errlen, "%s must be an IPv4 address, an IPv6 address or a host name", f);
+        return spec_bad(field, fieldlen, f, err, errlen, "%s must be an IPv4 address, an IPv6 address or a host name", f);
     }
     snprintf(out->address, sizeof out->address, "%s", addr);
     json_t *port = json_object_get(h, "ssh_port");
     if (!json_is_integer(port) || json_integer_value(port) < 1 || json_integer_value(port) > 65535) {
         snprintf(f, sizeof f, "cluster.hosts[%zu].ssh_port", i);
-        return bad(field, fieldlen, f, err, errlen, "%s must be an integer from 1 to 65535", f);
+        return spec_bad(field, fieldlen, f, err, errlen, "%s must be an integer from 1 to 65535", f);
     }
     out->ssh_port = (int)json_integer_value(port);
-    const char *user = plain(json_object_get(h, "user"), &len);
+    const char *user = spec_plain_string(json_object_get(h, "user"), &len);
     if (!user || !ssh_user_ok(user, len)) {
         snprintf(f, sizeof f, "cluster.hosts[%zu].user", i);
-        return bad(field, fieldlen, f, err, errlen, "%s must be 1 to %d of a-z, 0-9, _ and -", f,
+        return spec_bad(field, fieldlen, f, err, errlen, "%s must be 1 to %d of a-z, 0-9, _ and -", f,
                    SPEC_SSH_USER_MAX - 1);
     }
     snprintf(out->user, sizeof out->user, "%s", user);
@@ -193,18 +170,18 @@ static int parse_host(const json_t *h, size_t i, struct spec_cluster_host *out, 
     if (!json_is_integer(slots) || json_integer_value(slots) < 1 ||
         json_integer_value(slots) > SPEC_CLUSTER_SLOTS_MAX) {
         snprintf(f, sizeof f, "cluster.hosts[%zu].slots", i);
-        return bad(field, fieldlen, f, err, errlen, "%s must be an integer from 1 to %d", f, SPEC_CLUSTER_SLOTS_MAX);
+        return spec_bad(field, fieldlen, f, err, errlen, "%s must be an integer from 1 to %d", f, SPEC_CLUSTER_SLOTS_MAX);
     }
     out->slots = (int)json_integer_value(slots);
-    const char *hk = plain(json_object_get(h, "host_key"), &len);
+    const char *hk = spec_plain_string(json_object_get(h, "host_key"), &len);
     struct ssh_key_struct *parsed = NULL;
     if (!hk || len >= SPEC_SSH_KEY_MAX || spec_ssh_key_import(hk, &parsed) < 0) {
         snprintf(f, sizeof f, "cluster.hosts[%zu].host_key", i);
-        return bad(field, fieldlen, f, err, errlen, "%s must be a public key \"<type> <base64>\" (no comment)", f);
+        return spec_bad(field, fieldlen, f, err, errlen, "%s must be a public key \"<type> <base64>\" (no comment)", f);
     }
     ssh_key_free(parsed);
     if (!(out->host_key = strdup(hk)))
-        return bad(field, fieldlen, "", err, errlen, "out of memory");
+        return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
     return 0;
 }
 
@@ -216,19 +193,19 @@ static int parse_into(const json_t *obj, struct spec_cluster *out, char *field, 
     char f[64];
     size_t len = 0;
     if (!json_is_object(obj))
-        return bad(field, fieldlen, "cluster", err, errlen, "cluster must be an object with rank, hosts and identity");
+        return spec_bad(field, fieldlen, "cluster", err, errlen, "cluster must be an object with rank, hosts and identity");
     json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
         if (strcmp(key, "rank") && strcmp(key, "hosts") && strcmp(key, "identity")) {
             snprintf(f, sizeof f, "cluster.%.48s", key);
-            return bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
+            return spec_bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
         }
     }
     json_t *hosts = json_object_get(obj, "hosts");
     if (!json_is_array(hosts) || json_array_size(hosts) < 1 || json_array_size(hosts) > SPEC_CLUSTER_MAX_HOSTS)
-        return bad(field, fieldlen, "cluster.hosts", err, errlen,
+        return spec_bad(field, fieldlen, "cluster.hosts", err, errlen,
                    "cluster.hosts must be an array of 1 to %d hosts, in rank order", SPEC_CLUSTER_MAX_HOSTS);
     if (!(out->hosts = calloc(json_array_size(hosts), sizeof *out->hosts)))
-        return bad(field, fieldlen, "", err, errlen, "out of memory");
+        return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
     size_t i;
     json_array_foreach(hosts, i, v) {
         struct spec_cluster_host *h = &out->hosts[out->n_hosts];
@@ -239,24 +216,24 @@ static int parse_into(const json_t *obj, struct spec_cluster *out, char *field, 
         for (int k = 0; k + 1 < out->n_hosts; k++) {
             if (strcmp(out->hosts[k].name, h->name) == 0) {
                 snprintf(f, sizeof f, "cluster.hosts[%zu].name", i);
-                return bad(field, fieldlen, f, err, errlen, "%s repeats the name of cluster.hosts[%d]", f, k);
+                return spec_bad(field, fieldlen, f, err, errlen, "%s repeats the name of cluster.hosts[%d]", f, k);
             }
         }
     }
     json_t *rank = json_object_get(obj, "rank");
     if (!json_is_integer(rank) || json_integer_value(rank) < 0 || json_integer_value(rank) >= out->n_hosts)
-        return bad(field, fieldlen, "cluster.rank", err, errlen,
+        return spec_bad(field, fieldlen, "cluster.rank", err, errlen,
                    "cluster.rank must be an integer from 0 to %d (this node's entry of cluster.hosts)",
                    out->n_hosts - 1);
     out->rank = (int)json_integer_value(rank);
     /* The value is never quoted in the message: it is a private key. */
-    const char *id = plain(json_object_get(obj, "identity"), &len);
+    const char *id = spec_plain_string(json_object_get(obj, "identity"), &len);
     if (!id || !identity_valid(id, len))
-        return bad(field, fieldlen, "cluster.identity", err, errlen,
+        return spec_bad(field, fieldlen, "cluster.identity", err, errlen,
                    "cluster.identity must be an unencrypted OpenSSH ed25519 private key (at most %d bytes)",
                    SPEC_CLUSTER_IDENTITY_MAX - 1);
     if (!(out->identity = strdup(id)))
-        return bad(field, fieldlen, "", err, errlen, "out of memory");
+        return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
     out->present = 1;
     return 0;
 }

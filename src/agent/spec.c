@@ -146,10 +146,7 @@ static int env_cmp(const void *a, const void *b)
     return strcmp(((const struct spec_env *)a)->name, ((const struct spec_env *)b)->name);
 }
 
-static int bad(char *field, size_t fieldlen, const char *f, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-static int bad(char *field, size_t fieldlen, const char *f, char *err, size_t errlen, const char *fmt, ...)
+int spec_bad(char *field, size_t fieldlen, const char *f, char *err, size_t errlen, const char *fmt, ...)
 {
     snprintf(field, fieldlen, "%s", f);
     va_list ap;
@@ -159,9 +156,7 @@ static int bad(char *field, size_t fieldlen, const char *f, char *err, size_t er
     return -1;
 }
 
-/* A JSON string that holds no NUL byte (jansson allows "\u0000"), so C
- * sees the whole value. */
-static const char *plain_string(const json_t *v, size_t *len)
+const char *spec_plain_string(const json_t *v, size_t *len)
 {
     if (!json_is_string(v))
         return NULL;
@@ -220,37 +215,37 @@ static int parse_ssh(const json_t *ssh, struct wl_spec *out, char *field, size_t
     json_t *v;
     size_t len = 0;
     if (!json_is_object(ssh))
-        return bad(field, fieldlen, "ssh", err, errlen, "ssh must be an object with user and authorized_keys");
+        return spec_bad(field, fieldlen, "ssh", err, errlen, "ssh must be an object with user and authorized_keys");
     json_object_foreach((json_t *)(uintptr_t)ssh, key, v) {
         if (strcmp(key, "user") && strcmp(key, "authorized_keys")) {
             snprintf(f, sizeof f, "ssh.%.48s", key);
-            return bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
+            return spec_bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
         }
     }
-    const char *user = plain_string(json_object_get(ssh, "user"), &len);
+    const char *user = spec_plain_string(json_object_get(ssh, "user"), &len);
     if (!user || !ssh_user_valid(user, len))
-        return bad(field, fieldlen, "ssh.user", err, errlen, "ssh.user must be 1 to %d of a-z, 0-9, _ and -",
+        return spec_bad(field, fieldlen, "ssh.user", err, errlen, "ssh.user must be 1 to %d of a-z, 0-9, _ and -",
                    SPEC_SSH_USER_MAX - 1);
     snprintf(out->ssh.user, sizeof out->ssh.user, "%s", user);
     json_t *keys = json_object_get(ssh, "authorized_keys");
     if (!json_is_array(keys) || json_array_size(keys) > SPEC_SSH_MAX_KEYS)
-        return bad(field, fieldlen, "ssh.authorized_keys", err, errlen,
+        return spec_bad(field, fieldlen, "ssh.authorized_keys", err, errlen,
                    "ssh.authorized_keys must be an array of at most %d public keys", SPEC_SSH_MAX_KEYS);
     if (json_array_size(keys) > 0 && !(out->ssh.keys = calloc(json_array_size(keys), sizeof *out->ssh.keys)))
-        return bad(field, fieldlen, "", err, errlen, "out of memory");
+        return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
     size_t i;
     json_array_foreach(keys, i, v) {
         snprintf(f, sizeof f, "ssh.authorized_keys[%zu]", i);
-        const char *line = plain_string(v, &len);
+        const char *line = spec_plain_string(v, &len);
         ssh_key parsed = NULL;
         if (!line || len >= SPEC_SSH_KEY_MAX || spec_ssh_key_import(line, &parsed) < 0)
-            return bad(field, fieldlen, f, err, errlen,
+            return spec_bad(field, fieldlen, f, err, errlen,
                        "%s must be a public key \"<type> <base64>\" (no comment, at most %d bytes) whose blob is "
                        "of that type",
                        f, SPEC_SSH_KEY_MAX - 1);
         ssh_key_free(parsed);
         if (!(out->ssh.keys[out->ssh.n_keys] = strdup(line)))
-            return bad(field, fieldlen, "", err, errlen, "out of memory");
+            return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
         out->ssh.n_keys++;
     }
     out->ssh.present = 1;
@@ -265,7 +260,7 @@ static int parse_ports(const json_t *ports, struct wl_spec *out, char *field, si
 {
     char f[64];
     if (!json_is_array(ports) || json_array_size(ports) > SPEC_MAX_PORTS)
-        return bad(field, fieldlen, "ports", err, errlen, "ports must be an array of at most %d entries",
+        return spec_bad(field, fieldlen, "ports", err, errlen, "ports must be an array of at most %d entries",
                    SPEC_MAX_PORTS);
     size_t i;
     json_t *p;
@@ -275,12 +270,12 @@ static int parse_ports(const json_t *ports, struct wl_spec *out, char *field, si
         if (!json_is_object(p) || json_object_size(p) != 2 || !json_is_integer(c) || !json_is_integer(h) ||
             json_integer_value(c) < 1 || json_integer_value(c) > 65535 || json_integer_value(h) < 1 ||
             json_integer_value(h) > 65535)
-            return bad(field, fieldlen, f, err, errlen,
+            return spec_bad(field, fieldlen, f, err, errlen,
                        "%s must be {\"container\": 1..65535, \"host\": 1..65535} and nothing else", f);
         int container = (int)json_integer_value(c), host = (int)json_integer_value(h);
         for (int j = 0; j < out->n_ports; j++)
             if (out->ports[j].container == container || out->ports[j].host == host)
-                return bad(field, fieldlen, f, err, errlen, "%s repeats a container or host port of ports[%d]", f,
+                return spec_bad(field, fieldlen, f, err, errlen, "%s repeats a container or host port of ports[%d]", f,
                            j);
         out->ports[out->n_ports].container = container;
         out->ports[out->n_ports].host = host;
@@ -318,30 +313,30 @@ static int parse_run(const json_t *obj, struct wl_spec *out, char *field, size_t
     json_t *cmd = json_object_get(obj, "command");
     if (cmd && !json_is_null(cmd)) {
         if (!json_is_array(cmd) || json_array_size(cmd) < 1 || json_array_size(cmd) > SPEC_COMMAND_MAX_WORDS)
-            return bad(field, fieldlen, "command", err, errlen, "command must be an array of 1 to %d strings",
+            return spec_bad(field, fieldlen, "command", err, errlen, "command must be an array of 1 to %d strings",
                        SPEC_COMMAND_MAX_WORDS);
         if (!(out->command = calloc(json_array_size(cmd), sizeof *out->command)))
-            return bad(field, fieldlen, "", err, errlen, "out of memory");
+            return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
         json_array_foreach(cmd, i, v) {
-            const char *word = plain_string(v, &len);
+            const char *word = spec_plain_string(v, &len);
             if (!word || len > SPEC_COMMAND_WORD_MAX || (i == 0 && len == 0))
-                return bad(field, fieldlen, "command", err, errlen,
+                return spec_bad(field, fieldlen, "command", err, errlen,
                            "command[%zu] must be a string of at most %d bytes without NUL (the first not empty)", i,
                            SPEC_COMMAND_WORD_MAX);
             total += len;
             if (total > SPEC_COMMAND_MAX_BYTES)
-                return bad(field, fieldlen, "command", err, errlen, "command is over %d bytes in all",
+                return spec_bad(field, fieldlen, "command", err, errlen, "command is over %d bytes in all",
                            SPEC_COMMAND_MAX_BYTES);
             if (!(out->command[out->n_command] = strdup(word)))
-                return bad(field, fieldlen, "", err, errlen, "out of memory");
+                return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
             out->n_command++;
         }
     }
     json_t *wd = json_object_get(obj, "working_dir");
     if (wd && !json_is_null(wd)) {
-        const char *dir = plain_string(wd, &len);
+        const char *dir = spec_plain_string(wd, &len);
         if (!dir || !working_dir_valid(dir, len))
-            return bad(field, fieldlen, "working_dir", err, errlen,
+            return spec_bad(field, fieldlen, "working_dir", err, errlen,
                        "working_dir must be an absolute path of at most %d bytes without .., ',' or control "
                        "characters",
                        SPEC_WORKING_DIR_MAX - 1);
@@ -350,19 +345,19 @@ static int parse_run(const json_t *obj, struct wl_spec *out, char *field, size_t
     json_t *secret = json_object_get(obj, "secret_env");
     if (secret && !json_is_null(secret)) {
         if (!json_is_array(secret) || json_array_size(secret) > SPEC_MAX_ENV)
-            return bad(field, fieldlen, "secret_env", err, errlen,
+            return spec_bad(field, fieldlen, "secret_env", err, errlen,
                        "secret_env must be an array of at most %d names of env", SPEC_MAX_ENV);
         json_array_foreach(secret, i, v) {
-            const char *name = plain_string(v, &len);
+            const char *name = spec_plain_string(v, &len);
             struct spec_env *found = NULL;
             for (int k = 0; name && k < out->n_env && !found; k++)
                 if (strcmp(out->env[k].name, name) == 0)
                     found = &out->env[k];
             if (!found)
-                return bad(field, fieldlen, "secret_env", err, errlen, "secret_env[%zu] must name an entry of env", i);
+                return spec_bad(field, fieldlen, "secret_env", err, errlen, "secret_env[%zu] must name an entry of env", i);
             /* It travels in an env file of NAME=VALUE lines. */
             if (strpbrk(found->value, "\r\n"))
-                return bad(field, fieldlen, "secret_env", err, errlen,
+                return spec_bad(field, fieldlen, "secret_env", err, errlen,
                            "secret_env[%zu]: a secret value cannot hold a line break", i);
             found->secret = 1;
         }
@@ -378,85 +373,85 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
     json_t *v;
 
     if (!json_is_object(obj))
-        return bad(field, fieldlen, "", err, errlen, "the spec must be a JSON object");
+        return spec_bad(field, fieldlen, "", err, errlen, "the spec must be a JSON object");
     json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
         if (strcmp(key, "image") && strcmp(key, "gpus") && strcmp(key, "stack") && strcmp(key, "volumes") &&
             strcmp(key, "env") && strcmp(key, "ssh") && strcmp(key, "ports") && strcmp(key, "command") &&
             strcmp(key, "working_dir") && strcmp(key, "secret_env") && strcmp(key, "cluster"))
-            return bad(field, fieldlen, key, err, errlen, "unknown field '%.64s'", key);
+            return spec_bad(field, fieldlen, key, err, errlen, "unknown field '%.64s'", key);
     }
 
-    const char *image = plain_string(json_object_get(obj, "image"), &len);
+    const char *image = spec_plain_string(json_object_get(obj, "image"), &len);
     if (!image)
-        return bad(field, fieldlen, "image", err, errlen, "image must be a string");
+        return spec_bad(field, fieldlen, "image", err, errlen, "image must be a string");
     if (!image_valid(image, len))
-        return bad(field, fieldlen, "image", err, errlen,
+        return spec_bad(field, fieldlen, "image", err, errlen,
                    "image must be 1 to %d characters of letters, digits and . _ - / : @ +, not starting with - / or :",
                    SPEC_IMAGE_MAX - 1);
     if (!(out->image = strdup(image)))
-        return bad(field, fieldlen, "", err, errlen, "out of memory");
+        return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
 
     json_t *gpus = json_object_get(obj, "gpus");
     if (gpus && !json_is_null(gpus)) {
         if (!json_is_array(gpus) || json_array_size(gpus) > SPEC_MAX_GPUS)
-            return bad(field, fieldlen, "gpus", err, errlen, "gpus must be an array of at most %d card indices",
+            return spec_bad(field, fieldlen, "gpus", err, errlen, "gpus must be an array of at most %d card indices",
                        SPEC_MAX_GPUS);
         size_t i;
         json_array_foreach(gpus, i, v) {
             if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= DISCOVERY_MAX_CARDS)
-                return bad(field, fieldlen, "gpus", err, errlen, "gpus[%zu] must be a card index from 0 to %d", i,
+                return spec_bad(field, fieldlen, "gpus", err, errlen, "gpus[%zu] must be a card index from 0 to %d", i,
                            DISCOVERY_MAX_CARDS - 1);
             int g = (int)json_integer_value(v);
             for (int k = 0; k < out->n_gpus; k++)
                 if (out->gpus[k] == g)
-                    return bad(field, fieldlen, "gpus", err, errlen, "gpus lists card %d twice", g);
+                    return spec_bad(field, fieldlen, "gpus", err, errlen, "gpus lists card %d twice", g);
             out->gpus[out->n_gpus++] = g;
         }
     }
 
     json_t *stack = json_object_get(obj, "stack");
     if (stack && !json_is_null(stack)) {
-        const char *s = plain_string(stack, &len);
+        const char *s = spec_plain_string(stack, &len);
         if (!s || (strcmp(s, "ROCm") != 0 && strcmp(s, "CUDA") != 0))
-            return bad(field, fieldlen, "stack", err, errlen, "stack must be \"ROCm\" or \"CUDA\"");
+            return spec_bad(field, fieldlen, "stack", err, errlen, "stack must be \"ROCm\" or \"CUDA\"");
         snprintf(out->stack, sizeof out->stack, "%s", s);
     }
 
     json_t *vols = json_object_get(obj, "volumes");
     if (vols && !json_is_null(vols)) {
         if (!json_is_array(vols) || json_array_size(vols) > SPEC_MAX_VOLUMES)
-            return bad(field, fieldlen, "volumes", err, errlen, "volumes must be an array of at most %d objects",
+            return spec_bad(field, fieldlen, "volumes", err, errlen, "volumes must be an array of at most %d objects",
                        SPEC_MAX_VOLUMES);
         size_t i;
         json_array_foreach(vols, i, v) {
             snprintf(f, sizeof f, "volumes[%zu]", i);
             if (!json_is_object(v))
-                return bad(field, fieldlen, f, err, errlen, "%s must be an object with source and target", f);
+                return spec_bad(field, fieldlen, f, err, errlen, "%s must be an object with source and target", f);
             json_t *member;
             json_object_foreach(v, key, member) {
                 if (strcmp(key, "source") && strcmp(key, "target") && strcmp(key, "size_gb")) {
                     snprintf(f, sizeof f, "volumes[%zu].%.32s", i, key);
-                    return bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
+                    return spec_bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
                 }
             }
             size_t slen = 0, tlen = 0;
-            const char *src = plain_string(json_object_get(v, "source"), &slen);
-            const char *tgt = plain_string(json_object_get(v, "target"), &tlen);
+            const char *src = spec_plain_string(json_object_get(v, "source"), &slen);
+            const char *tgt = spec_plain_string(json_object_get(v, "target"), &tlen);
             if (!src || !source_valid(src, slen)) {
                 snprintf(f, sizeof f, "volumes[%zu].source", i);
-                return bad(field, fieldlen, f, err, errlen,
+                return spec_bad(field, fieldlen, f, err, errlen,
                            "%s must be 1 to %d printable characters without blanks, not starting with -", f,
                            SPEC_SOURCE_MAX - 1);
             }
             if (!tgt || !target_valid(tgt, tlen)) {
                 snprintf(f, sizeof f, "volumes[%zu].target", i);
-                return bad(field, fieldlen, f, err, errlen,
+                return spec_bad(field, fieldlen, f, err, errlen,
                            "%s must be an absolute path (letters, digits, . _ - /) without . or .. segments", f);
             }
             for (int k = 0; k < out->n_volumes; k++) {
                 if (strcmp(out->volumes[k].target, tgt) == 0) {
                     snprintf(f, sizeof f, "volumes[%zu].target", i);
-                    return bad(field, fieldlen, f, err, errlen, "two volumes are mounted at %s", tgt);
+                    return spec_bad(field, fieldlen, f, err, errlen, "two volumes are mounted at %s", tgt);
                 }
             }
             /* The quota reaches mount_command as {size_gb}. Optional, so a
@@ -468,7 +463,7 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
                 if (!json_is_integer(size) || json_integer_value(size) < 1 ||
                     json_integer_value(size) > SPEC_SIZE_GB_MAX) {
                     snprintf(f, sizeof f, "volumes[%zu].size_gb", i);
-                    return bad(field, fieldlen, f, err, errlen, "%s must be an integer from 1 to %d", f,
+                    return spec_bad(field, fieldlen, f, err, errlen, "%s must be an integer from 1 to %d", f,
                                SPEC_SIZE_GB_MAX);
                 }
                 size_gb = (int64_t)json_integer_value(size);
@@ -479,35 +474,35 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
             sv->target = strdup(tgt);
             out->n_volumes++; /* counted first, so spec_free frees a half-made entry */
             if (!sv->source || !sv->target)
-                return bad(field, fieldlen, "", err, errlen, "out of memory");
+                return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
         }
     }
 
     json_t *env = json_object_get(obj, "env");
     if (env && !json_is_null(env)) {
         if (!json_is_object(env) || json_object_size(env) > SPEC_MAX_ENV)
-            return bad(field, fieldlen, "env", err, errlen, "env must be an object of at most %d strings", SPEC_MAX_ENV);
+            return spec_bad(field, fieldlen, "env", err, errlen, "env must be an object of at most %d strings", SPEC_MAX_ENV);
         if (json_object_size(env) > 0 && !(out->env = calloc(json_object_size(env), sizeof *out->env)))
-            return bad(field, fieldlen, "", err, errlen, "out of memory");
+            return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
         json_object_foreach(env, key, v) {
             snprintf(f, sizeof f, "env.%.48s", key);
             if (!env_name_valid(key, strlen(key)))
-                return bad(field, fieldlen, f, err, errlen,
+                return spec_bad(field, fieldlen, f, err, errlen,
                            "environment names are 1 to %d of letters, digits and _, not starting with a digit",
                            SPEC_ENV_NAME_MAX - 1);
             for (const char *const *r = reserved_env; *r; r++)
                 if (strcmp(key, *r) == 0)
-                    return bad(field, fieldlen, f, err, errlen, "%s is set by the agent from gpus", key);
+                    return spec_bad(field, fieldlen, f, err, errlen, "%s is set by the agent from gpus", key);
             size_t vlen;
-            const char *val = plain_string(v, &vlen);
+            const char *val = spec_plain_string(v, &vlen);
             if (!val || vlen >= SPEC_ENV_VALUE_MAX)
-                return bad(field, fieldlen, f, err, errlen, "%s must be a string of at most %d bytes without NUL", f,
+                return spec_bad(field, fieldlen, f, err, errlen, "%s must be a string of at most %d bytes without NUL", f,
                            SPEC_ENV_VALUE_MAX - 1);
             struct spec_env *e = &out->env[out->n_env++];
             e->name = strdup(key);
             e->value = strdup(val);
             if (!e->name || !e->value)
-                return bad(field, fieldlen, "", err, errlen, "out of memory");
+                return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
         }
         if (out->n_env > 1)
             qsort(out->env, (size_t)out->n_env, sizeof *out->env, env_cmp);

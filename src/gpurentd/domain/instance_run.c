@@ -7,7 +7,6 @@
 #include "gpurent/clock.h"
 #include "store/store.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
