@@ -67,6 +67,11 @@ json_t *page_cursor(int64_t last_t, const char *last_id);
  * naming both and the option: "amount 2000000.00 is over max_topup
  * 1000000.00 CNY". */
 void limit_refuse(struct http_request *req, const char *field, int64_t amount, const char *option, int64_t limit);
+/* A new price's body: the amount field (within option's max) and an
+ * optional effective_at, not before now. 0, or -1 after a 400 naming the
+ * field. */
+int limit_price_body(struct http_request *req, const json_t *body, const char *field, const char *example,
+                     const char *option, int64_t max, int64_t now, int64_t *amount, int64_t *effective_at);
 /* The 400 invalid_field (naming field) for money a transaction refused with
  * LEDGER_OVER_BALANCE: amount would take user_id's balance over max_balance.
  * label words the money in the message (NULL: the field's name). */

@@ -127,21 +127,8 @@ void api_storage_prices_put(struct http_request *req)
         json_decref(body);
         return;
     }
-    const char *eff = json_string_value(json_object_get(body, "effective_at"));
-    if (json_money_value(json_object_get(body, "price_per_gb_month"), &ctx.gb_month) < 0)
-        http_error(req, ERR_INVALID_FIELD, "price_per_gb_month",
-                   "price_per_gb_month must be an amount like \"0.30\" (up to 6 decimals, no sign)");
-    /* Billing multiplies the price by the size and seconds: the cap keeps
-     * that product far inside 64 bits. */
-    else if (ctx.gb_month > daemon_config->max_storage_price_micro)
-        limit_refuse(req, "price_per_gb_month", ctx.gb_month, "max_price_per_gb_month",
-                     daemon_config->max_storage_price_micro);
-    else if (eff && json_time_parse(eff, &ctx.effective_at) < 0)
-        http_error(req, ERR_INVALID_FIELD, "effective_at", "effective_at must be a UTC time like 2026-12-01T00:00:00Z");
-    else if (ctx.effective_at < now)
-        http_error(req, ERR_INVALID_FIELD, "effective_at",
-                   "prices never change backwards: effective_at is in the past");
-    else {
+    if (limit_price_body(req, body, "price_per_gb_month", "0.30", "max_price_per_gb_month",
+                         daemon_config->max_storage_price_micro, now, &ctx.gb_month, &ctx.effective_at) == 0) {
         struct store *s = store_thread();
         int rc = s ? store_txn(s, storage_price_txn, &ctx) : STORE_ERROR;
         if (rc == STORE_CONFLICT && ctx.billed_until) {
