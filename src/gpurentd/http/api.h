@@ -182,6 +182,7 @@ void api_invite_redeem(struct http_request *req);
 /* The 400 for an invite code that could not be redeemed (field names it in
  * the request), saying whether it is unknown, expired or used up. */
 void api_invite_refused(struct http_request *req, const char *field, const char *code);
+void api_invite_codes_get(struct http_request *req);
 void api_invite_codes_create(struct http_request *req);
 void api_grants_create(struct http_request *req);
 

@@ -232,8 +232,12 @@ void api_invite_codes_create(struct http_request *req)
             http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
-        else
+        else {
+            char location[96];
+            snprintf(location, sizeof location, "/v1/admin/invite-codes/%s", c->code);
+            http_add_header(req, "Location", location);
             http_reply_json(req, 201, invite_day_json(invite_json(c), ctx.max_uses_per_day));
+        }
     }
     json_decref(body);
 }
@@ -338,4 +342,29 @@ void api_grants_create(struct http_request *req)
         free(ctx.answer);
     }
     json_decref(body);
+}
+
+/* GET /v1/admin/invite-codes/{code}: the code as made, with its uses so far
+ * (where POST's 201 Location points). */
+void api_invite_codes_get(struct http_request *req)
+{
+    char code[33];
+    struct invite_code c;
+    int64_t per_day = 0;
+    struct store *s = store_thread();
+    int rc = !s ? STORE_ERROR : code_normalize(req->params[0], code) < 0 ? STORE_NOT_FOUND : store_invite_get(s, code, &c);
+    if (rc == STORE_OK)
+        rc = store_invite_day_cap(s, c.code, &per_day);
+    if (rc == STORE_NOT_FOUND) {
+        http_error(req, ERR_NOT_FOUND, NULL, "no invite code %.32s", req->params[0]);
+        return;
+    }
+    if (rc != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    json_t *j = invite_day_json(invite_json(&c), per_day);
+    json_object_set_new(j, "uses", json_integer(c.uses));
+    json_object_set_new(j, "created_at", json_time(c.created_at, 0));
+    http_reply_json(req, 200, j);
 }

@@ -203,3 +203,17 @@ def test_deleting_a_gpu_type_with_history_is_409_saying_why(daemon):
     assert err["prices"] >= 1 and err["nodes"] == 0 and err["instances"] == 0, err
     assert "prices" in err["message"], err
     assert daemon.dump() == before
+
+
+def test_an_invite_code_made_is_at_its_location(daemon):
+    r = daemon.post("/v1/admin/invite-codes", key=daemon.admin_key, json={"code": "loc-ated", "amount": "5.00",
+                                                                         "max_uses": 3})
+    assert r.status_code == 201, r.text
+    assert r.headers["Location"] == "/v1/admin/invite-codes/LOC-ATED", r.headers
+    got = daemon.get(r.headers["Location"], key=daemon.admin_key)
+    assert got.status_code == 200, got.text
+    body = got.json()
+    assert (body["code"], body["amount"], body["max_uses"], body["uses"]) == ("LOC-ATED", "5.00", 3, 0), body
+    assert_error(daemon.get("/v1/admin/invite-codes/NOPE", key=daemon.admin_key), 404, "not_found")
+    user = daemon.signup()
+    assert_error(daemon.get("/v1/admin/invite-codes/LOC-ATED", key=user.key), 403, "forbidden")
