@@ -438,17 +438,24 @@ def test_backup_while_serving_writers(new_daemon, tmp_path):
             n_users = con.execute("SELECT count(*) FROM users").fetchone()[0]
             assert users_before <= n_users <= users_after
             assert con.execute("SELECT count(*) FROM nodes WHERE name LIKE 'bulk-%'").fetchone()[0] == 800
-            # One snapshot: every user arrived whole, with its key and credit.
+            # One snapshot: every user arrived whole, with its key, and with
+            # its credit once verified (the harness's users) or else its
+            # verification code and mail (the writers', never verified).
             assert con.execute("SELECT count(*) FROM users u WHERE NOT EXISTS"
                                " (SELECT 1 FROM api_keys k WHERE k.user_id = u.id)").fetchone()[0] == 0
-            assert con.execute("SELECT count(*) FROM users u WHERE u.role <> 'admin' AND NOT EXISTS"
-                               " (SELECT 1 FROM credit_grants g WHERE g.user_id = u.id)").fetchone()[0] == 0
+            assert con.execute("SELECT count(*) FROM users u WHERE u.role <> 'admin' AND u.email_verified_at IS NOT NULL"
+                               " AND NOT EXISTS (SELECT 1 FROM credit_grants g WHERE g.user_id = u.id)").fetchone()[0] == 0
+            assert con.execute("SELECT count(*) FROM users u WHERE u.email_verified_at IS NULL AND (NOT EXISTS"
+                               " (SELECT 1 FROM email_verifications v WHERE v.user_id = u.id) OR NOT EXISTS"
+                               " (SELECT 1 FROM outbox m WHERE m.user_id = u.id))").fetchone()[0] == 0
+            n_verified = con.execute("SELECT count(*) FROM users WHERE role <> 'admin'"
+                                     " AND email_verified_at IS NOT NULL").fetchone()[0]
         finally:
             con.close()
         assert not os.path.exists(path + "-wal")
         totals = ledger_totals(path)
         assert totals["topups"] == 3 * 12_340_000
-        assert totals["credits_granted"] == (n_users - 1) * 10 * MICRO  # the sign-up credit of each user
+        assert totals["credits_granted"] == n_verified * 10 * MICRO  # the sign-up credit of each verified user
         assert totals["revenue"] == 0
 
 
