@@ -28,6 +28,18 @@ pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh
                                 reason="needs openssh-client")
 
 
+def stop_client(proc):
+    """Ends an ssh client the test started (only cleaning up: the tunnel's
+    work is checked before). SIGTERM, then SIGKILL if it has not gone
+    within 30 s, as seen now and then on a loaded machine."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def keygen(directory, name):
     path = os.path.join(str(directory), name)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", path], check=True, timeout=30)
@@ -264,8 +276,7 @@ def test_forward_reaches_a_server_inside_the_workload_only(node, keys, workload,
              "the refused forward logged")
     finally:
         if tunnel:
-            tunnel.terminate()
-            tunnel.wait(timeout=30)
+            stop_client(tunnel)
         server.terminate()
         server.wait(timeout=30)
         node.ssh(keys["mine"][0], workload["user"], f"pkill -f 'http.server --bind 127.0.0.1 {inside}' || true")
@@ -552,14 +563,7 @@ def test_podman_exec_and_forward_into_the_container_network(tmp_path, keys):
         n.agent.wait_for_log("no process of the workload listens on that port")
     finally:
         if tunnel:
-            # Only cleaning up: the client is ours, and a loaded machine may
-            # keep it from acting on SIGTERM in time.
-            tunnel.terminate()
-            try:
-                tunnel.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                tunnel.kill()
-                tunnel.wait(timeout=30)
+            stop_client(tunnel)
         if n:
             n.stop()
         for proc in (container, host_server):
