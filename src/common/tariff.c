@@ -2,10 +2,13 @@
 #include "gpurent/tariff.h"
 #include "gpurent/money.h"
 
-int tariff_due(const struct price_point *pp, size_t n, int64_t cards, int64_t start, int64_t end, int64_t *out)
+/* The sum over the schedule's periods that overlap [start, end) of
+ * piece(price, quantity, seconds): card time and storage walk the same way. */
+static int periods_due(const struct price_point *pp, size_t n, int64_t quantity, int64_t start, int64_t end,
+                       int (*piece)(int64_t price, int64_t quantity, int64_t seconds, int64_t *out), int64_t *out)
 {
     *out = 0;
-    if (end < start || cards < 0)
+    if (end < start || quantity < 0)
         return MONEY_ERR_NEGATIVE;
     int64_t total = 0;
     for (size_t k = 0; k < n; k++) {
@@ -13,16 +16,21 @@ int tariff_due(const struct price_point *pp, size_t n, int64_t cards, int64_t st
         int64_t to = k + 1 < n && pp[k + 1].effective_at < end ? pp[k + 1].effective_at : end;
         if (to <= from)
             continue;
-        int64_t piece, seconds;
+        int64_t cost, seconds;
         /* A piece longer than 64 bits of seconds cannot be priced. */
         if (__builtin_sub_overflow(to, from, &seconds))
             return MONEY_ERR_OVERFLOW;
-        int rc = money_accrue(pp[k].card_hour, cards, seconds, &piece);
-        if (rc != MONEY_OK || (rc = money_add(total, piece, &total)) != MONEY_OK)
+        int rc = piece(pp[k].card_hour, quantity, seconds, &cost);
+        if (rc != MONEY_OK || (rc = money_add(total, cost, &total)) != MONEY_OK)
             return rc;
     }
     *out = total;
     return MONEY_OK;
+}
+
+int tariff_due(const struct price_point *pp, size_t n, int64_t cards, int64_t start, int64_t end, int64_t *out)
+{
+    return periods_due(pp, n, cards, start, end, money_accrue, out);
 }
 
 int64_t tariff_price_at(const struct price_point *pp, size_t n, int64_t t)
@@ -56,26 +64,7 @@ static int storage_piece(int64_t price, int64_t size_gb, int64_t seconds, int64_
 int tariff_storage_due(const struct price_point *pp, size_t n, int64_t size_gb, int64_t start, int64_t end,
                        int64_t *out)
 {
-    *out = 0;
-    if (end < start || size_gb < 0)
-        return MONEY_ERR_NEGATIVE;
-    int64_t total = 0;
-    for (size_t k = 0; k < n; k++) {
-        int64_t from = pp[k].effective_at > start ? pp[k].effective_at : start;
-        int64_t to = k + 1 < n && pp[k + 1].effective_at < end ? pp[k + 1].effective_at : end;
-        if (to <= from)
-            continue;
-        int64_t piece, seconds;
-        if (__builtin_sub_overflow(to, from, &seconds))
-            return MONEY_ERR_OVERFLOW;
-        int rc = storage_piece(pp[k].card_hour, size_gb, seconds, &piece);
-        if (rc != MONEY_OK || (rc = money_add(total, piece, &total)) != MONEY_OK) {
-            *out = 0;
-            return rc;
-        }
-    }
-    *out = total;
-    return MONEY_OK;
+    return periods_due(pp, n, size_gb, start, end, storage_piece, out);
 }
 
 size_t tariff_storage_schedule(const struct price_point *global, size_t ng, const struct price_point *region,
