@@ -419,6 +419,23 @@ def test_session_limit_and_idle_timeout(tmp_path, keys):
         n.stop()
 
 
+def sleep_in_foreground(seconds):
+    """Whether a `sleep SECONDS` runs (the sim runtime's shells are host
+    processes) as the foreground process group of its terminal."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read() != b"sleep\0" + seconds.encode() + b"\0":
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[2] == fields[5]:  # pgrp == tpgid
+            return True
+    return False
+
+
 def test_pty_window_changes_and_ctrl_c(node, keys, workload):
     """A real terminal in front of ssh: the remote PTY takes the window size
     and its changes, and ^C interrupts the remote command, not the session."""
@@ -455,8 +472,10 @@ def test_pty_window_changes_and_ctrl_c(node, keys, workload):
         os.kill(proc.pid, signal.SIGWINCH)
         os.write(master, b"stty size\n")
         wait_for("40 120")
-        os.write(master, b"sleep 600\n")
-        wait_for("sleep 600\r\n")
+        os.write(master, b"sleep 613\n")
+        # The line's echo comes before the shell has made sleep the terminal's
+        # foreground group; a ^C in between would go to the shell instead.
+        poll(lambda: sleep_in_foreground("613"), 20, "sleep 613 in the terminal's foreground")
         os.write(master, b"\x03")  # the remote terminal's interrupt: sleep dies, the shell stays
         wait_for("^C")
         os.write(master, b"echo after-$((2+2))\n")

@@ -493,8 +493,8 @@ def test_accounts_from_before_the_migration_are_verified_and_keep_their_trial(ne
     con.close()
     d.start()
     assert d.get("/v1/me", key=token_a).json()["email_verified"] is True
-    rows = d.sql("SELECT id, email_key, email_verified_at, trial_at FROM users WHERE id LIKE 'usr_a%' OR id LIKE 'usr_b%'"
-                 " ORDER BY id")
+    rows = d.sql("SELECT id, email_key, email_verified_at, trial_at FROM users WHERE id IN (?, ?) ORDER BY id",
+                 ("usr_" + "a" * 20, "usr_" + "b" * 20))
     assert rows == [("usr_" + "a" * 20, "a.b+old@gmail.com", 1000, 1000), ("usr_" + "b" * 20, "plain@example.test",
                                                                            1000, None)]
     # The one with a sign-up grant had its trial; the other may redeem a code.
