@@ -185,9 +185,11 @@ void api_invite_refused(struct http_request *req, const char *field, const char 
 void api_invite_codes_get(struct http_request *req);
 void api_invite_codes_create(struct http_request *req);
 void api_grants_create(struct http_request *req);
+void api_grants_get(struct http_request *req);
 
 /* api_payments.c */
 void api_topups_create(struct http_request *req);
+void api_topups_get(struct http_request *req);
 void api_payments_webhook(struct http_request *req);
 
 /* api_billing.c */

@@ -337,6 +337,9 @@ void api_grants_create(struct http_request *req)
         else {
             if (ctx.replayed)
                 http_add_header(req, "Idempotent-Replayed", "true");
+            char location[96];
+            snprintf(location, sizeof location, "/v1/admin/users/%s/grants/%s", ctx.user_id, ctx.grant);
+            http_add_header(req, "Location", location);
             http_reply_raw(req, 201, "application/json", ctx.answer, strlen(ctx.answer));
         }
         free(ctx.answer);
@@ -367,4 +370,32 @@ void api_invite_codes_get(struct http_request *req)
     json_object_set_new(j, "uses", json_integer(c.uses));
     json_object_set_new(j, "created_at", json_time(c.created_at, 0));
     http_reply_json(req, 200, j);
+}
+
+/* GET /v1/admin/users/{id}/grants/{grant_id}: one credit grant as it stands
+ * now, what is left of it and whether it expired or was voided (where the
+ * grant's 201 Location points). */
+void api_grants_get(struct http_request *req)
+{
+    struct grant g;
+    struct store *s = store_thread();
+    int rc = !s ? STORE_ERROR
+             : id_valid("usr", req->params[0]) && id_valid("grt", req->params[1])
+                 ? store_grant_get(s, req->params[0], req->params[1], &g)
+                 : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND) {
+        http_error(req, ERR_NOT_FOUND, NULL, "user %.32s has no grant %.32s", req->params[0], req->params[1]);
+        return;
+    }
+    if (rc != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    int64_t now = clock_now();
+    http_reply_json(req, 200,
+                    json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:b, s:s}", "grant_id", g.id, "user_id",
+                              g.user_id, "source", g.source, "amount", json_money(g.amount), "remaining",
+                              json_money(g.remaining), "expires_at", json_time(g.expires_at, 1), "voided_at",
+                              json_time(g.voided_at, 1), "created_at", json_time(g.created_at, 0), "expired",
+                              g.expires_at && g.expires_at <= now, "currency", daemon_config->currency));
 }

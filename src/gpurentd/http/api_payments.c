@@ -94,6 +94,11 @@ static void topup(struct http_request *req, struct topup_ctx *ctx, json_t *amoun
         if (!ctx->duplicate)
             log_info("payments: %s added %lld micro to %s (payment %s)", ctx->source, (long long)ctx->amount,
                      ctx->user_id, ctx->payment_id);
+        if (!ctx->duplicate) {
+            char location[96];
+            snprintf(location, sizeof location, "/v1/admin/users/%s/topups/%s", ctx->user_id, ctx->id);
+            http_add_header(req, "Location", location);
+        }
         http_reply_json(req, ctx->duplicate ? 200 : 201,
                         json_pack("{s:s, s:s, s:s, s:o, s:s, s:b}", "topup_id", ctx->id, "user_id", ctx->user_id,
                                   "payment_id", ctx->payment_id, "amount", json_money(ctx->amount), "currency",
@@ -174,4 +179,28 @@ void api_payments_webhook(struct http_request *req)
         topup(req, &ctx, json_object_get(body, "amount"));
     }
     json_decref(body);
+}
+
+/* GET /v1/admin/users/{id}/topups/{topup_id}: one recorded payment (where a
+ * top-up's 201 Location points). */
+void api_topups_get(struct http_request *req)
+{
+    struct topup t;
+    struct store *s = store_thread();
+    int rc = !s ? STORE_ERROR
+             : id_valid("usr", req->params[0]) && id_valid("top", req->params[1])
+                 ? store_topup_get(s, req->params[0], req->params[1], &t)
+                 : STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND) {
+        http_error(req, ERR_NOT_FOUND, NULL, "user %.32s has no top-up %.32s", req->params[0], req->params[1]);
+        return;
+    }
+    if (rc != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    http_reply_json(req, 200,
+                    json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:o}", "topup_id", t.id, "user_id", t.user_id,
+                              "payment_id", t.payment_id, "amount", json_money(t.amount), "currency",
+                              daemon_config->currency, "source", t.source, "created_at", json_time(t.created_at, 0)));
 }

@@ -77,6 +77,8 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/admin/invite-codes/{code}", api_invite_codes_get,  AUTH_ADMIN},
     {"POST",   "/v1/admin/users/{id}/grants", api_grants_create,       AUTH_ADMIN},
     {"POST",   "/v1/admin/users/{id}/topups", api_topups_create,       AUTH_ADMIN},
+    {"GET",    "/v1/admin/users/{id}/grants/{grant_id}", api_grants_get, AUTH_ADMIN},
+    {"GET",    "/v1/admin/users/{id}/topups/{topup_id}", api_topups_get, AUTH_ADMIN},
     {"POST",   "/v1/payments/webhook",        api_payments_webhook,    AUTH_NONE },
     {"POST",   "/v1/admin/billing/run",       api_billing_run,         AUTH_ADMIN},
     {"GET",    "/v1/admin/audit",             api_audit_list,          AUTH_ADMIN},

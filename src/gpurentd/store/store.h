@@ -619,6 +619,8 @@ int store_grant_insert(struct store *s, const struct grant *g);
 /* Grants with money left, not expired at `at`, soonest expiry first (never
  * expiring last), at most max. */
 int store_grants_spendable(struct store *s, const char *user_id, int64_t at, struct grant *out, size_t max, size_t *n);
+/* One of the user's grants; STORE_NOT_FOUND if it is no grant of theirs. */
+int store_grant_get(struct store *s, const char *user_id, const char *id, struct grant *out);
 /* All the user's grants, newest first. */
 int store_grants_of(struct store *s, const char *user_id, struct grant *out, size_t max, size_t *n);
 /* Grants with money left that expired at or before `at`: the user's, or
@@ -658,6 +660,8 @@ struct topup {
 /* STORE_CONFLICT if the payment id was seen before. */
 int store_topup_insert(struct store *s, const struct topup *t);
 int store_topup_by_payment(struct store *s, const char *payment_id, struct topup *out);
+/* One of the user's top-ups; STORE_NOT_FOUND if it is no top-up of theirs. */
+int store_topup_get(struct store *s, const char *user_id, const char *id, struct topup *out);
 
 /* A running interval as billing sees it. */
 struct billable {

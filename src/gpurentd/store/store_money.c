@@ -40,6 +40,7 @@ static const char SQL_GRANT_INSERT[] =
 static const char SQL_GRANTS_SPENDABLE[] =
     "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE user_id = ?1 AND remaining > 0 AND voided_at IS NULL"
     " AND (expires_at IS NULL OR expires_at > ?2) ORDER BY expires_at IS NULL, expires_at, created_at, id LIMIT ?3";
+static const char SQL_GRANT_GET[] = "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE id = ? AND user_id = ?";
 static const char SQL_GRANTS_OF[] =
     "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE user_id = ? ORDER BY created_at DESC, id LIMIT ?";
 /* One user's expired grants, or (?2 NULL) those of users with nothing left
@@ -79,8 +80,9 @@ static const char SQL_REDEMPTION_INSERT[] =
     "INSERT INTO invite_redemptions (code, user_id, grant_id, at) VALUES (?, ?, ?, ?)";
 static const char SQL_TOPUP_INSERT[] =
     "INSERT INTO topups (id, user_id, payment_id, amount, source, created_at) VALUES (?, ?, ?, ?, ?, ?)";
-static const char SQL_TOPUP_BY_PAYMENT[] =
-    "SELECT id, user_id, payment_id, amount, source, created_at FROM topups WHERE payment_id = ?";
+#define TOPUP_COLUMNS "id, user_id, payment_id, amount, source, created_at"
+static const char SQL_TOPUP_BY_PAYMENT[] = "SELECT " TOPUP_COLUMNS " FROM topups WHERE payment_id = ?";
+static const char SQL_TOPUP_GET[] = "SELECT " TOPUP_COLUMNS " FROM topups WHERE id = ? AND user_id = ?";
 /* Users with running time or storage to bill (the union sorts and
  * removes duplicates). */
 #define USERS_TO_BILL                                                                    \
@@ -378,6 +380,16 @@ int store_grants_spendable(struct store *s, const char *user_id, int64_t at, str
     return store_read_rows(s, st, out, sizeof *out, max, n, read_grant, "spendable grants");
 }
 
+int store_grant_get(struct store *s, const char *user_id, const char *id, struct grant *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANT_GET);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
+    return store_read_one(s, st, out, read_grant, "grant");
+}
+
 int store_grants_of(struct store *s, const char *user_id, struct grant *out, size_t max, size_t *n)
 {
     *n = 0;
@@ -522,25 +534,34 @@ int store_topup_insert(struct store *s, const struct topup *t)
     return store_step_write(s, st, "insert topup");
 }
 
+static void read_topup(sqlite3_stmt *st, void *row)
+{
+    struct topup *t = row;
+    store_column_text(t->id, sizeof t->id, st, 0);
+    store_column_text(t->user_id, sizeof t->user_id, st, 1);
+    store_column_text(t->payment_id, sizeof t->payment_id, st, 2);
+    t->amount = sqlite3_column_int64(st, 3);
+    store_column_text(t->source, sizeof t->source, st, 4);
+    t->created_at = sqlite3_column_int64(st, 5);
+}
+
 int store_topup_by_payment(struct store *s, const char *payment_id, struct topup *out)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_TOPUP_BY_PAYMENT);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, payment_id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st), result = STORE_OK;
-    if (rc == SQLITE_ROW) {
-        store_column_text(out->id, sizeof out->id, st, 0);
-        store_column_text(out->user_id, sizeof out->user_id, st, 1);
-        store_column_text(out->payment_id, sizeof out->payment_id, st, 2);
-        out->amount = sqlite3_column_int64(st, 3);
-        store_column_text(out->source, sizeof out->source, st, 4);
-        out->created_at = sqlite3_column_int64(st, 5);
-    } else {
-        result = rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "topup by payment");
-    }
-    sqlite3_reset(st);
-    return result;
+    return store_read_one(s, st, out, read_topup, "topup by payment");
+}
+
+int store_topup_get(struct store *s, const char *user_id, const char *id, struct topup *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_TOPUP_GET);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
+    return store_read_one(s, st, out, read_topup, "topup");
 }
 
 int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n)

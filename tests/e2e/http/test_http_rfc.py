@@ -217,3 +217,41 @@ def test_an_invite_code_made_is_at_its_location(daemon):
     assert_error(daemon.get("/v1/admin/invite-codes/NOPE", key=daemon.admin_key), 404, "not_found")
     user = daemon.signup()
     assert_error(daemon.get("/v1/admin/invite-codes/LOC-ATED", key=user.key), 403, "forbidden")
+
+
+def test_a_grant_and_a_topup_made_are_at_their_locations(daemon):
+    user, other = daemon.signup(), daemon.signup()
+    r = daemon.post(f"/v1/admin/users/{user.id}/grants", key=daemon.admin_key,
+                    json={"amount": "3.50", "expires_at": "2099-01-01T00:00:00Z", "reason": "located"})
+    assert r.status_code == 201, r.text
+    grant = r.json()["grant_id"]
+    assert r.headers["Location"] == f"/v1/admin/users/{user.id}/grants/{grant}", r.headers
+    got = daemon.get(r.headers["Location"], key=daemon.admin_key)
+    assert got.status_code == 200, got.text
+    body = got.json()
+    assert (body["grant_id"], body["user_id"], body["source"], body["amount"], body["remaining"], body["expires_at"],
+            body["voided_at"], body["expired"]) == (grant, user.id, "admin", "3.50", "3.50", "2099-01-01T00:00:00Z",
+                                                    None, False), body
+
+    r = daemon.post(f"/v1/admin/users/{user.id}/topups", key=daemon.admin_key,
+                    json={"amount": "12.34", "payment_id": "pay-located"})
+    assert r.status_code == 201, r.text
+    topup = r.json()["topup_id"]
+    assert r.headers["Location"] == f"/v1/admin/users/{user.id}/topups/{topup}", r.headers
+    got = daemon.get(r.headers["Location"], key=daemon.admin_key)
+    assert got.status_code == 200, got.text
+    body = got.json()
+    assert (body["topup_id"], body["user_id"], body["payment_id"], body["amount"], body["source"]) == (
+        topup, user.id, "pay-located", "12.34", "admin"), body
+    # The same payment again is no new resource: 200, and no Location.
+    r = daemon.post(f"/v1/admin/users/{user.id}/topups", key=daemon.admin_key,
+                    json={"amount": "12.34", "payment_id": "pay-located"})
+    assert r.status_code == 200 and r.json()["duplicate"] is True and "Location" not in r.headers, r.headers
+
+    # Under another user, malformed, or asked by a non-admin: nothing shown.
+    for path in (f"/v1/admin/users/{other.id}/grants/{grant}", f"/v1/admin/users/{other.id}/topups/{topup}",
+                 f"/v1/admin/users/{user.id}/grants/{topup}", f"/v1/admin/users/{user.id}/topups/grt_x",
+                 f"/v1/admin/users/nobody/grants/{grant}"):
+        assert_error(daemon.get(path, key=daemon.admin_key), 404, "not_found")
+    assert_error(daemon.get(f"/v1/admin/users/{user.id}/grants/{grant}", key=user.key), 403, "forbidden")
+    assert_error(daemon.get(f"/v1/admin/users/{user.id}/topups/{topup}", key=user.key), 403, "forbidden")
