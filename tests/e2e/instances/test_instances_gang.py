@@ -297,6 +297,18 @@ def test_thirty_two_nodes_rendezvous(cloud, tmp_path):
                                  " $GPURENT_GPUS_PER_NODE $GPURENT_INSTANCE_ID'"],
                          capture_output=True, text=True, timeout=120)
     assert (out.returncode, out.stdout) == (0, f"31 31 32 32 127.0.0.2 29500 256 8 8 {iid}\n"), out
+    # DeepSpeed's pdsh launcher: pdsh over ssh from rank 0 to the hosts of
+    # the hostfile at once, as `deepspeed --launcher pdsh` runs it. Rank 0
+    # itself is left out only because its admin data_host above, 127.0.0.2,
+    # is an address no sim agent listens on. (The sim container's ssh reads
+    # the host user's ~/.ssh, hence the -F to the container's $HOME; in an
+    # image HOME and ~ agree.)
+    out = subprocess.run(base + ["PDSH_RCMD_TYPE=ssh PDSH_SSH_ARGS_APPEND=\"-F $HOME/.ssh/config -o BatchMode=yes\""
+                                 " pdsh -S -f 1024 -w $(tail -n +2 \"$GPURENT_HOSTFILE\" | cut -d' ' -f1 | paste -sd,)"
+                                 " 'echo rank=$GPURENT_NODE_RANK of $GPURENT_NODE_COUNT'"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out
+    assert sorted(out.stdout.splitlines()) == sorted(f"rank{k}: rank={k} of 32" for k in range(1, 32)), out
 
     cloud.action(u, iid, "terminate")
     cloud.wait_state(u, iid, "terminated")
