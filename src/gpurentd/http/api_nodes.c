@@ -52,6 +52,12 @@ static json_t *node_json(const struct node *n)
                         n->ssh_port > 0 ? json_pack("{s:I, s:s, s:s}", "port", (json_int_t)n->ssh_port, "host_key",
                                                     n->ssh_host_key, "fingerprint", n->ssh_host_fp)
                                         : json_null());
+    /* The host ports its agent publishes instances' ports on: what an
+     * operator opens in the firewall. */
+    json_object_set_new(j, "publish_range",
+                        n->publish_first > 0 ? json_pack("{s:I, s:I}", "first", (json_int_t)n->publish_first, "last",
+                                                         (json_int_t)n->publish_last)
+                                             : json_null());
     return j;
 }
 

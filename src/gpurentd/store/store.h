@@ -209,6 +209,7 @@ struct node {
     int64_t created_at, updated_at; /* epoch seconds */
     char data_host[254];     /* the admin's data-plane host (0019), "" when unset */
     char data_address[254];  /* the data-plane address the agent's facts report, "" when none */
+    int64_t publish_first, publish_last; /* host ports it publishes instances' ports on (facts), 0 when none */
 };
 struct node_card {
     int64_t idx;              /* index on the node */

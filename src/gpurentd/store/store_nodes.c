@@ -19,7 +19,8 @@
     "   AND c.healthy = 1 AND c.instance_id IS NULL) ELSE 0 END,"                                     \
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.instance_id IS NOT NULL),"      \
     " n.admin_reason, n.public_host, coalesce(n.ssh_port, 0), coalesce(n.ssh_host_key, ''),"          \
-    " coalesce(n.ssh_host_fingerprint, ''), n.data_host, coalesce(n.data_address, '')"
+    " coalesce(n.ssh_host_fingerprint, ''), n.data_host, coalesce(n.data_address, ''),"              \
+    " coalesce(n.publish_first, 0), coalesce(n.publish_last, 0)"
 
 /* Inserts nothing when the model is not in the catalog (a plain existence
  * check: the catalog's card counts cost a scan of every card). */
@@ -115,6 +116,8 @@ static void read_node(sqlite3_stmt *st, void *row)
     store_column_text(n->ssh_host_fp, sizeof n->ssh_host_fp, st, 26);
     store_column_text(n->data_host, sizeof n->data_host, st, 27);
     store_column_text(n->data_address, sizeof n->data_address, st, 28);
+    n->publish_first = sqlite3_column_int64(st, 29);
+    n->publish_last = sqlite3_column_int64(st, 30);
 }
 
 int store_node_insert(struct store *s, const struct node *n)

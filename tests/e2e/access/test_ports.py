@@ -54,7 +54,12 @@ def publishing(nodes_per_fleet, per_node=100):
 
 
 def node_range(cloud, name):
-    return tuple(cloud.d.sql("SELECT publish_first, publish_last FROM nodes WHERE name = ?", [name])[0])
+    """The node's publish range as stored, checked against what the admin's
+    node view shows (the range an operator opens in the firewall)."""
+    stored = tuple(cloud.d.sql("SELECT id, publish_first, publish_last FROM nodes WHERE name = ?", [name])[0])
+    shown = cloud.admin("GET", f"/v1/admin/nodes/{stored[0]}").json()["publish_range"]
+    assert shown == (None if stored[1] is None else {"first": stored[1], "last": stored[2]}), (stored, shown)
+    return stored[1:]
 
 
 def refused(address):
@@ -177,8 +182,11 @@ def test_two_instances_on_one_node_get_different_host_ports(cloud, tmp_path):
 
 
 def test_a_full_or_missing_range_refuses_placement(cloud, tmp_path):
-    f = cloud.fleet(1, sim=publishing(1, per_node=2))
+    sim = publishing(1, per_node=2)
+    f = cloud.fleet(1, sim=sim)
     [name] = f.nodes
+    first = int(sim["publish_port_range"].split("-")[0])
+    assert node_range(cloud, name) == (first, first + 1)
     acct = cloud.user()
     a = cloud.create(acct, card_count=1, ports=[free_port(), free_port()])
     r = cloud.d.post("/v1/instances", key=acct.key,
