@@ -225,6 +225,15 @@ void api_instances_start_verified(struct http_request *req)
         api_instances_start(req);
 }
 
+/* A volume is billed per GB-month from its creation, so it waits for the
+ * verified address as a launch does: no storage owed by an address nobody
+ * answers at. */
+void api_volumes_create_verified(struct http_request *req)
+{
+    if (require_verified(req) == 0)
+        api_volumes_create(req);
+}
+
 /* ---------------------------------------------------------------- admin */
 
 json_t *admin_user_json(const struct user *u)

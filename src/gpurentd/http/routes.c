@@ -36,7 +36,7 @@ const struct http_route daemon_routes[] = {
     {"POST",   "/v1/admin/images",            api_images_create,       AUTH_ADMIN},
     {"DELETE", "/v1/admin/images/{id}",       api_images_delete,       AUTH_ADMIN},
 
-    {"POST",   "/v1/volumes",                 api_volumes_create,      AUTH_USER },
+    {"POST",   "/v1/volumes",                 api_volumes_create_verified, AUTH_USER },
     {"GET",    "/v1/volumes",                 api_volumes_list,        AUTH_USER },
     {"GET",    "/v1/volumes/{id}",            api_volumes_get,         AUTH_USER },
     {"DELETE", "/v1/volumes/{id}",            api_volumes_delete,      AUTH_USER },

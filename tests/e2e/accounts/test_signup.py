@@ -115,6 +115,9 @@ def test_mail_is_sent_and_credit_waits_for_verification(new_daemon, sink):
                  403, "email_not_verified")
     assert_error(d.post("/v1/instances/ins_aaaaaaaaaaaaaaaaaaaa/start", key=key), 403, "email_not_verified")
     assert_error(d.post("/v1/invite-codes/redeem", key=key, json={"code": "AMD6GW"}), 403, "email_not_verified")
+    # Nor a volume, which is billed from its creation.
+    assert_error(d.post("/v1/volumes", key=key, json={"name": "data", "size_gb": 10}), 403, "email_not_verified")
+    assert d.get("/v1/volumes", key=key).json()["data"] == []
     # Browsing still works.
     assert d.get("/v1/balance", key=key).status_code == 200
     assert d.get("/v1/instances", key=key).status_code == 200
