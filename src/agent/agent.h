@@ -677,6 +677,12 @@ int sim_process_start(const struct runtime *rt, struct workload *w, const char *
 int sim_process_state(const char *container_dir, int64_t *exit_at, int *code);
 /* Kills its process group (SIGTERM, SIGKILL after 2 s) and forgets it. */
 void sim_process_stop(const char *container_dir);
+/* Whether /proc/PID/environ holds want ("GPURENT_WORKLOAD=id"): how the sim
+ * tells a workload's processes apart (it isolates nothing). */
+int sim_process_environ_has(const char *pid, const char *want);
+/* SIGKILLs every process whose environment names workload wl_id, as a
+ * container's teardown would (sessions' background processes included). */
+void sim_process_kill_workload(const char *wl_id);
 
 /* publish.c: published ports in the sim runtime. One thread listens on
  * 0.0.0.0:<host port> for every port of every running sim workload (it

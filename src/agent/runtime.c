@@ -427,6 +427,7 @@ static int sim_remove(const struct runtime *rt, struct workload *w, char *msg, s
     if (sim_container_dir(rt, w, dir, sizeof dir) < 0)
         return STEP_OK;
     sim_process_stop(dir); /* its command's process group, if it has one */
+    sim_process_kill_workload(w->id);
     if (access(dir, F_OK) == 0)
         nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     return STEP_OK;

@@ -9,6 +9,7 @@
  * unknown status. */
 #include "agent.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -345,4 +346,58 @@ void sim_process_stop(const char *container_dir)
     pthread_mutex_unlock(&procs_lock);
     pthread_join(p->thread, NULL);
     free(p);
+}
+
+int sim_process_environ_has(const char *pid, const char *want)
+{
+    char path[320];
+    snprintf(path, sizeof path, "/proc/%s/environ", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    static const size_t cap = 256 * 1024;
+    char *buf = malloc(cap + 1);
+    size_t len = 0;
+    ssize_t r;
+    while (buf && len < cap && (r = read(fd, buf + len, cap - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    int found = 0;
+    size_t wl = strlen(want);
+    for (size_t i = 0; buf && i < len && !found;) {
+        size_t el = strnlen(buf + i, len - i);
+        found = el == wl && memcmp(buf + i, want, wl) == 0;
+        i += el + 1;
+    }
+    free(buf);
+    return found;
+}
+
+/* Every process whose environment names the workload: the background
+ * servers a user's ssh session left (`setsid nohup …`) as well as the
+ * command's group. A real container's processes all end with it; the sim's
+ * would outlive it, so they are looked up by GPURENT_WORKLOAD and killed,
+ * again until none is left (one may fork while the list is read). */
+void sim_process_kill_workload(const char *wl_id)
+{
+    char want[128];
+    snprintf(want, sizeof want, "GPURENT_WORKLOAD=%s", wl_id);
+    pid_t self = getpid();
+    for (int round = 0; round < 10; round++) {
+        DIR *d = opendir("/proc");
+        if (!d)
+            return;
+        int killed = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] < '1' || e->d_name[0] > '9')
+                continue;
+            pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
+            if (pid != self && sim_process_environ_has(e->d_name, want) && kill(pid, SIGKILL) == 0)
+                killed++;
+        }
+        closedir(d);
+        if (!killed)
+            return;
+    }
 }

@@ -53,32 +53,6 @@ static void listening_inodes(const char *file, int port, unsigned long *inodes, 
     fclose(f);
 }
 
-/* Whether /proc/PID/environ holds want ("GPURENT_WORKLOAD=id"). */
-static int environ_has(const char *pid, const char *want)
-{
-    char path[320];
-    snprintf(path, sizeof path, "/proc/%s/environ", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    static const size_t cap = 256 * 1024;
-    char *buf = malloc(cap + 1);
-    size_t len = 0;
-    ssize_t r;
-    while (buf && len < cap && (r = read(fd, buf + len, cap - len)) > 0)
-        len += (size_t)r;
-    close(fd);
-    int found = 0;
-    size_t wl = strlen(want);
-    for (size_t i = 0; buf && i < len && !found;) {
-        size_t el = strnlen(buf + i, len - i);
-        found = el == wl && memcmp(buf + i, want, wl) == 0;
-        i += el + 1;
-    }
-    free(buf);
-    return found;
-}
-
 static int holds_socket(const char *pid, const unsigned long *inodes, int n)
 {
     char dir[320];
@@ -149,7 +123,7 @@ int ssh_forward_port_owned(const char *wl_id, long container_pid, int port)
         if (e->d_name[0] < '1' || e->d_name[0] > '9')
             continue;
         owned = holds_socket(e->d_name, inodes, n) &&
-                (container_pid > 0 ? in_pid_ns(e->d_name, want) : environ_has(e->d_name, want));
+                (container_pid > 0 ? in_pid_ns(e->d_name, want) : sim_process_environ_has(e->d_name, want));
     }
     closedir(d);
     return owned;

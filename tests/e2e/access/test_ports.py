@@ -62,6 +62,12 @@ def node_range(cloud, name):
     return stored[1:]
 
 
+def web_servers(port):
+    """Pids of this machine's `http.server <port>` processes."""
+    out = subprocess.run(["pgrep", "-f", f"http.server {port} --bind"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
 def refused(address):
     """The published port takes the connection and closes it, sending nothing."""
     host, port = address.rsplit(":", 1)
@@ -141,6 +147,9 @@ def test_a_port_of_the_workload_is_reached_and_nothing_else(cloud, tmp_path):
             return True
         return None
     poll(closed, DEADLINE, "the published port to close after the stop")
+    # The web server the session left behind (setsid, out of every group the
+    # agent started) went with the container, as in a real one.
+    poll(lambda: not web_servers(web), DEADLINE, "the workload's web server to end with its container")
 
     # Started again: placement gives it host ports anew.
     cloud.action(me.acct, inst["id"], "start")
