@@ -90,7 +90,8 @@ GROUP BY day, r.gpu_model;
 -- card-hours the pool could not give it (failed hardware), and how many
 -- instances were launched in it (gpurentd report reservation_utilisation).
 CREATE VIEW report_reservation_utilisation AS
-SELECT r.id AS reservation_id,
+SELECT date(r.starts_at, 'unixepoch') AS day,
+       r.id AS reservation_id,
        r.user_id AS user_id,
        r.gpu_model AS gpu_model,
        r.card_count AS cards,
