@@ -87,9 +87,11 @@ static const char SQL_INTERVAL_CLOSE[] = "UPDATE running_intervals SET ended_at 
 static const char SQL_PLACED_WORKLOADS[] = "SELECT workload_id FROM instance_nodes ORDER BY workload_id";
 static const char SQL_USER_CARDS[] =
     "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ?1 AND id <> ?2 AND state IN " HOLDING;
+/* Cards inside a reservation are paid already (0024): they need no
+ * minimum run funded. */
 static const char SQL_USER_CARDS_BY_MODEL[] =
     "SELECT gpu_model, sum(card_count) FROM instances WHERE user_id = ? AND state IN " HOLDING
-    " GROUP BY gpu_model ORDER BY gpu_model";
+    " AND reservation_id IS NULL GROUP BY gpu_model ORDER BY gpu_model";
 static const char SQL_USER_MAX_CARDS[] = "SELECT max_cards FROM user_limits WHERE user_id = ?";
 static const char SQL_USER_SET_MAX_CARDS[] = "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
                                              " ON CONFLICT (user_id) DO UPDATE SET max_cards = excluded.max_cards";
