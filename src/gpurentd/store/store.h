@@ -778,6 +778,10 @@ struct money_totals {
     int64_t cash_held;          /* users' cash not yet spent */
     int64_t storage_revenue;    /* storage charged, all time (0020; not in revenue) */
     int64_t storage_credits_spent; /* credit spent on storage (not in credits_spent) */
+    int64_t reservation_revenue;          /* reservations paid, all time (0024; not in revenue) */
+    int64_t reservation_refunds;          /* of which given back on cancelling */
+    int64_t reservation_credits_spent;    /* credit spent on reservations */
+    int64_t reservation_credits_refunded; /* of which went back to grants */
 };
 int store_metrics_money(struct store *s, struct money_totals *out);
 

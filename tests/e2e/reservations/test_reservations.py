@@ -5,6 +5,7 @@ block (its window, its cards, no per-second charge, the warning and the
 stop at the end), the credit for a node lost mid-window, other users' ids,
 Idempotency-Key, and bad requests that change nothing. `ledger verify`
 passes after every money step."""
+import json
 import os
 import sys
 
@@ -14,7 +15,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from harness import assert_error  # noqa: E402
 from instances_util import cloud, wait  # noqa: E402,F401  (fixture)
-from money_util import from_iso, iso, micro, run_gpurentd  # noqa: E402
+from money_util import from_iso, iso, ledger_verify, micro, run_gpurentd  # noqa: E402
 from resv_util import ResvCloud  # noqa: E402
 
 PRICE = 2_000_000  # H100-SXM, micro-yuan per card-hour
@@ -116,6 +117,14 @@ def test_book_list_get_availability_and_cancel_with_full_refund(rc):
                  params={"gpu_type": "H100-SXM", "from": iso(start), "to": iso(start + 3600)})
     assert [h["cards_free"] for h in r.json()["hours"]] == [16]
     rc.verify()
+    # ledger verify's totals and the revenue report agree on it.
+    _, out = ledger_verify(rc.d.db_path)
+    assert f"reservation totals: paid {b['amount']}, refunded {b['amount']}," in out, out
+    p = run_gpurentd("report", "reservation-revenue", "--db", rc.d.db_path, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert [(r["gpu_model"], r["reservations"], r["paid"], r["refunded"], r["revenue"]) for r in rows] == \
+        [("H100-SXM", 1, b["amount"], b["amount"], "0.00")], rows
 
 
 def test_late_cancel_refunds_half_and_a_started_block_nothing(rc):
