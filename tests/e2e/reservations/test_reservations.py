@@ -161,6 +161,29 @@ def test_booking_without_funds_is_402_and_changes_nothing(rc):
     rc.verify()
 
 
+def test_a_reservation_price_applies_to_blocks_booked_after_it(rc):
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    u = rc.c.user()
+    before = rc.book(u, 2, rc.hour(3), 1)
+    r = rc.c.admin("PUT", "/v1/admin/prices/H100-SXM",
+                   json={"price_per_card_hour": "2.00", "reservation_price_per_card_hour": "1.50",
+                         "reason": "block discount"})
+    assert r.status_code == 200 and r.json()["reservation_price_per_card_hour"] == "1.50", r.text
+    assert types(rc)["H100-SXM"]["reservation_price_per_card_hour"] == "1.50"
+    after = rc.book(u, 2, rc.hour(3), 1)
+    assert (before["amount"], after["amount"]) == ("4.00", "3.00"), (before, after)
+    assert rc.d.get(f"/v1/reservations/{before['id']}", key=u.key).json()["amount"] == "4.00"
+    for bad in ("-1", "1.2345678", "abc"):
+        assert_error(rc.c.admin("PUT", "/v1/admin/prices/H100-SXM",
+                                json={"price_per_card_hour": "2.00", "reservation_price_per_card_hour": bad}),
+                     400, "invalid_field", "reservation_price_per_card_hour")
+    assert_error(rc.c.admin("PUT", "/v1/admin/prices/H100-SXM",
+                            json={"price_per_card_hour": "2.00", "reservation_price_per_card_hour": 2}),
+                 400, "invalid_field", "reservation_price_per_card_hour")
+    assert rc.d.sql("SELECT card_hour FROM reservation_prices") == [(1_500_000,)]
+    rc.verify()
+
+
 def test_idempotency_key_books_once(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
     u = rc.c.user()
