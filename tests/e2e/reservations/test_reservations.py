@@ -212,6 +212,11 @@ def test_multi_node_blocks_are_whole_nodes_of_one_fabric(rc):
     assert_error(rc.d.post("/v1/reservations", key=u.key,
                            json={"gpu_type": "H100-SXM", "cards": 16, "starts_at": iso(rc.hour(3)),
                                  "ends_at": iso(rc.hour(4))}), 409, "insufficient_capacity", "cards")
+    # Once it starts, a 16-card instance takes the two whole nodes of ib-1.
+    rc.d.set_clock(rc.hour(3))
+    inst = rc.launch(u, b["id"], 16)
+    assert sorted(p["node_name"] for p in inst["nodes"]) == ["a-01", "a-02"], inst
+    rc.c.wait_state(u, inst["id"], "running")
     rc.verify()
 
 
@@ -294,6 +299,23 @@ def test_a_node_lost_mid_window_is_credited_as_a_grant(rc):
     rows = run_gpurentd("report", "reservation-refunds", "--db", rc.d.db_path, "--format", "json")
     assert rows.returncode == 0, rows.stderr
     assert b["id"] in rows.stdout and "sla_credit" in rows.stdout, rows.stdout
+    rc.verify()
+
+
+def test_spare_reserved_capacity_replaces_a_lost_node_without_credit(rc):
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    b_fleet = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 2)
+    rc.d.set_clock(rc.hour(1) + 60)
+    b_fleet.stop()
+    wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'b-01'") == [("offline",)], what="b-01 offline")
+    rc.billing()
+    assert rc.d.sql("SELECT count(*) FROM credit_grants WHERE source = 'reservation'") == [(0,)]
+    # The block still launches, on the node that is left.
+    inst = rc.launch(u, r["id"], 8)
+    assert [p["node_name"] for p in inst["nodes"]] == ["a-01"], inst
+    assert rc.d.get(f"/v1/reservations/{r['id']}", key=u.key).json()["credited"] == "0.00"
     rc.verify()
 
 
