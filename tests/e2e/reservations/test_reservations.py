@@ -302,6 +302,38 @@ def test_a_node_lost_mid_window_is_credited_as_a_grant(rc):
     rc.verify()
 
 
+def test_failed_cards_under_a_block_are_credited_per_hour(rc):
+    f = rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    node = rc.d.sql("SELECT id FROM nodes")[0][0]
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(2), 2)
+    # Two cards fail before the block starts (the agent reports them so).
+    f.stop()
+    f.args += ["-o", "inventory_failed_cards=3,5"]
+    rc.c.restart_fleet(f)
+    wait(lambda: rc.d.sql("SELECT health, (SELECT count(*) FROM node_cards WHERE node_id = n.id AND healthy = 0)"
+                          " FROM nodes n") == [("up", 2)], what="two failed cards reported")
+    rc.billing()
+    assert rc.d.sql("SELECT count(*) FROM credit_grants WHERE source = 'reservation'") == [(0,)]  # not started
+    rc.d.set_clock(rc.hour(2) + 30)
+    rc.billing()
+    rc.d.advance_clock(3600)
+    rc.billing()
+    rows = rc.d.sql("SELECT amount FROM credit_grants WHERE source = 'reservation' AND user_id = ?", (u.id,))
+    assert rows == [(PRICE * 2,), (PRICE * 2,)], rows
+    reasons = [x for (x,) in rc.d.sql("SELECT reason FROM ledger_transactions WHERE kind = 'grant' AND user_id = ?"
+                                      " AND reason LIKE 'SLA credit%'", (u.id,))]
+    assert len(reasons) == 2 and all(r["id"] in x and node in x for x in reasons), reasons
+    # The block can still run on the six good cards, not on eight.
+    assert_error(rc.d.post("/v1/instances", key=u.key,
+                           json={"gpu_type": "H100-SXM", "card_count": 8, "reservation_id": r["id"],
+                                 "image": "pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"}),
+                 409, "insufficient_capacity", "card_count")
+    inst = rc.launch(u, r["id"], 6)
+    assert sorted(inst["nodes"][0]["cards"]) == [0, 1, 2, 4, 6, 7], inst
+    rc.verify()
+
+
 def test_spare_reserved_capacity_replaces_a_lost_node_without_credit(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
     b_fleet = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
