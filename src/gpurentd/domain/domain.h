@@ -427,6 +427,11 @@ json_t *reservation_json(const struct reservation *r, int64_t now);
  * reservation_id now; REFUSED with o otherwise. */
 int reservation_admit(struct store *s, const char *user_id, const char *reservation_id, const char *gpu_model,
                       int64_t cards, const char *instance_id, int64_t now, struct op_outcome *o);
+/* In a transaction, before node_id leaves the reserved pool (moved to
+ * on_demand, or removed when removing is set): STORE_CONFLICT, with *hour the first hour short,
+ * if the pool without its cards could not hold what is booked from now
+ * to the horizon. STORE_OK when the node is not reserved or the rest holds. */
+int reservation_pool_shrink_check(struct store *s, const char *node_id, int64_t now, int removing, int64_t *hour);
 /* One pass over reservations (in a transaction): the warning before the
  * end, stopping instances at the end, and credits for hours lost to failed
  * reserved hardware. *stopped says whether any instance was stopped. */

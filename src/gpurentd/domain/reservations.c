@@ -330,6 +330,52 @@ int reservation_admit(struct store *s, const char *user_id, const char *reservat
     return STORE_OK;
 }
 
+int reservation_pool_shrink_check(struct store *s, const char *node_id, int64_t now, int removing, int64_t *hour)
+{
+    *hour = 0;
+    struct node n;
+    int rc = store_node_get(s, node_id, &n);
+    if (rc != STORE_OK)
+        return rc;
+    int64_t cap_before, cap_after;
+    struct reserved_fabric fabrics[RESERVED_FABRICS_MAX];
+    size_t nf;
+    if ((rc = store_reserved_capacity(s, n.gpu_model, &cap_before, fabrics, &nf)) != STORE_OK)
+        return rc;
+    char pool[16];
+    if ((rc = store_node_pool(s, node_id, pool)) != STORE_OK)
+        return rc;
+    /* Only a node counted in the sellable reserved pool shrinks it: the
+     * capacity without it is what the store counts less its healthy cards. */
+    struct gpu_type t;
+    if ((rc = store_gpu_type_row(s, n.gpu_model, &t)) != STORE_OK)
+        return rc;
+    int reserved = strcmp(pool, "reserved") == 0 || t.reservation_required;
+    /* A reservation-required type's node stays reserved whatever its
+     * column says: only removing it shrinks the pool. */
+    if (!reserved || (t.reservation_required && !removing) || strcmp(n.health, "up") != 0 ||
+        strcmp(n.admin_state, "active") != 0)
+        return STORE_OK;
+    int64_t healthy = store_node_healthy_cards(s, node_id);
+    if (healthy < 0)
+        return (int)healthy;
+    cap_after = cap_before - healthy;
+    int64_t from = now - now % HOUR, to = from + daemon_config->reservation_horizon_hours * HOUR;
+    size_t hours = (size_t)((to - from) / HOUR);
+    int64_t *booked = calloc(hours, sizeof *booked);
+    if (!booked)
+        return STORE_ERROR;
+    if ((rc = calendar(s, n.gpu_model, from, to, booked, NULL, NULL)) == STORE_OK) {
+        int64_t full = first_full_hour(booked, from, to, 0, cap_after);
+        if (full >= 0) {
+            *hour = full;
+            rc = STORE_CONFLICT;
+        }
+    }
+    free(booked);
+    return rc;
+}
+
 /* Stops an instance of a reservation that ended (the volume kept). */
 static int stop_at_end(struct store *s, const struct reservation *r, const char *instance_id, int64_t now)
 {

@@ -403,10 +403,22 @@ void api_nodes_set_state(struct http_request *req)
     json_decref(body);
 }
 
+/* 409: the reserved pool without the node could not hold a booked hour. */
+static void reply_pool_short(struct http_request *req, const char *id, int64_t hour)
+{
+    json_t *t = json_time(hour, 0);
+    http_error_ext(req, ERR_CONFLICT, NULL, json_pack("{s:O}", "hour", t),
+                   "without node %s the reserved pool cannot hold what is booked for the hour from %s; cancel or "
+                   "wait out those reservations first",
+                   id, json_string_value(t));
+    json_decref(t);
+}
+
 struct hosts_ctx {
     const char *id, *public_host, *data_host; /* what to set; NULL: leave */
     const char *pool;                         /* on_demand or reserved; NULL: leave */
     int64_t now;                              /* when */
+    int64_t short_hour;                       /* out: leaving the reserved pool would leave this hour short */
 };
 
 static int hosts_txn(struct store *s, void *vctx)
@@ -415,6 +427,11 @@ static int hosts_txn(struct store *s, void *vctx)
     int rc = STORE_OK;
     if ((ctx->public_host || ctx->data_host) &&
         (rc = store_node_set_hosts(s, ctx->id, ctx->public_host, ctx->data_host, ctx->now)) != STORE_OK)
+        return rc;
+    /* Booked hours keep their cards: a node leaves the reserved pool only
+     * if the rest still holds every booking. */
+    if (ctx->pool && strcmp(ctx->pool, "on_demand") == 0 &&
+        (rc = reservation_pool_shrink_check(s, ctx->id, ctx->now, 0, &ctx->short_hour)) != STORE_OK)
         return rc;
     /* A busy node changes pools only once drained (STORE_CONFLICT). */
     return ctx->pool ? store_node_set_pool(s, ctx->id, ctx->pool, ctx->now) : STORE_OK;
@@ -455,10 +472,12 @@ void api_nodes_patch(struct http_request *req)
     } else if (data_host && data_host[0] && !data_host_valid(data_host)) {
         http_error(req, ERR_INVALID_FIELD, "data_host", "%s", DATA_HOST_RULE);
     } else if (load_node(req, s, &n) == STORE_OK) {
-        struct hosts_ctx ctx = {n.id, public_host, data_host, pool, clock_now()};
+        struct hosts_ctx ctx = {n.id, public_host, data_host, pool, clock_now(), 0};
         int rc = store_txn(s, hosts_txn, &ctx);
         if (rc == STORE_NOT_FOUND)
             http_error(req, ERR_NOT_FOUND, NULL, "no node %s", n.id);
+        else if (rc == STORE_CONFLICT && ctx.short_hour)
+            reply_pool_short(req, n.id, ctx.short_hour);
         else if (rc == STORE_CONFLICT)
             http_error(req, ERR_CONFLICT, "pool",
                        "node %s has %lld cards in use; drain it and move it to the %s pool once it is empty", n.id,
@@ -475,14 +494,16 @@ void api_nodes_patch(struct http_request *req)
 }
 
 struct remove_ctx {
-    const char *id; /* node */
-    int64_t now;    /* when */
+    const char *id;     /* node */
+    int64_t now;        /* when */
+    int64_t short_hour; /* out: removing it would leave this booked hour short */
 };
 
 static int remove_txn(struct store *s, void *vctx)
 {
     struct remove_ctx *ctx = vctx;
-    return store_node_remove(s, ctx->id, ctx->now);
+    int rc = reservation_pool_shrink_check(s, ctx->id, ctx->now, 1, &ctx->short_hour);
+    return rc != STORE_OK ? rc : store_node_remove(s, ctx->id, ctx->now);
 }
 
 void api_nodes_delete(struct http_request *req)
@@ -495,9 +516,11 @@ void api_nodes_delete(struct http_request *req)
     }
     if (load_node(req, s, &n) != STORE_OK)
         return;
-    struct remove_ctx ctx = {n.id, clock_now()};
+    struct remove_ctx ctx = {n.id, clock_now(), 0};
     int rc = store_txn(s, remove_txn, &ctx);
-    if (rc == STORE_CONFLICT)
+    if (rc == STORE_CONFLICT && ctx.short_hour)
+        reply_pool_short(req, n.id, ctx.short_hour);
+    else if (rc == STORE_CONFLICT)
         http_error(req, ERR_CONFLICT, NULL, "node %s has %lld cards in use; drain it and wait until it is empty", n.id,
                    (long long)n.cards_in_use);
     else if (rc == STORE_NOT_FOUND)

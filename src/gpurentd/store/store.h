@@ -1037,6 +1037,8 @@ int store_reservation_credit_put(struct store *s, const char *reservation_id, in
 int store_reservation_add_credited(struct store *s, const char *id, int64_t amount);
 /* Sets a node's pool; STORE_CONFLICT while it has cards in use. */
 int store_node_set_pool(struct store *s, const char *id, const char *pool, int64_t now);
+/* A node's healthy cards (a negative store_rc on failure). */
+int64_t store_node_healthy_cards(struct store *s, const char *id);
 /* A node's pool ("on_demand" or "reserved"). */
 int store_node_pool(struct store *s, const char *id, char out[16]);
 /* Placement candidates of one pool ("on_demand" or "reserved"); otherwise

@@ -87,6 +87,7 @@ static const char SQL_CREDIT_PUT[] =
 static const char SQL_NODE_CARDS_IN_USE[] = "SELECT count(*) FROM node_cards WHERE node_id = ? AND instance_id IS NOT NULL";
 static const char SQL_NODE_SET_POOL[] =
     "UPDATE nodes SET pool = ?2, updated_at = ?3 WHERE id = ?1 AND removed_at IS NULL";
+static const char SQL_NODE_HEALTHY[] = "SELECT count(*) FROM node_cards WHERE node_id = ? AND healthy = 1";
 static const char SQL_NODE_POOL[] = "SELECT pool FROM nodes WHERE id = ? AND removed_at IS NULL";
 
 static void read_reservation(sqlite3_stmt *st, void *row)
@@ -452,4 +453,16 @@ int store_node_pool(struct store *s, const char *id, char out[16])
     rc = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "node pool");
     sqlite3_reset(st);
     return rc;
+}
+
+int64_t store_node_healthy_cards(struct store *s, const char *id)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_HEALTHY);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "healthy cards");
+    sqlite3_reset(st);
+    return v;
 }

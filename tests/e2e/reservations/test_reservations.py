@@ -87,6 +87,25 @@ def test_pools_keep_on_demand_and_reserved_placement_apart(rc):
     rc.verify()
 
 
+def test_a_node_leaves_the_reserved_pool_only_if_the_rest_holds_every_booking(rc):
+    f = rc.c.fleet(2, model="MI450")
+    ids = [i for (i,) in rc.d.sql("SELECT id FROM nodes ORDER BY name")]
+    for i in ids:
+        assert rc.c.admin("PATCH", f"/v1/admin/nodes/{i}", json={"pool": "reserved"}).status_code == 200
+    u = rc.c.user()
+    b = rc.book(u, 16, rc.hour(5), 1, gpu="MI450")
+    for r in (rc.c.admin("PATCH", f"/v1/admin/nodes/{ids[0]}", json={"pool": "on_demand"}),
+              rc.c.admin("DELETE", f"/v1/admin/nodes/{ids[0]}")):
+        err = assert_error(r, 409, "conflict")
+        assert err["hour"] == iso(rc.hour(5)), err
+    assert rc.d.sql("SELECT count(*) FROM nodes WHERE pool = 'reserved' AND removed_at IS NULL") == [(2,)]
+    assert rc.d.delete(f"/v1/reservations/{b['id']}", key=u.key).status_code == 200
+    r = rc.c.admin("PATCH", f"/v1/admin/nodes/{ids[0]}", json={"pool": "on_demand"})
+    assert r.status_code == 200 and r.json()["pool"] == "on_demand", r.text
+    assert len(f.nodes) == 2
+    rc.verify()
+
+
 # ------------------------------------------------------------ booking
 
 def test_book_list_get_availability_and_cancel_with_full_refund(rc):
