@@ -1035,6 +1035,9 @@ int store_reservation_credit_get(struct store *s, const char *reservation_id, in
 int store_reservation_credit_put(struct store *s, const char *reservation_id, int64_t hour, int64_t cards,
                                  const char *node_id, int64_t amount, const char *grant_id, int64_t at);
 int store_reservation_add_credited(struct store *s, const char *id, int64_t amount);
+/* Calls fn for every reservation, by id (ledger verify); a non-zero
+ * return stops with STORE_ERROR. */
+int store_reservation_each(struct store *s, int (*fn)(void *ctx, const struct reservation *r), void *ctx);
 /* Sets a node's pool; STORE_CONFLICT while it has cards in use. */
 int store_node_set_pool(struct store *s, const char *id, const char *pool, int64_t now);
 /* A node's healthy cards (a negative store_rc on failure). */

@@ -466,3 +466,23 @@ int64_t store_node_healthy_cards(struct store *s, const char *id)
     sqlite3_reset(st);
     return v;
 }
+
+static const char SQL_RESV_ALL[] = "SELECT " RESERVATION_COLUMNS " FROM reservations ORDER BY id";
+
+int store_reservation_each(struct store *s, int (*fn)(void *ctx, const struct reservation *r), void *ctx)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store_db(s), SQL_RESV_ALL, -1, &st, NULL) != SQLITE_OK)
+        return STORE_ERROR;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct reservation r;
+        read_reservation(st, &r);
+        if (fn(ctx, &r) != 0) {
+            sqlite3_finalize(st);
+            return STORE_ERROR;
+        }
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "reservations");
+}

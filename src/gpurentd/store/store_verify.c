@@ -126,6 +126,11 @@ static const struct check checks[] = {
      "SELECT r.id, 'credited ' || r.credited || ', hours ' || coalesce(c.s, 0) FROM reservations r"
      " LEFT JOIN (SELECT reservation_id AS id, sum(amount) AS s FROM reservation_credits GROUP BY reservation_id) c"
      " ON c.id = r.id WHERE coalesce(c.s, 0) <> r.credited"                                                },
+    {"reservation credited for more card-hours than it holds, or outside its window",
+     "SELECT c.reservation_id || ' ' || c.hour, 'cards ' || c.cards || ' of ' || r.card_count"
+     " FROM reservation_credits c JOIN reservations r ON r.id = c.reservation_id"
+     " WHERE c.cards > r.card_count OR c.hour < r.starts_at OR c.hour >= r.ends_at"
+     " OR c.amount > (c.cards * r.card_hour)"                                                                },
     {"reservation credit names no grant of the holder",
      "SELECT c.reservation_id || ' ' || c.hour, 'grant ' || coalesce(c.grant_id, 'none') FROM reservation_credits c"
      " JOIN reservations r ON r.id = c.reservation_id WHERE c.amount > 0 AND NOT EXISTS (SELECT 1 FROM credit_grants g"

@@ -210,6 +210,28 @@ static void test_a_refund_to_an_expired_grant_is_voided_again(void **state)
     assert_ledger_whole();
 }
 
+/* ledger verify sees a block whose rows were changed behind the ledger. */
+static void test_ledger_verify_catches_a_tampered_block(void **state)
+{
+    char user[ID_MAX];
+    setup_pool(user, 1000000000);
+    struct book a = {.user = user, .cards = 4, .start = NOW + 100 * H, .end = NOW + 102 * H, .now = NOW};
+    assert_int_equal(run(&a), STORE_OK);
+    assert_ledger_whole();
+    char sql[256];
+    snprintf(sql, sizeof sql, "UPDATE reservations SET refunded = 5 WHERE id = '%s'", a.r.id);
+    fx_sql_exec(fx.s, sql);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    int breaches = ledger_verify(fx.s, out);
+    fclose(out);
+    assert_true(breaches >= 2); /* revenue against paid less refunded, and a refund without a cancellation */
+    assert_non_null(strstr(text, a.r.id));
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -219,6 +241,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_block_is_paid_from_credit_then_cash_and_refunded_the_same_way,
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_a_refund_to_an_expired_grant_is_voided_again, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_ledger_verify_catches_a_tampered_block, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
