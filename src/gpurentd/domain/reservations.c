@@ -125,13 +125,15 @@ static void time_text(int64_t t, char *out, size_t n)
 }
 
 /* The price per card-hour a block of model sells at now: the reservation
- * price, else the card-hour price; -1 when neither is set. */
-static int64_t block_price(struct store *s, const char *model, int64_t now)
+ * price, else the card-hour price (*price -1 when neither is set). */
+static int block_price(struct store *s, const char *model, int64_t now, int64_t *price)
 {
-    int64_t p = store_reservation_price(s, model);
-    if (p == -1)
-        p = ledger_price_at(s, model, now);
-    return p;
+    int rc = store_reservation_price(s, model, price);
+    if (rc == STORE_NOT_FOUND) {
+        *price = ledger_price_at(s, model, now);
+        return STORE_OK;
+    }
+    return rc;
 }
 
 int reservation_book(struct store *s, const char *user_id, const char *gpu_type, int64_t cards, int64_t starts_at,
@@ -145,9 +147,9 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
         return op_refuse(o, ERR_INVALID_FIELD, "gpu_type", NULL, "no GPU type %.32s; see GET /v1/gpu-types", gpu_type);
     if (rc != STORE_OK)
         return rc;
-    int64_t price = block_price(s, t.code, now);
-    if (price < -1)
-        return (int)price;
+    int64_t price;
+    if ((rc = block_price(s, t.code, now, &price)) != STORE_OK)
+        return rc;
     if (price < 0)
         return op_refuse(o, ERR_CONFLICT, "gpu_type", NULL, "%s has no price yet and cannot be booked", t.code);
     int64_t cap;

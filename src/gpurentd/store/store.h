@@ -1009,8 +1009,8 @@ int store_reserved_capacity(struct store *s, const char *gpu_model, int64_t *car
 /* The reserved pool's cards usable now (healthy, on nodes that are up) and
  * a node whose failure takes cards away ("" if none). */
 int store_reserved_usable(struct store *s, const char *gpu_model, int64_t *cards, char failed_node[ID_MAX]);
-/* The optional reservation price of a type, or -1 when none is set. */
-int64_t store_reservation_price(struct store *s, const char *gpu_model);
+/* The optional reservation price of a type: STORE_NOT_FOUND when none is set. */
+int store_reservation_price(struct store *s, const char *gpu_model, int64_t *card_hour);
 int store_reservation_price_set(struct store *s, const char *gpu_model, int64_t card_hour, int64_t at);
 /* Cards held now by the reservation's instances, except instance except_id. */
 int64_t store_reservation_cards_held(struct store *s, const char *reservation_id, const char *except_id);

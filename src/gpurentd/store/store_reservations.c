@@ -286,11 +286,9 @@ int store_reserved_usable(struct store *s, const char *gpu_model, int64_t *cards
     return rc;
 }
 
-int64_t store_reservation_price(struct store *s, const char *gpu_model)
+int store_reservation_price(struct store *s, const char *gpu_model, int64_t *card_hour)
 {
-    int64_t v;
-    int rc = model_int(s, SQL_RESV_PRICE, gpu_model, &v, "reservation price");
-    return rc == STORE_OK ? v : rc == STORE_NOT_FOUND ? -1 : rc;
+    return model_int(s, SQL_RESV_PRICE, gpu_model, card_hour, "reservation price");
 }
 
 int store_reservation_price_set(struct store *s, const char *gpu_model, int64_t card_hour, int64_t at)
