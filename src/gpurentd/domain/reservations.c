@@ -25,12 +25,14 @@ int reservation_window_check(int64_t cards, int64_t starts_at, int64_t ends_at, 
         return op_refuse(o, ERR_INVALID_FIELD, "cards", NULL,
                          "cards must be 1 to 8, or a multiple of 8 up to 256 (more than 8 cards are whole nodes)");
     if (starts_at % HOUR != 0)
-        return op_refuse(o, ERR_INVALID_FIELD, "starts_at", NULL, "starts_at must be a whole hour (minutes and seconds 0)");
+        return op_refuse(o, ERR_INVALID_FIELD, "starts_at", NULL,
+                         "starts_at must be a whole hour (minutes and seconds 0)");
     if (ends_at % HOUR != 0)
         return op_refuse(o, ERR_INVALID_FIELD, "ends_at", NULL, "ends_at must be a whole hour (minutes and seconds 0)");
     if (starts_at < now)
-        return op_refuse(o, ERR_INVALID_FIELD, "starts_at", NULL, "starts_at is in the past; a reservation starts at a "
-                                                                  "coming whole hour");
+        return op_refuse(o, ERR_INVALID_FIELD, "starts_at", NULL,
+                         "starts_at is in the past; a reservation starts at a "
+                         "coming whole hour");
     if (ends_at <= starts_at)
         return op_refuse(o, ERR_INVALID_FIELD, "ends_at", NULL, "ends_at must be after starts_at");
     if (ends_at - now > daemon_config->reservation_horizon_hours * HOUR)
@@ -45,8 +47,8 @@ int reservation_window_check(int64_t cards, int64_t starts_at, int64_t ends_at, 
 /* Cards booked in each hour of [from, to): booked[], and of those, the
  * cards of multi-node blocks in fabric (when fabric is not NULL):
  * in_fabric[]. Both arrays have (to - from) / 3600 entries, zeroed here. */
-static int calendar(struct store *s, const char *model, int64_t from, int64_t to, int64_t *booked,
-                    const char *fabric, int64_t *in_fabric)
+static int calendar(struct store *s, const char *model, int64_t from, int64_t to, int64_t *booked, const char *fabric,
+                    int64_t *in_fabric)
 {
     size_t hours = (size_t)((to - from) / HOUR);
     memset(booked, 0, hours * sizeof *booked);
@@ -202,10 +204,11 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
     if ((rc = ledger_funds_now(s, user_id, now, &f)) != STORE_OK)
         goto done;
     if (f.available < (int64_t)amount) {
-        rc = op_refuse(o, ERR_INSUFFICIENT_FUNDS, NULL,
-                       json_pack("{s:o, s:o}", "price", json_money((int64_t)amount), "available", json_money(f.available)),
-                       "the block costs %lld card-hours at the booking price and your funds do not cover it",
-                       (long long)(cards * (int64_t)hours));
+        rc = op_refuse(
+            o, ERR_INSUFFICIENT_FUNDS, NULL,
+            json_pack("{s:o, s:o}", "price", json_money((int64_t)amount), "available", json_money(f.available)),
+            "the block costs %lld card-hours at the booking price and your funds do not cover it",
+            (long long)(cards * (int64_t)hours));
         goto done;
     }
     struct reservation r = {.card_count = cards,
@@ -282,14 +285,13 @@ json_t *reservation_json(const struct reservation *r, int64_t now)
                         : now < r->starts_at               ? "upcoming"
                         : now < r->ends_at                 ? "active"
                                                            : "ended";
-    json_t *j = json_pack("{s:s, s:s, s:I, s:o, s:o, s:I, s:s, s:o, s:o, s:o, s:o, s:s, s:o, s:o}", "id", r->id,
-                          "gpu_type", r->gpu_model, "cards", (json_int_t)r->card_count, "starts_at",
-                          json_time(r->starts_at, 0), "ends_at", json_time(r->ends_at, 0), "hours",
-                          (json_int_t)((r->ends_at - r->starts_at) / HOUR), "state", state, "price_per_card_hour",
-                          json_money(r->card_hour), "amount", json_money(r->amount), "refunded",
-                          json_money(r->refunded), "credited", json_money(r->credited), "currency",
-                          daemon_config->currency, "cancelled_at", json_time(r->cancelled_at, 1), "created_at",
-                          json_time(r->created_at, 0));
+    json_t *j =
+        json_pack("{s:s, s:s, s:I, s:o, s:o, s:I, s:s, s:o, s:o, s:o, s:o, s:s, s:o, s:o}", "id", r->id, "gpu_type",
+                  r->gpu_model, "cards", (json_int_t)r->card_count, "starts_at", json_time(r->starts_at, 0), "ends_at",
+                  json_time(r->ends_at, 0), "hours", (json_int_t)((r->ends_at - r->starts_at) / HOUR), "state", state,
+                  "price_per_card_hour", json_money(r->card_hour), "amount", json_money(r->amount), "refunded",
+                  json_money(r->refunded), "credited", json_money(r->credited), "currency", daemon_config->currency,
+                  "cancelled_at", json_time(r->cancelled_at, 1), "created_at", json_time(r->created_at, 0));
     json_object_set_new(j, "fabric", r->fabric[0] ? json_string(r->fabric) : json_null());
     return j;
 }
@@ -395,7 +397,7 @@ static int stop_at_end(struct store *s, const struct reservation *r, const char 
 /* The warning before the end, or the stop at the end, for r. */
 static int end_due(struct store *s, const struct reservation *r, int64_t now, int *stopped)
 {
-    char (*ids)[ID_MAX];
+    char(*ids)[ID_MAX];
     size_t n;
     int rc = store_reservation_instances(s, r->id, &ids, &n);
     if (rc != STORE_OK)

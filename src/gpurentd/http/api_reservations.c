@@ -125,7 +125,8 @@ void api_reservations_create(struct http_request *req)
         http_add_header(req, "Idempotent-Replayed", "true");
         http_reply_raw(req, (unsigned)ctx.replayed, "application/json", ctx.body, strlen(ctx.body));
     } else if (rc == STORE_OK) {
-        log_info("reservations: %s booked %s: %lld x %s", req->user_id, ctx.r.id, (long long)ctx.cards, ctx.r.gpu_model);
+        log_info("reservations: %s booked %s: %lld x %s", req->user_id, ctx.r.id, (long long)ctx.cards,
+                 ctx.r.gpu_model);
         char location[64];
         snprintf(location, sizeof location, "/v1/reservations/%s", ctx.r.id);
         http_add_header(req, "Location", location);

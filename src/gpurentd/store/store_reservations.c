@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RESERVATION_COLUMNS                                                                                    \
+#define RESERVATION_COLUMNS                                                                                   \
     "id, user_id, gpu_model, coalesce(fabric, ''), card_count, starts_at, ends_at, state, card_hour, amount," \
     " refunded, credited, coalesce(cancelled_at, 0), coalesce(warned_at, 0), coalesce(closed_at, 0), created_at"
 
@@ -39,12 +39,11 @@ static const char SQL_RESV_CLOSED[] = "UPDATE reservations SET closed_at = ?2 WH
 static const char SQL_RESV_CREDITED[] = "UPDATE reservations SET credited = credited + ?2 WHERE id = ?1";
 /* What can be sold: healthy cards of reserved nodes that are up and
  * active (an unreachable node still counts: it is not yet lost). */
-#define RESERVED_NODES                                                                                  \
-    " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up'"                 \
+#define RESERVED_NODES                                                                  \
+    " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up'" \
     " AND n.admin_state = 'active' AND " STORE_POOL_IS("n", "'reserved'")
-static const char SQL_RESERVED_CARDS[] =
-    "SELECT coalesce(sum((SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.healthy = 1)), 0)"
-    RESERVED_NODES;
+static const char SQL_RESERVED_CARDS[] = "SELECT coalesce(sum((SELECT count(*) FROM node_cards c WHERE c.node_id = "
+                                         "n.id AND c.healthy = 1)), 0)" RESERVED_NODES;
 static const char SQL_RESERVED_FABRICS[] =
     "SELECT n.fabric, count(*)" RESERVED_NODES " AND n.card_count = 8"
     " AND (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.healthy = 1) = 8"
@@ -57,9 +56,10 @@ static const char SQL_RESERVED_USABLE[] =
     " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up'"
     " AND " STORE_POOL_IS("n", "'reserved'");
 static const char SQL_RESERVED_FAILED[] =
-    "SELECT n.id FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND " STORE_POOL_IS("n", "'reserved'")
-    " AND (n.health = 'offline' OR EXISTS (SELECT 1 FROM node_cards c WHERE c.node_id = n.id AND c.healthy = 0))"
-    " ORDER BY n.updated_at DESC, n.id LIMIT 1";
+    "SELECT n.id FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND " STORE_POOL_IS(
+        "n", "'reserved'") " AND (n.health = 'offline' OR EXISTS (SELECT 1 FROM node_cards c WHERE c.node_id = n.id "
+                           "AND c.healthy = 0))"
+                           " ORDER BY n.updated_at DESC, n.id LIMIT 1";
 static const char SQL_RESV_PRICE[] = "SELECT card_hour FROM reservation_prices WHERE gpu_model = ?";
 static const char SQL_RESV_PRICE_SET[] =
     "INSERT INTO reservation_prices (gpu_model, card_hour, updated_at) VALUES (?1, ?2, ?3)"
@@ -78,13 +78,15 @@ static const char SQL_RESV_PAYERS[] =
     " JOIN ledger_accounts a ON a.id = p.account_id LEFT JOIN credit_grants g ON g.id = p.grant_id"
     " WHERE t.reservation_id = ?1 AND t.kind IN ('reservation', 'reservation_refund') AND a.kind IN ('cash', 'grant')"
     " GROUP BY p.account_id HAVING -sum(p.amount) > 0 ORDER BY last DESC";
-static const char SQL_CREDIT_GET[] = "SELECT cards, amount FROM reservation_credits WHERE reservation_id = ?1 AND hour = ?2";
+static const char SQL_CREDIT_GET[] =
+    "SELECT cards, amount FROM reservation_credits WHERE reservation_id = ?1 AND hour = ?2";
 static const char SQL_CREDIT_PUT[] =
     "INSERT INTO reservation_credits (reservation_id, hour, cards, node_id, amount, grant_id, created_at)"
     " VALUES (?1, ?2, ?3, ?4, ?5, nullif(?6, ''), ?7) ON CONFLICT (reservation_id, hour) DO UPDATE SET"
     " cards = excluded.cards, node_id = excluded.node_id, amount = amount + excluded.amount,"
     " grant_id = coalesce(excluded.grant_id, grant_id)";
-static const char SQL_NODE_CARDS_IN_USE[] = "SELECT count(*) FROM node_cards WHERE node_id = ? AND instance_id IS NOT NULL";
+static const char SQL_NODE_CARDS_IN_USE[] =
+    "SELECT count(*) FROM node_cards WHERE node_id = ? AND instance_id IS NOT NULL";
 static const char SQL_NODE_SET_POOL[] =
     "UPDATE nodes SET pool = ?2, updated_at = ?3 WHERE id = ?1 AND removed_at IS NULL";
 static const char SQL_NODE_HEALTHY[] = "SELECT count(*) FROM node_cards WHERE node_id = ? AND healthy = 1";
