@@ -434,4 +434,11 @@ def test_bad_requests_are_clear_4xx_that_change_nothing(rc):
         assert_error(rc.d.get("/v1/reservations/availability", key=u.key, params=params), 400, "invalid_query", field)
     assert rc.counts() == before
     assert_error(rc.d.get("/v1/reservations", key=u.key, params={"limit": "0"}), 400, "invalid_query", "limit")
+    # The paths' methods, as the OpenAPI document gives them.
+    for path, allow in [("/v1/reservations", "GET, HEAD, POST"), ("/v1/reservations/rsv_x", "GET, HEAD, DELETE")]:
+        r = rc.d.request("OPTIONS", path)
+        assert r.status_code == 204 and set(r.headers["Allow"].split(", ")) == set(allow.split(", ")), \
+            (path, r.status_code, r.headers)
+    assert_error(rc.d.request("PUT", "/v1/reservations", key=u.key, json={}), 405, "method_not_allowed")
+    assert rc.d.request("HEAD", "/v1/reservations", key=u.key).status_code == 200
     rc.verify()
