@@ -3,7 +3,8 @@
  * is wrong. The rules that are queries run in the store (store_verify.c);
  * what each settled interval owes is recomputed here from its stored
  * start, end, cards and the price history, with the tariff's definition and
- * nothing of billing's. Read-only; safe next to a running daemon. */
+ * nothing of billing's, and each reservation's payment from its price,
+ * cards and hours. Read-only; safe next to a running daemon. */
 #include "audit/audit.h"
 #include "gpurent/money.h"
 #include "gpurent/tariff.h"
@@ -126,6 +127,38 @@ static int check_volume(void *vctx, const struct volume_charge *vc)
     return 0;
 }
 
+/* Every reservation (0024), recomputed here: paid exactly price x cards x
+ * whole hours; refunded and credited never more than that; a refund only
+ * for a cancellation made before the start. */
+struct reservation_check {
+    FILE *out;
+    int breaches;
+};
+
+static void reservation_breach(struct reservation_check *c, const struct reservation *r, const char *what)
+{
+    fprintf(c->out, "breach: reservation %s: %s: %s (paid %lld, refunded %lld, credited %lld)\n", what, r->id,
+            r->state, (long long)r->amount, (long long)r->refunded, (long long)r->credited);
+    c->breaches++;
+}
+
+static int check_reservation(void *vctx, const struct reservation *r)
+{
+    struct reservation_check *c = vctx;
+    __int128 due = r->ends_at > r->starts_at && (r->ends_at - r->starts_at) % 3600 == 0
+                       ? (__int128)r->card_hour * r->card_count * ((r->ends_at - r->starts_at) / 3600)
+                       : -1;
+    if (due != r->amount)
+        reservation_breach(c, r, "paid other than its tariff");
+    if (r->refunded < 0 || r->refunded > r->amount)
+        reservation_breach(c, r, "refunded more than it was paid");
+    if (r->credited < 0 || r->credited > r->amount)
+        reservation_breach(c, r, "credited more than it was paid");
+    if (r->refunded > 0 && (strcmp(r->state, "cancelled") != 0 || r->cancelled_at >= r->starts_at))
+        reservation_breach(c, r, "refunded without a cancellation before its start");
+    return 0;
+}
+
 int ledger_verify(struct store *s, void *stream)
 {
     FILE *out = stream;
@@ -139,5 +172,8 @@ int ledger_verify(struct store *s, void *stream)
     if (rc == STORE_OK)
         rc = store_volume_charges(s, check_volume, &vc);
     free(vc.pp);
-    return rc == STORE_OK ? breaches + c.breaches + vc.breaches : -1;
+    struct reservation_check rv = {.out = out};
+    if (rc == STORE_OK)
+        rc = store_reservation_each(s, check_reservation, &rv);
+    return rc == STORE_OK ? breaches + c.breaches + vc.breaches + rv.breaches : -1;
 }

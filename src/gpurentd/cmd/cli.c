@@ -251,6 +251,9 @@ int cmd_ledger(int argc, char **argv)
         /* A line of its own, so that the one above keeps its form. */
         printf("storage totals: revenue %s, credits spent %s\n", money_format(m.storage_revenue, a),
                money_format(m.storage_credits_spent, b));
+        printf("reservation totals: paid %s, refunded %s, credits spent %s, credits refunded %s\n",
+               money_format(m.reservation_revenue, a), money_format(m.reservation_refunds, b),
+               money_format(m.reservation_credits_spent, c), money_format(m.reservation_credits_refunded, d));
     }
     store_close(s);
     if (breaches < 0) {

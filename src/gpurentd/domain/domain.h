@@ -126,6 +126,12 @@ struct daemon_conf {
      * limit. Changed on SIGHUP like the login limits (atomic). */
     _Atomic int64_t signup_rate_per_address;
     _Atomic int64_t signup_rate_per_subnet;
+    /* Reservations (issue 16). */
+    int64_t reservation_horizon_hours;       /* a reservation ends at most this many hours ahead */
+    int64_t reservation_max_hours;           /* longest reservation */
+    int64_t reservation_cancel_notice_hours; /* cancelling this long before the start refunds in full */
+    int64_t reservation_late_refund_percent; /* refunded of a later cancellation before the start */
+    int64_t reservation_warning_minutes;     /* reservation_warning this long before the end */
 };
 /* The configuration in force; set once at start-up. SIGHUP changes only
  * login_max_failures and login_lockout_s in it (atomic fields); the other
@@ -217,6 +223,7 @@ struct instance_create {
     const char *restart_policy;  /* never, on_failure or always (checked by the handler), or NULL: never */
     int64_t max_runtime_minutes; /* 1..43200 (checked by the handler), or 0: no bound */
     int64_t rendezvous_timeout_s; /* 30..3600 (checked by the handler), or 0: the option's default */
+    const char *reservation_id;   /* run inside this reservation of the user's, or NULL: on-demand */
 };
 /* The most SSH keys an instance may name (contract 1 of issue 11 caps a
  * spec's authorized_keys at 64). */
@@ -395,5 +402,39 @@ int volume_create_in(struct store *s, const char *user_id, const char *name, int
 int volume_limit_check(struct store *s, const char *user_id, int64_t size_gb, char *why, size_t whylen);
 /* Finds or creates (inside a transaction) the user's default "shared" volume. */
 int volume_default(struct store *s, const char *user_id, char id_out[ID_MAX]);
+
+/* reservations.c: capacity blocks (issue 16). */
+struct reservation;
+/* Checks a window and card count against the rules (pure): whole hours,
+ * start not before now, end after start, within reservation_horizon_hours
+ * and reservation_max_hours, a placeable card count. REFUSED with o. */
+int reservation_window_check(int64_t cards, int64_t starts_at, int64_t ends_at, int64_t now, struct op_outcome *o);
+/* Books (in a transaction): the exact calendar check, the price, the funds
+ * and the payment. REFUSED with o, else *out is the new reservation. */
+int reservation_book(struct store *s, const char *user_id, const char *gpu_type, int64_t cards, int64_t starts_at,
+                     int64_t ends_at, int64_t now, struct reservation *out, struct op_outcome *o);
+/* Cancels the user's reservation with its refund (in a transaction). */
+int reservation_cancel(struct store *s, const char *user_id, const char *id, int64_t now, struct reservation *out,
+                       struct op_outcome *o);
+/* Cards of gpu_model free to book in each hour of [from, to) (whole hours):
+ * free[(h - from) / 3600]. */
+int reservation_free_hours(struct store *s, const char *gpu_model, int64_t from, int64_t to, int64_t *free_cards);
+/* What the refund of cancelling r at now would be (the documented rule). */
+int64_t reservation_refund_due(const struct reservation *r, int64_t now);
+/* The reservation as the API shows it at now. */
+json_t *reservation_json(const struct reservation *r, int64_t now);
+/* In a transaction: whether instance in (card_count, gpu_model) may run in
+ * reservation_id now; REFUSED with o otherwise. */
+int reservation_admit(struct store *s, const char *user_id, const char *reservation_id, const char *gpu_model,
+                      int64_t cards, const char *instance_id, int64_t now, struct op_outcome *o);
+/* In a transaction, before node_id leaves the reserved pool (moved to
+ * on_demand, or removed when removing is set): STORE_CONFLICT, with *hour the first hour short,
+ * if the pool without its cards could not hold what is booked from now
+ * to the horizon. STORE_OK when the node is not reserved or the rest holds. */
+int reservation_pool_shrink_check(struct store *s, const char *node_id, int64_t now, int removing, int64_t *hour);
+/* One pass over reservations (in a transaction): the warning before the
+ * end, stopping instances at the end, and credits for hours lost to failed
+ * reserved hardware. *stopped says whether any instance was stopped. */
+int reservation_pass(struct store *s, int64_t now, int *stopped);
 
 #endif

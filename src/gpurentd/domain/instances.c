@@ -50,13 +50,27 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
     int rc = store_instance_ports(s, in->id, ports, &n_ports);
     if (rc != STORE_OK)
         return rc;
+    /* An instance inside a reservation is placed on the reserved pool only
+     * (within its block's cards, checked by reservation_admit), any other
+     * on the on-demand pool only (0024). */
+    char reservation[ID_MAX];
+    if ((rc = store_instance_reservation(s, in->id, reservation)) != STORE_OK)
+        return rc;
     struct placement_node *nodes;
     size_t n;
-    rc = store_placement_candidates_ports(s, in->gpu_model, in->card_count, (int64_t)n_ports, &nodes, &n);
+    rc = store_placement_candidates_pool(s, in->gpu_model, in->card_count, (int64_t)n_ports,
+                                         reservation[0] ? "reserved" : "on_demand", &nodes, &n);
     if (rc != STORE_OK)
         return rc;
     struct placement p;
-    if (placement_choose(nodes, n, (int)in->card_count, &p) < 0) {
+    int placed = placement_choose(nodes, n, (int)in->card_count, &p) == 0;
+    if (!placed && reservation[0]) {
+        free(nodes);
+        return op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count", NULL,
+                         "the reserved pool has no room for %lld %s cards of reservation %s now (a node of it may be "
+                         "down; lost hours are credited)",
+                         (long long)in->card_count, in->gpu_model, reservation);
+    } else if (!placed) {
         free(nodes);
         int64_t free_cards = store_free_cards(s, in->gpu_model);
         if (free_cards < 0)
@@ -132,8 +146,17 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
         return op_refuse(o, ERR_INVALID_FIELD, "gpu_type", NULL, "no GPU type %s; see GET /v1/gpu-types", req->gpu_type);
     if (rc != STORE_OK)
         return rc;
-    if (t.reservation_required)
-        return op_refuse(o, ERR_RESERVATION_REQUIRED, "gpu_type", NULL, "%s is rented through reservations only", t.code);
+    int64_t now = clock_now();
+    if (req->reservation_id) {
+        if ((rc = reservation_admit(s, req->user_id, req->reservation_id, t.code, req->card_count, "", now, o)) !=
+            STORE_OK)
+            return rc;
+    } else if (t.reservation_required) {
+        return op_refuse(o, ERR_RESERVATION_REQUIRED, "gpu_type", NULL,
+                         "%s has no on-demand capacity: book cards with POST /v1/reservations and launch with its "
+                         "reservation_id",
+                         t.code);
+    }
     char image_ref[256];
     if ((rc = instance_image_resolve(s, req->image, &t, image_ref, o)) != STORE_OK)
         return rc;
@@ -154,7 +177,6 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
                       "the default volume (shared, %lld GB) cannot be made: %s; name a volume_id",
                       (long long)daemon_config->volume_default_size_gb, why);
     }
-    int64_t now = clock_now();
     struct instance in = {.card_count = req->card_count, .created_at = now, .updated_at = now, .state_since = now};
     if (id_new("ins", in.id) < 0)
         return STORE_ERROR;
@@ -173,8 +195,11 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
         free(ids);
         return STORE_ERROR;
     }
-    if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
+    /* A reservation's hours are paid: no minimum run to fund. */
+    if ((!req->reservation_id &&
+         (rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK) ||
         (rc = store_instance_insert(s, &in)) != STORE_OK ||
+        (req->reservation_id && (rc = store_instance_set_reservation(s, in.id, req->reservation_id)) != STORE_OK) ||
         (ids && (rc = store_instance_set_ssh_key_ids(s, in.id, ids)) != STORE_OK) ||
         (ports && (rc = store_instance_set_ports(s, in.id, ports)) != STORE_OK) ||
         (rc = instance_run_store(s, in.id, req->command, req->env, req->working_dir)) != STORE_OK ||
@@ -226,8 +251,17 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
         return op_refuse(o, ERR_CONFLICT, NULL, NULL, "the instance's volume %s no longer exists", in.volume_id);
     if (rc != STORE_OK)
         return rc;
-    if ((rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK ||
-        (rc = store_instance_release(s, in.id)) != STORE_OK || (rc = instance_place(s, &in, o)) != STORE_OK ||
+    /* Inside a reservation, only within its window and cards; otherwise a
+     * minimum run must be funded. */
+    char reservation[ID_MAX];
+    if ((rc = store_instance_reservation(s, in.id, reservation)) != STORE_OK)
+        return rc;
+    if (reservation[0])
+        rc = reservation_admit(s, user_id, reservation, in.gpu_model, in.card_count, in.id, now, o);
+    else
+        rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o);
+    if (rc != STORE_OK || (rc = store_instance_release(s, in.id)) != STORE_OK ||
+        (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_gang_prepare(s, &in, 0, o)) != STORE_OK ||
         (rc = store_instance_set_desired(s, in.id, "running", now)) != STORE_OK ||
         (rc = store_instance_set_attempts(s, in.id, 0, 0)) != STORE_OK ||
@@ -442,6 +476,9 @@ json_t *instance_json(struct store *s, const struct instance *in)
                   "state_reason", in->state_reason, "nodes", arr, "state_since", json_time(in->state_since, 0),
                   "created_at", json_time(in->created_at, 0), "updated_at", json_time(in->updated_at, 0));
     json_object_set_new(j, "low_balance", json_boolean(low));
+    char reservation[ID_MAX] = "";
+    store_instance_reservation(s, in->id, reservation);
+    json_object_set_new(j, "reservation_id", reservation[0] ? json_string(reservation) : json_null());
     /* The keys it names (null: all the account's), as given at create. */
     char *keys = NULL, *ids = NULL;
     json_t *named = store_instance_ssh(s, in->id, &keys, &ids) == STORE_OK && ids ? json_loads(ids, 0, NULL) : NULL;

@@ -474,3 +474,75 @@ int64_t ledger_price_at(struct store *s, const char *gpu_model, int64_t t)
     free(pp);
     return p;
 }
+
+int ledger_charge_reservation(struct store *s, const char *user_id, int64_t amount, int64_t at,
+                              const char *reservation_id, const char *reason)
+{
+    struct ledger_entry e = {
+        .at = at, .kind = "reservation", .user_id = user_id, .reason = reason, .reservation_id = reservation_id};
+    return charge(s, user_id, amount, at, &e);
+}
+
+int ledger_refund_reservation(struct store *s, const char *user_id, const char *reservation_id, int64_t amount,
+                              int64_t at, const char *reason)
+{
+    if (amount <= 0)
+        return amount == 0 ? STORE_OK : STORE_ERROR;
+    struct reservation_payer *payers;
+    size_t n;
+    int rc = store_reservation_payers(s, reservation_id, &payers, &n);
+    if (rc != STORE_OK)
+        return rc;
+    struct ledger_leg *legs = calloc(n + 1, sizeof *legs);
+    int64_t *taken = calloc(n ? n : 1, sizeof *taken);
+    if (!legs || !taken) {
+        rc = STORE_ERROR;
+        goto done;
+    }
+    int64_t left = amount;
+    size_t nl = 0;
+    for (size_t i = 0; i < n && left > 0; i++) {
+        int64_t take = payers[i].paid < left ? payers[i].paid : left;
+        if (payers[i].grant_id[0] && !payers[i].grant_voided_at &&
+            (rc = store_grant_restore(s, payers[i].grant_id, take)) != STORE_OK)
+            goto done;
+        snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "%s", payers[i].account_id);
+        snprintf(legs[nl].grant_id, sizeof legs[nl].grant_id, "%s", payers[i].grant_id);
+        legs[nl++].amount = take;
+        taken[i] = take;
+        left -= take;
+    }
+    if (left > 0) {
+        log_error("ledger: refund of %lld to reservation %s is more than it was paid", (long long)amount,
+                  reservation_id);
+        rc = STORE_ERROR;
+        goto done;
+    }
+    snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "revenue");
+    legs[nl++].amount = -amount;
+    struct ledger_entry e = {
+        .at = at, .kind = "reservation_refund", .user_id = user_id, .reason = reason, .reservation_id = reservation_id};
+    if ((rc = store_ledger_post(s, &e, legs, nl, at)) != STORE_OK)
+        goto done;
+    /* Credit that expired since it paid is void again, as it would have
+     * been had it never been spent. */
+    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+        if (!taken[i] || !payers[i].grant_voided_at)
+            continue;
+        struct ledger_leg v[2] = {{.amount = -taken[i]}, {.amount = taken[i]}};
+        snprintf(v[0].account_id, sizeof v[0].account_id, "%s", payers[i].account_id);
+        snprintf(v[0].grant_id, sizeof v[0].grant_id, "%s", payers[i].grant_id);
+        snprintf(v[1].account_id, sizeof v[1].account_id, "promotion");
+        struct ledger_entry x = {.at = at,
+                                 .kind = "expiry",
+                                 .user_id = user_id,
+                                 .reason = "refunded credit had expired; it is void",
+                                 .grant_id = payers[i].grant_id};
+        rc = store_ledger_post(s, &x, v, 2, at);
+    }
+done:
+    free(taken);
+    free(legs);
+    free(payers);
+    return rc;
+}

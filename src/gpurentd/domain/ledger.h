@@ -101,4 +101,17 @@ int ledger_close_interval(struct store *s, const char *instance_id, int64_t ende
 /* The price of a GPU type's card-hour at t (micro-yuan), or -1 if none. */
 int64_t ledger_price_at(struct store *s, const char *gpu_model, int64_t t);
 
+/* Reservations (0024). Charges a block's price when it is booked, drawn
+ * as usage is (grants first, then cash) into revenue, as one
+ * 'reservation' transaction naming it; STORE_CONFLICT if funds do not
+ * cover it. */
+int ledger_charge_reservation(struct store *s, const char *user_id, int64_t amount, int64_t at,
+                              const char *reservation_id, const char *reason);
+/* Gives amount of a block's payment back to the accounts that paid it, the
+ * last drawn first, as one 'reservation_refund' transaction (what goes back
+ * to a grant since voided is voided again). STORE_ERROR if it was not paid
+ * that much. */
+int ledger_refund_reservation(struct store *s, const char *user_id, const char *reservation_id, int64_t amount,
+                              int64_t at, const char *reason);
+
 #endif

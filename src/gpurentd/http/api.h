@@ -151,6 +151,13 @@ void api_volumes_list(struct http_request *req);
 void api_volumes_get(struct http_request *req);
 void api_volumes_delete(struct http_request *req);
 
+/* api_reservations.c */
+void api_reservations_create(struct http_request *req);
+void api_reservations_list(struct http_request *req);
+void api_reservations_get(struct http_request *req);
+void api_reservations_cancel(struct http_request *req);
+void api_reservations_availability(struct http_request *req);
+
 /* api_images.c */
 void api_images_list(struct http_request *req);
 void api_images_create(struct http_request *req);

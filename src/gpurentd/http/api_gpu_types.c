@@ -25,6 +25,14 @@ static json_t *type_json(struct store *s, const struct gpu_type *t)
                   "reservation_required", t->reservation_required, "features", features ? features : json_array(),
                   "description", t->description, "cards_total", (json_int_t)t->cards_total, "cards_free",
                   (json_int_t)t->cards_free, "cards_in_use", (json_int_t)t->cards_in_use);
+    /* On-demand and reserved capacity apart (0024): cards_free is what an
+     * instance can take now, cards_reservable what reservations are sold
+     * from. A reservation-required type has no on-demand cards. */
+    json_object_set_new(j, "cards_reservable", json_integer(t->cards_reservable));
+    int64_t rprice = -1;
+    if (store_reservation_price(s, t->code, &rprice) != STORE_OK)
+        rprice = price;
+    json_object_set_new(j, "reservation_price_per_card_hour", rprice >= 0 ? json_money(rprice) : json_null());
     json_object_set_new(j, "price_per_card_hour", price >= 0 ? json_money(price) : json_null());
     json_object_set_new(j, "price_per_gb_hour", price >= 0 ? json_money(price / t->memory_gb) : json_null());
     json_object_set_new(j, "currency", json_string(daemon_config->currency));

@@ -107,6 +107,7 @@ void api_instances_create(struct http_request *req)
         {"restart_policy",      JSON_KIND_STRING,  0, 16 },
         {"max_runtime_minutes", JSON_KIND_INTEGER, 0, 0  },
         {"rendezvous_timeout_s", JSON_KIND_INTEGER, 0, 0 },
+        {"reservation_id",      JSON_KIND_STRING,  0, 64 },
         {NULL,                  0,                 0, 0  },
     };
     struct idempotency idem;
@@ -209,7 +210,8 @@ void api_instances_create(struct http_request *req)
                .gpu_type = json_string_value(json_object_get(body, "gpu_type")),
                .card_count = cards,
                .image = json_string_value(json_object_get(body, "image")),
-               .volume_id = json_string_value(json_object_get(body, "volume_id"))},
+               .volume_id = json_string_value(json_object_get(body, "volume_id")),
+               .reservation_id = json_string_value(json_object_get(body, "reservation_id"))},
         .req = req,
         .idem = &idem,
     };

@@ -18,6 +18,14 @@
 
 #define NODES_PAGE_MAX 200
 
+/* The node's pool (0024): which placement may use it. */
+static void node_pool_json(struct store *s, const char *id, json_t *j)
+{
+    char pool[16];
+    if (store_node_pool(s, id, pool) == STORE_OK)
+        json_object_set_new(j, "pool", json_string(pool));
+}
+
 /* The node as the API shows it; NULL (logged) if a stored text is not valid
  * UTF-8, which jansson refuses to carry. */
 static json_t *node_json(const struct node *n)
@@ -277,6 +285,8 @@ void api_nodes_list(struct http_request *req)
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++) {
         json_t *j = node_json(&nodes[i]);
+        if (j)
+            node_pool_json(s, nodes[i].id, j);
         if (!j) {
             free(nodes);
             json_decref(data);
@@ -310,6 +320,8 @@ static void reply_node_detail(struct http_request *req, struct store *s, const s
         return;
     }
     json_t *j = node_json(n), *arr = json_array();
+    if (j)
+        node_pool_json(s, n->id, j);
     for (size_t i = 0; j && i < nc; i++) {
         json_t *card =
             json_pack("{s:I, s:s, s:I, s:b, s:s, s:b, s:o}", "index", (json_int_t)cards[i].idx, "model", cards[i].model,
@@ -391,15 +403,38 @@ void api_nodes_set_state(struct http_request *req)
     json_decref(body);
 }
 
+/* 409: the reserved pool without the node could not hold a booked hour. */
+static void reply_pool_short(struct http_request *req, const char *id, int64_t hour)
+{
+    json_t *t = json_time(hour, 0);
+    http_error_ext(req, ERR_CONFLICT, NULL, json_pack("{s:O}", "hour", t),
+                   "without node %s the reserved pool cannot hold what is booked for the hour from %s; cancel or "
+                   "wait out those reservations first",
+                   id, json_string_value(t));
+    json_decref(t);
+}
+
 struct hosts_ctx {
     const char *id, *public_host, *data_host; /* what to set; NULL: leave */
+    const char *pool;                         /* on_demand or reserved; NULL: leave */
     int64_t now;                              /* when */
+    int64_t short_hour;                       /* out: leaving the reserved pool would leave this hour short */
 };
 
 static int hosts_txn(struct store *s, void *vctx)
 {
     struct hosts_ctx *ctx = vctx;
-    return store_node_set_hosts(s, ctx->id, ctx->public_host, ctx->data_host, ctx->now);
+    int rc = STORE_OK;
+    if ((ctx->public_host || ctx->data_host) &&
+        (rc = store_node_set_hosts(s, ctx->id, ctx->public_host, ctx->data_host, ctx->now)) != STORE_OK)
+        return rc;
+    /* Booked hours keep their cards: a node leaves the reserved pool only
+     * if the rest still holds every booking. */
+    if (ctx->pool && strcmp(ctx->pool, "on_demand") == 0 &&
+        (rc = reservation_pool_shrink_check(s, ctx->id, ctx->now, 0, &ctx->short_hour)) != STORE_OK)
+        return rc;
+    /* A busy node changes pools only once drained (STORE_CONFLICT). */
+    return ctx->pool ? store_node_set_pool(s, ctx->id, ctx->pool, ctx->now) : STORE_OK;
 }
 
 /* PATCH /v1/admin/nodes/{id}: public_host (users' host; "" for the agent
@@ -411,6 +446,7 @@ void api_nodes_patch(struct http_request *req)
     static const struct json_field fields[] = {
         {"public_host", JSON_KIND_STRING, 0, 253},
         {"data_host",   JSON_KIND_STRING, 0, 253},
+        {"pool",        JSON_KIND_STRING, 0, 16 },
         {NULL,          0,                0, 0  },
     };
     struct store *s = store_thread();
@@ -424,8 +460,11 @@ void api_nodes_patch(struct http_request *req)
         return;
     const char *public_host = json_string_value(json_object_get(body, "public_host"));
     const char *data_host = json_string_value(json_object_get(body, "data_host"));
-    if (!public_host && !data_host) {
-        http_error(req, ERR_MISSING_FIELD, "public_host", "give public_host, data_host or both");
+    const char *pool = json_string_value(json_object_get(body, "pool"));
+    if (!public_host && !data_host && !pool) {
+        http_error(req, ERR_MISSING_FIELD, "public_host", "give public_host, data_host, pool or more of them");
+    } else if (pool && strcmp(pool, "on_demand") != 0 && strcmp(pool, "reserved") != 0) {
+        http_error(req, ERR_INVALID_FIELD, "pool", "pool must be on_demand or reserved");
     } else if (public_host && public_host[0] && !host_name_valid(public_host)) {
         http_error(req, ERR_INVALID_FIELD, "public_host",
                    "public_host must be a host name or an IP address (letters, digits, '.', '-' and ':'), or \"\""
@@ -433,10 +472,16 @@ void api_nodes_patch(struct http_request *req)
     } else if (data_host && data_host[0] && !data_host_valid(data_host)) {
         http_error(req, ERR_INVALID_FIELD, "data_host", "%s", DATA_HOST_RULE);
     } else if (load_node(req, s, &n) == STORE_OK) {
-        struct hosts_ctx ctx = {n.id, public_host, data_host, clock_now()};
+        struct hosts_ctx ctx = {n.id, public_host, data_host, pool, clock_now(), 0};
         int rc = store_txn(s, hosts_txn, &ctx);
         if (rc == STORE_NOT_FOUND)
             http_error(req, ERR_NOT_FOUND, NULL, "no node %s", n.id);
+        else if (rc == STORE_CONFLICT && ctx.short_hour)
+            reply_pool_short(req, n.id, ctx.short_hour);
+        else if (rc == STORE_CONFLICT)
+            http_error(req, ERR_CONFLICT, "pool",
+                       "node %s has %lld cards in use; drain it and move it to the %s pool once it is empty", n.id,
+                       (long long)n.cards_in_use, pool);
         else if (rc != STORE_OK || store_node_get(s, n.id, &n) != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
         else {
@@ -449,14 +494,16 @@ void api_nodes_patch(struct http_request *req)
 }
 
 struct remove_ctx {
-    const char *id; /* node */
-    int64_t now;    /* when */
+    const char *id;     /* node */
+    int64_t now;        /* when */
+    int64_t short_hour; /* out: removing it would leave this booked hour short */
 };
 
 static int remove_txn(struct store *s, void *vctx)
 {
     struct remove_ctx *ctx = vctx;
-    return store_node_remove(s, ctx->id, ctx->now);
+    int rc = reservation_pool_shrink_check(s, ctx->id, ctx->now, 1, &ctx->short_hour);
+    return rc != STORE_OK ? rc : store_node_remove(s, ctx->id, ctx->now);
 }
 
 void api_nodes_delete(struct http_request *req)
@@ -469,9 +516,11 @@ void api_nodes_delete(struct http_request *req)
     }
     if (load_node(req, s, &n) != STORE_OK)
         return;
-    struct remove_ctx ctx = {n.id, clock_now()};
+    struct remove_ctx ctx = {n.id, clock_now(), 0};
     int rc = store_txn(s, remove_txn, &ctx);
-    if (rc == STORE_CONFLICT)
+    if (rc == STORE_CONFLICT && ctx.short_hour)
+        reply_pool_short(req, n.id, ctx.short_hour);
+    else if (rc == STORE_CONFLICT)
         http_error(req, ERR_CONFLICT, NULL, "node %s has %lld cards in use; drain it and wait until it is empty", n.id,
                    (long long)n.cards_in_use);
     else if (rc == STORE_NOT_FOUND)

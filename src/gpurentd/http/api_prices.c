@@ -167,14 +167,18 @@ struct price_ctx {
     const char *reason;             /* the admin's reason, "" for none */
     int missing;                    /* out: no such type */
     int64_t billed_until;           /* out: when effective_at was refused, usage is billed up to here */
+    int64_t reservation_card_hour;  /* reservation price to set now (0024), or -1 to leave it */
 };
 
 /* The price as the API shows it, and as its admin_actions detail. */
 static json_t *price_json(const struct price_ctx *ctx)
 {
-    return json_pack("{s:s, s:o, s:o, s:s}", "gpu_type", ctx->gpu_model, "price_per_card_hour",
-                     json_money(ctx->card_hour), "effective_at", json_time(ctx->effective_at, 0), "currency",
-                     daemon_config->currency);
+    json_t *j = json_pack("{s:s, s:o, s:o, s:s}", "gpu_type", ctx->gpu_model, "price_per_card_hour",
+                          json_money(ctx->card_hour), "effective_at", json_time(ctx->effective_at, 0), "currency",
+                          daemon_config->currency);
+    if (j && ctx->reservation_card_hour >= 0)
+        json_object_set_new(j, "reservation_price_per_card_hour", json_money(ctx->reservation_card_hour));
+    return j;
 }
 
 static int price_txn(struct store *s, void *vctx)
@@ -196,6 +200,11 @@ static int price_txn(struct store *s, void *vctx)
     }
     if ((rc = store_price_insert(s, ctx->gpu_model, ctx->effective_at, ctx->card_hour, clock_now())) != STORE_OK)
         return rc;
+    /* The reservation price applies to blocks booked from now on: a block
+     * keeps the price it was sold at. */
+    if (ctx->reservation_card_hour >= 0 &&
+        (rc = store_reservation_price_set(s, ctx->gpu_model, ctx->reservation_card_hour, clock_now())) != STORE_OK)
+        return rc;
     json_t *detail = price_json(ctx);
     rc = audit_record(s, ctx->req, "price", ctx->gpu_model, ctx->card_hour, detail, ctx->reason);
     json_decref(detail);
@@ -207,6 +216,7 @@ void api_prices_put(struct http_request *req)
     static const struct json_field fields[] = {
         {"price_per_card_hour", JSON_KIND_STRING, 1, 32                  },
         {"effective_at",        JSON_KIND_STRING, 0, 32                  },
+        {"reservation_price_per_card_hour", JSON_KIND_STRING, 0, 32      },
         {"reason",              JSON_KIND_STRING, 0, 4 * AUDIT_REASON_MAX},
         {NULL,                  0,                0, 0                   },
     };
@@ -214,8 +224,21 @@ void api_prices_put(struct http_request *req)
     if (!body)
         return;
     int64_t now = clock_now();
-    struct price_ctx ctx = {.gpu_model = req->params[0], .effective_at = now, .req = req};
+    struct price_ctx ctx = {.gpu_model = req->params[0], .effective_at = now, .req = req, .reservation_card_hour = -1};
     if (audit_reason(req, body, AUDIT_REASON_MAX, &ctx.reason) < 0) {
+        json_decref(body);
+        return;
+    }
+    json_t *rprice = json_object_get(body, "reservation_price_per_card_hour");
+    if (rprice && json_money_value(rprice, &ctx.reservation_card_hour) < 0) {
+        http_error(req, ERR_INVALID_FIELD, "reservation_price_per_card_hour",
+                   "reservation_price_per_card_hour must be an amount like \"2.40\" (up to 6 decimals, no sign)");
+        json_decref(body);
+        return;
+    }
+    if (rprice && ctx.reservation_card_hour > daemon_config->max_price_micro) {
+        limit_refuse(req, "reservation_price_per_card_hour", ctx.reservation_card_hour, "max_price_per_card_hour",
+                     daemon_config->max_price_micro);
         json_decref(body);
         return;
     }

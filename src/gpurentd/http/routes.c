@@ -41,6 +41,12 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/volumes/{id}",            api_volumes_get,         AUTH_USER },
     {"DELETE", "/v1/volumes/{id}",            api_volumes_delete,      AUTH_USER },
 
+    {"POST",   "/v1/reservations",            api_reservations_create, AUTH_USER },
+    {"GET",    "/v1/reservations",            api_reservations_list,   AUTH_USER },
+    {"GET",    "/v1/reservations/availability", api_reservations_availability, AUTH_USER },
+    {"GET",    "/v1/reservations/{id}",       api_reservations_get,    AUTH_USER },
+    {"DELETE", "/v1/reservations/{id}",       api_reservations_cancel, AUTH_USER },
+
     {"POST",   "/v1/instances",               api_instances_create_verified, AUTH_USER },
     {"GET",    "/v1/instances",               api_instances_list,      AUTH_USER },
     {"GET",    "/v1/instances/{id}",          api_instances_get,       AUTH_USER },

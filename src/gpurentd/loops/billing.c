@@ -109,6 +109,12 @@ static int stop_for_funds(struct store *s, struct pass *p, const char *user_id, 
                 (strcmp(in->state, "pending") != 0 && strcmp(in->state, "provisioning") != 0 &&
                  strcmp(in->state, "running") != 0 && strcmp(in->state, "unreachable") != 0))
                 continue;
+            /* An instance inside a reservation runs on hours already paid. */
+            char reservation[ID_MAX];
+            if ((rc = store_instance_reservation(s, in->id, reservation)) != STORE_OK)
+                return rc;
+            if (reservation[0])
+                continue;
             if ((rc = ledger_close_interval(s, in->id, t, "funds exhausted", p->now)) != STORE_OK ||
                 (rc = store_instance_set_desired(s, in->id, "stopped", p->now)) != STORE_OK ||
                 (rc = store_instance_set_state(s, in->id, "stopping", "", why, p->now)) != STORE_OK)
@@ -604,6 +610,29 @@ static int64_t full_asked, full_done; /* guarded by loop.lock: full passes asked
 static struct billing_summary last;   /* guarded by loop.lock: of the last full pass */
 static int last_rc;                   /* guarded by loop.lock: how the last full pass ended */
 
+/* Reservations' clock (issue 16): warnings before a block ends, its
+ * instances stopped at the end, credits for hours lost to failed reserved
+ * hardware. Run before each billing pass, in its own transaction. */
+struct reservations_ctx {
+    int64_t now;
+    int stopped; /* out: some instance was stopped */
+};
+
+static int reservations_txn(struct store *s, void *vctx)
+{
+    struct reservations_ctx *ctx = vctx;
+    return reservation_pass(s, ctx->now, &ctx->stopped);
+}
+
+static void reservations_run(struct store *s)
+{
+    struct reservations_ctx ctx = {.now = clock_now()};
+    if (store_txn(s, reservations_txn, &ctx) != STORE_OK)
+        log_error("billing: the reservations pass failed; it will be retried");
+    else if (ctx.stopped)
+        reconciler_wake();
+}
+
 static void *billing_main(void *arg)
 {
     (void)arg;
@@ -621,6 +650,7 @@ static void *billing_main(void *arg)
         int64_t asked = full_asked;
         loop_unlock(&loop);
         int full = first || asked > full_done;
+        reservations_run(s);
         struct billing_summary sum = {0};
         int rc = full ? billing_pass(s, &sum) : billing_check(s, &sum);
         if (rc != STORE_OK)

@@ -162,6 +162,7 @@ struct gpu_type {
     int64_t cards_free;             /* healthy, unallocated cards on ready nodes */
     int64_t cards_in_use;           /* cards held by instances */
     int64_t created_at, updated_at; /* epoch seconds */
+    int64_t cards_reservable;       /* healthy cards of the reserved pool on ready nodes (0024) */
 };
 /* Every type with its card counts, by code; *n gets the count. */
 int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n);
@@ -596,6 +597,7 @@ struct ledger_entry {
     const char *grant_id;    /* grant/expiry, or NULL */
     const char *topup_id;    /* topup, or NULL */
     const char *volume_id;   /* storage, or NULL */
+    const char *reservation_id; /* reservation and reservation_refund, or NULL */
 };
 /* Posts a balanced transaction (legs must sum to zero) and moves the cached
  * balances; STORE_CONFLICT if a user account would go below zero, and
@@ -776,6 +778,10 @@ struct money_totals {
     int64_t cash_held;          /* users' cash not yet spent */
     int64_t storage_revenue;    /* storage charged, all time (0020; not in revenue) */
     int64_t storage_credits_spent; /* credit spent on storage (not in credits_spent) */
+    int64_t reservation_revenue;          /* reservations paid, all time (0024; not in revenue) */
+    int64_t reservation_refunds;          /* of which given back on cancelling */
+    int64_t reservation_credits_spent;    /* credit spent on reservations */
+    int64_t reservation_credits_refunded; /* of which went back to grants */
 };
 int store_metrics_money(struct store *s, struct money_totals *out);
 
@@ -952,5 +958,95 @@ int store_report(struct store *s, const char *name, const char *from_day, const 
 /* Copies the database to dest with SQLite's online backup: a consistent
  * snapshot while the daemon keeps writing; dest appears only when complete. */
 int store_backup(struct store *s, const char *dest, char *err, size_t errlen);
+
+/* store_reservations.c: capacity blocks (migration 0024). */
+struct reservation {
+    char id[ID_MAX];       /* rsv_… */
+    char user_id[ID_MAX];  /* holder */
+    char gpu_model[33];    /* which cards */
+    char fabric[64];       /* multi-node blocks: the fabric of its whole nodes; "" otherwise */
+    int64_t card_count;    /* cards every hour */
+    int64_t starts_at;     /* whole hour */
+    int64_t ends_at;       /* whole hour, exclusive */
+    char state[16];        /* booked or cancelled */
+    int64_t card_hour;     /* price it was sold at */
+    int64_t amount;        /* paid */
+    int64_t refunded;      /* given back on cancelling */
+    int64_t credited;      /* granted back for lost hours */
+    int64_t cancelled_at;  /* 0: not cancelled */
+    int64_t warned_at;     /* 0: not warned */
+    int64_t closed_at;     /* 0: its end not processed yet */
+    int64_t created_at;    /* booking time */
+};
+int store_reservation_insert(struct store *s, const struct reservation *r);
+/* user_id NULL: anyone's. STORE_NOT_FOUND when there is none (or not theirs). */
+int store_reservation_get(struct store *s, const char *user_id, const char *id, struct reservation *out);
+/* The user's reservations, newest first, after the cursor (created_at, id)
+ * when after_created >= 0; up to max. */
+int store_reservation_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
+                           struct reservation *out, size_t max, size_t *n);
+/* Booked reservations of gpu_model overlapping [from, to) (malloc'd). */
+int store_reservations_overlapping(struct store *s, const char *gpu_model, int64_t from, int64_t to,
+                                   struct reservation **out, size_t *n);
+/* Booked reservations not yet closed that have something due at now: the
+ * end passed, or the warning (warn_s before the end) not yet given. */
+int store_reservations_due(struct store *s, int64_t now, int64_t warn_s, struct reservation **out, size_t *n);
+/* Booked reservations in their window at now (malloc'd), by type then
+ * booking time, newest last. */
+int store_reservations_active(struct store *s, int64_t now, struct reservation **out, size_t *n);
+int store_reservation_cancel(struct store *s, const char *id, int64_t refunded, int64_t at);
+int store_reservation_set_warned(struct store *s, const char *id, int64_t at);
+int store_reservation_set_closed(struct store *s, const char *id, int64_t at);
+/* The reserved pool of gpu_model that can be sold: healthy cards on nodes
+ * that are up and active, and per fabric its whole 8-card nodes. */
+struct reserved_fabric {
+    char fabric[64];
+    int64_t whole_nodes;
+};
+#define RESERVED_FABRICS_MAX 64
+int store_reserved_capacity(struct store *s, const char *gpu_model, int64_t *cards, struct reserved_fabric *fabrics,
+                            size_t *n_fabrics);
+/* The reserved pool's cards usable now (healthy, on nodes that are up) and
+ * a node whose failure takes cards away ("" if none). */
+int store_reserved_usable(struct store *s, const char *gpu_model, int64_t *cards, char failed_node[ID_MAX]);
+/* The optional reservation price of a type: STORE_NOT_FOUND when none is set. */
+int store_reservation_price(struct store *s, const char *gpu_model, int64_t *card_hour);
+int store_reservation_price_set(struct store *s, const char *gpu_model, int64_t card_hour, int64_t at);
+/* Cards held now by the reservation's instances, except instance except_id. */
+int64_t store_reservation_cards_held(struct store *s, const char *reservation_id, const char *except_id);
+/* Ids of the reservation's instances that want to run or hold cards (malloc'd). */
+int store_reservation_instances(struct store *s, const char *reservation_id, char (**ids)[ID_MAX], size_t *n);
+/* The instance's reservation ("" for on-demand). */
+int store_instance_reservation(struct store *s, const char *instance_id, char out[ID_MAX]);
+int store_instance_set_reservation(struct store *s, const char *instance_id, const char *reservation_id);
+/* The user legs of the reservation's payment, the last drawn first, net of
+ * what was given back already: account, grant and what remains paid (>0),
+ * and whether that grant was voided since. */
+struct reservation_payer {
+    char account_id[48];
+    char grant_id[ID_MAX];
+    int64_t paid;
+    int64_t grant_voided_at;
+};
+int store_reservation_payers(struct store *s, const char *reservation_id, struct reservation_payer **out, size_t *n);
+/* The credit recorded for the reservation's hour (0, 0 when none). */
+int store_reservation_credit_get(struct store *s, const char *reservation_id, int64_t hour, int64_t *cards,
+                                 int64_t *amount);
+int store_reservation_credit_put(struct store *s, const char *reservation_id, int64_t hour, int64_t cards,
+                                 const char *node_id, int64_t amount, const char *grant_id, int64_t at);
+int store_reservation_add_credited(struct store *s, const char *id, int64_t amount);
+/* Calls fn for every reservation, by id (ledger verify); a non-zero
+ * return stops with STORE_ERROR. */
+int store_reservation_each(struct store *s, int (*fn)(void *ctx, const struct reservation *r), void *ctx);
+/* Sets a node's pool; STORE_CONFLICT while it has cards in use. */
+int store_node_set_pool(struct store *s, const char *id, const char *pool, int64_t now);
+/* A node's healthy cards (a negative store_rc on failure). */
+int64_t store_node_healthy_cards(struct store *s, const char *id);
+/* A node's pool ("on_demand" or "reserved"). */
+int store_node_pool(struct store *s, const char *id, char out[16]);
+/* Placement candidates of one pool ("on_demand" or "reserved"); otherwise
+ * as store_placement_candidates_ports. */
+int store_placement_candidates_pool(struct store *s, const char *gpu_model, int64_t cards, int64_t ports,
+                                    const char *pool, struct placement_node **out, size_t *n);
 
 #endif

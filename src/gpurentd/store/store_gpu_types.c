@@ -10,11 +10,14 @@
  * tens of thousands of cards: instance placement reads a type too). */
 #define GPU_TYPE_COLUMNS                                                                                        \
     "t.code, t.vendor, t.memory_gb, t.memory_type, t.stack, t.reservation_required, t.features, t.description," \
-    " t.created_at, t.updated_at, coalesce(k.total, 0), coalesce(k.free, 0), coalesce(k.in_use, 0)"
+    " t.created_at, t.updated_at, coalesce(k.total, 0), coalesce(k.free, 0), coalesce(k.in_use, 0),"   \
+    " coalesce(k.reservable, 0)"
 #define CARD_COUNTS                                                                                       \
     "SELECT n.gpu_model AS code, sum(n.health IN ('up', 'offline')) AS total,"                            \
     " sum(n.health = 'up' AND n.unreachable_since IS NULL AND n.admin_state = 'active' AND c.healthy = 1" \
-    "     AND c.instance_id IS NULL) AS free,"                                                            \
+    "     AND c.instance_id IS NULL AND " STORE_POOL_IS("n", "'on_demand'") ") AS free,"                   \
+    " sum(n.health = 'up' AND n.admin_state = 'active' AND c.healthy = 1"                                 \
+    "     AND " STORE_POOL_IS("n", "'reserved'") ") AS reservable,"                                        \
     " sum(c.instance_id IS NOT NULL) AS in_use"                                                           \
     " FROM node_cards c JOIN nodes n ON n.id = c.node_id WHERE n.removed_at IS NULL"
 
@@ -26,7 +29,7 @@ static const char SQL_TYPE_GET[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t
  * creation runs it inside its write transaction). */
 static const char SQL_TYPE_ROW[] =
     "SELECT t.code, t.vendor, t.memory_gb, t.memory_type, t.stack, t.reservation_required, t.features,"
-    " t.description, t.created_at, t.updated_at, 0, 0, 0 FROM gpu_types t WHERE t.code = ?1";
+    " t.description, t.created_at, t.updated_at, 0, 0, 0, 0 FROM gpu_types t WHERE t.code = ?1";
 static const char SQL_TYPE_EXISTS[] = "SELECT 1 FROM gpu_types WHERE code = ?";
 static const char SQL_TYPE_INSERT[] =
     "INSERT INTO gpu_types (code, vendor, memory_gb, memory_type, stack, reservation_required, features,"
@@ -58,6 +61,7 @@ static void read_type(sqlite3_stmt *st, void *row)
     t->cards_total = sqlite3_column_int64(st, 10);
     t->cards_free = sqlite3_column_int64(st, 11);
     t->cards_in_use = sqlite3_column_int64(st, 12);
+    t->cards_reservable = sqlite3_column_int64(st, 13);
 }
 
 int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n)

@@ -56,14 +56,15 @@ static const char SQL_INS_NODES[] =
     " FROM nodes n WHERE n.gpu_model = ?1 AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'" \
     " AND n.unreachable_since IS NULL"                                                                               \
     " AND (?3 = 0 OR (n.publish_first IS NOT NULL AND n.publish_last - n.publish_first + 1 -"                        \
-    "  (SELECT count(*) FROM node_ports q WHERE q.node_id = n.id) >= ?3))"
+    "  (SELECT count(*) FROM node_ports q WHERE q.node_id = n.id) >= ?3))"                        \
+    " AND " STORE_POOL_IS("n", "?4")
 static const char SQL_CANDIDATE_BEST_FIT[] =
     CANDIDATE_COLUMNS " AND n.free_cards >= ?2 ORDER BY n.free_cards, n.fabric, n.name LIMIT 1";
 static const char SQL_CANDIDATES_WHOLE[] =
     CANDIDATE_COLUMNS " AND n.free_cards = ?2 AND n.card_count = ?2 ORDER BY n.fabric, n.name";
 static const char SQL_FREE_CARDS[] =
-    "SELECT coalesce(sum(free_cards), 0) FROM nodes WHERE gpu_model = ?1 AND removed_at IS NULL AND health = 'up'"
-    " AND admin_state = 'active' AND unreachable_since IS NULL";
+    "SELECT coalesce(sum(free_cards), 0) FROM nodes n WHERE gpu_model = ?1 AND removed_at IS NULL AND health = 'up'"
+    " AND admin_state = 'active' AND unreachable_since IS NULL AND " STORE_POOL_IS("n", "'on_demand'");
 static const char SQL_CARD_CLAIM[] =
     "UPDATE node_cards SET instance_id = ?1 WHERE node_id = ?2 AND idx = ?3 AND instance_id IS NULL AND healthy = 1";
 static const char SQL_PLACEMENT_INSERT[] =
@@ -77,15 +78,20 @@ static const char SQL_PLACEMENT_UPDATE[] =
 static const char SQL_INTERVAL_OPEN[] =
     "INSERT INTO running_intervals (instance_id, user_id, gpu_model, card_count, started_at)"
     " SELECT ?1, ?2, ?3, ?4, ?5 WHERE NOT EXISTS"
-    " (SELECT 1 FROM running_intervals WHERE instance_id = ?1 AND ended_at IS NULL)";
+    " (SELECT 1 FROM running_intervals WHERE instance_id = ?1 AND ended_at IS NULL)"
+    /* An instance inside a reservation ran on hours paid for at booking
+     * (0024): it is never billed per second, so it has no interval. */
+    " AND NOT EXISTS (SELECT 1 FROM instances WHERE id = ?1 AND reservation_id IS NOT NULL)";
 static const char SQL_INTERVAL_CLOSE[] = "UPDATE running_intervals SET ended_at = max(started_at, ?2), end_reason = ?3"
                                          " WHERE instance_id = ?1 AND ended_at IS NULL";
 static const char SQL_PLACED_WORKLOADS[] = "SELECT workload_id FROM instance_nodes ORDER BY workload_id";
 static const char SQL_USER_CARDS[] =
     "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ?1 AND id <> ?2 AND state IN " HOLDING;
+/* Cards inside a reservation are paid already (0024): they need no
+ * minimum run funded. */
 static const char SQL_USER_CARDS_BY_MODEL[] =
     "SELECT gpu_model, sum(card_count) FROM instances WHERE user_id = ? AND state IN " HOLDING
-    " GROUP BY gpu_model ORDER BY gpu_model";
+    " AND reservation_id IS NULL GROUP BY gpu_model ORDER BY gpu_model";
 static const char SQL_USER_MAX_CARDS[] = "SELECT max_cards FROM user_limits WHERE user_id = ?";
 static const char SQL_USER_SET_MAX_CARDS[] = "INSERT INTO user_limits (user_id, max_cards) VALUES (?1, ?2)"
                                              " ON CONFLICT (user_id) DO UPDATE SET max_cards = excluded.max_cards";
@@ -325,6 +331,12 @@ int store_placement_candidates(struct store *s, const char *gpu_model, int64_t c
 int store_placement_candidates_ports(struct store *s, const char *gpu_model, int64_t cards, int64_t ports,
                                      struct placement_node **out, size_t *n)
 {
+    return store_placement_candidates_pool(s, gpu_model, cards, ports, "on_demand", out, n);
+}
+
+int store_placement_candidates_pool(struct store *s, const char *gpu_model, int64_t cards, int64_t ports,
+                                    const char *pool, struct placement_node **out, size_t *n)
+{
     int whole = cards > PLACEMENT_NODE_CARDS;
     sqlite3_stmt *st = store_stmt(s, whole ? SQL_CANDIDATES_WHOLE : SQL_CANDIDATE_BEST_FIT);
     if (!st)
@@ -332,6 +344,7 @@ int store_placement_candidates_ports(struct store *s, const char *gpu_model, int
     sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, whole ? PLACEMENT_NODE_CARDS : cards);
     sqlite3_bind_int64(st, 3, ports);
+    sqlite3_bind_text(st, 4, pool, -1, SQLITE_STATIC);
     void *rows;
     int rc = store_collect(s, st, sizeof **out, &rows, n, read_candidate, "placement candidates");
     *out = rows;

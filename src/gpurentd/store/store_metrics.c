@@ -30,7 +30,16 @@ static const char SQL_MONEY[] =
     " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
     "   WHERE t.kind = 'storage' AND p.account_id = 'revenue'),"
     " (SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
-    "   WHERE t.kind = 'storage' AND p.account_id LIKE 'grant:%')";
+    "   WHERE t.kind = 'storage' AND p.account_id LIKE 'grant:%'),"
+    /* Reservations (0024): paid, refunded, and the credit in each. */
+    " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'reservation' AND p.account_id = 'revenue'),"
+    " (SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'reservation_refund' AND p.account_id = 'revenue'),"
+    " (SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'reservation' AND p.account_id LIKE 'grant:%'),"
+    " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
+    "   WHERE t.kind = 'reservation_refund' AND p.account_id LIKE 'grant:%')";
 
 static void read_metric_row(sqlite3_stmt *st, void *row)
 {
@@ -78,6 +87,10 @@ int store_metrics_money(struct store *s, struct money_totals *out)
         out->credits_refunded = sqlite3_column_int64(st, 8);
         out->storage_revenue = sqlite3_column_int64(st, 9);
         out->storage_credits_spent = sqlite3_column_int64(st, 10);
+        out->reservation_revenue = sqlite3_column_int64(st, 11);
+        out->reservation_refunds = sqlite3_column_int64(st, 12);
+        out->reservation_credits_spent = sqlite3_column_int64(st, 13);
+        out->reservation_credits_refunded = sqlite3_column_int64(st, 14);
     }
     int result = rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "money totals");
     sqlite3_reset(st);

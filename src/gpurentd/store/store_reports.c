@@ -31,6 +31,12 @@ static const struct {
                       " ORDER BY day, action_id"                                                        },
     {"storage",          "SELECT * FROM report_storage WHERE (?1 IS NULL OR day >= ?1) AND (?2 IS NULL OR day < ?2)"
                 " ORDER BY day, user_id, volume_id"                                                        },
+    {"reservation-revenue", "SELECT * FROM report_reservation_revenue WHERE (?1 IS NULL OR day >= ?1)"
+                            " AND (?2 IS NULL OR day < ?2) ORDER BY day, gpu_model"},
+    {"reservation-utilisation", "SELECT * FROM report_reservation_utilisation WHERE (?1 IS NULL OR day >= ?1)"
+                                " AND (?2 IS NULL OR day < ?2) ORDER BY day, reservation_id"},
+    {"reservation-refunds", "SELECT * FROM report_reservation_refunds WHERE (?1 IS NULL OR day >= ?1)"
+                            " AND (?2 IS NULL OR day < ?2) ORDER BY day, kind, reservation_id"},
 };
 
 /* Columns named *_micro hold money, which must come out as integers. SQLite

@@ -58,4 +58,10 @@ void store_read_job_columns(sqlite3_stmt *st, int first, struct instance *in);
 /* Maps an SQLite result code to a store_rc, logging unexpected ones. */
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 
+/* Whether node alias a belongs to pool p (an SQL text expression, 0024):
+ * a node of a reservation-required type is always in the reserved pool, as
+ * such a type has no on-demand capacity whatever its nodes' pool says. */
+#define STORE_POOL_IS(a, p)                                                                                   \
+    "(CASE WHEN " a ".pool = 'reserved' OR EXISTS (SELECT 1 FROM gpu_types rt WHERE rt.code = " a ".gpu_model" \
+    " AND rt.reservation_required = 1) THEN 'reserved' ELSE 'on_demand' END) = " p
 #endif

@@ -88,6 +88,53 @@ static const struct check checks[] = {
      "  OR (a.kind IN ('cash', 'grant') AND p.amount < 0 AND a.user_id = t.user_id))))"                   },
     {"volume's storage settled while it exists",
      "SELECT id, 'billed ' || storage_billed FROM volumes WHERE storage_settled = 1 AND deleted_at IS NULL"  },
+    /* Reservations (0024): a block's revenue is what it was paid less what
+     * was refunded; its payment is its tariff; a 'reservation' moves only
+     * its holder's funds to revenue and a 'reservation_refund' only revenue
+     * back to them, never more to an account than it paid; its credits
+     * are grants of its holder. */
+    {"reservation's revenue differs from what it was paid less refunds",
+     "SELECT r.id, 'paid ' || r.amount || ', refunded ' || r.refunded || ', revenue ' || coalesce(x.s, 0)"
+     " FROM reservations r LEFT JOIN (SELECT t.reservation_id AS id, sum(p.amount) AS s FROM ledger_postings p"
+     " JOIN ledger_transactions t ON t.id = p.transaction_id WHERE p.account_id = 'revenue'"
+     " AND t.kind IN ('reservation', 'reservation_refund') GROUP BY t.reservation_id) x ON x.id = r.id"
+     " WHERE coalesce(x.s, 0) <> r.amount - r.refunded"                                                   },
+    {"reservation paid other than its tariff",
+     "SELECT id, 'paid ' || amount || ', tariff ' || (card_hour * card_count * ((ends_at - starts_at) / 3600))"
+     " FROM reservations WHERE amount <> card_hour * card_count * ((ends_at - starts_at) / 3600)"
+     " OR starts_at % 3600 <> 0 OR ends_at % 3600 <> 0 OR ends_at <= starts_at"                           },
+    {"reservation refunded though not cancelled, or cancelled after its start",
+     "SELECT id, 'refunded ' || refunded || ', state ' || state FROM reservations"
+     " WHERE (state <> 'cancelled' AND refunded <> 0) OR (state = 'cancelled' AND (cancelled_at IS NULL"
+     " OR (cancelled_at >= starts_at AND refunded <> 0)))"                                                 },
+    {"reservation transaction names no reservation of its user or moves money the wrong way",
+     "SELECT t.id, 'reservation ' || coalesce(t.reservation_id, 'none') FROM ledger_transactions t"
+     " WHERE t.kind IN ('reservation', 'reservation_refund') AND (t.reservation_id IS NULL"
+     " OR t.interval_id IS NOT NULL OR t.volume_id IS NOT NULL"
+     " OR NOT EXISTS (SELECT 1 FROM reservations r WHERE r.id = t.reservation_id AND r.user_id = t.user_id)"
+     " OR EXISTS (SELECT 1 FROM ledger_postings p JOIN ledger_accounts a ON a.id = p.account_id"
+     " WHERE p.transaction_id = t.id AND NOT CASE t.kind WHEN 'reservation' THEN"
+     "  (a.kind = 'revenue' AND p.amount > 0) OR (a.kind IN ('cash', 'grant') AND p.amount < 0 AND a.user_id = t.user_id)"
+     " ELSE (a.kind = 'revenue' AND p.amount < 0) OR (a.kind IN ('cash', 'grant') AND p.amount > 0"
+     "  AND a.user_id = t.user_id) END))"                                                                  },
+    {"account refunded more than it paid for a reservation",
+     "SELECT t.reservation_id || ' ' || p.account_id, 'net ' || sum(p.amount) FROM ledger_transactions t"
+     " JOIN ledger_postings p ON p.transaction_id = t.id JOIN ledger_accounts a ON a.id = p.account_id"
+     " WHERE t.kind IN ('reservation', 'reservation_refund') AND a.kind IN ('cash', 'grant')"
+     " GROUP BY t.reservation_id, p.account_id HAVING sum(p.amount) > 0"                                   },
+    {"reservation's credits differ from the grants recorded for its lost hours",
+     "SELECT r.id, 'credited ' || r.credited || ', hours ' || coalesce(c.s, 0) FROM reservations r"
+     " LEFT JOIN (SELECT reservation_id AS id, sum(amount) AS s FROM reservation_credits GROUP BY reservation_id) c"
+     " ON c.id = r.id WHERE coalesce(c.s, 0) <> r.credited"                                                },
+    {"reservation credited for more card-hours than it holds, or outside its window",
+     "SELECT c.reservation_id || ' ' || c.hour, 'cards ' || c.cards || ' of ' || r.card_count"
+     " FROM reservation_credits c JOIN reservations r ON r.id = c.reservation_id"
+     " WHERE c.cards > r.card_count OR c.hour < r.starts_at OR c.hour >= r.ends_at"
+     " OR c.amount > (c.cards * r.card_hour)"                                                                },
+    {"reservation credit names no grant of the holder",
+     "SELECT c.reservation_id || ' ' || c.hour, 'grant ' || coalesce(c.grant_id, 'none') FROM reservation_credits c"
+     " JOIN reservations r ON r.id = c.reservation_id WHERE c.amount > 0 AND NOT EXISTS (SELECT 1 FROM credit_grants g"
+     " WHERE g.id = c.grant_id AND g.user_id = r.user_id AND g.source = 'reservation')"                    },
     {"money exists outside the ledger",
      "SELECT 'all accounts', 'sum ' || sum(balance) FROM ledger_accounts HAVING sum(balance) <> 0"           },
 };
