@@ -278,11 +278,13 @@ int app_call_settle(struct store *s, struct app_call *c, int64_t now, int *dupli
         return rc;
     int64_t price = app_call_price(&a, c);
     struct funds f;
-    if ((rc = ledger_funds(s, c->consumer_id, c->at, &f)) != STORE_OK) {
+    if ((rc = ledger_funds(s, c->consumer_id, now, &f)) != STORE_OK) {
         store_app_free(&a);
         return rc;
     }
-    /* Funds are checked by the gateway before a call; what a call still
+    /* Posted when reported, on the daemon's clock (the record keeps the
+     * gateway's time of the call for the stats). Funds are checked by the
+     * gateway before a call; what a call still
      * costs beyond them (a long stream) is recorded as unpaid, never drawn
      * below zero. */
     c->charge = price < f.available ? price : f.available;
@@ -293,7 +295,7 @@ int app_call_settle(struct store *s, struct app_call *c, int64_t now, int *dupli
     snprintf(reason, sizeof reason, "app %s: %lld in / %lld out tokens, status %lld", a.slug,
              (long long)c->input_tokens, (long long)c->output_tokens, (long long)c->status);
     if (c->charge > 0)
-        rc = ledger_charge_app_call(s, c->consumer_id, a.publisher_id, c->charge, c->fee, c->at, c->id, reason);
+        rc = ledger_charge_app_call(s, c->consumer_id, a.publisher_id, c->charge, c->fee, now, c->id, reason);
     if (rc == STORE_OK)
         rc = store_app_call_insert(s, c, now);
     store_app_free(&a);
