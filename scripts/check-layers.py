@@ -33,7 +33,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 def owner_rules(rel):
     """(pattern, who may include it) for the libraries with one owner each."""
     in_store = rel.startswith("src/gpurentd/store/")
-    curl_ok = (rel.startswith(("src/agent/", "src/common/"))
+    curl_ok = (rel.startswith(("src/agent/", "src/common/", "src/gateway/"))
                or rel in ("src/gpurentd/loops/agent_client.c", "src/gpurentd/loops/agent_client.h"))
     return [
         (lambda h: h == "sqlite3.h", in_store, "SQLite is the store's alone (src/gpurentd/store)"),
