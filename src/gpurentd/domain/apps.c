@@ -273,6 +273,9 @@ int app_call_settle(struct store *s, struct app_call *c, int64_t now, int *dupli
     }
     if (rc != STORE_NOT_FOUND)
         return rc;
+    /* Dated on the daemon's clock, as every ledger row is: the stats'
+     * days and the statements then agree whatever the gateway's clock. */
+    c->at = now;
     struct app a;
     if ((rc = store_app_get_by_id(s, c->app_id, &a)) != STORE_OK)
         return rc;
@@ -282,9 +285,7 @@ int app_call_settle(struct store *s, struct app_call *c, int64_t now, int *dupli
         store_app_free(&a);
         return rc;
     }
-    /* Posted when reported, on the daemon's clock (the record keeps the
-     * gateway's time of the call for the stats). Funds are checked by the
-     * gateway before a call; what a call still
+    /* Funds are checked by the gateway before a call; what a call still
      * costs beyond them (a long stream) is recorded as unpaid, never drawn
      * below zero. */
     c->charge = price < f.available ? price : f.available;

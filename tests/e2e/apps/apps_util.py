@@ -133,7 +133,7 @@ class Market(Cloud):
 
     def calls(self, app_id):
         return self.d.sql("SELECT id, status, input_tokens, output_tokens, charge, earning, fee, unpaid, completed,"
-                          " cold_start, consumer_id FROM app_calls WHERE app_id = ? ORDER BY created_at, id", [app_id])
+                          " cold_start, consumer_id FROM app_calls WHERE app_id = ? ORDER BY rowid", [app_id])
 
     def wait_calls(self, app_id, n):
         return poll(lambda: (lambda rows: rows if len(rows) >= n else None)(self.calls(app_id)), DEADLINE,
