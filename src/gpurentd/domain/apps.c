@@ -380,6 +380,15 @@ int app_scale(struct store *s, struct app *a, int64_t now, int *changed)
     int64_t fits = (demand + a->concurrency_target - 1) / a->concurrency_target;
     a->below_since = fits < (int64_t)live ? (a->below_since ? a->below_since : now) : 0;
     int64_t want = app_scale_target(a, demand, (int64_t)live, now, daemon_config->app_scale_down_window_s);
+    /* A refused scale-up (quota, capacity, funds) is tried again a minute
+     * later, not every pass: one event per try, not a flood. */
+    int held = want > (int64_t)live ? store_app_last_event_is(s, a->id, "scale_refused", now - 60) : 0;
+    if (held < 0) {
+        rc = held;
+        goto done;
+    }
+    if (held)
+        want = (int64_t)live;
     char detail[200];
     snprintf(detail, sizeof detail, "demand %lld, replicas %zu -> %lld", (long long)demand, live, (long long)want);
     const char *kind = want > (int64_t)live ? "scale_up" : want == 0 ? "scale_to_zero" : "scale_down";

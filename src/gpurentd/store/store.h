@@ -981,6 +981,9 @@ int store_app_access_add(struct store *s, const char *app_id, const char *user_i
 /* The user ids as a JSON array (malloc'd text). */
 int store_app_access_json(struct store *s, const char *app_id, char **json);
 int store_app_event(struct store *s, const char *app_id, int64_t at, const char *kind, const char *detail);
+/* Whether the app's latest event is of kind and at or after since: 1, 0,
+ * or a negative store_rc. */
+int store_app_last_event_is(struct store *s, const char *app_id, const char *kind, int64_t since);
 /* The app's latest events, newest last, as a JSON array (malloc'd). */
 int store_app_events_json(struct store *s, const char *app_id, size_t max, char **json);
 /* The app's replicas that are not terminated (instance ids and states). */

@@ -41,6 +41,8 @@ static const char SQL_ACCESS_JSON[] =
     "SELECT coalesce(json_group_array(user_id), '[]') FROM (SELECT user_id FROM app_access WHERE app_id = ?"
     " ORDER BY user_id)";
 static const char SQL_EVENT_INSERT[] = "INSERT INTO app_events (app_id, at, kind, detail) VALUES (?, ?, ?, ?)";
+static const char SQL_LAST_EVENT[] =
+    "SELECT kind = ?2 AND at >= ?3 FROM app_events WHERE app_id = ?1 ORDER BY seq DESC LIMIT 1";
 static const char SQL_EVENTS_JSON[] =
     "SELECT coalesce(json_group_array(json_object('seq', seq, 'at', at, 'kind', kind, 'detail', detail)), '[]')"
     " FROM (SELECT * FROM (SELECT seq, at, kind, detail FROM app_events WHERE app_id = ?1 ORDER BY seq DESC"
@@ -290,6 +292,20 @@ int store_app_event(struct store *s, const char *app_id, int64_t at, const char 
     sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, detail ? detail : "", -1, SQLITE_STATIC);
     return store_step_write(s, st, "insert app event");
+}
+
+int store_app_last_event_is(struct store *s, const char *app_id, const char *kind, int64_t since)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_LAST_EVENT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, app_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, since);
+    int rc = sqlite3_step(st);
+    int v = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : rc == SQLITE_DONE ? 0 : store_rc_from_sqlite(s, rc, "event");
+    sqlite3_reset(st);
+    return v;
 }
 
 int store_app_events_json(struct store *s, const char *app_id, size_t max, char **json)
