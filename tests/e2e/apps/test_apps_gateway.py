@@ -102,6 +102,13 @@ def test_publish_call_from_zero_stream_and_money(market):
     # The consumer sees the calls among their transactions.
     tx = m.d.get("/v1/transactions", key=con.key).json()["data"]
     assert sum(1 for t in tx if t["kind"] == "app_call") == 2, tx
+    assert len(m.d.get("/v1/transactions?kind=app_call", key=con.key).json()["data"]) == 2
+    usage = m.d.get("/v1/usage", key=con.key).json()["apps"]
+    assert usage == [{"app_id": app["id"], "slug": slug, "calls": 2, "input_tokens": 7, "output_tokens": 7,
+                      "charged_micro": sum(want), "charged": usage[0]["charged"]}], usage
+    month = m.d.sql("SELECT strftime('%Y-%m', max(at), 'unixepoch') FROM app_calls")[0][0]
+    st = m.d.get(f"/v1/statements/{month}", key=con.key).json()
+    assert st["apps"][0]["calls"] == 2 and sum(1 for t in st["transactions"] if t["kind"] == "app_call") == 2
     # The publisher's stats.
     st = m.d.get(f"/v1/apps/{slug}/stats", key=pub.key).json()["days"]
     assert st[0]["calls"] == 2 and st[0]["cold_starts"] == 1 and st[0]["earnings_micro"] == sum(earnings), st
