@@ -163,7 +163,7 @@ install: all
 	confdir='$(DESTDIR)/etc/gpurent'; \
 	install -d "$$bindir" "$$unitdir" "$$sysusersdir" "$$docdir" "$$confdir"; \
 	install -m 0755 $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway "$$bindir/"; \
-	for u in gpurentd.service gpurent-agent.service; do \
+	for u in gpurentd.service gpurent-agent.service gpurent-gateway.service; do \
 	  sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' \
 	      -e 's|/usr/local/share/doc/gpurent/|$(PREFIX)/share/doc/gpurent/|g' conf/$$u > "$$unitdir/$$u.tmp"; \
 	  chmod 0644 "$$unitdir/$$u.tmp"; mv -f "$$unitdir/$$u.tmp" "$$unitdir/$$u"; \
