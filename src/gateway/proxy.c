@@ -179,9 +179,42 @@ static int up_progress(void *vc, curl_off_t a, curl_off_t b, curl_off_t d, curl_
     return gone;
 }
 
+/* One connection cache for every upstream call: a call reuses a kept-alive
+ * connection to its replica instead of opening one (through a node's
+ * published port a new connection costs far more than the call). */
+static CURLSH *share;
+static pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+static pthread_once_t share_once = PTHREAD_ONCE_INIT;
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *u)
+{
+    (void)h, (void)access, (void)u;
+    pthread_mutex_lock(&share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *u)
+{
+    (void)h, (void)u;
+    pthread_mutex_unlock(&share_locks[data]);
+}
+
+static void share_init(void)
+{
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&share_locks[i], NULL);
+    share = curl_share_init();
+    if (!share)
+        return;
+    curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+}
+
 static void *upstream_main(void *vc)
 {
     struct call *c = vc;
+    pthread_once(&share_once, share_init);
     CURL *curl = curl_easy_init();
     struct curl_slist *hl = NULL;
     char ct[200];
@@ -192,6 +225,8 @@ static void *upstream_main(void *vc)
     CURLcode rc = CURLE_FAILED_INIT;
     if (curl) {
         curl_easy_setopt(curl, CURLOPT_URL, c->url);
+        if (share)
+            curl_easy_setopt(curl, CURLOPT_SHARE, share);
         curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hl);
         curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
