@@ -6,7 +6,9 @@ marketplace on) with one sim-fleet node publishing ports, publishes an app
 with one replica (`gpurent-agent sim-model-server`, every delay 0, so the
 replica answers at once), starts a gpurent-gateway, and then in one run,
 side by side, sends the same non-streamed POST /v1/chat/completions
-  direct    to the replica's published address (host port on the node),
+  direct    to the replica's published address (host port on the node,
+            relayed by the sim agent to the process),
+  process   to the model server's own port (no relay; the sim only),
   gateway   through the gateway (/apps/{slug}/v1/chat/completions, the key
             checked, limits and funds, least-outstanding choice, the usage
             record written and reported),
@@ -25,6 +27,7 @@ import json
 import multiprocessing as mp
 import os
 import secrets
+import socket
 import sqlite3
 import sys
 import time
@@ -40,6 +43,8 @@ def client(args):
     url, path, headers, warmup, n = args
     u = urllib.parse.urlsplit(url)
     con = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    con.connect()
+    con.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     lat = []
     for i in range(warmup + n):
         t0 = time.perf_counter()
@@ -128,15 +133,21 @@ def main():
                     return False
             wait_for(lambda: answers(direct, "/v1/chat/completions"), 60, "the replica to answer")
             wait_for(lambda: answers(gw_url, "/apps/bench-echo/v1/chat/completions"), 60, "the gateway to answer")
+            # The sim's relay (the node's published port) in front of the
+            # process, and the process itself on its port, for comparison.
             d = run("direct", direct, "/v1/chat/completions", headers, a.clients, a.warmup, a.requests)
+            pr = run("process", f"http://127.0.0.1:{port}", "/v1/chat/completions", headers, a.clients, a.warmup,
+                a.requests)
             g = run("gateway", gw_url, "/apps/bench-echo/v1/chat/completions", headers, a.clients, a.warmup,
                     a.requests)
-            total = a.clients * (a.warmup + a.requests) + 1
+            total = a.clients * (a.warmup + a.requests) + 1  # and the readiness call
             settled = wait_for(lambda: (lambda n: n if n >= total else None)(
                 con.execute("SELECT count(*) FROM app_calls").fetchone()[0]), 120, "every call to be settled")
-            print(json.dumps({"added_p50_ms": round(g["p50_ms"] - d["p50_ms"], 3),
-                              "added_p99_ms": round(g["p99_ms"] - d["p99_ms"], 3),
-                              "gateway_rps_vs_direct": round(g["rps"] / d["rps"], 3), "calls_settled": settled}))
+            print(json.dumps({"added_p50_ms_vs_direct": round(g["p50_ms"] - d["p50_ms"], 3),
+                              "added_p99_ms_vs_direct": round(g["p99_ms"] - d["p99_ms"], 3),
+                              "added_p50_ms_vs_process": round(g["p50_ms"] - pr["p50_ms"], 3),
+                              "added_p99_ms_vs_process": round(g["p99_ms"] - pr["p99_ms"], 3),
+                              "calls_settled": settled}))
         finally:
             gw.terminate()
             gw.wait(timeout=60)

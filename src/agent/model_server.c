@@ -14,6 +14,8 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,6 +266,18 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MH
     *con_cls = NULL;
 }
 
+/* Small replies go out at once (no Nagle wait for the client's delayed ACK). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    (void)socket_context;
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int one = 1;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED && info)
+        setsockopt(info->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -294,7 +308,8 @@ int agent_cmd_model_server(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)opts.port, NULL,
-        NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE,
         (unsigned int)1, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "sim-model-server: cannot listen on port %d\n", opts.port);
