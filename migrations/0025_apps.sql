@@ -80,6 +80,7 @@ CREATE TABLE app_demand (
     in_flight  INTEGER NOT NULL CHECK (in_flight >= 0),
     queued     INTEGER NOT NULL CHECK (queued >= 0),  -- held waiting for a replica
     at         INTEGER NOT NULL,  -- epoch seconds of the report
+    busy       TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(busy)),  -- replicas (instance ids) with calls in flight: not removed
     PRIMARY KEY (app_id, gateway_id)
 ) STRICT;
 

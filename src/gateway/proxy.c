@@ -31,6 +31,7 @@ struct call {
     char instance_id[ID_MAX];
     char url[1200];
     char content_type[128];
+    char method[16];   /* the consumer's, passed on */
     int counted;       /* in the app's in_flight */
     int has_replica;   /* holds a replica's outstanding count */
     int cold_start;    /* waited for a replica */
@@ -237,10 +238,12 @@ static void *upstream_main(void *vc)
         curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, up_progress);
         curl_easy_setopt(curl, CURLOPT_XFERINFODATA, c);
-        if (c->body_len || c->body) {
+        if (c->body_len || c->body || strcmp(c->method, "POST") == 0) {
             curl_easy_setopt(curl, CURLOPT_POSTFIELDS, c->body ? c->body : "");
             curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)c->body_len);
         }
+        if (strcmp(c->method, "GET") != 0 && strcmp(c->method, "POST") != 0)
+            curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, c->method);
         rc = curl_easy_perform(curl);
     }
     pthread_mutex_lock(&c->lock);
@@ -373,6 +376,29 @@ static void record_usage(struct call *c)
         gw_usage_add(r);
 }
 
+/* Appends the query arguments (libmicrohttpd hands the path without them)
+ * to c->url, each escaped again; -1 when they do not fit. */
+struct query_ctx {
+    struct call *c;
+    int n, overflow;
+};
+
+static enum MHD_Result add_arg(void *vq, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    struct query_ctx *q = vq;
+    char *k = curl_easy_escape(NULL, key, 0), *v = value ? curl_easy_escape(NULL, value, 0) : NULL;
+    size_t used = strlen(q->c->url);
+    int n = k ? snprintf(q->c->url + used, sizeof q->c->url - used, "%c%s%s%s", q->n++ ? '&' : '?', k, v ? "=" : "",
+                         v ? v : "")
+              : -1;
+    if (n < 0 || (size_t)n >= sizeof q->c->url - used)
+        q->overflow = 1;
+    curl_free(k);
+    curl_free(v);
+    return q->overflow ? MHD_NO : MHD_YES;
+}
+
 static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, const char *url)
 {
     const char *rest = url + 6; /* after "/apps/" */
@@ -422,6 +448,10 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, con
     memcpy(base, c->url, sizeof base);
     if ((size_t)snprintf(c->url, sizeof c->url, "%s%s", base, slash ? slash : "/") >= sizeof c->url)
         return reply_error(conn, 414, "uri_too_long", "the path is too long", 0);
+    struct query_ctx q = {.c = c};
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
+    if (q.overflow)
+        return reply_error(conn, 414, "uri_too_long", "the path and query are too long", 0);
     const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
     c->upstream_ms = clock_mono_ms();
@@ -455,7 +485,6 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, con
 enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const char *method, const char *upload,
                           size_t *upload_size, void **con_cls)
 {
-    (void)method;
     struct call *c = *con_cls;
     if (!c) {
         c = calloc(1, sizeof *c);
@@ -464,6 +493,7 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->cond, NULL);
         c->start_ms = clock_mono_ms();
+        snprintf(c->method, sizeof c->method, "%s", method);
         *con_cls = c;
         return MHD_YES;
     }

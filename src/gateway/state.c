@@ -26,6 +26,7 @@ static json_t *pending; /* usage records not yet answered for */
 /* Calls outstanding per replica, and whether its probe passed. */
 static struct replica_count {
     char instance_id[ID_MAX];
+    char app_id[ID_MAX]; /* whose replica, for the busy list */
     int outstanding;
     int healthy; /* 1 probed ok, 0 not yet, -1 failed */
 } replicas[GW_MAX_REPLICAS];
@@ -226,6 +227,7 @@ int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance
     }
     if (best && best_url) {
         best->outstanding++;
+        snprintf(best->app_id, sizeof best->app_id, "%s", app_id);
         snprintf(url, urllen, "%s", best_url);
         memcpy(instance_id, best->instance_id, ID_MAX);
         rc = 0;
@@ -396,9 +398,16 @@ static void report_once(void)
 {
     json_t *demand = json_array(), *usage = json_array();
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < n_apps_count; i++)
-        json_array_append_new(demand, json_pack("{s:s, s:i, s:i}", "app_id", apps_count[i].app_id, "in_flight",
-                                                apps_count[i].in_flight, "queued", apps_count[i].queued));
+    /* With each app, its replicas that have calls in flight: the scaler
+     * removes an idle one rather than cut them. */
+    for (int i = 0; i < n_apps_count; i++) {
+        json_t *busy = json_array();
+        for (int k = 0; k < n_replicas && json_array_size(busy) < 64; k++)
+            if (replicas[k].outstanding > 0 && strcmp(replicas[k].app_id, apps_count[i].app_id) == 0)
+                json_array_append_new(busy, json_string(replicas[k].instance_id));
+        json_array_append_new(demand, json_pack("{s:s, s:i, s:i, s:o}", "app_id", apps_count[i].app_id, "in_flight",
+                                                apps_count[i].in_flight, "queued", apps_count[i].queued, "busy", busy));
+    }
     for (size_t i = 0; i < json_array_size(pending) && i < GW_REPORT_BATCH; i++)
         json_array_append(usage, json_array_get(pending, i));
     pthread_mutex_unlock(&lock);

@@ -394,7 +394,7 @@ int app_scale(struct store *s, struct app *a, int64_t now, int *changed)
     const char *kind = want > (int64_t)live ? "scale_up" : want == 0 ? "scale_to_zero" : "scale_down";
     if (want != (int64_t)live && (rc = store_app_event(s, a->id, now, kind, detail)) != STORE_OK)
         goto done;
-    /* Up: one instance per missing replica. Down: the newest go first. */
+    /* Up: one instance per missing replica. Down: the newest idle ones go. */
     for (int64_t k = (int64_t)live; rc == STORE_OK && k < want; k++) {
         struct scale_step st = {.a = a};
         int result;
@@ -412,8 +412,17 @@ int app_scale(struct store *s, struct app *a, int64_t now, int *changed)
             break;
         *changed = 1;
     }
+    /* Down: a replica a gateway reported calls in flight on is kept for
+     * now (its calls would be cut); the next pass looks again. */
     for (size_t i = n; rc == STORE_OK && i-- > 0 && (int64_t)live > want;) {
         if (strcmp(r[i].desired, "terminated") == 0)
+            continue;
+        int busy = store_app_replica_busy(s, a->id, r[i].instance_id, now - daemon_config->app_demand_stale_s);
+        if (busy < 0) {
+            rc = busy;
+            break;
+        }
+        if (busy)
             continue;
         struct scale_step st = {.a = a, .instance_id = r[i].instance_id};
         int result;

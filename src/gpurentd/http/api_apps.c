@@ -459,8 +459,10 @@ static int report_txn(struct store *s, void *vctx)
         if (!app || store_app_get_by_id(s, app, &a) != STORE_OK)
             continue; /* an app deleted since the gateway's copy */
         store_app_free(&a);
+        char *busy = json_object_get(d, "busy") ? json_dumps(json_object_get(d, "busy"), JSON_COMPACT) : NULL;
         int rc = store_app_demand_put(s, app, ctx->gateway_id, json_integer_value(json_object_get(d, "in_flight")),
-                                      json_integer_value(json_object_get(d, "queued")), now);
+                                      json_integer_value(json_object_get(d, "queued")), busy, now);
+        free(busy);
         if (rc != STORE_OK)
             return rc;
     }
@@ -489,6 +491,19 @@ static int report_txn(struct store *s, void *vctx)
     return STORE_OK;
 }
 
+/* "busy": at most 64 instance ids. */
+static int busy_valid(const json_t *busy)
+{
+    if (!busy)
+        return 1;
+    size_t i;
+    const json_t *b;
+    if (!json_is_array(busy) || json_array_size(busy) > 64)
+        return 0;
+    json_array_foreach(busy, i, b) if (!json_is_string(b) || !id_valid("ins", json_string_value(b))) return 0;
+    return 1;
+}
+
 static int demand_valid(const json_t *demand)
 {
     size_t i;
@@ -496,7 +511,9 @@ static int demand_valid(const json_t *demand)
     json_array_foreach(demand, i, d)
     {
         const json_t *f = json_object_get(d, "in_flight"), *q = json_object_get(d, "queued");
-        if (!json_is_object(d) || json_object_size(d) != 3 || !json_is_string(json_object_get(d, "app_id")) ||
+        const json_t *busy = json_object_get(d, "busy");
+        if (!json_is_object(d) || json_object_size(d) != 3u + (busy != NULL) || !busy_valid(busy) ||
+            !json_is_string(json_object_get(d, "app_id")) ||
             !json_is_integer(f) || !json_is_integer(q) || json_integer_value(f) < 0 ||
             json_integer_value(f) > 1000000 || json_integer_value(q) < 0 || json_integer_value(q) > 1000000)
             return 0;
@@ -528,7 +545,8 @@ void api_gateway_reports(struct http_request *req)
     if (!ctx.gateway_id[0] || strspn(ctx.gateway_id, "abcdefghijklmnopqrstuvwxyz0123456789_-.") != strlen(ctx.gateway_id))
         http_error(req, ERR_INVALID_FIELD, "gateway_id", "gateway_id must be 1 to 64 of a-z, 0-9, '_', '-' and '.'");
     else if (!demand_valid(ctx.demand))
-        http_error(req, ERR_INVALID_FIELD, "demand", "demand entries are {app_id, in_flight, queued} with counts 0 to 1000000");
+        http_error(req, ERR_INVALID_FIELD, "demand", "demand entries are {app_id, in_flight, queued, busy} with counts 0 to 1000000 and"
+                   " busy at most 64 instance ids");
     else if (json_array_size(ctx.usage) > GATEWAY_BATCH_MAX)
         http_error(req, ERR_INVALID_FIELD, "usage", "a report holds at most %d usage records", GATEWAY_BATCH_MAX);
     else if (!s || store_txn(s, report_txn, &ctx) != STORE_OK)

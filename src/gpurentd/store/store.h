@@ -1018,7 +1018,11 @@ struct app_call {
 int store_app_call_insert(struct store *s, const struct app_call *c, int64_t now);
 int store_app_call_exists(struct store *s, const char *id);
 int store_app_demand_put(struct store *s, const char *app_id, const char *gateway_id, int64_t in_flight,
-                         int64_t queued, int64_t at);
+                         int64_t queued, const char *busy, int64_t at);
+/* Whether a gateway reported since `since` that instance_id has calls in
+ * flight (the scaler then removes another replica, or waits): 1, 0 or a
+ * negative store_rc. */
+int store_app_replica_busy(struct store *s, const char *app_id, const char *instance_id, int64_t since);
 /* In flight plus queued over the gateways that reported since `since`. */
 int64_t store_app_demand(struct store *s, const char *app_id, int64_t since);
 /* Per-day stats of an app for its publisher, as a JSON array (malloc'd). */

@@ -82,8 +82,11 @@ static const char SQL_CALL_INSERT[] =
     " (SELECT max(id) FROM ledger_transactions WHERE app_call_id = ?1), ?17)";
 static const char SQL_CALL_EXISTS[] = "SELECT 1 FROM app_calls WHERE id = ?";
 static const char SQL_DEMAND_PUT[] =
-    "INSERT INTO app_demand (app_id, gateway_id, in_flight, queued, at) VALUES (?1, ?2, ?3, ?4, ?5)"
-    " ON CONFLICT (app_id, gateway_id) DO UPDATE SET in_flight = ?3, queued = ?4, at = ?5";
+    "INSERT INTO app_demand (app_id, gateway_id, in_flight, queued, at, busy) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    " ON CONFLICT (app_id, gateway_id) DO UPDATE SET in_flight = ?3, queued = ?4, at = ?5, busy = ?6";
+static const char SQL_REPLICA_BUSY[] =
+    "SELECT EXISTS (SELECT 1 FROM app_demand d, json_each(d.busy) j WHERE d.app_id = ?1 AND d.at >= ?2"
+    " AND j.value = ?3)";
 static const char SQL_DEMAND[] =
     "SELECT coalesce(sum(in_flight + queued), 0) FROM app_demand WHERE app_id = ?1 AND at >= ?2";
 /* Latency percentiles by rank within the day (nearest rank). */
@@ -404,7 +407,7 @@ int store_app_call_insert(struct store *s, const struct app_call *c, int64_t now
 }
 
 int store_app_demand_put(struct store *s, const char *app_id, const char *gateway_id, int64_t in_flight,
-                         int64_t queued, int64_t at)
+                         int64_t queued, const char *busy, int64_t at)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_DEMAND_PUT);
     if (!st)
@@ -414,7 +417,22 @@ int store_app_demand_put(struct store *s, const char *app_id, const char *gatewa
     sqlite3_bind_int64(st, 3, in_flight);
     sqlite3_bind_int64(st, 4, queued);
     sqlite3_bind_int64(st, 5, at);
+    sqlite3_bind_text(st, 6, busy ? busy : "[]", -1, SQLITE_STATIC);
     return store_step_write(s, st, "app demand");
+}
+
+int store_app_replica_busy(struct store *s, const char *app_id, const char *instance_id, int64_t since)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_REPLICA_BUSY);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, app_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, since);
+    sqlite3_bind_text(st, 3, instance_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int v = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : store_rc_from_sqlite(s, rc, "replica busy");
+    sqlite3_reset(st);
+    return v;
 }
 
 int64_t store_app_demand(struct store *s, const char *app_id, int64_t since)

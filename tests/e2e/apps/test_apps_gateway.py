@@ -113,6 +113,13 @@ def test_publish_call_from_zero_stream_and_money(market):
     st = m.d.get(f"/v1/apps/{slug}/stats", key=pub.key).json()["days"]
     assert st[0]["calls"] == 2 and st[0]["cold_starts"] == 1 and st[0]["earnings_micro"] == sum(earnings), st
     assert st[0]["output_tokens"] == 7 and st[0]["latency_p50_ms"] is not None
+    # Any method and path, with its query: GET /v1/models, as OpenAI clients list models.
+    r = requests.get(f"{gw.url}/apps/{slug}/v1/models?limit=5&x=a%20b", headers={"Authorization": f"Bearer {con.key}"},
+                     timeout=30)
+    assert r.status_code == 200 and r.json()["data"][0]["id"] == "sim-echo", r.text
+    assert requests.get(f"{gw.url}/apps/{slug}/v1/models").status_code == 401
+    assert requests.get(f"{gw.url}/apps/no-such-app/v1/models", headers={"Authorization": f"Bearer {con.key}"},
+                        timeout=30).status_code == 404
     assert_ledger_ok(m)
 
 

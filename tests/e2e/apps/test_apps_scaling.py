@@ -65,7 +65,8 @@ def test_scale_up_to_max_down_after_window_and_to_zero_after_idle(market):
     assert "scale_down" in kinds(m, pub, app)
     for t in threads:
         t.join()
-    assert statuses == [200]
+    assert statuses == [200], (statuses, m.d.sql("SELECT instance_id, seq, state, reason FROM instance_events ORDER BY seq"),
+                               m.d.sql("SELECT * FROM app_demand"), m.gateways[0].text()[-1500:])
     # No call for idle_seconds: to zero.
     poll(lambda: m.d.sql("SELECT coalesce(sum(in_flight + queued), 0) FROM app_demand WHERE app_id = ?",
                          [app["id"]])[0][0] == 0, DEADLINE, "no demand reported")
