@@ -12,7 +12,8 @@ includes nothing of the daemon.
 
 Some libraries belong to one module each: SQLite to the store (and its
 private header store/store_sql.h with it), libcurl to the agent client, the
-agent and the common library, OpenSSL to the common library."""
+agent, gpurent-gateway (src/gateway) and the common library, OpenSSL to the
+common library."""
 import os
 import re
 import sys
