@@ -434,8 +434,10 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, con
     if (w) {
         char *end;
         long v = strtol(w, &end, 10);
-        if (*end || v < 0 || end == w)
+        if (*end || v < 0 || end == w) {
+            c->status_sent = 400;
             return reply_error(conn, 400, "invalid_header", "X-Gpurent-Wait-Seconds must be a whole number", 0);
+        }
         if (v < wait_s)
             wait_s = v;
     }

@@ -15,7 +15,9 @@ import requests
 
 from agent_util import poll
 from apps_util import DEADLINE
-from money_util import ledger_verify
+import sqlite3
+
+from money_util import ledger_breaches, ledger_verify
 
 CHAT = "/v1/chat/completions"
 
@@ -40,8 +42,14 @@ def revenue(m):
 
 
 def assert_ledger_ok(m):
+    """`gpurentd ledger verify` and the Python auditor (money_util) agree the books hold."""
     rc, out = ledger_verify(m.d.db_path)
     assert rc == 0, out
+    con = sqlite3.connect(f"file:{m.d.db_path}?mode=ro", uri=True)
+    try:
+        assert ledger_breaches(con) == []
+    finally:
+        con.close()
 
 
 def sse_events(r):
