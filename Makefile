@@ -38,16 +38,19 @@ endif
 COMMON_SRC := $(wildcard src/common/*.c)
 DAEMON_SRC := $(filter-out src/gpurentd/cmd/main.c,$(wildcard src/gpurentd/*/*.c))
 AGENT_SRC  := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c src/agent/*/*.c))
+GATEWAY_SRC := $(wildcard src/gateway/*.c)
 UNIT_SRC   := $(wildcard tests/unit/*/test_*.c)
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
 
 COMMON_OBJ := $(COMMON_SRC:%.c=$(B)/%.o)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(B)/%.o) $(B)/gen/embedded.o
 AGENT_OBJ  := $(AGENT_SRC:%.c=$(B)/%.o)
+GATEWAY_OBJ := $(GATEWAY_SRC:%.c=$(B)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
 .PHONY: all deps run check check-layers lint-openapi format unit e2e check-fast install clean
-all: $(B)/gpurentd $(B)/gpurent-agent
+all: $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway
+gateway: $(B)/gpurent-gateway
 
 deps:
 	@scripts/deps.sh build
@@ -60,6 +63,8 @@ $(B)/%.o: %.c
 # names a daemon header does not compile, and a header in one of the agent's
 # folders is named with it ("discovery/discovery.h").
 $(B)/src/agent/%.o: INCLUDES := -Iinclude -Isrc/agent
+# The gateway (issue 17) sees include/ and its own folder only, as the agent.
+$(B)/src/gateway/%.o: INCLUDES := -Iinclude -Isrc/gateway
 
 # Migrations and the OpenAPI document are compiled into the daemon, so an
 # installed binary needs no source tree to migrate or describe itself.
@@ -81,6 +86,9 @@ $(B)/gpurentd: $(B)/src/gpurentd/cmd/main.o $(B)/libdaemon.a $(B)/libcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(B)/gpurent-agent: $(B)/src/agent/main.o $(B)/libagent.a $(B)/libcommon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(B)/gpurent-gateway: $(GATEWAY_OBJ) $(B)/libcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
@@ -154,8 +162,8 @@ install: all
 	docdir='$(DESTDIR)$(PREFIX)/share/doc/gpurent'; \
 	confdir='$(DESTDIR)/etc/gpurent'; \
 	install -d "$$bindir" "$$unitdir" "$$sysusersdir" "$$docdir" "$$confdir"; \
-	install -m 0755 $(B)/gpurentd $(B)/gpurent-agent "$$bindir/"; \
-	for u in gpurentd.service gpurent-agent.service; do \
+	install -m 0755 $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway "$$bindir/"; \
+	for u in gpurentd.service gpurent-agent.service gpurent-gateway.service; do \
 	  sed -e 's|/usr/local/bin/|$(PREFIX)/bin/|g' \
 	      -e 's|/usr/local/share/doc/gpurent/|$(PREFIX)/share/doc/gpurent/|g' conf/$$u > "$$unitdir/$$u.tmp"; \
 	  chmod 0644 "$$unitdir/$$u.tmp"; mv -f "$$unitdir/$$u.tmp" "$$unitdir/$$u"; \

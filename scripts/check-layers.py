@@ -12,7 +12,8 @@ includes nothing of the daemon.
 
 Some libraries belong to one module each: SQLite to the store (and its
 private header store/store_sql.h with it), libcurl to the agent client, the
-agent and the common library, OpenSSL to the common library."""
+agent, gpurent-gateway (src/gateway) and the common library, OpenSSL to the
+common library."""
 import os
 import re
 import sys
@@ -33,7 +34,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 def owner_rules(rel):
     """(pattern, who may include it) for the libraries with one owner each."""
     in_store = rel.startswith("src/gpurentd/store/")
-    curl_ok = (rel.startswith(("src/agent/", "src/common/"))
+    curl_ok = (rel.startswith(("src/agent/", "src/common/", "src/gateway/"))
                or rel in ("src/gpurentd/loops/agent_client.c", "src/gpurentd/loops/agent_client.h"))
     return [
         (lambda h: h == "sqlite3.h", in_store, "SQLite is the store's alone (src/gpurentd/store)"),

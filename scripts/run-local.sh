@@ -38,6 +38,9 @@
 #                         server under both http://127.0.0.1:PORT and
 #                         http://localhost:PORT, so a console page opened under
 #                         either name can call the other)
+#   GPURENT_GATEWAY_PORT  gpurent-gateway's port (default PORT+4); the demo
+#                         app "echo" (a sim-model-server replica, scaled from
+#                         zero on the first call) is published on the first run
 #   GPURENTD              the gpurentd binary (default build/gpurentd)
 #   GPURENT_AGENT         the gpurent-agent binary (default build/gpurent-agent)
 set -euo pipefail
@@ -59,6 +62,8 @@ with_fleet=${GPURENT_FLEET:-1}
 gpurentd=${GPURENTD:-build/gpurentd}
 agent=${GPURENT_AGENT:-build/gpurent-agent}
 cors=${GPURENT_CORS_ORIGINS:-"http://127.0.0.1:$port http://localhost:$port"}
+gateway=${GPURENT_GATEWAY_BIN:-build/gpurent-gateway}
+gw_port=${GPURENT_GATEWAY_PORT:-$((port + 4))}
 db=$var/gpurent.db
 key_file=$var/admin.key
 stdout_file=$var/gpurentd.stdout
@@ -132,9 +137,13 @@ rm -f "$stdout_file"
 # into /shared through one node is there on the others.
 mkdir -p "$var/volumes"
 volumes=$(cd "$var/volumes" && pwd)
+# The key gpurent-gateway signs its internal calls with (the marketplace).
+if [ ! -s "$var/gateway.secret" ]; then
+  (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$var/gateway.secret" && echo >> "$var/gateway.secret")
+fi
 "$gpurentd" -c conf/gpurentd.conf --db "$db" --listen "127.0.0.1:$port" \
   -o "cors_origins=$cors" -o "volume_source_template=$volumes/{volume_id}" -o volume_source_shared=true \
-  >>"$stdout_file" &
+  -o "gateway_secret_file=$var/gateway.secret" >>"$stdout_file" &
 pid=$!
 fleet_pids=()
 
@@ -259,6 +268,33 @@ fi
 admin_key=""
 [ -r "$key_file" ] && admin_key=$(head -n 1 "$key_file")
 
+# ---------------------------------------------------------------------------
+# The marketplace: gpurent-gateway and the demo app "echo"
+# ---------------------------------------------------------------------------
+demo_app=""
+if [ -x "$gateway" ] && [ ${#fleet_pids[@]} -gt 0 ] && [ -n "$admin_key" ] && command -v curl >/dev/null; then
+  "$gateway" --listen "127.0.0.1:$gw_port" --control-url "$base" --secret-file "$var/gateway.secret" \
+    --gateway-id local >"$var/gateway.log" 2>&1 &
+  fleet_pids+=($!)
+  auth="Authorization: Bearer $admin_key"
+  admin_id=$(curl -s "$base/v1/me" -H "$auth" | grep -o 'usr_[a-z0-9]*' | head -n 1)
+  # The publisher pays its replicas' card time: the admin gets 1000 yuan once.
+  curl -s -o /dev/null -X POST "$base/v1/admin/users/$admin_id/topups" -H "$auth" \
+    -d '{"amount":"1000.00","payment_id":"make-run-demo-app"}' || true
+  agent_abs=$(cd "$(dirname "$agent")" && pwd)/$(basename "$agent")
+  app_body='{"slug":"echo","name":"Echo (sim)","description":"An OpenAI-compatible echo model on the simulated fleet",
+    "image":"rocm/pytorch:2.3-rocm6.2","gpu_type":"MI450","port":18000,
+    "command":["AGENT","sim-model-server","--port","18000"],"min_replicas":0,"max_replicas":2,
+    "concurrency_target":4,"idle_seconds":300,"price_per_request":"0.001",
+    "price_per_1k_input_tokens":"0.002","price_per_1k_output_tokens":"0.004"}'
+  status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base/v1/apps" -H "$auth" \
+    -d "${app_body/AGENT/$agent_abs}" || true)
+  case $status in
+    201|409) demo_app="echo" ;;
+    *) echo "run-local: publishing the demo app failed (HTTP $status)" >&2 ;;
+  esac
+fi
+
 cat <<EOF
 
 ==============================================================================
@@ -371,6 +407,21 @@ if [ -n "$admin_key" ]; then
    # as the admin: the nodes, their states and cards; the metrics
    curl -s \$API/v1/admin/nodes -H "Authorization: Bearer \$(cat $key_file)"
    curl -s \$API/metrics -H "Authorization: Bearer \$(cat $key_file)"
+EOF
+fi
+cat <<EOF
+
+EOF
+if [ -n "$demo_app" ]; then
+  cat <<EOF
+
+   # the marketplace: the demo app "echo" behind gpurent-gateway on port $gw_port
+   # (the first call waits while a replica starts from zero); any user's key
+   curl -s \$API/v1/apps
+   curl -s http://127.0.0.1:$gw_port/apps/echo/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
+        -d '{"messages":[{"role":"user","content":"hello from the marketplace"}]}'
+   curl -sN http://127.0.0.1:$gw_port/apps/echo/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
+        -d '{"messages":[{"role":"user","content":"streamed word by word"}],"stream":true}'
 EOF
 fi
 cat <<EOF

@@ -835,6 +835,8 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
 /* `gpurent-agent [serve]`. */
 int agent_cmd_serve(int argc, char **argv);
 
+/* model_server.c: `gpurent-agent sim-model-server` (issue 17). */
+int agent_cmd_model_server(int argc, char **argv);
 /* fleet.c: `gpurent-agent sim-fleet`. */
 int agent_cmd_fleet(int argc, char **argv);
 

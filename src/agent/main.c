@@ -1,5 +1,5 @@
 /* main.c: gpurent-agent's entry point: picks the subcommand (serve, the
- * default, sim-fleet, or sftp-server). */
+ * default, sim-fleet, sftp-server or sim-model-server). */
 #include "agent.h"
 
 #include <stdio.h>
@@ -13,6 +13,7 @@ static void usage(FILE *f)
                "  serve          run the node agent (the default)\n"
                "  sim-fleet      serve simulated nodes and register them with gpurentd\n"
                "  sftp-server    serve SFTP on stdin/stdout inside --root DIR\n"
+               "  sim-model-server  an OpenAI-compatible echo server for sim app replicas\n"
                "\n"
                "Each command takes --help.\n");
 }
@@ -31,6 +32,8 @@ int main(int argc, char **argv)
         return agent_cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "sim-fleet") == 0)
         return agent_cmd_fleet(argc - 1, argv + 1);
+    if (strcmp(cmd, "sim-model-server") == 0)
+        return agent_cmd_model_server(argc - 1, argv + 1);
     if (strcmp(cmd, "sftp-server") == 0)
         return agent_cmd_sftp_server(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0) {

@@ -126,6 +126,11 @@ static int validate_max_storage_price(const void *field, char *err, size_t errle
     return check_amount("max_price_per_gb_month", field, PRICE_OPTION_CAP, err, errlen);
 }
 
+static int validate_max_app_price(const void *field, char *err, size_t errlen)
+{
+    return check_amount("max_app_price", field, PRICE_OPTION_CAP, err, errlen);
+}
+
 static int validate_max_topup(const void *field, char *err, size_t errlen)
 {
     return check_amount("max_topup", field, MONEY_OPTION_CAP, err, errlen);
@@ -312,6 +317,17 @@ const struct conf_option daemon_options[] = {
             "sign-ups per hour from one client address; 0 no limit (SIGHUP applies a change)"),
     OPT_INT(signup_rate_per_subnet, 0, 1000000, 50,
             "sign-ups per hour from one /24 (IPv6: /64); 0 no limit (SIGHUP applies a change)"),
+    /* The app marketplace (issue 17). */
+    OPT_INT(app_platform_fee_ppm, 0, 1000000, 100000,
+            "the platform's share of every app call, in millionths of its charge (100000: 10%)"),
+    OPT_STR(max_app_price, "1000.00", validate_max_app_price,
+            "highest price an app may ask per call, per 1000 tokens or per second (at most 1000000.00)"),
+    OPT_STR(gateway_secret_file, "", NULL,
+            "file holding the key gateways sign the internal API with (mode 0600); empty: no gateway may connect"),
+    OPT_INT(app_scale_interval_ms, 100, 600000, 2000, "milliseconds between the app scaler's passes"),
+    OPT_INT(app_scale_down_window_s, 0, 86400, 60,
+            "seconds demand must fit fewer replicas before an app scales down (not to zero: idle_seconds)"),
+    OPT_INT(app_demand_stale_s, 1, 3600, 10, "seconds a gateway's demand report counts for the scaler"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},
 };
 
@@ -343,6 +359,10 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
                  "makes it 0640), or move the secret to payment_webhook_secret_file", file, file);
         return -1;
     }
+    if (conf->gateway_secret_file[0] &&
+        secret_file_read(conf->gateway_secret_file, conf->gateway_secret, sizeof conf->gateway_secret, err, errlen) < 0)
+        return -1;
+    money_parse(conf->max_app_price, &conf->max_app_price_micro);
     if (strcmp(conf->image_policy, "registries") == 0 && !conf->image_registries[0]) {
         snprintf(err, errlen, "image_policy = registries needs image_registries");
         return -1;

@@ -272,7 +272,7 @@ int cmd_serve(int argc, char **argv)
     };
     srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
     if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0 || logs_proxy_start() < 0 ||
-        mailer_start() < 0)
+        mailer_start() < 0 || app_scaler_start() < 0)
         goto out;
     if (conf.metrics_listen[0]) {
         /* Same limits, no TLS and no key: a private scrape address. */
@@ -328,6 +328,7 @@ out:
     reconciler_stop();
     billing_stop();
     mailer_stop();
+    app_scaler_stop();
     store_close(s);
     store_close_threads();
     agent_client_global_cleanup();

@@ -132,6 +132,15 @@ struct daemon_conf {
     int64_t reservation_cancel_notice_hours; /* cancelling this long before the start refunds in full */
     int64_t reservation_late_refund_percent; /* refunded of a later cancellation before the start */
     int64_t reservation_warning_minutes;     /* reservation_warning this long before the end */
+    /* The app marketplace (issue 17). */
+    int64_t app_platform_fee_ppm;    /* platform's share of a call's charge, millionths */
+    char max_app_price[24];          /* highest per-call, per-1k-token or per-second price */
+    int64_t max_app_price_micro;     /* max_app_price, set by daemon_read_config */
+    char gateway_secret_file[1024];  /* the gateways' signing key's file; "" none */
+    char gateway_secret[129];        /* read from it */
+    int64_t app_scale_interval_ms;   /* between scaler passes */
+    int64_t app_scale_down_window_s; /* stabilisation before scaling down */
+    int64_t app_demand_stale_s;      /* a demand report counts this long */
 };
 /* The configuration in force; set once at start-up. SIGHUP changes only
  * login_max_failures and login_lockout_s in it (atomic fields); the other

@@ -224,6 +224,22 @@ int ledger_topup(struct store *s, const char *user_id, const char *payment_id, i
 /* Draws amount from the user's grants then cash into revenue, posted as e
  * (its kind and what it names). */
 static int charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const struct ledger_entry *e);
+/* The same into the n_dest legs of dest (their amounts sum to amount). */
+static int charge_to(struct store *s, const char *user_id, int64_t amount, int64_t at, const struct ledger_entry *e,
+                     const struct ledger_leg *dest, size_t n_dest);
+
+int ledger_charge_app_call(struct store *s, const char *consumer_id, const char *publisher_id, int64_t charge_amount,
+                           int64_t fee, int64_t at, const char *call_id, const char *reason)
+{
+    if (fee < 0 || fee > charge_amount)
+        return STORE_ERROR;
+    struct ledger_leg dest[2] = {{.amount = charge_amount - fee}, {.amount = fee}};
+    snprintf(dest[0].account_id, sizeof dest[0].account_id, "cash:%s", publisher_id);
+    snprintf(dest[1].account_id, sizeof dest[1].account_id, "revenue");
+    struct ledger_entry e = {.at = at, .kind = "app_call", .user_id = consumer_id, .reason = reason,
+                             .app_call_id = call_id};
+    return charge_to(s, consumer_id, charge_amount, at, &e, dest, 2);
+}
 
 int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *instance_id,
                   int64_t interval_id, const char *reason)
@@ -245,6 +261,13 @@ int ledger_charge_storage(struct store *s, const char *user_id, int64_t amount, 
 }
 
 static int charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const struct ledger_entry *e)
+{
+    struct ledger_leg revenue = {.account_id = "revenue", .amount = amount};
+    return charge_to(s, user_id, amount, at, e, &revenue, 1);
+}
+
+static int charge_to(struct store *s, const char *user_id, int64_t amount, int64_t at, const struct ledger_entry *e,
+                     const struct ledger_leg *dest, size_t n_dest)
 {
     if (amount == 0)
         return STORE_OK;
@@ -268,7 +291,7 @@ static int charge(struct store *s, const char *user_id, int64_t amount, int64_t 
             int64_t take = g[i].remaining < left ? g[i].remaining : left;
             if ((rc = store_grant_spend(s, g[i].id, take)) != STORE_OK)
                 goto done;
-            if (nl + 2 >= cap) {
+            if (nl + 1 + n_dest >= cap) {
                 struct ledger_leg *grown = realloc(legs, 2 * cap * sizeof *legs);
                 if (!grown) {
                     rc = STORE_ERROR;
@@ -296,8 +319,8 @@ static int charge(struct store *s, const char *user_id, int64_t amount, int64_t 
         snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "%s", cash);
         legs[nl++].amount = -left;
     }
-    snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "revenue");
-    legs[nl++].amount = amount;
+    for (size_t i = 0; i < n_dest; i++)
+        legs[nl++] = dest[i];
     rc = store_ledger_post(s, e, legs, nl, at);
 done:
     free(legs);

@@ -60,6 +60,11 @@ int ledger_topup(struct store *s, const char *user_id, const char *payment_id, i
  * STORE_CONFLICT if the funds do not cover amount (roll back). */
 int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *instance_id,
                   int64_t interval_id, const char *reason);
+/* Charges one app call (issue 17) the same way, from the consumer's grants
+ * then cash, to the publisher's cash (charge - fee) and revenue (fee), as
+ * an 'app_call' transaction naming the call. */
+int ledger_charge_app_call(struct store *s, const char *consumer_id, const char *publisher_id, int64_t charge,
+                           int64_t fee, int64_t at, const char *call_id, const char *reason);
 /* Charges storage of a volume the same way, as a 'storage' transaction
  * naming the volume. */
 int ledger_charge_storage(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *volume_id,

@@ -16,7 +16,9 @@
  *                  prices, storage prices, credits, payments, billing,
  *                  audit, SSH keys, the password (api_password.c), sign-ups
  *                  and admins acting on accounts (api_signup.c)
- *   api_logs.c     instance logs, read from agents by the logs proxy */
+ *   api_logs.c     instance logs, read from agents by the logs proxy
+ *   api_apps.c     the app marketplace and gpurent-gateway's signed
+ *                  internal API (issue 17) */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
 
@@ -257,6 +259,16 @@ void api_admin_users_find(struct http_request *req);
 void api_admin_users_suspend(struct http_request *req);
 void api_admin_users_reinstate(struct http_request *req);
 void api_admin_signups(struct http_request *req);
+
+/* api_apps.c: the app marketplace and the gateways' internal API. */
+void api_apps_create(struct http_request *req);
+void api_apps_list(struct http_request *req);
+void api_apps_get(struct http_request *req);
+void api_apps_patch(struct http_request *req);
+void api_apps_delete(struct http_request *req);
+void api_apps_stats(struct http_request *req);
+void api_gateway_state(struct http_request *req);
+void api_gateway_reports(struct http_request *req);
 
 /* metrics.c: GET /metrics, and the HTTP requests it counts. */
 void metrics_http_done(const struct http_request *req, int64_t duration_us);

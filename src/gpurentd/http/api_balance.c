@@ -85,12 +85,12 @@ void api_transactions_list(struct http_request *req)
         query_time(req, "from", 0, &f.from) < 0 || query_time(req, "to", INT64_MAX, &f.to) < 0)
         return;
     f.after_id = pg.after_t; /* transaction ids are the sort key */
-    static const char *const kinds[] = {"usage", "refund", "grant", "expiry", "topup", "storage"};
+    static const char *const kinds[] = {"usage", "refund", "grant", "expiry", "topup", "storage", "app_call"};
     int kind_ok = !f.kind;
     for (size_t i = 0; f.kind && i < sizeof kinds / sizeof kinds[0]; i++)
         kind_ok |= strcmp(f.kind, kinds[i]) == 0;
     if (!kind_ok) {
-        http_error(req, ERR_INVALID_QUERY, "kind", "kind must be usage, refund, grant, expiry, topup or storage");
+        http_error(req, ERR_INVALID_QUERY, "kind", "kind must be usage, refund, grant, expiry, topup, storage or app_call");
         return;
     }
     struct ledger_txn_row *rows = malloc(sizeof *rows * (size_t)(pg.limit + 1));
@@ -157,6 +157,20 @@ static json_t *storage_rows(struct store *s, const char *user_id, int64_t from, 
     return data;
 }
 
+/* The caller's marketplace calls in [from, to) per app (issue 17): calls,
+ * tokens and what they were charged; [] when there are none. */
+static json_t *app_usage_rows(struct store *s, const char *user_id, int64_t from, int64_t to)
+{
+    char *text = NULL;
+    json_t *rows = store_app_usage_json(s, user_id, from, to, &text) == STORE_OK ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r)
+        json_object_set_new(r, "charged", json_money(json_integer_value(json_object_get(r, "charged_micro"))));
+    return rows ? rows : json_array();
+}
+
 void api_usage_get(struct http_request *req)
 {
     static const char *const allowed[] = {"from", "to", "group_by", NULL};
@@ -179,9 +193,10 @@ void api_usage_get(struct http_request *req)
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    http_reply_json(req, 200,
-                    json_pack("{s:o, s:o, s:s, s:o}", "from", json_time(from, 0), "to", json_time(to, 0), "currency",
-                              daemon_config->currency, "data", data));
+    json_t *reply = json_pack("{s:o, s:o, s:s, s:o}", "from", json_time(from, 0), "to", json_time(to, 0), "currency",
+                              daemon_config->currency, "data", data);
+    json_object_set_new(reply, "apps", app_usage_rows(s, req->user_id, from, to));
+    http_reply_json(req, 200, reply);
 }
 
 /* "2026-11" → [first second of the month, first second of the next). */
@@ -283,11 +298,12 @@ void api_statements_get(struct http_request *req)
         http_add_header(req, "Content-Disposition", disposition);
         http_reply_raw(req, 200, "text/csv; charset=utf-8", csv_text, csv_len);
     } else {
-        http_reply_json(req, 200,
-                        json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:O, s:O, s:O}", "month", req->params[0], "currency",
+        json_t *reply = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:O, s:O, s:O}", "month", req->params[0], "currency",
                                   daemon_config->currency, "from", json_time(from, 0), "to", json_time(to, 0),
                                   "opening_balance", json_money(opening), "closing_balance", json_money(closing),
-                                  "transactions", lines, "usage", usage, "storage", storage));
+                                  "transactions", lines, "usage", usage, "storage", storage);
+        json_object_set_new(reply, "apps", app_usage_rows(s, req->user_id, from, to));
+        http_reply_json(req, 200, reply);
     }
     free(csv_text);
     json_decref(lines);

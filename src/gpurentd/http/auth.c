@@ -2,10 +2,12 @@
  * compares the secret's hash in constant time, so neither a wrong secret nor
  * an unknown key tells an attacker anything by timing the database. */
 #include "gpurent/clock.h"
+#include "gpurent/sign.h"
 #include "gpurent/jsonx.h"
 #include "http/api.h"
 #include "store/store.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -31,8 +33,42 @@ void auth_request_done(const struct http_request *req, int64_t duration_us)
         store_txn(s, touch_txn, &(struct touch){req->key_id, clock_now()});
 }
 
+/* The gateways' internal API (issue 17): signed with gateway_secret_file's
+ * key as gpurentd signs agent calls (gpurent/sign.h), fresh by the wall
+ * clock, each nonce once. */
+static struct replay_cache *gateway_replay;
+static pthread_once_t gateway_replay_once = PTHREAD_ONCE_INIT;
+
+static void gateway_replay_init(void)
+{
+    gateway_replay = replay_cache_new(SIGN_DEFAULT_SKEW_S, 200000);
+}
+
+static int gateway_authenticate(struct http_request *req)
+{
+    pthread_once(&gateway_replay_once, gateway_replay_init);
+    const char *secret = daemon_config->gateway_secret[0] ? daemon_config->gateway_secret : NULL;
+    enum sign_result r = sign_verify(secret, req->method, req->path, http_header(req, SIGN_HDR_TIMESTAMP),
+                                     http_header(req, SIGN_HDR_NONCE), http_header(req, SIGN_HDR_SIGNATURE), req->body,
+                                     req->body_len, clock_wall(), SIGN_DEFAULT_SKEW_S, gateway_replay);
+    if (r == SIGN_OK)
+        return 0;
+    if (r == SIGN_UNAVAILABLE) {
+        http_add_header(req, "Retry-After", "1");
+        http_error(req, ERR_UNAVAILABLE, NULL, "%s", sign_result_message(r));
+        return -1;
+    }
+    log_info("gateway: refused %s %s from %s: %s", req->method, req->path, req->client_ip,
+             secret ? sign_result_message(r) : "no gateway_secret_file is set");
+    http_add_header(req, "WWW-Authenticate", "Gpurent-HMAC-SHA256");
+    http_error(req, ERR_BAD_SIGNATURE, NULL, "%s", secret ? sign_result_message(r) : "gateways are not enabled");
+    return -1;
+}
+
 int auth_authenticate(struct http_request *req, enum http_auth level)
 {
+    if (level == AUTH_SIGNED)
+        return gateway_authenticate(req);
     const char *h = http_header(req, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
         http_error(req, ERR_UNAUTHORIZED, NULL, NULL);

@@ -89,6 +89,16 @@ const struct http_route daemon_routes[] = {
     {"POST",   "/v1/admin/billing/run",       api_billing_run,         AUTH_ADMIN},
     {"GET",    "/v1/admin/audit",             api_audit_list,          AUTH_ADMIN},
 
+
+    {"POST",   "/v1/apps",                    api_apps_create,         AUTH_USER },
+    {"GET",    "/v1/apps",                    api_apps_list,           AUTH_NONE },
+    {"GET",    "/v1/apps/{slug}",             api_apps_get,            AUTH_USER },
+    {"PATCH",  "/v1/apps/{slug}",             api_apps_patch,          AUTH_USER },
+    {"DELETE", "/v1/apps/{slug}",             api_apps_delete,         AUTH_USER },
+    {"GET",    "/v1/apps/{slug}/stats",       api_apps_stats,          AUTH_USER },
+    {"GET",    "/internal/gateway/state",     api_gateway_state,       AUTH_SIGNED},
+    {"POST",   "/internal/gateway/reports",   api_gateway_reports,     AUTH_SIGNED},
+
     {NULL,     NULL,                          NULL,                    AUTH_NONE },
 };
 

@@ -15,7 +15,8 @@
  *   logs_proxy.c    reads workload logs from agents for deferred HTTP
  *                   requests, on its own thread
  *   mailer.c        sends the outbox's mail (SMTP via common/smtp.c) with
- *                   retries, or logs it when no smtp_url is set */
+ *                   retries, or logs it when no smtp_url is set
+ *   app_scaler.c    apps' replicas to the gateways' demand (issue 17) */
 #ifndef GPURENT_LOOPS_H
 #define GPURENT_LOOPS_H
 
@@ -123,6 +124,12 @@ void mailer_wake(void);
 void mailer_stop(void);
 /* Mail handed to the server (or logged), failed tries, mail given up on. */
 void mailer_counters(int64_t *sent, int64_t *failures, int64_t *given_up);
+
+/* app_scaler.c: the app marketplace's auto-scaler, on its own thread. */
+int app_scaler_start(void);
+/* Asks for a pass now (a gateway reported demand, an app changed). */
+void app_scaler_wake(void);
+void app_scaler_stop(void);
 
 /* agent_client.c (the calls themselves are in agent_client.h): libcurl's
  * process-wide set-up, before any thread starts, and its tear-down. 0 or -1. */

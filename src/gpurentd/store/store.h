@@ -598,6 +598,7 @@ struct ledger_entry {
     const char *topup_id;    /* topup, or NULL */
     const char *volume_id;   /* storage, or NULL */
     const char *reservation_id; /* reservation and reservation_refund, or NULL */
+    const char *app_call_id; /* app_call, or NULL (0025) */
 };
 /* Posts a balanced transaction (legs must sum to zero) and moves the cached
  * balances; STORE_CONFLICT if a user account would go below zero, and
@@ -943,6 +944,98 @@ int store_invite_set_day_cap(struct store *s, const char *code, int64_t cap);
 int store_invite_redeemed(struct store *s, const char *code, const char *user_id, int64_t *n);
 /* Redemptions of code at or after since. */
 int store_invite_uses_since(struct store *s, const char *code, int64_t since, int64_t *n);
+
+/* store_apps.c: the app marketplace (migration 0025): apps, who may call a
+ * private one, replicas (instances with app_id), calls reported by the
+ * gateways, their demand and the apps' events. Lists and documents are
+ * handed up as JSON text (malloc'd) built by SQLite's JSON functions. */
+struct app {
+    char id[ID_MAX];           /* app_… */
+    char slug[41];             /* in URLs */
+    char name[81];             /* label */
+    char description[2001];    /* marketplace text */
+    char publisher_id[ID_MAX]; /* owner */
+    char image[256];           /* image id or ref */
+    char *command;             /* JSON array text (malloc'd by reads; store_app_free) */
+    char *env;                 /* JSON array text, secrets included (malloc'd) */
+    int64_t port;              /* replica's HTTP port */
+    char gpu_type[33];         /* card model */
+    int64_t cards_per_replica, min_replicas, max_replicas, concurrency_target, idle_seconds;
+    char visibility[8];        /* public, private */
+    int64_t price_request, price_input_1k, price_output_1k, price_second; /* micro-yuan */
+    int64_t rate_per_key, rate_per_app; /* calls a minute; 0 none */
+    int64_t desired_replicas, last_call_at, below_since;
+    int64_t created_at, updated_at, deleted_at; /* deleted_at 0: live */
+};
+void store_app_free(struct app *a);
+int store_app_insert(struct store *s, const struct app *a);
+/* Writes every changeable column of a (by id). */
+int store_app_update(struct store *s, const struct app *a);
+/* A live app by slug; STORE_NOT_FOUND for none or a deleted one. */
+int store_app_get(struct store *s, const char *slug, struct app *out);
+/* Any app by id, a deleted one too (its late calls are still settled). */
+int store_app_get_by_id(struct store *s, const char *id, struct app *out);
+/* Live apps: public ones (publisher_id NULL) or one publisher's, by
+ * (created_at, id) after the cursor; *out malloc'd (store_app_free each). */
+int store_app_list(struct store *s, const char *publisher_id, int64_t after_t, const char *after_id, size_t max,
+                   struct app **out, size_t *n);
+/* Every live app, for the scaler. */
+int store_app_all(struct store *s, struct app **out, size_t *n);
+int store_app_delete(struct store *s, const char *id, int64_t at);
+/* Replaces who may call a private app (user ids; checked by the caller). */
+int store_app_access_clear(struct store *s, const char *app_id);
+int store_app_access_add(struct store *s, const char *app_id, const char *user_id);
+/* The user ids as a JSON array (malloc'd text). */
+int store_app_access_json(struct store *s, const char *app_id, char **json);
+int store_app_event(struct store *s, const char *app_id, int64_t at, const char *kind, const char *detail);
+/* Whether the app's latest event is of kind and at or after since: 1, 0,
+ * or a negative store_rc. */
+int store_app_last_event_is(struct store *s, const char *app_id, const char *kind, int64_t since);
+/* The app's latest events, newest last, as a JSON array (malloc'd). */
+int store_app_events_json(struct store *s, const char *app_id, size_t max, char **json);
+/* The app's replicas that are not terminated (instance ids and states). */
+struct app_replica {
+    char instance_id[ID_MAX];
+    char state[16];   /* pending … */
+    char desired[16]; /* running, stopped, terminated */
+    int64_t created_at;
+};
+int store_app_replicas(struct store *s, const char *app_id, struct app_replica **out, size_t *n);
+int store_instance_set_app(struct store *s, const char *instance_id, const char *app_id);
+/* What a gateway needs, as JSON text (malloc'd): {"apps": [...], "keys":
+ * [...]} (see api_apps.c for the shape). Replica addresses are given as the
+ * node's public_host, agent_url and published host port; the caller
+ * resolves them. */
+int store_gateway_apps_json(struct store *s, char **json);
+int store_gateway_keys_json(struct store *s, int64_t now, char **json);
+/* Users holding a live API key, for their funds in the gateway state. */
+int store_gateway_key_users(struct store *s, char (**ids)[ID_MAX], size_t *n);
+/* A usage record. */
+struct app_call {
+    char id[65];
+    char app_id[ID_MAX];
+    char consumer_id[ID_MAX];
+    char key_id[ID_MAX];
+    char gateway_id[65];
+    int64_t at, status, input_tokens, output_tokens, duration_ms, cold_start, completed;
+    int64_t charge, earning, fee, unpaid, transaction_id;
+};
+/* STORE_CONFLICT when a call with that id is recorded already; its
+ * transaction_id is found by the app_call_id the ledger posting named. */
+int store_app_call_insert(struct store *s, const struct app_call *c, int64_t now);
+int store_app_call_exists(struct store *s, const char *id);
+int store_app_demand_put(struct store *s, const char *app_id, const char *gateway_id, int64_t in_flight,
+                         int64_t queued, const char *busy, int64_t at);
+/* Whether a gateway reported since `since` that instance_id has calls in
+ * flight (the scaler then removes another replica, or waits): 1, 0 or a
+ * negative store_rc. */
+int store_app_replica_busy(struct store *s, const char *app_id, const char *instance_id, int64_t since);
+/* In flight plus queued over the gateways that reported since `since`. */
+int64_t store_app_demand(struct store *s, const char *app_id, int64_t since);
+/* Per-day stats of an app for its publisher, as a JSON array (malloc'd). */
+int store_app_stats_json(struct store *s, const char *app_id, int64_t from, int64_t to, char **json);
+/* A consumer's app calls per app in [from, to), as a JSON array (malloc'd). */
+int store_app_usage_json(struct store *s, const char *consumer_id, int64_t from, int64_t to, char **json);
 
 /* store_reports.c: the report views and online backups. */
 /* The i-th report's name ("daily-revenue" …), or NULL past the last. */

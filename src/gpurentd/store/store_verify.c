@@ -135,6 +135,24 @@ static const struct check checks[] = {
      "SELECT c.reservation_id || ' ' || c.hour, 'grant ' || coalesce(c.grant_id, 'none') FROM reservation_credits c"
      " JOIN reservations r ON r.id = c.reservation_id WHERE c.amount > 0 AND NOT EXISTS (SELECT 1 FROM credit_grants g"
      " WHERE g.id = c.grant_id AND g.user_id = r.user_id AND g.source = 'reservation')"                    },
+    /* App calls (0025): each charged call is one app_call transaction
+     * that draws exactly its charge from its consumer, credits its
+     * earning to a cash account and its fee to revenue, and charge =
+     * earning + fee; every such transaction names a recorded call. */
+    {"app call's charge, earning and fee differ from its ledger transaction",
+     "SELECT c.id, 'charge ' || c.charge || ', earning ' || c.earning || ', fee ' || c.fee || '; drawn '"
+     " || coalesce(x.drawn, 0) || ', credited ' || coalesce(x.earned, 0) || ', revenue ' || coalesce(x.fee, 0)"
+     " FROM app_calls c LEFT JOIN (SELECT t.app_call_id AS id,"
+     " -sum(p.amount) FILTER (WHERE a.user_id = t.user_id AND p.amount < 0) AS drawn,"
+     " sum(p.amount) FILTER (WHERE a.kind = 'cash' AND p.amount > 0) AS earned,"
+     " sum(p.amount) FILTER (WHERE a.kind = 'revenue') AS fee FROM ledger_transactions t"
+     " JOIN ledger_postings p ON p.transaction_id = t.id JOIN ledger_accounts a ON a.id = p.account_id"
+     " WHERE t.kind = 'app_call' GROUP BY t.app_call_id) x ON x.id = c.id"
+     " WHERE c.charge <> c.earning + c.fee OR coalesce(x.drawn, 0) <> c.charge"
+     " OR coalesce(x.earned, 0) <> c.earning OR coalesce(x.fee, 0) <> c.fee"                                 },
+    {"app_call transaction names no recorded call of its consumer",
+     "SELECT t.id, 'call ' || coalesce(t.app_call_id, 'none') FROM ledger_transactions t WHERE t.kind = 'app_call'"
+     " AND NOT EXISTS (SELECT 1 FROM app_calls c WHERE c.id = t.app_call_id AND c.consumer_id = t.user_id)"},
     {"money exists outside the ledger",
      "SELECT 'all accounts', 'sum ' || sum(balance) FROM ledger_accounts HAVING sum(balance) <> 0"           },
 };

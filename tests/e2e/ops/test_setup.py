@@ -183,6 +183,10 @@ def test_make_install_under_usr(tmp_path):
         path = os.path.join(dest, "etc/gpurent", conf)
         assert mode(path) == want and read(path) == read(os.path.join(REPO, "conf", conf)), (conf, oct(mode(path)))
     check_units(dest, "/usr", "/usr/lib/systemd/system")
+    # The gateway's unit (issue 17) takes flags, not a configuration file.
+    gw_unit = read(os.path.join(dest, "usr/lib/systemd/system/gpurent-gateway.service")).decode()
+    assert gw_unit == read(os.path.join(REPO, "conf", "gpurent-gateway.service")).decode().replace(
+        "/usr/local/bin/", "/usr/bin/").replace("/usr/local/share/doc/gpurent/", "/usr/share/doc/gpurent/")
     sysusers = os.path.join(dest, "usr/lib/sysusers.d/gpurent.conf")
     assert mode(sysusers) == 0o644 and read(sysusers) == read(os.path.join(REPO, "conf", "gpurent.sysusers"))
     for doc in DOCS:
@@ -191,7 +195,7 @@ def test_make_install_under_usr(tmp_path):
     installed = sorted(os.path.relpath(os.path.join(d, f), dest) for d, _, fs in os.walk(dest) for f in fs)
     assert installed == sorted(
         ["usr/bin/gpurentd", "usr/bin/gpurent-agent", "etc/gpurent/gpurentd.conf", "etc/gpurent/gpurent-agent.conf",
-         "usr/lib/sysusers.d/gpurent.conf"]
+         "usr/lib/sysusers.d/gpurent.conf", "usr/bin/gpurent-gateway", "usr/lib/systemd/system/gpurent-gateway.service"]
         + [f"usr/lib/systemd/system/{u}" for u in UNITS]
         + [f"usr/share/doc/gpurent/{os.path.basename(d)}" for d in DOCS]), installed
 

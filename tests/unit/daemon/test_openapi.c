@@ -228,7 +228,11 @@ static void check_route(const struct http_route *r, int *n)
         problem(n, "route %s %s needs no API key: give it \"security\": []", r->method, r->pattern);
     if (r->auth != AUTH_NONE && open)
         problem(n, "route %s %s needs an API key: its security must name bearerAuth", r->method, r->pattern);
-    if (r->auth != AUTH_NONE && !open && !json_object_get(json_array_get(security, 0), "bearerAuth"))
+    /* The gateways' signed routes (issue 17) name their own scheme. */
+    if (r->auth == AUTH_SIGNED && !open && !json_object_get(json_array_get(security, 0), "gatewaySignature"))
+        problem(n, "route %s %s: its security requirement is not gatewaySignature", r->method, r->pattern);
+    if (r->auth != AUTH_NONE && r->auth != AUTH_SIGNED && !open &&
+        !json_object_get(json_array_get(security, 0), "bearerAuth"))
         problem(n, "route %s %s: its security requirement is not bearerAuth", r->method, r->pattern);
 
     /* At least one success reply is described. */

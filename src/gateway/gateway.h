@@ -1,0 +1,72 @@
+/* gateway.h: gpurent-gateway (issue 17), the marketplace's data path, apart
+ * from the control plane so it scales on its own and several may run.
+ *
+ *   main.c   options, the HTTP listener (libmicrohttpd, a thread per
+ *            connection), start and stop
+ *   state.c  the last copy of what gpurentd said (apps, ready replicas,
+ *            key hashes, funds) and the counters kept against it: in
+ *            flight per replica and app, queued, rate-limit windows; the
+ *            sync thread that refreshes the copy and the report thread
+ *            that sends demand and usage records (signed, sign.h)
+ *   proxy.c  one call: key, app, limits and funds checked, a replica
+ *            chosen (or waited for), the upstream called with libcurl and
+ *            its answer streamed through, usage taken from what the
+ *            upstream reported in what was delivered */
+#ifndef GPURENT_GATEWAY_H
+#define GPURENT_GATEWAY_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdint.h>
+
+#include "gpurent/ids.h"
+
+struct gateway_opts {
+    char listen_host[128];
+    int listen_port;
+    char control_url[512];     /* gpurentd's base URL */
+    char secret[129];          /* from --secret-file */
+    char gateway_id[65];       /* names this gateway in reports */
+    int64_t sync_ms;           /* between state refreshes */
+    int64_t report_ms;         /* between reports */
+    int64_t cold_start_s;      /* longest a call waits for a replica */
+    int64_t max_pending;       /* usage records held while gpurentd is away */
+};
+extern struct gateway_opts gw_opts;
+
+/* What a call learned of its app and consumer from the copy. */
+struct gw_call_app {
+    char app_id[ID_MAX];
+    char user_id[ID_MAX];
+    char key_id[ID_MAX];
+    int64_t price_request;
+};
+
+/* state.c */
+int gw_state_start(void);
+void gw_state_stop(void);
+/* Whether a copy has ever been loaded. */
+int gw_state_loaded(void);
+/* Checks the bearer token, the app's visibility, rate limits and funds for
+ * slug: 0 with out filled, or an HTTP status (401, 404, 429 with
+ * *retry_after, 402, 503 before any copy) and a message. */
+int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64_t *retry_after, char *msg,
+             size_t msglen);
+/* Picks the ready replica of app with the fewest calls outstanding and
+ * counts one more on it: its URL into url, 0; -1 when none is ready. */
+int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance_id);
+void gw_replica_release(const char *instance_id);
+/* The app's demand counters. */
+void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta);
+/* Marks a replica ready after its health probe, or failed. */
+void gw_replica_mark(const char *instance_id, int healthy);
+int gw_replica_probed(const char *instance_id);
+/* Queues a usage record (taken) for the next report. */
+void gw_usage_add(json_t *record);
+
+/* proxy.c */
+enum MHD_Result gw_handle(struct MHD_Connection *c, const char *url, const char *method, const char *upload,
+                          size_t *upload_size, void **con_cls);
+void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe);
+
+#endif

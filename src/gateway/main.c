@@ -1,0 +1,199 @@
+/* main.c: gpurent-gateway's entry point: options, the listener (a thread
+ * per connection, so a call held for a cold start or a long stream blocks
+ * only its own), and an orderly stop on SIGTERM. See gateway.h. */
+#include "gateway.h"
+#include "gpurent/conf.h"
+#include "gpurent/log.h"
+#include "gpurent/secrets.h"
+
+#include <curl/curl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct gateway_opts gw_opts = {
+    .listen_host = "127.0.0.1",
+    .listen_port = 8090,
+    .control_url = "http://127.0.0.1:8080",
+    .gateway_id = "gw-1",
+    .sync_ms = 1000,
+    .report_ms = 1000,
+    .cold_start_s = 120,
+    .max_pending = 100000,
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: gpurent-gateway --secret-file FILE [OPTIONS]\n"
+               "  --listen HOST:PORT          where consumers call /apps/{slug}/... (127.0.0.1:8090)\n"
+               "  --control-url URL           gpurentd's API (http://127.0.0.1:8080)\n"
+               "  --secret-file FILE          the key shared with gpurentd's gateway_secret_file (mode 0600)\n"
+               "  --gateway-id ID             this gateway's name in reports (gw-1)\n"
+               "  --sync-ms MS                between refreshes of the copy (1000)\n"
+               "  --report-ms MS              between reports of demand and usage (1000)\n"
+               "  --cold-start-timeout-s S    longest a call waits for a replica to start (120)\n"
+               "  --max-pending N             usage records held while gpurentd is away (100000)\n"
+               "  --log-level LEVEL           error, warn, info, debug (info)\n");
+}
+
+/* An integer option within [min, max]: 0, or -1 after a message. */
+static int int_opt(const char *name, const char *v, int64_t min, int64_t max, int64_t *out)
+{
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (*end || end == v || x < min || x > max) {
+        fprintf(stderr, "gpurent-gateway: %s must be an integer from %lld to %lld\n", name, (long long)min,
+                (long long)max);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse(int argc, char **argv)
+{
+    char secret_file[1024] = "";
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(o, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!v) {
+            fprintf(stderr, "gpurent-gateway: %s needs a value\n", o);
+            return -1;
+        }
+        i++;
+        int rc = 0;
+        if (strcmp(o, "--listen") == 0)
+            rc = conf_parse_hostport(v, gw_opts.listen_host, sizeof gw_opts.listen_host, &gw_opts.listen_port);
+        else if (strcmp(o, "--control-url") == 0)
+            snprintf(gw_opts.control_url, sizeof gw_opts.control_url, "%s", v);
+        else if (strcmp(o, "--secret-file") == 0)
+            snprintf(secret_file, sizeof secret_file, "%s", v);
+        else if (strcmp(o, "--gateway-id") == 0)
+            rc = strlen(v) == 0 || strlen(v) > 40 || strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(v)
+                     ? (fprintf(stderr, "gpurent-gateway: --gateway-id is 1 to 40 of a-z, 0-9 and '-'\n"), -1)
+                     : (snprintf(gw_opts.gateway_id, sizeof gw_opts.gateway_id, "%s", v), 0);
+        else if (strcmp(o, "--sync-ms") == 0)
+            rc = int_opt(o, v, 50, 600000, &gw_opts.sync_ms);
+        else if (strcmp(o, "--report-ms") == 0)
+            rc = int_opt(o, v, 50, 600000, &gw_opts.report_ms);
+        else if (strcmp(o, "--cold-start-timeout-s") == 0)
+            rc = int_opt(o, v, 0, 3600, &gw_opts.cold_start_s);
+        else if (strcmp(o, "--max-pending") == 0)
+            rc = int_opt(o, v, 1, 10000000, &gw_opts.max_pending);
+        else if (strcmp(o, "--log-level") == 0) {
+            enum log_level l;
+            rc = log_level_parse(v, &l) < 0 ? (fprintf(stderr, "gpurent-gateway: bad --log-level\n"), -1) : 0;
+            if (rc == 0)
+                log_set_level(l);
+        } else {
+            fprintf(stderr, "gpurent-gateway: unknown option %s\n", o);
+            usage(stderr);
+            return -1;
+        }
+        if (rc < 0)
+            return -1;
+    }
+    char err[512];
+    if (!secret_file[0]) {
+        fprintf(stderr, "gpurent-gateway: --secret-file is required\n");
+        return -1;
+    }
+    if (secret_file_read(secret_file, gw_opts.secret, sizeof gw_opts.secret, err, sizeof err) < 0) {
+        fprintf(stderr, "gpurent-gateway: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The listen address as a socket address (numeric or a name). */
+static int resolve_listen(const char *host, int port, struct sockaddr_storage *sa, socklen_t *len)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
+    char service[8];
+    snprintf(service, sizeof service, "%d", port);
+    if (getaddrinfo(host, service, &hints, &res) != 0)
+        return -1;
+    memcpy(sa, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)cls;
+    (void)version;
+    return gw_handle(c, url, method, upload, upload_size, con_cls);
+}
+
+static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    gw_completed(con_cls, toe);
+}
+
+/* Answers go out as they come, in small writes (headers, then each chunk
+ * of a stream): without TCP_NODELAY, Nagle holds each write until the
+ * client's delayed ACK, about 40 ms a call. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    (void)socket_context;
+    if (code != MHD_CONNECTION_NOTIFY_STARTED)
+        return;
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int one = 1;
+    if (info)
+        setsockopt(info->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int main(int argc, char **argv)
+{
+    if (parse(argc, argv) < 0)
+        return 2;
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || gw_state_start() < 0)
+        return 1;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    if (resolve_listen(gw_opts.listen_host, gw_opts.listen_port, &sa, &salen) < 0) {
+        fprintf(stderr, "gpurent-gateway: cannot use --listen %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
+        return 2;
+    }
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+            (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+        0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
+        on_done, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)4096, MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "gpurent-gateway: cannot listen on %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
+        gw_state_stop();
+        return 1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    log_info("gpurent-gateway %s listening on %s:%u for %s", gw_opts.gateway_id, gw_opts.listen_host,
+             info ? info->port : 0, gw_opts.control_url);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_info("gpurent-gateway: stopping (signal %d); sending the last usage records", sig);
+    MHD_stop_daemon(d);
+    gw_state_stop();
+    curl_global_cleanup();
+    return 0;
+}

@@ -1,0 +1,559 @@
+/* proxy.c: one call through the gateway (see gateway.h). The connection's
+ * thread checks the key, the app, the limits and the funds against the
+ * copy, takes the replica with the fewest calls outstanding (holding the
+ * call while none is ready, up to --cold-start-timeout-s or the client's
+ * X-Gpurent-Wait-Seconds), probes a replica's /health once before its
+ * first call, and a libcurl thread calls the upstream while the answer is
+ * streamed back as it comes. Usage is what the upstream reported in what
+ * was handed to the client: the last `usage` of the server-sent events
+ * delivered, or of a whole JSON body; never an estimate. */
+#include "gateway.h"
+#include "gpurent/clock.h"
+#include "gpurent/log.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define GW_BODY_MAX (8u << 20)    /* a request's body */
+#define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
+#define GW_BUFFER_MAX (1u << 20)  /* answer bytes waiting for a slow client */
+#define GW_EVENT_MAX (256u << 10) /* one server-sent event */
+
+struct call {
+    char *body;
+    size_t body_len;
+    int too_large;
+    struct gw_call_app app;
+    char instance_id[ID_MAX];
+    char url[1200];
+    char content_type[128];
+    char method[16];   /* the consumer's, passed on */
+    int counted;       /* in the app's in_flight */
+    int has_replica;   /* holds a replica's outstanding count */
+    int cold_start;    /* waited for a replica */
+    int64_t start_ms, upstream_ms;
+    /* Shared with the upstream thread. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_t thread;
+    int thread_started;
+    char *out; /* answer bytes not yet handed to the client */
+    size_t out_len;
+    int headers_done, finished, client_gone;
+    long status;
+    char up_type[128];
+    CURLcode curl_rc;
+    /* Usage, from what was delivered. */
+    int streamed;
+    char *event; /* a server-sent event being read */
+    size_t event_len;
+    char *keep; /* a whole answer being read */
+    size_t keep_len;
+    int delivered_all;
+    int64_t input_tokens, output_tokens;
+    int status_sent;
+};
+
+static void take_usage(struct call *c, json_t *j)
+{
+    json_t *u = json_object_get(j, "usage");
+    if (!json_is_object(u))
+        return;
+    json_int_t in = json_integer_value(json_object_get(u, "prompt_tokens"));
+    json_int_t out = json_integer_value(json_object_get(u, "completion_tokens"));
+    if (in >= 0 && in <= 100000000 && out >= 0 && out <= 100000000) {
+        c->input_tokens = in;
+        c->output_tokens = out;
+    }
+}
+
+/* Reads the events whole in the bytes just handed to the client. */
+static void scan_delivered(struct call *c, const char *p, size_t n)
+{
+    if (!c->streamed) {
+        if (c->keep_len + n <= GW_KEEP_MAX) {
+            char *grown = realloc(c->keep, c->keep_len + n + 1);
+            if (grown) {
+                memcpy(grown + c->keep_len, p, n);
+                c->keep = grown;
+                c->keep_len += n;
+                c->keep[c->keep_len] = '\0';
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (c->event_len + 2 > GW_EVENT_MAX)
+            c->event_len = 0; /* an event too big to be usage; skip it */
+        char *grown = c->event_len % 4096 == 0 ? realloc(c->event, c->event_len + 4097) : c->event;
+        if (!grown)
+            return;
+        c->event = grown;
+        c->event[c->event_len++] = p[i];
+        c->event[c->event_len] = '\0';
+        if (c->event_len >= 2 && c->event[c->event_len - 1] == '\n' && c->event[c->event_len - 2] == '\n') {
+            for (char *line = c->event; line && *line;) {
+                char *next = strchr(line, '\n');
+                if (next)
+                    *next++ = '\0';
+                if (strncmp(line, "data:", 5) == 0) {
+                    json_t *j = json_loads(line + 5 + (line[5] == ' '), 0, NULL);
+                    take_usage(c, j);
+                    json_decref(j);
+                }
+                line = next;
+            }
+            c->event_len = 0;
+        }
+    }
+}
+
+static size_t up_header(char *p, size_t size, size_t n, void *vc)
+{
+    struct call *c = vc;
+    size_t len = size * n;
+    if (len > 13 && strncasecmp(p, "Content-Type:", 13) == 0) {
+        const char *v = p + 13;
+        while (*v == ' ')
+            v++;
+        size_t vl = len - (size_t)(v - p);
+        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n'))
+            vl--;
+        pthread_mutex_lock(&c->lock);
+        snprintf(c->up_type, sizeof c->up_type, "%.*s", (int)vl, v);
+        pthread_mutex_unlock(&c->lock);
+    }
+    return len;
+}
+
+/* The first body byte (or the end) means the headers are in. */
+static void headers_in(struct call *c, CURL *curl)
+{
+    if (c->headers_done)
+        return;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &c->status);
+    c->headers_done = 1;
+    pthread_cond_broadcast(&c->cond);
+}
+
+struct up_ctx {
+    struct call *c;
+    CURL *curl;
+};
+
+static size_t up_body(char *p, size_t size, size_t n, void *vctx)
+{
+    struct up_ctx *u = vctx;
+    struct call *c = u->c;
+    size_t len = size * n;
+    pthread_mutex_lock(&c->lock);
+    headers_in(c, u->curl);
+    /* A slow client: wait (bounded buffer) rather than hold the answer. */
+    while (!c->client_gone && c->out_len + len > GW_BUFFER_MAX)
+        pthread_cond_wait(&c->cond, &c->lock);
+    if (c->client_gone) {
+        pthread_mutex_unlock(&c->lock);
+        return 0; /* aborts the upstream call */
+    }
+    char *grown = realloc(c->out, c->out_len + len);
+    if (grown) {
+        memcpy(grown + c->out_len, p, len);
+        c->out = grown;
+        c->out_len += len;
+    }
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    return grown ? len : 0;
+}
+
+static int up_progress(void *vc, curl_off_t a, curl_off_t b, curl_off_t d, curl_off_t e)
+{
+    (void)a, (void)b, (void)d, (void)e;
+    struct call *c = vc;
+    pthread_mutex_lock(&c->lock);
+    int gone = c->client_gone;
+    pthread_mutex_unlock(&c->lock);
+    return gone;
+}
+
+/* One connection cache for every upstream call: a call reuses a kept-alive
+ * connection to its replica instead of opening one (through a node's
+ * published port a new connection costs far more than the call). */
+static CURLSH *share;
+static pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+static pthread_once_t share_once = PTHREAD_ONCE_INIT;
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *u)
+{
+    (void)h, (void)access, (void)u;
+    pthread_mutex_lock(&share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *u)
+{
+    (void)h, (void)u;
+    pthread_mutex_unlock(&share_locks[data]);
+}
+
+static void share_init(void)
+{
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&share_locks[i], NULL);
+    share = curl_share_init();
+    if (!share)
+        return;
+    curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+}
+
+static void *upstream_main(void *vc)
+{
+    struct call *c = vc;
+    pthread_once(&share_once, share_init);
+    CURL *curl = curl_easy_init();
+    struct curl_slist *hl = NULL;
+    char ct[200];
+    snprintf(ct, sizeof ct, "Content-Type: %s", c->content_type[0] ? c->content_type : "application/json");
+    hl = curl_slist_append(hl, ct);
+    hl = curl_slist_append(hl, "Expect:");
+    struct up_ctx u = {c, curl};
+    CURLcode rc = CURLE_FAILED_INIT;
+    if (curl) {
+        curl_easy_setopt(curl, CURLOPT_URL, c->url);
+        if (share)
+            curl_easy_setopt(curl, CURLOPT_SHARE, share);
+        curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+        curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, up_header);
+        curl_easy_setopt(curl, CURLOPT_HEADERDATA, c);
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, up_body);
+        curl_easy_setopt(curl, CURLOPT_WRITEDATA, &u);
+        curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, up_progress);
+        curl_easy_setopt(curl, CURLOPT_XFERINFODATA, c);
+        if (c->body_len || c->body || strcmp(c->method, "POST") == 0) {
+            curl_easy_setopt(curl, CURLOPT_POSTFIELDS, c->body ? c->body : "");
+            curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)c->body_len);
+        }
+        if (strcmp(c->method, "GET") != 0 && strcmp(c->method, "POST") != 0)
+            curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, c->method);
+        rc = curl_easy_perform(curl);
+    }
+    pthread_mutex_lock(&c->lock);
+    if (curl && rc == CURLE_OK)
+        headers_in(c, curl);
+    c->curl_rc = rc;
+    c->finished = 1;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    curl_slist_free_all(hl);
+    if (curl)
+        curl_easy_cleanup(curl);
+    return NULL;
+}
+
+static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct call *c = vc;
+    pthread_mutex_lock(&c->lock);
+    while (c->out_len == 0 && !c->finished)
+        pthread_cond_wait(&c->cond, &c->lock);
+    if (c->out_len == 0) {
+        int ok = c->curl_rc == CURLE_OK;
+        c->delivered_all = ok;
+        pthread_mutex_unlock(&c->lock);
+        return ok ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = c->out_len < max ? c->out_len : max;
+    memcpy(buf, c->out, n);
+    memmove(c->out, c->out + n, c->out_len - n);
+    c->out_len -= n;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    scan_delivered(c, buf, n);
+    return (ssize_t)n;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *code, const char *msg,
+                                   int64_t retry_after)
+{
+    json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    char ra[24];
+    if (retry_after > 0) {
+        snprintf(ra, sizeof ra, "%lld", (long long)retry_after);
+        MHD_add_response_header(r, "Retry-After", ra);
+    }
+    enum MHD_Result ok = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static int probe(const char *base)
+{
+    char url[1300];
+    snprintf(url, sizeof url, "%s/health", base);
+    CURL *curl = curl_easy_init();
+    if (!curl)
+        return 0;
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 1000L);
+    long status = 0;
+    int ok = curl_easy_perform(curl) == CURLE_OK && curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+             status == 200;
+    curl_easy_cleanup(curl);
+    return ok;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A ready, probed replica for the call, waiting up to wait_s for one. */
+static int find_replica(struct call *c, int64_t wait_s)
+{
+    int64_t deadline = clock_mono_ms() + wait_s * 1000;
+    char base[1024];
+    int queued = 0, rc = -1;
+    for (;;) {
+        if (gw_replica_take(c->app.app_id, base, sizeof base, c->instance_id) == 0) {
+            if (gw_replica_probed(c->instance_id) || probe(base)) {
+                gw_replica_mark(c->instance_id, 1);
+                snprintf(c->url, sizeof c->url, "%s", base);
+                c->has_replica = 1;
+                rc = 0;
+                break;
+            }
+            gw_replica_release(c->instance_id); /* listening not yet: starting */
+        }
+        if (clock_mono_ms() >= deadline)
+            break;
+        if (!queued) {
+            gw_app_count(c->app.app_id, 0, 1); /* the scaler sees demand waiting */
+            queued = c->cold_start = 1;
+        }
+        sleep_ms(100);
+    }
+    if (queued)
+        gw_app_count(c->app.app_id, 0, -1);
+    return rc;
+}
+
+static void record_usage(struct call *c)
+{
+    char rid[ID_MAX], id[100];
+    if (id_new("use", rid) < 0)
+        return;
+    snprintf(id, sizeof id, "%.40s-%s", gw_opts.gateway_id, rid + 4);
+    for (char *p = id; *p; p++)
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p - 'A' + 'a');
+    int64_t now = clock_mono_ms();
+    int64_t up = c->upstream_ms ? now - c->upstream_ms : 0;
+    json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", id, "app_id", c->app.app_id,
+                          "user_id", c->app.user_id, "key_id", c->app.key_id, "at", (json_int_t)clock_wall(), "status",
+                          (json_int_t)(c->status_sent > 0 ? c->status_sent : 502), "input_tokens",
+                          (json_int_t)c->input_tokens, "output_tokens", (json_int_t)c->output_tokens, "duration_ms",
+                          (json_int_t)up, "cold_start", (json_int_t)c->cold_start, "completed",
+                          (json_int_t)c->delivered_all);
+    if (r)
+        gw_usage_add(r);
+}
+
+/* Appends the query arguments (libmicrohttpd hands the path without them)
+ * to c->url, each escaped again; -1 when they do not fit. */
+struct query_ctx {
+    struct call *c;
+    int n, overflow;
+};
+
+static enum MHD_Result add_arg(void *vq, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    struct query_ctx *q = vq;
+    char *k = curl_easy_escape(NULL, key, 0), *v = value ? curl_easy_escape(NULL, value, 0) : NULL;
+    size_t used = strlen(q->c->url);
+    int n = k ? snprintf(q->c->url + used, sizeof q->c->url - used, "%c%s%s%s", q->n++ ? '&' : '?', k, v ? "=" : "",
+                         v ? v : "")
+              : -1;
+    if (n < 0 || (size_t)n >= sizeof q->c->url - used)
+        q->overflow = 1;
+    curl_free(k);
+    curl_free(v);
+    return q->overflow ? MHD_NO : MHD_YES;
+}
+
+static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, const char *url)
+{
+    const char *rest = url + 6; /* after "/apps/" */
+    const char *slash = strchr(rest, '/');
+    char slug[64];
+    size_t sl = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (sl == 0 || sl >= sizeof slug)
+        return reply_error(conn, 404, "not_found", "no such app", 0);
+    snprintf(slug, sizeof slug, "%.*s", (int)sl, rest);
+    if (c->too_large)
+        return reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0);
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    const char *token = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
+    char msg[256];
+    int64_t retry = 0;
+    int status = gw_admit(token, slug, &c->app, &retry, msg, sizeof msg);
+    if (status) {
+        static const char *const codes[][2] = {{"401", "unauthorized"}, {"402", "insufficient_funds"},
+                                               {"404", "not_found"},    {"429", "too_many_requests"},
+                                               {"503", "unavailable"}};
+        const char *code = "error";
+        char s[8];
+        snprintf(s, sizeof s, "%d", status);
+        for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+            if (strcmp(codes[i][0], s) == 0)
+                code = codes[i][1];
+        return reply_error(conn, (unsigned)status, code, msg, retry);
+    }
+    gw_app_count(c->app.app_id, 1, 0);
+    c->counted = 1;
+    int64_t wait_s = gw_opts.cold_start_s;
+    const char *w = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Gpurent-Wait-Seconds");
+    if (w) {
+        char *end;
+        long v = strtol(w, &end, 10);
+        if (*end || v < 0 || end == w) {
+            c->status_sent = 400;
+            return reply_error(conn, 400, "invalid_header", "X-Gpurent-Wait-Seconds must be a whole number", 0);
+        }
+        if (v < wait_s)
+            wait_s = v;
+    }
+    if (find_replica(c, wait_s) < 0) {
+        c->status_sent = 503;
+        snprintf(msg, sizeof msg, "no replica of %.40s became ready within %lld s; retry", slug, (long long)wait_s);
+        return reply_error(conn, 503, "no_replica", msg, 5);
+    }
+    char base[sizeof c->url];
+    memcpy(base, c->url, sizeof base);
+    if ((size_t)snprintf(c->url, sizeof c->url, "%s%s", base, slash ? slash : "/") >= sizeof c->url)
+        return reply_error(conn, 414, "uri_too_long", "the path is too long", 0);
+    struct query_ctx q = {.c = c};
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
+    if (q.overflow)
+        return reply_error(conn, 414, "uri_too_long", "the path and query are too long", 0);
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+    snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
+    c->upstream_ms = clock_mono_ms();
+    if (pthread_create(&c->thread, NULL, upstream_main, c) != 0)
+        return reply_error(conn, 500, "internal", "cannot start the upstream call", 0);
+    c->thread_started = 1;
+    pthread_mutex_lock(&c->lock);
+    while (!c->headers_done && !c->finished)
+        pthread_cond_wait(&c->cond, &c->lock);
+    int got = c->headers_done;
+    long up_status = c->status;
+    char type[128];
+    snprintf(type, sizeof type, "%s", c->up_type);
+    pthread_mutex_unlock(&c->lock);
+    if (!got) {
+        c->status_sent = 502;
+        return reply_error(conn, 502, "bad_gateway", "the replica did not answer", 0);
+    }
+    c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
+    c->status_sent = (int)up_status;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, answer_read, c, NULL);
+    if (type[0])
+        MHD_add_response_header(r, "Content-Type", type);
+    if (c->streamed)
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result ok = MHD_queue_response(conn, (unsigned)up_status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const char *method, const char *upload,
+                          size_t *upload_size, void **con_cls)
+{
+    struct call *c = *con_cls;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return MHD_NO;
+        pthread_mutex_init(&c->lock, NULL);
+        pthread_cond_init(&c->cond, NULL);
+        c->start_ms = clock_mono_ms();
+        snprintf(c->method, sizeof c->method, "%s", method);
+        *con_cls = c;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (c->body_len + *upload_size > GW_BODY_MAX) {
+            c->too_large = 1;
+        } else {
+            char *grown = realloc(c->body, c->body_len + *upload_size + 1);
+            if (!grown)
+                return MHD_NO;
+            memcpy(grown + c->body_len, upload, *upload_size);
+            c->body = grown;
+            c->body_len += *upload_size;
+            c->body[c->body_len] = '\0';
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (strcmp(url, "/healthz") == 0)
+        return reply_error(conn, gw_state_loaded() ? 200 : 503, gw_state_loaded() ? "ok" : "no_copy",
+                           gw_state_loaded() ? "serving" : "no copy of the marketplace yet", 0);
+    if (strncmp(url, "/apps/", 6) != 0)
+        return reply_error(conn, 404, "not_found", "calls go to /apps/{slug}/…", 0);
+    return dispatch(conn, c, url);
+}
+
+void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    struct call *c = *con_cls;
+    *con_cls = NULL;
+    if (!c)
+        return;
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->lock);
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+            c->client_gone = 1;
+            c->delivered_all = 0;
+        }
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        pthread_join(c->thread, NULL);
+    }
+    if (!c->streamed && c->delivered_all && c->keep) {
+        json_t *j = json_loads(c->keep, 0, NULL);
+        take_usage(c, j);
+        json_decref(j);
+    }
+    if (c->counted) {
+        record_usage(c);
+        gw_app_count(c->app.app_id, -1, 0);
+    }
+    if (c->has_replica)
+        gw_replica_release(c->instance_id);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    free(c->body);
+    free(c->out);
+    free(c->event);
+    free(c->keep);
+    free(c);
+}

@@ -1,0 +1,482 @@
+/* state.c: the gateway's copy of the control plane and its counters (see
+ * gateway.h). The copy is replaced whole at every good sync and kept as
+ * it was when gpurentd cannot be reached, so calls go on being served
+ * from it; usage records wait in a bounded queue, each with its id, and
+ * are resent until gpurentd has answered for them (it settles an id once). */
+#include "gateway.h"
+#include "gpurent/clock.h"
+#include "gpurent/log.h"
+#include "gpurent/secrets.h"
+#include "gpurent/sign.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GW_MAX_REPLICAS 1024
+#define GW_MAX_WINDOWS 4096
+#define GW_REPORT_BATCH 500
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static json_t *copy;    /* the last state document, or NULL */
+static json_t *pending; /* usage records not yet answered for */
+
+/* Calls outstanding per replica, and whether its probe passed. */
+static struct replica_count {
+    char instance_id[ID_MAX];
+    char app_id[ID_MAX]; /* whose replica, for the busy list */
+    int outstanding;
+    int healthy; /* 1 probed ok, 0 not yet, -1 failed */
+} replicas[GW_MAX_REPLICAS];
+static int n_replicas;
+
+/* Demand per app, reported to the scaler. */
+static struct app_count {
+    char app_id[ID_MAX];
+    int in_flight, queued;
+} apps_count[GW_MAX_REPLICAS];
+static int n_apps_count;
+
+/* Fixed one-minute windows per (key, app) and per app. */
+static struct window {
+    char key[2 * ID_MAX + 2];
+    int64_t minute;
+    int64_t count;
+} windows[GW_MAX_WINDOWS];
+
+static pthread_t sync_thread, report_thread;
+static int stopping;
+static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
+
+int gw_state_loaded(void)
+{
+    pthread_mutex_lock(&lock);
+    int yes = copy != NULL;
+    pthread_mutex_unlock(&lock);
+    return yes;
+}
+
+static json_t *find_by(json_t *arr, const char *field, const char *value)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(arr, i, x)
+    {
+        const char *v = json_string_value(json_object_get(x, field));
+        if (v && strcmp(v, value) == 0)
+            return x;
+    }
+    return NULL;
+}
+
+static struct replica_count *replica_slot(const char *id, int create)
+{
+    for (int i = 0; i < n_replicas; i++)
+        if (strcmp(replicas[i].instance_id, id) == 0)
+            return &replicas[i];
+    if (!create || n_replicas >= GW_MAX_REPLICAS)
+        return NULL;
+    struct replica_count *r = &replicas[n_replicas++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->instance_id, sizeof r->instance_id, "%s", id);
+    return r;
+}
+
+static struct app_count *app_slot(const char *id)
+{
+    for (int i = 0; i < n_apps_count; i++)
+        if (strcmp(apps_count[i].app_id, id) == 0)
+            return &apps_count[i];
+    if (n_apps_count >= GW_MAX_REPLICAS)
+        return NULL;
+    struct app_count *a = &apps_count[n_apps_count++];
+    memset(a, 0, sizeof *a);
+    snprintf(a->app_id, sizeof a->app_id, "%s", id);
+    return a;
+}
+
+/* Counts one call in key's window; 0, or the seconds until the window
+ * ends when limit calls were made in it already. */
+static int64_t window_take(const char *key, int64_t limit, int64_t now)
+{
+    if (limit <= 0)
+        return 0;
+    int64_t minute = now / 60;
+    struct window *free_slot = NULL;
+    for (int i = 0; i < GW_MAX_WINDOWS; i++) {
+        struct window *w = &windows[i];
+        if (w->key[0] && strcmp(w->key, key) == 0) {
+            if (w->minute != minute) {
+                w->minute = minute;
+                w->count = 0;
+            }
+            if (w->count >= limit)
+                return (minute + 1) * 60 - now;
+            w->count++;
+            return 0;
+        }
+        if (!free_slot && (!w->key[0] || w->minute < minute))
+            free_slot = w;
+    }
+    if (free_slot) {
+        snprintf(free_slot->key, sizeof free_slot->key, "%s", key);
+        free_slot->minute = minute;
+        free_slot->count = 1;
+    }
+    return 0;
+}
+
+static int key_matches(json_t *key, const unsigned char *presented)
+{
+    const char *hex = json_string_value(json_object_get(key, "hash"));
+    unsigned char want[API_SECRET_HASH_LEN];
+    if (!hex || strlen(hex) != 2 * API_SECRET_HASH_LEN)
+        return 0;
+    for (int i = 0; i < API_SECRET_HASH_LEN; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return 0;
+        want[i] = (unsigned char)v;
+    }
+    return api_key_hash_equal(want, presented);
+}
+
+static int may_call(json_t *app, const char *user_id)
+{
+    const char *vis = json_string_value(json_object_get(app, "visibility"));
+    const char *pub = json_string_value(json_object_get(app, "publisher_id"));
+    if ((vis && strcmp(vis, "public") == 0) || (pub && strcmp(pub, user_id) == 0))
+        return 1;
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(app, "allowed"), i, u) if (json_string_value(u) &&
+                                                                  strcmp(json_string_value(u), user_id) == 0) return 1;
+    return 0;
+}
+
+int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64_t *retry_after, char *msg,
+             size_t msglen)
+{
+    char key_id[ID_MAX];
+    unsigned char presented[API_SECRET_HASH_LEN];
+    memset(out, 0, sizeof *out);
+    *retry_after = 0;
+    if (!token || api_key_parse(token, key_id, presented) < 0)
+        return snprintf(msg, msglen, "an API key is required: Authorization: Bearer <key>"), 401;
+    int64_t now = clock_wall();
+    int status = 0;
+    pthread_mutex_lock(&lock);
+    json_t *key = copy ? find_by(json_object_get(copy, "keys"), "id", key_id) : NULL;
+    json_t *app = copy ? find_by(json_object_get(copy, "apps"), "slug", slug) : NULL;
+    const char *user = key ? json_string_value(json_object_get(key, "user_id")) : NULL;
+    json_int_t expires = key ? json_integer_value(json_object_get(key, "expires_at")) : 0;
+    if (!copy) {
+        status = 503, snprintf(msg, msglen, "the gateway has no copy of the marketplace yet");
+        *retry_after = 1;
+    } else if (!key || !user || !key_matches(key, presented) || (expires && now >= expires)) {
+        status = 401, snprintf(msg, msglen, "the API key is unknown, revoked or expired");
+    } else if (!app || !may_call(app, user)) {
+        status = 404, snprintf(msg, msglen, "no app %.40s", slug);
+    } else {
+        const char *app_id = json_string_value(json_object_get(app, "id"));
+        char wkey[2 * ID_MAX + 2];
+        snprintf(wkey, sizeof wkey, "%s/%s", key_id, app_id);
+        int64_t wait = window_take(wkey, json_integer_value(json_object_get(app, "rate_per_key")), now);
+        if (!wait)
+            wait = window_take(app_id, json_integer_value(json_object_get(app, "rate_per_app")), now);
+        json_int_t price = json_integer_value(json_object_get(app, "price_request"));
+        json_t *funds = json_object_get(json_object_get(copy, "funds"), user);
+        json_int_t have = json_integer_value(funds);
+        if (wait) {
+            status = 429, *retry_after = wait;
+            snprintf(msg, msglen, "rate limit of %.40s reached; retry in %lld s", slug, (long long)wait);
+        } else if (have <= 0 || have < price) {
+            status = 402, snprintf(msg, msglen, "your funds do not cover a call of %.40s; top up first", slug);
+        } else {
+            snprintf(out->app_id, sizeof out->app_id, "%s", app_id);
+            snprintf(out->user_id, sizeof out->user_id, "%s", user);
+            snprintf(out->key_id, sizeof out->key_id, "%s", key_id);
+            out->price_request = price;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return status;
+}
+
+int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance_id)
+{
+    int rc = -1;
+    pthread_mutex_lock(&lock);
+    json_t *app = copy ? find_by(json_object_get(copy, "apps"), "id", app_id) : NULL;
+    struct replica_count *best = NULL;
+    const char *best_url = NULL;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(app, "replicas"), i, r)
+    {
+        const char *id = json_string_value(json_object_get(r, "instance_id"));
+        struct replica_count *c = id ? replica_slot(id, 1) : NULL;
+        if (!c || c->healthy < 0)
+            continue;
+        if (!best || c->outstanding < best->outstanding) {
+            best = c;
+            best_url = json_string_value(json_object_get(r, "url"));
+        }
+    }
+    if (best && best_url) {
+        best->outstanding++;
+        snprintf(best->app_id, sizeof best->app_id, "%s", app_id);
+        snprintf(url, urllen, "%s", best_url);
+        memcpy(instance_id, best->instance_id, ID_MAX);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+void gw_replica_release(const char *instance_id)
+{
+    pthread_mutex_lock(&lock);
+    struct replica_count *c = replica_slot(instance_id, 0);
+    if (c && c->outstanding > 0)
+        c->outstanding--;
+    pthread_mutex_unlock(&lock);
+}
+
+void gw_replica_mark(const char *instance_id, int healthy)
+{
+    pthread_mutex_lock(&lock);
+    struct replica_count *c = replica_slot(instance_id, 1);
+    if (c)
+        c->healthy = healthy ? 1 : -1;
+    pthread_mutex_unlock(&lock);
+}
+
+int gw_replica_probed(const char *instance_id)
+{
+    pthread_mutex_lock(&lock);
+    struct replica_count *c = replica_slot(instance_id, 0);
+    int yes = c && c->healthy == 1;
+    pthread_mutex_unlock(&lock);
+    return yes;
+}
+
+void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta)
+{
+    pthread_mutex_lock(&lock);
+    struct app_count *a = app_slot(app_id);
+    if (a) {
+        a->in_flight += in_flight_delta;
+        a->queued += queued_delta;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void gw_usage_add(json_t *record)
+{
+    pthread_mutex_lock(&lock);
+    if ((json_int_t)json_array_size(pending) < gw_opts.max_pending)
+        json_array_append_new(pending, record);
+    else {
+        log_error("gateway: %zu usage records wait for gpurentd; dropping one (%s)", json_array_size(pending),
+                  json_string_value(json_object_get(record, "id")));
+        json_decref(record);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* --- talking to gpurentd --- */
+
+struct buf {
+    char *data;
+    size_t len;
+};
+
+static size_t collect(char *p, size_t size, size_t n, void *vb)
+{
+    struct buf *b = vb;
+    size_t add = size * n;
+    if (b->len + add > (64u << 20))
+        return 0;
+    char *grown = realloc(b->data, b->len + add + 1);
+    if (!grown)
+        return 0;
+    memcpy(grown + b->len, p, add);
+    b->data = grown;
+    b->len += add;
+    b->data[b->len] = '\0';
+    return add;
+}
+
+/* One signed call; the answer's JSON (new reference) or NULL. */
+static json_t *signed_call(const char *method, const char *path, const char *body)
+{
+    struct sign_headers sh;
+    size_t blen = body ? strlen(body) : 0;
+    if (sign_request(gw_opts.secret, method, path, clock_wall(), body, blen, &sh) < 0)
+        return NULL;
+    CURL *c = curl_easy_init();
+    if (!c)
+        return NULL;
+    char url[1024], h[3][128];
+    snprintf(url, sizeof url, "%s%s", gw_opts.control_url, path);
+    snprintf(h[0], sizeof h[0], SIGN_HDR_TIMESTAMP ": %s", sh.timestamp);
+    snprintf(h[1], sizeof h[1], SIGN_HDR_NONCE ": %s", sh.nonce);
+    snprintf(h[2], sizeof h[2], SIGN_HDR_SIGNATURE ": %s", sh.signature);
+    struct curl_slist *hl = NULL;
+    for (int i = 0; i < 3; i++)
+        hl = curl_slist_append(hl, h[i]);
+    hl = curl_slist_append(hl, "Content-Type: application/json");
+    struct buf b = {0};
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)blen);
+    }
+    long status = 0;
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(hl);
+    curl_easy_cleanup(c);
+    json_t *j = rc == CURLE_OK && status == 200 && b.data ? json_loads(b.data, 0, NULL) : NULL;
+    if (!j)
+        log_warn("gateway: %s %s: %s (status %ld); serving from the last copy", method, path,
+                 rc == CURLE_OK ? "refused" : curl_easy_strerror(rc), status);
+    free(b.data);
+    return j;
+}
+
+static void sync_once(void)
+{
+    json_t *fresh = signed_call("GET", "/internal/gateway/state", NULL);
+    if (!fresh)
+        return;
+    pthread_mutex_lock(&lock);
+    json_decref(copy);
+    copy = fresh;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Drops from pending every record gpurentd answered for. */
+static void forget_answered(json_t *answer)
+{
+    json_t *done = json_object();
+    const char *lists[] = {"accepted", "duplicates"};
+    for (int l = 0; l < 2; l++) {
+        size_t i;
+        json_t *id;
+        json_array_foreach(json_object_get(answer, lists[l]), i, id) json_object_set(done, json_string_value(id),
+                                                                                    json_true());
+    }
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(answer, "rejected"), i, r)
+    {
+        const char *id = json_string_value(json_object_get(r, "id"));
+        if (id) {
+            log_error("gateway: usage record %s rejected: %s", id, json_string_value(json_object_get(r, "why")));
+            json_object_set(done, id, json_true());
+        }
+    }
+    pthread_mutex_lock(&lock);
+    for (size_t k = json_array_size(pending); k-- > 0;)
+        if (json_object_get(done, json_string_value(json_object_get(json_array_get(pending, k), "id"))))
+            json_array_remove(pending, k);
+    pthread_mutex_unlock(&lock);
+    json_decref(done);
+}
+
+static void report_once(void)
+{
+    json_t *demand = json_array(), *usage = json_array();
+    pthread_mutex_lock(&lock);
+    /* With each app, its replicas that have calls in flight: the scaler
+     * removes an idle one rather than cut them. */
+    for (int i = 0; i < n_apps_count; i++) {
+        json_t *busy = json_array();
+        for (int k = 0; k < n_replicas && json_array_size(busy) < 64; k++)
+            if (replicas[k].outstanding > 0 && strcmp(replicas[k].app_id, apps_count[i].app_id) == 0)
+                json_array_append_new(busy, json_string(replicas[k].instance_id));
+        json_array_append_new(demand, json_pack("{s:s, s:i, s:i, s:o}", "app_id", apps_count[i].app_id, "in_flight",
+                                                apps_count[i].in_flight, "queued", apps_count[i].queued, "busy", busy));
+    }
+    for (size_t i = 0; i < json_array_size(pending) && i < GW_REPORT_BATCH; i++)
+        json_array_append(usage, json_array_get(pending, i));
+    pthread_mutex_unlock(&lock);
+    json_t *body = json_pack("{s:s, s:o, s:o}", "gateway_id", gw_opts.gateway_id, "demand", demand, "usage", usage);
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    json_t *answer = text ? signed_call("POST", "/internal/gateway/reports", text) : NULL;
+    free(text);
+    if (answer)
+        forget_answered(answer);
+    json_decref(answer);
+}
+
+/* Sleeps ms unless stopping; 1 when stopping. */
+static int nap(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&lock);
+    if (!stopping)
+        pthread_cond_timedwait(&stop_cond, &lock, &ts);
+    int s = stopping;
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+static void *sync_main(void *arg)
+{
+    (void)arg;
+    do
+        sync_once();
+    while (!nap(gw_opts.sync_ms));
+    return NULL;
+}
+
+static void *report_main(void *arg)
+{
+    (void)arg;
+    while (!nap(gw_opts.report_ms))
+        report_once();
+    report_once(); /* what is left, once more, before stopping */
+    return NULL;
+}
+
+int gw_state_start(void)
+{
+    pending = json_array();
+    if (pthread_create(&sync_thread, NULL, sync_main, NULL) != 0)
+        return -1;
+    if (pthread_create(&report_thread, NULL, report_main, NULL) != 0)
+        return -1;
+    return 0;
+}
+
+void gw_state_stop(void)
+{
+    pthread_mutex_lock(&lock);
+    stopping = 1;
+    pthread_cond_broadcast(&stop_cond);
+    pthread_mutex_unlock(&lock);
+    pthread_join(sync_thread, NULL);
+    pthread_join(report_thread, NULL);
+    json_decref(copy);
+    json_decref(pending);
+    copy = pending = NULL;
+}

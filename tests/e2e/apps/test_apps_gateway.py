@@ -1,0 +1,249 @@
+"""test_apps_gateway.py: the marketplace end to end (issue 17) with a real
+gpurentd, a real gpurent-gateway and sim agents whose replicas run
+`gpurent-agent sim-model-server`: a first call scales the app from zero and
+succeeds, OpenAI-style calls (plain and streamed as server-sent events)
+charge the consumer, credit the publisher and record the fee to the
+micro-yuan, `ledger verify` passes; a stream cut by the client and an
+upstream error are charged only for what was delivered; a resent usage
+batch is charged once; the gateway serves from its copy while gpurentd is
+stopped and its reports arrive when it is back; 429, 402, a private app's
+404 and a revoked key's refusal within the sync period."""
+import json
+import time
+
+import requests
+
+from agent_util import poll
+from apps_util import DEADLINE
+import sqlite3
+
+from money_util import ledger_breaches, ledger_verify
+
+CHAT = "/v1/chat/completions"
+
+
+def price(in_tok, out_tok, per_request=10000, p_in=2000, p_out=4000):
+    """The app's prices of apps_util.publish, as the daemon computes them."""
+    return per_request + (in_tok * p_in + out_tok * p_out) // 1000
+
+
+def split(charge, ppm=100000):
+    fee = charge * ppm // 1000000
+    return charge - fee, fee
+
+
+def cash(m, user):
+    rows = m.d.sql("SELECT balance FROM ledger_accounts WHERE id = ?", [f"cash:{user.id}"])
+    return rows[0][0] if rows else 0
+
+
+def revenue(m):
+    return m.d.sql("SELECT balance FROM ledger_accounts WHERE id = 'revenue'")[0][0]
+
+
+def assert_ledger_ok(m):
+    """`gpurentd ledger verify` and the Python auditor (money_util) agree the books hold."""
+    rc, out = ledger_verify(m.d.db_path)
+    assert rc == 0, out
+    con = sqlite3.connect(f"file:{m.d.db_path}?mode=ro", uri=True)
+    try:
+        assert ledger_breaches(con) == []
+    finally:
+        con.close()
+
+
+def sse_events(r):
+    events = []
+    for line in r.iter_lines():
+        if line.startswith(b"data: "):
+            events.append(line[6:].decode())
+    return events
+
+
+def test_publish_call_from_zero_stream_and_money(market):
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub)
+    slug = app["slug"]
+    assert app["min_replicas"] == 0 and app["replicas"] == [] and app["prices"]["per_request"] == "0.01"
+    listed = requests.get(m.d.base_url + "/v1/apps").json()["data"]
+    assert any(a["slug"] == slug and "command" not in a for a in listed)
+    gw = m.gateway()
+    pub_cash, rev0 = cash(m, pub), revenue(m)
+
+    # Scale from zero: the first call is held while a replica starts, then succeeds.
+    r = gw.call(slug, CHAT, con.key, json={"messages": [{"role": "user", "content": "hello big world"}]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["message"]["content"] == "hello big world"
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    events = m.d.get(f"/v1/apps/{slug}", key=pub.key).json()["events"]
+    assert any(e["kind"] == "scale_up" for e in events), events
+
+    # Streamed: the events come through as sent, the last carrying the totals.
+    r = gw.call(slug, CHAT, con.key, stream=True,
+                json={"messages": [{"role": "user", "content": "one two three four"}], "stream": True})
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+    ev = sse_events(r)
+    assert ev[-1] == "[DONE]" and json.loads(ev[-2])["usage"]["completion_tokens"] == 4, ev
+    text = "".join(json.loads(e)["choices"][0].get("delta", {}).get("content", "") for e in ev[:-1])
+    assert text == "one two three four"
+
+    rows = m.wait_calls(app["id"], 2)
+    want = [price(3, 3), price(4, 4)]
+    assert [row[4] for row in rows] == want, rows
+    assert rows[0][9] == 1 and rows[1][9] == 0, "only the first call was a cold start"
+    earnings = [split(c)[0] for c in want]
+    fees = [split(c)[1] for c in want]
+    assert [(row[5], row[6]) for row in rows] == list(zip(earnings, fees))
+    # Publisher credited (their replica's card time is billed apart, to revenue), fee to revenue.
+    m.d.post("/v1/admin/billing/run", key=m.d.admin_key)
+    assert cash(m, pub) - pub_cash >= 0
+    txns = m.d.sql("SELECT t.user_id, p.account_id, p.amount FROM ledger_transactions t JOIN ledger_postings p"
+                   " ON p.transaction_id = t.id WHERE t.kind = 'app_call' ORDER BY p.id")
+    credited = sum(a for u, acct, a in txns if acct == f"cash:{pub.id}")
+    fee_in = sum(a for u, acct, a in txns if acct == "revenue")
+    drawn = -sum(a for u, acct, a in txns if u == con.id and a < 0)
+    assert (drawn, credited, fee_in) == (sum(want), sum(earnings), sum(fees))
+    assert revenue(m) - rev0 >= sum(fees)
+    # The consumer sees the calls among their transactions.
+    tx = m.d.get("/v1/transactions", key=con.key).json()["data"]
+    assert sum(1 for t in tx if t["kind"] == "app_call") == 2, tx
+    assert len(m.d.get("/v1/transactions?kind=app_call", key=con.key).json()["data"]) == 2
+    usage = m.d.get("/v1/usage", key=con.key).json()["apps"]
+    assert usage == [{"app_id": app["id"], "slug": slug, "calls": 2, "input_tokens": 7, "output_tokens": 7,
+                      "charged_micro": sum(want), "charged": usage[0]["charged"]}], usage
+    month = m.d.sql("SELECT strftime('%Y-%m', max(at), 'unixepoch') FROM app_calls")[0][0]
+    st = m.d.get(f"/v1/statements/{month}", key=con.key).json()
+    assert st["apps"][0]["calls"] == 2 and sum(1 for t in st["transactions"] if t["kind"] == "app_call") == 2
+    # The publisher's stats.
+    st = m.d.get(f"/v1/apps/{slug}/stats", key=pub.key).json()["days"]
+    assert st[0]["calls"] == 2 and st[0]["cold_starts"] == 1 and st[0]["earnings_micro"] == sum(earnings), st
+    assert st[0]["output_tokens"] == 7 and st[0]["latency_p50_ms"] is not None
+    # Any method and path, with its query: GET /v1/models, as OpenAI clients list models.
+    r = requests.get(f"{gw.url}/apps/{slug}/v1/models?limit=5&x=a%20b", headers={"Authorization": f"Bearer {con.key}"},
+                     timeout=30)
+    assert r.status_code == 200 and r.json()["data"][0]["id"] == "sim-echo", r.text
+    assert requests.get(f"{gw.url}/apps/{slug}/v1/models").status_code == 401
+    assert requests.get(f"{gw.url}/apps/no-such-app/v1/models", headers={"Authorization": f"Bearer {con.key}"},
+                        timeout=30).status_code == 404
+    assert_ledger_ok(m)
+
+
+def test_cut_stream_and_upstream_error_charge_only_what_was_delivered(market):
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    port = None
+    app = m.publish(pub, min_replicas=1, model_port=port)
+    # Slow tokens so the client can leave half way.
+    slug = app["slug"]
+    gw = m.gateway()
+    poll(lambda: len(m.live_replicas(app["id"])) == 1, DEADLINE, "a replica for min_replicas 1")
+    r = gw.call(slug, "/v1/completions", con.key, json={"prompt": "warm"})
+    assert r.status_code == 200, r.text
+    words = " ".join(f"w{i}" for i in range(400))
+    r = gw.call(slug, "/v1/completions", con.key, stream=True, json={"prompt": words, "stream": True})
+    got = []
+    for line in r.iter_lines():
+        if line.startswith(b"data: "):
+            got.append(json.loads(line[6:]))
+        if len(got) == 3:
+            break
+    r.close()  # the client leaves after three events
+    r = gw.call(slug, "/v1/completions", con.key, json={"prompt": "__fail__"})
+    assert r.status_code == 500
+    rows = m.wait_calls(app["id"], 3)
+    warm, cut, failed = rows
+    assert warm[4] == price(1, 1)
+    # Cut: the input and the tokens delivered (at least the three seen, far fewer than 400).
+    assert cut[8] == 0 and 3 <= cut[3] < 400 and cut[2] == 400, cut
+    assert cut[4] == price(400, cut[3]), cut
+    # Upstream error: nothing delivered, nothing charged.
+    assert failed[1] == 500 and failed[4] == 0 and failed[3] == 0, failed
+    assert_ledger_ok(m)
+
+
+def test_usage_batch_sent_twice_is_charged_once(market):
+    m = market
+    pub, con = m.user(), m.user()
+    app = m.publish(pub)
+    rec = {"id": "gw-x-0001abcd", "app_id": app["id"], "user_id": con.id, "key_id": con.key_id, "at": int(time.time()),
+           "status": 200, "input_tokens": 10, "output_tokens": 20, "duration_ms": 50, "cold_start": 0, "completed": 1}
+    batch = {"gateway_id": "gw-x", "demand": [], "usage": [rec]}
+    r1 = m.signed("POST", "/internal/gateway/reports", batch)
+    r2 = m.signed("POST", "/internal/gateway/reports", batch)
+    assert r1.status_code == 200 and r1.json()["accepted"] == [rec["id"]], r1.text
+    assert r2.status_code == 200 and r2.json()["duplicates"] == [rec["id"]] and r2.json()["accepted"] == []
+    rows = m.calls(app["id"])
+    assert len(rows) == 1 and rows[0][4] == price(10, 20)
+    n = m.d.sql("SELECT count(*) FROM ledger_transactions WHERE app_call_id = ?", [rec["id"]])[0][0]
+    assert n == 1
+    # Unsigned or wrongly signed reports are refused and change nothing.
+    r = requests.post(m.d.base_url + "/internal/gateway/reports", json=batch, timeout=10)
+    assert r.status_code == 401
+    bad = dict(rec, id="gw-x-0002abcd", status=900)
+    r = m.signed("POST", "/internal/gateway/reports", {"gateway_id": "gw-x", "demand": [], "usage": [bad]})
+    assert r.status_code == 200 and r.json()["rejected"][0]["id"] == bad["id"]
+    r = m.signed("POST", "/internal/gateway/reports", {"gateway_id": "gw-x", "demand": [], "usage": [], "x": 1})
+    assert r.status_code == 400
+    assert len(m.calls(app["id"])) == 1
+    assert_ledger_ok(m)
+
+
+def test_gateway_serves_from_its_copy_while_the_daemon_is_stopped(market):
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, min_replicas=1)
+    gw = m.gateway()
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
+         DEADLINE, "a running replica")
+    r = gw.call(app["slug"], CHAT, con.key, json={"messages": [{"role": "user", "content": "before"}]})
+    assert r.status_code == 200, r.text
+    m.wait_calls(app["id"], 1)
+    m.d.listen = f"127.0.0.1:{m.d.port}"  # back on the same port: the gateway knows only that one
+    m.d.stop()
+    for word in ("during", "the", "outage"):
+        r = gw.call(app["slug"], CHAT, con.key, json={"messages": [{"role": "user", "content": word}]})
+        assert r.status_code == 200, r.text
+    m.d.start()
+    rows = m.wait_calls(app["id"], 4)
+    assert len(rows) == 4 and all(row[4] == price(1, 1) for row in rows), rows
+    assert_ledger_ok(m)
+
+
+def test_limits_funds_private_apps_and_revoked_keys(market):
+    m = market
+    m.fleet(1)
+    pub, con, other = m.user(), m.user(), m.user()
+    broke = m.d.signup(verify=False)  # no trial credit: no funds
+    app = m.publish(pub, min_replicas=1, rate_limit_per_key=2)
+    private = m.publish(pub, visibility="private", allowed_users=[con.id], min_replicas=0)
+    gw = m.gateway()
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
+         DEADLINE, "a running replica")
+    msg = {"messages": [{"role": "user", "content": "hi"}]}
+    assert gw.call(app["slug"], CHAT, con.key, json=msg).status_code == 200
+    assert gw.call(app["slug"], CHAT, con.key, json=msg).status_code == 200
+    r = gw.call(app["slug"], CHAT, con.key, json=msg)
+    assert r.status_code == 429 and 1 <= int(r.headers["Retry-After"]) <= 60, r.text
+    r = gw.call(app["slug"], CHAT, broke.key, json=msg)
+    assert r.status_code == 402, r.text
+    assert gw.call(private["slug"], CHAT, other.key, json=msg).status_code == 404
+    assert m.d.get(f"/v1/apps/{private['slug']}", key=other.key).status_code == 404
+    assert private["slug"] not in [a["slug"] for a in requests.get(m.d.base_url + "/v1/apps").json()["data"]]
+    # The listed account is let through (held, not refused: it scales from zero).
+    r = gw.call(private["slug"], CHAT, con.key, json=msg, headers={"X-Gpurent-Wait-Seconds": "0"})
+    assert r.status_code == 503 and r.headers["Retry-After"], r.text
+    assert gw.call(app["slug"], CHAT, "gpk_nonsense", json=msg).status_code == 401
+    # A revoked key is refused within the gateway's sync period.
+    key2 = m.d.post("/v1/api-keys", key=other.key, json={"name": "k2"}).json()
+    assert gw.call(app["slug"], CHAT, key2["token"], json=msg).status_code in (200, 401)
+    poll(lambda: gw.call(app["slug"], CHAT, key2["token"], json=msg).status_code == 200, 10, "the new key to work")
+    assert m.d.delete(f"/v1/api-keys/{key2['id']}", key=other.key).status_code in (200, 204)
+    t0 = time.monotonic()
+    poll(lambda: gw.call(app["slug"], CHAT, key2["token"], json=msg).status_code == 401, 5, "the revoked key refused")
+    assert time.monotonic() - t0 < 5
+    assert_ledger_ok(m)
