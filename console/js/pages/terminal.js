@@ -52,7 +52,10 @@ export async function page(main, params, ctx) {
   } catch (e) {
     status.className = "error";
     status.dataset.code = e.code || "";
-    status.textContent = e.status === 404 && e.code === "not_found" && /route/.test(e.message) ? t("terminal.unavailable") : errorText(e);
+    // A server without the terminal back end has no such route at all.
+    const noRoute = e.status === 404 && e.code === "not_found" && /no route/.test(e.message);
+    if (noRoute) status.dataset.unavailable = "1";
+    status.textContent = noRoute ? t("terminal.unavailable") : errorText(e);
     return;
   }
   let mod;
