@@ -1,4 +1,4 @@
-// ui.js: building the page without innerHTML (every value from the API is
+// ui.js: building the page from elements, never parsed markup (every API value is
 // text, never markup), formatting money and times for a person, and the
 // shared pieces: error boxes, busy buttons, tables, toasts.
 import { t, locale } from "./i18n.js";
