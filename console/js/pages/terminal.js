@@ -8,14 +8,20 @@ import { t } from "../i18n.js";
 import { post, errorText } from "../api.js";
 import { h, clear } from "../ui.js";
 
-// xterm.js styles its rows by adding <style> elements, which the console's
-// Content-Security-Policy (style-src 'self', no inline style) blocks. Their
-// text is moved into constructed style sheets instead, which CSP allows,
-// and kept in step as xterm rewrites it.
+// xterm.js styles its rows with <style> elements, which the console's
+// Content-Security-Policy (style-src 'self', no inline style) refuses. While
+// the terminal page is open, document.createElement("style") gives xterm an
+// inert <gpurent-style> element instead (xterm only sets its textContent
+// and removes it), and that text is applied through constructed style
+// sheets, which CSP allows, kept in step as xterm rewrites it.
 function bridgeStyles(root) {
   const sheets = new Map();
+  const realCreate = document.createElement;
+  document.createElement = function (tag, opts) {
+    return realCreate.call(this, String(tag).toLowerCase() === "style" ? "gpurent-style" : tag, opts);
+  };
   const sync = () => {
-    for (const el of root.querySelectorAll("style")) {
+    for (const el of root.querySelectorAll("gpurent-style")) {
       let sheet = sheets.get(el);
       if (!sheet) {
         sheet = new CSSStyleSheet();
@@ -24,11 +30,20 @@ function bridgeStyles(root) {
       }
       sheet.replaceSync(el.textContent || "");
     }
+    for (const [el, sheet] of sheets)
+      if (!el.isConnected) {
+        sheets.delete(el);
+        document.adoptedStyleSheets = document.adoptedStyleSheets.filter((x) => x !== sheet);
+      }
   };
   const mo = new MutationObserver(sync);
   mo.observe(root, { childList: true, subtree: true, characterData: true });
-  sync();
-  return () => { mo.disconnect(); document.adoptedStyleSheets = document.adoptedStyleSheets.filter((s) => ![...sheets.values()].includes(s)); };
+  return () => {
+    mo.disconnect();
+    document.createElement = realCreate;
+    const ours = new Set(sheets.values());
+    document.adoptedStyleSheets = document.adoptedStyleSheets.filter((x) => !ours.has(x));
+  };
 }
 
 let xtermModule = null;

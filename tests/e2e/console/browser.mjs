@@ -169,6 +169,54 @@ const scenarios = {
     await waitText(page, "#audit", "console audit test");
   },
 
+  // The terminal page against the terminal contract, the server's side
+  // played here (the token POST and the WebSocket are routed in the
+  // browser): the bytes typed arrive as binary frames, a resize is sent as
+  // text, output is drawn, and the close reason "exit N" is told.
+  async terminal(page) {
+    const id = "ins_0000000000000000test";
+    const seen = { resize: null, typed: "" };
+    await page.route("**/v1/instances/*/terminal-tokens", async (route) => {
+      const body = JSON.parse(route.request().postData() || "{}");
+      if (route.request().method() !== "POST" || body.rank !== 1) return route.fulfill({ status: 400, body: "{}" });
+      await route.fulfill({ status: 201, contentType: "application/json",
+        body: JSON.stringify({ token: "tt", url: `/v1/instances/${id}/terminal?token=tt`, rank: 1, expires_at: "2030-01-01T00:00:00Z" }) });
+    });
+    await page.routeWebSocket(/\/v1\/instances\/.*\/terminal\?token=tt$/, (ws) => {
+      ws.send(Buffer.from("welcome to rank 1\r\n$ "));
+      ws.onMessage((m) => {
+        if (typeof m === "string") { seen.resize = JSON.parse(m); return; }
+        const text = Buffer.from(m).toString();
+        seen.typed += text;
+        ws.send(Buffer.from(text.replace(/\r/g, "\r\n")));
+        if (seen.typed.endsWith("exit\r")) ws.close({ code: 1000, reason: "exit 3" });
+        else if (text.includes("\r")) ws.send(Buffer.from("fake-shell-output-7\r\n$ "));
+      });
+    });
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/terminal/${id}/1`);
+    await page.waitForSelector("#terminal-status[data-state='open']", { timeout: DEADLINE });
+    const screen = (want) => page.waitForFunction((w) => {
+      const b = window.gpurentTerminal && window.gpurentTerminal.buffer.active;
+      if (!b) return false;
+      for (let i = 0; i < b.length; i++) if ((b.getLine(i)?.translateToString() || "").includes(w)) return true;
+      return false;
+    }, want, { timeout: DEADLINE });
+    await screen("welcome to rank 1");
+    await page.click("#terminal");
+    await page.keyboard.type("ls\n");
+    await screen("fake-shell-output-7");
+    if (!seen.resize || seen.resize.type !== "resize" || !(seen.resize.cols >= 20 && seen.resize.rows >= 5))
+      throw new Error(`no resize message: ${JSON.stringify(seen.resize)}`);
+    if (!seen.typed.startsWith("ls\r")) throw new Error(`typed bytes: ${JSON.stringify(seen.typed)}`);
+    // xterm's own styles reached the page through constructed style sheets.
+    const sheets = await page.evaluate(() => document.adoptedStyleSheets.length);
+    if (sheets < 1) throw new Error("xterm's styles were not bridged");
+    await page.keyboard.type("exit\n");
+    await page.waitForSelector("#terminal-status[data-state='closed']", { timeout: DEADLINE });
+    await waitText(page, "#terminal-status", "退出码 3");
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -193,3 +193,13 @@ def test_another_users_instance_in_the_address_is_not_found(new_daemon, tmp_path
     c.d.cli_create_user(email, password=DEFAULT_PASSWORD)
     run_scenario("foreign", {"base_url": c.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
                              "instance_id": inst["id"], "secret_image": secret_image}, tmp_path)
+
+
+def test_terminal_page_speaks_the_terminal_contract(new_daemon, tmp_path):
+    # The server's side of the WebSocket is played inside the browser
+    # (browser.mjs routes it); the journey above runs the real one once the
+    # daemon serves /v1/instances/{id}/terminal-tokens.
+    d = new_daemon()
+    email = unique_email("term")
+    d.cli_create_user(email, password=DEFAULT_PASSWORD)
+    run_scenario("terminal", {"base_url": d.base_url, "email": email, "password": DEFAULT_PASSWORD}, tmp_path)
