@@ -65,6 +65,17 @@ export async function launch(main, params, ctx) {
     } catch (e) { if (mine === seq) clear(estimate).append(errorBox(e)); }
   };
   for (const el of [type, cards, hours]) el.addEventListener("input", refresh);
+  // An image of the chosen type's software stack (ROCm, CUDA) by default.
+  const matchImage = () => {
+    const g = launchable.find((x) => x.code === type.value);
+    const cur = images.data.find((i) => i.ref === image.value);
+    if (g && (!image.value || (cur && cur.stack !== g.stack))) {
+      const fit = images.data.find((i) => i.stack === g.stack);
+      if (fit) image.value = fit.ref;
+    }
+  };
+  type.addEventListener("input", matchImage);
+  matchImage();
 
   const form = h("form", { class: "stack card", id: "launch-form" },
     field(t("launch.type"), type), field(t("launch.cards"), cards), field(t("launch.image"), image, t("launch.image_hint")), imageList,
