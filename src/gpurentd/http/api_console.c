@@ -74,18 +74,21 @@ static int host_ok(const char *h)
     return 1;
 }
 
+#define CSP_FORMAT                                                                                             \
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'%s; "      \
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
+
 static void add_security_headers(struct http_request *req)
 {
     /* 'self' alone covers same-origin WebSockets in CSP 3, but older
-     * browsers need ws:/wss: of this host named. */
-    char csp[256], ws[160] = "";
+     * browsers need ws:/wss: of this host named. A reply header holds 255
+     * bytes (http_add_header): a host too long for that gets 'self' only. */
+    char csp[512], ws[160] = "";
     const char *host = http_header(req, "Host");
     if (host_ok(host))
         snprintf(ws, sizeof ws, " ws://%s wss://%s", host, host);
-    snprintf(csp, sizeof csp,
-             "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'%s; "
-             "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'",
-             ws);
+    if (snprintf(csp, sizeof csp, CSP_FORMAT, ws) >= (int)sizeof req->extra[0].value)
+        snprintf(csp, sizeof csp, CSP_FORMAT, "");
     http_add_header(req, "Content-Security-Policy", csp);
     http_add_header(req, "X-Frame-Options", "DENY");
     http_add_header(req, "Referrer-Policy", "no-referrer");

@@ -63,6 +63,12 @@ def test_a_strange_host_header_stays_out_of_the_policy(daemon):
     assert "evil" not in csp and "script-src 'self'" in csp and "connect-src 'self';" in csp, csp
 
 
+def test_a_long_host_name_still_gets_a_whole_policy(daemon):
+    host = "a" * 60 + ".test"
+    csp = daemon.get("/console", headers={"Host": host}).headers["Content-Security-Policy"]
+    assert csp.endswith("object-src 'none'") and "connect-src 'self';" in csp, csp
+
+
 def test_etag_revalidation_answers_304_without_a_body(daemon):
     r = daemon.get("/console/js/app.js")
     etag = r.headers["ETag"]
