@@ -24,7 +24,7 @@ export async function overview(main, params, ctx) {
       stat(t("overview.cash"), money(b.cash, b.currency)),
       stat(t("overview.credit"), money(b.credit, b.currency)),
       stat(t("overview.unbilled"), money(b.unbilled, b.currency)),
-      stat(t("overview.burn_rate"), [money(b.burn_rate_per_hour, b.currency), t("common.per_hour")]),
+      stat(t("overview.burn_rate"), [money(b.burn_rate_per_hour, b.currency), " ", t("common.per_hour")]),
       stat(t("overview.runway"), b.runway_minutes === null ? t("overview.no_burn") : minutesText(b.runway_minutes), "runway")));
     body.append(h("h2", {}, t("overview.grants")),
       table([[t("overview.grant_source"), (g) => g.source], [t("overview.grant_amount"), (g) => money(g.amount, b.currency)],
