@@ -49,8 +49,31 @@ GATEWAY_OBJ := $(GATEWAY_SRC:%.c=$(B)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
 .PHONY: all deps run check check-layers lint-openapi format unit e2e check-fast install clean
-all: $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway
+all: $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway console-vendor
 gateway: $(B)/gpurent-gateway
+
+# The web console's npm libraries, copied from node_modules (npm ci, by
+# scripts/deps.sh) into the directory gpurentd serves: xterm.js for the web
+# terminal. Without node_modules the console works except its terminal page,
+# which says so; make says it too.
+CONSOLE_VENDOR := console/vendor/xterm/xterm.mjs console/vendor/xterm/xterm.css console/vendor/xterm/LICENSE
+.PHONY: console-vendor screenshots
+console-vendor:
+	@if [ -f node_modules/@xterm/xterm/lib/xterm.mjs ]; then $(MAKE) --no-print-directory $(CONSOLE_VENDOR); \
+	else echo "console: node_modules/@xterm/xterm is missing (scripts/deps.sh test runs npm ci): the web terminal page will not work"; fi
+console/vendor/xterm/xterm.mjs: node_modules/@xterm/xterm/lib/xterm.mjs
+	@mkdir -p $(dir $@); cp $< $@
+console/vendor/xterm/xterm.css: node_modules/@xterm/xterm/css/xterm.css
+	@mkdir -p $(dir $@); cp $< $@
+console/vendor/xterm/LICENSE: node_modules/@xterm/xterm/LICENSE
+	@mkdir -p $(dir $@); cp $< $@
+
+# PNGs of the main pages (Chinese and English, 1366 and 390 pixels wide)
+# into docs/screenshots/, from a throw-away gpurentd with a sim fleet,
+# through headless Chromium (tests/e2e/console/screenshots.py).
+screenshots: all
+	GPURENTD=$(CURDIR)/$(B)/gpurentd GPURENT_AGENT=$(CURDIR)/$(B)/gpurent-agent \
+	  $(PYTHON) tests/e2e/console/screenshots.py docs/screenshots
 
 deps:
 	@scripts/deps.sh build
@@ -160,6 +183,7 @@ install: all
 	unitdir='$(DESTDIR)$(or $(UNITDIR),$(PREFIX)/lib/systemd/system)'; \
 	sysusersdir='$(DESTDIR)$(or $(SYSUSERSDIR),$(PREFIX)/lib/sysusers.d)'; \
 	docdir='$(DESTDIR)$(PREFIX)/share/doc/gpurent'; \
+	consoledir='$(DESTDIR)$(PREFIX)/share/gpurent/console'; \
 	confdir='$(DESTDIR)/etc/gpurent'; \
 	install -d "$$bindir" "$$unitdir" "$$sysusersdir" "$$docdir" "$$confdir"; \
 	install -m 0755 $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway "$$bindir/"; \
@@ -169,6 +193,8 @@ install: all
 	  chmod 0644 "$$unitdir/$$u.tmp"; mv -f "$$unitdir/$$u.tmp" "$$unitdir/$$u"; \
 	done; \
 	install -m 0644 conf/gpurent.sysusers "$$sysusersdir/gpurent.conf"; \
+	rm -rf "$$consoledir"; install -d "$$consoledir"; cp -R console/. "$$consoledir/"; \
+	find "$$consoledir" -type d -exec chmod 0755 {} +; find "$$consoledir" -type f -exec chmod 0644 {} +; \
 	install -m 0644 README.md docs/OPERATIONS.md docs/REPORTS.md docs/ARCHITECTURE.md \
 	  docs/AGENT_PROTOCOL.md "$$docdir/"; \
 	for c in gpurentd.conf gpurent-agent.conf; do \

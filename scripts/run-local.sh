@@ -143,7 +143,8 @@ if [ ! -s "$var/gateway.secret" ]; then
 fi
 "$gpurentd" -c conf/gpurentd.conf --db "$db" --listen "127.0.0.1:$port" \
   -o "cors_origins=$cors" -o "volume_source_template=$volumes/{volume_id}" -o volume_source_shared=true \
-  -o "gateway_secret_file=$var/gateway.secret" >>"$stdout_file" &
+  -o "gateway_secret_file=$var/gateway.secret" \
+  -o "console_dir=$PWD/console" >>"$stdout_file" &
 pid=$!
 fleet_pids=()
 
@@ -339,7 +340,10 @@ EOF
 fi
 cat <<EOF
 
- Try it (in another terminal; add '| python3 -m json.tool' to pretty-print):
+ The web console: open $base/ in a browser (sign up with the invite code
+ AMD6GW; the verification code is in this terminal's log).
+
+ Or try the API (in another terminal; add '| python3 -m json.tool' to pretty-print):
 
    API=$base
 

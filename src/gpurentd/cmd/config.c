@@ -218,6 +218,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(max_json_depth, 2, 64, 16, "deepest JSON nesting accepted"),
     OPT_STR(cors_origins, "", validate_cors_origins,
             "web console origins allowed by CORS, space-separated ('*' for any)"),
+    OPT_STR(console_dir, "/usr/local/share/gpurent/console", NULL,
+            "directory of the web console's files, served under /console/ (make install puts them there)"),
     OPT_STR(trusted_proxies, "", validate_trusted_proxies,
             "reverse proxies (IP addresses, space-separated) whose X-Forwarded-For names the client for login limits "
             "and logs"),

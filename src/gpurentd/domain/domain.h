@@ -54,6 +54,7 @@ struct daemon_conf {
     int64_t max_body_bytes;             /* larger request bodies get 413 */
     int64_t max_json_depth;             /* deeper JSON gets 400 */
     char cors_origins[1024];            /* console origins allowed by CORS */
+    char console_dir[1024];             /* the web console's files, served under /console/ */
     char trusted_proxies[512];          /* reverse proxies whose X-Forwarded-For names the client */
     char tls_cert[1024];                /* PEM certificate; "" serves plain HTTP */
     char tls_key[1024];                 /* PEM private key */

@@ -18,7 +18,8 @@
  *                  and admins acting on accounts (api_signup.c)
  *   api_logs.c     instance logs, read from agents by the logs proxy
  *   api_apps.c     the app marketplace and gpurent-gateway's signed
- *                  internal API (issue 17) */
+ *                  internal API (issue 17)
+ *   api_console.c  the web console's static files (/console) and / */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
 
@@ -108,6 +109,12 @@ void api_readyz(struct http_request *req);
  * is full, so internal errors are answered 503 with it. */
 int api_unavailable_cause(char *why, size_t whylen);
 void api_openapi(struct http_request *req);
+
+/* api_console.c: GET / (302 to /console), the console's index and its
+ * files up to three folders deep. */
+void api_console_root(struct http_request *req);
+void api_console_index(struct http_request *req);
+void api_console_file(struct http_request *req);
 
 /* api_accounts.c */
 void api_signup(struct http_request *req);

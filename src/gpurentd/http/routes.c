@@ -8,6 +8,12 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/openapi.json",            api_openapi,             AUTH_NONE },
     {"GET",    "/metrics",                    api_metrics,             AUTH_ADMIN},
 
+    {"GET",    "/",                           api_console_root,        AUTH_NONE },
+    {"GET",    "/console",                    api_console_index,       AUTH_NONE },
+    {"GET",    "/console/{file}",             api_console_file,        AUTH_NONE },
+    {"GET",    "/console/{dir}/{file}",       api_console_file,        AUTH_NONE },
+    {"GET",    "/console/{dir}/{sub}/{file}", api_console_file,        AUTH_NONE },
+
     {"POST",   "/v1/signup",                  api_signup,              AUTH_NONE },
     {"POST",   "/v1/login",                   api_login,               AUTH_NONE },
     {"GET",    "/v1/me",                      api_me,                  AUTH_USER },

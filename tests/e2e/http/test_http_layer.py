@@ -24,7 +24,7 @@ def cors_daemon(tmp_path_factory):
 # ---------------------------------------------------------------- routing
 
 @pytest.mark.parametrize("method, path", [
-    ("GET", "/"), ("GET", "/v1"), ("GET", "/v1/"), ("GET", "/v1/nope"), ("POST", "/v1/nope"),
+    ("GET", "/nope"), ("GET", "/v1"), ("GET", "/v1/"), ("GET", "/v1/nope"), ("POST", "/v1/nope"),
     ("GET", "/v1/me/"), ("GET", "/v1//me"), ("GET", "/V1/ME"), ("GET", "/v1/api-keys/x/y"),
     ("DELETE", "/v1/api-keys/"), ("GET", "/healthz/x"), ("OPTIONS", "/v1/nope"), ("BREW", "/v1/coffee"),
 ])

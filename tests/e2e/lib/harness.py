@@ -87,7 +87,9 @@ GPURENTD = os.path.abspath(os.environ.get("GPURENTD") or os.path.join(REPO, "bui
 START_TIME = 1_800_000_000  # 2027-01-15T08:00:00Z
 # Tests make many accounts from 127.0.0.1: the sign-up rate limits are off
 # unless a test sets them (tests/e2e/accounts/test_signup.py does).
-FAST_OPTIONS = {"password_iterations": "1000", "signup_rate_per_address": "0", "signup_rate_per_subnet": "0"}
+FAST_OPTIONS = {"password_iterations": "1000", "signup_rate_per_address": "0", "signup_rate_per_subnet": "0",
+                # the repository's web console, not an installed one
+                "console_dir": os.path.join(REPO, "console")}
 DEFAULT_PASSWORD = "correct horse battery"
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer", "ERROR: ThreadSanitizer")
 REQUEST_ID = re.compile(r"^req_[0-9a-z]{20}$")

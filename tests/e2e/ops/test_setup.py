@@ -192,8 +192,16 @@ def test_make_install_under_usr(tmp_path):
     for doc in DOCS:
         path = os.path.join(dest, "usr/share/doc/gpurent", os.path.basename(doc))
         assert mode(path) == 0o644 and read(path) == read(os.path.join(REPO, doc)), doc
+    # The web console, every file of console/ (vendor/ included) as it is.
+    console = sorted(os.path.relpath(os.path.join(d, f), os.path.join(REPO, "console"))
+                     for d, _, fs in os.walk(os.path.join(REPO, "console")) for f in fs)
+    assert "index.html" in console
+    for f in console:
+        path = os.path.join(dest, "usr/share/gpurent/console", f)
+        assert mode(path) == 0o644 and read(path) == read(os.path.join(REPO, "console", f)), f
     installed = sorted(os.path.relpath(os.path.join(d, f), dest) for d, _, fs in os.walk(dest) for f in fs)
     assert installed == sorted(
+        [f"usr/share/gpurent/console/{f}" for f in console] +
         ["usr/bin/gpurentd", "usr/bin/gpurent-agent", "etc/gpurent/gpurentd.conf", "etc/gpurent/gpurent-agent.conf",
          "usr/lib/sysusers.d/gpurent.conf", "usr/bin/gpurent-gateway", "usr/lib/systemd/system/gpurent-gateway.service"]
         + [f"usr/lib/systemd/system/{u}" for u in UNITS]

@@ -1,0 +1,90 @@
+// api.js: the console's only way to the REST API (/v1 on the same origin).
+// The user's API key lives in sessionStorage: it is gone when the tab
+// closes. Every failure becomes an ApiError whose code is the API's error
+// code, and errorText() words it in the user's language.
+import { t, has } from "./i18n.js";
+
+export class ApiError extends Error {
+  constructor(status, code, message, field, extra) {
+    super(message);
+    this.status = status; this.code = code; this.field = field; this.extra = extra || {};
+  }
+}
+
+export function getKey() { return sessionStorage.getItem("gpurent.key"); }
+export function setSession(token, user) {
+  sessionStorage.setItem("gpurent.key", token);
+  sessionStorage.setItem("gpurent.user", JSON.stringify(user));
+}
+export function getUser() {
+  try { return JSON.parse(sessionStorage.getItem("gpurent.user") || "null"); } catch { return null; }
+}
+export function clearSession() {
+  sessionStorage.removeItem("gpurent.key");
+  sessionStorage.removeItem("gpurent.user");
+}
+
+// Listeners told when a call answers 401: the key expired or was revoked.
+const onUnauthorized = [];
+export function whenUnauthorized(fn) { onUnauthorized.push(fn); }
+
+export async function raw(method, path, { body, query, headers, signal, accept } = {}) {
+  const url = new URL(path, location.origin);
+  for (const [k, v] of Object.entries(query || {}))
+    if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, v);
+  const h = { ...(headers || {}) };
+  const key = getKey();
+  if (key) h.Authorization = `Bearer ${key}`;
+  if (body !== undefined) h["Content-Type"] = "application/json";
+  if (accept) h.Accept = accept;
+  let r;
+  try {
+    r = await fetch(url, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), signal });
+  } catch (e) {
+    if (e.name === "AbortError") throw e;
+    throw new ApiError(0, "network", e.message);
+  }
+  if (!r.ok) {
+    let err = {};
+    try { err = (await r.json()).error || {}; } catch { /* not JSON */ }
+    const { code, message, field, ...extra } = err;
+    const e = new ApiError(r.status, code || `http_${r.status}`, message || r.statusText, field, extra);
+    if (r.status === 401 && key) onUnauthorized.forEach((fn) => fn(e));
+    throw e;
+  }
+  return r;
+}
+
+export async function api(method, path, opts) {
+  const r = await raw(method, path, opts);
+  if (r.status === 204) return null;
+  const type = r.headers.get("Content-Type") || "";
+  return type.startsWith("application/json") ? r.json() : r.text();
+}
+
+export const get = (p, query, opts) => api("GET", p, { query, ...(opts || {}) });
+export const post = (p, body, opts) => api("POST", p, { body, ...(opts || {}) });
+export const put = (p, body) => api("PUT", p, { body });
+export const del = (p) => api("DELETE", p);
+
+// All pages of a list (the API pages with cursor/next_cursor).
+export async function all(path, query, max = 20) {
+  let out = [], cursor;
+  for (let i = 0; i < max; i++) {
+    const page = await get(path, { limit: 100, ...(query || {}), cursor });
+    out = out.concat(page.data || []);
+    if (!page.next_cursor) break;
+    cursor = page.next_cursor;
+  }
+  return out;
+}
+
+// The user's words for an error: the API's code in this language, then the
+// server's own message (exact, in English) for detail.
+export function errorText(e) {
+  if (!(e instanceof ApiError)) return t("err.unexpected", { message: String(e && e.message || e) });
+  const k = `err.${e.code}`;
+  let s = has(k) ? t(k, { field: e.field || "" }) : t("err.other", { code: e.code });
+  if (e.field && has(k)) s += " " + t("err.field", { field: e.field });
+  return s;
+}

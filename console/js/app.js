@@ -1,0 +1,131 @@
+// app.js: the console's entry: loads the language, draws the navigation and
+// shows the page the location's #/route names. A page is a function
+// (main, params, ctx) that fills main; ctx.alive() turns false once the
+// user has gone to another page, so its polls and streams stop.
+import { loadLang, t, currentLang } from "./i18n.js";
+import { getKey, getUser, clearSession, whenUnauthorized, del } from "./api.js";
+import { h, clear, toast } from "./ui.js";
+import * as auth from "./pages/auth.js";
+import * as account from "./pages/account.js";
+import * as instances from "./pages/instances.js";
+import * as terminal from "./pages/terminal.js";
+import * as billing from "./pages/billing.js";
+import * as admin from "./pages/admin.js";
+
+// [pattern, page, needs a key, admins only]
+const ROUTES = [
+  ["login", auth.login, false],
+  ["signup", auth.signup, false],
+  ["verify", auth.verify, false],
+  ["password", auth.password, true],
+  ["overview", account.overview, true],
+  ["catalog", account.catalog, false],
+  ["launch", instances.launch, true],
+  ["instances", instances.list, true],
+  ["instances/:id", instances.detail, true],
+  ["terminal/:id/:rank", terminal.page, true],
+  ["volumes", account.volumes, true],
+  ["ssh-keys", account.sshKeys, true],
+  ["api-keys", account.apiKeys, true],
+  ["usage", billing.usage, true],
+  ["transactions", billing.transactions, true],
+  ["statement", billing.statement, true],
+  ["admin/nodes", admin.nodes, true, true],
+  ["admin/prices", admin.prices, true, true],
+  ["admin/invites", admin.invites, true, true],
+  ["admin/money", admin.money, true, true],
+  ["admin/users", admin.users, true, true],
+  ["admin/audit", admin.audit, true, true],
+];
+
+const USER_NAV = ["overview", "catalog", "launch", "instances", "volumes", "ssh-keys", "api-keys", "usage", "transactions", "statement"];
+const ADMIN_NAV = ["admin/nodes", "admin/prices", "admin/invites", "admin/money", "admin/users", "admin/audit"];
+
+let generation = 0;
+
+function match(hash) {
+  const [pathPart, queryPart] = hash.replace(/^#\/?/, "").split("?");
+  const parts = pathPart.split("/").filter(Boolean);
+  for (const [pattern, page, needsKey, adminOnly] of ROUTES) {
+    const pp = pattern.split("/");
+    if (pp.length !== parts.length) continue;
+    const params = {};
+    if (pp.every((p, i) => (p.startsWith(":") ? ((params[p.slice(1)] = decodeURIComponent(parts[i])), true) : p === parts[i])))
+      return { name: pattern, page, needsKey, adminOnly, params, query: new URLSearchParams(queryPart || "") };
+  }
+  return null;
+}
+
+function drawNav(current) {
+  const nav = clear(document.getElementById("nav"));
+  const user = getUser();
+  const items = getKey() ? USER_NAV : ["catalog", "login", "signup"];
+  for (const name of items)
+    nav.append(h("a", { href: `#/${name}`, "aria-current": current === name || current.startsWith(name + "/") ? "page" : null }, t(`nav.${name}`)));
+  if (getKey() && user && user.role === "admin") {
+    nav.append(h("span", { class: "sep", "aria-hidden": "true" }));
+    for (const name of ADMIN_NAV)
+      nav.append(h("a", { href: `#/${name}`, "aria-current": current === name ? "page" : null }, t(`nav.${name}`)));
+  }
+  document.getElementById("who").textContent = user && getKey() ? user.email : "";
+  const out = document.getElementById("logout");
+  out.hidden = !getKey();
+  out.textContent = t("nav.logout");
+  document.getElementById("skip-link").textContent = t("nav.skip");
+  document.getElementById("lang-label").textContent = t("nav.language");
+  document.title = `gpurent · ${t("app.title")}`;
+}
+
+async function show() {
+  const gen = ++generation;
+  const main = clear(document.getElementById("main"));
+  document.getElementById("banner").textContent = "";
+  let route = match(location.hash || "");
+  if (!route) {
+    location.replace(getKey() ? "#/overview" : "#/login");
+    return;
+  }
+  if (route.needsKey && !getKey()) {
+    location.replace(`#/login?next=${encodeURIComponent(location.hash.slice(1))}`);
+    return;
+  }
+  drawNav(route.name);
+  document.getElementById("nav").classList.remove("open");
+  if (route.adminOnly && (getUser() || {}).role !== "admin") {
+    main.append(h("h1", {}, t("nav." + route.name)), h("div", { class: "error" }, t("err.forbidden")));
+    return;
+  }
+  const ctx = { alive: () => gen === generation, query: route.query, navigate: (to) => { location.hash = to; } };
+  try {
+    await route.page(main, route.params, ctx);
+  } catch (e) {
+    if (ctx.alive()) main.append(h("div", { class: "error" }, t("err.unexpected", { message: e.message })));
+  }
+  if (ctx.alive() && document.activeElement === document.body) main.focus({ preventScroll: true });
+}
+
+async function start() {
+  await loadLang();
+  const sel = document.getElementById("lang");
+  sel.value = currentLang();
+  sel.addEventListener("change", async () => { await loadLang(sel.value); show(); });
+  document.getElementById("logout").addEventListener("click", async () => {
+    try { await del("/v1/api-keys/" + (getUser() || {}).api_key_id); } catch { /* the key may be gone already */ }
+    clearSession();
+    location.hash = "#/login";
+  });
+  document.getElementById("nav-toggle").addEventListener("click", (e) => {
+    const nav = document.getElementById("nav");
+    nav.classList.toggle("open");
+    e.currentTarget.setAttribute("aria-expanded", nav.classList.contains("open"));
+  });
+  whenUnauthorized(() => {
+    clearSession();
+    toast(t("err.session_ended"), true);
+    location.hash = "#/login";
+  });
+  window.addEventListener("hashchange", show);
+  show();
+}
+
+start();

@@ -1,0 +1,99 @@
+// auth.js: sign up (with an invite code), the e-mail verification step, log
+// in and change password. A successful sign-up or login keeps the API key
+// it returns in sessionStorage (api.js).
+import { t } from "../i18n.js";
+import { post, get, setSession, getUser, getKey } from "../api.js";
+import { h, field, busy, money } from "../ui.js";
+
+function remember(res) {
+  setSession(res.api_key.token, { ...res.user, api_key_id: res.api_key.id });
+}
+
+export async function login(main, params, ctx) {
+  const email = h("input", { type: "email", name: "email", autocomplete: "username", required: true, id: "login-email" });
+  const pw = h("input", { type: "password", name: "password", autocomplete: "current-password", required: true, id: "login-password" });
+  const err = h("div");
+  const btn = h("button", { type: "submit", id: "login-submit" }, t("auth.login"));
+  const form = h("form", { class: "stack card" }, field(t("auth.email"), email), field(t("auth.password"), pw), err, btn,
+    h("p", { class: "hint" }, t("auth.no_account"), " ", h("a", { href: "#/signup" }, t("auth.signup"))));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    busy(btn, async () => {
+      const res = await post("/v1/login", { email: email.value, password: pw.value, key_name: "console" });
+      remember(res);
+      ctx.navigate(ctx.query.get("next") || (res.user.email_verified ? "#/overview" : "#/verify"));
+    }, err);
+  });
+  main.append(h("h1", {}, t("auth.login")), form);
+  email.focus();
+}
+
+export async function signup(main, params, ctx) {
+  const email = h("input", { type: "email", name: "email", autocomplete: "username", required: true, id: "signup-email" });
+  const pw = h("input", { type: "password", name: "password", autocomplete: "new-password", required: true, minlength: 8, id: "signup-password" });
+  const code = h("input", { type: "text", name: "invite_code", id: "signup-invite", value: ctx.query.get("invite") || "" });
+  const err = h("div");
+  const btn = h("button", { type: "submit", id: "signup-submit" }, t("auth.signup"));
+  const form = h("form", { class: "stack card" }, field(t("auth.email"), email), field(t("auth.password"), pw, t("auth.password_hint")),
+    field(t("auth.invite_code"), code, t("auth.invite_hint")), err, btn);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    busy(btn, async () => {
+      const body = { email: email.value, password: pw.value };
+      if (code.value.trim()) body.invite_code = code.value.trim();
+      const res = await post("/v1/signup", body);
+      remember(res);
+      sessionStorage.setItem("gpurent.sent_to", (res.email_verification || {}).sent_to || res.user.email);
+      ctx.navigate("#/verify");
+    }, err);
+  });
+  main.append(h("h1", {}, t("auth.signup")), form);
+  email.focus();
+}
+
+export async function verify(main, params, ctx) {
+  const token = h("input", { type: "text", name: "token", id: "verify-token", required: true, autocomplete: "one-time-code",
+    value: ctx.query.get("token") || "" });
+  const err = h("div");
+  const done = h("div", { role: "status" });
+  const btn = h("button", { type: "submit", id: "verify-submit" }, t("auth.verify"));
+  const resend = h("button", { type: "button", class: "secondary", id: "verify-resend" }, t("auth.resend"));
+  const sentTo = sessionStorage.getItem("gpurent.sent_to") || (getUser() || {}).email || "";
+  const form = h("form", { class: "stack card" }, h("p", {}, t("auth.verify_sent", { email: sentTo })),
+    field(t("auth.verify_code"), token), err, h("div", { class: "actions" }, btn, getKey() ? resend : null), done);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    busy(btn, async () => {
+      const res = await post("/v1/verify-email", { token: token.value.trim() });
+      const user = getUser();
+      if (user && getKey()) setSession(getKey(), { ...user, email_verified: true });
+      done.append(h("p", { class: "ok" }, t("auth.verified")),
+        res.credit ? h("p", {}, t("auth.credit_granted"), " ", money(res.credit.amount, res.credit.currency)) : null,
+        h("a", { href: getKey() ? "#/overview" : "#/login" }, t("auth.continue")));
+    }, err);
+  });
+  resend.addEventListener("click", () => busy(resend, async () => {
+    await post("/v1/verify-email/resend");
+    done.append(h("p", {}, t("auth.resent")));
+  }, err));
+  main.append(h("h1", {}, t("auth.verify_title")), form);
+  token.focus();
+}
+
+export async function password(main) {
+  const cur = h("input", { type: "password", autocomplete: "current-password", required: true, id: "pw-current" });
+  const nw = h("input", { type: "password", autocomplete: "new-password", required: true, minlength: 8, id: "pw-new" });
+  const err = h("div"), done = h("div", { role: "status" });
+  const btn = h("button", { type: "submit" }, t("auth.change_password"));
+  const form = h("form", { class: "stack card" }, field(t("auth.current_password"), cur), field(t("auth.new_password"), nw), err, btn, done);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    busy(btn, async () => {
+      const res = await post("/v1/me/password", { current_password: cur.value, new_password: nw.value });
+      done.append(h("p", { class: "ok" }, t("auth.password_changed", { n: res.login_keys_revoked })));
+      cur.value = nw.value = "";
+    }, err);
+  });
+  const me = await get("/v1/me").catch(() => null);
+  main.append(h("h1", {}, t("auth.change_password")), me ? h("p", { class: "hint" }, me.email) : null, form);
+}

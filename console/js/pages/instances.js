@@ -1,0 +1,249 @@
+// instances.js: launching an instance (with the live cost estimate), the
+// list, and one instance's page: live state, phases per rank, actions, the
+// connect panel (SSH per rank, ssh-config, published ports), the event
+// timeline and the logs (tail, or follow as they are written).
+import { t } from "../i18n.js";
+import { get, post, del, all, raw, ApiError, errorText } from "../api.js";
+import { h, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast } from "../ui.js";
+
+
+// "KEY=value" lines into the API's env list.
+function parseEnv(text) {
+  return text.split("\n").map((l) => l.trim()).filter(Boolean).map((l) => {
+    const i = l.indexOf("=");
+    if (i <= 0) throw new ApiError(400, "console_env", l, "env");
+    return { name: l.slice(0, i), value: l.slice(i + 1) };
+  });
+}
+
+function parsePorts(text) {
+  return text.split(/[\s,]+/).filter(Boolean).map((p) => {
+    const n = Number(p);
+    if (!Number.isInteger(n) || n < 1 || n > 65535) throw new ApiError(400, "console_ports", p, "ports");
+    return n;
+  });
+}
+
+export async function launch(main, params, ctx) {
+  main.append(h("h1", {}, t("launch.title")));
+  let types, images, vols, keys, balance;
+  try {
+    [types, images, vols, keys, balance] = await Promise.all([get("/v1/gpu-types"), get("/v1/images"), all("/v1/volumes"), all("/v1/ssh-keys"), get("/v1/balance")]);
+  } catch (e) { main.append(errorBox(e)); return; }
+  const launchable = types.data.filter((g) => !g.reservation_required && g.price_per_card_hour);
+  const type = h("select", { id: "launch-type", required: true },
+    launchable.map((g) => h("option", { value: g.code }, `${g.code} · ${g.memory_gb} GB · ${t("launch.free_cards", { n: g.cards_free })}`)));
+  if (ctx.query.get("gpu_type")) type.value = ctx.query.get("gpu_type");
+  const cards = h("input", { type: "number", id: "launch-cards", min: 1, max: 256, value: 8, required: true });
+  const image = h("input", { id: "launch-image", list: "launch-images", required: true, value: (images.data[0] || {}).ref || "" });
+  const imageList = h("datalist", { id: "launch-images" }, images.data.map((i) => h("option", { value: i.ref }, i.description || i.stack)));
+  const volume = h("select", { id: "launch-volume" }, h("option", { value: "" }, t("launch.no_volume")), vols.map((v) => h("option", { value: v.id }, `${v.name} (${v.size_gb} GB)`)));
+  const keyBoxes = keys.map((k) => h("label", {}, h("input", { type: "checkbox", value: k.id, checked: true, name: "ssh_key" }), " ", k.name, " ", h("code", { class: "hint" }, k.fingerprint)));
+  const name = h("input", { id: "launch-name", placeholder: t("launch.name_hint") });
+  const command = h("input", { id: "launch-command", class: "mono", placeholder: "python train.py" });
+  const env = h("textarea", { id: "launch-env", class: "mono", placeholder: "KEY=value" });
+  const ports = h("input", { id: "launch-ports", placeholder: "8888, 6006" });
+  const hours = h("input", { type: "number", id: "launch-hours", min: 1, max: 8760, value: 24 });
+  const estimate = h("div", { class: "card estimate", id: "launch-estimate", "aria-live": "polite" });
+  const err = h("div", { id: "launch-error" });
+  const btn = h("button", { type: "submit", id: "launch-submit" }, t("launch.submit"));
+
+  let seq = 0;
+  const refresh = async () => {
+    const mine = ++seq;
+    const q = { gpu_type: type.value, card_count: cards.value };
+    try {
+      const [hour, span] = await Promise.all([get("/v1/estimate", { ...q, hours: 1 }), get("/v1/estimate", { ...q, hours: hours.value || 1 })]);
+      if (mine !== seq) return;
+      const warn = Number(hour.total) > Number(balance.available);
+      clear(estimate).append(
+        h("div", {}, t("launch.estimate_hour"), " ", h("strong", { id: "estimate-hour" }, money(hour.total, hour.currency)), " ", t("common.per_hour")),
+        h("div", {}, t("launch.estimate_span", { hours: hours.value || 1 }), " ", h("strong", { id: "estimate-span" }, money(span.total, span.currency))),
+        h("div", { class: "hint" }, t("launch.available"), " ", money(balance.available, balance.currency),
+          " · ", t("launch.price", { price: money2(hour.price_per_card_hour) })),
+        warn ? h("div", { class: "warn" }, t("launch.funds_short")) : null);
+    } catch (e) { if (mine === seq) clear(estimate).append(errorBox(e)); }
+  };
+  for (const el of [type, cards, hours]) el.addEventListener("input", refresh);
+  // An image of the chosen type's software stack (ROCm, CUDA) by default.
+  const matchImage = () => {
+    const g = launchable.find((x) => x.code === type.value);
+    const cur = images.data.find((i) => i.ref === image.value);
+    if (g && (!image.value || (cur && cur.stack !== g.stack))) {
+      const fit = images.data.find((i) => i.stack === g.stack);
+      if (fit) image.value = fit.ref;
+    }
+  };
+  type.addEventListener("input", matchImage);
+  matchImage();
+
+  const form = h("form", { class: "stack card", id: "launch-form" },
+    field(t("launch.type"), type), field(t("launch.cards"), cards), field(t("launch.image"), image, t("launch.image_hint")), imageList,
+    field(t("launch.volume"), volume),
+    h("fieldset", {}, h("legend", {}, t("launch.ssh_keys")), keyBoxes.length ? keyBoxes : h("p", { class: "hint" }, t("launch.no_keys"), " ", h("a", { href: "#/ssh-keys" }, t("nav.ssh-keys")))),
+    field(t("common.name"), name), field(t("launch.command"), command, t("launch.command_hint")), field(t("launch.env"), env, t("launch.env_hint")),
+    field(t("launch.ports"), ports, t("launch.ports_hint")), field(t("launch.duration"), hours), estimate, err, btn);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    busy(btn, async () => {
+      const body = { gpu_type: type.value, card_count: Number(cards.value), image: image.value.trim() };
+      if (volume.value) body.volume_id = volume.value;
+      if (name.value.trim()) body.name = name.value.trim();
+      const ids = keyBoxes.map((l) => l.querySelector("input")).filter((i) => i.checked).map((i) => i.value);
+      if (ids.length) body.ssh_key_ids = ids;
+      if (command.value.trim()) body.command = ["sh", "-c", command.value.trim()];
+      const envList = parseEnv(env.value);
+      if (envList.length) body.env = envList;
+      const portList = parsePorts(ports.value);
+      if (portList.length) body.ports = portList;
+      const inst = await post("/v1/instances", body, { headers: { "Idempotency-Key": crypto.randomUUID() } });
+      toast(t("launch.launched", { id: inst.id }));
+      ctx.navigate(`#/instances/${inst.id}`);
+    }, err);
+  });
+  main.append(form);
+  refresh();
+}
+
+export async function list(main, params, ctx) {
+  main.append(h("h1", {}, t("instances.title")), h("div", { class: "actions" }, h("a", { href: "#/launch" }, t("nav.launch"))));
+  const box = h("div");
+  main.append(box);
+  const draw = async () => {
+    const rows = await all("/v1/instances");
+    clear(box).append(table([
+      [t("common.name"), (i) => h("a", { href: `#/instances/${i.id}` }, i.name || i.id)],
+      [t("instances.state"), (i) => badge(i.state)],
+      [t("instances.gpus"), (i) => `${i.card_count} × ${i.gpu_type}`],
+      [t("launch.image"), (i) => h("code", {}, i.image)],
+      [t("common.created"), (i) => time(i.created_at)]], rows, t("instances.empty")));
+  };
+  try { await draw(); } catch (e) { box.append(errorBox(e)); return; }
+  every(3000, () => draw().catch(() => {}), ctx.alive);
+}
+
+function connectPanel(inst) {
+  const box = h("div", { id: "connect" });
+  const running = inst.state === "running";
+  if (!running) box.append(h("p", { class: "hint" }, t("connect.not_running")));
+  for (const n of inst.nodes || []) {
+    const rows = [h("h3", {}, t("connect.rank", { rank: n.rank }), " · ", n.node_name)];
+    if (n.ssh) rows.push(h("pre", { class: "cmd", id: `ssh-${n.rank}` }, n.ssh.command),
+      h("button", { type: "button", class: "secondary", onclick: () => navigator.clipboard.writeText(n.ssh.command).then(() => toast(t("connect.copied"))) }, t("connect.copy")));
+    if (running) rows.push(" ", h("a", { href: `#/terminal/${inst.id}/${n.rank}`, id: `terminal-${n.rank}` }, t("connect.terminal")));
+    for (const p of n.published || [])
+      rows.push(h("div", {}, t("connect.port", { port: p.container_port }), " → ", h("a", { href: `http://${p.address}/`, target: "_blank", rel: "noopener noreferrer" }, p.address)));
+    box.append(h("div", { class: "rank" }, rows));
+  }
+  if (running) {
+    const b = h("button", { type: "button", class: "secondary", id: "ssh-config" }, t("connect.ssh_config"));
+    b.addEventListener("click", () => busy(b, async () => download(`${inst.id}.ssh-config`, await get(`/v1/instances/${inst.id}/ssh-config`))));
+    box.append(h("div", { class: "actions" }, b), h("p", { class: "hint" }, t("connect.ssh_config_hint", { id: inst.id })));
+  }
+  return box;
+}
+
+function logsView(id, ctx) {
+  const rank = h("input", { type: "number", min: 0, value: 0, id: "logs-rank" });
+  const tail = h("input", { type: "number", min: 1, max: 10000, value: 200, id: "logs-tail" });
+  const follow = h("input", { type: "checkbox", id: "logs-follow" });
+  const out = h("pre", { class: "logs", id: "logs", tabindex: 0, "aria-label": t("logs.title") });
+  const err = h("div");
+  const show = h("button", { type: "button", id: "logs-show" }, t("logs.show"));
+  let controller = null;
+  const line = (time_, stream, text) => out.append(`${time_ ? new Date(time_).toLocaleTimeString() + " " : ""}${stream === "stderr" ? "! " : ""}${text}\n`);
+  const load = async () => {
+    if (controller) controller.abort();
+    controller = new AbortController();
+    const mine = controller;
+    clear(out); clear(err);
+    const q = { rank: rank.value, tail: tail.value };
+    try {
+      if (!follow.checked) {
+        const r = await get(`/v1/instances/${id}/logs`, q, { signal: mine.signal });
+        r.data.forEach((l) => line(l.time, l.stream, l.text));
+        if (!r.data.length) out.append(t("logs.empty") + "\n");
+        return;
+      }
+      const r = await raw("GET", `/v1/instances/${id}/logs`, { query: { ...q, follow: "true" }, signal: mine.signal });
+      const reader = r.body.getReader(), dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        if (!ctx.alive()) { mine.abort(); break; }
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          const l = buf.slice(0, i); buf = buf.slice(i + 1);
+          const m = l.match(/^(\S+) (stdout|stderr) (.*)$/);
+          if (m) line(m[1], m[2], m[3]); else line("", "", l);
+          out.scrollTop = out.scrollHeight;
+        }
+      }
+      out.append(t("logs.ended") + "\n");
+    } catch (e) {
+      if (e.name !== "AbortError") err.append(errorBox(e));
+    }
+  };
+  show.addEventListener("click", load);
+  follow.addEventListener("change", load);
+  const box = h("div", { class: "card" }, h("h2", {}, t("logs.title")),
+    h("div", { class: "inline" }, field(t("logs.rank"), rank), field(t("logs.tail"), tail),
+      h("label", {}, follow, " ", t("logs.follow")), show), err, out);
+  return { box, load };
+}
+
+export async function detail(main, params, ctx) {
+  const id = params.id;
+  let inst;
+  try { inst = await get(`/v1/instances/${id}`); } catch (e) {
+    main.append(h("h1", {}, t("instances.detail")), h("div", { class: "error", id: "instance-error" }, errorText(e)));
+    return;
+  }
+  const head = h("div"), actions = h("div", { class: "actions" }), err = h("div"), ranks = h("div"), connect = h("div", { class: "card" }), events = h("div");
+  const logs = logsView(id, ctx);
+  main.append(h("h1", {}, t("instances.detail"), " ", h("code", {}, id)), head, actions, err,
+    h("div", { class: "card" }, h("h2", {}, t("instances.ranks")), ranks),
+    h("div", { class: "card" }, h("h2", {}, t("connect.title")), connect), logs.box,
+    h("div", { class: "card" }, h("h2", {}, t("instances.events")), events));
+  let lastState = "";
+  const act = (label, cls, fn) => {
+    const b = h("button", { type: "button", class: cls, id: `action-${label}` }, t(`instances.${label}`));
+    b.addEventListener("click", () => {
+      if (label === "terminate" && !confirm(t("instances.confirm_terminate"))) return;
+      busy(b, async () => { inst = await fn(); draw(); }, err);
+    });
+    return b;
+  };
+  const draw = () => {
+    clear(head).append(h("div", { class: "card grid" },
+      h("div", {}, h("div", { class: "hint" }, t("instances.state")), h("span", { id: "instance-state", "data-state": inst.state }, badge(inst.state)),
+        inst.phase ? [" ", t(`phase.${inst.phase}`)] : null),
+      h("div", {}, h("div", { class: "hint" }, t("instances.gpus")), `${inst.card_count} × ${inst.gpu_type}`),
+      h("div", {}, h("div", { class: "hint" }, t("launch.image")), h("code", {}, inst.image)),
+      h("div", {}, h("div", { class: "hint" }, t("instances.since")), time(inst.state_since)),
+      inst.state_reason ? h("div", {}, h("div", { class: "hint" }, t("instances.reason")), inst.state_reason) : null,
+      inst.low_balance ? h("div", { class: "warn" }, t("overview.low_balance")) : null));
+    const a = clear(actions);
+    if (["pending", "provisioning", "running", "unreachable"].includes(inst.state)) a.append(act("stop", "secondary", () => post(`/v1/instances/${id}/stop`)));
+    if (["stopped", "succeeded", "lost", "failed"].includes(inst.state)) a.append(act("start", "", () => post(`/v1/instances/${id}/start`)));
+    if (inst.state !== "terminated") a.append(act("terminate", "danger", () => del(`/v1/instances/${id}`)));
+    clear(ranks).append(table([[t("connect.rank_col"), (n) => n.rank], [t("instances.node"), (n) => n.node_name], [t("instances.cards"), (n) => (n.cards || []).join(", ")],
+      [t("instances.phase"), (n) => (n.phase ? t(`phase.${n.phase}`) : "—")], [t("instances.message"), (n) => n.message || ""]], inst.nodes || [], t("instances.no_ranks")));
+    if (inst.state !== lastState) {
+      clear(connect).append(connectPanel(inst));
+      lastState = inst.state;
+    }
+  };
+  const drawEvents = async () => {
+    const ev = await all(`/v1/instances/${id}/events`);
+    clear(events).append(h("ol", { class: "timeline", id: "events" }, ev.map((e) => h("li", {}, time(e.at), " ", badge(e.state), " ", e.reason || ""))));
+  };
+  draw();
+  drawEvents().catch((e) => events.append(errorBox(e)));
+  logs.load();
+  every(2000, async () => {
+    try { inst = await get(`/v1/instances/${id}`); draw(); await drawEvents(); } catch (e) { clear(err).append(errorBox(e)); }
+  }, ctx.alive);
+}

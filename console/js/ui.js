@@ -1,0 +1,113 @@
+// ui.js: building the page from elements, never parsed markup (every API value is
+// text, never markup), formatting money and times for a person, and the
+// shared pieces: error boxes, busy buttons, tables, toasts.
+import { t, locale } from "./i18n.js";
+import { errorText } from "./api.js";
+
+// h("button", {class: "x", onclick: fn}, "text", child...)
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else if (k === "value") el.value = v;
+    else if (k === "checked") el.checked = !!v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export function clear(el) { while (el.firstChild) el.firstChild.remove(); return el; }
+
+// Money as a person reads it: two decimals and the currency; the exact
+// amount the API gave (micro-yuan precision) in the tooltip.
+export function money(amount, currency = "CNY") {
+  if (amount === null || amount === undefined || amount === "") return h("span", { class: "money" }, "—");
+  const n = Number(amount);
+  const shown = n.toLocaleString(locale(), { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  return h("span", { class: "money", title: `${amount} ${currency}`, "data-amount": amount }, `${shown} ${currency}`);
+}
+export function money2(amount) { return Number(amount).toFixed(2); }
+
+// Times in the browser's own time zone, in the user's language.
+export function time(iso) {
+  if (!iso) return "—";
+  const d = new Date(iso);
+  if (isNaN(d)) return iso;
+  return h("time", { datetime: iso, title: iso }, d.toLocaleString(locale(), { dateStyle: "medium", timeStyle: "medium" }));
+}
+
+export function minutesText(m) {
+  if (m === null || m === undefined) return t("common.unlimited");
+  if (m < 60) return t("common.minutes", { n: m });
+  if (m < 48 * 60) return t("common.hours", { n: (m / 60).toFixed(1) });
+  return t("common.days", { n: (m / 1440).toFixed(1) });
+}
+
+export function badge(state) { return h("span", { class: `badge ${state}` }, t(`state.${state}`)); }
+
+export function errorBox(e) { return h("div", { class: "error", role: "alert" }, errorText(e)); }
+
+export function toast(text, bad) {
+  const box = document.getElementById("toast");
+  const el = h("div", { class: bad ? "bad" : "" }, text);
+  box.append(el);
+  setTimeout(() => el.remove(), 6000);
+}
+
+// Runs fn with the button disabled and showing progress; an error goes
+// into errSlot (or a toast), never silently.
+export async function busy(button, fn, errSlot) {
+  const label = button.textContent;
+  button.disabled = true;
+  button.classList.add("progress");
+  if (errSlot) clear(errSlot);
+  try {
+    return await fn();
+  } catch (e) {
+    if (errSlot) errSlot.append(errorBox(e));
+    else toast(errorText(e), true);
+    return undefined;
+  } finally {
+    button.disabled = false;
+    button.classList.remove("progress");
+    button.textContent = label;
+  }
+}
+
+export function table(columns, rows, empty) {
+  if (!rows.length) return h("p", { class: "hint" }, empty || t("common.none"));
+  return h("div", { class: "table-wrap" },
+    h("table", {},
+      h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c[0])))),
+      h("tbody", {}, rows.map((r) => h("tr", {}, columns.map((c) => h("td", {}, c[1](r))))))));
+}
+
+export function field(label, input, hint) {
+  return h("label", { class: "field" }, h("span", {}, label), input, hint ? h("span", { class: "hint" }, hint) : null);
+}
+
+export function download(name, text, type) {
+  const url = URL.createObjectURL(new Blob([text], { type: type || "text/plain" }));
+  const a = h("a", { href: url, download: name });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+// Polls fn every ms while the page is the current one (alive() true).
+export function every(ms, fn, alive) {
+  let timer;
+  const tick = async () => {
+    if (!alive()) return;
+    try { await fn(); } finally { if (alive()) timer = setTimeout(tick, ms); }
+  };
+  timer = setTimeout(tick, ms);
+  return () => clearTimeout(timer);
+}

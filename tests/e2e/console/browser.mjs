@@ -1,0 +1,254 @@
+// browser.mjs: the console's browser scenarios, in headless Chromium driven
+// by playwright-core, against a gpurentd that test_console_browser.py has
+// started with sim agents. Run as: node browser.mjs SCENARIO; the world's
+// facts come in CONSOLE_WORLD (JSON). When the scenario needs the test
+// (a mailed code, moving the testing clock) it writes "ASK {json}" to stdout
+// and reads one JSON line back on stdin. Every wait polls a condition with
+// a deadline; nothing sleeps for a fixed time. Exit status 0: passed.
+import { chromium } from "playwright-core";
+import { createInterface } from "node:readline";
+import { readFileSync } from "node:fs";
+
+const world = JSON.parse(process.env.CONSOLE_WORLD || "{}");
+const base = world.base_url;
+const DEADLINE = Number(process.env.CONSOLE_DEADLINE_MS || 60000);
+
+const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+async function ask(what) {
+  process.stdout.write(`ASK ${JSON.stringify(what)}\n`);
+  const { value, done } = await lines.next();
+  if (done) throw new Error(`no answer to ${JSON.stringify(what)}`);
+  return JSON.parse(value);
+}
+const note = (s) => process.stdout.write(`NOTE ${s}\n`);
+
+// Waits until the element matching selector has text containing want.
+async function waitText(page, selector, want, timeout = DEADLINE) {
+  try {
+    await page.waitForFunction(([sel, w]) => {
+      const el = document.querySelector(sel);
+      return el && el.textContent.includes(w);
+    }, [selector, want], { timeout, polling: 100 });
+  } catch (e) {
+    const got = await page.locator(selector).first().textContent().catch(() => "(absent)");
+    throw new Error(`waiting for ${selector} to contain ${JSON.stringify(want)}; it holds ${JSON.stringify(got)}`);
+  }
+}
+
+async function login(page, email, password) {
+  await page.goto(`${base}/console#/login`);
+  await page.fill("#login-email", email);
+  await page.fill("#login-password", password);
+  await page.click("#login-submit");
+  await page.waitForFunction(() => !location.hash.startsWith("#/login"), null, { timeout: DEADLINE });
+}
+
+async function setLang(page, lang) {
+  await page.selectOption("#lang", lang);
+  await page.waitForFunction((l) => document.documentElement.lang.startsWith(l), lang, { timeout: DEADLINE });
+}
+
+async function fillLaunch(page, { cards = 8, command } = {}) {
+  await page.waitForSelector("#launch-type");
+  await page.selectOption("#launch-type", "MI450");
+  await page.fill("#launch-cards", String(cards));
+  await page.fill("#launch-image", "rocm/pytorch:2.3-rocm6.2");
+  if (command) await page.fill("#launch-command", command);
+}
+
+const scenarios = {
+  // Sign-up to statement: the renter's whole path through the console.
+  async journey(page) {
+    await page.goto(`${base}/`); // GET / redirects to the console
+    await page.waitForURL(/\/console#\/login/, { timeout: DEADLINE });
+    await waitText(page, "nav", "注册"); // Chinese by default
+    await page.click("nav a[href='#/signup']");
+    await page.fill("#signup-email", world.email);
+    await page.fill("#signup-password", world.password);
+    await page.fill("#signup-invite", "AMD6GW");
+    await page.click("#signup-submit");
+    await page.waitForSelector("#verify-token");
+    const { code } = await ask({ mail_code: world.email });
+    await page.fill("#verify-token", code);
+    await page.click("#verify-submit");
+    await waitText(page, "main", "10.00");
+    await page.goto(`${base}/console#/overview`);
+    await waitText(page, "#available", "10.00");
+
+    await page.click("nav a[href='#/launch']");
+    await fillLaunch(page, { command: "echo hello-from-console; sleep 3600" });
+    await waitText(page, "#estimate-hour", "9.60");
+    await page.fill("#launch-hours", "10");
+    await waitText(page, "#estimate-span", "96.00");
+    await page.click("#launch-submit");
+    await page.waitForURL(/#\/instances\/ins_/, { timeout: DEADLINE });
+    const id = page.url().split("#/instances/")[1];
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    await waitText(page, "#ssh-0", `${id}-0`);
+
+    // The web terminal: rank 0, a command typed and its output read back.
+    await page.click("#terminal-0");
+    await page.waitForFunction(() => {
+      const s = document.getElementById("terminal-status");
+      return s && (s.dataset.state === "open" || s.dataset.unavailable === "1" || s.classList.contains("error"));
+    }, null, { timeout: DEADLINE });
+    const st = await page.$eval("#terminal-status", (s) => ({ ...s.dataset, text: s.textContent }));
+    if (st.unavailable === "1") {
+      note(`SKIP terminal: POST /v1/instances/{id}/terminal-tokens answers 404 on this server (the terminal back end is not merged yet): ${st.text}`);
+    } else {
+      if (st.state !== "open") throw new Error(`terminal did not open: ${st.text}`);
+      await page.click("#terminal");
+      await page.keyboard.type("echo console-$((6*7))\n");
+      await page.waitForFunction(() => {
+        const b = window.gpurentTerminal && window.gpurentTerminal.buffer.active;
+        if (!b) return false;
+        for (let i = 0; i < b.length; i++) if ((b.getLine(i)?.translateToString() || "").includes("console-42")) return true;
+        return false;
+      }, null, { timeout: DEADLINE });
+    }
+    await page.goto(`${base}/console#/instances/${id}`);
+
+    // The log line the command wrote, followed as it streams.
+    await page.check("#logs-follow");
+    await waitText(page, "#logs", "hello-from-console");
+
+    await ask({ advance_clock: 1800 }); // half an hour of running: 4.80
+    await page.click("#action-stop");
+    await page.waitForSelector("#instance-state[data-state='stopped']", { timeout: DEADLINE });
+    await ask({ billing: true });
+
+    await page.goto(`${base}/console#/transactions`);
+    await waitText(page, "#transactions", "-4.80");
+    await waitText(page, "#transactions", id);
+    await page.goto(`${base}/console#/statement`);
+    await page.waitForSelector("#statement table");
+    const [download] = await Promise.all([page.waitForEvent("download", { timeout: DEADLINE }), page.click("#statement-csv")]);
+    const csv = readFileSync(await download.path(), "utf8");
+    if (!csv.includes(id) || !csv.includes("-4.80")) throw new Error(`the CSV statement lacks the charge:\n${csv}`);
+  },
+
+  // Too little credit: the refusal in words, in both languages.
+  async poor(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/launch`);
+    await fillLaunch(page);
+    await page.click("#launch-submit");
+    await waitText(page, "#launch-error", "余额不足");
+    await setLang(page, "en");
+    await fillLaunch(page);
+    await page.click("#launch-submit");
+    await waitText(page, "#launch-error", "Insufficient funds");
+    // Remembered: a new visit is still in English.
+    await page.reload();
+    await waitText(page, "nav", "Launch");
+  },
+
+  // An admin drains a node and sees it change.
+  async drain(page) {
+    page.on("dialog", (d) => d.accept("console test"));
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/admin/nodes`);
+    const sel = `.node-state[data-node='${world.node}']`;
+    await page.waitForSelector(`${sel}[data-state='ready']`, { timeout: DEADLINE });
+    await page.click(`button[data-node='${world.node}'][data-action='drain']`);
+    await page.waitForSelector(`${sel}[data-state='draining']`, { timeout: DEADLINE });
+    await waitText(page, sel, "排空中");
+  },
+
+  // An admin's top-up shows in the audit trail.
+  async topup(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/admin/money`);
+    await page.fill("#funds-email", world.target_email);
+    await page.fill("#funds-amount", "50.00");
+    await page.fill("#funds-reason", "console audit test");
+    await page.click("#funds-submit");
+    await waitText(page, "#funds-done", "50.00");
+    await page.goto(`${base}/console#/admin/audit`);
+    await waitText(page, "#audit", world.target_id);
+    await waitText(page, "#audit", "console audit test");
+  },
+
+  // The terminal page against the terminal contract, the server's side
+  // played here (the token POST and the WebSocket are routed in the
+  // browser): the bytes typed arrive as binary frames, a resize is sent as
+  // text, output is drawn, and the close reason "exit N" is told.
+  async terminal(page) {
+    const id = "ins_0000000000000000test";
+    const seen = { resize: null, typed: "" };
+    await page.route("**/v1/instances/*/terminal-tokens", async (route) => {
+      const body = JSON.parse(route.request().postData() || "{}");
+      if (route.request().method() !== "POST" || body.rank !== 1) return route.fulfill({ status: 400, body: "{}" });
+      await route.fulfill({ status: 201, contentType: "application/json",
+        body: JSON.stringify({ token: "tt", url: `/v1/instances/${id}/terminal?token=tt`, rank: 1, expires_at: "2030-01-01T00:00:00Z" }) });
+    });
+    await page.routeWebSocket(/\/v1\/instances\/.*\/terminal\?token=tt$/, (ws) => {
+      ws.send(Buffer.from("welcome to rank 1\r\n$ "));
+      ws.onMessage((m) => {
+        if (typeof m === "string") { seen.resize = JSON.parse(m); return; }
+        const text = Buffer.from(m).toString();
+        seen.typed += text;
+        ws.send(Buffer.from(text.replace(/\r/g, "\r\n")));
+        if (seen.typed.endsWith("exit\r")) ws.close({ code: 1000, reason: "exit 3" });
+        else if (text.includes("\r")) ws.send(Buffer.from("fake-shell-output-7\r\n$ "));
+      });
+    });
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/terminal/${id}/1`);
+    await page.waitForSelector("#terminal-status[data-state='open']", { timeout: DEADLINE });
+    const screen = (want) => page.waitForFunction((w) => {
+      const b = window.gpurentTerminal && window.gpurentTerminal.buffer.active;
+      if (!b) return false;
+      for (let i = 0; i < b.length; i++) if ((b.getLine(i)?.translateToString() || "").includes(w)) return true;
+      return false;
+    }, want, { timeout: DEADLINE });
+    await screen("welcome to rank 1");
+    await page.click("#terminal");
+    await page.keyboard.type("ls\n");
+    await screen("fake-shell-output-7");
+    if (!seen.resize || seen.resize.type !== "resize" || !(seen.resize.cols >= 20 && seen.resize.rows >= 5))
+      throw new Error(`no resize message: ${JSON.stringify(seen.resize)}`);
+    if (!seen.typed.startsWith("ls\r")) throw new Error(`typed bytes: ${JSON.stringify(seen.typed)}`);
+    // xterm's own styles reached the page through constructed style sheets.
+    const sheets = await page.evaluate(() => document.adoptedStyleSheets.length);
+    if (sheets < 1) throw new Error("xterm's styles were not bridged");
+    await page.keyboard.type("exit\n");
+    await page.waitForSelector("#terminal-status[data-state='closed']", { timeout: DEADLINE });
+    await waitText(page, "#terminal-status", "退出码 3");
+  },
+
+  // Someone else's instance id in the address: not found, nothing of theirs.
+  async foreign(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/instances/${world.instance_id}`);
+    await waitText(page, "#instance-error", "未找到");
+    const text = await page.textContent("main");
+    if (text.includes(world.secret_image) || text.includes("MI450")) throw new Error(`another user's instance leaked: ${text}`);
+  },
+};
+
+async function main() {
+  const name = process.argv[2];
+  if (!scenarios[name]) throw new Error(`no scenario ${name}`);
+  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
+  const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1366, height: 900 } });
+  const page = await context.newPage();
+  const problems = [];
+  page.on("console", (m) => { if (m.type() === "error") problems.push(`console error: ${m.text()}`); });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  try {
+    await scenarios[name](page);
+  } catch (e) {
+    await page.screenshot({ path: process.env.CONSOLE_FAIL_PNG || "/tmp/console-fail.png" }).catch(() => {});
+    throw new Error(`${e.message}\n${problems.join("\n")}`);
+  } finally {
+    await browser.close();
+  }
+  // A page error or a CSP violation is a failure even when the steps passed.
+  const real = problems.filter((p) => !/Failed to load resource: the server responded with a status of (402|404)/.test(p));
+  if (real.length) throw new Error(real.join("\n"));
+  process.stdout.write("PASS\n");
+  process.exit(0);
+}
+
+main().catch((e) => { process.stderr.write(`FAIL ${e.stack || e}\n`); process.exit(1); });

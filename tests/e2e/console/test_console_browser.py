@@ -1,0 +1,205 @@
+"""The web console in a real browser (issue 14): headless Chromium (Debian's
+chromium) driven by playwright-core (package.json) through browser.mjs,
+against a real gpurentd with a sim fleet. Each test builds its world here
+(accounts, nodes, instances), runs one scenario of browser.mjs and answers
+what the scenario asks for: the verification code from a real SMTP sink,
+the testing clock moved, a billing pass. Without Chromium, node or
+playwright-core the tests are skipped, saying which is missing."""
+import email
+import email.policy
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import warnings
+
+import pytest
+
+from agent_util import poll
+from harness import REPO, DEFAULT_PASSWORD, unique_email
+from instances_util import FAST_CLOUD, Cloud
+from money_util import ledger_verify
+
+HERE = os.path.dirname(__file__)
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+PLAYWRIGHT = os.path.join(REPO, "node_modules", "playwright-core")
+XTERM = os.path.join(REPO, "console", "vendor", "xterm", "xterm.mjs")
+
+
+def missing():
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"{CHROMIUM} is not installed (apt-get install chromium; scripts/deps.sh test installs it)"
+    if not shutil.which("node"):
+        return "node is not installed (apt-get install nodejs npm)"
+    if not os.path.isdir(PLAYWRIGHT):
+        return "node_modules/playwright-core is missing (scripts/deps.sh test runs npm ci)"
+    if not os.path.isfile(XTERM):
+        return "console/vendor/xterm is missing: run make (it copies xterm.js from node_modules)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=f"browser tests skipped: {missing()}")
+
+
+def run_scenario(name, world, tmp_path, answer=None, timeout=240):
+    """Runs browser.mjs NAME; answers its ASK lines with answer(dict) ->
+    dict. Fails with the scenario's output unless it printed PASS."""
+    env = dict(os.environ, CONSOLE_WORLD=json.dumps(world), CHROMIUM=CHROMIUM,
+               CONSOLE_FAIL_PNG=str(tmp_path / f"{name}-failure.png"))
+    p = subprocess.Popen(["node", os.path.join(HERE, "browser.mjs"), name], cwd=REPO, env=env, text=True,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = []
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if line.startswith("ASK "):
+                reply = answer(json.loads(line[4:])) if answer else None
+                assert reply is not None, f"scenario {name} asked {line!r} and the test has no answer"
+                p.stdin.write(json.dumps(reply) + "\n")
+                p.stdin.flush()
+            elif line.startswith("NOTE SKIP"):
+                warnings.warn(line[5:].strip())
+        rc = p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = p.stderr.read()
+    assert rc == 0 and "PASS\n" in out, f"scenario {name} failed (rc {rc}):\n{''.join(out)}\n{err}"
+    return "".join(out)
+
+
+class MailSink:
+    """A local SMTP server (aiosmtpd, as tests/e2e/accounts uses) keeping the
+    verification codes it is sent, by recipient."""
+    CODE = re.compile(r"verification code: (evc_[0-9a-z]{20})")
+
+    def __init__(self):
+        from aiosmtpd.controller import Controller
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.messages = []
+        self.lock = threading.Lock()
+        self.controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+    async def handle_DATA(self, server, session, envelope):
+        msg = email.message_from_bytes(envelope.original_content or envelope.content, policy=email.policy.default)
+        with self.lock:
+            self.messages.append((list(envelope.rcpt_tos), msg))
+        return "250 OK"
+
+    def code_for(self, addr):
+        def got():
+            with self.lock:
+                for rcpt, msg in self.messages:
+                    m = addr in rcpt and self.CODE.search(msg.get_content())
+                    if m:
+                        return m.group(1)
+            return None
+        return poll(got, 30, f"the verification mail to {addr}")
+
+    def stop(self):
+        self.controller.stop()
+
+
+@pytest.fixture
+def sink():
+    s = MailSink()
+    yield s
+    s.stop()
+
+
+def cloud_for(new_daemon, tmp_path, **options):
+    return Cloud(new_daemon, tmp_path, options={**FAST_CLOUD, "billing_interval_ms": "3600000", **options})
+
+
+def check_ledger(d):
+    rc, out = ledger_verify(d.db_path)
+    assert rc == 0, out
+
+
+def test_new_user_signs_up_launches_watches_stops_and_pays(new_daemon, tmp_path, sink):
+    c = cloud_for(new_daemon, tmp_path, smtp_url=f"smtp://127.0.0.1:{sink.port}", smtp_tls="none",
+                  smtp_from="noreply@gpurent.test", public_url="http://console.test/")
+    c.fleet(1)
+    world = {"base_url": c.d.base_url, "email": unique_email("browser"), "password": DEFAULT_PASSWORD}
+
+    def answer(q):
+        if "mail_code" in q:
+            return {"code": sink.code_for(q["mail_code"])}
+        if "advance_clock" in q:
+            c.d.advance_clock(q["advance_clock"])
+            return {"ok": True}
+        if "billing" in q:
+            r = c.admin("POST", "/v1/admin/billing/run", json={})
+            assert r.status_code == 200, r.text
+            return r.json()
+        return None
+
+    run_scenario("journey", world, tmp_path, answer)
+    # What the browser showed is what the ledger holds.
+    [(amount,)] = c.d.sql("SELECT sum(p.amount) FROM ledger_transactions t JOIN ledger_postings p"
+                          " ON p.transaction_id = t.id JOIN ledger_accounts a ON a.id = p.account_id"
+                          " WHERE t.kind = 'usage' AND a.kind IN ('cash', 'grant')")
+    assert amount == -4_800_000
+    check_ledger(c.d)
+
+
+def test_too_little_credit_is_said_in_chinese_and_english(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    email = unique_email("poor")
+    c.d.cli_create_user(email, password=DEFAULT_PASSWORD)  # verified, no trial credit
+    run_scenario("poor", {"base_url": c.d.base_url, "email": email, "password": DEFAULT_PASSWORD}, tmp_path)
+    assert c.d.sql("SELECT count(*) FROM instances") == [(0,)]
+    check_ledger(c.d)
+
+
+def test_admin_drains_a_node_and_sees_its_state_change(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    f = c.fleet(2)
+    node = sorted(f.nodes)[0]
+    email = unique_email("root")
+    c.d.cli_create_user(email, admin=True, password=DEFAULT_PASSWORD)
+    run_scenario("drain", {"base_url": c.d.base_url, "email": email, "password": DEFAULT_PASSWORD, "node": node},
+                 tmp_path)
+    assert c.d.sql("SELECT admin_state FROM nodes WHERE name = ?", (node,)) == [("draining",)]
+
+
+def test_admin_top_up_appears_in_the_audit_trail(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    email = unique_email("root")
+    c.d.cli_create_user(email, admin=True, password=DEFAULT_PASSWORD)
+    target = c.d.signup()
+    run_scenario("topup", {"base_url": c.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                           "target_email": target.email, "target_id": target.id}, tmp_path)
+    b = c.d.get("/v1/balance", key=target.key).json()
+    assert b["cash"] == "50.00", b
+    check_ledger(c.d)
+
+
+def test_another_users_instance_in_the_address_is_not_found(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    secret_image = "rocm/pytorch:2.3-rocm6.2"
+    inst = c.create(owner, card_count=8, name="owners-secret-run")
+    email = unique_email("nosy")
+    c.d.cli_create_user(email, password=DEFAULT_PASSWORD)
+    run_scenario("foreign", {"base_url": c.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                             "instance_id": inst["id"], "secret_image": secret_image}, tmp_path)
+
+
+def test_terminal_page_speaks_the_terminal_contract(new_daemon, tmp_path):
+    # The server's side of the WebSocket is played inside the browser
+    # (browser.mjs routes it); the journey above runs the real one once the
+    # daemon serves /v1/instances/{id}/terminal-tokens.
+    d = new_daemon()
+    email = unique_email("term")
+    d.cli_create_user(email, password=DEFAULT_PASSWORD)
+    run_scenario("terminal", {"base_url": d.base_url, "email": email, "password": DEFAULT_PASSWORD}, tmp_path)
