@@ -438,6 +438,7 @@ struct agent {
     const struct runtime *rt;     /* sim, podman or docker */
     struct http_server *http;     /* the API */
     struct ssh_server *ssh;       /* the SSH server, NULL when off */
+    struct agent_terminals *terminals; /* the web terminal's relay (terminal.c) */
     atomic_int stopping;          /* SIGTERM: interrupt commands in flight */
     const char *conf_file;        /* -c FILE or NULL: read again on SIGHUP */
     char **conf_overrides;        /* "key=value" as first applied, again on SIGHUP */
@@ -831,5 +832,19 @@ int agent_cmd_serve(int argc, char **argv);
 
 /* fleet.c: `gpurent-agent sim-fleet`. */
 int agent_cmd_fleet(int argc, char **argv);
+
+/* terminal.c: the web terminal's stream (docs/AGENT_PROTOCOL.md). */
+#define AGENT_TERMINAL_PROTOCOL "gpurent-terminal"
+struct agent_terminals;
+/* Starts the relay thread; 0 or -1. */
+int agent_terminals_start(struct agent *a);
+/* Before the API stops: every terminal's shell is hung up and reaped, its
+ * connection closed; a terminal opened after this ends at once. */
+void agent_terminals_stop(struct agent *a);
+/* After the API stopped (stops first if need be); NULL-safe. */
+void agent_terminals_free(struct agent *a);
+/* GET .../v1/workloads/{id}/terminal for workload wl_id of node n: checks
+ * the query (cols, rows) and the workload, then switches the connection. */
+void agent_terminal_open(struct http_request *req, struct agent_node *n, const char *wl_id);
 
 #endif
