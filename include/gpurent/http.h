@@ -71,6 +71,7 @@ struct http_request {
     int http11;                 /* the request line said HTTP/1.1 */
     http_resume_fn resume_fn;   /* set by http_resume, run on the next pool call */
     void *resume_ctx;           /* its argument */
+    void *upgrade;              /* http_reply_upgrade's call until the switch happens */
 };
 
 struct http_config {
@@ -184,8 +185,8 @@ void http_stream_wake(struct http_stream *st);
  * http_upgraded_close(up) from any thread, before http_server_stop (which
  * cannot end an upgraded connection itself). -1 when the reply cannot be
  * queued: on_upgraded never runs and ctx stays the caller's. If the client
- * leaves before the 101 is sent, on_upgraded never runs either, so ctx
- * must hold nothing that only it would release. */
+ * leaves before the switch, on_upgraded(ctx, -1, NULL, 0, NULL) runs
+ * instead (from the request's completion), for ctx to be released. */
 struct http_upgraded;
 typedef void (*http_upgraded_fn)(void *ctx, int fd, const char *extra, size_t extra_len, struct http_upgraded *up);
 int http_reply_upgrade(struct http_request *req, const char *protocol, http_upgraded_fn on_upgraded, void *ctx);

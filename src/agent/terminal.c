@@ -130,6 +130,10 @@ static void on_upgraded(void *ctx, int fd, const char *extra, size_t extra_len, 
 {
     struct term_open *o = ctx;
     struct agent_terminals *ts = o->agent->terminals;
+    if (!up) { /* the daemon left before the switch */
+        free(o);
+        return;
+    }
     struct term *t = calloc(1, sizeof *t);
     if (!t) {
         http_upgraded_close(up);

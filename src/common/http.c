@@ -364,6 +364,9 @@ static void on_mhd_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls
                            size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
 {
     struct upgrade_call *u = cls;
+    struct http_request *req = req_cls;
+    if (req)
+        req->upgrade = NULL; /* switched: the completion has nothing to release */
     http_upgraded_fn fn = u->fn;
     void *ctx = u->ctx;
     free(u);
@@ -388,9 +391,11 @@ int http_reply_upgrade(struct http_request *req, const char *protocol, http_upgr
     add_common_headers(req, resp);
     req->replied = 1;
     req->status = MHD_HTTP_SWITCHING_PROTOCOLS;
+    req->upgrade = u;
     int queued = MHD_queue_response(req->conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp) == MHD_YES;
     MHD_destroy_response(resp);
     if (!queued) {
+        req->upgrade = NULL;
         log_error("http: cannot queue the protocol switch for request %s", req->request_id);
         free(u);
         req->replied = 0;
@@ -845,6 +850,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     conn_phase(req, HTTP_CONN_HEADERS); /* the next request on it, if any */
     if (req->resume_fn) /* resumed, but the connection closed before it replied */
         req->resume_fn(req, req->resume_ctx, 0);
+    if (req->upgrade) { /* the client left before the protocol switch */
+        struct upgrade_call *u = req->upgrade;
+        req->upgrade = NULL;
+        u->fn(u->ctx, -1, NULL, 0, NULL);
+        free(u);
+    }
     int64_t ms = clock_mono_ms() - req->start_ms;
     if (srv->on_done)
         srv->on_done(req, clock_mono_us() - req->start_us);

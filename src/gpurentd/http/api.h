@@ -16,7 +16,8 @@
  *                  prices, storage prices, credits, payments, billing,
  *                  audit, SSH keys, the password (api_password.c), sign-ups
  *                  and admins acting on accounts (api_signup.c)
- *   api_logs.c     instance logs, read from agents by the logs proxy */
+ *   api_logs.c     instance logs, read from agents by the logs proxy
+ *   api_terminal.c the web terminal: its tokens and its WebSocket */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
 
@@ -138,6 +139,9 @@ void api_instances_ssh_config(struct http_request *req);
 
 /* api_logs.c */
 void api_instances_logs(struct http_request *req);
+/* api_terminal.c */
+void api_terminal_tokens_create(struct http_request *req);
+void api_instances_terminal(struct http_request *req);
 
 /* api_ssh_keys.c */
 void api_ssh_keys_create(struct http_request *req);
