@@ -9,7 +9,7 @@ libsqlite3-dev libssl-dev libinih-dev libsystemd-dev libssh-dev
 libwslay-dev"
 test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-aiosmtpd sqlite3 openssl openssh-client
 prometheus pdsh
-python3-websockets"
+python3-websocket"
 
 case "${1:-build}" in
   build) want="$build_pkgs" ;;
