@@ -46,6 +46,7 @@ struct term {
     int ws_fd;
     wslay_event_context_ptr ws;
     int ws_dead;                      /* its socket failed or closed */
+    int draining;                     /* our close is sent, the browser's bytes are read and dropped */
     int64_t close_sent_ms;            /* when our close went, 0 before */
     int agent_fd;                     /* -1 when none */
     enum agent_state agent;
@@ -562,8 +563,20 @@ static int term_over(struct term *t)
 {
     if (t->ws_dead)
         return 1;
-    if (!wslay_event_want_read(t->ws) && !wslay_event_want_write(t->ws))
-        return 1; /* closes sent and received, or a fatal error */
+    if (!wslay_event_want_read(t->ws) && !wslay_event_want_write(t->ws)) {
+        if (wslay_event_get_close_received(t->ws))
+            return 1; /* closes sent and received */
+        /* We closed (1009, 1002 ...) with the browser's bytes still coming:
+         * closing the socket now would reset it before our close frame is
+         * read, so what it sends is read and dropped until it closes. */
+        if (!t->draining) {
+            t->draining = 1;
+            if (!t->close_sent_ms)
+                t->close_sent_ms = clock_mono_ms();
+            shutdown(t->ws_fd, SHUT_WR);
+        }
+        return clock_mono_ms() - t->close_sent_ms > TERM_CLOSE_GRACE_MS;
+    }
     if (t->close_sent_ms && !wslay_event_want_write(t->ws) &&
         clock_mono_ms() - t->close_sent_ms > TERM_CLOSE_GRACE_MS)
         return 1; /* the browser never answered our close */
@@ -574,6 +587,15 @@ static void term_step(struct term *t, short ws_rev, short ag_rev)
 {
     if (t->agent == AG_CONNECTING && t->agent_fd < 0 && !t->close_sent_ms)
         agent_connect(t);
+    if (t->draining) {
+        unsigned char junk[16384];
+        ssize_t n;
+        while ((n = recv(t->ws_fd, junk, sizeof junk, 0)) > 0) {
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EINTR))
+            t->ws_dead = 1;
+        return;
+    }
     if (ws_rev & (POLLIN | POLLHUP | POLLERR)) {
         if (wslay_event_recv(t->ws) != 0 && !t->ws_dead)
             ws_close(t, WSLAY_CODE_PROTOCOL_ERROR, "");
@@ -618,7 +640,7 @@ static void *relay_main(void *arg)
         size_t i = 1;
         for (struct term *t = R.open; t; t = t->next, i += 2) {
             short we = 0, ae = 0;
-            if (wslay_event_want_read(t->ws) && t->to_agent_len < TERM_HIGH)
+            if (t->draining || (wslay_event_want_read(t->ws) && t->to_agent_len < TERM_HIGH))
                 we |= POLLIN;
             if (wslay_event_want_write(t->ws))
                 we |= POLLOUT;

@@ -259,6 +259,7 @@ def test_more_terminals_than_pool_threads(cloud_small_pool):
 
 def test_terminal_limits(cloud_two_terminals):
     c = cloud_two_terminals
+    c.fleet(3)
     u, inst = running(c)
     ws1 = connect(c, token(c, u, inst["id"]))
     with pytest.raises(websocket.WebSocketBadStatusException) as e:
