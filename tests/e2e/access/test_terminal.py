@@ -21,7 +21,7 @@ import pytest
 import requests
 import websocket
 
-from agent_util import poll
+from agent_util import poll, sign
 from harness import assert_error
 from instances_util import DEADLINE, cloud, cloud_with  # noqa: F401  (fixtures)
 
@@ -291,13 +291,23 @@ def _opens(c, u, inst_id):
 def test_agent_route_signed_only(cloud):
     c = cloud
     u, inst = running(c)
-    node = inst["nodes"][0]
-    agent_url, = [r[0] for r in c.d.sql("SELECT agent_url FROM nodes WHERE id = ?", (node["node_id"],))]
-    wl = c.d.sql("SELECT workload_id FROM instance_nodes WHERE instance_id = ? AND rank = 0", (inst["id"],))[0][0]
-    r = requests.get(f"{agent_url}/v1/workloads/{wl}/terminal", headers={"Upgrade": "gpurent-terminal",
-                                                                       "Connection": "Upgrade"}, timeout=10)
+    (agent_url, secret), = c.d.sql("SELECT agent_url, secret FROM nodes WHERE id = ?", (inst["nodes"][0]["node_id"],))
+    (wl,), = c.d.sql("SELECT workload_id FROM instance_nodes WHERE instance_id = ? AND rank = 0", (inst["id"],))
+    base_path = agent_url.split("://", 1)[1].partition("/")[2]
+    base_path = "/" + base_path.rstrip("/") if base_path else ""
+    up = {"Upgrade": "gpurent-terminal", "Connection": "Upgrade"}
+    # Unsigned: refused before anything starts.
+    r = requests.get(f"{agent_url}/v1/workloads/{wl}/terminal", headers=up, timeout=10)
     assert r.status_code == 401, r.text
-    f = c.fleets[0]
-    r = f.signed(agent_url, "GET", "/v1/workloads/wl_unknown/terminal") if hasattr(f, "signed") else None
-    if r is not None:
-        assert r.status_code == 404, r.text
+    # Signed, for a workload the node does not have: 404.
+    path = "/v1/workloads/wl_unknown/terminal"
+    r = requests.get(agent_url + path, headers={**up, **sign(secret, "GET", base_path + path)}, timeout=10)
+    assert r.status_code == 404, r.text
+    # Signed, but the query is not the signed one: refused.
+    path = f"/v1/workloads/{wl}/terminal?cols=80&rows=24"
+    h = {**up, **sign(secret, "GET", base_path + path)}
+    r = requests.get(agent_url + path.replace("cols=80", "cols=81"), headers=h, timeout=10)
+    assert r.status_code == 401, r.text
+    # Signed without the Upgrade header: 400, no shell started.
+    r = requests.get(agent_url + path, headers=sign(secret, "GET", base_path + path), timeout=10)
+    assert r.status_code == 400, r.text
