@@ -231,12 +231,13 @@ static void check_route(const struct http_route *r, int *n)
     if (r->auth != AUTH_NONE && !open && !json_object_get(json_array_get(security, 0), "bearerAuth"))
         problem(n, "route %s %s: its security requirement is not bearerAuth", r->method, r->pattern);
 
-    /* At least one success reply is described. */
+    /* At least one success reply is described (for the web terminal's
+     * WebSocket, the protocol switch: 101). */
     int success = 0;
     const char *status;
     json_t *resp;
     json_object_foreach(json_object_get(op, "responses"), status, resp)
-        if (status[0] == '2')
+        if (status[0] == '2' || strcmp(status, "101") == 0)
             success = 1;
     if (!success)
         problem(n, "route %s %s documents no 2xx response", r->method, r->pattern);
