@@ -311,3 +311,31 @@ def test_agent_route_signed_only(cloud):
     # Signed without the Upgrade header: 400, no shell started.
     r = requests.get(agent_url + path, headers=sign(secret, "GET", base_path + path), timeout=10)
     assert r.status_code == 400, r.text
+
+
+def test_rank_one_of_two_nodes_and_hangup(cloud):
+    c = cloud
+    u, inst = running(c, cards=16, nodes=2)
+    (wl1,), = c.d.sql("SELECT workload_id FROM instance_nodes WHERE instance_id = ? AND rank = 1", (inst["id"],))
+    tok = token(c, u, inst["id"], rank=1)
+    assert tok["rank"] == 1
+    ws = connect(c, tok)
+    s = Screen(ws)
+    type_(ws, 'echo "rank=$NODE_RANK wl=$GPURENT_WORKLOAD pid=$$"\n')
+    m = s.read_until(r"rank=(\d+) wl=(\S+) pid=(\d+)\r?\n")
+    assert m.group(1) == "1" and m.group(2) == wl1, s.text
+    pid = int(m.group(3))
+    # The browser leaves: the agent hangs the shell up.
+    ws.close()
+    poll(lambda: not _alive(pid), DEADLINE, f"shell {pid} hung up")
+    # Rank 2 is none of this instance's.
+    r = c.d.post(f"/v1/instances/{inst['id']}/terminal-tokens", key=u.key, json={"rank": 2})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "rank", r.text
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
