@@ -17,6 +17,9 @@
  *   api.c            the REST API (facts, workloads), the signature check
  *                    every route but /healthz passes first
  *   node.c           the nodes a process serves, their secrets and facts
+ *   terminal.c       the web terminal's stream: a signed request switched
+ *                    to frames carrying the SSH server's shell on a PTY,
+ *                    one relay thread for every open terminal
  *   spec.c           the workload spec, checked against everything that
  *                    could change a command line built from it
  *   cluster.c        the spec's cluster member (the ranks of a multi-node

@@ -17,7 +17,8 @@
  *              workload listens on (in its container's namespaces with
  *              podman/docker), everything else refused
  *
- * agent.h includes this header for the first three functions; the rest is
+ * agent.h includes this header for the first four functions (the fourth,
+ * ssh_shell_start, is the web terminal's way to the same shell); the rest is
  * shared by the three files alone. Threading: a connection's session, its
  * channels and children are touched only by its own thread; the server's
  * counters and the failed-login table are guarded by ssh_server.lock. */
