@@ -339,3 +339,19 @@ def _alive(pid):
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_agent_stops_cleanly_with_a_terminal_open(cloud):
+    c = cloud
+    u, inst = running(c)
+    ws = connect(c, token(c, u, inst["id"]))
+    s = Screen(ws)
+    type_(ws, 'echo "pid=$$"\n')
+    pid = int(s.read_until(r"pid=(\d+)\r?\n").group(1))
+    # SIGTERM to the agent: its shells are hung up and reaped, it exits 0
+    # with no sanitizer report, and the browser hears why (1011, the node).
+    c.fleets[0].stop()
+    code, reason = s.wait_close()
+    assert code == 1011 and "node" in reason, (code, reason)
+    ws.close()
+    assert not _alive(pid)
