@@ -244,6 +244,8 @@ def test_more_terminals_than_pool_threads(cloud_small_pool):
         socks.append((ws, Screen(ws)))
     r = requests.get(c.d.url("/healthz"), timeout=10)
     assert r.status_code == 200, r.text
+    r = c.d.get("/metrics", key=c.d.admin_key)
+    assert re.search(r"^gpurent_terminals_open 6$", r.text, re.M), r.text
     for i, (ws, s) in enumerate(socks):
         type_(ws, f"echo term-{i}-$((6*7))\n")
         s.read_until(f"term-{i}-42")
