@@ -23,7 +23,9 @@ CFLAGS   ?= -O2 -g
 INCLUDES := -Iinclude -Isrc/gpurentd
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(INCLUDES) -I$(B)/gen \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LIBS     := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
+# wslay (the web terminal's WebSocket framing): Debian's libwslay-dev ships
+# no pkg-config file, so it is named here.
+LIBS     := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lwslay -lpthread -lm
 
 # SAN=1 builds everything with AddressSanitizer and UndefinedBehaviorSanitizer
 # into build/san, so the sanitized and plain builds never mix objects.

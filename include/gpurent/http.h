@@ -71,6 +71,7 @@ struct http_request {
     int http11;                 /* the request line said HTTP/1.1 */
     http_resume_fn resume_fn;   /* set by http_resume, run on the next pool call */
     void *resume_ctx;           /* its argument */
+    void *upgrade;              /* http_reply_upgrade's call until the switch happens */
 };
 
 struct http_config {
@@ -174,6 +175,23 @@ struct http_stream *http_reply_stream(struct http_request *req, const char *cont
 /* From any thread: pull has something new (or the end); wakes a suspended
  * stream, and also lets libmicrohttpd notice a client that left. */
 void http_stream_wake(struct http_stream *st);
+
+/* A protocol switch (RFC 9110 15.2.2): replies 101 Switching Protocols with
+ * "Upgrade: protocol" (and the headers added with http_add_header, such as
+ * Sec-WebSocket-Accept). Once libmicrohttpd has sent it, on_upgraded(ctx,
+ * fd, extra, extra_len, up) runs once on the pool thread and must not
+ * block: fd is then the callee's to read and write (extra holds bytes the
+ * client sent already), and it hands the connection back with
+ * http_upgraded_close(up) from any thread, before http_server_stop (which
+ * cannot end an upgraded connection itself). -1 when the reply cannot be
+ * queued: on_upgraded never runs and ctx stays the caller's. If the client
+ * leaves before the switch, on_upgraded(ctx, -1, NULL, 0, NULL) runs
+ * instead (from the request's completion), for ctx to be released. */
+struct http_upgraded;
+typedef void (*http_upgraded_fn)(void *ctx, int fd, const char *extra, size_t extra_len, struct http_upgraded *up);
+int http_reply_upgrade(struct http_request *req, const char *protocol, http_upgraded_fn on_upgraded, void *ctx);
+/* Closes an upgraded connection (its fd) and lets libmicrohttpd free it. */
+void http_upgraded_close(struct http_upgraded *up);
 
 /* Adds a header to the reply about to be made (Retry-After, Location …). */
 void http_add_header(struct http_request *req, const char *name, const char *value);

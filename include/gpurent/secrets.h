@@ -67,4 +67,8 @@ int ssh_ed25519_keypair(const char *comment, char *pub, size_t pub_n, char *priv
 /* Overwrites n bytes at p with zeros in a way the compiler keeps. */
 void secret_wipe(void *p, size_t n);
 
+/* Sec-WebSocket-Accept for a WebSocket handshake's Sec-WebSocket-Key (RFC
+ * 6455 4.2.2): 0 with out, or -1 when key is not the base64 of 16 bytes. */
+int websocket_accept(const char *key, char out[64]);
+
 #endif

@@ -17,6 +17,9 @@
  *   api.c            the REST API (facts, workloads), the signature check
  *                    every route but /healthz passes first
  *   node.c           the nodes a process serves, their secrets and facts
+ *   terminal.c       the web terminal's stream: a signed request switched
+ *                    to frames carrying the SSH server's shell on a PTY,
+ *                    one relay thread for every open terminal
  *   spec.c           the workload spec, checked against everything that
  *                    could change a command line built from it
  *   cluster.c        the spec's cluster member (the ranks of a multi-node
@@ -438,6 +441,7 @@ struct agent {
     const struct runtime *rt;     /* sim, podman or docker */
     struct http_server *http;     /* the API */
     struct ssh_server *ssh;       /* the SSH server, NULL when off */
+    struct agent_terminals *terminals; /* the web terminal's relay (terminal.c) */
     atomic_int stopping;          /* SIGTERM: interrupt commands in flight */
     const char *conf_file;        /* -c FILE or NULL: read again on SIGHUP */
     char **conf_overrides;        /* "key=value" as first applied, again on SIGHUP */
@@ -839,5 +843,19 @@ int agent_cmd_serve(int argc, char **argv);
 int agent_cmd_model_server(int argc, char **argv);
 /* fleet.c: `gpurent-agent sim-fleet`. */
 int agent_cmd_fleet(int argc, char **argv);
+
+/* terminal.c: the web terminal's stream (docs/AGENT_PROTOCOL.md). */
+#define AGENT_TERMINAL_PROTOCOL "gpurent-terminal"
+struct agent_terminals;
+/* Starts the relay thread; 0 or -1. */
+int agent_terminals_start(struct agent *a);
+/* Before the API stops: every terminal's shell is hung up and reaped, its
+ * connection closed; a terminal opened after this ends at once. */
+void agent_terminals_stop(struct agent *a);
+/* After the API stopped (stops first if need be); NULL-safe. */
+void agent_terminals_free(struct agent *a);
+/* GET .../v1/workloads/{id}/terminal for workload wl_id of node n: checks
+ * the query (cols, rows) and the workload, then switches the connection. */
+void agent_terminal_open(struct http_request *req, struct agent_node *n, const char *wl_id);
 
 #endif

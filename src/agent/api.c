@@ -33,12 +33,20 @@ static const char *req_id(struct http_request *req)
 
 /* The logs route's query arguments, in the order they are signed. */
 static const char *const logs_query[] = {"tail", "since", "after", NULL};
+/* The terminal route's, likewise. */
+static const char *const terminal_query[] = {"cols", "rows", NULL};
 
-/* Whether the request is for GET .../v1/workloads/{id}/logs. */
-static int is_logs_route(const struct http_request *req)
+static int path_ends(const struct http_request *req, const char *tail)
 {
-    size_t n = strlen(req->path);
-    return strcmp(req->method, "GET") == 0 && n > 5 && strcmp(req->path + n - 5, "/logs") == 0;
+    size_t n = strlen(req->path), t = strlen(tail);
+    return strcmp(req->method, "GET") == 0 && n > t && strcmp(req->path + n - t, tail) == 0;
+}
+
+/* The query arguments the request's route takes (signed in this order):
+ * GET .../v1/workloads/{id}/logs and .../terminal; NULL for every other. */
+static const char *const *route_query(const struct http_request *req)
+{
+    return path_ends(req, "/logs") ? logs_query : path_ends(req, "/terminal") ? terminal_query : NULL;
 }
 
 /* The path the signature covers: the decoded path, and for the logs route
@@ -49,17 +57,18 @@ static int is_logs_route(const struct http_request *req)
 static int signed_path(struct http_request *req, char *out, size_t outlen)
 {
     static const char *const no_query[] = {NULL};
-    if (!is_logs_route(req)) {
+    const char *const *query = route_query(req);
+    if (!query) {
         if (http_query_allow(req, no_query) < 0)
             return -1;
         snprintf(out, outlen, "%s", req->path);
         return 0;
     }
-    if (http_query_allow(req, logs_query) < 0)
+    if (http_query_allow(req, query) < 0)
         return -1;
     size_t o = (size_t)snprintf(out, outlen, "%s", req->path);
     char sep = '?';
-    for (const char *const *q = logs_query; *q; q++) {
+    for (const char *const *q = query; *q; q++) {
         const char *v = http_query(req, *q);
         if (!v)
             continue;
@@ -417,6 +426,23 @@ static void api_workload_delete(struct http_request *req)
     http_reply_json(req, 200, json_pack("{s:s, s:s}", "id", id, "phase", "removed"));
 }
 
+/* The web terminal (terminal.c); the node and id are checked here as for
+ * every workload route. */
+static void api_workload_terminal(struct http_request *req)
+{
+    struct agent_node *n = req_node(req);
+    const char *id = req_id(req);
+    if (!n) {
+        http_error(req, ERR_NOT_FOUND, NULL, "no such node");
+        return;
+    }
+    if (!agent_name_valid(id)) {
+        http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+        return;
+    }
+    agent_terminal_open(req, n, id);
+}
+
 const struct http_route agent_routes_single[] = {
     {"GET", "/healthz", api_healthz, AUTH_NONE},
     {"GET", "/v1/facts", api_facts, AUTH_SIGNED},
@@ -425,6 +451,7 @@ const struct http_route agent_routes_single[] = {
     {"PUT", "/v1/workloads/{id}", api_workload_put, AUTH_SIGNED},
     {"DELETE", "/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED},
     {"GET", "/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED},
+    {"GET", "/v1/workloads/{id}/terminal", api_workload_terminal, AUTH_SIGNED},
     {NULL, NULL, NULL, AUTH_NONE},
 };
 
@@ -436,5 +463,6 @@ const struct http_route agent_routes_fleet[] = {
     {"PUT", "/nodes/{node}/v1/workloads/{id}", api_workload_put, AUTH_SIGNED},
     {"DELETE", "/nodes/{node}/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED},
     {"GET", "/nodes/{node}/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED},
+    {"GET", "/nodes/{node}/v1/workloads/{id}/terminal", api_workload_terminal, AUTH_SIGNED},
     {NULL, NULL, NULL, AUTH_NONE},
 };

@@ -236,6 +236,10 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
     if (publish_assign_ranges(a) < 0 || publish_start(a, &publisher) < 0)
         goto out;
     agent_replay_wait(a);
+    if (agent_terminals_start(a) < 0) {
+        log_error("cannot start the terminal relay");
+        goto out;
+    }
 
     char host[128];
     int port;
@@ -288,8 +292,11 @@ out:
     /* First, so that stopping the API is not reported as a failure. */
     agent_watchdog_stop(watchdog);
     atomic_store(&a->stopping, 1);
+    /* Before the API: libmicrohttpd cannot stop with upgraded connections. */
+    agent_terminals_stop(a);
     if (a->http)
         http_server_stop(a->http, (int)conf->drain_timeout_s * 1000);
+    agent_terminals_free(a);
     a->http = NULL;
     ssh_server_stop(a->ssh);
     a->ssh = NULL;

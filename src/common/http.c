@@ -356,6 +356,62 @@ void http_stream_wake(struct http_stream *st)
     pthread_mutex_unlock(&st->lock);
 }
 
+/* ---------------------------------------------------------------- protocol switch */
+
+struct upgrade_call {
+    http_upgraded_fn fn; /* the caller's */
+    void *ctx;           /* its argument */
+};
+
+static void on_mhd_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls, const char *extra,
+                           size_t extra_len, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh)
+{
+    struct upgrade_call *u = cls;
+    struct http_request *req = req_cls;
+    if (req)
+        req->upgrade = NULL; /* switched: the completion has nothing to release */
+    http_upgraded_fn fn = u->fn;
+    void *ctx = u->ctx;
+    free(u);
+    fn(ctx, sock, extra, extra_len, (struct http_upgraded *)urh);
+}
+
+int http_reply_upgrade(struct http_request *req, const char *protocol, http_upgraded_fn on_upgraded, void *ctx)
+{
+    struct upgrade_call *u = calloc(1, sizeof *u);
+    if (!u)
+        return -1;
+    u->fn = on_upgraded;
+    u->ctx = ctx;
+    /* One response per connection, so its closure is this call alone. */
+    struct MHD_Response *resp = MHD_create_response_for_upgrade(on_mhd_upgrade, u);
+    if (!resp) {
+        free(u);
+        return -1;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_UPGRADE, protocol);
+    ASSERT(!req->replied);
+    add_common_headers(req, resp);
+    req->replied = 1;
+    req->status = MHD_HTTP_SWITCHING_PROTOCOLS;
+    req->upgrade = u;
+    int queued = MHD_queue_response(req->conn, MHD_HTTP_SWITCHING_PROTOCOLS, resp) == MHD_YES;
+    MHD_destroy_response(resp);
+    if (!queued) {
+        req->upgrade = NULL;
+        log_error("http: cannot queue the protocol switch for request %s", req->request_id);
+        free(u);
+        req->replied = 0;
+        return -1;
+    }
+    return 0;
+}
+
+void http_upgraded_close(struct http_upgraded *up)
+{
+    MHD_upgrade_action((struct MHD_UpgradeResponseHandle *)up, MHD_UPGRADE_ACTION_CLOSE);
+}
+
 /* ---------------------------------------------------------------- reading */
 
 const char *http_header(struct http_request *req, const char *name)
@@ -797,6 +853,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     conn_phase(req, HTTP_CONN_HEADERS); /* the next request on it, if any */
     if (req->resume_fn) /* resumed, but the connection closed before it replied */
         req->resume_fn(req, req->resume_ctx, 0);
+    if (req->upgrade) { /* the client left before the protocol switch */
+        struct upgrade_call *u = req->upgrade;
+        req->upgrade = NULL;
+        u->fn(u->ctx, -1, NULL, 0, NULL);
+        free(u);
+    }
     int64_t ms = clock_mono_ms() - req->start_ms;
     if (srv->on_done)
         srv->on_done(req, clock_mono_us() - req->start_us);
@@ -877,7 +939,9 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
      * poll() the workers learn of the quiesce through their ITC. */
     /* MHD_ALLOW_SUSPEND_RESUME: http_defer; a resume from another thread
      * wakes the connection's worker through its ITC. */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+    /* MHD_ALLOW_UPGRADE: http_reply_upgrade (the web terminal's WebSocket). */
+    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_ALLOW_UPGRADE;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     if (cfg->cert_file && cfg->cert_file[0]) {

@@ -360,3 +360,21 @@ out:
     }
     return rc;
 }
+
+int websocket_accept(const char *key, char out[64])
+{
+    unsigned char raw[32];
+    size_t kl = strlen(key);
+    /* 24 characters with "==" decode to 18 bytes of which 16 are the key. */
+    if (kl != 24 || key[22] != '=' || key[23] != '=' ||
+        EVP_DecodeBlock(raw, (const unsigned char *)key, (int)kl) != 18)
+        return -1;
+    char joined[64];
+    snprintf(joined, sizeof joined, "%s258EAFA5-E914-47DA-95CA-C5AB0DC85B11", key);
+    unsigned char sha[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    if (EVP_Digest(joined, strlen(joined), sha, &len, EVP_sha1(), NULL) != 1 || len != 20)
+        return -1;
+    EVP_EncodeBlock((unsigned char *)out, sha, 20);
+    return 0;
+}

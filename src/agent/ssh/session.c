@@ -238,11 +238,14 @@ static int find_program(const char *name, char *out, size_t outlen)
     return -1;
 }
 
-/* Forks the child: its own session (and controlling terminal) with a PTY,
- * its own process group otherwise, so signals reach what it started. Only
- * async-signal-safe calls between fork and exec. */
-static int spawn(struct ssh_chan *ch, struct argv_buf *argv, struct argv_buf *env, const char *cwd, char *msg,
-                 size_t msglen)
+/* Forks argv: with tty, its own session whose controlling terminal is a
+ * new PTY of size ws (fds[0] = fds[1] = the master, fds[2] = -1);
+ * otherwise its own process group on three pipes (fds: its stdin, stdout,
+ * stderr, the parent's ends). Either way signals to -*pid reach what it
+ * started. Only async-signal-safe calls between fork and exec. 0, or -1
+ * with msg. */
+static int spawn_process(int tty, const struct winsize *ws, struct argv_buf *argv, struct argv_buf *env,
+                         const char *cwd, pid_t *pid_out, int fds[3], char *msg, size_t msglen)
 {
     char prog[PATH_MAX];
     if (find_program(argv->v[0], prog, sizeof prog) < 0) {
@@ -251,8 +254,9 @@ static int spawn(struct ssh_chan *ch, struct argv_buf *argv, struct argv_buf *en
     }
     char *const *envp = env->n > 0 ? env->v : environ;
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, master = -1, slave = -1;
-    if (ch->tty) {
-        if (openpty(&master, &slave, NULL, NULL, &ch->ws) < 0) {
+    if (tty) {
+        struct winsize size = *ws;
+        if (openpty(&master, &slave, NULL, NULL, &size) < 0) {
             snprintf(msg, msglen, "openpty: %s", strerror(errno));
             return -1;
         }
@@ -273,7 +277,7 @@ static int spawn(struct ssh_chan *ch, struct argv_buf *argv, struct argv_buf *en
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(msg, msglen, "fork: %s", strerror(errno));
-        if (ch->tty) {
+        if (tty) {
             close(master);
             close(slave);
         } else {
@@ -288,7 +292,7 @@ static int spawn(struct ssh_chan *ch, struct argv_buf *argv, struct argv_buf *en
         static const int reset[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD};
         for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++)
             signal(reset[i], SIG_DFL);
-        if (ch->tty) {
+        if (tty) {
             setsid();
             ioctl(slave, TIOCSCTTY, 0);
             dup2(slave, 0), dup2(slave, 1), dup2(slave, 2);
@@ -302,18 +306,62 @@ static int spawn(struct ssh_chan *ch, struct argv_buf *argv, struct argv_buf *en
         execve(prog, argv->v, envp);
         _exit(127);
     }
-    ch->pid = pid;
-    if (ch->tty) {
+    *pid_out = pid;
+    if (tty) {
         close(slave);
-        ch->in_fd = ch->out_fd = master;
-        return ssh_chan_watch(ch, master, 0) < 0 ? -1 : 0;
+        fds[0] = fds[1] = master;
+        fds[2] = -1;
+        return 0;
     }
     close(in[0]), close(out[1]), close(err[1]);
-    ch->in_fd = in[1];
-    ch->out_fd = out[0];
-    ch->err_fd = err[0];
-    fcntl(ch->in_fd, F_SETFL, fcntl(ch->in_fd, F_GETFL) | O_NONBLOCK);
+    fds[0] = in[1];
+    fds[1] = out[0];
+    fds[2] = err[0];
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    return 0;
+}
+
+/* The channel's child, its output watched. */
+static int spawn(struct ssh_chan *ch, struct argv_buf *argv, struct argv_buf *env, const char *cwd, char *msg,
+                 size_t msglen)
+{
+    int fds[3];
+    if (spawn_process(ch->tty, &ch->ws, argv, env, cwd, &ch->pid, fds, msg, msglen) < 0)
+        return -1;
+    ch->in_fd = fds[0];
+    ch->out_fd = fds[1];
+    ch->err_fd = fds[2];
+    if (ch->tty)
+        return ssh_chan_watch(ch, ch->out_fd, 0) < 0 ? -1 : 0;
     return ssh_chan_watch(ch, ch->out_fd, 0) < 0 || ssh_chan_watch(ch, ch->err_fd, 1) < 0 ? -1 : 0;
+}
+
+/* The workload's interactive shell as an SSH shell channel with a PTY
+ * runs it (the runtime's shell: podman/docker exec into the container, or
+ * the sim's shell), for the web terminal (terminal.c). */
+int ssh_shell_start(struct agent *a, struct agent_node *n, const char *wl_id, const char *term, unsigned cols,
+                    unsigned rows, pid_t *pid, int *master, char *msg, size_t msglen)
+{
+    struct argv_buf argv = {0}, env = {0};
+    char cwd[PATH_MAX] = "";
+    struct winsize ws = {.ws_col = (unsigned short)cols, .ws_row = (unsigned short)rows};
+    int rc = -1;
+    pthread_mutex_lock(&n->lock);
+    struct workload *w = agent_node_workload(n, wl_id);
+    if (!w || w->removing || w->phase != WL_RUNNING)
+        snprintf(msg, msglen, "the workload is no longer running");
+    else
+        rc = a->rt->ops->shell(a->rt, w, NULL, 1, term, &argv, &env, cwd, sizeof cwd, msg, msglen) == STEP_OK ? 0
+                                                                                                              : -1;
+    pthread_mutex_unlock(&n->lock);
+    int fds[3];
+    if (rc == 0)
+        rc = spawn_process(1, &ws, &argv, &env, cwd, pid, fds, msg, msglen);
+    if (rc == 0)
+        *master = fds[0];
+    argv_free(&argv);
+    argv_free(&env);
+    return rc;
 }
 
 /* Starts what the channel asked for: command (NULL for a shell) or, with

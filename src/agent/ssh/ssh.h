@@ -17,7 +17,8 @@
  *              workload listens on (in its container's namespaces with
  *              podman/docker), everything else refused
  *
- * agent.h includes this header for the first three functions; the rest is
+ * agent.h includes this header for the first four functions (the fourth,
+ * ssh_shell_start, is the web terminal's way to the same shell); the rest is
  * shared by the three files alone. Threading: a connection's session, its
  * channels and children are touched only by its own thread; the server's
  * counters and the failed-login table are guarded by ssh_server.lock. */
@@ -47,6 +48,15 @@ void ssh_server_stop(struct ssh_server *s);
  * network namespace. 1, 0. Also
  * what publish.c asks before it relays a connection. */
 int ssh_forward_port_owned(const char *wl_id, long container_pid, int port);
+
+/* The shell an SSH session with a PTY of cols x rows and TERM term gets
+ * in workload wl_id of node n (running, not being removed), started the
+ * same way: the web terminal's (terminal.c). 0 with *pid (its own session
+ * and process group) and *master (the PTY's master, close-on-exec), or -1
+ * with msg. Takes n->lock itself. */
+struct agent_node;
+int ssh_shell_start(struct agent *a, struct agent_node *n, const char *wl_id, const char *term, unsigned cols,
+                    unsigned rows, pid_t *pid, int *master, char *msg, size_t msglen);
 
 #ifdef GPURENT_SSH_INTERNAL
 #include <libssh/callbacks.h>

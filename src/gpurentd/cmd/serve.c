@@ -272,7 +272,7 @@ int cmd_serve(int argc, char **argv)
     };
     srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
     if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0 || logs_proxy_start() < 0 ||
-        mailer_start() < 0 || app_scaler_start() < 0)
+        mailer_start() < 0 || app_scaler_start() < 0 || terminal_relay_start() < 0)
         goto out;
     if (conf.metrics_listen[0]) {
         /* Same limits, no TLS and no key: a private scrape address. */
@@ -314,6 +314,9 @@ int cmd_serve(int argc, char **argv)
     /* Deferred log reads are answered first: the server cannot stop while
      * a connection is suspended. */
     logs_proxy_stop();
+    /* Open terminals likewise: the server cannot stop with upgraded
+     * connections. */
+    terminal_relay_stop();
     http_server_stop(srv, (int)conf.drain_timeout_s * 1000);
     srv = NULL;
     status = 0;
@@ -322,8 +325,10 @@ int cmd_serve(int argc, char **argv)
 out:
     watchdog_stop();
     logs_proxy_stop();
+    terminal_relay_stop();
     http_server_stop(metrics_srv, 0);
     http_server_stop(srv, 0);
+    terminal_relay_free();
     heartbeat_stop();
     reconciler_stop();
     billing_stop();

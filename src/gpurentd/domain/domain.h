@@ -123,6 +123,9 @@ struct daemon_conf {
     char public_url[256];             /* the API's address as users reach it, for mail text */
     int64_t email_strip_plus_tags;    /* 1: a+tag@x is a@x for uniqueness */
     char email_dotless_domains[512];  /* domains whose local part ignores dots, comma-separated */
+    int64_t terminal_token_ttl_s;     /* seconds a web terminal token works */
+    int64_t max_terminals;            /* web terminals open at once, everyone's */
+    int64_t max_terminals_per_user;   /* the same, one user's */
     /* Sign-ups per hour per client address and per /24 (IPv6 /64); 0 no
      * limit. Changed on SIGHUP like the login limits (atomic). */
     _Atomic int64_t signup_rate_per_address;
@@ -280,6 +283,20 @@ void node_connect_host(const char *public_host, const char *agent_url, char *out
  * block per rank with a node reporting SSH; malloc'd, caller frees), or
  * NULL on a store error. */
 char *instance_ssh_config(struct store *s, const struct instance *in);
+
+/* terminal_tokens.c: the web terminal's single-use tokens, kept hashed in
+ * memory (a restart drops those not yet used). */
+#define TERMINAL_TOKEN_MAX 69 /* "trm_" + 64 hex digits + NUL */
+enum terminal_token_result { TOKEN_OK, TOKEN_UNKNOWN, TOKEN_EXPIRED, TOKEN_OTHER_INSTANCE };
+/* A new token for user_id's terminal on rank of instance_id, valid ttl_s
+ * seconds of clock_now(): 0 with token and *expires_at; -1 when too many
+ * are outstanding (the user's or everyone's), -2 when no randomness. */
+int terminal_token_issue(const char *user_id, const char *instance_id, int64_t rank, int64_t ttl_s,
+                         char token[TERMINAL_TOKEN_MAX], int64_t *expires_at);
+/* Takes token (it never works again) for instance_id: TOKEN_OK with the
+ * user and rank it was issued for, or why not. */
+enum terminal_token_result terminal_token_take(const char *token, const char *instance_id, char user_id[ID_MAX],
+                                               int64_t *rank);
 
 /* runspec.c: the bounds of what an instance runs (contract of issue 12). */
 #define RUN_COMMAND_MAX_WORDS 64

@@ -19,7 +19,9 @@
  *   api_logs.c     instance logs, read from agents by the logs proxy
  *   api_apps.c     the app marketplace and gpurent-gateway's signed
  *                  internal API (issue 17)
- *   api_console.c  the web console's static files (/console) and / */
+ *   api_console.c  the web console's static files (/console) and /
+
+ *   api_terminal.c the web terminal: its tokens and its WebSocket */
 #ifndef GPURENT_API_H
 #define GPURENT_API_H
 
@@ -147,6 +149,9 @@ void api_instances_ssh_config(struct http_request *req);
 
 /* api_logs.c */
 void api_instances_logs(struct http_request *req);
+/* api_terminal.c */
+void api_terminal_tokens_create(struct http_request *req);
+void api_instances_terminal(struct http_request *req);
 
 /* api_ssh_keys.c */
 void api_ssh_keys_create(struct http_request *req);

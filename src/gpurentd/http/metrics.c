@@ -300,6 +300,10 @@ void api_metrics(struct http_request *req)
             "# HELP gpurent_logs_reads_pending Log reads (GET /v1/instances/{id}/logs) waiting on a node's agent.\n"
             "# TYPE gpurent_logs_reads_pending gauge\ngpurent_logs_reads_pending %lld\n",
             (long long)logs_proxy_pending());
+    fprintf(f,
+            "# HELP gpurent_terminals_open Web terminals open or opening (each holds a connection, no HTTP thread).\n"
+            "# TYPE gpurent_terminals_open gauge\ngpurent_terminals_open %lld\n",
+            (long long)terminal_relay_open_count());
     signup_metrics_write(f);
     struct billing_failures bf;
     billing_failures(&bf);

@@ -63,6 +63,9 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/instances/{id}/events",   api_instances_events,    AUTH_USER },
     {"GET",    "/v1/instances/{id}/ssh-config", api_instances_ssh_config, AUTH_USER },
     {"GET",    "/v1/instances/{id}/logs",     api_instances_logs,      AUTH_USER },
+    {"POST",   "/v1/instances/{id}/terminal-tokens", api_terminal_tokens_create, AUTH_USER },
+    /* The token in the query authorises it: a browser WebSocket carries no key. */
+    {"GET",    "/v1/instances/{id}/terminal", api_instances_terminal,  AUTH_NONE },
 
     {"POST",   "/v1/ssh-keys",                api_ssh_keys_create,     AUTH_USER },
     {"GET",    "/v1/ssh-keys",                api_ssh_keys_list,       AUTH_USER },

@@ -16,7 +16,10 @@
  *                   requests, on its own thread
  *   mailer.c        sends the outbox's mail (SMTP via common/smtp.c) with
  *                   retries, or logs it when no smtp_url is set
- *   app_scaler.c    apps' replicas to the gateways' demand (issue 17) */
+ *   app_scaler.c    apps' replicas to the gateways' demand (issue 17)
+
+ *   terminal_relay.c  the web terminal: one thread relaying every browser
+ *                   WebSocket (wslay) to its agent's terminal stream */
 #ifndef GPURENT_LOOPS_H
 #define GPURENT_LOOPS_H
 
@@ -192,5 +195,37 @@ void logs_follow_done(void *f);
 void logs_follow_start(struct logs_follow *f, struct http_stream *st);
 /* Frees a follow that never started (http_reply_stream failed). */
 void logs_follow_free(struct logs_follow *f);
+
+/* terminal_relay.c: the web terminal's relay (one thread, one poll loop).
+ * The handler reserves a slot, then switches the browser's connection with
+ * terminal_relay_upgraded as the callback and a malloc'd target as ctx. */
+struct terminal_target {
+    char user_id[ID_MAX];     /* whose terminal (the token's user) */
+    char instance_id[ID_MAX];
+    int64_t rank;
+    char agent_url[513];      /* the rank's node */
+    char secret[65];          /* its signing key: stays in the daemon */
+    char node_name[64];
+    char workload_id[ID_MAX]; /* the rank's workload at the agent */
+    unsigned cols, rows;      /* the first size of the PTY */
+};
+int terminal_relay_start(void);
+/* A terminal for user_id may open: 0 (reserved until it ends); -1 when
+ * max_terminals are open (or the relay is stopping), -2 when the user has
+ * max_terminals_per_user. */
+int terminal_relay_reserve(const char *user_id);
+/* Gives back a reservation whose terminal never opened. */
+void terminal_relay_release(const char *user_id);
+/* The http_upgraded_fn of the switch: takes ctx (a struct terminal_target)
+ * and the reservation. */
+void terminal_relay_upgraded(void *ctx, int fd, const char *extra, size_t extra_len, struct http_upgraded *up);
+/* Terminals reserved or open. */
+int64_t terminal_relay_open_count(void);
+/* Closes every terminal (1001 to the browser, the agent connection shut)
+ * and stops the thread: before the HTTP server stops, which cannot with
+ * upgraded connections. Safe if never started. */
+void terminal_relay_stop(void);
+/* After the HTTP server stopped: frees what is left. */
+void terminal_relay_free(void);
 
 #endif

@@ -236,12 +236,13 @@ static void check_route(const struct http_route *r, int *n)
         problem(n, "route %s %s: its security requirement is not bearerAuth", r->method, r->pattern);
 
     /* At least one success reply is described (a redirect is the whole
-     * answer of GET /, which sends browsers to the console). */
+     * answer of GET /, which sends browsers to the console; for the web
+     * terminal's WebSocket, the protocol switch: 101). */
     int success = 0;
     const char *status;
     json_t *resp;
     json_object_foreach(json_object_get(op, "responses"), status, resp)
-        if (status[0] == '2' || (status[0] == '3' && strcmp(status, "304") != 0))
+        if (status[0] == '2' || strcmp(status, "101") == 0 || (status[0] == '3' && strcmp(status, "304") != 0))
             success = 1;
     if (!success)
         problem(n, "route %s %s documents no 2xx response", r->method, r->pattern);

@@ -1,0 +1,359 @@
+"""test_terminal.py: the web terminal end to end with a real WebSocket client
+(Debian's python3-websocket) against a real daemon and a sim fleet: a token
+from POST /v1/instances/{id}/terminal-tokens opens the WebSocket, typed bytes
+reach the workload's shell and its output comes back, a resize reaches the
+PTY (`stty size`), `exit 3` closes with 1000 "exit 3"; the token is single
+use, expires on the testing clock, is bound to its instance, user and rank;
+bad bodies are 400s, another user's instance 404, a stopped one 409; a
+cross-site Origin is 403; ping is answered, an oversize message closes with
+1009 and a malformed frame with 1002; more terminals than HTTP pool threads
+stay open while /healthz answers (none holds a thread); the daemon stops
+cleanly on SIGTERM with terminals open. The agent's terminal route: signed
+only, unknown workload 404."""
+import json
+import re
+import secrets
+import socket
+import struct
+import time
+
+import pytest
+import requests
+import websocket
+
+from agent_util import poll, sign
+from harness import assert_error
+from instances_util import DEADLINE, cloud, cloud_with  # noqa: F401  (fixtures)
+
+IMAGE = "rocm/pytorch:2.3-rocm6.2"
+cloud_small_pool = cloud_with(threads="2", max_terminals_per_user="100")
+cloud_two_terminals = cloud_with(max_terminals="2", max_terminals_per_user="1")
+
+
+def running(c, cards=8, nodes=1, user=None):
+    if not c.fleets:
+        c.fleet(nodes)
+    u = user or c.user()
+    inst = c.create(u, card_count=cards, image=IMAGE)
+    c.wait_state(u, inst["id"], "running")
+    return u, inst
+
+
+def token(c, u, inst_id, rank=0, expect=201):
+    r = c.d.post(f"/v1/instances/{inst_id}/terminal-tokens", key=u.key, json={"rank": rank})
+    assert r.status_code == expect, r.text
+    return r.json()
+
+
+def ws_url(c, path):
+    return "ws://" + c.d.base_url[len("http://"):] + path
+
+
+def connect(c, tok, **kw):
+    ws = websocket.create_connection(ws_url(c, tok["url"]), timeout=DEADLINE, **kw)
+    return ws
+
+
+class Screen:
+    """What a terminal printed, read until a pattern shows."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.text = ""
+        self.close = None  # (code, reason) once the server closed
+
+    def read_until(self, pattern, timeout=DEADLINE):
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.text):
+            if self.close is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} not seen; screen:\n{self.text[-2000:]}\nclose: {self.close}")
+            self.ws.settimeout(max(0.1, deadline - time.monotonic()))
+            op, data = self.ws.recv_data(control_frame=True)
+            if op == websocket.ABNF.OPCODE_BINARY:
+                self.text += data.decode("utf-8", "replace")
+            elif op == websocket.ABNF.OPCODE_CLOSE:
+                self.close = (struct.unpack("!H", data[:2])[0] if len(data) >= 2 else None,
+                              data[2:].decode("utf-8", "replace"))
+        return re.search(pattern, self.text)
+
+    def wait_close(self, timeout=DEADLINE):
+        deadline = time.monotonic() + timeout
+        while self.close is None:
+            assert time.monotonic() < deadline, f"no close; screen:\n{self.text[-2000:]}"
+            self.ws.settimeout(max(0.1, deadline - time.monotonic()))
+            op, data = self.ws.recv_data(control_frame=True)
+            if op == websocket.ABNF.OPCODE_BINARY:
+                self.text += data.decode("utf-8", "replace")
+            elif op == websocket.ABNF.OPCODE_CLOSE:
+                self.close = (struct.unpack("!H", data[:2])[0] if len(data) >= 2 else None,
+                              data[2:].decode("utf-8", "replace"))
+        return self.close
+
+
+def type_(ws, text):
+    ws.send_binary(text.encode())
+
+
+def test_echo_resize_and_exit_status(cloud):
+    c = cloud
+    u, inst = running(c)
+    tok = token(c, u, inst["id"])
+    assert tok["rank"] == 0 and tok["url"] == f"/v1/instances/{inst['id']}/terminal?token={tok['token']}", tok
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", tok["expires_at"]), tok
+    ws = connect(c, tok)
+    s = Screen(ws)
+    word = f"hello-{secrets.randbelow(10**9)}"
+    type_(ws, f"echo {word}\n")
+    s.read_until(re.escape(word) + r"\r?\n")  # the output, not only the echo of the typing
+    ws.send(json.dumps({"type": "resize", "cols": 123, "rows": 45}))
+    type_(ws, "stty size\n")
+    s.read_until(r"45 123")
+    ws.ping(b"are-you-there")
+    ws.settimeout(DEADLINE)
+    while True:
+        op, data = ws.recv_data(control_frame=True)
+        if op == websocket.ABNF.OPCODE_PONG:
+            assert data == b"are-you-there"
+            break
+    type_(ws, "exit 3\n")
+    assert s.wait_close() == (1000, "exit 3")
+    ws.close()
+
+
+def test_token_single_use_and_bound(cloud):
+    c = cloud
+    u, inst = running(c)
+    tok = token(c, u, inst["id"])
+    ws = connect(c, tok)
+    type_(ws, "exit 0\n")
+    assert Screen(ws).wait_close() == (1000, "exit 0")
+    ws.close()
+    # Used: refused before the upgrade.
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, tok)
+    assert e.value.status_code == 401
+    # Another rank than issued for.
+    tok = token(c, u, inst["id"])
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, {"url": tok["url"] + "&rank=1"})
+    assert e.value.status_code == 403
+    # Another instance's path with this instance's token.
+    tok = token(c, u, inst["id"])
+    other = tok["url"].replace(inst["id"], "ins_" + "0" * 20)
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, {"url": other})
+    assert e.value.status_code == 403
+    # A made-up token.
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, {"url": f"/v1/instances/{inst['id']}/terminal?token=trm_" + "a" * 64})
+    assert e.value.status_code == 401
+    # No token at all.
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, {"url": f"/v1/instances/{inst['id']}/terminal"})
+    assert e.value.status_code == 401
+
+
+def test_token_expires_on_the_clock(cloud):
+    c = cloud
+    u, inst = running(c)
+    tok = token(c, u, inst["id"])
+    c.d.advance_clock(61)  # terminal_token_ttl_s is 60 by default
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, tok)
+    assert e.value.status_code == 401
+
+
+def test_bad_bodies_other_users_and_stopped(cloud):
+    c = cloud
+    u, inst = running(c)
+    path = f"/v1/instances/{inst['id']}/terminal-tokens"
+    for body, code in [("{", "malformed_json"), ('{"rank": "0"}', "invalid_field"), ("{}", "missing_field"),
+                       ('{"rank": 0, "shell": "/bin/zsh"}', "unknown_field"), ('{"rank": 1}', "invalid_field"),
+                       ('{"rank": -1}', "invalid_field"), ('{"rank": 99999999999}', "invalid_field"),
+                       ('[0]', "not_an_object"), ('{"rank": 0.5}', "invalid_field")]:
+        r = c.d.post(path, key=u.key, data=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["error"]["code"] == code, (body, r.text)
+    r = c.d.post(path, key=u.key, data='{"rank": 0, "pad": "' + "x" * (2 << 20) + '"}',
+                 headers={"Content-Type": "application/json"})
+    assert r.status_code == 413, r.text
+    r = c.d.post(path, json={"rank": 0})
+    assert r.status_code == 401, r.text
+    other = c.user()
+    assert_error(c.d.post(path, key=other.key, json={"rank": 0}), 404, "not_found")
+    assert_error(c.d.post("/v1/instances/ins_nope/terminal-tokens", key=u.key, json={"rank": 0}), 404, "not_found")
+    # A token of u's is no use for another user either (the instance is u's).
+    tok = token(c, u, inst["id"])
+    r = c.d.post(f"/v1/instances/{inst['id']}/stop", key=u.key)
+    assert r.status_code in (200, 202), r.text
+    c.wait_state(u, inst["id"], "stopped")
+    r = c.d.post(path, key=u.key, json={"rank": 0})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "invalid_state", r.text
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, tok)
+    assert e.value.status_code == 409
+
+
+def test_cross_site_origin_and_bad_handshakes(cloud):
+    c = cloud
+    u, inst = running(c)
+    tok = token(c, u, inst["id"])
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, tok, origin="https://evil.example")
+    assert e.value.status_code == 403
+    # The token was not spent by the refusal: the same-site page opens it.
+    ws = connect(c, tok, origin=c.d.base_url)
+    type_(ws, "exit 0\n")
+    assert Screen(ws).wait_close() == (1000, "exit 0")
+    ws.close()
+    # Not a WebSocket request at all: 400, whatever the token.
+    r = requests.get(c.d.url(tok["url"]), timeout=DEADLINE)
+    assert r.status_code == 400, r.text
+    r = requests.head(c.d.url(tok["url"]), timeout=DEADLINE)
+    assert r.status_code == 400
+    r = requests.options(c.d.url(tok["url"]), timeout=DEADLINE)
+    assert r.status_code == 204 and "GET" in r.headers["Allow"], r.headers
+    r = requests.get(c.d.url(tok["url"] + "&frob=1"), timeout=DEADLINE)
+    assert r.status_code == 400, r.text
+
+
+def test_oversize_and_malformed_frames(cloud):
+    c = cloud
+    u, inst = running(c)
+    ws = connect(c, token(c, u, inst["id"]))
+    ws.send_binary(b"x" * (65536 + 1))
+    assert Screen(ws).wait_close()[0] == 1009
+    ws.close()
+    ws = connect(c, token(c, u, inst["id"]))
+    # A frame with a reserved bit set and no mask: not RFC 6455 from a client.
+    ws.sock.sendall(bytes([0x80 | 0x40 | 0x2, 3]) + b"abc")
+    assert Screen(ws).wait_close()[0] == 1002
+    ws.close()
+    ws = connect(c, token(c, u, inst["id"]))
+    ws.send(json.dumps({"type": "resize", "cols": 0, "rows": 10}))
+    assert Screen(ws).wait_close()[0] == 1003
+    ws.close()
+
+
+def test_more_terminals_than_pool_threads(cloud_small_pool):
+    c = cloud_small_pool
+    u, inst = running(c)
+    socks = []
+    for _ in range(6):  # three times the pool
+        ws = connect(c, token(c, u, inst["id"]))
+        socks.append((ws, Screen(ws)))
+    r = requests.get(c.d.url("/healthz"), timeout=10)
+    assert r.status_code == 200, r.text
+    r = c.d.get("/metrics", key=c.d.admin_key)
+    assert re.search(r"^gpurent_terminals_open 6$", r.text, re.M), r.text
+    for i, (ws, s) in enumerate(socks):
+        type_(ws, f"echo term-{i}-$((6*7))\n")
+        s.read_until(f"term-{i}-42")
+    # SIGTERM with the terminals open: a clean exit, no sanitizer report.
+    fleets = list(c.fleets)
+    c.d.stop()
+    for ws, s in socks:
+        code, _ = s.wait_close()
+        assert code == 1001
+        ws.close()
+    assert fleets
+
+
+def test_terminal_limits(cloud_two_terminals):
+    c = cloud_two_terminals
+    c.fleet(3)
+    u, inst = running(c)
+    ws1 = connect(c, token(c, u, inst["id"]))
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, token(c, u, inst["id"]))
+    assert e.value.status_code == 429
+    v, inst2 = running(c)
+    ws2 = connect(c, token(c, v, inst2["id"]))
+    w, inst3 = running(c)
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, token(c, w, inst3["id"]))
+    assert e.value.status_code == 503
+    for ws in (ws1, ws2):
+        type_(ws, "exit 0\n")
+        assert Screen(ws).wait_close() == (1000, "exit 0")
+        ws.close()
+    # Closed terminals give their slots back.
+    poll(lambda: _opens(c, w, inst3["id"]), DEADLINE, "a terminal slot free again")
+
+
+def _opens(c, u, inst_id):
+    try:
+        ws = connect(c, token(c, u, inst_id))
+    except websocket.WebSocketBadStatusException:
+        return None
+    ws.close()
+    return True
+
+
+def test_agent_route_signed_only(cloud):
+    c = cloud
+    u, inst = running(c)
+    (agent_url, secret), = c.d.sql("SELECT agent_url, secret FROM nodes WHERE id = ?", (inst["nodes"][0]["node_id"],))
+    (wl,), = c.d.sql("SELECT workload_id FROM instance_nodes WHERE instance_id = ? AND rank = 0", (inst["id"],))
+    base_path = agent_url.split("://", 1)[1].partition("/")[2]
+    base_path = "/" + base_path.rstrip("/") if base_path else ""
+    up = {"Upgrade": "gpurent-terminal", "Connection": "Upgrade"}
+    # Unsigned: refused before anything starts.
+    r = requests.get(f"{agent_url}/v1/workloads/{wl}/terminal", headers=up, timeout=10)
+    assert r.status_code == 401, r.text
+    # Signed, for a workload the node does not have: 404.
+    path = "/v1/workloads/wl_unknown/terminal"
+    r = requests.get(agent_url + path, headers={**up, **sign(secret, "GET", base_path + path)}, timeout=10)
+    assert r.status_code == 404, r.text
+    # Signed, but the query is not the signed one: refused.
+    path = f"/v1/workloads/{wl}/terminal?cols=80&rows=24"
+    h = {**up, **sign(secret, "GET", base_path + path)}
+    r = requests.get(agent_url + path.replace("cols=80", "cols=81"), headers=h, timeout=10)
+    assert r.status_code == 401, r.text
+    # Signed without the Upgrade header: 400, no shell started.
+    r = requests.get(agent_url + path, headers=sign(secret, "GET", base_path + path), timeout=10)
+    assert r.status_code == 400, r.text
+
+
+def test_rank_one_of_two_nodes_and_hangup(cloud):
+    c = cloud
+    u, inst = running(c, cards=16, nodes=2)
+    (wl1,), = c.d.sql("SELECT workload_id FROM instance_nodes WHERE instance_id = ? AND rank = 1", (inst["id"],))
+    tok = token(c, u, inst["id"], rank=1)
+    assert tok["rank"] == 1
+    ws = connect(c, tok)
+    s = Screen(ws)
+    type_(ws, 'echo "rank=$NODE_RANK wl=$GPURENT_WORKLOAD pid=$$"\n')
+    m = s.read_until(r"rank=(\d+) wl=(\S+) pid=(\d+)\r?\n")
+    assert m.group(1) == "1" and m.group(2) == wl1, s.text
+    pid = int(m.group(3))
+    # The browser leaves: the agent hangs the shell up.
+    ws.close()
+    poll(lambda: not _alive(pid), DEADLINE, f"shell {pid} hung up")
+    # Rank 2 is none of this instance's.
+    r = c.d.post(f"/v1/instances/{inst['id']}/terminal-tokens", key=u.key, json={"rank": 2})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "rank", r.text
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_agent_stops_cleanly_with_a_terminal_open(cloud):
+    c = cloud
+    u, inst = running(c)
+    ws = connect(c, token(c, u, inst["id"]))
+    s = Screen(ws)
+    type_(ws, 'echo "pid=$$"\n')
+    pid = int(s.read_until(r"pid=(\d+)\r?\n").group(1))
+    # SIGTERM to the agent: its shells are hung up and reaped, it exits 0
+    # with no sanitizer report, and the browser hears why (1011, the node).
+    c.fleets[0].stop()
+    code, reason = s.wait_close()
+    assert code == 1011 and "node" in reason, (code, reason)
+    ws.close()
+    assert not _alive(pid)
