@@ -93,19 +93,15 @@ const scenarios = {
       return s && (s.dataset.state === "open" || s.dataset.unavailable === "1" || s.classList.contains("error"));
     }, null, { timeout: DEADLINE });
     const st = await page.$eval("#terminal-status", (s) => ({ ...s.dataset, text: s.textContent }));
-    if (st.unavailable === "1") {
-      note(`SKIP terminal: POST /v1/instances/{id}/terminal-tokens answers 404 on this server (the terminal back end is not merged yet): ${st.text}`);
-    } else {
-      if (st.state !== "open") throw new Error(`terminal did not open: ${st.text}`);
-      await page.click("#terminal");
-      await page.keyboard.type("echo console-$((6*7))\n");
-      await page.waitForFunction(() => {
-        const b = window.gpurentTerminal && window.gpurentTerminal.buffer.active;
-        if (!b) return false;
-        for (let i = 0; i < b.length; i++) if ((b.getLine(i)?.translateToString() || "").includes("console-42")) return true;
-        return false;
-      }, null, { timeout: DEADLINE });
-    }
+    if (st.state !== "open") throw new Error(`terminal did not open: ${st.text}`);
+    await page.click("#terminal");
+    await page.keyboard.type("echo console-$((6*7))\n");
+    await page.waitForFunction(() => {
+      const b = window.gpurentTerminal && window.gpurentTerminal.buffer.active;
+      if (!b) return false;
+      for (let i = 0; i < b.length; i++) if ((b.getLine(i)?.translateToString() || "").includes("console-42")) return true;
+      return false;
+    }, null, { timeout: DEADLINE });
     await page.goto(`${base}/console#/instances/${id}`);
 
     // The log line the command wrote, followed as it streams.
