@@ -117,8 +117,11 @@ int cursor_decode(const char *cursor, int64_t *t, char *id, size_t idlen)
     size_t rlen = strlen(rest);
     if (rlen == 0 || rlen >= idlen)
         return -1;
+    /* The characters of ids (lower case, digits, '_') and of invite codes
+     * (upper case, digits, '-'): a key of anything else was not ours. */
     for (const char *p = rest; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+              *p == '-'))
             return -1;
     /* Only the spelling cursor_encode writes: no leading zeros, no stray
      * bits in the last character, nothing (not even NULs) after the id. */

@@ -57,7 +57,8 @@ void throttle_clear(const char *key);
 struct page {
     int64_t limit;         /* rows to show */
     int64_t after_t;       /* cursor: sort key of the last row seen (-1: first page) */
-    char after_id[ID_MAX]; /* cursor: that row's id ("" on the first page) */
+    char after_id[40];     /* cursor: that row's id or other unique key, such as an invite code of
+                            * up to 32 bytes ("" on the first page) */
 };
 /* Reads limit (1..max, default def) and cursor; replies 400 and returns -1
  * if either is bad. */
@@ -203,6 +204,7 @@ void api_invite_redeem(struct http_request *req);
 /* The 400 for an invite code that could not be redeemed (field names it in
  * the request), saying whether it is unknown, expired or used up. */
 void api_invite_refused(struct http_request *req, const char *field, const char *code);
+void api_invite_codes_list(struct http_request *req);
 void api_invite_codes_get(struct http_request *req);
 void api_invite_codes_create(struct http_request *req);
 void api_grants_create(struct http_request *req);

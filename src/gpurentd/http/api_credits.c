@@ -347,17 +347,49 @@ void api_grants_create(struct http_request *req)
     json_decref(body);
 }
 
+/* The code as made and its uses so far. */
+static json_t *invite_full_json(const struct invite_code *c)
+{
+    json_t *j = invite_day_json(invite_json(c), c->max_uses_per_day);
+    json_object_set_new(j, "uses", json_integer(c->uses));
+    json_object_set_new(j, "created_at", json_time(c->created_at, 0));
+    return j;
+}
+
+#define INVITE_PAGE_MAX 200
+
+/* GET /v1/admin/invite-codes: every code, oldest first, a page at a time. */
+void api_invite_codes_list(struct http_request *req)
+{
+    static const char *const allowed[] = {"limit", "cursor", NULL};
+    struct page pg;
+    if (http_query_allow(req, allowed) < 0 || page_begin(req, INVITE_PAGE_MAX, 50, &pg) < 0)
+        return;
+    struct invite_code *codes;
+    size_t n;
+    struct store *s = store_thread();
+    /* One extra row tells whether another page follows. */
+    if (!s || store_invite_list(s, pg.after_t, pg.after_id, (size_t)pg.limit + 1, &codes, &n) != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
+    json_t *data = json_array();
+    size_t shown = page_shown(&pg, n);
+    for (size_t i = 0; i < shown; i++)
+        json_array_append_new(data, invite_full_json(&codes[i]));
+    json_t *next = n > shown ? page_cursor(codes[shown - 1].created_at, codes[shown - 1].code) : json_null();
+    free(codes);
+    http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
+}
+
 /* GET /v1/admin/invite-codes/{code}: the code as made, with its uses so far
  * (where POST's 201 Location points). */
 void api_invite_codes_get(struct http_request *req)
 {
     char code[33];
     struct invite_code c;
-    int64_t per_day = 0;
     struct store *s = store_thread();
     int rc = !s ? STORE_ERROR : code_normalize(req->params[0], code) < 0 ? STORE_NOT_FOUND : store_invite_get(s, code, &c);
-    if (rc == STORE_OK)
-        rc = store_invite_day_cap(s, c.code, &per_day);
     if (rc == STORE_NOT_FOUND) {
         http_error(req, ERR_NOT_FOUND, NULL, "no invite code %.32s", req->params[0]);
         return;
@@ -366,10 +398,7 @@ void api_invite_codes_get(struct http_request *req)
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    json_t *j = invite_day_json(invite_json(&c), per_day);
-    json_object_set_new(j, "uses", json_integer(c.uses));
-    json_object_set_new(j, "created_at", json_time(c.created_at, 0));
-    http_reply_json(req, 200, j);
+    http_reply_json(req, 200, invite_full_json(&c));
 }
 
 /* GET /v1/admin/users/{id}/grants/{grant_id}: one credit grant as it stands

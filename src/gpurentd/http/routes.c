@@ -89,6 +89,7 @@ const struct http_route daemon_routes[] = {
     {"PUT",    "/v1/admin/storage-prices/{region}", api_storage_prices_put, AUTH_ADMIN},
     {"POST",   "/v1/invite-codes/redeem",     api_invite_redeem,       AUTH_USER },
     {"POST",   "/v1/admin/invite-codes",      api_invite_codes_create, AUTH_ADMIN},
+    {"GET",    "/v1/admin/invite-codes",      api_invite_codes_list,   AUTH_ADMIN},
     {"GET",    "/v1/admin/invite-codes/{code}", api_invite_codes_get,  AUTH_ADMIN},
     {"POST",   "/v1/admin/users/{id}/grants", api_grants_create,       AUTH_ADMIN},
     {"POST",   "/v1/admin/users/{id}/topups", api_topups_create,       AUTH_ADMIN},

@@ -646,8 +646,13 @@ struct invite_code {
     int64_t max_uses;    /* 0: unlimited */
     int64_t uses;        /* so far */
     int64_t created_at;  /* when */
+    int64_t max_uses_per_day; /* 0: no daily cap (0021) */
 };
 int store_invite_get(struct store *s, const char *code, struct invite_code *out);
+/* Codes made after (after_created, after_code), oldest first, at most max;
+ * free *out. */
+int store_invite_list(struct store *s, int64_t after_created, const char *after_code, size_t max,
+                      struct invite_code **out, size_t *n);
 int store_invite_insert(struct store *s, const struct invite_code *c);
 /* Records a redemption and counts the use; STORE_CONFLICT if this user
  * already redeemed the code. */

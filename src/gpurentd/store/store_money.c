@@ -68,9 +68,12 @@ static const char SQL_GRANT_RESTORE[] =
     " AND remaining + ?2 <= amount";
 static const char SQL_GRANT_VOID[] =
     "UPDATE credit_grants SET remaining = 0, voided_at = ?2 WHERE id = ?1 AND voided_at IS NULL";
-static const char SQL_INVITE_GET[] =
-    "SELECT code, amount, coalesce(credit_days, 0), coalesce(expires_at, 0), coalesce(max_uses, 0), uses, created_at"
-    " FROM invite_codes WHERE code = ?";
+#define INVITE_COLUMNS                                                                                     \
+    "code, amount, coalesce(credit_days, 0), coalesce(expires_at, 0), coalesce(max_uses, 0), uses, created_at," \
+    " coalesce(max_uses_per_day, 0)"
+static const char SQL_INVITE_GET[] = "SELECT " INVITE_COLUMNS " FROM invite_codes WHERE code = ?";
+static const char SQL_INVITE_LIST[] = "SELECT " INVITE_COLUMNS " FROM invite_codes"
+                                      " WHERE (created_at, code) > (?, ?) ORDER BY created_at, code LIMIT ?";
 static const char SQL_INVITE_INSERT[] =
     "INSERT INTO invite_codes (code, amount, credit_days, expires_at, max_uses, created_at)"
     " VALUES (?, ?, nullif(?, 0), nullif(?, 0), nullif(?, 0), ?)";
@@ -479,6 +482,7 @@ static void read_invite(sqlite3_stmt *st, void *row)
     c->max_uses = sqlite3_column_int64(st, 4);
     c->uses = sqlite3_column_int64(st, 5);
     c->created_at = sqlite3_column_int64(st, 6);
+    c->max_uses_per_day = sqlite3_column_int64(st, 7);
 }
 
 int store_invite_get(struct store *s, const char *code, struct invite_code *out)
@@ -488,6 +492,23 @@ int store_invite_get(struct store *s, const char *code, struct invite_code *out)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
     return store_read_one(s, st, out, read_invite, "get invite code");
+}
+
+int store_invite_list(struct store *s, int64_t after_created, const char *after_code, size_t max,
+                      struct invite_code **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_INVITE_LIST);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, after_created);
+    sqlite3_bind_text(st, 2, after_code ? after_code : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
+    void *rows;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_invite, "list invite codes");
+    *out = rows;
+    return rc;
 }
 
 int store_invite_insert(struct store *s, const struct invite_code *c)

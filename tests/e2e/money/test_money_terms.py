@@ -175,3 +175,35 @@ def test_another_currency_and_trial_credit_show_everywhere(new_cluster):
     assert err["message"].startswith("1.60 USD needed"), err
     assert accrue(PRICE["MI450"], 8, 600) == 1_600_000
     assert micro(err["available"]) == credit + 1
+
+
+def test_admins_list_every_invite_code_with_its_uses_a_page_at_a_time(terms):
+    c = terms
+    made = [make_code(c, f"LIST-{k}", (k + 1) * MICRO, max_uses=5)["code"] for k in range(5)]
+    # A code of the longest length pages too (its cursor holds all 32 bytes).
+    made.append(make_code(c, "L" * 32, MICRO)["code"])
+    user = c.cli_user()
+    assert redeem(c, user, "LIST-2").status_code == 201
+    seen, cursor = [], None
+    while True:
+        r = c.admin("GET", "/v1/admin/invite-codes", params={"limit": 2, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert len(page["data"]) <= 2
+        seen += page["data"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    codes = [x["code"] for x in seen]
+    assert len(codes) == len(set(codes)), codes  # no code twice across pages
+    assert [x for x in codes if x in made] == made, codes  # oldest first, none missing
+    by_code = {x["code"]: x for x in seen}
+    assert (by_code["LIST-2"]["uses"], by_code["LIST-2"]["amount"], by_code["LIST-2"]["max_uses"]) == (1, "3.00", 5)
+    assert by_code["LIST-0"]["uses"] == 0
+    # Each entry is what the code's own page shows.
+    assert c.admin("GET", "/v1/admin/invite-codes/LIST-2").json() == by_code["LIST-2"]
+    # Admins only; bad queries say which.
+    assert_error(c.d.get("/v1/admin/invite-codes", key=user.key), 403, "forbidden")
+    for q, field in (({"limit": 0}, "limit"), ({"limit": 201}, "limit"), ({"limit": "x"}, "limit"),
+                     ({"cursor": "!!"}, "cursor"), ({"sort": "code"}, "sort")):
+        assert_error(c.admin("GET", "/v1/admin/invite-codes", params=q), 400, "invalid_query", field)
