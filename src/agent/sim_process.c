@@ -355,22 +355,27 @@ int sim_process_environ_has(const char *pid, const char *want)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    static const size_t cap = 256 * 1024;
-    char *buf = malloc(cap + 1);
-    size_t len = 0;
+    /* Streamed through a small buffer, matched one NUL-ended element at a
+     * time: a workload's removal looks at every process of the machine, so
+     * this stays a few syscalls each, with no allocation. */
+    char buf[4096];
+    size_t wl = strlen(want), at = 0;
+    int same = 1, found = 0;
     ssize_t r;
-    while (buf && len < cap && (r = read(fd, buf + len, cap - len)) > 0)
-        len += (size_t)r;
+    while (!found && (r = read(fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < r && !found; i++) {
+            if (buf[i] == '\0') {
+                found = same && at == wl;
+                at = 0;
+                same = 1;
+            } else if (same && at < wl && buf[i] == want[at]) {
+                at++;
+            } else {
+                same = 0;
+            }
+        }
     close(fd);
-    int found = 0;
-    size_t wl = strlen(want);
-    for (size_t i = 0; buf && i < len && !found;) {
-        size_t el = strnlen(buf + i, len - i);
-        found = el == wl && memcmp(buf + i, want, wl) == 0;
-        i += el + 1;
-    }
-    free(buf);
-    return found;
+    return found || (same && at == wl);
 }
 
 /* Every process whose environment names the workload: the background
