@@ -110,7 +110,8 @@ static void forwarded_client(struct http_request *req)
 static void add_common_headers(struct http_request *req, struct MHD_Response *resp)
 {
     MHD_add_response_header(resp, "X-Request-Id", req->request_id);
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    if (!http_has_header(req, "Cache-Control")) /* a reply that may be revalidated says so (ETag) */
+        MHD_add_response_header(resp, "Cache-Control", "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     for (int i = 0; i < req->n_extra; i++)
         MHD_add_response_header(resp, req->extra[i].name, req->extra[i].value);

@@ -27,7 +27,60 @@ struct store {
         sqlite3_stmt *stmt; /* prepared once, reused */
     } stmts[STMT_SLOTS];
     struct store *next_thread; /* registry of store_thread() connections */
+    int catalog_dirty;         /* this transaction bumped catalog_generation (see catalog_hooks) */
 };
+
+/* --- catalog generation (migration 0026) ---
+ * Triggers bump catalog_generation.gen in every transaction that changes
+ * what GET /v1/gpu-types shows. The update hook notices that row change on
+ * this connection; the WAL hook runs once the commit is done and visible to
+ * other connections, and only then moves the process-wide number, so a
+ * reader that sees the new number also sees the committed change. A rolled
+ * back transaction moves nothing. */
+static _Atomic uint64_t catalog_gen = 1;
+
+void store_global_init(void)
+{
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
+uint64_t store_catalog_generation(void)
+{
+    return atomic_load_explicit(&catalog_gen, memory_order_acquire);
+}
+
+static void catalog_update_hook(void *ctx, int op, const char *db, const char *table, sqlite3_int64 rowid)
+{
+    (void)op, (void)db, (void)rowid;
+    if (strcmp(table, "catalog_generation") == 0)
+        ((struct store *)ctx)->catalog_dirty = 1;
+}
+
+static void catalog_rollback_hook(void *ctx)
+{
+    ((struct store *)ctx)->catalog_dirty = 0;
+}
+
+/* Replaces SQLite's default WAL hook, so it also checkpoints as that one
+ * does (passive, once the log holds 1 000 pages). */
+static int catalog_wal_hook(void *ctx, sqlite3 *db, const char *name, int pages)
+{
+    struct store *s = ctx;
+    if (s->catalog_dirty) {
+        s->catalog_dirty = 0;
+        atomic_fetch_add_explicit(&catalog_gen, 1, memory_order_release);
+    }
+    if (pages >= 1000)
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return SQLITE_OK;
+}
+
+static void catalog_hooks(struct store *s)
+{
+    sqlite3_update_hook(s->db, catalog_update_hook, s);
+    sqlite3_rollback_hook(s->db, catalog_rollback_hook, s);
+    sqlite3_wal_hook(s->db, catalog_wal_hook, s);
+}
 
 static int exec(sqlite3 *db, const char *sql, char *err, size_t errlen)
 {
@@ -93,6 +146,7 @@ static struct store *open_flags(const char *path, int flags, char *err, size_t e
         store_close(s);
         return NULL;
     }
+    catalog_hooks(s);
     return s;
 }
 

@@ -46,6 +46,15 @@ void store_close(struct store *s);
 void store_set_path(const char *path);
 /* This thread's connection, opened on first use; NULL if it cannot open. */
 struct store *store_thread(void);
+/* Process-wide SQLite settings, before any connection opens: memory
+ * statistics off, since keeping them takes a mutex every thread shares on
+ * every allocation (the read path's main lock, issue 15). */
+void store_global_init(void);
+/* The catalog generation: moves after every committed transaction of this
+ * process that changed what GET /v1/gpu-types shows (migration 0026). */
+uint64_t store_catalog_generation(void);
+/* That row as the database holds it (changes by other processes too). */
+int store_catalog_generation_db(struct store *s, int64_t *gen);
 /* Closes every connection store_thread() opened; call after all threads
  * that used them have stopped. */
 void store_close_threads(void);
@@ -165,6 +174,8 @@ struct gpu_type {
 };
 /* Every type with its card counts, by code; *n gets the count. */
 int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n);
+/* The first price start after now, INT64_MAX when none is scheduled. */
+int store_next_price_change(struct store *s, int64_t now, int64_t *at);
 int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out);
 /* The same without the card counts (left 0): no scan of the cards. */
 int store_gpu_type_row(struct store *s, const char *code, struct gpu_type *out);
