@@ -28,6 +28,7 @@ struct store {
     } stmts[STMT_SLOTS];
     struct store *next_thread; /* registry of store_thread() connections */
     int catalog_dirty;         /* this transaction bumped catalog_generation (see catalog_hooks) */
+    int auth_dirty;            /* this transaction changed api_keys or users (the key cache's sources) */
 };
 
 /* --- catalog generation (migration 0026) ---
@@ -38,6 +39,14 @@ struct store {
  * reader that sees the new number also sees the committed change. A rolled
  * back transaction moves nothing. */
 static _Atomic uint64_t catalog_gen = 1;
+/* The same for what authenticates a request: any committed change to an
+ * API key (revoked, expired early, touched) or a user (suspended, role). */
+static _Atomic uint64_t auth_gen = 1;
+
+uint64_t store_auth_generation(void)
+{
+    return atomic_load_explicit(&auth_gen, memory_order_acquire);
+}
 
 void store_global_init(void)
 {
@@ -52,13 +61,17 @@ uint64_t store_catalog_generation(void)
 static void catalog_update_hook(void *ctx, int op, const char *db, const char *table, sqlite3_int64 rowid)
 {
     (void)op, (void)db, (void)rowid;
+    struct store *s = ctx;
     if (strcmp(table, "catalog_generation") == 0)
-        ((struct store *)ctx)->catalog_dirty = 1;
+        s->catalog_dirty = 1;
+    else if (strcmp(table, "api_keys") == 0 || strcmp(table, "users") == 0)
+        s->auth_dirty = 1;
 }
 
 static void catalog_rollback_hook(void *ctx)
 {
     ((struct store *)ctx)->catalog_dirty = 0;
+    ((struct store *)ctx)->auth_dirty = 0;
 }
 
 /* Replaces SQLite's default WAL hook, so it also checkpoints as that one
@@ -69,6 +82,10 @@ static int catalog_wal_hook(void *ctx, sqlite3 *db, const char *name, int pages)
     if (s->catalog_dirty) {
         s->catalog_dirty = 0;
         atomic_fetch_add_explicit(&catalog_gen, 1, memory_order_release);
+    }
+    if (s->auth_dirty) {
+        s->auth_dirty = 0;
+        atomic_fetch_add_explicit(&auth_gen, 1, memory_order_release);
     }
     if (pages >= 1000)
         sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);

@@ -53,6 +53,10 @@ void store_global_init(void);
 /* The catalog generation: moves after every committed transaction of this
  * process that changed what GET /v1/gpu-types shows (migration 0026). */
 uint64_t store_catalog_generation(void);
+/* Moves after every committed transaction of this process that changed a
+ * row of api_keys or users: the HTTP key cache (auth.c) drops what it read
+ * before. */
+uint64_t store_auth_generation(void);
 /* That row as the database holds it (changes by other processes too). */
 int store_catalog_generation_db(struct store *s, int64_t *gen);
 /* Closes every connection store_thread() opened; call after all threads
