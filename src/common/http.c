@@ -799,7 +799,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (srv->on_done)
         srv->on_done(req, clock_mono_us() - req->start_us);
     /* Paths never hold secrets (keys travel in headers); bodies are not logged. */
-    log_info("http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
+    log_buffered(LOG_LVL_INFO, "http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
              (long long)ms, req->request_id, req->client_ip,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     free_params(req);
