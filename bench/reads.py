@@ -96,7 +96,7 @@ def wrk(port, path, key, seconds):
 
 def loadavg():
     with open("/proc/loadavg") as f:
-        return f.read().split()[0]
+        return float(f.read().split()[0])
 
 
 def figure(name, daemon_port, nginx_port, path, key, seconds, command):
