@@ -7,6 +7,7 @@
 #include "store/store.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,14 @@ struct catalog_cache {
 };
 
 static _Thread_local struct catalog_cache cache;
+/* Frees a thread's rendered body when the thread ends (server stop). */
+static pthread_key_t body_key;
+static pthread_once_t body_once = PTHREAD_ONCE_INIT;
+
+static void body_key_init(void)
+{
+    pthread_key_create(&body_key, free);
+}
 
 static int catalog_render(struct store *s, struct catalog_cache *c, int64_t now)
 {
@@ -70,6 +79,8 @@ static int catalog_render(struct store *s, struct catalog_cache *c, int64_t now)
         return -1;
     free(c->body);
     c->body = body;
+    pthread_once(&body_once, body_key_init);
+    pthread_setspecific(body_key, body);
     c->len = strlen(body);
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < c->len; i++)
