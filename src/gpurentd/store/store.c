@@ -642,6 +642,23 @@ void store_txn_stats(struct store_txn_stats *out)
     pthread_mutex_unlock(&queue_lock);
 }
 
+static const char SQL_READ_BEGIN[] = "BEGIN DEFERRED";
+static const char SQL_READ_END[] = "COMMIT";
+
+int store_read_begin(struct store *s)
+{
+    ASSERT(!in_callback);
+    sqlite3_stmt *st = store_stmt(s, SQL_READ_BEGIN);
+    return st ? store_step_write(s, st, "begin read") : STORE_ERROR;
+}
+
+void store_read_end(struct store *s)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_READ_END);
+    if (!st || store_step_write(s, st, "end read") != STORE_OK)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL); /* never leave the next store_txn inside one */
+}
+
 int store_txn(struct store *s, store_txn_fn fn, void *ctx)
 {
     ASSERT(!in_callback);     /* never nest store_txn (store.h) */

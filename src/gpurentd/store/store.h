@@ -74,6 +74,12 @@ typedef int (*store_txn_fn)(struct store *s, void *ctx);
  * short backoff, for up to a few seconds). Returns fn's result, or
  * STORE_BUSY / STORE_ERROR if the transaction itself could not complete. */
 int store_txn(struct store *s, store_txn_fn fn, void *ctx);
+/* One read snapshot for several statements outside store_txn (a GET that
+ * runs eight of them): they see one state, and SQLite takes its WAL read
+ * lock once instead of once a statement. Always paired, never around
+ * store_txn. */
+int store_read_begin(struct store *s);
+void store_read_end(struct store *s);
 /* Inside a store_txn callback: runs fn(s, ctx) in a savepoint of its own, so
  * that a negative result (in *result) undoes fn's work only and the caller
  * can go on with the rest (billing skips one user and bills the others).
