@@ -234,8 +234,20 @@ clean:
 $(B)/bench/%: bench/%.c bench/bench_util.c bench/bench_util.h $(B)/libdaemon.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Ibench -Isrc/agent $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LIBS)
-bench: $(B)/bench/billing $(B)/bench/claims
-	$(B)/bench/claims --nodes 100 --threads 1,4,16
-	$(B)/bench/claims --nodes 10000 --threads 1,4,16
-	$(B)/bench/billing --instances 10000
-	$(B)/bench/billing --instances 100000
+# make bench (issue 15): every benchmark, bounded, on loopback, with its
+# reference in the same run (nginx serving the same bytes for the HTTP
+# reads, plain SQLite's durable transaction for writes); the rows go into
+# BENCHMARKS.md (bench/table.py). Installs its packages (deps.sh bench).
+$(B)/bench/sqlite_txn: bench/sqlite_txn.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< -lsqlite3
+bench: all $(B)/bench/billing $(B)/bench/claims $(B)/bench/sqlite_txn
+	scripts/deps.sh bench
+	@mkdir -p $(B)/bench/out && rm -f $(B)/bench/out/*
+	$(B)/bench/sqlite_txn --seconds 5 > $(B)/bench/out/1-sqlite.out
+	timeout 900 python3 bench/reads.py --nodes 100 1000 --seconds 10 > $(B)/bench/out/2-reads.out
+	timeout 300 $(B)/bench/claims --nodes 100 --threads 1,4,16 > $(B)/bench/out/3-claims.out
+	timeout 300 $(B)/bench/claims --nodes 10000 --threads 1,4,16 >> $(B)/bench/out/3-claims.out
+	timeout 300 $(B)/bench/billing --instances 10000 > $(B)/bench/out/4-billing.out
+	timeout 300 $(B)/bench/billing --instances 100000 >> $(B)/bench/out/4-billing.out
+	python3 bench/table.py BENCHMARKS.md $(B)/bench/out/*.out

@@ -2,14 +2,16 @@
 simulated fleet started and stopped around a measurement, and readings of a
 process's CPU time and memory from /proc. Not a test."""
 import os
-import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -78,18 +80,27 @@ class Cloud:
 
     def _start(self):
         self.daemon_log, dout = self._open("gpurentd.log"), self._open("gpurentd.out")
-        cmd = [self.gpurentd, "serve", "--listen", "127.0.0.1:0", "--db", self.db]
+        # A free loopback port chosen here and /readyz polled, so the daemon
+        # may run at any log_level (no log line is waited for).
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [self.gpurentd, "serve", "--listen", f"127.0.0.1:{self.port}", "--db", self.db]
         for k, v in self.daemon_options.items():
             cmd += ["-o", f"{k}={v}"]
         self.daemon = subprocess.Popen(cmd, stdout=dout, stderr=self.daemon_log, stdin=subprocess.DEVNULL)
 
-        def listening():
+        def ready():
             if self.daemon.poll() is not None:
                 raise SystemExit(f"gpurentd exited {self.daemon.returncode}")
-            self.daemon_log.seek(0)
-            return re.search(r"listening on (http://\S+:(\d+)) ", self.daemon_log.read())
-        m = wait_for(listening, 30, "gpurentd to listen", 0.05)
-        self.url, self.port = m.group(1), int(m.group(2))
+            try:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as r:
+                    return r.status == 200
+            except (urllib.error.URLError, OSError):
+                return False
+        wait_for(ready, 30, "gpurentd to be ready", 0.05)
+        wait_for(lambda: dout.seek(0) == 0 and dout.read().strip(), 10, "the admin key on stdout", 0.05)
         dout.seek(0)
         self.admin_key = dout.read().split()[-1]  # printed once, alone on the last line
         key_file = os.path.join(self.work, "admin.key")

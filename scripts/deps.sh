@@ -1,7 +1,7 @@
 #!/bin/sh
 # Makes sure the Debian packages gpurent needs are installed: as root it
 # installs the missing ones, otherwise it prints the exact apt-get line and fails.
-# Usage: scripts/deps.sh build|test
+# Usage: scripts/deps.sh build|test|bench
 set -eu
 
 build_pkgs="gcc make pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
@@ -10,11 +10,15 @@ libwslay-dev"
 test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-aiosmtpd sqlite3 openssl openssh-client
 prometheus pdsh chromium fonts-wqy-microhei
 python3-websocket"
+# make bench: the references (nginx serving the same bytes, wrk driving both)
+# and the profiler (issue 15).
+bench_pkgs="nginx-light wrk linux-perf"
 
 case "${1:-build}" in
   build) want="$build_pkgs" ;;
   test)  want="$build_pkgs $test_pkgs" ;;
-  *) echo "usage: $0 build|test" >&2; exit 2 ;;
+  bench) want="$build_pkgs $test_pkgs $bench_pkgs" ;;
+  *) echo "usage: $0 build|test|bench" >&2; exit 2 ;;
 esac
 
 missing=""

@@ -14,6 +14,12 @@ const char *log_level_name(enum log_level level);
 
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Like log_msg, but the line may wait in this thread's buffer for up to a
+ * second (log.c says why that is safe); for the access log. */
+void log_buffered(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Writes every thread's buffered lines now (shutdown, SIGHUP). */
+void log_flush(void);
+
 /* Sets the level and says fmt at info under the more verbose of the old and
  * new levels, so that a reload that quietens the log still says it happened. */
 void log_level_change(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

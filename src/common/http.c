@@ -111,7 +111,7 @@ static void add_common_headers(struct http_request *req, struct MHD_Response *re
 {
     MHD_add_response_header(resp, "X-Request-Id", req->request_id);
     /* API answers are never stored; a handler that sets its own policy
-     * (the console's revalidated files) keeps it. */
+     * (the console's revalidated files, a reply with an ETag) keeps it. */
     if (!http_has_header(req, "Cache-Control"))
         MHD_add_response_header(resp, "Cache-Control", "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
@@ -863,7 +863,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (srv->on_done)
         srv->on_done(req, clock_mono_us() - req->start_us);
     /* Paths never hold secrets (keys travel in headers); bodies are not logged. */
-    log_info("http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
+    log_buffered(LOG_LVL_INFO, "http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
              (long long)ms, req->request_id, req->client_ip,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     free_params(req);

@@ -1,5 +1,6 @@
 /* main.c: gpurentd's entry point: picks the subcommand. */
 #include "gpurentd.h"
+#include "store/store.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    store_global_init(); /* before SQLite's first use: it fixes process-wide settings */
     if (argc < 2 || argv[1][0] == '-') {
         if (argc >= 2 && strcmp(argv[1], "--version") == 0) {
             printf("gpurentd %s\n", GPURENTD_VERSION);

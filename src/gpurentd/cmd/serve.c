@@ -302,6 +302,7 @@ int cmd_serve(int argc, char **argv)
             continue;
         if (sig == SIGHUP) {
             sd_notify(0, "RELOADING=1");
+            log_flush(); /* the access lines before the reload's own */
             reload(srv, &l);
             sd_notify(0, "READY=1");
             continue;
@@ -321,6 +322,7 @@ int cmd_serve(int argc, char **argv)
     srv = NULL;
     status = 0;
     log_info("stopping background loops");
+    log_flush(); /* access lines before the last word */
     log_info("gpurentd stopped");
 out:
     watchdog_stop();
@@ -337,6 +339,7 @@ out:
     store_close(s);
     store_close_threads();
     agent_client_global_cleanup();
+    log_flush(); /* the last second of access lines */
     for (int i = 0; i < l.n_overrides; i++)
         free(l.overrides[i]);
     return status;

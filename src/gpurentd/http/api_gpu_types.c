@@ -7,6 +7,7 @@
 #include "store/store.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,22 +40,127 @@ static json_t *type_json(struct store *s, const struct gpu_type *t)
     return j;
 }
 
+/* The rendered catalog, one per HTTP thread so that serving it takes no
+ * lock: it is rendered again when the catalog generation moved (a committed
+ * change to cards, nodes, types or prices, see migration 0026), when a
+ * scheduled price took effect, when the currency was reloaded, and when the
+ * database's own generation row says another process changed it (checked at
+ * most once a second). Threads render at most once per change each. */
+struct catalog_cache {
+    uint64_t gen;        /* store_catalog_generation() read before rendering */
+    int64_t db_gen;      /* catalog_generation.gen read before rendering */
+    int64_t checked_ms;  /* monotonic time db_gen was last compared */
+    int64_t rendered_at; /* clock_now() at rendering */
+    int64_t valid_until; /* the next scheduled price start */
+    char currency[16];   /* daemon_config->currency at rendering */
+    char *body;          /* the JSON reply, malloc'd */
+    size_t len;          /* its length */
+    char etag[24];       /* strong: "<FNV-1a 64 of body>" */
+};
+
+static _Thread_local struct catalog_cache cache;
+/* Frees a thread's rendered body when the thread ends (server stop). */
+static pthread_key_t body_key;
+static pthread_once_t body_once = PTHREAD_ONCE_INIT;
+
+static void body_key_init(void)
+{
+    pthread_key_create(&body_key, free);
+}
+
+static int catalog_render(struct store *s, struct catalog_cache *c, int64_t now)
+{
+    static _Thread_local struct gpu_type types[TYPES_MAX];
+    size_t n;
+    uint64_t gen = store_catalog_generation(); /* before reading: a change after it moves it again */
+    int64_t db_gen, until;
+    if (store_catalog_generation_db(s, &db_gen) != STORE_OK || store_gpu_type_list(s, types, TYPES_MAX, &n) != STORE_OK ||
+        store_next_price_change(s, now, &until) != STORE_OK)
+        return -1;
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(data, type_json(s, &types[i]));
+    json_t *doc = json_pack("{s:o}", "data", data);
+    char *body = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    if (!body)
+        return -1;
+    free(c->body);
+    c->body = body;
+    pthread_once(&body_once, body_key_init);
+    pthread_setspecific(body_key, body);
+    c->len = strlen(body);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < c->len; i++)
+        h = (h ^ (unsigned char)body[i]) * 1099511628211ull;
+    snprintf(c->etag, sizeof c->etag, "\"%016llx\"", (unsigned long long)h);
+    c->gen = gen;
+    c->db_gen = db_gen;
+    c->checked_ms = clock_mono_ms();
+    c->rendered_at = now;
+    c->valid_until = until;
+    snprintf(c->currency, sizeof c->currency, "%s", daemon_config->currency);
+    return 0;
+}
+
+static int catalog_stale(struct store *s, struct catalog_cache *c, int64_t now)
+{
+    if (!c->body || c->gen != store_catalog_generation() || now >= c->valid_until || now < c->rendered_at ||
+        strcmp(c->currency, daemon_config->currency) != 0)
+        return 1;
+    int64_t mono = clock_mono_ms();
+    if (mono - c->checked_ms < 1000)
+        return 0;
+    int64_t db_gen;
+    c->checked_ms = mono;
+    return store_catalog_generation_db(s, &db_gen) != STORE_OK || db_gen != c->db_gen;
+}
+
+/* If-None-Match holds etag (or "*"): the comparison is weak (RFC 9110
+ * 13.1.2), so W/"x" matches "x". */
+static int etag_matches(const char *header, const char *etag)
+{
+    size_t elen = strlen(etag);
+    const char *p = header;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (*p == '*')
+            return 1;
+        if (strncmp(p, "W/", 2) == 0)
+            p += 2;
+        const char *end = p;
+        while (*end && *end != ',')
+            end++;
+        size_t len = (size_t)(end - p);
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (len == elen && memcmp(p, etag, elen) == 0)
+            return 1;
+        p = end;
+    }
+    return 0;
+}
+
 void api_gpu_types_list(struct http_request *req)
 {
     static const char *const allowed[] = {NULL};
     if (http_query_allow(req, allowed) < 0)
         return;
-    static _Thread_local struct gpu_type types[TYPES_MAX];
-    size_t n;
     struct store *s = store_thread();
-    if (!s || store_gpu_type_list(s, types, TYPES_MAX, &n) != STORE_OK) {
+    int64_t now = clock_now();
+    if (!s || (catalog_stale(s, &cache, now) && catalog_render(s, &cache, now) < 0)) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    json_t *data = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(data, type_json(s, &types[i]));
-    http_reply_json(req, 200, json_pack("{s:o}", "data", data));
+    http_add_header(req, "ETag", cache.etag);
+    /* Clients may keep it but must ask again: counts change by the second. */
+    http_add_header(req, "Cache-Control", "no-cache");
+    const char *inm = http_header(req, "If-None-Match");
+    if (inm && etag_matches(inm, cache.etag))
+        http_reply_raw(req, 304, NULL, "", 0);
+    else
+        http_reply_raw(req, 200, "application/json", cache.body, cache.len);
 }
 
 /* Catalog codes: upper-case letters, digits and '-', like "H100-SXM". */

@@ -298,12 +298,16 @@ void api_instances_get(struct http_request *req)
         http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         return;
     }
-    if (load_own(req, s, &in) != STORE_OK)
+    /* One snapshot for the instance and everything its reply shows. */
+    if (store_read_begin(s) != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
-    json_t *j = instance_json(s, &in);
+    }
+    json_t *j = load_own(req, s, &in) == STORE_OK ? instance_json(s, &in) : NULL;
+    store_read_end(s);
     if (j)
         http_reply_json(req, 200, j);
-    else
+    else if (!req->replied)
         http_error(req, ERR_INTERNAL, NULL, NULL);
 }
 

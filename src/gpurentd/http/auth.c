@@ -1,6 +1,15 @@
 /* auth.c: bearer API keys. Finds the key by the id inside the token, then
  * compares the secret's hash in constant time, so neither a wrong secret nor
- * an unknown key tells an attacker anything by timing the database. */
+ * an unknown key tells an attacker anything by timing the database.
+ *
+ * Keys and their owners are cached per HTTP thread (no lock shared between
+ * threads): an entry serves only while store_auth_generation() has not moved
+ * since it was read, and that number moves after every committed change to
+ * an API key or a user in this process (revocation, revoke-all, password
+ * change, suspension), so a revoked key stops working with the next
+ * request. Expiry is compared with the clock on every request. An entry is
+ * also read again after a second, which bounds how long a change made by
+ * another process (the sqlite3 shell) can go unseen. */
 #include "gpurent/clock.h"
 #include "gpurent/sign.h"
 #include "gpurent/jsonx.h"
@@ -8,6 +17,7 @@
 #include "store/store.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -65,6 +75,50 @@ static int gateway_authenticate(struct http_request *req)
     return -1;
 }
 
+#define KEY_CACHE_SLOTS 64 /* per thread; a miss only costs the two reads */
+
+struct cached_key {
+    uint64_t gen;          /* store_auth_generation() before the reads */
+    int64_t loaded_ms;     /* monotonic time of the reads */
+    struct api_key key;    /* the key row */
+    char user_id[ID_MAX];  /* its owner */
+    enum user_role role;   /* the owner's role */
+    int active;            /* the owner is not suspended */
+};
+
+static _Thread_local struct cached_key key_cache[KEY_CACHE_SLOTS];
+
+/* The key and its owner, from this thread's cache when still current. */
+static int key_lookup(struct store *s, const char *key_id, const struct cached_key **out)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = key_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    struct cached_key *c = &key_cache[h % KEY_CACHE_SLOTS];
+    int64_t mono = clock_mono_ms();
+    uint64_t gen = store_auth_generation();
+    *out = c;
+    if (c->gen == gen && mono - c->loaded_ms < 1000 && strcmp(c->key.id, key_id) == 0)
+        return STORE_OK;
+    c->key.id[0] = '\0'; /* nothing valid in the slot until both reads succeed */
+    struct user user;
+    int rc = store_api_key_get(s, key_id, &c->key);
+    if (rc == STORE_OK)
+        rc = store_user_get(s, c->key.user_id, &user);
+    if (rc != STORE_OK) {
+        if (rc == STORE_NOT_FOUND && c->key.id[0])
+            rc = STORE_ERROR; /* a key without its owner is the database's fault */
+        c->key.id[0] = '\0';
+        return rc;
+    }
+    memcpy(c->user_id, user.id, sizeof c->user_id);
+    c->role = user.role;
+    c->active = user.active;
+    c->gen = gen;
+    c->loaded_ms = mono;
+    return STORE_OK;
+}
+
 int auth_authenticate(struct http_request *req, enum http_auth level)
 {
     if (level == AUTH_SIGNED)
@@ -95,22 +149,22 @@ int auth_authenticate(struct http_request *req, enum http_auth level)
         http_error(req, ERR_UNAVAILABLE, NULL, "the database is not available");
         return -1;
     }
-    struct api_key key;
-    struct user user;
-    int rc = store_api_key_get(s, key_id, &key);
+    const struct cached_key *c;
+    int rc = key_lookup(s, key_id, &c);
     if (rc == STORE_NOT_FOUND ||
-        (rc == STORE_OK && (!api_key_hash_equal(presented, key.secret_hash) || key.revoked_at))) {
+        (rc == STORE_OK && (!api_key_hash_equal(presented, c->key.secret_hash) || c->key.revoked_at))) {
         http_error(req, ERR_UNAUTHORIZED, NULL, "the API key is unknown or revoked");
         return -1;
     }
-    if (rc != STORE_OK || store_user_get(s, key.user_id, &user) != STORE_OK) {
+    if (rc != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return -1;
     }
-    if (!user.active) {
+    if (!c->active) {
         http_error(req, ERR_ACCOUNT_DISABLED, NULL, NULL);
         return -1;
     }
+    const struct api_key key = c->key; /* a copy: the slot may be reused by the next look-up on this thread */
     int64_t now = clock_now();
     if (key.expires_at && now >= key.expires_at) {
         json_t *at = json_time(key.expires_at, 0);
@@ -122,9 +176,9 @@ int auth_authenticate(struct http_request *req, enum http_auth level)
     /* Last use, to the minute: noted once the request succeeded (a refused
      * one changes nothing), at most one small write a minute per key. */
     req->key_use_due = now - key.last_used_at >= 60;
-    memcpy(req->user_id, user.id, sizeof req->user_id);
+    memcpy(req->user_id, c->user_id, sizeof req->user_id);
     memcpy(req->key_id, key.id, sizeof req->key_id);
-    req->is_admin = user.role == ROLE_ADMIN;
+    req->is_admin = c->role == ROLE_ADMIN;
     if (level == AUTH_ADMIN && !req->is_admin) {
         http_error(req, ERR_FORBIDDEN, NULL, "this route needs an admin API key");
         return -1;

@@ -27,7 +27,77 @@ struct store {
         sqlite3_stmt *stmt; /* prepared once, reused */
     } stmts[STMT_SLOTS];
     struct store *next_thread; /* registry of store_thread() connections */
+    int catalog_dirty;         /* this transaction bumped catalog_generation (see catalog_hooks) */
+    int auth_dirty;            /* this transaction changed api_keys or users (the key cache's sources) */
 };
+
+/* --- catalog generation (migration 0026) ---
+ * Triggers bump catalog_generation.gen in every transaction that changes
+ * what GET /v1/gpu-types shows. The update hook notices that row change on
+ * this connection; the WAL hook runs once the commit is done and visible to
+ * other connections, and only then moves the process-wide number, so a
+ * reader that sees the new number also sees the committed change. A rolled
+ * back transaction moves nothing. */
+static _Atomic uint64_t catalog_gen = 1;
+/* The same for what authenticates a request: any committed change to an
+ * API key (revoked, expired early, touched) or a user (suspended, role). */
+static _Atomic uint64_t auth_gen = 1;
+
+uint64_t store_auth_generation(void)
+{
+    return atomic_load_explicit(&auth_gen, memory_order_acquire);
+}
+
+void store_global_init(void)
+{
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
+uint64_t store_catalog_generation(void)
+{
+    return atomic_load_explicit(&catalog_gen, memory_order_acquire);
+}
+
+static void catalog_update_hook(void *ctx, int op, const char *db, const char *table, sqlite3_int64 rowid)
+{
+    (void)op, (void)db, (void)rowid;
+    struct store *s = ctx;
+    if (strcmp(table, "catalog_generation") == 0)
+        s->catalog_dirty = 1;
+    else if (strcmp(table, "api_keys") == 0 || strcmp(table, "users") == 0)
+        s->auth_dirty = 1;
+}
+
+static void catalog_rollback_hook(void *ctx)
+{
+    ((struct store *)ctx)->catalog_dirty = 0;
+    ((struct store *)ctx)->auth_dirty = 0;
+}
+
+/* Replaces SQLite's default WAL hook, so it also checkpoints as that one
+ * does (passive, once the log holds 1 000 pages). */
+static int catalog_wal_hook(void *ctx, sqlite3 *db, const char *name, int pages)
+{
+    struct store *s = ctx;
+    if (s->catalog_dirty) {
+        s->catalog_dirty = 0;
+        atomic_fetch_add_explicit(&catalog_gen, 1, memory_order_release);
+    }
+    if (s->auth_dirty) {
+        s->auth_dirty = 0;
+        atomic_fetch_add_explicit(&auth_gen, 1, memory_order_release);
+    }
+    if (pages >= 1000)
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return SQLITE_OK;
+}
+
+static void catalog_hooks(struct store *s)
+{
+    sqlite3_update_hook(s->db, catalog_update_hook, s);
+    sqlite3_rollback_hook(s->db, catalog_rollback_hook, s);
+    sqlite3_wal_hook(s->db, catalog_wal_hook, s);
+}
 
 static int exec(sqlite3 *db, const char *sql, char *err, size_t errlen)
 {
@@ -93,6 +163,7 @@ static struct store *open_flags(const char *path, int flags, char *err, size_t e
         store_close(s);
         return NULL;
     }
+    catalog_hooks(s);
     return s;
 }
 
@@ -569,6 +640,23 @@ void store_txn_stats(struct store_txn_stats *out)
     pthread_mutex_lock(&queue_lock);
     *out = stats;
     pthread_mutex_unlock(&queue_lock);
+}
+
+static const char SQL_READ_BEGIN[] = "BEGIN DEFERRED";
+static const char SQL_READ_END[] = "COMMIT";
+
+int store_read_begin(struct store *s)
+{
+    ASSERT(!in_callback);
+    sqlite3_stmt *st = store_stmt(s, SQL_READ_BEGIN);
+    return st ? store_step_write(s, st, "begin read") : STORE_ERROR;
+}
+
+void store_read_end(struct store *s)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_READ_END);
+    if (!st || store_step_write(s, st, "end read") != STORE_OK)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL); /* never leave the next store_txn inside one */
 }
 
 int store_txn(struct store *s, store_txn_fn fn, void *ctx)

@@ -46,6 +46,19 @@ void store_close(struct store *s);
 void store_set_path(const char *path);
 /* This thread's connection, opened on first use; NULL if it cannot open. */
 struct store *store_thread(void);
+/* Process-wide SQLite settings, before any connection opens: memory
+ * statistics off, since keeping them takes a mutex every thread shares on
+ * every allocation (the read path's main lock, issue 15). */
+void store_global_init(void);
+/* The catalog generation: moves after every committed transaction of this
+ * process that changed what GET /v1/gpu-types shows (migration 0026). */
+uint64_t store_catalog_generation(void);
+/* Moves after every committed transaction of this process that changed a
+ * row of api_keys or users: the HTTP key cache (auth.c) drops what it read
+ * before. */
+uint64_t store_auth_generation(void);
+/* That row as the database holds it (changes by other processes too). */
+int store_catalog_generation_db(struct store *s, int64_t *gen);
 /* Closes every connection store_thread() opened; call after all threads
  * that used them have stopped. */
 void store_close_threads(void);
@@ -61,6 +74,12 @@ typedef int (*store_txn_fn)(struct store *s, void *ctx);
  * short backoff, for up to a few seconds). Returns fn's result, or
  * STORE_BUSY / STORE_ERROR if the transaction itself could not complete. */
 int store_txn(struct store *s, store_txn_fn fn, void *ctx);
+/* One read snapshot for several statements outside store_txn (a GET that
+ * runs eight of them): they see one state, and SQLite takes its WAL read
+ * lock once instead of once a statement. Always paired, never around
+ * store_txn. */
+int store_read_begin(struct store *s);
+void store_read_end(struct store *s);
 /* Inside a store_txn callback: runs fn(s, ctx) in a savepoint of its own, so
  * that a negative result (in *result) undoes fn's work only and the caller
  * can go on with the rest (billing skips one user and bills the others).
@@ -166,6 +185,8 @@ struct gpu_type {
 };
 /* Every type with its card counts, by code; *n gets the count. */
 int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n);
+/* The first price start after now, INT64_MAX when none is scheduled. */
+int store_next_price_change(struct store *s, int64_t now, int64_t *at);
 int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out);
 /* The same without the card counts (left 0): no scan of the cards. */
 int store_gpu_type_row(struct store *s, const char *code, struct gpu_type *out);
