@@ -72,7 +72,7 @@ function appFields(a) {
   const v = (k, d) => (a && a[k] !== undefined ? a[k] : d);
   const p = (a && a.prices) || {};
   const f = {
-    slug: h("input", { id: "app-slug", required: true, pattern: "[a-z0-9][a-z0-9-]{2,39}", value: v("slug", "") }),
+    slug: h("input", { id: "app-slug", required: true, pattern: "[a-z0-9][a-z0-9\\-]{2,39}", value: v("slug", "") }),
     name: h("input", { id: "app-name", required: true, maxlength: 80, value: v("name", "") }),
     description: h("textarea", { id: "app-description", maxlength: 2000, value: v("description", "") }),
     image: h("input", { id: "app-image", required: true, value: v("image", "rocm/pytorch:2.3-rocm6.2") }),

@@ -20,6 +20,13 @@ function localInput(ms) {
 
 function nextHour() { return Math.floor(Date.now() / HOUR_MS) * HOUR_MS + HOUR_MS; }
 
+// The first hour the page shows: ?from=ISO (a link into a given day), else
+// the browser's next whole hour.
+function firstHour(ctx) {
+  const q = Date.parse(ctx.query.get("from") || "");
+  return isNaN(q) ? nextHour() : Math.floor(q / HOUR_MS) * HOUR_MS;
+}
+
 // A datetime-local value as milliseconds, refused unless it is a whole
 // hour in UTC too (the API books whole hours; a zone offset of half an
 // hour cannot name one).
@@ -54,7 +61,7 @@ function reservableTypes(types) { return types.filter((g) => g.reservation_requi
 function availabilityView(types, ctx) {
   const type = h("select", { id: "avail-type" }, types.map((g) => h("option", { value: g.code }, g.code)));
   if (ctx.query.get("gpu_type")) type.value = ctx.query.get("gpu_type");
-  const from = h("input", { type: "datetime-local", id: "avail-from", step: 3600, value: localInput(nextHour()), required: true });
+  const from = h("input", { type: "datetime-local", id: "avail-from", step: 3600, value: localInput(firstHour(ctx)), required: true });
   const hours = h("input", { type: "number", id: "avail-hours", min: 1, max: 168, value: 24, required: true });
   const err = h("div"), out = h("div", { id: "availability" });
   const btn = h("button", { type: "submit", id: "avail-show" }, t("resv.show"));
@@ -81,7 +88,7 @@ function bookForm(types, reload, ctx) {
   const type = h("select", { id: "book-type", required: true }, types.map((g) => h("option", { value: g.code }, g.code)));
   if (ctx.query.get("gpu_type") && byCode[ctx.query.get("gpu_type")]) type.value = ctx.query.get("gpu_type");
   const cards = h("input", { type: "number", id: "book-cards", min: 1, max: 256, value: 8, required: true });
-  const start = h("input", { type: "datetime-local", id: "book-start", step: 3600, value: localInput(nextHour() + HOUR_MS), required: true });
+  const start = h("input", { type: "datetime-local", id: "book-start", step: 3600, value: localInput(firstHour(ctx) + HOUR_MS), required: true });
   const hours = h("input", { type: "number", id: "book-hours", min: 1, max: 8784, value: 3, required: true });
   const quote = h("div", { class: "card estimate", id: "book-quote", "aria-live": "polite" });
   const err = h("div", { id: "book-error" }), done = h("div", { id: "book-done" });
