@@ -4,9 +4,9 @@
 // editing, deleting and the per-day stats. The gateway's address is not
 // known to gpurentd, so the page asks for it once (remembered in
 // localStorage; by default this host's port 8084, where `make run` puts it).
-import { t } from "../i18n.js";
+import { t, locale } from "../i18n.js";
 import { get, post, patch, del, all, getUser, getKey, ApiError } from "../api.js";
-import { h, clear, money, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
+import { h, clear, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
 
 const PRICES = [["per_request", "price_per_request"], ["per_1k_input_tokens", "price_per_1k_input_tokens"],
   ["per_1k_output_tokens", "price_per_1k_output_tokens"], ["per_second", "price_per_second"]];
@@ -24,11 +24,18 @@ function remember(slug, keep) {
 
 function gatewayBase() { return localStorage.getItem("gpurent.gateway") || `${location.protocol}//${location.hostname}:8084`; }
 
+// App prices are fractions of a fen (0.002 per 1k tokens): all six
+// decimals the API allows, not money()'s two.
+function price(amount, currency = "CNY") {
+  const shown = Number(amount).toLocaleString(locale(), { minimumFractionDigits: 2, maximumFractionDigits: 6 });
+  return h("span", { class: "money", title: `${amount} ${currency}`, "data-amount": amount }, `${shown} ${currency}`);
+}
+
 function priceList(a) {
   const p = a.prices || {};
   const shown = PRICES.filter(([k]) => p[k] && Number(p[k]) > 0);
   if (!shown.length) return t("apps.free");
-  return h("span", { class: "prices" }, shown.map(([k], i) => [i ? " · " : "", money(p[k]), " ", t(`apps.${k}`)]));
+  return h("span", { class: "prices" }, shown.map(([k], i) => [i ? " · " : "", price(p[k]), " ", t(`apps.${k}`)]));
 }
 
 export async function market(main) {
@@ -184,7 +191,7 @@ function statsTable(days) {
   return table([
     [t("apps.day"), (d) => d.day], [t("apps.calls"), (d) => String(d.calls)],
     [t("apps.tokens"), (d) => `${d.input_tokens} / ${d.output_tokens}`],
-    [t("apps.earnings"), (d) => money(microAmount(d.earnings_micro))],
+    [t("apps.earnings"), (d) => price(microAmount(d.earnings_micro))],
     [t("apps.error_rate"), (d) => `${(100 * Number(d.error_rate || 0)).toFixed(1)}%`],
     [t("apps.latency"), (d) => `${d.latency_p50_ms} / ${d.latency_p99_ms} ms`],
     [t("apps.cold_starts"), (d) => String(d.cold_starts)]], days, t("apps.no_calls"));
