@@ -256,6 +256,25 @@ const scenarios = {
     process.stdout.write(`NOTE reservation ${id}\n`);
   },
 
+  // Launching into an active reservation: from its page, the launch form
+  // comes with the reservation chosen and no per-hour estimate.
+  async launch_reserved(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/reservations/${world.reservation_id}`);
+    await page.waitForSelector("#reservation-state[data-state='active']", { timeout: DEADLINE });
+    await page.click("#reservation-launch");
+    await page.waitForSelector("#launch-reservation");
+    const chosen = await page.$eval("#launch-reservation", (s) => s.value);
+    if (chosen !== world.reservation_id) throw new Error(`the reservation was not chosen: ${chosen}`);
+    await waitText(page, "#estimate-reservation", "8 × H100-SXM");
+    if ((await page.$eval("#launch-type", (s) => s.value)) !== "H100-SXM") throw new Error("the type did not follow the reservation");
+    await page.fill("#launch-cards", "8");
+    await page.fill("#launch-image", world.image);
+    await page.click("#launch-submit");
+    await page.waitForURL(/#\/instances\/ins_/, { timeout: DEADLINE });
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+  },
+
   // A publisher publishes an app in the browser; it is in the public list,
   // even for a visitor who is not logged in, and on the publisher's page.
   async publish(page) {

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reservations"))
 sys.path.insert(0, os.path.join(HERE, "..", "apps"))
 
 from apps_util import Market, free_port  # noqa: E402
-from resv_util import ResvCloud  # noqa: E402
+from resv_util import CUDA_IMAGE, ResvCloud  # noqa: E402
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 PLAYWRIGHT = os.path.join(REPO, "node_modules", "playwright-core")
@@ -226,6 +226,21 @@ def test_user_books_a_reserved_block_sees_the_charge_then_cancels_for_a_refund(n
     # The kind's whole name reaches the API (it was cut to 15 characters).
     kinds = [x["kind"] for x in rc.d.get("/v1/transactions", key=booker.key).json()["data"]]
     assert "reservation" in kinds and "reservation_refund" in kinds, kinds
+    rc.verify()
+
+
+def test_user_launches_into_an_active_reservation(new_daemon, tmp_path):
+    rc = ResvCloud(cloud_for(new_daemon, tmp_path))
+    rc.price("H100-SXM", "2.00")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    booker = rc.c.user(funds="100.00")
+    start = rc.hour(1)
+    r = rc.book(booker, 8, start, 3)
+    rc.d.set_clock(start + 60)
+    run_scenario("launch_reserved", {"base_url": rc.d.base_url, "email": booker.email, "password": booker.password,
+                                     "reservation_id": r["id"], "image": CUDA_IMAGE}, tmp_path)
+    [inst] = rc.d.get("/v1/instances", key=booker.key).json()["data"]
+    assert inst["reservation_id"] == r["id"] and inst["gpu_type"] == "H100-SXM", inst
     rc.verify()
 
 
