@@ -65,6 +65,7 @@ export async function api(method, path, opts) {
 export const get = (p, query, opts) => api("GET", p, { query, ...(opts || {}) });
 export const post = (p, body, opts) => api("POST", p, { body, ...(opts || {}) });
 export const put = (p, body) => api("PUT", p, { body });
+export const patch = (p, body) => api("PATCH", p, { body });
 export const del = (p) => api("DELETE", p);
 
 // All pages of a list (the API pages with cursor/next_cursor).

@@ -11,6 +11,8 @@ import * as instances from "./pages/instances.js";
 import * as terminal from "./pages/terminal.js";
 import * as billing from "./pages/billing.js";
 import * as admin from "./pages/admin.js";
+import * as reservations from "./pages/reservations.js";
+import * as apps from "./pages/apps.js";
 
 // [pattern, page, needs a key, admins only]
 const ROUTES = [
@@ -30,6 +32,12 @@ const ROUTES = [
   ["usage", billing.usage, true],
   ["transactions", billing.transactions, true],
   ["statement", billing.statement, true],
+  ["reservations", reservations.page, true],
+  ["reservations/:id", reservations.detail, true],
+  ["apps", apps.market, false],
+  ["apps/:slug", apps.detail, true],
+  ["publish", apps.publish, true],
+  ["my-apps", apps.mine, true],
   ["admin/nodes", admin.nodes, true, true],
   ["admin/prices", admin.prices, true, true],
   ["admin/invites", admin.invites, true, true],
@@ -38,7 +46,7 @@ const ROUTES = [
   ["admin/audit", admin.audit, true, true],
 ];
 
-const USER_NAV = ["overview", "catalog", "launch", "instances", "volumes", "ssh-keys", "api-keys", "usage", "transactions", "statement"];
+const USER_NAV = ["overview", "catalog", "launch", "instances", "reservations", "apps", "volumes", "ssh-keys", "api-keys", "usage", "transactions", "statement"];
 const ADMIN_NAV = ["admin/nodes", "admin/prices", "admin/invites", "admin/money", "admin/users", "admin/audit"];
 
 let generation = 0;
@@ -59,7 +67,7 @@ function match(hash) {
 function drawNav(current) {
   const nav = clear(document.getElementById("nav"));
   const user = getUser();
-  const items = getKey() ? USER_NAV : ["catalog", "login", "signup"];
+  const items = getKey() ? USER_NAV : ["catalog", "apps", "login", "signup"];
   for (const name of items)
     nav.append(h("a", { href: `#/${name}`, "aria-current": current === name || current.startsWith(name + "/") ? "page" : null }, t(`nav.${name}`)));
   if (getKey() && user && user.role === "admin") {

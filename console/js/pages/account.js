@@ -45,11 +45,17 @@ export async function catalog(main) {
       [t("catalog.type"), (g) => h("strong", {}, g.code)],
       [t("catalog.vendor"), (g) => `${g.vendor} · ${g.stack}`],
       [t("catalog.memory"), (g) => `${g.memory_gb} GB ${g.memory_type || ""}`],
-      [t("catalog.price"), (g) => (g.price_per_card_hour ? [money(g.price_per_card_hour, g.currency), t("common.per_card_hour")] : t("catalog.no_price"))],
+      [t("catalog.price"), (g) => (g.price_per_card_hour ? [money(g.price_per_card_hour, g.currency), " ", t("common.per_card_hour")] : t("catalog.no_price"))],
       [t("catalog.price_gb"), (g) => (g.price_per_gb_hour ? money(g.price_per_gb_hour, g.currency) : "—")],
       [t("catalog.free"), (g) => `${g.cards_free} / ${g.cards_total}`],
       [t("catalog.booking"), (g) => (g.reservation_required ? h("span", { class: "badge pending" }, t("catalog.needs_booking")) : t("catalog.on_demand"))],
-      ["", (g) => (g.reservation_required || !g.price_per_card_hour ? "" : h("a", { href: `#/launch?gpu_type=${encodeURIComponent(g.code)}` }, t("nav.launch")))],
+      [t("catalog.reservable"), (g) => (g.reservation_required || g.cards_reservable
+        ? [h("span", { "data-reservable": g.code }, String(g.cards_reservable || 0)),
+          g.reservation_price_per_card_hour ? [" · ", money(g.reservation_price_per_card_hour, g.currency), " ", t("common.per_card_hour")] : null]
+        : "—")],
+      ["", (g) => (g.reservation_required
+        ? h("a", { href: `#/reservations?gpu_type=${encodeURIComponent(g.code)}`, "data-book": g.code }, t("catalog.book"))
+        : !g.price_per_card_hour ? "" : h("a", { href: `#/launch?gpu_type=${encodeURIComponent(g.code)}` }, t("nav.launch")))],
     ], types, t("catalog.empty")));
   } catch (e) { main.append(errorBox(e)); }
 }

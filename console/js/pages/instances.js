@@ -26,15 +26,22 @@ function parsePorts(text) {
 
 export async function launch(main, params, ctx) {
   main.append(h("h1", {}, t("launch.title")));
-  let types, images, vols, keys, balance;
+  let types, images, vols, keys, balance, resvs;
   try {
-    [types, images, vols, keys, balance] = await Promise.all([get("/v1/gpu-types"), get("/v1/images"), all("/v1/volumes"), all("/v1/ssh-keys"), get("/v1/balance")]);
+    [types, images, vols, keys, balance, resvs] = await Promise.all([get("/v1/gpu-types"), get("/v1/images"), all("/v1/volumes"), all("/v1/ssh-keys"), get("/v1/balance"),
+      all("/v1/reservations")]);
   } catch (e) { main.append(errorBox(e)); return; }
-  const launchable = types.data.filter((g) => !g.reservation_required && g.price_per_card_hour);
+  // An active reservation of the user's can be launched into, whatever its
+  // type; on demand only the types with a price and no booking required.
+  const active = resvs.filter((r) => r.state === "active");
+  const launchable = types.data.filter((g) => (!g.reservation_required && g.price_per_card_hour) || active.some((r) => r.gpu_type === g.code));
   const type = h("select", { id: "launch-type", required: true },
     launchable.map((g) => h("option", { value: g.code }, `${g.code} · ${g.memory_gb} GB · ${t("launch.free_cards", { n: g.cards_free })}`)));
   if (ctx.query.get("gpu_type")) type.value = ctx.query.get("gpu_type");
   const cards = h("input", { type: "number", id: "launch-cards", min: 1, max: 256, value: 8, required: true });
+  const reservation = h("select", { id: "launch-reservation" }, h("option", { value: "" }, t("launch.on_demand")),
+    active.map((r) => h("option", { value: r.id }, t("launch.reservation_option", { id: r.id, cards: r.cards, type: r.gpu_type }))));
+  if (active.some((r) => r.id === ctx.query.get("reservation_id"))) reservation.value = ctx.query.get("reservation_id");
   const image = h("input", { id: "launch-image", list: "launch-images", required: true, value: (images.data[0] || {}).ref || "" });
   const imageList = h("datalist", { id: "launch-images" }, images.data.map((i) => h("option", { value: i.ref }, i.description || i.stack)));
   const volume = h("select", { id: "launch-volume" }, h("option", { value: "" }, t("launch.no_volume")), vols.map((v) => h("option", { value: v.id }, `${v.name} (${v.size_gb} GB)`)));
@@ -51,6 +58,12 @@ export async function launch(main, params, ctx) {
   let seq = 0;
   const refresh = async () => {
     const mine = ++seq;
+    const r = active.find((x) => x.id === reservation.value);
+    if (r) {
+      // Paid when booked: instances inside it are not billed per second.
+      clear(estimate).append(h("div", { id: "estimate-reservation" }, t("launch.in_reservation", { cards: r.cards, type: r.gpu_type })), " ", time(r.ends_at));
+      return;
+    }
     const q = { gpu_type: type.value, card_count: cards.value };
     try {
       const [hour, span] = await Promise.all([get("/v1/estimate", { ...q, hours: 1 }), get("/v1/estimate", { ...q, hours: hours.value || 1 })]);
@@ -65,6 +78,12 @@ export async function launch(main, params, ctx) {
     } catch (e) { if (mine === seq) clear(estimate).append(errorBox(e)); }
   };
   for (const el of [type, cards, hours]) el.addEventListener("input", refresh);
+  const pickReservation = () => {
+    const r = active.find((x) => x.id === reservation.value);
+    if (r) { type.value = r.gpu_type; cards.max = r.cards; if (Number(cards.value) > r.cards) cards.value = r.cards; matchImage(); } else cards.max = 256;
+    refresh();
+  };
+  reservation.addEventListener("input", pickReservation);
   // An image of the chosen type's software stack (ROCm, CUDA) by default.
   const matchImage = () => {
     const g = launchable.find((x) => x.code === type.value);
@@ -76,8 +95,10 @@ export async function launch(main, params, ctx) {
   };
   type.addEventListener("input", matchImage);
   matchImage();
+  if (reservation.value) pickReservation();
 
   const form = h("form", { class: "stack card", id: "launch-form" },
+    active.length ? field(t("launch.reservation"), reservation, t("launch.reservation_hint")) : null,
     field(t("launch.type"), type), field(t("launch.cards"), cards), field(t("launch.image"), image, t("launch.image_hint")), imageList,
     field(t("launch.volume"), volume),
     h("fieldset", {}, h("legend", {}, t("launch.ssh_keys")), keyBoxes.length ? keyBoxes : h("p", { class: "hint" }, t("launch.no_keys"), " ", h("a", { href: "#/ssh-keys" }, t("nav.ssh-keys")))),
@@ -88,6 +109,7 @@ export async function launch(main, params, ctx) {
     busy(btn, async () => {
       const body = { gpu_type: type.value, card_count: Number(cards.value), image: image.value.trim() };
       if (volume.value) body.volume_id = volume.value;
+      if (reservation.value) body.reservation_id = reservation.value;
       if (name.value.trim()) body.name = name.value.trim();
       const ids = keyBoxes.map((l) => l.querySelector("input")).filter((i) => i.checked).map((i) => i.value);
       if (ids.length) body.ssh_key_ids = ids;

@@ -750,7 +750,7 @@ int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settl
 struct ledger_txn_row {
     int64_t id;               /* transaction */
     int64_t at;               /* for when */
-    char kind[16];            /* usage, grant, expiry, topup */
+    char kind[24];            /* usage, grant, expiry, topup, ..., reservation_refund (18) */
     char reason[256];         /* sentence */
     char instance_id[ID_MAX]; /* usage: instance, else "" */
     char volume_id[ID_MAX];   /* storage: volume, else "" */

@@ -213,6 +213,106 @@ const scenarios = {
     await waitText(page, "#terminal-status", "退出码 3");
   },
 
+  // A block of a reservation-only type booked in the browser: its price
+  // before paying, the booking listed, the charge in the transactions;
+  // then cancelled well ahead of the start and the whole refund seen.
+  async reserve(page) {
+    page.on("dialog", (d) => d.accept());
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/catalog`);
+    await waitText(page, "[data-reservable='H100-SXM']", "16");
+    await page.click("a[data-book='H100-SXM']");
+    await page.waitForSelector("#avail-form");
+    // The test's browser runs in Asia/Shanghai (UTC+8): the hour as typed there.
+    const local = new Date(Date.parse(world.start) + 8 * 3600000).toISOString().slice(0, 16);
+    await page.fill("#avail-from", local);
+    await page.click("#avail-show");
+    await waitText(page, `#availability [data-hour='${world.start}']`, "16");
+    await page.selectOption("#book-type", "H100-SXM");
+    await page.fill("#book-cards", "8");
+    await page.fill("#book-start", local);
+    await page.fill("#book-hours", "3");
+    await waitText(page, "#book-quote", "8 张 × 3 小时 × 2.00 CNY");
+    await waitText(page, "#book-total", "48.00");
+    await waitText(page, "#book-quote", "Asia/Shanghai");
+    await page.click("#book-submit");
+    await waitText(page, "#book-done", "rsv_");
+    const id = (await page.textContent("#book-done")).match(/rsv_[0-9a-z]{20}/)[0];
+    await page.waitForSelector(`.resv-state[data-reservation='${id}'][data-state='upcoming']`, { timeout: DEADLINE });
+    await waitText(page, `#availability [data-hour='${world.start}']`, "16"); // drawn before booking
+    await page.click("#avail-show");
+    await waitText(page, `#availability [data-hour='${world.start}']`, "8");
+    await page.goto(`${base}/console#/transactions`);
+    await waitText(page, "#transactions", "-48.00");
+    await waitText(page, "#transactions", "预留");
+    await page.goto(`${base}/console#/reservations/${id}`);
+    await waitText(page, "#refund-rule", "48");
+    await page.click(`#cancel-${id}`);
+    await page.waitForSelector("#reservation-state[data-state='cancelled']", { timeout: DEADLINE });
+    await waitText(page, "#reservation-refunded", "48.00");
+    await page.goto(`${base}/console#/transactions`);
+    await waitText(page, "#transactions", "预留退款");
+    await waitText(page, "#transactions", "48.00");
+    process.stdout.write(`NOTE reservation ${id}\n`);
+  },
+
+  // Launching into an active reservation: from its page, the launch form
+  // comes with the reservation chosen and no per-hour estimate.
+  async launch_reserved(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/reservations/${world.reservation_id}`);
+    await page.waitForSelector("#reservation-state[data-state='active']", { timeout: DEADLINE });
+    await page.click("#reservation-launch");
+    await page.waitForSelector("#launch-reservation");
+    const chosen = await page.$eval("#launch-reservation", (s) => s.value);
+    if (chosen !== world.reservation_id) throw new Error(`the reservation was not chosen: ${chosen}`);
+    await waitText(page, "#estimate-reservation", "8 × H100-SXM");
+    if ((await page.$eval("#launch-type", (s) => s.value)) !== "H100-SXM") throw new Error("the type did not follow the reservation");
+    await page.fill("#launch-cards", "8");
+    await page.fill("#launch-image", world.image);
+    await page.click("#launch-submit");
+    await page.waitForURL(/#\/instances\/ins_/, { timeout: DEADLINE });
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+  },
+
+  // A publisher publishes an app in the browser; it is in the public list,
+  // even for a visitor who is not logged in, and on the publisher's page.
+  async publish(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/publish`);
+    await page.fill("#app-slug", world.slug);
+    await page.fill("#app-name", "Console Echo");
+    await page.fill("#app-description", "an echo model published from the console");
+    await page.fill("#app-command", world.command);
+    await page.fill("#app-port", String(world.port));
+    await page.fill("#app-gpu-type", "MI450");
+    await page.fill("#app-price-request", "0.01");
+    await page.fill("#app-price-out", "0.004");
+    await page.click("#publish-submit");
+    await page.waitForURL(new RegExp(`#/apps/${world.slug}$`), { timeout: DEADLINE });
+    await waitText(page, "#app-base-url", `/apps/${world.slug}/v1`);
+    await waitText(page, "#app-curl", "chat/completions");
+    await page.waitForSelector("#app-stats", { timeout: DEADLINE });
+    await page.goto(`${base}/console#/my-apps`);
+    await waitText(page, "#my-apps", world.slug);
+    await page.goto(`${base}/console#/apps`);
+    await waitText(page, "#apps", "Console Echo");
+    await waitText(page, "#apps", "0.01");
+    await page.evaluate(() => sessionStorage.clear()); // a visitor without a key
+    await page.goto(`${base}/console#/catalog`);
+    await page.goto(`${base}/console#/apps`);
+    await waitText(page, "#apps", "an echo model published from the console");
+  },
+
+  // Someone else's reservation id in the address: not found, nothing of theirs.
+  async foreign_reservation(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/reservations/${world.reservation_id}`);
+    await waitText(page, "#reservation-error", "未找到");
+    const text = await page.textContent("main");
+    if (text.includes("H100-SXM") || text.includes("48.00")) throw new Error(`another user's reservation leaked: ${text}`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);
@@ -227,7 +327,7 @@ async function main() {
   const name = process.argv[2];
   if (!scenarios[name]) throw new Error(`no scenario ${name}`);
   const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
-  const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1366, height: 900 } });
+  const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1366, height: 900 }, timezoneId: "Asia/Shanghai" });
   const page = await context.newPage();
   const problems = [];
   page.on("console", (m) => { if (m.type() === "error") problems.push(`console error: ${m.text()}`); });

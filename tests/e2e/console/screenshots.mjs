@@ -14,7 +14,10 @@ const PAGES = [
   ["instance", "user", `#/instances/${world.instance_id}`, "#ssh-0"],
   ["usage", "user", "#/usage", "#spend-chart"],
   ["nodes", "admin", "#/admin/nodes", ".node-state"],
-];
+  ["reservations", "user", `#/reservations?gpu_type=H100-SXM&from=${world.reservations_from}`, "#availability .bar"],
+  ["apps", "user", "#/apps", "#apps table"],
+  ["app", "user", `#/apps/${world.app_slug}`, "#app-stats"],
+].filter(([name]) => !process.env.SHOTS || process.env.SHOTS.split(",").includes(name));
 
 const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
 try {

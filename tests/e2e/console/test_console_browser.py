@@ -13,6 +13,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import warnings
 
@@ -21,9 +22,15 @@ import pytest
 from agent_util import poll
 from harness import REPO, DEFAULT_PASSWORD, unique_email
 from instances_util import FAST_CLOUD, Cloud
-from money_util import ledger_verify
+from money_util import iso, ledger_verify
 
 HERE = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(HERE, "..", "reservations"))
+sys.path.insert(0, os.path.join(HERE, "..", "apps"))
+
+from apps_util import Market, free_port  # noqa: E402
+from resv_util import CUDA_IMAGE, ResvCloud  # noqa: E402
+
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 PLAYWRIGHT = os.path.join(REPO, "node_modules", "playwright-core")
 XTERM = os.path.join(REPO, "console", "vendor", "xterm", "xterm.mjs")
@@ -203,3 +210,66 @@ def test_terminal_page_speaks_the_terminal_contract(new_daemon, tmp_path):
     email = unique_email("term")
     d.cli_create_user(email, password=DEFAULT_PASSWORD)
     run_scenario("terminal", {"base_url": d.base_url, "email": email, "password": DEFAULT_PASSWORD}, tmp_path)
+
+
+def test_user_books_a_reserved_block_sees_the_charge_then_cancels_for_a_refund(new_daemon, tmp_path):
+    rc = ResvCloud(cloud_for(new_daemon, tmp_path))
+    rc.price("H100-SXM", "2.00")
+    rc.c.fleet(2, model="H100-SXM", fabric="ib-1")
+    booker = rc.c.user(funds="100.00")
+    start = rc.hour(72)  # well before the 48-hour notice: a full refund
+    run_scenario("reserve", {"base_url": rc.d.base_url, "email": booker.email, "password": booker.password,
+                             "start": iso(start)}, tmp_path)
+    [(state, amount, refunded)] = rc.d.sql("SELECT state, amount, refunded FROM reservations")
+    assert (amount, refunded) == (48_000_000, 48_000_000), (state, amount, refunded)
+    assert state == "cancelled"
+    # The kind's whole name reaches the API (it was cut to 15 characters).
+    kinds = [x["kind"] for x in rc.d.get("/v1/transactions", key=booker.key).json()["data"]]
+    assert "reservation" in kinds and "reservation_refund" in kinds, kinds
+    rc.verify()
+
+
+def test_user_launches_into_an_active_reservation(new_daemon, tmp_path):
+    rc = ResvCloud(cloud_for(new_daemon, tmp_path))
+    rc.price("H100-SXM", "2.00")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    booker = rc.c.user(funds="100.00")
+    start = rc.hour(1)
+    r = rc.book(booker, 8, start, 3)
+    rc.d.set_clock(start + 60)
+    run_scenario("launch_reserved", {"base_url": rc.d.base_url, "email": booker.email, "password": booker.password,
+                                     "reservation_id": r["id"], "image": CUDA_IMAGE}, tmp_path)
+    [inst] = rc.d.get("/v1/instances", key=booker.key).json()["data"]
+    assert inst["reservation_id"] == r["id"] and inst["gpu_type"] == "H100-SXM", inst
+    rc.verify()
+
+
+def test_publisher_publishes_an_app_and_it_is_in_the_public_list(new_daemon, tmp_path):
+    m = Market(new_daemon, tmp_path, options={"billing_interval_ms": "3600000"})
+    try:
+        m.fleet(1)
+        email = unique_email("publisher")
+        m.d.cli_create_user(email, password=DEFAULT_PASSWORD)
+        port = free_port()
+        slug = "console-echo"
+        run_scenario("publish", {"base_url": m.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                                 "slug": slug, "port": port, "command": " ".join(m.model_command(port))}, tmp_path)
+        listed = m.d.get("/v1/apps").json()["data"]
+        assert [a["slug"] for a in listed] == [slug], listed
+        assert listed[0]["prices"]["per_request"].startswith("0.01"), listed
+    finally:
+        m.close()
+
+
+def test_another_users_reservation_in_the_address_is_not_found(new_daemon, tmp_path):
+    rc = ResvCloud(cloud_for(new_daemon, tmp_path))
+    rc.price("H100-SXM", "2.00")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    owner = rc.c.user()
+    r = rc.book(owner, 8, rc.hour(10), 3)
+    email = unique_email("nosy")
+    rc.d.cli_create_user(email, password=DEFAULT_PASSWORD)
+    run_scenario("foreign_reservation", {"base_url": rc.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                                         "reservation_id": r["id"]}, tmp_path)
+    assert rc.d.get(f"/v1/reservations/{r['id']}", key=owner.key).json()["state"] == "upcoming"
+    rc.verify()
