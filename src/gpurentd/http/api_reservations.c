@@ -247,7 +247,7 @@ void api_reservations_availability(struct http_request *req)
     }
     size_t hours = (size_t)((to - from) / 3600);
     int64_t *free_cards = calloc(hours, sizeof *free_cards);
-    if (rc != STORE_OK || !free_cards || reservation_free_hours(s, t.code, from, to, free_cards) != STORE_OK) {
+    if (rc != STORE_OK || !free_cards || reservation_free_hours(s, t.code, from, to, free_cards, NULL) != STORE_OK) {
         free(free_cards);
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
