@@ -643,7 +643,7 @@ static int credit_hour(struct store *s, const struct reservation *r, int64_t los
  * rest of its window (then nothing is lost); what is still short falls on
  * the newest blocks, lost[] per block, node_of[] naming the node. */
 static int node_shortfall(struct store *s, const char *node_id, const struct reservation *a, size_t n,
-                          const struct reservation_binding *const *bind, int64_t *lost, const char **node_of,
+                          const struct reservation_binding *const *bind, int64_t *lost, char (*node_of)[ID_MAX],
                           int64_t now)
 {
     int64_t usable = store_node_usable_cards(s, node_id), held = 0;
@@ -667,8 +667,8 @@ static int node_shortfall(struct store *s, const char *node_id, const struct res
         int64_t l = short_by < bind[i]->cards ? short_by : bind[i]->cards;
         lost[i] += l;
         short_by -= l;
-        if (!node_of[i])
-            node_of[i] = node_id;
+        if (!node_of[i][0])
+            snprintf(node_of[i], ID_MAX, "%s", node_id);
     }
     return STORE_OK;
 }
@@ -680,7 +680,7 @@ static int shortfalls(struct store *s, const struct reservation *a, size_t n, in
     struct reservation_binding **rows = calloc(n + 1, sizeof *rows);
     size_t *counts = calloc(n + 1, sizeof *counts);
     int64_t *lost = calloc(n + 1, sizeof *lost);
-    const char **node_of = calloc(n + 1, sizeof *node_of);
+    char(*node_of)[ID_MAX] = calloc(n + 1, sizeof *node_of);
     const struct reservation_binding **bind = calloc(n + 1, sizeof *bind);
     int rc = rows && counts && lost && node_of && bind ? STORE_OK : STORE_ERROR;
     for (size_t i = 0; i < n && rc == STORE_OK; i++)
