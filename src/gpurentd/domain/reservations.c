@@ -641,29 +641,35 @@ static int credit_hour(struct store *s, const struct reservation *r, int64_t los
  * (a[], oldest booking first) beyond what it can give now. The newest
  * blocks move first, each onto a spare reserved node with room for the
  * rest of its window (then nothing is lost); what is still short falls on
- * the newest blocks, lost[] per block, node_of[] naming the node. */
+ * the newest blocks, lost[] per block, node_of[] naming the node. A node
+ * an admin took out of service (draining, maintenance) has all its blocks
+ * moved where a spare has room, but only failed hardware is credited. */
 static int node_shortfall(struct store *s, const char *node_id, const struct reservation *a, size_t n,
                           const struct reservation_binding *const *bind, int64_t *lost, char (*node_of)[ID_MAX],
                           int64_t now)
 {
-    int64_t usable = store_node_usable_cards(s, node_id), held = 0;
+    int active;
+    int64_t usable = store_node_usable_cards(s, node_id, &active), held = 0;
     if (usable < 0)
         return (int)usable;
     for (size_t i = 0; i < n; i++)
         if (bind[i] && strcmp(bind[i]->node_id, node_id) == 0)
             held += bind[i]->cards;
-    int64_t short_by = held - usable;
-    for (size_t i = n; i-- > 0 && short_by > 0;) {
+    int64_t short_by = held - usable, move = active ? short_by : held;
+    for (size_t i = n; i-- > 0 && move > 0;) {
         if (!bind[i] || strcmp(bind[i]->node_id, node_id) != 0)
             continue;
         char to_node[ID_MAX];
         int rc = rehome(s, &a[i], node_id, now - now % HOUR, now, to_node);
+        move -= bind[i]->cards;
         if (rc == STORE_OK) {
             short_by -= bind[i]->cards;
             continue;
         }
         if (rc != STORE_NOT_FOUND)
             return rc;
+        if (short_by <= 0)
+            continue;
         int64_t l = short_by < bind[i]->cards ? short_by : bind[i]->cards;
         lost[i] += l;
         short_by -= l;

@@ -1170,8 +1170,9 @@ int store_node_reservations(struct store *s, const char *node_id, int64_t after,
 /* Booked blocks without nodes that end after `after`, oldest first (booked before 0026). */
 int store_reservations_unbound(struct store *s, int64_t after, struct reservation **out, size_t *n);
 /* Cards a bound node can give now: its healthy cards while up and not
- * removed, else 0 (a negative store_rc on failure). */
-int64_t store_node_usable_cards(struct store *s, const char *node_id);
+ * removed, else 0 (a negative store_rc on failure); *active whether it is
+ * still in service (not removed, admin state active). */
+int64_t store_node_usable_cards(struct store *s, const char *node_id, int *active);
 /* Placement candidates of an instance inside a bound block: only its
  * nodes, each offering at most the block's cards there less what its other
  * instances hold on it; otherwise as store_placement_candidates_pool. */

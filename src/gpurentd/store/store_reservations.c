@@ -512,7 +512,8 @@ static const char SQL_UNBOUND[] =
     " AND NOT EXISTS (SELECT 1 FROM reservation_nodes b WHERE b.reservation_id = r.id) ORDER BY created_at, id";
 static const char SQL_NODE_USABLE[] =
     "SELECT CASE WHEN n.removed_at IS NULL AND n.health = 'up' THEN (SELECT count(*) FROM node_cards c"
-    " WHERE c.node_id = n.id AND c.healthy = 1) ELSE 0 END FROM nodes n WHERE n.id = ?1";
+    " WHERE c.node_id = n.id AND c.healthy = 1) ELSE 0 END, n.removed_at IS NULL AND n.admin_state = 'active'"
+    " FROM nodes n WHERE n.id = ?1";
 
 static void read_reserved_node(sqlite3_stmt *st, void *row)
 {
@@ -622,13 +623,16 @@ int store_reservations_unbound(struct store *s, int64_t after, struct reservatio
     return collect(s, st, out, n, "unbound reservations");
 }
 
-int64_t store_node_usable_cards(struct store *s, const char *node_id)
+int64_t store_node_usable_cards(struct store *s, const char *node_id, int *active)
 {
+    *active = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_USABLE);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, node_id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *active = sqlite3_column_int(st, 1);
     int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? 0 : store_rc_from_sqlite(s, rc, "usable cards");
     sqlite3_reset(st);
     return v;

@@ -166,3 +166,20 @@ def test_a_pool_change_rehomes_bound_blocks_or_is_refused(rc):
         assert err["hour"] == iso(start), err
     assert rc.d.sql("SELECT pool FROM nodes WHERE id = ?", (ids[1],)) == [("reserved",)]
     rc.verify()
+
+
+def test_a_node_taken_out_of_service_moves_its_block_to_a_spare_without_credit(rc):
+    rc.c.fleet(2, model="H100-SXM", fabric="ib-1", prefix="a-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 2)
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    node = rc.d.sql("SELECT id FROM nodes WHERE name = 'a-01'")[0][0]
+    s = rc.c.admin("POST", f"/v1/admin/nodes/{node}/state", json={"state": "maintenance", "reason": "firmware"})
+    assert s.status_code == 200, s.text
+    rc.d.set_clock(rc.hour(1) + 60)
+    rc.billing()
+    assert bound(rc, r["id"]) == [("a-02", 8)]
+    inst = rc.launch(u, r["id"], 8)
+    assert [p["node_name"] for p in inst["nodes"]] == ["a-02"], inst
+    assert rc.d.sql("SELECT count(*) FROM credit_grants WHERE source = 'reservation'") == [(0,)]
+    rc.verify()
