@@ -374,9 +374,8 @@ static uint64_t keep_lowest(uint64_t mask, int64_t allowed)
     return out;
 }
 
-int store_placement_candidates_bound(struct store *s, const char *gpu_model, int64_t ports,
-                                     const char *reservation_id, const char *instance_id,
-                                     struct placement_node **out, size_t *n)
+int store_placement_candidates_bound(struct store *s, const char *gpu_model, int64_t ports, const char *reservation_id,
+                                     const char *instance_id, struct placement_node **out, size_t *n)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_CANDIDATES_BOUND);
     if (!st)

@@ -490,8 +490,9 @@ int store_reservation_each(struct store *s, int (*fn)(void *ctx, const struct re
 /* Binding blocks to nodes (0026): the rows of reservation_nodes, the
  * reserved nodes a block can be bound to, and what a bound node can give. */
 static const char SQL_RESERVED_NODE_LIST[] =
-    "SELECT n.id, n.fabric, n.card_count, (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.healthy = 1)"
-    RESERVED_NODES " ORDER BY n.fabric, n.name, n.id";
+    "SELECT n.id, n.fabric, n.card_count,"
+    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.healthy = 1)" RESERVED_NODES
+    " ORDER BY n.fabric, n.name, n.id";
 #define BINDING_COLUMNS "b.reservation_id, b.node_id, b.cards, r.starts_at, r.ends_at, r.created_at"
 static const char SQL_BINDINGS_OVERLAP[] =
     "SELECT " BINDING_COLUMNS " FROM reservation_nodes b JOIN reservations r ON r.id = b.reservation_id"
@@ -568,8 +569,7 @@ int store_reservation_bindings_overlapping(struct store *s, const char *gpu_mode
     return collect_bindings(s, st, out, n, "overlapping bindings");
 }
 
-int store_reservation_bindings(struct store *s, const char *reservation_id, struct reservation_binding **out,
-                               size_t *n)
+int store_reservation_bindings(struct store *s, const char *reservation_id, struct reservation_binding **out, size_t *n)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_BINDINGS_OF);
     if (!st)
@@ -578,8 +578,7 @@ int store_reservation_bindings(struct store *s, const char *reservation_id, stru
     return collect_bindings(s, st, out, n, "reservation bindings");
 }
 
-int store_reservation_bind(struct store *s, const char *reservation_id, const char *node_id, int64_t cards,
-                           int64_t at)
+int store_reservation_bind(struct store *s, const char *reservation_id, const char *node_id, int64_t cards, int64_t at)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_BIND);
     if (!st)
@@ -633,7 +632,9 @@ int64_t store_node_usable_cards(struct store *s, const char *node_id, int *activ
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         *active = sqlite3_column_int(st, 1);
-    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? 0 : store_rc_from_sqlite(s, rc, "usable cards");
+    int64_t v = rc == SQLITE_ROW    ? sqlite3_column_int64(st, 0)
+                : rc == SQLITE_DONE ? 0
+                                    : store_rc_from_sqlite(s, rc, "usable cards");
     sqlite3_reset(st);
     return v;
 }
