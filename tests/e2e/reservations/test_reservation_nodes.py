@@ -4,9 +4,11 @@ larger one whole nodes of one fabric: the 6/6/4 case (the 4 is refused at
 booking while the hour is fragmented, and books once a node has room; every
 block's instance then lands on its own node), availability's largest block,
 re-homing onto a spare when a bound node is lost (no credit), the credit
-when no spare has room, and a pool change that re-homes or is refused.
+when no spare has room, a pool change that re-homes or is refused, and
+blocks booked before 0026 bound by the pass.
 `ledger verify` passes after every money step."""
 import os
+import sqlite3
 import sys
 
 import pytest
@@ -182,4 +184,24 @@ def test_a_node_taken_out_of_service_moves_its_block_to_a_spare_without_credit(r
     inst = rc.launch(u, r["id"], 8)
     assert [p["node_name"] for p in inst["nodes"]] == ["a-02"], inst
     assert rc.d.sql("SELECT count(*) FROM credit_grants WHERE source = 'reservation'") == [(0,)]
+    rc.verify()
+
+
+def test_blocks_booked_before_binding_are_bound_by_the_pass(rc):
+    rc.c.fleet(2, model="H100-SXM", fabric="ib-1")
+    u = rc.c.user()
+    small = rc.book(u, 6, rc.hour(2), 2)
+    big = rc.book(u, 16, rc.hour(5), 1)
+    # As a database migrated from 0024 has them: booked, bound nowhere.
+    con = sqlite3.connect(rc.d.db_path, timeout=10)
+    with con:
+        con.execute("DELETE FROM reservation_nodes")
+    con.close()
+    assert rc.d.sql("SELECT count(*) FROM reservation_nodes") == [(0,)]
+    rc.billing()
+    assert [c for (_, c) in bound(rc, small["id"])] == [6]
+    assert [c for (_, c) in bound(rc, big["id"])] == [8, 8]
+    rc.d.set_clock(rc.hour(2) + 60)
+    inst = rc.launch(u, small["id"], 6)
+    assert [p["node_name"] for p in inst["nodes"]] == [bound(rc, small["id"])[0][0]], inst
     rc.verify()
