@@ -3,7 +3,8 @@ of up to 8 cards holds cards of one reserved node for its whole window, a
 larger one whole nodes of one fabric: the 6/6/4 case (the 4 is refused at
 booking while the hour is fragmented, and books once a node has room; every
 block's instance then lands on its own node), availability's largest block,
-re-homing onto a spare when a bound node is lost (no credit), the credit
+re-homing onto a spare when a bound node is lost (no credit; for a
+multi-node block what a spare takes), the credit
 when no spare has room, a pool change that re-homes or is refused, and
 blocks booked before 0026 bound by the pass.
 `ledger verify` passes after every money step."""
@@ -204,4 +205,25 @@ def test_blocks_booked_before_binding_are_bound_by_the_pass(rc):
     rc.d.set_clock(rc.hour(2) + 60)
     inst = rc.launch(u, small["id"], 6)
     assert [p["node_name"] for p in inst["nodes"]] == [bound(rc, small["id"])[0][0]], inst
+    rc.verify()
+
+
+def test_a_multi_node_block_rehomes_what_a_spare_takes_and_is_credited_the_rest(rc):
+    a = rc.c.fleet(2, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u = rc.c.user()
+    r = rc.book(u, 16, rc.hour(1), 2)
+    assert bound(rc, r["id"]) == [("a-01", 8), ("a-02", 8)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    a.stop()
+    wait(lambda: rc.d.sql("SELECT count(*) FROM nodes WHERE name LIKE 'a-%' AND health = 'offline'") == [(2,)],
+         what="a-01 and a-02 offline")
+    rc.billing()
+    rc.billing()
+    # One whole spare node of ib-1: one of the two moves there, the other's
+    # 8 cards are credited for the hour.
+    got = bound(rc, r["id"])
+    assert ("b-01", 8) in got and len(got) == 2, got
+    assert rc.d.sql("SELECT amount FROM credit_grants WHERE source = 'reservation' AND user_id = ?",
+                    (u.id,)) == [(PRICE * 8,)]
     rc.verify()
