@@ -444,8 +444,14 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
 int reservation_cancel(struct store *s, const char *user_id, const char *id, int64_t now, struct reservation *out,
                        struct op_outcome *o);
 /* Cards of gpu_model free to book in each hour of [from, to) (whole hours):
- * free[(h - from) / 3600]. */
-int reservation_free_hours(struct store *s, const char *gpu_model, int64_t from, int64_t to, int64_t *free_cards);
+ * free[(h - from) / 3600], summed over the reserved nodes; and largest[]
+ * (may be NULL): the most cards one block of that single hour could still
+ * get (one node's free cards, or 8 x the whole free nodes of one fabric). */
+int reservation_free_hours(struct store *s, const char *gpu_model, int64_t from, int64_t to, int64_t *free_cards,
+                           int64_t *largest);
+/* Whether the block is bound to nodes (0026; blocks booked before are
+ * bound by the pass). */
+int reservation_bound(struct store *s, const char *reservation_id, int *bound);
 /* What the refund of cancelling r at now would be (the documented rule). */
 int64_t reservation_refund_due(const struct reservation *r, int64_t now);
 /* The reservation as the API shows it at now. */
@@ -455,9 +461,11 @@ json_t *reservation_json(const struct reservation *r, int64_t now);
 int reservation_admit(struct store *s, const char *user_id, const char *reservation_id, const char *gpu_model,
                       int64_t cards, const char *instance_id, int64_t now, struct op_outcome *o);
 /* In a transaction, before node_id leaves the reserved pool (moved to
- * on_demand, or removed when removing is set): STORE_CONFLICT, with *hour the first hour short,
- * if the pool without its cards could not hold what is booked from now
- * to the horizon. STORE_OK when the node is not reserved or the rest holds. */
+ * on_demand, or removed when removing is set): every block bound to it for
+ * this or a later hour is re-homed onto another reserved node with room for
+ * the rest of its window; STORE_CONFLICT, with *hour the first hour of the
+ * first block that cannot be, while the node is up and active (a node
+ * already lost leaves, and its blocks are credited). */
 int reservation_pool_shrink_check(struct store *s, const char *node_id, int64_t now, int removing, int64_t *hour);
 /* One pass over reservations (in a transaction): the warning before the
  * end, stopping instances at the end, and credits for hours lost to failed

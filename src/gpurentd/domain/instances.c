@@ -58,8 +58,17 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
         return rc;
     struct placement_node *nodes;
     size_t n;
-    rc = store_placement_candidates_pool(s, in->gpu_model, in->card_count, (int64_t)n_ports,
-                                         reservation[0] ? "reserved" : "on_demand", &nodes, &n);
+    /* A block bound to nodes (0026) is placed on its own nodes only, never
+     * beyond its cards on each, so other blocks' cards stay theirs; one
+     * booked before 0026 and not bound yet takes the pool's best fit. */
+    int bound = 0;
+    if (reservation[0] && (rc = reservation_bound(s, reservation, &bound)) != STORE_OK)
+        return rc;
+    if (bound)
+        rc = store_placement_candidates_bound(s, in->gpu_model, (int64_t)n_ports, reservation, in->id, &nodes, &n);
+    else
+        rc = store_placement_candidates_pool(s, in->gpu_model, in->card_count, (int64_t)n_ports,
+                                             reservation[0] ? "reserved" : "on_demand", &nodes, &n);
     if (rc != STORE_OK)
         return rc;
     struct placement p;
@@ -67,9 +76,9 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
     if (!placed && reservation[0]) {
         free(nodes);
         return op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count", NULL,
-                         "the reserved pool has no room for %lld %s cards of reservation %s now (a node of it may be "
-                         "down; lost hours are credited)",
-                         (long long)in->card_count, in->gpu_model, reservation);
+                         "the nodes of reservation %s have no room for %lld %s cards now (its instances hold "
+                         "its cards there, or a node of it is down; lost hours are credited)",
+                         reservation, (long long)in->card_count, in->gpu_model);
     } else if (!placed) {
         free(nodes);
         int64_t free_cards = store_free_cards(s, in->gpu_model);

@@ -44,16 +44,12 @@ int reservation_window_check(int64_t cards, int64_t starts_at, int64_t ends_at, 
     return STORE_OK;
 }
 
-/* Cards booked in each hour of [from, to): booked[], and of those, the
- * cards of multi-node blocks in fabric (when fabric is not NULL):
- * in_fabric[]. Both arrays have (to - from) / 3600 entries, zeroed here. */
-static int calendar(struct store *s, const char *model, int64_t from, int64_t to, int64_t *booked, const char *fabric,
-                    int64_t *in_fabric)
+/* Cards booked in each hour of [from, to), all nodes together: booked[],
+ * (to - from) / 3600 entries, zeroed here. */
+static int calendar(struct store *s, const char *model, int64_t from, int64_t to, int64_t *booked)
 {
     size_t hours = (size_t)((to - from) / HOUR);
     memset(booked, 0, hours * sizeof *booked);
-    if (in_fabric)
-        memset(in_fabric, 0, hours * sizeof *in_fabric);
     struct reservation *r;
     size_t n;
     int rc = store_reservations_overlapping(s, model, from, to, &r, &n);
@@ -61,29 +57,231 @@ static int calendar(struct store *s, const char *model, int64_t from, int64_t to
         return rc;
     for (size_t i = 0; i < n; i++) {
         int64_t a = r[i].starts_at > from ? r[i].starts_at : from, b = r[i].ends_at < to ? r[i].ends_at : to;
-        for (int64_t h = a; h < b; h += HOUR) {
+        for (int64_t h = a; h < b; h += HOUR)
             booked[(h - from) / HOUR] += r[i].card_count;
-            if (in_fabric && fabric && r[i].fabric[0] && strcmp(r[i].fabric, fabric) == 0)
-                in_fabric[(h - from) / HOUR] += r[i].card_count;
-        }
     }
     free(r);
     return STORE_OK;
 }
 
-int reservation_free_hours(struct store *s, const char *gpu_model, int64_t from, int64_t to, int64_t *free_cards)
+/* The reserved nodes of a type and what is booked on each in every hour
+ * of [from, to) (0026): booked[node * hours + hour]. Every block is bound
+ * to its nodes, so this per node per hour calendar is what booking,
+ * re-homing and availability check. */
+struct node_calendar {
+    struct reserved_node *nodes;
+    size_t n_nodes;
+    struct reservation_binding *b;
+    size_t n_b;
+    int64_t from, to;
+    size_t hours;
+    int64_t *booked;
+};
+
+static void node_calendar_free(struct node_calendar *c)
 {
-    int64_t cap;
-    struct reserved_fabric fabrics[RESERVED_FABRICS_MAX];
-    size_t nf;
-    int rc = store_reserved_capacity(s, gpu_model, &cap, fabrics, &nf);
+    free(c->nodes);
+    free(c->b);
+    free(c->booked);
+    memset(c, 0, sizeof *c);
+}
+
+static int node_calendar_load(struct store *s, const char *model, int64_t from, int64_t to, struct node_calendar *c)
+{
+    memset(c, 0, sizeof *c);
+    c->from = from;
+    c->to = to;
+    c->hours = (size_t)((to - from) / HOUR);
+    int rc = store_reserved_nodes(s, model, &c->nodes, &c->n_nodes);
+    if (rc == STORE_OK)
+        rc = store_reservation_bindings_overlapping(s, model, from, to, &c->b, &c->n_b);
+    if (rc == STORE_OK && !(c->booked = calloc(c->n_nodes * c->hours + 1, sizeof *c->booked)))
+        rc = STORE_ERROR;
+    if (rc != STORE_OK) {
+        node_calendar_free(c);
+        return rc;
+    }
+    for (size_t i = 0; i < c->n_nodes; i++)
+        for (size_t k = 0; k < c->n_b; k++) {
+            const struct reservation_binding *b = &c->b[k];
+            if (strcmp(b->node_id, c->nodes[i].id) != 0)
+                continue;
+            int64_t a = b->starts_at > from ? b->starts_at : from, e = b->ends_at < to ? b->ends_at : to;
+            for (int64_t h = a; h < e; h += HOUR)
+                c->booked[i * c->hours + (size_t)((h - from) / HOUR)] += b->cards;
+        }
+    return STORE_OK;
+}
+
+/* Cards of node i left free in hour index h (never negative: a node with
+ * failed cards may hold more bookings than healthy cards). */
+static int64_t node_free(const struct node_calendar *c, size_t i, size_t h)
+{
+    int64_t left = c->nodes[i].healthy - c->booked[i * c->hours + h];
+    return left > 0 ? left : 0;
+}
+
+/* Whether node i is already bound to block rid (re-homing never picks one
+ * of the block's own nodes). */
+static int bound_to(const struct node_calendar *c, size_t i, const char *rid)
+{
+    for (size_t k = 0; rid && k < c->n_b; k++)
+        if (strcmp(c->b[k].reservation_id, rid) == 0 && strcmp(c->b[k].node_id, c->nodes[i].id) == 0)
+            return 1;
+    return 0;
+}
+
+/* The fewest free cards node i has in any hour of the whole calendar. */
+static int64_t node_room(const struct node_calendar *c, size_t i)
+{
+    int64_t room = c->nodes[i].healthy;
+    for (size_t h = 0; h < c->hours; h++)
+        if (node_free(c, i, h) < room)
+            room = node_free(c, i, h);
+    return room;
+}
+
+/* Whether node i is a whole 8-card node with nothing booked on it. */
+static int node_whole_free(const struct node_calendar *c, size_t i)
+{
+    return c->nodes[i].card_count == PLACEMENT_NODE_CARDS && c->nodes[i].healthy == PLACEMENT_NODE_CARDS &&
+           node_room(c, i) == PLACEMENT_NODE_CARDS;
+}
+
+/* Nodes for a block of `cards` over the calendar's window, not already
+ * bound to block rid (NULL: a new block): up to 8 cards, the one node with
+ * the least room that still has them every hour (best fit, ties by fabric
+ * and name); more, cards / 8 whole nodes free every hour in one fabric
+ * (only `fabric` when it is not NULL), the fabric with the fewest such
+ * nodes that is enough. pick[] gets node indexes; *n_pick 0 when none fits. */
+static void choose_nodes(const struct node_calendar *c, int64_t cards, const char *fabric, const char *rid,
+                         size_t *pick, size_t *n_pick)
+{
+    *n_pick = 0;
+    if (cards <= PLACEMENT_NODE_CARDS) {
+        int64_t best = PLACEMENT_NODE_CARDS + 1;
+        for (size_t i = 0; i < c->n_nodes; i++) {
+            int64_t room = node_room(c, i);
+            if (room >= cards && room < best && !bound_to(c, i, rid)) {
+                best = room;
+                pick[0] = i;
+                *n_pick = 1;
+            }
+        }
+        return;
+    }
+    size_t need = (size_t)(cards / PLACEMENT_NODE_CARDS), best_start = 0, best_count = (size_t)-1;
+    /* Nodes come by fabric: each fabric is one run. */
+    for (size_t start = 0; start < c->n_nodes;) {
+        size_t end = start, count = 0;
+        while (end < c->n_nodes && strcmp(c->nodes[end].fabric, c->nodes[start].fabric) == 0) {
+            count += node_whole_free(c, end) && !bound_to(c, end, rid);
+            end++;
+        }
+        if (count >= need && count < best_count && (!fabric || strcmp(fabric, c->nodes[start].fabric) == 0)) {
+            best_count = count;
+            best_start = start;
+        }
+        start = end;
+    }
+    if (best_count == (size_t)-1)
+        return;
+    for (size_t i = best_start; i < c->n_nodes && *n_pick < need; i++)
+        if (node_whole_free(c, i) && !bound_to(c, i, rid))
+            pick[(*n_pick)++] = i;
+}
+
+int reservation_free_hours(struct store *s, const char *gpu_model, int64_t from, int64_t to, int64_t *free_cards,
+                           int64_t *largest)
+{
+    struct node_calendar c;
+    int rc = node_calendar_load(s, gpu_model, from, to, &c);
     if (rc != STORE_OK)
         return rc;
-    if ((rc = calendar(s, gpu_model, from, to, free_cards, NULL, NULL)) != STORE_OK)
-        return rc;
-    for (int64_t i = 0; i < (to - from) / HOUR; i++)
-        free_cards[i] = cap > free_cards[i] ? cap - free_cards[i] : 0;
+    for (size_t h = 0; h < c.hours; h++) {
+        int64_t sum = 0, most = 0, whole = 0;
+        for (size_t i = 0; i < c.n_nodes; i++) {
+            int64_t f = node_free(&c, i, h);
+            sum += f;
+            most = f > most ? f : most;
+            /* Whole free nodes, counted per fabric run. */
+            int first = i == 0 || strcmp(c.nodes[i].fabric, c.nodes[i - 1].fabric) != 0;
+            whole = first ? 0 : whole;
+            whole += c.nodes[i].card_count == PLACEMENT_NODE_CARDS && f == PLACEMENT_NODE_CARDS;
+            if (whole > 1 && whole * PLACEMENT_NODE_CARDS > most)
+                most = whole * PLACEMENT_NODE_CARDS;
+        }
+        free_cards[h] = sum;
+        if (largest)
+            largest[h] = most;
+    }
+    node_calendar_free(&c);
     return STORE_OK;
+}
+
+int reservation_bound(struct store *s, const char *reservation_id, int *bound)
+{
+    struct reservation_binding *b;
+    size_t n;
+    int rc = store_reservation_bindings(s, reservation_id, &b, &n);
+    free(b);
+    *bound = rc == STORE_OK && n > 0;
+    return rc;
+}
+
+/* Binds block r to nodes for [from, r->ends_at) in the caller's
+ * transaction; STORE_NOT_FOUND (nothing written) when no node has room. */
+static int bind_block(struct store *s, const struct reservation *r, int64_t from, int64_t now)
+{
+    struct node_calendar c;
+    int rc = node_calendar_load(s, r->gpu_model, from, r->ends_at, &c);
+    if (rc != STORE_OK)
+        return rc;
+    size_t pick[256 / PLACEMENT_NODE_CARDS], n = 0;
+    choose_nodes(&c, r->card_count, r->fabric[0] ? r->fabric : NULL, NULL, pick, &n);
+    rc = n == 0 ? STORE_NOT_FOUND : STORE_OK;
+    int64_t per_node = r->card_count < PLACEMENT_NODE_CARDS ? r->card_count : PLACEMENT_NODE_CARDS;
+    for (size_t k = 0; k < n && rc == STORE_OK; k++)
+        rc = store_reservation_bind(s, r->id, c.nodes[pick[k]].id, per_node, now);
+    node_calendar_free(&c);
+    return rc;
+}
+
+/* Moves block r off node_id onto a spare reserved node with room for
+ * [from, r->ends_at): the best fit for its cards there, or for a
+ * multi-node block a whole free node of its fabric. STORE_NOT_FOUND when
+ * there is none (nothing written); new_node gets the node. */
+static int rehome(struct store *s, const struct reservation *r, const char *node_id, int64_t from, int64_t now,
+                  char new_node[ID_MAX])
+{
+    new_node[0] = 0;
+    if (from >= r->ends_at)
+        return STORE_NOT_FOUND;
+    struct node_calendar c;
+    int rc = node_calendar_load(s, r->gpu_model, from, r->ends_at, &c);
+    if (rc != STORE_OK)
+        return rc;
+    int whole = r->card_count > PLACEMENT_NODE_CARDS;
+    size_t pick[1], n = 0;
+    if (!whole) {
+        choose_nodes(&c, r->card_count, NULL, r->id, pick, &n);
+    } else {
+        for (size_t i = 0; i < c.n_nodes && !n; i++)
+            if (strcmp(c.nodes[i].fabric, r->fabric) == 0 && node_whole_free(&c, i) && !bound_to(&c, i, r->id)) {
+                pick[0] = i;
+                n = 1;
+            }
+    }
+    if (n == 0) {
+        node_calendar_free(&c);
+        return STORE_NOT_FOUND;
+    }
+    snprintf(new_node, ID_MAX, "%s", c.nodes[pick[0]].id);
+    node_calendar_free(&c);
+    if ((rc = store_reservation_rebind(s, r->id, node_id, new_node, now)) == STORE_OK)
+        log_info("reservations: %s re-homed from node %s to node %s for the rest of its window", r->id, node_id,
+                 new_node);
+    return rc;
 }
 
 /* The first hour of [from, to) where cards more do not fit under limit,
@@ -94,29 +292,6 @@ static int64_t first_full_hour(const int64_t *booked, int64_t from, int64_t to, 
         if (booked[i] + cards > limit)
             return from + i * HOUR;
     return -1;
-}
-
-/* A multi-node block holds whole nodes in one fabric for its window: the
- * fabric with the fewest whole nodes whose multi-node bookings leave room
- * every hour. fabric_out gets it, or "" when none fits. */
-static int choose_fabric(struct store *s, const char *model, int64_t cards, int64_t from, int64_t to,
-                         const struct reserved_fabric *fabrics, size_t nf, int64_t *booked, int64_t *in_fabric,
-                         char fabric_out[64])
-{
-    fabric_out[0] = 0;
-    int64_t best = -1;
-    for (size_t f = 0; f < nf; f++) {
-        if (fabrics[f].whole_nodes * PLACEMENT_NODE_CARDS < cards || (best >= 0 && fabrics[f].whole_nodes >= best))
-            continue;
-        int rc = calendar(s, model, from, to, booked, fabrics[f].fabric, in_fabric);
-        if (rc != STORE_OK)
-            return rc;
-        if (first_full_hour(in_fabric, from, to, cards, fabrics[f].whole_nodes * PLACEMENT_NODE_CARDS) < 0) {
-            best = fabrics[f].whole_nodes;
-            snprintf(fabric_out, 64, "%.63s", fabrics[f].fabric);
-        }
-    }
-    return STORE_OK;
 }
 
 static void time_text(int64_t t, char *out, size_t n)
@@ -160,16 +335,18 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
     if ((rc = store_reserved_capacity(s, t.code, &cap, fabrics, &nf)) != STORE_OK)
         return rc;
     size_t hours = (size_t)((ends_at - starts_at) / HOUR);
-    int64_t *booked = calloc(hours, sizeof *booked), *in_fabric = calloc(hours, sizeof *in_fabric);
+    int64_t *booked = calloc(hours, sizeof *booked);
+    struct node_calendar nc = {0};
+    size_t pick[256 / PLACEMENT_NODE_CARDS], n_pick = 0;
     char fabric[64] = "";
-    if (!booked || !in_fabric) {
+    if (!booked) {
         rc = STORE_ERROR;
         goto done;
     }
     /* Every hour of the window: what is booked plus this never exceeds the
      * reserved pool's healthy capacity. Writers take turns (BEGIN
      * IMMEDIATE), so nothing books between this read and the insert. */
-    if ((rc = calendar(s, t.code, starts_at, ends_at, booked, NULL, NULL)) != STORE_OK)
+    if ((rc = calendar(s, t.code, starts_at, ends_at, booked)) != STORE_OK)
         goto done;
     int64_t full = first_full_hour(booked, starts_at, ends_at, cards, cap);
     if (full >= 0) {
@@ -183,18 +360,28 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
                        (long long)left, t.code, at);
         goto done;
     }
-    if (cards > PLACEMENT_NODE_CARDS) {
-        if ((rc = choose_fabric(s, t.code, cards, starts_at, ends_at, fabrics, nf, booked, in_fabric, fabric)) !=
-            STORE_OK)
-            goto done;
-        if (!fabric[0]) {
-            rc = op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "cards", NULL,
-                           "no fabric has %lld whole %s nodes free for every hour of the window (more than 8 cards "
-                           "are whole nodes in one fabric)",
-                           (long long)(cards / PLACEMENT_NODE_CARDS), t.code);
-            goto done;
-        }
+    /* The totals fit; the block must also fit on its own nodes every hour
+     * (0026), or its instances could find the hour fragmented. */
+    if ((rc = node_calendar_load(s, t.code, starts_at, ends_at, &nc)) != STORE_OK)
+        goto done;
+    choose_nodes(&nc, cards, NULL, NULL, pick, &n_pick);
+    if (n_pick == 0 && cards <= PLACEMENT_NODE_CARDS) {
+        rc = op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "cards", json_pack("{s:b}", "single_node", 1),
+                       "no single %s node has %lld cards free for every hour of the window, though the pool has "
+                       "that many in total (a block of up to 8 cards is held on one node); see GET "
+                       "/v1/reservations/availability for the largest block per hour",
+                       t.code, (long long)cards);
+        goto done;
     }
+    if (n_pick == 0) {
+        rc = op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "cards", NULL,
+                       "no fabric has %lld whole %s nodes free for every hour of the window (more than 8 cards "
+                       "are whole nodes in one fabric)",
+                       (long long)(cards / PLACEMENT_NODE_CARDS), t.code);
+        goto done;
+    }
+    if (cards > PLACEMENT_NODE_CARDS)
+        snprintf(fabric, sizeof fabric, "%s", nc.nodes[pick[0]].fabric);
     __int128 amount = (__int128)price * cards * (int64_t)hours;
     if (amount > daemon_config->max_balance_micro) {
         rc = op_refuse(o, ERR_INSUFFICIENT_FUNDS, "cards", NULL, "the block would cost more than anyone may hold");
@@ -232,10 +419,15 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
     if ((rc = store_reservation_insert(s, &r)) != STORE_OK ||
         (rc = ledger_charge_reservation(s, user_id, r.amount, now, r.id, reason)) != STORE_OK)
         goto done;
+    int64_t per_node = cards < PLACEMENT_NODE_CARDS ? cards : PLACEMENT_NODE_CARDS;
+    for (size_t k = 0; k < n_pick && rc == STORE_OK; k++)
+        rc = store_reservation_bind(s, r.id, nc.nodes[pick[k]].id, per_node, now);
+    if (rc != STORE_OK)
+        goto done;
     *out = r;
 done:
     free(booked);
-    free(in_fabric);
+    node_calendar_free(&nc);
     return rc;
 }
 
@@ -341,42 +533,35 @@ int reservation_pool_shrink_check(struct store *s, const char *node_id, int64_t 
     int rc = store_node_get(s, node_id, &n);
     if (rc != STORE_OK)
         return rc;
-    int64_t cap_before, cap_after;
-    struct reserved_fabric fabrics[RESERVED_FABRICS_MAX];
-    size_t nf;
-    if ((rc = store_reserved_capacity(s, n.gpu_model, &cap_before, fabrics, &nf)) != STORE_OK)
-        return rc;
-    char pool[16];
-    if ((rc = store_node_pool(s, node_id, pool)) != STORE_OK)
-        return rc;
-    /* Only a node counted in the sellable reserved pool shrinks it: the
-     * capacity without it is what the store counts less its healthy cards. */
     struct gpu_type t;
     if ((rc = store_gpu_type_row(s, n.gpu_model, &t)) != STORE_OK)
         return rc;
-    int reserved = strcmp(pool, "reserved") == 0 || t.reservation_required;
     /* A reservation-required type's node stays reserved whatever its
-     * column says: only removing it shrinks the pool. */
-    if (!reserved || (t.reservation_required && !removing) || strcmp(n.health, "up") != 0 ||
-        strcmp(n.admin_state, "active") != 0)
+     * column says: only removing it takes it out of the pool. */
+    if (t.reservation_required && !removing)
         return STORE_OK;
-    int64_t healthy = store_node_healthy_cards(s, node_id);
-    if (healthy < 0)
-        return (int)healthy;
-    cap_after = cap_before - healthy;
-    int64_t from = now - now % HOUR, to = from + daemon_config->reservation_horizon_hours * HOUR;
-    size_t hours = (size_t)((to - from) / HOUR);
-    int64_t *booked = calloc(hours, sizeof *booked);
-    if (!booked)
-        return STORE_ERROR;
-    if ((rc = calendar(s, n.gpu_model, from, to, booked, NULL, NULL)) == STORE_OK) {
-        int64_t full = first_full_hour(booked, from, to, 0, cap_after);
-        if (full >= 0) {
-            *hour = full;
+    int64_t this_hour = now - now % HOUR;
+    struct reservation *r;
+    size_t nr;
+    if ((rc = store_node_reservations(s, node_id, this_hour, &r, &nr)) != STORE_OK)
+        return rc;
+    /* Each block bound to it for this or a later hour moves to another
+     * node with room for the rest of its window, or the node stays. A
+     * node already lost (down, or not active) is not refused: its blocks
+     * that find no spare are credited by the pass as before. */
+    int lost = strcmp(n.health, "up") != 0 || strcmp(n.admin_state, "active") != 0;
+    for (size_t i = 0; i < nr && rc == STORE_OK; i++) {
+        int64_t from = r[i].starts_at > this_hour ? r[i].starts_at : this_hour;
+        char to_node[ID_MAX];
+        rc = rehome(s, &r[i], node_id, from, now, to_node);
+        if (rc == STORE_NOT_FOUND && lost) {
+            rc = STORE_OK;
+        } else if (rc == STORE_NOT_FOUND) {
+            *hour = from;
             rc = STORE_CONFLICT;
         }
     }
-    free(booked);
+    free(r);
     return rc;
 }
 
@@ -421,52 +606,144 @@ static int end_due(struct store *s, const struct reservation *r, int64_t now, in
     return ended ? store_reservation_set_closed(s, r->id, now) : store_reservation_set_warned(s, r->id, now);
 }
 
-/* Credits what the reserved pool of the active blocks a[0..n) (one type,
- * oldest booking first) cannot give this hour: the shortfall falls on the
- * newest bookings first, and an hour's credit only grows to the most cards
- * found missing in it. */
-static int credit_shortfall(struct store *s, const struct reservation *a, size_t n, int64_t now)
+/* Credits block r for `lost` cards of this hour (named after node): an
+ * hour's credit only grows to the most cards found missing in it. */
+static int credit_hour(struct store *s, const struct reservation *r, int64_t lost, const char *node, int64_t now)
 {
-    int64_t usable, booked = 0;
-    char node[ID_MAX];
-    int rc = store_reserved_usable(s, a[0].gpu_model, &usable, node);
-    if (rc != STORE_OK)
+    int64_t hour = now - now % HOUR, prev_cards, prev_amount;
+    int rc = store_reservation_credit_get(s, r->id, hour, &prev_cards, &prev_amount);
+    if (rc != STORE_OK || lost <= prev_cards)
         return rc;
-    for (size_t i = 0; i < n; i++)
-        booked += a[i].card_count;
-    int64_t short_by = booked - usable, hour = now - now % HOUR;
-    if (short_by <= 0 || !node[0])
-        return STORE_OK;
-    for (size_t i = n; i-- > 0 && short_by > 0;) {
-        const struct reservation *r = &a[i];
-        int64_t lost = short_by < r->card_count ? short_by : r->card_count, prev_cards, prev_amount;
-        short_by -= lost;
-        if ((rc = store_reservation_credit_get(s, r->id, hour, &prev_cards, &prev_amount)) != STORE_OK)
-            return rc;
-        if (lost <= prev_cards)
-            continue;
-        int64_t amount = (lost - prev_cards) * r->card_hour;
-        char grant[ID_MAX] = "", reason[256], at[32];
-        time_text(hour, at, sizeof at);
-        snprintf(reason, sizeof reason,
-                 "SLA credit: reservation %s lost %lld card-hours in the hour from %s (node %s offline or its cards "
-                 "failed)",
-                 r->id, (long long)(lost - prev_cards), at, node);
-        if (amount > 0) {
-            rc = ledger_grant(s, r->user_id, "reservation", amount, 0, now, reason, grant);
-            if (rc == LEDGER_OVER_BALANCE) {
-                log_error("reservations: %s: credit of %lld refused: the holder is at max_balance", r->id,
-                          (long long)amount);
-                continue;
-            }
-            if (rc != STORE_OK || (rc = store_reservation_add_credited(s, r->id, amount)) != STORE_OK)
-                return rc;
+    int64_t amount = (lost - prev_cards) * r->card_hour;
+    char grant[ID_MAX] = "", reason[256], at[32];
+    time_text(hour, at, sizeof at);
+    snprintf(reason, sizeof reason,
+             "SLA credit: reservation %s lost %lld card-hours in the hour from %s (node %s offline or its cards "
+             "failed)",
+             r->id, (long long)(lost - prev_cards), at, node);
+    if (amount > 0) {
+        rc = ledger_grant(s, r->user_id, "reservation", amount, 0, now, reason, grant);
+        if (rc == LEDGER_OVER_BALANCE) {
+            log_error("reservations: %s: credit of %lld refused: the holder is at max_balance", r->id,
+                      (long long)amount);
+            return STORE_OK;
         }
-        if ((rc = store_reservation_credit_put(s, r->id, hour, lost, node, amount, grant, now)) != STORE_OK)
+        if (rc != STORE_OK || (rc = store_reservation_add_credited(s, r->id, amount)) != STORE_OK)
             return rc;
-        log_info("reservations: %s", reason);
+    }
+    if ((rc = store_reservation_credit_put(s, r->id, hour, lost, node, amount, grant, now)) != STORE_OK)
+        return rc;
+    log_info("reservations: %s", reason);
+    return STORE_OK;
+}
+
+/* One node's shortfall this hour: the cards its active blocks hold there
+ * (a[], oldest booking first) beyond what it can give now. The newest
+ * blocks move first, each onto a spare reserved node with room for the
+ * rest of its window (then nothing is lost); what is still short falls on
+ * the newest blocks, lost[] per block, node_of[] naming the node. A node
+ * an admin took out of service (draining, maintenance) has all its blocks
+ * moved where a spare has room, but only failed hardware is credited. */
+static int node_shortfall(struct store *s, const char *node_id, const struct reservation *a, size_t n,
+                          const struct reservation_binding *const *bind, int64_t *lost, char (*node_of)[ID_MAX],
+                          int64_t now)
+{
+    int active;
+    int64_t usable = store_node_usable_cards(s, node_id, &active), held = 0;
+    if (usable < 0)
+        return (int)usable;
+    for (size_t i = 0; i < n; i++)
+        if (bind[i] && strcmp(bind[i]->node_id, node_id) == 0)
+            held += bind[i]->cards;
+    int64_t short_by = held - usable, move = active ? short_by : held;
+    for (size_t i = n; i-- > 0 && move > 0;) {
+        if (!bind[i] || strcmp(bind[i]->node_id, node_id) != 0)
+            continue;
+        char to_node[ID_MAX];
+        int rc = rehome(s, &a[i], node_id, now - now % HOUR, now, to_node);
+        move -= bind[i]->cards;
+        if (rc == STORE_OK) {
+            short_by -= bind[i]->cards;
+            continue;
+        }
+        if (rc != STORE_NOT_FOUND)
+            return rc;
+        if (short_by <= 0)
+            continue;
+        int64_t l = short_by < bind[i]->cards ? short_by : bind[i]->cards;
+        lost[i] += l;
+        short_by -= l;
+        if (!node_of[i][0])
+            snprintf(node_of[i], ID_MAX, "%s", node_id);
     }
     return STORE_OK;
+}
+
+/* Re-homes or credits the active blocks a[0..n) (by type, oldest booking
+ * first) for this hour, node by node of their bindings. */
+static int shortfalls(struct store *s, const struct reservation *a, size_t n, int64_t now)
+{
+    struct reservation_binding **rows = calloc(n + 1, sizeof *rows);
+    size_t *counts = calloc(n + 1, sizeof *counts);
+    int64_t *lost = calloc(n + 1, sizeof *lost);
+    char(*node_of)[ID_MAX] = calloc(n + 1, sizeof *node_of);
+    const struct reservation_binding **bind = calloc(n + 1, sizeof *bind);
+    int rc = rows && counts && lost && node_of && bind ? STORE_OK : STORE_ERROR;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        rc = store_reservation_bindings(s, a[i].id, &rows[i], &counts[i]);
+    /* Node by node: bind[i] is block i's binding on that node, if any.
+     * A node's id is kept in a copy, as re-homing rewrites rows. */
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        for (size_t k = 0; k < counts[i] && rc == STORE_OK; k++) {
+            char node[ID_MAX];
+            snprintf(node, sizeof node, "%s", rows[i][k].node_id);
+            int seen = 0;
+            for (size_t j = 0; j < i && !seen; j++)
+                for (size_t m = 0; m < counts[j]; m++)
+                    seen |= strcmp(rows[j][m].node_id, node) == 0;
+            if (seen)
+                continue;
+            for (size_t j = 0; j < n; j++) {
+                bind[j] = NULL;
+                for (size_t m = 0; m < counts[j]; m++)
+                    if (strcmp(rows[j][m].node_id, node) == 0)
+                        bind[j] = &rows[j][m];
+            }
+            rc = node_shortfall(s, node, a, n, bind, lost, node_of, now);
+        }
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        if (lost[i] > 0)
+            rc = credit_hour(s, &a[i], lost[i], node_of[i], now);
+    for (size_t i = 0; rows && i < n; i++)
+        free(rows[i]);
+    free(rows);
+    free(counts);
+    free(lost);
+    free(node_of);
+    free(bind);
+    return rc;
+}
+
+/* Binds the blocks booked before 0026 for what is left of their windows,
+ * oldest first; one that no node can hold stays unbound (its instances
+ * take the pool's best fit, as before 0026). */
+static int bind_unbound(struct store *s, int64_t now)
+{
+    struct reservation *r;
+    size_t n;
+    int64_t this_hour = now - now % HOUR;
+    int rc = store_reservations_unbound(s, this_hour, &r, &n);
+    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+        rc = bind_block(s, &r[i], r[i].starts_at > this_hour ? r[i].starts_at : this_hour, now);
+        if (rc == STORE_NOT_FOUND) {
+            log_error("reservations: %s: no reserved node can hold its %lld cards for the rest of its window; it "
+                      "stays unbound",
+                      r[i].id, (long long)r[i].card_count);
+            rc = STORE_OK;
+        }
+    }
+    free(r);
+    return rc;
 }
 
 int reservation_pass(struct store *s, int64_t now, int *stopped)
@@ -478,17 +755,11 @@ int reservation_pass(struct store *s, int64_t now, int *stopped)
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         rc = end_due(s, &r[i], now, stopped);
     free(r);
-    if (rc != STORE_OK)
+    if (rc != STORE_OK || (rc = bind_unbound(s, now)) != STORE_OK)
         return rc;
     if ((rc = store_reservations_active(s, now, &r, &n)) != STORE_OK)
         return rc;
-    for (size_t i = 0; rc == STORE_OK && i < n;) {
-        size_t j = i;
-        while (j < n && strcmp(r[j].gpu_model, r[i].gpu_model) == 0)
-            j++;
-        rc = credit_shortfall(s, &r[i], j - i, now);
-        i = j;
-    }
+    rc = shortfalls(s, r, n, now);
     free(r);
     return rc;
 }

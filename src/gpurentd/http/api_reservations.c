@@ -246,16 +246,24 @@ void api_reservations_availability(struct http_request *req)
         return;
     }
     size_t hours = (size_t)((to - from) / 3600);
-    int64_t *free_cards = calloc(hours, sizeof *free_cards);
-    if (rc != STORE_OK || !free_cards || reservation_free_hours(s, t.code, from, to, free_cards) != STORE_OK) {
+    /* Per hour: free cards over all reserved nodes, and the largest block
+     * of that one hour still bookable (blocks are held on one node, or on
+     * whole nodes of one fabric: free cards spread over nodes are not one
+     * block). */
+    int64_t *free_cards = calloc(hours, sizeof *free_cards), *largest = calloc(hours, sizeof *largest);
+    if (rc != STORE_OK || !free_cards || !largest ||
+        reservation_free_hours(s, t.code, from, to, free_cards, largest) != STORE_OK) {
         free(free_cards);
+        free(largest);
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
     json_t *data = json_array();
     for (size_t i = 0; i < hours; i++)
-        json_array_append_new(data, json_pack("{s:o, s:I}", "starts_at", json_time(from + (int64_t)i * 3600, 0),
-                                              "cards_free", (json_int_t)free_cards[i]));
+        json_array_append_new(data, json_pack("{s:o, s:I, s:I}", "starts_at", json_time(from + (int64_t)i * 3600, 0),
+                                              "cards_free", (json_int_t)free_cards[i], "largest_block",
+                                              (json_int_t)largest[i]));
     free(free_cards);
+    free(largest);
     http_reply_json(req, 200, json_pack("{s:s, s:o}", "gpu_type", t.code, "hours", data));
 }

@@ -1157,6 +1157,49 @@ int store_reservation_add_credited(struct store *s, const char *id, int64_t amou
 /* Calls fn for every reservation, by id (ledger verify); a non-zero
  * return stops with STORE_ERROR. */
 int store_reservation_each(struct store *s, int (*fn)(void *ctx, const struct reservation *r), void *ctx);
+/* Blocks bound to nodes (0026). A reserved node a block can be bound to:
+ * up, active, in the reserved pool; by fabric then name. */
+struct reserved_node {
+    char id[ID_MAX];
+    char fabric[64];
+    int64_t card_count; /* cards the node has */
+    int64_t healthy;    /* of which healthy */
+};
+int store_reserved_nodes(struct store *s, const char *gpu_model, struct reserved_node **out, size_t *n);
+/* One row of reservation_nodes with its block's window. */
+struct reservation_binding {
+    char reservation_id[ID_MAX];
+    char node_id[ID_MAX];
+    int64_t cards;      /* cards of the node it holds every hour */
+    int64_t starts_at;  /* the block's window */
+    int64_t ends_at;
+    int64_t created_at; /* the block's booking time */
+};
+/* Bindings of booked blocks of gpu_model overlapping [from, to), by node (malloc'd). */
+int store_reservation_bindings_overlapping(struct store *s, const char *gpu_model, int64_t from, int64_t to,
+                                           struct reservation_binding **out, size_t *n);
+/* One block's bindings (none: booked before 0026 and not bound yet). */
+int store_reservation_bindings(struct store *s, const char *reservation_id, struct reservation_binding **out,
+                               size_t *n);
+int store_reservation_bind(struct store *s, const char *reservation_id, const char *node_id, int64_t cards,
+                           int64_t at);
+/* Moves the block's binding from old_node to new_node (re-homing). */
+int store_reservation_rebind(struct store *s, const char *reservation_id, const char *old_node, const char *new_node,
+                             int64_t at);
+/* Booked blocks bound to node_id that end after `after`, newest booking first (malloc'd). */
+int store_node_reservations(struct store *s, const char *node_id, int64_t after, struct reservation **out, size_t *n);
+/* Booked blocks without nodes that end after `after`, oldest first (booked before 0026). */
+int store_reservations_unbound(struct store *s, int64_t after, struct reservation **out, size_t *n);
+/* Cards a bound node can give now: its healthy cards while up and not
+ * removed, else 0 (a negative store_rc on failure); *active whether it is
+ * still in service (not removed, admin state active). */
+int64_t store_node_usable_cards(struct store *s, const char *node_id, int *active);
+/* Placement candidates of an instance inside a bound block: only its
+ * nodes, each offering at most the block's cards there less what its other
+ * instances hold on it; otherwise as store_placement_candidates_pool. */
+int store_placement_candidates_bound(struct store *s, const char *gpu_model, int64_t ports,
+                                     const char *reservation_id, const char *instance_id,
+                                     struct placement_node **out, size_t *n);
 /* Sets a node's pool; STORE_CONFLICT while it has cards in use. */
 int store_node_set_pool(struct store *s, const char *id, const char *pool, int64_t now);
 /* A node's healthy cards (a negative store_rc on failure). */

@@ -351,6 +351,58 @@ int store_placement_candidates_pool(struct store *s, const char *gpu_model, int6
     return rc;
 }
 
+/* An instance inside a bound block (0026): its block's nodes only, and on
+ * each at most the cards the block holds there less what its other
+ * instances hold; ?4 is the pool, ?5 the block, ?6 the instance. */
+static const char SQL_CANDIDATES_BOUND[] =
+    CANDIDATE_COLUMNS " AND n.id IN (SELECT b.node_id FROM reservation_nodes b WHERE b.reservation_id = ?5)"
+    " ORDER BY n.fabric, n.name";
+static const char SQL_BOUND_ALLOWANCE[] =
+    "SELECT b.cards - (SELECT count(*) FROM node_cards c JOIN instances i ON i.id = c.instance_id"
+    "  WHERE c.node_id = b.node_id AND i.reservation_id = ?1 AND i.id <> ?3)"
+    " FROM reservation_nodes b WHERE b.reservation_id = ?1 AND b.node_id = ?2";
+
+/* Keeps only the lowest `allowed` bits of a free mask. */
+static uint64_t keep_lowest(uint64_t mask, int64_t allowed)
+{
+    uint64_t out = 0;
+    for (int i = 0; i < 64 && allowed > 0; i++)
+        if (mask & ((uint64_t)1 << i)) {
+            out |= (uint64_t)1 << i;
+            allowed--;
+        }
+    return out;
+}
+
+int store_placement_candidates_bound(struct store *s, const char *gpu_model, int64_t ports, const char *reservation_id,
+                                     const char *instance_id, struct placement_node **out, size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_CANDIDATES_BOUND);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, ports);
+    sqlite3_bind_text(st, 4, "reserved", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, reservation_id, -1, SQLITE_STATIC);
+    void *rows;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_candidate, "bound placement candidates");
+    *out = rows;
+    for (size_t i = 0; rc == STORE_OK && i < *n; i++) {
+        struct placement_node *pn = &(*out)[i];
+        if (!(st = store_stmt(s, SQL_BOUND_ALLOWANCE)))
+            return STORE_ERROR;
+        sqlite3_bind_text(st, 1, reservation_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, pn->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, instance_id, -1, SQLITE_STATIC);
+        int step = sqlite3_step(st);
+        int64_t allowed = step == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+        rc = step == SQLITE_ROW || step == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, step, "bound cards");
+        sqlite3_reset(st);
+        pn->free_mask = keep_lowest(pn->free_mask, allowed);
+    }
+    return rc;
+}
+
 int store_instance_claim(struct store *s, const char *instance_id, int64_t rank, const char *node_id,
                          const char *workload_id, uint64_t cards)
 {

@@ -486,3 +486,155 @@ int store_reservation_each(struct store *s, int (*fn)(void *ctx, const struct re
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "reservations");
 }
+
+/* Binding blocks to nodes (0026): the rows of reservation_nodes, the
+ * reserved nodes a block can be bound to, and what a bound node can give. */
+static const char SQL_RESERVED_NODE_LIST[] =
+    "SELECT n.id, n.fabric, n.card_count,"
+    " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.healthy = 1)" RESERVED_NODES
+    " ORDER BY n.fabric, n.name, n.id";
+#define BINDING_COLUMNS "b.reservation_id, b.node_id, b.cards, r.starts_at, r.ends_at, r.created_at"
+static const char SQL_BINDINGS_OVERLAP[] =
+    "SELECT " BINDING_COLUMNS " FROM reservation_nodes b JOIN reservations r ON r.id = b.reservation_id"
+    " WHERE r.gpu_model = ?1 AND r.state = 'booked' AND r.starts_at < ?3 AND r.ends_at > ?2"
+    " ORDER BY b.node_id, r.starts_at";
+static const char SQL_BINDINGS_OF[] =
+    "SELECT " BINDING_COLUMNS " FROM reservation_nodes b JOIN reservations r ON r.id = b.reservation_id"
+    " WHERE b.reservation_id = ?1 ORDER BY b.node_id";
+static const char SQL_BIND[] =
+    "INSERT INTO reservation_nodes (reservation_id, node_id, cards, bound_at) VALUES (?1, ?2, ?3, ?4)";
+static const char SQL_REBIND[] =
+    "UPDATE reservation_nodes SET node_id = ?3, bound_at = ?4 WHERE reservation_id = ?1 AND node_id = ?2";
+static const char SQL_NODE_BLOCKS[] =
+    "SELECT " RESERVATION_COLUMNS " FROM reservations WHERE state = 'booked' AND ends_at > ?2"
+    " AND id IN (SELECT reservation_id FROM reservation_nodes WHERE node_id = ?1) ORDER BY created_at DESC, id DESC";
+static const char SQL_UNBOUND[] =
+    "SELECT " RESERVATION_COLUMNS " FROM reservations r WHERE state = 'booked' AND ends_at > ?1"
+    " AND NOT EXISTS (SELECT 1 FROM reservation_nodes b WHERE b.reservation_id = r.id) ORDER BY created_at, id";
+static const char SQL_NODE_USABLE[] =
+    "SELECT CASE WHEN n.removed_at IS NULL AND n.health = 'up' THEN (SELECT count(*) FROM node_cards c"
+    " WHERE c.node_id = n.id AND c.healthy = 1) ELSE 0 END, n.removed_at IS NULL AND n.admin_state = 'active'"
+    " FROM nodes n WHERE n.id = ?1";
+
+static void read_reserved_node(sqlite3_stmt *st, void *row)
+{
+    struct reserved_node *n = row;
+    store_column_text(n->id, sizeof n->id, st, 0);
+    store_column_text(n->fabric, sizeof n->fabric, st, 1);
+    n->card_count = sqlite3_column_int64(st, 2);
+    n->healthy = sqlite3_column_int64(st, 3);
+}
+
+int store_reserved_nodes(struct store *s, const char *gpu_model, struct reserved_node **out, size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_RESERVED_NODE_LIST);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    void *rows = NULL;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_reserved_node, "reserved nodes");
+    *out = rows;
+    return rc;
+}
+
+static void read_binding(sqlite3_stmt *st, void *row)
+{
+    struct reservation_binding *b = row;
+    store_column_text(b->reservation_id, sizeof b->reservation_id, st, 0);
+    store_column_text(b->node_id, sizeof b->node_id, st, 1);
+    b->cards = sqlite3_column_int64(st, 2);
+    b->starts_at = sqlite3_column_int64(st, 3);
+    b->ends_at = sqlite3_column_int64(st, 4);
+    b->created_at = sqlite3_column_int64(st, 5);
+}
+
+static int collect_bindings(struct store *s, sqlite3_stmt *st, struct reservation_binding **out, size_t *n,
+                            const char *what)
+{
+    void *rows = NULL;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_binding, what);
+    *out = rows;
+    return rc;
+}
+
+int store_reservation_bindings_overlapping(struct store *s, const char *gpu_model, int64_t from, int64_t to,
+                                           struct reservation_binding **out, size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_BINDINGS_OVERLAP);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, from);
+    sqlite3_bind_int64(st, 3, to);
+    return collect_bindings(s, st, out, n, "overlapping bindings");
+}
+
+int store_reservation_bindings(struct store *s, const char *reservation_id, struct reservation_binding **out, size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_BINDINGS_OF);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, reservation_id, -1, SQLITE_STATIC);
+    return collect_bindings(s, st, out, n, "reservation bindings");
+}
+
+int store_reservation_bind(struct store *s, const char *reservation_id, const char *node_id, int64_t cards, int64_t at)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_BIND);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, reservation_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, node_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, cards);
+    sqlite3_bind_int64(st, 4, at);
+    return store_step_write(s, st, "bind reservation");
+}
+
+int store_reservation_rebind(struct store *s, const char *reservation_id, const char *old_node, const char *new_node,
+                             int64_t at)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_REBIND);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, reservation_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, old_node, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, new_node, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, at);
+    return store_step_change(s, st, "rebind reservation");
+}
+
+int store_node_reservations(struct store *s, const char *node_id, int64_t after, struct reservation **out, size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_BLOCKS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, node_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, after);
+    return collect(s, st, out, n, "node reservations");
+}
+
+int store_reservations_unbound(struct store *s, int64_t after, struct reservation **out, size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_UNBOUND);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, after);
+    return collect(s, st, out, n, "unbound reservations");
+}
+
+int64_t store_node_usable_cards(struct store *s, const char *node_id, int *active)
+{
+    *active = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_USABLE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, node_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *active = sqlite3_column_int(st, 1);
+    int64_t v = rc == SQLITE_ROW    ? sqlite3_column_int64(st, 0)
+                : rc == SQLITE_DONE ? 0
+                                    : store_rc_from_sqlite(s, rc, "usable cards");
+    sqlite3_reset(st);
+    return v;
+}

@@ -1,7 +1,8 @@
 """test_reservations_race.py: the calendar check is exact under concurrency.
 Two users racing for the last 8 H100 cards of an hour: exactly one wins.
 A model-based test: many random bookings sent at once on many threads never
-oversubscribe any hour (per type, and per fabric for multi-node blocks), and
+oversubscribe any hour (per type, per fabric for multi-node blocks, and per
+node: each block is bound to its own nodes, 0026), and
 every refusal is one the final calendar would refuse too (bookings only
 add, so a window that fits at the end fit whenever it was tried)."""
 import os
@@ -97,6 +98,24 @@ def test_random_concurrent_bookings_never_oversubscribe_an_hour(rc):
     total, fabric = _calendar(rows)
     assert all(v <= cap for v in total.values()), total
     assert all(v <= 8 * whole[f] for (f, _), v in fabric.items()), fabric
+    # Per node (0026): every block is bound to nodes holding exactly its
+    # cards (one node, or whole nodes of its fabric), and no node-hour is
+    # oversubscribed.
+    nodes = dict(rc.d.sql("SELECT id, fabric FROM nodes"))
+    bind = rc.d.sql("SELECT r.id, r.card_count, coalesce(r.fabric, ''), r.starts_at, r.ends_at, b.node_id, b.cards"
+                    " FROM reservations r LEFT JOIN reservation_nodes b ON b.reservation_id = r.id"
+                    " WHERE r.state = 'booked'")
+    per_block, per_node = {}, {}
+    for rid, cards, fab, s, e, node, held in bind:
+        assert node is not None, rid
+        per_block.setdefault(rid, []).append(held)
+        if cards > 8:
+            assert held == 8 and nodes[node] == fab, (rid, node)
+        for h in range(s, e, 3600):
+            per_node[(node, h)] = per_node.get((node, h), 0) + held
+    assert all(sum(v) == cards for (rid, cards, *_), v in ((b, per_block[b[0]]) for b in bind)), per_block
+    assert all(len(v) == 1 for rid, v in per_block.items() if sum(v) <= 8), per_block
+    assert all(v <= 8 for v in per_node.values()), per_node
     won = [k for k, r in flat.items() if r.status_code == 201]
     assert len(won) == len(rows) and len(won) > 5, len(won)
     for k, r in flat.items():
@@ -105,12 +124,26 @@ def test_random_concurrent_bookings_never_oversubscribe_an_hour(rc):
         assert_error(r, 409, "insufficient_capacity", "cards")
         cards, s, hours = asks[k]
         hs = range(s, s + hours * 3600, 3600)
-        fits = all(total.get(h, 0) + cards <= cap for h in hs)
-        if cards > 8:
-            fits = fits and any(all(fabric.get((f, h), 0) + cards <= 8 * n for h in hs) for f, n in whole.items())
+        # Refused only if no node (or no fabric's whole nodes) had room
+        # in every hour of the window at the end either.
+        if cards <= 8:
+            fits = any(all(per_node.get((n, h), 0) + cards <= 8 for h in hs) for n in nodes)
+        else:
+            fits = any(sum(1 for n, nf in nodes.items() if nf == f and all(per_node.get((n, h), 0) == 0 for h in hs))
+                       >= cards // 8 for f in whole)
         assert not fits, (asks[k], r.text)
-    # Availability says the same as the rows.
+    # Availability says the same as the rows: free cards over the nodes,
+    # and the largest block of each hour.
     got = rc.d.get("/v1/reservations/availability", key=users[0].key,
                    params={"gpu_type": "H100-SXM", "from": iso(base), "to": iso(base + 16 * 3600)}).json()
     assert [h["cards_free"] for h in got["hours"]] == [cap - total.get(base + 3600 * i, 0) for i in range(16)]
+    for i, h in enumerate(got["hours"]):
+        t = base + 3600 * i
+        free = {n: 8 - per_node.get((n, t), 0) for n in nodes}
+        most = max(free.values())
+        for f in whole:
+            empty = sum(1 for n, nf in nodes.items() if nf == f and free[n] == 8)
+            if empty > 1:
+                most = max(most, 8 * empty)
+        assert h["largest_block"] == most, (i, h, free)
     rc.verify()

@@ -139,7 +139,7 @@ static void test_the_calendar_is_checked_every_hour(void **state)
     struct book d = {.user = user, .cards = 3, .start = NOW + 5 * H, .end = NOW + 6 * H, .now = NOW};
     assert_int_equal(run(&d), STORE_OK);
     int64_t free_cards[6];
-    assert_int_equal(reservation_free_hours(fx.s, FX_TST, NOW, NOW + 6 * H, free_cards), STORE_OK);
+    assert_int_equal(reservation_free_hours(fx.s, FX_TST, NOW, NOW + 6 * H, free_cards, NULL), STORE_OK);
     int64_t want[6] = {8, 8, 0, 0, 0, 5};
     assert_memory_equal(free_cards, want, sizeof want);
     /* A cancelled block frees its hours. */
@@ -210,6 +210,46 @@ static void test_a_refund_to_an_expired_grant_is_voided_again(void **state)
     assert_ledger_whole();
 }
 
+/* A block is bound to one node for its whole window (0026): 6 and 6 take
+ * a node each; 4 more fit the pool's totals (2 + 2) but no single node, so
+ * they are refused at booking rather than after paying. Availability says
+ * 4 cards free and 2 as the largest block; a 2-card block still books. */
+static void test_a_block_is_bound_to_one_node_and_fragments_are_refused(void **state)
+{
+    char user[ID_MAX], node2[ID_MAX];
+    setup_pool(user, 1000000000);
+    fx_ready_node(fx.s, "r2", FX_TST, 8, "ib-1", NOW - H, node2);
+    assert_int_equal(store_node_set_pool(fx.s, node2, "reserved", NOW - H), STORE_OK);
+    struct book a = {.user = user, .cards = 6, .start = NOW + 2 * H, .end = NOW + 4 * H, .now = NOW};
+    struct book b = {.user = user, .cards = 6, .start = NOW + 3 * H, .end = NOW + 5 * H, .now = NOW};
+    assert_int_equal(run(&a), STORE_OK);
+    assert_int_equal(run(&b), STORE_OK);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(DISTINCT node_id) FROM reservation_nodes WHERE reservation_id IN ('%s', '%s')",
+             a.r.id, b.r.id);
+    assert_int_equal(fx_sql_int(fx.s, sql, NULL), 2);
+    struct book c = {.user = user, .cards = 4, .start = NOW + 3 * H, .end = NOW + 4 * H, .now = NOW};
+    int64_t txns = fx_last_txn(fx.s);
+    assert_int_equal(store_txn(fx.s, book_txn, &c), REFUSED);
+    assert_int_equal(c.o.error, ERR_INSUFFICIENT_CAPACITY);
+    assert_true(json_is_true(json_object_get(c.o.extra, "single_node")));
+    assert_non_null(strstr(c.o.message, "no single"));
+    json_decref(c.o.extra);
+    c.o.extra = NULL;
+    assert_int_equal(fx_last_txn(fx.s), txns);
+    int64_t free_cards[3], largest[3];
+    assert_int_equal(reservation_free_hours(fx.s, FX_TST, NOW + 2 * H, NOW + 5 * H, free_cards, largest), STORE_OK);
+    int64_t want_free[3] = {10, 4, 10}, want_largest[3] = {8, 2, 8};
+    assert_memory_equal(free_cards, want_free, sizeof want_free);
+    assert_memory_equal(largest, want_largest, sizeof want_largest);
+    /* Outside the overlap the 4 fit on the node the other 6 leaves. */
+    struct book d = {.user = user, .cards = 4, .start = NOW + 2 * H, .end = NOW + 3 * H, .now = NOW};
+    assert_int_equal(run(&d), STORE_OK);
+    struct book e = {.user = user, .cards = 2, .start = NOW + 3 * H, .end = NOW + 4 * H, .now = NOW};
+    assert_int_equal(run(&e), STORE_OK);
+    assert_ledger_whole();
+}
+
 /* ledger verify sees a block whose rows were changed behind the ledger. */
 static void test_ledger_verify_catches_a_tampered_block(void **state)
 {
@@ -241,6 +281,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_block_is_paid_from_credit_then_cash_and_refunded_the_same_way,
                                         fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_a_refund_to_an_expired_grant_is_voided_again, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_a_block_is_bound_to_one_node_and_fragments_are_refused, fx_setup,
+                                        fx_teardown),
         cmocka_unit_test_setup_teardown(test_ledger_verify_catches_a_tampered_block, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
