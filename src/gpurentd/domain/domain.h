@@ -449,7 +449,7 @@ int reservation_cancel(struct store *s, const char *user_id, const char *id, int
  * get (one node's free cards, or 8 x the whole free nodes of one fabric). */
 int reservation_free_hours(struct store *s, const char *gpu_model, int64_t from, int64_t to, int64_t *free_cards,
                            int64_t *largest);
-/* Whether the block is bound to nodes (0026; blocks booked before are
+/* Whether the block is bound to nodes (0028; blocks booked before are
  * bound by the pass). */
 int reservation_bound(struct store *s, const char *reservation_id, int *bound);
 /* What the refund of cancelling r at now would be (the documented rule). */

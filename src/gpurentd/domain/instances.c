@@ -58,9 +58,9 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
         return rc;
     struct placement_node *nodes;
     size_t n;
-    /* A block bound to nodes (0026) is placed on its own nodes only, never
+    /* A block bound to nodes (0028) is placed on its own nodes only, never
      * beyond its cards on each, so other blocks' cards stay theirs; one
-     * booked before 0026 and not bound yet takes the pool's best fit. */
+     * booked before 0028 and not bound yet takes the pool's best fit. */
     int bound = 0;
     if (reservation[0] && (rc = reservation_bound(s, reservation, &bound)) != STORE_OK)
         return rc;

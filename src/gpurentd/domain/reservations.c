@@ -65,7 +65,7 @@ static int calendar(struct store *s, const char *model, int64_t from, int64_t to
 }
 
 /* The reserved nodes of a type and what is booked on each in every hour
- * of [from, to) (0026): booked[node * hours + hour]. Every block is bound
+ * of [from, to) (0028): booked[node * hours + hour]. Every block is bound
  * to its nodes, so this per node per hour calendar is what booking,
  * re-homing and availability check. */
 struct node_calendar {
@@ -361,7 +361,7 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
         goto done;
     }
     /* The totals fit; the block must also fit on its own nodes every hour
-     * (0026), or its instances could find the hour fragmented. */
+     * (0028), or its instances could find the hour fragmented. */
     if ((rc = node_calendar_load(s, t.code, starts_at, ends_at, &nc)) != STORE_OK)
         goto done;
     choose_nodes(&nc, cards, NULL, NULL, pick, &n_pick);
@@ -724,9 +724,9 @@ static int shortfalls(struct store *s, const struct reservation *a, size_t n, in
     return rc;
 }
 
-/* Binds the blocks booked before 0026 for what is left of their windows,
+/* Binds the blocks booked before 0028 for what is left of their windows,
  * oldest first; one that no node can hold stays unbound (its instances
- * take the pool's best fit, as before 0026). */
+ * take the pool's best fit, as before 0028). */
 static int bind_unbound(struct store *s, int64_t now)
 {
     struct reservation *r;

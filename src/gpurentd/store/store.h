@@ -1157,7 +1157,7 @@ int store_reservation_add_credited(struct store *s, const char *id, int64_t amou
 /* Calls fn for every reservation, by id (ledger verify); a non-zero
  * return stops with STORE_ERROR. */
 int store_reservation_each(struct store *s, int (*fn)(void *ctx, const struct reservation *r), void *ctx);
-/* Blocks bound to nodes (0026). A reserved node a block can be bound to:
+/* Blocks bound to nodes (0028). A reserved node a block can be bound to:
  * up, active, in the reserved pool; by fabric then name. */
 struct reserved_node {
     char id[ID_MAX];
@@ -1178,7 +1178,7 @@ struct reservation_binding {
 /* Bindings of booked blocks of gpu_model overlapping [from, to), by node (malloc'd). */
 int store_reservation_bindings_overlapping(struct store *s, const char *gpu_model, int64_t from, int64_t to,
                                            struct reservation_binding **out, size_t *n);
-/* One block's bindings (none: booked before 0026 and not bound yet). */
+/* One block's bindings (none: booked before 0028 and not bound yet). */
 int store_reservation_bindings(struct store *s, const char *reservation_id, struct reservation_binding **out,
                                size_t *n);
 int store_reservation_bind(struct store *s, const char *reservation_id, const char *node_id, int64_t cards,
@@ -1188,7 +1188,7 @@ int store_reservation_rebind(struct store *s, const char *reservation_id, const 
                              int64_t at);
 /* Booked blocks bound to node_id that end after `after`, newest booking first (malloc'd). */
 int store_node_reservations(struct store *s, const char *node_id, int64_t after, struct reservation **out, size_t *n);
-/* Booked blocks without nodes that end after `after`, oldest first (booked before 0026). */
+/* Booked blocks without nodes that end after `after`, oldest first (booked before 0028). */
 int store_reservations_unbound(struct store *s, int64_t after, struct reservation **out, size_t *n);
 /* Cards a bound node can give now: its healthy cards while up and not
  * removed, else 0 (a negative store_rc on failure); *active whether it is

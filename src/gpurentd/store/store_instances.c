@@ -351,7 +351,7 @@ int store_placement_candidates_pool(struct store *s, const char *gpu_model, int6
     return rc;
 }
 
-/* An instance inside a bound block (0026): its block's nodes only, and on
+/* An instance inside a bound block (0028): its block's nodes only, and on
  * each at most the cards the block holds there less what its other
  * instances hold; ?4 is the pool, ?5 the block, ?6 the instance. */
 static const char SQL_CANDIDATES_BOUND[] =

@@ -487,7 +487,7 @@ int store_reservation_each(struct store *s, int (*fn)(void *ctx, const struct re
     return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "reservations");
 }
 
-/* Binding blocks to nodes (0026): the rows of reservation_nodes, the
+/* Binding blocks to nodes (0028): the rows of reservation_nodes, the
  * reserved nodes a block can be bound to, and what a bound node can give. */
 static const char SQL_RESERVED_NODE_LIST[] =
     "SELECT n.id, n.fabric, n.card_count,"

@@ -1,4 +1,4 @@
-"""test_reservation_nodes.py: blocks bound to nodes (migration 0026). A block
+"""test_reservation_nodes.py: blocks bound to nodes (migration 0028). A block
 of up to 8 cards holds cards of one reserved node for its whole window, a
 larger one whole nodes of one fabric: the 6/6/4 case (the 4 is refused at
 booking while the hour is fragmented, and books once a node has room; every
@@ -6,7 +6,7 @@ block's instance then lands on its own node), availability's largest block,
 re-homing onto a spare when a bound node is lost (no credit; for a
 multi-node block what a spare takes), the credit
 when no spare has room, a pool change that re-homes or is refused, and
-blocks booked before 0026 bound by the pass.
+blocks booked before 0028 bound by the pass.
 `ledger verify` passes after every money step."""
 import os
 import sqlite3

@@ -2,7 +2,7 @@
 Two users racing for the last 8 H100 cards of an hour: exactly one wins.
 A model-based test: many random bookings sent at once on many threads never
 oversubscribe any hour (per type, per fabric for multi-node blocks, and per
-node: each block is bound to its own nodes, 0026), and
+node: each block is bound to its own nodes, 0028), and
 every refusal is one the final calendar would refuse too (bookings only
 add, so a window that fits at the end fit whenever it was tried)."""
 import os
@@ -98,7 +98,7 @@ def test_random_concurrent_bookings_never_oversubscribe_an_hour(rc):
     total, fabric = _calendar(rows)
     assert all(v <= cap for v in total.values()), total
     assert all(v <= 8 * whole[f] for (f, _), v in fabric.items()), fabric
-    # Per node (0026): every block is bound to nodes holding exactly its
+    # Per node (0028): every block is bound to nodes holding exactly its
     # cards (one node, or whole nodes of its fabric), and no node-hour is
     # oversubscribed.
     nodes = dict(rc.d.sql("SELECT id, fabric FROM nodes"))

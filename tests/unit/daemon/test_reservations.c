@@ -210,7 +210,7 @@ static void test_a_refund_to_an_expired_grant_is_voided_again(void **state)
     assert_ledger_whole();
 }
 
-/* A block is bound to one node for its whole window (0026): 6 and 6 take
+/* A block is bound to one node for its whole window (0028): 6 and 6 take
  * a node each; 4 more fit the pool's totals (2 + 2) but no single node, so
  * they are refused at booking rather than after paying. Availability says
  * 4 cards free and 2 as the largest block; a 2-card block still books. */

@@ -1,4 +1,4 @@
--- 0026_reservation_nodes: each booked block is bound to nodes of the
+-- 0028_reservation_nodes: each booked block is bound to nodes of the
 -- reserved pool, so an hour cannot fragment: a block of up to 8 cards holds
 -- that many cards of ONE node for every hour of its window, a block of more
 -- holds whole nodes of one fabric. The calendar check is per node per hour
