@@ -65,26 +65,35 @@ export async function prices(main) {
 export async function invites(main) {
   main.append(h("h1", {}, t("invites.title")));
   const err = h("div"), out = h("div", { id: "invite-result" });
-  const code = h("input", { id: "invite-code", required: true, pattern: "[A-Za-z0-9_-]+" });
+  const code = h("input", { id: "invite-code", required: true, pattern: "[A-Za-z0-9_\\-]+" });
   const amount = h("input", { id: "invite-amount", required: true, inputmode: "decimal", placeholder: "10.00" });
   const uses = h("input", { id: "invite-uses", type: "number", min: 1 });
   const days = h("input", { id: "invite-days", type: "number", min: 1 });
   const btn = h("button", { type: "submit" }, t("invites.create"));
   const form = h("form", { class: "inline card" }, field(t("invites.code"), code), field(t("invites.amount"), amount),
     field(t("invites.max_uses"), uses), field(t("invites.credit_days"), days), btn);
-  const show = (c) => clear(out).append(table([[t("invites.code"), (x) => h("code", {}, x.code)], [t("invites.amount"), (x) => money(x.amount, x.currency)],
-    [t("invites.uses"), (x) => `${x.uses ?? 0} / ${x.max_uses ?? "∞"}`], [t("invites.credit_days"), (x) => x.credit_days ?? "—"], [t("apikeys.expires"), (x) => (x.expires_at ? time(x.expires_at) : t("common.never"))]], [c]));
+  const columns = [[t("invites.code"), (x) => h("code", {}, x.code)], [t("invites.amount"), (x) => money(x.amount, x.currency)],
+    [t("invites.uses"), (x) => `${x.uses ?? 0} / ${x.max_uses ?? "∞"}`], [t("invites.credit_days"), (x) => x.credit_days ?? "—"], [t("apikeys.expires"), (x) => (x.expires_at ? time(x.expires_at) : t("common.never"))]];
+  // Every code made so far, with its uses: drawn again after a new one.
+  const list = h("div", { id: "invite-list" });
+  const drawList = async () => {
+    const codes = await all("/v1/admin/invite-codes");
+    clear(list).append(h("h2", {}, t("invites.all")), codes.length ? table(columns, codes) : h("p", {}, t("invites.none")));
+  };
+  const show = (c) => clear(out).append(table(columns, [c]));
   form.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => {
     const body = { code: code.value.trim(), amount: amount.value.trim() };
     if (uses.value) body.max_uses = Number(uses.value);
     if (days.value) body.credit_days = Number(days.value);
     show(await post("/v1/admin/invite-codes", body));
+    await drawList();
   }, err); });
   const look = h("input", { id: "invite-lookup", required: true });
   const lbtn = h("button", { type: "submit", class: "secondary" }, t("invites.lookup"));
   const lform = h("form", { class: "inline card" }, field(t("invites.code"), look), lbtn);
   lform.addEventListener("submit", (e) => { e.preventDefault(); busy(lbtn, async () => show(await get(`/v1/admin/invite-codes/${encodeURIComponent(look.value.trim())}`)), err); });
-  main.append(form, lform, err, out);
+  main.append(form, lform, err, out, list);
+  await drawList().catch((e) => err.append(errorBox(e)));
 }
 
 // Finds one account by e-mail (the API's exact look-up).

@@ -163,6 +163,15 @@ const scenarios = {
     await page.goto(`${base}/console#/admin/audit`);
     await waitText(page, "#audit", world.target_id);
     await waitText(page, "#audit", "console audit test");
+    // An invite code made on its page joins the list of every code.
+    await page.goto(`${base}/console#/admin/invites`);
+    await page.waitForSelector("#invite-list h2", { timeout: DEADLINE });
+    await page.fill("#invite-code", "CONSOLE-LIST");
+    await page.fill("#invite-amount", "5.00");
+    await page.fill("#invite-uses", "3");
+    await page.click("#invite-code ~ button, form.inline button[type='submit']");
+    await waitText(page, "#invite-list", "CONSOLE-LIST");
+    await waitText(page, "#invite-list", "0 / 3");
   },
 
   // The terminal page against the terminal contract, the server's side
