@@ -31,6 +31,9 @@
  *                    mounting, starting, running, and remove them; each exit
  *                    or failure recorded with its second and status and
  *                    counted per node (facts' workload_exits)
+ *   health.c         a workload's HTTP health check (spec.health): one
+ *                    bounded GET inside the workload, made by the driver
+ *                    at a running workload's state check
  *   runtime.c        the runtime interface and `sim` (phases with delays,
  *                    failures injected by image name)
  *   runtime_oci.c    podman/docker by their command lines (--device
@@ -214,6 +217,15 @@ struct spec_ssh {
 };
 /* One published port ("ports" in the spec): host port `host` of the node
  * leads to TCP port `container` of the workload. */
+/* health: the HTTP check the agent makes on a running workload (health.c). */
+#define SPEC_HEALTH_PATH_MAX 256      /* bytes of path, NUL included */
+#define SPEC_HEALTH_INTERVAL_MAX 3600 /* seconds between checks */
+struct spec_health {
+    int present;                  /* the spec has one */
+    int port;                     /* 1..65535, inside the workload (127.0.0.1 there) */
+    char path[SPEC_HEALTH_PATH_MAX]; /* "/..." printable ASCII without blanks */
+    int interval_s;               /* 1..SPEC_HEALTH_INTERVAL_MAX */
+};
 struct spec_port {
     int container;                /* 1..65535 */
     int host;                     /* 1..65535, within the node's publish_port_range (checked by the API) */
@@ -255,6 +267,7 @@ struct wl_spec {
     int n_command;                /* words of command */
     char working_dir[SPEC_WORKING_DIR_MAX]; /* --workdir; "" the image's */
     struct spec_cluster cluster;  /* the other ranks of a multi-node instance (cluster.c) */
+    struct spec_health health;    /* the agent's HTTP check of it; present 0 when none */
 };
 /* Whether s is 1..63 of [a-z0-9_-]. */
 int agent_name_valid(const char *s);
@@ -333,6 +346,21 @@ int wl_phase_parse(const char *name, enum wl_phase *out);
 struct agent_node;
 
 /* One workload on one node. */
+/* What a workload's health check says (only with spec.health): starting
+ * until a check first passes, unless a server answers badly first;
+ * then healthy or unhealthy after each check. Not kept across restarts. */
+enum wl_health { WL_HEALTH_STARTING, WL_HEALTH_HEALTHY, WL_HEALTH_UNHEALTHY };
+const char *wl_health_name(enum wl_health h);
+/* health.c: one check: HTTP GET path on 127.0.0.1:port in the network
+ * namespace of process netns_pid (0: the agent's own, the sim's), within
+ * timeout_ms in all. 0 with the answer's status in *status, or -1 (no
+ * connection, no answer in time, not HTTP) with why in msg. */
+int health_probe(long netns_pid, int port, const char *path, int timeout_ms, int *status, char *msg, size_t msglen);
+/* The next verdict from the current one and a check's outcome (answered:
+ * got an HTTP status, status: which). Pure. */
+enum wl_health health_next(enum wl_health cur, int answered, int status);
+#define HEALTH_PROBE_TIMEOUT_MS 2000 /* one check's bound (a driver worker waits for it) */
+
 struct workload {
     char id[AGENT_NAME_MAX];      /* chosen by the control plane */
     struct agent_node *node;      /* owner; immutable */
@@ -343,6 +371,10 @@ struct workload {
     int64_t updated_at;           /* node lock: epoch seconds of the last phase change */
     int removing;                 /* node lock: DELETE accepted, clean-up pending */
     atomic_int cancel;            /* set by DELETE: interrupt the command in flight */
+    enum wl_health health;        /* node lock: the last verdict of spec.health's check (health.c) */
+    int64_t health_checked_at_ms; /* node lock: wall-clock ms of the last check; 0 none yet */
+    char health_message[160];     /* node lock: why the last check failed; "" when it passed */
+    int64_t health_due_ms;        /* the driver's worker only: monotonic ms of the next check (0 now) */
     int64_t running_at_ms;        /* node lock to write (the driver, its only writer, reads it without):
                                      wall-clock ms it entered running; 0 unknown */
     int64_t exited_at;            /* node lock: wall-clock epoch second it reached exited or failed;

@@ -259,6 +259,7 @@ static const struct json_field spec_fields[] = {
     {"working_dir", JSON_KIND_STRING, 0, 4096},
     {"secret_env", JSON_KIND_ARRAY, 0, 0},
     {"cluster", JSON_KIND_OBJECT, 0, 0},
+    {"health", JSON_KIND_OBJECT, 0, 0},
     {NULL, 0, 0, 0},
 };
 

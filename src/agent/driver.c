@@ -278,6 +278,47 @@ static int host_dirs_of(struct agent *a, struct workload *w, char dirs[][PATH_MA
     return 0;
 }
 
+/* The health check of a running w when it is due (health.c): sim
+ * workloads must themselves listen on the port (their 127.0.0.1 is the
+ * machine's, shared with other workloads), podman/docker ones are checked
+ * in the container's network namespace. The verdict is stored under the
+ * node lock for GET /v1/workloads. Returns the delay before w's next step:
+ * delay (the runtime's; -1 none) or the next check, whichever is sooner. */
+static int64_t health_step(struct agent *a, struct workload *w, int64_t delay)
+{
+    const struct spec_health *h = &w->spec.health;
+    int64_t every = (int64_t)h->interval_s * 1000, now = clock_mono_ms();
+    if (now < w->health_due_ms) {
+        int64_t left = w->health_due_ms - now;
+        return delay >= 0 && delay < left ? delay : left;
+    }
+    const struct runtime *rt = a->rt;
+    char msg[160] = "";
+    int status = 0, answered = 0;
+    long pid = 0;
+    if (rt->ops->main_pid(rt, w->id, &pid, msg, sizeof msg) != STEP_OK)
+        ; /* msg says why */
+    else if (pid == 0 && !ssh_forward_port_owned(w->id, 0, h->port))
+        snprintf(msg, sizeof msg, "nothing of the workload listens on port %d", h->port);
+    else if (health_probe(pid, h->port, h->path, HEALTH_PROBE_TIMEOUT_MS, &status, msg, sizeof msg) == 0) {
+        answered = 1;
+        if (status < 200 || status >= 400)
+            snprintf(msg, sizeof msg, "GET %.100s answered %d", h->path, status);
+    }
+    struct agent_node *n = w->node;
+    pthread_mutex_lock(&n->lock);
+    enum wl_health was = w->health;
+    w->health = health_next(was, answered, status);
+    w->health_checked_at_ms = clock_wall_ms();
+    snprintf(w->health_message, sizeof w->health_message, "%s", w->health == WL_HEALTH_HEALTHY ? "" : msg);
+    if (w->health != was)
+        log_info("workload %s on %s: health %s -> %s%s%s", w->id, n->name, wl_health_name(was),
+                 wl_health_name(w->health), msg[0] ? ": " : "", msg);
+    pthread_mutex_unlock(&n->lock);
+    w->health_due_ms = clock_mono_ms() + every;
+    return delay >= 0 && delay < every ? delay : every;
+}
+
 /* One step of w; returns the delay before its next step, -1 for none, or
  * STEP_FREED. */
 static int64_t step(struct driver *d, struct workload *w)
@@ -329,7 +370,8 @@ static int64_t step(struct driver *d, struct workload *w)
         if (st == RT_RUNNING || st == RT_UNKNOWN) {
             if (st == RT_UNKNOWN && !atomic_load(&a->stopping))
                 log_warn("workload %s: cannot tell whether it runs: %s", w->id, msg);
-            return rt->ops->delay_ms(rt, w, WL_RUNNING);
+            int64_t delay = rt->ops->delay_ms(rt, w, WL_RUNNING);
+            return st == RT_RUNNING && w->spec.health.present ? health_step(a, w, delay) : delay;
         }
         if (st == RT_EXITED)
             return set_phase(a, w, WL_EXITED, msg, &ex) ? 0 : -1;

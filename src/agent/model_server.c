@@ -7,7 +7,11 @@
  * carrying the usage so far (as vLLM's continuous usage stats do), the last
  * one the totals, then "data: [DONE]". An input holding "__fail__" answers
  * 500 (an upstream error) after the first-token delay. GET /health answers
- * 200 once listening. The port is bound with SO_REUSEPORT: sim replicas
+ * 200 once listening. With --unwell-file PATH (relative: to the sim
+ * container's directory, its working directory), once PATH exists the
+ * server turns unwell for good: /health answers 503 and it stops listening
+ * (calls in flight finish), so the agent's health check of this replica
+ * fails even though another replica listens on the same port. The port is bound with SO_REUSEPORT: sim replicas
  * share this machine's network, so two replicas of one app both listen on
  * the app's port (a container runtime gives each its own). */
 #include "agent.h"
@@ -30,9 +34,11 @@ struct model_opts {
     int port;
     long token_ms;       /* per output word */
     long first_token_ms; /* before the first */
+    const char *unwell_file; /* once it exists: unwell (see above); NULL never */
 };
 static struct model_opts opts = {.port = 8000, .token_ms = 5, .first_token_ms = 20};
 static volatile sig_atomic_t stopping;
+static volatile sig_atomic_t unwell; /* set once by the main loop, read by connection threads */
 
 static void sleep_ms(long ms)
 {
@@ -244,7 +250,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (strcmp(method, "GET") == 0 && strcmp(url, "/health") == 0)
-        return reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
+        return unwell ? reply_json(c, 503, json_pack("{s:s}", "status", "unwell"))
+                      : reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
     if (strcmp(method, "GET") == 0 && strcmp(url, "/v1/models") == 0)
         return reply_json(c, 200, json_pack("{s:s, s:[{s:s, s:s}]}", "object", "list", "data", "id", "sim-echo",
                                             "object", "model"));
@@ -294,8 +301,11 @@ int agent_cmd_model_server(int argc, char **argv)
             opts.token_ms = atol(argv[++i]);
         else if (strcmp(argv[i], "--first-token-ms") == 0 && v)
             opts.first_token_ms = atol(argv[++i]);
+        else if (strcmp(argv[i], "--unwell-file") == 0 && v && v[0])
+            opts.unwell_file = argv[++i];
         else {
-            fprintf(stderr, "usage: gpurent-agent sim-model-server [--port N] [--token-ms MS] [--first-token-ms MS]\n");
+            fprintf(stderr, "usage: gpurent-agent sim-model-server [--port N] [--token-ms MS] [--first-token-ms MS]"
+                            " [--unwell-file PATH]\n");
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -307,7 +317,8 @@ int agent_cmd_model_server(int argc, char **argv)
     signal(SIGINT, on_signal);
     signal(SIGPIPE, SIG_IGN);
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)opts.port, NULL,
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC,
+        (uint16_t)opts.port, NULL,
         NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
         MHD_OPTION_LISTENING_ADDRESS_REUSE,
         (unsigned int)1, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120, MHD_OPTION_END);
@@ -317,8 +328,23 @@ int agent_cmd_model_server(int argc, char **argv)
     }
     printf("sim-model-server listening on port %d\n", opts.port);
     fflush(stdout);
-    while (!stopping)
-        pause();
+    while (!stopping) {
+        if (!opts.unwell_file) {
+            pause();
+            continue;
+        }
+        if (!unwell && access(opts.unwell_file, F_OK) == 0) {
+            unwell = 1;
+            /* No new connections: the agent sees nothing of this workload
+             * listening on the port. */
+            MHD_socket fd = MHD_quiesce_daemon(d);
+            if (fd != MHD_INVALID_SOCKET)
+                close(fd);
+            printf("sim-model-server: %s exists: unwell, no longer listening\n", opts.unwell_file);
+            fflush(stdout);
+        }
+        sleep_ms(100);
+    }
     MHD_stop_daemon(d);
     return 0;
 }

@@ -191,6 +191,14 @@ json_t *workload_json(const struct workload *w)
                           "exited_at", exited_at, "exit_code", exit_code);
     if (j)
         spec_public_json(&w->spec, j); /* secret values as "***" */
+    /* The health check's verdict, only for a spec that has one. */
+    if (j && w->spec.health.present) {
+        json_object_set_new(j, "health", json_string(wl_health_name(w->health)));
+        json_object_set_new(j, "health_checked_at_ms", w->health_checked_at_ms > 0
+                                                            ? json_integer((json_int_t)w->health_checked_at_ms)
+                                                            : json_null());
+        json_object_set_new(j, "health_message", json_string(w->health_message));
+    }
     return j;
 }
 

@@ -284,6 +284,45 @@ static int parse_ports(const json_t *ports, struct wl_spec *out, char *field, si
     return 0;
 }
 
+/* health: {"port": 1..65535, "path": "/...", "interval_s": 1..3600}, all
+ * three, nothing else. The path goes on a request line, so it is printable
+ * ASCII without blanks. */
+static int parse_health(const json_t *h, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
+{
+    char f[64];
+    const char *key;
+    json_t *v;
+    size_t len = 0;
+    if (!json_is_object(h))
+        return spec_bad(field, fieldlen, "health", err, errlen, "health must be an object with port, path and interval_s");
+    json_object_foreach((json_t *)(uintptr_t)h, key, v) {
+        if (strcmp(key, "port") && strcmp(key, "path") && strcmp(key, "interval_s")) {
+            snprintf(f, sizeof f, "health.%.48s", key);
+            return spec_bad(field, fieldlen, f, err, errlen, "unknown field '%s'", f);
+        }
+    }
+    json_t *port = json_object_get(h, "port"), *interval = json_object_get(h, "interval_s");
+    if (!json_is_integer(port) || json_integer_value(port) < 1 || json_integer_value(port) > 65535)
+        return spec_bad(field, fieldlen, "health.port", err, errlen, "health.port must be an integer from 1 to 65535");
+    const char *path = spec_plain_string(json_object_get(h, "path"), &len);
+    int path_ok = path && len >= 1 && len < SPEC_HEALTH_PATH_MAX && path[0] == '/';
+    for (size_t i = 0; path_ok && i < len; i++)
+        path_ok = path[i] > ' ' && path[i] <= '~';
+    if (!path_ok)
+        return spec_bad(field, fieldlen, "health.path", err, errlen,
+                   "health.path must start with / and be at most %d printable characters without blanks",
+                   SPEC_HEALTH_PATH_MAX - 1);
+    if (!json_is_integer(interval) || json_integer_value(interval) < 1 ||
+        json_integer_value(interval) > SPEC_HEALTH_INTERVAL_MAX)
+        return spec_bad(field, fieldlen, "health.interval_s", err, errlen,
+                   "health.interval_s must be an integer from 1 to %d", SPEC_HEALTH_INTERVAL_MAX);
+    out->health.port = (int)json_integer_value(port);
+    snprintf(out->health.path, sizeof out->health.path, "%s", path);
+    out->health.interval_s = (int)json_integer_value(interval);
+    out->health.present = 1;
+    return 0;
+}
+
 /* working_dir: an absolute path without "..", control characters or ','
  * (it is one word of --workdir, never split, but kept plain). */
 static int working_dir_valid(const char *s, size_t len)
@@ -377,7 +416,8 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
     json_object_foreach((json_t *)(uintptr_t)obj, key, v) {
         if (strcmp(key, "image") && strcmp(key, "gpus") && strcmp(key, "stack") && strcmp(key, "volumes") &&
             strcmp(key, "env") && strcmp(key, "ssh") && strcmp(key, "ports") && strcmp(key, "command") &&
-            strcmp(key, "working_dir") && strcmp(key, "secret_env") && strcmp(key, "cluster"))
+            strcmp(key, "working_dir") && strcmp(key, "secret_env") && strcmp(key, "cluster") &&
+            strcmp(key, "health"))
             return spec_bad(field, fieldlen, key, err, errlen, "unknown field '%.64s'", key);
     }
 
@@ -519,6 +559,9 @@ static int parse_into(const json_t *obj, struct wl_spec *out, char *field, size_
     json_t *cluster = json_object_get(obj, "cluster");
     if (cluster && !json_is_null(cluster) && cluster_parse(cluster, &out->cluster, field, fieldlen, err, errlen) < 0)
         return -1;
+    json_t *health = json_object_get(obj, "health");
+    if (health && !json_is_null(health) && parse_health(health, out, field, fieldlen, err, errlen) < 0)
+        return -1;
     return 0;
 }
 
@@ -583,6 +626,9 @@ json_t *spec_to_json(const struct wl_spec *spec)
     }
     if (o && spec->cluster.present)
         json_object_set_new(o, "cluster", cluster_to_json(&spec->cluster));
+    if (o && spec->health.present)
+        json_object_set_new(o, "health", json_pack("{s:i, s:s, s:i}", "port", spec->health.port, "path",
+                                                   spec->health.path, "interval_s", spec->health.interval_s));
     return o;
 }
 
@@ -617,6 +663,9 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
     for (int i = 0; i < a->n_ports; i++)
         if (a->ports[i].container != b->ports[i].container || a->ports[i].host != b->ports[i].host)
             return 0;
+    if (a->health.present != b->health.present || a->health.port != b->health.port ||
+        a->health.interval_s != b->health.interval_s || strcmp(a->health.path, b->health.path) != 0)
+        return 0;
     return cluster_equal(&a->cluster, &b->cluster);
 }
 

@@ -58,9 +58,6 @@ int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance
 void gw_replica_release(const char *instance_id);
 /* The app's demand counters. */
 void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta);
-/* Marks a replica ready after its health probe, or failed. */
-void gw_replica_mark(const char *instance_id, int healthy);
-int gw_replica_probed(const char *instance_id);
 /* Queues a usage record (taken) for the next report. */
 void gw_usage_add(json_t *record);
 

@@ -2,9 +2,10 @@
  * thread checks the key, the app, the limits and the funds against the
  * copy, takes the replica with the fewest calls outstanding (holding the
  * call while none is ready, up to --cold-start-timeout-s or the client's
- * X-Gpurent-Wait-Seconds), probes a replica's /health once before its
- * first call, and a libcurl thread calls the upstream while the answer is
- * streamed back as it comes. Usage is what the upstream reported in what
+ * X-Gpurent-Wait-Seconds), and a libcurl thread calls the upstream while
+ * the answer is streamed back as it comes. The copy lists only replicas
+ * whose agent reports their health check passing, so the gateway probes
+ * nothing itself. Usage is what the upstream reported in what
  * was handed to the client: the last `usage` of the server-sent events
  * delivered, or of a whole JSON body; never an estimate. */
 #include "gateway.h"
@@ -300,32 +301,14 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
     return ok;
 }
 
-static int probe(const char *base)
-{
-    char url[1300];
-    snprintf(url, sizeof url, "%s/health", base);
-    CURL *curl = curl_easy_init();
-    if (!curl)
-        return 0;
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 1000L);
-    long status = 0;
-    int ok = curl_easy_perform(curl) == CURLE_OK && curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
-             status == 200;
-    curl_easy_cleanup(curl);
-    return ok;
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
-/* A ready, probed replica for the call, waiting up to wait_s for one. */
+/* A ready replica for the call (one the copy lists: healthy by its
+ * agent's check), waiting up to wait_s for one. */
 static int find_replica(struct call *c, int64_t wait_s)
 {
     int64_t deadline = clock_mono_ms() + wait_s * 1000;
@@ -333,14 +316,10 @@ static int find_replica(struct call *c, int64_t wait_s)
     int queued = 0, rc = -1;
     for (;;) {
         if (gw_replica_take(c->app.app_id, base, sizeof base, c->instance_id) == 0) {
-            if (gw_replica_probed(c->instance_id) || probe(base)) {
-                gw_replica_mark(c->instance_id, 1);
-                snprintf(c->url, sizeof c->url, "%s", base);
-                c->has_replica = 1;
-                rc = 0;
-                break;
-            }
-            gw_replica_release(c->instance_id); /* listening not yet: starting */
+            snprintf(c->url, sizeof c->url, "%s", base);
+            c->has_replica = 1;
+            rc = 0;
+            break;
         }
         if (clock_mono_ms() >= deadline)
             break;

@@ -23,12 +23,11 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static json_t *copy;    /* the last state document, or NULL */
 static json_t *pending; /* usage records not yet answered for */
 
-/* Calls outstanding per replica, and whether its probe passed. */
+/* Calls outstanding per replica. */
 static struct replica_count {
     char instance_id[ID_MAX];
     char app_id[ID_MAX]; /* whose replica, for the busy list */
     int outstanding;
-    int healthy; /* 1 probed ok, 0 not yet, -1 failed */
 } replicas[GW_MAX_REPLICAS];
 static int n_replicas;
 
@@ -218,7 +217,7 @@ int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance
     {
         const char *id = json_string_value(json_object_get(r, "instance_id"));
         struct replica_count *c = id ? replica_slot(id, 1) : NULL;
-        if (!c || c->healthy < 0)
+        if (!c)
             continue;
         if (!best || c->outstanding < best->outstanding) {
             best = c;
@@ -243,24 +242,6 @@ void gw_replica_release(const char *instance_id)
     if (c && c->outstanding > 0)
         c->outstanding--;
     pthread_mutex_unlock(&lock);
-}
-
-void gw_replica_mark(const char *instance_id, int healthy)
-{
-    pthread_mutex_lock(&lock);
-    struct replica_count *c = replica_slot(instance_id, 1);
-    if (c)
-        c->healthy = healthy ? 1 : -1;
-    pthread_mutex_unlock(&lock);
-}
-
-int gw_replica_probed(const char *instance_id)
-{
-    pthread_mutex_lock(&lock);
-    struct replica_count *c = replica_slot(instance_id, 0);
-    int yes = c && c->healthy == 1;
-    pthread_mutex_unlock(&lock);
-    return yes;
 }
 
 void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta)

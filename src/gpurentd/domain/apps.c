@@ -94,6 +94,26 @@ static int text_field(const json_t *body, const char *name, size_t min, size_t m
     return 0;
 }
 
+/* health_path: what a replica's agent GETs on the app's port (0027); it
+ * goes on an HTTP request line, so printable ASCII without blanks. */
+static int health_path_field(const json_t *body, struct app *a, struct op_outcome *o)
+{
+    json_t *v = json_object_get(body, "health_path");
+    if (!v)
+        return 0;
+    const char *p = json_string_value(v);
+    size_t len = p ? strlen(p) : 0;
+    int ok = p && len >= 1 && len <= 255 && len == json_string_length(v) && p[0] == '/';
+    for (size_t i = 0; ok && i < len; i++)
+        ok = p[i] > ' ' && p[i] <= '~';
+    if (!ok)
+        return op_refuse(o, ERR_INVALID_FIELD, "health_path", NULL,
+                         "health_path must start with / and be at most 255 printable characters without blanks"),
+               -1;
+    snprintf(a->health_path, sizeof a->health_path, "%s", p);
+    return 0;
+}
+
 static int defaults_for_publish(const json_t *body, struct app *a, struct op_outcome *o)
 {
     const char *slug = json_string_value(json_object_get(body, "slug"));
@@ -108,6 +128,7 @@ static int defaults_for_publish(const json_t *body, struct app *a, struct op_out
     a->concurrency_target = 4;
     a->idle_seconds = 300;
     snprintf(a->visibility, sizeof a->visibility, "public");
+    snprintf(a->health_path, sizeof a->health_path, "/health");
     return 0;
 }
 
@@ -156,7 +177,8 @@ int app_from_body(const json_t *body, int is_patch, struct app *a, const json_t 
         price_field(body, "price_per_request", &a->price_request, o) < 0 ||
         price_field(body, "price_per_1k_input_tokens", &a->price_input_1k, o) < 0 ||
         price_field(body, "price_per_1k_output_tokens", &a->price_output_1k, o) < 0 ||
-        price_field(body, "price_per_second", &a->price_second, o) < 0 || run_fields(body, a, o) < 0)
+        price_field(body, "price_per_second", &a->price_second, o) < 0 || run_fields(body, a, o) < 0 ||
+        health_path_field(body, a, o) < 0)
         return -1;
     if (a->min_replicas > a->max_replicas)
         return op_refuse(o, ERR_INVALID_FIELD, "min_replicas", NULL, "min_replicas %lld is over max_replicas %lld",
@@ -225,6 +247,8 @@ json_t *app_json(struct store *s, const struct app *a, int full)
         money_format(a->price_output_1k, b[2]), "per_second", money_format(a->price_second, b[3]),
         "rate_limit_per_key", (json_int_t)a->rate_per_key, "rate_limit_per_app", (json_int_t)a->rate_per_app,
         "created_at", json_time(a->created_at, 0), "updated_at", json_time(a->updated_at, 0));
+    if (j)
+        json_object_set_new(j, "health_path", json_string(a->health_path[0] ? a->health_path : "/health"));
     if (!j || !full)
         return j;
     json_t *cmd = parsed(a->command), *env = parsed(a->env);
@@ -245,7 +269,9 @@ json_t *app_json(struct store *s, const struct app *a, int full)
     json_t *reps = json_array();
     if (store_app_replicas(s, a->id, &r, &n) == STORE_OK) {
         for (size_t i = 0; i < n; i++)
-            json_array_append_new(reps, json_pack("{s:s, s:s}", "instance_id", r[i].instance_id, "state", r[i].state));
+            json_array_append_new(reps, json_pack("{s:s, s:s, s:o}", "instance_id", r[i].instance_id, "state",
+                                                  r[i].state, "health",
+                                                  r[i].health[0] ? json_string(r[i].health) : json_null()));
         free(r);
     }
     json_object_set_new(j, "replicas", reps);

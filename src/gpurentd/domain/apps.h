@@ -16,6 +16,10 @@ struct app_call;
 #define APP_MAX_ALLOWED 100      /* accounts a private app may list */
 #define APP_MAX_TOKENS 100000000 /* tokens one call may report, each way */
 #define APP_MAX_DURATION_MS 86400000
+/* How often a replica's agent checks GET health_path on the app's port
+ * (the spec's health.interval_s): with reconcile_sweep_ms and a gateway's
+ * --sync-ms, the bound on how long a replica gone unwell keeps traffic. */
+#define APP_HEALTH_INTERVAL_S 2
 
 /* Fills a from a publish (is_patch 0: required fields, defaults) or a PATCH
  * body (only what it names), checked and bounded: 0, or -1 with o set

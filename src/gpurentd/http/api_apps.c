@@ -39,7 +39,8 @@
     {"price_per_1k_output_tokens", JSON_KIND_STRING,  0, 32  }, \
     {"price_per_second",           JSON_KIND_STRING,  0, 32  }, \
     {"rate_limit_per_key",         JSON_KIND_INTEGER, 0, 0   }, \
-    {"rate_limit_per_app",         JSON_KIND_INTEGER, 0, 0   }
+    {"rate_limit_per_app",         JSON_KIND_INTEGER, 0, 0   }, \
+    {"health_path",                JSON_KIND_STRING,  0, 255 }
 
 static void reply_outcome(struct http_request *req, struct op_outcome *o)
 {

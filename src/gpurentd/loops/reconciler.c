@@ -26,6 +26,7 @@
  * for minutes is not polled in a busy loop. A pass writes every change it
  * decided in one transaction (one commit, one fsync), and running
  * instances with nothing to do cost no transaction at all. */
+#include "domain/apps.h"
 #include "domain/domain.h"
 #include "domain/ledger.h"
 #include "domain/placement.h"
@@ -77,6 +78,7 @@ struct seen {
     int exit_known;           /* exited: exit_code holds its status */
     int exit_code;            /* that status */
     char *last;               /* exited or failed: its last log lines, joined for a reason (malloc'd), or NULL */
+    char health[16];          /* its health check's verdict; "" when it has none */
 };
 
 static struct bg_loop loop = BG_LOOP_INIT("reconciler");
@@ -132,6 +134,8 @@ struct spec_inputs {
     json_t *ssh_keys; /* the snapshot of its SSH keys, "type base64" (owned) */
     struct instance_run run; /* what it runs: command, the user's env, working_dir (owned) */
     struct instance_key key; /* its internal key pair (multi-node), "" when none */
+    int64_t health_port;     /* an app replica: the app's port, checked by the agent; 0 none */
+    char health_path[256];   /* and the path it GETs */
 };
 static int gang_inputs_get(struct store *s, const struct instance *in, struct spec_inputs *out);
 
@@ -161,6 +165,14 @@ static int spec_inputs_get(struct store *s, const struct instance *in, struct sp
         return -1;
     snprintf(out->source, sizeof out->source, "%s", v.source);
     out->size_gb = v.size_gb;
+    /* An app replica is health-checked by its agent before it gets traffic
+     * (0027): the app's port and health path. */
+    char app_id[ID_MAX];
+    out->health_port = 0;
+    rc = store_instance_app_check(s, in->id, app_id, sizeof app_id, &out->health_port, out->health_path,
+                                  sizeof out->health_path);
+    if (rc != STORE_OK && rc != STORE_NOT_FOUND)
+        return -1;
     /* The keys were snapshotted at create or at the last start
      * (store_instance_ssh_snapshot), so every rank and every retry of this
      * run gets the same set: a key deleted since works until the next start. */
@@ -347,6 +359,10 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
         spec_add_run(spec, &si->run);
         gang_spec(spec, si, w, r);
     }
+    /* Rank 0 serves an app replica's port (store_app_gateway_json). */
+    if (spec && si->health_port > 0 && w->nodes[r].rank == 0)
+        json_object_set_new(spec, "health", json_pack("{s:I, s:s, s:i}", "port", (json_int_t)si->health_port, "path",
+                                                      si->health_path, "interval_s", APP_HEALTH_INTERVAL_S));
     char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(spec);
     return text;
@@ -458,6 +474,10 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
     /* An unreachable instance whose nodes all answer again: is its work
      * still running? */
     int recovering = !winding_down && strcmp(in->state, "unreachable") == 0 && all_nodes_up(w);
+    /* A running app replica's health is read every pass, not only at the
+     * sweep, so one that fails its check loses its traffic within a
+     * pass or two of its agent noticing (0027). */
+    int running = !winding_down && strcmp(in->state, "running") == 0;
     if (provisioning && now < in->next_attempt_at)
         return;
     for (size_t r = 0; r < w->n_nodes; r++) {
@@ -479,7 +499,7 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
                 secret_wipe(spec, strlen(spec));
             free(spec);
             w->kind[r] = CALL_PUT;
-        } else if (provisioning || recovering) {
+        } else if (provisioning || recovering || (running && p->health_check)) {
             w->call[r] = agent_call_new(p->agent_url, p->secret, "GET", path, NULL, opts);
             w->kind[r] = CALL_GET;
         }
@@ -865,6 +885,55 @@ static const struct instance_node *silent_node(const struct work *w, int *offlin
     return first;
 }
 
+/* The health verdict in rank r's GET answer of this pass (a running app
+ * replica's, plan_calls) into out; "" when there is none. */
+static void call_health(const struct work *w, size_t r, char *out, size_t n)
+{
+    const struct agent_call *c = w->call[r];
+    out[0] = '\0';
+    if (!c || w->kind[r] != CALL_GET || c->error[0] || c->status != 200)
+        return;
+    json_t *j = json_loadb(c->response ? c->response : "", c->response_len, 0, NULL);
+    const char *phase = json_string_value(json_object_get(j, "phase"));
+    const char *health = json_string_value(json_object_get(j, "health"));
+    /* Only a running workload's verdict means anything; an ended one is the
+     * sweep's and check_workloads' to handle. */
+    if (phase && strcmp(phase, "running") == 0 && health)
+        snprintf(out, n, "%s", health);
+    json_decref(j);
+}
+
+/* Stores a running rank's new health verdict (0027). For an app replica
+ * the gateways' copy lists it only while healthy, and a change to or from
+ * healthy is an event on the app, so its publisher sees why a replica
+ * stopped (or started) getting traffic. */
+static int rank_health(struct store *s, struct apply_ctx *ctx, struct instance_node *p, const char *health)
+{
+    if (!health[0] || strcmp(health, p->health) == 0)
+        return STORE_OK;
+    const char *id = ctx->w->in.id;
+    int rc = store_instance_node_health(s, id, p->rank, health, ctx->now);
+    if (rc != STORE_OK)
+        return rc;
+    int was_healthy = strcmp(p->health, "healthy") == 0, healthy = strcmp(health, "healthy") == 0;
+    log_info("reconciler: instance %s rank %lld on node %s: health %s -> %s", id, (long long)p->rank, p->node_name,
+             p->health[0] ? p->health : "none", health);
+    snprintf(p->health, sizeof p->health, "%s", health);
+    ctx->progress = 1;
+    char app_id[ID_MAX], path[256], detail[512];
+    int64_t port;
+    rc = store_instance_app_check(s, id, app_id, sizeof app_id, &port, path, sizeof path);
+    if (rc == STORE_NOT_FOUND || was_healthy == healthy)
+        return rc == STORE_NOT_FOUND ? STORE_OK : rc;
+    if (healthy)
+        snprintf(detail, sizeof detail, "replica %s on node %s passes its health check (GET %s on port %lld)", id,
+                 p->node_name, path, (long long)port);
+    else
+        snprintf(detail, sizeof detail, "replica %s on node %s fails its health check (GET %s on port %lld); it gets no"
+                 " calls until it passes", id, p->node_name, path, (long long)port);
+    return store_app_event(s, app_id, ctx->now, healthy ? "replica_healthy" : "replica_unhealthy", detail);
+}
+
 /* Checks the listed workloads of a running instance. A rank that failed,
  * vanished or exited with a status other than 0 ends the whole run at
  * once, at the second its agent says it ended (a gang: every rank's
@@ -890,8 +959,12 @@ static int check_workloads(struct store *s, struct apply_ctx *ctx)
             return job_over(s, ctx, 0, ctx->now, 0, 0, why);
         }
         int failed = strcmp(seen->phase, "failed") == 0;
-        if (!failed && strcmp(seen->phase, "exited") != 0)
+        if (!failed && strcmp(seen->phase, "exited") != 0) {
+            int rc = rank_health(s, ctx, p, seen->health);
+            if (rc != STORE_OK)
+                return rc;
             continue;
+        }
         int64_t at = seen->ended_ago >= 0 ? ctx->now - seen->ended_ago : ctx->now;
         if (failed || !seen->exit_known || seen->exit_code != 0) {
             if (failed)
@@ -943,6 +1016,13 @@ static int apply_running(struct store *s, struct apply_ctx *ctx)
         snprintf(why, sizeof why, "node %s stopped answering; not billed until it answers again", silent->node_name);
         int rc = ledger_close_interval(s, w->in.id, silent->node_last_seen, "node unreachable", ctx->now);
         return rc != STORE_OK ? rc : store_instance_set_state(s, w->in.id, "unreachable", "", why, ctx->now);
+    }
+    for (size_t r = 0; r < w->n_nodes; r++) {
+        char health[16];
+        call_health(w, r, health, sizeof health);
+        int rc = rank_health(s, ctx, &w->nodes[r], health);
+        if (rc != STORE_OK)
+            return rc;
     }
     return check_workloads(s, ctx);
 }
@@ -1078,10 +1158,16 @@ static int apply_needed(const struct apply_ctx *ctx)
     for (size_t r = 0; r < w->n_nodes; r++) {
         if (strcmp(w->nodes[r].node_health, "up") != 0)
             return 1;
+        char health[16];
+        call_health(w, r, health, sizeof health);
+        if (health[0] && strcmp(health, w->nodes[r].health) != 0)
+            return 1; /* a new health verdict to store */
         if (was_listed(ctx, w->nodes[r].node_id)) {
             const struct seen *sn = find_seen(ctx, w->nodes[r].workload_id);
             if (!sn || strcmp(sn->phase, "failed") == 0 || strcmp(sn->phase, "exited") == 0)
                 return 1;
+            if (sn->health[0] && strcmp(sn->health, w->nodes[r].health) != 0)
+                return 1; /* a new health verdict to store */
         }
     }
     return 0;
@@ -1153,6 +1239,8 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
         const char *message = json_string_value(json_object_get(wl, "message"));
         snprintf(sn->phase, sizeof sn->phase, "%s", phase ? phase : "");
         snprintf(sn->message, sizeof sn->message, "%s", message ? message : "");
+        const char *health = json_string_value(json_object_get(wl, "health"));
+        snprintf(sn->health, sizeof sn->health, "%s", health ? health : "");
         json_t *ended = json_object_get(wl, "exited_at");
         sn->exit_known = 0;
         sn->exit_code = 0;

@@ -384,6 +384,8 @@ struct instance_node {
     char ports[512];          /* JSON [{"container": c, "host": h}] it publishes (0016) */
     char data_host[254];      /* the node's admin-set data-plane host (0019), "" when unset */
     char data_address[254];   /* the one its facts report, "" when none */
+    char health[16];          /* its agent's health verdict (0027): starting, healthy, unhealthy; "" none */
+    int health_check;         /* its instance is an app replica, whose agent checks its health (0027) */
 };
 struct instance_filter {
     const char *user_id;   /* owner, or NULL for all (reconciler) */
@@ -442,6 +444,9 @@ int store_instance_claim(struct store *s, const char *instance_id, int64_t rank,
 int store_instance_release(struct store *s, const char *instance_id);
 int store_instance_node_update(struct store *s, const char *instance_id, int64_t rank, const char *phase,
                                const char *message, int put_done);
+/* Stores the health a rank's agent reported (0027), at epoch second at. */
+int store_instance_node_health(struct store *s, const char *instance_id, int64_t rank, const char *health,
+                               int64_t at);
 /* Opens a running interval at started_at (no-op if one is open). */
 int store_interval_open(struct store *s, const struct instance *in, int64_t started_at);
 /* Closes the open interval at ended_at (never before its start); no-op if
@@ -992,6 +997,7 @@ struct app {
     int64_t rate_per_key, rate_per_app; /* calls a minute; 0 none */
     int64_t desired_replicas, last_call_at, below_since;
     int64_t created_at, updated_at, deleted_at; /* deleted_at 0: live */
+    char health_path[256];     /* GET by the agent on port to check a replica (0027); "" reads as "/health" */
 };
 void store_app_free(struct app *a);
 int store_app_insert(struct store *s, const struct app *a);
@@ -1025,6 +1031,7 @@ struct app_replica {
     char state[16];   /* pending … */
     char desired[16]; /* running, stopped, terminated */
     int64_t created_at;
+    char health[16];  /* rank 0's health check as its agent last reported it (0027); "" none yet */
 };
 int store_app_replicas(struct store *s, const char *app_id, struct app_replica **out, size_t *n);
 int store_instance_set_app(struct store *s, const char *instance_id, const char *app_id);
@@ -1056,6 +1063,10 @@ int store_app_demand_put(struct store *s, const char *app_id, const char *gatewa
  * flight (the scaler then removes another replica, or waits): 1, 0 or a
  * negative store_rc. */
 int store_app_replica_busy(struct store *s, const char *app_id, const char *instance_id, int64_t since);
+/* The health check of an app replica (0027): its app's id, port and
+ * health_path. STORE_NOT_FOUND for an instance of no app. */
+int store_instance_app_check(struct store *s, const char *instance_id, char *app_id, size_t app_id_len,
+                             int64_t *port, char *path, size_t path_len);
 /* In flight plus queued over the gateways that reported since `since`. */
 int64_t store_app_demand(struct store *s, const char *app_id, int64_t since);
 /* Per-day stats of an app for its publisher, as a JSON array (malloc'd). */

@@ -12,20 +12,20 @@
     "id, slug, name, description, publisher_id, image, command, env, port, gpu_type, cards_per_replica,"         \
     " min_replicas, max_replicas, concurrency_target, idle_seconds, visibility, price_request, price_input_1k," \
     " price_output_1k, price_second, rate_per_key, rate_per_app, desired_replicas, last_call_at, below_since,"   \
-    " created_at, updated_at, coalesce(deleted_at, 0)"
+    " created_at, updated_at, coalesce(deleted_at, 0), health_path"
 
 static const char SQL_APP_INSERT[] =
     "INSERT INTO apps (id, slug, name, description, publisher_id, image, command, env, port, gpu_type,"
     " cards_per_replica, min_replicas, max_replicas, concurrency_target, idle_seconds, visibility, price_request,"
     " price_input_1k, price_output_1k, price_second, rate_per_key, rate_per_app, desired_replicas, last_call_at,"
-    " below_since, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)";
+    " below_since, created_at, updated_at, health_path) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
+    " ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)";
 static const char SQL_APP_UPDATE[] =
     "UPDATE apps SET slug = ?2, name = ?3, description = ?4, publisher_id = ?5, image = ?6, command = ?7, env = ?8,"
     " port = ?9, gpu_type = ?10, cards_per_replica = ?11, min_replicas = ?12, max_replicas = ?13,"
     " concurrency_target = ?14, idle_seconds = ?15, visibility = ?16, price_request = ?17, price_input_1k = ?18,"
     " price_output_1k = ?19, price_second = ?20, rate_per_key = ?21, rate_per_app = ?22, desired_replicas = ?23,"
-    " last_call_at = ?24, below_since = ?25, created_at = ?26, updated_at = ?27 WHERE id = ?1";
+    " last_call_at = ?24, below_since = ?25, created_at = ?26, updated_at = ?27, health_path = ?28 WHERE id = ?1";
 static const char SQL_APP_GET[] = "SELECT " APP_COLUMNS " FROM apps WHERE slug = ? AND deleted_at IS NULL";
 static const char SQL_APP_BY_ID[] = "SELECT " APP_COLUMNS " FROM apps WHERE id = ?";
 static const char SQL_APP_LIST[] =
@@ -48,11 +48,12 @@ static const char SQL_EVENTS_JSON[] =
     " FROM (SELECT * FROM (SELECT seq, at, kind, detail FROM app_events WHERE app_id = ?1 ORDER BY seq DESC"
     " LIMIT ?2) ORDER BY seq)";
 static const char SQL_REPLICAS[] =
-    "SELECT id, state, desired, created_at FROM instances WHERE app_id = ? AND state NOT IN ('terminated', 'failed')"
+    "SELECT id, state, desired, created_at, coalesce((SELECT r.health FROM instance_nodes r WHERE r.instance_id = i.id"
+    " AND r.rank = 0), '') FROM instances i WHERE app_id = ? AND state NOT IN ('terminated', 'failed')"
     " ORDER BY created_at, id";
 static const char SQL_SET_APP[] = "UPDATE instances SET app_id = ?2 WHERE id = ?1";
-/* A replica takes traffic once its instance runs and rank 0 publishes the
- * app's port; the gateway probes it before the first call. */
+/* A replica takes traffic once its instance runs, rank 0 publishes the
+ * app's port and its agent reported the app's health check passing (0027). */
 static const char SQL_GATEWAY_APPS[] =
     "SELECT coalesce(json_group_array(json(doc)), '[]') FROM (SELECT json_object('id', a.id, 'slug', a.slug,"
     " 'publisher_id', a.publisher_id, 'visibility', a.visibility, 'price_request', a.price_request,"
@@ -63,7 +64,8 @@ static const char SQL_GATEWAY_APPS[] =
     "   'agent_url', n.agent_url, 'host_port', (SELECT json_extract(p.value, '$.host') FROM json_each(r.ports) p"
     "   WHERE json_extract(p.value, '$.container') = a.port)))"
     "   FROM instances i JOIN instance_nodes r ON r.instance_id = i.id AND r.rank = 0"
-    "   JOIN nodes n ON n.id = r.node_id WHERE i.app_id = a.id AND i.state = 'running' AND i.desired = 'running'))"
+    "   JOIN nodes n ON n.id = r.node_id WHERE i.app_id = a.id AND i.state = 'running' AND i.desired = 'running'"
+    "   AND r.health = 'healthy'))"
     " AS doc FROM apps a WHERE a.deleted_at IS NULL ORDER BY a.id)";
 /* Keys by id with the secret's hash in hex: the gateway compares hashes
  * and never sees a secret. */
@@ -87,6 +89,8 @@ static const char SQL_DEMAND_PUT[] =
 static const char SQL_REPLICA_BUSY[] =
     "SELECT EXISTS (SELECT 1 FROM app_demand d, json_each(d.busy) j WHERE d.app_id = ?1 AND d.at >= ?2"
     " AND j.value = ?3)";
+static const char SQL_APP_CHECK[] =
+    "SELECT a.id, a.port, a.health_path FROM instances i JOIN apps a ON a.id = i.app_id WHERE i.id = ?";
 static const char SQL_DEMAND[] =
     "SELECT coalesce(sum(in_flight + queued), 0) FROM app_demand WHERE app_id = ?1 AND at >= ?2";
 /* Latency percentiles by rank within the day (nearest rank). */
@@ -137,6 +141,7 @@ static void read_app(sqlite3_stmt *st, void *row)
                        &a->below_since,   &a->created_at,     &a->updated_at,       &a->deleted_at};
     for (int i = 0; i < 12; i++)
         *rest[i] = sqlite3_column_int64(st, 16 + i);
+    store_column_text(a->health_path, sizeof a->health_path, st, 28);
 }
 
 void store_app_free(struct app *a)
@@ -148,7 +153,7 @@ void store_app_free(struct app *a)
     a->command = a->env = NULL;
 }
 
-/* The insert and the update bind the same 27 values. */
+/* The insert and the update bind the same 28 values. */
 static void bind_app(sqlite3_stmt *st, const struct app *a)
 {
     const char *texts[] = {a->id, a->slug, a->name, a->description, a->publisher_id, a->image,
@@ -167,6 +172,7 @@ static void bind_app(sqlite3_stmt *st, const struct app *a)
                             a->below_since,   a->created_at,     a->updated_at};
     for (int i = 0; i < 11; i++)
         sqlite3_bind_int64(st, 17 + i, rest[i]);
+    sqlite3_bind_text(st, 28, a->health_path[0] ? a->health_path : "/health", -1, SQLITE_STATIC);
 }
 
 int store_app_insert(struct store *s, const struct app *a)
@@ -328,6 +334,7 @@ static void read_replica(sqlite3_stmt *st, void *row)
     store_column_text(r->state, sizeof r->state, st, 1);
     store_column_text(r->desired, sizeof r->desired, st, 2);
     r->created_at = sqlite3_column_int64(st, 3);
+    store_column_text(r->health, sizeof r->health, st, 4);
 }
 
 int store_app_replicas(struct store *s, const char *app_id, struct app_replica **out, size_t *n)
@@ -433,6 +440,24 @@ int store_app_replica_busy(struct store *s, const char *app_id, const char *inst
     int v = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : store_rc_from_sqlite(s, rc, "replica busy");
     sqlite3_reset(st);
     return v;
+}
+
+int store_instance_app_check(struct store *s, const char *instance_id, char *app_id, size_t app_id_len,
+                             int64_t *port, char *path, size_t path_len)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_APP_CHECK);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        store_column_text(app_id, app_id_len, st, 0);
+        *port = sqlite3_column_int64(st, 1);
+        store_column_text(path, path_len, st, 2);
+    }
+    int out = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "app check");
+    sqlite3_reset(st);
+    return out;
 }
 
 int64_t store_app_demand(struct store *s, const char *app_id, int64_t since)

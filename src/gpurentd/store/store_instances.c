@@ -44,7 +44,8 @@ static const char SQL_INS_NODES[] =
     " coalesce(n.last_seen_at, 0), p.workload_id,"
     " p.cards, p.phase, p.message, p.put_done, n.public_host, coalesce(n.ssh_port, 0),"
     " coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, ''), p.ports,"
-    " n.data_host, coalesce(n.data_address, '')"
+    " n.data_host, coalesce(n.data_address, ''), coalesce(p.health, ''),"
+    " (SELECT i.app_id IS NOT NULL FROM instances i WHERE i.id = p.instance_id)"
     " FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
     " WHERE p.instance_id = ? ORDER BY p.rank LIMIT ?";
 /* Placement candidates come through the nodes_placement index (0006): for
@@ -75,6 +76,8 @@ static const char SQL_PORTS_RELEASE[] = "DELETE FROM node_ports WHERE instance_i
 static const char SQL_PLACEMENT_DELETE[] = "DELETE FROM instance_nodes WHERE instance_id = ?";
 static const char SQL_PLACEMENT_UPDATE[] =
     "UPDATE instance_nodes SET phase = ?3, message = ?4, put_done = ?5 WHERE instance_id = ?1 AND rank = ?2";
+static const char SQL_PLACEMENT_HEALTH[] =
+    "UPDATE instance_nodes SET health = ?3, health_at = ?4 WHERE instance_id = ?1 AND rank = ?2";
 static const char SQL_INTERVAL_OPEN[] =
     "INSERT INTO running_intervals (instance_id, user_id, gpu_model, card_count, started_at)"
     " SELECT ?1, ?2, ?3, ?4, ?5 WHERE NOT EXISTS"
@@ -290,6 +293,8 @@ static void read_instance_node(sqlite3_stmt *st, void *row)
     store_column_text(p->ports, sizeof p->ports, st, 16);
     store_column_text(p->data_host, sizeof p->data_host, st, 17);
     store_column_text(p->data_address, sizeof p->data_address, st, 18);
+    store_column_text(p->health, sizeof p->health, st, 19);
+    p->health_check = sqlite3_column_int(st, 20);
 }
 
 int store_instance_nodes(struct store *s, const char *id, struct instance_node *out, size_t max, size_t *n)
@@ -472,6 +477,19 @@ int store_instance_node_update(struct store *s, const char *instance_id, int64_t
     sqlite3_bind_text(st, 4, message, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 5, put_done);
     return store_step_change(s, st, "update placement");
+}
+
+int store_instance_node_health(struct store *s, const char *instance_id, int64_t rank, const char *health,
+                               int64_t at)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_PLACEMENT_HEALTH);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, rank);
+    sqlite3_bind_text(st, 3, health, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, at);
+    return store_step_change(s, st, "update rank health");
 }
 
 int store_interval_open(struct store *s, const struct instance *in, int64_t started_at)

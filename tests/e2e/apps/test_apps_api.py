@@ -76,6 +76,13 @@ def test_publish_defaults_list_get_patch_delete(daemon):
     ({**BASE, "env": [{"name": "GPURENT_X", "value": "1"}]}, 400, "invalid_field", None),
     ({**BASE, "name": ""}, 400, "invalid_field", "name"),
     ({**BASE, "description": "x" * 2001}, 400, "invalid_field", "description"),
+    # health_path (0027): what a replica's agent GETs on the app's port.
+    ({**BASE, "health_path": "health"}, 400, "invalid_field", "health_path"),
+    ({**BASE, "health_path": ""}, 400, "invalid_field", "health_path"),
+    ({**BASE, "health_path": "/a b"}, 400, "invalid_field", "health_path"),
+    ({**BASE, "health_path": "/ok\r\nX: 1"}, 400, "invalid_field", "health_path"),
+    ({**BASE, "health_path": "/" + "a" * 255}, 400, "invalid_field", "health_path"),
+    ({**BASE, "health_path": 5}, 400, "invalid_field", "health_path"),
 ])
 def test_bad_publish_is_refused_and_changes_nothing(daemon, body, status, code, field):
     u = daemon.signup()

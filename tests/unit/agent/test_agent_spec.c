@@ -568,6 +568,57 @@ static void test_command_and_secrets(void **state)
     }
 }
 
+/* health: strict shape, round trip, equality, and the verdict's rule. */
+static void test_health(void **state)
+{
+    (void)state;
+    struct wl_spec a, b;
+    char field[64];
+    assert_int_equal(parse("{\"image\":\"x\",\"health\":{\"port\":8000,\"path\":\"/health\",\"interval_s\":2}}", &a,
+                           field),
+                     0);
+    assert_true(a.health.present);
+    assert_int_equal(a.health.port, 8000);
+    assert_string_equal(a.health.path, "/health");
+    assert_int_equal(a.health.interval_s, 2);
+    json_t *j = spec_to_json(&a);
+    assert_int_equal(spec_parse(j, &b, field, sizeof field, (char[256]){0}, 256), 0);
+    json_decref(j);
+    assert_true(spec_equal(&a, &b));
+    b.health.interval_s = 3;
+    assert_false(spec_equal(&a, &b));
+    spec_free(&b);
+    assert_int_equal(parse("{\"image\":\"x\"}", &b, field), 0);
+    assert_false(b.health.present);
+    assert_false(spec_equal(&a, &b));
+    spec_free(&a);
+    spec_free(&b);
+
+    expect_bad("{\"image\":\"x\",\"health\":1}", "health");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":8000,\"path\":\"/h\",\"interval_s\":2,\"x\":1}}", "health.x");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":0,\"path\":\"/h\",\"interval_s\":2}}", "health.port");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":65536,\"path\":\"/h\",\"interval_s\":2}}", "health.port");
+    expect_bad("{\"image\":\"x\",\"health\":{\"path\":\"/h\",\"interval_s\":2}}", "health.port");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":80,\"path\":\"h\",\"interval_s\":2}}", "health.path");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":80,\"path\":\"/a b\",\"interval_s\":2}}", "health.path");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":80,\"path\":\"/a\\u0000b\",\"interval_s\":2}}", "health.path");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":80,\"path\":\"/a\\r\\n\",\"interval_s\":2}}", "health.path");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":80,\"path\":\"/h\",\"interval_s\":0}}", "health.interval_s");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":80,\"path\":\"/h\",\"interval_s\":3601}}", "health.interval_s");
+    expect_bad("{\"image\":\"x\",\"health\":{\"port\":80,\"path\":\"/h\"}}", "health.interval_s");
+
+    /* Nothing listening keeps a starting server starting; a bad answer, or
+     * silence after a pass, is unhealthy; 2xx and 3xx pass. */
+    assert_int_equal(health_next(WL_HEALTH_STARTING, 0, 0), WL_HEALTH_STARTING);
+    assert_int_equal(health_next(WL_HEALTH_STARTING, 1, 500), WL_HEALTH_UNHEALTHY);
+    assert_int_equal(health_next(WL_HEALTH_STARTING, 1, 204), WL_HEALTH_HEALTHY);
+    assert_int_equal(health_next(WL_HEALTH_HEALTHY, 1, 302), WL_HEALTH_HEALTHY);
+    assert_int_equal(health_next(WL_HEALTH_HEALTHY, 0, 0), WL_HEALTH_UNHEALTHY);
+    assert_int_equal(health_next(WL_HEALTH_HEALTHY, 1, 404), WL_HEALTH_UNHEALTHY);
+    assert_int_equal(health_next(WL_HEALTH_UNHEALTHY, 1, 200), WL_HEALTH_HEALTHY);
+    assert_string_equal(wl_health_name(WL_HEALTH_UNHEALTHY), "unhealthy");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -577,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_names_and_phases), cmocka_unit_test(test_sim_switches),
         cmocka_unit_test(test_ssh),             cmocka_unit_test(test_ports),
         cmocka_unit_test(test_command_and_secrets),
+        cmocka_unit_test(test_health),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,87 @@
+"""test_apps_health.py: replicas are health-checked through their agent
+(issue 17, migration 0027). An app's health_path defaults to /health and
+can be changed; each replica's workload carries a health check of the
+app's port and path; GET /v1/apps/{slug} shows each replica's health; the
+gateways' signed copy lists only replicas their agent reports healthy. A
+replica whose server turns unwell (sim-model-server --unwell-file: /health
+503 and no longer listening) is dropped from the copy, an event on the app
+says so, and every later call is served by the healthy replica (a call
+sent to the unwell one could not succeed: nothing of it listens)."""
+import os
+
+from agent_util import poll
+from apps_util import DEADLINE, free_port
+
+CHAT = "/v1/chat/completions"
+
+
+def state_replicas(m, app_id):
+    r = m.signed("GET", "/internal/gateway/state")
+    assert r.status_code == 200, r.text
+    app = [a for a in r.json()["apps"] if a["id"] == app_id]
+    return sorted(x["instance_id"] for x in app[0]["replicas"]) if app else []
+
+
+def test_health_path_default_and_patch(market):
+    m = market
+    pub = m.user()
+    app = m.publish(pub)
+    assert app["health_path"] == "/health"
+    r = m.d.request("PATCH", f"/v1/apps/{app['slug']}", key=pub.key, json={"health_path": "/ready?deep=1"})
+    assert r.status_code == 200, r.text
+    assert m.d.get(f"/v1/apps/{app['slug']}", key=pub.key).json()["health_path"] == "/ready?deep=1"
+
+
+def test_unwell_replica_loses_its_calls_to_the_healthy_one(market):
+    m = market
+    m.fleet(2)
+    pub, con = m.user(), m.user()
+    port = free_port()
+    cmd = m.model_command(port) + ["--unwell-file", "unwell"]
+    app = m.publish(pub, model_port=port, command=cmd, min_replicas=2, max_replicas=2, concurrency_target=100)
+    slug, app_id = app["slug"], app["id"]
+    gw = m.gateway()
+
+    def two_healthy():
+        reps = [x for x in m.d.get(f"/v1/apps/{slug}", key=pub.key).json()["replicas"] if x["state"] == "running"]
+        ids = [x["instance_id"] for x in reps]
+        return reps if len(reps) == 2 and all(x["health"] == "healthy" for x in reps) and \
+            state_replicas(m, app_id) == sorted(ids) else None
+    reps = poll(two_healthy, DEADLINE, "two healthy replicas in the gateway copy")
+    # Each replica's workload carries the app's health check.
+    for rep in reps:
+        (wl, name), = m.d.sql("SELECT p.workload_id, n.name FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+                              " WHERE p.instance_id = ?", [rep["instance_id"]])
+        spec = m.record(name, wl)["spec"]
+        assert spec["health"] == {"port": port, "path": "/health", "interval_s": 2}, spec
+        assert spec["command"] == cmd
+
+    for _ in range(4):
+        r = gw.call(slug, CHAT, con.key, json={"messages": [{"role": "user", "content": "before"}]})
+        assert r.status_code == 200, r.text
+
+    bad, good = reps[0]["instance_id"], reps[1]["instance_id"]
+    (wl, name), = m.d.sql("SELECT p.workload_id, n.name FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+                          " WHERE p.instance_id = ?", [bad])
+    container = os.path.join(m.node_fleet(name).state_dir, "nodes", name, "containers", wl)
+    with open(os.path.join(container, "unwell"), "w"):
+        pass
+
+    poll(lambda: state_replicas(m, app_id) == [good], DEADLINE, "the unwell replica to leave the gateway copy")
+    got = m.d.get(f"/v1/apps/{slug}", key=pub.key).json()
+    health = {x["instance_id"]: x["health"] for x in got["replicas"]}
+    assert health[bad] == "unhealthy" and health[good] == "healthy", got["replicas"]
+    ev = [e for e in got["events"] if e["kind"] == "replica_unhealthy"]
+    assert ev and bad in ev[-1]["detail"] and "/health" in ev[-1]["detail"], got["events"]
+    # The instance itself still runs: health is not a failure of the workload.
+    assert m.d.sql("SELECT state FROM instances WHERE id = ?", [bad]) == [("running",)]
+
+    # After the gateway's next sync, every call goes to the healthy replica.
+    def gateway_synced():
+        r = gw.call(slug, CHAT, con.key, json={"messages": [{"role": "user", "content": "probe"}]})
+        return r.status_code == 200
+    poll(gateway_synced, DEADLINE, "a call served after the sync")
+    for i in range(10):
+        r = gw.call(slug, CHAT, con.key, json={"messages": [{"role": "user", "content": f"after {i}"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] == f"after {i}"
