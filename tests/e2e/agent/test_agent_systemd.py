@@ -15,7 +15,7 @@ import time
 
 import requests
 
-from agent_util import Agent, assert_error
+from agent_util import Agent, assert_error, poll
 from notify_util import NotifySocket, notify_fields
 
 DEADLINE = 60  # bound on waits; generous for sanitizer builds
@@ -88,7 +88,7 @@ def test_ready_reload_and_stopping(tmp_path):
         f = notify_fields(first)
         assert f == {"READY": "1", "STATUS": "serving 1 node"}, first
         request_then_flush(a, "/marker-info")
-        assert logged(a, "/marker-info")
+        poll(lambda: logged(a, "/marker-info"), DEADLINE, "the access line of /marker-info (buffered, flushed within a second)")
         assert a.put("/v1/workloads/wl_big", json=big).status_code == 201
 
         # Quieter: the reload still says what it did, then info lines stop.
@@ -103,7 +103,7 @@ def test_ready_reload_and_stopping(tmp_path):
         reload("applied log_level=debug max_body_bytes=2048 max_json_depth=8; "
                "changed but applied only at the next restart: workers")
         request_then_flush(a, "/marker-debug")
-        assert logged(a, "/marker-debug")
+        poll(lambda: logged(a, "/marker-debug"), DEADLINE, "the access line of /marker-debug (buffered, flushed within a second)")
         assert not logged(a, "/marker-warn")
         assert_error(a.put("/v1/workloads/wl_big2", json=big), 413, "body_too_large")
 
@@ -113,7 +113,7 @@ def test_ready_reload_and_stopping(tmp_path):
         refused = [line for line in a.stderr_text().splitlines() if "reload: configuration has errors" in line]
         assert f"{conf}:1: log_level" in refused[-1], refused  # the reason, with file and line
         request_then_flush(a, "/marker-kept")
-        assert logged(a, "/marker-kept")
+        poll(lambda: logged(a, "/marker-kept"), DEADLINE, "the access line of /marker-kept (buffered, flushed within a second)")
         assert_error(a.put("/v1/workloads/wl_big2", json=big), 413, "body_too_large")
         assert a.get("/v1/facts").status_code == 200
 
