@@ -381,33 +381,17 @@ int64_t ledger_billable_end(const struct billable *b, int64_t t)
     return end;
 }
 
-/* Posts the void of money a refund gave back to a grant already voided. */
-static int void_refunded(struct store *s, const struct billable *b, const struct interval_payer *p, int64_t take,
-                         int64_t at)
+/* Gives amount back to the payers (in their order: the account drawn last
+ * first) as one transaction e, revenue paying it: a grant not voided gets
+ * its remaining back; credit voided since it paid is voided again (an
+ * 'expiry'), as it would have been had it never been spent. what names
+ * what was paid for, for the error when amount is more than they paid. */
+static int refund_payers(struct store *s, const struct interval_payer *payers, size_t n, int64_t amount,
+                         const struct ledger_entry *e, const char *what)
 {
-    struct ledger_leg legs[2] = {{.amount = -take}, {.amount = take}};
-    snprintf(legs[0].account_id, sizeof legs[0].account_id, "%s", p->account_id);
-    snprintf(legs[0].grant_id, sizeof legs[0].grant_id, "%s", p->grant_id);
-    snprintf(legs[1].account_id, sizeof legs[1].account_id, "promotion");
-    struct ledger_entry e = {.at = at,
-                             .kind = "expiry",
-                             .user_id = b->user_id,
-                             .reason = "refunded credit had expired; it is void",
-                             .grant_id = p->grant_id};
-    return store_ledger_post(s, &e, legs, 2, at);
-}
-
-int ledger_refund(struct store *s, const struct billable *b, int64_t amount, int64_t at, const char *why)
-{
-    if (amount <= 0)
-        return amount == 0 ? STORE_OK : STORE_ERROR;
-    struct interval_payer *payers;
-    size_t n;
-    int rc = store_interval_payers(s, b->id, &payers, &n);
-    if (rc != STORE_OK)
-        return rc;
     struct ledger_leg *legs = calloc(n + 1, sizeof *legs);
     int64_t *taken = calloc(n ? n : 1, sizeof *taken);
+    int rc = STORE_OK;
     if (!legs || !taken) {
         rc = STORE_ERROR;
         goto done;
@@ -426,30 +410,54 @@ int ledger_refund(struct store *s, const struct billable *b, int64_t amount, int
         left -= take;
     }
     if (left > 0) {
-        log_error("ledger: refund of %lld to interval %lld is more than it was charged", (long long)amount,
-                  (long long)b->id);
+        log_error("ledger: refund of %lld to %s is more than it was paid", (long long)amount, what);
         rc = STORE_ERROR;
         goto done;
     }
     snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "revenue");
     legs[nl++].amount = -amount;
-    char reason[256];
+    if ((rc = store_ledger_post(s, e, legs, nl, e->at)) != STORE_OK)
+        goto done;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+        if (!taken[i] || !payers[i].grant_voided_at)
+            continue;
+        struct ledger_leg v[2] = {{.amount = -taken[i]}, {.amount = taken[i]}};
+        snprintf(v[0].account_id, sizeof v[0].account_id, "%s", payers[i].account_id);
+        snprintf(v[0].grant_id, sizeof v[0].grant_id, "%s", payers[i].grant_id);
+        snprintf(v[1].account_id, sizeof v[1].account_id, "promotion");
+        struct ledger_entry x = {.at = e->at,
+                                 .kind = "expiry",
+                                 .user_id = e->user_id,
+                                 .reason = "refunded credit had expired; it is void",
+                                 .grant_id = payers[i].grant_id};
+        rc = store_ledger_post(s, &x, v, 2, e->at);
+    }
+done:
+    free(taken);
+    free(legs);
+    return rc;
+}
+
+int ledger_refund(struct store *s, const struct billable *b, int64_t amount, int64_t at, const char *why)
+{
+    if (amount <= 0)
+        return amount == 0 ? STORE_OK : STORE_ERROR;
+    struct interval_payer *payers;
+    size_t n;
+    int rc = store_interval_payers(s, b->id, &payers, &n);
+    if (rc != STORE_OK)
+        return rc;
+    char reason[256], what[48];
     snprintf(reason, sizeof reason, "refund, %lld x %s, %s: %.160s", (long long)b->card_count, b->gpu_model,
              b->instance_id, why);
+    snprintf(what, sizeof what, "interval %lld", (long long)b->id);
     struct ledger_entry e = {.at = at,
                              .kind = "refund",
                              .user_id = b->user_id,
                              .reason = reason,
                              .instance_id = b->instance_id,
                              .interval_id = b->id};
-    if ((rc = store_ledger_post(s, &e, legs, nl, at)) != STORE_OK)
-        goto done;
-    for (size_t i = 0; i < n && rc == STORE_OK; i++)
-        if (taken[i] && payers[i].grant_voided_at)
-            rc = void_refunded(s, b, &payers[i], taken[i], at);
-done:
-    free(taken);
-    free(legs);
+    rc = refund_payers(s, payers, n, amount, &e, what);
     free(payers);
     return rc;
 }
@@ -511,61 +519,16 @@ int ledger_refund_reservation(struct store *s, const char *user_id, const char *
 {
     if (amount <= 0)
         return amount == 0 ? STORE_OK : STORE_ERROR;
-    struct reservation_payer *payers;
+    struct interval_payer *payers;
     size_t n;
     int rc = store_reservation_payers(s, reservation_id, &payers, &n);
     if (rc != STORE_OK)
         return rc;
-    struct ledger_leg *legs = calloc(n + 1, sizeof *legs);
-    int64_t *taken = calloc(n ? n : 1, sizeof *taken);
-    if (!legs || !taken) {
-        rc = STORE_ERROR;
-        goto done;
-    }
-    int64_t left = amount;
-    size_t nl = 0;
-    for (size_t i = 0; i < n && left > 0; i++) {
-        int64_t take = payers[i].paid < left ? payers[i].paid : left;
-        if (payers[i].grant_id[0] && !payers[i].grant_voided_at &&
-            (rc = store_grant_restore(s, payers[i].grant_id, take)) != STORE_OK)
-            goto done;
-        snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "%s", payers[i].account_id);
-        snprintf(legs[nl].grant_id, sizeof legs[nl].grant_id, "%s", payers[i].grant_id);
-        legs[nl++].amount = take;
-        taken[i] = take;
-        left -= take;
-    }
-    if (left > 0) {
-        log_error("ledger: refund of %lld to reservation %s is more than it was paid", (long long)amount,
-                  reservation_id);
-        rc = STORE_ERROR;
-        goto done;
-    }
-    snprintf(legs[nl].account_id, sizeof legs[nl].account_id, "revenue");
-    legs[nl++].amount = -amount;
+    char what[64];
+    snprintf(what, sizeof what, "reservation %s", reservation_id);
     struct ledger_entry e = {
         .at = at, .kind = "reservation_refund", .user_id = user_id, .reason = reason, .reservation_id = reservation_id};
-    if ((rc = store_ledger_post(s, &e, legs, nl, at)) != STORE_OK)
-        goto done;
-    /* Credit that expired since it paid is void again, as it would have
-     * been had it never been spent. */
-    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
-        if (!taken[i] || !payers[i].grant_voided_at)
-            continue;
-        struct ledger_leg v[2] = {{.amount = -taken[i]}, {.amount = taken[i]}};
-        snprintf(v[0].account_id, sizeof v[0].account_id, "%s", payers[i].account_id);
-        snprintf(v[0].grant_id, sizeof v[0].grant_id, "%s", payers[i].grant_id);
-        snprintf(v[1].account_id, sizeof v[1].account_id, "promotion");
-        struct ledger_entry x = {.at = at,
-                                 .kind = "expiry",
-                                 .user_id = user_id,
-                                 .reason = "refunded credit had expired; it is void",
-                                 .grant_id = payers[i].grant_id};
-        rc = store_ledger_post(s, &x, v, 2, at);
-    }
-done:
-    free(taken);
-    free(legs);
+    rc = refund_payers(s, payers, n, amount, &e, what);
     free(payers);
     return rc;
 }

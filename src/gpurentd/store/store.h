@@ -716,6 +716,8 @@ int store_interval_get_open(struct store *s, const char *instance_id, struct bil
 /* Who paid for an interval: each user account that its usage (less its
  * refunds) drew from, with what it still has to give back, the account drawn
  * last first. */
+/* An account that paid for an interval (or a reservation) and how much,
+ * net of refunds: what a refund gives back to. */
 struct interval_payer {
     char account_id[48];     /* 'cash:usr_…' or 'grant:grt_…' */
     char grant_id[ID_MAX];   /* on grant accounts, else "" */
@@ -1152,13 +1154,8 @@ int store_instance_set_reservation(struct store *s, const char *instance_id, con
 /* The user legs of the reservation's payment, the last drawn first, net of
  * what was given back already: account, grant and what remains paid (>0),
  * and whether that grant was voided since. */
-struct reservation_payer {
-    char account_id[48];
-    char grant_id[ID_MAX];
-    int64_t paid;
-    int64_t grant_voided_at;
-};
-int store_reservation_payers(struct store *s, const char *reservation_id, struct reservation_payer **out, size_t *n);
+/* Who paid for the block, as for an interval (struct interval_payer). */
+int store_reservation_payers(struct store *s, const char *reservation_id, struct interval_payer **out, size_t *n);
 /* The credit recorded for the reservation's hour (0, 0 when none). */
 int store_reservation_credit_get(struct store *s, const char *reservation_id, int64_t hour, int64_t *cards,
                                  int64_t *amount);

@@ -356,14 +356,14 @@ int store_instance_set_reservation(struct store *s, const char *instance_id, con
 
 static void read_payer(sqlite3_stmt *st, void *row)
 {
-    struct reservation_payer *p = row;
+    struct interval_payer *p = row;
     store_column_text(p->account_id, sizeof p->account_id, st, 0);
     store_column_text(p->grant_id, sizeof p->grant_id, st, 1);
     p->paid = sqlite3_column_int64(st, 2);
     p->grant_voided_at = sqlite3_column_int64(st, 3);
 }
 
-int store_reservation_payers(struct store *s, const char *reservation_id, struct reservation_payer **out, size_t *n)
+int store_reservation_payers(struct store *s, const char *reservation_id, struct interval_payer **out, size_t *n)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_RESV_PAYERS);
     if (!st)
