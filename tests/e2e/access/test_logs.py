@@ -20,7 +20,9 @@ from instances_util import DEADLINE, cloud, cloud_with  # noqa: F401  (fixtures)
 IMAGE = "example/log-every-50:1"
 # The paused node must not go offline under the test (its placement would
 # go), and the read must stay pending long enough to be seen pending.
-cloud_patient = cloud_with(heartbeat_interval_ms="500", heartbeat_miss_limit="100", agent_timeout_ms="8000")
+# Agents get 30 s to answer: the reads against a paused node must all be
+# pending at once, however slowly a loaded machine starts them.
+cloud_patient = cloud_with(heartbeat_interval_ms="500", heartbeat_miss_limit="100", agent_timeout_ms="30000")
 
 
 def running(c, cards=8):
