@@ -5,15 +5,14 @@
  * every open terminal between its socket and its PTY with poll(), so no HTTP
  * pool thread is held while a terminal is open.
  *
- * A frame is 1 byte of type, 4 bytes of big-endian length, then that many
- * bytes (at most TERM_FRAME_MAX): 'd' terminal bytes (either way), 'r' a
- * resize from the daemon (cols, rows: 2 bytes each, big-endian), 'x' the
- * shell's end from the agent (4 bytes, big-endian: the exit status, or 128 +
- * the signal that ended it), after which the agent closes. The daemon closing
+ * Frames are gpurent/term_frame.h's: terminal bytes either way, resizes
+ * from the daemon, and the shell's end from the agent (its exit status, or
+ * 128 + the signal that ended it), after which the agent closes. The daemon closing
  * the connection hangs the shell up (SIGHUP, then SIGKILL after a second). */
 #include "agent.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
+#include "gpurent/term_frame.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +27,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define TERM_FRAME_MAX 65536          /* largest frame payload either way */
 #define TERM_OUT_HIGH (256 * 1024)    /* bytes queued for the daemon before the PTY is read no more */
 #define TERM_HANGUP_GRACE_MS 1000     /* SIGHUP to SIGKILL */
 
@@ -62,39 +60,6 @@ struct agent_terminals {
     int stopping;
     struct term *open;                /* the relay thread's alone */
 };
-
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8),
-    p[3] = (unsigned char)v;
-}
-
-static uint32_t get_be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* Appends a frame to what goes to the daemon; -1 out of memory. */
-static int queue_frame(struct term *t, char type, const void *data, size_t len)
-{
-    if (t->to_sock_len + 5 + len > t->to_sock_cap) {
-        size_t cap = t->to_sock_cap ? t->to_sock_cap : 16384;
-        while (cap < t->to_sock_len + 5 + len)
-            cap *= 2;
-        unsigned char *p = realloc(t->to_sock, cap);
-        if (!p)
-            return -1;
-        t->to_sock = p;
-        t->to_sock_cap = cap;
-    }
-    unsigned char *p = t->to_sock + t->to_sock_len;
-    p[0] = (unsigned char)type;
-    put_be32(p + 1, (uint32_t)len);
-    if (len)
-        memcpy(p + 5, data, len);
-    t->to_sock_len += 5 + len;
-    return 0;
-}
 
 static void wake(struct agent_terminals *ts)
 {
@@ -168,7 +133,7 @@ static void on_upgraded(void *ctx, int fd, const char *extra, size_t extra_len, 
         int n = snprintf(line, sizeof line, "gpurent: %s\r\n", msg);
         t->reaped = 1;
         t->wait_status = 127 << 8;
-        queue_frame(t, 'd', line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
+        term_frame_append(&t->to_sock, &t->to_sock_len, &t->to_sock_cap, TERM_FRAME_DATA, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
     }
     free(o);
     pthread_mutex_lock(&ts->lock);
@@ -231,7 +196,7 @@ void agent_terminal_open(struct http_request *req, struct agent_node *n, const c
  * -1 for a frame the protocol does not have (the connection is dropped). */
 static int take_frame(struct term *t, unsigned char type, const unsigned char *p, size_t len)
 {
-    if (type == 'd') {
+    if (type == TERM_FRAME_DATA) {
         if (t->master < 0 || t->reaped)
             return 0; /* nobody reads it any more */
         unsigned char *grown = realloc(t->to_pty, t->to_pty_len + len);
@@ -242,7 +207,7 @@ static int take_frame(struct term *t, unsigned char type, const unsigned char *p
         t->to_pty_len += len;
         return 0;
     }
-    if (type == 'r' && len == 4) {
+    if (type == TERM_FRAME_RESIZE && len == 4) {
         unsigned cols = (unsigned)p[0] << 8 | p[1], rows = (unsigned)p[2] << 8 | p[3];
         struct winsize ws = {.ws_col = (unsigned short)cols, .ws_row = (unsigned short)rows};
         if (cols >= 1 && cols <= 1000 && rows >= 1 && rows <= 1000 && t->master >= 0)
@@ -256,8 +221,8 @@ static int take_frame(struct term *t, unsigned char type, const unsigned char *p
 static void read_sock(struct term *t)
 {
     for (;;) {
-        size_t want = t->in_len < 5 ? 5 - t->in_len : 5 + get_be32(t->in + 1) - t->in_len;
-        if (t->in_len >= 5 && get_be32(t->in + 1) > TERM_FRAME_MAX) {
+        size_t want = t->in_len < 5 ? 5 - t->in_len : 5 + term_get_be32(t->in + 1) - t->in_len;
+        if (t->in_len >= 5 && term_get_be32(t->in + 1) > TERM_FRAME_MAX) {
             t->sock_gone = 1;
             return;
         }
@@ -307,7 +272,7 @@ static void read_pty(struct term *t)
     while (t->master >= 0 && t->to_sock_len < TERM_OUT_HIGH) {
         ssize_t n = read(t->master, buf, sizeof buf);
         if (n > 0) {
-            if (queue_frame(t, 'd', buf, (size_t)n) < 0)
+            if (term_frame_append(&t->to_sock, &t->to_sock_len, &t->to_sock_cap, TERM_FRAME_DATA, buf, (size_t)n) < 0)
                 t->sock_gone = 1;
             continue;
         }
@@ -367,8 +332,8 @@ static int advance(struct term *t)
         }
         if (t->master < 0) {
             unsigned char st[4];
-            put_be32(st, (uint32_t)exit_code(t->wait_status));
-            if (queue_frame(t, 'x', st, 4) < 0)
+            term_put_be32(st, (uint32_t)exit_code(t->wait_status));
+            if (term_frame_append(&t->to_sock, &t->to_sock_len, &t->to_sock_cap, TERM_FRAME_EXIT, st, 4) < 0)
                 return 1;
             t->exit_queued = 1;
             log_info("terminal: node %s workload %s: shell ended with status %d", t->node, t->wl_id,

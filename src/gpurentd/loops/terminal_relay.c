@@ -15,6 +15,7 @@
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
 #include "gpurent/sign.h"
+#include "gpurent/term_frame.h"
 #include "loops/loops.h"
 
 #include <arpa/inet.h>
@@ -35,7 +36,6 @@
 #include <wslay/wslay.h>
 
 #define TERM_WS_MAX 65536            /* largest message from a browser */
-#define TERM_FRAME_MAX 65536         /* largest agent frame payload */
 #define TERM_HIGH (256 * 1024)       /* bytes queued one way before the other side is read no more */
 #define TERM_CLOSE_GRACE_MS 2000     /* a close sent waits this long for the browser's */
 
@@ -144,38 +144,6 @@ int64_t terminal_relay_open_count(void)
 }
 
 /* ---------------------------------------------------------------- the agent side */
-
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8),
-    p[3] = (unsigned char)v;
-}
-
-static uint32_t get_be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static int to_agent(struct term *t, char type, const void *data, size_t len)
-{
-    if (t->to_agent_len + 5 + len > t->to_agent_cap) {
-        size_t cap = t->to_agent_cap ? t->to_agent_cap : 16384;
-        while (cap < t->to_agent_len + 5 + len)
-            cap *= 2;
-        unsigned char *p = realloc(t->to_agent, cap);
-        if (!p)
-            return -1;
-        t->to_agent = p;
-        t->to_agent_cap = cap;
-    }
-    unsigned char *p = t->to_agent + t->to_agent_len;
-    p[0] = (unsigned char)type;
-    put_be32(p + 1, (uint32_t)len);
-    if (len)
-        memcpy(p + 5, data, len);
-    t->to_agent_len += 5 + len;
-    return 0;
-}
 
 /* Our close to the browser (once); the agent connection ends with it. */
 static void ws_close(struct term *t, uint16_t code, const char *reason)
@@ -288,13 +256,13 @@ static int agent_connect(struct term *t)
 /* A whole frame from the agent. */
 static void agent_frame(struct term *t, unsigned char type, const unsigned char *p, size_t len)
 {
-    if (type == 'd') {
+    if (type == TERM_FRAME_DATA) {
         struct wslay_event_msg m = {.opcode = WSLAY_BINARY_FRAME, .msg = p, .msg_length = len};
         if (len > 0 && !t->close_sent_ms)
             wslay_event_queue_msg(t->ws, &m);
-    } else if (type == 'x' && len == 4) {
+    } else if (type == TERM_FRAME_EXIT && len == 4) {
         char reason[32];
-        snprintf(reason, sizeof reason, "exit %u", get_be32(p));
+        snprintf(reason, sizeof reason, "exit %u", term_get_be32(p));
         log_info("terminal: instance %s rank %lld user %s: the shell ended (%s)", t->target.instance_id,
                  (long long)t->target.rank, t->target.user_id, reason);
         ws_close(t, WSLAY_CODE_NORMAL_CLOSURE, reason);
@@ -333,7 +301,7 @@ static void agent_response(struct term *t)
 static void agent_frames(struct term *t)
 {
     while (t->agent == AG_OPEN && t->ain_len >= 5) {
-        uint32_t len = get_be32(t->ain + 1);
+        uint32_t len = term_get_be32(t->ain + 1);
         if (len > TERM_FRAME_MAX) {
             agent_fail(t, "sent a frame over 64 KiB");
             return;
@@ -460,7 +428,7 @@ static void ws_message(wslay_event_context_ptr ctx, const struct wslay_event_on_
 {
     struct term *t = user;
     if (arg->opcode == WSLAY_BINARY_FRAME) {
-        if (t->agent != AG_GONE && to_agent(t, 'd', arg->msg, arg->msg_length) < 0)
+        if (t->agent != AG_GONE && term_frame_append(&t->to_agent, &t->to_agent_len, &t->to_agent_cap, TERM_FRAME_DATA, arg->msg, arg->msg_length) < 0)
             ws_close(t, WSLAY_CODE_INTERNAL_SERVER_ERROR, "out of memory");
     } else if (arg->opcode == WSLAY_TEXT_FRAME) {
         unsigned cols, rows;
@@ -471,7 +439,7 @@ static void ws_message(wslay_event_context_ptr ctx, const struct wslay_event_on_
         unsigned char p[4] = {(unsigned char)(cols >> 8), (unsigned char)cols, (unsigned char)(rows >> 8),
                               (unsigned char)rows};
         if (t->agent != AG_GONE)
-            to_agent(t, 'r', p, sizeof p);
+            term_frame_append(&t->to_agent, &t->to_agent_len, &t->to_agent_cap, TERM_FRAME_RESIZE, p, sizeof p);
     } else if (arg->opcode == WSLAY_CONNECTION_CLOSE) {
         /* The browser closed: wslay answers it; the agent hangs the shell up. */
         if (!t->close_sent_ms)
