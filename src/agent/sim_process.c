@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpurent/clock.h"
@@ -382,13 +383,15 @@ int sim_process_environ_has(const char *pid, const char *want)
  * servers a user's ssh session left (`setsid nohup …`) as well as the
  * command's group. A real container's processes all end with it; the sim's
  * would outlive it, so they are looked up by GPURENT_WORKLOAD and killed,
- * again until none is left (one may fork while the list is read). */
+ * again until none is left: one may fork while the list is read, and one
+ * killed is still listed until it has exited (the container directory is
+ * removed after this, and a dying process could still write into it). */
 void sim_process_kill_workload(const char *wl_id)
 {
     char want[128];
     snprintf(want, sizeof want, "GPURENT_WORKLOAD=%s", wl_id);
     pid_t self = getpid();
-    for (int round = 0; round < 10; round++) {
+    for (int round = 0; round < 500; round++) { /* 5 s at most */
         DIR *d = opendir("/proc");
         if (!d)
             return;
@@ -404,5 +407,6 @@ void sim_process_kill_workload(const char *wl_id)
         closedir(d);
         if (!killed)
             return;
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
     }
 }
