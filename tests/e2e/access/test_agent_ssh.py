@@ -211,7 +211,8 @@ def test_removed_workload_refuses_and_loses_its_container(node, keys):
     assert os.path.isdir(cdir)
     assert node.agent.delete(f"/v1/workloads/{wid}").status_code == 200
     poll(lambda: node.agent.get(f"/v1/workloads/{wid}").status_code == 404, 20, "the workload removed")
-    assert not os.path.exists(cdir)
+    # The container goes with it, once its processes have ended.
+    poll(lambda: not os.path.exists(cdir), 20, "the container directory removed")
     p = node.ssh(keys["mine"][0], "ins_gone-0", "true")
     assert p.returncode == 255 and "Permission denied" in p.stderr
 
