@@ -34,6 +34,9 @@
  *   health.c         a workload's HTTP health check (spec.health): one
  *                    bounded GET inside the workload, made by the driver
  *                    at a running workload's state check
+ *   listening.c      whether a workload's process listens on a port, and
+ *                    the address its socket is bound to (what ssh -L, the
+ *                    sim's published ports and health checks connect to)
  *   runtime.c        the runtime interface and `sim` (phases with delays,
  *                    failures injected by image name)
  *   runtime_oci.c    podman/docker by their command lines (--device
@@ -91,6 +94,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "discovery/discovery.h"
 #include "exec.h"
@@ -351,11 +355,34 @@ struct agent_node;
  * then healthy or unhealthy after each check. Not kept across restarts. */
 enum wl_health { WL_HEALTH_STARTING, WL_HEALTH_HEALTHY, WL_HEALTH_UNHEALTHY };
 const char *wl_health_name(enum wl_health h);
-/* health.c: one check: HTTP GET path on 127.0.0.1:port in the network
- * namespace of process netns_pid (0: the agent's own, the sim's), within
- * timeout_ms in all. 0 with the answer's status in *status, or -1 (no
- * connection, no answer in time, not HTTP) with why in msg. */
-int health_probe(long netns_pid, int port, const char *path, int timeout_ms, int *status, char *msg, size_t msglen);
+/* listening.c: where a workload's listening socket is reached. */
+struct listen_addr {
+    struct sockaddr_storage sa;
+    socklen_t len;
+};
+/* Whether a process of workload wl_id listens on TCP port: with
+ * container_pid 0 (sim) a process whose environment has
+ * GPURENT_WORKLOAD=wl_id holds a listening socket on it in the host's
+ * network; otherwise a process in container_pid's pid namespace holds one
+ * in its network namespace. 1 with *at (may be NULL) the address that
+ * socket is bound to (a wildcard: loopback), 0 if none. ssh -L, the sim's
+ * published ports and its health checks connect there, so a connection
+ * reaches this workload's process even when another sim workload listens
+ * on the same port at another loopback address. */
+int workload_listener(const char *wl_id, long container_pid, int port, struct listen_addr *at);
+/* 127.0.0.1:port. */
+void listen_addr_loopback(int port, struct listen_addr *at);
+/* A TCP socket (close-on-exec; non-blocking, its connect maybe still in
+ * progress, with nonblock) connecting to *at from netns_pid's network
+ * namespace (0: the agent's own), or -1 with errno. */
+int listen_addr_connect(long netns_pid, const struct listen_addr *at, int nonblock);
+
+/* health.c: one check: HTTP GET path on *at in the network namespace of
+ * process netns_pid (0: the agent's own, the sim's), within timeout_ms in
+ * all. 0 with the answer's status in *status, or -1 (no connection, no
+ * answer in time, not HTTP) with why in msg. */
+int health_probe(long netns_pid, const struct listen_addr *at, const char *path, int timeout_ms, int *status,
+                 char *msg, size_t msglen);
 /* The next verdict from the current one and a check's outcome (answered:
  * got an HTTP status, status: which). Pure. */
 enum wl_health health_next(enum wl_health cur, int answered, int status);
@@ -723,8 +750,8 @@ void sim_process_kill_workload(const char *wl_id);
 /* publish.c: published ports in the sim runtime. One thread listens on
  * 0.0.0.0:<host port> for every port of every running sim workload (it
  * looks at the workload lists every PUBLISH_RESCAN_MS), and relays each
- * connection to 127.0.0.1:<container port> only when a process of that
- * workload listens there (ssh_forward_port_owned), else closes it. The
+ * connection to the <container port> socket of a process of that workload
+ * (workload_listener), else closes it. The
  * listeners, relays and their buffers are bounded; podman and docker
  * publish with -p themselves. */
 #define PUBLISH_RESCAN_MS 200

@@ -296,11 +296,15 @@ static int64_t health_step(struct agent *a, struct workload *w, int64_t delay)
     char msg[160] = "";
     int status = 0, answered = 0;
     long pid = 0;
+    /* A container has its own network: its 127.0.0.1. The sim's share the
+     * host's, so the check goes to this workload's own socket. */
+    struct listen_addr at;
+    listen_addr_loopback(h->port, &at);
     if (rt->ops->main_pid(rt, w->id, &pid, msg, sizeof msg) != STEP_OK)
         ; /* msg says why */
-    else if (pid == 0 && !ssh_forward_port_owned(w->id, 0, h->port))
+    else if (pid == 0 && !workload_listener(w->id, 0, h->port, &at))
         snprintf(msg, sizeof msg, "nothing of the workload listens on port %d", h->port);
-    else if (health_probe(pid, h->port, h->path, HEALTH_PROBE_TIMEOUT_MS, &status, msg, sizeof msg) == 0) {
+    else if (health_probe(pid, &at, h->path, HEALTH_PROBE_TIMEOUT_MS, &status, msg, sizeof msg) == 0) {
         answered = 1;
         if (status < 200 || status >= 400)
             snprintf(msg, sizeof msg, "GET %.100s answered %d", h->path, status);

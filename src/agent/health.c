@@ -1,18 +1,16 @@
-/* health.c: a workload's HTTP health check (spec.health): one GET to
- * 127.0.0.1:port inside the workload, bounded in time, and the verdict it
- * leads to. The driver's worker makes it during a running workload's state
- * check (driver.c), never an API thread. For podman/docker the socket is
- * made from a thread that entered the container's network namespace, as
- * ssh -L's forwards are (ssh/forward.c); the sim's processes share the
- * host's network, so there it is the agent's own 127.0.0.1. */
+/* health.c: a workload's HTTP health check (spec.health): one GET to its
+ * port inside the workload, bounded in time, and the verdict it leads to.
+ * The driver's worker makes it during a running workload's state check
+ * (driver.c), never an API thread. For podman/docker it is 127.0.0.1 in
+ * the container's network namespace, the socket made there as ssh -L's
+ * forwards are (listening.c); the sim's processes share the host's
+ * network, so there it is the address the workload's own socket is bound
+ * to. */
 #include "agent.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -39,8 +37,9 @@ enum wl_health health_next(enum wl_health cur, int answered, int status)
 }
 
 struct probe {
-    long pid;          /* whose network namespace; 0 the agent's */
-    int port;
+    long pid;                     /* whose network namespace; 0 the agent's */
+    const struct listen_addr *at; /* where */
+    int port;                     /* at's, for the Host header */
     const char *path;
     int timeout_ms;
     int status;        /* out: the answer's status */
@@ -66,25 +65,16 @@ static void probe_run(struct probe *pr)
 {
     int64_t deadline = clock_mono_ms() + pr->timeout_ms;
     pr->rc = -1;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        snprintf(pr->msg, sizeof pr->msg, "socket: %s", strerror(errno));
-        return;
-    }
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pr->port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int err = 0;
     socklen_t errlen = sizeof err;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        if (errno != EINPROGRESS) {
-            snprintf(pr->msg, sizeof pr->msg, "connect to port %d: %s", pr->port, strerror(errno));
-            goto out;
-        }
-        if (!wait_fd(fd, POLLOUT, deadline) || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0 || err) {
-            snprintf(pr->msg, sizeof pr->msg, "connect to port %d: %s", pr->port,
-                     err ? strerror(err) : "timed out");
-            goto out;
-        }
+    int fd = listen_addr_connect(pr->pid, pr->at, 1);
+    if (fd < 0) {
+        snprintf(pr->msg, sizeof pr->msg, "connect to port %d: %s", pr->port, strerror(errno));
+        return;
+    }
+    if (!wait_fd(fd, POLLOUT, deadline) || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0 || err) {
+        snprintf(pr->msg, sizeof pr->msg, "connect to port %d: %s", pr->port, err ? strerror(err) : "timed out");
+        goto out;
     }
     char req[SPEC_HEALTH_PATH_MAX + 96];
     int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n", pr->path,
@@ -122,39 +112,14 @@ out:
     close(fd);
 }
 
-static void *probe_in_netns(void *arg)
+int health_probe(long netns_pid, const struct listen_addr *at, const char *path, int timeout_ms, int *status,
+                 char *msg, size_t msglen)
 {
-    struct probe *pr = arg;
-    /* setns changes this thread alone, which ends right after. */
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%ld/ns/net", pr->pid);
-    int ns = open(path, O_RDONLY | O_CLOEXEC);
-    if (ns < 0 || setns(ns, CLONE_NEWNET) < 0) {
-        pr->rc = -1;
-        snprintf(pr->msg, sizeof pr->msg, "entering the container's network: %s", strerror(errno));
-        if (ns >= 0)
-            close(ns);
-        return NULL;
-    }
-    close(ns);
-    probe_run(pr);
-    return NULL;
-}
-
-int health_probe(long netns_pid, int port, const char *path, int timeout_ms, int *status, char *msg, size_t msglen)
-{
-    struct probe pr = {.pid = netns_pid, .port = port, .path = path, .timeout_ms = timeout_ms, .rc = -1};
-    if (netns_pid > 0) {
-        pthread_t t;
-        int rc = pthread_create(&t, NULL, probe_in_netns, &pr);
-        if (rc != 0) {
-            snprintf(msg, msglen, "cannot start the check's thread: %s", strerror(rc));
-            return -1;
-        }
-        pthread_join(t, NULL);
-    } else {
-        probe_run(&pr);
-    }
+    const struct sockaddr *sa = (const struct sockaddr *)&at->sa;
+    int port = ntohs(sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
+                                               : ((const struct sockaddr_in *)sa)->sin_port);
+    struct probe pr = {.pid = netns_pid, .at = at, .port = port, .path = path, .timeout_ms = timeout_ms, .rc = -1};
+    probe_run(&pr);
     if (pr.rc < 0) {
         snprintf(msg, msglen, "%s", pr.msg);
         return -1;

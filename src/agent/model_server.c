@@ -11,12 +11,17 @@
  * container's directory, its working directory), once PATH exists the
  * server turns unwell for good: /health answers 503 and it stops listening
  * (calls in flight finish), so the agent's health check of this replica
- * fails even though another replica listens on the same port. The port is bound with SO_REUSEPORT: sim replicas
- * share this machine's network, so two replicas of one app both listen on
- * the app's port (a container runtime gives each its own). */
+ * fails even though another replica listens on the same port. Sim
+ * replicas share this machine's network, so two replicas of one app on one
+ * node both listen on the app's port (a container runtime gives each its
+ * own network): each binds a loopback address of its own, derived from its
+ * GPURENT_WORKLOAD, and the agent connects to the address the workload's
+ * socket is bound to (listening.c). Started by hand, without that
+ * variable, it listens on every address. */
 #include "agent.h"
 
 #include <jansson.h>
+#include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -160,12 +165,22 @@ static void stream_free(void *cls)
     free(st);
 }
 
+/* Every answer names the workload that made it, so a test can tell which
+ * replica served a call. */
+static void name_workload(struct MHD_Response *r)
+{
+    const char *wl = getenv("GPURENT_WORKLOAD");
+    if (wl && wl[0])
+        MHD_add_response_header(r, "X-Sim-Workload", wl);
+}
+
 static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status, json_t *j)
 {
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
+    name_workload(r);
     enum MHD_Result ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
@@ -199,6 +214,7 @@ static enum MHD_Result complete(struct MHD_Connection *c, const char *url, struc
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, stream_read, st, stream_free);
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        name_workload(r);
         enum MHD_Result ok = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         return ok;
@@ -285,6 +301,19 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         setsockopt(info->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* 127.A.B.C from the workload's id (A and C 1..254, so never 127.0.0.1;
+ * two workloads share one in about 16 million), or INADDR_ANY without
+ * one. Host order. */
+static uint32_t workload_loopback(const char *wl_id)
+{
+    if (!wl_id || !wl_id[0])
+        return INADDR_ANY;
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)wl_id; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return 127u << 24 | (1 + (h >> 16) % 254) << 16 | ((h >> 8) & 255) << 8 | (1 + h % 254);
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -316,17 +345,20 @@ int agent_cmd_model_server(int argc, char **argv)
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     signal(SIGPIPE, SIG_IGN);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opts.port)};
+    sa.sin_addr.s_addr = htonl(workload_loopback(getenv("GPURENT_WORKLOAD")));
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC,
-        (uint16_t)opts.port, NULL,
-        NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE,
-        (unsigned int)1, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120, MHD_OPTION_END);
+        (uint16_t)opts.port, NULL, NULL, on_request, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_done, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)120, MHD_OPTION_END);
+    char addr[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &sa.sin_addr, addr, sizeof addr);
     if (!d) {
-        fprintf(stderr, "sim-model-server: cannot listen on port %d\n", opts.port);
+        fprintf(stderr, "sim-model-server: cannot listen on %s:%d\n", addr, opts.port);
         return 1;
     }
-    printf("sim-model-server listening on port %d\n", opts.port);
+    printf("sim-model-server listening on %s:%d\n", addr, opts.port);
     fflush(stdout);
     while (!stopping) {
         if (!opts.unwell_file) {

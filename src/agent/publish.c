@@ -3,9 +3,9 @@
  * ports themselves (-p in its run command line), and for the sim runtime,
  * whose "containers" share the host's network, one thread here does it:
  * it listens on 0.0.0.0:<host port> for every port of every running sim
- * workload and relays each connection to 127.0.0.1:<container port> only
- * when a process of that workload listens there, the check `ssh -L` makes
- * (ssh/forward.c). It finds what to listen on by looking at the workload
+ * workload and relays each connection to the socket a process of that
+ * workload listens on at <container port> (listening.c), the check and
+ * the address `ssh -L` uses too, or closes it when there is none. It finds what to listen on by looking at the workload
  * lists every PUBLISH_RESCAN_MS rather than being told by the driver, so
  * the listeners follow the workloads across agent restarts too, and a
  * workload removed or no longer running loses its listeners and relays at
@@ -273,18 +273,16 @@ static void take_connection(struct publisher *p, struct pub_listener *l)
         close(c);
         return;
     }
-    if (!ssh_forward_port_owned(l->wl_id, 0, l->container)) {
+    struct listen_addr at;
+    if (!workload_listener(l->wl_id, 0, l->container, &at)) {
         log_info("node %s: host port %d: nothing of workload %s listens on %d; connection closed", l->node->name,
                  l->host, l->wl_id, l->container);
         close(c);
         return;
     }
     /* Loopback: the connect is immediate, so it is made blocking. */
-    int w = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)l->container)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (w < 0 || connect(w, (struct sockaddr *)&sa, sizeof sa) < 0 ||
-        fcntl(w, F_SETFL, fcntl(w, F_GETFL) | O_NONBLOCK) < 0) {
+    int w = listen_addr_connect(0, &at, 0);
+    if (w < 0 || fcntl(w, F_SETFL, fcntl(w, F_GETFL) | O_NONBLOCK) < 0) {
         log_info("node %s: host port %d: cannot reach port %d of workload %s: %s", l->node->name, l->host, l->container,
                  l->wl_id, strerror(errno));
         if (w >= 0)

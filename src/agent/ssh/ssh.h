@@ -41,14 +41,6 @@ int ssh_server_start(struct agent *a, struct ssh_server **out);
 /* Closes the listeners, ends every connection (their children get SIGHUP)
  * and frees the server; NULL is a no-op. */
 void ssh_server_stop(struct ssh_server *s);
-/* Whether a process of workload id listens on TCP port: with
- * container_pid 0 (sim) a process whose environment has
- * GPURENT_WORKLOAD=id owns a listening socket on it in the host's network;
- * otherwise a process in container_pid's pid namespace owns one in its
- * network namespace. 1, 0. Also
- * what publish.c asks before it relays a connection. */
-int ssh_forward_port_owned(const char *wl_id, long container_pid, int port);
-
 /* The shell an SSH session with a PTY of cols x rows and TERM term gets
  * in workload wl_id of node n (running, not being removed), started the
  * same way: the web terminal's (terminal.c). 0 with *pid (its own session

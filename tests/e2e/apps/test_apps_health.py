@@ -85,3 +85,37 @@ def test_unwell_replica_loses_its_calls_to_the_healthy_one(market):
         r = gw.call(slug, CHAT, con.key, json={"messages": [{"role": "user", "content": f"after {i}"}]})
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["message"]["content"] == f"after {i}"
+
+
+def test_replicas_on_one_node_each_answer_their_own_calls(market):
+    """Two replicas of one app on one sim node both listen on the app's
+    port (the sim shares the host's network; each binds a loopback address
+    of its own). A call through a replica's published port, and its health
+    check, must reach that replica's process and no other: were it the
+    other's, a scale-down removing that one would cut a call the gateway
+    counted on the one kept, and one replica's health would be the
+    other's."""
+    import requests
+    m = market
+    m.fleet(1)
+    pub = m.user()
+    port = free_port()
+    app = m.publish(pub, model_port=port, min_replicas=2, max_replicas=2, concurrency_target=100)
+    slug, app_id = app["slug"], app["id"]
+
+    def copy_replicas():
+        r = m.signed("GET", "/internal/gateway/state")
+        apps = [a for a in r.json()["apps"] if a["id"] == app_id]
+        reps = apps[0]["replicas"] if apps else []
+        return reps if len(reps) == 2 else None
+    reps = poll(copy_replicas, DEADLINE, "two healthy replicas in the gateway copy")
+    nodes = {n for (n,) in m.d.sql("SELECT DISTINCT node_id FROM instance_nodes p JOIN instances i"
+                                   " ON i.id = p.instance_id WHERE i.app_id = ?", [app_id])}
+    assert len(nodes) == 1, nodes
+    for rep in reps:
+        (wl,), = m.d.sql("SELECT workload_id FROM instance_nodes WHERE instance_id = ?", [rep["instance_id"]])
+        for i in range(12):
+            r = requests.post(rep["url"] + CHAT, json={"messages": [{"role": "user", "content": f"hello {i}"}]},
+                              timeout=30)
+            assert r.status_code == 200, r.text
+            assert r.headers.get("X-Sim-Workload") == wl, (rep, r.headers)
