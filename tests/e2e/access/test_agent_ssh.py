@@ -23,6 +23,7 @@ import uuid
 import pytest
 
 from agent_util import AGENT, Agent, FakeControlPlane, Fleet, assert_error, poll
+from ports import free_port
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh-keygen"),
                                 reason="needs openssh-client")
@@ -49,12 +50,6 @@ def keygen(directory, name):
 
 def wl_id():
     return "wl_" + uuid.uuid4().hex[:20]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Node:

@@ -11,7 +11,6 @@ refuses placement clearly, and bad `ports` values change nothing.
 The sim's containers share this machine's network, so the container ports
 are free ports of this machine rather than fixed numbers like 8000, and
 each fleet gets a host port range found free here."""
-import random
 import socket
 import subprocess
 import time
@@ -20,32 +19,9 @@ import pytest
 import requests
 
 from agent_util import assert_error, poll
+from ports import free_port, free_range
 from instances_util import DEADLINE, cloud  # noqa: F401  (fixture)
 from test_access_flow import SSH_SIM, Renter
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def bindable(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-            return True
-        except OSError:
-            return False
-
-
-def free_range(count):
-    """A run of `count` host ports that nothing here listens on now."""
-    for _ in range(200):
-        first = random.randrange(20000, 60000 - count)
-        if all(bindable(p) for p in range(first, first + count)):
-            return first, first + count - 1
-    raise AssertionError("no free host port range")
 
 
 def publishing(nodes_per_fleet, per_node=100):

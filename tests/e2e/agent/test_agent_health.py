@@ -11,6 +11,7 @@ import time
 import pytest
 
 from agent_util import Agent, assert_error, poll
+from ports import free_port
 
 SERVER = r'''
 import http.server, os, sys, time
@@ -26,13 +27,6 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 GOOD = {"port": 8080, "path": "/health", "interval_s": 1}

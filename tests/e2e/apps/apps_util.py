@@ -15,43 +15,19 @@ import hashlib
 import hmac
 import json
 import os
-import random
 import secrets
-import socket
 import subprocess
 import time
 
 import requests
 
 from agent_util import AGENT, poll
+from ports import free_port, free_range  # noqa: F401  (free_port: also for the apps tests)
 from harness import GPURENTD
 from instances_util import FAST_CLOUD, Cloud
 
 GATEWAY = os.environ.get("GPURENT_GATEWAY") or os.path.join(os.path.dirname(GPURENTD), "gpurent-gateway")
 DEADLINE = 60
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def bindable(port):
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-            return True
-        except OSError:
-            return False
-
-
-def free_range(count):
-    for _ in range(200):
-        first = random.randrange(20000, 60000 - count)
-        if all(bindable(p) for p in range(first, first + count)):
-            return first, first + count - 1
-    raise AssertionError("no free host port range")
 
 
 class Gateway:

@@ -1,0 +1,46 @@
+"""ports.py: free TCP ports for the tests, always below the kernel's
+ephemeral range (net.ipv4.ip_local_port_range). A port taken by bind(0)
+comes from that range, so once released the kernel may hand it to any
+outgoing connection of the daemon, an agent or a client, and a server the
+test then starts on it (or a published-port listener of an agent) cannot
+bind: the test waits in vain. Below the range nothing is given out
+unasked. Tests run one at a time, so two picks clash only by chance."""
+import random
+import socket
+
+LOWEST = 10000
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def bindable(port):
+    """Whether port can be bound now on every address and on loopback."""
+    for host in ("0.0.0.0", "127.0.0.1"):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+def free_range(count):
+    """A run of `count` ports that nothing listens on or uses now:
+    (first, last)."""
+    top = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(500):
+        first = rng.randrange(LOWEST, top - count)
+        if all(bindable(p) for p in range(first, first + count)):
+            return first, first + count - 1
+    raise AssertionError(f"no {count} free ports in {LOWEST}-{top - 1}")
+
+
+def free_port():
+    return free_range(1)[0]
