@@ -23,6 +23,9 @@
  *
  * --history H gives every user H terminated 8-card instances first, as
  * months of use leave behind, to see what a bigger database costs a claim.
+ * --live L makes L running instances first (claimed the same way, untimed),
+ * to see what a claim costs with that many already holding cards: the
+ * in-process reference for bench/instances.py --live.
  */
 #include "bench_util.h"
 #include "gpurentd.h"
@@ -191,7 +194,8 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* One run on a fresh database in dir; returns 0 if every check held. */
-static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, int64_t history, int threads, int keep)
+static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, int64_t history, int64_t live, int threads,
+               int keep)
 {
     char db_path[1100];
     snprintf(db_path, sizeof db_path, "%s/claims-%d.db", dir, threads);
@@ -203,7 +207,7 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
         return 1;
     }
     /* Users hold a few instances each, as quotas keep them in the daemon. */
-    int users = claims / 8 > threads ? (int)(claims / 8) : threads;
+    int users = (claims + live) / 8 > threads ? (int)((claims + live) / 8) : threads;
     struct fill f = {nodes, users, history};
     if (store_txn(s, fill_txn, &f) != STORE_OK)
         return 1;
@@ -211,6 +215,18 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
     store_set_path(db_path);
 
     struct worker w[THREADS_MAX];
+    int64_t live_made = 0;
+    if (live > 0) {
+        double *untimed = calloc((size_t)live, sizeof *untimed);
+        if (!untimed)
+            return 1;
+        w[0] = (struct worker){.first_user = 0, .stride = 1, .users = users, .claims = live, .cards = cards,
+                               .latency = untimed};
+        work(&w[0]);
+        free(untimed);
+        live_made = w[0].made;
+        bench_exec(s, "UPDATE instances SET state = 'running', phase = '' WHERE state = 'pending'");
+    }
     double *latency = calloc((size_t)claims, sizeof *latency);
     if (!latency)
         return 1;
@@ -246,10 +262,11 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
     if (sink)
         fclose(sink);
     store_close(s);
-    int ok = made + refused == claims && wrong == 0 && held == made * cards && free_ok == 0 && breaches == 0;
+    int ok = live_made == live && made + refused == claims && wrong == 0 && held == (made + live_made) * cards &&
+             free_ok == 0 && breaches == 0;
     printf("%6" PRId64 " nodes  %2d threads  %6" PRId64 " claims of %" PRId64 " card%s: %7.0f claims/s"
-           "  latency p50 %6.2f ms  p99 %6.2f ms  (%" PRId64 " refused)  checks %s\n",
-           nodes, threads, made, cards, cards == 1 ? "" : "s", (double)made / wall, p50, p99, refused,
+           "  latency p50 %6.2f ms  p99 %6.2f ms  (%" PRId64 " refused, %" PRId64 " live before)  checks %s\n",
+           nodes, threads, made, cards, cards == 1 ? "" : "s", (double)made / wall, p50, p99, refused, live_made,
            ok ? "ok" : "FAILED");
     if (!ok)
         fprintf(stderr, "bench: made %" PRId64 " refused %" PRId64 " wrong %" PRId64 " held %" PRId64
@@ -262,14 +279,15 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
 
 int main(int argc, char **argv)
 {
-    int64_t nodes = 100, claims = 0, cards = 1, history = 0;
+    int64_t nodes = 100, claims = 0, cards = 1, history = 0, live = 0;
     const char *threads_arg = "1,4,16", *dir_arg = NULL;
     int keep = 0;
     static const struct option opts[] = {
         {"nodes", required_argument, NULL, 'n'}, {"claims", required_argument, NULL, 'c'},
         {"cards", required_argument, NULL, 'k'}, {"threads", required_argument, NULL, 't'},
         {"dir", required_argument, NULL, 'd'},   {"keep", no_argument, NULL, 'K'},
-        {"history", required_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+        {"history", required_argument, NULL, 'h'}, {"live", required_argument, NULL, 'l'},
+        {NULL, 0, NULL, 0},
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -281,9 +299,10 @@ int main(int argc, char **argv)
         case 'd': dir_arg = optarg; break;
         case 'K': keep = 1; break;
         case 'h': history = strtoll(optarg, NULL, 10); break;
+        case 'l': live = strtoll(optarg, NULL, 10); break;
         default:
             fprintf(stderr, "usage: %s [--nodes N] [--claims M] [--cards 1..8] [--threads 1,8,...] [--dir DIR]"
-                            " [--history H] [--keep]\n", argv[0]);
+                            " [--history H] [--live L] [--keep]\n", argv[0]);
             return 2;
         }
     }
@@ -291,8 +310,9 @@ int main(int argc, char **argv)
     if (claims == 0)
         claims = nodes * 8 * 3 / 4 / (cards > 0 ? cards : 1) < 20000 ? nodes * 8 * 3 / 4 / (cards > 0 ? cards : 1)
                                                                      : 20000;
-    if (nodes < 1 || history < 0 || cards < 1 || cards > 8 || claims < 1 || claims * cards > nodes * 8) {
-        fprintf(stderr, "bench: need --nodes >= 1, --cards 1..8 and claims x cards within the fleet's cards\n");
+    if (nodes < 1 || history < 0 || live < 0 || cards < 1 || cards > 8 || claims < 1 ||
+        (claims + live) * cards > nodes * 8) {
+        fprintf(stderr, "bench: need --nodes >= 1, --cards 1..8 and (claims + live) x cards within the fleet's cards\n");
         return 2;
     }
     int counts[THREADS_MAX], ncounts = 0;
@@ -314,7 +334,7 @@ int main(int argc, char **argv)
     printf("claims bench: instance_create() through store_txn(), synchronous=FULL, directory %s\n", dir);
     int failed = 0;
     for (int i = 0; i < ncounts; i++)
-        failed |= run(dir, nodes, claims, cards, history, counts[i], keep);
+        failed |= run(dir, nodes, claims, cards, history, live, counts[i], keep);
     if (!keep)
         bench_remove_workdir(dir);
     return failed;

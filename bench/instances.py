@@ -17,6 +17,14 @@ to the agents) and not a simulated image pull. Then:
   paced   one client, one create at a time, waiting for `running` before the
           next (--paced samples): the uncontended request-to-running time.
 
+With --live L, L instances are created (the same way) and running before the
+burst, so the burst measures creates with that many already live, and the
+daemon's CPU per create (from the burst's first POST until every burst
+instance runs, so the reconciler's work for it is counted). With --reference
+it also runs bench/claims (the same claim in-process, no HTTP, no agents) on
+the same fleet size, live count and thread count, and prints a Markdown row
+for `make bench` with both figures and their ratio.
+
 `running` is seen by polling the instance_events table read-only every
 --poll-ms, so running times carry up to that much (plus a query) of error.
 The clients, the poller and the sim-fleet run on the same machine as the
@@ -28,11 +36,14 @@ Nothing here is a test: it prints one JSON line per fleet size for
 BENCHMARKS.md.
 """
 import argparse
+import datetime
 import http.client
 import json
 import multiprocessing as mp
 import os
+import re
 import sqlite3
+import subprocess
 import sys
 import time
 
@@ -114,6 +125,50 @@ class RunningWatcher:
         return len(rows)
 
 
+def send_burst(port, keys, count, args, watcher):
+    """count creates from --clients processes at once; their rows."""
+    ctx = mp.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    per = [count // args.clients + (1 if i < count % args.clients else 0) for i in range(args.clients)]
+    workers = [ctx.Process(target=burst_worker, args=(port, keys[i::args.clients] or keys, per[i], args.cards,
+                                                      start, out)) for i in range(args.clients)]
+    for w in workers:
+        w.start()
+    start.set()
+    rows, got = [], 0
+    while got < len(workers):
+        while not out.empty():
+            rows += out.get()
+            got += 1
+        watcher.poll()
+        time.sleep(args.poll_ms / 1000)
+    for w in workers:
+        w.join()
+    return rows
+
+
+def claims_reference(args, n, burst):
+    """bench/claims on the same fleet, live count and threads: claims/s."""
+    cmd = [args.claims, "--nodes", str(n), "--live", str(args.live), "--claims", str(burst), "--cards",
+           str(args.cards), "--threads", str(args.threads)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900).stdout
+    m = re.search(r"([0-9.]+) claims/s.*checks ok", out)
+    if not m:
+        raise SystemExit(f"bench/claims failed: {out}")
+    return float(m.group(1)), " ".join(os.path.relpath(a, REPO) if a == args.claims else a for a in cmd)
+
+
+def markdown_row(args, n, result, load):
+    b = result["burst"]
+    ref, ref_cmd = claims_reference(args, n, b["requests"])
+    ratio = b["creates_per_s"] / ref
+    cmd = f"python3 bench/instances.py --nodes {n} --live {args.live} --burst {args.burst} --paced {args.paced} --reference"
+    return (f"| `POST /v1/instances` through HTTP, {n} nodes, {args.live} live | {b['creates_per_s']:,.0f} creates/s,"
+            f" daemon CPU {b['daemon_cpu_ms_per_create']:.2f} ms per create until running |"
+            f" {ref:,.0f} claims/s in-process (`{ref_cmd}`) | {ratio:.2f} | {load} | `{cmd}` |"
+            f" {datetime.datetime.now():%Y-%m-%d %H:%M} |")
+
+
 def run(args, n):
     daemon_options = {"agent_max_parallel": args.parallel, "reconcile_interval_ms": args.reconcile_ms,
                       "heartbeat_interval_ms": args.heartbeat_ms, "default_max_cards": 100000,
@@ -140,27 +195,17 @@ def run(args, n):
 
         watcher = RunningWatcher(db)
         free = n * 8
-        burst = min(args.burst, free // args.cards - args.paced)
+        burst = min(args.burst, free // args.cards - args.paced - args.live)
+        if args.live:
+            rows = send_burst(port, keys, args.live, args, watcher)
+            live = {r[0] for r in rows if r[1] == 201}
+            assert len(live) == args.live, sorted({r[4] for r in rows} - {None})
+            wait_for(lambda: (watcher.poll() or True) and live <= set(watcher.seen), 900,
+                     "every live instance to run", args.poll_ms / 1000)
         # ---- burst
-        ctx = mp.get_context("fork")
-        start, out = ctx.Event(), ctx.Queue()
-        per = [burst // args.clients + (1 if i < burst % args.clients else 0) for i in range(args.clients)]
-        workers = [ctx.Process(target=burst_worker, args=(port, keys[i::args.clients] or keys, per[i], args.cards,
-                                                          start, out)) for i in range(args.clients)]
-        for w in workers:
-            w.start()
         c0, f0 = cpu_seconds(daemon.pid), cpu_seconds(fleet.pid)
         t_start = time.monotonic()
-        start.set()
-        rows, got = [], 0
-        while got < len(workers):
-            while not out.empty():
-                rows += out.get()
-                got += 1
-            watcher.poll()
-            time.sleep(args.poll_ms / 1000)
-        for w in workers:
-            w.join()
+        rows = send_burst(port, keys, burst, args, watcher)
         t_sent = max(r[3] for r in rows)
         created = [r for r in rows if r[1] == 201]
         wanted = {r[0] for r in created}
@@ -173,7 +218,7 @@ def run(args, n):
         burst_wall = t_sent - first
         to_running = [watcher.seen[r[0]] - r[2] for r in created if watcher.seen[r[0]] is not None]
         result = {
-            "nodes": n, "cards_per_instance": args.cards, "fleet_ready_s": round(c.ready_s, 1),
+            "nodes": n, "cards_per_instance": args.cards, "fleet_ready_s": round(c.ready_s, 1), "live": args.live,
             "burst": {
                 "requests": len(rows), "created": len(created), "clients": args.clients,
                 "refused": sorted({r[4] for r in rows if r[1] != 201} - {None}),
@@ -183,6 +228,7 @@ def run(args, n):
                 "running_ms_p50": ms(pct(to_running, 50)), "running_ms_p99": ms(pct(to_running, 99)),
                 "all_running_s": round(t_all - first, 2), "failed": len(failed),
                 "daemon_cpu_cores": round((c1 - c0) / (t_all - t_start), 2),
+                "daemon_cpu_ms_per_create": round((c1 - c0) * 1000 / max(1, len(created)), 3),
                 "fleet_cpu_cores": round((f1 - f0) / (t_all - t_start), 2),
             },
         }
@@ -220,6 +266,10 @@ def main():
     ap.add_argument("--clients", type=int, default=8, help="client processes in the burst")
     ap.add_argument("--users", type=int, default=16)
     ap.add_argument("--paced", type=int, default=200, help="one-at-a-time samples after the burst")
+    ap.add_argument("--live", type=int, default=0, help="instances created and running before the burst")
+    ap.add_argument("--reference", action="store_true",
+                    help="also run bench/claims with the same fleet and print a Markdown row with the ratio")
+    ap.add_argument("--claims", default=os.path.join(REPO, "build", "bench", "claims"))
     ap.add_argument("--poll-ms", type=float, default=2, help="how often `running` is looked for")
     ap.add_argument("--reconcile-ms", type=int, default=2000, help="gpurentd's reconcile_interval_ms")
     ap.add_argument("--heartbeat-ms", type=int, default=5000, help="gpurentd's heartbeat_interval_ms")
@@ -234,7 +284,11 @@ def main():
     args = ap.parse_args()
     print(f"# {os.cpu_count()} CPUs; gpurentd {args.gpurentd}", file=sys.stderr)
     for n in args.nodes:
-        print(json.dumps(run(args, n)), flush=True)
+        load0 = os.getloadavg()[0]
+        result = run(args, n)
+        print(json.dumps(result), file=sys.stderr if args.reference else sys.stdout, flush=True)
+        if args.reference:
+            print(markdown_row(args, n, result, f"{load0:.2f}–{os.getloadavg()[0]:.2f}"), flush=True)
 
 
 if __name__ == "__main__":

@@ -326,11 +326,22 @@ void api_metrics(struct http_request *req)
             "# TYPE gpurent_billing_pass_duration_seconds gauge\ngpurent_billing_pass_duration_seconds %.6f\n"
             "# HELP gpurent_billing_pass_seconds_total Time spent in billing passes.\n"
             "# TYPE gpurent_billing_pass_seconds_total counter\ngpurent_billing_pass_seconds_total %.6f\n"
+            "# HELP gpurent_reconciler_passes_total Reconciler passes run: sweeps read every instance holding"
+            " cards, the passes between them only those needing attention.\n"
+            "# TYPE gpurent_reconciler_passes_total counter\n"
+            "gpurent_reconciler_passes_total{kind=\"sweep\"} %lld\n"
+            "gpurent_reconciler_passes_total{kind=\"attention\"} %lld\n"
+            "# HELP gpurent_reconciler_instances_read_total Instances read by reconciler passes.\n"
+            "# TYPE gpurent_reconciler_instances_read_total counter\n"
+            "gpurent_reconciler_instances_read_total{kind=\"sweep\"} %lld\n"
+            "gpurent_reconciler_instances_read_total{kind=\"attention\"} %lld\n"
             "# HELP gpurent_agent_call_errors_total Calls to node agents that got no usable reply.\n"
             "# TYPE gpurent_agent_call_errors_total counter\ngpurent_agent_call_errors_total %lld\n"
             "# HELP gpurent_testing_clock 1 when time comes from a clock file (never in production).\n"
             "# TYPE gpurent_testing_clock gauge\ngpurent_testing_clock %d\n",
             (long long)lc.billing_passes, (double)lc.billing_last_us / 1e6, (double)lc.billing_total_us / 1e6,
+            (long long)lc.reconcile_passes[0], (long long)lc.reconcile_passes[1],
+            (long long)lc.reconcile_instances_read[0], (long long)lc.reconcile_instances_read[1],
             (long long)lc.agent_errors, clock_is_testing());
     fclose(f);
     if (ok)

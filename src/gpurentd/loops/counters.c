@@ -1,5 +1,6 @@
 /* counters.c: what the loops count for /metrics, as atomics any thread may
- * bump or read: agent calls that failed, billing passes and their time. The
+ * bump or read: agent calls that failed, billing passes and their time,
+ * reconciler passes and the instances they read. The
  * handler that prints them is http/metrics.c. */
 #include "loops/loops.h"
 
@@ -9,6 +10,7 @@ static atomic_llong agent_errors;
 static atomic_llong billing_passes;
 static atomic_llong billing_last_us;
 static atomic_llong billing_total_us;
+static atomic_llong reconcile_passes[2], reconcile_instances_read[2];
 
 void metrics_agent_error(void)
 {
@@ -22,8 +24,18 @@ void metrics_billing_pass(int64_t duration_us)
     atomic_fetch_add(&billing_total_us, duration_us);
 }
 
+void metrics_reconcile_pass(int sweep, int64_t instances_read)
+{
+    atomic_fetch_add(&reconcile_passes[!sweep], 1);
+    atomic_fetch_add(&reconcile_instances_read[!sweep], instances_read);
+}
+
 void loop_counters(struct loop_counters *out)
 {
+    for (int i = 0; i < 2; i++) {
+        out->reconcile_passes[i] = atomic_load(&reconcile_passes[i]);
+        out->reconcile_instances_read[i] = atomic_load(&reconcile_instances_read[i]);
+    }
     out->agent_errors = atomic_load(&agent_errors);
     out->billing_passes = atomic_load(&billing_passes);
     out->billing_last_us = atomic_load(&billing_last_us);

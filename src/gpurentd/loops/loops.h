@@ -145,9 +145,14 @@ struct loop_counters {
     int64_t billing_passes;   /* billing passes run */
     int64_t billing_last_us;  /* how long the last one took */
     int64_t billing_total_us; /* time spent in all of them */
+    /* Reconciler passes and the instances they read, [0] sweeps, [1] the
+     * passes between them (which read only instances needing attention). */
+    int64_t reconcile_passes[2];
+    int64_t reconcile_instances_read[2];
 };
 void metrics_agent_error(void);
 void metrics_billing_pass(int64_t duration_us);
+void metrics_reconcile_pass(int sweep, int64_t instances_read);
 void loop_counters(struct loop_counters *out);
 
 /* logs_proxy.c: the agent calls behind GET /v1/instances/{id}/logs. The

@@ -16,9 +16,12 @@
  * Every reconcile_sweep_ms it lists every agent's workloads, and a node the
  * heartbeat saw a workload end on is listed in the next pass: workloads no
  * instance owns are deleted, and running instances whose workload exited or
- * failed are ended at the second the agent says it ended. Level-triggered:
- * after any crash or restart the next pass converges from the database and
- * the agents alone.
+ * failed are ended at the second the agent says it ended. Only a sweep
+ * reads every instance holding cards; the passes between read only those
+ * needing attention (store_instance_attention), so their cost follows what
+ * changes, not how many instances are live. Level-triggered: after any
+ * crash or restart the next pass (always a sweep) converges from the
+ * database and the agents alone.
  *
  * While instances provision, passes come quickly (QUICK_MS after progress,
  * doubling while nothing moves, up to reconcile_interval_ms), so an agent
@@ -1313,8 +1316,15 @@ static struct pass_result run_pass(struct store *s, int sweep)
     int64_t now = clock_now();
     struct instance *ins = NULL;
     size_t n_ins = 0;
-    if (store_instance_unsettled(s, &ins, &n_ins) != STORE_OK)
+    /* A sweep looks at every instance holding cards; the passes between
+     * look only at those with something to decide, so their cost follows
+     * what changes rather than how many instances are live. */
+    if ((sweep ? store_instance_unsettled(s, &ins, &n_ins) : store_instance_attention(s, asked, n_asked, &ins, &n_ins)) !=
+        STORE_OK) {
+        free(asked);
         return res;
+    }
+    metrics_reconcile_pass(sweep, (int64_t)n_ins);
     struct work *works = calloc(n_ins ? n_ins : 1, sizeof *works);
     struct node_target *targets = NULL;
     size_t n_targets = 0;
@@ -1446,7 +1456,8 @@ static void *reconciler_main(void *arg)
     int64_t last_sweep = 0, quick = 0;
     for (;;) {
         int64_t mono = clock_mono_ms();
-        int sweep = mono - last_sweep >= daemon_config->reconcile_sweep_ms;
+        /* The first pass is a sweep, however recently the machine booted. */
+        int sweep = !last_sweep || mono - last_sweep >= daemon_config->reconcile_sweep_ms;
         if (sweep)
             last_sweep = mono;
         struct pass_result r = run_pass(s, sweep);

@@ -400,6 +400,11 @@ int store_instance_list(struct store *s, const struct instance_filter *f, struct
 /* Instances the reconciler must look at: any with cards or not yet settled.
  * *out is malloc'd (caller frees). */
 int store_instance_unsettled(struct store *s, struct instance **out, size_t *n);
+/* The part of those a pass between sweeps must look at (0032): on their
+ * way up or down, unreachable, running with a decision due every pass, or
+ * on a node that is not answering or is one of nodes[n_nodes]. */
+int store_instance_attention(struct store *s, const char (*nodes)[ID_MAX], size_t n_nodes, struct instance **out,
+                             size_t *n);
 /* Changes state (and phase and reason), logging an event when state or
  * phase changes. */
 int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase, const char *reason,

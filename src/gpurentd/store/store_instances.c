@@ -28,6 +28,20 @@ static const char SQL_INS_LIST[] =
 static const char SQL_INS_UNSETTLED[] =
     "SELECT " INSTANCE_READ " FROM instances"
     " WHERE state IN " HOLDING " OR (state = 'stopped' AND desired = 'terminated') ORDER BY created_at, id";
+/* Between sweeps (0032): the instances a pass must look at whatever the
+ * agents say, and the live ones on nodes not answering or whose workloads
+ * a heartbeat saw end (?1, a JSON array of node ids). The first WHERE is
+ * the partial index instances_attention's, word for word. */
+static const char SQL_INS_ATTENTION[] =
+    "SELECT " INSTANCE_READ " FROM instances"
+    " WHERE state IN ('pending', 'provisioning', 'stopping', 'unreachable')"
+    "    OR (state = 'stopped' AND desired = 'terminated')"
+    "    OR (state = 'running' AND (desired <> 'running' OR app_id IS NOT NULL OR max_runtime_minutes IS NOT NULL))"
+    " UNION SELECT " INSTANCE_READ " FROM instances WHERE state IN " HOLDING " AND id IN"
+    " (SELECT p.instance_id FROM instance_nodes p WHERE p.node_id IN"
+    "  (SELECT id FROM nodes WHERE health <> 'up' OR unreachable_since IS NOT NULL"
+    "   UNION SELECT value FROM json_each(?1)))"
+    " ORDER BY created_at, id";
 static const char SQL_INS_CURRENT[] = "SELECT state, phase FROM instances WHERE id = ?";
 static const char SQL_INS_SET_STATE[] =
     "UPDATE instances SET state = ?2, phase = ?3, state_reason = ?4, updated_at = ?5,"
@@ -180,6 +194,31 @@ int store_instance_unsettled(struct store *s, struct instance **out, size_t *n)
     void *rows;
     int rc = store_collect(s, st, sizeof **out, &rows, n, read_instance, "unsettled instances");
     *out = rows;
+    return rc;
+}
+
+int store_instance_attention(struct store *s, const char (*nodes)[ID_MAX], size_t n_nodes, struct instance **out,
+                             size_t *n)
+{
+    /* Node ids are [a-z0-9_] (ids.c), so they need no JSON escaping. */
+    char *list = malloc(n_nodes * (ID_MAX + 3) + 3);
+    if (!list)
+        return STORE_ERROR;
+    size_t len = 0;
+    list[len++] = '[';
+    for (size_t i = 0; i < n_nodes; i++)
+        len += (size_t)sprintf(list + len, "%s\"%s\"", i ? "," : "", nodes[i]);
+    list[len++] = ']';
+    int rc = STORE_ERROR;
+    sqlite3_stmt *st = store_stmt(s, SQL_INS_ATTENTION);
+    if (st) {
+        sqlite3_bind_text(st, 1, list, (int)len, SQLITE_STATIC);
+        void *rows;
+        rc = store_collect(s, st, sizeof **out, &rows, n, read_instance, "instances needing attention");
+        *out = rows;
+        sqlite3_clear_bindings(st);
+    }
+    free(list);
     return rc;
 }
 

@@ -1,0 +1,78 @@
+"""test_reconciler_attention.py: between its sweeps the reconciler reads
+only the instances that need attention (issue 15), so a pass costs what is
+changing, not how many instances are live, and nothing it must act on is
+missed. The sweep is an hour away in every test here, so whatever happens
+is the passes between sweeps' doing. Real gpurentd, real sim-fleet, the
+counts from /metrics."""
+import contextlib
+import re
+import signal
+
+from agent_util import poll
+from money_util import new_cluster  # noqa: F401 (a fixture)
+
+DEADLINE = 60  # bound on polls, generous for sanitizer builds
+OPTIONS = {"reconcile_sweep_ms": "3600000", "reconcile_interval_ms": "100",
+           # a paused agent costs a heartbeat its whole timeout: keep it short
+           "agent_timeout_ms": "400", "agent_connect_timeout_ms": "300", "heartbeat_interval_ms": "100",
+           "node_lost_after_s": "600"}
+
+
+def reconciler_counts(c):
+    """{(metric, kind): value} for the reconciler's pass counters."""
+    r = c.d.get("/metrics", key=c.d.admin_key)
+    assert r.status_code == 200, r.text
+    found = {(m, k): int(v) for m, k, v in re.findall(
+        r'^gpurent_reconciler_(passes|instances_read)_total\{kind="(\w+)"\} (\d+)$', r.text, re.M)}
+    assert len(found) == 4, r.text
+    return found
+
+
+def attention_passes_go_by(c, n):
+    """Waits for n more passes between sweeps; the counts before and after."""
+    before = reconciler_counts(c)
+    poll(lambda: reconciler_counts(c)[("passes", "attention")] >= before[("passes", "attention")] + n, DEADLINE,
+         f"{n} reconciler passes")
+    return before, reconciler_counts(c)
+
+
+@contextlib.contextmanager
+def quiet(fleet):
+    """The fleet's agents stop answering inside the block."""
+    fleet.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        fleet.proc.send_signal(signal.SIGCONT)
+
+
+def test_running_instances_with_nothing_to_do_are_not_read_between_sweeps(new_cluster):
+    c = new_cluster(nodes={"MI450": 2}, options=OPTIONS)
+    u = c.signup()
+    c.topup(u, 100 * 1_000_000)
+    ids = [c.launch(u, cards=2) for _ in range(4)]
+    before, after = attention_passes_go_by(c, 5)
+    assert after[("instances_read", "attention")] == before[("instances_read", "attention")], (before, after)
+    # The one sweep, at start-up, read whatever held cards then; none since.
+    assert after[("passes", "sweep")] == before[("passes", "sweep")], (before, after)
+    # A stop is attention: the instance is read and stopped, the others are not.
+    c.stop(u, ids[0])
+    for iid in ids[1:]:
+        assert c.instance(u, iid)["state"] == "running"
+    before, after = attention_passes_go_by(c, 5)
+    assert after[("instances_read", "attention")] == before[("instances_read", "attention")], (before, after)
+
+
+def test_a_node_that_stops_answering_moves_its_instances_between_sweeps(new_cluster):
+    c = new_cluster(nodes={"MI450": 1}, options=OPTIONS)
+    u = c.signup()
+    c.topup(u, 100 * 1_000_000)
+    iid = c.launch(u, cards=8)
+    with quiet(c.fleets[0]):
+        i = c.wait_state(u, iid, "unreachable", timeout=DEADLINE)
+        assert "stopped answering" in i["state_reason"], i
+    i = c.wait_state(u, iid, "running", timeout=DEADLINE)
+    assert i["state_reason"] == "every node answers again and the workload kept running", i
+    # Answering again, the node and its instance are left alone once more.
+    before, after = attention_passes_go_by(c, 5)
+    assert after[("instances_read", "attention")] == before[("instances_read", "attention")], (before, after)
