@@ -21,9 +21,11 @@ With --live L, L instances are created (the same way) and running before the
 burst, so the burst measures creates with that many already live, and the
 daemon's CPU per create (from the burst's first POST until every burst
 instance runs, so the reconciler's work for it is counted). With --reference
-it also runs bench/claims (the same claim in-process, no HTTP, no agents) on
-the same fleet size, live count and thread count, and prints a Markdown row
-for `make bench` with both figures and their ratio.
+the burst is wrk (bench/create.lua, --clients connections, --seconds long),
+a client far cheaper than these Python ones, so the figure is the daemon's;
+then bench/claims (the same claim in-process, no HTTP, no agents) runs on
+the same fleet size, live count and thread count, and a Markdown row for
+`make bench` gives both figures and their ratio.
 
 `running` is seen by polling the instance_events table read-only every
 --poll-ms, so running times carry up to that much (plus a query) of error.
@@ -125,6 +127,17 @@ class RunningWatcher:
         return len(rows)
 
 
+def verification_code(c, email):
+    """The code the mailer logged for email (no smtp_url: the mail is logged)."""
+    rx = re.compile(rf"verify {re.escape(email)} with code (evc_[0-9a-z]{{20}})")
+
+    def found():
+        c.daemon_log.seek(0)
+        m = rx.findall(c.daemon_log.read())
+        return m[-1] if m else None
+    return wait_for(found, 30, f"the verification code for {email}", 0.05)
+
+
 def send_burst(port, keys, count, args, watcher):
     """count creates from --clients processes at once; their rows."""
     ctx = mp.get_context("fork")
@@ -147,6 +160,26 @@ def send_burst(port, keys, count, args, watcher):
     return rows
 
 
+def wrk_burst(port, keys, args, work):
+    """POST /v1/instances from wrk (bench/create.lua) for --seconds: a client
+    far cheaper than Python's, so the figure is the daemon's. Requests/s and
+    latency p50/p99 in ms."""
+    key_file = os.path.join(work, "keys.txt")
+    with open(key_file, "w") as f:
+        f.write("\n".join(keys) + "\n")
+    out = subprocess.run(["wrk", "-t2", f"-c{args.clients}", f"-d{args.seconds}s", "--latency", "-s",
+                          os.path.join(REPO, "bench", "create.lua"), f"http://127.0.0.1:{port}/v1/instances"],
+                         capture_output=True, text=True, check=True, env={**os.environ, "BENCH_KEYS_FILE": key_file}).stdout
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise SystemExit(f"wrk saw {errors.group(1)} refused creates:\n{out}")
+
+    def latency(p):
+        v, unit = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)$", out, re.M).groups()
+        return round(float(v) * {"us": 0.001, "ms": 1, "s": 1000}[unit], 2)
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), latency(50), latency(99)
+
+
 def claims_reference(args, n, burst):
     """bench/claims on the same fleet, live count and threads: claims/s."""
     cmd = [args.claims, "--nodes", str(n), "--live", str(args.live), "--claims", str(burst), "--cards",
@@ -158,12 +191,30 @@ def claims_reference(args, n, burst):
     return float(m.group(1)), " ".join(os.path.relpath(a, REPO) if a == args.claims else a for a in cmd)
 
 
+def wrk_run(args, n, c, keys, watcher):
+    """The --reference burst: wrk for --seconds, then until every instance it
+    made runs; the daemon's CPU over that time per create."""
+    live = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
+    c0 = cpu_seconds(c.daemon.pid)
+    rps, p50, p99 = wrk_burst(c.port, keys, args, c.work)
+    total = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
+    wait_for(lambda: (watcher.poll() or True) and len(watcher.seen) >= total, 600, "every created instance to run",
+             args.poll_ms / 1000)
+    c1 = cpu_seconds(c.daemon.pid)
+    created = total - live
+    return {"nodes": n, "live": live, "wrk": {"creates_per_s": round(rps, 1), "created": created,
+                                              "create_ms_p50": p50, "create_ms_p99": p99,
+                                              "daemon_cpu_ms_per_create": round((c1 - c0) * 1000 / created, 3)},
+            "daemon_rss_mb": round(memory_kb(c.daemon.pid)["VmHWM"] / 1024, 1)}
+
+
 def markdown_row(args, n, result, load):
-    b = result["burst"]
-    ref, ref_cmd = claims_reference(args, n, b["requests"])
+    b = result["wrk"]
+    ref, ref_cmd = claims_reference(args, n, b["created"])
     ratio = b["creates_per_s"] / ref
-    cmd = f"python3 bench/instances.py --nodes {n} --live {args.live} --burst {args.burst} --paced {args.paced} --reference"
-    return (f"| `POST /v1/instances` through HTTP, {n} nodes, {args.live} live | {b['creates_per_s']:,.0f} creates/s,"
+    cmd = f"python3 bench/instances.py --nodes {n} --live {args.live} --seconds {args.seconds} --reference"
+    return (f"| `POST /v1/instances` through HTTP (wrk -c{args.clients}), {n} nodes, {result['live']} live |"
+            f" {b['creates_per_s']:,.0f} creates/s (p50 {b['create_ms_p50']} ms, p99 {b['create_ms_p99']} ms),"
             f" daemon CPU {b['daemon_cpu_ms_per_create']:.2f} ms per create until running |"
             f" {ref:,.0f} claims/s in-process (`{ref_cmd}`) | {ratio:.2f} | {load} | `{cmd}` |"
             f" {datetime.datetime.now():%Y-%m-%d %H:%M} |")
@@ -174,6 +225,7 @@ def run(args, n):
                       "heartbeat_interval_ms": args.heartbeat_ms, "default_max_cards": 100000,
                       "password_iterations": 1000, "threads": args.threads, "max_connections_per_client": 1000,
                       "log_level": "info", "volume_source_shared": "true",  # the sim nodes share this machine
+                      "signup_rate_per_address": 0, "signup_rate_per_subnet": 0,
                       # Each bench user gets 99 999 000.00 of cash (its trial credit on top stays under max_balance), so that funds never stop a claim.
                       "max_topup": "100000000.00", "max_balance": "100000000.00"}
     fleet_options = {"threads": args.agent_threads, "max_connections": 4096, "sim_pull_ms": 0, "sim_mount_ms": 0,
@@ -183,11 +235,17 @@ def run(args, n):
         port, db, daemon, fleet = c.port, c.db, c.daemon, c.fleet
         admin = Api(port, c.admin_key)
         keys = []
-        for u in range(args.users):
+        # As many users as bench/claims has (8 instances each), so that each
+        # create's funds and quota checks see what the reference's do.
+        users = args.users or max(16, (args.live + args.burst) // 8)
+        for u in range(users):
             status, body = admin.call("POST", "/v1/signup", {"email": f"bench{u}@example.test",
                                                              "password": "correct horse battery"}, key="")
             assert status == 201, body
             uid, keys_u = body["user"]["id"], body["api_key"]["token"]
+            status, body = admin.call("POST", "/v1/verify-email",
+                                      {"token": verification_code(c, f"bench{u}@example.test")}, key="")
+            assert status == 200, body
             status, body = admin.call("POST", f"/v1/admin/users/{uid}/topups",
                                       {"amount": "99999000.00", "payment_id": f"bench-{u}"})
             assert status in (200, 201), body
@@ -202,6 +260,8 @@ def run(args, n):
             assert len(live) == args.live, sorted({r[4] for r in rows} - {None})
             wait_for(lambda: (watcher.poll() or True) and live <= set(watcher.seen), 900,
                      "every live instance to run", args.poll_ms / 1000)
+        if args.reference:
+            return wrk_run(args, n, c, keys, watcher)
         # ---- burst
         c0, f0 = cpu_seconds(daemon.pid), cpu_seconds(fleet.pid)
         t_start = time.monotonic()
@@ -264,9 +324,10 @@ def main():
     ap.add_argument("--cards", type=int, default=1, help="cards per instance (1-8: one node each)")
     ap.add_argument("--burst", type=int, default=2000, help="creates in the burst (capped by the fleet's room)")
     ap.add_argument("--clients", type=int, default=8, help="client processes in the burst")
-    ap.add_argument("--users", type=int, default=16)
+    ap.add_argument("--users", type=int, default=0, help="users (default: 16, or 8 instances each with --live)")
     ap.add_argument("--paced", type=int, default=200, help="one-at-a-time samples after the burst")
     ap.add_argument("--live", type=int, default=0, help="instances created and running before the burst")
+    ap.add_argument("--seconds", type=float, default=3, help="how long wrk creates with --reference")
     ap.add_argument("--reference", action="store_true",
                     help="also run bench/claims with the same fleet and print a Markdown row with the ratio")
     ap.add_argument("--claims", default=os.path.join(REPO, "build", "bench", "claims"))

@@ -1,6 +1,8 @@
--- 0032_reconciler_attention: the reconciler's passes between sweeps read
--- only the instances that need attention (issue 15), so their cost follows
--- what is changing, not how many instances are live. A running instance
+-- 0032_live_instance_costs: what a create and the reconciler cost no longer
+-- grows with how many instances are live in the whole cloud (issue 15).
+--
+-- The reconciler's passes between sweeps read only the instances that need
+-- attention, so their cost follows what is changing. A running instance
 -- with nothing to decide is read only by the sweep, or when its node stops
 -- answering or a heartbeat saw one of its workloads end.
 
@@ -16,3 +18,7 @@ CREATE INDEX instances_attention ON instances (created_at, id)
 
 -- Nodes not answering, whose running instances a pass must move on.
 CREATE INDEX nodes_not_answering ON nodes (id) WHERE health <> 'up' OR unreachable_since IS NOT NULL;
+
+-- A user's burn rate (every create's reply and GET /v1/balance) sums that
+-- user's open intervals: found by user, not by scanning everyone's.
+CREATE INDEX running_intervals_open_by_user ON running_intervals (user_id) WHERE ended_at IS NULL;
