@@ -124,9 +124,10 @@ $(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
+# PYTEST_ARGS naming test paths (tests/...) runs only those; otherwise all.
 e2e: all
 	GPURENTD=$(CURDIR)/$(B)/gpurentd GPURENT_AGENT=$(CURDIR)/$(B)/gpurent-agent \
-	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/e2e $(PYTEST_ARGS)
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(if $(filter tests/%,$(PYTEST_ARGS)),,tests/e2e) $(PYTEST_ARGS)
 
 # The whole suite runs once, on the sanitized build: every test is also a
 # memory-safety and undefined-behaviour test. The plain build is compiled too
