@@ -117,9 +117,12 @@ def main():
             " WHERE i.app_id = ? AND i.state = 'running'", [app["id"]]).fetchone(), 60, "the replica to run")
         direct = f"http://127.0.0.1:{row[0]}"
         gw_port = port + 100
+        # A fresh journal: one left by an earlier run names that run's database.
+        state_dir = os.path.join(secret_dir, "state")
+        __import__("shutil").rmtree(state_dir, ignore_errors=True)
         gw = __import__("subprocess").Popen(
             [gateway, "--listen", f"127.0.0.1:{gw_port}", "--control-url", cloud.url, "--secret-file", secret_file,
-             "--gateway-id", "bench", "--log-level", "warn"], stdin=__import__("subprocess").DEVNULL)
+             "--gateway-id", "bench", "--log-level", "warn", "--state-dir", state_dir], stdin=__import__("subprocess").DEVNULL)
         try:
             gw_url = f"http://127.0.0.1:{gw_port}"
             headers = {"Content-Type": "application/json", "Authorization": f"Bearer {cloud.admin_key}"}

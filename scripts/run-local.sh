@@ -143,7 +143,7 @@ if [ ! -s "$var/gateway.secret" ]; then
 fi
 "$gpurentd" -c conf/gpurentd.conf --db "$db" --listen "127.0.0.1:$port" \
   -o "cors_origins=$cors" -o "volume_source_template=$volumes/{volume_id}" -o volume_source_shared=true \
-  -o "gateway_secret_file=$var/gateway.secret" \
+  -o "gateway_secret_file=$var/gateway.secret" -o "gateway_public_url=http://127.0.0.1:$gw_port" \
   -o "console_dir=$PWD/console" >>"$stdout_file" &
 pid=$!
 fleet_pids=()
@@ -275,7 +275,7 @@ admin_key=""
 demo_app=""
 if [ -x "$gateway" ] && [ ${#fleet_pids[@]} -gt 0 ] && [ -n "$admin_key" ] && command -v curl >/dev/null; then
   "$gateway" --listen "127.0.0.1:$gw_port" --control-url "$base" --secret-file "$var/gateway.secret" \
-    --gateway-id local >"$var/gateway.log" 2>&1 &
+    --gateway-id local --state-dir "$var/gateway" >"$var/gateway.log" 2>&1 &
   fleet_pids+=($!)
   auth="Authorization: Bearer $admin_key"
   admin_id=$(curl -s "$base/v1/me" -H "$auth" | grep -o 'usr_[a-z0-9]*' | head -n 1)

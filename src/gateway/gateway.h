@@ -8,6 +8,9 @@
  *            flight per replica and app, queued, rate-limit windows; the
  *            sync thread that refreshes the copy and the report thread
  *            that sends demand and usage records (signed, sign.h)
+ *   journal.c the usage journal in --state-dir: each record on disk
+ *            before its call completes, removed once gpurentd answered
+ *            for its id, re-read and resent at start
  *   proxy.c  one call: key, app, limits and funds checked, a replica
  *            chosen (or waited for), the upstream called with libcurl and
  *            its answer streamed through, usage taken from what the
@@ -30,7 +33,8 @@ struct gateway_opts {
     int64_t sync_ms;           /* between state refreshes */
     int64_t report_ms;         /* between reports */
     int64_t cold_start_s;      /* longest a call waits for a replica */
-    int64_t max_pending;       /* usage records held while gpurentd is away */
+    int64_t max_pending;       /* usage records held in memory while gpurentd is away */
+    char state_dir[1024];      /* the usage journal's directory */
 };
 extern struct gateway_opts gw_opts;
 
@@ -58,8 +62,21 @@ int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance
 void gw_replica_release(const char *instance_id);
 /* The app's demand counters. */
 void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta);
-/* Queues a usage record (taken) for the next report. */
+/* Journals a usage record (taken) and queues it for the next report; on
+ * return it is on disk (journal.c), unless the journal failed (logged). */
 void gw_usage_add(json_t *record);
+
+/* journal.c */
+/* Opens (creating) DIR/usage.journal, locked against a second gateway,
+ * and appends its records gpurentd has not answered for to recovered; the
+ * file is compacted to them. 0, or -1 after a message on stderr. */
+int gw_journal_open(const char *dir, json_t *recovered);
+/* Appends record and returns once it is on disk (a group fdatasync): 0,
+ * or -1 after a log line (the record then lives in memory only). */
+int gw_journal_append(const json_t *record);
+/* Notes that gpurentd answered for ids (an array of strings), so they are
+ * not resent; compacts the file when most of it is answered. */
+void gw_journal_answered(const json_t *ids);
 
 /* proxy.c */
 enum MHD_Result gw_handle(struct MHD_Connection *c, const char *url, const char *method, const char *upload,

@@ -24,6 +24,7 @@ struct gateway_opts gw_opts = {
     .report_ms = 1000,
     .cold_start_s = 120,
     .max_pending = 100000,
+    .state_dir = "/var/lib/gpurent-gateway",
 };
 
 static void usage(FILE *f)
@@ -36,7 +37,9 @@ static void usage(FILE *f)
                "  --sync-ms MS                between refreshes of the copy (1000)\n"
                "  --report-ms MS              between reports of demand and usage (1000)\n"
                "  --cold-start-timeout-s S    longest a call waits for a replica to start (120)\n"
-               "  --max-pending N             usage records held while gpurentd is away (100000)\n"
+               "  --max-pending N             usage records held in memory while gpurentd is away (100000)\n"
+               "  --state-dir DIR             the usage journal: records not yet answered by gpurentd, resent\n"
+               "                              after a restart or a crash (/var/lib/gpurent-gateway)\n"
                "  --log-level LEVEL           error, warn, info, debug (info)\n");
 }
 
@@ -87,6 +90,10 @@ static int parse(int argc, char **argv)
             rc = int_opt(o, v, 0, 3600, &gw_opts.cold_start_s);
         else if (strcmp(o, "--max-pending") == 0)
             rc = int_opt(o, v, 1, 10000000, &gw_opts.max_pending);
+        else if (strcmp(o, "--state-dir") == 0)
+            rc = !v[0] || strlen(v) >= sizeof gw_opts.state_dir
+                     ? (fprintf(stderr, "gpurent-gateway: --state-dir must be a directory path\n"), -1)
+                     : (snprintf(gw_opts.state_dir, sizeof gw_opts.state_dir, "%s", v), 0);
         else if (strcmp(o, "--log-level") == 0) {
             enum log_level l;
             rc = log_level_parse(v, &l) < 0 ? (fprintf(stderr, "gpurent-gateway: bad --log-level\n"), -1) : 0;

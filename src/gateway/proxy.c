@@ -7,7 +7,18 @@
  * whose agent reports their health check passing, so the gateway probes
  * nothing itself. Usage is what the upstream reported in what
  * was handed to the client: the last `usage` of the server-sent events
- * delivered, or of a whole JSON body; never an estimate. */
+ * delivered, or of a whole JSON body; never an estimate.
+ *
+ * When the usage record is written (and fdatasynced, journal.c): for an
+ * answer streamed from the replica, in answer_read once the upstream has
+ * ended and before it returns the end of the stream, that is before
+ * libmicrohttpd sends the last chunk (the chunked terminator), without
+ * which no client takes the answer for complete; for the gateway's own
+ * error answers after admission, before the answer is queued. So a client
+ * that saw a call complete has its record on disk whatever happens to the
+ * gateway next, and a restart resends it. Only a call whose client left
+ * mid-answer is recorded after the fact (gw_completed): a gateway killed
+ * in that instant forgoes that partial charge, in the consumer's favour. */
 #include "gateway.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
@@ -34,6 +45,7 @@ struct call {
     char content_type[128];
     char method[16];   /* the consumer's, passed on */
     int counted;       /* in the app's in_flight */
+    int recorded;      /* its usage record is journaled and queued */
     int has_replica;   /* holds a replica's outstanding count */
     int cold_start;    /* waited for a replica */
     int64_t start_ms, upstream_ms;
@@ -260,6 +272,8 @@ static void *upstream_main(void *vc)
     return NULL;
 }
 
+static void finish_usage(struct call *c);
+
 static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -271,6 +285,9 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
         int ok = c->curl_rc == CURLE_OK;
         c->delivered_all = ok;
         pthread_mutex_unlock(&c->lock);
+        /* Every byte is handed over; the terminator is not yet sent: the
+         * record goes to disk now (see the top of this file). */
+        finish_usage(c);
         return ok ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = c->out_len < max ? c->out_len : max;
@@ -355,6 +372,32 @@ static void record_usage(struct call *c)
         gw_usage_add(r);
 }
 
+/* Records the call's usage once, from what was delivered: a whole JSON
+ * answer's `usage` is read here, the stream's as it went. Called from the
+ * connection's thread only. */
+static void finish_usage(struct call *c)
+{
+    if (!c->counted || c->recorded)
+        return;
+    c->recorded = 1;
+    if (!c->streamed && c->delivered_all && c->keep) {
+        json_t *j = json_loads(c->keep, 0, NULL);
+        take_usage(c, j);
+        json_decref(j);
+    }
+    record_usage(c);
+}
+
+/* A gateway's own error answer to an admitted call: its record on disk
+ * first, then the answer. */
+static enum MHD_Result reply_counted_error(struct MHD_Connection *conn, struct call *c, unsigned status,
+                                           const char *code, const char *msg, int64_t retry_after)
+{
+    c->status_sent = (int)status;
+    finish_usage(c);
+    return reply_error(conn, status, code, msg, retry_after);
+}
+
 /* Appends the query arguments (libmicrohttpd hands the path without them)
  * to c->url, each escaped again; -1 when they do not fit. */
 struct query_ctx {
@@ -413,31 +456,29 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, con
     if (w) {
         char *end;
         long v = strtol(w, &end, 10);
-        if (*end || v < 0 || end == w) {
-            c->status_sent = 400;
-            return reply_error(conn, 400, "invalid_header", "X-Gpurent-Wait-Seconds must be a whole number", 0);
-        }
+        if (*end || v < 0 || end == w)
+            return reply_counted_error(conn, c, 400, "invalid_header", "X-Gpurent-Wait-Seconds must be a whole number",
+                                       0);
         if (v < wait_s)
             wait_s = v;
     }
     if (find_replica(c, wait_s) < 0) {
-        c->status_sent = 503;
         snprintf(msg, sizeof msg, "no replica of %.40s became ready within %lld s; retry", slug, (long long)wait_s);
-        return reply_error(conn, 503, "no_replica", msg, 5);
+        return reply_counted_error(conn, c, 503, "no_replica", msg, 5);
     }
     char base[sizeof c->url];
     memcpy(base, c->url, sizeof base);
     if ((size_t)snprintf(c->url, sizeof c->url, "%s%s", base, slash ? slash : "/") >= sizeof c->url)
-        return reply_error(conn, 414, "uri_too_long", "the path is too long", 0);
+        return reply_counted_error(conn, c, 414, "uri_too_long", "the path is too long", 0);
     struct query_ctx q = {.c = c};
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     if (q.overflow)
-        return reply_error(conn, 414, "uri_too_long", "the path and query are too long", 0);
+        return reply_counted_error(conn, c, 414, "uri_too_long", "the path and query are too long", 0);
     const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
     c->upstream_ms = clock_mono_ms();
     if (pthread_create(&c->thread, NULL, upstream_main, c) != 0)
-        return reply_error(conn, 500, "internal", "cannot start the upstream call", 0);
+        return reply_counted_error(conn, c, 500, "internal", "cannot start the upstream call", 0);
     c->thread_started = 1;
     pthread_mutex_lock(&c->lock);
     while (!c->headers_done && !c->finished)
@@ -447,10 +488,8 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, con
     char type[128];
     snprintf(type, sizeof type, "%s", c->up_type);
     pthread_mutex_unlock(&c->lock);
-    if (!got) {
-        c->status_sent = 502;
-        return reply_error(conn, 502, "bad_gateway", "the replica did not answer", 0);
-    }
+    if (!got)
+        return reply_counted_error(conn, c, 502, "bad_gateway", "the replica did not answer", 0);
     c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
     c->status_sent = (int)up_status;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, answer_read, c, NULL);
@@ -517,15 +556,10 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
         pthread_mutex_unlock(&c->lock);
         pthread_join(c->thread, NULL);
     }
-    if (!c->streamed && c->delivered_all && c->keep) {
-        json_t *j = json_loads(c->keep, 0, NULL);
-        take_usage(c, j);
-        json_decref(j);
-    }
-    if (c->counted) {
-        record_usage(c);
+    /* A client that left mid-answer: recorded now, for what it got. */
+    finish_usage(c);
+    if (c->counted)
         gw_app_count(c->app.app_id, -1, 0);
-    }
     if (c->has_replica)
         gw_replica_release(c->instance_id);
     pthread_mutex_destroy(&c->lock);

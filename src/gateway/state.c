@@ -1,8 +1,9 @@
 /* state.c: the gateway's copy of the control plane and its counters (see
  * gateway.h). The copy is replaced whole at every good sync and kept as
  * it was when gpurentd cannot be reached, so calls go on being served
- * from it; usage records wait in a bounded queue, each with its id, and
- * are resent until gpurentd has answered for them (it settles an id once). */
+ * from it; usage records are journaled on disk (journal.c) and wait in a
+ * bounded queue, each with its id, and are resent until gpurentd has
+ * answered for them (it settles an id once). */
 #include "gateway.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
@@ -257,11 +258,17 @@ void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta)
 
 void gw_usage_add(json_t *record)
 {
+    /* On disk first, then queued: a record is never reported (and so never
+     * answered and compacted away) before its own journal line exists. */
+    int journaled = gw_journal_append(record) == 0;
     pthread_mutex_lock(&lock);
     if ((json_int_t)json_array_size(pending) < gw_opts.max_pending)
         json_array_append_new(pending, record);
     else {
-        log_error("gateway: %zu usage records wait for gpurentd; dropping one (%s)", json_array_size(pending),
+        /* Beyond the memory bound a journaled record stays on disk alone:
+         * the next start reads it back and sends it. */
+        log_error("gateway: %zu usage records wait for gpurentd; %s %s", json_array_size(pending),
+                  journaled ? "keeping on disk only, until the next start," : "dropping",
                   json_string_value(json_object_get(record, "id")));
         json_decref(record);
     }
@@ -349,13 +356,16 @@ static void sync_once(void)
 /* Drops from pending every record gpurentd answered for. */
 static void forget_answered(json_t *answer)
 {
-    json_t *done = json_object();
+    json_t *done = json_object(), *ids = json_array();
     const char *lists[] = {"accepted", "duplicates"};
     for (int l = 0; l < 2; l++) {
         size_t i;
         json_t *id;
-        json_array_foreach(json_object_get(answer, lists[l]), i, id) json_object_set(done, json_string_value(id),
-                                                                                    json_true());
+        json_array_foreach(json_object_get(answer, lists[l]), i, id) if (json_is_string(id))
+        {
+            json_object_set(done, json_string_value(id), json_true());
+            json_array_append(ids, id);
+        }
     }
     size_t i;
     json_t *r;
@@ -365,8 +375,12 @@ static void forget_answered(json_t *answer)
         if (id) {
             log_error("gateway: usage record %s rejected: %s", id, json_string_value(json_object_get(r, "why")));
             json_object_set(done, id, json_true());
+            json_array_append_new(ids, json_string(id));
         }
     }
+    /* Out of the journal only now that gpurentd has them settled. */
+    gw_journal_answered(ids);
+    json_decref(ids);
     pthread_mutex_lock(&lock);
     for (size_t k = json_array_size(pending); k-- > 0;)
         if (json_object_get(done, json_string_value(json_object_get(json_array_get(pending, k), "id"))))
@@ -442,6 +456,9 @@ static void *report_main(void *arg)
 int gw_state_start(void)
 {
     pending = json_array();
+    /* What a killed run served and had not reported goes out first. */
+    if (gw_journal_open(gw_opts.state_dir, pending) < 0)
+        return -1;
     if (pthread_create(&sync_thread, NULL, sync_main, NULL) != 0)
         return -1;
     if (pthread_create(&report_thread, NULL, report_main, NULL) != 0)

@@ -168,6 +168,27 @@ static int validate_smtp_url(const void *field, char *err, size_t errlen)
     return 0;
 }
 
+/* Where consumers reach the gateways: an http(s) base URL, shown in each
+ * app's gateway_url, so nothing that would break the URL built from it. */
+static int validate_gateway_public_url(const void *field, char *err, size_t errlen)
+{
+    const char *u = field;
+    const char *host = strncmp(u, "https://", 8) == 0 ? u + 8 : strncmp(u, "http://", 7) == 0 ? u + 7 : NULL;
+    if (!u[0])
+        return 0;
+    int bad_char = 0;
+    for (const char *p = u; *p; p++)
+        bad_char |= (unsigned char)*p <= ' ' || *p == 0x7f || strchr("\"<>\\^`{|}?#", *p) != NULL;
+    if (!host || !host[0] || host[0] == '/' || bad_char || strlen(u) > 200) {
+        snprintf(err, errlen,
+                 "gateway_public_url: '%s' is not an http:// or https:// base URL such as https://gw.example.com "
+                 "(no query, fragment or spaces; at most 200 characters)",
+                 u);
+        return -1;
+    }
+    return 0;
+}
+
 static int validate_smtp_from(const void *field, char *err, size_t errlen)
 {
     const char *f = field;
@@ -330,6 +351,9 @@ const struct conf_option daemon_options[] = {
             "highest price an app may ask per call, per 1000 tokens or per second (at most 1000000.00)"),
     OPT_STR(gateway_secret_file, "", NULL,
             "file holding the key gateways sign the internal API with (mode 0600); empty: no gateway may connect"),
+    OPT_STR(gateway_public_url, "", validate_gateway_public_url,
+            "the gateways' address as consumers reach it (e.g. https://gw.example.com), shown as each app's "
+            "gateway_url; empty: gateway_url is null"),
     OPT_INT(app_scale_interval_ms, 100, 600000, 2000, "milliseconds between the app scaler's passes"),
     OPT_INT(app_scale_down_window_s, 0, 86400, 60,
             "seconds demand must fit fewer replicas before an app scales down (not to zero: idle_seconds)"),

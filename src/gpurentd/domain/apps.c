@@ -232,6 +232,19 @@ static json_t *parsed(const char *text)
     return j ? j : json_array();
 }
 
+json_t *app_gateway_url(const char *slug)
+{
+    const char *base = daemon_config ? daemon_config->gateway_public_url : "";
+    size_t n = strlen(base);
+    while (n > 0 && base[n - 1] == '/') /* "https://gw/" and "https://gw" both give one slash */
+        n--;
+    if (n == 0)
+        return json_null();
+    char url[400];
+    snprintf(url, sizeof url, "%.*s/apps/%s/", (int)n, base, slug);
+    return json_string(url);
+}
+
 json_t *app_json(struct store *s, const struct app *a, int full)
 {
     char b[4][MONEY_FMT_LEN];
@@ -247,8 +260,10 @@ json_t *app_json(struct store *s, const struct app *a, int full)
         money_format(a->price_output_1k, b[2]), "per_second", money_format(a->price_second, b[3]),
         "rate_limit_per_key", (json_int_t)a->rate_per_key, "rate_limit_per_app", (json_int_t)a->rate_per_app,
         "created_at", json_time(a->created_at, 0), "updated_at", json_time(a->updated_at, 0));
-    if (j)
+    if (j) {
         json_object_set_new(j, "health_path", json_string(a->health_path[0] ? a->health_path : "/health"));
+        json_object_set_new(j, "gateway_url", app_gateway_url(a->slug));
+    }
     if (!j || !full)
         return j;
     json_t *cmd = parsed(a->command), *env = parsed(a->env);

@@ -142,6 +142,7 @@ struct daemon_conf {
     int64_t max_app_price_micro;     /* max_app_price, set by daemon_read_config */
     char gateway_secret_file[1024];  /* the gateways' signing key's file; "" none */
     char gateway_secret[129];        /* read from it */
+    char gateway_public_url[256];    /* consumers' base URL of the gateways, for gateway_url; "" none */
     int64_t app_scale_interval_ms;   /* between scaler passes */
     int64_t app_scale_down_window_s; /* stabilisation before scaling down */
     int64_t app_demand_stale_s;      /* a demand report counts this long */

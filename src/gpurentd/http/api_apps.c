@@ -138,17 +138,24 @@ void api_apps_create(struct http_request *req)
 }
 
 /* GET /v1/apps: the public marketplace, to anyone; ?mine=1 with a key
- * lists the caller's own apps instead (public and private). */
+ * lists the caller's own apps instead (public and private). The route is
+ * open, so mine=1 authenticates here: a missing or bad key is the 401 any
+ * keyed route gives. */
 void api_apps_list(struct http_request *req)
 {
-    static const char *const allowed[] = {"limit", "cursor", NULL};
+    static const char *const allowed[] = {"limit", "cursor", "mine", NULL};
     struct page pg;
-    if (http_query_allow(req, allowed) < 0 || page_begin(req, APPS_PAGE_MAX, 50, &pg) < 0)
+    int64_t mine;
+    if (http_query_allow(req, allowed) < 0 || http_query_int(req, "mine", 0, 1, 0, &mine) < 0 ||
+        page_begin(req, APPS_PAGE_MAX, 50, &pg) < 0)
+        return;
+    if (mine && auth_authenticate(req, AUTH_USER) < 0)
         return;
     struct store *s = store_thread();
     struct app *apps;
     size_t n;
-    if (!s || store_app_list(s, NULL, pg.after_t, pg.after_id, (size_t)pg.limit + 1, &apps, &n) != STORE_OK) {
+    if (!s || store_app_list(s, mine ? req->user_id : NULL, pg.after_t, pg.after_id, (size_t)pg.limit + 1, &apps,
+                             &n) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }

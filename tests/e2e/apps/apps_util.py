@@ -6,10 +6,12 @@ publish ports, real `gpurent-gateway` processes, and replicas that run
 Market(new_daemon, tmp_path, options=None)
   fleet(nodes=1, cards=8)       a sim fleet publishing host ports
   publish(user, **fields)       POST /v1/apps (201) with a sim model server
-  gateway(**flags) -> Gateway   a gateway signed with the daemon's secret
+  gateway(**flags) -> Gateway   a gateway signed with the daemon's secret,
+                                its usage journal in a --state-dir of its own
   calls(app_id) -> [rows]       the app_calls settled so far
   signed(method, path, body)    a request signed as a gateway would
 Gateway.call(slug, path, key, json=..., stream=False, headers=None)
+Gateway.kill() / start()      SIGKILL it; start it again (same port, same state dir)
 """
 import hashlib
 import hmac
@@ -31,14 +33,17 @@ DEADLINE = 60
 
 
 class Gateway:
-    def __init__(self, market, gateway_id="gw-test", sync_ms=150, report_ms=150, cold_start_s=60, extra=()):
+    def __init__(self, market, gateway_id="gw-test", sync_ms=150, report_ms=150, cold_start_s=60, extra=(),
+                 control_url=None):
         self.market = market
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = os.path.join(market.tmp, f"gateway-{gateway_id}-{self.port}.log")
-        self.args = [GATEWAY, "--listen", f"127.0.0.1:{self.port}", "--control-url", market.d.base_url,
+        self.state_dir = os.path.join(market.tmp, f"gateway-{gateway_id}-{self.port}.state")
+        self.args = [GATEWAY, "--listen", f"127.0.0.1:{self.port}", "--control-url", control_url or market.d.base_url,
                      "--secret-file", market.secret_file, "--gateway-id", gateway_id, "--sync-ms", str(sync_ms),
-                     "--report-ms", str(report_ms), "--cold-start-timeout-s", str(cold_start_s), *extra]
+                     "--report-ms", str(report_ms), "--cold-start-timeout-s", str(cold_start_s),
+                     "--state-dir", self.state_dir, *extra]
         self.proc = None
         self.start()
 
@@ -57,6 +62,12 @@ class Gateway:
     def text(self):
         with open(self.log, errors="replace") as f:
             return f.read()
+
+    def kill(self):
+        """SIGKILL: no last report, nothing flushed; only what is on disk survives."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self.proc = None
 
     def stop(self):
         if self.proc and self.proc.poll() is None:

@@ -6,7 +6,7 @@ and prices, another user's app) gets a clear 4xx and changes nothing."""
 import pytest
 import requests
 
-from harness import assert_error
+from harness import assert_error, run_gpurentd
 
 BASE = {"slug": "echo-one", "name": "Echo", "image": "rocm/pytorch:2.3-rocm6.2", "gpu_type": "MI450", "port": 8000}
 
@@ -110,3 +110,67 @@ def test_oversize_body_and_bad_patch(daemon):
     assert (a["port"], a["min_replicas"], a["prices"]["per_request"]) == (8000, 0, "0.00")
     assert_error(daemon.get(f"/v1/apps/{slug}/stats?days=0", key=u.key), 400, "invalid_query", "days")
     assert_error(daemon.get("/v1/apps?limit=0"), 400, "invalid_query", "limit")
+
+
+def test_mine_lists_the_callers_own_apps_private_ones_too(daemon):
+    pub, other = daemon.signup(), daemon.signup()
+    tag = pub.id[-6:].lower()
+    for slug, vis in ((f"pub-{tag}", "public"), (f"priv-{tag}", "private")):
+        assert daemon.post("/v1/apps", key=pub.key, json={**BASE, "slug": slug, "visibility": vis}).status_code == 201
+    assert daemon.post("/v1/apps", key=other.key, json={**BASE, "slug": f"oth-{tag}"}).status_code == 201
+    mine = daemon.get("/v1/apps?mine=1", key=pub.key).json()
+    assert sorted(a["slug"] for a in mine["data"]) == [f"priv-{tag}", f"pub-{tag}"], mine
+    assert mine["next_cursor"] is None and all(a["publisher_id"] == pub.id for a in mine["data"])
+    # Paged like the public list.
+    first = daemon.get("/v1/apps?mine=1&limit=1", key=pub.key).json()
+    assert len(first["data"]) == 1 and first["next_cursor"], first
+    rest = daemon.get(f"/v1/apps?mine=1&limit=1&cursor={first['next_cursor']}", key=pub.key).json()
+    assert [a["slug"] for a in first["data"] + rest["data"]] == [a["slug"] for a in mine["data"]]
+    # mine=0 and no mine are the public marketplace: the private app is not in it, for its publisher either.
+    for path in ("/v1/apps?mine=0", "/v1/apps"):
+        slugs = [a["slug"] for a in daemon.get(path, key=pub.key).json()["data"]]
+        assert f"pub-{tag}" in slugs and f"oth-{tag}" in slugs and f"priv-{tag}" not in slugs
+    # Bad values and a missing or bad key: a JSON error, nothing listed.
+    for bad in ("2", "x", "", "-1", "1.0", "true"):
+        assert_error(daemon.get(f"/v1/apps?mine={bad}", key=pub.key), 400, "invalid_query", "mine")
+    assert_error(requests.get(daemon.base_url + "/v1/apps?mine=1", timeout=10), 401, "unauthorized")
+    assert_error(requests.get(daemon.base_url + "/v1/apps?mine=1", timeout=10,
+                              headers={"Authorization": "Bearer gpk_nonsense"}), 401, "unauthorized")
+    assert_error(daemon.get("/v1/apps?mine=1&colour=red", key=pub.key), 400, "invalid_query", "colour")
+
+
+def test_gateway_url_is_null_without_gateway_public_url(daemon):
+    u = daemon.signup()
+    slug = f"gwn-{u.id[-6:].lower()}"
+    a = daemon.post("/v1/apps", key=u.key, json={**BASE, "slug": slug}).json()
+    assert a["gateway_url"] is None
+    assert daemon.get(f"/v1/apps/{slug}", key=u.key).json()["gateway_url"] is None
+    assert all(x["gateway_url"] is None for x in requests.get(daemon.base_url + "/v1/apps", timeout=10).json()["data"])
+
+
+def test_gateway_url_from_gateway_public_url(new_daemon):
+    d = new_daemon(options={"gateway_public_url": "https://gw.example.com/"})
+    pub, other = d.signup(), d.signup()
+    slug = f"gwu-{pub.id[-6:].lower()}"
+    want = f"https://gw.example.com/apps/{slug}/"
+    r = d.post("/v1/apps", key=pub.key, json={**BASE, "slug": slug})
+    assert r.status_code == 201 and r.json()["gateway_url"] == want, r.text
+    assert d.get(f"/v1/apps/{slug}", key=other.key).json()["gateway_url"] == want
+    assert d.request("PATCH", f"/v1/apps/{slug}", key=pub.key, json={"max_replicas": 2}).json()["gateway_url"] == want
+    listed = requests.get(d.base_url + "/v1/apps", timeout=10).json()["data"]
+    assert [x["gateway_url"] for x in listed if x["slug"] == slug] == [want]
+    assert [x["gateway_url"] for x in d.get("/v1/apps?mine=1", key=pub.key).json()["data"]] == [want]
+
+
+@pytest.mark.parametrize("value", ["gw.example.com", "ftp://gw.example.com", "https://", "http:///x",
+                                   "https://gw.example.com/?a=1", "https://gw.example.com/#x", "https://gw example.com",
+                                   "https://" + "a" * 200])
+def test_bad_gateway_public_url_is_refused_at_load(value):
+    p = run_gpurentd("-n", "-o", f"gateway_public_url={value}")
+    assert p.returncode != 0 and "gateway_public_url" in p.stderr, (p.stdout, p.stderr)
+
+
+def test_good_gateway_public_urls_load():
+    for value in ("", "http://127.0.0.1:8084", "https://gw.example.com/market"):
+        p = run_gpurentd("-n", "-o", f"gateway_public_url={value}")
+        assert p.returncode == 0 and p.stdout == "configuration OK\n", (value, p.stderr)
