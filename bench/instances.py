@@ -327,7 +327,7 @@ def main():
     ap.add_argument("--users", type=int, default=0, help="users (default: 16, or 8 instances each with --live)")
     ap.add_argument("--paced", type=int, default=200, help="one-at-a-time samples after the burst")
     ap.add_argument("--live", type=int, default=0, help="instances created and running before the burst")
-    ap.add_argument("--seconds", type=float, default=3, help="how long wrk creates with --reference")
+    ap.add_argument("--seconds", type=int, default=3, help="how long wrk creates with --reference")
     ap.add_argument("--reference", action="store_true",
                     help="also run bench/claims with the same fleet and print a Markdown row with the ratio")
     ap.add_argument("--claims", default=os.path.join(REPO, "build", "bench", "claims"))
