@@ -39,6 +39,19 @@ from common import Cloud, wait_for  # noqa: E402
 BODY = json.dumps({"model": "sim", "messages": [{"role": "user", "content": "the quick brown fox jumps"}]})
 
 
+
+def listening_address(port):
+    """The IPv4 address a socket listening on port is bound to: each sim
+    replica binds the app's port on a loopback address of its own (from its
+    workload id), not on 127.0.0.1."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if state == "0A" and int(p, 16) == port:
+                return ".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    raise SystemExit(f"nothing listens on port {port}")
+
 def client(args):
     url, path, headers, warmup, n = args
     u = urllib.parse.urlsplit(url)
@@ -129,7 +142,8 @@ def main():
 
             def answers(url, path):
                 try:
-                    c = http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=5)
+                    host, p = url.rsplit("/", 1)[1].rsplit(":", 1)
+                    c = http.client.HTTPConnection(host, int(p), timeout=5)
                     c.request("POST", path, body=BODY, headers=headers)
                     return c.getresponse().status == 200
                 except OSError:
@@ -139,7 +153,8 @@ def main():
             # The sim's relay (the node's published port) in front of the
             # process, and the process itself on its port, for comparison.
             d = run("direct", direct, "/v1/chat/completions", headers, a.clients, a.warmup, a.requests)
-            pr = run("process", f"http://127.0.0.1:{port}", "/v1/chat/completions", headers, a.clients, a.warmup,
+            pr = run("process", f"http://{listening_address(port)}:{port}", "/v1/chat/completions", headers,
+                     a.clients, a.warmup,
                 a.requests)
             g = run("gateway", gw_url, "/apps/bench-echo/v1/chat/completions", headers, a.clients, a.warmup,
                     a.requests)
