@@ -43,6 +43,14 @@ static _Atomic uint64_t catalog_gen = 1;
  * API key (revoked, expired early, touched) or a user (suspended, role). */
 static _Atomic uint64_t auth_gen = 1;
 
+/* Moves after every commit of this process (the WAL hook runs on each). */
+static _Atomic uint64_t commit_gen = 1;
+
+uint64_t store_commit_generation(void)
+{
+    return atomic_load_explicit(&commit_gen, memory_order_acquire);
+}
+
 uint64_t store_auth_generation(void)
 {
     return atomic_load_explicit(&auth_gen, memory_order_acquire);
@@ -79,6 +87,7 @@ static void catalog_rollback_hook(void *ctx)
 static int catalog_wal_hook(void *ctx, sqlite3 *db, const char *name, int pages)
 {
     struct store *s = ctx;
+    atomic_fetch_add_explicit(&commit_gen, 1, memory_order_release);
     if (s->catalog_dirty) {
         s->catalog_dirty = 0;
         atomic_fetch_add_explicit(&catalog_gen, 1, memory_order_release);

@@ -57,6 +57,11 @@ uint64_t store_catalog_generation(void);
  * row of api_keys or users: the HTTP key cache (auth.c) drops what it read
  * before. */
 uint64_t store_auth_generation(void);
+/* Moves after every committed write transaction of this process, from the
+ * WAL hook, before the committing call returns: a reply rendered after
+ * reading it is stale once it moves (the instance reply cache,
+ * api_instances.c). Other processes' writes do not move it. */
+uint64_t store_commit_generation(void);
 /* That row as the database holds it (changes by other processes too). */
 int store_catalog_generation_db(struct store *s, int64_t *gen);
 /* Closes every connection store_thread() opened; call after all threads
