@@ -1,26 +1,16 @@
 // apps.js: the app marketplace (issue 17): the public list of apps with
 // their prices, an app's page with its gateway base URL and snippets to
 // call it, and for publishers the publish form, their apps with replicas,
-// editing, deleting and the per-day stats. The gateway's address is not
-// known to gpurentd, so the page asks for it once (remembered in
-// localStorage; by default this host's port 8084, where `make run` puts it).
+// editing, deleting and the per-day stats. An app's gateway_url (the
+// operator's gateway_public_url) gives its address; where the operator set
+// none, the page asks for it once (remembered in localStorage; by default
+// this host's port 8084, where `make run` puts it).
 import { t, locale } from "../i18n.js";
 import { get, post, patch, del, all, getUser, getKey, ApiError } from "../api.js";
 import { h, clear, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
 
 const PRICES = [["per_request", "price_per_request"], ["per_1k_input_tokens", "price_per_1k_input_tokens"],
   ["per_1k_output_tokens", "price_per_1k_output_tokens"], ["per_second", "price_per_second"]];
-
-// Slugs published from this browser: the API lists only public apps, so a
-// publisher's private ones are found again through these.
-function rememberedSlugs() {
-  try { return JSON.parse(localStorage.getItem("gpurent.my_apps") || "[]"); } catch { return []; }
-}
-function remember(slug, keep) {
-  const s = new Set(rememberedSlugs());
-  if (keep) s.add(slug); else s.delete(slug);
-  localStorage.setItem("gpurent.my_apps", JSON.stringify([...s]));
-}
 
 function gatewayBase() { return localStorage.getItem("gpurent.gateway") || `${location.protocol}//${location.hostname}:8084`; }
 
@@ -54,7 +44,7 @@ export async function market(main) {
 }
 
 function snippets(a) {
-  const url = `${gatewayBase()}/apps/${a.slug}/v1`;
+  const url = a.gateway_url ? `${a.gateway_url.replace(/\/+$/, "")}/v1` : `${gatewayBase()}/apps/${a.slug}/v1`;
   const curl = `curl -s ${url}/chat/completions -H "Authorization: Bearer $GPURENT_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d '{"messages":[{"role":"user","content":"hi"}],"stream":true}'`;
   const py = `from openai import OpenAI\nclient = OpenAI(base_url="${url}", api_key=os.environ["GPURENT_KEY"])\nr = client.chat.completions.create(model="${a.slug}",\n    messages=[{"role": "user", "content": "hi"}])\nprint(r.choices[0].message.content)`;
   return h("div", { id: "app-snippets" },
@@ -149,7 +139,6 @@ export async function publish(main, params, ctx) {
     e.preventDefault();
     busy(btn, async () => {
       const a = await post("/v1/apps", bodyOf(f, true));
-      remember(a.slug, true);
       toast(t("apps.published", { slug: a.slug }));
       ctx.navigate(`#/apps/${a.slug}`);
     }, err);
@@ -167,16 +156,14 @@ export async function mine(main) {
   const box = h("div", { id: "my-apps" });
   main.append(box);
   try {
-    const me = (getUser() || {}).id;
-    const listed = (await all("/v1/apps")).filter((a) => a.publisher_id === me).map((a) => a.slug);
-    const slugs = [...new Set([...listed, ...rememberedSlugs()])];
-    const apps = [];
+    // The caller's own apps, private ones too; each read whole for its replicas.
+    const slugs = (await all("/v1/apps", { mine: 1 })).map((a) => a.slug);
+    const own = [];
     for (const slug of slugs) {
-      try { apps.push(await get(`/v1/apps/${encodeURIComponent(slug)}`)); } catch (e) {
-        if (e.code === "not_found") remember(slug, false); else throw e;
+      try { own.push(await get(`/v1/apps/${encodeURIComponent(slug)}`)); } catch (e) {
+        if (e.code !== "not_found") throw e; // deleted meanwhile
       }
     }
-    const own = apps.filter((a) => a.publisher_id === me);
     box.append(table([
       [t("common.name"), (a) => h("a", { href: `#/apps/${a.slug}` }, a.name)], [t("apps.slug"), (a) => h("code", {}, a.slug)],
       [t("apps.visibility"), (a) => t(`apps.${a.visibility}`)],
@@ -222,7 +209,7 @@ function publisherPanel(a, main, ctx) {
   const delErr = h("div"), delBtn = h("button", { type: "button", class: "danger", id: "app-delete" }, t("common.delete"));
   delBtn.addEventListener("click", () => {
     if (!confirm(t("apps.confirm_delete"))) return;
-    busy(delBtn, async () => { await del(`/v1/apps/${a.slug}`); remember(a.slug, false); toast(t("apps.deleted")); ctx.navigate("#/my-apps"); }, delErr);
+    busy(delBtn, async () => { await del(`/v1/apps/${a.slug}`); toast(t("apps.deleted")); ctx.navigate("#/my-apps"); }, delErr);
   });
   box.append(
     h("div", { class: "card" }, h("h2", {}, t("apps.replicas")),
@@ -244,7 +231,6 @@ export async function detail(main, params, ctx) {
     return;
   }
   const mineToo = a.publisher_id === (getUser() || {}).id;
-  if (mineToo) remember(a.slug, true);
   const snip = h("div");
   const drawSnippets = () => clear(snip).append(snippets(a));
   drawSnippets();
@@ -254,6 +240,6 @@ export async function detail(main, params, ctx) {
       h("div", {}, h("div", { class: "hint" }, t("apps.prices")), priceList(a)),
       h("div", {}, h("div", { class: "hint" }, t("catalog.type")), `${a.cards_per_replica || 1} × ${a.gpu_type}`),
       h("div", {}, h("div", { class: "hint" }, t("apps.visibility")), t(`apps.${a.visibility}`))),
-    h("div", { class: "card" }, h("h2", {}, t("apps.call_it")), gatewayField(drawSnippets), snip));
+    h("div", { class: "card" }, h("h2", {}, t("apps.call_it")), a.gateway_url ? null : gatewayField(drawSnippets), snip));
   if (mineToo) main.append(publisherPanel(a, main, ctx));
 }

@@ -299,7 +299,14 @@ const scenarios = {
     await page.fill("#app-price-out", "0.004");
     await page.click("#publish-submit");
     await page.waitForURL(new RegExp(`#/apps/${world.slug}$`), { timeout: DEADLINE });
-    await waitText(page, "#app-base-url", `/apps/${world.slug}/v1`);
+    if (world.gateway) {
+      // The operator's gateway_public_url gives the address: nothing to ask.
+      await waitText(page, "#app-base-url", `${world.gateway}/apps/${world.slug}/v1`);
+      if (await page.$("#app-gateway")) throw new Error("the gateway address is asked for though the app has one");
+    } else {
+      await waitText(page, "#app-base-url", `/apps/${world.slug}/v1`);
+      await page.waitForSelector("#app-gateway", { timeout: DEADLINE });
+    }
     await waitText(page, "#app-curl", "chat/completions");
     await page.waitForSelector("#app-stats", { timeout: DEADLINE });
     await page.goto(`${base}/console#/my-apps`);

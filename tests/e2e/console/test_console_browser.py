@@ -244,8 +244,12 @@ def test_user_launches_into_an_active_reservation(new_daemon, tmp_path):
     rc.verify()
 
 
-def test_publisher_publishes_an_app_and_it_is_in_the_public_list(new_daemon, tmp_path):
-    m = Market(new_daemon, tmp_path, options={"billing_interval_ms": "3600000"})
+@pytest.mark.parametrize("gateway", [None, "https://gw.example.test"])
+def test_publisher_publishes_an_app_and_it_is_in_the_public_list(new_daemon, tmp_path, gateway):
+    options = {"billing_interval_ms": "3600000"}
+    if gateway:
+        options["gateway_public_url"] = gateway
+    m = Market(new_daemon, tmp_path, options=options)
     try:
         m.fleet(1)
         email = unique_email("publisher")
@@ -253,7 +257,8 @@ def test_publisher_publishes_an_app_and_it_is_in_the_public_list(new_daemon, tmp
         port = free_port()
         slug = "console-echo"
         run_scenario("publish", {"base_url": m.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
-                                 "slug": slug, "port": port, "command": " ".join(m.model_command(port))}, tmp_path)
+                                 "slug": slug, "port": port, "command": " ".join(m.model_command(port)),
+                                 "gateway": gateway}, tmp_path)
         listed = m.d.get("/v1/apps").json()["data"]
         assert [a["slug"] for a in listed] == [slug], listed
         assert listed[0]["prices"]["per_request"].startswith("0.01"), listed
