@@ -18,6 +18,7 @@ import hmac
 import json
 import os
 import secrets
+import sqlite3
 import subprocess
 import time
 
@@ -27,6 +28,7 @@ from agent_util import AGENT, poll
 from ports import free_port, free_range  # noqa: F401  (free_port: also for the apps tests)
 from harness import GPURENTD
 from instances_util import FAST_CLOUD, Cloud
+from money_util import ledger_breaches, ledger_verify
 
 GATEWAY = os.environ.get("GPURENT_GATEWAY") or os.path.join(os.path.dirname(GPURENTD), "gpurent-gateway")
 DEADLINE = 60
@@ -141,3 +143,14 @@ class Market(Cloud):
     def close(self):
         for g in self.gateways:
             g.stop()
+
+
+def assert_ledger_ok(m):
+    """`gpurentd ledger verify` and the Python auditor (money_util) agree the books hold."""
+    rc, out = ledger_verify(m.d.db_path)
+    assert rc == 0, out
+    con = sqlite3.connect(f"file:{m.d.db_path}?mode=ro", uri=True)
+    try:
+        assert ledger_breaches(con) == []
+    finally:
+        con.close()

@@ -14,10 +14,8 @@ import time
 import requests
 
 from agent_util import poll
-from apps_util import DEADLINE
-import sqlite3
+from apps_util import DEADLINE, assert_ledger_ok
 
-from money_util import ledger_breaches, ledger_verify
 
 CHAT = "/v1/chat/completions"
 
@@ -39,17 +37,6 @@ def cash(m, user):
 
 def revenue(m):
     return m.d.sql("SELECT balance FROM ledger_accounts WHERE id = 'revenue'")[0][0]
-
-
-def assert_ledger_ok(m):
-    """`gpurentd ledger verify` and the Python auditor (money_util) agree the books hold."""
-    rc, out = ledger_verify(m.d.db_path)
-    assert rc == 0, out
-    con = sqlite3.connect(f"file:{m.d.db_path}?mode=ro", uri=True)
-    try:
-        assert ledger_breaches(con) == []
-    finally:
-        con.close()
 
 
 def sse_events(r):

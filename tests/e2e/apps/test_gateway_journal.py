@@ -10,11 +10,9 @@ nothing again; answered records leave the journal. `ledger verify` passes."""
 import json
 import os
 import shutil
-import sqlite3
 
 from agent_util import poll
-from apps_util import DEADLINE
-from money_util import ledger_breaches, ledger_verify
+from apps_util import DEADLINE, assert_ledger_ok
 
 CHAT = "/v1/chat/completions"
 
@@ -46,16 +44,6 @@ def drawn_from(m, user, app_id):
                    " AND t.user_id = ? JOIN ledger_postings p ON p.transaction_id = t.id WHERE c.app_id = ?"
                    " GROUP BY c.id", [user.id, app_id])
     return {call_id: (txns, drawn) for call_id, txns, drawn in rows}
-
-
-def assert_ledger_ok(m):
-    rc, out = ledger_verify(m.d.db_path)
-    assert rc == 0, out
-    con = sqlite3.connect(f"file:{m.d.db_path}?mode=ro", uri=True)
-    try:
-        assert ledger_breaches(con) == []
-    finally:
-        con.close()
 
 
 def chat(gw, slug, key, words, stream=False):

@@ -4,12 +4,10 @@ changing, not how many instances are live, and nothing it must act on is
 missed. The sweep is an hour away in every test here, so whatever happens
 is the passes between sweeps' doing. Real gpurentd, real sim-fleet, the
 counts from /metrics."""
-import contextlib
 import re
-import signal
 
 from agent_util import poll
-from money_util import new_cluster  # noqa: F401 (a fixture)
+from money_util import new_cluster, quiet  # noqa: F401 (a fixture)
 
 DEADLINE = 60  # bound on polls, generous for sanitizer builds
 OPTIONS = {"reconcile_sweep_ms": "3600000", "reconcile_interval_ms": "100",
@@ -34,16 +32,6 @@ def attention_passes_go_by(c, n):
     poll(lambda: reconciler_counts(c)[("passes", "attention")] >= before[("passes", "attention")] + n, DEADLINE,
          f"{n} reconciler passes")
     return before, reconciler_counts(c)
-
-
-@contextlib.contextmanager
-def quiet(fleet):
-    """The fleet's agents stop answering inside the block."""
-    fleet.proc.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        fleet.proc.send_signal(signal.SIGCONT)
 
 
 def test_running_instances_with_nothing_to_do_are_not_read_between_sweeps(new_cluster):

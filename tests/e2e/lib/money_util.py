@@ -52,11 +52,13 @@ new_cluster              factory for tests that need their own daemon; each
 verify_ledgers           autouse: after each test, `gpurentd ledger verify`
                          must pass on the module's money_cluster
 """
+import contextlib
 import datetime
 import hashlib
 import hmac
 import os
 import re
+import signal
 import time
 
 import pytest
@@ -506,6 +508,17 @@ def start_cluster(directory, nodes=None, options=None, clock=START_TIME):
                 f.proc.wait()
         raise
     return Cluster(d, fleets)
+
+
+@contextlib.contextmanager
+def quiet(fleet):
+    """The fleet's agents stop answering inside the block (SIGSTOP): they
+    accept connections and answer nothing, as a hung host does."""
+    fleet.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        fleet.proc.send_signal(signal.SIGCONT)
 
 
 # ---------------------------------------------------------------- fixtures

@@ -12,15 +12,13 @@ same at a stop; one user's failing billing stopping billing for everyone;
 an exited job billed until the next sweep. And the unreachable stage: a
 blip keeps the job and bills only confirmed time, a silence past
 node_lost_after_s loses the instance without double billing."""
-import contextlib
 import json
 import os
-import signal
 import sqlite3
 
 from agent_util import poll
 from harness import START_TIME
-from money_util import MICRO, PRICE, accrue, micro, new_cluster  # noqa: F401 (a fixture)
+from money_util import MICRO, PRICE, accrue, micro, new_cluster, quiet  # noqa: F401 (a fixture)
 
 T0 = START_TIME
 DEADLINE = 60  # bound on polls, generous for sanitizer builds
@@ -52,16 +50,6 @@ def node_row(c):
 def beat_at(c, t):
     """Waits for a good heartbeat recorded at clock time t."""
     poll(lambda: node_row(c)[0] == 0 and node_row(c)[1] == t, DEADLINE, f"a heartbeat at {t}")
-
-
-@contextlib.contextmanager
-def quiet(fleet):
-    """The fleet's agents stop answering inside the block."""
-    fleet.proc.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        fleet.proc.send_signal(signal.SIGCONT)
 
 
 def renter(c):
