@@ -9,6 +9,7 @@
  * that name; attributes are changed through the /proc/self/fd link of a
  * descriptor so resolved, never by path. */
 #include "agent.h"
+#include "gpurent/fileio.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -370,21 +371,6 @@ struct sftp_server {
     struct sftp_handle handles[SFTP_HANDLES_MAX];
 };
 
-static int write_all(int fd, const unsigned char *p, size_t n)
-{
-    errno = 0;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Sends the reply built in s->out; -1 when it cannot (the client is gone,
  * or the reply broke a bound, which would be a bug here). */
 static int send_reply(struct sftp_server *s)
@@ -393,7 +379,7 @@ static int send_reply(struct sftp_server *s)
         log_error("sftp-server: a reply could not be built (out of memory or over %d bytes)", SFTP_PACKET_MAX);
         return -1;
     }
-    if (write_all(s->out_fd, s->out.p, s->out.len) != 0) {
+    if (fd_write_all(s->out_fd, s->out.p, s->out.len) != 0) {
         log_error("sftp-server: writing a reply: %s", errno ? strerror(errno) : "the client stopped reading");
         return -1;
     }

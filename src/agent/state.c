@@ -3,6 +3,7 @@
  * temporary name, fsynced, renamed and the directory fsynced, so that what
  * the agent acknowledged survives a crash or a power cut. */
 #include "agent.h"
+#include "gpurent/fileio.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -44,16 +45,6 @@ int state_mkdirs(const char *dir)
     return 0;
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 int state_write_atomic(const char *dir, const char *name, const void *data, size_t len, unsigned mode)
 {
     char path[PATH_MAX], tmp[PATH_MAX];
@@ -68,14 +59,8 @@ int state_write_atomic(const char *dir, const char *name, const void *data, size
     /* umask may have narrowed the mode; a secret must be exactly 0600. */
     if (fchmod(fd, mode) < 0)
         goto fail;
-    for (size_t off = 0; off < len;) {
-        ssize_t n = write(fd, (const char *)data + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            goto fail;
-        off += (size_t)n;
-    }
+    if (fd_write_all(fd, data, len) < 0)
+        goto fail;
     if (fsync(fd) < 0)
         goto fail;
     if (close(fd) < 0) {
@@ -85,7 +70,7 @@ int state_write_atomic(const char *dir, const char *name, const void *data, size
     fd = -1;
     if (rename(tmp, path) < 0)
         goto fail;
-    return fsync_dir(dir);
+    return dir_fsync(dir);
 fail:;
     int saved = errno;
     if (fd >= 0)
@@ -264,7 +249,7 @@ int record_delete(const char *node_dir, const char *id)
         log_error("workload %s: cannot delete its record %s: %s", id, path, strerror(errno));
         return -1;
     }
-    fsync_dir(dir);
+    dir_fsync(dir);
     return 0;
 }
 

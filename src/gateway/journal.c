@@ -24,6 +24,7 @@
  * so a sync running outside the lock meanwhile is harmless: what it wanted
  * on disk is in the new file, which the compaction synced itself. */
 #include "gateway.h"
+#include "gpurent/fileio.h"
 #include "gpurent/log.h"
 
 #include <errno.h>
@@ -52,30 +53,6 @@ static int64_t answered_in_file;          /* ids on answered lines since then */
 static uint64_t written_seq, synced_seq;  /* lines written; lines known to be on disk */
 static int syncing;                       /* a writer is in fdatasync */
 
-static int fsync_dir(const char *dir)
-{
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return -1;
-    int rc = fsync(dfd);
-    close(dfd);
-    return rc;
-}
-
-static int write_all(int to, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(to, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Appends one line (text + '\n') under jlock. A failed or short write is
  * cut off again, so the next line never follows half a line. */
 static int append_line(const char *text)
@@ -87,7 +64,7 @@ static int append_line(const char *text)
     memcpy(line, text, n);
     line[n] = '\n';
     line[n + 1] = '\0';
-    int rc = write_all(fd, line, n + 1);
+    int rc = fd_write_all(fd, line, n + 1);
     if (rc < 0) {
         int saved = errno;
         if (ftruncate(fd, file_size) < 0)
@@ -175,9 +152,9 @@ static int rewrite(const json_t *records)
     {
         char *text = json_dumps(r, JSON_COMPACT);
         size_t n = text ? strlen(text) : 0;
-        int rc = text ? write_all(nfd, text, n) : -1;
+        int rc = text ? fd_write_all(nfd, text, n) : -1;
         if (rc == 0)
-            rc = write_all(nfd, "\n", 1);
+            rc = fd_write_all(nfd, "\n", 1);
         free(text);
         if (rc < 0)
             goto fail;
@@ -185,7 +162,7 @@ static int rewrite(const json_t *records)
     }
     if (fdatasync(nfd) < 0 || rename(tmp, file_path) < 0)
         goto fail;
-    if (fsync_dir(dir_path) < 0)
+    if (dir_fsync(dir_path) < 0)
         log_warn("gateway: cannot fsync %s: %s", dir_path, strerror(errno));
     if (fd < 0) {
         fd = nfd;

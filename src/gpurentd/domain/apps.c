@@ -232,7 +232,10 @@ static json_t *parsed(const char *text)
     return j ? j : json_array();
 }
 
-json_t *app_gateway_url(const char *slug)
+/* The URL consumers call slug at (new reference):
+ * "<gateway_public_url>/apps/<slug>/", or JSON null when that option is
+ * unset (gpurentd then does not know where its gateways are reached). */
+static json_t *app_gateway_url(const char *slug)
 {
     const char *base = daemon_config ? daemon_config->gateway_public_url : "";
     size_t n = strlen(base);

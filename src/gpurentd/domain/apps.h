@@ -30,10 +30,6 @@ int app_from_body(const json_t *body, int is_patch, struct app *a, const json_t 
 /* In a transaction: the GPU type exists, the image resolves for it, every
  * allowed user id names an account. */
 int app_check_refs(struct store *s, const struct app *a, const json_t *allowed, struct op_outcome *o);
-/* The URL consumers call slug at (new reference):
- * "<gateway_public_url>/apps/<slug>/", or JSON null when that option is
- * unset (gpurentd then does not know where its gateways are reached). */
-json_t *app_gateway_url(const char *slug);
 /* The app as the API shows it (new reference); full adds what only its
  * publisher sees (command, env, scaling state, allowed users, events). */
 json_t *app_json(struct store *s, const struct app *a, int full);

@@ -9,6 +9,7 @@ lost: every rank removed), the rendezvous timeout under the testing clock,
 and a node-local volume source refused for more than one node."""
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -361,6 +362,23 @@ def test_internal_key_kept_across_starts_and_only_for_multi_node(cloud):
     assert d.get("/v1/ssh-keys", key=u.key).json()["data"] == []
 
 
+def reconciler_passes(cloud):
+    r = cloud.d.get("/metrics", key=cloud.d.admin_key)
+    assert r.status_code == 200, r.text
+    return sum(int(v) for v in re.findall(r'^gpurent_reconciler_passes_total\{kind="\w+"\} (\d+)$', r.text, re.M))
+
+
+def first_listings_done(cloud):
+    """Waits until every node's first heartbeat has had its workloads
+    listed: that listing deletes workloads no instance owns, so a workload
+    put on an agent directly before it would be gone."""
+    wait(lambda: all(x >= 0 for (x,) in cloud.d.sql("SELECT workload_exits FROM nodes WHERE removed_at IS NULL")),
+         what="a first heartbeat from every node")
+    before = reconciler_passes(cloud)
+    # The pass the heartbeat asked for may have begun already: one more after it.
+    wait(lambda: reconciler_passes(cloud) >= before + 2, what="the reconciler to list the new nodes")
+
+
 def test_a_rank_that_cannot_start_ends_the_whole_instance(cloud_no_sweep):
     """One node refuses its rank (a card of it is busy with a workload the
     control plane does not know): the attempt fails for every rank, every
@@ -368,6 +386,7 @@ def test_a_rank_that_cannot_start_ends_the_whole_instance(cloud_no_sweep):
     cloud = cloud_no_sweep
     d = cloud.d
     cloud.fleet(4, prefix="s-")
+    first_listings_done(cloud)
     r = cloud.agent("s-04", "PUT", "/v1/workloads/wl_squatter000000000001", json={"image": "busybox", "gpus": [3]})
     assert r.status_code == 201, r.text
     u = cloud.user()
