@@ -56,10 +56,16 @@ int gw_state_loaded(void);
  * *retry_after, 402, 503 before any copy) and a message. */
 int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64_t *retry_after, char *msg,
              size_t msglen);
-/* Picks the ready replica of app with the fewest calls outstanding and
- * counts one more on it: its URL into url, 0; -1 when none is ready. */
-int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance_id);
+/* Picks the ready replica of app with the fewest calls outstanding, none
+ * of the n_avoid in avoid, and one that failed a call unanswered in the
+ * last GW_REFUSED_MS only if no other is left, and counts one more on it: its
+ * URL into url, 0; -1 when none is ready. */
+int gw_replica_take(const char *app_id, const char (*avoid)[ID_MAX], size_t n_avoid, char *url, size_t urllen,
+                    char *instance_id);
 void gw_replica_release(const char *instance_id);
+/* The replica failed a call unanswered: others are preferred for a while. */
+#define GW_REFUSED_MS 5000
+void gw_replica_refused(const char *instance_id);
 /* The app's demand counters. */
 void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta);
 /* Journals a usage record (taken) and queues it for the next report; on

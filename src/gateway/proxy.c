@@ -5,7 +5,9 @@
  * X-Gpurent-Wait-Seconds), and a libcurl thread calls the upstream while
  * the answer is streamed back as it comes. The copy lists only replicas
  * whose agent reports their health check passing, so the gateway probes
- * nothing itself. Usage is what the upstream reported in what
+ * nothing itself; a replica that fails a call before answering a byte
+ * (its server died in the seconds before its agent noticed) is passed over
+ * and the call sent to another, up to GW_CONNECT_TRIES replicas. Usage is what the upstream reported in what
  * was handed to the client: the last `usage` of the server-sent events
  * delivered, or of a whole JSON body; never an estimate.
  *
@@ -34,6 +36,7 @@
 #define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
 #define GW_BUFFER_MAX (1u << 20)  /* answer bytes waiting for a slow client */
 #define GW_EVENT_MAX (256u << 10) /* one server-sent event */
+#define GW_CONNECT_TRIES 3        /* replicas tried when they fail a call unanswered */
 
 struct call {
     char *body;
@@ -42,6 +45,9 @@ struct call {
     struct gw_call_app app;
     char instance_id[ID_MAX];
     char url[1200];
+    char path_query[1200]; /* the part of url after the replica's base URL */
+    char tried[GW_CONNECT_TRIES][ID_MAX]; /* replicas that failed this call unanswered */
+    size_t n_tried;
     char content_type[128];
     char method[16];   /* the consumer's, passed on */
     int counted;       /* in the app's in_flight */
@@ -225,6 +231,53 @@ static void share_init(void)
     curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 }
 
+/* Whether the call's replica failed it before a byte of an answer: the
+ * connection refused or never made, or (the usual sign of a dead server
+ * behind a published port, whose relay accepts and then closes) closed
+ * with nothing sent back. The client has seen nothing either, so the call
+ * can go to another replica: a model call does nothing but answer, and
+ * the consumer is charged once, for the answer delivered. */
+static int failed_unanswered(const struct call *c, CURL *curl, CURLcode rc)
+{
+    curl_off_t connect_us = 0;
+    if (c->headers_done)
+        return 0;
+    switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+        return 1;
+    case CURLE_OPERATION_TIMEDOUT: /* only the connect has a time limit */
+        return curl_easy_getinfo(curl, CURLINFO_CONNECT_TIME_T, &connect_us) == CURLE_OK && connect_us == 0;
+    default:
+        return 0;
+    }
+}
+
+/* The call's replica failed it unanswered: moves the call to another
+ * ready replica of the app (not one already tried), 1; 0 when there is
+ * none or the tries are spent. Only the upstream thread touches the call's
+ * replica until it ends. */
+static int another_replica(struct call *c, CURLcode why)
+{
+    gw_replica_refused(c->instance_id);
+    if (c->n_tried >= GW_CONNECT_TRIES - 1)
+        return 0;
+    memcpy(c->tried[c->n_tried++], c->instance_id, ID_MAX);
+    char base[1024], id[ID_MAX], url[sizeof c->url];
+    if (gw_replica_take(c->app.app_id, (const char(*)[ID_MAX])c->tried, c->n_tried, base, sizeof base, id) != 0)
+        return 0;
+    gw_replica_release(c->instance_id);
+    memcpy(c->instance_id, id, ID_MAX);
+    if ((size_t)snprintf(url, sizeof url, "%s%s", base, c->path_query) >= sizeof url)
+        return 0;
+    log_info("gateway: replica %s of app %s failed a call unanswered (%s); it goes to replica %s",
+             c->tried[c->n_tried - 1], c->app.app_id, curl_easy_strerror(why), id);
+    memcpy(c->url, url, sizeof url);
+    return 1;
+}
+
 static void *upstream_main(void *vc)
 {
     struct call *c = vc;
@@ -257,7 +310,8 @@ static void *upstream_main(void *vc)
         }
         if (strcmp(c->method, "GET") != 0 && strcmp(c->method, "POST") != 0)
             curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, c->method);
-        rc = curl_easy_perform(curl);
+        while ((rc = curl_easy_perform(curl)) != CURLE_OK && failed_unanswered(c, curl, rc) && another_replica(c, rc))
+            curl_easy_setopt(curl, CURLOPT_URL, c->url);
     }
     pthread_mutex_lock(&c->lock);
     if (curl && rc == CURLE_OK)
@@ -332,7 +386,7 @@ static int find_replica(struct call *c, int64_t wait_s)
     char base[1024];
     int queued = 0, rc = -1;
     for (;;) {
-        if (gw_replica_take(c->app.app_id, base, sizeof base, c->instance_id) == 0) {
+        if (gw_replica_take(c->app.app_id, NULL, 0, base, sizeof base, c->instance_id) == 0) {
             snprintf(c->url, sizeof c->url, "%s", base);
             c->has_replica = 1;
             rc = 0;
@@ -474,6 +528,7 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, con
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     if (q.overflow)
         return reply_counted_error(conn, c, 414, "uri_too_long", "the path and query are too long", 0);
+    snprintf(c->path_query, sizeof c->path_query, "%s", c->url + strlen(base));
     const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
     c->upstream_ms = clock_mono_ms();

@@ -29,6 +29,7 @@ static struct replica_count {
     char instance_id[ID_MAX];
     char app_id[ID_MAX]; /* whose replica, for the busy list */
     int outstanding;
+    int64_t refused_until_ms; /* it failed a call unanswered: passed over until then */
 } replicas[GW_MAX_REPLICAS];
 static int n_replicas;
 
@@ -205,24 +206,39 @@ int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64
     return status;
 }
 
-int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance_id)
+static int avoided(const char *id, const char (*avoid)[ID_MAX], size_t n_avoid)
+{
+    for (size_t i = 0; i < n_avoid; i++)
+        if (strcmp(avoid[i], id) == 0)
+            return 1;
+    return 0;
+}
+
+int gw_replica_take(const char *app_id, const char (*avoid)[ID_MAX], size_t n_avoid, char *url, size_t urllen,
+                    char *instance_id)
 {
     int rc = -1;
+    int64_t now = clock_mono_ms();
     pthread_mutex_lock(&lock);
     json_t *app = copy ? find_by(json_object_get(copy, "apps"), "id", app_id) : NULL;
     struct replica_count *best = NULL;
     const char *best_url = NULL;
+    int best_refused = 0;
     size_t i;
     json_t *r;
     json_array_foreach(json_object_get(app, "replicas"), i, r)
     {
         const char *id = json_string_value(json_object_get(r, "instance_id"));
-        struct replica_count *c = id ? replica_slot(id, 1) : NULL;
+        struct replica_count *c = id && !avoided(id, avoid, n_avoid) ? replica_slot(id, 1) : NULL;
         if (!c)
             continue;
-        if (!best || c->outstanding < best->outstanding) {
+        /* One that failed a call unanswered lately only if no other is left:
+         * its agent's health check takes it out of the copy soon. */
+        int refused = c->refused_until_ms > now;
+        if (!best || refused < best_refused || (refused == best_refused && c->outstanding < best->outstanding)) {
             best = c;
             best_url = json_string_value(json_object_get(r, "url"));
+            best_refused = refused;
         }
     }
     if (best && best_url) {
@@ -234,6 +250,15 @@ int gw_replica_take(const char *app_id, char *url, size_t urllen, char *instance
     }
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+void gw_replica_refused(const char *instance_id)
+{
+    pthread_mutex_lock(&lock);
+    struct replica_count *c = replica_slot(instance_id, 0);
+    if (c)
+        c->refused_until_ms = clock_mono_ms() + GW_REFUSED_MS;
+    pthread_mutex_unlock(&lock);
 }
 
 void gw_replica_release(const char *instance_id)

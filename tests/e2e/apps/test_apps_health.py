@@ -6,11 +6,13 @@ gateways' signed copy lists only replicas their agent reports healthy. A
 replica whose server turns unwell (sim-model-server --unwell-file: /health
 503 and no longer listening) is dropped from the copy, an event on the app
 says so, and every later call is served by the healthy replica (a call
-sent to the unwell one could not succeed: nothing of it listens)."""
+sent to the unwell one could not succeed: nothing of it listens). In the
+seconds before the copy drops it, a gateway whose call a replica fails
+before answering a byte sends the call to another one instead of answering 502."""
 import os
 
 from agent_util import poll
-from apps_util import DEADLINE, free_port
+from apps_util import DEADLINE, assert_ledger_ok, free_port
 
 CHAT = "/v1/chat/completions"
 
@@ -85,6 +87,55 @@ def test_unwell_replica_loses_its_calls_to_the_healthy_one(market):
         r = gw.call(slug, CHAT, con.key, json={"messages": [{"role": "user", "content": f"after {i}"}]})
         assert r.status_code == 200, r.text
         assert r.json()["choices"][0]["message"]["content"] == f"after {i}"
+
+
+def test_refused_connection_goes_to_another_replica(market):
+    """The gateway's copy still lists a replica whose server stopped
+    listening (its next sync is ten minutes away): every call is still answered,
+    by the other replica, and each is charged once."""
+    import requests
+    m = market
+    m.fleet(2)
+    pub, con = m.user(), m.user()
+    port = free_port()
+    cmd = m.model_command(port) + ["--unwell-file", "unwell"]
+    app = m.publish(pub, model_port=port, command=cmd, min_replicas=2, max_replicas=2, concurrency_target=100)
+    slug, app_id = app["slug"], app["id"]
+
+    def copy_replicas():
+        r = m.signed("GET", "/internal/gateway/state")
+        apps = [a for a in r.json()["apps"] if a["id"] == app_id]
+        reps = apps[0]["replicas"] if apps else []
+        return reps if len(reps) == 2 else None
+    reps = poll(copy_replicas, DEADLINE, "two healthy replicas in the gateway copy")
+    gw = m.gateway(sync_ms=600_000)
+    # With no call outstanding the gateway takes the first replica its copy
+    # lists: that one stops listening, so the first call is failed unanswered.
+    bad, good = reps[0], reps[1]
+    (wl, name), = m.d.sql("SELECT p.workload_id, n.name FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+                          " WHERE p.instance_id = ?", [bad["instance_id"]])
+    container = os.path.join(m.node_fleet(name).state_dir, "nodes", name, "containers", wl)
+    with open(os.path.join(container, "unwell"), "w"):
+        pass
+
+    def refused():
+        try:
+            requests.get(bad["url"] + "/health", timeout=5)
+            return False
+        except requests.ConnectionError:
+            return True
+    poll(refused, DEADLINE, "the unwell replica to stop listening")
+
+    for i in range(6):
+        r = gw.call(slug, CHAT, con.key, json={"messages": [{"role": "user", "content": f"call {i}"}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] == f"call {i}"
+    # The published port's relay accepts and closes: nothing answered.
+    assert f"replica {bad['instance_id']} of app {app_id} failed a call unanswered" in gw.text()
+    assert f"it goes to replica {good['instance_id']}" in gw.text()
+    calls = m.wait_calls(app_id, 6)
+    assert len(calls) == 6 and all(c[1] == 200 and c[8] == 1 for c in calls), calls
+    assert_ledger_ok(m)
 
 
 def test_replicas_on_one_node_each_answer_their_own_calls(market):
