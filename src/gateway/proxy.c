@@ -372,6 +372,28 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
     return ok;
 }
 
+/* GET /healthz: 200 once a copy is loaded, 503 before; the copy's age and
+ * the good syncs so far in headers, for operators (and tests) to see how
+ * fresh what it serves from is. */
+static enum MHD_Result reply_health(struct MHD_Connection *conn)
+{
+    int64_t syncs, age_ms;
+    gw_copy_info(&syncs, &age_ms);
+    json_t *j = age_ms >= 0 ? json_pack("{s:s, s:I, s:I}", "status", "serving", "copy_age_ms", (json_int_t)age_ms,
+                                        "syncs", (json_int_t)syncs)
+                            : json_pack("{s:{s:s, s:s}}", "error", "code", "no_copy", "message",
+                                        "no copy of the marketplace yet");
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (age_ms < 0)
+        MHD_add_response_header(r, "Retry-After", "1");
+    enum MHD_Result ok = MHD_queue_response(conn, age_ms >= 0 ? 200 : 503, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -588,8 +610,7 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
         return MHD_YES;
     }
     if (strcmp(url, "/healthz") == 0)
-        return reply_error(conn, gw_state_loaded() ? 200 : 503, gw_state_loaded() ? "ok" : "no_copy",
-                           gw_state_loaded() ? "serving" : "no copy of the marketplace yet", 0);
+        return reply_health(conn);
     if (strncmp(url, "/apps/", 6) != 0)
         return reply_error(conn, 404, "not_found", "calls go to /apps/{slug}/…", 0);
     return dispatch(conn, c, url);

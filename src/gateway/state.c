@@ -47,6 +47,12 @@ static struct window {
     int64_t count;
 } windows[GW_MAX_WINDOWS];
 
+/* When the copy was taken, on this machine's monotonic clock: with the
+ * copy's `at` it gives gpurentd's time, which keys' expiries and calls'
+ * minutes are counted in (control_now). */
+static int64_t copy_mono_ms;
+static int64_t syncs; /* good syncs since the start */
+
 static pthread_t sync_thread, report_thread;
 static int stopping;
 static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
@@ -98,13 +104,47 @@ static struct app_count *app_slot(const char *id)
     return a;
 }
 
+/* gpurentd's time now, from the copy's `at` and the time since it came;
+ * this machine's clock before any copy. Called with the lock held. */
+static int64_t control_now(void)
+{
+    json_int_t at = copy ? json_integer_value(json_object_get(copy, "at")) : 0;
+    return at > 0 ? at + (clock_mono_ms() - copy_mono_ms) / 1000 : clock_wall();
+}
+
+/* Calls that other gateways served in the minute for app_id (for key_id
+ * alone, unless NULL), as the copy's recent_calls lists them: so a limit
+ * holds across every gateway, give or take the calls served elsewhere
+ * since their last report reached gpurentd and this gateway's last sync. */
+static int64_t calls_elsewhere(const char *app_id, const char *key_id, int64_t minute)
+{
+    int64_t sum = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(copy, "recent_calls"), i, r)
+    {
+        const char *gateway = json_string_value(json_object_get(r, "gateway_id"));
+        const char *app = json_string_value(json_object_get(r, "app_id"));
+        const char *key = json_string_value(json_object_get(r, "key_id"));
+        if (json_integer_value(json_object_get(r, "minute")) != minute || !gateway || !app ||
+            strcmp(gateway, gw_opts.gateway_id) == 0 || strcmp(app, app_id) != 0 ||
+            (key_id && (!key || strcmp(key, key_id) != 0)))
+            continue;
+        sum += json_integer_value(json_object_get(r, "calls"));
+    }
+    return sum;
+}
+
 /* Counts one call in key's window; 0, or the seconds until the window
- * ends when limit calls were made in it already. */
-static int64_t window_take(const char *key, int64_t limit, int64_t now)
+ * ends when limit calls were made in it already, here and (elsewhere)
+ * through other gateways. */
+static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, int64_t now)
 {
     if (limit <= 0)
         return 0;
     int64_t minute = now / 60;
+    if (elsewhere >= limit)
+        return (minute + 1) * 60 - now;
     struct window *free_slot = NULL;
     for (int i = 0; i < GW_MAX_WINDOWS; i++) {
         struct window *w = &windows[i];
@@ -113,7 +153,7 @@ static int64_t window_take(const char *key, int64_t limit, int64_t now)
                 w->minute = minute;
                 w->count = 0;
             }
-            if (w->count >= limit)
+            if (w->count + elsewhere >= limit)
                 return (minute + 1) * 60 - now;
             w->count++;
             return 0;
@@ -166,9 +206,9 @@ int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64
     *retry_after = 0;
     if (!token || api_key_parse(token, key_id, presented) < 0)
         return snprintf(msg, msglen, "an API key is required: Authorization: Bearer <key>"), 401;
-    int64_t now = clock_wall();
     int status = 0;
     pthread_mutex_lock(&lock);
+    int64_t now = control_now();
     json_t *key = copy ? find_by(json_object_get(copy, "keys"), "id", key_id) : NULL;
     json_t *app = copy ? find_by(json_object_get(copy, "apps"), "slug", slug) : NULL;
     const char *user = key ? json_string_value(json_object_get(key, "user_id")) : NULL;
@@ -184,9 +224,12 @@ int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64
         const char *app_id = json_string_value(json_object_get(app, "id"));
         char wkey[2 * ID_MAX + 2];
         snprintf(wkey, sizeof wkey, "%s/%s", key_id, app_id);
-        int64_t wait = window_take(wkey, json_integer_value(json_object_get(app, "rate_per_key")), now);
+        int64_t minute = now / 60;
+        int64_t wait = window_take(wkey, json_integer_value(json_object_get(app, "rate_per_key")),
+                                   calls_elsewhere(app_id, key_id, minute), now);
         if (!wait)
-            wait = window_take(app_id, json_integer_value(json_object_get(app, "rate_per_app")), now);
+            wait = window_take(app_id, json_integer_value(json_object_get(app, "rate_per_app")),
+                               calls_elsewhere(app_id, NULL, minute), now);
         json_int_t price = json_integer_value(json_object_get(app, "price_request"));
         json_t *funds = json_object_get(json_object_get(copy, "funds"), user);
         json_int_t have = json_integer_value(funds);
@@ -375,6 +418,16 @@ static void sync_once(void)
     pthread_mutex_lock(&lock);
     json_decref(copy);
     copy = fresh;
+    copy_mono_ms = clock_mono_ms();
+    syncs++;
+    pthread_mutex_unlock(&lock);
+}
+
+void gw_copy_info(int64_t *good_syncs, int64_t *age_ms)
+{
+    pthread_mutex_lock(&lock);
+    *good_syncs = syncs;
+    *age_ms = copy ? clock_mono_ms() - copy_mono_ms : -1;
     pthread_mutex_unlock(&lock);
 }
 

@@ -377,16 +377,22 @@ static void resolve_replicas(json_t *apps)
 void api_gateway_state(struct http_request *req)
 {
     struct store *s = store_thread();
-    char *apps_text = NULL, *keys_text = NULL;
+    char *apps_text = NULL, *keys_text = NULL, *calls_text = NULL;
     char (*users)[ID_MAX] = NULL;
     size_t n = 0;
     int64_t now = clock_now();
+    /* Calls of this minute and the last (settled, so dated on this clock,
+     * which the gateways count their minutes in from `at`): each gateway
+     * counts the others' calls against a limit that holds across all. */
+    int64_t since = (now / 60 - 1) * 60;
     if (!s || store_gateway_apps_json(s, &apps_text) != STORE_OK || store_gateway_keys_json(s, now, &keys_text) != STORE_OK ||
+        store_gateway_recent_calls_json(s, since, &calls_text) != STORE_OK ||
         store_gateway_key_users(s, &users, &n) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         goto done;
     }
     json_t *apps = json_loads(apps_text, 0, NULL), *keys = json_loads(keys_text, 0, NULL), *funds = json_object();
+    json_t *calls = json_loads(calls_text, 0, NULL);
     resolve_replicas(apps);
     /* What each consumer may spend now, for the 402 before any work. */
     for (size_t i = 0; i < n; i++) {
@@ -394,11 +400,13 @@ void api_gateway_state(struct http_request *req)
         if (ledger_funds_now(s, users[i], now, &f) == STORE_OK)
             json_object_set_new(funds, users[i], json_integer(f.available));
     }
-    http_reply_json(req, 200, json_pack("{s:I, s:o, s:o, s:o}", "at", (json_int_t)now, "apps", apps ? apps : json_array(),
-                                        "keys", keys ? keys : json_array(), "funds", funds));
+    http_reply_json(req, 200, json_pack("{s:I, s:o, s:o, s:o, s:o}", "at", (json_int_t)now, "apps",
+                                        apps ? apps : json_array(), "keys", keys ? keys : json_array(), "funds", funds,
+                                        "recent_calls", calls ? calls : json_array()));
 done:
     free(apps_text);
     free(keys_text);
+    free(calls_text);
     free(users);
 }
 

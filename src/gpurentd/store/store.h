@@ -1053,6 +1053,9 @@ int store_instance_set_app(struct store *s, const char *instance_id, const char 
  * resolves them. */
 int store_gateway_apps_json(struct store *s, char **json);
 int store_gateway_keys_json(struct store *s, int64_t now, char **json);
+/* Calls of rate-limited apps that started at or after since, as JSON text:
+ * [{"app_id", "key_id", "gateway_id", "minute" (at / 60), "calls"}]. */
+int store_gateway_recent_calls_json(struct store *s, int64_t since, char **json);
 /* Users holding a live API key, for their funds in the gateway state. */
 int store_gateway_key_users(struct store *s, char (**ids)[ID_MAX], size_t *n);
 /* A usage record. */

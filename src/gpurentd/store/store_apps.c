@@ -74,6 +74,13 @@ static const char SQL_GATEWAY_KEYS[] =
     " 'expires_at', coalesce(k.expires_at, 0))), '[]') FROM api_keys k JOIN users u ON u.id = k.user_id"
     " WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at = 0 OR k.expires_at > ?1)"
     " AND u.status = 'active'";
+/* Calls of rate-limited apps reported since ?1, per minute, key and the
+ * gateway that served them (app_calls_by_app takes each app's range). */
+static const char SQL_GATEWAY_RECENT_CALLS[] =
+    "SELECT coalesce(json_group_array(json_object('app_id', app_id, 'key_id', key_id, 'gateway_id', gateway_id,"
+    " 'minute', minute, 'calls', calls)), '[]') FROM (SELECT app_id, key_id, gateway_id, at / 60 AS minute,"
+    " count(*) AS calls FROM app_calls WHERE app_id IN (SELECT id FROM apps WHERE rate_per_key > 0 OR"
+    " rate_per_app > 0) AND at >= ?1 GROUP BY app_id, key_id, gateway_id, minute)";
 static const char SQL_GATEWAY_KEY_USERS[] =
     "SELECT DISTINCT k.user_id FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.revoked_at IS NULL"
     " AND u.status = 'active' ORDER BY k.user_id";
@@ -372,6 +379,15 @@ int store_gateway_keys_json(struct store *s, int64_t now, char **json)
         return STORE_ERROR;
     sqlite3_bind_int64(st, 1, now);
     return json_text(s, st, json, "gateway keys");
+}
+
+int store_gateway_recent_calls_json(struct store *s, int64_t since, char **json)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_GATEWAY_RECENT_CALLS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, since);
+    return json_text(s, st, json, "gateway recent calls");
 }
 
 int store_gateway_key_users(struct store *s, char (**ids)[ID_MAX], size_t *n)

@@ -234,3 +234,75 @@ def test_limits_funds_private_apps_and_revoked_keys(market):
     poll(lambda: gw.call(app["slug"], CHAT, key2["token"], json=msg).status_code == 401, 5, "the revoked key refused")
     assert time.monotonic() - t0 < 5
     assert_ledger_ok(m)
+
+
+def synced(g):
+    """Waits until the gateway took a copy wholly after now: two more good
+    syncs (the first may have begun before), as its /healthz counts them."""
+    def syncs():
+        r = requests.get(g.url + "/healthz", timeout=10)
+        assert r.status_code == 200 and r.json()["status"] == "serving", r.text
+        assert 0 <= r.json()["copy_age_ms"] < 60_000, r.text
+        return r.json()["syncs"]
+    first = syncs()
+    poll(lambda: syncs() >= first + 2, DEADLINE, "two more syncs of the gateway")
+
+
+def test_rate_limits_hold_across_gateways(market):
+    """Limits count every gateway's calls: a key that spent its calls of
+    the minute through one gateway is refused by another once the first
+    one's report reached gpurentd and the second synced, and so is the
+    app's own limit. Limits are per minute of gpurentd's clock, so the test
+    starts early in one."""
+    m = market
+    m.fleet(1)
+    pub, con, con2 = m.user(), m.user(), m.user()
+    app = m.publish(pub, min_replicas=1, rate_limit_per_key=3, rate_limit_per_app=5)
+    slug, app_id = app["slug"], app["id"]
+    a, b = m.gateway(gateway_id="gw-a"), m.gateway(gateway_id="gw-b")
+
+    def ready_in_copy():
+        apps = [x for x in m.signed("GET", "/internal/gateway/state").json()["apps"] if x["id"] == app_id]
+        return apps and apps[0]["replicas"]
+    poll(ready_in_copy, DEADLINE, "a ready replica in the gateways' copy")
+
+    # Minutes are on gpurentd's clock (the state's `at`), as calls are dated.
+    def now():
+        return m.signed("GET", "/internal/gateway/state").json()["at"]
+    poll(lambda: now() % 60 < 30, 40, "the first half of a minute")
+    minute = now() // 60
+    msg = {"messages": [{"role": "user", "content": "hi"}]}
+    for _ in range(2):
+        r = a.call(slug, CHAT, con.key, json=msg)
+        assert r.status_code == 200, r.text
+    m.wait_calls(app_id, 2)
+    state = m.signed("GET", "/internal/gateway/state").json()
+    assert {(c["gateway_id"], c["key_id"], c["minute"], c["calls"]) for c in state["recent_calls"]} == \
+        {("gw-a", con.key_id, minute, 2)}, state["recent_calls"]
+
+    # The key's third call of the minute passes through gw-b, the fourth not.
+    synced(b)
+    r = b.call(slug, CHAT, con.key, json=msg)
+    assert r.status_code == 200, r.text
+    r = b.call(slug, CHAT, con.key, json=msg)
+    assert r.status_code == 429 and 1 <= int(r.headers["Retry-After"]) <= 60, r.text
+    assert "rate limit" in r.json()["error"]["message"]
+    # gw-a refuses it too, once gw-b's call is reported and gw-a synced.
+    m.wait_calls(app_id, 3)
+    synced(a)
+    assert a.call(slug, CHAT, con.key, json=msg).status_code == 429
+
+    # Another key has a limit of its own, but the app's (5 a minute) counts
+    # both keys on both gateways: two more calls, one through each.
+    assert b.call(slug, CHAT, con2.key, json=msg).status_code == 200
+    m.wait_calls(app_id, 4)
+    synced(a)
+    assert a.call(slug, CHAT, con2.key, json=msg).status_code == 200
+    m.wait_calls(app_id, 5)
+    synced(b)
+    r = b.call(slug, CHAT, con2.key, json=msg)
+    assert r.status_code == 429 and 1 <= int(r.headers["Retry-After"]) <= 60, r.text
+    assert a.call(slug, CHAT, con2.key, json=msg).status_code == 429
+    assert len(m.calls(app_id)) == 5
+    assert now() // 60 == minute, "the minute ended mid-test; its limits started again"
+    assert_ledger_ok(m)
