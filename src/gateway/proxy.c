@@ -7,9 +7,10 @@
  * whose agent reports their health check passing, so the gateway probes
  * nothing itself; a replica that fails a call before answering a byte
  * (its server died in the seconds before its agent noticed) is passed over
- * and the call sent to another, up to GW_CONNECT_TRIES replicas. Usage is what the upstream reported in what
- * was handed to the client: the last `usage` of the server-sent events
- * delivered, or of a whole JSON body; never an estimate.
+ * and the call sent to another, up to GW_CONNECT_TRIES replicas. Usage is
+ * what the upstream reported in what was handed to the client: the last
+ * `usage` of the server-sent events delivered, or of a whole JSON body;
+ * never an estimate.
  *
  * When the usage record is written (and fdatasynced, journal.c): for an
  * answer streamed from the replica, in answer_read once the upstream has
@@ -372,9 +373,9 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
     return ok;
 }
 
-/* GET /healthz: 200 once a copy is loaded, 503 before; the copy's age and
- * the good syncs so far in headers, for operators (and tests) to see how
- * fresh what it serves from is. */
+/* GET /healthz: 200 once a copy is loaded, with the copy's age and the
+ * good syncs so far, for operators (and tests) to see how fresh what it
+ * serves from is; 503 before. */
 static enum MHD_Result reply_health(struct MHD_Connection *conn)
 {
     int64_t syncs, age_ms;

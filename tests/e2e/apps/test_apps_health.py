@@ -17,11 +17,16 @@ from apps_util import DEADLINE, assert_ledger_ok, free_port
 CHAT = "/v1/chat/completions"
 
 
-def state_replicas(m, app_id):
+def copy_replicas(m, app_id):
+    """The app's replicas in the gateways' signed state, in its order."""
     r = m.signed("GET", "/internal/gateway/state")
     assert r.status_code == 200, r.text
     app = [a for a in r.json()["apps"] if a["id"] == app_id]
-    return sorted(x["instance_id"] for x in app[0]["replicas"]) if app else []
+    return app[0]["replicas"] if app else []
+
+
+def state_replicas(m, app_id):
+    return sorted(x["instance_id"] for x in copy_replicas(m, app_id))
 
 
 def test_health_path_default_and_patch(market):
@@ -102,12 +107,8 @@ def test_refused_connection_goes_to_another_replica(market):
     app = m.publish(pub, model_port=port, command=cmd, min_replicas=2, max_replicas=2, concurrency_target=100)
     slug, app_id = app["slug"], app["id"]
 
-    def copy_replicas():
-        r = m.signed("GET", "/internal/gateway/state")
-        apps = [a for a in r.json()["apps"] if a["id"] == app_id]
-        reps = apps[0]["replicas"] if apps else []
-        return reps if len(reps) == 2 else None
-    reps = poll(copy_replicas, DEADLINE, "two healthy replicas in the gateway copy")
+    reps = poll(lambda: (lambda reps: reps if len(reps) == 2 else None)(copy_replicas(m, app_id)), DEADLINE,
+                "two healthy replicas in the gateway copy")
     gw = m.gateway(sync_ms=600_000)
     # With no call outstanding the gateway takes the first replica its copy
     # lists: that one stops listening, so the first call is failed unanswered.
@@ -154,12 +155,8 @@ def test_replicas_on_one_node_each_answer_their_own_calls(market):
     app = m.publish(pub, model_port=port, min_replicas=2, max_replicas=2, concurrency_target=100)
     slug, app_id = app["slug"], app["id"]
 
-    def copy_replicas():
-        r = m.signed("GET", "/internal/gateway/state")
-        apps = [a for a in r.json()["apps"] if a["id"] == app_id]
-        reps = apps[0]["replicas"] if apps else []
-        return reps if len(reps) == 2 else None
-    reps = poll(copy_replicas, DEADLINE, "two healthy replicas in the gateway copy")
+    reps = poll(lambda: (lambda reps: reps if len(reps) == 2 else None)(copy_replicas(m, app_id)), DEADLINE,
+                "two healthy replicas in the gateway copy")
     nodes = {n for (n,) in m.d.sql("SELECT DISTINCT node_id FROM instance_nodes p JOIN instances i"
                                    " ON i.id = p.instance_id WHERE i.app_id = ?", [app_id])}
     assert len(nodes) == 1, nodes
