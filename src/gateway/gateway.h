@@ -49,8 +49,6 @@ struct gw_call_app {
 /* state.c */
 int gw_state_start(void);
 void gw_state_stop(void);
-/* Whether a copy has ever been loaded. */
-int gw_state_loaded(void);
 /* Good syncs since the start, and how old the copy is (-1: none yet). */
 void gw_copy_info(int64_t *good_syncs, int64_t *age_ms);
 /* Checks the bearer token, the app's visibility, rate limits and funds for

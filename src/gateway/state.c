@@ -57,14 +57,6 @@ static pthread_t sync_thread, report_thread;
 static int stopping;
 static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
 
-int gw_state_loaded(void)
-{
-    pthread_mutex_lock(&lock);
-    int yes = copy != NULL;
-    pthread_mutex_unlock(&lock);
-    return yes;
-}
-
 static json_t *find_by(json_t *arr, const char *field, const char *value)
 {
     size_t i;

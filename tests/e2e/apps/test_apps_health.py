@@ -25,6 +25,24 @@ def copy_replicas(m, app_id):
     return app[0]["replicas"] if app else []
 
 
+def publish_two_that_can_turn_unwell(m, pub):
+    """An app of two replicas whose servers turn unwell (turn_unwell):
+    (model port, command, app)."""
+    port = free_port()
+    cmd = m.model_command(port) + ["--unwell-file", "unwell"]
+    return port, cmd, m.publish(pub, model_port=port, command=cmd, min_replicas=2, max_replicas=2,
+                                concurrency_target=100)
+
+
+def turn_unwell(m, instance_id):
+    """The replica's sim model server answers /health 503 and stops listening."""
+    (wl, name), = m.d.sql("SELECT p.workload_id, n.name FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+                          " WHERE p.instance_id = ?", [instance_id])
+    container = os.path.join(m.node_fleet(name).state_dir, "nodes", name, "containers", wl)
+    with open(os.path.join(container, "unwell"), "w"):
+        pass
+
+
 def state_replicas(m, app_id):
     return sorted(x["instance_id"] for x in copy_replicas(m, app_id))
 
@@ -43,9 +61,7 @@ def test_unwell_replica_loses_its_calls_to_the_healthy_one(market):
     m = market
     m.fleet(2)
     pub, con = m.user(), m.user()
-    port = free_port()
-    cmd = m.model_command(port) + ["--unwell-file", "unwell"]
-    app = m.publish(pub, model_port=port, command=cmd, min_replicas=2, max_replicas=2, concurrency_target=100)
+    port, cmd, app = publish_two_that_can_turn_unwell(m, pub)
     slug, app_id = app["slug"], app["id"]
     gw = m.gateway()
 
@@ -68,11 +84,7 @@ def test_unwell_replica_loses_its_calls_to_the_healthy_one(market):
         assert r.status_code == 200, r.text
 
     bad, good = reps[0]["instance_id"], reps[1]["instance_id"]
-    (wl, name), = m.d.sql("SELECT p.workload_id, n.name FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
-                          " WHERE p.instance_id = ?", [bad])
-    container = os.path.join(m.node_fleet(name).state_dir, "nodes", name, "containers", wl)
-    with open(os.path.join(container, "unwell"), "w"):
-        pass
+    turn_unwell(m, bad)
 
     poll(lambda: state_replicas(m, app_id) == [good], DEADLINE, "the unwell replica to leave the gateway copy")
     got = m.d.get(f"/v1/apps/{slug}", key=pub.key).json()
@@ -102,9 +114,7 @@ def test_refused_connection_goes_to_another_replica(market):
     m = market
     m.fleet(2)
     pub, con = m.user(), m.user()
-    port = free_port()
-    cmd = m.model_command(port) + ["--unwell-file", "unwell"]
-    app = m.publish(pub, model_port=port, command=cmd, min_replicas=2, max_replicas=2, concurrency_target=100)
+    _, _, app = publish_two_that_can_turn_unwell(m, pub)
     slug, app_id = app["slug"], app["id"]
 
     reps = poll(lambda: (lambda reps: reps if len(reps) == 2 else None)(copy_replicas(m, app_id)), DEADLINE,
@@ -113,11 +123,7 @@ def test_refused_connection_goes_to_another_replica(market):
     # With no call outstanding the gateway takes the first replica its copy
     # lists: that one stops listening, so the first call is failed unanswered.
     bad, good = reps[0], reps[1]
-    (wl, name), = m.d.sql("SELECT p.workload_id, n.name FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
-                          " WHERE p.instance_id = ?", [bad["instance_id"]])
-    container = os.path.join(m.node_fleet(name).state_dir, "nodes", name, "containers", wl)
-    with open(os.path.join(container, "unwell"), "w"):
-        pass
+    turn_unwell(m, bad["instance_id"])
 
     def refused():
         try:
