@@ -53,19 +53,22 @@ static const char SQL_REPLICAS[] =
     " ORDER BY created_at, id";
 static const char SQL_SET_APP[] = "UPDATE instances SET app_id = ?2 WHERE id = ?1";
 /* A replica takes traffic once its instance runs, rank 0 publishes the
- * app's port and its agent reported the app's health check passing (0027). */
+ * app's port and its agent reported the app's health check passing (0027).
+ * Replicas are listed by instance id: gateways break ties between equally
+ * busy replicas by the order, which is then the same on each. */
 static const char SQL_GATEWAY_APPS[] =
     "SELECT coalesce(json_group_array(json(doc)), '[]') FROM (SELECT json_object('id', a.id, 'slug', a.slug,"
     " 'publisher_id', a.publisher_id, 'visibility', a.visibility, 'price_request', a.price_request,"
     " 'price_input_1k', a.price_input_1k, 'price_output_1k', a.price_output_1k, 'price_second', a.price_second,"
     " 'rate_per_key', a.rate_per_key, 'rate_per_app', a.rate_per_app, 'min_replicas', a.min_replicas,"
     " 'allowed', (SELECT json_group_array(x.user_id) FROM app_access x WHERE x.app_id = a.id),"
-    " 'replicas', (SELECT json_group_array(json_object('instance_id', i.id, 'public_host', n.public_host,"
-    "   'agent_url', n.agent_url, 'host_port', (SELECT json_extract(p.value, '$.host') FROM json_each(r.ports) p"
-    "   WHERE json_extract(p.value, '$.container') = a.port)))"
+    " 'replicas', (SELECT json_group_array(json_object('instance_id', id, 'public_host', public_host,"
+    "   'agent_url', agent_url, 'host_port', host_port)) FROM (SELECT i.id, n.public_host, n.agent_url,"
+    "   (SELECT json_extract(p.value, '$.host') FROM json_each(r.ports) p"
+    "   WHERE json_extract(p.value, '$.container') = a.port) AS host_port"
     "   FROM instances i JOIN instance_nodes r ON r.instance_id = i.id AND r.rank = 0"
     "   JOIN nodes n ON n.id = r.node_id WHERE i.app_id = a.id AND i.state = 'running' AND i.desired = 'running'"
-    "   AND r.health = 'healthy'))"
+    "   AND r.health = 'healthy' ORDER BY i.id)))"
     " AS doc FROM apps a WHERE a.deleted_at IS NULL ORDER BY a.id)";
 /* Keys by id with the secret's hash in hex: the gateway compares hashes
  * and never sees a secret. */
