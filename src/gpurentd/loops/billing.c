@@ -22,7 +22,12 @@
  * Only time known to have run is charged: an open interval on a node that
  * has missed a heartbeat is charged up to that node's last good one
  * (ledger_billable_end), and an interval whose end moved back below what was
- * charged gets the difference refunded. Each user is billed in a savepoint
+ * charged gets the difference refunded.
+ *
+ * Users whose funds cover everything they owe, with no credit expired and
+ * nothing to refund, are billed in batches (bulk_txn): read and posted in a
+ * few statements per batch, the same rows the per-user path would post. The
+ * others are billed one by one (bill_user). Each user is billed in a savepoint
  * of their own: one whose billing fails (an overflow, a broken row) is
  * skipped for the pass, logged once per change of reason and counted, and
  * everyone else is billed. */
@@ -37,6 +42,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +89,18 @@ static int owed_at(struct store *s, struct pass *p, const struct billable *b, si
     }
     *out = total;
     return STORE_OK;
+}
+
+/* What a user's statement says of a charge for an interval's card time. */
+static void usage_reason(char *out, size_t size, const struct billable *b)
+{
+    snprintf(out, size, "%lld x %s, %s", (long long)b->card_count, b->gpu_model, b->instance_id);
+}
+
+/* And of a charge for a volume's storage. */
+static void storage_reason(char *out, size_t size, const struct storage_billable *v)
+{
+    snprintf(out, size, "storage, %lld GB, %s (%s)", (long long)v->size_gb, v->volume_id, v->name);
 }
 
 /* Stops every instance of the user that wants to run: funds ran out at t. */
@@ -167,8 +185,7 @@ static int bill_intervals(struct store *s, struct pass *p, const char *user_id, 
         int64_t cut = exhausted ? ledger_billable_end(&b[i], until) : -1;
         if (due > b[i].billed) {
             char reason[160];
-            snprintf(reason, sizeof reason, "%lld x %s, %s", (long long)b[i].card_count, b[i].gpu_model,
-                     b[i].instance_id);
+            usage_reason(reason, sizeof reason, &b[i]);
             if ((rc = ledger_charge(s, user_id, due - b[i].billed, until, b[i].instance_id, b[i].id, reason)) !=
                 STORE_OK) {
                 snprintf(p->why, sizeof p->why, "cannot post usage of interval %lld", (long long)b[i].id);
@@ -235,8 +252,7 @@ static int bill_storage(struct store *s, struct pass *p, const char *user_id, in
         if (due > v[i].billed && left > 0) {
             charged = due - v[i].billed < left ? due - v[i].billed : left;
             char reason[160];
-            snprintf(reason, sizeof reason, "storage, %lld GB, %s (%s)", (long long)v[i].size_gb, v[i].volume_id,
-                     v[i].name);
+            storage_reason(reason, sizeof reason, &v[i]);
             if ((rc = ledger_charge_storage(s, user_id, charged, t, v[i].volume_id, reason)) != STORE_OK) {
                 snprintf(p->why, sizeof p->why, "cannot post storage of volume %s", v[i].volume_id);
                 break;
@@ -429,6 +445,211 @@ void billing_failures(struct billing_failures *out)
     out->users_repeated = atomic_load(&users_failing_again);
 }
 
+/* ------------------------------------------------------------ batches */
+
+#define BATCH_USERS 500 /* users posted per transaction: fewer commits (each an fsync) against a shorter write lock */
+
+/* What a batch posts (struct charge_batch), as it is planned. */
+struct batch_plan {
+    struct ledger_entry *entries; /* room for every interval and volume of the batch */
+    char (*reasons)[160];         /* entries[i].reason, set once planning is done */
+    size_t *first_leg;            /* n_entries + 1 */
+    size_t n_entries;
+    struct ledger_leg *legs;
+    size_t n_legs, cap_legs;
+    struct billed_interval *intervals;
+    size_t n_intervals;
+    struct billed_volume *volumes;
+    size_t n_volumes;
+};
+
+/* Plans a charge of amount to the user as charge_to() posts one: drawn from
+ * their grants g[0..ng) in order, then from their cash. -1 if it cannot be
+ * (the funds read do not cover it, or no memory). */
+static int plan_charge(struct batch_plan *pl, const struct ledger_entry *e, int64_t amount, struct grant *g, size_t ng,
+                       int64_t *cash)
+{
+    if (pl->n_legs + ng + 2 > pl->cap_legs) {
+        size_t cap = 2 * (pl->n_legs + ng + 2);
+        struct ledger_leg *grown = realloc(pl->legs, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        pl->legs = grown;
+        pl->cap_legs = cap;
+    }
+    int64_t left = amount;
+    for (size_t i = 0; i < ng && left > 0; i++) {
+        int64_t take = g[i].remaining < left ? g[i].remaining : left;
+        if (take == 0)
+            continue;
+        struct ledger_leg *l = &pl->legs[pl->n_legs++];
+        memset(l, 0, sizeof *l);
+        snprintf(l->account_id, sizeof l->account_id, "grant:%.31s", g[i].id);
+        snprintf(l->grant_id, sizeof l->grant_id, "%.31s", g[i].id);
+        l->amount = -take;
+        g[i].remaining -= take;
+        left -= take;
+    }
+    if (left > 0) {
+        if (*cash < left)
+            return -1;
+        struct ledger_leg *l = &pl->legs[pl->n_legs++];
+        memset(l, 0, sizeof *l);
+        snprintf(l->account_id, sizeof l->account_id, "cash:%s", e->user_id);
+        l->amount = -left;
+        *cash -= left;
+    }
+    struct ledger_leg *l = &pl->legs[pl->n_legs++];
+    memset(l, 0, sizeof *l);
+    snprintf(l->account_id, sizeof l->account_id, "revenue");
+    l->amount = amount;
+    pl->entries[pl->n_entries++] = *e;
+    pl->first_leg[pl->n_entries] = pl->n_legs;
+    return 0;
+}
+
+/* Plans the user's storage and card time up to now, as bill_until() would
+ * post them, if the user is simple: their funds cover everything owed, no
+ * credit of theirs expired unspent, and nothing is to be refunded. 0 when
+ * planned; -1 when the user must be billed one by one (bill_user). */
+static int plan_user(struct store *s, struct pass *p, struct batch_plan *pl, const struct user_funds *f,
+                     const struct billable *b, size_t nb, const struct storage_billable *v, size_t nv,
+                     struct grant *g, size_t ng)
+{
+    if (!f || f->expired_grants)
+        return -1;
+    int64_t owed = 0, due;
+    for (size_t i = 0; i < nv; i++)
+        if (storage_due_at(s, p, &v[i], p->now, &due) != STORE_OK || due < v[i].billed ||
+            money_add(owed, due - v[i].billed, &owed) != MONEY_OK)
+            return -1;
+    for (size_t i = 0; i < nb; i++)
+        if (due_at(s, p, &b[i], p->now, &due) != STORE_OK || due < b[i].billed ||
+            money_add(owed, due - b[i].billed, &owed) != MONEY_OK)
+            return -1;
+    if ((__int128)owed > (__int128)f->cash + f->credit)
+        return -1;
+    int64_t cash = f->cash;
+    /* Storage first, oldest volume first, then card time, as bill_until. */
+    for (size_t i = 0; i < nv; i++) {
+        if (storage_due_at(s, p, &v[i], p->now, &due) != STORE_OK)
+            return -1;
+        int settled = v[i].deleted_at && v[i].deleted_at <= p->now;
+        if (due > v[i].billed) {
+            storage_reason(pl->reasons[pl->n_entries], sizeof pl->reasons[0], &v[i]);
+            struct ledger_entry e = {
+                .at = p->now, .kind = "storage", .user_id = v[i].user_id, .volume_id = v[i].volume_id};
+            if (plan_charge(pl, &e, due - v[i].billed, g, ng, &cash) != 0)
+                return -1;
+        }
+        if (due > v[i].billed || settled)
+            pl->volumes[pl->n_volumes++] = (struct billed_volume){
+                .volume_id = v[i].volume_id, .billed = due, .billed_to = due > v[i].billed ? p->now : 0,
+                .settled = settled};
+    }
+    for (size_t i = 0; i < nb; i++) {
+        if (due_at(s, p, &b[i], p->now, &due) != STORE_OK)
+            return -1;
+        int settled = b[i].ended_at && b[i].ended_at <= p->now;
+        if (due > b[i].billed) {
+            usage_reason(pl->reasons[pl->n_entries], sizeof pl->reasons[0], &b[i]);
+            struct ledger_entry e = {.at = p->now,
+                                     .kind = "usage",
+                                     .user_id = b[i].user_id,
+                                     .instance_id = b[i].instance_id,
+                                     .interval_id = b[i].id};
+            if (plan_charge(pl, &e, due - b[i].billed, g, ng, &cash) != 0)
+                return -1;
+        }
+        if (due > b[i].billed || settled)
+            pl->intervals[pl->n_intervals++] = (struct billed_interval){b[i].id, due, settled};
+    }
+    return 0;
+}
+
+struct bulk_ctx {
+    struct pass *pass;
+    char (*users)[ID_MAX]; /* the batch, sorted */
+    size_t n;
+    unsigned char *billed; /* out, per user: 1 if billed by the batch */
+};
+
+/* The end of the run of rows from i whose user is user_id, in a list sorted
+ * by user (rows of size bytes, the user id at offset off). */
+static size_t run_end(const void *rows, size_t n, size_t size, size_t off, size_t i, const char *user_id)
+{
+    while (i < n && strcmp((const char *)rows + i * size + off, user_id) == 0)
+        i++;
+    return i;
+}
+
+/* Reads the batch's users, plans every simple one and posts them all in a
+ * few statements; the others are left to be billed one by one. */
+static int bulk_txn(struct store *s, void *vctx)
+{
+    struct bulk_ctx *ctx = vctx;
+    struct pass *p = ctx->pass;
+    memset(ctx->billed, 0, ctx->n);
+    struct billing_batch rd;
+    int rc = store_billing_batch_read(s, ctx->users, ctx->n, p->now, &rd);
+    if (rc != STORE_OK)
+        return rc;
+    size_t room = rd.n_intervals + rd.n_volumes;
+    struct batch_plan pl = {.entries = calloc(room + 1, sizeof *pl.entries),
+                            .reasons = calloc(room + 1, sizeof *pl.reasons),
+                            .first_leg = calloc(room + 1, sizeof *pl.first_leg),
+                            .intervals = calloc(rd.n_intervals + 1, sizeof *pl.intervals),
+                            .volumes = calloc(rd.n_volumes + 1, sizeof *pl.volumes)};
+    if (!pl.entries || !pl.reasons || !pl.first_leg || !pl.intervals || !pl.volumes)
+        rc = STORE_ERROR;
+    size_t bi = 0, vi = 0, fi = 0, gi = 0;
+    for (size_t u = 0; rc == STORE_OK && u < ctx->n; u++) {
+        const char *id = ctx->users[u];
+        /* Every list is sorted by user: skip rows of no user of the batch
+         * (there are none), then take this user's run of each. */
+        while (bi < rd.n_intervals && strcmp(rd.intervals[bi].user_id, id) < 0)
+            bi++;
+        while (vi < rd.n_volumes && strcmp(rd.volumes[vi].user_id, id) < 0)
+            vi++;
+        while (fi < rd.n_funds && strcmp(rd.funds[fi].user_id, id) < 0)
+            fi++;
+        while (gi < rd.n_grants && strcmp(rd.grants[gi].user_id, id) < 0)
+            gi++;
+        size_t bj = run_end(rd.intervals, rd.n_intervals, sizeof *rd.intervals, offsetof(struct billable, user_id),
+                            bi, id);
+        size_t vj = run_end(rd.volumes, rd.n_volumes, sizeof *rd.volumes, offsetof(struct storage_billable, user_id),
+                            vi, id);
+        size_t gj = run_end(rd.grants, rd.n_grants, sizeof *rd.grants, offsetof(struct grant, user_id), gi, id);
+        const struct user_funds *f = fi < rd.n_funds && strcmp(rd.funds[fi].user_id, id) == 0 ? &rd.funds[fi] : NULL;
+        struct batch_plan mark = pl;
+        if (plan_user(s, p, &pl, f, rd.intervals + bi, bj - bi, rd.volumes + vi, vj - vi, rd.grants + gi, gj - gi) == 0)
+            ctx->billed[u] = 1;
+        else { /* left for bill_user: what was planned of them is dropped */
+            pl.n_entries = mark.n_entries;
+            pl.n_legs = mark.n_legs;
+            pl.n_intervals = mark.n_intervals;
+            pl.n_volumes = mark.n_volumes;
+        }
+        bi = bj;
+        vi = vj;
+        gi = gj;
+    }
+    for (size_t i = 0; rc == STORE_OK && i < pl.n_entries; i++)
+        pl.entries[i].reason = pl.reasons[i];
+    struct charge_batch batch = {pl.entries, pl.first_leg, pl.n_entries, pl.legs,
+                                 pl.intervals, pl.n_intervals, pl.volumes, pl.n_volumes};
+    if (rc == STORE_OK)
+        rc = store_charge_batch_post(s, &batch, p->now);
+    free(pl.entries);
+    free(pl.reasons);
+    free(pl.first_leg);
+    free(pl.legs);
+    free(pl.intervals);
+    free(pl.volumes);
+    store_billing_batch_free(&rd);
+    return rc;
+}
+
 /* Grants of users with nothing to bill expire too; after all the batches,
  * so that no user's credit is voided before their usage up to its expiry
  * was drawn from it (bill_user voids the grants of those it bills). */
@@ -438,11 +659,11 @@ static int expire_txn(struct store *s, void *vctx)
     return ledger_expire_grants(s, NULL, p->now);
 }
 
-/* Bills users (sorted) in batches of USERS_PER_TXN, then voids the credit
- * of users with nothing left to bill. */
-static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], const unsigned char *expiries, size_t n)
+/* Bills users (sorted) one by one, in transactions of USERS_PER_TXN. */
+static int bill_one_by_one(struct store *s, struct pass *p, char (*users)[ID_MAX], const unsigned char *expiries,
+                           size_t n, int *stopped)
 {
-    int rc = STORE_OK, stopped = 0;
+    int rc = STORE_OK;
     struct user_result results[USERS_PER_TXN];
     for (size_t off = 0; rc == STORE_OK && off < n; off += USERS_PER_TXN) {
         struct batch_ctx ctx = {p,
@@ -462,8 +683,46 @@ static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], co
                 note_result(ctx.users[i], &results[i]);
                 p->failed += results[i].rc != STORE_OK;
             }
-        stopped |= p->stopped_any;
+        *stopped |= p->stopped_any;
     }
+    return rc;
+}
+
+/* Bills users (sorted): those whose funds cover what they owe in batches of
+ * BATCH_USERS (bulk_txn), the others one by one; then voids the credit of
+ * users with nothing left to bill. A batch that cannot be posted (a row
+ * not as read, a balance that would overflow) is billed one by one too,
+ * where the user at fault is found and skipped alone. */
+static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], const unsigned char *expiries, size_t n)
+{
+    char(*rest)[ID_MAX] = n ? malloc(n * sizeof *rest) : NULL;
+    unsigned char *rest_expiries = n ? malloc(n) : NULL;
+    size_t n_rest = 0;
+    int rc = STORE_OK, stopped = 0;
+    if (rest && rest_expiries) {
+        unsigned char billed[BATCH_USERS];
+        for (size_t off = 0; off < n; off += BATCH_USERS) {
+            struct bulk_ctx ctx = {p, users + off, n - off < BATCH_USERS ? n - off : BATCH_USERS, billed};
+            if (store_txn(s, bulk_txn, &ctx) != STORE_OK) {
+                log_warn("billing: a batch of %zu users could not be posted at once; they are billed one by one",
+                         ctx.n);
+                memset(billed, 0, ctx.n);
+            }
+            struct user_result ok = {.rc = STORE_OK};
+            for (size_t i = 0; i < ctx.n; i++)
+                if (billed[i]) {
+                    note_result(ctx.users[i], &ok);
+                } else {
+                    memcpy(rest[n_rest], ctx.users[i], ID_MAX);
+                    rest_expiries[n_rest++] = !expiries || expiries[off + i];
+                }
+        }
+        rc = bill_one_by_one(s, p, rest, rest_expiries, n_rest, &stopped);
+    } else {
+        rc = bill_one_by_one(s, p, users, expiries, n, &stopped);
+    }
+    free(rest);
+    free(rest_expiries);
     count_failing();
     if (rc == STORE_OK)
         rc = store_txn(s, expire_txn, p);

@@ -763,6 +763,53 @@ int store_user_holdings(struct store *s, const char *user_id, int64_t *cash, int
  * later ends there (never before its start); -1 otherwise. */
 int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled, int64_t exhausted_at);
 
+/* store_batch.c: a batch of users billed together, read and posted in a few
+ * set-based statements each rather than a dozen per user (issue 15). */
+struct billing_batch {
+    struct billable *intervals;         /* unsettled, by user then id */
+    size_t n_intervals;
+    struct storage_billable *volumes;   /* unsettled, by user then age (none while storage is free) */
+    size_t n_volumes;
+    struct user_funds *funds;           /* one per user, by user, as store_funds_to_bill */
+    size_t n_funds;
+    struct grant *grants;               /* spendable in the second before `at`: by user, then in the
+                                         * order charges draw them (store_grants_spendable) */
+    size_t n_grants;
+};
+/* Reads what the users (sorted, distinct) owe and hold at `at`. */
+int store_billing_batch_read(struct store *s, char (*users)[ID_MAX], size_t n, int64_t at, struct billing_batch *out);
+void store_billing_batch_free(struct billing_batch *b);
+/* A batch of charges: each entry's legs (legs[first_leg[i] .. first_leg[i + 1]))
+ * draw on the user's grants and cash and pay the platform, and each grant leg
+ * spends that much of its grant; with what each interval and volume has now
+ * been billed. */
+struct billed_interval {
+    int64_t id;     /* interval */
+    int64_t billed; /* posted for it in all */
+    int settled;    /* ended and paid */
+};
+struct billed_volume {
+    const char *volume_id;
+    int64_t billed;    /* posted for it in all */
+    int64_t billed_to; /* second of this charge, 0 if none */
+    int settled;       /* deleted and paid */
+};
+struct charge_batch {
+    const struct ledger_entry *entries;
+    const size_t *first_leg; /* n_entries + 1 offsets into legs */
+    size_t n_entries;
+    const struct ledger_leg *legs;
+    const struct billed_interval *intervals;
+    size_t n_intervals;
+    const struct billed_volume *volumes;
+    size_t n_volumes;
+};
+/* Posts the batch at `now`: STORE_OK, or an error (nothing of the batch may
+ * be kept: the caller's transaction must roll back) when any row is not as
+ * the batch expects, a user account would go below zero or a balance would
+ * overflow. */
+int store_charge_batch_post(struct store *s, const struct charge_batch *b, int64_t now);
+
 /* store_money_reports.c: what users read about their money. */
 struct ledger_txn_row {
     int64_t id;               /* transaction */

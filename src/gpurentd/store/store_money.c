@@ -32,8 +32,6 @@ static const char SQL_TXN_INSERT[] =
     " created_at, volume_id, reservation_id, app_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_POSTING_INSERT[] =
     "INSERT INTO ledger_postings (transaction_id, account_id, amount, grant_id) VALUES (?, ?, ?, ?)";
-#define GRANT_COLUMNS \
-    "id, user_id, source, amount, remaining, coalesce(expires_at, 0), coalesce(voided_at, 0), created_at"
 static const char SQL_GRANT_INSERT[] =
     "INSERT INTO credit_grants (id, user_id, source, amount, remaining, expires_at, created_at)"
     " VALUES (?, ?, ?, ?, ?, nullif(?, 0), ?)";
@@ -92,17 +90,6 @@ static const char SQL_TOPUP_GET[] = "SELECT " TOPUP_COLUMNS " FROM topups WHERE 
     "SELECT user_id FROM running_intervals WHERE settled = 0 UNION SELECT user_id FROM" \
     " volumes WHERE storage_settled = 0 AND " STORE_STORAGE_PRICED
 static const char SQL_USERS_TO_BILL[] = "SELECT user_id FROM (" USERS_TO_BILL ") ORDER BY user_id";
-/* An open interval on a node that has missed a heartbeat is known to have
- * run only until that node's last good one: billing stops there until the
- * node answers again (its missed_beats back to 0). Whether any node is quiet
- * is asked once per statement (an uncorrelated subquery, through the
- * nodes_quiet index of 0014): nearly always none is, and then no interval
- * pays for looking up its nodes. */
-#define BILLABLE_COLUMNS                                                                                          \
-    "r.id, r.instance_id, r.user_id, r.gpu_model, r.card_count, r.started_at, coalesce(r.ended_at, 0), r.billed," \
-    " CASE WHEN r.ended_at IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE missed_beats > 0)"                       \
-    "   THEN coalesce((SELECT min(coalesce(n.last_seen_at, 0)) FROM instance_nodes p JOIN nodes n"                \
-    "   ON n.id = p.node_id WHERE p.instance_id = r.instance_id AND n.missed_beats > 0), -1) ELSE -1 END"
 static const char SQL_BILLABLES[] =
     "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.user_id = ? AND r.settled = 0 ORDER BY r.id";
 static const char SQL_INTERVAL_GET_OPEN[] =
@@ -250,16 +237,8 @@ static int move_refused(struct store *s, const struct ledger_leg *leg)
     return STORE_ERROR;
 }
 
-int store_ledger_post(struct store *s, const struct ledger_entry *e, const struct ledger_leg *legs, size_t n,
-                      int64_t now)
+int store_ledger_insert(struct store *s, const struct ledger_entry *e, int64_t now, int64_t *id)
 {
-    /* Refuse an unbalanced transaction before touching anything. */
-    __int128 sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += legs[i].amount;
-    /* Every caller builds its legs to balance: one that does not is a bug
-     * that would create or destroy money. */
-    ASSERT(sum == 0 && n >= 2);
     sqlite3_stmt *st = store_stmt(s, SQL_TXN_INSERT);
     if (!st)
         return STORE_ERROR;
@@ -283,16 +262,44 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
     if (e->app_call_id)
         sqlite3_bind_text(st, 12, e->app_call_id, -1, SQLITE_STATIC);
     int rc = store_step_write(s, st, "insert ledger transaction");
+    *id = sqlite3_last_insert_rowid(store_db(s));
+    return rc;
+}
+
+int store_posting_insert(struct store *s, int64_t txn, const struct ledger_leg *leg)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_POSTING_INSERT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, txn);
+    sqlite3_bind_text(st, 2, leg->account_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, leg->amount);
+    if (leg->grant_id[0])
+        sqlite3_bind_text(st, 4, leg->grant_id, -1, SQLITE_STATIC);
+    return store_step_write(s, st, "insert posting");
+}
+
+int store_ledger_post(struct store *s, const struct ledger_entry *e, const struct ledger_leg *legs, size_t n,
+                      int64_t now)
+{
+    /* Refuse an unbalanced transaction before touching anything. */
+    __int128 sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += legs[i].amount;
+    /* Every caller builds its legs to balance: one that does not is a bug
+     * that would create or destroy money. */
+    ASSERT(sum == 0 && n >= 2);
+    int64_t txn;
+    int rc = store_ledger_insert(s, e, now, &txn);
     if (rc != STORE_OK)
         return rc;
-    sqlite3_int64 txn = sqlite3_last_insert_rowid(store_db(s));
     for (size_t i = 0; i < n; i++) {
         if (legs[i].amount == 0)
             continue;
         /* The account is created on its first posting: moved first, and
          * only if that moved nothing, made and moved. */
         for (int attempt = 0;; attempt++) {
-            st = store_stmt(s, SQL_ACCOUNT_MOVE);
+            sqlite3_stmt *st = store_stmt(s, SQL_ACCOUNT_MOVE);
             if (!st)
                 return STORE_ERROR;
             sqlite3_bind_text(st, 1, legs[i].account_id, -1, SQLITE_STATIC);
@@ -319,15 +326,7 @@ int store_ledger_post(struct store *s, const struct ledger_entry *e, const struc
             if ((rc = account_ensure(s, legs[i].account_id, e->user_id)) != STORE_OK)
                 return rc;
         }
-        st = store_stmt(s, SQL_POSTING_INSERT);
-        if (!st)
-            return STORE_ERROR;
-        sqlite3_bind_int64(st, 1, txn);
-        sqlite3_bind_text(st, 2, legs[i].account_id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, legs[i].amount);
-        if (legs[i].grant_id[0])
-            sqlite3_bind_text(st, 4, legs[i].grant_id, -1, SQLITE_STATIC);
-        if ((rc = store_step_write(s, st, "insert posting")) != STORE_OK)
+        if ((rc = store_posting_insert(s, txn, &legs[i])) != STORE_OK)
             return rc;
     }
     return STORE_OK;
@@ -362,7 +361,7 @@ int store_grant_insert(struct store *s, const struct grant *g)
     return store_step_write(s, st, "insert grant");
 }
 
-static void read_grant(sqlite3_stmt *st, void *row)
+void store_read_grant(sqlite3_stmt *st, void *row)
 {
     struct grant *g = row;
     store_column_text(g->id, sizeof g->id, st, 0);
@@ -384,7 +383,7 @@ int store_grants_spendable(struct store *s, const char *user_id, int64_t at, str
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, at);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
-    return store_read_rows(s, st, out, sizeof *out, max, n, read_grant, "spendable grants");
+    return store_read_rows(s, st, out, sizeof *out, max, n, store_read_grant, "spendable grants");
 }
 
 int store_grant_get(struct store *s, const char *user_id, const char *id, struct grant *out)
@@ -394,7 +393,7 @@ int store_grant_get(struct store *s, const char *user_id, const char *id, struct
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
-    return store_read_one(s, st, out, read_grant, "grant");
+    return store_read_one(s, st, out, store_read_grant, "grant");
 }
 
 int store_grants_of(struct store *s, const char *user_id, struct grant *out, size_t max, size_t *n)
@@ -405,7 +404,7 @@ int store_grants_of(struct store *s, const char *user_id, struct grant *out, siz
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
-    return store_read_rows(s, st, out, sizeof *out, max, n, read_grant, "grants of user");
+    return store_read_rows(s, st, out, sizeof *out, max, n, store_read_grant, "grants of user");
 }
 
 int store_grants_expired(struct store *s, const char *user_id, int64_t at, struct grant *out, size_t max, size_t *n)
@@ -418,7 +417,7 @@ int store_grants_expired(struct store *s, const char *user_id, int64_t at, struc
     if (user_id)
         sqlite3_bind_text(st, 2, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
-    return store_read_rows(s, st, out, sizeof *out, max, n, read_grant, "expired grants");
+    return store_read_rows(s, st, out, sizeof *out, max, n, store_read_grant, "expired grants");
 }
 
 static void read_int(sqlite3_stmt *st, void *row)
@@ -600,7 +599,7 @@ int store_users_to_bill(struct store *s, char (**out)[ID_MAX], size_t *n)
     return rc;
 }
 
-static void read_billable(sqlite3_stmt *st, void *row)
+void store_read_billable(sqlite3_stmt *st, void *row)
 {
     struct billable *b = row;
     b->id = sqlite3_column_int64(st, 0);
@@ -620,7 +619,7 @@ int store_interval_get_open(struct store *s, const char *instance_id, struct bil
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
-    return store_read_one(s, st, out, read_billable, "open interval");
+    return store_read_one(s, st, out, store_read_billable, "open interval");
 }
 
 static void read_payer(sqlite3_stmt *st, void *row)
@@ -651,7 +650,7 @@ int store_billables(struct store *s, const char *user_id, struct billable **out,
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
-    return store_collect(s, st, sizeof **out, (void **)out, n, read_billable, "billables");
+    return store_collect(s, st, sizeof **out, (void **)out, n, store_read_billable, "billables");
 }
 
 int store_interval_billed(struct store *s, int64_t id, int64_t billed, int settled, int64_t exhausted_at)
@@ -674,10 +673,10 @@ int store_billables_all(struct store *s, struct billable **out, size_t *n)
     sqlite3_stmt *st = store_stmt(s, SQL_BILLABLES_ALL);
     if (!st)
         return STORE_ERROR;
-    return store_collect(s, st, sizeof **out, (void **)out, n, read_billable, "all billables");
+    return store_collect(s, st, sizeof **out, (void **)out, n, store_read_billable, "all billables");
 }
 
-static void read_user_funds(sqlite3_stmt *st, void *row)
+void store_read_user_funds(sqlite3_stmt *st, void *row)
 {
     struct user_funds *f = row;
     store_column_text(f->user_id, sizeof f->user_id, st, 0);
@@ -695,7 +694,7 @@ int store_funds_to_bill(struct store *s, int64_t at, struct user_funds **out, si
         return STORE_ERROR;
     sqlite3_bind_int64(st, 1, at - 1);
     sqlite3_bind_int64(st, 2, at);
-    return store_collect(s, st, sizeof **out, (void **)out, n, read_user_funds, "funds to bill");
+    return store_collect(s, st, sizeof **out, (void **)out, n, store_read_user_funds, "funds to bill");
 }
 
 int store_user_funds(struct store *s, const char *user_id, int64_t at, int64_t *cash, int64_t *credit)

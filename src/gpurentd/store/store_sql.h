@@ -41,6 +41,32 @@ int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, si
     "id, email, password_hash, role, status, invite_code, created_at, coalesce(email_key, ''), email_display," \
     " coalesce(email_verified_at, 0), coalesce(trial_at, 0), signup_address"
 void store_read_user(sqlite3_stmt *st, void *row);
+/* store_money.c and store_storage.c: the columns billing reads, in order,
+ * and a read() for each (struct grant, struct billable, struct user_funds,
+ * struct storage_billable); store_batch.c reads them for many users at once. */
+#define GRANT_COLUMNS \
+    "id, user_id, source, amount, remaining, coalesce(expires_at, 0), coalesce(voided_at, 0), created_at"
+/* An open interval on a node that has missed a heartbeat is known to have
+ * run only until that node's last good one: billing stops there until the
+ * node answers again (its missed_beats back to 0). Whether any node is quiet
+ * is asked once per statement (an uncorrelated subquery, through the
+ * nodes_quiet index of 0014): nearly always none is, and then no interval
+ * pays for looking up its nodes. */
+#define BILLABLE_COLUMNS                                                                                          \
+    "r.id, r.instance_id, r.user_id, r.gpu_model, r.card_count, r.started_at, coalesce(r.ended_at, 0), r.billed," \
+    " CASE WHEN r.ended_at IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE missed_beats > 0)"                       \
+    "   THEN coalesce((SELECT min(coalesce(n.last_seen_at, 0)) FROM instance_nodes p JOIN nodes n"                \
+    "   ON n.id = p.node_id WHERE p.instance_id = r.instance_id AND n.missed_beats > 0), -1) ELSE -1 END"
+#define STORAGE_COLUMNS                                                                                            \
+    "id, user_id, name, region, size_gb, created_at, coalesce(deleted_at, 0), storage_billed, storage_billed_to"
+/* A ledger transaction's row (*id: its id) and one of its postings, as
+ * store_ledger_post inserts them; balances are the caller's to move. */
+int store_ledger_insert(struct store *s, const struct ledger_entry *e, int64_t now, int64_t *id);
+int store_posting_insert(struct store *s, int64_t txn, const struct ledger_leg *leg);
+void store_read_grant(sqlite3_stmt *st, void *row);
+void store_read_billable(sqlite3_stmt *st, void *row);
+void store_read_user_funds(sqlite3_stmt *st, void *row);
+void store_read_storage_billable(sqlite3_stmt *st, void *row);
 /* A read() for store_collect: column 0 as an id (char[ID_MAX]). */
 void store_read_id(sqlite3_stmt *st, void *row);
 /* store_nodes.c: steps st, an UPDATE of node id that changes a row only

@@ -20,8 +20,6 @@ static const char SQL_STORAGE_PRICE_HISTORY[] =
  * (it may apply to any), of the region's for a region's. */
 static const char SQL_STORAGE_BILLED_UNTIL[] =
     "SELECT coalesce(max(storage_billed_to), 0) FROM volumes WHERE ?1 = '' OR region = ?1";
-#define STORAGE_COLUMNS                                                                                            \
-    "id, user_id, name, region, size_gb, created_at, coalesce(deleted_at, 0), storage_billed, storage_billed_to"
 static const char SQL_STORAGE_BILLABLES[] = "SELECT " STORAGE_COLUMNS " FROM volumes WHERE user_id = ?"
                                             " AND storage_settled = 0 AND " STORE_STORAGE_PRICED
                                             " ORDER BY created_at, id";
@@ -111,7 +109,7 @@ int64_t store_storage_billed_until(struct store *s, const char *region)
     return v;
 }
 
-static void read_storage_billable(sqlite3_stmt *st, void *row)
+void store_read_storage_billable(sqlite3_stmt *st, void *row)
 {
     struct storage_billable *v = row;
     store_column_text(v->volume_id, sizeof v->volume_id, st, 0);
@@ -133,7 +131,7 @@ int store_storage_billables(struct store *s, const char *user_id, struct storage
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
-    return store_collect(s, st, sizeof **out, (void **)out, n, read_storage_billable, "storage billables");
+    return store_collect(s, st, sizeof **out, (void **)out, n, store_read_storage_billable, "storage billables");
 }
 
 int store_storage_billables_all(struct store *s, struct storage_billable **out, size_t *n)
@@ -143,7 +141,7 @@ int store_storage_billables_all(struct store *s, struct storage_billable **out, 
     sqlite3_stmt *st = store_stmt(s, SQL_STORAGE_BILLABLES_ALL);
     if (!st)
         return STORE_ERROR;
-    return store_collect(s, st, sizeof **out, (void **)out, n, read_storage_billable, "all storage billables");
+    return store_collect(s, st, sizeof **out, (void **)out, n, store_read_storage_billable, "all storage billables");
 }
 
 int store_storage_billed(struct store *s, const char *volume_id, int64_t billed, int64_t billed_to, int settled)

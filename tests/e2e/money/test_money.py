@@ -458,3 +458,42 @@ def test_a_user_with_more_grants_than_one_read_spends_them_all(money_cluster):
     [(start, end, billed, _, _)] = c.intervals(iid)
     assert (end - start, billed) == (3000, 8 * MICRO)
     c.wait_state(u, iid, "stopped")
+
+
+def test_users_billed_in_a_batch_and_one_by_one_in_the_same_pass(money_cluster):
+    """One pass bills, in one batch of users, those whose funds cover what
+    they owe (here: one drawing its trial credit and then cash, one whose
+    instance stopped before the pass) and, one by one, one whose funds ran
+    out. Each is charged exactly the formula, in the order credit then cash,
+    and the one out of funds is stopped at the exact second."""
+    c = money_cluster
+    rich, stopped, short = c.signup(), c.signup(), c.signup()
+    c.topup(rich, 20 * MICRO)
+    t0 = c.d.now()
+    a = c.launch(rich, "MI450", 8)
+    b = c.launch(stopped, "MI450", 1)
+    s = c.launch(short, "MI450", 8)
+    c.d.set_clock(t0 + 600)
+    c.stop(stopped, b)
+    c.d.set_clock(t0 + 2 * HOUR)
+    c.billing()
+    # rich: 19.20, the 10.00 of trial credit first, then 9.20 of cash.
+    [(txn,)] = c.d.sql("SELECT max(id) FROM ledger_transactions WHERE user_id = ? AND kind = 'usage'", (rich.id,))
+    [trial] = c.balance(rich)["grants"]
+    assert c.d.sql("SELECT account_id, amount FROM ledger_postings WHERE transaction_id = ? ORDER BY id", (txn,)) == [
+        (f"grant:{trial}", -10 * MICRO), (f"cash:{rich.id}", -9_200_000), ("revenue", 19_200_000)]
+    assert c.spent(rich) == accrue(PRICE["MI450"], 8, 2 * HOUR)
+    assert c.balance(rich)["cash"] == 20 * MICRO - 9_200_000
+    # stopped: 600 s of one card, settled.
+    [(start, end, billed, settled, _)] = c.intervals(b)
+    assert (start, end, billed, settled) == (t0, t0 + 600, accrue(PRICE["MI450"], 1, 600), 1)
+    assert c.spent(stopped) == billed
+    # short: the 10.00 lasts 3 750 s of 8 cards, and the instance stops.
+    [(start, end, billed, settled, reason)] = c.intervals(s)
+    assert (start, end, billed, settled, reason) == (t0, t0 + 3750, 10 * MICRO, 1, "funds exhausted")
+    c.wait_state(short, s, "stopped")
+    # A second pass at the same second posts nothing more.
+    before = c.d.sql("SELECT count(*) FROM ledger_transactions")[0][0]
+    c.billing()
+    assert c.d.sql("SELECT count(*) FROM ledger_transactions")[0][0] == before
+    c.stop(rich, a)
