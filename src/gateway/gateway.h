@@ -10,7 +10,9 @@
  *            that sends demand and usage records (signed, sign.h)
  *   journal.c the usage journal in --state-dir: each record on disk
  *            before its call completes, removed once gpurentd answered
- *            for its id, re-read and resent at start
+ *            for its id, re-read and resent at start; the progress of
+ *            calls being answered, recorded at start for any the last
+ *            gateway did not finish
  *   proxy.c  one call: key, app, limits and funds checked, a replica
  *            chosen (or waited for), the upstream called with libcurl and
  *            its answer streamed through, usage taken from what the
@@ -80,6 +82,10 @@ int gw_journal_open(const char *dir, json_t *recovered);
 /* Appends record and returns once it is on disk (a group fdatasync): 0,
  * or -1 after a log line (the record then lives in memory only). */
 int gw_journal_append(const json_t *record);
+/* Appends what a call still being answered has delivered so far (a usage
+ * record with completed 0): if the gateway ends before the call's record,
+ * the next start records this for it. Not waited on to disk (journal.c). */
+int gw_journal_progress(const json_t *record);
 /* Notes that gpurentd answered for ids (an array of strings), so they are
  * not resent; compacts the file when most of it is answered. */
 void gw_journal_answered(const json_t *ids);

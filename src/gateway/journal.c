@@ -5,19 +5,27 @@
  * what it served and had not yet reported; gpurentd settles an id once, so
  * the resend never charges twice.
  *
- * The file is JSON lines, appended only: a usage record as reported, or
- * {"answered": [ids]} once gpurentd has answered for those ids. The live
- * records are the records whose id no later line answered. It is compacted
- * (the live records written to a temporary file, fsynced, renamed over it,
- * the directory fsynced) at start and whenever most of it is answered, so
- * it holds about one report period of calls in normal running.
+ * The file is JSON lines, appended only: a usage record as reported,
+ * {"answered": [ids]} once gpurentd has answered for those ids, or
+ * {"progress": record} for a call still being answered: what it has
+ * delivered so far, written as it goes (proxy.c). The live records are the
+ * records whose id no later line answered; a call's last progress line
+ * stands for it until its record comes. It is compacted (the live records
+ * and the last progress of each call without a record written to a
+ * temporary file, fsynced, renamed over it, the directory fsynced) at start
+ * and whenever most of it is answered, so it holds about one report period
+ * of calls in normal running. At start, a call that has progress but no
+ * record was cut short by the gateway's end: its last progress becomes its
+ * record (completed 0), so what it delivered is charged.
  *
  * Durability is a group commit: each writer appends its line under the
  * lock, then waits until some fdatasync that began after its write has
  * returned; one writer syncs for all that wrote before it, so calls in
- * parallel share a sync instead of queueing for one each. Answered lines
- * are not synced: losing one only resends records gpurentd answers as
- * duplicates.
+ * parallel share a sync instead of queueing for one each. Answered and
+ * progress lines are not synced: losing an answered line only resends
+ * records gpurentd answers as duplicates, and a progress line is on disk
+ * for any end of the process (a kill), and for a power cut once the next
+ * record's sync has flushed it.
  *
  * Threads: jlock guards the descriptor, the counters and the sync state.
  * A compaction replaces the file under the same descriptor number (dup2),
@@ -49,6 +57,7 @@ static char dir_path[PATH_MAX];           /* the state directory */
 static char file_path[PATH_MAX];          /* dir_path/usage.journal */
 static off_t file_size;                   /* bytes in the file, all whole lines */
 static int64_t records_in_file;           /* record lines since the last compaction */
+static int64_t progress_in_file;          /* progress lines since then */
 static int64_t answered_in_file;          /* ids on answered lines since then */
 static uint64_t written_seq, synced_seq;  /* lines written; lines known to be on disk */
 static int syncing;                       /* a writer is in fdatasync */
@@ -77,16 +86,17 @@ static int append_line(const char *text)
     return rc;
 }
 
-/* Reads path's live records, in order, into records (new references
- * appended). A last line without its newline is a write a crash cut short:
- * skipped and logged, as is any line that is not a record or answered
- * line. 0, or -1 when the file cannot be read (a missing one is empty). */
-static int read_live(const char *path, json_t *records)
+/* Reads path's live records, in order, into records, and the last progress
+ * of each call with no record into progress (new references appended). A
+ * last line without its newline is a write a crash cut short: skipped and
+ * logged, as is any line that is not a record, answered or progress line.
+ * 0, or -1 when the file cannot be read (a missing one is empty). */
+static int read_live(const char *path, json_t *records, json_t *progress)
 {
     FILE *f = fopen(path, "re");
     if (!f)
         return errno == ENOENT ? 0 : -1;
-    json_t *answered = json_object(), *all = json_array();
+    json_t *answered = json_object(), *all = json_array(), *last = json_object(), *order = json_array();
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -100,16 +110,23 @@ static int read_live(const char *path, json_t *records)
         }
         json_t *j = (size_t)n <= JOURNAL_LINE_MAX ? json_loadb(line, (size_t)n - 1, 0, NULL) : NULL;
         json_t *ids = json_object_get(j, "answered");
+        json_t *p = json_object_get(j, "progress");
         const char *id = json_string_value(json_object_get(j, "id"));
+        const char *pid = json_string_value(json_object_get(p, "id"));
         if (json_is_array(ids)) {
             size_t i;
             json_t *v;
             json_array_foreach(ids, i, v) if (json_is_string(v)) json_object_set(answered, json_string_value(v),
                                                                                   json_true());
+        } else if (json_is_object(p) && pid) {
+            if (!json_object_get(last, pid))
+                json_array_append_new(order, json_string(pid));
+            json_object_set(last, pid, p);
         } else if (json_is_object(j) && id) {
             json_array_append(all, j);
         } else {
-            log_warn("gateway: %s line %ld is neither a usage record nor an answered line; skipped", path, lineno);
+            log_warn("gateway: %s line %ld is neither a usage record nor an answered or progress line; skipped",
+                     path, lineno);
         }
         json_decref(j);
     }
@@ -129,16 +146,40 @@ static int read_live(const char *path, json_t *records)
             json_array_append(records, r);
         }
     }
+    json_array_foreach(order, i, r)
+    {
+        const char *id = json_string_value(r);
+        if (!json_object_get(answered, id) && !json_object_get(seen, id))
+            json_array_append(progress, json_object_get(last, id));
+    }
     json_decref(seen);
     json_decref(all);
     json_decref(answered);
+    json_decref(last);
+    json_decref(order);
     return rc;
 }
 
-/* Writes records as the whole journal (temporary file, fdatasync, rename,
- * directory fsync) and makes fd its descriptor. Under jlock, or before any
- * thread uses the journal. */
-static int rewrite(const json_t *records)
+/* One line of the file: a record, or (as_progress) a progress line. */
+static int write_line(int nfd, json_t *record, int as_progress, off_t *size)
+{
+    json_t *wrapped = as_progress ? json_pack("{s:O}", "progress", record) : json_incref(record);
+    char *text = wrapped ? json_dumps(wrapped, JSON_COMPACT) : NULL;
+    json_decref(wrapped);
+    size_t n = text ? strlen(text) : 0;
+    int rc = text ? fd_write_all(nfd, text, n) : -1;
+    if (rc == 0)
+        rc = fd_write_all(nfd, "\n", 1);
+    free(text);
+    if (rc == 0)
+        *size += (off_t)(n + 1);
+    return rc;
+}
+
+/* Writes records and progress lines as the whole journal (temporary file,
+ * fdatasync, rename, directory fsync) and makes fd its descriptor. Under
+ * jlock, or before any thread uses the journal. */
+static int rewrite(const json_t *records, const json_t *progress)
 {
     char tmp[PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", file_path);
@@ -148,18 +189,8 @@ static int rewrite(const json_t *records)
     off_t size = 0;
     size_t i;
     json_t *r;
-    json_array_foreach(records, i, r)
-    {
-        char *text = json_dumps(r, JSON_COMPACT);
-        size_t n = text ? strlen(text) : 0;
-        int rc = text ? fd_write_all(nfd, text, n) : -1;
-        if (rc == 0)
-            rc = fd_write_all(nfd, "\n", 1);
-        free(text);
-        if (rc < 0)
-            goto fail;
-        size += (off_t)(n + 1);
-    }
+    json_array_foreach(records, i, r) if (write_line(nfd, r, 0, &size) < 0) goto fail;
+    json_array_foreach(progress, i, r) if (write_line(nfd, r, 1, &size) < 0) goto fail;
     if (fdatasync(nfd) < 0 || rename(tmp, file_path) < 0)
         goto fail;
     if (dir_fsync(dir_path) < 0)
@@ -173,6 +204,7 @@ static int rewrite(const json_t *records)
     }
     file_size = size;
     records_in_file = (int64_t)json_array_size(records);
+    progress_in_file = (int64_t)json_array_size(progress);
     answered_in_file = 0;
     synced_seq = written_seq; /* every line written so far is live in the new file, or answered */
     pthread_cond_broadcast(&synced_cond);
@@ -183,6 +215,18 @@ fail:;
     unlink(tmp);
     errno = saved;
     return -1;
+}
+
+/* Keeps only what is still owed and the calls' last progress. Under jlock.
+ * The live records are read back from the file itself, so none written
+ * meanwhile by a call can be missed. */
+static void compact(void)
+{
+    json_t *live = json_array(), *progress = json_array();
+    if (read_live(file_path, live, progress) < 0 || rewrite(live, progress) < 0)
+        log_warn("gateway: cannot compact %s: %s; it is tried again later", file_path, strerror(errno));
+    json_decref(live);
+    json_decref(progress);
 }
 
 int gw_journal_open(const char *dir, json_t *recovered)
@@ -208,15 +252,26 @@ int gw_journal_open(const char *dir, json_t *recovered)
             close(lfd);
         return -1;
     }
-    json_t *live = json_array();
-    if (read_live(file_path, live) < 0) {
+    json_t *live = json_array(), *cut = json_array();
+    if (read_live(file_path, live, cut) < 0) {
         fprintf(stderr, "gpurent-gateway: cannot read %s: %s\n", file_path, strerror(errno));
         json_decref(live);
+        json_decref(cut);
         return -1;
     }
+    /* Calls the last gateway was answering when it ended: charged for what
+     * their last progress line says was delivered. */
+    size_t i;
+    json_t *r;
+    json_array_foreach(cut, i, r) json_object_set_new(r, "completed", json_integer(0));
+    if (json_array_size(cut))
+        log_info("gateway: %zu calls were cut short by the last gateway's end; recording what they delivered",
+                 json_array_size(cut));
+    json_array_extend(live, cut);
+    json_decref(cut);
     /* Rewritten at once: the file then ends on a whole line, and holds only
      * what is still owed. */
-    if (rewrite(live) < 0) {
+    if (rewrite(live, NULL) < 0) {
         fprintf(stderr, "gpurent-gateway: cannot write %s: %s\n", file_path, strerror(errno));
         json_decref(live);
         return -1;
@@ -292,18 +347,34 @@ void gw_journal_answered(const json_t *ids)
         else
             answered_in_file += (int64_t)json_array_size(ids);
         /* Everything answered (the usual case between two reports), or a
-         * large file mostly answered: keep only what is still owed. The
-         * live records are read back from the file itself, so none written
-         * meanwhile by a call can be missed. */
+         * large file mostly answered: keep only what is still owed. */
         if (answered_in_file >= records_in_file ||
-            (file_size > JOURNAL_COMPACT_BYTES && 2 * answered_in_file >= records_in_file)) {
-            json_t *live = json_array();
-            if (read_live(file_path, live) < 0 || rewrite(live) < 0)
-                log_warn("gateway: cannot compact %s: %s; it is tried again after the next report", file_path,
-                         strerror(errno));
-            json_decref(live);
-        }
+            (file_size > JOURNAL_COMPACT_BYTES && 2 * answered_in_file >= records_in_file))
+            compact();
     }
     pthread_mutex_unlock(&jlock);
     free(text);
+}
+
+int gw_journal_progress(const json_t *record)
+{
+    json_t *line = json_pack("{s:O}", "progress", record);
+    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    json_decref(line);
+    if (!text)
+        return -1;
+    pthread_mutex_lock(&jlock);
+    int rc = fd >= 0 ? append_line(text) : -1;
+    if (rc == 0)
+        progress_in_file++;
+    /* A long answer with no call ending meanwhile (so no report to compact
+     * after): its older progress lines go once they are most of the file. */
+    if (rc == 0 && file_size > JOURNAL_COMPACT_BYTES && progress_in_file > 2 * records_in_file)
+        compact();
+    pthread_mutex_unlock(&jlock);
+    if (rc < 0)
+        log_warn("gateway: cannot note the progress of call %s in %s", json_string_value(json_object_get(record, "id")),
+                 file_path);
+    free(text);
+    return rc;
 }

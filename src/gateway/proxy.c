@@ -19,9 +19,13 @@
  * which no client takes the answer for complete; for the gateway's own
  * error answers after admission, before the answer is queued. So a client
  * that saw a call complete has its record on disk whatever happens to the
- * gateway next, and a restart resends it. Only a call whose client left
- * mid-answer is recorded after the fact (gw_completed): a gateway killed
- * in that instant forgoes that partial charge, in the consumer's favour. */
+ * gateway next, and a restart resends it. While an answer goes out, its
+ * progress (what it has delivered: status, tokens, time) is journaled when
+ * its first bytes go and then at most every GW_PROGRESS_MS (journal.c): a
+ * gateway that ends mid-answer, or just after its client left mid-answer,
+ * has the call recorded at its next start for what it delivered up to its
+ * last progress line, so at most GW_PROGRESS_MS of an answer goes
+ * uncharged, in the consumer's favour. */
 #include "gateway.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
@@ -38,6 +42,7 @@
 #define GW_BUFFER_MAX (1u << 20)  /* answer bytes waiting for a slow client */
 #define GW_EVENT_MAX (256u << 10) /* one server-sent event */
 #define GW_CONNECT_TRIES 3        /* replicas tried when they fail a call unanswered */
+#define GW_PROGRESS_MS 1000       /* between progress lines of an answer going out */
 
 struct call {
     char *body;
@@ -53,6 +58,8 @@ struct call {
     char method[16];   /* the consumer's, passed on */
     int counted;       /* in the app's in_flight */
     int recorded;      /* its usage record is journaled and queued */
+    char record_id[100]; /* its usage record's id, made on first use; "" before */
+    int64_t progress_ms; /* when its last progress line was written; 0: none yet */
     int has_replica;   /* holds a replica's outstanding count */
     int cold_start;    /* waited for a replica */
     int64_t start_ms, upstream_ms;
@@ -328,6 +335,7 @@ static void *upstream_main(void *vc)
 }
 
 static void finish_usage(struct call *c);
+static void note_progress(struct call *c);
 
 static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
 {
@@ -352,6 +360,7 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
     scan_delivered(c, buf, n);
+    note_progress(c);
     return (ssize_t)n;
 }
 
@@ -428,25 +437,49 @@ static int find_replica(struct call *c, int64_t wait_s)
     return rc;
 }
 
-static void record_usage(struct call *c)
+/* The call's usage as delivered so far (completed: delivered in full), as
+ * gpurentd takes it: its id is made once, so the call's progress lines and
+ * its record name the same call. */
+static json_t *usage_record(struct call *c, int completed)
 {
-    char rid[ID_MAX], id[100];
-    if (id_new("use", rid) < 0)
-        return;
-    snprintf(id, sizeof id, "%.40s-%s", gw_opts.gateway_id, rid + 4);
-    for (char *p = id; *p; p++)
-        if (*p >= 'A' && *p <= 'Z')
-            *p = (char)(*p - 'A' + 'a');
+    if (!c->record_id[0]) {
+        char rid[ID_MAX];
+        if (id_new("use", rid) < 0)
+            return NULL;
+        snprintf(c->record_id, sizeof c->record_id, "%.40s-%s", gw_opts.gateway_id, rid + 4);
+        for (char *p = c->record_id; *p; p++)
+            if (*p >= 'A' && *p <= 'Z')
+                *p = (char)(*p - 'A' + 'a');
+    }
     int64_t now = clock_mono_ms();
     int64_t up = c->upstream_ms ? now - c->upstream_ms : 0;
-    json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", id, "app_id", c->app.app_id,
-                          "user_id", c->app.user_id, "key_id", c->app.key_id, "at", (json_int_t)clock_wall(), "status",
-                          (json_int_t)(c->status_sent > 0 ? c->status_sent : 502), "input_tokens",
-                          (json_int_t)c->input_tokens, "output_tokens", (json_int_t)c->output_tokens, "duration_ms",
-                          (json_int_t)up, "cold_start", (json_int_t)c->cold_start, "completed",
-                          (json_int_t)c->delivered_all);
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", c->record_id, "app_id",
+                     c->app.app_id, "user_id", c->app.user_id, "key_id", c->app.key_id, "at",
+                     (json_int_t)clock_wall(), "status", (json_int_t)(c->status_sent > 0 ? c->status_sent : 502),
+                     "input_tokens", (json_int_t)c->input_tokens, "output_tokens", (json_int_t)c->output_tokens,
+                     "duration_ms", (json_int_t)up, "cold_start", (json_int_t)c->cold_start, "completed",
+                     (json_int_t)completed);
+}
+
+static void record_usage(struct call *c)
+{
+    json_t *r = usage_record(c, c->delivered_all);
     if (r)
         gw_usage_add(r);
+}
+
+/* After answer bytes went out: the call's progress, the first time and
+ * then every GW_PROGRESS_MS (see the top of this file). */
+static void note_progress(struct call *c)
+{
+    int64_t now = clock_mono_ms();
+    if (!c->counted || c->recorded || (c->progress_ms && now - c->progress_ms < GW_PROGRESS_MS))
+        return;
+    c->progress_ms = now;
+    json_t *r = usage_record(c, 0);
+    if (r)
+        gw_journal_progress(r);
+    json_decref(r);
 }
 
 /* Records the call's usage once, from what was delivered: a whole JSON

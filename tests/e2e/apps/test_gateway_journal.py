@@ -6,13 +6,17 @@ journal when it starts again with the same state directory, and every call
 it served is charged exactly once, to the micro-yuan; a record torn by a
 crash mid-write is skipped with a log line; a journal replayed after
 gpurentd had settled its records (the answer lost with the process) charges
-nothing again; answered records leave the journal. `ledger verify` passes."""
+nothing again; answered records leave the journal; a gateway SIGKILLed in
+the middle of a streamed answer has the call charged, at its next start,
+for what its last progress line says was delivered. `ledger verify`
+passes."""
 import json
 import os
 import shutil
+import time
 
 from agent_util import poll
-from apps_util import DEADLINE, assert_ledger_ok
+from apps_util import DEADLINE, assert_ledger_ok, free_port
 
 CHAT = "/v1/chat/completions"
 
@@ -29,6 +33,11 @@ def journal(gw):
 def journal_lines(gw):
     with open(journal(gw), "rb") as f:
         return f.read().splitlines()
+
+
+def records_in(gw):
+    """The journal's usage records (not its progress or answered lines)."""
+    return [j for j in map(json.loads, journal_lines(gw)) if "id" in j]
 
 
 def set_flag(gw, flag, value):
@@ -73,7 +82,7 @@ def test_killed_gateway_resends_its_journal_and_each_call_is_charged_once(market
     for words, stream in (("one", False), ("two words", True), ("three more words", False)):
         n = chat(gw, slug, con.key, words, stream)
         served.append((n, n))
-    assert len(journal_lines(gw)) == len(served), "each call's record is in the journal before its answer ends"
+    assert len(records_in(gw)) == len(served), "each call's record is in the journal before its answer ends"
     gw.kill()
     assert m.calls(app["id"]) == [], "gpurentd heard nothing of the killed gateway's calls"
 
@@ -98,7 +107,7 @@ def test_killed_gateway_resends_its_journal_and_each_call_is_charged_once(market
         n = chat(gw, slug, con.key, words)
         served.append((n, n))
     gw.kill()
-    assert len(journal_lines(gw)) == 2
+    assert len(records_in(gw)) == 2
     m.d.start()
     gw.start()
     rows = m.wait_calls(app["id"], len(served))
@@ -119,4 +128,43 @@ def test_killed_gateway_resends_its_journal_and_each_call_is_charged_once(market
     per_call = drawn_from(m, con, app["id"])
     assert len(per_call) == len(served) and all(txns == 1 for txns, _ in per_call.values()), per_call
     assert sorted(amount for _, amount in per_call.values()) == want, per_call
+    assert_ledger_ok(m)
+
+
+def test_gateway_killed_mid_stream_charges_what_it_had_delivered(market):
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    port = free_port()
+    # 300 tokens 20 ms apart: a stream of about 6 s.
+    app = m.publish(pub, min_replicas=1, model_port=port, command=m.model_command(port, token_ms=20))
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
+         DEADLINE, "a running replica")
+    gw = m.gateway(report_ms=600000)
+    words = " ".join(f"w{i}" for i in range(300))
+    r = gw.call(app["slug"], "/v1/completions", con.key, stream=True, json={"prompt": words, "stream": True})
+    assert r.status_code == 200, r.text
+    seen = []  # the usage of each event the client read
+    start = time.monotonic()
+    for line in r.iter_lines():
+        if line.startswith(b"data: {"):
+            seen.append(json.loads(line[6:])["usage"]["completion_tokens"])
+        if time.monotonic() - start > 2.5:  # past two progress lines (journal.c: GW_PROGRESS_MS)
+            break
+    gw.kill()  # mid-answer: no record, only progress lines
+    r.close()
+    assert records_in(gw) == [] and m.calls(app["id"]) == []
+    progress = [j["progress"] for j in map(json.loads, journal_lines(gw)) if "progress" in j]
+    assert len(progress) >= 2 and len({p["id"] for p in progress}) == 1, progress
+    last = progress[-1]["output_tokens"]
+    assert 0 < last < 300 and seen[0] <= last, (last, seen)
+
+    set_flag(gw, "--report-ms", "150")
+    gw.start()
+    [row] = m.wait_calls(app["id"], 1)
+    assert "cut short by the last gateway's end" in gw.text()
+    status, in_tok, out_tok, charge, completed = row[1], row[2], row[3], row[4], row[8]
+    assert (status, in_tok, out_tok, completed) == (200, 300, last, 0), row
+    assert charge == price(300, last), row
+    poll(lambda: journal_lines(gw) == [], DEADLINE, "the recorded call to leave the journal")
     assert_ledger_ok(m)
