@@ -1,8 +1,9 @@
 /* gateway.h: gpurent-gateway (issue 17), the marketplace's data path, apart
  * from the control plane so it scales on its own and several may run.
  *
- *   main.c   options, the HTTP listener (libmicrohttpd, a thread per
- *            connection), start and stop
+ *   main.c   options, the HTTP listener (libmicrohttpd's thread pool;
+ *            connections that wait are suspended, see proxy.c), start
+ *            and stop
  *   state.c  the last copy of what gpurentd said (apps, ready replicas,
  *            key hashes, funds) and the counters kept against it: in
  *            flight per replica and app, queued, rate-limit windows; the
@@ -94,5 +95,13 @@ void gw_journal_answered(const json_t *ids);
 enum MHD_Result gw_handle(struct MHD_Connection *c, const char *url, const char *method, const char *upload,
                           size_t *upload_size, void **con_cls);
 void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe);
+/* Before the HTTP server stops: calls waiting for a replica, and new ones,
+ * are answered 503; calls in progress get a few seconds to finish, and
+ * then end, so that none is left suspended (libmicrohttpd cannot stop
+ * with one). */
+void gw_proxy_stop(void);
+/* After it: waits up to timeout_ms for the upstream calls still going
+ * (their clients are gone, so each stops at its next callback). */
+void gw_proxy_drain(int64_t timeout_ms);
 
 #endif

@@ -141,6 +141,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return gw_handle(c, url, method, upload, upload_size, con_cls);
 }
 
+/* Threads answering connections. They never wait for a client, a replica
+ * or an upstream; what they may wait for is the journal's fdatasync. */
+#define GW_HTTP_THREADS 4
+
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
@@ -182,12 +186,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpurent-gateway: cannot use --listen %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
         return 2;
     }
+    /* A pool of threads over epoll: a connection waiting for a replica or
+     * an upstream is suspended and holds none of them (proxy.c). */
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
             (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
         0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
         on_done, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)4096, MHD_OPTION_END);
+        (unsigned int)4096, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)GW_HTTP_THREADS, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "gpurent-gateway: cannot listen on %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
         gw_state_stop();
@@ -199,7 +205,10 @@ int main(int argc, char **argv)
     int sig = 0;
     sigwait(&sigs, &sig);
     log_info("gpurent-gateway: stopping (signal %d); sending the last usage records", sig);
+    MHD_quiesce_daemon(d);
+    gw_proxy_stop();
     MHD_stop_daemon(d);
+    gw_proxy_drain(5000);
     gw_state_stop();
     curl_global_cleanup();
     return 0;

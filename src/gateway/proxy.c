@@ -1,9 +1,14 @@
-/* proxy.c: one call through the gateway (see gateway.h). The connection's
- * thread checks the key, the app, the limits and the funds against the
- * copy, takes the replica with the fewest calls outstanding (holding the
- * call while none is ready, up to --cold-start-timeout-s or the client's
- * X-Gpurent-Wait-Seconds), and a libcurl thread calls the upstream while
- * the answer is streamed back as it comes. The copy lists only replicas
+/* proxy.c: one call through the gateway (see gateway.h). A thread of the
+ * HTTP pool checks the key, the app, the limits and the funds against the
+ * copy and takes the replica with the fewest calls outstanding; a libcurl
+ * thread of the call's own then calls the upstream while the answer is
+ * streamed back as it comes. No thread waits for a client or a replica:
+ * while none is ready (up to --cold-start-timeout-s or the client's
+ * X-Gpurent-Wait-Seconds), while the upstream has not answered, and while
+ * the answer has nothing new, the connection is suspended
+ * (libmicrohttpd's suspend and resume), and the waiter thread, or the
+ * upstream thread when something arrives, resumes it. So idle and waiting
+ * connections cost no thread, and a call being answered costs one. The copy lists only replicas
  * whose agent reports their health check passing, so the gateway probes
  * nothing itself; a replica that fails a call before answering a byte
  * (its server died in the seconds before its agent noticed) is passed over
@@ -32,6 +37,7 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +49,18 @@
 #define GW_EVENT_MAX (256u << 10) /* one server-sent event */
 #define GW_CONNECT_TRIES 3        /* replicas tried when they fail a call unanswered */
 #define GW_PROGRESS_MS 1000       /* between progress lines of an answer going out */
+#define GW_STOP_MS 5000           /* at a stop, the longest calls in progress get to end */
+
+/* Where a call is: libmicrohttpd calls the handler again after each
+ * resume, and the phase says what it was waiting for. */
+enum phase {
+    P_REQUEST,      /* the request is arriving */
+    P_WAIT_REPLICA, /* suspended until a replica is ready or its deadline */
+    P_START,        /* a replica was found while it waited */
+    P_NO_REPLICA,   /* none was, by the deadline */
+    P_STOPPED,      /* the gateway stopped while it waited */
+    P_WAIT_HEADERS, /* suspended until the upstream's answer begins (or fails) */
+};
 
 struct call {
     char *body;
@@ -63,14 +81,21 @@ struct call {
     int has_replica;   /* holds a replica's outstanding count */
     int cold_start;    /* waited for a replica */
     int64_t start_ms, upstream_ms;
+    struct MHD_Connection *conn;
+    int phase;              /* enum phase: where the call is between the handler's calls */
+    int64_t wait_s;         /* how long it may wait for a replica */
+    int64_t wait_until_ms;  /* P_WAIT_REPLICA: the deadline */
+    struct call *next_waiting, *next_live, *prev_live;
     /* Shared with the upstream thread. */
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    pthread_t thread;
-    int thread_started;
+    int refs;      /* the connection's, and the upstream thread's while it runs */
+    int suspended; /* the connection is suspended until wake() */
     char *out; /* answer bytes not yet handed to the client */
     size_t out_len;
     int headers_done, finished, client_gone;
+    int body_complete; /* every byte its Content-Length announced has come */
+    curl_off_t body_received; /* answer bytes from the upstream so far */
     long status;
     char up_type[128];
     CURLcode curl_rc;
@@ -84,6 +109,87 @@ struct call {
     int64_t input_tokens, output_tokens;
     int status_sent;
 };
+
+/* Set when the gateway stops: no call waits for a replica any more; and
+ * once the calls in progress had GW_STOP_MS to end: nothing is suspended. */
+static atomic_int stopping, ending;
+
+/* Under c->lock: resumes the connection if it is suspended waiting for the
+ * upstream. A connection only completes while not suspended, so one that
+ * is suspended is still there. */
+static void wake(struct call *c)
+{
+    if (c->suspended) {
+        c->suspended = 0;
+        MHD_resume_connection(c->conn);
+    }
+}
+
+/* Under c->lock: suspends the connection until wake(); 0 when the gateway
+ * is ending (then the caller ends the call instead). */
+static int suspend(struct call *c)
+{
+    if (ending)
+        return 0;
+    c->suspended = 1;
+    MHD_suspend_connection(c->conn);
+    return 1;
+}
+
+/* Every call from its first callback to its completion, for stop, and how
+ * many are not yet freed (their upstream may outlive the connection). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t freed_cond = PTHREAD_COND_INITIALIZER;
+static struct call *live;
+static int64_t calls_unfreed;
+
+static void live_add(struct call *c)
+{
+    pthread_mutex_lock(&live_lock);
+    calls_unfreed++;
+    c->next_live = live;
+    if (live)
+        live->prev_live = c;
+    live = c;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_remove(struct call *c)
+{
+    pthread_mutex_lock(&live_lock);
+    if (c->prev_live)
+        c->prev_live->next_live = c->next_live;
+    else
+        live = c->next_live;
+    if (c->next_live)
+        c->next_live->prev_live = c->prev_live;
+    pthread_cond_broadcast(&freed_cond);
+    pthread_mutex_unlock(&live_lock);
+}
+
+/* Drops one reference; the last frees the call. */
+static void call_unref(struct call *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int last = --c->refs == 0;
+    pthread_mutex_unlock(&c->lock);
+    if (!last)
+        return;
+    /* The replica is busy until its upstream call has ended too. */
+    if (c->has_replica)
+        gw_replica_release(c->instance_id);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    free(c->body);
+    free(c->out);
+    free(c->event);
+    free(c->keep);
+    free(c);
+    pthread_mutex_lock(&live_lock);
+    calls_unfreed--;
+    pthread_cond_broadcast(&freed_cond);
+    pthread_mutex_unlock(&live_lock);
+}
 
 static void take_usage(struct call *c, json_t *j)
 {
@@ -164,7 +270,7 @@ static void headers_in(struct call *c, CURL *curl)
         return;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &c->status);
     c->headers_done = 1;
-    pthread_cond_broadcast(&c->cond);
+    wake(c);
 }
 
 struct up_ctx {
@@ -191,8 +297,15 @@ static size_t up_body(char *p, size_t size, size_t n, void *vctx)
         memcpy(grown + c->out_len, p, len);
         c->out = grown;
         c->out_len += len;
+        /* The whole body is in: the answer can end without waiting for
+         * the transfer's end (one suspend and resume less a call). */
+        curl_off_t want = -1;
+        c->body_received += (curl_off_t)len;
+        if (curl_easy_getinfo(u->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &want) == CURLE_OK && want >= 0 &&
+            c->body_received >= want)
+            c->body_complete = 1;
     }
-    pthread_cond_broadcast(&c->cond);
+    wake(c);
     pthread_mutex_unlock(&c->lock);
     return grown ? len : 0;
 }
@@ -326,11 +439,12 @@ static void *upstream_main(void *vc)
         headers_in(c, curl);
     c->curl_rc = rc;
     c->finished = 1;
-    pthread_cond_broadcast(&c->cond);
+    wake(c);
     pthread_mutex_unlock(&c->lock);
     curl_slist_free_all(hl);
     if (curl)
         curl_easy_cleanup(curl);
+    call_unref(c);
     return NULL;
 }
 
@@ -342,8 +456,12 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     (void)pos;
     struct call *c = vc;
     pthread_mutex_lock(&c->lock);
-    while (c->out_len == 0 && !c->finished)
-        pthread_cond_wait(&c->cond, &c->lock);
+    if (c->out_len == 0 && !c->finished && !c->body_complete) {
+        /* Nothing new: no thread waits for it (the upstream wakes us). */
+        int waiting = suspend(c);
+        pthread_mutex_unlock(&c->lock);
+        return waiting ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
     if (c->out_len == 0) {
         int ok = c->curl_rc == CURLE_OK;
         c->delivered_all = ok;
@@ -404,37 +522,134 @@ static enum MHD_Result reply_health(struct MHD_Connection *conn)
     return ok;
 }
 
-static void sleep_ms(long ms)
+/* Takes a ready replica for the call (one the copy lists: healthy by its
+ * agent's check): 0, or -1 when none is. */
+static int take_replica(struct call *c)
 {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    char base[1024];
+    if (gw_replica_take(c->app.app_id, NULL, 0, base, sizeof base, c->instance_id) != 0)
+        return -1;
+    snprintf(c->url, sizeof c->url, "%s", base);
+    c->has_replica = 1;
+    return 0;
 }
 
-/* A ready replica for the call (one the copy lists: healthy by its
- * agent's check), waiting up to wait_s for one. */
-static int find_replica(struct call *c, int64_t wait_s)
+/* Calls waiting for a replica (suspended), and the thread that looks for
+ * one for each every GW_WAIT_POLL_MS and resumes it when it has one or its
+ * deadline has passed. */
+#define GW_WAIT_POLL_MS 100
+static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wait_cond = PTHREAD_COND_INITIALIZER;
+static struct call *waiting;
+static pthread_t waiter;
+static int waiter_started;
+
+static void *waiter_main(void *arg)
 {
-    int64_t deadline = clock_mono_ms() + wait_s * 1000;
-    char base[1024];
-    int queued = 0, rc = -1;
-    for (;;) {
-        if (gw_replica_take(c->app.app_id, NULL, 0, base, sizeof base, c->instance_id) == 0) {
-            snprintf(c->url, sizeof c->url, "%s", base);
-            c->has_replica = 1;
-            rc = 0;
-            break;
+    (void)arg;
+    pthread_mutex_lock(&wait_lock);
+    while (!stopping) {
+        int64_t now = clock_mono_ms();
+        for (struct call **p = &waiting; *p;) {
+            struct call *c = *p;
+            int found = take_replica(c) == 0;
+            if (!found && now < c->wait_until_ms) {
+                p = &c->next_waiting;
+                continue;
+            }
+            *p = c->next_waiting;
+            c->phase = found ? P_START : P_NO_REPLICA;
+            gw_app_count(c->app.app_id, 0, -1);
+            MHD_resume_connection(c->conn);
         }
-        if (clock_mono_ms() >= deadline)
-            break;
-        if (!queued) {
-            gw_app_count(c->app.app_id, 0, 1); /* the scaler sees demand waiting */
-            queued = c->cold_start = 1;
-        }
-        sleep_ms(100);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += GW_WAIT_POLL_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&wait_cond, &wait_lock, &ts);
     }
-    if (queued)
+    /* Stopping: every call still waiting is answered 503 now. */
+    while (waiting) {
+        struct call *c = waiting;
+        waiting = c->next_waiting;
+        c->phase = P_STOPPED;
         gw_app_count(c->app.app_id, 0, -1);
-    return rc;
+        MHD_resume_connection(c->conn);
+    }
+    pthread_mutex_unlock(&wait_lock);
+    return NULL;
+}
+
+/* Suspends the call until a replica is ready, at most until its
+ * wait_until_ms; counted as queued meanwhile, so the scaler sees demand
+ * waiting. 0, or -1 when it cannot wait (stopping, no waiter thread). */
+static int wait_for_replica(struct call *c)
+{
+    pthread_mutex_lock(&wait_lock);
+    if (!waiter_started && pthread_create(&waiter, NULL, waiter_main, NULL) == 0)
+        waiter_started = 1;
+    if (stopping || !waiter_started) {
+        pthread_mutex_unlock(&wait_lock);
+        return -1;
+    }
+    c->phase = P_WAIT_REPLICA;
+    c->cold_start = 1;
+    gw_app_count(c->app.app_id, 0, 1);
+    c->next_waiting = waiting;
+    waiting = c;
+    /* Under wait_lock, so the waiter cannot resume it before it is suspended. */
+    MHD_suspend_connection(c->conn);
+    pthread_mutex_unlock(&wait_lock);
+    return 0;
+}
+
+/* Waits up to timeout_ms, under live_lock, until *count (or, count NULL,
+ * the live list) is empty. */
+static void wait_until_none(const int64_t *count, int64_t timeout_ms)
+{
+    int64_t until = clock_mono_ms() + timeout_ms;
+    while ((count ? *count > 0 : live != NULL) && clock_mono_ms() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&freed_cond, &live_lock, &ts);
+    }
+}
+
+void gw_proxy_drain(int64_t timeout_ms)
+{
+    pthread_mutex_lock(&live_lock);
+    wait_until_none(&calls_unfreed, timeout_ms);
+    pthread_mutex_unlock(&live_lock);
+}
+
+void gw_proxy_stop(void)
+{
+    pthread_mutex_lock(&wait_lock);
+    stopping = 1;
+    pthread_cond_signal(&wait_cond);
+    int started = waiter_started;
+    pthread_mutex_unlock(&wait_lock);
+    if (started)
+        pthread_join(waiter, NULL);
+    /* Calls in progress get GW_STOP_MS to finish their answers; then those
+     * still waiting for their upstream or for more of its answer end:
+     * libmicrohttpd cannot stop with a connection suspended. Each resumed
+     * call answers (503, or the end of what it had) on a pool thread, and
+     * stopping the server before would drop it unanswered. */
+    pthread_mutex_lock(&live_lock);
+    wait_until_none(NULL, GW_STOP_MS);
+    ending = 1;
+    for (struct call *c = live; c; c = c->next_live) {
+        pthread_mutex_lock(&c->lock);
+        wake(c);
+        pthread_mutex_unlock(&c->lock);
+    }
+    wait_until_none(NULL, 1000);
+    pthread_mutex_unlock(&live_lock);
 }
 
 /* The call's usage as delivered so far (completed: delivered in full), as
@@ -531,7 +746,77 @@ static enum MHD_Result add_arg(void *vq, enum MHD_ValueKind kind, const char *ke
     return q->overflow ? MHD_NO : MHD_YES;
 }
 
-static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, const char *url)
+/* No replica became ready for the call in the time it could wait. */
+static enum MHD_Result reply_no_replica(struct MHD_Connection *conn, struct call *c, const char *url)
+{
+    char msg[256];
+    const char *rest = url + 6, *slash = strchr(rest, '/');
+    int sl = slash ? (int)(slash - rest) : (int)strlen(rest);
+    snprintf(msg, sizeof msg, "no replica of %.*s became ready within %lld s; retry", sl > 40 ? 40 : sl, rest,
+             (long long)c->wait_s);
+    return reply_counted_error(conn, c, 503, "no_replica", msg, 5);
+}
+
+/* The answer has begun (or the upstream failed first): queued as it comes. */
+static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int got = c->headers_done;
+    long up_status = c->status;
+    char type[128];
+    snprintf(type, sizeof type, "%s", c->up_type);
+    pthread_mutex_unlock(&c->lock);
+    if (!got && ending)
+        return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
+    if (!got)
+        return reply_counted_error(conn, c, 502, "bad_gateway", "the replica did not answer", 0);
+    c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
+    c->status_sent = (int)up_status;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, answer_read, c, NULL);
+    if (type[0])
+        MHD_add_response_header(r, "Content-Type", type);
+    if (c->streamed)
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result ok = MHD_queue_response(conn, (unsigned)up_status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* The call has its replica: the upstream thread starts, and the connection
+ * waits (suspended) for the answer to begin. */
+static enum MHD_Result start_upstream(struct MHD_Connection *conn, struct call *c, const char *url)
+{
+    const char *slash = strchr(url + 6, '/'); /* the path after "/apps/{slug}" */
+    char base[sizeof c->url];
+    memcpy(base, c->url, sizeof base);
+    if ((size_t)snprintf(c->url, sizeof c->url, "%s%s", base, slash ? slash : "/") >= sizeof c->url)
+        return reply_counted_error(conn, c, 414, "uri_too_long", "the path is too long", 0);
+    struct query_ctx q = {.c = c};
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
+    if (q.overflow)
+        return reply_counted_error(conn, c, 414, "uri_too_long", "the path and query are too long", 0);
+    snprintf(c->path_query, sizeof c->path_query, "%s", c->url + strlen(base));
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+    snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
+    c->upstream_ms = clock_mono_ms();
+    c->phase = P_WAIT_HEADERS;
+    pthread_t thread;
+    pthread_mutex_lock(&c->lock);
+    c->refs++; /* the upstream thread's */
+    if (pthread_create(&thread, NULL, upstream_main, c) != 0) {
+        c->refs--;
+        pthread_mutex_unlock(&c->lock);
+        return reply_counted_error(conn, c, 500, "internal", "cannot start the upstream call", 0);
+    }
+    pthread_detach(thread);
+    int wait = !c->headers_done && !c->finished && suspend(c);
+    pthread_mutex_unlock(&c->lock);
+    return wait ? MHD_YES : respond(conn, c);
+}
+
+/* A whole request: the key, the app, the limits and the funds, then a
+ * replica now or (suspended) once one is ready. */
+static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const char *url)
 {
     const char *rest = url + 6; /* after "/apps/" */
     const char *slash = strchr(rest, '/');
@@ -572,45 +857,15 @@ static enum MHD_Result dispatch(struct MHD_Connection *conn, struct call *c, con
         if (v < wait_s)
             wait_s = v;
     }
-    if (find_replica(c, wait_s) < 0) {
-        snprintf(msg, sizeof msg, "no replica of %.40s became ready within %lld s; retry", slug, (long long)wait_s);
-        return reply_counted_error(conn, c, 503, "no_replica", msg, 5);
-    }
-    char base[sizeof c->url];
-    memcpy(base, c->url, sizeof base);
-    if ((size_t)snprintf(c->url, sizeof c->url, "%s%s", base, slash ? slash : "/") >= sizeof c->url)
-        return reply_counted_error(conn, c, 414, "uri_too_long", "the path is too long", 0);
-    struct query_ctx q = {.c = c};
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
-    if (q.overflow)
-        return reply_counted_error(conn, c, 414, "uri_too_long", "the path and query are too long", 0);
-    snprintf(c->path_query, sizeof c->path_query, "%s", c->url + strlen(base));
-    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
-    snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
-    c->upstream_ms = clock_mono_ms();
-    if (pthread_create(&c->thread, NULL, upstream_main, c) != 0)
-        return reply_counted_error(conn, c, 500, "internal", "cannot start the upstream call", 0);
-    c->thread_started = 1;
-    pthread_mutex_lock(&c->lock);
-    while (!c->headers_done && !c->finished)
-        pthread_cond_wait(&c->cond, &c->lock);
-    int got = c->headers_done;
-    long up_status = c->status;
-    char type[128];
-    snprintf(type, sizeof type, "%s", c->up_type);
-    pthread_mutex_unlock(&c->lock);
-    if (!got)
-        return reply_counted_error(conn, c, 502, "bad_gateway", "the replica did not answer", 0);
-    c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
-    c->status_sent = (int)up_status;
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, answer_read, c, NULL);
-    if (type[0])
-        MHD_add_response_header(r, "Content-Type", type);
-    if (c->streamed)
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-    enum MHD_Result ok = MHD_queue_response(conn, (unsigned)up_status, r);
-    MHD_destroy_response(r);
-    return ok;
+    if (stopping)
+        return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
+    if (take_replica(c) == 0)
+        return start_upstream(conn, c, url);
+    c->wait_s = wait_s;
+    c->wait_until_ms = clock_mono_ms() + wait_s * 1000;
+    if (wait_s > 0 && wait_for_replica(c) == 0)
+        return MHD_YES;
+    return reply_no_replica(conn, c, url);
 }
 
 enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const char *method, const char *upload,
@@ -623,8 +878,11 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
             return MHD_NO;
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->cond, NULL);
+        c->refs = 1; /* the connection's, until gw_completed */
+        c->conn = conn;
         c->start_ms = clock_mono_ms();
         snprintf(c->method, sizeof c->method, "%s", method);
+        live_add(c);
         *con_cls = c;
         return MHD_YES;
     }
@@ -643,11 +901,24 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
         *upload_size = 0;
         return MHD_YES;
     }
+    /* Called again after a resume: on with what the call waited for. */
+    switch (c->phase) {
+    case P_START:
+        return start_upstream(conn, c, url);
+    case P_NO_REPLICA:
+        return reply_no_replica(conn, c, url);
+    case P_STOPPED:
+        return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
+    case P_WAIT_HEADERS:
+        return respond(conn, c);
+    default:
+        break;
+    }
     if (strcmp(url, "/healthz") == 0)
         return reply_health(conn);
     if (strncmp(url, "/apps/", 6) != 0)
         return reply_error(conn, 404, "not_found", "calls go to /apps/{slug}/…", 0);
-    return dispatch(conn, c, url);
+    return admit(conn, c, url);
 }
 
 void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
@@ -656,27 +927,16 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
     *con_cls = NULL;
     if (!c)
         return;
-    if (c->thread_started) {
-        pthread_mutex_lock(&c->lock);
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-            c->client_gone = 1;
-            c->delivered_all = 0;
-        }
-        pthread_cond_broadcast(&c->cond);
-        pthread_mutex_unlock(&c->lock);
-        pthread_join(c->thread, NULL);
-    }
+    pthread_mutex_lock(&c->lock);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        c->delivered_all = 0;
+    c->client_gone = 1; /* an upstream still going stops at its next callback */
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
     /* A client that left mid-answer: recorded now, for what it got. */
     finish_usage(c);
     if (c->counted)
         gw_app_count(c->app.app_id, -1, 0);
-    if (c->has_replica)
-        gw_replica_release(c->instance_id);
-    pthread_mutex_destroy(&c->lock);
-    pthread_cond_destroy(&c->cond);
-    free(c->body);
-    free(c->out);
-    free(c->event);
-    free(c->keep);
-    free(c);
+    live_remove(c);
+    call_unref(c);
 }

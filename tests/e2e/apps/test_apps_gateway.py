@@ -9,6 +9,8 @@ batch is charged once; the gateway serves from its copy while gpurentd is
 stopped and its reports arrive when it is back; 429, 402, a private app's
 404 and a revoked key's refusal within the sync period."""
 import json
+import socket
+import threading
 import time
 
 import requests
@@ -306,3 +308,71 @@ def test_rate_limits_hold_across_gateways(market):
     assert len(m.calls(app_id)) == 5
     assert now() // 60 == minute, "the minute ended mid-test; its limits started again"
     assert_ledger_ok(m)
+
+
+def gateway_threads(gw):
+    with open(f"/proc/{gw.proc.pid}/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("Threads:")))
+
+
+def test_waiting_and_idle_connections_hold_no_thread(market):
+    """Forty calls waiting for a replica that never becomes ready (the app
+    is on a GPU type with no nodes) and forty idle keep-alive connections:
+    the gateway's threads stay a handful (its HTTP pool, the waiter, sync
+    and report), where a thread per connection would be eighty more. Each
+    waiting call is answered 503 no_replica with Retry-After at its
+    deadline."""
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, gpu_type="MI300X", min_replicas=0)
+    gw = m.gateway()
+    base = gateway_threads(gw)
+    idle = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(40)]
+    results = []
+
+    def call():
+        r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi"},
+                    headers={"X-Gpurent-Wait-Seconds": "8"})
+        results.append((r.status_code, r.json()["error"]["code"], r.headers.get("Retry-After")))
+
+    threads = [threading.Thread(target=call) for _ in range(40)]
+    for t in threads:
+        t.start()
+    # The gateway's demand report says all forty wait (app_demand.queued).
+    poll(lambda: m.d.sql("SELECT queued FROM app_demand WHERE app_id = ?", [app["id"]]) == [(40,)], DEADLINE,
+         "the gateway to report forty calls waiting")
+    waiting = gateway_threads(gw)
+    assert waiting <= base + 2, (base, waiting)
+    for t in threads:
+        t.join()
+    assert results == [(503, "no_replica", "5")] * 40, results
+    for s in idle:
+        s.close()
+
+
+def test_stopping_gateway_answers_its_waiting_calls(market):
+    """SIGTERM while calls wait for a replica (none ever comes): each is
+    answered 503 with Retry-After at once and the gateway exits cleanly,
+    rather than hanging on connections it had suspended."""
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, gpu_type="MI300X", min_replicas=0)
+    gw = m.gateway()
+    results = []
+
+    def call():
+        r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi"},
+                    headers={"X-Gpurent-Wait-Seconds": "60"})
+        results.append((r.status_code, r.json()["error"]["code"], r.headers.get("Retry-After")))
+
+    threads = [threading.Thread(target=call) for _ in range(5)]
+    for t in threads:
+        t.start()
+    poll(lambda: m.d.sql("SELECT queued FROM app_demand WHERE app_id = ?", [app["id"]]) == [(5,)], DEADLINE,
+         "the gateway to report five calls waiting")
+    gw.stop()  # SIGTERM; asserts no sanitizer report
+    for t in threads:
+        t.join()
+    assert results == [(503, "unavailable", "1")] * 5, results
