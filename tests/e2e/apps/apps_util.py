@@ -141,8 +141,11 @@ class Market(Cloud):
             "Content-Type": "application/json"})
 
     def close(self):
+        """Gateways first, then the fleets (Cloud.close): a fleet left running
+        would go on checking its replicas' health for ever."""
         for g in self.gateways:
             g.stop()
+        super().close()
 
 
 def assert_ledger_ok(m):
