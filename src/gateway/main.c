@@ -189,7 +189,7 @@ int main(int argc, char **argv)
     /* A pool of threads over epoll: a connection waiting for a replica or
      * an upstream is suspended and holds none of them (proxy.c). */
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
             (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
         0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
         on_done, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600, MHD_OPTION_CONNECTION_LIMIT,
