@@ -142,8 +142,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 /* Threads answering connections. They never wait for a client, a replica
- * or an upstream; what they may wait for is the journal's fdatasync. */
-#define GW_HTTP_THREADS 4
+ * or an upstream; what they do wait for is the journal's fdatasync before
+ * an answer ends (proxy.c), which holds the thread and every connection it
+ * serves: enough threads that the syncs of parallel calls overlap (and
+ * share one, journal.c) rather than queue. */
+#define GW_HTTP_THREADS 16
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {

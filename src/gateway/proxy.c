@@ -25,12 +25,14 @@
  * error answers after admission, before the answer is queued. So a client
  * that saw a call complete has its record on disk whatever happens to the
  * gateway next, and a restart resends it. While an answer goes out, its
- * progress (what it has delivered: status, tokens, time) is journaled when
- * its first bytes go and then at most every GW_PROGRESS_MS (journal.c): a
+ * progress (what it has delivered: status, tokens, time) is journaled
+ * GW_PROGRESS_MS after its first bytes went and then at most as often (a
+ * short answer writes none; journal.c): a
  * gateway that ends mid-answer, or just after its client left mid-answer,
  * has the call recorded at its next start for what it delivered up to its
  * last progress line, so at most GW_PROGRESS_MS of an answer goes
- * uncharged, in the consumer's favour. */
+ * uncharged (all of one cut in its first GW_PROGRESS_MS), in the
+ * consumer's favour. */
 #include "gateway.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
@@ -77,7 +79,7 @@ struct call {
     int counted;       /* in the app's in_flight */
     int recorded;      /* its usage record is journaled and queued */
     char record_id[100]; /* its usage record's id, made on first use; "" before */
-    int64_t progress_ms; /* when its last progress line was written; 0: none yet */
+    int64_t progress_ms; /* when its last progress line was written (or its first bytes went); 0: before */
     int has_replica;   /* holds a replica's outstanding count */
     int cold_start;    /* waited for a replica */
     int64_t start_ms, upstream_ms;
@@ -688,7 +690,13 @@ static void record_usage(struct call *c)
 static void note_progress(struct call *c)
 {
     int64_t now = clock_mono_ms();
-    if (!c->counted || c->recorded || (c->progress_ms && now - c->progress_ms < GW_PROGRESS_MS))
+    if (!c->counted || c->recorded)
+        return;
+    if (!c->progress_ms) { /* the first bytes: the clock starts (a short answer writes no progress) */
+        c->progress_ms = now;
+        return;
+    }
+    if (now - c->progress_ms < GW_PROGRESS_MS)
         return;
     c->progress_ms = now;
     json_t *r = usage_record(c, 0);
