@@ -315,63 +315,58 @@ def gateway_threads(gw):
         return int(next(line.split()[1] for line in f if line.startswith("Threads:")))
 
 
-def test_waiting_and_idle_connections_hold_no_thread(market):
-    """Forty calls waiting for a replica that never becomes ready (the app
-    is on a GPU type with no nodes) and forty idle keep-alive connections:
-    the gateway's threads stay a handful (its HTTP pool, the waiter, sync
-    and report), where a thread per connection would be eighty more. Each
-    waiting call is answered 503 no_replica with Retry-After at its
-    deadline."""
-    m = market
+def waiting_calls(m, n, wait_s, before=lambda gw: None):
+    """An app on a GPU type with no nodes (no replica ever becomes ready),
+    a gateway, before(gateway), and n calls to it from threads, each
+    allowed wait_s: returns the gateway, the threads and the list their
+    (status, code, Retry-After) go to, once the gateway's demand report
+    says all n wait."""
     m.fleet(1)
     pub, con = m.user(), m.user()
     app = m.publish(pub, gpu_type="MI300X", min_replicas=0)
     gw = m.gateway()
-    base = gateway_threads(gw)
-    idle = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(40)]
+    before(gw)
     results = []
 
     def call():
         r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi"},
-                    headers={"X-Gpurent-Wait-Seconds": "8"})
+                    headers={"X-Gpurent-Wait-Seconds": str(wait_s)})
         results.append((r.status_code, r.json()["error"]["code"], r.headers.get("Retry-After")))
 
-    threads = [threading.Thread(target=call) for _ in range(40)]
+    threads = [threading.Thread(target=call) for _ in range(n)]
     for t in threads:
         t.start()
-    # The gateway's demand report says all forty wait (app_demand.queued).
-    poll(lambda: m.d.sql("SELECT queued FROM app_demand WHERE app_id = ?", [app["id"]]) == [(40,)], DEADLINE,
-         "the gateway to report forty calls waiting")
+    poll(lambda: m.d.sql("SELECT queued FROM app_demand WHERE app_id = ?", [app["id"]]) == [(n,)], DEADLINE,
+         f"the gateway to report {n} calls waiting")
+    return gw, threads, results
+
+
+def test_waiting_and_idle_connections_hold_no_thread(market):
+    """Forty calls waiting for a replica that never becomes ready and forty
+    idle keep-alive connections: the gateway's threads stay those it had
+    (its HTTP pool, the waiter, sync and report), where a thread per
+    connection would be eighty more. Each waiting call is answered 503
+    no_replica with Retry-After at its deadline."""
+    seen = {}
+
+    def before(gw):
+        seen["base"] = gateway_threads(gw)
+        seen["idle"] = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(40)]
+    gw, threads, results = waiting_calls(market, 40, 8, before)
     waiting = gateway_threads(gw)
-    assert waiting <= base + 2, (base, waiting)
+    assert waiting <= seen["base"] + 2, (seen["base"], waiting)
     for t in threads:
         t.join()
-    assert results == [(503, "no_replica", "5")] * 40, results
-    for s in idle:
+    for s in seen["idle"]:
         s.close()
+    assert results == [(503, "no_replica", "5")] * 40, results
 
 
 def test_stopping_gateway_answers_its_waiting_calls(market):
     """SIGTERM while calls wait for a replica (none ever comes): each is
     answered 503 with Retry-After at once and the gateway exits cleanly,
     rather than hanging on connections it had suspended."""
-    m = market
-    m.fleet(1)
-    pub, con = m.user(), m.user()
-    app = m.publish(pub, gpu_type="MI300X", min_replicas=0)
-    gw = m.gateway()
-    results = []
-
-    def call():
-        r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi"},
-                    headers={"X-Gpurent-Wait-Seconds": "60"})
-        results.append((r.status_code, r.json()["error"]["code"], r.headers.get("Retry-After")))
-
-    threads = [threading.Thread(target=call) for _ in range(5)]
-    for t in threads:
-        t.start()
-    poll(lambda: m.d.sql("SELECT queued FROM app_demand WHERE app_id = ?", [app["id"]]) == [(5,)], DEADLINE,
-         "the gateway to report five calls waiting")
+    gw, threads, results = waiting_calls(market, 5, 60)
     gw.stop()  # SIGTERM; asserts no sanitizer report
     for t in threads:
         t.join()
