@@ -536,6 +536,17 @@ static int take_replica(struct call *c)
     return 0;
 }
 
+/* The realtime clock ms from now, for pthread_cond_timedwait. */
+static struct timespec in_ms(long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    return ts;
+}
+
 /* Calls waiting for a replica (suspended), and the thread that looks for
  * one for each every GW_WAIT_POLL_MS and resumes it when it has one or its
  * deadline has passed. */
@@ -564,11 +575,7 @@ static void *waiter_main(void *arg)
             gw_app_count(c->app.app_id, 0, -1);
             MHD_resume_connection(c->conn);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += GW_WAIT_POLL_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = in_ms(GW_WAIT_POLL_MS);
         pthread_cond_timedwait(&wait_cond, &wait_lock, &ts);
     }
     /* Stopping: every call still waiting is answered 503 now. */
@@ -612,11 +619,7 @@ static void wait_until_none(const int64_t *count, int64_t timeout_ms)
 {
     int64_t until = clock_mono_ms() + timeout_ms;
     while ((count ? *count > 0 : live != NULL) && clock_mono_ms() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
+        struct timespec ts = in_ms(50);
         pthread_cond_timedwait(&freed_cond, &live_lock, &ts);
     }
 }

@@ -121,8 +121,20 @@ def sink():
     s.stop()
 
 
+_clouds = []  # made by cloud_for in the running test; their fleets stop after it
+
+
+@pytest.fixture(autouse=True)
+def close_clouds():
+    yield
+    while _clouds:
+        _clouds.pop().close()
+
+
 def cloud_for(new_daemon, tmp_path, **options):
-    return Cloud(new_daemon, tmp_path, options={**FAST_CLOUD, "billing_interval_ms": "3600000", **options})
+    c = Cloud(new_daemon, tmp_path, options={**FAST_CLOUD, "billing_interval_ms": "3600000", **options})
+    _clouds.append(c)
+    return c
 
 
 def check_ledger(d):
