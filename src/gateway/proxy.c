@@ -143,12 +143,13 @@ static int suspend(struct call *c)
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t freed_cond = PTHREAD_COND_INITIALIZER;
 static struct call *live;
-static int64_t calls_unfreed;
+static int64_t calls_live, calls_unfreed; /* in the list; not yet freed */
 
 static void live_add(struct call *c)
 {
     pthread_mutex_lock(&live_lock);
     calls_unfreed++;
+    calls_live++;
     c->next_live = live;
     if (live)
         live->prev_live = c;
@@ -165,6 +166,7 @@ static void live_remove(struct call *c)
         live = c->next_live;
     if (c->next_live)
         c->next_live->prev_live = c->prev_live;
+    calls_live--;
     pthread_cond_broadcast(&freed_cond);
     pthread_mutex_unlock(&live_lock);
 }
@@ -613,12 +615,11 @@ static int wait_for_replica(struct call *c)
     return 0;
 }
 
-/* Waits up to timeout_ms, under live_lock, until *count (or, count NULL,
- * the live list) is empty. */
+/* Waits up to timeout_ms, under live_lock, until *count is 0. */
 static void wait_until_none(const int64_t *count, int64_t timeout_ms)
 {
     int64_t until = clock_mono_ms() + timeout_ms;
-    while ((count ? *count > 0 : live != NULL) && clock_mono_ms() < until) {
+    while (*count > 0 && clock_mono_ms() < until) {
         struct timespec ts = in_ms(50);
         pthread_cond_timedwait(&freed_cond, &live_lock, &ts);
     }
@@ -646,14 +647,14 @@ void gw_proxy_stop(void)
      * call answers (503, or the end of what it had) on a pool thread, and
      * stopping the server before would drop it unanswered. */
     pthread_mutex_lock(&live_lock);
-    wait_until_none(NULL, GW_STOP_MS);
+    wait_until_none(&calls_live, GW_STOP_MS);
     ending = 1;
     for (struct call *c = live; c; c = c->next_live) {
         pthread_mutex_lock(&c->lock);
         wake(c);
         pthread_mutex_unlock(&c->lock);
     }
-    wait_until_none(NULL, 1000);
+    wait_until_none(&calls_live, 1000);
     pthread_mutex_unlock(&live_lock);
 }
 

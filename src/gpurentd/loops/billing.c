@@ -452,7 +452,7 @@ void billing_failures(struct billing_failures *out)
 /* What a batch posts (struct charge_batch), as it is planned. */
 struct batch_plan {
     struct ledger_entry *entries; /* room for every interval and volume of the batch */
-    char (*reasons)[160];         /* entries[i].reason, set once planning is done */
+    char (*reasons)[160];         /* entries[i].reason points at reasons[i] */
     size_t *first_leg;            /* n_entries + 1 */
     size_t n_entries;
     struct ledger_leg *legs;
@@ -509,36 +509,30 @@ static int plan_charge(struct batch_plan *pl, const struct ledger_entry *e, int6
 }
 
 /* Plans the user's storage and card time up to now, as bill_until() would
- * post them, if the user is simple: their funds cover everything owed, no
- * credit of theirs expired unspent, and nothing is to be refunded. 0 when
- * planned; -1 when the user must be billed one by one (bill_user). */
+ * post them, if the user is simple: their funds cover everything owed (each
+ * charge can be drawn from the grants and cash read), no credit of theirs
+ * expired unspent, and nothing is to be refunded. 0 when planned; -1 when
+ * the user must be billed one by one (bill_user), and the caller drops what
+ * was planned of them. */
 static int plan_user(struct store *s, struct pass *p, struct batch_plan *pl, const struct user_funds *f,
                      const struct billable *b, size_t nb, const struct storage_billable *v, size_t nv,
                      struct grant *g, size_t ng)
 {
     if (!f || f->expired_grants)
         return -1;
-    int64_t owed = 0, due;
-    for (size_t i = 0; i < nv; i++)
-        if (storage_due_at(s, p, &v[i], p->now, &due) != STORE_OK || due < v[i].billed ||
-            money_add(owed, due - v[i].billed, &owed) != MONEY_OK)
-            return -1;
-    for (size_t i = 0; i < nb; i++)
-        if (due_at(s, p, &b[i], p->now, &due) != STORE_OK || due < b[i].billed ||
-            money_add(owed, due - b[i].billed, &owed) != MONEY_OK)
-            return -1;
-    if ((__int128)owed > (__int128)f->cash + f->credit)
-        return -1;
-    int64_t cash = f->cash;
+    int64_t cash = f->cash, due;
     /* Storage first, oldest volume first, then card time, as bill_until. */
     for (size_t i = 0; i < nv; i++) {
-        if (storage_due_at(s, p, &v[i], p->now, &due) != STORE_OK)
+        if (storage_due_at(s, p, &v[i], p->now, &due) != STORE_OK || due < v[i].billed)
             return -1;
         int settled = v[i].deleted_at && v[i].deleted_at <= p->now;
         if (due > v[i].billed) {
             storage_reason(pl->reasons[pl->n_entries], sizeof pl->reasons[0], &v[i]);
-            struct ledger_entry e = {
-                .at = p->now, .kind = "storage", .user_id = v[i].user_id, .volume_id = v[i].volume_id};
+            struct ledger_entry e = {.at = p->now,
+                                     .kind = "storage",
+                                     .user_id = v[i].user_id,
+                                     .reason = pl->reasons[pl->n_entries],
+                                     .volume_id = v[i].volume_id};
             if (plan_charge(pl, &e, due - v[i].billed, g, ng, &cash) != 0)
                 return -1;
         }
@@ -548,7 +542,7 @@ static int plan_user(struct store *s, struct pass *p, struct batch_plan *pl, con
                 .settled = settled};
     }
     for (size_t i = 0; i < nb; i++) {
-        if (due_at(s, p, &b[i], p->now, &due) != STORE_OK)
+        if (due_at(s, p, &b[i], p->now, &due) != STORE_OK || due < b[i].billed)
             return -1;
         int settled = b[i].ended_at && b[i].ended_at <= p->now;
         if (due > b[i].billed) {
@@ -556,6 +550,7 @@ static int plan_user(struct store *s, struct pass *p, struct batch_plan *pl, con
             struct ledger_entry e = {.at = p->now,
                                      .kind = "usage",
                                      .user_id = b[i].user_id,
+                                     .reason = pl->reasons[pl->n_entries],
                                      .instance_id = b[i].instance_id,
                                      .interval_id = b[i].id};
             if (plan_charge(pl, &e, due - b[i].billed, g, ng, &cash) != 0)
@@ -634,8 +629,6 @@ static int bulk_txn(struct store *s, void *vctx)
         vi = vj;
         gi = gj;
     }
-    for (size_t i = 0; rc == STORE_OK && i < pl.n_entries; i++)
-        pl.entries[i].reason = pl.reasons[i];
     struct charge_batch batch = {pl.entries, pl.first_leg, pl.n_entries, pl.legs,
                                  pl.intervals, pl.n_intervals, pl.volumes, pl.n_volumes};
     if (rc == STORE_OK)

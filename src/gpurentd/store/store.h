@@ -770,7 +770,8 @@ struct billing_batch {
     size_t n_intervals;
     struct storage_billable *volumes;   /* unsettled, by user then age (none while storage is free) */
     size_t n_volumes;
-    struct user_funds *funds;           /* one per user, by user, as store_funds_to_bill */
+    struct user_funds *funds;           /* one per user, by user, as store_funds_to_bill but with credit 0:
+                                         * grants below hold it */
     size_t n_funds;
     struct grant *grants;               /* spendable in the second before `at`: by user, then in the
                                          * order charges draw them (store_grants_spendable) */

@@ -375,22 +375,25 @@ int store_gateway_apps_json(struct store *s, char **json)
     return st ? json_text(s, st, json, "gateway apps") : STORE_ERROR;
 }
 
-int store_gateway_keys_json(struct store *s, int64_t now, char **json)
+/* json_text of sql with ?1 bound to t. */
+static int json_text_at(struct store *s, const char *sql, int64_t t, char **json, const char *what)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_GATEWAY_KEYS);
+    *json = NULL;
+    sqlite3_stmt *st = store_stmt(s, sql);
     if (!st)
         return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, now);
-    return json_text(s, st, json, "gateway keys");
+    sqlite3_bind_int64(st, 1, t);
+    return json_text(s, st, json, what);
+}
+
+int store_gateway_keys_json(struct store *s, int64_t now, char **json)
+{
+    return json_text_at(s, SQL_GATEWAY_KEYS, now, json, "gateway keys");
 }
 
 int store_gateway_recent_calls_json(struct store *s, int64_t since, char **json)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_GATEWAY_RECENT_CALLS);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, since);
-    return json_text(s, st, json, "gateway recent calls");
+    return json_text_at(s, SQL_GATEWAY_RECENT_CALLS, since, json, "gateway recent calls");
 }
 
 int store_gateway_key_users(struct store *s, char (**ids)[ID_MAX], size_t *n)

@@ -9,8 +9,8 @@
 #include "gpurent/log.h"
 #include "store/store_sql.h"
 
-#include <inttypes.h>
-#include <stdio.h>
+#include <jansson.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,11 +21,10 @@ static const char SQL_BATCH_INTERVALS[] = "SELECT " BILLABLE_COLUMNS " FROM runn
 static const char SQL_BATCH_VOLUMES[] = "SELECT " STORAGE_COLUMNS " FROM volumes WHERE storage_settled = 0"
                                         " AND user_id " IN_BATCH " AND " STORE_STORAGE_PRICED
                                         " ORDER BY user_id, created_at, id";
-/* As SQL_FUNDS_TO_BILL, for the batch's users. */
+/* As SQL_FUNDS_TO_BILL, for the batch's users, without the credit: the
+ * grants' own read has it, grant by grant. */
 static const char SQL_BATCH_FUNDS[] =
-    "SELECT u.value, coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || u.value), 0),"
-    " coalesce((SELECT sum(g.remaining) FROM credit_grants g WHERE g.user_id = u.value AND g.remaining > 0"
-    "   AND g.voided_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > ?2)), 0),"
+    "SELECT u.value, coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || u.value), 0), 0,"
     " EXISTS (SELECT 1 FROM credit_grants g WHERE g.user_id = u.value AND g.remaining > 0"
     "   AND g.voided_at IS NULL AND g.expires_at <= ?3)"
     " FROM json_each(?1) u ORDER BY u.value";
@@ -51,65 +50,6 @@ static const char SQL_BATCH_SPEND[] =
     "UPDATE credit_grants SET remaining = remaining + m.delta FROM (SELECT grant_id, sum(amount) AS delta"
     " FROM ledger_postings WHERE transaction_id > ?1 AND grant_id IS NOT NULL GROUP BY grant_id) m"
     " WHERE credit_grants.id = m.grant_id AND m.delta < 0 AND remaining + m.delta >= 0 AND voided_at IS NULL";
-/* ------------------------------------------------------------ JSON text */
-
-/* A growing JSON text; any failed allocation is remembered and reported
- * once, at the end. */
-struct jtext {
-    char *p;
-    size_t len, cap;
-    int failed;
-};
-
-static void jt_raw(struct jtext *t, const char *s, size_t n)
-{
-    if (t->failed)
-        return;
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap < t->len + n + 1)
-            cap *= 2;
-        char *grown = realloc(t->p, cap);
-        if (!grown) {
-            t->failed = 1;
-            return;
-        }
-        t->p = grown;
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    t->p[t->len] = '\0';
-}
-
-static void jt_char(struct jtext *t, char c)
-{
-    jt_raw(t, &c, 1);
-}
-
-/* A string (NULL: null), escaped as RFC 8259 asks; other bytes as they are. */
-static void jt_str(struct jtext *t, const char *s)
-{
-    if (!s) {
-        jt_raw(t, "null", 4);
-        return;
-    }
-    jt_char(t, '"');
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            jt_char(t, '\\');
-            jt_char(t, (char)*c);
-        } else if (*c < 0x20) {
-            char esc[8];
-            snprintf(esc, sizeof esc, "\\u%04x", *c);
-            jt_raw(t, esc, 6);
-        } else {
-            jt_char(t, (char)*c);
-        }
-    }
-    jt_char(t, '"');
-}
-
 /* ------------------------------------------------------------ reads */
 
 static int read_for_batch(struct store *s, const char *sql, const char *users, int64_t at, size_t size, void **out,
@@ -130,28 +70,26 @@ static int read_for_batch(struct store *s, const char *sql, const char *users, i
 int store_billing_batch_read(struct store *s, char (*users)[ID_MAX], size_t n, int64_t at, struct billing_batch *out)
 {
     memset(out, 0, sizeof *out);
-    struct jtext ids = {0};
-    for (size_t i = 0; i < n; i++) {
-        jt_char(&ids, ids.len ? ',' : '[');
-        jt_str(&ids, users[i]);
-    }
-    jt_raw(&ids, ids.len ? "]" : "[]", ids.len ? 1 : 2);
-    if (ids.failed) {
-        free(ids.p);
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < n; i++)
+        if (json_array_append_new(list, json_string(users[i])) < 0)
+            json_decref(list), list = NULL;
+    char *ids = list ? json_dumps(list, JSON_COMPACT) : NULL;
+    json_decref(list);
+    if (!ids)
         return STORE_ERROR;
-    }
-    int rc = read_for_batch(s, SQL_BATCH_INTERVALS, ids.p, at, sizeof *out->intervals, (void **)&out->intervals,
+    int rc = read_for_batch(s, SQL_BATCH_INTERVALS, ids, at, sizeof *out->intervals, (void **)&out->intervals,
                             &out->n_intervals, store_read_billable, "batch intervals");
     if (rc == STORE_OK)
-        rc = read_for_batch(s, SQL_BATCH_VOLUMES, ids.p, at, sizeof *out->volumes, (void **)&out->volumes,
+        rc = read_for_batch(s, SQL_BATCH_VOLUMES, ids, at, sizeof *out->volumes, (void **)&out->volumes,
                             &out->n_volumes, store_read_storage_billable, "batch volumes");
     if (rc == STORE_OK)
-        rc = read_for_batch(s, SQL_BATCH_FUNDS, ids.p, at, sizeof *out->funds, (void **)&out->funds, &out->n_funds,
+        rc = read_for_batch(s, SQL_BATCH_FUNDS, ids, at, sizeof *out->funds, (void **)&out->funds, &out->n_funds,
                             store_read_user_funds, "batch funds");
     if (rc == STORE_OK)
-        rc = read_for_batch(s, SQL_BATCH_GRANTS, ids.p, at, sizeof *out->grants, (void **)&out->grants,
+        rc = read_for_batch(s, SQL_BATCH_GRANTS, ids, at, sizeof *out->grants, (void **)&out->grants,
                             &out->n_grants, store_read_grant, "batch grants");
-    free(ids.p);
+    free(ids);
     if (rc != STORE_OK)
         store_billing_batch_free(out);
     return rc;
@@ -213,10 +151,7 @@ int store_charge_batch_post(struct store *s, const struct charge_batch *b, int64
     int rc = STORE_OK;
     int64_t first = 0;
     for (size_t i = 0; rc == STORE_OK && i < b->n_entries; i++) {
-        __int128 sum = 0;
-        for (size_t k = b->first_leg[i]; k < b->first_leg[i + 1]; k++)
-            sum += b->legs[k].amount;
-        ASSERT(sum == 0 && b->first_leg[i + 1] - b->first_leg[i] >= 2);
+        store_legs_balanced(b->legs + b->first_leg[i], b->first_leg[i + 1] - b->first_leg[i]);
         /* Only charges for card time and storage come in batches. */
         const struct ledger_entry *e = &b->entries[i];
         ASSERT(!e->grant_id && !e->topup_id && !e->reservation_id && !e->app_call_id);

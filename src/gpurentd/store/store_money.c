@@ -237,6 +237,16 @@ static int move_refused(struct store *s, const struct ledger_leg *leg)
     return STORE_ERROR;
 }
 
+void store_legs_balanced(const struct ledger_leg *legs, size_t n)
+{
+    __int128 sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += legs[i].amount;
+    /* Every caller builds its legs to balance: one that does not is a bug
+     * that would create or destroy money. */
+    ASSERT(sum == 0 && n >= 2);
+}
+
 int store_ledger_insert(struct store *s, const struct ledger_entry *e, int64_t now, int64_t *id)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_TXN_INSERT);
@@ -282,13 +292,7 @@ int store_posting_insert(struct store *s, int64_t txn, const struct ledger_leg *
 int store_ledger_post(struct store *s, const struct ledger_entry *e, const struct ledger_leg *legs, size_t n,
                       int64_t now)
 {
-    /* Refuse an unbalanced transaction before touching anything. */
-    __int128 sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += legs[i].amount;
-    /* Every caller builds its legs to balance: one that does not is a bug
-     * that would create or destroy money. */
-    ASSERT(sum == 0 && n >= 2);
+    store_legs_balanced(legs, n); /* before touching anything */
     int64_t txn;
     int rc = store_ledger_insert(s, e, now, &txn);
     if (rc != STORE_OK)

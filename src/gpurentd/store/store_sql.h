@@ -59,6 +59,8 @@ void store_read_user(sqlite3_stmt *st, void *row);
     "   ON n.id = p.node_id WHERE p.instance_id = r.instance_id AND n.missed_beats > 0), -1) ELSE -1 END"
 #define STORAGE_COLUMNS                                                                                            \
     "id, user_id, name, region, size_gb, created_at, coalesce(deleted_at, 0), storage_billed, storage_billed_to"
+/* Asserts that legs make a transaction: at least two, summing to zero. */
+void store_legs_balanced(const struct ledger_leg *legs, size_t n);
 /* A ledger transaction's row (*id: its id) and one of its postings, as
  * store_ledger_post inserts them; balances are the caller's to move. */
 int store_ledger_insert(struct store *s, const struct ledger_entry *e, int64_t now, int64_t *id);
