@@ -2,7 +2,10 @@
  * server the sim runtime runs as an app replica's command (issue 17), so
  * the marketplace, the gateway and the scaler run without GPUs. POST
  * /v1/chat/completions and /v1/completions echo the input word by word,
- * each output word ("token") after --token-ms, with `usage` counts; with
+ * each output word ("token") after --token-ms, with `usage` counts; a
+ * `max_tokens` cuts the echo short or, above the input's length, repeats
+ * the input until it is reached (up to MODEL_TOKENS_MAX), as a model
+ * generating up to its limit would; with
  * "stream": true the words go out as server-sent events, each chunk
  * carrying the usage so far (as vLLM's continuous usage stats do), the last
  * one the totals, then "data: [DONE]". An input holding "__fail__" answers
@@ -34,6 +37,7 @@
 
 #define MODEL_BODY_MAX (1 << 20)
 #define MODEL_WORDS_MAX 4096
+#define MODEL_TOKENS_MAX 100000
 
 struct model_opts {
     int port;
@@ -63,7 +67,8 @@ struct body {
 /* A streamed answer: the words to send and how far it got. */
 struct stream {
     char *words[MODEL_WORDS_MAX];
-    int n, sent, done_sent, chat;
+    int nwords;             /* in words */
+    int n, sent, done_sent, chat; /* n: the tokens to send */
     long input_tokens;
     char pending[1024]; /* the event being written */
     size_t plen, poff;
@@ -134,7 +139,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (st->sent < st->n) {
             sleep_ms(st->sent == 0 ? opts.first_token_ms : opts.token_ms);
             char piece[600];
-            snprintf(piece, sizeof piece, "%s%s", st->sent ? " " : "", st->words[st->sent]);
+            snprintf(piece, sizeof piece, "%s%s", st->sent ? " " : "", st->words[st->sent % st->nwords]);
             st->sent++;
             json_t *choice = st->chat ? json_pack("{s:i, s:{s:s}, s:n}", "index", 0, "delta", "content", piece,
                                                   "finish_reason")
@@ -160,7 +165,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     struct stream *st = cls;
-    for (int i = 0; i < st->n; i++)
+    for (int i = 0; i < st->nwords; i++)
         free(st->words[i]);
     free(st);
 }
@@ -207,7 +212,9 @@ static enum MHD_Result complete(struct MHD_Connection *c, const char *url, struc
     json_int_t max_tokens = json_integer_value(json_object_get(req, "max_tokens"));
     st->chat = chat;
     st->input_tokens = count_words(text);
-    st->n = split_words(text, st->words, max_tokens > 0 && max_tokens < MODEL_WORDS_MAX ? max_tokens : MODEL_WORDS_MAX);
+    st->nwords = split_words(text, st->words, MODEL_WORDS_MAX);
+    st->n = max_tokens > 0 && st->nwords > 0 ? (int)(max_tokens < MODEL_TOKENS_MAX ? max_tokens : MODEL_TOKENS_MAX)
+                                             : st->nwords;
     int streamed = json_is_true(json_object_get(req, "stream"));
     json_decref(req);
     if (streamed) {
@@ -222,13 +229,10 @@ static enum MHD_Result complete(struct MHD_Connection *c, const char *url, struc
     sleep_ms(opts.first_token_ms + opts.token_ms * (st->n > 0 ? st->n - 1 : 0));
     size_t len = 0;
     for (int i = 0; i < st->n; i++)
-        len += strlen(st->words[i]) + 1;
-    char *out = calloc(1, len + 1);
-    for (int i = 0; i < st->n; i++) {
-        if (i)
-            strcat(out, " ");
-        strcat(out, st->words[i]);
-    }
+        len += strlen(st->words[i % st->nwords]) + 1;
+    char *out = calloc(1, len + 1), *end = out;
+    for (int i = 0; out && i < st->n; i++)
+        end += sprintf(end, "%s%s", i ? " " : "", st->words[i % st->nwords]);
     json_t *choice = chat ? json_pack("{s:i, s:{s:s, s:s}, s:s}", "index", 0, "message", "role", "assistant", "content",
                                       out, "finish_reason", "stop")
                           : json_pack("{s:i, s:s, s:s}", "index", 0, "text", out, "finish_reason", "stop");

@@ -15,8 +15,9 @@
  *            calls being answered, recorded at start for any the last
  *            gateway did not finish
  *   proxy.c  one call: key, app, limits and funds checked, a replica
- *            chosen (or waited for), the upstream called with libcurl and
- *            its answer streamed through, usage taken from what the
+ *            chosen (or waited for), the upstream called on the one
+ *            upstream thread (libcurl's multi interface) and its answer
+ *            streamed through, usage taken from what the
  *            upstream reported in what was delivered */
 #ifndef GPURENT_GATEWAY_H
 #define GPURENT_GATEWAY_H
@@ -101,7 +102,8 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe);
  * with one). */
 void gw_proxy_stop(void);
 /* After it: waits up to timeout_ms for the upstream calls still going
- * (their clients are gone, so each stops at its next callback). */
+ * (their clients are gone, so each is being stopped), then ends the
+ * upstream thread. */
 void gw_proxy_drain(int64_t timeout_ms);
 
 #endif

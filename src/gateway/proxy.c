@@ -1,14 +1,16 @@
 /* proxy.c: one call through the gateway (see gateway.h). A thread of the
  * HTTP pool checks the key, the app, the limits and the funds against the
- * copy and takes the replica with the fewest calls outstanding; a libcurl
- * thread of the call's own then calls the upstream while the answer is
- * streamed back as it comes. No thread waits for a client or a replica:
+ * copy and takes the replica with the fewest calls outstanding; the
+ * upstream thread, which drives every call's upstream through one libcurl
+ * multi handle, then calls the replica while the answer is streamed back
+ * as it comes. No thread waits for a client, a replica or an upstream:
  * while none is ready (up to --cold-start-timeout-s or the client's
  * X-Gpurent-Wait-Seconds), while the upstream has not answered, and while
  * the answer has nothing new, the connection is suspended
  * (libmicrohttpd's suspend and resume), and the waiter thread, or the
- * upstream thread when something arrives, resumes it. So idle and waiting
- * connections cost no thread, and a call being answered costs one. The copy lists only replicas
+ * upstream thread when something arrives, resumes it; while a slow client
+ * has a full buffer, its upstream transfer is paused. So no connection
+ * and no call costs a thread of its own. The copy lists only replicas
  * whose agent reports their health check passing, so the gateway probes
  * nothing itself; a replica that fails a call before answering a byte
  * (its server died in the seconds before its agent noticed) is passed over
@@ -25,14 +27,13 @@
  * error answers after admission, before the answer is queued. So a client
  * that saw a call complete has its record on disk whatever happens to the
  * gateway next, and a restart resends it. While an answer goes out, its
- * progress (what it has delivered: status, tokens, time) is journaled
- * GW_PROGRESS_MS after its first bytes went and then at most as often (a
- * short answer writes none; journal.c): a
- * gateway that ends mid-answer, or just after its client left mid-answer,
- * has the call recorded at its next start for what it delivered up to its
- * last progress line, so at most GW_PROGRESS_MS of an answer goes
- * uncharged (all of one cut in its first GW_PROGRESS_MS), in the
- * consumer's favour. */
+ * progress (what it has delivered: status, tokens, time) is journaled as
+ * its first bytes go, unless the whole answer is already in hand, and then
+ * every GW_PROGRESS_MS at most (journal.c): a gateway that ends
+ * mid-answer, or just after its client left mid-answer, has the call
+ * recorded at its next start for what it delivered up to its last
+ * progress line, so at most GW_PROGRESS_MS of an answer goes uncharged,
+ * in the consumer's favour. */
 #include "gateway.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
@@ -55,6 +56,9 @@
 
 /* Where a call is: libmicrohttpd calls the handler again after each
  * resume, and the phase says what it was waiting for. */
+/* Where a call's upstream is. */
+enum up_state { UP_NEW, UP_RUNNING, UP_ENDED };
+
 enum phase {
     P_REQUEST,      /* the request is arriving */
     P_WAIT_REPLICA, /* suspended until a replica is ready or its deadline */
@@ -79,7 +83,7 @@ struct call {
     int counted;       /* in the app's in_flight */
     int recorded;      /* its usage record is journaled and queued */
     char record_id[100]; /* its usage record's id, made on first use; "" before */
-    int64_t progress_ms; /* when its last progress line was written (or its first bytes went); 0: before */
+    int64_t progress_ms; /* when its last progress line was written; 0: none yet */
     int has_replica;   /* holds a replica's outstanding count */
     int cold_start;    /* waited for a replica */
     int64_t start_ms, upstream_ms;
@@ -88,11 +92,19 @@ struct call {
     int64_t wait_s;         /* how long it may wait for a replica */
     int64_t wait_until_ms;  /* P_WAIT_REPLICA: the deadline */
     struct call *next_waiting, *next_live, *prev_live;
+    /* The upstream thread's alone. */
+    int up_state; /* enum up_state */
+    CURL *curl;
+    struct curl_slist *up_headers;
+    /* Under up_lock. */
+    int up_queued;
+    struct call *next_up;
     /* Shared with the upstream thread. */
     pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int refs;      /* the connection's, and the upstream thread's while it runs */
+    int refs;      /* the connection's, the upstream's until it ends, and up_queue's */
     int suspended; /* the connection is suspended until wake() */
+    int has_upstream; /* the upstream was handed to the upstream thread */
+    int up_paused;    /* the upstream waits for the client to take what is buffered */
     char *out; /* answer bytes not yet handed to the client */
     size_t out_len;
     int headers_done, finished, client_gone;
@@ -115,6 +127,9 @@ struct call {
 /* Set when the gateway stops: no call waits for a replica any more; and
  * once the calls in progress had GW_STOP_MS to end: nothing is suspended. */
 static atomic_int stopping, ending;
+
+/* Upstream transfers paused now for a slow client (GET /healthz). */
+static atomic_int paused_upstreams;
 
 /* Under c->lock: resumes the connection if it is suspended waiting for the
  * upstream. A connection only completes while not suspended, so one that
@@ -183,7 +198,6 @@ static void call_unref(struct call *c)
     if (c->has_replica)
         gw_replica_release(c->instance_id);
     pthread_mutex_destroy(&c->lock);
-    pthread_cond_destroy(&c->cond);
     free(c->body);
     free(c->out);
     free(c->event);
@@ -268,33 +282,32 @@ static size_t up_header(char *p, size_t size, size_t n, void *vc)
 }
 
 /* The first body byte (or the end) means the headers are in. */
-static void headers_in(struct call *c, CURL *curl)
+static void headers_in(struct call *c)
 {
     if (c->headers_done)
         return;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &c->status);
+    curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &c->status);
     c->headers_done = 1;
     wake(c);
 }
 
-struct up_ctx {
-    struct call *c;
-    CURL *curl;
-};
-
-static size_t up_body(char *p, size_t size, size_t n, void *vctx)
+static size_t up_body(char *p, size_t size, size_t n, void *vc)
 {
-    struct up_ctx *u = vctx;
-    struct call *c = u->c;
+    struct call *c = vc;
     size_t len = size * n;
     pthread_mutex_lock(&c->lock);
-    headers_in(c, u->curl);
-    /* A slow client: wait (bounded buffer) rather than hold the answer. */
-    while (!c->client_gone && c->out_len + len > GW_BUFFER_MAX)
-        pthread_cond_wait(&c->cond, &c->lock);
+    headers_in(c);
     if (c->client_gone) {
         pthread_mutex_unlock(&c->lock);
         return 0; /* aborts the upstream call */
+    }
+    if (c->out_len && c->out_len + len > GW_BUFFER_MAX) {
+        /* A slow client: the upstream waits (libcurl keeps these bytes)
+         * until answer_read has handed on half of what is buffered. */
+        c->up_paused = 1;
+        paused_upstreams++;
+        pthread_mutex_unlock(&c->lock);
+        return CURL_WRITEFUNC_PAUSE;
     }
     char *grown = realloc(c->out, c->out_len + len);
     if (grown) {
@@ -305,7 +318,7 @@ static size_t up_body(char *p, size_t size, size_t n, void *vctx)
          * the transfer's end (one suspend and resume less a call). */
         curl_off_t want = -1;
         c->body_received += (curl_off_t)len;
-        if (curl_easy_getinfo(u->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &want) == CURLE_OK && want >= 0 &&
+        if (curl_easy_getinfo(c->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &want) == CURLE_OK && want >= 0 &&
             c->body_received >= want)
             c->body_complete = 1;
     }
@@ -314,55 +327,13 @@ static size_t up_body(char *p, size_t size, size_t n, void *vctx)
     return grown ? len : 0;
 }
 
-static int up_progress(void *vc, curl_off_t a, curl_off_t b, curl_off_t d, curl_off_t e)
-{
-    (void)a, (void)b, (void)d, (void)e;
-    struct call *c = vc;
-    pthread_mutex_lock(&c->lock);
-    int gone = c->client_gone;
-    pthread_mutex_unlock(&c->lock);
-    return gone;
-}
-
-/* One connection cache for every upstream call: a call reuses a kept-alive
- * connection to its replica instead of opening one (through a node's
- * published port a new connection costs far more than the call). */
-static CURLSH *share;
-static pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
-static pthread_once_t share_once = PTHREAD_ONCE_INIT;
-
-static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *u)
-{
-    (void)h, (void)access, (void)u;
-    pthread_mutex_lock(&share_locks[data]);
-}
-
-static void share_unlock(CURL *h, curl_lock_data data, void *u)
-{
-    (void)h, (void)u;
-    pthread_mutex_unlock(&share_locks[data]);
-}
-
-static void share_init(void)
-{
-    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_init(&share_locks[i], NULL);
-    share = curl_share_init();
-    if (!share)
-        return;
-    curl_share_setopt(share, CURLSHOPT_LOCKFUNC, share_lock);
-    curl_share_setopt(share, CURLSHOPT_UNLOCKFUNC, share_unlock);
-    curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
-    curl_share_setopt(share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
-}
-
 /* Whether the call's replica failed it before a byte of an answer: the
  * connection refused or never made, or (the usual sign of a dead server
  * behind a published port, whose relay accepts and then closes) closed
  * with nothing sent back. The client has seen nothing either, so the call
  * can go to another replica: a model call does nothing but answer, and
  * the consumer is charged once, for the answer delivered. */
-static int failed_unanswered(const struct call *c, CURL *curl, CURLcode rc)
+static int failed_unanswered(const struct call *c, CURLcode rc)
 {
     curl_off_t connect_us = 0;
     if (c->headers_done)
@@ -374,7 +345,7 @@ static int failed_unanswered(const struct call *c, CURL *curl, CURLcode rc)
     case CURLE_RECV_ERROR:
         return 1;
     case CURLE_OPERATION_TIMEDOUT: /* only the connect has a time limit */
-        return curl_easy_getinfo(curl, CURLINFO_CONNECT_TIME_T, &connect_us) == CURLE_OK && connect_us == 0;
+        return curl_easy_getinfo(c->curl, CURLINFO_CONNECT_TIME_T, &connect_us) == CURLE_OK && connect_us == 0;
     default:
         return 0;
     }
@@ -403,57 +374,179 @@ static int another_replica(struct call *c, CURLcode why)
     return 1;
 }
 
-static void *upstream_main(void *vc)
+/* The upstream calls. One thread drives them all through a libcurl multi
+ * handle, so a call being answered costs no thread of its own, and they
+ * share its connection cache: a call reuses a kept-alive connection to
+ * its replica instead of opening one (through a node's published port a
+ * new connection costs far more than the call). Other threads hand it
+ * calls through up_queue, each entry holding a reference: a call to
+ * start, one whose client has taken half of a full buffer (its transfer
+ * was paused), or one whose client has left. */
+static pthread_mutex_t up_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct call *up_queue; /* linked by next_up */
+static int up_quit;
+static CURLM *multi;
+static pthread_t up_thread;
+static int up_started;
+
+/* Queues the call for the upstream thread's attention (once, however
+ * often it is asked before the thread gets to it). */
+static void up_enqueue(struct call *c)
 {
-    struct call *c = vc;
-    pthread_once(&share_once, share_init);
-    CURL *curl = curl_easy_init();
-    struct curl_slist *hl = NULL;
-    char ct[200];
-    snprintf(ct, sizeof ct, "Content-Type: %s", c->content_type[0] ? c->content_type : "application/json");
-    hl = curl_slist_append(hl, ct);
-    hl = curl_slist_append(hl, "Expect:");
-    struct up_ctx u = {c, curl};
-    CURLcode rc = CURLE_FAILED_INIT;
-    if (curl) {
-        curl_easy_setopt(curl, CURLOPT_URL, c->url);
-        if (share)
-            curl_easy_setopt(curl, CURLOPT_SHARE, share);
-        curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hl);
-        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
-        curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, up_header);
-        curl_easy_setopt(curl, CURLOPT_HEADERDATA, c);
-        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, up_body);
-        curl_easy_setopt(curl, CURLOPT_WRITEDATA, &u);
-        curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, up_progress);
-        curl_easy_setopt(curl, CURLOPT_XFERINFODATA, c);
-        if (c->body_len || c->body || strcmp(c->method, "POST") == 0) {
-            curl_easy_setopt(curl, CURLOPT_POSTFIELDS, c->body ? c->body : "");
-            curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)c->body_len);
-        }
-        if (strcmp(c->method, "GET") != 0 && strcmp(c->method, "POST") != 0)
-            curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, c->method);
-        while ((rc = curl_easy_perform(curl)) != CURLE_OK && failed_unanswered(c, curl, rc) && another_replica(c, rc))
-            curl_easy_setopt(curl, CURLOPT_URL, c->url);
+    pthread_mutex_lock(&up_lock);
+    if (!c->up_queued) {
+        pthread_mutex_lock(&c->lock);
+        c->refs++;
+        pthread_mutex_unlock(&c->lock);
+        c->up_queued = 1;
+        c->next_up = up_queue;
+        up_queue = c;
+        curl_multi_wakeup(multi);
     }
+    pthread_mutex_unlock(&up_lock);
+}
+
+/* The call's upstream has ended (rc): the connection learns it, and the
+ * call drops the reference its upstream held. */
+static void up_end(struct call *c, CURLcode rc)
+{
+    if (c->up_state == UP_RUNNING)
+        curl_multi_remove_handle(multi, c->curl);
     pthread_mutex_lock(&c->lock);
-    if (curl && rc == CURLE_OK)
-        headers_in(c, curl);
+    if (rc == CURLE_OK)
+        headers_in(c);
+    if (c->up_paused) { /* its client left */
+        c->up_paused = 0;
+        paused_upstreams--;
+    }
     c->curl_rc = rc;
     c->finished = 1;
     wake(c);
     pthread_mutex_unlock(&c->lock);
-    curl_slist_free_all(hl);
-    if (curl)
-        curl_easy_cleanup(curl);
+    c->up_state = UP_ENDED;
+    curl_slist_free_all(c->up_headers);
+    c->up_headers = NULL;
+    if (c->curl)
+        curl_easy_cleanup(c->curl);
+    c->curl = NULL;
     call_unref(c);
-    return NULL;
+}
+
+static void up_start(struct call *c)
+{
+    char ct[200];
+    snprintf(ct, sizeof ct, "Content-Type: %s", c->content_type[0] ? c->content_type : "application/json");
+    c->up_headers = curl_slist_append(c->up_headers, ct);
+    c->up_headers = curl_slist_append(c->up_headers, "Expect:");
+    CURL *curl = c->curl = curl_easy_init();
+    if (!curl || !c->up_headers) {
+        up_end(c, CURLE_FAILED_INIT);
+        return;
+    }
+    curl_easy_setopt(curl, CURLOPT_URL, c->url);
+    curl_easy_setopt(curl, CURLOPT_PRIVATE, c);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, c->up_headers);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, up_header);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, c);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, up_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, c);
+    if (c->body_len || c->body || strcmp(c->method, "POST") == 0) {
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, c->body ? c->body : "");
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)c->body_len);
+    }
+    if (strcmp(c->method, "GET") != 0 && strcmp(c->method, "POST") != 0)
+        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, c->method);
+    if (curl_multi_add_handle(multi, curl) != CURLM_OK) {
+        up_end(c, CURLE_FAILED_INIT);
+        return;
+    }
+    c->up_state = UP_RUNNING;
+}
+
+/* What a queued call asked for: to start, to go on after a pause, or
+ * (its client gone) to stop. */
+static void up_attend(struct call *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int gone = c->client_gone;
+    pthread_mutex_unlock(&c->lock);
+    if (c->up_state == UP_NEW && gone)
+        up_end(c, CURLE_ABORTED_BY_CALLBACK);
+    else if (c->up_state == UP_NEW)
+        up_start(c);
+    else if (c->up_state == UP_RUNNING && gone)
+        up_end(c, CURLE_ABORTED_BY_CALLBACK);
+    else if (c->up_state == UP_RUNNING)
+        curl_easy_pause(c->curl, CURLPAUSE_CONT); /* may hand on the bytes it kept, in up_body */
+}
+
+/* A transfer is done: sent to another replica when its replica failed it
+ * unanswered, otherwise ended. */
+static void up_done(struct call *c, CURLcode rc)
+{
+    if (rc != CURLE_OK && failed_unanswered(c, rc) && another_replica(c, rc)) {
+        curl_multi_remove_handle(multi, c->curl);
+        curl_easy_setopt(c->curl, CURLOPT_URL, c->url);
+        if (curl_multi_add_handle(multi, c->curl) == CURLM_OK)
+            return;
+        c->up_state = UP_NEW; /* removed already: up_end has nothing to remove */
+    }
+    up_end(c, rc);
+}
+
+static void *up_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&up_lock);
+        int quit = up_quit;
+        while (up_queue) {
+            struct call *c = up_queue;
+            up_queue = c->next_up;
+            c->up_queued = 0;
+            pthread_mutex_unlock(&up_lock);
+            up_attend(c);
+            call_unref(c); /* the queue's reference */
+            pthread_mutex_lock(&up_lock);
+        }
+        pthread_mutex_unlock(&up_lock);
+        int running = 0, left = 0;
+        curl_multi_perform(multi, &running);
+        CURLMsg *m;
+        while ((m = curl_multi_info_read(multi, &left))) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            CURLcode rc = m->data.result;
+            struct call *c = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+            if (c)
+                up_done(c, rc);
+        }
+        if (quit)
+            return NULL;
+        curl_multi_poll(multi, NULL, 0, 1000, NULL);
+    }
+}
+
+/* Starts the upstream thread on first use: 0, or -1. */
+static int up_ready(void)
+{
+    pthread_mutex_lock(&up_lock);
+    if (!up_started && (multi = curl_multi_init()) != NULL) {
+        if (pthread_create(&up_thread, NULL, up_main, NULL) == 0)
+            up_started = 1;
+        else
+            curl_multi_cleanup(multi), multi = NULL;
+    }
+    int ok = up_started;
+    pthread_mutex_unlock(&up_lock);
+    return ok ? 0 : -1;
 }
 
 static void finish_usage(struct call *c);
-static void note_progress(struct call *c);
+static void note_progress(struct call *c, int more);
 
 static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
 {
@@ -479,10 +572,17 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     memcpy(buf, c->out, n);
     memmove(c->out, c->out + n, c->out_len - n);
     c->out_len -= n;
-    pthread_cond_broadcast(&c->cond);
+    int go_on = c->up_paused && c->out_len <= GW_BUFFER_MAX / 2;
+    if (go_on) {
+        c->up_paused = 0;
+        paused_upstreams--;
+    }
+    int more = !(c->finished || c->body_complete);
     pthread_mutex_unlock(&c->lock);
+    if (go_on)
+        up_enqueue(c);
     scan_delivered(c, buf, n);
-    note_progress(c);
+    note_progress(c, more);
     return (ssize_t)n;
 }
 
@@ -506,13 +606,18 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status,
 
 /* GET /healthz: 200 once a copy is loaded, with the copy's age and the
  * good syncs so far, for operators (and tests) to see how fresh what it
- * serves from is; 503 before. */
+ * serves from is, the calls open and the upstreams paused for slow
+ * clients; 503 before. */
 static enum MHD_Result reply_health(struct MHD_Connection *conn)
 {
     int64_t syncs, age_ms;
     gw_copy_info(&syncs, &age_ms);
-    json_t *j = age_ms >= 0 ? json_pack("{s:s, s:I, s:I}", "status", "serving", "copy_age_ms", (json_int_t)age_ms,
-                                        "syncs", (json_int_t)syncs)
+    pthread_mutex_lock(&live_lock);
+    int64_t open_calls = calls_live - 1; /* not this one */
+    pthread_mutex_unlock(&live_lock);
+    json_t *j = age_ms >= 0 ? json_pack("{s:s, s:I, s:I, s:I, s:i}", "status", "serving", "copy_age_ms",
+                                        (json_int_t)age_ms, "syncs", (json_int_t)syncs, "calls", (json_int_t)open_calls,
+                                        "paused_upstreams", (int)paused_upstreams)
                             : json_pack("{s:{s:s, s:s}}", "error", "code", "no_copy", "message",
                                         "no copy of the marketplace yet");
     char *text = json_dumps(j, JSON_COMPACT);
@@ -629,7 +734,19 @@ void gw_proxy_drain(int64_t timeout_ms)
 {
     pthread_mutex_lock(&live_lock);
     wait_until_none(&calls_unfreed, timeout_ms);
+    int64_t unfreed = calls_unfreed;
     pthread_mutex_unlock(&live_lock);
+    pthread_mutex_lock(&up_lock);
+    int started = up_started;
+    up_quit = 1;
+    if (multi)
+        curl_multi_wakeup(multi);
+    pthread_mutex_unlock(&up_lock);
+    if (started) {
+        pthread_join(up_thread, NULL);
+        if (unfreed == 0) /* else upstreams still hold it */
+            curl_multi_cleanup(multi);
+    }
 }
 
 void gw_proxy_stop(void)
@@ -689,18 +806,15 @@ static void record_usage(struct call *c)
         gw_usage_add(r);
 }
 
-/* After answer bytes went out: the call's progress, the first time and
- * then every GW_PROGRESS_MS (see the top of this file). */
-static void note_progress(struct call *c)
+/* After answer bytes went out: the call's progress, at its first bytes
+ * unless the whole answer is in hand (more: some is still to come), then
+ * every GW_PROGRESS_MS (see the top of this file). */
+static void note_progress(struct call *c, int more)
 {
     int64_t now = clock_mono_ms();
     if (!c->counted || c->recorded)
         return;
-    if (!c->progress_ms) { /* the first bytes: the clock starts (a short answer writes no progress) */
-        c->progress_ms = now;
-        return;
-    }
-    if (now - c->progress_ms < GW_PROGRESS_MS)
+    if (c->progress_ms ? now - c->progress_ms < GW_PROGRESS_MS : !more)
         return;
     c->progress_ms = now;
     json_t *r = usage_record(c, 0);
@@ -810,20 +924,23 @@ static enum MHD_Result start_upstream(struct MHD_Connection *conn, struct call *
     snprintf(c->path_query, sizeof c->path_query, "%s", c->url + strlen(base));
     const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
+    if (up_ready() < 0)
+        return reply_counted_error(conn, c, 500, "internal", "cannot start the upstream call", 0);
     c->upstream_ms = clock_mono_ms();
     c->phase = P_WAIT_HEADERS;
-    pthread_t thread;
+    /* Suspended before the upstream thread can answer, so that its wake()
+     * finds the connection suspended. */
     pthread_mutex_lock(&c->lock);
-    c->refs++; /* the upstream thread's */
-    if (pthread_create(&thread, NULL, upstream_main, c) != 0) {
-        c->refs--;
-        pthread_mutex_unlock(&c->lock);
-        return reply_counted_error(conn, c, 500, "internal", "cannot start the upstream call", 0);
+    int wait = suspend(c);
+    if (wait) {
+        c->has_upstream = 1;
+        c->refs++; /* the upstream's, until up_end */
     }
-    pthread_detach(thread);
-    int wait = !c->headers_done && !c->finished && suspend(c);
     pthread_mutex_unlock(&c->lock);
-    return wait ? MHD_YES : respond(conn, c);
+    if (!wait)
+        return respond(conn, c);
+    up_enqueue(c);
+    return MHD_YES;
 }
 
 /* A whole request: the key, the app, the limits and the funds, then a
@@ -889,7 +1006,6 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
         if (!c)
             return MHD_NO;
         pthread_mutex_init(&c->lock, NULL);
-        pthread_cond_init(&c->cond, NULL);
         c->refs = 1; /* the connection's, until gw_completed */
         c->conn = conn;
         c->start_ms = clock_mono_ms();
@@ -942,9 +1058,11 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
     pthread_mutex_lock(&c->lock);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         c->delivered_all = 0;
-    c->client_gone = 1; /* an upstream still going stops at its next callback */
-    pthread_cond_broadcast(&c->cond);
+    c->client_gone = 1;
+    int upstream = c->has_upstream && !c->finished;
     pthread_mutex_unlock(&c->lock);
+    if (upstream)
+        up_enqueue(c); /* to stop it */
     /* A client that left mid-answer: recorded now, for what it got. */
     finish_usage(c);
     if (c->counted)

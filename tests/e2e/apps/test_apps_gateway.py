@@ -16,7 +16,7 @@ import time
 import requests
 
 from agent_util import poll
-from apps_util import DEADLINE, assert_ledger_ok
+from apps_util import DEADLINE, assert_ledger_ok, free_port
 
 
 CHAT = "/v1/chat/completions"
@@ -360,6 +360,116 @@ def test_waiting_and_idle_connections_hold_no_thread(market):
     for s in seen["idle"]:
         s.close()
     assert results == [(503, "no_replica", "5")] * 40, results
+
+
+def running_app(m, token_ms, **fields):
+    """An app of one running replica whose model server sends a token every
+    token_ms, a consumer and a gateway that knows their key: (app, gateway,
+    consumer)."""
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    port = free_port()
+    app = m.publish(pub, min_replicas=1, max_replicas=1, model_port=port,
+                    command=m.model_command(port, token_ms=token_ms), **fields)
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
+         DEADLINE, "a running replica")
+    return app, m.gateway(), con
+
+
+def test_calls_being_answered_hold_no_thread(market):
+    """Thirty streams in progress at once (each 40 tokens 50 ms apart): the
+    gateway's threads are those it had plus the one upstream thread, where
+    a thread per upstream call would be thirty more. Each stream arrives
+    whole and is charged for what it delivered."""
+    m = market
+    app, gw, con = running_app(m, token_ms=50)
+    base = gateway_threads(gw)
+    words = " ".join(f"w{i}" for i in range(40))
+    started = threading.Semaphore(0)
+    results = []
+
+    def call():
+        r = gw.call(app["slug"], "/v1/completions", con.key, stream=True, json={"prompt": words, "stream": True})
+        events = []
+        for line in r.iter_lines():
+            if line.startswith(b"data: "):
+                if not events:
+                    started.release()
+                events.append(line[6:])
+        results.append((r.status_code, events[-1], json.loads(events[-2])["usage"]["completion_tokens"]))
+
+    threads = [threading.Thread(target=call) for _ in range(30)]
+    for t in threads:
+        t.start()
+    for _ in threads:
+        assert started.acquire(timeout=DEADLINE), "every stream to begin"
+    answering = gateway_threads(gw)
+    assert answering <= base + 2, (base, answering)
+    assert requests.get(gw.url + "/healthz").json()["calls"] == 30
+    for t in threads:
+        t.join()
+    assert results == [(200, b"[DONE]", 40)] * 30, results
+    rows = m.wait_calls(app["id"], 30)
+    assert [(r[1], r[2], r[3], r[4], r[8]) for r in rows] == [(200, 40, 40, price(40, 40), 1)] * 30, rows
+    assert_ledger_ok(m)
+
+
+def read_chunked(sock):
+    """An HTTP/1.1 answer read to its end from a socket: (status, headers
+    text, body) with the chunked body decoded."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, rest = data.split(b"\r\n\r\n", 1)
+    body = b""
+    while True:
+        while b"\r\n" not in rest:
+            rest += sock.recv(65536)
+        size_line, rest = rest.split(b"\r\n", 1)
+        size = int(size_line.split(b";")[0], 16)
+        while len(rest) < size + 2:
+            more = sock.recv(1 << 20)
+            assert more, "the answer ended mid-chunk"
+            rest += more
+        body += rest[:size]
+        rest = rest[size + 2:]
+        if size == 0:
+            return int(head.split(b" ")[1]), head.decode(), body
+
+
+def test_slow_client_pauses_its_upstream_and_gets_every_byte(market):
+    """A client that reads nothing while a stream of about 10 MB is sent
+    (a 4 KiB receive buffer; the kernel's send buffer takes up to 4 MiB):
+    the gateway holds 1 MiB of it, then pauses
+    the upstream transfer (its /healthz says so) rather than buffer more or
+    block a thread; once the client reads, the transfer goes on and the
+    client gets every event, in order, and the call is charged in full."""
+    m = market
+    app, gw, con = running_app(m, token_ms=0)
+    words = [f"{i:03d}" + "x" * 237 for i in range(100)]
+    tokens = 25000  # the words over and over (sim-model-server's max_tokens)
+    body = json.dumps({"prompt": " ".join(words), "stream": True, "max_tokens": tokens}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", gw.port))
+    sock.sendall(f"POST /apps/{app['slug']}/v1/completions HTTP/1.1\r\nHost: gw\r\n"
+                 f"Authorization: Bearer {con.key}\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+    health = lambda: requests.get(gw.url + "/healthz").json()
+    poll(lambda: health()["paused_upstreams"] == 1, DEADLINE, "the upstream to be paused for the slow client")
+    assert health()["calls"] == 1
+    status, _, answer = read_chunked(sock)
+    sock.close()
+    assert status == 200
+    events = [line[6:] for line in answer.split(b"\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]" and len(events) == tokens + 2, len(events)  # + the finish event
+    texts = [json.loads(e)["choices"][0]["text"].strip() for e in events[:-2]]
+    assert texts == [words[i % len(words)] for i in range(tokens)]
+    assert json.loads(events[-2])["usage"]["completion_tokens"] == tokens
+    assert health()["paused_upstreams"] == 0
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[2], row[3], row[4], row[8]) == (200, 100, tokens, price(100, tokens), 1), row
+    assert_ledger_ok(m)
 
 
 def test_stopping_gateway_answers_its_waiting_calls(market):

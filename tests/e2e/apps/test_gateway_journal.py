@@ -168,3 +168,34 @@ def test_gateway_killed_mid_stream_charges_what_it_had_delivered(market):
     assert charge == price(300, last), row
     poll(lambda: journal_lines(gw) == [], DEADLINE, "the recorded call to leave the journal")
     assert_ledger_ok(m)
+
+
+def test_gateway_killed_in_a_streams_first_second_charges_what_it_had_delivered(market):
+    """The first progress line goes with a stream's first bytes: a gateway
+    killed right after them (long before a second has passed; the next
+    token is 2 s away) still has the call charged for what it delivered."""
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    port = free_port()
+    app = m.publish(pub, min_replicas=1, model_port=port, command=m.model_command(port, token_ms=2000))
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
+         DEADLINE, "a running replica")
+    gw = m.gateway(report_ms=600000)
+    r = gw.call(app["slug"], "/v1/completions", con.key, stream=True, json={"prompt": "a b c", "stream": True})
+    assert r.status_code == 200, r.text
+    first = next(line for line in r.iter_lines() if line.startswith(b"data: {"))
+    seen = json.loads(first[6:])["usage"]["completion_tokens"]
+    gw.kill()
+    r.close()
+    progress = [j["progress"] for j in map(json.loads, journal_lines(gw)) if "progress" in j]
+    assert records_in(gw) == [] and len(progress) == 1, journal_lines(gw)
+    assert progress[0]["output_tokens"] == seen == 1, (progress, seen)
+
+    set_flag(gw, "--report-ms", "150")
+    gw.start()
+    [row] = m.wait_calls(app["id"], 1)
+    status, in_tok, out_tok, charge, completed = row[1], row[2], row[3], row[4], row[8]
+    assert (status, in_tok, out_tok, completed) == (200, 3, 1, 0), row
+    assert charge == price(3, 1), row
+    assert_ledger_ok(m)
