@@ -6,6 +6,7 @@
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
 #include "gpurent/http_conns.h"
+#include "gpurent/http_guard.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -726,7 +727,12 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *peer = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         *socket_context = fd ? http_conns_opened(srv->conns, fd->connect_fd, peer ? peer->client_addr : NULL) : NULL;
+        if (fd && !srv->cert_pem) /* TLS: the guard would see only ciphertext */
+            http_guard_open(fd->connect_fd);
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (fd)
+            http_guard_close(fd->connect_fd);
         http_conns_closed(srv->conns, *socket_context);
         *socket_context = NULL;
     }

@@ -4,6 +4,7 @@
  * counters, read from the database at scrape time; billing pass duration
  * and agent call errors, counted by their loops (loops/counters.c). */
 #include "gpurent/clock.h"
+#include "gpurent/http_guard.h"
 #include "http/api.h"
 #include "store/store.h"
 
@@ -127,6 +128,11 @@ static int write_http(FILE *f)
         }
     }
     free(copy);
+    fprintf(f, "# HELP gpurent_http_requests_refused_unread_total Requests refused before libmicrohttpd read them"
+               " (a raw NUL byte in a head, a malformed chunk, a head over its cap; http_guard.h).\n"
+               "# TYPE gpurent_http_requests_refused_unread_total counter\n"
+               "gpurent_http_requests_refused_unread_total %lld\n",
+            (long long)http_guard_refusals());
     return 0;
 }
 

@@ -4,7 +4,9 @@ request (Content-Length and Transfer-Encoding together refused and the
 connection closed, codings other than chunked 501), Host required in
 HTTP/1.1, NUL bytes refused in the path and the query, an encoded
 slash never a separator, oversized headers answered with the API's JSON
-error, and the headers every 401, 429 and 503 must carry."""
+error, the faults libmicrohttpd would answer itself (a raw NUL, a bad
+chunk, headers beyond its memory) refused by the guard in front of it with
+the API's error, and the headers every 401, 429 and 503 must carry."""
 import json
 import socket
 
@@ -162,6 +164,92 @@ def test_oversized_headers_get_the_api_error_body(daemon):
     status, headers, body, closed = raw(daemon, f"GET /healthz HTTP/1.1\r\nHost: x\r\n{big}\r\n".encode())
     assert status == 431, (status, body[:200])
     json_error(status, headers, body, "headers_too_large")
+
+
+# ---------------------------------------------------------------- faults the library would answer itself
+
+def api_key_names(daemon, user):
+    return sorted(k["name"] for k in daemon.get("/v1/api-keys", key=user.key).json()["data"])
+
+
+@pytest.mark.parametrize("head", [
+    b"GET /v1/me\x00admin HTTP/1.1\r\nHost: x\r\n",
+    b"GET /v1/me?x=a\x00b HTTP/1.1\r\nHost: x\r\n",
+    b"GET /v1/me HTTP/1.1\r\nHost: x\r\nX-Note: a\x00b\r\n",
+    b"GET /v1/me HTTP/1.1\r\nHost: x\r\nX-No\x00te: ab\r\n",
+])
+def test_a_raw_nul_in_the_request_line_or_a_header_is_400(daemon, user, head):
+    """libmicrohttpd cuts a line at a raw NUL byte, so /v1/me\\0admin would
+    be served as /v1/me: the guard in front of it refuses the request with
+    the API's error and closes the connection."""
+    status, headers, body, closed = raw(daemon, head + f"Authorization: Bearer {user.key}\r\n\r\n".encode())
+    assert status == 400 and closed, (status, body)
+    assert "NUL" in json_error(status, headers, body, "bad_request")["message"]
+
+
+def test_a_raw_nul_in_a_header_changes_nothing(daemon, user):
+    before = api_key_names(daemon, user)
+    body = b'{"name": "smuggled"}'
+    status, headers, reply, _ = raw(daemon, b"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\n"
+                                    b"Authorization: Bearer " + user.key.encode() + b"\r\nX-Forwarded-For: 1\x002\r\n"
+                                    b"Content-Type: application/json\r\nContent-Length: " +
+                                    str(len(body)).encode() + b"\r\n\r\n" + body)
+    json_error(status, headers, reply, "bad_request")
+    assert api_key_names(daemon, user) == before
+
+
+@pytest.mark.parametrize("chunks", [b"zz\r\n{}\r\n0\r\n\r\n", b"2 junk\r\n{}\r\n0\r\n\r\n",
+                                    b"-2\r\n{}\r\n0\r\n\r\n", b"1\r\n{}\r\n0\r\n\r\n",
+                                    b"fffffffffffffffffff\r\n{}\r\n0\r\n\r\n"])
+def test_a_malformed_chunk_gets_the_api_error_body(daemon, user, chunks):
+    """A bad chunk size (or a chunk longer than its size) got libmicrohttpd's
+    HTML page; now the API's JSON 400, and no key is made."""
+    before = api_key_names(daemon, user)
+    status, headers, body, closed = raw(daemon, b"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                                        user.key.encode() + b"\r\nContent-Type: application/json\r\n"
+                                        b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
+    assert status == 400 and closed, (status, body)
+    assert "chunk" in json_error(status, headers, body, "bad_request")["message"]
+    assert api_key_names(daemon, user) == before
+
+
+def test_chunk_extensions_and_trailers_still_work(daemon, user):
+    body = b'{"name": "extended"}'
+    status, _, reply, _ = raw(daemon, b"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                              user.key.encode() + b"\r\nContent-Type: application/json\r\n"
+                              b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+                              b"5;part=1\r\n" + body[:5] + b"\r\n" + f"{len(body) - 5:x}".encode() + b"\r\n" +
+                              body[5:] + b"\r\n0\r\nX-Checksum: none\r\n\r\n")
+    assert status == 201, reply
+    assert "extended" in api_key_names(daemon, user)
+
+
+def test_headers_beyond_the_librarys_memory_get_the_api_error_body(daemon):
+    """Far past the handler's 16 KiB cap, where libmicrohttpd's connection
+    memory ran out and it sent a bare 431."""
+    big = "".join(f"X-Big-{i}: " + "a" * 1000 + "\r\n" for i in range(200))
+    status, headers, body, closed = raw(daemon, f"GET /healthz HTTP/1.1\r\nHost: x\r\n{big}\r\n".encode())
+    assert status == 431 and closed, (status, body[:200])
+    json_error(status, headers, body, "headers_too_large")
+
+
+def test_a_pipelined_request_after_a_good_one_is_refused_alone(daemon):
+    """The requests before the refused one are answered; then the refusal,
+    then the end of the connection."""
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz\x00 HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    first, second = reply.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200 "), reply
+    assert second.startswith(b"400 ") and b'"code":"bad_request"' in second, reply
+    metrics = daemon.get("/metrics", key=daemon.admin_key).text
+    refused = [line for line in metrics.splitlines() if line.startswith("gpurent_http_requests_refused_unread_total ")]
+    assert refused and int(refused[0].split()[1]) >= 1, refused
 
 
 # ---------------------------------------------------------------- headers every error class carries

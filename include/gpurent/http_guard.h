@@ -1,0 +1,54 @@
+/* http_guard.h: a check of the bytes each client sends, in front of
+ * libmicrohttpd, used by the HTTP layer (http.c). The library answers a few
+ * malformed requests itself, with a bare or HTML page instead of the API's
+ * JSON error (a bad chunk size, headers beyond its connection memory), and
+ * cuts a header or request line at a raw NUL byte before anyone sees the
+ * rest. The guard follows each connection's requests as they arrive (the
+ * head, then the body by its Content-Length or its chunks) and refuses such
+ * a request with the API's error before the library reads any of it.
+ *
+ * It sits where the library reads: this module defines recv(), which the
+ * library calls for every plain (not TLS) connection; for a socket the
+ * HTTP server registered (http_guard_open) the bytes are checked, for any
+ * other socket recv() is the system's. */
+#ifndef GPURENT_HTTP_GUARD_H
+#define GPURENT_HTTP_GUARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A request head may be this long (request line and headers); the HTTP
+ * layer's own cap on headers (16 KiB, answered by its handler) is below it,
+ * libmicrohttpd's connection memory well above it. */
+#define HTTP_GUARD_HEAD_MAX 32768
+
+/* One connection's place in its stream of requests. */
+struct http_guard {
+    int state;               /* enum in http_guard.c */
+    char *head;              /* the current request's head so far */
+    size_t head_len, head_cap;
+    size_t line_start;       /* where head's current line begins */
+    uint64_t remaining;      /* bytes left of a body or a chunk */
+    char line[128];          /* a chunk-size or trailer line so far */
+    size_t line_len, trailer_bytes;
+    /* Set when a request is refused: the answer to send instead. */
+    int refused, status;
+    const char *code;
+    char message[160];
+};
+
+/* Reads n more bytes of the connection and returns how many of them may
+ * go to the HTTP library: n, or, when a request among them is refused
+ * (g->refused set), the bytes before that request began (0 when it began
+ * in an earlier read). Pure: no I/O. */
+size_t http_guard_scan(struct http_guard *g, const char *p, size_t n);
+/* Frees what the guard holds (not g itself). */
+void http_guard_release(struct http_guard *g);
+
+/* The HTTP server's sockets: guarded from open until close. */
+void http_guard_open(int fd);
+void http_guard_close(int fd);
+/* Requests refused so far (for /metrics). */
+int64_t http_guard_refusals(void);
+
+#endif

@@ -1,0 +1,391 @@
+/* http_guard.c: the check of what clients send, in front of libmicrohttpd
+ * (see http_guard.h): a small parser that follows each guarded
+ * connection's requests (head, then body by Content-Length or chunks) and
+ * the recv() through which the library reads them. */
+#include "gpurent/http_guard.h"
+#include "gpurent/api_error.h"
+#include "gpurent/log.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum {
+    G_HEAD,       /* a request line and headers arriving */
+    G_BODY,       /* a body of known length: remaining bytes */
+    G_CHUNK_SIZE, /* a chunk-size line */
+    G_CHUNK_DATA, /* a chunk's data: remaining bytes */
+    G_CHUNK_END,  /* the CRLF after a chunk's data (line_len: 1 once CR came) */
+    G_TRAILER,    /* trailer lines after the last chunk, to an empty one */
+    G_PASS,       /* checked no further: the connection was upgraded (a
+                     WebSocket), or its framing is one the HTTP layer
+                     refuses and closes on itself */
+    G_REFUSED,    /* a request was refused; nothing more is read */
+};
+
+static void refuse(struct http_guard *g, enum api_error e, const char *message)
+{
+    const struct api_error_info *info = api_error_info(e);
+    g->refused = 1;
+    g->status = info->status;
+    g->code = info->code;
+    snprintf(g->message, sizeof g->message, "%s", message);
+    g->state = G_REFUSED;
+}
+
+static int is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* Whether the header line [p, e) is name: (case-insensitive); then *value
+ * and *value_end bound its value without surrounding whitespace or CRLF. */
+static int header_is(const char *p, const char *e, const char *name, const char **value, const char **value_end)
+{
+    size_t n = strlen(name);
+    if ((size_t)(e - p) <= n || strncasecmp(p, name, n) != 0 || p[n] != ':')
+        return 0;
+    const char *v = p + n + 1;
+    while (v < e && is_ows(*v))
+        v++;
+    while (e > v && (is_ows(e[-1]) || e[-1] == '\r' || e[-1] == '\n'))
+        e--;
+    *value = v;
+    *value_end = e;
+    return 1;
+}
+
+/* The head is whole: refused if it holds a NUL; otherwise the framing of
+ * what follows it. */
+static void head_done(struct http_guard *g)
+{
+    const char *h = g->head, *end = g->head + g->head_len;
+    g->head_len = g->line_start = 0;
+    if (memchr(h, '\0', (size_t)(end - h))) {
+        refuse(g, ERR_BAD_REQUEST, "the request line or a header holds a NUL byte");
+        return;
+    }
+    int te = 0, te_chunked = 0, cl = 0, cl_bad = 0, upgrade = 0;
+    uint64_t length = 0;
+    const char *line = memchr(h, '\n', (size_t)(end - h)); /* past the request line */
+    while (line && ++line < end) {
+        const char *next = memchr(line, '\n', (size_t)(end - line));
+        const char *e = next ? next : end, *v, *ve;
+        if (header_is(line, e, "transfer-encoding", &v, &ve)) {
+            te++;
+            te_chunked = ve - v == 7 && strncasecmp(v, "chunked", 7) == 0;
+        } else if (header_is(line, e, "content-length", &v, &ve)) {
+            cl++;
+            cl_bad |= v == ve || ve - v > 18;
+            for (length = 0; v < ve && !cl_bad; v++) {
+                cl_bad |= *v < '0' || *v > '9';
+                length = length * 10 + (uint64_t)(*v - '0');
+            }
+        } else if (header_is(line, e, "upgrade", &v, &ve)) {
+            upgrade = 1;
+        }
+        line = next;
+    }
+    if (upgrade || te > 1 || (te && (cl || !te_chunked)) || cl > 1 || cl_bad) {
+        g->state = G_PASS;
+    } else if (te) {
+        g->state = G_CHUNK_SIZE;
+        g->line_len = 0;
+    } else if (length > 0) {
+        g->state = G_BODY;
+        g->remaining = length;
+    } else {
+        g->state = G_HEAD;
+    }
+}
+
+/* Adds [p, p + n) to the head; 0, or -1 (refused) when it would be too long. */
+static int head_add(struct http_guard *g, const char *p, size_t n)
+{
+    if (g->head_len + n > HTTP_GUARD_HEAD_MAX) {
+        char message[120];
+        snprintf(message, sizeof message, "the request line and headers are larger than %d bytes",
+                 HTTP_GUARD_HEAD_MAX);
+        refuse(g, ERR_HEADERS_TOO_LARGE, message);
+        return -1;
+    }
+    if (g->head_len + n > g->head_cap) {
+        size_t cap = g->head_cap ? g->head_cap : 1024;
+        while (cap < g->head_len + n)
+            cap *= 2;
+        char *grown = realloc(g->head, cap);
+        if (!grown) {
+            refuse(g, ERR_UNAVAILABLE, "the server is out of memory; retry");
+            return -1;
+        }
+        g->head = grown;
+        g->head_cap = cap;
+    }
+    memcpy(g->head + g->head_len, p, n);
+    g->head_len += n;
+    return 0;
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* A whole chunk-size line (RFC 9112 7.1: 1*HEXDIG, then optionally BWS and
+ * extensions after ';', then CRLF): the next state, or refused. */
+static void chunk_size_done(struct http_guard *g)
+{
+    size_t len = g->line_len, k = 0;
+    const char *l = g->line;
+    while (len && (l[len - 1] == '\n' || l[len - 1] == '\r'))
+        len--;
+    uint64_t size = 0;
+    for (; k < len && hex_value(l[k]) >= 0; k++) {
+        if (size >> 59) {
+            refuse(g, ERR_BAD_REQUEST, "a chunk size is too large");
+            return;
+        }
+        size = size * 16 + (uint64_t)hex_value(l[k]);
+    }
+    size_t digits = k;
+    while (k < len && is_ows(l[k]))
+        k++;
+    int bad = digits == 0 || (k < len && l[k] != ';');
+    for (size_t j = k; j < len && !bad; j++)
+        bad = ((unsigned char)l[j] < 0x20 && l[j] != '\t') || l[j] == 0x7f;
+    if (bad) {
+        refuse(g, ERR_BAD_REQUEST, "a chunk size is malformed (hexadecimal digits, then optional ;extensions)");
+        return;
+    }
+    g->line_len = 0;
+    if (size == 0) {
+        g->state = G_TRAILER;
+        g->trailer_bytes = 0;
+    } else {
+        g->state = G_CHUNK_DATA;
+        g->remaining = size;
+    }
+}
+
+size_t http_guard_scan(struct http_guard *g, const char *p, size_t n)
+{
+    size_t i = 0, start = 0; /* where the current request began in p (0: in an earlier read) */
+    while (i < n && g->state != G_REFUSED && g->state != G_PASS) {
+        const char *nl;
+        size_t take;
+        switch (g->state) {
+        case G_HEAD:
+            if (g->head_len == 0) {
+                while (i < n && (p[i] == '\r' || p[i] == '\n'))
+                    i++; /* empty lines before a request are ignored (RFC 9112 2.2) */
+                start = i;
+                if (i == n)
+                    break;
+            }
+            nl = memchr(p + i, '\n', n - i);
+            take = nl ? (size_t)(nl - (p + i)) + 1 : n - i;
+            if (head_add(g, p + i, take) < 0)
+                break;
+            i += take;
+            if (nl) {
+                size_t line = g->head_len - g->line_start;
+                int empty = line == 1 || (line == 2 && g->head[g->line_start] == '\r');
+                g->line_start = g->head_len;
+                if (empty)
+                    head_done(g);
+            }
+            break;
+        case G_BODY:
+        case G_CHUNK_DATA:
+            take = g->remaining < n - i ? (size_t)g->remaining : n - i;
+            i += take;
+            g->remaining -= take;
+            if (g->remaining == 0)
+                g->state = g->state == G_BODY ? G_HEAD : G_CHUNK_END;
+            g->line_len = 0;
+            break;
+        case G_CHUNK_END:
+            if (p[i] == '\r' && g->line_len == 0) {
+                g->line_len = 1;
+            } else if (p[i] == '\n') {
+                g->state = G_CHUNK_SIZE;
+                g->line_len = 0;
+            } else {
+                refuse(g, ERR_BAD_REQUEST, "a chunk holds more data than its size says");
+                break;
+            }
+            i++;
+            break;
+        case G_CHUNK_SIZE:
+            nl = memchr(p + i, '\n', n - i);
+            take = nl ? (size_t)(nl - (p + i)) + 1 : n - i;
+            if (g->line_len + take > sizeof g->line) {
+                refuse(g, ERR_BAD_REQUEST, "a chunk-size line is too long");
+                break;
+            }
+            memcpy(g->line + g->line_len, p + i, take);
+            g->line_len += take;
+            i += take;
+            if (nl)
+                chunk_size_done(g);
+            break;
+        case G_TRAILER:
+            nl = memchr(p + i, '\n', n - i);
+            take = nl ? (size_t)(nl - (p + i)) + 1 : n - i;
+            if (memchr(p + i, '\0', take)) {
+                refuse(g, ERR_BAD_REQUEST, "a trailer field holds a NUL byte");
+                break;
+            }
+            g->trailer_bytes += take;
+            if (g->trailer_bytes > HTTP_GUARD_HEAD_MAX) {
+                refuse(g, ERR_HEADERS_TOO_LARGE, "the request's trailer fields are too large");
+                break;
+            }
+            /* line_len counts this line's bytes, and line[0] keeps its first */
+            if (g->line_len == 0)
+                g->line[0] = p[i];
+            g->line_len += take;
+            i += take;
+            if (nl) {
+                int empty = g->line_len == 1 || (g->line_len == 2 && g->line[0] == '\r');
+                g->line_len = 0;
+                if (empty)
+                    g->state = G_HEAD;
+            }
+            break;
+        }
+    }
+    return g->refused ? start : n;
+}
+
+void http_guard_release(struct http_guard *g)
+{
+    free(g->head);
+    g->head = NULL;
+    g->head_len = g->head_cap = 0;
+}
+
+/* ---------------------------------------------------------------- the sockets */
+
+/* The guard of each socket by its number (a socket beyond the table, whose
+ * size is the process's limit on open files at the first open, is not
+ * guarded). libmicrohttpd tells a connection closed before it closes the
+ * socket, so a number is never reused while its slot is set. Each guard is
+ * used by the one thread that serves its connection. */
+typedef _Atomic(struct http_guard *) guard_slot;
+static guard_slot *_Atomic table;
+static size_t table_size;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+static atomic_llong refusals;
+
+static void table_init(void)
+{
+    struct rlimit rl;
+    size_t size = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (size_t)rl.rlim_cur : 65536;
+    if (size > (1u << 20))
+        size = 1u << 20;
+    guard_slot *t = calloc(size, sizeof *t);
+    if (!t) {
+        log_warn("http: no memory for the request guard; requests are not checked before libmicrohttpd");
+        return;
+    }
+    table_size = size;
+    atomic_store_explicit(&table, t, memory_order_release);
+}
+
+void http_guard_open(int fd)
+{
+    pthread_once(&table_once, table_init);
+    guard_slot *t = atomic_load_explicit(&table, memory_order_acquire);
+    if (!t || fd < 0 || (size_t)fd >= table_size)
+        return;
+    struct http_guard *g = calloc(1, sizeof *g);
+    struct http_guard *old = atomic_exchange(&t[fd], g);
+    if (old) {
+        http_guard_release(old);
+        free(old);
+    }
+}
+
+void http_guard_close(int fd)
+{
+    guard_slot *t = atomic_load_explicit(&table, memory_order_acquire);
+    if (!t || fd < 0 || (size_t)fd >= table_size)
+        return;
+    struct http_guard *g = atomic_exchange(&t[fd], NULL);
+    if (g) {
+        http_guard_release(g);
+        free(g);
+    }
+}
+
+int64_t http_guard_refusals(void)
+{
+    return (int64_t)atomic_load(&refusals);
+}
+
+/* Sends the refusal (the API's JSON error, then the end of the
+ * connection) and tells the library the client has ended: 0. */
+static ssize_t answer_refusal(struct http_guard *g, int fd)
+{
+    if (g->refused == 1) {
+        g->refused = 2;
+        atomic_fetch_add(&refusals, 1);
+        json_t *j = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", g->code, "message", g->message, "field");
+        char *body = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        char reply[1024];
+        const char *reason = MHD_get_reason_phrase_for((unsigned)g->status);
+        int len = snprintf(reply, sizeof reply,
+                           "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                           "Connection: close\r\n\r\n%s",
+                           g->status, reason && reason[0] ? reason : "Error", body ? strlen(body) : 0,
+                           body ? body : "");
+        free(body);
+        if (len > 0 && (size_t)len < sizeof reply)
+            syscall(SYS_sendto, fd, reply, (size_t)len, MSG_NOSIGNAL, NULL, 0);
+        shutdown(fd, SHUT_WR);
+        log_debug("http: refused a request before the library read it: %d %s (%s)", g->status, g->code, g->message);
+    }
+    return 0;
+}
+
+/* libmicrohttpd's reads, and every other recv() in the process: the
+ * system's, then the guard's check for the sockets it guards. */
+ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+    guard_slot *t = atomic_load_explicit(&table, memory_order_acquire);
+    struct http_guard *g = t && fd >= 0 && (size_t)fd < table_size ? atomic_load_explicit(&t[fd], memory_order_acquire)
+                                                                    : NULL;
+    if (g && g->refused)
+        return answer_refusal(g, fd);
+    ssize_t n = syscall(SYS_recvfrom, fd, buf, len, flags, NULL, NULL);
+    if (!g || n <= 0 || (flags & MSG_PEEK))
+        return n;
+    size_t pass = http_guard_scan(g, buf, (size_t)n);
+    if (!g->refused)
+        return n;
+    if (!pass)
+        return answer_refusal(g, fd);
+    /* Requests before the refused one go on; the library reads again once
+     * it has answered them, and then gets the refusal. Nothing of what
+     * follows is left in the socket to wake it for that read: the end of
+     * the reading side does (and the client sends nothing more it needs). */
+    shutdown(fd, SHUT_RD);
+    return (ssize_t)pass;
+}

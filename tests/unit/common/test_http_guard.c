@@ -1,0 +1,152 @@
+/* test_http_guard.c: the request guard's parser (http_guard_scan) follows
+ * pipelined requests through heads, Content-Length bodies, chunks,
+ * extensions and trailers, whatever the reads' sizes; it refuses a NUL
+ * byte in a head, a malformed chunk size, a chunk longer than its size and
+ * a head over HTTP_GUARD_HEAD_MAX, passing on only the requests before the
+ * refused one; and it checks nothing after an upgrade or a framing the
+ * HTTP layer refuses itself. */
+#include "gpurent/http_guard.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+struct outcome {
+    size_t passed; /* bytes handed on in all */
+    int refused, status;
+    const char *code;
+};
+
+/* Feeds len bytes in reads of at most step bytes, as recv() would. */
+static struct outcome feed(const char *p, size_t len, size_t step)
+{
+    struct http_guard g = {0};
+    struct outcome o = {0};
+    for (size_t off = 0; off < len && !g.refused; off += step) {
+        size_t n = len - off < step ? len - off : step;
+        o.passed += http_guard_scan(&g, p + off, n);
+    }
+    o.refused = g.refused;
+    o.status = g.status;
+    o.code = g.code;
+    http_guard_release(&g);
+    return o;
+}
+
+static const size_t steps[] = {1, 2, 3, 7, 64, 1 << 20};
+#define FOR_EACH_STEP for (size_t si = 0, step; si < sizeof steps / sizeof steps[0] && (step = steps[si], 1); si++)
+
+static void assert_passes(const char *p, size_t len)
+{
+    FOR_EACH_STEP {
+        struct outcome o = feed(p, len, step);
+        assert_int_equal(o.refused, 0);
+        assert_int_equal(o.passed, len);
+    }
+}
+
+/* Refused with status and code, however it is read; in one read, what
+ * passes ends where the refused request began (read piecemeal, the start
+ * of the request may have gone on before the fault came). */
+static void assert_refused(const char *p, size_t len, int status, const char *code, size_t begins)
+{
+    FOR_EACH_STEP {
+        struct outcome o = feed(p, len, step);
+        assert_int_equal(o.refused, 1);
+        assert_int_equal(o.status, status);
+        assert_string_equal(o.code, code);
+    }
+    assert_int_equal(feed(p, len, len).passed, begins);
+}
+
+#define S(lit) lit, sizeof lit - 1
+
+static void test_pipelined_requests_and_bodies_pass(void **state)
+{
+    (void)state;
+    assert_passes(S("GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+                    "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhe\0lo"
+                    "\r\n\r\nGET /b HTTP/1.1\nHost: x\n\n"));
+    assert_passes(S("POST /c HTTP/1.1\r\ntransfer-encoding:  Chunked \r\n\r\n"
+                    "5;name=value\r\nhel\0o\r\nA \r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n"
+                    "GET /d HTTP/1.1\r\n\r\n"));
+}
+
+static void test_a_nul_in_a_head_is_refused(void **state)
+{
+    (void)state;
+    assert_refused(S("GET /v1/me\0admin HTTP/1.1\r\nHost: x\r\n\r\n"), 400, "bad_request", 0);
+    assert_refused(S("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /x HTTP/1.1\r\nX-A: a\0b\r\n\r\n"), 400, "bad_request", 27);
+    assert_refused(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: \0\r\n\r\n"), 400,
+                   "bad_request", 0);
+}
+
+static void test_malformed_chunks_are_refused(void **state)
+{
+    (void)state;
+    const char *bad[] = {"zz\r\n", "\r\n", "5 x\r\n", "-1\r\n", "0x5\r\n", "1000000000000000000\r\n", "5\0\r\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char req[256];
+        static const char head[] = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+        size_t hl = sizeof head - 1, bl = strlen(bad[i]) + (i == 6 ? 3 : 0);
+        memcpy(req, head, hl);
+        memcpy(req + hl, bad[i], bl);
+        assert_refused(req, hl + bl, 400, "bad_request", 0);
+    }
+    assert_refused(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhello\r\n0\r\n\r\n"), 400,
+                   "bad_request", 0);
+    char line[300] = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;";
+    size_t n = strlen(line);
+    memset(line + n, 'e', 200);
+    assert_refused(line, n + 200, 400, "bad_request", 0);
+}
+
+static void test_a_head_over_the_cap_is_431(void **state)
+{
+    (void)state;
+    size_t len = HTTP_GUARD_HEAD_MAX + 100;
+    char *req = malloc(len);
+    memcpy(req, "GET / HTTP/1.1\r\nX-Big: ", 23);
+    memset(req + 23, 'a', len - 23);
+    assert_refused(req, len, 431, "headers_too_large", 0);
+    /* Just under the cap, and whole, it passes. */
+    size_t ok = HTTP_GUARD_HEAD_MAX - 4;
+    memcpy(req + ok, "\r\n\r\n", 4);
+    assert_passes(req, ok + 4);
+    free(req);
+}
+
+static void test_upgrades_and_refused_framings_are_not_read_further(void **state)
+{
+    (void)state;
+    assert_passes(S("GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                    "\x81\x85\0\0\0\0zz\r\n\0"));
+    assert_passes(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\0"));
+    assert_passes(S("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nzz\r\n\0"));
+    assert_passes(S("POST / HTTP/1.1\r\nContent-Length: 3x\r\n\r\n\0\0\0\0"));
+}
+
+static void test_empty_lines_before_a_request_are_ignored(void **state)
+{
+    (void)state;
+    assert_passes(S("\r\n\r\nGET / HTTP/1.1\r\n\r\n\nGET / HTTP/1.1\r\n\r\n"));
+    assert_refused(S("\r\n\r\nGET /\0 HTTP/1.1\r\n\r\n"), 400, "bad_request", 4);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pipelined_requests_and_bodies_pass),
+        cmocka_unit_test(test_a_nul_in_a_head_is_refused),
+        cmocka_unit_test(test_malformed_chunks_are_refused),
+        cmocka_unit_test(test_a_head_over_the_cap_is_431),
+        cmocka_unit_test(test_upgrades_and_refused_framings_are_not_read_further),
+        cmocka_unit_test(test_empty_lines_before_a_request_are_ignored),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
