@@ -44,6 +44,7 @@ enum api_error {
     ERR_HEADERS_TOO_LARGE,      /* request headers over the cap */
     ERR_NOT_IMPLEMENTED,        /* a transfer coding the server does not implement */
     ERR_EMAIL_NOT_VERIFIED,     /* the account's e-mail address is not verified yet */
+    ERR_HTTP_VERSION,           /* an HTTP version other than 1.0 and 1.1 */
     ERR_COUNT
 };
 

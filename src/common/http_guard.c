@@ -64,8 +64,67 @@ static int header_is(const char *p, const char *e, const char *name, const char 
     return 1;
 }
 
-/* The head is whole: refused if it holds a NUL; otherwise the framing of
- * what follows it. */
+/* RFC 9110 5.6.2: the characters of a token (a method, a header name). */
+static int is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* The request line [p, e), its line ending cut (RFC 9112 3): a method
+ * token, one space, a target without spaces or controls, one space,
+ * HTTP/1.0 or HTTP/1.1 (another version is 505). 0, or refused. */
+static int request_line_ok(struct http_guard *g, const char *p, const char *e)
+{
+    const char *m = p;
+    while (p < e && is_tchar((unsigned char)*p))
+        p++;
+    int bad = p == m || p == e || *p++ != ' ';
+    const char *t = p;
+    while (!bad && p < e && (unsigned char)*p > ' ' && *p != 0x7f)
+        p++;
+    bad = bad || p == t || p == e || *p++ != ' ';
+    if (!bad && (e - p != 8 || strncmp(p, "HTTP/", 5) != 0 || p[5] < '0' || p[5] > '9' || p[6] != '.' ||
+                 p[7] < '0' || p[7] > '9'))
+        bad = 1;
+    if (bad) {
+        refuse(g, ERR_BAD_REQUEST, "the request line is malformed (METHOD target HTTP/1.1)");
+        return -1;
+    }
+    if (strncmp(p, "HTTP/1.0", 8) != 0 && strncmp(p, "HTTP/1.1", 8) != 0) {
+        refuse(g, ERR_HTTP_VERSION, "only HTTP/1.0 and HTTP/1.1 are served");
+        return -1;
+    }
+    return 0;
+}
+
+/* A header line [p, e), its line ending cut (RFC 9112 5): a name token
+ * right before the colon, then a value without control characters but
+ * tabs; no obsolete folding. 0, or refused. */
+static int header_line_ok(struct http_guard *g, const char *p, const char *e)
+{
+    if (*p == ' ' || *p == '\t') {
+        refuse(g, ERR_BAD_REQUEST, "a header is folded onto a second line (obsolete, RFC 9112 5.2)");
+        return -1;
+    }
+    const char *n = p;
+    while (p < e && is_tchar((unsigned char)*p))
+        p++;
+    if (p == n || p == e || *p != ':') {
+        refuse(g, ERR_BAD_REQUEST, "a header line is malformed (a name, then a colon, then the value)");
+        return -1;
+    }
+    for (p++; p < e; p++)
+        if (((unsigned char)*p < ' ' && *p != '\t') || *p == 0x7f) {
+            refuse(g, ERR_BAD_REQUEST, "a header value holds a control character");
+            return -1;
+        }
+    return 0;
+}
+
+/* The head is whole: its request line and header lines checked (a NUL, a
+ * bare CR, a malformed line or a Content-Length that is not one number
+ * refuse it); then the framing of what follows it. */
 static void head_done(struct http_guard *g)
 {
     const char *h = g->head, *end = g->head + g->head_len;
@@ -74,28 +133,47 @@ static void head_done(struct http_guard *g)
         refuse(g, ERR_BAD_REQUEST, "the request line or a header holds a NUL byte");
         return;
     }
-    int te = 0, te_chunked = 0, cl = 0, cl_bad = 0, upgrade = 0;
+    int te = 0, te_chunked = 0, cl = 0, upgrade = 0;
     uint64_t length = 0;
-    const char *line = memchr(h, '\n', (size_t)(end - h)); /* past the request line */
-    while (line && ++line < end) {
+    for (const char *line = h; line < end;) {
         const char *next = memchr(line, '\n', (size_t)(end - line));
         const char *e = next ? next : end, *v, *ve;
+        if (e > line && e[-1] == '\r')
+            e--;
+        if (memchr(line, '\r', (size_t)(e - line))) {
+            refuse(g, ERR_BAD_REQUEST, "a line of the request holds a bare CR");
+            return;
+        }
+        if (e == line) /* the empty line that ends the head */
+            break;
+        if (line == h ? request_line_ok(g, line, e) < 0 : header_line_ok(g, line, e) < 0)
+            return;
         if (header_is(line, e, "transfer-encoding", &v, &ve)) {
             te++;
             te_chunked = ve - v == 7 && strncasecmp(v, "chunked", 7) == 0;
         } else if (header_is(line, e, "content-length", &v, &ve)) {
-            cl++;
-            cl_bad |= v == ve || ve - v > 18;
-            for (length = 0; v < ve && !cl_bad; v++) {
-                cl_bad |= *v < '0' || *v > '9';
-                length = length * 10 + (uint64_t)(*v - '0');
+            uint64_t value = 0;
+            const char *d = v;
+            for (; d < ve && *d >= '0' && *d <= '9' && d - v < 19; d++)
+                value = value * 10 + (uint64_t)(*d - '0');
+            if (d < ve && d - v == 19 && *d >= '0' && *d <= '9') {
+                refuse(g, ERR_BODY_TOO_LARGE, "the declared Content-Length is far too large");
+                return;
             }
+            /* One number; the same one again is allowed (RFC 9112 6.3),
+             * two different ones (a request smuggled past a proxy) not. */
+            if (d == v || d < ve || (cl && value != length)) {
+                refuse(g, ERR_BAD_REQUEST, "Content-Length must be one decimal number");
+                return;
+            }
+            cl++;
+            length = value;
         } else if (header_is(line, e, "upgrade", &v, &ve)) {
             upgrade = 1;
         }
-        line = next;
+        line = next ? next + 1 : end;
     }
-    if (upgrade || te > 1 || (te && (cl || !te_chunked)) || cl > 1 || cl_bad) {
+    if (upgrade || te > 1 || (te && (cl || !te_chunked))) {
         g->state = G_PASS;
     } else if (te) {
         g->state = G_CHUNK_SIZE;

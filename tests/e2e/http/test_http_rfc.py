@@ -233,6 +233,25 @@ def test_headers_beyond_the_librarys_memory_get_the_api_error_body(daemon):
     json_error(status, headers, body, "headers_too_large")
 
 
+@pytest.mark.parametrize("request_bytes,status,code", [
+    (b"GARBAGE\r\n\r\n", 400, "bad_request"),  # the library closed without a word
+    (b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n", 400, "bad_request"),  # was served as /a b
+    (b"GET / HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n", 400, "bad_request"),  # its HTML 400
+    (b"GET / HTTP/1.1\r\nBad Name: x\r\nHost: x\r\n\r\n", 400, "bad_request"),  # was served
+    (b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n", 400, "bad_request"),
+    (b"GET / HTTP/1.1\rHost: x\r\n\r\n", 400, "bad_request"),  # its HTML 400
+    (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400, "bad_request"),  # a bare 400
+    (b"POST /v1/login HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400,
+     "bad_request"),  # was served, by one of the two lengths
+    (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n", 413, "body_too_large"),
+    (b"GET / HTTP/9.9\r\nHost: x\r\n\r\n", 505, "http_version_not_supported"),  # its HTML 505
+])
+def test_malformed_request_and_header_lines_get_the_api_error_body(daemon, request_bytes, status, code):
+    got, headers, body, closed = raw(daemon, request_bytes)
+    assert (got, closed) == (status, True), (got, body[:200])
+    json_error(got, headers, body, code)
+
+
 def test_a_pipelined_request_after_a_good_one_is_refused_alone(daemon):
     """The requests before the refused one are answered; then the refusal,
     then the end of the connection."""

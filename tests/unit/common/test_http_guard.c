@@ -2,8 +2,9 @@
  * pipelined requests through heads, Content-Length bodies, chunks,
  * extensions and trailers, whatever the reads' sizes; it refuses a NUL
  * byte in a head, a malformed chunk size, a chunk longer than its size and
- * a head over HTTP_GUARD_HEAD_MAX, passing on only the requests before the
- * refused one; and it checks nothing after an upgrade or a framing the
+ * a head over HTTP_GUARD_HEAD_MAX, a malformed request or header line, a
+ * Content-Length that is not one number and an HTTP version but 1.0 and
+ * 1.1, passing on only the requests before the refused one; and it checks nothing after an upgrade or a framing the
  * HTTP layer refuses itself. */
 #include "gpurent/http_guard.h"
 
@@ -128,7 +129,36 @@ static void test_upgrades_and_refused_framings_are_not_read_further(void **state
                     "\x81\x85\0\0\0\0zz\r\n\0"));
     assert_passes(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\0"));
     assert_passes(S("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nzz\r\n\0"));
-    assert_passes(S("POST / HTTP/1.1\r\nContent-Length: 3x\r\n\r\n\0\0\0\0"));
+}
+
+static void test_malformed_lines_are_refused(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "GARBAGE\r\n\r\n",
+        "GET\r\n\r\n",
+        "GET /\r\n\r\n",
+        "GET /a b HTTP/1.1\r\n\r\n",
+        "GET  / HTTP/1.1\r\n\r\n",
+        "G@T / HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1 \r\n\r\n",
+        "GET / HTTP/1.1\r\nNoColon\r\n\r\n",
+        "GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
+        "GET / HTTP/1.1\r\nName : x\r\n\r\n",
+        "GET / HTTP/1.1\r\n: x\r\n\r\n",
+        "GET / HTTP/1.1\r\nA: x\r\n folded\r\n\r\n",
+        "GET / HTTP/1.1\rHost: x\r\n\r\n",
+        "GET / HTTP/1.1\r\nA: x\x01y\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 3x\r\n\r\nabc",
+        "POST / HTTP/1.1\r\nContent-Length: \r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_refused(bad[i], strlen(bad[i]), 400, "bad_request", 0);
+    assert_refused(S("GET / HTTP/2.0\r\n\r\n"), 505, "http_version_not_supported", 0);
+    assert_refused(S("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n"), 413, "body_too_large", 0);
+    /* The same length twice is one length (RFC 9112 6.3); HTTP/1.0 is served. */
+    assert_passes(S("POST / HTTP/1.0\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab"));
 }
 
 static void test_empty_lines_before_a_request_are_ignored(void **state)
@@ -146,6 +176,7 @@ int main(void)
         cmocka_unit_test(test_malformed_chunks_are_refused),
         cmocka_unit_test(test_a_head_over_the_cap_is_431),
         cmocka_unit_test(test_upgrades_and_refused_framings_are_not_read_further),
+        cmocka_unit_test(test_malformed_lines_are_refused),
         cmocka_unit_test(test_empty_lines_before_a_request_are_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
