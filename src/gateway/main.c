@@ -3,6 +3,7 @@
  * only its own), and an orderly stop on SIGTERM. See gateway.h. */
 #include "gateway.h"
 #include "gpurent/conf.h"
+#include "gpurent/http_guard.h"
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
 
@@ -157,18 +158,23 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MH
 
 /* Answers go out as they come, in small writes (headers, then each chunk
  * of a stream): without TCP_NODELAY, Nagle holds each write until the
- * client's delayed ACK, about 40 ms a call. */
+ * client's delayed ACK, about 40 ms a call. What consumers send is checked
+ * before libmicrohttpd reads it, as for the API (http_guard.h). */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
     (void)cls;
     (void)socket_context;
-    if (code != MHD_CONNECTION_NOTIFY_STARTED)
-        return;
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info)
+        return;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        http_guard_close(info->connect_fd);
+        return;
+    }
     int one = 1;
-    if (info)
-        setsockopt(info->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(info->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    http_guard_open(info->connect_fd);
 }
 
 int main(int argc, char **argv)

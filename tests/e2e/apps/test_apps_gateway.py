@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 
+import pytest
 import requests
 
 from agent_util import poll
@@ -470,6 +471,29 @@ def test_slow_client_pauses_its_upstream_and_gets_every_byte(market):
     [row] = m.wait_calls(app["id"], 1)
     assert (row[1], row[2], row[3], row[4], row[8]) == (200, 100, tokens, price(100, tokens), 1), row
     assert_ledger_ok(m)
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"POST /apps/echo\x00x/v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\n{}",
+    b"POST /apps/echo/v1/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"POST /apps/echo/v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}",
+])
+def test_the_gateway_refuses_malformed_requests_with_a_json_error(market, request_bytes):
+    """The gateway reads consumers' bytes through the same guard as the API
+    (a raw NUL, a bad chunk, two lengths): 400 with a JSON error body, and
+    the connection closed."""
+    gw = market.gateway()
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        sock.sendall(request_bytes)
+        reply = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"Content-Type: application/json" in head, reply
+    assert json.loads(body)["error"]["code"] == "bad_request", body
 
 
 def test_stopping_gateway_answers_its_waiting_calls(market):
