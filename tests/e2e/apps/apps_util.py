@@ -120,6 +120,20 @@ class Market(Cloud):
         self.gateways.append(g)
         return g
 
+    def running_app(self, token_ms, **fields):
+        """On a fleet of one node, an app with one running replica whose
+        model server sends a token every token_ms, and a consumer, made
+        before any gateway so that a gateway started next knows their key:
+        (app, consumer)."""
+        self.fleet(1)
+        pub, con = self.user(), self.user()
+        port = free_port()
+        app = self.publish(pub, min_replicas=1, max_replicas=1, model_port=port,
+                           command=self.model_command(port, token_ms=token_ms), **fields)
+        poll(lambda: self.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'",
+                                [app["id"]])[0][0], DEADLINE, "a running replica")
+        return app, con
+
     def calls(self, app_id):
         return self.d.sql("SELECT id, status, input_tokens, output_tokens, charge, earning, fee, unpaid, completed,"
                           " cold_start, consumer_id FROM app_calls WHERE app_id = ? ORDER BY rowid", [app_id])

@@ -17,7 +17,8 @@ import pytest
 import requests
 
 from agent_util import poll
-from apps_util import DEADLINE, assert_ledger_ok, free_port
+from apps_util import DEADLINE, assert_ledger_ok
+from ports import exchange
 
 
 CHAT = "/v1/chat/completions"
@@ -363,27 +364,14 @@ def test_waiting_and_idle_connections_hold_no_thread(market):
     assert results == [(503, "no_replica", "5")] * 40, results
 
 
-def running_app(m, token_ms, **fields):
-    """An app of one running replica whose model server sends a token every
-    token_ms, a consumer and a gateway that knows their key: (app, gateway,
-    consumer)."""
-    m.fleet(1)
-    pub, con = m.user(), m.user()
-    port = free_port()
-    app = m.publish(pub, min_replicas=1, max_replicas=1, model_port=port,
-                    command=m.model_command(port, token_ms=token_ms), **fields)
-    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
-         DEADLINE, "a running replica")
-    return app, m.gateway(), con
-
-
 def test_calls_being_answered_hold_no_thread(market):
     """Thirty streams in progress at once (each 40 tokens 50 ms apart): the
     gateway's threads are those it had plus the one upstream thread, where
     a thread per upstream call would be thirty more. Each stream arrives
     whole and is charged for what it delivered."""
     m = market
-    app, gw, con = running_app(m, token_ms=50)
+    app, con = m.running_app(token_ms=50)
+    gw = m.gateway()
     base = gateway_threads(gw)
     words = " ".join(f"w{i}" for i in range(40))
     started = threading.Semaphore(0)
@@ -446,7 +434,8 @@ def test_slow_client_pauses_its_upstream_and_gets_every_byte(market):
     block a thread; once the client reads, the transfer goes on and the
     client gets every event, in order, and the call is charged in full."""
     m = market
-    app, gw, con = running_app(m, token_ms=0)
+    app, con = m.running_app(token_ms=0)
+    gw = m.gateway()
     words = [f"{i:03d}" + "x" * 237 for i in range(100)]
     tokens = 25000  # the words over and over (sim-model-server's max_tokens)
     body = json.dumps({"prompt": " ".join(words), "stream": True, "max_tokens": tokens}).encode()
@@ -482,15 +471,7 @@ def test_the_gateway_refuses_malformed_requests_with_a_json_error(market, reques
     """The gateway reads consumers' bytes through the same guard as the API
     (a raw NUL, a bad chunk, two lengths): 400 with a JSON error body, and
     the connection closed."""
-    gw = market.gateway()
-    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
-        sock.sendall(request_bytes)
-        reply = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
+    reply = exchange(market.gateway().port, request_bytes)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ") and b"Content-Type: application/json" in head, reply
     assert json.loads(body)["error"]["code"] == "bad_request", body

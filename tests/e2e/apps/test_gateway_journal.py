@@ -16,7 +16,7 @@ import shutil
 import time
 
 from agent_util import poll
-from apps_util import DEADLINE, assert_ledger_ok, free_port
+from apps_util import DEADLINE, assert_ledger_ok
 
 CHAT = "/v1/chat/completions"
 
@@ -133,13 +133,7 @@ def test_killed_gateway_resends_its_journal_and_each_call_is_charged_once(market
 
 def test_gateway_killed_mid_stream_charges_what_it_had_delivered(market):
     m = market
-    m.fleet(1)
-    pub, con = m.user(), m.user()
-    port = free_port()
-    # 300 tokens 20 ms apart: a stream of about 6 s.
-    app = m.publish(pub, min_replicas=1, model_port=port, command=m.model_command(port, token_ms=20))
-    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
-         DEADLINE, "a running replica")
+    app, con = m.running_app(token_ms=20)  # 300 tokens 20 ms apart: a stream of about 6 s
     gw = m.gateway(report_ms=600000)
     words = " ".join(f"w{i}" for i in range(300))
     r = gw.call(app["slug"], "/v1/completions", con.key, stream=True, json={"prompt": words, "stream": True})
@@ -175,12 +169,7 @@ def test_gateway_killed_in_a_streams_first_second_charges_what_it_had_delivered(
     killed right after them (long before a second has passed; the next
     token is 2 s away) still has the call charged for what it delivered."""
     m = market
-    m.fleet(1)
-    pub, con = m.user(), m.user()
-    port = free_port()
-    app = m.publish(pub, min_replicas=1, model_port=port, command=m.model_command(port, token_ms=2000))
-    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
-         DEADLINE, "a running replica")
+    app, con = m.running_app(token_ms=2000)
     gw = m.gateway(report_ms=600000)
     r = gw.call(app["slug"], "/v1/completions", con.key, stream=True, json={"prompt": "a b c", "stream": True})
     assert r.status_code == 200, r.text

@@ -13,6 +13,7 @@ import socket
 import pytest
 
 from harness import assert_error, route_table
+from ports import exchange
 
 
 def raw(d, data, timeout=10):
@@ -255,14 +256,7 @@ def test_malformed_request_and_header_lines_get_the_api_error_body(daemon, reque
 def test_a_pipelined_request_after_a_good_one_is_refused_alone(daemon):
     """The requests before the refused one are answered; then the refusal,
     then the end of the connection."""
-    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz\x00 HTTP/1.1\r\nHost: x\r\n\r\n")
-        reply = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
+    reply = exchange(daemon.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz\x00 HTTP/1.1\r\nHost: x\r\n\r\n")
     first, second = reply.split(b"HTTP/1.1 ")[1:]
     assert first.startswith(b"200 "), reply
     assert second.startswith(b"400 ") and b'"code":"bad_request"' in second, reply

@@ -44,3 +44,17 @@ def free_range(count):
 
 def free_port():
     return free_range(1)[0]
+
+
+def exchange(port, data, timeout=10):
+    """Sends bytes as is on a fresh connection to 127.0.0.1:port (what no
+    client library would send) and returns every byte the server answers
+    until it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        reply = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return reply
+            reply += chunk

@@ -14,6 +14,7 @@ import socket
 import pytest
 
 from harness import Daemon, stop_all
+from ports import exchange
 from inventory_util import register
 from ops_util import TlsDaemon, make_ca, make_cert
 
@@ -89,14 +90,7 @@ def test_registering_a_node_at_plain_http_off_this_machine_warns(new_daemon):
 def _raw_get(d, path):
     """GET path written as is on the socket (no client library would send
     these); returns the status."""
-    with socket.create_connection(("127.0.0.1", d.port), timeout=10) as s:
-        s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(4096)
-            if not chunk:
-                break
-            data += chunk
+    data = exchange(d.port, b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     return int(data.split(b" ", 2)[1])
 
 
