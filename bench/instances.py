@@ -48,6 +48,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 
 from common import Cloud, cpu_seconds, memory_kb, wait_for
 
@@ -191,20 +192,33 @@ def claims_reference(args, n, burst):
     return float(m.group(1)), " ".join(os.path.relpath(a, REPO) if a == args.claims else a for a in cmd)
 
 
+def workload_calls(c):
+    """{method: count} of the reconciler's calls to agents (/metrics)."""
+    req = urllib.request.Request(f"{c.url}/metrics", headers={"Authorization": f"Bearer {c.admin_key}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        text = r.read().decode()
+    return {m: int(v) for m, v in
+            re.findall(r'^gpurent_reconciler_workload_calls_total\{method="(\w+)"\} (\d+)$', text, re.M)}
+
+
 def wrk_run(args, n, c, keys, watcher):
     """The --reference burst: wrk for --seconds, then until every instance it
     made runs; the daemon's CPU over that time per create."""
     live = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
+    calls0 = workload_calls(c)
     c0 = cpu_seconds(c.daemon.pid)
     rps, p50, p99 = wrk_burst(c.port, keys, args, c.work)
     total = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
     wait_for(lambda: (watcher.poll() or True) and len(watcher.seen) >= total, 600, "every created instance to run",
              args.poll_ms / 1000)
     c1 = cpu_seconds(c.daemon.pid)
+    calls1 = workload_calls(c)
     created = total - live
+    per_create = {f"{m.lower()}s_per_create": round((calls1[m] - calls0[m]) / created, 2) for m in ("PUT", "GET")}
     return {"nodes": n, "live": live, "wrk": {"creates_per_s": round(rps, 1), "created": created,
                                               "create_ms_p50": p50, "create_ms_p99": p99,
-                                              "daemon_cpu_ms_per_create": round((c1 - c0) * 1000 / created, 3)},
+                                              "daemon_cpu_ms_per_create": round((c1 - c0) * 1000 / created, 3),
+                                              **per_create},
             "daemon_rss_mb": round(memory_kb(c.daemon.pid)["VmHWM"] / 1024, 1)}
 
 

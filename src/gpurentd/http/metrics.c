@@ -341,6 +341,12 @@ void api_metrics(struct http_request *req)
             "# TYPE gpurent_reconciler_instances_read_total counter\n"
             "gpurent_reconciler_instances_read_total{kind=\"sweep\"} %lld\n"
             "gpurent_reconciler_instances_read_total{kind=\"attention\"} %lld\n"
+            "# HELP gpurent_reconciler_workload_calls_total Calls the reconciler made to agents about one workload,"
+            " by method: PUT to place it, GET to follow it, DELETE to remove it.\n"
+            "# TYPE gpurent_reconciler_workload_calls_total counter\n"
+            "gpurent_reconciler_workload_calls_total{method=\"PUT\"} %lld\n"
+            "gpurent_reconciler_workload_calls_total{method=\"GET\"} %lld\n"
+            "gpurent_reconciler_workload_calls_total{method=\"DELETE\"} %lld\n"
             "# HELP gpurent_agent_call_errors_total Calls to node agents that got no usable reply.\n"
             "# TYPE gpurent_agent_call_errors_total counter\ngpurent_agent_call_errors_total %lld\n"
             "# HELP gpurent_testing_clock 1 when time comes from a clock file (never in production).\n"
@@ -348,6 +354,7 @@ void api_metrics(struct http_request *req)
             (long long)lc.billing_passes, (double)lc.billing_last_us / 1e6, (double)lc.billing_total_us / 1e6,
             (long long)lc.reconcile_passes[0], (long long)lc.reconcile_passes[1],
             (long long)lc.reconcile_instances_read[0], (long long)lc.reconcile_instances_read[1],
+            (long long)lc.reconcile_calls[0], (long long)lc.reconcile_calls[1], (long long)lc.reconcile_calls[2],
             (long long)lc.agent_errors, clock_is_testing());
     fclose(f);
     if (ok)

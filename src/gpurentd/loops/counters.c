@@ -1,6 +1,7 @@
 /* counters.c: what the loops count for /metrics, as atomics any thread may
  * bump or read: agent calls that failed, billing passes and their time,
- * reconciler passes and the instances they read. The
+ * reconciler passes, the instances they read and the workload calls they
+ * made. The
  * handler that prints them is http/metrics.c. */
 #include "loops/loops.h"
 
@@ -11,6 +12,7 @@ static atomic_llong billing_passes;
 static atomic_llong billing_last_us;
 static atomic_llong billing_total_us;
 static atomic_llong reconcile_passes[2], reconcile_instances_read[2];
+static atomic_llong reconcile_calls[3];
 
 void metrics_agent_error(void)
 {
@@ -30,8 +32,16 @@ void metrics_reconcile_pass(int sweep, int64_t instances_read)
     atomic_fetch_add(&reconcile_instances_read[!sweep], instances_read);
 }
 
+void metrics_reconcile_call(int method)
+{
+    if (method >= 0 && method < 3)
+        atomic_fetch_add(&reconcile_calls[method], 1);
+}
+
 void loop_counters(struct loop_counters *out)
 {
+    for (int i = 0; i < 3; i++)
+        out->reconcile_calls[i] = atomic_load(&reconcile_calls[i]);
     for (int i = 0; i < 2; i++) {
         out->reconcile_passes[i] = atomic_load(&reconcile_passes[i]);
         out->reconcile_instances_read[i] = atomic_load(&reconcile_instances_read[i]);

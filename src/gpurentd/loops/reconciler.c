@@ -506,6 +506,9 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
             w->call[r] = agent_call_new(p->agent_url, p->secret, "GET", path, NULL, opts);
             w->kind[r] = CALL_GET;
         }
+        /* How many round trips an instance costs (issue 15), by method. */
+        if (w->call[r])
+            metrics_reconcile_call(w->kind[r] == CALL_PUT ? 0 : w->kind[r] == CALL_GET ? 1 : 2);
     }
     spec_inputs_free(&si);
 }

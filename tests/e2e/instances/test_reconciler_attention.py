@@ -64,3 +64,28 @@ def test_a_node_that_stops_answering_moves_its_instances_between_sweeps(new_clus
     # Answering again, the node and its instance are left alone once more.
     before, after = attention_passes_go_by(c, 5)
     assert after[("instances_read", "attention")] == before[("instances_read", "attention")], (before, after)
+
+
+def workload_calls(c):
+    """{method: count} of the reconciler's workload calls to agents."""
+    text = c.d.get("/metrics", key=c.d.admin_key).text
+    found = {m: int(v) for m, v in re.findall(
+        r'^gpurent_reconciler_workload_calls_total\{method="(\w+)"\} (\d+)$', text, re.M)}
+    assert set(found) == {"PUT", "GET", "DELETE"}, text
+    return found
+
+
+def test_workload_calls_are_counted_and_a_running_instance_costs_none(new_cluster):
+    """Each instance is put once on its node; it is followed with GETs only
+    until it runs, then costs no call between sweeps; a stop deletes it."""
+    c = new_cluster(nodes={"MI450": 2}, options=OPTIONS)
+    u = c.signup()
+    c.topup(u, 100 * 1_000_000)
+    start = workload_calls(c)
+    ids = [c.launch(u, cards=2) for _ in range(4)]
+    running = workload_calls(c)
+    assert running["PUT"] - start["PUT"] == 4 and running["DELETE"] == start["DELETE"], (start, running)
+    attention_passes_go_by(c, 5)
+    assert workload_calls(c) == running
+    c.stop(u, ids[0])
+    poll(lambda: workload_calls(c)["DELETE"] > running["DELETE"], DEADLINE, "the stopped workload's DELETE")
