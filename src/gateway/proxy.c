@@ -56,7 +56,8 @@
 
 /* Where a call is: libmicrohttpd calls the handler again after each
  * resume, and the phase says what it was waiting for. */
-/* Where a call's upstream is. */
+/* Where a call's upstream is: not in the multi handle yet (or between two
+ * replicas' tries), in it, or ended for good. */
 enum up_state { UP_NEW, UP_RUNNING, UP_ENDED };
 
 enum phase {
@@ -472,13 +473,13 @@ static void up_attend(struct call *c)
     pthread_mutex_lock(&c->lock);
     int gone = c->client_gone;
     pthread_mutex_unlock(&c->lock);
-    if (c->up_state == UP_NEW && gone)
+    if (c->up_state == UP_ENDED)
+        return;
+    if (gone)
         up_end(c, CURLE_ABORTED_BY_CALLBACK);
     else if (c->up_state == UP_NEW)
         up_start(c);
-    else if (c->up_state == UP_RUNNING && gone)
-        up_end(c, CURLE_ABORTED_BY_CALLBACK);
-    else if (c->up_state == UP_RUNNING)
+    else
         curl_easy_pause(c->curl, CURLPAUSE_CONT); /* may hand on the bytes it kept, in up_body */
 }
 
@@ -486,12 +487,14 @@ static void up_attend(struct call *c)
  * unanswered, otherwise ended. */
 static void up_done(struct call *c, CURLcode rc)
 {
+    curl_multi_remove_handle(multi, c->curl);
+    c->up_state = UP_NEW;
     if (rc != CURLE_OK && failed_unanswered(c, rc) && another_replica(c, rc)) {
-        curl_multi_remove_handle(multi, c->curl);
         curl_easy_setopt(c->curl, CURLOPT_URL, c->url);
-        if (curl_multi_add_handle(multi, c->curl) == CURLM_OK)
+        if (curl_multi_add_handle(multi, c->curl) == CURLM_OK) {
+            c->up_state = UP_RUNNING;
             return;
-        c->up_state = UP_NEW; /* removed already: up_end has nothing to remove */
+        }
     }
     up_end(c, rc);
 }
