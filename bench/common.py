@@ -65,7 +65,7 @@ class Cloud:
         self.register_timeout, self.keep = register_timeout, keep
         self.work = tempfile.mkdtemp(prefix=f"{prefix}{nodes}-")
         self.db = os.path.join(self.work, "gpurent.db")
-        self.daemon = self.fleet = None
+        self.daemon = self.fleet = self.fleet_dir = None
 
     def _open(self, name):
         return open(os.path.join(self.work, name), "w+")
@@ -108,9 +108,19 @@ class Cloud:
             f.write(self.admin_key + "\n")
 
         fout = self._open("fleet.out")
+        # The sim fleet stands in for `nodes` hosts, each of which keeps its
+        # workload records on a disk of its own (a file created, fsynced and
+        # renamed per change: state.c). Here they would share one disk and
+        # the two cores with the daemon being measured, and the kernel's
+        # inode allocation for those files cost the fleet more CPU than the
+        # daemon used. So the fleet's state goes to tmpfs where the machine
+        # has one; the daemon's database stays on disk in self.work.
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self.fleet_dir = tempfile.mkdtemp(prefix="gpurent-bench-fleet-", dir=shm) if shm \
+            else os.path.join(self.work, "fleet")
         cmd = [self.agent, "sim-fleet", "--control-plane", self.url, "--admin-key-file", key_file,
                "--model", "MI450", "--nodes", str(self.nodes), "--cards", "8", "--fabric", "bench",
-               "--region", "local", "--listen", "127.0.0.1:0", "--state-dir", os.path.join(self.work, "fleet"),
+               "--region", "local", "--listen", "127.0.0.1:0", "--state-dir", self.fleet_dir,
                "-o", "ssh_listen="]  # benchmarks measure the control plane, not SSH
         for k, v in self.fleet_options.items():
             cmd += ["-o", f"{k}={v}"]
@@ -146,7 +156,9 @@ class Cloud:
                     p.kill()
                     p.wait()
         if self.keep:
-            print(f"kept {self.work}", file=sys.stderr)
+            print(f"kept {self.work} (the fleet's state: {self.fleet_dir})", file=sys.stderr)
         else:
             shutil.rmtree(self.work, ignore_errors=True)
+            if self.fleet_dir:
+                shutil.rmtree(self.fleet_dir, ignore_errors=True)
         return False

@@ -41,7 +41,8 @@ struct create_ctx {
     const struct idempotency *idem; /* the key */
     struct op_outcome o;            /* refusal, if any */
     char id[ID_MAX];                /* the new instance */
-    char *body;                     /* the answer (malloc'd) */
+    struct instance created;        /* as it was committed */
+    char *body;                     /* the answer (malloc'd), or NULL: to render from created */
     int replayed;                   /* 0, or the status of a twin's stored answer in body */
 };
 
@@ -81,15 +82,33 @@ static int create_txn(struct store *s, void *vctx)
     rc = instance_create(s, &ctx->in, ctx->id, &ctx->o);
     if (rc != STORE_OK)
         return rc;
-    struct instance in;
-    if ((rc = store_instance_get(s, NULL, ctx->id, &in)) != STORE_OK)
+    if ((rc = store_instance_get(s, NULL, ctx->id, &ctx->created)) != STORE_OK)
         return rc;
-    json_t *j = instance_json(s, &in);
+    /* Every writer waits while this runs (store.c's group commit), so the
+     * reply is rendered here only when it must be kept for a retry with the
+     * same key; otherwise after the commit (render_created). */
+    if (!ctx->idem->key[0])
+        return STORE_OK;
+    json_t *j = instance_json(s, &ctx->created);
     ctx->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!ctx->body)
         return STORE_ERROR;
     return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->body);
+}
+
+/* The reply of a create without an Idempotency-Key: the instance as its
+ * transaction left it, with what the reply adds (the owner's runway, keys,
+ * ports) read in one snapshot after the commit. NULL on failure. */
+static char *render_created(struct store *s, const struct instance *in)
+{
+    if (store_read_begin(s) != STORE_OK)
+        return NULL;
+    json_t *j = instance_json(s, in);
+    store_read_end(s);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return body;
 }
 
 void api_instances_create(struct http_request *req)
@@ -224,10 +243,15 @@ void api_instances_create(struct http_request *req)
     } else if (rc == STORE_OK) {
         log_info("instances: %s created %s: %lld x %s", req->user_id, ctx.id, (long long)cards, ctx.in.gpu_type);
         reconciler_wake();
+        if (!ctx.body)
+            ctx.body = render_created(s, &ctx.created);
         char location[64];
         snprintf(location, sizeof location, "/v1/instances/%s", ctx.id);
         http_add_header(req, "Location", location);
-        http_reply_raw(req, 201, "application/json", ctx.body, strlen(ctx.body));
+        if (ctx.body)
+            http_reply_raw(req, 201, "application/json", ctx.body, strlen(ctx.body));
+        else /* created all the same: the client finds it in the list */
+            http_error(req, ERR_INTERNAL, NULL, NULL);
     } else {
         reply_failure(req, rc, &ctx.o);
     }

@@ -155,7 +155,32 @@ void agent_call_free(struct agent_call *c)
     free(c);
 }
 
-int agent_calls_stream(size_t n, long max_parallel, int (*stop)(void), const struct agent_call_stream *st)
+/* A multi handle kept between runs: its connection cache is what the pool
+ * is. */
+struct agent_pool {
+    CURLM *multi;
+};
+
+struct agent_pool *agent_pool_new(void)
+{
+    struct agent_pool *p = calloc(1, sizeof *p);
+    if (p && !(p->multi = curl_multi_init())) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
+void agent_pool_free(struct agent_pool *p)
+{
+    if (!p)
+        return;
+    curl_multi_cleanup(p->multi);
+    free(p);
+}
+
+int agent_calls_stream(struct agent_pool *pool, size_t n, long max_parallel, int (*stop)(void),
+                       const struct agent_call_stream *st)
 {
     /* Only max_parallel calls exist at a time: a handle waiting in the multi
      * for a connection already holds its buffers (some 17 KB), which for a
@@ -166,7 +191,7 @@ int agent_calls_stream(size_t n, long max_parallel, int (*stop)(void), const str
         struct agent_call *c; /* in flight, or NULL: a free slot */
         size_t i;             /* its index in the stream */
     } *slot = calloc(window, sizeof *slot);
-    CURLM *multi = slot ? curl_multi_init() : NULL;
+    CURLM *multi = !slot ? NULL : pool ? pool->multi : curl_multi_init();
     if (!multi) {
         free(slot);
         return -1;
@@ -239,7 +264,8 @@ int agent_calls_stream(size_t n, long max_parallel, int (*stop)(void), const str
             st->done(st->ctx, slot[k].i, slot[k].c, 0);
         }
     }
-    curl_multi_cleanup(multi);
+    if (!pool)
+        curl_multi_cleanup(multi);
     free(slot);
     return stopped ? -1 : 0;
 }
@@ -254,13 +280,14 @@ static void leave_with_caller(void *ctx, size_t i, struct agent_call *c, int fin
     (void)ctx, (void)i, (void)c, (void)finished;
 }
 
-int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int (*stop)(void))
+int agent_calls_run(struct agent_pool *pool, struct agent_call **calls, size_t n, long max_parallel,
+                    int (*stop)(void))
 {
     for (size_t i = 0; i < n; i++)
         if (calls[i]) /* calls a stop leaves unstarted say so too */
             snprintf(calls[i]->error, sizeof calls[i]->error, "not run");
     const struct agent_call_stream st = {take_made, leave_with_caller, calls};
-    return agent_calls_stream(n, max_parallel, stop, &st);
+    return agent_calls_stream(pool, n, max_parallel, stop, &st);
 }
 
 struct agent_multi {

@@ -49,15 +49,30 @@ struct agent_call_stream {
     void (*done)(void *ctx, size_t i, struct agent_call *c, int finished);
     void *ctx;
 };
-/* Runs calls 0 .. n-1 of the stream on one multi handle, at most
+/* Connections to agents kept open from one run of calls to the next, for
+ * a thread that calls the same agents again and again (the reconciler: a
+ * create's PUT and its polls go to one node, and best-fit placement sends
+ * the next creates there too), so each call does not pay a TCP (and TLS)
+ * handshake on both ends. At most max_parallel connections stay open, the
+ * oldest closed first; an agent closes one idle past its
+ * connection_timeout_s, and libcurl notices that before reusing it. Used by
+ * one thread at a time. */
+struct agent_pool;
+struct agent_pool *agent_pool_new(void);
+/* Closes the pool's connections; NULL is a no-op. */
+void agent_pool_free(struct agent_pool *p);
+/* Runs calls 0 .. n-1 of the stream on one multi handle (the pool's, or a
+ * new one whose connections close at the end when pool is NULL), at most
  * max_parallel of them existing at once, each made when a slot frees up and
  * handed to done the moment it ends, so memory stays bounded however many
  * calls there are. Stops early, and returns -1, when stop() says so. */
-int agent_calls_stream(size_t n, long max_parallel, int (*stop)(void), const struct agent_call_stream *st);
+int agent_calls_stream(struct agent_pool *pool, size_t n, long max_parallel, int (*stop)(void),
+                       const struct agent_call_stream *st);
 /* The same over calls the caller already made (NULL entries skipped); each
  * stays the caller's. Calls a stop left unfinished have status 0 and an
  * error. */
-int agent_calls_run(struct agent_call **calls, size_t n, long max_parallel, int (*stop)(void));
+int agent_calls_run(struct agent_pool *pool, struct agent_call **calls, size_t n, long max_parallel,
+                    int (*stop)(void));
 /* A multi handle for a thread that keeps calls coming and going (the logs
  * proxy), woken from other threads. */
 struct agent_multi;

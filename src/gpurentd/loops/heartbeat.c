@@ -240,7 +240,7 @@ static int poll_targets(struct pass *p, struct node_target *targets, size_t n)
     const struct daemon_conf *cf = daemon_config;
     struct facts_stream fs = {p, targets, agent_client_opts_from_config()};
     const struct agent_call_stream st = {make_facts_call, take_facts, &fs};
-    return agent_calls_stream(n, (long)cf->agent_max_parallel, should_stop, &st);
+    return agent_calls_stream(NULL, n, (long)cf->agent_max_parallel, should_stop, &st);
 }
 
 /* One pass over every registered node, or (only_new) over those never

@@ -90,6 +90,10 @@ static struct bg_loop loop = BG_LOOP_INIT("reconciler");
 static struct pending_delete *pending;
 static size_t n_pending;
 
+/* Connections to agents kept from pass to pass (agent_client.h); touched
+ * only by the reconciler thread. NULL: each call connects anew. */
+static struct agent_pool *pool;
+
 /* Nodes to list in the next pass, asked for by the heartbeat when an agent
  * reports an ended workload; guarded by loop.lock. Capped: past it the next
  * pass lists every node, which is what the cap would have asked for anyway. */
@@ -860,7 +864,9 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
          * running; restarts by the policy keep counting. */
         if (!w->in.run_started_at && (rc = store_instance_set_run_clock(s, w->in.id, ctx->now, 0)) != STORE_OK)
             return rc;
-        if ((rc = store_instance_set_attempts(s, w->in.id, 0, 0)) != STORE_OK ||
+        /* Each write of the row touches its indexes: none that changes nothing. */
+        if (((w->in.attempts || w->in.next_attempt_at) &&
+             (rc = store_instance_set_attempts(s, w->in.id, 0, 0)) != STORE_OK) ||
             (w->n_nodes > 1 && (rc = store_instance_set_rendezvous(s, w->in.id, 0)) != STORE_OK))
             return rc;
         return store_instance_set_state(s, w->in.id, "running", "", "every node is running", ctx->now);
@@ -1375,7 +1381,7 @@ static struct pass_result run_pass(struct store *s, int sweep)
     for (size_t i = 0; i < n_ins; i++)
         for (size_t r = 0; r < works[i].n_nodes; r++)
             calls[k++] = works[i].call[r];
-    agent_calls_run(calls, k, (long)daemon_config->agent_max_parallel, should_stop);
+    agent_calls_run(pool, calls, k, (long)daemon_config->agent_max_parallel, should_stop);
 
     /* Deletes that did not get through are tried again next pass. */
     for (size_t i = 0; i < n_deletes; i++) {
@@ -1456,6 +1462,9 @@ static void *reconciler_main(void *arg)
         log_error("reconciler: no database connection; reconciler stopped");
         return NULL;
     }
+    /* Without a pool every call connects anew: slower, still correct. */
+    if (!(pool = agent_pool_new()))
+        log_warn("reconciler: no connection pool; each agent call connects anew");
     int64_t last_sweep = 0, quick = 0;
     for (;;) {
         int64_t mono = clock_mono_ms();
@@ -1483,6 +1492,8 @@ static void *reconciler_main(void *arg)
         if (loop_sleep(&loop, ms))
             break;
     }
+    agent_pool_free(pool);
+    pool = NULL;
     free(pending);
     pending = NULL;
     n_pending = 0;
