@@ -192,29 +192,36 @@ def claims_reference(args, n, burst):
     return float(m.group(1)), " ".join(os.path.relpath(a, REPO) if a == args.claims else a for a in cmd)
 
 
-def workload_calls(c):
-    """{method: count} of the reconciler's calls to agents (/metrics)."""
+def counters(c):
+    """From /metrics: the reconciler's calls to agents by method ("PUT",
+    "GET", …), and the store's "transactions" and "commits" (group commit
+    runs several transactions in one commit)."""
     req = urllib.request.Request(f"{c.url}/metrics", headers={"Authorization": f"Bearer {c.admin_key}"})
     with urllib.request.urlopen(req, timeout=30) as r:
         text = r.read().decode()
-    return {m: int(v) for m, v in
-            re.findall(r'^gpurent_reconciler_workload_calls_total\{method="(\w+)"\} (\d+)$', text, re.M)}
+    out = {m: int(v) for m, v in
+           re.findall(r'^gpurent_reconciler_workload_calls_total\{method="(\w+)"\} (\d+)$', text, re.M)}
+    for name in ("transactions", "commits"):
+        out[name] = int(re.search(rf"^gpurent_store_{name}_total (\d+)$", text, re.M).group(1))
+    return out
 
 
 def wrk_run(args, n, c, keys, watcher):
     """The --reference burst: wrk for --seconds, then until every instance it
     made runs; the daemon's CPU over that time per create."""
     live = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
-    calls0 = workload_calls(c)
+    calls0 = counters(c)
     c0 = cpu_seconds(c.daemon.pid)
     rps, p50, p99 = wrk_burst(c.port, keys, args, c.work)
     total = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
     wait_for(lambda: (watcher.poll() or True) and len(watcher.seen) >= total, 600, "every created instance to run",
              args.poll_ms / 1000)
     c1 = cpu_seconds(c.daemon.pid)
-    calls1 = workload_calls(c)
+    calls1 = counters(c)
     created = total - live
     per_create = {f"{m.lower()}s_per_create": round((calls1[m] - calls0[m]) / created, 2) for m in ("PUT", "GET")}
+    for m in ("transactions", "commits"):
+        per_create[f"{m}_per_create"] = round((calls1[m] - calls0[m]) / created, 2)
     return {"nodes": n, "live": live, "wrk": {"creates_per_s": round(rps, 1), "created": created,
                                               "create_ms_p50": p50, "create_ms_p99": p99,
                                               "daemon_cpu_ms_per_create": round((c1 - c0) * 1000 / created, 3),

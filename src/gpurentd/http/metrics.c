@@ -347,6 +347,10 @@ void api_metrics(struct http_request *req)
             "gpurent_reconciler_workload_calls_total{method=\"PUT\"} %lld\n"
             "gpurent_reconciler_workload_calls_total{method=\"GET\"} %lld\n"
             "gpurent_reconciler_workload_calls_total{method=\"DELETE\"} %lld\n"
+            "# HELP gpurent_reconciler_agent_connections_total Connections to agents the reconciler's calls opened;"
+            " the other calls reused one kept from an earlier call.\n"
+            "# TYPE gpurent_reconciler_agent_connections_total counter\n"
+            "gpurent_reconciler_agent_connections_total %lld\n"
             "# HELP gpurent_agent_call_errors_total Calls to node agents that got no usable reply.\n"
             "# TYPE gpurent_agent_call_errors_total counter\ngpurent_agent_call_errors_total %lld\n"
             "# HELP gpurent_testing_clock 1 when time comes from a clock file (never in production).\n"
@@ -355,7 +359,7 @@ void api_metrics(struct http_request *req)
             (long long)lc.reconcile_passes[0], (long long)lc.reconcile_passes[1],
             (long long)lc.reconcile_instances_read[0], (long long)lc.reconcile_instances_read[1],
             (long long)lc.reconcile_calls[0], (long long)lc.reconcile_calls[1], (long long)lc.reconcile_calls[2],
-            (long long)lc.agent_errors, clock_is_testing());
+            (long long)lc.reconcile_connections, (long long)lc.agent_errors, clock_is_testing());
     fclose(f);
     if (ok)
         http_reply_raw(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);

@@ -159,6 +159,7 @@ void agent_call_free(struct agent_call *c)
  * is. */
 struct agent_pool {
     CURLM *multi;
+    int64_t connects; /* connections its calls opened, all runs together */
 };
 
 struct agent_pool *agent_pool_new(void)
@@ -169,6 +170,11 @@ struct agent_pool *agent_pool_new(void)
         p = NULL;
     }
     return p;
+}
+
+int64_t agent_pool_connects(const struct agent_pool *p)
+{
+    return p ? p->connects : 0;
 }
 
 void agent_pool_free(struct agent_pool *p)
@@ -237,6 +243,9 @@ int agent_calls_stream(struct agent_pool *pool, size_t n, long max_parallel, int
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
             if (agent_call_finish(c, msg->data.result) < 0 || c->status >= 500)
                 metrics_agent_error();
+            long connects = 0;
+            if (pool && curl_easy_getinfo(c->easy, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK)
+                pool->connects += connects;
             curl_multi_remove_handle(multi, c->easy);
             size_t i = 0;
             for (size_t k = 0; k < window; k++)

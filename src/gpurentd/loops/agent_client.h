@@ -8,6 +8,7 @@
 
 #include <curl/curl.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct agent_client_opts {
     long connect_timeout_ms;   /* TCP (and TLS) connect */
@@ -59,6 +60,9 @@ struct agent_call_stream {
  * one thread at a time. */
 struct agent_pool;
 struct agent_pool *agent_pool_new(void);
+/* Connections the pool's calls opened so far (the others reused one); 0
+ * for NULL. */
+int64_t agent_pool_connects(const struct agent_pool *p);
 /* Closes the pool's connections; NULL is a no-op. */
 void agent_pool_free(struct agent_pool *p);
 /* Runs calls 0 .. n-1 of the stream on one multi handle (the pool's, or a

@@ -1,7 +1,7 @@
 /* counters.c: what the loops count for /metrics, as atomics any thread may
  * bump or read: agent calls that failed, billing passes and their time,
- * reconciler passes, the instances they read and the workload calls they
- * made. The
+ * reconciler passes, the instances they read, the workload calls they
+ * made and the connections to agents those opened. The
  * handler that prints them is http/metrics.c. */
 #include "loops/loops.h"
 
@@ -13,6 +13,7 @@ static atomic_llong billing_last_us;
 static atomic_llong billing_total_us;
 static atomic_llong reconcile_passes[2], reconcile_instances_read[2];
 static atomic_llong reconcile_calls[3];
+static atomic_llong reconcile_connections;
 
 void metrics_agent_error(void)
 {
@@ -38,8 +39,14 @@ void metrics_reconcile_call(int method)
         atomic_fetch_add(&reconcile_calls[method], 1);
 }
 
+void metrics_reconcile_connections(int64_t opened)
+{
+    atomic_fetch_add(&reconcile_connections, opened);
+}
+
 void loop_counters(struct loop_counters *out)
 {
+    out->reconcile_connections = atomic_load(&reconcile_connections);
     for (int i = 0; i < 3; i++)
         out->reconcile_calls[i] = atomic_load(&reconcile_calls[i]);
     for (int i = 0; i < 2; i++) {

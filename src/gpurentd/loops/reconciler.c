@@ -1381,7 +1381,9 @@ static struct pass_result run_pass(struct store *s, int sweep)
     for (size_t i = 0; i < n_ins; i++)
         for (size_t r = 0; r < works[i].n_nodes; r++)
             calls[k++] = works[i].call[r];
+    int64_t connects = agent_pool_connects(pool);
     agent_calls_run(pool, calls, k, (long)daemon_config->agent_max_parallel, should_stop);
+    metrics_reconcile_connections(pool ? agent_pool_connects(pool) - connects : (int64_t)k); /* no pool: one each */
 
     /* Deletes that did not get through are tried again next pass. */
     for (size_t i = 0; i < n_deletes; i++) {

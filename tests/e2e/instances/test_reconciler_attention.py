@@ -5,6 +5,7 @@ missed. The sweep is an hour away in every test here, so whatever happens
 is the passes between sweeps' doing. Real gpurentd, real sim-fleet, the
 counts from /metrics."""
 import re
+import time
 
 from agent_util import poll
 from money_util import new_cluster, quiet  # noqa: F401 (a fixture)
@@ -89,3 +90,38 @@ def test_workload_calls_are_counted_and_a_running_instance_costs_none(new_cluste
     assert workload_calls(c) == running
     c.stop(u, ids[0])
     poll(lambda: workload_calls(c)["DELETE"] > running["DELETE"], DEADLINE, "the stopped workload's DELETE")
+
+
+def metric(c, name):
+    """The value of an unlabelled counter in /metrics."""
+    text = c.d.get("/metrics", key=c.d.admin_key).text
+    return int(re.search(rf"^{name} (\d+)$", text, re.M).group(1))
+
+
+def connections_opened(c):
+    """Connections to agents the reconciler's calls opened so far."""
+    return metric(c, "gpurent_reconciler_agent_connections_total")
+
+
+def test_the_reconcilers_calls_to_an_agent_reuse_its_connection(new_cluster):
+    """A create's PUT and GETs, and the next creates' on the same node, go
+    over one kept-alive connection (agent_pool), not one each; an agent that
+    has since closed it (idle past its connection_timeout_s) costs a new
+    connection, never a failed call."""
+    c = new_cluster(nodes={"MI450": 1}, options=OPTIONS, fleet_options={"connection_timeout_s": "1"})
+    u = c.signup()
+    c.topup(u, 100 * 1_000_000)
+    calls0, opened0 = workload_calls(c), connections_opened(c)
+    errors0 = metric(c, "gpurent_agent_call_errors_total")
+    ids = [c.launch(u, cards=2) for _ in range(3)]
+    calls, opened = workload_calls(c), connections_opened(c)
+    made = sum(calls[m] - calls0[m] for m in calls)
+    assert made >= 6, (calls0, calls)  # a PUT and at least one GET each
+    assert opened - opened0 <= 2, (made, opened0, opened)
+    # Idle past the agent's timeout, the kept connection is closed by the
+    # agent; the next calls notice and connect again.
+    time.sleep(2.5)
+    ids.append(c.launch(u, cards=2))
+    assert connections_opened(c) > opened
+    assert all(c.instance(u, iid)["state"] == "running" for iid in ids)
+    assert metric(c, "gpurent_agent_call_errors_total") == errors0

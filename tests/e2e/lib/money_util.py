@@ -480,15 +480,16 @@ class Cluster:
         assert not errors, "\n\n".join(errors)
 
 
-def start_cluster(directory, nodes=None, options=None, clock=START_TIME):
-    """gpurentd plus one sim-fleet per GPU model in nodes {model: count}."""
+def start_cluster(directory, nodes=None, options=None, clock=START_TIME, fleet_options=None):
+    """gpurentd plus one sim-fleet per GPU model in nodes {model: count};
+    fleet_options are the fleets' settings beyond SIM_ZERO."""
     nodes = {"MI450": 4} if nodes is None else nodes
     d = Daemon(os.path.join(str(directory), "daemon"), options={**MONEY_OPTIONS, **(options or {})}, clock=clock)
     fleets = []
     try:
         for model, count in nodes.items():
             f = Fleet(os.path.join(str(directory), f"fleet-{model.lower()}"), d.base_url, nodes=count, model=model,
-                      admin_key=d.admin_key, options=SIM_ZERO, start=False)
+                      admin_key=d.admin_key, options={**SIM_ZERO, **(fleet_options or {})}, start=False)
             fleets.append(f)
             f.start()
         want = sum(nodes.values())
