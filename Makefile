@@ -237,8 +237,10 @@ $(B)/bench/%: bench/%.c bench/bench_util.c bench/bench_util.h $(B)/libdaemon.a $
 	$(CC) $(ALL_CFLAGS) -Ibench -Isrc/agent $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LIBS)
 # make bench (issue 15): every benchmark, bounded, on loopback, with its
 # reference in the same run (nginx serving the same bytes for the HTTP
-# reads, plain SQLite's durable transaction for writes); the rows go into
-# BENCHMARKS.md (bench/table.py). Installs its packages (deps.sh bench).
+# reads, plain SQLite's durable transaction for writes, the in-process claim
+# for creates, nginx's own start for start-up, the rate the period asks for
+# heartbeats); the rows go into BENCHMARKS.md (bench/table.py). Installs its
+# packages (deps.sh bench).
 $(B)/bench/sqlite_txn: bench/sqlite_txn.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< -lsqlite3
@@ -246,11 +248,13 @@ bench: all $(B)/bench/billing $(B)/bench/claims $(B)/bench/sqlite_txn
 	scripts/deps.sh bench
 	@mkdir -p $(B)/bench/out && rm -f $(B)/bench/out/*
 	$(B)/bench/sqlite_txn --seconds 5 > $(B)/bench/out/1-sqlite.out
-	timeout 900 python3 bench/reads.py --nodes 100 1000 --seconds 10 > $(B)/bench/out/2-reads.out
+	timeout 1200 python3 bench/reads.py --nodes 100 1000 10000 --seconds 10 > $(B)/bench/out/2-reads.out
 	timeout 300 $(B)/bench/claims --nodes 100 --threads 1,4,16 > $(B)/bench/out/3-claims.out
 	timeout 300 $(B)/bench/claims --nodes 10000 --threads 1,4,16 >> $(B)/bench/out/3-claims.out
 	timeout 300 $(B)/bench/billing --instances 10000 > $(B)/bench/out/4-billing.out
 	timeout 300 $(B)/bench/billing --instances 100000 >> $(B)/bench/out/4-billing.out
 	timeout 900 python3 bench/instances.py --nodes 1000 --live 5000 --seconds 2 --reference > $(B)/bench/out/5-creates.out
 	timeout 900 python3 bench/instances.py --nodes 10000 --live 10000 --seconds 3 --reference >> $(B)/bench/out/5-creates.out
+	timeout 300 python3 bench/startup.py --postings 1000000 > $(B)/bench/out/6-startup.out
+	timeout 900 python3 bench/heartbeat.py --nodes 10000 --seconds 30 > $(B)/bench/out/7-heartbeat.out
 	python3 bench/table.py BENCHMARKS.md $(B)/bench/out/*.out

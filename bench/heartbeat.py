@@ -21,7 +21,8 @@ small machine it competes with the daemon for cores.
 
     python3 bench/heartbeat.py --nodes 1000 10000 --period-ms 5000 --seconds 60
 
-Nothing here is a test: it prints figures for BENCHMARKS.md.
+Nothing here is a test: it prints a JSON line per fleet size on stderr and
+a Markdown row for `make bench` (bench/table.py) on stdout.
 """
 import argparse
 import datetime
@@ -94,8 +95,18 @@ def main():
     args = ap.parse_args()
     print(f"# {os.cpu_count()} CPUs; gpurentd {args.gpurentd}", file=sys.stderr)
     for n in args.nodes:
+        load0 = os.getloadavg()[0]
         r = run(args, n)
-        print(json.dumps(r), flush=True)
+        print(json.dumps(r), file=sys.stderr, flush=True)
+        # The row `make bench` puts in BENCHMARKS.md (bench/table.py): the
+        # reference is the rate the period asks for.
+        date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+        cmd = f"python3 bench/heartbeat.py --nodes {n} --seconds {args.seconds:g}"
+        rate = r["beats_per_s"] or 0
+        print(f"| heartbeats, {n:,} nodes every {args.period_ms / 1000:g} s | {rate:,.0f} beats/s, {r['missed']} missed;"
+              f" daemon {r['daemon_cpu_cores']} cores, RSS {r['daemon_rss_mb']} MiB (peak {r['daemon_peak_rss_mb']})"
+              f" | {r['expected_beats_per_s']:,.0f} beats/s asked for by the period | {rate / r['expected_beats_per_s']:.2f}"
+              f" | {load0:.2f}–{os.getloadavg()[0]:.2f} | `{cmd}` | {date} |", flush=True)
 
 
 if __name__ == "__main__":

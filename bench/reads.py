@@ -69,7 +69,7 @@ http {{ access_log off; default_type application/json; keepalive_requests 100000
   server {{ listen 127.0.0.1:{self.port}; root {self.dir}/www; location / {{ try_files $uri =404; }} }} }}
 """)
         self.proc = subprocess.Popen(["nginx", "-c", conf, "-p", self.dir], stderr=subprocess.DEVNULL)
-        wait_for(lambda: self._up(), 10, "nginx to listen", 0.05)
+        wait_for(lambda: self._up(), 10, "nginx to listen", 0.001)  # bench/startup.py times this
 
     def _up(self):
         try:
