@@ -21,6 +21,12 @@
  * layer's own cap on headers (16 KiB, answered by its handler) is below it,
  * libmicrohttpd's connection memory well above it. */
 #define HTTP_GUARD_HEAD_MAX 32768
+/* And hold at most this many header fields (Apache's LimitRequestFields;
+ * browsers send some 20). libmicrohttpd keeps each field's record in the
+ * connection's memory beside the head itself, so without a cap a head of
+ * many short fields ran that memory out and got its bare 431 page, and the
+ * memory had to be large, and was cleared after every request. */
+#define HTTP_GUARD_FIELDS_MAX 100
 
 /* One connection's place in its stream of requests. */
 struct http_guard {
@@ -28,9 +34,10 @@ struct http_guard {
     char *head;              /* the current request's head so far */
     size_t head_len, head_cap;
     size_t line_start;       /* where head's current line begins */
+    size_t head_lines;       /* its lines so far: the request line and header fields */
     uint64_t remaining;      /* bytes left of a body or a chunk */
     char line[128];          /* a chunk-size or trailer line so far */
-    size_t line_len, trailer_bytes;
+    size_t line_len, trailer_bytes, trailer_fields;
     /* Set when a request is refused: the answer to send instead. */
     int refused, status;
     const char *code;

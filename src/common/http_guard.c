@@ -128,7 +128,7 @@ static int header_line_ok(struct http_guard *g, const char *p, const char *e)
 static void head_done(struct http_guard *g)
 {
     const char *h = g->head, *end = g->head + g->head_len;
-    g->head_len = g->line_start = 0;
+    g->head_len = g->line_start = g->head_lines = 0;
     if (memchr(h, '\0', (size_t)(end - h))) {
         refuse(g, ERR_BAD_REQUEST, "the request line or a header holds a NUL byte");
         return;
@@ -148,6 +148,7 @@ static void head_done(struct http_guard *g)
             break;
         if (line == h ? request_line_ok(g, line, e) < 0 : header_line_ok(g, line, e) < 0)
             return;
+
         if (header_is(line, e, "transfer-encoding", &v, &ve)) {
             te++;
             te_chunked = ve - v == 7 && strncasecmp(v, "chunked", 7) == 0;
@@ -253,7 +254,7 @@ static void chunk_size_done(struct http_guard *g)
     g->line_len = 0;
     if (size == 0) {
         g->state = G_TRAILER;
-        g->trailer_bytes = 0;
+        g->trailer_bytes = g->trailer_fields = 0;
     } else {
         g->state = G_CHUNK_DATA;
         g->remaining = size;
@@ -284,6 +285,15 @@ size_t http_guard_scan(struct http_guard *g, const char *p, size_t n)
                 size_t line = g->head_len - g->line_start;
                 int empty = line == 1 || (line == 2 && g->head[g->line_start] == '\r');
                 g->line_start = g->head_len;
+                /* Counted as the lines come: the library has the first
+                 * ones before the head ends. */
+                if (!empty && ++g->head_lines > HTTP_GUARD_FIELDS_MAX + 1) {
+                    char message[80];
+                    snprintf(message, sizeof message, "the request has more than %d header fields",
+                             HTTP_GUARD_FIELDS_MAX);
+                    refuse(g, ERR_HEADERS_TOO_LARGE, message);
+                    break;
+                }
                 if (empty)
                     head_done(g);
             }
@@ -342,8 +352,12 @@ size_t http_guard_scan(struct http_guard *g, const char *p, size_t n)
             if (nl) {
                 int empty = g->line_len == 1 || (g->line_len == 2 && g->line[0] == '\r');
                 g->line_len = 0;
-                if (empty)
+                if (empty) {
                     g->state = G_HEAD;
+                } else if (++g->trailer_fields > HTTP_GUARD_FIELDS_MAX) {
+                    refuse(g, ERR_HEADERS_TOO_LARGE, "the request has too many trailer fields");
+                    break;
+                }
             }
             break;
         }

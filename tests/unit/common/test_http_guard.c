@@ -2,7 +2,8 @@
  * pipelined requests through heads, Content-Length bodies, chunks,
  * extensions and trailers, whatever the reads' sizes; it refuses a NUL
  * byte in a head, a malformed chunk size, a chunk longer than its size and
- * a head over HTTP_GUARD_HEAD_MAX, a malformed request or header line, a
+ * a head over HTTP_GUARD_HEAD_MAX or with more than HTTP_GUARD_FIELDS_MAX
+ * header (or trailer) fields, a malformed request or header line, a
  * Content-Length that is not one number and an HTTP version but 1.0 and
  * 1.1, passing on only the requests before the refused one; and it checks nothing after an upgrade or a framing the
  * HTTP layer refuses itself. */
@@ -12,6 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +124,34 @@ static void test_a_head_over_the_cap_is_431(void **state)
     free(req);
 }
 
+/* A request of the given header fields (X-F0: b …) and, chunked, trailer
+ * fields, in buf; its length. */
+static size_t with_fields(char *buf, int fields, int trailers)
+{
+    size_t n = (size_t)sprintf(buf, "POST / HTTP/1.1\r\n");
+    for (int i = 0; i < fields; i++)
+        n += (size_t)sprintf(buf + n, "X-F%d: b\r\n", i);
+    n += (size_t)sprintf(buf + n, trailers ? "Transfer-Encoding: chunked\r\n\r\n0\r\n" : "\r\n");
+    for (int i = 0; i < trailers; i++)
+        n += (size_t)sprintf(buf + n, "X-T%d: b\r\n", i);
+    if (trailers)
+        n += (size_t)sprintf(buf + n, "\r\n");
+    return n;
+}
+
+static void test_more_than_the_cap_of_fields_is_431(void **state)
+{
+    (void)state;
+    char *req = malloc(64 * 1024);
+    assert_passes(req, with_fields(req, HTTP_GUARD_FIELDS_MAX, 0));
+    assert_refused(req, with_fields(req, HTTP_GUARD_FIELDS_MAX + 1, 0), 431, "headers_too_large", 0);
+    assert_refused(req, with_fields(req, 3000, 0), 431, "headers_too_large", 0);
+    /* Trailer fields are counted apart; the chunked header is one field. */
+    assert_passes(req, with_fields(req, HTTP_GUARD_FIELDS_MAX - 1, HTTP_GUARD_FIELDS_MAX));
+    assert_refused(req, with_fields(req, 1, HTTP_GUARD_FIELDS_MAX + 1), 431, "headers_too_large", 0);
+    free(req);
+}
+
 static void test_upgrades_and_refused_framings_are_not_read_further(void **state)
 {
     (void)state;
@@ -175,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_a_nul_in_a_head_is_refused),
         cmocka_unit_test(test_malformed_chunks_are_refused),
         cmocka_unit_test(test_a_head_over_the_cap_is_431),
+        cmocka_unit_test(test_more_than_the_cap_of_fields_is_431),
         cmocka_unit_test(test_upgrades_and_refused_framings_are_not_read_further),
         cmocka_unit_test(test_malformed_lines_are_refused),
         cmocka_unit_test(test_empty_lines_before_a_request_are_ignored),
