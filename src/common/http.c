@@ -568,10 +568,10 @@ static void dispatch(struct http_request *req)
          * sends the headers of the GET reply and leaves the body out. */
         int same = strcmp(r->method, req->method) == 0 ||
                    (strcmp(req->method, "HEAD") == 0 && strcmp(r->method, "GET") == 0);
-        if (!found && same) {
+        if (same) { /* the first route of this method wins; the Allow list is only for when none does */
             found = r;
             memcpy(req->params, params, sizeof params);
-            continue;
+            break;
         }
         for (int i = 0; i < HTTP_MAX_PARAMS; i++)
             free(params[i]);
