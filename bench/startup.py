@@ -72,15 +72,16 @@ def fill(db, users, postings):
     return n
 
 
-def ready(port):
+def status(port, path):
+    """The status of GET path on a new connection; 0 if none came."""
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-        c.request("GET", "/readyz")
-        status = c.getresponse().status
+        c.request("GET", path)
+        s = c.getresponse().status
         c.close()
-        return status == 200
+        return s
     except OSError:
-        return False
+        return 0
 
 
 def until(pred, timeout, what):
@@ -100,7 +101,7 @@ def start_gpurentd(args, db, work):
                               "-o", "log_level=warn"], stdout=subprocess.DEVNULL, stderr=log,
                              stdin=subprocess.DEVNULL)
         try:
-            until(lambda: p.poll() is None and ready(port) or p.poll() is not None, 60, "gpurentd's /readyz")
+            until(lambda: p.poll() is not None or status(port, "/readyz") == 200, 60, "gpurentd's /readyz")
             if p.poll() is not None:
                 raise SystemExit(f"gpurentd exited {p.returncode}; see {work}/gpurentd.log")
             took = time.monotonic() - t
@@ -116,21 +117,10 @@ def start_nginx():
     t = time.monotonic()
     n = Nginx({"/ok": b"{}"})  # returns once the port accepts
     try:
-        until(lambda: status(n.port) == 200, 10, "nginx's first answer")
+        until(lambda: status(n.port, "/ok") == 200, 10, "nginx's first answer")
         return time.monotonic() - t
     finally:
         n.close()
-
-
-def status(port):
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-        c.request("GET", "/ok")
-        s = c.getresponse().status
-        c.close()
-        return s
-    except OSError:
-        return 0
 
 
 def main():
