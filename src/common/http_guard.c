@@ -148,7 +148,6 @@ static void head_done(struct http_guard *g)
             break;
         if (line == h ? request_line_ok(g, line, e) < 0 : header_line_ok(g, line, e) < 0)
             return;
-
         if (header_is(line, e, "transfer-encoding", &v, &ve)) {
             te++;
             te_chunked = ve - v == 7 && strncasecmp(v, "chunked", 7) == 0;
