@@ -295,7 +295,7 @@ static void *heartbeat_main(void *arg)
      * once). A wake in between polls only new nodes, at most every
      * NEW_PASS_GAP_US, so registering a fleet node by node costs a few passes
      * a second, not one per node. */
-    int64_t next_full = clock_mono_us(), last_new = 0;
+    int64_t next_full = clock_mono_us(), last_new = 0, last_trim = 0;
     for (;;) {
         int64_t start = clock_mono_us();
         int full = start >= next_full;
@@ -308,9 +308,12 @@ static void *heartbeat_main(void *arg)
          * node; glibc keeps freed pages inside its arenas (one per thread
          * that allocates, up to 8 per core) for reuse, and over the passes
          * and the other threads' work they added some 50 MiB at 10 000
-         * nodes. A trim gives back every whole free page, every period. */
-        if (full)
+         * nodes. A trim gives back every whole free page: after each full
+         * pass, and at most once a second while new nodes register. */
+        if (full || clock_mono_us() - last_trim >= 1000000) {
             malloc_trim(0);
+            last_trim = clock_mono_us();
+        }
         watchdog_loop_alive(LOOP_HEARTBEAT);
         loop_lock(&loop);
         for (;;) {
