@@ -155,37 +155,12 @@ void agent_call_free(struct agent_call *c)
     free(c);
 }
 
-/* A multi handle kept between runs: its connection cache is what the pool
- * is. */
-struct agent_pool {
-    CURLM *multi;
-    int64_t connects; /* connections its calls opened, all runs together */
+struct agent_multi {
+    CURLM *multi;     /* the handle; curl_multi_wakeup is its one thread-safe call */
+    int64_t connects; /* connections agent_calls_stream's calls on it opened */
 };
 
-struct agent_pool *agent_pool_new(void)
-{
-    struct agent_pool *p = calloc(1, sizeof *p);
-    if (p && !(p->multi = curl_multi_init())) {
-        free(p);
-        p = NULL;
-    }
-    return p;
-}
-
-int64_t agent_pool_connects(const struct agent_pool *p)
-{
-    return p ? p->connects : 0;
-}
-
-void agent_pool_free(struct agent_pool *p)
-{
-    if (!p)
-        return;
-    curl_multi_cleanup(p->multi);
-    free(p);
-}
-
-int agent_calls_stream(struct agent_pool *pool, size_t n, long max_parallel, int (*stop)(void),
+int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, int (*stop)(void),
                        const struct agent_call_stream *st)
 {
     /* Only max_parallel calls exist at a time: a handle waiting in the multi
@@ -289,7 +264,7 @@ static void leave_with_caller(void *ctx, size_t i, struct agent_call *c, int fin
     (void)ctx, (void)i, (void)c, (void)finished;
 }
 
-int agent_calls_run(struct agent_pool *pool, struct agent_call **calls, size_t n, long max_parallel,
+int agent_calls_run(struct agent_multi *pool, struct agent_call **calls, size_t n, long max_parallel,
                     int (*stop)(void))
 {
     for (size_t i = 0; i < n; i++)
@@ -298,10 +273,6 @@ int agent_calls_run(struct agent_pool *pool, struct agent_call **calls, size_t n
     const struct agent_call_stream st = {take_made, leave_with_caller, calls};
     return agent_calls_stream(pool, n, max_parallel, stop, &st);
 }
-
-struct agent_multi {
-    CURLM *multi; /* the handle; curl_multi_wakeup is its one thread-safe call */
-};
 
 struct agent_multi *agent_multi_new(void)
 {
@@ -351,6 +322,11 @@ struct agent_call *agent_multi_next_done(struct agent_multi *m, int *ok)
 void agent_multi_wakeup(struct agent_multi *m)
 {
     curl_multi_wakeup(m->multi);
+}
+
+int64_t agent_multi_connects(const struct agent_multi *m)
+{
+    return m ? m->connects : 0;
 }
 
 void agent_multi_free(struct agent_multi *m)

@@ -50,37 +50,32 @@ struct agent_call_stream {
     void (*done)(void *ctx, size_t i, struct agent_call *c, int finished);
     void *ctx;
 };
-/* Connections to agents kept open from one run of calls to the next, for
- * a thread that calls the same agents again and again (the reconciler: a
- * create's PUT and its polls go to one node, and best-fit placement sends
- * the next creates there too), so each call does not pay a TCP (and TLS)
- * handshake on both ends. At most max_parallel connections stay open, the
- * oldest closed first; an agent closes one idle past its
- * connection_timeout_s, and libcurl notices that before reusing it. Used by
- * one thread at a time. */
-struct agent_pool;
-struct agent_pool *agent_pool_new(void);
-/* Connections the pool's calls opened so far (the others reused one); 0
- * for NULL. */
-int64_t agent_pool_connects(const struct agent_pool *p);
-/* Closes the pool's connections; NULL is a no-op. */
-void agent_pool_free(struct agent_pool *p);
-/* Runs calls 0 .. n-1 of the stream on one multi handle (the pool's, or a
- * new one whose connections close at the end when pool is NULL), at most
+struct agent_multi; /* below */
+/* Runs calls 0 .. n-1 of the stream on one multi handle (pool, or a new
+ * one whose connections close at the end when pool is NULL), at most
  * max_parallel of them existing at once, each made when a slot frees up and
  * handed to done the moment it ends, so memory stays bounded however many
  * calls there are. Stops early, and returns -1, when stop() says so. */
-int agent_calls_stream(struct agent_pool *pool, size_t n, long max_parallel, int (*stop)(void),
+int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, int (*stop)(void),
                        const struct agent_call_stream *st);
 /* The same over calls the caller already made (NULL entries skipped); each
  * stays the caller's. Calls a stop left unfinished have status 0 and an
  * error. */
-int agent_calls_run(struct agent_pool *pool, struct agent_call **calls, size_t n, long max_parallel,
+int agent_calls_run(struct agent_multi *pool, struct agent_call **calls, size_t n, long max_parallel,
                     int (*stop)(void));
-/* A multi handle for a thread that keeps calls coming and going (the logs
- * proxy), woken from other threads. */
-struct agent_multi;
+/* A multi handle a thread keeps: the logs proxy's, whose calls come and go
+ * (agent_multi_add … agent_multi_next_done), woken from other threads; and
+ * the reconciler's pool, whose connections to agents outlive each run of
+ * agent_calls_stream, so that a create's PUT and its polls, and the next
+ * creates best-fit placement sends to the same node, do not each pay a TCP
+ * (and TLS) handshake on both ends. At most max_parallel connections stay
+ * open, the oldest closed first; an agent closes one idle past its
+ * connection_timeout_s, and libcurl notices that before reusing it. Used by
+ * one thread at a time. */
 struct agent_multi *agent_multi_new(void);
+/* Connections agent_calls_stream's calls on m opened so far (the others
+ * reused one); 0 for NULL. */
+int64_t agent_multi_connects(const struct agent_multi *m);
 /* Starts c on m: 0, or -1 (c stays the caller's). */
 int agent_multi_add(struct agent_multi *m, struct agent_call *c);
 /* Takes c off m, finished or not. */

@@ -90,9 +90,9 @@ static struct bg_loop loop = BG_LOOP_INIT("reconciler");
 static struct pending_delete *pending;
 static size_t n_pending;
 
-/* Connections to agents kept from pass to pass (agent_client.h); touched
+/* Connections to agents kept from pass to pass (agent_client.h's pool); touched
  * only by the reconciler thread. NULL: each call connects anew. */
-static struct agent_pool *pool;
+static struct agent_multi *pool;
 
 /* Nodes to list in the next pass, asked for by the heartbeat when an agent
  * reports an ended workload; guarded by loop.lock. Capped: past it the next
@@ -1381,9 +1381,9 @@ static struct pass_result run_pass(struct store *s, int sweep)
     for (size_t i = 0; i < n_ins; i++)
         for (size_t r = 0; r < works[i].n_nodes; r++)
             calls[k++] = works[i].call[r];
-    int64_t connects = agent_pool_connects(pool);
+    int64_t connects = agent_multi_connects(pool);
     agent_calls_run(pool, calls, k, (long)daemon_config->agent_max_parallel, should_stop);
-    metrics_reconcile_connections(pool ? agent_pool_connects(pool) - connects : (int64_t)k); /* no pool: one each */
+    metrics_reconcile_connections(pool ? agent_multi_connects(pool) - connects : (int64_t)k); /* no pool: one each */
 
     /* Deletes that did not get through are tried again next pass. */
     for (size_t i = 0; i < n_deletes; i++) {
@@ -1465,7 +1465,7 @@ static void *reconciler_main(void *arg)
         return NULL;
     }
     /* Without a pool every call connects anew: slower, still correct. */
-    if (!(pool = agent_pool_new()))
+    if (!(pool = agent_multi_new()))
         log_warn("reconciler: no connection pool; each agent call connects anew");
     int64_t last_sweep = 0, quick = 0;
     for (;;) {
@@ -1494,7 +1494,7 @@ static void *reconciler_main(void *arg)
         if (loop_sleep(&loop, ms))
             break;
     }
-    agent_pool_free(pool);
+    agent_multi_free(pool);
     pool = NULL;
     free(pending);
     pending = NULL;

@@ -105,7 +105,7 @@ def connections_opened(c):
 
 def test_the_reconcilers_calls_to_an_agent_reuse_its_connection(new_cluster):
     """A create's PUT and GETs, and the next creates' on the same node, go
-    over one kept-alive connection (agent_pool), not one each; an agent that
+    over one kept-alive connection (the reconciler's agent_multi), not one each; an agent that
     has since closed it (idle past its connection_timeout_s) costs a new
     connection, never a failed call."""
     c = new_cluster(nodes={"MI450": 1}, options=OPTIONS, fleet_options={"connection_timeout_s": "1"})
