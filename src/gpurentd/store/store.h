@@ -72,7 +72,8 @@ typedef int (*store_txn_fn)(struct store *s, void *ctx);
 /* Runs fn(s2, ctx) in a write transaction, one writer of the process at a
  * time (never call store_txn from inside a callback). Writers that queue
  * while a transaction runs are committed together (group commit, see
- * store.c), so s2 may be another thread's connection to the same database:
+ * store.c), and every batch on the store_thread() database runs on one
+ * writer connection that keeps its page cache warm, so s2 is usually not s:
  * fn must use only the store it is given and ctx. A negative result rolls
  * back fn's own work;
  * STORE_BUSY from fn, BEGIN or COMMIT retries the whole callback (with a

@@ -349,6 +349,73 @@ static void test_concurrent_writers_lose_and_duplicate_nothing(void **state)
     assert_int_equal(one_int(s, "SELECT count(*) FROM items WHERE k LIKE 'w%'"), committed);
 }
 
+/* Every thread's writes run on one connection, so its page cache stays
+ * warm: a connection that begins a transaction after another connection
+ * wrote drops its whole cache, and before this each batch ran on whichever
+ * thread led it. After the first read of the counter, no write from any
+ * thread misses SQLite's page cache reading it again. */
+#define WARM_THREADS 4
+#define WARM_WRITES 25
+
+struct warm {
+    struct store *ran_on[WARM_WRITES];
+    int misses; /* page cache misses reading the counter, after the first write */
+    int failed;
+};
+
+static int count_txn(struct store *s, void *vctx)
+{
+    struct warm *w = vctx;
+    int n = 0;
+    for (; n < WARM_WRITES && w->ran_on[n]; n++)
+        ;
+    w->ran_on[n] = s;
+    int cur, hi;
+    sqlite3_db_status(store_db(s), SQLITE_DBSTATUS_CACHE_MISS, &cur, &hi, 1);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(store_db(s), "UPDATE counter SET n = n + 1", -1, &st, NULL) == SQLITE_OK &&
+                     sqlite3_step(st) == SQLITE_DONE
+                 ? STORE_OK
+                 : STORE_ERROR;
+    sqlite3_finalize(st);
+    sqlite3_db_status(store_db(s), SQLITE_DBSTATUS_CACHE_MISS, &cur, &hi, 1);
+    if (n > 0)
+        w->misses += cur;
+    return rc;
+}
+
+static void *warm_writer(void *arg)
+{
+    struct warm *w = arg;
+    struct store *s = store_thread();
+    for (int i = 0; i < WARM_WRITES; i++)
+        w->failed += !s || store_txn(s, count_txn, w) != STORE_OK;
+    return NULL;
+}
+
+static void test_every_thread_writes_on_one_warm_connection(void **state)
+{
+    (void)state;
+    struct store *s = store_thread();
+    assert_non_null(s);
+    reset_tables(s);
+    struct warm w[WARM_THREADS] = {0};
+    pthread_t threads[WARM_THREADS];
+    for (int i = 0; i < WARM_THREADS; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, warm_writer, &w[i]), 0);
+    for (int i = 0; i < WARM_THREADS; i++)
+        pthread_join(threads[i], NULL);
+    for (int i = 0; i < WARM_THREADS; i++) {
+        assert_int_equal(w[i].failed, 0);
+        assert_int_equal(w[i].misses, 0);
+        for (int k = 0; k < WARM_WRITES; k++) {
+            assert_ptr_equal(w[i].ran_on[k], w[0].ran_on[0]);
+            assert_ptr_not_equal(w[i].ran_on[k], s); /* not the test thread's own connection either */
+        }
+    }
+    assert_int_equal(one_int(s, "SELECT n FROM counter"), WARM_THREADS * WARM_WRITES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_queued_callers_share_one_commit_and_keep_their_outcomes),
         cmocka_unit_test(test_memory_databases_never_share_a_batch),
         cmocka_unit_test(test_concurrent_writers_lose_and_duplicate_nothing),
+        cmocka_unit_test(test_every_thread_writes_on_one_warm_connection),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
