@@ -353,13 +353,15 @@ static void test_concurrent_writers_lose_and_duplicate_nothing(void **state)
  * warm: a connection that begins a transaction after another connection
  * wrote drops its whole cache, and before this each batch ran on whichever
  * thread led it. After the first read of the counter, no write from any
- * thread misses SQLite's page cache reading it again. */
+ * thread misses SQLite's page cache reading it again. That connection keeps
+ * its temporary storage in memory. */
 #define WARM_THREADS 4
 #define WARM_WRITES 25
 
 struct warm {
     struct store *ran_on[WARM_WRITES];
-    int misses; /* page cache misses reading the counter, after the first write */
+    int misses;     /* page cache misses reading the counter, after the first write */
+    int temp_store; /* 2: savepoints' sub-journals in memory, not a temporary file per transaction */
     int failed;
 };
 
@@ -381,6 +383,10 @@ static int count_txn(struct store *s, void *vctx)
     sqlite3_db_status(store_db(s), SQLITE_DBSTATUS_CACHE_MISS, &cur, &hi, 1);
     if (n > 0)
         w->misses += cur;
+    if (sqlite3_prepare_v2(store_db(s), "PRAGMA temp_store", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        w->temp_store = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
     return rc;
 }
 
@@ -408,6 +414,7 @@ static void test_every_thread_writes_on_one_warm_connection(void **state)
     for (int i = 0; i < WARM_THREADS; i++) {
         assert_int_equal(w[i].failed, 0);
         assert_int_equal(w[i].misses, 0);
+        assert_int_equal(w[i].temp_store, 2);
         for (int k = 0; k < WARM_WRITES; k++) {
             assert_ptr_equal(w[i].ran_on[k], w[0].ran_on[0]);
             assert_ptr_not_equal(w[i].ran_on[k], s); /* not the test thread's own connection either */
