@@ -23,6 +23,14 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def machine_busy_seconds():
+    """CPU seconds every core of the machine has spent busy so far (all of
+    /proc/stat's cpu line but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / TICK
+
+
 def memory_kb(pid):
     """{"VmRSS": now, "VmHWM": peak} resident memory of pid, in KiB."""
     out = {}

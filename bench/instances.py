@@ -50,7 +50,7 @@ import sys
 import time
 import urllib.request
 
-from common import Cloud, cpu_seconds, memory_kb, wait_for
+from common import Cloud, cpu_seconds, machine_busy_seconds, memory_kb, wait_for
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
@@ -212,7 +212,9 @@ def wrk_run(args, n, c, keys, watcher):
     live = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
     calls0 = counters(c)
     c0, f0 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
+    m0, t0 = machine_busy_seconds(), time.monotonic()
     rps, p50, p99 = wrk_burst(c.port, keys, args, c.work)
+    m1, t1 = machine_busy_seconds(), time.monotonic()
     total = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
     wait_for(lambda: (watcher.poll() or True) and len(watcher.seen) >= total, 600, "every created instance to run",
              args.poll_ms / 1000)
@@ -227,6 +229,8 @@ def wrk_run(args, n, c, keys, watcher):
                                               "daemon_cpu_ms_per_create": round((c1 - c0) * 1000 / created, 3),
                                               # The sim fleet shares the cores here; on real hosts it does not.
                                               "fleet_cpu_ms_per_create": round((f1 - f0) * 1000 / created, 3),
+                                              # Of the machine's cores, how many were busy while wrk ran.
+                                              "machine_busy_cores": round((m1 - m0) / (t1 - t0), 2),
                                               **per_create},
             "daemon_rss_mb": round(memory_kb(c.daemon.pid)["VmHWM"] / 1024, 1)}
 
@@ -238,7 +242,8 @@ def markdown_row(args, n, result, load):
     cmd = f"python3 bench/instances.py --nodes {n} --live {args.live} --seconds {args.seconds} --reference"
     return (f"| `POST /v1/instances` through HTTP (wrk -c{args.clients}), {n} nodes, {result['live']} live |"
             f" {b['creates_per_s']:,.0f} creates/s (p50 {b['create_ms_p50']} ms, p99 {b['create_ms_p99']} ms),"
-            f" daemon CPU {b['daemon_cpu_ms_per_create']:.2f} ms per create until running |"
+            f" daemon CPU {b['daemon_cpu_ms_per_create']:.2f} ms per create until running (the sim fleet's"
+            f" {b['fleet_cpu_ms_per_create']:.2f} ms; {b['machine_busy_cores']:.1f} of {os.cpu_count()} cores busy) |"
             f" {ref:,.0f} claims/s in-process (`{ref_cmd}`) | {ratio:.2f} | {load} | `{cmd}` |"
             f" {datetime.datetime.now():%Y-%m-%d %H:%M} |")
 
