@@ -416,9 +416,9 @@ struct store *store_thread(void)
  * whichever thread leads it (see run_batch). SQLite drops a connection's
  * whole page cache when it begins a transaction after another connection
  * has written, so batches that ran on whichever thread led found a cold
- * cache each time and read every page again (pread and copy: a third of
- * a create's cost at 4 HTTP threads, issue 15). One connection that does
- * all the writing keeps its cache. Used only by the thread leading a batch;
+ * cache each time and read every page again (a pread and a copy each;
+ * claims from 4 threads were slower than from one, issue 15). One
+ * connection that does all the writing keeps its cache. Used only by the thread leading a batch;
  * opened on first use, closed by store_close_threads. */
 static struct store *writer;
 
