@@ -562,50 +562,6 @@ static int run_in_savepoint(struct store *s, struct txn_request *r)
     return control(s, SQL_RELEASE) == STORE_OK ? 0 : -1;
 }
 
-/* Runs batch (a NULL-terminated list) in one transaction on s, setting each
- * request's result. A batch of one needs no savepoint: its failure rolls
- * the transaction back. */
-static void run_batch(struct store *s, struct txn_request *batch)
-{
-    int rc = control(s, SQL_BEGIN);
-    if (rc == STORE_OK && !batch->next) {
-        batch->result = run_callback(s, batch->fn, batch->ctx);
-        rc = batch->result < 0 ? batch->result : STORE_OK;
-    } else {
-        for (struct txn_request *r = batch; r; r = r->next) {
-            if (rc != STORE_OK) {
-                r->result = rc;
-                continue;
-            }
-            /* Some errors (I/O, disk full) make SQLite roll back the whole
-             * transaction, and a savepoint that cannot be rolled back or
-             * released leaves this callback's work tangled with the others':
-             * either way the whole transaction goes. The earlier callbacks
-             * run again (callbacks are written to be retried), this one
-             * fails, and the rest, not run yet, try again too. */
-            if (run_in_savepoint(s, r) < 0) {
-                for (struct txn_request *e = batch; e != r; e = e->next)
-                    e->result = STORE_BUSY;
-                if (r->result >= 0)
-                    r->result = STORE_ERROR;
-                rc = STORE_BUSY;
-            }
-        }
-    }
-    if (rc == STORE_OK && (rc = control(s, SQL_COMMIT)) == STORE_OK) {
-        if (atomic_load(&disk_full))
-            disk_full_set(0, "a commit succeeded");
-        return;
-    }
-    /* ROLLBACK fails only if SQLite already rolled back; either way the
-     * transaction is over and no callback's work was kept. */
-    if (!sqlite3_get_autocommit(s->db))
-        control(s, SQL_ROLLBACK);
-    for (struct txn_request *r = batch; r; r = r->next)
-        if (r->result >= 0)
-            r->result = rc;
-}
-
 /* Whether r may share the batch that own's thread leads: only a request on
  * the same database file. A request on an unnamed database (in memory,
  * temporary) shares with nobody: two of them are different databases. */
@@ -616,14 +572,14 @@ static bool same_database(const struct txn_request *r, const struct txn_request 
     return strcmp(r->db_file, own->db_file) == 0;
 }
 
-/* Moves up to BATCH_MAX queued requests that may share own's batch out of
- * the queue, in order, and returns them as a list. Called with queue_lock
+/* Moves up to max queued requests that may share own's batch out of the
+ * queue, in order, and returns them as a list. Called with queue_lock
  * held. */
-static struct txn_request *take_batch(const struct txn_request *own)
+static struct txn_request *take_batch(const struct txn_request *own, int max)
 {
     struct txn_request *batch = NULL, **tail = &batch, **link = &queue;
     int taken = 0;
-    while (*link && taken < BATCH_MAX) {
+    while (*link && taken < max) {
         struct txn_request *r = *link;
         if (!same_database(r, own)) {
             link = &r->next;
@@ -637,6 +593,70 @@ static struct txn_request *take_batch(const struct txn_request *own)
         taken++;
     }
     return batch;
+}
+
+/* Runs batch (a NULL-terminated list) in one transaction on s, setting each
+ * request's result. A batch of one needs no savepoint: its failure rolls
+ * the transaction back. Requests of own's database that queue while the
+ * callbacks run join the transaction before it commits, up to BATCH_MAX in
+ * all, linked at the end of batch: they would otherwise wait for this
+ * commit and then pay a sync of their own, and HTTP threads, which reply
+ * and read the next request between two transactions, mostly arrive just
+ * after a batch was taken (issue 15). */
+static void run_batch(struct store *s, struct txn_request *batch, const struct txn_request *own)
+{
+    int rc = control(s, SQL_BEGIN);
+    struct txn_request *r = batch, *last = batch;
+    int taken = 1;
+    while (last->next)
+        last = last->next, taken++;
+    if (rc == STORE_OK && !batch->next) {
+        batch->result = run_callback(s, batch->fn, batch->ctx);
+        rc = batch->result < 0 ? batch->result : STORE_OK;
+        r = NULL;
+    }
+    for (;;) {
+        if (!r) {
+            if (rc != STORE_OK || taken >= BATCH_MAX)
+                break;
+            pthread_mutex_lock(&queue_lock);
+            struct txn_request *more = take_batch(own, BATCH_MAX - taken);
+            pthread_mutex_unlock(&queue_lock);
+            if (!more)
+                break;
+            last->next = more;
+            for (r = more; last->next; last = last->next)
+                taken++;
+        }
+        if (rc != STORE_OK) {
+            r->result = rc;
+        } else if (run_in_savepoint(s, r) < 0) {
+            /* Some errors (I/O, disk full) make SQLite roll back the whole
+             * transaction, and a savepoint that cannot be rolled back or
+             * released leaves this callback's work tangled with the others':
+             * either way the whole transaction goes. The earlier callbacks
+             * run again (callbacks are written to be retried), this one
+             * fails, and the rest, not run yet, try again too. */
+            for (struct txn_request *e = batch; e != r; e = e->next)
+                e->result = STORE_BUSY;
+            if (r->result >= 0)
+                r->result = STORE_ERROR;
+            rc = STORE_BUSY;
+        }
+        r = r->next;
+    }
+    if (rc == STORE_OK && (rc = control(s, SQL_COMMIT)) == STORE_OK) {
+        if (atomic_load(&disk_full))
+            disk_full_set(0, "a commit succeeded");
+        return;
+    }
+    /* ROLLBACK fails only if SQLite already rolled back; either way the
+     * transaction is over and no callback's work was kept. */
+    if (!sqlite3_get_autocommit(s->db))
+        control(s, SQL_ROLLBACK);
+    for (struct txn_request *e = batch; e; e = e->next)
+        if (e->result >= 0)
+            e->result = rc;
 }
 
 /* One attempt: queues the request and waits until a batch (led by this
@@ -660,9 +680,9 @@ static int txn_once(struct store *s, store_txn_fn fn, void *ctx)
             continue;
         }
         leading = true;
-        struct txn_request *batch = take_batch(&req);
+        struct txn_request *batch = take_batch(&req, BATCH_MAX);
         pthread_mutex_unlock(&queue_lock);
-        run_batch(writer_for(s, req.db_file), batch);
+        run_batch(writer_for(s, req.db_file), batch, &req);
         pthread_mutex_lock(&queue_lock);
         int64_t committed = 0;
         while (batch) {

@@ -1,8 +1,8 @@
 /* test_store_txn.c: the transaction runner's group commit. Callbacks that
- * queue behind a running transaction share the next commit, yet each keeps
- * its own outcome: a refusal or a constraint failure undoes only that
- * callback's work, later callbacks see earlier ones' writes, and each caller
- * gets its own result. Runs on a real SQLite file. */
+ * queue behind a running transaction join it (or share the next commit),
+ * yet each keeps its own outcome: a refusal or a constraint failure undoes
+ * only that callback's work, later callbacks see earlier ones' writes, and
+ * each caller gets its own result. Runs on a real SQLite file. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -189,9 +189,11 @@ static void test_one_caller_gets_its_result_or_rolls_back(void **state)
  * the others make exactly one batch: one commit for all of them. */
 #define QUEUED 24
 
-static void test_queued_callers_share_one_commit_and_keep_their_outcomes(void **state)
+/* A holder's callback waits until QUEUED others queue behind it; they join
+ * its transaction, or, if the holder (alone in its batch, without a
+ * savepoint) refuses and rolls back, share the next one. */
+static void queue_behind_holder(enum outcome holder)
 {
-    (void)state;
     struct store *s = store_thread();
     assert_non_null(s);
     reset_tables(s);
@@ -204,7 +206,7 @@ static void test_queued_callers_share_one_commit_and_keep_their_outcomes(void **
         jobs[i] = (struct job){.outcome = i % 3 == 1 ? REFUSE : i % 5 == 2 ? DUPLICATE : COMMIT, .thread = i};
         snprintf(jobs[i].key, sizeof jobs[i].key, "job-%d", i);
     }
-    jobs[0].outcome = COMMIT;
+    jobs[0].outcome = holder;
     jobs[0].hold_for = QUEUED;
     assert_int_equal(pthread_create(&threads[0], NULL, run_job, &jobs[0]), 0);
     /* The holder must be running its callback before the others queue. */
@@ -232,7 +234,8 @@ static void test_queued_callers_share_one_commit_and_keep_their_outcomes(void **
             break;
         }
     }
-    assert_int_equal(jobs[0].result, 1);
+    if (holder == COMMIT)
+        assert_int_equal(jobs[0].result, 1);
     for (int v = 1; v <= committed; v++)
         assert_int_equal(seen[v], 1);
     assert_int_equal(one_int(s, "SELECT n FROM counter"), committed);
@@ -240,10 +243,24 @@ static void test_queued_callers_share_one_commit_and_keep_their_outcomes(void **
     assert_int_equal(one_int(s, "SELECT count(*) FROM items WHERE k LIKE 'job-%' AND (by_thread % 3 = 1"
                                 " OR by_thread % 5 = 2) AND by_thread <> 0"),
                      0);
-    /* The holder's commit, then one for everyone who queued behind it. */
-    assert_int_equal(after.commits - before.commits, 2);
+    /* Those who queued while the holder's callback ran joined its
+     * transaction: one commit for all. A holder that refused rolled the
+     * transaction back before anyone joined; they share the next. */
+    assert_int_equal(after.commits - before.commits, 1);
     assert_int_equal(after.transactions - before.transactions, committed);
     assert_int_equal(after.waiting, 0);
+}
+
+static void test_queued_callers_share_one_commit_and_keep_their_outcomes(void **state)
+{
+    (void)state;
+    queue_behind_holder(COMMIT);
+}
+
+static void test_callers_queued_behind_a_refusal_still_commit_together(void **state)
+{
+    (void)state;
+    queue_behind_holder(REFUSE);
 }
 
 /* Requests on unnamed databases (in memory) never share a batch: two of
@@ -429,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_a_transaction_under_a_lock_or_inside_another_aborts),
         cmocka_unit_test(test_one_caller_gets_its_result_or_rolls_back),
         cmocka_unit_test(test_queued_callers_share_one_commit_and_keep_their_outcomes),
+        cmocka_unit_test(test_callers_queued_behind_a_refusal_still_commit_together),
         cmocka_unit_test(test_memory_databases_never_share_a_batch),
         cmocka_unit_test(test_concurrent_writers_lose_and_duplicate_nothing),
         cmocka_unit_test(test_every_thread_writes_on_one_warm_connection),
