@@ -418,8 +418,9 @@ struct store *store_thread(void)
  * has written, so batches that ran on whichever thread led found a cold
  * cache each time and read every page again (a pread and a copy each;
  * claims from 4 threads were slower than from one, issue 15). One
- * connection that does all the writing keeps its cache. Used only by the thread leading a batch;
- * opened on first use, closed by store_close_threads. */
+ * connection that does all the writing keeps its cache. Used only by the
+ * thread leading a batch; opened on first use, closed by
+ * store_close_threads. */
 static struct store *writer;
 
 static struct store *writer_for(struct store *s, const char *db_file)
@@ -517,9 +518,10 @@ int store_part(struct store *s, store_txn_fn fn, void *ctx, int *result)
  * costs up to a millisecond on our disks and would cap the daemon at about a
  * thousand writes a second however many threads ask. So writers of this
  * process queue here, and whichever finds no transaction running leads: it
- * runs the callbacks of every writer waiting (its own among them) on its own
- * connection, each inside a savepoint so that one callback's rollback leaves
- * the others' work alone, and commits them with one fsync. Each callback still
+ * runs the callbacks of every writer waiting (its own among them), and of
+ * those that queue meanwhile, on the writer connection (writer_for), each
+ * inside a savepoint so that one callback's rollback leaves the others'
+ * work alone, and commits them with one fsync. Each callback still
  * sees the database exactly as the ones before it left it, as if the writers
  * had taken turns; a caller returns only once its work is durable.
  *
