@@ -1270,6 +1270,82 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
 
 /* ------------------------------------------------------------ one pass */
 
+/* The calls of one pass as one stream (agent_calls_stream): first the
+ * deletes left from the last pass, then one list per node the pass lists,
+ * then the per-instance calls plan_calls made. Deletes and lists are made
+ * when a slot frees and dropped the moment they end, so a sweep of 10 000
+ * nodes holds at most agent_max_parallel of them (a libcurl handle and a
+ * reply each), not one per node. */
+struct pass_calls {
+    struct pending_delete *deletes; /* sent this pass; those that fail are queued again */
+    size_t n_deletes;
+    size_t deletes_made; /* the stream makes calls in order: those past it never started */
+    const struct node_target *targets; /* every node, when the pass lists any */
+    size_t n_lists;                    /* n_targets when listing, else 0 */
+    int sweep;                         /* list every node that is up */
+    char (*asked)[ID_MAX];             /* else only these (sorted) */
+    size_t n_asked;
+    char (*placed)[ID_MAX]; /* workload ids instances own (sorted): the rest are orphans */
+    size_t n_placed;
+    struct agent_call **works_calls; /* plan_calls' calls, NULL where a node has none; the works own them */
+    size_t n_works_calls;
+    const struct agent_client_opts *opts;
+    struct seen *seen; /* out: workloads of the nodes listed */
+    size_t n_seen, cap_seen;
+    char (*listed)[ID_MAX]; /* out: the nodes whose lists came back */
+    size_t n_listed;
+};
+
+static struct agent_call *make_pass_call(void *ctx, size_t i)
+{
+    struct pass_calls *pc = ctx;
+    if (i < pc->n_deletes) {
+        pc->deletes_made = i + 1;
+        char path[96];
+        snprintf(path, sizeof path, "/v1/workloads/%s", pc->deletes[i].workload_id);
+        return agent_call_new(pc->deletes[i].agent_url, pc->deletes[i].secret, "DELETE", path, NULL, pc->opts);
+    }
+    if ((i -= pc->n_deletes) < pc->n_lists) {
+        const struct node_target *t = &pc->targets[i];
+        if (strcmp(t->health, "up") != 0 || (!pc->sweep && !bsearch(t->id, pc->asked, pc->n_asked, ID_MAX, id_cmp)))
+            return NULL;
+        return agent_call_new(t->agent_url, t->secret, "GET", "/v1/workloads", NULL, pc->opts);
+    }
+    return pc->works_calls[i - pc->n_lists];
+}
+
+/* Queues a delete of this pass again for the next, counting a try when it
+ * was made. */
+static void delete_again(const struct pending_delete *d, int tried)
+{
+    struct instance_node p = {0};
+    snprintf(p.agent_url, sizeof p.agent_url, "%s", d->agent_url);
+    snprintf(p.secret, sizeof p.secret, "%s", d->secret);
+    snprintf(p.workload_id, sizeof p.workload_id, "%s", d->workload_id);
+    queue_delete_try(&p, d->tries + tried);
+}
+
+static void pass_call_done(void *ctx, size_t i, struct agent_call *c, int finished)
+{
+    struct pass_calls *pc = ctx;
+    if (i < pc->n_deletes) {
+        /* Deletes that did not get through are tried again next pass. */
+        if (!c || !finished || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404))
+            delete_again(&pc->deletes[i], 1);
+        agent_call_free(c);
+    } else if ((i -= pc->n_deletes) < pc->n_lists) {
+        /* A node whose list did not come back is not listed: its workloads
+         * are unknown, not gone. */
+        if (c && finished && !c->error[0] && c->status == 200) {
+            take_list(c, &pc->targets[i], pc->placed, pc->n_placed, &pc->seen, &pc->n_seen, &pc->cap_seen);
+            memcpy(pc->listed[pc->n_listed++], pc->targets[i].id, ID_MAX);
+        }
+        agent_call_free(c);
+    }
+    /* A per-instance call stays with its work, read when the pass applies. */
+}
+
+
 /* What a pass saw, for choosing when the next one runs. */
 struct pass_result {
     int busy;     /* some instance is provisioning or winding down */
@@ -1320,7 +1396,6 @@ static struct pass_result run_pass(struct store *s, int sweep)
     char(*asked)[ID_MAX] = take_list_nodes(&n_asked, &asked_all);
     sweep |= asked_all;
     char(*listed)[ID_MAX] = NULL;
-    size_t n_listed = 0;
     struct agent_client_opts opts = agent_client_opts_from_config();
     int64_t now = clock_now();
     struct instance *ins = NULL;
@@ -1352,65 +1427,47 @@ static struct pass_result run_pass(struct store *s, int sweep)
                     store_placed_workloads(s, &placed, &n_placed) != STORE_OK))
         listing = 0;
 
-    /* Every call of the pass goes out at once: deletes left from the last
-     * pass, per-instance calls, and the sweep's lists. */
-    size_t n_deletes = n_pending;
-    struct pending_delete *deletes = pending;
+    /* Every call of the pass goes out in one stream: deletes left from the
+     * last pass, the sweep's lists, and the per-instance calls. */
+    struct pass_calls pc = {.deletes = pending,
+                            .n_deletes = n_pending,
+                            .targets = targets,
+                            .n_lists = listing ? n_targets : 0,
+                            .sweep = sweep,
+                            .asked = asked,
+                            .n_asked = n_asked,
+                            .placed = placed,
+                            .n_placed = n_placed,
+                            .opts = &opts};
     pending = NULL;
     n_pending = 0;
-    size_t total = n_deletes + n_targets;
+    size_t n_calls = 0;
     for (size_t i = 0; i < n_ins; i++)
-        total += works[i].n_nodes;
-    struct agent_call **calls = calloc(total ? total : 1, sizeof *calls);
-    if (!calls) {
-        free(deletes);
+        n_calls += works[i].n_nodes;
+    if (!(pc.works_calls = calloc(n_calls ? n_calls : 1, sizeof *pc.works_calls)) ||
+        (pc.n_lists && !(pc.listed = calloc(pc.n_lists, sizeof *pc.listed)))) {
+        pending = pc.deletes; /* out of memory: the next pass sends them */
+        n_pending = pc.n_deletes;
+        free(pc.works_calls);
         goto out;
     }
-    size_t k = 0;
-    for (size_t i = 0; i < n_deletes; i++) {
-        char path[96];
-        snprintf(path, sizeof path, "/v1/workloads/%s", deletes[i].workload_id);
-        calls[k++] = agent_call_new(deletes[i].agent_url, deletes[i].secret, "DELETE", path, NULL, &opts);
-    }
-    size_t list_base = k;
-    for (size_t i = 0; listing && i < n_targets; i++)
-        calls[k++] =
-            strcmp(targets[i].health, "up") == 0 && (sweep || bsearch(targets[i].id, asked, n_asked, ID_MAX, id_cmp))
-                ? agent_call_new(targets[i].agent_url, targets[i].secret, "GET", "/v1/workloads", NULL, &opts)
-                : NULL;
     for (size_t i = 0; i < n_ins; i++)
         for (size_t r = 0; r < works[i].n_nodes; r++)
-            calls[k++] = works[i].call[r];
+            if ((pc.works_calls[pc.n_works_calls++] = works[i].call[r])) /* unstarted by a stop: says so */
+                snprintf(works[i].call[r]->error, sizeof works[i].call[r]->error, "not run");
+    const struct agent_call_stream stream = {make_pass_call, pass_call_done, &pc};
+    size_t total = pc.n_deletes + pc.n_lists + pc.n_works_calls;
     int64_t connects = agent_multi_connects(pool);
-    agent_calls_run(pool, calls, k, (long)daemon_config->agent_max_parallel, should_stop);
-    metrics_reconcile_connections(pool ? agent_multi_connects(pool) - connects : (int64_t)k); /* no pool: one each */
-
-    /* Deletes that did not get through are tried again next pass. */
-    for (size_t i = 0; i < n_deletes; i++) {
-        struct agent_call *c = calls[i];
-        if (!c || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404)) {
-            struct instance_node p = {0};
-            snprintf(p.agent_url, sizeof p.agent_url, "%s", deletes[i].agent_url);
-            snprintf(p.secret, sizeof p.secret, "%s", deletes[i].secret);
-            snprintf(p.workload_id, sizeof p.workload_id, "%s", deletes[i].workload_id);
-            queue_delete_try(&p, deletes[i].tries + 1);
-        }
-    }
-    free(deletes);
-
-    struct seen *seen = NULL;
-    size_t n_seen = 0, cap = 0;
-    if (listing && n_targets && !(listed = calloc(n_targets, sizeof *listed)))
-        listing = 0;
-    for (size_t i = 0; listing && i < n_targets; i++) {
-        struct agent_call *c = calls[list_base + i];
-        /* A node whose list did not come back: its workloads are unknown,
-         * not gone. */
-        if (!c || c->error[0] || c->status != 200)
-            continue;
-        take_list(c, &targets[i], placed, n_placed, &seen, &n_seen, &cap);
-        memcpy(listed[n_listed++], targets[i].id, ID_MAX);
-    }
+    agent_calls_stream(pool, total, (long)daemon_config->agent_max_parallel, should_stop, &stream);
+    metrics_reconcile_connections(pool ? agent_multi_connects(pool) - connects : (int64_t)total); /* no pool: one each */
+    for (size_t i = pc.deletes_made; i < pc.n_deletes; i++) /* a stop came first */
+        delete_again(&pc.deletes[i], 0);
+    free(pc.deletes);
+    free(pc.works_calls);
+    struct seen *seen = pc.seen;
+    size_t n_seen = pc.n_seen;
+    listed = pc.listed;
+    size_t n_listed = pc.n_listed;
     if (n_seen)
         qsort(seen, n_seen, sizeof *seen, seen_cmp);
     if (n_listed)
@@ -1443,10 +1500,10 @@ static struct pass_result run_pass(struct store *s, int sweep)
     for (size_t i = 0; i < n_seen; i++)
         free(seen[i].last);
     free(seen);
-    for (size_t i = 0; i < k; i++)
-        agent_call_free(calls[i]);
-    free(calls);
 out:
+    for (size_t i = 0; works && i < n_ins; i++)
+        for (size_t r = 0; r < works[i].n_nodes; r++)
+            agent_call_free(works[i].call[r]);
     free(listed);
     free(asked);
     free(placed);
