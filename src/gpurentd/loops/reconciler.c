@@ -66,7 +66,7 @@ struct pending_delete {
 /* One unsettled instance in a pass. */
 struct work {
     struct instance in;                              /* as read at the start of the pass */
-    struct instance_node nodes[PLACEMENT_MAX_NODES]; /* its placement */
+    struct instance_node *nodes;                     /* its placement (malloc'd: a node is 4 KiB, and a sweep holds every live instance) */
     size_t n_nodes;                                  /* entries in nodes */
     struct agent_call *call[PLACEMENT_MAX_NODES];    /* this pass's call per node, or NULL */
     enum call_kind kind[PLACEMENT_MAX_NODES];        /* what each call is */
@@ -767,7 +767,7 @@ static int rendezvous_check(struct store *s, struct apply_ctx *ctx, char *failur
 static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
-    char failure[256] = "", exited[256] = "";
+    char failure[256] = "", exited[320] = "";
     /* Of the ranks that exited: the one to report (the first with a bad
      * status, else the first), its status and last lines. */
     int exit_bad = 0, exit_known = 0, exit_code = 0;
@@ -1388,6 +1388,24 @@ void reconciler_list_node(const char *node_id)
     loop_wake(&loop);
 }
 
+/* Reads w's placement into w->nodes, sized to it: 0, or -1 with no nodes
+ * (the pass decides on what it read: a placement it could not read is not
+ * acted on). */
+static int read_nodes(struct store *s, struct work *w)
+{
+    static _Thread_local struct instance_node all[PLACEMENT_MAX_NODES];
+    size_t n = 0;
+    w->n_nodes = 0;
+    if (store_instance_nodes(s, w->in.id, all, PLACEMENT_MAX_NODES, &n) != STORE_OK)
+        return -1;
+    if (n && !(w->nodes = malloc(n * sizeof *w->nodes)))
+        return -1;
+    if (n)
+        memcpy(w->nodes, all, n * sizeof *w->nodes);
+    w->n_nodes = n;
+    return 0;
+}
+
 static struct pass_result run_pass(struct store *s, int sweep)
 {
     struct pass_result res = {0, 0};
@@ -1418,9 +1436,8 @@ static struct pass_result run_pass(struct store *s, int sweep)
         goto out;
     for (size_t i = 0; i < n_ins; i++) {
         works[i].in = ins[i];
-        if (store_instance_nodes(s, ins[i].id, works[i].nodes, PLACEMENT_MAX_NODES, &works[i].n_nodes) != STORE_OK)
-            works[i].n_nodes = 0;
-        plan_calls(s, &works[i], now, &opts);
+        if (read_nodes(s, &works[i]) == 0)
+            plan_calls(s, &works[i], now, &opts);
     }
     int listing = sweep || n_asked;
     if (listing && (store_node_targets(s, &targets, &n_targets) != STORE_OK ||
@@ -1501,9 +1518,11 @@ static struct pass_result run_pass(struct store *s, int sweep)
         free(seen[i].last);
     free(seen);
 out:
-    for (size_t i = 0; works && i < n_ins; i++)
+    for (size_t i = 0; works && i < n_ins; i++) {
         for (size_t r = 0; r < works[i].n_nodes; r++)
             agent_call_free(works[i].call[r]);
+        free(works[i].nodes);
+    }
     free(listed);
     free(asked);
     free(placed);
