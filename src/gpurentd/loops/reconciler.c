@@ -1439,6 +1439,8 @@ static struct pass_result run_pass(struct store *s, int sweep)
         if (read_nodes(s, &works[i]) == 0)
             plan_calls(s, &works[i], now, &opts);
     }
+    free(ins); /* a sweep's copy of every live instance: the works hold them now */
+    ins = NULL;
     int listing = sweep || n_asked;
     if (listing && (store_node_targets(s, &targets, &n_targets) != STORE_OK ||
                     store_placed_workloads(s, &placed, &n_placed) != STORE_OK))
