@@ -2,7 +2,8 @@
 sensible state, with nothing left behind on the agents: an image that cannot
 be pulled, a volume that cannot be mounted, an agent killed mid-provisioning,
 gpurentd itself killed (SIGKILL) mid-provisioning and restarted, workloads
-no instance owns, and an agent restarted under a running instance."""
+no instance owns (also through a narrow window of agent calls), and an
+agent restarted under a running instance."""
 import signal
 
 import pytest
@@ -15,6 +16,9 @@ cloud_one_attempt = cloud_with(provision_max_attempts="1")
 # an agent restart, which takes a second or two, never makes its node
 # offline, so what the test sees is what the agent's restart itself does.
 cloud_patient = cloud_with(heartbeat_interval_ms="500", heartbeat_miss_limit="100")
+# Two agent calls at a time: a sweep of five nodes streams its lists and
+# deletes through a window smaller than itself.
+cloud_narrow = cloud_with(agent_max_parallel="2")
 cloud_fail_mount = cloud_with(provision_max_attempts="1",
                               volume_source_template="nfs.example:/export/fail-mount/{volume_id}")
 
@@ -235,6 +239,35 @@ def test_orphaned_workloads_are_removed(cloud):
     assert cloud.get(u, inst["id"])["state"] == "running"
     cloud.check_running(u, inst["id"])
     assert "orphaned workload wl_stray000000000000001" in cloud.d.stderr_text()
+
+
+def test_sweep_through_a_narrow_window_sees_every_node(cloud_narrow):
+    """With agent_max_parallel 2, a pass makes each list and delete only when
+    a slot frees: every node is still listed, every orphan deleted, the
+    owned workloads left alone, and a workload that exits on the last node
+    still ends its run."""
+    cloud = cloud_narrow
+    cloud.fleet(5, prefix="n-", sim={"sim_exit_ms": "1500"})
+    cloud.add_image("example/exit-after:1")
+    u = cloud.user()
+    kept = [cloud.create(u, card_count=8) for _ in range(4)]
+    for inst in kept:
+        cloud.wait_state(u, inst["id"], "running")
+    job = cloud.create(u, card_count=8, image="example/exit-after:1")
+    cloud.wait_state(u, job["id"], "running")
+    for k in range(1, 6):
+        r = cloud.agent(f"n-0{k}", "PUT", f"/v1/workloads/wl_stray00000000000000{k}", json={"image": "busybox"})
+        assert r.status_code == 201, r.text
+    cloud.wait_no_orphans()
+    for k in range(1, 6):
+        assert f"orphaned workload wl_stray00000000000000{k}" in cloud.d.stderr_text()
+    i = cloud.wait_state(u, job["id"], ("stopped", "failed", "succeeded"))
+    assert i["state"] == "succeeded" and "exited" in i["state_reason"], i
+    for inst in kept:
+        cloud.check_running(u, inst["id"])
+    wait(lambda: sum(len(w) for w in cloud.all_workloads().values()) == 4, what="the job's workload to be deleted")
+    cloud.wait_no_orphans()
+    cloud.check_cards_consistent()
 
 
 def test_workload_that_exits_ends_the_run(cloud):
