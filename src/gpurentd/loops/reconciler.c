@@ -66,7 +66,7 @@ struct pending_delete {
 /* One unsettled instance in a pass. */
 struct work {
     struct instance in;                              /* as read at the start of the pass */
-    struct instance_node *nodes;                     /* its placement (malloc'd: a node is 4 KiB, and a sweep holds every live instance) */
+    struct instance_node *nodes;                     /* its placement, sized to it (a sweep holds every live one) */
     size_t n_nodes;                                  /* entries in nodes */
     struct agent_call *call[PLACEMENT_MAX_NODES];    /* this pass's call per node, or NULL */
     enum call_kind kind[PLACEMENT_MAX_NODES];        /* what each call is */
@@ -1345,7 +1345,6 @@ static void pass_call_done(void *ctx, size_t i, struct agent_call *c, int finish
     /* A per-instance call stays with its work, read when the pass applies. */
 }
 
-
 /* What a pass saw, for choosing when the next one runs. */
 struct pass_result {
     int busy;     /* some instance is provisioning or winding down */
@@ -1472,7 +1471,7 @@ static struct pass_result run_pass(struct store *s, int sweep)
     }
     for (size_t i = 0; i < n_ins; i++)
         for (size_t r = 0; r < works[i].n_nodes; r++)
-            if ((pc.works_calls[pc.n_works_calls++] = works[i].call[r])) /* unstarted by a stop: says so */
+            if ((pc.works_calls[pc.n_works_calls++] = works[i].call[r])) /* what one a stop leaves unstarted says */
                 snprintf(works[i].call[r]->error, sizeof works[i].call[r]->error, "not run");
     const struct agent_call_stream stream = {make_pass_call, pass_call_done, &pc};
     size_t total = pc.n_deletes + pc.n_lists + pc.n_works_calls;
