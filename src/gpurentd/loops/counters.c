@@ -1,7 +1,8 @@
 /* counters.c: what the loops count for /metrics, as atomics any thread may
  * bump or read: agent calls that failed, billing passes and their time,
  * reconciler passes, the instances they read, the workload calls they
- * made and the connections to agents those opened. The
+ * made and the connections to agents those opened, and the heartbeat's
+ * good replies, judged or repeated. The
  * handler that prints them is http/metrics.c. */
 #include "loops/loops.h"
 
@@ -14,6 +15,7 @@ static atomic_llong billing_total_us;
 static atomic_llong reconcile_passes[2], reconcile_instances_read[2];
 static atomic_llong reconcile_calls[3];
 static atomic_llong reconcile_connections;
+static atomic_llong heartbeat_replies[2];
 
 void metrics_agent_error(void)
 {
@@ -44,8 +46,15 @@ void metrics_reconcile_connections(int64_t opened)
     atomic_fetch_add(&reconcile_connections, opened);
 }
 
+void metrics_heartbeat_reply(int repeated)
+{
+    atomic_fetch_add(&heartbeat_replies[repeated != 0], 1);
+}
+
 void loop_counters(struct loop_counters *out)
 {
+    for (int i = 0; i < 2; i++)
+        out->heartbeat_replies[i] = atomic_load(&heartbeat_replies[i]);
     out->reconcile_connections = atomic_load(&reconcile_connections);
     for (int i = 0; i < 3; i++)
         out->reconcile_calls[i] = atomic_load(&reconcile_calls[i]);

@@ -152,12 +152,14 @@ struct loop_counters {
     /* The reconciler's calls about one workload: [0] PUT, [1] GET, [2] DELETE. */
     int64_t reconcile_calls[3];
     int64_t reconcile_connections; /* connections to agents its calls opened (the others reused one) */
+    int64_t heartbeat_replies[2];  /* good facts replies: [0] judged, [1] the same as the last recorded */
 };
 void metrics_agent_error(void);
 void metrics_billing_pass(int64_t duration_us);
 void metrics_reconcile_pass(int sweep, int64_t instances_read);
 void metrics_reconcile_call(int method); /* 0 PUT, 1 GET, 2 DELETE */
 void metrics_reconcile_connections(int64_t opened);
+void metrics_heartbeat_reply(int repeated);
 void loop_counters(struct loop_counters *out);
 
 /* logs_proxy.c: the agent calls behind GET /v1/instances/{id}/logs. The

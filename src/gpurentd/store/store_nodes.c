@@ -45,14 +45,15 @@ static const char SQL_NODE_REMOVE[] =
 static const char SQL_NODE_TARGETS[] =
     "SELECT id, agent_url, secret, gpu_model, card_count,"
     " CASE WHEN health = 'up' AND unreachable_since IS NOT NULL THEN 'unreachable' ELSE health END, missed_beats,"
-    " coalesce(last_seen_at, 0), workload_exits FROM nodes WHERE removed_at IS NULL";
+    " coalesce(last_seen_at, 0), workload_exits, coalesce(facts_digest, '') FROM nodes WHERE removed_at IS NULL";
 static const char SQL_NODE_FACTS[] = "SELECT facts, health FROM nodes WHERE id = ? AND removed_at IS NULL";
 /* An unreachable node that answers again is reachable from this beat on. */
 static const char SQL_NODE_SEEN[] =
     "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0, workload_exits = ?3,"
     " state_reason = CASE WHEN unreachable_since IS NULL THEN state_reason ELSE '' END,"
     " updated_at = CASE WHEN unreachable_since IS NULL THEN updated_at ELSE ?2 END, unreachable_since = NULL"
-    " WHERE id = ?1";
+    " WHERE id = ?1 AND removed_at IS NULL";
+static const char SQL_NODE_FACTS_DIGEST[] = "UPDATE nodes SET facts_digest = ?2 WHERE id = ?1";
 static const char SQL_NODE_BEAT[] =
     "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0, facts = ?3, health = ?4, state_reason = ?5,"
     " driver_version = ?6, stack_version = ?7, updated_at = ?2, workload_exits = ?8, unreachable_since = NULL"
@@ -237,6 +238,7 @@ static void read_target(sqlite3_stmt *st, void *row)
     t->missed_beats = sqlite3_column_int64(st, 6);
     t->last_seen_at = sqlite3_column_int64(st, 7);
     t->workload_exits = sqlite3_column_int64(st, 8);
+    store_column_text(t->facts_digest, sizeof t->facts_digest, st, 9);
 }
 
 int store_node_targets(struct store *s, struct node_target **out, size_t *n)
@@ -248,6 +250,27 @@ int store_node_targets(struct store *s, struct node_target **out, size_t *n)
     int rc = store_collect(s, st, sizeof **out, &rows, n, read_target, "node targets");
     *out = rows;
     return rc;
+}
+
+int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_SEEN);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    sqlite3_bind_int64(st, 3, workload_exits);
+    return store_step_change(s, st, "node seen");
+}
+
+int store_node_set_facts_digest(struct store *s, const char *id, const char *digest)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_FACTS_DIGEST);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
+    return store_step_change(s, st, "node facts digest");
 }
 
 int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char *facts_json, int accepted,
@@ -273,15 +296,8 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     int unchanged = old_facts && old_health && strcmp(old_facts, facts_json) == 0 &&
                     strcmp(old_health, accepted ? "up" : "rejected") == 0;
     sqlite3_reset(st);
-    if (unchanged) {
-        st = store_stmt(s, SQL_NODE_SEEN);
-        if (!st)
-            return STORE_ERROR;
-        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, now);
-        sqlite3_bind_int64(st, 3, workload_exits);
-        return store_step_change(s, st, "node seen");
-    }
+    if (unchanged)
+        return store_node_seen(s, id, now, workload_exits);
     st = store_stmt(s, SQL_NODE_BEAT);
     if (!st)
         return STORE_ERROR;

@@ -390,6 +390,49 @@ def test_failed_cards_leave_the_free_pool_and_the_node_stays_ready(new_daemon, p
     assert counts(d, "MI450") == (24, 20, 0)
 
 
+def heartbeat_replies(d):
+    """{kind: count} of the heartbeat's good replies, judged or repeated."""
+    text = d.get("/metrics", key=d.admin_key).text
+    found = {k: int(v) for k, v in re.findall(r'^gpurent_heartbeat_replies_total\{kind="(\w+)"\} (\d+)$', text, re.M)}
+    assert set(found) == {"judged", "repeated"}, text
+    return found
+
+
+def test_a_repeated_reply_only_moves_the_time_and_a_changed_one_is_judged(new_daemon, procs):
+    """A beat that repeats the reply last recorded, byte for byte, is not
+    parsed again: only last_seen_at moves. Any change, a failed card here,
+    is judged and recorded at the next beat, and so is a node that comes
+    back from offline with the very reply it had before."""
+    d = new_daemon(options=FAST)
+    fa = procs.fake("facts", name="steady")
+    n, secret = register(d, "steady", fa.url)
+    fa.secret = secret
+    wait_state(d, n["id"], "ready")
+    before = heartbeat_replies(d)
+    wait_beat(d, [n["id"]])
+    wait_beat(d, [n["id"]])
+    after = heartbeat_replies(d)
+    assert after["repeated"] >= before["repeated"] + 2 and after["judged"] == before["judged"], (before, after)
+    assert node(d, n["id"])["cards_free"] == 8
+
+    fa.facts = facts_doc("steady", failed={3})
+    cur = wait_node(d, n["id"], lambda x: not x["cards"][3]["healthy"], 20, "card 3 to be reported failed")
+    assert (cur["state"], cur["cards_free"]) == ("ready", 7), cur
+    changed = heartbeat_replies(d)
+    assert changed["judged"] > after["judged"], (after, changed)
+    wait_beat(d, [n["id"]])
+    again = heartbeat_replies(d)
+    assert again["repeated"] > changed["repeated"] and not node(d, n["id"])["cards"][3]["healthy"], (changed, again)
+
+    # Offline, then the same reply as before: brought back by the whole path.
+    fa.mode = "http500"
+    wait_state(d, n["id"], "offline", 30)
+    fa.mode = "facts"
+    back = wait_state(d, n["id"], "ready", 30)
+    assert back["cards_free"] == 7 and back["missed_heartbeats"] == 0, back
+    assert counts(d, "MI450") == (8, 7, 0)
+
+
 def test_facts_that_disagree_keep_the_node_out_of_service(new_daemon, procs):
     d = new_daemon(options=FAST)
     # Declared MI300X, the agent has MI450 cards.

@@ -254,6 +254,45 @@ static void test_beat_ok_with_unchanged_facts_moves_only_the_time(void **state)
     free(t);
 }
 
+static void test_the_facts_digest_is_kept_and_a_seen_beat_moves_only_the_time(void **state)
+{
+    setup_rows();
+    char node[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 100, node);
+    struct node_target *t;
+    size_t n;
+    assert_int_equal(store_node_targets(fx.s, &t, &n), STORE_OK);
+    assert_string_equal(t[0].facts_digest, ""); /* none recorded yet */
+    free(t);
+    char digest[65];
+    memset(digest, 'a', 64);
+    digest[64] = '\0';
+    assert_int_equal(store_node_set_facts_digest(fx.s, node, digest), STORE_OK);
+    memset(digest, 'b', 32); /* not a digest: the CHECK refuses it */
+    digest[32] = '\0';
+    assert_int_not_equal(store_node_set_facts_digest(fx.s, node, digest), STORE_OK);
+    /* Unreachable (missed beats), then seen: reachable again, the time moved,
+     * nothing else. */
+    for (int i = 0; i < MISS_LIMIT; i++)
+        assert_int_equal(missed(node, 200 + i, 3600), STORE_OK);
+    assert_int_equal(store_node_targets(fx.s, &t, &n), STORE_OK);
+    assert_string_equal(t[0].health, "unreachable");
+    free(t);
+    assert_int_equal(store_node_seen(fx.s, node, 500, 4), STORE_OK);
+    struct node got = get(node);
+    assert_int_equal(got.last_seen_at, 500);
+    assert_string_equal(got.driver_version, "drv-1");
+    assert_int_equal(store_node_targets(fx.s, &t, &n), STORE_OK);
+    assert_string_equal(t[0].health, "up");
+    assert_int_equal(t[0].missed_beats, 0);
+    assert_int_equal(t[0].workload_exits, 4);
+    assert_string_equal(t[0].facts_digest, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    free(t);
+    /* Removed meanwhile (during a heartbeat pass): not found, not seen. */
+    assert_int_equal(store_node_remove(fx.s, node, 600), STORE_OK);
+    assert_int_equal(store_node_seen(fx.s, node, 700, 4), STORE_NOT_FOUND);
+}
+
 static void test_beat_ok_for_a_removed_node_is_not_found(void **state)
 {
     setup_rows();
@@ -767,6 +806,7 @@ int main(void)
         fx_test(test_beat_ok_replaces_card_facts_but_keeps_cards_in_use),
         fx_test(test_beat_ok_rejected_keeps_its_reason_and_offers_no_cards),
         fx_test(test_beat_ok_with_unchanged_facts_moves_only_the_time),
+        fx_test(test_the_facts_digest_is_kept_and_a_seen_beat_moves_only_the_time),
         fx_test(test_beat_ok_for_a_removed_node_is_not_found),
         fx_test(test_beats_missed_below_the_limit_only_count),
         fx_test(test_miss_limit_beats_make_an_up_node_unreachable_keeping_its_cards),
