@@ -107,11 +107,13 @@ static int should_stop(void)
     return loop_stopping(&loop);
 }
 
-static void queue_delete_try(const struct instance_node *p, int tries)
+/* Queues a delete of workload_id at agent_url for the next pass, tries
+ * being how often it failed so far. */
+static void queue_delete_try(const char *agent_url, const char *secret, const char *workload_id, int tries)
 {
     if (tries >= MAX_DELETE_TRIES) {
-        log_warn("reconciler: giving up deleting workload %s at %s for now; the sweep will retry", p->workload_id,
-                 p->agent_url);
+        log_warn("reconciler: giving up deleting workload %s at %s for now; the sweep will retry", workload_id,
+                 agent_url);
         return;
     }
     if (n_pending >= MAX_PENDING_DELETES)
@@ -121,15 +123,15 @@ static void queue_delete_try(const struct instance_node *p, int tries)
         return;
     pending = grown;
     struct pending_delete *d = &pending[n_pending++];
-    snprintf(d->agent_url, sizeof d->agent_url, "%s", p->agent_url);
-    snprintf(d->secret, sizeof d->secret, "%s", p->secret);
-    snprintf(d->workload_id, sizeof d->workload_id, "%s", p->workload_id);
+    snprintf(d->agent_url, sizeof d->agent_url, "%s", agent_url);
+    snprintf(d->secret, sizeof d->secret, "%s", secret);
+    snprintf(d->workload_id, sizeof d->workload_id, "%s", workload_id);
     d->tries = tries;
 }
 
 static void queue_delete(const struct instance_node *p)
 {
-    queue_delete_try(p, 0);
+    queue_delete_try(p->agent_url, p->secret, p->workload_id, 0);
 }
 
 /* What the specs of one instance share, looked up once per instance and
@@ -1230,12 +1232,8 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
             continue;
         /* bsearch's array must not be NULL, even for zero entries. */
         if (n_placed == 0 || !bsearch(id, placed, n_placed, ID_MAX, id_cmp)) {
-            struct instance_node p = {0};
-            snprintf(p.agent_url, sizeof p.agent_url, "%s", t->agent_url);
-            snprintf(p.secret, sizeof p.secret, "%s", t->secret);
-            snprintf(p.workload_id, sizeof p.workload_id, "%s", id);
             log_info("reconciler: deleting orphaned workload %s on node %s", id, t->id);
-            queue_delete(&p);
+            queue_delete_try(t->agent_url, t->secret, id, 0);
             continue;
         }
         if (*n_seen == *cap) {
@@ -1318,11 +1316,7 @@ static struct agent_call *make_pass_call(void *ctx, size_t i)
  * was made. */
 static void delete_again(const struct pending_delete *d, int tried)
 {
-    struct instance_node p = {0};
-    snprintf(p.agent_url, sizeof p.agent_url, "%s", d->agent_url);
-    snprintf(p.secret, sizeof p.secret, "%s", d->secret);
-    snprintf(p.workload_id, sizeof p.workload_id, "%s", d->workload_id);
-    queue_delete_try(&p, d->tries + tried);
+    queue_delete_try(d->agent_url, d->secret, d->workload_id, d->tries + tried);
 }
 
 static void pass_call_done(void *ctx, size_t i, struct agent_call *c, int finished)
