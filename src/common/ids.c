@@ -1,8 +1,11 @@
-/* ids.c: random ids and bytes from OpenSSL's CSPRNG (see ids.h). */
+/* ids.c: random ids and bytes from OpenSSL's CSPRNG, and ids that sort by
+ * when they were made (see ids.h). */
 #include "gpurent/ids.h"
 
 #include <openssl/rand.h>
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 /* Crockford's base32 alphabet in lowercase: no i, l, o, u to misread. */
 static const char id_alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
@@ -26,6 +29,21 @@ int id_new(const char *prefix, char out[ID_MAX])
     for (size_t i = 0; i < ID_RANDOM_CHARS; i++)
         out[plen + 1 + i] = id_alphabet[rnd[i] & 31];
     out[plen + 1 + ID_RANDOM_CHARS] = '\0';
+    return 0;
+}
+
+int id_new_ordered(const char *prefix, char out[ID_MAX])
+{
+    if (id_new(prefix, out) < 0)
+        return -1;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t ms = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+    /* Most significant first, so that the text sorts as the time does: the
+     * alphabet is in ASCII order. */
+    char *t = out + strlen(prefix) + 1;
+    for (int i = ID_TIME_CHARS - 1; i >= 0; i--, ms >>= 5)
+        t[i] = id_alphabet[ms & 31];
     return 0;
 }
 

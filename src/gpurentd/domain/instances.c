@@ -111,7 +111,7 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
     }
     for (size_t r = 0; r < p.n_nodes && rc == STORE_OK; r++) {
         char wl[ID_MAX];
-        if (id_new("wl", wl) < 0) {
+        if (id_new_ordered("wl", wl) < 0) {
             rc = STORE_ERROR;
             break;
         }
@@ -187,7 +187,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
                       (long long)daemon_config->volume_default_size_gb, why);
     }
     struct instance in = {.card_count = req->card_count, .created_at = now, .updated_at = now, .state_since = now};
-    if (id_new("ins", in.id) < 0)
+    if (id_new_ordered("ins", in.id) < 0)
         return STORE_ERROR;
     snprintf(in.user_id, sizeof in.user_id, "%s", req->user_id);
     snprintf(in.name, sizeof in.name, "%s", req->name ? req->name : "");

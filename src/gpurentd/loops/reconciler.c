@@ -643,7 +643,7 @@ static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const
     queue_all_deletes(ctx);
     for (size_t r = 0; r < w->n_nodes; r++) {
         char wl[ID_MAX];
-        if (id_new("wl", wl) < 0)
+        if (id_new_ordered("wl", wl) < 0)
             return STORE_ERROR;
         if ((rc = store_instance_node_renew(s, in->id, w->nodes[r].rank, wl)) != STORE_OK)
             return rc;

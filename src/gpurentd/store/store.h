@@ -419,7 +419,7 @@ int store_instance_unsettled(struct store *s, struct instance **out, size_t *n);
 int store_instance_attention(struct store *s, const char (*nodes)[ID_MAX], size_t n_nodes, struct instance **out,
                              size_t *n);
 /* Changes state (and phase and reason), logging an event when state or
- * phase changes. */
+ * phase changes; writes nothing when all three are as given already. */
 int store_instance_set_state(struct store *s, const char *id, const char *state, const char *phase, const char *reason,
                              int64_t now);
 int store_instance_set_desired(struct store *s, const char *id, const char *desired, int64_t now);
@@ -460,6 +460,8 @@ int store_instance_claim(struct store *s, const char *instance_id, int64_t rank,
                          const char *workload_id, uint64_t cards);
 /* Frees every card of the instance and forgets its placement. */
 int store_instance_release(struct store *s, const char *instance_id);
+/* Records what a rank's agent said; STORE_NOT_FOUND when the rank is gone
+ * or already says exactly that (then nothing is written). */
 int store_instance_node_update(struct store *s, const char *instance_id, int64_t rank, const char *phase,
                                const char *message, int put_done);
 /* Stores the health a rank's agent reported (0027), at epoch second at. */

@@ -42,10 +42,13 @@ static const char SQL_INS_ATTENTION[] =
     "  (SELECT id FROM nodes WHERE health <> 'up' OR unreachable_since IS NOT NULL"
     "   UNION SELECT value FROM json_each(?1)))"
     " ORDER BY created_at, id";
-static const char SQL_INS_CURRENT[] = "SELECT state, phase FROM instances WHERE id = ?";
+static const char SQL_INS_CURRENT[] = "SELECT state, phase, state_reason FROM instances WHERE id = ?";
 static const char SQL_INS_SET_STATE[] =
-    "UPDATE instances SET state = ?2, phase = ?3, state_reason = ?4, updated_at = ?5,"
-    " state_since = CASE WHEN state <> ?2 THEN ?5 ELSE state_since END WHERE id = ?1";
+    "UPDATE instances SET state = ?2, phase = ?3, state_reason = ?4, updated_at = ?5, state_since = ?5 WHERE id = ?1";
+/* Without assigning state: SQLite rewrites the entries of every index whose
+ * key or WHERE names a column the UPDATE assigns, changed or not, and four
+ * of the instance's indexes name its state. */
+static const char SQL_INS_SET_PHASE[] = "UPDATE instances SET phase = ?3, state_reason = ?4, updated_at = ?5 WHERE id = ?1";
 static const char SQL_INS_SET_DESIRED[] = "UPDATE instances SET desired = ?2, updated_at = ?3 WHERE id = ?1";
 static const char SQL_INS_SET_ATTEMPTS[] = "UPDATE instances SET attempts = ?2, next_attempt_at = ?3 WHERE id = ?1";
 static const char SQL_EVENT_INSERT[] =
@@ -89,7 +92,8 @@ static const char SQL_CARD_RELEASE[] = "UPDATE node_cards SET instance_id = NULL
 static const char SQL_PORTS_RELEASE[] = "DELETE FROM node_ports WHERE instance_id = ?";
 static const char SQL_PLACEMENT_DELETE[] = "DELETE FROM instance_nodes WHERE instance_id = ?";
 static const char SQL_PLACEMENT_UPDATE[] =
-    "UPDATE instance_nodes SET phase = ?3, message = ?4, put_done = ?5 WHERE instance_id = ?1 AND rank = ?2";
+    "UPDATE instance_nodes SET phase = ?3, message = ?4, put_done = ?5 WHERE instance_id = ?1 AND rank = ?2"
+    " AND (phase <> ?3 OR message <> ?4 OR put_done <> ?5)"; /* a row that would not change is not written */
 static const char SQL_PLACEMENT_HEALTH[] =
     "UPDATE instance_nodes SET health = ?3, health_at = ?4 WHERE instance_id = ?1 AND rank = ?2";
 static const char SQL_INTERVAL_OPEN[] =
@@ -246,16 +250,21 @@ int store_instance_set_state(struct store *s, const char *id, const char *state,
         sqlite3_reset(st);
         return rc == SQLITE_DONE ? STORE_NOT_FOUND : store_rc_from_sqlite(s, rc, "instance state");
     }
+    if (!reason)
+        reason = "";
     int state_changed = strcmp((const char *)sqlite3_column_text(st, 0), state) != 0;
     int phase_changed = strcmp((const char *)sqlite3_column_text(st, 1), phase) != 0;
+    int reason_changed = strcmp((const char *)sqlite3_column_text(st, 2), reason) != 0;
     sqlite3_reset(st);
-    st = store_stmt(s, SQL_INS_SET_STATE);
+    if (!state_changed && !phase_changed && !reason_changed)
+        return STORE_OK; /* a pass that saw nothing new writes nothing */
+    st = store_stmt(s, state_changed ? SQL_INS_SET_STATE : SQL_INS_SET_PHASE);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, state, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, phase, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, reason ? reason : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, now);
     if ((rc = store_step_change(s, st, "set instance state")) != STORE_OK)
         return rc;

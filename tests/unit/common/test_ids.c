@@ -1,6 +1,7 @@
 /* test_ids.c: unit tests for random ids and hex (ids.c): the format of new
  * ids, that they pass id_valid for their own kind only, that many of them
- * never repeat and use the whole alphabet, id_valid's edges, and hex_encode
+ * never repeat and use the whole alphabet, that ordered ids carry the time
+ * they were made and sort by it, id_valid's edges, and hex_encode
  * against known answers. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpurent/ids.h"
 
@@ -78,6 +80,70 @@ static void test_new_unique_and_spread(void **state)
         for (size_t c = 0; c < 32; c++)
             if (seen[k][c] < 450 || seen[k][c] > 800)
                 fail_msg("position %zu char '%c' seen %u times of %d", k, alphabet[c], seen[k][c], N);
+    free(ids);
+}
+
+static uint64_t wall_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000;
+}
+
+/* The time an ordered id carries, decoded from its first characters. */
+static uint64_t ordered_ms(const char *random_part)
+{
+    uint64_t ms = 0;
+    for (size_t k = 0; k < ID_TIME_CHARS; k++)
+        ms = ms << 5 | (uint64_t)(strchr(alphabet, random_part[k]) - alphabet);
+    return ms;
+}
+
+/* Ordered ids: valid ids of their kind; they carry the wall clock's
+ * milliseconds of when they were made, so that their text sorts as their
+ * times do; and the rest is random: no repeats among 20000 made within a
+ * few milliseconds, and every character in use in every random position. */
+static void test_new_ordered(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    char (*ids)[ID_MAX] = calloc(N, ID_MAX);
+    assert_non_null(ids);
+    unsigned seen[ID_RANDOM_CHARS][32];
+    memset(seen, 0, sizeof seen);
+    uint64_t before = wall_ms();
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(id_new_ordered("ins", ids[i]), 0);
+        assert_true(id_valid("ins", ids[i]));
+        assert_false(id_valid("wl", ids[i]));
+        for (size_t k = ID_TIME_CHARS; k < ID_RANDOM_CHARS; k++)
+            seen[k][strchr(alphabet, ids[i][4 + k]) - alphabet]++;
+    }
+    uint64_t after = wall_ms();
+    uint64_t last = 0;
+    for (size_t i = 0; i < N; i++) {
+        uint64_t ms = ordered_ms(ids[i] + 4);
+        if (ms < before || ms > after)
+            fail_msg("%s carries %llu ms, made between %llu and %llu", ids[i], (unsigned long long)ms,
+                     (unsigned long long)before, (unsigned long long)after);
+        /* Made in this order: a later millisecond never sorts first. */
+        assert_true(ms >= last);
+        if (i > 0 && ms > last)
+            assert_true(strcmp(ids[i - 1], ids[i]) < 0);
+        last = ms;
+    }
+    qsort(ids, N, ID_MAX, cmp_str);
+    for (size_t i = 1; i < N; i++)
+        if (strcmp(ids[i - 1], ids[i]) == 0)
+            fail_msg("id repeated: %s", ids[i]);
+    for (size_t k = ID_TIME_CHARS; k < ID_RANDOM_CHARS; k++)
+        for (size_t c = 0; c < 32; c++)
+            if (seen[k][c] < 450 || seen[k][c] > 800)
+                fail_msg("position %zu char '%c' seen %u times of %d", k, alphabet[c], seen[k][c], N);
+    /* A prefix that leaves no room is refused, as id_new does. */
+    char id[ID_MAX] = "untouched";
+    assert_int_equal(id_new_ordered("abcdefghijk", id), -1);
+    assert_string_equal(id, "untouched");
     free(ids);
 }
 
@@ -178,6 +244,7 @@ int main(void)
         cmocka_unit_test(test_new_format),
         cmocka_unit_test(test_new_prefix_too_long),
         cmocka_unit_test(test_new_unique_and_spread),
+        cmocka_unit_test(test_new_ordered),
         cmocka_unit_test(test_valid_edges),
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_hex_encode),

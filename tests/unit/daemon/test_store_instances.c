@@ -133,12 +133,23 @@ static void test_set_state_logs_an_event_when_state_or_phase_changes(void **stat
     assert_int_equal(events(in.id), 1);
     assert_int_equal(store_instance_set_state(fx.s, in.id, "provisioning", "mounting", "", 120), STORE_OK);
     assert_int_equal(events(in.id), 2);
+    /* Nothing new: nothing is written, not even the time. */
+    int before = sqlite3_total_changes(store_db(fx.s));
     assert_int_equal(store_instance_set_state(fx.s, in.id, "provisioning", "mounting", "", 130), STORE_OK);
+    assert_int_equal(sqlite3_total_changes(store_db(fx.s)), before);
     assert_int_equal(events(in.id), 2);
     struct instance got = get(in.id);
     assert_string_equal(got.phase, "mounting");
     assert_int_equal(got.state_since, 110); /* the phase is not a state change */
-    assert_int_equal(got.updated_at, 130);
+    assert_int_equal(got.updated_at, 120);
+    /* A new reason alone is kept, without an event. */
+    assert_int_equal(store_instance_set_state(fx.s, in.id, "provisioning", "mounting", "slow mirror", 135), STORE_OK);
+    assert_int_equal(events(in.id), 2);
+    got = get(in.id);
+    assert_string_equal(got.state, "provisioning");
+    assert_string_equal(got.state_reason, "slow mirror");
+    assert_int_equal(got.state_since, 110);
+    assert_int_equal(got.updated_at, 135);
     assert_int_equal(store_instance_set_state(fx.s, in.id, "running", "", NULL, 140), STORE_OK);
     got = get(in.id);
     assert_int_equal(got.state_since, 140);
@@ -384,6 +395,17 @@ static void test_node_update_records_the_agent_s_phase(void **state)
     assert_string_equal(p[0].message, "layer 3 of 9");
     assert_int_equal(p[0].put_done, 1);
     assert_int_equal(store_instance_node_update(fx.s, in.id, 1, "pulling", "", 1), STORE_NOT_FOUND);
+    /* The same report again writes nothing; any change is written. */
+    int before = sqlite3_total_changes(store_db(fx.s));
+    assert_int_equal(store_instance_node_update(fx.s, in.id, 0, "pulling", "layer 3 of 9", 1), STORE_NOT_FOUND);
+    assert_int_equal(sqlite3_total_changes(store_db(fx.s)), before);
+    assert_int_equal(store_instance_node_update(fx.s, in.id, 0, "pulling", "layer 4 of 9", 1), STORE_OK);
+    assert_int_equal(store_instance_node_update(fx.s, in.id, 0, "pulling", "layer 4 of 9", 0), STORE_OK);
+    assert_int_equal(store_instance_node_update(fx.s, in.id, 0, "running", "layer 4 of 9", 0), STORE_OK);
+    assert_int_equal(store_instance_nodes(fx.s, in.id, p, 2, &n), STORE_OK);
+    assert_string_equal(p[0].phase, "running");
+    assert_string_equal(p[0].message, "layer 4 of 9");
+    assert_int_equal(p[0].put_done, 0);
 }
 
 static void test_instance_nodes_show_a_quiet_node_as_unreachable(void **state)
