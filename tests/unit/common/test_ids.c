@@ -56,6 +56,28 @@ static int cmp_str(const void *a, const void *b)
     return strcmp((const char *)a, (const char *)b);
 }
 
+/* No two of the n ids are alike, and every character of the alphabet is in
+ * use, about evenly, in each position of the random part from first on
+ * (ids of kind "ins"). Sorts ids. */
+static void assert_unique_and_spread(char (*ids)[ID_MAX], size_t n, size_t first)
+{
+    unsigned seen[ID_RANDOM_CHARS][32];
+    memset(seen, 0, sizeof seen);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = first; k < ID_RANDOM_CHARS; k++)
+            seen[k][strchr(alphabet, ids[i][4 + k]) - alphabet]++;
+    qsort(ids, n, ID_MAX, cmp_str);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(ids[i - 1], ids[i]) == 0)
+            fail_msg("id repeated: %s", ids[i]);
+    /* Uniform would be n/32 per character per position; a low-bit bias or
+     * a stuck character shows far outside these bounds (for n = 20000). */
+    for (size_t k = first; k < ID_RANDOM_CHARS; k++)
+        for (size_t c = 0; c < 32; c++)
+            if (seen[k][c] < n * 450 / 20000 || seen[k][c] > n * 800 / 20000)
+                fail_msg("position %zu char '%c' seen %u times of %zu", k, alphabet[c], seen[k][c], n);
+}
+
 /* 20000 ids: no repeats, every character in use in every position. */
 static void test_new_unique_and_spread(void **state)
 {
@@ -63,23 +85,9 @@ static void test_new_unique_and_spread(void **state)
     enum { N = 20000 };
     char (*ids)[ID_MAX] = calloc(N, ID_MAX);
     assert_non_null(ids);
-    unsigned seen[ID_RANDOM_CHARS][32];
-    memset(seen, 0, sizeof seen);
-    for (size_t i = 0; i < N; i++) {
+    for (size_t i = 0; i < N; i++)
         assert_int_equal(id_new("ins", ids[i]), 0);
-        for (size_t k = 0; k < ID_RANDOM_CHARS; k++)
-            seen[k][strchr(alphabet, ids[i][4 + k]) - alphabet]++;
-    }
-    qsort(ids, N, ID_MAX, cmp_str);
-    for (size_t i = 1; i < N; i++)
-        if (strcmp(ids[i - 1], ids[i]) == 0)
-            fail_msg("id repeated: %s", ids[i]);
-    /* Uniform would be 625 per character per position; a low-bit bias or a
-     * stuck character shows far outside these bounds. */
-    for (size_t k = 0; k < ID_RANDOM_CHARS; k++)
-        for (size_t c = 0; c < 32; c++)
-            if (seen[k][c] < 450 || seen[k][c] > 800)
-                fail_msg("position %zu char '%c' seen %u times of %d", k, alphabet[c], seen[k][c], N);
+    assert_unique_and_spread(ids, N, 0);
     free(ids);
 }
 
@@ -109,15 +117,11 @@ static void test_new_ordered(void **state)
     enum { N = 20000 };
     char (*ids)[ID_MAX] = calloc(N, ID_MAX);
     assert_non_null(ids);
-    unsigned seen[ID_RANDOM_CHARS][32];
-    memset(seen, 0, sizeof seen);
     uint64_t before = wall_ms();
     for (size_t i = 0; i < N; i++) {
         assert_int_equal(id_new_ordered("ins", ids[i]), 0);
         assert_true(id_valid("ins", ids[i]));
         assert_false(id_valid("wl", ids[i]));
-        for (size_t k = ID_TIME_CHARS; k < ID_RANDOM_CHARS; k++)
-            seen[k][strchr(alphabet, ids[i][4 + k]) - alphabet]++;
     }
     uint64_t after = wall_ms();
     uint64_t last = 0;
@@ -132,14 +136,7 @@ static void test_new_ordered(void **state)
             assert_true(strcmp(ids[i - 1], ids[i]) < 0);
         last = ms;
     }
-    qsort(ids, N, ID_MAX, cmp_str);
-    for (size_t i = 1; i < N; i++)
-        if (strcmp(ids[i - 1], ids[i]) == 0)
-            fail_msg("id repeated: %s", ids[i]);
-    for (size_t k = ID_TIME_CHARS; k < ID_RANDOM_CHARS; k++)
-        for (size_t c = 0; c < 32; c++)
-            if (seen[k][c] < 450 || seen[k][c] > 800)
-                fail_msg("position %zu char '%c' seen %u times of %d", k, alphabet[c], seen[k][c], N);
+    assert_unique_and_spread(ids, N, ID_TIME_CHARS);
     /* A prefix that leaves no room is refused, as id_new does. */
     char id[ID_MAX] = "untouched";
     assert_int_equal(id_new_ordered("abcdefghijk", id), -1);
