@@ -152,7 +152,17 @@ void agent_call_free(struct agent_call *c)
     curl_slist_free_all(c->headers);
     free(c->request_body);
     free(c->response);
+    json_decref(c->doc);
     free(c);
+}
+
+json_t *agent_call_json(struct agent_call *c)
+{
+    if (!c->doc_read) {
+        c->doc = json_loadb(c->response ? c->response : "", c->response_len, 0, NULL);
+        c->doc_read = 1;
+    }
+    return c->doc;
 }
 
 struct agent_multi {

@@ -7,6 +7,7 @@
 #define GPURENT_AGENT_CLIENT_H
 
 #include <curl/curl.h>
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,8 @@ struct agent_call {
     int too_large;                    /* the reply went over max_response_bytes */
     long status;                      /* HTTP status, 0 if none */
     char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
+    json_t *doc;                      /* the reply parsed by agent_call_json, or NULL */
+    int doc_read;                     /* agent_call_json has parsed (or failed to parse) it */
 };
 
 /* The options every call of the daemon uses, from its configuration
@@ -93,5 +96,8 @@ void agent_multi_free(struct agent_multi *m);
 /* Frees the call and its handle; the caller removes it from any multi
  * handle first. NULL is a no-op. */
 void agent_call_free(struct agent_call *c);
+/* The reply parsed as JSON (NULL if it is none), parsed on the first call
+ * and kept with the call, which owns it. */
+json_t *agent_call_json(struct agent_call *c);
 
 #endif

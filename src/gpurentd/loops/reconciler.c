@@ -386,15 +386,13 @@ static int phase_rank(const char *phase)
     return -1;
 }
 
-/* Reads phase and message from a workload document. */
-static void read_phase(const char *text, size_t len, char *phase, size_t pn, char *message, size_t mn)
+/* Reads phase and message from a workload document (NULL: neither). */
+static void read_phase(json_t *j, char *phase, size_t pn, char *message, size_t mn)
 {
-    json_t *j = json_loadb(text ? text : "", len, 0, NULL);
     const char *p = json_string_value(json_object_get(j, "phase"));
     const char *m = json_string_value(json_object_get(j, "message"));
     snprintf(phase, pn, "%s", p ? p : "");
     snprintf(message, mn, "%s", m ? m : "");
-    json_decref(j);
 }
 
 /* The length of s cut to at most max bytes on a character boundary. */
@@ -787,7 +785,7 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
             if (c->status == 200 || c->status == 201) {
                 char was[sizeof p->phase];
                 snprintf(was, sizeof was, "%s", p->phase);
-                read_phase(c->response, c->response_len, p->phase, sizeof p->phase, p->message, sizeof p->message);
+                read_phase(agent_call_json(c), p->phase, sizeof p->phase, p->message, sizeof p->message);
                 ctx->progress |= !p->put_done || strcmp(was, p->phase) != 0;
                 p->put_done = 1;
             } else if (w->kind[r] == CALL_GET && c->status == 404) {
@@ -802,9 +800,7 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
         else if (strcmp(p->phase, "exited") == 0 && !exit_bad) {
             int known = 0, code = 0;
             char *last = NULL;
-            json_t *j = c && !c->error[0] ? json_loadb(c->response ? c->response : "", c->response_len, 0, NULL) : NULL;
-            read_end(j, &known, &code, &last);
-            json_decref(j);
+            read_end(c && !c->error[0] ? agent_call_json(c) : NULL, &known, &code, &last);
             if (!exited[0] || !known || code != 0) {
                 exit_bad = !known || code != 0;
                 exit_known = known;
@@ -903,18 +899,17 @@ static const struct instance_node *silent_node(const struct work *w, int *offlin
  * replica's, plan_calls) into out; "" when there is none. */
 static void call_health(const struct work *w, size_t r, char *out, size_t n)
 {
-    const struct agent_call *c = w->call[r];
+    struct agent_call *c = w->call[r];
     out[0] = '\0';
     if (!c || w->kind[r] != CALL_GET || c->error[0] || c->status != 200)
         return;
-    json_t *j = json_loadb(c->response ? c->response : "", c->response_len, 0, NULL);
+    json_t *j = agent_call_json(c);
     const char *phase = json_string_value(json_object_get(j, "phase"));
     const char *health = json_string_value(json_object_get(j, "health"));
     /* Only a running workload's verdict means anything; an ended one is the
      * sweep's and check_workloads' to handle. */
     if (phase && strcmp(phase, "running") == 0 && health)
         snprintf(out, n, "%s", health);
-    json_decref(j);
 }
 
 /* Stores a running rank's new health verdict (0027). For an app replica
@@ -1066,15 +1061,13 @@ static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
             snprintf(why, sizeof why, "workload vanished from node %s while it was unreachable", p->node_name);
             return end_run(s, ctx, "failed", ctx->now, why);
         }
-        read_phase(c->response, c->response_len, p->phase, sizeof p->phase, p->message, sizeof p->message);
+        read_phase(agent_call_json(c), p->phase, sizeof p->phase, p->message, sizeof p->message);
         if (strcmp(p->phase, "running") != 0) {
             /* Ended unbilled: billing stopped at the silence. */
             int known = 0, code = 0;
             char *last = NULL;
-            json_t *j = json_loadb(c->response ? c->response : "", c->response_len, 0, NULL);
             if (strcmp(p->phase, "exited") == 0)
-                read_end(j, &known, &code, &last);
-            json_decref(j);
+                read_end(agent_call_json(c), &known, &code, &last);
             snprintf(why, sizeof why, "workload %s on node %s while it was unreachable: %.160s", p->phase, p->node_name,
                      p->message);
             add_last_lines(why, sizeof why, last);
@@ -1485,6 +1478,14 @@ static struct pass_result run_pass(struct store *s, int sweep)
     if (n_listed)
         qsort(listed, n_listed, ID_MAX, id_cmp);
 
+    /* The agents' replies are parsed here rather than in the batch's
+     * transaction, where every other writer of the process waits for it. */
+    for (size_t i = 0; i < n_ins; i++)
+        for (size_t r = 0; r < works[i].n_nodes; r++) {
+            struct agent_call *c = works[i].call[r];
+            if (c && !c->error[0] && (c->status == 200 || c->status == 201))
+                agent_call_json(c);
+        }
     int64_t applied_at = clock_now();
     struct batch b = {calloc(n_ins ? n_ins : 1, sizeof *b.ctx), 0, n_pending};
     for (size_t i = 0; b.ctx && i < n_ins; i++) {

@@ -4,7 +4,7 @@
  * heartbeat's and the reconciler's sweep memory at 10 000 nodes; every call
  * is made once and handed to done once, a call that cannot be made is
  * handed over as NULL, and a stop hands back the calls in flight unfinished
- * and makes no more. */
+ * and makes no more. A reply is parsed once and kept with its call. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -115,7 +115,9 @@ static void done(void *ctx, size_t i, struct agent_call *c, int finished)
     if (c) {
         t->live--;
         t->ok[i] = finished && !c->error[0] && c->status == 200 && c->response_len == 11 &&
-                   strcmp(c->response, "{\"ok\":true}") == 0;
+                   strcmp(c->response, "{\"ok\":true}") == 0 &&
+                   json_is_true(json_object_get(agent_call_json(c), "ok")) &&
+                   agent_call_json(c) == agent_call_json(c); /* parsed once, kept with the call */
     }
     agent_call_free(c);
 }
@@ -191,12 +193,36 @@ static void test_a_stop_hands_back_what_is_in_flight_and_makes_no_more(void **st
     free(t);
 }
 
+/* A reply that is not JSON parses to NULL, once; the call frees what it
+ * parsed (the sanitizer's leak check sees the rest). */
+static void test_a_reply_that_is_not_json_parses_to_null(void **state)
+{
+    (void)state;
+    struct agent_client_opts opts = {.connect_timeout_ms = 2000, .total_timeout_ms = 5000, .max_response_bytes = 1 << 16};
+    struct agent_call *c = agent_call_new(base_url, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                                          "GET", "/v1/workloads", NULL, &opts);
+    assert_non_null(c);
+    assert_null(c->response);
+    assert_null(agent_call_json(c)); /* no reply: no document */
+    agent_call_free(c);
+    c = agent_call_new(base_url, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "GET",
+                       "/v1/workloads", NULL, &opts);
+    assert_non_null(c);
+    c->response = strdup("{\"phase\": \"running\"");
+    c->response_len = strlen(c->response);
+    assert_null(agent_call_json(c));
+    assert_int_equal(c->doc_read, 1);
+    assert_null(agent_call_json(c));
+    agent_call_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_stream_holds_at_most_max_parallel_calls),
         cmocka_unit_test(test_a_pool_keeps_the_same_bound),
         cmocka_unit_test(test_a_stop_hands_back_what_is_in_flight_and_makes_no_more),
+        cmocka_unit_test(test_a_reply_that_is_not_json_parses_to_null),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
