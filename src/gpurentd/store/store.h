@@ -561,7 +561,8 @@ int store_instance_run(struct store *s, const char *instance_id, struct instance
 void store_instance_run_free(struct instance_run *r);
 /* store_jobs.c: jobs and services (0018): an instance's restart policy and
  * run time bound, its exit status, restarts and the clock of its run. */
-/* Sets what create asked for (policy never, on_failure or always; minutes 0: none). */
+/* Sets what create asked for (policy never, on_failure or always; minutes
+ * 0: none); writes nothing when both are so already. */
 int store_instance_set_job(struct store *s, const char *id, const char *restart_policy, int64_t max_runtime_minutes);
 /* Records the status the job exited with (known 0: unknown, NULL). */
 int store_instance_set_exit(struct store *s, const char *id, int known, int64_t code);
@@ -588,6 +589,7 @@ struct instance_gang {
     int has_key;                  /* it has an internal key pair */
 };
 int store_instance_gang(struct store *s, const char *id, struct instance_gang *out);
+/* Writes nothing when the timeout is so already. */
 int store_instance_set_rendezvous_timeout(struct store *s, const char *id, int64_t seconds);
 /* Marks when the first rank of this attempt was seen running (0: none). */
 int store_instance_set_rendezvous(struct store *s, const char *id, int64_t since);

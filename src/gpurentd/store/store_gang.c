@@ -15,7 +15,8 @@ static const char SQL_NODE_HOSTS[] =
 static const char SQL_INS_GANG[] =
     "SELECT rendezvous_timeout_s, coalesce(rendezvous_since, 0), internal_pubkey IS NOT NULL FROM instances"
     " WHERE id = ?";
-static const char SQL_INS_SET_TIMEOUT[] = "UPDATE instances SET rendezvous_timeout_s = ?2 WHERE id = ?1";
+static const char SQL_INS_SET_TIMEOUT[] =
+    "UPDATE instances SET rendezvous_timeout_s = ?2 WHERE id = ?1 AND rendezvous_timeout_s IS NOT ?2";
 static const char SQL_INS_SET_RENDEZVOUS[] =
     "UPDATE instances SET rendezvous_since = ?2 WHERE id = ?1 AND rendezvous_since IS NOT ?2";
 static const char SQL_INS_SET_KEY[] = "UPDATE instances SET internal_pubkey = ?2, internal_key = ?3 WHERE id = ?1";
@@ -73,7 +74,7 @@ int store_instance_set_rendezvous_timeout(struct store *s, const char *id, int64
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, seconds);
-    return store_step_change(s, st, "instance rendezvous timeout");
+    return store_step_write(s, st, "instance rendezvous timeout");
 }
 
 int store_instance_set_rendezvous(struct store *s, const char *id, int64_t since)

@@ -6,7 +6,11 @@
 
 #include <stdio.h>
 
-static const char SQL_SET_JOB[] = "UPDATE instances SET restart_policy = ?2, max_runtime_minutes = ?3 WHERE id = ?1";
+/* Not written when as given: a create sets the defaults a new row has, and
+ * max_runtime_minutes is named by the WHERE of instances_attention, whose
+ * entry SQLite would rewrite. */
+static const char SQL_SET_JOB[] = "UPDATE instances SET restart_policy = ?2, max_runtime_minutes = ?3 WHERE id = ?1"
+                                  " AND (restart_policy IS NOT ?2 OR max_runtime_minutes IS NOT ?3)";
 static const char SQL_SET_EXIT[] = "UPDATE instances SET exit_code = ?2 WHERE id = ?1";
 static const char SQL_SET_RESTARTS[] = "UPDATE instances SET restart_count = ?2, restart_backoff_s = ?3 WHERE id = ?1";
 static const char SQL_SET_RUN_CLOCK[] =
@@ -45,7 +49,7 @@ int store_instance_set_job(struct store *s, const char *id, const char *restart_
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, restart_policy, -1, SQLITE_STATIC);
     bind_or_null(st, 3, max_runtime_minutes);
-    return store_step_change(s, st, "set instance job");
+    return store_step_write(s, st, "set instance job");
 }
 
 int store_instance_set_exit(struct store *s, const char *id, int known, int64_t code)

@@ -167,6 +167,31 @@ static void test_set_state_logs_an_event_when_state_or_phase_changes(void **stat
     assert_int_equal(store_instance_set_state(fx.s, "ins_nosuch", "running", "", "", 150), STORE_NOT_FOUND);
 }
 
+/* A create sets the job fields and the rendezvous timeout a new row already
+ * has: such a call writes nothing; any change is written. */
+static void test_job_and_rendezvous_timeout_are_written_only_when_they_change(void **state)
+{
+    setup_rows();
+    struct instance in;
+    fx_instance(fx.s, alice, FX_TST, 1, "pending", 100, &in);
+    sqlite3 *db = store_db(fx.s);
+    int before = sqlite3_total_changes(db);
+    assert_int_equal(store_instance_set_job(fx.s, in.id, "never", 0), STORE_OK);
+    assert_int_equal(store_instance_set_rendezvous_timeout(fx.s, in.id, 600), STORE_OK);
+    assert_int_equal(sqlite3_total_changes(db), before);
+    assert_int_equal(store_instance_set_job(fx.s, in.id, "on_failure", 0), STORE_OK);
+    assert_int_equal(store_instance_set_job(fx.s, in.id, "on_failure", 90), STORE_OK);
+    assert_int_equal(store_instance_set_rendezvous_timeout(fx.s, in.id, 120), STORE_OK);
+    assert_int_equal(sqlite3_total_changes(db), before + 3);
+    struct instance got = get(in.id);
+    assert_string_equal(got.restart_policy, "on_failure");
+    assert_int_equal(got.max_runtime_minutes, 90);
+    assert_int_equal(fx_sql_int(fx.s, "SELECT rendezvous_timeout_s FROM instances WHERE id = ?1", in.id), 120);
+    assert_int_equal(store_instance_set_job(fx.s, in.id, "on_failure", 0), STORE_OK); /* the bound taken away */
+    assert_int_equal(get(in.id).max_runtime_minutes, 0);
+    assert_int_equal(sqlite3_total_changes(db), before + 4);
+}
+
 static void test_events_page_after_a_sequence_number(void **state)
 {
     setup_rows();
@@ -567,6 +592,7 @@ int main(void)
         fx_test(test_instance_list_filters_by_owner_and_state_with_a_cursor),
         fx_test(test_unsettled_are_those_holding_cards_or_still_to_be_removed),
         fx_test(test_set_state_logs_an_event_when_state_or_phase_changes),
+        fx_test(test_job_and_rendezvous_timeout_are_written_only_when_they_change),
         fx_test(test_events_page_after_a_sequence_number),
         fx_test(test_desired_state_and_attempts_are_recorded),
         fx_test(test_claim_gives_the_cards_and_records_the_placement),
