@@ -417,10 +417,12 @@ class Daemon:
 
     # Columns written on their own schedule, whatever a test's requests do, so
     # "this request changed nothing" compares without them: the heartbeat's
-    # missed beats (a node that stays unreachable counts one more every poll),
-    # and a key's last use, noted just after a successful request's reply (so
-    # it may land after the dump a test takes next).
-    BACKGROUND_COLUMNS = {"nodes": ("missed_beats",), "api_keys": ("last_used_at",)}
+    # missed beats (a node that stays unreachable counts one more every poll)
+    # and the digest of the last facts reply it judged (which changes whenever
+    # a workload on the node moves on, e.g. pulling to running), and a key's
+    # last use, noted just after a successful request's reply (so it may land
+    # after the dump a test takes next).
+    BACKGROUND_COLUMNS = {"nodes": ("missed_beats", "facts_digest"), "api_keys": ("last_used_at",)}
 
     def dump(self):
         """Every row of every table, read in one transaction, with the
