@@ -248,6 +248,9 @@ int cmd_serve(int argc, char **argv)
     store_close(s);
     s = NULL;
     store_set_path(conf.database);
+    /* Before the server: creates queue their transactions for it. */
+    if (store_committer_start() < 0)
+        goto out;
 
     char host[128];
     int port;
@@ -318,6 +321,8 @@ int cmd_serve(int argc, char **argv)
     /* Open terminals likewise: the server cannot stop with upgraded
      * connections. */
     terminal_relay_stop();
+    /* The committer keeps answering while the server drains: a create
+     * waiting for its commit is a suspended connection too. */
     http_server_stop(srv, (int)conf.drain_timeout_s * 1000);
     srv = NULL;
     status = 0;
@@ -336,6 +341,7 @@ out:
     billing_stop();
     mailer_stop();
     app_scaler_stop();
+    store_committer_stop();
     store_close(s);
     store_close_threads();
     agent_client_global_cleanup();

@@ -111,6 +111,68 @@ static char *render_created(struct store *s, const struct instance *in)
     return body;
 }
 
+/* A create waiting for its commit (store_txn_async) while its connection
+ * is suspended: what the request and its transaction need until the reply. */
+struct create_job {
+    struct create_ctx ctx; /* first: the job is create_txn's context too */
+    struct http_request *req;
+    struct idempotency idem;
+    json_t *body, *env; /* ctx.in points into them */
+    int rc;             /* the transaction's result */
+};
+
+static void create_job_free(struct create_job *job)
+{
+    json_decref(job->ctx.o.extra);
+    free(job->ctx.body);
+    json_decref(job->env);
+    json_decref(job->body);
+    free(job);
+}
+
+/* Replies on a pool thread once the create committed or failed; connected
+ * is 0 if the client left meanwhile (the instance stands all the same). */
+static void create_reply(struct http_request *req, void *vjob, int connected)
+{
+    struct create_job *job = vjob;
+    struct create_ctx *ctx = &job->ctx;
+    if (job->rc == STORE_OK && !ctx->replayed) {
+        log_info("instances: %s created %s: %lld x %s", req->user_id, ctx->id, (long long)ctx->in.card_count,
+                 ctx->in.gpu_type);
+        reconciler_wake();
+    }
+    if (!connected) {
+        create_job_free(job);
+        return;
+    }
+    if (job->rc == STORE_OK && ctx->replayed) {
+        http_add_header(req, "Idempotent-Replayed", "true");
+        http_reply_raw(req, (unsigned)ctx->replayed, "application/json", ctx->body, strlen(ctx->body));
+    } else if (job->rc == STORE_OK) {
+        struct store *s = store_thread();
+        if (!ctx->body && s)
+            ctx->body = render_created(s, &ctx->created);
+        char location[64];
+        snprintf(location, sizeof location, "/v1/instances/%s", ctx->id);
+        http_add_header(req, "Location", location);
+        if (ctx->body)
+            http_reply_raw(req, 201, "application/json", ctx->body, strlen(ctx->body));
+        else /* created all the same: the client finds it in the list */
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+    } else {
+        reply_failure(req, job->rc, &ctx->o);
+    }
+    create_job_free(job);
+}
+
+/* The transaction's answer, on the thread that led its batch. */
+static void create_committed(void *vjob, int rc)
+{
+    struct create_job *job = vjob;
+    job->rc = rc;
+    http_resume(job->req, create_reply, job);
+}
+
 void api_instances_create(struct http_request *req)
 {
     static const struct json_field fields[] = {
@@ -216,7 +278,17 @@ void api_instances_create(struct http_request *req)
         json_decref(body);
         return;
     }
-    struct create_ctx ctx = {
+    struct create_job *job = calloc(1, sizeof *job);
+    struct store *s = store_thread();
+    if (!job || !s) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        free(job);
+        json_decref(env);
+        json_decref(body);
+        return;
+    }
+    *job = (struct create_job){.req = req, .idem = idem, .body = body, .env = env};
+    job->ctx = (struct create_ctx){
         .in = {.user_id = req->user_id,
                .command = json_object_get(body, "command"),
                .env = env,
@@ -233,32 +305,12 @@ void api_instances_create(struct http_request *req)
                .volume_id = json_string_value(json_object_get(body, "volume_id")),
                .reservation_id = json_string_value(json_object_get(body, "reservation_id"))},
         .req = req,
-        .idem = &idem,
+        .idem = &job->idem,
     };
-    struct store *s = store_thread();
-    int rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR;
-    if (rc == STORE_OK && ctx.replayed) {
-        http_add_header(req, "Idempotent-Replayed", "true");
-        http_reply_raw(req, (unsigned)ctx.replayed, "application/json", ctx.body, strlen(ctx.body));
-    } else if (rc == STORE_OK) {
-        log_info("instances: %s created %s: %lld x %s", req->user_id, ctx.id, (long long)cards, ctx.in.gpu_type);
-        reconciler_wake();
-        if (!ctx.body)
-            ctx.body = render_created(s, &ctx.created);
-        char location[64];
-        snprintf(location, sizeof location, "/v1/instances/%s", ctx.id);
-        http_add_header(req, "Location", location);
-        if (ctx.body)
-            http_reply_raw(req, 201, "application/json", ctx.body, strlen(ctx.body));
-        else /* created all the same: the client finds it in the list */
-            http_error(req, ERR_INTERNAL, NULL, NULL);
-    } else {
-        reply_failure(req, rc, &ctx.o);
-    }
-    json_decref(ctx.o.extra);
-    free(ctx.body);
-    json_decref(env);
-    json_decref(body);
+    /* The thread goes on to other connections while the claim waits for
+     * its batch's commit, so more creates share a commit (issue 15). */
+    http_defer(req);
+    store_txn_async(s, create_txn, job, create_committed);
 }
 
 static const char *const instance_states[] = {"pending",     "provisioning", "running",    "stopping",

@@ -531,19 +531,27 @@ int store_part(struct store *s, store_txn_fn fn, void *ctx, int *result)
  * tools, the billing team's readers) still meet the busy timeout. */
 #define BATCH_MAX 64 /* callbacks per commit: bounds how long the last waits */
 
+#define ATTEMPTS_MAX 200 /* tries of one callback that meets STORE_BUSY */
+
 struct txn_request {
     store_txn_fn fn;
     void *ctx;
-    const char *db_file; /* the database's file; NULL if it has none */
+    const char *db_file;  /* the database's file; NULL if it has none */
     int result;
-    bool done;
+    bool done;            /* a waiting caller's request has its result */
+    store_done_fn answer; /* NULL for a waiting caller (store_txn); else store_txn_async's */
+    int attempts;         /* of an answered request: batches it ran in */
     struct txn_request *next;
 };
 
 static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t queue_done = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t committer_work = PTHREAD_COND_INITIALIZER;
 static struct txn_request *queue;    /* FIFO of waiting requests */
+static int queued_answered;          /* of them, store_txn_async's */
 static bool leading;                 /* a batch is running */
+static bool committing;              /* the committer thread takes store_txn_async's requests */
+static pthread_t committer;
 static struct store_txn_stats stats; /* guarded by queue_lock */
 
 /* Runs one request's callback in a savepoint of the open transaction, so
@@ -590,6 +598,7 @@ static struct txn_request *take_batch(const struct txn_request *own, int max)
         *link = r->next;
         r->next = NULL;
         stats.waiting--;
+        queued_answered -= r->answer != NULL;
         *tail = r;
         tail = &r->next;
         taken++;
@@ -661,6 +670,68 @@ static void run_batch(struct store *s, struct txn_request *batch, const struct t
             e->result = rc;
 }
 
+/* Appends r to the queue. Called with queue_lock held. */
+static void enqueue(struct txn_request *r)
+{
+    struct txn_request **tail = &queue;
+    while (*tail)
+        tail = &(*tail)->next;
+    r->next = NULL;
+    *tail = r;
+    stats.waiting++;
+    queued_answered += r->answer != NULL;
+}
+
+/* Leads one batch: takes own and the requests that may share its
+ * transaction, runs them on s's writer and hands each its result. Called
+ * with queue_lock held and no batch running; returns with it held. A
+ * waiting caller's request is marked done; an answered one that met
+ * STORE_BUSY queues again (the sync caller's backoff would hold up the
+ * committer; BEGIN already waits out another process's lock), and the rest
+ * are answered once the next batch may start, outside the lock. */
+static void lead(struct store *s, const struct txn_request *own)
+{
+    leading = true;
+    struct txn_request *batch = take_batch(own, BATCH_MAX);
+    const char *db_file = own->db_file; /* own may be answered and freed below */
+    pthread_mutex_unlock(&queue_lock);
+    run_batch(writer_for(s, db_file), batch, own);
+    pthread_mutex_lock(&queue_lock);
+    int64_t committed = 0;
+    struct txn_request *answered = NULL;
+    while (batch) {
+        struct txn_request *r = batch;
+        batch = r->next;
+        committed += r->result >= 0;
+        if (!r->answer) {
+            r->done = true; /* the waiter may return (and free it) now */
+        } else if (r->result == STORE_BUSY && ++r->attempts < ATTEMPTS_MAX) {
+            enqueue(r);
+        } else {
+            r->next = answered;
+            answered = r;
+        }
+    }
+    stats.commits += committed > 0;
+    stats.transactions += committed;
+    leading = false;
+    pthread_cond_broadcast(&queue_done);
+    if (queued_answered)
+        pthread_cond_signal(&committer_work);
+    if (!answered)
+        return;
+    pthread_mutex_unlock(&queue_lock);
+    while (answered) {
+        struct txn_request *r = answered;
+        answered = r->next;
+        if (r->result == STORE_BUSY)
+            log_error("store: transaction still busy after many retries");
+        r->answer(r->ctx, r->result);
+        free(r);
+    }
+    pthread_mutex_lock(&queue_lock);
+}
+
 /* One attempt: queues the request and waits until a batch (led by this
  * thread or another) has run it. Returns its result. */
 static int txn_once(struct store *s, store_txn_fn fn, void *ctx)
@@ -671,35 +742,94 @@ static int txn_once(struct store *s, store_txn_fn fn, void *ctx)
     if (!req.db_file || !req.db_file[0])
         req.db_file = NULL;
     pthread_mutex_lock(&queue_lock);
-    struct txn_request **tail = &queue;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = &req;
-    stats.waiting++;
+    enqueue(&req);
     while (!req.done) {
-        if (leading) {
+        if (leading)
             pthread_cond_wait(&queue_done, &queue_lock);
-            continue;
-        }
-        leading = true;
-        struct txn_request *batch = take_batch(&req, BATCH_MAX);
-        pthread_mutex_unlock(&queue_lock);
-        run_batch(writer_for(s, req.db_file), batch, &req);
-        pthread_mutex_lock(&queue_lock);
-        int64_t committed = 0;
-        while (batch) {
-            struct txn_request *next = batch->next;
-            committed += batch->result >= 0;
-            batch->done = true; /* the waiter may return (and free it) now */
-            batch = next;
-        }
-        stats.commits += committed > 0;
-        stats.transactions += committed;
-        leading = false;
-        pthread_cond_broadcast(&queue_done);
+        else
+            lead(s, &req);
     }
     pthread_mutex_unlock(&queue_lock);
     return req.result;
+}
+
+/* The committer: leads a batch whenever store_txn_async's requests wait and
+ * no batch runs, so that they commit without a caller's thread waiting. It
+ * stops once asked to and nothing it must answer is queued. */
+static struct store *committer_store; /* its handle to the writer (writer_for) */
+
+static void *committer_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&queue_lock);
+    for (;;) {
+        struct txn_request *first = queue;
+        while (first && !first->answer)
+            first = first->next;
+        if (first && !leading)
+            lead(committer_store, first);
+        else if (!first && !committing)
+            break;
+        else
+            pthread_cond_wait(&committer_work, &queue_lock);
+    }
+    pthread_mutex_unlock(&queue_lock);
+    return NULL;
+}
+
+int store_committer_start(void)
+{
+    ASSERT(!committer_store);
+    char err[512];
+    if (!(committer_store = store_open(thread_db_path, err, sizeof err))) {
+        log_error("store: the committer's connection: %s", err);
+        return -1;
+    }
+    committer_store->is_thread = true; /* of the store_thread() database: its batches go to the writer */
+    pthread_mutex_lock(&queue_lock);
+    committing = pthread_create(&committer, NULL, committer_main, NULL) == 0;
+    pthread_mutex_unlock(&queue_lock);
+    if (committing)
+        return 0;
+    log_error("store: cannot start the committer thread");
+    store_close(committer_store);
+    committer_store = NULL;
+    return -1;
+}
+
+void store_committer_stop(void)
+{
+    if (!committer_store)
+        return;
+    pthread_mutex_lock(&queue_lock);
+    committing = false;
+    pthread_cond_signal(&committer_work);
+    pthread_mutex_unlock(&queue_lock);
+    pthread_join(committer, NULL);
+    store_close(committer_store);
+    committer_store = NULL;
+}
+
+void store_txn_async(struct store *s, store_txn_fn fn, void *ctx, store_done_fn answer)
+{
+    ASSERT(!in_callback);
+    ASSERT(locks_held() == 0);
+    struct txn_request *r = calloc(1, sizeof *r);
+    pthread_mutex_lock(&queue_lock);
+    /* The committer's batches run on the store_thread() database's writer:
+     * a request on another database (a test's own connection) cannot join
+     * them, and without the committer nobody would lead. */
+    if (!r || !committing || !s->is_thread) {
+        pthread_mutex_unlock(&queue_lock);
+        free(r);
+        answer(ctx, store_txn(s, fn, ctx));
+        return;
+    }
+    *r = (struct txn_request){.fn = fn, .ctx = ctx, .db_file = sqlite3_db_filename(s->db, "main"), .answer = answer};
+    enqueue(r);
+    if (!leading)
+        pthread_cond_signal(&committer_work);
+    pthread_mutex_unlock(&queue_lock);
 }
 
 void store_txn_stats(struct store_txn_stats *out)

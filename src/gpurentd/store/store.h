@@ -80,6 +80,24 @@ typedef int (*store_txn_fn)(struct store *s, void *ctx);
  * short backoff, for up to a few seconds). Returns fn's result, or
  * STORE_BUSY / STORE_ERROR if the transaction itself could not complete. */
 int store_txn(struct store *s, store_txn_fn fn, void *ctx);
+/* Called with a store_txn_async request's result: fn's, or STORE_BUSY /
+ * STORE_ERROR as store_txn would return. It runs on whichever thread led
+ * the batch, once the next batch may start: it must be quick, and must not
+ * call store_txn or wait for another request. */
+typedef void (*store_done_fn)(void *ctx, int result);
+/* store_txn without waiting: queues fn to run in a batch that the committer
+ * thread (or a waiting writer) leads and returns, and answer(ctx, result)
+ * is called once the batch committed or failed, possibly before this
+ * returns. An HTTP create so waits for its commit without holding a
+ * thread, and batches grow past the thread count. Without the committer,
+ * or on a connection that is not store_thread()'s, it runs store_txn and
+ * answers before returning. */
+void store_txn_async(struct store *s, store_txn_fn fn, void *ctx, store_done_fn answer);
+/* Starts the committer thread, on the store_thread() database; 0 or -1.
+ * Stop answers every queued request first; after it, store_txn_async
+ * waits as store_txn does. Stop before store_close_threads. */
+int store_committer_start(void);
+void store_committer_stop(void);
 /* One read snapshot for several statements outside store_txn (a GET that
  * runs eight of them): they see one state, and SQLite takes its WAL read
  * lock once instead of once a statement. Always paired, never around

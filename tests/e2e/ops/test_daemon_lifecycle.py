@@ -1,6 +1,6 @@
 """gpurentd as an operator runs it: restarts keep every account and key, old
 databases are migrated at start-up and newer ones refused, SIGTERM and SIGINT
-drain in-flight requests and exit 0, the configuration file and flags, each
+drain in-flight requests (a create waiting for its commit among them) and exit 0, the configuration file and flags, each
 subcommand's --help, and `admin create-user`."""
 import hashlib
 import http.client
@@ -15,6 +15,7 @@ import pytest
 
 from harness import (DEFAULT_PASSWORD, REPO, TOKEN, api_key_hash, assert_error, migration_versions,
                      route_table, run_gpurentd, unique_email)
+from instances_util import cloud  # noqa: F401  (fixture)
 
 
 def schema(db):
@@ -226,13 +227,13 @@ def read_interim(sock):
     return data
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_finishes_the_request_in_flight(new_daemon, sig):
-    d = new_daemon(options={"drain_timeout_s": 60})
-    u = d.signup()
-    body = b'{"name": "in flight"}'
+def post_across_signal(d, sig, path, key, body):
+    """Sends a POST's headers, signals the daemon once they are in, then the
+    body: the request is in flight while the daemon drains. Returns the
+    reply's status and JSON, after asserting a clean exit."""
+    body = json.dumps(body).encode()
     sock = socket.create_connection(("127.0.0.1", d.port), timeout=30)
-    sock.sendall((f"POST /v1/api-keys HTTP/1.1\r\nHost: gpurent\r\nAuthorization: Bearer {u.key}\r\n"
+    sock.sendall((f"POST {path} HTTP/1.1\r\nHost: gpurent\r\nAuthorization: Bearer {key}\r\n"
                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                   f"Expect: 100-continue\r\n\r\n").encode())
     # 100 Continue means the daemon has the request's headers: it is in flight.
@@ -243,13 +244,34 @@ def test_signal_finishes_the_request_in_flight(new_daemon, sig):
     sock.sendall(body)
     resp = http.client.HTTPResponse(sock)
     resp.begin()
-    created = json.loads(resp.read())
-    assert resp.status == 201, created
+    reply = json.loads(resp.read())
     assert d.wait(60) == 0
     sock.close()
     log = d.stderr_text()
     assert "gpurentd stopped" in log and "still in flight" not in log
+    return resp.status, reply
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_finishes_the_request_in_flight(new_daemon, sig):
+    d = new_daemon(options={"drain_timeout_s": 60})
+    u = d.signup()
+    status, created = post_across_signal(d, sig, "/v1/api-keys", u.key, {"name": "in flight"})
+    assert status == 201, created
     assert d.sql("SELECT name FROM api_keys WHERE id = ?", (created["id"],)) == [("in flight",)]
+
+
+def test_signal_answers_a_create_waiting_for_its_commit(cloud):
+    """A create waits for its commit with its connection suspended (the
+    committer thread leads the batch): the drain answers it before the
+    server stops, and the instance it reports stands."""
+    cloud.fleet(1, prefix="drain-")
+    u = cloud.user()
+    status, created = post_across_signal(cloud.d, signal.SIGTERM, "/v1/instances", u.key,
+                                         {"gpu_type": "MI450", "card_count": 1, "image": "rocm/pytorch:2.3-rocm6.2"})
+    assert status == 201, created
+    assert cloud.d.sql("SELECT user_id, card_count FROM instances WHERE id = ?", (created["id"],)) == \
+        [(u.id, 1)]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -78,6 +78,7 @@ struct job {
     char key[32];            /* the item it inserts */
     int hold_for;            /* 0, or: wait in the callback until this many others queue */
     atomic_int entered;      /* set when a holding callback starts */
+    atomic_int *asked;       /* or: wait until this counter reaches hold_for */
     int result;              /* what store_txn returned */
 };
 
@@ -89,7 +90,8 @@ static int job_txn(struct store *s, void *vctx)
     if (j->hold_for) {
         atomic_store(&j->entered, 1);
         struct store_txn_stats st;
-        for (store_txn_stats(&st); st.waiting < j->hold_for; store_txn_stats(&st))
+        for (store_txn_stats(&st); j->asked ? atomic_load(j->asked) < j->hold_for : st.waiting < j->hold_for;
+             store_txn_stats(&st))
             sched_yield();
     }
     sqlite3 *db = store_db(s);
@@ -440,6 +442,104 @@ static void test_every_thread_writes_on_one_warm_connection(void **state)
     assert_int_equal(one_int(s, "SELECT n FROM counter"), WARM_THREADS * WARM_WRITES);
 }
 
+/* store_txn_async: one thread queues many transactions without waiting for
+ * any; the committer thread leads them, and each is answered once with its
+ * own outcome, on another thread. */
+#define ASYNC_JOBS 40
+
+struct answer {
+    struct job job;
+    pthread_t asker;
+    int answers;        /* how many times it was answered: exactly once */
+    int on_asker;       /* answered on the asking thread */
+};
+
+static void answered(void *ctx, int result)
+{
+    struct answer *a = ctx;
+    a->job.result = result;
+    a->on_asker += pthread_equal(pthread_self(), a->asker) != 0;
+    a->answers++;
+}
+
+static void test_queued_without_waiting_each_is_answered_once_in_one_commit(void **state)
+{
+    (void)state;
+    struct store *s = store_thread();
+    assert_non_null(s);
+    reset_tables(s);
+    assert_int_equal(store_committer_start(), 0);
+    struct store_txn_stats before, after;
+    store_txn_stats(&before);
+    static struct answer a[ASYNC_JOBS];
+    for (int i = 0; i < ASYNC_JOBS; i++) {
+        a[i] = (struct answer){.job = {.outcome = i % 3 == 1 ? REFUSE : i % 5 == 2 ? DUPLICATE : COMMIT, .thread = i},
+                               .asker = pthread_self()};
+        snprintf(a[i].job.key, sizeof a[i].job.key, "async-%d", i);
+    }
+    /* The first callback holds its transaction until all have been asked
+     * for: only this thread asks, so store_txn_async must have returned
+     * without waiting for the first's commit. */
+    static atomic_int asked;
+    atomic_store(&asked, 0);
+    a[0].job.hold_for = ASYNC_JOBS;
+    a[0].job.asked = &asked;
+    for (int i = 0; i < ASYNC_JOBS; i++) {
+        store_txn_async(s, job_txn, &a[i], answered);
+        atomic_fetch_add(&asked, 1);
+    }
+    store_committer_stop(); /* answers everything queued first */
+    store_txn_stats(&after);
+
+    int committed = 0, seen[ASYNC_JOBS + 1] = {0};
+    for (int i = 0; i < ASYNC_JOBS; i++) {
+        assert_int_equal(a[i].answers, 1);
+        assert_int_equal(a[i].on_asker, 0);
+        switch (a[i].job.outcome) {
+        case REFUSE: assert_int_equal(a[i].job.result, REFUSED); break;
+        case DUPLICATE: assert_int_equal(a[i].job.result, STORE_CONFLICT); break;
+        case COMMIT:
+            assert_in_range(a[i].job.result, 1, ASYNC_JOBS);
+            assert_int_equal(seen[a[i].job.result], 0);
+            seen[a[i].job.result] = 1;
+            committed++;
+            break;
+        }
+    }
+    assert_int_equal(one_int(s, "SELECT n FROM counter"), committed);
+    assert_int_equal(one_int(s, "SELECT count(*) FROM items WHERE k LIKE 'async-%'"), committed);
+    /* All of them joined the first one's transaction: one commit. */
+    assert_int_equal(after.commits - before.commits, 1);
+    assert_int_equal(after.transactions - before.transactions, committed);
+    assert_int_equal(after.waiting, 0);
+}
+
+static void test_without_the_committer_the_answer_comes_before_returning(void **state)
+{
+    (void)state;
+    struct store *s = store_thread();
+    assert_non_null(s);
+    reset_tables(s);
+    struct answer a = {.job = {.outcome = COMMIT, .key = "inline"}, .asker = pthread_self()};
+    store_txn_async(s, job_txn, &a, answered);
+    assert_int_equal(a.answers, 1);
+    assert_int_equal(a.on_asker, 1);
+    assert_int_equal(a.job.result, 1);
+    /* A connection of its own (not store_thread's) is never handed to the
+     * committer, whose batches run on the thread database's writer. */
+    char err[256];
+    struct store *own = store_open(db_path, err, sizeof err);
+    assert_non_null(own);
+    assert_int_equal(store_committer_start(), 0);
+    struct answer b = {.job = {.outcome = COMMIT, .key = "own"}, .asker = pthread_self()};
+    store_txn_async(own, job_txn, &b, answered);
+    assert_int_equal(b.answers, 1);
+    assert_int_equal(b.on_asker, 1);
+    assert_int_equal(b.job.result, 2);
+    store_committer_stop();
+    store_close(own);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -450,6 +550,8 @@ int main(void)
         cmocka_unit_test(test_memory_databases_never_share_a_batch),
         cmocka_unit_test(test_concurrent_writers_lose_and_duplicate_nothing),
         cmocka_unit_test(test_every_thread_writes_on_one_warm_connection),
+        cmocka_unit_test(test_queued_without_waiting_each_is_answered_once_in_one_commit),
+        cmocka_unit_test(test_without_the_committer_the_answer_comes_before_returning),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
