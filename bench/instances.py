@@ -239,7 +239,8 @@ def markdown_row(args, n, result, load):
     b = result["wrk"]
     ref, ref_cmd = claims_reference(args, n, b["created"])
     ratio = b["creates_per_s"] / ref
-    cmd = f"python3 bench/instances.py --nodes {n} --live {args.live} --seconds {args.seconds} --reference"
+    cmd = (f"python3 bench/instances.py --nodes {n} --live {args.live} --seconds {args.seconds} --reference"
+           + (f" --clients {args.clients}" if args.clients != 8 else ""))
     return (f"| `POST /v1/instances` through HTTP (wrk -c{args.clients}), {n} nodes, {result['live']} live |"
             f" {b['creates_per_s']:,.0f} creates/s (p50 {b['create_ms_p50']} ms, p99 {b['create_ms_p99']} ms),"
             f" daemon CPU {b['daemon_cpu_ms_per_create']:.2f} ms per create until running (the sim fleet's"

@@ -90,11 +90,11 @@ int volume_create_in(struct store *s, const char *user_id, const char *name, int
 
 int volume_default(struct store *s, const char *user_id, char id_out[ID_MAX])
 {
+    int rc = store_volume_id_by_name(s, user_id, DEFAULT_VOLUME, id_out);
+    if (rc != STORE_NOT_FOUND)
+        return rc;
     struct volume v;
-    int rc = store_volume_get_by_name(s, user_id, DEFAULT_VOLUME, &v);
-    if (rc == STORE_NOT_FOUND)
-        rc = volume_create(s, user_id, DEFAULT_VOLUME, daemon_config->volume_default_size_gb, &v);
-    if (rc == STORE_OK)
+    if ((rc = volume_create(s, user_id, DEFAULT_VOLUME, daemon_config->volume_default_size_gb, &v)) == STORE_OK)
         memcpy(id_out, v.id, ID_MAX);
     return rc;
 }

@@ -361,7 +361,8 @@ struct volume {
 int store_volume_insert(struct store *s, const struct volume *v);
 /* A live volume of user_id (NULL: of anyone) by id. */
 int store_volume_get(struct store *s, const char *user_id, const char *id, struct volume *out);
-int store_volume_get_by_name(struct store *s, const char *user_id, const char *name, struct volume *out);
+/* The id of user_id's live volume called name. */
+int store_volume_id_by_name(struct store *s, const char *user_id, const char *name, char id_out[ID_MAX]);
 int store_volume_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
                       struct volume *out, size_t max, size_t *n);
 /* STORE_CONFLICT while an instance that is not terminated or failed uses it. */

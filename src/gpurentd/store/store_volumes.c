@@ -18,8 +18,10 @@ static const char SQL_VOLUME_INSERT[] =
     "INSERT INTO volumes (id, user_id, name, size_gb, source, created_at, region) VALUES (?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_VOLUME_GET[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
                                      " WHERE v.id = ?2 AND (?1 IS NULL OR v.user_id = ?1) AND v.deleted_at IS NULL";
-static const char SQL_VOLUME_BY_NAME[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
-                                         " WHERE v.user_id = ? AND v.name = ? AND v.deleted_at IS NULL";
+/* The id alone: every create without a volume_id looks its owner's default
+ * volume up on the writer, and needs neither use count. */
+static const char SQL_VOLUME_ID_BY_NAME[] =
+    "SELECT id FROM volumes WHERE user_id = ? AND name = ? AND deleted_at IS NULL";
 static const char SQL_VOLUME_LIST[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
                                       " WHERE v.user_id = ? AND v.deleted_at IS NULL AND (v.created_at, v.id) > (?, ?)"
                                       " ORDER BY v.created_at, v.id LIMIT ?";
@@ -74,14 +76,14 @@ int store_volume_get(struct store *s, const char *user_id, const char *id, struc
     return get_one(s, st, out, "get volume");
 }
 
-int store_volume_get_by_name(struct store *s, const char *user_id, const char *name, struct volume *out)
+int store_volume_id_by_name(struct store *s, const char *user_id, const char *name, char id_out[ID_MAX])
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_VOLUME_BY_NAME);
+    sqlite3_stmt *st = store_stmt(s, SQL_VOLUME_ID_BY_NAME);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    return get_one(s, st, out, "get volume by name");
+    return store_read_one(s, st, id_out, store_read_id, "get volume by name");
 }
 
 int store_volume_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
