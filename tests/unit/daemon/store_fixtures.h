@@ -280,12 +280,9 @@ static inline void fx_ready_node(struct store *s, const char *name, const char *
 /* The user's volume called name, made if missing. */
 static inline void fx_volume(struct store *s, const char *user_id, const char *name, char id[ID_MAX])
 {
-    struct volume v;
-    if (store_volume_get_by_name(s, user_id, name, &v) == STORE_OK) {
-        memcpy(id, v.id, ID_MAX);
+    if (store_volume_id_by_name(s, user_id, name, id) == STORE_OK)
         return;
-    }
-    memset(&v, 0, sizeof v);
+    struct volume v = {0};
     assert_int_equal(id_new("vol", v.id), 0);
     snprintf(v.user_id, sizeof v.user_id, "%s", user_id);
     snprintf(v.name, sizeof v.name, "%s", name);

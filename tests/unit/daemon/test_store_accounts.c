@@ -469,9 +469,10 @@ static void test_volume_get_is_the_owner_s_or_anyone_s(void **state)
     assert_int_equal(v.instances, 0);
     assert_int_equal(store_volume_get(fx.s, bob, a, &v), STORE_NOT_FOUND);
     assert_int_equal(store_volume_get(fx.s, NULL, a, &v), STORE_OK);
-    assert_int_equal(store_volume_get_by_name(fx.s, alice, "data", &v), STORE_OK);
-    assert_string_equal(v.id, a);
-    assert_int_equal(store_volume_get_by_name(fx.s, bob, "data", &v), STORE_NOT_FOUND);
+    char id[ID_MAX] = "";
+    assert_int_equal(store_volume_id_by_name(fx.s, alice, "data", id), STORE_OK);
+    assert_string_equal(id, a);
+    assert_int_equal(store_volume_id_by_name(fx.s, bob, "data", id), STORE_NOT_FOUND);
 }
 
 static void test_volume_list_pages_by_creation(void **state)
