@@ -1,7 +1,9 @@
 """gpurentd as an operator runs it: restarts keep every account and key, old
 databases are migrated at start-up and newer ones refused, SIGTERM and SIGINT
-drain in-flight requests (a create waiting for its commit among them) and exit 0, the configuration file and flags, each
-subcommand's --help, and `admin create-user`."""
+drain in-flight requests (a create waiting for its commit among them) and
+exit 0, a create waiting for its commit holds no HTTP thread, the
+configuration file and flags, each subcommand's --help, and `admin
+create-user`."""
 import hashlib
 import http.client
 import json
@@ -15,7 +17,9 @@ import pytest
 
 from harness import (DEFAULT_PASSWORD, REPO, TOKEN, api_key_hash, assert_error, migration_versions,
                      route_table, run_gpurentd, unique_email)
-from instances_util import cloud  # noqa: F401  (fixture)
+from instances_util import cloud, cloud_with  # noqa: F401  (fixture)
+
+BODY_ONE_CARD = {"gpu_type": "MI450", "card_count": 1, "image": "rocm/pytorch:2.3-rocm6.2"}
 
 
 def schema(db):
@@ -227,29 +231,41 @@ def read_interim(sock):
     return data
 
 
-def post_across_signal(d, sig, path, key, body):
-    """Sends a POST's headers, signals the daemon once they are in, then the
-    body: the request is in flight while the daemon drains. Returns the
-    reply's status and JSON, after asserting a clean exit."""
+def post_headers(d, path, key, body):
+    """Sends a POST's headers with Expect: 100-continue and waits for the
+    100: the daemon has them, and the request is in flight. Returns the
+    socket and the body to send."""
     body = json.dumps(body).encode()
     sock = socket.create_connection(("127.0.0.1", d.port), timeout=30)
     sock.sendall((f"POST {path} HTTP/1.1\r\nHost: gpurent\r\nAuthorization: Bearer {key}\r\n"
                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                   f"Expect: 100-continue\r\n\r\n").encode())
-    # 100 Continue means the daemon has the request's headers: it is in flight.
     assert read_interim(sock).startswith(b"HTTP/1.1 100 ")
+    return sock, body
+
+
+def read_reply(sock):
+    """The status and JSON of the reply on sock, which it closes."""
+    resp = http.client.HTTPResponse(sock)
+    resp.begin()
+    reply = json.loads(resp.read())
+    sock.close()
+    return resp.status, reply
+
+
+def post_across_signal(d, sig, path, key, body):
+    """Signals the daemon while a POST is in flight, then sends its body.
+    Returns the reply's status and JSON, after asserting a clean exit."""
+    sock, body = post_headers(d, path, key, body)
     d.terminate(sig)
     d.wait_for_log(rf"received {sig.name}: draining")
     assert d.running, "exited with a request in flight"
     sock.sendall(body)
-    resp = http.client.HTTPResponse(sock)
-    resp.begin()
-    reply = json.loads(resp.read())
+    reply = read_reply(sock)
     assert d.wait(60) == 0
-    sock.close()
     log = d.stderr_text()
     assert "gpurentd stopped" in log and "still in flight" not in log
-    return resp.status, reply
+    return reply
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -267,11 +283,36 @@ def test_signal_answers_a_create_waiting_for_its_commit(cloud):
     server stops, and the instance it reports stands."""
     cloud.fleet(1, prefix="drain-")
     u = cloud.user()
-    status, created = post_across_signal(cloud.d, signal.SIGTERM, "/v1/instances", u.key,
-                                         {"gpu_type": "MI450", "card_count": 1, "image": "rocm/pytorch:2.3-rocm6.2"})
+    status, created = post_across_signal(cloud.d, signal.SIGTERM, "/v1/instances", u.key, BODY_ONE_CARD)
     assert status == 201, created
     assert cloud.d.sql("SELECT user_id, card_count FROM instances WHERE id = ?", (created["id"],)) == \
         [(u.id, 1)]
+
+
+cloud_one_thread = cloud_with(threads="1")
+
+
+def test_a_create_waiting_for_its_commit_holds_no_thread(cloud_one_thread):
+    """With one HTTP thread, a create whose commit cannot happen yet (another
+    process holds the database's write lock) leaves that thread free: a read
+    on another connection is answered meanwhile, and the create is answered
+    once the lock goes."""
+    c = cloud_one_thread
+    c.fleet(1, prefix="wait-")
+    u = c.user()
+    lock = sqlite3.connect(c.d.db_path, isolation_level=None, timeout=30)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        sock, body = post_headers(c.d, "/v1/instances", u.key, BODY_ONE_CARD)
+        sock.sendall(body)
+        r = c.d.get("/v1/gpu-types", timeout=10)
+        assert r.status_code == 200, r.text
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    status, created = read_reply(sock)
+    assert status == 201, created
+    assert c.d.sql("SELECT user_id FROM instances WHERE id = ?", (created["id"],)) == [(u.id,)]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
