@@ -1,7 +1,8 @@
 /* api_instances.c: /v1/instances — rent cards (create), list, show, change
  * what a stopped one runs (PATCH), start, stop, terminate, and read an
- * instance's events. Each change is one
- * transaction (instances.c); the reconciler is woken to drive the agents. */
+ * instance's events. Each change is one transaction (instances.c), queued
+ * for the committer while the connection waits without a thread; the
+ * reconciler is woken to drive the agents. */
 #include "domain/placement.h"
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
@@ -487,18 +488,89 @@ void api_instances_ssh_config(struct http_request *req)
     free(text);
 }
 
-struct change_ctx {
-    int (*op)(struct store *, const char *, const char *, struct op_outcome *); /* what to do */
-    const char *user_id, *id;                                                   /* whose, which */
-    struct op_outcome o;                                                        /* refusal */
+/* start, stop, terminate or PATCH waiting for its commit (store_txn_async)
+ * while its connection is suspended, as a create does: the thread serves
+ * others meanwhile. Each replies with the instance as it then is. */
+struct change_job {
+    struct http_request *req;
+    int (*op)(struct store *, const char *, const char *, struct op_outcome *); /* start, stop, terminate */
+    json_t *patch;      /* or, for PATCH, the checked fields */
+    const char *verb;   /* for the log */
+    struct op_outcome o; /* refusal */
+    int rc;             /* the transaction's result */
 };
 
-static int change_txn(struct store *s, void *vctx)
+static int change_txn(struct store *s, void *vjob)
 {
-    struct change_ctx *ctx = vctx;
-    json_decref(ctx->o.extra);
-    memset(&ctx->o, 0, sizeof ctx->o);
-    return ctx->op(s, ctx->user_id, ctx->id, &ctx->o);
+    struct change_job *job = vjob;
+    json_decref(job->o.extra);
+    memset(&job->o, 0, sizeof job->o);
+    if (job->patch)
+        return instance_patch(s, job->req->user_id, job->req->params[0], job->patch, &job->o);
+    return job->op(s, job->req->user_id, job->req->params[0], &job->o);
+}
+
+static void change_job_free(struct change_job *job)
+{
+    json_decref(job->o.extra);
+    json_decref(job->patch);
+    free(job);
+}
+
+/* Replies on a pool thread once the change committed or failed; connected
+ * is 0 if the client left meanwhile (the change stands all the same). */
+static void change_reply(struct http_request *req, void *vjob, int connected)
+{
+    struct change_job *job = vjob;
+    struct store *s = store_thread();
+    struct instance in;
+    int rc = job->rc;
+    if (rc == STORE_OK)
+        rc = s ? store_instance_get(s, req->user_id, req->params[0], &in) : STORE_ERROR;
+    if (rc == STORE_OK) {
+        log_info("instances: %s %s %s (now %s)", req->user_id, job->verb, in.id, in.state);
+        if (job->op)
+            reconciler_wake();
+    }
+    if (!connected) {
+        change_job_free(job);
+        return;
+    }
+    if (rc == STORE_OK) {
+        json_t *j = instance_json(s, &in);
+        if (j)
+            http_reply_json(req, 200, j);
+        else
+            http_error(req, ERR_INTERNAL, NULL, NULL);
+    } else {
+        reply_failure(req, job->rc == STORE_OK ? STORE_ERROR : job->rc, &job->o);
+    }
+    change_job_free(job);
+}
+
+/* The transaction's answer, on the thread that led its batch. */
+static void change_committed(void *vjob, int rc)
+{
+    struct change_job *job = vjob;
+    job->rc = rc;
+    http_resume(job->req, change_reply, job);
+}
+
+/* Queues the change; takes patch (NULL for start, stop, terminate). */
+static void change_queue(struct http_request *req,
+                         int (*op)(struct store *, const char *, const char *, struct op_outcome *), json_t *patch,
+                         const char *verb)
+{
+    struct store *s = store_thread();
+    struct change_job *job = s ? calloc(1, sizeof *job) : NULL;
+    if (!job) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        json_decref(patch);
+        return;
+    }
+    *job = (struct change_job){.req = req, .op = op, .patch = patch, .verb = verb};
+    http_defer(req);
+    store_txn_async(s, change_txn, job, change_committed);
 }
 
 /* start, stop and terminate share everything but the operation. */
@@ -513,22 +585,7 @@ static void change(struct http_request *req, int (*op)(struct store *, const cha
     if (!body)
         return;
     json_decref(body);
-    struct store *s = store_thread();
-    struct change_ctx ctx = {.op = op, .user_id = req->user_id, .id = req->params[0]};
-    int rc = s ? store_txn(s, change_txn, &ctx) : STORE_ERROR;
-    struct instance in;
-    if (rc == STORE_OK && store_instance_get(s, req->user_id, ctx.id, &in) == STORE_OK) {
-        log_info("instances: %s %s %s (now %s)", req->user_id, verb, in.id, in.state);
-        reconciler_wake();
-        json_t *j = instance_json(s, &in);
-        if (j)
-            http_reply_json(req, 200, j);
-        else
-            http_error(req, ERR_INTERNAL, NULL, NULL);
-    } else {
-        reply_failure(req, rc == STORE_OK ? STORE_ERROR : rc, &ctx.o);
-    }
-    json_decref(ctx.o.extra);
+    change_queue(req, op, NULL, verb);
 }
 
 void api_instances_start(struct http_request *req)
@@ -575,20 +632,6 @@ void api_instances_events(struct http_request *req)
     http_reply_json(req, 200, json_pack("{s:o, s:o}", "data", data, "next_cursor", next));
 }
 
-struct patch_ctx {
-    const char *user_id, *id; /* whose, which */
-    const json_t *body;       /* the checked fields */
-    struct op_outcome o;      /* refusal */
-};
-
-static int patch_txn(struct store *s, void *vctx)
-{
-    struct patch_ctx *ctx = vctx;
-    json_decref(ctx->o.extra);
-    memset(&ctx->o, 0, sizeof ctx->o);
-    return instance_patch(s, ctx->user_id, ctx->id, ctx->body, &ctx->o);
-}
-
 /* The body's declaration, made once from the domain's field table. */
 #define PATCH_FIELDS_MAX 32
 static struct json_field patch_fields[PATCH_FIELDS_MAX + 1];
@@ -624,20 +667,5 @@ void api_instances_patch(struct http_request *req)
             return;
         }
     }
-    struct store *s = store_thread();
-    struct patch_ctx ctx = {.user_id = req->user_id, .id = req->params[0], .body = body};
-    int rc = s ? store_txn(s, patch_txn, &ctx) : STORE_ERROR;
-    struct instance in;
-    if (rc == STORE_OK && store_instance_get(s, req->user_id, ctx.id, &in) == STORE_OK) {
-        log_info("instances: %s changed %s", req->user_id, in.id);
-        json_t *j = instance_json(s, &in);
-        if (j)
-            http_reply_json(req, 200, j);
-        else
-            http_error(req, ERR_INTERNAL, NULL, NULL);
-    } else {
-        reply_failure(req, rc == STORE_OK ? STORE_ERROR : rc, &ctx.o);
-    }
-    json_decref(ctx.o.extra);
-    json_decref(body);
+    change_queue(req, NULL, body, "changed");
 }

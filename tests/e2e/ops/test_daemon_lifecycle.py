@@ -231,13 +231,13 @@ def read_interim(sock):
     return data
 
 
-def post_headers(d, path, key, body):
-    """Sends a POST's headers with Expect: 100-continue and waits for the
-    100: the daemon has them, and the request is in flight. Returns the
-    socket and the body to send."""
+def post_headers(d, path, key, body, method="POST"):
+    """Sends a POST's (or another method's) headers with Expect:
+    100-continue and waits for the 100: the daemon has them, and the request
+    is in flight. Returns the socket and the body to send."""
     body = json.dumps(body).encode()
     sock = socket.create_connection(("127.0.0.1", d.port), timeout=30)
-    sock.sendall((f"POST {path} HTTP/1.1\r\nHost: gpurent\r\nAuthorization: Bearer {key}\r\n"
+    sock.sendall((f"{method} {path} HTTP/1.1\r\nHost: gpurent\r\nAuthorization: Bearer {key}\r\n"
                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                   f"Expect: 100-continue\r\n\r\n").encode())
     assert read_interim(sock).startswith(b"HTTP/1.1 100 ")
@@ -292,6 +292,23 @@ def test_signal_answers_a_create_waiting_for_its_commit(cloud):
 cloud_one_thread = cloud_with(threads="1")
 
 
+def answered_while_locked(c, method, path, key, body):
+    """Sends a write while another process holds the database's write lock,
+    checks that a read on another connection is answered meanwhile (the one
+    HTTP thread is free), then lets the write commit. Returns its reply."""
+    lock = sqlite3.connect(c.d.db_path, isolation_level=None, timeout=30)
+    lock.execute("BEGIN IMMEDIATE")
+    try:
+        sock, body = post_headers(c.d, path, key, body, method)
+        sock.sendall(body)
+        r = c.d.get("/v1/gpu-types", timeout=10)
+        assert r.status_code == 200, r.text
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    return read_reply(sock)
+
+
 def test_a_create_waiting_for_its_commit_holds_no_thread(cloud_one_thread):
     """With one HTTP thread, a create whose commit cannot happen yet (another
     process holds the database's write lock) leaves that thread free: a read
@@ -300,19 +317,34 @@ def test_a_create_waiting_for_its_commit_holds_no_thread(cloud_one_thread):
     c = cloud_one_thread
     c.fleet(1, prefix="wait-")
     u = c.user()
-    lock = sqlite3.connect(c.d.db_path, isolation_level=None, timeout=30)
-    lock.execute("BEGIN IMMEDIATE")
-    try:
-        sock, body = post_headers(c.d, "/v1/instances", u.key, BODY_ONE_CARD)
-        sock.sendall(body)
-        r = c.d.get("/v1/gpu-types", timeout=10)
-        assert r.status_code == 200, r.text
-    finally:
-        lock.execute("ROLLBACK")
-        lock.close()
-    status, created = read_reply(sock)
+    status, created = answered_while_locked(c, "POST", "/v1/instances", u.key, BODY_ONE_CARD)
     assert status == 201, created
     assert c.d.sql("SELECT user_id FROM instances WHERE id = ?", (created["id"],)) == [(u.id,)]
+
+
+def test_instance_changes_waiting_for_their_commit_hold_no_thread(cloud_one_thread):
+    """Stop, PATCH, start and terminate wait for their commit as a create
+    does: each is answered with the instance as its transaction left it."""
+    c = cloud_one_thread
+    c.fleet(1, prefix="change-")
+    u = c.user()
+    inst = c.create(u, card_count=1)["id"]
+    c.wait_state(u, inst, "running")
+    path = f"/v1/instances/{inst}"
+    status, reply = answered_while_locked(c, "POST", f"{path}/stop", u.key, {})
+    assert status == 200 and reply["state"] in ("stopping", "stopped"), reply
+    c.wait_state(u, inst, "stopped")
+    status, reply = answered_while_locked(c, "PATCH", path, u.key, {"working_dir": "/shared/run"})
+    assert status == 200 and reply["working_dir"] == "/shared/run", reply
+    status, reply = answered_while_locked(c, "POST", f"{path}/start", u.key, {})
+    assert status == 200 and reply["state"] not in ("stopped", "terminated"), reply
+    status, reply = answered_while_locked(c, "DELETE", path, u.key, {})
+    assert status == 200 and reply["desired_state"] == "terminated", reply
+    # A refusal comes the same way: the instance is already on its way out.
+    status, reply = answered_while_locked(c, "PATCH", path, u.key, {"working_dir": "/tmp"})
+    assert status == 409, reply
+    assert c.d.sql("SELECT working_dir, desired FROM instances WHERE id = ?", (inst,)) == \
+        [("/shared/run", "terminated")]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
