@@ -494,10 +494,10 @@ void api_instances_ssh_config(struct http_request *req)
 struct change_job {
     struct http_request *req;
     int (*op)(struct store *, const char *, const char *, struct op_outcome *); /* start, stop, terminate */
-    json_t *patch;      /* or, for PATCH, the checked fields */
-    const char *verb;   /* for the log */
+    json_t *patch;       /* or, for PATCH, the checked fields */
+    const char *verb;    /* for the log */
     struct op_outcome o; /* refusal */
-    int rc;             /* the transaction's result */
+    int rc;              /* the transaction's result */
 };
 
 static int change_txn(struct store *s, void *vjob)

@@ -689,9 +689,10 @@ static int bill_one_by_one(struct store *s, struct pass *p, char (*users)[ID_MAX
 
 /* Bills users (sorted): those whose funds cover what they owe in batches of
  * batch users (bulk_txn; at most FULL_PASS_BATCH_USERS), the others one by
- * one; then voids the credit of users with nothing left to bill. A batch that cannot be posted (a row
- * not as read, a balance that would overflow) is billed one by one too,
- * where the user at fault is found and skipped alone. */
+ * one; then voids the credit of users with nothing left to bill. A batch
+ * that cannot be posted (a row not as read, a balance that would overflow)
+ * is billed one by one too, where the user at fault is found and skipped
+ * alone. */
 static int bill_users(struct store *s, struct pass *p, char (*users)[ID_MAX], const unsigned char *expiries, size_t n,
                       size_t batch)
 {

@@ -89,9 +89,9 @@ typedef void (*store_done_fn)(void *ctx, int result);
  * thread (or a waiting writer) leads and returns, and answer(ctx, result)
  * is called once the batch committed or failed, possibly before this
  * returns. An HTTP create (or an instance's start, stop, terminate, PATCH)
- * so waits for its commit without holding a thread, and batches grow past the thread count. Without the committer,
- * or on a connection that is not store_thread()'s, it runs store_txn and
- * answers before returning. */
+ * so waits for its commit without holding a thread, and batches grow past
+ * the thread count. Without the committer, or on a connection that is not
+ * store_thread()'s, it runs store_txn and answers before returning. */
 void store_txn_async(struct store *s, store_txn_fn fn, void *ctx, store_done_fn answer);
 /* Starts the committer thread, on the store_thread() database; 0 or -1.
  * Stop answers every queued request first; after it, store_txn_async
