@@ -27,6 +27,11 @@ then bench/claims (the same claim in-process, no HTTP, no agents) runs on
 the same fleet size, live count and thread count, and a Markdown row for
 `make bench` gives both figures and their ratio.
 
+With --idle S it sends no creates after the live ones: for S seconds it
+reads the daemon's and the fleet's CPU once a second, which shows what a
+fleet of that size costs with nothing asked of it (heartbeat passes, the
+reconciler's sweeps, billing), and when it comes.
+
 `running` is seen by polling the instance_events table read-only every
 --poll-ms, so running times carry up to that much (plus a query) of error.
 The clients, the poller and the sim-fleet run on the same machine as the
@@ -235,6 +240,24 @@ def wrk_run(args, n, c, keys, watcher):
             "daemon_rss_mb": round(memory_kb(c.daemon.pid)["VmHWM"] / 1024, 1)}
 
 
+def idle_run(args, n, c):
+    """--idle: the daemon's and the fleet's CPU in each second of args.idle
+    with no request made."""
+    per_second = []
+    d0, f0 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
+    for _ in range(args.idle):
+        time.sleep(1)
+        d1, f1 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
+        per_second.append([round(d1 - d0, 2), round(f1 - f0, 2)])
+        d0, f0 = d1, f1
+    return {"nodes": n, "live": args.live, "idle": {
+        "seconds": args.idle, "daemon_cores": round(sum(d for d, _ in per_second) / args.idle, 3),
+        "fleet_cores": round(sum(f for _, f in per_second) / args.idle, 3),
+        "daemon_peak_cores": max(d for d, _ in per_second),
+        # [daemon, fleet] CPU seconds used in each second, in order.
+        "per_second": per_second}}
+
+
 def markdown_row(args, n, result, load):
     b = result["wrk"]
     ref, ref_cmd = claims_reference(args, n, b["created"])
@@ -289,6 +312,8 @@ def run(args, n):
             assert len(live) == args.live, sorted({r[4] for r in rows} - {None})
             wait_for(lambda: (watcher.poll() or True) and live <= set(watcher.seen), 900,
                      "every live instance to run", args.poll_ms / 1000)
+        if args.idle:
+            return idle_run(args, n, c)
         if args.reference:
             return wrk_run(args, n, c, keys, watcher)
         # ---- burst
@@ -359,6 +384,8 @@ def main():
     ap.add_argument("--seconds", type=int, default=3, help="how long wrk creates with --reference")
     ap.add_argument("--reference", action="store_true",
                     help="also run bench/claims with the same fleet and print a Markdown row with the ratio")
+    ap.add_argument("--idle", type=int, default=0, metavar="SECONDS",
+                    help="after the live instances, only watch the daemon's and fleet's CPU for SECONDS")
     ap.add_argument("--claims", default=os.path.join(REPO, "build", "bench", "claims"))
     ap.add_argument("--poll-ms", type=float, default=2, help="how often `running` is looked for")
     ap.add_argument("--reconcile-ms", type=int, default=2000, help="gpurentd's reconcile_interval_ms")
@@ -376,8 +403,8 @@ def main():
     for n in args.nodes:
         load0 = os.getloadavg()[0]
         result = run(args, n)
-        print(json.dumps(result), file=sys.stderr if args.reference else sys.stdout, flush=True)
-        if args.reference:
+        print(json.dumps(result), file=sys.stderr if args.reference and not args.idle else sys.stdout, flush=True)
+        if args.reference and not args.idle:
             print(markdown_row(args, n, result, f"{load0:.2f}–{os.getloadavg()[0]:.2f}"), flush=True)
 
 
