@@ -56,12 +56,14 @@ static int fill_txn(struct store *s, void *vctx)
 {
     struct fill *f = vctx;
     sqlite3 *db = store_db(s);
-    sqlite3_stmt *node = NULL, *card = NULL, *user = NULL, *volume = NULL, *old = NULL;
+    sqlite3_stmt *node = NULL, *liveness = NULL, *card = NULL, *user = NULL, *volume = NULL, *old = NULL;
     int rc = STORE_ERROR;
     if (sqlite3_prepare_v2(db, "INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region,"
-                               " health, last_seen_at, created_at, updated_at) VALUES (?1, ?2, 'http://127.0.0.1:9',"
-                               " printf('%064d', 0), 'MI450', 8, 'fabric-' || (?3 % 4), 'bench', 'up', ?4, ?4, ?4)",
+                               " health, created_at, updated_at) VALUES (?1, ?2, 'http://127.0.0.1:9',"
+                               " printf('%064d', 0), 'MI450', 8, 'fabric-' || (?3 % 4), 'bench', 'up', ?4, ?4)",
                            -1, &node, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT INTO node_liveness (node_id, last_seen_at) VALUES (?1, ?2)", -1, &liveness,
+                           NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "INSERT INTO node_cards (node_id, idx, model, memory_gb, healthy)"
                                " VALUES (?1, ?2, 'MI450', 192, 1)", -1, &card, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "INSERT INTO users (id, email, created_at) VALUES (?1, ?1 || '@bench.test', ?2)", -1,
@@ -88,6 +90,11 @@ static int fill_txn(struct store *s, void *vctx)
         if (sqlite3_step(node) != SQLITE_DONE)
             goto fail;
         sqlite3_reset(node);
+        sqlite3_bind_text(liveness, 1, id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(liveness, 2, T0);
+        if (sqlite3_step(liveness) != SQLITE_DONE)
+            goto fail;
+        sqlite3_reset(liveness);
         for (int k = 0; k < 8; k++) {
             sqlite3_bind_text(card, 1, id, -1, SQLITE_TRANSIENT);
             sqlite3_bind_int(card, 2, k);
@@ -127,6 +134,7 @@ fail:
     fprintf(stderr, "bench: insert: %s\n", sqlite3_errmsg(db));
 done:
     sqlite3_finalize(node);
+    sqlite3_finalize(liveness);
     sqlite3_finalize(card);
     sqlite3_finalize(user);
     sqlite3_finalize(volume);

@@ -58,12 +58,12 @@ static const char SQL_EVENT_LIST[] =
 static const char SQL_INS_NODES[] =
     "SELECT p.rank, p.node_id, n.name, n.agent_url, n.secret,"
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
-    " coalesce(n.last_seen_at, 0), p.workload_id,"
+    " coalesce(l.last_seen_at, 0), p.workload_id,"
     " p.cards, p.phase, p.message, p.put_done, n.public_host, coalesce(n.ssh_port, 0),"
     " coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, ''), p.ports,"
     " n.data_host, coalesce(n.data_address, ''), coalesce(p.health, ''),"
     " (SELECT i.app_id IS NOT NULL FROM instances i WHERE i.id = p.instance_id)"
-    " FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+    " FROM instance_nodes p JOIN nodes n ON n.id = p.node_id JOIN node_liveness l ON l.node_id = p.node_id"
     " WHERE p.instance_id = ? ORDER BY p.rank LIMIT ?";
 /* Placement candidates come through the nodes_placement index (0006): for
  * one node's worth of cards only the best fit (fewest free cards that are

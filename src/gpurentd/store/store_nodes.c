@@ -12,7 +12,7 @@
 #define NODE_COLUMNS                                                                                  \
     "n.id, n.name, n.agent_url, n.secret, n.gpu_model, n.card_count, n.fabric, n.region, n.labels,"   \
     " n.admin_state, n.health, s.state, CASE WHEN s.state IN ('cordoned', 'draining', 'maintenance')" \
-    "   THEN n.admin_reason ELSE n.state_reason END, n.missed_beats, coalesce(n.last_seen_at, 0),"    \
+    "   THEN n.admin_reason ELSE n.state_reason END, l.missed_beats, coalesce(l.last_seen_at, 0),"    \
     " n.driver_version, n.stack_version, n.created_at, n.updated_at,"                                 \
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id),"                                    \
     " CASE WHEN s.state = 'ready' THEN (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id"     \
@@ -28,10 +28,14 @@ static const char SQL_NODE_INSERT[] =
     "INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region, labels, created_at,"
     " updated_at, public_host, data_host) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13"
     " WHERE EXISTS (SELECT 1 FROM gpu_types WHERE code = ?5)";
-static const char SQL_NODE_GET[] =
-    "SELECT " NODE_COLUMNS " FROM nodes n JOIN node_states s ON s.node_id = n.id WHERE n.id = ?";
+static const char SQL_LIVENESS_INSERT[] = "INSERT INTO node_liveness (node_id) VALUES (?)";
+#define NODE_TABLES                                                                \
+    " FROM nodes n JOIN node_states s ON s.node_id = n.id JOIN node_liveness l" \
+    " ON l.node_id = n.id"
+
+static const char SQL_NODE_GET[] = "SELECT " NODE_COLUMNS NODE_TABLES " WHERE n.id = ?";
 static const char SQL_NODE_LIST[] =
-    "SELECT " NODE_COLUMNS " FROM nodes n JOIN node_states s ON s.node_id = n.id"
+    "SELECT " NODE_COLUMNS NODE_TABLES
     " WHERE (?1 IS NULL OR s.state = ?1) AND (?2 IS NULL OR n.gpu_model = ?2) AND (?3 IS NULL OR n.fabric = ?3)"
     " AND (n.created_at, n.id) > (?4, ?5) ORDER BY n.created_at, n.id LIMIT ?6";
 static const char SQL_NODE_CARDS[] =
@@ -43,21 +47,23 @@ static const char SQL_NODE_BUSY[] = "SELECT count(*) FROM node_cards WHERE node_
 static const char SQL_NODE_REMOVE[] =
     "UPDATE nodes SET removed_at = ?2, updated_at = ?2 WHERE id = ?1 AND removed_at IS NULL";
 static const char SQL_NODE_TARGETS[] =
-    "SELECT id, agent_url, secret, gpu_model, card_count,"
-    " CASE WHEN health = 'up' AND unreachable_since IS NOT NULL THEN 'unreachable' ELSE health END, missed_beats,"
-    " coalesce(last_seen_at, 0), workload_exits, coalesce(facts_digest, '') FROM nodes WHERE removed_at IS NULL";
+    "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"
+    " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
+    " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(n.facts_digest, '')"
+    " FROM nodes n JOIN node_liveness l ON l.node_id = n.id WHERE n.removed_at IS NULL";
 static const char SQL_NODE_FACTS[] = "SELECT facts, health FROM nodes WHERE id = ? AND removed_at IS NULL";
-/* An unreachable node that answers again is reachable from this beat on. */
+/* A good beat: the node's narrow row only (migration 0034). */
 static const char SQL_NODE_SEEN[] =
-    "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0, workload_exits = ?3,"
-    " state_reason = CASE WHEN unreachable_since IS NULL THEN state_reason ELSE '' END,"
-    " updated_at = CASE WHEN unreachable_since IS NULL THEN updated_at ELSE ?2 END, unreachable_since = NULL"
-    " WHERE id = ?1 AND removed_at IS NULL";
+    "UPDATE node_liveness SET last_seen_at = ?2, missed_beats = 0, workload_exits = ?3"
+    " WHERE node_id = ?1 AND EXISTS (SELECT 1 FROM nodes WHERE id = ?1 AND removed_at IS NULL)";
+/* An unreachable node that answers again is reachable from this beat on;
+ * the nodes row of one that was not is left as it is. */
+static const char SQL_NODE_BACK[] = "UPDATE nodes SET state_reason = '', updated_at = ?2, unreachable_since = NULL"
+                                    " WHERE id = ?1 AND removed_at IS NULL AND unreachable_since IS NOT NULL";
 static const char SQL_NODE_FACTS_DIGEST[] = "UPDATE nodes SET facts_digest = ?2 WHERE id = ?1";
 static const char SQL_NODE_BEAT[] =
-    "UPDATE nodes SET last_seen_at = ?2, missed_beats = 0, facts = ?3, health = ?4, state_reason = ?5,"
-    " driver_version = ?6, stack_version = ?7, updated_at = ?2, workload_exits = ?8, unreachable_since = NULL"
-    " WHERE id = ?1";
+    "UPDATE nodes SET facts = ?3, health = ?4, state_reason = ?5, driver_version = ?6, stack_version = ?7,"
+    " updated_at = ?2, unreachable_since = NULL WHERE id = ?1";
 static const char SQL_NODE_SSH[] =
     "UPDATE nodes SET ssh_port = ?2, ssh_host_key = ?3, ssh_host_fingerprint = ?4 WHERE id = ?1 AND removed_at IS NULL"
     " AND (ssh_port IS NOT ?2 OR ssh_host_key IS NOT ?3 OR ssh_host_fingerprint IS NOT ?4)";
@@ -67,23 +73,25 @@ static const char SQL_CARD_UPSERT[] =
     " ON CONFLICT (node_id, idx) DO UPDATE SET model = excluded.model, memory_gb = excluded.memory_gb,"
     " healthy = excluded.healthy, health_reason = excluded.health_reason";
 static const char SQL_CARD_TRIM[] = "DELETE FROM node_cards WHERE node_id = ? AND idx >= ? AND instance_id IS NULL";
-/* After ?3 missed beats an up node becomes unreachable (UNREACHABLE) and,
+/* A failed beat is counted in the narrow row (SQL_NODE_MISSED); then, once
+ * the count reaches ?3, an up node becomes unreachable (UNREACHABLE) and,
  * once its last good beat is ?5 seconds old, offline (OFFLINE); a node never
- * reached goes offline at once. Offline and rejected nodes stay as they are:
- * a rejected node keeps its reason, because offline counts its cards as
- * capacity the platform has (migration 0011). */
-#define MISS_REACHED "missed_beats + 1 >= ?3"
+ * reached goes offline at once (SQL_NODE_QUIET, which writes the nodes row
+ * only then). Offline and rejected nodes stay as they are: a rejected node
+ * keeps its reason, because offline counts its cards as capacity the
+ * platform has (migration 0011). */
+static const char SQL_NODE_MISSED[] =
+    "UPDATE node_liveness SET missed_beats = missed_beats + 1"
+    " WHERE node_id = ?1 AND EXISTS (SELECT 1 FROM nodes WHERE id = ?1 AND removed_at IS NULL)";
+#define MISS_REACHED "(SELECT missed_beats FROM node_liveness WHERE node_id = ?1) >= ?3"
 #define UNREACHABLE "(health = 'up' AND unreachable_since IS NULL AND " MISS_REACHED ")"
 #define OFFLINE                                                                      \
     "((health = 'unknown' AND " MISS_REACHED ") OR (health = 'up' AND " MISS_REACHED \
-    " AND coalesce(last_seen_at, 0) <= ?2 - ?5))"
-static const char SQL_NODE_MISSED[] =
-    "UPDATE nodes SET missed_beats = missed_beats + 1,"
-    " unreachable_since = CASE WHEN " UNREACHABLE " THEN ?2 ELSE unreachable_since END,"
-    " health = CASE WHEN " OFFLINE " THEN 'offline' ELSE health END,"
-    " state_reason = CASE WHEN " UNREACHABLE " OR " OFFLINE " THEN ?4 ELSE state_reason END,"
-    " updated_at = CASE WHEN " UNREACHABLE " OR " OFFLINE " THEN ?2 ELSE updated_at END"
-    " WHERE id = ?1 AND removed_at IS NULL";
+    " AND (SELECT coalesce(last_seen_at, 0) FROM node_liveness WHERE node_id = ?1) <= ?2 - ?5))"
+static const char SQL_NODE_QUIET[] =
+    "UPDATE nodes SET unreachable_since = CASE WHEN " UNREACHABLE " THEN ?2 ELSE unreachable_since END,"
+    " health = CASE WHEN " OFFLINE " THEN 'offline' ELSE health END, state_reason = ?4, updated_at = ?2"
+    " WHERE id = ?1 AND removed_at IS NULL AND (" UNREACHABLE " OR " OFFLINE ")";
 
 static void read_node(sqlite3_stmt *st, void *row)
 {
@@ -139,7 +147,13 @@ int store_node_insert(struct store *s, const struct node *n)
     sqlite3_bind_int64(st, 11, n->created_at);
     sqlite3_bind_text(st, 12, n->public_host, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 13, n->data_host, -1, SQLITE_STATIC);
-    return store_step_change(s, st, "insert node");
+    int rc = store_step_change(s, st, "insert node");
+    if (rc != STORE_OK)
+        return rc;
+    if (!(st = store_stmt(s, SQL_LIVENESS_INSERT)))
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, n->id, -1, SQLITE_STATIC);
+    return store_step_change(s, st, "insert node liveness");
 }
 
 int store_node_get(struct store *s, const char *id, struct node *out)
@@ -254,8 +268,15 @@ int store_node_targets(struct store *s, struct node_target **out, size_t *n)
 
 int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_NODE_SEEN);
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_BACK);
     if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    int rc = store_step_write(s, st, "node back");
+    if (rc != STORE_OK)
+        return rc;
+    if (!(st = store_stmt(s, SQL_NODE_SEEN)))
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
@@ -308,8 +329,8 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     sqlite3_bind_text(st, 5, reason, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 6, driver_version, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 7, stack_version, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 8, workload_exits);
-    if ((rc = store_step_change(s, st, "node beat")) != STORE_OK)
+    if ((rc = store_step_change(s, st, "node beat")) != STORE_OK ||
+        (rc = store_node_seen(s, id, now, workload_exits)) != STORE_OK)
         return rc;
     if (!accepted) /* its card rows stay, but a rejected node offers none */
         return store_capacity_sync(s, id, now);
@@ -345,13 +366,17 @@ int store_node_beat_missed(struct store *s, const char *id, int64_t now, int64_t
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = store_step_change(s, st, "node missed beat");
+    if (rc != STORE_OK || !(st = store_stmt(s, SQL_NODE_QUIET)))
+        return rc != STORE_OK ? rc : STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
     sqlite3_bind_int64(st, 3, miss_limit);
     sqlite3_bind_text(st, 4, reason, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, lost_after_s);
     /* No capacity change to record: only a node that is up (accepted, and
      * still so when offline) or never reached (no card rows) goes offline. */
-    return store_step_change(s, st, "node missed beat");
+    return store_step_write(s, st, "node gone quiet");
 }
 
 int store_node_set_ssh(struct store *s, const char *id, int64_t port, const char *host_key, const char *fingerprint)

@@ -50,13 +50,13 @@ void store_read_user(sqlite3_stmt *st, void *row);
  * run only until that node's last good one: billing stops there until the
  * node answers again (its missed_beats back to 0). Whether any node is quiet
  * is asked once per statement (an uncorrelated subquery, through the
- * nodes_quiet index of 0014): nearly always none is, and then no interval
+ * node_liveness_quiet index of 0034): nearly always none is, and then no interval
  * pays for looking up its nodes. */
 #define BILLABLE_COLUMNS                                                                                          \
     "r.id, r.instance_id, r.user_id, r.gpu_model, r.card_count, r.started_at, coalesce(r.ended_at, 0), r.billed," \
-    " CASE WHEN r.ended_at IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE missed_beats > 0)"                       \
-    "   THEN coalesce((SELECT min(coalesce(n.last_seen_at, 0)) FROM instance_nodes p JOIN nodes n"                \
-    "   ON n.id = p.node_id WHERE p.instance_id = r.instance_id AND n.missed_beats > 0), -1) ELSE -1 END"
+    " CASE WHEN r.ended_at IS NULL AND EXISTS (SELECT 1 FROM node_liveness WHERE missed_beats > 0)"               \
+    "   THEN coalesce((SELECT min(coalesce(l.last_seen_at, 0)) FROM instance_nodes p JOIN node_liveness l"        \
+    "   ON l.node_id = p.node_id WHERE p.instance_id = r.instance_id AND l.missed_beats > 0), -1) ELSE -1 END"
 #define STORAGE_COLUMNS                                                                                            \
     "id, user_id, name, region, size_gb, created_at, coalesce(deleted_at, 0), storage_billed, storage_billed_to"
 /* Asserts that legs make a transaction: at least two, summing to zero. */

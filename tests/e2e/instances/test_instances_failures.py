@@ -342,7 +342,8 @@ def test_node_lost_while_running(cloud):
     cloud.wait_state(u, inst["id"], "running")
     (started,) = d.sql("SELECT started_at FROM running_intervals WHERE instance_id = ?", (inst["id"],))[0]
     t_seen = d.advance_clock(300)
-    wait(lambda: d.sql("SELECT last_seen_at FROM nodes WHERE name = 'a-01'") == [(t_seen,)], what="a heartbeat")
+    wait(lambda: d.sql("SELECT last_seen_at FROM nodes JOIN node_liveness ON node_id = id WHERE name = 'a-01'")
+         == [(t_seen,)], what="a heartbeat")
     a.proc.kill()
     a.proc.wait()
     d.advance_clock(45)
@@ -394,7 +395,8 @@ def test_agent_restarted_under_running_instance(cloud_patient, sig):
     # A heartbeat of the restarted agent: the node answered at a later time
     # on the testing clock than anything before the restart.
     t = d.advance_clock(1)
-    wait(lambda: d.sql("SELECT last_seen_at, health FROM nodes WHERE name = ?", (node,)) == [(t, "up")],
+    wait(lambda: d.sql("SELECT last_seen_at, health FROM nodes JOIN node_liveness ON node_id = id"
+                       " WHERE name = ?", (node,)) == [(t, "up")],
          what=f"a heartbeat from the restarted {node}")
     # A sweep of the restarted agent: a stray workload put on its other node
     # now is deleted only by a sweep that listed that node, and the same

@@ -246,7 +246,8 @@ class Run:
         """[(id, missed_beats, last_seen_at, health, unreachable_since)] of the fleet's nodes."""
         marks = ",".join("?" * len(fs.nodes))
         return self.d.sql(f"SELECT id, missed_beats, coalesce(last_seen_at, 0), health, unreachable_since"
-                          f" FROM nodes WHERE id IN ({marks}) ORDER BY id", sorted(fs.nodes))
+                          f" FROM nodes JOIN node_liveness ON node_id = id WHERE id IN ({marks}) ORDER BY id",
+                          sorted(fs.nodes))
 
     def wait_good_beats(self, fs):
         now = self.now()
@@ -816,7 +817,7 @@ class Run:
                 " FROM running_intervals ORDER BY id"))
             snap["desired"] = dict(self.db.execute("SELECT id, desired FROM instances"))
             snap["nodes"] = {n: (missed, seen) for n, missed, seen in self.db.execute(
-                "SELECT id, missed_beats, coalesce(last_seen_at, 0) FROM nodes")}
+                "SELECT node_id, missed_beats, coalesce(last_seen_at, 0) FROM node_liveness")}
             placed = {}
             for iid, node in self.db.execute("SELECT instance_id, node_id FROM instance_nodes"):
                 placed.setdefault(iid, []).append(node)
@@ -1037,7 +1038,8 @@ def _intervals(c):
 
 
 def _node(c, gpu):
-    [(last_seen, missed)] = c.d.sql("SELECT last_seen_at, missed_beats FROM nodes WHERE gpu_model = ?", (gpu,))
+    [(last_seen, missed)] = c.d.sql("SELECT last_seen_at, missed_beats FROM nodes JOIN node_liveness"
+                                    " ON node_id = id WHERE gpu_model = ?", (gpu,))
     return last_seen, missed
 
 

@@ -43,8 +43,8 @@ def refunds(c, user):
 
 def node_row(c):
     """(missed_beats, last_seen_at, state) of the cluster's one node."""
-    return c.d.sql("SELECT n.missed_beats, n.last_seen_at, s.state FROM nodes n JOIN node_states s"
-                   " ON s.node_id = n.id")[0]
+    return c.d.sql("SELECT l.missed_beats, l.last_seen_at, s.state FROM node_liveness l JOIN node_states s"
+                   " ON s.node_id = l.node_id")[0]
 
 
 def beat_at(c, t):

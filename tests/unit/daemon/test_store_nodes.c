@@ -397,6 +397,89 @@ static void test_a_good_beat_brings_an_unreachable_node_back(void **state)
     assert_string_equal(get(node).state, "ready");
 }
 
+/* Counts, through a temporary trigger (this connection only), the updates
+ * of rows of the nodes table from now on. */
+static void count_node_row_writes(void)
+{
+    fx_sql_exec(fx.s, "CREATE TEMP TABLE node_row_writes (n INTEGER NOT NULL);"
+                      " INSERT INTO node_row_writes VALUES (0);"
+                      " CREATE TEMP TRIGGER node_row_written AFTER UPDATE ON main.nodes"
+                      " BEGIN UPDATE node_row_writes SET n = n + 1; END;");
+}
+
+static int64_t node_row_writes(void)
+{
+    return fx_sql_int(fx.s, "SELECT n FROM node_row_writes", NULL);
+}
+
+static void test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_alone(void **state)
+{
+    setup_rows();
+    char node[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 100, node);
+    count_node_row_writes();
+    struct node_card cards[8];
+    memset(cards, 0, sizeof cards);
+    char facts[256];
+    fx_facts(facts, sizeof facts, FX_TST, 8, 0);
+    assert_int_equal(store_node_beat_ok(fx.s, node, 200, facts, 1, "", "drv-1", "stack-1", cards, 8, 3), STORE_OK);
+    assert_int_equal(store_node_seen(fx.s, node, 205, 4), STORE_OK);
+    assert_int_equal(missed(node, 210, LOST_AFTER), STORE_OK);
+    assert_int_equal(node_row_writes(), 0);
+    struct node got = get(node);
+    assert_int_equal(got.last_seen_at, 205);
+    assert_int_equal(got.missed_beats, 1);
+    assert_int_equal(got.updated_at, 100);
+    /* What changes what the node is writes its row: unreachable, then back. */
+    for (int i = 2; i <= MISS_LIMIT; i++)
+        assert_int_equal(missed(node, 210 + i, LOST_AFTER), STORE_OK);
+    assert_int_equal(node_row_writes(), 1);
+    assert_string_equal(get(node).state, "unreachable");
+    assert_int_equal(store_node_seen(fx.s, node, 300, 4), STORE_OK);
+    assert_int_equal(node_row_writes(), 2);
+    got = get(node);
+    assert_string_equal(got.state, "ready");
+    assert_int_equal(got.updated_at, 300);
+    assert_int_equal(got.missed_beats, 0);
+}
+
+static void test_migration_0034_keeps_what_each_node_last_said(void **state)
+{
+    char path[200], err[256];
+    snprintf(path, sizeof path, "%s/before-0034.db", fx.dir);
+    struct store *s = store_open(path, err, sizeof err);
+    assert_non_null(s);
+    assert_int_equal(store_migrate(s, 33, err, sizeof err), 0);
+    fx_gpu_type(s, FX_TST, "AMD", "ROCm");
+    fx_sql_exec(s, "INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region, health,"
+                   " missed_beats, last_seen_at, workload_exits, created_at, updated_at) VALUES"
+                   " ('node_aaaaaaaaaaaaaaaaaaaa', 'quiet', 'http://10.0.0.1:8081', printf('%064d', 0), 'TST', 8,"
+                   "  'f1', 'r1', 'up', 2, 500, 7, 100, 100),"
+                   " ('node_bbbbbbbbbbbbbbbbbbbb', 'never', 'http://10.0.0.2:8081', printf('%064d', 0), 'TST', 8,"
+                   "  'f1', 'r1', 'unknown', 0, NULL, -1, 100, 100)");
+    assert_int_equal(store_migrate(s, 0, err, sizeof err), 0);
+    struct node n;
+    assert_int_equal(store_node_get(s, "node_aaaaaaaaaaaaaaaaaaaa", &n), STORE_OK);
+    assert_int_equal(n.missed_beats, 2);
+    assert_int_equal(n.last_seen_at, 500);
+    assert_int_equal(fx_sql_int(s, "SELECT workload_exits FROM node_liveness WHERE node_id = ?",
+                                "node_aaaaaaaaaaaaaaaaaaaa"),
+                     7);
+    assert_int_equal(store_node_get(s, "node_bbbbbbbbbbbbbbbbbbbb", &n), STORE_OK);
+    assert_int_equal(n.last_seen_at, 0);
+    assert_int_equal(fx_sql_int(s, "SELECT last_seen_at IS NULL AND workload_exits = -1 FROM node_liveness"
+                                   " WHERE node_id = ?",
+                                "node_bbbbbbbbbbbbbbbbbbbb"),
+                     1);
+    /* The columns left the wide row: a report cannot read a stale copy. */
+    assert_int_equal(fx_sql_int(s, "SELECT count(*) FROM pragma_table_info('nodes') WHERE name IN"
+                                   " ('missed_beats', 'last_seen_at', 'workload_exits')",
+                                NULL),
+                     0);
+    store_close(s);
+    fx_unlink_db(path);
+}
+
 static void test_a_never_reached_node_goes_offline_at_the_limit(void **state)
 {
     setup_rows();
@@ -812,6 +895,8 @@ int main(void)
         fx_test(test_miss_limit_beats_make_an_up_node_unreachable_keeping_its_cards),
         fx_test(test_an_unreachable_node_goes_offline_lost_after_s_after_its_last_good_beat),
         fx_test(test_a_good_beat_brings_an_unreachable_node_back),
+        fx_test(test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_alone),
+        fx_test(test_migration_0034_keeps_what_each_node_last_said),
         fx_test(test_a_never_reached_node_goes_offline_at_the_limit),
         fx_test(test_lost_after_zero_takes_an_up_node_offline_at_the_limit),
         fx_test(test_rejected_and_offline_nodes_stay_as_they_are_when_missing_beats),
