@@ -23,6 +23,22 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def cpu_seconds_by_thread(pid):
+    """{thread name: user plus system CPU seconds so far} of pid's threads,
+    those of one name summed (gpurentd names its loops' threads)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        out[name] = out.get(name, 0) + (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
 def machine_busy_seconds():
     """CPU seconds every core of the machine has spent busy so far (all of
     /proc/stat's cpu line but idle and iowait)."""

@@ -55,7 +55,7 @@ import sys
 import time
 import urllib.request
 
-from common import Cloud, cpu_seconds, machine_busy_seconds, memory_kb, wait_for
+from common import Cloud, cpu_seconds, cpu_seconds_by_thread, machine_busy_seconds, memory_kb, wait_for
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
@@ -216,6 +216,7 @@ def wrk_run(args, n, c, keys, watcher):
     made runs; the daemon's CPU over that time per create."""
     live = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
     calls0 = counters(c)
+    threads0 = cpu_seconds_by_thread(c.daemon.pid)
     c0, f0 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
     m0, t0 = machine_busy_seconds(), time.monotonic()
     rps, p50, p99 = wrk_burst(c.port, keys, args, c.work)
@@ -224,14 +225,21 @@ def wrk_run(args, n, c, keys, watcher):
     wait_for(lambda: (watcher.poll() or True) and len(watcher.seen) >= total, 600, "every created instance to run",
              args.poll_ms / 1000)
     c1, f1 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
+    threads1 = cpu_seconds_by_thread(c.daemon.pid)
     calls1 = counters(c)
     created = total - live
+    # The daemon's CPU per create by thread ("gpurentd": the HTTP server's),
+    # heartbeat passes over the whole fleet included.
+    by_thread = {name: round((cpu - threads0.get(name, 0)) * 1000 / created, 3) for name, cpu in threads1.items()}
     per_create = {f"{m.lower()}s_per_create": round((calls1[m] - calls0[m]) / created, 2) for m in ("PUT", "GET")}
     for m in ("transactions", "commits"):
         per_create[f"{m}_per_create"] = round((calls1[m] - calls0[m]) / created, 2)
     return {"nodes": n, "live": live, "wrk": {"creates_per_s": round(rps, 1), "created": created,
                                               "create_ms_p50": p50, "create_ms_p99": p99,
                                               "daemon_cpu_ms_per_create": round((c1 - c0) * 1000 / created, 3),
+                                              "daemon_cpu_ms_per_create_by_thread": {
+                                                  k: v for k, v in sorted(by_thread.items(), key=lambda kv: -kv[1])
+                                                  if v > 0},
                                               # The sim fleet shares the cores here; on real hosts it does not.
                                               "fleet_cpu_ms_per_create": round((f1 - f0) * 1000 / created, 3),
                                               # Of the machine's cores, how many were busy while wrk ran.
@@ -244,16 +252,21 @@ def idle_run(args, n, c):
     """--idle: the daemon's and the fleet's CPU in each second of args.idle
     with no request made."""
     per_second = []
+    threads0 = cpu_seconds_by_thread(c.daemon.pid)
     d0, f0 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
     for _ in range(args.idle):
         time.sleep(1)
         d1, f1 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
         per_second.append([round(d1 - d0, 2), round(f1 - f0, 2)])
         d0, f0 = d1, f1
+    threads1 = cpu_seconds_by_thread(c.daemon.pid)
+    by_thread = {name: round((cpu - threads0.get(name, 0)) / args.idle, 3) for name, cpu in threads1.items()}
     return {"nodes": n, "live": args.live, "idle": {
         "seconds": args.idle, "daemon_cores": round(sum(d for d, _ in per_second) / args.idle, 3),
         "fleet_cores": round(sum(f for _, f in per_second) / args.idle, 3),
         "daemon_peak_cores": max(d for d, _ in per_second),
+        # The daemon's cores by thread ("gpurentd": the HTTP server's).
+        "daemon_cores_by_thread": {k: v for k, v in sorted(by_thread.items(), key=lambda kv: -kv[1]) if v > 0},
         # [daemon, fleet] CPU seconds used in each second, in order.
         "per_second": per_second}}
 

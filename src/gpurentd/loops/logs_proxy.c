@@ -407,6 +407,7 @@ int logs_proxy_start(void)
         multi = NULL;
         return -1;
     }
+    pthread_setname_np(thread, "logs-proxy");
     pthread_mutex_lock(&lock);
     running = 1;
     pthread_mutex_unlock(&lock);

@@ -41,6 +41,8 @@ int loop_start(struct bg_loop *l, void *(*main_fn)(void *))
         log_error("%s: cannot start thread", l->name);
         return -1;
     }
+    /* So that top -H, perf and /proc/PID/task name what costs what. */
+    pthread_setname_np(l->thread, l->name);
     l->running = 1;
     return 0;
 }

@@ -657,6 +657,7 @@ int terminal_relay_start(void)
         R.wake[0] = R.wake[1] = -1;
         return -1;
     }
+    pthread_setname_np(R.thread, "terminal-relay");
     pthread_mutex_lock(&R.lock);
     R.started = 1;
     pthread_mutex_unlock(&R.lock);

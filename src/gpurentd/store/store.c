@@ -788,6 +788,8 @@ int store_committer_start(void)
     committer_store->is_thread = true; /* of the store_thread() database: its batches go to the writer */
     pthread_mutex_lock(&queue_lock);
     committing = pthread_create(&committer, NULL, committer_main, NULL) == 0;
+    if (committing)
+        pthread_setname_np(committer, "committer");
     pthread_mutex_unlock(&queue_lock);
     if (committing)
         return 0;
