@@ -39,6 +39,14 @@ def cpu_seconds_by_thread(pid):
     return out
 
 
+def bytes_written(pid):
+    """Bytes pid has handed to write(2) and its kin so far (wchar of
+    /proc/PID/io): for the daemon, nearly all of it the database's WAL and
+    checkpoints."""
+    with open(f"/proc/{pid}/io") as f:
+        return int(next(line for line in f if line.startswith("wchar:")).split()[1])
+
+
 def machine_busy_seconds():
     """CPU seconds every core of the machine has spent busy so far (all of
     /proc/stat's cpu line but idle and iowait)."""

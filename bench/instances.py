@@ -55,7 +55,7 @@ import sys
 import time
 import urllib.request
 
-from common import Cloud, cpu_seconds, cpu_seconds_by_thread, machine_busy_seconds, memory_kb, wait_for
+from common import Cloud, bytes_written, cpu_seconds, cpu_seconds_by_thread, machine_busy_seconds, memory_kb, wait_for
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
@@ -253,6 +253,7 @@ def idle_run(args, n, c):
     with no request made."""
     per_second = []
     threads0 = cpu_seconds_by_thread(c.daemon.pid)
+    w0 = bytes_written(c.daemon.pid)
     d0, f0 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
     for _ in range(args.idle):
         time.sleep(1)
@@ -260,11 +261,14 @@ def idle_run(args, n, c):
         per_second.append([round(d1 - d0, 2), round(f1 - f0, 2)])
         d0, f0 = d1, f1
     threads1 = cpu_seconds_by_thread(c.daemon.pid)
+    written = bytes_written(c.daemon.pid) - w0
     by_thread = {name: round((cpu - threads0.get(name, 0)) / args.idle, 3) for name, cpu in threads1.items()}
     return {"nodes": n, "live": args.live, "idle": {
         "seconds": args.idle, "daemon_cores": round(sum(d for d, _ in per_second) / args.idle, 3),
         "fleet_cores": round(sum(f for _, f in per_second) / args.idle, 3),
         "daemon_peak_cores": max(d for d, _ in per_second),
+        # What the daemon wrote (the database's WAL and checkpoints) per second.
+        "daemon_written_kib_per_s": round(written / 1024 / args.idle, 1),
         # The daemon's cores by thread ("gpurentd": the HTTP server's).
         "daemon_cores_by_thread": {k: v for k, v in sorted(by_thread.items(), key=lambda kv: -kv[1]) if v > 0},
         # [daemon, fleet] CPU seconds used in each second, in order.

@@ -46,11 +46,14 @@ static const char SQL_NODE_SET_ADMIN[] =
 static const char SQL_NODE_BUSY[] = "SELECT count(*) FROM node_cards WHERE node_id = ? AND instance_id IS NOT NULL";
 static const char SQL_NODE_REMOVE[] =
     "UPDATE nodes SET removed_at = ?2, updated_at = ?2 WHERE id = ?1 AND removed_at IS NULL";
+/* In the order of node_liveness's key: a pass's results, written in batches
+ * as they come back, then each dirty a few neighbouring pages of it rather
+ * than most of them again every batch. */
 static const char SQL_NODE_TARGETS[] =
     "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
     " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(n.facts_digest, '')"
-    " FROM nodes n JOIN node_liveness l ON l.node_id = n.id WHERE n.removed_at IS NULL";
+    " FROM node_liveness l JOIN nodes n ON n.id = l.node_id WHERE n.removed_at IS NULL ORDER BY l.node_id";
 static const char SQL_NODE_FACTS[] = "SELECT facts, health FROM nodes WHERE id = ? AND removed_at IS NULL";
 /* A good beat: the node's narrow row only (migration 0034). */
 static const char SQL_NODE_SEEN[] =
