@@ -372,8 +372,8 @@ def first_listings_done(cloud):
     """Waits until every node's first heartbeat has had its workloads
     listed: that listing deletes workloads no instance owns, so a workload
     put on an agent directly before it would be gone."""
-    wait(lambda: all(x >= 0 for (x,) in cloud.d.sql("SELECT workload_exits FROM nodes WHERE removed_at IS NULL")),
-         what="a first heartbeat from every node")
+    exits = "SELECT workload_exits FROM node_liveness JOIN nodes ON id = node_id WHERE removed_at IS NULL"
+    wait(lambda: all(x >= 0 for (x,) in cloud.d.sql(exits)), what="a first heartbeat from every node")
     before = reconciler_passes(cloud)
     # The pass the heartbeat asked for may have begun already: one more after it.
     wait(lambda: reconciler_passes(cloud) >= before + 2, what="the reconciler to list the new nodes")
