@@ -6,12 +6,9 @@
 #include "gpurent/sign.h"
 #include "loops/loops.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <unistd.h>
 
 struct agent_client_opts agent_client_opts_from_config(void)
 {
@@ -173,63 +170,6 @@ struct agent_multi {
     int64_t connects; /* connections agent_calls_stream's calls on it opened */
 };
 
-/* The sockets of a stream's transfers, watched with epoll, and libcurl's
- * timer: libcurl says which sockets to watch (on_socket) and when it must
- * next be called whatever happens (on_timer), and is then called for just
- * the sockets that are ready. curl_multi_perform would look at every
- * transfer, with a poll() of each socket, every time any one of them moved:
- * with max_parallel calls in flight, most of a pass over a large fleet. */
-struct stream_io {
-    int epfd;
-    int64_t deadline_ms; /* clock_mono_ms when libcurl's timer fires; -1 if none */
-};
-
-static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-    (void)easy, (void)socketp;
-    struct stream_io *io = userp;
-    if (what == CURL_POLL_REMOVE) {
-        epoll_ctl(io->epfd, EPOLL_CTL_DEL, fd, NULL); /* it may be closed and gone already */
-        return 0;
-    }
-    struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
-                             .data.fd = fd};
-    if (epoll_ctl(io->epfd, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT &&
-        epoll_ctl(io->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
-        return -1; /* libcurl fails the transfer */
-    return 0;
-}
-
-static int on_timer(CURLM *multi, long timeout_ms, void *userp)
-{
-    (void)multi;
-    struct stream_io *io = userp;
-    io->deadline_ms = timeout_ms < 0 ? -1 : clock_mono_ms() + timeout_ms;
-    return 0;
-}
-
-/* Waits up to 100 ms (so that a stop is seen) for a socket or the timer,
- * and lets libcurl move what is ready. */
-static void stream_step(CURLM *multi, struct stream_io *io)
-{
-    int64_t now = clock_mono_ms();
-    int wait = io->deadline_ms < 0      ? 100
-               : io->deadline_ms <= now ? 0
-                                        : (int)(io->deadline_ms - now < 100 ? io->deadline_ms - now : 100);
-    struct epoll_event ev[64];
-    int got = epoll_wait(io->epfd, ev, 64, wait);
-    int running;
-    for (int k = 0; k < got; k++) {
-        int flags = (ev[k].events & EPOLLIN ? CURL_CSELECT_IN : 0) | (ev[k].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
-                    (ev[k].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
-        curl_multi_socket_action(multi, ev[k].data.fd, flags, &running);
-    }
-    if (io->deadline_ms >= 0 && clock_mono_ms() >= io->deadline_ms) {
-        io->deadline_ms = -1; /* the action may set it again */
-        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    }
-}
-
 int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, int (*stop)(void),
                        const struct agent_call_stream *st)
 {
@@ -242,20 +182,13 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
         struct agent_call *c; /* in flight, or NULL: a free slot */
         size_t i;             /* its index in the stream */
     } *slot = calloc(window, sizeof *slot);
-    struct stream_io io = {.epfd = epoll_create1(EPOLL_CLOEXEC), .deadline_ms = -1};
-    CURLM *multi = !slot || io.epfd < 0 ? NULL : pool ? pool->multi : curl_multi_init();
+    CURLM *multi = !slot ? NULL : pool ? pool->multi : curl_multi_init();
     if (!multi) {
-        if (io.epfd >= 0)
-            close(io.epfd);
         free(slot);
         return -1;
     }
     curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)window);
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)window);
-    curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-    curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, &io);
-    curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, on_timer);
-    curl_multi_setopt(multi, CURLMOPT_TIMERDATA, &io);
     size_t next = 0, active = 0;
     int stopped = 0;
     for (;;) {
@@ -284,7 +217,8 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
                 break;
             continue; /* every call of that round failed to start: make more */
         }
-        stream_step(multi, &io);
+        int still;
+        curl_multi_perform(multi, &still);
         CURLMsg *msg;
         int left;
         while ((msg = curl_multi_info_read(multi, &left))) {
@@ -313,6 +247,10 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
             stopped = 1;
             break;
         }
+        /* Wait for traffic only when every slot is busy or nothing is left
+         * to start; otherwise go round and start more calls. */
+        if (active == window || next == n)
+            curl_multi_poll(multi, NULL, 0, 100, NULL);
     }
     for (size_t k = 0; k < window; k++) {
         if (slot[k].c) {
@@ -320,12 +258,8 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
             st->done(st->ctx, slot[k].i, slot[k].c, 0);
         }
     }
-    /* A pool's connections stay open, unwatched, until its next stream. */
-    curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, NULL);
-    curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, NULL);
     if (!pool)
         curl_multi_cleanup(multi);
-    close(io.epfd);
     free(slot);
     return stopped ? -1 : 0;
 }
