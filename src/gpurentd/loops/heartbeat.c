@@ -162,7 +162,7 @@ static int record_txn(struct store *s, void *vctx)
     return STORE_OK;
 }
 
-/* Logs a change of the node's health (the same rules as SQL_NODE_MISSED in
+/* Logs a change of the node's health (the same rules as SQL_NODE_QUIET in
  * store_nodes.c); returns 1 if it changed. A first missed beat changes
  * nothing that needs the reconciler: billing already stops at the node's
  * last good beat. */

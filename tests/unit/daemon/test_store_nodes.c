@@ -2,7 +2,7 @@
  * the capacity history (store_capacity.c), placement candidates and free
  * cards (store_instances.c) and the node metrics: registration, listing
  * with filters and cursors, heartbeats that succeed and fail (the
- * unreachable stage: SQL_NODE_MISSED's miss_limit and lost_after_s, and a
+ * unreachable stage: SQL_NODE_QUIET's miss_limit and lost_after_s, and a
  * good beat that clears it), admin states and removal. */
 #include <stdarg.h>
 #include <stddef.h>
