@@ -269,6 +269,18 @@ int store_node_targets(struct store *s, struct node_target **out, size_t *n)
     return rc;
 }
 
+/* A good beat's time and workload count in the node's narrow row. */
+static int liveness_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_NODE_SEEN);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    sqlite3_bind_int64(st, 3, workload_exits);
+    return store_step_change(s, st, "node seen");
+}
+
 int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_BACK);
@@ -277,14 +289,7 @@ int store_node_seen(struct store *s, const char *id, int64_t now, int64_t worklo
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
     int rc = store_step_write(s, st, "node back");
-    if (rc != STORE_OK)
-        return rc;
-    if (!(st = store_stmt(s, SQL_NODE_SEEN)))
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, now);
-    sqlite3_bind_int64(st, 3, workload_exits);
-    return store_step_change(s, st, "node seen");
+    return rc == STORE_OK ? liveness_seen(s, id, now, workload_exits) : rc;
 }
 
 int store_node_set_facts_digest(struct store *s, const char *id, const char *digest)
@@ -333,7 +338,7 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     sqlite3_bind_text(st, 6, driver_version, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 7, stack_version, -1, SQLITE_STATIC);
     if ((rc = store_step_change(s, st, "node beat")) != STORE_OK ||
-        (rc = store_node_seen(s, id, now, workload_exits)) != STORE_OK)
+        (rc = liveness_seen(s, id, now, workload_exits)) != STORE_OK)
         return rc;
     if (!accepted) /* its card rows stay, but a rejected node offers none */
         return store_capacity_sync(s, id, now);
