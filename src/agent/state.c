@@ -227,12 +227,17 @@ int record_save(const char *node_dir, const struct workload *w)
     snprintf(dir, sizeof dir, "%s/workloads", node_dir);
     snprintf(name, sizeof name, "%s.json", w->id);
     json_t *j = record_to_json(w);
-    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    /* jansson keeps an object's keys in the order they were set, so the
+     * text is the same for the same record without sorting them. */
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     int rc = -1;
     if (!text)
         log_error("workload %s: cannot serialise its record", w->id);
-    else if (state_mkdirs(dir) < 0 || state_write_atomic(dir, name, text, strlen(text), 0600) < 0)
+    /* A record is written at every phase change: the directories are made
+     * only when the first write finds them missing, not checked each time. */
+    else if (state_write_atomic(dir, name, text, strlen(text), 0600) < 0 &&
+             (errno != ENOENT || state_mkdirs(dir) < 0 || state_write_atomic(dir, name, text, strlen(text), 0600) < 0))
         log_error("workload %s: cannot write its record in %s: %s", w->id, dir, strerror(errno));
     else
         rc = 0;
