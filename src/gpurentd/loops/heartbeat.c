@@ -294,16 +294,9 @@ static void run_pass(struct store *s, struct beat *batch, int only_new)
 {
     struct node_target *targets;
     size_t n;
-    if (store_node_targets(s, &targets, &n) != STORE_OK) {
+    if ((only_new ? store_node_targets_new(s, &targets, &n) : store_node_targets(s, &targets, &n)) != STORE_OK) {
         free(targets);
         return;
-    }
-    if (only_new) {
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(targets[i].health, "unknown") == 0)
-                targets[k++] = targets[i];
-        n = k;
     }
     if (n == 0) {
         free(targets);

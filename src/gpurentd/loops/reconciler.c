@@ -1427,9 +1427,13 @@ static struct pass_result run_pass(struct store *s, int sweep)
     }
     free(ins); /* a sweep's copy of every live instance: the works hold them now */
     ins = NULL;
+    /* Between sweeps only the nodes asked for are read, with the workloads
+     * placed on them: a node's first beat or a workload's exit costs a
+     * look at that node, not at the fleet. */
     int listing = sweep || n_asked;
-    if (listing && (store_node_targets(s, &targets, &n_targets) != STORE_OK ||
-                    store_placed_workloads(s, &placed, &n_placed) != STORE_OK))
+    if (listing && ((sweep ? store_node_targets(s, &targets, &n_targets)
+                           : store_node_targets_of(s, asked, n_asked, &targets, &n_targets)) != STORE_OK ||
+                    store_placed_workloads(s, sweep ? NULL : asked, n_asked, &placed, &n_placed) != STORE_OK))
         listing = 0;
 
     /* Every call of the pass goes out in one stream: deletes left from the

@@ -312,6 +312,20 @@ void store_read_id(sqlite3_stmt *st, void *row)
     store_column_text(row, ID_MAX, st, 0);
 }
 
+char *store_ids_json(const char (*ids)[ID_MAX], size_t n)
+{
+    /* Ids are [a-z0-9_] (ids.c): they need no JSON escaping. */
+    char *list = malloc(n * (ID_MAX + 3) + 3), *p = list;
+    if (!list)
+        return NULL;
+    *p++ = '[';
+    for (size_t i = 0; i < n; i++)
+        p += sprintf(p, "%s\"%.*s\"", i ? "," : "", ID_MAX - 1, ids[i]);
+    *p++ = ']';
+    *p = '\0';
+    return list;
+}
+
 /* ---------------------------------------------------------------- a full disk */
 
 /* Set while writes fail for want of space (SQLITE_FULL, or an I/O error

@@ -300,6 +300,12 @@ struct node_target {
 };
 /* Every registered node; *out is malloc'd (caller frees), *n its length. */
 int store_node_targets(struct store *s, struct node_target **out, size_t *n);
+/* The same for the nodes among ids (n_ids of them) that are registered. */
+int store_node_targets_of(struct store *s, const char (*ids)[ID_MAX], size_t n_ids, struct node_target **out,
+                          size_t *n);
+/* The same for the nodes never reached yet (health unknown): its cost
+ * follows them, not the fleet. */
+int store_node_targets_new(struct store *s, struct node_target **out, size_t *n);
 /* Records a good heartbeat whose facts are those last recorded: only the
  * time moves (and an unreachable node is reachable again). */
 int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits);
@@ -492,9 +498,11 @@ int store_interval_open(struct store *s, const struct instance *in, int64_t star
  * none is open. Billing code closes through ledger_close_interval, which
  * also gives back what was charged past the new end. */
 int store_interval_close(struct store *s, const char *instance_id, int64_t ended_at, const char *reason);
-/* Every workload id placed on a node, sorted (for orphan checks). *out
- * is malloc'd: n entries of ID_MAX bytes. */
-int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n);
+/* Every workload id placed on a node, or with nodes only on those n_nodes
+ * nodes, sorted (for orphan checks). *out is malloc'd: n entries of ID_MAX
+ * bytes. */
+int store_placed_workloads(struct store *s, const char (*nodes)[ID_MAX], size_t n_nodes, char (**out)[ID_MAX],
+                           size_t *n);
 /* Cards the user's instances hold, not counting except_instance (NULL: none). */
 int64_t store_user_cards_in_use(struct store *s, const char *user_id, const char *except_instance);
 struct model_cards {

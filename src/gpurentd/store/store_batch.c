@@ -9,7 +9,6 @@
 #include "gpurent/log.h"
 #include "store/store_sql.h"
 
-#include <jansson.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -70,12 +69,7 @@ static int read_for_batch(struct store *s, const char *sql, const char *users, i
 int store_billing_batch_read(struct store *s, char (*users)[ID_MAX], size_t n, int64_t at, struct billing_batch *out)
 {
     memset(out, 0, sizeof *out);
-    json_t *list = json_array();
-    for (size_t i = 0; list && i < n; i++)
-        if (json_array_append_new(list, json_string(users[i])) < 0)
-            json_decref(list), list = NULL;
-    char *ids = list ? json_dumps(list, JSON_COMPACT) : NULL;
-    json_decref(list);
+    char *ids = store_ids_json(users, n);
     if (!ids)
         return STORE_ERROR;
     int rc = read_for_batch(s, SQL_BATCH_INTERVALS, ids, at, sizeof *out->intervals, (void **)&out->intervals,

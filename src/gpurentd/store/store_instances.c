@@ -106,6 +106,8 @@ static const char SQL_INTERVAL_OPEN[] =
 static const char SQL_INTERVAL_CLOSE[] = "UPDATE running_intervals SET ended_at = max(started_at, ?2), end_reason = ?3"
                                          " WHERE instance_id = ?1 AND ended_at IS NULL";
 static const char SQL_PLACED_WORKLOADS[] = "SELECT workload_id FROM instance_nodes ORDER BY workload_id";
+static const char SQL_PLACED_WORKLOADS_ON[] = "SELECT workload_id FROM instance_nodes"
+                                              " WHERE node_id IN (SELECT value FROM json_each(?1)) ORDER BY workload_id";
 static const char SQL_USER_CARDS[] =
     "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ?1 AND id <> ?2 AND state IN " HOLDING;
 /* Cards inside a reservation are paid already (0024): they need no
@@ -204,19 +206,13 @@ int store_instance_unsettled(struct store *s, struct instance **out, size_t *n)
 int store_instance_attention(struct store *s, const char (*nodes)[ID_MAX], size_t n_nodes, struct instance **out,
                              size_t *n)
 {
-    /* Node ids are [a-z0-9_] (ids.c), so they need no JSON escaping. */
-    char *list = malloc(n_nodes * (ID_MAX + 3) + 3);
+    char *list = store_ids_json(nodes, n_nodes);
     if (!list)
         return STORE_ERROR;
-    size_t len = 0;
-    list[len++] = '[';
-    for (size_t i = 0; i < n_nodes; i++)
-        len += (size_t)sprintf(list + len, "%s\"%s\"", i ? "," : "", nodes[i]);
-    list[len++] = ']';
     int rc = STORE_ERROR;
     sqlite3_stmt *st = store_stmt(s, SQL_INS_ATTENTION);
     if (st) {
-        sqlite3_bind_text(st, 1, list, (int)len, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, list, -1, SQLITE_STATIC);
         void *rows;
         rc = store_collect(s, st, sizeof **out, &rows, n, read_instance, "instances needing attention");
         *out = rows;
@@ -618,14 +614,24 @@ int store_user_set_max_cards(struct store *s, const char *user_id, int64_t max_c
     return store_step_write(s, st, "set user max cards");
 }
 
-int store_placed_workloads(struct store *s, char (**out)[ID_MAX], size_t *n)
+int store_placed_workloads(struct store *s, const char (*nodes)[ID_MAX], size_t n_nodes, char (**out)[ID_MAX],
+                           size_t *n)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_PLACED_WORKLOADS);
-    if (!st)
+    *out = NULL;
+    *n = 0;
+    char *list = nodes ? store_ids_json(nodes, n_nodes) : NULL;
+    sqlite3_stmt *st = nodes && !list ? NULL : store_stmt(s, nodes ? SQL_PLACED_WORKLOADS_ON : SQL_PLACED_WORKLOADS);
+    if (!st) {
+        free(list);
         return STORE_ERROR;
+    }
+    if (list)
+        sqlite3_bind_text(st, 1, list, -1, SQLITE_STATIC);
     void *rows;
     int rc = store_collect(s, st, ID_MAX, &rows, n, store_read_id, "placed workloads");
     *out = rows;
+    sqlite3_clear_bindings(st);
+    free(list);
     return rc;
 }
 

@@ -49,11 +49,21 @@ static const char SQL_NODE_REMOVE[] =
 /* In the order of node_liveness's key: a pass's results, written in batches
  * as they come back, then each dirty a few neighbouring pages of it rather
  * than most of them again every batch. */
-static const char SQL_NODE_TARGETS[] =
-    "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"
-    " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
+#define NODE_TARGET_COLUMNS                                                                        \
+    "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"                               \
+    " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END," \
     " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(n.facts_digest, '')"
+static const char SQL_NODE_TARGETS[] = NODE_TARGET_COLUMNS
     " FROM node_liveness l JOIN nodes n ON n.id = l.node_id WHERE n.removed_at IS NULL ORDER BY l.node_id";
+/* Some nodes by id (a JSON array): what the reconciler lists between sweeps. */
+static const char SQL_NODE_TARGETS_OF[] = NODE_TARGET_COLUMNS
+    " FROM node_liveness l JOIN nodes n ON n.id = l.node_id"
+    " WHERE l.node_id IN (SELECT value FROM json_each(?1)) AND n.removed_at IS NULL ORDER BY l.node_id";
+/* The nodes never reached, through the nodes_never_reached index (0035):
+ * what a registration wakes the heartbeat for. */
+static const char SQL_NODE_TARGETS_NEW[] = NODE_TARGET_COLUMNS
+    " FROM nodes n JOIN node_liveness l ON l.node_id = n.id"
+    " WHERE n.health = 'unknown' AND n.removed_at IS NULL ORDER BY n.id";
 static const char SQL_NODE_FACTS[] = "SELECT facts, health FROM nodes WHERE id = ? AND removed_at IS NULL";
 /* A good beat: the node's narrow row only (migration 0034). */
 static const char SQL_NODE_SEEN[] =
@@ -258,15 +268,45 @@ static void read_target(sqlite3_stmt *st, void *row)
     store_column_text(t->facts_digest, sizeof t->facts_digest, st, 9);
 }
 
-int store_node_targets(struct store *s, struct node_target **out, size_t *n)
+static int collect_targets(struct store *s, const char *sql, const char *ids, struct node_target **out, size_t *n)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_NODE_TARGETS);
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, sql);
     if (!st)
         return STORE_ERROR;
+    if (ids)
+        sqlite3_bind_text(st, 1, ids, -1, SQLITE_STATIC);
     void *rows;
     int rc = store_collect(s, st, sizeof **out, &rows, n, read_target, "node targets");
     *out = rows;
+    if (ids)
+        sqlite3_clear_bindings(st);
     return rc;
+}
+
+int store_node_targets(struct store *s, struct node_target **out, size_t *n)
+{
+    return collect_targets(s, SQL_NODE_TARGETS, NULL, out, n);
+}
+
+int store_node_targets_of(struct store *s, const char (*ids)[ID_MAX], size_t n_ids, struct node_target **out,
+                          size_t *n)
+{
+    char *list = store_ids_json(ids, n_ids);
+    if (!list) {
+        *out = NULL;
+        *n = 0;
+        return STORE_ERROR;
+    }
+    int rc = collect_targets(s, SQL_NODE_TARGETS_OF, list, out, n);
+    free(list);
+    return rc;
+}
+
+int store_node_targets_new(struct store *s, struct node_target **out, size_t *n)
+{
+    return collect_targets(s, SQL_NODE_TARGETS_NEW, NULL, out, n);
 }
 
 /* A good beat's time and workload count in the node's narrow row. */

@@ -71,6 +71,9 @@ void store_read_user_funds(sqlite3_stmt *st, void *row);
 void store_read_storage_billable(sqlite3_stmt *st, void *row);
 /* A read() for store_collect: column 0 as an id (char[ID_MAX]). */
 void store_read_id(sqlite3_stmt *st, void *row);
+/* n ids as one JSON array, for statements that read a set of rows through
+ * json_each(?); malloc'd text, NULL when out of memory. */
+char *store_ids_json(const char (*ids)[ID_MAX], size_t n);
 /* store_nodes.c: steps st, an UPDATE of node id that changes a row only
  * when its values differ (written only when facts change): STORE_OK when
  * it wrote or the node already had them, STORE_NOT_FOUND when there is no

@@ -450,7 +450,7 @@ static void test_instance_nodes_show_a_quiet_node_as_unreachable(void **state)
     assert_int_equal(p[0].node_last_seen, 1000);
 }
 
-static void test_placed_workloads_are_every_workload_id_sorted(void **state)
+static void test_placed_workloads_are_every_workload_id_sorted_or_those_of_some_nodes(void **state)
 {
     setup_rows();
     char node[ID_MAX];
@@ -460,12 +460,29 @@ static void test_placed_workloads_are_every_workload_id_sorted(void **state)
     fx_instance(fx.s, bob, FX_TST, 1, "running", 1000, &b);
     assert_int_equal(store_instance_claim(fx.s, a.id, 0, node, "wl_zz", 0x1), STORE_OK);
     assert_int_equal(store_instance_claim(fx.s, b.id, 0, node, "wl_aa", 0x2), STORE_OK);
+    char other[ID_MAX];
+    fx_ready_node(fx.s, "n2", FX_TST, 8, "f1", 1000, other);
+    struct instance c;
+    fx_instance(fx.s, alice, FX_TST, 1, "running", 1000, &c);
+    assert_int_equal(store_instance_claim(fx.s, c.id, 0, other, "wl_mm", 0x1), STORE_OK);
     char(*w)[ID_MAX];
     size_t n;
-    assert_int_equal(store_placed_workloads(fx.s, &w, &n), STORE_OK);
+    assert_int_equal(store_placed_workloads(fx.s, NULL, 0, &w, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(w[0], "wl_aa");
+    assert_string_equal(w[1], "wl_mm");
+    assert_string_equal(w[2], "wl_zz");
+    free(w);
+    /* Only those on some nodes: what the reconciler reads between sweeps. */
+    char on[1][ID_MAX];
+    memcpy(on[0], node, ID_MAX);
+    assert_int_equal(store_placed_workloads(fx.s, on, 1, &w, &n), STORE_OK);
     assert_int_equal(n, 2);
     assert_string_equal(w[0], "wl_aa");
     assert_string_equal(w[1], "wl_zz");
+    free(w);
+    assert_int_equal(store_placed_workloads(fx.s, on, 0, &w, &n), STORE_OK);
+    assert_int_equal(n, 0);
     free(w);
     /* A workload id is the agent's key: it is never given twice. */
     assert_int_equal(store_instance_claim(fx.s, b.id, 1, node, "wl_zz", 0x4), STORE_CONFLICT);
@@ -600,7 +617,7 @@ int main(void)
         fx_test(test_release_frees_every_card_and_forgets_the_placement),
         fx_test(test_node_update_records_the_agent_s_phase),
         fx_test(test_instance_nodes_show_a_quiet_node_as_unreachable),
-        fx_test(test_placed_workloads_are_every_workload_id_sorted),
+        fx_test(test_placed_workloads_are_every_workload_id_sorted_or_those_of_some_nodes),
         fx_test(test_interval_open_is_a_no_op_while_one_is_open),
         fx_test(test_interval_close_never_ends_before_its_start),
         fx_test(test_user_cards_count_holding_instances_only),

@@ -254,6 +254,55 @@ static void test_beat_ok_with_unchanged_facts_moves_only_the_time(void **state)
     free(t);
 }
 
+/* The ids of targets, comma-separated, into out. */
+static void target_ids(const struct node_target *t, size_t n, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", t[i].id);
+}
+
+static void test_targets_of_some_nodes_and_of_those_never_reached(void **state)
+{
+    setup_rows();
+    char a[ID_MAX], b[ID_MAX], c[ID_MAX], gone[ID_MAX];
+    fx_ready_node(fx.s, "n-a", FX_TST, 8, "f1", 100, a);
+    fx_node(fx.s, "n-b", FX_TST, 8, "f1", 100, b); /* registered, never reached */
+    fx_node(fx.s, "n-c", FX_TST, 8, "f1", 100, c);
+    fx_node(fx.s, "n-gone", FX_TST, 8, "f1", 100, gone);
+    assert_int_equal(store_node_remove(fx.s, gone, 150), STORE_OK);
+    char want[4 * ID_MAX], got[4 * ID_MAX];
+    struct node_target *t;
+    size_t n;
+    /* Never reached: b and c, in id order, not the ready or the removed one. */
+    assert_int_equal(store_node_targets_new(fx.s, &t, &n), STORE_OK);
+    target_ids(t, n, got, sizeof got);
+    snprintf(want, sizeof want, "%s,%s", strcmp(b, c) < 0 ? b : c, strcmp(b, c) < 0 ? c : b);
+    assert_string_equal(got, want);
+    assert_string_equal(t[0].health, "unknown");
+    free(t);
+    /* The first beat takes a node off that list. */
+    assert_int_equal(fx_beat(fx.s, b, 200, FX_TST, 8, 0), STORE_OK);
+    assert_int_equal(store_node_targets_new(fx.s, &t, &n), STORE_OK);
+    target_ids(t, n, got, sizeof got);
+    assert_string_equal(got, c);
+    free(t);
+    /* Some nodes by id: those registered, as store_node_targets reads them. */
+    char ids[3][ID_MAX] = {"nod_not_registered"};
+    memcpy(ids[1], a, ID_MAX);
+    memcpy(ids[2], gone, ID_MAX);
+    assert_int_equal(store_node_targets_of(fx.s, ids, 3, &t, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(t[0].id, a);
+    assert_string_equal(t[0].health, "up");
+    assert_int_equal(t[0].last_seen_at, 100);
+    assert_string_equal(t[0].agent_url, get(a).agent_url);
+    free(t);
+    assert_int_equal(store_node_targets_of(fx.s, ids, 0, &t, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(t);
+}
+
 static void test_the_facts_digest_is_kept_and_a_seen_beat_moves_only_the_time(void **state)
 {
     setup_rows();
@@ -889,6 +938,7 @@ int main(void)
         fx_test(test_beat_ok_replaces_card_facts_but_keeps_cards_in_use),
         fx_test(test_beat_ok_rejected_keeps_its_reason_and_offers_no_cards),
         fx_test(test_beat_ok_with_unchanged_facts_moves_only_the_time),
+        fx_test(test_targets_of_some_nodes_and_of_those_never_reached),
         fx_test(test_the_facts_digest_is_kept_and_a_seen_beat_moves_only_the_time),
         fx_test(test_beat_ok_for_a_removed_node_is_not_found),
         fx_test(test_beats_missed_below_the_limit_only_count),
