@@ -309,8 +309,8 @@ int store_node_targets_new(struct store *s, struct node_target **out, size_t *n)
 /* Records a good heartbeat whose facts are those last recorded: only the
  * time moves (and an unreachable node is reachable again). */
 int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits);
-/* Sets the digest of the facts reply just recorded (0033), in the same
- * transaction as its verdict. */
+/* Sets the digest of the facts reply just recorded (0033; in the narrow
+ * node_liveness row since 0036), in the same transaction as its verdict. */
 int store_node_set_facts_digest(struct store *s, const char *id, const char *digest);
 /* Records a good heartbeat: facts accepted (cards replace the node's card
  * facts, keeping allocations) or rejected with reason. */

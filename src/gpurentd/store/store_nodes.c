@@ -52,7 +52,7 @@ static const char SQL_NODE_REMOVE[] =
 #define NODE_TARGET_COLUMNS                                                                        \
     "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"                               \
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END," \
-    " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(n.facts_digest, '')"
+    " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(l.facts_digest, '')"
 static const char SQL_NODE_TARGETS[] = NODE_TARGET_COLUMNS
     " FROM node_liveness l JOIN nodes n ON n.id = l.node_id WHERE n.removed_at IS NULL ORDER BY l.node_id";
 /* Some nodes by id (a JSON array): what the reconciler lists between sweeps. */
@@ -73,7 +73,7 @@ static const char SQL_NODE_SEEN[] =
  * the nodes row of one that was not is left as it is. */
 static const char SQL_NODE_BACK[] = "UPDATE nodes SET state_reason = '', updated_at = ?2, unreachable_since = NULL"
                                     " WHERE id = ?1 AND removed_at IS NULL AND unreachable_since IS NOT NULL";
-static const char SQL_NODE_FACTS_DIGEST[] = "UPDATE nodes SET facts_digest = ?2 WHERE id = ?1";
+static const char SQL_NODE_FACTS_DIGEST[] = "UPDATE node_liveness SET facts_digest = ?2 WHERE node_id = ?1";
 static const char SQL_NODE_BEAT[] =
     "UPDATE nodes SET facts = ?3, health = ?4, state_reason = ?5, driver_version = ?6, stack_version = ?7,"
     " updated_at = ?2, unreachable_since = NULL WHERE id = ?1";

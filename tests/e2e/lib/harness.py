@@ -422,7 +422,7 @@ class Daemon:
     # a workload on the node moves on, e.g. pulling to running), and a key's
     # last use, noted just after a successful request's reply (so it may land
     # after the dump a test takes next).
-    BACKGROUND_COLUMNS = {"nodes": ("facts_digest",), "node_liveness": ("missed_beats",),
+    BACKGROUND_COLUMNS = {"node_liveness": ("missed_beats", "facts_digest"),
                           "api_keys": ("last_used_at",)}
 
     def dump(self):

@@ -474,6 +474,12 @@ static void test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_
     assert_int_equal(store_node_beat_ok(fx.s, node, 200, facts, 1, "", "drv-1", "stack-1", cards, 8, 3), STORE_OK);
     assert_int_equal(store_node_seen(fx.s, node, 205, 4), STORE_OK);
     assert_int_equal(missed(node, 210, LOST_AFTER), STORE_OK);
+    /* A reply whose bytes changed (the agent's workload count) but whose
+     * recorded facts did not: its digest is noted in the narrow row (0036). */
+    char digest[65];
+    memset(digest, 'c', 64);
+    digest[64] = '\0';
+    assert_int_equal(store_node_set_facts_digest(fx.s, node, digest), STORE_OK);
     assert_int_equal(node_row_writes(), 0);
     struct node got = get(node);
     assert_int_equal(got.last_seen_at, 205);
@@ -492,7 +498,7 @@ static void test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_
     assert_int_equal(got.missed_beats, 0);
 }
 
-static void test_migration_0034_keeps_what_each_node_last_said(void **state)
+static void test_migrations_0034_and_0036_keep_what_each_node_last_said(void **state)
 {
     char path[200], err[256];
     snprintf(path, sizeof path, "%s/before-0034.db", fx.dir);
@@ -501,11 +507,11 @@ static void test_migration_0034_keeps_what_each_node_last_said(void **state)
     assert_int_equal(store_migrate(s, 33, err, sizeof err), 0);
     fx_gpu_type(s, FX_TST, "AMD", "ROCm");
     fx_sql_exec(s, "INSERT INTO nodes (id, name, agent_url, secret, gpu_model, card_count, fabric, region, health,"
-                   " missed_beats, last_seen_at, workload_exits, created_at, updated_at) VALUES"
+                   " missed_beats, last_seen_at, workload_exits, facts_digest, created_at, updated_at) VALUES"
                    " ('node_aaaaaaaaaaaaaaaaaaaa', 'quiet', 'http://10.0.0.1:8081', printf('%064d', 0), 'TST', 8,"
-                   "  'f1', 'r1', 'up', 2, 500, 7, 100, 100),"
+                   "  'f1', 'r1', 'up', 2, 500, 7, printf('%064d', 7), 100, 100),"
                    " ('node_bbbbbbbbbbbbbbbbbbbb', 'never', 'http://10.0.0.2:8081', printf('%064d', 0), 'TST', 8,"
-                   "  'f1', 'r1', 'unknown', 0, NULL, -1, 100, 100)");
+                   "  'f1', 'r1', 'unknown', 0, NULL, -1, NULL, 100, 100)");
     assert_int_equal(store_migrate(s, 0, err, sizeof err), 0);
     struct node n;
     assert_int_equal(store_node_get(s, "node_aaaaaaaaaaaaaaaaaaaa", &n), STORE_OK);
@@ -520,9 +526,16 @@ static void test_migration_0034_keeps_what_each_node_last_said(void **state)
                                    " WHERE node_id = ?",
                                 "node_bbbbbbbbbbbbbbbbbbbb"),
                      1);
+    struct node_target *t;
+    size_t count;
+    assert_int_equal(store_node_targets(s, &t, &count), STORE_OK);
+    assert_int_equal(count, 2);
+    assert_string_equal(t[0].facts_digest, "0000000000000000000000000000000000000000000000000000000000000007");
+    assert_string_equal(t[1].facts_digest, "");
+    free(t);
     /* The columns left the wide row: a report cannot read a stale copy. */
     assert_int_equal(fx_sql_int(s, "SELECT count(*) FROM pragma_table_info('nodes') WHERE name IN"
-                                   " ('missed_beats', 'last_seen_at', 'workload_exits')",
+                                   " ('missed_beats', 'last_seen_at', 'workload_exits', 'facts_digest')",
                                 NULL),
                      0);
     store_close(s);
@@ -946,7 +959,7 @@ int main(void)
         fx_test(test_an_unreachable_node_goes_offline_lost_after_s_after_its_last_good_beat),
         fx_test(test_a_good_beat_brings_an_unreachable_node_back),
         fx_test(test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_alone),
-        fx_test(test_migration_0034_keeps_what_each_node_last_said),
+        fx_test(test_migrations_0034_and_0036_keep_what_each_node_last_said),
         fx_test(test_a_never_reached_node_goes_offline_at_the_limit),
         fx_test(test_lost_after_zero_takes_an_up_node_offline_at_the_limit),
         fx_test(test_rejected_and_offline_nodes_stay_as_they_are_when_missing_beats),
