@@ -9,7 +9,6 @@
 #include "gpurent/log.h"
 #include "store/store_sql.h"
 
-
 #include <stdlib.h>
 #include <string.h>
 

@@ -619,8 +619,10 @@ int store_placed_workloads(struct store *s, const char (*nodes)[ID_MAX], size_t 
 {
     *out = NULL;
     *n = 0;
-    char *list = nodes ? store_ids_json(nodes, n_nodes) : NULL;
-    sqlite3_stmt *st = nodes && !list ? NULL : store_stmt(s, nodes ? SQL_PLACED_WORKLOADS_ON : SQL_PLACED_WORKLOADS);
+    char *list = NULL;
+    if (nodes && !(list = store_ids_json(nodes, n_nodes)))
+        return STORE_ERROR;
+    sqlite3_stmt *st = store_stmt(s, nodes ? SQL_PLACED_WORKLOADS_ON : SQL_PLACED_WORKLOADS);
     if (!st) {
         free(list);
         return STORE_ERROR;

@@ -49,8 +49,8 @@ static const char SQL_NODE_REMOVE[] =
 /* In the order of node_liveness's key: a pass's results, written in batches
  * as they come back, then each dirty a few neighbouring pages of it rather
  * than most of them again every batch. */
-#define NODE_TARGET_COLUMNS                                                                        \
-    "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"                               \
+#define NODE_TARGET_COLUMNS                                                                                \
+    "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"                                       \
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END," \
     " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(l.facts_digest, '')"
 static const char SQL_NODE_TARGETS[] = NODE_TARGET_COLUMNS
@@ -61,9 +61,9 @@ static const char SQL_NODE_TARGETS_OF[] = NODE_TARGET_COLUMNS
     " WHERE l.node_id IN (SELECT value FROM json_each(?1)) AND n.removed_at IS NULL ORDER BY l.node_id";
 /* The nodes never reached, through the nodes_never_reached index (0035):
  * what a registration wakes the heartbeat for. */
-static const char SQL_NODE_TARGETS_NEW[] = NODE_TARGET_COLUMNS
-    " FROM nodes n JOIN node_liveness l ON l.node_id = n.id"
-    " WHERE n.health = 'unknown' AND n.removed_at IS NULL ORDER BY n.id";
+static const char SQL_NODE_TARGETS_NEW[] =
+    NODE_TARGET_COLUMNS " FROM nodes n JOIN node_liveness l ON l.node_id = n.id"
+                        " WHERE n.health = 'unknown' AND n.removed_at IS NULL ORDER BY n.id";
 static const char SQL_NODE_FACTS[] = "SELECT facts, health FROM nodes WHERE id = ? AND removed_at IS NULL";
 /* A good beat: the node's narrow row only (migration 0034). */
 static const char SQL_NODE_SEEN[] =
