@@ -1271,11 +1271,8 @@ struct pass_calls {
     struct pending_delete *deletes; /* sent this pass; those that fail are queued again */
     size_t n_deletes;
     size_t deletes_made; /* the stream makes calls in order: those past it never started */
-    const struct node_target *targets; /* every node, when the pass lists any */
+    const struct node_target *targets; /* the nodes to list: every node at a sweep, else those asked */
     size_t n_lists;                    /* n_targets when listing, else 0 */
-    int sweep;                         /* list every node that is up */
-    char (*asked)[ID_MAX];             /* else only these (sorted) */
-    size_t n_asked;
     char (*placed)[ID_MAX]; /* workload ids instances own (sorted): the rest are orphans */
     size_t n_placed;
     struct agent_call **works_calls; /* plan_calls' calls, NULL where a node has none; the works own them */
@@ -1298,7 +1295,7 @@ static struct agent_call *make_pass_call(void *ctx, size_t i)
     }
     if ((i -= pc->n_deletes) < pc->n_lists) {
         const struct node_target *t = &pc->targets[i];
-        if (strcmp(t->health, "up") != 0 || (!pc->sweep && !bsearch(t->id, pc->asked, pc->n_asked, ID_MAX, id_cmp)))
+        if (strcmp(t->health, "up") != 0)
             return NULL;
         return agent_call_new(t->agent_url, t->secret, "GET", "/v1/workloads", NULL, pc->opts);
     }
@@ -1442,9 +1439,6 @@ static struct pass_result run_pass(struct store *s, int sweep)
                             .n_deletes = n_pending,
                             .targets = targets,
                             .n_lists = listing ? n_targets : 0,
-                            .sweep = sweep,
-                            .asked = asked,
-                            .n_asked = n_asked,
                             .placed = placed,
                             .n_placed = n_placed,
                             .opts = &opts};
