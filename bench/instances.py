@@ -228,7 +228,7 @@ def wrk_run(args, n, c, keys, watcher):
     threads1 = cpu_seconds_by_thread(c.daemon.pid)
     calls1 = counters(c)
     created = total - live
-    # The daemon's CPU per create by thread ("gpurentd": the HTTP server's),
+    # The daemon's CPU per create by thread ("MHD-worker": libmicrohttpd's threads, which serve the API),
     # heartbeat passes over the whole fleet included.
     by_thread = {name: round((cpu - threads0.get(name, 0)) * 1000 / created, 3) for name, cpu in threads1.items()}
     per_create = {f"{m.lower()}s_per_create": round((calls1[m] - calls0[m]) / created, 2) for m in ("PUT", "GET")}
@@ -269,7 +269,7 @@ def idle_run(args, n, c):
         "daemon_peak_cores": max(d for d, _ in per_second),
         # What the daemon wrote (the database's WAL and checkpoints) per second.
         "daemon_written_kib_per_s": round(written / 1024 / args.idle, 1),
-        # The daemon's cores by thread ("gpurentd": the HTTP server's).
+        # The daemon's cores by thread ("MHD-worker": libmicrohttpd's threads).
         "daemon_cores_by_thread": {k: v for k, v in sorted(by_thread.items(), key=lambda kv: -kv[1]) if v > 0},
         # [daemon, fleet] CPU seconds used in each second, in order.
         "per_second": per_second}}
