@@ -75,45 +75,50 @@ static int gateway_authenticate(struct http_request *req)
     return -1;
 }
 
-#define KEY_CACHE_SLOTS 64 /* per thread; a miss only costs the two reads */
+/* Per thread, allocated on a thread's first look-up: enough that the keys
+ * of a thousand busy clients rarely evict each other, since every thread
+ * sees every client. A miss costs one read of the key with its owner. */
+#define KEY_CACHE_SLOTS 1024
 
 struct cached_key {
-    uint64_t gen;          /* store_auth_generation() before the reads */
-    int64_t loaded_ms;     /* monotonic time of the reads */
-    struct api_key key;    /* the key row */
-    char user_id[ID_MAX];  /* its owner */
-    enum user_role role;   /* the owner's role */
-    int active;            /* the owner is not suspended */
+    uint64_t gen;        /* store_auth_generation() before the read */
+    int64_t loaded_ms;   /* monotonic time of the read */
+    struct key_auth row; /* the key and its owner's standing */
 };
 
-static _Thread_local struct cached_key key_cache[KEY_CACHE_SLOTS];
+static pthread_key_t key_cache_key;
+static pthread_once_t key_cache_once = PTHREAD_ONCE_INIT;
+
+static void key_cache_init(void)
+{
+    pthread_key_create(&key_cache_key, free);
+}
 
 /* The key and its owner, from this thread's cache when still current. */
-static int key_lookup(struct store *s, const char *key_id, const struct cached_key **out)
+static int key_lookup(struct store *s, const char *key_id, const struct key_auth **out)
 {
+    pthread_once(&key_cache_once, key_cache_init);
+    struct cached_key *cache = pthread_getspecific(key_cache_key);
+    if (!cache) {
+        if (!(cache = calloc(KEY_CACHE_SLOTS, sizeof *cache)) || pthread_setspecific(key_cache_key, cache) != 0) {
+            free(cache);
+            return STORE_ERROR;
+        }
+    }
     uint32_t h = 2166136261u;
     for (const char *p = key_id; *p; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
-    struct cached_key *c = &key_cache[h % KEY_CACHE_SLOTS];
+    struct cached_key *c = &cache[h % KEY_CACHE_SLOTS];
     int64_t mono = clock_mono_ms();
     uint64_t gen = store_auth_generation();
-    *out = c;
-    if (c->gen == gen && mono - c->loaded_ms < 1000 && strcmp(c->key.id, key_id) == 0)
+    *out = &c->row;
+    if (c->gen == gen && mono - c->loaded_ms < 1000 && strcmp(c->row.key.id, key_id) == 0)
         return STORE_OK;
-    c->key.id[0] = '\0'; /* nothing valid in the slot until both reads succeed */
-    struct user user;
-    int rc = store_api_key_get(s, key_id, &c->key);
-    if (rc == STORE_OK)
-        rc = store_user_get(s, c->key.user_id, &user);
+    int rc = store_api_key_auth(s, key_id, &c->row);
     if (rc != STORE_OK) {
-        if (rc == STORE_NOT_FOUND && c->key.id[0])
-            rc = STORE_ERROR; /* a key without its owner is the database's fault */
-        c->key.id[0] = '\0';
+        c->row.key.id[0] = '\0'; /* nothing valid in the slot */
         return rc;
     }
-    memcpy(c->user_id, user.id, sizeof c->user_id);
-    c->role = user.role;
-    c->active = user.active;
     c->gen = gen;
     c->loaded_ms = mono;
     return STORE_OK;
@@ -149,7 +154,7 @@ int auth_authenticate(struct http_request *req, enum http_auth level)
         http_error(req, ERR_UNAVAILABLE, NULL, "the database is not available");
         return -1;
     }
-    const struct cached_key *c;
+    const struct key_auth *c;
     int rc = key_lookup(s, key_id, &c);
     if (rc == STORE_NOT_FOUND ||
         (rc == STORE_OK && (!api_key_hash_equal(presented, c->key.secret_hash) || c->key.revoked_at))) {
@@ -176,7 +181,7 @@ int auth_authenticate(struct http_request *req, enum http_auth level)
     /* Last use, to the minute: noted once the request succeeded (a refused
      * one changes nothing), at most one small write a minute per key. */
     req->key_use_due = now - key.last_used_at >= 60;
-    memcpy(req->user_id, c->user_id, sizeof req->user_id);
+    memcpy(req->user_id, key.user_id, sizeof req->user_id);
     memcpy(req->key_id, key.id, sizeof req->key_id);
     req->is_admin = c->role == ROLE_ADMIN;
     if (level == AUTH_ADMIN && !req->is_admin) {

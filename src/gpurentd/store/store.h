@@ -174,6 +174,16 @@ struct api_key {
 };
 int store_api_key_insert(struct store *s, const struct api_key *k);
 int store_api_key_get(struct store *s, const char *id, struct api_key *out);
+/* A key with what authenticating a request needs of its owner. */
+struct key_auth {
+    struct api_key key;  /* the key row */
+    int owned;           /* its owner's row was found */
+    enum user_role role; /* the owner's role */
+    int active;          /* the owner is not suspended */
+};
+/* Reads key id with its owner in one statement; STORE_NOT_FOUND without
+ * the key, STORE_ERROR for a key whose owner is missing. */
+int store_api_key_auth(struct store *s, const char *id, struct key_auth *out);
 /* Notes a use at now unless one was noted in the minute before: a write at
  * most once a minute per key, not one per request. */
 int store_api_key_touch(struct store *s, const char *id, int64_t now);

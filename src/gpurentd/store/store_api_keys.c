@@ -6,11 +6,16 @@
 
 static const char SQL_KEY_INSERT[] =
     "INSERT INTO api_keys (id, user_id, name, secret_hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?, nullif(?, 0))";
-#define KEY_COLUMNS \
-    "id, user_id, name, secret_hash, created_at, coalesce(revoked_at, 0), coalesce(expires_at, 0), coalesce(last_used_at, 0)"
-static const char SQL_KEY_GET[] = "SELECT " KEY_COLUMNS " FROM api_keys WHERE id = ?";
-static const char SQL_KEY_LIST[] = "SELECT " KEY_COLUMNS " FROM api_keys"
-                                   " WHERE user_id = ? AND (created_at, id) > (?, ?) ORDER BY created_at, id LIMIT ?";
+#define KEY_COLUMNS                                                                                 \
+    "k.id, k.user_id, k.name, k.secret_hash, k.created_at, coalesce(k.revoked_at, 0), coalesce(k.expires_at, 0)," \
+    " coalesce(k.last_used_at, 0)"
+static const char SQL_KEY_GET[] = "SELECT " KEY_COLUMNS " FROM api_keys k WHERE k.id = ?";
+/* A request's authentication reads the key and its owner's standing in one
+ * statement; NULLs where the key has no owner row. */
+static const char SQL_KEY_AUTH[] = "SELECT " KEY_COLUMNS ", u.role = 'admin', u.status = 'active'"
+                                   " FROM api_keys k LEFT JOIN users u ON u.id = k.user_id WHERE k.id = ?";
+static const char SQL_KEY_LIST[] = "SELECT " KEY_COLUMNS " FROM api_keys k"
+                                   " WHERE k.user_id = ? AND (k.created_at, k.id) > (?, ?) ORDER BY k.created_at, k.id LIMIT ?";
 static const char SQL_KEY_TOUCH[] =
     "UPDATE api_keys SET last_used_at = ?2 WHERE id = ?1 AND (last_used_at IS NULL OR last_used_at <= ?2 - 60)";
 static const char SQL_KEYS_REVOKE_ALL[] =
@@ -58,6 +63,27 @@ int store_api_key_get(struct store *s, const char *id, struct api_key *out)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     return store_read_one(s, st, out, read_row, "get api key");
+}
+
+static void read_auth_row(sqlite3_stmt *st, void *row)
+{
+    struct key_auth *a = row;
+    read_row(st, &a->key);
+    a->owned = sqlite3_column_type(st, 8) != SQLITE_NULL;
+    a->role = sqlite3_column_int(st, 8) ? ROLE_ADMIN : ROLE_USER;
+    a->active = sqlite3_column_int(st, 9);
+}
+
+int store_api_key_auth(struct store *s, const char *id, struct key_auth *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_KEY_AUTH);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = store_read_one(s, st, out, read_auth_row, "authenticate api key");
+    if (rc == STORE_OK && !out->owned)
+        rc = STORE_ERROR; /* a key without its owner is the database's fault */
+    return rc;
 }
 
 int store_api_key_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,

@@ -274,6 +274,35 @@ static void test_api_key_revoke_is_for_the_owner_and_keeps_the_first_time(void *
     assert_int_equal(got.revoked_at, 200);
 }
 
+static void test_api_key_auth_reads_the_owner_s_role_and_standing(void **state)
+{
+    char alice[ID_MAX], root[ID_MAX], k[ID_MAX], r[ID_MAX];
+    fx_user(fx.s, "alice@example.com", ROLE_USER, alice);
+    fx_user(fx.s, "root@example.com", ROLE_ADMIN, root);
+    key(alice, "laptop", 100, k);
+    key(root, "ops", 100, r);
+    struct key_auth got;
+    assert_int_equal(store_api_key_auth(fx.s, k, &got), STORE_OK);
+    assert_string_equal(got.key.user_id, alice);
+    assert_string_equal(got.key.name, "laptop");
+    assert_int_equal(got.key.secret_hash[1], (unsigned char)(7 + 'l'));
+    assert_int_equal(got.role, ROLE_USER);
+    assert_true(got.active);
+    assert_int_equal(store_api_key_auth(fx.s, r, &got), STORE_OK);
+    assert_int_equal(got.role, ROLE_ADMIN);
+    assert_int_equal(store_user_set_active(fx.s, alice, 0), STORE_OK);
+    assert_int_equal(store_api_key_auth(fx.s, k, &got), STORE_OK);
+    assert_false(got.active);
+    assert_int_equal(store_api_key_revoke(fx.s, alice, k, 200), STORE_OK);
+    assert_int_equal(store_api_key_auth(fx.s, k, &got), STORE_OK);
+    assert_int_equal(got.key.revoked_at, 200);
+    assert_int_equal(store_api_key_auth(fx.s, "key_nosuch", &got), STORE_NOT_FOUND);
+    /* A key whose owner row is gone is the database's fault, not a 401. */
+    assert_int_equal(sqlite3_exec(store_db(fx.s), "PRAGMA foreign_keys = OFF; DELETE FROM users WHERE role = 'admin';"
+                                  "PRAGMA foreign_keys = ON;", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(store_api_key_auth(fx.s, r, &got), STORE_ERROR);
+}
+
 /* ---------------------------------------------------------------- GPU types */
 
 static void test_gpu_type_list_is_the_catalog_by_code(void **state)
@@ -648,6 +677,7 @@ int main(void)
         fx_test(test_api_key_round_trips_with_its_hash),
         fx_test(test_api_key_list_pages_by_creation_and_shows_revoked_keys),
         fx_test(test_api_key_revoke_is_for_the_owner_and_keeps_the_first_time),
+        fx_test(test_api_key_auth_reads_the_owner_s_role_and_standing),
         fx_test(test_gpu_type_list_is_the_catalog_by_code),
         fx_test(test_gpu_type_put_creates_then_replaces_its_description),
         fx_test(test_gpu_type_get_counts_cards_and_row_does_not),
