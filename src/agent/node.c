@@ -151,15 +151,14 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
                           "runtime", a->conf->runtime, "vendor", f->vendor, "stack", f->stack, "driver_version",
                           f->driver_version, "stack_version", f->stack_version, "cards", cards);
     pthread_mutex_unlock(&a->inv.lock);
-    size_t count = 0;
     pthread_mutex_lock(&n->lock);
-    for (size_t i = 0; i < n->n_wl; i++)
-        count += !n->wl[i]->removing;
     int64_t exits = n->workload_exits;
     pthread_mutex_unlock(&n->lock);
-    json_object_set_new(o, "workloads", json_integer((json_int_t)count));
     /* The heartbeat carries it so that the control plane lists this node's
-     * workloads as soon as one ends, rather than at its next sweep. */
+     * workloads as soon as one ends, rather than at its next sweep. The
+     * workloads themselves are not counted here: a count would move with
+     * every placement and removal, and the control plane reads a reply
+     * that repeats the last one byte for byte without parsing it. */
     json_object_set_new(o, "workload_exits", json_integer((json_int_t)exits));
     /* Set before the API served and never changed after: no lock. */
     json_object_set_new(o, "ssh",

@@ -309,7 +309,7 @@ int store_node_targets_new(struct store *s, struct node_target **out, size_t *n)
     return collect_targets(s, SQL_NODE_TARGETS_NEW, NULL, out, n);
 }
 
-/* A good beat's time and workload count in the node's narrow row. */
+/* A good beat's time and workload exit count in the node's narrow row. */
 static int liveness_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_SEEN);

@@ -55,7 +55,7 @@ static void test_matching_node_is_accepted(void **state)
         assert_int_equal(v.cards[k].idx, (int64_t)k);
         assert_true(v.cards[k].healthy);
     }
-    /* Volatile fields such as the workload count stay out of the canonical
+    /* Volatile fields (an older agent's workload count) stay out of the canonical
      * text, so a busy node does not rewrite its row on every beat. */
     assert_null(strstr(v.canonical, "workloads"));
     assert_non_null(strstr(v.canonical, "\"driver_version\":\"6.8.5\""));

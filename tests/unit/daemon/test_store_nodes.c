@@ -474,7 +474,7 @@ static void test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_
     assert_int_equal(store_node_beat_ok(fx.s, node, 200, facts, 1, "", "drv-1", "stack-1", cards, 8, 3), STORE_OK);
     assert_int_equal(store_node_seen(fx.s, node, 205, 4), STORE_OK);
     assert_int_equal(missed(node, 210, LOST_AFTER), STORE_OK);
-    /* A reply whose bytes changed (the agent's workload count) but whose
+    /* A reply whose bytes changed (an older agent's workload count) but whose
      * recorded facts did not: its digest is noted in the narrow row (0036). */
     char digest[65];
     memset(digest, 'c', 64);
