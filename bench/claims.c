@@ -165,7 +165,7 @@ static int claim_txn(struct store *s, void *vctx)
     struct claim *c = vctx;
     json_decref(c->o.extra);
     memset(&c->o, 0, sizeof c->o);
-    return instance_create(s, &c->in, c->id, &c->o);
+    return instance_create(s, &c->in, c->id, NULL, &c->o);
 }
 
 static void *work(void *arg)

@@ -378,7 +378,7 @@ static int add_replica(struct store *s, struct app *a, struct op_outcome *o)
                                   .env = json_array_size(env) ? env : NULL,
                                   .restart_policy = "on_failure"};
     char id[ID_MAX];
-    int rc = instance_create(s, &req, id, o);
+    int rc = instance_create(s, &req, id, NULL, o);
     if (rc == STORE_OK)
         rc = store_instance_set_app(s, id, a->id);
     json_decref(cmd);

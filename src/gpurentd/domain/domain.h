@@ -34,6 +34,7 @@
 #include "gpurent/ids.h"
 #include "gpurent/json_body.h"
 #include "gpurent/log.h"
+#include "domain/ledger.h"
 
 struct store;
 struct user;
@@ -264,8 +265,17 @@ int op_refuse(struct op_outcome *o, enum api_error e, const char *field, json_t 
 /* Checks the owner's quota and claims cards for the instance (best fit),
  * in the caller's transaction. */
 int instance_place(struct store *s, const struct instance *in, struct op_outcome *o);
-/* Runs in a store transaction: creates the instance and claims its cards. */
-int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct op_outcome *o);
+/* The owner's funds as a create's minimum-run check read them, so that its
+ * reply need not read them again; known is 0 for a create inside a
+ * reservation, which checks none. */
+struct funds_seen {
+    int known;
+    struct funds f;
+};
+/* Runs in a store transaction: creates the instance and claims its cards.
+ * seen may be NULL. */
+int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct funds_seen *seen,
+                    struct op_outcome *o);
 /* start, stop and terminate; each runs in a store transaction. */
 int instance_start(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
 /* What a start resets of a job (instances.c): restarts, exit status and the
@@ -275,8 +285,9 @@ int instance_stop(struct store *s, const char *user_id, const char *id, struct o
 int instance_terminate(struct store *s, const char *user_id, const char *id, struct op_outcome *o);
 /* The instance as the API shows it (new reference), or NULL. Each rank of
  * a running instance carries its connect details ("ssh"), null where its
- * node reports no SSH server. */
-json_t *instance_json(struct store *s, const struct instance *in);
+ * node reports no SSH server. Its low_balance uses the owner's funds in
+ * seen when known (a create's reply), or reads them. */
+json_t *instance_json(struct store *s, const struct instance *in, const struct funds_seen *seen);
 /* The host users connect to on a node: its public_host, or when that is ""
  * the host of its agent URL, into out (n bytes). */
 void node_connect_host(const char *public_host, const char *agent_url, char *out, size_t n);
@@ -411,9 +422,10 @@ int storage_book_due(struct store *s, struct storage_book *book, const struct st
  * 0 when none is set. Negative store_rc on failure. */
 int64_t storage_book_price_at(struct store *s, struct storage_book *book, const char *region, int64_t t);
 /* In a transaction: refuses (REFUSED, 402 insufficient_funds) unless the
- * user's funds cover a minimum run of `cards` more cards of gpu_model. */
+ * user's funds cover a minimum run of `cards` more cards of gpu_model.
+ * seen, when not NULL, gets the funds the check read. */
 int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
-                            struct op_outcome *o);
+                            struct funds *seen, struct op_outcome *o);
 
 /* volumes.c */
 struct volume;

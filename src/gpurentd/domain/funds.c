@@ -147,7 +147,7 @@ int64_t storage_book_price_at(struct store *s, struct storage_book *book, const 
 }
 
 int funds_check_minimum_run(struct store *s, const char *user_id, const char *gpu_model, int64_t cards, int64_t at,
-                            struct op_outcome *o)
+                            struct funds *seen, struct op_outcome *o)
 {
     int64_t price = ledger_price_at(s, gpu_model, at);
     if (price < 0) {
@@ -181,6 +181,8 @@ int funds_check_minimum_run(struct store *s, const char *user_id, const char *gp
     rc = ledger_funds_now(s, user_id, at, &f);
     if (rc != STORE_OK)
         return rc;
+    if (seen)
+        *seen = f;
     if (f.available >= need)
         return STORE_OK;
     char need_s[MONEY_FMT_LEN], have_s[MONEY_FMT_LEN], owed_s[MONEY_FMT_LEN];

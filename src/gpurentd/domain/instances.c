@@ -146,8 +146,13 @@ static int ssh_key_ids_check(struct store *s, const char *user_id, json_t *ids, 
     return *ids_json ? STORE_OK : STORE_ERROR;
 }
 
-int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct op_outcome *o)
+int instance_create(struct store *s, const struct instance_create *req, char id_out[ID_MAX], struct funds_seen *seen,
+                    struct op_outcome *o)
 {
+    struct funds_seen unused;
+    if (!seen)
+        seen = &unused;
+    seen->known = 0;
     struct gpu_type t;
     struct volume v;
     int rc = store_gpu_type_row(s, req->gpu_type, &t);
@@ -206,7 +211,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     }
     /* A reservation's hours are paid: no minimum run to fund. */
     if ((!req->reservation_id &&
-         (rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o)) != STORE_OK) ||
+         (rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, &seen->f, o)) != STORE_OK) ||
         (rc = store_instance_insert(s, &in)) != STORE_OK ||
         (req->reservation_id && (rc = store_instance_set_reservation(s, in.id, req->reservation_id)) != STORE_OK) ||
         (ids && (rc = store_instance_set_ssh_key_ids(s, in.id, ids)) != STORE_OK) ||
@@ -227,6 +232,7 @@ int instance_create(struct store *s, const struct instance_create *req, char id_
     }
     free(ids);
     free(ports);
+    seen->known = !req->reservation_id;
     memcpy(id_out, in.id, ID_MAX);
     return STORE_OK;
 }
@@ -268,7 +274,7 @@ int instance_start(struct store *s, const char *user_id, const char *id, struct 
     if (reservation[0])
         rc = reservation_admit(s, user_id, reservation, in.gpu_model, in.card_count, in.id, now, o);
     else
-        rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, o);
+        rc = funds_check_minimum_run(s, in.user_id, in.gpu_model, in.card_count, now, NULL, o);
     if (rc != STORE_OK || (rc = store_instance_release(s, in.id)) != STORE_OK ||
         (rc = instance_place(s, &in, o)) != STORE_OK ||
         (rc = store_instance_ssh_snapshot(s, in.id)) != STORE_OK || (rc = instance_gang_prepare(s, &in, 0, o)) != STORE_OK ||
@@ -446,7 +452,7 @@ static json_t *rank_published_json(const struct instance_node *p)
     return out;
 }
 
-json_t *instance_json(struct store *s, const struct instance *in)
+json_t *instance_json(struct store *s, const struct instance *in, const struct funds_seen *seen)
 {
     /* Each rank carries its node's host key now: kept off the stack. */
     static _Thread_local struct instance_node nodes[PLACEMENT_MAX_NODES];
@@ -474,9 +480,8 @@ json_t *instance_json(struct store *s, const struct instance *in)
         json_array_append_new(arr, rank);
     }
     /* The owner's low-balance warning shows on each instance it concerns. */
-    int64_t runway;
     int low = 0;
-    if (ledger_runway(s, in->user_id, clock_now(), NULL, NULL, &runway, &low) != STORE_OK)
+    if (ledger_low_balance(s, in->user_id, clock_now(), seen && seen->known ? &seen->f : NULL, &low) != STORE_OK)
         low = 0;
     json_t *j =
         json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", in->id, "name",

@@ -113,27 +113,53 @@ int ledger_funds_now(struct store *s, const char *user_id, int64_t at, struct fu
     return STORE_OK;
 }
 
+/* What the user's running cards and live volumes cost an hour at `at`. */
+static int burn_rate(struct store *s, const char *user_id, int64_t at, int64_t *rate)
+{
+    int64_t cards = store_user_burn_rate(s, user_id, at), storage;
+    if (cards < 0)
+        return (int)cards;
+    int rc = ledger_storage_burn(s, user_id, at, &storage);
+    if (rc != STORE_OK)
+        return rc;
+    return money_add(cards, storage, rate) == MONEY_OK ? STORE_OK : STORE_ERROR;
+}
+
+/* Minutes that `available` lasts at `rate` an hour (-1: nothing burns), and
+ * whether that is under low_balance_minutes. */
+static void runway_of(int64_t available, int64_t rate, int64_t *minutes, int *low)
+{
+    *minutes = rate > 0 ? (int64_t)((__int128)available * 60 / rate) : -1;
+    *low = rate > 0 && *minutes < daemon_config->low_balance_minutes;
+}
+
 int ledger_runway(struct store *s, const char *user_id, int64_t at, struct funds *f, int64_t *burn,
                   int64_t *runway_minutes, int *low)
 {
     struct funds mine;
     if (!f)
         f = &mine;
-    int64_t rate = store_user_burn_rate(s, user_id, at), storage;
-    if (rate < 0)
-        return (int)rate;
-    int rc = ledger_storage_burn(s, user_id, at, &storage);
-    if (rc != STORE_OK)
-        return rc;
-    if (money_add(rate, storage, &rate) != MONEY_OK)
-        return STORE_ERROR;
-    rc = ledger_funds_now(s, user_id, at, f);
-    if (rc != STORE_OK)
+    int64_t rate;
+    int rc = burn_rate(s, user_id, at, &rate);
+    if (rc != STORE_OK || (rc = ledger_funds_now(s, user_id, at, f)) != STORE_OK)
         return rc;
     if (burn)
         *burn = rate;
-    *runway_minutes = rate > 0 ? (int64_t)((__int128)f->available * 60 / rate) : -1;
-    *low = rate > 0 && *runway_minutes < daemon_config->low_balance_minutes;
+    runway_of(f->available, rate, runway_minutes, low);
+    return STORE_OK;
+}
+
+int ledger_low_balance(struct store *s, const char *user_id, int64_t at, const struct funds *known, int *low)
+{
+    *low = 0;
+    int64_t rate, minutes;
+    struct funds f;
+    int rc = burn_rate(s, user_id, at, &rate);
+    if (rc != STORE_OK || rate == 0)
+        return rc;
+    if (!known && (rc = ledger_funds_now(s, user_id, at, &f)) != STORE_OK)
+        return rc;
+    runway_of(known ? known->available : f.available, rate, &minutes, low);
     return STORE_OK;
 }
 

@@ -39,6 +39,10 @@ int ledger_funds_now(struct store *s, const char *user_id, int64_t at, struct fu
  * low_balance_minutes. f and burn (micro per hour) may be NULL. */
 int ledger_runway(struct store *s, const char *user_id, int64_t at, struct funds *f, int64_t *burn,
                   int64_t *runway_minutes, int *low);
+/* ledger_runway's *low alone, with the funds already read at `at` when
+ * known is not NULL; nothing burning is never low, and then no funds are
+ * read at all. */
+int ledger_low_balance(struct store *s, const char *user_id, int64_t at, const struct funds *known, int *low);
 
 /* ledger_grant and ledger_topup refuse with this (nothing written; the
  * caller's transaction rolls back) when the money would take what the user

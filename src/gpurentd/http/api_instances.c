@@ -43,6 +43,7 @@ struct create_ctx {
     struct op_outcome o;            /* refusal, if any */
     char id[ID_MAX];                /* the new instance */
     struct instance created;        /* as it was committed */
+    struct funds_seen funds;        /* the owner's, as its funds check read them */
     char *body;                     /* the answer (malloc'd), or NULL: to render from created */
     int replayed;                   /* 0, or the status of a twin's stored answer in body */
 };
@@ -80,7 +81,7 @@ static int create_txn(struct store *s, void *vctx)
     int rc;
     if (twin_answered(s, ctx, &rc))
         return rc;
-    rc = instance_create(s, &ctx->in, ctx->id, &ctx->o);
+    rc = instance_create(s, &ctx->in, ctx->id, &ctx->funds, &ctx->o);
     if (rc != STORE_OK)
         return rc;
     if ((rc = store_instance_get(s, NULL, ctx->id, &ctx->created)) != STORE_OK)
@@ -90,7 +91,7 @@ static int create_txn(struct store *s, void *vctx)
      * same key; otherwise after the commit (render_created). */
     if (!ctx->idem->key[0])
         return STORE_OK;
-    json_t *j = instance_json(s, &ctx->created);
+    json_t *j = instance_json(s, &ctx->created, &ctx->funds);
     ctx->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!ctx->body)
@@ -99,13 +100,15 @@ static int create_txn(struct store *s, void *vctx)
 }
 
 /* The reply of a create without an Idempotency-Key: the instance as its
- * transaction left it, with what the reply adds (the owner's runway, keys,
- * ports) read in one snapshot after the commit. NULL on failure. */
-static char *render_created(struct store *s, const struct instance *in)
+ * transaction left it, with what the reply adds (keys, ports, the owner's
+ * burn for its runway) read in one snapshot after the commit; the funds
+ * against that burn are those the transaction's check read. NULL on
+ * failure. */
+static char *render_created(struct store *s, const struct instance *in, const struct funds_seen *funds)
 {
     if (store_read_begin(s) != STORE_OK)
         return NULL;
-    json_t *j = instance_json(s, in);
+    json_t *j = instance_json(s, in, funds);
     store_read_end(s);
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -152,7 +155,7 @@ static void create_reply(struct http_request *req, void *vjob, int connected)
     } else if (job->rc == STORE_OK) {
         struct store *s = store_thread();
         if (!ctx->body && s)
-            ctx->body = render_created(s, &ctx->created);
+            ctx->body = render_created(s, &ctx->created, &ctx->funds);
         char location[64];
         snprintf(location, sizeof location, "/v1/instances/%s", ctx->id);
         http_add_header(req, "Location", location);
@@ -346,7 +349,7 @@ void api_instances_list(struct http_request *req)
     size_t shown = page_shown(&pg, n);
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++) {
-        json_t *j = instance_json(s, &list[i]);
+        json_t *j = instance_json(s, &list[i], NULL);
         if (j)
             json_array_append_new(data, j);
     }
@@ -441,7 +444,7 @@ void api_instances_get(struct http_request *req)
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    json_t *j = load_own(req, s, &in) == STORE_OK ? instance_json(s, &in) : NULL;
+    json_t *j = load_own(req, s, &in) == STORE_OK ? instance_json(s, &in, NULL) : NULL;
     store_read_end(s);
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -537,7 +540,7 @@ static void change_reply(struct http_request *req, void *vjob, int connected)
         return;
     }
     if (rc == STORE_OK) {
-        json_t *j = instance_json(s, &in);
+        json_t *j = instance_json(s, &in, NULL);
         if (j)
             http_reply_json(req, 200, j);
         else

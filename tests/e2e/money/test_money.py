@@ -422,6 +422,29 @@ def test_unbilled_usage_counts_against_a_new_start(money_cluster):
     c.wait_state(u, iid, "stopped")
 
 
+def test_a_create_s_reply_warns_of_a_low_balance_as_its_funds_check_saw_it(money_cluster):
+    """A create's reply takes its low_balance from the funds its own check
+    read (unbilled usage included) against the owner's burn: nothing
+    running is never low; 2.00 left at 9.60 an hour is."""
+    c = money_cluster
+    u = c.signup()
+    t0 = c.d.now()
+    r = c.create(u, "MI450", 8)
+    assert r.status_code == 201, r.text
+    assert r.json()["low_balance"] is False  # nothing burns yet
+    first = r.json()["id"]
+    c.wait_state(u, first, "running")
+    c.d.set_clock(t0 + 3000)
+    b = c.balance(u)
+    assert (b["available"], b["raw"]["low_balance"]) == (2 * MICRO, True)
+    # 1.80 covers ten minutes of 1 + 8 cards: created, and warned.
+    r = c.create(u, "MI450", 1)
+    assert r.status_code == 201, r.text
+    assert r.json()["low_balance"] is True
+    assert c.instance(u, r.json()["id"])["low_balance"] is True
+    assert c.instance(u, first)["low_balance"] is True
+
+
 def test_background_passes_post_within_minutes_and_stop_at_the_exact_second(new_cluster):
     c = new_cluster(nodes={"MI450": 2}, options={"billing_interval_ms": "100"})
     u = c.signup()
