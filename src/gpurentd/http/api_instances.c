@@ -410,17 +410,7 @@ static void replies_key_init(void)
 static struct instance_reply *reply_slot(const char *id)
 {
     pthread_once(&replies_once, replies_key_init);
-    struct instance_reply *r = pthread_getspecific(replies_key);
-    if (!r) {
-        if (!(r = calloc(REPLY_SLOTS, sizeof *r)) || pthread_setspecific(replies_key, r) != 0) {
-            free(r);
-            return NULL;
-        }
-    }
-    uint32_t h = 2166136261u;
-    for (const char *p = id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    return &r[h % REPLY_SLOTS];
+    return thread_slot(replies_key, REPLY_SLOTS, sizeof(struct instance_reply), id);
 }
 
 void api_instances_get(struct http_request *req)

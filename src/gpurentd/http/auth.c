@@ -98,17 +98,9 @@ static void key_cache_init(void)
 static int key_lookup(struct store *s, const char *key_id, const struct key_auth **out)
 {
     pthread_once(&key_cache_once, key_cache_init);
-    struct cached_key *cache = pthread_getspecific(key_cache_key);
-    if (!cache) {
-        if (!(cache = calloc(KEY_CACHE_SLOTS, sizeof *cache)) || pthread_setspecific(key_cache_key, cache) != 0) {
-            free(cache);
-            return STORE_ERROR;
-        }
-    }
-    uint32_t h = 2166136261u;
-    for (const char *p = key_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    struct cached_key *c = &cache[h % KEY_CACHE_SLOTS];
+    struct cached_key *c = thread_slot(key_cache_key, KEY_CACHE_SLOTS, sizeof *c, key_id);
+    if (!c)
+        return STORE_ERROR;
     int64_t mono = clock_mono_ms();
     uint64_t gen = store_auth_generation();
     *out = &c->row;

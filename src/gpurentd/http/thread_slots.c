@@ -1,0 +1,21 @@
+/* thread_slots.c: the per-thread, direct-mapped caches of the HTTP threads
+ * (API keys in auth.c, instance replies in api_instances.c). Each thread
+ * has its own array, so serving from one takes no lock. */
+#include "http/api.h"
+
+#include <stdlib.h>
+
+void *thread_slot(pthread_key_t key, size_t n, size_t size, const char *id)
+{
+    unsigned char *slots = pthread_getspecific(key);
+    if (!slots) {
+        if (!(slots = calloc(n, size)) || pthread_setspecific(key, slots) != 0) {
+            free(slots);
+            return NULL;
+        }
+    }
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *p = id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return slots + (size_t)(h % n) * size;
+}
