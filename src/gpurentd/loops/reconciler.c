@@ -170,7 +170,7 @@ static int spec_inputs_get(struct store *s, const struct instance *in, struct sp
         return -1;
     }
     struct volume v;
-    if (store_volume_get(s, NULL, in->volume_id, &v) != STORE_OK)
+    if (store_volume_mount(s, in->volume_id, &v) != STORE_OK)
         return -1;
     snprintf(out->source, sizeof out->source, "%s", v.source);
     out->size_gb = v.size_gb;

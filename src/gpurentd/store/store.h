@@ -377,6 +377,10 @@ struct volume {
 int store_volume_insert(struct store *s, const struct volume *v);
 /* A live volume of user_id (NULL: of anyone) by id. */
 int store_volume_get(struct store *s, const char *user_id, const char *id, struct volume *out);
+/* Of a live volume by id, only what agents mount (source and size_gb), the
+ * rest of out zeroed: cheaper than store_volume_get, which counts the
+ * instances using it. */
+int store_volume_mount(struct store *s, const char *id, struct volume *out);
 /* The id of user_id's live volume called name. */
 int store_volume_id_by_name(struct store *s, const char *user_id, const char *name, char id_out[ID_MAX]);
 int store_volume_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,

@@ -2,6 +2,7 @@
 #include "store/store_sql.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* Instances that still need the volume (everything but the ended ones), and
  * those holding cards. Both counts read the index of live instances by
@@ -22,6 +23,9 @@ static const char SQL_VOLUME_GET[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
  * volume up on the writer, and needs neither use count. */
 static const char SQL_VOLUME_ID_BY_NAME[] =
     "SELECT id FROM volumes WHERE user_id = ? AND name = ? AND deleted_at IS NULL";
+/* What agents mount: every workload a provisioning puts reads it, and
+ * needs neither use count. */
+static const char SQL_VOLUME_MOUNT[] = "SELECT source, size_gb FROM volumes WHERE id = ? AND deleted_at IS NULL";
 static const char SQL_VOLUME_LIST[] = "SELECT " VOLUME_COLUMNS " FROM volumes v"
                                       " WHERE v.user_id = ? AND v.deleted_at IS NULL AND (v.created_at, v.id) > (?, ?)"
                                       " ORDER BY v.created_at, v.id LIMIT ?";
@@ -74,6 +78,23 @@ int store_volume_get(struct store *s, const char *user_id, const char *id, struc
         sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
     return get_one(s, st, out, "get volume");
+}
+
+static void read_mount(sqlite3_stmt *st, void *row)
+{
+    struct volume *v = row;
+    store_column_text(v->source, sizeof v->source, st, 0);
+    v->size_gb = sqlite3_column_int64(st, 1);
+}
+
+int store_volume_mount(struct store *s, const char *id, struct volume *out)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = store_stmt(s, SQL_VOLUME_MOUNT);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    return store_read_one(s, st, out, read_mount, "get volume mount");
 }
 
 int store_volume_id_by_name(struct store *s, const char *user_id, const char *name, char id_out[ID_MAX])

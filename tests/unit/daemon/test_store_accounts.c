@@ -502,6 +502,16 @@ static void test_volume_get_is_the_owner_s_or_anyone_s(void **state)
     assert_int_equal(store_volume_id_by_name(fx.s, alice, "data", id), STORE_OK);
     assert_string_equal(id, a);
     assert_int_equal(store_volume_id_by_name(fx.s, bob, "data", id), STORE_NOT_FOUND);
+    /* What agents mount, alone; a deleted volume has none. */
+    char want[600];
+    snprintf(want, sizeof want, "nfs://store/%s", a);
+    assert_int_equal(store_volume_mount(fx.s, a, &v), STORE_OK);
+    assert_string_equal(v.source, want);
+    assert_int_equal(v.size_gb, 50);
+    assert_string_equal(v.name, "");
+    assert_int_equal(store_volume_mount(fx.s, "vol_nosuch", &v), STORE_NOT_FOUND);
+    assert_int_equal(store_volume_delete(fx.s, alice, a, 200), STORE_OK);
+    assert_int_equal(store_volume_mount(fx.s, a, &v), STORE_NOT_FOUND);
 }
 
 static void test_volume_list_pages_by_creation(void **state)
