@@ -482,6 +482,8 @@ struct agent_node {
     size_t n_wl, cap_wl;          /* used and allocated entries of wl */
     int64_t workload_exits;       /* node lock: workloads that reached exited or failed since the process
                                      started (facts' workload_exits) */
+    pthread_cond_t phase_moved;   /* node lock: broadcast when a workload's phase changes, for a PUT that
+                                     waits for its workload to run (Gpurent-Wait-Ms); CLOCK_MONOTONIC */
     int ssh_port;                 /* the SSH port bound for it, 0 when none; set before the API serves */
     char ssh_host_key[128];       /* "ssh-ed25519 <base64>", its public host key; the same */
     char ssh_fingerprint[96];     /* "SHA256:..." of it; the same */

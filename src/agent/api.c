@@ -10,7 +10,9 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static struct agent *app(struct http_request *req)
 {
@@ -305,6 +307,46 @@ static int check_against_node(struct http_request *req, struct wl_spec *spec)
     return 0;
 }
 
+/* The longest a PUT may be held for its workload to start (AGENT_PROTOCOL.md,
+ * Gpurent-Wait-Ms). */
+#define PUT_WAIT_MAX_MS 1000
+
+/* What a PUT answers when its caller would rather wait than poll: the
+ * workload as it is once it runs, ends or is being deleted, or as it is
+ * when wait_ms have passed, whichever comes first. The driver's set_phase
+ * wakes the wait; the workload is looked up again by id under the node's
+ * lock at each look, so one deleted and freed meanwhile is never touched.
+ * Takes reply (the answer so far). */
+static json_t *reply_after_wait(struct agent *a, struct agent_node *n, const char *id, int64_t wait_ms, json_t *reply)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += wait_ms / 1000;
+    until.tv_nsec += (wait_ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    int over = 0; /* the wait is over */
+    pthread_mutex_lock(&n->lock);
+    for (;;) {
+        struct workload *w = agent_node_workload(n, id);
+        if (!w || w->removing)
+            break;
+        if (over || w->phase >= WL_RUNNING) {
+            json_t *now = workload_json_ended(a, n, w);
+            if (now) {
+                json_decref(reply);
+                reply = now;
+            }
+            break;
+        }
+        over = pthread_cond_timedwait(&n->phase_moved, &n->lock, &until) != 0;
+    }
+    pthread_mutex_unlock(&n->lock);
+    return reply;
+}
+
 static void api_workload_put(struct http_request *req)
 {
     struct agent *a = app(req);
@@ -384,6 +426,13 @@ static void api_workload_put(struct http_request *req)
     }
     pthread_mutex_unlock(&n->lock);
     spec_free(&spec);
+    const char *wait = http_header(req, "Gpurent-Wait-Ms");
+    if (status == 201 && wait) {
+        char *end;
+        long long ms = strtoll(wait, &end, 10);
+        if (end != wait && *end == '\0' && ms > 0)
+            reply = reply_after_wait(a, n, id, ms < PUT_WAIT_MAX_MS ? ms : PUT_WAIT_MAX_MS, reply);
+    }
     if (status == 201)
         http_add_header(req, "Location", req->path); /* PUT made it here */
     if (status)

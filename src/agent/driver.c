@@ -199,6 +199,7 @@ static int set_phase(struct agent *a, struct workload *w, enum wl_phase p, const
     w->updated_at = clock_now();
     record_save(dir, w);
     int removing = w->removing;
+    pthread_cond_broadcast(&n->phase_moved);
     pthread_mutex_unlock(&n->lock);
     return removing;
 }

@@ -236,8 +236,14 @@ int agent_nodes_init(struct agent *a, char **names, size_t n)
             goto fail;
         }
     }
-    for (size_t i = 0; i < n; i++)
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    for (size_t i = 0; i < n; i++) {
         pthread_mutex_init(&a->nodes[i].lock, NULL);
+        pthread_cond_init(&a->nodes[i].phase_moved, &monotonic);
+    }
+    pthread_condattr_destroy(&monotonic);
     a->n_nodes = n;
     return 0;
 fail:
@@ -255,6 +261,7 @@ void agent_nodes_free(struct agent *a)
         free(n->wl);
         memset(n->secret, 0, sizeof n->secret);
         pthread_mutex_destroy(&n->lock);
+        pthread_cond_destroy(&n->phase_moved);
     }
     free(a->nodes);
     a->nodes = NULL;

@@ -92,6 +92,10 @@ struct agent_call *agent_call_new(const char *base_url, const char *secret, cons
     c->headers = curl_slist_append(c->headers, line);
     c->headers = curl_slist_append(c->headers, "Content-Type: application/json");
     c->headers = curl_slist_append(c->headers, "Expect:"); /* no 100-continue round trip */
+    if (strcmp(method, "PUT") == 0) {
+        snprintf(line, sizeof line, "Gpurent-Wait-Ms: %d", AGENT_PUT_WAIT_MS);
+        c->headers = curl_slist_append(c->headers, line);
+    }
     if (!c->headers)
         goto fail;
 

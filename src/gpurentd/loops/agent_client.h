@@ -11,6 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* How long a PUT of a workload asks its agent to hold the answer until the
+ * workload runs (the Gpurent-Wait-Ms header, AGENT_PROTOCOL.md). A start as
+ * quick as that is seen running in the pass that put it, with no re-poll;
+ * a pull of minutes answers "pulling" after it and is polled as before. */
+#define AGENT_PUT_WAIT_MS 50
+
 struct agent_client_opts {
     long connect_timeout_ms;   /* TCP (and TLS) connect */
     long total_timeout_ms;     /* whole call */

@@ -23,10 +23,13 @@
  * crash or restart the next pass (always a sweep) converges from the
  * database and the agents alone.
  *
- * While instances provision, passes come quickly (QUICK_MS after progress,
- * doubling while nothing moves, up to reconcile_interval_ms), so an agent
- * that finishes in milliseconds is seen in milliseconds and one that pulls
- * for minutes is not polled in a busy loop. A pass writes every change it
+ * A PUT asks its agent to hold the answer until the workload runs, for at
+ * most AGENT_PUT_WAIT_MS, so a start that quick is seen running in the pass
+ * that put it. While instances provision, passes come quickly (QUICK_MS
+ * after progress, doubling while nothing moves, up to
+ * reconcile_interval_ms), so an agent that finishes in milliseconds is seen
+ * in milliseconds and one that pulls for minutes is not polled in a busy
+ * loop. A pass writes every change it
  * decided in one transaction (one commit, one fsync), and running
  * instances with nothing to do cost no transaction at all. */
 #include "domain/apps.h"
@@ -826,6 +829,21 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
             return rc;
         }
     }
+    /* Accepted: provisioning, even when the same answers already say the
+     * workloads run or failed (a PUT that waited for its workload,
+     * AGENT_PUT_WAIT_MS), so that every attempt shows in the events as one
+     * seen over two passes does. */
+    if (any_put && strcmp(w->in.state, "pending") == 0) {
+        const char *why = "the agents accepted the workload";
+        int rc = store_instance_set_state(s, w->in.id, "provisioning", "pulling", why, ctx->now);
+        if (rc != STORE_OK) {
+            free(exit_last);
+            return rc;
+        }
+        snprintf(w->in.state, sizeof w->in.state, "provisioning");
+        snprintf(w->in.state_reason, sizeof w->in.state_reason, "%s", why);
+        w->in.state_since = ctx->now;
+    }
     if (!failure[0] && ctx->now - w->in.state_since > daemon_config->provision_timeout_s &&
         strcmp(w->in.state, "provisioning") == 0)
         snprintf(failure, sizeof failure, "provisioning took longer than %llds",
@@ -870,9 +888,8 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
         return store_instance_set_state(s, w->in.id, "running", "", "every node is running", ctx->now);
     }
     if (any_put)
-        return store_instance_set_state(
-            s, w->in.id, "provisioning", slowest_phase[0] ? slowest_phase : "pulling",
-            strcmp(w->in.state, "pending") == 0 ? "the agents accepted the workload" : w->in.state_reason, ctx->now);
+        return store_instance_set_state(s, w->in.id, "provisioning", slowest_phase[0] ? slowest_phase : "pulling",
+                                        w->in.state_reason, ctx->now);
     return STORE_OK;
 }
 

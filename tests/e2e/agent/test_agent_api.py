@@ -276,6 +276,25 @@ def test_facts_do_not_move_with_placements(new_agent):
 
 # ---------------------------------------------------------------- workloads
 
+def test_put_may_wait_for_the_workload_to_run(new_agent):
+    # The sim's phases take 60 ms each here: within a second the workload
+    # runs, and the answer to the PUT says so.
+    a = new_agent()
+    r = a.put("/v1/workloads/wl_wait", json={"image": "busybox", "gpus": [0]}, headers={"Gpurent-Wait-Ms": "1000"})
+    assert r.status_code == 201, r.text
+    assert r.json()["phase"] == "running", r.json()
+    assert r.headers["Location"].endswith("/v1/workloads/wl_wait")
+    # A pull longer than the wait answers as it is when the wait ends.
+    b = new_agent(options={"sim_pull_ms": "60000"})
+    r = b.put("/v1/workloads/wl_slow", json={"image": "busybox", "gpus": [0]}, headers={"Gpurent-Wait-Ms": "100"})
+    assert (r.status_code, r.json()["phase"]) == (201, "pulling"), r.text
+    # Without the header, or with one that is not a number of milliseconds,
+    # the answer does not wait.
+    for i, value in enumerate([None, "soon", "-5", "1e3", ""]):
+        headers = {"Gpurent-Wait-Ms": value} if value is not None else {}
+        r = a.put(f"/v1/workloads/wl_now_{i}", json={"image": "busybox", "gpus": [i + 1]}, headers=headers)
+        assert (r.status_code, r.json()["phase"]) == (201, "pulling"), (value, r.text)
+
 def test_put_is_idempotent(agent):
     wid = wl_id()
     spec = {**SPEC, "gpus": free_gpus(agent, 2)}

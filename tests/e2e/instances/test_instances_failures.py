@@ -317,7 +317,9 @@ def test_stop_and_terminate_while_provisioning(cloud):
     x = cloud.create(u, card_count=8)
     y = cloud.create(u, card_count=8)
     wait(lambda: all(len(cloud.workloads(n)) == 1 for n in ("n-01", "n-02")), what="both pulling")
-    assert cloud.get(u, x["id"])["state"] == "provisioning"
+    # The agents hold a PUT's answer a moment in case the workload starts
+    # at once (Gpurent-Wait-Ms); the state follows the answer.
+    wait(lambda: cloud.get(u, x["id"])["state"] == "provisioning", what="x provisioning")
     cloud.action(u, x["id"], "stop")
     cloud.action(u, y["id"], "terminate")
     cloud.wait_state(u, x["id"], "stopped")

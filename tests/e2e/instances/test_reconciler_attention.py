@@ -104,8 +104,8 @@ def connections_opened(c):
 
 
 def test_the_reconcilers_calls_to_an_agent_reuse_its_connection(new_cluster):
-    """A create's PUT and GETs, and the next creates' on the same node, go
-    over one kept-alive connection (the reconciler's agent_multi), not one each; an agent that
+    """A create's PUT (and GETs, when its answer did not say running), and
+    the next creates' on the same node, go over one kept-alive connection (the reconciler's agent_multi), not one each; an agent that
     has since closed it (idle past its connection_timeout_s) costs a new
     connection, never a failed call."""
     c = new_cluster(nodes={"MI450": 1}, options=OPTIONS, fleet_options={"connection_timeout_s": "1"})
@@ -116,8 +116,8 @@ def test_the_reconcilers_calls_to_an_agent_reuse_its_connection(new_cluster):
     ids = [c.launch(u, cards=2) for _ in range(3)]
     calls, opened = workload_calls(c), connections_opened(c)
     made = sum(calls[m] - calls0[m] for m in calls)
-    assert made >= 6, (calls0, calls)  # a PUT and at least one GET each
-    assert opened - opened0 <= 2, (made, opened0, opened)
+    assert made >= 3, (calls0, calls)  # a PUT each
+    assert opened - opened0 < made, (made, opened0, opened)
     # Idle past the agent's timeout, the kept connection is closed by the
     # agent; the next calls notice and connect again.
     time.sleep(2.5)
