@@ -835,7 +835,10 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
      * seen over two passes does. */
     if (any_put && strcmp(w->in.state, "pending") == 0) {
         const char *why = "the agents accepted the workload";
-        int rc = store_instance_set_state(s, w->in.id, "provisioning", "pulling", why, ctx->now);
+        /* The slowest node's phase while it provisions, so that the write
+         * below has nothing left to change. */
+        int rc = store_instance_set_state(s, w->in.id, "provisioning", slowest < 3 ? slowest_phase : "pulling", why,
+                                          ctx->now);
         if (rc != STORE_OK) {
             free(exit_last);
             return rc;
