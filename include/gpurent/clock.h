@@ -26,5 +26,9 @@ int64_t clock_wall_ms(void);
 int64_t clock_mono_ms(void);
 /* Monotonic microseconds, for latency histograms. */
 int64_t clock_mono_us(void);
+/* The CLOCK_MONOTONIC instant ms milliseconds from now, for
+ * pthread_cond_timedwait on a condition made with that clock. */
+struct timespec;
+void clock_mono_deadline(int64_t ms, struct timespec *out);
 
 #endif

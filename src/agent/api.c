@@ -320,13 +320,7 @@ static int check_against_node(struct http_request *req, struct wl_spec *spec)
 static json_t *reply_after_wait(struct agent *a, struct agent_node *n, const char *id, int64_t wait_ms, json_t *reply)
 {
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += wait_ms / 1000;
-    until.tv_nsec += (wait_ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    clock_mono_deadline(wait_ms, &until);
     int over = 0; /* the wait is over */
     pthread_mutex_lock(&n->lock);
     for (;;) {

@@ -410,16 +410,10 @@ static void *worker_main(void *arg)
             /* Bounded even with nothing to do, so that a beat means the
              * worker can still take the driver lock. */
             struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
             int64_t wait_ms = w ? w->due_ms - now : IDLE_TICK_MS;
             if (wait_ms > IDLE_TICK_MS)
                 wait_ms = IDLE_TICK_MS;
-            ts.tv_sec += (time_t)(wait_ms / 1000);
-            ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            clock_mono_deadline(wait_ms, &ts);
             pthread_cond_timedwait(&d->cond, &d->lock, &ts);
             continue;
         }

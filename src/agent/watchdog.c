@@ -71,13 +71,7 @@ static void *watchdog_main(void *arg)
         else
             log_error("watchdog: not feeding systemd's watchdog: %s", problem);
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += (time_t)(half_ms / 1000);
-        ts.tv_nsec += (long)(half_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        clock_mono_deadline(half_ms, &ts);
         pthread_mutex_lock(&w->lock);
         while (!w->stop && pthread_cond_timedwait(&w->cond, &w->lock, &ts) != ETIMEDOUT)
             ;

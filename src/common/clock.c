@@ -102,6 +102,17 @@ int64_t clock_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void clock_mono_deadline(int64_t ms, struct timespec *out)
+{
+    clock_gettime(CLOCK_MONOTONIC, out);
+    out->tv_sec += (time_t)(ms / 1000);
+    out->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (out->tv_nsec >= 1000000000L) {
+        out->tv_sec++;
+        out->tv_nsec -= 1000000000L;
+    }
+}
+
 int64_t clock_mono_us(void)
 {
     struct timespec ts;
