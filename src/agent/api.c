@@ -459,6 +459,7 @@ static void api_workload_delete(struct http_request *req)
         } else {
             atomic_store(&w->cancel, 1); /* stop a pull or mount in flight */
             driver_schedule(a->driver, w, 0);
+            pthread_cond_broadcast(&n->phase_moved); /* a PUT waiting for it to run answers now */
             log_info("workload %s on %s: delete accepted", w->id, n->name);
         }
     }

@@ -261,6 +261,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(agent_connect_timeout_ms, 50, 60000, 2000, "milliseconds to connect to an agent"),
     OPT_INT(agent_timeout_ms, 100, 600000, 5000, "milliseconds for a whole call to an agent"),
     OPT_INT(agent_max_response_bytes, 4096, 16777216, 1048576, "largest agent reply accepted"),
+    OPT_INT(agent_put_wait_ms, 0, 1000, 50,
+            "milliseconds an agent may hold a workload PUT's answer until the workload runs; 0: answer at once"),
     OPT_INT(agent_max_parallel, 1, 10000, 256, "agent connections open at once"),
     OPT_STR(agent_ca_file, "", NULL, "CA bundle that https agents' certificates must chain to; empty: system CAs"),
     OPT_INT(default_max_cards, 0, 100000, 64, "cards a user may hold at once unless an admin set a limit"),
@@ -395,6 +397,13 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
     money_parse(conf->max_app_price, &conf->max_app_price_micro);
     if (strcmp(conf->image_policy, "registries") == 0 && !conf->image_registries[0]) {
         snprintf(err, errlen, "image_policy = registries needs image_registries");
+        return -1;
+    }
+    /* The held answer is part of the call: a PUT must not time out for
+     * having been asked to wait. */
+    if (conf->agent_put_wait_ms >= conf->agent_timeout_ms) {
+        snprintf(err, errlen, "agent_put_wait_ms %lld must be under agent_timeout_ms %lld",
+                 (long long)conf->agent_put_wait_ms, (long long)conf->agent_timeout_ms);
         return -1;
     }
     if ((conf->tls_cert[0] != 0) != (conf->tls_key[0] != 0)) {

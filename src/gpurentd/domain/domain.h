@@ -77,6 +77,7 @@ struct daemon_conf {
     int64_t agent_connect_timeout_ms;   /* connecting to an agent */
     int64_t agent_timeout_ms;           /* a whole call to an agent */
     int64_t agent_max_response_bytes;   /* larger agent replies fail the call */
+    int64_t agent_put_wait_ms;          /* Gpurent-Wait-Ms sent with a workload PUT; 0: none */
     int64_t agent_max_parallel;         /* agent connections open at once */
     char agent_ca_file[1024];           /* CA bundle to verify https agents; "" for the system's */
     int64_t default_max_cards;          /* card quota of users without an admin-set one */

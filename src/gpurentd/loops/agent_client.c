@@ -18,6 +18,7 @@ struct agent_client_opts agent_client_opts_from_config(void)
         .total_timeout_ms = cf->agent_timeout_ms,
         .max_response_bytes = (size_t)cf->agent_max_response_bytes,
         .ca_file = cf->agent_ca_file,
+        .put_wait_ms = (long)cf->agent_put_wait_ms,
     };
     return o;
 }
@@ -92,8 +93,8 @@ struct agent_call *agent_call_new(const char *base_url, const char *secret, cons
     c->headers = curl_slist_append(c->headers, line);
     c->headers = curl_slist_append(c->headers, "Content-Type: application/json");
     c->headers = curl_slist_append(c->headers, "Expect:"); /* no 100-continue round trip */
-    if (strcmp(method, "PUT") == 0) {
-        snprintf(line, sizeof line, "Gpurent-Wait-Ms: %d", AGENT_PUT_WAIT_MS);
+    if (strcmp(method, "PUT") == 0 && opts->put_wait_ms > 0) {
+        snprintf(line, sizeof line, "Gpurent-Wait-Ms: %ld", opts->put_wait_ms);
         c->headers = curl_slist_append(c->headers, line);
     }
     if (!c->headers)

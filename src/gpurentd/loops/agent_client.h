@@ -11,17 +11,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* How long a PUT of a workload asks its agent to hold the answer until the
- * workload runs (the Gpurent-Wait-Ms header, AGENT_PROTOCOL.md). A start as
- * quick as that is seen running in the pass that put it, with no re-poll;
- * a pull of minutes answers "pulling" after it and is polled as before. */
-#define AGENT_PUT_WAIT_MS 50
-
 struct agent_client_opts {
     long connect_timeout_ms;   /* TCP (and TLS) connect */
     long total_timeout_ms;     /* whole call */
     size_t max_response_bytes; /* larger replies fail the call */
     const char *ca_file;       /* CA bundle for https agents, or NULL for the system's */
+    /* How long a workload's PUT asks its agent to hold the answer until the
+     * workload runs (Gpurent-Wait-Ms, AGENT_PROTOCOL.md; agent_put_wait_ms).
+     * A start as quick as that is seen running in the pass that put it, with
+     * no re-poll; a pull of minutes answers "pulling" after it and is
+     * polled as before. 0: the header is not sent. */
+    long put_wait_ms;
 };
 
 struct agent_call {

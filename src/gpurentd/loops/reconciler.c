@@ -24,7 +24,7 @@
  * database and the agents alone.
  *
  * A PUT asks its agent to hold the answer until the workload runs, for at
- * most AGENT_PUT_WAIT_MS, so a start that quick is seen running in the pass
+ * most agent_put_wait_ms, so a start that quick is seen running in the pass
  * that put it. While instances provision, passes come quickly (QUICK_MS
  * after progress, doubling while nothing moves, up to
  * reconcile_interval_ms), so an agent that finishes in milliseconds is seen
@@ -831,7 +831,7 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
     }
     /* Accepted: provisioning, even when the same answers already say the
      * workloads run or failed (a PUT that waited for its workload,
-     * AGENT_PUT_WAIT_MS), so that every attempt shows in the events as one
+     * agent_put_wait_ms), so that every attempt shows in the events as one
      * seen over two passes does. */
     if (any_put && strcmp(w->in.state, "pending") == 0) {
         const char *why = "the agents accepted the workload";

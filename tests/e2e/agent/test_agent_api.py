@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 
@@ -294,6 +295,37 @@ def test_put_may_wait_for_the_workload_to_run(new_agent):
         headers = {"Gpurent-Wait-Ms": value} if value is not None else {}
         r = a.put(f"/v1/workloads/wl_now_{i}", json={"image": "busybox", "gpus": [i + 1]}, headers=headers)
         assert (r.status_code, r.json()["phase"]) == (201, "pulling"), (value, r.text)
+
+
+def test_a_delete_ends_a_put_s_wait(new_agent):
+    # The PUT's handler sleeps without the node's lock while it waits, and a
+    # DELETE may take the workload away meanwhile: the PUT still answers the
+    # workload as it was accepted, and the node goes on (under ASan in CI,
+    # a touch of the freed workload would fail here).
+    a = new_agent(options={"sim_pull_ms": "60000"})
+    landed = 0
+    for attempt in range(5):
+        wid = f"wl_held_{attempt}"
+        answers = []
+        put = threading.Thread(target=lambda: answers.append(
+            a.put(f"/v1/workloads/{wid}", json={"image": "busybox", "gpus": [0]},
+                  headers={"Gpurent-Wait-Ms": "1000"})))
+        put.start()
+        poll(lambda: a.get(f"/v1/workloads/{wid}").status_code == 200, 10, f"{wid} accepted")
+        r = a.delete(f"/v1/workloads/{wid}")
+        assert (r.status_code, r.json()["phase"]) == (200, "removed"), r.text
+        landed += put.is_alive()  # the DELETE came while the PUT still waited
+        put.join(30)
+        assert not put.is_alive()
+        assert (answers[0].status_code, answers[0].json()["id"], answers[0].json()["phase"]) == \
+            (201, wid, "pulling"), answers[0].text
+        poll(lambda: a.get(f"/v1/workloads/{wid}").status_code == 404, 10, f"{wid} removed")
+        if landed:
+            break
+    assert landed, "no DELETE came while its PUT waited"
+    # The card is free again and the node takes a new workload on it.
+    r = a.put("/v1/workloads/wl_after", json={"image": "busybox", "gpus": [0]})
+    assert r.status_code == 201, r.text
 
 def test_put_is_idempotent(agent):
     wid = wl_id()

@@ -92,6 +92,32 @@ def test_workload_calls_are_counted_and_a_running_instance_costs_none(new_cluste
     poll(lambda: workload_calls(c)["DELETE"] > running["DELETE"], DEADLINE, "the stopped workload's DELETE")
 
 
+def test_a_workload_that_runs_within_the_put_s_wait_costs_no_get(new_cluster):
+    """A PUT asks the agent to hold its answer until the workload runs
+    (agent_put_wait_ms): a node that starts it within the wait says so in
+    that answer, and the instance runs with no GET at all; the events still
+    show it provisioning first. Asking for no wait, each create is followed
+    with GETs until it runs, as before."""
+    options = {**OPTIONS, "agent_timeout_ms": "5000", "agent_put_wait_ms": "1000"}
+    c = new_cluster(nodes={"MI450": 2}, options=options)
+    u = c.signup()
+    c.topup(u, 100 * 1_000_000)
+    start = workload_calls(c)
+    ids = [c.launch(u, cards=2) for _ in range(4)]
+    running = workload_calls(c)
+    assert (running["PUT"] - start["PUT"], running["GET"] - start["GET"]) == (4, 0), (start, running)
+    for iid in ids:
+        assert [e["state"] for e in c.events(u, iid)] == ["pending", "provisioning", "running"], c.events(u, iid)
+
+    c = new_cluster(nodes={"MI450": 1}, options={**OPTIONS, "agent_put_wait_ms": "0"})
+    u = c.signup()
+    c.topup(u, 100 * 1_000_000)
+    start = workload_calls(c)
+    c.launch(u, cards=2)
+    running = workload_calls(c)
+    assert running["PUT"] - start["PUT"] == 1 and running["GET"] > start["GET"], (start, running)
+
+
 def metric(c, name):
     """The value of an unlabelled counter in /metrics."""
     text = c.d.get("/metrics", key=c.d.admin_key).text

@@ -77,6 +77,15 @@ def test_the_registries_image_policy_needs_registries():
     assert p.returncode == 0 and p.stdout == "configuration OK\n", p.stderr
 
 
+def test_an_agent_put_s_wait_must_fit_in_its_call():
+    p = run_gpurentd("-n", "-o", "agent_timeout_ms=1000", "-o", "agent_put_wait_ms=1000")
+    assert p.returncode != 0 and "agent_put_wait_ms 1000 must be under agent_timeout_ms 1000" in p.stderr, p.stderr
+    p = run_gpurentd("-n", "-o", "agent_put_wait_ms=1001")
+    assert p.returncode != 0 and "agent_put_wait_ms" in p.stderr, p.stderr
+    p = run_gpurentd("-n", "-o", "agent_timeout_ms=1000", "-o", "agent_put_wait_ms=999")
+    assert p.returncode == 0 and p.stdout == "configuration OK\n", p.stderr
+
+
 def test_check_accepts_good_lists(tmp_path):
     conf = tmp_path / "gpurentd.conf"
     conf.write_text("cors_origins = https://console.example.com http://localhost:5173,https://[::1]:8443\n"
