@@ -76,15 +76,21 @@ def workload_calls(c):
     return found
 
 
+def launch_counting_calls(c, n):
+    """A new user launches n 2-card instances, each waited for until it
+    runs: the user, the ids, and the workload calls before and after."""
+    u = c.signup()
+    c.topup(u, 100 * 1_000_000)
+    before = workload_calls(c)
+    ids = [c.launch(u, cards=2) for _ in range(n)]
+    return u, ids, before, workload_calls(c)
+
+
 def test_workload_calls_are_counted_and_a_running_instance_costs_none(new_cluster):
     """Each instance is put once on its node; it is followed with GETs only
     until it runs, then costs no call between sweeps; a stop deletes it."""
     c = new_cluster(nodes={"MI450": 2}, options=OPTIONS)
-    u = c.signup()
-    c.topup(u, 100 * 1_000_000)
-    start = workload_calls(c)
-    ids = [c.launch(u, cards=2) for _ in range(4)]
-    running = workload_calls(c)
+    u, ids, start, running = launch_counting_calls(c, 4)
     assert running["PUT"] - start["PUT"] == 4 and running["DELETE"] == start["DELETE"], (start, running)
     attention_passes_go_by(c, 5)
     assert workload_calls(c) == running
@@ -100,21 +106,13 @@ def test_a_workload_that_runs_within_the_put_s_wait_costs_no_get(new_cluster):
     with GETs until it runs, as before."""
     options = {**OPTIONS, "agent_timeout_ms": "5000", "agent_put_wait_ms": "1000"}
     c = new_cluster(nodes={"MI450": 2}, options=options)
-    u = c.signup()
-    c.topup(u, 100 * 1_000_000)
-    start = workload_calls(c)
-    ids = [c.launch(u, cards=2) for _ in range(4)]
-    running = workload_calls(c)
+    u, ids, start, running = launch_counting_calls(c, 4)
     assert (running["PUT"] - start["PUT"], running["GET"] - start["GET"]) == (4, 0), (start, running)
     for iid in ids:
         assert [e["state"] for e in c.events(u, iid)] == ["pending", "provisioning", "running"], c.events(u, iid)
 
     c = new_cluster(nodes={"MI450": 1}, options={**OPTIONS, "agent_put_wait_ms": "0"})
-    u = c.signup()
-    c.topup(u, 100 * 1_000_000)
-    start = workload_calls(c)
-    c.launch(u, cards=2)
-    running = workload_calls(c)
+    _, _, start, running = launch_counting_calls(c, 1)
     assert running["PUT"] - start["PUT"] == 1 and running["GET"] > start["GET"], (start, running)
 
 
