@@ -1115,14 +1115,18 @@ def _under_load(c):
     clock_lock = threading.Lock()
 
     def instances(rng):
-        """Keeps two or three instances running, replacing one at a time."""
+        """Keeps two or three instances running, replacing one at a time: at
+        least 8 in all, and on until each reader has read once meanwhile
+        (the reports under ASan can take longer than 8 launches)."""
         held = []
         with requests.Session() as s:
             def running(u, iid):
                 r = d.get(f"/v1/instances/{iid}", key=u.key, session=s)
                 return expect(r, 200) and r.json()["state"] == "running"
             try:
-                for _ in range(8):
+                launches = 0
+                while launches < 8 or (min(reads.values()) < 1 and launches < 300):
+                    launches += 1
                     u = rng.choice(payers)
                     with clock_lock:  # provisioning times out on the testing clock: hold it still
                         r = d.post("/v1/instances", key=u.key, session=s,
