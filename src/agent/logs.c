@@ -142,12 +142,16 @@ int wl_log_append(const char *node_dir, const char *id, int64_t max_bytes, int64
     size_t n = format_line(line, t_ms, stream == 'e' ? 'e' : 'o', text, len);
     int rc = -1;
     pthread_mutex_lock(&log_lock);
-    int fd = -1;
-    if (state_mkdirs(dir) < 0) {
-        log_error("workload %s: cannot create %s: %s", id, dir, strerror(errno));
-        goto out;
+    /* A line is appended for every line a container prints: the directory
+     * is made only when opening finds it missing, not checked each time. */
+    int fd = open_current(cur, 1);
+    if (fd < 0 && errno == ENOENT) {
+        if (state_mkdirs(dir) < 0) {
+            log_error("workload %s: cannot create %s: %s", id, dir, strerror(errno));
+            goto out;
+        }
+        fd = open_current(cur, 1);
     }
-    fd = open_current(cur, 1);
     struct stat st;
     if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 48 && (int64_t)(st.st_size + (off_t)n) > max_bytes) {
         /* One old file is kept: an earlier ID.log.1 goes with the rename. */

@@ -216,6 +216,14 @@ static void test_remove_and_bad_cursor(void **state)
     snprintf(path, sizeof path, "%s/logs/wl-d.log", dir);
     assert_int_not_equal(access(path, F_OK), 0);
     wl_log_remove(dir, "wl-d"); /* already gone: fine */
+    /* The directory is made when the first line finds it missing, and
+     * again if it went away since. */
+    char logs[128];
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    assert_int_equal(rmdir(logs), 0);
+    append("wl-d", 4096, 2, 'o', "again");
+    assert_int_equal(access(path, F_OK), 0);
+    wl_log_remove(dir, "wl-d");
 
     const char *bad[] = {"", "-", "1", "1-", "-1", "a-1", "1-2x", "1-2-3", "99999999999999999999999-1"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
