@@ -358,6 +358,10 @@ void api_metrics(struct http_request *req)
             "# TYPE gpurent_heartbeat_replies_total counter\n"
             "gpurent_heartbeat_replies_total{kind=\"judged\"} %lld\n"
             "gpurent_heartbeat_replies_total{kind=\"repeated\"} %lld\n"
+            "# HELP gpurent_heartbeat_agent_connections_total Connections to agents the heartbeat's polls opened;"
+            " the other polls reused one kept from an earlier pass.\n"
+            "# TYPE gpurent_heartbeat_agent_connections_total counter\n"
+            "gpurent_heartbeat_agent_connections_total %lld\n"
             "# HELP gpurent_testing_clock 1 when time comes from a clock file (never in production).\n"
             "# TYPE gpurent_testing_clock gauge\ngpurent_testing_clock %d\n",
             (long long)lc.billing_passes, (double)lc.billing_last_us / 1e6, (double)lc.billing_total_us / 1e6,
@@ -365,7 +369,7 @@ void api_metrics(struct http_request *req)
             (long long)lc.reconcile_instances_read[0], (long long)lc.reconcile_instances_read[1],
             (long long)lc.reconcile_calls[0], (long long)lc.reconcile_calls[1], (long long)lc.reconcile_calls[2],
             (long long)lc.reconcile_connections, (long long)lc.agent_errors, (long long)lc.heartbeat_replies[0],
-            (long long)lc.heartbeat_replies[1], clock_is_testing());
+            (long long)lc.heartbeat_replies[1], (long long)lc.heartbeat_connections, clock_is_testing());
     fclose(f);
     if (ok)
         http_reply_raw(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);

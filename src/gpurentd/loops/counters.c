@@ -2,7 +2,7 @@
  * bump or read: agent calls that failed, billing passes and their time,
  * reconciler passes, the instances they read, the workload calls they
  * made and the connections to agents those opened, and the heartbeat's
- * good replies, judged or repeated. The
+ * good replies, judged or repeated, and the connections its polls opened. The
  * handler that prints them is http/metrics.c. */
 #include "loops/loops.h"
 
@@ -16,6 +16,7 @@ static atomic_llong reconcile_passes[2], reconcile_instances_read[2];
 static atomic_llong reconcile_calls[3];
 static atomic_llong reconcile_connections;
 static atomic_llong heartbeat_replies[2];
+static atomic_llong heartbeat_connections;
 
 void metrics_agent_error(void)
 {
@@ -51,10 +52,16 @@ void metrics_heartbeat_reply(int repeated)
     atomic_fetch_add(&heartbeat_replies[repeated != 0], 1);
 }
 
+void metrics_heartbeat_connections(int64_t opened)
+{
+    atomic_fetch_add(&heartbeat_connections, opened);
+}
+
 void loop_counters(struct loop_counters *out)
 {
     for (int i = 0; i < 2; i++)
         out->heartbeat_replies[i] = atomic_load(&heartbeat_replies[i]);
+    out->heartbeat_connections = atomic_load(&heartbeat_connections);
     out->reconcile_connections = atomic_load(&reconcile_connections);
     for (int i = 0; i < 3; i++)
         out->reconcile_calls[i] = atomic_load(&reconcile_calls[i]);

@@ -1,7 +1,9 @@
 /* heartbeat.c: the heartbeat loop. On its own thread, every
  * heartbeat_interval_ms, it asks every registered node's agent for its facts
- * over one libcurl multi handle, judges them (facts.c), and records the
- * results in batched transactions as they arrive. A node that misses
+ * over one libcurl multi handle kept from pass to pass (so a fleet of up to
+ * agent_max_parallel nodes is polled over kept-alive connections, not a new
+ * TCP and TLS handshake per node per pass), judges them (facts.c), and
+ * records the results in batched transactions as they arrive. A node that misses
  * heartbeat_miss_limit polls in a row is unreachable, and offline once it
  * has been silent for node_lost_after_s; a good reply brings it back. When a
  * node's count of ended workloads changes, the reconciler is asked to list
@@ -117,12 +119,13 @@ static void judge(struct beat *b, struct agent_call *c)
 
 /* A pass in progress: the batch of judged beats waiting to be written. */
 struct pass {
-    struct store *s;    /* the loop's connection */
-    struct beat *batch; /* BATCH slots */
-    size_t n_batch;     /* slots filled */
-    int only_new;       /* a pass for new nodes: failures are not recorded */
-    size_t answered;    /* good replies, for the log line */
-    int64_t record_us;  /* time spent writing */
+    struct store *s;          /* the loop's connection */
+    struct agent_multi *pool; /* the loop's multi handle, its connections kept between passes */
+    struct beat *batch;       /* BATCH slots */
+    size_t n_batch;           /* slots filled */
+    int only_new;             /* a pass for new nodes: failures are not recorded */
+    size_t answered;          /* good replies, for the log line */
+    int64_t record_us;        /* time spent writing */
 };
 
 struct record_ctx {
@@ -284,13 +287,16 @@ static int poll_targets(struct pass *p, struct node_target *targets, size_t n)
     const struct daemon_conf *cf = daemon_config;
     struct facts_stream fs = {p, targets, agent_client_opts_from_config()};
     const struct agent_call_stream st = {make_facts_call, take_facts, &fs};
-    return agent_calls_stream(NULL, n, (long)cf->agent_max_parallel, should_stop, &st);
+    int64_t connects = agent_multi_connects(p->pool);
+    int rc = agent_calls_stream(p->pool, n, (long)cf->agent_max_parallel, should_stop, &st);
+    metrics_heartbeat_connections(agent_multi_connects(p->pool) - connects);
+    return rc;
 }
 
 /* One pass over every registered node, or (only_new) over those never
  * reached yet, which is what a registration wakes the loop for: a fleet
  * registering thousands of nodes must not poll the whole fleet each time. */
-static void run_pass(struct store *s, struct beat *batch, int only_new)
+static void run_pass(struct store *s, struct agent_multi *pool, struct beat *batch, int only_new)
 {
     struct node_target *targets;
     size_t n;
@@ -302,7 +308,7 @@ static void run_pass(struct store *s, struct beat *batch, int only_new)
         free(targets);
         return;
     }
-    struct pass p = {.s = s, .batch = batch, .only_new = only_new};
+    struct pass p = {.s = s, .pool = pool, .batch = batch, .only_new = only_new};
     int64_t t0 = clock_mono_us();
     if (poll_targets(&p, targets, n) == 0)
         flush(&p);
@@ -320,9 +326,11 @@ static void *heartbeat_main(void *arg)
     (void)arg;
     struct store *s = store_thread();
     struct beat *batch = calloc(BATCH, sizeof *batch);
-    if (!s || !batch) {
+    struct agent_multi *pool = agent_multi_new();
+    if (!s || !batch || !pool) {
         log_error("heartbeat: no database connection or memory; heartbeats stopped");
         free(batch);
+        agent_multi_free(pool);
         return NULL;
     }
     /* Full passes start every heartbeat_interval_ms, measured from the
@@ -339,7 +347,7 @@ static void *heartbeat_main(void *arg)
             next_full = start + daemon_config->heartbeat_interval_ms * 1000;
         else
             last_new = start;
-        run_pass(s, batch, !full);
+        run_pass(s, pool, batch, !full);
         /* A full pass made and freed a call and some 14 KiB of facts per
          * node; glibc keeps freed pages inside its arenas (one per thread
          * that allocates, up to 8 per core) for reuse, and over the passes
@@ -369,6 +377,7 @@ static void *heartbeat_main(void *arg)
             break;
     }
     free(batch);
+    agent_multi_free(pool);
     return NULL;
 }
 

@@ -153,6 +153,7 @@ struct loop_counters {
     int64_t reconcile_calls[3];
     int64_t reconcile_connections; /* connections to agents its calls opened (the others reused one) */
     int64_t heartbeat_replies[2];  /* good facts replies: [0] judged, [1] the same as the last recorded */
+    int64_t heartbeat_connections; /* connections to agents its polls opened (the others reused one) */
 };
 void metrics_agent_error(void);
 void metrics_billing_pass(int64_t duration_us);
@@ -160,6 +161,7 @@ void metrics_reconcile_pass(int sweep, int64_t instances_read);
 void metrics_reconcile_call(int method); /* 0 PUT, 1 GET, 2 DELETE */
 void metrics_reconcile_connections(int64_t opened);
 void metrics_heartbeat_reply(int repeated);
+void metrics_heartbeat_connections(int64_t opened);
 void loop_counters(struct loop_counters *out);
 
 /* logs_proxy.c: the agent calls behind GET /v1/instances/{id}/logs. The

@@ -433,6 +433,27 @@ def test_a_repeated_reply_only_moves_the_time_and_a_changed_one_is_judged(new_da
     assert counts(d, "MI450") == (8, 7, 0)
 
 
+def heartbeat_connections(d):
+    """Connections to agents the heartbeat's polls have opened."""
+    text = d.get("/metrics", key=d.admin_key).text
+    return int(re.search(r"^gpurent_heartbeat_agent_connections_total (\d+)$", text, re.M).group(1))
+
+
+def test_the_heartbeat_keeps_its_connections_to_agents_between_passes(new_daemon, procs):
+    """A fleet no larger than agent_max_parallel is polled over kept-alive
+    connections: after the first pass, passes open no new ones (here two
+    agent processes, four nodes, passes every 100 ms)."""
+    d = new_daemon(options=FAST)
+    a = procs.fleet(d, "a", nodes=3, model="MI450", cards=8)
+    b = procs.fleet(d, "b", nodes=1, model="MI450", cards=8, extra=("--name-prefix", "other-"))
+    wait_all(d, ids_of(a) + ids_of(b), "ready")
+    opened = heartbeat_connections(d)
+    before = sum(heartbeat_replies(d).values())
+    poll(lambda: sum(heartbeat_replies(d).values()) >= before + 40, 30, "ten passes over the four nodes")
+    assert heartbeat_connections(d) - opened <= 4, (opened, heartbeat_connections(d))
+    assert 1 <= opened <= 8, opened  # the passes that brought the nodes up: a connection or two per agent
+
+
 def test_facts_that_disagree_keep_the_node_out_of_service(new_daemon, procs):
     d = new_daemon(options=FAST)
     # Declared MI300X, the agent has MI450 cards.
