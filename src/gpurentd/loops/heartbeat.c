@@ -3,12 +3,12 @@
  * over one libcurl multi handle kept from pass to pass (so a fleet of up to
  * agent_max_parallel nodes is polled over kept-alive connections, not a new
  * TCP and TLS handshake per node per pass), judges them (facts.c), and
- * records the results in batched transactions as they arrive. A node that misses
- * heartbeat_miss_limit polls in a row is unreachable, and offline once it
- * has been silent for node_lost_after_s; a good reply brings it back. When a
- * node's count of ended workloads changes, the reconciler is asked to list
- * that node's workloads now, so an exit is billed to its second. A
- * registration wakes the loop to poll just the new node. */
+ * records the results in batched transactions as they arrive. A node that
+ * misses heartbeat_miss_limit polls in a row is unreachable, and offline
+ * once it has been silent for node_lost_after_s; a good reply brings it
+ * back. When a node's count of ended workloads changes, the reconciler is
+ * asked to list that node's workloads now, so an exit is billed to its
+ * second. A registration wakes the loop to poll just the new node. */
 #include "domain/facts.h"
 #include "gpurent/clock.h"
 #include "gpurent/secrets.h"

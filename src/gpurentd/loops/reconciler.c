@@ -29,9 +29,9 @@
  * after progress, doubling while nothing moves, up to
  * reconcile_interval_ms), so an agent that finishes in milliseconds is seen
  * in milliseconds and one that pulls for minutes is not polled in a busy
- * loop. A pass writes every change it
- * decided in one transaction (one commit, one fsync), and running
- * instances with nothing to do cost no transaction at all. */
+ * loop. A pass writes every change it decided in one transaction (one
+ * commit, one fsync), and running instances with nothing to do cost no
+ * transaction at all. */
 #include "domain/apps.h"
 #include "domain/domain.h"
 #include "domain/ledger.h"
@@ -379,6 +379,8 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
     json_decref(spec);
     return text;
 }
+
+#define RANK_RUNNING 3 /* phase_rank("running"), past every provisioning phase */
 
 static int phase_rank(const char *phase)
 {
@@ -752,7 +754,7 @@ static int rendezvous_check(struct store *s, struct apply_ctx *ctx, char *failur
     struct work *w = ctx->w;
     size_t running = 0;
     for (size_t r = 0; r < w->n_nodes; r++)
-        running += phase_rank(w->nodes[r].phase) == 3;
+        running += phase_rank(w->nodes[r].phase) == RANK_RUNNING;
     if (w->n_nodes < 2 || running == 0)
         return STORE_OK;
     struct instance_gang g;
@@ -775,7 +777,7 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
      * status, else the first), its status and last lines. */
     int exit_bad = 0, exit_known = 0, exit_code = 0;
     char *exit_last = NULL;
-    int all_running = w->n_nodes > 0, any_put = 0, slowest = 4;
+    int all_running = w->n_nodes > 0, any_put = 0, slowest = RANK_RUNNING + 1;
     char slowest_phase[16] = "";
     for (size_t r = 0; r < w->n_nodes; r++) {
         struct instance_node *p = &w->nodes[r];
@@ -818,7 +820,7 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
         }
         any_put |= p->put_done;
         int pr = phase_rank(p->phase);
-        all_running &= pr == 3;
+        all_running &= pr == RANK_RUNNING;
         if (pr >= 0 && pr < slowest) {
             slowest = pr;
             snprintf(slowest_phase, sizeof slowest_phase, "%s", p->phase);
@@ -837,8 +839,8 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
         const char *why = "the agents accepted the workload";
         /* The slowest node's phase while it provisions, so that the write
          * below has nothing left to change. */
-        int rc = store_instance_set_state(s, w->in.id, "provisioning", slowest < 3 ? slowest_phase : "pulling", why,
-                                          ctx->now);
+        int rc = store_instance_set_state(s, w->in.id, "provisioning",
+                                          slowest < RANK_RUNNING ? slowest_phase : "pulling", why, ctx->now);
         if (rc != STORE_OK) {
             free(exit_last);
             return rc;
