@@ -6,9 +6,12 @@
 #include "gpurent/sign.h"
 #include "loops/loops.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 struct agent_client_opts agent_client_opts_from_config(void)
 {
@@ -170,10 +173,153 @@ json_t *agent_call_json(struct agent_call *c)
     return c->doc;
 }
 
+/* A multi handle driven through libcurl's socket interface. libcurl's
+ * curl_multi_perform runs every transfer on each call, and each one still
+ * waiting for its reply asks the kernel about its socket with a poll() of
+ * its own: a pass with many calls in flight (the PUTs agents hold until
+ * their workload runs) made some 28 polls a call. Here one poll() waits on
+ * every socket libcurl named, and only the transfers whose socket is ready,
+ * or whose timer is due, are run, told what the socket is ready for. */
 struct agent_multi {
-    CURLM *multi;     /* the handle; curl_multi_wakeup is its one thread-safe call */
-    int64_t connects; /* connections agent_calls_stream's calls on it opened */
+    CURLM *multi;         /* the handle */
+    int64_t connects;     /* connections agent_calls_stream's calls on it opened */
+    struct pollfd *watch; /* [0] the wake eventfd, then each socket libcurl asked to watch */
+    struct pollfd *ready; /* scratch: the sockets one poll found ready */
+    size_t n_watch;       /* entries in watch */
+    size_t cap_watch;     /* allocated entries in watch and in ready */
+    int *slot_of_fd;      /* a watched socket's index in watch; 0 when unwatched */
+    size_t n_slot_of_fd;  /* entries in slot_of_fd */
+    int64_t timer_at_us;  /* when libcurl wants its timeout action; -1: no timer */
 };
+
+/* Watches socket fd for events, or (events 0) stops watching it. Returns 0,
+ * or -1 without memory, in which case the transfer on it ends at its own
+ * total timeout. */
+static int watch_socket(struct agent_multi *m, int fd, short events, int remove)
+{
+    if (fd < 0)
+        return -1;
+    size_t at = (size_t)fd < m->n_slot_of_fd ? (size_t)m->slot_of_fd[fd] : 0;
+    if (remove) {
+        if (at == 0)
+            return 0;
+        m->watch[at] = m->watch[--m->n_watch];
+        m->slot_of_fd[m->watch[at].fd] = (int)at; /* the moved entry, or fd itself when it was last */
+        m->slot_of_fd[fd] = 0;
+        return 0;
+    }
+    if (at == 0) {
+        if ((size_t)fd >= m->n_slot_of_fd) {
+            size_t n = m->n_slot_of_fd ? m->n_slot_of_fd : 64;
+            while (n <= (size_t)fd)
+                n *= 2;
+            int *grown = realloc(m->slot_of_fd, n * sizeof *grown);
+            if (!grown)
+                return -1;
+            memset(grown + m->n_slot_of_fd, 0, (n - m->n_slot_of_fd) * sizeof *grown);
+            m->slot_of_fd = grown;
+            m->n_slot_of_fd = n;
+        }
+        if (m->n_watch == m->cap_watch) {
+            size_t cap = m->cap_watch * 2;
+            struct pollfd *w = realloc(m->watch, cap * sizeof *w);
+            if (w)
+                m->watch = w;
+            struct pollfd *r = w ? realloc(m->ready, cap * sizeof *r) : NULL;
+            if (r)
+                m->ready = r;
+            if (!w || !r)
+                return -1;
+            m->cap_watch = cap;
+        }
+        at = m->n_watch++;
+        m->watch[at].fd = fd;
+        m->slot_of_fd[fd] = (int)at;
+    }
+    m->watch[at].events = events;
+    m->watch[at].revents = 0;
+    return 0;
+}
+
+/* CURLMOPT_SOCKETFUNCTION: what libcurl wants to hear about a socket. */
+static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)easy, (void)socketp;
+    struct agent_multi *m = userp;
+    short events = (short)((what & CURL_POLL_IN ? POLLIN : 0) | (what & CURL_POLL_OUT ? POLLOUT : 0));
+    if (watch_socket(m, (int)s, events, what == CURL_POLL_REMOVE) < 0)
+        log_error("agent client: cannot watch a socket (out of memory); its call ends at its timeout");
+    return 0;
+}
+
+/* CURLMOPT_TIMERFUNCTION: when libcurl next wants its timeout action. */
+static int on_timer(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    struct agent_multi *m = userp;
+    m->timer_at_us = timeout_ms < 0 ? -1 : clock_mono_us() + (int64_t)timeout_ms * 1000;
+    return 0;
+}
+
+struct agent_multi *agent_multi_new(void)
+{
+    struct agent_multi *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->cap_watch = 16;
+    m->watch = calloc(m->cap_watch, sizeof *m->watch);
+    m->ready = calloc(m->cap_watch, sizeof *m->ready);
+    m->timer_at_us = -1;
+    int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!m->watch || !m->ready || wake < 0 || !(m->multi = curl_multi_init())) {
+        if (wake >= 0)
+            close(wake);
+        free(m->watch);
+        free(m->ready);
+        free(m);
+        return NULL;
+    }
+    m->watch[0] = (struct pollfd){.fd = wake, .events = POLLIN};
+    m->n_watch = 1;
+    curl_multi_setopt(m->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(m->multi, CURLMOPT_SOCKETDATA, m);
+    curl_multi_setopt(m->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(m->multi, CURLMOPT_TIMERDATA, m);
+    return m;
+}
+
+void agent_multi_run(struct agent_multi *m, int wait_ms)
+{
+    int timeout = wait_ms;
+    if (m->timer_at_us >= 0) {
+        int64_t left_us = m->timer_at_us - clock_mono_us();
+        int64_t left_ms = left_us <= 0 ? 0 : (left_us + 999) / 1000;
+        if (left_ms < timeout)
+            timeout = (int)left_ms;
+    }
+    size_t n_ready = 0;
+    if (poll(m->watch, (nfds_t)m->n_watch, timeout) > 0) {
+        if (m->watch[0].revents) {
+            uint64_t wakes;
+            while (read(m->watch[0].fd, &wakes, sizeof wakes) > 0)
+                ;
+        }
+        /* Copied first: acting on one socket can make libcurl close
+         * others, which changes the watch list. */
+        for (size_t i = 1; i < m->n_watch; i++)
+            if (m->watch[i].revents)
+                m->ready[n_ready++] = m->watch[i];
+    }
+    int running;
+    for (size_t i = 0; i < n_ready; i++) {
+        short r = m->ready[i].revents;
+        int bits = (r & (POLLIN | POLLHUP) ? CURL_CSELECT_IN : 0) | (r & POLLOUT ? CURL_CSELECT_OUT : 0) |
+                   (r & (POLLERR | POLLNVAL) ? CURL_CSELECT_ERR : 0);
+        curl_multi_socket_action(m->multi, m->ready[i].fd, bits, &running);
+    }
+    if (m->timer_at_us >= 0 && clock_mono_us() >= m->timer_at_us)
+        curl_multi_socket_action(m->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+}
 
 int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, int (*stop)(void),
                        const struct agent_call_stream *st)
@@ -187,11 +333,12 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
         struct agent_call *c; /* in flight, or NULL: a free slot */
         size_t i;             /* its index in the stream */
     } *slot = calloc(window, sizeof *slot);
-    CURLM *multi = !slot ? NULL : pool ? pool->multi : curl_multi_init();
-    if (!multi) {
+    struct agent_multi *m = !slot ? NULL : pool ? pool : agent_multi_new();
+    if (!m) {
         free(slot);
         return -1;
     }
+    CURLM *multi = m->multi;
     curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)window);
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)window);
     size_t next = 0, active = 0;
@@ -222,8 +369,9 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
                 break;
             continue; /* every call of that round failed to start: make more */
         }
-        int still;
-        curl_multi_perform(multi, &still);
+        /* Wait for traffic only when every slot is busy or nothing is left
+         * to start; otherwise just move what is ready and start more. */
+        agent_multi_run(m, active == window || next == n ? 100 : 0);
         CURLMsg *msg;
         int left;
         while ((msg = curl_multi_info_read(multi, &left))) {
@@ -234,8 +382,8 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
             if (agent_call_finish(c, msg->data.result) < 0 || c->status >= 500)
                 metrics_agent_error();
             long connects = 0;
-            if (pool && curl_easy_getinfo(c->easy, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK)
-                pool->connects += connects;
+            if (curl_easy_getinfo(c->easy, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK)
+                m->connects += connects;
             curl_multi_remove_handle(multi, c->easy);
             size_t i = 0;
             for (size_t k = 0; k < window; k++)
@@ -252,10 +400,6 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
             stopped = 1;
             break;
         }
-        /* Wait for traffic only when every slot is busy or nothing is left
-         * to start; otherwise go round and start more calls. */
-        if (active == window || next == n)
-            curl_multi_poll(multi, NULL, 0, 100, NULL);
     }
     for (size_t k = 0; k < window; k++) {
         if (slot[k].c) {
@@ -264,7 +408,7 @@ int agent_calls_stream(struct agent_multi *pool, size_t n, long max_parallel, in
         }
     }
     if (!pool)
-        curl_multi_cleanup(multi);
+        agent_multi_free(m);
     free(slot);
     return stopped ? -1 : 0;
 }
@@ -289,16 +433,6 @@ int agent_calls_run(struct agent_multi *pool, struct agent_call **calls, size_t 
     return agent_calls_stream(pool, n, max_parallel, stop, &st);
 }
 
-struct agent_multi *agent_multi_new(void)
-{
-    struct agent_multi *m = calloc(1, sizeof *m);
-    if (m && !(m->multi = curl_multi_init())) {
-        free(m);
-        m = NULL;
-    }
-    return m;
-}
-
 int agent_multi_add(struct agent_multi *m, struct agent_call *c)
 {
     return curl_multi_add_handle(m->multi, c->easy) == CURLM_OK ? 0 : -1;
@@ -307,14 +441,6 @@ int agent_multi_add(struct agent_multi *m, struct agent_call *c)
 void agent_multi_remove(struct agent_multi *m, struct agent_call *c)
 {
     curl_multi_remove_handle(m->multi, c->easy);
-}
-
-void agent_multi_run(struct agent_multi *m, int wait_ms)
-{
-    int still = 0;
-    curl_multi_perform(m->multi, &still);
-    curl_multi_poll(m->multi, NULL, 0, wait_ms, NULL);
-    curl_multi_perform(m->multi, &still);
 }
 
 struct agent_call *agent_multi_next_done(struct agent_multi *m, int *ok)
@@ -336,7 +462,10 @@ struct agent_call *agent_multi_next_done(struct agent_multi *m, int *ok)
 
 void agent_multi_wakeup(struct agent_multi *m)
 {
-    curl_multi_wakeup(m->multi);
+    uint64_t one = 1;
+    if (write(m->watch[0].fd, &one, sizeof one) < 0) {
+        /* EAGAIN: the counter is full, so a wake is pending anyway */
+    }
 }
 
 int64_t agent_multi_connects(const struct agent_multi *m)
@@ -349,6 +478,10 @@ void agent_multi_free(struct agent_multi *m)
     if (!m)
         return;
     curl_multi_cleanup(m->multi);
+    close(m->watch[0].fd);
+    free(m->watch);
+    free(m->ready);
+    free(m->slot_of_fd);
     free(m);
 }
 

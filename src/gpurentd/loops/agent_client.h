@@ -89,8 +89,9 @@ int64_t agent_multi_connects(const struct agent_multi *m);
 int agent_multi_add(struct agent_multi *m, struct agent_call *c);
 /* Takes c off m, finished or not. */
 void agent_multi_remove(struct agent_multi *m, struct agent_call *c);
-/* Moves the transfers on, then waits up to wait_ms for network activity or
- * agent_multi_wakeup. */
+/* Waits up to wait_ms (less when a transfer's timer is due sooner) for a
+ * socket to be ready or for agent_multi_wakeup, then moves on only the
+ * transfers whose socket is ready or whose timer is due. */
 void agent_multi_run(struct agent_multi *m, int wait_ms);
 /* A call that has ended since the last run (agent_call_finish done: *ok is
  * its result, 0 or -1), still on m; NULL when there is none. */
