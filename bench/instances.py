@@ -30,7 +30,12 @@ the same fleet size, live count and thread count, and a Markdown row for
 With --idle S it sends no creates after the live ones: for S seconds it
 reads the daemon's and the fleet's CPU once a second, which shows what a
 fleet of that size costs with nothing asked of it (heartbeat passes, the
-reconciler's sweeps, billing), and when it comes.
+reconciler's sweeps, billing), and when it comes. With --reference and
+--background S it first measures that upkeep for S seconds (30: one sweep
+period, six heartbeat passes), then also gives the burst's CPU per create
+less the upkeep's share of the burst's time: a burst of a few seconds
+catches a sweep of every node's workloads or not by chance, which moved
+the daemon's CPU per create at 10 000 nodes by 0.3 ms between runs.
 
 `running` is seen by polling the instance_events table read-only every
 --poll-ms, so running times carry up to that much (plus a query) of error.
@@ -211,10 +216,29 @@ def counters(c):
     return out
 
 
+def background_cores(args, c):
+    """--background: the daemon's and the fleet's CPU, in cores, over
+    args.background seconds with nothing asked of them (a whole reconcile
+    sweep period, 30 s by default, holds one sweep and six heartbeat passes),
+    by daemon thread too; None without it."""
+    if not args.background:
+        return None
+    threads0 = cpu_seconds_by_thread(c.daemon.pid)
+    d0, f0, t0 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid), time.monotonic()
+    time.sleep(args.background)
+    d1, f1, t1 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid), time.monotonic()
+    threads1 = cpu_seconds_by_thread(c.daemon.pid)
+    by_thread = {k: round((v - threads0.get(k, 0)) / (t1 - t0), 3) for k, v in threads1.items()}
+    return {"seconds": args.background, "daemon_cores": round((d1 - d0) / (t1 - t0), 3),
+            "fleet_cores": round((f1 - f0) / (t1 - t0), 3),
+            "daemon_cores_by_thread": {k: v for k, v in sorted(by_thread.items(), key=lambda kv: -kv[1]) if v > 0}}
+
+
 def wrk_run(args, n, c, keys, watcher):
     """The --reference burst: wrk for --seconds, then until every instance it
     made runs; the daemon's CPU over that time per create."""
     live = watcher.con.execute("SELECT count(*) FROM instances").fetchone()[0]
+    background = background_cores(args, c)
     calls0 = counters(c)
     threads0 = cpu_seconds_by_thread(c.daemon.pid)
     c0, f0 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
@@ -225,9 +249,17 @@ def wrk_run(args, n, c, keys, watcher):
     wait_for(lambda: (watcher.poll() or True) and len(watcher.seen) >= total, 600, "every created instance to run",
              args.poll_ms / 1000)
     c1, f1 = cpu_seconds(c.daemon.pid), cpu_seconds(c.fleet.pid)
+    window = time.monotonic() - t0
     threads1 = cpu_seconds_by_thread(c.daemon.pid)
     calls1 = counters(c)
     created = total - live
+    if background:
+        # What the creates themselves cost: the window's CPU less what the
+        # fleet's upkeep (heartbeats, sweeps) costs in as long with nothing asked.
+        background["daemon_cpu_ms_per_create_less_background"] = round(
+            (c1 - c0 - background["daemon_cores"] * window) * 1000 / created, 3)
+        background["fleet_cpu_ms_per_create_less_background"] = round(
+            (f1 - f0 - background["fleet_cores"] * window) * 1000 / created, 3)
     # The daemon's CPU per create by thread ("MHD-worker": libmicrohttpd's threads, which serve the API),
     # heartbeat passes over the whole fleet included.
     by_thread = {name: round((cpu - threads0.get(name, 0)) * 1000 / created, 3) for name, cpu in threads1.items()}
@@ -244,7 +276,7 @@ def wrk_run(args, n, c, keys, watcher):
                                               "fleet_cpu_ms_per_create": round((f1 - f0) * 1000 / created, 3),
                                               # Of the machine's cores, how many were busy while wrk ran.
                                               "machine_busy_cores": round((m1 - m0) / (t1 - t0), 2),
-                                              **per_create},
+                                              **per_create, **({"background": background} if background else {})},
             "daemon_rss_mb": round(memory_kb(c.daemon.pid)["VmHWM"] / 1024, 1)}
 
 
@@ -280,11 +312,16 @@ def markdown_row(args, n, result, load):
     ref, ref_cmd = claims_reference(args, n, b["created"])
     ratio = b["creates_per_s"] / ref
     cmd = (f"python3 bench/instances.py --nodes {n} --live {args.live} --seconds {args.seconds} --reference"
-           + (f" --clients {args.clients}" if args.clients != 8 else ""))
+           + (f" --clients {args.clients}" if args.clients != 8 else "")
+           + (f" --background {args.background}" if args.background else ""))
+    bg = b.get("background")
+    less = (f"; less the fleet's upkeep, {bg['daemon_cpu_ms_per_create_less_background']:.2f} ms and"
+            f" {bg['fleet_cpu_ms_per_create_less_background']:.2f} ms, the upkeep being"
+            f" {bg['daemon_cores']:.3f} and {bg['fleet_cores']:.3f} cores with nothing asked" if bg else "")
     return (f"| `POST /v1/instances` through HTTP (wrk -c{args.clients}), {n} nodes, {result['live']} live |"
             f" {b['creates_per_s']:,.0f} creates/s (p50 {b['create_ms_p50']} ms, p99 {b['create_ms_p99']} ms),"
             f" daemon CPU {b['daemon_cpu_ms_per_create']:.2f} ms per create until running (the sim fleet's"
-            f" {b['fleet_cpu_ms_per_create']:.2f} ms; {b['machine_busy_cores']:.1f} of {os.cpu_count()} cores busy) |"
+            f" {b['fleet_cpu_ms_per_create']:.2f} ms{less}; {b['machine_busy_cores']:.1f} of {os.cpu_count()} cores busy) |"
             f" {ref:,.0f} claims/s in-process (`{ref_cmd}`) | {ratio:.2f} | {load} | `{cmd}` |"
             f" {datetime.datetime.now():%Y-%m-%d %H:%M} |")
 
@@ -403,6 +440,9 @@ def main():
                     help="also run bench/claims with the same fleet and print a Markdown row with the ratio")
     ap.add_argument("--idle", type=int, default=0, metavar="SECONDS",
                     help="after the live instances, only watch the daemon's and fleet's CPU for SECONDS")
+    ap.add_argument("--background", type=int, default=0, metavar="SECONDS",
+                    help="with --reference: first measure the daemon's and fleet's CPU for SECONDS with nothing asked,"
+                         " and also give the burst's CPU per create less that upkeep")
     ap.add_argument("--claims", default=os.path.join(REPO, "build", "bench", "claims"))
     ap.add_argument("--poll-ms", type=float, default=2, help="how often `running` is looked for")
     ap.add_argument("--reconcile-ms", type=int, default=2000, help="gpurentd's reconcile_interval_ms")
