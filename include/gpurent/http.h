@@ -151,6 +151,9 @@ void http_error_ext(struct http_request *req, enum api_error e, const char *fiel
     __attribute__((format(printf, 5, 6)));
 /* Replies with a body of another type (e.g. text/plain, text/csv). Copies body. */
 void http_reply_raw(struct http_request *req, unsigned status, const char *content_type, const char *body, size_t len);
+/* Whether an If-None-Match value (NULL: the header was absent) names etag,
+ * or is "*": the weak comparison of RFC 9110 13.1.2, so W/"x" matches "x". */
+int http_etag_matches(const char *if_none_match, const char *etag);
 /* --- answering later --- */
 
 /* Suspends the request's connection: the handler returns without replying

@@ -472,6 +472,17 @@ struct agent_inventory {
     int ok;                       /* facts were read at least once */
     char error[256];              /* the last discovery error, "" if the last run worked */
     struct gpu_facts facts;       /* the last good facts */
+    uint64_t generation;          /* moved by every discovery run: what a cached facts reply was made from */
+};
+#define AGENT_ETAG_MAX 40 /* a facts reply's ETag, quotes and NUL included */
+/* A node's last facts reply and what it was made from (agent_facts_reply). */
+struct facts_cache {
+    char *text;                   /* the reply's JSON, or NULL before the first */
+    size_t len;                   /* its bytes */
+    char etag[AGENT_ETAG_MAX];    /* "\"<32 hex of its SHA-256>\"" */
+    uint64_t inv_generation;      /* the inventory's generation it shows */
+    int64_t workload_exits;       /* the count it shows */
+    char data_address[SPEC_CLUSTER_ADDRESS_MAX]; /* the address it shows, "" for null */
 };
 struct agent_node {
     char name[AGENT_NAME_MAX];    /* immutable */
@@ -488,6 +499,7 @@ struct agent_node {
     char ssh_host_key[128];       /* "ssh-ed25519 <base64>", its public host key; the same */
     char ssh_fingerprint[96];     /* "SHA256:..." of it; the same */
     int publish_first, publish_last; /* host ports it publishes on, 0 when none; set before the API serves */
+    struct facts_cache facts;     /* node lock */
 };
 struct driver;
 struct runtime;
@@ -538,8 +550,13 @@ struct workload *agent_node_workload(struct agent_node *n, const char *id);
 int agent_inventory_from_config(const struct agent_conf *c, struct gpu_facts *facts, char *err, size_t errlen);
 /* Runs discovery once into a->inv (config or the GPU tool). 0 or -1 (logged). */
 int agent_inventory_refresh(struct agent *a);
-/* The facts reply for node n; NULL when no facts were ever read. New reference. */
-json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_t errlen);
+/* The facts reply for node n (GET /v1/facts) as a malloc'd copy of its JSON
+ * text, its length in *len and its ETag; made again only when what it shows
+ * may have changed (a discovery run, an exit, the data address), so the
+ * heartbeat's every poll does not build a JSON document. NULL with a reason
+ * when no facts were ever read, or without memory. */
+char *agent_facts_reply(struct agent *a, struct agent_node *n, size_t *len, char etag[AGENT_ETAG_MAX], char *err,
+                        size_t errlen);
 /* Whether card index exists on this node; fills the node's stack ("ROCm"/"CUDA"). */
 int agent_inventory_has_card(struct agent *a, int index, char stack[8]);
 /* A workload as the API shows it. New reference; call under the node lock. */

@@ -1,8 +1,9 @@
 /* node.c: the nodes one agent process serves (one real node, or many
  * simulated ones under /nodes/{name}), their secrets, and the facts they
  * report: GPU inventory from the discovery tool or from configuration.
- * Per node only a name, a secret, a mutex and a workload list are kept, so
- * a 10 000-node sim fleet costs a few megabytes; the inventory is shared. */
+ * Per node a name, a secret, a mutex, a workload list and its last facts
+ * reply (about 1.5 KB, so that a poll that finds nothing new renders
+ * nothing) are kept; the inventory is shared. */
 #include "agent.h"
 
 #include <limits.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "gpurent/clock.h"
+#include "gpurent/secrets.h"
 
 static int model_code_valid(const char *s)
 {
@@ -103,6 +105,7 @@ int agent_inventory_refresh(struct agent *a)
                       a->inv.ok ? "; reporting the last known cards as unhealthy" : "");
         snprintf(a->inv.error, sizeof a->inv.error, "%s", err[0] ? err : "unknown error");
     }
+    a->inv.generation++;
     pthread_mutex_unlock(&a->inv.lock);
     free(f);
     return rc;
@@ -122,10 +125,14 @@ int agent_inventory_has_card(struct agent *a, int index, char stack[8])
     return found;
 }
 
-json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_t errlen)
+/* The facts document of node n showing exits and address (NULL: none
+ * found), and in *generation the inventory's generation it shows. */
+static json_t *facts_json(struct agent *a, struct agent_node *n, int64_t exits, const char *address,
+                          uint64_t *generation, char *err, size_t errlen)
 {
     json_t *cards = json_array();
     pthread_mutex_lock(&a->inv.lock);
+    *generation = a->inv.generation;
     if (!a->inv.ok) {
         snprintf(err, errlen, "GPU discovery has not succeeded yet: %s", a->inv.error[0] ? a->inv.error : "starting");
         pthread_mutex_unlock(&a->inv.lock);
@@ -151,9 +158,6 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
                           "runtime", a->conf->runtime, "vendor", f->vendor, "stack", f->stack, "driver_version",
                           f->driver_version, "stack_version", f->stack_version, "cards", cards);
     pthread_mutex_unlock(&a->inv.lock);
-    pthread_mutex_lock(&n->lock);
-    int64_t exits = n->workload_exits;
-    pthread_mutex_unlock(&n->lock);
     /* The heartbeat carries it so that the control plane lists this node's
      * workloads as soon as one ends, rather than at its next sweep. The
      * workloads themselves are not counted here: a count would move with
@@ -171,10 +175,74 @@ json_t *agent_facts_json(struct agent *a, struct agent_node *n, char *err, size_
                             : json_null());
     /* Where the other ranks of a multi-node instance reach this node;
      * null when no address could be found (the admin's data_host then). */
-    char addr[SPEC_CLUSTER_ADDRESS_MAX];
-    json_object_set_new(o, "data_address",
-                        fabric_data_address(a, addr, sizeof addr) == 0 ? json_string(addr) : json_null());
+    json_object_set_new(o, "data_address", address ? json_string(address) : json_null());
     return o;
+}
+
+/* A copy of the cached reply into *text, when it shows what is asked. Call
+ * under the node lock. */
+static int facts_cached(const struct facts_cache *c, uint64_t generation, int64_t exits, const char *address,
+                        char **text, size_t *len, char etag[AGENT_ETAG_MAX])
+{
+    if (!c->text || c->inv_generation != generation || c->workload_exits != exits ||
+        strcmp(c->data_address, address) != 0)
+        return 0;
+    *text = malloc(c->len + 1);
+    if (*text) {
+        memcpy(*text, c->text, c->len + 1);
+        *len = c->len;
+        memcpy(etag, c->etag, AGENT_ETAG_MAX);
+    }
+    return 1;
+}
+
+char *agent_facts_reply(struct agent *a, struct agent_node *n, size_t *len, char etag[AGENT_ETAG_MAX], char *err,
+                        size_t errlen)
+{
+    char addr[SPEC_CLUSTER_ADDRESS_MAX];
+    if (fabric_data_address(a, addr, sizeof addr) != 0)
+        addr[0] = '\0';
+    pthread_mutex_lock(&a->inv.lock);
+    uint64_t generation = a->inv.generation;
+    pthread_mutex_unlock(&a->inv.lock);
+    pthread_mutex_lock(&n->lock);
+    int64_t exits = n->workload_exits;
+    char *text = NULL;
+    int hit = facts_cached(&n->facts, generation, exits, addr, &text, len, etag);
+    pthread_mutex_unlock(&n->lock);
+    if (hit) {
+        if (!text)
+            snprintf(err, errlen, "out of memory");
+        return text;
+    }
+    json_t *facts = facts_json(a, n, exits, addr[0] ? addr : NULL, &generation, err, errlen);
+    text = facts ? json_dumps(facts, JSON_COMPACT) : NULL;
+    json_decref(facts);
+    if (!text) {
+        if (facts)
+            snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    *len = strlen(text);
+    char digest[65];
+    sha256_hex(text, *len, digest);
+    snprintf(etag, AGENT_ETAG_MAX, "\"%.32s\"", digest);
+    /* Kept for the polls to come; a render racing this one stores the same
+     * or a newer view, either of them right for its keys. */
+    char *kept = malloc(*len + 1);
+    if (kept) {
+        memcpy(kept, text, *len + 1);
+        pthread_mutex_lock(&n->lock);
+        free(n->facts.text);
+        n->facts.text = kept;
+        n->facts.len = *len;
+        memcpy(n->facts.etag, etag, AGENT_ETAG_MAX);
+        n->facts.inv_generation = generation;
+        n->facts.workload_exits = exits;
+        snprintf(n->facts.data_address, sizeof n->facts.data_address, "%s", addr);
+        pthread_mutex_unlock(&n->lock);
+    }
+    return text;
 }
 
 json_t *workload_json(const struct workload *w)
@@ -259,6 +327,7 @@ void agent_nodes_free(struct agent *a)
         for (size_t k = 0; k < n->n_wl; k++)
             workload_free(n->wl[k]);
         free(n->wl);
+        free(n->facts.text);
         memset(n->secret, 0, sizeof n->secret);
         pthread_mutex_destroy(&n->lock);
         pthread_cond_destroy(&n->phase_moved);

@@ -167,6 +167,30 @@ void http_reply_raw(struct http_request *req, unsigned status, const char *conte
     queue(req, status, resp);
 }
 
+int http_etag_matches(const char *if_none_match, const char *etag)
+{
+    size_t elen = strlen(etag);
+    const char *p = if_none_match ? if_none_match : "";
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        if (*p == '*')
+            return 1;
+        if (strncmp(p, "W/", 2) == 0)
+            p += 2;
+        const char *end = p;
+        while (*end && *end != ',')
+            end++;
+        size_t len = (size_t)(end - p);
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (len == elen && memcmp(p, etag, elen) == 0)
+            return 1;
+        p = end;
+    }
+    return 0;
+}
+
 void http_reply_json(struct http_request *req, unsigned status, json_t *body)
 {
     char *text = NULL;

@@ -97,25 +97,6 @@ static void add_security_headers(struct http_request *req)
     http_add_header(req, "Cache-Control", "no-cache");
 }
 
-/* Whether If-None-Match (a list, or "*") names etag. */
-static int etag_matches(const char *inm, const char *etag)
-{
-    if (!inm)
-        return 0;
-    size_t n = strlen(etag);
-    for (const char *p = inm; *p;) {
-        p += strspn(p, " \t,");
-        if (*p == '*')
-            return 1;
-        if (strncmp(p, "W/", 2) == 0)
-            p += 2;
-        if (strncmp(p, etag, n) == 0 && (p[n] == '\0' || p[n] == ',' || p[n] == ' ' || p[n] == '\t'))
-            return 1;
-        p += strcspn(p, ",");
-    }
-    return 0;
-}
-
 static void not_found(struct http_request *req)
 {
     http_error(req, ERR_NOT_FOUND, NULL, "no console file at %.200s", req->path);
@@ -151,7 +132,7 @@ static void serve_file(struct http_request *req, const char *rel)
              (unsigned long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
     add_security_headers(req);
     http_add_header(req, "ETag", etag);
-    if (etag_matches(http_header(req, "If-None-Match"), etag)) {
+    if (http_etag_matches(http_header(req, "If-None-Match"), etag)) {
         close(fd);
         http_reply_raw(req, 304, NULL, "", 0);
         return;

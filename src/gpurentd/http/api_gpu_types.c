@@ -116,32 +116,6 @@ static int catalog_stale(struct store *s, struct catalog_cache *c, int64_t now)
     return store_catalog_generation_db(s, &db_gen) != STORE_OK || db_gen != c->db_gen;
 }
 
-/* If-None-Match holds etag (or "*"): the comparison is weak (RFC 9110
- * 13.1.2), so W/"x" matches "x". */
-static int etag_matches(const char *header, const char *etag)
-{
-    size_t elen = strlen(etag);
-    const char *p = header;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        if (*p == '*')
-            return 1;
-        if (strncmp(p, "W/", 2) == 0)
-            p += 2;
-        const char *end = p;
-        while (*end && *end != ',')
-            end++;
-        size_t len = (size_t)(end - p);
-        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        if (len == elen && memcmp(p, etag, elen) == 0)
-            return 1;
-        p = end;
-    }
-    return 0;
-}
-
 void api_gpu_types_list(struct http_request *req)
 {
     static const char *const allowed[] = {NULL};
@@ -156,8 +130,7 @@ void api_gpu_types_list(struct http_request *req)
     http_add_header(req, "ETag", cache.etag);
     /* Clients may keep it but must ask again: counts change by the second. */
     http_add_header(req, "Cache-Control", "no-cache");
-    const char *inm = http_header(req, "If-None-Match");
-    if (inm && etag_matches(inm, cache.etag))
+    if (http_etag_matches(http_header(req, "If-None-Match"), cache.etag))
         http_reply_raw(req, 304, NULL, "", 0);
     else
         http_reply_raw(req, 200, "application/json", cache.body, cache.len);

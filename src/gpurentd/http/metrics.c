@@ -353,11 +353,13 @@ void api_metrics(struct http_request *req)
             "gpurent_reconciler_agent_connections_total %lld\n"
             "# HELP gpurent_agent_call_errors_total Calls to node agents that got no usable reply.\n"
             "# TYPE gpurent_agent_call_errors_total counter\ngpurent_agent_call_errors_total %lld\n"
-            "# HELP gpurent_heartbeat_replies_total Good facts replies to the heartbeat: judged, or the same bytes"
-            " as the reply last recorded for the node, which only move its last-seen time.\n"
+            "# HELP gpurent_heartbeat_replies_total Good facts replies to the heartbeat: judged, the same bytes"
+            " as the reply last recorded for the node, or 304 for that reply's ETag; the last two only move its"
+            " last-seen time.\n"
             "# TYPE gpurent_heartbeat_replies_total counter\n"
             "gpurent_heartbeat_replies_total{kind=\"judged\"} %lld\n"
             "gpurent_heartbeat_replies_total{kind=\"repeated\"} %lld\n"
+            "gpurent_heartbeat_replies_total{kind=\"not_modified\"} %lld\n"
             "# HELP gpurent_heartbeat_agent_connections_total Connections to agents the heartbeat's polls opened;"
             " the other polls reused one kept from an earlier pass.\n"
             "# TYPE gpurent_heartbeat_agent_connections_total counter\n"
@@ -369,7 +371,7 @@ void api_metrics(struct http_request *req)
             (long long)lc.reconcile_instances_read[0], (long long)lc.reconcile_instances_read[1],
             (long long)lc.reconcile_calls[0], (long long)lc.reconcile_calls[1], (long long)lc.reconcile_calls[2],
             (long long)lc.reconcile_connections, (long long)lc.agent_errors, (long long)lc.heartbeat_replies[0],
-            (long long)lc.heartbeat_replies[1], (long long)lc.heartbeat_connections, clock_is_testing());
+            (long long)lc.heartbeat_replies[1], (long long)lc.heartbeat_replies[2], (long long)lc.heartbeat_connections, clock_is_testing());
     fclose(f);
     if (ok)
         http_reply_raw(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -47,6 +48,32 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userp)
     memcpy(c->response + c->response_len, data, n);
     c->response_len += n;
     c->response[c->response_len] = '\0';
+    return n;
+}
+
+/* CURLOPT_HEADERFUNCTION: keeps the reply's ETag when it is one the daemon
+ * may store and send back in a header: 1 to 64 printable ASCII characters. */
+static size_t on_header(char *data, size_t size, size_t nmemb, void *userp)
+{
+    struct agent_call *c = userp;
+    size_t n = size * nmemb;
+    static const char name[] = "etag:";
+    if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
+        const char *v = data + sizeof name - 1, *end = data + n;
+        while (v < end && (*v == ' ' || *v == '\t'))
+            v++;
+        while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        size_t len = (size_t)(end - v);
+        int plain = len > 0 && len < sizeof c->etag;
+        for (size_t i = 0; plain && i < len; i++)
+            plain = v[i] >= 0x20 && v[i] <= 0x7e;
+        c->etag[0] = '\0';
+        if (plain) {
+            memcpy(c->etag, v, len);
+            c->etag[len] = '\0';
+        }
+    }
     return n;
 }
 
@@ -109,6 +136,8 @@ struct agent_call *agent_call_new(const char *base_url, const char *secret, cons
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
     curl_easy_setopt(e, CURLOPT_PRIVATE, c);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->error);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, opts->connect_timeout_ms);
@@ -133,6 +162,14 @@ fail:
     log_error("agent client: cannot build %s %s%s", method, base_url, path);
     agent_call_free(c);
     return NULL;
+}
+
+int agent_call_if_none_match(struct agent_call *c, const char *etag)
+{
+    char line[16 + AGENT_CALL_ETAG_MAX];
+    snprintf(line, sizeof line, "If-None-Match: %s", etag);
+    /* Appended to the list CURLOPT_HTTPHEADER already points at. */
+    return curl_slist_append(c->headers, line) ? 0 : -1;
 }
 
 int agent_call_finish(struct agent_call *c, CURLcode result)

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define AGENT_CALL_ETAG_MAX 65 /* an ETag the daemon keeps and sends back, NUL included */
+
 struct agent_client_opts {
     long connect_timeout_ms;   /* TCP (and TLS) connect */
     long total_timeout_ms;     /* whole call */
@@ -35,6 +37,7 @@ struct agent_call {
     int too_large;                    /* the reply went over max_response_bytes */
     long status;                      /* HTTP status, 0 if none */
     char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
+    char etag[AGENT_CALL_ETAG_MAX];        /* the reply's ETag as sent, "" when none or not a plain printable one */
     json_t *doc;                      /* the reply parsed by agent_call_json, or NULL */
     int doc_read;                     /* agent_call_json has parsed (or failed to parse) it */
 };
@@ -47,6 +50,10 @@ struct agent_client_opts agent_client_opts_from_config(void);
  * body. NULL on failure (logged). */
 struct agent_call *agent_call_new(const char *base_url, const char *secret, const char *method, const char *path,
                                   const char *body, const struct agent_client_opts *opts);
+/* Asks, before c runs, for 304 instead of the reply when its ETag is still
+ * etag (If-None-Match), which must be one a reply carried (agent_call.etag).
+ * 0, or -1 without memory (c is unchanged). */
+int agent_call_if_none_match(struct agent_call *c, const char *etag);
 /* After the transfer ends with result: fills status and error. Returns 0 if
  * an HTTP reply within the size cap arrived (any status), -1 otherwise. */
 int agent_call_finish(struct agent_call *c, CURLcode result);

@@ -15,7 +15,7 @@ static atomic_llong billing_total_us;
 static atomic_llong reconcile_passes[2], reconcile_instances_read[2];
 static atomic_llong reconcile_calls[3];
 static atomic_llong reconcile_connections;
-static atomic_llong heartbeat_replies[2];
+static atomic_llong heartbeat_replies[HEARTBEAT_REPLY_KINDS];
 static atomic_llong heartbeat_connections;
 
 void metrics_agent_error(void)
@@ -47,9 +47,9 @@ void metrics_reconcile_connections(int64_t opened)
     atomic_fetch_add(&reconcile_connections, opened);
 }
 
-void metrics_heartbeat_reply(int repeated)
+void metrics_heartbeat_reply(enum heartbeat_reply kind)
 {
-    atomic_fetch_add(&heartbeat_replies[repeated != 0], 1);
+    atomic_fetch_add(&heartbeat_replies[kind], 1);
 }
 
 void metrics_heartbeat_connections(int64_t opened)
@@ -59,7 +59,7 @@ void metrics_heartbeat_connections(int64_t opened)
 
 void loop_counters(struct loop_counters *out)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < HEARTBEAT_REPLY_KINDS; i++)
         out->heartbeat_replies[i] = atomic_load(&heartbeat_replies[i]);
     out->heartbeat_connections = atomic_load(&heartbeat_connections);
     out->reconcile_connections = atomic_load(&reconcile_connections);

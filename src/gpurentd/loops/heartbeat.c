@@ -3,7 +3,9 @@
  * over one libcurl multi handle kept from pass to pass (so a fleet of up to
  * agent_max_parallel nodes is polled over kept-alive connections, not a new
  * TCP and TLS handshake per node per pass), judges them (facts.c), and
- * records the results in batched transactions as they arrive. A node that
+ * records the results in batched transactions as they arrive. A call sends
+ * back the ETag of the reply last recorded for the node, and the agent
+ * answers 304 while its facts are those. A node that
  * misses heartbeat_miss_limit polls in a row is unreachable, and offline
  * once it has been silent for node_lost_after_s; a good reply brings it
  * back. When a node's count of ended workloads changes, the reconciler is
@@ -32,7 +34,9 @@ struct beat {
     struct node_target *target;   /* the node polled */
     int ok;                       /* the agent answered 200 with valid facts */
     int same;                     /* ok, with the very reply last recorded: only the time is written */
+    int not_modified;             /* same, answered 304 */
     char digest[65];              /* of the reply and what it was judged against (facts_digest) */
+    char etag[AGENT_CALL_ETAG_MAX]; /* the reply's ETag, "" for none */
     struct facts_verdict verdict; /* when ok and not same (same: accepted and workload_exits only) */
     char reason[256];             /* why not ok */
 };
@@ -66,40 +70,66 @@ static int should_stop(void)
 }
 
 /* The digest of a facts reply with the model and card count it is judged
- * against: judging the same three again gives the same verdict. */
-static void facts_digest(const struct node_target *t, const struct agent_call *c, char out[65])
+ * against: judging the same three again gives the same verdict. A reply
+ * with an ETag is named by it (the agent's own digest of its bytes), so
+ * that a 304 for that ETag has the same digest; one without by its bytes. */
+static void facts_digest(const struct node_target *t, const char *etag, const struct agent_call *c, char out[65])
 {
     char cards[24];
     snprintf(cards, sizeof cards, "\n%lld\n", (long long)t->card_count);
-    const void *parts[] = {t->gpu_model, cards, c->response ? c->response : ""};
-    const size_t lens[] = {strlen(t->gpu_model), strlen(cards), c->response_len};
-    sha256_hex_parts(parts, lens, 3, out);
+    static const char tagged[] = "ETag ";
+    const void *parts[] = {t->gpu_model, cards, etag[0] ? tagged : "", etag[0] ? etag : c->response ? c->response : ""};
+    const size_t lens[] = {strlen(t->gpu_model), strlen(cards), etag[0] ? sizeof tagged - 1 : 0,
+                           etag[0] ? strlen(etag) : c->response_len};
+    sha256_hex_parts(parts, lens, 4, out);
+}
+
+/* Whether the node's health is still what the verdict on its recorded
+ * facts made it (a node gone offline meanwhile is brought back by the whole
+ * path, which needs the reply's bytes). */
+static int health_of_recorded(const struct node_target *t)
+{
+    return strcmp(t->health, "up") == 0 || strcmp(t->health, "unreachable") == 0 || strcmp(t->health, "rejected") == 0;
 }
 
 /* Whether the node's row already holds what recording this reply would
  * write: the reply recorded last was the same (its digest is written in
- * the transaction that records it), and the node's health is still what
- * that verdict made it (a node gone offline meanwhile is brought back by
- * the whole path). */
+ * the transaction that records it), and its health is still that one. */
 static int same_as_recorded(const struct beat *b)
 {
     const struct node_target *t = b->target;
-    return t->facts_digest[0] && strcmp(t->facts_digest, b->digest) == 0 &&
-           (strcmp(t->health, "up") == 0 || strcmp(t->health, "unreachable") == 0 ||
-            strcmp(t->health, "rejected") == 0);
+    return t->facts_digest[0] && strcmp(t->facts_digest, b->digest) == 0 && health_of_recorded(t);
+}
+
+/* Whether the reply last recorded for t can be confirmed with a 304: it had
+ * an ETag, its digest with t's model and cards as they are now is the one
+ * recorded (an admin who changed either has the facts judged again), and a
+ * same reply would only move the time (same_as_recorded). */
+static int confirmable(const struct node_target *t)
+{
+    if (!t->facts_etag[0] || !t->facts_digest[0] || !health_of_recorded(t))
+        return 0;
+    char digest[65];
+    facts_digest(t, t->facts_etag, NULL, digest);
+    return strcmp(digest, t->facts_digest) == 0;
 }
 
 static void judge(struct beat *b, struct agent_call *c)
 {
-    if (c->status != 200) {
+    /* 304: the facts are still those of the ETag sent, which only a
+     * confirmable node is sent. */
+    int not_modified = c->status == 304 && confirmable(b->target);
+    if (c->status != 200 && !not_modified) {
         snprintf(b->reason, sizeof b->reason, "agent answered HTTP %ld", c->status);
         return;
     }
-    /* Most beats repeat the last reply byte for byte: parsing and judging
-     * it again (most of a beat's cost) would change nothing. */
-    facts_digest(b->target, c, b->digest);
+    snprintf(b->etag, sizeof b->etag, "%s", not_modified ? b->target->facts_etag : c->etag);
+    /* Most beats repeat the last reply: parsing and judging it again (most
+     * of a beat's cost) would change nothing. */
+    facts_digest(b->target, b->etag, c, b->digest);
     if (same_as_recorded(b)) {
         b->ok = b->same = 1;
+        b->not_modified = not_modified;
         b->verdict.accepted = strcmp(b->target->health, "rejected") != 0;
         b->verdict.workload_exits = b->target->workload_exits;
         return;
@@ -154,7 +184,7 @@ static int record_txn(struct store *s, void *vctx)
             if (rc == STORE_OK)
                 rc = store_node_set_data_address(s, b->target->id, b->verdict.data_address);
             if (rc == STORE_OK)
-                rc = store_node_set_facts_digest(s, b->target->id, b->digest);
+                rc = store_node_set_facts_digest(s, b->target->id, b->digest, b->etag);
         } else {
             rc = store_node_beat_missed(s, b->target->id, ctx->now, daemon_config->heartbeat_miss_limit,
                                         daemon_config->node_lost_after_s, b->reason);
@@ -229,8 +259,9 @@ static void add_result(struct pass *p, struct node_target *t, struct agent_call 
 {
     struct beat *b = &p->batch[p->n_batch++];
     b->target = t;
-    b->ok = b->same = 0;
+    b->ok = b->same = b->not_modified = 0;
     b->digest[0] = '\0';
+    b->etag[0] = '\0';
     b->reason[0] = '\0';
     b->verdict.reason[0] = '\0';
     b->verdict.canonical = NULL;
@@ -245,7 +276,9 @@ static void add_result(struct pass *p, struct node_target *t, struct agent_call 
     utf8_clip(b->verdict.reason);
     p->answered += b->ok;
     if (b->ok)
-        metrics_heartbeat_reply(b->same);
+        metrics_heartbeat_reply(b->not_modified ? HEARTBEAT_NOT_MODIFIED
+                                : b->same       ? HEARTBEAT_REPEATED
+                                                : HEARTBEAT_JUDGED);
     /* A node polled the moment it was registered may not have its secret
      * yet: only a success counts then, misses are left to the full passes. */
     if (p->only_new && !b->ok) {
@@ -268,7 +301,12 @@ struct facts_stream {
 static struct agent_call *make_facts_call(void *vctx, size_t i)
 {
     struct facts_stream *fs = vctx;
-    return agent_call_new(fs->targets[i].agent_url, fs->targets[i].secret, "GET", "/v1/facts", NULL, &fs->opts);
+    const struct node_target *t = &fs->targets[i];
+    struct agent_call *c = agent_call_new(t->agent_url, t->secret, "GET", "/v1/facts", NULL, &fs->opts);
+    /* Without the header (no memory) the agent sends the whole reply. */
+    if (c && confirmable(t))
+        (void)agent_call_if_none_match(c, t->facts_etag);
+    return c;
 }
 
 static void take_facts(void *vctx, size_t i, struct agent_call *c, int finished)

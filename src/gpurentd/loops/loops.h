@@ -140,6 +140,9 @@ int agent_client_global_init(void);
 void agent_client_global_cleanup(void);
 
 /* counters.c: what the loops count for /metrics (http/metrics.c prints it). */
+/* A good facts reply to the heartbeat: parsed and judged, the same bytes as
+ * the reply last recorded, or 304 for the ETag of that reply. */
+enum heartbeat_reply { HEARTBEAT_JUDGED, HEARTBEAT_REPEATED, HEARTBEAT_NOT_MODIFIED, HEARTBEAT_REPLY_KINDS };
 struct loop_counters {
     int64_t agent_errors;     /* agent calls without a usable reply */
     int64_t billing_passes;   /* billing passes run */
@@ -152,7 +155,7 @@ struct loop_counters {
     /* The reconciler's calls about one workload: [0] PUT, [1] GET, [2] DELETE. */
     int64_t reconcile_calls[3];
     int64_t reconcile_connections; /* connections to agents its calls opened (the others reused one) */
-    int64_t heartbeat_replies[2];  /* good facts replies: [0] judged, [1] the same as the last recorded */
+    int64_t heartbeat_replies[HEARTBEAT_REPLY_KINDS]; /* good facts replies, by enum heartbeat_reply */
     int64_t heartbeat_connections; /* connections to agents its polls opened (the others reused one) */
 };
 void metrics_agent_error(void);
@@ -160,7 +163,7 @@ void metrics_billing_pass(int64_t duration_us);
 void metrics_reconcile_pass(int sweep, int64_t instances_read);
 void metrics_reconcile_call(int method); /* 0 PUT, 1 GET, 2 DELETE */
 void metrics_reconcile_connections(int64_t opened);
-void metrics_heartbeat_reply(int repeated);
+void metrics_heartbeat_reply(enum heartbeat_reply kind);
 void metrics_heartbeat_connections(int64_t opened);
 void loop_counters(struct loop_counters *out);
 

@@ -307,6 +307,7 @@ struct node_target {
     int64_t last_seen_at;   /* last good heartbeat, 0 if never */
     int64_t workload_exits; /* the agent's last reported count of ended workloads, -1 if none */
     char facts_digest[65];  /* of the last facts reply recorded (0033), "" before any */
+    char facts_etag[65];    /* that reply's ETag (0038), "" when it had none */
 };
 /* Every registered node; *out is malloc'd (caller frees), *n its length. */
 int store_node_targets(struct store *s, struct node_target **out, size_t *n);
@@ -320,8 +321,9 @@ int store_node_targets_new(struct store *s, struct node_target **out, size_t *n)
  * time moves (and an unreachable node is reachable again). */
 int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits);
 /* Sets the digest of the facts reply just recorded (0033; in the narrow
- * node_liveness row since 0036), in the same transaction as its verdict. */
-int store_node_set_facts_digest(struct store *s, const char *id, const char *digest);
+ * node_liveness row since 0036) and its ETag ("" for none, 0038), in the
+ * same transaction as its verdict. */
+int store_node_set_facts_digest(struct store *s, const char *id, const char *digest, const char *etag);
 /* Records a good heartbeat: facts accepted (cards replace the node's card
  * facts, keeping allocations) or rejected with reason. */
 int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char *facts_json, int accepted,

@@ -52,7 +52,8 @@ static const char SQL_NODE_REMOVE[] =
 #define NODE_TARGET_COLUMNS                                                                                \
     "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"                                       \
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END," \
-    " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(l.facts_digest, '')"
+    " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(l.facts_digest, ''),"          \
+    " coalesce(l.facts_etag, '')"
 static const char SQL_NODE_TARGETS[] = NODE_TARGET_COLUMNS
     " FROM node_liveness l JOIN nodes n ON n.id = l.node_id WHERE n.removed_at IS NULL ORDER BY l.node_id";
 /* Some nodes by id (a JSON array): what the reconciler lists between sweeps. */
@@ -73,7 +74,8 @@ static const char SQL_NODE_SEEN[] =
  * the nodes row of one that was not is left as it is. */
 static const char SQL_NODE_BACK[] = "UPDATE nodes SET state_reason = '', updated_at = ?2, unreachable_since = NULL"
                                     " WHERE id = ?1 AND removed_at IS NULL AND unreachable_since IS NOT NULL";
-static const char SQL_NODE_FACTS_DIGEST[] = "UPDATE node_liveness SET facts_digest = ?2 WHERE node_id = ?1";
+static const char SQL_NODE_FACTS_DIGEST[] =
+    "UPDATE node_liveness SET facts_digest = ?2, facts_etag = nullif(?3, '') WHERE node_id = ?1";
 static const char SQL_NODE_BEAT[] =
     "UPDATE nodes SET facts = ?3, health = ?4, state_reason = ?5, driver_version = ?6, stack_version = ?7,"
     " updated_at = ?2, unreachable_since = NULL WHERE id = ?1";
@@ -266,6 +268,7 @@ static void read_target(sqlite3_stmt *st, void *row)
     t->last_seen_at = sqlite3_column_int64(st, 7);
     t->workload_exits = sqlite3_column_int64(st, 8);
     store_column_text(t->facts_digest, sizeof t->facts_digest, st, 9);
+    store_column_text(t->facts_etag, sizeof t->facts_etag, st, 10);
 }
 
 static int collect_targets(struct store *s, const char *sql, const char *ids, struct node_target **out, size_t *n)
@@ -332,13 +335,14 @@ int store_node_seen(struct store *s, const char *id, int64_t now, int64_t worklo
     return rc == STORE_OK ? liveness_seen(s, id, now, workload_exits) : rc;
 }
 
-int store_node_set_facts_digest(struct store *s, const char *id, const char *digest)
+int store_node_set_facts_digest(struct store *s, const char *id, const char *digest, const char *etag)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_FACTS_DIGEST);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, digest, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, etag, -1, SQLITE_STATIC);
     return store_step_change(s, st, "node facts digest");
 }
 

@@ -4,10 +4,12 @@ malformed), facts, idempotent PUT and DELETE, spec validation, phases, the
 sim's injected failures, exits (the second and status reported, the
 list's now, facts' workload_exits), durability across restarts and
 crashes, and the command line."""
+import hashlib
 import json
 import os
 import signal
 import subprocess
+import re
 import threading
 import time
 import uuid
@@ -275,6 +277,32 @@ def test_facts_do_not_move_with_placements(new_agent):
     assert a.get("/v1/facts").content == before
 
 
+def test_facts_carry_an_etag_and_a_304_confirms_them(new_agent):
+    # The heartbeat sends back the ETag of the reply it recorded: while the
+    # facts are those the agent answers 304 without a body; once they change
+    # (here an exit), the new reply with a new ETag.
+    a = new_agent()
+    r = a.get("/v1/facts")
+    etag = r.headers["ETag"]
+    assert re.fullmatch(r'"[0-9a-f]{32}"', etag), etag
+    for inm in (etag, "W/" + etag, f'"other", {etag}', "*"):
+        again = a.get("/v1/facts", headers={"If-None-Match": inm})
+        assert (again.status_code, again.content, again.headers["ETag"]) == (304, b"", etag), inm
+    other = a.get("/v1/facts", headers={"If-None-Match": '"other"'})
+    assert (other.status_code, other.content, other.headers["ETag"]) == (200, r.content, etag)
+    assert a.put("/v1/workloads/wl_x", json={"image": "registry/exit-after-100:1", "gpus": [0]}).status_code == 201
+    a.wait_phase("wl_x", "exited")
+    moved = a.get("/v1/facts", headers={"If-None-Match": etag})
+    assert (moved.status_code, moved.json()["workload_exits"]) == (200, 1), moved.text
+    assert moved.headers["ETag"] not in (etag, "")
+    assert a.get("/v1/facts", headers={"If-None-Match": moved.headers["ETag"]}).status_code == 304
+    # It names the bytes (their SHA-256), so the same facts after a restart
+    # carry the same one; an unsigned ask gets nothing.
+    for reply in (r, moved):
+        assert reply.headers["ETag"] == '"%s"' % hashlib.sha256(reply.content).hexdigest()[:32]
+    assert a.get("/v1/facts", headers={"If-None-Match": etag}, sign=False).status_code == 401
+
+
 # ---------------------------------------------------------------- workloads
 
 def test_put_may_wait_for_the_workload_to_run(new_agent):
@@ -312,9 +340,11 @@ def test_a_delete_ends_a_put_s_wait(new_agent):
                   headers={"Gpurent-Wait-Ms": "1000"})))
         put.start()
         poll(lambda: a.get(f"/v1/workloads/{wid}").status_code == 200, 10, f"{wid} accepted")
+        # Accepted and not yet answered: the PUT waits. (Read before the
+        # DELETE: that ends the wait at once, so after it the PUT may be gone.)
+        landed += put.is_alive()
         r = a.delete(f"/v1/workloads/{wid}")
         assert (r.status_code, r.json()["phase"]) == (200, "removed"), r.text
-        landed += put.is_alive()  # the DELETE came while the PUT still waited
         put.join(30)
         assert not put.is_alive()
         assert (answers[0].status_code, answers[0].json()["id"], answers[0].json()["phase"]) == \

@@ -83,6 +83,7 @@ def test_nvidia_smi_lost_card_and_later_failure(tool_agent):
     assert len(bad) == 1 and bad[0]["health_reason"]
     assert {c["model"] for c in f["cards"] if c["healthy"]} == {"H100-SXM"}
 
+    etag = a.get("/v1/facts").headers["ETag"]
     # The driver falls over: every card the node had is now reported unhealthy.
     shutil.copy(os.path.join(DATA, "nvidia-smi-driver-down.txt"), a.output)
     open(str(a.output) + ".fail", "w").close()
@@ -92,6 +93,10 @@ def test_nvidia_smi_lost_card_and_later_failure(tool_agent):
         return len(cards) == 8 and not any(c["healthy"] for c in cards) and cards
     cards = poll(all_down, 20, "every card to turn unhealthy")
     assert all(c["health_reason"].startswith("discovery failed:") for c in cards)
+    # The reply the heartbeat recorded is no longer confirmed: its ETag gets
+    # the new facts.
+    r = a.get("/v1/facts", headers={"If-None-Match": etag})
+    assert r.status_code == 200 and r.headers["ETag"] != etag and not any(c["healthy"] for c in r.json()["cards"])
 
     # It comes back.
     os.unlink(str(a.output) + ".fail")

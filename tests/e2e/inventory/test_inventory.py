@@ -391,10 +391,11 @@ def test_failed_cards_leave_the_free_pool_and_the_node_stays_ready(new_daemon, p
 
 
 def heartbeat_replies(d):
-    """{kind: count} of the heartbeat's good replies, judged or repeated."""
+    """{kind: count} of the heartbeat's good replies: judged, repeated (the
+    same bytes), not_modified (304 for the recorded reply's ETag)."""
     text = d.get("/metrics", key=d.admin_key).text
     found = {k: int(v) for k, v in re.findall(r'^gpurent_heartbeat_replies_total\{kind="(\w+)"\} (\d+)$', text, re.M)}
-    assert set(found) == {"judged", "repeated"}, text
+    assert set(found) == {"judged", "repeated", "not_modified"}, text
     return found
 
 
@@ -431,6 +432,39 @@ def test_a_repeated_reply_only_moves_the_time_and_a_changed_one_is_judged(new_da
     back = wait_state(d, n["id"], "ready", 30)
     assert back["cards_free"] == 7 and back["missed_heartbeats"] == 0, back
     assert counts(d, "MI450") == (8, 7, 0)
+
+
+def test_an_agent_s_unchanged_facts_come_as_304_and_a_change_is_judged(new_daemon, procs):
+    """A real agent tags its facts with an ETag. The heartbeat sends back the
+    one of the reply it recorded, and while the facts hold the agent answers
+    304 without them: the node stays ready and its last-seen time moves, and
+    nothing is judged. Facts that changed (the agent restarted with another
+    data address) come whole, are judged and recorded, and 304s follow."""
+    d = new_daemon(options=FAST)
+    port = free_port()
+    n, secret = register(d, "tagged", f"http://127.0.0.1:{port}", model="MI450", cards=8)
+    a = procs.agent("tagged", secret=secret, node="tagged",
+                    options={"listen": f"127.0.0.1:{port}", "inventory_model": "MI450", "inventory_cards": "8"})
+    wait_state(d, n["id"], "ready")
+    wait_beat(d, [n["id"]])
+    before = heartbeat_replies(d)
+    wait_beat(d, [n["id"]])
+    wait_beat(d, [n["id"]])
+    after = heartbeat_replies(d)
+    assert after["not_modified"] >= before["not_modified"] + 2, (before, after)
+    assert (after["judged"], after["repeated"]) == (before["judged"], before["repeated"]), (before, after)
+    assert (node(d, n["id"])["state"], node(d, n["id"])["cards_free"]) == ("ready", 8)
+
+    a.restart(data_address="10.7.7.7")
+    cur = wait_node(d, n["id"], lambda x: x["reported_data_address"] == "10.7.7.7", 30, "the new facts recorded")
+    assert (cur["state"], cur["cards_free"], cur["missed_heartbeats"]) == ("ready", 8, 0), cur
+    changed = heartbeat_replies(d)
+    assert changed["judged"] > after["judged"], (after, changed)
+    wait_beat(d, [n["id"]])
+    wait_beat(d, [n["id"]])
+    again = heartbeat_replies(d)
+    assert again["not_modified"] >= changed["not_modified"] + 2 and again["judged"] == changed["judged"], \
+        (changed, again)
 
 
 def heartbeat_connections(d):

@@ -312,14 +312,25 @@ static void test_the_facts_digest_is_kept_and_a_seen_beat_moves_only_the_time(vo
     size_t n;
     assert_int_equal(store_node_targets(fx.s, &t, &n), STORE_OK);
     assert_string_equal(t[0].facts_digest, ""); /* none recorded yet */
+    assert_string_equal(t[0].facts_etag, "");
     free(t);
     char digest[65];
     memset(digest, 'a', 64);
     digest[64] = '\0';
-    assert_int_equal(store_node_set_facts_digest(fx.s, node, digest), STORE_OK);
+    /* The reply's ETag is kept with its digest, "" as NULL (0038). */
+    assert_int_equal(store_node_set_facts_digest(fx.s, node, digest, "\"e1\""), STORE_OK);
+    assert_int_equal(store_node_targets(fx.s, &t, &n), STORE_OK);
+    assert_string_equal(t[0].facts_etag, "\"e1\"");
+    free(t);
+    assert_int_equal(store_node_set_facts_digest(fx.s, node, digest, ""), STORE_OK);
+    assert_int_equal(store_node_targets(fx.s, &t, &n), STORE_OK);
+    assert_string_equal(t[0].facts_etag, "");
+    free(t);
+    /* An ETag that could not go back in a header: the CHECK refuses it. */
+    assert_int_not_equal(store_node_set_facts_digest(fx.s, node, digest, "\"e1\"\r\nX-Injected: 1"), STORE_OK);
     memset(digest, 'b', 32); /* not a digest: the CHECK refuses it */
     digest[32] = '\0';
-    assert_int_not_equal(store_node_set_facts_digest(fx.s, node, digest), STORE_OK);
+    assert_int_not_equal(store_node_set_facts_digest(fx.s, node, digest, ""), STORE_OK);
     /* Unreachable (missed beats), then seen: reachable again, the time moved,
      * nothing else. */
     for (int i = 0; i < MISS_LIMIT; i++)
@@ -479,7 +490,7 @@ static void test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_
     char digest[65];
     memset(digest, 'c', 64);
     digest[64] = '\0';
-    assert_int_equal(store_node_set_facts_digest(fx.s, node, digest), STORE_OK);
+    assert_int_equal(store_node_set_facts_digest(fx.s, node, digest, ""), STORE_OK);
     assert_int_equal(node_row_writes(), 0);
     struct node got = get(node);
     assert_int_equal(got.last_seen_at, 205);
