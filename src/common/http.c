@@ -31,6 +31,7 @@ struct http_server {
     void *app;                          /* program context */
     int port;                           /* bound port */
     atomic_int in_flight;               /* requests between first call and completion */
+    atomic_int closing;                 /* http_server_stop has begun: no new connection is taken */
     pthread_rwlock_t reload_lock;       /* guards the reloadable fields below */
     char cors_origins[1024];            /* space-separated, reloadable */
     char trusted_proxies[512];          /* proxies whose X-Forwarded-For names the client */
@@ -746,6 +747,8 @@ static void conn_phase(struct http_request *req, enum http_conn_phase phase)
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     struct http_server *srv = cls;
+    if (atomic_load(&srv->closing))
+        return MHD_NO;
     return http_conns_accept(srv->conns, addr) ? MHD_YES : MHD_NO;
 }
 
@@ -967,16 +970,17 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
         log_error("http: listen address '%s' is not a numeric IP address: %s", cfg->host, gai_strerror(gai));
         goto fail;
     }
-    /* poll(), not epoll: with a thread pool on epoll, libmicrohttpd's
-     * MHD_quiesce_daemon (http_server_stop's first step) races its workers
-     * for removing the listen socket from their epoll sets, and the loser
-     * aborts the process ("Failed to remove listen FD from epoll set"):
-     * an agent or a daemon stopping on SIGTERM died now and then. With
-     * poll() the workers learn of the quiesce through their ITC. */
+    /* epoll: a worker's wait costs what is ready, not every connection it
+     * holds (with poll() the kernel looked at each of an agent's hundreds of
+     * kept connections on every request). MHD_quiesce_daemon is not used:
+     * with a thread pool on epoll it races the workers for removing the
+     * listen socket from their epoll sets, and the loser aborts the process
+     * ("Failed to remove listen FD from epoll set"); http_server_stop stops
+     * taking connections in the accept policy instead. */
     /* MHD_ALLOW_SUSPEND_RESUME: http_defer; a resume from another thread
      * wakes the connection's worker through its ITC. */
     /* MHD_ALLOW_UPGRADE: http_reply_upgrade (the web terminal's WebSocket). */
-    unsigned flags = MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME |
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_ALLOW_UPGRADE;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
@@ -1057,16 +1061,17 @@ void http_server_stop(struct http_server *srv, int drain_ms)
 {
     if (!srv)
         return;
-    /* Stop accepting first, so no new request starts while we drain. */
-    MHD_socket listen_fd = MHD_quiesce_daemon(srv->mhd);
+    /* Take no new connection first, so no new request starts while we
+     * drain (one that arrives is accepted and closed at once). */
+    atomic_store(&srv->closing, 1);
+    if (drain_ms > 0)
+        log_info("http: taking no new connections; %d requests in flight", atomic_load(&srv->in_flight));
     int64_t deadline = clock_mono_ms() + drain_ms;
     while (atomic_load(&srv->in_flight) > 0 && clock_mono_ms() < deadline)
         usleep(10 * 1000);
     if (atomic_load(&srv->in_flight) > 0)
         log_warn("http: %d requests still in flight after %d ms; closing them", atomic_load(&srv->in_flight), drain_ms);
     MHD_stop_daemon(srv->mhd);
-    if (listen_fd != MHD_INVALID_SOCKET)
-        close(listen_fd);
     free(srv->cert_pem);
     free(srv->key_pem);
     pthread_rwlock_destroy(&srv->reload_lock);

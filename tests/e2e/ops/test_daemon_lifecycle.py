@@ -277,6 +277,30 @@ def test_signal_finishes_the_request_in_flight(new_daemon, sig):
     assert d.sql("SELECT name FROM api_keys WHERE id = ?", (created["id"],)) == [("in flight",)]
 
 
+def test_a_drain_takes_no_new_connection(new_daemon):
+    """While the drain waits for the request in flight, a new connection is
+    closed at once with no answer (a balancer sends it elsewhere), and the
+    request in flight is still answered."""
+    d = new_daemon(options={"drain_timeout_s": 60})
+    u = d.signup()
+    sock, body = post_headers(d, "/v1/api-keys", u.key, {"name": "in flight"})
+    d.terminate(signal.SIGTERM)
+    d.wait_for_log(r"http: taking no new connections; 1 requests in flight")
+    late = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    late.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        got = late.recv(4096)
+    except ConnectionResetError:
+        got = b""
+    late.close()
+    assert got == b"", got
+    sock.sendall(body)
+    status, created = read_reply(sock)
+    assert status == 201, created
+    assert d.wait(60) == 0
+    assert "still in flight" not in d.stderr_text()
+
+
 def test_signal_answers_a_create_waiting_for_its_commit(cloud):
     """A create waits for its commit with its connection suspended (the
     committer thread leads the batch): the drain answers it before the
