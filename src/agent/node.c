@@ -2,7 +2,7 @@
  * simulated ones under /nodes/{name}), their secrets, and the facts they
  * report: GPU inventory from the discovery tool or from configuration.
  * Per node a name, a secret, a mutex, a workload list and its last facts
- * reply (about 1.5 KB, so that a poll that finds nothing new renders
+ * reply (1.3 KB for 8 cards, so that a poll that finds nothing new renders
  * nothing) are kept; the inventory is shared. */
 #include "agent.h"
 

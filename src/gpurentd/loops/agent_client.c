@@ -229,7 +229,7 @@ struct agent_multi {
     int64_t timer_at_us;  /* when libcurl wants its timeout action; -1: no timer */
 };
 
-/* Watches socket fd for events, or (events 0) stops watching it. Returns 0,
+/* Watches socket fd for events, or (remove) stops watching it. Returns 0,
  * or -1 without memory, in which case the transfer on it ends at its own
  * total timeout. */
 static int watch_socket(struct agent_multi *m, int fd, short events, int remove)

@@ -31,14 +31,14 @@ static struct bg_loop loop = BG_LOOP_INIT("heartbeat");
 
 /* One node's outcome of a pass. */
 struct beat {
-    struct node_target *target;   /* the node polled */
-    int ok;                       /* the agent answered 200 with valid facts */
-    int same;                     /* ok, with the very reply last recorded: only the time is written */
-    int not_modified;             /* same, answered 304 */
-    char digest[65];              /* of the reply and what it was judged against (facts_digest) */
+    struct node_target *target;     /* the node polled */
+    int ok;                         /* the agent answered 200 with valid facts, or 304 for those recorded */
+    int same;                       /* ok, with the very reply last recorded: only the time is written */
+    int not_modified;               /* same, answered 304 */
+    char digest[65];                /* of the reply and what it was judged against (facts_digest) */
     char etag[AGENT_CALL_ETAG_MAX]; /* the reply's ETag, "" for none */
-    struct facts_verdict verdict; /* when ok and not same (same: accepted and workload_exits only) */
-    char reason[256];             /* why not ok */
+    struct facts_verdict verdict;   /* when ok and not same (same: accepted and workload_exits only) */
+    char reason[256];               /* why not ok */
 };
 
 /* Cuts s at its first byte that does not begin a complete, valid UTF-8

@@ -52,7 +52,7 @@ static const char SQL_NODE_REMOVE[] =
 #define NODE_TARGET_COLUMNS                                                                                \
     "SELECT n.id, n.agent_url, n.secret, n.gpu_model, n.card_count,"                                       \
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END," \
-    " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(l.facts_digest, ''),"          \
+    " l.missed_beats, coalesce(l.last_seen_at, 0), l.workload_exits, coalesce(l.facts_digest, ''),"        \
     " coalesce(l.facts_etag, '')"
 static const char SQL_NODE_TARGETS[] = NODE_TARGET_COLUMNS
     " FROM node_liveness l JOIN nodes n ON n.id = l.node_id WHERE n.removed_at IS NULL ORDER BY l.node_id";
