@@ -267,12 +267,18 @@ def test_admin_reason_survives_an_outage(new_daemon, procs):
     assert (r.json()["state"], r.json()["state_reason"], r.json()["admin_reason"]) == ("ready", "", "")
 
 
+def one_agent(d, procs, name, model):
+    """Registers node name (model, 8 cards) and starts a real agent with
+    those cards for it on a free port: (the node, the agent)."""
+    port = free_port()
+    n, secret = register(d, name, f"http://127.0.0.1:{port}", model=model, cards=8)
+    return n, procs.agent(name, secret=secret, node=name,
+                          options={"listen": f"127.0.0.1:{port}", "inventory_model": model, "inventory_cards": "8"})
+
+
 def test_single_agent_killed_and_restarted(new_daemon, procs, tmp_path):
     d = new_daemon(options=FAST)
-    port = free_port()
-    n, secret = register(d, "solo", f"http://127.0.0.1:{port}", model="MI300X", cards=8)
-    ag = procs.agent("solo", secret=secret, node="solo",
-                     options={"listen": f"127.0.0.1:{port}", "inventory_model": "MI300X", "inventory_cards": "8"})
+    n, ag = one_agent(d, procs, "solo", "MI300X")
     wait_state(d, n["id"], "ready")
     assert counts(d, "MI300X") == (8, 8, 0)
     ag.kill()
@@ -441,10 +447,7 @@ def test_an_agent_s_unchanged_facts_come_as_304_and_a_change_is_judged(new_daemo
     nothing is judged. Facts that changed (the agent restarted with another
     data address) come whole, are judged and recorded, and 304s follow."""
     d = new_daemon(options=FAST)
-    port = free_port()
-    n, secret = register(d, "tagged", f"http://127.0.0.1:{port}", model="MI450", cards=8)
-    a = procs.agent("tagged", secret=secret, node="tagged",
-                    options={"listen": f"127.0.0.1:{port}", "inventory_model": "MI450", "inventory_cards": "8"})
+    n, a = one_agent(d, procs, "tagged", "MI450")
     wait_state(d, n["id"], "ready")
     wait_beat(d, [n["id"]])
     before = heartbeat_replies(d)
