@@ -171,7 +171,8 @@ static int record_txn(struct store *s, void *vctx)
         struct beat *b = &ctx->beats[i];
         int rc;
         if (b->same) {
-            rc = store_node_seen(s, b->target->id, ctx->now, b->target->workload_exits);
+            rc = store_node_seen(s, b->target->id, ctx->now, b->target->workload_exits,
+                                 strcmp(b->target->health, "unreachable") == 0);
         } else if (b->ok) {
             rc = store_node_beat_ok(s, b->target->id, ctx->now, b->verdict.canonical, b->verdict.accepted,
                                     b->verdict.reason, b->verdict.driver_version, b->verdict.stack_version,

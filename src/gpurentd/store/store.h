@@ -318,8 +318,10 @@ int store_node_targets_of(struct store *s, const char (*ids)[ID_MAX], size_t n_i
  * follows them, not the fleet. */
 int store_node_targets_new(struct store *s, struct node_target **out, size_t *n);
 /* Records a good heartbeat whose facts are those last recorded: only the
- * time moves (and an unreachable node is reachable again). */
-int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits);
+ * time moves, and a node the caller read as unreachable (node_target's
+ * health) is reachable again. Only the heartbeat makes a node unreachable,
+ * so the nodes row of one it read otherwise is not looked at. */
+int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits, int unreachable);
 /* Sets the digest of the facts reply just recorded (0033; in the narrow
  * node_liveness row since 0036) and its ETag ("" for none, 0038), in the
  * same transaction as its verdict. */

@@ -324,15 +324,19 @@ static int liveness_seen(struct store *s, const char *id, int64_t now, int64_t w
     return store_step_change(s, st, "node seen");
 }
 
-int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits)
+int store_node_seen(struct store *s, const char *id, int64_t now, int64_t workload_exits, int unreachable)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_NODE_BACK);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, now);
-    int rc = store_step_write(s, st, "node back");
-    return rc == STORE_OK ? liveness_seen(s, id, now, workload_exits) : rc;
+    if (unreachable) {
+        sqlite3_stmt *st = store_stmt(s, SQL_NODE_BACK);
+        if (!st)
+            return STORE_ERROR;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, now);
+        int rc = store_step_write(s, st, "node back");
+        if (rc != STORE_OK)
+            return rc;
+    }
+    return liveness_seen(s, id, now, workload_exits);
 }
 
 int store_node_set_facts_digest(struct store *s, const char *id, const char *digest, const char *etag)
@@ -369,8 +373,8 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
     int unchanged = old_facts && old_health && strcmp(old_facts, facts_json) == 0 &&
                     strcmp(old_health, accepted ? "up" : "rejected") == 0;
     sqlite3_reset(st);
-    if (unchanged)
-        return store_node_seen(s, id, now, workload_exits);
+    if (unchanged) /* whether it was unreachable is not known here: the row says */
+        return store_node_seen(s, id, now, workload_exits, 1);
     st = store_stmt(s, SQL_NODE_BEAT);
     if (!st)
         return STORE_ERROR;

@@ -338,7 +338,7 @@ static void test_the_facts_digest_is_kept_and_a_seen_beat_moves_only_the_time(vo
     assert_int_equal(store_node_targets(fx.s, &t, &n), STORE_OK);
     assert_string_equal(t[0].health, "unreachable");
     free(t);
-    assert_int_equal(store_node_seen(fx.s, node, 500, 4), STORE_OK);
+    assert_int_equal(store_node_seen(fx.s, node, 500, 4, 1), STORE_OK);
     struct node got = get(node);
     assert_int_equal(got.last_seen_at, 500);
     assert_string_equal(got.driver_version, "drv-1");
@@ -350,7 +350,7 @@ static void test_the_facts_digest_is_kept_and_a_seen_beat_moves_only_the_time(vo
     free(t);
     /* Removed meanwhile (during a heartbeat pass): not found, not seen. */
     assert_int_equal(store_node_remove(fx.s, node, 600), STORE_OK);
-    assert_int_equal(store_node_seen(fx.s, node, 700, 4), STORE_NOT_FOUND);
+    assert_int_equal(store_node_seen(fx.s, node, 700, 4, 0), STORE_NOT_FOUND);
 }
 
 static void test_beat_ok_for_a_removed_node_is_not_found(void **state)
@@ -483,7 +483,7 @@ static void test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_
     char facts[256];
     fx_facts(facts, sizeof facts, FX_TST, 8, 0);
     assert_int_equal(store_node_beat_ok(fx.s, node, 200, facts, 1, "", "drv-1", "stack-1", cards, 8, 3), STORE_OK);
-    assert_int_equal(store_node_seen(fx.s, node, 205, 4), STORE_OK);
+    assert_int_equal(store_node_seen(fx.s, node, 205, 4, 0), STORE_OK);
     assert_int_equal(missed(node, 210, LOST_AFTER), STORE_OK);
     /* A reply whose bytes changed (an older agent's workload count) but whose
      * recorded facts did not: its digest is noted in the narrow row (0036). */
@@ -501,7 +501,7 @@ static void test_a_repeated_beat_and_a_miss_below_the_limit_leave_the_nodes_row_
         assert_int_equal(missed(node, 210 + i, LOST_AFTER), STORE_OK);
     assert_int_equal(node_row_writes(), 1);
     assert_string_equal(get(node).state, "unreachable");
-    assert_int_equal(store_node_seen(fx.s, node, 300, 4), STORE_OK);
+    assert_int_equal(store_node_seen(fx.s, node, 300, 4, 1), STORE_OK);
     assert_int_equal(node_row_writes(), 2);
     got = get(node);
     assert_string_equal(got.state, "ready");
