@@ -7,5 +7,5 @@
 -- tagged reply is then taken over the declared model, card count and ETag
 -- rather than the bytes, so a 304 is judged as the same reply. NULL: the
 -- reply recorded had no ETag (an older agent), or none was recorded yet.
-ALTER TABLE node_liveness ADD COLUMN facts_etag TEXT
+ALTER TABLE node_liveness ADD COLUMN facts_etag TEXT  -- the recorded facts reply's ETag, as the agent sent it
     CHECK (facts_etag IS NULL OR (length(facts_etag) BETWEEN 1 AND 64 AND facts_etag NOT GLOB '*[^ -~]*'));
