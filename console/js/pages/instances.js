@@ -208,13 +208,18 @@ function logsView(id, ctx) {
       if (e.name !== "AbortError") err.append(errorBox(e));
     }
   };
+  // Before its workload reaches a node an instance has no output to read
+  // (the node would answer that it has no such workload): say so instead.
+  const waiting = () => { clear(out); clear(err); out.append(t("logs.waiting") + "\n"); };
   show.addEventListener("click", load);
   follow.addEventListener("change", load);
   const box = h("div", { class: "card" }, h("h2", {}, t("logs.title")),
     h("div", { class: "inline" }, field(t("logs.rank"), rank), field(t("logs.tail"), tail),
       h("label", {}, follow, " ", t("logs.follow")), show), err, out);
-  return { box, load };
+  return { box, load, waiting };
 }
+
+const starting = (state) => state === "pending" || state === "provisioning";
 
 export async function detail(main, params, ctx) {
   const id = params.id;
@@ -255,6 +260,9 @@ export async function detail(main, params, ctx) {
       [t("instances.phase"), (n) => (n.phase ? t(`phase.${n.phase}`) : "—")], [t("instances.message"), (n) => n.message || ""]], inst.nodes || [], t("instances.no_ranks")));
     if (inst.state !== lastState) {
       clear(connect).append(connectPanel(inst));
+      // Logs load once the instance is past starting, and again when it gets there.
+      if (starting(inst.state)) logs.waiting();
+      else if (!lastState || starting(lastState)) logs.load();
       lastState = inst.state;
     }
   };
@@ -264,7 +272,6 @@ export async function detail(main, params, ctx) {
   };
   draw();
   drawEvents().catch((e) => events.append(errorBox(e)));
-  logs.load();
   every(2000, async () => {
     try { inst = await get(`/v1/instances/${id}`); draw(); await drawEvents(); } catch (e) { clear(err).append(errorBox(e)); }
   }, ctx.alive);

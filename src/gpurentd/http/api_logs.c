@@ -72,10 +72,14 @@ static void reply(struct http_request *req, void *ctx, int connected)
         else
             http_error(req, ERR_UNAVAILABLE, NULL, "node %s sent a logs reply that is not one", job->node_name);
     } else if (job->status == 404) {
-        /* The placement names the workload but the node no longer has it
-         * (it was stopped or removed since). */
-        http_error(req, ERR_INVALID_STATE, "rank", "rank %lld has no workload on node %s now", (long long)job->rank,
-                   job->node_name);
+        /* The placement names the workload but the node does not have it:
+         * not yet (the instance was just placed) or no longer (it was
+         * stopped or removed since). */
+        int starting = strcmp(job->state, "pending") == 0 || strcmp(job->state, "provisioning") == 0;
+        http_error_ext(req, ERR_INVALID_STATE, "rank", json_pack("{s:s}", "state", job->state),
+                       starting ? "instance is %s: rank %lld's workload has not reached node %s yet"
+                                : "instance is %s: rank %lld has no workload on node %s now",
+                       job->state, (long long)job->rank, job->node_name);
     } else if (job->status != 0) {
         log_warn("logs: node %s answered %ld to %s", job->node_name, job->status, job->path);
         http_error(req, ERR_UNAVAILABLE, NULL, "node %s could not read the logs (HTTP %ld)", job->node_name,
@@ -161,6 +165,7 @@ void api_instances_logs(struct http_request *req)
     }
     job->req = req;
     job->rank = rank;
+    snprintf(job->state, sizeof job->state, "%s", in.state);
     job->reply = reply;
     snprintf(job->agent_url, sizeof job->agent_url, "%s", node->agent_url);
     snprintf(job->secret, sizeof job->secret, "%s", node->secret);

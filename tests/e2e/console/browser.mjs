@@ -84,6 +84,8 @@ const scenarios = {
     await page.waitForURL(/#\/instances\/ins_/, { timeout: DEADLINE });
     const id = page.url().split("#/instances/")[1];
     await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    // Its logs load once it runs, whether the page opened before or after.
+    await waitText(page, "#logs", "hello-from-console");
     await waitText(page, "#ssh-0", `${id}-0`);
 
     // The web terminal: rank 0, a command typed and its output read back.
@@ -327,6 +329,15 @@ const scenarios = {
     await waitText(page, "#reservation-error", "未找到");
     const text = await page.textContent("main");
     if (text.includes("H100-SXM") || text.includes("48.00")) throw new Error(`another user's reservation leaked: ${text}`);
+  },
+
+  // An instance still pulling its image has no output on a node yet: its
+  // page says when logs come rather than asking the node for them.
+  async provisioning(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/instances/${world.instance_id}`);
+    await page.waitForSelector("#instance-state[data-state='provisioning']", { timeout: DEADLINE });
+    await waitText(page, "#logs", "实例运行后才有日志");
   },
 
   // Someone else's instance id in the address: not found, nothing of theirs.

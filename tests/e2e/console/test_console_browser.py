@@ -214,6 +214,16 @@ def test_another_users_instance_in_the_address_is_not_found(new_daemon, tmp_path
                              "instance_id": inst["id"], "secret_image": secret_image}, tmp_path)
 
 
+def test_an_instance_still_provisioning_shows_when_its_logs_come(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1, sim={"sim_pull_ms": "600000"})  # the image pull outlasts the test
+    owner = c.user()
+    inst = c.create(owner, card_count=1)
+    poll(lambda: c.get(owner, inst["id"])["state"] == "provisioning", 60, "the instance to be provisioning")
+    run_scenario("provisioning", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                  "instance_id": inst["id"]}, tmp_path)
+
+
 def test_terminal_page_speaks_the_terminal_contract(new_daemon, tmp_path):
     # The server's side of the WebSocket is played inside the browser
     # (browser.mjs routes it); the journey above runs the real one once the
