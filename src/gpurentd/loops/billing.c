@@ -584,6 +584,12 @@ static size_t run_end(const void *rows, size_t n, size_t size, size_t off, size_
     return i;
 }
 
+static int by_interval_id(const void *a, const void *b)
+{
+    const struct billed_interval *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
 /* Reads the batch's users, plans every simple one and posts them all in a
  * few statements; the others are left to be billed one by one. */
 static int bulk_txn(struct store *s, void *vctx)
@@ -635,6 +641,9 @@ static int bulk_txn(struct store *s, void *vctx)
         vi = vj;
         gi = gj;
     }
+    /* Marked in the order of their rows, not their users': each page of
+     * the intervals' table is then written once. */
+    qsort(pl.intervals, pl.n_intervals, sizeof *pl.intervals, by_interval_id);
     struct charge_batch batch = {pl.entries, pl.first_leg, pl.n_entries, pl.legs,
                                  pl.intervals, pl.n_intervals, pl.volumes, pl.n_volumes};
     if (rc == STORE_OK)

@@ -32,9 +32,6 @@ static const char SQL_BATCH_GRANTS[] =
     " AND voided_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)"
     " ORDER BY user_id, expires_at IS NULL, expires_at, created_at, id";
 
-/* How many accounts and grants the batch's postings move. */
-static const char SQL_BATCH_MOVED[] =
-    "SELECT count(DISTINCT account_id), count(DISTINCT grant_id) FROM ledger_postings WHERE transaction_id > ?1";
 /* Each account moves by the sum of its postings in the batch (found by
  * transaction: grouping through the index by account would read every
  * posting ever made), only where the sum fits in 64 bits (as SQL_ACCOUNT_MOVE; sum() itself fails on an
@@ -99,21 +96,12 @@ void store_billing_batch_free(struct billing_batch *b)
 
 /* ------------------------------------------------------------ the post */
 
-/* Moves the accounts and spends the grants of the postings after base. */
-static int move_balances(struct store *s, int64_t base)
+/* Moves the accounts and spends the grants of the postings after base,
+ * which move `accounts` accounts and `grants` grants. */
+static int move_balances(struct store *s, int64_t base, int64_t accounts, int64_t grants)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_BATCH_MOVED);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, base);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        rc = store_rc_from_sqlite(s, rc, "batch accounts");
-        sqlite3_reset(st);
-        return rc == STORE_OK ? STORE_ERROR : rc;
-    }
-    int64_t accounts = sqlite3_column_int64(st, 0), grants = sqlite3_column_int64(st, 1);
-    sqlite3_reset(st);
+    sqlite3_stmt *st;
+    int rc;
     struct {
         const char *sql, *what;
         int64_t want;
@@ -139,28 +127,86 @@ static int move_balances(struct store *s, int64_t base)
     return STORE_OK;
 }
 
+static int by_text(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The distinct accounts and grants the batch's legs move (a grant's legs
+ * are all on its own account), as the UPDATEs must find them. */
+static int count_moved(const struct charge_batch *b, int64_t *accounts, int64_t *grants)
+{
+    size_t n = b->first_leg[b->n_entries], m = 0;
+    const char **ids = malloc((n + 1) * sizeof *ids);
+    if (!ids)
+        return STORE_ERROR;
+    for (size_t k = 0; k < n; k++)
+        if (b->legs[k].amount != 0)
+            ids[m++] = b->legs[k].account_id;
+    qsort(ids, m, sizeof *ids, by_text);
+    *accounts = *grants = 0;
+    for (size_t k = 0; k < m; k++)
+        if (k == 0 || strcmp(ids[k], ids[k - 1]) != 0) {
+            (*accounts)++;
+            *grants += strncmp(ids[k], "grant:", 6) == 0;
+        }
+    free(ids);
+    return STORE_OK;
+}
+
+/* A charge of the batch: its legs and its transaction. */
+struct batch_charge {
+    const struct ledger_leg *legs;
+    size_t n_legs;
+    int64_t txn;
+};
+
+/* By the account of the first leg (the user's: revenue comes last), then in
+ * the order planned. */
+static int by_first_account(const void *a, const void *b)
+{
+    const struct batch_charge *x = a, *y = b;
+    int c = strcmp(x->legs->account_id, y->legs->account_id);
+    return c ? c : (x->legs > y->legs) - (x->legs < y->legs);
+}
+
 int store_charge_batch_post(struct store *s, const struct charge_batch *b, int64_t now)
 {
     int rc = STORE_OK;
+    struct batch_charge *order = malloc((b->n_entries + 1) * sizeof *order);
+    if (!order)
+        return STORE_ERROR;
     int64_t first = 0;
     for (size_t i = 0; rc == STORE_OK && i < b->n_entries; i++) {
         store_legs_balanced(b->legs + b->first_leg[i], b->first_leg[i + 1] - b->first_leg[i]);
         /* Only charges for card time and storage come in batches. */
         const struct ledger_entry *e = &b->entries[i];
         ASSERT(!e->grant_id && !e->topup_id && !e->reservation_id && !e->app_call_id);
-        int64_t txn;
-        if ((rc = store_ledger_insert(s, e, now, &txn)) != STORE_OK)
-            break;
+        order[i] = (struct batch_charge){b->legs + b->first_leg[i], b->first_leg[i + 1] - b->first_leg[i], 0};
+        rc = store_ledger_insert(s, e, now, &order[i].txn);
         if (!first)
-            first = txn;
-        for (size_t k = b->first_leg[i]; rc == STORE_OK && k < b->first_leg[i + 1]; k++)
-            if (b->legs[k].amount != 0)
-                rc = store_posting_insert(s, txn, &b->legs[k]);
+            first = order[i].txn;
     }
+    /* A charge's postings go in together and in the order its funds were
+     * drawn; the charges' by the user's account, so that each page of the
+     * index by account is written once rather than once a charge, as the
+     * users' order would scatter them. */
+    if (rc == STORE_OK)
+        qsort(order, b->n_entries, sizeof *order, by_first_account);
+    int64_t accounts = 0, grants = 0;
+    for (size_t i = 0; rc == STORE_OK && i < b->n_entries; i++)
+        for (size_t k = 0; rc == STORE_OK && k < order[i].n_legs; k++) {
+            const struct ledger_leg *l = &order[i].legs[k];
+            if (l->amount != 0)
+                rc = store_posting_insert(s, order[i].txn, l);
+        }
+    free(order);
+    if (rc == STORE_OK)
+        rc = count_moved(b, &accounts, &grants);
     /* Ids only grow (AUTOINCREMENT), and this transaction holds the write
      * lock: the batch's transactions are exactly those from the first. */
     if (rc == STORE_OK && first)
-        rc = move_balances(s, first - 1);
+        rc = move_balances(s, first - 1, accounts, grants);
     for (size_t i = 0; rc == STORE_OK && i < b->n_intervals; i++)
         rc = store_interval_billed(s, b->intervals[i].id, b->intervals[i].billed, b->intervals[i].settled, -1);
     for (size_t i = 0; rc == STORE_OK && i < b->n_volumes; i++)
