@@ -4,11 +4,14 @@
  * here. One timer heap serves every node, so a sim fleet of 10 000 nodes
  * needs no thread per node, and sim delays are timers, never sleeps.
  *
- * Every phase change is written to the workload's record under its node
- * lock, so after a restart the agent resumes each workload from the phase
- * it had reached (see driver_adopt); reaching exited or failed also records
- * the second the workload ended and its status, and counts the exit on its
- * node for facts (set_phase). Mounting and unmounting are serialised
+ * The phases a restart must not redo or lose are written to the workload's
+ * record under its node lock: running (with its instant), exited and failed
+ * (with the second the workload ended and its status); reaching them also
+ * counts an exit on its node for facts (set_phase). Mounting and starting
+ * are not written: a restart resumes a provisioning workload from the phase
+ * on disk (see driver_adopt), pulling, and pull, mount and start are each
+ * safe to run again (an image pulled, a source mounted, a container that
+ * runs are kept), as they must be anyway for a restart inside a step. Mounting and unmounting are serialised
  * by mount_lock, so one workload cannot unmount a source that another is
  * about to use. Each worker publishes when it last went round its loop and,
  * while stepping, by when the step must be over, for the watchdog. */
@@ -171,8 +174,9 @@ static int64_t exit_second(const struct workload *w, int64_t at, int64_t now)
     return at;
 }
 
-/* Records a phase change and writes the record (under the node lock, so a
- * DELETE's tombstone is never overwritten by an older view). Entering
+/* Records a phase change and, for running, exited and failed, writes the
+ * record (under the node lock, so a DELETE's tombstone is never overwritten
+ * by an older view): two fsyncs fewer for each workload started. Entering
  * running notes its wall-clock instant; reaching exited or failed notes
  * when and how it ended (ex: what the runtime told, or NULL for a failure
  * before any container ran) and counts the exit for facts. Returns whether
@@ -197,7 +201,8 @@ static int set_phase(struct agent *a, struct workload *w, enum wl_phase p, const
     w->phase = p;
     snprintf(w->message, sizeof w->message, "%s", msg);
     w->updated_at = clock_now();
-    record_save(dir, w);
+    if (p == WL_RUNNING || phase_final(p))
+        record_save(dir, w);
     int removing = w->removing;
     pthread_cond_broadcast(&n->phase_moved);
     pthread_mutex_unlock(&n->lock);

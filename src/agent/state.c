@@ -234,8 +234,9 @@ int record_save(const char *node_dir, const struct workload *w)
     int rc = -1;
     if (!text)
         log_error("workload %s: cannot serialise its record", w->id);
-    /* A record is written at every phase change: the directories are made
-     * only when the first write finds them missing, not checked each time. */
+    /* A record is written at each phase change that matters: the
+     * directories are made only when the first write finds them missing,
+     * not checked each time. */
     else if (state_write_atomic(dir, name, text, strlen(text), 0600) < 0 &&
              (errno != ENOENT || state_mkdirs(dir) < 0 || state_write_atomic(dir, name, text, strlen(text), 0600) < 0))
         log_error("workload %s: cannot write its record in %s: %s", w->id, dir, strerror(errno));

@@ -626,6 +626,22 @@ def test_workloads_survive_a_restart(new_agent):
     assert "resumed 3 workloads" in a.stderr_text()
 
 
+def test_a_workload_killed_while_starting_resumes_from_pulling(new_agent):
+    """Mounting and starting are not written to the record (two fsyncs each
+    saved): it says pulling until running, and an agent killed while a
+    workload starts resumes it from there, through every step again."""
+    a = new_agent(options={"sim_start_ms": "60000"})
+    assert a.put("/v1/workloads/wl_mid", json={"image": "busybox", "gpus": [0]}).status_code == 201
+    a.wait_phase("wl_mid", "starting")
+    assert read_record(a, "wl_mid")["phase"] == "pulling"
+    a.kill()
+    a.options["sim_start_ms"] = "60"
+    a.start()
+    assert a.get("/v1/workloads/wl_mid").json()["phase"] in ("pulling", "mounting", "starting", "running")
+    a.wait_phase("wl_mid", "running")
+    assert read_record(a, "wl_mid")["phase"] == "running"
+
+
 def test_volume_size_is_kept_compared_and_survives_a_restart(new_agent):
     """A volume's size_gb is part of the spec: recorded, compared for
     idempotency (before and after a restart), and optional."""
