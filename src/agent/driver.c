@@ -11,10 +11,11 @@
  * are not written: a restart resumes a provisioning workload from the phase
  * on disk (see driver_adopt), pulling, and pull, mount and start are each
  * safe to run again (an image pulled, a source mounted, a container that
- * runs are kept), as they must be anyway for a restart inside a step. Mounting and unmounting are serialised
- * by mount_lock, so one workload cannot unmount a source that another is
- * about to use. Each worker publishes when it last went round its loop and,
- * while stepping, by when the step must be over, for the watchdog. */
+ * runs are kept), as they must be anyway for a restart inside a step.
+ * Mounting and unmounting are serialised by mount_lock, so one workload
+ * cannot unmount a source that another is about to use. Each worker
+ * publishes when it last went round its loop and, while stepping, by when
+ * the step must be over, for the watchdog. */
 #include "agent.h"
 
 #include <errno.h>
