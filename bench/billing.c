@@ -21,7 +21,12 @@
  * At the end `ledger verify` must pass and revenue must equal the formula.
  *
  *   build/bench/billing [--instances N] [--per-user K] [--dir DIR] [--keep]
- *                       [--sync full|normal]
+ *                       [--sync full|normal] [--shuffled-ids]
+ *
+ * Users are numbered in the order they are made (usr_000…1, …2), so the
+ * order the passes bill them in (by id) is the order of their rows in
+ * every table; --shuffled-ids numbers them in no such order, as the
+ * daemon's random ids do.
  *
  * BENCH_SQL="PRAGMA ..." runs that statement on the connection first, to
  * try connection settings (mmap_size, cache_size) without rebuilding.
@@ -60,6 +65,7 @@ static long max_rss_kb(void)
 
 struct fill {
     int64_t users;    /* how many */
+    int shuffled;     /* user ids in no relation to the order of creation */
     int64_t per_user; /* instances each */
     int64_t from;     /* first user of this batch */
     int64_t to;       /* one past the last */
@@ -88,7 +94,13 @@ static int fill_txn(struct store *s, void *vctx)
     }
     for (int64_t i = f->from; i < f->to; i++) {
         char uid[ID_MAX], vid[ID_MAX];
-        snprintf(uid, sizeof uid, "usr_%020" PRId64, i);
+        /* Multiplying by an odd constant is a bijection of 64-bit numbers:
+         * distinct ids whose order is not the rows' order, as a daemon's
+         * random ids are not. */
+        if (f->shuffled)
+            snprintf(uid, sizeof uid, "usr_%020" PRIu64, (uint64_t)i * UINT64_C(0x9E3779B97F4A7C15));
+        else
+            snprintf(uid, sizeof uid, "usr_%020" PRId64, i);
         snprintf(vid, sizeof vid, "vol_%020" PRId64, i);
         sqlite3_bind_text(u, 1, uid, -1, SQLITE_STATIC);
         sqlite3_bind_int64(u, 2, T0);
@@ -214,11 +226,12 @@ int main(int argc, char **argv)
 {
     int64_t instances = 10000, per_user = 1;
     const char *dir_arg = NULL, *sync = "full";
-    int keep = 0;
+    int keep = 0, shuffled = 0;
     static const struct option opts[] = {
         {"instances", required_argument, NULL, 'n'}, {"per-user", required_argument, NULL, 'k'},
         {"dir", required_argument, NULL, 'd'},       {"keep", no_argument, NULL, 'K'},
-        {"sync", required_argument, NULL, 's'},      {NULL, 0, NULL, 0},
+        {"sync", required_argument, NULL, 's'},      {"shuffled-ids", no_argument, NULL, 'S'},
+        {NULL, 0, NULL, 0},
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -228,8 +241,11 @@ int main(int argc, char **argv)
         case 'd': dir_arg = optarg; break;
         case 'K': keep = 1; break;
         case 's': sync = optarg; break;
+        case 'S': shuffled = 1; break;
         default:
-            fprintf(stderr, "usage: %s [--instances N] [--per-user K] [--dir DIR] [--keep] [--sync full|normal]\n",
+            fprintf(stderr,
+                    "usage: %s [--instances N] [--per-user K] [--dir DIR] [--keep] [--sync full|normal]"
+                    " [--shuffled-ids]\n",
                     argv[0]);
             return 2;
         }
@@ -258,7 +274,7 @@ int main(int argc, char **argv)
         bench_exec(s, getenv("BENCH_SQL"));
     double f0 = bench_now();
     for (int64_t from = 0; from < users; from += 5000) {
-        struct fill f = {users, per_user, from, from + 5000 < users ? from + 5000 : users};
+        struct fill f = {users, shuffled, per_user, from, from + 5000 < users ? from + 5000 : users};
         if (store_txn(s, fill_txn, &f) != STORE_OK) {
             fprintf(stderr, "bench: cannot fill the database\n");
             return 1;
