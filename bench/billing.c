@@ -282,8 +282,9 @@ int main(int argc, char **argv)
     }
     bench_exec(s, "ANALYZE");
     printf("billing bench: %" PRId64 " running 1-card MI450 instances, %" PRId64 " per user, %" PRId64
-           " users; synchronous=%s; database %s (filled in %.1f s, RSS so far %.1f MiB)\n",
-           instances, per_user, users, sync, db_path, bench_now() - f0, (double)max_rss_kb() / 1024.0);
+           " users%s; synchronous=%s; database %s (filled in %.1f s, RSS so far %.1f MiB)\n",
+           instances, per_user, users, shuffled ? " (ids shuffled)" : "", sync, db_path, bench_now() - f0,
+           (double)max_rss_kb() / 1024.0);
 
     /* What the daemon does: a full pass at start-up, then a check every
      * 10 s (billing_interval_ms), each posting the users whose turn it is;
