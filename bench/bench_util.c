@@ -112,3 +112,46 @@ int64_t bench_int(struct store *s, const char *sql)
     sqlite3_finalize(st);
     return v;
 }
+
+struct stmt_time {
+    char *sql; /* a copy: statements prepared per call are gone by the print */
+    int64_t ns, runs;
+};
+static struct stmt_time stmt_times[256];
+static size_t n_stmt_times;
+
+int bench_profile_trace(unsigned type, void *ctx, void *stmt, void *ns)
+{
+    (void)ctx;
+    if (type != SQLITE_TRACE_PROFILE)
+        return 0;
+    const char *sql = sqlite3_sql(stmt);
+    size_t i = 0;
+    while (i < n_stmt_times && strcmp(stmt_times[i].sql, sql) != 0)
+        i++;
+    if (i == n_stmt_times && n_stmt_times < 256 && (stmt_times[i].sql = strdup(sql)))
+        n_stmt_times++;
+    if (i < n_stmt_times) {
+        stmt_times[i].ns += *(sqlite3_int64 *)ns;
+        stmt_times[i].runs++;
+    }
+    return 0;
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const struct stmt_time *x = a, *y = b;
+    return (x->ns < y->ns) - (x->ns > y->ns);
+}
+
+void bench_profile_print(void)
+{
+    qsort(stmt_times, n_stmt_times, sizeof stmt_times[0], by_time);
+    for (size_t i = 0; i < n_stmt_times && i < 15; i++)
+        printf("    %8.3f s %8" PRId64 " runs  %.110s\n", (double)stmt_times[i].ns / 1e9, stmt_times[i].runs,
+               stmt_times[i].sql);
+    for (size_t i = 0; i < n_stmt_times; i++)
+        free(stmt_times[i].sql);
+    memset(stmt_times, 0, sizeof stmt_times);
+    n_stmt_times = 0;
+}

@@ -28,4 +28,11 @@ void bench_exec(struct store *s, const char *sql);
 /* The first column of sql's first row, or -1. */
 int64_t bench_int(struct store *s, const char *sql);
 
+/* BENCH_PROFILE=1: each statement's time summed by its text. A
+ * sqlite3_trace_v2 callback for SQLITE_TRACE_PROFILE events; not thread-safe,
+ * so attach it to one connection (a writer's statements are serial). */
+int bench_profile_trace(unsigned type, void *ctx, void *stmt, void *ns);
+/* Prints the slowest statements since the last print and starts again. */
+void bench_profile_print(void);
+
 #endif

@@ -146,48 +146,14 @@ done:
 
 static int64_t statements;
 
-/* BENCH_PROFILE=1: the time of each statement text, summed over a pass. */
-struct stmt_time {
-    const char *sql; /* sqlite3_sql(): lives as long as the statement */
-    int64_t ns, runs;
-};
-static struct stmt_time stmt_times[256];
-static size_t n_stmt_times;
-
+/* Counts the statements a pass runs; with BENCH_PROFILE=1 also times them. */
 static int count_stmt(unsigned type, void *ctx, void *p, void *x)
 {
-    (void)ctx;
     if (type == SQLITE_TRACE_STMT) {
         statements++;
         return 0;
     }
-    const char *sql = sqlite3_sql(p);
-    size_t i = 0;
-    while (i < n_stmt_times && stmt_times[i].sql != sql)
-        i++;
-    if (i == n_stmt_times && n_stmt_times < 256)
-        stmt_times[n_stmt_times++].sql = sql;
-    if (i < n_stmt_times) {
-        stmt_times[i].ns += *(sqlite3_int64 *)x;
-        stmt_times[i].runs++;
-    }
-    return 0;
-}
-
-static int by_time(const void *a, const void *b)
-{
-    const struct stmt_time *x = a, *y = b;
-    return (x->ns < y->ns) - (x->ns > y->ns);
-}
-
-static void print_stmt_times(void)
-{
-    qsort(stmt_times, n_stmt_times, sizeof stmt_times[0], by_time);
-    for (size_t i = 0; i < n_stmt_times && i < 15; i++)
-        printf("    %8.3f s %8" PRId64 " runs  %.110s\n", (double)stmt_times[i].ns / 1e9, stmt_times[i].runs,
-               stmt_times[i].sql);
-    memset(stmt_times, 0, sizeof stmt_times);
-    n_stmt_times = 0;
+    return bench_profile_trace(type, ctx, p, x);
 }
 
 /* Runs one pass at t: full (billing_pass) or the thread's periodic check. */
@@ -218,7 +184,7 @@ static void pass(struct store *s, const char *label, int full, int64_t t, int64_
            label, t - T0, sum.checked, sum.users, wall, cpu, wall * 1e6 / (double)instances, statements, written,
            missed, (double)max_rss_kb() / 1024.0);
     if (profile)
-        print_stmt_times();
+        bench_profile_print();
     fflush(stdout);
 }
 

@@ -26,6 +26,11 @@
  * --live L makes L running instances first (claimed the same way, untimed),
  * to see what a claim costs with that many already holding cards: the
  * in-process reference for bench/instances.py --live.
+ *
+ * Each line also gives the pages the writer wrote to the WAL and read from
+ * outside its cache per claim (SQLite's CACHE_WRITE and CACHE_MISS): counts
+ * that, unlike times on a shared VM, barely move between runs.
+ * BENCH_PROFILE=1 prints each statement's summed time after the run.
  */
 #include "bench_util.h"
 #include "gpurentd.h"
@@ -36,6 +41,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,9 +166,23 @@ struct claim {
     struct op_outcome o;
 };
 
+/* The connection the timed claims run on (the writer every thread's batch
+ * goes to), once profiling is asked for: BENCH_PROFILE=1 times each of its
+ * statements, and the pages it writes are counted either way. */
+static _Atomic(sqlite3 *) writer_db;
+static int profiling; /* set once the untimed claims are done */
+
 static int claim_txn(struct store *s, void *vctx)
 {
     struct claim *c = vctx;
+    sqlite3 *expected = NULL;
+    if (profiling && atomic_compare_exchange_strong(&writer_db, &expected, store_db(s))) {
+        int cur, high;
+        sqlite3_db_status(store_db(s), SQLITE_DBSTATUS_CACHE_WRITE, &cur, &high, 1);
+        sqlite3_db_status(store_db(s), SQLITE_DBSTATUS_CACHE_MISS, &cur, &high, 1);
+        if (getenv("BENCH_PROFILE"))
+            sqlite3_trace_v2(store_db(s), SQLITE_TRACE_PROFILE, bench_profile_trace, NULL);
+    }
     json_decref(c->o.extra);
     memset(&c->o, 0, sizeof c->o);
     return instance_create(s, &c->in, c->id, NULL, &c->o);
@@ -244,12 +264,21 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
         w[i] = (struct worker){.first_user = i, .stride = threads, .users = users, .claims = share, .cards = cards, .latency = latency + given};
         given += share;
     }
+    atomic_store(&writer_db, NULL);
+    profiling = 1;
     double t0 = bench_now();
     for (int i = 0; i < threads; i++)
         pthread_create(&w[i].thread, NULL, work, &w[i]);
     for (int i = 0; i < threads; i++)
         pthread_join(w[i].thread, NULL);
     double wall = bench_now() - t0;
+    profiling = 0;
+    int pages = 0, missed = 0, high;
+    if (atomic_load(&writer_db)) {
+        sqlite3_db_status(atomic_load(&writer_db), SQLITE_DBSTATUS_CACHE_WRITE, &pages, &high, 0);
+        sqlite3_db_status(atomic_load(&writer_db), SQLITE_DBSTATUS_CACHE_MISS, &missed, &high, 0);
+        sqlite3_trace_v2(atomic_load(&writer_db), 0, NULL, NULL);
+    }
     store_close_threads();
 
     int64_t made = 0, refused = 0;
@@ -273,9 +302,12 @@ static int run(const char *dir, int64_t nodes, int64_t claims, int64_t cards, in
     int ok = live_made == live && made + refused == claims && wrong == 0 && held == (made + live_made) * cards &&
              free_ok == 0 && breaches == 0;
     printf("%6" PRId64 " nodes  %2d threads  %6" PRId64 " claims of %" PRId64 " card%s: %7.0f claims/s"
-           "  latency p50 %6.2f ms  p99 %6.2f ms  (%" PRId64 " refused, %" PRId64 " live before)  checks %s\n",
-           nodes, threads, made, cards, cards == 1 ? "" : "s", (double)made / wall, p50, p99, refused, live_made,
-           ok ? "ok" : "FAILED");
+           "  latency p50 %6.2f ms  p99 %6.2f ms  %5.1f pages written, %5.1f read each  (%" PRId64 " refused, %" PRId64
+           " live before)  checks %s\n",
+           nodes, threads, made, cards, cards == 1 ? "" : "s", (double)made / wall, p50, p99,
+           made ? (double)pages / (double)made : 0.0, made ? (double)missed / (double)made : 0.0, refused, live_made, ok ? "ok" : "FAILED");
+    if (getenv("BENCH_PROFILE"))
+        bench_profile_print();
     if (!ok)
         fprintf(stderr, "bench: made %" PRId64 " refused %" PRId64 " wrong %" PRId64 " held %" PRId64
                         " bad free counts %" PRId64 " ledger breaches %d\n",
