@@ -27,6 +27,9 @@
  * many short fields ran that memory out and got its bare 431 page, and the
  * memory had to be large, and was cleared after every request. */
 #define HTTP_GUARD_FIELDS_MAX 100
+/* And a query of at most this many parameters, for the same reason: each
+ * is a record in that memory too (no endpoint takes more than a few). */
+#define HTTP_GUARD_PARAMS_MAX 100
 
 /* One connection's place in its stream of requests. */
 struct http_guard {

@@ -7,6 +7,7 @@
 #include "gpurent/log.h"
 #include "gpurent/http_conns.h"
 #include "gpurent/http_guard.h"
+#include "gpurent/utf8.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -238,8 +239,16 @@ static void error_v(struct http_request *req, enum api_error e, const char *fiel
     const struct api_error_info *info = api_error_info(e);
     if (!message[0])
         snprintf(message, sizeof message, "%s", info->message);
+    /* Messages and fields may quote the client's bytes, cut short: made
+     * valid UTF-8, or jansson would leave the reply without a body. */
+    char field_text[256];
+    if (field) {
+        snprintf(field_text, sizeof field_text, "%s", field);
+        utf8_scrub(field_text);
+    }
+    utf8_scrub(message);
     json_t *err = json_pack("{s:s, s:s, s:o}", "code", info->code, "message", message, "field",
-                            field ? json_string(field) : json_null());
+                            field ? json_string(field_text) : json_null());
     if (extra) {
         json_object_update(err, extra);
         json_decref(extra);

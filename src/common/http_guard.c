@@ -4,6 +4,7 @@
  * the recv() through which the library reads them. */
 #include "gpurent/http_guard.h"
 #include "gpurent/api_error.h"
+#include "gpurent/ids.h"
 #include "gpurent/log.h"
 
 #include <jansson.h>
@@ -95,7 +96,34 @@ static int request_line_ok(struct http_guard *g, const char *p, const char *e)
         refuse(g, ERR_HTTP_VERSION, "only HTTP/1.0 and HTTP/1.1 are served");
         return -1;
     }
+    /* The library keeps a record of each query parameter in the
+     * connection's memory, as of each header field. */
+    const char *q = memchr(t, '?', (size_t)(p - 1 - t));
+    size_t params = q ? 1 : 0;
+    for (; q && q < p - 1; q++)
+        params += *q == '&';
+    if (params > HTTP_GUARD_PARAMS_MAX) {
+        char message[80];
+        snprintf(message, sizeof message, "the query has more than %d parameters", HTTP_GUARD_PARAMS_MAX);
+        refuse(g, ERR_URI_TOO_LONG, message);
+        return -1;
+    }
     return 0;
+}
+
+/* The request line [p, e), checked as soon as it is whole: the library
+ * parses it then, and would answer a malformed one with its own page. */
+static int first_line_ok(struct http_guard *g, const char *p, const char *e)
+{
+    if (e > p && e[-1] == '\n')
+        e--;
+    if (e > p && e[-1] == '\r')
+        e--;
+    if (memchr(p, '\0', (size_t)(e - p)) || memchr(p, '\r', (size_t)(e - p))) {
+        refuse(g, ERR_BAD_REQUEST, "the request line holds a NUL byte or a bare CR");
+        return -1;
+    }
+    return request_line_ok(g, p, e);
 }
 
 /* A header line [p, e), its line ending cut (RFC 9112 5): a name token
@@ -191,9 +219,10 @@ static int head_add(struct http_guard *g, const char *p, size_t n)
 {
     if (g->head_len + n > HTTP_GUARD_HEAD_MAX) {
         char message[120];
-        snprintf(message, sizeof message, "the request line and headers are larger than %d bytes",
-                 HTTP_GUARD_HEAD_MAX);
-        refuse(g, ERR_HEADERS_TOO_LARGE, message);
+        int in_request_line = g->head_lines == 0; /* no line ended yet */
+        snprintf(message, sizeof message, "the request %s larger than %d bytes",
+                 in_request_line ? "line is" : "line and headers are", HTTP_GUARD_HEAD_MAX);
+        refuse(g, in_request_line ? ERR_URI_TOO_LONG : ERR_HEADERS_TOO_LARGE, message);
         return -1;
     }
     if (g->head_len + n > g->head_cap) {
@@ -281,8 +310,8 @@ size_t http_guard_scan(struct http_guard *g, const char *p, size_t n)
                 break;
             i += take;
             if (nl) {
-                size_t line = g->head_len - g->line_start;
-                int empty = line == 1 || (line == 2 && g->head[g->line_start] == '\r');
+                size_t line_at = g->line_start, line = g->head_len - line_at;
+                int empty = line == 1 || (line == 2 && g->head[line_at] == '\r');
                 g->line_start = g->head_len;
                 /* Counted as the lines come: the library has the first
                  * ones before the head ends. */
@@ -293,6 +322,9 @@ size_t http_guard_scan(struct http_guard *g, const char *p, size_t n)
                     refuse(g, ERR_HEADERS_TOO_LARGE, message);
                     break;
                 }
+                if (g->head_lines == 1 && !empty && line_at == 0 &&
+                    first_line_ok(g, g->head, g->head + g->head_len) < 0)
+                    break;
                 if (empty)
                     head_done(g);
             }
@@ -440,18 +472,23 @@ static ssize_t answer_refusal(struct http_guard *g, int fd)
         json_t *j = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", g->code, "message", g->message, "field");
         char *body = json_dumps(j, JSON_COMPACT);
         json_decref(j);
+        /* Its own request id, as every reply has one: the log line says it. */
+        char request_id[ID_MAX];
+        if (id_new("req", request_id) < 0)
+            snprintf(request_id, sizeof request_id, "req_unknown");
         char reply[1024];
         const char *reason = MHD_get_reason_phrase_for((unsigned)g->status);
         int len = snprintf(reply, sizeof reply,
                            "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                           "Connection: close\r\n\r\n%s",
-                           g->status, reason && reason[0] ? reason : "Error", body ? strlen(body) : 0,
+                           "X-Request-Id: %s\r\nConnection: close\r\n\r\n%s",
+                           g->status, reason && reason[0] ? reason : "Error", body ? strlen(body) : 0, request_id,
                            body ? body : "");
         free(body);
         if (len > 0 && (size_t)len < sizeof reply)
             syscall(SYS_sendto, fd, reply, (size_t)len, MSG_NOSIGNAL, NULL, 0);
         shutdown(fd, SHUT_WR);
-        log_debug("http: refused a request before the library read it: %d %s (%s)", g->status, g->code, g->message);
+        log_debug("http: refused a request before the library read it: %d %s (%s), request %s", g->status, g->code,
+                  g->message, request_id);
     }
     return 0;
 }

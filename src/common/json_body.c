@@ -1,39 +1,11 @@
 /* json_body.c: checks a request body against an endpoint's declared fields
  * (see json_body.h); pure, so it is unit-tested without a server. */
 #include "gpurent/json_body.h"
+#include "gpurent/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-/* Strict UTF-8 check (no overlongs, no surrogates, nothing past U+10FFFF),
- * so bad bytes get their own error rather than a parser's guess. */
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t len;
-        unsigned cp;
-        if (c < 0x80) { i++; continue; }
-        else if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-        else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-        else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-        else return 0;
-        if (i + len > n)
-            return 0;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
 
 /* Deepest nesting of arrays and objects, skipping strings; scanned before
  * parsing so a hostile body cannot make the parser recurse deeply. */
@@ -132,7 +104,7 @@ json_t *json_body_parse(const char *text, size_t len, const struct json_field *f
     if (len == 0) {
         root = json_object();
     } else {
-        if (!utf8_valid((const unsigned char *)text, len))
+        if (!utf8_valid(text, len))
             return fail(e, NULL, ERR_INVALID_ENCODING, NULL, NULL);
         if (json_depth(text, len, max_depth) > max_depth)
             return fail(e, NULL, ERR_TOO_DEEP, NULL, "the request body is nested deeper than %d levels", max_depth);

@@ -51,6 +51,7 @@ def raw(d, data, timeout=10):
 
 def json_error(status, headers, body, code):
     assert headers["content-type"] == "application/json", headers
+    assert headers.get("x-request-id", "").startswith("req_"), headers  # refused unread or not
     err = json.loads(body)["error"]
     assert err["code"] == code, err
     return err
@@ -238,6 +239,39 @@ def test_a_hundred_header_fields_pass_and_more_get_the_api_error_body(daemon):
         assert status == 431 and closed, (many, status, body[:200])
         json_error(status, headers, body, "headers_too_large")
         assert "more than 100 header fields" in json.loads(body)["error"]["message"], body
+
+
+def test_a_hundred_query_parameters_pass_and_more_get_the_api_error_body(daemon):
+    """libmicrohttpd keeps a record of each query parameter in the
+    connection's memory too: some 690 ran it out, and the request got no
+    answer until the connection timed out. A hundred pass, with a hundred
+    header fields beside them; more are 414 at once."""
+    fields = "".join(f"X-F{i}: b\r\n" for i in range(99))  # and Host: 100
+    query = "&".join(f"p{i}=1" for i in range(100))
+    status, headers, body, closed = raw(daemon, f"GET /healthz?{query} HTTP/1.1\r\nHost: x\r\n{fields}\r\n".encode())
+    assert status == 200, (status, body[:200])
+    for many in (101, 2000):
+        query = "&".join(f"p{i}=1" for i in range(many))
+        status, headers, body, closed = raw(daemon, f"GET /healthz?{query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert status == 414 and closed, (many, status, body[:200])
+        assert "more than 100 parameters" in json_error(status, headers, body, "uri_too_long")["message"], body
+
+
+def test_a_request_line_past_the_cap_is_414(daemon):
+    status, headers, body, closed = raw(daemon, b"GET /v1/admin/nodes?x=" + b"a" * 40000 + b" HTTP/1.1\r\n\r\n")
+    assert status == 414 and closed, (status, body[:200])
+    json_error(status, headers, body, "uri_too_long")
+
+
+def test_garbage_that_never_ends_its_head_gets_the_api_error_body(daemon):
+    """Random bytes: the guard judged the request line only once the head
+    ended, which garbage need never do, and libmicrohttpd answered the line
+    with its HTML page first."""
+    garbage = bytes((i * 7919 + 13) % 251 for i in range(3000)).replace(b"\n\n", b"\n.").replace(b"\r\n\r", b"\r\n.")
+    assert b"\n" in garbage
+    status, headers, body, closed = raw(daemon, garbage)
+    assert status == 400 and closed, (status, body[:200])
+    json_error(status, headers, body, "bad_request")
 
 
 def test_headers_beyond_the_librarys_memory_get_the_api_error_body(daemon):

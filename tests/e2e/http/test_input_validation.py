@@ -238,3 +238,32 @@ def test_bad_body_with_a_bad_key_is_401_first(daemon):
     before = daemon.dump()
     assert_error(daemon.post("/v1/api-keys", key="gpk_nope", data=b"{"), 401, "unauthorized")
     assert daemon.dump() == before
+
+
+@pytest.mark.parametrize("path,status,code,field", [
+    ("/v1/instances/%ff", 404, "not_found", None),
+    ("/v1/instances/ins_%C0%AF", 404, "not_found", None),
+    ("/v1/volumes/%ED%A0%80", 404, "not_found", None),
+    ("/v1/instances/a" + "%C3%A9" * 150, 404, "not_found", None),  # UTF-8, cut where the message ends
+    ("/v1/instances?state=%ff", 400, "invalid_query", "state"),
+    ("/v1/instances?state=a" + "%C3%A9" * 20, 400, "invalid_query", "state"),
+    ("/v1/instances?x%ff=1", 400, "invalid_query", "x?"),
+    ("/v1/%ff", 404, "not_found", None),
+    ("/%ff", 404, "not_found", None),
+])
+def test_an_error_quoting_bytes_that_are_not_utf8_keeps_its_body(daemon, user, path, status, code, field):
+    """A message that quoted the client's bytes (or cut a character in two)
+    was not UTF-8, jansson would not encode it, and the error went out with
+    no body at all; the bytes are shown as '?' now."""
+    err = assert_error(daemon.get(path, key=user.key), status, code, field)
+    err["message"].encode("utf-8")
+
+
+def test_an_unknown_field_with_a_long_name_not_in_ascii_is_named(daemon, user):
+    before = daemon.dump()
+    name = "a" + "é" * 300
+    r = daemon.post("/v1/api-keys", key=user.key, data=json.dumps({"name": "x", name: 1}),
+                    headers={"Content-Type": "application/json"})
+    err = assert_error(r, 400, "unknown_field", r.json()["error"]["field"])
+    assert name.startswith(err["field"].rstrip("?")) and len(err["field"]) > 1, err
+    assert daemon.dump() == before

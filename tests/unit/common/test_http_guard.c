@@ -3,10 +3,12 @@
  * extensions and trailers, whatever the reads' sizes; it refuses a NUL
  * byte in a head, a malformed chunk size, a chunk longer than its size and
  * a head over HTTP_GUARD_HEAD_MAX or with more than HTTP_GUARD_FIELDS_MAX
- * header (or trailer) fields, a malformed request or header line, a
- * Content-Length that is not one number and an HTTP version but 1.0 and
- * 1.1, passing on only the requests before the refused one; and it checks nothing after an upgrade or a framing the
- * HTTP layer refuses itself. */
+ * header (or trailer) fields, a request line over that cap or with more
+ * than HTTP_GUARD_PARAMS_MAX query parameters (414), a malformed request
+ * line as soon as it ends, a malformed header line, a Content-Length that
+ * is not one number and an HTTP version but 1.0 and 1.1, passing on only
+ * the requests before the refused one; and it checks nothing after an
+ * upgrade or a framing the HTTP layer refuses itself. */
 #include "gpurent/http_guard.h"
 
 #include <setjmp.h>
@@ -124,6 +126,39 @@ static void test_a_head_over_the_cap_is_431(void **state)
     free(req);
 }
 
+static void test_a_request_line_over_the_cap_is_414(void **state)
+{
+    (void)state;
+    size_t len = HTTP_GUARD_HEAD_MAX + 100;
+    char *req = malloc(len);
+    memcpy(req, "GET /", 5);
+    memset(req + 5, 'a', len - 5);
+    assert_refused(req, len, 414, "uri_too_long", 0);
+    free(req);
+}
+
+/* A GET of the given number of query parameters (p0=1&p1=1 …), in buf. */
+static size_t with_params(char *buf, int params)
+{
+    size_t n = (size_t)sprintf(buf, "GET /v1/instances");
+    for (int i = 0; i < params; i++)
+        n += (size_t)sprintf(buf + n, "%cp%d=1", i ? '&' : '?', i);
+    return n + (size_t)sprintf(buf + n, " HTTP/1.1\r\nHost: x\r\n\r\n");
+}
+
+static void test_more_than_the_cap_of_query_parameters_is_414(void **state)
+{
+    (void)state;
+    char *req = malloc(64 * 1024);
+    assert_passes(req, with_params(req, 0));
+    assert_passes(req, with_params(req, HTTP_GUARD_PARAMS_MAX));
+    assert_refused(req, with_params(req, HTTP_GUARD_PARAMS_MAX + 1), 414, "uri_too_long", 0);
+    assert_refused(req, with_params(req, 3000), 414, "uri_too_long", 0);
+    /* Ampersands in the path are not parameters. */
+    assert_passes(S("GET /a&b&c HTTP/1.1\r\n\r\n"));
+    free(req);
+}
+
 /* A request of the given header fields (X-F0: b …) and, chunked, trailer
  * fields, in buf; its length. */
 static size_t with_fields(char *buf, int fields, int trailers)
@@ -186,6 +221,10 @@ static void test_malformed_lines_are_refused(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_refused(bad[i], strlen(bad[i]), 400, "bad_request", 0);
     assert_refused(S("GET / HTTP/2.0\r\n\r\n"), 505, "http_version_not_supported", 0);
+    /* A malformed request line is refused when it ends, not when the head
+     * does (which garbage may never send): the library parses it then. */
+    assert_refused(S("\x8f\x01 random bytes\r\nand more, never a blank line"), 400, "bad_request", 0);
+    assert_refused(S("GET / HTTP/1.1\r\nHost: x\r\n\r\nG@T / HTTP/1.1\r\nHost"), 400, "bad_request", 27);
     assert_refused(S("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n"), 413, "body_too_large", 0);
     /* The same length twice is one length (RFC 9112 6.3); HTTP/1.0 is served. */
     assert_passes(S("POST / HTTP/1.0\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab"));
@@ -206,6 +245,8 @@ int main(void)
         cmocka_unit_test(test_malformed_chunks_are_refused),
         cmocka_unit_test(test_a_head_over_the_cap_is_431),
         cmocka_unit_test(test_more_than_the_cap_of_fields_is_431),
+        cmocka_unit_test(test_a_request_line_over_the_cap_is_414),
+        cmocka_unit_test(test_more_than_the_cap_of_query_parameters_is_414),
         cmocka_unit_test(test_upgrades_and_refused_framings_are_not_read_further),
         cmocka_unit_test(test_malformed_lines_are_refused),
         cmocka_unit_test(test_empty_lines_before_a_request_are_ignored),

@@ -1,0 +1,20 @@
+/* utf8.h: strict UTF-8 (no overlong forms, no surrogates, nothing past
+ * U+10FFFF): checking a request's bytes, and making text that quotes them
+ * safe to put in a JSON reply. */
+#ifndef GPURENT_UTF8_H
+#define GPURENT_UTF8_H
+
+#include <stddef.h>
+
+/* Length of the valid UTF-8 sequence that starts s (n bytes available):
+ * 1 to 4, or 0 if the bytes there are not one. */
+size_t utf8_sequence(const unsigned char *s, size_t n);
+/* Whether the n bytes at s are valid UTF-8. */
+int utf8_valid(const char *s, size_t n);
+/* Replaces, in place, every byte of s (NUL-terminated) that is not part of
+ * a valid sequence with '?': jansson refuses strings that are not UTF-8,
+ * and an error message may quote a client's bytes or cut a character in
+ * two where it was truncated. */
+void utf8_scrub(char *s);
+
+#endif
