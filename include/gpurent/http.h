@@ -31,6 +31,11 @@ typedef void (*http_resume_fn)(struct http_request *req, void *ctx, int connecte
  * each level means (bearer keys in gpurentd, signatures in the agent). */
 enum http_auth { AUTH_NONE, AUTH_USER, AUTH_ADMIN, AUTH_SIGNED };
 
+/* A path belongs to the routes that match it with the most literal
+ * segments: /v1/reservations/availability is not a reservation's id. The
+ * first of those with the request's method serves it; the others' methods
+ * make the Allow list. A table lists a more literal pattern before any it
+ * shares paths with (the router relies on it; the unit tests check it). */
 struct http_route {
     const char *method;   /* "GET", "POST", "PUT", "DELETE" */
     const char *pattern;  /* "/v1/api-keys/{id}": {name} matches one segment */

@@ -589,15 +589,32 @@ static void allow_add(char *allow, size_t cap, const char *method)
     }
 }
 
+/* Segments of a pattern that are not parameters. */
+static int literal_segments(const char *pattern)
+{
+    int n = 0;
+    for (const char *p = pattern; *p; p++)
+        n += *p == '/' && p[1] != '{';
+    return n;
+}
+
 static void dispatch(struct http_request *req)
 {
     struct http_server *srv = req->server;
     char allow[128] = "";
     const struct http_route *found = NULL;
+    int literals = -1; /* of the first route that matched: the most (http.h) */
     for (const struct http_route *r = srv->routes; r->method; r++) {
         char *params[HTTP_MAX_PARAMS] = {0};
         if (!route_match(r->pattern, req->path, params))
             continue;
+        if (literals < 0) {
+            literals = literal_segments(r->pattern);
+        } else if (literal_segments(r->pattern) < literals) { /* the path is a more literal route's */
+            for (int i = 0; i < HTTP_MAX_PARAMS; i++)
+                free(params[i]);
+            continue;
+        }
         /* HEAD is GET without the body (RFC 9110 9.3.2); libmicrohttpd
          * sends the headers of the GET reply and leaves the body out. */
         int same = strcmp(r->method, req->method) == 0 ||

@@ -255,6 +255,11 @@ void api_apps_patch(struct http_request *req)
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
+    if (json_object_size(body) == 0) { /* as the other PATCHes: a change that changes nothing is a mistake */
+        http_error(req, ERR_MISSING_FIELD, NULL, "the body names no field to change");
+        json_decref(body);
+        return;
+    }
     struct patch_ctx ctx = {.body = body};
     if (!s) {
         http_error(req, ERR_UNAVAILABLE, NULL, NULL);

@@ -85,12 +85,15 @@ void api_transactions_list(struct http_request *req)
         query_time(req, "from", 0, &f.from) < 0 || query_time(req, "to", INT64_MAX, &f.to) < 0)
         return;
     f.after_id = pg.after_t; /* transaction ids are the sort key */
-    static const char *const kinds[] = {"usage", "refund", "grant", "expiry", "topup", "storage", "app_call"};
+    static const char *const kinds[] = {"usage",   "refund",      "grant",       "expiry",            "topup",
+                                        "storage", "app_call", "reservation", "reservation_refund"};
     int kind_ok = !f.kind;
     for (size_t i = 0; f.kind && i < sizeof kinds / sizeof kinds[0]; i++)
         kind_ok |= strcmp(f.kind, kinds[i]) == 0;
     if (!kind_ok) {
-        http_error(req, ERR_INVALID_QUERY, "kind", "kind must be usage, refund, grant, expiry, topup, storage or app_call");
+        http_error(req, ERR_INVALID_QUERY, "kind",
+                   "kind must be usage, refund, grant, expiry, topup, storage, app_call, reservation or"
+                   " reservation_refund");
         return;
     }
     struct ledger_txn_row *rows = malloc(sizeof *rows * (size_t)(pg.limit + 1));

@@ -106,6 +106,7 @@ def test_oversize_body_and_bad_patch(daemon):
                               ({"min_replicas": 2}, "invalid_field", "min_replicas"),
                               ({"price_per_request": "x"}, "invalid_field", "price_per_request")]:
         assert_error(daemon.request("PATCH", f"/v1/apps/{slug}", key=u.key, json=body), 400, code, field)
+    assert_error(daemon.request("PATCH", f"/v1/apps/{slug}", key=u.key, json={}), 400, "missing_field")
     a = daemon.get(f"/v1/apps/{slug}", key=u.key).json()
     assert (a["port"], a["min_replicas"], a["prices"]["per_request"]) == (8000, 0, "0.00")
     assert_error(daemon.get(f"/v1/apps/{slug}/stats?days=0", key=u.key), 400, "invalid_query", "days")

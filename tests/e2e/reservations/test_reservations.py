@@ -126,6 +126,12 @@ def test_book_list_get_availability_and_cancel_with_full_refund(rc):
     assert r.status_code == 200, r.text
     assert [h["cards_free"] for h in r.json()["hours"]] == [16, 8, 8, 8, 16], r.json()
     assert r.json()["hours"][1]["starts_at"] == iso(start)
+    # "availability" is a resource of its own, not a reservation's id.
+    r = rc.d.request("OPTIONS", "/v1/reservations/availability", key=u.key)
+    assert r.status_code == 204 and r.headers["Allow"] == "GET, HEAD", r.headers
+    r = rc.d.delete("/v1/reservations/availability", key=u.key)
+    assert_error(r, 405, "method_not_allowed")
+    assert r.headers["Allow"] == "GET, HEAD", r.headers
     # Cancelled well before the notice period: everything back.
     r = rc.d.delete(f"/v1/reservations/{b['id']}", key=u.key)
     assert r.status_code == 200, r.text
@@ -161,6 +167,10 @@ def test_late_cancel_refunds_half_and_a_started_block_nothing(rc):
     assert balance(rc, u) == before - paid - paid // 2
     rows = rc.d.sql("SELECT kind, count(*) FROM ledger_transactions WHERE reservation_id IS NOT NULL GROUP BY kind")
     assert sorted(rows) == [("reservation", 2), ("reservation_refund", 1)]
+    # The user's transactions show and filter both kinds.
+    for kind, n in (("reservation", 2), ("reservation_refund", 1)):
+        r = rc.d.get(f"/v1/transactions?kind={kind}", key=u.key)
+        assert r.status_code == 200 and [t["kind"] for t in r.json()["data"]] == [kind] * n, r.text
     rc.verify()
 
 

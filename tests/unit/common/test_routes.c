@@ -61,10 +61,10 @@ static const struct http_route own_routes[] = {
     {"GET", "/a", echo, AUTH_NONE},
     {"POST", "/a", echo, AUTH_USER},
     {"GET", "/a/b", echo, AUTH_NONE},
+    {"PUT", "/items/special", echo, AUTH_NONE}, /* more literal: before /items/{id} (http.h) */
+    {"GET", "/items/special", echo, AUTH_NONE},
     {"GET", "/items/{id}", echo, AUTH_NONE},
     {"DELETE", "/items/{id}", echo, AUTH_ADMIN},
-    {"PUT", "/items/special", echo, AUTH_NONE},
-    {"GET", "/items/special", echo, AUTH_NONE}, /* shadowed by /items/{id}: first match wins */
     {"GET", "/items/{id}/parts/{part}", echo, AUTH_NONE},
     {NULL, NULL, NULL, AUTH_NONE},
 };
@@ -234,12 +234,14 @@ static void test_name_segments_are_captured_in_pattern_order(void **state)
     expect_route(own, "GET", "/items/a.b-c_d~e:f@g", "/items/{id}", "a.b-c_d~e:f@g", NULL);
 }
 
-static void test_the_first_matching_route_of_the_method_wins(void **state)
+static void test_a_literal_segment_wins_over_a_parameter(void **state)
 {
-    /* GET /items/special is listed after /items/{id}, which takes it. */
-    expect_route(own, "GET", "/items/special", "/items/{id}", "special", NULL);
-    /* PUT is only on the literal pattern, so it is found there. */
+    /* /items/special is a resource of its own, not an item called
+     * "special": its methods alone serve it and make its Allow list. */
+    expect_route(own, "GET", "/items/special", "/items/special", NULL, NULL);
     expect_route(own, "PUT", "/items/special", "/items/special", NULL, NULL);
+    expect_status(own, "DELETE", "/items/special", 405, "PUT, GET, HEAD");
+    expect_route(own, "DELETE", "/items/specials", "/items/{id}", "specials", NULL);
 }
 
 static void test_trailing_slashes_do_not_match(void **state)
@@ -273,8 +275,8 @@ static void test_a_known_path_with_another_method_is_405_with_allow(void **state
     assert_string_equal(r.allow, "GET, HEAD, POST");
     reply_free(&r);
     expect_status(own, "PUT", "/items/42", 405, "GET, HEAD, DELETE");
-    /* Every route the path matches counts, literal and parameter alike. */
-    expect_status(own, "POST", "/items/special", 405, "GET, HEAD, DELETE, PUT");
+    /* Only the routes that match with the most literal segments count. */
+    expect_status(own, "POST", "/items/special", 405, "PUT, GET, HEAD");
     expect_status(own, "POST", "/items/1/parts/2", 405, "GET, HEAD");
 }
 
@@ -428,18 +430,59 @@ static int pattern_matches(const char *pattern, const char *path)
     return !*pattern && !*path;
 }
 
+/* Segments of a pattern that are not {parameters}. */
+static int literals(const char *pattern)
+{
+    int n = 0;
+    for (const char *p = pattern; *p; p++)
+        n += *p == '/' && p[1] != '{';
+    return n;
+}
+
+/* Whether some path matches both patterns: as many segments, and each
+ * pair equal or one of them a parameter. */
+static int patterns_overlap(const char *a, const char *b)
+{
+    while (*a && *b) {
+        size_t al = strcspn(a + 1, "/") + 1, bl = strcspn(b + 1, "/") + 1;
+        if (a[1] != '{' && b[1] != '{' && (al != bl || strncmp(a, b, al) != 0))
+            return 0;
+        a += al, b += bl;
+    }
+    return !*a && !*b;
+}
+
+/* The router takes the first matching route's literal segments as the
+ * most any matching route has (http.h): so in every table a pattern is
+ * listed before any less literal one it shares paths with. */
+static void test_every_table_lists_a_more_literal_pattern_first(void **state)
+{
+    const struct http_route *tables[] = {daemon_routes, metrics_routes, agent_routes_single, agent_routes_fleet,
+                                         own_routes};
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+        for (const struct http_route *a = tables[t]; a->method; a++)
+            for (const struct http_route *b = a + 1; b->method; b++)
+                if (patterns_overlap(a->pattern, b->pattern) && literals(b->pattern) > literals(a->pattern))
+                    fail_msg("table %zu: %s %s is listed after %s %s, which it would lose its paths to", t,
+                             b->method, b->pattern, a->method, a->pattern);
+}
+
 /* A method no route has (TRACE; PATCH has one since issue 12) gets 405
- * naming exactly the methods of the routes that match the path, in table
- * order, HEAD after every GET: a literal path such as
- * /v1/reservations/availability also matches /v1/reservations/{id}, as
- * every route the path matches counts. */
+ * naming exactly the methods of the routes that match the path with the
+ * most literal segments, in table order, HEAD after every GET: a literal
+ * path such as /v1/reservations/availability is not matched by
+ * /v1/reservations/{id}. */
 static void test_every_daemon_path_lists_its_methods_in_allow(void **state)
 {
     for (const struct http_route *r = daemon_routes; r->method; r++) {
         char want[128] = "", concrete_path[512];
         concrete(r->pattern, concrete_path, sizeof concrete_path);
+        int most = 0;
         for (const struct http_route *q = daemon_routes; q->method; q++)
-            if (pattern_matches(q->pattern, concrete_path) && !strstr(want, q->method))
+            if (pattern_matches(q->pattern, concrete_path) && literals(q->pattern) > most)
+                most = literals(q->pattern);
+        for (const struct http_route *q = daemon_routes; q->method; q++)
+            if (pattern_matches(q->pattern, concrete_path) && literals(q->pattern) == most && !strstr(want, q->method))
                 snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s%s", want[0] ? ", " : "", q->method,
                          strcmp(q->method, "GET") == 0 ? ", HEAD" : "");
         char path[512];
@@ -540,7 +583,8 @@ int main(void)
         cmocka_unit_test(test_exact_paths_reach_their_route),
         cmocka_unit_test(test_a_query_string_is_not_part_of_the_path),
         cmocka_unit_test(test_name_segments_are_captured_in_pattern_order),
-        cmocka_unit_test(test_the_first_matching_route_of_the_method_wins),
+        cmocka_unit_test(test_a_literal_segment_wins_over_a_parameter),
+        cmocka_unit_test(test_every_table_lists_a_more_literal_pattern_first),
         cmocka_unit_test(test_trailing_slashes_do_not_match),
         cmocka_unit_test(test_an_unknown_path_is_404_not_found),
         cmocka_unit_test(test_a_known_path_with_another_method_is_405_with_allow),
