@@ -64,7 +64,8 @@ function txnTable(rows, currency) {
 export async function transactions(main) {
   main.append(h("h1", {}, t("txn.title")));
   const kind = h("select", { id: "txn-kind" }, h("option", { value: "" }, t("txn.all")),
-    ["usage", "refund", "grant", "expiry", "topup", "storage"].map((k) => h("option", { value: k }, t(`txn.kind_${k}`))));
+    ["usage", "refund", "grant", "expiry", "topup", "storage", "reservation", "reservation_refund", "app_call"]
+      .map((k) => h("option", { value: k }, t(`txn.kind_${k}`))));
   const box = h("div", { id: "transactions" });
   const load = async () => {
     clear(box);
