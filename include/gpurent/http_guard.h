@@ -30,6 +30,14 @@
 /* And a query of at most this many parameters, for the same reason: each
  * is a record in that memory too (no endpoint takes more than a few). */
 #define HTTP_GUARD_PARAMS_MAX 100
+/* Empty lines a client may send before a request line. */
+#define HTTP_GUARD_BLANK_LINES_MAX 16
+/* libmicrohttpd's memory per connection (MHD_OPTION_CONNECTION_MEMORY_LIMIT)
+ * for a server behind the guard: the largest head it lets through, the
+ * records of its fields and parameters and the reply's header block. Less,
+ * and the library answers a head the guard passes with its own page; more
+ * is wasted, as it clears that memory after every request. */
+#define HTTP_GUARD_CONNECTION_MEMORY ((size_t)HTTP_GUARD_HEAD_MAX + 16384)
 
 /* One connection's place in its stream of requests. */
 struct http_guard {
@@ -41,6 +49,7 @@ struct http_guard {
     uint64_t remaining;      /* bytes left of a body or a chunk */
     char line[128];          /* a chunk-size or trailer line so far */
     size_t line_len, trailer_bytes, trailer_fields;
+    size_t blank_bytes;      /* CRs and LFs before the current request line */
     /* Set when a request is refused: the answer to send instead. */
     int refused, status;
     const char *code;

@@ -707,11 +707,10 @@ static enum MHD_Result scan_value(void *cls, enum MHD_ValueKind kind, const char
  * what the guard lets through (CONNECTION_MEMORY). */
 #define HEADERS_MAX_BYTES 16384
 
-/* libmicrohttpd's memory per connection: the largest head the guard lets
- * through, the records of its at most HTTP_GUARD_FIELDS_MAX fields and the
- * reply's header block. Not more: the library clears it after every
- * request, which at 96 KiB was a fifth of a cached read's CPU. */
-#define CONNECTION_MEMORY ((size_t)HTTP_GUARD_HEAD_MAX + 16384)
+/* libmicrohttpd's memory per connection (http_guard.h). Not more: the
+ * library clears it after every request, which at 96 KiB was a fifth of a
+ * cached read's CPU. */
+#define CONNECTION_MEMORY HTTP_GUARD_CONNECTION_MEMORY
 
 /* The framing rules a request must pass before anything reads it (RFC
  * 9112): 1 when it was answered. */

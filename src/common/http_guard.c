@@ -201,7 +201,13 @@ static void head_done(struct http_guard *g)
         }
         line = next ? next + 1 : end;
     }
-    if (upgrade || te > 1 || (te && (cl || !te_chunked))) {
+    /* A proxy in front may have framed such a request otherwise (RFC 9112
+     * 6.1): refused here, before libmicrohttpd, on every server. */
+    if (te && cl) {
+        refuse(g, ERR_BAD_REQUEST, "the request has both Content-Length and Transfer-Encoding");
+    } else if (te && (te > 1 || !te_chunked)) {
+        refuse(g, ERR_NOT_IMPLEMENTED, "only the chunked transfer coding is implemented; use chunked");
+    } else if (upgrade) {
         g->state = G_PASS;
     } else if (te) {
         g->state = G_CHUNK_SIZE;
@@ -298,11 +304,20 @@ size_t http_guard_scan(struct http_guard *g, const char *p, size_t n)
         switch (g->state) {
         case G_HEAD:
             if (g->head_len == 0) {
-                while (i < n && (p[i] == '\r' || p[i] == '\n'))
-                    i++; /* empty lines before a request are ignored (RFC 9112 2.2) */
+                /* Empty lines before a request are ignored (RFC 9112 2.2), a
+                 * few of them: libmicrohttpd keeps them all, and a flood
+                 * got its HTML 414. */
+                while (i < n && (p[i] == '\r' || p[i] == '\n') &&
+                       ++g->blank_bytes <= 2 * HTTP_GUARD_BLANK_LINES_MAX)
+                    i++;
+                if (g->blank_bytes > 2 * HTTP_GUARD_BLANK_LINES_MAX) {
+                    refuse(g, ERR_BAD_REQUEST, "too many empty lines before the request line");
+                    break;
+                }
                 start = i;
                 if (i == n)
                     break;
+                g->blank_bytes = 0;
             }
             nl = memchr(p + i, '\n', n - i);
             take = nl ? (size_t)(nl - (p + i)) + 1 : n - i;

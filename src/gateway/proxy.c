@@ -37,6 +37,7 @@
 #include "gateway.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
+#include "gpurent/utf8.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -457,7 +458,9 @@ static void up_start(struct call *c)
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, c->body ? c->body : "");
         curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)c->body_len);
     }
-    if (strcmp(c->method, "GET") != 0 && strcmp(c->method, "POST") != 0)
+    if (strcmp(c->method, "HEAD") == 0)
+        curl_easy_setopt(curl, CURLOPT_NOBODY, 1L); /* else libcurl waits for a body a HEAD never has */
+    else if (strcmp(c->method, "GET") != 0 && strcmp(c->method, "POST") != 0)
         curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, c->method);
     if (curl_multi_add_handle(multi, curl) != CURLM_OK) {
         up_end(c, CURLE_FAILED_INIT);
@@ -589,13 +592,25 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
+/* The API's error body, {"error": {"code", "message", "field": null}}.
+ * The message may quote the client's bytes (an app's name), cut short:
+ * made valid UTF-8 first, or jansson gives nothing to send. */
 static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *code, const char *msg,
                                    int64_t retry_after)
 {
-    json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
-    char *text = json_dumps(j, JSON_COMPACT);
+    char message[512];
+    snprintf(message, sizeof message, "%s", msg);
+    utf8_scrub(message);
+    json_t *j = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", code, "message", message, "field");
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
+    if (!text)
+        return MHD_NO; /* out of memory: the connection is closed */
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
     MHD_add_response_header(r, "Content-Type", "application/json");
     char ra[24];
     if (retry_after > 0) {
@@ -913,12 +928,37 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
 
 /* The call has its replica: the upstream thread starts, and the connection
  * waits (suspended) for the answer to begin. */
+/* Appends path (decoded, as libmicrohttpd gives it) to out, encoded again
+ * as RFC 3986 allows in a path: a space, a CR or LF, a '?' or '#' the
+ * client sent encoded reach the replica encoded, not as a broken URL or a
+ * query. -1 if it does not fit. */
+static int append_path(char *out, size_t cap, const char *path)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(out);
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        int plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                    strchr("-._~!$&'()*+,;=:@/", *p);
+        if (n + (plain ? 1 : 3) >= cap)
+            return -1;
+        if (plain) {
+            out[n++] = (char)*p;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[*p >> 4];
+            out[n++] = hex[*p & 15];
+        }
+    }
+    out[n] = '\0';
+    return 0;
+}
+
 static enum MHD_Result start_upstream(struct MHD_Connection *conn, struct call *c, const char *url)
 {
     const char *slash = strchr(url + 6, '/'); /* the path after "/apps/{slug}" */
     char base[sizeof c->url];
     memcpy(base, c->url, sizeof base);
-    if ((size_t)snprintf(c->url, sizeof c->url, "%s%s", base, slash ? slash : "/") >= sizeof c->url)
+    if (append_path(c->url, sizeof c->url, slash ? slash : "/") < 0)
         return reply_counted_error(conn, c, 414, "uri_too_long", "the path is too long", 0);
     struct query_ctx q = {.c = c};
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);

@@ -279,6 +279,7 @@ void api_instances_create(struct http_request *req)
     if (run_command_check(json_object_get(body, "command"), &run_o) < 0 ||
         run_env_check(json_object_get(body, "env"), &env, &run_o) < 0 || run_working_dir_check(working_dir, &run_o) < 0) {
         reply_outcome(req, &run_o);
+        json_decref(env); /* made by run_env_check before working_dir failed */
         json_decref(body);
         return;
     }

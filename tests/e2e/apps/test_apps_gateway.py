@@ -462,19 +462,60 @@ def test_slow_client_pauses_its_upstream_and_gets_every_byte(market):
     assert_ledger_ok(m)
 
 
-@pytest.mark.parametrize("request_bytes", [
-    b"POST /apps/echo\x00x/v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\n{}",
-    b"POST /apps/echo/v1/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    b"POST /apps/echo/v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}",
-])
-def test_the_gateway_refuses_malformed_requests_with_a_json_error(market, request_bytes):
+@pytest.mark.parametrize("request_bytes,status,code", [
+    (b"POST /apps/echo\x00x/v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_request"),
+    (b"POST /apps/echo/v1/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
+     "bad_request"),
+    (b"POST /apps/echo/v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}", 400,
+     "bad_request"),
+    # Framings a proxy in front may read otherwise: were passed on, or (gzip) never answered.
+    (b"POST /apps/echo/v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"0\r\n\r\n", 400, "bad_request"),
+    (b"POST /apps/echo/v1/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}",
+     400, "bad_request"),
+    (b"POST /healthz HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip\r\n\r\n{}", 501, "not_implemented"),
+    # Past libmicrohttpd's default memory, where it answered with its HTML page.
+    (b"GET /apps/echo/v1/models HTTP/1.1\r\nHost: gw\r\nX-Big: " + b"a" * 200000 + b"\r\n\r\n", 431,
+     "headers_too_large"),
+    (b"GET /apps/echo/" + b"a" * 200000 + b" HTTP/1.1\r\nHost: gw\r\n\r\n", 414, "uri_too_long"),
+    (b"\r\n" * 100000, 400, "bad_request"),
+], ids=["nul", "bad-chunk", "two-lengths", "length-and-chunked", "gzip-and-length", "gzip", "big-header", "big-target",
+        "empty-lines"])  # short: pytest puts the id in the environment of what the test starts
+def test_the_gateway_refuses_malformed_requests_with_a_json_error(market, request_bytes, status, code):
     """The gateway reads consumers' bytes through the same guard as the API
-    (a raw NUL, a bad chunk, two lengths): 400 with a JSON error body, and
-    the connection closed."""
+    (a raw NUL, a bad chunk, two lengths, unsure framings, heads too large):
+    the API's JSON error, and the connection closed."""
     reply = exchange(market.gateway().port, request_bytes)
     head, _, body = reply.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400 ") and b"Content-Type: application/json" in head, reply
-    assert json.loads(body)["error"]["code"] == "bad_request", body
+    assert head.startswith(b"HTTP/1.1 %d " % status) and b"Content-Type: application/json" in head, reply[:300]
+    assert json.loads(body)["error"]["code"] == code, body
+
+
+def test_odd_app_names_paths_and_methods_are_answered(market):
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, min_replicas=1)
+    gw = m.gateway()
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
+         DEADLINE, "a running replica")
+    auth = {"Authorization": f"Bearer {con.key}"}
+    # A name not in UTF-8, or one the message cuts mid-character: the
+    # message could not be encoded and the gateway crashed on it.
+    for name in ("%ff", "a" + "%C3%A9" * 30):
+        r = requests.get(f"{gw.url}/apps/{name}/v1/models", headers=auth, timeout=30)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not_found", r.text
+        assert r.json()["error"]["field"] is None and r.headers["Content-Type"] == "application/json"
+    # A HEAD is answered (libcurl waited for a body that never came).
+    r = requests.head(f"{gw.url}/apps/{app['slug']}/v1/models", headers=auth, timeout=30)
+    assert r.status_code in (200, 404), r.status_code
+    # Encoded bytes reach the replica encoded: a space is not a broken URL
+    # (502), an encoded '?' is not a query (the replica knows no such path).
+    for path in ("/v1/mo%20dels", "/v1/models%3Fa=1", "/v1/models%0d%0aX-Injected:%201"):
+        r = requests.get(f"{gw.url}/apps/{app['slug']}{path}", headers=auth, timeout=30)
+        assert r.status_code == 404 and r.json() == {"error": {"message": "no such route"}}, (path, r.text)
+    assert requests.get(f"{gw.url}/apps/{app['slug']}/v1/models", headers=auth, timeout=30).status_code == 200
+    assert_ledger_ok(m)
 
 
 def test_stopping_gateway_answers_its_waiting_calls(market):

@@ -223,6 +223,9 @@ BAD_CREATE = [
     ({"working_dir": "relative/dir"}, "working_dir"),
     ({"working_dir": "/a/../b"}, "working_dir"),
     ({"working_dir": "/" + "a" * 255}, "working_dir"),
+    # A good env checked (and normalised) before a bad working_dir: the
+    # copy was leaked (LeakSanitizer, at the daemon's exit).
+    ({"env": [{"name": "A", "value": "b"}], "working_dir": "relative"}, "working_dir"),
 ]
 
 
