@@ -126,6 +126,9 @@ void http_server_stop(struct http_server *srv, int drain_ms);
 
 /* A header value (case-insensitive name) or NULL. Borrowed. */
 const char *http_header(struct http_request *req, const char *name);
+/* Whether header name lists token (comma-separated, any case), as
+ * Connection lists "upgrade". */
+int http_header_has_token(struct http_request *req, const char *name, const char *token);
 /* A query-string argument or NULL. Borrowed. */
 const char *http_query(struct http_request *req, const char *name);
 /* Refuses query arguments not in allowed (NULL-terminated): replies 400 and

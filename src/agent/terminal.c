@@ -156,8 +156,10 @@ void agent_terminal_open(struct http_request *req, struct agent_node *n, const c
     if (http_query_int(req, "cols", 1, 1000, 80, &cols) < 0 || http_query_int(req, "rows", 1, 1000, 24, &rows) < 0)
         return;
     const char *upgrade = http_header(req, "Upgrade");
-    if (!upgrade || strcmp(upgrade, AGENT_TERMINAL_PROTOCOL) != 0) {
-        http_error(req, ERR_BAD_REQUEST, NULL, "this route switches to Upgrade: %s", AGENT_TERMINAL_PROTOCOL);
+    if (!upgrade || strcmp(upgrade, AGENT_TERMINAL_PROTOCOL) != 0 ||
+        !http_header_has_token(req, "Connection", "upgrade")) {
+        http_error(req, ERR_BAD_REQUEST, NULL, "this route switches protocols: Upgrade: %s and Connection: Upgrade",
+                   AGENT_TERMINAL_PROTOCOL);
         return;
     }
     pthread_mutex_lock(&n->lock);

@@ -454,6 +454,24 @@ const char *http_header(struct http_request *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
+int http_header_has_token(struct http_request *req, const char *name, const char *token)
+{
+    const char *v = http_header(req, name);
+    size_t tl = strlen(token);
+    while (v && *v) {
+        while (*v == ' ' || *v == '\t' || *v == ',')
+            v++;
+        size_t n = strcspn(v, ",");
+        size_t m = n;
+        while (m > 0 && (v[m - 1] == ' ' || v[m - 1] == '\t'))
+            m--;
+        if (m == tl && strncasecmp(v, token, tl) == 0)
+            return 1;
+        v += n;
+    }
+    return 0;
+}
+
 const char *http_query(struct http_request *req, const char *name)
 {
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);

@@ -150,12 +150,23 @@ static int header_line_ok(struct http_guard *g, const char *p, const char *e)
     return 0;
 }
 
+/* Fields that carry one value (RFC 9110 5.3), which the servers read to
+ * decide who is asking and what a request means: a second one, which the
+ * library would ignore and a proxy in front might have read instead, is
+ * refused (for Host, RFC 9112 3.2 says so). */
+static const char *const single_fields[] = {
+    "host", "authorization", "content-type", "idempotency-key", "x-gpurent-timestamp", "x-gpurent-nonce",
+    "x-gpurent-signature",
+};
+#define N_SINGLE_FIELDS (sizeof single_fields / sizeof single_fields[0])
+
 /* The head is whole: its request line and header lines checked (a NUL, a
- * bare CR, a malformed line or a Content-Length that is not one number
- * refuse it); then the framing of what follows it. */
+ * bare CR, a malformed line, a repeated single field or a Content-Length
+ * that is not one number refuse it); then the framing of what follows it. */
 static void head_done(struct http_guard *g)
 {
     const char *h = g->head, *end = g->head + g->head_len;
+    unsigned char seen[N_SINGLE_FIELDS] = {0};
     g->head_len = g->line_start = g->head_lines = 0;
     if (memchr(h, '\0', (size_t)(end - h))) {
         refuse(g, ERR_BAD_REQUEST, "the request line or a header holds a NUL byte");
@@ -176,6 +187,13 @@ static void head_done(struct http_guard *g)
             break;
         if (line == h ? request_line_ok(g, line, e) < 0 : header_line_ok(g, line, e) < 0)
             return;
+        for (size_t f = 0; line != h && f < N_SINGLE_FIELDS; f++)
+            if (header_is(line, e, single_fields[f], &v, &ve) && seen[f]++) {
+                char message[80];
+                snprintf(message, sizeof message, "the request repeats its %s header", single_fields[f]);
+                refuse(g, ERR_BAD_REQUEST, message);
+                return;
+            }
         if (header_is(line, e, "transfer-encoding", &v, &ve)) {
             te++;
             te_chunked = ve - v == 7 && strncasecmp(v, "chunked", 7) == 0;

@@ -108,24 +108,6 @@ void api_terminal_tokens_create(struct http_request *req)
     secret_wipe(token, sizeof token);
 }
 
-/* Whether header value v lists token (comma-separated, any case). */
-static int header_has_token(const char *v, const char *token)
-{
-    size_t tl = strlen(token);
-    while (v && *v) {
-        while (*v == ' ' || *v == '\t' || *v == ',')
-            v++;
-        size_t n = strcspn(v, ",");
-        size_t m = n;
-        while (m > 0 && (v[m - 1] == ' ' || v[m - 1] == '\t'))
-            m--;
-        if (m == tl && strncasecmp(v, token, tl) == 0)
-            return 1;
-        v += n;
-    }
-    return 0;
-}
-
 /* A browser names the page's origin; the console is served by this daemon,
  * so a page elsewhere is another site (a WebSocket has no CORS of its own:
  * without this any site could use a token it got hold of from the victim's
@@ -157,11 +139,11 @@ void api_instances_terminal(struct http_request *req)
     }
     /* The handshake before the token, so a request that could never
      * switch does not spend it. */
-    const char *upgrade = http_header(req, "Upgrade"), *connection = http_header(req, "Connection");
+    const char *upgrade = http_header(req, "Upgrade");
     const char *version = http_header(req, "Sec-WebSocket-Version"), *key = http_header(req, "Sec-WebSocket-Key");
     char accept[64];
     if (strcmp(req->method, "GET") != 0 || !upgrade || strcasecmp(upgrade, "websocket") != 0 ||
-        !header_has_token(connection, "upgrade") || !key || websocket_accept(key, accept) < 0 /* not the base64 of 16 bytes */) {
+        !http_header_has_token(req, "Connection", "upgrade") || !key || websocket_accept(key, accept) < 0 /* not the base64 of 16 bytes */) {
         http_error(req, ERR_BAD_REQUEST, NULL,
                    "this is a WebSocket endpoint: GET with Upgrade: websocket, Connection: Upgrade and a "
                    "Sec-WebSocket-Key");

@@ -310,8 +310,12 @@ def test_agent_route_signed_only(cloud):
     h = {**up, **sign(secret, "GET", base_path + path)}
     r = requests.get(agent_url + path.replace("cols=80", "cols=81"), headers=h, timeout=10)
     assert r.status_code == 401, r.text
-    # Signed without the Upgrade header: 400, no shell started.
+    # Signed without the Upgrade header, or without Connection: Upgrade
+    # (RFC 9110 7.8): 400, no shell started.
     r = requests.get(agent_url + path, headers=sign(secret, "GET", base_path + path), timeout=10)
+    assert r.status_code == 400, r.text
+    r = requests.get(agent_url + path, headers={"Upgrade": "gpurent-terminal", "Connection": "keep-alive",
+                                                **sign(secret, "GET", base_path + path)}, timeout=10)
     assert r.status_code == 400, r.text
 
 

@@ -231,6 +231,14 @@ static void test_malformed_lines_are_refused(void **state)
     assert_refused(S("\x8f\x01 random bytes\r\nand more, never a blank line"), 400, "bad_request", 0);
     assert_refused(S("GET / HTTP/1.1\r\nHost: x\r\n\r\nG@T / HTTP/1.1\r\nHost"), 400, "bad_request", 27);
     assert_refused(S("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n"), 413, "body_too_large", 0);
+    /* A field of one value given twice: the library reads the first, a
+     * proxy may have read the other. */
+    assert_refused(S("GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n"), 400, "bad_request", 0);
+    assert_refused(S("GET / HTTP/1.1\r\nAuthorization: Bearer a\r\nAUTHORIZATION: Bearer b\r\n\r\n"), 400,
+                   "bad_request", 0);
+    assert_refused(S("PUT /w HTTP/1.1\r\nX-Gpurent-Signature: a\r\nX-Gpurent-Signature: b\r\n\r\n"), 400,
+                   "bad_request", 0);
+    assert_passes(S("GET / HTTP/1.1\r\nHost: a\r\nAccept: a\r\nAccept: b\r\n\r\n")); /* a list field */
     /* The same length twice is one length (RFC 9112 6.3); HTTP/1.0 is served. */
     assert_passes(S("POST / HTTP/1.0\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab"));
 }
