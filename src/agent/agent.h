@@ -150,6 +150,7 @@ struct agent_conf {
     int64_t max_connections;       /* all clients together */
     int64_t max_connections_per_client; /* per client address; 0 = no limit */
     int64_t connection_timeout_s;  /* idle connections closed after this */
+    int64_t header_timeout_s;      /* a request's headers must arrive within this of its start */
     int64_t max_body_bytes;        /* larger request bodies get 413 */
     int64_t max_json_depth;        /* deeper JSON gets 400 */
     char tls_cert[1024];           /* PEM certificate; "" serves plain HTTP */

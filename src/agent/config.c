@@ -241,6 +241,8 @@ const struct conf_option agent_options[] = {
     OPT_INT(max_connections, 1, 100000, 1024, "open connections, all clients together"),
     OPT_INT(max_connections_per_client, 0, 100000, 0, "open connections from one address; 0 = no limit (gpurentd is one client)"),
     OPT_INT(connection_timeout_s, 1, 3600, 30, "seconds before an idle or slow connection is closed"),
+    OPT_INT(header_timeout_s, 1, 3600, 30,
+            "seconds a request's headers may take to arrive, trickled or not (idle keep-alive included)"),
     OPT_INT(max_body_bytes, 1024, 16777216, 1048576, "largest request body accepted (a spec with a long command and env is some 300 KB, a 256-rank cluster some 60 KiB)"),
     OPT_INT(max_json_depth, 3, 64, 8, "deepest JSON nesting accepted"),
     OPT_STR(tls_cert, "", NULL, "PEM certificate file; empty serves plain HTTP"),

@@ -251,6 +251,9 @@ int agent_serve(struct agent *a, int (*on_ready)(struct agent *a, void *ctx), vo
         .max_connections = (int)conf->max_connections,
         .max_connections_per_ip = (int)conf->max_connections_per_client,
         .connection_timeout_s = (int)conf->connection_timeout_s,
+        /* A client trickling its headers a byte at a time is cut off here;
+         * libmicrohttpd's timeout restarts with every byte. */
+        .header_timeout_s = (int)conf->header_timeout_s,
         .max_body_bytes = (size_t)conf->max_body_bytes,
         .max_json_depth = (int)conf->max_json_depth,
         .max_path_bytes = 512,
