@@ -11,6 +11,7 @@
  * across agent restarts. (Inode numbers would do the same but are reused
  * as soon as a file is deleted, so an old cursor could name a new file.) */
 #include "agent.h"
+#include "gpurent/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,35 +37,6 @@ static int log_paths(const char *node_dir, const char *id, char cur[PATH_MAX], c
     return n < 0 || n >= PATH_MAX || m < 0 || m >= PATH_MAX ? -1 : 0;
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    size_t len;
-    uint32_t cp;
-    if (s[0] < 0x80)
-        return 1;
-    if ((s[0] & 0xe0) == 0xc0)
-        len = 2, cp = s[0] & 0x1f;
-    else if ((s[0] & 0xf0) == 0xe0)
-        len = 3, cp = s[0] & 0x0f;
-    else if ((s[0] & 0xf8) == 0xf0)
-        len = 4, cp = s[0] & 0x07;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    /* Overlong forms, surrogates and values past Unicode are not text. */
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 /* The stored form of one line into out (room for 2 * WL_LOG_TEXT_MAX + 64):
  * the text cut at WL_LOG_TEXT_MAX bytes, bytes that are not UTF-8 replaced
  * by '?' (the reply is JSON), and the escapes. Returns its length. */
@@ -75,7 +47,7 @@ static size_t format_line(char *out, int64_t t_ms, char stream, const char *text
     if (len > WL_LOG_TEXT_MAX)
         len = WL_LOG_TEXT_MAX;
     for (size_t i = 0; i < len;) {
-        size_t k = utf8_len(s + i, len - i);
+        size_t k = utf8_sequence(s + i, len - i);
         if (k == 0) {
             out[o++] = '?';
             i++;
@@ -386,7 +358,7 @@ static json_t *last_line_json(const struct log_line *l)
     size_t o = 0;
     const unsigned char *s = (const unsigned char *)l->text;
     for (size_t i = 0; i < l->len;) {
-        size_t k = utf8_len(s + i, l->len - i);
+        size_t k = utf8_sequence(s + i, l->len - i);
         if (k == 0)
             k = 1; /* not written by format_line: '?' below */
         if (o + k > WL_LAST_LINE_MAX)

@@ -6,7 +6,9 @@ test then starts on it (or a published-port listener of an agent) cannot
 bind: the test waits in vain. Below the range nothing is given out
 unasked. Tests run one at a time, so two picks clash only by chance."""
 import random
+import select
 import socket
+import time
 
 LOWEST = 10000
 
@@ -58,3 +60,20 @@ def exchange(port, data, timeout=10):
             if not chunk:
                 return reply
             reply += chunk
+
+
+def cut_off_while_trickling(port, head, byte, within_s=20):
+    """Sends head on a fresh connection to 127.0.0.1:port, then byte once a
+    second; whether the server closed the connection within within_s."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head)
+        started = time.monotonic()
+        while time.monotonic() - started < within_s:
+            try:
+                s.sendall(byte)
+            except OSError:
+                return True
+            r, _, _ = select.select([s], [], [], 1)
+            if r and s.recv(4096) == b"":
+                return True
+        return False
