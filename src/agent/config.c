@@ -252,6 +252,8 @@ const struct conf_option agent_options[] = {
     OPT_STR(ssh_listen, "0.0.0.0:2222", validate_ssh_listen,
             "SSH server address (sim-fleet: node i binds port+i, or its own ephemeral port for 0); \"\" = no SSH server"),
     OPT_INT(ssh_max_sessions, 1, 100000, 64, "concurrent SSH connections per node"),
+    OPT_INT(ssh_max_startups_per_client, 1, 100000, 8,
+            "SSH connections from one address that have not logged in yet, per agent"),
     OPT_INT(ssh_auth_timeout_s, 1, 600, 30, "seconds a connection has to log in"),
     OPT_INT(ssh_max_auth_tries, 1, 100, 6, "public keys one connection may try"),
     OPT_INT(ssh_login_rate, 1, 100000, 20, "failed SSH logins per client address per minute before it is refused"),

@@ -156,6 +156,36 @@ static int over_rate(struct ssh_server *s, const char *addr)
     return over;
 }
 
+/* The startup entry of addr, made if need be; NULL when the table is full
+ * of other addresses' connections. Called with s->lock held. */
+static struct ssh_startup *startup_entry(struct ssh_server *s, const char *addr)
+{
+    struct ssh_startup *free_one = NULL;
+    for (size_t i = 0; i < SSH_FAIL_TABLE; i++) {
+        struct ssh_startup *e = &s->startups[i];
+        if (e->count > 0 && strcmp(e->addr, addr) == 0)
+            return e;
+        if (e->count == 0 && !free_one)
+            free_one = e;
+    }
+    if (free_one)
+        snprintf(free_one->addr, sizeof free_one->addr, "%s", addr);
+    return free_one;
+}
+
+/* A connection counted as starting has logged in or ended. */
+static void startup_done(struct ssh_conn *c)
+{
+    pthread_mutex_lock(&c->srv->lock);
+    if (c->startup) {
+        struct ssh_startup *e = startup_entry(c->srv, c->addr);
+        if (e && e->count > 0)
+            e->count--;
+        c->startup = 0;
+    }
+    pthread_mutex_unlock(&c->srv->lock);
+}
+
 static void count_failure(struct ssh_server *s, const char *addr)
 {
     pthread_mutex_lock(&s->lock);
@@ -192,8 +222,13 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
     struct agent_node *n = c->listener->node;
     snprintf(c->user, sizeof c->user, "%s", user);
     key_fingerprint(pubkey, c->fingerprint, sizeof c->fingerprint);
-    if (signature_state == SSH_PUBLICKEY_STATE_NONE)
+    /* Every key offered counts, signed or not: a client holding many keys
+     * (or replaying signed refusals) gets ssh_max_auth_tries in all. A
+     * key's signed attempt after its probe is the same try. */
+    int answers_probe = signature_state != SSH_PUBLICKEY_STATE_NONE && strcmp(c->fingerprint, c->probed) == 0;
+    if (!answers_probe)
         c->tries++;
+    snprintf(c->probed, sizeof c->probed, "%s", signature_state == SSH_PUBLICKEY_STATE_NONE ? c->fingerprint : "");
     if (c->tries > c->srv->agent->conf->ssh_max_auth_tries) {
         log_warn("ssh refused: node %s user %.80s key %s from %s: more than %lld keys tried", n->name, user,
                  c->fingerprint, c->addr, (long long)c->srv->agent->conf->ssh_max_auth_tries);
@@ -236,6 +271,7 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
         return SSH_AUTH_SUCCESS; /* the key may be used: the client signs next */
     snprintf(c->wl_id, sizeof c->wl_id, "%s", wl_id);
     c->authenticated = 1;
+    startup_done(c);
     log_info("ssh login: node %s workload %s user %s key %s from %s:%d", n->name, wl_id, user, c->fingerprint, c->addr,
              c->port);
     return SSH_AUTH_SUCCESS;
@@ -256,6 +292,7 @@ static void conn_run(struct ssh_conn *c)
     if (ssh_handle_key_exchange(c->session) != SSH_OK) {
         log_info("ssh: node %s from %s:%d: key exchange failed: %s", c->listener->node->name, c->addr, c->port,
                  ssh_get_error(c->session));
+        c->refused = 1; /* a connection that never speaks counts against its address too */
         return;
     }
     c->event = ssh_event_new();
@@ -268,6 +305,7 @@ static void conn_run(struct ssh_conn *c)
             break;
         for (int i = 0; i < c->n_chans; i++)
             ssh_chan_pump(c->chans[i]);
+        ssh_conn_drop_finished(c);
         if (!ssh_is_connected(c->session))
             break;
         int64_t now = clock_mono_ms();
@@ -293,6 +331,7 @@ static void *conn_main(void *arg)
     struct ssh_conn *c = arg;
     struct ssh_server *s = c->srv;
     conn_run(c);
+    startup_done(c);
     if (!c->authenticated && c->refused)
         count_failure(s, c->addr);
     for (int i = 0; i < c->n_chans; i++)
@@ -331,22 +370,34 @@ static void accept_one(struct ssh_listener *l)
         close(fd);
         return;
     }
+    /* Connections not logged in yet are capped per address below the
+     * node's cap: silent ones from one address took every slot and locked
+     * the renters out until they timed out. */
     pthread_mutex_lock(&s->lock);
     int full = l->active >= s->agent->conf->ssh_max_sessions;
-    if (!full) {
+    struct ssh_startup *st = full ? NULL : startup_entry(s, addr);
+    int starting = !full && (!st || st->count >= s->agent->conf->ssh_max_startups_per_client);
+    if (!full && !starting) {
         l->active++;
         s->connections++;
+        st->count++;
     }
     pthread_mutex_unlock(&s->lock);
-    if (full) {
-        log_warn("ssh refused: node %s from %s:%s: %lld connections already (ssh_max_sessions)", l->node->name, addr,
-                 serv, (long long)s->agent->conf->ssh_max_sessions);
+    if (full || starting) {
+        if (full)
+            log_warn("ssh refused: node %s from %s:%s: %lld connections already (ssh_max_sessions)", l->node->name,
+                     addr, serv, (long long)s->agent->conf->ssh_max_sessions);
+        else
+            log_warn("ssh refused: node %s from %s:%s: %lld connections not logged in yet"
+                     " (ssh_max_startups_per_client)", l->node->name, addr, serv,
+                     (long long)s->agent->conf->ssh_max_startups_per_client);
         close(fd);
         return;
     }
     struct ssh_conn *c = calloc(1, sizeof *c);
     ssh_session session = c ? ssh_new() : NULL;
     if (session && ssh_bind_accept_fd(l->bind, session, fd) == SSH_OK) {
+        c->startup = 1;
         c->srv = s;
         c->listener = l;
         c->session = session;
@@ -371,6 +422,8 @@ static void accept_one(struct ssh_listener *l)
     }
     free(c);
     pthread_mutex_lock(&s->lock);
+    if ((st = startup_entry(s, addr)) && st->count > 0)
+        st->count--;
     l->active--;
     s->connections--;
     pthread_cond_broadcast(&s->idle);

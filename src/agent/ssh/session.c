@@ -554,6 +554,27 @@ void ssh_chan_pump(struct ssh_chan *ch)
     ch->finished = 1;
 }
 
+void ssh_conn_drop_finished(struct ssh_conn *c)
+{
+    int kept = 0;
+    for (int i = 0; i < c->n_chans; i++) {
+        struct ssh_chan *ch = c->chans[i];
+        if (!ch->finished) {
+            c->chans[kept++] = ch;
+            continue;
+        }
+        /* Its close is queued on the session; libssh must not call back
+         * into ch once it is freed, whatever the client sends for it. */
+        if (ch->channel) {
+            ssh_remove_channel_callbacks(ch->channel, &ch->cb);
+            ssh_channel_free(ch->channel);
+            ch->channel = NULL;
+        }
+        ssh_chan_free(ch);
+    }
+    c->n_chans = kept;
+}
+
 void ssh_chan_free(struct ssh_chan *ch)
 {
     if (!ch)

@@ -59,7 +59,7 @@ int ssh_shell_start(struct agent *a, struct agent_node *n, const char *wl_id, co
 
 #include "agent.h"
 
-#define SSH_CHANNELS_MAX 16        /* channels one connection may open */
+#define SSH_CHANNELS_MAX 16        /* channels one connection may have open at once */
 #define SSH_PENDING_MAX (1 << 20)  /* client bytes held for a child that is not reading */
 #define SSH_FAIL_TABLE 256         /* client addresses whose failed logins are counted */
 
@@ -69,6 +69,12 @@ struct ssh_fail_entry {
     char addr[64];                 /* client address, numeric */
     int64_t window_ms;             /* monotonic start of its one-minute window */
     int64_t failures;              /* failed logins in that window */
+};
+
+/* Connections from one address that have not logged in yet. */
+struct ssh_startup {
+    char addr[64];                 /* client address, numeric; "" = free */
+    int64_t count;
 };
 
 struct ssh_server {
@@ -82,6 +88,7 @@ struct ssh_server {
     pthread_cond_t idle;           /* signalled when a connection ends */
     int64_t connections;           /* connection threads alive, all nodes */
     struct ssh_fail_entry fails[SSH_FAIL_TABLE];
+    struct ssh_startup startups[SSH_FAIL_TABLE];
 };
 
 struct ssh_listener {
@@ -138,7 +145,9 @@ struct ssh_conn {
     char fingerprint[96];          /* SHA256 fingerprint of the last key tried */
     char wl_id[AGENT_NAME_MAX];    /* the workload logged in to */
     int authenticated;
+    int startup;                   /* counted in srv->startups until it logs in or ends */
     int64_t tries;                 /* keys offered */
+    char probed[96];               /* the key just probed (offered unsigned), "" once answered */
     int refused;                   /* a login was refused (counted against addr) */
     struct ssh_chan *chans[SSH_CHANNELS_MAX];
     int n_chans;
@@ -158,6 +167,10 @@ void ssh_chan_pump(struct ssh_chan *ch);
 /* At the end of a connection: children get SIGHUP, then SIGKILL, and are
  * reaped; descriptors closed; ch freed. */
 void ssh_chan_free(struct ssh_chan *ch);
+/* Frees the connection's finished channels, so that SSH_CHANNELS_MAX bounds
+ * the channels open at once, not those a connection ever opened (a
+ * multiplexed client runs every command on one connection). */
+void ssh_conn_drop_finished(struct ssh_conn *c);
 /* Shared by forward.c: a new channel struct registered with the
  * connection, or NULL when it has SSH_CHANNELS_MAX. */
 struct ssh_chan *ssh_chan_new(struct ssh_conn *c, enum ssh_chan_kind kind);

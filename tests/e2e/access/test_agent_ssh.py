@@ -12,9 +12,9 @@ import pty
 import select
 import shutil
 import signal
+import socket
 import struct
 import termios
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -149,6 +149,21 @@ def test_stdin_reaches_the_command(node, keys, workload):
     p = node.ssh(keys["mine"][0], workload["user"], "wc -l", input=data)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "20000"
+
+
+def test_one_connection_runs_more_commands_than_its_channel_limit(node, keys, workload, tmp_path):
+    """A multiplexed client (ControlMaster, an IDE's remote) runs every
+    command on one connection: finished channels are freed, so the limit of
+    16 is on channels open at once (the 17th used to be refused)."""
+    mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={tmp_path}/cm-%r@%h:%p", "-o", "ControlPersist=60"]
+    logins = node.agent.stderr_text().count("ssh login: ")
+    try:
+        for i in range(24):
+            p = node.ssh(keys["mine"][0], workload["user"], f"echo run-{i}", extra=mux)
+            assert p.returncode == 0 and p.stdout == f"run-{i}\n", (i, p.stderr)
+        assert node.agent.stderr_text().count("ssh login: ") == logins + 1  # all on one connection
+    finally:
+        node.ssh(keys["mine"][0], workload["user"], extra=[*mux, "-O", "exit"])
 
 
 def test_killed_command_reports_its_signal(node, keys, workload):
@@ -412,6 +427,45 @@ def test_session_limit_and_idle_timeout(tmp_path, keys):
         if held and held.poll() is None:
             held.kill()
             held.wait(timeout=30)
+        n.stop()
+
+
+def test_silent_connections_from_one_address_cannot_lock_renters_out(tmp_path, keys):
+    """Connections that never log in are capped per address
+    (ssh_max_startups_per_client): 64 silent ones from one address took
+    every one of a node's ssh_max_sessions until they timed out."""
+    n = Node(tmp_path / "startups", ssh_max_startups_per_client="3")
+    silent = []
+    try:
+        n.run_workload("ins_st-0", [keys["mine"][1]])
+        for _ in range(6):
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", n.port))
+            silent.append(s)
+        n.agent.wait_for_log(r"from 127\.0\.0\.2:\d+: 3 connections not logged in yet")
+        # The others are closed at once; three wait for their login timeout.
+        closed = 0
+        for s in silent:
+            s.settimeout(10)
+            try:
+                data = s.recv(4096)
+                while data and not data.endswith(b"\n"):
+                    data += s.recv(4096)
+                s.settimeout(0.5)
+                if s.recv(1) == b"":
+                    closed += 1
+            except socket.timeout:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed == 3, closed
+        # Another address logs in.
+        p = n.ssh(keys["mine"][0], "ins_st-0", "echo in")
+        assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+    finally:
+        for s in silent:
+            s.close()
         n.stop()
 
 
