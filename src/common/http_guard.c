@@ -155,8 +155,8 @@ static int header_line_ok(struct http_guard *g, const char *p, const char *e)
  * library would ignore and a proxy in front might have read instead, is
  * refused (for Host, RFC 9112 3.2 says so). */
 static const char *const single_fields[] = {
-    "host", "authorization", "content-type", "idempotency-key", "x-gpurent-timestamp", "x-gpurent-nonce",
-    "x-gpurent-signature",
+    "host", "authorization", "content-type", "idempotency-key", "origin", "sec-websocket-key",
+    "sec-websocket-version", "x-gpurent-timestamp", "x-gpurent-nonce", "x-gpurent-signature",
 };
 #define N_SINGLE_FIELDS (sizeof single_fields / sizeof single_fields[0])
 

@@ -331,6 +331,14 @@ static void *conn_main(void *arg)
     struct ssh_conn *c = arg;
     struct ssh_server *s = c->srv;
     conn_run(c);
+    pthread_mutex_lock(&s->lock); /* before its socket closes: stop may no longer touch it */
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&s->lock);
     startup_done(c);
     if (!c->authenticated && c->refused)
         count_failure(s, c->addr);
@@ -398,6 +406,7 @@ static void accept_one(struct ssh_listener *l)
     ssh_session session = c ? ssh_new() : NULL;
     if (session && ssh_bind_accept_fd(l->bind, session, fd) == SSH_OK) {
         c->startup = 1;
+        c->fd = fd;
         c->srv = s;
         c->listener = l;
         c->session = session;
@@ -407,10 +416,21 @@ static void accept_one(struct ssh_listener *l)
         pthread_t t;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_mutex_lock(&s->lock);
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        pthread_mutex_unlock(&s->lock);
         int rc = pthread_create(&t, &attr, conn_main, c);
         pthread_attr_destroy(&attr);
         if (rc == 0)
             return;
+        pthread_mutex_lock(&s->lock);
+        s->conns = c->next;
+        if (c->next)
+            c->next->prev = NULL;
+        pthread_mutex_unlock(&s->lock);
         log_error("ssh: cannot start a connection thread: %s", strerror(rc));
         ssh_free(session); /* closes fd */
     } else {
@@ -545,8 +565,12 @@ void ssh_server_stop(struct ssh_server *s)
     atomic_store(&s->stopping, 1);
     if (s->accept_started)
         pthread_join(s->accept_thread, NULL);
-    /* Connection threads see stopping within one poll and end. */
+    /* Connection threads see stopping within one poll and end. One
+     * blocked writing to a client that stopped reading (libssh waits for
+     * its window up to ssh_auth_timeout_s) is cut off: its write fails. */
     pthread_mutex_lock(&s->lock);
+    for (struct ssh_conn *c = s->conns; c; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
     while (s->connections > 0)
         pthread_cond_wait(&s->idle, &s->lock);
     pthread_mutex_unlock(&s->lock);

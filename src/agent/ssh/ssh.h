@@ -89,6 +89,7 @@ struct ssh_server {
     int64_t connections;           /* connection threads alive, all nodes */
     struct ssh_fail_entry fails[SSH_FAIL_TABLE];
     struct ssh_startup startups[SSH_FAIL_TABLE];
+    struct ssh_conn *conns;        /* live connections, for stop to cut them off */
 };
 
 struct ssh_listener {
@@ -146,6 +147,8 @@ struct ssh_conn {
     char wl_id[AGENT_NAME_MAX];    /* the workload logged in to */
     int authenticated;
     int startup;                   /* counted in srv->startups until it logs in or ends */
+    int fd;                        /* its socket, while it is in srv->conns */
+    struct ssh_conn *prev, *next;  /* srv->conns, under srv->lock */
     int64_t tries;                 /* keys offered */
     char probed[96];               /* the key just probed (offered unsigned), "" once answered */
     int refused;                   /* a login was refused (counted against addr) */

@@ -469,6 +469,32 @@ def test_silent_connections_from_one_address_cannot_lock_renters_out(tmp_path, k
         n.stop()
 
 
+def test_a_client_that_stops_reading_does_not_hold_up_the_agents_stop(tmp_path, keys):
+    """A connection thread blocked writing to a client whose window is full
+    waited out libssh's timeout (ssh_auth_timeout_s, here 60 s) before the
+    agent could stop; stopping cuts its socket, so SIGTERM ends the agent
+    well within that."""
+    n = Node(tmp_path / "stall", ssh_auth_timeout_s="60")
+    client = None
+    try:
+        n.run_workload("ins_stall-0", [keys["mine"][1]])
+        client = subprocess.Popen(
+            ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
+             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={n.known_hosts}", "-o", "BatchMode=yes",
+             "-p", str(n.port), "ins_stall-0@127.0.0.1", "yes"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        n.agent.wait_for_log(r"user ins_stall-0 from \S+: command")
+        client.stdout.read(1 << 20)  # it runs and writes
+        client.send_signal(signal.SIGSTOP)  # and now nobody reads: the window fills
+        n.agent.stop(timeout=30)  # within half of libssh's 60 s
+    finally:
+        if client:
+            client.send_signal(signal.SIGCONT)
+            client.kill()
+            client.wait(timeout=30)
+        n.agent.kill()
+
+
 def sleep_in_foreground(seconds):
     """Whether a `sleep SECONDS` runs (the sim runtime's shells are host
     processes) as the foreground process group of its terminal."""

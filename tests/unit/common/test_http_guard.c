@@ -238,6 +238,7 @@ static void test_malformed_lines_are_refused(void **state)
                    "bad_request", 0);
     assert_refused(S("PUT /w HTTP/1.1\r\nX-Gpurent-Signature: a\r\nX-Gpurent-Signature: b\r\n\r\n"), 400,
                    "bad_request", 0);
+    assert_refused(S("GET /t HTTP/1.1\r\nOrigin: http://a\r\nOrigin: http://evil\r\n\r\n"), 400, "bad_request", 0);
     assert_passes(S("GET / HTTP/1.1\r\nHost: a\r\nAccept: a\r\nAccept: b\r\n\r\n")); /* a list field */
     /* The same length twice is one length (RFC 9112 6.3); HTTP/1.0 is served. */
     assert_passes(S("POST / HTTP/1.0\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab"));
