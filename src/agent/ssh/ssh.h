@@ -73,7 +73,7 @@ struct ssh_fail_entry {
 
 /* Connections from one address that have not logged in yet. */
 struct ssh_startup {
-    char addr[64];                 /* client address, numeric; "" = free */
+    char addr[64];                 /* client address, numeric (the entry is free at count 0) */
     int64_t count;
 };
 
