@@ -156,20 +156,24 @@ static int over_rate(struct ssh_server *s, const char *addr)
     return over;
 }
 
-/* The startup entry of addr, made if need be; NULL when the table is full
- * of other addresses' connections. Called with s->lock held. */
-static struct ssh_startup *startup_entry(struct ssh_server *s, const char *addr)
+/* The startup entry of addr at listener l, made if need be; NULL when the
+ * table is full of others' connections. Per node: pdsh on rank 0 opens
+ * one connection to every node at once, from one address (in a sim fleet,
+ * to one agent). Called with s->lock held. */
+static struct ssh_startup *startup_entry(struct ssh_server *s, const struct ssh_listener *l, const char *addr)
 {
     struct ssh_startup *free_one = NULL;
     for (size_t i = 0; i < SSH_FAIL_TABLE; i++) {
         struct ssh_startup *e = &s->startups[i];
-        if (e->count > 0 && strcmp(e->addr, addr) == 0)
+        if (e->count > 0 && e->listener == l && strcmp(e->addr, addr) == 0)
             return e;
         if (e->count == 0 && !free_one)
             free_one = e;
     }
-    if (free_one)
+    if (free_one) {
+        free_one->listener = l;
         snprintf(free_one->addr, sizeof free_one->addr, "%s", addr);
+    }
     return free_one;
 }
 
@@ -178,7 +182,7 @@ static void startup_done(struct ssh_conn *c)
 {
     pthread_mutex_lock(&c->srv->lock);
     if (c->startup) {
-        struct ssh_startup *e = startup_entry(c->srv, c->addr);
+        struct ssh_startup *e = startup_entry(c->srv, c->listener, c->addr);
         if (e && e->count > 0)
             e->count--;
         c->startup = 0;
@@ -383,7 +387,7 @@ static void accept_one(struct ssh_listener *l)
      * the renters out until they timed out. */
     pthread_mutex_lock(&s->lock);
     int full = l->active >= s->agent->conf->ssh_max_sessions;
-    struct ssh_startup *st = full ? NULL : startup_entry(s, addr);
+    struct ssh_startup *st = full ? NULL : startup_entry(s, l, addr);
     int starting = !full && (!st || st->count >= s->agent->conf->ssh_max_startups_per_client);
     if (!full && !starting) {
         l->active++;
@@ -442,7 +446,7 @@ static void accept_one(struct ssh_listener *l)
     }
     free(c);
     pthread_mutex_lock(&s->lock);
-    if ((st = startup_entry(s, addr)) && st->count > 0)
+    if ((st = startup_entry(s, l, addr)) && st->count > 0)
         st->count--;
     l->active--;
     s->connections--;

@@ -71,8 +71,9 @@ struct ssh_fail_entry {
     int64_t failures;              /* failed logins in that window */
 };
 
-/* Connections from one address that have not logged in yet. */
+/* Connections from one address to one node that have not logged in yet. */
 struct ssh_startup {
+    const struct ssh_listener *listener; /* the node's */
     char addr[64];                 /* client address, numeric (the entry is free at count 0) */
     int64_t count;
 };

@@ -70,12 +70,19 @@ class Node:
             out.write(f"[127.0.0.1]:{f['port']} {f['host_key']}\n")
         self.port = f["port"]
 
-    def ssh(self, key, user, *command, extra=(), timeout=30, input=None):
-        args = ["ssh", "-F", "/dev/null", "-i", key, "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+    def ssh_args(self, key, user, *command, extra=()):
+        return ["ssh", "-F", "/dev/null", "-i", key, "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
                 "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                 "-p", str(self.port), *extra, f"{user}@127.0.0.1", *command]
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input,
-                              stdin=None if input is not None else subprocess.DEVNULL)
+
+    def ssh(self, key, user, *command, extra=(), timeout=30, input=None):
+        return subprocess.run(self.ssh_args(key, user, *command, extra=extra), capture_output=True, text=True,
+                              timeout=timeout, input=input, stdin=None if input is not None else subprocess.DEVNULL)
+
+    def ssh_background(self, key, user, *command, stdout=subprocess.DEVNULL):
+        """ssh running on its own: the Popen."""
+        return subprocess.Popen(self.ssh_args(key, user, *command), stdin=subprocess.DEVNULL, stdout=stdout,
+                                stderr=subprocess.DEVNULL)
 
     def run_workload(self, user, keys, volume=None, image="img", wait="running"):
         wid = wl_id()
@@ -410,11 +417,7 @@ def test_session_limit_and_idle_timeout(tmp_path, keys):
     held = None
     try:
         n.run_workload("ins_lim-0", [keys["mine"][1]])
-        held = subprocess.Popen(
-            ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
-             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={n.known_hosts}", "-o", "BatchMode=yes",
-             "-p", str(n.port), "ins_lim-0@127.0.0.1", "sleep 600"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        held = n.ssh_background(keys["mine"][0], "ins_lim-0", "sleep 600")
         n.agent.wait_for_log(r"user ins_lim-0 from \S+: command")
         # The node's one connection is taken: the next is turned away.
         assert n.ssh(keys["mine"][0], "ins_lim-0", "true").returncode == 255
@@ -478,11 +481,7 @@ def test_a_client_that_stops_reading_does_not_hold_up_the_agents_stop(tmp_path, 
     client = None
     try:
         n.run_workload("ins_stall-0", [keys["mine"][1]])
-        client = subprocess.Popen(
-            ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",
-             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={n.known_hosts}", "-o", "BatchMode=yes",
-             "-p", str(n.port), "ins_stall-0@127.0.0.1", "yes"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        client = n.ssh_background(keys["mine"][0], "ins_stall-0", "yes", stdout=subprocess.PIPE)
         n.agent.wait_for_log(r"user ins_stall-0 from \S+: command")
         client.stdout.read(1 << 20)  # it runs and writes
         client.send_signal(signal.SIGSTOP)  # and now nobody reads: the window fills
