@@ -351,8 +351,15 @@ void api_nodes_get(struct http_request *req)
         http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         return;
     }
+    /* One snapshot: a heartbeat committing between the node's row and its
+     * cards showed a failed card beside the free count from before it. */
+    if (store_read_begin(s) != STORE_OK) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
     if (load_node(req, s, &n) == STORE_OK)
         reply_node_detail(req, s, &n, 200);
+    store_read_end(s);
 }
 
 struct state_ctx {
