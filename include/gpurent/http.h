@@ -129,6 +129,10 @@ const char *http_header(struct http_request *req, const char *name);
 /* Whether header name lists token (comma-separated, any case), as
  * Connection lists "upgrade". */
 int http_header_has_token(struct http_request *req, const char *name, const char *token);
+/* Whether origin is one of the console origins named in cors_origins ("*"
+ * names none: it lets any site call the API with a key, which is not trust
+ * in the site). */
+int http_origin_listed(struct http_request *req, const char *origin);
 /* A query-string argument or NULL. Borrowed. */
 const char *http_query(struct http_request *req, const char *name);
 /* Refuses query arguments not in allowed (NULL-terminated): replies 400 and

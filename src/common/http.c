@@ -73,6 +73,15 @@ static const char *cors_allowed_origin(struct http_request *req)
     return allowed ? origin : NULL;
 }
 
+int http_origin_listed(struct http_request *req, const char *origin)
+{
+    struct http_server *srv = req->server;
+    pthread_rwlock_rdlock(&srv->reload_lock);
+    int listed = list_contains(srv->cors_origins, origin, strlen(origin));
+    pthread_rwlock_unlock(&srv->reload_lock);
+    return listed;
+}
+
 /* Behind a trusted reverse proxy the client is the rightmost address in
  * X-Forwarded-For that is not itself a trusted proxy (entries to its left
  * are whatever the client chose to send). */

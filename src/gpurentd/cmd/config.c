@@ -168,11 +168,11 @@ static int validate_smtp_url(const void *field, char *err, size_t errlen)
     return 0;
 }
 
-/* Where consumers reach the gateways: an http(s) base URL, shown in each
- * app's gateway_url, so nothing that would break the URL built from it. */
-static int validate_gateway_public_url(const void *field, char *err, size_t errlen)
+/* An http(s) base URL users are shown or a browser's Origin is compared
+ * with (public_url, gateway_public_url): nothing that would break the URLs
+ * built from it. Empty is allowed (the option is off). */
+static int check_base_url(const char *name, const char *u, char *err, size_t errlen)
 {
-    const char *u = field;
     const char *host = strncmp(u, "https://", 8) == 0 ? u + 8 : strncmp(u, "http://", 7) == 0 ? u + 7 : NULL;
     if (!u[0])
         return 0;
@@ -181,12 +181,22 @@ static int validate_gateway_public_url(const void *field, char *err, size_t errl
         bad_char |= (unsigned char)*p <= ' ' || *p == 0x7f || strchr("\"<>\\^`{|}?#", *p) != NULL;
     if (!host || !host[0] || host[0] == '/' || bad_char || strlen(u) > 200) {
         snprintf(err, errlen,
-                 "gateway_public_url: '%s' is not an http:// or https:// base URL such as https://gw.example.com "
+                 "%s: '%s' is not an http:// or https:// base URL such as https://gpu.example.com "
                  "(no query, fragment or spaces; at most 200 characters)",
-                 u);
+                 name, u);
         return -1;
     }
     return 0;
+}
+
+static int validate_public_url(const void *field, char *err, size_t errlen)
+{
+    return check_base_url("public_url", field, err, errlen);
+}
+
+static int validate_gateway_public_url(const void *field, char *err, size_t errlen)
+{
+    return check_base_url("gateway_public_url", field, err, errlen);
 }
 
 static int validate_smtp_from(const void *field, char *err, size_t errlen)
@@ -334,7 +344,9 @@ const struct conf_option daemon_options[] = {
             "none, starttls (when offered) or required (as libcurl's CURLOPT_USE_SSL); smtps:// is always TLS"),
     OPT_STR(smtp_credentials_file, "", NULL,
             "file holding user:password for SMTP AUTH, readable only by the daemon (mode 0600); empty: no AUTH"),
-    OPT_STR(public_url, "", NULL, "the API's address as users reach it, for the text of mail; empty: the listen address"),
+    OPT_STR(public_url, "", validate_public_url,
+            "the API's address as users reach it, for the text of mail and the web terminal's Origin check; "
+            "empty: the listen address"),
     OPT_INT(email_strip_plus_tags, 0, 1, 1, "1: name+tag@domain counts as name@domain when checking e-mails are unique"),
     OPT_STR(email_dotless_domains, "gmail.com,googlemail.com", NULL,
             "comma-separated domains whose mailboxes ignore dots in the name (a.b@ is ab@)"),

@@ -4,7 +4,8 @@
  *        token (domain/terminal_tokens.c) for that user, instance and rank
  *   GET  /v1/instances/{id}/terminal?token=  the WebSocket (RFC 6455):
  *        authorised by the token alone, as a browser cannot send an API key
- *        with one; refused cross-site; then handed to the relay
+ *        with one; refused from other sites' pages (and from DNS names
+ *        that could be rebound to this server); then handed to the relay
  *        (loops/terminal_relay.c), which holds no pool thread
  *
  * Neither waits on an agent: the relay connects to it after the switch. */
@@ -14,6 +15,8 @@
 #include "http/api.h"
 #include "store/store.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,19 +111,74 @@ void api_terminal_tokens_create(struct http_request *req)
     secret_wipe(token, sizeof token);
 }
 
-/* A browser names the page's origin; the console is served by this daemon,
- * so a page elsewhere is another site (a WebSocket has no CORS of its own:
- * without this any site could use a token it got hold of from the victim's
- * browser). No Origin: not a browser, the token alone decides. */
+/* "scheme://host[:port]" of an http(s) URL as a browser writes an Origin:
+ * lower case, no default port, no path. "" when url is no such URL. */
+static void origin_of(const char *url, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    const char *sep = strstr(url, "://");
+    if (!sep)
+        return;
+    size_t scheme_len = (size_t)(sep - url);
+    int https = scheme_len == 5 && strncasecmp(url, "https", 5) == 0;
+    if (!https && !(scheme_len == 4 && strncasecmp(url, "http", 4) == 0))
+        return;
+    const char *authority = sep + 3;
+    size_t len = strcspn(authority, "/?#");
+    char host[256];
+    if (len == 0 || len >= sizeof host)
+        return;
+    for (size_t i = 0; i < len; i++)
+        host[i] = (char)tolower((unsigned char)authority[i]);
+    host[len] = '\0';
+    const char *default_port = https ? ":443" : ":80";
+    size_t dl = strlen(default_port);
+    if (len > dl && strcmp(host + len - dl, default_port) == 0)
+        host[len - dl] = '\0';
+    snprintf(out, outlen, "%s://%s", https ? "https" : "http", host);
+}
+
+/* Whether an origin's host is an address or localhost: names no one else
+ * can point at this server (DNS rebinding needs a name the attacker's
+ * resolver answers for). */
+static int host_is_address(const char *origin)
+{
+    const char *host = strstr(origin, "://") + 3;
+    if (host[0] == '[')
+        return 1; /* an IPv6 literal */
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(host, ":"), host);
+    struct in_addr a;
+    return inet_pton(AF_INET, name, &a) == 1 || strcmp(name, "localhost") == 0;
+}
+
+/* A browser names the page's origin, and a WebSocket has no CORS of its
+ * own: without this any site could use a token it got hold of from the
+ * victim's browser. The console's origin is public_url's or one listed in
+ * cors_origins; with neither, a page of this server reached by address (its
+ * origin is the request's own Host). A page on a name matching Host is not
+ * enough: a name the attacker controls can be rebound to this server's
+ * address. No Origin: not a browser, the token alone decides. */
 static int origin_allowed(struct http_request *req)
 {
     const char *origin = http_header(req, "Origin"), *host = http_header(req, "Host");
     if (!origin)
         return 1;
-    const char *p = strstr(origin, "://");
-    if (!p || !host)
+    if (http_origin_listed(req, origin))
+        return 1;
+    char page[300], own[300];
+    origin_of(origin, page, sizeof page);
+    if (!page[0])
         return 0;
-    return strcasecmp(p + 3, host) == 0;
+    origin_of(daemon_config ? daemon_config->public_url : "", own, sizeof own);
+    if (own[0] && strcmp(page, own) == 0)
+        return 1;
+    if (!host || host[strcspn(host, "/?#")])
+        return 0;
+    char requested[300];
+    snprintf(requested, sizeof requested, "%.*s%s", (int)(strstr(page, "://") + 3 - page), page, host);
+    origin_of(requested, own, sizeof own);
+    return strcmp(page, own) == 0 && host_is_address(page);
 }
 
 void api_instances_terminal(struct http_request *req)
@@ -133,7 +191,9 @@ void api_instances_terminal(struct http_request *req)
         http_query_int(req, "cols", 1, 1000, 80, &cols) < 0 || http_query_int(req, "rows", 1, 1000, 24, &rows) < 0)
         return;
     if (!origin_allowed(req)) {
-        http_error(req, ERR_FORBIDDEN, NULL, "a terminal opens from this server's own pages only (Origin %.100s)",
+        http_error(req, ERR_FORBIDDEN, NULL,
+                   "a terminal opens from the console's own pages only: its origin is public_url's, one listed "
+                   "in cors_origins, or this server reached by address (Origin %.100s)",
                    http_header(req, "Origin"));
         return;
     }

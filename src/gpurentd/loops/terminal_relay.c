@@ -10,12 +10,14 @@
  * message {"type":"resize","cols":C,"rows":R} a resize ('r'). Agent to
  * browser: 'd' frames as binary messages; the shell's end ('x') as a close
  * with code 1000 and reason "exit N". Pings are answered by wslay; a message
- * over TERM_WS_MAX is closed with 1009, a malformed frame with 1002. */
+ * over TERM_WS_MAX is closed with 1009, a malformed frame with 1002 (the
+ * headers wslay would close on without a code are found first, ws_frames.h). */
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
 #include "gpurent/sign.h"
 #include "gpurent/term_frame.h"
+#include "gpurent/ws_frames.h"
 #include "loops/loops.h"
 
 #include <arpa/inet.h>
@@ -47,6 +49,8 @@ struct term {
     wslay_event_context_ptr ws;
     int ws_dead;                      /* its socket failed or closed */
     int draining;                     /* our close is sent, the browser's bytes are read and dropped */
+    struct ws_frames frames;          /* the browser's frame headers, checked before wslay reads them */
+    const char *bad_frame;            /* why the stream stopped at a forbidden header, NULL while none */
     int64_t close_sent_ms;            /* when our close went, 0 before */
     int agent_fd;                     /* -1 when none */
     enum agent_state agent;
@@ -380,10 +384,15 @@ static void agent_io(struct term *t, short revents)
 static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
 {
     struct term *t = user;
-    ssize_t n = recv(t->ws_fd, buf, len, 0);
-    if (n > 0)
-        return n;
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+    /* Past a forbidden header wslay reads nothing more: it would close
+     * without a status code, and we close with 1002 and say why. */
+    ssize_t n = t->bad_frame ? -1 : recv(t->ws_fd, buf, len, 0);
+    if (n > 0) {
+        size_t ok = ws_frames_follow(&t->frames, buf, (size_t)n, &t->bad_frame);
+        if (ok > 0)
+            return (ssize_t)ok;
+    }
+    if (t->bad_frame || (n < 0 && (errno == EAGAIN || errno == EINTR))) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
     } else {
         t->ws_dead = 1;
@@ -567,6 +576,10 @@ static void term_step(struct term *t, short ws_rev, short ag_rev)
     if (ws_rev & (POLLIN | POLLHUP | POLLERR)) {
         if (wslay_event_recv(t->ws) != 0 && !t->ws_dead)
             ws_close(t, WSLAY_CODE_PROTOCOL_ERROR, "");
+        if (t->bad_frame && !t->close_sent_ms) {
+            ws_close(t, WSLAY_CODE_PROTOCOL_ERROR, t->bad_frame);
+            wslay_event_shutdown_read(t->ws);
+        }
     }
     if (t->agent_fd >= 0 && (t->agent != AG_OPEN || ag_rev || t->to_agent_len))
         agent_io(t, ag_rev);

@@ -5,8 +5,9 @@ reach the workload's shell and its output comes back, a resize reaches the
 PTY (`stty size`), `exit 3` closes with 1000 "exit 3"; the token is single
 use, expires on the testing clock, is bound to its instance, user and rank;
 bad bodies are 400s, another user's instance 404, a stopped one 409; a
-cross-site Origin is 403; ping is answered, an oversize message closes with
-1009 and a malformed frame with 1002; more terminals than HTTP pool threads
+cross-site Origin is 403, a rebound DNS name too, and a console on a name
+opens when public_url or cors_origins names its origin; ping is answered, an oversize message closes with
+1009 and each malformed frame with 1002 (1007 for text not in UTF-8); more terminals than HTTP pool threads
 stay open while /healthz answers (none holds a thread); the daemon stops
 cleanly on SIGTERM with terminals open. The agent's terminal route: signed
 only, unknown workload 404."""
@@ -28,6 +29,7 @@ from instances_util import DEADLINE, cloud, cloud_with  # noqa: F401  (fixtures)
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
 cloud_small_pool = cloud_with(threads="2", max_terminals_per_user="100")
 cloud_two_terminals = cloud_with(max_terminals="2", max_terminals_per_user="1")
+cloud_console_named = cloud_with(public_url="https://console.test/", cors_origins="https://app.example")
 
 
 def running(c, cards=8, nodes=1, user=None):
@@ -201,11 +203,17 @@ def test_cross_site_origin_and_bad_handshakes(cloud):
     with pytest.raises(websocket.WebSocketBadStatusException) as e:
         connect(c, tok, origin="https://evil.example")
     assert e.value.status_code == 403
-    # The token was not spent by the refusal: the same-site page opens it.
-    ws = connect(c, tok, origin=c.d.base_url)
-    type_(ws, "exit 0\n")
-    assert Screen(ws).wait_close() == (1000, "exit 0")
-    ws.close()
+    # A page on a name the attacker's DNS points at this server (rebinding):
+    # its origin matches the Host it sends, and it is still another site.
+    hostport = c.d.base_url[len("http://"):]
+    port = hostport.rsplit(":", 1)[1]
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, tok, origin=f"http://rebind.example:{port}", host=f"rebind.example:{port}")
+    assert e.value.status_code == 403
+    # The token was not spent by the refusals: the server's own page, by
+    # address or as localhost, opens it.
+    opens(c, tok, origin=c.d.base_url)
+    opens(c, token(c, u, inst["id"]), origin=f"http://localhost:{port}", host=f"localhost:{port}")
     # Not a WebSocket request at all: 400, whatever the token.
     r = requests.get(c.d.url(tok["url"]), timeout=DEADLINE)
     assert r.status_code == 400, r.text
@@ -217,6 +225,54 @@ def test_cross_site_origin_and_bad_handshakes(cloud):
     assert r.status_code == 400, r.text
 
 
+def client_frame(opcode, payload, fin=True):
+    """A masked frame as a client sends it, the length in its shortest form."""
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    head += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n)
+    mask = secrets.token_bytes(4)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+MALFORMED = [
+    (bytes([0x80 | 0x40 | 0x2, 3]) + b"abc", (1002, "")),  # a reserved bit, no mask
+    (client_frame(0x3, b"abc"), (1002, "")),  # an opcode RFC 6455 reserves
+    (client_frame(0x0, b"abc"), (1002, "")),  # a continuation of nothing
+    (client_frame(0x1, b"\xff\xfe"), (1007, "")),  # text that is not UTF-8
+    (client_frame(0x8, struct.pack("!H", 1005)), (1002, "")),  # a close code no one may send
+    (client_frame(0x9, b"x" * 126), (1002, "a control frame over 125 bytes")),
+    (client_frame(0x9, b"x", fin=False), (1002, "a fragmented control frame")),
+    (client_frame(0x8, b"\x03"), (1002, "a close frame with half a status code")),
+    (bytes([0x82, 0x80 | 126]) + struct.pack("!H", 3) + b"\0\0\0\0abc", (1002, "a length not in its shortest form")),
+    (bytes([0x82, 0x80 | 127]) + struct.pack("!Q", 1 << 63) + b"\0\0\0\0", (1002, "a length with its top bit set")),
+]
+
+
+def opens(c, tok, **kw):
+    ws = connect(c, tok, **kw)
+    type_(ws, "exit 0\n")
+    assert Screen(ws).wait_close() == (1000, "exit 0")
+    ws.close()
+
+
+def test_the_console_on_a_name_is_named_in_the_configuration(cloud_console_named):
+    c = cloud_console_named
+    u, inst = running(c)
+    port = c.d.base_url.rsplit(":", 1)[1]
+    # public_url's origin (its default port and path dropped, as a browser
+    # writes an Origin) and a listed console origin open; a name that only
+    # matches Host does not.
+    opens(c, token(c, u, inst["id"]), origin="https://console.test", host="console.test")
+    opens(c, token(c, u, inst["id"]), origin="https://app.example")
+    tok = token(c, u, inst["id"])
+    for origin, host in ((f"http://console.test:{port}", f"console.test:{port}"),
+                         ("https://app.example.evil", None), ("null", None)):
+        with pytest.raises(websocket.WebSocketBadStatusException) as e:
+            connect(c, tok, origin=origin, **({"host": host} if host else {}))
+        assert e.value.status_code == 403, origin
+    opens(c, tok, origin=c.d.base_url)
+
+
 def test_oversize_and_malformed_frames(cloud):
     c = cloud
     u, inst = running(c)
@@ -224,11 +280,13 @@ def test_oversize_and_malformed_frames(cloud):
     ws.send_binary(b"x" * (65536 + 1))
     assert Screen(ws).wait_close()[0] == 1009
     ws.close()
-    ws = connect(c, token(c, u, inst["id"]))
-    # A frame with a reserved bit set and no mask: not RFC 6455 from a client.
-    ws.sock.sendall(bytes([0x80 | 0x40 | 0x2, 3]) + b"abc")
-    assert Screen(ws).wait_close()[0] == 1002
-    ws.close()
+    # Each frame RFC 6455 forbids from a client closes with its status code
+    # (and, for those found before wslay reads them, the reason).
+    for data, close in MALFORMED:
+        ws = connect(c, token(c, u, inst["id"]))
+        ws.sock.sendall(data)
+        assert Screen(ws).wait_close() == close, data[:16]
+        ws.close()
     ws = connect(c, token(c, u, inst["id"]))
     ws.send(json.dumps({"type": "resize", "cols": 0, "rows": 10}))
     assert Screen(ws).wait_close()[0] == 1003

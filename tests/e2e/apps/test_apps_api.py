@@ -166,12 +166,15 @@ def test_gateway_url_from_gateway_public_url(new_daemon):
 @pytest.mark.parametrize("value", ["gw.example.com", "ftp://gw.example.com", "https://", "http:///x",
                                    "https://gw.example.com/?a=1", "https://gw.example.com/#x", "https://gw example.com",
                                    "https://" + "a" * 200])
-def test_bad_gateway_public_url_is_refused_at_load(value):
-    p = run_gpurentd("-n", "-o", f"gateway_public_url={value}")
-    assert p.returncode != 0 and "gateway_public_url" in p.stderr, (p.stdout, p.stderr)
+@pytest.mark.parametrize("option", ["gateway_public_url", "public_url"])
+def test_bad_public_url_is_refused_at_load(option, value):
+    p = run_gpurentd("-n", "-o", f"{option}={value}")
+    assert p.returncode != 0 and f"{option}: '{value}' is not an http:// or https:// base URL" in p.stderr, \
+        (p.stdout, p.stderr)
 
 
-def test_good_gateway_public_urls_load():
+@pytest.mark.parametrize("option", ["gateway_public_url", "public_url"])
+def test_good_public_urls_load(option):
     for value in ("", "http://127.0.0.1:8084", "https://gw.example.com/market"):
-        p = run_gpurentd("-n", "-o", f"gateway_public_url={value}")
+        p = run_gpurentd("-n", "-o", f"{option}={value}")
         assert p.returncode == 0 and p.stdout == "configuration OK\n", (value, p.stderr)
