@@ -344,6 +344,34 @@ def test_failed_logins_are_rate_limited(tmp_path, keys):
         n.stop()
 
 
+def test_keys_signed_without_a_probe_count_toward_the_tries(tmp_path, keys):
+    # openssh-client signs at once with a key whose public half it cannot
+    # read without the private one (a PEM key with no .pub beside it), so
+    # each of these tries is a signed refusal, not a probe: they count
+    # toward ssh_max_auth_tries as probes do.
+    pem = []
+    for i in range(2):
+        path = str(tmp_path / f"pem{i}")
+        subprocess.run(["ssh-keygen", "-q", "-m", "PEM", "-t", "ecdsa", "-N", "", "-C", "", "-f", path],
+                       check=True, timeout=30)
+        os.unlink(path + ".pub")
+        pem.append(path)
+    n = Node(tmp_path / "signed", ssh_max_auth_tries="2")
+    try:
+        n.run_workload("ins_signed-0", [keys["mine"][1]])
+        # Two keys: one signed refusal, then the right one.
+        p = n.ssh(pem[0], "ins_signed-0", "echo in", extra=["-v", "-i", keys["mine"][0]])
+        assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+        assert f"Trying private key: {pem[0]}" in p.stderr  # signed, not offered first
+        # Three: the right key comes after two signed refusals, past the limit.
+        p = n.ssh(pem[0], "ins_signed-0", "echo in", extra=["-v", "-i", pem[1], "-i", keys["mine"][0]])
+        assert p.returncode == 255 and p.stdout == "", p.stderr
+        assert f"Trying private key: {pem[1]}" in p.stderr
+        assert "user ins_signed-0 key" in n.agent.stderr_text() and "more than 2 keys tried" in n.agent.stderr_text()
+    finally:
+        n.stop()
+
+
 def test_each_fleet_node_has_its_own_listener_and_host_key(tmp_path, keys):
     cp = FakeControlPlane()
     f = Fleet(tmp_path, cp.url, nodes=3, model="MI450")
