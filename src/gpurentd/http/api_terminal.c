@@ -154,11 +154,11 @@ static int host_is_address(const char *origin)
 
 /* A browser names the page's origin, and a WebSocket has no CORS of its
  * own: without this any site could use a token it got hold of from the
- * victim's browser. The console's origin is public_url's or one listed in
- * cors_origins; with neither, a page of this server reached by address (its
- * origin is the request's own Host). A page on a name matching Host is not
- * enough: a name the attacker controls can be rebound to this server's
- * address. No Origin: not a browser, the token alone decides. */
+ * victim's browser. The console's origin is public_url's, one listed in
+ * cors_origins, or this server's own page reached by address (its origin
+ * the request's own Host). A page on a name matching Host is not enough: a
+ * name the attacker controls can be rebound to this server's address. No
+ * Origin: not a browser, the token alone decides. */
 static int origin_allowed(struct http_request *req)
 {
     const char *origin = http_header(req, "Origin"), *host = http_header(req, "Host");
