@@ -51,6 +51,16 @@ const ADMIN_NAV = ["admin/nodes", "admin/prices", "admin/invites", "admin/money"
 
 let generation = 0;
 
+// A route's :id, :rank or :slug as the pages use it: in API paths, so only
+// the characters of the daemon's ids and slugs. Anything else ("..%2Fapi-keys",
+// which would turn the instance page's Terminate into DELETE /v1/api-keys,
+// or a broken %-escape) matches no route.
+function routeParam(raw) {
+  let v;
+  try { v = decodeURIComponent(raw); } catch { return null; }
+  return /^[A-Za-z0-9_-]{1,64}$/.test(v) ? v : null;
+}
+
 function match(hash) {
   const [pathPart, queryPart] = hash.replace(/^#\/?/, "").split("?");
   const parts = pathPart.split("/").filter(Boolean);
@@ -58,7 +68,7 @@ function match(hash) {
     const pp = pattern.split("/");
     if (pp.length !== parts.length) continue;
     const params = {};
-    if (pp.every((p, i) => (p.startsWith(":") ? ((params[p.slice(1)] = decodeURIComponent(parts[i])), true) : p === parts[i])))
+    if (pp.every((p, i) => (p.startsWith(":") ? (params[p.slice(1)] = routeParam(parts[i])) !== null : p === parts[i])))
       return { name: pattern, page, needsKey, adminOnly, params, query: new URLSearchParams(queryPart || "") };
   }
   return null;

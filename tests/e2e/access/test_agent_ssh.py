@@ -17,6 +17,7 @@ import struct
 import termios
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import uuid
 
@@ -158,11 +159,15 @@ def test_stdin_reaches_the_command(node, keys, workload):
     assert p.stdout.strip() == "20000"
 
 
-def test_one_connection_runs_more_commands_than_its_channel_limit(node, keys, workload, tmp_path):
+def test_one_connection_runs_more_commands_than_its_channel_limit(node, keys, workload):
     """A multiplexed client (ControlMaster, an IDE's remote) runs every
     command on one connection: finished channels are freed, so the limit of
     16 is on channels open at once (the 17th used to be refused)."""
-    mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={tmp_path}/cm-%r@%h:%p", "-o", "ControlPersist=60"]
+    # The control socket in a short directory, named by its hash (%C): a
+    # Unix socket's path has at most 107 bytes, and pytest's own
+    # directories grow with each run.
+    sockets = tempfile.mkdtemp(prefix="gpr-cm-")
+    mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/%C", "-o", "ControlPersist=60"]
     logins = node.agent.stderr_text().count("ssh login: ")
     try:
         for i in range(24):
@@ -171,6 +176,7 @@ def test_one_connection_runs_more_commands_than_its_channel_limit(node, keys, wo
         assert node.agent.stderr_text().count("ssh login: ") == logins + 1  # all on one connection
     finally:
         node.ssh(keys["mine"][0], workload["user"], extra=[*mux, "-O", "exit"])
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def test_killed_command_reports_its_signal(node, keys, workload):

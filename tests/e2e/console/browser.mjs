@@ -340,6 +340,24 @@ const scenarios = {
     await waitText(page, "#logs", "实例运行后才有日志");
   },
 
+  // Crafted addresses sent in a link: a route's id is used in API paths, so
+  // one that decodes to other segments ("..%2Fapi-keys" would make the
+  // instance page load /v1/api-keys and its Terminate a DELETE of every
+  // other key) or cannot be decoded matches no route: the console goes to
+  // the overview and asks the API for nothing outside it.
+  async crafted_route(page) {
+    await login(page, world.email, world.password);
+    const asked = [];
+    page.on("request", (r) => { const u = new URL(r.url()); if (u.pathname.startsWith("/v1/")) asked.push(`${r.method()} ${u.pathname}`); });
+    for (const route of ["instances/..%2Fapi-keys", "instances/..", "terminal/..%2F..%2Fapi-keys/0", "apps/%2E%2E%2Fapi-keys",
+                         "reservations/%E0%A4%A", "instances/ins_x%3Fstate=running"]) {
+      await page.goto(`${base}/console#/${route}`);
+      await page.waitForFunction(() => location.hash === "#/overview", null, { timeout: DEADLINE });
+    }
+    const bad = asked.filter((a) => /api-keys|^(DELETE|POST) |\/instances\/[^/]*$/.test(a));
+    if (bad.length) throw new Error(`crafted routes reached the API: ${bad.join(", ")}`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

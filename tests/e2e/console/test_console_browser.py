@@ -214,6 +214,16 @@ def test_another_users_instance_in_the_address_is_not_found(new_daemon, tmp_path
                              "instance_id": inst["id"], "secret_image": secret_image}, tmp_path)
 
 
+def test_a_crafted_route_in_a_link_reaches_no_other_api_path(new_daemon, tmp_path):
+    d = new_daemon()
+    email = unique_email("link")
+    d.cli_create_user(email, password=DEFAULT_PASSWORD)
+    run_scenario("crafted_route", {"base_url": d.base_url, "email": email, "password": DEFAULT_PASSWORD}, tmp_path)
+    # Nothing was revoked: the user's keys are as they were.
+    [(revoked,)] = d.sql("SELECT count(*) FROM api_keys WHERE revoked_at IS NOT NULL")
+    assert revoked == 0
+
+
 def test_an_instance_still_provisioning_shows_when_its_logs_come(new_daemon, tmp_path):
     c = cloud_for(new_daemon, tmp_path)
     c.fleet(1, sim={"sim_pull_ms": "600000"})  # the image pull outlasts the test
