@@ -692,6 +692,7 @@ struct ledger_entry {
     const char *volume_id;   /* storage, or NULL */
     const char *reservation_id; /* reservation and reservation_refund, or NULL */
     const char *app_call_id; /* app_call, or NULL (0025) */
+    const char *payee_id;    /* app_call: the publisher its earning goes to, NULL if none (0039) */
 };
 /* Posts a balanced transaction (legs must sum to zero) and moves the cached
  * balances; STORE_CONFLICT if a user account would go below zero, and

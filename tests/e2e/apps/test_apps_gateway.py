@@ -9,6 +9,7 @@ batch is charged once; the gateway serves from its copy while gpurentd is
 stopped and its reports arrive when it is back; 429, 402, a private app's
 404 and a revoked key's refusal within the sync period."""
 import json
+from decimal import Decimal
 import socket
 import threading
 import time
@@ -108,6 +109,21 @@ def test_publish_call_from_zero_stream_and_money(market):
     month = m.d.sql("SELECT strftime('%Y-%m', max(at), 'unixepoch') FROM app_calls")[0][0]
     st = m.d.get(f"/v1/statements/{month}", key=con.key).json()
     assert st["apps"][0]["calls"] == 2 and sum(1 for t in st["transactions"] if t["kind"] == "app_call") == 2
+    # Each side's line of a call is its own money: the consumer paid the
+    # charge, the publisher earned the earning (the fee is neither's); and
+    # each one's statement adds up to its closing balance.
+    def yuan_micro(text):
+        return int(Decimal(text) * 1_000_000)
+
+    def call_lines(u):
+        return sorted(yuan_micro(t["amount"]) for t in m.d.get("/v1/transactions?kind=app_call", key=u.key).json()["data"])
+
+    assert call_lines(con) == sorted(-c for c in want)
+    assert call_lines(pub) == sorted(earnings)
+    for u in (con, pub):
+        st = m.d.get(f"/v1/statements/{month}", key=u.key).json()
+        lines = sum(yuan_micro(t["amount"]) for t in st["transactions"])
+        assert yuan_micro(st["opening_balance"]) + lines == yuan_micro(st["closing_balance"]), st
     # The publisher's stats.
     st = m.d.get(f"/v1/apps/{slug}/stats", key=pub.key).json()["days"]
     assert st[0]["calls"] == 2 and st[0]["cold_starts"] == 1 and st[0]["earnings_micro"] == sum(earnings), st
