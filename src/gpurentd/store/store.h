@@ -1172,6 +1172,8 @@ struct app_call {
     char key_id[ID_MAX];
     char gateway_id[65];
     int64_t at, status, input_tokens, output_tokens, duration_ms, cold_start, completed;
+    int has_prices; /* the gateway stamped the prices it admitted the call at: */
+    int64_t price_request, price_input_1k, price_output_1k, price_second; /* micro-yuan */
     int64_t charge, earning, fee, unpaid, transaction_id;
 };
 /* STORE_CONFLICT when a call with that id is recorded already; its
