@@ -40,8 +40,8 @@
  *   runtime.c        the runtime interface and `sim` (phases with delays,
  *                    failures injected by image name)
  *   runtime_oci.c    podman/docker by their command lines (--device
- *                    /dev/kfd --device /dev/dri and the video/render
- *                    groups for ROCm, the NVIDIA equivalents, /shared bind
+ *                    /dev/kfd and the cards' own render nodes, and the
+ *                    video/render groups for ROCm, the NVIDIA equivalents, /shared bind
  *                    mounted, host networking, RDMA and the cluster files
  *                    for multi-node; an exit's status and finish time read
  *                    by the same inspect)
@@ -169,6 +169,7 @@ struct agent_conf {
     int64_t sim_publish_ports_per_node; /* sim-fleet: node i publishes on FIRST+i*this .. (its own slice) */
     char data_address[256];        /* facts' data_address; "" = found (fabric.c), the sim's 127.0.0.1 */
     char rdma_device_dir[1024];    /* RDMA device nodes passed to multi-node containers */
+    char kfd_topology_dir[1024];   /* the KFD topology: which render node is each AMD card */
     char shm_size[16];             /* --shm-size of multi-node containers ("64g") */
     char group_file[1024];         /* where video/render gids are read; "" = the host's groups (NSS) */
 };
@@ -802,6 +803,13 @@ void fabric_free_devices(char **devs, int n);
 /* The gid of group name: from group_file (/etc/group's syntax) or, when it
  * is "", getgrnam_r. 0 found, 1 no such group, -1 unreadable. */
 int fabric_group_gid(const char *group_file, const char *name, long *gid);
+#define FABRIC_RENDER_NODE_MAX 40 /* "/dev/dri/renderD" and a minor */
+/* The render node of each of the n AMD cards in gpus (ROCr's numbering:
+ * the GPU nodes of the KFD topology in topology_dir, in node order), as
+ * "/dev/dri/renderD<drm_render_minor>" into out[i]. -1 with why when a
+ * card has none or the topology cannot be read. */
+int fabric_render_nodes(const char *topology_dir, const int *gpus, int n, char (*out)[FABRIC_RENDER_NODE_MAX],
+                        char *why, size_t whylen);
 /* Whether s is a size podman and docker take for --shm-size: digits and
  * an optional unit b, k, m or g, not zero. */
 int fabric_shm_size_valid(const char *s);
@@ -826,6 +834,7 @@ struct oci_host {
     char **rdma;                  /* RDMA device paths, sorted (multi-node only) */
     int n_rdma;                   /* entries of rdma */
     long video_gid, render_gid;   /* --group-add for ROCm; -1 when the host has no such group */
+    char (*render_nodes)[FABRIC_RENDER_NODE_MAX]; /* ROCm: the render node of each card of the spec, in its order */
     const char *shm_size;         /* --shm-size for multi-node */
     const char *cluster_dir;      /* the cluster files to mount (hostfile, hostfile.mpi, ssh/); NULL none */
 };

@@ -190,6 +190,11 @@ static int validate_rdma_device_dir(const void *field, char *err, size_t errlen)
     return validate_abs_path("rdma_device_dir", field, 0, err, errlen);
 }
 
+static int validate_kfd_topology_dir(const void *field, char *err, size_t errlen)
+{
+    return validate_abs_path("kfd_topology_dir", field, 0, err, errlen);
+}
+
 static int validate_group_file(const void *field, char *err, size_t errlen)
 {
     return validate_abs_path("group_file", field, 1, err, errlen);
@@ -269,6 +274,9 @@ const struct conf_option agent_options[] = {
             "non-loopback IPv4 address, an RDMA interface's first (runtime sim: 127.0.0.1)"),
     OPT_STR(rdma_device_dir, "/dev/infiniband", validate_rdma_device_dir,
             "RDMA device nodes given to multi-node containers (each entry, sorted, as --device)"),
+    OPT_STR(kfd_topology_dir, "/sys/class/kfd/kfd/topology/nodes", validate_kfd_topology_dir,
+            "the KFD topology, where each AMD card's render node is found (a ROCm container gets only its own "
+            "cards')"),
     OPT_STR(shm_size, "64g", validate_shm_size, "--shm-size of multi-node containers (digits then b, k, m or g)"),
     OPT_STR(group_file, "", validate_group_file,
             "where the video and render gids for ROCm containers are read; \"\" = the host's groups (getgrnam)"),

@@ -1,7 +1,8 @@
 /* fabric.c: what this host offers multi-node training, found when asked:
  * its RDMA device nodes (rdma_device_dir, /dev/infiniband), the numeric
  * gids of its `video` and `render` groups (ROCm containers need them to
- * open /dev/kfd and /dev/dri as a non-root user), and its data-plane
+ * open /dev/kfd and /dev/dri as a non-root user), the render node of each
+ * AMD card (its KFD topology), and its data-plane
  * address for facts (the data_address option, or the first non-loopback
  * IPv4 address, one on an interface backing an RDMA device first). */
 #include "agent.h"
@@ -220,4 +221,78 @@ int fabric_data_address(const struct agent *a, char *out, size_t outlen)
     }
     freeifaddrs(list);
     return fabric_pick_address(ifs, n, out, outlen);
+}
+
+static int node_number_cmp(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* A topology node's gpu_id and drm_render_minor: 0 read, -1 not. */
+static int read_node(const char *dir, long node, long *gpu_id, long *minor)
+{
+    char path[PATH_MAX], line[256];
+    snprintf(path, sizeof path, "%s/%ld/properties", dir, node);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    *gpu_id = -1;
+    *minor = -1;
+    while (fgets(line, sizeof line, f)) {
+        long v;
+        if (sscanf(line, "gpu_id %ld", &v) == 1)
+            *gpu_id = v;
+        else if (sscanf(line, "drm_render_minor %ld", &v) == 1)
+            *minor = v;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* ROCr numbers the GPU nodes of the KFD topology (gpu_id not 0; CPU nodes
+ * have 0) in node order: that number is the card index the daemon
+ * assigns, and ROCR_VISIBLE_DEVICES used to pick them. Giving a container
+ * /dev/dri whole would let it open every card's render node, its
+ * neighbours' too, whatever that variable says; the render nodes of its own
+ * cards are all it gets (ROCr inside then sees those cards alone). */
+int fabric_render_nodes(const char *topology_dir, const int *gpus, int n, char (*out)[FABRIC_RENDER_NODE_MAX],
+                        char *why, size_t whylen)
+{
+    DIR *d = opendir(topology_dir);
+    if (!d) {
+        snprintf(why, whylen, "cannot read the KFD topology %s: %s", topology_dir, strerror(errno));
+        return -1;
+    }
+    long nodes[256];
+    size_t n_nodes = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n_nodes < sizeof nodes / sizeof nodes[0]) {
+        char *end;
+        long v = strtol(e->d_name, &end, 10);
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && !*end)
+            nodes[n_nodes++] = v;
+    }
+    closedir(d);
+    qsort(nodes, n_nodes, sizeof nodes[0], node_number_cmp);
+    long minors[256];
+    int n_gpus = 0;
+    for (size_t i = 0; i < n_nodes; i++) {
+        long gpu_id, minor;
+        if (read_node(topology_dir, nodes[i], &gpu_id, &minor) < 0) {
+            snprintf(why, whylen, "cannot read %s/%ld/properties: %s", topology_dir, nodes[i], strerror(errno));
+            return -1;
+        }
+        if (gpu_id > 0)
+            minors[n_gpus++] = minor;
+    }
+    for (int i = 0; i < n; i++) {
+        if (gpus[i] < 0 || gpus[i] >= n_gpus || minors[gpus[i]] < 0) {
+            snprintf(why, whylen, "card %d has no render node in the KFD topology %s (%d GPU nodes)", gpus[i],
+                     topology_dir, n_gpus);
+            return -1;
+        }
+        snprintf(out[i], FABRIC_RENDER_NODE_MAX, "/dev/dri/renderD%ld", minors[gpus[i]]);
+    }
+    return 0;
 }

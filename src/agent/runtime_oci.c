@@ -119,14 +119,18 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
                 }
             }
         } else {
-            /* ROCm: the compute interface and the render nodes; the card
-             * subset is chosen by ROCR_VISIBLE_DEVICES alone. Setting
-             * HIP_VISIBLE_DEVICES to the same host indices would be wrong:
-             * HIP applies it on top of ROCr's already filtered list. */
+            /* ROCm: the compute interface and the render node of each of
+             * its cards, no other (fabric_render_nodes). ROCr inside sees
+             * these cards alone, numbered from 0, so no
+             * ROCR_VISIBLE_DEVICES: host indices would pick the wrong ones. */
+            if (!c->host || !c->host->render_nodes)
+                return -1;
             argv_add(a, "--device");
             argv_add(a, "/dev/kfd");
-            argv_add(a, "--device");
-            argv_add(a, "/dev/dri");
+            for (int i = 0; i < s->n_gpus; i++) {
+                argv_add(a, "--device");
+                argv_add(a, c->host->render_nodes[i]);
+            }
             /* The device nodes belong to these groups; a container user
              * other than root opens them only as a member. By number: the
              * image's /etc/group need not have them, or not the host's ids. */
@@ -138,8 +142,6 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
                 argv_add(a, "--group-add");
                 argv_addf(a, "%ld", c->host->render_gid);
             }
-            argv_add(a, "--env");
-            argv_addf(a, "ROCR_VISIBLE_DEVICES=%s", gpus);
         }
     }
     for (int i = 0; i < s->n_volumes; i++) {
@@ -680,6 +682,8 @@ static int oci_host_for(const struct runtime *rt, const struct workload *w, stru
         log_warn("workload %s: cannot list %s: %s; no RDMA devices given", w->id, rt->conf->rdma_device_dir,
                  strerror(errno));
     if (s->n_gpus > 0 && strcmp(s->stack, "CUDA") != 0) {
+        if (fabric_render_nodes(rt->conf->kfd_topology_dir, s->gpus, s->n_gpus, host->render_nodes, msg, msglen) < 0)
+            return -1;
         const char *gf = rt->conf->group_file;
         if (fabric_group_gid(gf, "video", &host->video_gid) < 0 ||
             fabric_group_gid(gf, "render", &host->render_gid) < 0)
@@ -703,7 +707,9 @@ static int oci_start(const struct runtime *rt, struct workload *w, char *const h
             return rc;
     }
     struct oci_cmd c = cmd_of(rt);
-    struct oci_host host = {.video_gid = -1, .render_gid = -1, .shm_size = rt->conf->shm_size};
+    char render_nodes[SPEC_MAX_GPUS][FABRIC_RENDER_NODE_MAX];
+    struct oci_host host = {.video_gid = -1, .render_gid = -1, .shm_size = rt->conf->shm_size,
+                            .render_nodes = render_nodes};
     char cluster_dir[PATH_MAX];
     if (oci_host_for(rt, w, &host, cluster_dir, sizeof cluster_dir, msg, msglen) < 0) {
         fabric_free_devices(host.rdma, host.n_rdma);

@@ -128,6 +128,14 @@ class Standins:
         os.makedirs(os.path.join(self.rdma_dir, "by-path"), exist_ok=True)
         for name in ("uverbs1", "rdma_cm", "uverbs0"):
             open(os.path.join(self.rdma_dir, name), "w").close()
+        # The KFD topology (kfd_topology_dir): a CPU node, then eight GPU
+        # nodes whose render minors are 128 + card (node 9 listed before 2
+        # would be in a directory's order; ROCr numbers them as numbers).
+        self.kfd_dir = os.path.join(self.root, "kfd")
+        for node in range(9):
+            os.makedirs(os.path.join(self.kfd_dir, str(node)))
+            with open(os.path.join(self.kfd_dir, str(node), "properties"), "w") as f:
+                f.write("gpu_id 0\n" if node == 0 else f"gpu_id {1000 + node}\ndrm_render_minor {127 + node}\n")
         self.env = {**os.environ, "PATH": self.bin + os.pathsep + os.environ.get("PATH", ""),
                     "STANDIN_LOG": self.log, "STANDIN_STATE": self.state, "STANDIN_MOUNTINFO": self.mountinfo}
 
@@ -171,7 +179,7 @@ def real_agent(tmp_path, standins):
         opts = {"runtime": runtime, "inventory_model": model, "mount_root": standins.mount_root,
                 "mountinfo_file": standins.mountinfo, "check_interval_s": "1", "retry_interval_s": "1",
                 "stop_timeout_s": "7", "group_file": standins.group_file, "rdma_device_dir": standins.rdma_dir,
-                **options}
+                "kfd_topology_dir": standins.kfd_dir, **options}
         a = Agent(tmp_path / f"agent{len(made)}", options=opts, env=standins.env)
         made.append(a)
         return a
@@ -189,6 +197,7 @@ def verbs(calls):
 
 
 def test_podman_rocm_command_lines(real_agent, standins):
+    # Cards 2 and 3: their render nodes, and no other card's (never /dev/dri).
     a = real_agent()
     assert a.put("/v1/workloads/wl_rocm", json=ROCM_SPEC).status_code == 201
     a.wait_phase("wl_rocm", "running")
@@ -201,8 +210,8 @@ def test_podman_rocm_command_lines(real_agent, standins):
                         "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}", "gpurent-wl_rocm"]
     assert calls[3] == [
         "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
-        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "44",
-        "--group-add", "109", "--env", "ROCR_VISIBLE_DEVICES=2,3",
+        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri/renderD130",
+        "--device", "/dev/dri/renderD131", "--group-add", "44", "--group-add", "109",
         "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "rocm/pytorch:2.3-rocm6.2"]
     # The env travels in a 0600 file, sorted by name, removed after run.
     assert standins.env_file("wl_rocm") == ("GPURENT_NODE_RANK=0\nMASTER_PORT=29500\nNOTE=two words\n", "600")
@@ -562,8 +571,8 @@ def test_multi_node_command_line_and_cluster_files(real_agent, standins, rank_ke
     # /etc/hosts entries for the ranks with an IP, the files read-only.
     assert run == [[
         runtime, "run", "--detach", "--name", "gpurent-wl_mn", "--label", "gpurent.workload=wl_mn",
-        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "44",
-        "--group-add", "109", "--env", "ROCR_VISIBLE_DEVICES=0,1",
+        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
+        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109",
         "--network", "host",
         "--device", f"{standins.rdma_dir}/rdma_cm", "--device", f"{standins.rdma_dir}/uverbs0",
         "--device", f"{standins.rdma_dir}/uverbs1",
@@ -634,8 +643,8 @@ def test_single_node_gets_none_of_the_multi_node_additions(real_agent, standins,
     # and nothing of host networking, RDMA, memlock, shm or cluster files.
     assert run == [[
         runtime, "run", "--detach", "--name", "gpurent-wl_one", "--label", "gpurent.workload=wl_one",
-        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "44",
-        "--group-add", "109", "--env", "ROCR_VISIBLE_DEVICES=0,1",
+        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
+        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109",
         "-p", "30007:8888/tcp", "rocm/pytorch:2.3-rocm6.2"]]
     assert not os.path.exists(os.path.join(a.state_dir, "cluster"))
 
@@ -665,3 +674,13 @@ def test_group_and_rdma_lookups_that_find_nothing(real_agent, standins, rank_key
     assert "--group-add" not in run
     assert run[run.index("--network"):run.index("--cap-add")] == ["--network", "host"]
     assert run[run.index("--shm-size") + 1] == "64g"  # the default
+
+
+def test_a_rocm_card_without_a_render_node_is_not_started(real_agent, standins, tmp_path):
+    # A topology that lacks the card: the workload fails saying why, rather
+    # than run with every card's render node.
+    a = real_agent(kfd_topology_dir=str(tmp_path / "no-kfd"))
+    assert a.put("/v1/workloads/wl_nokfd", json=ROCM_SPEC).status_code == 201
+    w = a.wait_phase("wl_nokfd", "failed")
+    assert "cannot read the KFD topology" in w["message"], w
+    assert not [c for c in standins.calls() if c[:2] == ["podman", "run"]]

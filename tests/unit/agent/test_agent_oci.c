@@ -53,19 +53,28 @@ static const char *const SPEC_CUDA =
     " \"volumes\": [{\"source\": \"nfs.example:/export/vol_y\", \"target\": \"/shared\"}],"
     " \"env\": {\"A\": \"x y\"}}";
 
+/* The render nodes of cards 2 and 3 (fabric_render_nodes), and no groups. */
+static char ROCM_NODES[][FABRIC_RENDER_NODE_MAX] = {"/dev/dri/renderD130", "/dev/dri/renderD131"};
+static const struct oci_host ROCM_HOST = {.video_gid = -1, .render_gid = -1, .render_nodes = ROCM_NODES};
+
 static void test_run_podman_rocm(void **state)
 {
+    /* Its own cards' render nodes and no other: never /dev/dri whole. */
     struct wl_spec s = spec_of(SPEC_ROCM);
-    struct oci_cmd c = {.exe = "podman", .docker = 0, .stop_timeout_s = 30};
+    struct oci_cmd c = {.exe = "podman", .docker = 0, .stop_timeout_s = 30, .host = &ROCM_HOST};
     char *dirs[] = {(char *)(uintptr_t)"/run/m/v-1", NULL};
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_abc", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_abc --label gpurent.workload=wl_abc --pull never"
-                    " --device /dev/kfd --device /dev/dri --env ROCR_VISIBLE_DEVICES=2,3"
+                    " --device /dev/kfd --device /dev/dri/renderD130 --device /dev/dri/renderD131"
                     " --volume /run/m/v-1:/shared --env GPURENT_NODE_RANK=0 --env MASTER_PORT=29500"
                     " rocm/pytorch:2.3-rocm6.2");
     argv_free(&a);
     argv_free(NULL);
+    /* Without the render nodes a ROCm line is refused, not widened. */
+    c.host = NULL;
+    assert_int_equal(oci_argv_run(&c, "wl_abc", &s, dirs, &a), -1);
+    argv_free(&a);
     spec_free(&s);
 }
 
@@ -73,12 +82,12 @@ static void test_run_docker_rocm(void **state)
 {
     struct wl_spec s = spec_of(SPEC_ROCM);
     struct oci_cmd c = {.exe = "/usr/bin/docker", .docker = 1, .stop_timeout_s = 30,
-                        .run_args = "--ipc=host  --shm-size=16g"};
+                        .run_args = "--ipc=host  --shm-size=16g", .host = &ROCM_HOST};
     char *dirs[] = {(char *)(uintptr_t)"/run/m/v-1", NULL};
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_abc", &s, dirs, &a), 0);
     assert_line(&a, "/usr/bin/docker run --detach --name gpurent-wl_abc --label gpurent.workload=wl_abc --pull never"
-                    " --device /dev/kfd --device /dev/dri --env ROCR_VISIBLE_DEVICES=2,3"
+                    " --device /dev/kfd --device /dev/dri/renderD130 --device /dev/dri/renderD131"
                     " --volume /run/m/v-1:/shared --env GPURENT_NODE_RANK=0 --env MASTER_PORT=29500"
                     " --ipc=host --shm-size=16g rocm/pytorch:2.3-rocm6.2");
     argv_free(&a);
@@ -189,10 +198,11 @@ static void test_run_multi_node(void **state)
                                          " \"ports\": [{\"container\": 8888, \"host\": 30007}],"
                                          " \"env\": {\"NODE_RANK\": \"1\"}");
     char *rdma[] = {(char *)(uintptr_t)"/dev/infiniband/rdma_cm", (char *)(uintptr_t)"/dev/infiniband/uverbs0"};
+    char nodes[][FABRIC_RENDER_NODE_MAX] = {"/dev/dri/renderD128", "/dev/dri/renderD129"};
     struct oci_host host = {.rdma = rdma, .n_rdma = 2, .video_gid = 44, .render_gid = 109, .shm_size = "128g",
-                            .cluster_dir = "/var/lib/gpurent-agent/cluster/wl_m"};
-    const char *rest = " --device /dev/kfd --device /dev/dri --group-add 44 --group-add 109"
-                       " --env ROCR_VISIBLE_DEVICES=0,1 --env NODE_RANK=1"
+                            .cluster_dir = "/var/lib/gpurent-agent/cluster/wl_m", .render_nodes = nodes};
+    const char *rest = " --device /dev/kfd --device /dev/dri/renderD128 --device /dev/dri/renderD129"
+                       " --group-add 44 --group-add 109 --env NODE_RANK=1"
                        " --network host --device /dev/infiniband/rdma_cm --device /dev/infiniband/uverbs0"
                        " --cap-add IPC_LOCK --ulimit memlock=-1:-1 --shm-size 128g"
                        " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6"
@@ -213,16 +223,16 @@ static void test_run_multi_node(void **state)
     }
     /* Without RDMA devices or a video group; one gid shared by both groups
      * is added once. */
-    struct oci_host bare = {.video_gid = -1, .render_gid = 109};
+    struct oci_host bare = {.video_gid = -1, .render_gid = 109, .render_nodes = nodes};
     struct oci_cmd c = {.exe = "podman", .stop_timeout_s = 30, .host = &bare};
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_m", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_m --label gpurent.workload=wl_m --pull never"
-                    " --device /dev/kfd --device /dev/dri --group-add 109 --env ROCR_VISIBLE_DEVICES=0,1"
+                    " --device /dev/kfd --device /dev/dri/renderD128 --device /dev/dri/renderD129 --group-add 109"
                     " --env NODE_RANK=1 --network host --cap-add IPC_LOCK --ulimit memlock=-1:-1 --shm-size 64g"
                     " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6 rocm/pytorch:2.3-rocm6.2");
     argv_free(&a);
-    struct oci_host same = {.video_gid = 44, .render_gid = 44};
+    struct oci_host same = {.video_gid = 44, .render_gid = 44, .render_nodes = nodes};
     c.host = &same;
     spec_free(&s);
 
@@ -237,9 +247,49 @@ static void test_run_multi_node(void **state)
     s = spec_of("{\"image\": \"busybox\", \"gpus\": [0], \"stack\": \"ROCm\"}");
     assert_int_equal(oci_argv_run(&c, "wl_s", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_s --label gpurent.workload=wl_s --pull never"
-                    " --device /dev/kfd --device /dev/dri --group-add 44 --env ROCR_VISIBLE_DEVICES=0 busybox");
+                    " --device /dev/kfd --device /dev/dri/renderD128 --group-add 44 busybox");
     argv_free(&a);
     spec_free(&s);
+}
+
+/* A KFD topology node: its properties file. */
+static void topology_node(const char *dir, int node, long gpu_id, long minor)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%d", dir, node);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/%d/properties", dir, node);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "cpu_cores_count 0\nsimd_count 304\ngpu_id %ld\n", gpu_id);
+    if (minor >= 0)
+        fprintf(f, "drm_render_minor %ld\n", minor);
+    fclose(f);
+}
+
+static void test_render_nodes_from_the_kfd_topology(void **state)
+{
+    /* Node 0 a CPU; GPU nodes 1, 2 and 10 (numeric order, not the
+     * directory's): ROCr's cards 0, 1 and 2. */
+    char dir[] = "/tmp/gpurent-kfd-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    topology_node(dir, 0, 0, -1);
+    topology_node(dir, 1, 4660, 128);
+    topology_node(dir, 10, 9999, 136);
+    topology_node(dir, 2, 5555, 129);
+    char out[3][FABRIC_RENDER_NODE_MAX], why[256];
+    int gpus[] = {2, 0};
+    assert_int_equal(fabric_render_nodes(dir, gpus, 2, out, why, sizeof why), 0);
+    assert_string_equal(out[0], "/dev/dri/renderD136");
+    assert_string_equal(out[1], "/dev/dri/renderD128");
+    int beyond[] = {3};
+    assert_int_equal(fabric_render_nodes(dir, beyond, 1, out, why, sizeof why), -1);
+    assert_non_null(strstr(why, "card 3 has no render node"));
+    assert_int_equal(fabric_render_nodes("/nonexistent/kfd", gpus, 1, out, why, sizeof why), -1);
+    assert_non_null(strstr(why, "cannot read the KFD topology"));
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void test_other_commands(void **state)
@@ -709,7 +759,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_podman_rocm), cmocka_unit_test(test_run_docker_rocm),
         cmocka_unit_test(test_run_podman_cuda), cmocka_unit_test(test_run_docker_cuda),
-        cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_run_published_ports), cmocka_unit_test(test_run_multi_node), cmocka_unit_test(test_other_commands),
+        cmocka_unit_test(test_run_without_gpus), cmocka_unit_test(test_run_published_ports), cmocka_unit_test(test_run_multi_node), cmocka_unit_test(test_render_nodes_from_the_kfd_topology), cmocka_unit_test(test_other_commands),
         cmocka_unit_test(test_parse_state),     cmocka_unit_test(test_parse_time),
         cmocka_unit_test(test_templates),
         cmocka_unit_test(test_size_template),
