@@ -2,6 +2,7 @@
  * field checked against its bounds, and against what could change the
  * meaning of a podman/docker command line built from it. */
 #include "agent.h"
+#include "gpurent/image_transport.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -75,10 +76,12 @@ void workload_free(struct workload *w)
 /* Image references: registry/name:tag@digest characters, the same rule as
  * gpurentd's image catalog (so nothing it accepts is refused here). A
  * leading '-' is refused because the image is a word on podman's command
- * line and would be read as an option (--privileged …). */
+ * line and would be read as an option (--privileged …), and a transport
+ * prefix ("oci-archive:/srv/x") because podman would read a host path. */
 static int image_valid(const char *s, size_t len)
 {
-    if (len == 0 || len >= SPEC_IMAGE_MAX || s[0] == '-' || s[0] == '/' || s[0] == ':')
+    if (len == 0 || len >= SPEC_IMAGE_MAX || s[0] == '-' || s[0] == '/' || s[0] == ':' ||
+        image_names_transport(s, len))
         return 0;
     for (size_t i = 0; i < len; i++) {
         char c = s[i];
@@ -90,14 +93,20 @@ static int image_valid(const char *s, size_t len)
 }
 
 /* Volume sources go into the mount command template: printable ASCII, no
- * blanks (a word must stay one word), no leading '-' (an option to mount). */
+ * blanks (a word must stay one word), no leading '-' (an option to mount),
+ * and, with a bind-mount template, nothing that names the host's root or
+ * climbs out of where volumes live: not "/" alone, no ".." segment. */
 static int source_valid(const char *s, size_t len)
 {
-    if (len == 0 || len >= SPEC_SOURCE_MAX || s[0] == '-')
+    if (len == 0 || len >= SPEC_SOURCE_MAX || s[0] == '-' || (len == 1 && s[0] == '/'))
         return 0;
-    for (size_t i = 0; i < len; i++)
+    for (size_t i = 0; i < len; i++) {
         if (s[i] <= ' ' || s[i] > '~')
             return 0;
+        int starts_segment = i == 0 || s[i - 1] == '/' || s[i - 1] == ':';
+        if (starts_segment && s[i] == '.' && i + 1 < len && s[i + 1] == '.' && (i + 2 == len || s[i + 2] == '/'))
+            return 0;
+    }
     return 1;
 }
 
@@ -122,11 +131,12 @@ static int target_valid(const char *s, size_t len)
     return 1;
 }
 
-/* The agent sets these itself to give a container its cards; a spec may
- * not override them. */
+/* The agent sets these itself to give a container its cards, and the sim
+ * runtime marks each workload's processes with GPURENT_WORKLOAD (one that
+ * set another's could pass as it for its ports); a spec may not set them. */
 static const char *const reserved_env[] = {
     "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES", NULL,
+    "NVIDIA_VISIBLE_DEVICES", "GPURENT_WORKLOAD", NULL,
 };
 
 static int env_name_valid(const char *s, size_t len)

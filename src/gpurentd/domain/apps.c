@@ -379,7 +379,6 @@ int64_t app_scale_target(const struct app *a, int64_t demand, int64_t current, i
 /* Creates one replica: an instance of the publisher running the app. */
 static int add_replica(struct store *s, struct app *a, struct op_outcome *o)
 {
-    json_t *cmd = parsed(a->command), *env = parsed(a->env), *ports = json_pack("[I]", (json_int_t)a->port);
     /* The publisher pays for and owns the replica, so it waits on what a
      * launch of theirs would: an account in good standing and a verified
      * address. Suspending a publisher stops their replicas; without this
@@ -392,6 +391,7 @@ static int add_replica(struct store *s, struct app *a, struct op_outcome *o)
         return op_refuse(o, ERR_ACCOUNT_DISABLED, NULL, NULL, "the publisher's account is suspended");
     if (!u.email_verified_at)
         return op_refuse(o, ERR_EMAIL_NOT_VERIFIED, NULL, NULL, "the publisher's e-mail address is not verified");
+    json_t *cmd = parsed(a->command), *env = parsed(a->env), *ports = json_pack("[I]", (json_int_t)a->port);
     char name[64];
     snprintf(name, sizeof name, "app-%.40s", a->slug);
     struct instance_create req = {.user_id = a->publisher_id,

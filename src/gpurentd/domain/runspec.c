@@ -4,6 +4,7 @@
  * an allowed registry, with the reference grammar. Pure functions apart
  * from the configuration read by image_policy_check. */
 #include "domain/domain.h"
+#include "gpurent/image_transport.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -255,6 +256,9 @@ int image_ref_parse(const char *ref, char *registry, size_t reglen, const char *
     size_t n = strlen(ref);
     *why = "is empty or over 255 bytes";
     if (n == 0 || n > 255)
+        return -1;
+    *why = "starts with the name of a transport podman reads other than a registry (oci-archive:, dir:, ...)";
+    if (image_names_transport(ref, n))
         return -1;
     /* @sha256:<64 lowercase hex> ends it, when present. */
     const char *at = strchr(ref, '@');

@@ -99,6 +99,10 @@ static void test_refusals(void **state)
     expect_bad("{\"image\": \"--privileged\"}", "image");
     expect_bad("{\"image\": \"-v/:/host\"}", "image");
     expect_bad("{\"image\": \"a b\"}", "image");
+    /* An image podman would load from a host path, or another transport. */
+    expect_bad("{\"image\": \"oci-archive:/srv/x.tar\"}", "image");
+    expect_bad("{\"image\": \"dir:/var/lib/x\"}", "image");
+    expect_bad("{\"image\": \"docker://busybox\"}", "image");
     expect_bad("{\"image\": \"a\\u0000b\"}", "image");
     expect_bad("{\"image\": \"busybox\", \"extra\": 1}", "extra");
     expect_bad("{\"image\": \"busybox\", \"gpus\": [0, 0]}", "gpus");
@@ -115,6 +119,14 @@ static void test_refusals(void **state)
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"-oremount\", \"target\": \"/s\"}]}",
                "volumes[0].source");
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a b\", \"target\": \"/s\"}]}", "volumes[0].source");
+    /* With a bind-mount template: the host's root, or a climb out. */
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"/\", \"target\": \"/s\"}]}", "volumes[0].source");
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"../../etc\", \"target\": \"/s\"}]}",
+               "volumes[0].source");
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"/srv/v/../../etc\", \"target\": \"/s\"}]}",
+               "volumes[0].source");
+    expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"nfs:../x\", \"target\": \"/s\"}]}",
+               "volumes[0].source");
     /* Targets that would change the meaning of -v HOST:TARGET or escape. */
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/s:ro\"}]}", "volumes[0].target");
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"s\"}]}", "volumes[0].target");
@@ -140,6 +152,8 @@ static void test_refusals(void **state)
     /* The agent decides which cards a container sees. */
     expect_bad("{\"image\": \"b\", \"env\": {\"ROCR_VISIBLE_DEVICES\": \"0\"}}", "env.ROCR_VISIBLE_DEVICES");
     expect_bad("{\"image\": \"b\", \"env\": {\"CUDA_VISIBLE_DEVICES\": \"0\"}}", "env.CUDA_VISIBLE_DEVICES");
+    /* Nor pass as another workload's process in the sim runtime. */
+    expect_bad("{\"image\": \"b\", \"env\": {\"GPURENT_WORKLOAD\": \"wl_other\"}}", "env.GPURENT_WORKLOAD");
 }
 
 static void test_bounds(void **state)

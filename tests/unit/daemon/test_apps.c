@@ -35,11 +35,15 @@ static void test_call_price(void **state)
     struct app_call c = {.status = 200, .input_tokens = 3, .output_tokens = 3, .duration_ms = 1500};
     /* 10000 + (3*2000 + 3*4000)/1000 + 1500*1000/1000 */
     assert_int_equal(app_call_price(&a, &c), 10000 + 18 + 1500);
-    /* An error pays for delivered tokens only. */
+    /* An error answer costs nothing, whatever tokens the replica claimed. */
     c.status = 500;
-    assert_int_equal(app_call_price(&a, &c), 18);
-    c.output_tokens = c.input_tokens = 0;
     assert_int_equal(app_call_price(&a, &c), 0);
+    /* Stamped at admission: each price the lower of then and now. */
+    c = (struct app_call){.status = 200, .input_tokens = 3, .output_tokens = 3, .duration_ms = 1500, .has_prices = 1,
+                          .price_request = 5000, .price_input_1k = 9000, .price_output_1k = 1000, .price_second = 0};
+    assert_int_equal(app_call_price(&a, &c), 5000 + (3 * 2000 + 3 * 1000) / 1000 + 0);
+    c.has_prices = 0; /* an older gateway's record: today's prices */
+    assert_int_equal(app_call_price(&a, &c), 10000 + 18 + 1500);
     /* Tokens floor once, together: 1 in + 1 out = 6 micro-yuan, not 2 + 4 floored apart. */
     a.price_input_1k = 999;
     a.price_output_1k = 1;

@@ -70,6 +70,14 @@ static void test_image_references(void **state)
     ref_bad("alpine:a/b", "registry"); /* "alpine:a" reads as a host and port */
     ref_bad("alpine@sha256:abc", "digest");
     ref_bad("alpine@md5:0123", "digest");
+    /* Valid references that podman would read as another transport: a
+     * host path loaded as an image. Docker Hub's own docker image stays. */
+    ref_bad("oci-archive:tmp", "transport");
+    ref_bad("dir:root", "transport");
+    ref_bad("docker-archive:root", "transport");
+    ref_bad("containers-storage:x", "transport");
+    ref_ok("docker:24-dind", "docker.io");
+    ref_ok("oci/img:1", "docker.io");
     snprintf(digest, sizeof digest, "x@sha256:%064d", 0);
     digest[strlen(digest) - 1] = 'G';
     ref_bad(digest, "digest");
