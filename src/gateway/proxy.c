@@ -1,6 +1,9 @@
 /* proxy.c: one call through the gateway (see gateway.h). A thread of the
  * HTTP pool checks the key, the app, the limits and the funds against the
- * copy and takes the replica with the fewest calls outstanding; the
+ * copy as soon as the request's headers are in, before any of its body is
+ * read (only an admitted call's body is buffered, so a connection without
+ * a valid key holds no more than its headers), and once the body is in
+ * takes the replica with the fewest calls outstanding; the
  * upstream thread, which drives every call's upstream through one libcurl
  * multi handle, then calls the replica while the answer is streamed back
  * as it comes. No thread waits for a client, a replica or an upstream:
@@ -82,6 +85,7 @@ struct call {
     size_t n_tried;
     char content_type[128];
     char method[16];   /* the consumer's, passed on */
+    int admitted;      /* key, app, limits and funds passed, at the headers */
     int counted;       /* in the app's in_flight */
     int recorded;      /* its usage record is journaled and queued */
     char record_id[100]; /* its usage record's id, made on first use; "" before */
@@ -986,19 +990,21 @@ static enum MHD_Result start_upstream(struct MHD_Connection *conn, struct call *
     return MHD_YES;
 }
 
-/* A whole request: the key, the app, the limits and the funds, then a
- * replica now or (suspended) once one is ready. */
-static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const char *url)
+/* The key, the app, the limits and the funds, checked as soon as the
+ * request's headers are in and before a byte of its body is read: a body
+ * is buffered (up to GW_BODY_MAX) only for a call that may be made, so
+ * connections without a valid key cost no more than their headers. 0 with
+ * c->app filled, or an error answer was queued (*r): libmicrohttpd then
+ * reads no body and closes the connection after the answer. */
+static int admit_headers(struct MHD_Connection *conn, struct call *c, const char *url, enum MHD_Result *r)
 {
     const char *rest = url + 6; /* after "/apps/" */
     const char *slash = strchr(rest, '/');
     char slug[64];
     size_t sl = slash ? (size_t)(slash - rest) : strlen(rest);
     if (sl == 0 || sl >= sizeof slug)
-        return reply_error(conn, 404, "not_found", "no such app", 0);
+        return *r = reply_error(conn, 404, "not_found", "no such app", 0), -1;
     snprintf(slug, sizeof slug, "%.*s", (int)sl, rest);
-    if (c->too_large)
-        return reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0);
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     const char *token = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
     char msg[256];
@@ -1014,8 +1020,22 @@ static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const 
         for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
             if (strcmp(codes[i][0], s) == 0)
                 code = codes[i][1];
-        return reply_error(conn, (unsigned)status, code, msg, retry);
+        return *r = reply_error(conn, (unsigned)status, code, msg, retry), -1;
     }
+    /* A body announced over the bound is refused before it is read too. */
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > GW_BODY_MAX)
+        return *r = reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0), -1;
+    c->admitted = 1;
+    return 0;
+}
+
+/* A whole request of an admitted call: a replica now or (suspended) once
+ * one is ready. */
+static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const char *url)
+{
+    if (c->too_large)
+        return reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0);
     gw_app_count(c->app.app_id, 1, 0);
     c->counted = 1;
     int64_t wait_s = gw_opts.cold_start_s;
@@ -1055,6 +1075,9 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
         snprintf(c->method, sizeof c->method, "%s", method);
         live_add(c);
         *con_cls = c;
+        enum MHD_Result r;
+        if (strncmp(url, "/apps/", 6) == 0 && admit_headers(conn, c, url, &r) < 0)
+            return r;
         return MHD_YES;
     }
     if (*upload_size) {
@@ -1087,7 +1110,7 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
     }
     if (strcmp(url, "/healthz") == 0)
         return reply_health(conn);
-    if (strncmp(url, "/apps/", 6) != 0)
+    if (strncmp(url, "/apps/", 6) != 0 || !c->admitted)
         return reply_error(conn, 404, "not_found", "calls go to /apps/{slug}/…", 0);
     return admit(conn, c, url);
 }

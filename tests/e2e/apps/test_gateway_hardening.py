@@ -1,0 +1,94 @@
+"""test_gateway_hardening.py: gpurent-gateway against consumers and
+replicas that do not play fair, with a real gpurentd, a sim fleet and
+replicas that are either `gpurent-agent sim-model-server` or
+fake_replica.py (a replica that lies about its usage or never answers).
+A request without a valid key, or for no app, is refused at its headers,
+before any of its body is read; token counts are bounded by the bytes
+that passed through the gateway; a replica that never answers is cut
+after --upstream-idle-s (504); a call is ended after --max-call-s; a
+non-streamed answer over the 4 MiB kept whole is still charged its
+tokens; rate-limit windows never run out."""
+import json
+import os
+import socket
+import sys
+import time
+
+import requests
+
+from agent_util import poll
+from apps_util import DEADLINE, assert_ledger_ok, free_port
+
+FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_replica.py")
+
+
+def fake_app(m, mode, **fields):
+    """On a fleet of one node, an app whose one replica is fake_replica.py
+    in mode, running, and a consumer: (app, consumer)."""
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    port = free_port()
+    app = m.publish(pub, min_replicas=1, max_replicas=1, model_port=port,
+                    command=[sys.executable, FAKE, str(port), mode], **fields)
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'",
+                         [app["id"]])[0][0], DEADLINE, "a running replica")
+    return app, con
+
+
+def ready_in_copy(m, gw, app_id):
+    """Waits until the gateway's copy lists a ready replica of app_id (a call
+    then goes straight to it)."""
+    def ready():
+        apps = [x for x in m.signed("GET", "/internal/gateway/state").json()["apps"] if x["id"] == app_id]
+        return apps and apps[0]["replicas"]
+    poll(ready, DEADLINE, "a ready replica in the copy")
+    first = requests.get(gw.url + "/healthz", timeout=10).json()["syncs"]
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["syncs"] >= first + 2, DEADLINE, "two syncs")
+
+
+def rss_kb(gw):
+    with open(f"/proc/{gw.proc.pid}/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("VmRSS:")))
+
+
+def test_requests_without_a_key_are_refused_before_their_body(market):
+    """Connections announcing a body of nearly 8 MiB and sending a little of
+    it: without a key (or with one, for no app) each is answered 401 (404)
+    with the JSON error at once, without waiting for the rest, and the
+    gateway's memory does not grow by the bodies announced."""
+    m = market
+    pub, con = m.user(), m.user()
+    app = m.publish(pub)
+    gw = m.gateway()
+    before = rss_kb(gw)
+    head = ("POST /apps/{slug}/v1/completions HTTP/1.1\r\nHost: gw\r\n{auth}Content-Type: application/json\r\n"
+            "Content-Length: 8000000\r\n\r\n")
+    cases = [("anything", "", 401, "unauthorized"),
+             ("anything", "Authorization: Bearer gpk_nonsense\r\n", 401, "unauthorized"),
+             ("no-such-app", f"Authorization: Bearer {con.key}\r\n", 404, "not_found")]
+    socks = []
+    for slug, auth, status, code in cases * 8:
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE)
+        s.sendall(head.format(slug=slug, auth=auth).encode() + b"{" + b" " * 65536)
+        socks.append((s, status, code))
+    for s, status, code in socks:
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)  # the socket's timeout is the deadline
+            assert chunk, reply
+            reply += chunk
+        head_text, _, body = reply.partition(b"\r\n\r\n")
+        assert head_text.startswith(b"HTTP/1.1 %d " % status) and b"Content-Type: application/json" in head_text
+        assert json.loads(body)["error"]["code"] == code, body
+    for s, _, _ in socks:
+        s.close()
+    assert rss_kb(gw) - before < 64 * 1024, (before, rss_kb(gw))
+    # A body announced over the bound is refused before it is read too.
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE)
+    s.sendall(head.format(slug=app["slug"], auth=f"Authorization: Bearer {con.key}\r\n").replace(
+        "8000000", str(9 << 20)).encode())
+    reply = s.recv(65536)
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 413 ") and b'"body_too_large"' in reply, reply
+    assert requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 0
+
