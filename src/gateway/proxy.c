@@ -126,7 +126,8 @@ struct call {
     char *keep; /* a whole answer being read */
     size_t keep_len;
     int delivered_all;
-    int64_t input_tokens, output_tokens;
+    int64_t input_tokens, output_tokens; /* as the upstream reported them */
+    int64_t delivered_bytes; /* answer bytes handed to the client */
     int status_sent;
 };
 
@@ -591,6 +592,7 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     pthread_mutex_unlock(&c->lock);
     if (go_on)
         up_enqueue(c);
+    c->delivered_bytes += (int64_t)n;
     scan_delivered(c, buf, n);
     note_progress(c, more);
     return (ssize_t)n;
@@ -813,12 +815,15 @@ static json_t *usage_record(struct call *c, int completed)
     }
     int64_t now = clock_mono_ms();
     int64_t up = c->upstream_ms ? now - c->upstream_ms : 0;
+    /* The replica's counts are its word only: bounded by what passed
+     * through here, a token being at least a byte of text each way. */
+    int64_t in = c->input_tokens < (int64_t)c->body_len ? c->input_tokens : (int64_t)c->body_len;
+    int64_t out = c->output_tokens < c->delivered_bytes ? c->output_tokens : c->delivered_bytes;
     return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", c->record_id, "app_id",
                      c->app.app_id, "user_id", c->app.user_id, "key_id", c->app.key_id, "at",
                      (json_int_t)clock_wall(), "status", (json_int_t)(c->status_sent > 0 ? c->status_sent : 502),
-                     "input_tokens", (json_int_t)c->input_tokens, "output_tokens", (json_int_t)c->output_tokens,
-                     "duration_ms", (json_int_t)up, "cold_start", (json_int_t)c->cold_start, "completed",
-                     (json_int_t)completed);
+                     "input_tokens", (json_int_t)in, "output_tokens", (json_int_t)out, "duration_ms", (json_int_t)up,
+                     "cold_start", (json_int_t)c->cold_start, "completed", (json_int_t)completed);
 }
 
 static void record_usage(struct call *c)

@@ -92,3 +92,20 @@ def test_requests_without_a_key_are_refused_before_their_body(market):
     assert reply.startswith(b"HTTP/1.1 413 ") and b'"body_too_large"' in reply, reply
     assert requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 0
 
+
+def test_token_counts_are_bounded_by_the_bytes_that_passed(market):
+    """A replica whose usage claims a million tokens each way for a body of
+    a few bytes: the call is charged at most a token per byte of the
+    request and per byte of the answer delivered."""
+    m = market
+    app, con = fake_app(m, "liar")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    body = b'{"prompt": "hi"}'
+    r = requests.post(f"{gw.url}/apps/{app['slug']}/v1/completions", data=body, timeout=DEADLINE,
+                      headers={"Authorization": f"Bearer {con.key}", "Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 1000000, r.text
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[2], row[3]) == (200, len(body), len(r.content)), row
+    assert row[4] == 10000 + (len(body) * 2000 + len(r.content) * 4000) // 1000, row
+    assert_ledger_ok(m)
