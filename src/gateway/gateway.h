@@ -37,6 +37,8 @@ struct gateway_opts {
     int64_t sync_ms;           /* between state refreshes */
     int64_t report_ms;         /* between reports */
     int64_t cold_start_s;      /* longest a call waits for a replica */
+    int64_t upstream_idle_s;   /* longest an upstream may send nothing */
+    int64_t max_call_s;        /* longest a call's upstream may last */
     int64_t max_pending;       /* usage records held in memory while gpurentd is away */
     char state_dir[1024];      /* the usage journal's directory */
 };

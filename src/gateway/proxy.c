@@ -455,6 +455,14 @@ static void up_start(struct call *c)
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, c->up_headers);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+    /* A replica that never answers, or stops mid-answer, would hold the
+     * call (and its client) for ever: it is ended after --upstream-idle-s
+     * without a byte (under a byte a second over that time: libcurl's low
+     * speed check). A call lasts --max-call-s at most, so its record's
+     * duration stays within what gpurentd takes (a day). */
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, (long)gw_opts.upstream_idle_s);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(gw_opts.max_call_s * 1000));
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, up_header);
     curl_easy_setopt(curl, CURLOPT_HEADERDATA, c);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, up_body);
@@ -815,6 +823,10 @@ static json_t *usage_record(struct call *c, int completed)
     }
     int64_t now = clock_mono_ms();
     int64_t up = c->upstream_ms ? now - c->upstream_ms : 0;
+    /* The upstream ends by --max-call-s; a slow client taking the last
+     * bytes after it adds nothing to the call's time. */
+    if (up > gw_opts.max_call_s * 1000)
+        up = gw_opts.max_call_s * 1000;
     /* The replica's counts are its word only: bounded by what passed
      * through here, a token being at least a byte of text each way. */
     int64_t in = c->input_tokens < (int64_t)c->body_len ? c->input_tokens : (int64_t)c->body_len;
@@ -916,11 +928,14 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
     pthread_mutex_lock(&c->lock);
     int got = c->headers_done;
     long up_status = c->status;
+    CURLcode rc = c->curl_rc;
     char type[128];
     snprintf(type, sizeof type, "%s", c->up_type);
     pthread_mutex_unlock(&c->lock);
     if (!got && ending)
         return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
+    if (!got && rc == CURLE_OPERATION_TIMEDOUT)
+        return reply_counted_error(conn, c, 504, "gateway_timeout", "the replica did not answer in time", 0);
     if (!got)
         return reply_counted_error(conn, c, 502, "bad_gateway", "the replica did not answer", 0);
     c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;

@@ -109,3 +109,48 @@ def test_token_counts_are_bounded_by_the_bytes_that_passed(market):
     assert (row[1], row[2], row[3]) == (200, len(body), len(r.content)), row
     assert row[4] == 10000 + (len(body) * 2000 + len(r.content) * 4000) // 1000, row
     assert_ledger_ok(m)
+
+
+def test_a_replica_that_never_answers_is_cut_after_upstream_idle_s(market):
+    """A replica that reads the call and answers nothing: with
+    --upstream-idle-s 1 the call is answered 504 within seconds (it was
+    held for ever), recorded as the gateway's error (nothing charged), and
+    the gateway holds no call afterwards."""
+    m = market
+    app, con = fake_app(m, "silent")
+    gw = m.gateway(extra=("--upstream-idle-s", "1"))
+    ready_in_copy(m, gw, app["id"])
+    t0 = time.monotonic()
+    r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi"}, timeout=30)
+    assert r.status_code == 504 and r.json()["error"]["code"] == "gateway_timeout", r.text
+    assert time.monotonic() - t0 < 20
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[3], row[4]) == (504, 0, 0), row
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 0, DEADLINE, "no call left")
+    assert_ledger_ok(m)
+
+
+def test_a_call_is_ended_after_max_call_s(market):
+    """A stream of 300 tokens 100 ms apart (30 s) through a gateway with
+    --max-call-s 2: it is cut short, as a client leaving would cut it, and
+    charged for what was delivered with a duration of at most 2 s."""
+    m = market
+    app, con = m.running_app(token_ms=100)
+    gw = m.gateway(extra=("--max-call-s", "2"))
+    ready_in_copy(m, gw, app["id"])
+    words = " ".join(f"w{i}" for i in range(300))
+    t0 = time.monotonic()
+    r = gw.call(app["slug"], "/v1/completions", con.key, stream=True, json={"prompt": words, "stream": True})
+    events = []
+    try:
+        for line in r.iter_lines():
+            if line.startswith(b"data: "):
+                events.append(line[6:])
+    except requests.exceptions.ChunkedEncodingError:
+        pass  # the stream was cut mid-answer
+    assert time.monotonic() - t0 < 20 and b"[DONE]" not in events and 0 < len(events) < 300, len(events)
+    [row] = m.wait_calls(app["id"], 1)
+    assert row[8] == 0 and 0 < row[3] < 300, row
+    [(duration,)] = m.d.sql("SELECT duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
+    assert 1000 <= duration <= 2000, duration
+    assert_ledger_ok(m)
