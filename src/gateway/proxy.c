@@ -45,6 +45,7 @@
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@
 
 #define GW_BODY_MAX (8u << 20)    /* a request's body */
 #define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
+#define GW_TAIL_KEEP (64u << 10)  /* of one over GW_KEEP_MAX, the end kept to find its usage in */
 #define GW_BUFFER_MAX (1u << 20)  /* answer bytes waiting for a slow client */
 #define GW_EVENT_MAX (256u << 10) /* one server-sent event */
 #define GW_CONNECT_TRIES 3        /* replicas tried when they fail a call unanswered */
@@ -123,8 +125,9 @@ struct call {
     int streamed;
     char *event; /* a server-sent event being read */
     size_t event_len;
-    char *keep; /* a whole answer being read */
+    char *keep; /* a whole answer being read, or (keep_tail) the end of one */
     size_t keep_len;
+    int keep_tail; /* the answer outgrew GW_KEEP_MAX: keep holds its last GW_TAIL_KEEP bytes */
     int delivered_all;
     int64_t input_tokens, output_tokens; /* as the upstream reported them */
     int64_t delivered_bytes; /* answer bytes handed to the client */
@@ -229,19 +232,91 @@ static void take_usage(struct call *c, json_t *j)
     }
 }
 
+/* Keeps the last GW_TAIL_KEEP bytes of a non-streamed answer too big to
+ * keep whole, with the n more at p: its usage is then read from its end
+ * (usage_from_tail), where OpenAI-style answers put it. Skipping the
+ * pieces that did not fit, as before, left a hole and no usage at all. */
+static void keep_tail(struct call *c, const char *p, size_t n)
+{
+    if (!c->keep_tail) {
+        c->keep_tail = 1;
+        if (c->keep_len > GW_TAIL_KEEP) {
+            memmove(c->keep, c->keep + c->keep_len - GW_TAIL_KEEP, GW_TAIL_KEEP);
+            c->keep_len = GW_TAIL_KEEP;
+        }
+        char *fit = realloc(c->keep, GW_TAIL_KEEP + 1);
+        if (!fit) {
+            free(c->keep); /* no usage then: charged no tokens (finish_usage) */
+            c->keep = NULL;
+            c->keep_len = 0;
+            return;
+        }
+        c->keep = fit;
+    }
+    if (!c->keep)
+        return;
+    if (n >= GW_TAIL_KEEP) {
+        memcpy(c->keep, p + n - GW_TAIL_KEEP, GW_TAIL_KEEP);
+        c->keep_len = GW_TAIL_KEEP;
+    } else {
+        size_t room = GW_TAIL_KEEP - n;
+        if (c->keep_len > room) {
+            memmove(c->keep, c->keep + c->keep_len - room, room);
+            c->keep_len = room;
+        }
+        memcpy(c->keep + c->keep_len, p, n);
+        c->keep_len += n;
+    }
+    c->keep[c->keep_len] = '\0';
+}
+
+/* The usage of an answer of which only its end is kept: the last
+ * `"usage": {...}` there that is a key of the JSON (its quote not escaped,
+ * so not text inside a string) and parses. */
+static void usage_from_tail(struct call *c)
+{
+    json_t *found = NULL;
+    for (char *at = c->keep; (at = strstr(at, "\"usage\"")) != NULL; at++) {
+        size_t slashes = 0;
+        while (at - (ptrdiff_t)slashes > c->keep && at[-1 - (ptrdiff_t)slashes] == '\\')
+            slashes++;
+        if (slashes % 2)
+            continue;
+        const char *v = at + 7;
+        v += strspn(v, " \t\r\n");
+        if (*v++ != ':')
+            continue;
+        v += strspn(v, " \t\r\n");
+        json_t *u = *v == '{' ? json_loads(v, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+        if (json_is_object(u)) {
+            json_decref(found);
+            found = u;
+        } else {
+            json_decref(u);
+        }
+    }
+    if (found) {
+        json_t *wrap = json_pack("{s:o}", "usage", found);
+        take_usage(c, wrap);
+        json_decref(wrap);
+    }
+}
+
 /* Reads the events whole in the bytes just handed to the client. */
 static void scan_delivered(struct call *c, const char *p, size_t n)
 {
     if (!c->streamed) {
-        if (c->keep_len + n <= GW_KEEP_MAX) {
+        if (!c->keep_tail && c->keep_len + n <= GW_KEEP_MAX) {
             char *grown = realloc(c->keep, c->keep_len + n + 1);
             if (grown) {
                 memcpy(grown + c->keep_len, p, n);
                 c->keep = grown;
                 c->keep_len += n;
                 c->keep[c->keep_len] = '\0';
+                return;
             }
         }
+        keep_tail(c, p, n);
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -862,6 +937,27 @@ static void note_progress(struct call *c, int more)
     json_decref(r);
 }
 
+/* Logs, once per app (of the first GW_NO_USAGE_APPS), that an answer too
+ * big to keep had no usage in its end, so went uncharged for tokens: the
+ * publisher's server should put `usage` last. */
+#define GW_NO_USAGE_APPS 256
+static void log_no_usage_once(const char *app_id)
+{
+    static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
+    static char logged[GW_NO_USAGE_APPS][ID_MAX];
+    static int n_logged;
+    pthread_mutex_lock(&logged_lock);
+    int seen = 0;
+    for (int i = 0; i < n_logged && !seen; i++)
+        seen = strcmp(logged[i], app_id) == 0;
+    if (!seen && n_logged < GW_NO_USAGE_APPS) {
+        snprintf(logged[n_logged++], ID_MAX, "%s", app_id);
+        log_warn("gateway: app %s answered over %u MiB without a `usage` in its last %u KiB: no tokens charged"
+                 " (logged once per app)", app_id, GW_KEEP_MAX >> 20, GW_TAIL_KEEP >> 10);
+    }
+    pthread_mutex_unlock(&logged_lock);
+}
+
 /* Records the call's usage once, from what was delivered: a whole JSON
  * answer's `usage` is read here, the stream's as it went. Called from the
  * connection's thread only. */
@@ -870,10 +966,16 @@ static void finish_usage(struct call *c)
     if (!c->counted || c->recorded)
         return;
     c->recorded = 1;
-    if (!c->streamed && c->delivered_all && c->keep) {
+    if (!c->streamed && c->delivered_all && c->keep && !c->keep_tail) {
         json_t *j = json_loads(c->keep, 0, NULL);
         take_usage(c, j);
         json_decref(j);
+    } else if (!c->streamed && c->delivered_all && c->keep_tail) {
+        if (c->keep)
+            usage_from_tail(c);
+        /* No usage in its end: no tokens charged (never an estimate). */
+        if (c->input_tokens == 0 && c->output_tokens == 0)
+            log_no_usage_once(c->app.app_id);
     }
     record_usage(c);
 }

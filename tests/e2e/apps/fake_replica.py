@@ -5,6 +5,8 @@ answers 200 (so the agent's check passes); a POST, by MODE:
   liar     answers at once a tiny JSON body whose `usage` claims a million
            tokens each way
   silent   reads the request and never answers (nor closes)
+  huge     answers a JSON body of about 5 MB with no `usage` but text that
+           ends with one (escaped, inside the string)
 """
 import json
 import sys
@@ -35,6 +37,9 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if MODE == "silent":
             threading.Event().wait()  # holds the connection, answering nothing
+        if MODE == "huge":
+            text = "x" * (5 << 20) + '"usage": {"prompt_tokens": 7, "completion_tokens": 7}'
+            return self.reply(200, {"choices": [{"text": text}]})
         self.reply(200, {"choices": [{"text": "hi"}],
                          "usage": {"prompt_tokens": 1000000, "completion_tokens": 1000000}})
 

@@ -154,3 +154,39 @@ def test_a_call_is_ended_after_max_call_s(market):
     [(duration,)] = m.d.sql("SELECT duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
     assert 1000 <= duration <= 2000, duration
     assert_ledger_ok(m)
+
+
+def test_a_large_answer_is_charged_its_tokens(market):
+    """A non-streamed answer of about 5 MB, over the 4 MiB the gateway keeps
+    whole to read its usage: the usage is found in its end and charged (it
+    was charged no tokens: the kept copy had a hole and did not parse)."""
+    m = market
+    app, con = m.running_app(token_ms=0)
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    words = " ".join(f"{i:03d}" + "x" * 97 for i in range(100))
+    tokens = 50000
+    r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": words, "max_tokens": tokens})
+    assert r.status_code == 200 and len(r.content) > 4 << 20, (r.status_code, len(r.content))
+    assert r.json()["usage"]["completion_tokens"] == tokens
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[2], row[3], row[8]) == (200, 100, tokens, 1), row
+    assert row[4] == 10000 + (100 * 2000 + tokens * 4000) // 1000, row
+    assert_ledger_ok(m)
+
+
+def test_a_large_answer_without_usage_is_charged_no_tokens(market):
+    """A 5 MB answer with no `usage` of its own (only the text of one, inside
+    a string, at its end): no tokens are charged (never an estimate, never
+    the byte bound), and the gateway says so once for the app."""
+    m = market
+    app, con = fake_app(m, "huge")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    for _ in range(2):
+        r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi"})
+        assert r.status_code == 200 and len(r.content) > 5 << 20
+    rows = m.wait_calls(app["id"], 2)
+    assert [(row[1], row[2], row[3], row[4]) for row in rows] == [(200, 0, 0, 10000)] * 2, rows
+    assert gw.text().count(f"app {app['id']} answered over 4 MiB without a `usage`") == 1, gw.text()[-2000:]
+    assert_ledger_ok(m)
