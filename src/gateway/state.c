@@ -17,7 +17,8 @@
 #include <string.h>
 
 #define GW_MAX_REPLICAS 1024
-#define GW_MAX_WINDOWS 4096
+#define GW_WINDOWS_FIRST 4096  /* rate-limit windows to start with; the table doubles when full */
+#define GW_WINDOWS_MAX (1 << 22) /* beyond which a call is refused 429 rather than go uncounted */
 #define GW_REPORT_BATCH 500
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -40,12 +41,15 @@ static struct app_count {
 } apps_count[GW_MAX_REPLICAS];
 static int n_apps_count;
 
-/* Fixed one-minute windows per (key, app) and per app. */
+/* Fixed one-minute windows per (key, app) and per app; a slot of an
+ * earlier minute is reused, and the table grows when every slot is of
+ * this minute, so no call goes uncounted. */
 static struct window {
     char key[2 * ID_MAX + 2];
     int64_t minute;
     int64_t count;
-} windows[GW_MAX_WINDOWS];
+} *windows;
+static int n_windows;
 
 /* When the copy was taken, on this machine's monotonic clock: with the
  * copy's `at` it gives gpurentd's time, which keys' expiries and calls'
@@ -127,9 +131,27 @@ static int64_t calls_elsewhere(const char *app_id, const char *key_id, int64_t m
     return sum;
 }
 
+/* Doubles the window table (under the lock): its first new slot, or NULL
+ * when it is at GW_WINDOWS_MAX or memory is out. */
+static struct window *windows_grow(void)
+{
+    int n = n_windows ? 2 * n_windows : GW_WINDOWS_FIRST;
+    if (n > GW_WINDOWS_MAX)
+        return NULL;
+    struct window *grown = realloc(windows, (size_t)n * sizeof *grown);
+    if (!grown)
+        return NULL;
+    memset(grown + n_windows, 0, (size_t)(n - n_windows) * sizeof *grown);
+    windows = grown;
+    struct window *first = &windows[n_windows];
+    n_windows = n;
+    return first;
+}
+
 /* Counts one call in key's window; 0, or the seconds until the window
  * ends when limit calls were made in it already, here and (elsewhere)
- * through other gateways. */
+ * through other gateways, or when no window could be kept for it (a call
+ * is never let through uncounted). */
 static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, int64_t now)
 {
     if (limit <= 0)
@@ -138,7 +160,7 @@ static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, in
     if (elsewhere >= limit)
         return (minute + 1) * 60 - now;
     struct window *free_slot = NULL;
-    for (int i = 0; i < GW_MAX_WINDOWS; i++) {
+    for (int i = 0; i < n_windows; i++) {
         struct window *w = &windows[i];
         if (w->key[0] && strcmp(w->key, key) == 0) {
             if (w->minute != minute) {
@@ -153,11 +175,13 @@ static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, in
         if (!free_slot && (!w->key[0] || w->minute < minute))
             free_slot = w;
     }
-    if (free_slot) {
-        snprintf(free_slot->key, sizeof free_slot->key, "%s", key);
-        free_slot->minute = minute;
-        free_slot->count = 1;
+    if (!free_slot && !(free_slot = windows_grow())) {
+        log_error("gateway: no room for another rate-limit window; refusing %s until the minute ends", key);
+        return (minute + 1) * 60 - now;
     }
+    snprintf(free_slot->key, sizeof free_slot->key, "%s", key);
+    free_slot->minute = minute;
+    free_slot->count = 1;
     return 0;
 }
 
@@ -547,4 +571,7 @@ void gw_state_stop(void)
     json_decref(copy);
     json_decref(pending);
     copy = pending = NULL;
+    free(windows);
+    windows = NULL;
+    n_windows = 0;
 }

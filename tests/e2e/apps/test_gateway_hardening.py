@@ -190,3 +190,32 @@ def test_a_large_answer_without_usage_is_charged_no_tokens(market):
     assert [(row[1], row[2], row[3], row[4]) for row in rows] == [(200, 0, 0, 10000)] * 2, rows
     assert gw.text().count(f"app {app['id']} answered over 4 MiB without a `usage`") == 1, gw.text()[-2000:]
     assert_ledger_ok(m)
+
+
+def test_rate_limits_hold_past_4096_windows(market):
+    """4100 keys, each with a limit of one call a minute on one app, each
+    call once within a minute: every key's second call is refused 429,
+    including those of the keys past the 4096 windows the gateway used to
+    hold (they went through uncounted)."""
+    m = market
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, rate_limit_per_key=1)
+    s = requests.Session()
+    keys = [s.post(m.d.url("/v1/api-keys"), headers={"Authorization": f"Bearer {con.key}"},
+                   json={"name": f"k{i}"}, timeout=30).json()["token"] for i in range(4100)]
+    gw = m.gateway()
+
+    def now():
+        return m.signed("GET", "/internal/gateway/state").json()["at"]
+    poll(lambda: now() % 60 < 20, 70, "the first third of a minute")
+    minute = now() // 60
+    g = requests.Session()
+
+    def call(key):
+        r = g.post(f"{gw.url}/apps/{app['slug']}/v1/completions", json={"prompt": "hi"}, timeout=30,
+                   headers={"Authorization": f"Bearer {key}", "X-Gpurent-Wait-Seconds": "0"})
+        return r.status_code
+    assert {call(k) for k in keys} == {503}  # counted, then no replica
+    assert [call(k) for k in keys[-8:]] == [429] * 8
+    assert call(keys[0]) == 429
+    assert now() // 60 == minute, "the minute ended mid-test; its windows started again"
