@@ -59,9 +59,13 @@ void gw_state_stop(void);
 void gw_copy_info(int64_t *good_syncs, int64_t *age_ms);
 /* Checks the bearer token, the app's visibility, rate limits and funds for
  * slug: 0 with out filled, or an HTTP status (401, 404, 429 with
- * *retry_after, 402, 503 before any copy) and a message. */
+ * *retry_after, 402, 503 before any copy) and a message. Funds must cover
+ * the per-call price of each of the consumer's calls in flight, this one
+ * included: an admitted call counts as one until gw_consumer_release. */
 int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64_t *retry_after, char *msg,
              size_t msglen);
+/* The consumer's admitted call has ended. */
+void gw_consumer_release(const char *user_id);
 /* Picks the ready replica of app with the fewest calls outstanding, none
  * of the n_avoid in avoid, and one that failed a call unanswered in the
  * last GW_REFUSED_MS only if no other is left, and counts one more on it: its

@@ -1144,11 +1144,11 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
                 code = codes[i][1];
         return *r = reply_error(conn, (unsigned)status, code, msg, retry), -1;
     }
+    c->admitted = 1; /* counted in flight for its consumer until gw_completed */
     /* A body announced over the bound is refused before it is read too. */
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > GW_BODY_MAX)
         return *r = reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0), -1;
-    c->admitted = 1;
     return 0;
 }
 
@@ -1255,6 +1255,8 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
     finish_usage(c);
     if (c->counted)
         gw_app_count(c->app.app_id, -1, 0);
+    if (c->admitted)
+        gw_consumer_release(c->app.user_id);
     live_remove(c);
     call_unref(c);
 }

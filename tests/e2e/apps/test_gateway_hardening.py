@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 import requests
@@ -219,3 +220,38 @@ def test_rate_limits_hold_past_4096_windows(market):
     assert [call(k) for k in keys[-8:]] == [429] * 8
     assert call(keys[0]) == 429
     assert now() // 60 == minute, "the minute ended mid-test; its windows started again"
+
+
+
+def test_funds_cover_every_call_in_flight(market):
+    """A consumer with 0.025 yuan and an app at 0.01 a call whose replica
+    never answers: two calls in flight at once, and a third while they
+    wait is refused 402 (every one got in: the funds were checked against
+    one call's price). Both end 504 after --upstream-idle-s, which costs
+    nothing, and then a call gets in again (the count went down)."""
+    m = market
+    app, _ = fake_app(m, "silent")
+    poor = m.d.signup(verify=False)  # no trial credit
+    r = m.d.post(f"/v1/admin/users/{poor.id}/topups", key=m.d.admin_key,
+                 json={"amount": "0.025", "payment_id": f"pay-{poor.id}"})
+    assert r.status_code in (200, 201), r.text
+    gw = m.gateway(extra=("--upstream-idle-s", "4"))
+    ready_in_copy(m, gw, app["id"])
+    results = []
+
+    def call():
+        results.append(gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"}).status_code)
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 2, DEADLINE, "two calls in flight")
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"})
+    assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text
+    for t in threads:
+        t.join()
+    assert results == [504, 504], results
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"})
+    assert r.status_code == 504, r.text
+    rows = m.wait_calls(app["id"], 3)
+    assert [(row[1], row[4]) for row in rows] == [(504, 0)] * 3, rows
+    assert_ledger_ok(m)
