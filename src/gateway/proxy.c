@@ -43,6 +43,7 @@
 #include "gpurent/utf8.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -50,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #define GW_BODY_MAX (8u << 20)    /* a request's body */
 #define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
@@ -590,9 +592,54 @@ static void up_done(struct call *c, CURLcode rc)
     up_end(c, rc);
 }
 
+/* Whether the client of a suspended connection closed (or reset) it: a
+ * peek reads 0 bytes, or fails otherwise than for want of data. */
+static int client_closed(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info)
+        return 0;
+    char b;
+    ssize_t r = recv(info->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* libmicrohttpd watches no suspended connection, so a client that left
+ * while its call waits for the upstream's first byte would be noticed
+ * only when the replica answers or --upstream-idle-s passes, its replica
+ * busy meanwhile. Called on the upstream thread about once a second: each
+ * such client's socket is peeked at, and a call whose client closed is
+ * ended (its connection then completes, recorded as unanswered). A
+ * connection cannot complete while suspended, so its socket is still its
+ * own. */
+static void end_calls_of_gone_clients(void)
+{
+    enum { BATCH = 64 };
+    struct call *gone[BATCH];
+    size_t n = 0;
+    pthread_mutex_lock(&live_lock);
+    for (struct call *c = live; c && n < BATCH; c = c->next_live) {
+        pthread_mutex_lock(&c->lock);
+        if (c->suspended && c->phase == P_WAIT_HEADERS && c->has_upstream && !c->headers_done && !c->finished &&
+            !c->client_gone && client_closed(c->conn)) {
+            c->client_gone = 1;
+            c->refs++; /* until it is ended below */
+            gone[n++] = c;
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_unlock(&live_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (gone[i]->up_state != UP_ENDED)
+            up_end(gone[i], CURLE_ABORTED_BY_CALLBACK);
+        call_unref(gone[i]);
+    }
+}
+
 static void *up_main(void *arg)
 {
     (void)arg;
+    int64_t peeked_ms = 0;
     for (;;) {
         pthread_mutex_lock(&up_lock);
         int quit = up_quit;
@@ -621,6 +668,10 @@ static void *up_main(void *arg)
         if (quit)
             return NULL;
         curl_multi_poll(multi, NULL, 0, 1000, NULL);
+        if (clock_mono_ms() - peeked_ms >= 1000) {
+            peeked_ms = clock_mono_ms();
+            end_calls_of_gone_clients();
+        }
     }
 }
 

@@ -255,3 +255,28 @@ def test_funds_cover_every_call_in_flight(market):
     rows = m.wait_calls(app["id"], 3)
     assert [(row[1], row[4]) for row in rows] == [(504, 0)] * 3, rows
     assert_ledger_ok(m)
+
+
+def test_a_client_that_leaves_while_the_replica_is_silent_ends_its_call(market):
+    """A call to a replica that never answers, whose client closes its
+    connection while it waits: the gateway notices (the connection was
+    suspended, so nothing watched it) and ends the call within seconds,
+    long before --upstream-idle-s (300), recording it unanswered and
+    uncharged."""
+    m = market
+    app, con = fake_app(m, "silent")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    body = b'{"prompt": "hi"}'
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE)
+    s.sendall(f"POST /apps/{app['slug']}/v1/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {con.key}\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    calls = lambda: requests.get(gw.url + "/healthz", timeout=10).json()["calls"]
+    poll(lambda: m.d.sql("SELECT in_flight FROM app_demand WHERE app_id = ?", [app["id"]]) == [(1,)], DEADLINE,
+         "the call in flight")
+    assert calls() == 1
+    s.close()
+    poll(lambda: calls() == 0, 20, "the call of the client gone to end")
+    [row] = m.wait_calls(app["id"], 1)
+    assert row[4] == 0 and row[1] >= 500, row
+    assert_ledger_ok(m)
