@@ -49,7 +49,9 @@ struct gw_call_app {
     char app_id[ID_MAX];
     char user_id[ID_MAX];
     char key_id[ID_MAX];
-    int64_t price_request;
+    /* The app's prices when the call was admitted (micro-yuan), stamped on
+     * its usage record. */
+    int64_t price_request, price_input_1k, price_output_1k, price_second;
 };
 
 /* state.c */

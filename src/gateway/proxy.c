@@ -957,11 +957,18 @@ static json_t *usage_record(struct call *c, int completed)
      * through here, a token being at least a byte of text each way. */
     int64_t in = c->input_tokens < (int64_t)c->body_len ? c->input_tokens : (int64_t)c->body_len;
     int64_t out = c->output_tokens < c->delivered_bytes ? c->output_tokens : c->delivered_bytes;
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", c->record_id, "app_id",
+    /* The prices the call was admitted with: gpurentd charges each no
+     * more than this, whatever the app's price is when the record lands. */
+    json_t *prices = json_pack("{s:I, s:I, s:I, s:I}", "request", (json_int_t)c->app.price_request, "input_1k",
+                               (json_int_t)c->app.price_input_1k, "output_1k", (json_int_t)c->app.price_output_1k,
+                               "second", (json_int_t)c->app.price_second);
+    if (!prices)
+        return NULL;
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "id", c->record_id, "app_id",
                      c->app.app_id, "user_id", c->app.user_id, "key_id", c->app.key_id, "at",
                      (json_int_t)clock_wall(), "status", (json_int_t)(c->status_sent > 0 ? c->status_sent : 502),
                      "input_tokens", (json_int_t)in, "output_tokens", (json_int_t)out, "duration_ms", (json_int_t)up,
-                     "cold_start", (json_int_t)c->cold_start, "completed", (json_int_t)completed);
+                     "cold_start", (json_int_t)c->cold_start, "completed", (json_int_t)completed, "prices", prices);
 }
 
 static void record_usage(struct call *c)

@@ -312,6 +312,9 @@ int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64
             snprintf(out->user_id, sizeof out->user_id, "%s", user);
             snprintf(out->key_id, sizeof out->key_id, "%s", key_id);
             out->price_request = price;
+            out->price_input_1k = json_integer_value(json_object_get(app, "price_input_1k"));
+            out->price_output_1k = json_integer_value(json_object_get(app, "price_output_1k"));
+            out->price_second = json_integer_value(json_object_get(app, "price_second"));
         }
     }
     pthread_mutex_unlock(&lock);

@@ -257,6 +257,33 @@ def test_funds_cover_every_call_in_flight(market):
     assert_ledger_ok(m)
 
 
+def test_a_call_is_charged_the_prices_it_was_admitted_with(market):
+    """Each usage record carries the app's four prices at the call's
+    admission. A publisher who raises the per-call price after a call and
+    before its record reaches gpurentd (here: the gateway reports only
+    when it stops) does not get the higher price for it: gpurentd charges
+    each price component at most as stamped."""
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, min_replicas=1, max_replicas=1)
+    gw = m.gateway(report_ms=600000)
+    ready_in_copy(m, gw, app["id"])
+    r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "one two three"})
+    assert r.status_code == 200, r.text
+    with open(os.path.join(gw.state_dir, "usage.journal")) as f:
+        [record] = [j for j in map(json.loads, f.read().splitlines()) if "id" in j]
+    assert record["prices"] == {"request": 10000, "input_1k": 2000, "output_1k": 4000, "second": 0}, record
+    r = m.d.request("PATCH", f"/v1/apps/{app['slug']}", key=pub.key, json={"price_per_request": "0.05"})
+    assert r.status_code == 200, r.text
+    first = requests.get(gw.url + "/healthz", timeout=10).json()["syncs"]
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["syncs"] >= first + 2, DEADLINE, "two syncs")
+    gw.stop()  # its last report sends the record
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[2], row[3]) == (200, 3, 3) and row[4] == 10000 + (3 * 2000 + 3 * 4000) // 1000, row
+    assert_ledger_ok(m)
+
+
 def test_a_client_that_leaves_while_the_replica_is_silent_ends_its_call(market):
     """A call to a replica that never answers, whose client closes its
     connection while it waits: the gateway notices (the connection was
