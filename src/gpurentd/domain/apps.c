@@ -296,12 +296,26 @@ json_t *app_json(struct store *s, const struct app *a, int full)
     return j;
 }
 
+static int64_t lower(int64_t now, int stamped, int64_t at_admission)
+{
+    return stamped && at_admission < now ? at_admission : now;
+}
+
 int64_t app_call_price(const struct app *a, const struct app_call *c)
 {
-    __int128 tokens = (__int128)c->input_tokens * a->price_input_1k + (__int128)c->output_tokens * a->price_output_1k;
-    __int128 price = tokens / 1000;
-    if (c->status > 0 && c->status < 400)
-        price += a->price_request + (__int128)c->duration_ms * a->price_second / 1000;
+    /* Each price is the lower of the app's now and the one the gateway
+     * admitted the call at: a publisher who raises a price before the
+     * call's record arrives does not get it for calls already made. Only
+     * an answer that was not an error is charged at all: the replica's
+     * token counts for a failed call are its own word. */
+    if (c->status <= 0 || c->status >= 400)
+        return 0;
+    int64_t input_1k = lower(a->price_input_1k, c->has_prices, c->price_input_1k);
+    int64_t output_1k = lower(a->price_output_1k, c->has_prices, c->price_output_1k);
+    int64_t request = lower(a->price_request, c->has_prices, c->price_request);
+    int64_t second = lower(a->price_second, c->has_prices, c->price_second);
+    __int128 tokens = (__int128)c->input_tokens * input_1k + (__int128)c->output_tokens * output_1k;
+    __int128 price = tokens / 1000 + request + (__int128)c->duration_ms * second / 1000;
     /* Bounded inputs (max_app_price, APP_MAX_TOKENS, a day of duration)
      * keep this far below INT64_MAX; clamp anyway rather than wrap. */
     return price > INT64_MAX ? INT64_MAX : (int64_t)price;
@@ -366,6 +380,18 @@ int64_t app_scale_target(const struct app *a, int64_t demand, int64_t current, i
 static int add_replica(struct store *s, struct app *a, struct op_outcome *o)
 {
     json_t *cmd = parsed(a->command), *env = parsed(a->env), *ports = json_pack("[I]", (json_int_t)a->port);
+    /* The publisher pays for and owns the replica, so it waits on what a
+     * launch of theirs would: an account in good standing and a verified
+     * address. Suspending a publisher stops their replicas; without this
+     * the next pass would start them again. */
+    struct user u;
+    int rc = store_user_get(s, a->publisher_id, &u);
+    if (rc != STORE_OK)
+        return rc;
+    if (!u.active)
+        return op_refuse(o, ERR_ACCOUNT_DISABLED, NULL, NULL, "the publisher's account is suspended");
+    if (!u.email_verified_at)
+        return op_refuse(o, ERR_EMAIL_NOT_VERIFIED, NULL, NULL, "the publisher's e-mail address is not verified");
     char name[64];
     snprintf(name, sizeof name, "app-%.40s", a->slug);
     struct instance_create req = {.user_id = a->publisher_id,
@@ -378,7 +404,7 @@ static int add_replica(struct store *s, struct app *a, struct op_outcome *o)
                                   .env = json_array_size(env) ? env : NULL,
                                   .restart_policy = "on_failure"};
     char id[ID_MAX];
-    int rc = instance_create(s, &req, id, NULL, o);
+    rc = instance_create(s, &req, id, NULL, o);
     if (rc == STORE_OK)
         rc = store_instance_set_app(s, id, a->id);
     json_decref(cmd);

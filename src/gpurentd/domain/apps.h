@@ -33,10 +33,11 @@ int app_check_refs(struct store *s, const struct app *a, const json_t *allowed, 
 /* The app as the API shows it (new reference); full adds what only its
  * publisher sees (command, env, scaling state, allowed users, events). */
 json_t *app_json(struct store *s, const struct app *a, int full);
-/* What call c costs under a's prices, before the consumer's funds: the
- * per-request and per-second prices only for a call the consumer got an
- * answer for (status below 400), tokens as the upstream reported them
- * delivered. floor((in * p_in + out * p_out) / 1000) + floor(ms * p_s / 1000). */
+/* What call c costs, before the consumer's funds: nothing for a call the
+ * consumer got no answer for (status 400 or above); otherwise
+ * floor((in * p_in + out * p_out) / 1000) + p_request + floor(ms * p_s / 1000),
+ * tokens as the gateway recorded them delivered, each price the lower of
+ * a's now and the one stamped on c at admission (when c has them). */
 int64_t app_call_price(const struct app *a, const struct app_call *c);
 /* Settles one usage record in the caller's transaction: a record whose id
  * is known already is STORE_OK with *duplicate 1 and nothing posted;

@@ -263,7 +263,7 @@ int ledger_charge_app_call(struct store *s, const char *consumer_id, const char 
     snprintf(dest[0].account_id, sizeof dest[0].account_id, "cash:%s", publisher_id);
     snprintf(dest[1].account_id, sizeof dest[1].account_id, "revenue");
     struct ledger_entry e = {.at = at, .kind = "app_call", .user_id = consumer_id, .reason = reason,
-                             .app_call_id = call_id};
+                             .app_call_id = call_id, .payee_id = charge_amount > fee ? publisher_id : NULL};
     return charge_to(s, consumer_id, charge_amount, at, &e, dest, 2);
 }
 

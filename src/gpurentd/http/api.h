@@ -276,6 +276,8 @@ void api_instances_create_verified(struct http_request *req);
 void api_instances_start_verified(struct http_request *req);
 /* POST /v1/volumes, refused the same way: storage is billed from creation. */
 void api_volumes_create_verified(struct http_request *req);
+/* POST /v1/apps, refused the same way: its replicas are the publisher's. */
+void api_apps_create_verified(struct http_request *req);
 void api_admin_users_find(struct http_request *req);
 void api_admin_users_suspend(struct http_request *req);
 void api_admin_users_reinstate(struct http_request *req);

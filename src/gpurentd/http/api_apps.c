@@ -219,6 +219,7 @@ void api_apps_get(struct http_request *req)
 }
 
 struct patch_ctx {
+    const char *slug, *user_id;
     struct app a;
     const json_t *body;
     struct op_outcome o;
@@ -231,7 +232,17 @@ static int patch_txn(struct store *s, void *vctx)
     json_decref(ctx->answer);
     ctx->answer = NULL;
     const json_t *allowed = NULL;
-    int rc;
+    /* Read in the transaction that writes it back whole: the scaler
+     * writes the same row (replicas wanted, the last call), another PATCH
+     * may have changed other fields, a DELETE may have come first. */
+    store_app_free(&ctx->a);
+    int rc = store_app_get(s, ctx->slug, &ctx->a);
+    if (rc == STORE_OK && strcmp(ctx->a.publisher_id, ctx->user_id) != 0)
+        rc = STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND)
+        return op_refuse(&ctx->o, ERR_NOT_FOUND, NULL, NULL, "you publish no app %.40s", ctx->slug);
+    if (rc != STORE_OK)
+        return rc;
     if (app_from_body(ctx->body, 1, &ctx->a, &allowed, &ctx->o) < 0)
         return REFUSED;
     ctx->a.updated_at = clock_now();
@@ -260,10 +271,10 @@ void api_apps_patch(struct http_request *req)
         json_decref(body);
         return;
     }
-    struct patch_ctx ctx = {.body = body};
+    struct patch_ctx ctx = {.slug = req->params[0], .user_id = req->user_id, .body = body};
     if (!s) {
         http_error(req, ERR_UNAVAILABLE, NULL, NULL);
-    } else if (load_own(req, s, &ctx.a) == STORE_OK) {
+    } else {
         int rc = store_txn(s, patch_txn, &ctx);
         if (rc == STORE_OK) {
             http_reply_json(req, 200, ctx.answer);
@@ -415,12 +426,33 @@ done:
     free(users);
 }
 
-/* One usage record, checked field by field: 0, or -1 with why. */
+/* The prices a gateway admitted a call at: {"request", "input_1k",
+ * "output_1k", "second"}, integer micro-yuan. 0, or -1 with why. */
+static int record_prices(const json_t *p, struct app_call *c, const char **why)
+{
+    static const char *const names[] = {"request", "input_1k", "output_1k", "second", NULL};
+    int64_t *out[] = {&c->price_request, &c->price_input_1k, &c->price_output_1k, &c->price_second};
+    if (!json_is_object(p) || json_object_size(p) != 4)
+        return *why = "prices is an object of exactly request, input_1k, output_1k and second", -1;
+    for (int i = 0; names[i]; i++) {
+        json_t *v = json_object_get(p, names[i]);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > daemon_config->max_app_price_micro)
+            return *why = "prices must be integers from 0 to max_app_price, in micro-yuan", -1;
+        *out[i] = json_integer_value(v);
+    }
+    c->has_prices = 1;
+    return 0;
+}
+
+/* One usage record, checked field by field: 0, or -1 with why. "prices"
+ * is there from gateways that stamp the prices a call was admitted at;
+ * records journaled by an older gateway have none. */
 static int record_read(const json_t *r, const char *gateway_id, struct app_call *c, const char **why)
 {
     static const char *const ints[] = {"at", "status", "input_tokens", "output_tokens", "duration_ms", "cold_start",
                                        "completed", NULL};
-    static const int64_t max[] = {INT32_MAX * 4LL, 599, APP_MAX_TOKENS, APP_MAX_TOKENS, APP_MAX_DURATION_MS, 1, 1};
+    static const int64_t max[] = {INT32_MAX * 4LL, 599, APP_MAX_TOKENS, APP_MAX_TOKENS, INT64_MAX, 1, 1};
     int64_t *out[] = {&c->at, &c->status, &c->input_tokens, &c->output_tokens, &c->duration_ms, &c->cold_start,
                       &c->completed};
     memset(c, 0, sizeof *c);
@@ -428,10 +460,13 @@ static int record_read(const json_t *r, const char *gateway_id, struct app_call 
     const char *app = json_string_value(json_object_get(r, "app_id"));
     const char *user = json_string_value(json_object_get(r, "user_id"));
     const char *key = json_string_value(json_object_get(r, "key_id"));
-    if (!json_is_object(r) || json_object_size(r) != 11)
+    json_t *prices = json_object_get(r, "prices");
+    if (!json_is_object(r) || json_object_size(r) != 11 + (prices != NULL))
         return *why = "a record is an object of exactly id, app_id, user_id, key_id, at, status, input_tokens,"
-                      " output_tokens, duration_ms, cold_start and completed",
+                      " output_tokens, duration_ms, cold_start and completed, and prices from a gateway that stamps them",
                -1;
+    if (prices && record_prices(prices, c, why) < 0)
+        return -1;
     if (!id || strlen(id) < 8 || strlen(id) > 64 || strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(id))
         return *why = "id must be 8 to 64 of a-z, 0-9, '_' and '-'", -1;
     if (!app || !id_valid("app", app) || !user || !id_valid("usr", user) || !key || !id_valid("key", key))
@@ -442,6 +477,10 @@ static int record_read(const json_t *r, const char *gateway_id, struct app_call 
             return *why = "at, status, tokens, duration_ms, cold_start and completed must be integers in range", -1;
         *out[i] = json_integer_value(v);
     }
+    /* A call longer than a day is charged for its first day, not refused:
+     * a refused record is dropped by the gateway, and the call with it. */
+    if (c->duration_ms > APP_MAX_DURATION_MS)
+        c->duration_ms = APP_MAX_DURATION_MS;
     snprintf(c->id, sizeof c->id, "%s", id);
     snprintf(c->app_id, sizeof c->app_id, "%s", app);
     snprintf(c->consumer_id, sizeof c->consumer_id, "%s", user);

@@ -234,6 +234,15 @@ void api_volumes_create_verified(struct http_request *req)
         api_volumes_create(req);
 }
 
+/* An app's replicas are the publisher's instances, started by the scaler
+ * (which checks again, domain/apps.c): publishing waits for the verified
+ * address as a launch does. */
+void api_apps_create_verified(struct http_request *req)
+{
+    if (require_verified(req) == 0)
+        api_apps_create(req);
+}
+
 /* ---------------------------------------------------------------- admin */
 
 json_t *admin_user_json(const struct user *u)

@@ -100,7 +100,7 @@ const struct http_route daemon_routes[] = {
     {"GET",    "/v1/admin/audit",             api_audit_list,          AUTH_ADMIN},
 
 
-    {"POST",   "/v1/apps",                    api_apps_create,         AUTH_USER },
+    {"POST",   "/v1/apps",                    api_apps_create_verified, AUTH_USER },
     {"GET",    "/v1/apps",                    api_apps_list,           AUTH_NONE },
     {"GET",    "/v1/apps/{slug}",             api_apps_get,            AUTH_USER },
     {"PATCH",  "/v1/apps/{slug}",             api_apps_patch,          AUTH_USER },

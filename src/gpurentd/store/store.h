@@ -692,6 +692,7 @@ struct ledger_entry {
     const char *volume_id;   /* storage, or NULL */
     const char *reservation_id; /* reservation and reservation_refund, or NULL */
     const char *app_call_id; /* app_call, or NULL (0025) */
+    const char *payee_id;    /* app_call: the publisher its earning goes to, NULL if none (0039) */
 };
 /* Posts a balanced transaction (legs must sum to zero) and moves the cached
  * balances; STORE_CONFLICT if a user account would go below zero, and
@@ -1171,6 +1172,8 @@ struct app_call {
     char key_id[ID_MAX];
     char gateway_id[65];
     int64_t at, status, input_tokens, output_tokens, duration_ms, cold_start, completed;
+    int has_prices; /* the gateway stamped the prices it admitted the call at: */
+    int64_t price_request, price_input_1k, price_output_1k, price_second; /* micro-yuan */
     int64_t charge, earning, fee, unpaid, transaction_id;
 };
 /* STORE_CONFLICT when a call with that id is recorded already; its

@@ -30,7 +30,8 @@ static const char SQL_APP_GET[] = "SELECT " APP_COLUMNS " FROM apps WHERE slug =
 static const char SQL_APP_BY_ID[] = "SELECT " APP_COLUMNS " FROM apps WHERE id = ?";
 static const char SQL_APP_LIST[] =
     "SELECT " APP_COLUMNS " FROM apps WHERE deleted_at IS NULL"
-    " AND ((?1 IS NULL AND visibility = 'public') OR publisher_id = ?1)"
+    " AND ((?1 IS NULL AND visibility = 'public'"
+    "   AND (SELECT status FROM users u WHERE u.id = apps.publisher_id) = 'active') OR publisher_id = ?1)"
     " AND (created_at > ?2 OR (created_at = ?2 AND id > ?3)) ORDER BY created_at, id LIMIT ?4";
 static const char SQL_APP_ALL[] = "SELECT " APP_COLUMNS " FROM apps WHERE deleted_at IS NULL ORDER BY id";
 static const char SQL_APP_DELETE[] = "UPDATE apps SET deleted_at = ?2, updated_at = ?2 WHERE id = ?1"
@@ -55,7 +56,8 @@ static const char SQL_SET_APP[] = "UPDATE instances SET app_id = ?2 WHERE id = ?
 /* A replica takes traffic once its instance runs, rank 0 publishes the
  * app's port and its agent reported the app's health check passing (0027).
  * Replicas are listed by instance id: gateways break ties between equally
- * busy replicas by the order, which is then the same on each. */
+ * busy replicas by the order, which is then the same on each. A suspended
+ * publisher's apps are not served (nor listed in the market). */
 static const char SQL_GATEWAY_APPS[] =
     "SELECT coalesce(json_group_array(json(doc)), '[]') FROM (SELECT json_object('id', a.id, 'slug', a.slug,"
     " 'publisher_id', a.publisher_id, 'visibility', a.visibility, 'price_request', a.price_request,"
@@ -69,7 +71,8 @@ static const char SQL_GATEWAY_APPS[] =
     "   FROM instances i JOIN instance_nodes r ON r.instance_id = i.id AND r.rank = 0"
     "   JOIN nodes n ON n.id = r.node_id WHERE i.app_id = a.id AND i.state = 'running' AND i.desired = 'running'"
     "   AND r.health = 'healthy' ORDER BY i.id)))"
-    " AS doc FROM apps a WHERE a.deleted_at IS NULL ORDER BY a.id)";
+    " AS doc FROM apps a WHERE a.deleted_at IS NULL"
+    " AND (SELECT status FROM users u WHERE u.id = a.publisher_id) = 'active' ORDER BY a.id)";
 /* Keys by id with the secret's hash in hex: the gateway compares hashes
  * and never sees a secret. */
 static const char SQL_GATEWAY_KEYS[] =

@@ -29,7 +29,7 @@ static const char SQL_ACCOUNT_MOVE[] = "UPDATE ledger_accounts SET balance = bal
 static const char SQL_ACCOUNT_BALANCE[] = "SELECT balance FROM ledger_accounts WHERE id = ?";
 static const char SQL_TXN_INSERT[] =
     "INSERT INTO ledger_transactions (at, kind, user_id, reason, instance_id, interval_id, grant_id, topup_id,"
-    " created_at, volume_id, reservation_id, app_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    " created_at, volume_id, reservation_id, app_call_id, payee_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 static const char SQL_POSTING_INSERT[] =
     "INSERT INTO ledger_postings (transaction_id, account_id, amount, grant_id) VALUES (?, ?, ?, ?)";
 static const char SQL_GRANT_INSERT[] =
@@ -271,6 +271,8 @@ int store_ledger_insert(struct store *s, const struct ledger_entry *e, int64_t n
         sqlite3_bind_text(st, 11, e->reservation_id, -1, SQLITE_STATIC);
     if (e->app_call_id)
         sqlite3_bind_text(st, 12, e->app_call_id, -1, SQLITE_STATIC);
+    if (e->payee_id)
+        sqlite3_bind_text(st, 13, e->payee_id, -1, SQLITE_STATIC);
     int rc = store_step_write(s, st, "insert ledger transaction");
     *id = sqlite3_last_insert_rowid(store_db(s));
     return rc;

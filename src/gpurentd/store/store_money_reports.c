@@ -8,14 +8,22 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A user's transactions: those of their own money (user_id) and the app
+ * calls that paid them (payee_id), each side read in id order through its
+ * own index and cut at the page; the amounts are the user's own legs only
+ * (an app call's line for its consumer is what they paid, for its
+ * publisher what they earned). */
+#define TXNS_OF(column)                                                                                        \
+    "SELECT id FROM (SELECT id FROM ledger_transactions WHERE " column " = ?1 AND (?2 IS NULL OR kind = ?2)"  \
+    " AND at >= ?3 AND at < ?4 AND id > ?5 ORDER BY id LIMIT ?6)"
 static const char SQL_TXNS[] =
     "SELECT t.id, t.at, t.kind, t.reason, coalesce(t.instance_id, ''), coalesce(t.volume_id, ''),"
-    " coalesce(sum(p.amount) FILTER (WHERE a.kind IN ('cash', 'grant')), 0),"
-    " coalesce(sum(p.amount) FILTER (WHERE a.kind = 'grant'), 0),"
-    " coalesce(sum(p.amount) FILTER (WHERE a.kind = 'cash'), 0)"
-    " FROM ledger_transactions t JOIN ledger_postings p ON p.transaction_id = t.id"
+    " coalesce(sum(p.amount) FILTER (WHERE a.kind IN ('cash', 'grant') AND a.user_id = ?1), 0),"
+    " coalesce(sum(p.amount) FILTER (WHERE a.kind = 'grant' AND a.user_id = ?1), 0),"
+    " coalesce(sum(p.amount) FILTER (WHERE a.kind = 'cash' AND a.user_id = ?1), 0)"
+    " FROM (" TXNS_OF("user_id") " UNION " TXNS_OF("payee_id") ") mine"
+    " JOIN ledger_transactions t ON t.id = mine.id JOIN ledger_postings p ON p.transaction_id = t.id"
     " JOIN ledger_accounts a ON a.id = p.account_id"
-    " WHERE t.user_id = ?1 AND (?2 IS NULL OR t.kind = ?2) AND t.at >= ?3 AND t.at < ?4 AND t.id > ?5"
     " GROUP BY t.id ORDER BY t.id LIMIT ?6";
 /* Usage: card-seconds from intervals clipped to the period, money from the
  * usage transactions posted for the period. Money is summed as sum(-x), not

@@ -153,6 +153,14 @@ static const struct check checks[] = {
     {"app_call transaction names no recorded call of its consumer",
      "SELECT t.id, 'call ' || coalesce(t.app_call_id, 'none') FROM ledger_transactions t WHERE t.kind = 'app_call'"
      " AND NOT EXISTS (SELECT 1 FROM app_calls c WHERE c.id = t.app_call_id AND c.consumer_id = t.user_id)"},
+    {"app_call transaction's payee is not the publisher its earning went to",
+     "SELECT t.id, 'payee ' || coalesce(t.payee_id, 'none') || ', earning ' || c.earning || ' to '"
+     " || a.publisher_id FROM ledger_transactions t JOIN app_calls c ON c.id = t.app_call_id"
+     " JOIN apps a ON a.id = c.app_id WHERE t.kind = 'app_call'"
+     " AND t.payee_id IS NOT (CASE WHEN c.earning > 0 THEN a.publisher_id END)"                            },
+    {"transaction other than an app call names a payee",
+     "SELECT t.id, 'kind ' || t.kind || ', payee ' || t.payee_id FROM ledger_transactions t"
+     " WHERE t.payee_id IS NOT NULL AND t.kind <> 'app_call'"                                                },
     {"money exists outside the ledger",
      "SELECT 'all accounts', 'sum ' || sum(balance) FROM ledger_accounts HAVING sum(balance) <> 0"           },
 };

@@ -178,3 +178,10 @@ def test_good_public_urls_load(option):
     for value in ("", "http://127.0.0.1:8084", "https://gw.example.com/market"):
         p = run_gpurentd("-n", "-o", f"{option}={value}")
         assert p.returncode == 0 and p.stdout == "configuration OK\n", (value, p.stderr)
+
+
+def test_an_unverified_account_cannot_publish(daemon):
+    u = daemon.signup(verify=False)
+    r = daemon.post("/v1/apps", key=u.key, json={**BASE, "slug": "unverified-app", "min_replicas": 1})
+    assert_error(r, 403, "email_not_verified")
+    assert daemon.sql("SELECT count(*) FROM apps WHERE slug = 'unverified-app'")[0][0] == 0

@@ -9,6 +9,7 @@ batch is charged once; the gateway serves from its copy while gpurentd is
 stopped and its reports arrive when it is back; 429, 402, a private app's
 404 and a revoked key's refusal within the sync period."""
 import json
+from decimal import Decimal
 import socket
 import threading
 import time
@@ -108,6 +109,21 @@ def test_publish_call_from_zero_stream_and_money(market):
     month = m.d.sql("SELECT strftime('%Y-%m', max(at), 'unixepoch') FROM app_calls")[0][0]
     st = m.d.get(f"/v1/statements/{month}", key=con.key).json()
     assert st["apps"][0]["calls"] == 2 and sum(1 for t in st["transactions"] if t["kind"] == "app_call") == 2
+    # Each side's line of a call is its own money: the consumer paid the
+    # charge, the publisher earned the earning (the fee is neither's); and
+    # each one's statement adds up to its closing balance.
+    def yuan_micro(text):
+        return int(Decimal(text) * 1_000_000)
+
+    def call_lines(u):
+        return sorted(yuan_micro(t["amount"]) for t in m.d.get("/v1/transactions?kind=app_call", key=u.key).json()["data"])
+
+    assert call_lines(con) == sorted(-c for c in want)
+    assert call_lines(pub) == sorted(earnings)
+    for u in (con, pub):
+        st = m.d.get(f"/v1/statements/{month}", key=u.key).json()
+        lines = sum(yuan_micro(t["amount"]) for t in st["transactions"])
+        assert yuan_micro(st["opening_balance"]) + lines == yuan_micro(st["closing_balance"]), st
     # The publisher's stats.
     st = m.d.get(f"/v1/apps/{slug}/stats", key=pub.key).json()["days"]
     assert st[0]["calls"] == 2 and st[0]["cold_starts"] == 1 and st[0]["earnings_micro"] == sum(earnings), st
@@ -180,6 +196,79 @@ def test_usage_batch_sent_twice_is_charged_once(market):
     r = m.signed("POST", "/internal/gateway/reports", {"gateway_id": "gw-x", "demand": [], "usage": [], "x": 1})
     assert r.status_code == 400
     assert len(m.calls(app["id"])) == 1
+    assert_ledger_ok(m)
+
+
+def test_a_call_is_priced_as_admitted_an_error_is_free_and_a_long_one_pays_its_day(market):
+    m = market
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, price_per_second="0.001")
+    n = iter(range(100))
+
+    def settle(**fields):
+        rec = {"id": f"gw-x-{next(n):04d}pric", "app_id": app["id"], "user_id": con.id, "key_id": con.key_id,
+               "at": int(time.time()), "status": 200, "input_tokens": 10, "output_tokens": 20, "duration_ms": 0,
+               "cold_start": 0, "completed": 1, **fields}
+        r = m.signed("POST", "/internal/gateway/reports", {"gateway_id": "gw-x", "demand": [], "usage": [rec]})
+        assert r.status_code == 200 and r.json()["accepted"] == [rec["id"]], r.text
+        [(charge,)] = m.d.sql("SELECT charge FROM app_calls WHERE id = ?", [rec["id"]])
+        return charge
+
+    admitted = {"request": 10000, "input_1k": 2000, "output_1k": 4000, "second": 1000}
+    # The publisher raises every price after the calls were let in: each is
+    # charged at the price it was admitted at.
+    r = m.d.request("PATCH", f"/v1/apps/{app['slug']}", key=pub.key, json={
+        "price_per_request": "900.00", "price_per_1k_input_tokens": "900.00", "price_per_1k_output_tokens": "900.00",
+        "price_per_second": "900.00"})
+    assert r.status_code == 200, r.text
+    assert settle(prices=admitted, duration_ms=2000) == price(10, 20) + 2 * 1000
+    # Lowered since: the lower price now.
+    r = m.d.request("PATCH", f"/v1/apps/{app['slug']}", key=pub.key, json={"price_per_request": "0.001"})
+    assert r.status_code == 200, r.text
+    assert settle(prices=admitted) == price(10, 20, per_request=1000)
+    # A record from a gateway that stamps no prices (an older journal): today's.
+    assert settle() == price(10, 20, per_request=1000, p_in=900_000_000, p_out=900_000_000)
+    # An error answer costs nothing, whatever tokens the replica claimed.
+    assert settle(prices=admitted, status=500, input_tokens=100_000_000, output_tokens=100_000_000) == 0
+    # A call past a day is charged its first day, not dropped as free.
+    assert settle(prices=admitted, input_tokens=0, output_tokens=0, duration_ms=3 * 86_400_000) == \
+        1000 + 86_400 * 1000
+    # Stamped prices out of range or misshapen are refused, and charge nothing.
+    for bad in ({"request": -1, "input_1k": 0, "output_1k": 0, "second": 0},
+                {"request": 10**15, "input_1k": 0, "output_1k": 0, "second": 0},
+                {"request": 1, "input_1k": 0, "output_1k": 0}, {"request": "1", "input_1k": 0, "output_1k": 0,
+                                                                "second": 0}, [1, 2, 3, 4]):
+        rec = {"id": f"gw-x-{next(n):04d}pric", "app_id": app["id"], "user_id": con.id, "key_id": con.key_id,
+               "at": int(time.time()), "status": 200, "input_tokens": 1, "output_tokens": 1, "duration_ms": 0,
+               "cold_start": 0, "completed": 1, "prices": bad}
+        r = m.signed("POST", "/internal/gateway/reports", {"gateway_id": "gw-x", "demand": [], "usage": [rec]})
+        assert r.status_code == 200 and r.json()["rejected"][0]["id"] == rec["id"], r.text
+    assert len(m.calls(app["id"])) == 5
+    assert_ledger_ok(m)
+
+
+def test_a_suspended_publisher_is_neither_served_listed_nor_scaled(market):
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, min_replicas=1)
+    gw = m.gateway()
+    poll(lambda: len(m.live_replicas(app["id"])) == 1, DEADLINE, "a replica for min_replicas 1")
+    poll(lambda: gw.call(app["slug"], CHAT, con.key, json={"messages": [{"role": "user", "content": "hi"}]})
+         .status_code == 200, DEADLINE, "the gateway serving the app")
+    r = m.d.post(f"/v1/admin/users/{pub.id}/suspend", key=m.d.admin_key, json={"reason": "abuse report"})
+    assert r.status_code == 200, r.text
+    # Not in the market, not served, and no replica is started for demand:
+    # the scaler says why instead.
+    r = m.signed("POST", "/internal/gateway/reports", {"gateway_id": "gw-x", "usage": [], "demand": [
+        {"app_id": app["id"], "in_flight": 0, "queued": 4, "busy": []}]})
+    assert r.status_code == 200, r.text
+    assert all(a["slug"] != app["slug"] for a in requests.get(m.d.base_url + "/v1/apps", timeout=10).json()["data"])
+    poll(lambda: gw.call(app["slug"], CHAT, con.key, json={"messages": [{"role": "user", "content": "hi"}]})
+         .status_code == 404, DEADLINE, "the gateway to stop serving the app")
+    poll(lambda: m.d.sql("SELECT count(*) FROM app_events WHERE app_id = ? AND kind = 'scale_refused'"
+                         " AND detail LIKE '%suspended%'", [app["id"]])[0][0] > 0, DEADLINE, "a refused scale-up")
+    assert m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND desired = 'running'", [app["id"]])[0][0] == 0
     assert_ledger_ok(m)
 
 
