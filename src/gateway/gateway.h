@@ -14,11 +14,13 @@
  *            for its id, re-read and resent at start; the progress of
  *            calls being answered, recorded at start for any the last
  *            gateway did not finish
- *   proxy.c  one call: key, app, limits and funds checked, a replica
- *            chosen (or waited for), the upstream called on the one
- *            upstream thread (libcurl's multi interface) and its answer
- *            streamed through, usage taken from what the
- *            upstream reported in what was delivered */
+ *   proxy.c  one call: key, app, limits and funds checked at its
+ *            headers (before its body is read), a replica chosen (or
+ *            waited for), the upstream called on the one upstream thread
+ *            (libcurl's multi interface, with idle and total time limits)
+ *            and its answer streamed through, usage taken from what the
+ *            upstream reported in what was delivered, bounded by the bytes
+ *            that passed, and stamped with the prices it was admitted at */
 #ifndef GPURENT_GATEWAY_H
 #define GPURENT_GATEWAY_H
 
