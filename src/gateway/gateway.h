@@ -14,11 +14,13 @@
  *            for its id, re-read and resent at start; the progress of
  *            calls being answered, recorded at start for any the last
  *            gateway did not finish
- *   proxy.c  one call: key, app, limits and funds checked, a replica
- *            chosen (or waited for), the upstream called on the one
- *            upstream thread (libcurl's multi interface) and its answer
- *            streamed through, usage taken from what the
- *            upstream reported in what was delivered */
+ *   proxy.c  one call: key, app, limits and funds checked at its
+ *            headers (before its body is read), a replica chosen (or
+ *            waited for), the upstream called on the one upstream thread
+ *            (libcurl's multi interface, with idle and total time limits)
+ *            and its answer streamed through, usage taken from what the
+ *            upstream reported in what was delivered, bounded by the bytes
+ *            that passed, and stamped with the prices it was admitted at */
 #ifndef GPURENT_GATEWAY_H
 #define GPURENT_GATEWAY_H
 
@@ -37,6 +39,8 @@ struct gateway_opts {
     int64_t sync_ms;           /* between state refreshes */
     int64_t report_ms;         /* between reports */
     int64_t cold_start_s;      /* longest a call waits for a replica */
+    int64_t upstream_idle_s;   /* longest an upstream may send nothing */
+    int64_t max_call_s;        /* longest a call's upstream may last */
     int64_t max_pending;       /* usage records held in memory while gpurentd is away */
     char state_dir[1024];      /* the usage journal's directory */
 };
@@ -47,7 +51,9 @@ struct gw_call_app {
     char app_id[ID_MAX];
     char user_id[ID_MAX];
     char key_id[ID_MAX];
-    int64_t price_request;
+    /* The app's prices when the call was admitted (micro-yuan), stamped on
+     * its usage record. */
+    int64_t price_request, price_input_1k, price_output_1k, price_second;
 };
 
 /* state.c */
@@ -57,9 +63,13 @@ void gw_state_stop(void);
 void gw_copy_info(int64_t *good_syncs, int64_t *age_ms);
 /* Checks the bearer token, the app's visibility, rate limits and funds for
  * slug: 0 with out filled, or an HTTP status (401, 404, 429 with
- * *retry_after, 402, 503 before any copy) and a message. */
+ * *retry_after, 402, 503 before any copy) and a message. Funds must cover
+ * the per-call price of each of the consumer's calls in flight, this one
+ * included: an admitted call counts as one until gw_consumer_release. */
 int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64_t *retry_after, char *msg,
              size_t msglen);
+/* The consumer's admitted call has ended. */
+void gw_consumer_release(const char *user_id);
 /* Picks the ready replica of app with the fewest calls outstanding, none
  * of the n_avoid in avoid, and one that failed a call unanswered in the
  * last GW_REFUSED_MS only if no other is left, and counts one more on it: its

@@ -24,6 +24,8 @@ struct gateway_opts gw_opts = {
     .sync_ms = 1000,
     .report_ms = 1000,
     .cold_start_s = 120,
+    .upstream_idle_s = 300,
+    .max_call_s = 3600,
     .max_pending = 100000,
     .state_dir = "/var/lib/gpurent-gateway",
 };
@@ -38,6 +40,9 @@ static void usage(FILE *f)
                "  --sync-ms MS                between refreshes of the copy (1000)\n"
                "  --report-ms MS              between reports of demand and usage (1000)\n"
                "  --cold-start-timeout-s S    longest a call waits for a replica to start (120)\n"
+               "  --upstream-idle-s S         a call whose replica sends nothing for S s is ended (300);\n"
+               "                              504 if nothing was answered yet\n"
+               "  --max-call-s S              a call is ended S s after its replica was called (3600)\n"
                "  --max-pending N             usage records held in memory while gpurentd is away (100000)\n"
                "  --state-dir DIR             the usage journal: records not yet answered by gpurentd, resent\n"
                "                              after a restart or a crash (/var/lib/gpurent-gateway)\n"
@@ -89,6 +94,10 @@ static int parse(int argc, char **argv)
             rc = int_opt(o, v, 50, 600000, &gw_opts.report_ms);
         else if (strcmp(o, "--cold-start-timeout-s") == 0)
             rc = int_opt(o, v, 0, 3600, &gw_opts.cold_start_s);
+        else if (strcmp(o, "--upstream-idle-s") == 0)
+            rc = int_opt(o, v, 1, 86400, &gw_opts.upstream_idle_s);
+        else if (strcmp(o, "--max-call-s") == 0)
+            rc = int_opt(o, v, 1, 86000, &gw_opts.max_call_s);
         else if (strcmp(o, "--max-pending") == 0)
             rc = int_opt(o, v, 1, 10000000, &gw_opts.max_pending);
         else if (strcmp(o, "--state-dir") == 0)

@@ -1,6 +1,9 @@
 /* proxy.c: one call through the gateway (see gateway.h). A thread of the
  * HTTP pool checks the key, the app, the limits and the funds against the
- * copy and takes the replica with the fewest calls outstanding; the
+ * copy as soon as the request's headers are in, before any of its body is
+ * read (only an admitted call's body is buffered, so a connection without
+ * a valid key holds no more than its headers), and once the body is in
+ * takes the replica with the fewest calls outstanding; the
  * upstream thread, which drives every call's upstream through one libcurl
  * multi handle, then calls the replica while the answer is streamed back
  * as it comes. No thread waits for a client, a replica or an upstream:
@@ -40,15 +43,19 @@
 #include "gpurent/utf8.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #define GW_BODY_MAX (8u << 20)    /* a request's body */
 #define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
+#define GW_TAIL_KEEP (64u << 10)  /* of one over GW_KEEP_MAX, the end kept to find its usage in */
 #define GW_BUFFER_MAX (1u << 20)  /* answer bytes waiting for a slow client */
 #define GW_EVENT_MAX (256u << 10) /* one server-sent event */
 #define GW_CONNECT_TRIES 3        /* replicas tried when they fail a call unanswered */
@@ -82,6 +89,7 @@ struct call {
     size_t n_tried;
     char content_type[128];
     char method[16];   /* the consumer's, passed on */
+    int admitted;      /* key, app, limits and funds passed, at the headers */
     int counted;       /* in the app's in_flight */
     int recorded;      /* its usage record is journaled and queued */
     char record_id[100]; /* its usage record's id, made on first use; "" before */
@@ -119,10 +127,12 @@ struct call {
     int streamed;
     char *event; /* a server-sent event being read */
     size_t event_len;
-    char *keep; /* a whole answer being read */
+    char *keep; /* a whole answer being read, or (keep_tail) the end of one */
     size_t keep_len;
+    int keep_tail; /* the answer outgrew GW_KEEP_MAX: keep holds its last GW_TAIL_KEEP bytes */
     int delivered_all;
-    int64_t input_tokens, output_tokens;
+    int64_t input_tokens, output_tokens; /* as the upstream reported them */
+    int64_t delivered_bytes; /* answer bytes handed to the client */
     int status_sent;
 };
 
@@ -224,19 +234,91 @@ static void take_usage(struct call *c, json_t *j)
     }
 }
 
+/* Keeps the last GW_TAIL_KEEP bytes of a non-streamed answer too big to
+ * keep whole, with the n more at p: its usage is then read from its end
+ * (usage_from_tail), where OpenAI-style answers put it. Skipping the
+ * pieces that did not fit, as before, left a hole and no usage at all. */
+static void keep_tail(struct call *c, const char *p, size_t n)
+{
+    if (!c->keep_tail) {
+        c->keep_tail = 1;
+        if (c->keep_len > GW_TAIL_KEEP) {
+            memmove(c->keep, c->keep + c->keep_len - GW_TAIL_KEEP, GW_TAIL_KEEP);
+            c->keep_len = GW_TAIL_KEEP;
+        }
+        char *fit = realloc(c->keep, GW_TAIL_KEEP + 1);
+        if (!fit) {
+            free(c->keep); /* no usage then: charged no tokens (finish_usage) */
+            c->keep = NULL;
+            c->keep_len = 0;
+            return;
+        }
+        c->keep = fit;
+    }
+    if (!c->keep)
+        return;
+    if (n >= GW_TAIL_KEEP) {
+        memcpy(c->keep, p + n - GW_TAIL_KEEP, GW_TAIL_KEEP);
+        c->keep_len = GW_TAIL_KEEP;
+    } else {
+        size_t room = GW_TAIL_KEEP - n;
+        if (c->keep_len > room) {
+            memmove(c->keep, c->keep + c->keep_len - room, room);
+            c->keep_len = room;
+        }
+        memcpy(c->keep + c->keep_len, p, n);
+        c->keep_len += n;
+    }
+    c->keep[c->keep_len] = '\0';
+}
+
+/* The usage of an answer of which only its end is kept: the last
+ * `"usage": {...}` there that is a key of the JSON (its quote not escaped,
+ * so not text inside a string) and parses. */
+static void usage_from_tail(struct call *c)
+{
+    json_t *found = NULL;
+    for (char *at = c->keep; (at = strstr(at, "\"usage\"")) != NULL; at++) {
+        size_t slashes = 0;
+        while (at - (ptrdiff_t)slashes > c->keep && at[-1 - (ptrdiff_t)slashes] == '\\')
+            slashes++;
+        if (slashes % 2)
+            continue;
+        const char *v = at + 7;
+        v += strspn(v, " \t\r\n");
+        if (*v++ != ':')
+            continue;
+        v += strspn(v, " \t\r\n");
+        json_t *u = *v == '{' ? json_loads(v, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+        if (json_is_object(u)) {
+            json_decref(found);
+            found = u;
+        } else {
+            json_decref(u);
+        }
+    }
+    if (found) {
+        json_t *wrap = json_pack("{s:o}", "usage", found);
+        take_usage(c, wrap);
+        json_decref(wrap);
+    }
+}
+
 /* Reads the events whole in the bytes just handed to the client. */
 static void scan_delivered(struct call *c, const char *p, size_t n)
 {
     if (!c->streamed) {
-        if (c->keep_len + n <= GW_KEEP_MAX) {
+        if (!c->keep_tail && c->keep_len + n <= GW_KEEP_MAX) {
             char *grown = realloc(c->keep, c->keep_len + n + 1);
             if (grown) {
                 memcpy(grown + c->keep_len, p, n);
                 c->keep = grown;
                 c->keep_len += n;
                 c->keep[c->keep_len] = '\0';
+                return;
             }
         }
+        keep_tail(c, p, n);
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -450,6 +532,14 @@ static void up_start(struct call *c)
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, c->up_headers);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+    /* A replica that never answers, or stops mid-answer, would hold the
+     * call (and its client) for ever: it is ended after --upstream-idle-s
+     * without a byte (under a byte a second over that time: libcurl's low
+     * speed check). A call lasts --max-call-s at most, so its record's
+     * duration stays within what gpurentd takes (a day). */
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, (long)gw_opts.upstream_idle_s);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(gw_opts.max_call_s * 1000));
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, up_header);
     curl_easy_setopt(curl, CURLOPT_HEADERDATA, c);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, up_body);
@@ -502,9 +592,54 @@ static void up_done(struct call *c, CURLcode rc)
     up_end(c, rc);
 }
 
+/* Whether the client of a suspended connection closed (or reset) it: a
+ * peek reads 0 bytes, or fails otherwise than for want of data. */
+static int client_closed(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info)
+        return 0;
+    char b;
+    ssize_t r = recv(info->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* libmicrohttpd watches no suspended connection, so a client that left
+ * while its call waits for the upstream's first byte would be noticed
+ * only when the replica answers or --upstream-idle-s passes, its replica
+ * busy meanwhile. Called on the upstream thread about once a second: each
+ * such client's socket is peeked at, and a call whose client closed is
+ * ended (its connection then completes, recorded as unanswered). A
+ * connection cannot complete while suspended, so its socket is still its
+ * own. */
+static void end_calls_of_gone_clients(void)
+{
+    enum { BATCH = 64 };
+    struct call *gone[BATCH];
+    size_t n = 0;
+    pthread_mutex_lock(&live_lock);
+    for (struct call *c = live; c && n < BATCH; c = c->next_live) {
+        pthread_mutex_lock(&c->lock);
+        if (c->suspended && c->phase == P_WAIT_HEADERS && c->has_upstream && !c->headers_done && !c->finished &&
+            !c->client_gone && client_closed(c->conn)) {
+            c->client_gone = 1;
+            c->refs++; /* until it is ended below */
+            gone[n++] = c;
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_unlock(&live_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (gone[i]->up_state != UP_ENDED)
+            up_end(gone[i], CURLE_ABORTED_BY_CALLBACK);
+        call_unref(gone[i]);
+    }
+}
+
 static void *up_main(void *arg)
 {
     (void)arg;
+    int64_t peeked_ms = 0;
     for (;;) {
         pthread_mutex_lock(&up_lock);
         int quit = up_quit;
@@ -533,6 +668,10 @@ static void *up_main(void *arg)
         if (quit)
             return NULL;
         curl_multi_poll(multi, NULL, 0, 1000, NULL);
+        if (clock_mono_ms() - peeked_ms >= 1000) {
+            peeked_ms = clock_mono_ms();
+            end_calls_of_gone_clients();
+        }
     }
 }
 
@@ -587,6 +726,7 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     pthread_mutex_unlock(&c->lock);
     if (go_on)
         up_enqueue(c);
+    c->delivered_bytes += (int64_t)n;
     scan_delivered(c, buf, n);
     note_progress(c, more);
     return (ssize_t)n;
@@ -809,12 +949,26 @@ static json_t *usage_record(struct call *c, int completed)
     }
     int64_t now = clock_mono_ms();
     int64_t up = c->upstream_ms ? now - c->upstream_ms : 0;
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id", c->record_id, "app_id",
+    /* The upstream ends by --max-call-s; a slow client taking the last
+     * bytes after it adds nothing to the call's time. */
+    if (up > gw_opts.max_call_s * 1000)
+        up = gw_opts.max_call_s * 1000;
+    /* The replica's counts are its word only: bounded by what passed
+     * through here, a token being at least a byte of text each way. */
+    int64_t in = c->input_tokens < (int64_t)c->body_len ? c->input_tokens : (int64_t)c->body_len;
+    int64_t out = c->output_tokens < c->delivered_bytes ? c->output_tokens : c->delivered_bytes;
+    /* The prices the call was admitted with: gpurentd charges each no
+     * more than this, whatever the app's price is when the record lands. */
+    json_t *prices = json_pack("{s:I, s:I, s:I, s:I}", "request", (json_int_t)c->app.price_request, "input_1k",
+                               (json_int_t)c->app.price_input_1k, "output_1k", (json_int_t)c->app.price_output_1k,
+                               "second", (json_int_t)c->app.price_second);
+    if (!prices)
+        return NULL;
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "id", c->record_id, "app_id",
                      c->app.app_id, "user_id", c->app.user_id, "key_id", c->app.key_id, "at",
                      (json_int_t)clock_wall(), "status", (json_int_t)(c->status_sent > 0 ? c->status_sent : 502),
-                     "input_tokens", (json_int_t)c->input_tokens, "output_tokens", (json_int_t)c->output_tokens,
-                     "duration_ms", (json_int_t)up, "cold_start", (json_int_t)c->cold_start, "completed",
-                     (json_int_t)completed);
+                     "input_tokens", (json_int_t)in, "output_tokens", (json_int_t)out, "duration_ms", (json_int_t)up,
+                     "cold_start", (json_int_t)c->cold_start, "completed", (json_int_t)completed, "prices", prices);
 }
 
 static void record_usage(struct call *c)
@@ -841,6 +995,27 @@ static void note_progress(struct call *c, int more)
     json_decref(r);
 }
 
+/* Logs, once per app (of the first GW_NO_USAGE_APPS), that an answer too
+ * big to keep had no usage in its end, so went uncharged for tokens: the
+ * publisher's server should put `usage` last. */
+#define GW_NO_USAGE_APPS 256
+static void log_no_usage_once(const char *app_id)
+{
+    static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
+    static char logged[GW_NO_USAGE_APPS][ID_MAX];
+    static int n_logged;
+    pthread_mutex_lock(&logged_lock);
+    int seen = 0;
+    for (int i = 0; i < n_logged && !seen; i++)
+        seen = strcmp(logged[i], app_id) == 0;
+    if (!seen && n_logged < GW_NO_USAGE_APPS) {
+        snprintf(logged[n_logged++], ID_MAX, "%s", app_id);
+        log_warn("gateway: app %s answered over %u MiB without a `usage` in its last %u KiB: no tokens charged"
+                 " (logged once per app)", app_id, GW_KEEP_MAX >> 20, GW_TAIL_KEEP >> 10);
+    }
+    pthread_mutex_unlock(&logged_lock);
+}
+
 /* Records the call's usage once, from what was delivered: a whole JSON
  * answer's `usage` is read here, the stream's as it went. Called from the
  * connection's thread only. */
@@ -849,10 +1024,16 @@ static void finish_usage(struct call *c)
     if (!c->counted || c->recorded)
         return;
     c->recorded = 1;
-    if (!c->streamed && c->delivered_all && c->keep) {
+    if (!c->streamed && c->delivered_all && c->keep && !c->keep_tail) {
         json_t *j = json_loads(c->keep, 0, NULL);
         take_usage(c, j);
         json_decref(j);
+    } else if (!c->streamed && c->delivered_all && c->keep_tail) {
+        if (c->keep)
+            usage_from_tail(c);
+        /* No usage in its end: no tokens charged (never an estimate). */
+        if (c->input_tokens == 0 && c->output_tokens == 0)
+            log_no_usage_once(c->app.app_id);
     }
     record_usage(c);
 }
@@ -907,11 +1088,14 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
     pthread_mutex_lock(&c->lock);
     int got = c->headers_done;
     long up_status = c->status;
+    CURLcode rc = c->curl_rc;
     char type[128];
     snprintf(type, sizeof type, "%s", c->up_type);
     pthread_mutex_unlock(&c->lock);
     if (!got && ending)
         return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
+    if (!got && rc == CURLE_OPERATION_TIMEDOUT)
+        return reply_counted_error(conn, c, 504, "gateway_timeout", "the replica did not answer in time", 0);
     if (!got)
         return reply_counted_error(conn, c, 502, "bad_gateway", "the replica did not answer", 0);
     c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
@@ -986,19 +1170,21 @@ static enum MHD_Result start_upstream(struct MHD_Connection *conn, struct call *
     return MHD_YES;
 }
 
-/* A whole request: the key, the app, the limits and the funds, then a
- * replica now or (suspended) once one is ready. */
-static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const char *url)
+/* The key, the app, the limits and the funds, checked as soon as the
+ * request's headers are in and before a byte of its body is read: a body
+ * is buffered (up to GW_BODY_MAX) only for a call that may be made, so
+ * connections without a valid key cost no more than their headers. 0 with
+ * c->app filled, or an error answer was queued (*r): libmicrohttpd then
+ * reads no body and closes the connection after the answer. */
+static int admit_headers(struct MHD_Connection *conn, struct call *c, const char *url, enum MHD_Result *r)
 {
     const char *rest = url + 6; /* after "/apps/" */
     const char *slash = strchr(rest, '/');
     char slug[64];
     size_t sl = slash ? (size_t)(slash - rest) : strlen(rest);
     if (sl == 0 || sl >= sizeof slug)
-        return reply_error(conn, 404, "not_found", "no such app", 0);
+        return *r = reply_error(conn, 404, "not_found", "no such app", 0), -1;
     snprintf(slug, sizeof slug, "%.*s", (int)sl, rest);
-    if (c->too_large)
-        return reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0);
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     const char *token = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
     char msg[256];
@@ -1014,8 +1200,22 @@ static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const 
         for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
             if (strcmp(codes[i][0], s) == 0)
                 code = codes[i][1];
-        return reply_error(conn, (unsigned)status, code, msg, retry);
+        return *r = reply_error(conn, (unsigned)status, code, msg, retry), -1;
     }
+    c->admitted = 1; /* counted in flight for its consumer until gw_completed */
+    /* A body announced over the bound is refused before it is read too. */
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > GW_BODY_MAX)
+        return *r = reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0), -1;
+    return 0;
+}
+
+/* A whole request of an admitted call: a replica now or (suspended) once
+ * one is ready. */
+static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const char *url)
+{
+    if (c->too_large)
+        return reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0);
     gw_app_count(c->app.app_id, 1, 0);
     c->counted = 1;
     int64_t wait_s = gw_opts.cold_start_s;
@@ -1055,6 +1255,9 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
         snprintf(c->method, sizeof c->method, "%s", method);
         live_add(c);
         *con_cls = c;
+        enum MHD_Result r;
+        if (strncmp(url, "/apps/", 6) == 0 && admit_headers(conn, c, url, &r) < 0)
+            return r;
         return MHD_YES;
     }
     if (*upload_size) {
@@ -1087,7 +1290,7 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
     }
     if (strcmp(url, "/healthz") == 0)
         return reply_health(conn);
-    if (strncmp(url, "/apps/", 6) != 0)
+    if (strncmp(url, "/apps/", 6) != 0 || !c->admitted)
         return reply_error(conn, 404, "not_found", "calls go to /apps/{slug}/…", 0);
     return admit(conn, c, url);
 }
@@ -1110,6 +1313,8 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
     finish_usage(c);
     if (c->counted)
         gw_app_count(c->app.app_id, -1, 0);
+    if (c->admitted)
+        gw_consumer_release(c->app.user_id);
     live_remove(c);
     call_unref(c);
 }

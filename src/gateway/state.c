@@ -17,7 +17,8 @@
 #include <string.h>
 
 #define GW_MAX_REPLICAS 1024
-#define GW_MAX_WINDOWS 4096
+#define GW_WINDOWS_FIRST 4096  /* rate-limit windows to start with; the table doubles when full */
+#define GW_WINDOWS_MAX (1 << 22) /* beyond which a call is refused 429 rather than go uncounted */
 #define GW_REPORT_BATCH 500
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -40,12 +41,55 @@ static struct app_count {
 } apps_count[GW_MAX_REPLICAS];
 static int n_apps_count;
 
-/* Fixed one-minute windows per (key, app) and per app. */
+/* Calls in flight per consumer (admitted, not yet ended): funds must
+ * cover each, as the copy's funds are what they were at the last sync and
+ * nothing is drawn until a call's record is settled. At most one per
+ * connection, so GW_MAX_CONSUMERS slots (libmicrohttpd's connection limit
+ * in main.c) always hold them. */
+#define GW_MAX_CONSUMERS 4096
+static struct consumer_count {
+    char user_id[ID_MAX];
+    int in_flight;
+} consumers[GW_MAX_CONSUMERS];
+/* A consumer with funds under GW_SMALL_FUNDS and no per-call price (only
+ * token or time prices, which are not known before the call ends) has at
+ * most GW_SMALL_FUNDS_CALLS calls in flight. */
+#define GW_SMALL_FUNDS 1000000 /* micro-yuan: 1 yuan */
+#define GW_SMALL_FUNDS_CALLS 3
+
+static struct consumer_count *consumer_slot(const char *user_id, int create)
+{
+    struct consumer_count *free_slot = NULL;
+    for (int i = 0; i < GW_MAX_CONSUMERS; i++) {
+        if (consumers[i].in_flight > 0 && strcmp(consumers[i].user_id, user_id) == 0)
+            return &consumers[i];
+        if (!free_slot && consumers[i].in_flight == 0)
+            free_slot = &consumers[i];
+    }
+    if (!create || !free_slot)
+        return NULL;
+    snprintf(free_slot->user_id, sizeof free_slot->user_id, "%s", user_id);
+    return free_slot;
+}
+
+void gw_consumer_release(const char *user_id)
+{
+    pthread_mutex_lock(&lock);
+    struct consumer_count *u = consumer_slot(user_id, 0);
+    if (u)
+        u->in_flight--;
+    pthread_mutex_unlock(&lock);
+}
+
+/* Fixed one-minute windows per (key, app) and per app; a slot of an
+ * earlier minute is reused, and the table grows when every slot is of
+ * this minute, so no call goes uncounted. */
 static struct window {
     char key[2 * ID_MAX + 2];
     int64_t minute;
     int64_t count;
-} windows[GW_MAX_WINDOWS];
+} *windows;
+static int n_windows;
 
 /* When the copy was taken, on this machine's monotonic clock: with the
  * copy's `at` it gives gpurentd's time, which keys' expiries and calls'
@@ -127,9 +171,27 @@ static int64_t calls_elsewhere(const char *app_id, const char *key_id, int64_t m
     return sum;
 }
 
+/* Doubles the window table (under the lock): its first new slot, or NULL
+ * when it is at GW_WINDOWS_MAX or memory is out. */
+static struct window *windows_grow(void)
+{
+    int n = n_windows ? 2 * n_windows : GW_WINDOWS_FIRST;
+    if (n > GW_WINDOWS_MAX)
+        return NULL;
+    struct window *grown = realloc(windows, (size_t)n * sizeof *grown);
+    if (!grown)
+        return NULL;
+    memset(grown + n_windows, 0, (size_t)(n - n_windows) * sizeof *grown);
+    windows = grown;
+    struct window *first = &windows[n_windows];
+    n_windows = n;
+    return first;
+}
+
 /* Counts one call in key's window; 0, or the seconds until the window
  * ends when limit calls were made in it already, here and (elsewhere)
- * through other gateways. */
+ * through other gateways, or when no window could be kept for it (a call
+ * is never let through uncounted). */
 static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, int64_t now)
 {
     if (limit <= 0)
@@ -138,7 +200,7 @@ static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, in
     if (elsewhere >= limit)
         return (minute + 1) * 60 - now;
     struct window *free_slot = NULL;
-    for (int i = 0; i < GW_MAX_WINDOWS; i++) {
+    for (int i = 0; i < n_windows; i++) {
         struct window *w = &windows[i];
         if (w->key[0] && strcmp(w->key, key) == 0) {
             if (w->minute != minute) {
@@ -153,11 +215,13 @@ static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, in
         if (!free_slot && (!w->key[0] || w->minute < minute))
             free_slot = w;
     }
-    if (free_slot) {
-        snprintf(free_slot->key, sizeof free_slot->key, "%s", key);
-        free_slot->minute = minute;
-        free_slot->count = 1;
+    if (!free_slot && !(free_slot = windows_grow())) {
+        log_error("gateway: no room for another rate-limit window; refusing %s until the minute ends", key);
+        return (minute + 1) * 60 - now;
     }
+    snprintf(free_slot->key, sizeof free_slot->key, "%s", key);
+    free_slot->minute = minute;
+    free_slot->count = 1;
     return 0;
 }
 
@@ -223,18 +287,34 @@ int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64
             wait = window_take(app_id, json_integer_value(json_object_get(app, "rate_per_app")),
                                calls_elsewhere(app_id, NULL, minute), now);
         json_int_t price = json_integer_value(json_object_get(app, "price_request"));
+        int metered = json_integer_value(json_object_get(app, "price_input_1k")) > 0 ||
+                             json_integer_value(json_object_get(app, "price_output_1k")) > 0 ||
+                             json_integer_value(json_object_get(app, "price_second")) > 0;
         json_t *funds = json_object_get(json_object_get(copy, "funds"), user);
         json_int_t have = json_integer_value(funds);
+        struct consumer_count *u = consumer_slot(user, 1);
+        int64_t flying = u ? u->in_flight : 0;
         if (wait) {
             status = 429, *retry_after = wait;
             snprintf(msg, msglen, "rate limit of %.40s reached; retry in %lld s", slug, (long long)wait);
-        } else if (have <= 0 || have < price) {
-            status = 402, snprintf(msg, msglen, "your funds do not cover a call of %.40s; top up first", slug);
+        } else if (!u) {
+            status = 503, *retry_after = 1;
+            snprintf(msg, msglen, "the gateway is at its limit of calls; retry");
+        } else if (have <= 0 || have / (flying + 1) < price) {
+            status = 402, snprintf(msg, msglen, "your funds do not cover %s call of %.40s; top up first",
+                                   flying ? "another concurrent" : "a", slug);
+        } else if (price == 0 && metered && have < GW_SMALL_FUNDS && flying >= GW_SMALL_FUNDS_CALLS) {
+            status = 402, snprintf(msg, msglen, "with funds under 1 yuan, at most %d calls may be in flight; top up"
+                                   " first", GW_SMALL_FUNDS_CALLS);
         } else {
+            u->in_flight++;
             snprintf(out->app_id, sizeof out->app_id, "%s", app_id);
             snprintf(out->user_id, sizeof out->user_id, "%s", user);
             snprintf(out->key_id, sizeof out->key_id, "%s", key_id);
             out->price_request = price;
+            out->price_input_1k = json_integer_value(json_object_get(app, "price_input_1k"));
+            out->price_output_1k = json_integer_value(json_object_get(app, "price_output_1k"));
+            out->price_second = json_integer_value(json_object_get(app, "price_second"));
         }
     }
     pthread_mutex_unlock(&lock);
@@ -547,4 +627,7 @@ void gw_state_stop(void)
     json_decref(copy);
     json_decref(pending);
     copy = pending = NULL;
+    free(windows);
+    windows = NULL;
+    n_windows = 0;
 }

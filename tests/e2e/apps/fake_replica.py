@@ -1,0 +1,48 @@
+"""fake_replica.py PORT MODE: an app replica that misbehaves, run by the
+sim runtime as an app's command (test_gateway_hardening.py). GET /health
+answers 200 (so the agent's check passes); a POST, by MODE:
+
+  liar     answers at once a tiny JSON body whose `usage` claims a million
+           tokens each way
+  silent   reads the request and never answers (nor closes)
+  huge     answers a JSON body of about 5 MB with no `usage` but text that
+           ends with one (escaped, inside the string)
+"""
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PORT, MODE = int(sys.argv[1]), sys.argv[2]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.reply(200, {"status": "ok"})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if MODE == "silent":
+            threading.Event().wait()  # holds the connection, answering nothing
+        if MODE == "huge":
+            text = "x" * (5 << 20) + '"usage": {"prompt_tokens": 7, "completion_tokens": 7}'
+            return self.reply(200, {"choices": [{"text": text}]})
+        self.reply(200, {"choices": [{"text": "hi"}],
+                         "usage": {"prompt_tokens": 1000000, "completion_tokens": 1000000}})
+
+
+ThreadingHTTPServer.daemon_threads = True
+ThreadingHTTPServer(("0.0.0.0", PORT), Handler).serve_forever()

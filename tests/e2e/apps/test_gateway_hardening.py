@@ -1,0 +1,309 @@
+"""test_gateway_hardening.py: gpurent-gateway against consumers and
+replicas that do not play fair, with a real gpurentd, a sim fleet and
+replicas that are either `gpurent-agent sim-model-server` or
+fake_replica.py (a replica that lies about its usage or never answers).
+A request without a valid key, or for no app, is refused at its headers,
+before any of its body is read; token counts are bounded by the bytes
+that passed through the gateway; a replica that never answers is cut
+after --upstream-idle-s (504); a call is ended after --max-call-s; a
+non-streamed answer over the 4 MiB kept whole is still charged its
+tokens; rate-limit windows never run out."""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import requests
+
+from agent_util import poll
+from apps_util import DEADLINE, assert_ledger_ok, free_port
+
+FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_replica.py")
+
+
+def fake_app(m, mode, **fields):
+    """On a fleet of one node, an app whose one replica is fake_replica.py
+    in mode, running, and a consumer: (app, consumer)."""
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    port = free_port()
+    app = m.publish(pub, min_replicas=1, max_replicas=1, model_port=port,
+                    command=[sys.executable, FAKE, str(port), mode], **fields)
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'",
+                         [app["id"]])[0][0], DEADLINE, "a running replica")
+    return app, con
+
+
+def ready_in_copy(m, gw, app_id):
+    """Waits until the gateway's copy lists a ready replica of app_id (a call
+    then goes straight to it)."""
+    def ready():
+        apps = [x for x in m.signed("GET", "/internal/gateway/state").json()["apps"] if x["id"] == app_id]
+        return apps and apps[0]["replicas"]
+    poll(ready, DEADLINE, "a ready replica in the copy")
+    first = requests.get(gw.url + "/healthz", timeout=10).json()["syncs"]
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["syncs"] >= first + 2, DEADLINE, "two syncs")
+
+
+def rss_kb(gw):
+    with open(f"/proc/{gw.proc.pid}/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("VmRSS:")))
+
+
+def test_requests_without_a_key_are_refused_before_their_body(market):
+    """Connections announcing a body of nearly 8 MiB and sending a little of
+    it: without a key (or with one, for no app) each is answered 401 (404)
+    with the JSON error at once, without waiting for the rest, and the
+    gateway's memory does not grow by the bodies announced."""
+    m = market
+    pub, con = m.user(), m.user()
+    app = m.publish(pub)
+    gw = m.gateway()
+    before = rss_kb(gw)
+    head = ("POST /apps/{slug}/v1/completions HTTP/1.1\r\nHost: gw\r\n{auth}Content-Type: application/json\r\n"
+            "Content-Length: 8000000\r\n\r\n")
+    cases = [("anything", "", 401, "unauthorized"),
+             ("anything", "Authorization: Bearer gpk_nonsense\r\n", 401, "unauthorized"),
+             ("no-such-app", f"Authorization: Bearer {con.key}\r\n", 404, "not_found")]
+    socks = []
+    for slug, auth, status, code in cases * 8:
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE)
+        s.sendall(head.format(slug=slug, auth=auth).encode() + b"{" + b" " * 65536)
+        socks.append((s, status, code))
+    for s, status, code in socks:
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)  # the socket's timeout is the deadline
+            assert chunk, reply
+            reply += chunk
+        head_text, _, body = reply.partition(b"\r\n\r\n")
+        assert head_text.startswith(b"HTTP/1.1 %d " % status) and b"Content-Type: application/json" in head_text
+        assert json.loads(body)["error"]["code"] == code, body
+    for s, _, _ in socks:
+        s.close()
+    assert rss_kb(gw) - before < 64 * 1024, (before, rss_kb(gw))
+    # A body announced over the bound is refused before it is read too.
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE)
+    s.sendall(head.format(slug=app["slug"], auth=f"Authorization: Bearer {con.key}\r\n").replace(
+        "8000000", str(9 << 20)).encode())
+    reply = s.recv(65536)
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 413 ") and b'"body_too_large"' in reply, reply
+    assert requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 0
+
+
+def test_token_counts_are_bounded_by_the_bytes_that_passed(market):
+    """A replica whose usage claims a million tokens each way for a body of
+    a few bytes: the call is charged at most a token per byte of the
+    request and per byte of the answer delivered."""
+    m = market
+    app, con = fake_app(m, "liar")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    body = b'{"prompt": "hi"}'
+    r = requests.post(f"{gw.url}/apps/{app['slug']}/v1/completions", data=body, timeout=DEADLINE,
+                      headers={"Authorization": f"Bearer {con.key}", "Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 1000000, r.text
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[2], row[3]) == (200, len(body), len(r.content)), row
+    assert row[4] == 10000 + (len(body) * 2000 + len(r.content) * 4000) // 1000, row
+    assert_ledger_ok(m)
+
+
+def test_a_replica_that_never_answers_is_cut_after_upstream_idle_s(market):
+    """A replica that reads the call and answers nothing: with
+    --upstream-idle-s 1 the call is answered 504 within seconds (it was
+    held for ever), recorded as the gateway's error (nothing charged), and
+    the gateway holds no call afterwards."""
+    m = market
+    app, con = fake_app(m, "silent")
+    gw = m.gateway(extra=("--upstream-idle-s", "1"))
+    ready_in_copy(m, gw, app["id"])
+    t0 = time.monotonic()
+    r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi"}, timeout=30)
+    assert r.status_code == 504 and r.json()["error"]["code"] == "gateway_timeout", r.text
+    assert time.monotonic() - t0 < 20
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[3], row[4]) == (504, 0, 0), row
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 0, DEADLINE, "no call left")
+    assert_ledger_ok(m)
+
+
+def test_a_call_is_ended_after_max_call_s(market):
+    """A stream of 300 tokens 100 ms apart (30 s) through a gateway with
+    --max-call-s 2: it is cut short, as a client leaving would cut it, and
+    charged for what was delivered with a duration of at most 2 s."""
+    m = market
+    app, con = m.running_app(token_ms=100)
+    gw = m.gateway(extra=("--max-call-s", "2"))
+    ready_in_copy(m, gw, app["id"])
+    words = " ".join(f"w{i}" for i in range(300))
+    t0 = time.monotonic()
+    r = gw.call(app["slug"], "/v1/completions", con.key, stream=True, json={"prompt": words, "stream": True})
+    events = []
+    try:
+        for line in r.iter_lines():
+            if line.startswith(b"data: "):
+                events.append(line[6:])
+    except requests.exceptions.ChunkedEncodingError:
+        pass  # the stream was cut mid-answer
+    assert time.monotonic() - t0 < 20 and b"[DONE]" not in events and 0 < len(events) < 300, len(events)
+    [row] = m.wait_calls(app["id"], 1)
+    assert row[8] == 0 and 0 < row[3] < 300, row
+    [(duration,)] = m.d.sql("SELECT duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
+    assert 1000 <= duration <= 2000, duration
+    assert_ledger_ok(m)
+
+
+def test_a_large_answer_is_charged_its_tokens(market):
+    """A non-streamed answer of about 5 MB, over the 4 MiB the gateway keeps
+    whole to read its usage: the usage is found in its end and charged (it
+    was charged no tokens: the kept copy had a hole and did not parse)."""
+    m = market
+    app, con = m.running_app(token_ms=0)
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    words = " ".join(f"{i:03d}" + "x" * 97 for i in range(100))
+    tokens = 50000
+    r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": words, "max_tokens": tokens})
+    assert r.status_code == 200 and len(r.content) > 4 << 20, (r.status_code, len(r.content))
+    assert r.json()["usage"]["completion_tokens"] == tokens
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[2], row[3], row[8]) == (200, 100, tokens, 1), row
+    assert row[4] == 10000 + (100 * 2000 + tokens * 4000) // 1000, row
+    assert_ledger_ok(m)
+
+
+def test_a_large_answer_without_usage_is_charged_no_tokens(market):
+    """A 5 MB answer with no `usage` of its own (only the text of one, inside
+    a string, at its end): no tokens are charged (never an estimate, never
+    the byte bound), and the gateway says so once for the app."""
+    m = market
+    app, con = fake_app(m, "huge")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    for _ in range(2):
+        r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi"})
+        assert r.status_code == 200 and len(r.content) > 5 << 20
+    rows = m.wait_calls(app["id"], 2)
+    assert [(row[1], row[2], row[3], row[4]) for row in rows] == [(200, 0, 0, 10000)] * 2, rows
+    assert gw.text().count(f"app {app['id']} answered over 4 MiB without a `usage`") == 1, gw.text()[-2000:]
+    assert_ledger_ok(m)
+
+
+def test_rate_limits_hold_past_4096_windows(market):
+    """4100 keys, each with a limit of one call a minute on one app, each
+    call once within a minute: every key's second call is refused 429,
+    including those of the keys past the 4096 windows the gateway used to
+    hold (they went through uncounted)."""
+    m = market
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, rate_limit_per_key=1)
+    s = requests.Session()
+    keys = [s.post(m.d.url("/v1/api-keys"), headers={"Authorization": f"Bearer {con.key}"},
+                   json={"name": f"k{i}"}, timeout=30).json()["token"] for i in range(4100)]
+    gw = m.gateway()
+
+    def now():
+        return m.signed("GET", "/internal/gateway/state").json()["at"]
+    poll(lambda: now() % 60 < 20, 70, "the first third of a minute")
+    minute = now() // 60
+    g = requests.Session()
+
+    def call(key):
+        r = g.post(f"{gw.url}/apps/{app['slug']}/v1/completions", json={"prompt": "hi"}, timeout=30,
+                   headers={"Authorization": f"Bearer {key}", "X-Gpurent-Wait-Seconds": "0"})
+        return r.status_code
+    assert {call(k) for k in keys} == {503}  # counted, then no replica
+    assert [call(k) for k in keys[-8:]] == [429] * 8
+    assert call(keys[0]) == 429
+    assert now() // 60 == minute, "the minute ended mid-test; its windows started again"
+
+
+
+def test_funds_cover_every_call_in_flight(market):
+    """A consumer with 0.025 yuan and an app at 0.01 a call whose replica
+    never answers: two calls in flight at once, and a third while they
+    wait is refused 402 (every one got in: the funds were checked against
+    one call's price). Both end 504 after --upstream-idle-s, which costs
+    nothing, and then a call gets in again (the count went down)."""
+    m = market
+    app, _ = fake_app(m, "silent")
+    poor = m.d.signup(verify=False)  # no trial credit
+    r = m.d.post(f"/v1/admin/users/{poor.id}/topups", key=m.d.admin_key,
+                 json={"amount": "0.025", "payment_id": f"pay-{poor.id}"})
+    assert r.status_code in (200, 201), r.text
+    gw = m.gateway(extra=("--upstream-idle-s", "4"))
+    ready_in_copy(m, gw, app["id"])
+    results = []
+
+    def call():
+        results.append(gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"}).status_code)
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 2, DEADLINE, "two calls in flight")
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"})
+    assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text
+    for t in threads:
+        t.join()
+    assert results == [504, 504], results
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"})
+    assert r.status_code == 504, r.text
+    rows = m.wait_calls(app["id"], 3)
+    assert [(row[1], row[4]) for row in rows] == [(504, 0)] * 3, rows
+    assert_ledger_ok(m)
+
+
+def test_a_call_is_charged_the_prices_it_was_admitted_with(market):
+    """Each usage record carries the app's four prices at the call's
+    admission. A publisher who raises the per-call price after a call and
+    before its record reaches gpurentd (here: the gateway reports only
+    when it stops) does not get the higher price for it: gpurentd charges
+    each price component at most as stamped."""
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, min_replicas=1, max_replicas=1)
+    gw = m.gateway(report_ms=600000)
+    ready_in_copy(m, gw, app["id"])
+    r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "one two three"})
+    assert r.status_code == 200, r.text
+    with open(os.path.join(gw.state_dir, "usage.journal")) as f:
+        [record] = [j for j in map(json.loads, f.read().splitlines()) if "id" in j]
+    assert record["prices"] == {"request": 10000, "input_1k": 2000, "output_1k": 4000, "second": 0}, record
+    r = m.d.request("PATCH", f"/v1/apps/{app['slug']}", key=pub.key, json={"price_per_request": "0.05"})
+    assert r.status_code == 200, r.text
+    first = requests.get(gw.url + "/healthz", timeout=10).json()["syncs"]
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["syncs"] >= first + 2, DEADLINE, "two syncs")
+    gw.stop()  # its last report sends the record
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[2], row[3]) == (200, 3, 3) and row[4] == 10000 + (3 * 2000 + 3 * 4000) // 1000, row
+    assert_ledger_ok(m)
+
+
+def test_a_client_that_leaves_while_the_replica_is_silent_ends_its_call(market):
+    """A call to a replica that never answers, whose client closes its
+    connection while it waits: the gateway notices (the connection was
+    suspended, so nothing watched it) and ends the call within seconds,
+    long before --upstream-idle-s (300), recording it unanswered and
+    uncharged."""
+    m = market
+    app, con = fake_app(m, "silent")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    body = b'{"prompt": "hi"}'
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE)
+    s.sendall(f"POST /apps/{app['slug']}/v1/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {con.key}\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    calls = lambda: requests.get(gw.url + "/healthz", timeout=10).json()["calls"]
+    poll(lambda: m.d.sql("SELECT in_flight FROM app_demand WHERE app_id = ?", [app["id"]]) == [(1,)], DEADLINE,
+         "the call in flight")
+    assert calls() == 1
+    s.close()
+    poll(lambda: calls() == 0, 20, "the call of the client gone to end")
+    [row] = m.wait_calls(app["id"], 1)
+    assert row[4] == 0 and row[1] >= 500, row
+    assert_ledger_ok(m)
