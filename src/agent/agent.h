@@ -136,6 +136,9 @@ struct agent_conf {
     int64_t pull_timeout_s;        /* bound on one image pull */
     int64_t command_timeout_s;     /* bound on mount, run, inspect, stop, rm */
     int64_t stop_timeout_s;        /* grace given to a container on stop */
+    int64_t container_millicpus_per_card;  /* a container's CPU share per card, 0 = the host's CPUs / its cards */
+    int64_t container_memory_mb_per_card;  /* its memory per card, 0 = the host's memory / its cards */
+    int64_t container_pids_limit;          /* processes in one container, 0 = no limit */
     int64_t check_interval_s;      /* how often running containers are inspected */
     int64_t retry_interval_s;      /* wait before retrying a failed removal */
     int64_t sim_pull_ms;           /* sim: time spent pulling */
@@ -835,6 +838,7 @@ struct oci_host {
     int n_rdma;                   /* entries of rdma */
     long video_gid, render_gid;   /* --group-add for ROCm; -1 when the host has no such group */
     char (*render_nodes)[FABRIC_RENDER_NODE_MAX]; /* ROCm: the render node of each card of the spec, in its order */
+    int64_t millicpus, memory_mb, pids_limit;     /* the container's limits; 0 = none given */
     const char *shm_size;         /* --shm-size for multi-node */
     const char *cluster_dir;      /* the cluster files to mount (hostfile, hostfile.mpi, ssh/); NULL none */
 };

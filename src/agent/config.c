@@ -232,6 +232,12 @@ const struct conf_option agent_options[] = {
     OPT_INT(pull_timeout_s, 10, 86400, 3600, "bound on one image pull"),
     OPT_INT(command_timeout_s, 1, 3600, 120, "bound on mount, run, inspect, stop and rm"),
     OPT_INT(stop_timeout_s, 0, 3600, 30, "seconds a container gets to exit on stop before it is killed"),
+    OPT_INT(container_millicpus_per_card, 0, 10000000, 0,
+            "CPU a container may use per card it has, in thousandths of a CPU (--cpus); 0 = the host's CPUs "
+            "divided by its cards"),
+    OPT_INT(container_memory_mb_per_card, 0, 1073741824, 0,
+            "memory a container may use per card it has, in MiB (--memory); 0 = the host's memory divided by its cards"),
+    OPT_INT(container_pids_limit, 0, 4194304, 32768, "processes one container may run (--pids-limit); 0 = no limit"),
     OPT_INT(check_interval_s, 1, 3600, 10, "seconds between checks that running containers still run"),
     OPT_INT(retry_interval_s, 1, 3600, 10, "seconds before a failed stop or unmount is tried again"),
     OPT_INT(sim_pull_ms, 0, 3600000, 2000, "sim: milliseconds spent pulling"),

@@ -104,6 +104,20 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
     /* The image was pulled in its own phase; never pull again here. */
     argv_add(a, "--pull");
     argv_add(a, "never");
+    /* Its share of the host, so that one renter's runaway (memory, a fork
+     * bomb, every core) does not take the node from the others on it. */
+    if (c->host && c->host->millicpus > 0) {
+        argv_add(a, "--cpus");
+        argv_addf(a, "%lld.%03lld", (long long)(c->host->millicpus / 1000), (long long)(c->host->millicpus % 1000));
+    }
+    if (c->host && c->host->memory_mb > 0) {
+        argv_add(a, "--memory");
+        argv_addf(a, "%lldm", (long long)c->host->memory_mb);
+    }
+    if (c->host && c->host->pids_limit > 0) {
+        argv_add(a, "--pids-limit");
+        argv_addf(a, "%lld", (long long)c->host->pids_limit);
+    }
     if (s->n_gpus > 0) {
         if (strcmp(s->stack, "CUDA") == 0) {
             if (c->docker) {
@@ -661,13 +675,37 @@ int oci_cluster_dir(const struct runtime *rt, const struct workload *w, char *ou
     return n < 0 || (size_t)n >= outlen ? -1 : 0;
 }
 
-/* What w's run line needs of this host: its cluster files written (before
- * every start, so a restarted container sees them whole), RDMA devices
- * for a multi-node workload, and the video and render gids for ROCm. */
+/* A container's limits: its cards' share of the host's CPUs and memory
+ * (or what the configuration gives per card), and the process cap. A
+ * workload without cards counts as one. */
+static void oci_limits(const struct runtime *rt, const struct wl_spec *s, struct oci_host *host)
+{
+    const struct agent_conf *conf = rt->conf;
+    int64_t cards = s->n_gpus > 0 ? s->n_gpus : 1;
+    pthread_mutex_lock(&rt->agent->inv.lock);
+    int64_t node_cards = (int64_t)rt->agent->inv.facts.n_cards;
+    pthread_mutex_unlock(&rt->agent->inv.lock);
+    if (node_cards < cards)
+        node_cards = cards;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    host->millicpus = conf->container_millicpus_per_card > 0 ? conf->container_millicpus_per_card * cards
+                      : cpus > 0                            ? (int64_t)cpus * 1000 * cards / node_cards
+                                                            : 0;
+    host->memory_mb = conf->container_memory_mb_per_card > 0 ? conf->container_memory_mb_per_card * cards
+                      : pages > 0 && page > 0 ? (int64_t)((__int128)pages * page / (1024 * 1024) * cards / node_cards)
+                                              : 0;
+    host->pids_limit = conf->container_pids_limit;
+}
+
+/* What w's run line needs of this host: its limits, its cluster files
+ * written (before every start, so a restarted container sees them whole),
+ * RDMA devices for a multi-node workload, and for ROCm its cards' render
+ * nodes and the video and render gids. */
 static int oci_host_for(const struct runtime *rt, const struct workload *w, struct oci_host *host, char *dir,
                         size_t dirlen, char *msg, size_t msglen)
 {
     const struct wl_spec *s = &w->spec;
+    oci_limits(rt, s, host);
     if (s->cluster.present) {
         char ssh_dir[PATH_MAX + 8];
         if (oci_cluster_dir(rt, w, dir, dirlen) < 0 || snprintf(ssh_dir, sizeof ssh_dir, "%s/ssh", dir) < 0) {

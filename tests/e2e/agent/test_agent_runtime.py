@@ -179,13 +179,21 @@ def real_agent(tmp_path, standins):
         opts = {"runtime": runtime, "inventory_model": model, "mount_root": standins.mount_root,
                 "mountinfo_file": standins.mountinfo, "check_interval_s": "1", "retry_interval_s": "1",
                 "stop_timeout_s": "7", "group_file": standins.group_file, "rdma_device_dir": standins.rdma_dir,
-                "kfd_topology_dir": standins.kfd_dir, **options}
+                "kfd_topology_dir": standins.kfd_dir, "container_millicpus_per_card": "500",
+                "container_memory_mb_per_card": "1024", "container_pids_limit": "4096", **options}
         a = Agent(tmp_path / f"agent{len(made)}", options=opts, env=standins.env)
         made.append(a)
         return a
     yield make
     for a in made:
         a.stop()
+
+
+def limits(cards):
+    """A container's limits under the fixture's options: per card half a CPU
+    and 1 GiB, and 4096 processes (a workload without cards counts one)."""
+    return ["--cpus", f"{cards * 500 // 1000}.{cards * 500 % 1000:03d}", "--memory", f"{cards * 1024}m",
+            "--pids-limit", "4096"]
 
 
 def env_file(agent, wid):
@@ -210,7 +218,7 @@ def test_podman_rocm_command_lines(real_agent, standins):
                         "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}", "gpurent-wl_rocm"]
     assert calls[3] == [
         "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
-        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri/renderD130",
+        "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD130",
         "--device", "/dev/dri/renderD131", "--group-add", "44", "--group-add", "109",
         "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "rocm/pytorch:2.3-rocm6.2"]
     # The env travels in a 0600 file, sorted by name, removed after run.
@@ -243,7 +251,7 @@ def test_docker_cuda_command_lines(real_agent, standins):
     run = [c for c in standins.calls() if c[:2] == ["docker", "run"]]
     assert run == [[
         "docker", "run", "--detach", "--name", "gpurent-wl_cuda", "--label", "gpurent.workload=wl_cuda",
-        "--pull", "never", "--gpus", '"device=0,5"', "--env-file", env_file(a, "wl_cuda"),
+        "--pull", "never", *limits(2), "--gpus", '"device=0,5"', "--env-file", env_file(a, "wl_cuda"),
         "nvcr.io/nvidia/pytorch:24.05-py3"]]
     assert standins.env_file("wl_cuda") == ("A=1\n", "600")
     assert standins.calls("mount") == []  # no volumes, nothing mounted
@@ -257,7 +265,7 @@ def test_podman_cuda_uses_cdi_devices(real_agent, standins):
     assert a.put("/v1/workloads/wl_cdi", json={"image": "pytorch/pytorch:2.3", "gpus": [1, 3]}).status_code == 201
     a.wait_phase("wl_cdi", "running")
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
-    assert run[9:] == ["--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3", "--ipc=host",
+    assert run[9:] == [*limits(2), "--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3", "--ipc=host",
                        "--shm-size=8g", "pytorch/pytorch:2.3"]
 
 
@@ -499,7 +507,7 @@ def test_command_working_dir_and_secret_env(real_agent, standins):
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]]
     assert run == [[
         "podman", "run", "--detach", "--name", "gpurent-wl_cmd", "--label", "gpurent.workload=wl_cmd",
-        "--pull", "never", "--env-file", env_file(a, "wl_cmd"), "--workdir", "/shared/proj",
+        "--pull", "never", *limits(1), "--env-file", env_file(a, "wl_cmd"), "--workdir", "/shared/proj",
         "registry.example.com:5000/team/train:1", "python3", "train.py", "--lr", "3e-4"]]
     assert standins.env_file("wl_cmd") == (f"HF_TOKEN={SECRET}\nMODE=fast\n", "600")
     assert not os.path.exists(env_file(a, "wl_cmd"))
@@ -571,7 +579,7 @@ def test_multi_node_command_line_and_cluster_files(real_agent, standins, rank_ke
     # /etc/hosts entries for the ranks with an IP, the files read-only.
     assert run == [[
         runtime, "run", "--detach", "--name", "gpurent-wl_mn", "--label", "gpurent.workload=wl_mn",
-        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
+        "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
         "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109",
         "--network", "host",
         "--device", f"{standins.rdma_dir}/rdma_cm", "--device", f"{standins.rdma_dir}/uverbs0",
@@ -643,7 +651,7 @@ def test_single_node_gets_none_of_the_multi_node_additions(real_agent, standins,
     # and nothing of host networking, RDMA, memlock, shm or cluster files.
     assert run == [[
         runtime, "run", "--detach", "--name", "gpurent-wl_one", "--label", "gpurent.workload=wl_one",
-        "--pull", "never", "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
+        "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
         "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109",
         "-p", "30007:8888/tcp", "rocm/pytorch:2.3-rocm6.2"]]
     assert not os.path.exists(os.path.join(a.state_dir, "cluster"))
@@ -684,3 +692,16 @@ def test_a_rocm_card_without_a_render_node_is_not_started(real_agent, standins, 
     w = a.wait_phase("wl_nokfd", "failed")
     assert "cannot read the KFD topology" in w["message"], w
     assert not [c for c in standins.calls() if c[:2] == ["podman", "run"]]
+
+
+def test_a_containers_limits_are_its_cards_share_of_the_host(real_agent, standins):
+    # Unset, the share is the host's CPUs and memory times its cards over
+    # the node's (MI450 inventory: 8 cards); 0 processes means no cap.
+    a = real_agent(container_millicpus_per_card="0", container_memory_mb_per_card="0", container_pids_limit="0")
+    assert a.put("/v1/workloads/wl_share", json={"image": "busybox", "gpus": [0, 1]}).status_code == 201
+    a.wait_phase("wl_share", "running")
+    run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
+    cpus = os.sysconf("SC_NPROCESSORS_ONLN") * 1000 * 2 // 8
+    mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024) * 2 // 8
+    assert run[9:13] == ["--cpus", f"{cpus // 1000}.{cpus % 1000:03d}", "--memory", f"{mem}m"], run
+    assert "--pids-limit" not in run
