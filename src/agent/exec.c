@@ -88,6 +88,7 @@ static void keep_all(struct exec_capture *c, struct exec_result *r, const char *
         return;
     if (n > c->cap - c->len) {
         r->overflowed = 1;
+        c->full = 1;
         return;
     }
     memcpy(c->buf + c->len, data, n);

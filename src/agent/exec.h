@@ -17,6 +17,7 @@ struct exec_capture {
     char *buf;  /* cap bytes; not NUL-terminated */
     size_t cap; /* more stdout than fits in buf kills the command */
     size_t len; /* bytes of buf in use; exec_run appends from here */
+    int full;   /* some of this stream did not fit and was dropped */
 };
 
 struct exec_opts {

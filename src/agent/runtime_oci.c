@@ -496,7 +496,8 @@ int oci_parse_log_line(const char *line, size_t n, int64_t *t_ms, size_t *text_a
 }
 
 /* Most output one poll of `logs` may bring per stream; a container printing
- * more than this between two checks loses the excess of that interval. */
+ * more than this between two checks loses the excess of that interval
+ * (see skip_a_full_second). */
 #define OCI_LOG_POLL_MAX (1024 * 1024)
 
 /* Appends the complete lines of one stream's output that are newer than its
@@ -528,6 +529,19 @@ static void append_new_lines(const char *dir, const struct runtime *rt, struct w
     }
 }
 
+/* After a poll that filled its buffer without a line past the second it
+ * asked from: that second alone holds more than OCI_LOG_POLL_MAX, and as
+ * --since has whole seconds, every later poll would read the same first
+ * bytes of it again and the log would stop for good. The rest of that
+ * second is given up instead: the mark moves to the next one. */
+static void skip_a_full_second(const struct exec_capture *got, int64_t since_s, struct oci_log_mark *mark)
+{
+    if (got->full && mark->ms / 1000 <= since_s) {
+        mark->ms = (since_s + 1) * 1000;
+        mark->same = 0;
+    }
+}
+
 /* Appends what the container printed on stdout and stderr since the last
  * poll to its log: `logs` replays each stream of the container on its own. */
 static void collect_logs(const struct runtime *rt, struct workload *w)
@@ -543,7 +557,8 @@ static void collect_logs(const struct runtime *rt, struct workload *w)
         int64_t o = w->oci_log[0].ms, e = w->oci_log[1].ms;
         since_ms = !o ? e : !e ? o : o < e ? o : e;
     }
-    oci_argv_logs(&c, w->id, since_ms > 0 ? since_ms / 1000 : 0, &a);
+    int64_t since_s = since_ms > 0 ? since_ms / 1000 : 0;
+    oci_argv_logs(&c, w->id, since_s, &a);
     struct exec_capture out = {.buf = malloc(OCI_LOG_POLL_MAX), .cap = OCI_LOG_POLL_MAX};
     struct exec_capture err = {.buf = malloc(OCI_LOG_POLL_MAX), .cap = OCI_LOG_POLL_MAX};
     if (!out.buf || !err.buf || a.overflow) {
@@ -562,6 +577,8 @@ static void collect_logs(const struct runtime *rt, struct workload *w)
     }
     append_new_lines(dir, rt, w, 'o', &out, &w->oci_log[0]);
     append_new_lines(dir, rt, w, 'e', &err, &w->oci_log[1]);
+    skip_a_full_second(&out, since_s, &w->oci_log[0]);
+    skip_a_full_second(&err, since_s, &w->oci_log[1]);
     free(out.buf);
     free(err.buf);
 }

@@ -160,7 +160,7 @@ static void split_words(const char *words, char *store, size_t cap, char *av[MAX
 int discovery_run(const char *tool, char *const argv[], int timeout_s, struct gpu_facts *out, char *err, size_t errlen)
 {
     const struct default_cmd *cmds;
-    struct exec_capture cap = {NULL, DISCOVERY_MAX_OUTPUT, 0};
+    struct exec_capture cap = {.cap = DISCOVERY_MAX_OUTPUT};
     int64_t deadline_ms;
     parser_fn parse;
     int rc = -1;

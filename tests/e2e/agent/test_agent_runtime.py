@@ -32,11 +32,25 @@ TOOL = textwrap.dedent(r"""
     last=""; for a in "$@"; do last="$a"; done
     # `logs` is polled at every check: recorded apart, so the other
     # tests' call sequences stay as they were; prints CONTAINER.out, and
-    # CONTAINER.err on stderr, as the real tool replays each stream.
+    # CONTAINER.err on stderr, as the real tool replays each stream: the
+    # lines dated from the whole second --since names on (and any line
+    # without a date, which the agent skips).
     if [ "$1" = logs ]; then
         { printf '%s' "$tool"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG.logs"
-        [ -f "$STANDIN_STATE/$last.err" ] && cat "$STANDIN_STATE/$last.err" >&2
-        [ -f "$STANDIN_STATE/$last.out" ] && cat "$STANDIN_STATE/$last.out"
+        from="$4"
+        since() { python3 -c '
+    import calendar, sys, time
+    since = int(sys.argv[1])
+    for line in open(sys.argv[2], errors="replace"):
+        try:
+            t = calendar.timegm(time.strptime(line[:19], "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            t = since
+        if t >= since:
+            sys.stdout.write(line)
+    ' "$from" "$1"; }
+        [ -f "$STANDIN_STATE/$last.err" ] && since "$STANDIN_STATE/$last.err" >&2
+        [ -f "$STANDIN_STATE/$last.out" ] && since "$STANDIN_STATE/$last.out"
         exit 0
     fi
     { printf '%s' "$tool"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG"
@@ -705,3 +719,23 @@ def test_a_containers_limits_are_its_cards_share_of_the_host(real_agent, standin
     mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024) * 2 // 8
     assert run[9:13] == ["--cpus", f"{cpus // 1000}.{cpus % 1000:03d}", "--memory", f"{mem}m"], run
     assert "--pids-limit" not in run
+
+
+def test_a_second_of_output_over_the_poll_buffer_does_not_stop_the_log(real_agent, standins):
+    # --since has whole seconds and a poll keeps 1 MiB a stream: a second
+    # holding more used to be read again from its start at every poll, and
+    # no later line was ever collected. Its excess is given up instead.
+    a = real_agent()
+    assert a.put("/v1/workloads/wl_flood", json={"image": "busybox"}).status_code == 201
+    a.wait_phase("wl_flood", "running")
+    now = int(time.time())
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".500000000Z"
+    with open(os.path.join(standins.state, "gpurent-wl_flood.out"), "w") as f:
+        for i in range(12000):
+            f.write(f"{stamp(now)} flood line {i:05d} " + "x" * 80 + "\n")
+        f.write(f"{stamp(now + 1)} after the flood\n")
+
+    def after():
+        body = a.get("/v1/workloads/wl_flood/logs?tail=5").json()
+        return any(l["text"] == "after the flood" for l in body["lines"]) or None
+    poll(after, 30, "the line after a second of over 1 MiB")
