@@ -656,7 +656,7 @@ static void test_exec_capture(void **state)
 {
     struct exec_result r;
     char buf[64];
-    struct exec_capture cap = {buf, sizeof buf, 0};
+    struct exec_capture cap = {.buf = buf, .cap = sizeof buf};
     struct exec_opts o = {.deadline_ms = clock_mono_ms() + 10000, .out = &cap};
 
     char *both[] = {W("sh"), W("-c"), W("echo out; echo err >&2; echo more"), NULL};
@@ -674,6 +674,7 @@ static void test_exec_capture(void **state)
     char *flood[] = {W("yes"), NULL};
     assert_int_equal(exec_run(flood, &o, &r), -1);
     assert_true(r.overflowed);
+    assert_true(cap.full); /* the stream that did not fit says so */
     assert_false(r.timed_out);
     assert_true(cap.len <= sizeof buf);
     assert_true(clock_mono_ms() - t0 < 5000);
