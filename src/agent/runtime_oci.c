@@ -497,7 +497,7 @@ int oci_parse_log_line(const char *line, size_t n, int64_t *t_ms, size_t *text_a
 
 /* Most output one poll of `logs` may bring per stream; a container printing
  * more than this between two checks loses the excess of that interval
- * (see skip_a_full_second). */
+ * (see logs_move_on). */
 #define OCI_LOG_POLL_MAX (1024 * 1024)
 
 /* Appends the complete lines of one stream's output that are newer than its
@@ -529,17 +529,42 @@ static void append_new_lines(const char *dir, const struct runtime *rt, struct w
     }
 }
 
-/* After a poll that filled its buffer without a line past the second it
- * asked from: that second alone holds more than OCI_LOG_POLL_MAX, and as
- * --since has whole seconds, every later poll would read the same first
- * bytes of it again and the log would stop for good. The rest of that
- * second is given up instead: the mark moves to the next one. */
-static void skip_a_full_second(const struct exec_capture *got, int64_t since_s, struct oci_log_mark *mark)
+/* Moves a stream's mark up to at least ms (none of its lines before ms is
+ * still to be collected). */
+static void mark_at_least(struct oci_log_mark *mark, int64_t ms)
 {
-    if (got->full && mark->ms / 1000 <= since_s) {
-        mark->ms = (since_s + 1) * 1000;
+    if (mark->ms < ms) {
+        mark->ms = ms;
         mark->same = 0;
     }
+}
+
+/* Where the next poll starts: the two streams are read from the older
+ * mark, so each poll must move both on, or the log stops for good (every
+ * poll reading the same first OCI_LOG_POLL_MAX again).
+ *   A poll read whole: every line dated before it began was collected, so
+ *   a stream that printed nothing since (its mark left behind) moves up to
+ *   a second before then.
+ *   A poll cut short: the other stream is taken to be read as far as the
+ *   full one got (the tool writes both in time order), and if the full one
+ *   got no further than the second asked from, that second alone holds
+ *   more than a poll keeps (--since has whole seconds): the rest of it is
+ *   given up and both move to the next. */
+static void logs_move_on(const struct exec_result *r, const struct exec_capture *got, struct oci_log_mark *marks,
+                         int64_t since_s, int64_t polled_ms)
+{
+    if (!r->overflowed) {
+        for (int i = 0; i < 2; i++)
+            mark_at_least(&marks[i], polled_ms - 1000);
+        return;
+    }
+    int64_t reached = 0;
+    for (int i = 0; i < 2; i++)
+        if (got[i].full && marks[i].ms > reached)
+            reached = marks[i].ms;
+    int64_t floor_ms = reached / 1000 <= since_s ? (since_s + 1) * 1000 : reached / 1000 * 1000;
+    for (int i = 0; i < 2; i++)
+        mark_at_least(&marks[i], floor_ms);
 }
 
 /* Appends what the container printed on stdout and stderr since the last
@@ -569,6 +594,7 @@ static void collect_logs(const struct runtime *rt, struct workload *w)
     }
     struct exec_opts o = {.deadline_ms = clock_mono_ms() + rt->conf->command_timeout_s * 1000,
                           .cancel = &w->cancel, .stop = &rt->agent->stopping, .out = &out, .err = &err};
+    int64_t polled_ms = clock_wall_ms();
     int rc = exec_run(a.v, &o, &r);
     argv_free(&a);
     if (rc != 0 && !r.overflowed) {
@@ -577,8 +603,10 @@ static void collect_logs(const struct runtime *rt, struct workload *w)
     }
     append_new_lines(dir, rt, w, 'o', &out, &w->oci_log[0]);
     append_new_lines(dir, rt, w, 'e', &err, &w->oci_log[1]);
-    skip_a_full_second(&out, since_s, &w->oci_log[0]);
-    skip_a_full_second(&err, since_s, &w->oci_log[1]);
+    if (rc == 0 || r.overflowed) {
+        struct exec_capture got[2] = {out, err};
+        logs_move_on(&r, got, w->oci_log, since_s, polled_ms);
+    }
     free(out.buf);
     free(err.buf);
 }

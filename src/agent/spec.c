@@ -95,17 +95,27 @@ static int image_valid(const char *s, size_t len)
 /* Volume sources go into the mount command template: printable ASCII, no
  * blanks (a word must stay one word), no leading '-' (an option to mount),
  * and, with a bind-mount template, nothing that names the host's root or
- * climbs out of where volumes live: not "/" alone, no ".." segment. */
+ * climbs out of where volumes live: every '/'-separated segment of its
+ * path (after a "host:" of NFS) is a name, not empty ("/", "a//b", "a/"),
+ * "." or "..". */
 static int source_valid(const char *s, size_t len)
 {
-    if (len == 0 || len >= SPEC_SOURCE_MAX || s[0] == '-' || (len == 1 && s[0] == '/'))
+    if (len == 0 || len >= SPEC_SOURCE_MAX || s[0] == '-')
         return 0;
-    for (size_t i = 0; i < len; i++) {
+    for (size_t i = 0; i < len; i++)
         if (s[i] <= ' ' || s[i] > '~')
             return 0;
-        int starts_segment = i == 0 || s[i - 1] == '/' || s[i - 1] == ':';
-        if (starts_segment && s[i] == '.' && i + 1 < len && s[i + 1] == '.' && (i + 2 == len || s[i + 2] == '/'))
+    const char *colon = memchr(s, ':', len), *path = colon ? colon + 1 : s, *end = s + len;
+    if (path < end && *path == '/')
+        path++;
+    for (const char *seg = path; seg <= end;) {
+        const char *slash = memchr(seg, '/', (size_t)(end - seg));
+        size_t n = (size_t)((slash ? slash : end) - seg);
+        if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
             return 0;
+        if (!slash)
+            break;
+        seg = slash + 1;
     }
     return 1;
 }

@@ -46,6 +46,10 @@ struct gateway_opts {
 };
 extern struct gateway_opts gw_opts;
 
+/* Connections the gateway serves at once (libmicrohttpd's limit); each
+ * holds at most one call, so counts per call fit tables of this size. */
+#define GW_MAX_CONNECTIONS 4096
+
 /* What a call learned of its app and consumer from the copy. */
 struct gw_call_app {
     char app_id[ID_MAX];

@@ -211,7 +211,7 @@ int main(int argc, char **argv)
             (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
         0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
         on_done, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)4096, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)GW_HTTP_THREADS,
+        (unsigned int)GW_MAX_CONNECTIONS, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)GW_HTTP_THREADS,
         /* Room for what the guard lets through, which it refuses beyond
          * with the API's error (the library's default was less). */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_GUARD_CONNECTION_MEMORY, MHD_OPTION_END);

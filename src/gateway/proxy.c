@@ -593,7 +593,9 @@ static void up_done(struct call *c, CURLcode rc)
 }
 
 /* Whether the client of a suspended connection closed (or reset) it: a
- * peek reads 0 bytes, or fails otherwise than for want of data. */
+ * peek reads 0 bytes, or fails otherwise than for want of data. A client
+ * that only shut its sending side after the request (no HTTP client does;
+ * HTTP/1.1 keeps the connection for its answer) is taken to have left. */
 static int client_closed(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);

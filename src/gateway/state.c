@@ -44,9 +44,8 @@ static int n_apps_count;
 /* Calls in flight per consumer (admitted, not yet ended): funds must
  * cover each, as the copy's funds are what they were at the last sync and
  * nothing is drawn until a call's record is settled. At most one per
- * connection, so GW_MAX_CONSUMERS slots (libmicrohttpd's connection limit
- * in main.c) always hold them. */
-#define GW_MAX_CONSUMERS 4096
+ * connection, so GW_MAX_CONSUMERS slots always hold them. */
+#define GW_MAX_CONSUMERS GW_MAX_CONNECTIONS
 static struct consumer_count {
     char user_id[ID_MAX];
     int in_flight;
@@ -81,15 +80,14 @@ void gw_consumer_release(const char *user_id)
     pthread_mutex_unlock(&lock);
 }
 
-/* Fixed one-minute windows per (key, app) and per app; a slot of an
- * earlier minute is reused, and the table grows when every slot is of
- * this minute, so no call goes uncounted. */
+/* Fixed one-minute windows per (key, app) and per app, for the current
+ * minute only (window_take). */
 static struct window {
-    char key[2 * ID_MAX + 2];
-    int64_t minute;
-    int64_t count;
+    char key[2 * ID_MAX + 2]; /* "" for an empty slot */
+    int64_t count;            /* calls in windows_minute */
 } *windows;
-static int n_windows;
+static int n_windows, windows_used; /* slots (a power of two), and those in use */
+static int64_t windows_minute = -1; /* the minute every window counts */
 
 /* When the copy was taken, on this machine's monotonic clock: with the
  * copy's `at` it gives gpurentd's time, which keys' expiries and calls'
@@ -171,27 +169,48 @@ static int64_t calls_elsewhere(const char *app_id, const char *key_id, int64_t m
     return sum;
 }
 
-/* Doubles the window table (under the lock): its first new slot, or NULL
- * when it is at GW_WINDOWS_MAX or memory is out. */
-static struct window *windows_grow(void)
+/* FNV-1a of a window's key: its slot in the table. */
+static uint64_t window_hash(const char *key)
+{
+    uint64_t h = 1469598103934665603u;
+    for (const char *c = key; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211u;
+    return h;
+}
+
+/* The slot of key in a table of n (a power of two): its own, or the empty
+ * one where it goes (linear probing; the table is never over half full). */
+static struct window *window_slot(struct window *table, int n, const char *key)
+{
+    for (uint64_t i = window_hash(key) & (uint64_t)(n - 1);; i = (i + 1) & (uint64_t)(n - 1))
+        if (!table[i].key[0] || strcmp(table[i].key, key) == 0)
+            return &table[i];
+}
+
+/* Doubles the table, moving every window over (under the lock): -1 at
+ * GW_WINDOWS_MAX or out of memory. */
+static int windows_grow(void)
 {
     int n = n_windows ? 2 * n_windows : GW_WINDOWS_FIRST;
-    if (n > GW_WINDOWS_MAX)
-        return NULL;
-    struct window *grown = realloc(windows, (size_t)n * sizeof *grown);
+    struct window *grown = n <= GW_WINDOWS_MAX ? calloc((size_t)n, sizeof *grown) : NULL;
     if (!grown)
-        return NULL;
-    memset(grown + n_windows, 0, (size_t)(n - n_windows) * sizeof *grown);
+        return -1;
+    for (int i = 0; i < n_windows; i++)
+        if (windows[i].key[0])
+            *window_slot(grown, n, windows[i].key) = windows[i];
+    free(windows);
     windows = grown;
-    struct window *first = &windows[n_windows];
     n_windows = n;
-    return first;
+    return 0;
 }
 
 /* Counts one call in key's window; 0, or the seconds until the window
  * ends when limit calls were made in it already, here and (elsewhere)
  * through other gateways, or when no window could be kept for it (a call
- * is never let through uncounted). */
+ * is never let through uncounted). The table holds the current minute's
+ * windows only, in a hash table: it is emptied when the minute turns, so
+ * its size is the keys and apps called in one minute, and a call costs
+ * the same however many there were. */
 static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, int64_t now)
 {
     if (limit <= 0)
@@ -199,29 +218,30 @@ static int64_t window_take(const char *key, int64_t limit, int64_t elsewhere, in
     int64_t minute = now / 60;
     if (elsewhere >= limit)
         return (minute + 1) * 60 - now;
-    struct window *free_slot = NULL;
-    for (int i = 0; i < n_windows; i++) {
-        struct window *w = &windows[i];
-        if (w->key[0] && strcmp(w->key, key) == 0) {
-            if (w->minute != minute) {
-                w->minute = minute;
-                w->count = 0;
-            }
-            if (w->count + elsewhere >= limit)
-                return (minute + 1) * 60 - now;
-            w->count++;
-            return 0;
+    if (minute != windows_minute) {
+        /* A table a burst grew is given back once the calls fit a smaller. */
+        if (n_windows > GW_WINDOWS_FIRST && 8 * windows_used < n_windows) {
+            free(windows);
+            windows = NULL;
+            n_windows = 0;
+        } else if (windows) {
+            memset(windows, 0, (size_t)n_windows * sizeof *windows);
         }
-        if (!free_slot && (!w->key[0] || w->minute < minute))
-            free_slot = w;
+        windows_minute = minute;
+        windows_used = 0;
     }
-    if (!free_slot && !(free_slot = windows_grow())) {
+    if ((!windows || 2 * (windows_used + 1) > n_windows) && windows_grow() < 0) {
         log_error("gateway: no room for another rate-limit window; refusing %s until the minute ends", key);
         return (minute + 1) * 60 - now;
     }
-    snprintf(free_slot->key, sizeof free_slot->key, "%s", key);
-    free_slot->minute = minute;
-    free_slot->count = 1;
+    struct window *w = window_slot(windows, n_windows, key);
+    if (!w->key[0]) {
+        snprintf(w->key, sizeof w->key, "%s", key);
+        windows_used++;
+    }
+    if (w->count + elsewhere >= limit)
+        return (minute + 1) * 60 - now;
+    w->count++;
     return 0;
 }
 

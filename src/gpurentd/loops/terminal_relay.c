@@ -576,8 +576,12 @@ static void term_step(struct term *t, short ws_rev, short ag_rev)
     if (ws_rev & (POLLIN | POLLHUP | POLLERR)) {
         if (wslay_event_recv(t->ws) != 0 && !t->ws_dead)
             ws_close(t, WSLAY_CODE_PROTOCOL_ERROR, "");
-        if (t->bad_frame && !t->close_sent_ms) {
-            ws_close(t, WSLAY_CODE_PROTOCOL_ERROR, t->bad_frame);
+        /* Past a forbidden header nothing more is read, whether or not
+         * our close went already (an exit, a 1009): the socket stays
+         * readable, and wslay still wanting to read would spin this loop. */
+        if (t->bad_frame) {
+            if (!t->close_sent_ms)
+                ws_close(t, WSLAY_CODE_PROTOCOL_ERROR, t->bad_frame);
             wslay_event_shutdown_read(t->ws);
         }
     }

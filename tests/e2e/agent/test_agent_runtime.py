@@ -739,3 +739,26 @@ def test_a_second_of_output_over_the_poll_buffer_does_not_stop_the_log(real_agen
         body = a.get("/v1/workloads/wl_flood/logs?tail=5").json()
         return any(l["text"] == "after the flood" for l in body["lines"]) or None
     poll(after, 30, "the line after a second of over 1 MiB")
+
+
+def test_a_quiet_stream_does_not_hold_the_other_back(real_agent, standins):
+    # Both streams are read from the older mark: stderr's one early line
+    # kept every poll reading stdout from that second, which held more than
+    # a poll keeps, so stdout's later lines never came.
+    a = real_agent()
+    assert a.put("/v1/workloads/wl_quiet", json={"image": "busybox"}).status_code == 201
+    a.wait_phase("wl_quiet", "running")
+    now = int(time.time())
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".500000000Z"
+    with open(os.path.join(standins.state, "gpurent-wl_quiet.err"), "w") as f:
+        f.write(f"{stamp(now)} one early warning\n")
+    with open(os.path.join(standins.state, "gpurent-wl_quiet.out"), "w") as f:
+        for second in (1, 2, 3):
+            for i in range(6000):
+                f.write(f"{stamp(now + second)} line {second}-{i:05d} " + "x" * 80 + "\n")
+        f.write(f"{stamp(now + 4)} after the flood\n")
+
+    def after():
+        body = a.get("/v1/workloads/wl_quiet/logs?tail=5").json()
+        return any(l["text"] == "after the flood" for l in body["lines"]) or None
+    poll(after, 30, "stdout's line after three seconds of over 1 MiB")

@@ -127,6 +127,13 @@ static void test_refusals(void **state)
                "volumes[0].source");
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"nfs:../x\", \"target\": \"/s\"}]}",
                "volumes[0].source");
+    static const char *const roots[] = {"//", "/.", "/./", "/.//", "/srv//v", "/srv/v/", "nfs:/", "nfs:"};
+    for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"image\": \"b\", \"volumes\": [{\"source\": \"%s\", \"target\": \"/s\"}]}",
+                 roots[i]);
+        expect_bad(text, "volumes[0].source");
+    }
     /* Targets that would change the meaning of -v HOST:TARGET or escape. */
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"/s:ro\"}]}", "volumes[0].target");
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"a\", \"target\": \"s\"}]}", "volumes[0].target");
