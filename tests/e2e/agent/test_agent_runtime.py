@@ -721,44 +721,40 @@ def test_a_containers_limits_are_its_cards_share_of_the_host(real_agent, standin
     assert "--pids-limit" not in run
 
 
+def flood_then_wait(real_agent, standins, wid, out, err=()):
+    """Runs wid, writes its output (lines (seconds from now, text) per
+    stream, each dated at half past that second), then an "after the
+    flood" line a second past the last, and waits for that line to be
+    collected."""
+    a = real_agent()
+    assert a.put(f"/v1/workloads/{wid}", json={"image": "busybox"}).status_code == 201
+    a.wait_phase(wid, "running")
+    now = int(time.time())
+    stamp = lambda dt: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now + dt)) + ".500000000Z"
+    out = list(out)
+    out.append((out[-1][0] + 1, "after the flood"))
+    for stream, lines in (("out", out), ("err", err)):
+        with open(os.path.join(standins.state, f"gpurent-{wid}.{stream}"), "w") as f:
+            f.writelines(f"{stamp(dt)} {text}\n" for dt, text in lines)
+
+    def after():
+        body = a.get(f"/v1/workloads/{wid}/logs?tail=5").json()
+        return any(l["text"] == "after the flood" for l in body["lines"]) or None
+    poll(after, 30, "the line after the flood")
+
+
 def test_a_second_of_output_over_the_poll_buffer_does_not_stop_the_log(real_agent, standins):
     # --since has whole seconds and a poll keeps 1 MiB a stream: a second
     # holding more used to be read again from its start at every poll, and
     # no later line was ever collected. Its excess is given up instead.
-    a = real_agent()
-    assert a.put("/v1/workloads/wl_flood", json={"image": "busybox"}).status_code == 201
-    a.wait_phase("wl_flood", "running")
-    now = int(time.time())
-    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".500000000Z"
-    with open(os.path.join(standins.state, "gpurent-wl_flood.out"), "w") as f:
-        for i in range(12000):
-            f.write(f"{stamp(now)} flood line {i:05d} " + "x" * 80 + "\n")
-        f.write(f"{stamp(now + 1)} after the flood\n")
-
-    def after():
-        body = a.get("/v1/workloads/wl_flood/logs?tail=5").json()
-        return any(l["text"] == "after the flood" for l in body["lines"]) or None
-    poll(after, 30, "the line after a second of over 1 MiB")
+    flood_then_wait(real_agent, standins, "wl_flood",
+                    ((0, f"flood line {i:05d} " + "x" * 80) for i in range(12000)))
 
 
 def test_a_quiet_stream_does_not_hold_the_other_back(real_agent, standins):
     # Both streams are read from the older mark: stderr's one early line
     # kept every poll reading stdout from that second, which held more than
     # a poll keeps, so stdout's later lines never came.
-    a = real_agent()
-    assert a.put("/v1/workloads/wl_quiet", json={"image": "busybox"}).status_code == 201
-    a.wait_phase("wl_quiet", "running")
-    now = int(time.time())
-    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".500000000Z"
-    with open(os.path.join(standins.state, "gpurent-wl_quiet.err"), "w") as f:
-        f.write(f"{stamp(now)} one early warning\n")
-    with open(os.path.join(standins.state, "gpurent-wl_quiet.out"), "w") as f:
-        for second in (1, 2, 3):
-            for i in range(6000):
-                f.write(f"{stamp(now + second)} line {second}-{i:05d} " + "x" * 80 + "\n")
-        f.write(f"{stamp(now + 4)} after the flood\n")
-
-    def after():
-        body = a.get("/v1/workloads/wl_quiet/logs?tail=5").json()
-        return any(l["text"] == "after the flood" for l in body["lines"]) or None
-    poll(after, 30, "stdout's line after three seconds of over 1 MiB")
+    flood_then_wait(real_agent, standins, "wl_quiet",
+                    ((second, f"line {second}-{i:05d} " + "x" * 80) for second in (1, 2, 3) for i in range(6000)),
+                    err=[(0, "one early warning")])

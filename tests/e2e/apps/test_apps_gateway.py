@@ -205,13 +205,18 @@ def test_a_call_is_priced_as_admitted_an_error_is_free_and_a_long_one_pays_its_d
     app = m.publish(pub, price_per_second="0.001")
     n = iter(range(100))
 
-    def settle(**fields):
+    def report(**fields):
         rec = {"id": f"gw-x-{next(n):04d}pric", "app_id": app["id"], "user_id": con.id, "key_id": con.key_id,
                "at": int(time.time()), "status": 200, "input_tokens": 10, "output_tokens": 20, "duration_ms": 0,
                "cold_start": 0, "completed": 1, **fields}
         r = m.signed("POST", "/internal/gateway/reports", {"gateway_id": "gw-x", "demand": [], "usage": [rec]})
-        assert r.status_code == 200 and r.json()["accepted"] == [rec["id"]], r.text
-        [(charge,)] = m.d.sql("SELECT charge FROM app_calls WHERE id = ?", [rec["id"]])
+        assert r.status_code == 200, r.text
+        return rec["id"], r.json()
+
+    def settle(**fields):
+        rec_id, answer = report(**fields)
+        assert answer["accepted"] == [rec_id], answer
+        [(charge,)] = m.d.sql("SELECT charge FROM app_calls WHERE id = ?", [rec_id])
         return charge
 
     admitted = {"request": 10000, "input_1k": 2000, "output_1k": 4000, "second": 1000}
@@ -238,11 +243,8 @@ def test_a_call_is_priced_as_admitted_an_error_is_free_and_a_long_one_pays_its_d
                 {"request": 10**15, "input_1k": 0, "output_1k": 0, "second": 0},
                 {"request": 1, "input_1k": 0, "output_1k": 0}, {"request": "1", "input_1k": 0, "output_1k": 0,
                                                                 "second": 0}, [1, 2, 3, 4]):
-        rec = {"id": f"gw-x-{next(n):04d}pric", "app_id": app["id"], "user_id": con.id, "key_id": con.key_id,
-               "at": int(time.time()), "status": 200, "input_tokens": 1, "output_tokens": 1, "duration_ms": 0,
-               "cold_start": 0, "completed": 1, "prices": bad}
-        r = m.signed("POST", "/internal/gateway/reports", {"gateway_id": "gw-x", "demand": [], "usage": [rec]})
-        assert r.status_code == 200 and r.json()["rejected"][0]["id"] == rec["id"], r.text
+        rec_id, answer = report(prices=bad)
+        assert answer["rejected"][0]["id"] == rec_id, answer
     assert len(m.calls(app["id"])) == 5
     assert_ledger_ok(m)
 
