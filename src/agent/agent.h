@@ -139,6 +139,7 @@ struct agent_conf {
     int64_t container_millicpus_per_card;  /* a container's CPU share per card, 0 = the host's CPUs / its cards */
     int64_t container_memory_mb_per_card;  /* its memory per card, 0 = the host's memory / its cards */
     int64_t container_pids_limit;          /* processes in one container, 0 = no limit */
+    int64_t container_log_max_mb;          /* the runtime's log of one container, 0 = its own setting */
     int64_t check_interval_s;      /* how often running containers are inspected */
     int64_t retry_interval_s;      /* wait before retrying a failed removal */
     int64_t sim_pull_ms;           /* sim: time spent pulling */
@@ -839,6 +840,7 @@ struct oci_host {
     long video_gid, render_gid;   /* --group-add for ROCm; -1 when the host has no such group */
     char (*render_nodes)[FABRIC_RENDER_NODE_MAX]; /* ROCm: the render node of each card of the spec, in its order */
     int64_t millicpus, memory_mb, pids_limit;     /* the container's limits; 0 = none given */
+    int64_t log_max_mb;                           /* its log file's bound; 0 = the runtime's */
     const char *shm_size;         /* --shm-size for multi-node */
     const char *cluster_dir;      /* the cluster files to mount (hostfile, hostfile.mpi, ssh/); NULL none */
 };

@@ -118,6 +118,16 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
         argv_add(a, "--pids-limit");
         argv_addf(a, "%lld", (long long)c->host->pids_limit);
     }
+    /* A log file of bounded size: a workload printing without end would
+     * otherwise fill the node's disk. podman takes json-file as its
+     * k8s-file driver; both truncate at max-size (podman's default,
+     * journald, ignores it). */
+    if (c->host && c->host->log_max_mb > 0) {
+        argv_add(a, "--log-driver");
+        argv_add(a, "json-file");
+        argv_add(a, "--log-opt");
+        argv_addf(a, "max-size=%lldm", (long long)c->host->log_max_mb);
+    }
     if (s->n_gpus > 0) {
         if (strcmp(s->stack, "CUDA") == 0) {
             if (c->docker) {
@@ -740,6 +750,7 @@ static void oci_limits(const struct runtime *rt, const struct wl_spec *s, struct
                       : pages > 0 && page > 0 ? (int64_t)((__int128)pages * page / (1024 * 1024) * cards / node_cards)
                                               : 0;
     host->pids_limit = conf->container_pids_limit;
+    host->log_max_mb = conf->container_log_max_mb;
 }
 
 /* What w's run line needs of this host: its limits, its cluster files

@@ -194,7 +194,8 @@ def real_agent(tmp_path, standins):
                 "mountinfo_file": standins.mountinfo, "check_interval_s": "1", "retry_interval_s": "1",
                 "stop_timeout_s": "7", "group_file": standins.group_file, "rdma_device_dir": standins.rdma_dir,
                 "kfd_topology_dir": standins.kfd_dir, "container_millicpus_per_card": "500",
-                "container_memory_mb_per_card": "1024", "container_pids_limit": "4096", **options}
+                "container_memory_mb_per_card": "1024", "container_pids_limit": "4096", "container_log_max_mb": "16",
+                **options}
         a = Agent(tmp_path / f"agent{len(made)}", options=opts, env=standins.env)
         made.append(a)
         return a
@@ -205,9 +206,10 @@ def real_agent(tmp_path, standins):
 
 def limits(cards):
     """A container's limits under the fixture's options: per card half a CPU
-    and 1 GiB, and 4096 processes (a workload without cards counts one)."""
+    and 1 GiB, 4096 processes (a workload without cards counts one) and a
+    log file of 16 MiB."""
     return ["--cpus", f"{cards * 500 // 1000}.{cards * 500 % 1000:03d}", "--memory", f"{cards * 1024}m",
-            "--pids-limit", "4096"]
+            "--pids-limit", "4096", "--log-driver", "json-file", "--log-opt", "max-size=16m"]
 
 
 def env_file(agent, wid):
@@ -711,14 +713,15 @@ def test_a_rocm_card_without_a_render_node_is_not_started(real_agent, standins, 
 def test_a_containers_limits_are_its_cards_share_of_the_host(real_agent, standins):
     # Unset, the share is the host's CPUs and memory times its cards over
     # the node's (MI450 inventory: 8 cards); 0 processes means no cap.
-    a = real_agent(container_millicpus_per_card="0", container_memory_mb_per_card="0", container_pids_limit="0")
+    a = real_agent(container_millicpus_per_card="0", container_memory_mb_per_card="0", container_pids_limit="0",
+                   container_log_max_mb="0")
     assert a.put("/v1/workloads/wl_share", json={"image": "busybox", "gpus": [0, 1]}).status_code == 201
     a.wait_phase("wl_share", "running")
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
     cpus = os.sysconf("SC_NPROCESSORS_ONLN") * 1000 * 2 // 8
     mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024) * 2 // 8
     assert run[9:13] == ["--cpus", f"{cpus // 1000}.{cpus % 1000:03d}", "--memory", f"{mem}m"], run
-    assert "--pids-limit" not in run
+    assert "--pids-limit" not in run and "--log-opt" not in run and "--log-driver" not in run
 
 
 def flood_then_wait(real_agent, standins, wid, out, err=()):
