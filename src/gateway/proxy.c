@@ -80,6 +80,7 @@ enum phase {
 struct call {
     char *body;
     size_t body_len;
+    size_t client_len; /* the body's bytes as the client sent them (ask_stream_usage may rewrite it) */
     int too_large;
     struct gw_call_app app;
     char instance_id[ID_MAX];
@@ -125,6 +126,9 @@ struct call {
     CURLcode curl_rc;
     /* Usage, from what was delivered. */
     int streamed;
+    int usage_asked; /* the gateway asked for the stream's usage, not the client */
+    char *line;      /* usage_asked: a line of the stream not yet whole */
+    size_t line_len;
     char *event; /* a server-sent event being read */
     size_t event_len;
     char *keep; /* a whole answer being read, or (keep_tail) the end of one */
@@ -213,6 +217,7 @@ static void call_unref(struct call *c)
     free(c->body);
     free(c->out);
     free(c->event);
+    free(c->line);
     free(c->keep);
     free(c);
     pthread_mutex_lock(&live_lock);
@@ -335,6 +340,10 @@ static void scan_delivered(struct call *c, const char *p, size_t n)
                 char *next = strchr(line, '\n');
                 if (next)
                     *next++ = '\0';
+                /* The usage event the client did not ask for went out as
+                 * a comment (hide_usage_event). */
+                if (c->usage_asked && strncmp(line, ":data:", 6) == 0)
+                    line++;
                 if (strncmp(line, "data:", 5) == 0) {
                     json_t *j = json_loads(line + 5 + (line[5] == ' '), 0, NULL);
                     take_usage(c, j);
@@ -375,6 +384,108 @@ static void headers_in(struct call *c)
     wake(c);
 }
 
+/* Under c->lock: the n bytes at p join the answer waiting for the client;
+ * -1 when out of memory. */
+static int out_append(struct call *c, const char *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    char *grown = realloc(c->out, c->out_len + n);
+    if (!grown)
+        return -1;
+    memcpy(grown + c->out_len, p, n);
+    c->out = grown;
+    c->out_len += n;
+    return 0;
+}
+
+/* OpenAI-style servers (vLLM among them) put a stream's usage in it only
+ * when the request asks (`stream_options.include_usage`), and a stream
+ * without it would be charged no tokens, whether the client forgot or
+ * said false on purpose. So a streamed completion whose client did not
+ * ask is sent asking. The event the client did not ask for, usage with an
+ * empty `choices`, then reaches it as an SSE comment line,
+ * ":data: {...}", which every client's parser skips (a consumer reading
+ * choices[0] of each chunk would fail on it), and scan_delivered still
+ * reads the usage in it. `stream` must be a boolean there, as OpenAI's
+ * API has it: a server that took "true" or 1 for true would stream
+ * without the gateway knowing. -1 for a `stream` of another type. */
+static int ask_stream_usage(struct call *c, const char *path)
+{
+    if (strcmp(path, "/v1/chat/completions") != 0 && strcmp(path, "/v1/completions") != 0)
+        return 0;
+    if (!c->body || !memmem(c->body, c->body_len, "\"stream\"", 8))
+        return 0;
+    json_t *j = json_loadb(c->body, c->body_len, 0, NULL), *stream = json_object_get(j, "stream");
+    if (stream && !json_is_boolean(stream) && !json_is_null(stream)) {
+        json_decref(j);
+        return -1;
+    }
+    json_t *options = json_object_get(j, "stream_options");
+    char *text = NULL;
+    if (json_is_true(stream) && !json_is_true(json_object_get(options, "include_usage"))) {
+        if (!json_is_object(options))
+            json_object_set_new(j, "stream_options", options = json_object());
+        json_object_set_new(options, "include_usage", json_true());
+        /* Reals printed so that each reads back as the same number. */
+        text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    }
+    json_decref(j);
+    if (text) {
+        free(c->body);
+        c->body = text;
+        c->body_len = strlen(text);
+        c->usage_asked = 1;
+    }
+    return 0;
+}
+
+/* Whether a whole line of the stream is the usage event the client did
+ * not ask for. */
+static int is_usage_event(const char *line, size_t n)
+{
+    if (n < 5 || strncmp(line, "data:", 5) != 0 || !memmem(line, n, "\"usage\"", 7))
+        return 0;
+    json_t *j = json_loadb(line + 5, n - 5, 0, NULL);
+    json_t *choices = json_object_get(j, "choices");
+    int usage = json_is_array(choices) && json_array_size(choices) == 0 && json_is_object(json_object_get(j, "usage"));
+    json_decref(j);
+    return usage;
+}
+
+/* Under c->lock: the n stream bytes at p join the answer a line at a time,
+ * the usage event made a comment (see ask_stream_usage). A line longer
+ * than an event may be goes on as it comes. -1 when out of memory. */
+static int hide_usage_event(struct call *c, const char *p, size_t n)
+{
+    while (n) {
+        const char *nl = memchr(p, '\n', n);
+        size_t take = nl ? (size_t)(nl - p) + 1 : n;
+        if (c->line_len + take > GW_EVENT_MAX) {
+            if (out_append(c, c->line, c->line_len) < 0 || out_append(c, p, take) < 0)
+                return -1;
+            c->line_len = 0;
+        } else {
+            char *grown = realloc(c->line, c->line_len + take);
+            if (!grown)
+                return -1;
+            c->line = grown;
+            memcpy(c->line + c->line_len, p, take);
+            c->line_len += take;
+            if (nl) {
+                if (is_usage_event(c->line, c->line_len) && out_append(c, ":", 1) < 0)
+                    return -1;
+                if (out_append(c, c->line, c->line_len) < 0)
+                    return -1;
+                c->line_len = 0;
+            }
+        }
+        p += take;
+        n -= take;
+    }
+    return 0;
+}
+
 static size_t up_body(char *p, size_t size, size_t n, void *vc)
 {
     struct call *c = vc;
@@ -393,11 +504,10 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         pthread_mutex_unlock(&c->lock);
         return CURL_WRITEFUNC_PAUSE;
     }
-    char *grown = realloc(c->out, c->out_len + len);
-    if (grown) {
-        memcpy(grown + c->out_len, p, len);
-        c->out = grown;
-        c->out_len += len;
+    /* (c->streamed is set on the connection's side, maybe after this.) */
+    int stream = strncasecmp(c->up_type, "text/event-stream", 17) == 0;
+    int ok = c->usage_asked && stream ? hide_usage_event(c, p, len) : out_append(c, p, len);
+    if (ok == 0) {
         /* The whole body is in: the answer can end without waiting for
          * the transfer's end (one suspend and resume less a call). */
         curl_off_t want = -1;
@@ -408,7 +518,7 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
     }
     wake(c);
     pthread_mutex_unlock(&c->lock);
-    return grown ? len : 0;
+    return ok == 0 ? len : 0;
 }
 
 /* Whether the call's replica failed it before a byte of an answer: the
@@ -504,6 +614,8 @@ static void up_end(struct call *c, CURLcode rc)
         paused_upstreams--;
     }
     c->curl_rc = rc;
+    if (c->line_len && out_append(c, c->line, c->line_len) == 0) /* a last line without its newline */
+        c->line_len = 0;
     c->finished = 1;
     wake(c);
     pthread_mutex_unlock(&c->lock);
@@ -957,7 +1069,7 @@ static json_t *usage_record(struct call *c, int completed)
         up = gw_opts.max_call_s * 1000;
     /* The replica's counts are its word only: bounded by what passed
      * through here, a token being at least a byte of text each way. */
-    int64_t in = c->input_tokens < (int64_t)c->body_len ? c->input_tokens : (int64_t)c->body_len;
+    int64_t in = c->input_tokens < (int64_t)c->client_len ? c->input_tokens : (int64_t)c->client_len;
     int64_t out = c->output_tokens < c->delivered_bytes ? c->output_tokens : c->delivered_bytes;
     /* The prices the call was admitted with: gpurentd charges each no
      * more than this, whatever the app's price is when the record lands. */
@@ -1220,6 +1332,10 @@ static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const 
         return reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0);
     gw_app_count(c->app.app_id, 1, 0);
     c->counted = 1;
+    const char *path = strchr(url + 6, '/'); /* after "/apps/{slug}" */
+    c->client_len = c->body_len;
+    if (ask_stream_usage(c, path ? path : "/") < 0)
+        return reply_counted_error(conn, c, 400, "invalid_request", "`stream` must be true or false", 0);
     int64_t wait_s = gw_opts.cold_start_s;
     const char *w = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Gpurent-Wait-Seconds");
     if (w) {

@@ -7,6 +7,10 @@ answers 200 (so the agent's check passes); a POST, by MODE:
   silent   reads the request and never answers (nor closes)
   huge     answers a JSON body of about 5 MB with no `usage` but text that
            ends with one (escaped, inside the string)
+  openai   streams as OpenAI's API and vLLM do: three chunks, and the
+           usage (5 prompt tokens, 3 completion tokens) in a last chunk
+           with no choices only when stream_options.include_usage is
+           true; each chunk's `seen` is the stream_options it was sent
 """
 import json
 import sys
@@ -33,8 +37,32 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         self.reply(200, {"status": "ok"})
 
+    def stream(self, request):
+        include = (request.get("stream_options") or {}).get("include_usage") is True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        chunks = [{"choices": [{"index": 0, "delta": {"content": w}}], "seen": request.get("stream_options")}
+                  for w in ("one", "two", "three")]
+        if include:
+            for chunk in chunks:
+                chunk["usage"] = None
+            chunks.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}})
+        for chunk in chunks:
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if MODE == "openai":
+            request = json.loads(body)
+            if request.get("stream"):
+                return self.stream(request)
+            return self.reply(200, {"choices": [{"text": "one two three"}],
+                                    "usage": {"prompt_tokens": 5, "completion_tokens": 3}})
         if MODE == "silent":
             threading.Event().wait()  # holds the connection, answering nothing
         if MODE == "huge":

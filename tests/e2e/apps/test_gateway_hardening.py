@@ -7,7 +7,9 @@ before any of its body is read; token counts are bounded by the bytes
 that passed through the gateway; a replica that never answers is cut
 after --upstream-idle-s (504); a call is ended after --max-call-s; a
 non-streamed answer over the 4 MiB kept whole is still charged its
-tokens; rate-limit windows never run out."""
+tokens; rate-limit windows never run out; a stream from a server that
+reports usage only when asked is charged its tokens whatever the client
+asked."""
 import json
 import os
 import socket
@@ -105,6 +107,44 @@ def test_token_counts_are_bounded_by_the_bytes_that_passed(market):
     [row] = m.wait_calls(app["id"], 1)
     assert (row[1], row[2], row[3]) == (200, len(body), len(r.content)), row
     assert row[4] == 10000 + (len(body) * 2000 + len(r.content) * 4000) // 1000, row
+    assert_ledger_ok(m)
+
+
+def test_a_stream_is_charged_its_tokens_whether_or_not_the_client_asked_for_usage(market):
+    """A replica that streams its usage only when stream_options.include_usage
+    is true, as OpenAI's API and vLLM do. Whether the client leaves it out
+    or says false, the gateway asks, the call is charged its 5 + 3 tokens,
+    and the usage chunk the client did not ask for reaches it as an SSE
+    comment, never as an event with no choices; a client that asked gets
+    it as an event. A `stream` that is not a boolean is refused."""
+    m = market
+    app, con = fake_app(m, "openai")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+
+    def stream(options):
+        request = {"prompt": "hi", "stream": True, **options}
+        r = gw.call(app["slug"], "/v1/completions", con.key, json=request, timeout=DEADLINE)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream"), r.text
+        lines = r.text.split("\n")
+        events = [json.loads(x[6:]) for x in lines if x.startswith("data: ") and x != "data: [DONE]"]
+        comments = [json.loads(x[7:]) for x in lines if x.startswith(":data: ")]
+        assert lines.count("data: [DONE]") == 1, r.text
+        return events, comments
+
+    usage = {"prompt_tokens": 5, "completion_tokens": 3}
+    for options in ({}, {"stream_options": {"include_usage": False}}, {"stream_options": None}):
+        events, comments = stream(options)
+        assert [e["choices"][0]["delta"]["content"] for e in events] == ["one", "two", "three"], events
+        assert all(e["seen"] == {"include_usage": True} for e in events), events
+        assert comments == [{"choices": [], "usage": usage}], comments
+    events, comments = stream({"stream_options": {"include_usage": True}})
+    assert comments == [] and events[-1] == {"choices": [], "usage": usage}, events
+    r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi", "stream": "true"}, timeout=DEADLINE)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", r.text
+    rows = m.wait_calls(app["id"], 5)
+    assert [(row[1], row[2], row[3]) for row in rows] == [(200, 5, 3)] * 4 + [(400, 0, 0)], rows
+    assert [row[4] for row in rows] == [10000 + (5 * 2000 + 3 * 4000) // 1000] * 4 + [0], rows
     assert_ledger_ok(m)
 
 
