@@ -13,6 +13,8 @@ PREFIX   ?= /usr/local
 PYTHON   ?= /usr/bin/python3
 DESTDIR  ?=
 CC       ?= cc
+# make check compiles with a job per core; the tests then run one at a time.
+JOBS     ?= $(shell nproc 2>/dev/null || echo 1)
 PKGS     := libmicrohttpd jansson libcurl sqlite3 openssl inih libsystemd libssh
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wpointer-arith -Wformat=2 -Wcast-qual -Wvla -Wundef -Wwrite-strings \
@@ -50,7 +52,7 @@ AGENT_OBJ  := $(AGENT_SRC:%.c=$(B)/%.o)
 GATEWAY_OBJ := $(GATEWAY_SRC:%.c=$(B)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 
-.PHONY: all deps run check check-layers lint-openapi format unit e2e check-fast install clean
+.PHONY: all deps run check check-layers lint-openapi format unit unit-programs e2e check-fast install clean
 all: $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway console-vendor
 gateway: $(B)/gpurent-gateway
 
@@ -121,6 +123,7 @@ $(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
 	$(CC) $(ALL_CFLAGS) -Isrc/agent -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
 # Unit tests run from the repository root so they can read tests/data.
+unit-programs: $(UNIT_BIN)
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
@@ -136,7 +139,8 @@ check:
 	@scripts/deps.sh test
 	$(MAKE) check-layers
 	$(MAKE) lint-openapi
-	$(MAKE) all
+	$(MAKE) -j$(JOBS) all
+	$(MAKE) SAN=1 -j$(JOBS) all unit-programs
 	ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  $(MAKE) SAN=1 unit e2e

@@ -129,6 +129,7 @@ struct call {
     int usage_asked; /* the gateway asked for the stream's usage, not the client */
     char *line;      /* usage_asked: a line of the stream not yet whole */
     size_t line_len;
+    int line_passing; /* a line too long to be usage is going on as it comes */
     char *event; /* a server-sent event being read */
     size_t event_len;
     char *keep; /* a whole answer being read, or (keep_tail) the end of one */
@@ -407,21 +408,34 @@ static int out_append(struct call *c, const char *p, size_t n)
  * empty `choices`, then reaches it as an SSE comment line,
  * ":data: {...}", which every client's parser skips (a consumer reading
  * choices[0] of each chunk would fail on it), and scan_delivered still
- * reads the usage in it. `stream` must be a boolean there, as OpenAI's
- * API has it: a server that took "true" or 1 for true would stream
- * without the gateway knowing. -1 for a `stream` of another type. */
-static int ask_stream_usage(struct call *c, const char *path)
+ * reads the usage in it.
+ *
+ * The gateway must read the body as the replica will: it must be JSON
+ * without a repeated key (parsers differ on which one counts), and
+ * `stream` a boolean, as OpenAI's API has it (a server taking "true" or 1
+ * for true would stream unasked). NULL, or the error code of a body
+ * refused, with *msg. */
+static const char *ask_stream_usage(struct call *c, const char *path, const char **msg)
 {
-    if (strcmp(path, "/v1/chat/completions") != 0 && strcmp(path, "/v1/completions") != 0)
-        return 0;
-    if (!c->body || !memmem(c->body, c->body_len, "\"stream\"", 8))
-        return 0;
-    json_t *j = json_loadb(c->body, c->body_len, 0, NULL), *stream = json_object_get(j, "stream");
+    if (strcmp(c->method, "POST") != 0 || c->body_len == 0 ||
+        (strcmp(path, "/v1/chat/completions") != 0 && strcmp(path, "/v1/completions") != 0))
+        return NULL;
+    json_error_t err;
+    json_t *j = json_loadb(c->body, c->body_len, JSON_REJECT_DUPLICATES, &err);
+    if (!j && json_error_code(&err) == json_error_duplicate_key) {
+        *msg = "an object in the request body repeats a key";
+        return "duplicate_key";
+    }
+    if (!j) {
+        *msg = "the body of a completion must be JSON";
+        return "malformed_json";
+    }
+    json_t *stream = json_object_get(j, "stream"), *options = json_object_get(j, "stream_options");
     if (stream && !json_is_boolean(stream) && !json_is_null(stream)) {
         json_decref(j);
-        return -1;
+        *msg = "`stream` must be true or false";
+        return "invalid_field";
     }
-    json_t *options = json_object_get(j, "stream_options");
     char *text = NULL;
     if (json_is_true(stream) && !json_is_true(json_object_get(options, "include_usage"))) {
         if (!json_is_object(options))
@@ -437,7 +451,7 @@ static int ask_stream_usage(struct call *c, const char *path)
         c->body_len = strlen(text);
         c->usage_asked = 1;
     }
-    return 0;
+    return NULL;
 }
 
 /* Whether a whole line of the stream is the usage event the client did
@@ -461,10 +475,11 @@ static int hide_usage_event(struct call *c, const char *p, size_t n)
     while (n) {
         const char *nl = memchr(p, '\n', n);
         size_t take = nl ? (size_t)(nl - p) + 1 : n;
-        if (c->line_len + take > GW_EVENT_MAX) {
+        if (c->line_passing || c->line_len + take > GW_EVENT_MAX) {
             if (out_append(c, c->line, c->line_len) < 0 || out_append(c, p, take) < 0)
                 return -1;
             c->line_len = 0;
+            c->line_passing = !nl;
         } else {
             char *grown = realloc(c->line, c->line_len + take);
             if (!grown)
@@ -1334,8 +1349,9 @@ static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const 
     c->counted = 1;
     const char *path = strchr(url + 6, '/'); /* after "/apps/{slug}" */
     c->client_len = c->body_len;
-    if (ask_stream_usage(c, path ? path : "/") < 0)
-        return reply_counted_error(conn, c, 400, "invalid_request", "`stream` must be true or false", 0);
+    const char *refused, *why = NULL;
+    if ((refused = ask_stream_usage(c, path ? path : "/", &why)) != NULL)
+        return reply_counted_error(conn, c, 400, refused, why, 0);
     int64_t wait_s = gw_opts.cold_start_s;
     const char *w = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Gpurent-Wait-Seconds");
     if (w) {

@@ -116,7 +116,9 @@ def test_a_stream_is_charged_its_tokens_whether_or_not_the_client_asked_for_usag
     or says false, the gateway asks, the call is charged its 5 + 3 tokens,
     and the usage chunk the client did not ask for reaches it as an SSE
     comment, never as an event with no choices; a client that asked gets
-    it as an event. A `stream` that is not a boolean is refused."""
+    it as an event. A body the gateway might read otherwise than the
+    replica (a `stream` that is not a boolean, a repeated key, not JSON) is
+    refused."""
     m = market
     app, con = fake_app(m, "openai")
     gw = m.gateway()
@@ -140,11 +142,17 @@ def test_a_stream_is_charged_its_tokens_whether_or_not_the_client_asked_for_usag
         assert comments == [{"choices": [], "usage": usage}], comments
     events, comments = stream({"stream_options": {"include_usage": True}})
     assert comments == [] and events[-1] == {"choices": [], "usage": usage}, events
-    r = gw.call(app["slug"], "/v1/completions", con.key, json={"prompt": "hi", "stream": "true"}, timeout=DEADLINE)
-    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request", r.text
-    rows = m.wait_calls(app["id"], 5)
-    assert [(row[1], row[2], row[3]) for row in rows] == [(200, 5, 3)] * 4 + [(400, 0, 0)], rows
-    assert [row[4] for row in rows] == [10000 + (5 * 2000 + 3 * 4000) // 1000] * 4 + [0], rows
+    # A body the gateway could read otherwise than the replica is refused.
+    for body, code in ((b'{"prompt": "hi", "stream": "true"}', "invalid_field"),
+                       (b'{"prompt": "hi", "stream": 1}', "invalid_field"),
+                       (b'{"stream": false, "prompt": "hi", "stream": true}', "duplicate_key"),
+                       (b'{"prompt": "hi", "stream": true', "malformed_json")):
+        r = requests.post(f"{gw.url}/apps/{app['slug']}/v1/chat/completions", data=body, timeout=DEADLINE,
+                          headers={"Authorization": f"Bearer {con.key}", "Content-Type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == code, (body, r.text)
+    rows = m.wait_calls(app["id"], 8)
+    assert [(row[1], row[2], row[3]) for row in rows] == [(200, 5, 3)] * 4 + [(400, 0, 0)] * 4, rows
+    assert [row[4] for row in rows] == [10000 + (5 * 2000 + 3 * 4000) // 1000] * 4 + [0] * 4, rows
     assert_ledger_ok(m)
 
 
