@@ -127,10 +127,15 @@ unit-programs: $(UNIT_BIN)
 unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
-# PYTEST_ARGS naming test paths (tests/...) runs only those; otherwise all.
+# PYTEST_ARGS naming test paths (tests/...) runs only those; otherwise all,
+# in E2E_WORKERS processes (pytest-xdist), each taking whole files: the
+# tests mostly wait on daemons and fleets (one process keeps about 0.6 of
+# the two cores busy), so two at once take little more than half the time.
+E2E_WORKERS ?= 2
 e2e: all
 	GPURENTD=$(CURDIR)/$(B)/gpurentd GPURENT_AGENT=$(CURDIR)/$(B)/gpurent-agent \
-	  $(PYTHON) -m pytest -q -p no:cacheprovider $(if $(filter tests/%,$(PYTEST_ARGS)),,tests/e2e) $(PYTEST_ARGS)
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(if $(filter tests/%,$(PYTEST_ARGS)),,tests/e2e \
+	  $(if $(filter-out 1,$(E2E_WORKERS)),-n $(E2E_WORKERS) --dist loadfile)) $(PYTEST_ARGS)
 
 # The whole suite runs once, on the sanitized build: every test is also a
 # memory-safety and undefined-behaviour test. The plain build is compiled too
