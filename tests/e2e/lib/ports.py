@@ -4,7 +4,9 @@ comes from that range, so once released the kernel may hand it to any
 outgoing connection of the daemon, an agent or a client, and a server the
 test then starts on it (or a published-port listener of an agent) cannot
 bind: the test waits in vain. Below the range nothing is given out
-unasked. Tests run one at a time, so two picks clash only by chance."""
+unasked. make check runs two test files at once (pytest-xdist); a pick is
+checked bindable, so two clash only if both land on the same port between
+a pick and its bind."""
 import random
 import select
 import socket
