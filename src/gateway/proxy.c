@@ -467,6 +467,14 @@ static int is_usage_event(const char *line, size_t n)
     return usage;
 }
 
+/* Under c->lock: a last line held without its newline goes out, at the
+ * answer's end. */
+static void flush_line(struct call *c)
+{
+    if (c->line_len && out_append(c, c->line, c->line_len) == 0)
+        c->line_len = 0;
+}
+
 /* Under c->lock: the n stream bytes at p join the answer a line at a time,
  * the usage event made a comment (see ask_stream_usage). A line longer
  * than an event may be goes on as it comes. -1 when out of memory. */
@@ -528,8 +536,10 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         curl_off_t want = -1;
         c->body_received += (curl_off_t)len;
         if (curl_easy_getinfo(c->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &want) == CURLE_OK && want >= 0 &&
-            c->body_received >= want)
+            c->body_received >= want) {
             c->body_complete = 1;
+            flush_line(c);
+        }
     }
     wake(c);
     pthread_mutex_unlock(&c->lock);
@@ -629,8 +639,7 @@ static void up_end(struct call *c, CURLcode rc)
         paused_upstreams--;
     }
     c->curl_rc = rc;
-    if (c->line_len && out_append(c, c->line, c->line_len) == 0) /* a last line without its newline */
-        c->line_len = 0;
+    flush_line(c);
     c->finished = 1;
     wake(c);
     pthread_mutex_unlock(&c->lock);

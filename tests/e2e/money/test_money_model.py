@@ -92,7 +92,9 @@ CLI_EVERY = int(os.environ.get("MONEY_MODEL_CLI_EVERY", "50"))
 if os.environ.get("MONEY_MODEL_SEED"):
     SEEDS = [int(os.environ["MONEY_MODEL_SEED"])]
 else:
-    _base = random.randrange(1, 10**6)
+    # pytest-xdist's processes must collect the same seeds: the run's id,
+    # which they share, draws them.
+    _base = random.Random(os.environ.get("PYTEST_XDIST_TESTRUNUID")).randrange(1, 10**6)
     SEEDS = [_base + i for i in range(int(os.environ.get("MONEY_MODEL_SEEDS", "4")))]
 DEADLINE = 60         # bound on every wait, generous for sanitizer builds
 MISS_LIMIT = 3        # heartbeat_miss_limit
