@@ -11,7 +11,9 @@ steps, each on one fleet at a time:
 * a blip: the fleet is paused (SIGSTOP) until its nodes miss a heartbeat,
   maybe the clock moves and a billing pass runs while they are quiet, and
   it resumes (SIGCONT) while missed_beats is at most heartbeat_miss_limit-2
-  (else the blip is a silence from then on);
+  (else the blip is a silence from then on, as it is when a loaded machine
+  let the daemon take the fleet for unreachable while the walk compared or
+  before SIGCONT took);
 * a silence: paused until the nodes are unreachable and their instances
   too, resumed by a later step; when the clock passes the last good
   heartbeat plus node_lost_after_s meanwhile, the nodes are offline and the
