@@ -177,7 +177,9 @@ finish() {
     kill -0 "$pid" 2>/dev/null || break
   done
   stop_fleets
-  if [ "$stopping" = 1 ] && [ "$status" = 0 ]; then
+  # gpurentd exits 0 only when told to stop. Ctrl-C reaches it as it
+  # reaches this script, and it may be gone before the trap has run.
+  if [ "$status" = 0 ]; then
     echo "run-local: gpurentd${fleet_pids[0]:+ and the fleet} stopped cleanly"
   fi
   exit "$status"
