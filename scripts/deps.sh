@@ -9,7 +9,7 @@ libsqlite3-dev libssl-dev libinih-dev libsystemd-dev libssh-dev
 libwslay-dev"
 test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-aiosmtpd sqlite3 openssl openssh-client
 prometheus pdsh chromium fonts-wqy-microhei
-python3-websocket python3-pytest-xdist"
+python3-websocket python3-pytest-xdist python3-jsonschema"
 # make bench: the references (nginx serving the same bytes, wrk driving both)
 # and the profiler (issue 15).
 bench_pkgs="nginx-light wrk linux-perf"
