@@ -14,6 +14,9 @@
  *            for its id, re-read and resent at start; the progress of
  *            calls being answered, recorded at start for any the last
  *            gateway did not finish
+ *   metrics.c the Prometheus metrics, on --metrics-listen (off by
+ *            default): calls by status, their durations, calls in flight,
+ *            paused upstreams, the copy's age, usage records pending
  *   proxy.c  one call: key, app, limits and funds checked at its
  *            headers (before its body is read), a replica chosen (or
  *            waited for), the upstream called on the one upstream thread
@@ -43,6 +46,8 @@ struct gateway_opts {
     int64_t max_call_s;        /* longest a call's upstream may last */
     int64_t max_pending;       /* usage records held in memory while gpurentd is away */
     char state_dir[1024];      /* the usage journal's directory */
+    char metrics_host[128];    /* --metrics-listen; metrics_port 0: no metrics listener */
+    int metrics_port;
 };
 extern struct gateway_opts gw_opts;
 
@@ -65,6 +70,8 @@ int gw_state_start(void);
 void gw_state_stop(void);
 /* Good syncs since the start, and how old the copy is (-1: none yet). */
 void gw_copy_info(int64_t *good_syncs, int64_t *age_ms);
+/* Usage records not yet answered for by gpurentd (in memory). */
+void gw_usage_pending(int64_t *records);
 /* Checks the bearer token, the app's visibility, rate limits and funds for
  * slug: 0 with out filled, or an HTTP status (401, 404, 429 with
  * *retry_after, 402, 503 before any copy) and a message. Funds must cover
@@ -119,5 +126,16 @@ void gw_proxy_stop(void);
  * (their clients are gone, so each is being stopped), then ends the
  * upstream thread. */
 void gw_proxy_drain(int64_t timeout_ms);
+/* Calls to /apps/... in progress (from their first byte to their
+ * completion) and upstream transfers paused for slow clients, now. */
+void gw_proxy_counts(int64_t *calls, int64_t *paused);
+
+/* metrics.c */
+/* Counts a call to /apps/... at its completion: the status it was answered
+ * with (0: none began) and how long it took. */
+void gw_metrics_call(int status, int64_t duration_ms);
+/* Starts the metrics listener when --metrics-listen was given: 0, or -1. */
+int gw_metrics_start(void);
+void gw_metrics_stop(void);
 
 #endif

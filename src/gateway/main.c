@@ -28,6 +28,7 @@ struct gateway_opts gw_opts = {
     .max_call_s = 3600,
     .max_pending = 100000,
     .state_dir = "/var/lib/gpurent-gateway",
+    .metrics_host = "127.0.0.1",
 };
 
 static void usage(FILE *f)
@@ -46,6 +47,7 @@ static void usage(FILE *f)
                "  --max-pending N             usage records held in memory while gpurentd is away (100000)\n"
                "  --state-dir DIR             the usage journal: records not yet answered by gpurentd, resent\n"
                "                              after a restart or a crash (/var/lib/gpurent-gateway)\n"
+               "  --metrics-listen HOST:PORT  serve Prometheus metrics at /metrics there (none: not served)\n"
                "  --log-level LEVEL           error, warn, info, debug (info)\n");
 }
 
@@ -80,6 +82,8 @@ static int parse(int argc, char **argv)
         int rc = 0;
         if (strcmp(o, "--listen") == 0)
             rc = conf_parse_hostport(v, gw_opts.listen_host, sizeof gw_opts.listen_host, &gw_opts.listen_port);
+        else if (strcmp(o, "--metrics-listen") == 0)
+            rc = conf_parse_hostport(v, gw_opts.metrics_host, sizeof gw_opts.metrics_host, &gw_opts.metrics_port);
         else if (strcmp(o, "--control-url") == 0)
             snprintf(gw_opts.control_url, sizeof gw_opts.control_url, "%s", v);
         else if (strcmp(o, "--secret-file") == 0)
@@ -215,20 +219,25 @@ int main(int argc, char **argv)
         /* Room for what the guard lets through, which it refuses beyond
          * with the API's error (the library's default was less). */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_GUARD_CONNECTION_MEMORY, MHD_OPTION_END);
-    if (!d) {
-        fprintf(stderr, "gpurent-gateway: cannot listen on %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
+    if (!d || gw_metrics_start() < 0) {
+        if (!d)
+            fprintf(stderr, "gpurent-gateway: cannot listen on %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
+        else
+            MHD_stop_daemon(d);
         gw_state_stop();
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     log_info("gpurent-gateway %s listening on %s:%u for %s", gw_opts.gateway_id, gw_opts.listen_host,
              info ? info->port : 0, gw_opts.control_url);
+
     int sig = 0;
     sigwait(&sigs, &sig);
     log_info("gpurent-gateway: stopping (signal %d); sending the last usage records", sig);
     MHD_quiesce_daemon(d);
     gw_proxy_stop();
     MHD_stop_daemon(d);
+    gw_metrics_stop();
     gw_proxy_drain(5000);
     gw_state_stop();
     curl_global_cleanup();

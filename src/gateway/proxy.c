@@ -139,14 +139,22 @@ struct call {
     int64_t input_tokens, output_tokens; /* as the upstream reported them */
     int64_t delivered_bytes; /* answer bytes handed to the client */
     int status_sent;
+    int app_call; /* to /apps/...: counted in the metrics (not /healthz) */
 };
 
 /* Set when the gateway stops: no call waits for a replica any more; and
  * once the calls in progress had GW_STOP_MS to end: nothing is suspended. */
 static atomic_int stopping, ending;
 
-/* Upstream transfers paused now for a slow client (GET /healthz). */
-static atomic_int paused_upstreams;
+/* Upstream transfers paused now for a slow client (GET /healthz), and
+ * calls to /apps/... in progress (the metrics). */
+static atomic_int paused_upstreams, app_calls_live;
+
+void gw_proxy_counts(int64_t *calls, int64_t *paused)
+{
+    *calls = atomic_load(&app_calls_live);
+    *paused = atomic_load(&paused_upstreams);
+}
 
 /* Under c->lock: resumes the connection if it is suspended waiting for the
  * upstream. A connection only completes while not suspended, so one that
@@ -873,9 +881,10 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
 /* The API's error body, {"error": {"code", "message", "field": null}}.
  * The message may quote the client's bytes (an app's name), cut short:
  * made valid UTF-8 first, or jansson gives nothing to send. */
-static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *code, const char *msg,
-                                   int64_t retry_after)
+static enum MHD_Result reply_error(struct MHD_Connection *conn, struct call *c, unsigned status, const char *code,
+                                   const char *msg, int64_t retry_after)
 {
+    c->status_sent = (int)status;
     char message[512];
     snprintf(message, sizeof message, "%s", msg);
     utf8_scrub(message);
@@ -1183,7 +1192,7 @@ static enum MHD_Result reply_counted_error(struct MHD_Connection *conn, struct c
 {
     c->status_sent = (int)status;
     finish_usage(c);
-    return reply_error(conn, status, code, msg, retry_after);
+    return reply_error(conn, c, status, code, msg, retry_after);
 }
 
 /* Appends the query arguments (libmicrohttpd hands the path without them)
@@ -1321,7 +1330,7 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
     char slug[64];
     size_t sl = slash ? (size_t)(slash - rest) : strlen(rest);
     if (sl == 0 || sl >= sizeof slug)
-        return *r = reply_error(conn, 404, "not_found", "no such app", 0), -1;
+        return *r = reply_error(conn, c, 404, "not_found", "no such app", 0), -1;
     snprintf(slug, sizeof slug, "%.*s", (int)sl, rest);
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     const char *token = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
@@ -1338,13 +1347,13 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
         for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
             if (strcmp(codes[i][0], s) == 0)
                 code = codes[i][1];
-        return *r = reply_error(conn, (unsigned)status, code, msg, retry), -1;
+        return *r = reply_error(conn, c, (unsigned)status, code, msg, retry), -1;
     }
     c->admitted = 1; /* counted in flight for its consumer until gw_completed */
     /* A body announced over the bound is refused before it is read too. */
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > GW_BODY_MAX)
-        return *r = reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0), -1;
+        return *r = reply_error(conn, c, 413, "body_too_large", "the request body is over 8 MiB", 0), -1;
     return 0;
 }
 
@@ -1353,7 +1362,7 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
 static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const char *url)
 {
     if (c->too_large)
-        return reply_error(conn, 413, "body_too_large", "the request body is over 8 MiB", 0);
+        return reply_error(conn, c, 413, "body_too_large", "the request body is over 8 MiB", 0);
     gw_app_count(c->app.app_id, 1, 0);
     c->counted = 1;
     const char *path = strchr(url + 6, '/'); /* after "/apps/{slug}" */
@@ -1396,6 +1405,9 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
         c->conn = conn;
         c->start_ms = clock_mono_ms();
         snprintf(c->method, sizeof c->method, "%s", method);
+        c->app_call = strncmp(url, "/apps/", 6) == 0;
+        if (c->app_call)
+            app_calls_live++;
         live_add(c);
         *con_cls = c;
         enum MHD_Result r;
@@ -1434,7 +1446,7 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
     if (strcmp(url, "/healthz") == 0)
         return reply_health(conn);
     if (strncmp(url, "/apps/", 6) != 0 || !c->admitted)
-        return reply_error(conn, 404, "not_found", "calls go to /apps/{slug}/…", 0);
+        return reply_error(conn, c, 404, "not_found", "calls go to /apps/{slug}/…", 0);
     return admit(conn, c, url);
 }
 
@@ -1458,6 +1470,10 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
         gw_app_count(c->app.app_id, -1, 0);
     if (c->admitted)
         gw_consumer_release(c->app.user_id);
+    if (c->app_call) {
+        gw_metrics_call(c->status_sent, clock_mono_ms() - c->start_ms);
+        app_calls_live--;
+    }
     live_remove(c);
     call_unref(c);
 }

@@ -523,6 +523,13 @@ void gw_copy_info(int64_t *good_syncs, int64_t *age_ms)
     pthread_mutex_unlock(&lock);
 }
 
+void gw_usage_pending(int64_t *records)
+{
+    pthread_mutex_lock(&lock);
+    *records = (int64_t)json_array_size(pending);
+    pthread_mutex_unlock(&lock);
+}
+
 /* Drops from pending every record gpurentd answered for. */
 static void forget_answered(json_t *answer)
 {
