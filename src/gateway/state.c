@@ -80,6 +80,103 @@ void gw_consumer_release(const char *user_id)
     pthread_mutex_unlock(&lock);
 }
 
+/* What this gateway's finished calls cost that the copy's funds may not
+ * show yet, per consumer: records not yet answered for by gpurentd
+ * (pending), answered since the last sync request went out (open), and
+ * answered before it went (asked: the copy that request brings shows
+ * them, since gpurentd settles a record before it answers for it).
+ * Admission takes all three off the copy's funds, so quick calls one after
+ * another within a sync period cannot each spend the same funds. A chained
+ * hash table; an entry goes when all three are 0. */
+#define UNSETTLED_BUCKETS 1024
+static struct unsettled {
+    char user_id[ID_MAX];
+    int64_t pending, open, asked;
+    struct unsettled *next;
+} *unsettled[UNSETTLED_BUCKETS];
+
+static struct unsettled **unsettled_link(const char *user_id)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *p = user_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    struct unsettled **link = &unsettled[h % UNSETTLED_BUCKETS];
+    while (*link && strcmp((*link)->user_id, user_id) != 0)
+        link = &(*link)->next;
+    return link;
+}
+
+/* The most a usage record can cost: gpurentd's price (apps.c,
+ * app_call_price) at the prices the call was admitted with, which
+ * gpurentd charges no more than; 0 for an error answer. */
+static int64_t record_cost(const json_t *r)
+{
+    json_int_t status = json_integer_value(json_object_get(r, "status"));
+    if (status <= 0 || status >= 400)
+        return 0;
+    const json_t *p = json_object_get(r, "prices");
+    __int128 tokens = (__int128)json_integer_value(json_object_get(r, "input_tokens")) *
+                          json_integer_value(json_object_get(p, "input_1k")) +
+                      (__int128)json_integer_value(json_object_get(r, "output_tokens")) *
+                          json_integer_value(json_object_get(p, "output_1k"));
+    __int128 cost = tokens / 1000 + json_integer_value(json_object_get(p, "request")) +
+                    (__int128)json_integer_value(json_object_get(r, "duration_ms")) *
+                        json_integer_value(json_object_get(p, "second")) / 1000;
+    return cost < 0 ? 0 : cost > INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)cost;
+}
+
+/* Under lock: a record joins pending (moved 1), or leaves it answered
+ * (moved -1). */
+static void unsettled_move(const json_t *r, int moved)
+{
+    const char *user = json_string_value(json_object_get(r, "user_id"));
+    int64_t cost = record_cost(r);
+    if (!user || cost == 0)
+        return;
+    struct unsettled **link = unsettled_link(user);
+    if (!*link) {
+        if (moved < 0 || !(*link = calloc(1, sizeof **link)))
+            return;
+        snprintf((*link)->user_id, sizeof (*link)->user_id, "%s", user);
+    }
+    if (moved > 0) {
+        (*link)->pending += cost;
+    } else {
+        (*link)->pending -= cost;
+        (*link)->open += cost;
+    }
+}
+
+/* Under lock: a sync request is going out (asking 1: what was answered
+ * until now, the copy it brings will show), or its copy came (asking 0:
+ * what it shows is forgotten). */
+static void unsettled_sync(int asking)
+{
+    for (int b = 0; b < UNSETTLED_BUCKETS; b++)
+        for (struct unsettled **link = &unsettled[b]; *link;) {
+            struct unsettled *u = *link;
+            if (asking) {
+                u->asked += u->open;
+                u->open = 0;
+            } else {
+                u->asked = 0;
+            }
+            if (u->pending <= 0 && u->open == 0 && u->asked == 0) {
+                *link = u->next;
+                free(u);
+            } else {
+                link = &u->next;
+            }
+        }
+}
+
+/* Under lock: what user's calls cost that the copy does not show yet. */
+static int64_t unsettled_cost(const char *user)
+{
+    struct unsettled *u = *unsettled_link(user);
+    return u ? u->pending + u->open + u->asked : 0;
+}
+
 /* Fixed one-minute windows per (key, app) and per app, for the current
  * minute only (window_take). */
 static struct window {
@@ -311,7 +408,7 @@ int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64
                              json_integer_value(json_object_get(app, "price_output_1k")) > 0 ||
                              json_integer_value(json_object_get(app, "price_second")) > 0;
         json_t *funds = json_object_get(json_object_get(copy, "funds"), user);
-        json_int_t have = json_integer_value(funds);
+        json_int_t have = json_integer_value(funds) - unsettled_cost(user);
         struct consumer_count *u = consumer_slot(user, 1);
         int64_t flying = u ? u->in_flight : 0;
         if (wait) {
@@ -422,9 +519,10 @@ void gw_usage_add(json_t *record)
      * answered and compacted away) before its own journal line exists. */
     int journaled = gw_journal_append(record) == 0;
     pthread_mutex_lock(&lock);
-    if ((json_int_t)json_array_size(pending) < gw_opts.max_pending)
+    if ((json_int_t)json_array_size(pending) < gw_opts.max_pending) {
+        unsettled_move(record, 1);
         json_array_append_new(pending, record);
-    else {
+    } else {
         /* Beyond the memory bound a journaled record stays on disk alone:
          * the next start reads it back and sends it. */
         log_error("gateway: %zu usage records wait for gpurentd; %s %s", json_array_size(pending),
@@ -504,10 +602,14 @@ static json_t *signed_call(const char *method, const char *path, const char *bod
 
 static void sync_once(void)
 {
+    pthread_mutex_lock(&lock);
+    unsettled_sync(1);
+    pthread_mutex_unlock(&lock);
     json_t *fresh = signed_call("GET", "/internal/gateway/state", NULL);
     if (!fresh)
         return;
     pthread_mutex_lock(&lock);
+    unsettled_sync(0);
     json_decref(copy);
     copy = fresh;
     copy_mono_ms = clock_mono_ms();
@@ -560,8 +662,10 @@ static void forget_answered(json_t *answer)
     json_decref(ids);
     pthread_mutex_lock(&lock);
     for (size_t k = json_array_size(pending); k-- > 0;)
-        if (json_object_get(done, json_string_value(json_object_get(json_array_get(pending, k), "id"))))
+        if (json_object_get(done, json_string_value(json_object_get(json_array_get(pending, k), "id")))) {
+            unsettled_move(json_array_get(pending, k), -1);
             json_array_remove(pending, k);
+        }
     pthread_mutex_unlock(&lock);
     json_decref(done);
 }
@@ -636,6 +740,9 @@ int gw_state_start(void)
     /* What a killed run served and had not reported goes out first. */
     if (gw_journal_open(gw_opts.state_dir, pending) < 0)
         return -1;
+    size_t i;
+    json_t *r;
+    json_array_foreach(pending, i, r) unsettled_move(r, 1);
     if (pthread_create(&sync_thread, NULL, sync_main, NULL) != 0)
         return -1;
     if (pthread_create(&report_thread, NULL, report_main, NULL) != 0)
@@ -654,6 +761,12 @@ void gw_state_stop(void)
     json_decref(copy);
     json_decref(pending);
     copy = pending = NULL;
+    for (int b = 0; b < UNSETTLED_BUCKETS; b++)
+        while (unsettled[b]) {
+            struct unsettled *u = unsettled[b];
+            unsettled[b] = u->next;
+            free(u);
+        }
     free(windows);
     windows = NULL;
     n_windows = 0;

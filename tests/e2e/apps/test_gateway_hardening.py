@@ -302,6 +302,31 @@ def test_funds_cover_every_call_in_flight(market):
     assert_ledger_ok(m)
 
 
+def test_calls_one_after_another_cannot_spend_the_same_funds(market):
+    """A consumer with 0.025 yuan and an app at 0.01 a call (no token price)
+    behind a gateway whose copy is not refreshed (--sync-ms 600000, so its
+    copy's funds stay 0.025): two calls one after the other are served and
+    the third is refused 402, the copy's funds less what the first two cost
+    (recorded, answered for by gpurentd or not) no longer covering it.
+    Before, each call was checked against the same 0.025 and the third was
+    served and left unpaid."""
+    m = market
+    app, _ = fake_app(m, "liar", price_per_1k_input_tokens="0", price_per_1k_output_tokens="0")
+    poor = m.d.signup(verify=False)  # no trial credit
+    r = m.d.post(f"/v1/admin/users/{poor.id}/topups", key=m.d.admin_key,
+                 json={"amount": "0.025", "payment_id": f"pay-{poor.id}"})
+    assert r.status_code in (200, 201), r.text
+    poll(lambda: [a for a in m.signed("GET", "/internal/gateway/state").json()["apps"]
+                  if a["id"] == app["id"] and a["replicas"]], DEADLINE, "a ready replica in the state")
+    gw = m.gateway(sync_ms=600000)
+    statuses = [gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"}).status_code
+                for _ in range(3)]
+    assert statuses == [200, 200, 402], statuses
+    rows = m.wait_calls(app["id"], 2)
+    assert [(row[1], row[4], row[7]) for row in rows] == [(200, 10000, 0)] * 2, rows
+    assert_ledger_ok(m)
+
+
 def test_a_call_is_charged_the_prices_it_was_admitted_with(market):
     """Each usage record carries the app's four prices at the call's
     admission. A publisher who raises the per-call price after a call and
