@@ -239,7 +239,7 @@ const struct conf_option agent_options[] = {
             "memory a container may use per card it has, in MiB (--memory); 0 = the host's memory divided by its cards"),
     OPT_INT(container_pids_limit, 0, 4194304, 32768, "processes one container may run (--pids-limit); 0 = no limit"),
     OPT_INT(container_log_max_mb, 0, 1048576, 100,
-            "MiB of output the runtime keeps of one container (--log-opt max-size); 0 = the runtime's own setting"),
+            "megabytes of output the runtime keeps of one container (--log-opt max-size); 0 = the runtime's own setting"),
     OPT_INT(check_interval_s, 1, 3600, 10, "seconds between checks that running containers still run"),
     OPT_INT(retry_interval_s, 1, 3600, 10, "seconds before a failed stop or unmount is tried again"),
     OPT_INT(sim_pull_ms, 0, 3600000, 2000, "sim: milliseconds spent pulling"),

@@ -83,7 +83,10 @@ static int parse(int argc, char **argv)
         if (strcmp(o, "--listen") == 0)
             rc = conf_parse_hostport(v, gw_opts.listen_host, sizeof gw_opts.listen_host, &gw_opts.listen_port);
         else if (strcmp(o, "--metrics-listen") == 0)
-            rc = conf_parse_hostport(v, gw_opts.metrics_host, sizeof gw_opts.metrics_host, &gw_opts.metrics_port);
+            rc = conf_parse_hostport(v, gw_opts.metrics_host, sizeof gw_opts.metrics_host, &gw_opts.metrics_port) < 0 ||
+                         gw_opts.metrics_port == 0
+                     ? (fprintf(stderr, "gpurent-gateway: --metrics-listen must be HOST:PORT, PORT 1 to 65535\n"), -1)
+                     : 0;
         else if (strcmp(o, "--control-url") == 0)
             snprintf(gw_opts.control_url, sizeof gw_opts.control_url, "%s", v);
         else if (strcmp(o, "--secret-file") == 0)
@@ -208,6 +211,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpurent-gateway: cannot use --listen %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
         return 2;
     }
+    /* The metrics listener first: failing it, no consumer was let in. */
+    if (gw_metrics_start() < 0) {
+        gw_state_stop();
+        return 1;
+    }
     /* A pool of threads over epoll: a connection waiting for a replica or
      * an upstream is suspended and holds none of them (proxy.c). */
     struct MHD_Daemon *d = MHD_start_daemon(
@@ -219,11 +227,9 @@ int main(int argc, char **argv)
         /* Room for what the guard lets through, which it refuses beyond
          * with the API's error (the library's default was less). */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_GUARD_CONNECTION_MEMORY, MHD_OPTION_END);
-    if (!d || gw_metrics_start() < 0) {
-        if (!d)
-            fprintf(stderr, "gpurent-gateway: cannot listen on %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
-        else
-            MHD_stop_daemon(d);
+    if (!d) {
+        fprintf(stderr, "gpurent-gateway: cannot listen on %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
+        gw_metrics_stop();
         gw_state_stop();
         return 1;
     }

@@ -191,7 +191,9 @@ int gw_metrics_start(void)
         log_error("gateway: cannot use --metrics-listen %s:%d", gw_opts.metrics_host, gw_opts.metrics_port);
         return -1;
     }
-    listener = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+    /* poll or epoll, not select: the gateway's own sockets may number
+     * past FD_SETSIZE, and select() could not take a scrape's then. */
+    listener = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
                                     (res->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
                                 0, NULL, NULL, on_scrape, NULL, MHD_OPTION_SOCK_ADDR, res->ai_addr,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64, MHD_OPTION_CONNECTION_TIMEOUT,

@@ -344,7 +344,10 @@ static void scan_delivered(struct call *c, const char *p, size_t n)
         c->event = grown;
         c->event[c->event_len++] = p[i];
         c->event[c->event_len] = '\0';
-        if (c->event_len >= 2 && c->event[c->event_len - 1] == '\n' && c->event[c->event_len - 2] == '\n') {
+        /* An event ends at a blank line, "\n\n" or "\r\n\r\n". */
+        const char *e = c->event + c->event_len;
+        if (c->event_len >= 2 && e[-1] == '\n' &&
+            (e[-2] == '\n' || (c->event_len >= 3 && e[-2] == '\r' && e[-3] == '\n'))) {
             for (char *line = c->event; line && *line;) {
                 char *next = strchr(line, '\n');
                 if (next)
@@ -423,19 +426,57 @@ static int out_append(struct call *c, const char *p, size_t n)
  * `stream` a boolean, as OpenAI's API has it (a server taking "true" or 1
  * for true would stream unasked). NULL, or the error code of a body
  * refused, with *msg. */
+/* Whether path's segments, empty ones left out (as servers that merge
+ * slashes read them), are those of a completion: v1/completions or
+ * v1/chat/completions. */
+static int completion_path(const char *path)
+{
+    static const char *const want[][4] = {{"v1", "completions", NULL}, {"v1", "chat", "completions", NULL}};
+    for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+        const char *p = path;
+        size_t k = 0;
+        for (;;) {
+            p += strspn(p, "/");
+            size_t n = strcspn(p, "/");
+            if (n == 0 || !want[w][k] || strlen(want[w][k]) != n || strncmp(p, want[w][k], n) != 0)
+                break;
+            p += n;
+            k++;
+        }
+        if (!*p && !want[w][k])
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether path has a "." or ".." segment, which a replica or libcurl
+ * could resolve into another path than the one the gateway checked. */
+static int dot_segment(const char *path)
+{
+    for (const char *p = path; *p;) {
+        p += strspn(p, "/");
+        size_t n = strcspn(p, "/");
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
 static const char *ask_stream_usage(struct call *c, const char *path, const char **msg)
 {
-    if (strcmp(c->method, "POST") != 0 || c->body_len == 0 ||
-        (strcmp(path, "/v1/chat/completions") != 0 && strcmp(path, "/v1/completions") != 0))
+    if (strcmp(c->method, "POST") != 0 || c->body_len == 0 || !completion_path(path))
         return NULL;
     json_error_t err;
-    json_t *j = json_loadb(c->body, c->body_len, JSON_REJECT_DUPLICATES, &err);
+    json_t *j = json_loadb(c->body, c->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
     if (!j && json_error_code(&err) == json_error_duplicate_key) {
         *msg = "an object in the request body repeats a key";
         return "duplicate_key";
     }
     if (!j) {
-        *msg = "the body of a completion must be JSON";
+        static __thread char why[200];
+        snprintf(why, sizeof why, "the body of a completion must be JSON: %s", err.text);
+        *msg = why;
         return "malformed_json";
     }
     json_t *stream = json_object_get(j, "stream"), *options = json_object_get(j, "stream_options");
@@ -451,6 +492,11 @@ static const char *ask_stream_usage(struct call *c, const char *path, const char
         json_object_set_new(options, "include_usage", json_true());
         /* Reals printed so that each reads back as the same number. */
         text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+        if (!text) { /* out of memory: not sent unasked, so never unmetered */
+            json_decref(j);
+            *msg = "the gateway could not prepare the call; retry";
+            return "internal";
+        }
     }
     json_decref(j);
     if (text) {
@@ -492,9 +538,11 @@ static int hide_usage_event(struct call *c, const char *p, size_t n)
         const char *nl = memchr(p, '\n', n);
         size_t take = nl ? (size_t)(nl - p) + 1 : n;
         if (c->line_passing || c->line_len + take > GW_EVENT_MAX) {
-            if (out_append(c, c->line, c->line_len) < 0 || out_append(c, p, take) < 0)
+            if (out_append(c, c->line, c->line_len) < 0)
                 return -1;
             c->line_len = 0;
+            if (out_append(c, p, take) < 0)
+                return -1;
             c->line_passing = !nl;
         } else {
             char *grown = realloc(c->line, c->line_len + take);
@@ -672,6 +720,8 @@ static void up_start(struct call *c)
         return;
     }
     curl_easy_setopt(curl, CURLOPT_URL, c->url);
+    /* The path the replica gets is the one checked (no dot segments). */
+    curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(curl, CURLOPT_PRIVATE, c);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, c->up_headers);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -925,9 +975,13 @@ static enum MHD_Result reply_health(struct MHD_Connection *conn)
                                         "paused_upstreams", (int)paused_upstreams)
                             : json_pack("{s:{s:s, s:s}}", "error", "code", "no_copy", "message",
                                         "no copy of the marketplace yet");
-    char *text = json_dumps(j, JSON_COMPACT);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r = text ? MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!r) {
+        free(text);
+        return MHD_NO; /* out of memory: the connection is closed */
+    }
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (age_ms < 0)
         MHD_add_response_header(r, "Retry-After", "1");
@@ -1366,6 +1420,8 @@ static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const 
     gw_app_count(c->app.app_id, 1, 0);
     c->counted = 1;
     const char *path = strchr(url + 6, '/'); /* after "/apps/{slug}" */
+    if (path && dot_segment(path))
+        return reply_counted_error(conn, c, 400, "invalid_path", "a path with a . or .. segment is not passed on", 0);
     c->client_len = c->body_len;
     const char *refused, *why = NULL;
     if ((refused = ask_stream_usage(c, path ? path : "/", &why)) != NULL)

@@ -10,6 +10,7 @@ non-streamed answer over the 4 MiB kept whole is still charged its
 tokens; rate-limit windows never run out; a stream from a server that
 reports usage only when asked is charged its tokens whatever the client
 asked."""
+import http.client
 import json
 import os
 import socket
@@ -116,22 +117,34 @@ def test_a_stream_is_charged_its_tokens_whether_or_not_the_client_asked_for_usag
     or says false, the gateway asks, the call is charged its 5 + 3 tokens,
     and the usage chunk the client did not ask for reaches it as an SSE
     comment, never as an event with no choices; a client that asked gets
-    it as an event. A body the gateway might read otherwise than the
-    replica (a `stream` that is not a boolean, a repeated key, not JSON) is
-    refused."""
+    it as an event. The path is read as servers that merge slashes read it,
+    and one with a dot segment (which libcurl or the replica could resolve
+    to a completion) is refused. A body the gateway might read otherwise
+    than the replica (a `stream` that is not a boolean, a repeated key, not
+    JSON) is refused."""
     m = market
     app, con = fake_app(m, "openai")
     gw = m.gateway()
     ready_in_copy(m, gw, app["id"])
 
-    def stream(options):
-        request = {"prompt": "hi", "stream": True, **options}
-        r = gw.call(app["slug"], "/v1/completions", con.key, json=request, timeout=DEADLINE)
-        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream"), r.text
-        lines = r.text.split("\n")
+    def post(path, body):
+        """(status, text) of a POST of body to the app's path, sent as it is
+        (requests would resolve dot segments itself)."""
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=DEADLINE)
+        conn.request("POST", f"/apps/{app['slug']}{path}", body,
+                     {"Authorization": f"Bearer {con.key}", "Content-Type": "application/json"})
+        r = conn.getresponse()
+        text = r.read().decode()
+        conn.close()
+        return r.status, r.getheader("Content-Type"), text
+
+    def stream(options, path="/v1/completions"):
+        status, kind, text = post(path, json.dumps({"prompt": "hi", "stream": True, **options}))
+        assert status == 200 and kind.startswith("text/event-stream"), text
+        lines = text.split("\n")
         events = [json.loads(x[6:]) for x in lines if x.startswith("data: ") and x != "data: [DONE]"]
         comments = [json.loads(x[7:]) for x in lines if x.startswith(":data: ")]
-        assert lines.count("data: [DONE]") == 1, r.text
+        assert lines.count("data: [DONE]") == 1, text
         return events, comments
 
     usage = {"prompt_tokens": 5, "completion_tokens": 3}
@@ -142,17 +155,21 @@ def test_a_stream_is_charged_its_tokens_whether_or_not_the_client_asked_for_usag
         assert comments == [{"choices": [], "usage": usage}], comments
     events, comments = stream({"stream_options": {"include_usage": True}})
     assert comments == [] and events[-1] == {"choices": [], "usage": usage}, events
-    # A body the gateway could read otherwise than the replica is refused.
-    for body, code in ((b'{"prompt": "hi", "stream": "true"}', "invalid_field"),
-                       (b'{"prompt": "hi", "stream": 1}', "invalid_field"),
-                       (b'{"stream": false, "prompt": "hi", "stream": true}', "duplicate_key"),
-                       (b'{"prompt": "hi", "stream": true', "malformed_json")):
-        r = requests.post(f"{gw.url}/apps/{app['slug']}/v1/chat/completions", data=body, timeout=DEADLINE,
-                          headers={"Authorization": f"Bearer {con.key}", "Content-Type": "application/json"})
-        assert r.status_code == 400 and r.json()["error"]["code"] == code, (body, r.text)
-    rows = m.wait_calls(app["id"], 8)
-    assert [(row[1], row[2], row[3]) for row in rows] == [(200, 5, 3)] * 4 + [(400, 0, 0)] * 4, rows
-    assert [row[4] for row in rows] == [10000 + (5 * 2000 + 3 * 4000) // 1000] * 4 + [0] * 4, rows
+    events, comments = stream({}, path="//v1//chat/completions/")
+    assert comments == [{"choices": [], "usage": usage}] and events[0]["seen"] == {"include_usage": True}, events
+    # A path or body the gateway could read otherwise than the replica.
+    for path, body, code in (("/v1/./completions", '{"prompt": "hi", "stream": true}', "invalid_path"),
+                             ("/v1/x/../chat/completions", '{"prompt": "hi", "stream": true}', "invalid_path"),
+                             ("/v1/chat/completions", '{"prompt": "hi", "stream": "true"}', "invalid_field"),
+                             ("/v1/chat/completions", '{"prompt": "hi", "stream": 1}', "invalid_field"),
+                             ("/v1/chat/completions", '{"stream": false, "prompt": "hi", "stream": true}',
+                              "duplicate_key"),
+                             ("/v1/chat/completions", '{"prompt": "hi", "stream": true', "malformed_json")):
+        status, _, text = post(path, body)
+        assert status == 400 and json.loads(text)["error"]["code"] == code, (path, body, text)
+    rows = m.wait_calls(app["id"], 11)
+    assert [(row[1], row[2], row[3]) for row in rows] == [(200, 5, 3)] * 5 + [(400, 0, 0)] * 6, rows
+    assert [row[4] for row in rows] == [10000 + (5 * 2000 + 3 * 4000) // 1000] * 5 + [0] * 6, rows
     assert_ledger_ok(m)
 
 
