@@ -30,6 +30,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "gpurent/ids.h"
 
@@ -129,6 +130,10 @@ void gw_proxy_drain(int64_t timeout_ms);
 /* Calls to /apps/... in progress (from their first byte to their
  * completion) and upstream transfers paused for slow clients, now. */
 void gw_proxy_counts(int64_t *calls, int64_t *paused);
+
+/* main.c: a listen address as a socket address (numeric or a name): 0,
+ * or -1. */
+int gw_resolve_listen(const char *host, int port, struct sockaddr_storage *sa, socklen_t *len);
 
 /* metrics.c */
 /* Counts a call to /apps/... at its completion: the status it was answered

@@ -136,8 +136,8 @@ static int parse(int argc, char **argv)
     return 0;
 }
 
-/* The listen address as a socket address (numeric or a name). */
-static int resolve_listen(const char *host, int port, struct sockaddr_storage *sa, socklen_t *len)
+/* See gateway.h. */
+int gw_resolve_listen(const char *host, int port, struct sockaddr_storage *sa, socklen_t *len)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
     char service[8];
@@ -207,7 +207,7 @@ int main(int argc, char **argv)
         return 1;
     struct sockaddr_storage sa;
     socklen_t salen;
-    if (resolve_listen(gw_opts.listen_host, gw_opts.listen_port, &sa, &salen) < 0) {
+    if (gw_resolve_listen(gw_opts.listen_host, gw_opts.listen_port, &sa, &salen) < 0) {
         fprintf(stderr, "gpurent-gateway: cannot use --listen %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
         return 2;
     }

@@ -7,7 +7,6 @@
 #include "gateway.h"
 #include "gpurent/log.h"
 
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -184,21 +183,19 @@ int gw_metrics_start(void)
 {
     if (!gw_opts.metrics_port)
         return 0;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
-    char service[8];
-    snprintf(service, sizeof service, "%d", gw_opts.metrics_port);
-    if (getaddrinfo(gw_opts.metrics_host, service, &hints, &res) != 0) {
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    if (gw_resolve_listen(gw_opts.metrics_host, gw_opts.metrics_port, &sa, &salen) < 0) {
         log_error("gateway: cannot use --metrics-listen %s:%d", gw_opts.metrics_host, gw_opts.metrics_port);
         return -1;
     }
     /* poll or epoll, not select: the gateway's own sockets may number
      * past FD_SETSIZE, and select() could not take a scrape's then. */
     listener = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG |
-                                    (res->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-                                0, NULL, NULL, on_scrape, NULL, MHD_OPTION_SOCK_ADDR, res->ai_addr,
+                                    (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+                                0, NULL, NULL, on_scrape, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64, MHD_OPTION_CONNECTION_TIMEOUT,
                                 (unsigned int)30, MHD_OPTION_END);
-    freeaddrinfo(res);
     if (!listener) {
         log_error("gateway: cannot listen on %s:%d for metrics", gw_opts.metrics_host, gw_opts.metrics_port);
         return -1;
