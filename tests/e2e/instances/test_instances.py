@@ -152,6 +152,27 @@ def test_events_and_life_cycle(cloud):
     assert cloud.workloads("n-01") == []
 
 
+def test_a_workload_running_at_its_put_shows_each_state_once(cloud):
+    """With no pull to wait for, the agent answers the PUT once the workload
+    runs (agent_put_wait_ms), and the instance goes from pending to running
+    in one pass: the row is written once, but the events still show the
+    provisioning it went through, at the same moment as running."""
+    cloud.fleet(1, prefix="z-", sim={"sim_pull_ms": "0", "sim_mount_ms": "0", "sim_start_ms": "0"})
+    u = cloud.user()
+    inst = cloud.create(u, card_count=2)
+    iid = inst["id"]
+    cloud.wait_state(u, iid, "running")
+    # A loaded machine may still answer the PUT before the workload runs:
+    # then the slowest node's phases show too, between the two.
+    events = [e for e in cloud.events(u, iid) if e["state"] not in ("pulling", "mounting", "starting")]
+    assert [e["state"] for e in events] == ["pending", "provisioning", "running"], events
+    assert events[1]["reason"] == "the agents accepted the workload", events
+    assert events[2]["reason"] == "every node is running", events
+    assert events[1]["at"] == events[2]["at"], events   # the daemon's clock stands still in these tests
+    got = cloud.d.get(f"/v1/instances/{iid}", key=u.key).json()
+    assert got["state"] == "running" and got["phase"] == "" and got["state_since"] == events[2]["at"], got
+
+
 def test_reconciler_is_woken_by_new_work(cloud_slow_reconciler):
     """Creating, stopping and starting an instance wake the reconciler: each
     completes within the poll deadline (a minute at most), far inside the
