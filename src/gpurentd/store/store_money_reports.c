@@ -48,10 +48,12 @@ static const char SQL_USAGE_BY_INSTANCE[] =
 static const char SQL_FUNDS_BEFORE[] =
     "SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
     " JOIN ledger_accounts a ON a.id = p.account_id WHERE a.user_id = ?1 AND t.at < ?2";
+/* Every open interval is unsettled: saying so lets SQLite find them in
+ * running_intervals_unsettled, which holds all this reads (0040). */
 static const char SQL_BURN[] =
     "SELECT coalesce(sum(r.card_count * (SELECT card_hour FROM prices pr WHERE pr.gpu_model = r.gpu_model"
     "   AND pr.effective_at <= ?2 ORDER BY pr.effective_at DESC LIMIT 1)), 0)"
-    " FROM running_intervals r WHERE r.user_id = ?1 AND r.ended_at IS NULL";
+    " FROM running_intervals r WHERE r.user_id = ?1 AND r.settled = 0 AND r.ended_at IS NULL";
 
 static void read_txn_row(sqlite3_stmt *st, void *row)
 {
