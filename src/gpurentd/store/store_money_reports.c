@@ -25,14 +25,16 @@ static const char SQL_TXNS[] =
     " JOIN ledger_transactions t ON t.id = mine.id JOIN ledger_postings p ON p.transaction_id = t.id"
     " JOIN ledger_accounts a ON a.id = p.account_id"
     " GROUP BY t.id ORDER BY t.id LIMIT ?6";
-/* Usage: card-seconds from intervals clipped to the period, money from the
+/* Usage: card-seconds from intervals clipped to the period (found through
+ * the user's instances, 0041, not by reading every interval), money from the
  * usage transactions posted for the period. Money is summed as sum(-x), not
  * -sum(x): sum() fails on an overflow, where negating INT64_MIN would
  * quietly give a REAL. */
 static const char SQL_USAGE_BY_INSTANCE[] =
-    "WITH secs AS (SELECT instance_id AS k, gpu_model, sum(card_count * (min(coalesce(ended_at, ?4), ?3)"
-    "   - max(started_at, ?2))) AS cs FROM running_intervals WHERE user_id = ?1 AND started_at < ?3"
-    "   AND coalesce(ended_at, ?4) > ?2 GROUP BY instance_id),"
+    "WITH secs AS (SELECT r.instance_id AS k, r.gpu_model, sum(r.card_count * (min(coalesce(r.ended_at, ?4), ?3)"
+    "   - max(r.started_at, ?2))) AS cs FROM instances i JOIN running_intervals r ON r.instance_id = i.id"
+    "   WHERE i.user_id = ?1 AND r.user_id = ?1 AND r.started_at < ?3 AND coalesce(r.ended_at, ?4) > ?2"
+    "   GROUP BY r.instance_id),"
     " money AS (SELECT t.instance_id AS k, sum(-p.amount) FILTER (WHERE a.kind IN ('cash', 'grant')) AS cost,"
     "   coalesce(sum(-p.amount) FILTER (WHERE a.kind = 'grant'), 0) AS credit,"
     "   coalesce(sum(-p.amount) FILTER (WHERE a.kind = 'cash'), 0) AS cash"

@@ -1,0 +1,11 @@
+-- 0041_intervals_by_instance: a user's usage (GET /v1/usage) reads that
+-- user's intervals, not every interval in the cloud (issue 15).
+--
+-- The usage query found the user's intervals by scanning running_intervals
+-- whole: no index covered a user's settled intervals, so each request cost
+-- time in proportion to all the running time the cloud had ever recorded.
+-- It now goes from the user's instances (instances_by_user) to their
+-- intervals by instance. Instance ids begin with their creation time, so
+-- the intervals of a burst of new instances land at this index's right
+-- edge rather than on a random leaf each, as an index by user would.
+CREATE INDEX running_intervals_by_instance ON running_intervals (instance_id, started_at);
