@@ -837,17 +837,16 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
      * seen over two passes does. */
     if (any_put && strcmp(w->in.state, "pending") == 0) {
         const char *why = "the agents accepted the workload";
-        int rc;
         /* Already running everywhere: the row goes from pending to running
          * in the one write below (each write of it rewrites the indexes that
-         * name its state), and only the provisioning event is recorded. */
-        if (all_running && !failure[0] && !exited[0])
-            rc = store_instance_event(s, w->in.id, ctx->now, "provisioning", why);
-        /* The slowest node's phase while it provisions, so that the write
-         * below has nothing left to change. */
-        else
-            rc = store_instance_set_state(s, w->in.id, "provisioning",
-                                          slowest < RANK_RUNNING ? slowest_phase : "pulling", why, ctx->now);
+         * name its state), and only the provisioning event is recorded.
+         * Otherwise the row takes the slowest node's phase while it
+         * provisions, so that the write below has nothing left to change. */
+        int straight_to_running = all_running && !failure[0] && !exited[0];
+        int rc = straight_to_running
+                     ? store_instance_event(s, w->in.id, ctx->now, "provisioning", why)
+                     : store_instance_set_state(s, w->in.id, "provisioning",
+                                                slowest < RANK_RUNNING ? slowest_phase : "pulling", why, ctx->now);
         if (rc != STORE_OK) {
             free(exit_last);
             return rc;
