@@ -14,15 +14,20 @@ DROP INDEX instances_holding_by_user;
 CREATE INDEX instances_holding_by_user ON instances (user_id, gpu_model, card_count, id, state, reservation_id)
     WHERE state IN ('pending', 'provisioning', 'running', 'stopping', 'unreachable');
 
--- A user's burn rate sums card_count by gpu_model over the open intervals.
--- They were found through running_intervals_open_by_user, an index of
--- their own, and each one's row was read. An open interval is always
--- unsettled (gpurentd ledger verify checks it), so the index of unsettled
--- intervals by user, which billing reads in the same (user_id, id) order,
--- now holds those columns and finds them alone: one index fewer for every
--- interval opened, closed or billed to write, and no row read. ended_at
--- changes once, when the interval closes; settled only leaves the index.
+-- A user's burn rate sums card_count by gpu_model over the open intervals,
+-- and the funds check and billing read every unsettled interval of a user.
+-- The burn rate found them through running_intervals_open_by_user, an
+-- index of its own; all three then read each interval's row. An open
+-- interval is always unsettled (gpurentd ledger verify checks it), so the
+-- index of unsettled intervals by user, in the same (user_id, id) order as
+-- before, now holds every column those reads take and they read no row;
+-- the burn rate's index is dropped, one fewer for every interval opened,
+-- closed or billed to write. Billing's UPDATE of an interval assigns
+-- settled, which this index's WHERE names, so SQLite rewrote its entry
+-- already, billed or not: billed in the key costs no write; ended_at
+-- changes once, when the interval closes.
 DROP INDEX running_intervals_open_by_user;
 DROP INDEX running_intervals_unsettled;
-CREATE INDEX running_intervals_unsettled ON running_intervals (user_id, id, gpu_model, card_count, ended_at, settled)
+CREATE INDEX running_intervals_unsettled
+    ON running_intervals (user_id, id, gpu_model, card_count, started_at, ended_at, billed, settled, instance_id)
     WHERE settled = 0;
