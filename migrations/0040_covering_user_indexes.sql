@@ -1,6 +1,6 @@
--- 0040_covering_user_indexes: the funds check of every create and the burn
--- rate in its reply read a user's indexes alone, not a table row for each
--- instance or interval the user holds (issue 15). SQLite reads a row to
+-- 0040_covering_user_indexes: the funds check of every create, the burn
+-- rate in its reply and billing read a user's indexes alone, not a table
+-- row for each instance or interval the user holds (issue 15). SQLite reads a row to
 -- test a partial index's own condition unless the index holds the column,
 -- so each index below holds the columns of its WHERE too.
 --

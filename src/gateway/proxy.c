@@ -411,21 +411,6 @@ static int out_append(struct call *c, const char *p, size_t n)
     return 0;
 }
 
-/* OpenAI-style servers (vLLM among them) put a stream's usage in it only
- * when the request asks (`stream_options.include_usage`), and a stream
- * without it would be charged no tokens, whether the client forgot or
- * said false on purpose. So a streamed completion whose client did not
- * ask is sent asking. The event the client did not ask for, usage with an
- * empty `choices`, then reaches it as an SSE comment line,
- * ":data: {...}", which every client's parser skips (a consumer reading
- * choices[0] of each chunk would fail on it), and scan_delivered still
- * reads the usage in it.
- *
- * The gateway must read the body as the replica will: it must be JSON
- * without a repeated key (parsers differ on which one counts), and
- * `stream` a boolean, as OpenAI's API has it (a server taking "true" or 1
- * for true would stream unasked). NULL, or the error code of a body
- * refused, with *msg. */
 /* Whether path's segments, empty ones left out (as servers that merge
  * slashes read them), are those of a completion: v1/completions or
  * v1/chat/completions. */
@@ -463,6 +448,21 @@ static int dot_segment(const char *path)
     return 0;
 }
 
+/* OpenAI-style servers (vLLM among them) put a stream's usage in it only
+ * when the request asks (`stream_options.include_usage`), and a stream
+ * without it would be charged no tokens, whether the client forgot or
+ * said false on purpose. So a streamed completion whose client did not
+ * ask is sent asking. The event the client did not ask for, usage with an
+ * empty `choices`, then reaches it as an SSE comment line,
+ * ":data: {...}", which every client's parser skips (a consumer reading
+ * choices[0] of each chunk would fail on it), and scan_delivered still
+ * reads the usage in it.
+ *
+ * The gateway must read the body as the replica will: it must be JSON
+ * without a repeated key (parsers differ on which one counts), and
+ * `stream` a boolean, as OpenAI's API has it (a server taking "true" or 1
+ * for true would stream unasked). NULL, or the error code of a body
+ * refused, with *msg. */
 static const char *ask_stream_usage(struct call *c, const char *path, const char **msg)
 {
     if (strcmp(c->method, "POST") != 0 || c->body_len == 0 || !completion_path(path))
