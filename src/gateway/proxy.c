@@ -20,7 +20,12 @@
  * and the call sent to another, up to GW_CONNECT_TRIES replicas. Usage is
  * what the upstream reported in what was handed to the client: the last
  * `usage` of the server-sent events delivered, or of a whole JSON body;
- * never an estimate.
+ * never an estimate. A client that leaves an answer under way is charged
+ * for what the upstream reports in what it sent for the call: the answer
+ * is read on, without a client, for up to GW_DRAIN_MS (drain_out), because
+ * OpenAI-style servers report a stream's usage only in its last event, and
+ * a client that hung up just before it would otherwise get every token
+ * free; an answer not over by then is cut.
  *
  * When the usage record is written (and fdatasynced, journal.c): for an
  * answer streamed from the replica, in answer_read once the upstream has
@@ -61,6 +66,7 @@
 #define GW_CONNECT_TRIES 3        /* replicas tried when they fail a call unanswered */
 #define GW_PROGRESS_MS 1000       /* between progress lines of an answer going out */
 #define GW_STOP_MS 5000           /* at a stop, the longest calls in progress get to end */
+#define GW_DRAIN_MS 2000          /* an answer read on, for its usage, after its client left */
 
 /* Where a call is: libmicrohttpd calls the handler again after each
  * resume, and the phase says what it was waiting for. */
@@ -138,6 +144,13 @@ struct call {
     int delivered_all;
     int64_t input_tokens, output_tokens; /* as the upstream reported them */
     int64_t delivered_bytes; /* answer bytes handed to the client */
+    /* A client that left mid-answer: the answer read on for its usage. */
+    int draining;            /* its bytes go to drain_out, not to a client */
+    int received_all;        /* the upstream ended well while draining: the whole answer was read */
+    int resume_drain;        /* its transfer was paused for the client: to go on */
+    int64_t drain_until_ms;  /* when the upstream is cut */
+    int64_t drained_bytes;   /* answer bytes read for no client */
+    struct call *next_drain; /* the upstream thread's list of draining calls */
     int status_sent;
     int app_call; /* to /apps/...: counted in the metrics (not /healthz) */
 };
@@ -318,7 +331,8 @@ static void usage_from_tail(struct call *c)
     }
 }
 
-/* Reads the events whole in the bytes just handed to the client. */
+/* Reads the events whole in the bytes just handed to the client (or,
+ * draining, read for one that left). */
 static void scan_delivered(struct call *c, const char *p, size_t n)
 {
     if (!c->streamed) {
@@ -529,6 +543,15 @@ static void flush_line(struct call *c)
         c->line_len = 0;
 }
 
+/* Under c->lock, for a call whose client left mid-answer: what came for
+ * it is read for its usage as if delivered, and dropped. */
+static void drain_out(struct call *c)
+{
+    scan_delivered(c, c->out, c->out_len);
+    c->drained_bytes += (int64_t)c->out_len;
+    c->out_len = 0;
+}
+
 /* Under c->lock: the n stream bytes at p join the answer a line at a time,
  * the usage event made a comment (see ask_stream_usage). A line longer
  * than an event may be goes on as it comes. -1 when out of memory. */
@@ -571,11 +594,11 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
     size_t len = size * n;
     pthread_mutex_lock(&c->lock);
     headers_in(c);
-    if (c->client_gone) {
+    if (c->client_gone && !c->draining) {
         pthread_mutex_unlock(&c->lock);
         return 0; /* aborts the upstream call */
     }
-    if (c->out_len && c->out_len + len > GW_BUFFER_MAX) {
+    if (!c->draining && c->out_len && c->out_len + len > GW_BUFFER_MAX) {
         /* A slow client: the upstream waits (libcurl keeps these bytes)
          * until answer_read has handed on half of what is buffered. */
         c->up_paused = 1;
@@ -597,7 +620,10 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
             flush_line(c);
         }
     }
-    wake(c);
+    if (c->draining)
+        drain_out(c);
+    else
+        wake(c);
     pthread_mutex_unlock(&c->lock);
     return ok == 0 ? len : 0;
 }
@@ -659,6 +685,7 @@ static int another_replica(struct call *c, CURLcode why)
  * was paused), or one whose client has left. */
 static pthread_mutex_t up_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct call *up_queue; /* linked by next_up */
+static struct call *drains;   /* calls read on for no client, the upstream thread's alone */
 static int up_quit;
 static CURLM *multi;
 static pthread_t up_thread;
@@ -681,8 +708,13 @@ static void up_enqueue(struct call *c)
     pthread_mutex_unlock(&up_lock);
 }
 
+static void finish_usage(struct call *c);
+
 /* The call's upstream has ended (rc): the connection learns it, and the
- * call drops the reference its upstream held. */
+ * call drops the reference its upstream held. A call read on after its
+ * client left is recorded now, for what came, and leaves the consumer's
+ * calls in flight only then: its cost is not in the funds admission sees
+ * until it is recorded. */
 static void up_end(struct call *c, CURLcode rc)
 {
     if (c->up_state == UP_RUNNING)
@@ -697,8 +729,22 @@ static void up_end(struct call *c, CURLcode rc)
     c->curl_rc = rc;
     flush_line(c);
     c->finished = 1;
+    int drained = c->draining;
+    if (drained) {
+        drain_out(c);
+        c->received_all = rc == CURLE_OK;
+    }
     wake(c);
     pthread_mutex_unlock(&c->lock);
+    if (drained) {
+        for (struct call **p = &drains; *p; p = &(*p)->next_drain)
+            if (*p == c) {
+                *p = c->next_drain;
+                break;
+            }
+        finish_usage(c);
+        gw_consumer_release(c->app.user_id);
+    }
     c->up_state = UP_ENDED;
     curl_slist_free_all(c->up_headers);
     c->up_headers = NULL;
@@ -754,15 +800,26 @@ static void up_start(struct call *c)
 }
 
 /* What a queued call asked for: to start, to go on after a pause, or
- * (its client gone) to stop. */
+ * (its client gone) to stop, or to be read on until GW_DRAIN_MS. */
 static void up_attend(struct call *c)
 {
     pthread_mutex_lock(&c->lock);
-    int gone = c->client_gone;
+    int gone = c->client_gone, drain = c->draining, resume = c->resume_drain;
+    c->resume_drain = 0;
     pthread_mutex_unlock(&c->lock);
     if (c->up_state == UP_ENDED)
         return;
-    if (gone)
+    if (gone && drain) {
+        if (resume)
+            curl_easy_pause(c->curl, CURLPAUSE_CONT);
+        struct call *d = drains;
+        while (d && d != c)
+            d = d->next_drain;
+        if (!d) {
+            c->next_drain = drains;
+            drains = c;
+        }
+    } else if (gone)
         up_end(c, CURLE_ABORTED_BY_CALLBACK);
     else if (c->up_state == UP_NEW)
         up_start(c);
@@ -861,9 +918,17 @@ static void *up_main(void *arg)
             if (c)
                 up_done(c, rc);
         }
+        int64_t now = clock_mono_ms(), wait_ms = 1000;
+        for (struct call *d = drains, *next; d; d = next) {
+            next = d->next_drain;
+            if (quit || now >= d->drain_until_ms)
+                up_end(d, CURLE_ABORTED_BY_CALLBACK); /* cut: recorded for what came */
+            else if (d->drain_until_ms - now < wait_ms)
+                wait_ms = d->drain_until_ms - now;
+        }
         if (quit)
             return NULL;
-        curl_multi_poll(multi, NULL, 0, 1000, NULL);
+        curl_multi_poll(multi, NULL, 0, (int)wait_ms, NULL);
         if (clock_mono_ms() - peeked_ms >= 1000) {
             peeked_ms = clock_mono_ms();
             end_calls_of_gone_clients();
@@ -1157,7 +1222,8 @@ static json_t *usage_record(struct call *c, int completed)
     /* The replica's counts are its word only: bounded by what passed
      * through here, a token being at least a byte of text each way. */
     int64_t in = c->input_tokens < (int64_t)c->client_len ? c->input_tokens : (int64_t)c->client_len;
-    int64_t out = c->output_tokens < c->delivered_bytes ? c->output_tokens : c->delivered_bytes;
+    int64_t sent = c->delivered_bytes + c->drained_bytes;
+    int64_t out = c->output_tokens < sent ? c->output_tokens : sent;
     /* The prices the call was admitted with: gpurentd charges each no
      * more than this, whatever the app's price is when the record lands. */
     json_t *prices = json_pack("{s:I, s:I, s:I, s:I}", "request", (json_int_t)c->app.price_request, "input_1k",
@@ -1217,19 +1283,23 @@ static void log_no_usage_once(const char *app_id)
     pthread_mutex_unlock(&logged_lock);
 }
 
-/* Records the call's usage once, from what was delivered: a whole JSON
- * answer's `usage` is read here, the stream's as it went. Called from the
- * connection's thread only. */
+/* Records the call's usage once, from what was delivered (or read on for
+ * a client that left): a whole JSON answer's `usage` is read here, the
+ * stream's as it went. Called from the connection's thread, or for a call
+ * read on after its client left from the upstream thread at its end (the
+ * record's fdatasync then holds that thread: the price of a client leaving
+ * mid-answer, which its funds pay for). */
 static void finish_usage(struct call *c)
 {
     if (!c->counted || c->recorded)
         return;
     c->recorded = 1;
-    if (!c->streamed && c->delivered_all && c->keep && !c->keep_tail) {
+    int whole = c->delivered_all || c->received_all;
+    if (!c->streamed && whole && c->keep && !c->keep_tail) {
         json_t *j = json_loads(c->keep, 0, NULL);
         take_usage(c, j);
         json_decref(j);
-    } else if (!c->streamed && c->delivered_all && c->keep_tail) {
+    } else if (!c->streamed && whole && c->keep_tail) {
         if (c->keep)
             usage_from_tail(c);
         /* No usage in its end: no tokens charged (never an estimate). */
@@ -1403,7 +1473,7 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
                 code = codes[i][1];
         return *r = reply_error(conn, c, (unsigned)status, code, msg, retry), -1;
     }
-    c->admitted = 1; /* counted in flight for its consumer until gw_completed */
+    c->admitted = 1; /* counted in flight for its consumer until recorded */
     /* A body announced over the bound is refused before it is read too. */
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > GW_BODY_MAX)
@@ -1517,15 +1587,35 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
         c->delivered_all = 0;
     c->client_gone = 1;
     int upstream = c->has_upstream && !c->finished;
+    /* A client that left an answer under way (a replica's, not an error):
+     * what came for it and was not delivered is read for its usage, and an
+     * upstream still going is read on (up_body) until its end or
+     * GW_DRAIN_MS, then recorded (up_end). Not when the gateway itself cut
+     * the answer, stopping: that is not the client's doing. */
+    int drain = 0;
+    if (!c->delivered_all && c->counted && !c->recorded && c->status_sent > 0 && c->status_sent < 400 && !ending) {
+        c->draining = 1;
+        drain_out(c);
+        c->received_all = !upstream && c->curl_rc == CURLE_OK;
+        drain = upstream;
+        c->drain_until_ms = clock_mono_ms() + GW_DRAIN_MS;
+        if (c->up_paused) {
+            c->up_paused = 0;
+            paused_upstreams--;
+            c->resume_drain = 1;
+        }
+    }
     pthread_mutex_unlock(&c->lock);
     if (upstream)
-        up_enqueue(c); /* to stop it */
-    /* A client that left mid-answer: recorded now, for what it got. */
-    finish_usage(c);
+        up_enqueue(c); /* to stop it, or read it on */
     if (c->counted)
         gw_app_count(c->app.app_id, -1, 0);
-    if (c->admitted)
-        gw_consumer_release(c->app.user_id);
+    if (!drain) {
+        /* Recorded now, for what it got (or what came for it). */
+        finish_usage(c);
+        if (c->admitted)
+            gw_consumer_release(c->app.user_id);
+    }
     if (c->app_call) {
         gw_metrics_call(c->status_sent, clock_mono_ms() - c->start_ms);
         app_calls_live--;

@@ -10,11 +10,15 @@ answers 200 (so the agent's check passes); a POST, by MODE:
   openai   streams as OpenAI's API and vLLM do: three chunks, and the
            usage (5 prompt tokens, 3 completion tokens) in a last chunk
            with no choices only when stream_options.include_usage is
-           true; each chunk's `seen` is the stream_options it was sent
+           true; each chunk's `seen` is the stream_options it was sent.
+           A request's "words" makes that many content chunks instead
+           (w1, w2, ...; the usage's completion tokens say so), one every
+           "word_ms", as a model generating slowly would
 """
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PORT, MODE = int(sys.argv[1]), sys.argv[2]
@@ -44,13 +48,16 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        words = [f"w{i + 1}" for i in range(request["words"])] if "words" in request else ["one", "two", "three"]
         chunks = [{"choices": [{"index": 0, "delta": {"content": w}}], "seen": request.get("stream_options")}
-                  for w in ("one", "two", "three")]
+                  for w in words]
         if include:
             for chunk in chunks:
                 chunk["usage"] = None
-            chunks.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}})
-        for chunk in chunks:
+            chunks.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": len(words)}})
+        for i, chunk in enumerate(chunks):
+            if i:
+                time.sleep(request.get("word_ms", 0) / 1000)
             self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.flush()
         self.wfile.write(b"data: [DONE]\n\n")

@@ -9,7 +9,8 @@ after --upstream-idle-s (504); a call is ended after --max-call-s; a
 non-streamed answer over the 4 MiB kept whole is still charged its
 tokens; rate-limit windows never run out; a stream from a server that
 reports usage only when asked is charged its tokens whatever the client
-asked."""
+asked, and a client that leaves mid-stream pays what the stream reports
+within the 2 s it is read on."""
 import http.client
 import json
 import os
@@ -170,6 +171,48 @@ def test_a_stream_is_charged_its_tokens_whether_or_not_the_client_asked_for_usag
     rows = m.wait_calls(app["id"], 11)
     assert [(row[1], row[2], row[3]) for row in rows] == [(200, 5, 3)] * 5 + [(400, 0, 0)] * 6, rows
     assert [row[4] for row in rows] == [10000 + (5 * 2000 + 3 * 4000) // 1000] * 5 + [0] * 6, rows
+    assert_ledger_ok(m)
+
+
+def test_a_client_that_leaves_a_stream_pays_the_tokens_reported_within_2_s(market):
+    """OpenAI's API and vLLM report a stream's usage only in a chunk after
+    its last content. A client that leaves mid-stream used to pay for no
+    token at all: the gateway dropped the rest unread. Now it reads the
+    stream on without a client, for up to 2 s: one that ends by then is
+    charged the usage it reports (tokens generated for the call, delivered
+    or not), and one still going is cut there and charged the tokens it
+    reported by then (none, from such a server)."""
+    m = market
+    app, con = fake_app(m, "openai")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+
+    def leave_after_three(words):
+        """Streams words content chunks, one every 200 ms, and leaves after
+        the first three."""
+        r = gw.call(app["slug"], "/v1/completions", con.key, stream=True,
+                    json={"prompt": "hi", "stream": True, "words": words, "word_ms": 200})
+        assert r.status_code == 200, r.text
+        got = []
+        for line in r.iter_lines():
+            if line.startswith(b"data: "):
+                got.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
+            if len(got) == 3:
+                break
+        r.close()
+        assert got == ["w1", "w2", "w3"], got
+
+    # 6 chunks end about 0.6 s after the client left: charged all 5 + 6.
+    leave_after_three(6)
+    [row] = m.wait_calls(app["id"], 1)
+    # Status, input and output tokens, completed.
+    assert (row[1], row[2], row[3], row[8]) == (200, 5, 6, 0), row
+    assert row[4] == 10000 + (5 * 2000 + 6 * 4000) // 1000, row
+    # 60 chunks (12 s) are cut 2 s after the client left, before the usage.
+    leave_after_three(60)
+    rows = m.wait_calls(app["id"], 2)
+    assert (rows[1][1], rows[1][2], rows[1][3], rows[1][8]) == (200, 0, 0, 0), rows
+    assert rows[1][4] == 10000, rows
     assert_ledger_ok(m)
 
 
