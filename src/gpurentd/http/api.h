@@ -44,11 +44,11 @@ int auth_authenticate(struct http_request *req, enum http_auth level);
  * and, after a success, notes its key's last use when one is due. */
 void auth_request_done(const struct http_request *req, int64_t duration_us);
 
-/* thread_slots.c: the slot for id in this thread's array of n slots of
- * size bytes (a hash of id picks it), made zeroed on the thread's first
- * call and handed to key's destructor when the thread exits; NULL without
- * memory. */
-void *thread_slot(pthread_key_t key, size_t n, size_t size, const char *id);
+/* thread_slots.c: the first of the ways slots where id may be (a hash of
+ * id picks the set) in this thread's array of n slots of size bytes, made
+ * zeroed on the thread's first call and handed to key's destructor when the
+ * thread exits; NULL without memory. */
+void *thread_slot(pthread_key_t key, size_t n, size_t ways, size_t size, const char *id);
 
 /* throttle.c: failed-login limiting per account and per client address. */
 /* Seconds the key must still wait (0 if it may try now). */

@@ -411,7 +411,7 @@ static void replies_key_init(void)
 static struct instance_reply *reply_slot(const char *id)
 {
     pthread_once(&replies_once, replies_key_init);
-    return thread_slot(replies_key, REPLY_SLOTS, sizeof(struct instance_reply), id);
+    return thread_slot(replies_key, REPLY_SLOTS, 1, sizeof(struct instance_reply), id);
 }
 
 void api_instances_get(struct http_request *req)

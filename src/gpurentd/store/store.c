@@ -40,8 +40,10 @@ struct store {
  * reader that sees the new number also sees the committed change. A rolled
  * back transaction moves nothing. */
 static _Atomic uint64_t catalog_gen = 1;
-/* The same for what authenticates a request: any committed change to an
- * API key (revoked, expired early, touched) or a user (suspended, role). */
+/* The same for what authenticates a request: auth_generation's row, which
+ * the triggers of migration 0042 bump in every transaction that revokes a
+ * key, changes its expiry, secret or owner, or changes a user's status or
+ * role (not a key's last use, a new key or a new user). */
 static _Atomic uint64_t auth_gen = 1;
 
 /* Moves after every commit of this process (the WAL hook runs on each). */
@@ -73,7 +75,7 @@ static void catalog_update_hook(void *ctx, int op, const char *db, const char *t
     struct store *s = ctx;
     if (strcmp(table, "catalog_generation") == 0)
         s->catalog_dirty = 1;
-    else if (strcmp(table, "api_keys") == 0 || strcmp(table, "users") == 0)
+    else if (strcmp(table, "auth_generation") == 0)
         s->auth_dirty = 1;
 }
 

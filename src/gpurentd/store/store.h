@@ -53,10 +53,12 @@ void store_global_init(void);
 /* The catalog generation: moves after every committed transaction of this
  * process that changed what GET /v1/gpu-types shows (migration 0026). */
 uint64_t store_catalog_generation(void);
-/* Moves after every committed transaction of this process that changed a
- * row of api_keys or users: the HTTP key cache (auth.c) drops what it read
- * before. */
+/* Moves after every committed transaction of this process that changed
+ * whether a key authenticates (migration 0042's auth_generation row): the
+ * HTTP key cache (auth.c) drops what it read before. */
 uint64_t store_auth_generation(void);
+/* That row as the database holds it (changes by other processes too). */
+int store_auth_generation_db(struct store *s, int64_t *gen);
 /* Moves after every committed write transaction of this process, from the
  * WAL hook, before the committing call returns: a reply rendered after
  * reading it is stale once it moves (the instance reply cache,

@@ -3,8 +3,13 @@ every way a key stops working must take effect with the very next request,
 on every thread: revoking it, revoke-all, a password change (other login
 keys), suspending its owner, and its expiry. Each check asks more times
 than the daemon has HTTP threads, each on a new connection, after warming
-every thread's cache with the key."""
+every thread's cache with the key. A change written by another process
+(an operator's sqlite3 shell) shows within about a second."""
+import sqlite3
+
 import requests
+
+from agent_util import poll
 
 from harness import DEFAULT_PASSWORD
 from money_util import from_iso
@@ -76,3 +81,37 @@ def test_expired_key_stops_at_once(daemon):
     assert me(daemon, key["token"]) == {200}
     daemon.set_clock(from_iso(key["expires_at"]))
     assert me(daemon, key["token"]) == {401}
+
+
+def test_a_key_revoked_by_another_process_stops_within_about_a_second(daemon):
+    """Another process's write moves the database's auth_generation row
+    (migration 0042's triggers), which the daemon reads at least once a
+    second; the daemon's own hooks never see that commit."""
+    u = daemon.signup()
+    other = daemon.create_key(u.key, name="second")
+    assert me(daemon, other["token"]) == {200}
+    con = sqlite3.connect(daemon.db_path, timeout=10)
+    try:
+        with con:
+            con.execute("UPDATE api_keys SET revoked_at = created_at WHERE id = ?", (other["id"],))
+    finally:
+        con.close()
+    poll(lambda: me(daemon, other["token"]) == {401}, 10, "the key revoked by another process to stop")
+    assert me(daemon, u.key) == {200}
+
+
+def test_a_key_s_use_and_new_keys_change_no_cached_answer(daemon):
+    """Noting a key's last use, a new key and a new account move nothing
+    the cache holds, so they leave the auth_generation row alone; a
+    revocation moves it once."""
+    def gen():
+        return daemon.sql("SELECT gen FROM auth_generation")[0][0]
+    u = daemon.signup()
+    before = gen()
+    daemon.create_key(u.key, name="third")
+    daemon.signup()
+    assert me(daemon, u.key) == {200}
+    assert gen() == before
+    key = daemon.create_key(u.key, name="fourth")
+    assert daemon.delete(f"/v1/api-keys/{key['id']}", key=u.key).status_code in (200, 204)
+    assert gen() == before + 1
