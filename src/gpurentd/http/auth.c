@@ -182,8 +182,12 @@ static int key_lookup(struct store *s, const char *key_id, struct cached_key *ou
         struct key_auth row;
         int rc = store_api_key_auth(s, key_id, &row);
         if (rc != STORE_OK) {
-            c->id[0] = '\0'; /* nothing valid in the slot */
-            c->used = 0;
+            /* The slot held this key: nothing valid in it now. Another
+             * key's stays, so unknown ids sprayed at the API evict none. */
+            if (strcmp(c->id, key_id) == 0) {
+                c->id[0] = '\0';
+                c->used = 0;
+            }
             return rc;
         }
         *c = (struct cached_key){.gen = gen,
