@@ -69,6 +69,31 @@ uint64_t store_catalog_generation(void)
     return atomic_load_explicit(&catalog_gen, memory_order_acquire);
 }
 
+/* A generation row as the database holds it (other processes' changes
+ * too), by the one-row SELECT sql. */
+static int generation_row(struct store *s, const char *sql, const char *what, int64_t *gen)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (!st)
+        return STORE_ERROR;
+    int rc = sqlite3_step(st);
+    *gen = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, what);
+}
+
+int store_catalog_generation_db(struct store *s, int64_t *gen)
+{
+    static const char sql[] = "SELECT gen FROM catalog_generation WHERE id = 1";
+    return generation_row(s, sql, "read catalog generation", gen);
+}
+
+int store_auth_generation_db(struct store *s, int64_t *gen)
+{
+    static const char sql[] = "SELECT gen FROM auth_generation WHERE id = 1";
+    return generation_row(s, sql, "read auth generation", gen);
+}
+
 static void catalog_update_hook(void *ctx, int op, const char *db, const char *table, sqlite3_int64 rowid)
 {
     (void)op, (void)db, (void)rowid;

@@ -86,19 +86,6 @@ int store_api_key_auth(struct store *s, const char *id, struct key_auth *out)
     return rc;
 }
 
-static const char SQL_AUTH_GEN[] = "SELECT gen FROM auth_generation WHERE id = 1";
-
-int store_auth_generation_db(struct store *s, int64_t *gen)
-{
-    sqlite3_stmt *st = store_stmt(s, SQL_AUTH_GEN);
-    if (!st)
-        return STORE_ERROR;
-    int rc = sqlite3_step(st);
-    *gen = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "read auth generation");
-}
-
 int store_api_key_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
                        struct api_key *out, size_t max, size_t *n)
 {

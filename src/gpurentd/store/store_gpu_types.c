@@ -153,21 +153,9 @@ int store_gpu_type_delete(struct store *s, const char *code, struct gpu_type_use
     return rc;
 }
 
-static const char SQL_CATALOG_GEN[] = "SELECT gen FROM catalog_generation WHERE id = 1";
 /* The next scheduled price start: a cached catalog shows prices as of its
  * rendering and must be rendered again when one takes effect. */
 static const char SQL_NEXT_PRICE[] = "SELECT min(effective_at) FROM prices WHERE effective_at > ?";
-
-int store_catalog_generation_db(struct store *s, int64_t *gen)
-{
-    sqlite3_stmt *st = store_stmt(s, SQL_CATALOG_GEN);
-    if (!st)
-        return STORE_ERROR;
-    int rc = sqlite3_step(st);
-    *gen = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "read catalog generation");
-}
 
 int store_next_price_change(struct store *s, int64_t now, int64_t *at)
 {
