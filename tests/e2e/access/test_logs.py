@@ -13,7 +13,7 @@ import time
 
 import requests
 
-from agent_util import poll
+from agent_util import pause, poll
 from harness import assert_error
 from instances_util import DEADLINE, cloud, cloud_with  # noqa: F401  (fixtures)
 
@@ -165,7 +165,7 @@ def test_paused_node_holds_no_http_thread(cloud_patient):
     def read():
         reply["r"] = logs(c, u, inst["id"], tail=5)
 
-    fleet.proc.send_signal(signal.SIGSTOP)
+    pause(fleet.proc)
     try:
         t = threading.Thread(target=read)
         t.start()
@@ -210,7 +210,7 @@ def test_shutdown_answers_pending_reads(cloud_patient):
     stream = follow(c, u, inst["id"], tail=1)
     lines = stream.iter_lines(decode_unicode=True)
     assert LINE.match(next(lines))
-    fleet.proc.send_signal(signal.SIGSTOP)
+    pause(fleet.proc)
     try:
         t = threading.Thread(target=read)
         t.start()

@@ -11,6 +11,7 @@ Every check asks the agents themselves (signed GET /v1/workloads, and the
 workload records they keep) as well as the API and the database."""
 import signal
 
+from agent_util import pause
 from harness import assert_error
 from instances_util import cloud, cloud_with, wait  # noqa: F401  (cloud is a fixture)
 
@@ -226,7 +227,7 @@ def test_running_interval_starts_when_all_nodes_run_and_ends_at_stop_request(clo
     # instance stays stopping while time passes, and billing still ends at
     # the request.
     t_stop = cloud.d.advance_clock(3600)
-    slow.proc.send_signal(signal.SIGSTOP)
+    pause(slow.proc)
     try:
         assert cloud.action(u, iid, "stop")["state"] == "stopping"
         assert cloud.d.sql("SELECT ended_at, end_reason FROM running_intervals WHERE instance_id = ?",

@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+from agent_util import pause
 from harness import assert_error
 from instances_util import cloud, cloud_with, wait  # noqa: F401  (fixtures)
 
@@ -206,7 +207,7 @@ def test_daemon_killed_while_stopping(cloud):
     inst = cloud.create(u, card_count=8)
     cloud.wait_state(u, inst["id"], "running")
     t_stop = d.advance_clock(120)
-    slow.proc.send_signal(signal.SIGSTOP)  # the DELETE cannot get through
+    pause(slow.proc)  # the DELETE cannot get through
     try:
         assert cloud.action(u, inst["id"], "stop")["state"] == "stopping"
         d.terminate(signal.SIGKILL)

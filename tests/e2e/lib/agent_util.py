@@ -16,6 +16,7 @@ sign(secret, method, path, body=b"", ts=None, nonce=None) -> dict
 assert_no_sanitizer_report(text, what)
 assert_error(resp, status, code) -> dict   checks the error body shape
 poll(fn, timeout=20, what="") -> value     calls fn until it returns truthy
+pause(proc)                   SIGSTOP, returning once every thread is stopped
 run_agent(*args, timeout=30) -> CompletedProcess   one-shot (-n, --help)
 
 Agent(directory, *, options=None, secret=True, node="node-a", env=None,
@@ -114,6 +115,27 @@ def poll(fn, timeout=20, what=""):
             return last
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or fn}; last value {last!r}")
+
+
+def pause(proc, timeout=20):
+    """SIGSTOPs proc and returns once every thread of it has stopped. kill()
+    returns before a multi-threaded process is stopped: the thread the
+    signal woke stops the others when it next runs, and until then another
+    thread may still answer a request sent at once (a paused node that
+    answered a log read flaked test_shutdown_answers_pending_reads)."""
+    proc.send_signal(signal.SIGSTOP)
+
+    def stopped():
+        for tid in os.listdir(f"/proc/{proc.pid}/task"):
+            try:
+                with open(f"/proc/{proc.pid}/task/{tid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:  # the thread ended meanwhile
+                continue
+            if state not in ("T", "t"):
+                return False
+        return True
+    poll(stopped, timeout, f"every thread of process {proc.pid} stopped")
 
 
 def run_agent(*args, timeout=30, env=None):

@@ -63,7 +63,7 @@ import time
 
 import pytest
 
-from agent_util import Fleet, poll
+from agent_util import Fleet, pause, poll
 from harness import START_TIME, Daemon, run_gpurentd, unique_email
 
 MICRO = 1_000_000
@@ -515,7 +515,7 @@ def start_cluster(directory, nodes=None, options=None, clock=START_TIME, fleet_o
 def quiet(fleet):
     """The fleet's agents stop answering inside the block (SIGSTOP): they
     accept connections and answer nothing, as a hung host does."""
-    fleet.proc.send_signal(signal.SIGSTOP)
+    pause(fleet.proc)
     try:
         yield
     finally:

@@ -83,7 +83,7 @@ import time
 import pytest
 import requests
 
-from agent_util import Fleet, poll
+from agent_util import Fleet, pause, poll
 from money_util import (MICRO, PRICE, SIM_ZERO, RefModel, accrue, iso, ledger_breaches, ledger_verify,  # noqa: F401
                         new_cluster, start_cluster, tariff, webhook_headers, yuan)
 from ops_util import reconcile
@@ -311,7 +311,7 @@ class Run:
         if kind == "down":
             fs.fleet.stop()
         else:
-            fs.fleet.proc.send_signal(signal.SIGSTOP)
+            pause(fs.fleet.proc)
         fs.silence = {"kind": kind, "since": since, "offline": False, "opened": opened, "top": top, "log_at": log_at}
         self.wait(lambda: all(m >= 1 for _, m, *_ in self.nodes_of(fs)), f"fleet {fs.key}'s nodes to miss a beat")
         seen = [s for _, _, s, _, _ in self.nodes_of(fs)]
@@ -1094,7 +1094,7 @@ def test_funds_running_out_never_bill_a_silent_node_past_its_last_heartbeat(new_
     t1 = c.d.advance_clock(60)
     poll(lambda: _node(c, "MI300X") == (t1, 0), 60, "a good heartbeat at the new time")
     [fleet] = [f for f in c.fleets if f.dir.endswith("fleet-mi300x")]
-    fleet.proc.send_signal(signal.SIGSTOP)
+    pause(fleet.proc)
     try:
         poll(lambda: _node(c, "MI300X")[1] >= 1, 60, "the MI300X node to miss a heartbeat")
         assert _node(c, "MI300X")[0] == t1
@@ -1174,7 +1174,7 @@ def test_a_stop_on_a_silent_node_is_billed_only_to_its_last_heartbeat(new_cluste
     t1 = c.d.advance_clock(60)
     poll(lambda: _node(c, "MI450") == (t1, 0), 60, "a good heartbeat at the new time")
     fleet = _fleet(c, "MI450")
-    fleet.proc.send_signal(signal.SIGSTOP)
+    pause(fleet.proc)
     try:
         poll(lambda: _node(c, "MI450")[1] >= 1, 60, "the node to miss a heartbeat")
         assert _node(c, "MI450")[0] == t1
@@ -1205,7 +1205,7 @@ def test_funds_running_out_stop_an_unreachable_instance_too(new_cluster):
     t1 = c.d.advance_clock(60)
     poll(lambda: _node(c, "MI300X") == (t1, 0), 60, "a good heartbeat at the new time")
     fleet = _fleet(c, "MI300X")
-    fleet.proc.send_signal(signal.SIGSTOP)
+    pause(fleet.proc)
     try:
         c.wait_state(u, quiet, "unreachable", timeout=60)
         c.d.set_clock(t0 + 3600)
