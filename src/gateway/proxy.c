@@ -146,7 +146,6 @@ struct call {
     int64_t delivered_bytes; /* answer bytes handed to the client */
     /* A client that left mid-answer: the answer read on for its usage. */
     int draining;            /* its bytes go to drain_out, not to a client */
-    int received_all;        /* the upstream ended well while draining: the whole answer was read */
     int resume_drain;        /* its transfer was paused for the client: to go on */
     int64_t drain_until_ms;  /* when the upstream is cut */
     int64_t drained_bytes;   /* answer bytes read for no client */
@@ -730,10 +729,8 @@ static void up_end(struct call *c, CURLcode rc)
     flush_line(c);
     c->finished = 1;
     int drained = c->draining;
-    if (drained) {
+    if (drained)
         drain_out(c);
-        c->received_all = rc == CURLE_OK;
-    }
     wake(c);
     pthread_mutex_unlock(&c->lock);
     if (drained) {
@@ -1294,7 +1291,8 @@ static void finish_usage(struct call *c)
     if (!c->counted || c->recorded)
         return;
     c->recorded = 1;
-    int whole = c->delivered_all || c->received_all;
+    /* Whole: delivered, or read to the upstream's good end after the client left. */
+    int whole = c->delivered_all || (c->draining && c->finished && c->curl_rc == CURLE_OK);
     if (!c->streamed && whole && c->keep && !c->keep_tail) {
         json_t *j = json_loads(c->keep, 0, NULL);
         take_usage(c, j);
@@ -1596,7 +1594,6 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
     if (!c->delivered_all && c->counted && !c->recorded && c->status_sent > 0 && c->status_sent < 400 && !ending) {
         c->draining = 1;
         drain_out(c);
-        c->received_all = !upstream && c->curl_rc == CURLE_OK;
         drain = upstream;
         c->drain_until_ms = clock_mono_ms() + GW_DRAIN_MS;
         if (c->up_paused) {
