@@ -65,6 +65,7 @@ struct http_request {
     char key_id[ID_MAX];  /* the API key used, or "" */
     int is_admin;         /* caller has the admin role */
     int key_use_due;      /* the key's last use should be noted once this request succeeds */
+    int routine;          /* set by a handler of machines' scheduled polls: a success is logged at debug */
     struct {
         char name[48];
         char value[256];

@@ -148,6 +148,7 @@ int agent_authenticate(struct http_request *req, enum http_auth level)
 
 static void api_healthz(struct http_request *req)
 {
+    req->routine = 1;
     struct agent *a = app(req);
     http_reply_json(req, 200, json_pack("{s:s, s:s, s:I, s:s}", "status", "ok", "runtime", a->conf->runtime, "nodes",
                                         (json_int_t)a->n_nodes, "version", AGENT_VERSION));
@@ -158,6 +159,7 @@ static void api_healthz(struct http_request *req)
  * the control plane their digest. */
 static void api_facts(struct http_request *req)
 {
+    req->routine = 1; /* the heartbeat's */
     char err[512], etag[AGENT_ETAG_MAX];
     size_t len = 0;
     char *text = agent_facts_reply(app(req), req_node(req), &len, etag, err, sizeof err);
@@ -176,6 +178,7 @@ static void api_facts(struct http_request *req)
 
 static void api_workloads_list(struct http_request *req)
 {
+    req->routine = 1; /* the reconciler's sweeps */
     struct agent_node *n = req_node(req);
     json_t *list = json_array();
     pthread_mutex_lock(&n->lock);

@@ -953,8 +953,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     int64_t ms = clock_mono_ms() - req->start_ms;
     if (srv->on_done)
         srv->on_done(req, clock_mono_us() - req->start_us);
-    /* Paths never hold secrets (keys travel in headers); bodies are not logged. */
-    log_buffered(LOG_LVL_INFO, "http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
+    /* Paths never hold secrets (keys travel in headers); bodies are not logged.
+     * A routine poll that succeeded says nothing an operator needs at info:
+     * a gateway's two calls a second would be most of the journal. */
+    int quiet = req->routine && req->replied && req->status < 400 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    log_buffered(quiet ? LOG_LVL_DEBUG : LOG_LVL_INFO, "http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
              (long long)ms, req->request_id, req->client_ip,
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     free_params(req);

@@ -392,6 +392,7 @@ static void resolve_replicas(json_t *apps)
 
 void api_gateway_state(struct http_request *req)
 {
+    req->routine = 1; /* every gateway, every second */
     struct store *s = store_thread();
     char *apps_text = NULL, *keys_text = NULL, *calls_text = NULL;
     char (*users)[ID_MAX] = NULL;
@@ -586,6 +587,7 @@ static int demand_valid(const json_t *demand)
  * settled before: a resent batch charges once) or rejected with why. */
 void api_gateway_reports(struct http_request *req)
 {
+    req->routine = 1;
     static const struct json_field fields[] = {
         {"gateway_id", JSON_KIND_STRING, 1, 64},
         {"demand",     JSON_KIND_ARRAY,  1, 0 },

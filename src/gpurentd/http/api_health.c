@@ -10,6 +10,7 @@
 
 void api_healthz(struct http_request *req)
 {
+    req->routine = 1;
     json_t *body = json_pack("{s:s, s:s, s:I}", "status", "ok", "clock", clock_is_testing() ? "testing" : "system",
                              "time", (json_int_t)clock_now());
     if (clock_is_testing())
@@ -30,6 +31,7 @@ int api_unavailable_cause(char *why, size_t whylen)
 
 void api_readyz(struct http_request *req)
 {
+    req->routine = 1;
     struct store *s = store_thread();
     int version = s ? store_schema_version(s) : -1;
     if (version != store_latest_version()) {

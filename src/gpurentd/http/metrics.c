@@ -275,6 +275,7 @@ static void write_process(FILE *f)
 
 void api_metrics(struct http_request *req)
 {
+    req->routine = 1; /* a scraper's */
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);

@@ -721,3 +721,28 @@ def test_headers_trickled_a_byte_at_a_time_are_cut_off(new_agent):
         "headers arriving at a byte a second were never cut off"
     # A prompt request is served as before.
     assert requests.get(f"{a.base_url}/healthz", timeout=10).status_code == 200
+
+
+def test_the_control_planes_polls_log_at_debug_when_they_succeed(new_agent):
+    """The heartbeat asks every node for its facts every few seconds and the
+    reconciler's sweeps list its workloads: at info those would be nearly
+    all of an agent's journal. Their successes log at debug; failures and
+    every other call at info."""
+    a = new_agent()
+    assert a.get("/v1/facts").status_code == 200
+    assert a.get("/v1/workloads").status_code == 200
+    assert requests.get(a.base_url + "/healthz", timeout=10).status_code == 200
+    assert a.get("/v1/facts", secret=new_secret()).status_code == 401  # a forged poll is news
+    assert a.get(f"/v1/workloads/{wl_id()}").status_code == 404
+    a.stop()
+    access = [line for line in a.stderr_text().splitlines() if " http: " in line]
+    assert not [line for line in access if re.search(r" GET /(v1/workloads|healthz) 200 ", line)], access
+    facts = [line for line in access if " GET /v1/facts " in line]
+    assert len(facts) == 1 and facts[0].startswith("<6>") and " 401 " in facts[0], facts
+    assert [line for line in access if line.startswith("<6>") and " GET /v1/workloads/wl_" in line], access
+
+    a = new_agent(options={"log_level": "debug"})
+    assert a.get("/v1/facts").status_code == 200
+    a.stop()
+    assert [line for line in a.stderr_text().splitlines()
+            if line.startswith("<7>") and " http: GET /v1/facts 200 " in line], a.stderr_text()[-3000:]

@@ -156,3 +156,32 @@ def test_a_refused_reload_logs_with_priority_prefixes(new_daemon):
     assert d.config_path + ":1:" in m.group(1) and "log_level" in m.group(1), m.group(0)
     for line in _stopped_log(d).splitlines():
         assert LINE.match(line), f"a stderr line without its priority prefix: {line!r}"
+
+
+# ================================================================ routine polls
+
+
+def test_routine_polls_that_succeed_log_at_debug_and_every_other_request_at_info(new_daemon):
+    """Health checks, readiness probes and metrics scrapes come on a
+    schedule, and a gateway calls twice a second: at info they would be most
+    of the journal. Their successes are logged at debug; their failures, and
+    every other request, at info."""
+    d = new_daemon(config="log_level = info\n")
+    admin = {"Authorization": f"Bearer {d.admin_key}"}
+    assert d.get("/healthz").status_code == 200
+    assert d.get("/readyz").status_code == 200
+    assert d.get("/metrics", headers=admin).status_code == 200
+    assert d.get("/metrics").status_code == 401  # a failed scrape is news
+    assert d.get("/v1/gpu-types").status_code == 200
+    log = _stopped_log(d)
+    access = [line for line in log.splitlines() if " http: GET " in line]
+    assert not [line for line in access if re.search(r" GET /(healthz|readyz) ", line)], access
+    metrics = [line for line in access if " GET /metrics " in line]
+    assert len(metrics) == 1 and metrics[0].startswith("<6>") and " 401 " in metrics[0], metrics
+    assert [line for line in access if " GET /v1/gpu-types 200 " in line and line.startswith("<6>")], access
+
+    d = new_daemon(config="log_level = debug\n")
+    assert d.get("/healthz").status_code == 200
+    log = _stopped_log(d)
+    assert [line for line in log.splitlines() if line.startswith("<7>") and " http: GET /healthz 200 " in line], \
+        log[-3000:]
