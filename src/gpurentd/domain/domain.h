@@ -38,6 +38,7 @@
 
 struct store;
 struct user;
+struct instance_run;
 
 /* cmd/config.c loads it (defaults, file, command line); every layer reads it. */
 struct daemon_conf {
@@ -289,6 +290,16 @@ int instance_terminate(struct store *s, const char *user_id, const char *id, str
  * node reports no SSH server. Its low_balance uses the owner's funds in
  * seen when known (a create's reply), or reads them. */
 json_t *instance_json(struct store *s, const struct instance *in, const struct funds_seen *seen);
+/* instance_json in two steps: what it shows beyond the instance's row, read
+ * in the caller's snapshot (into *out, malloc'd; STORE_OK or the error),
+ * then made JSON without the store. A create reads in its transaction, on
+ * the writer's warm cache, and builds its reply after the commit, off the
+ * writers' turn. */
+struct instance_view;
+int instance_view_read(struct store *s, const struct instance *in, const struct funds_seen *seen,
+                       struct instance_view **out);
+json_t *instance_view_json(const struct instance_view *v);
+void instance_view_free(struct instance_view *v);
 /* The host users connect to on a node: its public_host, or when that is ""
  * the host of its agent URL, into out (n bytes). */
 void node_connect_host(const char *public_host, const char *agent_url, char *out, size_t n);
@@ -354,8 +365,9 @@ int instance_image_resolve(struct store *s, const char *image, const struct gpu_
 /* Stores command, env and working_dir (create's, already checked). */
 int instance_run_store(struct store *s, const char *instance_id, const json_t *command, const json_t *env,
                        const char *working_dir);
-/* Adds "command", "env" (public view) and "working_dir" to an instance's JSON. */
-void instance_run_json(struct store *s, const char *instance_id, json_t *j);
+/* Adds "command", "env" (public view) and "working_dir" of r (NULL: none
+ * read) to an instance's JSON. */
+void instance_run_json(const struct instance_run *r, json_t *j);
 /* One field PATCH /v1/instances/{id} may change. check runs before the
  * transaction (pure: 0 or -1 with o); apply runs inside it, with the
  * stopped instance loaded. Other fields are added as rows. */

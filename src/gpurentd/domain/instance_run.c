@@ -60,20 +60,18 @@ int instance_run_store(struct store *s, const char *instance_id, const json_t *c
     return rc;
 }
 
-void instance_run_json(struct store *s, const char *instance_id, json_t *j)
+void instance_run_json(const struct instance_run *r, json_t *j)
 {
-    struct instance_run r;
     json_t *command = NULL, *env = NULL;
-    if (store_instance_run(s, instance_id, &r) == STORE_OK) {
-        command = r.command ? json_loads(r.command, 0, NULL) : NULL;
-        json_t *stored = json_loads(r.env, 0, NULL);
+    if (r) {
+        command = r->command ? json_loads(r->command, 0, NULL) : NULL;
+        json_t *stored = r->env ? json_loads(r->env, 0, NULL) : NULL;
         env = run_env_public(stored);
         json_decref(stored);
     }
     json_object_set_new(j, "command", command ? command : json_null());
     json_object_set_new(j, "env", env ? env : json_array());
-    json_object_set_new(j, "working_dir", json_string(r.working_dir[0] ? r.working_dir : ""));
-    store_instance_run_free(&r);
+    json_object_set_new(j, "working_dir", json_string(r && r->working_dir[0] ? r->working_dir : ""));
 }
 
 /* ------------------------------------------------------------ PATCH rows */

@@ -452,68 +452,119 @@ static json_t *rank_published_json(const struct instance_node *p)
     return out;
 }
 
-json_t *instance_json(struct store *s, const struct instance *in, const struct funds_seen *seen)
+struct instance_view {
+    struct instance in;
+    struct instance_node *nodes;    /* n_nodes of them (malloc'd) */
+    size_t n_nodes;
+    int low_balance;
+    char reservation_id[ID_MAX];    /* "" for none */
+    char *ssh_key_ids;              /* JSON array text; NULL: all the account's keys (malloc'd) */
+    int64_t ports[STORE_MAX_PORTS]; /* asked to be published */
+    size_t n_ports;
+    struct instance_run run;        /* when has_run */
+    int has_run;
+    int64_t rendezvous_timeout_s;   /* a gang's, -1 for none */
+};
+
+int instance_view_read(struct store *s, const struct instance *in, const struct funds_seen *seen,
+                       struct instance_view **out)
 {
-    /* Each rank carries its node's host key now: kept off the stack. */
+    /* Each rank carries its node's host key: read off the stack, then
+     * copied for as many ranks as there are. */
     static _Thread_local struct instance_node nodes[PLACEMENT_MAX_NODES];
+    struct instance_view *v = *out = calloc(1, sizeof *v);
+    if (!v)
+        return STORE_ERROR;
+    v->in = *in;
+    v->rendezvous_timeout_s = -1;
     size_t n = 0;
-    if (store_instance_nodes(s, in->id, nodes, PLACEMENT_MAX_NODES, &n) != STORE_OK)
-        return NULL;
+    int rc = store_instance_nodes(s, in->id, nodes, PLACEMENT_MAX_NODES, &n);
+    if (rc != STORE_OK)
+        return rc;
+    if (n > 0 && !(v->nodes = malloc(n * sizeof *v->nodes)))
+        return STORE_ERROR;
+    if (n > 0)
+        memcpy(v->nodes, nodes, n * sizeof *v->nodes);
+    v->n_nodes = n;
+    /* The owner's low-balance warning shows on each instance it concerns. */
+    if (ledger_low_balance(s, in->user_id, clock_now(), seen && seen->known ? &seen->f : NULL, &v->low_balance) !=
+        STORE_OK)
+        v->low_balance = 0;
+    store_instance_reservation(s, in->id, v->reservation_id);
+    /* The keys it names (NULL: all the account's), as given at create. */
+    char *keys = NULL;
+    store_instance_ssh(s, in->id, &keys, &v->ssh_key_ids); /* on failure both stay NULL */
+    free(keys);
+    if (store_instance_ports(s, in->id, v->ports, &v->n_ports) != STORE_OK)
+        v->n_ports = 0;
+    v->has_run = store_instance_run(s, in->id, &v->run) == STORE_OK;
+    struct instance_gang g;
+    if (store_instance_gang(s, in->id, &g) == STORE_OK)
+        v->rendezvous_timeout_s = g.rendezvous_timeout_s;
+    return STORE_OK;
+}
+
+void instance_view_free(struct instance_view *v)
+{
+    if (!v)
+        return;
+    free(v->nodes);
+    free(v->ssh_key_ids);
+    store_instance_run_free(&v->run);
+    free(v);
+}
+
+json_t *instance_view_json(const struct instance_view *v)
+{
+    const struct instance *in = &v->in;
+    int running = strcmp(in->state, "running") == 0;
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        json_t *cards = json_loads(nodes[i].cards, 0, NULL);
-        json_t *rank = json_pack("{s:I, s:s, s:s, s:o, s:s, s:s}", "rank", (json_int_t)nodes[i].rank, "node_id",
-                                 nodes[i].node_id, "node_name", nodes[i].node_name, "cards",
-                                 cards ? cards : json_array(), "phase", nodes[i].phase, "message", nodes[i].message);
-        if (rank)
-            json_object_set_new(rank, "ssh",
-                                strcmp(in->state, "running") == 0 ? rank_ssh_json(in, &nodes[i]) : json_null());
-        if (rank) {
-            char data[254];
-            node_data_address(nodes[i].data_host, nodes[i].data_address, nodes[i].public_host, nodes[i].agent_url,
-                              data, sizeof data);
-            json_object_set_new(rank, "data_address", json_string(data));
-        }
-        if (rank)
-            json_object_set_new(rank, "published",
-                                strcmp(in->state, "running") == 0 ? rank_published_json(&nodes[i]) : json_array());
+    for (size_t i = 0; i < v->n_nodes; i++) {
+        const struct instance_node *p = &v->nodes[i];
+        json_t *cards = json_loads(p->cards, 0, NULL);
+        json_t *rank = json_pack("{s:I, s:s, s:s, s:o, s:s, s:s}", "rank", (json_int_t)p->rank, "node_id", p->node_id,
+                                 "node_name", p->node_name, "cards", cards ? cards : json_array(), "phase", p->phase,
+                                 "message", p->message);
+        if (!rank)
+            continue;
+        json_object_set_new(rank, "ssh", running ? rank_ssh_json(in, p) : json_null());
+        char data[254];
+        node_data_address(p->data_host, p->data_address, p->public_host, p->agent_url, data, sizeof data);
+        json_object_set_new(rank, "data_address", json_string(data));
+        json_object_set_new(rank, "published", running ? rank_published_json(p) : json_array());
         json_array_append_new(arr, rank);
     }
-    /* The owner's low-balance warning shows on each instance it concerns. */
-    int low = 0;
-    if (ledger_low_balance(s, in->user_id, clock_now(), seen && seen->known ? &seen->f : NULL, &low) != STORE_OK)
-        low = 0;
     json_t *j =
         json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o}", "id", in->id, "name",
                   in->name, "gpu_type", in->gpu_model, "card_count", (json_int_t)in->card_count, "image", in->image,
                   "volume_id", in->volume_id, "state", in->state, "desired_state", in->desired, "phase", in->phase,
                   "state_reason", in->state_reason, "nodes", arr, "state_since", json_time(in->state_since, 0),
                   "created_at", json_time(in->created_at, 0), "updated_at", json_time(in->updated_at, 0));
-    json_object_set_new(j, "low_balance", json_boolean(low));
-    char reservation[ID_MAX] = "";
-    store_instance_reservation(s, in->id, reservation);
-    json_object_set_new(j, "reservation_id", reservation[0] ? json_string(reservation) : json_null());
-    /* The keys it names (null: all the account's), as given at create. */
-    char *keys = NULL, *ids = NULL;
-    json_t *named = store_instance_ssh(s, in->id, &keys, &ids) == STORE_OK && ids ? json_loads(ids, 0, NULL) : NULL;
+    if (!j)
+        return NULL;
+    json_object_set_new(j, "low_balance", json_boolean(v->low_balance));
+    json_object_set_new(j, "reservation_id", v->reservation_id[0] ? json_string(v->reservation_id) : json_null());
+    json_t *named = v->ssh_key_ids ? json_loads(v->ssh_key_ids, 0, NULL) : NULL;
     json_object_set_new(j, "ssh_key_ids", named ? named : json_null());
-    int64_t ports[STORE_MAX_PORTS];
-    size_t n_ports = 0;
     json_t *asked = json_array();
-    if (store_instance_ports(s, in->id, ports, &n_ports) == STORE_OK)
-        for (size_t i = 0; i < n_ports; i++)
-            json_array_append_new(asked, json_integer(ports[i]));
+    for (size_t i = 0; i < v->n_ports; i++)
+        json_array_append_new(asked, json_integer(v->ports[i]));
     json_object_set_new(j, "ports", asked);
-    instance_run_json(s, in->id, j);
+    instance_run_json(v->has_run ? &v->run : NULL, j);
     json_object_set_new(j, "restart_policy", json_string(in->restart_policy[0] ? in->restart_policy : "never"));
     json_object_set_new(j, "max_runtime_minutes",
                         in->max_runtime_minutes > 0 ? json_integer(in->max_runtime_minutes) : json_null());
     json_object_set_new(j, "restart_count", json_integer(in->restart_count));
     json_object_set_new(j, "exit_code", in->exit_known ? json_integer(in->exit_code) : json_null());
-    struct instance_gang g;
-    if (store_instance_gang(s, in->id, &g) == STORE_OK)
-        json_object_set_new(j, "rendezvous_timeout_s", json_integer(g.rendezvous_timeout_s));
-    free(keys);
-    free(ids);
+    if (v->rendezvous_timeout_s >= 0)
+        json_object_set_new(j, "rendezvous_timeout_s", json_integer(v->rendezvous_timeout_s));
+    return j;
+}
+
+json_t *instance_json(struct store *s, const struct instance *in, const struct funds_seen *seen)
+{
+    struct instance_view *v = NULL;
+    json_t *j = instance_view_read(s, in, seen, &v) == STORE_OK ? instance_view_json(v) : NULL;
+    instance_view_free(v);
     return j;
 }

@@ -42,9 +42,9 @@ struct create_ctx {
     const struct idempotency *idem; /* the key */
     struct op_outcome o;            /* refusal, if any */
     char id[ID_MAX];                /* the new instance */
-    struct instance created;        /* as it was committed */
     struct funds_seen funds;        /* the owner's, as its funds check read them */
-    char *body;                     /* the answer (malloc'd), or NULL: to render from created */
+    struct instance_view *view;     /* the new instance as the reply shows it, read in its transaction */
+    char *body;                     /* the answer (malloc'd): a twin's, or made in the transaction for a retry */
     int replayed;                   /* 0, or the status of a twin's stored answer in body */
 };
 
@@ -73,6 +73,8 @@ static int twin_answered(struct store *s, struct create_ctx *ctx, int *rc)
 static int create_txn(struct store *s, void *vctx)
 {
     struct create_ctx *ctx = vctx;
+    instance_view_free(ctx->view);
+    ctx->view = NULL;
     free(ctx->body);
     ctx->body = NULL;
     ctx->replayed = 0;
@@ -84,35 +86,25 @@ static int create_txn(struct store *s, void *vctx)
     rc = instance_create(s, &ctx->in, ctx->id, &ctx->funds, &ctx->o);
     if (rc != STORE_OK)
         return rc;
-    if ((rc = store_instance_get(s, NULL, ctx->id, &ctx->created)) != STORE_OK)
+    struct instance created;
+    if ((rc = store_instance_get(s, NULL, ctx->id, &created)) != STORE_OK)
         return rc;
-    /* Every writer waits while this runs (store.c's group commit), so the
-     * reply is rendered here only when it must be kept for a retry with the
-     * same key; otherwise after the commit (render_created). */
+    /* The reply reads what the create just wrote (its nodes, keys, ports)
+     * and the owner's burn: here, on the writer's warm cache, that costs a
+     * fraction of what it does on an HTTP thread after the commit, whose
+     * reader's cache every commit empties (BENCHMARKS.md, "A create's reply
+     * read in its transaction"). The JSON is made after the commit, off the
+     * writers' turn, unless it must be kept for a retry with the same key. */
+    if ((rc = instance_view_read(s, &created, &ctx->funds, &ctx->view)) != STORE_OK)
+        return rc;
     if (!ctx->idem->key[0])
         return STORE_OK;
-    json_t *j = instance_json(s, &ctx->created, &ctx->funds);
+    json_t *j = instance_view_json(ctx->view);
     ctx->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!ctx->body)
         return STORE_ERROR;
     return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->body);
-}
-
-/* The reply of a create without an Idempotency-Key: the instance as its
- * transaction left it, with what the reply adds (keys, ports, the owner's
- * burn for its runway) read in one snapshot after the commit; the funds
- * against that burn are those the transaction's check read. NULL on
- * failure. */
-static char *render_created(struct store *s, const struct instance *in, const struct funds_seen *funds)
-{
-    if (store_read_begin(s) != STORE_OK)
-        return NULL;
-    json_t *j = instance_json(s, in, funds);
-    store_read_end(s);
-    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    return body;
 }
 
 /* A create waiting for its commit (store_txn_async) while its connection
@@ -128,6 +120,7 @@ struct create_job {
 static void create_job_free(struct create_job *job)
 {
     json_decref(job->ctx.o.extra);
+    instance_view_free(job->ctx.view);
     free(job->ctx.body);
     json_decref(job->env);
     json_decref(job->body);
@@ -153,9 +146,11 @@ static void create_reply(struct http_request *req, void *vjob, int connected)
         http_add_header(req, "Idempotent-Replayed", "true");
         http_reply_raw(req, (unsigned)ctx->replayed, "application/json", ctx->body, strlen(ctx->body));
     } else if (job->rc == STORE_OK) {
-        struct store *s = store_thread();
-        if (!ctx->body && s)
-            ctx->body = render_created(s, &ctx->created, &ctx->funds);
+        if (!ctx->body) {
+            json_t *j = instance_view_json(ctx->view);
+            ctx->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+            json_decref(j);
+        }
         char location[64];
         snprintf(location, sizeof location, "/v1/instances/%s", ctx->id);
         http_add_header(req, "Location", location);
