@@ -957,9 +957,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
      * A routine poll that succeeded says nothing an operator needs at info:
      * a gateway's two calls a second would be most of the journal. */
     int quiet = req->routine && req->replied && req->status < 400 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK;
-    log_buffered(quiet ? LOG_LVL_DEBUG : LOG_LVL_INFO, "http: %s %s %u %lldms %s %s%s", req->method, req->path, req->replied ? req->status : 0,
-             (long long)ms, req->request_id, req->client_ip,
-             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    log_buffered(quiet ? LOG_LVL_DEBUG : LOG_LVL_INFO, "http: %s %s %u %lldms %s %s%s", req->method, req->path,
+                 req->replied ? req->status : 0, (long long)ms, req->request_id, req->client_ip,
+                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     free_params(req);
     free(req->body);
     free(req);
