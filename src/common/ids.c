@@ -3,6 +3,8 @@
 #include "gpurent/ids.h"
 
 #include <openssl/rand.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -15,13 +17,53 @@ int random_bytes(void *buf, size_t n)
     return RAND_bytes(buf, (int)n) == 1 ? 0 : -1;
 }
 
+/* Ids take their random bytes from the same CSPRNG 32 ids' worth at a time:
+ * a RAND_bytes call of its own for each was a twelfth of the daemon's CPU
+ * serving a cached read, every request having an id (BENCHMARKS.md). Ids
+ * are names, not secrets, which random_bytes still draws a call each. A
+ * fork empties every thread's pool (fork_generation), so that a child
+ * never hands out the ids its parent will. */
+#define ID_POOL_BYTES (32 * ID_RANDOM_CHARS)
+static atomic_uint fork_generation;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static _Thread_local struct {
+    unsigned char bytes[ID_POOL_BYTES];
+    size_t left;         /* not yet handed out, at the end of bytes */
+    unsigned generation; /* fork_generation when filled */
+} id_pool;
+
+static void forked_child(void)
+{
+    atomic_fetch_add(&fork_generation, 1);
+}
+
+static void watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, forked_child);
+}
+
+static int id_random(unsigned char out[ID_RANDOM_CHARS])
+{
+    pthread_once(&atfork_once, watch_forks);
+    unsigned generation = atomic_load(&fork_generation);
+    if (id_pool.left < ID_RANDOM_CHARS || id_pool.generation != generation) {
+        if (random_bytes(id_pool.bytes, sizeof id_pool.bytes) < 0)
+            return -1;
+        id_pool.left = sizeof id_pool.bytes;
+        id_pool.generation = generation;
+    }
+    memcpy(out, id_pool.bytes + sizeof id_pool.bytes - id_pool.left, ID_RANDOM_CHARS);
+    id_pool.left -= ID_RANDOM_CHARS;
+    return 0;
+}
+
 int id_new(const char *prefix, char out[ID_MAX])
 {
     size_t plen = strlen(prefix);
     if (plen + 1 + ID_RANDOM_CHARS + 1 > ID_MAX)
         return -1;
     unsigned char rnd[ID_RANDOM_CHARS];
-    if (random_bytes(rnd, sizeof rnd) < 0)
+    if (id_random(rnd) < 0)
         return -1;
     memcpy(out, prefix, plen);
     out[plen] = '_';

@@ -1,18 +1,22 @@
 /* test_ids.c: unit tests for random ids and hex (ids.c): the format of new
  * ids, that they pass id_valid for their own kind only, that many of them
  * never repeat and use the whole alphabet, that ordered ids carry the time
- * they were made and sort by it, id_valid's edges, and hex_encode
- * against known answers. */
+ * they were made and sort by it, that a forked child and its parent, or two
+ * threads, never make the same ids from the pooled random bytes, id_valid's
+ * edges, and hex_encode against known answers. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gpurent/ids.h"
 
@@ -235,6 +239,68 @@ static void test_hex_encode(void **state)
     assert_int_equal(hex[512], '\0');
 }
 
+/* Ids draw their random bytes from a pool per thread: a forked child
+ * starts with a copy of its parent's pool, and must not hand out the ids
+ * its parent goes on to make from it. */
+static void test_forked_child_makes_other_ids_than_its_parent(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    char first[ID_MAX], parent[N][ID_MAX], child[N][ID_MAX];
+    assert_int_equal(id_new("ins", first), 0); /* the pool is filled */
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (int i = 0; i < N; i++)
+            if (id_new("ins", child[i]) < 0)
+                _exit(2);
+        _exit(write(fds[1], child, sizeof child) == (ssize_t)sizeof child ? 0 : 3);
+    }
+    close(fds[1]);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(id_new("ins", parent[i]), 0);
+    assert_int_equal(read(fds[0], child, sizeof child), (ssize_t)sizeof child);
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < N; k++)
+            if (strcmp(parent[i], child[k]) == 0)
+                fail_msg("parent and child both made %s", parent[i]);
+}
+
+enum { PER_THREAD = 200 };
+static void *make_ids(void *out)
+{
+    char(*ids)[ID_MAX] = out;
+    for (int i = 0; i < PER_THREAD; i++)
+        if (id_new("req", ids[i]) < 0)
+            return out;
+    return NULL;
+}
+
+static void test_threads_make_other_ids(void **state)
+{
+    (void)state;
+    static char ids[4][PER_THREAD][ID_MAX];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, make_ids, ids[i]), 0);
+    for (int i = 0; i < 4; i++) {
+        void *failed = NULL;
+        assert_int_equal(pthread_join(t[i], &failed), 0);
+        assert_null(failed);
+    }
+    char(*all)[ID_MAX] = &ids[0][0];
+    qsort(all, 4 * PER_THREAD, ID_MAX, (int (*)(const void *, const void *))strcmp);
+    for (int i = 1; i < 4 * PER_THREAD; i++)
+        if (strcmp(all[i - 1], all[i]) == 0)
+            fail_msg("%s made twice", all[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -242,6 +308,8 @@ int main(void)
         cmocka_unit_test(test_new_prefix_too_long),
         cmocka_unit_test(test_new_unique_and_spread),
         cmocka_unit_test(test_new_ordered),
+        cmocka_unit_test(test_forked_child_makes_other_ids_than_its_parent),
+        cmocka_unit_test(test_threads_make_other_ids),
         cmocka_unit_test(test_valid_edges),
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_hex_encode),
