@@ -38,6 +38,8 @@ int secret_file_read(const char *path, char *out, size_t outlen, char *err, size
 /* Whether a file exists and others may read it: 1, 0, or -1 (cannot stat). */
 int file_world_readable(const char *path);
 
+/* SHA-256 of data into out (32 bytes). */
+void sha256(const void *data, size_t len, unsigned char out[32]);
 /* SHA-256 of data as 64 lowercase hex characters plus NUL. */
 void sha256_hex(const void *data, size_t len, char out[65]);
 /* SHA-256 of the n pieces parts[i] (lens[i] bytes each) one after the

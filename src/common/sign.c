@@ -1,6 +1,7 @@
 /* sign.c: HMAC-SHA256 request signing between gpurentd and its node agents,
  * and the agent's replay cache of recently seen nonces (see sign.h). */
 #include "gpurent/sign.h"
+#include "gpurent/secrets.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -21,17 +22,6 @@
 #define NONCE_BYTES    16
 #define MAC_BYTES      32
 #define SECRET_BYTES   32
-
-static void hex_encode(const unsigned char *in, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 0x0f];
-    }
-    out[2 * n] = '\0';
-}
 
 static int hex_digit(char c)
 {
@@ -125,17 +115,13 @@ static int compute_mac(const char *secret, const char *method, const char *path,
                        const char *timestamp, const char *nonce,
                        const void *body, size_t body_len, unsigned char mac[MAC_BYTES])
 {
-    unsigned char digest[EVP_MAX_MD_SIZE];
     char body_hex[2 * MAC_BYTES + 1];
-    unsigned int digest_len = 0, mac_len = 0;
+    unsigned int mac_len = 0;
     char *canon = NULL;
     size_t cap;
     int n, rv = -1;
 
-    if (EVP_Digest(body_len ? body : "", body_len, digest, &digest_len, EVP_sha256(), NULL) != 1
-        || digest_len != MAC_BYTES)
-        return -1;
-    hex_encode(digest, MAC_BYTES, body_hex);
+    sha256_hex(body, body_len, body_hex);
 
     cap = strlen(method) + strlen(path) + strlen(timestamp) + strlen(nonce) + sizeof body_hex + 4;
     canon = malloc(cap);

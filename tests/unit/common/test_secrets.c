@@ -476,10 +476,38 @@ static void test_ssh_keypair_ssh_keygen(void **state)
     assert_string_equal(line, pub);
 }
 
+/* FIPS 180-2's examples, through every SHA-256 entry point. */
+static void test_sha256_known_answers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *hex;
+    } kat[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+    };
+    for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+        char hex[65];
+        sha256_hex(kat[i].in, strlen(kat[i].in), hex);
+        assert_string_equal(hex, kat[i].hex);
+        unsigned char raw[32];
+        sha256(kat[i].in, strlen(kat[i].in), raw);
+        hex_encode(raw, sizeof raw, hex);
+        assert_string_equal(hex, kat[i].hex);
+        size_t half = strlen(kat[i].in) / 2, lens[2] = {half, strlen(kat[i].in) - half};
+        const void *parts[2] = {kat[i].in, kat[i].in + half};
+        sha256_hex_parts(parts, lens, 2, hex);
+        assert_string_equal(hex, kat[i].hex);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_password_known_answers),
+        cmocka_unit_test(test_sha256_known_answers),
         cmocka_unit_test(test_password_wrong),
         cmocka_unit_test(test_password_round_trip),
         cmocka_unit_test(test_password_iterations_kept),
