@@ -263,7 +263,7 @@ bench: all $(B)/bench/billing $(B)/bench/claims $(B)/bench/sqlite_txn
 	timeout 300 $(B)/bench/billing --instances 10000 > $(B)/bench/out/4-billing.out
 	timeout 300 $(B)/bench/billing --instances 100000 >> $(B)/bench/out/4-billing.out
 	timeout 600 $(B)/bench/billing --instances 100000 --shuffled-ids >> $(B)/bench/out/4-billing.out
-	timeout 900 python3 bench/instances.py --nodes 1000 --live 4000 --seconds 2 --reference > $(B)/bench/out/5-creates.out
+	timeout 900 python3 bench/instances.py --nodes 1000 --live 3000 --seconds 2 --reference > $(B)/bench/out/5-creates.out
 	timeout 900 python3 bench/instances.py --nodes 10000 --live 10000 --seconds 3 --reference --background 30 >> $(B)/bench/out/5-creates.out
 	timeout 900 python3 bench/instances.py --nodes 1000 --live 4000 --seconds 1 --clients 64 --reference >> $(B)/bench/out/5-creates.out
 	timeout 900 python3 bench/instances.py --nodes 10000 --live 10000 --seconds 3 --clients 64 --reference --background 30 >> $(B)/bench/out/5-creates.out
