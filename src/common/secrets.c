@@ -106,7 +106,7 @@ static const EVP_MD *sha256_algorithm(void)
 void sha256(const void *data, size_t len, unsigned char out[32])
 {
     if (EVP_Digest(len ? data : "", len, out, NULL, sha256_algorithm(), NULL) != 1)
-        SHA256(data, len, out); /* out of memory for the context: the slow way, which needs none */
+        SHA256(data, len, out); /* it fails only without memory for its context: once more, the old way */
 }
 
 void sha256_hex(const void *data, size_t len, char out[65])
