@@ -49,6 +49,8 @@ void auth_request_done(const struct http_request *req, int64_t duration_us);
  * zeroed on the thread's first call and handed to key's destructor when the
  * thread exits; NULL without memory. */
 void *thread_slot(pthread_key_t key, size_t n, size_t ways, size_t size, const char *id);
+/* The hash thread_slot places id by (FNV-1a), for other tables keyed by ids. */
+uint32_t id_hash(const char *id);
 
 /* throttle.c: failed-login limiting per account and per client address. */
 /* Seconds the key must still wait (0 if it may try now). */

@@ -70,6 +70,15 @@ static int twin_answered(struct store *s, struct create_ctx *ctx, int *rc)
     return twin != IDEM_NONE;
 }
 
+/* The reply's text from the instance's view (malloc'd), or NULL. */
+static char *view_text(const struct instance_view *v)
+{
+    json_t *j = instance_view_json(v);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return text;
+}
+
 static int create_txn(struct store *s, void *vctx)
 {
     struct create_ctx *ctx = vctx;
@@ -99,10 +108,7 @@ static int create_txn(struct store *s, void *vctx)
         return rc;
     if (!ctx->idem->key[0])
         return STORE_OK;
-    json_t *j = instance_view_json(ctx->view);
-    ctx->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!ctx->body)
+    if (!(ctx->body = view_text(ctx->view)))
         return STORE_ERROR;
     return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->body);
 }
@@ -146,11 +152,8 @@ static void create_reply(struct http_request *req, void *vjob, int connected)
         http_add_header(req, "Idempotent-Replayed", "true");
         http_reply_raw(req, (unsigned)ctx->replayed, "application/json", ctx->body, strlen(ctx->body));
     } else if (job->rc == STORE_OK) {
-        if (!ctx->body) {
-            json_t *j = instance_view_json(ctx->view);
-            ctx->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-            json_decref(j);
-        }
+        if (!ctx->body)
+            ctx->body = view_text(ctx->view);
         char location[64];
         snprintf(location, sizeof location, "/v1/instances/%s", ctx->id);
         http_add_header(req, "Location", location);

@@ -33,17 +33,9 @@
 #define TOUCH_SLOTS 4096
 static _Atomic uint64_t touched[TOUCH_SLOTS];
 
-static uint32_t key_hash(const char *key_id)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (const char *p = key_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 16777619u;
-    return h;
-}
-
 static int touched_recently(const char *key_id, int64_t now)
 {
-    uint32_t h = key_hash(key_id);
+    uint32_t h = id_hash(key_id);
     uint64_t v = atomic_load_explicit(&touched[h % TOUCH_SLOTS], memory_order_relaxed);
     int64_t at = (int64_t)(v & ((UINT64_C(1) << 40) - 1));
     return (v >> 40) == (h & 0xffffff) && now >= at && now - at < 60;
@@ -51,7 +43,7 @@ static int touched_recently(const char *key_id, int64_t now)
 
 static void note_touched(const char *key_id, int64_t now)
 {
-    uint32_t h = key_hash(key_id);
+    uint32_t h = id_hash(key_id);
     uint64_t v = (uint64_t)(h & 0xffffff) << 40 | ((uint64_t)now & ((UINT64_C(1) << 40) - 1));
     atomic_store_explicit(&touched[h % TOUCH_SLOTS], v, memory_order_relaxed);
 }

@@ -15,8 +15,13 @@ void *thread_slot(pthread_key_t key, size_t n, size_t ways, size_t size, const c
             return NULL;
         }
     }
+    return slots + (size_t)(id_hash(id) % (n / ways)) * ways * size;
+}
+
+uint32_t id_hash(const char *id)
+{
     uint32_t h = 2166136261u; /* FNV-1a */
     for (const char *p = id; *p; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
-    return slots + (size_t)(h % (n / ways)) * ways * size;
+    return h;
 }
