@@ -200,6 +200,11 @@ static struct store *open_flags(const char *path, int flags, char *err, size_t e
         store_close(s);
         return NULL;
     }
+    if (store_rows_register(s->db) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot register store_rows: %s", sqlite3_errmsg(s->db));
+        store_close(s);
+        return NULL;
+    }
     catalog_hooks(s);
     return s;
 }

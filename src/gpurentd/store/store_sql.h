@@ -19,6 +19,20 @@ sqlite3 *store_db(struct store *s);
  * its bindings cleared. sql must be a string with static storage: the cache
  * is keyed by its address. NULL on error (logged). */
 sqlite3_stmt *store_stmt(struct store *s, const char *sql);
+/* store_rows.c: an array held in C that one statement reads as a table,
+ * `store_rows(?N)` with columns c0 … c9: column() sets ctx to column col
+ * (0 … STORE_ROWS_COLUMNS - 1) of row i of array. */
+#define STORE_ROWS_COLUMNS 10
+struct store_rows {
+    const void *array;
+    size_t n;
+    void (*column)(const void *array, size_t i, int col, sqlite3_context *ctx);
+};
+/* Makes store_rows known to a connection (at open). */
+int store_rows_register(sqlite3 *db);
+/* Binds rows to parameter param of st; rows must outlive the statement's
+ * steps. */
+void store_bind_rows(sqlite3_stmt *st, int param, const struct store_rows *rows);
 /* Copies a text column into dst (n bytes), "" for NULL, cut to fit. */
 void store_column_text(char *dst, size_t n, sqlite3_stmt *st, int col);
 /* Steps a statement that writes, then resets it: a store_rc. */
@@ -37,7 +51,7 @@ int store_collect(struct store *s, sqlite3_stmt *st, size_t size, void **out, si
                   void (*read)(sqlite3_stmt *st, void *row), const char *what);
 /* store_users.c: the users columns every read selects, in order, and a
  * read() for them (struct user). */
-#define USER_COLUMNS                                                                                         \
+#define USER_COLUMNS                                                                                           \
     "id, email, password_hash, role, status, invite_code, created_at, coalesce(email_key, ''), email_display," \
     " coalesce(email_verified_at, 0), coalesce(trial_at, 0), signup_address"
 void store_read_user(sqlite3_stmt *st, void *row);
@@ -57,7 +71,7 @@ void store_read_user(sqlite3_stmt *st, void *row);
     " CASE WHEN r.ended_at IS NULL AND EXISTS (SELECT 1 FROM node_liveness WHERE missed_beats > 0)"               \
     "   THEN coalesce((SELECT min(coalesce(l.last_seen_at, 0)) FROM instance_nodes p JOIN node_liveness l"        \
     "   ON l.node_id = p.node_id WHERE p.instance_id = r.instance_id AND l.missed_beats > 0), -1) ELSE -1 END"
-#define STORAGE_COLUMNS                                                                                            \
+#define STORAGE_COLUMNS \
     "id, user_id, name, region, size_gb, created_at, coalesce(deleted_at, 0), storage_billed, storage_billed_to"
 /* Asserts that legs make a transaction: at least two, summing to zero. */
 void store_legs_balanced(const struct ledger_leg *legs, size_t n);
@@ -92,7 +106,7 @@ int store_rc_from_sqlite(struct store *s, int rc, const char *what);
 /* Whether node alias a belongs to pool p (an SQL text expression, 0024):
  * a node of a reservation-required type is always in the reserved pool, as
  * such a type has no on-demand capacity whatever its nodes' pool says. */
-#define STORE_POOL_IS(a, p)                                                                                   \
+#define STORE_POOL_IS(a, p)                                                                                    \
     "(CASE WHEN " a ".pool = 'reserved' OR EXISTS (SELECT 1 FROM gpu_types rt WHERE rt.code = " a ".gpu_model" \
     " AND rt.reservation_required = 1) THEN 'reserved' ELSE 'on_demand' END) = " p
 #endif
