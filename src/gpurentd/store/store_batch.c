@@ -1,9 +1,9 @@
-/* store_batch.c: billing for a batch of users at once. The reads take the
- * batch's user ids as one JSON array (json_each) and read each table once
- * for all of them. The writes go in one statement each over arrays held in
- * C (store_rows.c): the batch's transactions, their postings, every balance
- * moved and grant spent by its sum over the batch, and every interval
- * marked, rather than a statement a row (issue 15). */
+/* store_batch.c: billing for a batch of users at once, in a statement a
+ * table over arrays held in C (store_rows.c) rather than a statement a row
+ * (issue 15). The reads take the batch's user ids and read each table once
+ * for all of them; the writes insert the batch's transactions and their
+ * postings, move every balance and spend every grant by its sum over the
+ * batch, and mark every interval billed. */
 #include "gpurent/assert.h"
 #include "gpurent/log.h"
 #include "store/store_sql.h"
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define IN_BATCH "IN (SELECT value FROM json_each(?1))"
+#define IN_BATCH "IN (SELECT c0 FROM store_rows(?1))"
 
 static const char SQL_BATCH_INTERVALS[] = "SELECT " BILLABLE_COLUMNS " FROM running_intervals r"
                                           " WHERE r.settled = 0 AND r.user_id " IN_BATCH " ORDER BY r.user_id, r.id";
@@ -21,10 +21,10 @@ static const char SQL_BATCH_VOLUMES[] =
 /* As SQL_FUNDS_TO_BILL, for the batch's users, without the credit: the
  * grants' own read has it, grant by grant. */
 static const char SQL_BATCH_FUNDS[] =
-    "SELECT u.value, coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || u.value), 0), 0,"
-    " EXISTS (SELECT 1 FROM credit_grants g WHERE g.user_id = u.value AND g.remaining > 0"
+    "SELECT u.c0, coalesce((SELECT balance FROM ledger_accounts WHERE id = 'cash:' || u.c0), 0), 0,"
+    " EXISTS (SELECT 1 FROM credit_grants g WHERE g.user_id = u.c0 AND g.remaining > 0"
     "   AND g.voided_at IS NULL AND g.expires_at <= ?3)"
-    " FROM json_each(?1) u ORDER BY u.value";
+    " FROM store_rows(?1) u ORDER BY u.c0";
 /* As SQL_GRANTS_SPENDABLE, for the batch's users. */
 static const char SQL_BATCH_GRANTS[] =
     "SELECT " GRANT_COLUMNS " FROM credit_grants WHERE user_id " IN_BATCH " AND remaining > 0"
@@ -33,13 +33,13 @@ static const char SQL_BATCH_GRANTS[] =
 
 /* ------------------------------------------------------------ reads */
 
-static int read_for_batch(struct store *s, const char *sql, const char *users, int64_t at, size_t size, void **out,
-                          size_t *n, void (*read)(sqlite3_stmt *st, void *row), const char *what)
+static int read_for_batch(struct store *s, const char *sql, const struct store_rows *users, int64_t at, size_t size,
+                          void **out, size_t *n, void (*read)(sqlite3_stmt *st, void *row), const char *what)
 {
     sqlite3_stmt *st = store_stmt(s, sql);
     if (!st)
         return STORE_ERROR;
-    sqlite3_bind_text(st, 1, users, -1, SQLITE_STATIC);
+    store_bind_rows(st, 1, users);
     /* Funds and grants: valid in the second before `at`, expired by `at`. */
     if (sqlite3_bind_parameter_count(st) >= 2)
         sqlite3_bind_int64(st, 2, at - 1);
@@ -51,21 +51,18 @@ static int read_for_batch(struct store *s, const char *sql, const char *users, i
 int store_billing_batch_read(struct store *s, char (*users)[ID_MAX], size_t n, int64_t at, struct billing_batch *out)
 {
     memset(out, 0, sizeof *out);
-    char *ids = store_ids_json(users, n);
-    if (!ids)
-        return STORE_ERROR;
-    int rc = read_for_batch(s, SQL_BATCH_INTERVALS, ids, at, sizeof *out->intervals, (void **)&out->intervals,
+    struct store_rows ids = store_rows_of_ids((const char(*)[ID_MAX])users, n);
+    int rc = read_for_batch(s, SQL_BATCH_INTERVALS, &ids, at, sizeof *out->intervals, (void **)&out->intervals,
                             &out->n_intervals, store_read_billable, "batch intervals");
     if (rc == STORE_OK)
-        rc = read_for_batch(s, SQL_BATCH_VOLUMES, ids, at, sizeof *out->volumes, (void **)&out->volumes,
+        rc = read_for_batch(s, SQL_BATCH_VOLUMES, &ids, at, sizeof *out->volumes, (void **)&out->volumes,
                             &out->n_volumes, store_read_storage_billable, "batch volumes");
     if (rc == STORE_OK)
-        rc = read_for_batch(s, SQL_BATCH_FUNDS, ids, at, sizeof *out->funds, (void **)&out->funds, &out->n_funds,
+        rc = read_for_batch(s, SQL_BATCH_FUNDS, &ids, at, sizeof *out->funds, (void **)&out->funds, &out->n_funds,
                             store_read_user_funds, "batch funds");
     if (rc == STORE_OK)
-        rc = read_for_batch(s, SQL_BATCH_GRANTS, ids, at, sizeof *out->grants, (void **)&out->grants, &out->n_grants,
+        rc = read_for_batch(s, SQL_BATCH_GRANTS, &ids, at, sizeof *out->grants, (void **)&out->grants, &out->n_grants,
                             store_read_grant, "batch grants");
-    free(ids);
     if (rc != STORE_OK)
         store_billing_batch_free(out);
     return rc;

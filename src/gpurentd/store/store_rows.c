@@ -131,6 +131,19 @@ static const sqlite3_module rows_module = {
     .xRowid = rows_rowid,
 };
 
+static void id_column(const void *array, size_t i, int col, sqlite3_context *ctx)
+{
+    if (col == 0)
+        sqlite3_result_text(ctx, (const char *)array + i * ID_MAX, -1, SQLITE_STATIC);
+    else
+        sqlite3_result_null(ctx);
+}
+
+struct store_rows store_rows_of_ids(const char (*ids)[ID_MAX], size_t n)
+{
+    return (struct store_rows){ids, n, id_column};
+}
+
 int store_rows_register(sqlite3 *db)
 {
     return sqlite3_create_module(db, "store_rows", &rows_module, NULL);

@@ -28,6 +28,8 @@ struct store_rows {
     size_t n;
     void (*column)(const void *array, size_t i, int col, sqlite3_context *ctx);
 };
+/* A list of ids as rows of one column, c0. */
+struct store_rows store_rows_of_ids(const char (*ids)[ID_MAX], size_t n);
 /* Makes store_rows known to a connection (at open). */
 int store_rows_register(sqlite3 *db);
 /* Binds rows to parameter param of st; rows must outlive the statement's

@@ -3,11 +3,11 @@
  * their types; without an array bound through store_bind_rows (nothing, or
  * a text or a blob in its place) it sees no rows; views and triggers cannot
  * name it. Runs on a real SQLite file. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
