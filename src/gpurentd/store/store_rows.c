@@ -58,13 +58,20 @@ static int rows_close(sqlite3_vtab_cursor *c)
     return SQLITE_OK;
 }
 
-/* The plan that has the array as its argument is the only one that reads
- * anything; the others are priced out. */
+/* A plan must have the array as its argument: one where the argument is
+ * not yet known is refused, so that the planner never picks a plan that
+ * reads nothing. Named without an argument, the table is empty. */
 static int rows_best_index(sqlite3_vtab *t, sqlite3_index_info *info)
 {
+    int has_source = 0;
     for (int i = 0; i < info->nConstraint; i++) {
         const struct sqlite3_index_constraint *k = &info->aConstraint[i];
-        if (k->iColumn == SOURCE_COLUMN && k->op == SQLITE_INDEX_CONSTRAINT_EQ && k->usable) {
+        if (k->iColumn != SOURCE_COLUMN)
+            continue;
+        if (k->op != SQLITE_INDEX_CONSTRAINT_EQ)
+            continue;
+        has_source = 1;
+        if (k->usable) {
             info->aConstraintUsage[i].argvIndex = 1;
             info->aConstraintUsage[i].omit = 1;
             info->estimatedCost = 1000;
@@ -73,8 +80,10 @@ static int rows_best_index(sqlite3_vtab *t, sqlite3_index_info *info)
             return SQLITE_OK;
         }
     }
-    info->estimatedCost = 2e9;
-    info->estimatedRows = 2000000000;
+    if (has_source)
+        return SQLITE_CONSTRAINT;
+    info->estimatedCost = 1;
+    info->estimatedRows = 1;
     info->idxNum = 0;
     return SQLITE_OK;
 }
