@@ -77,7 +77,8 @@ void gw_usage_pending(int64_t *records);
  * slug: 0 with out filled, or an HTTP status (401, 404, 429 with
  * *retry_after, 402, 503 before any copy) and a message. Funds must cover
  * the per-call price of each of the consumer's calls in flight, this one
- * included: an admitted call counts as one until gw_consumer_release. */
+ * included: an admitted call counts as one until its record is added
+ * (gw_usage_add) or gw_consumer_release. */
 int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64_t *retry_after, char *msg,
              size_t msglen);
 /* The consumer's admitted call has ended. */
@@ -95,8 +96,11 @@ void gw_replica_refused(const char *instance_id);
 /* The app's demand counters. */
 void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta);
 /* Journals a usage record (taken) and queues it for the next report; on
- * return it is on disk (journal.c), unless the journal failed (logged). */
-void gw_usage_add(json_t *record);
+ * return it is on disk (journal.c), unless the journal failed (logged).
+ * With release_user, the call it records leaves that consumer's calls in
+ * flight under the same lock as its cost joins what admission takes off
+ * their funds (as gw_consumer_release, but never one without the other). */
+void gw_usage_add(json_t *record, const char *release_user);
 
 /* journal.c */
 /* Opens (creating) DIR/usage.journal, locked against a second gateway,

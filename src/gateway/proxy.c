@@ -99,6 +99,7 @@ struct call {
     int admitted;      /* key, app, limits and funds passed, at the headers */
     int counted;       /* in the app's in_flight */
     int recorded;      /* its usage record is journaled and queued */
+    int released;      /* no longer among the consumer's calls in flight */
     char record_id[100]; /* its usage record's id, made on first use; "" before */
     int64_t progress_ms; /* when its last progress line was written; 0: none yet */
     int has_replica;   /* holds a replica's outstanding count */
@@ -708,6 +709,7 @@ static void up_enqueue(struct call *c)
 }
 
 static void finish_usage(struct call *c);
+static void release_consumer(struct call *c);
 
 /* The call's upstream has ended (rc): the connection learns it, and the
  * call drops the reference its upstream held. A call read on after its
@@ -740,7 +742,7 @@ static void up_end(struct call *c, CURLcode rc)
                 break;
             }
         finish_usage(c);
-        gw_consumer_release(c->app.user_id);
+        release_consumer(c);
     }
     c->up_state = UP_ENDED;
     curl_slist_free_all(c->up_headers);
@@ -1235,11 +1237,29 @@ static json_t *usage_record(struct call *c, int completed)
                      "cold_start", (json_int_t)c->cold_start, "completed", (json_int_t)completed, "prices", prices);
 }
 
+/* The admitted call leaves the consumer's calls in flight, once. */
+static void release_consumer(struct call *c)
+{
+    if (c->admitted && !c->released) {
+        c->released = 1;
+        gw_consumer_release(c->app.user_id);
+    }
+}
+
+/* The record's cost joins what admission takes off the consumer's funds in
+ * the same step as the call leaves their calls in flight (gw_usage_add):
+ * the client may send its next call as soon as the last bytes arrive, and
+ * that call must see this one's cost once, not twice. */
 static void record_usage(struct call *c)
 {
     json_t *r = usage_record(c, c->delivered_all);
-    if (r)
-        gw_usage_add(r);
+    int release = c->admitted && !c->released;
+    if (!r) {
+        release_consumer(c);
+        return;
+    }
+    c->released |= release;
+    gw_usage_add(r, release ? c->app.user_id : NULL);
 }
 
 /* After answer bytes went out: the call's progress, at its first bytes
@@ -1610,8 +1630,7 @@ void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
     if (!drain) {
         /* Recorded now, for what it got (or what came for it). */
         finish_usage(c);
-        if (c->admitted)
-            gw_consumer_release(c->app.user_id);
+        release_consumer(c);
     }
     if (c->app_call) {
         gw_metrics_call(c->status_sent, clock_mono_ms() - c->start_ms);

@@ -513,12 +513,15 @@ void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta)
     pthread_mutex_unlock(&lock);
 }
 
-void gw_usage_add(json_t *record)
+void gw_usage_add(json_t *record, const char *release_user)
 {
     /* On disk first, then queued: a record is never reported (and so never
      * answered and compacted away) before its own journal line exists. */
     int journaled = gw_journal_append(record) == 0;
     pthread_mutex_lock(&lock);
+    struct consumer_count *u = release_user ? consumer_slot(release_user, 0) : NULL;
+    if (u)
+        u->in_flight--;
     if ((json_int_t)json_array_size(pending) < gw_opts.max_pending) {
         unsettled_move(record, 1);
         json_array_append_new(pending, record);
