@@ -3,7 +3,8 @@
  * the store_* functions declared here, grouped by the file that implements
  * them, and see neither SQLite nor SQL (store_sql.h is the store's own).
  * store.c holds the connections, the statement cache and the transaction
- * runner (group commit), migrate.c the migrations, and one store_*.c per
+ * runner (group commit), store_rows.c the table through which one statement
+ * reads an array held in C, migrate.c the migrations, and one store_*.c per
  * table or concern the SQL: users, API keys, GPU types, nodes, capacity
  * history, images, volumes, instances, idempotency, money, money reports,
  * audit, metrics, reports, verify, SSH keys, what an instance runs, storage
