@@ -1253,13 +1253,13 @@ static void release_consumer(struct call *c)
 static void record_usage(struct call *c)
 {
     json_t *r = usage_record(c, c->delivered_all);
-    int release = c->admitted && !c->released;
     if (!r) {
         release_consumer(c);
         return;
     }
-    c->released |= release;
-    gw_usage_add(r, release ? c->app.user_id : NULL);
+    const char *release = c->admitted && !c->released ? c->app.user_id : NULL;
+    c->released = c->released || release;
+    gw_usage_add(r, release);
 }
 
 /* After answer bytes went out: the call's progress, at its first bytes

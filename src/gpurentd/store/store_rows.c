@@ -66,9 +66,7 @@ static int rows_best_index(sqlite3_vtab *t, sqlite3_index_info *info)
     int has_source = 0;
     for (int i = 0; i < info->nConstraint; i++) {
         const struct sqlite3_index_constraint *k = &info->aConstraint[i];
-        if (k->iColumn != SOURCE_COLUMN)
-            continue;
-        if (k->op != SQLITE_INDEX_CONSTRAINT_EQ)
+        if (k->iColumn != SOURCE_COLUMN || k->op != SQLITE_INDEX_CONSTRAINT_EQ)
             continue;
         has_source = 1;
         if (k->usable) {
