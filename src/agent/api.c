@@ -319,9 +319,23 @@ static int check_against_node(struct http_request *req, struct wl_spec *spec)
     return 0;
 }
 
-/* The longest a PUT may be held for its workload to start (AGENT_PROTOCOL.md,
- * Gpurent-Wait-Ms). */
-#define PUT_WAIT_MAX_MS 1000
+/* The longest a PUT may be held for its workload to start, or a DELETE for
+ * its workload to be gone (AGENT_PROTOCOL.md, Gpurent-Wait-Ms). */
+#define WAIT_MAX_MS 1000
+
+/* The caller's Gpurent-Wait-Ms, capped at WAIT_MAX_MS; 0 when absent or not a
+ * positive whole number. */
+static int64_t wait_asked(struct http_request *req)
+{
+    const char *wait = http_header(req, "Gpurent-Wait-Ms");
+    if (!wait)
+        return 0;
+    char *end;
+    long long ms = strtoll(wait, &end, 10);
+    if (end == wait || *end != '\0' || ms <= 0)
+        return 0;
+    return ms < WAIT_MAX_MS ? ms : WAIT_MAX_MS;
+}
 
 /* What a PUT answers when its caller would rather wait than poll: the
  * workload as it is once it runs, ends or is being deleted, or as it is
@@ -399,12 +413,18 @@ static void api_workload_put(struct http_request *req)
         snprintf(err, sizeof err, "this node already holds %zu workloads, its maximum", n->n_wl);
     } else {
         /* A card runs one workload: refuse a spec that shares one with any
-         * workload still on the node (until that one is deleted). */
+         * workload still on the node (until that one is deleted). One being
+         * removed frees its cards shortly: say when to try again, so the
+         * caller waits rather than counts a failure. */
         for (size_t i = 0; i < n->n_wl && !err[0]; i++)
             for (int k = 0; k < n->wl[i]->spec.n_gpus; k++)
                 for (int g = 0; g < spec.n_gpus; g++)
-                    if (n->wl[i]->spec.gpus[k] == spec.gpus[g] && !err[0])
-                        snprintf(err, sizeof err, "card %d is in use by workload %s", spec.gpus[g], n->wl[i]->id);
+                    if (n->wl[i]->spec.gpus[k] == spec.gpus[g] && !err[0]) {
+                        snprintf(err, sizeof err, "card %d is in use by workload %s%s", spec.gpus[g], n->wl[i]->id,
+                                 n->wl[i]->removing ? ", which is being removed; retry shortly" : "");
+                        if (n->wl[i]->removing)
+                            http_add_header(req, "Retry-After", "1");
+                    }
         if (!err[0]) {
             w = calloc(1, sizeof *w);
             if (!w) {
@@ -432,19 +452,30 @@ static void api_workload_put(struct http_request *req)
     }
     pthread_mutex_unlock(&n->lock);
     spec_free(&spec);
-    const char *wait = http_header(req, "Gpurent-Wait-Ms");
-    if (status == 201 && wait) {
-        char *end;
-        long long ms = strtoll(wait, &end, 10);
-        if (end != wait && *end == '\0' && ms > 0)
-            reply = reply_after_wait(a, n, id, ms < PUT_WAIT_MAX_MS ? ms : PUT_WAIT_MAX_MS, reply);
-    }
+    int64_t wait_ms = wait_asked(req);
+    if (status == 201 && wait_ms > 0)
+        reply = reply_after_wait(a, n, id, wait_ms, reply);
     if (status == 201)
         http_add_header(req, "Location", req->path); /* PUT made it here */
     if (status)
         http_reply_json(req, status, reply);
     else
         http_error(req, e, NULL, "%s", err[0] ? err : "cannot accept the workload");
+}
+
+/* Whether node n no longer holds workload id, waiting up to wait_ms for its
+ * removal to finish (the driver wakes phase_moved when it does). */
+static int wait_until_removed(struct agent_node *n, const char *id, int64_t wait_ms)
+{
+    struct timespec until;
+    clock_mono_deadline(wait_ms, &until);
+    pthread_mutex_lock(&n->lock);
+    int gone;
+    while (!(gone = agent_node_workload(n, id) == NULL) && wait_ms > 0 &&
+           pthread_cond_timedwait(&n->phase_moved, &n->lock, &until) == 0)
+        ;
+    pthread_mutex_unlock(&n->lock);
+    return gone;
 }
 
 static void api_workload_delete(struct http_request *req)
@@ -480,7 +511,14 @@ static void api_workload_delete(struct http_request *req)
         http_error(req, ERR_INTERNAL, NULL, "cannot record the deletion on disk");
         return;
     }
-    http_reply_json(req, 200, json_pack("{s:s, s:s}", "id", id, "phase", "removed"));
+    /* Its cards are free only once it is gone: until then the caller must
+     * not give them to anyone else, and is told to ask again. */
+    if (wait_until_removed(n, id, wait_asked(req))) {
+        http_reply_json(req, 200, json_pack("{s:s, s:s}", "id", id, "phase", "removed"));
+    } else {
+        http_add_header(req, "Retry-After", "1");
+        http_reply_json(req, 202, json_pack("{s:s, s:s}", "id", id, "phase", "removing"));
+    }
 }
 
 /* The web terminal (terminal.c); the node and id are checked here as for

@@ -267,6 +267,7 @@ static int64_t step_remove(struct driver *d, struct workload *w)
     record_delete(dir, w->id);
     wl_log_remove(dir, w->id);
     agent_node_remove(n, w);
+    pthread_cond_broadcast(&n->phase_moved); /* a DELETE waiting for it to be gone answers now */
     pthread_mutex_unlock(&n->lock);
     log_info("workload %s on %s: removed", w->id, n->name);
     workload_free(w);

@@ -272,7 +272,7 @@ const struct conf_option daemon_options[] = {
     OPT_INT(agent_timeout_ms, 100, 600000, 5000, "milliseconds for a whole call to an agent"),
     OPT_INT(agent_max_response_bytes, 4096, 16777216, 1048576, "largest agent reply accepted"),
     OPT_INT(agent_put_wait_ms, 0, 1000, 50,
-            "milliseconds an agent may hold a workload PUT's answer until the workload runs; 0: answer at once"),
+            "milliseconds an agent may hold a workload PUT's answer until it runs, a DELETE's until it is gone; 0: at once"),
     OPT_INT(agent_max_parallel, 1, 10000, 256, "agent connections open at once"),
     OPT_STR(agent_ca_file, "", NULL, "CA bundle that https agents' certificates must chain to; empty: system CAs"),
     OPT_INT(default_max_cards, 0, 100000, 64, "cards a user may hold at once unless an admin set a limit"),

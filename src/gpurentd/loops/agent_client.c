@@ -22,7 +22,7 @@ struct agent_client_opts agent_client_opts_from_config(void)
         .total_timeout_ms = cf->agent_timeout_ms,
         .max_response_bytes = (size_t)cf->agent_max_response_bytes,
         .ca_file = cf->agent_ca_file,
-        .put_wait_ms = (long)cf->agent_put_wait_ms,
+        .wait_ms = (long)cf->agent_put_wait_ms,
     };
     return o;
 }
@@ -52,12 +52,15 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userp)
 }
 
 /* CURLOPT_HEADERFUNCTION: keeps the reply's ETag when it is one the daemon
- * may store and send back in a header: 1 to 64 printable ASCII characters. */
+ * may store and send back in a header: 1 to 64 printable ASCII characters;
+ * and notes a Retry-After. */
 static size_t on_header(char *data, size_t size, size_t nmemb, void *userp)
 {
     struct agent_call *c = userp;
     size_t n = size * nmemb;
-    static const char name[] = "etag:";
+    static const char name[] = "etag:", retry[] = "retry-after:";
+    if (n > sizeof retry - 1 && strncasecmp(data, retry, sizeof retry - 1) == 0)
+        c->retry_after = 1;
     if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
         const char *v = data + sizeof name - 1, *end = data + n;
         while (v < end && (*v == ' ' || *v == '\t'))
@@ -123,8 +126,8 @@ struct agent_call *agent_call_new(const char *base_url, const char *secret, cons
     c->headers = curl_slist_append(c->headers, line);
     c->headers = curl_slist_append(c->headers, "Content-Type: application/json");
     c->headers = curl_slist_append(c->headers, "Expect:"); /* no 100-continue round trip */
-    if (strcmp(method, "PUT") == 0 && opts->put_wait_ms > 0) {
-        snprintf(line, sizeof line, "Gpurent-Wait-Ms: %ld", opts->put_wait_ms);
+    if ((strcmp(method, "PUT") == 0 || strcmp(method, "DELETE") == 0) && opts->wait_ms > 0) {
+        snprintf(line, sizeof line, "Gpurent-Wait-Ms: %ld", opts->wait_ms);
         c->headers = curl_slist_append(c->headers, line);
     }
     if (!c->headers)

@@ -19,11 +19,12 @@ struct agent_client_opts {
     size_t max_response_bytes; /* larger replies fail the call */
     const char *ca_file;       /* CA bundle for https agents, or NULL for the system's */
     /* How long a workload's PUT asks its agent to hold the answer until the
-     * workload runs (Gpurent-Wait-Ms, AGENT_PROTOCOL.md; agent_put_wait_ms).
-     * A start as quick as that is seen running in the pass that put it, with
-     * no re-poll; a pull of minutes answers "pulling" after it and is
-     * polled as before. 0: the header is not sent. */
-    long put_wait_ms;
+     * workload runs, and its DELETE until it is gone (Gpurent-Wait-Ms,
+     * AGENT_PROTOCOL.md; agent_put_wait_ms). A start or removal as quick as
+     * that is seen done in the pass that asked, with no re-poll; a pull of
+     * minutes answers "pulling" after it, a container slow to stop
+     * "removing", and is polled as before. 0: the header is not sent. */
+    long wait_ms;
 };
 
 struct agent_call {
@@ -38,6 +39,7 @@ struct agent_call {
     long status;                      /* HTTP status, 0 if none */
     char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
     char etag[AGENT_CALL_ETAG_MAX];        /* the reply's ETag as sent, "" when none or not a plain printable one */
+    int retry_after;                  /* the reply had a Retry-After: what it refused may work shortly */
     json_t *doc;                      /* the reply parsed by agent_call_json, or NULL */
     int doc_read;                     /* agent_call_json has parsed (or failed to parse) it */
 };

@@ -796,6 +796,11 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
             } else if (w->kind[r] == CALL_GET && c->status == 404) {
                 p->put_done = 0; /* the agent forgot it: put it again */
                 snprintf(p->phase, sizeof p->phase, "%s", "");
+            } else if (c->status == 409 && c->retry_after &&
+                       ctx->now - w->in.state_since <= daemon_config->provision_timeout_s) {
+                /* Its cards are still held by a workload the agent is
+                 * removing (one that ended here before its removal did):
+                 * put it again next pass, which is no failed attempt. */
             } else {
                 snprintf(failure, sizeof failure, "node %s refused the workload (HTTP %ld)", p->node_name, c->status);
             }
@@ -1123,6 +1128,8 @@ static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
             return STORE_OK;
         if (strcmp(w->nodes[r].node_health, "up") != 0)
             continue; /* offline: the sweep deletes it when the node returns */
+        /* 202: the agent is still stopping it (a container may take its
+         * stop_timeout_s): its cards are not free yet. */
         if (!c || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404))
             return STORE_OK; /* try again next pass */
     }
@@ -1341,8 +1348,10 @@ static void pass_call_done(void *ctx, size_t i, struct agent_call *c, int finish
 {
     struct pass_calls *pc = ctx;
     if (i < pc->n_deletes) {
-        /* Deletes that did not get through are tried again next pass. */
-        if (!c || !finished || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404))
+        /* Deletes that did not get through are tried again next pass; one
+         * the agent took (202: still removing) it finishes on its own. */
+        if (!c || !finished || c->error[0] ||
+            (c->status != 200 && c->status != 202 && c->status != 204 && c->status != 404))
             delete_again(&pc->deletes[i], 1);
         agent_call_free(c);
     } else if ((i -= pc->n_deletes) < pc->n_lists) {

@@ -100,9 +100,11 @@ MOUNT = textwrap.dedent(r"""
 
 UMOUNT = textwrap.dedent(r"""
     #!/bin/sh
-    # Stand-in umount: records argv; drops the target from the stand-in mountinfo.
+    # Stand-in umount: records argv; drops the target (its last argument,
+    # after any options) from the stand-in mountinfo.
     { printf 'umount'; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STANDIN_LOG"
-    grep -v " $1 " "$STANDIN_MOUNTINFO" > "$STANDIN_MOUNTINFO.new"
+    for target; do :; done
+    grep -v " $target " "$STANDIN_MOUNTINFO" > "$STANDIN_MOUNTINFO.new"
     mv "$STANDIN_MOUNTINFO.new" "$STANDIN_MOUNTINFO"
 """).lstrip()
 

@@ -81,3 +81,35 @@ def test_delete_kills_the_process_group_and_a_restart_reports_an_unknown_exit(tm
     w = a.wait_phase("wl_orphan", "exited")
     assert w["exit_code"] is None and "unknown" in w["message"], w
     a.stop()
+
+
+def test_delete_answers_removed_only_once_the_workload_is_gone(tmp_path):
+    """A DELETE says 202 "removing" while the workload's removal goes on (here
+    a command that ignores SIGTERM, killed 2 s later), with Retry-After; its
+    cards stay held meanwhile, and a PUT on one of them is refused with
+    Retry-After too, since it frees up without anyone asking. Asked again
+    once it is gone, the DELETE says 200 "removed", and the card is free.
+    With Gpurent-Wait-Ms a DELETE answers 200 only when the workload is
+    gone: its record is already off the disk."""
+    a = Agent(tmp_path / "a")
+    spec = {"image": "busybox", "gpus": [0], "command": ["sh", "-c", "trap '' TERM; while :; do sleep 1; done"]}
+    assert a.put("/v1/workloads/wl_stubborn", json=spec).status_code == 201
+    a.wait_phase("wl_stubborn", "running")
+    r = a.delete("/v1/workloads/wl_stubborn", headers={"Gpurent-Wait-Ms": "0"})
+    assert (r.status_code, r.json(), r.headers.get("Retry-After")) == \
+        (202, {"id": "wl_stubborn", "phase": "removing"}, "1"), r.text
+    r = a.put("/v1/workloads/wl_next", json={"image": "busybox", "gpus": [0]})
+    assert (r.status_code, r.headers.get("Retry-After")) == (409, "1"), r.text
+    assert "being removed" in r.json()["error"]["message"]
+    # A card the removal does not hold is not refused.
+    assert a.put("/v1/workloads/wl_beside", json={"image": "busybox", "gpus": [1]}).status_code == 201
+    r = a.delete("/v1/workloads/wl_stubborn")  # asked again while it answers 202
+    assert (r.status_code, r.json()) == (200, {"id": "wl_stubborn", "phase": "removed"}), r.text
+    assert not os.path.exists(os.path.join(a.state_dir, "workloads", "wl_stubborn.json"))
+    assert a.put("/v1/workloads/wl_next", json={"image": "busybox", "gpus": [0]}).status_code == 201
+
+    r = a.request("DELETE", "/v1/workloads/wl_beside", headers={"Gpurent-Wait-Ms": "1000"})
+    assert r.status_code in (200, 202), r.text
+    if r.status_code == 200:
+        assert not os.path.exists(os.path.join(a.state_dir, "workloads", "wl_beside.json"))
+    a.stop()

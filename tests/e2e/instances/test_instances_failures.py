@@ -4,6 +4,7 @@ be pulled, a volume that cannot be mounted, an agent killed mid-provisioning,
 gpurentd itself killed (SIGKILL) mid-provisioning and restarted, workloads
 no instance owns (also through a narrow window of agent calls), and an
 agent restarted under a running instance."""
+import os
 import signal
 
 import pytest
@@ -219,6 +220,32 @@ def test_daemon_killed_while_stopping(cloud):
     cloud.wait_state(u, inst["id"], "stopped")
     assert cloud.workloads("n-01") == []
     assert d.sql("SELECT ended_at FROM running_intervals WHERE instance_id = ?", (inst["id"],)) == [(t_stop,)]
+    cloud.check_cards_consistent()
+
+
+def test_cards_stay_held_until_the_old_workload_is_gone(cloud_one_attempt):
+    """A stopped instance's cards go to someone else only once its agent has
+    removed the old workload, not when the removal was asked for. Its command
+    ignores SIGTERM, so the sim removes it only when it kills it, 2 s later:
+    the instance stays stopping until then, and an instance placed on the
+    same cards the moment it is stopped runs at its first and only attempt
+    (the agent would refuse a PUT on cards still held, and with
+    provision_max_attempts 1 that failure would be final)."""
+    cloud = cloud_one_attempt
+    cloud.fleet(1, prefix="n-")
+    a, b = cloud.user(), cloud.user()
+    inst = cloud.create(a, card_count=8, command=["sh", "-c", "trap '' TERM; while :; do sleep 1; done"])
+    cloud.wait_state(a, inst["id"], "running")
+    [(wid,)] = cloud.d.sql("SELECT workload_id FROM instance_nodes WHERE instance_id = ?", (inst["id"],))
+    record = os.path.join(cloud.node_fleet("n-01").state_dir, "nodes", "n-01", "workloads", f"{wid}.json")
+    assert os.path.exists(record)
+    assert cloud.action(a, inst["id"], "stop")["state"] == "stopping"
+    cloud.wait_state(a, inst["id"], "stopped")
+    assert not os.path.exists(record)  # removed, tombstone and all, before the cards were let go
+    other = cloud.create(b, card_count=8)
+    cloud.wait_state(b, other["id"], "running")
+    events = cloud.events(b, other["id"])
+    assert not [e for e in events if e["state"] == "failed" or "attempt" in e["reason"]], events
     cloud.check_cards_consistent()
 
 

@@ -278,7 +278,16 @@ class Agent(_Signed):
         return self.request("PUT", path, json=json, **kw)
 
     def delete(self, path, **kw):
-        return self.request("DELETE", path, **kw)
+        """DELETE. A call signed here is sent again while the agent answers
+        202 (the removal still going on), so that it returns the answer once
+        the workload is gone; one with headers of the caller's is sent once."""
+        if not kw.get("sign", True) or kw.get("headers"):
+            return self.request("DELETE", path, **kw)
+
+        def gone():
+            r = self.request("DELETE", path, **kw)
+            return r if r.status_code != 202 else None
+        return poll(gone, 20, f"DELETE {path} to find it removed")
 
     def wait_phase(self, wl_id, phases, timeout=20):
         phases = {phases} if isinstance(phases, str) else set(phases)
