@@ -14,8 +14,12 @@ json_t *json_time(int64_t t, int zero_is_null)
     time_t tt = (time_t)t;
     struct tm tm;
     char buf[32];
-    if (!gmtime_r(&tt, &tm) || !strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm))
+    /* RFC 3339 has four digits of year, always: strftime's %Y would write
+     * year 999 as "999". Outside 0000-9999 there is no such string. */
+    if (!gmtime_r(&tt, &tm) || tm.tm_year < -1900 || tm.tm_year > 9999 - 1900)
         return json_null();
+    snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec);
     return json_string(buf);
 }
 

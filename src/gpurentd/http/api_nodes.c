@@ -263,14 +263,14 @@ void api_nodes_list(struct http_request *req)
         .after_created = pg.after_t,
         .after_id = pg.after_id,
     };
-    static const char *const states[] = {"pending",     "ready",   "cordoned", "draining",
-                                         "maintenance", "offline", "rejected"};
+    static const char *const states[] = {"pending",     "ready",       "cordoned", "draining",
+                                         "maintenance", "unreachable", "offline",  "rejected"};
     int state_ok = !f.state;
     for (size_t i = 0; f.state && i < sizeof states / sizeof states[0]; i++)
         state_ok |= strcmp(f.state, states[i]) == 0;
     if (!state_ok) {
         http_error(req, ERR_INVALID_QUERY, "state",
-                   "state must be pending, ready, cordoned, draining, maintenance, offline or rejected");
+                   "state must be pending, ready, cordoned, draining, maintenance, unreachable, offline or rejected");
         return;
     }
     struct node *nodes = malloc(sizeof *nodes * (size_t)(pg.limit + 1));

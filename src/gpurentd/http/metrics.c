@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_ROUTES 128
@@ -242,7 +243,10 @@ static void write_process(FILE *f)
                    "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
     /* Start time: the 22nd field of /proc/self/stat (clock ticks after
      * boot) plus the boot time, so it is the real clock's, as Prometheus
-     * expects, whatever the testing clock says. */
+     * expects, whatever the testing clock says. The boot time is the real
+     * clock less the time since boot (CLOCK_BOOTTIME, the clock that field
+     * counts in), not /proc/stat's btime: the shipped unit's ProcSubset=pid
+     * hides /proc/stat. */
     char buf[1024];
     FILE *st = fopen("/proc/self/stat", "r");
     size_t got = st ? fread(buf, 1, sizeof buf - 1, st) : 0;
@@ -254,19 +258,13 @@ static void write_process(FILE *f)
     for (int field = 2; p && *p && field < 22; p++)
         if (*p == ' ')
             field++;
-    if (p && sscanf(p, "%llu", &ticks) == 1) {
-        unsigned long long btime = 0;
-        FILE *ps = fopen("/proc/stat", "r");
-        char line[256];
-        while (ps && fgets(line, sizeof line, ps))
-            if (sscanf(line, "btime %llu", &btime) == 1)
-                break;
-        if (ps)
-            fclose(ps);
-        if (btime)
-            fprintf(f, "# HELP process_start_time_seconds Start time of the process since the epoch.\n"
-                       "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
-                    (double)btime + (double)ticks / (double)sysconf(_SC_CLK_TCK));
+    struct timespec real, boot;
+    if (p && sscanf(p, "%llu", &ticks) == 1 && clock_gettime(CLOCK_REALTIME, &real) == 0 &&
+        clock_gettime(CLOCK_BOOTTIME, &boot) == 0) {
+        double booted = (double)(real.tv_sec - boot.tv_sec) + (double)(real.tv_nsec - boot.tv_nsec) / 1e9;
+        fprintf(f, "# HELP process_start_time_seconds Start time of the process since the epoch.\n"
+                   "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+                booted + (double)ticks / (double)sysconf(_SC_CLK_TCK));
     }
     fprintf(f, "# HELP gpurent_build_info The running gpurentd's version (always 1).\n"
                "# TYPE gpurent_build_info gauge\ngpurent_build_info{version=\"%s\"} 1\n",

@@ -150,6 +150,11 @@ def test_short_blip_keeps_the_job_and_bills_only_confirmed_time(new_cluster):
         i = c.wait_state(u, iid, "unreachable", timeout=DEADLINE)
         assert "not billed until it answers again" in i["state_reason"], i
         assert node_row(c)[2] == "unreachable"
+        # The admins' node list finds it by that state, and only it.
+        for state, want in (("unreachable", 1), ("ready", 0)):
+            r = c.d.get("/v1/admin/nodes", key=c.d.admin_key, params={"state": state})
+            assert r.status_code == 200, r.text
+            assert [n["state"] for n in r.json()["data"]] == [state] * want, r.text
         assert c.intervals(iid) == [(T0, T0 + 600, 0, 0, "node unreachable")]
         assert held(c, iid) == 8
         c.billing()

@@ -531,6 +531,8 @@ def test_metrics_access(metrics_cluster):
         assert name in api and api[name].type == kind, (name, api.get(name))
         assert api[name].help, name
     assert sample(api, "gpurent_testing_clock") == 1
+    # The real clock's second the process started (not the testing clock's).
+    assert time.time() - 600 < sample(api, "process_start_time_seconds") <= time.time()
     # Start-up wrote (migrations, the bootstrap key); batches hold one or more.
     assert sample(api, "gpurent_store_transactions_total") >= sample(api, "gpurent_store_commits_total") >= 1
     assert sample(api, "gpurent_store_writers_waiting") >= 0

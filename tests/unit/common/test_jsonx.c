@@ -28,6 +28,11 @@ static void test_time_known(void **state)
         {1795977117, "2026-11-29T18:31:57Z"},
         {4102444800, "2100-01-01T00:00:00Z"},
         {253402300799, "9999-12-31T23:59:59Z"},
+        /* Years of fewer digits still have four (RFC 3339's date-fullyear). */
+        {-30610224000, "1000-01-01T00:00:00Z"},
+        {-30641760000, "0999-01-01T00:00:00Z"},
+        {-62135596800, "0001-01-01T00:00:00Z"},
+        {-62167219200, "0000-01-01T00:00:00Z"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         json_t *v = json_time(cases[i].t, 0);
@@ -56,11 +61,15 @@ static void test_time_null(void **state)
         assert_true(json_is_null(v));
         json_decref(v);
     }
-    /* Out of gmtime's range: null, never a wrong or garbled string. */
-    json_t *v = json_time(INT64_MAX, 0);
-    assert_non_null(v);
-    assert_true(json_is_null(v));
-    json_decref(v);
+    /* Out of gmtime's range, or of four digits of year: null, never a wrong
+     * or garbled string. */
+    static const int64_t beyond[] = {INT64_MAX, 253402300800 /* 10000-01-01 */, -62167219201 /* year -1 */};
+    for (size_t i = 0; i < ARRAY_LEN(beyond); i++) {
+        json_t *v = json_time(beyond[i], 0);
+        assert_non_null(v);
+        assert_true(json_is_null(v));
+        json_decref(v);
+    }
 }
 
 /* Standard base64url without padding, three bytes at a time. */
