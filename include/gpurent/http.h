@@ -183,7 +183,9 @@ void http_resume(struct http_request *req, http_resume_fn fn, void *ctx);
  * then suspended, holding no thread, until http_stream_wake) or -1 at the
  * end. done(ctx) runs once when the reply is finished or the client left;
  * after it, nobody may call http_stream_wake. NULL on failure: done will
- * not run, the caller keeps ctx, and replies itself unless req->replied. */
+ * not run, the caller keeps ctx, and replies itself unless req->replied.
+ * To a HEAD it replies the headers alone and returns NULL, req->replied
+ * set. */
 struct http_stream;
 struct http_stream *http_reply_stream(struct http_request *req, const char *content_type,
                                       long (*pull)(void *ctx, char *buf, size_t max), void (*done)(void *ctx),

@@ -354,10 +354,32 @@ static void stream_free(void *cls)
     free(st);
 }
 
+/* A HEAD's stream: never read, as a HEAD has no body. */
+static ssize_t stream_head_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls, (void)pos, (void)buf, (void)max;
+    return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
 struct http_stream *http_reply_stream(struct http_request *req, const char *content_type,
                                       long (*pull)(void *ctx, char *buf, size_t max), void (*done)(void *ctx),
                                       void *ctx)
 {
+    if (strcmp(req->method, "HEAD") == 0) {
+        /* The headers alone, and the connection closed after them: as a
+         * stream has no length, libmicrohttpd would send it chunked, and
+         * its last chunk too even to a HEAD, bytes the client would read
+         * as the start of the next reply. */
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, stream_head_read,
+                                                                      NULL, NULL);
+        if (!resp)
+            return NULL;
+        MHD_set_response_options(resp, MHD_RF_HTTP_1_0_COMPATIBLE_STRICT, MHD_RO_END);
+        if (content_type)
+            MHD_add_response_header(resp, "Content-Type", content_type);
+        queue(req, 200, resp);
+        return NULL;
+    }
     struct http_stream *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;

@@ -130,6 +130,7 @@ struct call {
     curl_off_t body_received; /* answer bytes from the upstream so far */
     long status;
     char up_type[128];
+    char up_etag[128];   /* the replica's ETag, passed on ("" none) */
     CURLcode curl_rc;
     /* Usage, from what was delivered. */
     int streamed;
@@ -382,21 +383,33 @@ static void scan_delivered(struct call *c, const char *p, size_t n)
     }
 }
 
+/* Copies the value of header line p (len bytes) into out if it is the
+ * header name (with its colon); 1 if it was. */
+static int header_value(const char *p, size_t len, const char *name, char *out, size_t cap)
+{
+    size_t nl = strlen(name);
+    if (len <= nl || strncasecmp(p, name, nl) != 0)
+        return 0;
+    const char *v = p + nl;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    size_t vl = len - (size_t)(v - p);
+    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+        vl--;
+    snprintf(out, cap, "%.*s", (int)vl, v);
+    return 1;
+}
+
+/* The replica's headers the client gets: its Content-Type, and its ETag, so
+ * that a client's If-None-Match and the 304 it brings back mean something. */
 static size_t up_header(char *p, size_t size, size_t n, void *vc)
 {
     struct call *c = vc;
     size_t len = size * n;
-    if (len > 13 && strncasecmp(p, "Content-Type:", 13) == 0) {
-        const char *v = p + 13;
-        while (*v == ' ')
-            v++;
-        size_t vl = len - (size_t)(v - p);
-        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n'))
-            vl--;
-        pthread_mutex_lock(&c->lock);
-        snprintf(c->up_type, sizeof c->up_type, "%.*s", (int)vl, v);
-        pthread_mutex_unlock(&c->lock);
-    }
+    pthread_mutex_lock(&c->lock);
+    if (!header_value(p, len, "Content-Type:", c->up_type, sizeof c->up_type))
+        header_value(p, len, "ETag:", c->up_etag, sizeof c->up_etag);
+    pthread_mutex_unlock(&c->lock);
     return len;
 }
 
@@ -1378,8 +1391,9 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
     int got = c->headers_done;
     long up_status = c->status;
     CURLcode rc = c->curl_rc;
-    char type[128];
+    char type[128], etag[128];
     snprintf(type, sizeof type, "%s", c->up_type);
+    snprintf(etag, sizeof etag, "%s", c->up_etag);
     pthread_mutex_unlock(&c->lock);
     if (!got && ending)
         return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
@@ -1390,8 +1404,18 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
     c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
     c->status_sent = (int)up_status;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, answer_read, c, NULL);
+    if (!r)
+        return MHD_NO;
+    /* An answer with no body (to a HEAD, or a 304) goes unchunked and the
+     * connection closes after it: libmicrohttpd would otherwise send the
+     * empty last chunk of a body it must not have, bytes the client would
+     * read as the start of its next answer. */
+    if (strcmp(c->method, "HEAD") == 0 || up_status == 304)
+        MHD_set_response_options(r, MHD_RF_HTTP_1_0_COMPATIBLE_STRICT, MHD_RO_END);
     if (type[0])
         MHD_add_response_header(r, "Content-Type", type);
+    if (etag[0])
+        MHD_add_response_header(r, "ETag", etag);
     if (c->streamed)
         MHD_add_response_header(r, "Cache-Control", "no-cache");
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)up_status, r);

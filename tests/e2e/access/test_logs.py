@@ -8,6 +8,7 @@ handler defers its request instead of waiting on the agent."""
 import calendar
 import re
 import signal
+import socket
 import threading
 import time
 
@@ -225,6 +226,31 @@ def test_shutdown_answers_pending_reads(cloud_patient):
     err = assert_error(reply["r"], 503, "unavailable")
     assert "shutting down" in err["message"], err
     assert rest and rest[-1] == "gpurent: the control plane is shutting down", rest[-3:]
+
+
+def test_head_of_a_follow_is_its_headers_alone(cloud):
+    """HEAD of a follow starts no stream: its headers, no chunked framing and
+    not one byte after them (not even the empty last chunk, which a client
+    keeping the connection would read as the start of its next reply); the
+    connection then closes, as a reply with no length ends that way."""
+    c = cloud
+    _, u, inst = running(c)
+    with socket.create_connection(("127.0.0.1", c.d.port), timeout=DEADLINE) as s:
+        s.sendall((f"HEAD /v1/instances/{inst['id']}/logs?follow=true HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: Bearer {u.key}\r\n\r\n").encode())
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    head, _, after = got.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    fields = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+    assert lines[0] == "HTTP/1.1 200 OK", got
+    assert fields["content-type"] == "text/plain; charset=utf-8", got
+    assert "transfer-encoding" not in fields and "content-length" not in fields, got
+    assert after == b"", got
 
 
 def test_follow_streams_new_lines_until_the_workload_ends(cloud):

@@ -7,6 +7,8 @@ answers 200 (so the agent's check passes); a POST, by MODE:
   silent   reads the request and never answers (nor closes)
   huge     answers a JSON body of about 5 MB with no `usage` but text that
            ends with one (escaped, inside the string)
+  bodiless answers a HEAD 200 with a Content-Length and no body, and a GET
+           of a path ending /304 with 304 and ETag "v1" (GET /health is 200)
   openai   streams as OpenAI's API and vLLM do: three chunks, and the
            usage (5 prompt tokens, 3 completion tokens) in a last chunk
            with no choices only when stream_options.include_usage is
@@ -39,7 +41,18 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        if MODE == "bodiless" and self.path.endswith("/304"):
+            self.send_response(304)
+            self.send_header("ETag", '"v1"')
+            self.end_headers()
+            return
         self.reply(200, {"status": "ok"})
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "17")
+        self.end_headers()
 
     def stream(self, request):
         include = (request.get("stream_options") or {}).get("include_usage") is True

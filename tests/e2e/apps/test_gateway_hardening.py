@@ -94,6 +94,39 @@ def test_requests_without_a_key_are_refused_before_their_body(market):
          "every refused connection ended")
 
 
+def raw_answer(port, request):
+    """The bytes a server sends for one request until it closes the
+    connection (or DEADLINE): (status line, {header: value}, what follows)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as s:
+        s.sendall(request.encode())
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    head, _, after = got.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    return lines[0], {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}, after
+
+
+def test_answers_without_a_body_are_relayed_without_one(market):
+    """A HEAD, and a replica's 304, reach the client as headers alone: no
+    chunked framing and not one byte after them (libmicrohttpd would send
+    the empty last chunk, which a client keeping the connection reads as the
+    start of its next answer), and the connection then closes. The 304
+    keeps the replica's ETag."""
+    m = market
+    app, con = fake_app(m, "bodiless")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    auth = f"Host: gw\r\nAuthorization: Bearer {con.key}\r\n\r\n"
+    status, fields, after = raw_answer(gw.port, f"HEAD /apps/{app['slug']}/v1/models HTTP/1.1\r\n{auth}")
+    assert status == "HTTP/1.1 200 OK" and fields["content-type"] == "application/json", (status, fields)
+    assert "transfer-encoding" not in fields and after == b"", (fields, after)
+    status, fields, after = raw_answer(gw.port, f"GET /apps/{app['slug']}/v1/304 HTTP/1.1\r\n"
+                                                f"If-None-Match: \"v1\"\r\n{auth}")
+    assert status == "HTTP/1.1 304 Not Modified" and fields["etag"] == '"v1"', (status, fields)
+    assert "transfer-encoding" not in fields and after == b"", (fields, after)
+
+
 def test_token_counts_are_bounded_by_the_bytes_that_passed(market):
     """A replica whose usage claims a million tokens each way for a body of
     a few bytes: the call is charged at most a token per byte of the
