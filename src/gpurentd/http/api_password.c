@@ -48,6 +48,24 @@ void api_me_password(struct http_request *req)
     const char *next = json_string_value(json_object_get(body, "new_password"));
     struct password_ctx ctx = {.user_id = req->user_id, .key_id = req->key_id, .current = current,
                                .now = clock_now()};
+    /* Guesses at the current password are limited as logins are (per
+     * account and per client, login_max_failures and login_lockout_s): an
+     * API key that leaked must not be a way to find the password. */
+    char user_key[80], ip_key[80];
+    snprintf(user_key, sizeof user_key, "password:%s", req->user_id);
+    snprintf(ip_key, sizeof ip_key, "ip:%s", req->client_ip);
+    int64_t wait = throttle_wait(user_key, ctx.now), wait_ip = throttle_wait(ip_key, ctx.now);
+    if (wait_ip > wait)
+        wait = wait_ip;
+    if (wait > 0) {
+        char retry[24];
+        snprintf(retry, sizeof retry, "%lld", (long long)wait);
+        http_add_header(req, "Retry-After", retry);
+        http_error(req, ERR_TOO_MANY_REQUESTS, NULL, "too many wrong current passwords; retry in %lld seconds",
+                   (long long)wait);
+        json_decref(body);
+        return;
+    }
     if (api_password_check(req, "new_password", next) < 0) {
         json_decref(body);
         return;
@@ -59,12 +77,15 @@ void api_me_password(struct http_request *req)
     }
     struct store *s = store_thread();
     int rc = s ? store_txn(s, password_txn, &ctx) : STORE_ERROR;
-    if (rc == REFUSED && ctx.wrong)
+    if (rc == REFUSED && ctx.wrong) {
+        throttle_fail(user_key, ctx.now, daemon_config->login_max_failures, daemon_config->login_lockout_s);
+        throttle_fail(ip_key, ctx.now, daemon_config->login_max_failures * 4, daemon_config->login_lockout_s);
         /* 403, not 401: the API key is fine, the proof of the password is not. */
         http_error(req, ERR_FORBIDDEN, "current_password", "current_password is not the account's password");
-    else if (rc != STORE_OK)
+    } else if (rc != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
-    else {
+    } else {
+        throttle_clear(user_key);
         log_info("accounts: %s changed its password; %lld login keys revoked", req->user_id, (long long)ctx.revoked);
         http_reply_json(req, 200, json_pack("{s:b, s:I}", "changed", 1, "login_keys_revoked", (json_int_t)ctx.revoked));
     }

@@ -121,3 +121,29 @@ def test_password_change_needs_the_current_one_and_ends_other_logins(daemon):
     assert_error(daemon.get("/v1/me", key=session["token"]), 401, "unauthorized")  # another login's session
     assert daemon.get("/v1/me", key=script["token"]).status_code == 200            # a named key stays
     assert daemon.get("/v1/me", key=acct.key).status_code == 200                   # so does the caller
+
+
+def test_wrong_current_passwords_lock_the_change_as_failed_logins_do(new_daemon):
+    """An API key is not a way to guess the account's password: after
+    login_max_failures wrong current passwords the change is refused (429,
+    Retry-After) even with the right one until login_lockout_s has passed,
+    and nothing changes meanwhile. Other accounts are not locked by it."""
+    d = new_daemon(options={"login_max_failures": 3, "login_lockout_s": 600})
+    acct, other = d.signup(), d.signup()
+    new = "a brand new passphrase"
+    for _ in range(3):
+        assert_error(d.post("/v1/me/password", key=acct.key, json={"current_password": "a guess at it",
+                                                                   "new_password": new}),
+                     403, "forbidden", "current_password")
+    before = d.dump()
+    for current in ("a guess at it", DEFAULT_PASSWORD):
+        r = d.post("/v1/me/password", key=acct.key, json={"current_password": current, "new_password": new})
+        assert_error(r, 429, "too_many_requests")
+        assert r.headers["Retry-After"] == "600"
+    assert d.dump() == before
+    r = d.post("/v1/me/password", key=other.key, json={"current_password": DEFAULT_PASSWORD, "new_password": new})
+    assert r.status_code == 200, r.text
+    d.advance_clock(600)
+    r = d.post("/v1/me/password", key=acct.key, json={"current_password": DEFAULT_PASSWORD, "new_password": new})
+    assert r.status_code == 200, r.text
+    assert login(d, acct, new).status_code == 200
