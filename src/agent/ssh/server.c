@@ -185,6 +185,7 @@ static void startup_done(struct ssh_conn *c)
         struct ssh_startup *e = startup_entry(c->srv, c->listener, c->addr);
         if (e && e->count > 0)
             e->count--;
+        c->listener->starting--;
         c->startup = 0;
     }
     pthread_mutex_unlock(&c->srv->lock);
@@ -273,8 +274,23 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
     }
     if (signature_state == SSH_PUBLICKEY_STATE_NONE)
         return SSH_AUTH_SUCCESS; /* the key may be used: the client signs next */
-    snprintf(c->wl_id, sizeof c->wl_id, "%s", wl_id);
-    c->authenticated = 1;
+    /* One renter's connections may not take every slot of a node that
+     * others rent too. */
+    int64_t cap = c->srv->agent->conf->ssh_max_sessions_per_workload, held = 0;
+    pthread_mutex_lock(&c->srv->lock);
+    for (const struct ssh_conn *o = c->srv->conns; o; o = o->next)
+        held += o->listener == c->listener && o->authenticated && strcmp(o->wl_id, wl_id) == 0;
+    if (held < cap) {
+        snprintf(c->wl_id, sizeof c->wl_id, "%s", wl_id);
+        c->authenticated = 1;
+    }
+    pthread_mutex_unlock(&c->srv->lock);
+    if (!c->authenticated) {
+        log_warn("ssh refused: node %s workload %s user %.80s from %s:%d: %lld connections to it already"
+                 " (ssh_max_sessions_per_workload)", n->name, wl_id, user, c->addr, c->port, (long long)held);
+        ssh_disconnect(session);
+        return SSH_AUTH_DENIED;
+    }
     startup_done(c);
     log_info("ssh login: node %s workload %s user %s key %s from %s:%d", n->name, wl_id, user, c->fingerprint, c->addr,
              c->port);
@@ -302,7 +318,7 @@ static void conn_run(struct ssh_conn *c)
     c->event = ssh_event_new();
     if (!c->event || ssh_event_add_session(c->event, c->session) != SSH_OK)
         return;
-    int64_t auth_deadline = clock_mono_ms() + conf->ssh_auth_timeout_s * 1000;
+    int64_t auth_deadline = clock_mono_ms() + conf->ssh_auth_timeout_s * 1000, next_workload_check = 0;
     c->last_activity_ms = clock_mono_ms();
     while (!atomic_load(&c->srv->stopping)) {
         if (ssh_event_dopoll(c->event, 200) == SSH_ERROR && !ssh_is_connected(c->session))
@@ -318,6 +334,21 @@ static void conn_run(struct ssh_conn *c)
                      c->user, c->addr, c->port, (long long)conf->ssh_auth_timeout_s);
             c->refused = 1;
             break;
+        }
+        /* A logged-in connection lasts as long as its workload runs: once
+         * the instance stops (and its renter stops paying), its cards and
+         * this node's slots are someone else's. */
+        if (c->authenticated && now >= next_workload_check) {
+            next_workload_check = now + 1000;
+            struct agent_node *n = c->listener->node;
+            pthread_mutex_lock(&n->lock);
+            int running = ssh_conn_workload(c) != NULL;
+            pthread_mutex_unlock(&n->lock);
+            if (!running) {
+                log_info("ssh: node %s workload %s user %s from %s:%d: the workload no longer runs, closed", n->name,
+                         c->wl_id, c->user, c->addr, c->port);
+                break;
+            }
         }
         if (conf->ssh_idle_timeout_s > 0 && now - c->last_activity_ms >= conf->ssh_idle_timeout_s * 1000) {
             log_info("ssh: node %s workload %s from %s:%d: idle for %lld s, closed", c->listener->node->name, c->wl_id,
@@ -382,27 +413,33 @@ static void accept_one(struct ssh_listener *l)
         close(fd);
         return;
     }
-    /* Connections not logged in yet are capped per address below the
-     * node's cap: silent ones from one address took every slot and locked
-     * the renters out until they timed out. */
+    /* Connections not logged in yet are capped per address, and per node
+     * below the node's cap: silent ones (from one address, or from a few)
+     * took every slot and locked the renters out until they timed out. */
+    const struct agent_conf *conf = s->agent->conf;
     pthread_mutex_lock(&s->lock);
-    int full = l->active >= s->agent->conf->ssh_max_sessions;
-    struct ssh_startup *st = full ? NULL : startup_entry(s, l, addr);
-    int starting = !full && (!st || st->count >= s->agent->conf->ssh_max_startups_per_client);
-    if (!full && !starting) {
+    int full = l->active >= conf->ssh_max_sessions;
+    int crowded = !full && l->starting >= conf->ssh_max_startups;
+    struct ssh_startup *st = full || crowded ? NULL : startup_entry(s, l, addr);
+    int starting = !full && !crowded && (!st || st->count >= conf->ssh_max_startups_per_client);
+    if (!full && !crowded && !starting) {
         l->active++;
+        l->starting++;
         s->connections++;
         st->count++;
     }
     pthread_mutex_unlock(&s->lock);
-    if (full || starting) {
+    if (full || crowded || starting) {
         if (full)
             log_warn("ssh refused: node %s from %s:%s: %lld connections already (ssh_max_sessions)", l->node->name,
-                     addr, serv, (long long)s->agent->conf->ssh_max_sessions);
+                     addr, serv, (long long)conf->ssh_max_sessions);
+        else if (crowded)
+            log_warn("ssh refused: node %s from %s:%s: %lld connections not logged in yet (ssh_max_startups)",
+                     l->node->name, addr, serv, (long long)conf->ssh_max_startups);
         else
             log_warn("ssh refused: node %s from %s:%s: %lld connections not logged in yet"
                      " (ssh_max_startups_per_client)", l->node->name, addr, serv,
-                     (long long)s->agent->conf->ssh_max_startups_per_client);
+                     (long long)conf->ssh_max_startups_per_client);
         close(fd);
         return;
     }
@@ -448,6 +485,7 @@ static void accept_one(struct ssh_listener *l)
     pthread_mutex_lock(&s->lock);
     if ((st = startup_entry(s, l, addr)) && st->count > 0)
         st->count--;
+    l->starting--;
     l->active--;
     s->connections--;
     pthread_cond_broadcast(&s->idle);

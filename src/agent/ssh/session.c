@@ -373,7 +373,7 @@ static int chan_start(struct ssh_chan *ch, const char *command, int sftp)
     struct agent *a = c->srv->agent;
     struct agent_node *n = c->listener->node;
     if (ch->started)
-        return 1;
+        return 1; /* refused, but what runs goes on */
     struct argv_buf argv = {0}, env = {0};
     char cwd[PATH_MAX] = "", msg[512] = "", shared[PATH_MAX];
     int rc = -1;
@@ -414,6 +414,7 @@ static int chan_start(struct ssh_chan *ch, const char *command, int sftp)
                  : command ? "the command"
                            : "a shell",
                  msg);
+        ch->refused = 1;
     }
     argv_free(&argv);
     argv_free(&env);
@@ -432,9 +433,12 @@ static int chan_shell(ssh_session session, ssh_channel channel, void *userdata)
 
 static int chan_subsystem(ssh_session session, ssh_channel channel, const char *subsystem, void *userdata)
 {
-    if (strcmp(subsystem, "sftp") != 0)
+    struct ssh_chan *ch = userdata;
+    if (strcmp(subsystem, "sftp") != 0) {
+        ch->refused = 1;
         return 1;
-    return chan_start(userdata, NULL, 1);
+    }
+    return chan_start(ch, NULL, 1);
 }
 
 void ssh_chan_set_callbacks(struct ssh_chan *ch)
@@ -485,8 +489,20 @@ static void unwatch(struct ssh_chan *ch, int *fd, struct ssh_chan_fd *ref)
 
 void ssh_chan_pump(struct ssh_chan *ch)
 {
-    if (ch->finished || !ch->started)
+    if (ch->finished)
         return;
+    if (!ch->started) {
+        /* What it asked to run was refused, or its client closed it before
+         * asking: it is closed and its slot freed, as sshd does, or a
+         * client multiplexing one connection would wait on it for ever. */
+        if (ch->kind == CHAN_SESSION && (ch->refused || ch->client_closed)) {
+            if (!ch->client_closed)
+                ssh_channel_send_eof(ch->channel);
+            ssh_channel_close(ch->channel);
+            ch->finished = 1;
+        }
+        return;
+    }
     if (flush_pending(ch) < 0) {
         ch->pending_len = 0;
         if (ch->in_fd >= 0 && ch->in_fd != ch->out_fd)

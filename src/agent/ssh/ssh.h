@@ -99,6 +99,7 @@ struct ssh_listener {
     int fd;                        /* listening socket, -1 if none */
     ssh_bind bind;                 /* holds the host key */
     int64_t active;                /* srv->lock: this node's connections */
+    int64_t starting;              /* srv->lock: of them, those not logged in yet */
 };
 
 enum ssh_chan_kind { CHAN_SESSION, CHAN_FORWARD };
@@ -132,6 +133,7 @@ struct ssh_chan {
     size_t pending_len;
     int client_eof;                /* the client sent EOF */
     int client_closed;             /* the client closed the channel */
+    int refused;                   /* what it asked to run was refused: it is closed */
     int finished;                  /* exit status sent and the channel closed */
 };
 

@@ -179,6 +179,25 @@ def test_one_connection_runs_more_commands_than_its_channel_limit(node, keys, wo
         shutil.rmtree(sockets, ignore_errors=True)
 
 
+def test_refused_requests_close_their_channel_on_a_shared_connection(node, keys, workload):
+    """A subsystem the server refuses closes its channel, as sshd does: over
+    one multiplexed connection each refused request returns at once (it
+    used to wait for ever), and more of them than the connection's 16
+    channels leave room for the next command."""
+    sockets = tempfile.mkdtemp(prefix="gpr-cm-")
+    mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/%C", "-o", "ControlPersist=60"]
+    try:
+        assert node.ssh(keys["mine"][0], workload["user"], "true", extra=mux).returncode == 0
+        for _ in range(20):
+            p = node.ssh(keys["mine"][0], workload["user"], "nosuch", extra=[*mux, "-s"])
+            assert p.returncode != 0, p.stdout
+        p = node.ssh(keys["mine"][0], workload["user"], "echo still", extra=mux)
+        assert p.returncode == 0 and p.stdout == "still\n", p.stderr
+    finally:
+        node.ssh(keys["mine"][0], workload["user"], extra=[*mux, "-O", "exit"])
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
 def test_killed_command_reports_its_signal(node, keys, workload):
     p = node.ssh(keys["mine"][0], workload["user"], "kill -TERM $$")
     # OpenSSH exits 255 when the remote end sent exit-signal.
@@ -503,6 +522,78 @@ def test_silent_connections_from_one_address_cannot_lock_renters_out(tmp_path, k
     finally:
         for s in silent:
             s.close()
+        n.stop()
+
+
+def test_one_workload_cannot_take_every_connection_of_its_node(tmp_path, keys):
+    """Logged-in connections are capped per workload
+    (ssh_max_sessions_per_workload), so one renter holding idle logins
+    leaves the node's other slots to the others on it."""
+    n = Node(tmp_path / "share", ssh_max_sessions_per_workload="2")
+    held = []
+    try:
+        n.run_workload("ins_greedy-0", [keys["mine"][1]])
+        n.run_workload("ins_other-0", [keys["other"][1]])
+        for i in range(2):
+            held.append(n.ssh_background(keys["mine"][0], "ins_greedy-0", "sleep 600"))
+            poll(lambda: n.agent.stderr_text().count("user ins_greedy-0 from") >= i + 1, 30, "the login")
+        assert n.ssh(keys["mine"][0], "ins_greedy-0", "true").returncode == 255
+        n.agent.wait_for_log(r"workload \S+ user ins_greedy-0 from \S+: 2 connections to it already"
+                             r" \(ssh_max_sessions_per_workload\)")
+        p = n.ssh(keys["other"][0], "ins_other-0", "echo mine")
+        assert p.returncode == 0 and p.stdout == "mine\n", p.stderr
+    finally:
+        for h in held:
+            h.kill()
+            h.wait(timeout=30)
+        n.stop()
+
+
+def test_a_login_ends_when_its_workload_stops_running(tmp_path, keys):
+    """A logged-in connection does not outlive its workload: deleted (the
+    instance stopped), its idle connection is closed and the slot freed."""
+    n = Node(tmp_path / "ends")
+    held = None
+    try:
+        wid = n.run_workload("ins_ends-0", [keys["mine"][1]])
+        # -N: a login with no channel open, which nothing else would end.
+        held = subprocess.Popen(n.ssh_args(keys["mine"][0], "ins_ends-0", extra=["-N"]), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        n.agent.wait_for_log(r"ssh login: node \S+ workload \S+ user ins_ends-0")
+        assert n.agent.delete(f"/v1/workloads/{wid}").status_code == 200
+        assert held.wait(timeout=60) == 255
+        n.agent.wait_for_log(r"user ins_ends-0 from \S+: the workload no longer runs, closed")
+    finally:
+        if held and held.poll() is None:
+            held.kill()
+            held.wait(timeout=30)
+        n.stop()
+
+
+def test_silent_connections_from_many_addresses_are_capped_per_node(tmp_path, keys):
+    """Connections not logged in yet are capped per node too
+    (ssh_max_startups), not only per address: silent ones from several
+    addresses fill no more than that, and a renter already logged in keeps
+    working."""
+    n = Node(tmp_path / "crowd", ssh_max_startups="3")
+    silent, held = [], None
+    try:
+        n.run_workload("ins_crowd-0", [keys["mine"][1]])
+        held = n.ssh_background(keys["mine"][0], "ins_crowd-0", "sleep 600")
+        n.agent.wait_for_log(r"user ins_crowd-0 from \S+: command")
+        for i in range(4):
+            s = socket.socket()
+            s.bind((f"127.0.0.{2 + i}", 0))
+            s.connect(("127.0.0.1", n.port))
+            silent.append(s)
+        n.agent.wait_for_log(r"from 127\.0\.0\.5:\d+: 3 connections not logged in yet \(ssh_max_startups\)")
+        assert held.poll() is None
+    finally:
+        for s in silent:
+            s.close()
+        if held:
+            held.kill()
+            held.wait(timeout=30)
         n.stop()
 
 
