@@ -852,6 +852,18 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
+/* The path of a request target in absolute form ("http://host/path", RFC
+ * 9112 3.2.2), which a server must accept as it does the origin form
+ * ("/path"), as proxies send it; other targets unchanged. */
+static const char *origin_form(const char *url)
+{
+    size_t skip = strncasecmp(url, "http://", 7) == 0 ? 7 : strncasecmp(url, "https://", 8) == 0 ? 8 : 0;
+    if (!skip)
+        return url;
+    const char *path = strchr(url + skip, '/');
+    return path ? path : "/";
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **req_cls)
@@ -876,7 +888,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->server = srv;
         req->conn = conn;
         req->method = method;
-        req->path = url;
+        req->path = origin_form(url);
         req->start_ms = clock_mono_ms();
         req->start_us = clock_mono_us();
         if (id_new("req", req->request_id) < 0)

@@ -7,6 +7,7 @@
 #include "gpurent/ids.h"
 #include "gpurent/log.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 enum {
@@ -150,6 +152,30 @@ static int header_line_ok(struct http_guard *g, const char *p, const char *e)
     return 0;
 }
 
+/* Whether [v, ve) is a Host value: uri-host [ ":" port ] (RFC 9112 3.2,
+ * RFC 3986 3.2.2), a name or address of unreserved, percent-encoded and
+ * sub-delimiter characters, or an IP literal in brackets; never user
+ * information ('@') or a path. */
+static int host_ok(const char *v, const char *ve)
+{
+    const char *p = v;
+    if (p < ve && *p == '[') {
+        for (p++; p < ve && *p != ']'; p++)
+            if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.' && *p != 'v' && *p != 'V')
+                return 0;
+        if (p++ == ve)
+            return 0; /* no closing bracket */
+    } else {
+        for (; p < ve && *p != ':'; p++)
+            if (!isalnum((unsigned char)*p) && !strchr("-._~%!$&'()*+,;=", *p))
+                return 0;
+    }
+    if (p < ve && *p == ':')
+        for (p++; p < ve && isdigit((unsigned char)*p);)
+            p++;
+    return p == ve;
+}
+
 /* Fields that carry one value (RFC 9110 5.3), which the servers read to
  * decide who is asking and what a request means: a second one, which the
  * library would ignore and a proxy in front might have read instead, is
@@ -172,7 +198,7 @@ static void head_done(struct http_guard *g)
         refuse(g, ERR_BAD_REQUEST, "the request line or a header holds a NUL byte");
         return;
     }
-    int te = 0, te_chunked = 0, cl = 0, upgrade = 0;
+    int te = 0, te_chunked = 0, cl = 0, upgrade = 0, host = 0;
     uint64_t length = 0;
     for (const char *line = h; line < end;) {
         const char *next = memchr(line, '\n', (size_t)(end - line));
@@ -216,11 +242,21 @@ static void head_done(struct http_guard *g)
             length = value;
         } else if (header_is(line, e, "upgrade", &v, &ve)) {
             upgrade = 1;
+        } else if (header_is(line, e, "host", &v, &ve)) {
+            host = 1;
+            if (!host_ok(v, ve)) {
+                refuse(g, ERR_BAD_REQUEST, "the Host header is not a host name or address with an optional port");
+                return;
+            }
         }
         line = next ? next + 1 : end;
     }
     /* A proxy in front may have framed such a request otherwise (RFC 9112
-     * 6.1): refused here, before libmicrohttpd, on every server. */
+     * 6.1): refused here, before libmicrohttpd, on every server. An
+     * HTTP/1.1 request without Host is refused too (RFC 9112 3.2). */
+    const char *line_end = memchr(h, '\n', (size_t)(end - h));
+    line_end = line_end && line_end > h && line_end[-1] == '\r' ? line_end - 1 : line_end ? line_end : end;
+    int needs_host = !host && line_end - h >= 8 && memcmp(line_end - 8, "HTTP/1.1", 8) == 0;
     if (te && cl) {
         refuse(g, ERR_BAD_REQUEST, "the request has both Content-Length and Transfer-Encoding");
     } else if (te && (te > 1 || !te_chunked)) {
@@ -236,6 +272,8 @@ static void head_done(struct http_guard *g)
     } else {
         g->state = G_HEAD;
     }
+    if (needs_host && !g->refused)
+        refuse(g, ERR_BAD_REQUEST, "an HTTP/1.1 request needs a Host header");
 }
 
 /* Adds [p, p + n) to the head; 0, or -1 (refused) when it would be too long. */
@@ -509,13 +547,23 @@ static ssize_t answer_refusal(struct http_guard *g, int fd)
         char request_id[ID_MAX];
         if (id_new("req", request_id) < 0)
             snprintf(request_id, sizeof request_id, "req_unknown");
-        char reply[1024];
+        char reply[1024], date[40] = "";
         const char *reason = MHD_get_reason_phrase_for((unsigned)g->status);
+        /* Date, as on every reply of an origin server with a clock (RFC
+         * 9110 6.6.1), in its fixed form; the real clock's. */
+        static const char days[][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+        static const char months[][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+        time_t now = time(NULL);
+        struct tm tm;
+        if (gmtime_r(&now, &tm))
+            snprintf(date, sizeof date, "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n", days[tm.tm_wday], tm.tm_mday,
+                     months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
         int len = snprintf(reply, sizeof reply,
-                           "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                           "HTTP/1.1 %d %s\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n"
                            "X-Request-Id: %s\r\nConnection: close\r\n\r\n%s",
-                           g->status, reason && reason[0] ? reason : "Error", body ? strlen(body) : 0, request_id,
-                           body ? body : "");
+                           g->status, reason && reason[0] ? reason : "Error", date, body ? strlen(body) : 0,
+                           request_id, body ? body : "");
         free(body);
         if (len > 0 && (size_t)len < sizeof reply)
             syscall(SYS_sendto, fd, reply, (size_t)len, MSG_NOSIGNAL, NULL, 0);

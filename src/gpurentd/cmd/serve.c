@@ -7,13 +7,18 @@
 #include "store/store.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
 
 #define MAX_OVERRIDES 64
 
@@ -186,6 +191,33 @@ static void reload(struct http_server *srv, struct loaded *l)
                      (long long)lockout_s, (long long)per_address, (long long)per_subnet);
 }
 
+/* One daemon per database: two would each reconcile the same instances
+ * against the agents and bill the same users, every transaction consistent
+ * but their decisions crossed (a workload one puts the other deletes as an
+ * orphan). The second is refused. The lock is a file of its own beside the
+ * database, held until the process ends; flock, so SQLite's own POSIX
+ * locks on the database file are not touched. */
+static int lock_database(const char *database)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s.serve-lock", database) >= (int)sizeof path) {
+        log_error("database path %s is too long", database);
+        return -1;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        log_error("cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        log_error("another gpurentd serve is using %s (it holds %s): %s", database, path,
+                  errno == EWOULDBLOCK ? "refusing to start a second" : strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return 0; /* fd stays open, and locked, until exit */
+}
+
 int cmd_serve(int argc, char **argv)
 {
     struct loaded l = {0};
@@ -233,6 +265,8 @@ int cmd_serve(int argc, char **argv)
         log_error("cannot initialise libcurl");
         goto out;
     }
+    if (lock_database(conf.database) < 0)
+        goto out;
     char err[1024];
     s = store_open(conf.database, err, sizeof err);
     if (!s) {

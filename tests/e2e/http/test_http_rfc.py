@@ -8,6 +8,7 @@ error, the faults libmicrohttpd would answer itself (a raw NUL, a bad
 chunk, headers beyond its memory) refused by the guard in front of it with
 the API's error, and the headers every 401, 429 and 503 must carry."""
 import json
+import re
 import socket
 
 import pytest
@@ -300,6 +301,28 @@ def test_malformed_request_and_header_lines_get_the_api_error_body(daemon, reque
     got, headers, body, closed = raw(daemon, request_bytes)
     assert (got, closed) == (status, True), (got, body[:200])
     json_error(got, headers, body, code)
+    # Refused before the library read it, still dated (RFC 9110 6.6.1).
+    assert re.fullmatch(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT", headers["date"]), headers
+
+
+@pytest.mark.parametrize("host", ["u@a", "a/b", "a:80x", "[::1", "a b"])
+def test_a_host_that_is_no_host_is_400(daemon, host):
+    """Host is a name or address and an optional port (RFC 9112 3.2): user
+    information, a path or garbage is refused."""
+    status, headers, body, closed = raw(daemon, f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    assert (status, closed) == (400, True), body
+    assert "Host" in json_error(status, headers, body, "bad_request")["message"]
+
+
+def test_a_target_in_absolute_form_is_served_as_its_path(daemon, user):
+    """A server must take "http://host/path" as it takes "/path" (RFC 9112
+    3.2.2): proxies send it so."""
+    for target in (f"http://127.0.0.1:{daemon.port}/healthz", "HTTP://any.example/healthz"):
+        status, _, body, _ = raw(daemon, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert status == 200 and json.loads(body)["status"] == "ok", body
+    status, _, body, _ = raw(daemon, f"GET http://x/v1/me HTTP/1.1\r\nHost: x\r\n"
+                                     f"Authorization: Bearer {user.key}\r\n\r\n".encode())
+    assert status == 200 and json.loads(body)["id"] == user.id, body
 
 
 def test_a_pipelined_request_after_a_good_one_is_refused_alone(daemon):

@@ -255,6 +255,20 @@ def _request_then_flush(d, path):
     return r
 
 
+def test_a_second_daemon_on_the_same_database_is_refused(new_daemon, tmp_path):
+    """Two daemons on one database would each reconcile the same instances
+    against the agents and bill the same users: the second refuses to start,
+    and the first goes on serving; once it has stopped, another may start."""
+    first = new_daemon()
+    second = subprocess.run([*first.command()[:1], "serve", "--listen", "127.0.0.1:0", "--db", first.db_path],
+                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert second.returncode != 0, second
+    assert f"another gpurentd serve is using {first.db_path}" in second.stderr, second.stderr
+    assert first.get("/readyz").status_code == 200
+    first.restart()
+    assert first.get("/readyz").status_code == 200
+
+
 def test_sighup_reloads_log_level_and_limits(new_daemon):
     d = new_daemon(config="log_level = info\n")
     big = {"email": "big@example.test", "password": "x" * 3000}

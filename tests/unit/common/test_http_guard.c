@@ -77,9 +77,9 @@ static void test_pipelined_requests_and_bodies_pass(void **state)
     assert_passes(S("GET / HTTP/1.1\r\nHost: x\r\n\r\n"
                     "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhe\0lo"
                     "\r\n\r\nGET /b HTTP/1.1\nHost: x\n\n"));
-    assert_passes(S("POST /c HTTP/1.1\r\ntransfer-encoding:  Chunked \r\n\r\n"
+    assert_passes(S("POST /c HTTP/1.1\r\nHost: x\r\ntransfer-encoding:  Chunked \r\n\r\n"
                     "5;name=value\r\nhel\0o\r\nA \r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n"
-                    "GET /d HTTP/1.1\r\n\r\n"));
+                    "GET /d HTTP/1.0\r\n\r\n"));
 }
 
 static void test_a_nul_in_a_head_is_refused(void **state)
@@ -116,8 +116,8 @@ static void test_a_head_over_the_cap_is_431(void **state)
     (void)state;
     size_t len = HTTP_GUARD_HEAD_MAX + 100;
     char *req = malloc(len);
-    memcpy(req, "GET / HTTP/1.1\r\nX-Big: ", 23);
-    memset(req + 23, 'a', len - 23);
+    memcpy(req, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: ", 32);
+    memset(req + 32, 'a', len - 32);
     assert_refused(req, len, 431, "headers_too_large", 0);
     /* Just under the cap, and whole, it passes. */
     size_t ok = HTTP_GUARD_HEAD_MAX - 4;
@@ -155,7 +155,7 @@ static void test_more_than_the_cap_of_query_parameters_is_414(void **state)
     assert_refused(req, with_params(req, HTTP_GUARD_PARAMS_MAX + 1), 414, "uri_too_long", 0);
     assert_refused(req, with_params(req, 3000), 414, "uri_too_long", 0);
     /* Ampersands in the path are not parameters. */
-    assert_passes(S("GET /a&b&c HTTP/1.1\r\n\r\n"));
+    assert_passes(S("GET /a&b&c HTTP/1.1\r\nHost: x\r\n\r\n"));
     free(req);
 }
 
@@ -163,8 +163,8 @@ static void test_more_than_the_cap_of_query_parameters_is_414(void **state)
  * fields, in buf; its length. */
 static size_t with_fields(char *buf, int fields, int trailers)
 {
-    size_t n = (size_t)sprintf(buf, "POST / HTTP/1.1\r\n");
-    for (int i = 0; i < fields; i++)
+    size_t n = (size_t)sprintf(buf, "POST / HTTP/1.1\r\nHost: x\r\n"); /* the first field */
+    for (int i = 1; i < fields; i++)
         n += (size_t)sprintf(buf + n, "X-F%d: b\r\n", i);
     n += (size_t)sprintf(buf + n, trailers ? "Transfer-Encoding: chunked\r\n\r\n0\r\n" : "\r\n");
     for (int i = 0; i < trailers; i++)
@@ -242,12 +242,28 @@ static void test_malformed_lines_are_refused(void **state)
     assert_passes(S("GET / HTTP/1.1\r\nHost: a\r\nAccept: a\r\nAccept: b\r\n\r\n")); /* a list field */
     /* The same length twice is one length (RFC 9112 6.3); HTTP/1.0 is served. */
     assert_passes(S("POST / HTTP/1.0\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab"));
+    /* HTTP/1.1 needs a Host (RFC 9112 3.2), a host name or address and an
+     * optional port, never user information or a path. */
+    assert_refused(S("GET / HTTP/1.1\r\nAccept: a\r\n\r\n"), 400, "bad_request", 0);
+    static const char *const hosts_bad[] = {"u@a", "a/b", "a b", "a:8x", "[::1", "[::1]x", "a?b", "a#b"};
+    for (size_t i = 0; i < sizeof hosts_bad / sizeof hosts_bad[0]; i++) {
+        char req[128];
+        int n = snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", hosts_bad[i]);
+        assert_refused(req, (size_t)n, 400, "bad_request", 0);
+    }
+    static const char *const hosts_good[] = {"", "a", "example.com:443", "127.0.0.1:8080", "[::1]:8080", "[fe80::1]",
+                                             "xn--bcher-kva.example", "a_b-c~d"};
+    for (size_t i = 0; i < sizeof hosts_good / sizeof hosts_good[0]; i++) {
+        char req[128];
+        int n = snprintf(req, sizeof req, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", hosts_good[i]);
+        assert_passes(req, (size_t)n);
+    }
 }
 
 static void test_empty_lines_before_a_request_are_ignored(void **state)
 {
     (void)state;
-    assert_passes(S("\r\n\r\nGET / HTTP/1.1\r\n\r\n\nGET / HTTP/1.1\r\n\r\n"));
+    assert_passes(S("\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n\nGET / HTTP/1.0\r\n\r\n"));
     assert_refused(S("\r\n\r\nGET /\0 HTTP/1.1\r\n\r\n"), 400, "bad_request", 4);
     /* A few: libmicrohttpd keeps every one, and a flood of them got its
      * HTML 414. */
@@ -256,7 +272,7 @@ static void test_empty_lines_before_a_request_are_ignored(void **state)
     for (int i = 0; i < HTTP_GUARD_BLANK_LINES_MAX; i++)
         n += (size_t)sprintf(req + n, "\r\n");
     size_t request_at = n;
-    n += (size_t)sprintf(req + n, "GET / HTTP/1.1\r\n\r\n");
+    n += (size_t)sprintf(req + n, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_passes(req, n);
     memmove(req + 2, req, n);
     memcpy(req, "\r\n", 2);
