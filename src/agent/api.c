@@ -395,6 +395,7 @@ static void api_workload_put(struct http_request *req)
     char dir[PATH_MAX];
     agent_node_dir(a, n, dir, sizeof dir);
     err[0] = '\0';
+    char holder[AGENT_NAME_MAX] = ""; /* the workload holding a card asked for */
     unsigned status = 0;
     enum api_error e = ERR_CONFLICT;
     json_t *reply = NULL;
@@ -422,6 +423,7 @@ static void api_workload_put(struct http_request *req)
                     if (n->wl[i]->spec.gpus[k] == spec.gpus[g] && !err[0]) {
                         snprintf(err, sizeof err, "card %d is in use by workload %s%s", spec.gpus[g], n->wl[i]->id,
                                  n->wl[i]->removing ? ", which is being removed; retry shortly" : "");
+                        snprintf(holder, sizeof holder, "%s", n->wl[i]->id);
                         if (n->wl[i]->removing)
                             http_add_header(req, "Retry-After", "1");
                     }
@@ -459,6 +461,8 @@ static void api_workload_put(struct http_request *req)
         http_add_header(req, "Location", req->path); /* PUT made it here */
     if (status)
         http_reply_json(req, status, reply);
+    else if (holder[0]) /* named, so that a control plane can tell one it forgot from one it knows */
+        http_error_ext(req, e, "gpus", json_pack("{s:s}", "holder", holder), "%s", err);
     else
         http_error(req, e, NULL, "%s", err[0] ? err : "cannot accept the workload");
 }

@@ -769,6 +769,22 @@ static int rendezvous_check(struct store *s, struct apply_ctx *ctx, char *failur
     return STORE_OK;
 }
 
+/* A PUT refused because a card is held: whether the holder the agent names
+ * is a workload no instance owns (left on a node that was lost and came
+ * back before the sweep deleted it). Then its delete is queued, and the
+ * cards free up as it goes. */
+static int forgotten_holder(struct store *s, const struct instance_node *p, struct agent_call *c)
+{
+    json_t *doc = agent_call_json(c);
+    const char *holder = json_string_value(json_object_get(json_object_get(doc, "error"), "holder"));
+    if (!holder || !holder[0] || strlen(holder) >= sizeof p->workload_id || store_workload_placed(s, holder) != 0)
+        return 0;
+    log_info("reconciler: node %s: card held by workload %s, which no instance owns: deleting it", p->node_name,
+             holder);
+    queue_delete_try(p->agent_url, p->secret, holder, 0);
+    return 1;
+}
+
 static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
@@ -796,11 +812,13 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
             } else if (w->kind[r] == CALL_GET && c->status == 404) {
                 p->put_done = 0; /* the agent forgot it: put it again */
                 snprintf(p->phase, sizeof p->phase, "%s", "");
-            } else if (c->status == 409 && c->retry_after &&
+            } else if (c->status == 409 && (c->retry_after || forgotten_holder(s, p, c)) &&
                        ctx->now - w->in.state_since <= daemon_config->provision_timeout_s) {
                 /* Its cards are still held by a workload the agent is
-                 * removing (one that ended here before its removal did):
-                 * put it again next pass, which is no failed attempt. */
+                 * removing (one that ended here before its removal did), or
+                 * by one no instance owns any more (its node was lost and
+                 * came back), now being deleted: put it again next pass,
+                 * which is no failed attempt. */
             } else {
                 snprintf(failure, sizeof failure, "node %s refused the workload (HTTP %ld)", p->node_name, c->status);
             }

@@ -524,6 +524,9 @@ int store_interval_close(struct store *s, const char *instance_id, int64_t ended
  * bytes. */
 int store_placed_workloads(struct store *s, const char (*nodes)[ID_MAX], size_t n_nodes, char (**out)[ID_MAX],
                            size_t *n);
+/* Whether some instance's placement names workload_id: 1, 0, or
+ * STORE_ERROR. */
+int store_workload_placed(struct store *s, const char *workload_id);
 /* Cards the user's instances hold, not counting except_instance (NULL: none). */
 int64_t store_user_cards_in_use(struct store *s, const char *user_id, const char *except_instance);
 struct model_cards {

@@ -108,6 +108,7 @@ static const char SQL_INTERVAL_CLOSE[] = "UPDATE running_intervals SET ended_at 
 static const char SQL_PLACED_WORKLOADS[] = "SELECT workload_id FROM instance_nodes ORDER BY workload_id";
 static const char SQL_PLACED_WORKLOADS_ON[] = "SELECT workload_id FROM instance_nodes"
                                               " WHERE node_id IN (SELECT value FROM json_each(?1)) ORDER BY workload_id";
+static const char SQL_WORKLOAD_PLACED[] = "SELECT EXISTS (SELECT 1 FROM instance_nodes WHERE workload_id = ?)";
 static const char SQL_USER_CARDS[] =
     "SELECT coalesce(sum(card_count), 0) FROM instances WHERE user_id = ?1 AND id <> ?2 AND state IN " HOLDING;
 /* Cards inside a reservation are paid already (0024): they need no
@@ -634,6 +635,18 @@ int store_placed_workloads(struct store *s, const char (*nodes)[ID_MAX], size_t 
     *out = rows;
     sqlite3_clear_bindings(st);
     free(list);
+    return rc;
+}
+
+int store_workload_placed(struct store *s, const char *workload_id)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_WORKLOAD_PLACED);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, workload_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : STORE_ERROR;
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
     return rc;
 }
 

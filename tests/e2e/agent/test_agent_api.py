@@ -467,8 +467,9 @@ def test_cards_are_not_shared(agent):
     a_id, b_id = wl_id(), wl_id()
     g = free_gpus(agent, 2)
     assert agent.put(f"/v1/workloads/{a_id}", json={"image": "busybox", "gpus": g}).status_code == 201
-    err = assert_error(agent.put(f"/v1/workloads/{b_id}", json={"image": "busybox", "gpus": [g[1]]}), 409, "conflict")
-    assert a_id in err["message"]
+    err = assert_error(agent.put(f"/v1/workloads/{b_id}", json={"image": "busybox", "gpus": [g[1]]}), 409, "conflict",
+                       "gpus")
+    assert a_id in err["message"] and err["holder"] == a_id  # named, for a control plane to tell whose it is
     assert agent.delete(f"/v1/workloads/{a_id}").status_code == 200
     poll(lambda: agent.put(f"/v1/workloads/{b_id}", json={"image": "busybox", "gpus": [g[1]]}).status_code == 201,
          10, "the card to be free after the delete")

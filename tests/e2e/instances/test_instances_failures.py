@@ -21,6 +21,9 @@ cloud_patient = cloud_with(heartbeat_interval_ms="500", heartbeat_miss_limit="10
 # Two agent calls at a time: a sweep of five nodes streams its lists and
 # deletes through a window smaller than itself.
 cloud_narrow = cloud_with(agent_max_parallel="2")
+# No sweep after the first: a workload no instance owns stays on its node
+# until something else finds it.
+cloud_no_sweep = cloud_with(provision_max_attempts="1", reconcile_sweep_ms="3600000")
 cloud_fail_mount = cloud_with(provision_max_attempts="1",
                               volume_source_template="nfs.example:/export/fail-mount/{volume_id}")
 
@@ -246,6 +249,27 @@ def test_cards_stay_held_until_the_old_workload_is_gone(cloud_one_attempt):
     cloud.wait_state(b, other["id"], "running")
     events = cloud.events(b, other["id"])
     assert not [e for e in events if e["state"] == "failed" or "attempt" in e["reason"]], events
+    cloud.check_cards_consistent()
+
+
+def test_a_card_held_by_a_forgotten_workload_is_freed_not_a_failed_attempt(cloud_no_sweep):
+    """A node can come back holding a workload no instance owns (its
+    instance was lost with the node) before a sweep deletes it. An instance
+    placed on those cards is refused by the agent, which names the holder:
+    the reconciler deletes it and puts the instance again, which runs at
+    its first and only attempt."""
+    cloud = cloud_no_sweep
+    cloud.fleet(1, prefix="n-")
+    u = cloud.user()
+    stray = "wl_forgotten00000000001"
+    r = cloud.agent("n-01", "PUT", f"/v1/workloads/{stray}", json={"image": "busybox", "gpus": list(range(8))})
+    assert r.status_code == 201, r.text
+    inst = cloud.create(u, card_count=8)
+    cloud.wait_state(u, inst["id"], "running")
+    events = cloud.events(u, inst["id"])
+    assert not [e for e in events if e["state"] == "failed" or "attempt" in e["reason"]], events
+    assert stray not in [w["id"] for w in cloud.workloads("n-01")]
+    assert f"card held by workload {stray}, which no instance owns" in cloud.d.stderr_text()
     cloud.check_cards_consistent()
 
 
