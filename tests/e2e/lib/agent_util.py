@@ -95,13 +95,19 @@ def assert_no_sanitizer_report(text, what):
         assert marker not in text, f"{what}: sanitizer report:\n{text[-6000:]}"
 
 
-def assert_error(resp, status, code):
+ANY_FIELD = object()
+
+
+def assert_error(resp, status, code, field=ANY_FIELD):
+    """The agent's error reply: status, {"error": {code, message, field}}
+    (and a card conflict's holder, AGENT_PROTOCOL.md), field checked when
+    given; returns the error."""
     assert resp.status_code == status, f"want {status} {code}, got {resp.status_code}: {resp.text}"
     body = resp.json()
     assert set(body) == {"error"}, body
     err = body["error"]
-    assert set(err) == {"code", "message", "field"}, err
-    assert err["code"] == code, err
+    assert set(err) - {"holder"} == {"code", "message", "field"}, err
+    assert err["code"] == code and (field is ANY_FIELD or err["field"] == field), err
     assert err["message"], err
     return err
 
