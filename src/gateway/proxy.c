@@ -336,6 +336,8 @@ static void usage_from_tail(struct call *c)
  * draining, read for one that left). */
 static void scan_delivered(struct call *c, const char *p, size_t n)
 {
+    if (n == 0)
+        return; /* nothing delivered (a HEAD, a 304): p may be NULL */
     if (!c->streamed) {
         if (!c->keep_tail && c->keep_len + n <= GW_KEEP_MAX) {
             char *grown = realloc(c->keep, c->keep_len + n + 1);

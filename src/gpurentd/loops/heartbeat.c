@@ -345,6 +345,7 @@ static void run_pass(struct store *s, struct agent_multi *pool, struct beat *bat
     }
     if (n == 0) {
         free(targets);
+        log_debug("heartbeat: pass over 0 nodes%s: 0 answered", only_new ? " (new)" : "");
         return;
     }
     struct pass p = {.s = s, .pool = pool, .batch = batch, .only_new = only_new};

@@ -148,7 +148,10 @@ def test_registration_polls_the_new_node_at_once(new_daemon, procs):
     # poll at the second registration asks it too, and a node polled that
     # early may simply not have its secret yet, so that failure is not
     # counted (with heartbeat_miss_limit=1 it would make the node offline).
-    d = new_daemon(options={"heartbeat_interval_ms": "600000", "heartbeat_miss_limit": "1"})
+    d = new_daemon(options={"heartbeat_interval_ms": "600000", "heartbeat_miss_limit": "1", "log_level": "debug"})
+    # The start-up's full pass (which counts failures) is over before the
+    # first registration, however slowly a loaded machine gets to it.
+    d.wait_for_log(r"heartbeat: pass over 0 nodes: ")
     silent, _ = register(d, "silent", f"http://127.0.0.1:{free_port()}")
     fa = procs.fake("facts", name="prompt")
     n, secret = register(d, "prompt", fa.url)
