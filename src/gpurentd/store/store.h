@@ -168,7 +168,7 @@ int64_t store_user_count_admins(struct store *s);
 struct api_key {
     char id[ID_MAX];                                /* key_… */
     char user_id[ID_MAX];                           /* owner */
-    char name[128];                                 /* the owner's label */
+    char name[129];                                 /* the owner's label, up to 128 bytes */
     unsigned char secret_hash[API_SECRET_HASH_LEN]; /* SHA-256 of the secret */
     int64_t created_at;                             /* epoch seconds */
     int64_t revoked_at;                             /* 0 while valid */
