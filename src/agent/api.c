@@ -414,19 +414,30 @@ static void api_workload_put(struct http_request *req)
         snprintf(err, sizeof err, "this node already holds %zu workloads, its maximum", n->n_wl);
     } else {
         /* A card runs one workload: refuse a spec that shares one with any
-         * workload still on the node (until that one is deleted). One being
-         * removed frees its cards shortly: say when to try again, so the
-         * caller waits rather than counts a failure. */
-        for (size_t i = 0; i < n->n_wl && !err[0]; i++)
+         * workload still on the node (until that one is deleted). Held only
+         * by workloads being removed, the cards free up shortly: say when
+         * to try again, so the caller waits rather than counts a failure.
+         * The holder named is one that is not being removed, if any. */
+        int held = 0, held_live = 0, card = -1;
+        for (size_t i = 0; i < n->n_wl; i++) {
+            int shared = -1;
             for (int k = 0; k < n->wl[i]->spec.n_gpus; k++)
                 for (int g = 0; g < spec.n_gpus; g++)
-                    if (n->wl[i]->spec.gpus[k] == spec.gpus[g] && !err[0]) {
-                        snprintf(err, sizeof err, "card %d is in use by workload %s%s", spec.gpus[g], n->wl[i]->id,
-                                 n->wl[i]->removing ? ", which is being removed; retry shortly" : "");
-                        snprintf(holder, sizeof holder, "%s", n->wl[i]->id);
-                        if (n->wl[i]->removing)
-                            http_add_header(req, "Retry-After", "1");
-                    }
+                    if (n->wl[i]->spec.gpus[k] == spec.gpus[g] && shared < 0)
+                        shared = spec.gpus[g];
+            if (shared < 0 || (held && (held_live || n->wl[i]->removing)))
+                continue;
+            held = 1;
+            held_live = !n->wl[i]->removing;
+            card = shared;
+            snprintf(holder, sizeof holder, "%s", n->wl[i]->id);
+        }
+        if (held) {
+            snprintf(err, sizeof err, "card %d is in use by workload %s%s", card, holder,
+                     held_live ? "" : ", which is being removed; retry shortly");
+            if (!held_live)
+                http_add_header(req, "Retry-After", "1");
+        }
         if (!err[0]) {
             w = calloc(1, sizeof *w);
             if (!w) {
@@ -493,10 +504,11 @@ static void api_workload_delete(struct http_request *req)
     }
     char dir[PATH_MAX];
     agent_node_dir(a, n, dir, sizeof dir);
-    int failed = 0;
+    int failed = 0, started = 0;
     pthread_mutex_lock(&n->lock);
     struct workload *w = agent_node_workload(n, id);
     if (w && !w->removing) {
+        started = 1;
         /* The tombstone is on disk before the answer, so a restart goes on
          * removing rather than bring the workload back. */
         w->removing = 1;
@@ -516,8 +528,11 @@ static void api_workload_delete(struct http_request *req)
         return;
     }
     /* Its cards are free only once it is gone: until then the caller must
-     * not give them to anyone else, and is told to ask again. */
-    if (wait_until_removed(n, id, wait_asked(req))) {
+     * not give them to anyone else, and is told to ask again. Only the
+     * DELETE that starts the removal waits (a quick one answers 200 at
+     * once): one asking after it answers at once, holding no HTTP thread
+     * while a container takes its stop_timeout_s. */
+    if (wait_until_removed(n, id, started ? wait_asked(req) : 0)) {
         http_reply_json(req, 200, json_pack("{s:s, s:s}", "id", id, "phase", "removed"));
     } else {
         http_add_header(req, "Retry-After", "1");

@@ -163,8 +163,9 @@ static int host_ok(const char *v, const char *ve)
         for (p++; p < ve && *p != ']'; p++)
             if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.' && *p != 'v' && *p != 'V')
                 return 0;
-        if (p++ == ve)
-            return 0; /* no closing bracket */
+        if (p == ve || p[-1] == '[')
+            return 0; /* no closing bracket, or nothing inside */
+        p++;
     } else {
         for (; p < ve && *p != ':'; p++)
             if (!isalnum((unsigned char)*p) && !strchr("-._~%!$&'()*+,;=", *p))
@@ -254,9 +255,6 @@ static void head_done(struct http_guard *g)
     /* A proxy in front may have framed such a request otherwise (RFC 9112
      * 6.1): refused here, before libmicrohttpd, on every server. An
      * HTTP/1.1 request without Host is refused too (RFC 9112 3.2). */
-    const char *line_end = memchr(h, '\n', (size_t)(end - h));
-    line_end = line_end && line_end > h && line_end[-1] == '\r' ? line_end - 1 : line_end ? line_end : end;
-    int needs_host = !host && line_end - h >= 8 && memcmp(line_end - 8, "HTTP/1.1", 8) == 0;
     if (te && cl) {
         refuse(g, ERR_BAD_REQUEST, "the request has both Content-Length and Transfer-Encoding");
     } else if (te && (te > 1 || !te_chunked)) {
@@ -272,7 +270,10 @@ static void head_done(struct http_guard *g)
     } else {
         g->state = G_HEAD;
     }
-    if (needs_host && !g->refused)
+    /* Last, so that the framing's own refusals (a 501) come first. */
+    const char *line_end = memchr(h, '\n', (size_t)(end - h));
+    line_end = line_end && line_end > h && line_end[-1] == '\r' ? line_end - 1 : line_end ? line_end : end;
+    if (!host && !g->refused && line_end - h >= 8 && memcmp(line_end - 8, "HTTP/1.1", 8) == 0)
         refuse(g, ERR_BAD_REQUEST, "an HTTP/1.1 request needs a Host header");
 }
 
@@ -547,18 +548,15 @@ static ssize_t answer_refusal(struct http_guard *g, int fd)
         char request_id[ID_MAX];
         if (id_new("req", request_id) < 0)
             snprintf(request_id, sizeof request_id, "req_unknown");
-        char reply[1024], date[40] = "";
+        char reply[1024], date[48] = "";
         const char *reason = MHD_get_reason_phrase_for((unsigned)g->status);
         /* Date, as on every reply of an origin server with a clock (RFC
-         * 9110 6.6.1), in its fixed form; the real clock's. */
-        static const char days[][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-        static const char months[][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+         * 9110 6.6.1), in its fixed form (the programs keep the C locale);
+         * the real clock's. */
         time_t now = time(NULL);
         struct tm tm;
         if (gmtime_r(&now, &tm))
-            snprintf(date, sizeof date, "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n", days[tm.tm_wday], tm.tm_mday,
-                     months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+            strftime(date, sizeof date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
         int len = snprintf(reply, sizeof reply,
                            "HTTP/1.1 %d %s\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n"
                            "X-Request-Id: %s\r\nConnection: close\r\n\r\n%s",

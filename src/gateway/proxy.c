@@ -95,6 +95,7 @@ struct call {
     char tried[GW_CONNECT_TRIES][ID_MAX]; /* replicas that failed this call unanswered */
     size_t n_tried;
     char content_type[128];
+    char if_none_match[256]; /* the consumer's validators, passed on ("" none) */
     char method[16];   /* the consumer's, passed on */
     int admitted;      /* key, app, limits and funds passed, at the headers */
     int counted;       /* in the app's in_flight */
@@ -770,9 +771,14 @@ static void up_end(struct call *c, CURLcode rc)
 
 static void up_start(struct call *c)
 {
-    char ct[200];
+    char ct[200], inm[300];
     snprintf(ct, sizeof ct, "Content-Type: %s", c->content_type[0] ? c->content_type : "application/json");
     c->up_headers = curl_slist_append(c->up_headers, ct);
+    /* A conditional GET is the replica's to answer (304 and its ETag). */
+    if (c->if_none_match[0]) {
+        snprintf(inm, sizeof inm, "If-None-Match: %s", c->if_none_match);
+        c->up_headers = curl_slist_append(c->up_headers, inm);
+    }
     c->up_headers = curl_slist_append(c->up_headers, "Expect:");
     CURL *curl = c->curl = curl_easy_init();
     if (!curl || !c->up_headers) {
@@ -1466,6 +1472,8 @@ static enum MHD_Result start_upstream(struct MHD_Connection *conn, struct call *
     snprintf(c->path_query, sizeof c->path_query, "%s", c->url + strlen(base));
     const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
+    const char *inm = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
+    snprintf(c->if_none_match, sizeof c->if_none_match, "%s", inm && strlen(inm) < sizeof c->if_none_match ? inm : "");
     if (up_ready() < 0)
         return reply_counted_error(conn, c, 500, "internal", "cannot start the upstream call", 0);
     c->upstream_ms = clock_mono_ms();

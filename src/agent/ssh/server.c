@@ -373,9 +373,10 @@ static void *conn_main(void *arg)
         s->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    int evicted = c->evicted;
     pthread_mutex_unlock(&s->lock);
     startup_done(c);
-    if (!c->authenticated && c->refused)
+    if (!c->authenticated && (c->refused || evicted))
         count_failure(s, c->addr);
     for (int i = 0; i < c->n_chans; i++)
         ssh_chan_free(c->chans[i]);
@@ -415,27 +416,42 @@ static void accept_one(struct ssh_listener *l)
     }
     /* Connections not logged in yet are capped per address, and per node
      * below the node's cap: silent ones (from one address, or from a few)
-     * took every slot and locked the renters out until they timed out. */
+     * took every slot and locked the renters out until they timed out. At
+     * the node's cap the oldest of them is cut off for the new one, rather
+     * than the new one refused: a renter logs in within moments, so silent
+     * connections can no longer hold the door, and each cut counts against
+     * its address as a failed login does (ssh_login_rate). */
     const struct agent_conf *conf = s->agent->conf;
+    char evicted[64] = "";
     pthread_mutex_lock(&s->lock);
     int full = l->active >= conf->ssh_max_sessions;
-    int crowded = !full && l->starting >= conf->ssh_max_startups;
-    struct ssh_startup *st = full || crowded ? NULL : startup_entry(s, l, addr);
-    int starting = !full && !crowded && (!st || st->count >= conf->ssh_max_startups_per_client);
-    if (!full && !crowded && !starting) {
+    struct ssh_startup *st = full ? NULL : startup_entry(s, l, addr);
+    int starting = !full && (!st || st->count >= conf->ssh_max_startups_per_client);
+    if (!full && !starting) {
+        if (l->starting >= conf->ssh_max_startups) {
+            struct ssh_conn *oldest = NULL; /* new connections go first in the list */
+            for (struct ssh_conn *c = s->conns; c; c = c->next)
+                if (c->listener == l && c->startup && !c->evicted)
+                    oldest = c;
+            if (oldest) {
+                oldest->evicted = 1;
+                shutdown(oldest->fd, SHUT_RDWR);
+                snprintf(evicted, sizeof evicted, "%s", oldest->addr);
+            }
+        }
         l->active++;
         l->starting++;
         s->connections++;
         st->count++;
     }
     pthread_mutex_unlock(&s->lock);
-    if (full || crowded || starting) {
+    if (evicted[0])
+        log_warn("ssh: node %s: %lld connections not logged in yet (ssh_max_startups): cut off the oldest, from %s,"
+                 " for one from %s:%s", l->node->name, (long long)conf->ssh_max_startups, evicted, addr, serv);
+    if (full || starting) {
         if (full)
             log_warn("ssh refused: node %s from %s:%s: %lld connections already (ssh_max_sessions)", l->node->name,
                      addr, serv, (long long)conf->ssh_max_sessions);
-        else if (crowded)
-            log_warn("ssh refused: node %s from %s:%s: %lld connections not logged in yet (ssh_max_startups)",
-                     l->node->name, addr, serv, (long long)conf->ssh_max_startups);
         else
             log_warn("ssh refused: node %s from %s:%s: %lld connections not logged in yet"
                      " (ssh_max_startups_per_client)", l->node->name, addr, serv,

@@ -155,6 +155,7 @@ struct ssh_conn {
     int64_t tries;                 /* keys offered */
     char probed[96];               /* the key just probed (offered unsigned), "" once answered */
     int refused;                   /* a login was refused (counted against addr) */
+    int evicted;                   /* srv->lock: cut off, not logged in, to make room for a newer connection */
     struct ssh_chan *chans[SSH_CHANNELS_MAX];
     int n_chans;
     int64_t last_activity_ms;      /* monotonic ms of the last byte either way */

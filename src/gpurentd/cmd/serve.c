@@ -204,7 +204,7 @@ static int lock_database(const char *database)
         log_error("database path %s is too long", database);
         return -1;
     }
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0600); /* flock needs no write access */
     if (fd < 0) {
         log_error("cannot open %s: %s", path, strerror(errno));
         return -1;

@@ -132,6 +132,16 @@ static void queue_delete_try(const char *agent_url, const char *secret, const ch
     d->tries = tries;
 }
 
+/* Whether a delete of workload_id at agent_url is queued already (a scan:
+ * for the rare callers that may ask twice). */
+static int delete_queued(const char *agent_url, const char *workload_id)
+{
+    for (size_t i = 0; i < n_pending; i++)
+        if (strcmp(pending[i].workload_id, workload_id) == 0 && strcmp(pending[i].agent_url, agent_url) == 0)
+            return 1;
+    return 0;
+}
+
 static void queue_delete(const struct instance_node *p)
 {
     queue_delete_try(p->agent_url, p->secret, p->workload_id, 0);
@@ -779,9 +789,13 @@ static int forgotten_holder(struct store *s, const struct instance_node *p, stru
     const char *holder = json_string_value(json_object_get(json_object_get(doc, "error"), "holder"));
     if (!holder || !holder[0] || strlen(holder) >= sizeof p->workload_id || store_workload_placed(s, holder) != 0)
         return 0;
-    log_info("reconciler: node %s: card held by workload %s, which no instance owns: deleting it", p->node_name,
-             holder);
-    queue_delete_try(p->agent_url, p->secret, holder, 0);
+    /* Each pass that meets it again (its PUT may reach the agent before
+     * the DELETE does) asks for the delete once. */
+    if (!delete_queued(p->agent_url, holder)) {
+        log_info("reconciler: node %s: card held by workload %s, which no instance owns: deleting it", p->node_name,
+                 holder);
+        queue_delete_try(p->agent_url, p->secret, holder, 0);
+    }
     return 1;
 }
 
@@ -1147,7 +1161,16 @@ static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
         if (strcmp(w->nodes[r].node_health, "up") != 0)
             continue; /* offline: the sweep deletes it when the node returns */
         /* 202: the agent is still stopping it (a container may take its
-         * stop_timeout_s): its cards are not free yet. */
+         * stop_timeout_s): its cards are not free yet. A removal the agent
+         * keeps retrying (a runtime that fails it) does not keep the
+         * instance stopping for ever: past provision_timeout_s it ends,
+         * and the agent still refuses those cards until it is done. */
+        if (c && !c->error[0] && c->status == 202 && ctx->now - w->in.state_since > daemon_config->provision_timeout_s) {
+            log_warn("reconciler: instance %s: node %s still removing workload %s after %llds; the instance ends,"
+                     " its cards stay refused by the agent until the removal is done",
+                     w->in.id, w->nodes[r].node_name, w->nodes[r].workload_id, (long long)(ctx->now - w->in.state_since));
+            continue;
+        }
         if (!c || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404))
             return STORE_OK; /* try again next pass */
     }

@@ -8,7 +8,8 @@ answers 200 (so the agent's check passes); a POST, by MODE:
   huge     answers a JSON body of about 5 MB with no `usage` but text that
            ends with one (escaped, inside the string)
   bodiless answers a HEAD 200 with a Content-Length and no body, and a GET
-           of a path ending /304 with 304 and ETag "v1" (GET /health is 200)
+           of a path ending /304 with ETag "v1": 304 when If-None-Match
+           names it, else 200 (GET /health is 200)
   openai   streams as OpenAI's API and vLLM do: three chunks, and the
            usage (5 prompt tokens, 3 completion tokens) in a last chunk
            with no choices only when stream_options.include_usage is
@@ -42,9 +43,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if MODE == "bodiless" and self.path.endswith("/304"):
-            self.send_response(304)
+            fresh = self.headers.get("If-None-Match") == '"v1"'
+            self.send_response(304 if fresh else 200)
             self.send_header("ETag", '"v1"')
+            self.send_header("Content-Length", "0" if fresh else "3")
             self.end_headers()
+            if not fresh:
+                self.wfile.write(b"new")
             return
         self.reply(200, {"status": "ok"})
 

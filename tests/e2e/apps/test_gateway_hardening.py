@@ -111,8 +111,9 @@ def test_answers_without_a_body_are_relayed_without_one(market):
     """A HEAD, and a replica's 304, reach the client as headers alone: no
     chunked framing and not one byte after them (libmicrohttpd would send
     the empty last chunk, which a client keeping the connection reads as the
-    start of its next answer), and the connection then closes. The 304
-    keeps the replica's ETag."""
+    start of its next answer), and the connection then closes. A client's
+    If-None-Match reaches the replica, and its answer keeps the replica's
+    ETag."""
     m = market
     app, con = fake_app(m, "bodiless")
     gw = m.gateway()
@@ -125,6 +126,9 @@ def test_answers_without_a_body_are_relayed_without_one(market):
                                                 f"If-None-Match: \"v1\"\r\n{auth}")
     assert status == "HTTP/1.1 304 Not Modified" and fields["etag"] == '"v1"', (status, fields)
     assert "transfer-encoding" not in fields and after == b"", (fields, after)
+    r = requests.get(f"{gw.url}/apps/{app['slug']}/v1/304", headers={"Authorization": f"Bearer {con.key}"},
+                     timeout=DEADLINE)
+    assert (r.status_code, r.content, r.headers["ETag"]) == (200, b"new", '"v1"'), r.headers
 
 
 def test_token_counts_are_bounded_by_the_bytes_that_passed(market):

@@ -21,6 +21,8 @@ cloud_patient = cloud_with(heartbeat_interval_ms="500", heartbeat_miss_limit="10
 # Two agent calls at a time: a sweep of five nodes streams its lists and
 # deletes through a window smaller than itself.
 cloud_narrow = cloud_with(agent_max_parallel="2")
+# A removal the agent takes longer over than this ends the instance anyway.
+cloud_no_patience = cloud_with(provision_timeout_s="1")
 # No sweep after the first: a workload no instance owns stays on its node
 # until something else finds it.
 cloud_no_sweep = cloud_with(provision_max_attempts="1", reconcile_sweep_ms="3600000")
@@ -249,6 +251,24 @@ def test_cards_stay_held_until_the_old_workload_is_gone(cloud_one_attempt):
     cloud.wait_state(b, other["id"], "running")
     events = cloud.events(b, other["id"])
     assert not [e for e in events if e["state"] == "failed" or "attempt" in e["reason"]], events
+    cloud.check_cards_consistent()
+
+
+def test_a_removal_that_outlasts_provision_timeout_s_ends_the_instance_anyway(cloud_no_patience):
+    """A workload the agent keeps removing (a runtime that fails it) must not
+    keep its instance stopping for ever: past provision_timeout_s the stop
+    ends, saying why in the log. Here the removal takes the sim's 2 s to
+    kill a command that ignores SIGTERM, and the clock moves past the
+    timeout at once."""
+    cloud = cloud_no_patience
+    cloud.fleet(1, prefix="n-")
+    u = cloud.user()
+    inst = cloud.create(u, card_count=8, command=["sh", "-c", "trap '' TERM; while :; do sleep 1; done"])
+    cloud.wait_state(u, inst["id"], "running")
+    assert cloud.action(u, inst["id"], "stop")["state"] == "stopping"
+    cloud.d.advance_clock(5)
+    cloud.wait_state(u, inst["id"], "stopped")
+    assert f"instance {inst['id']}: node n-01 still removing workload" in cloud.d.stderr_text()
     cloud.check_cards_consistent()
 
 
