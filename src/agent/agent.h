@@ -164,7 +164,7 @@ struct agent_conf {
     char ssh_listen[128];          /* host:port of the SSH server; "" = none */
     int64_t ssh_max_sessions;      /* concurrent SSH connections per node */
     int64_t ssh_max_startups_per_client; /* connections of one address not logged in yet */
-    int64_t ssh_max_startups;      /* connections to one node not logged in yet */
+    int64_t ssh_max_startups;            /* connections to one node not logged in yet */
     int64_t ssh_max_sessions_per_workload; /* logged-in connections to one workload */
     int64_t ssh_auth_timeout_s;    /* bound on key exchange and login */
     int64_t ssh_max_auth_tries;    /* public keys tried per connection */

@@ -370,8 +370,8 @@ struct http_stream *http_reply_stream(struct http_request *req, const char *cont
          * stream has no length, libmicrohttpd would send it chunked, and
          * its last chunk too even to a HEAD, bytes the client would read
          * as the start of the next reply. */
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, stream_head_read,
-                                                                      NULL, NULL);
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, stream_head_read, NULL, NULL);
         if (!resp)
             return NULL;
         MHD_set_response_options(resp, MHD_RF_HTTP_1_0_COMPATIBLE_STRICT, MHD_RO_END);

@@ -560,8 +560,8 @@ static ssize_t answer_refusal(struct http_guard *g, int fd)
         int len = snprintf(reply, sizeof reply,
                            "HTTP/1.1 %d %s\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n"
                            "X-Request-Id: %s\r\nConnection: close\r\n\r\n%s",
-                           g->status, reason && reason[0] ? reason : "Error", date, body ? strlen(body) : 0,
-                           request_id, body ? body : "");
+                           g->status, reason && reason[0] ? reason : "Error", date, body ? strlen(body) : 0, request_id,
+                           body ? body : "");
         free(body);
         if (len > 0 && (size_t)len < sizeof reply)
             syscall(SYS_sendto, fd, reply, (size_t)len, MSG_NOSIGNAL, NULL, 0);

@@ -131,7 +131,7 @@ struct call {
     curl_off_t body_received; /* answer bytes from the upstream so far */
     long status;
     char up_type[128];
-    char up_etag[128];   /* the replica's ETag, passed on ("" none) */
+    char up_etag[128]; /* the replica's ETag, passed on ("" none) */
     CURLcode curl_rc;
     /* Usage, from what was delivered. */
     int streamed;

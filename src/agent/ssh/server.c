@@ -287,7 +287,8 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
     pthread_mutex_unlock(&c->srv->lock);
     if (!c->authenticated) {
         log_warn("ssh refused: node %s workload %s user %.80s from %s:%d: %lld connections to it already"
-                 " (ssh_max_sessions_per_workload)", n->name, wl_id, user, c->addr, c->port, (long long)held);
+                 " (ssh_max_sessions_per_workload)",
+                 n->name, wl_id, user, c->addr, c->port, (long long)held);
         ssh_disconnect(session);
         return SSH_AUTH_DENIED;
     }
@@ -447,15 +448,16 @@ static void accept_one(struct ssh_listener *l)
     pthread_mutex_unlock(&s->lock);
     if (evicted[0])
         log_warn("ssh: node %s: %lld connections not logged in yet (ssh_max_startups): cut off the oldest, from %s,"
-                 " for one from %s:%s", l->node->name, (long long)conf->ssh_max_startups, evicted, addr, serv);
+                 " for one from %s:%s",
+                 l->node->name, (long long)conf->ssh_max_startups, evicted, addr, serv);
     if (full || starting) {
         if (full)
             log_warn("ssh refused: node %s from %s:%s: %lld connections already (ssh_max_sessions)", l->node->name,
                      addr, serv, (long long)conf->ssh_max_sessions);
         else
             log_warn("ssh refused: node %s from %s:%s: %lld connections not logged in yet"
-                     " (ssh_max_startups_per_client)", l->node->name, addr, serv,
-                     (long long)conf->ssh_max_startups_per_client);
+                     " (ssh_max_startups_per_client)",
+                     l->node->name, addr, serv, (long long)conf->ssh_max_startups_per_client);
         close(fd);
         return;
     }

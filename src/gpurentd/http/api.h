@@ -60,6 +60,12 @@ int64_t throttle_wait(const char *key, int64_t now);
 void throttle_fail(const char *key, int64_t now, int64_t max, int64_t lockout_s);
 /* Forgets a key's failures (after a successful login). */
 void throttle_clear(const char *key);
+/* Replies 429 with Retry-After when the account's key or the client's
+ * ip_key must still wait ("too many <what>"); 1 if it did. */
+int throttle_refused(struct http_request *req, const char *key, const char *ip_key, int64_t now, const char *what);
+/* A failure of both: the account is locked after login_max_failures, the
+ * client address after four times that, for login_lockout_s. */
+void throttle_fail_both(const char *key, const char *ip_key, int64_t now);
 
 /* paging.c: limit and cursor for list endpoints. Handlers fetch limit + 1
  * rows: the extra one says whether another page follows. */

@@ -171,15 +171,7 @@ void api_login(struct http_request *req)
     snprintf(email_key, sizeof email_key, "email:%s", email);
     snprintf(ip_key, sizeof ip_key, "ip:%s", req->client_ip);
     int64_t now = clock_now();
-    int64_t wait = throttle_wait(email_key, now);
-    int64_t wait_ip = throttle_wait(ip_key, now);
-    if (wait_ip > wait)
-        wait = wait_ip;
-    if (wait > 0) {
-        char retry[24];
-        snprintf(retry, sizeof retry, "%lld", (long long)wait);
-        http_add_header(req, "Retry-After", retry);
-        http_error(req, ERR_TOO_MANY_REQUESTS, NULL, "too many failed logins; retry in %lld seconds", (long long)wait);
+    if (throttle_refused(req, email_key, ip_key, now, "failed logins")) {
         json_decref(body);
         return;
     }
@@ -191,8 +183,7 @@ void api_login(struct http_request *req)
     } else if (rc == STORE_NOT_FOUND || !u.password_hash[0] || !password_verify(password, u.password_hash)) {
         if (rc == STORE_NOT_FOUND || !u.password_hash[0])
             dummy_password_check(password);
-        throttle_fail(email_key, now, daemon_config->login_max_failures, daemon_config->login_lockout_s);
-        throttle_fail(ip_key, now, daemon_config->login_max_failures * 4, daemon_config->login_lockout_s);
+        throttle_fail_both(email_key, ip_key, now);
         http_error(req, ERR_INVALID_CREDENTIALS, NULL, NULL);
     } else if (!u.active) {
         http_error(req, ERR_ACCOUNT_DISABLED, NULL, NULL);

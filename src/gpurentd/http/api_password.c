@@ -54,15 +54,7 @@ void api_me_password(struct http_request *req)
     char user_key[80], ip_key[80];
     snprintf(user_key, sizeof user_key, "password:%s", req->user_id);
     snprintf(ip_key, sizeof ip_key, "ip:%s", req->client_ip);
-    int64_t wait = throttle_wait(user_key, ctx.now), wait_ip = throttle_wait(ip_key, ctx.now);
-    if (wait_ip > wait)
-        wait = wait_ip;
-    if (wait > 0) {
-        char retry[24];
-        snprintf(retry, sizeof retry, "%lld", (long long)wait);
-        http_add_header(req, "Retry-After", retry);
-        http_error(req, ERR_TOO_MANY_REQUESTS, NULL, "too many wrong current passwords; retry in %lld seconds",
-                   (long long)wait);
+    if (throttle_refused(req, user_key, ip_key, ctx.now, "wrong current passwords")) {
         json_decref(body);
         return;
     }
@@ -78,8 +70,7 @@ void api_me_password(struct http_request *req)
     struct store *s = store_thread();
     int rc = s ? store_txn(s, password_txn, &ctx) : STORE_ERROR;
     if (rc == REFUSED && ctx.wrong) {
-        throttle_fail(user_key, ctx.now, daemon_config->login_max_failures, daemon_config->login_lockout_s);
-        throttle_fail(ip_key, ctx.now, daemon_config->login_max_failures * 4, daemon_config->login_lockout_s);
+        throttle_fail_both(user_key, ip_key, ctx.now);
         /* 403, not 401: the API key is fine, the proof of the password is not. */
         http_error(req, ERR_FORBIDDEN, "current_password", "current_password is not the account's password");
     } else if (rc != STORE_OK) {

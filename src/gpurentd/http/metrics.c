@@ -262,8 +262,9 @@ static void write_process(FILE *f)
     if (p && sscanf(p, "%llu", &ticks) == 1 && clock_gettime(CLOCK_REALTIME, &real) == 0 &&
         clock_gettime(CLOCK_BOOTTIME, &boot) == 0) {
         double booted = (double)(real.tv_sec - boot.tv_sec) + (double)(real.tv_nsec - boot.tv_nsec) / 1e9;
-        fprintf(f, "# HELP process_start_time_seconds Start time of the process since the epoch.\n"
-                   "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
+        fprintf(f,
+                "# HELP process_start_time_seconds Start time of the process since the epoch.\n"
+                "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.2f\n",
                 booted + (double)ticks / (double)sysconf(_SC_CLK_TCK));
     }
     fprintf(f, "# HELP gpurent_build_info The running gpurentd's version (always 1).\n"

@@ -1,4 +1,5 @@
-/* throttle.c: counts failed logins per key ("email:…" or "ip:…") in memory
+/* throttle.c: counts failed logins (and wrong current passwords) per key
+ * ("email:…", "password:…" or "ip:…") in memory
  * and locks a key out for a while after too many. A fixed-size table with
  * the oldest entry evicted keeps memory bounded whatever attackers send. */
 #include "http/api.h"
@@ -78,4 +79,24 @@ void throttle_clear(const char *key)
         if (table[i].key[0] && strcmp(table[i].key, key) == 0)
             memset(&table[i], 0, sizeof table[i]);
     pthread_mutex_unlock(&lock);
+}
+
+int throttle_refused(struct http_request *req, const char *key, const char *ip_key, int64_t now, const char *what)
+{
+    int64_t wait = throttle_wait(key, now), wait_ip = throttle_wait(ip_key, now);
+    if (wait_ip > wait)
+        wait = wait_ip;
+    if (wait <= 0)
+        return 0;
+    char retry[24];
+    snprintf(retry, sizeof retry, "%lld", (long long)wait);
+    http_add_header(req, "Retry-After", retry);
+    http_error(req, ERR_TOO_MANY_REQUESTS, NULL, "too many %s; retry in %lld seconds", what, (long long)wait);
+    return 1;
+}
+
+void throttle_fail_both(const char *key, const char *ip_key, int64_t now)
+{
+    throttle_fail(key, now, daemon_config->login_max_failures, daemon_config->login_lockout_s);
+    throttle_fail(ip_key, now, daemon_config->login_max_failures * 4, daemon_config->login_lockout_s);
 }

@@ -39,7 +39,7 @@ struct agent_call {
     long status;                      /* HTTP status, 0 if none */
     char error[CURL_ERROR_SIZE + 64]; /* why the call failed, "" if it did not */
     char etag[AGENT_CALL_ETAG_MAX];        /* the reply's ETag as sent, "" when none or not a plain printable one */
-    int retry_after;                  /* the reply had a Retry-After: what it refused may work shortly */
+    int retry_after;                       /* the reply had a Retry-After: what it refused may work shortly */
     json_t *doc;                      /* the reply parsed by agent_call_json, or NULL */
     int doc_read;                     /* agent_call_json has parsed (or failed to parse) it */
 };

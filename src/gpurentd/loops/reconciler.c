@@ -1165,10 +1165,12 @@ static int apply_wind_down(struct store *s, struct apply_ctx *ctx)
          * keeps retrying (a runtime that fails it) does not keep the
          * instance stopping for ever: past provision_timeout_s it ends,
          * and the agent still refuses those cards until it is done. */
-        if (c && !c->error[0] && c->status == 202 && ctx->now - w->in.state_since > daemon_config->provision_timeout_s) {
+        if (c && !c->error[0] && c->status == 202 &&
+            ctx->now - w->in.state_since > daemon_config->provision_timeout_s) {
             log_warn("reconciler: instance %s: node %s still removing workload %s after %llds; the instance ends,"
                      " its cards stay refused by the agent until the removal is done",
-                     w->in.id, w->nodes[r].node_name, w->nodes[r].workload_id, (long long)(ctx->now - w->in.state_since));
+                     w->in.id, w->nodes[r].node_name, w->nodes[r].workload_id,
+                     (long long)(ctx->now - w->in.state_since));
             continue;
         }
         if (!c || c->error[0] || (c->status != 200 && c->status != 204 && c->status != 404))
