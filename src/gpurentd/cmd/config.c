@@ -272,8 +272,7 @@ const struct conf_option daemon_options[] = {
     OPT_INT(agent_timeout_ms, 100, 600000, 5000, "milliseconds for a whole call to an agent"),
     OPT_INT(agent_max_response_bytes, 4096, 16777216, 1048576, "largest agent reply accepted"),
     OPT_INT(agent_put_wait_ms, 0, 1000, 50,
-            "milliseconds an agent may hold a workload PUT's answer until it runs, a DELETE's until it is gone; 0: at "
-            "once"),
+            "milliseconds an agent may hold a workload PUT's answer until it runs, a DELETE's until it is gone; 0: at once"),
     OPT_INT(agent_max_parallel, 1, 10000, 256, "agent connections open at once"),
     OPT_STR(agent_ca_file, "", NULL, "CA bundle that https agents' certificates must chain to; empty: system CAs"),
     OPT_INT(default_max_cards, 0, 100000, 64, "cards a user may hold at once unless an admin set a limit"),
@@ -297,8 +296,9 @@ const struct conf_option daemon_options[] = {
             "minutes before max_runtime_minutes runs out that the max_runtime_warning event is written"),
     OPT_INT(rendezvous_timeout_s, 30, 3600, 600,
             "seconds a multi-node instance may take from its first rank running to its last, unless it sets its own"),
- /* Reservations (issue 16). */
-    OPT_INT(reservation_horizon_hours, 1, 8784, 1344, "hours ahead a reservation may end at most (default 8 weeks)"),
+    /* Reservations (issue 16). */
+    OPT_INT(reservation_horizon_hours, 1, 8784, 1344,
+            "hours ahead a reservation may end at most (default 8 weeks)"),
     OPT_INT(reservation_max_hours, 1, 8784, 336, "longest reservation, hours"),
     OPT_INT(reservation_cancel_notice_hours, 0, 8784, 48,
             "cancelling at least this many hours before the start refunds in full"),
@@ -333,8 +333,7 @@ const struct conf_option daemon_options[] = {
             "catalog: instances run catalog images only; registries: also any image of image_registries"),
     OPT_STR(image_registries, "", validate_image_registries,
             "registries (host[:port], comma-separated, e.g. docker.io,ghcr.io) users' own images may come from"),
-    OPT_INT(max_volume_size_gb, 1, 1048576, 1048576,
-            "largest volume a user may create, GB (volume_default_size_gb at most)"),
+    OPT_INT(max_volume_size_gb, 1, 1048576, 1048576, "largest volume a user may create, GB (volume_default_size_gb at most)"),
     OPT_STR(max_price_per_gb_month, "1000.00", validate_max_storage_price,
             "highest storage price per GB-month (30 days) an admin may set (at most 1000000.00)"),
     OPT_INT(email_verify_ttl_s, 60, 2592000, 86400, "seconds a sign-up's e-mail verification code works"),
@@ -348,8 +347,7 @@ const struct conf_option daemon_options[] = {
     OPT_STR(public_url, "", validate_public_url,
             "the API's address as users reach it, for the text of mail and the web terminal's Origin check; "
             "empty: the listen address"),
-    OPT_INT(email_strip_plus_tags, 0, 1, 1,
-            "1: name+tag@domain counts as name@domain when checking e-mails are unique"),
+    OPT_INT(email_strip_plus_tags, 0, 1, 1, "1: name+tag@domain counts as name@domain when checking e-mails are unique"),
     OPT_STR(email_dotless_domains, "gmail.com,googlemail.com", NULL,
             "comma-separated domains whose mailboxes ignore dots in the name (a.b@ is ab@)"),
     OPT_INT(terminal_token_ttl_s, 5, 3600, 60, "seconds a web terminal token works (single use)"),
@@ -360,7 +358,7 @@ const struct conf_option daemon_options[] = {
             "sign-ups per hour from one client address; 0 no limit (SIGHUP applies a change)"),
     OPT_INT(signup_rate_per_subnet, 0, 1000000, 50,
             "sign-ups per hour from one /24 (IPv6: /64); 0 no limit (SIGHUP applies a change)"),
- /* The app marketplace (issue 17). */
+    /* The app marketplace (issue 17). */
     OPT_INT(app_platform_fee_ppm, 0, 1000000, 100000,
             "the platform's share of every app call, in millionths of its charge (100000: 10%)"),
     OPT_STR(max_app_price, "1000.00", validate_max_app_price,
