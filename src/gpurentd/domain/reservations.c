@@ -463,8 +463,10 @@ int reservation_cancel(struct store *s, const char *user_id, const char *id, int
                          "reservation %s has started; a started reservation is neither cancelled nor refunded", r.id);
     int64_t refund = reservation_refund_due(&r, now);
     char reason[200];
+    /* The rule's percentage, not refund / amount: that is rounded down
+     * with the refund (50 % of 1.333333 is 0.666666, "49 %"). */
     snprintf(reason, sizeof reason, "reservation %s cancelled: %lld%% refunded", r.id,
-             (long long)(r.amount ? (__int128)refund * 100 / r.amount : 100));
+             (long long)(refund == r.amount ? 100 : daemon_config->reservation_late_refund_percent));
     if ((rc = ledger_refund_reservation(s, r.user_id, r.id, refund, now, reason)) != STORE_OK ||
         (rc = store_reservation_cancel(s, r.id, refund, now)) != STORE_OK)
         return rc;

@@ -190,6 +190,23 @@ def test_booking_without_funds_is_402_and_changes_nothing(rc):
     rc.verify()
 
 
+def test_a_late_cancel_says_the_rules_percentage_whatever_the_rounding(rc):
+    """An amount of an odd number of micro-yuan refunds half rounded down;
+    the statement line still says the rule's 50 %, not 49."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    r = rc.c.admin("PUT", "/v1/admin/prices/H100-SXM",
+                   json={"price_per_card_hour": "2.00", "reservation_price_per_card_hour": "1.333333"})
+    assert r.status_code == 200, r.text
+    u = rc.c.user()
+    b = rc.book(u, 1, rc.hour(10), 1)
+    r = rc.d.delete(f"/v1/reservations/{b['id']}", key=u.key)
+    assert r.status_code == 200 and r.json()["refunded"] == "0.666666", r.text
+    [(reason,)] = rc.d.sql("SELECT reason FROM ledger_transactions WHERE reservation_id = ? AND kind ="
+                           " 'reservation_refund'", (b["id"],))
+    assert reason == f"reservation {b['id']} cancelled: 50% refunded", reason
+    rc.verify()
+
+
 def test_a_reservation_price_applies_to_blocks_booked_after_it(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
     u = rc.c.user()
