@@ -581,6 +581,8 @@ static int stop_at_end(struct store *s, const struct reservation *r, const char 
     return store_instance_set_state(s, instance_id, "stopping", "", why, now);
 }
 
+static int catch_up(struct store *s, const struct reservation *r, int64_t until, int64_t now);
+
 /* The warning before the end, or the stop at the end, for r. */
 static int end_due(struct store *s, const struct reservation *r, int64_t now, int *stopped)
 {
@@ -590,6 +592,10 @@ static int end_due(struct store *s, const struct reservation *r, int64_t now, in
     if (rc != STORE_OK)
         return rc;
     int ended = now >= r->ends_at;
+    if (ended && (rc = catch_up(s, r, r->ends_at, now)) != STORE_OK) {
+        free(ids);
+        return rc;
+    }
     char why[256], at[32];
     time_text(r->ends_at, at, sizeof at);
     snprintf(why, sizeof why, "reservation %s ends at %s: its instances will be stopped in %lld minutes", r->id, at,
@@ -608,11 +614,12 @@ static int end_due(struct store *s, const struct reservation *r, int64_t now, in
     return ended ? store_reservation_set_closed(s, r->id, now) : store_reservation_set_warned(s, r->id, now);
 }
 
-/* Credits block r for `lost` cards of this hour (named after node): an
- * hour's credit only grows to the most cards found missing in it. */
-static int credit_hour(struct store *s, const struct reservation *r, int64_t lost, const char *node, int64_t now)
+/* Credits block r for `lost` cards of the hour from `hour` (named after
+ * node): an hour's credit only grows to the most cards found missing in it. */
+static int credit_hour_at(struct store *s, const struct reservation *r, int64_t lost, const char *node, int64_t hour,
+                          int64_t now)
 {
-    int64_t hour = now - now % HOUR, prev_cards, prev_amount;
+    int64_t prev_cards, prev_amount;
     int rc = store_reservation_credit_get(s, r->id, hour, &prev_cards, &prev_amount);
     if (rc != STORE_OK || lost <= prev_cards)
         return rc;
@@ -637,6 +644,56 @@ static int credit_hour(struct store *s, const struct reservation *r, int64_t los
         return rc;
     log_info("reservations: %s", reason);
     return STORE_OK;
+}
+
+/* This hour's credit. */
+static int credit_hour(struct store *s, const struct reservation *r, int64_t lost, const char *node, int64_t now)
+{
+    return credit_hour_at(s, r, lost, node, now - now % HOUR, now);
+}
+
+/* The hours of block r before `until` that no pass saw (gpurentd was down,
+ * or its clock moved on by hours): each pass credits the hour it runs in,
+ * so such hours would go uncredited. A node offline since its last good
+ * beat gave none of its cards in them: each of those hours is credited the
+ * cards the block held there, from the hour of that beat, as a pass in it
+ * would have (an hour credited already is not credited twice). A node that
+ * answered with failed cards is credited only in the hours a pass sees it
+ * so: no history of its cards is kept. */
+static int catch_up(struct store *s, const struct reservation *r, int64_t until, int64_t now)
+{
+    struct reservation_binding *rows;
+    size_t n;
+    int rc = store_reservation_bindings(s, r->id, &rows, &n);
+    if (rc != STORE_OK)
+        return rc == STORE_NOT_FOUND ? STORE_OK : rc;
+    /* Per binding, the hour from which its node gave nothing; INT64_MAX
+     * while it answers. Nearly always every node answers: no hour is read. */
+    int64_t *silent = calloc(n ? n : 1, sizeof *silent), first = INT64_MAX;
+    for (size_t k = 0; k < n && silent && rc == STORE_OK; k++) {
+        struct node node;
+        silent[k] = INT64_MAX;
+        if ((rc = store_node_get(s, rows[k].node_id, &node)) == STORE_OK && strcmp(node.health, "offline") == 0)
+            silent[k] = node.last_seen_at ? node.last_seen_at - node.last_seen_at % HOUR : r->starts_at;
+        if (silent[k] < first)
+            first = silent[k];
+    }
+    if (!silent)
+        rc = STORE_ERROR;
+    int64_t end = until < r->ends_at ? until : r->ends_at;
+    for (int64_t hour = first > r->starts_at ? first : r->starts_at; hour < end && rc == STORE_OK; hour += HOUR) {
+        int64_t lost = 0;
+        const char *named = NULL;
+        for (size_t k = 0; k < n; k++)
+            if (silent[k] <= hour) {
+                lost += rows[k].cards;
+                named = named ? named : rows[k].node_id;
+            }
+        rc = credit_hour_at(s, r, lost, named, hour, now);
+    }
+    free(silent);
+    free(rows);
+    return rc == STORE_NOT_FOUND ? STORE_OK : rc;
 }
 
 /* One node's shortfall this hour: the cards its active blocks hold there
@@ -761,7 +818,10 @@ int reservation_pass(struct store *s, int64_t now, int *stopped)
         return rc;
     if ((rc = store_reservations_active(s, now, &r, &n)) != STORE_OK)
         return rc;
-    rc = shortfalls(s, r, n, now);
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        rc = catch_up(s, &r[i], now - now % HOUR, now);
+    if (rc == STORE_OK)
+        rc = shortfalls(s, r, n, now);
     free(r);
     return rc;
 }

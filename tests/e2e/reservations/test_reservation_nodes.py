@@ -147,6 +147,27 @@ def test_a_lost_node_without_a_spare_is_credited(rc):
     rc.verify()
 
 
+def test_hours_no_pass_saw_are_credited_when_the_node_was_offline(rc):
+    """A pass credits the hour it runs in; hours in which none ran (the
+    daemon down, its clock moved on) are credited by the next one, for the
+    nodes offline since before them: here a block's node went offline before
+    it began and the first pass after it comes a second after its end. Its
+    three hours are credited, once, however many passes follow."""
+    a = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    u = rc.c.user()
+    x = rc.book(u, 8, rc.hour(1), 3)
+    a.stop()
+    wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'a-01'") == [("offline",)], what="a-01 offline")
+    rc.d.set_clock(rc.hour(4) + 1)
+    rc.billing()
+    rc.billing()
+    got = rc.d.get(f"/v1/reservations/{x['id']}", key=u.key).json()
+    assert micro(got["credited"]) == PRICE * 8 * 3, got
+    hours = rc.d.sql("SELECT hour, cards FROM reservation_credits WHERE reservation_id = ? ORDER BY hour", (x["id"],))
+    assert hours == [(x_hour, 8) for x_hour in range(rc.hour(-3), rc.hour(0), 3600)], hours
+    rc.verify()
+
+
 def test_a_pool_change_rehomes_bound_blocks_or_is_refused(rc):
     rc.c.fleet(2, model="MI450")
     ids = [i for (i,) in rc.d.sql("SELECT id FROM nodes ORDER BY name")]
