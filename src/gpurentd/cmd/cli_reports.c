@@ -2,11 +2,14 @@
  * table, CSV or JSON) and `gpurentd backup FILE` (an online copy). Both read
  * the live database next to a running daemon without blocking it: WAL
  * readers see a consistent snapshot and never hold up writers. */
+#include "gpurent/jsonx.h"
 #include "gpurent/money.h"
 #include "gpurentd.h"
 #include "store/store.h"
 
 #include <getopt.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,9 +153,12 @@ static void print_table(struct report_out *o)
     }
 }
 
+/* YYYY-MM-DD, a day the calendar has (not 2027-02-30). */
 static int day_valid(const char *d)
 {
-    return strlen(d) == 10 && d[4] == '-' && d[7] == '-' && strspn(d, "0123456789-") == 10;
+    char t[32];
+    int64_t ignored;
+    return strlen(d) == 10 && snprintf(t, sizeof t, "%sT00:00:00Z", d) > 0 && json_time_parse(t, &ignored) == 0;
 }
 
 static void report_usage(FILE *f)
@@ -218,7 +224,11 @@ int cmd_report(int argc, char **argv)
         return 2;
     }
     if ((from && !day_valid(from)) || (to && !day_valid(to))) {
-        fprintf(stderr, "gpurentd report: --from and --to take days like 2026-11-01\n");
+        fprintf(stderr, "gpurentd report: --from and --to take days of the calendar like 2026-11-01\n");
+        return 2;
+    }
+    if (from && to && strcmp(from, to) > 0) {
+        fprintf(stderr, "gpurentd report: --from %s is after --to %s\n", from, to);
         return 2;
     }
     struct daemon_conf conf;
@@ -249,6 +259,47 @@ int cmd_report(int argc, char **argv)
     free(o.cells);
     json_decref(o.json);
     return rc == STORE_OK && !o.failed ? 0 : rc == STORE_NOT_FOUND ? 2 : 1;
+}
+
+/* Where path is or would be made: its directory resolved, then its name;
+ * 0, or -1 when the directory does not resolve. */
+static int resolved(const char *path, char out[PATH_MAX])
+{
+    char dir[PATH_MAX], dir_real[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? path + (slash - dir) + 1 : path;
+    if (slash == dir)
+        slash[1] = '\0'; /* "/name": the root */
+    else if (slash)
+        *slash = '\0';
+    if (!realpath(slash ? dir : ".", dir_real))
+        return -1;
+    return snprintf(out, PATH_MAX, "%s/%s", dir_real, base) < PATH_MAX ? 0 : -1;
+}
+
+/* Whether dest names the database or one of the files beside it that it
+ * lives by (its WAL, shared memory, journal, the daemon's lock): what it
+ * is, or NULL. A copy renamed over one of them replaces it under the
+ * running daemon. The same file where dest exists, else the same name (a
+ * WAL comes and goes). */
+static const char *database_file(const char *database, const char *dest)
+{
+    static const struct {
+        const char *suffix, *what;
+    } files[] = {{"", "the database itself"}, {"-wal", "the database's WAL"}, {"-shm", "the database's shared memory"},
+                 {"-journal", "the database's journal"}, {".serve-lock", "the daemon's lock"}};
+    char dest_at[PATH_MAX], path[PATH_MAX], path_at[PATH_MAX];
+    struct stat ds, ps;
+    int dest_exists = stat(dest, &ds) == 0, dest_named = resolved(dest, dest_at) == 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (snprintf(path, sizeof path, "%s%s", database, files[i].suffix) >= (int)sizeof path)
+            continue;
+        if ((dest_exists && stat(path, &ps) == 0 && ps.st_dev == ds.st_dev && ps.st_ino == ds.st_ino) ||
+            (dest_named && resolved(path, path_at) == 0 && strcmp(path_at, dest_at) == 0))
+            return files[i].what;
+    }
+    return NULL;
 }
 
 int cmd_backup(int argc, char **argv)
@@ -286,6 +337,11 @@ int cmd_backup(int argc, char **argv)
     struct daemon_conf conf;
     if (daemon_load_db_config(&conf, file, db) < 0)
         return 1;
+    const char *own = database_file(conf.database, argv[optind]);
+    if (own) {
+        fprintf(stderr, "gpurentd backup: %s is %s; give another file for the copy\n", argv[optind], own);
+        return 2;
+    }
     char err[1024];
     struct store *s = store_open_readonly(conf.database, err, sizeof err);
     if (!s) {

@@ -2,6 +2,7 @@
 #include "gpurentd.h"
 #include "store/store.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +20,18 @@ static void usage(FILE *f)
                "  backup FILE    consistent online copy of the live database\n"
                "\n"
                "Each command takes --help.\n");
+}
+
+/* A command's status once what it printed is out: a report redirected to a
+ * full disk, or an admin's key shown once, that never reached its file is
+ * a failure, not an empty success. */
+static int written(int rc)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "gpurentd: cannot write standard output: %s\n", strerror(errno));
+        return rc ? rc : 1;
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -40,15 +53,15 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "serve") == 0)
         return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "migrate") == 0)
-        return cmd_migrate(argc - 1, argv + 1);
+        return written(cmd_migrate(argc - 1, argv + 1));
     if (strcmp(cmd, "admin") == 0)
-        return cmd_admin(argc - 1, argv + 1);
+        return written(cmd_admin(argc - 1, argv + 1));
     if (strcmp(cmd, "ledger") == 0)
-        return cmd_ledger(argc - 1, argv + 1);
+        return written(cmd_ledger(argc - 1, argv + 1));
     if (strcmp(cmd, "report") == 0)
-        return cmd_report(argc - 1, argv + 1);
+        return written(cmd_report(argc - 1, argv + 1));
     if (strcmp(cmd, "backup") == 0)
-        return cmd_backup(argc - 1, argv + 1);
+        return written(cmd_backup(argc - 1, argv + 1));
     if (strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

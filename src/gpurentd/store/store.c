@@ -211,7 +211,16 @@ static struct store *open_flags(const char *path, int flags, char *err, size_t e
 
 struct store *store_open(const char *path, char *err, size_t errlen)
 {
-    return open_flags(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errlen);
+    struct store *s = open_flags(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, err, errlen);
+    /* SQLite opens a file it may not write read-only, without a word: every
+     * write would then fail, one request at a time. */
+    if (s && sqlite3_db_readonly(s->db, "main") == 1) {
+        snprintf(err, errlen, "database %s is read-only to this process (its file, or the directory of its WAL,"
+                 " is not writable): nothing could be recorded", path);
+        store_close(s);
+        return NULL;
+    }
+    return s;
 }
 
 struct store *store_open_readonly(const char *path, char *err, size_t errlen)

@@ -107,8 +107,11 @@ int store_report(struct store *s, const char *name, const char *from_day, const 
 
 int store_backup(struct store *s, const char *dest, char *err, size_t errlen)
 {
+    /* Named for this process: two backups to one file at once (an
+     * overlapping cron run) each write their own copy, and the last to
+     * finish is the file. */
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.partial", dest);
+    snprintf(tmp, sizeof tmp, "%s.%ld.partial", dest, (long)getpid());
     unlink(tmp);
     /* A copy of every password hash and payment: 0600 whatever the umask,
      * made before SQLite opens it (it keeps an existing file's mode). */

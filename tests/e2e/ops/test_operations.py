@@ -25,9 +25,11 @@ import os
 import random
 import re
 import signal
+import shutil
 import socket
 import sqlite3
 import subprocess
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +38,7 @@ import pytest
 import requests
 
 from agent_util import Fleet, poll
-from harness import START_TIME, assert_error, migration_versions, run_gpurentd
+from harness import GPURENTD, START_TIME, assert_error, migration_versions, run_gpurentd
 from inventory_util import FakeAgent, facts_doc, node as get_node, register, wait_state
 from money_util import IMAGE, MICRO, PRICE, SIM_ZERO, accrue, start_cluster, yuan
 from notify_util import NotifySocket, notify_fields as fields
@@ -376,6 +378,55 @@ def _row_count(db, table):
         return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     finally:
         con.close()
+
+
+def test_backup_refuses_the_databases_own_files(daemon, tmp_path):
+    """A copy renamed over the live database (or its WAL, shared memory or
+    the daemon's lock) would replace it under the running daemon: refused,
+    however the path is spelled, and nothing changes."""
+    db = daemon.db_path
+    here = os.path.dirname(db)
+    before = daemon.dump()
+    for dest in (db, db + "-wal", db + "-shm", db + ".serve-lock",
+                 os.path.join(here, ".", os.path.basename(db)), os.path.relpath(db)):
+        p = run_gpurentd("backup", dest, "--db", db)
+        assert p.returncode == 2 and "give another file for the copy" in p.stderr, (dest, p.stderr)
+    assert daemon.dump() == before and daemon.get("/readyz").status_code == 200
+    p = run_gpurentd("backup", str(tmp_path / "copy.db"), "--db", db)
+    assert p.returncode == 0, p.stderr
+
+
+def test_commands_fail_when_their_output_is_lost(daemon):
+    """A report sent to a full disk, or an admin's key shown once that never
+    reached its file, is a failure: exit status 1 and why, not 0."""
+    with open("/dev/full", "w") as full:
+        for args in (("report", "usage"), ("ledger", "verify"),
+                     ("admin", "create-user", "--email", "lost-key@example.test")):
+            p = subprocess.run([GPURENTD, *args, "--db", daemon.db_path], stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=60)
+            assert p.returncode == 1 and "cannot write standard output" in p.stderr, (args, p.stderr)
+
+
+def test_serve_refuses_a_database_it_cannot_write(tmp_path):
+    """SQLite opens a file it may not write read-only without a word, and
+    every write would then fail one request at a time: the daemon refuses
+    to start instead, saying why. (As root, it runs as nobody: root may
+    write any file.)"""
+    where = tempfile.mkdtemp(prefix="gpr-ro-", dir="/tmp")  # a path nobody may walk to
+    try:
+        db = os.path.join(where, "gpurent.db")
+        assert run_gpurentd("migrate", "--db", db).returncode == 0
+        os.chmod(db, 0o444)
+        os.chmod(where, 0o777)  # its lock and WAL may be made beside it; the database itself is read-only
+        as_other = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"] if os.geteuid() == 0 else []
+        p = subprocess.run([*as_other, GPURENTD, "serve", "--listen", "127.0.0.1:0", "--db", db],
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert p.returncode != 0, p.stderr
+        assert f"database {db} is read-only to this process" in p.stderr, p.stderr
+        assert "listening on" not in p.stderr
+    finally:
+        os.chmod(where, 0o755)
+        shutil.rmtree(where, ignore_errors=True)
 
 
 def test_backup_while_serving_writers(new_daemon, tmp_path):
@@ -1077,6 +1128,9 @@ def test_capacity_history_follows_a_nodes_health(tmp_path):
 @pytest.mark.parametrize("args, code, says", [
     (("no-such-report",), 2, "no report named 'no-such-report'"),
     (("usage", "--from", "2027-1-5"), 2, "--from and --to take days"),
+    (("usage", "--from", "2027-02-30"), 2, "--from and --to take days of the calendar"),
+    (("usage", "--to", "2027-13-01"), 2, "--from and --to take days of the calendar"),
+    (("usage", "--from", "2027-03-01", "--to", "2027-02-01"), 2, "--from 2027-03-01 is after --to 2027-02-01"),
     (("usage", "--format", "xml"), 2, "--format takes table, csv or json"),
     ((), 2, "usage: gpurentd report"),
 ])
