@@ -290,6 +290,14 @@ int conf_validate_listen(const void *field, char *err, size_t errlen)
         snprintf(err, errlen, "listen: '%s' is not HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080)", (const char *)field);
         return -1;
     }
+    /* The servers bind numeric addresses only (no name is looked up at
+     * start): a name is refused here, where `-n` sees it. */
+    unsigned char addr[16];
+    if (inet_pton(AF_INET, host, addr) != 1 && inet_pton(AF_INET6, host, addr) != 1) {
+        snprintf(err, errlen, "listen: '%s': the host must be a numeric address such as 127.0.0.1, 0.0.0.0 or [::1]",
+                 (const char *)field);
+        return -1;
+    }
     return 0;
 }
 

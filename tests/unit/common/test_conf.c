@@ -815,6 +815,8 @@ static void test_daemon_bad_values(void **state)
         {"listen", "127.0.0.1:65536"},
         {"listen", "::1:8080"},
         {"listen", "[::1]"},
+        {"listen", "localhost:0"}, /* a name: the servers bind numeric addresses only */
+        {"listen", "999.1.1.1:8080"},
         {"log_level", ""},
         {"log_level", "verbose"},
         {"log_level", "warning"},
@@ -838,7 +840,7 @@ static void test_daemon_bad_values(void **state)
     static const struct { const char *name, *value; } good[] = {
         {"listen", "0.0.0.0:80"},
         {"listen", "[::]:8443"},
-        {"listen", "localhost:0"},
+        {"listen", "127.0.0.1:0"},
         {"log_level", "error"},
         {"log_level", "warn"},
         {"log_level", "debug"},
