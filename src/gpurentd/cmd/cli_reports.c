@@ -2,6 +2,7 @@
  * table, CSV or JSON) and `gpurentd backup FILE` (an online copy). Both read
  * the live database next to a running daemon without blocking it: WAL
  * readers see a consistent snapshot and never hold up writers. */
+#include "gpurent/csv.h"
 #include "gpurent/jsonx.h"
 #include "gpurent/money.h"
 #include "gpurentd.h"
@@ -52,21 +53,6 @@ static char *cell_text(const char *name, const char *value)
     return strdup(value);
 }
 
-static void csv_print(const char *v)
-{
-    if (!strpbrk(v, ",\"\r\n")) {
-        fputs(v, stdout);
-        return;
-    }
-    putchar('"');
-    for (; *v; v++) {
-        if (*v == '"')
-            putchar('"');
-        putchar(*v);
-    }
-    putchar('"');
-}
-
 static void on_row(void *vctx, int n, const char *const *names, const char *const *values, const int *is_int)
 {
     struct report_out *o = vctx;
@@ -75,7 +61,7 @@ static void on_row(void *vctx, int n, const char *const *names, const char *cons
         if (o->format == FORMAT_CSV)
             for (int c = 0; c < n; c++) {
                 char *d = display_name(names[c]);
-                csv_print(d ? d : "");
+                csv_field(stdout, d ? d : "");
                 free(d);
                 fputs(c + 1 < n ? "," : "\r\n", stdout);
             }
@@ -107,7 +93,7 @@ static void on_row(void *vctx, int n, const char *const *names, const char *cons
     if (o->format == FORMAT_CSV) {
         for (int c = 0; c < n; c++) {
             char *t = cell_text(names[c], values[c]);
-            csv_print(t ? t : "");
+            csv_field(stdout, t ? t : "");
             free(t);
             fputs(c + 1 < n ? "," : "\r\n", stdout);
         }

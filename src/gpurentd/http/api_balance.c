@@ -5,6 +5,7 @@
  * with the currency. */
 #include "domain/ledger.h"
 #include "gpurent/clock.h"
+#include "gpurent/csv.h"
 #include "gpurent/jsonx.h"
 #include "gpurent/money.h"
 #include "http/api.h"
@@ -214,22 +215,6 @@ static int month_range(const char *m, int64_t *from, int64_t *to)
     snprintf(start, sizeof start, "%04d-%02d-01T00:00:00Z", year, month);
     snprintf(end, sizeof end, "%04d-%02d-01T00:00:00Z", month == 12 ? year + 1 : year, month == 12 ? 1 : month + 1);
     return json_time_parse(start, from) < 0 || json_time_parse(end, to) < 0 ? -1 : 0;
-}
-
-/* CSV field: quoted when it holds a separator, quote or newline. */
-static void csv_field(FILE *f, const char *v)
-{
-    if (!strpbrk(v, ",\"\r\n")) {
-        fputs(v, f);
-        return;
-    }
-    fputc('"', f);
-    for (const char *p = v; *p; p++) {
-        if (*p == '"')
-            fputc('"', f);
-        fputc(*p, f);
-    }
-    fputc('"', f);
 }
 
 void api_statements_get(struct http_request *req)
