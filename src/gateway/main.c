@@ -74,6 +74,10 @@ static int parse(int argc, char **argv)
             usage(stdout);
             exit(0);
         }
+        if (strncmp(o, "--", 2) != 0) {
+            fprintf(stderr, "gpurent-gateway: unexpected argument '%s' (options only; see --help)\n", o);
+            return -1;
+        }
         if (!v) {
             fprintf(stderr, "gpurent-gateway: %s needs a value\n", o);
             return -1;
@@ -81,7 +85,9 @@ static int parse(int argc, char **argv)
         i++;
         int rc = 0;
         if (strcmp(o, "--listen") == 0)
-            rc = conf_parse_hostport(v, gw_opts.listen_host, sizeof gw_opts.listen_host, &gw_opts.listen_port);
+            rc = conf_parse_hostport(v, gw_opts.listen_host, sizeof gw_opts.listen_host, &gw_opts.listen_port) < 0
+                     ? (fprintf(stderr, "gpurent-gateway: --listen must be HOST:PORT, PORT 0 to 65535\n"), -1)
+                     : 0;
         else if (strcmp(o, "--metrics-listen") == 0)
             rc = conf_parse_hostport(v, gw_opts.metrics_host, sizeof gw_opts.metrics_host, &gw_opts.metrics_port) < 0 ||
                          gw_opts.metrics_port == 0

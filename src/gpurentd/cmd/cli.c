@@ -132,7 +132,11 @@ static int admin_create_user(int argc, char **argv)
             return 2;
         }
     }
-    if (!email || optind < argc) {
+    if (optind < argc) {
+        fprintf(stderr, "gpurentd admin create-user: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (!email) {
         fprintf(stderr, "gpurentd admin create-user: --email is required (see --help)\n");
         return 2;
     }

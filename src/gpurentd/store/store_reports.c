@@ -163,7 +163,7 @@ int store_backup(struct store *s, const char *dest, char *err, size_t errlen)
     sqlite3_close(out);
     fd = open(tmp, O_RDONLY);
     if (fd < 0 || fsync(fd) != 0 || rename(tmp, dest) != 0) {
-        snprintf(err, errlen, "cannot finish %s", dest);
+        snprintf(err, errlen, "cannot finish %s: %s", dest, strerror(errno));
         if (fd >= 0)
             close(fd);
         unlink(tmp);

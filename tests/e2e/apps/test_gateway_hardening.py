@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -22,7 +23,7 @@ import time
 import requests
 
 from agent_util import poll
-from apps_util import DEADLINE, assert_ledger_ok, free_port
+from apps_util import DEADLINE, GATEWAY, assert_ledger_ok, free_port
 
 FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_replica.py")
 
@@ -474,3 +475,14 @@ def test_a_client_that_leaves_while_the_replica_is_silent_ends_its_call(market):
     [row] = m.wait_calls(app["id"], 1)
     assert row[4] == 0 and row[1] >= 500, row
     assert_ledger_ok(m)
+
+
+def test_bad_command_lines_say_what_is_wrong():
+    """A port out of range or a stray word on the command line is named,
+    with exit status 2, before anything starts."""
+    for args, says in ((["--listen", "127.0.0.1:99999", "--secret-file", "/nonexistent"],
+                        "--listen must be HOST:PORT"),
+                       (["extra"], "unexpected argument 'extra'"),
+                       (["--sync-ms"], "--sync-ms needs a value")):
+        p = subprocess.run([GATEWAY, *args], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and says in p.stderr, (args, p.returncode, p.stderr)

@@ -603,6 +603,9 @@ def test_admin_create_user_refuses_a_taken_email(new_daemon):
     assert p.returncode == 2 and "email" in p.stderr
     p = run_gpurentd("admin", "create-user", "--db", d.db_path)
     assert p.returncode == 2 and "--email" in p.stderr
+    # A stray argument is named, not taken for a missing --email.
+    p = run_gpurentd("admin", "create-user", "--db", d.db_path, "--email", "new@example.test", "extra")
+    assert p.returncode == 2 and "unexpected argument 'extra'" in p.stderr, p.stderr
     assert d.dump() == before
 
 
