@@ -235,6 +235,18 @@ int cmd_ledger(int argc, char **argv)
         fprintf(stderr, "gpurentd: %s\n", err);
         return 1;
     }
+    /* The checks read this binary's schema: an older backup fails them with
+     * "no such column", which says nothing of why. */
+    int version = store_schema_version(s), latest = store_latest_version();
+    if (version != latest) {
+        fprintf(stderr,
+                "gpurentd ledger verify: %s is at schema %d, this gpurentd's is %d: %s\n", conf.database, version,
+                latest,
+                version < latest ? "migrate a copy first (gpurentd migrate --db COPY) and verify that"
+                                 : "use the gpurentd that wrote it");
+        store_close(s);
+        return 1;
+    }
     int breaches = ledger_verify(s, stdout);
     struct money_totals m;
     int totals = breaches == 0 ? store_metrics_money(s, &m) : STORE_OK;

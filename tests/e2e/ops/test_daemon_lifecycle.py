@@ -609,6 +609,19 @@ def test_admin_create_user_refuses_a_taken_email(new_daemon):
     assert d.dump() == before
 
 
+def test_ledger_verify_names_a_schema_it_does_not_read(tmp_path):
+    """A backup from before an upgrade: the checks read this binary's
+    schema, so verify says which schema the file has and what to do,
+    rather than fail on a missing column."""
+    db = str(tmp_path / "old.db")
+    assert run_gpurentd("migrate", "--db", db, "--to", "20").returncode == 0
+    p = run_gpurentd("ledger", "verify", "--db", db)
+    assert p.returncode == 1 and "is at schema 20" in p.stderr and "migrate a copy first" in p.stderr, p.stderr
+    assert run_gpurentd("migrate", "--db", db).returncode == 0
+    p = run_gpurentd("ledger", "verify", "--db", db)
+    assert p.returncode == 0 and "ledger OK" in p.stdout, (p.stdout, p.stderr)
+
+
 def test_admin_create_user_with_password_and_no_database_yet(tmp_path, new_daemon):
     conf = tmp_path / "fast.conf"
     conf.write_text("password_iterations = 1000\n")
