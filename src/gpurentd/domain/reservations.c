@@ -660,21 +660,21 @@ static int credit_hour(struct store *s, const struct reservation *r, int64_t los
  * would have (an hour credited already is not credited twice). A node that
  * answered with failed cards is credited only in the hours a pass sees it
  * so: no history of its cards is kept. */
-static int catch_up(struct store *s, const struct reservation *r, int64_t until, int64_t now)
+static int catch_up_bound(struct store *s, const struct reservation *r, const struct reservation_binding *rows,
+                          size_t n, int64_t until, int64_t now)
 {
-    struct reservation_binding *rows;
-    size_t n;
-    int rc = store_reservation_bindings(s, r->id, &rows, &n);
-    if (rc != STORE_OK)
-        return rc == STORE_NOT_FOUND ? STORE_OK : rc;
+    int rc = STORE_OK;
     /* Per binding, the hour from which its node gave nothing; INT64_MAX
      * while it answers. Nearly always every node answers: no hour is read. */
     int64_t *silent = calloc(n ? n : 1, sizeof *silent), first = INT64_MAX;
     for (size_t k = 0; k < n && silent && rc == STORE_OK; k++) {
         struct node node;
         silent[k] = INT64_MAX;
-        if ((rc = store_node_get(s, rows[k].node_id, &node)) == STORE_OK && strcmp(node.health, "offline") == 0)
+        int got = store_node_get(s, rows[k].node_id, &node); /* a node removed since gave what it gave */
+        if (got == STORE_OK && strcmp(node.health, "offline") == 0)
             silent[k] = node.last_seen_at ? node.last_seen_at - node.last_seen_at % HOUR : r->starts_at;
+        else if (got != STORE_OK && got != STORE_NOT_FOUND)
+            rc = got;
         if (silent[k] < first)
             first = silent[k];
     }
@@ -692,6 +692,17 @@ static int catch_up(struct store *s, const struct reservation *r, int64_t until,
         rc = credit_hour_at(s, r, lost, named, hour, now);
     }
     free(silent);
+    return rc;
+}
+
+/* catch_up_bound over block r's bindings, read here. */
+static int catch_up(struct store *s, const struct reservation *r, int64_t until, int64_t now)
+{
+    struct reservation_binding *rows = NULL;
+    size_t n = 0;
+    int rc = store_reservation_bindings(s, r->id, &rows, &n);
+    if (rc == STORE_OK)
+        rc = catch_up_bound(s, r, rows, n, until, now);
     free(rows);
     return rc == STORE_NOT_FOUND ? STORE_OK : rc;
 }
@@ -748,8 +759,11 @@ static int shortfalls(struct store *s, const struct reservation *a, size_t n, in
     char(*node_of)[ID_MAX] = calloc(n + 1, sizeof *node_of);
     const struct reservation_binding **bind = calloc(n + 1, sizeof *bind);
     int rc = rows && counts && lost && node_of && bind ? STORE_OK : STORE_ERROR;
+    /* The hours before this one that no pass saw first (catch_up), then this
+     * hour, from the same bindings. */
     for (size_t i = 0; i < n && rc == STORE_OK; i++)
-        rc = store_reservation_bindings(s, a[i].id, &rows[i], &counts[i]);
+        if ((rc = store_reservation_bindings(s, a[i].id, &rows[i], &counts[i])) == STORE_OK)
+            rc = catch_up_bound(s, &a[i], rows[i], counts[i], now - now % HOUR, now);
     /* Node by node: bind[i] is block i's binding on that node, if any.
      * A node's id is kept in a copy, as re-homing rewrites rows. */
     for (size_t i = 0; i < n && rc == STORE_OK; i++)
@@ -818,10 +832,7 @@ int reservation_pass(struct store *s, int64_t now, int *stopped)
         return rc;
     if ((rc = store_reservations_active(s, now, &r, &n)) != STORE_OK)
         return rc;
-    for (size_t i = 0; i < n && rc == STORE_OK; i++)
-        rc = catch_up(s, &r[i], now - now % HOUR, now);
-    if (rc == STORE_OK)
-        rc = shortfalls(s, r, n, now);
+    rc = shortfalls(s, r, n, now);
     free(r);
     return rc;
 }
