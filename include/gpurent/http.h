@@ -164,6 +164,9 @@ void http_error_ext(struct http_request *req, enum api_error e, const char *fiel
     __attribute__((format(printf, 5, 6)));
 /* Replies with a body of another type (e.g. text/plain, text/csv). Copies body. */
 void http_reply_raw(struct http_request *req, unsigned status, const char *content_type, const char *body, size_t len);
+/* Replies 304 Not Modified, with the Content-Length of the 200 it stands
+ * for (full_len bytes), as RFC 9110 8.6 requires of one that has it. */
+void http_reply_not_modified(struct http_request *req, size_t full_len);
 /* Whether an If-None-Match value (NULL: the header was absent) names etag,
  * or is "*": the weak comparison of RFC 9110 13.1.2, so W/"x" matches "x". */
 int http_etag_matches(const char *if_none_match, const char *etag);

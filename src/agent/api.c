@@ -170,7 +170,7 @@ static void api_facts(struct http_request *req)
     }
     http_add_header(req, "ETag", etag);
     if (http_etag_matches(http_header(req, "If-None-Match"), etag))
-        http_reply_raw(req, 304, NULL, "", 0);
+        http_reply_not_modified(req, len);
     else
         http_reply_raw(req, 200, "application/json", text, len);
     free(text);

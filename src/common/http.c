@@ -178,6 +178,24 @@ void http_reply_raw(struct http_request *req, unsigned status, const char *conte
     queue(req, status, resp);
 }
 
+/* Never read: a 304 has no body (libmicrohttpd sends none). */
+static ssize_t no_body_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls, (void)pos, (void)buf, (void)max;
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+void http_reply_not_modified(struct http_request *req, size_t full_len)
+{
+    /* libmicrohttpd writes a Content-Length from the reply's size even on a
+     * 304, and RFC 9110 8.6 allows one there only if it is the length of the
+     * 200: so the reply has that size and a body it never reads. */
+    struct MHD_Response *resp = MHD_create_response_from_callback(full_len, 1024, no_body_read, NULL, NULL);
+    if (!resp)
+        return;
+    queue(req, 304, resp);
+}
+
 int http_etag_matches(const char *if_none_match, const char *etag)
 {
     size_t elen = strlen(etag);

@@ -134,7 +134,7 @@ static void serve_file(struct http_request *req, const char *rel)
     http_add_header(req, "ETag", etag);
     if (http_etag_matches(http_header(req, "If-None-Match"), etag)) {
         close(fd);
-        http_reply_raw(req, 304, NULL, "", 0);
+        http_reply_not_modified(req, (size_t)st.st_size);
         return;
     }
     size_t len = (size_t)st.st_size, got = 0;

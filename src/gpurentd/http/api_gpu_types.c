@@ -131,7 +131,7 @@ void api_gpu_types_list(struct http_request *req)
     /* Clients may keep it but must ask again: counts change by the second. */
     http_add_header(req, "Cache-Control", "no-cache");
     if (http_etag_matches(http_header(req, "If-None-Match"), cache.etag))
-        http_reply_raw(req, 304, NULL, "", 0);
+        http_reply_not_modified(req, cache.len);
     else
         http_reply_raw(req, 200, "application/json", cache.body, cache.len);
 }

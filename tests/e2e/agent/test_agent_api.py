@@ -290,6 +290,7 @@ def test_facts_carry_an_etag_and_a_304_confirms_them(new_agent):
     for inm in (etag, "W/" + etag, f'"other", {etag}', "*"):
         again = a.get("/v1/facts", headers={"If-None-Match": inm})
         assert (again.status_code, again.content, again.headers["ETag"]) == (304, b"", etag), inm
+        assert again.headers["Content-Length"] == str(len(r.content)), again.headers  # the 200's (RFC 9110 8.6)
     other = a.get("/v1/facts", headers={"If-None-Match": '"other"'})
     assert (other.status_code, other.content, other.headers["ETag"]) == (200, r.content, etag)
     assert a.put("/v1/workloads/wl_x", json={"image": "registry/exit-after-100:1", "gpus": [0]}).status_code == 201

@@ -86,6 +86,27 @@ def test_etag_revalidation_answers_304_without_a_body(daemon):
     assert daemon.get("/console/js/api.js").headers["ETag"] != etag
 
 
+def test_a_304_states_the_length_of_the_200_and_keeps_the_connection(daemon):
+    """RFC 9110 8.6: a 304 may carry Content-Length only as the 200's own;
+    and no byte may follow it that the next reply would be read from."""
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)
+    try:
+        conn.request("GET", "/console/js/app.js")
+        full = conn.getresponse()
+        body, etag = full.read(), full.getheader("ETag")
+        for _ in range(2):
+            conn.request("GET", "/console/js/app.js", headers={"If-None-Match": etag})
+            r = conn.getresponse()
+            assert r.status == 304 and r.read() == b""
+            assert r.getheader("Content-Length") == str(len(body)), r.getheaders()
+            assert r.getheader("Transfer-Encoding") is None
+        conn.request("GET", "/console/js/app.js")
+        again = conn.getresponse()
+        assert again.status == 200 and again.read() == body
+    finally:
+        conn.close()
+
+
 def test_head_gives_the_headers_of_get_and_no_body(daemon):
     g = daemon.get("/console/css/console.css")
     status, headers, body = raw_get(daemon, "/console/css/console.css", "HEAD")

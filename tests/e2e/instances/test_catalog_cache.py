@@ -5,6 +5,7 @@ node joins, an instance claims cards, a node drains, a price changes (now or
 when a scheduled one takes effect), the catalog entry is edited. Every check
 asks several times on fresh connections, so that each of the daemon's HTTP
 threads (one cache each) is seen to be current."""
+import http.client
 import requests
 
 from instances_util import cloud, wait  # noqa: F401  (cloud is a fixture)
@@ -54,6 +55,19 @@ def test_etag_and_not_modified(cloud):
     for inm in ('"nope"', etag[:-2] + '"'):
         r = catalog(cloud.d, {"If-None-Match": inm})
         assert r.status_code == 200 and r.headers["ETag"] == etag
+    # The 304's length is the 200's (RFC 9110 8.6), on a connection kept for
+    # the next request.
+    conn = http.client.HTTPConnection("127.0.0.1", cloud.d.port, timeout=10)
+    try:
+        conn.request("GET", "/v1/gpu-types")
+        body = conn.getresponse().read()
+        conn.request("GET", "/v1/gpu-types", headers={"If-None-Match": etag})
+        r = conn.getresponse()
+        assert (r.status, r.read(), r.getheader("Content-Length")) == (304, b"", str(len(body)))
+        conn.request("GET", "/v1/gpu-types")
+        assert conn.getresponse().read() == body
+    finally:
+        conn.close()
     # HEAD answers with the same validator and no body.
     r = requests.head(cloud.d.url("/v1/gpu-types"), timeout=10)
     assert r.status_code == 200 and r.headers["ETag"] == etag
