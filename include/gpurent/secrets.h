@@ -35,6 +35,10 @@ int api_key_hash_equal(const unsigned char *a, const unsigned char *b);
  * umask was when it was made), when it is not a regular file, or when the
  * line does not fit. 0 or -1. */
 int secret_file_read(const char *path, char *out, size_t outlen, char *err, size_t errlen);
+/* Whether cert_file and key_file are a TLS pair a server can start with:
+ * both readable PEM, the key not encrypted, and the key the certificate's.
+ * 0, or -1 with a reason naming the file. */
+int tls_pair_check(const char *cert_file, const char *key_file, char *err, size_t errlen);
 /* Whether a file exists and others may read it: 1, 0, or -1 (cannot stat). */
 int file_world_readable(const char *path);
 

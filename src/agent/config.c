@@ -2,6 +2,7 @@
  * default in one place, read by conf.c from conf/gpurent-agent.conf and
  * flags, plus the few rules that span options. */
 #include "agent.h"
+#include "gpurent/secrets.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -300,6 +301,9 @@ static int check_config(const struct agent_conf *conf, char *err, size_t errlen)
         snprintf(err, errlen, "tls_cert and tls_key must be set together");
         return -1;
     }
+    /* Read here, so that -n finds a pair the server could not start with. */
+    if (conf->tls_cert[0] && tls_pair_check(conf->tls_cert, conf->tls_key, err, errlen) < 0)
+        return -1;
     if (strcmp(conf->discovery, "config") == 0) {
         struct gpu_facts *f = malloc(sizeof *f);
         if (!f) {

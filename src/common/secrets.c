@@ -7,8 +7,11 @@
 #include <inttypes.h>
 #include <openssl/crypto.h>
 #include <openssl/ec.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/obj_mac.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
 #include <pthread.h>
@@ -401,4 +404,49 @@ int websocket_accept(const char *key, char out[64])
         return -1;
     EVP_EncodeBlock((unsigned char *)out, sha, 20);
     return 0;
+}
+
+/* No passphrase prompt: a server started by systemd has nobody to ask. */
+static int no_passphrase(char *buf, int size, int rwflag, void *u)
+{
+    (void)buf, (void)size, (void)rwflag, (void)u;
+    return -1;
+}
+
+int tls_pair_check(const char *cert_file, const char *key_file, char *err, size_t errlen)
+{
+    X509 *cert = NULL;
+    EVP_PKEY *key = NULL;
+    int rc = -1;
+    FILE *f = fopen(cert_file, "r");
+    if (!f) {
+        snprintf(err, errlen, "tls_cert %s: %s", cert_file, strerror(errno));
+        goto out;
+    }
+    cert = PEM_read_X509(f, NULL, no_passphrase, NULL);
+    fclose(f);
+    if (!cert) {
+        snprintf(err, errlen, "tls_cert %s: not a PEM certificate", cert_file);
+        goto out;
+    }
+    if (!(f = fopen(key_file, "r"))) {
+        snprintf(err, errlen, "tls_key %s: %s", key_file, strerror(errno));
+        goto out;
+    }
+    key = PEM_read_PrivateKey(f, NULL, no_passphrase, NULL);
+    fclose(f);
+    if (!key) {
+        snprintf(err, errlen, "tls_key %s: not a PEM private key, or one that needs a passphrase", key_file);
+        goto out;
+    }
+    if (X509_check_private_key(cert, key) != 1) {
+        snprintf(err, errlen, "tls_key %s is not the key of tls_cert %s", key_file, cert_file);
+        goto out;
+    }
+    rc = 0;
+out:
+    ERR_clear_error(); /* what was refused is said above; nothing left for the next caller */
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    return rc;
 }

@@ -28,9 +28,16 @@ static int validate_database(const void *field, char *err, size_t errlen)
     return require_nonempty("database", field, err, errlen);
 }
 
+/* Checked here, not only when the first admin is made, so that -n finds it. */
 static int validate_admin_email(const void *field, char *err, size_t errlen)
 {
-    return require_nonempty("bootstrap_admin_email", field, err, errlen);
+    char email[sizeof ((struct user *)0)->email];
+    const char *why;
+    if (account_email_normalize(field, email, sizeof email, &why) < 0) {
+        snprintf(err, errlen, "bootstrap_admin_email: %s", why);
+        return -1;
+    }
+    return 0;
 }
 
 /* Every volume needs its own source, so the template must name the volume. */
@@ -422,6 +429,9 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
         snprintf(err, errlen, "tls_cert and tls_key must be set together");
         return -1;
     }
+    /* Read here, so that -n finds a pair the server could not start with. */
+    if (conf->tls_cert[0] && tls_pair_check(conf->tls_cert, conf->tls_key, err, errlen) < 0)
+        return -1;
     /* The validators have parsed each amount already; the handlers compare
      * with integers. */
     int64_t credit;

@@ -277,8 +277,6 @@ int cmd_serve(int argc, char **argv)
         log_error("%s", err);
         goto out;
     }
-    if (bootstrap_admin(s, &conf) < 0)
-        goto out;
     store_close(s);
     s = NULL;
     store_set_path(conf.database);
@@ -324,6 +322,11 @@ int cmd_serve(int argc, char **argv)
             goto out;
         log_info("metrics on http://%s:%d/metrics", mhost, http_server_port(metrics_srv));
     }
+    /* Once both addresses are bound: a start refused for a taken port does
+     * not leave an admin whose key was printed by a run that then failed. */
+    struct store *mine = store_thread();
+    if (!mine || bootstrap_admin(mine, &conf) < 0)
+        goto out;
     log_info("gpurentd listening on %s://%s:%d (database %s, schema version %d)", conf.tls_cert[0] ? "https" : "http",
              host, http_server_port(srv), conf.database, store_latest_version());
     warn_if_clear_text(&conf, host, http_server_port(srv));

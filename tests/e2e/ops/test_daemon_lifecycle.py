@@ -447,6 +447,7 @@ def test_shipped_configuration_is_valid():
     ("listen = 127.0.0.1:65536", "listen"),
     ("log_level = loud", "log_level"),
     ("database =", "database"),
+    ("bootstrap_admin_email = admin", "bootstrap_admin_email"),
     ("just some words", ""),
     ("[server]", "section"),
 ])

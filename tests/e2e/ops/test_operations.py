@@ -37,8 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from agent_util import Fleet, poll
-from harness import GPURENTD, START_TIME, assert_error, migration_versions, run_gpurentd
+from agent_util import Fleet, poll, run_agent
+from harness import GPURENTD, Daemon, START_TIME, assert_error, migration_versions, run_gpurentd
 from inventory_util import FakeAgent, facts_doc, node as get_node, register, wait_state
 from money_util import IMAGE, MICRO, PRICE, SIM_ZERO, accrue, start_cluster, yuan
 from notify_util import NotifySocket, notify_fields as fields
@@ -1326,6 +1326,54 @@ def test_api_over_https(pki, tmp_path):
     finally:
         d.kill()
         ns.close()
+
+
+def test_check_mode_reads_the_tls_pair(pki, tmp_path):
+    """-n finds a certificate and key the server could not start with, for
+    gpurentd and the agent alike, and names the file."""
+    key, cert = pki["server"]
+    other_key, _ = pki["agent"]
+    locked = tmp_path / "locked.key"
+    p = subprocess.run(["openssl", "pkey", "-in", key, "-aes256", "-passout", "pass:secret", "-out", locked],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    cases = [((cert, key), None),
+             ((tmp_path / "absent.pem", key), "absent.pem"),
+             ((garbage, key), "not a PEM certificate"),
+             ((cert, garbage), "not a PEM private key"),
+             ((cert, locked), "passphrase"),
+             ((cert, other_key), "is not the key of")]
+    for (c, k), why in cases:
+        for run in (lambda *a: run_gpurentd("-n", *a), lambda *a: run_agent("-n", *a)):
+            p = run("-o", f"tls_cert={c}", "-o", f"tls_key={k}")
+            if why is None:
+                assert p.returncode == 0 and "configuration OK" in p.stdout, p.stderr
+            else:
+                assert p.returncode != 0 and why in p.stderr and "configuration OK" not in p.stdout, (c, k, p.stderr)
+
+
+def test_a_start_refused_for_a_taken_port_makes_no_admin(tmp_path):
+    """The first admin is made once the daemon holds its address: a start
+    that cannot bind prints no key and leaves no admin behind, so the next
+    start makes it and prints its key."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    d = Daemon(tmp_path / "d", listen=f"127.0.0.1:{holder.getsockname()[1]}", start=False)
+    try:
+        d.spawn()
+        assert d.wait() != 0
+        assert "gpk_" not in d.stdout_text(), d.stdout_text()
+        assert d.sql("SELECT count(*) FROM users") == [(0,)]
+        d.listen = "127.0.0.1:0"
+        d.start()
+        assert d.admin_key and d.get("/v1/me", key=d.admin_key).json()["role"] == "admin"
+        d.stop()
+    finally:
+        holder.close()
+        d.kill()
 
 
 def test_agents_over_https_are_verified_against_agent_ca_file(pki, new_daemon, tmp_path):
