@@ -32,6 +32,7 @@
 #include "domain/domain.h"
 #include "gpurent/http.h"
 #include "loops/loops.h"
+#include "store/store.h" /* IDEM_LOCATION_MAX */
 
 /* routes.c */
 extern const struct http_route daemon_routes[];
@@ -104,21 +105,27 @@ void limit_refuse_balance(struct http_request *req, const char *field, const cha
 struct idempotency {
     char key[256]; /* the header, "" when absent */
     char hash[65]; /* SHA-256 of method, path and body */
+    char location[IDEM_LOCATION_MAX]; /* the answer's Location: set before
+                                       * recording it, read by a replay */
 };
 /* Reads the header. Returns 1 if the request was answered (a replay, a
  * reused key or a bad header), 0 to go on. */
 int idempotency_begin(struct http_request *req, struct idempotency *idem);
 /* The in-transaction replay, before the operation acts: a retry sent while
  * the first try was in flight finds the twin's record here (writers are
- * serialised). IDEM_NONE: go on; IDEM_REPLAY: *status and *body (malloc'd,
- * caller frees) are the twin's answer; IDEM_REUSED: the key came with
- * another request. A negative store_rc on failure. */
+ * serialised). IDEM_NONE: go on; IDEM_REPLAY: *status, *body (malloc'd,
+ * caller frees) and idem->location are the twin's answer; IDEM_REUSED: the
+ * key came with another request. A negative store_rc on failure. */
 enum { IDEM_NONE = 0, IDEM_REPLAY = 1, IDEM_REUSED = 2 };
-int idempotency_twin(struct store *s, const struct http_request *req, const struct idempotency *idem, int *status,
+int idempotency_twin(struct store *s, const struct http_request *req, struct idempotency *idem, int *status,
                      char **body);
-/* Records the answer inside the operation's transaction. */
+/* Records the answer, with idem->location, inside the operation's
+ * transaction. */
 int idempotency_record(struct store *s, const struct http_request *req, const struct idempotency *idem, int status,
                        const char *body);
+/* Replies with a recorded answer: its status, Location and body, marked
+ * Idempotent-Replayed. */
+void idempotency_replay(struct http_request *req, const struct idempotency *idem, int status, const char *body);
 
 /* api_health.c */
 void api_healthz(struct http_request *req);

@@ -254,7 +254,7 @@ struct grant_ctx {
     const char *reason;             /* why, as the admin wrote it ("" for none) */
     const char *statement;          /* what the user's statement says: the reason or a default */
     const struct http_request *req; /* for the idempotency record */
-    const struct idempotency *idem; /* its key */
+    struct idempotency *idem;       /* its key */
     char grant[ID_MAX];             /* out */
     char *answer;                   /* out: the 201 body, or the replayed one (malloc'd) */
     int replayed;                   /* out: answer is a twin request's */
@@ -286,7 +286,11 @@ static int grant_txn(struct store *s, void *vctx)
     /* The answer is also the action's detail: what was granted, and the id. */
     rc = ctx->answer ? audit_record(s, ctx->req, "grant", ctx->user_id, ctx->amount, j, ctx->reason) : STORE_ERROR;
     json_decref(j);
-    return rc != STORE_OK ? rc : idempotency_record(s, ctx->req, ctx->idem, 201, ctx->answer);
+    if (rc != STORE_OK)
+        return rc;
+    snprintf(ctx->idem->location, sizeof ctx->idem->location, "/v1/admin/users/%s/grants/%s", ctx->user_id,
+             ctx->grant);
+    return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->answer);
 }
 
 void api_grants_create(struct http_request *req)
@@ -334,9 +338,9 @@ void api_grants_create(struct http_request *req)
             http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         else if (rc != STORE_OK)
             http_error(req, ERR_INTERNAL, NULL, NULL);
+        else if (ctx.replayed)
+            idempotency_replay(req, &idem, 201, ctx.answer);
         else {
-            if (ctx.replayed)
-                http_add_header(req, "Idempotent-Replayed", "true");
             char location[96];
             snprintf(location, sizeof location, "/v1/admin/users/%s/grants/%s", ctx.user_id, ctx.grant);
             http_add_header(req, "Location", location);

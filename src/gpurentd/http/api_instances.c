@@ -39,7 +39,7 @@ static void reply_failure(struct http_request *req, int rc, struct op_outcome *o
 struct create_ctx {
     struct instance_create in;      /* the request */
     const struct http_request *req; /* for idempotency records */
-    const struct idempotency *idem; /* the key */
+    struct idempotency *idem;       /* the key */
     struct op_outcome o;            /* refusal, if any */
     char id[ID_MAX];                /* the new instance */
     struct funds_seen funds;        /* the owner's, as its funds check read them */
@@ -110,6 +110,7 @@ static int create_txn(struct store *s, void *vctx)
         return STORE_OK;
     if (!(ctx->body = view_text(ctx->view)))
         return STORE_ERROR;
+    snprintf(ctx->idem->location, sizeof ctx->idem->location, "/v1/instances/%s", ctx->id);
     return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->body);
 }
 
@@ -149,8 +150,7 @@ static void create_reply(struct http_request *req, void *vjob, int connected)
         return;
     }
     if (job->rc == STORE_OK && ctx->replayed) {
-        http_add_header(req, "Idempotent-Replayed", "true");
-        http_reply_raw(req, (unsigned)ctx->replayed, "application/json", ctx->body, strlen(ctx->body));
+        idempotency_replay(req, ctx->idem, ctx->replayed, ctx->body);
     } else if (job->rc == STORE_OK) {
         if (!ctx->body)
             ctx->body = view_text(ctx->view);

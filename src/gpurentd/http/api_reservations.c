@@ -46,7 +46,7 @@ struct create_ctx {
     const char *user_id, *gpu_type; /* who, what */
     int64_t cards, starts_at, ends_at, now;
     const struct http_request *req; /* for idempotency records */
-    const struct idempotency *idem; /* the key */
+    struct idempotency *idem;       /* the key */
     struct op_outcome o;            /* refusal, if any */
     struct reservation r;           /* the booking */
     char *body;                     /* the answer (malloc'd) */
@@ -83,6 +83,7 @@ static int create_txn(struct store *s, void *vctx)
     json_decref(j);
     if (!ctx->body)
         return STORE_ERROR;
+    snprintf(ctx->idem->location, sizeof ctx->idem->location, "/v1/reservations/%s", ctx->r.id);
     return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->body);
 }
 
@@ -122,8 +123,7 @@ void api_reservations_create(struct http_request *req)
     struct store *s = store_thread();
     int rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR;
     if (rc == STORE_OK && ctx.replayed) {
-        http_add_header(req, "Idempotent-Replayed", "true");
-        http_reply_raw(req, (unsigned)ctx.replayed, "application/json", ctx.body, strlen(ctx.body));
+        idempotency_replay(req, &idem, ctx.replayed, ctx.body);
     } else if (rc == STORE_OK) {
         log_info("reservations: %s booked %s: %lld x %s", req->user_id, ctx.r.id, (long long)ctx.cards,
                  ctx.r.gpu_model);

@@ -42,7 +42,8 @@ int idempotency_begin(struct http_request *req, struct idempotency *idem)
     char stored_hash[65];
     int status;
     char *response;
-    int rc = s ? store_idempotency_get(s, req->user_id, idem->key, stored_hash, &status, &response) : STORE_ERROR;
+    int rc = s ? store_idempotency_get(s, req->user_id, idem->key, stored_hash, &status, idem->location, &response)
+               : STORE_ERROR;
     if (rc == STORE_NOT_FOUND)
         return 0;
     if (rc != STORE_OK) {
@@ -51,22 +52,28 @@ int idempotency_begin(struct http_request *req, struct idempotency *idem)
     }
     if (strcmp(stored_hash, idem->hash) != 0)
         http_error(req, ERR_IDEMPOTENCY_KEY_REUSED, "Idempotency-Key", NULL);
-    else {
-        http_add_header(req, "Idempotent-Replayed", "true");
-        http_reply_raw(req, (unsigned)status, "application/json", response, strlen(response));
-    }
+    else
+        idempotency_replay(req, idem, status, response);
     free(response);
     return 1;
 }
 
-int idempotency_twin(struct store *s, const struct http_request *req, const struct idempotency *idem, int *status,
+void idempotency_replay(struct http_request *req, const struct idempotency *idem, int status, const char *body)
+{
+    http_add_header(req, "Idempotent-Replayed", "true");
+    if (idem->location[0])
+        http_add_header(req, "Location", idem->location);
+    http_reply_raw(req, (unsigned)status, "application/json", body, strlen(body));
+}
+
+int idempotency_twin(struct store *s, const struct http_request *req, struct idempotency *idem, int *status,
                      char **body)
 {
     *body = NULL;
     if (!idem->key[0])
         return IDEM_NONE;
     char stored[65];
-    int rc = store_idempotency_get(s, req->user_id, idem->key, stored, status, body);
+    int rc = store_idempotency_get(s, req->user_id, idem->key, stored, status, idem->location, body);
     if (rc == STORE_NOT_FOUND)
         return IDEM_NONE;
     if (rc != STORE_OK)
@@ -85,5 +92,5 @@ int idempotency_record(struct store *s, const struct http_request *req, const st
         return STORE_OK;
     /* A concurrent twin with the same key commits first: STORE_CONFLICT
      * rolls this one back, and the client's retry replays the twin's answer. */
-    return store_idempotency_put(s, req->user_id, idem->key, idem->hash, status, body, clock_now());
+    return store_idempotency_put(s, req->user_id, idem->key, idem->hash, status, idem->location, body, clock_now());
 }

@@ -655,11 +655,12 @@ int store_instance_internal_key(struct store *s, const char *id, struct instance
 
 /* store_idempotency.c */
 /* The first answer recorded for (user_id, key): STORE_NOT_FOUND if none;
- * *response is malloc'd. */
+ * *response is malloc'd; location is its Location header, "" if none. */
+#define IDEM_LOCATION_MAX 201
 int store_idempotency_get(struct store *s, const char *user_id, const char *key, char hash[65], int *status,
-                          char **response);
+                          char location[IDEM_LOCATION_MAX], char **response);
 int store_idempotency_put(struct store *s, const char *user_id, const char *key, const char *hash, int status,
-                          const char *response, int64_t now);
+                          const char *location, const char *response, int64_t now);
 
 /* store_money.c: prices, the ledger, credit grants, invite codes, top-ups
  * and billing state of running intervals. */

@@ -6,12 +6,13 @@
 #include <string.h>
 
 static const char SQL_IDEM_GET[] =
-    "SELECT request_hash, status, response FROM idempotency_keys WHERE user_id = ? AND key = ?";
+    "SELECT request_hash, status, response, location FROM idempotency_keys WHERE user_id = ? AND key = ?";
 static const char SQL_IDEM_PUT[] =
-    "INSERT INTO idempotency_keys (user_id, key, request_hash, status, response, created_at) VALUES (?, ?, ?, ?, ?, ?)";
+    "INSERT INTO idempotency_keys (user_id, key, request_hash, status, response, created_at, location)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)";
 
 int store_idempotency_get(struct store *s, const char *user_id, const char *key, char hash[65], int *status,
-                          char **response)
+                          char location[IDEM_LOCATION_MAX], char **response)
 {
     *response = NULL;
     sqlite3_stmt *st = store_stmt(s, SQL_IDEM_GET);
@@ -23,6 +24,7 @@ int store_idempotency_get(struct store *s, const char *user_id, const char *key,
     if (rc == SQLITE_ROW) {
         snprintf(hash, 65, "%s", (const char *)sqlite3_column_text(st, 0));
         *status = sqlite3_column_int(st, 1);
+        snprintf(location, IDEM_LOCATION_MAX, "%s", (const char *)sqlite3_column_text(st, 3));
         *response = strdup((const char *)sqlite3_column_text(st, 2));
         if (!*response)
             result = STORE_ERROR;
@@ -34,7 +36,7 @@ int store_idempotency_get(struct store *s, const char *user_id, const char *key,
 }
 
 int store_idempotency_put(struct store *s, const char *user_id, const char *key, const char *hash, int status,
-                          const char *response, int64_t now)
+                          const char *location, const char *response, int64_t now)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_IDEM_PUT);
     if (!st)
@@ -45,5 +47,6 @@ int store_idempotency_put(struct store *s, const char *user_id, const char *key,
     sqlite3_bind_int(st, 4, status);
     sqlite3_bind_text(st, 5, response, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, now);
+    sqlite3_bind_text(st, 7, location, -1, SQLITE_STATIC);
     return store_step_write(s, st, "put idempotency key");
 }

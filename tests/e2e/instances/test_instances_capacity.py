@@ -67,6 +67,8 @@ def test_idempotency_key_replay_and_conflict(cloud):
     assert again.status_code == 201, again.text
     assert again.headers.get("Idempotent-Replayed") == "true"
     assert again.json() == inst            # the first answer, word for word
+    # with its Location: a 201 without one would name the collection
+    assert again.headers["Location"] == first.headers["Location"] == f"/v1/instances/{inst['id']}"
     assert d.dump() == before
     # The same key with another body is refused, and changes nothing.
     err = assert_error(d.post("/v1/instances", key=u.key, json={**BODY, "card_count": 4}, headers=key),
@@ -106,6 +108,7 @@ def test_idempotency_key_concurrent_twins_create_once(cloud):
     assert {r.status_code for r in replies} == {201}, [(r.status_code, r.text[:200]) for r in replies]
     ids = {r.json()["id"] for r in replies}
     assert len(ids) == 1, ids
+    assert {r.headers["Location"] for r in replies} == {f"/v1/instances/{next(iter(ids))}"}
     assert sum(r.headers.get("Idempotent-Replayed") != "true" for r in replies) == 1
     assert [i for (i,) in d.sql("SELECT id FROM instances")] == list(ids)
     cloud.wait_state(u, ids.pop(), "running")

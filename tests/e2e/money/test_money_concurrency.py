@@ -137,6 +137,7 @@ def test_admin_grants_honour_idempotency_keys(new_cluster):
     again = c.admin("POST", path, json=body, headers=h)
     assert again.status_code == 201 and again.json() == first.json(), again.text
     assert again.headers.get("Idempotent-Replayed") == "true"
+    assert again.headers["Location"] == first.headers["Location"] == f"{path}/{first.json()['grant_id']}"
     assert_error(c.admin("POST", path, json={**body, "amount": "4.00"}, headers=h), 422, "idempotency_key_reused",
                  "Idempotency-Key")
     # Retries racing each other: still one grant.

@@ -238,6 +238,7 @@ def test_idempotency_key_books_once(rc):
     r = rc.d.post("/v1/reservations", key=u.key, headers=h,
                   json={"gpu_type": "H100-SXM", "cards": 8, "starts_at": iso(rc.hour(5)), "ends_at": iso(rc.hour(6))})
     assert r.status_code == 201 and r.headers.get("Idempotent-Replayed") == "true" and r.json() == a, r.text
+    assert r.headers["Location"] == f"/v1/reservations/{a['id']}"
     assert_error(rc.d.post("/v1/reservations", key=u.key, headers=h,
                            json={"gpu_type": "H100-SXM", "cards": 4, "starts_at": iso(rc.hour(5)),
                                  "ends_at": iso(rc.hour(6))}), 422, "idempotency_key_reused", "Idempotency-Key")
