@@ -187,9 +187,24 @@ int account_signup(struct store *s, struct user *u, char *key_id, char *token)
     return create(s, u, "signup", key_id, token, 1);
 }
 
+/* Every key a user holds is sent to every gateway each second and tried
+ * by every request that presents it: the count is bounded
+ * (max_api_keys_per_user). */
 static int key_txn(struct store *s, void *vctx)
 {
-    return store_api_key_insert(s, vctx);
+    struct api_key *k = vctx;
+    int64_t live = store_api_key_live_count(s, k->user_id, k->created_at);
+    if (live < 0)
+        return (int)live;
+    int64_t over = live + 1 - daemon_config->max_api_keys_per_user, revoked = 0;
+    if (over > 0 && k->expires_at) {
+        int rc = store_api_keys_revoke_oldest_logins(s, k->user_id, over, k->created_at, &revoked);
+        if (rc != STORE_OK)
+            return rc;
+    }
+    if (over > revoked)
+        return ACCOUNT_KEY_LIMIT;
+    return store_api_key_insert(s, k);
 }
 
 int account_key_create(struct store *s, const char *user_id, const char *name, char *key_id, char *token,

@@ -112,6 +112,8 @@ struct daemon_conf {
     char payment_webhook_secret_file[1024]; /* where to read it instead; "" none */
     char metrics_listen[128];         /* host:port serving /metrics without a key; "" keeps it admin-only on the API */
     int64_t max_ssh_keys_per_user;    /* SSH public keys one account may hold */
+    int64_t max_api_keys_per_user;    /* live API keys one account may hold */
+    int64_t max_apps_per_user;        /* live apps one account may publish */
     char image_policy[16];            /* "catalog": catalog images only; "registries": also any of image_registries */
     char image_registries[1024];      /* registries (host[:port], comma-separated) users' own images may come from */
     int64_t max_volume_size_gb;       /* largest volume a user may create, GB */
@@ -214,11 +216,15 @@ int account_signup(struct store *s, struct user *u, char *key_id, char *token);
 /* Since issue 13 a sign-up grants nothing at once: account_signup creates
  * the account unverified, with a verification code queued for mail in the
  * same transaction; the credit comes with account_verify. */
-/* Creates an API key for user_id; same token rules. */
+/* Creates an API key for user_id; same token rules. ACCOUNT_KEY_LIMIT when
+ * the user holds max_api_keys_per_user live keys. */
+#define ACCOUNT_KEY_LIMIT (-128)
 int account_key_create(struct store *s, const char *user_id, const char *name, char *key_id, char *token,
                        int64_t *created_at);
 /* The same for a key made by logging in: it expires ttl_s after its
- * creation (0: never). */
+ * creation (0: never). At the limit, the user's oldest keys made by logging
+ * in are revoked to make room, as a browser's oldest session ends;
+ * ACCOUNT_KEY_LIMIT only when there are none to revoke. */
 int account_login_key(struct store *s, const char *user_id, const char *name, int64_t ttl_s, char *key_id,
                       char *token, int64_t *created_at);
 

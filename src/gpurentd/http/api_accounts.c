@@ -193,7 +193,14 @@ void api_login(struct http_request *req)
         int64_t created_at;
         const char *name = key_name ? key_name : "login";
         int64_t ttl = daemon_config->login_key_ttl_s;
-        if (account_login_key(s, u.id, name, ttl, key_id, token, &created_at) != STORE_OK) {
+        rc = account_login_key(s, u.id, name, ttl, key_id, token, &created_at);
+        if (rc == ACCOUNT_KEY_LIMIT) {
+            http_error_ext(req, ERR_QUOTA_EXCEEDED, NULL,
+                           json_pack("{s:I}", "limit", (json_int_t)daemon_config->max_api_keys_per_user),
+                           "this account holds %lld live API keys (max_api_keys_per_user), none made by logging in;"
+                           " revoke one with one of them first",
+                           (long long)daemon_config->max_api_keys_per_user);
+        } else if (rc != STORE_OK) {
             http_error(req, ERR_INTERNAL, NULL, NULL);
         } else {
             json_t *key = new_key_json(key_id, name, token, created_at);

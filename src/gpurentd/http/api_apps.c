@@ -80,6 +80,16 @@ static int publish_txn(struct store *s, void *vctx)
     }
     if (rc != STORE_NOT_FOUND || (rc = app_check_refs(s, &ctx->a, ctx->allowed, &ctx->o)) != STORE_OK)
         return rc;
+    /* Every app is in the marketplace's pages and in every gateway's copy,
+     * refreshed each second: a publisher's count is bounded. */
+    int64_t published = store_app_count_by_publisher(s, ctx->a.publisher_id);
+    if (published < 0)
+        return (int)published;
+    if (published >= daemon_config->max_apps_per_user)
+        return op_refuse(&ctx->o, ERR_QUOTA_EXCEEDED, NULL,
+                         json_pack("{s:I}", "limit", (json_int_t)daemon_config->max_apps_per_user),
+                         "an account may publish at most %lld apps (max_apps_per_user); delete one first",
+                         (long long)daemon_config->max_apps_per_user);
     if ((rc = store_app_insert(s, &ctx->a)) != STORE_OK || (rc = set_access(s, &ctx->a, ctx->allowed)) != STORE_OK ||
         (rc = store_app_event(s, ctx->a.id, ctx->a.created_at, "published", ctx->a.slug)) != STORE_OK)
         return rc == STORE_CONFLICT ? (ctx->taken = 1, rc) : rc;

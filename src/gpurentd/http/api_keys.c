@@ -32,7 +32,13 @@ void api_keys_create(struct http_request *req)
     char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
     int64_t created_at;
     struct store *s = store_thread();
-    if (!s || account_key_create(s, req->user_id, name, key_id, token, &created_at) != STORE_OK)
+    int rc = s ? account_key_create(s, req->user_id, name, key_id, token, &created_at) : STORE_ERROR;
+    if (rc == ACCOUNT_KEY_LIMIT)
+        http_error_ext(req, ERR_QUOTA_EXCEEDED, NULL,
+                       json_pack("{s:I}", "limit", (json_int_t)daemon_config->max_api_keys_per_user),
+                       "an account may hold at most %lld live API keys (max_api_keys_per_user); revoke one first",
+                       (long long)daemon_config->max_api_keys_per_user);
+    else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else {
         char location[64];

@@ -200,6 +200,13 @@ int store_user_set_password(struct store *s, const char *user_id, const char *pa
  * at most max; *n gets the count. Revoked keys are listed too. */
 int store_api_key_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
                        struct api_key *out, size_t max, size_t *n);
+/* How many keys of user_id still authenticate at now (not revoked, not
+ * expired); negative store_rc on failure. */
+int64_t store_api_key_live_count(struct store *s, const char *user_id, int64_t now);
+/* Revokes the n oldest live keys of user_id that expire (made by logging
+ * in); *revoked gets how many there were to revoke. */
+int store_api_keys_revoke_oldest_logins(struct store *s, const char *user_id, int64_t n, int64_t now,
+                                        int64_t *revoked);
 /* Revokes key id of user_id at now; STORE_NOT_FOUND if it is not theirs.
  * Revoking an already revoked key is STORE_OK and keeps the first time. */
 int store_api_key_revoke(struct store *s, const char *user_id, const char *id, int64_t now);
@@ -1126,6 +1133,9 @@ struct app {
 };
 void store_app_free(struct app *a);
 int store_app_insert(struct store *s, const struct app *a);
+/* How many live (not deleted) apps user_id publishes; negative store_rc on
+ * failure. */
+int64_t store_app_count_by_publisher(struct store *s, const char *user_id);
 /* Writes every changeable column of a (by id). */
 int store_app_update(struct store *s, const struct app *a);
 /* A live app by slug; STORE_NOT_FOUND for none or a deleted one. */

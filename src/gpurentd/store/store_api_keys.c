@@ -21,6 +21,11 @@ static const char SQL_KEY_TOUCH[] =
 static const char SQL_KEYS_REVOKE_ALL[] =
     "UPDATE api_keys SET revoked_at = ?2 WHERE user_id = ?1 AND revoked_at IS NULL AND id IS NOT ?3"
     " AND (?4 = 0 OR expires_at IS NOT NULL)";
+static const char SQL_KEYS_LIVE[] = "SELECT count(*) FROM api_keys WHERE user_id = ?1 AND revoked_at IS NULL"
+                                    " AND (expires_at IS NULL OR expires_at > ?2)";
+static const char SQL_KEYS_REVOKE_OLDEST_LOGINS[] =
+    "UPDATE api_keys SET revoked_at = ?2 WHERE id IN (SELECT id FROM api_keys WHERE user_id = ?1 AND revoked_at IS NULL"
+    " AND expires_at > ?2 ORDER BY created_at, id LIMIT ?3)";
 static const char SQL_USER_PASSWORD[] = "UPDATE users SET password_hash = ?2 WHERE id = ?1";
 static const char SQL_KEY_REVOKE[] =
     "UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND user_id = ?";
@@ -147,4 +152,33 @@ int store_user_set_password(struct store *s, const char *user_id, const char *pa
     sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, password_hash, -1, SQLITE_STATIC);
     return store_step_change(s, st, "set password");
+}
+
+int64_t store_api_key_live_count(struct store *s, const char *user_id, int64_t now)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_KEYS_LIVE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    int rc = sqlite3_step(st);
+    int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "count live api keys");
+    sqlite3_reset(st);
+    return n;
+}
+
+int store_api_keys_revoke_oldest_logins(struct store *s, const char *user_id, int64_t n, int64_t now,
+                                        int64_t *revoked)
+{
+    *revoked = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_KEYS_REVOKE_OLDEST_LOGINS);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now);
+    sqlite3_bind_int64(st, 3, n);
+    int rc = store_step_write(s, st, "revoke the oldest login keys");
+    if (rc == STORE_OK)
+        *revoked = sqlite3_changes(store_db(s));
+    return rc;
 }

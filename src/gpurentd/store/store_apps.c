@@ -188,6 +188,21 @@ static void bind_app(sqlite3_stmt *st, const struct app *a)
     sqlite3_bind_text(st, 28, a->health_path[0] ? a->health_path : "/health", -1, SQLITE_STATIC);
 }
 
+static const char SQL_APP_COUNT_BY_PUBLISHER[] =
+    "SELECT count(*) FROM apps WHERE publisher_id = ? AND deleted_at IS NULL";
+
+int64_t store_app_count_by_publisher(struct store *s, const char *user_id)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_APP_COUNT_BY_PUBLISHER);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "count apps");
+    sqlite3_reset(st);
+    return n;
+}
+
 int store_app_insert(struct store *s, const struct app *a)
 {
     sqlite3_stmt *st = store_stmt(s, SQL_APP_INSERT);

@@ -411,3 +411,34 @@ def test_disabled_account_cannot_authenticate(daemon, user):
     assert_error(daemon.login(user.email, user.password), 403, "account_disabled")
     # A wrong password still says only that the credentials are wrong.
     assert_error(daemon.login(user.email, "wrong password"), 401, "invalid_credentials")
+
+
+def test_live_keys_are_bounded_and_a_login_at_the_bound_ends_the_oldest_session(new_daemon):
+    """max_api_keys_per_user counts keys that still authenticate. A key
+    asked for at the bound is refused and changes nothing; a login at the
+    bound revokes the oldest key made by logging in, and is refused only when
+    there is none."""
+    d = new_daemon(options={"max_api_keys_per_user": "3"})
+    u = d.signup()
+    second = d.create_key(u.key, "second")
+    third = d.create_key(u.key, "third")
+    before = d.dump()
+    err = assert_error(d.post("/v1/api-keys", key=u.key, json={"name": "fourth"}), 403, "quota_exceeded")
+    assert err["limit"] == 3 and "max_api_keys_per_user" in err["message"], err
+    assert d.dump() == before
+    # Three keys that never expire: a login has no session to end.
+    assert_error(d.login(u.email, u.password), 403, "quota_exceeded")
+    assert d.dump() == before
+    assert d.delete(f"/v1/api-keys/{third['id']}", key=u.key).status_code in (200, 204)
+    first = d.login(u.email, u.password)
+    assert first.status_code == 200, first.text
+    first_key = first.json()["api_key"]["token"]
+    d.advance_clock(1)
+    latest = d.login(u.email, u.password)
+    assert latest.status_code == 200, latest.text
+    # The first login's key is gone, the new one works, the others stay.
+    assert d.get("/v1/me", key=first_key).status_code == 401
+    for key in (latest.json()["api_key"]["token"], u.key, second["token"]):
+        assert d.get("/v1/me", key=key).status_code == 200
+    assert d.sql("SELECT count(*) FROM api_keys WHERE user_id = ? AND revoked_at IS NULL", (u.id,)) == [(3,)]
+    assert_error(d.post("/v1/api-keys", key=u.key, json={}), 403, "quota_exceeded")

@@ -185,3 +185,20 @@ def test_an_unverified_account_cannot_publish(daemon):
     r = daemon.post("/v1/apps", key=u.key, json={**BASE, "slug": "unverified-app", "min_replicas": 1})
     assert_error(r, 403, "email_not_verified")
     assert daemon.sql("SELECT count(*) FROM apps WHERE slug = 'unverified-app'")[0][0] == 0
+
+
+def test_a_publisher_s_apps_are_bounded_and_a_deleted_one_frees_its_place(new_daemon):
+    """Every app is in the marketplace and in every gateway's copy each
+    second: max_apps_per_user bounds what one account publishes."""
+    d = new_daemon(options={"max_apps_per_user": "2"})
+    pub, other = d.signup(), d.signup()
+    for slug in ("capped-one", "capped-two"):
+        assert d.post("/v1/apps", key=pub.key, json={**BASE, "slug": slug}).status_code == 201
+    before = d.dump()
+    err = assert_error(d.post("/v1/apps", key=pub.key, json={**BASE, "slug": "capped-three"}), 403, "quota_exceeded")
+    assert err["limit"] == 2 and "max_apps_per_user" in err["message"], err
+    assert d.dump() == before
+    # Another publisher has a count of its own.
+    assert d.post("/v1/apps", key=other.key, json={**BASE, "slug": "others-one"}).status_code == 201
+    assert d.delete("/v1/apps/capped-one", key=pub.key).status_code in (200, 204)
+    assert d.post("/v1/apps", key=pub.key, json={**BASE, "slug": "capped-three"}).status_code == 201
