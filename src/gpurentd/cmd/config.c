@@ -5,6 +5,7 @@
 #include "gpurent/smtp.h"
 #include "gpurentd.h"
 
+#include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,25 @@ static int validate_admin_email(const void *field, char *err, size_t errlen)
     if (account_email_normalize(field, email, sizeof email, &why) < 0) {
         snprintf(err, errlen, "bootstrap_admin_email: %s", why);
         return -1;
+    }
+    return 0;
+}
+
+/* "alias=domain" pairs, comma-separated: each side a domain's characters. */
+static int validate_domain_aliases(const void *field, char *err, size_t errlen)
+{
+    for (const char *p = field; *p;) {
+        while (*p == ',' || *p == ' ')
+            p++;
+        size_t n = strcspn(p, ", "), eq = strcspn(p, "=");
+        int ok = n > 0 && eq > 0 && eq + 1 < n;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = i == eq || isalnum((unsigned char)p[i]) || p[i] == '.' || p[i] == '-';
+        if (n && !ok) {
+            snprintf(err, errlen, "email_domain_aliases: '%.*s' is not alias=domain", (int)n, p);
+            return -1;
+        }
+        p += n;
     }
     return 0;
 }
@@ -360,6 +380,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(email_strip_plus_tags, 0, 1, 1, "1: name+tag@domain counts as name@domain when checking e-mails are unique"),
     OPT_STR(email_dotless_domains, "gmail.com,googlemail.com", NULL,
             "comma-separated domains whose mailboxes ignore dots in the name (a.b@ is ab@)"),
+    OPT_STR(email_domain_aliases, "googlemail.com=gmail.com", validate_domain_aliases,
+            "comma-separated alias=domain pairs whose addresses reach the same mailboxes (x@alias is x@domain)"),
     OPT_INT(terminal_token_ttl_s, 5, 3600, 60, "seconds a web terminal token works (single use)"),
     OPT_INT(max_terminals, 1, 100000, 256,
             "web terminals open at once, all users together (each holds a connection, not a thread)"),

@@ -26,6 +26,13 @@ int account_email_normalize(const char *in, char *out, size_t outlen, const char
         *why = "email must look like name@domain";
         return -1;
     }
+    /* RFC 5321's domain is labels joined by dots: none empty. "x@gmail.com."
+     * reaches x@gmail.com's mailbox by DNS, yet would be another account. */
+    const char *domain = at + 1;
+    if (domain[0] == '.' || domain[strlen(domain) - 1] == '.' || strstr(domain, "..")) {
+        *why = "email's domain must not begin or end with a dot, or hold two in a row";
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)in[i];
         if (c <= ' ' || c == 0x7f || c == '"' || c == '<' || c == '>' || c == '(' || c == ')' || c == ',' || c == ';' ||
@@ -54,6 +61,25 @@ static int domain_listed(const char *list, const char *domain)
     return 0;
 }
 
+/* The domain alias names in email_domain_aliases ("alias=domain, ..."),
+ * or domain itself. */
+static const char *domain_canonical(const char *domain, char *buf, size_t buflen)
+{
+    size_t dn = strlen(domain);
+    for (const char *p = daemon_config->email_domain_aliases; *p;) {
+        while (*p == ',' || *p == ' ')
+            p++;
+        size_t n = strcspn(p, ", ");
+        const char *eq = memchr(p, '=', n);
+        if (eq && (size_t)(eq - p) == dn && strncasecmp(p, domain, dn) == 0) {
+            snprintf(buf, buflen, "%.*s", (int)(n - (size_t)(eq + 1 - p)), eq + 1);
+            return buf;
+        }
+        p += n;
+    }
+    return domain;
+}
+
 void account_email_key(const char *email, char *out, size_t outlen)
 {
     const char *at = strrchr(email, '@');
@@ -62,7 +88,9 @@ void account_email_key(const char *email, char *out, size_t outlen)
         snprintf(out, outlen, "%s", email);
         return;
     }
-    int dotless = domain_listed(daemon_config->email_dotless_domains, at + 1);
+    char alias_buf[256];
+    const char *domain = domain_canonical(at + 1, alias_buf, sizeof alias_buf);
+    int dotless = domain_listed(daemon_config->email_dotless_domains, domain);
     for (const char *p = email; p < at && o + 1 < outlen; p++) {
         /* A local part that starts with '+' keeps it: "+@x" would be empty. */
         if (*p == '+' && daemon_config->email_strip_plus_tags && p > email)
@@ -73,7 +101,7 @@ void account_email_key(const char *email, char *out, size_t outlen)
     }
     if (o == 0 && o + 1 < outlen) /* all dots: keep the address as it is */
         return (void)snprintf(out, outlen, "%s", email);
-    snprintf(out + o, outlen - o, "%s", at);
+    snprintf(out + o, outlen - o, "@%s", domain);
 }
 
 /* The verification mail for u with code token, queued in the caller's

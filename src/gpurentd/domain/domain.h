@@ -128,6 +128,7 @@ struct daemon_conf {
     char public_url[256];             /* the API's address as users reach it, for mail text */
     int64_t email_strip_plus_tags;    /* 1: a+tag@x is a@x for uniqueness */
     char email_dotless_domains[512];  /* domains whose local part ignores dots, comma-separated */
+    char email_domain_aliases[512];   /* "alias=domain, ...": domains that are one mailbox's */
     int64_t terminal_token_ttl_s;     /* seconds a web terminal token works */
     int64_t max_terminals;            /* web terminals open at once, everyone's */
     int64_t max_terminals_per_user;   /* the same, one user's */

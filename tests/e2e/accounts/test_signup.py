@@ -20,7 +20,7 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from agent_util import poll
-from harness import DEFAULT_PASSWORD, assert_error, unique_email
+from harness import DEFAULT_PASSWORD, assert_error, run_gpurentd, unique_email
 from money_util import ledger_verify
 
 CODE = re.compile(r"verification code: (evc_[0-9a-z]{20})")
@@ -215,18 +215,26 @@ def test_expired_code_and_resend(new_daemon, sink):
 def test_normalised_duplicates_are_refused(new_daemon):
     d = new_daemon()
     first = d.signup(email="jane.doe@gmail.com")
-    for dup in ("JaneDoe@gmail.com", "j.a.n.e.d.o.e+trial@googlemail.com".replace("googlemail", "gmail"),
+    for dup in ("JaneDoe@gmail.com", "j.a.n.e.d.o.e+trial@googlemail.com", "jane.doe@GoogleMail.com",
                 "jane.doe+2@GMAIL.com", "Jane.Doe@gmail.com"):
         e = assert_error(d.post("/v1/signup", json={"email": dup, "password": DEFAULT_PASSWORD}), 409, "email_taken",
                          "email")
+    # A domain with an empty label (the trailing dot of a DNS name reaches
+    # the same mailbox) is no address to make an account with.
+    before = d.dump()
+    for bad in ("jane.doe@gmail.com.", "jane@.gmail.com", "jane@gmail..com"):
+        assert_error(d.post("/v1/signup", json={"email": bad, "password": DEFAULT_PASSWORD}), 400, "invalid_field",
+                     "email")
+    assert d.dump() == before
     # Dots count elsewhere; +tags do not.
     d.signup(email="jane.doe@example.test")
     d.signup(email="janedoe@example.test")
     assert_error(d.post("/v1/signup", json={"email": "jane.doe+x@example.test", "password": DEFAULT_PASSWORD}),
                  409, "email_taken", "email")
     # Any spelling of the mailbox logs in to the one account.
-    r = d.login("JANEDOE+abc@gmail.com", DEFAULT_PASSWORD)
-    assert r.status_code == 200 and r.json()["user"]["id"] == first.id, r.text
+    for spelling in ("JANEDOE+abc@gmail.com", "jane.doe@googlemail.com"):
+        r = d.login(spelling, DEFAULT_PASSWORD)
+        assert r.status_code == 200 and r.json()["user"]["id"] == first.id, r.text
     # Admins find it by any spelling too.
     r = d.get("/v1/admin/users", key=d.admin_key, params={"email": "j.anedoe+zz@gmail.com"})
     assert r.status_code == 200, r.text
@@ -235,12 +243,19 @@ def test_normalised_duplicates_are_refused(new_daemon):
 
 
 def test_normalisation_options(new_daemon):
-    d = new_daemon(options={"email_strip_plus_tags": "0", "email_dotless_domains": ""})
+    d = new_daemon(options={"email_strip_plus_tags": "0", "email_dotless_domains": "", "email_domain_aliases": ""})
     d.signup(email="a.b@gmail.com")
     d.signup(email="ab@gmail.com")
     d.signup(email="ab+x@gmail.com")
+    d.signup(email="ab@googlemail.com")
     assert_error(d.post("/v1/signup", json={"email": "AB+X@gmail.com", "password": DEFAULT_PASSWORD}), 409,
                  "email_taken", "email")
+
+
+@pytest.mark.parametrize("value", ["googlemail.com", "=gmail.com", "googlemail.com=", "a b=c", "x=y;z"])
+def test_bad_domain_aliases_are_refused_at_load(value):
+    p = run_gpurentd("-n", "-o", f"email_domain_aliases={value}")
+    assert p.returncode != 0 and "email_domain_aliases" in p.stderr, p.stderr
 
 
 # ---------------------------------------------------------------- farming: the rate limits
