@@ -23,7 +23,7 @@ void api_healthz(struct http_request *req)
 
 int api_unavailable_cause(char *why, size_t whylen)
 {
-    if (!store_disk_full())
+    if (!store_disk_full_lately())
         return 0;
     snprintf(why, whylen, "%s", DISK_FULL_REASON);
     return 1;

@@ -371,10 +371,22 @@ char *store_ids_json(const char (*ids)[ID_MAX], size_t n)
 
 /* Set while writes fail for want of space (SQLITE_FULL, or an I/O error
  * whose errno is ENOSPC), so the API answers 503 rather than 500 and
- * /readyz fails; cleared by the next commit or once the file system has
- * room again. Logged once per change, not once per failed write. */
+ * /readyz fails; cleared by a commit DISK_FULL_LATELY_MS after the last
+ * such failure, or once the file system has room again. Logged once per
+ * change, not once per failed write. */
 static atomic_int disk_full;
-static char thread_db_path[4096]; /* set once before threads start */
+static _Atomic int64_t disk_full_seen_ms; /* CLOCK_MONOTONIC ms of the last write that failed for space */
+static char thread_db_path[4096];         /* set once before threads start */
+
+/* How long a write's failure for space explains errors after it. */
+#define DISK_FULL_LATELY_MS 5000
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Free space that counts as room again: a commit needs some pages of WAL. */
 #define DISK_ROOM_BYTES (1024 * 1024)
@@ -412,6 +424,12 @@ int store_disk_full(void)
     return atomic_load(&disk_full);
 }
 
+int store_disk_full_lately(void)
+{
+    int64_t seen = atomic_load(&disk_full_seen_ms);
+    return store_disk_full() || (seen && monotonic_ms() - seen < DISK_FULL_LATELY_MS);
+}
+
 int store_rc_from_sqlite(struct store *s, int rc, const char *what)
 {
     switch (rc & 0xff) {
@@ -429,6 +447,7 @@ int store_rc_from_sqlite(struct store *s, int rc, const char *what)
         return STORE_ERROR;
     default:
         if (is_disk_full(s, rc)) {
+            atomic_store(&disk_full_seen_ms, monotonic_ms());
             disk_full_set(1, sqlite3_errmsg(s->db));
             return STORE_ERROR;
         }
@@ -712,7 +731,10 @@ static void run_batch(struct store *s, struct txn_request *batch, const struct t
         r = r->next;
     }
     if (rc == STORE_OK && (rc = control(s, SQL_COMMIT)) == STORE_OK) {
-        if (atomic_load(&disk_full))
+        /* A small commit can still find room in the log's pages while
+         * larger ones fail: only one with no failure for space near it
+         * says the disk has room (no flapping of the flag and the log). */
+        if (atomic_load(&disk_full) && monotonic_ms() - atomic_load(&disk_full_seen_ms) >= DISK_FULL_LATELY_MS)
             disk_full_set(0, "a commit succeeded");
         return;
     }

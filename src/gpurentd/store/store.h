@@ -129,9 +129,14 @@ int store_migrate(struct store *s, int target, char *err, size_t errlen);
 /* The database's applied version (0 for a new one), or -1. */
 int store_schema_version(struct store *s);
 /* Whether writes are failing because the database's file system is full:
- * set by the write that failed, cleared by the next commit or once the
- * file system has 1 MiB free again (looked at on each call while set). */
+ * set by the write that failed, cleared by a commit a few seconds after the
+ * last such failure or once the file system has 1 MiB free again (looked
+ * at on each call while set). */
 int store_disk_full(void);
+/* store_disk_full, or a write failed for space in the last few seconds: a
+ * request that failed so is answered 503 even when a smaller commit that
+ * still found room has cleared the flag meanwhile. */
+int store_disk_full_lately(void);
 /* The newest version this binary carries. */
 int store_latest_version(void);
 

@@ -6,6 +6,7 @@ a small tmpfs that a filler file fills; the log does not."""
 import os
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_a_full_disk_is_503_and_comes_back(small_fs, tmp_path):
     # Only the database on the small file system: the daemon's log lives
     # elsewhere, as under journald, so that the line saying the disk is full
     # is not itself lost to the full disk.
-    d = Daemon(tmp_path / "daemon", start=False)
+    d = Daemon(tmp_path / "daemon", start=False, options={"max_api_keys_per_user": "10000"})
     d.db_path = str(small_fs / "gpurent.db")
     d.start()
     try:
@@ -90,5 +91,40 @@ def test_a_full_disk_is_503_and_comes_back(small_fs, tmp_path):
         assert "has room again" in d.stderr_text()
         # One line said it, not one per failed write.
         assert d.stderr_text().count("disk is full") <= 1, d.stderr_text()[-3000:]
+    finally:
+        stop_all([d])
+
+
+def test_no_write_refused_for_space_is_a_500_while_others_commit(small_fs, tmp_path):
+    """Writers at once on a full disk: a small commit can still find room
+    while a larger write fails, and that must not turn the larger one's
+    answer into 500 internal. Every answer is done (2xx) or 503."""
+    d = Daemon(tmp_path / "daemon", start=False, options={"max_api_keys_per_user": "10000", "threads": "4"})
+    d.db_path = str(small_fs / "gpurent.db")
+    d.start()
+    try:
+        users = [d.signup() for _ in range(4)]
+        # A log with pages to reuse once checkpointed: small commits then
+        # still fit while larger ones do not.
+        for n in range(300):
+            d.post(f"/v1/admin/users/{users[n % 4].id}/grants", key=d.admin_key, json={"amount": "0.01"})
+        fill(small_fs / "filler")
+
+        def writes(i):
+            u, seen = users[i], []
+            for n in range(150):
+                if n % 2:
+                    r = d.post("/v1/api-keys", key=u.key, json={"name": f"k{n}"})
+                else:
+                    r = d.post(f"/v1/admin/users/{u.id}/grants", key=d.admin_key,
+                               json={"amount": "0.01", "reason": "x" * (1 + n % 120)})
+                seen.append((r.status_code, r.text[:200]))
+            return seen
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = [a for seen in pool.map(writes, range(4)) for a in seen]
+        assert {status for status, _ in answers} & {503}, "the writes never failed on a full file system"
+        assert {status for status, _ in answers} <= {201, 503}, [a for a in answers if a[0] not in (201, 503)][:5]
+        os.unlink(small_fs / "filler")
     finally:
         stop_all([d])
