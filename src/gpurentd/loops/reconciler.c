@@ -944,8 +944,12 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
 /* The node of the instance that stopped answering first: the one with the
  * oldest last good heartbeat among those not up, or NULL if all are up.
  * *offline says whether any node is offline (gone past node_lost_after_s,
- * or never reached). */
-static const struct instance_node *silent_node(const struct work *w, int *offline)
+ * or never reached). A node whose reports are refused (rejected: its
+ * hardware no longer matches its registration, say a card missing after a
+ * driver reload) answers, and its workloads may still run: it gets the
+ * grace of an unreachable one, node_lost_after_s from its last accepted
+ * report. */
+static const struct instance_node *silent_node(const struct work *w, int64_t now, int *offline)
 {
     const struct instance_node *first = NULL;
     *offline = 0;
@@ -953,11 +957,24 @@ static const struct instance_node *silent_node(const struct work *w, int *offlin
         const struct instance_node *p = &w->nodes[r];
         if (strcmp(p->node_health, "up") == 0)
             continue;
-        *offline |= strcmp(p->node_health, "unreachable") != 0;
+        if (strcmp(p->node_health, "rejected") == 0)
+            *offline |= p->node_last_seen <= now - daemon_config->node_lost_after_s;
+        else
+            *offline |= strcmp(p->node_health, "unreachable") != 0;
         if (!first || p->node_last_seen < first->node_last_seen)
             first = p;
     }
     return first;
+}
+
+/* Why node p is silent, for an instance's state_reason: "node X stopped
+ * answering" or what a refused node is. */
+static void silence_why(const struct instance_node *p, char *out, size_t n)
+{
+    if (strcmp(p->node_health, "rejected") == 0)
+        snprintf(out, n, "node %s reports hardware that no longer matches its registration", p->node_name);
+    else
+        snprintf(out, n, "node %s stopped answering", p->node_name);
 }
 
 /* The health verdict in rank r's GET answer of this pass (a running app
@@ -1078,16 +1095,17 @@ static int apply_running(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
     int offline;
-    const struct instance_node *silent = silent_node(w, &offline);
+    const struct instance_node *silent = silent_node(w, ctx->now, &offline);
     if (silent) {
         /* Billing ends at the silent node's last good heartbeat either way:
          * what ran after it is not known to have run. */
-        char why[200];
+        char why[200], what[160];
+        silence_why(silent, what, sizeof what);
         if (offline) {
-            snprintf(why, sizeof why, "node %s stopped answering", silent->node_name);
+            snprintf(why, sizeof why, "%s", what);
             return end_run(s, ctx, "lost", silent->node_last_seen, why);
         }
-        snprintf(why, sizeof why, "node %s stopped answering; not billed until it answers again", silent->node_name);
+        snprintf(why, sizeof why, "%s; not billed until it answers again", what);
         int rc = ledger_close_interval(s, w->in.id, silent->node_last_seen, "node unreachable", ctx->now);
         return rc != STORE_OK ? rc : store_instance_set_state(s, w->in.id, "unreachable", "", why, ctx->now);
     }
@@ -1108,8 +1126,13 @@ static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
 {
     struct work *w = ctx->w;
     int offline;
-    const struct instance_node *silent = silent_node(w, &offline);
+    const struct instance_node *silent = silent_node(w, ctx->now, &offline);
     char why[1024];
+    if (offline && strcmp(silent->node_health, "rejected") == 0) {
+        snprintf(why, sizeof why, "node %s reported hardware that no longer matches its registration for %llds",
+                 silent->node_name, (long long)daemon_config->node_lost_after_s);
+        return end_run(s, ctx, "lost", silent->node_last_seen, why);
+    }
     if (offline) {
         snprintf(why, sizeof why, "node %s did not answer for %llds", silent->node_name,
                  (long long)daemon_config->node_lost_after_s);
@@ -1236,7 +1259,7 @@ static int apply_needed(const struct apply_ctx *ctx)
     if (strcmp(in->state, "unreachable") == 0) {
         /* Something to decide once a node is offline or all answer. */
         int offline;
-        return !silent_node(w, &offline) || offline;
+        return !silent_node(w, ctx->now, &offline) || offline;
     }
     if (strcmp(in->state, "running") != 0)
         return 1;

@@ -442,7 +442,7 @@ struct instance_node {
     char agent_url[513];      /* its agent */
     char secret[65];          /* its signing key */
     char node_health[16];     /* up, unreachable (up but missing beats), offline … */
-    int64_t node_last_seen;   /* last good heartbeat */
+    int64_t node_last_seen;   /* last good heartbeat (a rejected node's: since it was refused) */
     char workload_id[ID_MAX]; /* id at the agent */
     char cards[256];          /* JSON array of card indexes */
     char phase[16];           /* last reported phase */

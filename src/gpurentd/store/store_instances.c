@@ -58,7 +58,8 @@ static const char SQL_EVENT_LIST[] =
 static const char SQL_INS_NODES[] =
     "SELECT p.rank, p.node_id, n.name, n.agent_url, n.secret,"
     " CASE WHEN n.health = 'up' AND n.unreachable_since IS NOT NULL THEN 'unreachable' ELSE n.health END,"
-    " coalesce(l.last_seen_at, 0), p.workload_id,"
+    " CASE WHEN n.health = 'rejected' THEN coalesce(n.unreachable_since, l.last_seen_at, 0)"
+    " ELSE coalesce(l.last_seen_at, 0) END, p.workload_id,"
     " p.cards, p.phase, p.message, p.put_done, n.public_host, coalesce(n.ssh_port, 0),"
     " coalesce(n.ssh_host_key, ''), coalesce(n.ssh_host_fingerprint, ''), p.ports,"
     " n.data_host, coalesce(n.data_address, ''), coalesce(p.health, ''),"

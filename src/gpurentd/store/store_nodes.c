@@ -73,12 +73,17 @@ static const char SQL_NODE_SEEN[] =
 /* An unreachable node that answers again is reachable from this beat on;
  * the nodes row of one that was not is left as it is. */
 static const char SQL_NODE_BACK[] = "UPDATE nodes SET state_reason = '', updated_at = ?2, unreachable_since = NULL"
-                                    " WHERE id = ?1 AND removed_at IS NULL AND unreachable_since IS NOT NULL";
+                                    " WHERE id = ?1 AND removed_at IS NULL AND health = 'up'"
+                                    " AND unreachable_since IS NOT NULL";
 static const char SQL_NODE_FACTS_DIGEST[] =
     "UPDATE node_liveness SET facts_digest = ?2, facts_etag = nullif(?3, '') WHERE node_id = ?1";
+/* A rejected node keeps in unreachable_since since when nothing it said was
+ * accepted (the start of a silence before, or its first refused beat): its
+ * instances' grace runs from there (reconciler.c, silent_node). */
 static const char SQL_NODE_BEAT[] =
     "UPDATE nodes SET facts = ?3, health = ?4, state_reason = ?5, driver_version = ?6, stack_version = ?7,"
-    " updated_at = ?2, unreachable_since = NULL WHERE id = ?1";
+    " updated_at = ?2, unreachable_since = CASE WHEN ?4 = 'rejected' THEN coalesce(unreachable_since, ?2) END"
+    " WHERE id = ?1";
 static const char SQL_NODE_SSH[] =
     "UPDATE nodes SET ssh_port = ?2, ssh_host_key = ?3, ssh_host_fingerprint = ?4 WHERE id = ?1 AND removed_at IS NULL"
     " AND (ssh_port IS NOT ?2 OR ssh_host_key IS NOT ?3 OR ssh_host_fingerprint IS NOT ?4)";

@@ -309,3 +309,35 @@ def test_exited_job_is_billed_to_its_exit_second(new_cluster):
     c.billing()
     assert charged(c, u) == accrue(PRICE["MI450"], 8, end - start)
     assert held(c, iid) == 0
+
+
+def test_a_node_whose_hardware_no_longer_matches_gets_the_grace_of_a_silent_one(new_cluster):
+    """A node that comes back reporting 4 cards where 8 were registered (a
+    card lost to a driver reload) is refused, not put in service. It
+    answers, and its workloads may still run: its instances are unreachable
+    (unbilled) and say why, and are lost only node_lost_after_s after its
+    last accepted report, saying so, not that it "did not answer"."""
+    c = new_cluster(nodes={"MI450": 1}, options={**QUIET, "node_lost_after_s": "600"})
+    u, iid = renter(c)
+    c.d.set_clock(T0 + 300)
+    beat_at(c, T0 + 300)
+    f = c.fleets[0]
+    port = f.base_url.rsplit(":", 1)[1]  # the node is registered at it
+    f.proc.kill()
+    f.proc.wait()
+    f.args[f.args.index("--cards") + 1] = "4"
+    f.args[f.args.index("--listen") + 1] = f"127.0.0.1:{port}"
+    f.start(expect_ready=False)
+    try:
+        poll(lambda: node_row(c)[2] == "rejected", DEADLINE, "the node to be refused")
+        c.d.set_clock(T0 + 600)
+        c.d.post("/v1/admin/billing/run", key=c.d.admin_key, json={})
+        i = c.wait_state(u, iid, "unreachable", timeout=DEADLINE)
+        assert held(c, iid) == 8 and c.intervals(iid)[0][:2] == (T0, T0 + 300)
+        c.d.set_clock(T0 + 300 + 600)
+        i = c.wait_state(u, iid, "lost", timeout=DEADLINE)
+        assert "reported hardware that no longer matches its registration for 600s" in i["state_reason"], i
+        c.billing()
+        assert charged(c, u) == accrue(PRICE["MI450"], 8, 300)
+    finally:
+        f.stop()
