@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TYPES_MAX 128
 
 /* The type with its live card counts and, when it has one, its current
  * price per card-hour and per GB of GPU memory per hour. */
@@ -70,16 +69,19 @@ static void body_key_init(void)
 
 static int catalog_render(struct store *s, struct catalog_cache *c, int64_t now)
 {
-    static _Thread_local struct gpu_type types[TYPES_MAX];
+    struct gpu_type *types = NULL;
     size_t n;
     uint64_t gen = store_catalog_generation(); /* before reading: a change after it moves it again */
     int64_t db_gen, until;
-    if (store_catalog_generation_db(s, &db_gen) != STORE_OK || store_gpu_type_list(s, types, TYPES_MAX, &n) != STORE_OK ||
-        store_next_price_change(s, now, &until) != STORE_OK)
+    if (store_catalog_generation_db(s, &db_gen) != STORE_OK || store_gpu_type_list(s, &types, &n) != STORE_OK ||
+        store_next_price_change(s, now, &until) != STORE_OK) {
+        free(types);
         return -1;
+    }
     json_t *data = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(data, type_json(s, &types[i]));
+    free(types);
     json_t *doc = json_pack("{s:o}", "data", data);
     char *body = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);

@@ -81,7 +81,7 @@ void metrics_http_done(const struct http_request *req, int64_t us)
 static void route_labels(size_t idx, char *out, size_t n)
 {
     if (idx == MAX_ROUTES)
-        snprintf(out, n, "method=\"\",route=\"unmatched\"");
+        snprintf(out, n, "method=\"any\",route=\"unmatched\""); /* not "": Prometheus reads it as no label */
     else
         snprintf(out, n, "method=\"%s\",route=\"%s\"", daemon_routes[idx].method, daemon_routes[idx].pattern);
 }
@@ -137,44 +137,52 @@ static int write_http(FILE *f)
     return 0;
 }
 
+/* One gauge family by state and GPU type, every row of it. */
+static int write_labelled(FILE *f, struct store *s, int (*read)(struct store *, struct metric_row **, size_t *),
+                          const char *name, const char *help)
+{
+    struct metric_row *rows;
+    size_t n;
+    if (read(s, &rows, &n) != STORE_OK)
+        return -1;
+    fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s{state=\"%s\",gpu_type=\"%s\"} %lld\n", name, rows[i].a, rows[i].b, (long long)rows[i].value);
+    free(rows);
+    return 0;
+}
+
 static int write_store(FILE *f, struct store *s)
 {
-    static _Thread_local struct metric_row rows[512];
-    static _Thread_local struct gpu_type types[64];
+    struct gpu_type *types;
     size_t n;
-    if (store_metrics_nodes(s, rows, 512, &n) != STORE_OK)
-        return -1;
-    fprintf(f, "# HELP gpurent_nodes Registered nodes by state and GPU type.\n# TYPE gpurent_nodes gauge\n");
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "gpurent_nodes{state=\"%s\",gpu_type=\"%s\"} %lld\n", rows[i].a, rows[i].b,
-                (long long)rows[i].value);
-    if (store_gpu_type_list(s, types, 64, &n) != STORE_OK)
+    if (write_labelled(f, s, store_metrics_nodes, "gpurent_nodes", "Registered nodes by state and GPU type.") < 0 ||
+        store_gpu_type_list(s, &types, &n) != STORE_OK)
         return -1;
     /* The parts only (Prometheus: a sum over a metric's series must mean
      * something), and the whole as a metric of its own. */
-    fprintf(f, "# HELP gpurent_cards Cards on accepted nodes by GPU type: free (rentable now), in use (held by"
-               " instances), unavailable (unhealthy, or on nodes not taking work); they sum to"
-               " gpurent_cards_capacity.\n"
+    fprintf(f, "# HELP gpurent_cards Cards on accepted nodes by GPU type: free (rentable now), reserved (idle in"
+               " the pool rented through reservations), in use (held by instances), unavailable (unhealthy, or on"
+               " nodes not taking work); they sum to gpurent_cards_capacity.\n"
                "# TYPE gpurent_cards gauge\n");
     for (size_t i = 0; i < n; i++) {
-        int64_t rest = types[i].cards_total - types[i].cards_free - types[i].cards_in_use;
+        const struct gpu_type *t = &types[i];
+        int64_t rest = t->cards_total - t->cards_free - t->cards_reserved_idle - t->cards_in_use;
         fprintf(f,
                 "gpurent_cards{gpu_type=\"%s\",status=\"free\"} %lld\n"
+                "gpurent_cards{gpu_type=\"%s\",status=\"reserved\"} %lld\n"
                 "gpurent_cards{gpu_type=\"%s\",status=\"in_use\"} %lld\n"
                 "gpurent_cards{gpu_type=\"%s\",status=\"unavailable\"} %lld\n",
-                types[i].code, (long long)types[i].cards_free, types[i].code, (long long)types[i].cards_in_use,
-                types[i].code, (long long)(rest > 0 ? rest : 0));
+                t->code, (long long)t->cards_free, t->code, (long long)t->cards_reserved_idle, t->code,
+                (long long)t->cards_in_use, t->code, (long long)(rest > 0 ? rest : 0));
     }
     fprintf(f, "# HELP gpurent_cards_capacity Cards on accepted nodes (up or offline) by GPU type.\n"
                "# TYPE gpurent_cards_capacity gauge\n");
     for (size_t i = 0; i < n; i++)
         fprintf(f, "gpurent_cards_capacity{gpu_type=\"%s\"} %lld\n", types[i].code, (long long)types[i].cards_total);
-    if (store_metrics_instances(s, rows, 512, &n) != STORE_OK)
+    free(types);
+    if (write_labelled(f, s, store_metrics_instances, "gpurent_instances", "Instances by state and GPU type.") < 0)
         return -1;
-    fprintf(f, "# HELP gpurent_instances Instances by state and GPU type.\n# TYPE gpurent_instances gauge\n");
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "gpurent_instances{state=\"%s\",gpu_type=\"%s\"} %lld\n", rows[i].a, rows[i].b,
-                (long long)rows[i].value);
     struct money_totals m;
     if (store_metrics_money(s, &m) != STORE_OK)
         return -1;

@@ -231,9 +231,11 @@ struct gpu_type {
     int64_t cards_in_use;           /* cards held by instances */
     int64_t created_at, updated_at; /* epoch seconds */
     int64_t cards_reservable;       /* healthy cards of the reserved pool on ready nodes (0024) */
+    int64_t cards_reserved_idle;    /* of those, the ones no instance holds */
 };
-/* Every type with its card counts, by code; *n gets the count. */
-int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n);
+/* Every type with its card counts, by code, in a malloc'd array (*out,
+ * caller frees; *n types): the catalog has no bound to cut it at. */
+int store_gpu_type_list(struct store *s, struct gpu_type **out, size_t *n);
 /* The first price start after now, INT64_MAX when none is scheduled. */
 int store_next_price_change(struct store *s, int64_t now, int64_t *at);
 int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out);
@@ -933,8 +935,8 @@ struct metric_row {
     char b[33];    /* second label (a GPU type) */
     int64_t value; /* count */
 };
-int store_metrics_nodes(struct store *s, struct metric_row *out, size_t max, size_t *n);
-int store_metrics_instances(struct store *s, struct metric_row *out, size_t max, size_t *n);
+int store_metrics_nodes(struct store *s, struct metric_row **out, size_t *n);
+int store_metrics_instances(struct store *s, struct metric_row **out, size_t *n);
 struct money_totals {
     int64_t revenue;            /* usage charged, all time (before refunds) */
     int64_t refunds;            /* usage charged and given back: time that turned out not to have run */

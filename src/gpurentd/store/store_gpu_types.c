@@ -12,25 +12,27 @@
 #define GPU_TYPE_COLUMNS                                                                                        \
     "t.code, t.vendor, t.memory_gb, t.memory_type, t.stack, t.reservation_required, t.features, t.description," \
     " t.created_at, t.updated_at, coalesce(k.total, 0), coalesce(k.free, 0), coalesce(k.in_use, 0),"   \
-    " coalesce(k.reservable, 0)"
+    " coalesce(k.reservable, 0), coalesce(k.reserved_idle, 0)"
 #define CARD_COUNTS                                                                                       \
     "SELECT n.gpu_model AS code, sum(n.health IN ('up', 'offline')) AS total,"                            \
     " sum(n.health = 'up' AND n.unreachable_since IS NULL AND n.admin_state = 'active' AND c.healthy = 1" \
     "     AND c.instance_id IS NULL AND " STORE_POOL_IS("n", "'on_demand'") ") AS free,"                   \
     " sum(n.health = 'up' AND n.admin_state = 'active' AND c.healthy = 1"                                 \
     "     AND " STORE_POOL_IS("n", "'reserved'") ") AS reservable,"                                        \
+    " sum(n.health = 'up' AND n.unreachable_since IS NULL AND n.admin_state = 'active' AND c.healthy = 1" \
+    "     AND c.instance_id IS NULL AND " STORE_POOL_IS("n", "'reserved'") ") AS reserved_idle,"           \
     " sum(c.instance_id IS NOT NULL) AS in_use"                                                           \
     " FROM node_cards c JOIN nodes n ON n.id = c.node_id WHERE n.removed_at IS NULL"
 
 static const char SQL_TYPE_LIST[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t LEFT JOIN (" CARD_COUNTS
-                                    " GROUP BY n.gpu_model) k ON k.code = t.code ORDER BY t.code LIMIT ?";
+                                    " GROUP BY n.gpu_model) k ON k.code = t.code ORDER BY t.code";
 static const char SQL_TYPE_GET[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t LEFT JOIN (" CARD_COUNTS
                                    " AND n.gpu_model = ?1) k ON 1 WHERE t.code = ?1";
 /* The catalog row alone, for callers that need no counts (instance
  * creation runs it inside its write transaction). */
 static const char SQL_TYPE_ROW[] =
     "SELECT t.code, t.vendor, t.memory_gb, t.memory_type, t.stack, t.reservation_required, t.features,"
-    " t.description, t.created_at, t.updated_at, 0, 0, 0, 0 FROM gpu_types t WHERE t.code = ?1";
+    " t.description, t.created_at, t.updated_at, 0, 0, 0, 0, 0 FROM gpu_types t WHERE t.code = ?1";
 static const char SQL_TYPE_EXISTS[] = "SELECT 1 FROM gpu_types WHERE code = ?";
 static const char SQL_TYPE_INSERT[] =
     "INSERT INTO gpu_types (code, vendor, memory_gb, memory_type, stack, reservation_required, features,"
@@ -63,16 +65,17 @@ static void read_type(sqlite3_stmt *st, void *row)
     t->cards_free = sqlite3_column_int64(st, 11);
     t->cards_in_use = sqlite3_column_int64(st, 12);
     t->cards_reservable = sqlite3_column_int64(st, 13);
+    t->cards_reserved_idle = sqlite3_column_int64(st, 14);
 }
 
-int store_gpu_type_list(struct store *s, struct gpu_type *out, size_t max, size_t *n)
+int store_gpu_type_list(struct store *s, struct gpu_type **out, size_t *n)
 {
+    *out = NULL;
     *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_TYPE_LIST);
     if (!st)
         return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
-    return store_read_rows(s, st, out, sizeof *out, max, n, read_type, "list gpu types");
+    return store_collect(s, st, sizeof **out, (void **)out, n, read_type, "list gpu types");
 }
 
 static int get_one(struct store *s, const char *sql, const char *code, struct gpu_type *out)

@@ -7,9 +7,9 @@
 
 static const char SQL_NODES_BY_STATE[] =
     "SELECT s.state, n.gpu_model, count(*) FROM node_states s JOIN nodes n ON n.id = s.node_id"
-    " GROUP BY s.state, n.gpu_model ORDER BY 1, 2 LIMIT ?";
+    " GROUP BY s.state, n.gpu_model ORDER BY 1, 2";
 static const char SQL_INSTANCES_BY_STATE[] =
-    "SELECT state, gpu_model, count(*) FROM instances GROUP BY state, gpu_model ORDER BY 1, 2 LIMIT ?";
+    "SELECT state, gpu_model, count(*) FROM instances GROUP BY state, gpu_model ORDER BY 1, 2";
 static const char SQL_MONEY[] =
     "SELECT"
     " (SELECT coalesce(sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t ON t.id = p.transaction_id"
@@ -49,24 +49,24 @@ static void read_metric_row(sqlite3_stmt *st, void *row)
     r->value = sqlite3_column_int64(st, 2);
 }
 
-static int labelled(struct store *s, const char *sql, struct metric_row *out, size_t max, size_t *n)
+static int labelled(struct store *s, const char *sql, struct metric_row **out, size_t *n)
 {
+    *out = NULL;
     *n = 0;
     sqlite3_stmt *st = store_stmt(s, sql);
     if (!st)
         return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
-    return store_read_rows(s, st, out, sizeof *out, max, n, read_metric_row, "metrics");
+    return store_collect(s, st, sizeof **out, (void **)out, n, read_metric_row, "metrics");
 }
 
-int store_metrics_nodes(struct store *s, struct metric_row *out, size_t max, size_t *n)
+int store_metrics_nodes(struct store *s, struct metric_row **out, size_t *n)
 {
-    return labelled(s, SQL_NODES_BY_STATE, out, max, n);
+    return labelled(s, SQL_NODES_BY_STATE, out, n);
 }
 
-int store_metrics_instances(struct store *s, struct metric_row *out, size_t max, size_t *n)
+int store_metrics_instances(struct store *s, struct metric_row **out, size_t *n)
 {
-    return labelled(s, SQL_INSTANCES_BY_STATE, out, max, n);
+    return labelled(s, SQL_INSTANCES_BY_STATE, out, n);
 }
 
 int store_metrics_money(struct store *s, struct money_totals *out)

@@ -40,7 +40,7 @@ import requests
 from agent_util import Fleet, poll, run_agent
 from harness import GPURENTD, Daemon, START_TIME, assert_error, migration_versions, run_gpurentd
 from inventory_util import FakeAgent, facts_doc, node as get_node, register, wait_state
-from money_util import IMAGE, MICRO, PRICE, SIM_ZERO, accrue, start_cluster, yuan
+from money_util import IMAGE, MICRO, PRICE, SIM_ZERO, accrue, new_cluster, start_cluster, yuan  # noqa: F401 (a fixture)
 from notify_util import NotifySocket, notify_fields as fields
 from ops_util import (EnvDaemon, TlsDaemon, ledger_totals, make_ca, make_cert, micro, reconcile, parse_prometheus, report,
                       run_report, sample, total)
@@ -646,10 +646,11 @@ def test_metrics_http_counters_move_by_route_and_status(metrics_cluster):
         assert c.d.get("/v1/me").status_code == 401
     assert c.d.get(f"/v1/instances/inst_{'0' * 20}", key=user.key).status_code == 404
     assert c.d.get("/v1/no-such-route").status_code == 404
-    # A path no route has is counted under route="unmatched" with an empty
-    # method (arbitrary paths and methods must not make new series).
+    # A path no route has is counted under route="unmatched" with method
+    # "any" (arbitrary paths and methods must not make new series; an empty
+    # value would be no label at all to Prometheus).
     want = {("/v1/me", 200, "GET"): 3, ("/v1/me", 401, "GET"): 2, ("/v1/instances/{id}", 404, "GET"): 1,
-            ("unmatched", 404, ""): 1}
+            ("unmatched", 404, "any"): 1}
 
     last = {}
 
@@ -687,7 +688,7 @@ def test_metrics_count_requests_the_client_abandoned(metrics_cluster):
     counts, under status="0" (docs/OPERATIONS.md), and never under the next
     status the route answers."""
     c = metrics_cluster
-    labels = {"method": "", "route": "unmatched"}
+    labels = {"method": "any", "route": "unmatched"}
 
     def hist_count(fams):
         return total(fams, "gpurent_http_request_duration_seconds_count", **labels)
@@ -714,6 +715,20 @@ def test_metrics_count_requests_the_client_abandoned(metrics_cluster):
         return sample(fams, "gpurent_http_request_duration_seconds_count", status=status, **labels) or 0
     assert hist(now, "0") - hist(before, "0") == 1
     assert hist(now, "404") - hist(before, "404") == 1
+
+
+def test_cards_of_the_reserved_pool_are_reserved_not_unavailable(new_cluster):
+    """Healthy, idle cards of a type rented through reservations only are a
+    part of their own, not counted as unavailable: an alert on unavailable
+    cards must not fire for a healthy reservation fleet."""
+    c = new_cluster(nodes={"H100-SXM": 1})
+    g = "H100-SXM"
+    [t] = [t for t in c.d.get("/v1/gpu-types").json()["data"] if t["code"] == g]
+    assert t["cards_reservable"] == 8, t
+    m = scrape(c)
+    assert [sample(m, "gpurent_cards", gpu_type=g, status=s) for s in ("free", "reserved", "in_use", "unavailable")] \
+        == [0, 8, 0, 0]
+    assert sample(m, "gpurent_cards_capacity", gpu_type=g) == 8
 
 
 def test_metrics_inventory_money_and_billing(metrics_cluster):

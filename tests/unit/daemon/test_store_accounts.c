@@ -307,9 +307,9 @@ static void test_api_key_auth_reads_the_owner_s_role_and_standing(void **state)
 
 static void test_gpu_type_list_is_the_catalog_by_code(void **state)
 {
-    struct gpu_type t[16];
+    struct gpu_type *t;
     size_t n;
-    assert_int_equal(store_gpu_type_list(fx.s, t, 16, &n), STORE_OK);
+    assert_int_equal(store_gpu_type_list(fx.s, &t, &n), STORE_OK);
     assert_int_equal(n, 5); /* seeded by migration 0002 */
     assert_string_equal(t[0].code, "H100-SXM");
     assert_int_equal(t[0].reservation_required, 1);
@@ -318,8 +318,30 @@ static void test_gpu_type_list_is_the_catalog_by_code(void **state)
     assert_int_equal(t[3].memory_gb, 192);
     assert_string_equal(t[4].code, "RTX4090");
     assert_string_equal(t[4].features, "[\"inference\"]");
-    assert_int_equal(store_gpu_type_list(fx.s, t, 2, &n), STORE_OK);
-    assert_int_equal(n, 2);
+    free(t);
+}
+
+/* No bound cuts the catalog: every type is listed however many there are. */
+static void test_gpu_type_list_has_no_bound(void **state)
+{
+    for (int i = 0; i < 300; i++) {
+        struct gpu_type t = {.memory_gb = 16};
+        snprintf(t.code, sizeof t.code, "A%04d", i);
+        snprintf(t.vendor, sizeof t.vendor, "AMD");
+        snprintf(t.memory_type, sizeof t.memory_type, "HBM3");
+        snprintf(t.stack, sizeof t.stack, "ROCm");
+        snprintf(t.features, sizeof t.features, "[]");
+        int created;
+        assert_int_equal(store_gpu_type_put(fx.s, &t, 1000, &created), STORE_OK);
+        assert_int_equal(created, 1);
+    }
+    struct gpu_type *all;
+    size_t n;
+    assert_int_equal(store_gpu_type_list(fx.s, &all, &n), STORE_OK);
+    assert_int_equal(n, 305);
+    assert_string_equal(all[0].code, "A0000");
+    assert_string_equal(all[304].code, "RTX4090");
+    free(all);
 }
 
 static void test_gpu_type_put_creates_then_replaces_its_description(void **state)
@@ -372,12 +394,13 @@ static void test_gpu_type_get_counts_cards_and_row_does_not(void **state)
     /* An unknown type, and the list's counts agree with get's. */
     assert_int_equal(store_gpu_type_get(fx.s, "NOSUCH", &t), STORE_NOT_FOUND);
     assert_int_equal(store_gpu_type_row(fx.s, "NOSUCH", &t), STORE_NOT_FOUND);
-    struct gpu_type all[16];
+    struct gpu_type *all;
     size_t n;
-    assert_int_equal(store_gpu_type_list(fx.s, all, 16, &n), STORE_OK);
+    assert_int_equal(store_gpu_type_list(fx.s, &all, &n), STORE_OK);
     for (size_t i = 0; i < n; i++)
         if (strcmp(all[i].code, FX_TST) == 0)
             assert_int_equal(all[i].cards_free, 5);
+    free(all);
 }
 
 static void test_gpu_type_delete_is_refused_while_a_node_names_it_even_removed(void **state)
@@ -578,19 +601,24 @@ static void test_idempotency_keeps_the_first_answer_per_user_and_key(void **stat
     memset(h1, 'a', 64);
     h1[64] = '\0';
     int status = 0;
-    char *resp = NULL;
-    assert_int_equal(store_idempotency_get(fx.s, alice, "k1", hash, &status, &resp), STORE_NOT_FOUND);
+    char *resp = NULL, location[IDEM_LOCATION_MAX];
+    assert_int_equal(store_idempotency_get(fx.s, alice, "k1", hash, &status, location, &resp), STORE_NOT_FOUND);
     assert_null(resp);
-    assert_int_equal(store_idempotency_put(fx.s, alice, "k1", h1, 201, "{\"id\":\"ins_1\"}", 100), STORE_OK);
-    assert_int_equal(store_idempotency_get(fx.s, alice, "k1", hash, &status, &resp), STORE_OK);
+    assert_int_equal(store_idempotency_put(fx.s, alice, "k1", h1, 201, "/v1/instances/ins_1", "{\"id\":\"ins_1\"}", 100),
+                     STORE_OK);
+    assert_int_equal(store_idempotency_get(fx.s, alice, "k1", hash, &status, location, &resp), STORE_OK);
     assert_string_equal(hash, h1);
     assert_int_equal(status, 201);
+    assert_string_equal(location, "/v1/instances/ins_1");
     assert_string_equal(resp, "{\"id\":\"ins_1\"}");
     free(resp);
-    assert_int_equal(store_idempotency_put(fx.s, alice, "k1", h1, 200, "{}", 200), STORE_CONFLICT);
+    assert_int_equal(store_idempotency_put(fx.s, alice, "k1", h1, 200, "", "{}", 200), STORE_CONFLICT);
     /* Keys are per user. */
-    assert_int_equal(store_idempotency_get(fx.s, bob, "k1", hash, &status, &resp), STORE_NOT_FOUND);
-    assert_int_equal(store_idempotency_put(fx.s, bob, "k1", h1, 202, "{}", 200), STORE_OK);
+    assert_int_equal(store_idempotency_get(fx.s, bob, "k1", hash, &status, location, &resp), STORE_NOT_FOUND);
+    assert_int_equal(store_idempotency_put(fx.s, bob, "k1", h1, 202, "", "{}", 200), STORE_OK);
+    assert_int_equal(store_idempotency_get(fx.s, bob, "k1", hash, &status, location, &resp), STORE_OK);
+    assert_string_equal(location, "");
+    free(resp);
 }
 
 /* ---------------------------------------------------------------- admin actions */
@@ -689,6 +717,7 @@ int main(void)
         fx_test(test_api_key_revoke_is_for_the_owner_and_keeps_the_first_time),
         fx_test(test_api_key_auth_reads_the_owner_s_role_and_standing),
         fx_test(test_gpu_type_list_is_the_catalog_by_code),
+        fx_test(test_gpu_type_list_has_no_bound),
         fx_test(test_gpu_type_put_creates_then_replaces_its_description),
         fx_test(test_gpu_type_get_counts_cards_and_row_does_not),
         fx_test(test_gpu_type_delete_is_refused_while_a_node_names_it_even_removed),

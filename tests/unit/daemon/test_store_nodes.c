@@ -902,9 +902,9 @@ static void test_metrics_count_nodes_by_state_and_model(void **state)
     fx_ready_node(fx.s, "b", FX_TST, 8, "f1", 1000, b);
     fx_node(fx.s, "c", FX_TST, 8, "f1", 1000, c);
     fx_ready_node(fx.s, "d", "MI450", 8, "f1", 1000, d);
-    struct metric_row m[8];
+    struct metric_row *m;
     size_t n;
-    assert_int_equal(store_metrics_nodes(fx.s, m, 8, &n), STORE_OK);
+    assert_int_equal(store_metrics_nodes(fx.s, &m, &n), STORE_OK);
     assert_int_equal(n, 3);
     assert_string_equal(m[0].a, "pending");
     assert_string_equal(m[0].b, FX_TST);
@@ -915,6 +915,7 @@ static void test_metrics_count_nodes_by_state_and_model(void **state)
     assert_string_equal(m[2].a, "ready");
     assert_string_equal(m[2].b, FX_TST);
     assert_int_equal(m[2].value, 2);
+    free(m);
 }
 
 /* ---------------------------------------------------------------- data-plane address (0019) */
