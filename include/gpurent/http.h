@@ -104,6 +104,11 @@ struct http_config {
     int (*unavailable_cause)(char *why, size_t whylen);
     const char *cert_file; /* PEM certificate for HTTPS, or NULL */
     const char *key_file;  /* PEM key for HTTPS, or NULL */
+    /* Refuse (403) a request that may change something (not GET, HEAD or
+     * OPTIONS) from a browser page of another site: its Origin is neither
+     * this server's (the Host it asked) nor one of cors_origins. A page
+     * elsewhere can send a JSON body as text/plain without a preflight. */
+    int refuse_cross_site_writes;
 };
 
 /* Decides whether req may run a route of this level: returns 0, or replies

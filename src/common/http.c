@@ -35,6 +35,7 @@ struct http_server {
     atomic_int closing;                 /* http_server_stop has begun: no new connection is taken */
     pthread_rwlock_t reload_lock;       /* guards the reloadable fields below */
     char cors_origins[1024];            /* space-separated, reloadable */
+    int refuse_cross_site_writes;       /* see http_config */
     char trusted_proxies[512];          /* proxies whose X-Forwarded-For names the client */
     size_t max_body_bytes;              /* reloadable */
     int max_json_depth;                 /* reloadable */
@@ -71,6 +72,24 @@ static const char *cors_allowed_origin(struct http_request *req)
     int allowed = list_contains(srv->cors_origins, "*", 1) || list_contains(srv->cors_origins, origin, strlen(origin));
     pthread_rwlock_unlock(&srv->reload_lock);
     return allowed ? origin : NULL;
+}
+
+/* Whether a request that may change something comes from a page of
+ * another site: an Origin that names neither the Host asked (the console
+ * this server serves, whatever scheme a proxy in front speaks) nor an
+ * allowed origin. Scripts and CLIs send no Origin. */
+static int cross_site_write(struct http_request *req)
+{
+    if (strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0 || strcmp(req->method, "OPTIONS") == 0)
+        return 0;
+    const char *origin = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Origin");
+    if (!origin)
+        return 0;
+    const char *host = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Host");
+    const char *authority = strstr(origin, "://");
+    if (authority && host && strcasecmp(authority + 3, host) == 0)
+        return 0;
+    return !cors_allowed_origin(req);
 }
 
 int http_origin_listed(struct http_request *req, const char *origin)
@@ -706,6 +725,11 @@ static void dispatch(struct http_request *req)
     }
     if (found) {
         req->route = found;
+        if (srv->refuse_cross_site_writes && cross_site_write(req)) {
+            http_error(req, ERR_FORBIDDEN, NULL, "a request from a page of another site is refused: its Origin is not"
+                       " this server's, nor one of cors_origins");
+            return;
+        }
         if (found->auth != AUTH_NONE && srv->authenticate(req, found->auth) < 0)
             return;
         found->handler(req);
@@ -1069,6 +1093,7 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
     srv->authenticate = authenticate;
     srv->on_done = cfg->on_done;
     srv->unavailable_cause = cfg->unavailable_cause;
+    srv->refuse_cross_site_writes = cfg->refuse_cross_site_writes;
     snprintf(srv->trusted_proxies, sizeof srv->trusted_proxies, "%s", cfg->trusted_proxies ? cfg->trusted_proxies : "");
     srv->app = app;
     srv->max_path_bytes = cfg->max_path_bytes ? cfg->max_path_bytes : 2048;

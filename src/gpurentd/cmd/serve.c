@@ -304,6 +304,7 @@ int cmd_serve(int argc, char **argv)
         .unavailable_cause = api_unavailable_cause,
         .cert_file = conf.tls_cert,
         .key_file = conf.tls_key,
+        .refuse_cross_site_writes = 1,
     };
     srv = http_server_start(&hc, daemon_routes, auth_authenticate, NULL);
     if (!srv || heartbeat_start() < 0 || reconciler_start() < 0 || billing_start() < 0 || logs_proxy_start() < 0 ||

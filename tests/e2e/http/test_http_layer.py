@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from harness import REQUEST_ID, Daemon, assert_error, migration_versions, route_table, stop_all
+from harness import REQUEST_ID, Daemon, assert_error, migration_versions, route_table, stop_all, unique_email
 
 CONSOLE = "http://console.test"
 
@@ -121,6 +121,38 @@ def test_no_cors_without_configured_origins(daemon, user):
 def test_no_cors_without_origin(cors_daemon):
     r = cors_daemon.get("/healthz")
     assert r.status_code == 200 and cors_headers(r) == {}
+
+
+@pytest.mark.parametrize("origin", ["http://evil.test", "null", "http://console.test.evil.test"])
+def test_a_write_from_a_page_of_another_site_is_refused(cors_daemon, origin):
+    """A page elsewhere can POST a JSON body as text/plain with no
+    preflight (a sign-up from each visitor's address, say): a request that
+    may change something and carries an Origin that is neither this
+    server's nor an allowed one is refused, and nothing is made."""
+    d = cors_daemon
+    email = unique_email("xsite")
+    body = f'{{"email":"{email}","password":"correct horse battery"}}'
+    r = d.request("POST", "/v1/signup", data=body, headers={"Origin": origin, "Content-Type": "text/plain"})
+    assert_error(r, 403, "forbidden")
+    assert d.sql("SELECT count(*) FROM users WHERE email = ?", (email,)) == [(0,)]
+    u = d.signup()
+    assert_error(d.post("/v1/api-keys", key=u.key, json={}, headers={"Origin": origin}), 403, "forbidden")
+    # Reads are not refused (CORS keeps their answers from the page).
+    assert d.get("/v1/me", key=u.key, headers={"Origin": origin}).status_code == 200
+
+
+def test_writes_from_this_server_s_pages_an_allowed_origin_or_no_browser_pass(cors_daemon):
+    d = cors_daemon
+    u = d.signup()
+    own = f"http://127.0.0.1:{d.port}"
+    for headers in ({"Origin": own}, {"Origin": own.replace("http:", "https:")}, {"Origin": CONSOLE}, {}):
+        r = d.post("/v1/api-keys", key=u.key, json={}, headers=headers)
+        assert r.status_code == 201, (headers, r.text)
+    # A script's curl -d (form-encoded, no Origin) still works.
+    email = unique_email("curl")
+    r = d.request("POST", "/v1/signup", data=f'{{"email":"{email}","password":"correct horse battery"}}',
+                  headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 201, r.text
 
 
 # ---------------------------------------------------------------- request ids and the access log
