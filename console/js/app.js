@@ -1,7 +1,9 @@
 // app.js: the console's entry: loads the language, draws the navigation and
 // shows the page the location's #/route names. A page is a function
 // (main, params, ctx) that fills main; ctx.alive() turns false once the
-// user has gone to another page, so its polls and streams stop.
+// user has gone to another page, so its polls stop, and the functions it
+// gave ctx.onLeave() run then (a stream that never sends another chunk
+// would otherwise hold one of the browser's six connections to the host).
 import { loadLang, t, currentLang } from "./i18n.js";
 import { getKey, getUser, clearSession, whenUnauthorized, del } from "./api.js";
 import { h, clear, toast } from "./ui.js";
@@ -50,6 +52,7 @@ const USER_NAV = ["overview", "catalog", "launch", "instances", "reservations", 
 const ADMIN_NAV = ["admin/nodes", "admin/prices", "admin/invites", "admin/money", "admin/users", "admin/audit"];
 
 let generation = 0;
+let leaving = []; // the current page's ctx.onLeave functions
 
 // A route's :id, :rank or :slug as the pages use it: in API paths, so only
 // the characters of the daemon's ids and slugs. Anything else ("..%2Fapi-keys",
@@ -96,6 +99,9 @@ function drawNav(current) {
 
 async function show() {
   const gen = ++generation;
+  for (const fn of leaving.splice(0)) {
+    try { fn(); } catch { /* one page's clean-up must not stop the next page */ }
+  }
   const main = clear(document.getElementById("main"));
   document.getElementById("banner").textContent = "";
   let route = match(location.hash || "");
@@ -113,7 +119,8 @@ async function show() {
     main.append(h("h1", {}, t("nav." + route.name)), h("div", { class: "error" }, t("err.forbidden")));
     return;
   }
-  const ctx = { alive: () => gen === generation, query: route.query, navigate: (to) => { location.hash = to; } };
+  const ctx = { alive: () => gen === generation, query: route.query, navigate: (to) => { location.hash = to; },
+    onLeave: (fn) => { if (gen === generation) leaving.push(fn); else fn(); } };
   try {
     await route.page(main, route.params, ctx);
   } catch (e) {

@@ -173,6 +173,9 @@ function logsView(id, ctx) {
   const err = h("div");
   const show = h("button", { type: "button", id: "logs-show" }, t("logs.show"));
   let controller = null;
+  // Leaving the page ends the request: a quiet stream would keep its
+  // connection open for good, and six of them freeze the console.
+  ctx.onLeave(() => { if (controller) controller.abort(); });
   const line = (time_, stream, text) => out.append(`${time_ ? new Date(time_).toLocaleTimeString() + " " : ""}${stream === "stderr" ? "! " : ""}${text}\n`);
   const load = async () => {
     if (controller) controller.abort();

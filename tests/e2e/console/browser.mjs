@@ -35,6 +35,15 @@ async function waitText(page, selector, want, timeout = DEADLINE) {
   }
 }
 
+// Polls a condition of the test's own (not the page's) every 100 ms.
+async function poll(cond, timeout = DEADLINE) {
+  const end = Date.now() + timeout;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error("timed out");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 async function login(page, email, password) {
   await page.goto(`${base}/console#/login`);
   await page.fill("#login-email", email);
@@ -356,6 +365,29 @@ const scenarios = {
     }
     const bad = asked.filter((a) => /api-keys|^(DELETE|POST) |\/instances\/[^/]*$/.test(a));
     if (bad.length) throw new Error(`crafted routes reached the API: ${bad.join(", ")}`);
+  },
+
+  // Following the logs of a quiet instance, then leaving its page: the
+  // stream ends with the page (it sends nothing more that could end it),
+  // so seven visits leave no connection held and the console still draws.
+  async follow_leave(page) {
+    const open = new Set();
+    page.on("request", (q) => { if (q.url().includes("follow=true")) open.add(q); });
+    page.on("requestfinished", (q) => open.delete(q));
+    page.on("requestfailed", (q) => open.delete(q));
+    await login(page, world.email, world.password);
+    for (let i = 0; i < 7; i++) {
+      await page.goto(`${base}/console#/instances/${world.instance_id}`);
+      await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+      await waitText(page, "#logs", "quiet-now");
+      await page.check("#logs-follow");
+      await waitText(page, "#logs", "quiet-now");
+      await page.goto(`${base}/console#/overview`);
+      await page.waitForSelector("#available", { timeout: DEADLINE });
+      try {
+        await poll(() => open.size === 0, 10000);
+      } catch { throw new Error(`visit ${i + 1}: ${open.size} log streams still open after leaving the page`); }
+    }
   },
 
   // Someone else's instance id in the address: not found, nothing of theirs.

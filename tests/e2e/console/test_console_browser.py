@@ -310,3 +310,18 @@ def test_another_users_reservation_in_the_address_is_not_found(new_daemon, tmp_p
                                          "reservation_id": r["id"]}, tmp_path)
     assert rc.d.get(f"/v1/reservations/{r['id']}", key=owner.key).json()["state"] == "upcoming"
     rc.verify()
+
+
+def running_instance(c, owner, command="echo quiet-now; sleep 3600", **body):
+    inst = c.create(owner, card_count=1, command=["sh", "-c", command], **body)
+    poll(lambda: c.get(owner, inst["id"])["state"] == "running", 60, "the instance to run")
+    return inst
+
+
+def test_leaving_an_instance_page_ends_its_log_stream(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("follow_leave", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                  "instance_id": inst["id"]}, tmp_path)
