@@ -302,7 +302,7 @@ static void error_v(struct http_request *req, enum api_error e, const char *fiel
     /* RFC 9110: a 401 names its challenge; a 503 or 429 says when to come
      * back (handlers that know better have added their own). */
     if (info->status == 401 && !http_has_header(req, "WWW-Authenticate"))
-        http_add_header(req, "WWW-Authenticate", e == ERR_BAD_SIGNATURE ? "GPURENT-HMAC-SHA256" : "Bearer");
+        http_add_header(req, "WWW-Authenticate", e == ERR_BAD_SIGNATURE ? "Gpurent-HMAC-SHA256" : "Bearer");
     if ((info->status == 503 || info->status == 429) && !http_has_header(req, "Retry-After"))
         http_add_header(req, "Retry-After", info->status == 503 ? "5" : "1");
     http_reply_json(req, info->status, json_pack("{s:o}", "error", err));

@@ -204,6 +204,12 @@ class Spec:
                         problems.append(f"body is not JSON ({e}): {body[:200]!r}")
                     else:
                         problems += self._validate(content[media]["schema"], instance)
+                        # An error's code must be one its response lists
+                        # (x-error-codes), where the response lists any.
+                        codes = rspec.get("x-error-codes")
+                        code = instance.get("error", {}).get("code") if isinstance(instance, dict) else None
+                        if codes and isinstance(instance.get("error"), dict) and code not in codes:
+                            problems.append(f"error code {code!r} is not among {codes} of response {key}")
         if problems:
             raise AssertionError(f"{what} ({op[0]} {op[1]}, response {key}):\n  " + "\n  ".join(problems)
                                  + f"\nbody: {resp.text[:1500]}")
