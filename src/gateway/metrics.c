@@ -71,9 +71,19 @@ static void put(struct text *t, const char *fmt, ...)
 }
 
 /* ms as seconds with three decimals, exactly (no float rounding). */
+/* Milliseconds as seconds, exactly and in the shortest form ("0.01", "1",
+ * "2.5"): a bucket's le is matched as text by PromQL selectors, and other
+ * exporters (gpurentd's %g among them) write it so. */
 static void put_seconds(struct text *t, int64_t ms)
 {
-    put(t, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
+    int64_t frac = ms % 1000;
+    int digits = 3;
+    while (frac && frac % 10 == 0)
+        frac /= 10, digits--;
+    if (frac)
+        put(t, "%lld.%0*lld", (long long)(ms / 1000), digits, (long long)frac);
+    else
+        put(t, "%lld", (long long)(ms / 1000));
 }
 
 static char *render(size_t *len)

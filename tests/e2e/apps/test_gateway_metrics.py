@@ -55,6 +55,9 @@ def test_calls_are_counted_by_status_and_duration(market):
     buckets = sorted((float(dict(k[1])["le"]), v) for k, v in s.items()
                      if k[0] == "gpurent_gateway_call_duration_seconds_bucket")
     assert buckets[-1] == (float("inf"), 3) and [v for _, v in buckets] == sorted(v for _, v in buckets), buckets
+    # Bounds in their shortest form, as PromQL selectors match them as text.
+    les = [dict(k[1])["le"] for k in s if k[0] == "gpurent_gateway_call_duration_seconds_bucket"]
+    assert {"0.005", "0.01", "0.25", "1", "2.5", "300", "+Inf"} <= set(les), les
     assert s[("gpurent_gateway_calls_in_flight", ())] == 0 and s[("gpurent_gateway_upstreams_paused", ())] == 0, s
     # The 200's usage record reaches gpurentd, which answers for it.
     m.wait_calls(app["id"], 1)
