@@ -68,6 +68,35 @@ export const put = (p, body) => api("PUT", p, { body });
 export const patch = (p, body) => api("PATCH", p, { body });
 export const del = (p) => api("DELETE", p);
 
+// A random UUID (version 4) for an Idempotency-Key or a payment id.
+// crypto.randomUUID exists only in secure contexts (https, loopback): a
+// console opened at http://gpu.lan/ has getRandomValues alone.
+export function newKey() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const x = [...b].map((v) => v.toString(16).padStart(2, "0")).join("");
+  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}`;
+}
+
+// One key per filled-in form: pressing the button again after an answer
+// was lost (the request may well have been done) sends the same key, so
+// the server answers with what it did instead of doing it twice. A change
+// to the form, or done() after a success, makes the next press a new one.
+export function formKey(form) {
+  let key = null, content = null;
+  const snapshot = () => JSON.stringify([...form.querySelectorAll("input, select, textarea")]
+    .map((el) => (el.type === "checkbox" || el.type === "radio" ? el.checked : el.value)));
+  return {
+    get() {
+      const now = snapshot();
+      if (!key || now !== content) { key = newKey(); content = now; }
+      return key;
+    },
+    done() { key = null; },
+  };
+}
+
 // All pages of a list (the API pages with cursor/next_cursor).
 export async function all(path, query, max = 20) {
   let out = [], cursor;

@@ -2,7 +2,7 @@
 // ready), prices with effective dates, invite codes, top-ups and grants,
 // account look-up and suspension, and the audit trail of admin actions.
 import { t } from "../i18n.js";
-import { get, post, put, all } from "../api.js";
+import { get, post, put, all, formKey } from "../api.js";
 import { h, clear, money, time, table, field, busy, errorBox, badge, every, toast } from "../ui.js";
 
 export async function nodes(main, params, ctx) {
@@ -123,6 +123,9 @@ async function moneyPage(main) {
   const btn = h("button", { type: "submit", id: "funds-submit" }, t("funds.submit"));
   const form = h("form", { class: "stack card" }, field(t("auth.email"), email), field(t("funds.kind"), kind), field(t("invites.amount"), amount),
     field(t("funds.payment_id"), payment), field(t("funds.expires"), expires, t("funds.expires_hint")), field(t("common.reason"), reason), btn);
+  // Without a payment id typed in, one of the console's per filled-in form:
+  // a retry after a lost answer is the same payment, not a second one.
+  const idem = formKey(form);
   form.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => {
     clear(out);
     const u = await findUser(email.value.trim());
@@ -131,8 +134,9 @@ async function moneyPage(main) {
     if (reason.value) body.reason = reason.value;
     let r;
     if (kind.value === "topup") {
-      body.payment_id = payment.value.trim() || `console-${crypto.randomUUID()}`;
+      body.payment_id = payment.value.trim() || `console-${idem.get()}`;
       r = await post(`/v1/admin/users/${u.id}/topups`, body);
+      idem.done();
     } else {
       if (expires.value) body.expires_at = new Date(expires.value + "T23:59:59").toISOString().replace(/\.\d+Z$/, "Z");
       r = await post(`/v1/admin/users/${u.id}/grants`, body);

@@ -3,7 +3,7 @@
 // connect panel (SSH per rank, ssh-config, published ports), the event
 // timeline and the logs (tail, or follow as they are written).
 import { t } from "../i18n.js";
-import { get, post, del, all, raw, ApiError, errorText } from "../api.js";
+import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
 import { h, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast } from "../ui.js";
 
 
@@ -104,6 +104,7 @@ export async function launch(main, params, ctx) {
     h("fieldset", {}, h("legend", {}, t("launch.ssh_keys")), keyBoxes.length ? keyBoxes : h("p", { class: "hint" }, t("launch.no_keys"), " ", h("a", { href: "#/ssh-keys" }, t("nav.ssh-keys")))),
     field(t("common.name"), name), field(t("launch.command"), command, t("launch.command_hint")), field(t("launch.env"), env, t("launch.env_hint")),
     field(t("launch.ports"), ports, t("launch.ports_hint")), field(t("launch.duration"), hours), estimate, err, btn);
+  const idem = formKey(form);
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     busy(btn, async () => {
@@ -118,7 +119,8 @@ export async function launch(main, params, ctx) {
       if (envList.length) body.env = envList;
       const portList = parsePorts(ports.value);
       if (portList.length) body.ports = portList;
-      const inst = await post("/v1/instances", body, { headers: { "Idempotency-Key": crypto.randomUUID() } });
+      const inst = await post("/v1/instances", body, { headers: { "Idempotency-Key": idem.get() } });
+      idem.done();
       toast(t("launch.launched", { id: inst.id }));
       ctx.navigate(`#/instances/${inst.id}`);
     }, err);

@@ -4,7 +4,7 @@
 // reservation's page, and cancelling with the refund rule said first.
 // Hours are entered and shown in the browser's time zone; the API speaks UTC.
 import { t, locale } from "../i18n.js";
-import { get, post, del, all, ApiError, errorText } from "../api.js";
+import { get, post, del, all, ApiError, errorText, formKey } from "../api.js";
 import { h, clear, money, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
 
 const HOUR_MS = 3600000;
@@ -111,12 +111,14 @@ function bookForm(types, reload, ctx) {
   const form = h("form", { class: "stack card", id: "book-form" }, h("h2", {}, t("resv.book_title")),
     field(t("catalog.type"), type), field(t("resv.cards"), cards, t("resv.cards_hint")),
     field(t("resv.start"), start, t("resv.zone_hint", { zone: zoneName() })), field(t("resv.hours"), hours), quote, refundRule(), err, done, btn);
+  const idem = formKey(form);
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     busy(btn, async () => {
       const s = wholeHour(start.value, "starts_at");
       const r = await post("/v1/reservations", { gpu_type: type.value, cards: Number(cards.value), starts_at: isoHour(s), ends_at: isoHour(s + Number(hours.value) * HOUR_MS) },
-        { headers: { "Idempotency-Key": crypto.randomUUID() } });
+        { headers: { "Idempotency-Key": idem.get() } });
+      idem.done(); // booking the same block again is a second booking
       clear(done).append(h("div", { class: "ok" }, t("resv.booked", { id: r.id }), " ", money(r.amount, r.currency)));
       toast(t("resv.booked", { id: r.id }));
       await reload();

@@ -325,3 +325,20 @@ def test_leaving_an_instance_page_ends_its_log_stream(new_daemon, tmp_path):
     inst = running_instance(c, owner)
     run_scenario("follow_leave", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
                                   "instance_id": inst["id"]}, tmp_path)
+
+
+def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
+    rc = ResvCloud(cloud_for(new_daemon, tmp_path))
+    rc.price("H100-SXM", "2.00")
+    rc.c.fleet(1)
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    user = rc.c.user(funds="100.00")
+    admin = unique_email("root")
+    rc.d.cli_create_user(admin, admin=True, password=DEFAULT_PASSWORD)
+    run_scenario("retry_lost_answer", {"base_url": rc.d.base_url, "email": user.email, "password": user.password,
+                                       "admin_email": admin, "start": iso(rc.hour(72))}, tmp_path)
+    assert len(rc.d.get("/v1/instances", key=user.key).json()["data"]) == 1
+    assert len(rc.d.get("/v1/reservations", key=user.key).json()["data"]) == 1
+    topups = rc.d.get("/v1/transactions", key=user.key, params={"kind": "topup"}).json()["data"]
+    assert [x["amount"] for x in topups] == ["100.00", "50.00"], topups
+    rc.verify()
