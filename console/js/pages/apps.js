@@ -64,6 +64,26 @@ function gatewayField(redraw) {
   return field(t("apps.gateway"), input, t("apps.gateway_hint"));
 }
 
+// The stored command as the form shows it: a line for sh -c as it was
+// typed, any other argument list as JSON; commandOf() reads it back, so a
+// command passes through the edit form unchanged (joining the array with
+// spaces and wrapping it in sh -c again nested one more shell each save).
+function commandText(cmd) {
+  if (!cmd || !cmd.length) return "";
+  if (cmd.length === 3 && cmd[0] === "sh" && cmd[1] === "-c" && !/^\s*\[/.test(cmd[2])) return cmd[2];
+  return JSON.stringify(cmd);
+}
+function commandOf(text) {
+  const s = text.trim();
+  if (!s) return [];
+  if (s.startsWith("[")) {
+    let v;
+    try { v = JSON.parse(s); } catch { v = null; }
+    if (Array.isArray(v) && v.every((x) => typeof x === "string")) return v;
+  }
+  return ["sh", "-c", s];
+}
+
 // Fields of POST /v1/apps (and PATCH, without slug), with their inputs.
 function appFields(a) {
   const v = (k, d) => (a && a[k] !== undefined ? a[k] : d);
@@ -73,7 +93,7 @@ function appFields(a) {
     name: h("input", { id: "app-name", required: true, maxlength: 80, value: v("name", "") }),
     description: h("textarea", { id: "app-description", maxlength: 2000, value: v("description", "") }),
     image: h("input", { id: "app-image", required: true, value: v("image", "rocm/pytorch:2.3-rocm6.2") }),
-    command: h("input", { id: "app-command", class: "mono", value: (v("command", []) || []).join(" "), placeholder: "python3 -m vllm.entrypoints.openai.api_server --port 8000" }),
+    command: h("input", { id: "app-command", class: "mono", value: commandText(v("command", [])), placeholder: "python3 -m vllm.entrypoints.openai.api_server --port 8000" }),
     env: h("textarea", { id: "app-env", class: "mono", placeholder: "KEY=value\nSECRET_TOKEN=…" }),
     port: h("input", { id: "app-port", type: "number", min: 1, max: 65535, required: true, value: v("port", 8000) }),
     gpu_type: h("input", { id: "app-gpu-type", required: true, value: v("gpu_type", "MI450") }),
@@ -118,7 +138,7 @@ function bodyOf(f, withSlug) {
     b[k] = f[k].value.trim();
   for (const k of ["port", "cards_per_replica", "min_replicas", "max_replicas", "concurrency_target", "idle_seconds", "rate_limit_per_key", "rate_limit_per_app"])
     b[k] = Number(f[k].value);
-  b.command = f.command.value.trim() ? ["sh", "-c", f.command.value.trim()] : [];
+  b.command = commandOf(f.command.value);
   const env = f.env.value.split("\n").map((l) => l.trim()).filter(Boolean).map((l) => {
     const i = l.indexOf("=");
     if (i <= 0) throw new ApiError(400, "console_env", l, "env");
@@ -201,6 +221,7 @@ function publisherPanel(a, main, ctx) {
     busy(btn, async () => {
       const body = bodyOf(f, false);
       if (!f.env.value.trim()) delete body.env; // leave the secrets as they are
+      if (f.command.value === commandText(a.command)) body.command = a.command || []; // untouched: exactly as stored
       await patch(`/v1/apps/${a.slug}`, body);
       toast(t("apps.saved"));
       ctx.navigate(`#/apps/${a.slug}?saved=${Date.now()}`);

@@ -445,6 +445,24 @@ const scenarios = {
     twice("topups");
   },
 
+  // An app's edit form shows its stored command as it is and saving a
+  // price change leaves the command alone: a line for sh -c shows as the
+  // line, any other argument list as JSON (world.apps: slug -> shown text).
+  async app_edit(page) {
+    await login(page, world.email, world.password);
+    for (const [slug, shown] of Object.entries(world.apps)) {
+      for (let i = 1; i <= 2; i++) {
+        await page.goto(`${base}/console#/apps/${slug}?visit=${i}`);
+        await page.waitForSelector("#edit-form #app-command", { timeout: DEADLINE });
+        const got = await page.inputValue("#edit-form #app-command");
+        if (got !== shown) throw new Error(`${slug}: the edit form shows ${JSON.stringify(got)}, not ${JSON.stringify(shown)}`);
+        await page.fill("#edit-form #app-price-request", `0.00${i}`);
+        await page.click("#edit-submit");
+        await page.waitForURL(/\?saved=/, { timeout: DEADLINE });
+      }
+    }
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

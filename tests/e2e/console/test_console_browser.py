@@ -342,3 +342,20 @@ def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
     topups = rc.d.get("/v1/transactions", key=user.key, params={"kind": "topup"}).json()["data"]
     assert [x["amount"] for x in topups] == ["100.00", "50.00"], topups
     rc.verify()
+
+
+def test_saving_an_app_edit_keeps_its_command(new_daemon, tmp_path):
+    m = Market(new_daemon, tmp_path)
+    try:
+        user = m.user()
+        line = ["sh", "-c", "python3 -m http.server 8000 --bind 0.0.0.0"]
+        argv = ["python3", "-m", "http.server", "8000"]
+        for slug, cmd in (("edit-line", line), ("edit-argv", argv)):
+            m.publish(user, slug=slug, command=cmd)
+        run_scenario("app_edit", {"base_url": m.d.base_url, "email": user.email, "password": user.password,
+                                  "apps": {"edit-line": line[2], "edit-argv": json.dumps(argv, separators=(",", ":"))}}, tmp_path)
+        for slug, cmd in (("edit-line", line), ("edit-argv", argv)):
+            a = m.d.get(f"/v1/apps/{slug}", key=user.key).json()
+            assert a["command"] == cmd and a["prices"]["per_request"].startswith("0.002"), a
+    finally:
+        m.close()
