@@ -60,6 +60,30 @@ export function toast(text, bad) {
   setTimeout(() => el.remove(), 6000);
 }
 
+// Copies text to the clipboard and says so. navigator.clipboard exists only
+// in secure contexts (not at http://gpu.lan/) and may be refused: then
+// the text in el is selected and copied the old way, and where even that
+// fails the user is told to copy the selection.
+export async function copyText(text, el) {
+  try {
+    if (navigator.clipboard && window.isSecureContext) {
+      await navigator.clipboard.writeText(text);
+      toast(t("connect.copied"));
+      return;
+    }
+  } catch { /* refused: the old way below */ }
+  let ok = false;
+  if (el) {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+    try { ok = document.execCommand("copy"); } catch { ok = false; }
+  }
+  toast(ok ? t("connect.copied") : t("connect.copy_by_hand"), !ok);
+}
+
 // Runs fn with the button disabled and showing progress; an error goes
 // into errSlot (or a toast), never silently.
 export async function busy(button, fn, errSlot) {

@@ -4,7 +4,7 @@
 // timeline and the logs (tail, or follow as they are written).
 import { t } from "../i18n.js";
 import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
-import { h, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast } from "../ui.js";
+import { h, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText } from "../ui.js";
 
 
 // "KEY=value" lines into the API's env list.
@@ -152,8 +152,10 @@ function connectPanel(inst) {
   if (!running) box.append(h("p", { class: "hint" }, t("connect.not_running")));
   for (const n of inst.nodes || []) {
     const rows = [h("h3", {}, t("connect.rank", { rank: n.rank }), " · ", n.node_name)];
-    if (n.ssh) rows.push(h("pre", { class: "cmd", id: `ssh-${n.rank}` }, n.ssh.command),
-      h("button", { type: "button", class: "secondary", onclick: () => navigator.clipboard.writeText(n.ssh.command).then(() => toast(t("connect.copied"))) }, t("connect.copy")));
+    if (n.ssh) {
+      const pre = h("pre", { class: "cmd", id: `ssh-${n.rank}` }, n.ssh.command);
+      rows.push(pre, h("button", { type: "button", class: "secondary", id: `copy-ssh-${n.rank}`, onclick: () => copyText(n.ssh.command, pre) }, t("connect.copy")));
+    }
     if (running) rows.push(" ", h("a", { href: `#/terminal/${inst.id}/${n.rank}`, id: `terminal-${n.rank}` }, t("connect.terminal")));
     for (const p of n.published || [])
       rows.push(h("div", {}, t("connect.port", { port: p.container_port }), " → ", h("a", { href: `http://${p.address}/`, target: "_blank", rel: "noopener noreferrer" }, p.address)));

@@ -463,6 +463,31 @@ const scenarios = {
     }
   },
 
+  // The console at a plain-HTTP host name that is not loopback (a LAN
+  // name; gpu.lan is mapped to 127.0.0.1): not a secure context, so no
+  // crypto.randomUUID and no navigator.clipboard. Launch still works and
+  // Copy says what it did, without a page error.
+  async plain_http(page) {
+    const lan = base.replace("127.0.0.1", "gpu.lan");
+    await page.goto(`${lan}/console#/login`);
+    if (await page.evaluate(() => window.isSecureContext)) throw new Error("gpu.lan is a secure context: the scenario tests nothing");
+    await page.fill("#login-email", world.email);
+    await page.fill("#login-password", world.password);
+    await page.click("#login-submit");
+    await page.waitForFunction(() => !location.hash.startsWith("#/login"), null, { timeout: DEADLINE });
+    await page.goto(`${lan}/console#/launch`);
+    await fillLaunch(page, { cards: 1, command: "sleep 3600" });
+    await page.click("#launch-submit");
+    await page.waitForURL(/#\/instances\/ins_/, { timeout: DEADLINE });
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    await page.click("#copy-ssh-0");
+    await page.waitForFunction(() => document.getElementById("toast").textContent.length > 0, null, { timeout: DEADLINE });
+    const sel = await page.evaluate(() => String(window.getSelection()));
+    const cmd = await page.textContent("#ssh-0");
+    if (!(await page.textContent("#toast")).includes("已复制") && sel !== cmd)
+      throw new Error(`copy neither copied nor selected the command: ${JSON.stringify(sel)}`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);
@@ -476,7 +501,7 @@ const scenarios = {
 async function main() {
   const name = process.argv[2];
   if (!scenarios[name]) throw new Error(`no scenario ${name}`);
-  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox"] });
+  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox", "--host-resolver-rules=MAP gpu.lan 127.0.0.1"] });
   const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1366, height: 900 }, timezoneId: "Asia/Shanghai" });
   const page = await context.newPage();
   const problems = [];

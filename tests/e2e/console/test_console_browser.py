@@ -359,3 +359,16 @@ def test_saving_an_app_edit_keeps_its_command(new_daemon, tmp_path):
             assert a["command"] == cmd and a["prices"]["per_request"].startswith("0.002"), a
     finally:
         m.close()
+
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl console@test"
+
+
+def test_a_plain_http_host_launches_and_copies(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    user = c.user()
+    r = c.d.post("/v1/ssh-keys", key=user.key, json={"name": "laptop", "public_key": SSH_KEY})
+    assert r.status_code == 201, r.text
+    run_scenario("plain_http", {"base_url": c.d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    assert len(c.d.get("/v1/instances", key=user.key).json()["data"]) == 1
