@@ -23,7 +23,7 @@ import time
 import requests
 
 from agent_util import poll
-from apps_util import DEADLINE, GATEWAY, assert_ledger_ok, free_port
+from apps_util import DEADLINE, GATEWAY, Market, assert_ledger_ok, free_port
 
 FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_replica.py")
 
@@ -335,35 +335,38 @@ def test_a_large_answer_without_usage_is_charged_no_tokens(market):
     assert_ledger_ok(m)
 
 
-def test_rate_limits_hold_as_the_window_table_grows(market):
+def test_rate_limits_hold_as_the_window_table_grows(new_daemon, tmp_path):
     """2100 keys, each with a limit of one call a minute on one app, each
     call once within a minute: every key's second call is refused 429,
     including those of the keys past the first table's 2048 (the gateway
     used to let calls past its 4096th window through uncounted; the table
-    now grows, moving every window)."""
-    m = market
-    pub, con = m.user(), m.user()
-    app = m.publish(pub, rate_limit_per_key=1)
-    s = requests.Session()
-    keys = [s.post(m.d.url("/v1/api-keys"), headers={"Authorization": f"Bearer {con.key}"},
-                   json={"name": f"k{i}"}, timeout=30).json()["token"] for i in range(2100)]
-    gw = m.gateway()
+    now grows, moving every window). One consumer holds them all, so its
+    max_api_keys_per_user is raised."""
+    m = Market(new_daemon, tmp_path, options={"max_api_keys_per_user": "3000"})
+    try:
+        pub, con = m.user(), m.user()
+        app = m.publish(pub, rate_limit_per_key=1)
+        s = requests.Session()
+        keys = [s.post(m.d.url("/v1/api-keys"), headers={"Authorization": f"Bearer {con.key}"},
+                       json={"name": f"k{i}"}, timeout=30).json()["token"] for i in range(2100)]
+        gw = m.gateway()
 
-    def now():
-        return m.signed("GET", "/internal/gateway/state").json()["at"]
-    poll(lambda: now() % 60 < 20, 70, "the first third of a minute")
-    minute = now() // 60
-    g = requests.Session()
+        def now():
+            return m.signed("GET", "/internal/gateway/state").json()["at"]
+        poll(lambda: now() % 60 < 20, 70, "the first third of a minute")
+        minute = now() // 60
+        g = requests.Session()
 
-    def call(key):
-        r = g.post(f"{gw.url}/apps/{app['slug']}/v1/completions", json={"prompt": "hi"}, timeout=30,
-                   headers={"Authorization": f"Bearer {key}", "X-Gpurent-Wait-Seconds": "0"})
-        return r.status_code
-    assert {call(k) for k in keys} == {503}  # counted, then no replica
-    assert [call(k) for k in keys[:4] + keys[2044:2052] + keys[-4:]] == [429] * 16
-    assert call(keys[0]) == 429
-    assert now() // 60 == minute, "the minute ended mid-test; its windows started again"
-
+        def call(key):
+            r = g.post(f"{gw.url}/apps/{app['slug']}/v1/completions", json={"prompt": "hi"}, timeout=30,
+                       headers={"Authorization": f"Bearer {key}", "X-Gpurent-Wait-Seconds": "0"})
+            return r.status_code
+        assert {call(k) for k in keys} == {503}  # counted, then no replica
+        assert [call(k) for k in keys[:4] + keys[2044:2052] + keys[-4:]] == [429] * 16
+        assert call(keys[0]) == 429
+        assert now() // 60 == minute, "the minute ended mid-test; its windows started again"
+    finally:
+        m.close()
 
 
 def test_funds_cover_every_call_in_flight(market):
