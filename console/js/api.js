@@ -97,15 +97,18 @@ export function formKey(form) {
   };
 }
 
-// All pages of a list (the API pages with cursor/next_cursor).
+// All pages of a list (the API pages with cursor/next_cursor), up to max
+// pages of 100; a list cut there says so (out.truncated, which table()
+// tells the user), never silently.
 export async function all(path, query, max = 20) {
   let out = [], cursor;
   for (let i = 0; i < max; i++) {
     const page = await get(path, { limit: 100, ...(query || {}), cursor });
     out = out.concat(page.data || []);
-    if (!page.next_cursor) break;
+    if (!page.next_cursor) return out;
     cursor = page.next_cursor;
   }
+  out.truncated = true;
   return out;
 }
 

@@ -106,7 +106,7 @@ export async function busy(button, fn, errSlot) {
 
 export function table(columns, rows, empty) {
   if (!rows.length) return h("p", { class: "hint" }, empty || t("common.none"));
-  return h("div", { class: "table-wrap" },
+  return h("div", { class: "table-wrap" }, rows.truncated ? h("p", { class: "warn" }, t("common.truncated", { n: rows.length })) : null,
     h("table", {},
       h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c[0])))),
       h("tbody", {}, rows.map((r) => h("tr", {}, columns.map((c) => h("td", {}, c[1](r))))))));

@@ -1,19 +1,69 @@
 // billing.js: usage (a chart of daily spend, card-hours per GPU type), the
 // transactions list and the monthly statement with its CSV download.
 // Daily spend is summed in the browser from the usage and storage
-// transactions, by the user's own calendar day.
+// transactions, by the user's own calendar day. The API lists
+// transactions oldest first; pages that want the newest read them a window
+// of time at a time, going back (newestFirst), each window read whole.
 import { t, locale } from "../i18n.js";
-import { get, all, raw } from "../api.js";
+import { get, raw } from "../api.js";
 import { h, clear, money, money2, time, table, field, busy, errorBox, download } from "../ui.js";
 
 const DAY_MS = 86400000;
+const WINDOW_PAGES = 10; // pages of 200 read for one window before it is cut smaller
+
+// The API's time form: UTC to the second.
+function isoSec(ms) { return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, "Z"); }
+
+// Every transaction of query in [from, to) (to null: no end), oldest first;
+// null where there are more than max pages of them.
+async function windowRows(query, from, to, max = WINDOW_PAGES) {
+  let rows = [], cursor;
+  for (let i = 0; i < max; i++) {
+    const page = await get("/v1/transactions", { ...query, limit: 200, from: isoSec(from), to: to === null ? undefined : isoSec(to), cursor });
+    rows = rows.concat(page.data || []);
+    if (!page.next_cursor) return rows;
+    cursor = page.next_cursor;
+  }
+  return null;
+}
+
+// The transactions of query newest first, one window of time at a time:
+// next() gives the window before the last one (newest first, whole), or
+// null once the oldest has been given. A window that holds more than
+// WINDOW_PAGES pages is read again a quarter as long, so the newest come
+// first however many there are.
+function newestFirst(query) {
+  let first, to = null, span = 31 * DAY_MS;
+  const reader = {
+    done: false,
+    async next() {
+      if (first === undefined) {
+        const p = await get("/v1/transactions", { ...query, limit: 1 });
+        first = p.data.length ? Math.floor(Date.parse(p.data[0].at) / 1000) * 1000 : null;
+      }
+      if (first === null || (to !== null && to <= first)) { reader.done = true; return null; }
+      // The first window has no end: the server's clock may be ahead of ours.
+      const end = to === null ? Date.now() : to;
+      for (;;) {
+        const from = Math.max(Math.floor((end - span) / 1000) * 1000, first);
+        const rows = await windowRows(query, from, to, span > 1000 ? WINDOW_PAGES : Infinity);
+        if (rows === null) { span = Math.max(1000, Math.floor(span / 4)); continue; }
+        to = from;
+        reader.done = to <= first;
+        return rows.reverse();
+      }
+    },
+  };
+  return reader;
+}
 
 function dayKey(d) { return `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, "0")}-${String(d.getDate()).padStart(2, "0")}`; }
 
-function spendChart(txns, currency) {
+// The 30 days up to the end of the usage period (the server's "now").
+function spendChart(txns, currency, until) {
   const spend = txns.filter((x) => x.kind === "usage" || x.kind === "storage" || x.kind === "refund");
   if (!spend.length) return h("p", { class: "hint" }, t("usage.no_spend"));
-  const last = new Date(Math.max(...spend.map((x) => Date.parse(x.at))));
+  const last = new Date(until - 1000);
   const days = [];
   for (let i = 29; i >= 0; i--) days.push(dayKey(new Date(last.getTime() - i * DAY_MS)));
   const sums = Object.fromEntries(days.map((d) => [d, 0]));
@@ -38,10 +88,13 @@ function sizeBars(root) {
 export async function usage(main) {
   main.append(h("h1", {}, t("usage.title")));
   try {
-    const [byType, txns] = await Promise.all([get("/v1/usage", { group_by: "gpu_type" }), all("/v1/transactions")]);
+    const byType = await get("/v1/usage", { group_by: "gpu_type" });
+    // Every spending transaction of the period the usage covers, all pages.
+    const until = Date.parse(byType.to), since = Math.min(Date.parse(byType.from), until - 30 * DAY_MS);
+    const txns = (await Promise.all(["usage", "storage", "refund"].map((kind) => windowRows({ kind }, since, null, Infinity)))).flat();
     const maxH = Math.max(0.01, ...byType.data.map((r) => Number(r.card_hours)));
     const box = h("div", {},
-      h("div", { class: "card" }, h("h2", {}, t("usage.daily_spend")), spendChart(txns, byType.currency)),
+      h("div", { class: "card" }, h("h2", {}, t("usage.daily_spend")), spendChart(txns, byType.currency, until)),
       h("div", { class: "card", id: "card-hours" }, h("h2", {}, t("usage.card_hours")),
         byType.data.length ? byType.data.map((r) => h("div", { class: "hbar" }, h("span", {}, r.gpu_type),
           h("div", {}, h("div", { class: "fill", "data-width": Math.round((100 * Number(r.card_hours)) / maxH) })),
@@ -66,13 +119,33 @@ export async function transactions(main) {
   const kind = h("select", { id: "txn-kind" }, h("option", { value: "" }, t("txn.all")),
     ["usage", "refund", "grant", "expiry", "topup", "storage", "reservation", "reservation_refund", "app_call"]
       .map((k) => h("option", { value: k }, t(`txn.kind_${k}`))));
-  const box = h("div", { id: "transactions" });
-  const load = async () => {
-    clear(box);
-    try { box.append(txnTable((await all("/v1/transactions", { kind: kind.value })).reverse())); } catch (e) { box.append(errorBox(e)); }
+  const box = h("div", { id: "transactions" }), err = h("div"), count = h("p", { class: "hint", id: "txn-count", "aria-live": "polite" });
+  const more = h("button", { type: "button", class: "secondary", id: "txn-older", hidden: true }, t("txn.older"));
+  let reader, rows, gen = 0;
+  // Windows until 50 more rows (or the oldest) are shown: a quiet month
+  // is not an empty page.
+  const older = async () => {
+    const mine = gen;
+    const want = rows.length + 50;
+    while (rows.length < want && !reader.done) {
+      const w = await reader.next();
+      if (mine !== gen) return;
+      if (w) rows = rows.concat(w);
+    }
+    clear(box).append(txnTable(rows));
+    count.textContent = reader.done ? t("txn.all_shown", { n: rows.length }) : t("txn.shown", { n: rows.length });
+    more.hidden = reader.done;
   };
+  const load = async () => {
+    gen++;
+    reader = newestFirst(kind.value ? { kind: kind.value } : {});
+    rows = [];
+    clear(box); clear(err); count.textContent = ""; more.hidden = true;
+    try { await older(); } catch (e) { err.append(errorBox(e)); }
+  };
+  more.addEventListener("click", () => busy(more, older, err));
   kind.addEventListener("change", load);
-  main.append(h("div", { class: "inline card" }, field(t("txn.kind"), kind)), box);
+  main.append(h("div", { class: "inline card" }, field(t("txn.kind"), kind)), err, count, box, h("div", { class: "actions" }, more));
   await load();
 }
 
@@ -80,9 +153,11 @@ export async function statement(main) {
   main.append(h("h1", {}, t("statement.title")));
   let month;
   try {
-    // The month of the newest transaction (the list is oldest first).
-    const txns = await all("/v1/transactions");
-    const d = txns.length ? new Date(txns[txns.length - 1].at) : new Date();
+    // The month of the newest transaction.
+    const reader = newestFirst({});
+    let w = null;
+    while (!reader.done && !(w && w.length)) w = await reader.next();
+    const d = w && w.length ? new Date(w[0].at) : new Date();
     month = `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 1).padStart(2, "0")}`;
   } catch (e) { main.append(errorBox(e)); return; }
   const pick = h("input", { type: "month", id: "statement-month", value: month, required: true });

@@ -488,6 +488,34 @@ const scenarios = {
       throw new Error(`copy neither copied nor selected the command: ${JSON.stringify(sel)}`);
   },
 
+  // More transactions than the console reads in one go (world.n grants,
+  // "grant-0001" the oldest): the page starts at the newest, "Show older"
+  // brings the rest, and in the end every one is listed, none dropped.
+  async many_transactions(page) {
+    const n = world.n, name = (i) => `grant-${String(i).padStart(4, "0")}`;
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/transactions`);
+    await page.waitForSelector("#transactions tbody tr", { timeout: DEADLINE });
+    const top = await page.locator("#transactions tbody tr").first().textContent();
+    if (!top.includes(name(n))) throw new Error(`the first row is not the newest: ${top}`);
+    while (await page.isVisible("#txn-older")) {
+      await page.click("#txn-older");
+      await page.waitForFunction(() => !document.querySelector("#txn-older:disabled"), null, { timeout: DEADLINE });
+    }
+    await waitText(page, "#txn-count", String(n + world.others));
+    const rows = await page.locator("#transactions tbody tr").count();
+    if (rows !== n + world.others) throw new Error(`${rows} rows listed, not ${n + world.others}`);
+    const text = await page.textContent("#transactions");
+    for (const i of [1, 2, n - 1, n]) if (!text.includes(name(i))) throw new Error(`${name(i)} is not listed`);
+    // The statement opens at the newest transaction's month.
+    await page.goto(`${base}/console#/statement`);
+    await page.waitForSelector("#statement table", { timeout: DEADLINE });
+    const month = await page.inputValue("#statement-month");
+    if (month !== world.month) throw new Error(`the statement opens at ${month}, not ${world.month}`);
+    await page.goto(`${base}/console#/usage`); // its chart reads the period's spending, every page
+    await page.waitForSelector("#card-hours", { timeout: DEADLINE });
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

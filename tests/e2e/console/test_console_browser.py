@@ -15,9 +15,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import pytest
+import requests
 
 from agent_util import poll
 from harness import REPO, DEFAULT_PASSWORD, unique_email
@@ -372,3 +374,28 @@ def test_a_plain_http_host_launches_and_copies(new_daemon, tmp_path):
     assert r.status_code == 201, r.text
     run_scenario("plain_http", {"base_url": c.d.base_url, "email": user.email, "password": user.password}, tmp_path)
     assert len(c.d.get("/v1/instances", key=user.key).json()["data"]) == 1
+
+
+def test_more_transactions_than_one_read_are_all_listed_newest_first(new_daemon, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    d = new_daemon()
+    user = d.signup()
+    n = 2050  # more than the 20 pages of 100 the console's lists stopped at
+    admin = requests.Session()
+
+    def grant(i):
+        r = d.post(f"/v1/admin/users/{user.id}/grants", key=d.admin_key, session=admin,
+                   json={"amount": "0.01", "reason": f"grant-{i:04d}"})
+        assert r.status_code in (200, 201), r.text
+
+    others = len(d.get("/v1/transactions", key=user.key).json()["data"])  # the trial credit
+    grant(1)
+    for first in range(2, n, 50):  # a second of the testing clock per 50
+        d.advance_clock(1)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(grant, range(first, min(first + 50, n))))
+    d.advance_clock(1)
+    grant(n)
+    month = time.strftime("%Y-%m", time.gmtime(d.now()))
+    run_scenario("many_transactions", {"base_url": d.base_url, "email": user.email, "password": user.password,
+                                       "n": n, "others": others, "month": month}, tmp_path)
