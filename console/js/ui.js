@@ -22,6 +22,17 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
+// el.append(...children) as h() takes children: null, undefined and false
+// are skipped (DOM append() writes them as the words "null" and "false"),
+// arrays are flattened.
+export function add(el, ...children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
 export function clear(el) { while (el.firstChild) el.firstChild.remove(); return el; }
 
 // Money as a person reads it: two decimals and the currency; the exact

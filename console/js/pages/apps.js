@@ -7,7 +7,7 @@
 // this host's port 8084, where `make run` puts it).
 import { t, locale } from "../i18n.js";
 import { get, post, patch, del, all, getUser, getKey, ApiError } from "../api.js";
-import { h, clear, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
+import { h, add, clear, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
 
 const PRICES = [["per_request", "price_per_request"], ["per_1k_input_tokens", "price_per_1k_input_tokens"],
   ["per_1k_output_tokens", "price_per_1k_output_tokens"], ["per_second", "price_per_second"]];
@@ -232,7 +232,7 @@ function publisherPanel(a, main, ctx) {
     if (!confirm(t("apps.confirm_delete"))) return;
     busy(delBtn, async () => { await del(`/v1/apps/${a.slug}`); toast(t("apps.deleted")); ctx.navigate("#/my-apps"); }, delErr);
   });
-  box.append(
+  add(box,
     h("div", { class: "card" }, h("h2", {}, t("apps.replicas")),
       h("p", {}, t("apps.replica_counts", { have: (a.replicas || []).length, want: a.desired_replicas ?? 0, min: a.min_replicas, max: a.max_replicas })),
       table([[t("txn.instance"), (r) => h("a", { href: `#/instances/${r.instance_id}` }, r.instance_id)], [t("instances.state"), (r) => badge(r.state)]], a.replicas || [], t("apps.no_replicas"))),

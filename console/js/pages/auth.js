@@ -3,7 +3,7 @@
 // it returns in sessionStorage (api.js).
 import { t } from "../i18n.js";
 import { post, get, setSession, getUser, getKey } from "../api.js";
-import { h, field, busy, money } from "../ui.js";
+import { h, add, field, busy, money } from "../ui.js";
 
 function remember(res) {
   setSession(res.api_key.token, { ...res.user, api_key_id: res.api_key.id });
@@ -67,7 +67,7 @@ export async function verify(main, params, ctx) {
       const res = await post("/v1/verify-email", { token: token.value.trim() });
       const user = getUser();
       if (user && getKey()) setSession(getKey(), { ...user, email_verified: true });
-      done.append(h("p", { class: "ok" }, t("auth.verified")),
+      add(done, h("p", { class: "ok" }, t("auth.verified")),
         res.credit ? h("p", {}, t("auth.credit_granted"), " ", money(res.credit.amount, res.credit.currency)) : null,
         h("a", { href: getKey() ? "#/overview" : "#/login" }, t("auth.continue")));
     }, err);
@@ -95,5 +95,5 @@ export async function password(main) {
     }, err);
   });
   const me = await get("/v1/me").catch(() => null);
-  main.append(h("h1", {}, t("auth.change_password")), me ? h("p", { class: "hint" }, me.email) : null, form);
+  add(main, h("h1", {}, t("auth.change_password")), me ? h("p", { class: "hint" }, me.email) : null, form);
 }

@@ -4,7 +4,7 @@
 // timeline and the logs (tail, or follow as they are written).
 import { t } from "../i18n.js";
 import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
-import { h, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText } from "../ui.js";
+import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText } from "../ui.js";
 
 
 // "KEY=value" lines into the API's env list.
@@ -69,7 +69,7 @@ export async function launch(main, params, ctx) {
       const [hour, span] = await Promise.all([get("/v1/estimate", { ...q, hours: 1 }), get("/v1/estimate", { ...q, hours: hours.value || 1 })]);
       if (mine !== seq) return;
       const warn = Number(hour.total) > Number(balance.available);
-      clear(estimate).append(
+      add(clear(estimate),
         h("div", {}, t("launch.estimate_hour"), " ", h("strong", { id: "estimate-hour" }, money(hour.total, hour.currency)), " ", t("common.per_hour")),
         h("div", {}, t("launch.estimate_span", { hours: hours.value || 1 }), " ", h("strong", { id: "estimate-span" }, money(span.total, span.currency))),
         h("div", { class: "hint" }, t("launch.available"), " ", money(balance.available, balance.currency),

@@ -5,7 +5,7 @@
 // Hours are entered and shown in the browser's time zone; the API speaks UTC.
 import { t, locale } from "../i18n.js";
 import { get, post, del, all, ApiError, errorText, formKey } from "../api.js";
-import { h, clear, money, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
+import { h, add, clear, money, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
 
 const HOUR_MS = 3600000;
 
@@ -182,7 +182,7 @@ export async function detail(main, params) {
   const box = h("div"), err = h("div");
   main.append(err, box);
   const draw = (r) => {
-    clear(box).append(h("div", { class: "card grid", id: "reservation" },
+    add(clear(box), h("div", { class: "card grid", id: "reservation" },
       h("div", {}, h("div", { class: "hint" }, t("resv.state")), h("span", { id: "reservation-state", "data-state": r.state }, badge(r.state))),
       h("div", {}, h("div", { class: "hint" }, t("catalog.type")), `${r.cards} × ${r.gpu_type}`),
       h("div", {}, h("div", { class: "hint" }, t("resv.window", { zone: zoneName() })), time(r.starts_at), " → ", time(r.ends_at)),

@@ -516,6 +516,25 @@ const scenarios = {
     await page.waitForSelector("#card-hours", { timeout: DEADLINE });
   },
 
+  // Pages whose optional parts are absent (funds that cover an hour, a
+  // cancelled reservation, an app without events) show no word "null".
+  async no_null_text(page) {
+    await login(page, world.email, world.password);
+    const pages = [["launch", "#estimate-hour"], [`reservations/${world.reservation_id}`, "#reservation-state[data-state='cancelled']"],
+      [`apps/${world.slug}`, "#edit-form"]];
+    for (const [route, ready] of pages) {
+      await page.goto(`${base}/console#/${route}`);
+      await page.waitForSelector(ready, { timeout: DEADLINE });
+      const hits = await page.evaluate(() => {
+        const w = document.createTreeWalker(document.querySelector("main"), NodeFilter.SHOW_TEXT);
+        const out = [];
+        for (let n; (n = w.nextNode());) if (/^(null|undefined|false)$/.test(n.data.trim())) out.push(`${n.parentElement.tagName}#${n.parentElement.id}`);
+        return out;
+      });
+      if (hits.length) throw new Error(`#/${route} shows "null" in ${hits.join(", ")}`);
+    }
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -399,3 +399,19 @@ def test_more_transactions_than_one_read_are_all_listed_newest_first(new_daemon,
     month = time.strftime("%Y-%m", time.gmtime(d.now()))
     run_scenario("many_transactions", {"base_url": d.base_url, "email": user.email, "password": user.password,
                                        "n": n, "others": others, "month": month}, tmp_path)
+
+
+def test_no_page_shows_the_word_null(new_daemon, tmp_path):
+    m = Market(new_daemon, tmp_path)
+    try:
+        rc = ResvCloud(m)
+        rc.price("H100-SXM", "2.00")
+        m.fleet(1, model="H100-SXM", fabric="ib-1")
+        user = m.user(funds="100.00")
+        r = rc.book(user, 1, rc.hour(5), 1)
+        assert m.d.delete(f"/v1/reservations/{r['id']}", key=user.key).status_code == 200
+        app = m.publish(user, slug="no-events")
+        run_scenario("no_null_text", {"base_url": m.d.base_url, "email": user.email, "password": user.password,
+                                      "reservation_id": r["id"], "slug": app["slug"]}, tmp_path)
+    finally:
+        m.close()
