@@ -112,12 +112,17 @@ export async function all(path, query, max = 20) {
   return out;
 }
 
-// The user's words for an error: the API's code in this language, then the
-// server's own message (exact, in English) for detail.
+// The user's words for an error: the API's code in this language, the
+// field, then the server's own message (exact, in English: it says what
+// was wrong with the value, which the code alone does not).
 export function errorText(e) {
   if (!(e instanceof ApiError)) return t("err.unexpected", { message: String(e && e.message || e) });
   const k = `err.${e.code}`;
   let s = has(k) ? t(k, { field: e.field || "" }) : t("err.other", { code: e.code });
   if (e.field && has(k)) s += " " + t("err.field", { field: e.field });
+  // The console's own checks (code console_*) carry the value typed; a
+  // network failure the browser's words; the server's message is detail.
+  const fromServer = e.status > 0 && !e.code.startsWith("console_");
+  if (e.message && (fromServer || e.code.startsWith("console_"))) s += " " + t("err.detail", { message: e.message });
   return s;
 }

@@ -5,6 +5,9 @@ import { t } from "../i18n.js";
 import { post, get, setSession, getUser, getKey } from "../api.js";
 import { h, add, field, busy, money } from "../ui.js";
 
+// The server's least password length (PASSWORD_MIN in the daemon).
+const PASSWORD_MIN = 10;
+
 function remember(res) {
   setSession(res.api_key.token, { ...res.user, api_key_id: res.api_key.id });
 }
@@ -30,7 +33,7 @@ export async function login(main, params, ctx) {
 
 export async function signup(main, params, ctx) {
   const email = h("input", { type: "email", name: "email", autocomplete: "username", required: true, id: "signup-email" });
-  const pw = h("input", { type: "password", name: "password", autocomplete: "new-password", required: true, minlength: 8, id: "signup-password" });
+  const pw = h("input", { type: "password", name: "password", autocomplete: "new-password", required: true, minlength: PASSWORD_MIN, id: "signup-password" });
   const code = h("input", { type: "text", name: "invite_code", id: "signup-invite", value: ctx.query.get("invite") || "" });
   const err = h("div");
   const btn = h("button", { type: "submit", id: "signup-submit" }, t("auth.signup"));
@@ -82,10 +85,10 @@ export async function verify(main, params, ctx) {
 
 export async function password(main) {
   const cur = h("input", { type: "password", autocomplete: "current-password", required: true, id: "pw-current" });
-  const nw = h("input", { type: "password", autocomplete: "new-password", required: true, minlength: 8, id: "pw-new" });
+  const nw = h("input", { type: "password", autocomplete: "new-password", required: true, minlength: PASSWORD_MIN, id: "pw-new" });
   const err = h("div"), done = h("div", { role: "status" });
   const btn = h("button", { type: "submit" }, t("auth.change_password"));
-  const form = h("form", { class: "stack card" }, field(t("auth.current_password"), cur), field(t("auth.new_password"), nw), err, btn, done);
+  const form = h("form", { class: "stack card" }, field(t("auth.current_password"), cur), field(t("auth.new_password"), nw, t("auth.password_hint")), err, btn, done);
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     busy(btn, async () => {

@@ -535,6 +535,31 @@ const scenarios = {
     }
   },
 
+  // A refused value is explained with the server's own message (it says
+  // what is wrong with it), and the password forms ask for the server's
+  // least length, 10.
+  async server_message(page) {
+    expected.push(/status of 400/);
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/volumes`);
+    await page.fill("#volume-name", world.bad_volume_name);
+    await page.click("main form button[type=submit]");
+    await waitText(page, "main .error", world.volume_message);
+    await waitText(page, "main .error", "(field: name)");
+    await page.goto(`${base}/console#/password`);
+    await page.waitForSelector("#pw-new");
+    const hint = await page.locator("label.field", { has: page.locator("#pw-new") }).textContent();
+    if (!hint.includes("10")) throw new Error(`the new password's hint: ${hint}`);
+    await page.fill("#pw-new", "nine-char");
+    if (await page.$eval("#pw-new", (e) => e.checkValidity())) throw new Error("a 9-character password passes the form's check");
+    await page.evaluate(() => sessionStorage.clear());
+    await page.goto(`${base}/console#/signup`);
+    await page.fill("#signup-password", "nine-char");
+    if (await page.$eval("#signup-password", (e) => e.checkValidity())) throw new Error("sign-up takes a 9-character password");
+    await waitText(page, "main", "At least 10 characters");
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

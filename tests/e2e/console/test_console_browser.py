@@ -415,3 +415,13 @@ def test_no_page_shows_the_word_null(new_daemon, tmp_path):
                                       "reservation_id": r["id"], "slug": app["slug"]}, tmp_path)
     finally:
         m.close()
+
+
+def test_a_refused_value_is_explained_and_passwords_want_ten(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    r = d.post("/v1/volumes", key=user.key, json={"name": "My Data", "size_gb": 10})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "name", r.text
+    run_scenario("server_message", {"base_url": d.base_url, "email": user.email, "password": user.password,
+                                    "bad_volume_name": "My Data", "volume_message": r.json()["error"]["message"]},
+                 tmp_path)
