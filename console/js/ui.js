@@ -35,15 +35,27 @@ export function add(el, ...children) {
 
 export function clear(el) { while (el.firstChild) el.firstChild.remove(); return el; }
 
+// An amount (the API's exact decimal string, or a number) to two decimals,
+// rounded half away from zero in whole cents counted as BigInt: the same
+// digits everywhere (Intl and toFixed rounded 1.005 differently, both
+// through binary floating point), grouped in the user's language, and no
+// "-0.00" for a sliver of a fen.
+export function money2(amount) {
+  const s = typeof amount === "number" ? amount.toFixed(6) : String(amount).trim();
+  const m = /^([+-]?)(\d*)(?:\.(\d*))?$/.exec(s);
+  if (!m || (!m[2] && !m[3])) return s;
+  const micro = BigInt(m[2] || "0") * 1000000n + BigInt(((m[3] || "") + "000000").slice(0, 6));
+  const cents = micro / 10000n + (micro % 10000n >= 5000n ? 1n : 0n);
+  const sign = m[1] === "-" && cents > 0n ? "-" : "";
+  return `${sign}${(cents / 100n).toLocaleString(locale())}.${String(cents % 100n).padStart(2, "0")}`;
+}
+
 // Money as a person reads it: two decimals and the currency; the exact
 // amount the API gave (micro-yuan precision) in the tooltip.
 export function money(amount, currency = "CNY") {
   if (amount === null || amount === undefined || amount === "") return h("span", { class: "money" }, "—");
-  const n = Number(amount);
-  const shown = n.toLocaleString(locale(), { minimumFractionDigits: 2, maximumFractionDigits: 2 });
-  return h("span", { class: "money", title: `${amount} ${currency}`, "data-amount": amount }, `${shown} ${currency}`);
+  return h("span", { class: "money", title: `${amount} ${currency}`, "data-amount": amount }, `${money2(amount)} ${currency}`);
 }
-export function money2(amount) { return Number(amount).toFixed(2); }
 
 // Times in the browser's own time zone, in the user's language.
 export function time(iso) {

@@ -66,11 +66,13 @@ function spendChart(txns, currency, until) {
   const last = new Date(until - 1000);
   const days = [];
   for (let i = 29; i >= 0; i--) days.push(dayKey(new Date(last.getTime() - i * DAY_MS)));
+  // Summed in whole micro-yuan (exact integers), shown as yuan.
   const sums = Object.fromEntries(days.map((d) => [d, 0]));
   for (const x of spend) {
     const k = dayKey(new Date(x.at));
-    if (k in sums) sums[k] -= Number(x.amount); // charges are negative amounts
+    if (k in sums) sums[k] -= Math.round(Number(x.amount) * 1e6); // charges are negative amounts
   }
+  for (const d of days) sums[d] /= 1e6;
   const max = Math.max(0.01, ...Object.values(sums));
   return h("div", { id: "spend-chart" },
     h("div", { class: "chart", role: "img", "aria-label": t("usage.daily_spend") },

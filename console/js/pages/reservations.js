@@ -37,6 +37,14 @@ function wholeHour(value, fieldName) {
   return ms;
 }
 
+// Cards and hours are whole numbers of at least one (a fraction would
+// also break the BigInt price below).
+function wholeNumber(value, fieldName) {
+  const n = Number(value);
+  if (!/^\s*\d+\s*$/.test(value) || !Number.isSafeInteger(n) || n < 1) throw new ApiError(400, "console_whole_number", value, fieldName);
+  return n;
+}
+
 // "2.00" x cards x hours exactly, in micro-yuan (BigInt), back as "96.00".
 function microOf(amount) {
   const [i, f = ""] = String(amount).split(".");
@@ -98,9 +106,12 @@ function bookForm(types, reload, ctx) {
     const g = byCode[type.value];
     const price = g && g.reservation_price_per_card_hour;
     if (!price) { quote.append(h("div", { class: "warn" }, t("resv.no_price"))); return; }
-    let s;
-    try { s = wholeHour(start.value, "starts_at"); } catch (e) { quote.append(errorBox(e)); return; }
-    const n = Number(cards.value) || 0, hrs = Number(hours.value) || 0;
+    let s, n, hrs;
+    try {
+      s = wholeHour(start.value, "starts_at");
+      n = wholeNumber(cards.value, "cards");
+      hrs = wholeNumber(hours.value, "hours");
+    } catch (e) { quote.append(errorBox(e)); return; }
     quote.append(
       h("div", {}, t("resv.window", { zone: zoneName() }), " ", time(isoHour(s)), " → ", time(isoHour(s + hrs * HOUR_MS))),
       h("div", {}, t("resv.price_formula", { cards: n, hours: hrs, price: money(price, g.currency).textContent }), " ",
@@ -116,7 +127,8 @@ function bookForm(types, reload, ctx) {
     e.preventDefault();
     busy(btn, async () => {
       const s = wholeHour(start.value, "starts_at");
-      const r = await post("/v1/reservations", { gpu_type: type.value, cards: Number(cards.value), starts_at: isoHour(s), ends_at: isoHour(s + Number(hours.value) * HOUR_MS) },
+      const n = wholeNumber(cards.value, "cards"), hrs = wholeNumber(hours.value, "hours");
+      const r = await post("/v1/reservations", { gpu_type: type.value, cards: n, starts_at: isoHour(s), ends_at: isoHour(s + hrs * HOUR_MS) },
         { headers: { "Idempotency-Key": idem.get() } });
       idem.done(); // booking the same block again is a second booking
       clear(done).append(h("div", { class: "ok" }, t("resv.booked", { id: r.id }), " ", money(r.amount, r.currency)));

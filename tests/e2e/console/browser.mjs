@@ -560,6 +560,34 @@ const scenarios = {
     await waitText(page, "main", "At least 10 characters");
   },
 
+  // Money is formatted exactly from the API's decimal strings, one way
+  // everywhere; a fraction of an hour or card in the booking form is told,
+  // not a page error; the launch page fits a phone with an SSH key listed.
+  async exact_money_fractions_phone(page) {
+    await login(page, world.email, world.password);
+    const got = await page.evaluate(async () => {
+      const ui = await import("/console/js/ui.js");
+      return ["1.005", "2.675", "0.125", "-0.005", "-0.001", "12345678901.995", "3"].map((a) => [ui.money(a).textContent, ui.money2(a)]);
+    });
+    const want = ["1.01", "2.68", "0.13", "-0.01", "0.00", "12,345,678,902.00", "3.00"];
+    want.forEach((w, i) => {
+      if (got[i][0] !== `${w} CNY` || got[i][1] !== w) throw new Error(`amount ${i}: ${JSON.stringify(got[i])}, not ${w}`);
+    });
+    await page.goto(`${base}/console#/reservations?gpu_type=H100-SXM`);
+    await page.waitForSelector("#book-total");
+    for (const [sel, v] of [["#book-hours", "1.5"], ["#book-cards", "2.5"]]) {
+      await page.fill(sel, v);
+      await page.waitForSelector("#book-quote .error", { timeout: DEADLINE });
+      await page.fill(sel, "1");
+      await page.waitForSelector("#book-total", { timeout: DEADLINE });
+    }
+    await page.setViewportSize({ width: 375, height: 800 });
+    await page.goto(`${base}/console#/launch`);
+    await page.waitForSelector("#launch-form code");
+    const [scroll, client] = await page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+    if (scroll > client) throw new Error(`the launch page is ${scroll}px wide on a ${client}px phone`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -425,3 +425,14 @@ def test_a_refused_value_is_explained_and_passwords_want_ten(new_daemon, tmp_pat
     run_scenario("server_message", {"base_url": d.base_url, "email": user.email, "password": user.password,
                                     "bad_volume_name": "My Data", "volume_message": r.json()["error"]["message"]},
                  tmp_path)
+
+
+def test_exact_money_whole_booking_numbers_and_a_phone_wide_launch(new_daemon, tmp_path):
+    rc = ResvCloud(cloud_for(new_daemon, tmp_path))
+    rc.price("H100-SXM", "2.00")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    user = rc.c.user(funds="100.00")
+    r = rc.d.post("/v1/ssh-keys", key=user.key, json={"name": "laptop", "public_key": SSH_KEY})
+    assert r.status_code == 201, r.text
+    run_scenario("exact_money_fractions_phone", {"base_url": rc.d.base_url, "email": user.email,
+                                                  "password": user.password}, tmp_path)
