@@ -13,10 +13,14 @@ import { h, clear } from "../ui.js";
 // the terminal page is open, document.createElement("style") gives xterm an
 // inert <gpurent-style> element instead (xterm only sets its textContent
 // and removes it), and that text is applied through constructed style
-// sheets, which CSP allows, kept in step as xterm rewrites it.
+// sheets, which CSP allows, kept in step as xterm rewrites it. The patch
+// is an own property of document over Document.prototype's method, and
+// the page removes it when it is left (ctx.onLeave), before the next page
+// starts: a second terminal can never save the first one's patch as the
+// "real" method and put it back later.
+const realCreate = Document.prototype.createElement;
 function bridgeStyles(root) {
   const sheets = new Map();
-  const realCreate = document.createElement;
   document.createElement = function (tag, opts) {
     return realCreate.call(this, String(tag).toLowerCase() === "style" ? "gpurent-style" : tag, opts);
   };
@@ -40,7 +44,7 @@ function bridgeStyles(root) {
   mo.observe(root, { childList: true, subtree: true, characterData: true });
   return () => {
     mo.disconnect();
-    document.createElement = realCreate;
+    delete document.createElement; // Document.prototype's again
     const ours = new Set(sheets.values());
     document.adoptedStyleSheets = document.adoptedStyleSheets.filter((x) => !ours.has(x));
   };
@@ -75,6 +79,7 @@ export async function page(main, params, ctx) {
   }
   let mod;
   try { mod = await loadXterm(); } catch { status.className = "error"; status.textContent = t("terminal.no_library"); return; }
+  if (!ctx.alive()) return; // left while the token or the library came
   const term = new mod.Terminal({ cursorBlink: true, convertEol: false, fontSize: 14, scrollback: 5000 });
   const unbridge = bridgeStyles(wrap);
   term.open(wrap);
@@ -102,14 +107,13 @@ export async function page(main, params, ctx) {
   term.onData((d) => { if (ws.readyState === WebSocket.OPEN) ws.send(enc.encode(d)); });
   const onResize = () => fit();
   window.addEventListener("resize", onResize);
-  // Leaving the page closes the session.
-  const watch = setInterval(() => {
-    if (ctx.alive()) return;
-    clearInterval(watch);
+  // Leaving the page closes the session and gives document back its own
+  // createElement.
+  ctx.onLeave(() => {
     window.removeEventListener("resize", onResize);
     ws.close(1000, "page closed");
     term.dispose();
     unbridge();
     clear(wrap);
-  }, 500);
+  });
 }

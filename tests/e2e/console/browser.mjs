@@ -233,6 +233,20 @@ const scenarios = {
     await page.keyboard.type("exit\n");
     await page.waitForSelector("#terminal-status[data-state='closed']", { timeout: DEADLINE });
     await waitText(page, "#terminal-status", "退出码 3");
+    // One terminal page straight after another, then away: document's own
+    // createElement is back (it was left patched, making every <style> inert).
+    expected.push(/status of 400/);
+    await page.goto(`${base}/console#/terminal/${id}/0`);
+    await page.waitForSelector("#terminal-status.error", { timeout: DEADLINE }); // rank 0: refused, no terminal
+    await page.goto(`${base}/console#/terminal/${id}/1`);
+    await page.waitForSelector("#terminal-status[data-state='open']", { timeout: DEADLINE });
+    await page.goto(`${base}/console#/terminal/${id.replace("test", "tst2")}/1`);
+    await page.waitForSelector("#terminal-status[data-state='open']", { timeout: DEADLINE });
+    await page.goto(`${base}/console#/overview`);
+    await page.waitForSelector("#available", { timeout: DEADLINE });
+    const patched = await page.evaluate(() => Object.prototype.hasOwnProperty.call(document, "createElement")
+      || document.createElement("style").tagName !== "STYLE");
+    if (patched) throw new Error("document.createElement is still patched after the terminal pages were left");
   },
 
   // A block of a reservation-only type booked in the browser: its price
