@@ -224,8 +224,15 @@ static void check_route(const struct http_route *r, int *n)
     if (!security)
         security = json_object_get(doc, "security");
     int open = !json_is_array(security) || json_array_size(security) == 0;
-    if (r->auth == AUTH_NONE && !open)
-        problem(n, "route %s %s needs no API key: give it \"security\": []", r->method, r->pattern);
+    /* A route that takes a key without needing one (the marketplace's
+     * ?mine) lists the empty requirement {} beside bearerAuth. */
+    int optional = 0;
+    size_t i;
+    json_t *req;
+    json_array_foreach(json_is_array(security) ? security : NULL, i, req) optional |= json_object_size(req) == 0;
+    if (r->auth == AUTH_NONE && !open && !optional)
+        problem(n, "route %s %s needs no API key: give it \"security\": [] (or [{}, {\"bearerAuth\": []}])",
+                r->method, r->pattern);
     if (r->auth != AUTH_NONE && open)
         problem(n, "route %s %s needs an API key: its security must name bearerAuth", r->method, r->pattern);
     /* The gateways' signed routes (issue 17) name their own scheme. */
