@@ -148,6 +148,37 @@ export function download(name, text, type) {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
+// What names a focusable element across redraws: its id, else its tag with
+// its data-* attributes, href and name (a node's Drain button, an instance
+// link in a list).
+function focusKey(el) {
+  if (el.id) return `#${el.id}`;
+  const parts = [el.tagName];
+  for (const a of el.attributes) if (a.name.startsWith("data-") || a.name === "href" || a.name === "name") parts.push(`${a.name}=${a.value}`);
+  return parts.length > 1 ? parts.join(" ") : null;
+}
+
+// Runs redraw(), which replaces what box holds (a polled page's table or
+// buttons), and gives the keyboard focus back to the element of the same
+// key in the new content, with the caret or selection where it was: a
+// poll threw focus back to <body> every few seconds, and the next Tab
+// started again at the top of the page.
+export function keepFocus(box, redraw) {
+  const was = document.activeElement;
+  const key = was && was !== box && box.contains(was) ? focusKey(was) : null;
+  let range = null;
+  try { if (key && typeof was.selectionStart === "number") range = [was.selectionStart, was.selectionEnd, was.selectionDirection]; } catch { /* no selection on this input type */ }
+  const out = redraw();
+  if (key && !was.isConnected) {
+    const now = [...box.querySelectorAll("a[href], button, input, select, textarea, [tabindex]")].find((el) => focusKey(el) === key);
+    if (now) {
+      now.focus({ preventScroll: true });
+      if (range) try { now.setSelectionRange(...range); } catch { /* no selection on this input type */ }
+    }
+  }
+  return out;
+}
+
 // Polls fn every ms while the page is the current one (alive() true).
 export function every(ms, fn, alive) {
   let timer;

@@ -2,7 +2,7 @@
 // catalog, and the user's volumes, SSH keys and API keys.
 import { t } from "../i18n.js";
 import { get, post, del, all, getUser } from "../api.js";
-import { h, clear, money, time, minutesText, table, field, busy, errorBox, every } from "../ui.js";
+import { h, clear, money, time, minutesText, table, field, busy, errorBox, every, keepFocus } from "../ui.js";
 
 function stat(label, value, id) {
   return h("div", { class: "card stat", id }, h("div", { class: "label" }, label), h("div", { class: "value" }, value));
@@ -15,6 +15,9 @@ export async function overview(main, params, ctx) {
   const draw = async () => {
     const b = await get("/v1/balance");
     const me = getUser() || {};
+    keepFocus(body, () => drawBody(b, me));
+  };
+  const drawBody = (b, me) => {
     clear(body);
     if (me.email_verified === false)
       body.append(h("div", { class: "warn" }, t("overview.verify_first"), " ", h("a", { href: "#/verify" }, t("auth.verify"))));

@@ -3,7 +3,7 @@
 // account look-up and suspension, and the audit trail of admin actions.
 import { t } from "../i18n.js";
 import { get, post, put, all, formKey } from "../api.js";
-import { h, clear, money, time, table, field, busy, errorBox, badge, every, toast } from "../ui.js";
+import { h, clear, money, time, table, field, busy, errorBox, badge, every, toast, keepFocus } from "../ui.js";
 
 export async function nodes(main, params, ctx) {
   main.append(h("h1", {}, t("nodes.title")));
@@ -25,12 +25,12 @@ export async function nodes(main, params, ctx) {
     }));
   const draw = async () => {
     const rows = await all("/v1/admin/nodes");
-    clear(box).append(table([
+    keepFocus(box, () => clear(box).append(table([
       [t("common.name"), (n) => h("strong", {}, n.name)], [t("nodes.model"), (n) => `${n.gpu_model} · ${n.fabric} · ${n.region}`],
       [t("nodes.state"), (n) => h("span", { class: "node-state", dataset: { node: n.name, state: n.state } }, badge(n.state))],
       [t("nodes.health"), (n) => badge(n.health)], [t("nodes.cards"), (n) => t("nodes.cards_text", { free: n.cards_free, used: n.cards_in_use, total: n.cards_total })],
       [t("nodes.last_seen"), (n) => time(n.last_seen_at)], [t("nodes.reason"), (n) => n.admin_reason || n.state_reason || ""],
-      ["", buttons]], rows, t("nodes.empty")));
+      ["", buttons]], rows, t("nodes.empty"))));
   };
   try { await draw(); } catch (e) { err.append(errorBox(e)); return; }
   every(5000, () => draw().catch(() => {}), ctx.alive);

@@ -4,7 +4,7 @@
 // timeline and the logs (tail, or follow as they are written).
 import { t } from "../i18n.js";
 import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
-import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText } from "../ui.js";
+import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText, keepFocus } from "../ui.js";
 
 
 // "KEY=value" lines into the API's env list.
@@ -135,12 +135,12 @@ export async function list(main, params, ctx) {
   main.append(box);
   const draw = async () => {
     const rows = await all("/v1/instances");
-    clear(box).append(table([
+    keepFocus(box, () => clear(box).append(table([
       [t("common.name"), (i) => h("a", { href: `#/instances/${i.id}` }, i.name || i.id)],
       [t("instances.state"), (i) => badge(i.state)],
       [t("instances.gpus"), (i) => `${i.card_count} × ${i.gpu_type}`],
       [t("launch.image"), (i) => h("code", {}, i.image)],
-      [t("common.created"), (i) => time(i.created_at)]], rows, t("instances.empty")));
+      [t("common.created"), (i) => time(i.created_at)]], rows, t("instances.empty"))));
   };
   try { await draw(); } catch (e) { box.append(errorBox(e)); return; }
   every(3000, () => draw().catch(() => {}), ctx.alive);
@@ -235,7 +235,12 @@ export async function detail(main, params, ctx) {
     main.append(h("h1", {}, t("instances.detail")), h("div", { class: "error", id: "instance-error" }, errorText(e)));
     return;
   }
-  const head = h("div"), actions = h("div", { class: "actions" }), err = h("div"), ranks = h("div"), connect = h("div", { class: "card" }), events = h("div");
+  // The state is a live region, kept (not drawn again) and written only
+  // when the state or phase changes: a screen reader says "running" when
+  // the instance gets there, once.
+  const stateCell = h("div", { id: "instance-state-live", role: "status", "aria-live": "polite", "aria-atomic": "true" });
+  const grid = h("div", { class: "card grid" }, stateCell);
+  const head = h("div", {}, grid), actions = h("div", { class: "actions" }), err = h("div"), ranks = h("div"), connect = h("div", { class: "card" }), events = h("div");
   const logs = logsView(id, ctx);
   main.append(h("h1", {}, t("instances.detail"), " ", h("code", {}, id)), head, actions, err,
     h("div", { class: "card" }, h("h2", {}, t("instances.ranks")), ranks),
@@ -250,15 +255,22 @@ export async function detail(main, params, ctx) {
     });
     return b;
   };
-  const draw = () => {
-    clear(head).append(h("div", { class: "card grid" },
-      h("div", {}, h("div", { class: "hint" }, t("instances.state")), h("span", { id: "instance-state", "data-state": inst.state }, badge(inst.state)),
-        inst.phase ? [" ", t(`phase.${inst.phase}`)] : null),
+  let shownState = null;
+  // Drawn again at every poll; the focused button or link is given its
+  // focus back (keepFocus), the state written in place.
+  const draw = () => keepFocus(main, () => {
+    if (shownState !== `${inst.state} ${inst.phase || ""}`) {
+      shownState = `${inst.state} ${inst.phase || ""}`;
+      add(clear(stateCell), h("div", { class: "hint" }, t("instances.state")), h("span", { id: "instance-state", "data-state": inst.state }, badge(inst.state)),
+        inst.phase ? [" ", t(`phase.${inst.phase}`)] : null);
+    }
+    while (grid.lastChild !== stateCell) grid.lastChild.remove();
+    add(grid,
       h("div", {}, h("div", { class: "hint" }, t("instances.gpus")), `${inst.card_count} × ${inst.gpu_type}`),
       h("div", {}, h("div", { class: "hint" }, t("launch.image")), h("code", {}, inst.image)),
       h("div", {}, h("div", { class: "hint" }, t("instances.since")), time(inst.state_since)),
       inst.state_reason ? h("div", {}, h("div", { class: "hint" }, t("instances.reason")), inst.state_reason) : null,
-      inst.low_balance ? h("div", { class: "warn" }, t("overview.low_balance")) : null));
+      inst.low_balance ? h("div", { class: "warn" }, t("overview.low_balance")) : null);
     const a = clear(actions);
     if (["pending", "provisioning", "running", "unreachable"].includes(inst.state)) a.append(act("stop", "secondary", () => post(`/v1/instances/${id}/stop`)));
     if (["stopped", "succeeded", "lost", "failed"].includes(inst.state)) a.append(act("start", "", () => post(`/v1/instances/${id}/start`)));
@@ -272,7 +284,7 @@ export async function detail(main, params, ctx) {
       else if (!lastState || starting(lastState)) logs.load();
       lastState = inst.state;
     }
-  };
+  });
   const drawEvents = async () => {
     const ev = await all(`/v1/instances/${id}/events`);
     clear(events).append(h("ol", { class: "timeline", id: "events" }, ev.map((e) => h("li", {}, time(e.at), " ", badge(e.state), " ", e.reason || ""))));

@@ -67,6 +67,19 @@ async function fillLaunch(page, { cards = 8, command } = {}) {
   if (command) await page.fill("#launch-command", command);
 }
 
+// Focuses selector, waits until the page's poll has drawn it again (a new
+// element in its place) and fails unless the focus moved to the new one.
+async function focusSurvivesRedraw(page, selector, what) {
+  await page.focus(selector);
+  await page.evaluate((sel) => { window.gpurentFocused = document.querySelector(sel); }, selector);
+  await page.waitForFunction((sel) => document.querySelector(sel) !== window.gpurentFocused, selector, { timeout: DEADLINE, polling: 100 });
+  const ok = await page.evaluate((sel) => document.activeElement === document.querySelector(sel), selector);
+  if (!ok) {
+    const now = await page.evaluate(() => document.activeElement.outerHTML.slice(0, 120));
+    throw new Error(`${what}: focus was lost when the page drew it again; it is on ${now}`);
+  }
+}
+
 const scenarios = {
   // Sign-up to statement: the renter's whole path through the console.
   async journey(page) {
@@ -159,6 +172,7 @@ const scenarios = {
     await page.goto(`${base}/console#/admin/nodes`);
     const sel = `.node-state[data-node='${world.node}']`;
     await page.waitForSelector(`${sel}[data-state='ready']`, { timeout: DEADLINE });
+    await focusSurvivesRedraw(page, `button[data-node='${world.node}'][data-action='cordon']`, "nodes page");
     await page.click(`button[data-node='${world.node}'][data-action='drain']`);
     await page.waitForSelector(`${sel}[data-state='draining']`, { timeout: DEADLINE });
     await waitText(page, sel, "排空中");
@@ -600,6 +614,26 @@ const scenarios = {
     await page.waitForSelector("#launch-form code");
     const [scroll, client] = await page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
     if (scroll > client) throw new Error(`the launch page is ${scroll}px wide on a ${client}px phone`);
+  },
+
+  // Polled pages keep the keyboard's place: the instance list's link and
+  // the instance page's Stop button keep focus when the poll draws them
+  // again, and the state is a live region written in place, so a screen
+  // reader hears it change once.
+  async poll_focus(page) {
+    const id = world.instance_id;
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/instances`);
+    await focusSurvivesRedraw(page, `main a[href='#/instances/${id}']`, "instance list");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    await page.evaluate(() => { window.gpurentLive = document.getElementById("instance-state").closest("[aria-live='polite']"); });
+    if (!(await page.evaluate(() => !!window.gpurentLive))) throw new Error("the instance's state is in no polite live region");
+    await focusSurvivesRedraw(page, "#action-stop", "instance page");
+    await page.keyboard.press("Enter"); // Stop, from the keyboard
+    await page.waitForSelector("#instance-state[data-state='stopped']", { timeout: DEADLINE });
+    const same = await page.evaluate(() => window.gpurentLive.isConnected && window.gpurentLive.contains(document.getElementById("instance-state")));
+    if (!same) throw new Error("the state's live region was replaced, not written in place");
   },
 
   // Someone else's instance id in the address: not found, nothing of theirs.

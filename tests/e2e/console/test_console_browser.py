@@ -329,6 +329,16 @@ def test_leaving_an_instance_page_ends_its_log_stream(new_daemon, tmp_path):
                                   "instance_id": inst["id"]}, tmp_path)
 
 
+def test_polled_pages_keep_keyboard_focus_and_announce_the_state(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("poll_focus", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                "instance_id": inst["id"]}, tmp_path)
+    assert c.get(owner, inst["id"])["state"] == "stopped"
+
+
 def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
     rc = ResvCloud(cloud_for(new_daemon, tmp_path))
     rc.price("H100-SXM", "2.00")
