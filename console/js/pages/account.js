@@ -1,7 +1,7 @@
 // account.js: the overview (funds, grants, burn rate, runway), the GPU
 // catalog, and the user's volumes, SSH keys and API keys.
 import { t } from "../i18n.js";
-import { get, post, del, all, getUser } from "../api.js";
+import { get, post, del, all, getUser, getKey, setSession } from "../api.js";
 import { h, clear, money, time, minutesText, table, field, busy, errorBox, every, keepFocus } from "../ui.js";
 
 function stat(label, value, id) {
@@ -13,8 +13,12 @@ export async function overview(main, params, ctx) {
   const body = h("div");
   main.append(body);
   const draw = async () => {
-    const b = await get("/v1/balance");
-    const me = getUser() || {};
+    // The account as the server has it now, not the snapshot this tab
+    // took at login: the address may have been verified in another tab
+    // (the mailed link), and the snapshot is brought up to date.
+    const [b, fresh] = await Promise.all([get("/v1/balance"), get("/v1/me").catch(() => null)]);
+    if (fresh && getKey()) setSession(getKey(), { ...(getUser() || {}), ...fresh });
+    const me = fresh || getUser() || {};
     keepFocus(body, () => drawBody(b, me));
   };
   const drawBody = (b, me) => {

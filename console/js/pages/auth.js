@@ -62,7 +62,7 @@ export async function verify(main, params, ctx) {
   const btn = h("button", { type: "submit", id: "verify-submit" }, t("auth.verify"));
   const resend = h("button", { type: "button", class: "secondary", id: "verify-resend" }, t("auth.resend"));
   const sentTo = sessionStorage.getItem("gpurent.sent_to") || (getUser() || {}).email || "";
-  const form = h("form", { class: "stack card" }, h("p", {}, t("auth.verify_sent", { email: sentTo })),
+  const form = h("form", { class: "stack card" }, h("p", {}, sentTo ? t("auth.verify_sent", { email: sentTo }) : t("auth.verify_sent_nowhere")),
     field(t("auth.verify_code"), token), err, h("div", { class: "actions" }, btn, getKey() ? resend : null), done);
   form.addEventListener("submit", (e) => {
     e.preventDefault();

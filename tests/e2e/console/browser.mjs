@@ -636,6 +636,27 @@ const scenarios = {
     if (!same) throw new Error("the state's live region was replaced, not written in place");
   },
 
+  // The address verified in another tab (the mailed link): the overview
+  // asks the server, not this tab's snapshot from the login, and stops
+  // asking to verify; the verify page with no session names no address.
+  async verified_elsewhere(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/overview`);
+    await page.waitForSelector("#available", { timeout: DEADLINE });
+    if (!(await page.$("main .warn a[href='#/verify']"))) throw new Error("an unverified account is not asked to verify");
+    await ask({ verify: world.email });
+    await page.reload();
+    await page.waitForSelector("#available", { timeout: DEADLINE });
+    if (await page.$("main .warn a[href='#/verify']")) throw new Error("the overview still asks to verify an address verified elsewhere");
+    const snapshot = await page.evaluate(() => JSON.parse(sessionStorage.getItem("gpurent.user")).email_verified);
+    if (snapshot !== true) throw new Error(`the session's snapshot still says email_verified ${snapshot}`);
+    await page.evaluate(() => sessionStorage.clear());
+    await page.goto(`${base}/console#/verify`);
+    await page.waitForSelector("#verify-token");
+    const said = await page.textContent("main form p");
+    if (/(至|to)\s*[，,:：]/.test(said) || !said.includes("验证码")) throw new Error(`the verify page without an address says ${JSON.stringify(said)}`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -339,6 +339,20 @@ def test_polled_pages_keep_keyboard_focus_and_announce_the_state(new_daemon, tmp
     assert c.get(owner, inst["id"])["state"] == "stopped"
 
 
+def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup(verify=False)
+
+    def answer(q):
+        if "verify" in q:
+            d.verify_email(q["verify"])
+            return {"ok": True}
+        return None
+
+    run_scenario("verified_elsewhere", {"base_url": d.base_url, "email": user.email, "password": user.password},
+                 tmp_path, answer)
+
+
 def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
     rc = ResvCloud(cloud_for(new_daemon, tmp_path))
     rc.price("H100-SXM", "2.00")
