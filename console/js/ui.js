@@ -108,9 +108,13 @@ export async function copyText(text, el) {
 }
 
 // Runs fn with the button disabled and showing progress; an error goes
-// into errSlot (or a toast), never silently.
+// into errSlot (or a toast), never silently. A button whose action took
+// the console to another page (ctx.navigate) stays disabled: that page
+// replaces this one a moment later, and an Enter pressed in between
+// submitted the form again (a second instance).
 export async function busy(button, fn, errSlot) {
   const label = button.textContent;
+  const from = location.hash;
   button.disabled = true;
   button.classList.add("progress");
   if (errSlot) clear(errSlot);
@@ -121,7 +125,7 @@ export async function busy(button, fn, errSlot) {
     else toast(errorText(e), true);
     return undefined;
   } finally {
-    button.disabled = false;
+    if (location.hash === from) button.disabled = false;
     button.classList.remove("progress");
     button.textContent = label;
   }

@@ -657,6 +657,28 @@ const scenarios = {
     if (/(至|to)\s*[，,:：]/.test(said) || !said.includes("验证码")) throw new Error(`the verify page without an address says ${JSON.stringify(said)}`);
   },
 
+  // Enter pressed three times quickly in the launch form: the button stays
+  // disabled from the first until the instance's page replaces the form
+  // (it was enabled again in between), so one instance is made.
+  async enter_thrice(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/launch`);
+    await fillLaunch(page, { cards: 1 });
+    await page.waitForSelector("#estimate-hour", { timeout: DEADLINE });
+    await page.evaluate(() => {
+      // Every change of the button's disabled attribute, with its value before.
+      window.gpurentEnabled = [];
+      new MutationObserver((ms) => ms.forEach((m) => window.gpurentEnabled.push(m.oldValue !== null)))
+        .observe(document.getElementById("launch-submit"), { attributes: true, attributeFilter: ["disabled"], attributeOldValue: true });
+    });
+    await page.focus("#launch-name");
+    for (let i = 0; i < 3; i++) await page.keyboard.press("Enter");
+    await page.waitForURL(/#\/instances\/ins_/, { timeout: DEADLINE });
+    await page.waitForSelector("#instance-state", { timeout: DEADLINE });
+    const seen = await page.evaluate(() => window.gpurentEnabled);
+    if (!seen.length || seen.some((wasDisabled) => wasDisabled)) throw new Error(`the launch button was enabled again before the page changed: ${JSON.stringify(seen)}`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -353,6 +353,14 @@ def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daem
                  tmp_path, answer)
 
 
+def test_three_quick_enters_launch_one_instance(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    user = c.user()
+    run_scenario("enter_thrice", {"base_url": c.d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    assert len(c.d.get("/v1/instances", key=user.key).json()["data"]) == 1
+
+
 def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
     rc = ResvCloud(cloud_for(new_daemon, tmp_path))
     rc.price("H100-SXM", "2.00")
