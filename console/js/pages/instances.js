@@ -2,7 +2,7 @@
 // list, and one instance's page: live state, phases per rank, actions, the
 // connect panel (SSH per rank, ssh-config, published ports), the event
 // timeline and the logs (tail, or follow as they are written).
-import { t } from "../i18n.js";
+import { t, locale } from "../i18n.js";
 import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
 import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText, keepFocus } from "../ui.js";
 
@@ -180,7 +180,7 @@ function logsView(id, ctx) {
   // Leaving the page ends the request: a quiet stream would keep its
   // connection open for good, and six of them freeze the console.
   ctx.onLeave(() => { if (controller) controller.abort(); });
-  const line = (time_, stream, text) => out.append(`${time_ ? new Date(time_).toLocaleTimeString() + " " : ""}${stream === "stderr" ? "! " : ""}${text}\n`);
+  const line = (time_, stream, text) => out.append(`${time_ ? new Date(time_).toLocaleTimeString(locale()) + " " : ""}${stream === "stderr" ? "! " : ""}${text}\n`);
   const load = async () => {
     if (controller) controller.abort();
     controller = new AbortController();

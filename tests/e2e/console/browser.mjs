@@ -679,6 +679,19 @@ const scenarios = {
     if (!seen.length || seen.some((wasDisabled) => wasDisabled)) throw new Error(`the launch button was enabled again before the page changed: ${JSON.stringify(seen)}`);
   },
 
+  // A log line's time is written in the console's language (24-hour
+  // clock in both), not the browser's (en-US here: "2:15:18 PM").
+  async log_times(page) {
+    await login(page, world.email, world.password);
+    for (const lang of ["zh", "en"]) {
+      await setLang(page, lang);
+      await page.goto(`${base}/console#/instances/${world.instance_id}?lang=${lang}`);
+      await waitText(page, "#logs", "quiet-now");
+      const text = await page.textContent("#logs");
+      if (!/(^|\n)\d{2}:\d{2}:\d{2} quiet-now/.test(text)) throw new Error(`${lang}: the log's time is not the console's: ${JSON.stringify(text)}`);
+    }
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);
@@ -693,7 +706,8 @@ async function main() {
   const name = process.argv[2];
   if (!scenarios[name]) throw new Error(`no scenario ${name}`);
   const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: ["--no-sandbox", "--host-resolver-rules=MAP gpu.lan 127.0.0.1"] });
-  const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1366, height: 900 }, timezoneId: "Asia/Shanghai" });
+  const context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1366, height: 900 }, timezoneId: "Asia/Shanghai",
+    locale: "en-US" }); // the browser's own language is not the console's
   const page = await context.newPage();
   const problems = [];
   page.on("console", (m) => { if (m.type() === "error") problems.push(`console error: ${m.text()}`); });

@@ -361,6 +361,15 @@ def test_three_quick_enters_launch_one_instance(new_daemon, tmp_path):
     assert len(c.d.get("/v1/instances", key=user.key).json()["data"]) == 1
 
 
+def test_log_times_are_in_the_consoles_language(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("log_times", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                               "instance_id": inst["id"]}, tmp_path)
+
+
 def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
     rc = ResvCloud(cloud_for(new_daemon, tmp_path))
     rc.price("H100-SXM", "2.00")
