@@ -223,11 +223,10 @@ void sftp_out_free(struct sftp_out *out)
 
 /* ---- paths, names, statuses (pure) ---- */
 
-int sftp_path_normalize(const char *in, char *out, size_t outlen)
+/* Appends the components of in to out[0..*len), resolving "." and ".."
+ * (which stops at the root); -1 when it does not fit. */
+static int path_append(const char *in, char *out, size_t outlen, size_t *len)
 {
-    size_t len = 0;
-    if (outlen < 2)
-        return -1;
     for (const char *p = in; *p;) {
         while (*p == '/')
             p++;
@@ -240,19 +239,33 @@ int sftp_path_normalize(const char *in, char *out, size_t outlen)
         if (n == 2 && start[0] == '.' && start[1] == '.') {
             /* Back to the '/' that began the last component (out[0] when
              * it was the first, leaving len 0: the root). */
-            while (len > 0 && out[--len] != '/')
+            while (*len > 0 && out[--*len] != '/')
                 ;
             continue;
         }
-        if (len + 1 + n + 1 > outlen)
+        if (*len + 1 + n + 1 > outlen)
             return -1;
-        out[len] = '/';
-        memcpy(out + len + 1, start, n);
-        len += 1 + n;
+        out[*len] = '/';
+        memcpy(out + *len + 1, start, n);
+        *len += 1 + n;
     }
+    return 0;
+}
+
+int sftp_path_normalize(const char *in, char *out, size_t outlen)
+{
+    size_t len = 0;
+    if (outlen < 2)
+        return -1;
+    /* A relative path starts at the session's directory, /shared (what
+     * REALPATH of "." answers): "shared/x" is the volume's own shared/x. */
+    if (in[0] != '/' && path_append("/shared", out, outlen, &len) < 0)
+        return -1;
+    if (path_append(in, out, outlen, &len) < 0)
+        return -1;
     out[len] = '\0';
-    /* The volume is mounted at /shared in the container, so clients that
-     * name it so (scp f host:/shared/f) reach the same file. */
+    /* The volume is mounted at /shared in the container: /shared/x is its
+     * x; other absolute paths name the volume's too (scp f host:/f). */
     if (len >= 7 && memcmp(out, "/shared", 7) == 0 && (len == 7 || out[7] == '/')) {
         memmove(out, out + 7, len - 7 + 1);
         len -= 7;
@@ -888,13 +901,16 @@ static int send_one_name(struct sftp_server *s, uint32_t id, const char *name)
     return send_reply(s);
 }
 
+/* Answers the path as the container names it, under /shared: clients
+ * build the paths they send next from it. */
 static int do_realpath(struct sftp_server *s, uint32_t id, struct sftp_in *in)
 {
-    char path[SFTP_PATH_MAX];
+    char path[SFTP_PATH_MAX], shown[SFTP_PATH_MAX + 8];
     get_path(in, path, sizeof path);
     if (in->bad)
         return send_bad_message(s, id);
-    return send_one_name(s, id, path);
+    snprintf(shown, sizeof shown, "/shared%s", strcmp(path, "/") == 0 ? "" : path);
+    return send_one_name(s, id, shown);
 }
 
 /* RENAME refuses to replace an existing target (version 3's rule);

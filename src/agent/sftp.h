@@ -122,12 +122,14 @@ void sftp_put_attrs(struct sftp_out *out, const struct sftp_attrs *a);
 int sftp_out_finish(struct sftp_out *out);
 void sftp_out_free(struct sftp_out *out);
 
-/* Normalises a client path the way the client sees the tree: relative
- * paths start at "/", ".", empty and repeated components go, ".." removes
- * the component before it and stops at "/", and a leading "shared"
- * component (the volume's mount point in the container) is dropped, so
- * "/shared/x" and "/x" name the same file. out receives the absolute form
- * ("/", "/a/b"), what REALPATH replies. -1 when it does not fit. */
+/* Normalises a client path to a path in the volume: relative paths start
+ * at the session's directory, /shared (the volume's mount point in the
+ * container); ".", empty and repeated components go, ".." removes the
+ * component before it and stops at "/"; then a leading "/shared" is the
+ * volume's root, so "/shared/x", "x" and "/x" name the same file and
+ * "shared/x" the volume's own shared/x. out receives the absolute form in
+ * the volume ("/", "/a/b"; REALPATH replies it under /shared). -1 when it
+ * does not fit. */
 int sftp_path_normalize(const char *in, char *out, size_t outlen);
 /* The form of a normalised path that openat2 resolves inside the root:
  * "." for "/", else the path without its leading slash. */

@@ -89,12 +89,29 @@ def test_put_get_binary_through_root_and_shared(served):
     small.write_bytes(bytes(range(256)) * 3)
     p = served.sftp("pwd\nput big.bin\nput small.bin /shared/x.bin\ncd /shared\npwd\n"
                     "get x.bin x-back.bin\nget /big.bin big-back.bin\nget /shared/big.bin big-back2.bin\n")
-    assert p.stdout.count("Remote working directory: /\n") == 2, p.stdout
+    assert p.stdout.count("Remote working directory: /shared\n") == 2, p.stdout
     assert sha(served.root / "big.bin") == sha(big)
     assert sha(served.root / "x.bin") == sha(small)
     assert sha(served.work / "x-back.bin") == sha(small)
     assert sha(served.work / "big-back.bin") == sha(big)
     assert sha(served.work / "big-back2.bin") == sha(big)
+    served.check_server_exits()
+
+
+def test_a_directory_named_shared_in_the_volume_is_reached_by_its_relative_name(served):
+    """A session starts at /shared, so a relative "shared/f" is the
+    volume's own shared/f, not its top-level f (cd shared used to land at
+    the top, and a put through it replaced the top-level file)."""
+    (served.root / "shared").mkdir()
+    (served.root / "shared" / "alias.txt").write_text("INNER")
+    (served.root / "alias.txt").write_text("TOP")
+    (served.work / "new.txt").write_text("NEW")
+    p = served.sftp("cd shared\npwd\nget alias.txt inner.txt\ncd /shared\nput new.txt shared/alias.txt\n"
+                    "get /shared/alias.txt top.txt\n")
+    assert "Remote working directory: /shared/shared\n" in p.stdout, p.stdout
+    assert (served.work / "inner.txt").read_text() == "INNER"
+    assert (served.root / "shared" / "alias.txt").read_text() == "NEW"
+    assert (served.root / "alias.txt").read_text() == "TOP" == (served.work / "top.txt").read_text()
     served.check_server_exits()
 
 
@@ -149,7 +166,7 @@ def test_dotdot_stays_inside_the_root(served):
     p = served.sftp("-get ../outside/secret s1\n-get ../../../../../etc/passwd s2\n-get /../outside/secret s3\n"
                     "cd ..\ncd ../..\npwd\n-put f ../escaped\n-put f ../../outside/escaped2\n"
                     "-mkdir ../outside/newdir\n-rename ../outside/secret stolen\n-rm ../outside/secret\n")
-    assert "Remote working directory: /\n" in p.stdout
+    assert "Remote working directory: /shared\n" in p.stdout
     for name in ("s1", "s2", "s3"):
         assert not (served.work / name).exists()
     # A ".." past the root is the root: what the client wrote landed inside.
@@ -284,9 +301,12 @@ def raw(served):
 
 
 def test_raw_realpath_normalises_inside_the_root(raw):
-    for given, want in [(".", "/"), ("", "/"), ("/shared", "/"), ("/shared/../../a/./b//c/..", "/a/b"),
-                        ("../../x", "/x"), ("shared/y", "/y"), ("/sharedz", "/sharedz"),
-                        ("/a/shared/b", "/a/shared/b")]:
+    # Answered as the container names it, under /shared, where a session
+    # starts: a relative "shared/y" is the volume's own shared/y.
+    for given, want in [(".", "/shared"), ("", "/shared"), ("/shared", "/shared"),
+                        ("/shared/../../a/./b//c/..", "/shared/a/b"), ("../../x", "/shared/x"),
+                        ("shared/y", "/shared/shared/y"), ("/sharedz", "/shared/sharedz"),
+                        ("/a/shared/b", "/shared/a/shared/b")]:
         t, body = raw.request(16, s(given))
         assert t == 104, status(body)
         assert struct.unpack(">I", body[:4])[0] == 1

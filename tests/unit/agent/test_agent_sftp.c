@@ -169,7 +169,8 @@ static void test_path_normalize(void **state)
     assert_normal("/shared", "/", ".");
     assert_normal("/shared/", "/", ".");
     assert_normal("/shared/x", "/x", "x");
-    assert_normal("shared/x", "/x", "x");
+    assert_normal("shared/x", "/shared/x", "shared/x"); /* relative: under /shared, the volume's own shared/ */
+    assert_normal("x", "/x", "x");
     assert_normal("/shared/../shared/x", "/x", "x");
     assert_normal("/shared/shared/x", "/shared/x", "shared/x");
     assert_normal("/sharedx/y", "/sharedx/y", "sharedx/y");
@@ -178,9 +179,9 @@ static void test_path_normalize(void **state)
     assert_normal("/.hidden/..x", "/.hidden/..x", ".hidden/..x");
 
     char small[6];
-    assert_int_equal(sftp_path_normalize("abcd", small, sizeof small), 0);
+    assert_int_equal(sftp_path_normalize("/abcd", small, sizeof small), 0);
     assert_string_equal(small, "/abcd");
-    assert_int_equal(sftp_path_normalize("abcde", small, sizeof small), -1);
+    assert_int_equal(sftp_path_normalize("/abcde", small, sizeof small), -1);
     assert_int_equal(sftp_path_normalize("/", small, 1), -1);
 }
 
