@@ -692,6 +692,32 @@ const scenarios = {
     }
   },
 
+  // The keyboard's focus ring stands out 3:1 (WCAG 1.4.11) against the
+  // dark header and against the page, in the header and in the page.
+  async focus_contrast(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/overview`);
+    await page.waitForSelector("#available", { timeout: DEADLINE });
+    const ring = async () => page.evaluate(() => {
+      const rgb = (c) => c.match(/[\d.]+/g).slice(0, 3).map(Number);
+      const lum = (c) => {
+        const [r, g, b] = rgb(c).map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+      };
+      const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+      const el = document.activeElement, st = getComputedStyle(el);
+      const header = getComputedStyle(document.querySelector("header.top")).backgroundColor;
+      const body = getComputedStyle(document.body).backgroundColor;
+      return { el: el.outerHTML.slice(0, 60), style: st.outlineStyle, header: ratio(st.outlineColor, header), page: ratio(st.outlineColor, body) };
+    });
+    await page.keyboard.press("Tab"); // the keyboard in use: focus is drawn as for it
+    for (const [where, sel] of [["header", "header .brand"], ["page", "main a[href='#/launch']"]]) {
+      await page.locator(sel).focus();
+      const r = await ring();
+      if (r.style === "none" || r.header < 3 || r.page < 3) throw new Error(`the focus ring in the ${where}: ${JSON.stringify(r)}`);
+    }
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

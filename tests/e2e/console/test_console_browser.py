@@ -370,6 +370,12 @@ def test_log_times_are_in_the_consoles_language(new_daemon, tmp_path):
                                "instance_id": inst["id"]}, tmp_path)
 
 
+def test_the_focus_ring_stands_out_on_the_header_and_the_page(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("focus_contrast", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
 def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
     rc = ResvCloud(cloud_for(new_daemon, tmp_path))
     rc.price("H100-SXM", "2.00")
