@@ -131,12 +131,41 @@ export async function busy(button, fn, errSlot) {
   }
 }
 
-export function table(columns, rows, empty) {
+// A box that may scroll (a wide table on a phone, a long command): while
+// its content overflows it is a region named label that the keyboard can
+// reach (tabindex 0) and scroll with the arrow keys, and no tab stop
+// otherwise. Without this a table or command wider than the screen could
+// be scrolled with a mouse only.
+const reached = new WeakSet();
+const overflowWatch = new ResizeObserver((entries) => {
+  for (const { target: el } of entries) {
+    if (!el.isConnected) { if (reached.has(el)) overflowWatch.unobserve(el); continue; }
+    reached.add(el);
+    const over = el.scrollWidth > el.clientWidth + 1 || el.scrollHeight > el.clientHeight + 1;
+    if (over && !el.hasAttribute("tabindex")) {
+      const label = el.dataset.scrollLabel || (document.querySelector("main h1") || {}).textContent || "";
+      el.setAttribute("tabindex", "0");
+      el.setAttribute("role", "region");
+      el.setAttribute("aria-label", label);
+    } else if (!over && el.hasAttribute("tabindex")) {
+      for (const a of ["tabindex", "role", "aria-label"]) el.removeAttribute(a);
+    }
+  }
+});
+export function scrollable(el, label) {
+  if (label) el.dataset.scrollLabel = label;
+  overflowWatch.observe(el);
+  return el;
+}
+
+// A table of rows (columns: [heading, row => cell]); label names it where
+// it must scroll sideways (the page's title if none).
+export function table(columns, rows, empty, label) {
   if (!rows.length) return h("p", { class: "hint" }, empty || t("common.none"));
-  return h("div", { class: "table-wrap" }, rows.truncated ? h("p", { class: "warn" }, t("common.truncated", { n: rows.length })) : null,
+  return scrollable(h("div", { class: "table-wrap" }, rows.truncated ? h("p", { class: "warn" }, t("common.truncated", { n: rows.length })) : null,
     h("table", {},
       h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c[0])))),
-      h("tbody", {}, rows.map((r) => h("tr", {}, columns.map((c) => h("td", {}, c[1](r))))))));
+      h("tbody", {}, rows.map((r) => h("tr", {}, columns.map((c) => h("td", {}, c[1](r)))))))), label);
 }
 
 export function field(label, input, hint) {

@@ -2,7 +2,7 @@
 // catalog, and the user's volumes, SSH keys and API keys.
 import { t } from "../i18n.js";
 import { get, post, del, all, getUser, getKey, setSession } from "../api.js";
-import { h, clear, money, time, minutesText, table, field, busy, errorBox, every, keepFocus } from "../ui.js";
+import { h, clear, money, time, minutesText, table, field, busy, errorBox, every, keepFocus, scrollable } from "../ui.js";
 
 function stat(label, value, id) {
   return h("div", { class: "card stat", id }, h("div", { class: "label" }, label), h("div", { class: "value" }, value));
@@ -127,7 +127,7 @@ export async function apiKeys(main) {
     const f = h("form", { class: "inline card" }, field(t("common.name"), name), btn, err, shown);
     f.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => {
       const k = await post("/v1/api-keys", { name: name.value });
-      clear(shown).append(h("div", { class: "warn" }, t("apikeys.shown_once"), h("pre", { class: "cmd", id: "new-api-key" }, k.token)));
+      clear(shown).append(h("div", { class: "warn" }, t("apikeys.shown_once"), scrollable(h("pre", { class: "cmd", id: "new-api-key" }, k.token), t("apikeys.new_key"))));
       name.value = ""; await reload();
     }, err); });
     return f;

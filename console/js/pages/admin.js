@@ -184,7 +184,7 @@ export async function audit(main) {
       const rows = await all("/v1/admin/audit", { action: action.value.trim(), target: target.value.trim() });
       box.append(table([[t("txn.at"), (a) => time(a.at)], [t("audit.action"), (a) => h("code", {}, a.action)], [t("audit.target"), (a) => h("code", {}, a.target)],
         [t("txn.amount"), (a) => (a.amount ? money(a.amount, a.currency) : "")], [t("audit.admin"), (a) => h("code", {}, a.admin_user_id)], [t("common.reason"), (a) => a.reason || ""]],
-      rows, t("audit.empty")));
+      rows, t("audit.empty"), t("audit.title")));
     } catch (e) { box.append(errorBox(e)); }
   };
   const form = h("form", { class: "inline card" }, field(t("audit.action"), action), field(t("audit.target"), target), btn);

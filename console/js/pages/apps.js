@@ -7,7 +7,7 @@
 // this host's port 8084, where `make run` puts it).
 import { t, locale } from "../i18n.js";
 import { get, post, patch, del, all, getUser, getKey, ApiError } from "../api.js";
-import { h, add, clear, time, table, field, busy, errorBox, badge, toast } from "../ui.js";
+import { h, add, clear, time, table, field, busy, errorBox, badge, toast, scrollable } from "../ui.js";
 
 const PRICES = [["per_request", "price_per_request"], ["per_1k_input_tokens", "price_per_1k_input_tokens"],
   ["per_1k_output_tokens", "price_per_1k_output_tokens"], ["per_second", "price_per_second"]];
@@ -49,8 +49,8 @@ function snippets(a) {
   const py = `from openai import OpenAI\nclient = OpenAI(base_url="${url}", api_key=os.environ["GPURENT_KEY"])\nr = client.chat.completions.create(model="${a.slug}",\n    messages=[{"role": "user", "content": "hi"}])\nprint(r.choices[0].message.content)`;
   return h("div", { id: "app-snippets" },
     h("div", {}, t("apps.base_url"), " ", h("code", { id: "app-base-url" }, url)),
-    h("h3", {}, "curl"), h("pre", { class: "cmd", id: "app-curl" }, curl),
-    h("h3", {}, t("apps.openai_client")), h("pre", { class: "cmd", id: "app-python" }, "import os\n" + py),
+    h("h3", {}, "curl"), scrollable(h("pre", { class: "cmd", id: "app-curl" }, curl), "curl"),
+    h("h3", {}, t("apps.openai_client")), scrollable(h("pre", { class: "cmd", id: "app-python" }, "import os\n" + py), t("apps.openai_client")),
     h("p", { class: "hint" }, t("apps.key_hint")));
 }
 

@@ -4,7 +4,7 @@
 // timeline and the logs (tail, or follow as they are written).
 import { t, locale } from "../i18n.js";
 import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
-import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText, keepFocus } from "../ui.js";
+import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText, keepFocus, scrollable } from "../ui.js";
 
 
 // "KEY=value" lines into the API's env list.
@@ -153,7 +153,7 @@ function connectPanel(inst) {
   for (const n of inst.nodes || []) {
     const rows = [h("h3", {}, t("connect.rank", { rank: n.rank }), " · ", n.node_name)];
     if (n.ssh) {
-      const pre = h("pre", { class: "cmd", id: `ssh-${n.rank}` }, n.ssh.command);
+      const pre = scrollable(h("pre", { class: "cmd", id: `ssh-${n.rank}` }, n.ssh.command), t("connect.ssh_command", { rank: n.rank }));
       rows.push(pre, h("button", { type: "button", class: "secondary", id: `copy-ssh-${n.rank}`, onclick: () => copyText(n.ssh.command, pre) }, t("connect.copy")));
     }
     if (running) rows.push(" ", h("a", { href: `#/terminal/${inst.id}/${n.rank}`, id: `terminal-${n.rank}` }, t("connect.terminal")));

@@ -80,6 +80,20 @@ async function focusSurvivesRedraw(page, selector, what) {
   }
 }
 
+// The boxes in main that scroll (content wider or taller than the box,
+// overflow auto or scroll) and that the keyboard cannot reach: neither
+// focusable themselves with a name, nor holding anything focusable.
+async function unreachableScrollers(page) {
+  return page.evaluate(() => [...document.querySelectorAll("main *")].filter((el) => {
+    const st = getComputedStyle(el);
+    const scrolls = (/(auto|scroll)/.test(st.overflowX) && el.scrollWidth > el.clientWidth + 1)
+      || (/(auto|scroll)/.test(st.overflowY) && el.scrollHeight > el.clientHeight + 1);
+    if (!scrolls) return false;
+    if (el.querySelector("a[href], button, input, select, textarea, [tabindex]")) return false;
+    return !(el.tabIndex >= 0 && (el.getAttribute("aria-label") || "").trim());
+  }).map((el) => el.outerHTML.slice(0, 80)));
+}
+
 const scenarios = {
   // Sign-up to statement: the renter's whole path through the console.
   async journey(page) {
@@ -716,6 +730,35 @@ const scenarios = {
       const r = await ring();
       if (r.style === "none" || r.header < 3 || r.page < 3) throw new Error(`the focus ring in the ${where}: ${JSON.stringify(r)}`);
     }
+  },
+
+  // On a phone the SSH command and the audit table scroll sideways: each
+  // is a named region the keyboard reaches (Tab) and scrolls.
+  async scroll_regions(page) {
+    const allReachable = async (where) => {
+      let bad = [];
+      try { await poll(async () => (bad = await unreachableScrollers(page)).length === 0, 10000); } catch {
+        throw new Error(`${where}: scrolling boxes the keyboard cannot reach: ${bad.join(" | ")}`);
+      }
+    };
+    await page.setViewportSize({ width: 375, height: 800 });
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/instances/${world.instance_id}`);
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    await page.waitForSelector("#ssh-0", { timeout: DEADLINE });
+    await allReachable("instance page");
+    await page.evaluate(() => sessionStorage.clear());
+    await login(page, world.admin_email, world.admin_password);
+    await page.goto(`${base}/console#/admin/audit`);
+    await page.waitForSelector("#audit .table-wrap", { timeout: DEADLINE });
+    await allReachable("audit page");
+    // Reached with Tab from the filter form's button, and scrolled with an arrow key.
+    await page.focus("main form button[type=submit]");
+    await page.keyboard.press("Tab");
+    const on = await page.evaluate(() => document.activeElement.matches("#audit .table-wrap"));
+    if (!on) throw new Error("Tab does not reach the audit table");
+    await page.keyboard.press("ArrowRight");
+    await page.waitForFunction(() => document.querySelector("#audit .table-wrap").scrollLeft > 0, null, { timeout: DEADLINE });
   },
 
   // Someone else's instance id in the address: not found, nothing of theirs.

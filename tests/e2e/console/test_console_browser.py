@@ -376,6 +376,17 @@ def test_the_focus_ring_stands_out_on_the_header_and_the_page(new_daemon, tmp_pa
     run_scenario("focus_contrast", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
 
 
+def test_boxes_that_scroll_on_a_phone_are_reached_by_keyboard(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()  # topped up by an admin: a row in the audit trail
+    inst = running_instance(c, owner)
+    admin = unique_email("root")
+    c.d.cli_create_user(admin, admin=True, password=DEFAULT_PASSWORD)
+    run_scenario("scroll_regions", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                    "instance_id": inst["id"], "admin_email": admin, "admin_password": DEFAULT_PASSWORD}, tmp_path)
+
+
 def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
     rc = ResvCloud(cloud_for(new_daemon, tmp_path))
     rc.price("H100-SXM", "2.00")
