@@ -43,12 +43,21 @@ static const struct {
     {"USR2", SIGUSR2},
 };
 
+/* RFC 4254 6.10's names; another signal as "NAME@gpurent" (the RFC's
+ * form for names beyond its list), e.g. "BUS@gpurent" for the SIGBUS of a
+ * GPU mapping's fault, rather than passing it off as KILL. */
 static const char *signal_name(int sig)
 {
     for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
         if (signals[i].sig == sig)
             return signals[i].name;
-    return "KILL";
+    static _Thread_local char other[32];
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev)
+        snprintf(other, sizeof other, "%s@gpurent", abbrev);
+    else
+        snprintf(other, sizeof other, "%d@gpurent", sig);
+    return other;
 }
 
 struct ssh_chan *ssh_chan_new(struct ssh_conn *c, enum ssh_chan_kind kind)
@@ -68,22 +77,60 @@ struct ssh_chan *ssh_chan_new(struct ssh_conn *c, enum ssh_chan_kind kind)
     return ch;
 }
 
-/* Output of a child (or a forwarded socket) into the channel. The channel
- * write waits for the client's window, which is the back-pressure. */
+static int output_ready(socket_t fd, int revents, void *userdata);
+
+/* Sends what of ref's unsent bytes the client's window takes now, never
+ * more: a write past the window would wait for the client on this, the
+ * connection's only thread (every other channel stalled meanwhile), and
+ * libssh gives up on such a wait after the session's timeout having sent
+ * only part. While bytes are left the fd is out of the event, so nothing
+ * more is read from it; the client's window adjust lets the pump send the
+ * rest and put it back. The window is the back-pressure, as RFC 4254 5.2
+ * has it: nothing is dropped. */
+static void send_unsent(struct ssh_chan_fd *ref)
+{
+    struct ssh_chan *ch = ref->chan;
+    while (ref->off < ref->len) {
+        uint32_t room = ssh_channel_window_size(ch->channel);
+        if (room == 0)
+            break;
+        uint32_t n = ref->len - ref->off < room ? (uint32_t)(ref->len - ref->off) : room;
+        int rc = ref->is_stderr ? ssh_channel_write_stderr(ch->channel, ref->buf + ref->off, n)
+                                : ssh_channel_write(ch->channel, ref->buf + ref->off, n);
+        if (rc == SSH_ERROR) {
+            ref->off = ref->len = 0;
+            ref->eof = 1;
+            break;
+        }
+        if (rc <= 0)
+            break;
+        ref->off += (size_t)rc;
+    }
+    if (ref->off == ref->len) {
+        ref->off = ref->len = 0;
+        if (ref->paused && !ref->eof &&
+            ssh_event_add_fd(ch->conn->event, ref->fd, POLLIN, output_ready, ref) != SSH_OK)
+            ref->eof = 1;
+        ref->paused = 0;
+    } else if (!ref->paused) {
+        ssh_event_remove_fd(ch->conn->event, ref->fd);
+        ref->paused = 1;
+    }
+}
+
+/* Output of a child (or a forwarded socket) into the channel. */
 static int output_ready(socket_t fd, int revents, void *userdata)
 {
     struct ssh_chan_fd *ref = userdata;
     struct ssh_chan *ch = ref->chan;
-    if (ref->eof)
+    if (ref->eof || ref->len > 0)
         return 0;
-    char buf[16384];
-    ssize_t n = read(fd, buf, sizeof buf);
+    ssize_t n = read(fd, ref->buf, sizeof ref->buf);
     if (n > 0) {
         ch->conn->last_activity_ms = clock_mono_ms();
-        int rc = ref->is_stderr ? ssh_channel_write_stderr(ch->channel, buf, (uint32_t)n)
-                                : ssh_channel_write(ch->channel, buf, (uint32_t)n);
-        if (rc == SSH_ERROR)
-            ref->eof = 1;
+        ref->off = 0;
+        ref->len = (size_t)n;
+        send_unsent(ref);
     } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
         ref->eof = 1; /* EIO on a PTY master: the other side is closed */
     }
@@ -92,11 +139,10 @@ static int output_ready(socket_t fd, int revents, void *userdata)
 
 int ssh_chan_watch(struct ssh_chan *ch, int fd, int is_stderr)
 {
+    struct ssh_chan_fd *ref = is_stderr ? &ch->err_ref : &ch->out_ref;
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    return ssh_event_add_fd(ch->conn->event, fd, POLLIN, output_ready, is_stderr ? &ch->err_ref : &ch->out_ref) ==
-                   SSH_OK
-               ? 0
-               : -1;
+    ref->fd = fd;
+    return ssh_event_add_fd(ch->conn->event, fd, POLLIN, output_ready, ref) == SSH_OK ? 0 : -1;
 }
 
 /* Writes what it can of the held input; 0, or -1 when in_fd is gone. */
@@ -128,8 +174,9 @@ static int chan_data(ssh_session session, ssh_channel channel, void *data, uint3
         if (n > 0)
             taken = (size_t)n;
     }
-    /* The rest is held here up to a bound; beyond it libssh keeps it and
-     * offers it again, and the client's window stops it meanwhile. */
+    /* The rest is held here up to a bound; beyond it libssh keeps it in
+     * the channel's buffer (its window then stops the client), and the
+     * pump reads it from there as the child takes what is held. */
     size_t room = SSH_PENDING_MAX - ch->pending_len, keep = len - taken < room ? len - taken : room;
     if (keep > 0) {
         char *p = realloc(ch->pending, ch->pending_len + keep);
@@ -143,9 +190,33 @@ static int chan_data(ssh_session session, ssh_channel channel, void *data, uint3
     return (int)taken;
 }
 
+/* Moves what libssh holds for the channel (what chan_data had no room
+ * for) into pending as it empties: libssh offers it again only with the
+ * client's next packet, and the client sends none once its window is
+ * used up, so without this an upload into a slow reader hung for ever.
+ * Reading it also reopens the window. */
+static void take_buffered(struct ssh_chan *ch)
+{
+    while (ch->in_fd >= 0 && ch->pending_len < SSH_PENDING_MAX && ssh_channel_poll(ch->channel, 0) > 0) {
+        char buf[16384];
+        size_t room = SSH_PENDING_MAX - ch->pending_len, want = room < sizeof buf ? room : sizeof buf;
+        int n = ssh_channel_read_nonblocking(ch->channel, buf, (uint32_t)want, 0);
+        if (n <= 0)
+            break;
+        char *p = realloc(ch->pending, ch->pending_len + (size_t)n);
+        if (!p)
+            break; /* what was read is lost with the memory: the child's input ends short */
+        ch->pending = p;
+        memcpy(ch->pending + ch->pending_len, buf, (size_t)n);
+        ch->pending_len += (size_t)n;
+        if (flush_pending(ch) < 0)
+            break;
+    }
+}
+
 static void close_input_if_done(struct ssh_chan *ch)
 {
-    if (!ch->client_eof || ch->pending_len > 0 || ch->in_fd < 0)
+    if (!ch->client_eof || ch->pending_len > 0 || ch->in_fd < 0 || ssh_channel_poll(ch->channel, 0) > 0)
         return;
     if (ch->kind == CHAN_FORWARD) {
         shutdown(ch->in_fd, SHUT_WR); /* in_fd is out_fd: the socket */
@@ -508,7 +579,14 @@ void ssh_chan_pump(struct ssh_chan *ch)
         if (ch->in_fd >= 0 && ch->in_fd != ch->out_fd)
             close(ch->in_fd);
         ch->in_fd = ch->in_fd == ch->out_fd ? ch->in_fd : -1;
+    } else {
+        take_buffered(ch);
     }
+    /* Output the client's window held back goes on as it opens. */
+    if (ch->out_ref.len > 0)
+        send_unsent(&ch->out_ref);
+    if (ch->err_ref.len > 0)
+        send_unsent(&ch->err_ref);
     if (ch->client_eof == 1)
         close_input_if_done(ch);
     if (ch->pid > 0 && !ch->reaped) {
@@ -521,14 +599,19 @@ void ssh_chan_pump(struct ssh_chan *ch)
     /* A PTY stays open while anything the shell left behind holds it; the
      * session ends with the shell, after what it wrote has been read. */
     if (ch->tty && ch->reaped && !ch->out_ref.eof) {
-        char buf[16384];
-        for (;;) {
-            ssize_t n = read(ch->out_fd, buf, sizeof buf);
-            if (n <= 0)
+        struct ssh_chan_fd *ref = &ch->out_ref;
+        while (ref->len == 0 && !ref->eof) {
+            ssize_t n = read(ch->out_fd, ref->buf, sizeof ref->buf);
+            if (n <= 0) {
+                ref->eof = 1;
                 break;
-            ssh_channel_write(ch->channel, buf, (uint32_t)n);
+            }
+            ref->off = 0;
+            ref->len = (size_t)n;
+            send_unsent(ref);
         }
-        ch->out_ref.eof = 1;
+        if (ref->len > 0)
+            return; /* the rest once the client's window opens */
     }
     if (ch->out_ref.eof)
         unwatch(ch, &ch->out_fd, &ch->out_ref);

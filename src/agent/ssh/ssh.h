@@ -111,6 +111,10 @@ struct ssh_chan_fd {
     struct ssh_chan *chan;
     int is_stderr;                 /* output goes to the channel's stderr */
     int eof;                       /* read saw the end; the pump closes it */
+    int fd;                        /* the fd read, while watched or paused */
+    int paused;                    /* out of the event while unsent holds bytes */
+    size_t off, len;               /* unsent: buf[off..len), bytes the client's window did not take yet */
+    char buf[16384];
 };
 
 struct ssh_chan {

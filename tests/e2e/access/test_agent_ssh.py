@@ -7,6 +7,7 @@ reported in facts, kept across a restart and pinned by StrictHostKeyChecking,
 and `ssh -L` reaching a server inside the workload but not one outside it.
 """
 import fcntl
+import hashlib
 import os
 import pty
 import select
@@ -18,6 +19,7 @@ import termios
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 import uuid
 
@@ -203,6 +205,11 @@ def test_killed_command_reports_its_signal(node, keys, workload):
     # OpenSSH exits 255 when the remote end sent exit-signal.
     assert p.returncode == 255, p.stderr
     node.agent.wait_for_log(r"ended by signal TERM")
+    # A signal beyond RFC 4254's list goes by its own name in the RFC's
+    # name@domain form, not as KILL (a SIGBUS from a GPU mapping is no OOM).
+    p = node.ssh(keys["mine"][0], workload["user"], "kill -BUS $$")
+    assert p.returncode == 255, p.stderr
+    node.agent.wait_for_log(r"ended by signal BUS@gpurent")
 
 
 def test_tty_gets_a_pty(node, keys, workload):
@@ -624,6 +631,70 @@ def test_a_client_that_stops_reading_does_not_hold_up_the_agents_stop(tmp_path, 
             client.kill()
             client.wait(timeout=30)
         n.agent.kill()
+
+
+def test_a_reader_that_pauses_past_the_session_timeout_gets_every_byte(tmp_path, keys):
+    """A client that stops reading (a pager, Ctrl-S, a paused download)
+    longer than libssh's session timeout (ssh_auth_timeout_s, here 2 s):
+    the agent waited that long for the window, then dropped what it had
+    read from the command (16 KiB), and ssh exited 0 with the copy short.
+    Now output waits for the window, however long."""
+    n = Node(tmp_path / "pause", ssh_auth_timeout_s="2")
+    vol = tmp_path / "vol"
+    vol.mkdir()
+    data = os.urandom(6 << 20)
+    (vol / "big.bin").write_bytes(data)
+    client = None
+    try:
+        n.run_workload("ins_pause-0", [keys["mine"][1]], volume=str(vol))
+        client = n.ssh_background(keys["mine"][0], "ins_pause-0", "cat shared/big.bin", stdout=subprocess.PIPE)
+        got = client.stdout.read(1 << 20)
+        client.send_signal(signal.SIGSTOP)  # nobody reads for twice the timeout
+        time.sleep(4)
+        client.send_signal(signal.SIGCONT)
+        got += client.stdout.read()
+        assert client.wait(timeout=60) == 0
+        assert len(got) == len(data) and hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
+    finally:
+        if client and client.poll() is None:
+            client.kill()
+            client.wait(timeout=30)
+        n.stop()
+
+
+def test_an_upload_into_a_command_that_waits_arrives_whole(node, keys, workload):
+    """8 MiB into a command that reads nothing for a while: past the 1 MiB
+    the agent holds, libssh keeps the rest and the client's window closes;
+    the agent now takes it from libssh as the command reads (it waited for
+    a packet the client would never send, and the upload hung)."""
+    data = os.urandom(8 << 20)
+    p = subprocess.run(node.ssh_args(keys["mine"][0], workload["user"], "sleep 2; wc -c"), input=data,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == str(len(data)).encode(), p.stderr
+
+
+def test_a_stalled_channel_does_not_stall_the_others_on_its_connection(node, keys, workload, tmp_path):
+    """Channels are independent (RFC 4254 5): with one multiplexed
+    session's reader stopped and its window full, another command on the
+    same connection runs at once, not after the agent's session timeout."""
+    sockets = tempfile.mkdtemp(prefix="m", dir="/tmp")
+    mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/%C", "-o", "ControlPersist=60"]
+    slow = None
+    try:
+        assert node.ssh(keys["mine"][0], workload["user"], "true", extra=mux).returncode == 0
+        slow = subprocess.Popen(node.ssh_args(keys["mine"][0], workload["user"], "yes", extra=mux),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        slow.stdout.read(1 << 20)
+        slow.send_signal(signal.SIGSTOP)
+        p = node.ssh(keys["mine"][0], workload["user"], "echo quick", extra=mux, timeout=20)
+        assert p.returncode == 0 and p.stdout == "quick\n", p.stderr
+    finally:
+        if slow:
+            slow.send_signal(signal.SIGCONT)
+            slow.kill()
+            slow.wait(timeout=30)
+        node.ssh(keys["mine"][0], workload["user"], extra=[*mux, "-O", "exit"])
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def sleep_in_foreground(seconds):
