@@ -64,7 +64,10 @@ export async function page(main, params, ctx) {
   const { id, rank } = params;
   const status = h("p", { id: "terminal-status", role: "status" }, t("terminal.connecting"));
   const wrap = h("div", { class: "term-wrap", id: "terminal" });
-  main.append(h("h1", {}, t("terminal.title", { rank })), h("p", {}, h("a", { href: `#/instances/${id}` }, t("terminal.back"), " ", h("code", {}, id))), status, wrap);
+  const back = h("a", { href: `#/instances/${id}`, id: "terminal-back" }, t("terminal.back"), " ", h("code", {}, id));
+  // The terminal keeps Tab for the program in it; the way out is told here.
+  const keys = h("p", { class: "hint", id: "terminal-keys" }, t("terminal.keys"));
+  main.append(h("h1", {}, t("terminal.title", { rank })), h("p", {}, back), status, keys, wrap);
   let grant;
   try {
     grant = await post(`/v1/instances/${id}/terminal-tokens`, { rank: Number(rank) });
@@ -83,6 +86,15 @@ export async function page(main, params, ctx) {
   const term = new mod.Terminal({ cursorBlink: true, convertEol: false, fontSize: 14, scrollback: 5000 });
   const unbridge = bridgeStyles(wrap);
   term.open(wrap);
+  // Ctrl+M leaves the terminal for the link above it: xterm keeps Tab (the
+  // shell completes with it), and Ctrl+M costs the program nothing, it is
+  // the byte Enter sends.
+  term.attachCustomKeyEventHandler((e) => {
+    if (!(e.ctrlKey && !e.altKey && !e.metaKey && !e.shiftKey && e.code === "KeyM")) return true;
+    if (e.type === "keydown") { e.preventDefault(); back.focus(); }
+    return false;
+  });
+  if (term.textarea) term.textarea.setAttribute("aria-describedby", "terminal-keys");
   window.gpurentTerminal = term; // lets the browser tests read the screen
   const proto = location.protocol === "https:" ? "wss:" : "ws:";
   const ws = new WebSocket(`${proto}//${location.host}${grant.url}`);

@@ -255,6 +255,21 @@ const scenarios = {
     if (!seen.resize || seen.resize.type !== "resize" || !(seen.resize.cols >= 20 && seen.resize.rows >= 5))
       throw new Error(`no resize message: ${JSON.stringify(seen.resize)}`);
     if (!seen.typed.startsWith("ls\r")) throw new Error(`typed bytes: ${JSON.stringify(seen.typed)}`);
+    // Tab belongs to the shell; Ctrl+M, told beside the terminal, leaves it
+    // for the link above and sends the shell nothing.
+    await waitText(page, "#terminal-keys", "Ctrl+M");
+    await page.keyboard.press("Tab");
+    await poll(() => seen.typed.endsWith("\t"));
+    if (!(await page.evaluate(() => document.getElementById("terminal").contains(document.activeElement))))
+      throw new Error("Tab left the terminal: the shell can no longer complete");
+    const before = seen.typed;
+    await page.keyboard.press("Control+m");
+    await page.waitForFunction(() => document.activeElement.id === "terminal-back", null, { timeout: DEADLINE });
+    await page.keyboard.press("Tab"); // and back into the terminal
+    await page.waitForFunction(() => document.getElementById("terminal").contains(document.activeElement), null, { timeout: DEADLINE });
+    await page.keyboard.type("x");
+    await poll(() => seen.typed.length > before.length);
+    if (seen.typed !== before + "x") throw new Error(`Ctrl+M reached the shell: ${JSON.stringify(seen.typed.slice(before.length))}`);
     // xterm's own styles reached the page through constructed style sheets.
     const sheets = await page.evaluate(() => document.adoptedStyleSheets.length);
     if (sheets < 1) throw new Error("xterm's styles were not bridged");
@@ -269,6 +284,9 @@ const scenarios = {
     await page.goto(`${base}/console#/terminal/${id}/1`);
     await page.waitForSelector("#terminal-status[data-state='open']", { timeout: DEADLINE });
     await page.goto(`${base}/console#/terminal/${id.replace("test", "tst2")}/1`);
+    await page.waitForSelector("#terminal-status[data-state='open']", { timeout: DEADLINE });
+    await setLang(page, "en"); // the way out is told in English too
+    await waitText(page, "#terminal-keys", "Press Ctrl+M to leave the terminal");
     await page.waitForSelector("#terminal-status[data-state='open']", { timeout: DEADLINE });
     await page.goto(`${base}/console#/overview`);
     await page.waitForSelector("#available", { timeout: DEADLINE });
