@@ -26,7 +26,9 @@ CREATE INDEX instances_holding_by_user ON instances (user_id, gpu_model, card_co
 -- settled, which this index's WHERE names, so SQLite rewrote its entry
 -- already, billed or not: billed in the key costs no write; ended_at
 -- changes once, when the interval closes.
-DROP INDEX running_intervals_open_by_user;
+-- IF EXISTS: databases made with 0032 as first released (3cbba49) never had
+-- it, since 0032 gained it after the fact; without it their upgrade failed here.
+DROP INDEX IF EXISTS running_intervals_open_by_user;
 DROP INDEX running_intervals_unsettled;
 CREATE INDEX running_intervals_unsettled
     ON running_intervals (user_id, id, gpu_model, card_count, started_at, ended_at, billed, settled, instance_id)

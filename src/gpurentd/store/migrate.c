@@ -1,5 +1,7 @@
-/* migrate.c: applies the numbered migrations compiled into the binary, each in
- * its own transaction, and records every applied version. */
+/* migrate.c: applies the numbered migrations compiled into the binary, all
+ * that are due in one transaction, and records every applied version: an
+ * upgrade that fails at one leaves the database as it was, at the version
+ * the release before can still run, rather than half-way between. */
 #include "embedded.h"
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
@@ -40,18 +42,15 @@ int store_schema_version(struct store *s)
 }
 
 struct apply_ctx {
-    const struct embedded_migration *m; /* the migration to apply */
+    const struct embedded_migration *m; /* the migration being applied */
+    int target;                         /* the last version to apply */
     char *err;                          /* where to say why it failed */
     size_t errlen;
 };
 
-static int apply_one(struct store *s, void *vctx)
+static int apply_one(struct store *s, struct apply_ctx *ctx)
 {
-    struct apply_ctx *ctx = vctx;
     sqlite3 *db = store_db(s);
-    /* Another process may have applied it since we looked. */
-    if (store_schema_version(s) >= ctx->m->version)
-        return STORE_OK;
     char *msg = NULL;
     int rc = sqlite3_exec(db, ctx->m->sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK) {
@@ -73,6 +72,23 @@ static int apply_one(struct store *s, void *vctx)
     if (rc != SQLITE_DONE) {
         snprintf(ctx->err, ctx->errlen, "cannot record migration: %s", sqlite3_errmsg(db));
         return STORE_ERROR;
+    }
+    return STORE_OK;
+}
+
+/* Every migration due, in order; the version is read again inside the
+ * transaction, as another process may have applied some since. */
+static int apply_due(struct store *s, void *vctx)
+{
+    struct apply_ctx *ctx = vctx;
+    int current = store_schema_version(s);
+    for (const struct embedded_migration *m = embedded_migrations; m->name; m++) {
+        if (m->version <= current || m->version > ctx->target)
+            continue;
+        ctx->m = m;
+        int rc = apply_one(s, ctx);
+        if (rc != STORE_OK)
+            return rc;
     }
     return STORE_OK;
 }
@@ -100,18 +116,20 @@ int store_migrate(struct store *s, int target, char *err, size_t errlen)
     }
     if (target <= 0 || target > latest)
         target = latest;
-    for (const struct embedded_migration *m = embedded_migrations; m->name; m++) {
-        if (m->version <= current || m->version > target)
-            continue;
-        struct apply_ctx ctx = {.m = m, .err = err, .errlen = errlen};
-        err[0] = '\0';
-        int rc = store_txn(s, apply_one, &ctx);
-        if (rc < 0) {
-            if (!err[0])
-                snprintf(err, errlen, "migration %s failed (database busy?)", m->name);
-            return -1;
-        }
-        log_info("store: applied migration %s", m->name);
+    if (current >= target)
+        return 0;
+    struct apply_ctx ctx = {.target = target, .err = err, .errlen = errlen};
+    err[0] = '\0';
+    if (store_txn(s, apply_due, &ctx) < 0) {
+        if (!err[0])
+            snprintf(err, errlen, "migrations from version %d failed (database busy?)", current + 1);
+        /* Said here: whoever prints err may not say that nothing changed. */
+        snprintf(err + strlen(err), errlen - strlen(err), "; nothing was applied: the database is still at version %d",
+                 current);
+        return -1;
     }
+    for (const struct embedded_migration *m = embedded_migrations; m->name; m++)
+        if (m->version > current && m->version <= target)
+            log_info("store: applied migration %s", m->name);
     return 0;
 }

@@ -108,6 +108,52 @@ def test_migrate_to_each_version_in_turn(tmp_path):
     assert (schema(direct), applied(direct)) == before
 
 
+def test_a_database_made_with_0032_as_first_released_upgrades(tmp_path):
+    """0032 gained an index after 3cbba49 released it, and 0040 dropped
+    that index: databases made by 3cbba49's 0032 failed their upgrade at
+    0040 and were left at 39, which neither binary would run."""
+    versions = migration_versions()
+    db = tmp_path / "old.db"
+    assert run_gpurentd("migrate", "--db", db, "--to", 31).returncode == 0
+    con = sqlite3.connect(db)
+    with con:  # 0032 as 3cbba49 had it
+        con.executescript(
+            "CREATE INDEX instances_attention ON instances (created_at, id)"
+            " WHERE state IN ('pending', 'provisioning', 'stopping', 'unreachable')"
+            " OR (state = 'stopped' AND desired = 'terminated')"
+            " OR (state = 'running' AND (desired <> 'running' OR app_id IS NOT NULL"
+            " OR max_runtime_minutes IS NOT NULL));"
+            "CREATE INDEX nodes_not_answering ON nodes (id) WHERE health <> 'up' OR unreachable_since IS NOT NULL;"
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (32, '0032_reconciler_attention', 0);")
+    con.close()
+    p = run_gpurentd("migrate", "--db", db)
+    assert p.returncode == 0, p.stderr
+    assert max(applied(db)) == max(versions)
+
+
+def test_an_upgrade_that_fails_part_way_applies_nothing(tmp_path):
+    """All migrations due go in one transaction: one that fails leaves the
+    database at the version it had, which the release before still runs,
+    and says so; once the cause is gone the upgrade goes through."""
+    db = tmp_path / "stuck.db"
+    assert run_gpurentd("migrate", "--db", db, "--to", 40).returncode == 0
+    con = sqlite3.connect(db)
+    with con:  # what 0043 adds, there already: 0043 fails, after 0041 and 0042 applied
+        con.execute("ALTER TABLE idempotency_keys ADD COLUMN location TEXT NOT NULL DEFAULT ''")
+    con.close()
+    before = schema(db)
+    p = run_gpurentd("migrate", "--db", db)
+    assert p.returncode != 0
+    assert "0043" in p.stderr and "nothing was applied: the database is still at version 40" in p.stderr, p.stderr
+    assert max(applied(db)) == 40 and schema(db) == before
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("ALTER TABLE idempotency_keys DROP COLUMN location")
+    con.close()
+    assert run_gpurentd("migrate", "--db", db).returncode == 0
+    assert max(applied(db)) == max(migration_versions())
+
+
 def test_migration_11_backfills_capacity_history(tmp_path):
     """0011 gives each node in service (not removed, up or offline) one open
     interval from its registration with its card rows; other nodes none."""
