@@ -573,24 +573,33 @@ static int do_open(struct sftp_server *s, uint32_t id, struct sftp_in *in)
         flags |= O_TRUNC;
     if (pflags & SFTP_OPEN_EXCL)
         flags |= O_EXCL;
-    /* O_NONBLOCK so that a FIFO someone left in the volume cannot hang the
-     * server in open; anything but a regular file is refused below. */
-    flags |= O_NOCTTY | O_NONBLOCK;
+    flags |= O_NOCTTY;
     unsigned mode = (a.flags & SFTP_ATTR_PERMISSIONS) ? (a.perm & SFTP_MODE_BITS) : 0666;
-    int fd = resolve(s, path, flags, mode);
-    if (fd < 0)
-        return send_errno(s, id, errno);
+    /* Only regular files, and nothing else is opened even for a moment:
+     * a device node in the volume (a container's root may make one) must
+     * not be opened, read-write and as this server's user, before being
+     * refused. What the path names is looked at through an O_PATH
+     * descriptor, and only a regular file is then opened, through that
+     * very descriptor (no other file can take its name in between). */
+    int fd = -1, pfd = resolve(s, path, O_PATH, 0);
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int err = errno;
-        close(fd);
-        return send_errno(s, id, err);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
+    if (pfd < 0 && errno == ENOENT && (flags & O_CREAT)) {
+        fd = resolve(s, path, flags | O_EXCL, mode); /* made here: a regular file */
+    } else if (pfd >= 0 && fstat(pfd, &st) == 0 && !S_ISREG(st.st_mode)) {
+        close(pfd);
         return send_status(s, id, SFTP_FX_FAILURE, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+    } else if (pfd >= 0 && (flags & O_EXCL)) {
+        errno = EEXIST;
+    } else if (pfd >= 0) {
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
+        fd = open(self, (flags & ~O_CREAT) | O_CLOEXEC);
     }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    int err = errno;
+    if (pfd >= 0)
+        close(pfd);
+    if (fd < 0)
+        return send_errno(s, id, err);
     int idx = new_handle(s, fd, NULL, 0);
     if (idx < 0) {
         close(fd);

@@ -9,6 +9,7 @@ sftp) lets a client read or write outside DIR.
 The server runs through a wrapper that keeps its stderr and exit status in a
 log, so every test also checks that it ended with 0 and without a sanitizer
 report."""
+import ctypes
 import hashlib
 import os
 import struct
@@ -112,6 +113,52 @@ def test_a_directory_named_shared_in_the_volume_is_reached_by_its_relative_name(
     assert (served.work / "inner.txt").read_text() == "INNER"
     assert (served.root / "shared" / "alias.txt").read_text() == "NEW"
     assert (served.root / "alias.txt").read_text() == "TOP" == (served.work / "top.txt").read_text()
+    served.check_server_exits()
+
+
+def opens_of(path, action):
+    """How many times path was opened (inotify IN_OPEN) while action ran."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0
+    try:
+        assert libc.inotify_add_watch(fd, str(path).encode(), 0x20) >= 0  # IN_OPEN
+        action()
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return 0
+        count, at = 0, 0
+        while at < len(data):
+            _, _, _, name_len = struct.unpack_from("iIII", data, at)
+            count, at = count + 1, at + 16 + name_len
+        return count
+    finally:
+        os.close(fd)
+
+
+def test_a_special_file_in_the_volume_is_refused_without_being_opened(served):
+    """Only regular files are opened: a FIFO or a device node someone made
+    in the volume is refused before it is opened (an open of a device can
+    act by itself, and this server runs as the agent's user). Here a FIFO
+    with a reader, which an open for writing would reach."""
+    os.mkfifo(served.root / "pipe")
+    reader = os.open(served.root / "pipe", os.O_RDONLY | os.O_NONBLOCK)
+    (served.work / "f").write_bytes(b"payload")
+    try:
+        p = None
+
+        def put():
+            nonlocal p
+            p = served.sftp("-put f pipe\n", ok=False)
+        assert opens_of(served.root / "pipe", put) == 0, p.stdout + p.stderr
+        assert "Failure" in p.stdout + p.stderr, p.stdout + p.stderr
+        assert os.read(reader, 100) == b""
+    finally:
+        os.close(reader)
+    # A regular file is still opened, written and read.
+    served.sftp("put f\nget f back\n")
+    assert (served.work / "back").read_bytes() == b"payload"
     served.check_server_exits()
 
 
