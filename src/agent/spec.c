@@ -4,6 +4,7 @@
 #include "agent.h"
 #include "gpurent/image_transport.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -105,7 +106,21 @@ static int source_valid(const char *s, size_t len)
     for (size_t i = 0; i < len; i++)
         if (s[i] <= ' ' || s[i] > '~')
             return 0;
-    const char *colon = memchr(s, ':', len), *path = colon ? colon + 1 : s, *end = s + len;
+    /* The "host:" of NFS is a host name or a bracketed IPv6 address; a
+     * ':' after anything else is part of a path ("../../dev/block/8:0"),
+     * whose segments are then all checked. */
+    const char *colon = memchr(s, ':', len);
+    if (s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        colon = close && close + 1 < s + len && close[1] == ':' ? close + 1 : NULL;
+    } else {
+        for (const char *p = s; colon && p < colon; p++)
+            if (!isalnum((unsigned char)*p) && *p != '.' && *p != '-')
+                colon = NULL;
+    }
+    if (colon == s)
+        return 0;
+    const char *path = colon ? colon + 1 : s, *end = s + len;
     if (path < end && *path == '/')
         path++;
     for (const char *seg = path; seg <= end;) {

@@ -127,6 +127,25 @@ static void test_refusals(void **state)
                "volumes[0].source");
     expect_bad("{\"image\": \"b\", \"volumes\": [{\"source\": \"nfs:../x\", \"target\": \"/s\"}]}",
                "volumes[0].source");
+    /* Before a ':' only a host name is a host: a path there is checked
+     * whole, so it cannot climb out ahead of the colon. */
+    static const char *const climbs[] = {"../../../../dev/block/8:0", "../x:y", "a/../../b:c", ":/x"};
+    for (size_t i = 0; i < sizeof climbs / sizeof climbs[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"image\": \"b\", \"volumes\": [{\"source\": \"%s\", \"target\": \"/s\"}]}",
+                 climbs[i]);
+        expect_bad(text, "volumes[0].source");
+    }
+    static const char *const fine[] = {"[fd00::1]:/export/v", "nfs-1.example:/export/v", "/srv/v/pci0000:00"};
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        char text[256], field[64];
+        struct wl_spec s;
+        snprintf(text, sizeof text, "{\"image\": \"b\", \"volumes\": [{\"source\": \"%s\", \"target\": \"/s\"}]}",
+                 fine[i]);
+        assert_int_equal(parse(text, &s, field), 0);
+        assert_string_equal(s.volumes[0].source, fine[i]);
+        spec_free(&s);
+    }
     static const char *const roots[] = {"//", "/.", "/./", "/.//", "/srv//v", "/srv/v/", "nfs:/", "nfs:"};
     for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++) {
         char text[256];
