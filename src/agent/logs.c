@@ -48,7 +48,11 @@ static size_t format_line(char *out, int64_t t_ms, char stream, const char *text
         len = WL_LOG_TEXT_MAX;
     for (size_t i = 0; i < len;) {
         size_t k = utf8_sequence(s + i, len - i);
-        if (k == 0) {
+        if (k == 0 || s[i] == '\0') {
+            /* Not UTF-8, or a NUL: JSON readers (jansson by default, so
+             * gpurentd) refuse a string holding \u0000, and one printf
+             * of it would break the workload's logs for as long as the
+             * line is in view. */
             out[o++] = '?';
             i++;
         } else if (s[i] == '\\' || s[i] == '\n' || s[i] == '\r') {
@@ -176,7 +180,7 @@ static int parse_cursor(const char *s, uint64_t *gen, uint64_t *off)
     if (errno || *end != '-' || end[1] < '0' || end[1] > '9')
         return -1;
     unsigned long long b = strtoull(end + 1, &end, 10);
-    if (errno || *end)
+    if (errno || *end || b > INT64_MAX) /* an offset in a file (off_t) */
         return -1;
     *gen = a;
     *off = b;

@@ -36,7 +36,7 @@ static json_t *time_ms(int64_t ms)
  * {"data":[{"time","stream","text"}],"rank","done"}; NULL if it is not that. */
 static json_t *convert(const char *body, int64_t rank)
 {
-    json_t *in = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *in = body ? json_loads(body, JSON_ALLOW_NUL, NULL) /* an agent before it kept NULs */ : NULL;
     json_t *lines = json_object_get(in, "lines");
     json_t *done = json_object_get(in, "done");
     if (!json_is_array(lines) || !json_is_boolean(done)) {

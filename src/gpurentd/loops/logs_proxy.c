@@ -173,7 +173,7 @@ static void follow_end(struct logs_follow *f, const char *why)
 /* The agent's reply as text lines appended to f; 1 if the workload ended. */
 static int follow_take(struct logs_follow *f, const char *body)
 {
-    json_t *in = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *in = body ? json_loads(body, JSON_ALLOW_NUL, NULL) : NULL;
     json_t *lines = json_object_get(in, "lines");
     const char *cursor = json_string_value(json_object_get(in, "cursor"));
     if (!json_is_array(lines) || !cursor || strlen(cursor) >= sizeof f->cursor ||
