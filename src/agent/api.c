@@ -438,6 +438,19 @@ static void api_workload_put(struct http_request *req)
             if (!held_live)
                 http_add_header(req, "Retry-After", "1");
         }
+        /* A login name picks the workload a connection enters: it is the
+         * node's to one workload (AGENT_PROTOCOL.md), or the second could
+         * never be logged in to. One being removed (an instance started
+         * again on the same node) gives it up shortly. */
+        for (size_t i = 0; !err[0] && spec.ssh.present && i < n->n_wl; i++) {
+            const struct workload *o = n->wl[i];
+            if (!o->spec.ssh.present || strcmp(o->spec.ssh.user, spec.ssh.user) != 0)
+                continue;
+            snprintf(err, sizeof err, "ssh user %s is workload %s's on this node%s", spec.ssh.user, o->id,
+                     o->removing ? ", which is being removed; retry shortly" : "");
+            if (o->removing)
+                http_add_header(req, "Retry-After", "1");
+        }
         if (!err[0]) {
             w = calloc(1, sizeof *w);
             if (!w) {

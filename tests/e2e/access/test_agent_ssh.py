@@ -286,6 +286,11 @@ def test_other_keys_on_re_put_are_a_conflict(node, keys):
     r = node.agent.put(f"/v1/workloads/{wid}", json={"image": "img", "gpus": [], "ssh": {
         "user": "ins_same-0", "authorized_keys": [keys["mine"][1]]}})
     assert r.status_code in (200, 201), r.text
+    # A login name is one workload's on a node (else the second could never
+    # be logged in to): another workload with it is refused.
+    r = node.agent.put(f"/v1/workloads/{wl_id()}", json={"image": "img", "gpus": [], "ssh": {
+        "user": "ins_same-0", "authorized_keys": [keys["other"][1]]}})
+    assert r.status_code == 409 and "ssh user ins_same-0" in r.json()["error"]["message"], r.text
 
 
 def test_forward_reaches_a_server_inside_the_workload_only(node, keys, workload, tmp_path):
