@@ -115,6 +115,10 @@ struct http_config {
  * with an error and returns -1. */
 typedef int (*http_authenticate_fn)(struct http_request *req, enum http_auth level);
 
+/* Whether host:port can be bound now (as libmicrohttpd binds it, with
+ * SO_REUSEADDR): 0, or -1 with the reason in err. A check before a start
+ * does what cannot be undone (a first admin and its key printed). */
+int http_address_free(const char *host, int port, char *err, size_t errlen);
 /* Starts listening; routes must outlive the server. NULL on failure (logged). */
 struct http_server *http_server_start(const struct http_config *cfg, const struct http_route *routes,
                                       http_authenticate_fn authenticate, void *app);

@@ -1083,6 +1083,31 @@ static char *read_file(const char *path)
     return buf;
 }
 
+int http_address_free(const char *host, int port, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char service[8];
+    snprintf(service, sizeof service, "%d", port);
+    int gai = getaddrinfo(host, service, &hints, &ai);
+    if (gai != 0) {
+        snprintf(err, errlen, "'%s' is not a numeric IP address: %s", host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, rc = -1;
+    if (fd < 0)
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+    else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+             bind(fd, ai->ai_addr, ai->ai_addrlen) != 0)
+        snprintf(err, errlen, "cannot bind %s:%d: %s", host, port, strerror(errno));
+    else
+        rc = 0;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return rc;
+}
+
 struct http_server *http_server_start(const struct http_config *cfg, const struct http_route *routes,
                                       http_authenticate_fn authenticate, void *app)
 {

@@ -277,6 +277,21 @@ int cmd_serve(int argc, char **argv)
         log_error("%s", err);
         goto out;
     }
+    /* The first admin once the addresses are known to be free: a start
+     * refused for a taken port leaves no admin whose key a failed run
+     * printed. (Checked, not held: taken in the moment between, it fails
+     * as before.) */
+    char host[128];
+    int port, mport;
+    conf_parse_hostport(conf.listen, host, sizeof host, &port);
+    if (http_address_free(host, port, err, sizeof err) < 0 ||
+        (conf.metrics_listen[0] && conf_parse_hostport(conf.metrics_listen, mhost, sizeof mhost, &mport) == 0 &&
+         http_address_free(mhost, mport, err, sizeof err) < 0)) {
+        log_error("%s", err);
+        goto out;
+    }
+    if (bootstrap_admin(s, &conf) < 0)
+        goto out;
     store_close(s);
     s = NULL;
     store_set_path(conf.database);
@@ -284,9 +299,6 @@ int cmd_serve(int argc, char **argv)
     if (store_committer_start() < 0)
         goto out;
 
-    char host[128];
-    int port;
-    conf_parse_hostport(conf.listen, host, sizeof host, &port);
     struct http_config hc = {
         .host = host,
         .port = port,
@@ -323,11 +335,6 @@ int cmd_serve(int argc, char **argv)
             goto out;
         log_info("metrics on http://%s:%d/metrics", mhost, http_server_port(metrics_srv));
     }
-    /* Once both addresses are bound: a start refused for a taken port does
-     * not leave an admin whose key was printed by a run that then failed. */
-    struct store *mine = store_thread();
-    if (!mine || bootstrap_admin(mine, &conf) < 0)
-        goto out;
     log_info("gpurentd listening on %s://%s:%d (database %s, schema version %d)", conf.tls_cert[0] ? "https" : "http",
              host, http_server_port(srv), conf.database, store_latest_version());
     warn_if_clear_text(&conf, host, http_server_port(srv));

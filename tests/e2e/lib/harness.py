@@ -242,7 +242,7 @@ class Daemon:
         host = "127.0.0.1" if self.listen.startswith("127.") or self.listen.startswith("0.") else "[::1]"
         self.base_url = f"http://{host}:{self.port}"
         # The bootstrap admin's key is the last line of stdout, printed once
-        # before the daemon says it listens, on an empty database only.
+        # before the daemon listens, on an empty database only.
         lines = self.stdout_text().splitlines()
         if lines and lines[-1].startswith("gpk_"):
             assert TOKEN.match(lines[-1]), lines[-1]
