@@ -438,6 +438,21 @@ int daemon_read_config(struct daemon_conf *conf, const char *file, char **overri
     if (conf->gateway_secret_file[0] &&
         secret_file_read(conf->gateway_secret_file, conf->gateway_secret, sizeof conf->gateway_secret, err, errlen) < 0)
         return -1;
+    /* Read here as well as by the mailer (which keeps what it read), so
+     * that -n finds a file serve would refuse. */
+    if (conf->smtp_credentials_file[0]) {
+        char line[600];
+        if (secret_file_read(conf->smtp_credentials_file, line, sizeof line, err, errlen) < 0)
+            return -1;
+        const char *colon = strchr(line, ':');
+        int ok = colon && colon > line;
+        secret_wipe(line, sizeof line);
+        if (!ok) {
+            snprintf(err, errlen, "smtp_credentials_file %s: must hold one line user:password",
+                     conf->smtp_credentials_file);
+            return -1;
+        }
+    }
     money_parse(conf->max_app_price, &conf->max_app_price_micro);
     if (strcmp(conf->image_policy, "registries") == 0 && !conf->image_registries[0]) {
         snprintf(err, errlen, "image_policy = registries needs image_registries");

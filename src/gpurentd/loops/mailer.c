@@ -5,6 +5,7 @@
  * backoff. Without smtp_url the mail is written to the log instead, clearly
  * marked, so a development set-up works without a mail server. */
 #include "gpurent/clock.h"
+#include "gpurent/secrets.h"
 #include "gpurent/smtp.h"
 #include "loops/loops.h"
 #include "store/store.h"
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define MAILER_POLL_MS 1000
 #define MAILER_MAX_ATTEMPTS 12   /* about 17 hours of tries at the backoff below */
@@ -34,30 +34,16 @@ void mailer_counters(int64_t *sent, int64_t *failures, int64_t *given_up)
     *given_up = atomic_load(&mail_given_up);
 }
 
-/* Reads "user:password" from path, refusing a file others may read (as the
- * agent refuses its secret). */
+/* Reads "user:password" from path, refusing a file others may read, as
+ * every secret file is (secret_file_read; the configuration's check, for
+ * -n, is the same). */
 static int read_credentials(const char *path)
 {
-    struct stat st;
-    if (stat(path, &st) < 0) {
-        log_error("smtp_credentials_file %s: %s", path, strerror(errno));
+    char line[600] = "", err[512];
+    if (secret_file_read(path, line, sizeof line, err, sizeof err) < 0) {
+        log_error("smtp_credentials_file: %s", err);
         return -1;
     }
-    if (st.st_mode & 077) {
-        log_error("smtp_credentials_file %s: other users may read it (mode %03o); chmod 600 it", path,
-                  (unsigned)(st.st_mode & 0777));
-        return -1;
-    }
-    FILE *f = fopen(path, "r");
-    char line[600] = "";
-    if (!f || !fgets(line, sizeof line, f)) {
-        log_error("smtp_credentials_file %s: %s", path, f ? "empty" : strerror(errno));
-        if (f)
-            fclose(f);
-        return -1;
-    }
-    fclose(f);
-    line[strcspn(line, "\r\n")] = '\0';
     char *colon = strchr(line, ':');
     int ok = colon && colon > line && strlen(line) < sizeof smtp_user && strlen(colon + 1) < sizeof smtp_password;
     if (ok) {

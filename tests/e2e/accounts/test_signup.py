@@ -398,8 +398,19 @@ def test_credentials_file_readable_by_others_is_refused(new_daemon, tmp_path):
     with pytest.raises(Exception):
         d.start()
     d.wait(timeout=30)
-    assert "other users may read it" in d.stderr_text() and "s3cret" not in d.stderr_text()
+    assert "others may read or change it" in d.stderr_text() and "s3cret" not in d.stderr_text()
+    # -n finds it too, and a file that is missing or not user:password.
+    from harness import run_gpurentd
+    bad = tmp_path / "bad.cred"
+    bad.write_text("no colon here\n")
+    os.chmod(bad, 0o600)
+    for path, why in ((cred, "others may read or change it"), (tmp_path / "absent", "cannot read"),
+                      (bad, "user:password")):
+        p = run_gpurentd("-n", "-o", f"smtp_credentials_file={path}")
+        assert p.returncode != 0 and why in p.stderr and "configuration OK" not in p.stdout, p.stderr
     os.chmod(cred, 0o600)
+    p = run_gpurentd("-n", "-o", f"smtp_credentials_file={cred}")
+    assert p.returncode == 0 and "s3cret" not in p.stdout + p.stderr, p.stderr
     d.start()
     d.wait_for_log(r"mailer: sending mail through smtp://127\.0\.0\.1:1 \(TLS required\) with AUTH")
 
