@@ -1,6 +1,7 @@
 /* cli.c: the subcommands that work on the database directly, for operators
  * and scripts: `gpurentd migrate` and `gpurentd admin create-user`. */
 #include "domain/ledger.h"
+#include "gpurent/clock.h"
 #include "gpurent/money.h"
 #include "gpurentd.h"
 #include "store/store.h"
@@ -164,17 +165,32 @@ static int admin_create_user(int argc, char **argv)
         return 1;
     char key_id[ID_MAX], token[API_TOKEN_LEN + 1];
     int rc = account_create(s, &u, "admin-cli", key_id, token);
-    store_close(s);
     if (rc == STORE_CONFLICT) {
+        store_close(s);
         fprintf(stderr, "gpurentd: an account with email %s already exists\n", u.email);
         return 1;
     }
     if (rc != STORE_OK) {
+        store_close(s);
         fprintf(stderr, "gpurentd: cannot create the account\n");
         return 1;
     }
     printf("created %s %s (%s) with API key %s; the key follows, shown once:\n%s\n", admin ? "admin" : "user", u.id,
            u.email, key_id, token);
+    secret_wipe(token, sizeof token);
+    /* A key nobody saw must not stay valid: one that could not be written
+     * out (a full disk, a closed pipe) is revoked. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int revoked = store_api_key_revoke(s, u.id, key_id, clock_now()) == STORE_OK;
+        fprintf(stderr,
+                "gpurentd: the new key could not be written to standard output, so it %s; the account %s exists"
+                "%s\n",
+                revoked ? "was revoked" : "could NOT be revoked (revoke it from another admin's key)", u.email,
+                with_password ? ": log in with its password for a key" : " without a key: create another account");
+        store_close(s);
+        return 1;
+    }
+    store_close(s);
     return 0;
 }
 

@@ -405,6 +405,11 @@ def test_commands_fail_when_their_output_is_lost(daemon):
             p = subprocess.run([GPURENTD, *args, "--db", daemon.db_path], stdout=full, stderr=subprocess.PIPE,
                                text=True, timeout=60)
             assert p.returncode == 1 and "cannot write standard output" in p.stderr, (args, p.stderr)
+    # The key nobody saw does not stay valid.
+    assert "so it was revoked" in p.stderr, p.stderr
+    rows = daemon.sql("SELECT k.revoked_at IS NOT NULL FROM api_keys k JOIN users u ON u.id = k.user_id"
+                      " WHERE u.email = 'lost-key@example.test'")
+    assert rows == [(1,)], rows
 
 
 def test_serve_refuses_a_database_it_cannot_write(tmp_path):
