@@ -139,7 +139,8 @@ int agent_authenticate(struct http_request *req, enum http_auth level)
         return -1;
     }
     if (r == SIGN_BAD_SIGNATURE && n && !have)
-        why = "this node has no secret yet (not registered, or its secret file is missing)";
+        why = "this node has no secret yet (not registered, or its secret file is missing or was refused;"
+              " the agent's log says why)";
     log_info("signature: refused %s %s from %s: %s", req->method, req->path, req->client_ip, why);
     http_add_header(req, "WWW-Authenticate", "Gpurent-HMAC-SHA256");
     http_error(req, ERR_BAD_SIGNATURE, NULL, "%s", why);
