@@ -211,12 +211,16 @@ install: all
 	  docs/AGENT_PROTOCOL.md "$$docdir/"; \
 	for c in gpurentd.conf gpurent-agent.conf; do \
 	  mode=0644; [ $$c = gpurentd.conf ] && mode=0640; \
-	  if [ -e "$$confdir/$$c" ] && ! cmp -s conf/$$c "$$confdir/$$c"; then \
-	    install -m $$mode conf/$$c "$$confdir/$$c.new"; \
+	  tmp="$$confdir/.$$c.install"; \
+	  sed -e 's|^console_dir = /usr/local/share/gpurent/console$$|console_dir = $(PREFIX)/share/gpurent/console|' \
+	    conf/$$c > "$$tmp"; \
+	  if [ -e "$$confdir/$$c" ] && ! cmp -s "$$tmp" "$$confdir/$$c"; then \
+	    install -m $$mode "$$tmp" "$$confdir/$$c.new"; \
 	    echo "install: kept $$confdir/$$c; the new default is $$c.new beside it"; \
 	  else \
-	    install -m $$mode conf/$$c "$$confdir/$$c"; \
+	    install -m $$mode "$$tmp" "$$confdir/$$c"; \
 	  fi; \
+	  rm -f "$$tmp"; \
 	done; \
 	if [ -z '$(DESTDIR)' ]; then \
 	  if ! getent passwd gpurent >/dev/null; then \

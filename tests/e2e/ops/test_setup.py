@@ -188,9 +188,13 @@ def test_make_install_under_usr(tmp_path):
         assert mode(path) == 0o755, name
         assert read(path) == read(built), f"{path} is not the binary under test"
     # gpurentd.conf may hold secrets (payment_webhook_secret): never world-readable.
+    # Each is the shipped one, with console_dir where PREFIX puts the console.
     for conf, want in (("gpurentd.conf", 0o640), ("gpurent-agent.conf", 0o644)):
         path = os.path.join(dest, "etc/gpurent", conf)
-        assert mode(path) == want and read(path) == read(os.path.join(REPO, "conf", conf)), (conf, oct(mode(path)))
+        shipped = read(os.path.join(REPO, "conf", conf)).replace(
+            b"console_dir = /usr/local/share/gpurent/console", b"console_dir = /usr/share/gpurent/console")
+        assert mode(path) == want and read(path) == shipped, (conf, oct(mode(path)))
+    assert b"\nconsole_dir = /usr/share/gpurent/console\n" in read(os.path.join(dest, "etc/gpurent/gpurentd.conf"))
     check_units(dest, "/usr", "/usr/lib/systemd/system")
     # The gateway's unit (issue 17) takes flags, not a configuration file.
     gw_unit = read(os.path.join(dest, "usr/lib/systemd/system/gpurent-gateway.service")).decode()
@@ -276,7 +280,8 @@ def test_make_install_elsewhere_keeps_changed_configuration(tmp_path):
     out = make_install(dest, *variables)
     assert f"kept {conf}; the new default is gpurentd.conf.new beside it" in out, out
     assert read(conf) == edited
-    assert read(conf + ".new") == read(os.path.join(REPO, "conf", "gpurentd.conf"))
+    assert read(conf + ".new") == read(os.path.join(REPO, "conf", "gpurentd.conf")).replace(
+        b"console_dir = /usr/local/share/gpurent/console", b"console_dir = /opt/gpurent/share/gpurent/console")
     assert "gpurent-agent.conf" not in out, out
     assert not os.path.exists(os.path.join(dest, "etc/gpurent/gpurent-agent.conf.new"))
 
