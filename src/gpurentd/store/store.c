@@ -430,6 +430,18 @@ int store_disk_full_lately(void)
     return store_disk_full() || (seen && monotonic_ms() - seen < DISK_FULL_LATELY_MS);
 }
 
+int64_t store_int64_by_text(struct store *s, const char *sql, const char *arg, const char *what)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, arg, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, what);
+    sqlite3_reset(st);
+    return v;
+}
+
 int store_rc_from_sqlite(struct store *s, int rc, const char *what)
 {
     switch (rc & 0xff) {

@@ -193,14 +193,7 @@ static const char SQL_APP_COUNT_BY_PUBLISHER[] =
 
 int64_t store_app_count_by_publisher(struct store *s, const char *user_id)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_APP_COUNT_BY_PUBLISHER);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "count apps");
-    sqlite3_reset(st);
-    return n;
+    return store_int64_by_text(s, SQL_APP_COUNT_BY_PUBLISHER, user_id, "count apps");
 }
 
 int store_app_insert(struct store *s, const struct app *a)

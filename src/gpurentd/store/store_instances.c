@@ -578,14 +578,7 @@ static int64_t single_int(struct store *s, const char *sql, const char *arg, int
 
 int64_t store_free_cards(struct store *s, const char *gpu_model)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_FREE_CARDS);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "free cards");
-    sqlite3_reset(st);
-    return v;
+    return store_int64_by_text(s, SQL_FREE_CARDS, gpu_model, "free cards");
 }
 
 int64_t store_user_cards_in_use(struct store *s, const char *user_id, const char *except_instance)

@@ -155,14 +155,7 @@ int store_prices(struct store *s, const char *gpu_model, struct price_point **ou
 
 int64_t store_price_billed_until(struct store *s, const char *gpu_model)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_PRICE_BILLED_UNTIL);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "price billed until");
-    sqlite3_reset(st);
-    return v;
+    return store_int64_by_text(s, SQL_PRICE_BILLED_UNTIL, gpu_model, "price billed until");
 }
 
 int store_price_insert(struct store *s, const char *gpu_model, int64_t effective_at, int64_t card_hour, int64_t now)

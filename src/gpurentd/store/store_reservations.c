@@ -457,14 +457,7 @@ int store_node_pool(struct store *s, const char *id, char out[16])
 
 int64_t store_node_healthy_cards(struct store *s, const char *id)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_NODE_HEALTHY);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "healthy cards");
-    sqlite3_reset(st);
-    return v;
+    return store_int64_by_text(s, SQL_NODE_HEALTHY, id, "healthy cards");
 }
 
 static const char SQL_RESV_ALL[] = "SELECT " RESERVATION_COLUMNS " FROM reservations ORDER BY id";

@@ -104,6 +104,9 @@ int store_node_update_if_changed(struct store *s, sqlite3_stmt *st, const char *
 void store_read_job_columns(sqlite3_stmt *st, int first, struct instance *in);
 /* Maps an SQLite result code to a store_rc, logging unexpected ones. */
 int store_rc_from_sqlite(struct store *s, int rc, const char *what);
+/* Runs sql, with arg bound to its one parameter, and returns the integer in
+ * its one row's first column, or a negative store_rc (what names it). */
+int64_t store_int64_by_text(struct store *s, const char *sql, const char *arg, const char *what);
 
 /* Whether node alias a belongs to pool p (an SQL text expression, 0024):
  * a node of a reservation-required type is always in the reserved pool, as

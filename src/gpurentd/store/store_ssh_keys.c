@@ -100,14 +100,7 @@ int store_ssh_key_list(struct store *s, const char *user_id, int64_t after_creat
 
 int64_t store_ssh_key_count(struct store *s, const char *user_id)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_SSH_KEY_COUNT);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int64_t count = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "count ssh keys");
-    sqlite3_reset(st);
-    return count;
+    return store_int64_by_text(s, SQL_SSH_KEY_COUNT, user_id, "count ssh keys");
 }
 
 int store_ssh_key_delete(struct store *s, const char *user_id, const char *id)

@@ -99,14 +99,7 @@ int store_storage_price_history(struct store *s, const char *region, struct stor
 
 int64_t store_storage_billed_until(struct store *s, const char *region)
 {
-    sqlite3_stmt *st = store_stmt(s, SQL_STORAGE_BILLED_UNTIL);
-    if (!st)
-        return STORE_ERROR;
-    sqlite3_bind_text(st, 1, region, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "storage billed until");
-    sqlite3_reset(st);
-    return v;
+    return store_int64_by_text(s, SQL_STORAGE_BILLED_UNTIL, region, "storage billed until");
 }
 
 void store_read_storage_billable(sqlite3_stmt *st, void *row)
