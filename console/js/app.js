@@ -102,7 +102,12 @@ async function show() {
   for (const fn of leaving.splice(0)) {
     try { fn(); } catch { /* one page's clean-up must not stop the next page */ }
   }
-  const main = clear(document.getElementById("main"));
+  const root = clear(document.getElementById("main"));
+  // Each page draws into a box of its own: a page still awaiting the API
+  // when the next navigation starts then draws into a box no longer shown,
+  // rather than beside (or over) the page that replaced it.
+  const main = h("div", { class: "page" });
+  root.append(main);
   document.getElementById("banner").textContent = "";
   let route = match(location.hash || "");
   if (!route) {
@@ -126,7 +131,7 @@ async function show() {
   } catch (e) {
     if (ctx.alive()) main.append(h("div", { class: "error" }, t("err.unexpected", { message: e.message })));
   }
-  if (ctx.alive() && document.activeElement === document.body) main.focus({ preventScroll: true });
+  if (ctx.alive() && document.activeElement === document.body) root.focus({ preventScroll: true });
 }
 
 async function start() {

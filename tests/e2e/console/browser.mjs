@@ -513,14 +513,39 @@ const scenarios = {
     for (const [slug, shown] of Object.entries(world.apps)) {
       for (let i = 1; i <= 2; i++) {
         await page.goto(`${base}/console#/apps/${slug}?visit=${i}`);
-        await page.waitForSelector("#edit-form #app-command", { timeout: DEADLINE });
-        const got = await page.inputValue("#edit-form #app-command");
-        if (got !== shown) throw new Error(`${slug}: the edit form shows ${JSON.stringify(got)}, not ${JSON.stringify(shown)}`);
+        // The address changes only its hash: until this app's page is drawn
+        // the form on screen is the last app's, so wait for this one's value.
+        const drawn = await page.waitForFunction((want) => document.querySelector("#edit-form #app-command")?.value === want,
+          shown, { timeout: DEADLINE }).then(() => true, () => false);
+        if (!drawn) {
+          const got = await page.inputValue("#edit-form #app-command").catch(() => "(no form)");
+          throw new Error(`${slug}: the edit form shows ${JSON.stringify(got)}, not ${JSON.stringify(shown)}`);
+        }
         await page.fill("#edit-form #app-price-request", `0.00${i}`);
         await page.click("#edit-submit");
         await page.waitForURL(/\?saved=/, { timeout: DEADLINE });
       }
     }
+  },
+
+  // A page still waiting for the API when the next one is opened draws
+  // nothing where the next one is: app A's answer is held until app B's
+  // page is drawn, then let go.
+  async stale_page(page) {
+    await login(page, world.email, world.password);
+    const [a, b] = Object.keys(world.apps);
+    let release;
+    const held = new Promise((r) => { release = r; });
+    await page.route(`**/v1/apps/${a}`, async (route) => { await held; await route.continue(); });
+    await page.goto(`${base}/console#/apps/${a}`);
+    await page.goto(`${base}/console#/apps/${b}`);
+    await page.waitForFunction((slug) => document.querySelector("main h1 code")?.textContent === slug, b, { timeout: DEADLINE });
+    const answered = page.waitForResponse((r) => r.url().endsWith(`/v1/apps/${a}`), { timeout: DEADLINE });
+    release();
+    await answered;
+    await page.waitForTimeout(500); // time for A's page to draw, had it anywhere to draw
+    const shown = await page.$$eval("main h1 code", (els) => els.map((e) => e.textContent));
+    if (shown.length !== 1 || shown[0] !== b) throw new Error(`after app ${a}'s late answer the page shows ${JSON.stringify(shown)}`);
   },
 
   // The console at a plain-HTTP host name that is not loopback (a LAN

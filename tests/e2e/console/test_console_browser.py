@@ -417,6 +417,9 @@ def test_saving_an_app_edit_keeps_its_command(new_daemon, tmp_path):
         for slug, cmd in (("edit-line", line), ("edit-argv", argv)):
             a = m.d.get(f"/v1/apps/{slug}", key=user.key).json()
             assert a["command"] == cmd and a["prices"]["per_request"].startswith("0.002"), a
+        # A page that answers late does not draw over the one opened after it.
+        run_scenario("stale_page", {"base_url": m.d.base_url, "email": user.email, "password": user.password,
+                                    "apps": {"edit-line": "", "edit-argv": ""}}, tmp_path)
     finally:
         m.close()
 
