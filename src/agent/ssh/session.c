@@ -582,11 +582,17 @@ void ssh_chan_pump(struct ssh_chan *ch)
     } else {
         take_buffered(ch);
     }
-    /* Output the client's window held back goes on as it opens. */
-    if (ch->out_ref.len > 0)
-        send_unsent(&ch->out_ref);
-    if (ch->err_ref.len > 0)
-        send_unsent(&ch->err_ref);
+    /* Output the client's window held back goes on as it opens; once the
+     * client has closed the channel there is nobody to send it to. */
+    struct ssh_chan_fd *refs[] = {&ch->out_ref, &ch->err_ref};
+    for (int i = 0; i < 2; i++) {
+        if (refs[i]->len > 0 && ch->client_closed) {
+            refs[i]->off = refs[i]->len = 0;
+            refs[i]->eof = 1;
+        } else if (refs[i]->len > 0) {
+            send_unsent(refs[i]);
+        }
+    }
     if (ch->client_eof == 1)
         close_input_if_done(ch);
     if (ch->pid > 0 && !ch->reaped) {

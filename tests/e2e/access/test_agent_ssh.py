@@ -702,6 +702,37 @@ def test_a_stalled_channel_does_not_stall_the_others_on_its_connection(node, key
         shutil.rmtree(sockets, ignore_errors=True)
 
 
+def test_a_channel_closed_while_its_output_waits_ends(tmp_path, keys):
+    """A multiplexed session's client is killed while the command's output
+    waits for a window that will not open: the master closes that channel
+    alone, and the agent drops what waited, hangs up the command and ends
+    the session (it used to wait for the window for ever, the channel's
+    slot and the command's pipe held)."""
+    n = Node(tmp_path / "close")
+    sockets = tempfile.mkdtemp(prefix="m", dir="/tmp")
+    mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sockets}/%C", "-o", "ControlPersist=60"]
+    client = None
+    try:
+        n.run_workload("ins_close-0", [keys["mine"][1]])
+        assert n.ssh(keys["mine"][0], "ins_close-0", "true", extra=mux).returncode == 0
+        client = subprocess.Popen(n.ssh_args(keys["mine"][0], "ins_close-0", "yes", extra=mux),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        client.stdout.read(1 << 20)
+        client.send_signal(signal.SIGSTOP)  # the window fills
+        n.agent.wait_for_log(r"user ins_close-0 from \S+: command", timeout=30)
+        client.kill()  # the master closes the channel; the connection stays
+        client.wait(timeout=30)
+        n.agent.wait_for_log(r"workload \S+ user ins_close-0 from \S+: ended by signal HUP", timeout=30)
+        assert n.ssh(keys["mine"][0], "ins_close-0", "echo still", extra=mux).stdout == "still\n"
+    finally:
+        if client and client.poll() is None:
+            client.kill()
+            client.wait(timeout=30)
+        n.ssh(keys["mine"][0], "ins_close-0", extra=[*mux, "-O", "exit"])
+        shutil.rmtree(sockets, ignore_errors=True)
+        n.stop()
+
+
 def sleep_in_foreground(seconds):
     """Whether a `sleep SECONDS` runs (the sim runtime's shells are host
     processes) as the foreground process group of its terminal."""
