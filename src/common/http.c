@@ -74,10 +74,22 @@ static const char *cors_allowed_origin(struct http_request *req)
     return allowed ? origin : NULL;
 }
 
+/* The length of an authority's host, without its port ("[::1]:80" is
+ * "[::1]"). */
+static size_t host_len(const char *authority)
+{
+    if (authority[0] == '[') {
+        const char *close = strchr(authority, ']');
+        return close ? (size_t)(close - authority) + 1 : strlen(authority);
+    }
+    return strcspn(authority, ":");
+}
+
 /* Whether a request that may change something comes from a page of
- * another site: an Origin that names neither the Host asked (the console
- * this server serves, whatever scheme a proxy in front speaks) nor an
- * allowed origin. Scripts and CLIs send no Origin. */
+ * another site: an Origin whose host is neither the Host asked (the
+ * console this server serves, whatever scheme and port a proxy in front
+ * shows; nginx's $host carries no port) nor an allowed origin. Scripts
+ * and CLIs send no Origin. */
 static int cross_site_write(struct http_request *req)
 {
     if (strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0 || strcmp(req->method, "OPTIONS") == 0)
@@ -87,8 +99,12 @@ static int cross_site_write(struct http_request *req)
         return 0;
     const char *host = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Host");
     const char *authority = strstr(origin, "://");
-    if (authority && host && strcasecmp(authority + 3, host) == 0)
-        return 0;
+    if (authority && host) {
+        authority += 3;
+        size_t n = host_len(authority);
+        if (n > 0 && n == host_len(host) && strncasecmp(authority, host, n) == 0)
+            return 0;
+    }
     return !cors_allowed_origin(req);
 }
 

@@ -145,7 +145,9 @@ def test_writes_from_this_server_s_pages_an_allowed_origin_or_no_browser_pass(co
     d = cors_daemon
     u = d.signup()
     own = f"http://127.0.0.1:{d.port}"
-    for headers in ({"Origin": own}, {"Origin": own.replace("http:", "https:")}, {"Origin": CONSOLE}, {}):
+    # This host under any scheme and port (a proxy's $host has no port).
+    for headers in ({"Origin": own}, {"Origin": own.replace("http:", "https:")}, {"Origin": "https://127.0.0.1"},
+                    {"Origin": CONSOLE}, {}):
         r = d.post("/v1/api-keys", key=u.key, json={}, headers=headers)
         assert r.status_code == 201, (headers, r.text)
     # A script's curl -d (form-encoded, no Origin) still works.
