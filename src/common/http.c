@@ -213,11 +213,12 @@ void http_reply_raw(struct http_request *req, unsigned status, const char *conte
     queue(req, status, resp);
 }
 
-/* Never read: a 304 has no body (libmicrohttpd sends none). */
+/* The body of a reply libmicrohttpd sends without one (a 304, or the
+ * headers of a stream to a HEAD): never read. */
 static ssize_t no_body_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)cls, (void)pos, (void)buf, (void)max;
-    return MHD_CONTENT_READER_END_WITH_ERROR;
+    return MHD_CONTENT_READER_END_OF_STREAM;
 }
 
 void http_reply_not_modified(struct http_request *req, size_t full_len)
@@ -407,13 +408,6 @@ static void stream_free(void *cls)
     free(st);
 }
 
-/* A HEAD's stream: never read, as a HEAD has no body. */
-static ssize_t stream_head_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    (void)cls, (void)pos, (void)buf, (void)max;
-    return MHD_CONTENT_READER_END_OF_STREAM;
-}
-
 struct http_stream *http_reply_stream(struct http_request *req, const char *content_type,
                                       long (*pull)(void *ctx, char *buf, size_t max), void (*done)(void *ctx),
                                       void *ctx)
@@ -424,7 +418,7 @@ struct http_stream *http_reply_stream(struct http_request *req, const char *cont
          * its last chunk too even to a HEAD, bytes the client would read
          * as the start of the next reply. */
         struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, stream_head_read, NULL, NULL);
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, no_body_read, NULL, NULL);
         if (!resp)
             return NULL;
         MHD_set_response_options(resp, MHD_RF_HTTP_1_0_COMPATIBLE_STRICT, MHD_RO_END);
