@@ -652,45 +652,120 @@ static int credit_hour(struct store *s, const struct reservation *r, int64_t los
     return credit_hour_at(s, r, lost, node, now - now % HOUR, now);
 }
 
+/* What history says of a node that answered with failed cards: the hour
+ * each of its failed cards failed in (cards failed before migration 0044
+ * have no known start and are left out), its card count, and the blocks
+ * bound to it, newest booking first. */
+struct node_failures {
+    int64_t cards;
+    int64_t failed_hour[64];
+    size_t n_failed;
+    struct reservation_binding *blocks;
+    size_t n_blocks;
+};
+
+/* Reads f for node_id; f->n_failed is 0 when it has no failed card with a
+ * known start (then nothing else is read). */
+static int node_failures_read(struct store *s, const char *node_id, int64_t after, struct node_failures *f)
+{
+    struct node_card cards[64];
+    size_t n;
+    int rc = store_node_cards(s, node_id, cards, 64, &n);
+    f->cards = (int64_t)n;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        if (!cards[i].healthy && cards[i].failed_at > 0)
+            f->failed_hour[f->n_failed++] = cards[i].failed_at - cards[i].failed_at % HOUR;
+    if (rc == STORE_OK && f->n_failed)
+        rc = store_node_bindings(s, node_id, after, &f->blocks, &f->n_blocks);
+    return rc;
+}
+
+/* Whether binding b held its cards on its node in the hour from `hour`. */
+static int bound_in(const struct reservation_binding *b, int64_t hour)
+{
+    return b->starts_at <= hour && hour < b->ends_at && b->bound_at - b->bound_at % HOUR <= hour;
+}
+
+/* The cards of block `id` that the node of f could not give in the hour
+ * from `hour`, as the pass in that hour would have found them: the blocks
+ * held there beyond its cards not yet failed fall on the newest bookings
+ * first (node_shortfall; no spare was looked for, as no pass ran). */
+static int64_t failed_share(const struct node_failures *f, const char *id, int64_t hour)
+{
+    int64_t failed = 0, held = 0;
+    for (size_t i = 0; i < f->n_failed; i++)
+        failed += f->failed_hour[i] <= hour;
+    for (size_t i = 0; i < f->n_blocks; i++)
+        held += bound_in(&f->blocks[i], hour) ? f->blocks[i].cards : 0;
+    int64_t short_by = held - (f->cards - failed);
+    for (size_t i = 0; i < f->n_blocks && short_by > 0; i++) {
+        if (!bound_in(&f->blocks[i], hour))
+            continue;
+        int64_t take = short_by < f->blocks[i].cards ? short_by : f->blocks[i].cards;
+        if (strcmp(f->blocks[i].reservation_id, id) == 0)
+            return take;
+        short_by -= take;
+    }
+    return 0;
+}
+
 /* The hours of block r before `until` that no pass saw (gpurentd was down,
  * or its clock moved on by hours): each pass credits the hour it runs in,
- * so such hours would go uncredited. A node offline since its last good
- * beat gave none of its cards in them: each of those hours is credited the
- * cards the block held there, from the hour of that beat, as a pass in it
- * would have (an hour credited already is not credited twice). A node that
- * answered with failed cards is credited only in the hours a pass sees it
- * so: no history of its cards is kept. */
+ * so such hours would go uncredited. Each is credited as a pass in it would
+ * have been, from what history keeps (an hour credited already is not
+ * credited twice):
+ * - a node offline since its last good beat gave none of its cards from
+ *   the hour of that beat;
+ * - a node that answered with failed cards gave none of them from the hour
+ *   each was first reported failed (node_cards.failed_at), beyond the spare
+ *   cards it had. What the cards did while nothing watched is not known:
+ *   a card still failed is taken to have stayed failed. */
 static int catch_up_bound(struct store *s, const struct reservation *r, const struct reservation_binding *rows,
                           size_t n, int64_t until, int64_t now)
 {
     int rc = STORE_OK;
-    /* Per binding, the hour from which its node gave nothing; INT64_MAX
-     * while it answers. Nearly always every node answers: no hour is read. */
+    /* Per binding, the hour from which its node gave nothing (INT64_MAX
+     * while it answers), and what its failed cards say. Nearly always every
+     * node answers with every card: no hour is read. */
     int64_t *silent = calloc(n ? n : 1, sizeof *silent), first = INT64_MAX;
-    for (size_t k = 0; k < n && silent && rc == STORE_OK; k++) {
+    struct node_failures *failures = calloc(n ? n : 1, sizeof *failures);
+    if (!silent || !failures)
+        rc = STORE_ERROR;
+    for (size_t k = 0; k < n && rc == STORE_OK; k++) {
         struct node node;
         silent[k] = INT64_MAX;
         int got = store_node_get(s, rows[k].node_id, &node); /* a node removed since gave what it gave */
         if (got == STORE_OK && strcmp(node.health, "offline") == 0)
             silent[k] = node.last_seen_at ? node.last_seen_at - node.last_seen_at % HOUR : r->starts_at;
+        else if (got == STORE_OK && strcmp(node.health, "up") == 0)
+            rc = node_failures_read(s, rows[k].node_id, r->starts_at, &failures[k]);
         else if (got != STORE_OK && got != STORE_NOT_FOUND)
             rc = got;
         if (silent[k] < first)
             first = silent[k];
+        for (size_t i = 0; i < failures[k].n_failed; i++) {
+            int64_t from = failures[k].failed_hour[i], bound = rows[k].bound_at - rows[k].bound_at % HOUR;
+            from = from > bound ? from : bound;
+            first = from < first ? from : first;
+        }
     }
-    if (!silent)
-        rc = STORE_ERROR;
     int64_t end = until < r->ends_at ? until : r->ends_at;
     for (int64_t hour = first > r->starts_at ? first : r->starts_at; hour < end && rc == STORE_OK; hour += HOUR) {
         int64_t lost = 0;
         const char *named = NULL;
-        for (size_t k = 0; k < n; k++)
-            if (silent[k] <= hour) {
-                lost += rows[k].cards;
-                named = named ? named : rows[k].node_id;
-            }
-        rc = credit_hour_at(s, r, lost, named, hour, now);
+        for (size_t k = 0; k < n; k++) {
+            int64_t l = silent[k] <= hour ? rows[k].cards
+                        : failures[k].n_failed && bound_in(&rows[k], hour) ? failed_share(&failures[k], r->id, hour)
+                                                                            : 0;
+            lost += l;
+            named = named || !l ? named : rows[k].node_id;
+        }
+        if (lost)
+            rc = credit_hour_at(s, r, lost, named, hour, now);
     }
+    for (size_t k = 0; failures && k < n; k++)
+        free(failures[k].blocks);
+    free(failures);
     free(silent);
     return rc;
 }

@@ -291,6 +291,7 @@ struct node_card {
     int healthy;              /* 0: failed */
     char health_reason[128];  /* why it failed */
     char instance_id[ID_MAX]; /* holder, "" when free */
+    int64_t failed_at;        /* a failed card: since when (epoch s); 0 while healthy or not known */
 };
 /* Inserts a node (admin registration); STORE_CONFLICT if the name is taken,
  * STORE_NOT_FOUND if its GPU model is not in the catalog. */
@@ -1327,6 +1328,7 @@ struct reservation_binding {
     int64_t starts_at;  /* the block's window */
     int64_t ends_at;
     int64_t created_at; /* the block's booking time */
+    int64_t bound_at;   /* when it was bound to this node (booking or re-homing) */
 };
 /* Bindings of booked blocks of gpu_model overlapping [from, to), by node (malloc'd). */
 int store_reservation_bindings_overlapping(struct store *s, const char *gpu_model, int64_t from, int64_t to,
@@ -1334,6 +1336,9 @@ int store_reservation_bindings_overlapping(struct store *s, const char *gpu_mode
 /* One block's bindings (none: booked before 0028 and not bound yet). */
 int store_reservation_bindings(struct store *s, const char *reservation_id, struct reservation_binding **out,
                                size_t *n);
+/* The bindings on node_id of booked blocks that end after `after`, newest booking first (malloc'd). */
+int store_node_bindings(struct store *s, const char *node_id, int64_t after, struct reservation_binding **out,
+                        size_t *n);
 int store_reservation_bind(struct store *s, const char *reservation_id, const char *node_id, int64_t cards,
                            int64_t at);
 /* Moves the block's binding from old_node to new_node (re-homing). */

@@ -39,7 +39,8 @@ static const char SQL_NODE_LIST[] =
     " WHERE (?1 IS NULL OR s.state = ?1) AND (?2 IS NULL OR n.gpu_model = ?2) AND (?3 IS NULL OR n.fabric = ?3)"
     " AND (n.created_at, n.id) > (?4, ?5) ORDER BY n.created_at, n.id LIMIT ?6";
 static const char SQL_NODE_CARDS[] =
-    "SELECT idx, model, memory_gb, healthy, health_reason, coalesce(instance_id, '') FROM node_cards"
+    "SELECT idx, model, memory_gb, healthy, health_reason, coalesce(instance_id, ''), coalesce(failed_at, 0)"
+    " FROM node_cards"
     " WHERE node_id = ? ORDER BY idx LIMIT ?";
 static const char SQL_NODE_SET_ADMIN[] =
     "UPDATE nodes SET admin_state = ?2, admin_reason = ?3, updated_at = ?4 WHERE id = ?1 AND removed_at IS NULL";
@@ -89,9 +90,12 @@ static const char SQL_NODE_SSH[] =
     " AND (ssh_port IS NOT ?2 OR ssh_host_key IS NOT ?3 OR ssh_host_fingerprint IS NOT ?4)";
 static const char SQL_NODE_EXISTS[] = "SELECT 1 FROM nodes WHERE id = ? AND removed_at IS NULL";
 static const char SQL_CARD_UPSERT[] =
-    "INSERT INTO node_cards (node_id, idx, model, memory_gb, healthy, health_reason) VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO node_cards (node_id, idx, model, memory_gb, healthy, health_reason, failed_at)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, CASE WHEN ?5 = 0 THEN ?7 END)"
     " ON CONFLICT (node_id, idx) DO UPDATE SET model = excluded.model, memory_gb = excluded.memory_gb,"
-    " healthy = excluded.healthy, health_reason = excluded.health_reason";
+    " healthy = excluded.healthy, health_reason = excluded.health_reason,"
+    " failed_at = CASE WHEN excluded.healthy = 1 THEN NULL WHEN node_cards.healthy = 0 THEN node_cards.failed_at"
+    " ELSE ?7 END";
 static const char SQL_CARD_TRIM[] = "DELETE FROM node_cards WHERE node_id = ? AND idx >= ? AND instance_id IS NULL";
 /* A failed beat is counted in the narrow row (SQL_NODE_MISSED); then, once
  * the count reaches ?3, an up node becomes unreachable (UNREACHABLE) and,
@@ -212,6 +216,7 @@ static void read_card(sqlite3_stmt *st, void *row)
     c->healthy = sqlite3_column_int(st, 3);
     store_column_text(c->health_reason, sizeof c->health_reason, st, 4);
     store_column_text(c->instance_id, sizeof c->instance_id, st, 5);
+    c->failed_at = sqlite3_column_int64(st, 6);
 }
 
 int store_node_cards(struct store *s, const char *node_id, struct node_card *out, size_t max, size_t *n)
@@ -405,6 +410,7 @@ int store_node_beat_ok(struct store *s, const char *id, int64_t now, const char 
         sqlite3_bind_int64(st, 4, cards[i].memory_gb);
         sqlite3_bind_int(st, 5, cards[i].healthy);
         sqlite3_bind_text(st, 6, cards[i].health_reason, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 7, now);
         rc = store_rc_from_sqlite(s, sqlite3_step(st), "upsert card");
         sqlite3_reset(st);
         if (rc != STORE_OK)

@@ -486,7 +486,7 @@ static const char SQL_RESERVED_NODE_LIST[] =
     "SELECT n.id, n.fabric, n.card_count,"
     " (SELECT count(*) FROM node_cards c WHERE c.node_id = n.id AND c.healthy = 1)" RESERVED_NODES
     " ORDER BY n.fabric, n.name, n.id";
-#define BINDING_COLUMNS "b.reservation_id, b.node_id, b.cards, r.starts_at, r.ends_at, r.created_at"
+#define BINDING_COLUMNS "b.reservation_id, b.node_id, b.cards, r.starts_at, r.ends_at, r.created_at, b.bound_at"
 static const char SQL_BINDINGS_OVERLAP[] =
     "SELECT " BINDING_COLUMNS " FROM reservation_nodes b JOIN reservations r ON r.id = b.reservation_id"
     " WHERE r.gpu_model = ?1 AND r.state = 'booked' AND r.starts_at < ?3 AND r.ends_at > ?2"
@@ -494,6 +494,9 @@ static const char SQL_BINDINGS_OVERLAP[] =
 static const char SQL_BINDINGS_OF[] =
     "SELECT " BINDING_COLUMNS " FROM reservation_nodes b JOIN reservations r ON r.id = b.reservation_id"
     " WHERE b.reservation_id = ?1 ORDER BY b.node_id";
+static const char SQL_BINDINGS_ON[] =
+    "SELECT " BINDING_COLUMNS " FROM reservation_nodes b JOIN reservations r ON r.id = b.reservation_id"
+    " WHERE b.node_id = ?1 AND r.state = 'booked' AND r.ends_at > ?2 ORDER BY r.created_at DESC, r.id DESC";
 static const char SQL_BIND[] =
     "INSERT INTO reservation_nodes (reservation_id, node_id, cards, bound_at) VALUES (?1, ?2, ?3, ?4)";
 static const char SQL_REBIND[] =
@@ -539,6 +542,7 @@ static void read_binding(sqlite3_stmt *st, void *row)
     b->starts_at = sqlite3_column_int64(st, 3);
     b->ends_at = sqlite3_column_int64(st, 4);
     b->created_at = sqlite3_column_int64(st, 5);
+    b->bound_at = sqlite3_column_int64(st, 6);
 }
 
 static int collect_bindings(struct store *s, sqlite3_stmt *st, struct reservation_binding **out, size_t *n,
@@ -569,6 +573,17 @@ int store_reservation_bindings(struct store *s, const char *reservation_id, stru
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, reservation_id, -1, SQLITE_STATIC);
     return collect_bindings(s, st, out, n, "reservation bindings");
+}
+
+int store_node_bindings(struct store *s, const char *node_id, int64_t after, struct reservation_binding **out,
+                        size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_BINDINGS_ON);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, node_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, after);
+    return collect_bindings(s, st, out, n, "node bindings");
 }
 
 int store_reservation_bind(struct store *s, const char *reservation_id, const char *node_id, int64_t cards, int64_t at)

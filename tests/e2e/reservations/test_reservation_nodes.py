@@ -168,6 +168,35 @@ def test_hours_no_pass_saw_are_credited_when_the_node_was_offline(rc):
     rc.verify()
 
 
+def test_hours_no_pass_saw_are_credited_for_cards_that_failed_before_them(rc):
+    """The same for a node that answers with failed cards: each card is
+    credited from the hour it was first reported failed (node_cards.failed_at),
+    beyond the node's spare cards. Node a holds a block of 8 (two cards fail),
+    node b a block of 6 (one fails, and b has two spare): only a's block lost
+    cards, two in each of its three hours."""
+    fa = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    fb = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u, v = rc.c.user(), rc.c.user()
+    x = rc.book(u, 8, rc.hour(1), 3)
+    y = rc.book(v, 6, rc.hour(1), 3)
+    assert bound(rc, x["id"]) == [("a-01", 8)] and bound(rc, y["id"]) == [("b-01", 6)]
+    for f, failed in ((fa, "2,5"), (fb, "1")):
+        f.stop()
+        f.args += ["-o", f"inventory_failed_cards={failed}"]
+        rc.c.restart_fleet(f)
+    wait(lambda: rc.d.sql("SELECT n.name, count(*) FROM node_cards c JOIN nodes n ON n.id = c.node_id"
+                          " WHERE c.healthy = 0 AND c.failed_at IS NOT NULL GROUP BY n.name ORDER BY n.name")
+         == [("a-01", 2), ("b-01", 1)], what="three failed cards reported, with when")
+    rc.d.set_clock(rc.hour(4) + 1)  # no pass ran in the blocks' three hours
+    rc.billing()
+    rc.billing()
+    hours = rc.d.sql("SELECT hour, cards FROM reservation_credits WHERE reservation_id = ? ORDER BY hour", (x["id"],))
+    assert hours == [(h, 2) for h in range(rc.hour(-3), rc.hour(0), 3600)], hours
+    assert micro(rc.d.get(f"/v1/reservations/{x['id']}", key=u.key).json()["credited"]) == PRICE * 2 * 3
+    assert rc.d.get(f"/v1/reservations/{y['id']}", key=v.key).json()["credited"] == "0.00"
+    rc.verify()
+
+
 def test_a_pool_change_rehomes_bound_blocks_or_is_refused(rc):
     rc.c.fleet(2, model="MI450")
     ids = [i for (i,) in rc.d.sql("SELECT id FROM nodes ORDER BY name")]
