@@ -11,6 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct store *cli_open_readonly(const struct daemon_conf *conf)
+{
+    char err[1024];
+    struct store *s = store_open_readonly(conf->database, err, sizeof err);
+    if (!s)
+        fprintf(stderr, "gpurentd: %s\n", err);
+    return s;
+}
+
 /* Opens the configured database and brings it to target (0 = latest). */
 static struct store *open_migrated(const struct daemon_conf *conf, int target)
 {
@@ -245,12 +254,9 @@ int cmd_ledger(int argc, char **argv)
     struct daemon_conf conf;
     if (daemon_load_db_config(&conf, file, db) < 0)
         return 1;
-    char err[1024];
-    struct store *s = store_open_readonly(conf.database, err, sizeof err);
-    if (!s) {
-        fprintf(stderr, "gpurentd: %s\n", err);
+    struct store *s = cli_open_readonly(&conf);
+    if (!s)
         return 1;
-    }
     /* The checks read this binary's schema: an older backup fails them with
      * "no such column", which says nothing of why. */
     int version = store_schema_version(s), latest = store_latest_version();

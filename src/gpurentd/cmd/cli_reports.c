@@ -220,12 +220,9 @@ int cmd_report(int argc, char **argv)
     struct daemon_conf conf;
     if (daemon_load_db_config(&conf, file, db) < 0)
         return 1;
-    char err[1024];
-    struct store *s = store_open_readonly(conf.database, err, sizeof err);
-    if (!s) {
-        fprintf(stderr, "gpurentd: %s\n", err);
+    struct store *s = cli_open_readonly(&conf);
+    if (!s)
         return 1;
-    }
     o.json = json_array();
     int rc = store_report(s, argv[optind], from, to, on_row, &o);
     store_close(s);
@@ -328,12 +325,10 @@ int cmd_backup(int argc, char **argv)
         fprintf(stderr, "gpurentd backup: %s is %s; give another file for the copy\n", argv[optind], own);
         return 2;
     }
-    char err[1024];
-    struct store *s = store_open_readonly(conf.database, err, sizeof err);
-    if (!s) {
-        fprintf(stderr, "gpurentd: %s\n", err);
+    struct store *s = cli_open_readonly(&conf);
+    if (!s)
         return 1;
-    }
+    char err[1024];
     int rc = store_backup(s, argv[optind], err, sizeof err);
     store_close(s);
     if (rc < 0) {

@@ -27,6 +27,8 @@ int daemon_load_db_config(struct daemon_conf *conf, const char *file, const char
 /* serve.c */
 int cmd_serve(int argc, char **argv);
 /* cli.c */
+/* The configured database, read-only; NULL when it cannot be opened (said on stderr). */
+struct store *cli_open_readonly(const struct daemon_conf *conf);
 int cmd_migrate(int argc, char **argv);
 int cmd_admin(int argc, char **argv);
 int cmd_ledger(int argc, char **argv);
