@@ -627,8 +627,8 @@ static int credit_hour_at(struct store *s, const struct reservation *r, int64_t 
     char grant[ID_MAX] = "", reason[256], at[32];
     time_text(hour, at, sizeof at);
     snprintf(reason, sizeof reason,
-             "SLA credit: reservation %s lost %lld card-hours in the hour from %s (node %s offline or its cards "
-             "failed)",
+             "SLA credit: reservation %s lost %lld card-hours in the hour from %s (node %s offline, out of service "
+             "or its cards failed)",
              r->id, (long long)(lost - prev_cards), at, node);
     if (amount > 0) {
         rc = ledger_grant(s, r->user_id, "reservation", amount, 0, now, reason, grant);
@@ -787,8 +787,11 @@ static int catch_up(struct store *s, const struct reservation *r, int64_t until,
  * blocks move first, each onto a spare reserved node with room for the
  * rest of its window (then nothing is lost); what is still short falls on
  * the newest blocks, lost[] per block, node_of[] naming the node. A node
- * an admin took out of service (draining, maintenance) has all its blocks
- * moved where a spare has room, but only failed hardware is credited. */
+ * an admin took out of service (cordoned, draining, maintenance) has all
+ * its blocks moved where a spare has room; one that stays there loses the
+ * cards its instances do not already run on, as nothing new is placed on
+ * such a node: the holder paid for them, so they are credited as failed
+ * hardware is. */
 static int node_shortfall(struct store *s, const char *node_id, const struct reservation *a, size_t n,
                           const struct reservation_binding *const *bind, int64_t *lost, char (*node_of)[ID_MAX],
                           int64_t now)
@@ -813,9 +816,15 @@ static int node_shortfall(struct store *s, const char *node_id, const struct res
         }
         if (rc != STORE_NOT_FOUND)
             return rc;
-        if (short_by <= 0)
+        int64_t l = short_by <= 0 ? 0 : short_by < bind[i]->cards ? short_by : bind[i]->cards;
+        if (!active) {
+            int64_t running = store_reservation_cards_on_node(s, a[i].id, node_id);
+            if (running < 0)
+                return (int)running;
+            l = bind[i]->cards - running > l ? bind[i]->cards - running : l;
+        }
+        if (l <= 0)
             continue;
-        int64_t l = short_by < bind[i]->cards ? short_by : bind[i]->cards;
         lost[i] += l;
         short_by -= l;
         if (!node_of[i][0])

@@ -1292,6 +1292,9 @@ int store_reservation_price(struct store *s, const char *gpu_model, int64_t *car
 int store_reservation_price_set(struct store *s, const char *gpu_model, int64_t card_hour, int64_t at);
 /* Cards held now by the reservation's instances, except instance except_id. */
 int64_t store_reservation_cards_held(struct store *s, const char *reservation_id, const char *except_id);
+/* Healthy cards of node_id its instances hold now (a negative store_rc on
+ * failure). */
+int64_t store_reservation_cards_on_node(struct store *s, const char *reservation_id, const char *node_id);
 /* Ids of the reservation's instances that want to run or hold cards (malloc'd). */
 int store_reservation_instances(struct store *s, const char *reservation_id, char (**ids)[ID_MAX], size_t *n);
 /* The instance's reservation ("" for on-demand). */

@@ -66,6 +66,8 @@ static const char SQL_RESV_PRICE_SET[] =
     " ON CONFLICT (gpu_model) DO UPDATE SET card_hour = excluded.card_hour, updated_at = excluded.updated_at";
 static const char SQL_RESV_HELD[] = "SELECT coalesce(sum(card_count), 0) FROM instances WHERE reservation_id = ?1"
                                     " AND id <> ?2 AND state IN " RESV_HOLDING;
+static const char SQL_RESV_ON_NODE[] = "SELECT count(*) FROM node_cards c JOIN instances i ON i.id = c.instance_id"
+                                       " WHERE c.node_id = ?2 AND c.healthy = 1 AND i.reservation_id = ?1";
 static const char SQL_RESV_INSTANCES[] =
     "SELECT id FROM instances WHERE reservation_id = ?1 AND state IN " RESV_HOLDING " ORDER BY created_at, id";
 static const char SQL_INS_RESV[] = "SELECT coalesce(reservation_id, '') FROM instances WHERE id = ?";
@@ -313,6 +315,20 @@ int64_t store_reservation_cards_held(struct store *s, const char *reservation_id
     sqlite3_bind_text(st, 2, except_id ? except_id : "", -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "reservation cards");
+    sqlite3_reset(st);
+    return v;
+}
+
+int64_t store_reservation_cards_on_node(struct store *s, const char *reservation_id, const char *node_id)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_RESV_ON_NODE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, reservation_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, node_id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int64_t v =
+        rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "reservation cards on node");
     sqlite3_reset(st);
     return v;
 }

@@ -277,3 +277,38 @@ def test_a_multi_node_block_rehomes_what_a_spare_takes_and_is_credited_the_rest(
     assert rc.d.sql("SELECT amount FROM credit_grants WHERE source = 'reservation' AND user_id = ?",
                     (u.id,)) == [(PRICE * 8,)]
     rc.verify()
+
+
+def test_a_node_out_of_service_without_a_spare_credits_the_cards_its_blocks_cannot_use(rc):
+    """Nothing new is placed on a node an admin took out of service, so a
+    block bound to it that no spare can take cannot launch there: the cards
+    its instances do not already run on are credited each hour, as for
+    failed hardware. A block whose instance keeps running there loses
+    nothing."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    idle, busy = rc.c.user(), rc.c.user()
+    x = rc.book(idle, 4, rc.hour(1), 2)
+    y = rc.book(busy, 4, rc.hour(1), 2)
+    assert bound(rc, x["id"]) == [("a-01", 4)] and bound(rc, y["id"]) == [("a-01", 4)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    inst = rc.launch(busy, y["id"], 4)
+    rc.c.wait_state(busy, inst["id"], "running")
+    node = rc.d.sql("SELECT id FROM nodes WHERE name = 'a-01'")[0][0]
+    s = rc.c.admin("POST", f"/v1/admin/nodes/{node}/state", json={"state": "maintenance", "reason": "firmware"})
+    assert s.status_code == 200, s.text
+    rc.billing()
+    err = assert_error(rc.d.post("/v1/instances", key=idle.key,
+                                 json={"gpu_type": "H100-SXM", "card_count": 4, "reservation_id": x["id"],
+                                       "image": "pytorch/pytorch:2.3.1-cuda12.1-cudnn8-runtime"}),
+                       409, "insufficient_capacity", "card_count")
+    assert "credited" in err["message"], err
+    rc.d.advance_clock(3600)
+    rc.billing()
+    rc.billing()  # the same hour: nothing more
+    got = rc.d.get(f"/v1/reservations/{x['id']}", key=idle.key).json()
+    assert micro(got["credited"]) == 2 * 4 * PRICE, got
+    assert rc.d.sql("SELECT user_id, amount FROM credit_grants WHERE source = 'reservation' ORDER BY created_at") \
+        == [(idle.id, 4 * PRICE), (idle.id, 4 * PRICE)]
+    assert rc.d.get(f"/v1/reservations/{y['id']}", key=busy.key).json()["credited"] == "0.00"
+    assert rc.c.get(busy, inst["id"])["state"] == "running"
+    rc.verify()
