@@ -14,6 +14,11 @@ json_t *json_time(int64_t t, int zero_is_null);
 /* Parses "2026-11-29T18:22:00Z" (UTC, seconds, 'Z' only) into epoch
  * seconds; -1 if it is anything else. */
 int json_time_parse(const char *s, int64_t *out);
+/* Parses any RFC 3339 date-time: 'T' or 't', a fraction of a second,
+ * and 'Z', 'z' or an offset ("2026-11-30T02:22:00+08:00" is the time
+ * above), into epoch seconds, the fraction dropped; *fraction is 1 when it
+ * was not zero. -1 if s is not one. */
+int json_time_parse_rfc3339(const char *s, int64_t *out, int *fraction);
 
 /* An amount of micro-units as a decimal string ("9.60"). New reference. */
 json_t *json_money(int64_t micro);

@@ -23,13 +23,16 @@ json_t *json_time(int64_t t, int zero_is_null)
     return json_string(buf);
 }
 
-int json_time_parse(const char *s, int64_t *out)
+/* Epoch seconds of the date and time in s's first 19 characters
+ * ("dddd-dd-ddTdd:dd:dd", 'T' or 't'), read as UTC; -1 if they are not
+ * one (31 February included). */
+static int time_fields(const char *s, int64_t *out)
 {
-    static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
-    if (strlen(s) != sizeof shape - 1)
-        return -1;
+    static const char shape[] = "dddd-dd-ddTdd:dd:dd";
     for (size_t i = 0; shape[i]; i++)
-        if (shape[i] == 'd' ? (s[i] < '0' || s[i] > '9') : s[i] != shape[i])
+        if (shape[i] == 'd'   ? (s[i] < '0' || s[i] > '9')
+            : shape[i] == 'T' ? (s[i] != 'T' && s[i] != 't')
+                              : s[i] != shape[i])
             return -1;
     struct tm tm = {0};
     tm.tm_year = atoi(s) - 1900;
@@ -47,6 +50,46 @@ int json_time_parse(const char *s, int64_t *out)
     if (t == (time_t)-1 || tm.tm_mday != check.tm_mday || tm.tm_mon != check.tm_mon)
         return -1;
     *out = (int64_t)t;
+    return 0;
+}
+
+int json_time_parse(const char *s, int64_t *out)
+{
+    if (strlen(s) != 20 || s[10] != 'T' || s[19] != 'Z')
+        return -1;
+    return time_fields(s, out);
+}
+
+int json_time_parse_rfc3339(const char *s, int64_t *out, int *fraction)
+{
+    *fraction = 0;
+    int64_t t;
+    if (strnlen(s, 20) < 20 || time_fields(s, &t) < 0)
+        return -1;
+    const char *p = s + 19;
+    if (*p == '.') {
+        const char *digits = ++p;
+        while (*p >= '0' && *p <= '9') {
+            *fraction |= *p != '0';
+            p++;
+        }
+        if (p == digits)
+            return -1;
+    }
+    /* The offset is the local time's distance ahead of UTC. */
+    int64_t offset = 0;
+    if ((*p == 'Z' || *p == 'z') && p[1] == 0) {
+        /* UTC */
+    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[1] >= '0' && p[1] <= '2' && p[2] >= '0' && p[2] <= '9' &&
+               p[3] == ':' && p[4] >= '0' && p[4] <= '5' && p[5] >= '0' && p[5] <= '9') {
+        int hh = (p[1] - '0') * 10 + (p[2] - '0'), mm = (p[4] - '0') * 10 + (p[5] - '0');
+        if (hh > 23)
+            return -1;
+        offset = (*p == '-' ? -1 : 1) * (int64_t)(hh * 3600 + mm * 60);
+    } else {
+        return -1;
+    }
+    *out = t - offset;
     return 0;
 }
 

@@ -30,13 +30,21 @@ static void reply_failure(struct http_request *req, int rc, struct op_outcome *o
         http_error(req, ERR_INTERNAL, NULL, NULL);
 }
 
-/* Reads a whole-hour time field ("2026-12-03T10:00:00Z"); replies 400 and
- * returns -1 when it is not a time. */
+/* Reads a time field: any RFC 3339 date-time, so a team in Beijing may
+ * send "2026-12-03T18:00:00+08:00" for 10:00 UTC (answers are in UTC).
+ * Replies 400 and returns -1 when it is not a time, or has a fraction of a
+ * second (never a whole hour; the window's rules check the rest). */
 static int time_field(struct http_request *req, json_t *body, const char *name, int64_t *out)
 {
     const char *text = json_string_value(json_object_get(body, name));
-    if (!text || json_time_parse(text, out) < 0) {
-        http_error(req, ERR_INVALID_FIELD, name, "%s must be a UTC time like 2026-12-03T10:00:00Z", name);
+    int fraction;
+    if (!text || json_time_parse_rfc3339(text, out, &fraction) < 0) {
+        http_error(req, ERR_INVALID_FIELD, name,
+                   "%s must be an RFC 3339 time like 2026-12-03T10:00:00Z or 2026-12-03T18:00:00+08:00", name);
+        return -1;
+    }
+    if (fraction) {
+        http_error(req, ERR_INVALID_FIELD, name, "%s must be a whole hour (minutes and seconds 0)", name);
         return -1;
     }
     return 0;

@@ -8,6 +8,7 @@ passes after every money step."""
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -439,6 +440,37 @@ def _bad_bodies(rc):
         ({**ok, "colour": "red"}, 400, "unknown_field", "colour"),
         ({k: v for k, v in ok.items() if k != "ends_at"}, 400, "missing_field", "ends_at"),
     ]
+
+
+def test_times_with_an_offset_or_a_fraction_book_the_same_utc_hours(rc):
+    """starts_at and ends_at are RFC 3339 date-times: a team in Beijing
+    books 09:00 to 18:00 its time with +08:00, a zero fraction of a second
+    is the same time, and the answer gives the hours in UTC. An offset that
+    puts the time off the hour, or a fraction that is not zero, is not a
+    whole hour."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    u = rc.c.user()
+    day = rc.hour(72) - rc.hour(72) % 86400 + 86400  # a coming midnight UTC
+    local = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(day + 9 * 3600))
+    b = rc.d.post("/v1/reservations", key=u.key,
+                  json={"gpu_type": "H100-SXM", "cards": 8, "starts_at": local + "+08:00",
+                        "ends_at": local.replace("T09:", "T18:") + ".000+08:00"})
+    assert b.status_code == 201, b.text
+    assert (b.json()["starts_at"], b.json()["ends_at"], b.json()["hours"]) == (iso(day + 3600), iso(day + 10 * 3600), 9)
+    assert micro(b.json()["amount"]) == PRICE * 8 * 9
+    z = iso(day + 20 * 3600)
+    ok = rc.d.post("/v1/reservations", key=u.key,
+                   json={"gpu_type": "H100-SXM", "cards": 1, "starts_at": z.replace("Z", ".000Z").lower(),
+                         "ends_at": iso(day + 21 * 3600).replace("Z", "-00:00")})
+    assert ok.status_code == 201, ok.text
+    assert ok.json()["starts_at"] == z
+    before = rc.counts()
+    for start in [z.replace("Z", "+05:30"), z.replace("Z", ".5Z"), z.replace("Z", "+8:00"), z.replace("Z", "+24:00")]:
+        assert_error(rc.d.post("/v1/reservations", key=u.key,
+                               json={"gpu_type": "H100-SXM", "cards": 1, "starts_at": start,
+                                     "ends_at": iso(day + 23 * 3600)}), 400, "invalid_field", "starts_at")
+    assert rc.counts() == before
+    rc.verify()
 
 
 def test_bad_requests_are_clear_4xx_that_change_nothing(rc):

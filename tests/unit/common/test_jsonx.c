@@ -258,11 +258,64 @@ static void test_cursor_malformed_content(void **state)
     }
 }
 
+/* RFC 3339 with offsets, fractions and lower case, all naming
+ * 2026-11-29T18:22:00Z (1795976520, from date -u -d); the strict parser
+ * takes only the Z form. */
+static void test_time_parse_rfc3339(void **state)
+{
+    (void)state;
+    static const struct { const char *s; int64_t t; int fraction; } good[] = {
+        {"2026-11-29T18:22:00Z", 1795976520, 0},
+        {"2026-11-30T02:22:00+08:00", 1795976520, 0},
+        {"2026-11-29T13:22:00-05:00", 1795976520, 0},
+        {"2026-11-29T23:52:00+05:30", 1795976520, 0},
+        {"2026-11-29T18:22:00+00:00", 1795976520, 0},
+        {"2026-11-29T18:22:00-00:00", 1795976520, 0},
+        {"2026-11-29t18:22:00z", 1795976520, 0},
+        {"2026-11-29T18:22:00.000Z", 1795976520, 0},
+        {"2026-11-29T18:22:00.000000000+00:00", 1795976520, 0},
+        {"2026-11-29T18:22:00.5Z", 1795976520, 1},
+        {"2026-11-30T02:22:00.000001+08:00", 1795976520, 1},
+        /* A leap day east of UTC is the day before in UTC. */
+        {"2028-02-29T01:00:00+02:00", 1835391600, 0},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        int64_t t = 0;
+        int fraction = -1;
+        if (json_time_parse_rfc3339(good[i].s, &t, &fraction) != 0 || t != good[i].t ||
+            fraction != good[i].fraction)
+            fail_msg("%s: got %lld (fraction %d), want %lld (%d)", good[i].s, (long long)t, fraction,
+                     (long long)good[i].t, good[i].fraction);
+    }
+    static const char *const bad[] = {
+        "", "2026-11-29T18:22:00", "2026-11-29 18:22:00Z", "2026-11-29T18:22Z", "2026-11-29T18:22:00+8:00",
+        "2026-11-29T18:22:00+0800", "2026-11-29T18:22:00+24:00", "2026-11-29T18:22:00+08:60",
+        "2026-11-29T18:22:00.Z", "2026-11-29T18:22:00.5", "2026-11-29T18:22:00+08:00x", "2026-11-29T18:22:00ZZ",
+        "2027-02-29T00:00:00Z", "2026-11-31T00:00:00+08:00", "2026-13-01T00:00:00Z", "2026-11-29T18:22:00.-1Z",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        int64_t t = 42;
+        int fraction;
+        if (json_time_parse_rfc3339(bad[i], &t, &fraction) != -1)
+            fail_msg("%s parsed as %lld", bad[i], (long long)t);
+    }
+    static const char *const not_strict[] = {"2026-11-30T02:22:00+08:00", "2026-11-29t18:22:00Z",
+                                             "2026-11-29T18:22:00z", "2026-11-29T18:22:00.000Z"};
+    for (size_t i = 0; i < ARRAY_LEN(not_strict); i++) {
+        int64_t t;
+        assert_int_equal(json_time_parse(not_strict[i], &t), -1);
+    }
+    int64_t t;
+    assert_int_equal(json_time_parse("2026-11-29T18:22:00Z", &t), 0);
+    assert_int_equal(t, 1795976520);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_time_known),
         cmocka_unit_test(test_time_null),
+        cmocka_unit_test(test_time_parse_rfc3339),
         cmocka_unit_test(test_cursor_known),
         cmocka_unit_test(test_cursor_round_trip),
         cmocka_unit_test(test_cursor_idlen),
