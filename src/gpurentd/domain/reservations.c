@@ -44,15 +44,17 @@ int reservation_window_check(int64_t cards, int64_t starts_at, int64_t ends_at, 
     return STORE_OK;
 }
 
-/* Cards booked in each hour of [from, to), all nodes together: booked[],
- * (to - from) / 3600 entries, zeroed here. */
-static int calendar(struct store *s, const char *model, int64_t from, int64_t to, int64_t *booked)
+/* Cards booked in each hour of [from, to): booked[], (to - from) / 3600
+ * entries, zeroed here; of one type on all nodes together (model), or of
+ * one user's blocks of any type (user_id, model NULL). */
+static int calendar(struct store *s, const char *model, const char *user_id, int64_t from, int64_t to, int64_t *booked)
 {
     size_t hours = (size_t)((to - from) / HOUR);
     memset(booked, 0, hours * sizeof *booked);
     struct reservation *r;
     size_t n;
-    int rc = store_reservations_overlapping(s, model, from, to, &r, &n);
+    int rc = model ? store_reservations_overlapping(s, model, from, to, &r, &n)
+                   : store_user_reservations_overlapping(s, user_id, from, to, &r, &n);
     if (rc != STORE_OK)
         return rc;
     for (size_t i = 0; i < n; i++) {
@@ -343,10 +345,31 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
         rc = STORE_ERROR;
         goto done;
     }
+    /* The holder's card quota is the most cards they may hold at once, and
+     * a block's instances hold its cards: a block that with the holder's
+     * other blocks passes it in some hour could never run in full, so it
+     * is not sold (and one account cannot book past its quota). */
+    int64_t limit = store_user_max_cards(s, user_id, daemon_config->default_max_cards);
+    if (limit < 0 || (rc = calendar(s, NULL, user_id, starts_at, ends_at, booked)) != STORE_OK) {
+        rc = limit < 0 ? (int)limit : rc;
+        goto done;
+    }
+    int64_t over = first_full_hour(booked, starts_at, ends_at, cards, limit);
+    if (over >= 0) {
+        char at[32];
+        int64_t mine = booked[(over - starts_at) / HOUR];
+        time_text(over, at, sizeof at);
+        rc = op_refuse(o, ERR_QUOTA_EXCEEDED, "cards",
+                       json_pack("{s:I, s:I, s:s}", "limit", (json_int_t)limit, "in_use", (json_int_t)mine, "hour", at),
+                       "your card quota is %lld cards and your reservations hold %lld in the hour from %s; %lld "
+                       "more could never run at once",
+                       (long long)limit, (long long)mine, at, (long long)cards);
+        goto done;
+    }
     /* Every hour of the window: what is booked plus this never exceeds the
      * reserved pool's healthy capacity. Writers take turns (BEGIN
      * IMMEDIATE), so nothing books between this read and the insert. */
-    if ((rc = calendar(s, t.code, starts_at, ends_at, booked)) != STORE_OK)
+    if ((rc = calendar(s, t.code, NULL, starts_at, ends_at, booked)) != STORE_OK)
         goto done;
     int64_t full = first_full_hour(booked, starts_at, ends_at, cards, cap);
     if (full >= 0) {

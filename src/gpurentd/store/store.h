@@ -1266,6 +1266,10 @@ int store_reservation_list(struct store *s, const char *user_id, int64_t after_c
 /* Booked reservations of gpu_model overlapping [from, to) (malloc'd). */
 int store_reservations_overlapping(struct store *s, const char *gpu_model, int64_t from, int64_t to,
                                    struct reservation **out, size_t *n);
+/* The user's booked reservations of any type overlapping [from, to)
+ * (malloc'd). */
+int store_user_reservations_overlapping(struct store *s, const char *user_id, int64_t from, int64_t to,
+                                        struct reservation **out, size_t *n);
 /* Booked reservations not yet closed that have something due at now: the
  * end passed, or the warning (warn_s before the end) not yet given. */
 int store_reservations_due(struct store *s, int64_t now, int64_t warn_s, struct reservation **out, size_t *n);

@@ -26,6 +26,9 @@ static const char SQL_RESV_LIST[] = "SELECT " RESERVATION_COLUMNS " FROM reserva
 static const char SQL_RESV_OVERLAP[] =
     "SELECT " RESERVATION_COLUMNS " FROM reservations WHERE gpu_model = ?1 AND state = 'booked'"
     " AND starts_at < ?3 AND ends_at > ?2 ORDER BY starts_at, id";
+static const char SQL_RESV_USER_OVERLAP[] =
+    "SELECT " RESERVATION_COLUMNS " FROM reservations WHERE user_id = ?1 AND state = 'booked'"
+    " AND starts_at < ?3 AND ends_at > ?2 ORDER BY starts_at, id";
 static const char SQL_RESV_DUE[] =
     "SELECT " RESERVATION_COLUMNS " FROM reservations WHERE state = 'booked' AND closed_at IS NULL"
     " AND (ends_at <= ?1 OR (warned_at IS NULL AND starts_at <= ?1 AND ends_at - ?2 <= ?1)) ORDER BY ends_at, id";
@@ -176,6 +179,18 @@ int store_reservations_overlapping(struct store *s, const char *gpu_model, int64
     sqlite3_bind_int64(st, 2, from);
     sqlite3_bind_int64(st, 3, to);
     return collect(s, st, out, n, "overlapping reservations");
+}
+
+int store_user_reservations_overlapping(struct store *s, const char *user_id, int64_t from, int64_t to,
+                                        struct reservation **out, size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_RESV_USER_OVERLAP);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, from);
+    sqlite3_bind_int64(st, 3, to);
+    return collect(s, st, out, n, "the user's overlapping reservations");
 }
 
 int store_reservations_due(struct store *s, int64_t now, int64_t warn_s, struct reservation **out, size_t *n)

@@ -442,6 +442,35 @@ def _bad_bodies(rc):
     ]
 
 
+def test_a_block_past_the_holders_card_quota_in_any_hour_is_not_sold(rc):
+    """The card quota is the most cards a user may hold at once, and a
+    block's instances hold its cards: a block that, with the user's other
+    booked blocks of any type, passes the quota in some hour could never run
+    in full, so it is refused (403, nothing charged) rather than sold. A
+    cancelled block holds nothing."""
+    rc.c.fleet(2, model="H100-SXM", fabric="ib-1")
+    rc.c.fleet(1, model="MI450")
+    mi = rc.d.sql("SELECT id FROM nodes WHERE gpu_model = 'MI450'")[0][0]
+    assert rc.c.admin("PATCH", f"/v1/admin/nodes/{mi}", json={"pool": "reserved"}).status_code == 200
+    u = rc.c.user(max_cards=8)
+    before = rc.counts()
+    err = assert_error(rc.d.post("/v1/reservations", key=u.key,
+                                 json={"gpu_type": "H100-SXM", "cards": 16, "starts_at": iso(rc.hour(1)),
+                                       "ends_at": iso(rc.hour(3))}), 403, "quota_exceeded", "cards")
+    assert (err["limit"], err["in_use"], err["hour"]) == (8, 0, iso(rc.hour(1))), err
+    assert rc.counts() == before
+    first = rc.book(u, 6, rc.hour(1), 2)
+    rc.book(u, 2, rc.hour(2), 2, gpu="MI450")
+    err = assert_error(rc.d.post("/v1/reservations", key=u.key,
+                                 json={"gpu_type": "H100-SXM", "cards": 1, "starts_at": iso(rc.hour(1)),
+                                       "ends_at": iso(rc.hour(4))}), 403, "quota_exceeded", "cards")
+    assert (err["in_use"], err["hour"]) == (8, iso(rc.hour(2))), err
+    rc.book(u, 2, rc.hour(1), 1)  # the hour before the MI450 block: 6 + 2
+    assert rc.d.delete(f"/v1/reservations/{first['id']}", key=u.key).status_code == 200
+    rc.book(u, 6, rc.hour(2), 2)
+    rc.verify()
+
+
 def test_times_with_an_offset_or_a_fraction_book_the_same_utc_hours(rc):
     """starts_at and ends_at are RFC 3339 date-times: a team in Beijing
     books 09:00 to 18:00 its time with +08:00, a zero fraction of a second
