@@ -590,13 +590,18 @@ int reservation_pool_shrink_check(struct store *s, const char *node_id, int64_t 
     return rc;
 }
 
-/* Stops an instance of a reservation that ended (the volume kept). */
+/* Stops an instance of a reservation that ended (the volume kept). One
+ * already winding down keeps its course: its user's terminate, still
+ * waiting on its node, is not turned into a stop. */
 static int stop_at_end(struct store *s, const struct reservation *r, const char *instance_id, int64_t now)
 {
+    struct instance in;
+    int rc = store_instance_get(s, NULL, instance_id, &in);
+    if (rc != STORE_OK || strcmp(in.desired, "running") != 0)
+        return rc;
     char why[256], at[32];
     time_text(r->ends_at, at, sizeof at);
     snprintf(why, sizeof why, "reservation %s ended at %s: stopped, the volume is kept", r->id, at);
-    int rc;
     if ((rc = store_instance_set_desired(s, instance_id, "stopped", now)) != STORE_OK ||
         (rc = ledger_close_interval(s, instance_id, r->ends_at, why, now)) != STORE_OK)
         return rc;

@@ -2,7 +2,7 @@
 fleets on the testing clock: pools and the catalog, booking, listing,
 availability and cancelling with its refund rule, payment and 402, using a
 block (its window, its cards, no per-second charge, the warning and the
-stop at the end), the credit for a node lost mid-window, other users' ids,
+stop at the end, a terminate under way at the end), the credit for a node lost mid-window, other users' ids,
 Idempotency-Key, and bad requests that change nothing. `ledger verify`
 passes after every money step."""
 import json
@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from harness import assert_error  # noqa: E402
-from instances_util import cloud, wait  # noqa: E402,F401  (fixture)
+from instances_util import cloud, cloud_with, wait  # noqa: E402,F401  (fixture)
 from money_util import from_iso, iso, ledger_verify, micro, run_gpurentd  # noqa: E402
 from resv_util import ResvCloud  # noqa: E402
 
@@ -317,6 +317,36 @@ def test_a_block_is_used_within_its_window_and_cards_and_not_billed_per_second(r
                        "reservation_id")
     assert err["state"] == "ended", err
     assert balance(rc, u) == paid
+    rc.verify()
+
+
+# A silent node stays unreachable (its instances' stops wait on it) for an hour.
+cloud_patient = cloud_with(node_lost_after_s="3600")
+
+
+def test_a_terminate_still_under_way_when_the_window_ends_stays_a_terminate(cloud_patient):
+    """The end of a block stops its instances, but one its user terminated
+    whose node has not answered yet is left on its way: the end does not
+    turn the terminate into a stop."""
+    rc = ResvCloud(cloud_patient)
+    rc.price("H100-SXM", "2.00")
+    f = rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    u = rc.c.user()
+    b = rc.book(u, 8, rc.hour(1), 1)
+    rc.d.set_clock(rc.hour(1) + 60)
+    inst = rc.launch(u, b["id"], 8)
+    rc.c.wait_state(u, inst["id"], "running")
+    end = from_iso(b["ends_at"])
+    rc.d.set_clock(end - 30)
+    f.stop()
+    wait(lambda: rc.d.sql("SELECT unreachable_since IS NOT NULL FROM nodes") == [(1,)], what="node unreachable")
+    assert rc.c.action(u, inst["id"], "terminate")["state"] == "stopping"
+    rc.d.set_clock(end)
+    rc.billing()
+    assert rc.d.sql("SELECT desired FROM instances") == [("terminated",)]
+    rc.c.restart_fleet(f)
+    done = rc.c.wait_state(u, inst["id"], "terminated")
+    assert done["state_reason"] == "terminate requested by the user", done
     rc.verify()
 
 
