@@ -149,20 +149,33 @@ void api_reservations_create(struct http_request *req)
 
 void api_reservations_list(struct http_request *req)
 {
-    static const char *const allowed[] = {"limit", "cursor", NULL};
+    static const char *const allowed[] = {"state", "gpu_type", "limit", "cursor", NULL};
+    static const char *const states[] = {"upcoming", "active", "ended", "cancelled", NULL};
     struct page pg;
     if (http_query_allow(req, allowed) < 0 || page_begin(req, RESERVATIONS_PAGE_MAX, 50, &pg) < 0)
         return;
+    int64_t now = clock_now();
+    struct reservation_filter f = {.user_id = req->user_id,
+                                   .gpu_model = http_query(req, "gpu_type"),
+                                   .state = http_query(req, "state"),
+                                   .now = now,
+                                   .after_created = pg.after_t,
+                                   .after_id = pg.after_id};
+    int state_ok = !f.state;
+    for (size_t i = 0; f.state && states[i]; i++)
+        state_ok |= strcmp(f.state, states[i]) == 0;
+    if (!state_ok) {
+        http_error(req, ERR_INVALID_QUERY, "state", "state must be upcoming, active, ended or cancelled");
+        return;
+    }
     struct reservation *list = malloc(sizeof *list * (size_t)(pg.limit + 1));
     size_t n = 0;
     struct store *s = store_thread();
-    if (!list || !s ||
-        store_reservation_list(s, req->user_id, pg.after_t, pg.after_id, list, (size_t)pg.limit + 1, &n) != STORE_OK) {
+    if (!list || !s || store_reservation_list(s, &f, list, (size_t)pg.limit + 1, &n) != STORE_OK) {
         free(list);
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
-    int64_t now = clock_now();
     size_t shown = page_shown(&pg, n);
     json_t *data = json_array();
     for (size_t i = 0; i < shown; i++)

@@ -1259,10 +1259,18 @@ struct reservation {
 int store_reservation_insert(struct store *s, const struct reservation *r);
 /* user_id NULL: anyone's. STORE_NOT_FOUND when there is none (or not theirs). */
 int store_reservation_get(struct store *s, const char *user_id, const char *id, struct reservation *out);
-/* The user's reservations, newest first, after the cursor (created_at, id)
- * when after_created >= 0; up to max. */
-int store_reservation_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
-                           struct reservation *out, size_t max, size_t *n);
+/* Which of a user's reservations a list shows. */
+struct reservation_filter {
+    const char *user_id;   /* whose */
+    const char *gpu_model; /* only this type; NULL: any */
+    const char *state;     /* only those showing this state at now; NULL: any */
+    int64_t now;           /* when states are judged */
+    int64_t after_created; /* the cursor: after (after_created, after_id) when >= 0 */
+    const char *after_id;
+};
+/* The user's reservations the filter picks, newest first; up to max. */
+int store_reservation_list(struct store *s, const struct reservation_filter *f, struct reservation *out, size_t max,
+                           size_t *n);
 /* Booked reservations of gpu_model overlapping [from, to) (malloc'd). */
 int store_reservations_overlapping(struct store *s, const char *gpu_model, int64_t from, int64_t to,
                                    struct reservation **out, size_t *n);

@@ -20,9 +20,14 @@ static const char SQL_RESV_INSERT[] =
     " amount, created_at) VALUES (?1, ?2, ?3, nullif(?4, ''), ?5, ?6, ?7, 'booked', ?8, ?9, ?10)";
 static const char SQL_RESV_GET[] =
     "SELECT " RESERVATION_COLUMNS " FROM reservations WHERE id = ?2 AND (?1 IS NULL OR user_id = ?1)";
+/* The state a reservation shows at ?7 (reservation_json's rule). */
+#define RESV_STATE_AT                                                                                           \
+    "CASE WHEN state = 'cancelled' THEN 'cancelled' WHEN ?7 < starts_at THEN 'upcoming' WHEN ?7 < ends_at THEN" \
+    " 'active' ELSE 'ended' END"
 static const char SQL_RESV_LIST[] = "SELECT " RESERVATION_COLUMNS " FROM reservations WHERE user_id = ?1"
-                                    " AND (?2 < 0 OR (created_at, id) < (?2, ?3)) ORDER BY created_at DESC, id DESC"
-                                    " LIMIT ?4";
+                                    " AND (?2 < 0 OR (created_at, id) < (?2, ?3))"
+                                    " AND (?5 IS NULL OR gpu_model = ?5) AND (?6 IS NULL OR " RESV_STATE_AT " = ?6)"
+                                    " ORDER BY created_at DESC, id DESC LIMIT ?4";
 static const char SQL_RESV_OVERLAP[] =
     "SELECT " RESERVATION_COLUMNS " FROM reservations WHERE gpu_model = ?1 AND state = 'booked'"
     " AND starts_at < ?3 AND ends_at > ?2 ORDER BY starts_at, id";
@@ -147,17 +152,22 @@ int store_reservation_get(struct store *s, const char *user_id, const char *id, 
     return store_read_one(s, st, out, read_reservation, "get reservation");
 }
 
-int store_reservation_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
-                           struct reservation *out, size_t max, size_t *n)
+int store_reservation_list(struct store *s, const struct reservation_filter *f, struct reservation *out, size_t max,
+                           size_t *n)
 {
     *n = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_RESV_LIST);
     if (!st)
         return STORE_ERROR;
-    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, after_created);
-    sqlite3_bind_text(st, 3, after_id ? after_id : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 1, f->user_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, f->after_created);
+    sqlite3_bind_text(st, 3, f->after_id ? f->after_id : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)max);
+    if (f->gpu_model)
+        sqlite3_bind_text(st, 5, f->gpu_model, -1, SQLITE_STATIC);
+    if (f->state)
+        sqlite3_bind_text(st, 6, f->state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 7, f->now);
     return store_read_rows(s, st, out, sizeof *out, max, n, read_reservation, "list reservations");
 }
 

@@ -153,6 +153,41 @@ def test_book_list_get_availability_and_cancel_with_full_refund(rc):
         [("H100-SXM", 1, b["amount"], b["amount"], "0.00")], rows
 
 
+def test_the_list_filters_by_state_and_type_and_pages_within_the_filter(rc):
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    rc.c.fleet(1, model="MI450")
+    mi = rc.d.sql("SELECT id FROM nodes WHERE gpu_model = 'MI450'")[0][0]
+    assert rc.c.admin("PATCH", f"/v1/admin/nodes/{mi}", json={"pool": "reserved"}).status_code == 200
+    u, other = rc.c.user(), rc.c.user()
+    made = {}
+    for name, start, gpu in [("a", 1, "H100-SXM"), ("b", 3, "H100-SXM"), ("c", 2, "MI450"), ("d", 5, "H100-SXM")]:
+        made[name] = rc.book(u, 1, rc.hour(start), 1, gpu=gpu)["id"]
+        rc.d.advance_clock(1)  # newest first is then the booking order, reversed
+    rc.book(other, 1, rc.hour(3), 1)
+    assert rc.d.delete(f"/v1/reservations/{made['d']}", key=u.key).status_code == 200
+    rc.d.set_clock(rc.hour(1) + 60)
+
+    def ids(**params):
+        r = rc.d.get("/v1/reservations", key=u.key, params=params)
+        assert r.status_code == 200, r.text
+        return [x["id"] for x in r.json()["data"]], r.json()["next_cursor"]
+
+    assert ids() == ([made[k] for k in "dcba"], None)
+    assert ids(state="active") == ([made["a"]], None)
+    assert ids(state="upcoming") == ([made["c"], made["b"]], None)
+    assert ids(state="cancelled") == ([made["d"]], None)
+    assert ids(state="ended") == ([], None)
+    assert ids(gpu_type="MI450") == ([made["c"]], None)
+    assert ids(gpu_type="H100-SXM", state="upcoming") == ([made["b"]], None)
+    first, cursor = ids(state="upcoming", limit="1")
+    assert first == [made["c"]] and cursor
+    assert ids(state="upcoming", limit="1", cursor=cursor) == ([made["b"]], None)
+    rc.d.set_clock(rc.hour(4))
+    assert ids(state="ended") == ([made[k] for k in "cba"], None)
+    assert_error(rc.d.get("/v1/reservations", key=u.key, params={"state": "booked"}), 400, "invalid_query", "state")
+    rc.verify()
+
+
 def test_late_cancel_refunds_half_and_a_started_block_nothing(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
     u = rc.c.user()
