@@ -196,11 +196,21 @@ static void choose_nodes(const struct node_calendar *c, int64_t cards, const cha
 int reservation_free_hours(struct store *s, const char *gpu_model, int64_t from, int64_t to, int64_t *free_cards,
                            int64_t *largest)
 {
+    /* Booking checks the pool as a whole too (what is booked against the
+     * healthy cards of ready nodes: a block bound to a node lost since
+     * still needs a spare at its start), so free cards are never more than
+     * that leaves: what is shown free can be booked. */
+    int64_t cap;
+    struct reserved_fabric fabrics[RESERVED_FABRICS_MAX];
+    size_t nf;
+    int rc = store_reserved_capacity(s, gpu_model, &cap, fabrics, &nf);
+    if (rc != STORE_OK || (rc = calendar(s, gpu_model, NULL, from, to, free_cards)) != STORE_OK)
+        return rc;
     struct node_calendar c;
-    int rc = node_calendar_load(s, gpu_model, from, to, &c);
-    if (rc != STORE_OK)
+    if ((rc = node_calendar_load(s, gpu_model, from, to, &c)) != STORE_OK)
         return rc;
     for (size_t h = 0; h < c.hours; h++) {
+        int64_t pool = cap > free_cards[h] ? cap - free_cards[h] : 0;
         int64_t sum = 0, most = 0, whole = 0;
         for (size_t i = 0; i < c.n_nodes; i++) {
             int64_t f = node_free(&c, i, h);
@@ -213,9 +223,9 @@ int reservation_free_hours(struct store *s, const char *gpu_model, int64_t from,
             if (whole > 1 && whole * PLACEMENT_NODE_CARDS > most)
                 most = whole * PLACEMENT_NODE_CARDS;
         }
-        free_cards[h] = sum;
+        free_cards[h] = sum < pool ? sum : pool;
         if (largest)
-            largest[h] = most;
+            largest[h] = most < free_cards[h] ? most : free_cards[h];
     }
     node_calendar_free(&c);
     return STORE_OK;

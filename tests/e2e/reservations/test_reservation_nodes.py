@@ -312,3 +312,26 @@ def test_a_node_out_of_service_without_a_spare_credits_the_cards_its_blocks_cann
     assert rc.d.get(f"/v1/reservations/{y['id']}", key=busy.key).json()["credited"] == "0.00"
     assert rc.c.get(busy, inst["id"])["state"] == "running"
     rc.verify()
+
+
+def test_availability_shows_no_more_than_booking_sells_while_a_bound_node_is_lost(rc):
+    """A block bound to a node lost before its window still needs a spare
+    when it starts, so booking counts it against the healthy pool: the
+    lost node's block holds the only live node's cards in its hours.
+    Availability says the same, never cards that booking then refuses."""
+    a = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u, v = rc.c.user(), rc.c.user()
+    x = rc.book(u, 8, rc.hour(2), 2)
+    assert bound(rc, x["id"]) == [("a-01", 8)]
+    a.stop()
+    wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'a-01'") == [("offline",)], what="a-01 offline")
+    shown = availability(rc, v, rc.hour(1), 4)
+    assert [(h["cards_free"], h["largest_block"]) for h in shown] == [(8, 8), (0, 0), (0, 0), (8, 8)], shown
+    err = assert_error(rc.d.post("/v1/reservations", key=v.key,
+                                 json={"gpu_type": "H100-SXM", "cards": 1, "starts_at": iso(rc.hour(2)),
+                                       "ends_at": iso(rc.hour(3))}), 409, "insufficient_capacity", "cards")
+    assert err["cards_free"] == shown[1]["cards_free"], err
+    y = rc.book(v, 8, rc.hour(4), 1)
+    assert bound(rc, y["id"]) == [("b-01", 8)]
+    rc.verify()
