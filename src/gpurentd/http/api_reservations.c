@@ -168,6 +168,10 @@ void api_reservations_list(struct http_request *req)
         http_error(req, ERR_INVALID_QUERY, "state", "state must be upcoming, active, ended or cancelled");
         return;
     }
+    if (f.gpu_model && strlen(f.gpu_model) > 32) {
+        http_error(req, ERR_INVALID_QUERY, "gpu_type", "gpu_type is a GPU type code of at most 32 characters");
+        return;
+    }
     struct reservation *list = malloc(sizeof *list * (size_t)(pg.limit + 1));
     size_t n = 0;
     struct store *s = store_thread();

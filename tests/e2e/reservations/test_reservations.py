@@ -185,6 +185,8 @@ def test_the_list_filters_by_state_and_type_and_pages_within_the_filter(rc):
     rc.d.set_clock(rc.hour(4))
     assert ids(state="ended") == ([made[k] for k in "cba"], None)
     assert_error(rc.d.get("/v1/reservations", key=u.key, params={"state": "booked"}), 400, "invalid_query", "state")
+    assert_error(rc.d.get("/v1/reservations", key=u.key, params={"gpu_type": "H" * 33}), 400, "invalid_query",
+                 "gpu_type")
     rc.verify()
 
 
