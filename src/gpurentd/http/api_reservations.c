@@ -283,11 +283,17 @@ void api_reservations_availability(struct http_request *req)
         http_error(req, ERR_INTERNAL, NULL, NULL);
         return;
     }
+    int64_t now = clock_now(), horizon = daemon_config->reservation_horizon_hours * 3600;
     json_t *data = json_array();
-    for (size_t i = 0; i < hours; i++)
-        json_array_append_new(data, json_pack("{s:o, s:I, s:I}", "starts_at", json_time(from + (int64_t)i * 3600, 0),
-                                              "cards_free", (json_int_t)free_cards[i], "largest_block",
-                                              (json_int_t)largest[i]));
+    for (size_t i = 0; i < hours; i++) {
+        /* An hour already begun, or ending past the booking horizon, is
+         * not for sale whatever is free in it (the window's rules). */
+        int64_t at = from + (int64_t)i * 3600;
+        int sold = at >= now && at + 3600 - now <= horizon;
+        json_array_append_new(data, json_pack("{s:o, s:I, s:I}", "starts_at", json_time(at, 0), "cards_free",
+                                              (json_int_t)(sold ? free_cards[i] : 0), "largest_block",
+                                              (json_int_t)(sold ? largest[i] : 0)));
+    }
     free(free_cards);
     free(largest);
     http_reply_json(req, 200, json_pack("{s:s, s:o}", "gpu_type", t.code, "hours", data));

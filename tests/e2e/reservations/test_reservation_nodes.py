@@ -335,3 +335,25 @@ def test_availability_shows_no_more_than_booking_sells_while_a_bound_node_is_los
     y = rc.book(v, 8, rc.hour(4), 1)
     assert bound(rc, y["id"]) == [("b-01", 8)]
     rc.verify()
+
+
+def test_availability_shows_nothing_free_in_hours_booking_does_not_sell(rc):
+    """An hour already begun and an hour ending past the booking horizon
+    are not for sale, so availability shows nothing free in them, as
+    booking refuses them."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    u = rc.c.user()
+    rc.d.advance_clock(60)
+    shown = availability(rc, u, rc.hour(-1), 3)
+    assert [(h["cards_free"], h["largest_block"]) for h in shown] == [(0, 0), (0, 0), (8, 8)], shown
+    assert_error(rc.d.post("/v1/reservations", key=u.key,
+                           json={"gpu_type": "H100-SXM", "cards": 1, "starts_at": iso(rc.hour(0)),
+                                 "ends_at": iso(rc.hour(1))}), 400, "invalid_field", "starts_at")
+    horizon = 1344  # reservation_horizon_hours, its default
+    last = availability(rc, u, rc.hour(horizon - 1), 2)
+    assert [h["cards_free"] for h in last] == [8, 0], last
+    assert_error(rc.d.post("/v1/reservations", key=u.key,
+                           json={"gpu_type": "H100-SXM", "cards": 1, "starts_at": iso(rc.hour(horizon)),
+                                 "ends_at": iso(rc.hour(horizon + 1))}), 400, "invalid_field", "ends_at")
+    rc.book(u, 8, rc.hour(horizon - 1), 1)
+    rc.verify()
