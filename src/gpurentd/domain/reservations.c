@@ -355,27 +355,6 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
         rc = STORE_ERROR;
         goto done;
     }
-    /* The holder's card quota is the most cards they may hold at once, and
-     * a block's instances hold its cards: a block that with the holder's
-     * other blocks passes it in some hour could never run in full, so it
-     * is not sold (and one account cannot book past its quota). */
-    int64_t limit = store_user_max_cards(s, user_id, daemon_config->default_max_cards);
-    if (limit < 0 || (rc = calendar(s, NULL, user_id, starts_at, ends_at, booked)) != STORE_OK) {
-        rc = limit < 0 ? (int)limit : rc;
-        goto done;
-    }
-    int64_t over = first_full_hour(booked, starts_at, ends_at, cards, limit);
-    if (over >= 0) {
-        char at[32];
-        int64_t mine = booked[(over - starts_at) / HOUR];
-        time_text(over, at, sizeof at);
-        rc = op_refuse(o, ERR_QUOTA_EXCEEDED, "cards",
-                       json_pack("{s:I, s:I, s:s}", "limit", (json_int_t)limit, "in_use", (json_int_t)mine, "hour", at),
-                       "your card quota is %lld cards and your reservations hold %lld in the hour from %s; %lld "
-                       "more could never run at once",
-                       (long long)limit, (long long)mine, at, (long long)cards);
-        goto done;
-    }
     /* Every hour of the window: what is booked plus this never exceeds the
      * reserved pool's healthy capacity. Writers take turns (BEGIN
      * IMMEDIATE), so nothing books between this read and the insert. */
@@ -411,6 +390,28 @@ int reservation_book(struct store *s, const char *user_id, const char *gpu_type,
                        "no fabric has %lld whole %s nodes free for every hour of the window (more than 8 cards "
                        "are whole nodes in one fabric)",
                        (long long)(cards / PLACEMENT_NODE_CARDS), t.code);
+        goto done;
+    }
+    /* The holder's card quota is the most cards they may hold at once, and
+     * a block's instances hold its cards: a block that with the holder's
+     * other blocks passes it in some hour could never run in full, so it
+     * is not sold (and one account cannot book past its quota). Checked
+     * after capacity: a block the fleet cannot hold is told so first. */
+    int64_t limit = store_user_max_cards(s, user_id, daemon_config->default_max_cards);
+    if (limit < 0 || (rc = calendar(s, NULL, user_id, starts_at, ends_at, booked)) != STORE_OK) {
+        rc = limit < 0 ? (int)limit : rc;
+        goto done;
+    }
+    int64_t over = first_full_hour(booked, starts_at, ends_at, cards, limit);
+    if (over >= 0) {
+        char at[32];
+        int64_t mine = booked[(over - starts_at) / HOUR];
+        time_text(over, at, sizeof at);
+        rc = op_refuse(o, ERR_QUOTA_EXCEEDED, "cards",
+                       json_pack("{s:I, s:I, s:s}", "limit", (json_int_t)limit, "in_use", (json_int_t)mine, "hour", at),
+                       "your card quota is %lld cards and your reservations hold %lld in the hour from %s; %lld "
+                       "more could never run at once",
+                       (long long)limit, (long long)mine, at, (long long)cards);
         goto done;
     }
     if (cards > PLACEMENT_NODE_CARDS)

@@ -525,6 +525,10 @@ def test_a_block_past_the_holders_card_quota_in_any_hour_is_not_sold(rc):
                                  json={"gpu_type": "H100-SXM", "cards": 16, "starts_at": iso(rc.hour(1)),
                                        "ends_at": iso(rc.hour(3))}), 403, "quota_exceeded", "cards")
     assert (err["limit"], err["in_use"], err["hour"]) == (8, 0, iso(rc.hour(1))), err
+    # More than the fleet holds is told so first, whatever the quota.
+    assert_error(rc.d.post("/v1/reservations", key=u.key,
+                           json={"gpu_type": "H100-SXM", "cards": 24, "starts_at": iso(rc.hour(1)),
+                                 "ends_at": iso(rc.hour(3))}), 409, "insufficient_capacity", "cards")
     assert rc.counts() == before
     first = rc.book(u, 6, rc.hour(1), 2)
     rc.book(u, 2, rc.hour(2), 2, gpu="MI450")
