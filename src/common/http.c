@@ -623,8 +623,41 @@ int http_query_int(struct http_request *req, const char *name, int64_t min, int6
     return 0;
 }
 
+/* A body is read as JSON only when its headers say it is JSON, unencoded:
+ * a form or text (what an HTML form, curl -d or a script's default sends)
+ * gets 415 naming what to send, not a parse error that hides the cause.
+ * An empty body holds nothing to misread and needs no type. Replies and
+ * returns -1 when the body is refused. */
+static int body_is_json(struct http_request *req)
+{
+    if (req->body_len == 0)
+        return 0;
+    const char *coding = http_header(req, "Content-Encoding");
+    if (coding && strcasecmp(coding, "identity") != 0) {
+        http_add_header(req, "Accept-Encoding", "identity"); /* RFC 9110 15.5.16 */
+        http_error(req, ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Encoding",
+                   "Content-Encoding %.60s is not accepted: send the body unencoded", coding);
+        return -1;
+    }
+    const char *type = http_header(req, "Content-Type");
+    if (json_body_media_type_ok(type))
+        return 0;
+    /* Accept-Post and Accept-Patch (RFC 5789) name what the method takes. */
+    if (strcmp(req->method, "POST") == 0 || strcmp(req->method, "PATCH") == 0)
+        http_add_header(req, req->method[1] == 'O' ? "Accept-Post" : "Accept-Patch", "application/json");
+    if (type)
+        http_error(req, ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Type",
+                   "the request body is sent as %.80s; send JSON with Content-Type: application/json", type);
+    else
+        http_error(req, ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Type",
+                   "the request body has no Content-Type; send JSON with Content-Type: application/json");
+    return -1;
+}
+
 json_t *http_json_body(struct http_request *req, const struct json_field *fields)
 {
+    if (body_is_json(req) < 0)
+        return NULL;
     struct http_server *srv = req->server;
     pthread_rwlock_rdlock(&srv->reload_lock);
     int max_depth = srv->max_json_depth;

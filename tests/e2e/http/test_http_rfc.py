@@ -117,7 +117,7 @@ def test_transfer_codings_other_than_chunked_are_501(daemon, user, coding):
 def test_chunked_bodies_still_work(daemon, user):
     body = b'{"name": "chunked"}'
     req = (f"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {user.key}\r\n"
-           f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
+           f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
     req += b"5\r\n" + body[:5] + b"\r\n" + b"%x\r\n" % (len(body) - 5) + body[5:] + b"\r\n0\r\n\r\n"
     status, headers, rbody, _ = raw(daemon, req)
     assert status == 201, rbody

@@ -6,7 +6,10 @@ Driven by the document, not by a list of cases: for every operation with a
 JSON request body, and every operation with query or path parameters, the
 cases are derived from its schemas:
   bodies      not JSON; JSON that is not an object (an array, a number, a
-              string); an empty object where minProperties asks for more;
+              string); text that is not UTF-8; a key twice; nesting deeper
+              than the cap; a body over max_body_bytes (413); the valid body
+              sent as a form, multipart, text/plain, with no Content-Type or
+              gzipped (415); an empty object where minProperties asks for more;
               each required property missing, one at a time; each property
               (and each property of a nested object the body holds) with a
               value of each wrong JSON type and null where not nullable; an
@@ -266,12 +269,26 @@ def object_cases(schema, base, where=""):
 
 def body_cases(schema, base, required):
     """Every broken body for an operation: (label, bytes or JSON value)."""
+    valid = json.dumps(base)
+    twice = valid[:-1] + f', {json.dumps(next(iter(base)))}: 1}}' if base else '{"a": 1, "a": 1}'
     out = [("not JSON", b"{not json"), ("truncated JSON", b'{"a": '),
-           ("JSON array", [base]), ("JSON number", 42), ("JSON string", "x"), ("JSON null", None)]
+           ("JSON array", [base]), ("JSON number", 42), ("JSON string", "x"), ("JSON null", None),
+           ("not UTF-8", valid.encode()[:-1] + b', "\xc3\x28": 1}' if base else b'{"\xff": 1}'),
+           ("a key twice", twice.encode()),
+           ("nested too deep", b'{"a": ' + b"[" * 40 + b"]" * 40 + b"}")]
     if required:
         out.append(("empty body", b""))
     out += object_cases(schema, base)
     return out
+
+
+# The valid body with headers that do not say it is JSON: (label, headers).
+MEDIA_CASES = [("sent as a form", {"Content-Type": "application/x-www-form-urlencoded"}),
+               ("sent as multipart", {"Content-Type": "multipart/form-data; boundary=x"}),
+               ("sent as text/plain", {"Content-Type": "text/plain"}),
+               ("sent with no Content-Type", {"Content-Type": None}),
+               ("said to be gzipped", {"Content-Encoding": "gzip"})]
+UNSUPPORTED_MEDIA = 415
 
 
 def query_cases(params, base):
@@ -517,10 +534,11 @@ def base_query(w, method, template):
 NOBODY = object()  # send(body=NOBODY) sends no body (body=None sends JSON null)
 
 
-def send(w, method, template, path, body=NOBODY, raw=None, params=None, key="owner"):
-    """One request with the right credentials for the operation."""
+def send(w, method, template, path, body=NOBODY, raw=None, params=None, key="owner", headers=None):
+    """One request with the right credentials for the operation; headers
+    change or (with None) remove the JSON Content-Type a body goes with."""
     data = raw if raw is not None else (None if body is NOBODY else json.dumps(body).encode())
-    headers = {"Content-Type": "application/json"} if data is not None else {}
+    headers = {**({"Content-Type": "application/json"} if data is not None else {}), **(headers or {})}
     url = w.d.url(path)
     if template.startswith("/internal/"):
         ts, nonce = str(int(time.time())), secrets.token_hex(16)
@@ -665,6 +683,12 @@ def test_bad_bodies(world, method, template):
             cases.append((label, req, {200, 400}, record_rejected))
         else:
             cases.append((label, req, want))
+    big = b'{"a": "' + b"x" * MAX_BODY + b'"}'
+    cases.append(("over max_body_bytes", {"path": path, "params": base_query(w, method, template) or None,
+                                          "raw": big}, {TOO_LARGE}))
+    for label, headers in MEDIA_CASES:
+        cases.append((label, {"path": path, "params": base_query(w, method, template) or None, "body": base,
+                              "headers": headers}, {UNSUPPORTED_MEDIA}))
     problems = []
     run_cases(w, method, template, cases, problems)
     report(problems, len(cases))
