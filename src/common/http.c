@@ -587,6 +587,8 @@ static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const
     return MHD_NO;
 }
 
+const char *const http_no_query[] = {NULL};
+
 int http_query_allow(struct http_request *req, const char *const allowed[])
 {
     struct query_check qc = {.allowed = allowed};
@@ -774,6 +776,8 @@ static void dispatch(struct http_request *req)
             return;
         }
         if (found->auth != AUTH_NONE && srv->authenticate(req, found->auth) < 0)
+            return;
+        if (found->query && http_query_allow(req, found->query) < 0)
             return;
         found->handler(req);
         if (!req->replied && !req->deferred) {

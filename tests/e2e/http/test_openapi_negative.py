@@ -20,7 +20,7 @@ cases are derived from its schemas:
   query       each parameter with a wrong type (limit=abc), below minimum /
               above maximum, outside its enum, over maxLength / under
               minLength, against its pattern; each required one missing; an
-              unknown parameter
+              unknown parameter, also on every operation that takes none
   path        an id of the right shape that does not exist, and another
               user's object (both 404, never 403 or 2xx)
 Every other part of each request is valid: the right key (a user's; the
@@ -711,6 +711,25 @@ def test_bad_query_parameters(world, method, template):
         run_cases(w, "HEAD", template, head, problems)
         n += len(head)
     report(problems, n)
+
+
+# Operations of the API that take no query parameter: one is refused all
+# the same, before anything is done ("?force=1" on a DELETE, a misspelt
+# "?limt=5"), with a valid body and path, so only the query is wrong.
+NO_QUERY_OPS = sorted((m, t) for m, t, _, params in operations()
+                      if t.startswith(("/v1/", "/internal/")) and not any(p["in"] == "query" for p in params))
+
+
+@pytest.mark.parametrize("method,template", NO_QUERY_OPS, ids=[f"{m} {t}" for m, t in NO_QUERY_OPS])
+def test_an_operation_without_query_parameters_refuses_one(world, method, template):
+    w = world
+    body = base_body(w, method, template)
+    req = {"path": fill(template, path_values(w, template, method)), "body": NOBODY if body is None else body}
+    cases = [(f"{UNKNOWN}: unknown parameter", {**req, "params": {UNKNOWN: "1"}}, set(INPUT_REFUSED)),
+             ("a bare name", {**req, "params": UNKNOWN}, set(INPUT_REFUSED))]
+    problems = []
+    run_cases(w, method, template, cases, problems)
+    report(problems, len(cases))
 
 
 # Path parameters whose schema says more than "a string": each with a value

@@ -138,7 +138,7 @@ def assert_error(resp, status, code, field=None):
     return err
 
 
-_ROUTE = re.compile(r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*,\s*(AUTH_\w+)\s*\}')
+_ROUTE = re.compile(r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*,\s*(AUTH_\w+)\s*(?:,\s*\w+\s*)?\}')
 
 
 def route_table():
