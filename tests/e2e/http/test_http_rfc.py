@@ -102,6 +102,20 @@ def test_content_length_with_transfer_encoding_is_refused_and_closed(daemon, use
     assert daemon.dump() == before
 
 
+def test_a_chunked_http_1_0_request_is_refused_and_closed(daemon, user):
+    """HTTP/1.0 has no transfer codings (RFC 9112 6.1): a 1.0 proxy in front
+    reads the chunks as a second request, so the framing is refused."""
+    body = b'{"name": "smuggled10"}'
+    before = daemon.dump()
+    req = (f"POST /v1/api-keys HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {user.key}\r\n"
+           "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    req += b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    status, headers, rbody, closed = raw(daemon, req)
+    json_error(status, headers, rbody, "bad_request")
+    assert closed
+    assert daemon.dump() == before
+
+
 @pytest.mark.parametrize("coding", ["gzip", "gzip, chunked", "identity", "x-custom"])
 def test_transfer_codings_other_than_chunked_are_501(daemon, user, coding):
     before = daemon.dump()
