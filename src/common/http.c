@@ -882,6 +882,13 @@ static int refuse_bad_framing(struct http_request *req, int uri)
     }
     const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (te && !req->http11) {
+        /* HTTP/1.0 has no transfer codings (RFC 9112 6.1): faulty framing,
+         * as in the guard, which TLS connections do not pass. */
+        http_add_header(req, "Connection", "close");
+        http_error(req, ERR_BAD_REQUEST, NULL, "an HTTP/1.0 request has no Transfer-Encoding: send Content-Length");
+        return 1;
+    }
     if (te && cl) {
         /* Two framings: a proxy in front may have read the other one, so
          * whatever follows on this connection cannot be trusted. */
