@@ -60,7 +60,7 @@ import requests
 from harness import DEFAULT_PASSWORD, Daemon, stop_all, unique_email
 from instances_util import Cloud
 from money_util import iso
-from openapi_check import Spec
+from openapi_check import Spec, protocol_problems
 
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILbBhWGcV/wiZDYS5aJ2boLc2M1Dnq3rZcvNrrRWX43r me@laptop"
@@ -824,3 +824,18 @@ def test_unknown_and_foreign_ids(world, method, template):
     problems = []
     run_cases(w, method, template, cases, problems)
     report(problems, len(cases))
+
+
+def test_refusals_carry_the_headers_http_asks_for(new_daemon):
+    """401 and 429 checked as a validator checks them, with the headers HTTP
+    asks for (openapi_check.protocol_problems), and a 405, which no
+    operation documents, against those rules alone: a wrong key, a locked
+    login, a wrong method."""
+    d = new_daemon(options={"login_max_failures": 2, "login_lockout_s": 60})
+    u = d.signup()
+    answers = [d.get("/v1/me", key="gpk_nope")] + [d.login(u.email, "wrong password") for _ in range(3)]
+    assert [r.status_code for r in answers] == [401, 401, 401, 429], [r.text for r in answers]
+    for r in answers:
+        SPEC.check(r)
+    r = d.request("PUT", "/v1/me", key=u.key)
+    assert r.status_code == 405 and not protocol_problems(r), r.headers
