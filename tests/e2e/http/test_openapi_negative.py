@@ -732,6 +732,29 @@ def test_an_operation_without_query_parameters_refuses_one(world, method, templa
     report(problems, len(cases))
 
 
+# Operations that need an API key (security without an empty, anonymous
+# alternative); the signed routes have their own tests.
+KEYED_OPS = sorted((m, t) for m, t, op, _ in operations()
+                   if (op.get("security", RAW.get("security", [])) and {} not in op.get("security", RAW.get("security", [])))
+                   and not t.startswith("/internal/") and t != "/v1/payments/webhook")
+BAD_KEYS = [("no key", None), ("not a key", "nope"), ("a key of the right shape that names none",
+                                                      "gpk_" + "0" * 20 + "_" + "0" * 64)]
+
+
+@pytest.mark.parametrize("method,template", KEYED_OPS, ids=[f"{m} {t}" for m, t in KEYED_OPS])
+def test_an_operation_that_needs_a_key_refuses_none_or_a_bad_one(world, method, template):
+    """401 with WWW-Authenticate, documented, whatever else the request
+    holds (a valid body and path), and nothing changes."""
+    w = world
+    body = base_body(w, method, template)
+    req = {"path": fill(template, path_values(w, template, method)), "body": NOBODY if body is None else body,
+           "params": base_query(w, method, template) or None}
+    cases = [(label, {**req, "key": key}, {401}) for label, key in BAD_KEYS]
+    problems = []
+    run_cases(w, method, template, cases, problems)
+    report(problems, len(cases))
+
+
 # Path parameters whose schema says more than "a string": each with a value
 # against its pattern or over its maxLength. The console's files are static
 # and left out (a value against their pattern is a dot segment, which
