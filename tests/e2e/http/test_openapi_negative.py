@@ -19,7 +19,8 @@ cases are derived from its schemas:
               date-time; arrays over maxItems, with items of a wrong type
   query       each parameter with a wrong type (limit=abc), below minimum /
               above maximum, outside its enum, over maxLength / under
-              minLength, against its pattern; each required one missing; an
+              minLength, against its pattern; cursors the API did not make;
+              each required one missing; an
               unknown parameter, also on every operation that takes none
   path        an id of the right shape that does not exist, and another
               user's object (both 404, never 403 or 2xx)
@@ -327,6 +328,13 @@ def query_cases(params, base):
                     vals.append(("against pattern", bad))
             if s.get("format") == "date-time" and "pattern" not in s:
                 vals.append(("not a date-time", "next tuesday"))
+        if name == "cursor":
+            # Opaque to the schema (a string), but only a next_cursor the API
+            # made is one: other base64url, its text with a sign, spaces or
+            # no id, or stray bits at the end.
+            vals += [("not one the API made", "AAAA"), ("not base64url", "!!!!"),
+                     ("a negative time", "LTEua2V5X3g"), ("no id", "MTc5NTk3NzExNy4"),
+                     ("stray bits", "MTc5NTk3NzExNy5rZXlfeB")]
         for label, v in vals:
             out.append((f"{name}: {label}", {**base, name: v}))
     out.append((f"{UNKNOWN}: unknown parameter", {**base, UNKNOWN: "1"}))
