@@ -736,10 +736,33 @@ static int literal_segments(const char *pattern)
     return n;
 }
 
+/* "OPTIONS *" asks what the server as a whole does (RFC 9110 9.3.7): every
+ * method some route takes, as the Allow of a path lists its own. "*" is no
+ * other method's target (RFC 9112 3.2.4). */
+static void server_wide(struct http_request *req)
+{
+    if (strcmp(req->method, "OPTIONS") != 0) {
+        http_error(req, ERR_BAD_REQUEST, NULL, "the request target * is for OPTIONS only");
+        return;
+    }
+    char allow[128] = "";
+    for (const struct http_route *r = req->server->routes; r->method; r++) {
+        allow_add(allow, sizeof allow, r->method);
+        if (strcmp(r->method, "GET") == 0)
+            allow_add(allow, sizeof allow, "HEAD");
+    }
+    http_add_header(req, "Allow", allow);
+    http_reply_json(req, 204, NULL);
+}
+
 static void dispatch(struct http_request *req)
 {
     struct http_server *srv = req->server;
     char allow[128] = "";
+    if (strcmp(req->path, "*") == 0) {
+        server_wide(req);
+        return;
+    }
     const struct http_route *found = NULL;
     int literals = -1; /* of the first route that matched: the most (http.h) */
     for (const struct http_route *r = srv->routes; r->method; r++) {

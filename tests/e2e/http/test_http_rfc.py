@@ -460,3 +460,14 @@ def test_a_grant_and_a_topup_made_are_at_their_locations(daemon):
         assert_error(daemon.get(path, key=daemon.admin_key), 404, "not_found")
     assert_error(daemon.get(f"/v1/admin/users/{user.id}/grants/{grant}", key=user.key), 403, "forbidden")
     assert_error(daemon.get(f"/v1/admin/users/{user.id}/topups/{topup}", key=user.key), 403, "forbidden")
+
+
+def test_options_star_is_about_the_whole_server(daemon):
+    """RFC 9110 9.3.7: "OPTIONS *" is answered with every method the
+    server takes; "*" is not a target for another method."""
+    status, headers, body, _ = raw(daemon, b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status == 204 and not body, (status, body)
+    methods = {m for m, _, _ in route_table()} | {"HEAD"}
+    assert {m.strip() for m in headers["allow"].split(",")} == methods, headers
+    status, headers, body, _ = raw(daemon, b"GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    json_error(status, headers, body, "bad_request")

@@ -236,6 +236,14 @@ static void test_a_route_that_takes_no_query_refuses_one(void **state)
     expect_status(own, "GET", "/a?x=1", 200, NULL);
 }
 
+/* "OPTIONS *" is about the server: every method of the table in Allow;
+ * "*" for another method is a malformed request, not a missing route. */
+static void test_options_star_lists_every_method_of_the_server(void **state)
+{
+    expect_status(own, "OPTIONS", "*", 204, "GET, HEAD, POST, PUT, DELETE");
+    expect_status(own, "GET", "*", 400, NULL);
+}
+
 static void test_name_segments_are_captured_in_pattern_order(void **state)
 {
     expect_route(own, "GET", "/items/42", "/items/{id}", "42", NULL);
@@ -594,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_exact_paths_reach_their_route),
         cmocka_unit_test(test_a_query_string_is_not_part_of_the_path),
         cmocka_unit_test(test_a_route_that_takes_no_query_refuses_one),
+        cmocka_unit_test(test_options_star_lists_every_method_of_the_server),
         cmocka_unit_test(test_name_segments_are_captured_in_pattern_order),
         cmocka_unit_test(test_a_literal_segment_wins_over_a_parameter),
         cmocka_unit_test(test_every_table_lists_a_more_literal_pattern_first),
