@@ -283,7 +283,7 @@ if [ -x "$gateway" ] && [ ${#fleet_pids[@]} -gt 0 ] && [ -n "$admin_key" ] && co
   admin_id=$(curl -s "$base/v1/me" -H "$auth" | grep -o 'usr_[a-z0-9]*' | head -n 1)
   # The publisher pays its replicas' card time: the admin gets 1000 yuan once.
   curl -s -o /dev/null -X POST "$base/v1/admin/users/$admin_id/topups" -H "$auth" \
-    -d '{"amount":"1000.00","payment_id":"make-run-demo-app"}' || true
+    -H 'Content-Type: application/json' -d '{"amount":"1000.00","payment_id":"make-run-demo-app"}' || true
   agent_abs=$(cd "$(dirname "$agent")" && pwd)/$(basename "$agent")
   app_body='{"slug":"echo","name":"Echo (sim)","description":"An OpenAI-compatible echo model on the simulated fleet",
     "image":"rocm/pytorch:2.3-rocm6.2","gpu_type":"MI450","port":18000,
@@ -291,7 +291,7 @@ if [ -x "$gateway" ] && [ ${#fleet_pids[@]} -gt 0 ] && [ -n "$admin_key" ] && co
     "concurrency_target":4,"idle_seconds":300,"price_per_request":"0.001",
     "price_per_1k_input_tokens":"0.002","price_per_1k_output_tokens":"0.004"}'
   status=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base/v1/apps" -H "$auth" \
-    -d "${app_body/AGENT/$agent_abs}" || true)
+    -H 'Content-Type: application/json' -d "${app_body/AGENT/$agent_abs}" || true)
   case $status in
     201|409) demo_app="echo" ;;
     *) echo "run-local: publishing the demo app failed (HTTP $status)" >&2 ;;
@@ -356,22 +356,22 @@ cat <<EOF
    # address is verified, below); the reply holds
    # your API key ("token"), shown once
    KEY=\$(curl -s -X POST \$API/v1/signup \\
-        -d '{"email":"ada@example.com","password":"correct horse battery","invite_code":"AMD6GW"}' \\
+        --json '{"email":"ada@example.com","password":"correct horse battery","invite_code":"AMD6GW"}' \\
         | grep -o 'gpk_[a-z0-9_]*')
    # (signed up in an earlier run? log in instead: every login makes a new key)
    # KEY=\$(curl -s -X POST \$API/v1/login \\
-   #      -d '{"email":"ada@example.com","password":"correct horse battery"}' | grep -o 'gpk_[a-z0-9_]*')
+   #      --json '{"email":"ada@example.com","password":"correct horse battery"}' | grep -o 'gpk_[a-z0-9_]*')
 
    # verify the address: with no smtp_url set, gpurentd does not send the
    # e-mail but writes it to its log in this terminal, on a line starting
    # "E-MAIL NOT SENT (no smtp_url): verify ada@example.com with code evc_..."
    # (the credit comes, and launching is allowed, once the address is verified)
-   curl -s -X POST \$API/v1/verify-email -d '{"token":"evc_...the code from the log..."}'
+   curl -s -X POST \$API/v1/verify-email --json '{"token":"evc_...the code from the log..."}'
 
    # launch 8 x MI450 (1.20 per card-hour: 9.60 an hour) with ROCm PyTorch;
    # your /shared volume is made on first use
    ID=\$(curl -s -X POST \$API/v1/instances -H "Authorization: Bearer \$KEY" \\
-        -d '{"gpu_type":"MI450","card_count":8,"image":"rocm/pytorch:2.3-rocm6.2"}' \\
+        --json '{"gpu_type":"MI450","card_count":8,"image":"rocm/pytorch:2.3-rocm6.2"}' \\
         | grep -o 'ins_[a-z0-9]*' | head -n 1)
 
    # watch it go pending, provisioning (pulling, mounting), running: a few
@@ -382,7 +382,7 @@ cat <<EOF
    # your SSH key (make one with ssh-keygen -t ed25519 if you have none); the
    # instance takes the account's keys when it starts
    curl -s -X POST \$API/v1/ssh-keys -H "Authorization: Bearer \$KEY" \
-        -d "{\\"name\\":\\"laptop\\",\\"public_key\\":\\"\$(cat ~/.ssh/id_ed25519.pub)\\"}"
+        --json "{\\"name\\":\\"laptop\\",\\"public_key\\":\\"\$(cat ~/.ssh/id_ed25519.pub)\\"}"
    # ... launch as above once the key is there, then take an OpenSSH config
    # and the host keys for every rank, and go in: a shell in the workload,
    # a file into /shared, and what the container printed
@@ -425,9 +425,9 @@ if [ -n "$demo_app" ]; then
    # (the first call waits while a replica starts from zero); any user's key
    curl -s \$API/v1/apps
    curl -s http://127.0.0.1:$gw_port/apps/echo/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
-        -d '{"messages":[{"role":"user","content":"hello from the marketplace"}]}'
+        --json '{"messages":[{"role":"user","content":"hello from the marketplace"}]}'
    curl -sN http://127.0.0.1:$gw_port/apps/echo/v1/chat/completions -H "Authorization: Bearer \$KEY" \\
-        -d '{"messages":[{"role":"user","content":"streamed word by word"}],"stream":true}'
+        --json '{"messages":[{"role":"user","content":"streamed word by word"}],"stream":true}'
 EOF
 fi
 cat <<EOF

@@ -45,6 +45,7 @@ enum api_error {
     ERR_NOT_IMPLEMENTED,        /* a transfer coding the server does not implement */
     ERR_EMAIL_NOT_VERIFIED,     /* the account's e-mail address is not verified yet */
     ERR_HTTP_VERSION,           /* an HTTP version other than 1.0 and 1.1 */
+    ERR_UNSUPPORTED_MEDIA_TYPE, /* a body not sent as JSON, or content-encoded */
     ERR_COUNT
 };
 

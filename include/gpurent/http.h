@@ -41,7 +41,14 @@ struct http_route {
     const char *pattern;  /* "/v1/api-keys/{id}": {name} matches one segment */
     http_handler handler; /* replies exactly once */
     enum http_auth auth;  /* checked before the handler runs */
+    /* The query parameters the route takes, checked after auth and before
+     * the handler (400 invalid_query naming one it does not take); NULL
+     * leaves the query to the handler. */
+    const char *const *query;
 };
+
+/* The query list of a route that takes no query parameters. */
+extern const char *const http_no_query[];
 
 #define HTTP_MAX_PARAMS 4
 

@@ -27,6 +27,13 @@ struct json_body_error {
     char message[256];   /* a sentence for the client */
 };
 
+/* Whether a request's Content-Type value says its body is JSON:
+ * application/json or a structured application/...+json type, in any case,
+ * with parameters, of which a charset must be UTF-8. NULL (no Content-Type)
+ * is not: RFC 9110 8.3 lets a recipient take such content for
+ * application/octet-stream, and guessing could read a form as JSON. */
+int json_body_media_type_ok(const char *content_type);
+
 /* Parses text (len bytes; empty means {}) against fields, which ends with a
  * {NULL} row. Returns a new reference, or NULL with e filled in. An explicit
  * null counts as absent and is removed from the result. */

@@ -572,25 +572,25 @@ static void api_workload_terminal(struct http_request *req)
 }
 
 const struct http_route agent_routes_single[] = {
-    {"GET", "/healthz", api_healthz, AUTH_NONE},
-    {"GET", "/v1/facts", api_facts, AUTH_SIGNED},
-    {"GET", "/v1/workloads", api_workloads_list, AUTH_SIGNED},
-    {"GET", "/v1/workloads/{id}", api_workload_get, AUTH_SIGNED},
-    {"PUT", "/v1/workloads/{id}", api_workload_put, AUTH_SIGNED},
-    {"DELETE", "/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED},
-    {"GET", "/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED},
-    {"GET", "/v1/workloads/{id}/terminal", api_workload_terminal, AUTH_SIGNED},
-    {NULL, NULL, NULL, AUTH_NONE},
+    {"GET", "/healthz", api_healthz, AUTH_NONE, NULL},
+    {"GET", "/v1/facts", api_facts, AUTH_SIGNED, NULL},
+    {"GET", "/v1/workloads", api_workloads_list, AUTH_SIGNED, NULL},
+    {"GET", "/v1/workloads/{id}", api_workload_get, AUTH_SIGNED, NULL},
+    {"PUT", "/v1/workloads/{id}", api_workload_put, AUTH_SIGNED, NULL},
+    {"DELETE", "/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED, NULL},
+    {"GET", "/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED, NULL},
+    {"GET", "/v1/workloads/{id}/terminal", api_workload_terminal, AUTH_SIGNED, NULL},
+    {NULL, NULL, NULL, AUTH_NONE, NULL},
 };
 
 const struct http_route agent_routes_fleet[] = {
-    {"GET", "/healthz", api_healthz, AUTH_NONE},
-    {"GET", "/nodes/{node}/v1/facts", api_facts, AUTH_SIGNED},
-    {"GET", "/nodes/{node}/v1/workloads", api_workloads_list, AUTH_SIGNED},
-    {"GET", "/nodes/{node}/v1/workloads/{id}", api_workload_get, AUTH_SIGNED},
-    {"PUT", "/nodes/{node}/v1/workloads/{id}", api_workload_put, AUTH_SIGNED},
-    {"DELETE", "/nodes/{node}/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED},
-    {"GET", "/nodes/{node}/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED},
-    {"GET", "/nodes/{node}/v1/workloads/{id}/terminal", api_workload_terminal, AUTH_SIGNED},
-    {NULL, NULL, NULL, AUTH_NONE},
+    {"GET", "/healthz", api_healthz, AUTH_NONE, NULL},
+    {"GET", "/nodes/{node}/v1/facts", api_facts, AUTH_SIGNED, NULL},
+    {"GET", "/nodes/{node}/v1/workloads", api_workloads_list, AUTH_SIGNED, NULL},
+    {"GET", "/nodes/{node}/v1/workloads/{id}", api_workload_get, AUTH_SIGNED, NULL},
+    {"PUT", "/nodes/{node}/v1/workloads/{id}", api_workload_put, AUTH_SIGNED, NULL},
+    {"DELETE", "/nodes/{node}/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED, NULL},
+    {"GET", "/nodes/{node}/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED, NULL},
+    {"GET", "/nodes/{node}/v1/workloads/{id}/terminal", api_workload_terminal, AUTH_SIGNED, NULL},
+    {NULL, NULL, NULL, AUTH_NONE, NULL},
 };

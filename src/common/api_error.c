@@ -43,6 +43,8 @@ static const struct api_error_info errors[ERR_COUNT] = {
     [ERR_EMAIL_NOT_VERIFIED] = {"email_not_verified", 403,
                                 "verify your e-mail address first (POST /v1/verify-email with the code we sent)"},
     [ERR_HTTP_VERSION] = {"http_version_not_supported", 505, "only HTTP/1.0 and HTTP/1.1 are served"},
+    [ERR_UNSUPPORTED_MEDIA_TYPE] = {"unsupported_media_type", 415,
+                                    "a request body must be JSON, sent with Content-Type: application/json"},
 };
 
 const struct api_error_info *api_error_info(enum api_error e)

@@ -587,6 +587,8 @@ static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const
     return MHD_NO;
 }
 
+const char *const http_no_query[] = {NULL};
+
 int http_query_allow(struct http_request *req, const char *const allowed[])
 {
     struct query_check qc = {.allowed = allowed};
@@ -623,8 +625,41 @@ int http_query_int(struct http_request *req, const char *name, int64_t min, int6
     return 0;
 }
 
+/* A body is read as JSON only when its headers say it is JSON, unencoded:
+ * a form or text (what an HTML form, curl -d or a script's default sends)
+ * gets 415 naming what to send, not a parse error that hides the cause.
+ * An empty body holds nothing to misread and needs no type. Replies and
+ * returns -1 when the body is refused. */
+static int body_is_json(struct http_request *req)
+{
+    if (req->body_len == 0)
+        return 0;
+    const char *coding = http_header(req, "Content-Encoding");
+    if (coding && strcasecmp(coding, "identity") != 0) {
+        http_add_header(req, "Accept-Encoding", "identity"); /* RFC 9110 15.5.16 */
+        http_error(req, ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Encoding",
+                   "Content-Encoding %.60s is not accepted: send the body unencoded", coding);
+        return -1;
+    }
+    const char *type = http_header(req, "Content-Type");
+    if (json_body_media_type_ok(type))
+        return 0;
+    /* Accept-Post and Accept-Patch (RFC 5789) name what the method takes. */
+    if (strcmp(req->method, "POST") == 0 || strcmp(req->method, "PATCH") == 0)
+        http_add_header(req, req->method[1] == 'O' ? "Accept-Post" : "Accept-Patch", "application/json");
+    if (type)
+        http_error(req, ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Type",
+                   "the request body is sent as %.80s; send JSON with Content-Type: application/json", type);
+    else
+        http_error(req, ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Type",
+                   "the request body has no Content-Type; send JSON with Content-Type: application/json");
+    return -1;
+}
+
 json_t *http_json_body(struct http_request *req, const struct json_field *fields)
 {
+    if (body_is_json(req) < 0)
+        return NULL;
     struct http_server *srv = req->server;
     pthread_rwlock_rdlock(&srv->reload_lock);
     int max_depth = srv->max_json_depth;
@@ -701,10 +736,33 @@ static int literal_segments(const char *pattern)
     return n;
 }
 
+/* "OPTIONS *" asks what the server as a whole does (RFC 9110 9.3.7): every
+ * method some route takes, as the Allow of a path lists its own. "*" is no
+ * other method's target (RFC 9112 3.2.4). */
+static void server_wide(struct http_request *req)
+{
+    if (strcmp(req->method, "OPTIONS") != 0) {
+        http_error(req, ERR_BAD_REQUEST, NULL, "the request target * is for OPTIONS only");
+        return;
+    }
+    char allow[128] = "";
+    for (const struct http_route *r = req->server->routes; r->method; r++) {
+        allow_add(allow, sizeof allow, r->method);
+        if (strcmp(r->method, "GET") == 0)
+            allow_add(allow, sizeof allow, "HEAD");
+    }
+    http_add_header(req, "Allow", allow);
+    http_reply_json(req, 204, NULL);
+}
+
 static void dispatch(struct http_request *req)
 {
     struct http_server *srv = req->server;
     char allow[128] = "";
+    if (strcmp(req->path, "*") == 0) {
+        server_wide(req);
+        return;
+    }
     const struct http_route *found = NULL;
     int literals = -1; /* of the first route that matched: the most (http.h) */
     for (const struct http_route *r = srv->routes; r->method; r++) {
@@ -741,6 +799,8 @@ static void dispatch(struct http_request *req)
             return;
         }
         if (found->auth != AUTH_NONE && srv->authenticate(req, found->auth) < 0)
+            return;
+        if (found->query && http_query_allow(req, found->query) < 0)
             return;
         found->handler(req);
         if (!req->replied && !req->deferred) {
@@ -845,6 +905,13 @@ static int refuse_bad_framing(struct http_request *req, int uri)
     }
     const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (te && !req->http11) {
+        /* HTTP/1.0 has no transfer codings (RFC 9112 6.1): faulty framing,
+         * as in the guard, which TLS connections do not pass. */
+        http_add_header(req, "Connection", "close");
+        http_error(req, ERR_BAD_REQUEST, NULL, "an HTTP/1.0 request has no Transfer-Encoding: send Content-Length");
+        return 1;
+    }
     if (te && cl) {
         /* Two framings: a proxy in front may have read the other one, so
          * whatever follows on this connection cannot be trusted. */

@@ -252,10 +252,17 @@ static void head_done(struct http_guard *g)
         }
         line = next ? next + 1 : end;
     }
+    const char *line_end = memchr(h, '\n', (size_t)(end - h));
+    line_end = line_end && line_end > h && line_end[-1] == '\r' ? line_end - 1 : line_end ? line_end : end;
+    int http11 = line_end - h >= 8 && memcmp(line_end - 8, "HTTP/1.1", 8) == 0;
     /* A proxy in front may have framed such a request otherwise (RFC 9112
-     * 6.1): refused here, before libmicrohttpd, on every server. An
-     * HTTP/1.1 request without Host is refused too (RFC 9112 3.2). */
-    if (te && cl) {
+     * 6.1): refused here, before libmicrohttpd, on every server. HTTP/1.0
+     * has no transfer codings, so one there is faulty framing too, whatever
+     * else the head says. An HTTP/1.1 request without Host is refused too
+     * (RFC 9112 3.2). */
+    if (te && !http11) {
+        refuse(g, ERR_BAD_REQUEST, "an HTTP/1.0 request has no Transfer-Encoding: send Content-Length");
+    } else if (te && cl) {
         refuse(g, ERR_BAD_REQUEST, "the request has both Content-Length and Transfer-Encoding");
     } else if (te && (te > 1 || !te_chunked)) {
         refuse(g, ERR_NOT_IMPLEMENTED, "only the chunked transfer coding is implemented; use chunked");
@@ -271,9 +278,7 @@ static void head_done(struct http_guard *g)
         g->state = G_HEAD;
     }
     /* Last, so that the framing's own refusals (a 501) come first. */
-    const char *line_end = memchr(h, '\n', (size_t)(end - h));
-    line_end = line_end && line_end > h && line_end[-1] == '\r' ? line_end - 1 : line_end ? line_end : end;
-    if (!host && !g->refused && line_end - h >= 8 && memcmp(line_end - 8, "HTTP/1.1", 8) == 0)
+    if (!host && !g->refused && http11)
         refuse(g, ERR_BAD_REQUEST, "an HTTP/1.1 request needs a Host header");
 }
 

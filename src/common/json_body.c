@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* Deepest nesting of arrays and objects, skipping strings; scanned before
  * parsing so a hostile body cannot make the parser recurse deeply. */
@@ -95,6 +96,62 @@ static int duplicate_key_name(const char *text, char *out, size_t n)
         snprintf(out, n, "%s", json_string_value(k));
     json_decref(k);
     return ok ? 0 : -1;
+}
+
+/* Length of the token (RFC 9110 5.6.2) at s; 0 if none is there. */
+static size_t token_len(const char *s)
+{
+    return strspn(s, "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+}
+
+int json_body_media_type_ok(const char *content_type)
+{
+    if (!content_type)
+        return 0;
+    const char *p = content_type + strspn(content_type, " \t");
+    if (token_len(p) != 11 || strncasecmp(p, "application/", 12) != 0)
+        return 0;
+    p += 12;
+    size_t n = token_len(p);
+    int json = (n == 4 && strncasecmp(p, "json", 4) == 0) || (n > 5 && strncasecmp(p + n - 5, "+json", 5) == 0);
+    if (!json)
+        return 0;
+    /* parameters = *( OWS ";" OWS [ name "=" ( token / quoted-string ) ] ) */
+    for (p += n;;) {
+        p += strspn(p, " \t");
+        if (!*p)
+            return 1;
+        if (*p++ != ';')
+            return 0;
+        p += strspn(p, " \t");
+        if (!*p || *p == ';')
+            continue;
+        const char *name = p;
+        size_t name_len = token_len(p);
+        if (name_len == 0 || p[name_len] != '=')
+            return 0;
+        p += name_len + 1;
+        const char *value = p;
+        size_t value_len;
+        if (*p == '"') {
+            value = ++p;
+            while (*p && *p != '"')
+                p += p[0] == '\\' && p[1] ? 2 : 1;
+            if (*p != '"')
+                return 0;
+            value_len = (size_t)(p++ - value);
+        } else {
+            value_len = token_len(p);
+            if (value_len == 0)
+                return 0;
+            p += value_len;
+        }
+        /* JSON is UTF-8 (RFC 8259 8.1): a body that says it is not is not
+         * read as if it were. */
+        if (name_len == 7 && strncasecmp(name, "charset", 7) == 0 &&
+            !(value_len == 5 && strncasecmp(value, "utf-8", 5) == 0))
+            return 0;
+    }
 }
 
 json_t *json_body_parse(const char *text, size_t len, const struct json_field *fields, int max_depth,

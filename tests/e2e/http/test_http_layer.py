@@ -150,10 +150,13 @@ def test_writes_from_this_server_s_pages_an_allowed_origin_or_no_browser_pass(co
                     {"Origin": CONSOLE}, {}):
         r = d.post("/v1/api-keys", key=u.key, json={}, headers=headers)
         assert r.status_code == 201, (headers, r.text)
-    # A script's curl -d (form-encoded, no Origin) still works.
+    # A script's curl (no Origin) passes the check: with --json it signs up;
+    # with -d alone its form is refused for its type, not for where it is from.
     email = unique_email("curl")
-    r = d.request("POST", "/v1/signup", data=f'{{"email":"{email}","password":"correct horse battery"}}',
-                  headers={"Content-Type": "application/x-www-form-urlencoded"})
+    body = f'{{"email":"{email}","password":"correct horse battery"}}'
+    r = d.request("POST", "/v1/signup", data=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert_error(r, 415, "unsupported_media_type", "Content-Type")
+    r = d.request("POST", "/v1/signup", data=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 201, r.text
 
 
@@ -219,7 +222,7 @@ def test_keep_alive_on_one_socket(daemon, user):
     for i in range(20):
         body = b'{"name": "k%d"}' % i if i % 2 else None
         conn.request("POST" if body else "GET", "/v1/api-keys" if body else "/v1/me", body=body,
-                     headers={"Authorization": f"Bearer {user.key}"})
+                     headers={"Authorization": f"Bearer {user.key}", "Content-Type": "application/json"})
         r = conn.getresponse()
         r.read()
         assert r.status == (201 if body else 200)
@@ -232,7 +235,7 @@ def test_slow_client_is_answered(daemon, user):
     """Headers and body arriving in pieces still make one request."""
     body = b'{"name": "slow"}'
     head = (f"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {user.key}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as sock:
         for piece in (head[:10], head[10:40], head[40:], body[:5], body[5:]):
             sock.sendall(piece)
@@ -282,11 +285,11 @@ def test_readyz(daemon):
 
 
 def test_pipelined_requests_are_answered_in_order(daemon, user):
-    auth = f"Authorization: Bearer {user.key}\r\n"
+    auth = f"Authorization: Bearer {user.key}\r\nContent-Type: application/json\r\n"
     body = b'{"name": "pipelined"}'
     batch = (f"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {len(body)}\r\n\r\n").encode() + body
     batch += f"GET /v1/me HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode()
-    batch += b"POST /v1/signup HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n{"
+    batch += b"POST /v1/signup HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n{"
     batch += b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as sock:
         sock.sendall(batch)

@@ -10,18 +10,21 @@ the API's error, and the headers every 401, 429 and 503 must carry."""
 import json
 import re
 import socket
+import ssl
 
 import pytest
 
-from harness import assert_error, route_table
+from harness import assert_error, route_table, stop_all
+from ops_util import TlsDaemon, make_ca, make_cert
 from ports import exchange
 
 
-def raw(d, data, timeout=10):
-    """Sends bytes on a fresh connection; returns (status, headers, body,
-    closed) of the first reply, closed saying the server ended the
-    connection after it."""
-    with socket.create_connection(("127.0.0.1", d.port), timeout=timeout) as sock:
+def raw(d, data, timeout=10, tls=None):
+    """Sends bytes on a fresh connection (through the ssl.SSLContext tls if
+    given); returns (status, headers, body, closed) of the first reply,
+    closed saying the server ended the connection after it."""
+    plain = socket.create_connection(("127.0.0.1", d.port), timeout=timeout)
+    with tls.wrap_socket(plain, server_hostname="127.0.0.1") if tls else plain as sock:
         sock.sendall(data)
         reply = b""
         while b"\r\n\r\n" not in reply:
@@ -102,6 +105,35 @@ def test_content_length_with_transfer_encoding_is_refused_and_closed(daemon, use
     assert daemon.dump() == before
 
 
+def chunked_http_1_0(d, key, tls=None):
+    """HTTP/1.0 has no transfer codings (RFC 9112 6.1): a 1.0 proxy in front
+    reads the chunks as a second request, so the framing is refused."""
+    body = b'{"name": "smuggled10"}'
+    before = d.dump()
+    req = (f"POST /v1/api-keys HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {key}\r\n"
+           "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    req += b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    status, headers, rbody, closed = raw(d, req, tls=tls)
+    json_error(status, headers, rbody, "bad_request")
+    assert closed
+    assert d.dump() == before
+
+
+def test_a_chunked_http_1_0_request_is_refused_and_closed(daemon, user):
+    chunked_http_1_0(daemon, user.key)
+
+
+def test_a_chunked_http_1_0_request_is_refused_over_tls_too(tmp_path):
+    """Over TLS the guard sees only ciphertext: the daemon's own check."""
+    ca = make_ca(tmp_path, "ca")
+    key, cert = make_cert(tmp_path, "server", ca)
+    d = TlsDaemon(tmp_path / "d", ca=ca[1], cert=cert, key=key)
+    try:
+        chunked_http_1_0(d, d.signup().key, tls=ssl.create_default_context(cafile=ca[1]))
+    finally:
+        stop_all([d])
+
+
 @pytest.mark.parametrize("coding", ["gzip", "gzip, chunked", "identity", "x-custom"])
 def test_transfer_codings_other_than_chunked_are_501(daemon, user, coding):
     before = daemon.dump()
@@ -117,7 +149,7 @@ def test_transfer_codings_other_than_chunked_are_501(daemon, user, coding):
 def test_chunked_bodies_still_work(daemon, user):
     body = b'{"name": "chunked"}'
     req = (f"POST /v1/api-keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {user.key}\r\n"
-           f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
+           f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
     req += b"5\r\n" + body[:5] + b"\r\n" + b"%x\r\n" % (len(body) - 5) + body[5:] + b"\r\n0\r\n\r\n"
     status, headers, rbody, _ = raw(daemon, req)
     assert status == 201, rbody
@@ -428,3 +460,14 @@ def test_a_grant_and_a_topup_made_are_at_their_locations(daemon):
         assert_error(daemon.get(path, key=daemon.admin_key), 404, "not_found")
     assert_error(daemon.get(f"/v1/admin/users/{user.id}/grants/{grant}", key=user.key), 403, "forbidden")
     assert_error(daemon.get(f"/v1/admin/users/{user.id}/topups/{topup}", key=user.key), 403, "forbidden")
+
+
+def test_options_star_is_about_the_whole_server(daemon):
+    """RFC 9110 9.3.7: "OPTIONS *" is answered with every method the
+    server takes; "*" is not a target for another method."""
+    status, headers, body, _ = raw(daemon, b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status == 204 and not body, (status, body)
+    methods = {m for m, _, _ in route_table()} | {"HEAD"}
+    assert {m.strip() for m in headers["allow"].split(",")} == methods, headers
+    status, headers, body, _ = raw(daemon, b"GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    json_error(status, headers, body, "bad_request")

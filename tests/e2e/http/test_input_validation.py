@@ -2,8 +2,10 @@
 status and stable error code in the one error shape, naming the field at
 fault where there is one, and leaves the database exactly as it was."""
 import atexit
+import gzip
 import json
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -267,3 +269,70 @@ def test_an_unknown_field_with_a_long_name_not_in_ascii_is_named(daemon, user):
     err = assert_error(r, 400, "unknown_field", r.json()["error"]["field"])
     assert name.startswith(err["field"].rstrip("?")) and len(err["field"]) > 1, err
     assert daemon.dump() == before
+
+
+@pytest.mark.parametrize("ctype", [
+    "application/x-www-form-urlencoded",  # curl -d, an HTML form
+    "multipart/form-data; boundary=x",
+    "text/plain",                         # what a page elsewhere sends without a preflight
+    "text/plain; charset=utf-8",
+    "application/xml",
+    "application/json; charset=iso-8859-1",
+    None,                                 # no Content-Type at all
+])
+def test_a_body_not_sent_as_json_is_415(daemon, endpoint, ctype):
+    """A valid JSON body is still refused when its headers do not say it is
+    JSON: 415 naming Content-Type, nothing written, and Accept-Post saying
+    what to send."""
+    ep, valid, send = endpoint
+    before = daemon.dump()
+    r = send(valid(), headers={"Content-Type": ctype})
+    err = assert_error(r, 415, "unsupported_media_type", "Content-Type")
+    assert "application/json" in err["message"], err
+    assert r.headers.get("Accept-Post") == "application/json", r.headers
+    assert daemon.dump() == before, "a refused request changed the database"
+
+
+@pytest.mark.parametrize("ctype", ["application/json", "application/json; charset=utf-8",
+                                   "Application/JSON;charset=\"UTF-8\"", "application/merge-patch+json"])
+def test_json_by_any_spelling_is_accepted(daemon, endpoint, ctype):
+    ep, valid, send = endpoint
+    r = send(valid(), headers={"Content-Type": ctype})
+    assert r.status_code in (200, 201), r.text
+
+
+def test_a_compressed_body_is_415(daemon, user):
+    body = gzip.compress(b'{"name": "zipped"}')
+    r = daemon.post("/v1/api-keys", key=user.key, data=body, headers={"Content-Encoding": "gzip"})
+    assert_error(r, 415, "unsupported_media_type", "Content-Encoding")
+    assert r.headers.get("Accept-Encoding") == "identity", r.headers
+
+
+def test_a_request_without_a_body_needs_no_content_type(daemon, user):
+    """POST /v1/api-keys takes an optional body: none at all, or an empty one
+    of any type, is {}."""
+    r = daemon.request("POST", "/v1/api-keys", key=user.key, headers={"Content-Type": None})
+    assert r.status_code == 201, r.text
+    r = daemon.post("/v1/api-keys", key=user.key, data=b"", headers={"Content-Type": "text/plain"})
+    assert r.status_code == 201, r.text
+
+
+def test_curl_json_works_and_curl_d_alone_is_415(daemon):
+    """The README's examples with the real curl: --json sends the type the
+    API wants; -d alone sends a form, which is refused and names the fix."""
+    if not shutil.which("curl"):
+        pytest.skip("curl is not installed")
+    body = json.dumps({"email": unique_email("curl"), "password": DEFAULT_PASSWORD})
+
+    def curl(*args):
+        p = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", "-X", "POST", daemon.url("/v1/signup"), *args],
+                           capture_output=True, text=True, timeout=30)
+        text, _, status = p.stdout.rpartition("\n")
+        return int(status), text
+
+    before = daemon.dump()
+    status, text = curl("-d", body)
+    assert status == 415 and json.loads(text)["error"]["field"] == "Content-Type", text
+    assert daemon.dump() == before
+    status, text = curl("--json", body)
+    assert status == 201, text

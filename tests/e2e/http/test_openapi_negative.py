@@ -6,7 +6,10 @@ Driven by the document, not by a list of cases: for every operation with a
 JSON request body, and every operation with query or path parameters, the
 cases are derived from its schemas:
   bodies      not JSON; JSON that is not an object (an array, a number, a
-              string); an empty object where minProperties asks for more;
+              string); text that is not UTF-8; a key twice; nesting deeper
+              than the cap; a body over max_body_bytes (413); the valid body
+              sent as a form, multipart, text/plain, with no Content-Type or
+              gzipped (415); an empty object where minProperties asks for more;
               each required property missing, one at a time; each property
               (and each property of a nested object the body holds) with a
               value of each wrong JSON type and null where not nullable; an
@@ -16,8 +19,9 @@ cases are derived from its schemas:
               date-time; arrays over maxItems, with items of a wrong type
   query       each parameter with a wrong type (limit=abc), below minimum /
               above maximum, outside its enum, over maxLength / under
-              minLength, against its pattern; each required one missing; an
-              unknown parameter
+              minLength, against its pattern; cursors the API did not make;
+              each required one missing; an
+              unknown parameter, also on every operation that takes none
   path        an id of the right shape that does not exist, and another
               user's object (both 404, never 403 or 2xx)
 Every other part of each request is valid: the right key (a user's; the
@@ -57,7 +61,7 @@ import requests
 from harness import DEFAULT_PASSWORD, Daemon, stop_all, unique_email
 from instances_util import Cloud
 from money_util import iso
-from openapi_check import Spec
+from openapi_check import Spec, protocol_problems
 
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILbBhWGcV/wiZDYS5aJ2boLc2M1Dnq3rZcvNrrRWX43r me@laptop"
@@ -266,12 +270,26 @@ def object_cases(schema, base, where=""):
 
 def body_cases(schema, base, required):
     """Every broken body for an operation: (label, bytes or JSON value)."""
+    valid = json.dumps(base)
+    twice = valid[:-1] + f', {json.dumps(next(iter(base)))}: 1}}' if base else '{"a": 1, "a": 1}'
     out = [("not JSON", b"{not json"), ("truncated JSON", b'{"a": '),
-           ("JSON array", [base]), ("JSON number", 42), ("JSON string", "x"), ("JSON null", None)]
+           ("JSON array", [base]), ("JSON number", 42), ("JSON string", "x"), ("JSON null", None),
+           ("not UTF-8", valid.encode()[:-1] + b', "\xc3\x28": 1}' if base else b'{"\xff": 1}'),
+           ("a key twice", twice.encode()),
+           ("nested too deep", b'{"a": ' + b"[" * 40 + b"]" * 40 + b"}")]
     if required:
         out.append(("empty body", b""))
     out += object_cases(schema, base)
     return out
+
+
+# The valid body with headers that do not say it is JSON: (label, headers).
+MEDIA_CASES = [("sent as a form", {"Content-Type": "application/x-www-form-urlencoded"}),
+               ("sent as multipart", {"Content-Type": "multipart/form-data; boundary=x"}),
+               ("sent as text/plain", {"Content-Type": "text/plain"}),
+               ("sent with no Content-Type", {"Content-Type": None}),
+               ("said to be gzipped", {"Content-Encoding": "gzip"})]
+UNSUPPORTED_MEDIA = 415
 
 
 def query_cases(params, base):
@@ -310,6 +328,13 @@ def query_cases(params, base):
                     vals.append(("against pattern", bad))
             if s.get("format") == "date-time" and "pattern" not in s:
                 vals.append(("not a date-time", "next tuesday"))
+        if name == "cursor":
+            # Opaque to the schema (a string), but only a next_cursor the API
+            # made is one: other base64url, its text with a sign, spaces or
+            # no id, or stray bits at the end.
+            vals += [("not one the API made", "AAAA"), ("not base64url", "!!!!"),
+                     ("a negative time", "LTEua2V5X3g"), ("no id", "MTc5NTk3NzExNy4"),
+                     ("stray bits", "MTc5NTk3NzExNy5rZXlfeB")]
         for label, v in vals:
             out.append((f"{name}: {label}", {**base, name: v}))
     out.append((f"{UNKNOWN}: unknown parameter", {**base, UNKNOWN: "1"}))
@@ -517,10 +542,11 @@ def base_query(w, method, template):
 NOBODY = object()  # send(body=NOBODY) sends no body (body=None sends JSON null)
 
 
-def send(w, method, template, path, body=NOBODY, raw=None, params=None, key="owner"):
-    """One request with the right credentials for the operation."""
+def send(w, method, template, path, body=NOBODY, raw=None, params=None, key="owner", headers=None):
+    """One request with the right credentials for the operation; headers
+    change or (with None) remove the JSON Content-Type a body goes with."""
     data = raw if raw is not None else (None if body is NOBODY else json.dumps(body).encode())
-    headers = {"Content-Type": "application/json"} if data is not None else {}
+    headers = {**({"Content-Type": "application/json"} if data is not None else {}), **(headers or {})}
     url = w.d.url(path)
     if template.startswith("/internal/"):
         ts, nonce = str(int(time.time())), secrets.token_hex(16)
@@ -665,6 +691,12 @@ def test_bad_bodies(world, method, template):
             cases.append((label, req, {200, 400}, record_rejected))
         else:
             cases.append((label, req, want))
+    big = b'{"a": "' + b"x" * MAX_BODY + b'"}'
+    cases.append(("over max_body_bytes", {"path": path, "params": base_query(w, method, template) or None,
+                                          "raw": big}, {TOO_LARGE}))
+    for label, headers in MEDIA_CASES:
+        cases.append((label, {"path": path, "params": base_query(w, method, template) or None, "body": base,
+                              "headers": headers}, {UNSUPPORTED_MEDIA}))
     problems = []
     run_cases(w, method, template, cases, problems)
     report(problems, len(cases))
@@ -687,6 +719,48 @@ def test_bad_query_parameters(world, method, template):
         run_cases(w, "HEAD", template, head, problems)
         n += len(head)
     report(problems, n)
+
+
+# Operations of the API that take no query parameter: one is refused all
+# the same, before anything is done ("?force=1" on a DELETE, a misspelt
+# "?limt=5"), with a valid body and path, so only the query is wrong.
+NO_QUERY_OPS = sorted((m, t) for m, t, _, params in operations()
+                      if t.startswith(("/v1/", "/internal/")) and not any(p["in"] == "query" for p in params))
+
+
+@pytest.mark.parametrize("method,template", NO_QUERY_OPS, ids=[f"{m} {t}" for m, t in NO_QUERY_OPS])
+def test_an_operation_without_query_parameters_refuses_one(world, method, template):
+    w = world
+    body = base_body(w, method, template)
+    req = {"path": fill(template, path_values(w, template, method)), "body": NOBODY if body is None else body}
+    cases = [(f"{UNKNOWN}: unknown parameter", {**req, "params": {UNKNOWN: "1"}}, set(INPUT_REFUSED)),
+             ("a bare name", {**req, "params": UNKNOWN}, set(INPUT_REFUSED))]
+    problems = []
+    run_cases(w, method, template, cases, problems)
+    report(problems, len(cases))
+
+
+# Operations that need an API key (security without an empty, anonymous
+# alternative); the signed routes have their own tests.
+KEYED_OPS = sorted((m, t) for m, t, op, _ in operations()
+                   if (op.get("security", RAW.get("security", [])) and {} not in op.get("security", RAW.get("security", [])))
+                   and not t.startswith("/internal/") and t != "/v1/payments/webhook")
+BAD_KEYS = [("no key", None), ("not a key", "nope"), ("a key of the right shape that names none",
+                                                      "gpk_" + "0" * 20 + "_" + "0" * 64)]
+
+
+@pytest.mark.parametrize("method,template", KEYED_OPS, ids=[f"{m} {t}" for m, t in KEYED_OPS])
+def test_an_operation_that_needs_a_key_refuses_none_or_a_bad_one(world, method, template):
+    """401 with WWW-Authenticate, documented, whatever else the request
+    holds (a valid body and path), and nothing changes."""
+    w = world
+    body = base_body(w, method, template)
+    req = {"path": fill(template, path_values(w, template, method)), "body": NOBODY if body is None else body,
+           "params": base_query(w, method, template) or None}
+    cases = [(label, {**req, "key": key}, {401}) for label, key in BAD_KEYS]
+    problems = []
+    run_cases(w, method, template, cases, problems)
+    report(problems, len(cases))
 
 
 # Path parameters whose schema says more than "a string": each with a value
@@ -781,3 +855,18 @@ def test_unknown_and_foreign_ids(world, method, template):
     problems = []
     run_cases(w, method, template, cases, problems)
     report(problems, len(cases))
+
+
+def test_refusals_carry_the_headers_http_asks_for(new_daemon):
+    """401 and 429 checked as a validator checks them, with the headers HTTP
+    asks for (openapi_check.protocol_problems), and a 405, which no
+    operation documents, against those rules alone: a wrong key, a locked
+    login, a wrong method."""
+    d = new_daemon(options={"login_max_failures": 2, "login_lockout_s": 60})
+    u = d.signup()
+    answers = [d.get("/v1/me", key="gpk_nope")] + [d.login(u.email, "wrong password") for _ in range(3)]
+    assert [r.status_code for r in answers] == [401, 401, 401, 429], [r.text for r in answers]
+    for r in answers:
+        SPEC.check(r)
+    r = d.request("PUT", "/v1/me", key=u.key)
+    assert r.status_code == 405 and not protocol_problems(r), r.headers

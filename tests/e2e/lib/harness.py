@@ -53,7 +53,10 @@ Daemon(directory, *, options=None, config=None, args=(), clock=START_TIME,
   HTTP        url(path); request(method, path, key=None, json=NOJSON,
               data=None, headers=None, params=None, session=None) ->
               requests.Response (a new connection per call unless a
-              requests.Session is given); get/post/delete(path, **kw)
+              requests.Session is given); get/post/delete(path, **kw).
+              Raw data (bytes or str) goes as Content-Type: application/json,
+              as the API wants, unless headers name another type (or None,
+              to send none)
   accounts    signup(email=None, password=None, verify=True, **fields) -> Account
               (asserts 201; verify: reads the code from the "E-MAIL NOT SENT"
               log line of a daemon without smtp_url and verifies the address,
@@ -135,7 +138,7 @@ def assert_error(resp, status, code, field=None):
     return err
 
 
-_ROUTE = re.compile(r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*,\s*(AUTH_\w+)\s*\}')
+_ROUTE = re.compile(r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*,\s*(AUTH_\w+)\s*(?:,\s*\w+\s*)?\}')
 
 
 def route_table():
@@ -332,6 +335,8 @@ class Daemon:
         h = dict(headers or {})
         if key is not None:
             h["Authorization"] = f"Bearer {key}"
+        if isinstance(data, (bytes, str)) and not any(k.lower() == "content-type" for k in h):
+            h["Content-Type"] = "application/json"
         kw = {"headers": h, "data": data, "params": params, "timeout": timeout, "allow_redirects": False}
         if json is not NOJSON:
             kw["json"] = json

@@ -8,6 +8,9 @@ For each response handed to Spec.check():
   * its status must be documented for that operation: the exact code, else a
     range such as 4XX, else `default`;
   * every header the document marks required for that answer must be there;
+  * whatever the document says, what HTTP asks of a status: WWW-Authenticate
+    on a 401 (RFC 9110 15.5.2), Allow on a 405 (15.5.6), and, as this API
+    promises, Retry-After with whole seconds on a 429 or 503;
   * if the answer documents content, the Content-Type (parameters dropped)
     must be one of its media types (wildcards such as text/* allowed), and a
     JSON body must validate against that media type's schema; if it
@@ -105,6 +108,20 @@ def _media_matches(pattern, actual):
     return (p_type in ("*", a_type)) and (p_sub in ("*", a_sub))
 
 
+def protocol_problems(resp):
+    """What HTTP itself (and the API's promise on retries) asks of an
+    answer's headers, whatever a document says."""
+    out = []
+    status, h = resp.status_code, resp.headers
+    if status == 401 and not h.get("WWW-Authenticate"):
+        out.append("a 401 without WWW-Authenticate (RFC 9110 15.5.2)")
+    if status == 405 and "Allow" not in h:
+        out.append("a 405 without Allow (RFC 9110 15.5.6)")
+    if status in (429, 503) and not re.fullmatch(r"[0-9]+", h.get("Retry-After", "")):
+        out.append(f"a {status} without Retry-After in seconds: {h.get('Retry-After')!r}")
+    return out
+
+
 class Spec:
     def __init__(self, path=None, collect=False, strict_fields=False):
         self.collect = collect
@@ -184,6 +201,7 @@ class Spec:
             h = self._ref(h)
             if h.get("required") and name not in resp.headers:
                 problems.append(f"required header {name} missing")
+        problems += protocol_problems(resp)
         content = rspec.get("content", {})
         body = resp.content
         ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()

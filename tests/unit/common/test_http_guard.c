@@ -199,6 +199,11 @@ static void test_upgrades_are_not_read_further_and_unsure_framings_are_refused(v
     assert_refused(S("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nzz\r\n\0"), 501, "not_implemented", 0);
     assert_refused(S("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
                    501, "not_implemented", 0);
+    /* HTTP/1.0 knows no transfer coding (RFC 9112 6.1): a proxy of 1.0
+     * reads the chunks as the next request. */
+    assert_refused(S("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), 400, "bad_request", 0);
+    assert_refused(S("POST / HTTP/1.0\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"), 400,
+                   "bad_request", 0);
 }
 
 static void test_malformed_lines_are_refused(void **state)

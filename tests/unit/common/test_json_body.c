@@ -429,6 +429,52 @@ static void test_default_string_cap(void **state)
     }
 }
 
+/* What Content-Type a body may come with: JSON by any spelling the media
+ * type rules allow (RFC 9110 8.3.1: case-insensitive names, parameters,
+ * quoted values), and nothing else, no type at all included. */
+static void test_media_type(void **state)
+{
+    (void)state;
+    static const char *const json[] = {
+        "application/json",
+        "Application/JSON",
+        "application/json; charset=utf-8",
+        "application/json;charset=UTF-8",
+        "application/json ; charset=\"utf-8\"",
+        "application/json; charset=utf-8;",
+        "application/merge-patch+json",
+        "application/vnd.gpurent.v1+json; profile=x",
+        " application/json",
+    };
+    static const char *const other[] = {
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "text/plain",
+        "text/plain; charset=utf-8",
+        "text/json",
+        "application/jsonx",
+        "application/json-seq",
+        "application/+json",
+        "application/xml",
+        "application/json; charset=iso-8859-1",
+        "application/json; charset=\"utf-16\"",
+        "application/json; charset",
+        "application/json; charset=\"utf-8",
+        "application/json, text/plain",
+        "application/json garbage",
+        "application",
+        "",
+        "*/*",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(json); i++)
+        if (!json_body_media_type_ok(json[i]))
+            fail_msg("refused '%s'", json[i]);
+    for (size_t i = 0; i < ARRAY_LEN(other); i++)
+        if (json_body_media_type_ok(other[i]))
+            fail_msg("took '%s'", other[i]);
+    assert_false(json_body_media_type_ok(NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_error_precedence),
         cmocka_unit_test(test_long_unknown_key),
         cmocka_unit_test(test_default_string_cap),
+        cmocka_unit_test(test_media_type),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,15 +58,16 @@ static int allow_all(struct http_request *req, enum http_auth level)
 }
 
 static const struct http_route own_routes[] = {
-    {"GET", "/a", echo, AUTH_NONE},
-    {"POST", "/a", echo, AUTH_USER},
-    {"GET", "/a/b", echo, AUTH_NONE},
-    {"PUT", "/items/special", echo, AUTH_NONE}, /* more literal: before /items/{id} (http.h) */
-    {"GET", "/items/special", echo, AUTH_NONE},
-    {"GET", "/items/{id}", echo, AUTH_NONE},
-    {"DELETE", "/items/{id}", echo, AUTH_ADMIN},
-    {"GET", "/items/{id}/parts/{part}", echo, AUTH_NONE},
-    {NULL, NULL, NULL, AUTH_NONE},
+    {"GET", "/a", echo, AUTH_NONE, NULL},
+    {"POST", "/a", echo, AUTH_USER, NULL},
+    {"GET", "/a/b", echo, AUTH_NONE, NULL},
+    {"PUT", "/items/special", echo, AUTH_NONE, NULL}, /* more literal: before /items/{id} (http.h) */
+    {"GET", "/items/special", echo, AUTH_NONE, NULL},
+    {"GET", "/items/{id}", echo, AUTH_NONE, NULL},
+    {"DELETE", "/items/{id}", echo, AUTH_ADMIN, NULL},
+    {"GET", "/items/{id}/parts/{part}", echo, AUTH_NONE, NULL},
+    {"GET", "/plain", echo, AUTH_NONE, http_no_query},
+    {NULL, NULL, NULL, AUTH_NONE, NULL},
 };
 
 static struct http_server *start(const struct http_route *routes)
@@ -223,6 +224,24 @@ static void test_a_query_string_is_not_part_of_the_path(void **state)
 {
     expect_route(own, "GET", "/a?x=1&y=2", "/a", NULL, NULL);
     expect_route(own, "GET", "/items/42?expand=parts", "/items/{id}", "42", NULL);
+}
+
+/* A route that declares it takes no query refuses one before its handler
+ * runs; a route that leaves the query to its handler gets it untouched. */
+static void test_a_route_that_takes_no_query_refuses_one(void **state)
+{
+    expect_status(own, "GET", "/plain", 200, NULL);
+    expect_status(own, "GET", "/plain?x=1", 400, NULL);
+    expect_status(own, "GET", "/plain?", 200, NULL);
+    expect_status(own, "GET", "/a?x=1", 200, NULL);
+}
+
+/* "OPTIONS *" is about the server: every method of the table in Allow;
+ * "*" for another method is a malformed request, not a missing route. */
+static void test_options_star_lists_every_method_of_the_server(void **state)
+{
+    expect_status(own, "OPTIONS", "*", 204, "GET, HEAD, POST, PUT, DELETE");
+    expect_status(own, "GET", "*", 400, NULL);
 }
 
 static void test_name_segments_are_captured_in_pattern_order(void **state)
@@ -567,8 +586,8 @@ static void test_a_second_parameter_that_fails_frees_the_first(void **state)
 static void test_a_fifth_parameter_never_matches_and_frees_the_four(void **state)
 {
     static const struct http_route five[] = {
-        {"GET", "/{a}/{b}/{c}/{d}/{e}", echo, AUTH_NONE},
-        {NULL, NULL, NULL, AUTH_NONE},
+        {"GET", "/{a}/{b}/{c}/{d}/{e}", echo, AUTH_NONE, NULL},
+        {NULL, NULL, NULL, AUTH_NONE, NULL},
     };
     struct http_server *srv = start(five);
     assert_non_null(srv);
@@ -582,6 +601,8 @@ int main(void)
     const struct CMUnitTest own_tests[] = {
         cmocka_unit_test(test_exact_paths_reach_their_route),
         cmocka_unit_test(test_a_query_string_is_not_part_of_the_path),
+        cmocka_unit_test(test_a_route_that_takes_no_query_refuses_one),
+        cmocka_unit_test(test_options_star_lists_every_method_of_the_server),
         cmocka_unit_test(test_name_segments_are_captured_in_pattern_order),
         cmocka_unit_test(test_a_literal_segment_wins_over_a_parameter),
         cmocka_unit_test(test_every_table_lists_a_more_literal_pattern_first),
