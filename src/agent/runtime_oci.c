@@ -49,6 +49,28 @@ static void gpu_list(const struct wl_spec *s, char *out, size_t outlen)
     }
 }
 
+/* Whether the operator's run_args put the container in an IPC namespace not
+ * its own (--ipc=host, none, container:NAME, ns:PATH; the last --ipc counts,
+ * as the runtimes read it): its /dev/shm is then not the container's to
+ * size, and podman refuses to start a container given --shm-size beside it
+ * ("cannot set shmsize when running in the host IPC Namespace"). */
+static int run_args_set_ipc(const char *run_args)
+{
+    struct argv_buf a = {0};
+    const char *mode = NULL;
+    if (run_args && run_args[0] && argv_from_template(&a, run_args, NULL, NULL) == 0) {
+        for (int i = 0; i < a.n; i++) {
+            if (strncmp(a.v[i], "--ipc=", 6) == 0)
+                mode = a.v[i] + 6;
+            else if (strcmp(a.v[i], "--ipc") == 0 && i + 1 < a.n)
+                mode = a.v[++i];
+        }
+    }
+    int shared = mode && strcmp(mode, "private") != 0 && strcmp(mode, "shareable") != 0;
+    argv_free(&a);
+    return shared;
+}
+
 void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct argv_buf *a)
 {
     if (cluster_multi_node(s)) {
@@ -65,8 +87,10 @@ void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct a
         argv_add(a, "IPC_LOCK");
         argv_add(a, "--ulimit");
         argv_add(a, "memlock=-1:-1");
-        argv_add(a, "--shm-size");
-        argv_add(a, c->host && c->host->shm_size ? c->host->shm_size : "64g");
+        if (!run_args_set_ipc(c->run_args)) {
+            argv_add(a, "--shm-size");
+            argv_add(a, c->host && c->host->shm_size ? c->host->shm_size : "64g");
+        }
         /* The hostfile names resolve in /etc/hosts; --add-host takes only an
          * IP, so a rank known by host name is left to DNS (ssh's config
          * names its HostName anyway). */

@@ -279,12 +279,12 @@ def test_docker_cuda_command_lines(real_agent, standins):
 
 
 def test_podman_cuda_uses_cdi_devices(real_agent, standins):
-    a = real_agent(model="RTX4090", inventory_cards="4", run_args="--ipc=host --shm-size=8g")
+    a = real_agent(model="RTX4090", inventory_cards="4", run_args="--ipc=host --ulimit stack=67108864")
     assert a.put("/v1/workloads/wl_cdi", json={"image": "pytorch/pytorch:2.3", "gpus": [1, 3]}).status_code == 201
     a.wait_phase("wl_cdi", "running")
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
     assert run[9:] == [*limits(2), "--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3", "--ipc=host",
-                       "--shm-size=8g", "pytorch/pytorch:2.3"]
+                       "--ulimit", "stack=67108864", "pytorch/pytorch:2.3"]
 
 
 def test_bind_mount_template(real_agent, standins):
@@ -700,6 +700,21 @@ def test_group_and_rdma_lookups_that_find_nothing(real_agent, standins, rank_key
     assert "--group-add" not in run
     assert run[run.index("--network"):run.index("--cap-add")] == ["--network", "host"]
     assert run[run.index("--shm-size") + 1] == "64g"  # the default
+
+
+@pytest.mark.parametrize("run_args, shm", [
+    ("--ipc=host", False), ("--ipc none", False), ("--ipc=container:other", False),
+    ("--ipc=host --ipc=private", True), ("--ipc shareable", True), ("--ulimit stack=67108864", True)])
+def test_no_shm_size_when_run_args_choose_the_ipc_namespace(real_agent, standins, rank_key, run_args, shm):
+    # podman refuses --shm-size beside an IPC namespace not the container's
+    # own ("cannot set shmsize when running in the host IPC Namespace") and
+    # would start no rank; there /dev/shm is the host's or another's anyway.
+    a = real_agent(run_args=run_args)
+    assert a.put("/v1/workloads/wl_ipc", json=cluster_spec(rank_key)).status_code == 201
+    a.wait_phase("wl_ipc", "running")
+    run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
+    assert ("--shm-size" in run) == shm, run
+    assert run[-1 - len(run_args.split()):-1] == run_args.split()
 
 
 def test_a_rocm_card_without_a_render_node_is_not_started(real_agent, standins, tmp_path):
