@@ -288,7 +288,7 @@ const struct conf_option agent_options[] = {
     OPT_STR(kfd_topology_dir, "/sys/class/kfd/kfd/topology/nodes", validate_kfd_topology_dir,
             "the KFD topology, where each AMD card's render node is found (a ROCm container gets only its own "
             "cards')"),
-    OPT_STR(shm_size, "64g", validate_shm_size, "--shm-size of multi-node containers (digits then b, k, m or g)"),
+    OPT_STR(shm_size, "64g", validate_shm_size, "--shm-size of containers with cards (digits then b, k, m or g)"),
     OPT_STR(group_file, "", validate_group_file,
             "where the video and render gids for ROCm containers are read; \"\" = the host's groups (getgrnam)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},

@@ -75,8 +75,8 @@ void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct a
 {
     if (cluster_multi_node(s)) {
         /* Ranks reach each other on any port (NCCL/RCCL, torchrun's store,
-         * sshd), and RDMA verbs need the host's interfaces and devices,
-         * pinned memory and a shared memory far above the default 64 MB. */
+         * sshd), and RDMA verbs need the host's interfaces and devices and
+         * pinned memory. */
         argv_add(a, "--network");
         argv_add(a, "host");
         for (int i = 0; c->host && i < c->host->n_rdma; i++) {
@@ -87,10 +87,6 @@ void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct a
         argv_add(a, "IPC_LOCK");
         argv_add(a, "--ulimit");
         argv_add(a, "memlock=-1:-1");
-        if (!run_args_set_ipc(c->run_args)) {
-            argv_add(a, "--shm-size");
-            argv_add(a, c->host && c->host->shm_size ? c->host->shm_size : "64g");
-        }
         /* The hostfile names resolve in /etc/hosts; --add-host takes only an
          * IP, so a rank known by host name is left to DNS (ssh's config
          * names its HostName anyway). */
@@ -191,6 +187,14 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
                 argv_addf(a, "%ld", c->host->render_gid);
             }
         }
+    }
+    /* NCCL and RCCL move data between a node's cards through /dev/shm, and
+     * PyTorch's DataLoader workers hand batches over in it: the runtimes'
+     * 64 MB default fails an 8-card job at its first collective. Pages
+     * used there count against the container's --memory like any other. */
+    if ((s->n_gpus > 0 || cluster_multi_node(s)) && !run_args_set_ipc(c->run_args)) {
+        argv_add(a, "--shm-size");
+        argv_add(a, c->host && c->host->shm_size ? c->host->shm_size : "64g");
     }
     for (int i = 0; i < s->n_volumes; i++) {
         argv_add(a, "--volume");

@@ -237,7 +237,7 @@ def test_podman_rocm_command_lines(real_agent, standins):
     assert calls[3] == [
         "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
         "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD130",
-        "--device", "/dev/dri/renderD131", "--group-add", "44", "--group-add", "109",
+        "--device", "/dev/dri/renderD131", "--group-add", "44", "--group-add", "109", "--shm-size", "64g",
         "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "rocm/pytorch:2.3-rocm6.2"]
     # The env travels in a 0600 file, sorted by name, removed after run.
     assert standins.env_file("wl_rocm") == ("GPURENT_NODE_RANK=0\nMASTER_PORT=29500\nNOTE=two words\n", "600")
@@ -269,7 +269,8 @@ def test_docker_cuda_command_lines(real_agent, standins):
     run = [c for c in standins.calls() if c[:2] == ["docker", "run"]]
     assert run == [[
         "docker", "run", "--detach", "--name", "gpurent-wl_cuda", "--label", "gpurent.workload=wl_cuda",
-        "--pull", "never", *limits(2), "--gpus", '"device=0,5"', "--env-file", env_file(a, "wl_cuda"),
+        "--pull", "never", *limits(2), "--gpus", '"device=0,5"', "--shm-size", "64g",
+        "--env-file", env_file(a, "wl_cuda"),
         "nvcr.io/nvidia/pytorch:24.05-py3"]]
     assert standins.env_file("wl_cuda") == ("A=1\n", "600")
     assert standins.calls("mount") == []  # no volumes, nothing mounted
@@ -592,17 +593,17 @@ def test_multi_node_command_line_and_cluster_files(real_agent, standins, rank_ke
     a.wait_phase("wl_mn", "running")
     cdir = os.path.join(a.state_dir, "cluster", "wl_mn")
     run = [c for c in standins.calls() if c[:2] == [runtime, "run"]]
-    # Host networking (so no -p: the ports are the host's), every RDMA node
-    # sorted (not the by-path directory), pinned memory, a large /dev/shm,
-    # /etc/hosts entries for the ranks with an IP, the files read-only.
+    # A large /dev/shm (shm_size), host networking (so no -p: the ports are
+    # the host's), every RDMA node sorted (not the by-path directory), pinned
+    # memory, /etc/hosts entries for the ranks with an IP, the files read-only.
     assert run == [[
         runtime, "run", "--detach", "--name", "gpurent-wl_mn", "--label", "gpurent.workload=wl_mn",
         "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
-        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109",
+        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109", "--shm-size", "128g",
         "--network", "host",
         "--device", f"{standins.rdma_dir}/rdma_cm", "--device", f"{standins.rdma_dir}/uverbs0",
         "--device", f"{standins.rdma_dir}/uverbs1",
-        "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1", "--shm-size", "128g",
+        "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1",
         "--add-host", "rank0:10.0.0.5", "--add-host", "rank1:fd00::6",
         "--volume", f"{cdir}/hostfile:/etc/gpurent/hostfile:ro",
         "--volume", f"{cdir}/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro",
@@ -665,14 +666,21 @@ def test_single_node_gets_none_of_the_multi_node_additions(real_agent, standins,
     assert a.put("/v1/workloads/wl_one", json=spec).status_code == 201
     a.wait_phase("wl_one", "running")
     run = [c for c in standins.calls() if c[:2] == [runtime, "run"]]
-    # The ROCm groups (every ROCm container has them), the published port,
-    # and nothing of host networking, RDMA, memlock, shm or cluster files.
+    # The ROCm groups (every ROCm container has them), a /dev/shm its cards'
+    # collectives fit in (NCCL/RCCL fail in the runtimes' 64 MB), the
+    # published port, and nothing of host networking, RDMA, memlock or
+    # cluster files.
     assert run == [[
         runtime, "run", "--detach", "--name", "gpurent-wl_one", "--label", "gpurent.workload=wl_one",
         "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
-        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109",
+        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109", "--shm-size", "64g",
         "-p", "30007:8888/tcp", "rocm/pytorch:2.3-rocm6.2"]]
     assert not os.path.exists(os.path.join(a.state_dir, "cluster"))
+    # A container without cards keeps the runtime's own /dev/shm.
+    assert a.put("/v1/workloads/wl_none", json={"image": "busybox", "gpus": []}).status_code == 201
+    a.wait_phase("wl_none", "running")
+    run = [c for c in standins.calls() if c[:2] == [runtime, "run"]][-1]
+    assert "gpurent-wl_none" in run and "--shm-size" not in run, run
 
 
 def test_one_host_cluster_gets_files_but_no_flags(real_agent, standins, rank_key):
@@ -681,8 +689,9 @@ def test_one_host_cluster_gets_files_but_no_flags(real_agent, standins, rank_key
     assert a.put("/v1/workloads/wl_1h", json=spec).status_code == 201
     a.wait_phase("wl_1h", "running")
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
-    for word in ("--network", "--cap-add", "--ulimit", "--shm-size", "--add-host"):
+    for word in ("--network", "--cap-add", "--ulimit", "--add-host"):
         assert word not in run
+    assert run[run.index("--shm-size") + 1] == "64g"  # as every container with cards
     assert "30007:8888/tcp" in run
     cdir = os.path.join(a.state_dir, "cluster", "wl_1h")
     assert run[-2] == f"{cdir}/ssh:/root/.ssh:ro"

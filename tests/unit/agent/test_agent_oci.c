@@ -66,7 +66,7 @@ static void test_run_podman_rocm(void **state)
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_abc", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_abc --label gpurent.workload=wl_abc --pull never"
-                    " --device /dev/kfd --device /dev/dri/renderD130 --device /dev/dri/renderD131"
+                    " --device /dev/kfd --device /dev/dri/renderD130 --device /dev/dri/renderD131 --shm-size 64g"
                     " --volume /run/m/v-1:/shared --env GPURENT_NODE_RANK=0 --env MASTER_PORT=29500"
                     " rocm/pytorch:2.3-rocm6.2");
     argv_free(&a);
@@ -102,7 +102,7 @@ static void test_run_podman_cuda(void **state)
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_n", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_n --label gpurent.workload=wl_n --pull never"
-                    " --device nvidia.com/gpu=0 --device nvidia.com/gpu=5"
+                    " --device nvidia.com/gpu=0 --device nvidia.com/gpu=5 --shm-size 64g"
                     " --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
     /* "A=x y" is one word, not two. */
     int found = 0;
@@ -121,7 +121,7 @@ static void test_run_docker_cuda(void **state)
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_n", &s, dirs, &a), 0);
     assert_line(&a, "docker run --detach --name gpurent-wl_n --label gpurent.workload=wl_n --pull never"
-                    " --gpus \"device=0,5\" --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
+                    " --gpus \"device=0,5\" --shm-size 64g --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
     /* The quotes are part of the word: docker's --gpus would split 0,5 otherwise. */
     int found = 0;
     for (int i = 0; i < a.n; i++)
@@ -202,9 +202,9 @@ static void test_run_multi_node(void **state)
     struct oci_host host = {.rdma = rdma, .n_rdma = 2, .video_gid = 44, .render_gid = 109, .shm_size = "128g",
                             .cluster_dir = "/var/lib/gpurent-agent/cluster/wl_m", .render_nodes = nodes};
     const char *rest = " --device /dev/kfd --device /dev/dri/renderD128 --device /dev/dri/renderD129"
-                       " --group-add 44 --group-add 109 --env NODE_RANK=1"
+                       " --group-add 44 --group-add 109 --shm-size 128g --env NODE_RANK=1"
                        " --network host --device /dev/infiniband/rdma_cm --device /dev/infiniband/uverbs0"
-                       " --cap-add IPC_LOCK --ulimit memlock=-1:-1 --shm-size 128g"
+                       " --cap-add IPC_LOCK --ulimit memlock=-1:-1"
                        " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6"
                        " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile:/etc/gpurent/hostfile:ro"
                        " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro"
@@ -229,7 +229,7 @@ static void test_run_multi_node(void **state)
     assert_int_equal(oci_argv_run(&c, "wl_m", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_m --label gpurent.workload=wl_m --pull never"
                     " --device /dev/kfd --device /dev/dri/renderD128 --device /dev/dri/renderD129 --group-add 109"
-                    " --env NODE_RANK=1 --network host --cap-add IPC_LOCK --ulimit memlock=-1:-1 --shm-size 64g"
+                    " --shm-size 64g --env NODE_RANK=1 --network host --cap-add IPC_LOCK --ulimit memlock=-1:-1"
                     " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6 rocm/pytorch:2.3-rocm6.2");
     argv_free(&a);
     struct oci_host same = {.video_gid = 44, .render_gid = 44, .render_nodes = nodes};
@@ -241,13 +241,13 @@ static void test_run_multi_node(void **state)
                 " \"ports\": [{\"container\": 8888, \"host\": 30007}]}");
     assert_int_equal(oci_argv_run(&c, "wl_s", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_s --label gpurent.workload=wl_s --pull never"
-                    " --device nvidia.com/gpu=0 -p 30007:8888/tcp busybox");
+                    " --device nvidia.com/gpu=0 --shm-size 64g -p 30007:8888/tcp busybox");
     argv_free(&a);
     spec_free(&s);
     s = spec_of("{\"image\": \"busybox\", \"gpus\": [0], \"stack\": \"ROCm\"}");
     assert_int_equal(oci_argv_run(&c, "wl_s", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_s --label gpurent.workload=wl_s --pull never"
-                    " --device /dev/kfd --device /dev/dri/renderD128 --group-add 44 busybox");
+                    " --device /dev/kfd --device /dev/dri/renderD128 --group-add 44 --shm-size 64g busybox");
     argv_free(&a);
     spec_free(&s);
 }
