@@ -313,3 +313,33 @@ def test_the_registries_policy_takes_any_valid_image_of_an_allowed_registry(regi
     r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={"image": "ghcr.io/x/y:1"})
     assert_error(r, 400, "invalid_field", "image")
     assert c.get(u, inst["id"])["image"] == "team/own:2"
+
+
+def test_a_job_lost_with_its_node_can_be_changed_and_started_again(cloud):
+    """A node of a running 2-node job dies: the instance is lost and holds
+    nothing, so, like a stopped one, its command can be changed (to resume
+    from a checkpoint, say) and it can be started again on other nodes;
+    it cannot be stopped first, so a PATCH must not ask for that."""
+    c = cloud
+    c.fleet(1, prefix="a-")
+    b = c.fleet(1, prefix="b-")
+    c.add_image(IMAGE)
+    u = c.user()
+    iid = c.create(u, card_count=16, image=IMAGE, command=["sh", "-c", "echo epoch-1; sleep 600"])["id"]
+    c.wait_state(u, iid, "running")
+    b.proc.kill()
+    b.proc.wait()
+    assert c.wait_state(u, iid, "lost")["nodes"] == []
+    r = c.d.request("POST", f"/v1/instances/{iid}/stop", key=u.key)
+    assert_error(r, 409, "invalid_state")
+    r = c.d.request("PATCH", f"/v1/instances/{iid}", key=u.key,
+                    json={"command": ["sh", "-c", "echo resumed-from-checkpoint; sleep 600"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "lost" and r.json()["command"][2].startswith("echo resumed"), r.text
+    c.fleet(1, prefix="c-")
+    c.action(u, iid, "start")
+    inst = c.wait_state(u, iid, "running")
+    assert sorted(p["node_name"] for p in inst["nodes"]) == ["a-01", "c-01"], inst
+    wait_log(c, u, iid, "resumed-from-checkpoint")
+    c.action(u, iid, "terminate")
+    c.wait_state(u, iid, "terminated")
