@@ -28,11 +28,35 @@ static int finish(struct argv_buf *a)
     return a->overflow ? -1 : 0;
 }
 
+/* The image as the runtime is given it. A short name ("rocm/pytorch:2.3",
+ * "busybox") is Docker Hub's to docker, and to gpurentd, whose registry
+ * allow-list reads it so (image_ref_parse). podman resolves one through
+ * registries.conf instead: with no unqualified-search registries (Debian's
+ * and Ubuntu's default) the pull fails, with several and no terminal it
+ * refuses to choose, and a search list or alias naming another registry
+ * would fetch someone else's image past the allow-list. So podman gets the
+ * name docker would use: docker.io/ before a first part that is not a
+ * registry host (no '.' or ':', not localhost), library/ too for a bare
+ * name. */
+static void image_arg(const struct oci_cmd *c, const char *image, char *out, size_t outlen)
+{
+    const char *slash = strchr(image, '/');
+    size_t first = slash ? (size_t)(slash - image) : strlen(image);
+    int has_registry = slash && (memchr(image, '.', first) || memchr(image, ':', first) ||
+                                 (first == 9 && strncmp(image, "localhost", 9) == 0));
+    if (c->docker || has_registry)
+        snprintf(out, outlen, "%s", image);
+    else
+        snprintf(out, outlen, "docker.io/%s%s", slash ? "" : "library/", image);
+}
+
 int oci_argv_pull(const struct oci_cmd *c, const char *image, struct argv_buf *a)
 {
+    char ref[SPEC_IMAGE_MAX + 32];
+    image_arg(c, image, ref, sizeof ref);
     argv_add(a, c->exe);
     argv_add(a, "pull");
-    argv_add(a, image);
+    argv_add(a, ref);
     return finish(a);
 }
 
@@ -225,7 +249,9 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
     oci_argv_cluster(c, s, a);
     if (c->run_args && c->run_args[0] && argv_from_template(a, c->run_args, NULL, NULL) < 0)
         return -1;
-    argv_add(a, s->image);
+    char ref[SPEC_IMAGE_MAX + 32];
+    image_arg(c, s->image, ref, sizeof ref);
+    argv_add(a, ref);
     /* The command replaces the image's CMD; its ENTRYPOINT stays. */
     for (int i = 0; i < s->n_command; i++)
         argv_add(a, s->command[i]);

@@ -218,6 +218,11 @@ def env_file(agent, wid):
     return os.path.join(agent.state_dir, "run", f"{wid}.env")
 
 
+def image(runtime, short):
+    """The image word of a short name as each runtime is given it."""
+    return short if runtime == "docker" else "docker.io/" + short
+
+
 def verbs(calls):
     return [c[1] if c[0] in ("podman", "docker") else c[0] for c in calls]
 
@@ -229,7 +234,9 @@ def test_podman_rocm_command_lines(real_agent, standins):
     a.wait_phase("wl_rocm", "running")
     hd = standins.host_dir(SRC)
     calls = standins.calls()
-    assert calls[0] == ["podman", "pull", "rocm/pytorch:2.3-rocm6.2"]
+    # A short name is Docker Hub's, as docker and gpurentd read it: podman
+    # is told so, or it would ask registries.conf (none on Debian/Ubuntu).
+    assert calls[0] == ["podman", "pull", "docker.io/rocm/pytorch:2.3-rocm6.2"]
     # The default mount_command, run from PATH, target under mount_root.
     assert calls[1] == ["mount", "-t", "nfs4", "-o", "hard,noatime", SRC, hd]
     assert calls[2] == ["podman", "container", "inspect", "--format",
@@ -238,7 +245,7 @@ def test_podman_rocm_command_lines(real_agent, standins):
         "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
         "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD130",
         "--device", "/dev/dri/renderD131", "--group-add", "44", "--group-add", "109", "--shm-size", "64g",
-        "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "rocm/pytorch:2.3-rocm6.2"]
+        "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "docker.io/rocm/pytorch:2.3-rocm6.2"]
     # The env travels in a 0600 file, sorted by name, removed after run.
     assert standins.env_file("wl_rocm") == ("GPURENT_NODE_RANK=0\nMASTER_PORT=29500\nNOTE=two words\n", "600")
     assert not os.path.exists(env_file(a, "wl_rocm"))
@@ -285,7 +292,7 @@ def test_podman_cuda_uses_cdi_devices(real_agent, standins):
     a.wait_phase("wl_cdi", "running")
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
     assert run[9:] == [*limits(2), "--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3", "--ipc=host",
-                       "--ulimit", "stack=67108864", "pytorch/pytorch:2.3"]
+                       "--ulimit", "stack=67108864", "docker.io/pytorch/pytorch:2.3"]
 
 
 def test_bind_mount_template(real_agent, standins):
@@ -608,7 +615,7 @@ def test_multi_node_command_line_and_cluster_files(real_agent, standins, rank_ke
         "--volume", f"{cdir}/hostfile:/etc/gpurent/hostfile:ro",
         "--volume", f"{cdir}/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro",
         "--volume", f"{cdir}/ssh:/root/.ssh:ro",
-        "rocm/pytorch:2.3-rocm6.2"]]
+        image(runtime, "rocm/pytorch:2.3-rocm6.2")]]
     # The private key is on no command line.
     assert rank_key[0].split("\n")[1] not in open(standins.log).read()
 
@@ -674,7 +681,7 @@ def test_single_node_gets_none_of_the_multi_node_additions(real_agent, standins,
         runtime, "run", "--detach", "--name", "gpurent-wl_one", "--label", "gpurent.workload=wl_one",
         "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
         "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109", "--shm-size", "64g",
-        "-p", "30007:8888/tcp", "rocm/pytorch:2.3-rocm6.2"]]
+        "-p", "30007:8888/tcp", image(runtime, "rocm/pytorch:2.3-rocm6.2")]]
     assert not os.path.exists(os.path.join(a.state_dir, "cluster"))
     # A container without cards keeps the runtime's own /dev/shm.
     assert a.put("/v1/workloads/wl_none", json={"image": "busybox", "gpus": []}).status_code == 201
