@@ -775,13 +775,13 @@ int sim_process_environ_has(const char *pid, const char *want);
  * container's teardown would (sessions' background processes included). */
 void sim_process_kill_workload(const char *wl_id);
 
-/* publish.c: published ports in the sim runtime. One thread listens on
- * 0.0.0.0:<host port> for every port of every running sim workload (it
+/* publish.c: published ports the runtime cannot publish itself: the sim's,
+ * and a podman/docker multi-node rank's (host network). One thread listens
+ * on 0.0.0.0:<host port> for every such port of every running workload (it
  * looks at the workload lists every PUBLISH_RESCAN_MS), and relays each
  * connection to the <container port> socket of a process of that workload
- * (workload_listener), else closes it. The
- * listeners, relays and their buffers are bounded; podman and docker
- * publish with -p themselves. */
+ * (workload_listener), else closes it. The listeners, relays and their
+ * buffers are bounded; podman and docker publish any other with -p. */
 #define PUBLISH_RESCAN_MS 200
 #define PUBLISH_MAX_LISTENERS 1024 /* host ports listened on at once, all nodes */
 #define PUBLISH_MAX_RELAYS 256     /* connections relayed at once, all nodes */
@@ -793,7 +793,7 @@ struct publisher;
 int publish_assign_ranges(struct agent *a);
 /* Parses "FIRST-LAST" (1 <= FIRST <= LAST <= 65535); "" gives 0, 0. -1 if bad. */
 int publish_parse_range(const char *s, int *first, int *last);
-/* Starts the thread (sim only; other runtimes and no range: *out NULL). */
+/* Starts the thread (no node with a range: *out NULL). */
 int publish_start(struct agent *a, struct publisher **out);
 /* Closes every listener and relay and ends the thread; NULL is a no-op. */
 void publish_stop(struct publisher *p);

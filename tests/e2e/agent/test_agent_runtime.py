@@ -17,11 +17,15 @@ import textwrap
 import time
 
 import shutil
+import socket
 import subprocess
+import sys
+import urllib.request
 
 import pytest
 
 from agent_util import Agent, poll
+from ports import free_port, free_range
 
 SEP = "\x1f"
 
@@ -67,6 +71,11 @@ TOOL = textwrap.dedent(r"""
         esac
         echo "Writing manifest to image destination"; exit 0 ;;
     container)
+        # The main pid, when a test made the container's process (CONTAINER.pid).
+        case "$4" in *Pid*)
+            if [ -f "$STANDIN_STATE/$last.pid" ]; then cat "$STANDIN_STATE/$last.pid"; exit 0; fi
+            echo "Error: no such container $last" >&2; exit 125 ;;
+        esac
         if [ -f "$STANDIN_STATE/$last" ]; then cat "$STANDIN_STATE/$last"; exit 0; fi
         echo "Error: no such container $last" >&2; exit 125 ;;
     run)
@@ -731,6 +740,57 @@ def test_no_shm_size_when_run_args_choose_the_ipc_namespace(real_agent, standins
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
     assert ("--shm-size" in run) == shm, run
     assert run[-1 - len(run_args.split()):-1] == run_args.split()
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare")
+def test_a_multi_node_ranks_published_ports_are_relayed_into_its_container(real_agent, standins, rank_key,
+                                                                           tmp_path):
+    # A multi-node rank has the host's network, where -p means nothing: the
+    # agent listens on the published host port itself and relays to the
+    # container port, to a socket of the container's own processes only.
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "index.html").write_text("in the container\n")
+    inside, outside = free_port(), free_port()
+    # The "container": a web server in a pid namespace of its own, on the
+    # host's network; and a server of the host's on the other port.
+    box = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                            str(inside)], cwd=www, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    host = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(outside)], cwd=www,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        child = poll(lambda: subprocess.run(["pgrep", "-P", str(box.pid)], capture_output=True,
+                                            text=True).stdout.split(), 20, "the container's process")
+        with open(os.path.join(standins.state, "gpurent-wl_pub.pid"), "w") as f:
+            f.write(child[0] + "\n")
+        first, last = free_range(2)
+        a = real_agent(publish_port_range=f"{first}-{last}")
+        spec = cluster_spec(rank_key, ports=[{"container": inside, "host": first},
+                                             {"container": outside, "host": first + 1}])
+        assert a.put("/v1/workloads/wl_pub", json=spec).status_code == 201
+        a.wait_phase("wl_pub", "running")
+        run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
+        assert "--network" in run and "-p" not in run
+
+        def served():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{first}/index.html", timeout=5).read()
+            except OSError:
+                return None
+        assert poll(served, 20, "the published port") == b"in the container\n"
+        assert ["podman", "container", "inspect", "--format", "{{.State.Pid}}", "gpurent-wl_pub"] in standins.calls()
+        # The host's own server is no process of the container: closed unanswered.
+        with socket.create_connection(("127.0.0.1", first + 1), timeout=10) as c:
+            c.settimeout(10)
+            c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            try:
+                assert c.recv(100) == b""
+            except ConnectionResetError:
+                pass  # closed with the request unread
+    finally:
+        for p in (box, host):
+            p.kill()
+            p.wait(timeout=30)
 
 
 def test_a_rocm_card_without_a_render_node_is_not_started(real_agent, standins, tmp_path):
