@@ -275,14 +275,35 @@ char *oci_env_file_text(const struct wl_spec *s)
     return out;
 }
 
+/* Where w's env file is written: run/ID.env under its node's directory.
+ * 0, or -1 when the path does not fit. */
+static int env_file_path(const struct runtime *rt, const struct workload *w, char *path, size_t pathlen)
+{
+    char dir[PATH_MAX];
+    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0)
+        return -1;
+    int n = snprintf(path, pathlen, "%s/run/%s.env", dir, w->id);
+    return n < 0 || (size_t)n >= pathlen ? -1 : 0;
+}
+
+/* Removes an env file a run left behind: one the agent died in the middle
+ * of (between writing it and run returning) stays on disk with the
+ * workload's secrets, and neither a restart that finds the container
+ * running nor the removal would write or unlink it again. */
+static void env_file_forget(const struct runtime *rt, const struct workload *w)
+{
+    char path[PATH_MAX];
+    if (env_file_path(rt, w, path, sizeof path) == 0 && unlink(path) < 0 && errno != ENOENT)
+        log_warn("workload %s: cannot remove its env file: %s", w->id, strerror(errno));
+}
+
 /* Writes the env file of w under its node's directory (run/ID.env, 0600,
  * the directory 0700) into path. 0 or -1 with msg. */
 static int env_file_write(const struct runtime *rt, struct workload *w, char *path, size_t pathlen, char *msg,
                           size_t msglen)
 {
     char dir[PATH_MAX];
-    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0 ||
-        snprintf(path, pathlen, "%s/run/%s.env", dir, w->id) >= (int)pathlen) {
+    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0 || env_file_path(rt, w, path, pathlen) < 0) {
         snprintf(msg, msglen, "run: the env file path is too long");
         return -1;
     }
@@ -847,8 +868,10 @@ static int oci_start(const struct runtime *rt, struct workload *w, char *const h
     /* After a crash between run and the phase update, the container may
      * already run: keep it. A leftover that does not run is replaced. */
     enum rt_state st = oci_state(rt, w, &ex, why, sizeof why);
-    if (st == RT_RUNNING)
+    if (st == RT_RUNNING) {
+        env_file_forget(rt, w);
         return STEP_OK;
+    }
     if (st != RT_ABSENT) {
         int rc = oci_remove_container(rt, w, msg, msglen);
         if (rc != STEP_OK)
@@ -897,9 +920,12 @@ static int oci_remove(const struct runtime *rt, struct workload *w, char *msg, s
     struct rt_exit ex;
     enum rt_state st = oci_state(rt, w, &ex, why, sizeof why);
     int rc = st == RT_ABSENT ? STEP_OK : oci_remove_container(rt, w, msg, msglen);
-    /* The cluster files (its private key among them) go with the container. */
+    /* The cluster files (its private key among them) go with the container,
+     * and so does an env file a run was cut short in. */
     if (rc == STEP_OK && w->spec.cluster.present && oci_cluster_dir(rt, w, dir, sizeof dir) == 0)
         cluster_remove_dir(dir);
+    if (rc == STEP_OK)
+        env_file_forget(rt, w);
     return rc;
 }
 

@@ -86,7 +86,10 @@ TOOL = textwrap.dedent(r"""
         case "$last" in *fail-start*)
             echo "Error: crun: open /dev/kfd: No such device: OCI runtime error" >&2; exit 126 ;;
         esac
-        echo "running 0 $(zero_time)" > "$STANDIN_STATE/$name"; echo "4f1d9c2b7a3e"; exit 0 ;;
+        echo "running 0 $(zero_time)" > "$STANDIN_STATE/$name"
+        # A run that made its container but has not returned yet.
+        case "$last" in *slow-run*) exec sleep 60 ;; esac
+        echo "4f1d9c2b7a3e"; exit 0 ;;
     stop)
         [ -f "$STANDIN_STATE/$last" ] || { echo "Error: no such container $last" >&2; exit 125; }
         echo "exited 143 $(now_time)" > "$STANDIN_STATE/$last"; echo "$last" ;;
@@ -449,6 +452,29 @@ def test_restart_keeps_containers_and_does_not_rerun_them(real_agent, standins):
     assert a.get("/v1/workloads/wl_keep").json()["phase"] == "running"
     assert len([c for c in standins.calls() if c[:2] == ["podman", "run"]]) == runs
     assert len(standins.calls("mount")) == mounts
+
+
+def test_an_env_file_left_by_a_run_cut_short_is_removed(real_agent, standins):
+    # The agent dies while `run` has made the container but not returned:
+    # the env file, secrets and all, is still on disk. The restarted agent
+    # finds the container running and keeps it, and removes the file; so
+    # does the workload's removal.
+    a = real_agent()
+    spec = {"image": "registry.example/slow-run:1", "env": {"HF_TOKEN": SECRET}, "secret_env": ["HF_TOKEN"]}
+    assert a.put("/v1/workloads/wl_cut", json=spec).status_code == 201
+    poll(lambda: standins.container("wl_cut"), 10, "the container to be made")
+    assert os.path.exists(env_file(a, "wl_cut"))
+    a.kill()
+    a.start()
+    a.wait_phase("wl_cut", "running")
+    assert len([c for c in standins.calls() if c[:2] == ["podman", "run"]]) == 1  # kept, not run again
+    assert not os.path.exists(env_file(a, "wl_cut"))
+    # A file left behind some other way goes with the workload.
+    with open(env_file(a, "wl_cut"), "w") as f:
+        f.write(f"HF_TOKEN={SECRET}\n")
+    assert a.delete("/v1/workloads/wl_cut").status_code == 200
+    poll(lambda: standins.container("wl_cut") is None, 15, "the container to be removed")
+    poll(lambda: not os.path.exists(env_file(a, "wl_cut")), 15, "the env file to be removed")
 
 
 def test_shared_source_is_mounted_once_and_unmounted_last(real_agent, standins):
