@@ -824,6 +824,11 @@ static void oci_limits(const struct runtime *rt, const struct wl_spec *s, struct
     host->memory_mb = conf->container_memory_mb_per_card > 0 ? conf->container_memory_mb_per_card * cards
                       : pages > 0 && page > 0 ? (int64_t)((__int128)pages * page / (1024 * 1024) * cards / node_cards)
                                               : 0;
+    /* No container can use more than the host's CPUs, and docker refuses
+     * to start one asked for more ("Range of CPUs is from 0.01 to N.00"):
+     * a per-card setting times 8 cards can pass a small host. */
+    if (cpus > 0 && host->millicpus > (int64_t)cpus * 1000)
+        host->millicpus = (int64_t)cpus * 1000;
     host->pids_limit = conf->container_pids_limit;
     host->log_max_mb = conf->container_log_max_mb;
 }

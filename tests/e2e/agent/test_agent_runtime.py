@@ -843,6 +843,16 @@ def test_a_containers_limits_are_its_cards_share_of_the_host(real_agent, standin
     assert "--pids-limit" not in run and "--log-opt" not in run and "--log-driver" not in run
 
 
+def test_cpus_per_card_past_the_hosts_cpus_are_capped_at_them(real_agent, standins):
+    # docker refuses --cpus over the host's CPUs, so an 8-card container
+    # under a per-card setting made for a bigger host would never start.
+    a = real_agent(runtime="docker", container_millicpus_per_card="10000000")
+    assert a.put("/v1/workloads/wl_many", json={"image": "busybox", "gpus": list(range(8))}).status_code == 201
+    a.wait_phase("wl_many", "running")
+    run = [c for c in standins.calls() if c[:2] == ["docker", "run"]][0]
+    assert run[run.index("--cpus") + 1] == f"{os.sysconf('SC_NPROCESSORS_ONLN')}.000", run
+
+
 def flood_then_wait(real_agent, standins, wid, out, err=()):
     """Runs wid, writes its output (lines (seconds from now, text) per
     stream, each dated at half past that second), then an "after the
