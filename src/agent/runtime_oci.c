@@ -121,13 +121,17 @@ void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct a
             argv_addf(a, "%s:%s", s->cluster.hosts[i].name, s->cluster.hosts[i].address);
         }
     }
+    /* Z: on an SELinux host the files keep the state directory's label,
+     * which a container may not read (its ssh finds no config or key, the
+     * launchers no hostfile) until the runtime relabels them for it; they
+     * are this container's alone. Without SELinux the runtimes ignore it. */
     if (s->cluster.present && c->host && c->host->cluster_dir) {
         argv_add(a, "--volume");
-        argv_addf(a, "%s/hostfile:/etc/gpurent/hostfile:ro", c->host->cluster_dir);
+        argv_addf(a, "%s/hostfile:/etc/gpurent/hostfile:ro,Z", c->host->cluster_dir);
         argv_add(a, "--volume");
-        argv_addf(a, "%s/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro", c->host->cluster_dir);
+        argv_addf(a, "%s/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro,Z", c->host->cluster_dir);
         argv_add(a, "--volume");
-        argv_addf(a, "%s/ssh:/root/.ssh:ro", c->host->cluster_dir);
+        argv_addf(a, "%s/ssh:/root/.ssh:ro,Z", c->host->cluster_dir);
     }
 }
 

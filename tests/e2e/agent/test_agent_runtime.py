@@ -647,9 +647,9 @@ def test_multi_node_command_line_and_cluster_files(real_agent, standins, rank_ke
         "--device", f"{standins.rdma_dir}/uverbs1",
         "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1",
         "--add-host", "rank0:10.0.0.5", "--add-host", "rank1:fd00::6",
-        "--volume", f"{cdir}/hostfile:/etc/gpurent/hostfile:ro",
-        "--volume", f"{cdir}/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro",
-        "--volume", f"{cdir}/ssh:/root/.ssh:ro",
+        "--volume", f"{cdir}/hostfile:/etc/gpurent/hostfile:ro,Z",
+        "--volume", f"{cdir}/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro,Z",
+        "--volume", f"{cdir}/ssh:/root/.ssh:ro,Z",
         image(runtime, "rocm/pytorch:2.3-rocm6.2")]]
     # The private key is on no command line.
     assert rank_key[0].split("\n")[1] not in open(standins.log).read()
@@ -736,7 +736,7 @@ def test_one_host_cluster_gets_files_but_no_flags(real_agent, standins, rank_key
     assert run[run.index("--shm-size") + 1] == "64g"  # as every container with cards
     assert "30007:8888/tcp" in run
     cdir = os.path.join(a.state_dir, "cluster", "wl_1h")
-    assert run[-2] == f"{cdir}/ssh:/root/.ssh:ro"
+    assert run[-2] == f"{cdir}/ssh:/root/.ssh:ro,Z"
 
 
 def test_group_and_rdma_lookups_that_find_nothing(real_agent, standins, rank_key):

@@ -206,9 +206,9 @@ static void test_run_multi_node(void **state)
                        " --network host --device /dev/infiniband/rdma_cm --device /dev/infiniband/uverbs0"
                        " --cap-add IPC_LOCK --ulimit memlock=-1:-1"
                        " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6"
-                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile:/etc/gpurent/hostfile:ro"
-                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro"
-                       " --volume /var/lib/gpurent-agent/cluster/wl_m/ssh:/root/.ssh:ro";
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile:/etc/gpurent/hostfile:ro,Z"
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro,Z"
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/ssh:/root/.ssh:ro,Z";
     char want[4096];
     char *dirs[] = {NULL};
     for (int docker = 0; docker <= 1; docker++) {
