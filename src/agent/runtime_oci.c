@@ -216,6 +216,16 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
             }
         }
     }
+    /* NVIDIA's images set NVIDIA_VISIBLE_DEVICES=all, which the toolkit's
+     * legacy hook (installed for podman with the full toolkit) and the
+     * nvidia runtime (docker's default on many GPU hosts) obey by handing
+     * the container every card of the host, its neighbours' too. "void"
+     * makes them do nothing: podman's cards come by CDI, docker's by
+     * --gpus, which sets the variable to its own cards. */
+    if (strcmp(s->stack, "CUDA") == 0 && !(c->docker && s->n_gpus > 0)) {
+        argv_add(a, "--env");
+        argv_add(a, "NVIDIA_VISIBLE_DEVICES=void");
+    }
     /* NCCL and RCCL move data between a node's cards through /dev/shm, and
      * PyTorch's DataLoader workers hand batches over in it: the runtimes'
      * 64 MB default fails an 8-card job at its first collective. Pages

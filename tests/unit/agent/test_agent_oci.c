@@ -102,7 +102,7 @@ static void test_run_podman_cuda(void **state)
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_n", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_n --label gpurent.workload=wl_n --pull never"
-                    " --device nvidia.com/gpu=0 --device nvidia.com/gpu=5 --shm-size 64g"
+                    " --device nvidia.com/gpu=0 --device nvidia.com/gpu=5 --env NVIDIA_VISIBLE_DEVICES=void --shm-size 64g"
                     " --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
     /* "A=x y" is one word, not two. */
     int found = 0;
@@ -127,6 +127,14 @@ static void test_run_docker_cuda(void **state)
     for (int i = 0; i < a.n; i++)
         found |= strcmp(a.v[i], "\"device=0,5\"") == 0;
     assert_true(found);
+    argv_free(&a);
+    spec_free(&s);
+    /* Without cards, nothing sets NVIDIA_VISIBLE_DEVICES for the nvidia
+     * runtime but the image ("all"): void takes every card away. */
+    s = spec_of("{\"image\": \"nvcr.io/nvidia/pytorch:24.05-py3\", \"stack\": \"CUDA\"}");
+    assert_int_equal(oci_argv_run(&c, "wl_0", &s, dirs, &a), 0);
+    assert_line(&a, "docker run --detach --name gpurent-wl_0 --label gpurent.workload=wl_0 --pull never"
+                    " --env NVIDIA_VISIBLE_DEVICES=void nvcr.io/nvidia/pytorch:24.05-py3");
     argv_free(&a);
     spec_free(&s);
 }
@@ -240,7 +248,8 @@ static void test_run_multi_node(void **state)
                 " \"ports\": [{\"container\": 8888, \"host\": 30007}]}");
     assert_int_equal(oci_argv_run(&c, "wl_s", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_s --label gpurent.workload=wl_s --pull never"
-                    " --device nvidia.com/gpu=0 --shm-size 64g -p 30007:8888/tcp docker.io/library/busybox");
+                    " --device nvidia.com/gpu=0 --env NVIDIA_VISIBLE_DEVICES=void --shm-size 64g -p 30007:8888/tcp"
+                    " docker.io/library/busybox");
     argv_free(&a);
     spec_free(&s);
     s = spec_of("{\"image\": \"busybox\", \"gpus\": [0], \"stack\": \"ROCm\"}");
