@@ -176,7 +176,7 @@ struct agent_conf {
     char data_address[256];        /* facts' data_address; "" = found (fabric.c), the sim's 127.0.0.1 */
     char rdma_device_dir[1024];    /* RDMA device nodes passed to multi-node containers */
     char kfd_topology_dir[1024];   /* the KFD topology: which render node is each AMD card */
-    char shm_size[16];             /* --shm-size of multi-node containers ("64g") */
+    char shm_size[16];             /* --shm-size of containers with cards ("64g") */
     char group_file[1024];         /* where video/render gids are read; "" = the host's groups (NSS) */
 };
 extern const struct conf_option agent_options[];
@@ -775,13 +775,13 @@ int sim_process_environ_has(const char *pid, const char *want);
  * container's teardown would (sessions' background processes included). */
 void sim_process_kill_workload(const char *wl_id);
 
-/* publish.c: published ports in the sim runtime. One thread listens on
- * 0.0.0.0:<host port> for every port of every running sim workload (it
+/* publish.c: published ports the runtime cannot publish itself: the sim's,
+ * and a podman/docker multi-node rank's (host network). One thread listens
+ * on 0.0.0.0:<host port> for every such port of every running workload (it
  * looks at the workload lists every PUBLISH_RESCAN_MS), and relays each
  * connection to the <container port> socket of a process of that workload
- * (workload_listener), else closes it. The
- * listeners, relays and their buffers are bounded; podman and docker
- * publish with -p themselves. */
+ * (workload_listener), else closes it. The listeners, relays and their
+ * buffers are bounded; podman and docker publish any other with -p. */
 #define PUBLISH_RESCAN_MS 200
 #define PUBLISH_MAX_LISTENERS 1024 /* host ports listened on at once, all nodes */
 #define PUBLISH_MAX_RELAYS 256     /* connections relayed at once, all nodes */
@@ -793,7 +793,7 @@ struct publisher;
 int publish_assign_ranges(struct agent *a);
 /* Parses "FIRST-LAST" (1 <= FIRST <= LAST <= 65535); "" gives 0, 0. -1 if bad. */
 int publish_parse_range(const char *s, int *first, int *last);
-/* Starts the thread (sim only; other runtimes and no range: *out NULL). */
+/* Starts the thread (no node with a range: *out NULL). */
 int publish_start(struct agent *a, struct publisher **out);
 /* Closes every listener and relay and ends the thread; NULL is a no-op. */
 void publish_stop(struct publisher *p);
@@ -843,7 +843,7 @@ struct oci_host {
     char (*render_nodes)[FABRIC_RENDER_NODE_MAX]; /* ROCm: the render node of each card of the spec, in its order */
     int64_t millicpus, memory_mb, pids_limit;     /* the container's limits; 0 = none given */
     int64_t log_max_mb;                           /* its log file's bound; 0 = the runtime's */
-    const char *shm_size;         /* --shm-size for multi-node */
+    const char *shm_size;         /* --shm-size for containers with cards */
     const char *cluster_dir;      /* the cluster files to mount (hostfile, hostfile.mpi, ssh/); NULL none */
 };
 struct oci_cmd {
@@ -864,7 +864,7 @@ int oci_argv_pull(const struct oci_cmd *c, const char *image, struct argv_buf *a
 int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *s, char *const host_dirs[],
                  struct argv_buf *a);
 /* The multi-node additions of a run line (host network, RDMA devices from
- * c->host, IPC_LOCK, memlock, shm, --add-host per rank with an IP), only
+ * c->host, IPC_LOCK, memlock, --add-host per rank with an IP), only
  * for a cluster of more than one host, and the read-only mounts of the
  * cluster files (c->host->cluster_dir) whenever s has a cluster. */
 void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct argv_buf *a);

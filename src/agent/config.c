@@ -229,7 +229,7 @@ const struct conf_option agent_options[] = {
     OPT_STR(umount_command, "umount {target}", validate_umount_command, "unmount template; {target} is substituted"),
     OPT_STR(mountinfo_file, "/proc/self/mountinfo", validate_nonempty,
             "where a volume target is checked to be a mount point (a stand-in file in tests)"),
-    OPT_STR(run_args, "", validate_words, "extra words for podman/docker run, e.g. --ipc=host --shm-size=16g"),
+    OPT_STR(run_args, "", validate_words, "extra words for podman/docker run, e.g. --ulimit stack=67108864 (podman refuses --shm-size beside --ipc=host)"),
     OPT_INT(pull_timeout_s, 10, 86400, 3600, "bound on one image pull"),
     OPT_INT(command_timeout_s, 1, 3600, 120, "bound on mount, run, inspect, stop and rm"),
     OPT_INT(stop_timeout_s, 0, 3600, 30, "seconds a container gets to exit on stop before it is killed"),
@@ -288,7 +288,7 @@ const struct conf_option agent_options[] = {
     OPT_STR(kfd_topology_dir, "/sys/class/kfd/kfd/topology/nodes", validate_kfd_topology_dir,
             "the KFD topology, where each AMD card's render node is found (a ROCm container gets only its own "
             "cards')"),
-    OPT_STR(shm_size, "64g", validate_shm_size, "--shm-size of multi-node containers (digits then b, k, m or g)"),
+    OPT_STR(shm_size, "64g", validate_shm_size, "--shm-size of containers with cards (digits then b, k, m or g)"),
     OPT_STR(group_file, "", validate_group_file,
             "where the video and render gids for ROCm containers are read; \"\" = the host's groups (getgrnam)"),
     {NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL},

@@ -1,11 +1,14 @@
 /* publish.c: published ports (see agent.h). Each node's host port range
  * comes from publish_port_range; podman and docker publish a workload's
- * ports themselves (-p in its run command line), and for the sim runtime,
- * whose "containers" share the host's network, one thread here does it:
- * it listens on 0.0.0.0:<host port> for every port of every running sim
- * workload and relays each connection to the socket a process of that
- * workload listens on at <container port> (listening.c), the check and
- * the address `ssh -L` uses too, or closes it when there is none. It finds what to listen on by looking at the workload
+ * ports themselves (-p in its run command line), except a multi-node
+ * rank's, which has the host's network (where -p means nothing), and for
+ * those and the sim runtime's, whose "containers" share the host's network
+ * too, one thread here does it: it listens on 0.0.0.0:<host port> for
+ * every such port of every running workload and relays each connection to
+ * the socket a process of that workload listens on at <container port>
+ * (listening.c; for podman and docker found through the container's main
+ * process), the check and the address `ssh -L` uses too, or closes it
+ * when there is none. It finds what to listen on by looking at the workload
  * lists every PUBLISH_RESCAN_MS rather than being told by the driver, so
  * the listeners follow the workloads across agent restarts too, and a
  * workload removed or no longer running loses its listeners and relays at
@@ -36,6 +39,7 @@ struct pub_listener {
     struct agent_node *node;    /* whose workload */
     char wl_id[AGENT_NAME_MAX]; /* the workload */
     int host, container;        /* host port -> container port */
+    long pid;                   /* podman/docker: the container's main process, 0 until looked up; sim: 0 */
     int seen;                   /* still wanted at the last look */
     int64_t retry_ms;           /* fd -1: monotonic time of the next bind */
 };
@@ -170,7 +174,9 @@ static int workload_published(struct publisher *p, const struct agent_node *node
     return 0;
 }
 
-/* Brings the listeners in line with the running sim workloads. */
+/* Brings the listeners in line with the running workloads this thread
+ * publishes for (all of the sim's; podman's and docker's on the host's
+ * network). */
 static void rescan(struct publisher *p)
 {
     struct agent *a = p->agent;
@@ -183,7 +189,8 @@ static void rescan(struct publisher *p)
         pthread_mutex_lock(&n->lock);
         for (size_t i = 0; i < n->n_wl; i++) {
             const struct workload *w = n->wl[i];
-            if (w->removing || w->phase != WL_RUNNING)
+            if (w->removing || w->phase != WL_RUNNING ||
+                (a->rt->ops != &sim_runtime_ops && !cluster_multi_node(&w->spec)))
                 continue;
             for (int j = 0; j < w->spec.n_ports; j++) {
                 if (n_want == PUBLISH_MAX_LISTENERS) {
@@ -273,15 +280,31 @@ static void take_connection(struct publisher *p, struct pub_listener *l)
         close(c);
         return;
     }
+    /* podman/docker: the container's sockets are known through its main
+     * process, asked of the runtime (a command, so once per listener) and
+     * asked again when the one known serves nothing: the container may
+     * have been started anew. */
+    const struct runtime *rt = p->agent->rt;
+    int oci = rt->ops != &sim_runtime_ops, found = 0;
     struct listen_addr at;
-    if (!workload_listener(l->wl_id, 0, l->container, &at)) {
+    for (int fresh = 0; fresh < 2 && !found; fresh++) {
+        char why[256];
+        if (oci && (fresh || !l->pid) && rt->ops->main_pid(rt, l->wl_id, &l->pid, why, sizeof why) != STEP_OK) {
+            log_info("node %s: host port %d: workload %s: %s", l->node->name, l->host, l->wl_id, why);
+            break;
+        }
+        found = workload_listener(l->wl_id, l->pid, l->container, &at);
+        if (!oci)
+            break;
+    }
+    if (!found) {
         log_info("node %s: host port %d: nothing of workload %s listens on %d; connection closed", l->node->name,
                  l->host, l->wl_id, l->container);
         close(c);
         return;
     }
     /* Loopback: the connect is immediate, so it is made blocking. */
-    int w = listen_addr_connect(0, &at, 0);
+    int w = listen_addr_connect(l->pid, &at, 0);
     if (w < 0 || fcntl(w, F_SETFL, fcntl(w, F_GETFL) | O_NONBLOCK) < 0) {
         log_info("node %s: host port %d: cannot reach port %d of workload %s: %s", l->node->name, l->host, l->container,
                  l->wl_id, strerror(errno));
@@ -388,7 +411,7 @@ int publish_start(struct agent *a, struct publisher **out)
     int any = 0;
     for (size_t i = 0; i < a->n_nodes; i++)
         any |= a->nodes[i].publish_first > 0;
-    if (!any || a->rt->ops != &sim_runtime_ops)
+    if (!any)
         return 0;
     struct publisher *p = calloc(1, sizeof *p);
     if (p) {

@@ -28,11 +28,35 @@ static int finish(struct argv_buf *a)
     return a->overflow ? -1 : 0;
 }
 
+/* The image as the runtime is given it. A short name ("rocm/pytorch:2.3",
+ * "busybox") is Docker Hub's to docker, and to gpurentd, whose registry
+ * allow-list reads it so (image_ref_parse). podman resolves one through
+ * registries.conf instead: with no unqualified-search registries (Debian's
+ * and Ubuntu's default) the pull fails, with several and no terminal it
+ * refuses to choose, and a search list or alias naming another registry
+ * would fetch someone else's image past the allow-list. So podman gets the
+ * name docker would use: docker.io/ before a first part that is not a
+ * registry host (no '.' or ':', not localhost), library/ too for a bare
+ * name. */
+static void image_arg(const struct oci_cmd *c, const char *image, char *out, size_t outlen)
+{
+    const char *slash = strchr(image, '/');
+    size_t first = slash ? (size_t)(slash - image) : strlen(image);
+    int has_registry = slash && (memchr(image, '.', first) || memchr(image, ':', first) ||
+                                 (first == 9 && strncmp(image, "localhost", 9) == 0));
+    if (c->docker || has_registry)
+        snprintf(out, outlen, "%s", image);
+    else
+        snprintf(out, outlen, "docker.io/%s%s", slash ? "" : "library/", image);
+}
+
 int oci_argv_pull(const struct oci_cmd *c, const char *image, struct argv_buf *a)
 {
+    char ref[SPEC_IMAGE_MAX + 32];
+    image_arg(c, image, ref, sizeof ref);
     argv_add(a, c->exe);
     argv_add(a, "pull");
-    argv_add(a, image);
+    argv_add(a, ref);
     return finish(a);
 }
 
@@ -49,12 +73,34 @@ static void gpu_list(const struct wl_spec *s, char *out, size_t outlen)
     }
 }
 
+/* Whether the operator's run_args put the container in an IPC namespace not
+ * its own (--ipc=host, none, container:NAME, ns:PATH; the last --ipc counts,
+ * as the runtimes read it): its /dev/shm is then not the container's to
+ * size, and podman refuses to start a container given --shm-size beside it
+ * ("cannot set shmsize when running in the host IPC Namespace"). */
+static int run_args_set_ipc(const char *run_args)
+{
+    struct argv_buf a = {0};
+    const char *mode = NULL;
+    if (run_args && run_args[0] && argv_from_template(&a, run_args, NULL, NULL) == 0) {
+        for (int i = 0; i < a.n; i++) {
+            if (strncmp(a.v[i], "--ipc=", 6) == 0)
+                mode = a.v[i] + 6;
+            else if (strcmp(a.v[i], "--ipc") == 0 && i + 1 < a.n)
+                mode = a.v[++i];
+        }
+    }
+    int shared = mode && strcmp(mode, "private") != 0 && strcmp(mode, "shareable") != 0;
+    argv_free(&a);
+    return shared;
+}
+
 void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct argv_buf *a)
 {
     if (cluster_multi_node(s)) {
         /* Ranks reach each other on any port (NCCL/RCCL, torchrun's store,
-         * sshd), and RDMA verbs need the host's interfaces and devices,
-         * pinned memory and a shared memory far above the default 64 MB. */
+         * sshd), and RDMA verbs need the host's interfaces and devices and
+         * pinned memory. */
         argv_add(a, "--network");
         argv_add(a, "host");
         for (int i = 0; c->host && i < c->host->n_rdma; i++) {
@@ -65,8 +111,6 @@ void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct a
         argv_add(a, "IPC_LOCK");
         argv_add(a, "--ulimit");
         argv_add(a, "memlock=-1:-1");
-        argv_add(a, "--shm-size");
-        argv_add(a, c->host && c->host->shm_size ? c->host->shm_size : "64g");
         /* The hostfile names resolve in /etc/hosts; --add-host takes only an
          * IP, so a rank known by host name is left to DNS (ssh's config
          * names its HostName anyway). */
@@ -77,13 +121,17 @@ void oci_argv_cluster(const struct oci_cmd *c, const struct wl_spec *s, struct a
             argv_addf(a, "%s:%s", s->cluster.hosts[i].name, s->cluster.hosts[i].address);
         }
     }
+    /* Z: on an SELinux host the files keep the state directory's label,
+     * which a container may not read (its ssh finds no config or key, the
+     * launchers no hostfile) until the runtime relabels them for it; they
+     * are this container's alone. Without SELinux the runtimes ignore it. */
     if (s->cluster.present && c->host && c->host->cluster_dir) {
         argv_add(a, "--volume");
-        argv_addf(a, "%s/hostfile:/etc/gpurent/hostfile:ro", c->host->cluster_dir);
+        argv_addf(a, "%s/hostfile:/etc/gpurent/hostfile:ro,Z", c->host->cluster_dir);
         argv_add(a, "--volume");
-        argv_addf(a, "%s/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro", c->host->cluster_dir);
+        argv_addf(a, "%s/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro,Z", c->host->cluster_dir);
         argv_add(a, "--volume");
-        argv_addf(a, "%s/ssh:/root/.ssh:ro", c->host->cluster_dir);
+        argv_addf(a, "%s/ssh:/root/.ssh:ro,Z", c->host->cluster_dir);
     }
 }
 
@@ -168,6 +216,24 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
             }
         }
     }
+    /* NVIDIA's images set NVIDIA_VISIBLE_DEVICES=all, which the toolkit's
+     * legacy hook (installed for podman with the full toolkit) and the
+     * nvidia runtime (docker's default on many GPU hosts) obey by handing
+     * the container every card of the host, its neighbours' too. "void"
+     * makes them do nothing: podman's cards come by CDI, docker's by
+     * --gpus, which sets the variable to its own cards. */
+    if (strcmp(s->stack, "CUDA") == 0 && !(c->docker && s->n_gpus > 0)) {
+        argv_add(a, "--env");
+        argv_add(a, "NVIDIA_VISIBLE_DEVICES=void");
+    }
+    /* NCCL and RCCL move data between a node's cards through /dev/shm, and
+     * PyTorch's DataLoader workers hand batches over in it: the runtimes'
+     * 64 MB default fails an 8-card job at its first collective. Pages
+     * used there count against the container's --memory like any other. */
+    if ((s->n_gpus > 0 || cluster_multi_node(s)) && !run_args_set_ipc(c->run_args)) {
+        argv_add(a, "--shm-size");
+        argv_add(a, c->host && c->host->shm_size ? c->host->shm_size : "64g");
+    }
     for (int i = 0; i < s->n_volumes; i++) {
         argv_add(a, "--volume");
         argv_addf(a, "%s:%s", host_dirs[i], s->volumes[i].target);
@@ -197,7 +263,9 @@ int oci_argv_run(const struct oci_cmd *c, const char *id, const struct wl_spec *
     oci_argv_cluster(c, s, a);
     if (c->run_args && c->run_args[0] && argv_from_template(a, c->run_args, NULL, NULL) < 0)
         return -1;
-    argv_add(a, s->image);
+    char ref[SPEC_IMAGE_MAX + 32];
+    image_arg(c, s->image, ref, sizeof ref);
+    argv_add(a, ref);
     /* The command replaces the image's CMD; its ENTRYPOINT stays. */
     for (int i = 0; i < s->n_command; i++)
         argv_add(a, s->command[i]);
@@ -221,14 +289,35 @@ char *oci_env_file_text(const struct wl_spec *s)
     return out;
 }
 
+/* Where w's env file is written: run/ID.env under its node's directory.
+ * 0, or -1 when the path does not fit. */
+static int env_file_path(const struct runtime *rt, const struct workload *w, char *path, size_t pathlen)
+{
+    char dir[PATH_MAX];
+    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0)
+        return -1;
+    int n = snprintf(path, pathlen, "%s/run/%s.env", dir, w->id);
+    return n < 0 || (size_t)n >= pathlen ? -1 : 0;
+}
+
+/* Removes an env file a run left behind: one the agent died in the middle
+ * of (between writing it and run returning) stays on disk with the
+ * workload's secrets, and neither a restart that finds the container
+ * running nor the removal would write or unlink it again. */
+static void env_file_forget(const struct runtime *rt, const struct workload *w)
+{
+    char path[PATH_MAX];
+    if (env_file_path(rt, w, path, sizeof path) == 0 && unlink(path) < 0 && errno != ENOENT)
+        log_warn("workload %s: cannot remove its env file: %s", w->id, strerror(errno));
+}
+
 /* Writes the env file of w under its node's directory (run/ID.env, 0600,
  * the directory 0700) into path. 0 or -1 with msg. */
 static int env_file_write(const struct runtime *rt, struct workload *w, char *path, size_t pathlen, char *msg,
                           size_t msglen)
 {
     char dir[PATH_MAX];
-    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0 ||
-        snprintf(path, pathlen, "%s/run/%s.env", dir, w->id) >= (int)pathlen) {
+    if (agent_node_dir(rt->agent, w->node, dir, sizeof dir) < 0 || env_file_path(rt, w, path, pathlen) < 0) {
         snprintf(msg, msglen, "run: the env file path is too long");
         return -1;
     }
@@ -749,6 +838,11 @@ static void oci_limits(const struct runtime *rt, const struct wl_spec *s, struct
     host->memory_mb = conf->container_memory_mb_per_card > 0 ? conf->container_memory_mb_per_card * cards
                       : pages > 0 && page > 0 ? (int64_t)((__int128)pages * page / (1024 * 1024) * cards / node_cards)
                                               : 0;
+    /* No container can use more than the host's CPUs, and docker refuses
+     * to start one asked for more ("Range of CPUs is from 0.01 to N.00"):
+     * a per-card setting times 8 cards can pass a small host. */
+    if (cpus > 0 && host->millicpus > (int64_t)cpus * 1000)
+        host->millicpus = (int64_t)cpus * 1000;
     host->pids_limit = conf->container_pids_limit;
     host->log_max_mb = conf->container_log_max_mb;
 }
@@ -793,8 +887,10 @@ static int oci_start(const struct runtime *rt, struct workload *w, char *const h
     /* After a crash between run and the phase update, the container may
      * already run: keep it. A leftover that does not run is replaced. */
     enum rt_state st = oci_state(rt, w, &ex, why, sizeof why);
-    if (st == RT_RUNNING)
+    if (st == RT_RUNNING) {
+        env_file_forget(rt, w);
         return STEP_OK;
+    }
     if (st != RT_ABSENT) {
         int rc = oci_remove_container(rt, w, msg, msglen);
         if (rc != STEP_OK)
@@ -843,9 +939,12 @@ static int oci_remove(const struct runtime *rt, struct workload *w, char *msg, s
     struct rt_exit ex;
     enum rt_state st = oci_state(rt, w, &ex, why, sizeof why);
     int rc = st == RT_ABSENT ? STEP_OK : oci_remove_container(rt, w, msg, msglen);
-    /* The cluster files (its private key among them) go with the container. */
+    /* The cluster files (its private key among them) go with the container,
+     * and so does an env file a run was cut short in. */
     if (rc == STEP_OK && w->spec.cluster.present && oci_cluster_dir(rt, w, dir, sizeof dir) == 0)
         cluster_remove_dir(dir);
+    if (rc == STEP_OK)
+        env_file_forget(rt, w);
     return rc;
 }
 

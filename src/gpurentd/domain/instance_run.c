@@ -214,12 +214,16 @@ int instance_patch(struct store *s, const char *user_id, const char *id, const j
     if (rc != STORE_OK)
         return rc;
     /* A running job reads its spec once, at start: a change now would show
-     * what does not run. Settled states (stopped, and a job's succeeded or
-     * failed) are where nothing runs and the next start reads it. */
-    if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "succeeded") != 0 && strcmp(in.state, "failed") != 0)
+     * what does not run. Settled states (stopped, a job's succeeded or
+     * failed, and lost, which a stop refuses) are where nothing runs and
+     * the next start reads it: a job lost with its node is resumed from a
+     * checkpoint by changing its command and starting it again. */
+    if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "succeeded") != 0 && strcmp(in.state, "failed") != 0 &&
+        strcmp(in.state, "lost") != 0)
         return op_refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
-                      "instance %s is %s; it can be changed only while stopped (POST /v1/instances/%s/stop)", in.id,
-                      in.state, in.id);
+                      "instance %s is %s; it can be changed only while stopped, succeeded, failed or lost "
+                      "(POST /v1/instances/%s/stop)",
+                      in.id, in.state, in.id);
     /* The event names the fields, never a value: env may hold secrets. */
     char reason[256] = "changed by the user:";
     size_t len = strlen(reason);

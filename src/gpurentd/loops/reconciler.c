@@ -1025,6 +1025,49 @@ static int rank_health(struct store *s, struct apply_ctx *ctx, struct instance_n
     return store_app_event(s, app_id, ctx->now, healthy ? "replica_healthy" : "replica_unhealthy", detail);
 }
 
+/* Whether a listed rank's workload (seen, NULL when its node's list lacks
+ * it) ends the gang: it failed, vanished or exited with a status other
+ * than 0. If so, why, the second it ended by its agent (*at) and its
+ * status (*known, *code). */
+static int rank_broke(const struct apply_ctx *ctx, const struct instance_node *p, const struct seen *seen, char *why,
+                      size_t n, int64_t *at, int *known, int *code)
+{
+    *at = ctx->now;
+    *known = *code = 0;
+    if (!seen) {
+        snprintf(why, n, "workload vanished from node %s", p->node_name);
+        return 1;
+    }
+    int failed = strcmp(seen->phase, "failed") == 0;
+    if (!failed && (strcmp(seen->phase, "exited") != 0 || (seen->exit_known && seen->exit_code == 0)))
+        return 0;
+    *at = seen->ended_ago >= 0 ? ctx->now - seen->ended_ago : ctx->now;
+    *known = seen->exit_known;
+    *code = seen->exit_code;
+    if (failed)
+        snprintf(why, n, "workload failed on node %s: %.200s", p->node_name, seen->message);
+    else if (!seen->exit_known)
+        snprintf(why, n, "workload exited with an unknown status on node %s", p->node_name);
+    else
+        snprintf(why, n, "workload exited with status %d on node %s", seen->exit_code, p->node_name);
+    add_last_lines(why, n, seen->last);
+    return 1;
+}
+
+/* An unreachable instance's rank on a node that answers whose workload has
+ * broken the gang (rank_broke, its outputs), or -1: the job is then over
+ * whatever the silent node comes back with. */
+static int broken_answering_rank(const struct apply_ctx *ctx, char *why, size_t n, int64_t *at, int *known, int *code)
+{
+    for (size_t r = 0; r < ctx->w->n_nodes; r++) {
+        const struct instance_node *p = &ctx->w->nodes[r];
+        if (strcmp(p->node_health, "up") == 0 && was_listed(ctx, p->node_id) &&
+            rank_broke(ctx, p, find_seen(ctx, p->workload_id), why, n, at, known, code))
+            return (int)r;
+    }
+    return -1;
+}
+
 /* Checks the listed workloads of a running instance. A rank that failed,
  * vanished or exited with a status other than 0 ends the whole run at
  * once, at the second its agent says it ended (a gang: every rank's
@@ -1045,27 +1088,15 @@ static int check_workloads(struct store *s, struct apply_ctx *ctx)
             continue;
         }
         const struct seen *seen = find_seen(ctx, p->workload_id);
-        if (!seen) {
-            snprintf(why, sizeof why, "workload vanished from node %s", p->node_name);
-            return job_over(s, ctx, 0, ctx->now, 0, 0, why);
-        }
-        int failed = strcmp(seen->phase, "failed") == 0;
-        if (!failed && strcmp(seen->phase, "exited") != 0) {
+        int64_t at;
+        int known, code;
+        if (rank_broke(ctx, p, seen, why, sizeof why, &at, &known, &code))
+            return job_over(s, ctx, 0, at, known, code, why);
+        if (strcmp(seen->phase, "exited") != 0) {
             int rc = rank_health(s, ctx, p, seen->health);
             if (rc != STORE_OK)
                 return rc;
             continue;
-        }
-        int64_t at = seen->ended_ago >= 0 ? ctx->now - seen->ended_ago : ctx->now;
-        if (failed || !seen->exit_known || seen->exit_code != 0) {
-            if (failed)
-                snprintf(why, sizeof why, "workload failed on node %s: %.200s", p->node_name, seen->message);
-            else if (!seen->exit_known)
-                snprintf(why, sizeof why, "workload exited with an unknown status on node %s", p->node_name);
-            else
-                snprintf(why, sizeof why, "workload exited with status %d on node %s", seen->exit_code, p->node_name);
-            add_last_lines(why, sizeof why, seen->last);
-            return job_over(s, ctx, 0, at, seen->exit_known, seen->exit_code, why);
         }
         done++;
         if (at >= last_at || !last_seen) {
@@ -1138,8 +1169,19 @@ static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
                  (long long)daemon_config->node_lost_after_s);
         return end_run(s, ctx, "lost", silent->node_last_seen, why);
     }
-    if (silent)
-        return STORE_OK; /* still waiting */
+    if (silent) {
+        /* Still waiting for it, unless a rank on a node that answers has
+         * already broken the gang: the job is over whatever the silent node
+         * comes back with (its rank is deleted once it answers, as a lost
+         * node's is), rather than holding every card till then. */
+        int64_t at;
+        int known, code;
+        char broke[900];
+        if (broken_answering_rank(ctx, broke, sizeof broke, &at, &known, &code) < 0)
+            return STORE_OK;
+        snprintf(why, sizeof why, "%s, while node %s was not answering", broke, silent->node_name);
+        return job_over(s, ctx, 0, at, known, code, why);
+    }
     for (size_t r = 0; r < w->n_nodes; r++) {
         struct agent_call *c = w->call[r];
         struct instance_node *p = &w->nodes[r];
@@ -1257,9 +1299,13 @@ static int apply_needed(const struct apply_ctx *ctx)
     if (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0)
         return ctx->now >= in->next_attempt_at;
     if (strcmp(in->state, "unreachable") == 0) {
-        /* Something to decide once a node is offline or all answer. */
-        int offline;
-        return !silent_node(w, ctx->now, &offline) || offline;
+        /* Something to decide once a node is offline or all answer, or a
+         * rank that answers has broken the gang. */
+        int offline, known, code;
+        int64_t at;
+        char why[900];
+        return !silent_node(w, ctx->now, &offline) || offline ||
+               broken_answering_rank(ctx, why, sizeof why, &at, &known, &code) >= 0;
     }
     if (strcmp(in->state, "running") != 0)
         return 1;

@@ -17,11 +17,15 @@ import textwrap
 import time
 
 import shutil
+import socket
 import subprocess
+import sys
+import urllib.request
 
 import pytest
 
 from agent_util import Agent, poll
+from ports import free_port, free_range
 
 SEP = "\x1f"
 
@@ -67,6 +71,11 @@ TOOL = textwrap.dedent(r"""
         esac
         echo "Writing manifest to image destination"; exit 0 ;;
     container)
+        # The main pid, when a test made the container's process (CONTAINER.pid).
+        case "$4" in *Pid*)
+            if [ -f "$STANDIN_STATE/$last.pid" ]; then cat "$STANDIN_STATE/$last.pid"; exit 0; fi
+            echo "Error: no such container $last" >&2; exit 125 ;;
+        esac
         if [ -f "$STANDIN_STATE/$last" ]; then cat "$STANDIN_STATE/$last"; exit 0; fi
         echo "Error: no such container $last" >&2; exit 125 ;;
     run)
@@ -77,7 +86,10 @@ TOOL = textwrap.dedent(r"""
         case "$last" in *fail-start*)
             echo "Error: crun: open /dev/kfd: No such device: OCI runtime error" >&2; exit 126 ;;
         esac
-        echo "running 0 $(zero_time)" > "$STANDIN_STATE/$name"; echo "4f1d9c2b7a3e"; exit 0 ;;
+        echo "running 0 $(zero_time)" > "$STANDIN_STATE/$name"
+        # A run that made its container but has not returned yet.
+        case "$last" in *slow-run*) exec sleep 60 ;; esac
+        echo "4f1d9c2b7a3e"; exit 0 ;;
     stop)
         [ -f "$STANDIN_STATE/$last" ] || { echo "Error: no such container $last" >&2; exit 125; }
         echo "exited 143 $(now_time)" > "$STANDIN_STATE/$last"; echo "$last" ;;
@@ -218,6 +230,11 @@ def env_file(agent, wid):
     return os.path.join(agent.state_dir, "run", f"{wid}.env")
 
 
+def image(runtime, short):
+    """The image word of a short name as each runtime is given it."""
+    return short if runtime == "docker" else "docker.io/" + short
+
+
 def verbs(calls):
     return [c[1] if c[0] in ("podman", "docker") else c[0] for c in calls]
 
@@ -229,7 +246,9 @@ def test_podman_rocm_command_lines(real_agent, standins):
     a.wait_phase("wl_rocm", "running")
     hd = standins.host_dir(SRC)
     calls = standins.calls()
-    assert calls[0] == ["podman", "pull", "rocm/pytorch:2.3-rocm6.2"]
+    # A short name is Docker Hub's, as docker and gpurentd read it: podman
+    # is told so, or it would ask registries.conf (none on Debian/Ubuntu).
+    assert calls[0] == ["podman", "pull", "docker.io/rocm/pytorch:2.3-rocm6.2"]
     # The default mount_command, run from PATH, target under mount_root.
     assert calls[1] == ["mount", "-t", "nfs4", "-o", "hard,noatime", SRC, hd]
     assert calls[2] == ["podman", "container", "inspect", "--format",
@@ -237,8 +256,8 @@ def test_podman_rocm_command_lines(real_agent, standins):
     assert calls[3] == [
         "podman", "run", "--detach", "--name", "gpurent-wl_rocm", "--label", "gpurent.workload=wl_rocm",
         "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD130",
-        "--device", "/dev/dri/renderD131", "--group-add", "44", "--group-add", "109",
-        "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "rocm/pytorch:2.3-rocm6.2"]
+        "--device", "/dev/dri/renderD131", "--group-add", "44", "--group-add", "109", "--shm-size", "64g",
+        "--volume", f"{hd}:/shared", "--env-file", env_file(a, "wl_rocm"), "docker.io/rocm/pytorch:2.3-rocm6.2"]
     # The env travels in a 0600 file, sorted by name, removed after run.
     assert standins.env_file("wl_rocm") == ("GPURENT_NODE_RANK=0\nMASTER_PORT=29500\nNOTE=two words\n", "600")
     assert not os.path.exists(env_file(a, "wl_rocm"))
@@ -269,7 +288,8 @@ def test_docker_cuda_command_lines(real_agent, standins):
     run = [c for c in standins.calls() if c[:2] == ["docker", "run"]]
     assert run == [[
         "docker", "run", "--detach", "--name", "gpurent-wl_cuda", "--label", "gpurent.workload=wl_cuda",
-        "--pull", "never", *limits(2), "--gpus", '"device=0,5"', "--env-file", env_file(a, "wl_cuda"),
+        "--pull", "never", *limits(2), "--gpus", '"device=0,5"', "--shm-size", "64g",
+        "--env-file", env_file(a, "wl_cuda"),
         "nvcr.io/nvidia/pytorch:24.05-py3"]]
     assert standins.env_file("wl_cuda") == ("A=1\n", "600")
     assert standins.calls("mount") == []  # no volumes, nothing mounted
@@ -279,12 +299,15 @@ def test_docker_cuda_command_lines(real_agent, standins):
 
 
 def test_podman_cuda_uses_cdi_devices(real_agent, standins):
-    a = real_agent(model="RTX4090", inventory_cards="4", run_args="--ipc=host --shm-size=8g")
+    a = real_agent(model="RTX4090", inventory_cards="4", run_args="--ipc=host --ulimit stack=67108864")
     assert a.put("/v1/workloads/wl_cdi", json={"image": "pytorch/pytorch:2.3", "gpus": [1, 3]}).status_code == 201
     a.wait_phase("wl_cdi", "running")
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
-    assert run[9:] == [*limits(2), "--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3", "--ipc=host",
-                       "--shm-size=8g", "pytorch/pytorch:2.3"]
+    # NVIDIA_VISIBLE_DEVICES=void: the image's "all" would have the toolkit's
+    # legacy hook hand the container every card of the host.
+    assert run[9:] == [*limits(2), "--device", "nvidia.com/gpu=1", "--device", "nvidia.com/gpu=3",
+                       "--env", "NVIDIA_VISIBLE_DEVICES=void", "--ipc=host",
+                       "--ulimit", "stack=67108864", "docker.io/pytorch/pytorch:2.3"]
 
 
 def test_bind_mount_template(real_agent, standins):
@@ -432,6 +455,29 @@ def test_restart_keeps_containers_and_does_not_rerun_them(real_agent, standins):
     assert a.get("/v1/workloads/wl_keep").json()["phase"] == "running"
     assert len([c for c in standins.calls() if c[:2] == ["podman", "run"]]) == runs
     assert len(standins.calls("mount")) == mounts
+
+
+def test_an_env_file_left_by_a_run_cut_short_is_removed(real_agent, standins):
+    # The agent dies while `run` has made the container but not returned:
+    # the env file, secrets and all, is still on disk. The restarted agent
+    # finds the container running and keeps it, and removes the file; so
+    # does the workload's removal.
+    a = real_agent()
+    spec = {"image": "registry.example/slow-run:1", "env": {"HF_TOKEN": SECRET}, "secret_env": ["HF_TOKEN"]}
+    assert a.put("/v1/workloads/wl_cut", json=spec).status_code == 201
+    poll(lambda: standins.container("wl_cut"), 10, "the container to be made")
+    assert os.path.exists(env_file(a, "wl_cut"))
+    a.kill()
+    a.start()
+    a.wait_phase("wl_cut", "running")
+    assert len([c for c in standins.calls() if c[:2] == ["podman", "run"]]) == 1  # kept, not run again
+    assert not os.path.exists(env_file(a, "wl_cut"))
+    # A file left behind some other way goes with the workload.
+    with open(env_file(a, "wl_cut"), "w") as f:
+        f.write(f"HF_TOKEN={SECRET}\n")
+    assert a.delete("/v1/workloads/wl_cut").status_code == 200
+    poll(lambda: standins.container("wl_cut") is None, 15, "the container to be removed")
+    poll(lambda: not os.path.exists(env_file(a, "wl_cut")), 15, "the env file to be removed")
 
 
 def test_shared_source_is_mounted_once_and_unmounted_last(real_agent, standins):
@@ -592,22 +638,22 @@ def test_multi_node_command_line_and_cluster_files(real_agent, standins, rank_ke
     a.wait_phase("wl_mn", "running")
     cdir = os.path.join(a.state_dir, "cluster", "wl_mn")
     run = [c for c in standins.calls() if c[:2] == [runtime, "run"]]
-    # Host networking (so no -p: the ports are the host's), every RDMA node
-    # sorted (not the by-path directory), pinned memory, a large /dev/shm,
-    # /etc/hosts entries for the ranks with an IP, the files read-only.
+    # A large /dev/shm (shm_size), host networking (so no -p: the ports are
+    # the host's), every RDMA node sorted (not the by-path directory), pinned
+    # memory, /etc/hosts entries for the ranks with an IP, the files read-only.
     assert run == [[
         runtime, "run", "--detach", "--name", "gpurent-wl_mn", "--label", "gpurent.workload=wl_mn",
         "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
-        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109",
+        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109", "--shm-size", "128g",
         "--network", "host",
         "--device", f"{standins.rdma_dir}/rdma_cm", "--device", f"{standins.rdma_dir}/uverbs0",
         "--device", f"{standins.rdma_dir}/uverbs1",
-        "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1", "--shm-size", "128g",
+        "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1:-1",
         "--add-host", "rank0:10.0.0.5", "--add-host", "rank1:fd00::6",
-        "--volume", f"{cdir}/hostfile:/etc/gpurent/hostfile:ro",
-        "--volume", f"{cdir}/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro",
-        "--volume", f"{cdir}/ssh:/root/.ssh:ro",
-        "rocm/pytorch:2.3-rocm6.2"]]
+        "--volume", f"{cdir}/hostfile:/etc/gpurent/hostfile:ro,Z",
+        "--volume", f"{cdir}/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro,Z",
+        "--volume", f"{cdir}/ssh:/root/.ssh:ro,Z",
+        image(runtime, "rocm/pytorch:2.3-rocm6.2")]]
     # The private key is on no command line.
     assert rank_key[0].split("\n")[1] not in open(standins.log).read()
 
@@ -665,14 +711,21 @@ def test_single_node_gets_none_of_the_multi_node_additions(real_agent, standins,
     assert a.put("/v1/workloads/wl_one", json=spec).status_code == 201
     a.wait_phase("wl_one", "running")
     run = [c for c in standins.calls() if c[:2] == [runtime, "run"]]
-    # The ROCm groups (every ROCm container has them), the published port,
-    # and nothing of host networking, RDMA, memlock, shm or cluster files.
+    # The ROCm groups (every ROCm container has them), a /dev/shm its cards'
+    # collectives fit in (NCCL/RCCL fail in the runtimes' 64 MB), the
+    # published port, and nothing of host networking, RDMA, memlock or
+    # cluster files.
     assert run == [[
         runtime, "run", "--detach", "--name", "gpurent-wl_one", "--label", "gpurent.workload=wl_one",
         "--pull", "never", *limits(2), "--device", "/dev/kfd", "--device", "/dev/dri/renderD128",
-        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109",
-        "-p", "30007:8888/tcp", "rocm/pytorch:2.3-rocm6.2"]]
+        "--device", "/dev/dri/renderD129", "--group-add", "44", "--group-add", "109", "--shm-size", "64g",
+        "-p", "30007:8888/tcp", image(runtime, "rocm/pytorch:2.3-rocm6.2")]]
     assert not os.path.exists(os.path.join(a.state_dir, "cluster"))
+    # A container without cards keeps the runtime's own /dev/shm.
+    assert a.put("/v1/workloads/wl_none", json={"image": "busybox", "gpus": []}).status_code == 201
+    a.wait_phase("wl_none", "running")
+    run = [c for c in standins.calls() if c[:2] == [runtime, "run"]][-1]
+    assert "gpurent-wl_none" in run and "--shm-size" not in run, run
 
 
 def test_one_host_cluster_gets_files_but_no_flags(real_agent, standins, rank_key):
@@ -681,11 +734,12 @@ def test_one_host_cluster_gets_files_but_no_flags(real_agent, standins, rank_key
     assert a.put("/v1/workloads/wl_1h", json=spec).status_code == 201
     a.wait_phase("wl_1h", "running")
     run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
-    for word in ("--network", "--cap-add", "--ulimit", "--shm-size", "--add-host"):
+    for word in ("--network", "--cap-add", "--ulimit", "--add-host"):
         assert word not in run
+    assert run[run.index("--shm-size") + 1] == "64g"  # as every container with cards
     assert "30007:8888/tcp" in run
     cdir = os.path.join(a.state_dir, "cluster", "wl_1h")
-    assert run[-2] == f"{cdir}/ssh:/root/.ssh:ro"
+    assert run[-2] == f"{cdir}/ssh:/root/.ssh:ro,Z"
 
 
 def test_group_and_rdma_lookups_that_find_nothing(real_agent, standins, rank_key):
@@ -700,6 +754,72 @@ def test_group_and_rdma_lookups_that_find_nothing(real_agent, standins, rank_key
     assert "--group-add" not in run
     assert run[run.index("--network"):run.index("--cap-add")] == ["--network", "host"]
     assert run[run.index("--shm-size") + 1] == "64g"  # the default
+
+
+@pytest.mark.parametrize("run_args, shm", [
+    ("--ipc=host", False), ("--ipc none", False), ("--ipc=container:other", False),
+    ("--ipc=host --ipc=private", True), ("--ipc shareable", True), ("--ulimit stack=67108864", True)])
+def test_no_shm_size_when_run_args_choose_the_ipc_namespace(real_agent, standins, rank_key, run_args, shm):
+    # podman refuses --shm-size beside an IPC namespace not the container's
+    # own ("cannot set shmsize when running in the host IPC Namespace") and
+    # would start no rank; there /dev/shm is the host's or another's anyway.
+    a = real_agent(run_args=run_args)
+    assert a.put("/v1/workloads/wl_ipc", json=cluster_spec(rank_key)).status_code == 201
+    a.wait_phase("wl_ipc", "running")
+    run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
+    assert ("--shm-size" in run) == shm, run
+    assert run[-1 - len(run_args.split()):-1] == run_args.split()
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare")
+def test_a_multi_node_ranks_published_ports_are_relayed_into_its_container(real_agent, standins, rank_key,
+                                                                           tmp_path):
+    # A multi-node rank has the host's network, where -p means nothing: the
+    # agent listens on the published host port itself and relays to the
+    # container port, to a socket of the container's own processes only.
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "index.html").write_text("in the container\n")
+    inside, outside = free_port(), free_port()
+    # The "container": a web server in a pid namespace of its own, on the
+    # host's network; and a server of the host's on the other port.
+    box = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                            str(inside)], cwd=www, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    host = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(outside)], cwd=www,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        child = poll(lambda: subprocess.run(["pgrep", "-P", str(box.pid)], capture_output=True,
+                                            text=True).stdout.split(), 20, "the container's process")
+        with open(os.path.join(standins.state, "gpurent-wl_pub.pid"), "w") as f:
+            f.write(child[0] + "\n")
+        first, last = free_range(2)
+        a = real_agent(publish_port_range=f"{first}-{last}")
+        spec = cluster_spec(rank_key, ports=[{"container": inside, "host": first},
+                                             {"container": outside, "host": first + 1}])
+        assert a.put("/v1/workloads/wl_pub", json=spec).status_code == 201
+        a.wait_phase("wl_pub", "running")
+        run = [c for c in standins.calls() if c[:2] == ["podman", "run"]][0]
+        assert "--network" in run and "-p" not in run
+
+        def served():
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{first}/index.html", timeout=5).read()
+            except OSError:
+                return None
+        assert poll(served, 20, "the published port") == b"in the container\n"
+        assert ["podman", "container", "inspect", "--format", "{{.State.Pid}}", "gpurent-wl_pub"] in standins.calls()
+        # The host's own server is no process of the container: closed unanswered.
+        with socket.create_connection(("127.0.0.1", first + 1), timeout=10) as c:
+            c.settimeout(10)
+            c.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            try:
+                assert c.recv(100) == b""
+            except ConnectionResetError:
+                pass  # closed with the request unread
+    finally:
+        for p in (box, host):
+            p.kill()
+            p.wait(timeout=30)
 
 
 def test_a_rocm_card_without_a_render_node_is_not_started(real_agent, standins, tmp_path):
@@ -724,6 +844,16 @@ def test_a_containers_limits_are_its_cards_share_of_the_host(real_agent, standin
     mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024) * 2 // 8
     assert run[9:13] == ["--cpus", f"{cpus // 1000}.{cpus % 1000:03d}", "--memory", f"{mem}m"], run
     assert "--pids-limit" not in run and "--log-opt" not in run and "--log-driver" not in run
+
+
+def test_cpus_per_card_past_the_hosts_cpus_are_capped_at_them(real_agent, standins):
+    # docker refuses --cpus over the host's CPUs, so an 8-card container
+    # under a per-card setting made for a bigger host would never start.
+    a = real_agent(runtime="docker", container_millicpus_per_card="10000000")
+    assert a.put("/v1/workloads/wl_many", json={"image": "busybox", "gpus": list(range(8))}).status_code == 201
+    a.wait_phase("wl_many", "running")
+    run = [c for c in standins.calls() if c[:2] == ["docker", "run"]][0]
+    assert run[run.index("--cpus") + 1] == f"{os.sysconf('SC_NPROCESSORS_ONLN')}.000", run
 
 
 def flood_then_wait(real_agent, standins, wid, out, err=()):

@@ -5,12 +5,15 @@ second, its cards free for anyone and its instance settled; `on_failure` and
 and a stop during the backoff wins; `max_runtime_minutes` warns, then stops;
 a rank of a multi-node job that fails ends the whole gang. The sim images
 say how a job ends: exit-after-MS, exit-code-N, only-rank-R (runtime.c)."""
+import os
+import signal
 import time
 
 import pytest
 
+from agent_util import pause
 from harness import assert_error
-from instances_util import cloud, wait  # noqa: F401  (fixtures)
+from instances_util import cloud, cloud_with, wait  # noqa: F401  (fixtures)
 from money_util import PRICE, accrue, ledger_verify
 
 
@@ -360,4 +363,46 @@ def test_max_runtime_keeps_counting_across_restarts(cloud):
     assert [b for b, _, _ in ivs][:2] == [start, start + 10] and len(ivs) <= 3, ivs
     assert all(e is not None and e <= start + 60 for _, e, _ in ivs), ivs
     assert cloud.held_cards(iid) == {}
+    _verify(cloud)
+
+
+cloud_patient = cloud_with(node_lost_after_s="3600")
+
+
+def test_a_rank_failing_while_another_node_is_silent_ends_the_gang_at_once(cloud_patient, tmp_path):
+    """Node b stops answering (unreachable: billing stops, the job is given
+    node_lost_after_s to come back), then rank 0, on a node that answers,
+    exits 7, as a rank whose peer is gone does: the gang is broken whatever
+    b comes back with, so the job fails at once with that status, its
+    cards free, rather than holding every card until b answers or goes
+    offline. When b answers again its rank is deleted."""
+    cloud = cloud_patient
+    cloud.fleet(1, prefix="a-")
+    b = cloud.fleet(1, prefix="b-")
+    img = _image(cloud, "example/job:1")
+    u = cloud.user()
+    go = tmp_path / "go"
+    script = f'if [ "$NODE_RANK" = 0 ]; then while [ ! -f {go} ]; do sleep 0.05; done; echo peer lost; exit 7; fi; ' \
+             'sleep 600'
+    iid = cloud.create(u, card_count=16, image=img, command=["sh", "-c", script])["id"]
+    cloud.wait_state(u, iid, "running")
+    wls = _workload_ids(cloud, iid)
+    pause(b.proc)
+    try:
+        cloud.wait_state(u, iid, "unreachable")
+        go.write_text("")
+        inst = cloud.wait_state(u, iid, ("failed", "lost", "succeeded"))
+        assert inst["state"] == "failed" and inst["exit_code"] == 7 and inst["desired_state"] == "stopped", inst
+        assert inst["state_reason"].startswith("workload exited with status 7 on node a-01"), inst
+        assert "while node b-01 was not answering" in inst["state_reason"] and "peer lost" in inst["state_reason"]
+        assert inst["nodes"] == [] and cloud.held_cards(iid) == {}
+        wait(lambda: cloud.workloads("a-01") == [], what="rank 0 to be deleted")
+        [(began, end, _)] = _intervals(cloud, iid)
+        assert end is not None and end >= began, (began, end)
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)
+    # Back, b's rank is nobody's: deleted.
+    wait(lambda: wls[1] not in _agent_ids(cloud), what="rank 1 to be deleted once its node answers")
+    assert _charged(cloud, u) == accrue(PRICE["MI450"], 16, end - began)
+    cloud.check_cards_consistent()
     _verify(cloud)

@@ -9,11 +9,13 @@ every bad field is a 400 naming it; and the image policy: catalog only by
 default, or any valid reference of an allowed registry."""
 import os
 
+import jsonschema
 import pytest
 
 from agent_util import poll
 from harness import assert_error
 from instances_util import DEADLINE, Cloud, cloud, cloud_with  # noqa: F401  (fixtures)
+from openapi_check import Spec
 
 IMAGE = "example/job:1"
 SECRET = "s3cr3t-Xq9-do-not-leak"
@@ -313,3 +315,70 @@ def test_the_registries_policy_takes_any_valid_image_of_an_allowed_registry(regi
     r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={"image": "ghcr.io/x/y:1"})
     assert_error(r, 400, "invalid_field", "image")
     assert c.get(u, inst["id"])["image"] == "team/own:2"
+
+
+def test_a_job_lost_with_its_node_can_be_changed_and_started_again(cloud):
+    """A node of a running 2-node job dies: the instance is lost and holds
+    nothing, so, like a stopped one, its command can be changed (to resume
+    from a checkpoint, say) and it can be started again on other nodes;
+    it cannot be stopped first, so a PATCH must not ask for that."""
+    c = cloud
+    c.fleet(1, prefix="a-")
+    b = c.fleet(1, prefix="b-")
+    c.add_image(IMAGE)
+    u = c.user()
+    iid = c.create(u, card_count=16, image=IMAGE, command=["sh", "-c", "echo epoch-1; sleep 600"])["id"]
+    c.wait_state(u, iid, "running")
+    b.proc.kill()
+    b.proc.wait()
+    assert c.wait_state(u, iid, "lost")["nodes"] == []
+    r = c.d.request("POST", f"/v1/instances/{iid}/stop", key=u.key)
+    assert_error(r, 409, "invalid_state")
+    r = c.d.request("PATCH", f"/v1/instances/{iid}", key=u.key,
+                    json={"command": ["sh", "-c", "echo resumed-from-checkpoint; sleep 600"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "lost" and r.json()["command"][2].startswith("echo resumed"), r.text
+    c.fleet(1, prefix="c-")
+    c.action(u, iid, "start")
+    inst = c.wait_state(u, iid, "running")
+    assert sorted(p["node_name"] for p in inst["nodes"]) == ["a-01", "c-01"], inst
+    wait_log(c, u, iid, "resumed-from-checkpoint")
+    c.action(u, iid, "terminate")
+    c.wait_state(u, iid, "terminated")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("working_dir", "/shared/run 1/ckpt"), ("working_dir", "/"), ("working_dir", "/a/./b/"), ("working_dir", "/..x"),
+    ("working_dir", "/x../y"), ("working_dir", "/d\u00e9j\u00e0"), ("working_dir", ""),
+    ("working_dir", "rel/dir"), ("working_dir", "/a/../b"), ("working_dir", "/.."), ("working_dir", "/a:b"),
+    ("working_dir", "/a,b"), ("working_dir", "/a\tb"), ("working_dir", "/a\x7fb"),
+    ("value", "a=b; $(x) 'q' \"q\" \\"), ("value", ""), ("value", " \t "), ("value", "line\nbreak"),
+    ("value", "cr\rhere"), ("value", "nul\x00here"),
+    ("word", "--flag=a b"), ("word", "nul\x00here"),
+])
+def test_the_documents_patterns_accept_what_the_api_accepts(cloud, field, value):
+    """What a validator reads in docs/openapi.json about working_dir, an
+    env value and a command word agrees with what PATCH (the same checks as
+    create) accepts: a value the schema allows is taken, one it refuses is
+    refused with 400 naming the field."""
+    schemas = Spec().raw["components"]["schemas"]
+    patch = schemas["InstancePatchRequest"]["properties"]
+    body, schema = {
+        "working_dir": ({"working_dir": value}, patch["working_dir"]),
+        "value": ({"env": [{"name": "V", "value": value}]}, schemas["EnvVar"]["properties"]["value"]),
+        "word": ({"command": ["sh", value]}, patch["command"]["items"]),
+    }[field]
+    allowed = jsonschema.Draft4Validator(schema).is_valid(value)
+    cloud.fleet(1)
+    cloud.add_image(IMAGE)
+    u = cloud.user()
+    iid = cloud.create(u, card_count=1, image=IMAGE)["id"]
+    cloud.action(u, iid, "stop")
+    cloud.wait_state(u, iid, "stopped")
+    r = cloud.d.request("PATCH", f"/v1/instances/{iid}", key=u.key, json=body)
+    if allowed:
+        assert r.status_code == 200, (value, r.text)
+    elif "\x00" in value:
+        assert_error(r, 400, "malformed_json")  # the JSON reader refuses it before any field is looked at
+    else:
+        assert_error(r, 400, "invalid_field", "command" if field == "word" else "env" if field == "value" else field)

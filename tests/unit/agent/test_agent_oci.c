@@ -66,9 +66,9 @@ static void test_run_podman_rocm(void **state)
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_abc", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_abc --label gpurent.workload=wl_abc --pull never"
-                    " --device /dev/kfd --device /dev/dri/renderD130 --device /dev/dri/renderD131"
+                    " --device /dev/kfd --device /dev/dri/renderD130 --device /dev/dri/renderD131 --shm-size 64g"
                     " --volume /run/m/v-1:/shared --env GPURENT_NODE_RANK=0 --env MASTER_PORT=29500"
-                    " rocm/pytorch:2.3-rocm6.2");
+                    " docker.io/rocm/pytorch:2.3-rocm6.2");
     argv_free(&a);
     argv_free(NULL);
     /* Without the render nodes a ROCm line is refused, not widened. */
@@ -102,7 +102,7 @@ static void test_run_podman_cuda(void **state)
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_n", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_n --label gpurent.workload=wl_n --pull never"
-                    " --device nvidia.com/gpu=0 --device nvidia.com/gpu=5"
+                    " --device nvidia.com/gpu=0 --device nvidia.com/gpu=5 --env NVIDIA_VISIBLE_DEVICES=void --shm-size 64g"
                     " --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
     /* "A=x y" is one word, not two. */
     int found = 0;
@@ -121,12 +121,20 @@ static void test_run_docker_cuda(void **state)
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_n", &s, dirs, &a), 0);
     assert_line(&a, "docker run --detach --name gpurent-wl_n --label gpurent.workload=wl_n --pull never"
-                    " --gpus \"device=0,5\" --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
+                    " --gpus \"device=0,5\" --shm-size 64g --volume /run/m/v-2:/shared --env A=x y nvcr.io/nvidia/pytorch:24.05-py3");
     /* The quotes are part of the word: docker's --gpus would split 0,5 otherwise. */
     int found = 0;
     for (int i = 0; i < a.n; i++)
         found |= strcmp(a.v[i], "\"device=0,5\"") == 0;
     assert_true(found);
+    argv_free(&a);
+    spec_free(&s);
+    /* Without cards, nothing sets NVIDIA_VISIBLE_DEVICES for the nvidia
+     * runtime but the image ("all"): void takes every card away. */
+    s = spec_of("{\"image\": \"nvcr.io/nvidia/pytorch:24.05-py3\", \"stack\": \"CUDA\"}");
+    assert_int_equal(oci_argv_run(&c, "wl_0", &s, dirs, &a), 0);
+    assert_line(&a, "docker run --detach --name gpurent-wl_0 --label gpurent.workload=wl_0 --pull never"
+                    " --env NVIDIA_VISIBLE_DEVICES=void nvcr.io/nvidia/pytorch:24.05-py3");
     argv_free(&a);
     spec_free(&s);
 }
@@ -138,7 +146,7 @@ static void test_run_without_gpus(void **state)
     char *dirs[] = {NULL};
     struct argv_buf a = {0};
     assert_int_equal(oci_argv_run(&c, "wl_0", &s, dirs, &a), 0);
-    assert_line(&a, "podman run --detach --name gpurent-wl_0 --label gpurent.workload=wl_0 --pull never busybox");
+    assert_line(&a, "podman run --detach --name gpurent-wl_0 --label gpurent.workload=wl_0 --pull never docker.io/library/busybox");
     argv_free(&a);
     spec_free(&s);
 }
@@ -154,7 +162,7 @@ static void test_run_published_ports(void **state)
     struct oci_cmd podman = {.exe = "podman", .stop_timeout_s = 30, .run_args = "--ipc=host"};
     assert_int_equal(oci_argv_run(&podman, "wl_p", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_p --label gpurent.workload=wl_p --pull never"
-                    " -p 30007:8888/tcp -p 30000:6006/tcp --ipc=host busybox");
+                    " -p 30007:8888/tcp -p 30000:6006/tcp --ipc=host docker.io/library/busybox");
     argv_free(&a);
     struct oci_cmd docker = {.exe = "docker", .docker = 1, .stop_timeout_s = 30};
     assert_int_equal(oci_argv_run(&docker, "wl_p", &s, dirs, &a), 0);
@@ -202,22 +210,21 @@ static void test_run_multi_node(void **state)
     struct oci_host host = {.rdma = rdma, .n_rdma = 2, .video_gid = 44, .render_gid = 109, .shm_size = "128g",
                             .cluster_dir = "/var/lib/gpurent-agent/cluster/wl_m", .render_nodes = nodes};
     const char *rest = " --device /dev/kfd --device /dev/dri/renderD128 --device /dev/dri/renderD129"
-                       " --group-add 44 --group-add 109 --env NODE_RANK=1"
+                       " --group-add 44 --group-add 109 --shm-size 128g --env NODE_RANK=1"
                        " --network host --device /dev/infiniband/rdma_cm --device /dev/infiniband/uverbs0"
-                       " --cap-add IPC_LOCK --ulimit memlock=-1:-1 --shm-size 128g"
+                       " --cap-add IPC_LOCK --ulimit memlock=-1:-1"
                        " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6"
-                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile:/etc/gpurent/hostfile:ro"
-                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro"
-                       " --volume /var/lib/gpurent-agent/cluster/wl_m/ssh:/root/.ssh:ro"
-                       " rocm/pytorch:2.3-rocm6.2";
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile:/etc/gpurent/hostfile:ro,Z"
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/hostfile.mpi:/etc/gpurent/hostfile.mpi:ro,Z"
+                       " --volume /var/lib/gpurent-agent/cluster/wl_m/ssh:/root/.ssh:ro,Z";
     char want[4096];
     char *dirs[] = {NULL};
     for (int docker = 0; docker <= 1; docker++) {
         struct oci_cmd c = {.exe = docker ? "docker" : "podman", .docker = docker, .stop_timeout_s = 30, .host = &host};
         struct argv_buf a = {0};
         assert_int_equal(oci_argv_run(&c, "wl_m", &s, dirs, &a), 0);
-        snprintf(want, sizeof want, "%s run --detach --name gpurent-wl_m --label gpurent.workload=wl_m --pull never%s",
-                 c.exe, rest);
+        snprintf(want, sizeof want, "%s run --detach --name gpurent-wl_m --label gpurent.workload=wl_m --pull never%s %s",
+                 c.exe, rest, docker ? "rocm/pytorch:2.3-rocm6.2" : "docker.io/rocm/pytorch:2.3-rocm6.2");
         assert_line(&a, want);
         argv_free(&a);
     }
@@ -229,8 +236,8 @@ static void test_run_multi_node(void **state)
     assert_int_equal(oci_argv_run(&c, "wl_m", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_m --label gpurent.workload=wl_m --pull never"
                     " --device /dev/kfd --device /dev/dri/renderD128 --device /dev/dri/renderD129 --group-add 109"
-                    " --env NODE_RANK=1 --network host --cap-add IPC_LOCK --ulimit memlock=-1:-1 --shm-size 64g"
-                    " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6 rocm/pytorch:2.3-rocm6.2");
+                    " --shm-size 64g --env NODE_RANK=1 --network host --cap-add IPC_LOCK --ulimit memlock=-1:-1"
+                    " --add-host rank0:10.0.0.5 --add-host rank1:fd00::6 docker.io/rocm/pytorch:2.3-rocm6.2");
     argv_free(&a);
     struct oci_host same = {.video_gid = 44, .render_gid = 44, .render_nodes = nodes};
     c.host = &same;
@@ -241,13 +248,14 @@ static void test_run_multi_node(void **state)
                 " \"ports\": [{\"container\": 8888, \"host\": 30007}]}");
     assert_int_equal(oci_argv_run(&c, "wl_s", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_s --label gpurent.workload=wl_s --pull never"
-                    " --device nvidia.com/gpu=0 -p 30007:8888/tcp busybox");
+                    " --device nvidia.com/gpu=0 --env NVIDIA_VISIBLE_DEVICES=void --shm-size 64g -p 30007:8888/tcp"
+                    " docker.io/library/busybox");
     argv_free(&a);
     spec_free(&s);
     s = spec_of("{\"image\": \"busybox\", \"gpus\": [0], \"stack\": \"ROCm\"}");
     assert_int_equal(oci_argv_run(&c, "wl_s", &s, dirs, &a), 0);
     assert_line(&a, "podman run --detach --name gpurent-wl_s --label gpurent.workload=wl_s --pull never"
-                    " --device /dev/kfd --device /dev/dri/renderD128 --group-add 44 busybox");
+                    " --device /dev/kfd --device /dev/dri/renderD128 --group-add 44 --shm-size 64g docker.io/library/busybox");
     argv_free(&a);
     spec_free(&s);
 }
@@ -296,8 +304,29 @@ static void test_other_commands(void **state)
 {
     struct oci_cmd c = {.exe = "podman", .stop_timeout_s = 45};
     struct argv_buf a = {0};
-    assert_int_equal(oci_argv_pull(&c, "rocm/pytorch:2.3", &a), 0);
-    assert_line(&a, "podman pull rocm/pytorch:2.3");
+    /* podman is given the name docker would read a short one as (Docker
+     * Hub's); a name with a registry host stays as it is, and docker keeps
+     * its own reading. */
+    static const char *const pulls[][2] = {
+        {"rocm/pytorch:2.3", "docker.io/rocm/pytorch:2.3"},
+        {"busybox", "docker.io/library/busybox"},
+        {"busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+         "docker.io/library/busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+        {"nvcr.io/nvidia/pytorch:24.05-py3", "nvcr.io/nvidia/pytorch:24.05-py3"},
+        {"registry:5000/team/train:1", "registry:5000/team/train:1"},
+        {"localhost/train:1", "localhost/train:1"},
+        {"docker.io/library/busybox", "docker.io/library/busybox"},
+    };
+    char want[512];
+    for (size_t i = 0; i < sizeof pulls / sizeof pulls[0]; i++) {
+        assert_int_equal(oci_argv_pull(&c, pulls[i][0], &a), 0);
+        snprintf(want, sizeof want, "podman pull %s", pulls[i][1]);
+        assert_line(&a, want);
+        argv_free(&a);
+    }
+    struct oci_cmd hub = {.exe = "docker", .docker = 1};
+    assert_int_equal(oci_argv_pull(&hub, "rocm/pytorch:2.3", &a), 0);
+    assert_line(&a, "docker pull rocm/pytorch:2.3");
     argv_free(&a);
     assert_int_equal(oci_argv_inspect(&c, "wl_1", &a), 0);
     assert_line(&a, "podman container inspect --format {{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}"
