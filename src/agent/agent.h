@@ -171,6 +171,8 @@ struct agent_conf {
     int64_t ssh_login_rate;        /* failed logins per client address per minute before refusal */
     int64_t ssh_idle_timeout_s;    /* silent connections closed after this; 0 = never */
     int64_t log_max_bytes;         /* a workload's log file is rotated (once) past this */
+    int64_t ended_log_keep_s;      /* a removed workload's output is kept this long */
+    int64_t ended_logs_max;        /* and at most this many workloads' on a node */
     char publish_port_range[16];   /* "FIRST-LAST" host ports for published ports; "" = none */
     int64_t sim_publish_ports_per_node; /* sim-fleet: node i publishes on FIRST+i*this .. (its own slice) */
     char data_address[256];        /* facts' data_address; "" = found (fabric.c), the sim's 127.0.0.1 */
@@ -613,9 +615,15 @@ int agent_authenticate(struct http_request *req, enum http_auth level);
  * 0 or -1 (logged). */
 int wl_log_append(const char *node_dir, const char *id, int64_t max_bytes, int64_t t_ms, char stream,
                   const char *text, size_t len);
-/* Removes both files of a workload; missing ones are fine. */
-void wl_log_remove(const char *node_dir, const char *id);
+/* Moves a removed workload's files to logs/ended/, where wl_log_read with
+ * .ended reads them, so a job's output outlives it; then removes the kept
+ * logs older than keep_s and the oldest beyond max_kept. Neither > 0: the
+ * files are removed. Missing ones are fine. */
+void wl_log_retire(const char *node_dir, const char *id, int64_t keep_s, int64_t max_kept);
+/* Whether a removed workload's output is kept. */
+int wl_log_kept(const char *node_dir, const char *id);
 struct wl_log_query {
+    int ended;                    /* read a removed workload's kept files */
     int64_t tail;                 /* 0: from the start (or after); else only the last tail lines */
     int64_t since_ms;             /* lines dated before are skipped; 0 none */
     const char *after;            /* a cursor: only lines after it; NULL none */

@@ -246,13 +246,16 @@ static void api_workload_logs(struct http_request *req)
         }
         pthread_mutex_unlock(&n->lock);
     }
-    if (!found) {
-        http_error(req, ERR_NOT_FOUND, NULL, "no workload %.64s on this node", id);
-        return;
-    }
     char dir[PATH_MAX], cursor[WL_LOG_CURSOR_MAX], err[256];
     agent_node_dir(a, n, dir, sizeof dir);
-    struct wl_log_query q = {.tail = tail, .since_ms = since * 1000, .after = after};
+    /* A removed workload's output is read from where it is kept
+     * (wl_log_retire), whole: nothing more will come. */
+    struct wl_log_query q = {.ended = !found, .tail = tail, .since_ms = since * 1000, .after = after};
+    if (!found && !wl_log_kept(dir, id)) {
+        http_error(req, ERR_NOT_FOUND, NULL, "no workload %.64s on this node, nor its output", id);
+        return;
+    }
+    ended |= !found;
     int at_end = 0;
     json_t *lines = wl_log_read(dir, id, &q, cursor, &at_end, err, sizeof err);
     if (!lines) {

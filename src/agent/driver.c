@@ -265,7 +265,7 @@ static int64_t step_remove(struct driver *d, struct workload *w)
     agent_node_dir(a, n, dir, sizeof dir);
     pthread_mutex_lock(&n->lock);
     record_delete(dir, w->id);
-    wl_log_remove(dir, w->id);
+    wl_log_retire(dir, w->id, a->conf->ended_log_keep_s, a->conf->ended_logs_max);
     agent_node_remove(n, w);
     pthread_cond_broadcast(&n->phase_moved); /* a DELETE waiting for it to be gone answers now */
     pthread_mutex_unlock(&n->lock);

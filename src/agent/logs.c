@@ -13,6 +13,7 @@
 #include "agent.h"
 #include "gpurent/utf8.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Appends and rotations of every workload are serialised: they are rare
@@ -28,13 +30,20 @@
  * only to open the pair of files consistently. */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int log_paths(const char *node_dir, const char *id, char cur[PATH_MAX], char old[PATH_MAX])
+/* A live workload's files are in logs/, a removed one's in logs/ended/. */
+static int log_paths_in(const char *node_dir, int ended, const char *id, char cur[PATH_MAX], char old[PATH_MAX])
 {
     if (!agent_name_valid(id))
         return -1;
-    int n = snprintf(cur, PATH_MAX, "%s/logs/%s.log", node_dir, id);
-    int m = snprintf(old, PATH_MAX, "%s/logs/%s.log.1", node_dir, id);
+    const char *sub = ended ? "logs/ended" : "logs";
+    int n = snprintf(cur, PATH_MAX, "%s/%s/%s.log", node_dir, sub, id);
+    int m = snprintf(old, PATH_MAX, "%s/%s/%s.log.1", node_dir, sub, id);
     return n < 0 || n >= PATH_MAX || m < 0 || m >= PATH_MAX ? -1 : 0;
+}
+
+static int log_paths(const char *node_dir, const char *id, char cur[PATH_MAX], char old[PATH_MAX])
+{
+    return log_paths_in(node_dir, 0, id, cur, old);
 }
 
 /* The stored form of one line into out (room for 2 * WL_LOG_TEXT_MAX + 64):
@@ -155,17 +164,91 @@ out:
     return rc;
 }
 
-void wl_log_remove(const char *node_dir, const char *id)
+/* One kept log of logs/ended/, by when it was kept. */
+struct kept_log {
+    char id[NAME_MAX + 1];
+    int64_t kept_ns; /* its ctime, in ns */
+};
+
+static int kept_newest_first(const void *a, const void *b)
 {
-    char cur[PATH_MAX], old[PATH_MAX];
-    if (log_paths(node_dir, id, cur, old) < 0)
+    const struct kept_log *x = a, *y = b;
+    return x->kept_ns < y->kept_ns ? 1 : x->kept_ns > y->kept_ns ? -1 : strcmp(x->id, y->id);
+}
+
+/* Removes from dir (logs/ended) the logs kept longer than keep_s, and the
+ * oldest beyond the newest max_kept. A log's ctime is when it was moved
+ * there: nothing writes to it after. Called with log_lock held. */
+static void sweep_kept(const char *dir, int64_t keep_s, int64_t max_kept, int64_t now_s)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct kept_log *logs = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        struct stat st;
+        if (len < 5 || strcmp(e->d_name + len - 4, ".log") != 0 || fstatat(dirfd(d), e->d_name, &st, 0) < 0)
+            continue;
+        if (n == cap) {
+            struct kept_log *more = realloc(logs, (cap = cap ? 2 * cap : 64) * sizeof *logs);
+            if (!more)
+                break;
+            logs = more;
+        }
+        snprintf(logs[n].id, sizeof logs[n].id, "%.*s", (int)(len - 4), e->d_name);
+        logs[n++].kept_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    }
+    closedir(d);
+    qsort(logs, n, sizeof *logs, kept_newest_first);
+    for (size_t i = 0; i < n; i++) {
+        if ((int64_t)i < max_kept && logs[i].kept_ns / 1000000000 > now_s - keep_s)
+            continue;
+        char cur[PATH_MAX], old[PATH_MAX];
+        if (snprintf(cur, sizeof cur, "%s/%s.log", dir, logs[i].id) < (int)sizeof cur &&
+            snprintf(old, sizeof old, "%s/%s.log.1", dir, logs[i].id) < (int)sizeof old) {
+            unlink(old);
+            unlink(cur);
+        }
+    }
+    free(logs);
+}
+
+void wl_log_retire(const char *node_dir, const char *id, int64_t keep_s, int64_t max_kept)
+{
+    char cur[PATH_MAX], old[PATH_MAX], kept_cur[PATH_MAX], kept_old[PATH_MAX], dir[PATH_MAX];
+    if (log_paths(node_dir, id, cur, old) < 0 || log_paths_in(node_dir, 1, id, kept_cur, kept_old) < 0 ||
+        snprintf(dir, sizeof dir, "%s/logs/ended", node_dir) >= (int)sizeof dir)
         return;
     pthread_mutex_lock(&log_lock);
-    if (unlink(cur) < 0 && errno != ENOENT)
-        log_warn("workload %s: cannot remove %s: %s", id, cur, strerror(errno));
-    if (unlink(old) < 0 && errno != ENOENT)
-        log_warn("workload %s: cannot remove %s: %s", id, old, strerror(errno));
+    int keep = keep_s > 0 && max_kept > 0 && access(cur, F_OK) == 0;
+    if (keep && state_mkdirs(dir) < 0) {
+        log_warn("workload %s: cannot create %s: %s; its output is not kept", id, dir, strerror(errno));
+        keep = 0;
+    }
+    /* The older file first: a reader opening the kept pair then finds the
+     * current one, which names the newer generation, with it. */
+    if (keep && ((rename(old, kept_old) < 0 && errno != ENOENT) || rename(cur, kept_cur) < 0)) {
+        log_warn("workload %s: cannot keep its output in %s: %s", id, dir, strerror(errno));
+        keep = 0;
+    }
+    if (!keep) {
+        if (unlink(cur) < 0 && errno != ENOENT)
+            log_warn("workload %s: cannot remove %s: %s", id, cur, strerror(errno));
+        if (unlink(old) < 0 && errno != ENOENT)
+            log_warn("workload %s: cannot remove %s: %s", id, old, strerror(errno));
+        unlink(kept_old); /* half moved */
+    }
+    sweep_kept(dir, keep_s, max_kept, (int64_t)time(NULL)); /* ctimes are the file system's real time */
     pthread_mutex_unlock(&log_lock);
+}
+
+int wl_log_kept(const char *node_dir, const char *id)
+{
+    char cur[PATH_MAX], old[PATH_MAX];
+    return log_paths_in(node_dir, 1, id, cur, old) == 0 && access(cur, F_OK) == 0;
 }
 
 static int parse_cursor(const char *s, uint64_t *gen, uint64_t *off)
@@ -251,7 +334,7 @@ json_t *wl_log_read(const char *node_dir, const char *id, const struct wl_log_qu
         snprintf(err, errlen, "after is not a cursor this agent gave");
         return NULL;
     }
-    if (log_paths(node_dir, id, paths[1], paths[0]) < 0) {
+    if (log_paths_in(node_dir, q->ended, id, paths[1], paths[0]) < 0) {
         snprintf(err, errlen, "bad workload id or log path too long");
         return NULL;
     }

@@ -77,8 +77,9 @@ static void reply(struct http_request *req, void *ctx, int connected)
          * stopped or removed since). */
         int starting = strcmp(job->state, "pending") == 0 || strcmp(job->state, "provisioning") == 0;
         http_error_ext(req, ERR_INVALID_STATE, "rank", json_pack("{s:s}", "state", job->state),
-                       starting ? "instance is %s: rank %lld's workload has not reached node %s yet"
-                                : "instance is %s: rank %lld has no workload on node %s now",
+                       starting     ? "instance is %s: rank %lld's workload has not reached node %s yet"
+                       : job->ended ? "instance is %s: rank %lld's output is no longer kept on node %s"
+                                    : "instance is %s: rank %lld has no workload on node %s now",
                        job->state, (long long)job->rank, job->node_name);
     } else if (job->status != 0) {
         log_warn("logs: node %s answered %ld to %s", job->node_name, job->status, job->path);
@@ -151,8 +152,15 @@ void api_instances_logs(struct http_request *req)
     for (size_t i = 0; i < n; i++)
         if (nodes[i].rank == rank && nodes[i].workload_id[0])
             node = &nodes[i];
+    /* Ended: the node it last ran on keeps its output for a while. */
+    struct instance_node past;
+    if (!node && n == 0 && (rc = store_instance_past_rank(s, in.id, rank, &past)) == STORE_OK)
+        node = &past;
+    else if (!node && n == 0 && rc != STORE_NOT_FOUND) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return;
+    }
     if (!node) {
-        /* Stopped or not placed: no node holds its output any more. */
         http_error_ext(req, ERR_INVALID_STATE, "rank", json_pack("{s:s}", "state", in.state),
                        "instance %s is %s; rank %lld has no workload on a node to read logs from", in.id, in.state,
                        (long long)rank);
@@ -165,6 +173,7 @@ void api_instances_logs(struct http_request *req)
     }
     job->req = req;
     job->rank = rank;
+    job->ended = node == &past;
     snprintf(job->state, sizeof job->state, "%s", in.state);
     job->reply = reply;
     snprintf(job->agent_url, sizeof job->agent_url, "%s", node->agent_url);

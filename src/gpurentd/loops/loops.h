@@ -180,6 +180,7 @@ struct logs_job {
     char path[384];           /* "/v1/workloads/<id>/logs?…", signed as it is */
     int64_t rank;             /* the instance rank read */
     char state[16];           /* the instance's state when asked, for messages */
+    int ended;                /* read where it last ran: its output may be gone */
     http_resume_fn reply;     /* answers the request with this job as ctx */
     /* Filled by the proxy. */
     long status;             /* the agent's HTTP status, 0 when no reply came */

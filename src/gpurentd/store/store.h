@@ -519,8 +519,13 @@ int64_t store_free_cards(struct store *s, const char *gpu_model);
  * if any is no longer free. */
 int store_instance_claim(struct store *s, const char *instance_id, int64_t rank, const char *node_id,
                          const char *workload_id, uint64_t cards);
-/* Frees every card of the instance and forgets its placement. */
+/* Frees every card of the instance and forgets its placement, keeping
+ * where each accepted rank ran (store_instance_past_rank). */
 int store_instance_release(struct store *s, const char *instance_id);
+/* Where rank last ran once its placement went: rank, node_id, node_name,
+ * agent_url, secret and workload_id of out; STORE_NOT_FOUND if nowhere (or
+ * the node was removed since). */
+int store_instance_past_rank(struct store *s, const char *instance_id, int64_t rank, struct instance_node *out);
 /* Records what a rank's agent said; STORE_NOT_FOUND when the rank is gone
  * or already says exactly that (then nothing is written). */
 int store_instance_node_update(struct store *s, const char *instance_id, int64_t rank, const char *phase,

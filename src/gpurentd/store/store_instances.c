@@ -92,6 +92,19 @@ static const char SQL_CARD_RELEASE[] = "UPDATE node_cards SET instance_id = NULL
 /* Host ports go with the cards (0016). */
 static const char SQL_PORTS_RELEASE[] = "DELETE FROM node_ports WHERE instance_id = ?";
 static const char SQL_PLACEMENT_DELETE[] = "DELETE FROM instance_nodes WHERE instance_id = ?";
+/* Where each rank ran, kept as its placement goes (0045): only ranks an
+ * agent accepted, whose output it may keep; a release with no placement
+ * left (a second one) keeps the last run's. */
+static const char SQL_PAST_RANKS_CLEAR[] =
+    "DELETE FROM instance_past_ranks WHERE instance_id = ?1"
+    " AND EXISTS (SELECT 1 FROM instance_nodes WHERE instance_id = ?1 AND put_done = 1)";
+static const char SQL_PAST_RANKS_KEEP[] =
+    "INSERT INTO instance_past_ranks (instance_id, rank, node_id, workload_id)"
+    " SELECT instance_id, rank, node_id, workload_id FROM instance_nodes WHERE instance_id = ?1 AND put_done = 1";
+static const char SQL_PAST_RANK[] =
+    "SELECT p.rank, p.node_id, n.name, n.agent_url, n.secret, p.workload_id"
+    " FROM instance_past_ranks p JOIN nodes n ON n.id = p.node_id"
+    " WHERE p.instance_id = ?1 AND p.rank = ?2 AND n.removed_at IS NULL";
 static const char SQL_PLACEMENT_UPDATE[] =
     "UPDATE instance_nodes SET phase = ?3, message = ?4, put_done = ?5 WHERE instance_id = ?1 AND rank = ?2"
     " AND (phase <> ?3 OR message <> ?4 OR put_done <> ?5)"; /* a row that would not change is not written */
@@ -504,11 +517,40 @@ int store_instance_release(struct store *s, const char *instance_id)
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
     if ((rc = store_step_write(s, st, "release host ports")) != STORE_OK)
         return rc;
-    st = store_stmt(s, SQL_PLACEMENT_DELETE);
+    static const char *const steps[][2] = {{SQL_PAST_RANKS_CLEAR, "clear past ranks"},
+                                           {SQL_PAST_RANKS_KEEP, "keep past ranks"},
+                                           {SQL_PLACEMENT_DELETE, "delete placement"}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0] && rc == STORE_OK; i++) {
+        if (!(st = store_stmt(s, steps[i][0])))
+            return STORE_ERROR;
+        sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+        rc = store_step_write(s, st, steps[i][1]);
+    }
+    return rc;
+}
+
+static void read_past_rank(sqlite3_stmt *st, void *row)
+{
+    struct instance_node *p = row;
+    p->rank = sqlite3_column_int64(st, 0);
+    store_column_text(p->node_id, sizeof p->node_id, st, 1);
+    store_column_text(p->node_name, sizeof p->node_name, st, 2);
+    store_column_text(p->agent_url, sizeof p->agent_url, st, 3);
+    store_column_text(p->secret, sizeof p->secret, st, 4);
+    store_column_text(p->workload_id, sizeof p->workload_id, st, 5);
+}
+
+int store_instance_past_rank(struct store *s, const char *instance_id, int64_t rank, struct instance_node *out)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = store_stmt(s, SQL_PAST_RANK);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
-    return store_step_write(s, st, "delete placement");
+    sqlite3_bind_int64(st, 2, rank);
+    size_t n = 0;
+    int rc = store_read_rows(s, st, out, sizeof *out, 1, &n, read_past_rank, "past rank");
+    return rc == STORE_OK && n == 0 ? STORE_NOT_FOUND : rc;
 }
 
 int store_instance_node_update(struct store *s, const char *instance_id, int64_t rank, const char *phase,

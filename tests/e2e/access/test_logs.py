@@ -1,7 +1,8 @@
 """GET /v1/instances/{id}/logs against a real daemon and a sim fleet: lines
 appear as the container prints them, tail and since filter them, follow=true
 streams new lines as they are written and ends when the workload does, bad
-query values are 400, another user's instance is 404, a stopped instance is 409,
+query values are 400, another user's instance is 404, a stopped instance's output is
+still read from the node it ran on (409 once that node no longer keeps it),
 and the key property: a log read from a paused (SIGSTOPped) node is pending
 on the logs proxy while other API requests still answer, because the
 handler defers its request instead of waiting on the agent."""
@@ -153,8 +154,52 @@ def test_two_ranks_and_stopped_instance(cloud):
 
     c.action(u, inst["id"], "stop")
     c.wait_state(u, inst["id"], "stopped")
-    err = assert_error(logs(c, u, inst["id"]), 409, "invalid_state", "rank")
-    assert err["state"] == "stopped", err
+    # Each rank's output outlives the run: the node it ran on keeps it.
+    for rank in (0, 1):
+        r = logs(c, u, inst["id"], rank=rank, tail=1000)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["done"] is True and body["rank"] == rank and ticks_of(body)[:1] == [1], body
+
+
+def removed_from_its_node(c, inst_id):
+    """Waits until the workload of the ended instance's rank 0 is gone from
+    its node (the daemon removes it after recording the end); its node's name."""
+    ((node, wl),) = c.d.sql("SELECT n.name, p.workload_id FROM instance_past_ranks p JOIN nodes n"
+                            " ON n.id = p.node_id WHERE p.instance_id = ? AND p.rank = 0", (inst_id,))
+    poll(lambda: all(w["id"] != wl for ws in c.all_workloads().values() for w in ws), DEADLINE,
+         f"the workload of {inst_id} removed from {node}")
+    return node
+
+
+def test_a_jobs_output_is_read_after_it_ends_until_the_node_lets_it_go(cloud):
+    """A job that succeeded, and one that failed, are read after their end
+    (each rank's node keeps a removed workload's output, ended_log_keep_s);
+    a node that keeps none (0) answers 409 with the reason, as does a rank
+    of a run that never reached a node."""
+    c = cloud
+    c.fleet(1)
+    keepless = c.fleet(1, sim={"ended_log_keep_s": "0"})
+    c.add_image("example/job:1")
+    u = c.user()
+    ok = c.create(u, card_count=8, image="example/job:1", command=["sh", "-c", "echo 训练 done; exit 0"])
+    c.wait_state(u, ok["id"], "succeeded")
+    removed_from_its_node(c, ok["id"])
+    body = logs(c, u, ok["id"]).json()
+    assert body["done"] is True and "训练 done" in texts(body), body
+    followed = requests.get(c.d.url(f"/v1/instances/{ok['id']}/logs"), params={"follow": "true"},
+                            headers={"Authorization": f"Bearer {u.key}"}, timeout=DEADLINE)
+    assert followed.status_code == 200 and "训练 done" in followed.text, followed.text
+    # With the first node busy, the second job runs on the node that keeps nothing.
+    c.add_image(IMAGE)
+    c.wait_state(u, c.create(u, card_count=8, image=IMAGE)["id"], "running")
+    bad = c.create(u, card_count=8, image="example/job:1", command=["sh", "-c", "echo oops; exit 3"])
+    c.wait_state(u, bad["id"], "failed")
+    assert removed_from_its_node(c, bad["id"]) in keepless.nodes
+    err = assert_error(logs(c, u, bad["id"]), 409, "invalid_state", "rank")
+    assert err["state"] == "failed" and "no longer kept" in err["message"], err
+    # The first job's output is still there.
+    assert "训练 done" in texts(logs(c, u, ok["id"]).json())
 
 
 def test_paused_node_holds_no_http_thread(cloud_patient):
@@ -283,7 +328,13 @@ def test_follow_streams_new_lines_until_the_workload_ends(cloud):
     c.action(u, inst["id"], "stop")
     rest = list(lines)
     assert rest, "the stream ended without the workload's last lines"
-    assert any("exited" in t or t.startswith("gpurent: ") for t in rest), rest[-5:]
+    # The last ticks come from where the node keeps the stopped workload's
+    # output, following on from the cursor: none lost or repeated.
+    rest_ks = [int(m.group(3).split()[1]) for m in map(LINE.match, rest) if m and m.group(3).startswith("tick ")]
+    assert rest_ks and rest_ks == list(range(ks[-1] + 1, ks[-1] + 1 + len(rest_ks))), rest[-5:]
     streams[0].close()
     c.wait_state(u, inst["id"], "stopped")
-    assert_error(logs(c, u, inst["id"], follow="true"), 409, "invalid_state", "rank")
+    # Followed after the end: what was kept, and the stream ends.
+    ended = requests.get(c.d.url(f"/v1/instances/{inst['id']}/logs"), params={"follow": "true", "tail": "3"},
+                         headers={"Authorization": f"Bearer {u.key}"}, timeout=DEADLINE)
+    assert ended.status_code == 200 and len(ended.text.splitlines()) == 3, ended.text

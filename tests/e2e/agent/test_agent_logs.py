@@ -3,7 +3,8 @@ sim's start line, its "tick K" lines for a log-every-N image and its exit
 line; tail, since, and following by cursor until done; the query covered
 by the signature (a request signed without it, or with other values, is
 refused); bad values 400; unknown workloads 404; the log kept across an
-agent restart, and removed with the workload; the last lines of an ended
+agent restart, and kept for a while after the workload is removed (as
+ended_log_keep_s and ended_logs_max say); the last lines of an ended
 workload in its JSON, bounded in count and size."""
 import os
 import time
@@ -61,12 +62,46 @@ def test_sim_lines_follow_and_done(tmp_path):
         a.restart()
         assert texts(logs(a, "wl_1").json()) == seen
 
-        # Removed with the workload.
+        # Kept when the workload is removed, read whole and done.
         log_file = os.path.join(a.state_dir, "logs", "wl_1.log")
         assert os.path.exists(log_file)
         assert a.delete("/v1/workloads/wl_1").status_code == 200
-        poll(lambda: not os.path.exists(log_file), 20, "the log file to go")
-        assert_error(logs(a, "wl_1"), 404, "not_found")
+        poll(lambda: not os.path.exists(log_file), 20, "the log file to move")
+        assert os.path.exists(os.path.join(a.state_dir, "logs", "ended", "wl_1.log"))
+        kept = logs(a, "wl_1").json()
+        assert texts(kept) == seen and kept["done"] is True, kept
+        assert texts(logs(a, "wl_1", tail=1).json()) == seen[-1:]
+        a.restart()
+        assert texts(logs(a, "wl_1").json()) == seen
+        assert_error(logs(a, "wl_never"), 404, "not_found")
+    finally:
+        a.stop()
+
+
+def test_removed_workloads_output_is_kept_only_as_configured(tmp_path):
+    """ended_logs_max keeps the newest removed workloads' output, and
+    ended_log_keep_s 0 keeps none."""
+    def run_and_remove(a, wid):
+        assert a.put(f"/v1/workloads/{wid}", json={"image": "test/exit-after-10"}).status_code == 201
+        a.wait_phase(wid, "exited")
+        assert a.delete(f"/v1/workloads/{wid}").status_code == 200
+        poll(lambda: logs(a, wid).status_code != 200 or logs(a, wid).json()["done"], 20, f"{wid} removed")
+        poll(lambda: a.get(f"/v1/workloads/{wid}").status_code == 404, 20, f"{wid} gone")
+
+    a = Agent(tmp_path / "max", options={"ended_logs_max": "2"})
+    try:
+        for wid in ("wl_a", "wl_b", "wl_c"):
+            run_and_remove(a, wid)
+            time.sleep(0.01)  # ctimes apart: the newest are kept
+        assert_error(logs(a, "wl_a"), 404, "not_found")
+        assert [logs(a, w).json()["done"] for w in ("wl_b", "wl_c")] == [True, True]
+    finally:
+        a.stop()
+    a = Agent(tmp_path / "none", options={"ended_log_keep_s": "0"})
+    try:
+        run_and_remove(a, "wl_a")
+        assert_error(logs(a, "wl_a"), 404, "not_found")
+        assert not os.listdir(os.path.join(a.state_dir, "logs")), "nothing left of its output"
     finally:
         a.stop()
 
