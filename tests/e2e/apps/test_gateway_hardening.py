@@ -403,6 +403,69 @@ def test_funds_cover_every_call_in_flight(market):
     assert_ledger_ok(m)
 
 
+def stream_call(gw, slug, key, body):
+    """A streamed chat completion read to its end: (status, error code or
+    None, content chunks received, whether it ended with [DONE])."""
+    r = gw.call(slug, "/v1/chat/completions", key, json=body, stream=True)
+    if r.status_code != 200:
+        return r.status_code, r.json()["error"]["code"], 0, False
+    chunks, done = 0, False
+    try:
+        for line in r.iter_lines():
+            if line == b"data: [DONE]":
+                done = True
+            elif line.startswith(b"data: ") and json.loads(line[6:])["choices"]:
+                chunks += 1
+    except requests.exceptions.ChunkedEncodingError:
+        pass  # cut: the funds held no more of it
+    return 200, None, chunks, done
+
+
+def topped_up(m, amount):
+    """A consumer with no trial credit and amount yuan."""
+    u = m.d.signup(verify=False)
+    r = m.d.post(f"/v1/admin/users/{u.id}/topups", key=m.d.admin_key,
+                 json={"amount": amount, "payment_id": f"pay-{u.id}"})
+    assert r.status_code in (200, 201), r.text
+    return u
+
+
+def test_concurrent_streams_cannot_spend_more_than_the_funds(market):
+    """A consumer with 1.2 yuan and an app at 1 yuan per 1k output tokens
+    (no per-call price) sends 16 streams of 200 tokens (0.2 yuan each) at
+    once. Before, each was admitted against the same 1.2 yuan and ran to
+    its end: 3.2 yuan of answers, 2 of them recorded `unpaid`, work nobody
+    paid for. Now each call holds part of the funds while it is in flight,
+    growing as its answer comes: a call the funds cannot hold is refused
+    402 (`insufficient_funds`) or its stream is cut where the funds ran
+    out. Nothing is unpaid, the charges stay within the 1.2 yuan, each call
+    pays its delivered tokens to the micro-yuan, and the books verify."""
+    m = market
+    app, _ = m.running_app(10, price_per_request="0", price_per_1k_input_tokens="0", price_per_1k_output_tokens="1")
+    poor = topped_up(m, "1.2")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    body = {"messages": [{"role": "user", "content": "one two three four five"}], "stream": True, "max_tokens": 200}
+    results = []
+
+    def call():
+        results.append(stream_call(gw, app["slug"], poor.key, body))
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {r[:2] for r in results} <= {(200, None), (402, "insufficient_funds")}, results
+    assert sum(1 for r in results if r[3]) < 6, results  # 6 whole streams would cost 1.2 yuan and more
+    gw.stop()  # its last report sends every record
+    rows = m.calls(app["id"])
+    assert rows and all(row[7] == 0 for row in rows), rows  # nothing unpaid
+    assert all(row[4] == (row[3] * 1000 if row[1] < 400 else 0) for row in rows), rows  # 1000 a token
+    assert sum(row[4] for row in rows) <= 1200000, rows
+    assert m.d.sql("SELECT balance FROM ledger_accounts WHERE id = ?", [f"cash:{poor.id}"])[0][0] >= 0
+    assert_ledger_ok(m)
+
+
 def test_calls_one_after_another_cannot_spend_the_same_funds(market):
     """A consumer with 0.025 yuan and an app at 0.01 a call (no token price)
     behind a gateway whose copy is not refreshed (--sync-ms 600000, so its
