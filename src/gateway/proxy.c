@@ -1086,6 +1086,50 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
+/* Browsers: a web page on any origin may call an app (OpenAI-compatible
+ * clients run in browsers too) with its consumer's key, which is a bearer
+ * token and never a cookie, so every answer to /apps/... may be read by
+ * any origin, and the replica's Retry-After with it. */
+static void allow_origins(struct MHD_Response *r)
+{
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After, ETag");
+}
+
+/* Whether s is a list of header names a preflight may ask for: tokens,
+ * commas and spaces only (it is echoed in the answer). */
+static int header_names(const char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr("!#$%&'*+-.^_`|~, ", *s)))
+            return 0;
+    return 1;
+}
+
+/* A browser's CORS preflight (OPTIONS with Access-Control-Request-Method)
+ * carries no key, so it is answered here, before admission: any method
+ * and the headers it asks for (an OpenAI SDK sends several of its own),
+ * for ten minutes. An OPTIONS without it is an app's to answer. */
+static enum MHD_Result reply_preflight(struct MHD_Connection *conn, struct call *c)
+{
+    const char *asked = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    c->status_sent = 204;
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    allow_origins(r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            asked && strlen(asked) < 2048 && header_names(asked)
+                                ? asked
+                                : "Authorization, Content-Type, If-None-Match, X-Gpurent-Wait-Seconds");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_NO_CONTENT, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
 /* The API's error body, {"error": {"code", "message", "field": null}}.
  * The message may quote the client's bytes (an app's name), cut short:
  * made valid UTF-8 first, or jansson gives nothing to send. */
@@ -1107,6 +1151,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, struct call *c, 
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
+    allow_origins(r);
     char ra[24];
     if (retry_after > 0) {
         snprintf(ra, sizeof ra, "%lld", (long long)retry_after);
@@ -1547,6 +1592,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
         MHD_add_response_header(r, "ETag", etag);
     if (c->streamed)
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+    allow_origins(r);
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)up_status, r);
     MHD_destroy_response(r);
     return ok;
@@ -1717,8 +1763,11 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
             app_calls_live++;
         live_add(c);
         *con_cls = c;
+        if (c->app_call && strcmp(method, "OPTIONS") == 0 &&
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Method"))
+            return reply_preflight(conn, c);
         enum MHD_Result r;
-        if (strncmp(url, "/apps/", 6) == 0 && admit_headers(conn, c, url, &r) < 0)
+        if (c->app_call && admit_headers(conn, c, url, &r) < 0)
             return r;
         return MHD_YES;
     }
