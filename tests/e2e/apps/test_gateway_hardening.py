@@ -466,6 +466,30 @@ def test_concurrent_streams_cannot_spend_more_than_the_funds(market):
     assert_ledger_ok(m)
 
 
+def test_a_stream_priced_per_second_ends_when_its_funds_do(market):
+    """An app at 0.1 yuan a second (no other price) whose replica sends a
+    token every 100 ms, and a consumer with 0.35 yuan: a stream of 300
+    tokens (30 s, 3 yuan) is cut within the seconds the funds pay for,
+    whether or not bytes are flowing, and is charged its time to the
+    micro-yuan, within the funds, nothing unpaid. Before, it ran its 30 s
+    and 2.65 yuan of it was recorded unpaid."""
+    m = market
+    app, _ = m.running_app(100, price_per_request="0", price_per_1k_input_tokens="0", price_per_1k_output_tokens="0",
+                           price_per_second="0.1")
+    poor = topped_up(m, "0.35")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    t0 = time.monotonic()
+    status, code, chunks, done = stream_call(gw, app["slug"], poor.key, {
+        "messages": [{"role": "user", "content": "one two three"}], "stream": True, "max_tokens": 300})
+    assert (status, code, done) == (200, None, False) and 0 < chunks < 300, (status, code, chunks, done)
+    assert time.monotonic() - t0 < 10
+    [row] = m.wait_calls(app["id"], 1)
+    [(duration,)] = m.d.sql("SELECT duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
+    assert row[7] == 0 and row[4] == duration * 100000 // 1000 and 0 < row[4] <= 350000, (row, duration)
+    assert_ledger_ok(m)
+
+
 def test_calls_one_after_another_cannot_spend_the_same_funds(market):
     """A consumer with 0.025 yuan and an app at 0.01 a call (no token price)
     behind a gateway whose copy is not refreshed (--sync-ms 600000, so its
