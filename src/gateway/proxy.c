@@ -131,6 +131,7 @@ struct call {
     curl_off_t body_received; /* answer bytes from the upstream so far */
     int64_t up_end_ms;        /* when the upstream ended (0: not yet): the end of its billed time */
     int funds_out;            /* cut: the consumer's funds held no more of it (gw_hold) */
+    char last4[4];            /* the answer's last 4 bytes from the upstream: where an event ends */
     long status;
     char up_type[128];
     char up_etag[128]; /* the replica's ETag, passed on ("" none) */
@@ -619,6 +620,16 @@ static int hide_usage_event(struct call *c, const char *p, size_t n)
     return 0;
 }
 
+/* Under c->lock: whether the answer is a stream of server-sent events whose
+ * bytes so far end with a whole event (a blank line), so that one more may
+ * follow. */
+static int event_ended(const struct call *c)
+{
+    const char *t = c->last4;
+    return strncasecmp(c->up_type, "text/event-stream", 17) == 0 && c->line_len == 0 &&
+           ((t[2] == '\n' && t[3] == '\n') || memcmp(t, "\r\n\r\n", 4) == 0);
+}
+
 /* Under c->lock: whether the consumer's funds hold what the call may cost
  * with received answer bytes in all, its upstream's time ahead_ms from
  * now: its hold grows to that, or the call must stop short of it. An
@@ -633,6 +644,14 @@ static int funds_hold(struct call *c, int64_t received, int64_t ahead_ms)
         gw_call_cost(&c->app, (int64_t)c->client_len, out < 0 ? 0 : out, clock_mono_ms() - c->upstream_ms + ahead_ms);
     if (gw_hold(&c->app, need) >= need)
         return 1;
+    if (!c->funds_out && c->body_received > 0 && !c->draining && event_ended(c)) {
+        /* A stream cut here says why, as an event an OpenAI client raises
+         * as an error, before the connection ends without the stream's end. */
+        static const char why[] = "data: {\"error\":{\"code\":\"insufficient_funds\",\"message\":"
+                                  "\"your funds, less what your other calls hold, cover no more of this answer;"
+                                  " top up first\",\"field\":null}}\n\n";
+        out_append(c, why, sizeof why - 1);
+    }
     if (!c->funds_out)
         log_info("gateway: call %s of app %s cut: the funds of %s hold no more of it",
                  c->record_id[0] ? c->record_id : "-", c->app.app_id, c->app.user_id);
@@ -667,6 +686,10 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
     int stream = strncasecmp(c->up_type, "text/event-stream", 17) == 0;
     int ok = c->usage_asked && stream ? hide_usage_event(c, p, len) : out_append(c, p, len);
     if (ok == 0) {
+        for (size_t i = len > 4 ? len - 4 : 0; i < len; i++) {
+            memmove(c->last4, c->last4 + 1, 3);
+            c->last4[3] = p[i];
+        }
         /* The whole body is in: the answer can end without waiting for
          * the transfer's end (one suspend and resume less a call). */
         curl_off_t want = -1;

@@ -404,21 +404,26 @@ def test_funds_cover_every_call_in_flight(market):
 
 
 def stream_call(gw, slug, key, body):
-    """A streamed chat completion read to its end: (status, error code or
-    None, content chunks received, whether it ended with [DONE])."""
+    """A streamed chat completion read to its end: (status, the error code
+    of the answer or of an event in the stream, or None, content chunks
+    received, whether it ended with [DONE])."""
     r = gw.call(slug, "/v1/chat/completions", key, json=body, stream=True)
     if r.status_code != 200:
         return r.status_code, r.json()["error"]["code"], 0, False
-    chunks, done = 0, False
+    code, chunks, done = None, 0, False
     try:
         for line in r.iter_lines():
             if line == b"data: [DONE]":
                 done = True
-            elif line.startswith(b"data: ") and json.loads(line[6:])["choices"]:
-                chunks += 1
+            elif line.startswith(b"data: "):
+                event = json.loads(line[6:])
+                if "error" in event:
+                    code = event["error"]["code"]
+                elif event["choices"]:
+                    chunks += 1
     except requests.exceptions.ChunkedEncodingError:
         pass  # cut: the funds held no more of it
-    return 200, None, chunks, done
+    return 200, code, chunks, done
 
 
 def topped_up(m, amount):
@@ -455,7 +460,7 @@ def test_concurrent_streams_cannot_spend_more_than_the_funds(market):
         t.start()
     for t in threads:
         t.join()
-    assert {r[:2] for r in results} <= {(200, None), (402, "insufficient_funds")}, results
+    assert {r[:2] for r in results} <= {(200, None), (200, "insufficient_funds"), (402, "insufficient_funds")}, results
     assert sum(1 for r in results if r[3]) < 6, results  # 6 whole streams would cost 1.2 yuan and more
     gw.stop()  # its last report sends every record
     rows = m.calls(app["id"])
@@ -470,7 +475,8 @@ def test_a_stream_priced_per_second_ends_when_its_funds_do(market):
     """An app at 0.1 yuan a second (no other price) whose replica sends a
     token every 100 ms, and a consumer with 0.35 yuan: a stream of 300
     tokens (30 s, 3 yuan) is cut within the seconds the funds pay for,
-    whether or not bytes are flowing, and is charged its time to the
+    whether or not bytes are flowing, with a last event saying why
+    (`insufficient_funds`), and is charged its time to the
     micro-yuan, within the funds, nothing unpaid. Before, it ran its 30 s
     and 2.65 yuan of it was recorded unpaid."""
     m = market
@@ -482,7 +488,8 @@ def test_a_stream_priced_per_second_ends_when_its_funds_do(market):
     t0 = time.monotonic()
     status, code, chunks, done = stream_call(gw, app["slug"], poor.key, {
         "messages": [{"role": "user", "content": "one two three"}], "stream": True, "max_tokens": 300})
-    assert (status, code, done) == (200, None, False) and 0 < chunks < 300, (status, code, chunks, done)
+    # Cut with an event saying why (an OpenAI client raises it), no [DONE].
+    assert (status, code, done) == (200, "insufficient_funds", False) and 0 < chunks < 300, (status, code, chunks, done)
     assert time.monotonic() - t0 < 10
     [row] = m.wait_calls(app["id"], 1)
     [(duration,)] = m.d.sql("SELECT duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
