@@ -67,6 +67,7 @@ struct gw_call_app {
     /* Micro-yuan of the consumer's funds held for this call while it is in
      * flight (state.c, gw_hold); only changed under state.c's lock. */
     int64_t held;
+    int consumer; /* its consumer's slot in state.c's table while in flight */
 };
 
 /* state.c */

@@ -74,11 +74,20 @@ static struct consumer_count *consumer_slot(const char *user_id, int create)
     return free_slot;
 }
 
+/* Under lock: the slot of an admitted call's consumer, which stays theirs
+ * while the call is in flight (a call finds it without a search, which
+ * would cost a pass over the table for every chunk of a stream). */
+static struct consumer_count *call_consumer(const struct gw_call_app *a)
+{
+    struct consumer_count *u = &consumers[a->consumer];
+    return u->in_flight > 0 && strcmp(u->user_id, a->user_id) == 0 ? u : NULL;
+}
+
 /* Under lock: the call leaves its consumer's calls in flight and gives
  * back what it held. */
 static void consumer_leave(struct gw_call_app *a)
 {
-    struct consumer_count *u = consumer_slot(a->user_id, 0);
+    struct consumer_count *u = call_consumer(a);
     if (u) {
         u->held -= a->held;
         u->in_flight--;
@@ -209,7 +218,7 @@ static int64_t funds_free(const char *user, const struct consumer_count *u)
 int64_t gw_hold(struct gw_call_app *a, int64_t need)
 {
     pthread_mutex_lock(&lock);
-    struct consumer_count *u = consumer_slot(a->user_id, 0);
+    struct consumer_count *u = call_consumer(a);
     int64_t more = need - a->held;
     int64_t free_now = u && more > 0 ? funds_free(a->user_id, u) : 0;
     if (u && more > 0 && free_now >= more) {
@@ -474,6 +483,7 @@ int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_ca
             u->in_flight++;
             u->held += need;
             out->held = need;
+            out->consumer = (int)(u - consumers);
             snprintf(out->app_id, sizeof out->app_id, "%s", app_id);
             snprintf(out->user_id, sizeof out->user_id, "%s", user);
             snprintf(out->key_id, sizeof out->key_id, "%s", key_id);
