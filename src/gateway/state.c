@@ -657,6 +657,24 @@ static json_t *signed_call(const char *method, const char *path, const char *bod
     return j;
 }
 
+/* The funds in a fresh copy less what the other gateways' calls in flight
+ * hold of them (the state's holds), so that a consumer's calls through two
+ * gateways cannot each spend the same funds. */
+static void other_holds(json_t *fresh)
+{
+    json_t *funds = json_object_get(fresh, "funds");
+    size_t i;
+    json_t *h;
+    json_array_foreach(json_object_get(fresh, "holds"), i, h)
+    {
+        const char *gateway = json_string_value(json_object_get(h, "gateway_id"));
+        const char *user = json_string_value(json_object_get(h, "user_id"));
+        json_t *have = user ? json_object_get(funds, user) : NULL;
+        if (gateway && strcmp(gateway, gw_opts.gateway_id) != 0 && json_is_integer(have))
+            json_integer_set(have, json_integer_value(have) - json_integer_value(json_object_get(h, "held")));
+    }
+}
+
 static void sync_once(void)
 {
     pthread_mutex_lock(&lock);
@@ -665,6 +683,7 @@ static void sync_once(void)
     json_t *fresh = signed_call("GET", "/internal/gateway/state", NULL);
     if (!fresh)
         return;
+    other_holds(fresh);
     pthread_mutex_lock(&lock);
     unsettled_sync(0);
     json_decref(copy);
@@ -743,8 +762,16 @@ static void report_once(void)
     }
     for (size_t i = 0; i < json_array_size(pending) && i < GW_REPORT_BATCH; i++)
         json_array_append(usage, json_array_get(pending, i));
+    /* What this gateway's calls in flight hold: the other gateways take it
+     * off the funds in their copies (other_holds). */
+    json_t *holds = json_array();
+    for (int i = 0; i < GW_MAX_CONSUMERS; i++)
+        if (consumers[i].in_flight > 0 && consumers[i].held > 0)
+            json_array_append_new(holds, json_pack("{s:s, s:I}", "user_id", consumers[i].user_id, "held",
+                                                   (json_int_t)consumers[i].held));
     pthread_mutex_unlock(&lock);
-    json_t *body = json_pack("{s:s, s:o, s:o}", "gateway_id", gw_opts.gateway_id, "demand", demand, "usage", usage);
+    json_t *body = json_pack("{s:s, s:o, s:o, s:o}", "gateway_id", gw_opts.gateway_id, "demand", demand, "usage", usage,
+                             "holds", holds);
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     json_t *answer = text ? signed_call("POST", "/internal/gateway/reports", text) : NULL;

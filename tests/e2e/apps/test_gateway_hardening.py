@@ -497,6 +497,44 @@ def test_a_stream_priced_per_second_ends_when_its_funds_do(market):
     assert_ledger_ok(m)
 
 
+def test_funds_held_on_one_gateway_are_not_spent_on_another(market):
+    """A consumer with 0.025 yuan and an app at 0.01 a call whose replica
+    never answers: two calls in flight through gateway A hold 0.02 and
+    more of the funds; A reports its holds, gpurentd's state lists them,
+    and gateway B takes them off the funds in its copy, so a call through
+    B is refused 402. Before, B saw the whole 0.025 and let a third call
+    in: through two gateways a consumer could spend the same funds
+    twice."""
+    m = market
+    app, _ = fake_app(m, "silent")
+    poor = topped_up(m, "0.025")
+    gw_a = m.gateway(gateway_id="gw-a", extra=("--upstream-idle-s", "8"))
+    gw_b = m.gateway(gateway_id="gw-b", extra=("--upstream-idle-s", "8"))
+    ready_in_copy(m, gw_a, app["id"])
+    ready_in_copy(m, gw_b, app["id"])
+    results = []
+
+    def call():
+        results.append(gw_a.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"}).status_code)
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    poll(lambda: requests.get(gw_a.url + "/healthz", timeout=10).json()["calls"] == 2, DEADLINE, "two calls in flight")
+    poll(lambda: [h for h in m.signed("GET", "/internal/gateway/state").json()["holds"]
+                  if (h["gateway_id"], h["user_id"]) == ("gw-a", poor.id) and h["held"] >= 20000],
+         DEADLINE, "gateway A's holds in the state")
+    first = requests.get(gw_b.url + "/healthz", timeout=10).json()["syncs"]
+    poll(lambda: requests.get(gw_b.url + "/healthz", timeout=10).json()["syncs"] >= first + 2, DEADLINE, "two syncs")
+    r = gw_b.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"})
+    assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text
+    for t in threads:
+        t.join()
+    assert results == [504, 504], results
+    rows = m.wait_calls(app["id"], 2)
+    assert [(row[1], row[4]) for row in rows] == [(504, 0)] * 2, rows
+    assert_ledger_ok(m)
+
+
 def test_calls_one_after_another_cannot_spend_the_same_funds(market):
     """A consumer with 0.025 yuan and an app at 0.01 a call (no token price)
     behind a gateway whose copy is not refreshed (--sync-ms 600000, so its
