@@ -986,7 +986,9 @@ static void end_calls_out_of_funds(void)
     size_t n = 0;
     pthread_mutex_lock(&live_lock);
     for (struct call *c = live; c && n < BATCH; c = c->next_live) {
-        if (!c->admitted || c->app.price_second <= 0 || c->up_state != UP_RUNNING)
+        /* up_state first: it is this thread's own, and a call with an
+         * upstream running was admitted before it was handed over. */
+        if (c->up_state != UP_RUNNING || c->app.price_second <= 0)
             continue;
         pthread_mutex_lock(&c->lock);
         if (!c->finished && !c->body_complete && !c->client_gone &&
