@@ -5,10 +5,12 @@
  *            connections that wait are suspended, see proxy.c), start
  *            and stop
  *   state.c  the last copy of what gpurentd said (apps, ready replicas,
- *            key hashes, funds) and the counters kept against it: in
- *            flight per replica and app, queued, rate-limit windows; the
- *            sync thread that refreshes the copy and the report thread
- *            that sends demand and usage records (signed, sign.h)
+ *            key hashes, funds, other gateways' holds) and the counters
+ *            kept against it: in flight per replica and app, queued,
+ *            rate-limit windows, the funds each consumer's calls in flight
+ *            hold; the sync thread that refreshes the copy and the report
+ *            thread that sends demand, holds and usage records (signed,
+ *            sign.h)
  *   journal.c the usage journal in --state-dir: each record on disk
  *            before its call completes, removed once gpurentd answered
  *            for its id, re-read and resent at start; the progress of
@@ -18,7 +20,9 @@
  *            default): calls by status, their durations, calls in flight,
  *            paused upstreams, the copy's age, usage records pending
  *   proxy.c  one call: key, app, limits and funds checked at its
- *            headers (before its body is read), a replica chosen (or
+ *            headers (before its body is read; its hold then grows as
+ *            its answer comes, and it is cut where the funds end), a
+ *            replica chosen (or
  *            waited for), the upstream called on the one upstream thread
  *            (libcurl's multi interface, with idle and total time limits)
  *            and its answer streamed through, usage taken from what the
