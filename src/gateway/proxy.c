@@ -976,9 +976,10 @@ static void end_calls_of_gone_clients(void)
 
 /* A call priced per second costs more while its upstream runs, with
  * bytes or without: called on the upstream thread about once a second,
- * this grows each such call's hold to cover the second ahead, and ends
- * the calls whose consumer's funds cannot (their connections then answer
- * 402, or end the answer where it was). */
+ * this grows each such call's hold to cover its time until the next
+ * check and a grain more (the loop may be late), and ends the calls whose
+ * consumer's funds cannot (their connections then answer 402, or end the
+ * answer where it was). */
 static void end_calls_out_of_funds(void)
 {
     enum { BATCH = 64 };
