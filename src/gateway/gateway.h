@@ -5,10 +5,12 @@
  *            connections that wait are suspended, see proxy.c), start
  *            and stop
  *   state.c  the last copy of what gpurentd said (apps, ready replicas,
- *            key hashes, funds) and the counters kept against it: in
- *            flight per replica and app, queued, rate-limit windows; the
- *            sync thread that refreshes the copy and the report thread
- *            that sends demand and usage records (signed, sign.h)
+ *            key hashes, funds, other gateways' holds) and the counters
+ *            kept against it: in flight per replica and app, queued,
+ *            rate-limit windows, the funds each consumer's calls in flight
+ *            hold; the sync thread that refreshes the copy and the report
+ *            thread that sends demand, holds and usage records (signed,
+ *            sign.h)
  *   journal.c the usage journal in --state-dir: each record on disk
  *            before its call completes, removed once gpurentd answered
  *            for its id, re-read and resent at start; the progress of
@@ -18,7 +20,9 @@
  *            default): calls by status, their durations, calls in flight,
  *            paused upstreams, the copy's age, usage records pending
  *   proxy.c  one call: key, app, limits and funds checked at its
- *            headers (before its body is read), a replica chosen (or
+ *            headers (before its body is read; its hold then grows as
+ *            its answer comes, and it is cut where the funds end), a
+ *            replica chosen (or
  *            waited for), the upstream called on the one upstream thread
  *            (libcurl's multi interface, with idle and total time limits)
  *            and its answer streamed through, usage taken from what the
@@ -64,6 +68,10 @@ struct gw_call_app {
     /* The app's prices when the call was admitted (micro-yuan), stamped on
      * its usage record. */
     int64_t price_request, price_input_1k, price_output_1k, price_second;
+    /* Micro-yuan of the consumer's funds held for this call while it is in
+     * flight (state.c, gw_hold); only changed under state.c's lock. */
+    int64_t held;
+    int consumer; /* its consumer's slot in state.c's table while in flight */
 };
 
 /* state.c */
@@ -75,14 +83,30 @@ void gw_copy_info(int64_t *good_syncs, int64_t *age_ms);
 void gw_usage_pending(int64_t *records);
 /* Checks the bearer token, the app's visibility, rate limits and funds for
  * slug: 0 with out filled, or an HTTP status (401, 404, 429 with
- * *retry_after, 402, 503 before any copy) and a message. Funds must cover
- * the per-call price of each of the consumer's calls in flight, this one
- * included: an admitted call counts as one until its record is added
- * (gw_usage_add) or gw_consumer_release. */
-int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64_t *retry_after, char *msg,
-             size_t msglen);
-/* The consumer's admitted call has ended. */
-void gw_consumer_release(const char *user_id);
+ * *retry_after, 402, 503 before any copy) and a message. The copy's funds
+ * are drawn only when records settle, so an admitted call holds part of
+ * them (out->held) until it ends: at first its per-call price, the input
+ * its body_len announces (-1: unknown) and a first grain of answer
+ * (GW_HOLD_GRAIN_*); a call is refused 402 when the consumer's funds,
+ * less what their other calls hold and what finished calls cost that the
+ * copy cannot show yet, do not cover that. */
+int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_call_app *out, int64_t *retry_after,
+             char *msg, size_t msglen);
+/* The answer a call's first hold covers beyond its price and input. */
+#define GW_HOLD_GRAIN_BYTES 64
+#define GW_HOLD_GRAIN_MS 1000
+/* The most gpurentd charges a call answered under 400 with these counts
+ * at the prices it was admitted with (apps.c, app_call_price). */
+int64_t gw_call_cost(const struct gw_call_app *a, int64_t input_tokens, int64_t output_tokens, int64_t duration_ms);
+/* Makes the call's hold at least need, taking from the consumer's free
+ * funds (and, when they allow, a step more, so that a stream does not
+ * come back for each chunk); when they do not cover need the hold stays
+ * as it was. Returns the hold: under need, the call must go no further
+ * than the hold covers. Any thread; one lock. */
+int64_t gw_hold(struct gw_call_app *a, int64_t need);
+/* The consumer's admitted call has ended without a record: it leaves
+ * their calls in flight and its hold is given back. */
+void gw_consumer_release(struct gw_call_app *a);
 /* Picks the ready replica of app with the fewest calls outstanding, none
  * of the n_avoid in avoid, and one that failed a call unanswered in the
  * last GW_REFUSED_MS only if no other is left, and counts one more on it: its
@@ -97,10 +121,11 @@ void gw_replica_refused(const char *instance_id);
 void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta);
 /* Journals a usage record (taken) and queues it for the next report; on
  * return it is on disk (journal.c), unless the journal failed (logged).
- * With release_user, the call it records leaves that consumer's calls in
- * flight under the same lock as its cost joins what admission takes off
- * their funds (as gw_consumer_release, but never one without the other). */
-void gw_usage_add(json_t *record, const char *release_user);
+ * With release, the call it records leaves that consumer's calls in
+ * flight and gives back its hold under the same lock as its cost joins
+ * what admission takes off their funds (as gw_consumer_release, but never
+ * one without the other). */
+void gw_usage_add(json_t *record, struct gw_call_app *release);
 
 /* journal.c */
 /* Opens (creating) DIR/usage.journal, locked against a second gateway,

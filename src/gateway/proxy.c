@@ -129,6 +129,9 @@ struct call {
     int headers_done, finished, client_gone;
     int body_complete; /* every byte its Content-Length announced has come */
     curl_off_t body_received; /* answer bytes from the upstream so far */
+    int64_t up_end_ms;        /* when the upstream ended (0: not yet): the end of its billed time */
+    int funds_out;            /* cut: the consumer's funds held no more of it (gw_hold) */
+    char last4[4];            /* the answer's last 4 bytes from the upstream: where an event ends */
     long status;
     char up_type[128];
     char up_etag[128]; /* the replica's ETag, passed on ("" none) */
@@ -146,6 +149,12 @@ struct call {
     int keep_tail; /* the answer outgrew GW_KEEP_MAX: keep holds its last GW_TAIL_KEEP bytes */
     int delivered_all;
     int64_t input_tokens, output_tokens; /* as the upstream reported them */
+    int64_t scanned_bytes;               /* of a stream, the bytes scan_delivered has read */
+    /* Output tokens are at most those the stream last reported and a token
+     * a byte after that: the hold's bound is body_received plus this
+     * (never above 0; 0 before any report), written as each report is
+     * read and read by the upstream thread as the answer comes. */
+    atomic_llong usage_slack;
     int64_t delivered_bytes; /* answer bytes handed to the client */
     /* A client that left mid-answer: the answer read on for its usage. */
     int draining;            /* its bytes go to drain_out, not to a client */
@@ -250,17 +259,19 @@ static void call_unref(struct call *c)
     pthread_mutex_unlock(&live_lock);
 }
 
-static void take_usage(struct call *c, json_t *j)
+/* 1 when j carries a usage in range, now the call's. */
+static int take_usage(struct call *c, json_t *j)
 {
     json_t *u = json_object_get(j, "usage");
     if (!json_is_object(u))
-        return;
+        return 0;
     json_int_t in = json_integer_value(json_object_get(u, "prompt_tokens"));
     json_int_t out = json_integer_value(json_object_get(u, "completion_tokens"));
-    if (in >= 0 && in <= 100000000 && out >= 0 && out <= 100000000) {
-        c->input_tokens = in;
-        c->output_tokens = out;
-    }
+    if (in < 0 || in > 100000000 || out < 0 || out > 100000000)
+        return 0;
+    c->input_tokens = in;
+    c->output_tokens = out;
+    return 1;
 }
 
 /* Keeps the last GW_TAIL_KEEP bytes of a non-streamed answer too big to
@@ -376,7 +387,11 @@ static void scan_delivered(struct call *c, const char *p, size_t n)
                     line++;
                 if (strncmp(line, "data:", 5) == 0) {
                     json_t *j = json_loads(line + 5 + (line[5] == ' '), 0, NULL);
-                    take_usage(c, j);
+                    /* The bytes read so far, this event's included, bound
+                     * what is still to be reported (see usage_slack). */
+                    int64_t through = c->scanned_bytes + (int64_t)i + 1;
+                    if (take_usage(c, j))
+                        atomic_store(&c->usage_slack, c->output_tokens < through ? c->output_tokens - through : 0);
                     json_decref(j);
                 }
                 line = next;
@@ -384,6 +399,7 @@ static void scan_delivered(struct call *c, const char *p, size_t n)
             c->event_len = 0;
         }
     }
+    c->scanned_bytes += (int64_t)n;
 }
 
 /* Copies the value of header line p (len bytes) into out if it is the
@@ -604,6 +620,45 @@ static int hide_usage_event(struct call *c, const char *p, size_t n)
     return 0;
 }
 
+/* Under c->lock: whether the answer is a stream of server-sent events whose
+ * bytes so far end with a whole event (a blank line), so that one more may
+ * follow. */
+static int event_ended(const struct call *c)
+{
+    const char *t = c->last4;
+    return strncasecmp(c->up_type, "text/event-stream", 17) == 0 && c->line_len == 0 &&
+           ((t[2] == '\n' && t[3] == '\n') || memcmp(t, "\r\n\r\n", 4) == 0);
+}
+
+/* Under c->lock: whether the consumer's funds hold what the call may cost
+ * with received answer bytes in all, its upstream's time ahead_ms from
+ * now: its hold grows to that, or the call must stop short of it. An
+ * error answer costs nothing, so it needs nothing held. */
+static int funds_hold(struct call *c, int64_t received, int64_t ahead_ms)
+{
+    if (c->headers_done && c->status >= 400)
+        return 1;
+    int64_t slack = atomic_load(&c->usage_slack);
+    int64_t out = received + (slack < 0 ? slack : 0);
+    int64_t need =
+        gw_call_cost(&c->app, (int64_t)c->client_len, out < 0 ? 0 : out, clock_mono_ms() - c->upstream_ms + ahead_ms);
+    if (gw_hold(&c->app, need) >= need)
+        return 1;
+    if (!c->funds_out && c->body_received > 0 && !c->draining && event_ended(c)) {
+        /* A stream cut here says why, as an event an OpenAI client raises
+         * as an error, before the connection ends without the stream's end. */
+        static const char why[] = "data: {\"error\":{\"code\":\"insufficient_funds\",\"message\":"
+                                  "\"your funds, less what your other calls hold, cover no more of this answer;"
+                                  " top up first\",\"field\":null}}\n\n";
+        out_append(c, why, sizeof why - 1);
+    }
+    if (!c->funds_out)
+        log_info("gateway: call %s of app %s cut: the funds of %s hold no more of it",
+                 c->record_id[0] ? c->record_id : "-", c->app.app_id, c->app.user_id);
+    c->funds_out = 1;
+    return 0;
+}
+
 static size_t up_body(char *p, size_t size, size_t n, void *vc)
 {
     struct call *c = vc;
@@ -622,10 +677,19 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         pthread_mutex_unlock(&c->lock);
         return CURL_WRITEFUNC_PAUSE;
     }
+    /* Bytes the funds do not hold never pass: the answer is cut here. */
+    if (!funds_hold(c, (int64_t)c->body_received + (int64_t)len, 0)) {
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
     /* (c->streamed is set on the connection's side, maybe after this.) */
     int stream = strncasecmp(c->up_type, "text/event-stream", 17) == 0;
     int ok = c->usage_asked && stream ? hide_usage_event(c, p, len) : out_append(c, p, len);
     if (ok == 0) {
+        for (size_t i = len > 4 ? len - 4 : 0; i < len; i++) {
+            memmove(c->last4, c->last4 + 1, 3);
+            c->last4[3] = p[i];
+        }
         /* The whole body is in: the answer can end without waiting for
          * the transfer's end (one suspend and resume less a call). */
         curl_off_t want = -1;
@@ -744,6 +808,7 @@ static void up_end(struct call *c, CURLcode rc)
         paused_upstreams--;
     }
     c->curl_rc = rc;
+    c->up_end_ms = clock_mono_ms();
     flush_line(c);
     c->finished = 1;
     int drained = c->draining;
@@ -909,6 +974,39 @@ static void end_calls_of_gone_clients(void)
     }
 }
 
+/* A call priced per second costs more while its upstream runs, with
+ * bytes or without: called on the upstream thread about once a second,
+ * this grows each such call's hold to cover its time until the next
+ * check and a grain more (the loop may be late), and ends the calls whose
+ * consumer's funds cannot (their connections then answer 402, or end the
+ * answer where it was). */
+static void end_calls_out_of_funds(void)
+{
+    enum { BATCH = 64 };
+    struct call *out[BATCH];
+    size_t n = 0;
+    pthread_mutex_lock(&live_lock);
+    for (struct call *c = live; c && n < BATCH; c = c->next_live) {
+        /* up_state first: it is this thread's own, and a call with an
+         * upstream running was admitted before it was handed over. */
+        if (c->up_state != UP_RUNNING || c->app.price_second <= 0)
+            continue;
+        pthread_mutex_lock(&c->lock);
+        if (!c->finished && !c->body_complete && !c->client_gone &&
+            !funds_hold(c, (int64_t)c->body_received, 1000 + GW_HOLD_GRAIN_MS)) {
+            c->refs++; /* until it is ended below */
+            out[n++] = c;
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    pthread_mutex_unlock(&live_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (out[i]->up_state != UP_ENDED)
+            up_end(out[i], CURLE_ABORTED_BY_CALLBACK);
+        call_unref(out[i]);
+    }
+}
+
 static void *up_main(void *arg)
 {
     (void)arg;
@@ -952,6 +1050,7 @@ static void *up_main(void *arg)
         if (clock_mono_ms() - peeked_ms >= 1000) {
             peeked_ms = clock_mono_ms();
             end_calls_of_gone_clients();
+            end_calls_out_of_funds();
         }
     }
 }
@@ -1013,6 +1112,50 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
+/* Browsers: a web page on any origin may call an app (OpenAI-compatible
+ * clients run in browsers too) with its consumer's key, which is a bearer
+ * token and never a cookie, so every answer to /apps/... may be read by
+ * any origin, and the replica's Retry-After with it. */
+static void allow_origins(struct MHD_Response *r)
+{
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(r, "Access-Control-Expose-Headers", "Retry-After, ETag");
+}
+
+/* Whether s is a list of header names a preflight may ask for: tokens,
+ * commas and spaces only (it is echoed in the answer). */
+static int header_names(const char *s)
+{
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr("!#$%&'*+-.^_`|~, ", *s)))
+            return 0;
+    return 1;
+}
+
+/* A browser's CORS preflight (OPTIONS with Access-Control-Request-Method)
+ * carries no key, so it is answered here, before admission: any method
+ * and the headers it asks for (an OpenAI SDK sends several of its own),
+ * for ten minutes. An OPTIONS without it is an app's to answer. */
+static enum MHD_Result reply_preflight(struct MHD_Connection *conn, struct call *c)
+{
+    const char *asked = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    c->status_sent = 204;
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    allow_origins(r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                            asked && strlen(asked) < 2048 && header_names(asked)
+                                ? asked
+                                : "Authorization, Content-Type, If-None-Match, X-Gpurent-Wait-Seconds");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ok = MHD_queue_response(conn, MHD_HTTP_NO_CONTENT, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
 /* The API's error body, {"error": {"code", "message", "field": null}}.
  * The message may quote the client's bytes (an app's name), cut short:
  * made valid UTF-8 first, or jansson gives nothing to send. */
@@ -1034,6 +1177,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, struct call *c, 
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
+    allow_origins(r);
     char ra[24];
     if (retry_after > 0) {
         snprintf(ra, sizeof ra, "%lld", (long long)retry_after);
@@ -1219,6 +1363,40 @@ void gw_proxy_stop(void)
     pthread_mutex_unlock(&live_lock);
 }
 
+/* The counts of a call answered under 400, made to cost no more than its
+ * consumer's funds hold for it: the hold grows to their cost when the
+ * funds allow; when they do not (the upstream's time ran on between two
+ * checks, or a replica reported more tokens at the end than as it went),
+ * the consumer pays what is held, the time given up first, then output
+ * tokens, then input. So no call's record costs more than its consumer
+ * could pay when it was made. */
+static void within_hold(struct call *c, int64_t *in, int64_t *out, int64_t *ms)
+{
+    const struct gw_call_app *a = &c->app;
+    int64_t cost = gw_call_cost(a, *in, *out, *ms);
+    int64_t held = gw_hold(&c->app, cost);
+    if (held >= cost)
+        return;
+    log_warn("gateway: call %s of app %s cost %lld micro-yuan, over the %lld its consumer's funds held; charged that",
+             c->record_id, a->app_id, (long long)cost, (long long)held);
+    /* floor(x / 1000) <= r exactly when x <= (r + 1) * 1000 - 1. */
+    __int128 room = (__int128)held - gw_call_cost(a, *in, *out, 0);
+    if (room < 0)
+        *ms = 0;
+    else if (a->price_second > 0)
+        *ms = (int64_t)(((room + 1) * 1000 - 1) / a->price_second);
+    if (room >= 0)
+        return;
+    room = ((__int128)held - a->price_request + 1) * 1000 - 1; /* for the tokens: price_input_1k x in + ... */
+    __int128 left = room - (__int128)*in * a->price_input_1k;
+    if (left < 0) {
+        *out = 0;
+        *in = a->price_input_1k > 0 ? (int64_t)(room / a->price_input_1k) : *in;
+    } else if (a->price_output_1k > 0) {
+        *out = (int64_t)(left / a->price_output_1k);
+    }
+}
+
 /* The call's usage as delivered so far (completed: delivered in full), as
  * gpurentd takes it: its id is made once, so the call's progress lines and
  * its record name the same call. */
@@ -1233,17 +1411,26 @@ static json_t *usage_record(struct call *c, int completed)
             if (*p >= 'A' && *p <= 'Z')
                 *p = (char)(*p - 'A' + 'a');
     }
-    int64_t now = clock_mono_ms();
-    int64_t up = c->upstream_ms ? now - c->upstream_ms : 0;
-    /* The upstream ends by --max-call-s; a slow client taking the last
-     * bytes after it adds nothing to the call's time. */
+    pthread_mutex_lock(&c->lock);
+    int64_t end_ms = c->up_end_ms ? c->up_end_ms : clock_mono_ms();
+    int64_t received = (int64_t)c->body_received;
+    pthread_mutex_unlock(&c->lock);
+    /* Per second is the upstream's time: a slow client taking the last
+     * bytes after it ended adds nothing; and it ends by --max-call-s. */
+    int64_t up = c->upstream_ms ? end_ms - c->upstream_ms : 0;
     if (up > gw_opts.max_call_s * 1000)
         up = gw_opts.max_call_s * 1000;
     /* The replica's counts are its word only: bounded by what passed
-     * through here, a token being at least a byte of text each way. */
+     * through here, a token being at least a byte of text each way (of
+     * the replica's answer: not the bytes the gateway adds to it). */
     int64_t in = c->input_tokens < (int64_t)c->client_len ? c->input_tokens : (int64_t)c->client_len;
     int64_t sent = c->delivered_bytes + c->drained_bytes;
+    if (sent > received)
+        sent = received;
     int64_t out = c->output_tokens < sent ? c->output_tokens : sent;
+    int status = c->status_sent > 0 ? c->status_sent : 502;
+    if (status < 400)
+        within_hold(c, &in, &out, &up);
     /* The prices the call was admitted with: gpurentd charges each no
      * more than this, whatever the app's price is when the record lands. */
     json_t *prices = json_pack("{s:I, s:I, s:I, s:I}", "request", (json_int_t)c->app.price_request, "input_1k",
@@ -1252,10 +1439,10 @@ static json_t *usage_record(struct call *c, int completed)
     if (!prices)
         return NULL;
     return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "id", c->record_id, "app_id",
-                     c->app.app_id, "user_id", c->app.user_id, "key_id", c->app.key_id, "at",
-                     (json_int_t)clock_wall(), "status", (json_int_t)(c->status_sent > 0 ? c->status_sent : 502),
-                     "input_tokens", (json_int_t)in, "output_tokens", (json_int_t)out, "duration_ms", (json_int_t)up,
-                     "cold_start", (json_int_t)c->cold_start, "completed", (json_int_t)completed, "prices", prices);
+                     c->app.app_id, "user_id", c->app.user_id, "key_id", c->app.key_id, "at", (json_int_t)clock_wall(),
+                     "status", (json_int_t)status, "input_tokens", (json_int_t)in, "output_tokens", (json_int_t)out,
+                     "duration_ms", (json_int_t)up, "cold_start", (json_int_t)c->cold_start, "completed",
+                     (json_int_t)completed, "prices", prices);
 }
 
 /* The admitted call leaves the consumer's calls in flight, once. */
@@ -1263,7 +1450,7 @@ static void release_consumer(struct call *c)
 {
     if (c->admitted && !c->released) {
         c->released = 1;
-        gw_consumer_release(c->app.user_id);
+        gw_consumer_release(&c->app);
     }
 }
 
@@ -1278,7 +1465,7 @@ static void record_usage(struct call *c)
         release_consumer(c);
         return;
     }
-    const char *release = c->admitted && !c->released ? c->app.user_id : NULL;
+    struct gw_call_app *release = c->admitted && !c->released ? &c->app : NULL;
     c->released = c->released || release;
     gw_usage_add(r, release);
 }
@@ -1399,10 +1586,15 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
     int got = c->headers_done;
     long up_status = c->status;
     CURLcode rc = c->curl_rc;
+    int unfunded = c->funds_out && c->body_received == 0;
     char type[128], etag[128];
     snprintf(type, sizeof type, "%s", c->up_type);
     snprintf(etag, sizeof etag, "%s", c->up_etag);
     pthread_mutex_unlock(&c->lock);
+    if (unfunded)
+        return reply_counted_error(conn, c, 402, "insufficient_funds",
+                                   "your funds, less what your other calls hold, do not cover this call; top up first",
+                                   0);
     if (!got && ending)
         return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
     if (!got && rc == CURLE_OPERATION_TIMEDOUT)
@@ -1426,6 +1618,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
         MHD_add_response_header(r, "ETag", etag);
     if (c->streamed)
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+    allow_origins(r);
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)up_status, r);
     MHD_destroy_response(r);
     return ok;
@@ -1512,7 +1705,9 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
     const char *token = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
     char msg[256];
     int64_t retry = 0;
-    int status = gw_admit(token, slug, &c->app, &retry, msg, sizeof msg);
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+    int64_t announced = cl ? (int64_t)strtoull(cl, NULL, 10) : -1;
+    int status = gw_admit(token, slug, announced > GW_BODY_MAX ? -1 : announced, &c->app, &retry, msg, sizeof msg);
     if (status) {
         static const char *const codes[][2] = {{"401", "unauthorized"}, {"402", "insufficient_funds"},
                                                {"404", "not_found"},    {"429", "too_many_requests"},
@@ -1527,7 +1722,6 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
     }
     c->admitted = 1; /* counted in flight for its consumer until recorded */
     /* A body announced over the bound is refused before it is read too. */
-    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > GW_BODY_MAX)
         return *r = reply_error(conn, c, 413, "body_too_large", "the request body is over 8 MiB", 0), -1;
     return 0;
@@ -1545,6 +1739,13 @@ static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const 
     if (path && dot_segment(path))
         return reply_counted_error(conn, c, 400, "invalid_path", "a path with a . or .. segment is not passed on", 0);
     c->client_len = c->body_len;
+    /* A body longer than announced (or sent chunked) holds its input now. */
+    int64_t need = gw_call_cost(&c->app, (int64_t)c->client_len, GW_HOLD_GRAIN_BYTES, GW_HOLD_GRAIN_MS);
+    if (gw_hold(&c->app, need) < need)
+        return reply_counted_error(conn, c, 402, "insufficient_funds",
+                                   "your funds, less what your other calls hold, do not cover this call's input;"
+                                   " top up first",
+                                   0);
     const char *refused, *why = NULL;
     if ((refused = ask_stream_usage(c, path ? path : "/", &why)) != NULL)
         return reply_counted_error(conn, c, 400, refused, why, 0);
@@ -1588,8 +1789,11 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
             app_calls_live++;
         live_add(c);
         *con_cls = c;
+        if (c->app_call && strcmp(method, "OPTIONS") == 0 &&
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Method"))
+            return reply_preflight(conn, c);
         enum MHD_Result r;
-        if (strncmp(url, "/apps/", 6) == 0 && admit_headers(conn, c, url, &r) < 0)
+        if (c->app_call && admit_headers(conn, c, url, &r) < 0)
             return r;
         return MHD_YES;
     }
@@ -1628,12 +1832,29 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
     return admit(conn, c, url);
 }
 
+/* An answer the gateway ended with an error (a stream cut: its replica
+ * died, its time or its consumer's funds ran out) must reach its client
+ * as a closed connection at once, for that is all that tells it the answer
+ * is not whole. libmicrohttpd closes the socket of a connection it ended
+ * so only the next time its thread wakes, which for a thread with no other
+ * connection busy may be minutes away: the client would wait on a stream
+ * that will never go on. Shutting the socket down here sends the FIN now;
+ * the descriptor stays libmicrohttpd's to close. */
+static void end_socket(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info)
+        shutdown(info->connect_fd, SHUT_RDWR);
+}
+
 void gw_completed(void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     struct call *c = *con_cls;
     *con_cls = NULL;
     if (!c)
         return;
+    if (toe == MHD_REQUEST_TERMINATED_WITH_ERROR)
+        end_socket(c->conn);
     pthread_mutex_lock(&c->lock);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         c->delivered_all = 0;

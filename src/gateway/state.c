@@ -41,20 +41,22 @@ static struct app_count {
 } apps_count[GW_MAX_REPLICAS];
 static int n_apps_count;
 
-/* Calls in flight per consumer (admitted, not yet ended): funds must
- * cover each, as the copy's funds are what they were at the last sync and
- * nothing is drawn until a call's record is settled. At most one per
- * connection, so GW_MAX_CONSUMERS slots always hold them. */
+/* Calls in flight per consumer (admitted, not yet ended) and what they
+ * hold of the consumer's funds: the copy's funds are what they were at
+ * the last sync and nothing is drawn until a call's record is settled, so
+ * concurrent calls, each checked against the same funds, would otherwise
+ * all pass, and a stream costs more the longer it goes. At most one call
+ * per connection, so GW_MAX_CONSUMERS slots always hold them. */
 #define GW_MAX_CONSUMERS GW_MAX_CONNECTIONS
 static struct consumer_count {
     char user_id[ID_MAX];
     int in_flight;
+    int64_t held; /* the sum of their calls' holds (micro-yuan) */
 } consumers[GW_MAX_CONSUMERS];
-/* A consumer with funds under GW_SMALL_FUNDS and no per-call price (only
- * token or time prices, which are not known before the call ends) has at
- * most GW_SMALL_FUNDS_CALLS calls in flight. */
-#define GW_SMALL_FUNDS 1000000 /* micro-yuan: 1 yuan */
-#define GW_SMALL_FUNDS_CALLS 3
+/* A hold that must grow takes this much answer more when the funds allow,
+ * so that a stream comes back for more once per step, not per chunk. */
+#define GW_HOLD_STEP_BYTES 4096
+#define GW_HOLD_STEP_MS 2000
 
 static struct consumer_count *consumer_slot(const char *user_id, int create)
 {
@@ -68,16 +70,44 @@ static struct consumer_count *consumer_slot(const char *user_id, int create)
     if (!create || !free_slot)
         return NULL;
     snprintf(free_slot->user_id, sizeof free_slot->user_id, "%s", user_id);
+    free_slot->held = 0;
     return free_slot;
 }
 
-void gw_consumer_release(const char *user_id)
+/* Under lock: the slot of an admitted call's consumer, which stays theirs
+ * while the call is in flight (a call finds it without a search, which
+ * would cost a pass over the table for every chunk of a stream). */
+static struct consumer_count *call_consumer(const struct gw_call_app *a)
+{
+    struct consumer_count *u = &consumers[a->consumer];
+    return u->in_flight > 0 && strcmp(u->user_id, a->user_id) == 0 ? u : NULL;
+}
+
+/* Under lock: the call leaves its consumer's calls in flight and gives
+ * back what it held. */
+static void consumer_leave(struct gw_call_app *a)
+{
+    struct consumer_count *u = call_consumer(a);
+    if (u) {
+        u->held -= a->held;
+        u->in_flight--;
+    }
+    a->held = 0;
+}
+
+void gw_consumer_release(struct gw_call_app *a)
 {
     pthread_mutex_lock(&lock);
-    struct consumer_count *u = consumer_slot(user_id, 0);
-    if (u)
-        u->in_flight--;
+    consumer_leave(a);
     pthread_mutex_unlock(&lock);
+}
+
+int64_t gw_call_cost(const struct gw_call_app *a, int64_t input_tokens, int64_t output_tokens, int64_t duration_ms)
+{
+    /* As gpurentd prices a call: the tokens' cost floored once, over both. */
+    __int128 tokens = (__int128)input_tokens * a->price_input_1k + (__int128)output_tokens * a->price_output_1k;
+    __int128 cost = tokens / 1000 + a->price_request + (__int128)duration_ms * a->price_second / 1000;
+    return cost < 0 ? 0 : cost > INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)cost;
 }
 
 /* What this gateway's finished calls cost that the copy's funds may not
@@ -115,14 +145,13 @@ static int64_t record_cost(const json_t *r)
     if (status <= 0 || status >= 400)
         return 0;
     const json_t *p = json_object_get(r, "prices");
-    __int128 tokens = (__int128)json_integer_value(json_object_get(r, "input_tokens")) *
-                          json_integer_value(json_object_get(p, "input_1k")) +
-                      (__int128)json_integer_value(json_object_get(r, "output_tokens")) *
-                          json_integer_value(json_object_get(p, "output_1k"));
-    __int128 cost = tokens / 1000 + json_integer_value(json_object_get(p, "request")) +
-                    (__int128)json_integer_value(json_object_get(r, "duration_ms")) *
-                        json_integer_value(json_object_get(p, "second")) / 1000;
-    return cost < 0 ? 0 : cost > INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)cost;
+    struct gw_call_app prices = {.price_request = json_integer_value(json_object_get(p, "request")),
+                                 .price_input_1k = json_integer_value(json_object_get(p, "input_1k")),
+                                 .price_output_1k = json_integer_value(json_object_get(p, "output_1k")),
+                                 .price_second = json_integer_value(json_object_get(p, "second"))};
+    return gw_call_cost(&prices, json_integer_value(json_object_get(r, "input_tokens")),
+                        json_integer_value(json_object_get(r, "output_tokens")),
+                        json_integer_value(json_object_get(r, "duration_ms")));
 }
 
 /* Under lock: a record joins pending (moved 1), or leaves it answered
@@ -175,6 +204,35 @@ static int64_t unsettled_cost(const char *user)
 {
     struct unsettled *u = *unsettled_link(user);
     return u ? u->pending + u->open + u->asked : 0;
+}
+
+/* Under lock: what of user's funds is free for another hold: the copy's,
+ * less what their finished calls cost that it cannot show yet and what
+ * their calls in flight (u, NULL: none) hold. */
+static int64_t funds_free(const char *user, const struct consumer_count *u)
+{
+    json_int_t have = copy ? json_integer_value(json_object_get(json_object_get(copy, "funds"), user)) : 0;
+    return have - unsettled_cost(user) - (u ? u->held : 0);
+}
+
+int64_t gw_hold(struct gw_call_app *a, int64_t need)
+{
+    pthread_mutex_lock(&lock);
+    struct consumer_count *u = call_consumer(a);
+    int64_t more = need - a->held;
+    int64_t free_now = u && more > 0 ? funds_free(a->user_id, u) : 0;
+    if (u && more > 0 && free_now >= more) {
+        int64_t step = gw_call_cost(a, 0, GW_HOLD_STEP_BYTES, GW_HOLD_STEP_MS) - a->price_request;
+        /* The step only when the funds have room for it: else just what
+         * is needed, so the consumer's other calls keep their share. */
+        if (free_now - more >= step)
+            more += step;
+        a->held += more;
+        u->held += more;
+    }
+    int64_t held = a->held;
+    pthread_mutex_unlock(&lock);
+    return held;
 }
 
 /* Fixed one-minute windows per (key, app) and per app, for the current
@@ -370,8 +428,8 @@ static int may_call(json_t *app, const char *user_id)
     return 0;
 }
 
-int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64_t *retry_after, char *msg,
-             size_t msglen)
+int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_call_app *out, int64_t *retry_after,
+             char *msg, size_t msglen)
 {
     char key_id[ID_MAX];
     unsigned char presented[API_SECRET_HASH_LEN];
@@ -403,35 +461,32 @@ int gw_admit(const char *token, const char *slug, struct gw_call_app *out, int64
         if (!wait)
             wait = window_take(app_id, json_integer_value(json_object_get(app, "rate_per_app")),
                                calls_elsewhere(app_id, NULL, minute), now);
-        json_int_t price = json_integer_value(json_object_get(app, "price_request"));
-        int metered = json_integer_value(json_object_get(app, "price_input_1k")) > 0 ||
-                             json_integer_value(json_object_get(app, "price_output_1k")) > 0 ||
-                             json_integer_value(json_object_get(app, "price_second")) > 0;
-        json_t *funds = json_object_get(json_object_get(copy, "funds"), user);
-        json_int_t have = json_integer_value(funds) - unsettled_cost(user);
+        out->price_request = json_integer_value(json_object_get(app, "price_request"));
+        out->price_input_1k = json_integer_value(json_object_get(app, "price_input_1k"));
+        out->price_output_1k = json_integer_value(json_object_get(app, "price_output_1k"));
+        out->price_second = json_integer_value(json_object_get(app, "price_second"));
+        /* The call's first hold: its price, the input its body announces
+         * (a token is at least a byte) and a first grain of answer. */
+        int64_t need = gw_call_cost(out, body_len > 0 ? body_len : 0, GW_HOLD_GRAIN_BYTES, GW_HOLD_GRAIN_MS);
         struct consumer_count *u = consumer_slot(user, 1);
-        int64_t flying = u ? u->in_flight : 0;
+        int64_t have = funds_free(user, u);
         if (wait) {
             status = 429, *retry_after = wait;
             snprintf(msg, msglen, "rate limit of %.40s reached; retry in %lld s", slug, (long long)wait);
         } else if (!u) {
             status = 503, *retry_after = 1;
             snprintf(msg, msglen, "the gateway is at its limit of calls; retry");
-        } else if (have <= 0 || have / (flying + 1) < price) {
+        } else if (have <= 0 || have < need) {
             status = 402, snprintf(msg, msglen, "your funds do not cover %s call of %.40s; top up first",
-                                   flying ? "another concurrent" : "a", slug);
-        } else if (price == 0 && metered && have < GW_SMALL_FUNDS && flying >= GW_SMALL_FUNDS_CALLS) {
-            status = 402, snprintf(msg, msglen, "with funds under 1 yuan, at most %d calls may be in flight; top up"
-                                   " first", GW_SMALL_FUNDS_CALLS);
+                                   u->in_flight ? "another concurrent" : "a", slug);
         } else {
             u->in_flight++;
+            u->held += need;
+            out->held = need;
+            out->consumer = (int)(u - consumers);
             snprintf(out->app_id, sizeof out->app_id, "%s", app_id);
             snprintf(out->user_id, sizeof out->user_id, "%s", user);
             snprintf(out->key_id, sizeof out->key_id, "%s", key_id);
-            out->price_request = price;
-            out->price_input_1k = json_integer_value(json_object_get(app, "price_input_1k"));
-            out->price_output_1k = json_integer_value(json_object_get(app, "price_output_1k"));
-            out->price_second = json_integer_value(json_object_get(app, "price_second"));
         }
     }
     pthread_mutex_unlock(&lock);
@@ -513,15 +568,14 @@ void gw_app_count(const char *app_id, int in_flight_delta, int queued_delta)
     pthread_mutex_unlock(&lock);
 }
 
-void gw_usage_add(json_t *record, const char *release_user)
+void gw_usage_add(json_t *record, struct gw_call_app *release)
 {
     /* On disk first, then queued: a record is never reported (and so never
      * answered and compacted away) before its own journal line exists. */
     int journaled = gw_journal_append(record) == 0;
     pthread_mutex_lock(&lock);
-    struct consumer_count *u = release_user ? consumer_slot(release_user, 0) : NULL;
-    if (u)
-        u->in_flight--;
+    if (release)
+        consumer_leave(release);
     if ((json_int_t)json_array_size(pending) < gw_opts.max_pending) {
         unsettled_move(record, 1);
         json_array_append_new(pending, record);
@@ -603,6 +657,24 @@ static json_t *signed_call(const char *method, const char *path, const char *bod
     return j;
 }
 
+/* The funds in a fresh copy less what the other gateways' calls in flight
+ * hold of them (the state's holds), so that a consumer's calls through two
+ * gateways cannot each spend the same funds. */
+static void other_holds(json_t *fresh)
+{
+    json_t *funds = json_object_get(fresh, "funds");
+    size_t i;
+    json_t *h;
+    json_array_foreach(json_object_get(fresh, "holds"), i, h)
+    {
+        const char *gateway = json_string_value(json_object_get(h, "gateway_id"));
+        const char *user = json_string_value(json_object_get(h, "user_id"));
+        json_t *have = user ? json_object_get(funds, user) : NULL;
+        if (gateway && strcmp(gateway, gw_opts.gateway_id) != 0 && json_is_integer(have))
+            json_integer_set(have, json_integer_value(have) - json_integer_value(json_object_get(h, "held")));
+    }
+}
+
 static void sync_once(void)
 {
     pthread_mutex_lock(&lock);
@@ -611,6 +683,7 @@ static void sync_once(void)
     json_t *fresh = signed_call("GET", "/internal/gateway/state", NULL);
     if (!fresh)
         return;
+    other_holds(fresh);
     pthread_mutex_lock(&lock);
     unsettled_sync(0);
     json_decref(copy);
@@ -689,8 +762,16 @@ static void report_once(void)
     }
     for (size_t i = 0; i < json_array_size(pending) && i < GW_REPORT_BATCH; i++)
         json_array_append(usage, json_array_get(pending, i));
+    /* What this gateway's calls in flight hold: the other gateways take it
+     * off the funds in their copies (other_holds). */
+    json_t *holds = json_array();
+    for (int i = 0; i < GW_MAX_CONSUMERS; i++)
+        if (consumers[i].in_flight > 0 && consumers[i].held > 0)
+            json_array_append_new(holds, json_pack("{s:s, s:I}", "user_id", consumers[i].user_id, "held",
+                                                   (json_int_t)consumers[i].held));
     pthread_mutex_unlock(&lock);
-    json_t *body = json_pack("{s:s, s:o, s:o}", "gateway_id", gw_opts.gateway_id, "demand", demand, "usage", usage);
+    json_t *body = json_pack("{s:s, s:o, s:o, s:o}", "gateway_id", gw_opts.gateway_id, "demand", demand, "usage", usage,
+                             "holds", holds);
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     json_t *answer = text ? signed_call("POST", "/internal/gateway/reports", text) : NULL;

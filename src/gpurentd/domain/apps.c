@@ -343,9 +343,10 @@ int app_call_settle(struct store *s, struct app_call *c, int64_t now, int *dupli
         store_app_free(&a);
         return rc;
     }
-    /* Funds are checked by the gateway before a call; what a call still
-     * costs beyond them (a long stream) is recorded as unpaid, never drawn
-     * below zero. */
+    /* The gateway holds funds for each call in flight and cuts a call its
+     * holds cannot cover; what a call still costs beyond them (funds spent
+     * elsewhere since the gateway's copy, or through several gateways at
+     * once) is recorded as unpaid, never drawn below zero. */
     c->charge = price < f.available ? price : f.available;
     c->unpaid = price - c->charge;
     c->fee = (int64_t)((__int128)c->charge * daemon_config->app_platform_fee_ppm / 1000000);

@@ -11,12 +11,14 @@
 #include "http/api.h"
 #include "store/store.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define APPS_PAGE_MAX 100
 #define GATEWAY_BATCH_MAX 1000 /* usage records in one report */
+#define MONEY_HOLD_MAX 1000000000000000LL /* one hold: a billion yuan */
 
 /* The fields a publish takes; PATCH takes the same but slug. */
 #define APP_FIELDS                                           \
@@ -400,6 +402,81 @@ static void resolve_replicas(json_t *apps)
     }
 }
 
+/* What each gateway's calls in flight hold of their consumers' funds, as
+ * its last report said: the state lists them, and each gateway takes the
+ * others' holds off the funds in its copy, so that calls through two
+ * gateways cannot each spend the same funds (give or take what was held
+ * since the last report and sync). In memory only: a hold lasts a call,
+ * and a report older than app_demand_stale_s no longer counts. */
+#define GATEWAY_HOLDS_MAX 16384 /* entries over all gateways */
+#define GATEWAY_HOLDS_REPORT 4096 /* in one report: a gateway's calls in flight at most */
+static pthread_mutex_t holds_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gateway_hold {
+    char gateway_id[65];
+    char user_id[ID_MAX];
+    int64_t held; /* micro-yuan */
+    int64_t at;   /* when reported */
+} gateway_holds[GATEWAY_HOLDS_MAX];
+static size_t n_gateway_holds;
+
+/* A gateway's report of its holds ([{user_id, held}]) replaces its last. */
+static void holds_put(const char *gateway_id, const json_t *list, int64_t now)
+{
+    pthread_mutex_lock(&holds_lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < n_gateway_holds; i++)
+        if (strcmp(gateway_holds[i].gateway_id, gateway_id) != 0 &&
+            now - gateway_holds[i].at <= daemon_config->app_demand_stale_s)
+            gateway_holds[kept++] = gateway_holds[i];
+    n_gateway_holds = kept;
+    size_t i;
+    const json_t *h;
+    json_array_foreach(list, i, h)
+    {
+        if (n_gateway_holds >= GATEWAY_HOLDS_MAX)
+            break;
+        struct gateway_hold *g = &gateway_holds[n_gateway_holds++];
+        snprintf(g->gateway_id, sizeof g->gateway_id, "%s", gateway_id);
+        snprintf(g->user_id, sizeof g->user_id, "%s", json_string_value(json_object_get(h, "user_id")));
+        g->held = json_integer_value(json_object_get(h, "held"));
+        g->at = now;
+    }
+    pthread_mutex_unlock(&holds_lock);
+}
+
+/* The holds reported within app_demand_stale_s: [{gateway_id, user_id, held}]. */
+static json_t *holds_json(int64_t now)
+{
+    json_t *list = json_array();
+    pthread_mutex_lock(&holds_lock);
+    for (size_t i = 0; i < n_gateway_holds; i++)
+        if (now - gateway_holds[i].at <= daemon_config->app_demand_stale_s)
+            json_array_append_new(list, json_pack("{s:s, s:s, s:I}", "gateway_id", gateway_holds[i].gateway_id,
+                                                  "user_id", gateway_holds[i].user_id,
+                                                  "held", (json_int_t)gateway_holds[i].held));
+    pthread_mutex_unlock(&holds_lock);
+    return list;
+}
+
+static int holds_valid(const json_t *holds)
+{
+    size_t i;
+    const json_t *h;
+    if (!holds)
+        return 1;
+    if (json_array_size(holds) > GATEWAY_HOLDS_REPORT)
+        return 0;
+    json_array_foreach(holds, i, h)
+    {
+        const json_t *held = json_object_get(h, "held");
+        if (!json_is_object(h) || json_object_size(h) != 2 || !json_is_string(json_object_get(h, "user_id")) ||
+            !id_valid("usr", json_string_value(json_object_get(h, "user_id"))) || !json_is_integer(held) ||
+            json_integer_value(held) < 0 || json_integer_value(held) > MONEY_HOLD_MAX)
+            return 0;
+    }
+    return 1;
+}
+
 void api_gateway_state(struct http_request *req)
 {
     req->routine = 1; /* every gateway, every second */
@@ -427,9 +504,9 @@ void api_gateway_state(struct http_request *req)
         if (ledger_funds_now(s, users[i], now, &f) == STORE_OK)
             json_object_set_new(funds, users[i], json_integer(f.available));
     }
-    http_reply_json(req, 200, json_pack("{s:I, s:o, s:o, s:o, s:o}", "at", (json_int_t)now, "apps",
+    http_reply_json(req, 200, json_pack("{s:I, s:o, s:o, s:o, s:o, s:o}", "at", (json_int_t)now, "apps",
                                         apps ? apps : json_array(), "keys", keys ? keys : json_array(), "funds", funds,
-                                        "recent_calls", calls ? calls : json_array()));
+                                        "recent_calls", calls ? calls : json_array(), "holds", holds_json(now)));
 done:
     free(apps_text);
     free(keys_text);
@@ -602,6 +679,7 @@ void api_gateway_reports(struct http_request *req)
         {"gateway_id", JSON_KIND_STRING, 1, 64},
         {"demand",     JSON_KIND_ARRAY,  1, 0 },
         {"usage",      JSON_KIND_ARRAY,  1, 0 },
+        {"holds",      JSON_KIND_ARRAY,  0, 0 },
         {NULL,         0,                0, 0 },
     };
     json_t *body = http_json_body(req, fields);
@@ -621,9 +699,16 @@ void api_gateway_reports(struct http_request *req)
                    " busy at most 64 instance ids");
     else if (json_array_size(ctx.usage) > GATEWAY_BATCH_MAX)
         http_error(req, ERR_INVALID_FIELD, "usage", "a report holds at most %d usage records", GATEWAY_BATCH_MAX);
+    else if (!holds_valid(json_object_get(body, "holds")))
+        http_error(req, ERR_INVALID_FIELD, "holds",
+                   "holds are at most %d {user_id, held} with held 0 to %lld micro-yuan", GATEWAY_HOLDS_REPORT,
+                   (long long)MONEY_HOLD_MAX);
     else if (!s || store_txn(s, report_txn, &ctx) != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else {
+        /* After the records: a hold the report drops is in their charges. */
+        if (json_object_get(body, "holds"))
+            holds_put(ctx.gateway_id, json_object_get(body, "holds"), clock_now());
         if (json_array_size(ctx.demand))
             app_scaler_wake();
         http_reply_json(req, 200, json_pack("{s:O, s:O, s:O}", "accepted", ctx.accepted, "duplicates", ctx.duplicates,

@@ -613,6 +613,39 @@ def test_odd_app_names_paths_and_methods_are_answered(market):
     assert_ledger_ok(m)
 
 
+def test_a_web_page_on_any_origin_may_call_an_app(market):
+    """A browser calling an app from a web page (an OpenAI-compatible client
+    does) first sends a CORS preflight, an OPTIONS without the key: it is
+    answered 204 allowing the method and the headers asked for (an SDK's
+    own among them), not 401; and every answer, a proxied one or the
+    gateway's own error, lets the page read it. Before, the preflight was
+    refused 401 and no answer carried Access-Control-Allow-Origin, so no
+    browser could call an app at all."""
+    m = market
+    m.fleet(1)
+    pub, con = m.user(), m.user()
+    app = m.publish(pub, min_replicas=1)
+    gw = m.gateway()
+    poll(lambda: m.d.sql("SELECT count(*) FROM instances WHERE app_id = ? AND state = 'running'", [app["id"]])[0][0],
+         DEADLINE, "a running replica")
+    url = f"{gw.url}/apps/{app['slug']}{CHAT}"
+    origin = {"Origin": "https://chat.example"}
+    r = requests.options(url, timeout=30, headers={**origin, "Access-Control-Request-Method": "POST",
+                                                   "Access-Control-Request-Headers": "authorization,content-type,x-stainless-os"})
+    assert r.status_code == 204, r.text
+    assert r.headers["Access-Control-Allow-Origin"] == "*"
+    assert "POST" in r.headers["Access-Control-Allow-Methods"]
+    assert r.headers["Access-Control-Allow-Headers"] == "authorization,content-type,x-stainless-os"
+    r = requests.post(url, timeout=60, headers={**origin, "Authorization": f"Bearer {con.key}"},
+                      json={"messages": [{"role": "user", "content": "hello"}]})
+    assert r.status_code == 200 and r.headers["Access-Control-Allow-Origin"] == "*", (r.status_code, r.headers)
+    r = requests.post(url, timeout=30, headers=origin, json={})
+    assert r.status_code == 401 and r.headers["Access-Control-Allow-Origin"] == "*", (r.status_code, r.headers)
+    [row] = m.wait_calls(app["id"], 1)  # the preflight is not a call
+    assert row[1] == 200, row
+    assert_ledger_ok(m)
+
+
 def test_stopping_gateway_answers_its_waiting_calls(market):
     """SIGTERM while calls wait for a replica (none ever comes): each is
     answered 503 with Retry-After at once and the gateway exits cleanly,

@@ -403,6 +403,138 @@ def test_funds_cover_every_call_in_flight(market):
     assert_ledger_ok(m)
 
 
+def stream_call(gw, slug, key, body):
+    """A streamed chat completion read to its end: (status, the error code
+    of the answer or of an event in the stream, or None, content chunks
+    received, whether it ended with [DONE])."""
+    r = gw.call(slug, "/v1/chat/completions", key, json=body, stream=True)
+    if r.status_code != 200:
+        return r.status_code, r.json()["error"]["code"], 0, False
+    code, chunks, done = None, 0, False
+    try:
+        for line in r.iter_lines():
+            if line == b"data: [DONE]":
+                done = True
+            elif line.startswith(b"data: "):
+                event = json.loads(line[6:])
+                if "error" in event:
+                    code = event["error"]["code"]
+                elif event["choices"]:
+                    chunks += 1
+    except requests.exceptions.ChunkedEncodingError:
+        pass  # cut: the funds held no more of it
+    return 200, code, chunks, done
+
+
+def topped_up(m, amount):
+    """A consumer with no trial credit and amount yuan."""
+    u = m.d.signup(verify=False)
+    r = m.d.post(f"/v1/admin/users/{u.id}/topups", key=m.d.admin_key,
+                 json={"amount": amount, "payment_id": f"pay-{u.id}"})
+    assert r.status_code in (200, 201), r.text
+    return u
+
+
+def test_concurrent_streams_cannot_spend_more_than_the_funds(market):
+    """A consumer with 1.2 yuan and an app at 1 yuan per 1k output tokens
+    (no per-call price) sends 16 streams of 200 tokens (0.2 yuan each) at
+    once. Before, each was admitted against the same 1.2 yuan and ran to
+    its end: 3.2 yuan of answers, 2 of them recorded `unpaid`, work nobody
+    paid for. Now each call holds part of the funds while it is in flight,
+    growing as its answer comes: a call the funds cannot hold is refused
+    402 (`insufficient_funds`) or its stream is cut where the funds ran
+    out. Nothing is unpaid, the charges stay within the 1.2 yuan, each call
+    pays its delivered tokens to the micro-yuan, and the books verify."""
+    m = market
+    app, _ = m.running_app(10, price_per_request="0", price_per_1k_input_tokens="0", price_per_1k_output_tokens="1")
+    poor = topped_up(m, "1.2")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    body = {"messages": [{"role": "user", "content": "one two three four five"}], "stream": True, "max_tokens": 200}
+    results = []
+
+    def call():
+        results.append(stream_call(gw, app["slug"], poor.key, body))
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {r[:2] for r in results} <= {(200, None), (200, "insufficient_funds"), (402, "insufficient_funds")}, results
+    assert sum(1 for r in results if r[3]) < 6, results  # 6 whole streams would cost 1.2 yuan and more
+    gw.stop()  # its last report sends every record
+    rows = m.calls(app["id"])
+    assert rows and all(row[7] == 0 for row in rows), rows  # nothing unpaid
+    assert all(row[4] == (row[3] * 1000 if row[1] < 400 else 0) for row in rows), rows  # 1000 a token
+    assert sum(row[4] for row in rows) <= 1200000, rows
+    assert m.d.sql("SELECT balance FROM ledger_accounts WHERE id = ?", [f"cash:{poor.id}"])[0][0] >= 0
+    assert_ledger_ok(m)
+
+
+def test_a_stream_priced_per_second_ends_when_its_funds_do(market):
+    """An app at 0.1 yuan a second (no other price) whose replica sends a
+    token every 100 ms, and a consumer with 0.35 yuan: a stream of 300
+    tokens (30 s, 3 yuan) is cut within the seconds the funds pay for,
+    whether or not bytes are flowing, with a last event saying why
+    (`insufficient_funds`), and is charged its time to the
+    micro-yuan, within the funds, nothing unpaid. Before, it ran its 30 s
+    and 2.65 yuan of it was recorded unpaid."""
+    m = market
+    app, _ = m.running_app(100, price_per_request="0", price_per_1k_input_tokens="0", price_per_1k_output_tokens="0",
+                           price_per_second="0.1")
+    poor = topped_up(m, "0.35")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    t0 = time.monotonic()
+    status, code, chunks, done = stream_call(gw, app["slug"], poor.key, {
+        "messages": [{"role": "user", "content": "one two three"}], "stream": True, "max_tokens": 300})
+    # Cut with an event saying why (an OpenAI client raises it), no [DONE].
+    assert (status, code, done) == (200, "insufficient_funds", False) and 0 < chunks < 300, (status, code, chunks, done)
+    assert time.monotonic() - t0 < 10
+    [row] = m.wait_calls(app["id"], 1)
+    [(duration,)] = m.d.sql("SELECT duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
+    assert row[7] == 0 and row[4] == duration * 100000 // 1000 and 0 < row[4] <= 350000, (row, duration)
+    assert_ledger_ok(m)
+
+
+def test_funds_held_on_one_gateway_are_not_spent_on_another(market):
+    """A consumer with 0.025 yuan and an app at 0.01 a call whose replica
+    never answers: two calls in flight through gateway A hold 0.02 and
+    more of the funds; A reports its holds, gpurentd's state lists them,
+    and gateway B takes them off the funds in its copy, so a call through
+    B is refused 402. Before, B saw the whole 0.025 and let a third call
+    in: through two gateways a consumer could spend the same funds
+    twice."""
+    m = market
+    app, _ = fake_app(m, "silent")
+    poor = topped_up(m, "0.025")
+    gw_a = m.gateway(gateway_id="gw-a", extra=("--upstream-idle-s", "8"))
+    gw_b = m.gateway(gateway_id="gw-b", extra=("--upstream-idle-s", "8"))
+    ready_in_copy(m, gw_a, app["id"])
+    ready_in_copy(m, gw_b, app["id"])
+    results = []
+
+    def call():
+        results.append(gw_a.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"}).status_code)
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    poll(lambda: requests.get(gw_a.url + "/healthz", timeout=10).json()["calls"] == 2, DEADLINE, "two calls in flight")
+    poll(lambda: [h for h in m.signed("GET", "/internal/gateway/state").json()["holds"]
+                  if (h["gateway_id"], h["user_id"]) == ("gw-a", poor.id) and h["held"] >= 20000],
+         DEADLINE, "gateway A's holds in the state")
+    first = requests.get(gw_b.url + "/healthz", timeout=10).json()["syncs"]
+    poll(lambda: requests.get(gw_b.url + "/healthz", timeout=10).json()["syncs"] >= first + 2, DEADLINE, "two syncs")
+    r = gw_b.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"})
+    assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text
+    for t in threads:
+        t.join()
+    assert results == [504, 504], results
+    rows = m.wait_calls(app["id"], 2)
+    assert [(row[1], row[4]) for row in rows] == [(504, 0)] * 2, rows
+    assert_ledger_ok(m)
+
+
 def test_calls_one_after_another_cannot_spend_the_same_funds(market):
     """A consumer with 0.025 yuan and an app at 0.01 a call (no token price)
     behind a gateway whose copy is not refreshed (--sync-ms 600000, so its
