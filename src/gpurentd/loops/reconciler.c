@@ -640,12 +640,14 @@ static void add_last_lines(char *why, size_t cap, const char *last)
         snprintf(why + len, cap - len, "; last lines: %.*s", (int)utf8_cut(last, cap - len - 16), last);
 }
 
+static int restart_after_backoff(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why);
+
 /* The restart policy brings the run back after its exit at `at`: billing
- * stops there, the workloads are deleted, and after a backoff (10 s,
- * doubling per restart up to 300 s, back to 10 s after a run of ten
- * minutes or more) every rank is put again on the same cards under a fresh
- * workload id; unbilled until every node runs again. A user's stop meanwhile
- * wins: the instance is pending, so it winds down and never restarts. */
+ * stops there, the workloads are deleted, and after a backoff
+ * (restart_after_backoff) every rank is put again on the same cards under a
+ * fresh workload id; unbilled until every node runs again. A user's stop
+ * meanwhile wins: the instance is pending, so it winds down and never
+ * restarts. */
 static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why)
 {
     struct work *w = ctx->w;
@@ -661,6 +663,17 @@ static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const
         if ((rc = store_instance_node_renew(s, in->id, w->nodes[r].rank, wl)) != STORE_OK)
             return rc;
     }
+    return restart_after_backoff(s, ctx, at, why);
+}
+
+/* The restart's count, backoff and event, once the run that ended at `at`
+ * is billed and its next placement made: the instance is pending until the
+ * backoff (10 s, doubling per restart up to 300 s, back to 10 s after a
+ * run of ten minutes or more) is over. */
+static int restart_after_backoff(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why)
+{
+    const struct instance *in = &ctx->w->in;
+    int rc;
     int long_run = strcmp(in->state, "running") == 0 && at - in->state_since >= 600;
     int64_t backoff = in->restart_backoff_s <= 0 || long_run ? 10
                       : in->restart_backoff_s >= 150         ? 300
@@ -699,6 +712,35 @@ static int job_over(struct store *s, struct apply_ctx *ctx, int ok, int64_t at, 
     if ((rc = store_instance_set_desired(s, in->id, "stopped", ctx->now)) != STORE_OK)
         return rc;
     return end_run(s, ctx, ok ? "succeeded" : "failed", at, why);
+}
+
+/* A node of the instance was lost (silent or refused for node_lost_after_s):
+ * the run ends at its last good beat. A job whose restart_policy brings it
+ * back after a failure is placed again on fresh cards, as a failed exit
+ * would be restarted (a training job resumes from its checkpoint on
+ * /shared); anything else, or a job with no cards left to run on, ends lost. */
+static int lost_run(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why)
+{
+    const struct instance *in = &ctx->w->in;
+    if (strcmp(in->desired, "running") != 0 ||
+        (strcmp(in->restart_policy, "always") != 0 && strcmp(in->restart_policy, "on_failure") != 0))
+        return end_run(s, ctx, "lost", at, why);
+    int rc;
+    if ((rc = ledger_close_interval(s, in->id, at, why, ctx->now)) != STORE_OK ||
+        (rc = store_instance_release(s, in->id)) != STORE_OK ||
+        (rc = store_instance_set_rendezvous(s, in->id, 0)) != STORE_OK)
+        return rc;
+    queue_all_deletes(ctx);
+    struct op_outcome o = {0};
+    rc = instance_place(s, in, &o);
+    if (rc == REFUSED) {
+        char reason[1024];
+        snprintf(reason, sizeof reason, "%.600s; no cards to restart it on: %.300s", why, o.message);
+        json_decref(o.extra);
+        return store_instance_set_state(s, in->id, "lost", "", reason, ctx->now);
+    }
+    json_decref(o.extra);
+    return rc != STORE_OK ? rc : restart_after_backoff(s, ctx, at, why);
 }
 
 /* The end of the current run under max_runtime_minutes, or 0 when
@@ -1134,7 +1176,7 @@ static int apply_running(struct store *s, struct apply_ctx *ctx)
         silence_why(silent, what, sizeof what);
         if (offline) {
             snprintf(why, sizeof why, "%s", what);
-            return end_run(s, ctx, "lost", silent->node_last_seen, why);
+            return lost_run(s, ctx, silent->node_last_seen, why);
         }
         snprintf(why, sizeof why, "%s; not billed until it answers again", what);
         int rc = ledger_close_interval(s, w->in.id, silent->node_last_seen, "node unreachable", ctx->now);
@@ -1162,12 +1204,12 @@ static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
     if (offline && strcmp(silent->node_health, "rejected") == 0) {
         snprintf(why, sizeof why, "node %s reported hardware that no longer matches its registration for %llds",
                  silent->node_name, (long long)daemon_config->node_lost_after_s);
-        return end_run(s, ctx, "lost", silent->node_last_seen, why);
+        return lost_run(s, ctx, silent->node_last_seen, why);
     }
     if (offline) {
         snprintf(why, sizeof why, "node %s did not answer for %llds", silent->node_name,
                  (long long)daemon_config->node_lost_after_s);
-        return end_run(s, ctx, "lost", silent->node_last_seen, why);
+        return lost_run(s, ctx, silent->node_last_seen, why);
     }
     if (silent) {
         /* Still waiting for it, unless a rank on a node that answers has

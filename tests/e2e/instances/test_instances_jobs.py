@@ -2,7 +2,8 @@
 succeeded or failed with its exit code and last log lines, billed to its exit
 second, its cards free for anyone and its instance settled; `on_failure` and
 `always` restart it on the same cards after a backoff, unbilled meanwhile,
-and a stop during the backoff wins; `max_runtime_minutes` warns, then stops;
+and a stop during the backoff wins, and on other cards when its node is
+lost; `max_runtime_minutes` warns, then stops;
 a rank of a multi-node job that fails ends the whole gang. The sim images
 say how a job ends: exit-after-MS, exit-code-N, only-rank-R (runtime.c)."""
 import os
@@ -404,5 +405,34 @@ def test_a_rank_failing_while_another_node_is_silent_ends_the_gang_at_once(cloud
     # Back, b's rank is nobody's: deleted.
     wait(lambda: wls[1] not in _agent_ids(cloud), what="rank 1 to be deleted once its node answers")
     assert _charged(cloud, u) == accrue(PRICE["MI450"], 16, end - began)
+    cloud.check_cards_consistent()
+    _verify(cloud)
+
+
+def test_an_on_failure_job_whose_node_is_lost_restarts_on_other_cards(cloud):
+    """The node under an on_failure job dies: the run is billed to the node's
+    last good beat and the job is placed again, on the other node, after
+    the restart backoff (a `never` job ends lost: test_instances_failures)."""
+    a = cloud.fleet(1, prefix="a-")
+    img = _image(cloud, "example/train:1")
+    u = cloud.user()
+    job = cloud.create(u, card_count=8, image=img, restart_policy="on_failure",
+                       command=["sh", "-c", "echo epoch; sleep 600"])["id"]
+    cloud.wait_state(u, job, "running")
+    cloud.fleet(1, prefix="b-")
+    t_seen = cloud.d.advance_clock(60)
+    wait(lambda: cloud.d.sql("SELECT last_seen_at FROM nodes JOIN node_liveness ON node_id = id"
+                             " WHERE name = 'a-01'") == [(t_seen,)], what="a heartbeat")
+    a.proc.kill()
+    a.proc.wait()
+    wait(lambda: cloud.get(u, job)["restart_count"] == 1, what="the restart after the loss")
+    inst = cloud.get(u, job)
+    assert inst["state"] == "pending" and "a-01" in inst["state_reason"], inst
+    assert inst["state_reason"].startswith("restart 1 in 10s (restart_policy on_failure): "), inst
+    assert [p["node_name"] for p in inst["nodes"]] == ["b-01"], inst
+    assert _intervals(cloud, job)[0][1] == t_seen, _intervals(cloud, job)
+    cloud.d.advance_clock(10)
+    inst = cloud.wait_state(u, job, "running")
+    assert [p["node_name"] for p in inst["nodes"]] == ["b-01"], inst
     cloud.check_cards_consistent()
     _verify(cloud)
