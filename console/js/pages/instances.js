@@ -247,11 +247,21 @@ export async function detail(main, params, ctx) {
     h("div", { class: "card" }, h("h2", {}, t("connect.title")), connect), logs.box,
     h("div", { class: "card" }, h("h2", {}, t("instances.events")), events));
   let lastState = "";
+  // While an action's request is out every action button stays disabled
+  // and no poll draws them again (a poll drew them enabled, and a second
+  // click sent a second stop or terminate). A poll sent before the
+  // action's answer came is dropped: it could show the state from before
+  // the action over the one the action's answer gave.
+  let acting = false, actionsDone = 0;
   const act = (label, cls, fn) => {
     const b = h("button", { type: "button", class: cls, id: `action-${label}` }, t(`instances.${label}`));
     b.addEventListener("click", () => {
-      if (label === "terminate" && !confirm(t("instances.confirm_terminate"))) return;
-      busy(b, async () => { inst = await fn(); draw(); }, err);
+      if (acting || (label === "terminate" && !confirm(t("instances.confirm_terminate")))) return;
+      acting = true;
+      for (const x of actions.querySelectorAll("button")) x.disabled = true;
+      busy(b, async () => {
+        try { inst = await fn(); } finally { acting = false; actionsDone++; draw(); }
+      }, err);
     });
     return b;
   };
@@ -271,10 +281,12 @@ export async function detail(main, params, ctx) {
       h("div", {}, h("div", { class: "hint" }, t("instances.since")), time(inst.state_since)),
       inst.state_reason ? h("div", {}, h("div", { class: "hint" }, t("instances.reason")), inst.state_reason) : null,
       inst.low_balance ? h("div", { class: "warn" }, t("overview.low_balance")) : null);
-    const a = clear(actions);
-    if (["pending", "provisioning", "running", "unreachable"].includes(inst.state)) a.append(act("stop", "secondary", () => post(`/v1/instances/${id}/stop`)));
-    if (["stopped", "succeeded", "lost", "failed"].includes(inst.state)) a.append(act("start", "", () => post(`/v1/instances/${id}/start`)));
-    if (inst.state !== "terminated") a.append(act("terminate", "danger", () => del(`/v1/instances/${id}`)));
+    if (!acting) {
+      const a = clear(actions);
+      if (["pending", "provisioning", "running", "unreachable"].includes(inst.state)) a.append(act("stop", "secondary", () => post(`/v1/instances/${id}/stop`)));
+      if (["stopped", "succeeded", "lost", "failed"].includes(inst.state)) a.append(act("start", "", () => post(`/v1/instances/${id}/start`)));
+      if (inst.state !== "terminated") a.append(act("terminate", "danger", () => del(`/v1/instances/${id}`)));
+    }
     clear(ranks).append(table([[t("connect.rank_col"), (n) => n.rank], [t("instances.node"), (n) => n.node_name], [t("instances.cards"), (n) => (n.cards || []).join(", ")],
       [t("instances.phase"), (n) => (n.phase ? t(`phase.${n.phase}`) : "—")], [t("instances.message"), (n) => n.message || ""]], inst.nodes || [], t("instances.no_ranks")));
     if (inst.state !== lastState) {
@@ -292,6 +304,11 @@ export async function detail(main, params, ctx) {
   draw();
   drawEvents().catch((e) => events.append(errorBox(e)));
   every(2000, async () => {
-    try { inst = await get(`/v1/instances/${id}`); draw(); await drawEvents(); } catch (e) { clear(err).append(errorBox(e)); }
+    const before = actionsDone;
+    try {
+      const now = await get(`/v1/instances/${id}`);
+      if (acting || before !== actionsDone) return;
+      inst = now; draw(); await drawEvents();
+    } catch (e) { clear(err).append(errorBox(e)); }
   }, ctx.alive);
 }

@@ -804,6 +804,57 @@ const scenarios = {
     await page.waitForFunction(() => document.querySelector("#audit .table-wrap").scrollLeft > 0, null, { timeout: DEADLINE });
   },
 
+  // An action in flight keeps every action button disabled through the
+  // polls that answer meanwhile (a poll drew them enabled, and a second
+  // click sent a second stop), and a poll sent before the action's answer
+  // does not draw the state from before it over the answer's.
+  async action_in_flight(page) {
+    const id = world.instance_id;
+    const sent = [];
+    let releaseStop, stopSeen = false, holdGets = false, heldGet = null, releaseGet;
+    const stopGate = new Promise((r) => { releaseStop = r; });
+    const getGate = new Promise((r) => { releaseGet = r; });
+    await login(page, world.email, world.password);
+    page.on("request", (r) => { if (r.method() !== "GET" && r.url().includes(`/v1/instances/${id}`)) sent.push(`${r.method()} ${new URL(r.url()).pathname}`); });
+    await page.route(`**/v1/instances/${id}/stop`, async (route) => { stopSeen = true; await stopGate; await route.continue(); });
+    await page.route(`**/v1/instances/${id}`, async (route) => {
+      if (route.request().method() !== "GET" || !holdGets || heldGet) return route.continue();
+      heldGet = await route.fetch(); // the state as it is now, answered late
+      await getGate;
+      await route.fulfill({ response: heldGet });
+    });
+    await page.goto(`${base}/console#/instances/${id}`);
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    await page.evaluate(() => {
+      window.gpurentStates = [];
+      const cell = document.getElementById("instance-state-live");
+      new MutationObserver(() => { const s = document.getElementById("instance-state"); if (s) window.gpurentStates.push(s.dataset.state); })
+        .observe(cell, { childList: true, subtree: true });
+    });
+    const polled = () => page.waitForResponse((r) => r.request().method() === "GET" && new URL(r.url()).pathname === `/v1/instances/${id}`, { timeout: DEADLINE });
+    await page.click("#action-stop");
+    await poll(() => stopSeen);
+    await polled(); // a poll answered while the stop is out
+    await polled();
+    const enabled = await page.$$eval("button[id^=action-]", (bs) => bs.filter((b) => !b.disabled).map((b) => b.id));
+    if (enabled.length) throw new Error(`action buttons enabled while the stop is in flight: ${enabled.join(", ")}`);
+    await page.$$eval("button[id^=action-]", (bs) => bs.forEach((b) => b.click()));
+    holdGets = true;
+    await poll(() => heldGet !== null); // a poll sent before the stop's answer
+    releaseStop();
+    await page.waitForSelector("#instance-state:not([data-state='running'])", { timeout: DEADLINE });
+    const late = polled();
+    releaseGet();
+    await late;
+    await polled(); // the late answer has been handled, and one after it
+    const states = await page.evaluate(() => window.gpurentStates);
+    const after = states.slice(states.findIndex((x) => x !== "running"));
+    if (after.includes("running")) throw new Error(`a poll from before the stop drew its state over the stop's answer: ${states.join(" → ")}`);
+    if (sent.length !== 1 || sent[0] !== `POST /v1/instances/${id}/stop`) throw new Error(`actions sent: ${sent.join(", ")}`);
+    await page.waitForSelector("#instance-state[data-state='stopped']", { timeout: DEADLINE });
+    await page.waitForSelector("#action-start:not([disabled])", { timeout: DEADLINE });
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

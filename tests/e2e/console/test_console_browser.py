@@ -339,6 +339,16 @@ def test_polled_pages_keep_keyboard_focus_and_announce_the_state(new_daemon, tmp
     assert c.get(owner, inst["id"])["state"] == "stopped"
 
 
+def test_an_action_in_flight_keeps_its_buttons_disabled_through_polls(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("action_in_flight", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                      "instance_id": inst["id"]}, tmp_path)
+    assert c.get(owner, inst["id"])["state"] == "stopped"
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
