@@ -144,6 +144,13 @@ async function start() {
     clearSession();
     location.hash = "#/login";
   });
+  // The skip link moves the focus to the page, nothing else: followed as a
+  // link it set the location's hash to #main, which names no route, and
+  // the console left the page for the overview.
+  document.getElementById("skip-link").addEventListener("click", (e) => {
+    e.preventDefault();
+    document.getElementById("main").focus();
+  });
   document.getElementById("nav-toggle").addEventListener("click", (e) => {
     const nav = document.getElementById("nav");
     nav.classList.toggle("open");

@@ -855,6 +855,23 @@ const scenarios = {
     await page.waitForSelector("#action-start:not([disabled])", { timeout: DEADLINE });
   },
 
+  // The skip link, from the keyboard, takes the focus to the page it is on
+  // (it went to #main, no route, and so to the overview), and the next Tab
+  // reaches the page's first field.
+  async skip_link(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/launch`);
+    await page.waitForSelector("#launch-type");
+    await page.focus("#skip-link");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.activeElement.id === "main", null, { timeout: DEADLINE });
+    const hash = await page.evaluate(() => location.hash);
+    if (hash !== "#/launch") throw new Error(`the skip link left the launch page for ${hash}`);
+    await page.keyboard.press("Tab");
+    const on = await page.evaluate(() => document.activeElement.id);
+    if (on !== "launch-type") throw new Error(`Tab after the skip link went to #${on}, not the form's first field`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

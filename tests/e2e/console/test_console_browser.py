@@ -349,6 +349,12 @@ def test_an_action_in_flight_keeps_its_buttons_disabled_through_polls(new_daemon
     assert c.get(owner, inst["id"])["state"] == "stopped"
 
 
+def test_the_skip_link_stays_on_the_page(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("skip_link", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
