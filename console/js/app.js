@@ -94,6 +94,8 @@ function drawNav(current) {
   out.textContent = t("nav.logout");
   document.getElementById("skip-link").textContent = t("nav.skip");
   document.getElementById("lang-label").textContent = t("nav.language");
+  // The toggle shows a glyph (☰); its name for a screen reader is a word.
+  document.getElementById("nav-toggle").setAttribute("aria-label", t("nav.menu"));
   document.title = `gpurent · ${t("app.title")}`;
 }
 
@@ -119,7 +121,9 @@ async function show() {
     return;
   }
   drawNav(route.name);
+  // A page chosen from the phone's menu closes it, and the toggle says so.
   document.getElementById("nav").classList.remove("open");
+  document.getElementById("nav-toggle").setAttribute("aria-expanded", "false");
   if (route.adminOnly && (getUser() || {}).role !== "admin") {
     main.append(h("h1", {}, t("nav." + route.name)), h("div", { class: "error" }, t("err.forbidden")));
     return;

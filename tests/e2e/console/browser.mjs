@@ -872,6 +872,28 @@ const scenarios = {
     if (on !== "launch-type") throw new Error(`Tab after the skip link went to #${on}, not the form's first field`);
   },
 
+  // On a phone the menu's toggle is named in words (its face is ☰), opens
+  // from the keyboard, and once a page is chosen from it says it is closed.
+  async phone_menu(page) {
+    await page.setViewportSize({ width: 375, height: 800 });
+    await login(page, world.email, world.password);
+    for (const [lang, name] of [["zh", "菜单"], ["en", "Menu"]]) {
+      await setLang(page, lang);
+      const toggle = page.getByRole("button", { name, exact: true });
+      if ((await toggle.count()) !== 1) throw new Error(`${lang}: no button named ${name}`);
+    }
+    await page.focus("#nav-toggle");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("nav a[href='#/transactions']", { state: "visible", timeout: DEADLINE });
+    if ((await page.getAttribute("#nav-toggle", "aria-expanded")) !== "true") throw new Error("the open menu's toggle does not say it is expanded");
+    await page.focus("nav a[href='#/transactions']");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("#transactions", { timeout: DEADLINE });
+    await page.waitForSelector("nav a[href='#/transactions']", { state: "hidden", timeout: DEADLINE });
+    const expanded = await page.getAttribute("#nav-toggle", "aria-expanded");
+    if (expanded !== "false") throw new Error(`the menu closed but its toggle says aria-expanded=${expanded}`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -355,6 +355,12 @@ def test_the_skip_link_stays_on_the_page(new_daemon, tmp_path):
     run_scenario("skip_link", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
 
 
+def test_the_phone_menu_is_named_and_says_when_it_closes(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("phone_menu", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
