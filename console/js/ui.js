@@ -2,7 +2,7 @@
 // text, never markup), formatting money and times for a person, and the
 // shared pieces: error boxes, busy buttons, tables, toasts.
 import { t, locale } from "./i18n.js";
-import { errorText } from "./api.js";
+import { errorText, retryWait } from "./api.js";
 
 // h("button", {class: "x", onclick: fn}, "text", child...)
 export function h(tag, attrs, ...children) {
@@ -212,12 +212,14 @@ export function keepFocus(box, redraw) {
   return out;
 }
 
-// Polls fn every ms while the page is the current one (alive() true).
+// Polls fn every ms while the page is the current one (alive() true), and
+// no sooner than the server's last Retry-After allows: a page polling a
+// server that answered 429 or 503 every two seconds kept it busy.
 export function every(ms, fn, alive) {
   let timer;
   const tick = async () => {
     if (!alive()) return;
-    try { await fn(); } finally { if (alive()) timer = setTimeout(tick, ms); }
+    try { await fn(); } finally { if (alive()) timer = setTimeout(tick, Math.max(ms, retryWait())); }
   };
   timer = setTimeout(tick, ms);
   return () => clearTimeout(timer);

@@ -241,8 +241,11 @@ export async function detail(main, params, ctx) {
   const stateCell = h("div", { id: "instance-state-live", role: "status", "aria-live": "polite", "aria-atomic": "true" });
   const grid = h("div", { class: "card grid" }, stateCell);
   const head = h("div", {}, grid), actions = h("div", { class: "actions" }), err = h("div"), ranks = h("div"), connect = h("div", { class: "card" }), events = h("div");
+  // A failed poll's error stays until a poll succeeds; an action's own
+  // error (err) until the next action.
+  const pollErr = h("div", { id: "instance-poll-error" });
   const logs = logsView(id, ctx);
-  main.append(h("h1", {}, t("instances.detail"), " ", h("code", {}, id)), head, actions, err,
+  main.append(h("h1", {}, t("instances.detail"), " ", h("code", {}, id)), head, actions, err, pollErr,
     h("div", { class: "card" }, h("h2", {}, t("instances.ranks")), ranks),
     h("div", { class: "card" }, h("h2", {}, t("connect.title")), connect), logs.box,
     h("div", { class: "card" }, h("h2", {}, t("instances.events")), events));
@@ -309,6 +312,12 @@ export async function detail(main, params, ctx) {
       const now = await get(`/v1/instances/${id}`);
       if (acting || before !== actionsDone) return;
       inst = now; draw(); await drawEvents();
-    } catch (e) { clear(err).append(errorBox(e)); }
+      clear(pollErr);
+    } catch (e) {
+      // Written again only when it changes: an alert every two seconds
+      // would be read out every two seconds.
+      const box = errorBox(e);
+      if (box.textContent !== pollErr.textContent) clear(pollErr).append(box);
+    }
   }, ctx.alive);
 }

@@ -894,6 +894,42 @@ const scenarios = {
     if (expanded !== "false") throw new Error(`the menu closed but its toggle says aria-expanded=${expanded}`);
   },
 
+  // The instance page while the API in front of it fails: a proxy's 502
+  // page is said as the service being unavailable (not "http_502"), a 429
+  // tells its Retry-After and the polls wait that long, and once a poll
+  // succeeds again its error is gone (it stayed on the page for good).
+  async api_trouble(page) {
+    const id = world.instance_id;
+    let mode = "pass", refusedAt = 0, nextAt = 0;
+    expected.push(/status of (502|429)/);
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.route(`**/v1/instances/${id}`, async (route) => {
+      if (route.request().method() !== "GET") return route.continue();
+      if (mode === "502") { mode = "pass"; return route.fulfill({ status: 502, contentType: "text/html", body: "<html><body>502 Bad Gateway</body></html>" }); }
+      if (mode === "429") {
+        mode = "pass";
+        refusedAt = Date.now();
+        return route.fulfill({ status: 429, contentType: "application/json", headers: { "Retry-After": "4" },
+          body: JSON.stringify({ error: { code: "too_many_requests", message: "too many requests" } }) });
+      }
+      if (refusedAt && !nextAt) nextAt = Date.now();
+      return route.continue();
+    });
+    await page.goto(`${base}/console#/instances/${id}`);
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    const cleared = () => page.waitForFunction(() => document.getElementById("instance-poll-error").textContent === "", null, { timeout: DEADLINE, polling: 100 });
+    mode = "502";
+    await waitText(page, "#instance-poll-error", "The service is unavailable for now");
+    const said = await page.textContent("#instance-poll-error");
+    if (said.includes("http_502")) throw new Error(`a 502 is told as ${said}`);
+    await cleared();
+    mode = "429";
+    await waitText(page, "#instance-poll-error", "Try again in 4 s.");
+    await cleared();
+    if (nextAt - refusedAt < 3500) throw new Error(`the page polled again ${nextAt - refusedAt} ms after a 429 with Retry-After: 4`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

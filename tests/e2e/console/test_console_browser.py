@@ -361,6 +361,15 @@ def test_the_phone_menu_is_named_and_says_when_it_closes(new_daemon, tmp_path):
     run_scenario("phone_menu", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
 
 
+def test_the_instance_page_rides_out_a_502_and_a_429(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("api_trouble", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                 "instance_id": inst["id"]}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
