@@ -9,12 +9,16 @@ export async function nodes(main, params, ctx) {
   main.append(h("h1", {}, t("nodes.title")));
   const err = h("div"), box = h("div", { id: "nodes" });
   main.append(err, box);
-  const setState = (n, state, b) => busy(b, async () => {
-    const reason = state === "ready" ? undefined : prompt(t("nodes.reason_prompt")) || undefined;
-    await post(`/v1/admin/nodes/${n.id}/state`, reason ? { state, reason } : { state });
-    toast(t("nodes.state_set", { name: n.name, state: t(`state.${state === "ready" ? "active" : state}`) }));
-    await draw();
-  }, err);
+  const setState = (n, state, b) => {
+    // Cancel in the reason's prompt cancels the change (it drained anyway).
+    const reason = state === "ready" ? "" : prompt(t("nodes.reason_prompt"));
+    if (reason === null) return;
+    busy(b, async () => {
+      await post(`/v1/admin/nodes/${n.id}/state`, reason ? { state, reason } : { state });
+      toast(t("nodes.state_set", { name: n.name, state: t(`state.${state === "ready" ? "active" : state}`) }));
+      await draw();
+    }, err);
+  };
   const buttons = (n) => h("div", { class: "actions" }, ["draining", "cordoned", "maintenance", "ready"]
     .filter((s) => (s === "ready" ? n.admin_state !== "active" : n.admin_state !== s))
     .map((s) => {

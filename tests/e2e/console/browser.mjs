@@ -192,6 +192,28 @@ const scenarios = {
     await waitText(page, sel, "排空中");
   },
 
+  // Cancel in the drain's reason prompt leaves the node as it was; only
+  // the drain answered with a reason is sent.
+  async drain_cancelled(page) {
+    const sent = [];
+    let answer = null; // null: the prompt is cancelled
+    page.on("dialog", (d) => (answer === null ? d.dismiss() : d.accept(answer)));
+    page.on("request", (r) => { if (r.method() === "POST" && r.url().includes("/v1/admin/nodes/")) sent.push(r.postData()); });
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/admin/nodes`);
+    const sel = `.node-state[data-node='${world.node}']`;
+    await page.waitForSelector(`${sel}[data-state='ready']`, { timeout: DEADLINE });
+    const drain = `button[data-node='${world.node}'][data-action='drain']`;
+    await page.click(drain);
+    // Settled: the button back (cancelled) or the node draining (sent).
+    await page.waitForSelector(`${drain}:not([disabled]), ${sel}[data-state='draining']`, { timeout: DEADLINE });
+    if (sent.length) throw new Error(`a cancelled drain was sent: ${sent.join(", ")}`);
+    answer = "kernel update";
+    await page.click(drain);
+    await page.waitForSelector(`${sel}[data-state='draining']`, { timeout: DEADLINE });
+    if (sent.length !== 1 || JSON.parse(sent[0]).reason !== "kernel update") throw new Error(`drains sent: ${sent.join(", ")}`);
+  },
+
   // An admin's top-up shows in the audit trail.
   async topup(page) {
     await login(page, world.email, world.password);
