@@ -68,7 +68,10 @@ export async function raw(method, path, { body, query, headers, signal, accept }
     const e = new ApiError(r.status, code || STATUS_CODES[r.status] || `http_${r.status}`, message || r.statusText, field, extra);
     e.retryAfter = retryAfter(r);
     if (e.retryAfter) quietUntil = Math.max(quietUntil, Date.now() + e.retryAfter * 1000);
-    if (r.status === 401 && key) onUnauthorized.forEach((fn) => fn(e));
+    // Told once per session: a page's other requests with the same key
+    // answer 401 too, and one sent with an earlier session's key must not
+    // end the session logged in since.
+    if (r.status === 401 && key && key === getKey()) onUnauthorized.forEach((fn) => fn(e));
     throw e;
   }
   return r;

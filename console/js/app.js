@@ -160,10 +160,12 @@ async function start() {
     nav.classList.toggle("open");
     e.currentTarget.setAttribute("aria-expanded", nav.classList.contains("open"));
   });
+  // After logging in again the user is back on the page the session ended on.
   whenUnauthorized(() => {
     clearSession();
     toast(t("err.session_ended"), true);
-    location.hash = "#/login";
+    const here = location.hash.slice(1);
+    location.hash = here && !here.startsWith("/login") ? `#/login?next=${encodeURIComponent(here)}` : "#/login";
   });
   window.addEventListener("hashchange", show);
   show();

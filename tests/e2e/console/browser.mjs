@@ -952,6 +952,30 @@ const scenarios = {
     if (nextAt - refusedAt < 3500) throw new Error(`the page polled again ${nextAt - refusedAt} ms after a 429 with Retry-After: 4`);
   },
 
+  // The console's key revoked elsewhere: the page's requests all answer
+  // 401, the session ends with one notice (one per request, before), and
+  // logging in again leads back to the page it ended on.
+  async session_revoked(page) {
+    expected.push(/status of 401/);
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/instances`);
+    await page.waitForSelector("main h1", { timeout: DEADLINE });
+    const keyId = await page.evaluate(() => JSON.parse(sessionStorage.getItem("gpurent.user")).api_key_id);
+    const r = await fetch(`${base}/v1/api-keys/${keyId}`, { method: "DELETE", headers: { Authorization: `Bearer ${world.key}` } });
+    if (r.status !== 200) throw new Error(`revoking the console's key: ${r.status}`);
+    const refused = [];
+    page.on("response", (x) => { if (x.status() === 401) refused.push(x.url()); });
+    await page.goto(`${base}/console#/launch`); // six requests at once
+    await page.waitForFunction(() => location.hash.startsWith("#/login"), null, { timeout: DEADLINE });
+    await poll(() => refused.length >= 2);
+    const notices = await page.locator("#toast div").count();
+    if (notices !== 1) throw new Error(`${notices} notices that the session ended, for ${refused.length} refused requests`);
+    await page.fill("#login-email", world.email);
+    await page.fill("#login-password", world.password);
+    await page.click("#login-submit");
+    await page.waitForSelector("#launch-form", { timeout: DEADLINE });
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -381,6 +381,13 @@ def test_the_instance_page_rides_out_a_502_and_a_429(new_daemon, tmp_path):
                                  "instance_id": inst["id"]}, tmp_path)
 
 
+def test_a_revoked_session_ends_once_and_comes_back_to_its_page(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("session_revoked", {"base_url": d.base_url, "email": user.email, "password": user.password,
+                                     "key": user.key}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
