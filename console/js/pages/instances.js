@@ -2,7 +2,7 @@
 // list, and one instance's page: live state, phases per rank, actions, the
 // connect panel (SSH per rank, ssh-config, published ports), the event
 // timeline and the logs (tail, or follow as they are written).
-import { t, locale } from "../i18n.js";
+import { t, has, locale } from "../i18n.js";
 import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
 import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText, keepFocus, scrollable } from "../ui.js";
 
@@ -228,6 +228,15 @@ function logsView(id, ctx) {
 
 const starting = (state) => state === "pending" || state === "provisioning";
 
+// An event's state is a state entered, a provisioning phase reached
+// (pulling, mounting, starting) or a warning (max_runtime_warning), each
+// in the user's words: the timeline showed "state.starting".
+function eventBadge(state) {
+  if (has(`state.${state}`)) return badge(state);
+  const key = [`phase.${state}`, `event.${state}`].find(has);
+  return h("span", { class: `badge ${state}` }, key ? t(key) : state);
+}
+
 export async function detail(main, params, ctx) {
   const id = params.id;
   let inst;
@@ -302,7 +311,7 @@ export async function detail(main, params, ctx) {
   });
   const drawEvents = async () => {
     const ev = await all(`/v1/instances/${id}/events`);
-    clear(events).append(h("ol", { class: "timeline", id: "events" }, ev.map((e) => h("li", {}, time(e.at), " ", badge(e.state), " ", e.reason || ""))));
+    clear(events).append(h("ol", { class: "timeline", id: "events" }, ev.map((e) => h("li", {}, time(e.at), " ", eventBadge(e.state), " ", e.reason || ""))));
   };
   draw();
   drawEvents().catch((e) => events.append(errorBox(e)));

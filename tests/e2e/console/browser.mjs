@@ -976,6 +976,29 @@ const scenarios = {
     await page.waitForSelector("#launch-form", { timeout: DEADLINE });
   },
 
+  // Every kind of event the API documents is named in words in the
+  // timeline: a phase reached (mounting, starting) and the runtime warning
+  // showed as the catalogue's keys ("state.starting").
+  async event_names(page) {
+    const id = world.instance_id;
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.route(`**/v1/instances/${id}/events*`, async (route) => {
+      const real = await route.fetch();
+      const body = await real.json();
+      const at = body.data[body.data.length - 1].at;
+      body.data.push({ seq: 1e9, at, state: "mounting", reason: "" }, { seq: 1e9 + 1, at, state: "starting", reason: "" },
+        { seq: 1e9 + 2, at, state: "max_runtime_warning", reason: "max_runtime_minutes ends it soon" });
+      await route.fulfill({ response: real, json: body });
+    });
+    await page.goto(`${base}/console#/instances/${id}`);
+    await waitText(page, "#events", "runtime limit near");
+    const text = await page.textContent("#events");
+    for (const want of ["mounting", "starting", "running"]) if (!text.includes(want)) throw new Error(`the timeline lacks ${want}: ${text}`);
+    const keys = text.match(/\b(state|phase|event)\.[a-z_]+/g);
+    if (keys) throw new Error(`the timeline shows catalogue keys: ${keys.join(", ")}`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -388,6 +388,15 @@ def test_a_revoked_session_ends_once_and_comes_back_to_its_page(new_daemon, tmp_
                                      "key": user.key}, tmp_path)
 
 
+def test_the_event_timeline_names_phases_and_warnings(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("event_names", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                 "instance_id": inst["id"]}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
