@@ -999,6 +999,20 @@ const scenarios = {
     if (keys) throw new Error(`the timeline shows catalogue keys: ${keys.join(", ")}`);
   },
 
+  // On a phone the header's language menu and Log out keep the width they
+  // have on a laptop (the menu was squeezed to "Er" of English by a long
+  // e-mail address beside it).
+  async phone_header(page) {
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    const widths = () => page.evaluate(() => ["lang", "logout"].map((id) => document.getElementById(id).getBoundingClientRect().width));
+    const wide = await widths();
+    await page.setViewportSize({ width: 375, height: 800 });
+    await page.waitForFunction(() => document.documentElement.clientWidth === 375, null, { timeout: DEADLINE });
+    const narrow = await widths();
+    if (narrow.some((w, i) => w < wide[i] - 1)) throw new Error(`the header's controls are squeezed on a phone: ${narrow} px, ${wide} px on a laptop`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

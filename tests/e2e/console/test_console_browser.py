@@ -397,6 +397,12 @@ def test_the_event_timeline_names_phases_and_warnings(new_daemon, tmp_path):
                                  "instance_id": inst["id"]}, tmp_path)
 
 
+def test_the_phone_header_keeps_its_controls_whole(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup(email=unique_email("a-rather-long-address-for-a-phone"))
+    run_scenario("phone_header", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
