@@ -9,12 +9,20 @@ export async function nodes(main, params, ctx) {
   main.append(h("h1", {}, t("nodes.title")));
   const err = h("div"), box = h("div", { id: "nodes" });
   main.append(err, box);
+  // While a change is out the poll leaves the table as it is (it drew the
+  // pressed button enabled again, and a second press sent the change
+  // twice), and a poll sent before a change's answer is dropped: it would
+  // draw the node as it was before.
+  let changing = 0, changes = 0;
   const setState = (n, state, b) => {
     // Cancel in the reason's prompt cancels the change (it drained anyway).
     const reason = state === "ready" ? "" : prompt(t("nodes.reason_prompt"));
     if (reason === null) return;
+    changing++;
     busy(b, async () => {
-      await post(`/v1/admin/nodes/${n.id}/state`, reason ? { state, reason } : { state });
+      try {
+        await post(`/v1/admin/nodes/${n.id}/state`, reason ? { state, reason } : { state });
+      } finally { changing--; changes++; }
       toast(t("nodes.state_set", { name: n.name, state: t(`state.${state === "ready" ? "active" : state}`) }));
       await draw();
     }, err);
@@ -27,8 +35,10 @@ export async function nodes(main, params, ctx) {
       b.addEventListener("click", () => setState(n, s, b));
       return b;
     }));
-  const draw = async () => {
+  const draw = async (polled) => {
+    const seen = changes;
     const rows = await all("/v1/admin/nodes");
+    if (polled && (changing || seen !== changes)) return;
     keepFocus(box, () => clear(box).append(table([
       [t("common.name"), (n) => h("strong", {}, n.name)], [t("nodes.model"), (n) => `${n.gpu_model} · ${n.fabric} · ${n.region}`],
       [t("nodes.state"), (n) => h("span", { class: "node-state", dataset: { node: n.name, state: n.state } }, badge(n.state))],
@@ -37,7 +47,7 @@ export async function nodes(main, params, ctx) {
       ["", buttons]], rows, t("nodes.empty"))));
   };
   try { await draw(); } catch (e) { err.append(errorBox(e)); return; }
-  every(5000, () => draw().catch(() => {}), ctx.alive);
+  every(5000, () => draw(true).catch(() => {}), ctx.alive);
 }
 
 export async function prices(main) {

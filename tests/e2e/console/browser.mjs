@@ -214,6 +214,32 @@ const scenarios = {
     if (sent.length !== 1 || JSON.parse(sent[0]).reason !== "kernel update") throw new Error(`drains sent: ${sent.join(", ")}`);
   },
 
+  // A node's drain in flight keeps its button disabled through the polls
+  // that answer meanwhile; one drain is sent.
+  async node_change_in_flight(page) {
+    page.on("dialog", (d) => d.accept("kernel update"));
+    const sent = [];
+    let release, seen = false;
+    const gate = new Promise((r) => { release = r; });
+    page.on("request", (r) => { if (r.method() === "POST" && r.url().includes("/v1/admin/nodes/")) sent.push(r.url()); });
+    await login(page, world.email, world.password);
+    await page.route("**/v1/admin/nodes/*/state", async (route) => { seen = true; await gate; await route.continue(); });
+    await page.goto(`${base}/console#/admin/nodes`);
+    const sel = `.node-state[data-node='${world.node}']`;
+    await page.waitForSelector(`${sel}[data-state='ready']`, { timeout: DEADLINE });
+    const drain = `button[data-node='${world.node}'][data-action='drain']`;
+    await page.click(drain);
+    await poll(() => seen);
+    const polled = () => page.waitForResponse((r) => new URL(r.url()).pathname === "/v1/admin/nodes" && r.request().method() === "GET", { timeout: DEADLINE });
+    await polled();
+    await polled();
+    if (!(await page.$eval(drain, (b) => b.disabled))) throw new Error("the drain button was enabled again while the drain was in flight");
+    await page.$eval(drain, (b) => b.click());
+    release();
+    await page.waitForSelector(`${sel}[data-state='draining']`, { timeout: DEADLINE });
+    if (sent.length !== 1) throw new Error(`${sent.length} drains sent`);
+  },
+
   // An admin's top-up shows in the audit trail.
   async topup(page) {
     await login(page, world.email, world.password);

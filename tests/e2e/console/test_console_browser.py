@@ -203,6 +203,17 @@ def test_cancelling_the_drain_reason_leaves_the_node_alone(new_daemon, tmp_path)
     assert c.d.sql("SELECT admin_state FROM nodes WHERE name = ?", (node,)) == [("draining",)]
 
 
+def test_a_node_change_in_flight_keeps_its_button_disabled(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    f = c.fleet(1)
+    node = sorted(f.nodes)[0]
+    email = unique_email("root")
+    c.d.cli_create_user(email, admin=True, password=DEFAULT_PASSWORD)
+    run_scenario("node_change_in_flight", {"base_url": c.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                                           "node": node}, tmp_path)
+    assert c.d.sql("SELECT admin_state FROM nodes WHERE name = ?", (node,)) == [("draining",)]
+
+
 def test_admin_top_up_appears_in_the_audit_trail(new_daemon, tmp_path):
     c = cloud_for(new_daemon, tmp_path)
     email = unique_email("root")
