@@ -169,13 +169,16 @@ export async function users(main) {
   const show = (u) => {
     clear(out);
     if (!u) { out.append(h("div", { class: "error" }, t("users.not_found"))); return; }
-    const suspended = u.status === "suspended";
+    // The API calls a suspended account's status "disabled"; both requests
+    // want a reason, which the audit trail keeps.
+    const suspended = u.status === "disabled";
     const b = h("button", { type: "button", class: suspended ? "" : "danger", id: "users-toggle" }, suspended ? t("users.reinstate") : t("users.suspend"));
     b.addEventListener("click", () => {
-      const reason = prompt(t("nodes.reason_prompt"));
-      if (reason === null) return;
+      const reason = (prompt(t("users.reason_prompt")) ?? "").trim();
+      clear(err);
+      if (!reason) { err.append(h("div", { class: "error", role: "alert" }, t("users.reason_required"))); return; }
       busy(b, async () => {
-        const r = await post(`/v1/admin/users/${u.id}/${suspended ? "reinstate" : "suspend"}`, reason ? { reason } : {});
+        const r = await post(`/v1/admin/users/${u.id}/${suspended ? "reinstate" : "suspend"}`, { reason });
         show(r.user);
         if (r.instances_stopped) toast(t("users.instances_stopped", { n: r.instances_stopped }));
       }, err);

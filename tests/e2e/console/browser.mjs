@@ -240,6 +240,32 @@ const scenarios = {
     if (sent.length !== 1) throw new Error(`${sent.length} drains sent`);
   },
 
+  // An admin suspends an account and reinstates it from the users page:
+  // the suspended account (status "disabled" in the API) is shown so and
+  // offered Reinstate, and each request carries the reason the API wants;
+  // an empty reason is refused in the page, nothing sent.
+  async suspend(page) {
+    const answers = ["", "console abuse", "console appeal"], sent = [];
+    page.on("dialog", (d) => d.accept(answers.shift()));
+    page.on("request", (r) => { if (r.method() === "POST" && r.url().includes("/v1/admin/users/")) sent.push(r.postData()); });
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/admin/users`);
+    await page.fill("#users-email", world.target_email);
+    await page.click("main form button[type=submit]");
+    await waitText(page, "#users-toggle", "Suspend");
+    await page.click("#users-toggle");
+    await waitText(page, "main .error", "A reason is needed");
+    if (sent.length) throw new Error(`sent without a reason: ${sent}`);
+    await page.click("#users-toggle");
+    await waitText(page, "#users-toggle", "Reinstate");
+    await waitText(page, "#user-card", "suspended");
+    await page.click("#users-toggle");
+    await waitText(page, "#users-toggle", "Suspend");
+    await waitText(page, "#user-card", "active");
+    if (sent.length !== 2 || !sent.every((b) => JSON.parse(b).reason)) throw new Error(`requests sent: ${sent.join(", ")}`);
+  },
+
   // An admin's top-up shows in the audit trail.
   async topup(page) {
     await login(page, world.email, world.password);

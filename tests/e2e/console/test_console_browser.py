@@ -214,6 +214,18 @@ def test_a_node_change_in_flight_keeps_its_button_disabled(new_daemon, tmp_path)
     assert c.d.sql("SELECT admin_state FROM nodes WHERE name = ?", (node,)) == [("draining",)]
 
 
+def test_admin_suspends_and_reinstates_an_account(new_daemon, tmp_path):
+    d = new_daemon()
+    email = unique_email("root")
+    d.cli_create_user(email, admin=True, password=DEFAULT_PASSWORD)
+    target = d.signup()
+    run_scenario("suspend", {"base_url": d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                             "target_email": target.email}, tmp_path)
+    assert d.get("/v1/me", key=target.key).status_code == 200  # reinstated; its key works again
+    reasons = [a["reason"] for a in d.get("/v1/admin/audit", key=d.admin_key).json()["data"]]
+    assert "console abuse" in reasons and "console appeal" in reasons, reasons
+
+
 def test_admin_top_up_appears_in_the_audit_trail(new_daemon, tmp_path):
     c = cloud_for(new_daemon, tmp_path)
     email = unique_email("root")
