@@ -96,7 +96,9 @@ function drawNav(current) {
   document.getElementById("lang-label").textContent = t("nav.language");
   // The toggle shows a glyph (☰); its name for a screen reader is a word.
   document.getElementById("nav-toggle").setAttribute("aria-label", t("nav.menu"));
-  document.title = `gpurent · ${t("app.title")}`;
+  // Each page's own title: a screen reader tells it, the tab and the
+  // history list show it (every page was "gpurent · GPU cloud console").
+  document.title = `${t(`nav.${current}`)} · gpurent`;
 }
 
 async function show() {

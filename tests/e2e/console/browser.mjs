@@ -1065,6 +1065,22 @@ const scenarios = {
     if (narrow.some((w, i) => w < wide[i] - 1)) throw new Error(`the header's controls are squeezed on a phone: ${narrow} px, ${wide} px on a laptop`);
   },
 
+  // Every page has a title of its own, in the console's language.
+  async page_titles(page) {
+    await login(page, world.email, world.password);
+    const seen = new Set();
+    for (const [route, zh, en] of [["overview", "概览", "Overview"], ["launch", "创建实例", "Launch"], ["transactions", null, "Transactions"]]) {
+      await page.goto(`${base}/console#/${route}`);
+      await page.waitForSelector("main h1", { timeout: DEADLINE });
+      const title = await page.title();
+      if (zh && !title.startsWith(zh)) throw new Error(`#/${route} is titled ${JSON.stringify(title)}`);
+      seen.add(title);
+    }
+    if (seen.size !== 3) throw new Error(`pages share a title: ${[...seen].join(" | ")}`);
+    await setLang(page, "en");
+    await page.waitForFunction(() => document.title.startsWith("Transactions"), null, { timeout: DEADLINE });
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -426,6 +426,12 @@ def test_the_phone_header_keeps_its_controls_whole(new_daemon, tmp_path):
     run_scenario("phone_header", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
 
 
+def test_every_page_has_a_title_of_its_own(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("page_titles", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
