@@ -172,8 +172,12 @@ export async function page(main, params, ctx) {
   let types;
   try { types = reservableTypes((await get("/v1/gpu-types")).data); } catch (e) { main.append(errorBox(e)); return; }
   const listErr = h("div"), listBox = h("div", { id: "reservations" });
+  let avail = null;
+  // After a booking or a cancellation the list and the free cards are read
+  // again: the chart showed the cards just booked as still free.
   const reload = async () => {
     clear(listErr);
+    if (avail) avail.run();
     try {
       const rows = (await all("/v1/reservations")).sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at));
       clear(listBox).append(table(reservationColumns(reload, listErr), rows, t("resv.empty")));
@@ -181,9 +185,8 @@ export async function page(main, params, ctx) {
   };
   if (!types.length) main.append(h("p", { class: "hint" }, t("resv.no_types")));
   else {
-    const avail = availabilityView(types, ctx);
+    avail = availabilityView(types, ctx);
     main.append(avail.box, bookForm(types, reload, ctx));
-    avail.run();
   }
   main.append(h("h2", {}, t("resv.mine")), listErr, listBox);
   await reload();
