@@ -132,10 +132,19 @@ async function show() {
   }
   const ctx = { alive: () => gen === generation, query: route.query, navigate: (to) => { location.hash = to; },
     onLeave: (fn) => { if (gen === generation) leaving.push(fn); else fn(); } };
+  // While the page still waits for the API it says so (shown after a
+  // moment, console.css), rather than a title over nothing; main is
+  // aria-busy meanwhile.
+  const loading = h("p", { class: "hint loading", id: "loading", role: "status" }, t("common.loading"));
+  root.append(loading);
+  root.setAttribute("aria-busy", "true");
   try {
     await route.page(main, route.params, ctx);
   } catch (e) {
     if (ctx.alive()) main.append(h("div", { class: "error" }, t("err.unexpected", { message: e.message })));
+  } finally {
+    loading.remove();
+    if (ctx.alive()) root.removeAttribute("aria-busy");
   }
   if (ctx.alive() && document.activeElement === document.body) root.focus({ preventScroll: true });
 }

@@ -1080,6 +1080,24 @@ const scenarios = {
     await page.waitForFunction(() => document.title.startsWith("Transactions"), null, { timeout: DEADLINE });
   },
 
+  // A page whose API answers slowly says it is loading (it showed its
+  // title over nothing), and stops saying so once drawn.
+  async slow_page(page) {
+    let release;
+    const gate = new Promise((r) => { release = r; });
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.route("**/v1/instances?*", async (route) => { await gate; await route.continue(); });
+    await page.goto(`${base}/console#/instances`);
+    await page.waitForSelector("#loading", { state: "visible", timeout: DEADLINE });
+    await waitText(page, "#loading", "Loading");
+    if ((await page.getAttribute("#main", "aria-busy")) !== "true") throw new Error("main is not aria-busy while the page loads");
+    release();
+    await waitText(page, "main", "No instances");
+    await page.waitForSelector("#loading", { state: "detached", timeout: DEADLINE });
+    if (await page.getAttribute("#main", "aria-busy")) throw new Error("main stays aria-busy after the page is drawn");
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

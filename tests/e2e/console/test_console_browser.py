@@ -432,6 +432,12 @@ def test_every_page_has_a_title_of_its_own(new_daemon, tmp_path):
     run_scenario("page_titles", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
 
 
+def test_a_slow_page_says_it_is_loading(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("slow_page", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
