@@ -80,8 +80,12 @@ async function listPage(main, title, load, columns, form, empty) {
   await reload();
 }
 
-function deleteButton(path, reload, err, label) {
-  const b = h("button", { type: "button", class: "secondary" }, label || t("common.delete"));
+// A row's button, named for assistive technology with the row's thing
+// ("Delete laptop"): a list of buttons all named "Delete" does not say
+// which is which.
+function deleteButton(path, reload, err, what, label) {
+  const text = label || t("common.delete");
+  const b = h("button", { type: "button", class: "secondary", "aria-label": `${text} ${what}` }, text);
   b.addEventListener("click", () => { if (confirm(t("common.confirm"))) busy(b, async () => { await del(path); await reload(); }, err); });
   return b;
 }
@@ -90,7 +94,7 @@ export async function volumes(main) {
   await listPage(main, t("volumes.title"), () => all("/v1/volumes"), (reload, err) => [
     [t("common.name"), (v) => v.name], [t("volumes.size"), (v) => `${v.size_gb} GB`], [t("volumes.region"), (v) => v.region],
     [t("volumes.in_use"), (v) => (v.in_use ? t("common.yes") : t("common.no"))], [t("common.created"), (v) => time(v.created_at)],
-    ["", (v) => deleteButton(`/v1/volumes/${v.id}`, reload, err)]],
+    ["", (v) => deleteButton(`/v1/volumes/${v.id}`, reload, err, v.name)]],
   (reload) => {
     const name = h("input", { required: true, id: "volume-name" }), size = h("input", { type: "number", min: 1, value: 100, required: true, id: "volume-size" });
     const err = h("div"), btn = h("button", { type: "submit" }, t("volumes.create"));
@@ -103,7 +107,7 @@ export async function volumes(main) {
 export async function sshKeys(main) {
   await listPage(main, t("sshkeys.title"), () => all("/v1/ssh-keys"), (reload, err) => [
     [t("common.name"), (k) => k.name], [t("sshkeys.type"), (k) => `${k.type} ${k.bits || ""}`], [t("sshkeys.fingerprint"), (k) => h("code", {}, k.fingerprint)],
-    [t("common.created"), (k) => time(k.created_at)], ["", (k) => deleteButton(`/v1/ssh-keys/${k.id}`, reload, err)]],
+    [t("common.created"), (k) => time(k.created_at)], ["", (k) => deleteButton(`/v1/ssh-keys/${k.id}`, reload, err, k.name)]],
   (reload) => {
     const name = h("input", { required: true, id: "sshkey-name" }), key = h("textarea", { required: true, id: "sshkey-public", placeholder: "ssh-ed25519 AAAA…" });
     const err = h("div"), btn = h("button", { type: "submit" }, t("sshkeys.add"));
@@ -120,7 +124,7 @@ export async function apiKeys(main) {
     [t("common.created"), (k) => time(k.created_at)], [t("apikeys.last_used"), (k) => time(k.last_used_at)],
     [t("apikeys.expires"), (k) => (k.expires_at ? time(k.expires_at) : t("common.never"))],
     [t("apikeys.revoked"), (k) => (k.revoked_at ? time(k.revoked_at) : "")],
-    ["", (k) => (k.revoked_at || k.id === me.api_key_id ? "" : deleteButton(`/v1/api-keys/${k.id}`, reload, err, t("apikeys.revoke")))]],
+    ["", (k) => (k.revoked_at || k.id === me.api_key_id ? "" : deleteButton(`/v1/api-keys/${k.id}`, reload, err, k.name, t("apikeys.revoke")))]],
   (reload) => {
     const name = h("input", { required: true, id: "apikey-name" });
     const err = h("div"), shown = h("div"), btn = h("button", { type: "submit" }, t("apikeys.create"));

@@ -31,7 +31,7 @@ export async function nodes(main, params, ctx) {
     .filter((s) => (s === "ready" ? n.admin_state !== "active" : n.admin_state !== s))
     .map((s) => {
       const verb = { draining: "drain", cordoned: "cordon", maintenance: "maintenance", ready: "ready" }[s];
-      const b = h("button", { type: "button", class: "secondary", dataset: { node: n.name, action: verb } }, t(`nodes.${verb}`));
+      const b = h("button", { type: "button", class: "secondary", dataset: { node: n.name, action: verb }, "aria-label": `${t(`nodes.${verb}`)} ${n.name}` }, t(`nodes.${verb}`));
       b.addEventListener("click", () => setState(n, s, b));
       return b;
     }));

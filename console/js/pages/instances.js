@@ -154,9 +154,13 @@ function connectPanel(inst) {
     const rows = [h("h3", {}, t("connect.rank", { rank: n.rank }), " · ", n.node_name)];
     if (n.ssh) {
       const pre = scrollable(h("pre", { class: "cmd", id: `ssh-${n.rank}` }, n.ssh.command), t("connect.ssh_command", { rank: n.rank }));
-      rows.push(pre, h("button", { type: "button", class: "secondary", id: `copy-ssh-${n.rank}`, onclick: () => copyText(n.ssh.command, pre) }, t("connect.copy")));
+      rows.push(pre, h("button", { type: "button", class: "secondary", id: `copy-ssh-${n.rank}`, onclick: () => copyText(n.ssh.command, pre),
+        "aria-label": `${t("connect.copy")}: ${t("connect.ssh_command", { rank: n.rank })}` }, t("connect.copy")));
     }
-    if (running) rows.push(" ", h("a", { href: `#/terminal/${inst.id}/${n.rank}`, id: `terminal-${n.rank}` }, t("connect.terminal")));
+    // Each rank's button and link name their rank: "Copy" and "Open web
+    // terminal" once per rank said nothing of which.
+    if (running) rows.push(" ", h("a", { href: `#/terminal/${inst.id}/${n.rank}`, id: `terminal-${n.rank}`,
+      "aria-label": `${t("connect.terminal")}: ${t("connect.rank", { rank: n.rank })}` }, t("connect.terminal")));
     for (const p of n.published || [])
       rows.push(h("div", {}, t("connect.port", { port: p.container_port }), " → ", h("a", { href: `http://${p.address}/`, target: "_blank", rel: "noopener noreferrer" }, p.address)));
     box.append(h("div", { class: "rank" }, rows));

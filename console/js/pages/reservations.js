@@ -142,7 +142,7 @@ function bookForm(types, reload, ctx) {
 
 // Cancels after saying what comes back; the answer's refund is told.
 function cancelButton(r, after, err) {
-  const b = h("button", { type: "button", class: "danger", id: `cancel-${r.id}`, "data-reservation": r.id }, t("resv.cancel"));
+  const b = h("button", { type: "button", class: "danger", id: `cancel-${r.id}`, "data-reservation": r.id, "aria-label": `${t("resv.cancel")} ${r.id}` }, t("resv.cancel"));
   b.addEventListener("click", () => {
     if (!confirm(`${t("resv.confirm_cancel")}\n${t("resv.refund_rule")}`)) return;
     busy(b, async () => {

@@ -1098,6 +1098,22 @@ const scenarios = {
     if (await page.getAttribute("#main", "aria-busy")) throw new Error("main stays aria-busy after the page is drawn");
   },
 
+  // A row's button is named with its row's thing for assistive
+  // technology: a list of buttons all named "Delete" said nothing of which.
+  async row_names(page) {
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    for (const [route, want] of [["volumes", ["Delete data-a", "Delete data-b"]], ["ssh-keys", ["Delete laptop", "Delete desktop"]],
+      ["api-keys", ["Revoke ci"]]]) {
+      await page.goto(`${base}/console#/${route}`);
+      await page.waitForSelector("main table", { timeout: DEADLINE });
+      for (const name of want)
+        if ((await page.getByRole("button", { name, exact: true }).count()) !== 1) throw new Error(`#/${route}: no button named ${name}`);
+      const names = await page.$$eval("main table button", (bs) => bs.map((b) => b.getAttribute("aria-label") || b.textContent));
+      if (new Set(names).size !== names.length) throw new Error(`#/${route}: buttons share a name: ${names.join(", ")}`);
+    }
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

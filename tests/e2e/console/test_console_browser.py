@@ -438,6 +438,19 @@ def test_a_slow_page_says_it_is_loading(new_daemon, tmp_path):
     run_scenario("slow_page", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
 
 
+def test_row_buttons_name_their_row(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    for name in ("data-a", "data-b"):
+        assert d.post("/v1/volumes", key=user.key, json={"name": name, "size_gb": 10}).status_code == 201
+    other = SSH_KEY.replace("IOMqq", "IOMqr")
+    for name, key in (("laptop", SSH_KEY), ("desktop", other)):
+        r = d.post("/v1/ssh-keys", key=user.key, json={"name": name, "public_key": key})
+        assert r.status_code == 201, r.text
+    assert d.post("/v1/api-keys", key=user.key, json={"name": "ci"}).status_code == 201
+    run_scenario("row_names", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
