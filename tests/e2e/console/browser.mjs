@@ -1114,6 +1114,31 @@ const scenarios = {
     }
   },
 
+  // The statement lists the storage charged per volume and the app calls,
+  // and the usage page the app calls: the API sends them and the pages
+  // showed only GPU time. (The app call row is added to the usage answer
+  // here; the storage charge is the daemon's own.)
+  async statement_lines(page) {
+    const call = { app_id: "app_00000000000000000000", slug: "echo-model", calls: 3, input_tokens: 120, output_tokens: 480,
+      charged_micro: 30000, charged: "0.03" };
+    await page.route("**/v1/usage?*", async (route) => {
+      const real = await route.fetch();
+      const body = await real.json();
+      body.apps = [...(body.apps || []), call];
+      await route.fulfill({ response: real, json: body });
+    });
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/statement`);
+    await waitText(page, "#statement-storage", world.volume);
+    await waitText(page, "#statement-storage", world.cost);
+    await waitText(page, "#statement-apps", "No app calls");
+    await page.goto(`${base}/console#/usage`);
+    await waitText(page, "#usage-apps", "echo-model");
+    await waitText(page, "#usage-apps", "0.03");
+    await waitText(page, "#usage-apps", "120 / 480");
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -451,6 +451,23 @@ def test_row_buttons_name_their_row(new_daemon, tmp_path):
     run_scenario("row_names", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
 
 
+def test_the_statement_shows_storage_and_app_calls(new_daemon, tmp_path):
+    d = new_daemon(options={"billing_interval_ms": "3600000"})
+    r = d.request("PUT", "/v1/admin/storage-prices/rs", key=d.admin_key, json={"price_per_gb_month": "3.00"})
+    assert r.status_code == 200, r.text
+    user = d.signup()
+    r = d.post("/v1/volumes", key=user.key, json={"name": "shared-data", "size_gb": 100, "region": "rs"})
+    assert r.status_code == 201, r.text
+    d.advance_clock(7200)
+    assert d.post("/v1/admin/billing/run", key=d.admin_key, json={}).status_code == 200
+    # floor(3.00 x 100 GB x 7200 s / 2 592 000 s) = 0.833333
+    storage = [x for x in d.get("/v1/transactions", key=user.key).json()["data"] if x["kind"] == "storage"]
+    assert [x["amount"] for x in storage] == ["-0.833333"], storage
+    run_scenario("statement_lines", {"base_url": d.base_url, "email": user.email, "password": user.password,
+                                     "volume": "shared-data", "cost": "0.83"}, tmp_path)
+    check_ledger(d)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
