@@ -107,6 +107,28 @@ export async function copyText(text, el) {
   toast(ok ? t("connect.copied") : t("connect.copy_by_hand"), !ok);
 }
 
+// The input of errSlot's form that an error names (its field, the input's
+// name): marked invalid, described by the error's box and focused, so a
+// screen reader says what is wrong where the user is. Without this the
+// error was a line under the form that named the field by its API name.
+let errorBoxes = 0;
+function markField(errSlot, e, box) {
+  const form = errSlot.closest("form");
+  const input = form && e && e.field && [...form.elements].find((el) => el.name === e.field);
+  if (!input) return;
+  box.id = `error-${++errorBoxes}`;
+  input.setAttribute("aria-invalid", "true");
+  input.setAttribute("aria-describedby", box.id);
+  input.focus();
+}
+function unmarkFields(errSlot) {
+  const form = errSlot.closest("form");
+  for (const el of form ? form.querySelectorAll("[aria-invalid]") : []) {
+    el.removeAttribute("aria-invalid");
+    el.removeAttribute("aria-describedby");
+  }
+}
+
 // Runs fn with the button disabled and showing progress; an error goes
 // into errSlot (or a toast), never silently. A button whose action took
 // the console to another page (ctx.navigate) stays disabled: that page
@@ -117,11 +139,11 @@ export async function busy(button, fn, errSlot) {
   const from = location.hash;
   button.disabled = true;
   button.classList.add("progress");
-  if (errSlot) clear(errSlot);
+  if (errSlot) { clear(errSlot); unmarkFields(errSlot); }
   try {
     return await fn();
   } catch (e) {
-    if (errSlot) errSlot.append(errorBox(e));
+    if (errSlot) markField(errSlot, e, errSlot.appendChild(errorBox(e)));
     else toast(errorText(e), true);
     return undefined;
   } finally {

@@ -96,7 +96,7 @@ export async function volumes(main) {
     [t("volumes.in_use"), (v) => (v.in_use ? t("common.yes") : t("common.no"))], [t("common.created"), (v) => time(v.created_at)],
     ["", (v) => deleteButton(`/v1/volumes/${v.id}`, reload, err, v.name)]],
   (reload) => {
-    const name = h("input", { required: true, id: "volume-name" }), size = h("input", { type: "number", min: 1, value: 100, required: true, id: "volume-size" });
+    const name = h("input", { required: true, id: "volume-name", name: "name" }), size = h("input", { type: "number", min: 1, value: 100, required: true, id: "volume-size", name: "size_gb" });
     const err = h("div"), btn = h("button", { type: "submit" }, t("volumes.create"));
     const f = h("form", { class: "inline card" }, field(t("common.name"), name), field(t("volumes.size_gb"), size), btn, err);
     f.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => { await post("/v1/volumes", { name: name.value, size_gb: Number(size.value) }); name.value = ""; await reload(); }, err); });
@@ -109,7 +109,7 @@ export async function sshKeys(main) {
     [t("common.name"), (k) => k.name], [t("sshkeys.type"), (k) => `${k.type} ${k.bits || ""}`], [t("sshkeys.fingerprint"), (k) => h("code", {}, k.fingerprint)],
     [t("common.created"), (k) => time(k.created_at)], ["", (k) => deleteButton(`/v1/ssh-keys/${k.id}`, reload, err, k.name)]],
   (reload) => {
-    const name = h("input", { required: true, id: "sshkey-name" }), key = h("textarea", { required: true, id: "sshkey-public", placeholder: "ssh-ed25519 AAAA…" });
+    const name = h("input", { required: true, id: "sshkey-name", name: "name" }), key = h("textarea", { required: true, id: "sshkey-public", name: "public_key", placeholder: "ssh-ed25519 AAAA…" });
     const err = h("div"), btn = h("button", { type: "submit" }, t("sshkeys.add"));
     const f = h("form", { class: "stack card" }, field(t("common.name"), name), field(t("sshkeys.public_key"), key), err, btn);
     f.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => { await post("/v1/ssh-keys", { name: name.value, public_key: key.value.trim() }); name.value = key.value = ""; await reload(); }, err); });
@@ -126,7 +126,7 @@ export async function apiKeys(main) {
     [t("apikeys.revoked"), (k) => (k.revoked_at ? time(k.revoked_at) : "")],
     ["", (k) => (k.revoked_at || k.id === me.api_key_id ? "" : deleteButton(`/v1/api-keys/${k.id}`, reload, err, k.name, t("apikeys.revoke")))]],
   (reload) => {
-    const name = h("input", { required: true, id: "apikey-name" });
+    const name = h("input", { required: true, id: "apikey-name", name: "name" });
     const err = h("div"), shown = h("div"), btn = h("button", { type: "submit" }, t("apikeys.create"));
     const f = h("form", { class: "inline card" }, field(t("common.name"), name), btn, err, shown);
     f.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => {

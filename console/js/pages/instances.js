@@ -35,21 +35,21 @@ export async function launch(main, params, ctx) {
   // type; on demand only the types with a price and no booking required.
   const active = resvs.filter((r) => r.state === "active");
   const launchable = types.data.filter((g) => (!g.reservation_required && g.price_per_card_hour) || active.some((r) => r.gpu_type === g.code));
-  const type = h("select", { id: "launch-type", required: true },
+  const type = h("select", { id: "launch-type", name: "gpu_type", required: true },
     launchable.map((g) => h("option", { value: g.code }, `${g.code} · ${g.memory_gb} GB · ${t("launch.free_cards", { n: g.cards_free })}`)));
   if (ctx.query.get("gpu_type")) type.value = ctx.query.get("gpu_type");
-  const cards = h("input", { type: "number", id: "launch-cards", min: 1, max: 256, value: 8, required: true });
-  const reservation = h("select", { id: "launch-reservation" }, h("option", { value: "" }, t("launch.on_demand")),
+  const cards = h("input", { type: "number", id: "launch-cards", name: "card_count", min: 1, max: 256, value: 8, required: true });
+  const reservation = h("select", { id: "launch-reservation", name: "reservation_id" }, h("option", { value: "" }, t("launch.on_demand")),
     active.map((r) => h("option", { value: r.id }, t("launch.reservation_option", { id: r.id, cards: r.cards, type: r.gpu_type }))));
   if (active.some((r) => r.id === ctx.query.get("reservation_id"))) reservation.value = ctx.query.get("reservation_id");
-  const image = h("input", { id: "launch-image", list: "launch-images", required: true, value: (images.data[0] || {}).ref || "" });
+  const image = h("input", { id: "launch-image", name: "image", list: "launch-images", required: true, value: (images.data[0] || {}).ref || "" });
   const imageList = h("datalist", { id: "launch-images" }, images.data.map((i) => h("option", { value: i.ref }, i.description || i.stack)));
-  const volume = h("select", { id: "launch-volume" }, h("option", { value: "" }, t("launch.no_volume")), vols.map((v) => h("option", { value: v.id }, `${v.name} (${v.size_gb} GB)`)));
+  const volume = h("select", { id: "launch-volume", name: "volume_id" }, h("option", { value: "" }, t("launch.no_volume")), vols.map((v) => h("option", { value: v.id }, `${v.name} (${v.size_gb} GB)`)));
   const keyBoxes = keys.map((k) => h("label", {}, h("input", { type: "checkbox", value: k.id, checked: true, name: "ssh_key" }), " ", k.name, " ", h("code", { class: "hint" }, k.fingerprint)));
-  const name = h("input", { id: "launch-name", placeholder: t("launch.name_hint") });
-  const command = h("input", { id: "launch-command", class: "mono", placeholder: "python train.py" });
-  const env = h("textarea", { id: "launch-env", class: "mono", placeholder: "KEY=value" });
-  const ports = h("input", { id: "launch-ports", placeholder: "8888, 6006" });
+  const name = h("input", { id: "launch-name", name: "name", placeholder: t("launch.name_hint") });
+  const command = h("input", { id: "launch-command", name: "command", class: "mono", placeholder: "python train.py" });
+  const env = h("textarea", { id: "launch-env", name: "env", class: "mono", placeholder: "KEY=value" });
+  const ports = h("input", { id: "launch-ports", name: "ports", placeholder: "8888, 6006" });
   const hours = h("input", { type: "number", id: "launch-hours", min: 1, max: 8760, value: 24 });
   const estimate = h("div", { class: "card estimate", id: "launch-estimate", "aria-live": "polite" });
   const err = h("div", { id: "launch-error" });

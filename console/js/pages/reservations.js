@@ -93,11 +93,11 @@ function availabilityView(types, ctx) {
 
 function bookForm(types, reload, ctx) {
   const byCode = Object.fromEntries(types.map((g) => [g.code, g]));
-  const type = h("select", { id: "book-type", required: true }, types.map((g) => h("option", { value: g.code }, g.code)));
+  const type = h("select", { id: "book-type", name: "gpu_type", required: true }, types.map((g) => h("option", { value: g.code }, g.code)));
   if (ctx.query.get("gpu_type") && byCode[ctx.query.get("gpu_type")]) type.value = ctx.query.get("gpu_type");
-  const cards = h("input", { type: "number", id: "book-cards", min: 1, max: 256, value: 8, required: true });
-  const start = h("input", { type: "datetime-local", id: "book-start", step: 3600, value: localInput(firstHour(ctx) + HOUR_MS), required: true });
-  const hours = h("input", { type: "number", id: "book-hours", min: 1, max: 8784, value: 3, required: true });
+  const cards = h("input", { type: "number", id: "book-cards", name: "cards", min: 1, max: 256, value: 8, required: true });
+  const start = h("input", { type: "datetime-local", id: "book-start", name: "starts_at", step: 3600, value: localInput(firstHour(ctx) + HOUR_MS), required: true });
+  const hours = h("input", { type: "number", id: "book-hours", name: "hours", min: 1, max: 8784, value: 3, required: true });
   const quote = h("div", { class: "card estimate", id: "book-quote", "aria-live": "polite" });
   const err = h("div", { id: "book-error" }), done = h("div", { id: "book-done" });
   const btn = h("button", { type: "submit", id: "book-submit" }, t("resv.book"));

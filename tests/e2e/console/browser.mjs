@@ -1139,6 +1139,33 @@ const scenarios = {
     await waitText(page, "#usage-apps", "120 / 480");
   },
 
+  // A value the server refuses marks its input: invalid, described by the
+  // error (a screen reader says it there) and focused; a good value
+  // clears the mark. The launch form's own check (ports) does the same.
+  async field_error(page) {
+    expected.push(/status of 400/);
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/volumes`);
+    await page.fill("#volume-name", "My Data");
+    await page.click("main form button[type=submit]");
+    await page.waitForSelector("#volume-name[aria-invalid='true']", { timeout: DEADLINE });
+    const said = await page.evaluate(() => {
+      const el = document.getElementById("volume-name");
+      return { focused: document.activeElement === el, text: (document.getElementById(el.getAttribute("aria-describedby")) || {}).textContent };
+    });
+    if (!said.focused || !(said.text || "").includes("(field: name)")) throw new Error(`the refused name is not marked: ${JSON.stringify(said)}`);
+    await page.fill("#volume-name", "my-data");
+    await page.click("main form button[type=submit]");
+    await waitText(page, "main table", "my-data");
+    if (await page.getAttribute("#volume-name", "aria-invalid")) throw new Error("the name stays marked invalid after it was taken");
+    await page.goto(`${base}/console#/launch`);
+    await page.waitForSelector("#launch-estimate strong", { timeout: DEADLINE });
+    await page.fill("#launch-ports", "8888, 99999");
+    await page.click("#launch-submit");
+    await page.waitForSelector("#launch-ports[aria-invalid='true']:focus", { timeout: DEADLINE });
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -468,6 +468,12 @@ def test_the_statement_shows_storage_and_app_calls(new_daemon, tmp_path):
     check_ledger(d)
 
 
+def test_a_refused_value_marks_its_input(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("field_error", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
