@@ -150,10 +150,24 @@ async function show() {
 }
 
 async function start() {
-  await loadLang();
+  try {
+    await loadLang();
+  } catch {
+    // No catalogue, so no words but these, in both languages.
+    document.getElementById("main").append(h("div", { class: "error", role: "alert", id: "no-catalogue" },
+      "控制台无法加载，请稍后刷新页面。 The console could not load: reload the page in a moment."));
+    return;
+  }
   const sel = document.getElementById("lang");
   sel.value = currentLang();
-  sel.addEventListener("change", async () => { await loadLang(sel.value); show(); });
+  sel.addEventListener("change", async () => {
+    try { await loadLang(sel.value); } catch (e) {
+      sel.value = currentLang();
+      toast(t("err.unexpected", { message: e.message }), true);
+      return;
+    }
+    show();
+  });
   document.getElementById("logout").addEventListener("click", async () => {
     try { await del("/v1/api-keys/" + (getUser() || {}).api_key_id); } catch { /* the key may be gone already */ }
     clearSession();

@@ -1166,6 +1166,25 @@ const scenarios = {
     await page.waitForSelector("#launch-ports[aria-invalid='true']:focus", { timeout: DEADLINE });
   },
 
+  // The language catalogue failing to load (a proxy's 502) is said in both
+  // languages rather than a blank page and an uncaught error; switching to
+  // a language whose catalogue fails keeps the one in use, and says so.
+  async catalogue_fails(page) {
+    expected.push(/status of 502/);
+    let fail = "zh";
+    await page.route("**/console/i18n/*.json", (route) => (route.request().url().endsWith(`/${fail}.json`)
+      ? route.fulfill({ status: 502, contentType: "text/html", body: "<html>502 Bad Gateway</html>" }) : route.continue()));
+    await page.goto(`${base}/console#/login`);
+    await waitText(page, "#no-catalogue", "The console could not load");
+    fail = "en";
+    await page.reload();
+    await page.waitForSelector("#login-email", { timeout: DEADLINE });
+    await page.selectOption("#lang", "en");
+    await page.waitForSelector("#toast div.bad", { timeout: DEADLINE });
+    const [lang, chosen, nav] = await page.evaluate(() => [document.documentElement.lang, document.getElementById("lang").value, document.querySelector("nav").textContent]);
+    if (lang !== "zh-CN" || chosen !== "zh" || !nav.includes("登录")) throw new Error(`after a failed switch: lang ${lang}, menu ${chosen}, nav ${nav}`);
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

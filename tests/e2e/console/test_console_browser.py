@@ -474,6 +474,11 @@ def test_a_refused_value_marks_its_input(new_daemon, tmp_path):
     run_scenario("field_error", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
 
 
+def test_a_language_that_cannot_load_is_said_not_blank(new_daemon, tmp_path):
+    d = new_daemon()
+    run_scenario("catalogue_fails", {"base_url": d.base_url}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
