@@ -236,12 +236,22 @@ export function keepFocus(box, redraw) {
 
 // Polls fn every ms while the page is the current one (alive() true), and
 // no sooner than the server's last Retry-After allows: a page polling a
-// server that answered 429 or 503 every two seconds kept it busy.
-export function every(ms, fn, alive) {
+// server that answered 429 or 503 every two seconds kept it busy. While
+// polls fail, errSlot says why (a page that silently stopped updating
+// looked current); the next poll that succeeds empties it.
+export function every(ms, fn, alive, errSlot) {
   let timer;
   const tick = async () => {
     if (!alive()) return;
-    try { await fn(); } finally { if (alive()) timer = setTimeout(tick, Math.max(ms, retryWait())); }
+    try {
+      await fn();
+      clear(errSlot);
+    } catch (e) {
+      // Written again only when it changes: an alert at every poll would
+      // be read out at every poll.
+      const box = errorBox(e);
+      if (box.textContent !== errSlot.textContent) clear(errSlot).append(box);
+    } finally { if (alive()) timer = setTimeout(tick, Math.max(ms, retryWait())); }
   };
   timer = setTimeout(tick, ms);
   return () => clearTimeout(timer);

@@ -10,8 +10,8 @@ function stat(label, value, id) {
 
 export async function overview(main, params, ctx) {
   main.append(h("h1", {}, t("overview.title")));
-  const body = h("div");
-  main.append(body);
+  const body = h("div"), pollErr = h("div", { id: "overview-poll-error" });
+  main.append(pollErr, body);
   const draw = async () => {
     // The account as the server has it now, not the snapshot this tab
     // took at login: the address may have been verified in another tab
@@ -40,8 +40,8 @@ export async function overview(main, params, ctx) {
       b.grants || [], t("overview.no_grants")));
     body.append(h("div", { class: "actions" }, h("a", { href: "#/launch" }, t("nav.launch")), h("a", { href: "#/password" }, t("auth.change_password"))));
   };
-  try { await draw(); } catch (e) { body.append(errorBox(e)); return; }
-  every(10000, () => draw().catch(() => {}), ctx.alive);
+  try { await draw(); } catch (e) { pollErr.append(errorBox(e)); }
+  every(10000, draw, ctx.alive, pollErr);
 }
 
 export async function catalog(main) {

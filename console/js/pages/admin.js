@@ -7,8 +7,8 @@ import { h, clear, money, time, table, field, busy, errorBox, badge, every, toas
 
 export async function nodes(main, params, ctx) {
   main.append(h("h1", {}, t("nodes.title")));
-  const err = h("div"), box = h("div", { id: "nodes" });
-  main.append(err, box);
+  const err = h("div"), pollErr = h("div", { id: "nodes-poll-error" }), box = h("div", { id: "nodes" });
+  main.append(err, pollErr, box);
   // While a change is out the poll leaves the table as it is (it drew the
   // pressed button enabled again, and a second press sent the change
   // twice), and a poll sent before a change's answer is dropped: it would
@@ -46,8 +46,8 @@ export async function nodes(main, params, ctx) {
       [t("nodes.last_seen"), (n) => time(n.last_seen_at)], [t("nodes.reason"), (n) => n.admin_reason || n.state_reason || ""],
       ["", buttons]], rows, t("nodes.empty"))));
   };
-  try { await draw(); } catch (e) { err.append(errorBox(e)); return; }
-  every(5000, () => draw(true).catch(() => {}), ctx.alive);
+  try { await draw(); } catch (e) { pollErr.append(errorBox(e)); }
+  every(5000, () => draw(true), ctx.alive, pollErr);
 }
 
 export async function prices(main) {

@@ -131,8 +131,8 @@ export async function launch(main, params, ctx) {
 
 export async function list(main, params, ctx) {
   main.append(h("h1", {}, t("instances.title")), h("div", { class: "actions" }, h("a", { href: "#/launch" }, t("nav.launch"))));
-  const box = h("div");
-  main.append(box);
+  const box = h("div"), pollErr = h("div", { id: "instances-poll-error" });
+  main.append(pollErr, box);
   const draw = async () => {
     const rows = await all("/v1/instances");
     keepFocus(box, () => clear(box).append(table([
@@ -142,8 +142,10 @@ export async function list(main, params, ctx) {
       [t("launch.image"), (i) => h("code", {}, i.image)],
       [t("common.created"), (i) => time(i.created_at)]], rows, t("instances.empty"))));
   };
-  try { await draw(); } catch (e) { box.append(errorBox(e)); return; }
-  every(3000, () => draw().catch(() => {}), ctx.alive);
+  // A first read that fails is told like a failed poll, and the polls
+  // go on: the list comes when the API is back.
+  try { await draw(); } catch (e) { pollErr.append(errorBox(e)); }
+  every(3000, draw, ctx.alive, pollErr);
 }
 
 function connectPanel(inst) {
@@ -254,8 +256,8 @@ export async function detail(main, params, ctx) {
   const stateCell = h("div", { id: "instance-state-live", role: "status", "aria-live": "polite", "aria-atomic": "true" });
   const grid = h("div", { class: "card grid" }, stateCell);
   const head = h("div", {}, grid), actions = h("div", { class: "actions" }), err = h("div"), ranks = h("div"), connect = h("div", { class: "card" }), events = h("div");
-  // A failed poll's error stays until a poll succeeds; an action's own
-  // error (err) until the next action.
+  // A failed poll's error stays until a poll succeeds (ui.js every); an
+  // action's own error (err) until the next action.
   const pollErr = h("div", { id: "instance-poll-error" });
   const logs = logsView(id, ctx);
   main.append(h("h1", {}, t("instances.detail"), " ", h("code", {}, id)), head, actions, err, pollErr,
@@ -321,16 +323,8 @@ export async function detail(main, params, ctx) {
   drawEvents().catch((e) => events.append(errorBox(e)));
   every(2000, async () => {
     const before = actionsDone;
-    try {
-      const now = await get(`/v1/instances/${id}`);
-      if (acting || before !== actionsDone) return;
-      inst = now; draw(); await drawEvents();
-      clear(pollErr);
-    } catch (e) {
-      // Written again only when it changes: an alert every two seconds
-      // would be read out every two seconds.
-      const box = errorBox(e);
-      if (box.textContent !== pollErr.textContent) clear(pollErr).append(box);
-    }
-  }, ctx.alive);
+    const now = await get(`/v1/instances/${id}`);
+    if (acting || before !== actionsDone) return;
+    inst = now; draw(); await drawEvents();
+  }, ctx.alive, pollErr);
 }

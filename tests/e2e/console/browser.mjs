@@ -1185,6 +1185,26 @@ const scenarios = {
     if (lang !== "zh-CN" || chosen !== "zh" || !nav.includes("登录")) throw new Error(`after a failed switch: lang ${lang}, menu ${chosen}, nav ${nav}`);
   },
 
+  // The instance list while the API fails: the failure is said (polls
+  // failed silently and the list looked current), the list comes when the
+  // API is back, and the notice goes.
+  async list_poll_error(page) {
+    let fail = true;
+    expected.push(/status of 502/);
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.route("**/v1/instances?*", (route) => (fail
+      ? route.fulfill({ status: 502, contentType: "text/html", body: "<html>502 Bad Gateway</html>" }) : route.continue()));
+    await page.goto(`${base}/console#/instances`);
+    await waitText(page, "#instances-poll-error", "The service is unavailable for now");
+    fail = false;
+    await page.waitForSelector(`main a[href='#/instances/${world.instance_id}']`, { timeout: DEADLINE });
+    await page.waitForFunction(() => document.getElementById("instances-poll-error").textContent === "", null, { timeout: DEADLINE });
+    fail = true;
+    await waitText(page, "#instances-poll-error", "The service is unavailable for now");
+    if (!(await page.$(`main a[href='#/instances/${world.instance_id}']`))) throw new Error("the list went with the failed poll");
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

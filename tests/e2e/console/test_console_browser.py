@@ -479,6 +479,15 @@ def test_a_language_that_cannot_load_is_said_not_blank(new_daemon, tmp_path):
     run_scenario("catalogue_fails", {"base_url": d.base_url}, tmp_path)
 
 
+def test_the_instance_list_says_when_it_cannot_update(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = c.create(owner, card_count=1)
+    run_scenario("list_poll_error", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                     "instance_id": inst["id"]}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
