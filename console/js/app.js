@@ -185,6 +185,15 @@ async function start() {
     nav.classList.toggle("open");
     e.currentTarget.setAttribute("aria-expanded", nav.classList.contains("open"));
   });
+  // Escape in the open phone menu closes it and gives the focus back to
+  // its toggle, as a disclosure menu does.
+  document.getElementById("nav").addEventListener("keydown", (e) => {
+    const nav = e.currentTarget, toggle = document.getElementById("nav-toggle");
+    if (e.key !== "Escape" || !nav.classList.contains("open")) return;
+    nav.classList.remove("open");
+    toggle.setAttribute("aria-expanded", "false");
+    toggle.focus();
+  });
   // After logging in again the user is back on the page the session ended on.
   whenUnauthorized(() => {
     clearSession();

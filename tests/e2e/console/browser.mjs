@@ -959,6 +959,14 @@ const scenarios = {
     await page.keyboard.press("Enter");
     await page.waitForSelector("nav a[href='#/transactions']", { state: "visible", timeout: DEADLINE });
     if ((await page.getAttribute("#nav-toggle", "aria-expanded")) !== "true") throw new Error("the open menu's toggle does not say it is expanded");
+    // Escape from inside the menu closes it, back on the toggle.
+    await page.focus("nav a[href='#/launch']");
+    await page.keyboard.press("Escape");
+    await page.waitForSelector("nav a[href='#/launch']", { state: "hidden", timeout: DEADLINE });
+    const back = await page.evaluate(() => [document.activeElement.id, document.getElementById("nav-toggle").getAttribute("aria-expanded")]);
+    if (back[0] !== "nav-toggle" || back[1] !== "false") throw new Error(`after Escape: focus on #${back[0]}, aria-expanded ${back[1]}`);
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("nav a[href='#/transactions']", { state: "visible", timeout: DEADLINE });
     await page.focus("nav a[href='#/transactions']");
     await page.keyboard.press("Enter");
     await page.waitForSelector("#transactions", { timeout: DEADLINE });
