@@ -250,6 +250,8 @@ export async function detail(main, params, ctx) {
     main.append(h("h1", {}, t("instances.detail")), h("div", { class: "error", id: "instance-error" }, errorText(e)));
     return;
   }
+  // The volume mounted in it (the instance names its id only), read once.
+  const volume = inst.volume_id ? await get(`/v1/volumes/${inst.volume_id}`).catch(() => null) : null;
   // The state is a live region, kept (not drawn again) and written only
   // when the state or phase changes: a screen reader says "running" when
   // the instance gets there, once.
@@ -298,6 +300,8 @@ export async function detail(main, params, ctx) {
       h("div", {}, h("div", { class: "hint" }, t("launch.image")), h("code", {}, inst.image)),
       h("div", {}, h("div", { class: "hint" }, t("instances.since")), time(inst.state_since)),
       inst.state_reason ? h("div", {}, h("div", { class: "hint" }, t("instances.reason")), inst.state_reason) : null,
+      inst.volume_id ? h("div", { id: "instance-volume" }, h("div", { class: "hint" }, t("instances.volume")),
+        volume ? `${volume.name} ` : null, h("code", {}, inst.volume_id), " → ", h("code", {}, (volume && volume.mount_path) || "/shared")) : null,
       inst.low_balance ? h("div", { class: "warn" }, t("overview.low_balance")) : null);
     if (!acting) {
       const a = clear(actions);

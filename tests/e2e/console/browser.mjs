@@ -1213,6 +1213,16 @@ const scenarios = {
     if (!(await page.$(`main a[href='#/instances/${world.instance_id}']`))) throw new Error("the list went with the failed poll");
   },
 
+  // An instance launched with a volume says so on its page: the volume's
+  // name and where it is mounted (the page showed nothing of it).
+  async instance_volume(page) {
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/instances/${world.instance_id}`);
+    await waitText(page, "#instance-volume", "shared-data");
+    await waitText(page, "#instance-volume", "/shared");
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

@@ -488,6 +488,17 @@ def test_the_instance_list_says_when_it_cannot_update(new_daemon, tmp_path):
                                      "instance_id": inst["id"]}, tmp_path)
 
 
+def test_an_instance_page_names_its_volume(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    r = c.d.post("/v1/volumes", key=owner.key, json={"name": "shared-data", "size_gb": 10})
+    assert r.status_code == 201, r.text
+    inst = running_instance(c, owner, volume_id=r.json()["id"])
+    run_scenario("instance_volume", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                     "instance_id": inst["id"]}, tmp_path)
+
+
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(verify=False)
