@@ -24,6 +24,23 @@ export function clearSession() {
   sessionStorage.removeItem("gpurent.user");
 }
 
+// A proxy or gateway in front of the daemon answers with a page of its own,
+// not the API's JSON error: its status still says what happened.
+const STATUS_CODES = { 429: "too_many_requests", 502: "unavailable", 503: "unavailable", 504: "unavailable" };
+
+// Retry-After (seconds, or an HTTP date) as whole seconds from now; 0 if none.
+function retryAfter(r) {
+  const v = (r.headers.get("Retry-After") || "").trim();
+  if (!v) return 0;
+  const n = /^\d+$/.test(v) ? Number(v) : Math.ceil((Date.parse(v) - Date.now()) / 1000);
+  return Number.isFinite(n) && n > 0 ? n : 0;
+}
+
+// Until when the server asked to be left alone (its last Retry-After):
+// the pages' polls (ui.js every) wait until then.
+let quietUntil = 0;
+export function retryWait() { return Math.max(0, quietUntil - Date.now()); }
+
 // Listeners told when a call answers 401: the key expired or was revoked.
 const onUnauthorized = [];
 export function whenUnauthorized(fn) { onUnauthorized.push(fn); }
@@ -48,8 +65,13 @@ export async function raw(method, path, { body, query, headers, signal, accept }
     let err = {};
     try { err = (await r.json()).error || {}; } catch { /* not JSON */ }
     const { code, message, field, ...extra } = err;
-    const e = new ApiError(r.status, code || `http_${r.status}`, message || r.statusText, field, extra);
-    if (r.status === 401 && key) onUnauthorized.forEach((fn) => fn(e));
+    const e = new ApiError(r.status, code || STATUS_CODES[r.status] || `http_${r.status}`, message || r.statusText, field, extra);
+    e.retryAfter = retryAfter(r);
+    if (e.retryAfter) quietUntil = Math.max(quietUntil, Date.now() + e.retryAfter * 1000);
+    // Told once per session: a page's other requests with the same key
+    // answer 401 too, and one sent with an earlier session's key must not
+    // end the session logged in since.
+    if (r.status === 401 && key && key === getKey()) onUnauthorized.forEach((fn) => fn(e));
     throw e;
   }
   return r;
@@ -124,5 +146,6 @@ export function errorText(e) {
   // network failure the browser's words; the server's message is detail.
   const fromServer = e.status > 0 && !e.code.startsWith("console_");
   if (e.message && (fromServer || e.code.startsWith("console_"))) s += " " + t("err.detail", { message: e.message });
+  if (e.retryAfter) s += " " + t("err.retry_in", { n: e.retryAfter });
   return s;
 }

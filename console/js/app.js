@@ -94,7 +94,11 @@ function drawNav(current) {
   out.textContent = t("nav.logout");
   document.getElementById("skip-link").textContent = t("nav.skip");
   document.getElementById("lang-label").textContent = t("nav.language");
-  document.title = `gpurent · ${t("app.title")}`;
+  // The toggle shows a glyph (☰); its name for a screen reader is a word.
+  document.getElementById("nav-toggle").setAttribute("aria-label", t("nav.menu"));
+  // Each page's own title: a screen reader tells it, the tab and the
+  // history list show it (every page was "gpurent · GPU cloud console").
+  document.title = `${t(`nav.${current}`)} · gpurent`;
 }
 
 async function show() {
@@ -119,40 +123,83 @@ async function show() {
     return;
   }
   drawNav(route.name);
+  // A page chosen from the phone's menu closes it, and the toggle says so.
   document.getElementById("nav").classList.remove("open");
+  document.getElementById("nav-toggle").setAttribute("aria-expanded", "false");
   if (route.adminOnly && (getUser() || {}).role !== "admin") {
     main.append(h("h1", {}, t("nav." + route.name)), h("div", { class: "error" }, t("err.forbidden")));
     return;
   }
   const ctx = { alive: () => gen === generation, query: route.query, navigate: (to) => { location.hash = to; },
     onLeave: (fn) => { if (gen === generation) leaving.push(fn); else fn(); } };
+  // While the page still waits for the API it says so (shown after a
+  // moment, console.css), rather than a title over nothing; main is
+  // aria-busy meanwhile.
+  const loading = h("p", { class: "hint loading", id: "loading", role: "status" }, t("common.loading"));
+  root.append(loading);
+  root.setAttribute("aria-busy", "true");
   try {
     await route.page(main, route.params, ctx);
   } catch (e) {
     if (ctx.alive()) main.append(h("div", { class: "error" }, t("err.unexpected", { message: e.message })));
+  } finally {
+    loading.remove();
+    if (ctx.alive()) root.removeAttribute("aria-busy");
   }
   if (ctx.alive() && document.activeElement === document.body) root.focus({ preventScroll: true });
 }
 
 async function start() {
-  await loadLang();
+  try {
+    await loadLang();
+  } catch {
+    // No catalogue, so no words but these, in both languages.
+    document.getElementById("main").append(h("div", { class: "error", role: "alert", id: "no-catalogue" },
+      "控制台无法加载，请稍后刷新页面。 The console could not load: reload the page in a moment."));
+    return;
+  }
   const sel = document.getElementById("lang");
   sel.value = currentLang();
-  sel.addEventListener("change", async () => { await loadLang(sel.value); show(); });
+  sel.addEventListener("change", async () => {
+    try { await loadLang(sel.value); } catch (e) {
+      sel.value = currentLang();
+      toast(t("err.unexpected", { message: e.message }), true);
+      return;
+    }
+    show();
+  });
   document.getElementById("logout").addEventListener("click", async () => {
     try { await del("/v1/api-keys/" + (getUser() || {}).api_key_id); } catch { /* the key may be gone already */ }
     clearSession();
     location.hash = "#/login";
+  });
+  // The skip link moves the focus to the page, nothing else: followed as a
+  // link it set the location's hash to #main, which names no route, and
+  // the console left the page for the overview.
+  document.getElementById("skip-link").addEventListener("click", (e) => {
+    e.preventDefault();
+    document.getElementById("main").focus();
   });
   document.getElementById("nav-toggle").addEventListener("click", (e) => {
     const nav = document.getElementById("nav");
     nav.classList.toggle("open");
     e.currentTarget.setAttribute("aria-expanded", nav.classList.contains("open"));
   });
+  // Escape in the open phone menu closes it and gives the focus back to
+  // its toggle, as a disclosure menu does.
+  document.getElementById("nav").addEventListener("keydown", (e) => {
+    const nav = e.currentTarget, toggle = document.getElementById("nav-toggle");
+    if (e.key !== "Escape" || !nav.classList.contains("open")) return;
+    nav.classList.remove("open");
+    toggle.setAttribute("aria-expanded", "false");
+    toggle.focus();
+  });
+  // After logging in again the user is back on the page the session ended on.
   whenUnauthorized(() => {
     clearSession();
     toast(t("err.session_ended"), true);
-    location.hash = "#/login";
+    const here = location.hash.slice(1);
+    location.hash = here && !here.startsWith("/login") ? `#/login?next=${encodeURIComponent(here)}` : "#/login";
   });
   window.addEventListener("hashchange", show);
   show();

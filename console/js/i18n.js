@@ -9,11 +9,15 @@ let catalogue = {};
 export function currentLang() { return lang; }
 export function locale() { return lang === "zh" ? "zh-CN" : "en-GB"; }
 
+// Loads a language whole or not at all: a catalogue that cannot be read
+// (a proxy's error page) throws and leaves the language in use as it was.
 export async function loadLang(wanted) {
   const stored = wanted || localStorage.getItem("gpurent.lang");
-  lang = LANGS.includes(stored) ? stored : "zh";
-  const r = await fetch(`/console/i18n/${lang}.json`);
+  const next = LANGS.includes(stored) ? stored : "zh";
+  const r = await fetch(`/console/i18n/${next}.json`);
+  if (!r.ok) throw new Error(`/console/i18n/${next}.json: HTTP ${r.status}`);
   catalogue = await r.json();
+  lang = next;
   localStorage.setItem("gpurent.lang", lang);
   document.documentElement.lang = locale();
 }

@@ -2,7 +2,7 @@
 // text, never markup), formatting money and times for a person, and the
 // shared pieces: error boxes, busy buttons, tables, toasts.
 import { t, locale } from "./i18n.js";
-import { errorText } from "./api.js";
+import { errorText, retryWait } from "./api.js";
 
 // h("button", {class: "x", onclick: fn}, "text", child...)
 export function h(tag, attrs, ...children) {
@@ -107,6 +107,28 @@ export async function copyText(text, el) {
   toast(ok ? t("connect.copied") : t("connect.copy_by_hand"), !ok);
 }
 
+// The input of errSlot's form that an error names (its field, the input's
+// name): marked invalid, described by the error's box and focused, so a
+// screen reader says what is wrong where the user is. Without this the
+// error was a line under the form that named the field by its API name.
+let errorBoxes = 0;
+function markField(errSlot, e, box) {
+  const form = errSlot.closest("form");
+  const input = form && e && e.field && [...form.elements].find((el) => el.name === e.field);
+  if (!input) return;
+  box.id = `error-${++errorBoxes}`;
+  input.setAttribute("aria-invalid", "true");
+  input.setAttribute("aria-describedby", box.id);
+  input.focus();
+}
+function unmarkFields(errSlot) {
+  const form = errSlot.closest("form");
+  for (const el of form ? form.querySelectorAll("[aria-invalid]") : []) {
+    el.removeAttribute("aria-invalid");
+    el.removeAttribute("aria-describedby");
+  }
+}
+
 // Runs fn with the button disabled and showing progress; an error goes
 // into errSlot (or a toast), never silently. A button whose action took
 // the console to another page (ctx.navigate) stays disabled: that page
@@ -117,11 +139,11 @@ export async function busy(button, fn, errSlot) {
   const from = location.hash;
   button.disabled = true;
   button.classList.add("progress");
-  if (errSlot) clear(errSlot);
+  if (errSlot) { clear(errSlot); unmarkFields(errSlot); }
   try {
     return await fn();
   } catch (e) {
-    if (errSlot) errSlot.append(errorBox(e));
+    if (errSlot) markField(errSlot, e, errSlot.appendChild(errorBox(e)));
     else toast(errorText(e), true);
     return undefined;
   } finally {
@@ -212,12 +234,24 @@ export function keepFocus(box, redraw) {
   return out;
 }
 
-// Polls fn every ms while the page is the current one (alive() true).
-export function every(ms, fn, alive) {
+// Polls fn every ms while the page is the current one (alive() true), and
+// no sooner than the server's last Retry-After allows: a page polling a
+// server that answered 429 or 503 every two seconds kept it busy. While
+// polls fail, errSlot says why (a page that silently stopped updating
+// looked current); the next poll that succeeds empties it.
+export function every(ms, fn, alive, errSlot) {
   let timer;
   const tick = async () => {
     if (!alive()) return;
-    try { await fn(); } finally { if (alive()) timer = setTimeout(tick, ms); }
+    try {
+      await fn();
+      clear(errSlot);
+    } catch (e) {
+      // Written again only when it changes: an alert at every poll would
+      // be read out at every poll.
+      const box = errorBox(e);
+      if (box.textContent !== errSlot.textContent) clear(errSlot).append(box);
+    } finally { if (alive()) timer = setTimeout(tick, Math.max(ms, retryWait())); }
   };
   timer = setTimeout(tick, ms);
   return () => clearTimeout(timer);

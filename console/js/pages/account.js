@@ -10,8 +10,8 @@ function stat(label, value, id) {
 
 export async function overview(main, params, ctx) {
   main.append(h("h1", {}, t("overview.title")));
-  const body = h("div");
-  main.append(body);
+  const body = h("div"), pollErr = h("div", { id: "overview-poll-error" });
+  main.append(pollErr, body);
   const draw = async () => {
     // The account as the server has it now, not the snapshot this tab
     // took at login: the address may have been verified in another tab
@@ -40,8 +40,8 @@ export async function overview(main, params, ctx) {
       b.grants || [], t("overview.no_grants")));
     body.append(h("div", { class: "actions" }, h("a", { href: "#/launch" }, t("nav.launch")), h("a", { href: "#/password" }, t("auth.change_password"))));
   };
-  try { await draw(); } catch (e) { body.append(errorBox(e)); return; }
-  every(10000, () => draw().catch(() => {}), ctx.alive);
+  try { await draw(); } catch (e) { pollErr.append(errorBox(e)); }
+  every(10000, draw, ctx.alive, pollErr);
 }
 
 export async function catalog(main) {
@@ -80,8 +80,12 @@ async function listPage(main, title, load, columns, form, empty) {
   await reload();
 }
 
-function deleteButton(path, reload, err, label) {
-  const b = h("button", { type: "button", class: "secondary" }, label || t("common.delete"));
+// A row's button, named for assistive technology with the row's thing
+// ("Delete laptop"): a list of buttons all named "Delete" does not say
+// which is which.
+function deleteButton(path, reload, err, what, label) {
+  const text = label || t("common.delete");
+  const b = h("button", { type: "button", class: "secondary", "aria-label": `${text} ${what}` }, text);
   b.addEventListener("click", () => { if (confirm(t("common.confirm"))) busy(b, async () => { await del(path); await reload(); }, err); });
   return b;
 }
@@ -90,9 +94,9 @@ export async function volumes(main) {
   await listPage(main, t("volumes.title"), () => all("/v1/volumes"), (reload, err) => [
     [t("common.name"), (v) => v.name], [t("volumes.size"), (v) => `${v.size_gb} GB`], [t("volumes.region"), (v) => v.region],
     [t("volumes.in_use"), (v) => (v.in_use ? t("common.yes") : t("common.no"))], [t("common.created"), (v) => time(v.created_at)],
-    ["", (v) => deleteButton(`/v1/volumes/${v.id}`, reload, err)]],
+    ["", (v) => deleteButton(`/v1/volumes/${v.id}`, reload, err, v.name)]],
   (reload) => {
-    const name = h("input", { required: true, id: "volume-name" }), size = h("input", { type: "number", min: 1, value: 100, required: true, id: "volume-size" });
+    const name = h("input", { required: true, id: "volume-name", name: "name" }), size = h("input", { type: "number", min: 1, value: 100, required: true, id: "volume-size", name: "size_gb" });
     const err = h("div"), btn = h("button", { type: "submit" }, t("volumes.create"));
     const f = h("form", { class: "inline card" }, field(t("common.name"), name), field(t("volumes.size_gb"), size), btn, err);
     f.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => { await post("/v1/volumes", { name: name.value, size_gb: Number(size.value) }); name.value = ""; await reload(); }, err); });
@@ -103,9 +107,9 @@ export async function volumes(main) {
 export async function sshKeys(main) {
   await listPage(main, t("sshkeys.title"), () => all("/v1/ssh-keys"), (reload, err) => [
     [t("common.name"), (k) => k.name], [t("sshkeys.type"), (k) => `${k.type} ${k.bits || ""}`], [t("sshkeys.fingerprint"), (k) => h("code", {}, k.fingerprint)],
-    [t("common.created"), (k) => time(k.created_at)], ["", (k) => deleteButton(`/v1/ssh-keys/${k.id}`, reload, err)]],
+    [t("common.created"), (k) => time(k.created_at)], ["", (k) => deleteButton(`/v1/ssh-keys/${k.id}`, reload, err, k.name)]],
   (reload) => {
-    const name = h("input", { required: true, id: "sshkey-name" }), key = h("textarea", { required: true, id: "sshkey-public", placeholder: "ssh-ed25519 AAAA…" });
+    const name = h("input", { required: true, id: "sshkey-name", name: "name" }), key = h("textarea", { required: true, id: "sshkey-public", name: "public_key", placeholder: "ssh-ed25519 AAAA…" });
     const err = h("div"), btn = h("button", { type: "submit" }, t("sshkeys.add"));
     const f = h("form", { class: "stack card" }, field(t("common.name"), name), field(t("sshkeys.public_key"), key), err, btn);
     f.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => { await post("/v1/ssh-keys", { name: name.value, public_key: key.value.trim() }); name.value = key.value = ""; await reload(); }, err); });
@@ -120,9 +124,9 @@ export async function apiKeys(main) {
     [t("common.created"), (k) => time(k.created_at)], [t("apikeys.last_used"), (k) => time(k.last_used_at)],
     [t("apikeys.expires"), (k) => (k.expires_at ? time(k.expires_at) : t("common.never"))],
     [t("apikeys.revoked"), (k) => (k.revoked_at ? time(k.revoked_at) : "")],
-    ["", (k) => (k.revoked_at || k.id === me.api_key_id ? "" : deleteButton(`/v1/api-keys/${k.id}`, reload, err, t("apikeys.revoke")))]],
+    ["", (k) => (k.revoked_at || k.id === me.api_key_id ? "" : deleteButton(`/v1/api-keys/${k.id}`, reload, err, k.name, t("apikeys.revoke")))]],
   (reload) => {
-    const name = h("input", { required: true, id: "apikey-name" });
+    const name = h("input", { required: true, id: "apikey-name", name: "name" });
     const err = h("div"), shown = h("div"), btn = h("button", { type: "submit" }, t("apikeys.create"));
     const f = h("form", { class: "inline card" }, field(t("common.name"), name), btn, err, shown);
     f.addEventListener("submit", (e) => { e.preventDefault(); busy(btn, async () => {

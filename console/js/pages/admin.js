@@ -7,24 +7,38 @@ import { h, clear, money, time, table, field, busy, errorBox, badge, every, toas
 
 export async function nodes(main, params, ctx) {
   main.append(h("h1", {}, t("nodes.title")));
-  const err = h("div"), box = h("div", { id: "nodes" });
-  main.append(err, box);
-  const setState = (n, state, b) => busy(b, async () => {
-    const reason = state === "ready" ? undefined : prompt(t("nodes.reason_prompt")) || undefined;
-    await post(`/v1/admin/nodes/${n.id}/state`, reason ? { state, reason } : { state });
-    toast(t("nodes.state_set", { name: n.name, state: t(`state.${state === "ready" ? "active" : state}`) }));
-    await draw();
-  }, err);
+  const err = h("div"), pollErr = h("div", { id: "nodes-poll-error" }), box = h("div", { id: "nodes" });
+  main.append(err, pollErr, box);
+  // While a change is out the poll leaves the table as it is (it drew the
+  // pressed button enabled again, and a second press sent the change
+  // twice), and a poll sent before a change's answer is dropped: it would
+  // draw the node as it was before.
+  let changing = 0, changes = 0;
+  const setState = (n, state, b) => {
+    // Cancel in the reason's prompt cancels the change (it drained anyway).
+    const reason = state === "ready" ? "" : prompt(t("nodes.reason_prompt"));
+    if (reason === null) return;
+    changing++;
+    busy(b, async () => {
+      try {
+        await post(`/v1/admin/nodes/${n.id}/state`, reason ? { state, reason } : { state });
+      } finally { changing--; changes++; }
+      toast(t("nodes.state_set", { name: n.name, state: t(`state.${state === "ready" ? "active" : state}`) }));
+      await draw();
+    }, err);
+  };
   const buttons = (n) => h("div", { class: "actions" }, ["draining", "cordoned", "maintenance", "ready"]
     .filter((s) => (s === "ready" ? n.admin_state !== "active" : n.admin_state !== s))
     .map((s) => {
       const verb = { draining: "drain", cordoned: "cordon", maintenance: "maintenance", ready: "ready" }[s];
-      const b = h("button", { type: "button", class: "secondary", dataset: { node: n.name, action: verb } }, t(`nodes.${verb}`));
+      const b = h("button", { type: "button", class: "secondary", dataset: { node: n.name, action: verb }, "aria-label": `${t(`nodes.${verb}`)} ${n.name}` }, t(`nodes.${verb}`));
       b.addEventListener("click", () => setState(n, s, b));
       return b;
     }));
-  const draw = async () => {
+  const draw = async (polled) => {
+    const seen = changes;
     const rows = await all("/v1/admin/nodes");
+    if (polled && (changing || seen !== changes)) return;
     keepFocus(box, () => clear(box).append(table([
       [t("common.name"), (n) => h("strong", {}, n.name)], [t("nodes.model"), (n) => `${n.gpu_model} · ${n.fabric} · ${n.region}`],
       [t("nodes.state"), (n) => h("span", { class: "node-state", dataset: { node: n.name, state: n.state } }, badge(n.state))],
@@ -32,8 +46,8 @@ export async function nodes(main, params, ctx) {
       [t("nodes.last_seen"), (n) => time(n.last_seen_at)], [t("nodes.reason"), (n) => n.admin_reason || n.state_reason || ""],
       ["", buttons]], rows, t("nodes.empty"))));
   };
-  try { await draw(); } catch (e) { err.append(errorBox(e)); return; }
-  every(5000, () => draw().catch(() => {}), ctx.alive);
+  try { await draw(); } catch (e) { pollErr.append(errorBox(e)); }
+  every(5000, () => draw(true), ctx.alive, pollErr);
 }
 
 export async function prices(main) {
@@ -155,13 +169,16 @@ export async function users(main) {
   const show = (u) => {
     clear(out);
     if (!u) { out.append(h("div", { class: "error" }, t("users.not_found"))); return; }
-    const suspended = u.status === "suspended";
+    // The API calls a suspended account's status "disabled"; both requests
+    // want a reason, which the audit trail keeps.
+    const suspended = u.status === "disabled";
     const b = h("button", { type: "button", class: suspended ? "" : "danger", id: "users-toggle" }, suspended ? t("users.reinstate") : t("users.suspend"));
     b.addEventListener("click", () => {
-      const reason = prompt(t("nodes.reason_prompt"));
-      if (reason === null) return;
+      const reason = (prompt(t("users.reason_prompt")) ?? "").trim();
+      clear(err);
+      if (!reason) { err.append(h("div", { class: "error", role: "alert" }, t("users.reason_required"))); return; }
       busy(b, async () => {
-        const r = await post(`/v1/admin/users/${u.id}/${suspended ? "reinstate" : "suspend"}`, reason ? { reason } : {});
+        const r = await post(`/v1/admin/users/${u.id}/${suspended ? "reinstate" : "suspend"}`, { reason });
         show(r.user);
         if (r.instances_stopped) toast(t("users.instances_stopped", { n: r.instances_stopped }));
       }, err);

@@ -112,6 +112,7 @@ function appFields(a) {
     rate_limit_per_app: h("input", { id: "app-rate-app", type: "number", min: 0, max: 1000000, value: v("rate_limit_per_app", 0) }),
   };
   f.visibility.value = v("visibility", "public");
+  for (const [k, el] of Object.entries(f)) el.name = k; // the API's field names: an error's field finds its input
   return f;
 }
 

@@ -1,5 +1,6 @@
-// billing.js: usage (a chart of daily spend, card-hours per GPU type), the
-// transactions list and the monthly statement with its CSV download.
+// billing.js: usage (a chart of daily spend, card-hours per GPU type, app
+// calls), the transactions list and the monthly statement (GPU usage,
+// storage per volume, app calls, transactions) with its CSV download.
 // Daily spend is summed in the browser from the usage and storage
 // transactions, by the user's own calendar day. The API lists
 // transactions oldest first; pages that want the newest read them a window
@@ -104,10 +105,25 @@ export async function usage(main) {
         h("p", { class: "hint" }, t("usage.period", { from: new Date(byType.from).toLocaleDateString(locale()), to: new Date(byType.to).toLocaleDateString(locale()) }))),
       h("h2", {}, t("usage.by_type")),
       table([[t("catalog.type"), (r) => r.gpu_type], [t("usage.card_hours_col"), (r) => r.card_hours], [t("usage.cost"), (r) => money(r.cost, byType.currency)],
-        [t("usage.by_credit"), (r) => money(r.paid_by_credit, byType.currency)], [t("usage.by_cash"), (r) => money(r.paid_by_cash, byType.currency)]], byType.data, t("usage.no_usage")));
+        [t("usage.by_credit"), (r) => money(r.paid_by_credit, byType.currency)], [t("usage.by_cash"), (r) => money(r.paid_by_cash, byType.currency)]], byType.data, t("usage.no_usage")),
+      h("h2", {}, t("usage.apps")), h("div", { id: "usage-apps" }, appsTable(byType.apps || [], byType.currency)));
     main.append(box);
     sizeBars(box);
   } catch (e) { main.append(errorBox(e)); }
+}
+
+// Marketplace calls per app (the usage's and the statement's apps) and
+// storage per volume (the statement's): charges the GPU tables leave out.
+function appsTable(rows, currency) {
+  return table([[t("apps.slug"), (a) => h("code", {}, a.slug)], [t("apps.calls"), (a) => String(a.calls)],
+    [t("apps.tokens"), (a) => `${a.input_tokens} / ${a.output_tokens}`], [t("usage.cost"), (a) => money(a.charged, currency)]],
+  rows, t("usage.no_apps"));
+}
+
+function storageTable(rows, currency) {
+  return table([[t("common.name"), (v) => v.name], [t("volumes.size"), (v) => `${v.size_gb} GB`], [t("volumes.region"), (v) => v.region],
+    [t("usage.cost"), (v) => money(v.cost, currency)], [t("usage.by_credit"), (v) => money(v.paid_by_credit, currency)],
+    [t("usage.by_cash"), (v) => money(v.paid_by_cash, currency)]], rows, t("statement.no_storage"));
 }
 
 function txnTable(rows, currency) {
@@ -174,6 +190,8 @@ export async function statement(main) {
         h("div", { class: "card stat" }, h("div", { class: "label" }, t("statement.closing")), h("div", { class: "value" }, money(s.closing_balance, s.currency)))),
       h("h2", {}, t("statement.usage")),
       table([[t("txn.instance"), (u) => u.instance_id], [t("catalog.type"), (u) => u.gpu_type], [t("usage.card_hours_col"), (u) => u.card_hours], [t("usage.cost"), (u) => money(u.cost, s.currency)]], s.usage, t("usage.no_usage")),
+      h("h2", {}, t("statement.storage")), h("div", { id: "statement-storage" }, storageTable(s.storage || [], s.currency)),
+      h("h2", {}, t("usage.apps")), h("div", { id: "statement-apps" }, appsTable(s.apps || [], s.currency)),
       h("h2", {}, t("statement.transactions")), txnTable(s.transactions, s.currency));
     } catch (e) { err.append(errorBox(e)); }
   };

@@ -2,7 +2,7 @@
 // list, and one instance's page: live state, phases per rank, actions, the
 // connect panel (SSH per rank, ssh-config, published ports), the event
 // timeline and the logs (tail, or follow as they are written).
-import { t, locale } from "../i18n.js";
+import { t, has, locale } from "../i18n.js";
 import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
 import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText, keepFocus, scrollable } from "../ui.js";
 
@@ -35,21 +35,21 @@ export async function launch(main, params, ctx) {
   // type; on demand only the types with a price and no booking required.
   const active = resvs.filter((r) => r.state === "active");
   const launchable = types.data.filter((g) => (!g.reservation_required && g.price_per_card_hour) || active.some((r) => r.gpu_type === g.code));
-  const type = h("select", { id: "launch-type", required: true },
+  const type = h("select", { id: "launch-type", name: "gpu_type", required: true },
     launchable.map((g) => h("option", { value: g.code }, `${g.code} · ${g.memory_gb} GB · ${t("launch.free_cards", { n: g.cards_free })}`)));
   if (ctx.query.get("gpu_type")) type.value = ctx.query.get("gpu_type");
-  const cards = h("input", { type: "number", id: "launch-cards", min: 1, max: 256, value: 8, required: true });
-  const reservation = h("select", { id: "launch-reservation" }, h("option", { value: "" }, t("launch.on_demand")),
+  const cards = h("input", { type: "number", id: "launch-cards", name: "card_count", min: 1, max: 256, value: 8, required: true });
+  const reservation = h("select", { id: "launch-reservation", name: "reservation_id" }, h("option", { value: "" }, t("launch.on_demand")),
     active.map((r) => h("option", { value: r.id }, t("launch.reservation_option", { id: r.id, cards: r.cards, type: r.gpu_type }))));
   if (active.some((r) => r.id === ctx.query.get("reservation_id"))) reservation.value = ctx.query.get("reservation_id");
-  const image = h("input", { id: "launch-image", list: "launch-images", required: true, value: (images.data[0] || {}).ref || "" });
+  const image = h("input", { id: "launch-image", name: "image", list: "launch-images", required: true, value: (images.data[0] || {}).ref || "" });
   const imageList = h("datalist", { id: "launch-images" }, images.data.map((i) => h("option", { value: i.ref }, i.description || i.stack)));
-  const volume = h("select", { id: "launch-volume" }, h("option", { value: "" }, t("launch.no_volume")), vols.map((v) => h("option", { value: v.id }, `${v.name} (${v.size_gb} GB)`)));
+  const volume = h("select", { id: "launch-volume", name: "volume_id" }, h("option", { value: "" }, t("launch.no_volume")), vols.map((v) => h("option", { value: v.id }, `${v.name} (${v.size_gb} GB)`)));
   const keyBoxes = keys.map((k) => h("label", {}, h("input", { type: "checkbox", value: k.id, checked: true, name: "ssh_key" }), " ", k.name, " ", h("code", { class: "hint" }, k.fingerprint)));
-  const name = h("input", { id: "launch-name", placeholder: t("launch.name_hint") });
-  const command = h("input", { id: "launch-command", class: "mono", placeholder: "python train.py" });
-  const env = h("textarea", { id: "launch-env", class: "mono", placeholder: "KEY=value" });
-  const ports = h("input", { id: "launch-ports", placeholder: "8888, 6006" });
+  const name = h("input", { id: "launch-name", name: "name", placeholder: t("launch.name_hint") });
+  const command = h("input", { id: "launch-command", name: "command", class: "mono", placeholder: "python train.py" });
+  const env = h("textarea", { id: "launch-env", name: "env", class: "mono", placeholder: "KEY=value" });
+  const ports = h("input", { id: "launch-ports", name: "ports", placeholder: "8888, 6006" });
   const hours = h("input", { type: "number", id: "launch-hours", min: 1, max: 8760, value: 24 });
   const estimate = h("div", { class: "card estimate", id: "launch-estimate", "aria-live": "polite" });
   const err = h("div", { id: "launch-error" });
@@ -131,8 +131,8 @@ export async function launch(main, params, ctx) {
 
 export async function list(main, params, ctx) {
   main.append(h("h1", {}, t("instances.title")), h("div", { class: "actions" }, h("a", { href: "#/launch" }, t("nav.launch"))));
-  const box = h("div");
-  main.append(box);
+  const box = h("div"), pollErr = h("div", { id: "instances-poll-error" });
+  main.append(pollErr, box);
   const draw = async () => {
     const rows = await all("/v1/instances");
     keepFocus(box, () => clear(box).append(table([
@@ -142,8 +142,10 @@ export async function list(main, params, ctx) {
       [t("launch.image"), (i) => h("code", {}, i.image)],
       [t("common.created"), (i) => time(i.created_at)]], rows, t("instances.empty"))));
   };
-  try { await draw(); } catch (e) { box.append(errorBox(e)); return; }
-  every(3000, () => draw().catch(() => {}), ctx.alive);
+  // A first read that fails is told like a failed poll, and the polls
+  // go on: the list comes when the API is back.
+  try { await draw(); } catch (e) { pollErr.append(errorBox(e)); }
+  every(3000, draw, ctx.alive, pollErr);
 }
 
 function connectPanel(inst) {
@@ -154,9 +156,13 @@ function connectPanel(inst) {
     const rows = [h("h3", {}, t("connect.rank", { rank: n.rank }), " · ", n.node_name)];
     if (n.ssh) {
       const pre = scrollable(h("pre", { class: "cmd", id: `ssh-${n.rank}` }, n.ssh.command), t("connect.ssh_command", { rank: n.rank }));
-      rows.push(pre, h("button", { type: "button", class: "secondary", id: `copy-ssh-${n.rank}`, onclick: () => copyText(n.ssh.command, pre) }, t("connect.copy")));
+      rows.push(pre, h("button", { type: "button", class: "secondary", id: `copy-ssh-${n.rank}`, onclick: () => copyText(n.ssh.command, pre),
+        "aria-label": `${t("connect.copy")}: ${t("connect.ssh_command", { rank: n.rank })}` }, t("connect.copy")));
     }
-    if (running) rows.push(" ", h("a", { href: `#/terminal/${inst.id}/${n.rank}`, id: `terminal-${n.rank}` }, t("connect.terminal")));
+    // Each rank's button and link name their rank: "Copy" and "Open web
+    // terminal" once per rank said nothing of which.
+    if (running) rows.push(" ", h("a", { href: `#/terminal/${inst.id}/${n.rank}`, id: `terminal-${n.rank}`,
+      "aria-label": `${t("connect.terminal")}: ${t("connect.rank", { rank: n.rank })}` }, t("connect.terminal")));
     for (const p of n.published || [])
       rows.push(h("div", {}, t("connect.port", { port: p.container_port }), " → ", h("a", { href: `http://${p.address}/`, target: "_blank", rel: "noopener noreferrer" }, p.address)));
     box.append(h("div", { class: "rank" }, rows));
@@ -228,6 +234,15 @@ function logsView(id, ctx) {
 
 const starting = (state) => state === "pending" || state === "provisioning";
 
+// An event's state is a state entered, a provisioning phase reached
+// (pulling, mounting, starting) or a warning (max_runtime_warning), each
+// in the user's words: the timeline showed "state.starting".
+function eventBadge(state) {
+  if (has(`state.${state}`)) return badge(state);
+  const key = [`phase.${state}`, `event.${state}`].find(has);
+  return h("span", { class: `badge ${state}` }, key ? t(key) : state);
+}
+
 export async function detail(main, params, ctx) {
   const id = params.id;
   let inst;
@@ -235,23 +250,38 @@ export async function detail(main, params, ctx) {
     main.append(h("h1", {}, t("instances.detail")), h("div", { class: "error", id: "instance-error" }, errorText(e)));
     return;
   }
+  // The volume mounted in it (the instance names its id only), read once.
+  const volume = inst.volume_id ? await get(`/v1/volumes/${inst.volume_id}`).catch(() => null) : null;
   // The state is a live region, kept (not drawn again) and written only
   // when the state or phase changes: a screen reader says "running" when
   // the instance gets there, once.
   const stateCell = h("div", { id: "instance-state-live", role: "status", "aria-live": "polite", "aria-atomic": "true" });
   const grid = h("div", { class: "card grid" }, stateCell);
   const head = h("div", {}, grid), actions = h("div", { class: "actions" }), err = h("div"), ranks = h("div"), connect = h("div", { class: "card" }), events = h("div");
+  // A failed poll's error stays until a poll succeeds (ui.js every); an
+  // action's own error (err) until the next action.
+  const pollErr = h("div", { id: "instance-poll-error" });
   const logs = logsView(id, ctx);
-  main.append(h("h1", {}, t("instances.detail"), " ", h("code", {}, id)), head, actions, err,
+  main.append(h("h1", {}, t("instances.detail"), " ", h("code", {}, id)), head, actions, err, pollErr,
     h("div", { class: "card" }, h("h2", {}, t("instances.ranks")), ranks),
     h("div", { class: "card" }, h("h2", {}, t("connect.title")), connect), logs.box,
     h("div", { class: "card" }, h("h2", {}, t("instances.events")), events));
   let lastState = "";
+  // While an action's request is out every action button stays disabled
+  // and no poll draws them again (a poll drew them enabled, and a second
+  // click sent a second stop or terminate). A poll sent before the
+  // action's answer came is dropped: it could show the state from before
+  // the action over the one the action's answer gave.
+  let acting = false, actionsDone = 0;
   const act = (label, cls, fn) => {
     const b = h("button", { type: "button", class: cls, id: `action-${label}` }, t(`instances.${label}`));
     b.addEventListener("click", () => {
-      if (label === "terminate" && !confirm(t("instances.confirm_terminate"))) return;
-      busy(b, async () => { inst = await fn(); draw(); }, err);
+      if (acting || (label === "terminate" && !confirm(t("instances.confirm_terminate")))) return;
+      acting = true;
+      for (const x of actions.querySelectorAll("button")) x.disabled = true;
+      busy(b, async () => {
+        try { inst = await fn(); } finally { acting = false; actionsDone++; draw(); }
+      }, err);
     });
     return b;
   };
@@ -270,11 +300,15 @@ export async function detail(main, params, ctx) {
       h("div", {}, h("div", { class: "hint" }, t("launch.image")), h("code", {}, inst.image)),
       h("div", {}, h("div", { class: "hint" }, t("instances.since")), time(inst.state_since)),
       inst.state_reason ? h("div", {}, h("div", { class: "hint" }, t("instances.reason")), inst.state_reason) : null,
+      inst.volume_id ? h("div", { id: "instance-volume" }, h("div", { class: "hint" }, t("instances.volume")),
+        volume ? `${volume.name} ` : null, h("code", {}, inst.volume_id), " → ", h("code", {}, (volume && volume.mount_path) || "/shared")) : null,
       inst.low_balance ? h("div", { class: "warn" }, t("overview.low_balance")) : null);
-    const a = clear(actions);
-    if (["pending", "provisioning", "running", "unreachable"].includes(inst.state)) a.append(act("stop", "secondary", () => post(`/v1/instances/${id}/stop`)));
-    if (["stopped", "succeeded", "lost", "failed"].includes(inst.state)) a.append(act("start", "", () => post(`/v1/instances/${id}/start`)));
-    if (inst.state !== "terminated") a.append(act("terminate", "danger", () => del(`/v1/instances/${id}`)));
+    if (!acting) {
+      const a = clear(actions);
+      if (["pending", "provisioning", "running", "unreachable"].includes(inst.state)) a.append(act("stop", "secondary", () => post(`/v1/instances/${id}/stop`)));
+      if (["stopped", "succeeded", "lost", "failed"].includes(inst.state)) a.append(act("start", "", () => post(`/v1/instances/${id}/start`)));
+      if (inst.state !== "terminated") a.append(act("terminate", "danger", () => del(`/v1/instances/${id}`)));
+    }
     clear(ranks).append(table([[t("connect.rank_col"), (n) => n.rank], [t("instances.node"), (n) => n.node_name], [t("instances.cards"), (n) => (n.cards || []).join(", ")],
       [t("instances.phase"), (n) => (n.phase ? t(`phase.${n.phase}`) : "—")], [t("instances.message"), (n) => n.message || ""]], inst.nodes || [], t("instances.no_ranks")));
     if (inst.state !== lastState) {
@@ -287,11 +321,14 @@ export async function detail(main, params, ctx) {
   });
   const drawEvents = async () => {
     const ev = await all(`/v1/instances/${id}/events`);
-    clear(events).append(h("ol", { class: "timeline", id: "events" }, ev.map((e) => h("li", {}, time(e.at), " ", badge(e.state), " ", e.reason || ""))));
+    clear(events).append(h("ol", { class: "timeline", id: "events" }, ev.map((e) => h("li", {}, time(e.at), " ", eventBadge(e.state), " ", e.reason || ""))));
   };
   draw();
   drawEvents().catch((e) => events.append(errorBox(e)));
   every(2000, async () => {
-    try { inst = await get(`/v1/instances/${id}`); draw(); await drawEvents(); } catch (e) { clear(err).append(errorBox(e)); }
-  }, ctx.alive);
+    const before = actionsDone;
+    const now = await get(`/v1/instances/${id}`);
+    if (acting || before !== actionsDone) return;
+    inst = now; draw(); await drawEvents();
+  }, ctx.alive, pollErr);
 }

@@ -93,11 +93,11 @@ function availabilityView(types, ctx) {
 
 function bookForm(types, reload, ctx) {
   const byCode = Object.fromEntries(types.map((g) => [g.code, g]));
-  const type = h("select", { id: "book-type", required: true }, types.map((g) => h("option", { value: g.code }, g.code)));
+  const type = h("select", { id: "book-type", name: "gpu_type", required: true }, types.map((g) => h("option", { value: g.code }, g.code)));
   if (ctx.query.get("gpu_type") && byCode[ctx.query.get("gpu_type")]) type.value = ctx.query.get("gpu_type");
-  const cards = h("input", { type: "number", id: "book-cards", min: 1, max: 256, value: 8, required: true });
-  const start = h("input", { type: "datetime-local", id: "book-start", step: 3600, value: localInput(firstHour(ctx) + HOUR_MS), required: true });
-  const hours = h("input", { type: "number", id: "book-hours", min: 1, max: 8784, value: 3, required: true });
+  const cards = h("input", { type: "number", id: "book-cards", name: "cards", min: 1, max: 256, value: 8, required: true });
+  const start = h("input", { type: "datetime-local", id: "book-start", name: "starts_at", step: 3600, value: localInput(firstHour(ctx) + HOUR_MS), required: true });
+  const hours = h("input", { type: "number", id: "book-hours", name: "hours", min: 1, max: 8784, value: 3, required: true });
   const quote = h("div", { class: "card estimate", id: "book-quote", "aria-live": "polite" });
   const err = h("div", { id: "book-error" }), done = h("div", { id: "book-done" });
   const btn = h("button", { type: "submit", id: "book-submit" }, t("resv.book"));
@@ -142,7 +142,7 @@ function bookForm(types, reload, ctx) {
 
 // Cancels after saying what comes back; the answer's refund is told.
 function cancelButton(r, after, err) {
-  const b = h("button", { type: "button", class: "danger", id: `cancel-${r.id}`, "data-reservation": r.id }, t("resv.cancel"));
+  const b = h("button", { type: "button", class: "danger", id: `cancel-${r.id}`, "data-reservation": r.id, "aria-label": `${t("resv.cancel")} ${r.id}` }, t("resv.cancel"));
   b.addEventListener("click", () => {
     if (!confirm(`${t("resv.confirm_cancel")}\n${t("resv.refund_rule")}`)) return;
     busy(b, async () => {
@@ -172,8 +172,12 @@ export async function page(main, params, ctx) {
   let types;
   try { types = reservableTypes((await get("/v1/gpu-types")).data); } catch (e) { main.append(errorBox(e)); return; }
   const listErr = h("div"), listBox = h("div", { id: "reservations" });
+  let avail = null;
+  // After a booking or a cancellation the list and the free cards are read
+  // again: the chart showed the cards just booked as still free.
   const reload = async () => {
     clear(listErr);
+    if (avail) avail.run();
     try {
       const rows = (await all("/v1/reservations")).sort((a, b) => Date.parse(b.created_at) - Date.parse(a.created_at));
       clear(listBox).append(table(reservationColumns(reload, listErr), rows, t("resv.empty")));
@@ -181,9 +185,8 @@ export async function page(main, params, ctx) {
   };
   if (!types.length) main.append(h("p", { class: "hint" }, t("resv.no_types")));
   else {
-    const avail = availabilityView(types, ctx);
+    avail = availabilityView(types, ctx);
     main.append(avail.box, bookForm(types, reload, ctx));
-    avail.run();
   }
   main.append(h("h2", {}, t("resv.mine")), listErr, listBox);
   await reload();

@@ -192,6 +192,80 @@ const scenarios = {
     await waitText(page, sel, "排空中");
   },
 
+  // Cancel in the drain's reason prompt leaves the node as it was; only
+  // the drain answered with a reason is sent.
+  async drain_cancelled(page) {
+    const sent = [];
+    let answer = null; // null: the prompt is cancelled
+    page.on("dialog", (d) => (answer === null ? d.dismiss() : d.accept(answer)));
+    page.on("request", (r) => { if (r.method() === "POST" && r.url().includes("/v1/admin/nodes/")) sent.push(r.postData()); });
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/admin/nodes`);
+    const sel = `.node-state[data-node='${world.node}']`;
+    await page.waitForSelector(`${sel}[data-state='ready']`, { timeout: DEADLINE });
+    const drain = `button[data-node='${world.node}'][data-action='drain']`;
+    await page.click(drain);
+    // Settled: the button back (cancelled) or the node draining (sent).
+    await page.waitForSelector(`${drain}:not([disabled]), ${sel}[data-state='draining']`, { timeout: DEADLINE });
+    if (sent.length) throw new Error(`a cancelled drain was sent: ${sent.join(", ")}`);
+    answer = "kernel update";
+    await page.click(drain);
+    await page.waitForSelector(`${sel}[data-state='draining']`, { timeout: DEADLINE });
+    if (sent.length !== 1 || JSON.parse(sent[0]).reason !== "kernel update") throw new Error(`drains sent: ${sent.join(", ")}`);
+  },
+
+  // A node's drain in flight keeps its button disabled through the polls
+  // that answer meanwhile; one drain is sent.
+  async node_change_in_flight(page) {
+    page.on("dialog", (d) => d.accept("kernel update"));
+    const sent = [];
+    let release, seen = false;
+    const gate = new Promise((r) => { release = r; });
+    page.on("request", (r) => { if (r.method() === "POST" && r.url().includes("/v1/admin/nodes/")) sent.push(r.url()); });
+    await login(page, world.email, world.password);
+    await page.route("**/v1/admin/nodes/*/state", async (route) => { seen = true; await gate; await route.continue(); });
+    await page.goto(`${base}/console#/admin/nodes`);
+    const sel = `.node-state[data-node='${world.node}']`;
+    await page.waitForSelector(`${sel}[data-state='ready']`, { timeout: DEADLINE });
+    const drain = `button[data-node='${world.node}'][data-action='drain']`;
+    await page.click(drain);
+    await poll(() => seen);
+    const polled = () => page.waitForResponse((r) => new URL(r.url()).pathname === "/v1/admin/nodes" && r.request().method() === "GET", { timeout: DEADLINE });
+    await polled();
+    await polled();
+    if (!(await page.$eval(drain, (b) => b.disabled))) throw new Error("the drain button was enabled again while the drain was in flight");
+    await page.$eval(drain, (b) => b.click());
+    release();
+    await page.waitForSelector(`${sel}[data-state='draining']`, { timeout: DEADLINE });
+    if (sent.length !== 1) throw new Error(`${sent.length} drains sent`);
+  },
+
+  // An admin suspends an account and reinstates it from the users page:
+  // the suspended account (status "disabled" in the API) is shown so and
+  // offered Reinstate, and each request carries the reason the API wants;
+  // an empty reason is refused in the page, nothing sent.
+  async suspend(page) {
+    const answers = ["", "console abuse", "console appeal"], sent = [];
+    page.on("dialog", (d) => d.accept(answers.shift()));
+    page.on("request", (r) => { if (r.method() === "POST" && r.url().includes("/v1/admin/users/")) sent.push(r.postData()); });
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/admin/users`);
+    await page.fill("#users-email", world.target_email);
+    await page.click("main form button[type=submit]");
+    await waitText(page, "#users-toggle", "Suspend");
+    await page.click("#users-toggle");
+    await waitText(page, "main .error", "A reason is needed");
+    if (sent.length) throw new Error(`sent without a reason: ${sent}`);
+    await page.click("#users-toggle");
+    await waitText(page, "#users-toggle", "Reinstate");
+    await waitText(page, "#user-card", "suspended");
+    await page.click("#users-toggle");
+    await waitText(page, "#users-toggle", "Suspend");
+    await waitText(page, "#user-card", "active");
+    if (sent.length !== 2 || !sent.every((b) => JSON.parse(b).reason)) throw new Error(`requests sent: ${sent.join(", ")}`);
+  },
+
   // An admin's top-up shows in the audit trail.
   async topup(page) {
     await login(page, world.email, world.password);
@@ -321,8 +395,7 @@ const scenarios = {
     await waitText(page, "#book-done", "rsv_");
     const id = (await page.textContent("#book-done")).match(/rsv_[0-9a-z]{20}/)[0];
     await page.waitForSelector(`.resv-state[data-reservation='${id}'][data-state='upcoming']`, { timeout: DEADLINE });
-    await waitText(page, `#availability [data-hour='${world.start}']`, "16"); // drawn before booking
-    await page.click("#avail-show");
+    // The free cards are read again after the booking, without asking.
     await waitText(page, `#availability [data-hour='${world.start}']`, "8");
     await page.goto(`${base}/console#/transactions`);
     await waitText(page, "#transactions", "-48.00");
@@ -802,6 +875,352 @@ const scenarios = {
     if (!on) throw new Error("Tab does not reach the audit table");
     await page.keyboard.press("ArrowRight");
     await page.waitForFunction(() => document.querySelector("#audit .table-wrap").scrollLeft > 0, null, { timeout: DEADLINE });
+  },
+
+  // An action in flight keeps every action button disabled through the
+  // polls that answer meanwhile (a poll drew them enabled, and a second
+  // click sent a second stop), and a poll sent before the action's answer
+  // does not draw the state from before it over the answer's.
+  async action_in_flight(page) {
+    const id = world.instance_id;
+    const sent = [];
+    let releaseStop, stopSeen = false, holdGets = false, heldGet = null, releaseGet;
+    const stopGate = new Promise((r) => { releaseStop = r; });
+    const getGate = new Promise((r) => { releaseGet = r; });
+    await login(page, world.email, world.password);
+    page.on("request", (r) => { if (r.method() !== "GET" && r.url().includes(`/v1/instances/${id}`)) sent.push(`${r.method()} ${new URL(r.url()).pathname}`); });
+    await page.route(`**/v1/instances/${id}/stop`, async (route) => { stopSeen = true; await stopGate; await route.continue(); });
+    await page.route(`**/v1/instances/${id}`, async (route) => {
+      if (route.request().method() !== "GET" || !holdGets || heldGet) return route.continue();
+      heldGet = await route.fetch(); // the state as it is now, answered late
+      await getGate;
+      await route.fulfill({ response: heldGet });
+    });
+    await page.goto(`${base}/console#/instances/${id}`);
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    await page.evaluate(() => {
+      window.gpurentStates = [];
+      const cell = document.getElementById("instance-state-live");
+      new MutationObserver(() => { const s = document.getElementById("instance-state"); if (s) window.gpurentStates.push(s.dataset.state); })
+        .observe(cell, { childList: true, subtree: true });
+    });
+    const polled = () => page.waitForResponse((r) => r.request().method() === "GET" && new URL(r.url()).pathname === `/v1/instances/${id}`, { timeout: DEADLINE });
+    await page.click("#action-stop");
+    await poll(() => stopSeen);
+    await polled(); // a poll answered while the stop is out
+    await polled();
+    const enabled = await page.$$eval("button[id^=action-]", (bs) => bs.filter((b) => !b.disabled).map((b) => b.id));
+    if (enabled.length) throw new Error(`action buttons enabled while the stop is in flight: ${enabled.join(", ")}`);
+    await page.$$eval("button[id^=action-]", (bs) => bs.forEach((b) => b.click()));
+    holdGets = true;
+    await poll(() => heldGet !== null); // a poll sent before the stop's answer
+    releaseStop();
+    await page.waitForSelector("#instance-state:not([data-state='running'])", { timeout: DEADLINE });
+    const late = polled();
+    releaseGet();
+    await late;
+    await polled(); // the late answer has been handled, and one after it
+    const states = await page.evaluate(() => window.gpurentStates);
+    const after = states.slice(states.findIndex((x) => x !== "running"));
+    if (after.includes("running")) throw new Error(`a poll from before the stop drew its state over the stop's answer: ${states.join(" → ")}`);
+    if (sent.length !== 1 || sent[0] !== `POST /v1/instances/${id}/stop`) throw new Error(`actions sent: ${sent.join(", ")}`);
+    await page.waitForSelector("#instance-state[data-state='stopped']", { timeout: DEADLINE });
+    await page.waitForSelector("#action-start:not([disabled])", { timeout: DEADLINE });
+  },
+
+  // The skip link, from the keyboard, takes the focus to the page it is on
+  // (it went to #main, no route, and so to the overview), and the next Tab
+  // reaches the page's first field.
+  async skip_link(page) {
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/launch`);
+    await page.waitForSelector("#launch-type");
+    await page.focus("#skip-link");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.activeElement.id === "main", null, { timeout: DEADLINE });
+    const hash = await page.evaluate(() => location.hash);
+    if (hash !== "#/launch") throw new Error(`the skip link left the launch page for ${hash}`);
+    await page.keyboard.press("Tab");
+    const on = await page.evaluate(() => document.activeElement.id);
+    if (on !== "launch-type") throw new Error(`Tab after the skip link went to #${on}, not the form's first field`);
+  },
+
+  // On a phone the menu's toggle is named in words (its face is ☰), opens
+  // from the keyboard, and once a page is chosen from it says it is closed.
+  async phone_menu(page) {
+    await page.setViewportSize({ width: 375, height: 800 });
+    await login(page, world.email, world.password);
+    for (const [lang, name] of [["zh", "菜单"], ["en", "Menu"]]) {
+      await setLang(page, lang);
+      const toggle = page.getByRole("button", { name, exact: true });
+      if ((await toggle.count()) !== 1) throw new Error(`${lang}: no button named ${name}`);
+    }
+    await page.focus("#nav-toggle");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("nav a[href='#/transactions']", { state: "visible", timeout: DEADLINE });
+    if ((await page.getAttribute("#nav-toggle", "aria-expanded")) !== "true") throw new Error("the open menu's toggle does not say it is expanded");
+    // Escape from inside the menu closes it, back on the toggle.
+    await page.focus("nav a[href='#/launch']");
+    await page.keyboard.press("Escape");
+    await page.waitForSelector("nav a[href='#/launch']", { state: "hidden", timeout: DEADLINE });
+    const back = await page.evaluate(() => [document.activeElement.id, document.getElementById("nav-toggle").getAttribute("aria-expanded")]);
+    if (back[0] !== "nav-toggle" || back[1] !== "false") throw new Error(`after Escape: focus on #${back[0]}, aria-expanded ${back[1]}`);
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("nav a[href='#/transactions']", { state: "visible", timeout: DEADLINE });
+    await page.focus("nav a[href='#/transactions']");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("#transactions", { timeout: DEADLINE });
+    await page.waitForSelector("nav a[href='#/transactions']", { state: "hidden", timeout: DEADLINE });
+    const expanded = await page.getAttribute("#nav-toggle", "aria-expanded");
+    if (expanded !== "false") throw new Error(`the menu closed but its toggle says aria-expanded=${expanded}`);
+  },
+
+  // The instance page while the API in front of it fails: a proxy's 502
+  // page is said as the service being unavailable (not "http_502"), a 429
+  // tells its Retry-After and the polls wait that long, and once a poll
+  // succeeds again its error is gone (it stayed on the page for good).
+  async api_trouble(page) {
+    const id = world.instance_id;
+    let mode = "pass", refusedAt = 0, nextAt = 0;
+    expected.push(/status of (502|429)/);
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.route(`**/v1/instances/${id}`, async (route) => {
+      if (route.request().method() !== "GET") return route.continue();
+      if (mode === "502") { mode = "pass"; return route.fulfill({ status: 502, contentType: "text/html", body: "<html><body>502 Bad Gateway</body></html>" }); }
+      if (mode === "429") {
+        mode = "pass";
+        refusedAt = Date.now();
+        return route.fulfill({ status: 429, contentType: "application/json", headers: { "Retry-After": "4" },
+          body: JSON.stringify({ error: { code: "too_many_requests", message: "too many requests" } }) });
+      }
+      if (refusedAt && !nextAt) nextAt = Date.now();
+      return route.continue();
+    });
+    await page.goto(`${base}/console#/instances/${id}`);
+    await page.waitForSelector("#instance-state[data-state='running']", { timeout: DEADLINE });
+    const cleared = () => page.waitForFunction(() => document.getElementById("instance-poll-error").textContent === "", null, { timeout: DEADLINE, polling: 100 });
+    mode = "502";
+    await waitText(page, "#instance-poll-error", "The service is unavailable for now");
+    const said = await page.textContent("#instance-poll-error");
+    if (said.includes("http_502")) throw new Error(`a 502 is told as ${said}`);
+    await cleared();
+    mode = "429";
+    await waitText(page, "#instance-poll-error", "Try again in 4 s.");
+    await cleared();
+    if (nextAt - refusedAt < 3500) throw new Error(`the page polled again ${nextAt - refusedAt} ms after a 429 with Retry-After: 4`);
+  },
+
+  // The console's key revoked elsewhere: the page's requests all answer
+  // 401, the session ends with one notice (one per request, before), and
+  // logging in again leads back to the page it ended on.
+  async session_revoked(page) {
+    expected.push(/status of 401/);
+    await login(page, world.email, world.password);
+    await page.goto(`${base}/console#/instances`);
+    await page.waitForSelector("main h1", { timeout: DEADLINE });
+    const keyId = await page.evaluate(() => JSON.parse(sessionStorage.getItem("gpurent.user")).api_key_id);
+    const r = await fetch(`${base}/v1/api-keys/${keyId}`, { method: "DELETE", headers: { Authorization: `Bearer ${world.key}` } });
+    if (r.status !== 200) throw new Error(`revoking the console's key: ${r.status}`);
+    const refused = [];
+    page.on("response", (x) => { if (x.status() === 401) refused.push(x.url()); });
+    await page.goto(`${base}/console#/launch`); // six requests at once
+    await page.waitForFunction(() => location.hash.startsWith("#/login"), null, { timeout: DEADLINE });
+    await poll(() => refused.length >= 2);
+    const notices = await page.locator("#toast div").count();
+    if (notices !== 1) throw new Error(`${notices} notices that the session ended, for ${refused.length} refused requests`);
+    await page.fill("#login-email", world.email);
+    await page.fill("#login-password", world.password);
+    await page.click("#login-submit");
+    await page.waitForSelector("#launch-form", { timeout: DEADLINE });
+  },
+
+  // Every kind of event the API documents is named in words in the
+  // timeline: a phase reached (mounting, starting) and the runtime warning
+  // showed as the catalogue's keys ("state.starting").
+  async event_names(page) {
+    const id = world.instance_id;
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.route(`**/v1/instances/${id}/events*`, async (route) => {
+      const real = await route.fetch();
+      const body = await real.json();
+      const at = body.data[body.data.length - 1].at;
+      body.data.push({ seq: 1e9, at, state: "mounting", reason: "" }, { seq: 1e9 + 1, at, state: "starting", reason: "" },
+        { seq: 1e9 + 2, at, state: "max_runtime_warning", reason: "max_runtime_minutes ends it soon" });
+      await route.fulfill({ response: real, json: body });
+    });
+    await page.goto(`${base}/console#/instances/${id}`);
+    await waitText(page, "#events", "runtime limit near");
+    const text = await page.textContent("#events");
+    for (const want of ["mounting", "starting", "running"]) if (!text.includes(want)) throw new Error(`the timeline lacks ${want}: ${text}`);
+    const keys = text.match(/\b(state|phase|event)\.[a-z_]+/g);
+    if (keys) throw new Error(`the timeline shows catalogue keys: ${keys.join(", ")}`);
+  },
+
+  // On a phone the header's language menu and Log out keep the width they
+  // have on a laptop (the menu was squeezed to "Er" of English by a long
+  // e-mail address beside it).
+  async phone_header(page) {
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    const widths = () => page.evaluate(() => ["lang", "logout"].map((id) => document.getElementById(id).getBoundingClientRect().width));
+    const wide = await widths();
+    await page.setViewportSize({ width: 375, height: 800 });
+    await page.waitForFunction(() => document.documentElement.clientWidth === 375, null, { timeout: DEADLINE });
+    const narrow = await widths();
+    if (narrow.some((w, i) => w < wide[i] - 1)) throw new Error(`the header's controls are squeezed on a phone: ${narrow} px, ${wide} px on a laptop`);
+  },
+
+  // Every page has a title of its own, in the console's language.
+  async page_titles(page) {
+    await login(page, world.email, world.password);
+    const seen = new Set();
+    for (const [route, zh, en] of [["overview", "概览", "Overview"], ["launch", "创建实例", "Launch"], ["transactions", null, "Transactions"]]) {
+      await page.goto(`${base}/console#/${route}`);
+      await page.waitForSelector("main h1", { timeout: DEADLINE });
+      const title = await page.title();
+      if (zh && !title.startsWith(zh)) throw new Error(`#/${route} is titled ${JSON.stringify(title)}`);
+      seen.add(title);
+    }
+    if (seen.size !== 3) throw new Error(`pages share a title: ${[...seen].join(" | ")}`);
+    await setLang(page, "en");
+    await page.waitForFunction(() => document.title.startsWith("Transactions"), null, { timeout: DEADLINE });
+  },
+
+  // A page whose API answers slowly says it is loading (it showed its
+  // title over nothing), and stops saying so once drawn.
+  async slow_page(page) {
+    let release;
+    const gate = new Promise((r) => { release = r; });
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.route("**/v1/instances?*", async (route) => { await gate; await route.continue(); });
+    await page.goto(`${base}/console#/instances`);
+    await page.waitForSelector("#loading", { state: "visible", timeout: DEADLINE });
+    await waitText(page, "#loading", "Loading");
+    if ((await page.getAttribute("#main", "aria-busy")) !== "true") throw new Error("main is not aria-busy while the page loads");
+    release();
+    await waitText(page, "main", "No instances");
+    await page.waitForSelector("#loading", { state: "detached", timeout: DEADLINE });
+    if (await page.getAttribute("#main", "aria-busy")) throw new Error("main stays aria-busy after the page is drawn");
+  },
+
+  // A row's button is named with its row's thing for assistive
+  // technology: a list of buttons all named "Delete" said nothing of which.
+  async row_names(page) {
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    for (const [route, want] of [["volumes", ["Delete data-a", "Delete data-b"]], ["ssh-keys", ["Delete laptop", "Delete desktop"]],
+      ["api-keys", ["Revoke ci"]]]) {
+      await page.goto(`${base}/console#/${route}`);
+      await page.waitForSelector("main table", { timeout: DEADLINE });
+      for (const name of want)
+        if ((await page.getByRole("button", { name, exact: true }).count()) !== 1) throw new Error(`#/${route}: no button named ${name}`);
+      const names = await page.$$eval("main table button", (bs) => bs.map((b) => b.getAttribute("aria-label") || b.textContent));
+      if (new Set(names).size !== names.length) throw new Error(`#/${route}: buttons share a name: ${names.join(", ")}`);
+    }
+  },
+
+  // The statement lists the storage charged per volume and the app calls,
+  // and the usage page the app calls: the API sends them and the pages
+  // showed only GPU time. (The app call row is added to the usage answer
+  // here; the storage charge is the daemon's own.)
+  async statement_lines(page) {
+    const call = { app_id: "app_00000000000000000000", slug: "echo-model", calls: 3, input_tokens: 120, output_tokens: 480,
+      charged_micro: 30000, charged: "0.03" };
+    await page.route("**/v1/usage?*", async (route) => {
+      const real = await route.fetch();
+      const body = await real.json();
+      body.apps = [...(body.apps || []), call];
+      await route.fulfill({ response: real, json: body });
+    });
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/statement`);
+    await waitText(page, "#statement-storage", world.volume);
+    await waitText(page, "#statement-storage", world.cost);
+    await waitText(page, "#statement-apps", "No app calls");
+    await page.goto(`${base}/console#/usage`);
+    await waitText(page, "#usage-apps", "echo-model");
+    await waitText(page, "#usage-apps", "0.03");
+    await waitText(page, "#usage-apps", "120 / 480");
+  },
+
+  // A value the server refuses marks its input: invalid, described by the
+  // error (a screen reader says it there) and focused; a good value
+  // clears the mark. The launch form's own check (ports) does the same.
+  async field_error(page) {
+    expected.push(/status of 400/);
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/volumes`);
+    await page.fill("#volume-name", "My Data");
+    await page.click("main form button[type=submit]");
+    await page.waitForSelector("#volume-name[aria-invalid='true']", { timeout: DEADLINE });
+    const said = await page.evaluate(() => {
+      const el = document.getElementById("volume-name");
+      return { focused: document.activeElement === el, text: (document.getElementById(el.getAttribute("aria-describedby")) || {}).textContent };
+    });
+    if (!said.focused || !(said.text || "").includes("(field: name)")) throw new Error(`the refused name is not marked: ${JSON.stringify(said)}`);
+    await page.fill("#volume-name", "my-data");
+    await page.click("main form button[type=submit]");
+    await waitText(page, "main table", "my-data");
+    if (await page.getAttribute("#volume-name", "aria-invalid")) throw new Error("the name stays marked invalid after it was taken");
+    await page.goto(`${base}/console#/launch`);
+    await page.waitForSelector("#launch-estimate strong", { timeout: DEADLINE });
+    await page.fill("#launch-ports", "8888, 99999");
+    await page.click("#launch-submit");
+    await page.waitForSelector("#launch-ports[aria-invalid='true']:focus", { timeout: DEADLINE });
+  },
+
+  // The language catalogue failing to load (a proxy's 502) is said in both
+  // languages rather than a blank page and an uncaught error; switching to
+  // a language whose catalogue fails keeps the one in use, and says so.
+  async catalogue_fails(page) {
+    expected.push(/status of 502/);
+    let fail = "zh";
+    await page.route("**/console/i18n/*.json", (route) => (route.request().url().endsWith(`/${fail}.json`)
+      ? route.fulfill({ status: 502, contentType: "text/html", body: "<html>502 Bad Gateway</html>" }) : route.continue()));
+    await page.goto(`${base}/console#/login`);
+    await waitText(page, "#no-catalogue", "The console could not load");
+    fail = "en";
+    await page.reload();
+    await page.waitForSelector("#login-email", { timeout: DEADLINE });
+    await page.selectOption("#lang", "en");
+    await page.waitForSelector("#toast div.bad", { timeout: DEADLINE });
+    const [lang, chosen, nav] = await page.evaluate(() => [document.documentElement.lang, document.getElementById("lang").value, document.querySelector("nav").textContent]);
+    if (lang !== "zh-CN" || chosen !== "zh" || !nav.includes("登录")) throw new Error(`after a failed switch: lang ${lang}, menu ${chosen}, nav ${nav}`);
+  },
+
+  // The instance list while the API fails: the failure is said (polls
+  // failed silently and the list looked current), the list comes when the
+  // API is back, and the notice goes.
+  async list_poll_error(page) {
+    let fail = true;
+    expected.push(/status of 502/);
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.route("**/v1/instances?*", (route) => (fail
+      ? route.fulfill({ status: 502, contentType: "text/html", body: "<html>502 Bad Gateway</html>" }) : route.continue()));
+    await page.goto(`${base}/console#/instances`);
+    await waitText(page, "#instances-poll-error", "The service is unavailable for now");
+    fail = false;
+    await page.waitForSelector(`main a[href='#/instances/${world.instance_id}']`, { timeout: DEADLINE });
+    await page.waitForFunction(() => document.getElementById("instances-poll-error").textContent === "", null, { timeout: DEADLINE });
+    fail = true;
+    await waitText(page, "#instances-poll-error", "The service is unavailable for now");
+    if (!(await page.$(`main a[href='#/instances/${world.instance_id}']`))) throw new Error("the list went with the failed poll");
+  },
+
+  // An instance launched with a volume says so on its page: the volume's
+  // name and where it is mounted (the page showed nothing of it).
+  async instance_volume(page) {
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/instances/${world.instance_id}`);
+    await waitText(page, "#instance-volume", "shared-data");
+    await waitText(page, "#instance-volume", "/shared");
   },
 
   // Someone else's instance id in the address: not found, nothing of theirs.

@@ -192,6 +192,40 @@ def test_admin_drains_a_node_and_sees_its_state_change(new_daemon, tmp_path):
     assert c.d.sql("SELECT admin_state FROM nodes WHERE name = ?", (node,)) == [("draining",)]
 
 
+def test_cancelling_the_drain_reason_leaves_the_node_alone(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    f = c.fleet(1)
+    node = sorted(f.nodes)[0]
+    email = unique_email("root")
+    c.d.cli_create_user(email, admin=True, password=DEFAULT_PASSWORD)
+    run_scenario("drain_cancelled", {"base_url": c.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                                     "node": node}, tmp_path)
+    assert c.d.sql("SELECT admin_state FROM nodes WHERE name = ?", (node,)) == [("draining",)]
+
+
+def test_a_node_change_in_flight_keeps_its_button_disabled(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    f = c.fleet(1)
+    node = sorted(f.nodes)[0]
+    email = unique_email("root")
+    c.d.cli_create_user(email, admin=True, password=DEFAULT_PASSWORD)
+    run_scenario("node_change_in_flight", {"base_url": c.d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                                           "node": node}, tmp_path)
+    assert c.d.sql("SELECT admin_state FROM nodes WHERE name = ?", (node,)) == [("draining",)]
+
+
+def test_admin_suspends_and_reinstates_an_account(new_daemon, tmp_path):
+    d = new_daemon()
+    email = unique_email("root")
+    d.cli_create_user(email, admin=True, password=DEFAULT_PASSWORD)
+    target = d.signup()
+    run_scenario("suspend", {"base_url": d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                             "target_email": target.email}, tmp_path)
+    assert d.get("/v1/me", key=target.key).status_code == 200  # reinstated; its key works again
+    reasons = [a["reason"] for a in d.get("/v1/admin/audit", key=d.admin_key).json()["data"]]
+    assert "console abuse" in reasons and "console appeal" in reasons, reasons
+
+
 def test_admin_top_up_appears_in_the_audit_trail(new_daemon, tmp_path):
     c = cloud_for(new_daemon, tmp_path)
     email = unique_email("root")
@@ -337,6 +371,132 @@ def test_polled_pages_keep_keyboard_focus_and_announce_the_state(new_daemon, tmp
     run_scenario("poll_focus", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
                                 "instance_id": inst["id"]}, tmp_path)
     assert c.get(owner, inst["id"])["state"] == "stopped"
+
+
+def test_an_action_in_flight_keeps_its_buttons_disabled_through_polls(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("action_in_flight", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                      "instance_id": inst["id"]}, tmp_path)
+    assert c.get(owner, inst["id"])["state"] == "stopped"
+
+
+def test_the_skip_link_stays_on_the_page(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("skip_link", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
+def test_the_phone_menu_is_named_and_says_when_it_closes(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("phone_menu", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
+def test_the_instance_page_rides_out_a_502_and_a_429(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("api_trouble", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                 "instance_id": inst["id"]}, tmp_path)
+
+
+def test_a_revoked_session_ends_once_and_comes_back_to_its_page(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("session_revoked", {"base_url": d.base_url, "email": user.email, "password": user.password,
+                                     "key": user.key}, tmp_path)
+
+
+def test_the_event_timeline_names_phases_and_warnings(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = running_instance(c, owner)
+    run_scenario("event_names", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                 "instance_id": inst["id"]}, tmp_path)
+
+
+def test_the_phone_header_keeps_its_controls_whole(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup(email=unique_email("a-rather-long-address-for-a-phone"))
+    run_scenario("phone_header", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
+def test_every_page_has_a_title_of_its_own(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("page_titles", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
+def test_a_slow_page_says_it_is_loading(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("slow_page", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
+def test_row_buttons_name_their_row(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    for name in ("data-a", "data-b"):
+        assert d.post("/v1/volumes", key=user.key, json={"name": name, "size_gb": 10}).status_code == 201
+    other = SSH_KEY.replace("IOMqq", "IOMqr")
+    for name, key in (("laptop", SSH_KEY), ("desktop", other)):
+        r = d.post("/v1/ssh-keys", key=user.key, json={"name": name, "public_key": key})
+        assert r.status_code == 201, r.text
+    assert d.post("/v1/api-keys", key=user.key, json={"name": "ci"}).status_code == 201
+    run_scenario("row_names", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
+def test_the_statement_shows_storage_and_app_calls(new_daemon, tmp_path):
+    d = new_daemon(options={"billing_interval_ms": "3600000"})
+    r = d.request("PUT", "/v1/admin/storage-prices/rs", key=d.admin_key, json={"price_per_gb_month": "3.00"})
+    assert r.status_code == 200, r.text
+    user = d.signup()
+    r = d.post("/v1/volumes", key=user.key, json={"name": "shared-data", "size_gb": 100, "region": "rs"})
+    assert r.status_code == 201, r.text
+    d.advance_clock(7200)
+    assert d.post("/v1/admin/billing/run", key=d.admin_key, json={}).status_code == 200
+    # floor(3.00 x 100 GB x 7200 s / 2 592 000 s) = 0.833333
+    storage = [x for x in d.get("/v1/transactions", key=user.key).json()["data"] if x["kind"] == "storage"]
+    assert [x["amount"] for x in storage] == ["-0.833333"], storage
+    run_scenario("statement_lines", {"base_url": d.base_url, "email": user.email, "password": user.password,
+                                     "volume": "shared-data", "cost": "0.83"}, tmp_path)
+    check_ledger(d)
+
+
+def test_a_refused_value_marks_its_input(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("field_error", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+
+
+def test_a_language_that_cannot_load_is_said_not_blank(new_daemon, tmp_path):
+    d = new_daemon()
+    run_scenario("catalogue_fails", {"base_url": d.base_url}, tmp_path)
+
+
+def test_the_instance_list_says_when_it_cannot_update(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    inst = c.create(owner, card_count=1)
+    run_scenario("list_poll_error", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                     "instance_id": inst["id"]}, tmp_path)
+
+
+def test_an_instance_page_names_its_volume(new_daemon, tmp_path):
+    c = cloud_for(new_daemon, tmp_path)
+    c.fleet(1)
+    owner = c.user()
+    r = c.d.post("/v1/volumes", key=owner.key, json={"name": "shared-data", "size_gb": 10})
+    assert r.status_code == 201, r.text
+    inst = running_instance(c, owner, volume_id=r.json()["id"])
+    run_scenario("instance_volume", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
+                                     "instance_id": inst["id"]}, tmp_path)
 
 
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
