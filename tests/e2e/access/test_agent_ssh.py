@@ -239,6 +239,58 @@ def test_wrong_user_other_key_and_password_are_refused(node, keys, workload):
     assert "the key is not one of the workload's" in text
 
 
+def server_kexinit(port):
+    """The name-lists of the server's KEXINIT, read off the wire: kex, host
+    key, ciphers both ways, MACs both ways, compression both ways."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"SSH-2.0-probe\r\n")
+        f = s.makefile("rb")
+        assert f.readline().startswith(b"SSH-2.0-")
+        length, padding = struct.unpack(">IB", f.read(5))
+        payload = f.read(length - 1)[:length - 1 - padding]
+    assert payload[0] == 20  # SSH_MSG_KEXINIT
+    at, lists = 17, []
+    for _ in range(8):
+        n = struct.unpack(">I", payload[at:at + 4])[0]
+        lists.append(payload[at + 4:at + 4 + n].decode().split(","))
+        at += 4 + n
+    return lists
+
+
+def test_algorithm_lists_hold_no_empty_name_and_weak_keys_are_refused(node, keys, tmp_path):
+    """libssh 0.10's default cipher list ends with a comma (an empty name,
+    which RFC 4251 5 forbids), and it verified DSA, SHA-1 RSA and 1024-bit
+    RSA logins, which OpenSSH's sshd refuses; a short RSA key was even told
+    it would do, and the client then hung until the login timeout."""
+    for names in server_kexinit(node.port):
+        assert "" not in names, names
+    kinds = {"dsa": ("dsa", "1024"), "rsa1024": ("rsa", "1024"), "rsa2048": ("rsa", "2048")}
+    made = {}
+    for name, (kind, bits) in kinds.items():
+        path = str(tmp_path / name)
+        if subprocess.run(["ssh-keygen", "-q", "-t", kind, "-b", bits, "-N", "", "-C", "", "-f", path],
+                          capture_output=True, timeout=60).returncode != 0:
+            continue  # an OpenSSH without DSA
+        with open(path + ".pub") as f:
+            made[name] = (path, " ".join(f.read().split()[:2]))
+    user = "ins_weak-0"
+    wid = node.run_workload(user, [k[1] for k in made.values()])
+    try:
+        p = node.ssh(made["rsa2048"][0], user, "echo in")
+        assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+        p = node.ssh(made["rsa2048"][0], user, "echo in", extra=["-o", "PubkeyAcceptedAlgorithms=ssh-rsa"])
+        assert p.returncode == 255 and "Permission denied (publickey)" in p.stderr, p.stderr
+        p = node.ssh(made["rsa1024"][0], user, "echo in")
+        assert p.returncode == 255 and "Permission denied (publickey)" in p.stderr, p.stderr
+        poll(lambda: "the RSA key is shorter than 2048 bits" in node.agent.stderr_text(), 10, "the refusal logged")
+        if "dsa" in made:
+            p = node.ssh(made["dsa"][0], user, "echo in", extra=["-o", "PubkeyAcceptedAlgorithms=+ssh-dss"])
+            assert p.returncode == 255 and "Permission denied (publickey)" in p.stderr, p.stderr
+            poll(lambda: "the key's type is not taken" in node.agent.stderr_text(), 10, "the refusal logged")
+    finally:
+        assert node.agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
 def test_workload_not_running_or_without_ssh_is_refused(node, keys):
     wid = node.run_workload("ins_slow-0", [keys["mine"][1]], image="fail-start", wait="failed")
     p = node.ssh(keys["mine"][0], "ins_slow-0", "true")
