@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -448,6 +450,25 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
+/* TCP keepalive on a client's connection, as sshd's TCPKeepAlive: a
+ * client that vanished without a FIN (a laptop shut, a NAT that forgot the
+ * flow, a cable pulled) sends nothing more, and an idle shell sends
+ * nothing either, so without probes its connection, its processes and its
+ * slot of ssh_max_sessions_per_workload stayed for ever, and a renter
+ * whose network dropped that many times was locked out of the workload.
+ * Probes after a minute of silence, every 15 s, four unanswered: gone in
+ * two minutes. Only silence counts: a client that is there but reads
+ * slowly still answers them. */
+static void keep_alive(int fd)
+{
+    int on = 1, idle = 60, interval = 15, count = 4;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) < 0)
+        log_warn("ssh: cannot turn TCP keepalive on: %s", strerror(errno));
+}
+
 static void accept_one(struct ssh_listener *l)
 {
     struct ssh_server *s = l->srv;
@@ -456,6 +477,7 @@ static void accept_one(struct ssh_listener *l)
     int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
     if (fd < 0)
         return;
+    keep_alive(fd);
     char addr[64] = "?", serv[16] = "0";
     getnameinfo((struct sockaddr *)&ss, sl, addr, sizeof addr, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
     if (over_rate(s, addr)) {

@@ -291,6 +291,36 @@ def test_algorithm_lists_hold_no_empty_name_and_weak_keys_are_refused(node, keys
         assert node.agent.delete(f"/v1/workloads/{wid}").status_code == 200
 
 
+def tcp_timer(local_port, remote_port):
+    """The kernel's timer on the agent's end of a loopback connection, from
+    /proc/net/tcp: (kind, centiseconds left); kind 2 is the keepalive
+    timer, 0 none."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                cols = row.split()
+                if int(cols[1].rsplit(":", 1)[1], 16) == local_port and \
+                        int(cols[2].rsplit(":", 1)[1], 16) == remote_port:
+                    kind, left = cols[5].split(":")
+                    return int(kind, 16), int(left, 16)
+    return None
+
+
+def test_a_client_that_vanishes_is_found_by_tcp_keepalive(node):
+    """A client gone without a FIN (laptop shut, NAT flow forgotten) left
+    its connection, its shell and its slot of the workload's sixteen for
+    ever: the agent's end had no keepalive. It now probes after a minute
+    of silence, as sshd's TCPKeepAlive does (sooner than the kernel's two
+    hours)."""
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"SSH-2.0-probe\r\n")
+        assert s.makefile("rb").readline().startswith(b"SSH-2.0-")
+        timer = poll(lambda: tcp_timer(node.port, s.getsockname()[1]), 10, "the agent's end of the connection")
+    kind, left = timer
+    assert kind == 2, timer  # the keepalive timer is armed
+    assert 0 < left <= 60 * 100, timer
+
+
 def test_workload_not_running_or_without_ssh_is_refused(node, keys):
     wid = node.run_workload("ins_slow-0", [keys["mine"][1]], image="fail-start", wait="failed")
     p = node.ssh(keys["mine"][0], "ins_slow-0", "true")
