@@ -1,6 +1,6 @@
 /* test_agent_logs.c: unit tests for workload log files (logs.c): lines
  * read back with their time, stream and text (escapes and bad UTF-8
- * included), tail and since, cursors that follow new lines across a
+ * included, a long line cut between characters), tail and since, cursors that follow new lines across a
  * rotation, the size cap with one old file kept, files that outlive the
  * process (read back from disk alone), removal, and malformed cursors. */
 #include <stdarg.h>
@@ -95,6 +95,21 @@ static void test_lines_round_trip(void **state)
         newlines += raw[i] == '\n';
     assert_int_equal(newlines, 3); /* the header and two lines */
     free(raw);
+
+    /* A line over WL_LOG_TEXT_MAX is cut before the character the cut
+     * would split, not through it (which left '?' for each half). */
+    char *wide = malloc(3 * WL_LOG_TEXT_MAX + 1);
+    assert_non_null(wide);
+    for (size_t i = 0; i < WL_LOG_TEXT_MAX; i++)
+        memcpy(wide + 3 * i, "\xe6\x96\x87", 3); /* 文 */
+    wide[3 * WL_LOG_TEXT_MAX] = '\0';
+    append("wl-w", 1 << 20, 4000, 'o', wide);
+    lines = read_q("wl-w", 0, 0, NULL, cursor, &at_end);
+    size_t kept = WL_LOG_TEXT_MAX / 3 * 3;
+    assert_int_equal(strlen(text_at(lines, 0)), kept);
+    assert_memory_equal(text_at(lines, 0), wide, kept);
+    json_decref(lines);
+    free(wide);
 
     /* A workload without output reads empty, its cursor at the start. */
     lines = read_q("wl-none", 0, 0, NULL, cursor, &at_end);
