@@ -182,7 +182,10 @@ void api_instances_logs(struct http_request *req)
     }
     if (follow) {
         /* Streamed as text lines; the proxy polls the agent, the stream's
-         * connection is suspended whenever nothing is new. */
+         * connection is suspended whenever nothing is new. A reverse proxy
+         * must pass each line on as it comes: nginx, as OPERATIONS.md sets
+         * it up, keeps a proxied reply in its buffers unless told not to. */
+        http_add_header(req, "X-Accel-Buffering", "no");
         struct logs_follow *f = logs_follow_new(job, node->workload_id);
         free(job);
         struct http_stream *st =

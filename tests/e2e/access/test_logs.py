@@ -71,6 +71,9 @@ def follow(c, u, inst_id, **params):
                      headers={"Authorization": f"Bearer {u.key}"}, stream=True, timeout=DEADLINE)
     assert r.status_code == 200, r.text
     assert r.headers["Content-Type"].startswith("text/plain"), r.headers
+    # nginx (OPERATIONS.md's reverse proxy) buffers a reply unless told not
+    # to, and a followed log came through it in lumps, late.
+    assert r.headers.get("X-Accel-Buffering") == "no", r.headers
     return r
 
 
@@ -249,6 +252,7 @@ def test_head_of_a_follow_is_its_headers_alone(cloud):
     fields = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
     assert lines[0] == "HTTP/1.1 200 OK", got
     assert fields["content-type"] == "text/plain; charset=utf-8", got
+    assert fields["x-accel-buffering"] == "no", got
     assert "transfer-encoding" not in fields and "content-length" not in fields, got
     assert after == b"", got
 
