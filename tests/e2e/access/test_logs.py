@@ -291,3 +291,41 @@ def test_follow_streams_new_lines_until_the_workload_ends(cloud):
     streams[0].close()
     c.wait_state(u, inst["id"], "stopped")
     assert_error(logs(c, u, inst["id"], follow="true"), 409, "invalid_state", "rank")
+
+
+def test_one_user_cannot_take_every_follow(cloud):
+    """The daemon followed 64 logs at once, everyone's together, and one
+    account opening that many left nobody else a follow ("too many logs are
+    followed"). A user may now follow 16 at once: the seventeenth is 429
+    with Retry-After, another user still follows, and a stream that ends
+    gives its place back."""
+    c = cloud
+    _, u, inst = running(c)
+    c.fleet(1)
+    v = c.user()
+    other = c.create(v, card_count=8, image=IMAGE)
+    c.wait_state(v, other["id"], "running")
+    mine = [follow(c, u, inst["id"], tail=1) for _ in range(16)]
+
+    def one_more():
+        return requests.get(c.d.url(f"/v1/instances/{inst['id']}/logs"), params={"follow": "true", "tail": 1},
+                            headers={"Authorization": f"Bearer {u.key}"}, stream=True, timeout=DEADLINE)
+    r = one_more()
+    assert r.status_code == 429, r.status_code  # a stream would never end: its headers tell
+    assert_error(r, 429, "too_many_requests")
+    assert r.headers["Retry-After"] == "5", r.headers
+    theirs = follow(c, v, other["id"], tail=1)
+    assert LINE.match(next(theirs.iter_lines(decode_unicode=True))), "the other user's follow streams"
+    mine.pop().close()
+
+    def again():
+        r = one_more()
+        if r.status_code == 429:
+            r.close()
+            return None
+        assert r.status_code == 200, r.text
+        return r
+    mine.append(poll(again, DEADLINE, "a follow again once one ended"))
+    for r in mine + [theirs]:
+        r.close()
+
