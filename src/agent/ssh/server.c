@@ -609,7 +609,7 @@ static void *accept_main(void *arg)
  * trailing comma (an empty name, which RFC 4251 5 forbids and strict
  * clients refuse), and by default it verifies ssh-dss and SHA-1 ssh-rsa
  * signatures, which OpenSSH's sshd has refused since 8.8. (Short RSA keys
- * are key_allowed's: libssh's own RSA_MIN_SIZE fails the signed request
+ * are key_refused's: libssh's own RSA_MIN_SIZE fails the signed request
  * without an answer, and the client waited for the login timeout.) */
 static int bind_algorithms(ssh_bind bind)
 {
