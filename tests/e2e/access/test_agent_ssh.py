@@ -422,6 +422,33 @@ def test_forward_reaches_a_server_inside_the_workload_only(node, keys, workload,
         node.ssh(keys["mine"][0], workload["user"], f"pkill -f 'http.server --bind 127.0.0.1 {inside}' || true")
 
 
+@pytest.mark.skipif(not socket.has_ipv6, reason="needs IPv6")
+def test_forward_to_the_ipv6_loopback_by_address(node, keys, workload):
+    """A server inside the workload bound to ::1 alone was reached as
+    localhost but refused as [::1] ("only localhost inside the workload"),
+    though ::1 is that same loopback. ssh -W opens the same direct-tcpip
+    channel as -L, carrying stdin and stdout."""
+    inside = free_port()
+    serve = f"{sys.executable} -m http.server --bind ::1 {inside}"
+    p = node.ssh(keys["mine"][0], workload["user"],
+                 f"echo inside6 > index.html; nohup {serve} >/dev/null 2>&1 </dev/null & echo started")
+    assert p.returncode == 0 and "started" in p.stdout, p.stderr
+    try:
+        def listening():
+            try:
+                socket.create_connection(("::1", inside), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        poll(listening, 20, "the HTTP server on ::1")
+        for host in ("[::1]", "localhost"):
+            p = node.ssh(keys["mine"][0], workload["user"], extra=["-W", f"{host}:{inside}"],
+                         input="GET /index.html HTTP/1.0\r\n\r\n")
+            assert p.returncode == 0 and p.stdout.endswith("inside6\n"), (host, p.stdout[-200:], p.stderr)
+    finally:
+        node.ssh(keys["mine"][0], workload["user"], f"pkill -f 'http.server --bind ::1 {inside}' || true")
+
+
 def test_host_key_kept_across_restart_and_a_changed_one_fails(tmp_path, keys):
     n = Node(tmp_path / "n", ssh_listen=f"127.0.0.1:{free_port()}")
     try:
