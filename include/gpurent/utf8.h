@@ -16,5 +16,10 @@ int utf8_valid(const char *s, size_t n);
  * and an error message may quote a client's bytes or cut a character in
  * two where it was truncated. */
 void utf8_scrub(char *s);
+/* How many of the last bytes of s (n bytes) are the start of a character
+ * that n cuts short (0 to 3): text cut to at most n bytes ends that many
+ * bytes earlier so as not to split a character in two (whose halves would
+ * each be replaced, neither being UTF-8). */
+size_t utf8_cut_tail(const unsigned char *s, size_t n);
 
 #endif

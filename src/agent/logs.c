@@ -47,14 +47,15 @@ static int log_paths(const char *node_dir, const char *id, char cur[PATH_MAX], c
 }
 
 /* The stored form of one line into out (room for 2 * WL_LOG_TEXT_MAX + 64):
- * the text cut at WL_LOG_TEXT_MAX bytes, bytes that are not UTF-8 replaced
- * by '?' (the reply is JSON), and the escapes. Returns its length. */
+ * the text cut at WL_LOG_TEXT_MAX bytes (before a character the cut would
+ * split), bytes that are not UTF-8 replaced by '?' (the reply is JSON), and
+ * the escapes. Returns its length. */
 static size_t format_line(char *out, int64_t t_ms, char stream, const char *text, size_t len)
 {
     size_t o = (size_t)sprintf(out, "%" PRId64 " %c ", t_ms, stream);
     const unsigned char *s = (const unsigned char *)text;
     if (len > WL_LOG_TEXT_MAX)
-        len = WL_LOG_TEXT_MAX;
+        len = WL_LOG_TEXT_MAX - utf8_cut_tail(s, WL_LOG_TEXT_MAX);
     for (size_t i = 0; i < len;) {
         size_t k = utf8_sequence(s + i, len - i);
         if (k == 0 || s[i] == '\0') {

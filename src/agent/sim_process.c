@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "gpurent/clock.h"
+#include "gpurent/utf8.h"
 
 #define SIM_LINE_MAX 4096 /* longer output lines are cut into pieces of this */
 
@@ -72,8 +73,12 @@ static void take(struct sim_proc *p, char stream, char *buf, size_t *used, const
             continue;
         }
         if (*used == SIM_LINE_MAX) {
-            emit(p, stream, buf, *used);
-            *used = 0;
+            /* A character the cut would split goes whole into the next
+             * piece: split, each half was stored as '?'. */
+            size_t keep = utf8_cut_tail((const unsigned char *)buf, *used);
+            emit(p, stream, buf, *used - keep);
+            memmove(buf, buf + *used - keep, keep);
+            *used = keep;
         }
         buf[(*used)++] = data[i];
     }

@@ -42,6 +42,18 @@ int utf8_valid(const char *s, size_t n)
     return 1;
 }
 
+size_t utf8_cut_tail(const unsigned char *s, size_t n)
+{
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char c = s[n - k];
+        if ((c & 0xC0) == 0x80)
+            continue; /* a continuation byte: its lead is further back */
+        size_t want = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        return want > k ? k : 0;
+    }
+    return 0;
+}
+
 void utf8_scrub(char *s)
 {
     unsigned char *u = (unsigned char *)s;

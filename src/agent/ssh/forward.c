@@ -10,9 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The workload's own loopback, by name or address; IPv6's too: a server
+ * bound to ::1 alone was reached as localhost but refused as [::1]. */
 static int loopback_name(const char *host)
 {
-    return strcmp(host, "localhost") == 0 || strcmp(host, "127.0.0.1") == 0;
+    return strcmp(host, "localhost") == 0 || strcmp(host, "127.0.0.1") == 0 || strcmp(host, "::1") == 0;
 }
 
 int ssh_forward_message(ssh_session session, ssh_message msg, void *userdata)

@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,8 @@
 
 #include "gpurent/clock.h"
 #include "gpurent/conf.h"
+
+#include <openssl/evp.h>
 
 #define HOST_KEY_FILE "ssh_host_ed25519_key"
 
@@ -217,6 +221,53 @@ struct workload *ssh_conn_workload(struct ssh_conn *c)
     return w;
 }
 
+/* Whether a renter's key is of a kind the control plane takes
+ * (domain/ssh_keys.c): ed25519, ECDSA, or RSA of RSA_MIN_BITS or more;
+ * a spec written by hand, or before that rule, may list DSA or a short RSA
+ * key, which must not log in all the same. NULL, or why not. */
+#define RSA_MIN_BITS 2048
+static const char *key_refused(const ssh_key key)
+{
+    enum ssh_keytypes_e t = ssh_key_type(key);
+    if (t == SSH_KEYTYPE_ED25519 || t == SSH_KEYTYPE_ECDSA_P256 || t == SSH_KEYTYPE_ECDSA_P384 ||
+        t == SSH_KEYTYPE_ECDSA_P521)
+        return NULL;
+    if (t != SSH_KEYTYPE_RSA)
+        return "the key's type is not taken (ed25519, ECDSA or RSA only)";
+    /* The blob is string "ssh-rsa", mpint e, mpint n: n's bits. */
+    char *b64 = NULL;
+    if (ssh_pki_export_pubkey_base64(key, &b64) != SSH_OK)
+        return "the key cannot be read";
+    size_t len = strlen(b64);
+    unsigned char *blob = malloc(len);
+    int n = blob ? EVP_DecodeBlock(blob, (const unsigned char *)b64, (int)len) : -1;
+    ssh_string_free_char(b64);
+    int64_t bits = 0;
+    size_t at = 0;
+    for (int field = 0; n > 0 && field < 3; field++) {
+        if ((size_t)n - at < 4)
+            break;
+        uint32_t flen = (uint32_t)blob[at] << 24 | (uint32_t)blob[at + 1] << 16 | (uint32_t)blob[at + 2] << 8 |
+                        blob[at + 3];
+        at += 4;
+        if (flen > (size_t)n - at)
+            break;
+        if (field == 2) {
+            size_t i = at, end = at + flen;
+            while (i < end && blob[i] == 0)
+                i++;
+            if (i < end) {
+                bits = (int64_t)(end - i) * 8;
+                for (unsigned char top = blob[i]; !(top & 0x80); top <<= 1)
+                    bits--;
+            }
+        }
+        at += flen;
+    }
+    free(blob);
+    return bits >= RSA_MIN_BITS ? NULL : "the RSA key is shorter than 2048 bits";
+}
+
 /* Public-key login: libssh calls this once without a signature (may this
  * key be used?) and once with a verified one. Every refusal looks the same
  * to the client; the log says why. */
@@ -255,7 +306,7 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
         why = "no workload has this user";
     } else if (w->phase != WL_RUNNING) {
         why = "the workload is not running";
-    } else {
+    } else if (!(why = key_refused(pubkey))) {
         why = "the key is not one of the workload's";
         for (int i = 0; i < w->spec.ssh.n_keys && why; i++) {
             ssh_key k = NULL;
@@ -399,6 +450,25 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
+/* TCP keepalive on a client's connection, as sshd's TCPKeepAlive: a
+ * client that vanished without a FIN (a laptop shut, a NAT that forgot the
+ * flow, a cable pulled) sends nothing more, and an idle shell sends
+ * nothing either, so without probes its connection, its processes and its
+ * slot of ssh_max_sessions_per_workload stayed for ever, and a renter
+ * whose network dropped that many times was locked out of the workload.
+ * Probes after a minute of silence, every 15 s, four unanswered: gone in
+ * two minutes. Only silence counts: a client that is there but reads
+ * slowly still answers them. */
+static void keep_alive(int fd)
+{
+    int on = 1, idle = 60, interval = 15, count = 4;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) < 0)
+        log_warn("ssh: cannot turn TCP keepalive on: %s", strerror(errno));
+}
+
 static void accept_one(struct ssh_listener *l)
 {
     struct ssh_server *s = l->srv;
@@ -407,6 +477,7 @@ static void accept_one(struct ssh_listener *l)
     int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
     if (fd < 0)
         return;
+    keep_alive(fd);
     char addr[64] = "?", serv[16] = "0";
     getnameinfo((struct sockaddr *)&ss, sl, addr, sizeof addr, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
     if (over_rate(s, addr)) {
@@ -533,6 +604,27 @@ static void *accept_main(void *arg)
     return NULL;
 }
 
+/* The algorithms every connection may use, named rather than left to
+ * libssh's defaults: libssh 0.10 sends its default cipher list with a
+ * trailing comma (an empty name, which RFC 4251 5 forbids and strict
+ * clients refuse), and by default it verifies ssh-dss and SHA-1 ssh-rsa
+ * signatures, which OpenSSH's sshd has refused since 8.8. (Short RSA keys
+ * are key_refused's: libssh's own RSA_MIN_SIZE fails the signed request
+ * without an answer, and the client waited for the login timeout.) */
+static int bind_algorithms(ssh_bind bind)
+{
+    static const char ciphers[] = "chacha20-poly1305@openssh.com,aes256-gcm@openssh.com,aes128-gcm@openssh.com,"
+                                  "aes256-ctr,aes192-ctr,aes128-ctr";
+    static const char pubkeys[] = "ssh-ed25519,ecdsa-sha2-nistp256,ecdsa-sha2-nistp384,ecdsa-sha2-nistp521,"
+                                  "rsa-sha2-512,rsa-sha2-256";
+    return ssh_bind_options_set(bind, SSH_BIND_OPTIONS_CIPHERS_C_S, ciphers) == SSH_OK &&
+                   ssh_bind_options_set(bind, SSH_BIND_OPTIONS_CIPHERS_S_C, ciphers) == SSH_OK &&
+                   ssh_bind_options_set(bind, SSH_BIND_OPTIONS_HOSTKEY_ALGORITHMS, "ssh-ed25519") == SSH_OK &&
+                   ssh_bind_options_set(bind, SSH_BIND_OPTIONS_PUBKEY_ACCEPTED_KEY_TYPES, pubkeys) == SSH_OK
+               ? 0
+               : -1;
+}
+
 static int listener_open(struct ssh_server *s, struct ssh_listener *l, struct agent_node *n, const char *host, int port)
 {
     struct agent *a = s->agent;
@@ -561,6 +653,10 @@ static int listener_open(struct ssh_server *s, struct ssh_listener *l, struct ag
     if (!l->bind || ssh_bind_options_set(l->bind, SSH_BIND_OPTIONS_IMPORT_KEY, bind_key) != SSH_OK) {
         ssh_key_free(bind_key);
         log_error("node %s: cannot set up libssh", n->name);
+        goto out;
+    }
+    if (bind_algorithms(l->bind) < 0) {
+        log_error("node %s: cannot set libssh's algorithms", n->name);
         goto out;
     }
     int bound = 0;

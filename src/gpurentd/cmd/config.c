@@ -386,6 +386,8 @@ const struct conf_option daemon_options[] = {
     OPT_INT(max_terminals, 1, 100000, 256,
             "web terminals open at once, all users together (each holds a connection, not a thread)"),
     OPT_INT(max_terminals_per_user, 1, 100000, 16, "web terminals one user may have open at once"),
+    OPT_INT(terminal_ping_s, 1, 3600, 30,
+            "seconds a web terminal's browser may be silent before it is pinged; silent three times that, it is closed"),
     OPT_INT(signup_rate_per_address, 0, 1000000, 10,
             "sign-ups per hour from one client address; 0 no limit (SIGHUP applies a change)"),
     OPT_INT(signup_rate_per_subnet, 0, 1000000, 50,

@@ -132,6 +132,7 @@ struct daemon_conf {
     int64_t terminal_token_ttl_s;     /* seconds a web terminal token works */
     int64_t max_terminals;            /* web terminals open at once, everyone's */
     int64_t max_terminals_per_user;   /* the same, one user's */
+    int64_t terminal_ping_s;          /* a browser silent this long is pinged; 3x this, closed */
     /* Sign-ups per hour per client address and per /24 (IPv6 /64); 0 no
      * limit. Changed on SIGHUP like the login limits (atomic). */
     _Atomic int64_t signup_rate_per_address;

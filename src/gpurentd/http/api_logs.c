@@ -191,9 +191,19 @@ void api_instances_logs(struct http_request *req)
     }
     if (follow) {
         /* Streamed as text lines; the proxy polls the agent, the stream's
-         * connection is suspended whenever nothing is new. */
-        struct logs_follow *f = logs_follow_new(job, node->workload_id);
+         * connection is suspended whenever nothing is new. A reverse proxy
+         * must pass each line on as it comes: nginx, as OPERATIONS.md sets
+         * it up, keeps a proxied reply in its buffers unless told not to. */
+        int busy;
+        struct logs_follow *f = logs_follow_new(job, node->workload_id, req->user_id, &busy);
         free(job);
+        if (busy) {
+            http_add_header(req, "Retry-After", "5");
+            http_error(req, ERR_TOO_MANY_REQUESTS, NULL, "you follow %d logs already; end one first",
+                       LOGS_MAX_FOLLOWS_PER_USER);
+            return;
+        }
+        http_add_header(req, "X-Accel-Buffering", "no");
         struct http_stream *st =
             f ? http_reply_stream(req, "text/plain; charset=utf-8", logs_follow_pull, logs_follow_done, f) : NULL;
         if (!st) {

@@ -17,8 +17,11 @@
 
 /* Agent calls in flight at once; more wait in the queue. */
 #define LOGS_MAX_ACTIVE 32
-/* Followed logs at once; more get their stream ended at once. */
-#define LOGS_MAX_FOLLOWS 64
+/* Followed logs at once; more get their stream ended at once. One user
+ * may hold LOGS_MAX_FOLLOWS_PER_USER of them (loops.h): without that, one
+ * account's streams took every one (there were 64) and nobody else could
+ * follow a log. Each keeps at most LOGS_FOLLOW_BUFFER: 64 MiB in all. */
+#define LOGS_MAX_FOLLOWS 256
 /* How often a followed log asks its agent for new lines. */
 #define LOGS_FOLLOW_POLL_MS 500
 /* Text a follow keeps for a slow client; past it polling pauses. */
@@ -39,7 +42,12 @@ struct logs_follow {
     struct agent_call *call;    /* the poll in flight (proxy thread only) */
     int64_t next_at;            /* monotonic ms of the next poll (proxy thread only) */
     struct logs_follow *next;   /* start queue link */
+    char user_id[ID_MAX];       /* whose follow */
+    struct logs_follow *live_prev, *live_next; /* live_follows, under live_lock */
 };
+
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER; /* guards live_follows */
+static struct logs_follow *live_follows;                       /* every follow made and not yet freed */
 
 /* Reads waiting for a slot; past it a request gets 503 at once rather than
  * piling up suspended connections. */
@@ -74,9 +82,25 @@ static void fail(struct logs_job *job, const char *why, const char *detail)
     finish(job);
 }
 
-struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id)
+struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id, const char *user_id,
+                                    int *busy)
 {
-    struct logs_follow *f = calloc(1, sizeof *f);
+    *busy = 0;
+    pthread_mutex_lock(&live_lock);
+    int64_t held = 0;
+    for (const struct logs_follow *o = live_follows; o; o = o->live_next)
+        held += strcmp(o->user_id, user_id) == 0;
+    struct logs_follow *f = NULL;
+    if (held >= LOGS_MAX_FOLLOWS_PER_USER)
+        *busy = 1;
+    else if ((f = calloc(1, sizeof *f))) {
+        snprintf(f->user_id, sizeof f->user_id, "%s", user_id);
+        f->live_next = live_follows;
+        if (live_follows)
+            live_follows->live_prev = f;
+        live_follows = f;
+    }
+    pthread_mutex_unlock(&live_lock);
     if (!f)
         return NULL;
     f->target = *target;
@@ -91,6 +115,14 @@ void logs_follow_free(struct logs_follow *f)
 {
     if (!f)
         return;
+    pthread_mutex_lock(&live_lock);
+    if (f->live_prev)
+        f->live_prev->live_next = f->live_next;
+    else
+        live_follows = f->live_next;
+    if (f->live_next)
+        f->live_next->live_prev = f->live_prev;
+    pthread_mutex_unlock(&live_lock);
     pthread_mutex_destroy(&f->lock);
     free(f->buf);
     free(f);

@@ -204,9 +204,13 @@ int64_t logs_proxy_pending(void);
  * ("<RFC 3339 time> <stream> <text>\n") for the stream's pull, until the
  * workload ends, the client leaves, a call fails or the daemon stops. */
 struct logs_follow;
-/* A follow of target's node and workload (workload_id names it); NULL
- * when out of memory. */
-struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id);
+/* Followed logs one user may have at once (LOGS_MAX_FOLLOWS are everyone's). */
+#define LOGS_MAX_FOLLOWS_PER_USER 16
+/* A follow by user_id of target's node and workload (workload_id names
+ * it); NULL with *busy set when that user has LOGS_MAX_FOLLOWS_PER_USER
+ * already, NULL alone when out of memory. */
+struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id, const char *user_id,
+                                    int *busy);
 /* The stream's pull and done (see http_reply_stream). */
 long logs_follow_pull(void *f, char *buf, size_t max);
 void logs_follow_done(void *f);

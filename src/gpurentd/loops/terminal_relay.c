@@ -11,7 +11,11 @@
  * browser: 'd' frames as binary messages; the shell's end ('x') as a close
  * with code 1000 and reason "exit N". Pings are answered by wslay; a message
  * over TERM_WS_MAX is closed with 1009, a malformed frame with 1002 (the
- * headers wslay would close on without a code are found first, ws_frames.h). */
+ * headers wslay would close on without a code are found first, ws_frames.h).
+ * A browser silent for terminal_ping_s is pinged, so a reverse proxy's read
+ * timeout never cuts an idle terminal; one silent three times as long, its
+ * pongs too, is gone without a FIN (its network dropped) and its terminal
+ * is freed, or it held a slot of max_terminals_per_user for ever. */
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
@@ -52,6 +56,8 @@ struct term {
     struct ws_frames frames;          /* the browser's frame headers, checked before wslay reads them */
     const char *bad_frame;            /* why the stream stopped at a forbidden header, NULL while none */
     int64_t close_sent_ms;            /* when our close went, 0 before */
+    int64_t heard_ms;                 /* when the browser last sent bytes (a pong counts) */
+    int64_t pinged_ms;                /* when we last pinged it, 0 before */
     int agent_fd;                     /* -1 when none */
     enum agent_state agent;
     int64_t agent_deadline_ms;        /* connect and switch by then */
@@ -388,6 +394,7 @@ static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
      * without a status code, and we close with 1002 and say why. */
     ssize_t n = t->bad_frame ? -1 : recv(t->ws_fd, buf, len, 0);
     if (n > 0) {
+        t->heard_ms = clock_mono_ms();
         size_t ok = ws_frames_follow(&t->frames, buf, (size_t)n, &t->bad_frame);
         if (ok > 0)
             return (ssize_t)ok;
@@ -513,6 +520,7 @@ void terminal_relay_upgraded(void *ctx, int fd, const char *extra, size_t extra_
     t->up = up;
     t->ws_fd = fd;
     t->agent_fd = -1;
+    t->heard_ms = clock_mono_ms();
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     wslay_event_config_set_max_recv_msg_length(t->ws, TERM_WS_MAX);
     /* A browser sends nothing before the switch it asked for; bytes that
@@ -560,6 +568,25 @@ static int term_over(struct term *t)
     return 0;
 }
 
+/* Pings a silent browser; 1 when it has been silent too long to be there. */
+static int browser_gone(struct term *t)
+{
+    int64_t now = clock_mono_ms(), every = daemon_config->terminal_ping_s * 1000;
+    if (t->close_sent_ms || now - t->heard_ms < every)
+        return 0;
+    if (now - t->heard_ms >= 3 * every) {
+        log_info("terminal: instance %s rank %lld user %s: the browser answered no ping in %lld s", t->target.instance_id,
+                 (long long)t->target.rank, t->target.user_id, (long long)(now - t->heard_ms) / 1000);
+        return 1;
+    }
+    if (now - t->pinged_ms >= every) {
+        struct wslay_event_msg ping = {.opcode = WSLAY_PING, .msg = NULL, .msg_length = 0};
+        wslay_event_queue_msg(t->ws, &ping);
+        t->pinged_ms = now;
+    }
+    return 0;
+}
+
 static void term_step(struct term *t, short ws_rev, short ag_rev)
 {
     if (t->agent == AG_CONNECTING && t->agent_fd < 0 && !t->close_sent_ms)
@@ -584,6 +611,10 @@ static void term_step(struct term *t, short ws_rev, short ag_rev)
                 ws_close(t, WSLAY_CODE_PROTOCOL_ERROR, t->bad_frame);
             wslay_event_shutdown_read(t->ws);
         }
+    }
+    if (browser_gone(t)) {
+        t->ws_dead = 1; /* no close handshake with a peer that is not there */
+        return;
     }
     if (t->agent_fd >= 0 && (t->agent != AG_OPEN || ag_rev || t->to_agent_len))
         agent_io(t, ag_rev);

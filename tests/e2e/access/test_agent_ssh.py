@@ -239,6 +239,91 @@ def test_wrong_user_other_key_and_password_are_refused(node, keys, workload):
     assert "the key is not one of the workload's" in text
 
 
+def server_kexinit(port):
+    """The name-lists of the server's KEXINIT, read off the wire: kex, host
+    key, ciphers both ways, MACs both ways, compression both ways."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"SSH-2.0-probe\r\n")
+        f = s.makefile("rb")
+        assert f.readline().startswith(b"SSH-2.0-")
+        length, padding = struct.unpack(">IB", f.read(5))
+        payload = f.read(length - 1)[:length - 1 - padding]
+    assert payload[0] == 20  # SSH_MSG_KEXINIT
+    at, lists = 17, []
+    for _ in range(8):
+        n = struct.unpack(">I", payload[at:at + 4])[0]
+        lists.append(payload[at + 4:at + 4 + n].decode().split(","))
+        at += 4 + n
+    return lists
+
+
+def test_algorithm_lists_hold_no_empty_name_and_weak_keys_are_refused(node, keys, tmp_path):
+    """libssh 0.10's default cipher list ends with a comma (an empty name,
+    which RFC 4251 5 forbids), and it verified DSA, SHA-1 RSA and 1024-bit
+    RSA logins, which OpenSSH's sshd refuses; a short RSA key was even told
+    it would do, and the client then hung until the login timeout."""
+    for names in server_kexinit(node.port):
+        assert "" not in names, names
+    kinds = {"dsa": ("dsa", "1024"), "rsa1024": ("rsa", "1024"), "rsa2048": ("rsa", "2048")}
+    made = {}
+    for name, (kind, bits) in kinds.items():
+        path = str(tmp_path / name)
+        if subprocess.run(["ssh-keygen", "-q", "-t", kind, "-b", bits, "-N", "", "-C", "", "-f", path],
+                          capture_output=True, timeout=60).returncode != 0:
+            continue  # an OpenSSH without DSA
+        with open(path + ".pub") as f:
+            made[name] = (path, " ".join(f.read().split()[:2]))
+    user = "ins_weak-0"
+    wid = node.run_workload(user, [k[1] for k in made.values()])
+    try:
+        p = node.ssh(made["rsa2048"][0], user, "echo in")
+        assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+        p = node.ssh(made["rsa2048"][0], user, "echo in", extra=["-o", "PubkeyAcceptedAlgorithms=ssh-rsa"])
+        assert p.returncode == 255 and "Permission denied (publickey)" in p.stderr, p.stderr
+        p = node.ssh(made["rsa1024"][0], user, "echo in")
+        assert p.returncode == 255 and "Permission denied (publickey)" in p.stderr, p.stderr
+        poll(lambda: "the RSA key is shorter than 2048 bits" in node.agent.stderr_text(), 10, "the refusal logged")
+        if "dsa" in made:
+            p = node.ssh(made["dsa"][0], user, "echo in", extra=["-o", "PubkeyAcceptedAlgorithms=+ssh-dss"])
+            assert p.returncode == 255 and "Permission denied (publickey)" in p.stderr, p.stderr
+            poll(lambda: "the key's type is not taken" in node.agent.stderr_text(), 10, "the refusal logged")
+    finally:
+        assert node.agent.delete(f"/v1/workloads/{wid}").status_code == 200
+
+
+def tcp_timer(local_port, remote_port):
+    """The kernel's timer on the agent's end of a loopback connection, from
+    /proc/net/tcp: (kind, centiseconds left); kind 2 is the keepalive
+    timer, 0 none."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                cols = row.split()
+                if int(cols[1].rsplit(":", 1)[1], 16) == local_port and \
+                        int(cols[2].rsplit(":", 1)[1], 16) == remote_port:
+                    kind, left = cols[5].split(":")
+                    return int(kind, 16), int(left, 16)
+    return None
+
+
+def test_a_client_that_vanishes_is_found_by_tcp_keepalive(node):
+    """A client gone without a FIN (laptop shut, NAT flow forgotten) left
+    its connection, its shell and its slot of the workload's sixteen for
+    ever: the agent's end had no keepalive. It now probes after a minute
+    of silence, as sshd's TCPKeepAlive does (sooner than the kernel's two
+    hours)."""
+    with socket.create_connection(("127.0.0.1", node.port), timeout=10) as s:
+        s.sendall(b"SSH-2.0-probe\r\n")
+        assert s.makefile("rb").readline().startswith(b"SSH-2.0-")
+        # Kind 1 (retransmit) while its greeting waits for our ACK, then 2,
+        # the keepalive timer; without keepalive 0, no timer at all.
+        def keepalive_timer():
+            timer = tcp_timer(node.port, s.getsockname()[1])
+            return timer if timer and timer[0] == 2 else None
+        timer = poll(keepalive_timer, 10, "the keepalive timer on the agent's end")
+    assert 0 < timer[1] <= 60 * 100, timer  # a minute, not the kernel's two hours
+
+
 def test_workload_not_running_or_without_ssh_is_refused(node, keys):
     wid = node.run_workload("ins_slow-0", [keys["mine"][1]], image="fail-start", wait="failed")
     p = node.ssh(keys["mine"][0], "ins_slow-0", "true")
@@ -335,6 +420,33 @@ def test_forward_reaches_a_server_inside_the_workload_only(node, keys, workload,
         server.terminate()
         server.wait(timeout=30)
         node.ssh(keys["mine"][0], workload["user"], f"pkill -f 'http.server --bind 127.0.0.1 {inside}' || true")
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="needs IPv6")
+def test_forward_to_the_ipv6_loopback_by_address(node, keys, workload):
+    """A server inside the workload bound to ::1 alone was reached as
+    localhost but refused as [::1] ("only localhost inside the workload"),
+    though ::1 is that same loopback. ssh -W opens the same direct-tcpip
+    channel as -L, carrying stdin and stdout."""
+    inside = free_port()
+    serve = f"{sys.executable} -m http.server --bind ::1 {inside}"
+    p = node.ssh(keys["mine"][0], workload["user"],
+                 f"echo inside6 > index.html; nohup {serve} >/dev/null 2>&1 </dev/null & echo started")
+    assert p.returncode == 0 and "started" in p.stdout, p.stderr
+    try:
+        def listening():
+            try:
+                socket.create_connection(("::1", inside), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        poll(listening, 20, "the HTTP server on ::1")
+        for host in ("[::1]", "localhost"):
+            p = node.ssh(keys["mine"][0], workload["user"], extra=["-W", f"{host}:{inside}"],
+                         input="GET /index.html HTTP/1.0\r\n\r\n")
+            assert p.returncode == 0 and p.stdout.endswith("inside6\n"), (host, p.stdout[-200:], p.stderr)
+    finally:
+        node.ssh(keys["mine"][0], workload["user"], f"pkill -f 'http.server --bind ::1 {inside}' || true")
 
 
 def test_host_key_kept_across_restart_and_a_changed_one_fails(tmp_path, keys):

@@ -72,6 +72,9 @@ def follow(c, u, inst_id, **params):
                      headers={"Authorization": f"Bearer {u.key}"}, stream=True, timeout=DEADLINE)
     assert r.status_code == 200, r.text
     assert r.headers["Content-Type"].startswith("text/plain"), r.headers
+    # nginx (OPERATIONS.md's reverse proxy) buffers a reply unless told not
+    # to, and a followed log came through it in lumps, late.
+    assert r.headers.get("X-Accel-Buffering") == "no", r.headers
     return r
 
 
@@ -294,6 +297,7 @@ def test_head_of_a_follow_is_its_headers_alone(cloud):
     fields = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
     assert lines[0] == "HTTP/1.1 200 OK", got
     assert fields["content-type"] == "text/plain; charset=utf-8", got
+    assert fields["x-accel-buffering"] == "no", got
     assert "transfer-encoding" not in fields and "content-length" not in fields, got
     assert after == b"", got
 
@@ -338,3 +342,41 @@ def test_follow_streams_new_lines_until_the_workload_ends(cloud):
     ended = requests.get(c.d.url(f"/v1/instances/{inst['id']}/logs"), params={"follow": "true", "tail": "3"},
                          headers={"Authorization": f"Bearer {u.key}"}, timeout=DEADLINE)
     assert ended.status_code == 200 and len(ended.text.splitlines()) == 3, ended.text
+
+
+def test_one_user_cannot_take_every_follow(cloud):
+    """The daemon followed 64 logs at once, everyone's together, and one
+    account opening that many left nobody else a follow ("too many logs are
+    followed"). A user may now follow 16 at once: the seventeenth is 429
+    with Retry-After, another user still follows, and a stream that ends
+    gives its place back."""
+    c = cloud
+    _, u, inst = running(c)
+    c.fleet(1)
+    v = c.user()
+    other = c.create(v, card_count=8, image=IMAGE)
+    c.wait_state(v, other["id"], "running")
+    mine = [follow(c, u, inst["id"], tail=1) for _ in range(16)]
+
+    def one_more():
+        return requests.get(c.d.url(f"/v1/instances/{inst['id']}/logs"), params={"follow": "true", "tail": 1},
+                            headers={"Authorization": f"Bearer {u.key}"}, stream=True, timeout=DEADLINE)
+    r = one_more()
+    assert r.status_code == 429, r.status_code  # a stream would never end: its headers tell
+    assert_error(r, 429, "too_many_requests")
+    assert r.headers["Retry-After"] == "5", r.headers
+    theirs = follow(c, v, other["id"], tail=1)
+    assert LINE.match(next(theirs.iter_lines(decode_unicode=True))), "the other user's follow streams"
+    mine.pop().close()
+
+    def again():
+        r = one_more()
+        if r.status_code == 429:
+            r.close()
+            return None
+        assert r.status_code == 200, r.text
+        return r
+    mine.append(poll(again, DEADLINE, "a follow again once one ended"))
+    for r in mine + [theirs]:
+        r.close()
+

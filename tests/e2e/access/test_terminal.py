@@ -30,6 +30,7 @@ IMAGE = "rocm/pytorch:2.3-rocm6.2"
 cloud_small_pool = cloud_with(threads="2", max_terminals_per_user="100")
 cloud_two_terminals = cloud_with(max_terminals="2", max_terminals_per_user="1")
 cloud_console_named = cloud_with(public_url="https://console.test/", cors_origins="https://app.example")
+cloud_fast_ping = cloud_with(terminal_ping_s="1", max_terminals_per_user="1")
 
 
 def running(c, cards=8, nodes=1, user=None):
@@ -337,6 +338,39 @@ def test_terminal_limits(cloud_two_terminals):
         ws.close()
     # Closed terminals give their slots back.
     poll(lambda: _opens(c, w, inst3["id"]), DEADLINE, "a terminal slot free again")
+
+
+def test_a_silent_browser_is_pinged_and_one_that_never_answers_is_let_go(cloud_fast_ping):
+    """An idle terminal sent nothing, so a reverse proxy's read timeout
+    (nginx's 60 s in OPERATIONS.md's example) cut it, and a browser whose
+    network dropped without a FIN held its terminal and a slot of
+    max_terminals_per_user for ever. A silent browser is now pinged every
+    terminal_ping_s; one that answers stays, one silent three times that
+    long is let go and its slot freed."""
+    c = cloud_fast_ping
+    u, inst = running(c)
+    ws = connect(c, token(c, u, inst["id"]))
+    # websocket-client answers each ping as it reads it: four pings span
+    # more than the three seconds a silent browser is given.
+    ws.settimeout(DEADLINE)
+    pings = 0
+    while pings < 4:
+        op, _ = ws.recv_data(control_frame=True)
+        pings += op == websocket.ABNF.OPCODE_PING
+    type_(ws, "echo still-here-$((6*7))\n")
+    Screen(ws).read_until(r"still-here-42")
+    type_(ws, "exit 0\n")
+    ws.close()
+    poll(lambda: _opens(c, u, inst["id"]), DEADLINE, "the first terminal's slot free again")
+    # A browser that reads nothing and answers nothing: the pings pile up
+    # unread, and then the daemon lets the connection go.
+    ws = connect(c, token(c, u, inst["id"]))
+    ws.sock.settimeout(DEADLINE)
+    while ws.sock.recv(65536):
+        pass
+    assert "the browser answered no ping" in c.d.stderr_text()
+    ws.close()
+    poll(lambda: _opens(c, u, inst["id"]), DEADLINE, "the silent terminal's slot free again")
 
 
 def _opens(c, u, inst_id):

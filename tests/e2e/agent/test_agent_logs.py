@@ -164,3 +164,23 @@ def test_ended_workload_shows_its_last_lines(tmp_path):
         assert a.delete("/v1/workloads/wl_end").status_code == 200
     finally:
         a.stop()
+
+
+def test_a_long_line_of_wide_characters_is_cut_between_characters(tmp_path):
+    """A line longer than the agent keeps in one piece is cut into several,
+    and each cut falls between characters: Chinese text 18 000 bytes long
+    came back with '?' for the two halves of each character a cut split."""
+    a = Agent(tmp_path)
+    try:
+        text = "文件" * 3000 + "é"
+        spec = {"image": "busybox", "command": ["python3", "-c", "print('\\u6587\\u4ef6' * 3000 + '\\xe9')"]}
+        assert a.put("/v1/workloads/wl_wide", json=spec).status_code == 201
+
+        def whole():
+            got = [t for t in texts(logs(a, "wl_wide", tail=1000).json()) if not t.startswith("sim: ")]
+            return got if len("".join(got)) >= len(text) else None
+        pieces = poll(whole, 20, "the line in the log")
+        assert len(pieces) > 1, [len(p) for p in pieces]
+        assert "".join(pieces) == text, [p[:4] + "…" + p[-4:] for p in pieces]
+    finally:
+        a.stop()

@@ -1,6 +1,6 @@
 /* test_agent_logs.c: unit tests for workload log files (logs.c): lines
  * read back with their time, stream and text (escapes and bad UTF-8
- * included), tail and since, cursors that follow new lines across a
+ * included, a long line cut between characters), tail and since, cursors that follow new lines across a
  * rotation, the size cap with one old file kept, files that outlive the
  * process (read back from disk alone), removal, and malformed cursors. */
 #include <stdarg.h>
@@ -95,6 +95,21 @@ static void test_lines_round_trip(void **state)
         newlines += raw[i] == '\n';
     assert_int_equal(newlines, 3); /* the header and two lines */
     free(raw);
+
+    /* A line over WL_LOG_TEXT_MAX is cut before the character the cut
+     * would split, not through it (which left '?' for each half). */
+    char *wide = malloc(3 * WL_LOG_TEXT_MAX + 1);
+    assert_non_null(wide);
+    for (size_t i = 0; i < WL_LOG_TEXT_MAX; i++)
+        memcpy(wide + 3 * i, "\xe6\x96\x87", 3); /* 文 */
+    wide[3 * WL_LOG_TEXT_MAX] = '\0';
+    append("wl-w", 1 << 20, 4000, 'o', wide);
+    lines = read_q("wl-w", 0, 0, NULL, cursor, &at_end);
+    size_t kept = WL_LOG_TEXT_MAX / 3 * 3;
+    assert_int_equal(strlen(text_at(lines, 0)), kept);
+    assert_memory_equal(text_at(lines, 0), wide, kept);
+    json_decref(lines);
+    free(wide);
 
     /* A workload without output reads empty, its cursor at the start. */
     lines = read_q("wl-none", 0, 0, NULL, cursor, &at_end);
@@ -223,11 +238,12 @@ static void test_reply_bounds(void **state)
 static void test_remove_and_bad_cursor(void **state)
 {
     append("wl-d", 4096, 1, 'o', "bye");
-    wl_log_remove(dir, "wl-d");
+    wl_log_retire(dir, "wl-d", 0, 0); /* nothing kept: removed */
     char path[256];
     snprintf(path, sizeof path, "%s/logs/wl-d.log", dir);
     assert_int_not_equal(access(path, F_OK), 0);
-    wl_log_remove(dir, "wl-d"); /* already gone: fine */
+    assert_false(wl_log_kept(dir, "wl-d"));
+    wl_log_retire(dir, "wl-d", 0, 0); /* already gone: fine */
     /* The directory is made when the first line finds it missing, and
      * again if it went away since. */
     char logs[128];
@@ -235,7 +251,7 @@ static void test_remove_and_bad_cursor(void **state)
     assert_int_equal(rmdir(logs), 0);
     append("wl-d", 4096, 2, 'o', "again");
     assert_int_equal(access(path, F_OK), 0);
-    wl_log_remove(dir, "wl-d");
+    wl_log_retire(dir, "wl-d", 0, 0);
 
     const char *bad[] = {"", "-", "1", "1-", "-1", "a-1", "1-2x", "1-2-3", "99999999999999999999999-1",
                          "1-9223372036854775808", "1-18446744073709551615"}; /* offsets past an off_t */
@@ -252,6 +268,25 @@ static void test_remove_and_bad_cursor(void **state)
     assert_int_equal(wl_log_append(dir, "../x", 4096, 1, 'o', "x", 1), -1);
 }
 
+/* A removed workload's output is moved where it is kept, read whole from
+ * there, and swept once no more may be kept. */
+static void test_retired_output_is_kept_then_swept(void **state)
+{
+    append("wl-k", 4096, 1, 'o', "kept");
+    wl_log_retire(dir, "wl-k", 3600, 10);
+    assert_true(wl_log_kept(dir, "wl-k"));
+    char cursor[WL_LOG_CURSOR_MAX], err[128];
+    int at_end = 0;
+    struct wl_log_query kept = {.ended = 1};
+    json_t *got = wl_log_read(dir, "wl-k", &kept, cursor, &at_end, err, sizeof err);
+    assert_non_null(got);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(got, 0), "text")), "kept");
+    assert_true(at_end);
+    json_decref(got);
+    wl_log_retire(dir, "wl-k", 3600, 0); /* none may be kept: swept */
+    assert_false(wl_log_kept(dir, "wl-k"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +296,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rotation_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reply_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_and_bad_cursor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retired_output_is_kept_then_swept, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,6 +40,27 @@ static void test_sequences_accepted_and_refused(void **state)
     assert_true(utf8_valid("", 0));
 }
 
+static void test_cut_tail_names_a_character_cut_short(void **state)
+{
+    (void)state;
+    static const struct { const char *bytes; size_t tail; } cases[] = {
+        {"ab", 0},
+        {"a\xe4\xb8\xad", 0},          /* 中 whole */
+        {"a\xe4", 1},                  /* 中 cut after its lead */
+        {"a\xe4\xb8", 2},              /* and after one more */
+        {"\xf0\x9f\x98", 3},           /* U+1F600 short of one byte */
+        {"\xf0\x9f\x98\x80", 0},
+        {"\xc3", 1},
+        {"\xc3\xa9", 0},
+        {"\x80\x80\x80\x80", 0},      /* no lead within reach: nothing to keep whole */
+        {"a\xff", 0},                  /* not a lead byte */
+        {"", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(utf8_cut_tail((const unsigned char *)cases[i].bytes, strlen(cases[i].bytes)),
+                         cases[i].tail);
+}
+
 static void test_scrub_keeps_valid_text_and_replaces_the_rest(void **state)
 {
     (void)state;
@@ -69,6 +90,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequences_accepted_and_refused),
         cmocka_unit_test(test_scrub_keeps_valid_text_and_replaces_the_rest),
+        cmocka_unit_test(test_cut_tail_names_a_character_cut_short),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
