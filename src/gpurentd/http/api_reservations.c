@@ -233,13 +233,17 @@ void api_reservations_cancel(struct http_request *req)
     json_decref(ctx.o.extra);
 }
 
-/* Reads a whole-hour time query parameter; replies 400 and returns -1 when
- * it is missing or not one. */
+/* Reads a whole-hour time query parameter, any RFC 3339 date-time as
+ * booking takes (an offset's '+' sent as %2B); replies 400 and returns -1
+ * when it is missing or not one. */
 static int time_query(struct http_request *req, const char *name, int64_t *out)
 {
     const char *text = http_query(req, name);
-    if (!text || json_time_parse(text, out) < 0 || *out % 3600 != 0) {
-        http_error(req, ERR_INVALID_QUERY, name, "%s must be a whole hour in UTC, like 2026-12-03T10:00:00Z", name);
+    int fraction;
+    if (!text || json_time_parse_rfc3339(text, out, &fraction) < 0 || fraction || *out % 3600 != 0) {
+        http_error(req, ERR_INVALID_QUERY, name,
+                   "%s must be a whole hour, an RFC 3339 time like 2026-12-03T10:00:00Z or 2026-12-03T18:00:00+08:00",
+                   name);
         return -1;
     }
     return 0;

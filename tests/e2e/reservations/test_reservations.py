@@ -570,6 +570,16 @@ def test_times_with_an_offset_or_a_fraction_book_the_same_utc_hours(rc):
                                json={"gpu_type": "H100-SXM", "cards": 1, "starts_at": start,
                                      "ends_at": iso(day + 23 * 3600)}), 400, "invalid_field", "starts_at")
     assert rc.counts() == before
+    # Availability takes the same times ('+' sent as %2B, as requests does).
+    hours = rc.d.get("/v1/reservations/availability", key=u.key,
+                     params={"gpu_type": "H100-SXM", "from": local + "+08:00",
+                             "to": local.replace("T09:", "T11:") + "+08:00"})
+    assert hours.status_code == 200, hours.text
+    assert [(h["starts_at"], h["cards_free"]) for h in hours.json()["hours"]] == \
+        [(iso(day + 3600), 0), (iso(day + 7200), 0)], hours.text
+    assert_error(rc.d.get("/v1/reservations/availability", key=u.key,
+                          params={"gpu_type": "H100-SXM", "from": z.replace("Z", "+05:30"), "to": z}),
+                 400, "invalid_query", "from")
     rc.verify()
 
 
