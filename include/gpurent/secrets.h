@@ -70,6 +70,9 @@ int secret_equal(const void *a, const void *b, size_t n);
  * PROTOCOL.key), which ssh and ssh-keygen read. comment: up to 64 bytes, no
  * line break. 0, or -1 with both "". The caller wipes priv when done. */
 int ssh_ed25519_keypair(const char *comment, char *pub, size_t pub_n, char *priv, size_t priv_n);
+/* Decodes len bytes of padded base64 into out (room for len / 4 * 3);
+ * the decoded length (its padding counted as zero bytes), or -1. */
+int base64_decode(const char *in, size_t len, unsigned char *out);
 /* Overwrites n bytes at p with zeros in a way the compiler keeps. */
 void secret_wipe(void *p, size_t n);
 

@@ -15,6 +15,7 @@
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
 #include <pthread.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,6 +294,11 @@ static void wire_cstring(struct wire *w, const char *s)
 }
 
 /* Base64 of n bytes into out (cap bytes, NUL-terminated); -1 if it does not fit. */
+int base64_decode(const char *in, size_t len, unsigned char *out)
+{
+    return len > INT_MAX || len % 4 ? -1 : EVP_DecodeBlock(out, (const unsigned char *)in, (int)len);
+}
+
 static int base64(const unsigned char *in, size_t n, char *out, size_t cap)
 {
     if (cap < 4 * ((n + 2) / 3) + 1)

@@ -2,6 +2,7 @@
  * login against the workload specs, the failed-login rate limit and the
  * per-connection event loop (see ssh.h). */
 #define GPURENT_SSH_INTERNAL
+#include "gpurent/secrets.h"
 #include "ssh/ssh.h"
 
 #include <errno.h>
@@ -21,7 +22,6 @@
 #include "gpurent/clock.h"
 #include "gpurent/conf.h"
 
-#include <openssl/evp.h>
 
 #define HOST_KEY_FILE "ssh_host_ed25519_key"
 
@@ -240,7 +240,7 @@ static const char *key_refused(const ssh_key key)
         return "the key cannot be read";
     size_t len = strlen(b64);
     unsigned char *blob = malloc(len);
-    int n = blob ? EVP_DecodeBlock(blob, (const unsigned char *)b64, (int)len) : -1;
+    int n = blob ? base64_decode(b64, len, blob) : -1;
     ssh_string_free_char(b64);
     int64_t bits = 0;
     size_t at = 0;
