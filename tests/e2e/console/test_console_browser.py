@@ -53,6 +53,11 @@ def missing():
 pytestmark = pytest.mark.skipif(missing() is not None, reason=f"browser tests skipped: {missing()}")
 
 
+def as_user(d, acct, **more):
+    """The world of a scenario that logs in as acct on daemon d."""
+    return {"base_url": d.base_url, "email": acct.email, "password": acct.password, **more}
+
+
 def run_scenario(name, world, tmp_path, answer=None, timeout=240):
     """Runs browser.mjs NAME; answers its ASK lines with answer(dict) ->
     dict. Fails with the scenario's output unless it printed PASS."""
@@ -266,8 +271,7 @@ def test_an_instance_still_provisioning_shows_when_its_logs_come(new_daemon, tmp
     owner = c.user()
     inst = c.create(owner, card_count=1)
     poll(lambda: c.get(owner, inst["id"])["state"] == "provisioning", 60, "the instance to be provisioning")
-    run_scenario("provisioning", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                  "instance_id": inst["id"]}, tmp_path)
+    run_scenario("provisioning", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
 def test_terminal_page_speaks_the_terminal_contract(new_daemon, tmp_path):
@@ -286,8 +290,7 @@ def test_user_books_a_reserved_block_sees_the_charge_then_cancels_for_a_refund(n
     rc.c.fleet(2, model="H100-SXM", fabric="ib-1")
     booker = rc.c.user(funds="100.00")
     start = rc.hour(72)  # well before the 48-hour notice: a full refund
-    run_scenario("reserve", {"base_url": rc.d.base_url, "email": booker.email, "password": booker.password,
-                             "start": iso(start)}, tmp_path)
+    run_scenario("reserve", as_user(rc.d, booker, start=iso(start)), tmp_path)
     [(state, amount, refunded)] = rc.d.sql("SELECT state, amount, refunded FROM reservations")
     assert (amount, refunded) == (48_000_000, 48_000_000), (state, amount, refunded)
     assert state == "cancelled"
@@ -305,8 +308,7 @@ def test_user_launches_into_an_active_reservation(new_daemon, tmp_path):
     start = rc.hour(1)
     r = rc.book(booker, 8, start, 3)
     rc.d.set_clock(start + 60)
-    run_scenario("launch_reserved", {"base_url": rc.d.base_url, "email": booker.email, "password": booker.password,
-                                     "reservation_id": r["id"], "image": CUDA_IMAGE}, tmp_path)
+    run_scenario("launch_reserved", as_user(rc.d, booker, reservation_id=r["id"], image=CUDA_IMAGE), tmp_path)
     [inst] = rc.d.get("/v1/instances", key=booker.key).json()["data"]
     assert inst["reservation_id"] == r["id"] and inst["gpu_type"] == "H100-SXM", inst
     rc.verify()
@@ -359,8 +361,7 @@ def test_leaving_an_instance_page_ends_its_log_stream(new_daemon, tmp_path):
     c.fleet(1)
     owner = c.user()
     inst = running_instance(c, owner)
-    run_scenario("follow_leave", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                  "instance_id": inst["id"]}, tmp_path)
+    run_scenario("follow_leave", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
 def test_polled_pages_keep_keyboard_focus_and_announce_the_state(new_daemon, tmp_path):
@@ -368,8 +369,7 @@ def test_polled_pages_keep_keyboard_focus_and_announce_the_state(new_daemon, tmp
     c.fleet(1)
     owner = c.user()
     inst = running_instance(c, owner)
-    run_scenario("poll_focus", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                "instance_id": inst["id"]}, tmp_path)
+    run_scenario("poll_focus", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
     assert c.get(owner, inst["id"])["state"] == "stopped"
 
 
@@ -378,21 +378,20 @@ def test_an_action_in_flight_keeps_its_buttons_disabled_through_polls(new_daemon
     c.fleet(1)
     owner = c.user()
     inst = running_instance(c, owner)
-    run_scenario("action_in_flight", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                      "instance_id": inst["id"]}, tmp_path)
+    run_scenario("action_in_flight", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
     assert c.get(owner, inst["id"])["state"] == "stopped"
 
 
 def test_the_skip_link_stays_on_the_page(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup()
-    run_scenario("skip_link", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("skip_link", as_user(d, user), tmp_path)
 
 
 def test_the_phone_menu_is_named_and_says_when_it_closes(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup()
-    run_scenario("phone_menu", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("phone_menu", as_user(d, user), tmp_path)
 
 
 def test_the_instance_page_rides_out_a_502_and_a_429(new_daemon, tmp_path):
@@ -400,15 +399,13 @@ def test_the_instance_page_rides_out_a_502_and_a_429(new_daemon, tmp_path):
     c.fleet(1)
     owner = c.user()
     inst = running_instance(c, owner)
-    run_scenario("api_trouble", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                 "instance_id": inst["id"]}, tmp_path)
+    run_scenario("api_trouble", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
 def test_a_revoked_session_ends_once_and_comes_back_to_its_page(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup()
-    run_scenario("session_revoked", {"base_url": d.base_url, "email": user.email, "password": user.password,
-                                     "key": user.key}, tmp_path)
+    run_scenario("session_revoked", as_user(d, user, key=user.key), tmp_path)
 
 
 def test_the_event_timeline_names_phases_and_warnings(new_daemon, tmp_path):
@@ -416,26 +413,25 @@ def test_the_event_timeline_names_phases_and_warnings(new_daemon, tmp_path):
     c.fleet(1)
     owner = c.user()
     inst = running_instance(c, owner)
-    run_scenario("event_names", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                 "instance_id": inst["id"]}, tmp_path)
+    run_scenario("event_names", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
 def test_the_phone_header_keeps_its_controls_whole(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(email=unique_email("a-rather-long-address-for-a-phone"))
-    run_scenario("phone_header", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("phone_header", as_user(d, user), tmp_path)
 
 
 def test_every_page_has_a_title_of_its_own(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup()
-    run_scenario("page_titles", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("page_titles", as_user(d, user), tmp_path)
 
 
 def test_a_slow_page_says_it_is_loading(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup()
-    run_scenario("slow_page", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("slow_page", as_user(d, user), tmp_path)
 
 
 def test_row_buttons_name_their_row(new_daemon, tmp_path):
@@ -448,7 +444,7 @@ def test_row_buttons_name_their_row(new_daemon, tmp_path):
         r = d.post("/v1/ssh-keys", key=user.key, json={"name": name, "public_key": key})
         assert r.status_code == 201, r.text
     assert d.post("/v1/api-keys", key=user.key, json={"name": "ci"}).status_code == 201
-    run_scenario("row_names", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("row_names", as_user(d, user), tmp_path)
 
 
 def test_the_statement_shows_storage_and_app_calls(new_daemon, tmp_path):
@@ -463,15 +459,14 @@ def test_the_statement_shows_storage_and_app_calls(new_daemon, tmp_path):
     # floor(3.00 x 100 GB x 7200 s / 2 592 000 s) = 0.833333
     storage = [x for x in d.get("/v1/transactions", key=user.key).json()["data"] if x["kind"] == "storage"]
     assert [x["amount"] for x in storage] == ["-0.833333"], storage
-    run_scenario("statement_lines", {"base_url": d.base_url, "email": user.email, "password": user.password,
-                                     "volume": "shared-data", "cost": "0.83"}, tmp_path)
+    run_scenario("statement_lines", as_user(d, user, volume="shared-data", cost="0.83"), tmp_path)
     check_ledger(d)
 
 
 def test_a_refused_value_marks_its_input(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup()
-    run_scenario("field_error", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("field_error", as_user(d, user), tmp_path)
 
 
 def test_a_language_that_cannot_load_is_said_not_blank(new_daemon, tmp_path):
@@ -484,8 +479,7 @@ def test_the_instance_list_says_when_it_cannot_update(new_daemon, tmp_path):
     c.fleet(1)
     owner = c.user()
     inst = c.create(owner, card_count=1)
-    run_scenario("list_poll_error", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                     "instance_id": inst["id"]}, tmp_path)
+    run_scenario("list_poll_error", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
 def test_an_instance_page_names_its_volume(new_daemon, tmp_path):
@@ -495,8 +489,7 @@ def test_an_instance_page_names_its_volume(new_daemon, tmp_path):
     r = c.d.post("/v1/volumes", key=owner.key, json={"name": "shared-data", "size_gb": 10})
     assert r.status_code == 201, r.text
     inst = running_instance(c, owner, volume_id=r.json()["id"])
-    run_scenario("instance_volume", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                     "instance_id": inst["id"]}, tmp_path)
+    run_scenario("instance_volume", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
@@ -509,7 +502,7 @@ def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daem
             return {"ok": True}
         return None
 
-    run_scenario("verified_elsewhere", {"base_url": d.base_url, "email": user.email, "password": user.password},
+    run_scenario("verified_elsewhere", as_user(d, user),
                  tmp_path, answer)
 
 
@@ -517,7 +510,7 @@ def test_three_quick_enters_launch_one_instance(new_daemon, tmp_path):
     c = cloud_for(new_daemon, tmp_path)
     c.fleet(1)
     user = c.user()
-    run_scenario("enter_thrice", {"base_url": c.d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("enter_thrice", as_user(c.d, user), tmp_path)
     assert len(c.d.get("/v1/instances", key=user.key).json()["data"]) == 1
 
 
@@ -526,14 +519,13 @@ def test_log_times_are_in_the_consoles_language(new_daemon, tmp_path):
     c.fleet(1)
     owner = c.user()
     inst = running_instance(c, owner)
-    run_scenario("log_times", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                               "instance_id": inst["id"]}, tmp_path)
+    run_scenario("log_times", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
 def test_the_focus_ring_stands_out_on_the_header_and_the_page(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup()
-    run_scenario("focus_contrast", {"base_url": d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("focus_contrast", as_user(d, user), tmp_path)
 
 
 def test_boxes_that_scroll_on_a_phone_are_reached_by_keyboard(new_daemon, tmp_path):
@@ -543,8 +535,8 @@ def test_boxes_that_scroll_on_a_phone_are_reached_by_keyboard(new_daemon, tmp_pa
     inst = running_instance(c, owner)
     admin = unique_email("root")
     c.d.cli_create_user(admin, admin=True, password=DEFAULT_PASSWORD)
-    run_scenario("scroll_regions", {"base_url": c.d.base_url, "email": owner.email, "password": owner.password,
-                                    "instance_id": inst["id"], "admin_email": admin, "admin_password": DEFAULT_PASSWORD}, tmp_path)
+    run_scenario("scroll_regions", as_user(c.d, owner, instance_id=inst["id"], admin_email=admin,
+                                           admin_password=DEFAULT_PASSWORD), tmp_path)
 
 
 def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
@@ -555,8 +547,7 @@ def test_a_retry_after_a_lost_answer_does_nothing_twice(new_daemon, tmp_path):
     user = rc.c.user(funds="100.00")
     admin = unique_email("root")
     rc.d.cli_create_user(admin, admin=True, password=DEFAULT_PASSWORD)
-    run_scenario("retry_lost_answer", {"base_url": rc.d.base_url, "email": user.email, "password": user.password,
-                                       "admin_email": admin, "start": iso(rc.hour(72))}, tmp_path)
+    run_scenario("retry_lost_answer", as_user(rc.d, user, admin_email=admin, start=iso(rc.hour(72))), tmp_path)
     assert len(rc.d.get("/v1/instances", key=user.key).json()["data"]) == 1
     assert len(rc.d.get("/v1/reservations", key=user.key).json()["data"]) == 1
     topups = rc.d.get("/v1/transactions", key=user.key, params={"kind": "topup"}).json()["data"]
@@ -572,14 +563,13 @@ def test_saving_an_app_edit_keeps_its_command(new_daemon, tmp_path):
         argv = ["python3", "-m", "http.server", "8000"]
         for slug, cmd in (("edit-line", line), ("edit-argv", argv)):
             m.publish(user, slug=slug, command=cmd)
-        run_scenario("app_edit", {"base_url": m.d.base_url, "email": user.email, "password": user.password,
-                                  "apps": {"edit-line": line[2], "edit-argv": json.dumps(argv, separators=(",", ":"))}}, tmp_path)
+        apps = {"edit-line": line[2], "edit-argv": json.dumps(argv, separators=(",", ":"))}
+        run_scenario("app_edit", as_user(m.d, user, apps=apps), tmp_path)
         for slug, cmd in (("edit-line", line), ("edit-argv", argv)):
             a = m.d.get(f"/v1/apps/{slug}", key=user.key).json()
             assert a["command"] == cmd and a["prices"]["per_request"].startswith("0.002"), a
         # A page that answers late does not draw over the one opened after it.
-        run_scenario("stale_page", {"base_url": m.d.base_url, "email": user.email, "password": user.password,
-                                    "apps": {"edit-line": "", "edit-argv": ""}}, tmp_path)
+        run_scenario("stale_page", as_user(m.d, user, apps={"edit-line": "", "edit-argv": ""}), tmp_path)
     finally:
         m.close()
 
@@ -593,7 +583,7 @@ def test_a_plain_http_host_launches_and_copies(new_daemon, tmp_path):
     user = c.user()
     r = c.d.post("/v1/ssh-keys", key=user.key, json={"name": "laptop", "public_key": SSH_KEY})
     assert r.status_code == 201, r.text
-    run_scenario("plain_http", {"base_url": c.d.base_url, "email": user.email, "password": user.password}, tmp_path)
+    run_scenario("plain_http", as_user(c.d, user), tmp_path)
     assert len(c.d.get("/v1/instances", key=user.key).json()["data"]) == 1
 
 
@@ -618,8 +608,7 @@ def test_more_transactions_than_one_read_are_all_listed_newest_first(new_daemon,
     d.advance_clock(1)
     grant(n)
     month = time.strftime("%Y-%m", time.gmtime(d.now()))
-    run_scenario("many_transactions", {"base_url": d.base_url, "email": user.email, "password": user.password,
-                                       "n": n, "others": others, "month": month}, tmp_path)
+    run_scenario("many_transactions", as_user(d, user, n=n, others=others, month=month), tmp_path)
 
 
 def test_no_page_shows_the_word_null(new_daemon, tmp_path):
@@ -632,8 +621,7 @@ def test_no_page_shows_the_word_null(new_daemon, tmp_path):
         r = rc.book(user, 1, rc.hour(5), 1)
         assert m.d.delete(f"/v1/reservations/{r['id']}", key=user.key).status_code == 200
         app = m.publish(user, slug="no-events")
-        run_scenario("no_null_text", {"base_url": m.d.base_url, "email": user.email, "password": user.password,
-                                      "reservation_id": r["id"], "slug": app["slug"]}, tmp_path)
+        run_scenario("no_null_text", as_user(m.d, user, reservation_id=r["id"], slug=app["slug"]), tmp_path)
     finally:
         m.close()
 
@@ -643,9 +631,8 @@ def test_a_refused_value_is_explained_and_passwords_want_ten(new_daemon, tmp_pat
     user = d.signup()
     r = d.post("/v1/volumes", key=user.key, json={"name": "My Data", "size_gb": 10})
     assert r.status_code == 400 and r.json()["error"]["field"] == "name", r.text
-    run_scenario("server_message", {"base_url": d.base_url, "email": user.email, "password": user.password,
-                                    "bad_volume_name": "My Data", "volume_message": r.json()["error"]["message"]},
-                 tmp_path)
+    run_scenario("server_message", as_user(d, user, bad_volume_name="My Data",
+                                           volume_message=r.json()["error"]["message"]), tmp_path)
 
 
 def test_exact_money_whole_booking_numbers_and_a_phone_wide_launch(new_daemon, tmp_path):
