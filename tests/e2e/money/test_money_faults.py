@@ -5,9 +5,16 @@ on which. Expected amounts come from the design's formulas, floor(price x
 cards x seconds / 3600) for card time and floor(price x size_gb x seconds
 / 2 592 000) for storage, never from the daemon; `gpurentd ledger verify`
 runs after every test."""
-from money_util import MICRO, PRICE, accrue, iso, new_cluster, storage_cost, verify_ledgers, yuan  # noqa: F401
+import os
+import random
+import threading
+import time
+
+from money_util import (MICRO, PRICE, accrue, ledger_verify, new_cluster, storage_cost, verify_ledgers,  # noqa: F401
+                        yuan)
 
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
+SEED = int(os.environ.get("MONEY_CRASH_SEED", "0")) or random.randrange(1, 10**9)
 
 
 def run_out_second(funds, storage_price, size_gb, cards, horizon):
@@ -57,3 +64,68 @@ def test_funds_with_storage_run_out_at_the_same_second_whenever_passes_run(new_c
     # Passes every 7 s, every 50 s, and one pass an hour late, as after a
     # daemon stopped or a disk full: the same second each time.
     assert [run(7), run(50), run(3000)] == [want] * 3
+
+
+def test_kill_9_during_passes_with_storage_changes_no_total(new_cluster):
+    """Users with a priced volume and an instance on it, some with funds
+    that run out within the hour; the daemon is killed with SIGKILL in and
+    between passes while the clock jumps. After each kill `ledger verify`
+    passes; at the end every user's card time, storage and cash are what
+    one late pass gives by the formulas: totals never depend on when passes
+    ran or were cut short."""
+    rng = random.Random(SEED)
+    print(f"seed {SEED} (rerun with MONEY_CRASH_SEED={SEED})")
+    c = new_cluster(nodes={"MI450": 5}, options={"billing_interval_ms": "100"})
+    price = 30 * MICRO
+    r = c.admin("PUT", "/v1/admin/storage-prices/far", json={"price_per_gb_month": yuan(price)})
+    assert r.status_code == 200, r.text
+    t0 = c.d.now()
+    runs = []
+    for cards, size_gb, funds in [(8, 100, 3), (8, 10, 20), (4, 100, 4), (4, 1000, 9), (2, 100, 2), (2, 50, 30),
+                                  (1, 100, 1), (1, 500, 5), (4, 10, 1), (1, 1, 40)]:
+        u = c.cli_user()
+        c.topup(u, funds * MICRO)
+        r = c.d.post("/v1/volumes", key=u.key, json={"name": "data", "size_gb": size_gb, "region": "far"})
+        assert r.status_code == 201, r.text
+        vid = r.json()["id"]
+        r = c.d.post("/v1/instances", key=u.key,
+                     json={"gpu_type": "MI450", "card_count": cards, "image": IMAGE, "volume_id": vid})
+        assert r.status_code == 201, r.text
+        runs.append((u, r.json()["id"], vid, cards, size_gb, funds * MICRO))
+    for u, iid, *_ in runs:
+        c.wait_state(u, iid, "running")
+
+    def ask_for_a_pass():
+        try:
+            c.admin("POST", "/v1/admin/billing/run", json={}, timeout=5)
+        except Exception:
+            pass  # killed before it answered
+
+    for rnd in range(16):
+        c.d.advance_clock(rng.randint(60, 300))
+        if rnd % 4 != 3:
+            threading.Thread(target=ask_for_a_pass, daemon=True).start()
+        time.sleep(rng.uniform(0, 0.012))
+        c.d.proc.kill()
+        c.d.proc.wait(timeout=30)
+        c.d.proc = None
+        rc, out = ledger_verify(c.d.db_path)
+        assert rc == 0, f"after kill {rnd} (seed {SEED}):\n{out}"
+        c.d.start()
+    t_end = c.d.advance_clock(61)
+    c.billing()
+    ran_out = 0
+    for u, iid, vid, cards, size_gb, funds in runs:
+        s = run_out_second(funds, price, size_gb, cards, t_end - t0)
+        [(start, end, billed, settled, reason)] = c.intervals(iid)
+        [(storage_billed,)] = c.d.sql("SELECT storage_billed FROM volumes WHERE id = ?", (vid,))
+        cash = c.balance(u)["cash"]
+        if s < t_end - t0:
+            ran_out += 1
+            want = (t0 + s, accrue(PRICE["MI450"], cards, s), 1, "funds exhausted", funds - billed, 0)
+        else:
+            want = (None, accrue(PRICE["MI450"], cards, t_end - t0), 0, "",
+                    storage_cost([(0, price)], size_gb, 0, t_end - t0),
+                    funds - billed - storage_cost([(0, price)], size_gb, 0, t_end - t0))
+        assert (end, billed, settled, reason, storage_billed, cash) == want, f"{u} (seed {SEED})"
+    assert 0 < ran_out < len(runs)
