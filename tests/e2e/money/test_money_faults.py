@@ -12,6 +12,7 @@ import time
 
 from money_util import (MICRO, PRICE, accrue, ledger_verify, new_cluster, storage_cost, verify_ledgers,  # noqa: F401
                         yuan)
+from test_money_verify import assert_breach, base, copy, corrupt, verify_cluster  # noqa: F401
 
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
 SEED = int(os.environ.get("MONEY_CRASH_SEED", "0")) or random.randrange(1, 10**9)
@@ -129,3 +130,20 @@ def test_kill_9_during_passes_with_storage_changes_no_total(new_cluster):
                     funds - billed - storage_cost([(0, price)], size_gb, 0, t_end - t0))
         assert (end, billed, settled, reason, storage_billed, cash) == want, f"{u} (seed {SEED})"
     assert 0 < ran_out < len(runs)
+
+
+def test_ledger_verify_finds_an_open_interval_charged_for_time_it_had_not_run(copy):
+    """A running interval's charges are dated when they were computed, and
+    what it was billed can never be more than its tariff up to then (or up
+    to its end): the auditor, and money_util's reading of the rows, find a
+    charge for time not known to have run, not only a settled interval's."""
+    path, ids = copy
+    iv = ids["open"]
+    started, billed = corrupt(path, lambda con: con.execute(
+        "SELECT started_at, billed FROM running_intervals WHERE id = ?", (iv,)).fetchone())
+    assert billed == accrue(PRICE["MI450"], 1, 600)
+    # Its 600 s charged as if computed a minute after it started.
+    corrupt(path, lambda con: con.execute("UPDATE ledger_transactions SET at = ? WHERE interval_id = ?"
+                                          " AND kind = 'usage'", (started + 60, iv)))
+    out = assert_breach(path, "interval billed beyond its tariff to its end or latest charge", f"{iv}: billed")
+    assert f"{iv}: billed {billed}, due {accrue(PRICE['MI450'], 1, 60)}" in out, out
