@@ -808,6 +808,9 @@ struct billable {
 };
 /* The user's open interval of instance_id; STORE_NOT_FOUND if none is open. */
 int store_interval_get_open(struct store *s, const char *instance_id, struct billable *out);
+/* The latest interval of instance_id that funds running out ended after
+ * `after`; STORE_NOT_FOUND if none did. */
+int store_interval_get_cut_after(struct store *s, const char *instance_id, int64_t after, struct billable *out);
 /* Who paid for an interval: each user account that its usage (less its
  * refunds) drew from, with what it still has to give back, the account drawn
  * last first. */

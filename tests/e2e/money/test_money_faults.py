@@ -10,8 +10,8 @@ import random
 import threading
 import time
 
-from money_util import (MICRO, PRICE, accrue, ledger_verify, new_cluster, storage_cost, verify_ledgers,  # noqa: F401
-                        yuan)
+from money_util import (MICRO, PRICE, accrue, ledger_verify, micro, new_cluster, storage_cost,  # noqa: F401
+                        verify_ledgers, yuan)
 from test_money_verify import assert_breach, base, copy, corrupt, verify_cluster  # noqa: F401
 
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
@@ -147,3 +147,30 @@ def test_ledger_verify_finds_an_open_interval_charged_for_time_it_had_not_run(co
                                           " AND kind = 'usage'", (started + 60, iv)))
     out = assert_breach(path, "interval billed beyond its tariff to its end or latest charge", f"{iv}: billed")
     assert f"{iv}: billed {billed}, due {accrue(PRICE['MI450'], 1, 60)}" in out, out
+
+
+def test_funds_cut_while_the_clock_ran_ahead_ends_where_the_instance_stopped(new_cluster):
+    """The clock jumps a day ahead (a bad NTP step), a pass finds the funds
+    ran out at 1 875 s and stops the instance, and the clock steps back to
+    100 s before the stop is done: the instance ran 100 s, so that is what
+    it is billed, the rest given back."""
+    c = new_cluster(nodes={"MI450": 1})
+    u = c.cli_user()
+    c.topup(u, 5 * MICRO)
+    t0 = c.d.now()
+    iid = c.launch(u, "MI450", 8)
+    c.d.set_clock(t0 + 86400)
+    c.billing()
+    [(_, end, billed, settled, reason)] = c.intervals(iid)
+    assert (end, billed, settled, reason) == (t0 + 1875, 5 * MICRO, 1, "funds exhausted")
+    c.d.set_clock(t0 + 100)
+    c.wait_state(u, iid, "stopped")
+    [(_, end, billed, settled, reason)] = c.intervals(iid)
+    assert (end, billed, settled, reason) == (t0 + 100, accrue(PRICE["MI450"], 8, 100), 1, "funds exhausted")
+    assert c.balance(u)["cash"] == 5 * MICRO - billed
+    [refund] = [t for t in c.transactions(u) if t["kind"] == "refund"]
+    assert refund["instance_id"] == iid and micro(refund["amount"]) == 5 * MICRO - billed
+    # Passes after the clock catches up change nothing.
+    c.d.set_clock(t0 + 90000)
+    c.billing()
+    assert c.intervals(iid)[0][1:3] == (t0 + 100, billed)
