@@ -49,14 +49,17 @@ static int check_one(void *vctx, const struct charged_interval *iv)
             return -1;
         snprintf(c->model, sizeof c->model, "%s", iv->gpu_model);
     }
-    int64_t end = iv->settled ? iv->ended_at
-                  : iv->ended_at && iv->ended_at < iv->last_charge ? iv->ended_at
-                                                                    : iv->last_charge;
+    /* A settled interval owes its tariff to its end; any other at most its
+     * tariff to its end or its latest charge, whichever came first. */
+    int64_t end = iv->last_charge;
+    if (iv->settled || (iv->ended_at && iv->ended_at < end))
+        end = iv->ended_at;
+    if (end < iv->started_at)
+        end = iv->started_at;
     const char *what = iv->settled ? "settled interval billed other than its tariff"
                                    : "interval billed beyond its tariff to its end or latest charge";
     int64_t due;
-    int mrc = tariff_due(c->pp, c->n, iv->card_count, iv->started_at, end > iv->started_at ? end : iv->started_at,
-                         &due);
+    int mrc = tariff_due(c->pp, c->n, iv->card_count, iv->started_at, end, &due);
     if (mrc != MONEY_OK) {
         fprintf(c->out, "breach: %s: %lld: billed %lld, its tariff %s\n", what, (long long)iv->id,
                 (long long)iv->billed, mrc == MONEY_ERR_OVERFLOW ? "overflows 64-bit integers" : "cannot be computed");
