@@ -307,8 +307,10 @@ static int funds_last_at(struct store *s, struct pass *p, const char *user_id, c
     }
     if (owed <= funds.available)
         return STORE_OK;
-    int64_t lo = b[0].started_at, hi = t;
-    for (size_t i = 1; i < nb; i++)
+    /* Never after t, though the intervals may all start later (a clock
+     * stepped back): storage is not charged ahead of the pass. */
+    int64_t lo = t, hi = t;
+    for (size_t i = 0; i < nb; i++)
         if (b[i].started_at < lo)
             lo = b[i].started_at;
     while (lo < hi) {
