@@ -10,6 +10,7 @@ import random
 import threading
 import time
 
+from harness import assert_error
 from money_util import (MICRO, PRICE, accrue, ledger_verify, micro, new_cluster, storage_cost,  # noqa: F401
                         verify_ledgers, yuan)
 from test_money_verify import assert_breach, base, copy, corrupt, verify_cluster  # noqa: F401
@@ -174,3 +175,37 @@ def test_funds_cut_while_the_clock_ran_ahead_ends_where_the_instance_stopped(new
     c.d.set_clock(t0 + 90000)
     c.billing()
     assert c.intervals(iid)[0][1:3] == (t0 + 100, billed)
+
+
+def test_a_topup_retried_with_its_idempotency_key_after_a_crash_gets_the_first_answer(new_cluster):
+    """An admin's top-up sent again with the same Idempotency-Key (its
+    answer lost to a daemon killed after the commit) gets the first answer
+    again, 201 with the same body and Location, and adds the money once;
+    the key with another body is 422. Without a key a repeated payment id
+    still answers 200 duplicate."""
+    c = new_cluster(nodes={})
+    u = c.cli_user()
+    path = f"/v1/admin/users/{u.id}/topups"
+    body = {"amount": "12.34", "payment_id": "bank-7781"}
+    first = c.admin("POST", path, json=body, headers={"Idempotency-Key": "tp-1"})
+    assert first.status_code == 201, first.text
+    c.d.proc.kill()
+    c.d.proc.wait(timeout=30)
+    c.d.proc = None
+    c.d.start()
+    again = c.admin("POST", path, json=body, headers={"Idempotency-Key": "tp-1"})
+    assert (again.status_code, again.text, again.headers["Location"]) == (201, first.text, first.headers["Location"])
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert c.balance(u)["cash"] == 12_340_000
+    r = c.admin("POST", path, json={**body, "amount": "12.35"}, headers={"Idempotency-Key": "tp-1"})
+    assert_error(r, 422, "idempotency_key_reused", "Idempotency-Key")
+    r = c.admin("POST", path, json=body)
+    assert r.status_code == 200 and r.json()["duplicate"] is True, r.text
+    assert r.json()["topup_id"] == first.json()["topup_id"]
+    # A key first used for a repeated payment replays that answer too.
+    r = c.admin("POST", path, json=body, headers={"Idempotency-Key": "tp-2"})
+    assert r.status_code == 200 and r.json()["duplicate"] is True, r.text
+    r2 = c.admin("POST", path, json=body, headers={"Idempotency-Key": "tp-2"})
+    assert (r2.status_code, r2.text, r2.headers.get("Idempotent-Replayed")) == (200, r.text, "true")
+    assert c.balance(u)["cash"] == 12_340_000
+    assert c.d.sql("SELECT count(*) FROM admin_actions WHERE action = 'topup'") == [(1,)]
