@@ -11,8 +11,8 @@ import threading
 import time
 
 from harness import assert_error
-from money_util import (MICRO, PRICE, accrue, ledger_verify, micro, new_cluster, storage_cost,  # noqa: F401
-                        verify_ledgers, yuan)
+from money_util import (MICRO, PRICE, accrue, ledger_verify, micro, new_cluster, quiet,  # noqa: F401
+                        storage_cost, verify_ledgers, yuan)
 from test_money_verify import assert_breach, base, copy, corrupt, verify_cluster  # noqa: F401
 
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
@@ -160,11 +160,14 @@ def test_funds_cut_while_the_clock_ran_ahead_ends_where_the_instance_stopped(new
     c.topup(u, 5 * MICRO)
     t0 = c.d.now()
     iid = c.launch(u, "MI450", 8)
-    c.d.set_clock(t0 + 86400)
-    c.billing()
-    [(_, end, billed, settled, reason)] = c.intervals(iid)
-    assert (end, billed, settled, reason) == (t0 + 1875, 5 * MICRO, 1, "funds exhausted")
-    c.d.set_clock(t0 + 100)
+    # The agent holds the stop (its calls time out after seconds, far
+    # longer than this) until the clock is back.
+    with quiet(c.fleets[0]):
+        c.d.set_clock(t0 + 86400)
+        c.billing()
+        [(_, end, billed, settled, reason)] = c.intervals(iid)
+        assert (end, billed, settled, reason) == (t0 + 1875, 5 * MICRO, 1, "funds exhausted")
+        c.d.set_clock(t0 + 100)
     c.wait_state(u, iid, "stopped")
     [(_, end, billed, settled, reason)] = c.intervals(iid)
     assert (end, billed, settled, reason) == (t0 + 100, accrue(PRICE["MI450"], 8, 100), 1, "funds exhausted")
@@ -209,3 +212,32 @@ def test_a_topup_retried_with_its_idempotency_key_after_a_crash_gets_the_first_a
     assert (r2.status_code, r2.text, r2.headers.get("Idempotent-Replayed")) == (200, r.text, "true")
     assert c.balance(u)["cash"] == 12_340_000
     assert c.d.sql("SELECT count(*) FROM admin_actions WHERE action = 'topup'") == [(1,)]
+
+
+def test_a_redemption_retried_with_its_idempotency_key_after_a_crash_gets_the_first_answer(new_cluster):
+    """A redemption whose answer was lost to a daemon killed after the
+    commit, sent again with its Idempotency-Key, gets the first 201 again
+    (not 409 "already redeemed") and the credit once; the key with another
+    code is 422, and without a key a second redemption is still 409."""
+    c = new_cluster(nodes={})
+    for code in ("RETRY-1", "RETRY-2"):
+        r = c.admin("POST", "/v1/admin/invite-codes", json={"code": code, "amount": "6.00"})
+        assert r.status_code == 201, r.text
+    u = c.cli_user()  # no trial yet, so it may redeem a code
+    first = c.d.post("/v1/invite-codes/redeem", key=u.key, json={"code": "retry-1"},
+                     headers={"Idempotency-Key": "redeem-1"})
+    assert first.status_code == 201, first.text
+    c.d.proc.kill()
+    c.d.proc.wait(timeout=30)
+    c.d.proc = None
+    c.d.start()
+    again = c.d.post("/v1/invite-codes/redeem", key=u.key, json={"code": "retry-1"},
+                     headers={"Idempotency-Key": "redeem-1"})
+    assert (again.status_code, again.text, again.headers["Location"]) == (201, first.text, "/v1/balance")
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert c.balance(u)["credit"] == 6 * MICRO
+    r = c.d.post("/v1/invite-codes/redeem", key=u.key, json={"code": "RETRY-2"}, headers={"Idempotency-Key": "redeem-1"})
+    assert_error(r, 422, "idempotency_key_reused", "Idempotency-Key")
+    r = c.d.post("/v1/invite-codes/redeem", key=u.key, json={"code": "retry-1"})
+    assert_error(r, 409, "conflict", "code")
+    assert c.d.sql("SELECT uses FROM invite_codes WHERE code = 'RETRY-1'") == [(1,)]
