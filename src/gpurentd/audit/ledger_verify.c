@@ -1,7 +1,7 @@
 /* ledger_verify.c: `gpurentd ledger verify`: every invariant the money
  * rules promise, checked from the raw rows, each breach printed with what
  * is wrong. The rules that are queries run in the store (store_verify.c);
- * what each settled interval owes is recomputed here from its stored
+ * what each billed interval owes is recomputed here from its stored
  * start, end, cards and the price history, with the tariff's definition and
  * nothing of billing's, and each reservation's payment from its price,
  * cards and hours. Read-only; safe next to a running daemon. */
@@ -25,9 +25,11 @@ static void print_breach(void *ctx, const char *what, const char *id, const char
         fprintf(out, "breach: %s: %s: %s\n", what, id, detail);
 }
 
-/* Settled intervals must have been charged exactly what the tariff says;
- * they come by GPU type, so each price history is read once. */
-struct settled_check {
+/* Settled intervals must have been charged exactly what the tariff says,
+ * and any other never more than its tariff up to its end or, while it
+ * runs, its latest charge: time not known to have run is never kept. They
+ * come by GPU type, so each price history is read once. */
+struct interval_check {
     FILE *out;
     int breaches;
     char model[33]; /* whose prices pp holds */
@@ -36,9 +38,9 @@ struct settled_check {
     struct store *store; /* to read price histories */
 };
 
-static int check_one(void *vctx, const struct settled_interval *iv)
+static int check_one(void *vctx, const struct charged_interval *iv)
 {
-    struct settled_check *c = vctx;
+    struct interval_check *c = vctx;
     if (strcmp(iv->gpu_model, c->model) != 0) {
         free(c->pp);
         c->pp = NULL;
@@ -47,16 +49,24 @@ static int check_one(void *vctx, const struct settled_interval *iv)
             return -1;
         snprintf(c->model, sizeof c->model, "%s", iv->gpu_model);
     }
+    /* A settled interval owes its tariff to its end; any other at most its
+     * tariff to its end or its latest charge, whichever came first. */
+    int64_t end = iv->last_charge;
+    if (iv->settled || (iv->ended_at && iv->ended_at < end))
+        end = iv->ended_at;
+    if (end < iv->started_at)
+        end = iv->started_at;
+    const char *what = iv->settled ? "settled interval billed other than its tariff"
+                                   : "interval billed beyond its tariff to its end or latest charge";
     int64_t due;
-    int mrc = tariff_due(c->pp, c->n, iv->card_count, iv->started_at, iv->ended_at, &due);
+    int mrc = tariff_due(c->pp, c->n, iv->card_count, iv->started_at, end, &due);
     if (mrc != MONEY_OK) {
-        fprintf(c->out, "breach: settled interval billed other than its tariff: %lld: billed %lld, its tariff %s\n",
-                (long long)iv->id, (long long)iv->billed,
-                mrc == MONEY_ERR_OVERFLOW ? "overflows 64-bit integers" : "cannot be computed");
+        fprintf(c->out, "breach: %s: %lld: billed %lld, its tariff %s\n", what, (long long)iv->id,
+                (long long)iv->billed, mrc == MONEY_ERR_OVERFLOW ? "overflows 64-bit integers" : "cannot be computed");
         c->breaches++;
-    } else if (due != iv->billed) {
-        fprintf(c->out, "breach: settled interval billed other than its tariff: %lld: billed %lld, due %lld\n",
-                (long long)iv->id, (long long)iv->billed, (long long)due);
+    } else if (iv->settled ? due != iv->billed : iv->billed > due) {
+        fprintf(c->out, "breach: %s: %lld: billed %lld, due %lld\n", what, (long long)iv->id, (long long)iv->billed,
+                (long long)due);
         c->breaches++;
     }
     return 0;
@@ -165,8 +175,8 @@ int ledger_verify(struct store *s, void *stream)
     int breaches = store_verify_rules(s, print_breach, out);
     if (breaches < 0)
         return -1;
-    struct settled_check c = {.out = out, .store = s};
-    int rc = store_settled_intervals(s, check_one, &c);
+    struct interval_check c = {.out = out, .store = s};
+    int rc = store_charged_intervals(s, check_one, &c);
     free(c.pp);
     struct volume_check vc = {.out = out, .store = s};
     if (rc == STORE_OK)

@@ -488,12 +488,36 @@ int ledger_refund(struct store *s, const struct billable *b, int64_t amount, int
     return rc;
 }
 
+/* Funds that ran out end an interval at the second they covered, which
+ * is before the instance is seen to stop, unless the clock was ahead when
+ * billing cut it and has stepped back since: then the instance stopped
+ * (at ended_at) before the second it was charged to, and the interval ends
+ * there instead, what was charged beyond given back. */
+static int pull_back_funds_cut(struct store *s, const char *instance_id, int64_t ended_at, const char *reason,
+                               int64_t now)
+{
+    struct billable b;
+    int rc = store_interval_get_cut_after(s, instance_id, ended_at, &b);
+    if (rc != STORE_OK)
+        return rc == STORE_NOT_FOUND ? STORE_OK : rc;
+    b.ended_at = ended_at > b.started_at ? ended_at : b.started_at;
+    struct price_book book = {0};
+    int64_t due;
+    rc = price_book_due(s, &book, &b, b.ended_at, &due);
+    price_book_free(&book);
+    if (rc != STORE_OK)
+        return rc == PRICE_OVERFLOW ? STORE_ERROR : rc;
+    if (due < b.billed && (rc = ledger_refund(s, &b, b.billed - due, now, reason)) != STORE_OK)
+        return rc;
+    return store_interval_billed(s, b.id, due < b.billed ? due : b.billed, 1, b.ended_at);
+}
+
 int ledger_close_interval(struct store *s, const char *instance_id, int64_t ended_at, const char *reason, int64_t now)
 {
     struct billable b;
     int rc = store_interval_get_open(s, instance_id, &b);
     if (rc == STORE_NOT_FOUND)
-        return STORE_OK;
+        return pull_back_funds_cut(s, instance_id, ended_at, reason, now);
     if (rc != STORE_OK)
         return rc;
     /* Whoever ends it (a stop, an exit, funds), an interval on a node that

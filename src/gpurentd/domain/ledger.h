@@ -104,7 +104,9 @@ int64_t ledger_billable_end(const struct billable *b, int64_t t);
 int ledger_refund(struct store *s, const struct billable *b, int64_t amount, int64_t at, const char *why);
 /* Ends the instance's open running interval at ended_at (never before its
  * start) and, if billing had charged it past that, refunds the difference
- * in the same transaction. No-op when none is open. */
+ * in the same transaction. When none is open, an interval that funds
+ * running out ended after ended_at (a clock that was ahead, stepped back)
+ * is pulled back to it the same way; otherwise a no-op. */
 int ledger_close_interval(struct store *s, const char *instance_id, int64_t ended_at, const char *reason, int64_t now);
 
 /* The price of a GPU type's card-hour at t (micro-yuan), or -1 if none. */

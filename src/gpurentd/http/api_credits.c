@@ -1,7 +1,8 @@
 /* api_credits.c: credit grants: POST /v1/invite-codes/redeem (a user
  * redeems a code, once per account), and the admin's
- * POST /v1/admin/invite-codes and POST /v1/admin/users/{id}/grants (which
- * honours Idempotency-Key: a retried grant is granted once). Amounts are
+ * POST /v1/admin/invite-codes and POST /v1/admin/users/{id}/grants. The
+ * redemption and the grant honour Idempotency-Key: a retry gets the first
+ * answer, and the credit is granted once. Amounts are
  * bounded by max_grant and, as they land, by max_balance; the admin's
  * routes are recorded in admin_actions. */
 #include "domain/ledger.h"
@@ -16,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALREADY (-102) /* redemption refused: this account already has it */
+#define ALREADY (-102)    /* redemption refused: this account already has it */
+#define KEY_REUSED (-103) /* the Idempotency-Key came with another request */
 
 /* Upper-cases an invite code; -1 unless 1 to 32 letters, digits or '-'. */
 static int code_normalize(const char *in, char out[33])
@@ -37,17 +39,43 @@ static int code_normalize(const char *in, char out[33])
 enum refusal { CODE_UNKNOWN, CODE_EXPIRED, CODE_USED_UP };
 
 struct redeem_ctx {
-    const char *user_id; /* who */
-    char code[33];       /* what */
-    char grant[ID_MAX];  /* out */
-    int64_t amount;      /* out */
-    enum refusal why;    /* out, on STORE_NOT_FOUND */
-    int64_t expired_at;  /* out, when why is CODE_EXPIRED */
+    const struct http_request *req; /* for the idempotency record */
+    struct idempotency *idem;       /* its key */
+    const char *user_id;            /* who */
+    char code[33];                  /* what */
+    char grant[ID_MAX];             /* out */
+    int64_t amount;                 /* out */
+    enum refusal why;               /* out, on STORE_NOT_FOUND */
+    int64_t expired_at;             /* out, when why is CODE_EXPIRED */
+    char *answer;                   /* out: the 201 body, or the replayed one (malloc'd) */
+    int replayed;                   /* out: answer is the first answer to the key */
 };
+
+/* The 201 of a redemption, kept with its Idempotency-Key. */
+static int redeem_answer(struct store *s, struct redeem_ctx *ctx)
+{
+    json_t *j = json_pack("{s:s, s:s, s:o, s:s}", "grant_id", ctx->grant, "code", ctx->code, "amount",
+                          json_money(ctx->amount), "currency", daemon_config->currency);
+    ctx->answer = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!ctx->answer)
+        return STORE_ERROR;
+    snprintf(ctx->idem->location, sizeof ctx->idem->location, "/v1/balance"); /* where the new grant shows */
+    return idempotency_record(s, ctx->req, ctx->idem, 201, ctx->answer);
+}
 
 static int redeem_txn(struct store *s, void *vctx)
 {
     struct redeem_ctx *ctx = vctx;
+    free(ctx->answer);
+    ctx->answer = NULL;
+    ctx->replayed = 0;
+    int status;
+    int twin = idempotency_twin(s, ctx->req, ctx->idem, &status, &ctx->answer);
+    if (twin != IDEM_NONE) {
+        ctx->replayed = twin == IDEM_REPLAY;
+        return twin < 0 ? twin : twin == IDEM_REPLAY ? STORE_OK : KEY_REUSED;
+    }
     struct invite_code c;
     int64_t now = clock_now();
     ctx->why = CODE_UNKNOWN;
@@ -59,8 +87,10 @@ static int redeem_txn(struct store *s, void *vctx)
     if ((rc = account_redeem_check(s, ctx->user_id, ctx->code, now)) != STORE_OK)
         return rc == ACCOUNT_CODE_REDEEMED ? ALREADY : rc;
     rc = ledger_redeem_invite(s, ctx->user_id, ctx->code, now, ctx->grant);
-    if (rc == STORE_OK)
-        return account_redeem_done(s, ctx->user_id, now);
+    if (rc == STORE_OK) {
+        rc = account_redeem_done(s, ctx->user_id, now);
+        return rc == STORE_OK ? redeem_answer(s, ctx) : rc;
+    }
     if (rc == STORE_NOT_FOUND) {
         /* Known code: refused for its expiry, or else for its use limit
          * (which a concurrent redemption may have just reached). */
@@ -107,13 +137,22 @@ void api_invite_redeem(struct http_request *req)
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
-    struct redeem_ctx ctx = {.user_id = req->user_id, .why = CODE_UNKNOWN};
+    struct idempotency idem;
+    if (idempotency_begin(req, &idem)) {
+        json_decref(body);
+        return;
+    }
+    struct redeem_ctx ctx = {.req = req, .idem = &idem, .user_id = req->user_id, .why = CODE_UNKNOWN};
     int bad = code_normalize(json_string_value(json_object_get(body, "code")), ctx.code) < 0;
     json_decref(body);
     struct store *s = store_thread();
     int rc = bad ? STORE_NOT_FOUND : s ? store_txn(s, redeem_txn, &ctx) : STORE_ERROR;
     if (rc == STORE_NOT_FOUND && bad)
         http_error(req, ERR_INVALID_INVITE_CODE, "code", "an invite code is 1 to 32 letters, digits or '-'");
+    else if (rc == KEY_REUSED)
+        http_error(req, ERR_IDEMPOTENCY_KEY_REUSED, "Idempotency-Key", NULL);
+    else if (ctx.replayed)
+        idempotency_replay(req, &idem, 201, ctx.answer);
     else if (rc == STORE_NOT_FOUND)
         reply_refusal(req, "code", ctx.code, ctx.why, ctx.expired_at);
     else if (rc == ALREADY)
@@ -136,11 +175,10 @@ void api_invite_redeem(struct http_request *req)
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else {
-        http_add_header(req, "Location", "/v1/balance"); /* where the new grant shows */
-        http_reply_json(req, 201,
-                        json_pack("{s:s, s:s, s:o, s:s}", "grant_id", ctx.grant, "code", ctx.code, "amount",
-                                  json_money(ctx.amount), "currency", daemon_config->currency));
+        http_add_header(req, "Location", idem.location);
+        http_reply_raw(req, 201, "application/json", ctx.answer, strlen(ctx.answer));
     }
+    free(ctx.answer);
 }
 
 /* An invite code as the API shows it, and as its admin_actions detail. */
@@ -242,7 +280,6 @@ void api_invite_codes_create(struct http_request *req)
     json_decref(body);
 }
 
-#define KEY_REUSED (-103) /* the Idempotency-Key came with another request */
 /* A grant's reason is also the line on the user's statement, which holds
  * this many bytes (and characters: more characters than bytes there are not). */
 #define GRANT_REASON_MAX 200

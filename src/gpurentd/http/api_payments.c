@@ -1,6 +1,8 @@
 /* api_payments.c: cash top-ups, idempotent by the payment's id and bounded
  * by max_topup and max_balance: the admin's POST /v1/admin/users/{id}/topups
- * (recorded in admin_actions), and POST /v1/payments/webhook for a payment
+ * (recorded in admin_actions; an Idempotency-Key replays its first answer,
+ * 201 and all, where a repeated payment id alone answers 200 duplicate),
+ * and POST /v1/payments/webhook for a payment
  * provider, authenticated by an HMAC-SHA256 signature of "TIMESTAMP.BODY"
  * with payment_webhook_secret (X-Gpurent-Webhook-Timestamp,
  * X-Gpurent-Webhook-Signature, lowercase hex), refused when stale. */
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #define WEBHOOK_SKEW_S 300
+#define KEY_REUSED (-103) /* the Idempotency-Key came with another request */
 
 struct topup_ctx {
     const char *user_id;              /* whose cash */
@@ -25,13 +28,47 @@ struct topup_ctx {
     const char *source;               /* admin or webhook */
     const struct http_request *admin; /* the admin's request, recorded in admin_actions; NULL for the webhook */
     const char *reason;               /* the admin's reason, "" for none */
+    struct idempotency *idem;         /* the admin's Idempotency-Key; NULL for the webhook */
     char id[ID_MAX];                  /* out */
     int duplicate;                    /* out: seen before */
+    int status;                       /* out: 201, or 200 for a duplicate */
+    char *answer;                     /* out: the reply's body, or the replayed one (malloc'd) */
+    int replayed;                     /* out: answer is the first answer to the Idempotency-Key */
 };
+
+/* The reply to a top-up, kept with its Idempotency-Key when it has one. */
+static int topup_answer(struct store *s, struct topup_ctx *ctx)
+{
+    json_t *j = json_pack("{s:s, s:s, s:s, s:o, s:s, s:b}", "topup_id", ctx->id, "user_id", ctx->user_id,
+                          "payment_id", ctx->payment_id, "amount", json_money(ctx->amount), "currency",
+                          daemon_config->currency, "duplicate", ctx->duplicate);
+    ctx->answer = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!ctx->answer)
+        return STORE_ERROR;
+    ctx->status = ctx->duplicate ? 200 : 201;
+    if (!ctx->idem)
+        return STORE_OK;
+    if (!ctx->duplicate)
+        snprintf(ctx->idem->location, sizeof ctx->idem->location, "/v1/admin/users/%s/topups/%s", ctx->user_id,
+                 ctx->id);
+    return idempotency_record(s, ctx->admin, ctx->idem, ctx->status, ctx->answer);
+}
 
 static int topup_txn(struct store *s, void *vctx)
 {
     struct topup_ctx *ctx = vctx;
+    free(ctx->answer);
+    ctx->answer = NULL;
+    ctx->replayed = 0;
+    if (ctx->idem) {
+        int twin = idempotency_twin(s, ctx->admin, ctx->idem, &ctx->status, &ctx->answer);
+        if (twin != IDEM_NONE) {
+            ctx->replayed = twin == IDEM_REPLAY;
+            return twin < 0 ? twin : twin == IDEM_REPLAY ? STORE_OK : KEY_REUSED;
+        }
+        ctx->idem->location[0] = '\0';
+    }
     struct user u;
     int rc = store_user_get(s, ctx->user_id, &u);
     if (rc != STORE_OK)
@@ -39,13 +76,13 @@ static int topup_txn(struct store *s, void *vctx)
     rc =
         ledger_topup(s, ctx->user_id, ctx->payment_id, ctx->amount, ctx->source, clock_now(), ctx->id, &ctx->duplicate);
     /* A repeated payment adds nothing, so there is no action to record. */
-    if (rc != STORE_OK || ctx->duplicate || !ctx->admin)
-        return rc;
-    json_t *detail = json_pack("{s:s, s:s, s:o, s:s}", "topup_id", ctx->id, "payment_id", ctx->payment_id, "amount",
-                               json_money(ctx->amount), "currency", daemon_config->currency);
-    rc = audit_record(s, ctx->admin, "topup", ctx->user_id, ctx->amount, detail, ctx->reason);
-    json_decref(detail);
-    return rc;
+    if (rc == STORE_OK && !ctx->duplicate && ctx->admin) {
+        json_t *detail = json_pack("{s:s, s:s, s:o, s:s}", "topup_id", ctx->id, "payment_id", ctx->payment_id,
+                                   "amount", json_money(ctx->amount), "currency", daemon_config->currency);
+        rc = audit_record(s, ctx->admin, "topup", ctx->user_id, ctx->amount, detail, ctx->reason);
+        json_decref(detail);
+    }
+    return rc == STORE_OK ? topup_answer(s, ctx) : rc;
 }
 
 static int payment_id_valid(const char *p)
@@ -81,6 +118,8 @@ static void topup(struct http_request *req, struct topup_ctx *ctx, json_t *amoun
      * left nothing behind, so the same payment may be sent again. */
     if (rc == STORE_NOT_FOUND)
         http_error(req, ERR_NOT_FOUND, NULL, "no user %.32s", ctx->user_id);
+    else if (rc == KEY_REUSED)
+        http_error(req, ERR_IDEMPOTENCY_KEY_REUSED, "Idempotency-Key", NULL);
     else if (rc == STORE_CONFLICT)
         http_error(req, ERR_CONFLICT, "payment_id", "payment %s was already recorded with another user or amount",
                    ctx->payment_id);
@@ -90,20 +129,20 @@ static void topup(struct http_request *req, struct topup_ctx *ctx, json_t *amoun
         http_error(req, ERR_UNAVAILABLE, NULL, "the database is busy; the top-up was not recorded, send it again");
     else if (rc != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
+    else if (ctx->replayed)
+        idempotency_replay(req, ctx->idem, ctx->status, ctx->answer);
     else {
-        if (!ctx->duplicate)
+        if (!ctx->duplicate) {
             log_info("payments: %s added %lld micro to %s (payment %s)", ctx->source, (long long)ctx->amount,
                      ctx->user_id, ctx->payment_id);
-        if (!ctx->duplicate) {
             char location[96];
             snprintf(location, sizeof location, "/v1/admin/users/%s/topups/%s", ctx->user_id, ctx->id);
             http_add_header(req, "Location", location);
         }
-        http_reply_json(req, ctx->duplicate ? 200 : 201,
-                        json_pack("{s:s, s:s, s:s, s:o, s:s, s:b}", "topup_id", ctx->id, "user_id", ctx->user_id,
-                                  "payment_id", ctx->payment_id, "amount", json_money(ctx->amount), "currency",
-                                  daemon_config->currency, "duplicate", ctx->duplicate));
+        http_reply_raw(req, (unsigned)ctx->status, "application/json", ctx->answer, strlen(ctx->answer));
     }
+    free(ctx->answer);
+    ctx->answer = NULL;
 }
 
 void api_topups_create(struct http_request *req)
@@ -117,10 +156,16 @@ void api_topups_create(struct http_request *req)
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
+    struct idempotency idem;
+    if (idempotency_begin(req, &idem)) {
+        json_decref(body);
+        return;
+    }
     struct topup_ctx ctx = {.user_id = req->params[0],
                             .payment_id = json_string_value(json_object_get(body, "payment_id")),
                             .source = "admin",
-                            .admin = req};
+                            .admin = req,
+                            .idem = &idem};
     if (audit_reason(req, body, AUDIT_REASON_MAX, &ctx.reason) == 0)
         topup(req, &ctx, json_object_get(body, "amount"));
     json_decref(body);

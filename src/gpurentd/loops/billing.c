@@ -15,9 +15,10 @@
  * change.
  *
  * Storage of volumes (per GB-month, from creation to deletion, running or
- * not) is billed in the same pass and the same way, before card time: what
- * funds do not cover stays owed and is charged first when money arrives
- * (bill_storage).
+ * not) is billed in the same pass and the same way: funds that cannot cover
+ * both ran out at the last second they cover both (funds_last_at), and
+ * what storage they do not cover stays owed and is charged first when
+ * money arrives (bill_storage).
  *
  * Only time known to have run is charged: an open interval on a node that
  * has missed a heartbeat is charged up to that node's last good one
@@ -147,8 +148,11 @@ static int stop_for_funds(struct store *s, struct pass *p, const char *user_id, 
     }
 }
 
-/* Bills the user's intervals b[0..n) up to t. */
-static int bill_intervals(struct store *s, struct pass *p, const char *user_id, struct billable *b, size_t n, int64_t t)
+/* Bills the user's intervals b[0..n) up to t; ran_out: the funds ran out
+ * at t (their storage took the rest), so the intervals end there even if
+ * what is left covers their card time. */
+static int bill_intervals(struct store *s, struct pass *p, const char *user_id, struct billable *b, size_t n, int64_t t,
+                          int ran_out)
 {
     int64_t owed;
     struct funds funds;
@@ -156,8 +160,8 @@ static int bill_intervals(struct store *s, struct pass *p, const char *user_id, 
     if ((rc = owed_at(s, p, b, n, t, &owed)) != STORE_OK || (rc = ledger_funds(s, user_id, t - 1, &funds)) != STORE_OK)
         return rc;
     int64_t until = t;
-    int exhausted = owed > funds.available;
-    if (exhausted) {
+    int exhausted = owed > funds.available || ran_out;
+    if (owed > funds.available) {
         /* The last second the funds cover: owed is monotonic in time. */
         int64_t lo = b[0].started_at, hi = t;
         for (size_t i = 1; i < n; i++)
@@ -223,26 +227,38 @@ static int storage_due_at(struct store *s, struct pass *p, const struct storage_
     return STORE_ERROR;
 }
 
-/* Charges the storage of the user's volumes up to t, oldest volume first,
- * as far as their funds go: storage is charged before card time, and what
- * funds do not cover stays owed (the volume is kept; ledger_funds_now
- * counts it, so no instance starts until it is paid) and is charged first
- * at the next pass that finds money. A volume is settled once it is deleted
- * and charged its whole tariff. */
-static int bill_storage(struct store *s, struct pass *p, const char *user_id, int64_t t)
+/* Sum over the volumes v[0..n) of what their storage owes at t beyond what
+ * was charged. */
+static int storage_owed_at(struct store *s, struct pass *p, const struct storage_billable *v, size_t n, int64_t t,
+                           int64_t *out)
 {
-    struct storage_billable *v;
-    size_t n;
-    int rc = store_storage_billables(s, user_id, &v, &n);
-    if (rc != STORE_OK || n == 0) {
-        free(v);
-        return rc;
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t due;
+        int rc = storage_due_at(s, p, &v[i], t, &due);
+        if (rc != STORE_OK)
+            return rc;
+        if (due > v[i].billed && money_add(total, due - v[i].billed, &total) != MONEY_OK) {
+            snprintf(p->why, sizeof p->why, "the sum of what storage owes overflows");
+            return STORE_ERROR;
+        }
     }
+    *out = total;
+    return STORE_OK;
+}
+
+/* Charges the storage of the volumes v[0..n) up to t, oldest volume first,
+ * as far as the user's funds go: what they do not cover stays owed (the
+ * volume is kept; ledger_funds_now counts it, so no instance starts until
+ * it is paid) and is charged first at the next pass that finds money. A
+ * volume is settled once it is deleted and charged its whole tariff. */
+static int bill_storage(struct store *s, struct pass *p, const char *user_id, struct storage_billable *v, size_t n,
+                        int64_t t)
+{
     struct funds funds;
-    if ((rc = ledger_funds(s, user_id, t - 1, &funds)) != STORE_OK) {
-        free(v);
+    int rc = n ? ledger_funds(s, user_id, t - 1, &funds) : STORE_OK;
+    if (rc != STORE_OK || n == 0)
         return rc;
-    }
     int64_t left = funds.available;
     for (size_t i = 0; i < n && rc == STORE_OK; i++) {
         int64_t due;
@@ -269,23 +285,75 @@ static int bill_storage(struct store *s, struct pass *p, const char *user_id, in
             (rc = store_storage_billed(s, v[i].volume_id, v[i].billed, charged ? t : 0, settled)) != STORE_OK)
             break;
     }
-    free(v);
     return rc;
 }
 
+/* The last second the user's funds cover both their storage and their card
+ * time, or -1 when they cover all that is due at t. Owed is monotonic in
+ * time, and the search starts at the earliest interval's start. */
+static int funds_last_at(struct store *s, struct pass *p, const char *user_id, const struct billable *b, size_t nb,
+                         const struct storage_billable *v, size_t nv, int64_t t, int64_t *out)
+{
+    *out = -1;
+    struct funds funds;
+    int64_t cards, storage, owed;
+    int rc = ledger_funds(s, user_id, t - 1, &funds);
+    if (rc != STORE_OK || (rc = owed_at(s, p, b, nb, t, &cards)) != STORE_OK ||
+        (rc = storage_owed_at(s, p, v, nv, t, &storage)) != STORE_OK)
+        return rc;
+    if (money_add(cards, storage, &owed) != MONEY_OK) {
+        snprintf(p->why, sizeof p->why, "the sum of what is owed overflows");
+        return STORE_ERROR;
+    }
+    if (owed <= funds.available)
+        return STORE_OK;
+    /* Never after t, though the intervals may all start later (a clock
+     * stepped back): storage is not charged ahead of the pass. */
+    int64_t lo = t, hi = t;
+    for (size_t i = 0; i < nb; i++)
+        if (b[i].started_at < lo)
+            lo = b[i].started_at;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if ((rc = owed_at(s, p, b, nb, mid, &cards)) != STORE_OK ||
+            (rc = storage_owed_at(s, p, v, nv, mid, &storage)) != STORE_OK)
+            return rc;
+        if (money_add(cards, storage, &owed) == MONEY_OK && owed <= funds.available)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    *out = lo;
+    return STORE_OK;
+}
+
 /* Bills the user's storage, then their intervals up to t: all of them,
- * however many, as the second funds run out depends on every one. */
+ * however many, as the second funds run out depends on every one. When
+ * the funds cannot cover both up to t, they ran out at the last second
+ * they cover both (funds_last_at): storage and card time are charged to
+ * there and the instances stop there, and only then does storage take what
+ * is left for the time after it. So that second is the same whether passes
+ * ran every second or once, late: charging the storage of the whole late
+ * stretch first would cut card time short of what funds had covered. */
 static int bill_until(struct store *s, struct pass *p, const char *user_id, int64_t t)
 {
-    struct billable *b;
-    size_t n;
-    int rc = bill_storage(s, p, user_id, t);
-    if (rc != STORE_OK)
-        return rc;
-    rc = store_billables(s, user_id, &b, &n);
-    if (rc == STORE_OK && n > 0)
-        rc = bill_intervals(s, p, user_id, b, n, t);
+    struct billable *b = NULL;
+    struct storage_billable *v = NULL;
+    size_t nb = 0, nv = 0;
+    int64_t last = -1;
+    int rc = store_billables(s, user_id, &b, &nb);
+    if (rc == STORE_OK)
+        rc = store_storage_billables(s, user_id, &v, &nv);
+    if (rc == STORE_OK && nb > 0 && nv > 0)
+        rc = funds_last_at(s, p, user_id, b, nb, v, nv, t, &last);
+    if (rc == STORE_OK)
+        rc = bill_storage(s, p, user_id, v, nv, last >= 0 ? last : t);
+    if (rc == STORE_OK && nb > 0)
+        rc = bill_intervals(s, p, user_id, b, nb, last >= 0 ? last : t, last >= 0);
+    if (rc == STORE_OK && last >= 0)
+        rc = bill_storage(s, p, user_id, v, nv, t);
     free(b);
+    free(v);
     return rc;
 }
 

@@ -808,6 +808,9 @@ struct billable {
 };
 /* The user's open interval of instance_id; STORE_NOT_FOUND if none is open. */
 int store_interval_get_open(struct store *s, const char *instance_id, struct billable *out);
+/* The latest interval of instance_id that funds running out ended after
+ * `after`; STORE_NOT_FOUND if none did. */
+int store_interval_get_cut_after(struct store *s, const char *instance_id, int64_t after, struct billable *out);
 /* Who paid for an interval: each user account that its usage (less its
  * refunds) drew from, with what it still has to give back, the account drawn
  * last first. */
@@ -1048,18 +1051,20 @@ int store_storage_lines(struct store *s, const char *user_id, int64_t from, int6
 typedef void (*store_breach_fn)(void *ctx, const char *what, const char *id, const char *detail);
 /* Runs every rule; the number of breaches, or -1 if a rule could not run. */
 int store_verify_rules(struct store *s, store_breach_fn fn, void *ctx);
-/* A settled interval as stored. */
-struct settled_interval {
-    int64_t id;         /* interval */
-    char gpu_model[33]; /* at which prices */
-    int64_t card_count; /* cards */
-    int64_t started_at; /* from */
-    int64_t ended_at;   /* to */
-    int64_t billed;     /* what was charged, net of refunds */
+/* A billed or settled interval as stored. */
+struct charged_interval {
+    int64_t id;          /* interval */
+    char gpu_model[33];  /* at which prices */
+    int64_t card_count;  /* cards */
+    int64_t started_at;  /* from */
+    int64_t ended_at;    /* to; 0 while open */
+    int64_t billed;      /* what was charged, net of refunds */
+    int settled;         /* billed in full */
+    int64_t last_charge; /* the latest `at` of its usage transactions, 0 if none */
 };
-/* Calls fn for every settled interval, by GPU type then id; a non-zero
- * return stops with STORE_ERROR. */
-int store_settled_intervals(struct store *s, int (*fn)(void *ctx, const struct settled_interval *iv), void *ctx);
+/* Calls fn for every interval that is settled (and ended) or has anything
+ * billed, by GPU type then id; a non-zero return stops with STORE_ERROR. */
+int store_charged_intervals(struct store *s, int (*fn)(void *ctx, const struct charged_interval *iv), void *ctx);
 /* A volume's storage billing as stored (0020). */
 struct volume_charge {
     char volume_id[ID_MAX];

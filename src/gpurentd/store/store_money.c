@@ -94,6 +94,9 @@ static const char SQL_BILLABLES[] =
     "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.user_id = ? AND r.settled = 0 ORDER BY r.id";
 static const char SQL_INTERVAL_GET_OPEN[] =
     "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.instance_id = ? AND r.ended_at IS NULL";
+static const char SQL_INTERVAL_GET_CUT_AFTER[] =
+    "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.instance_id = ?1 AND r.ended_at > ?2"
+    " AND r.end_reason = 'funds exhausted' ORDER BY r.id DESC LIMIT 1";
 /* Net payment per user account for an interval's usage and refunds, the
  * account drawn last first, so a refund gives back in the reverse order of
  * the charges. */
@@ -619,6 +622,16 @@ int store_interval_get_open(struct store *s, const char *instance_id, struct bil
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
     return store_read_one(s, st, out, store_read_billable, "open interval");
+}
+
+int store_interval_get_cut_after(struct store *s, const char *instance_id, int64_t after, struct billable *out)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_INTERVAL_GET_CUT_AFTER);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, after);
+    return store_read_one(s, st, out, store_read_billable, "interval cut by funds");
 }
 
 static void read_payer(sqlite3_stmt *st, void *row)

@@ -165,9 +165,11 @@ static const struct check checks[] = {
      "SELECT 'all accounts', 'sum ' || sum(balance) FROM ledger_accounts HAVING sum(balance) <> 0"           },
 };
 
-static const char SQL_SETTLED[] =
-    "SELECT id, gpu_model, card_count, started_at, ended_at, billed FROM running_intervals"
-    " WHERE settled = 1 AND ended_at IS NOT NULL ORDER BY gpu_model, id";
+static const char SQL_CHARGED_INTERVALS[] =
+    "SELECT r.id, r.gpu_model, r.card_count, r.started_at, coalesce(r.ended_at, 0), r.billed, r.settled,"
+    " coalesce((SELECT max(t.at) FROM ledger_transactions t WHERE t.interval_id = r.id AND t.kind = 'usage'), 0)"
+    " FROM running_intervals r WHERE (r.settled = 1 AND r.ended_at IS NOT NULL) OR r.billed <> 0"
+    " ORDER BY r.gpu_model, r.id";
 
 int store_verify_rules(struct store *s, store_breach_fn fn, void *ctx)
 {
@@ -201,18 +203,20 @@ int store_verify_rules(struct store *s, store_breach_fn fn, void *ctx)
     return breaches;
 }
 
-int store_settled_intervals(struct store *s, int (*fn)(void *ctx, const struct settled_interval *iv), void *ctx)
+int store_charged_intervals(struct store *s, int (*fn)(void *ctx, const struct charged_interval *iv), void *ctx)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store_db(s), SQL_SETTLED, -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(store_db(s), SQL_CHARGED_INTERVALS, -1, &st, NULL) != SQLITE_OK)
         return STORE_ERROR;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct settled_interval iv = {.id = sqlite3_column_int64(st, 0),
-                                      .card_count = sqlite3_column_int64(st, 2),
-                                      .started_at = sqlite3_column_int64(st, 3),
-                                      .ended_at = sqlite3_column_int64(st, 4),
-                                      .billed = sqlite3_column_int64(st, 5)};
+        struct charged_interval iv = {.id = sqlite3_column_int64(st, 0),
+                                     .card_count = sqlite3_column_int64(st, 2),
+                                     .started_at = sqlite3_column_int64(st, 3),
+                                     .ended_at = sqlite3_column_int64(st, 4),
+                                     .billed = sqlite3_column_int64(st, 5),
+                                     .settled = sqlite3_column_int(st, 6),
+                                     .last_charge = sqlite3_column_int64(st, 7)};
         store_column_text(iv.gpu_model, sizeof iv.gpu_model, st, 1);
         if (fn(ctx, &iv) != 0) {
             rc = SQLITE_DONE;
@@ -221,7 +225,7 @@ int store_settled_intervals(struct store *s, int (*fn)(void *ctx, const struct s
         }
     }
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "settled intervals");
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_from_sqlite(s, rc, "charged intervals");
 }
 
 static const char SQL_VOLUME_CHARGES[] =

@@ -161,7 +161,8 @@ def ledger_breaches(con):
     back, its remaining equal to its account, nothing left once voided,
     every grant leg naming its grant; each interval's revenue equal to what
     it says was billed, settled only once ended, and then billed exactly its
-    tariff; each refund naming its interval and moving only revenue back to
+    tariff, and never more than that to its end or latest charge before;
+    each refund naming its interval and moving only revenue back to
     its user's cash and grants, never giving an account more than it paid
     for that interval; each top-up adding its amount in cash. Returns a list
     of breaches, empty when all hold. Read it in one transaction so that it
@@ -235,6 +236,8 @@ def ledger_breaches(con):
                        f"{accounts.get(f'grant:{g}', (None, 0, None))[1]}")
         if voided is not None and remaining != 0:
             out.append(f"grant {g} was voided with {remaining} remaining")
+    last_usage = dict(con.execute("SELECT interval_id, max(at) FROM ledger_transactions"
+                                  " WHERE kind = 'usage' AND interval_id IS NOT NULL GROUP BY interval_id"))
     prices = {}
     for model, eff, price in con.execute("SELECT gpu_model, effective_at, card_hour FROM prices"
                                          " ORDER BY gpu_model, effective_at"):
@@ -248,6 +251,13 @@ def ledger_breaches(con):
         elif settled and billed != tariff(prices, model, cards, start, end):
             due = tariff(prices, model, cards, start, end)
             out.append(f"settled interval {iv} billed {billed}, its tariff is {due}")
+        elif not settled and billed:
+            # Never more than its tariff to its end or, while it runs, to
+            # its latest charge: time not known to have run is not kept.
+            upto = min(e for e in (end, last_usage.get(iv, 0)) if e is not None)
+            due = tariff(prices, model, cards, start, max(start, upto))
+            if billed > due:
+                out.append(f"interval {iv} billed {billed}, beyond its tariff {due} to {upto}")
     for top, amount in con.execute("SELECT id, amount FROM topups"):
         if topup_cash.get(top, 0) != amount:
             out.append(f"top-up {top} of {amount} added {topup_cash.get(top, 0)} cash")

@@ -522,7 +522,7 @@ struct seen {
     int stop_after; /* 0: never */
 };
 
-static int see(void *ctx, const struct settled_interval *iv)
+static int see(void *ctx, const struct charged_interval *iv)
 {
     struct seen *s = ctx;
     if (s->n < 8) {
@@ -552,14 +552,14 @@ static void test_settled_intervals_come_by_type_then_id_and_a_callback_can_stop_
     int64_t iv;
     fx_running(fx.s, alice, FX_TST, 1, 100, &open, &iv); /* not settled */
     struct seen s = {0};
-    assert_int_equal(store_settled_intervals(fx.s, see, &s), STORE_OK);
+    assert_int_equal(store_charged_intervals(fx.s, see, &s), STORE_OK);
     assert_int_equal(s.n, 3);
     assert_string_equal(s.models[0], "MI450");
     assert_string_equal(s.models[1], FX_TST);
     assert_string_equal(s.models[2], FX_TST);
     assert_true(s.ids[1] < s.ids[2]);
     struct seen stop = {.stop_after = 2};
-    assert_int_equal(store_settled_intervals(fx.s, see, &stop), STORE_ERROR);
+    assert_int_equal(store_charged_intervals(fx.s, see, &stop), STORE_ERROR);
     assert_int_equal(stop.n, 2);
 }
 
