@@ -620,6 +620,9 @@ int wl_log_append(const char *node_dir, const char *id, int64_t max_bytes, int64
  * logs older than keep_s and the oldest beyond max_kept. Neither > 0: the
  * files are removed. Missing ones are fine. */
 void wl_log_retire(const char *node_dir, const char *id, int64_t keep_s, int64_t max_kept);
+/* Removes the kept logs of removed workloads that wl_log_retire's limits
+ * no longer keep (at start: the limits may have changed, and time passed). */
+void wl_log_sweep(const char *node_dir, int64_t keep_s, int64_t max_kept);
 /* Whether a removed workload's output is kept. */
 int wl_log_kept(const char *node_dir, const char *id);
 struct wl_log_query {

@@ -217,6 +217,16 @@ static void sweep_kept(const char *dir, int64_t keep_s, int64_t max_kept, int64_
     free(logs);
 }
 
+void wl_log_sweep(const char *node_dir, int64_t keep_s, int64_t max_kept)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s/logs/ended", node_dir) >= (int)sizeof dir)
+        return;
+    pthread_mutex_lock(&log_lock);
+    sweep_kept(dir, keep_s, max_kept, (int64_t)time(NULL));
+    pthread_mutex_unlock(&log_lock);
+}
+
 void wl_log_retire(const char *node_dir, const char *id, int64_t keep_s, int64_t max_kept)
 {
     char cur[PATH_MAX], old[PATH_MAX], kept_cur[PATH_MAX], kept_old[PATH_MAX], dir[PATH_MAX];

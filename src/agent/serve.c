@@ -161,6 +161,7 @@ static void load_node_records(struct agent *a)
         if (agent_node_dir(a, &a->nodes[i], dir, sizeof dir) == 0) {
             int n = records_load(dir, &a->nodes[i], driver_adopt, a);
             total += n > 0 ? (size_t)n : 0;
+            wl_log_sweep(dir, a->conf->ended_log_keep_s, a->conf->ended_logs_max);
         }
     }
     if (total)

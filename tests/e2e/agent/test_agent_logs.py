@@ -79,8 +79,9 @@ def test_sim_lines_follow_and_done(tmp_path):
 
 
 def test_removed_workloads_output_is_kept_only_as_configured(tmp_path):
-    """ended_logs_max keeps the newest removed workloads' output, and
-    ended_log_keep_s 0 keeps none."""
+    """ended_logs_max keeps the newest removed workloads' output, also once
+    the agent starts again with a lower one, and ended_log_keep_s 0 keeps
+    none."""
     def run_and_remove(a, wid):
         assert a.put(f"/v1/workloads/{wid}", json={"image": "test/exit-after-10"}).status_code == 201
         a.wait_phase(wid, "exited")
@@ -95,6 +96,10 @@ def test_removed_workloads_output_is_kept_only_as_configured(tmp_path):
             time.sleep(0.01)  # ctimes apart: the newest are kept
         assert_error(logs(a, "wl_a"), 404, "not_found")
         assert [logs(a, w).json()["done"] for w in ("wl_b", "wl_c")] == [True, True]
+        # Started again with a lower limit, the agent sweeps what it no longer keeps.
+        a.restart(ended_logs_max=1)
+        assert_error(logs(a, "wl_b"), 404, "not_found")
+        assert logs(a, "wl_c").json()["done"] is True
     finally:
         a.stop()
     a = Agent(tmp_path / "none", options={"ended_log_keep_s": "0"})
