@@ -59,6 +59,7 @@ import hmac
 import os
 import re
 import signal
+import threading
 import time
 
 import pytest
@@ -137,6 +138,37 @@ def ledger_verify(db_path):
     """Runs `gpurentd ledger verify --db`; returns (exit code, output)."""
     p = run_gpurentd("ledger", "verify", "--db", db_path, timeout=120)
     return p.returncode, p.stdout + p.stderr
+
+
+def kill_during_passes(c, rng, rounds, step, seed, skip_every=4, between=None):
+    """The crash harness: `rounds` times, the clock moves on by
+    rng.randint(*step) seconds, a billing pass is asked for (in every round
+    but each skip_every-th), and gpurentd is killed with SIGKILL within 12
+    ms, whatever it is doing; `ledger verify` must pass on what it left, and
+    it is started again, then between(round) runs if given. Returns how many
+    of the passes asked for were cut before they answered."""
+    cut = []
+
+    def ask_for_a_pass():
+        try:
+            c.admin("POST", "/v1/admin/billing/run", json={}, timeout=5)
+        except Exception:
+            cut.append(1)  # killed before it answered
+
+    for rnd in range(rounds):
+        c.d.advance_clock(rng.randint(*step))
+        if rnd % skip_every != skip_every - 1:
+            threading.Thread(target=ask_for_a_pass, daemon=True).start()
+        time.sleep(rng.uniform(0, 0.012))
+        c.d.proc.kill()
+        c.d.proc.wait(timeout=30)
+        c.d.proc = None
+        rc, out = ledger_verify(c.d.db_path)
+        assert rc == 0, f"after kill {rnd} (seed {seed}):\n{out}"
+        c.d.start()
+        if between:
+            between(rnd)
+    return len(cut)
 
 
 def tariff(prices, model, cards, start, end):

@@ -8,10 +8,8 @@ in one late pass: totals never depend on when, how often or how completely
 passes ran."""
 import os
 import random
-import threading
-import time
 
-from money_util import MICRO, RefModel, ledger_verify, new_cluster, verify_ledgers  # noqa: F401
+from money_util import MICRO, RefModel, kill_during_passes, new_cluster, verify_ledgers  # noqa: F401
 
 SEED = int(os.environ.get("MONEY_CRASH_SEED", "0")) or random.randrange(1, 10**9)
 
@@ -47,25 +45,8 @@ def test_kill_9_during_and_between_passes_changes_no_total(new_cluster):
     c.set_price("MI300X", 2_500_000, t0 + 2400)
     model.set_price("MI300X", 2_500_000, t0 + 2400)
 
-    cut = []
-
-    def ask_for_a_pass():
-        try:
-            c.admin("POST", "/v1/admin/billing/run", json={}, timeout=5)
-        except Exception:
-            cut.append(1)  # killed before it answered
-
-    for rnd in range(30):
-        c.d.advance_clock(rng.randint(100, 420))
-        if rnd % 4 != 3:  # most kills land in or right after a pass asked for now
-            threading.Thread(target=ask_for_a_pass, daemon=True).start()
-        time.sleep(rng.uniform(0, 0.012))
-        c.d.proc.kill()
-        c.d.proc.wait(timeout=30)
-        c.d.proc = None
-        rc, out = ledger_verify(c.d.db_path)
-        assert rc == 0, f"after kill {rnd} (seed {SEED}):\n{out}"
-        c.d.start()
+    # Most kills land in or right after a pass asked for then.
+    cut = kill_during_passes(c, rng, 30, (100, 420), SEED)
     t_end = c.d.advance_clock(137)
     for u, iid in zip(users, ids):
         c.stop(u, iid, wait=False)
@@ -96,7 +77,7 @@ def test_kill_9_during_and_between_passes_changes_no_total(new_cluster):
 
     want = expected()
     assert observed() == want, f"seed {SEED}"
-    print(f"{len(cut)} kills landed while an asked-for pass was unanswered")
+    print(f"{cut} kills landed while an asked-for pass was unanswered")
     # Some ran out of funds mid-run, some did not.
     ran_out = [v for v in want.values() if v["interval"][1] < t_end - t0]
     assert 0 < len(ran_out) < len(want)

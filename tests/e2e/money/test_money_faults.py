@@ -7,11 +7,9 @@ cards x seconds / 3600) for card time and floor(price x size_gb x seconds
 runs after every test."""
 import os
 import random
-import threading
-import time
 
 from harness import assert_error
-from money_util import (MICRO, PRICE, accrue, ledger_verify, micro, new_cluster, quiet,  # noqa: F401
+from money_util import (MICRO, PRICE, accrue, kill_during_passes, micro, new_cluster, quiet,  # noqa: F401
                         storage_cost, verify_ledgers, yuan)
 from test_money_verify import assert_breach, base, copy, corrupt, verify_cluster  # noqa: F401
 
@@ -97,23 +95,7 @@ def test_kill_9_during_passes_with_storage_changes_no_total(new_cluster):
     for u, iid, *_ in runs:
         c.wait_state(u, iid, "running")
 
-    def ask_for_a_pass():
-        try:
-            c.admin("POST", "/v1/admin/billing/run", json={}, timeout=5)
-        except Exception:
-            pass  # killed before it answered
-
-    for rnd in range(16):
-        c.d.advance_clock(rng.randint(60, 300))
-        if rnd % 4 != 3:
-            threading.Thread(target=ask_for_a_pass, daemon=True).start()
-        time.sleep(rng.uniform(0, 0.012))
-        c.d.proc.kill()
-        c.d.proc.wait(timeout=30)
-        c.d.proc = None
-        rc, out = ledger_verify(c.d.db_path)
-        assert rc == 0, f"after kill {rnd} (seed {SEED}):\n{out}"
-        c.d.start()
+    kill_during_passes(c, rng, 16, (60, 300), SEED)
     t_end = c.d.advance_clock(61)
     c.billing()
     ran_out = 0

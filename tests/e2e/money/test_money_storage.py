@@ -9,12 +9,10 @@ global price stays 0 for the instances' default volumes."""
 import os
 import random
 import sqlite3
-import threading
-import time
 
 from harness import assert_error
-from money_util import (MICRO, PRICE, accrue, cluster_fixture, iso, ledger_breaches, ledger_verify,  # noqa: F401
-                        micro, new_cluster, storage_cost, verify_ledgers, yuan)
+from money_util import (MICRO, PRICE, accrue, cluster_fixture, iso, kill_during_passes, ledger_breaches,  # noqa: F401
+                        ledger_verify, micro, new_cluster, storage_cost, verify_ledgers, yuan)
 from ops_util import reconcile, storage_totals
 from test_money_validation import refused, run_matrix
 
@@ -401,27 +399,13 @@ def test_kill_9_during_and_between_passes_changes_no_storage_total(new_cluster):
         vols.append((u, new_volume(c, u, f"v{i}", size, region), size, region))
     deleted = {}
 
-    def ask_for_a_pass():
-        try:
-            c.admin("POST", "/v1/admin/billing/run", json={}, timeout=5)
-        except Exception:
-            pass
-
-    for rnd in range(12):
-        c.d.advance_clock(rng.randint(100, 600))
-        if rnd % 3 != 2:
-            threading.Thread(target=ask_for_a_pass, daemon=True).start()
-        time.sleep(rng.uniform(0, 0.012))
-        c.d.proc.kill()
-        c.d.proc.wait(timeout=30)
-        c.d.proc = None
-        rc, out = ledger_verify(c.d.db_path)
-        assert rc == 0, f"after kill {rnd} (seed {SEED}):\n{out}"
-        c.d.start()
+    def delete_two_volumes(rnd):
         if rnd in (3, 7):
             u, vid, _, _ = vols[rnd]
             assert c.d.delete(f"/v1/volumes/{vid}", key=u.key).status_code == 204
             [(deleted[vid],)] = c.d.sql("SELECT deleted_at FROM volumes WHERE id = ?", (vid,))
+
+    kill_during_passes(c, rng, 12, (100, 600), SEED, skip_every=3, between=delete_two_volumes)
     t_end = c.d.advance_clock(111)
     c.billing()
     poor = vols[0]
