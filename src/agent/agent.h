@@ -729,11 +729,12 @@ struct runtime_ops {
     /* Unmounts a host directory no workload uses any more. */
     int (*unmount)(const struct runtime *rt, struct workload *w, const char *host_dir, char *msg, size_t msglen);
     /* SSH: the program that runs command (NULL: an interactive shell)
-     * inside the workload, tty when a PTY was asked for, TERM term ("" for
-     * none). Fills argv, env (NAME=VALUE words; none: the agent's own
+     * inside the workload, tty when a PTY was asked for, with the session's
+     * variables vars (NULL-terminated "NAME=VALUE": TERM, SSH_CONNECTION
+     * …). Fills argv, env (NAME=VALUE words; none: the agent's own
      * environment) and cwd ("" = the agent's). Called from an SSH
      * connection thread with no lock held. STEP_OK or STEP_FAIL with msg. */
-    int (*shell)(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
+    int (*shell)(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *const *vars,
                  struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen);
     /* SSH forwards: the host pid of workload id's main process, whose
      * namespaces are the container's; 0 for the sim, whose processes share
@@ -885,9 +886,10 @@ int oci_cluster_dir(const struct runtime *rt, const struct workload *w, char *ou
 int oci_argv_inspect(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_stop(const struct oci_cmd *c, const char *id, struct argv_buf *a);
 int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a);
-/* `exec -i [-t] [-e TERM=term] <container> /bin/sh [-c command]`: SSH
- * sessions; command NULL for a shell, term "" or NULL for none. */
-int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, int tty, const char *term,
+/* `exec -i [-t] [-e NAME=VALUE]... <container> /bin/sh [-c command]`: SSH
+ * sessions; command NULL for a shell, vars the session's variables
+ * (NULL-terminated, or NULL for none). */
+int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, int tty, const char *const *vars,
                   struct argv_buf *a);
 /* `container inspect --format {{.State.Pid}} <container>`: SSH forwards. */
 int oci_argv_inspect_pid(const struct oci_cmd *c, const char *id, struct argv_buf *a);

@@ -304,8 +304,9 @@ static int sim_prepare(const struct runtime *rt, struct workload *w, char dir[PA
     return STEP_OK;
 }
 
-static int sim_shell(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
-                     struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen)
+static int sim_shell(const struct runtime *rt, struct workload *w, const char *command, int tty,
+                     const char *const *vars, struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen,
+                     char *msg, size_t msglen)
 {
     char dir[PATH_MAX];
     if (sim_prepare(rt, w, dir, msg, msglen) != STEP_OK)
@@ -318,8 +319,8 @@ static int sim_shell(const struct runtime *rt, struct workload *w, const char *c
     argv_addf(env, "HOME=%s", dir);
     argv_addf(env, "GPURENT_WORKLOAD=%s", w->id);
     argv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
-    if (term && term[0])
-        argv_addf(env, "TERM=%s", term);
+    for (size_t i = 0; vars && vars[i]; i++)
+        argv_add(env, vars[i]);
     sim_add_env(w, dir, env);
     snprintf(cwd, cwdlen, "%s", dir);
     if (argv->overflow || env->overflow) {

@@ -384,7 +384,7 @@ int oci_argv_rm(const struct oci_cmd *c, const char *id, struct argv_buf *a)
     return finish(a);
 }
 
-int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, int tty, const char *term,
+int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, int tty, const char *const *vars,
                   struct argv_buf *a)
 {
     char name[AGENT_NAME_MAX + 16];
@@ -394,9 +394,9 @@ int oci_argv_exec(const struct oci_cmd *c, const char *id, const char *command, 
     argv_add(a, "-i");
     if (tty)
         argv_add(a, "-t");
-    if (term && term[0]) {
+    for (size_t i = 0; vars && vars[i]; i++) {
         argv_add(a, "-e");
-        argv_addf(a, "TERM=%s", term);
+        argv_add(a, vars[i]);
     }
     argv_add(a, name);
     argv_add(a, "/bin/sh");
@@ -973,12 +973,13 @@ static int oci_unmount(const struct runtime *rt, struct workload *w, const char 
     return STEP_OK;
 }
 
-static int oci_shell(const struct runtime *rt, struct workload *w, const char *command, int tty, const char *term,
-                     struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen, char *msg, size_t msglen)
+static int oci_shell(const struct runtime *rt, struct workload *w, const char *command, int tty,
+                     const char *const *vars, struct argv_buf *argv, struct argv_buf *env, char *cwd, size_t cwdlen,
+                     char *msg, size_t msglen)
 {
     struct oci_cmd c = cmd_of(rt);
     cwd[0] = '\0';
-    if (oci_argv_exec(&c, w->id, command, tty, term, argv) < 0) {
+    if (oci_argv_exec(&c, w->id, command, tty, vars, argv) < 0) {
         snprintf(msg, msglen, "exec: the command line does not fit");
         return STEP_FAIL;
     }

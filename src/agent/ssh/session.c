@@ -9,12 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -414,7 +416,9 @@ int ssh_shell_start(struct agent *a, struct agent_node *n, const char *wl_id, co
                     unsigned rows, pid_t *pid, int *master, char *msg, size_t msglen)
 {
     struct argv_buf argv = {0}, env = {0};
-    char cwd[PATH_MAX] = "";
+    char cwd[PATH_MAX] = "", term_var[96];
+    snprintf(term_var, sizeof term_var, "TERM=%s", term && term[0] && strlen(term) < 64 ? term : "xterm");
+    const char *vars[] = {term_var, NULL};
     struct winsize ws = {.ws_col = (unsigned short)cols, .ws_row = (unsigned short)rows};
     int rc = -1;
     pthread_mutex_lock(&n->lock);
@@ -422,7 +426,7 @@ int ssh_shell_start(struct agent *a, struct agent_node *n, const char *wl_id, co
     if (!w || w->removing || w->phase != WL_RUNNING)
         snprintf(msg, msglen, "the workload is no longer running");
     else
-        rc = a->rt->ops->shell(a->rt, w, NULL, 1, term, &argv, &env, cwd, sizeof cwd, msg, msglen) == STEP_OK ? 0
+        rc = a->rt->ops->shell(a->rt, w, NULL, 1, vars, &argv, &env, cwd, sizeof cwd, msg, msglen) == STEP_OK ? 0
                                                                                                               : -1;
     pthread_mutex_unlock(&n->lock);
     int fds[3];
@@ -433,6 +437,30 @@ int ssh_shell_start(struct agent *a, struct agent_node *n, const char *wl_id, co
     argv_free(&argv);
     argv_free(&env);
     return rc;
+}
+
+/* The variables sshd gives a session: its TERM when it asked for one, and
+ * where the connection comes from and goes to (SSH_CLIENT "addr port
+ * port", SSH_CONNECTION "addr port addr port"), which scripts and editors'
+ * remote modes read. vars gets the list, NULL-terminated, in text. */
+static void session_vars(const struct ssh_chan *ch, char text[3][256], const char *vars[4])
+{
+    const struct ssh_conn *c = ch->conn;
+    char here[64] = "0.0.0.0", port[16] = "0";
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(c->fd, (struct sockaddr *)&ss, &len) == 0)
+        getnameinfo((struct sockaddr *)&ss, len, here, sizeof here, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV);
+    size_t n = 0;
+    snprintf(text[0], 256, "SSH_CLIENT=%s %d %s", c->addr, c->port, port);
+    snprintf(text[1], 256, "SSH_CONNECTION=%s %d %s %s", c->addr, c->port, here, port);
+    vars[n++] = text[0];
+    vars[n++] = text[1];
+    if (ch->term[0]) {
+        snprintf(text[2], 256, "TERM=%s", ch->term);
+        vars[n++] = text[2];
+    }
+    vars[n] = NULL;
 }
 
 /* Starts what the channel asked for: command (NULL for a shell) or, with
@@ -463,7 +491,10 @@ static int chan_start(struct ssh_chan *ch, const char *command, int sftp)
             rc = argv.overflow ? -1 : 0;
         }
     } else {
-        rc = a->rt->ops->shell(a->rt, w, command, ch->tty, ch->term, &argv, &env, cwd, sizeof cwd, msg, sizeof msg) ==
+        char text[3][256];
+        const char *vars[4];
+        session_vars(ch, text, vars);
+        rc = a->rt->ops->shell(a->rt, w, command, ch->tty, vars, &argv, &env, cwd, sizeof cwd, msg, sizeof msg) ==
                      STEP_OK
                  ? 0
                  : -1;

@@ -154,6 +154,21 @@ def test_command_runs_in_the_sim_container(node, keys, workload):
         assert f.read() == "hi\n"
 
 
+def test_a_session_knows_its_connection_as_sshd_says_it(node, keys, workload):
+    """SSH_CLIENT and SSH_CONNECTION, as sshd sets them, and TERM only with
+    a terminal: scripts and editors' remote modes read them."""
+    p = node.ssh(keys["mine"][0], workload["user"], 'echo "$SSH_CLIENT|$SSH_CONNECTION|${TERM-unset}"')
+    assert p.returncode == 0, p.stderr
+    client, connection, term = p.stdout.strip().split("|")
+    addr, cport, sport = client.split()
+    assert (addr, sport) == ("127.0.0.1", str(node.port)) and 0 < int(cport) < 65536, client
+    assert connection.split() == [addr, cport, "127.0.0.1", str(node.port)], connection
+    assert term == "unset"
+    p = node.ssh(keys["mine"][0], workload["user"], 'echo "$TERM|$SSH_CONNECTION"', extra=["-tt"],
+                 input="")
+    assert p.stdout.replace("\r", "").strip().split("|")[1].split()[2:] == ["127.0.0.1", str(node.port)], p.stdout
+
+
 def test_stdin_reaches_the_command(node, keys, workload):
     data = "line\n" * 20000
     p = node.ssh(keys["mine"][0], workload["user"], "wc -l", input=data)
@@ -983,7 +998,11 @@ def test_podman_exec_and_forward_into_the_container_network(tmp_path, keys):
                 return [line.rstrip("\n").split("\x1f") for line in f]
         p = n.ssh(keys["mine"][0], "ins_oci-0", "echo via-$((3*3)); exit 4")
         assert p.returncode == 4 and p.stdout == "via-9\n", p.stderr
-        assert ["podman", "exec", "-i", name, "/bin/sh", "-c", "echo via-$((3*3)); exit 4"] in calls()
+        [execs] = [c for c in calls() if c[:2] == ["podman", "exec"]]
+        client = f"SSH_CLIENT=127.0.0.1 {execs[4].split()[1]} {n.port}"
+        assert execs == ["podman", "exec", "-i", "-e", client, "-e",
+                         f"SSH_CONNECTION=127.0.0.1 {execs[4].split()[1]} 127.0.0.1 {n.port}",
+                         name, "/bin/sh", "-c", "echo via-$((3*3)); exit 4"], execs
         local_in, local_out = free_port(), free_port()
         tunnel = subprocess.Popen(
             ["ssh", "-F", "/dev/null", "-i", keys["mine"][0], "-o", "IdentitiesOnly=yes",

@@ -758,16 +758,20 @@ static void test_exec_signals(void **state)
         assert_int_equal(ignored & (1ull << (reset[i] - 1)), 0);
 }
 
-/* SSH sessions: podman exec with stdin open, a TTY when asked, TERM. */
+/* SSH sessions: podman exec with stdin open, a TTY when asked, the
+ * session's variables. */
 static void test_exec_argv(void **state)
 {
     struct oci_cmd c = {.exe = "podman", .docker = 0, .stop_timeout_s = 30};
     struct argv_buf a = {0};
-    assert_int_equal(oci_argv_exec(&c, "wl_abc", NULL, 1, "xterm-256color", &a), 0);
-    assert_line(&a, "podman exec -i -t -e TERM=xterm-256color gpurent-wl_abc /bin/sh");
+    const char *vars[] = {"SSH_CLIENT=192.0.2.7 50022 2222", "TERM=xterm-256color", NULL};
+    assert_int_equal(oci_argv_exec(&c, "wl_abc", NULL, 1, vars, &a), 0);
+    assert_line(&a,
+                "podman exec -i -t -e SSH_CLIENT=192.0.2.7 50022 2222 -e TERM=xterm-256color gpurent-wl_abc /bin/sh");
+    assert_string_equal(a.v[5], "SSH_CLIENT=192.0.2.7 50022 2222"); /* one word */
     argv_free(&a);
     memset(&a, 0, sizeof a);
-    assert_int_equal(oci_argv_exec(&c, "wl_abc", "echo 'a b'; exit 3", 0, "", &a), 0);
+    assert_int_equal(oci_argv_exec(&c, "wl_abc", "echo 'a b'; exit 3", 0, NULL, &a), 0);
     assert_line(&a, "podman exec -i gpurent-wl_abc /bin/sh -c echo 'a b'; exit 3");
     assert_int_equal(a.n, 7);
     assert_string_equal(a.v[6], "echo 'a b'; exit 3"); /* one word, never re-split */
