@@ -38,6 +38,24 @@ static int code_normalize(const char *in, char out[33])
 /* Why a code cannot be redeemed, so that the error says so. */
 enum refusal { CODE_UNKNOWN, CODE_EXPIRED, CODE_USED_UP };
 
+/* At the start of a money transaction with an Idempotency-Key: a twin
+ * request with the same key may have committed since idempotency_begin
+ * (writers are serialised, so looking again here sees it). Returns 1 when
+ * the transaction ends here with *rc: STORE_OK and *answer the twin's to
+ * replay, KEY_REUSED, or a store error; 0 to go on. Clears what an earlier
+ * try of the transaction left. */
+static int twin_answered(struct store *s, const struct http_request *req, struct idempotency *idem, char **answer,
+                         int *replayed, int *rc)
+{
+    free(*answer);
+    *answer = NULL;
+    int status;
+    int twin = idempotency_twin(s, req, idem, &status, answer);
+    *replayed = twin == IDEM_REPLAY;
+    *rc = twin < 0 ? twin : twin == IDEM_REPLAY ? STORE_OK : KEY_REUSED;
+    return twin != IDEM_NONE;
+}
+
 struct redeem_ctx {
     const struct http_request *req; /* for the idempotency record */
     struct idempotency *idem;       /* its key */
@@ -67,19 +85,13 @@ static int redeem_answer(struct store *s, struct redeem_ctx *ctx)
 static int redeem_txn(struct store *s, void *vctx)
 {
     struct redeem_ctx *ctx = vctx;
-    free(ctx->answer);
-    ctx->answer = NULL;
-    ctx->replayed = 0;
-    int status;
-    int twin = idempotency_twin(s, ctx->req, ctx->idem, &status, &ctx->answer);
-    if (twin != IDEM_NONE) {
-        ctx->replayed = twin == IDEM_REPLAY;
-        return twin < 0 ? twin : twin == IDEM_REPLAY ? STORE_OK : KEY_REUSED;
-    }
+    int rc;
+    if (twin_answered(s, ctx->req, ctx->idem, &ctx->answer, &ctx->replayed, &rc))
+        return rc;
     struct invite_code c;
     int64_t now = clock_now();
     ctx->why = CODE_UNKNOWN;
-    int rc = store_invite_get(s, ctx->code, &c);
+    rc = store_invite_get(s, ctx->code, &c);
     if (rc != STORE_OK)
         return rc;
     ctx->amount = c.amount;
@@ -300,17 +312,11 @@ struct grant_ctx {
 static int grant_txn(struct store *s, void *vctx)
 {
     struct grant_ctx *ctx = vctx;
-    free(ctx->answer);
-    ctx->answer = NULL;
-    ctx->replayed = 0;
-    int status;
-    int twin = idempotency_twin(s, ctx->req, ctx->idem, &status, &ctx->answer);
-    if (twin != IDEM_NONE) {
-        ctx->replayed = twin == IDEM_REPLAY;
-        return twin < 0 ? twin : twin == IDEM_REPLAY ? STORE_OK : KEY_REUSED;
-    }
+    int rc;
+    if (twin_answered(s, ctx->req, ctx->idem, &ctx->answer, &ctx->replayed, &rc))
+        return rc;
     struct user u;
-    int rc = store_user_get(s, ctx->user_id, &u);
+    rc = store_user_get(s, ctx->user_id, &u);
     if (rc == STORE_OK)
         rc = ledger_grant(s, ctx->user_id, "admin", ctx->amount, ctx->expires_at, clock_now(), ctx->statement,
                           ctx->grant);
