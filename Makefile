@@ -31,7 +31,16 @@ LIBS     := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lwslay -lpthread -lm
 
 # SAN=1 builds everything with AddressSanitizer and UndefinedBehaviorSanitizer
 # into build/san, so the sanitized and plain builds never mix objects.
-ifeq ($(SAN),1)
+ifeq ($(FUZZ),1)
+# FUZZ=1 (make fuzz): clang, with libFuzzer's coverage and ASan + UBSan,
+# into build/fuzz. Warnings stay warnings: clang's differ from gcc's, and
+# the gcc builds are the ones make check holds to -Werror.
+B        := build/fuzz
+CC       := clang
+WARN     := $(filter-out -Werror,$(WARN))
+CFLAGS   := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=address,undefined
+else ifeq ($(SAN),1)
 B        := build/san
 CFLAGS   := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 LDFLAGS  += -fsanitize=address,undefined
@@ -51,6 +60,9 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(B)/%.o) $(B)/gen/embedded.o
 AGENT_OBJ  := $(AGENT_SRC:%.c=$(B)/%.o)
 GATEWAY_OBJ := $(GATEWAY_SRC:%.c=$(B)/%.o)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
+FUZZ_REPLAY := $(FUZZ_NAMES:%=$(B)/fuzz-replay/fuzz_%)
 
 .PHONY: all deps run check check-layers lint-openapi format unit unit-programs e2e check-fast install clean
 all: $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway console-vendor
@@ -123,9 +135,34 @@ $(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
 	$(CC) $(ALL_CFLAGS) -Isrc/agent -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
 # Unit tests run from the repository root so they can read tests/data.
-unit-programs: $(UNIT_BIN)
-unit: $(UNIT_BIN)
+unit-programs: $(UNIT_BIN) $(FUZZ_REPLAY)
+unit: $(UNIT_BIN) $(FUZZ_REPLAY)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+	@set -e; for n in $(FUZZ_NAMES); do $(B)/fuzz-replay/fuzz_$$n tests/fuzz/corpus/$$n; done
+
+# Fuzz targets (tests/fuzz/fuzz_NAME.c, each a LLVMFuzzerTestOneInput over
+# one parser of untrusted bytes). make check replays the inputs kept in
+# tests/fuzz/corpus/NAME/ (seeds, and every input that once failed)
+# through each on the sanitized build; make fuzz runs clang's libFuzzer on
+# each for FUZZ_SECONDS, new inputs going to build/fuzz/corpus/NAME and
+# failures to build/fuzz/failures/ (copy one into the kept corpus with the
+# fix that makes it pass).
+$(B)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc/agent $(LDFLAGS) -o $@ $^ $(LIBS)
+$(B)/fuzz-run/%: tests/fuzz/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Isrc/agent $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LIBS)
+FUZZ_SECONDS ?= 60
+.PHONY: fuzz fuzz-programs
+fuzz-programs: $(FUZZ_NAMES:%=$(B)/fuzz-run/fuzz_%)
+fuzz:
+	@command -v clang >/dev/null || { echo "make fuzz needs clang and libFuzzer: sudo apt-get install -y clang libclang-rt-14-dev" >&2; exit 1; }
+	$(MAKE) FUZZ=1 -j$(JOBS) fuzz-programs
+	@set -e; mkdir -p build/fuzz/failures; for n in $(or $(FUZZ_ONLY),$(FUZZ_NAMES)); do \
+	  mkdir -p build/fuzz/corpus/$$n; echo "== fuzz_$$n, $(FUZZ_SECONDS) s"; \
+	  build/fuzz/fuzz-run/fuzz_$$n -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -artifact_prefix=build/fuzz/failures/$$n- build/fuzz/corpus/$$n tests/fuzz/corpus/$$n; done
 
 # PYTEST_ARGS naming test paths (tests/...) runs only those; otherwise all,
 # in E2E_WORKERS processes (pytest-xdist), each taking whole files: the
