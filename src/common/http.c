@@ -755,6 +755,53 @@ static void server_wide(struct http_request *req)
     http_reply_json(req, 204, NULL);
 }
 
+/* A browser's GET or HEAD of a path with a trailing slash that a GET
+ * route serves without it ("/console/" typed for "/console"): 308 to that
+ * path, as a person expects, rather than a JSON 404 for one character. No
+ * route is ever written with a trailing slash (the API description's
+ * linters refuse them), so an API client keeps its strict 404: the
+ * redirect is only for a request that accepts HTML, as a browser's
+ * navigation does. Not with a query, which the redirect would have to carry
+ * over byte for byte. Returns 1 when it replied. */
+static int redirect_trailing_slash(struct http_request *req)
+{
+    size_t len = strlen(req->path);
+    const char *accept = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+    if (len < 2 || req->path[len - 1] != '/' || req->path[len - 2] == '/' ||
+        (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) || !accept ||
+        !strcasestr(accept, "text/html") ||
+        MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, NULL, NULL) > 0)
+        return 0;
+    /* The path is decoded: only a path of URL characters that need no
+     * encoding goes back out in Location, so no byte of it (a CR or LF
+     * decoded from %0D%0A, a space) can change the reply's header. */
+    char bare[200];
+    if (len - 1 >= sizeof bare)
+        return 0;
+    for (size_t i = 0; i + 1 < len; i++) {
+        unsigned char c = (unsigned char)req->path[i];
+        int alnum = ((c | 32) >= 'a' && (c | 32) <= 'z') || (c >= '0' && c <= '9');
+        if (!alnum && !strchr("/-._~", c))
+            return 0;
+        bare[i] = (char)c;
+    }
+    bare[len - 1] = '\0';
+    for (const struct http_route *r = req->server->routes; r->method; r++) {
+        char *params[HTTP_MAX_PARAMS] = {0};
+        int match = strcmp(r->method, "GET") == 0 && route_match(r->pattern, bare, params);
+        for (int i = 0; i < HTTP_MAX_PARAMS; i++)
+            free(params[i]);
+        if (match) {
+            char body[sizeof bare + 8];
+            int n = snprintf(body, sizeof body, "see %s\n", bare);
+            http_add_header(req, "Location", bare);
+            http_reply_raw(req, 308, "text/plain; charset=utf-8", body, (size_t)n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void dispatch(struct http_request *req)
 {
     struct http_server *srv = req->server;
@@ -810,6 +857,8 @@ static void dispatch(struct http_request *req)
         return;
     }
     if (!allow[0]) {
+        if (redirect_trailing_slash(req))
+            return;
         http_error(req, ERR_NOT_FOUND, NULL, "no route for %.200s", req->path);
         return;
     }

@@ -8,6 +8,7 @@ import http.client
 import os
 
 import pytest
+import requests
 
 from harness import REPO, assert_error
 
@@ -31,6 +32,26 @@ def test_root_redirects_to_the_console(daemon):
     assert r.headers["Location"] == "/console"
     r = daemon.request("HEAD", "/")
     assert r.status_code == 302 and r.headers["Location"] == "/console" and r.content == b""
+
+
+def test_a_browser_asking_with_a_trailing_slash_is_sent_to_the_path_without_it(daemon):
+    page = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}  # a browser's navigation
+    for method in ("GET", "HEAD"):
+        status, headers, _ = raw_get(daemon, "/console/", method, page)
+        assert status == 308 and headers["location"] == "/console", (method, status, headers)
+    r = requests.get(f"http://127.0.0.1:{daemon.port}/console/", headers=page, timeout=10)  # followed
+    assert r.status_code == 200 and r.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert r.history and r.history[0].status_code == 308
+    # Not for an API client (no HTML accepted), which keeps the strict
+    # 404; not for a write, whose body a redirect would make the client
+    # send again; not with a query, which it would have to carry; not for
+    # a path no route serves; and a decoded CR LF never reaches Location.
+    for method, path, headers in (("GET", "/console/", {}), ("GET", "/v1/gpu-types/", {"Accept": "application/json"}),
+                                  ("POST", "/v1/instances/", page), ("GET", "/console/?lang=en", page),
+                                  ("GET", "/nothing/", page), ("GET", "/console/%0d%0aSet-Cookie:%20x=1/", page)):
+        status, got, body = raw_get(daemon, path, method, headers)
+        assert status in (400, 404, 405), (method, path, status, body[:200])
+        assert got["content-type"] == "application/json" and "set-cookie" not in got, path
 
 
 def test_index_and_files_have_their_types_and_security_headers(daemon):
@@ -125,7 +146,7 @@ def test_options_and_other_methods(daemon):
 @pytest.mark.parametrize("path", [
     "/console/../README.md", "/console/js/../../README.md", "/console/%2e%2e/README.md", "/console/js/%2E%2E/%2e%2e/Makefile",
     "/console/..%2fREADME.md", "/console/.hidden.js", "/console/js/.app.js", "/console/nothing.js",
-    "/console/js/app.js.bak", "/console/vendor", "/console/js", "/console/a/b/c/d.js", "/console/",
+    "/console/js/app.js.bak", "/console/vendor", "/console/js", "/console/a/b/c/d.js", "/console//",
     "/console/js%00.js", "/console/%5c..%5cREADME.md",
 ])
 def test_nothing_outside_the_console_is_served(daemon, path):
