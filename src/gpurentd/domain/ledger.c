@@ -380,6 +380,45 @@ int ledger_expire_grants(struct store *s, const char *user_id, int64_t at)
     }
 }
 
+int ledger_unexpire_early_grants(struct store *s, int64_t at)
+{
+    for (;;) {
+        struct grant g[GRANTS_MAX];
+        size_t n = 0;
+        int rc = store_grants_voided_early(s, at, g, GRANTS_MAX, &n);
+        if (rc != STORE_OK)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            int64_t back = g[i].remaining;
+            if (back < 0 || back > g[i].amount) {
+                log_error("ledger: grant %s was voided %lld, outside 0..%lld", g[i].id, (long long)back,
+                          (long long)g[i].amount);
+                return STORE_ERROR;
+            }
+            if (back > 0) {
+                struct ledger_leg legs[2] = {{.amount = back}, {.amount = -back}};
+                snprintf(legs[0].account_id, sizeof legs[0].account_id, "grant:%.31s", g[i].id);
+                snprintf(legs[0].grant_id, sizeof legs[0].grant_id, "%.31s", g[i].id);
+                snprintf(legs[1].account_id, sizeof legs[1].account_id, "promotion");
+                struct ledger_entry e = {.at = at,
+                                         .kind = "expiry",
+                                         .user_id = g[i].user_id,
+                                         .reason = "the clock had run ahead of this credit's expiry; its void is undone",
+                                         .grant_id = g[i].id};
+                if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK)
+                    return rc;
+            }
+            /* Live again, so that one void more comes at its real expiry. */
+            if ((rc = store_grant_unvoid(s, g[i].id, back)) != STORE_OK)
+                return rc;
+            log_warn("ledger: grant %s of %s was voided at %lld, which is still ahead: %lld micro-yuan given back",
+                     g[i].id, g[i].user_id, (long long)g[i].expires_at, (long long)back);
+        }
+        if (n < GRANTS_MAX)
+            return STORE_OK;
+    }
+}
+
 int ledger_redeem_invite(struct store *s, const char *user_id, const char *code, int64_t at, char grant_out[ID_MAX])
 {
     struct invite_code c;

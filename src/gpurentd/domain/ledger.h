@@ -85,6 +85,10 @@ int ledger_storage_burn(struct store *s, const char *user_id, int64_t at, int64_
  * With user_id NULL: of every user with no running time left to bill (those
  * with some spend each grant up to its expiry first, in their billing). */
 int ledger_expire_grants(struct store *s, const char *user_id, int64_t at);
+/* Gives back the credit of grants voided at an expiry still after at: a
+ * clock that ran ahead voided them, and has stepped back since. Each gets
+ * what the voids took from it, as an 'expiry' transaction the other way. */
+int ledger_unexpire_early_grants(struct store *s, int64_t at);
 /* Redeems an invite code for the user at `at`: STORE_NOT_FOUND for an
  * unknown, expired or used-up code, STORE_CONFLICT if already redeemed,
  * LEDGER_OVER_BALANCE (from ledger_grant) past max_balance. */

@@ -728,11 +728,13 @@ static int bulk_txn(struct store *s, void *vctx)
 
 /* Grants of users with nothing to bill expire too; after all the batches,
  * so that no user's credit is voided before their usage up to its expiry
- * was drawn from it (bill_user voids the grants of those it bills). */
+ * was drawn from it (bill_user voids the grants of those it bills). And
+ * credit a clock that ran ahead voided before its expiry is given back. */
 static int expire_txn(struct store *s, void *vctx)
 {
     struct pass *p = vctx;
-    return ledger_expire_grants(s, NULL, p->now);
+    int rc = ledger_unexpire_early_grants(s, p->now);
+    return rc == STORE_OK ? ledger_expire_grants(s, NULL, p->now) : rc;
 }
 
 /* Bills users (sorted) one by one, in transactions of USERS_PER_TXN. */

@@ -758,6 +758,11 @@ int store_grant_spend(struct store *s, const char *id, int64_t amount);
 /* Gives amount back to a grant not voided (a refund of usage it paid). */
 int store_grant_restore(struct store *s, const char *id, int64_t amount);
 int store_grant_void(struct store *s, const char *id, int64_t at);
+/* Grants voided at an expiry after `at` (a clock that ran ahead voided
+ * them), at most max, each with remaining set to what the voids took. */
+int store_grants_voided_early(struct store *s, int64_t at, struct grant *out, size_t max, size_t *n);
+/* Makes a voided grant live again with remaining left. */
+int store_grant_unvoid(struct store *s, const char *id, int64_t remaining);
 
 struct invite_code {
     char code[33];       /* e.g. AMD6GW */

@@ -66,6 +66,16 @@ static const char SQL_GRANT_RESTORE[] =
     " AND remaining + ?2 <= amount";
 static const char SQL_GRANT_VOID[] =
     "UPDATE credit_grants SET remaining = 0, voided_at = ?2 WHERE id = ?1 AND voided_at IS NULL";
+/* Grants voided at an expiry still ahead of ?1: the clock ran ahead when
+ * they were voided. remaining is what the voids took from each, net (the
+ * expiry's void and those of refunds paid back to it since). */
+static const char SQL_GRANTS_VOIDED_EARLY[] =
+    "SELECT g.id, g.user_id, g.source, g.amount, -coalesce((SELECT sum(p.amount) FROM ledger_postings p"
+    " JOIN ledger_transactions t ON t.id = p.transaction_id WHERE p.account_id = 'grant:' || g.id"
+    " AND t.kind = 'expiry'), 0), g.expires_at, g.voided_at, g.created_at FROM credit_grants g"
+    " WHERE g.voided_at IS NOT NULL AND g.expires_at > ?1 ORDER BY g.expires_at, g.id LIMIT ?2";
+static const char SQL_GRANT_UNVOID[] =
+    "UPDATE credit_grants SET remaining = ?2, voided_at = NULL WHERE id = ?1 AND voided_at IS NOT NULL";
 #define INVITE_COLUMNS                                                                                     \
     "code, amount, coalesce(credit_days, 0), coalesce(expires_at, 0), coalesce(max_uses, 0), uses, created_at," \
     " coalesce(max_uses_per_day, 0)"
@@ -471,6 +481,27 @@ int store_grant_void(struct store *s, const char *id, int64_t at)
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, at);
     return store_step_change(s, st, "void grant");
+}
+
+int store_grants_voided_early(struct store *s, int64_t at, struct grant *out, size_t max, size_t *n)
+{
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANTS_VOIDED_EARLY);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, at);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+    return store_read_rows(s, st, out, sizeof *out, max, n, store_read_grant, "grants voided early");
+}
+
+int store_grant_unvoid(struct store *s, const char *id, int64_t remaining)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_GRANT_UNVOID);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, remaining);
+    return store_step_change(s, st, "unvoid grant");
 }
 
 static void read_invite(sqlite3_stmt *st, void *row)

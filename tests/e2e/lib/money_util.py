@@ -645,13 +645,16 @@ class RefModel:
     charged (closed, or settled by a pass, there) gets the difference back:
     a refund to the accounts that paid it, the one whose latest posting on it
     is newest first; credit given back to a grant already voided is voided
-    again. Each interval keeps its postings (paid: [seq, account, amount],
-    account a grant id or "cash") for that order. Intervals are billed in the
+    again, and a voided grant whose expiry a stepped-back clock has not yet
+    reached gets back all its voids took. Each interval keeps its postings
+    (paid: [seq, account, amount], account a grant id or "cash") for that
+    order. Intervals are billed in the
     daemon's order, by id when the test has set it (open_interval(id=...)).
 
     users[uid] = {"cash": int, "grants": {gid: grant}, "intervals": [iv],
                   "charged": usage posted, "refunded": refunds posted}
-    grant = {"amount", "remaining", "expires": int or None, "created", "voided"}
+    grant = {"amount", "remaining", "expires": int or None, "created", "voided",
+             "void_took": what its voids took, given back if the clock steps back before "expires"}
     iv = {"iid", "model", "cards", "start", "end" (None while open), "billed",
           "settled", "id" (the daemon's, or None), "paid"}
     """
@@ -669,7 +672,7 @@ class RefModel:
 
     def grant(self, uid, gid, amount, expires, created):
         self.users[uid]["grants"][gid] = {"amount": amount, "remaining": amount, "expires": expires,
-                                          "created": created, "voided": False}
+                                          "created": created, "voided": False, "void_took": 0}
 
     def topup(self, uid, amount):
         self.users[uid]["cash"] += amount
@@ -807,6 +810,8 @@ class RefModel:
                 u["cash"] += take
             elif not u["grants"][account]["voided"]:
                 u["grants"][account]["remaining"] += take
+            else:  # given back and voided again
+                u["grants"][account]["void_took"] += take
             amount -= take
             self._post(iv, account, -take)
         assert amount == 0, "the model refunded more than the interval was charged"
@@ -814,8 +819,17 @@ class RefModel:
     def _expire(self, uid, at):
         for g in self.users[uid]["grants"].values():
             if not g["voided"] and g["remaining"] > 0 and g["expires"] is not None and g["expires"] <= at:
+                g["void_took"] = g["remaining"]
                 g["remaining"] = 0
                 g["voided"] = True
+
+    def _unexpire(self, now):
+        """A grant voided at an expiry still ahead of now (the clock ran
+        ahead, then stepped back) gets back what its voids took."""
+        for u in self.users.values():
+            for g in u["grants"].values():
+                if g["voided"] and g["expires"] > now:
+                    g["remaining"], g["void_took"], g["voided"] = g["void_took"], 0, False
 
     def _bill_until(self, uid, t):
         """Returns the second funds ran out at, or None."""
@@ -866,6 +880,7 @@ class RefModel:
             out = self._bill_until(uid, now)
             if out is not None:
                 stopped[uid] = out
+        self._unexpire(now)
         for uid in self.users:
             if not self.unsettled(uid):
                 self._expire(uid, now)

@@ -162,6 +162,45 @@ def test_funds_cut_while_the_clock_ran_ahead_ends_where_the_instance_stopped(new
     assert c.intervals(iid)[0][1:3] == (t0 + 100, billed)
 
 
+def test_credit_voided_while_the_clock_ran_ahead_comes_back_when_it_steps_back(new_cluster):
+    """The clock jumps a day ahead, a pass voids a credit that expires in an
+    hour, and the clock steps back: the next pass gives the credit back
+    (what was left of it, less what it paid meanwhile), and it is voided
+    again only at its real expiry. A credit an instance was drawing on is
+    spent up to the pass's time first."""
+    c = new_cluster(nodes={"MI450": 1})
+    u, idle = c.cli_user(), c.cli_user()
+    t0 = c.d.now()
+    g = c.grant(u, 5 * MICRO, expires_at=t0 + 3600)
+    g_idle = c.grant(idle, 2 * MICRO, expires_at=t0 + 3600)
+    iid = c.launch(u, "MI450", 1)
+    c.d.set_clock(t0 + 600)
+    c.billing()
+    spent = accrue(PRICE["MI450"], 1, 600)
+    assert c.balance(u)["grants"][g]["remaining"] == 5 * MICRO - spent
+    c.d.set_clock(t0 + 86400)  # a bad NTP step
+    with quiet(c.fleets[0]):
+        c.billing()
+        voided = {k: v for (k, v) in c.d.sql("SELECT id, voided_at FROM credit_grants")}
+        assert voided[g] == voided[g_idle] == t0 + 3600
+        c.d.set_clock(t0 + 700)  # and back
+    c.billing()
+    b, b_idle = c.balance(u), c.balance(idle)
+    assert b_idle["credit"] == 2 * MICRO and b_idle["grants"][g_idle]["remaining"] == 2 * MICRO
+    # The instance drew on the credit up to the expiry in the pass ahead;
+    # the clock back at 700 s, the stop at the end gives back the rest.
+    assert b["grants"][g]["remaining"] > 0
+    assert c.d.sql("SELECT count(*) FROM credit_grants WHERE voided_at IS NOT NULL") == [(0,)]
+    back = [t for t in c.transactions(idle) if t["kind"] == "expiry"]
+    assert [micro(t["amount"]) for t in back] in ([-2 * MICRO, 2 * MICRO], [2 * MICRO, -2 * MICRO])
+    # At the real expiry it is voided once more, for what is left then.
+    c.d.set_clock(t0 + 3600)
+    c.billing()
+    assert c.balance(idle)["credit"] == 0
+    assert c.d.sql("SELECT voided_at FROM credit_grants WHERE id = ?", (g_idle,)) == [(t0 + 3600,)]
+    c.stop(u, iid)
+
+
 def test_a_topup_retried_with_its_idempotency_key_after_a_crash_gets_the_first_answer(new_cluster):
     """An admin's top-up sent again with the same Idempotency-Key (its
     answer lost to a daemon killed after the commit) gets the first answer
