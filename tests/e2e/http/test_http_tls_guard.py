@@ -7,17 +7,23 @@ over HTTPS, sent through an ssl-wrapped raw socket: the same JSON error, a
 Date and a request id of its own, and the end of the connection (a TLS
 close_notify). Normal HTTPS traffic still works: keep-alive, pipelined
 requests (the ones before a refused request answered first), chunked bodies
-with extensions and trailers, and a body spread over many TLS records
-followed by another request on the same connection."""
+with extensions and trailers, a body spread over many TLS records
+followed by another request on the same connection, and the web
+terminal's WebSocket (the guard reads nothing after the upgrade). The node
+agent, on the same HTTP layer, refuses them over TLS too."""
 import http.client
 import json
 import re
 import socket
 import ssl
+import threading
 
 import pytest
+import websocket
 
+from agent_util import Agent, Fleet
 from harness import stop_all
+from instances_util import DEADLINE, SIM_DELAYS, Cloud
 from ops_util import TlsDaemon, make_ca, make_cert
 
 CLOSE = b"Connection: close\r\n"
@@ -25,14 +31,21 @@ HOST = b"Host: x\r\n"
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory):
-    """A daemon serving HTTPS with a certificate of a throwaway CA, and the
-    client context that trusts it."""
-    pki = tmp_path_factory.mktemp("pki")
-    ca = make_ca(pki, "ca")
-    key, cert = make_cert(pki, "server", ca)
-    d = TlsDaemon(tmp_path_factory.mktemp("tls-daemon"), ca=ca[1], cert=cert, key=key)
-    d.context = ssl.create_default_context(cafile=ca[1])
+def pki(tmp_path_factory):
+    """A throwaway CA, a server certificate it signed for 127.0.0.1, and
+    the client context that trusts it: (CA file, key, cert, context)."""
+    directory = tmp_path_factory.mktemp("pki")
+    ca = make_ca(directory, "ca")
+    key, cert = make_cert(directory, "server", ca)
+    return ca[1], key, cert, ssl.create_default_context(cafile=ca[1])
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory, pki):
+    """A daemon serving HTTPS; d.context trusts its certificate."""
+    ca, key, cert, context = pki
+    d = TlsDaemon(tmp_path_factory.mktemp("tls-daemon"), ca=ca, cert=cert, key=key)
+    d.context = context
     yield d
     stop_all([d])
 
@@ -251,3 +264,99 @@ def test_a_body_over_many_tls_records_then_another_request(tls):
         status, _, reply, buffered = read_reply(sock, buffered)
         assert status == 200 and json.loads(reply)["id"] == u.id, reply
         assert ended(sock, buffered)
+
+
+@pytest.mark.parametrize("shape", ["repeated Host", "17 empty lines first", "Content-Length not a number",
+                                   "raw NUL in the target", "malformed chunk size"])
+def test_the_agent_refuses_over_tls_too(tmp_path, pki, shape):
+    """The agent serves its API on the same HTTP layer, with tls_cert and
+    tls_key: the guard answers there before the signature is even looked at."""
+    _, key, cert, context = pki
+    agent = Agent(tmp_path / "agent", options={"tls_cert": cert, "tls_key": key})
+    try:
+        data, status, code = REFUSED[shape]
+        got, err, closed = refusal(agent, data, context)
+        assert (got, err["code"], closed) == (status, code, True), err
+    finally:
+        agent.stop()
+
+
+class PlainToTls:
+    """A plain-HTTP front for an HTTPS server: the simulated fleet's
+    libcurl trusts only the system's CAs, so it registers its nodes through
+    this. Each connection is carried both ways by a thread."""
+
+    def __init__(self, port, context):
+        self.port, self.context = port, context
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = self.context.wrap_socket(socket.create_connection(("127.0.0.1", self.port)),
+                                              server_hostname="127.0.0.1")
+            threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.listener.close()
+
+
+def test_the_terminal_websocket_works_over_tls(tmp_path, pki):
+    """After the upgrade the guard reads nothing: a WebSocket's frames are
+    not HTTP. Typed bytes reach the shell and its output comes back over
+    wss://, and the shell's exit closes the terminal with 1000."""
+    ca, key, cert, context = pki
+    c = Cloud(lambda options: TlsDaemon(tmp_path / "d", ca=ca, cert=cert, key=key, options=options), tmp_path)
+    front = PlainToTls(c.d.port, context)
+    try:
+        f = Fleet(tmp_path / "fleet", front.url, nodes=1, admin_key=c.d.admin_key,
+                  extra=("--fabric", "fabric-a", "--name-prefix", "tls-ws-"),
+                  options={**SIM_DELAYS, "mount_root": str(c.network_store)})
+        c.fleets.append(f)
+        c.wait_nodes_up(list(f.nodes))
+        u = c.user()
+        inst = c.create(u, card_count=8)
+        c.wait_state(u, inst["id"], "running")
+        r = c.d.post(f"/v1/instances/{inst['id']}/terminal-tokens", key=u.key, json={"rank": 0})
+        assert r.status_code == 201, r.text
+        ws = websocket.create_connection(f"wss://127.0.0.1:{c.d.port}{r.json()['url']}", timeout=DEADLINE,
+                                         sslopt={"ca_certs": ca})
+        ws.send_binary(b"echo over-tls-$((6 * 7))\n")
+        screen = b""
+        while b"over-tls-42" not in screen:  # the output, not the echo of the typing
+            op, data = ws.recv_data(control_frame=True)
+            assert op == websocket.ABNF.OPCODE_BINARY, (op, data, screen)
+            screen += data
+        ws.send_binary(b"exit 3\n")
+        while True:
+            op, data = ws.recv_data(control_frame=True)
+            if op == websocket.ABNF.OPCODE_CLOSE:
+                assert data[:2] == b"\x03\xe8" and data[2:] == b"exit 3", data
+                break
+        ws.close()
+    finally:
+        c.close()
+        front.close()
+        stop_all([c.d])
