@@ -8,9 +8,11 @@
  * a request with the API's error before the library reads any of it.
  *
  * It sits where the library reads: this module defines recv(), which the
- * library calls for every plain (not TLS) connection; for a socket the
- * HTTP server registered (http_guard_open) the bytes are checked, for any
- * other socket recv() is the system's. */
+ * library calls for every plain connection, and gnutls_record_recv(), which
+ * it calls for every TLS connection (libmicrohttpd is built on GnuTLS) and
+ * which hands over the plaintext. For a connection the HTTP server
+ * registered (http_guard_open, http_guard_open_tls) the bytes are checked;
+ * for any other socket or TLS session both are the libraries' own. */
 #ifndef GPURENT_HTTP_GUARD_H
 #define GPURENT_HTTP_GUARD_H
 
@@ -50,6 +52,7 @@ struct http_guard {
     char line[128];          /* a chunk-size or trailer line so far */
     size_t line_len, trailer_bytes, trailer_fields;
     size_t blank_bytes;      /* CRs and LFs before the current request line */
+    void *tls_session;       /* the connection's gnutls_session_t; NULL for plain HTTP */
     /* Set when a request is refused: the answer to send instead. */
     int refused, status;
     const char *code;
@@ -64,9 +67,18 @@ size_t http_guard_scan(struct http_guard *g, const char *p, size_t n);
 /* Frees what the guard holds (not g itself). */
 void http_guard_release(struct http_guard *g);
 
-/* The HTTP server's sockets: guarded from open until close. */
+/* The HTTP server's sockets: guarded from open until close. A TLS
+ * connection is opened with its GnuTLS session (libmicrohttpd's
+ * MHD_CONNECTION_INFO_GNUTLS_SESSION), whose plaintext is checked instead
+ * of the socket's bytes. */
 void http_guard_open(int fd);
+void http_guard_open_tls(int fd, void *tls_session);
 void http_guard_close(int fd);
+/* Whether the libraries read TLS records through this module (1), so that
+ * the guard sees a TLS connection's plaintext; 0 where the dynamic linker
+ * binds them to GnuTLS directly, and only the HTTP layer's own checks
+ * apply over TLS. */
+int http_guard_tls_interposed(void);
 /* Requests refused so far (for /metrics). */
 int64_t http_guard_refusals(void);
 

@@ -956,7 +956,8 @@ static int refuse_bad_framing(struct http_request *req, int uri)
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (te && !req->http11) {
         /* HTTP/1.0 has no transfer codings (RFC 9112 6.1): faulty framing,
-         * as in the guard, which TLS connections do not pass. */
+         * as in the guard (which refuses it first, over TLS too, where the
+         * libraries read through it: http_guard_tls_interposed). */
         http_add_header(req, "Connection", "close");
         http_error(req, ERR_BAD_REQUEST, NULL, "an HTTP/1.0 request has no Transfer-Encoding: send Content-Length");
         return 1;
@@ -1009,8 +1010,14 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *peer = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         *socket_context = fd ? http_conns_opened(srv->conns, fd->connect_fd, peer ? peer->client_addr : NULL) : NULL;
-        if (fd && !srv->cert_pem) /* TLS: the guard would see only ciphertext */
+        if (fd && !srv->cert_pem) {
             http_guard_open(fd->connect_fd);
+        } else if (fd) {
+            /* TLS: the socket carries ciphertext; the guard reads the
+             * session's plaintext as the library takes it. */
+            const union MHD_ConnectionInfo *tls = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+            http_guard_open_tls(fd->connect_fd, tls ? tls->tls_session : NULL);
+        }
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (fd)
@@ -1282,6 +1289,9 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
             goto fail;
         }
         flags |= MHD_USE_TLS;
+        if (!http_guard_tls_interposed())
+            log_warn("http: libmicrohttpd does not read TLS through the request guard (is it built on GnuTLS?); "
+                     "over HTTPS only the HTTP layer's own checks of the framing apply");
     }
     struct MHD_OptionItem tls_opts[] = {
         {srv->cert_pem ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, srv->cert_pem},

@@ -1,13 +1,15 @@
 /* http_guard.c: the check of what clients send, in front of libmicrohttpd
  * (see http_guard.h): a small parser that follows each guarded
- * connection's requests (head, then body by Content-Length or chunks) and
- * the recv() through which the library reads them. */
+ * connection's requests (head, then body by Content-Length or chunks), and
+ * the recv() and gnutls_record_recv() through which the library reads them. */
 #include "gpurent/http_guard.h"
 #include "gpurent/api_error.h"
 #include "gpurent/ids.h"
 #include "gpurent/log.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
+#include <gnutls/gnutls.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -484,11 +486,14 @@ void http_guard_release(struct http_guard *g)
 
 /* The guard of each socket by its number (a socket beyond the table, whose
  * size is the process's limit on open files at the first open, is not
- * guarded). libmicrohttpd tells a connection closed before it closes the
- * socket, so a number is never reused while its slot is set. Each guard is
- * used by the one thread that serves its connection. */
+ * guarded), and beside it the TLS session of a TLS connection. libmicrohttpd
+ * tells a connection closed before it closes the socket, so a number is
+ * never reused while its slot is set. Each guard is used by the one thread
+ * that serves its connection. */
 typedef _Atomic(struct http_guard *) guard_slot;
+typedef _Atomic(void *) session_slot;
 static guard_slot *_Atomic table;
+static session_slot *sessions;
 static size_t table_size;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static atomic_llong refusals;
@@ -500,26 +505,51 @@ static void table_init(void)
     if (size > (1u << 20))
         size = 1u << 20;
     guard_slot *t = calloc(size, sizeof *t);
-    if (!t) {
+    session_slot *s = calloc(size, sizeof *s);
+    if (!t || !s) {
+        free(t);
+        free(s);
         log_warn("http: no memory for the request guard; requests are not checked before libmicrohttpd");
         return;
     }
     table_size = size;
+    sessions = s;
     atomic_store_explicit(&table, t, memory_order_release);
 }
 
-void http_guard_open(int fd)
+/* The guard of socket fd, or NULL. */
+static struct http_guard *guard_of(int fd)
+{
+    guard_slot *t = atomic_load_explicit(&table, memory_order_acquire);
+    return t && fd >= 0 && (size_t)fd < table_size ? atomic_load_explicit(&t[fd], memory_order_acquire) : NULL;
+}
+
+static void guard_install(int fd, void *tls_session)
 {
     pthread_once(&table_once, table_init);
     guard_slot *t = atomic_load_explicit(&table, memory_order_acquire);
     if (!t || fd < 0 || (size_t)fd >= table_size)
         return;
     struct http_guard *g = calloc(1, sizeof *g);
+    if (g)
+        g->tls_session = tls_session;
+    atomic_store_explicit(&sessions[fd], g ? tls_session : NULL, memory_order_release);
     struct http_guard *old = atomic_exchange(&t[fd], g);
     if (old) {
         http_guard_release(old);
         free(old);
     }
+}
+
+void http_guard_open(int fd)
+{
+    guard_install(fd, NULL);
+}
+
+void http_guard_open_tls(int fd, void *tls_session)
+{
+    if (tls_session)
+        guard_install(fd, tls_session);
 }
 
 void http_guard_close(int fd)
@@ -528,6 +558,7 @@ void http_guard_close(int fd)
     if (!t || fd < 0 || (size_t)fd >= table_size)
         return;
     struct http_guard *g = atomic_exchange(&t[fd], NULL);
+    atomic_store_explicit(&sessions[fd], NULL, memory_order_release);
     if (g) {
         http_guard_release(g);
         free(g);
@@ -540,7 +571,8 @@ int64_t http_guard_refusals(void)
 }
 
 /* Sends the refusal (the API's JSON error, then the end of the
- * connection) and tells the library the client has ended: 0. */
+ * connection: over TLS through its session, with a close_notify) and tells
+ * the library the client has ended: 0. */
 static ssize_t answer_refusal(struct http_guard *g, int fd)
 {
     if (g->refused == 1) {
@@ -568,8 +600,21 @@ static ssize_t answer_refusal(struct http_guard *g, int fd)
                            g->status, reason && reason[0] ? reason : "Error", date, body ? strlen(body) : 0, request_id,
                            body ? body : "");
         free(body);
-        if (len > 0 && (size_t)len < sizeof reply)
+        int fits = len > 0 && (size_t)len < sizeof reply;
+        if (g->tls_session) {
+            /* The library is between requests and sends nothing now, so the
+             * session is free for this record; a reply this small goes in
+             * one write to the socket. The close_notify tells the client
+             * the reply is whole, not cut. */
+            gnutls_session_t session = g->tls_session;
+            ssize_t sent;
+            do
+                sent = fits ? gnutls_record_send(session, reply, (size_t)len) : 0;
+            while (sent == GNUTLS_E_INTERRUPTED);
+            gnutls_bye(session, GNUTLS_SHUT_WR);
+        } else if (fits) {
             syscall(SYS_sendto, fd, reply, (size_t)len, MSG_NOSIGNAL, NULL, 0);
+        }
         shutdown(fd, SHUT_WR);
         log_debug("http: refused a request before the library read it: %d %s (%s), request %s", g->status, g->code,
                   g->message, request_id);
@@ -577,21 +622,13 @@ static ssize_t answer_refusal(struct http_guard *g, int fd)
     return 0;
 }
 
-/* libmicrohttpd's reads, and every other recv() in the process: the
- * system's, then the guard's check for the sockets it guards. */
-ssize_t recv(int fd, void *buf, size_t len, int flags)
+/* What a read of n bytes (n > 0) of a guarded connection gives the library:
+ * n, the bytes before a refused request, or the refusal's 0. */
+static ssize_t guard_read(struct http_guard *g, int fd, const void *buf, size_t n)
 {
-    guard_slot *t = atomic_load_explicit(&table, memory_order_acquire);
-    struct http_guard *g = t && fd >= 0 && (size_t)fd < table_size ? atomic_load_explicit(&t[fd], memory_order_acquire)
-                                                                    : NULL;
-    if (g && g->refused)
-        return answer_refusal(g, fd);
-    ssize_t n = syscall(SYS_recvfrom, fd, buf, len, flags, NULL, NULL);
-    if (!g || n <= 0 || (flags & MSG_PEEK))
-        return n;
-    size_t pass = http_guard_scan(g, buf, (size_t)n);
+    size_t pass = http_guard_scan(g, buf, n);
     if (!g->refused)
-        return n;
+        return (ssize_t)n;
     if (!pass)
         return answer_refusal(g, fd);
     /* Requests before the refused one go on; the library reads again once
@@ -600,4 +637,68 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
      * the reading side does (and the client sends nothing more it needs). */
     shutdown(fd, SHUT_RD);
     return (ssize_t)pass;
+}
+
+/* libmicrohttpd's reads, and every other recv() in the process: the
+ * system's, then the guard's check for the plain sockets it guards (a TLS
+ * connection's socket carries ciphertext, which GnuTLS reads here: its
+ * plaintext is checked in gnutls_record_recv below). */
+ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+    struct http_guard *g = guard_of(fd);
+    if (g && g->tls_session)
+        g = NULL;
+    if (g && g->refused)
+        return answer_refusal(g, fd);
+    ssize_t n = syscall(SYS_recvfrom, fd, buf, len, flags, NULL, NULL);
+    if (!g || n <= 0 || (flags & MSG_PEEK))
+        return n;
+    return guard_read(g, fd, buf, (size_t)n);
+}
+
+/* GnuTLS's own gnutls_record_recv, found once past this program's. */
+typedef ssize_t (*record_recv_fn)(gnutls_session_t, void *, size_t);
+static record_recv_fn gnutls_record_recv_real;
+static pthread_once_t gnutls_once = PTHREAD_ONCE_INIT;
+
+static void gnutls_resolve(void)
+{
+    /* dlsym returns a data pointer; POSIX makes it one to a function. */
+    void *sym = dlsym(RTLD_NEXT, "gnutls_record_recv");
+    memcpy(&gnutls_record_recv_real, &sym, sizeof gnutls_record_recv_real);
+}
+
+int http_guard_tls_interposed(void)
+{
+    /* The program's definition is the one the libraries bind to when the
+     * dynamic linker finds it first, as it does recv(). */
+    void *bound = dlsym(RTLD_DEFAULT, "gnutls_record_recv");
+    record_recv_fn ours = gnutls_record_recv;
+    void *ours_sym;
+    memcpy(&ours_sym, &ours, sizeof ours_sym);
+    return bound == ours_sym;
+}
+
+/* libmicrohttpd's reads on its TLS connections (libmicrohttpd is built on
+ * GnuTLS, and reads each record's plaintext with this call), and every
+ * other gnutls_record_recv() in the process: GnuTLS's, then the guard's
+ * check of the plaintext for the sessions it guards. The session names its
+ * socket (libmicrohttpd gives GnuTLS the socket's number); a session of
+ * anyone else whose transport happens to have that number is not the one
+ * beside it in the table, and passes unread. */
+ssize_t gnutls_record_recv(gnutls_session_t session, void *data, size_t data_size)
+{
+    pthread_once(&gnutls_once, gnutls_resolve);
+    if (!gnutls_record_recv_real)
+        return GNUTLS_E_INTERNAL_ERROR;
+    int fd = gnutls_transport_get_int(session);
+    struct http_guard *g = NULL;
+    if (guard_of(fd) && atomic_load_explicit(&sessions[fd], memory_order_acquire) == (void *)session)
+        g = guard_of(fd);
+    if (g && g->refused)
+        return answer_refusal(g, fd);
+    ssize_t n = gnutls_record_recv_real(session, data, data_size);
+    if (!g || n <= 0)
+        return n;
+    return guard_read(g, fd, data, (size_t)n);
 }

@@ -124,7 +124,8 @@ def test_a_chunked_http_1_0_request_is_refused_and_closed(daemon, user):
 
 
 def test_a_chunked_http_1_0_request_is_refused_over_tls_too(tmp_path):
-    """Over TLS the guard sees only ciphertext: the daemon's own check."""
+    """Over TLS too (the guard reads the plaintext: test_http_tls_guard.py
+    tries every shape it refuses)."""
     ca = make_ca(tmp_path, "ca")
     key, cert = make_cert(tmp_path, "server", ca)
     d = TlsDaemon(tmp_path / "d", ca=ca[1], cert=cert, key=key)

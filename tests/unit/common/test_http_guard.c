@@ -8,9 +8,14 @@
  * line as soon as it ends, a malformed header line, a Content-Length that
  * is not one number and an HTTP version but 1.0 and 1.1, passing on only
  * the requests before the refused one; and it checks nothing after an
- * upgrade or a framing the HTTP layer refuses itself. */
+ * upgrade or a framing the HTTP layer refuses itself. Over TLS (a GnuTLS
+ * session pair on a socketpair) the guard reads the plaintext of the
+ * session registered with the socket, answers through it, and leaves any
+ * other session, and the socket's ciphertext, alone. */
 #include "gpurent/http_guard.h"
 
+#include <gnutls/gnutls.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -285,6 +292,116 @@ static void test_empty_lines_before_a_request_are_ignored(void **state)
     free(req);
 }
 
+/* ---------------------------------------------------------------- over TLS */
+
+/* An anonymous TLS 1.2 session pair over a socketpair: no certificate to
+ * make, the same record layer. */
+struct tls_pair {
+    int fd[2]; /* server's, client's */
+    gnutls_session_t server, client;
+    gnutls_anon_server_credentials_t server_cred;
+    gnutls_anon_client_credentials_t client_cred;
+};
+
+static void *client_handshake(void *arg)
+{
+    struct tls_pair *t = arg;
+    int ret;
+    do
+        ret = gnutls_handshake(t->client);
+    while (ret < 0 && !gnutls_error_is_fatal(ret));
+    return (void *)(intptr_t)ret;
+}
+
+/* Opens the pair; the server's socket is registered with the guard before
+ * the handshake (whose ciphertext goes through the guard's recv(), which
+ * must pass it on untouched), with the server's own session or, when
+ * register_own is 0, another one. */
+static void tls_pair_open(struct tls_pair *t, int register_own)
+{
+    static const char *const priority = "NORMAL:-VERS-TLS1.3:+ANON-ECDH:+ANON-DH";
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, t->fd), 0);
+    assert_int_equal(gnutls_anon_allocate_server_credentials(&t->server_cred), 0);
+    assert_int_equal(gnutls_anon_allocate_client_credentials(&t->client_cred), 0);
+    assert_int_equal(gnutls_init(&t->server, GNUTLS_SERVER), 0);
+    assert_int_equal(gnutls_init(&t->client, GNUTLS_CLIENT), 0);
+    assert_int_equal(gnutls_priority_set_direct(t->server, priority, NULL), 0);
+    assert_int_equal(gnutls_priority_set_direct(t->client, priority, NULL), 0);
+    assert_int_equal(gnutls_credentials_set(t->server, GNUTLS_CRD_ANON, t->server_cred), 0);
+    assert_int_equal(gnutls_credentials_set(t->client, GNUTLS_CRD_ANON, t->client_cred), 0);
+    gnutls_transport_set_int(t->server, t->fd[0]);
+    gnutls_transport_set_int(t->client, t->fd[1]);
+    /* Another session on the same socket number: the client's will do. */
+    http_guard_open_tls(t->fd[0], register_own ? (void *)t->server : (void *)t->client);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, client_handshake, t), 0);
+    int ret;
+    do
+        ret = gnutls_handshake(t->server);
+    while (ret < 0 && !gnutls_error_is_fatal(ret));
+    void *client_ret;
+    pthread_join(th, &client_ret);
+    assert_int_equal(ret, 0);
+    assert_int_equal((intptr_t)client_ret, 0);
+}
+
+static void tls_pair_close(struct tls_pair *t)
+{
+    http_guard_close(t->fd[0]);
+    gnutls_deinit(t->server);
+    gnutls_deinit(t->client);
+    gnutls_anon_free_server_credentials(t->server_cred);
+    gnutls_anon_free_client_credentials(t->client_cred);
+    close(t->fd[0]);
+    close(t->fd[1]);
+}
+
+static const char repeated_host[] = "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n";
+
+static void test_over_tls_the_registered_session_is_read_and_answered(void **state)
+{
+    struct tls_pair t;
+    tls_pair_open(&t, 1);
+    int64_t refusals = http_guard_refusals();
+    /* A good request, then a refused one: the first passes alone. */
+    static const char good[] = "GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+    char sent[sizeof good - 1 + sizeof repeated_host - 1];
+    memcpy(sent, good, sizeof good - 1);
+    memcpy(sent + sizeof good - 1, repeated_host, sizeof repeated_host - 1);
+    assert_int_equal(gnutls_record_send(t.client, sent, sizeof sent), (ssize_t)sizeof sent);
+    char buf[4096];
+    assert_int_equal(gnutls_record_recv(t.server, buf, sizeof buf), (ssize_t)(sizeof good - 1));
+    assert_memory_equal(buf, good, sizeof good - 1);
+    /* The next read is the refusal: the client reads it in the clear,
+     * then the session's end (close_notify, not a cut). */
+    assert_int_equal(gnutls_record_recv(t.server, buf, sizeof buf), 0);
+    assert_int_equal(http_guard_refusals(), refusals + 1);
+    char reply[4096];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = gnutls_record_recv(t.client, reply + got, sizeof reply - 1 - got)) > 0)
+        got += (size_t)n;
+    assert_int_equal(n, 0);
+    reply[got] = 0;
+    assert_non_null(strstr(reply, "HTTP/1.1 400 "));
+    assert_non_null(strstr(reply, "\"code\":\"bad_request\""));
+    assert_non_null(strstr(reply, "the request repeats its host header"));
+    tls_pair_close(&t);
+}
+
+static void test_over_tls_another_session_on_the_socket_is_not_read(void **state)
+{
+    struct tls_pair t;
+    tls_pair_open(&t, 0);
+    int64_t refusals = http_guard_refusals();
+    assert_int_equal(gnutls_record_send(t.client, S(repeated_host)), (ssize_t)sizeof repeated_host - 1);
+    char buf[4096];
+    assert_int_equal(gnutls_record_recv(t.server, buf, sizeof buf), (ssize_t)sizeof repeated_host - 1);
+    assert_memory_equal(buf, repeated_host, sizeof repeated_host - 1);
+    assert_int_equal(http_guard_refusals(), refusals);
+    tls_pair_close(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +415,8 @@ int main(void)
         cmocka_unit_test(test_upgrades_are_not_read_further_and_unsure_framings_are_refused),
         cmocka_unit_test(test_malformed_lines_are_refused),
         cmocka_unit_test(test_empty_lines_before_a_request_are_ignored),
+        cmocka_unit_test(test_over_tls_the_registered_session_is_read_and_answered),
+        cmocka_unit_test(test_over_tls_another_session_on_the_socket_is_not_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
