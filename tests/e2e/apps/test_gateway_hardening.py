@@ -526,23 +526,24 @@ def test_a_stream_reporting_usage_only_at_its_end_is_held_about_its_cost(market)
     assert_ledger_ok(m)
 
 
-def test_an_answer_is_held_and_charged_no_more_output_than_its_max_tokens(market):
+def test_an_answer_with_its_usage_at_its_end_is_held_for_the_usage_it_reports(market):
     """One JSON answer of 30 words (some 200 bytes) with its usage at its
-    end, and a consumer with 0.1 yuan at 0.001 a token. Without a limit
-    the bytes alone bound its tokens, and holding 200 of them is refused
-    402; asking for at most 30 (max_tokens) it is held 30 tokens, served
-    and charged its 30. A replica that claims a million tokens for an
-    answer limited to 20 (max_completion_tokens) twice (n 2) is charged
-    40."""
+    end, and a consumer with 0.1 yuan at 0.001 a token. Its bytes, a
+    token each, are more than the funds hold, so the answer is withheld
+    until it is whole, then held for the 30 tokens it reports, served and
+    charged them; before, it was refused 402. A replica claiming a million
+    tokens for such an answer is held and charged at most a token a byte
+    of it, which the funds do not hold: 402, nothing charged. With
+    max_completion_tokens 20 and n 2 the claim is held and charged 40."""
     m = market
     app = per_output_token_app(m)
     poor = topped_up(m, "0.1")
     gw = m.gateway()
     ready_in_copy(m, gw, app["id"])
     body = {"prompt": "hi", "words": 30}
-    r = gw.call(app["slug"], "/v1/completions", poor.key, json=body)
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={**body, "claim_tokens": 1000000})
     assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text
-    r = gw.call(app["slug"], "/v1/completions", poor.key, json={**body, "max_tokens": 30})
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json=body)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 30, r.text
     assert len(r.content) > 150, r.content  # over what the funds hold a token a byte
     r = gw.call(app["slug"], "/v1/completions", poor.key,
@@ -551,6 +552,26 @@ def test_an_answer_is_held_and_charged_no_more_output_than_its_max_tokens(market
     rows = m.wait_calls(app["id"], 3)
     assert [(row[1], row[3], row[4], row[7]) for row in rows] == [(402, 0, 0, 0), (200, 30, 30000, 0),
                                                                   (200, 40, 40000, 0)], rows
+    assert_ledger_ok(m)
+
+
+def test_an_answer_withheld_past_1_mib_is_refused_whole(market):
+    """A JSON answer of 5 MB, and a consumer with 20 yuan at 0.001 a
+    token, which holds some 20 KB of it a token a byte: held at its first
+    bytes for all it announces, it is withheld for its usage, but only up
+    to 1 MiB (no more of an answer waits in the gateway), so it is refused
+    402 whole and charged nothing. Before, its first pieces passed and the
+    client got a 200 whose body was cut short."""
+    m = market
+    app, _ = fake_app(m, "huge", price_per_request="0", price_per_1k_input_tokens="0",
+                      price_per_1k_output_tokens="1")
+    poor = topped_up(m, "20")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"})
+    assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text[:200]
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[3], row[4], row[7]) == (402, 0, 0, 0), row
     assert_ledger_ok(m)
 
 
