@@ -10,7 +10,10 @@ non-streamed answer over the 4 MiB kept whole is still charged its
 tokens; rate-limit windows never run out; a stream from a server that
 reports usage only when asked is charged its tokens whatever the client
 asked, and a client that leaves mid-stream pays what the stream reports
-within the 2 s it is read on."""
+within the 2 s it is read on. The funds a call holds are close to its
+cost when its replica reports usage only at the end: a stream is held a
+token an event, an answer in one body the usage it reports (withheld
+until whole), each within a token a byte and the request's max_tokens."""
 import http.client
 import json
 import os
