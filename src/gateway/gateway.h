@@ -25,9 +25,11 @@
  *            replica chosen (or
  *            waited for), the upstream called on the one upstream thread
  *            (libcurl's multi interface, with idle and total time limits)
- *            and its answer streamed through, usage taken from what the
- *            upstream reported in what was delivered, bounded by the bytes
- *            that passed, and stamped with the prices it was admitted at */
+ *            and its answer streamed through (one not a stream withheld
+ *            until whole when the funds do not hold it a token a byte),
+ *            usage taken from what the upstream reported in what was
+ *            delivered, bounded by the bytes that passed and the request's
+ *            max_tokens, and stamped with the prices it was admitted at */
 #ifndef GPURENT_GATEWAY_H
 #define GPURENT_GATEWAY_H
 
@@ -87,13 +89,15 @@ void gw_usage_pending(int64_t *records);
  * are drawn only when records settle, so an admitted call holds part of
  * them (out->held) until it ends: at first its per-call price, the input
  * its body_len announces (-1: unknown) and a first grain of answer
- * (GW_HOLD_GRAIN_*); a call is refused 402 when the consumer's funds,
- * less what their other calls hold and what finished calls cost that the
- * copy cannot show yet, do not cover that. */
+ * (GW_HOLD_GRAIN_*); then proxy.c grows it (gw_hold) to what the answer may
+ * cost as it comes (held_output); a call is refused 402 when the consumer's
+ * funds, less what their other calls hold and what finished calls cost that
+ * the copy cannot show yet, do not cover that. */
 int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_call_app *out, int64_t *retry_after,
              char *msg, size_t msglen);
-/* The answer a call's first hold covers beyond its price and input. */
-#define GW_HOLD_GRAIN_BYTES 64
+/* The answer a call's first hold covers beyond its price and input:
+ * output tokens and upstream time. */
+#define GW_HOLD_GRAIN_TOKENS 64
 #define GW_HOLD_GRAIN_MS 1000
 /* The most gpurentd charges a call answered under 400 with these counts
  * at the prices it was admitted with (apps.c, app_call_price). */

@@ -20,7 +20,8 @@
  * and the call sent to another, up to GW_CONNECT_TRIES replicas. Usage is
  * what the upstream reported in what was handed to the client: the last
  * `usage` of the server-sent events delivered, or of a whole JSON body;
- * never an estimate. A client that leaves an answer under way is charged
+ * never an estimate (the funds a call holds while its answer comes are
+ * one: held_output, settle_withheld). A client that leaves an answer under way is charged
  * for what the upstream reports in what it sent for the call: the answer
  * is read on, without a client, for up to GW_DRAIN_MS (drain_out), because
  * OpenAI-style servers report a stream's usage only in its last event, and
@@ -131,6 +132,11 @@ struct call {
     curl_off_t body_received; /* answer bytes from the upstream so far */
     int64_t up_end_ms;        /* when the upstream ended (0: not yet): the end of its billed time */
     int funds_out;            /* cut: the consumer's funds held no more of it (gw_hold) */
+    /* An answer not a stream whose bytes the funds do not hold a token a
+     * byte: kept from the client (in out) until it is whole, then held
+     * for the usage it reports (settle_withheld). */
+    int withheld;
+    int dropped_whole; /* a withheld answer dropped, none of it passed: answered 402, or 502 (respond) */
     char last4[4];            /* the answer's last 4 bytes from the upstream: where an event ends */
     long status;
     char up_type[128];
@@ -155,6 +161,21 @@ struct call {
      * (never above 0; 0 before any report), written as each report is
      * read and read by the upstream thread as the answer comes. */
     atomic_llong usage_slack;
+    /* The hold's estimate of a stream's output tokens (see held_output):
+     * those it last reported and a token an event after that, so
+     * events_received plus this (reported less the events through the
+     * report; 0 before any report). Written and read as usage_slack. */
+    atomic_llong usage_base;
+    int64_t scanned_events; /* of a stream, the events scan_delivered has read */
+    int scan_newlines;      /* sse_event_end's state over the bytes scan_delivered read */
+    /* Under lock: the events of the stream that came from the upstream,
+     * and sse_event_end's state over its bytes. */
+    int64_t events_received;
+    int up_newlines;
+    /* The most output tokens the request lets the replica generate
+     * (request_output_bound); -1: no bound but the bytes. Set before the
+     * upstream starts. */
+    int64_t output_bound;
     int64_t delivered_bytes; /* answer bytes handed to the client */
     /* A client that left mid-answer: the answer read on for its usage. */
     int draining;            /* its bytes go to drain_out, not to a client */
@@ -344,6 +365,25 @@ static void usage_from_tail(struct call *c)
     }
 }
 
+/* Whether byte b ends a server-sent event (a blank line: "\n\n", or with
+ * "\r\n" line ends), given *newlines, the line ends just before it (a
+ * '\r' neither counts nor breaks them). The upstream thread counts the
+ * events that came and scan_delivered those delivered with this one rule,
+ * so that the two counts name the same events. */
+static int sse_event_end(int *newlines, char b)
+{
+    if (b == '\r')
+        return 0;
+    if (b != '\n') {
+        *newlines = 0;
+        return 0;
+    }
+    if (++*newlines < 2)
+        return 0;
+    *newlines = 0;
+    return 1;
+}
+
 /* Reads the events whole in the bytes just handed to the client (or,
  * draining, read for one that left). */
 static void scan_delivered(struct call *c, const char *p, size_t n)
@@ -373,6 +413,7 @@ static void scan_delivered(struct call *c, const char *p, size_t n)
         c->event = grown;
         c->event[c->event_len++] = p[i];
         c->event[c->event_len] = '\0';
+        c->scanned_events += sse_event_end(&c->scan_newlines, p[i]);
         /* An event ends at a blank line, "\n\n" or "\r\n\r\n". */
         const char *e = c->event + c->event_len;
         if (c->event_len >= 2 && e[-1] == '\n' &&
@@ -390,8 +431,10 @@ static void scan_delivered(struct call *c, const char *p, size_t n)
                     /* The bytes read so far, this event's included, bound
                      * what is still to be reported (see usage_slack). */
                     int64_t through = c->scanned_bytes + (int64_t)i + 1;
-                    if (take_usage(c, j))
+                    if (take_usage(c, j)) {
                         atomic_store(&c->usage_slack, c->output_tokens < through ? c->output_tokens - through : 0);
+                        atomic_store(&c->usage_base, c->output_tokens - c->scanned_events);
+                    }
                     json_decref(j);
                 }
                 line = next;
@@ -494,6 +537,41 @@ static int dot_segment(const char *path)
     return 0;
 }
 
+/* The most output tokens a completion request lets the replica generate:
+ * its max_tokens or max_completion_tokens (the greater when both are set:
+ * servers differ on which wins) times the sequences it asks for (n, or
+ * best_of when more: a server generates, and counts, them all). -1 when it
+ * sets no limit, or sets one of these otherwise than as a whole number in
+ * range, which the replica might read otherwise than the gateway (100.0
+ * as 100): the bytes alone bound the tokens then. */
+static int64_t request_output_bound(const json_t *request)
+{
+    static const char *const limits[] = {"max_tokens", "max_completion_tokens"}, *const copies[] = {"n", "best_of"};
+    int64_t most = -1, times = 1;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(request, limits[i]);
+        if (!v || json_is_null(v))
+            continue;
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return -1;
+        if (json_integer_value(v) > most)
+            most = json_integer_value(v);
+    }
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(request, copies[i]);
+        if (!v || json_is_null(v))
+            continue;
+        if (!json_is_integer(v) || json_integer_value(v) < 1)
+            return -1;
+        if (json_integer_value(v) > times)
+            times = json_integer_value(v);
+    }
+    /* Past what take_usage accepts, a bound bounds nothing. */
+    if (most < 0 || times > 100000000 || most > 100000000 / times)
+        return -1;
+    return most * times;
+}
+
 /* OpenAI-style servers (vLLM among them) put a stream's usage in it only
  * when the request asks (`stream_options.include_usage`), and a stream
  * without it would be charged no tokens, whether the client forgot or
@@ -507,8 +585,9 @@ static int dot_segment(const char *path)
  * The gateway must read the body as the replica will: it must be JSON
  * without a repeated key (parsers differ on which one counts), and
  * `stream` a boolean, as OpenAI's API has it (a server taking "true" or 1
- * for true would stream unasked). NULL, or the error code of a body
- * refused, with *msg. */
+ * for true would stream unasked). Reading it, the gateway also takes the
+ * output tokens it allows (c->output_bound). NULL, or the error code of a
+ * body refused, with *msg. */
 static const char *ask_stream_usage(struct call *c, const char *path, const char **msg)
 {
     if (strcmp(c->method, "POST") != 0 || c->body_len == 0 || !completion_path(path))
@@ -525,6 +604,7 @@ static const char *ask_stream_usage(struct call *c, const char *path, const char
         *msg = why;
         return "malformed_json";
     }
+    c->output_bound = request_output_bound(j);
     json_t *stream = json_object_get(j, "stream"), *options = json_object_get(j, "stream_options");
     if (stream && !json_is_boolean(stream) && !json_is_null(stream)) {
         json_decref(j);
@@ -630,20 +710,54 @@ static int event_ended(const struct call *c)
            ((t[2] == '\n' && t[3] == '\n') || memcmp(t, "\r\n\r\n", 4) == 0);
 }
 
+/* Under c->lock: the output tokens the call's hold covers once received
+ * answer bytes, events of them (a stream's), have come. What the record
+ * may claim is bounded by the bytes (a token is at least a byte) and the
+ * request's output_bound; but a stream of OpenAI-style chunks spends some
+ * 100 to 200 bytes an event on a token or so, so holding a token a byte
+ * held 100 to 200 times the answer's cost whenever the replica reported
+ * usage only at its end, and consumers whose funds covered the answer
+ * were refused or cut. So a stream is held a token an event (those it
+ * last reported, then one an event since, and one for the event under
+ * way): exact for servers that send a token an event (most
+ * OpenAI-compatible servers, vLLM's among them, by default), short for
+ * one that packs several into an event (speculative decoding). Short, the record still claims what the
+ * replica reports within the bounds when the consumer's funds cover it
+ * at the end (within_hold grows the hold), else what was held: the
+ * consumer never pays more than their funds held, and the seller bears
+ * what their server's chunking hid (a server that reports usage in every
+ * event, as vLLM's continuous usage stats do, is held exactly). */
+static int64_t held_output(struct call *c, int64_t received, int64_t events)
+{
+    int64_t slack = atomic_load(&c->usage_slack);
+    int64_t out = received + (slack < 0 ? slack : 0);
+    if (strncasecmp(c->up_type, "text/event-stream", 17) == 0) {
+        int64_t guess = atomic_load(&c->usage_base) + events + 1;
+        if (guess < out)
+            out = guess;
+    }
+    if (c->output_bound >= 0 && c->output_bound < out)
+        out = c->output_bound;
+    return out < 0 ? 0 : out;
+}
+
 /* Under c->lock: whether the consumer's funds hold what the call may cost
- * with received answer bytes in all, its upstream's time ahead_ms from
- * now: its hold grows to that, or the call must stop short of it. An
- * error answer costs nothing, so it needs nothing held. */
-static int funds_hold(struct call *c, int64_t received, int64_t ahead_ms)
+ * with received answer bytes in all, events of them, its upstream's time
+ * ahead_ms from now: its hold grows to that, or the call must stop short
+ * of it. An error answer costs nothing, so it needs nothing held. */
+static int hold_grows(struct call *c, int64_t received, int64_t events, int64_t ahead_ms)
 {
     if (c->headers_done && c->status >= 400)
         return 1;
-    int64_t slack = atomic_load(&c->usage_slack);
-    int64_t out = received + (slack < 0 ? slack : 0);
-    int64_t need =
-        gw_call_cost(&c->app, (int64_t)c->client_len, out < 0 ? 0 : out, clock_mono_ms() - c->upstream_ms + ahead_ms);
-    if (gw_hold(&c->app, need) >= need)
-        return 1;
+    int64_t need = gw_call_cost(&c->app, (int64_t)c->client_len, held_output(c, received, events),
+                                clock_mono_ms() - c->upstream_ms + ahead_ms);
+    return gw_hold(&c->app, need) >= need;
+}
+
+/* Under c->lock: the consumer's funds hold no more of the call; it is cut
+ * (see hold_grows). */
+static void funds_cut(struct call *c)
+{
     if (!c->funds_out && c->body_received > 0 && !c->draining && event_ended(c)) {
         /* A stream cut here says why, as an event an OpenAI client raises
          * as an error, before the connection ends without the stream's end. */
@@ -656,7 +770,56 @@ static int funds_hold(struct call *c, int64_t received, int64_t ahead_ms)
         log_info("gateway: call %s of app %s cut: the funds of %s hold no more of it",
                  c->record_id[0] ? c->record_id : "-", c->app.app_id, c->app.user_id);
     c->funds_out = 1;
+}
+
+/* Under c->lock: whether the consumer's funds hold what the call may cost
+ * (hold_grows); if not, it is cut. */
+static int funds_hold(struct call *c, int64_t received, int64_t events, int64_t ahead_ms)
+{
+    if (hold_grows(c, received, events, ahead_ms))
+        return 1;
+    funds_cut(c);
     return 0;
+}
+
+/* Under c->lock: a withheld answer is whole in out. It is held for what
+ * its record will claim (the usage it reports, bounded as usage_record
+ * bounds it) and goes to the client; or, when the funds do not hold that,
+ * it is dropped and the call answered 402 (respond). A JSON answer reports
+ * its usage at its end, so no token count is known before it is whole;
+ * holding it back costs its client nothing, who can use it only whole. */
+static void settle_withheld(struct call *c)
+{
+    c->withheld = 0;
+    json_t *j = json_loadb(c->out, c->out_len, 0, NULL);
+    json_t *u = json_object_get(j, "usage");
+    json_int_t out = json_is_object(u) ? json_integer_value(json_object_get(u, "completion_tokens")) : 0;
+    json_decref(j);
+    if (out < 0 || out > 100000000)
+        out = 0; /* as take_usage: no usage in range is charged no tokens */
+    if (out > (json_int_t)c->out_len)
+        out = (json_int_t)c->out_len;
+    if (c->output_bound >= 0 && out > c->output_bound)
+        out = c->output_bound;
+    int64_t need = gw_call_cost(&c->app, (int64_t)c->client_len, out, clock_mono_ms() - c->upstream_ms);
+    if (gw_hold(&c->app, need) >= need) {
+        wake(c);
+        return;
+    }
+    c->out_len = 0;
+    c->dropped_whole = 1;
+    funds_cut(c);
+    wake(c);
+}
+
+/* Under c->lock: whether the n answer bytes that the funds do not hold a
+ * token a byte may wait, withheld, for the answer's usage: an answer not a
+ * stream, none of it passed on yet, still read for its client, and whole
+ * within GW_BUFFER_MAX (past that it is cut: the buffer is the bound on
+ * what an answer may keep waiting). */
+static int may_withhold(const struct call *c, int stream, size_t n)
+{
+    return !stream && !c->draining && (c->withheld || c->body_received == 0) && c->out_len + n <= GW_BUFFER_MAX;
 }
 
 static size_t up_body(char *p, size_t size, size_t n, void *vc)
@@ -669,7 +832,35 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         pthread_mutex_unlock(&c->lock);
         return 0; /* aborts the upstream call */
     }
-    if (!c->draining && c->out_len && c->out_len + len > GW_BUFFER_MAX) {
+    /* (c->streamed is set on the connection's side, maybe after this.) */
+    int stream = strncasecmp(c->up_type, "text/event-stream", 17) == 0;
+    int newlines = c->up_newlines;
+    int64_t events = c->events_received;
+    for (size_t i = 0; stream && i < len; i++)
+        events += sse_event_end(&newlines, p[i]);
+    /* Bytes the funds do not hold never pass: the answer is cut here, or
+     * (an answer not a stream) withheld until it is whole. At its first
+     * bytes, an answer not a stream is held for all it announces, so that
+     * one the funds do not hold a token a byte is withheld from its start,
+     * not cut after its first pieces passed. */
+    int64_t upto = (int64_t)c->body_received + (int64_t)len;
+    curl_off_t announced = -1;
+    if (!stream && c->body_received == 0 &&
+        curl_easy_getinfo(c->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK && announced > upto)
+        upto = (int64_t)announced;
+    if (c->withheld || !hold_grows(c, upto, events, 0)) {
+        if (!may_withhold(c, stream, len)) {
+            c->dropped_whole = c->withheld;
+            c->withheld = 0;
+            if (c->dropped_whole)
+                c->out_len = 0;
+            funds_cut(c);
+            pthread_mutex_unlock(&c->lock);
+            return 0;
+        }
+        c->withheld = 1;
+    }
+    if (!c->withheld && !c->draining && c->out_len && c->out_len + len > GW_BUFFER_MAX) {
         /* A slow client: the upstream waits (libcurl keeps these bytes)
          * until answer_read has handed on half of what is buffered. */
         c->up_paused = 1;
@@ -677,13 +868,8 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         pthread_mutex_unlock(&c->lock);
         return CURL_WRITEFUNC_PAUSE;
     }
-    /* Bytes the funds do not hold never pass: the answer is cut here. */
-    if (!funds_hold(c, (int64_t)c->body_received + (int64_t)len, 0)) {
-        pthread_mutex_unlock(&c->lock);
-        return 0;
-    }
-    /* (c->streamed is set on the connection's side, maybe after this.) */
-    int stream = strncasecmp(c->up_type, "text/event-stream", 17) == 0;
+    c->up_newlines = newlines;
+    c->events_received = events;
     int ok = c->usage_asked && stream ? hide_usage_event(c, p, len) : out_append(c, p, len);
     if (ok == 0) {
         for (size_t i = len > 4 ? len - 4 : 0; i < len; i++) {
@@ -698,11 +884,13 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
             c->body_received >= want) {
             c->body_complete = 1;
             flush_line(c);
+            if (c->withheld)
+                settle_withheld(c);
         }
     }
     if (c->draining)
         drain_out(c);
-    else
+    else if (!c->withheld)
         wake(c);
     pthread_mutex_unlock(&c->lock);
     return ok == 0 ? len : 0;
@@ -810,6 +998,13 @@ static void up_end(struct call *c, CURLcode rc)
     c->curl_rc = rc;
     c->up_end_ms = clock_mono_ms();
     flush_line(c);
+    if (c->withheld && rc == CURLE_OK) {
+        settle_withheld(c);
+    } else if (c->withheld) { /* cut before the answer was whole, by its upstream or its funds */
+        c->withheld = 0;
+        c->out_len = 0;
+        c->dropped_whole = 1;
+    }
     c->finished = 1;
     int drained = c->draining;
     if (drained)
@@ -993,7 +1188,7 @@ static void end_calls_out_of_funds(void)
             continue;
         pthread_mutex_lock(&c->lock);
         if (!c->finished && !c->body_complete && !c->client_gone &&
-            !funds_hold(c, (int64_t)c->body_received, 1000 + GW_HOLD_GRAIN_MS)) {
+            !funds_hold(c, c->withheld ? 0 : (int64_t)c->body_received, c->events_received, 1000 + GW_HOLD_GRAIN_MS)) {
             c->refs++; /* until it is ended below */
             out[n++] = c;
         }
@@ -1078,7 +1273,7 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     (void)pos;
     struct call *c = vc;
     pthread_mutex_lock(&c->lock);
-    if (c->out_len == 0 && !c->finished && !c->body_complete) {
+    if (c->withheld || (c->out_len == 0 && !c->finished && !c->body_complete)) {
         /* Nothing new: no thread waits for it (the upstream wakes us). */
         int waiting = suspend(c);
         pthread_mutex_unlock(&c->lock);
@@ -1422,12 +1617,16 @@ static json_t *usage_record(struct call *c, int completed)
         up = gw_opts.max_call_s * 1000;
     /* The replica's counts are its word only: bounded by what passed
      * through here, a token being at least a byte of text each way (of
-     * the replica's answer: not the bytes the gateway adds to it). */
+     * the replica's answer: not the bytes the gateway adds to it), and
+     * the output by what the request allowed (request_output_bound): the
+     * hold's bounds (held_output). */
     int64_t in = c->input_tokens < (int64_t)c->client_len ? c->input_tokens : (int64_t)c->client_len;
     int64_t sent = c->delivered_bytes + c->drained_bytes;
     if (sent > received)
         sent = received;
     int64_t out = c->output_tokens < sent ? c->output_tokens : sent;
+    if (c->output_bound >= 0 && out > c->output_bound)
+        out = c->output_bound;
     int status = c->status_sent > 0 ? c->status_sent : 502;
     if (status < 400)
         within_hold(c, &in, &out, &up);
@@ -1583,10 +1782,16 @@ static enum MHD_Result reply_no_replica(struct MHD_Connection *conn, struct call
 static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
 {
     pthread_mutex_lock(&c->lock);
+    /* A withheld answer is begun only once its funds are settled. */
+    if (c->withheld && suspend(c)) {
+        pthread_mutex_unlock(&c->lock);
+        return MHD_YES;
+    }
     int got = c->headers_done;
     long up_status = c->status;
     CURLcode rc = c->curl_rc;
-    int unfunded = c->funds_out && c->body_received == 0;
+    int unfunded = c->funds_out && (c->body_received == 0 || c->dropped_whole);
+    int dropped = c->dropped_whole && !c->funds_out; /* withheld, and its upstream failed */
     char type[128], etag[128];
     snprintf(type, sizeof type, "%s", c->up_type);
     snprintf(etag, sizeof etag, "%s", c->up_etag);
@@ -1595,6 +1800,8 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
         return reply_counted_error(conn, c, 402, "insufficient_funds",
                                    "your funds, less what your other calls hold, do not cover this call; top up first",
                                    0);
+    if (dropped)
+        return reply_counted_error(conn, c, 502, "bad_gateway", "the replica's answer ended before it was whole", 0);
     if (!got && ending)
         return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
     if (!got && rc == CURLE_OPERATION_TIMEDOUT)
@@ -1740,7 +1947,7 @@ static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const 
         return reply_counted_error(conn, c, 400, "invalid_path", "a path with a . or .. segment is not passed on", 0);
     c->client_len = c->body_len;
     /* A body longer than announced (or sent chunked) holds its input now. */
-    int64_t need = gw_call_cost(&c->app, (int64_t)c->client_len, GW_HOLD_GRAIN_BYTES, GW_HOLD_GRAIN_MS);
+    int64_t need = gw_call_cost(&c->app, (int64_t)c->client_len, GW_HOLD_GRAIN_TOKENS, GW_HOLD_GRAIN_MS);
     if (gw_hold(&c->app, need) < need)
         return reply_counted_error(conn, c, 402, "insufficient_funds",
                                    "your funds, less what your other calls hold, do not cover this call's input;"
@@ -1781,6 +1988,7 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
             return MHD_NO;
         pthread_mutex_init(&c->lock, NULL);
         c->refs = 1; /* the connection's, until gw_completed */
+        c->output_bound = -1; /* until a completion's body says otherwise */
         c->conn = conn;
         c->start_ms = clock_mono_ms();
         snprintf(c->method, sizeof c->method, "%s", method);

@@ -53,9 +53,10 @@ static struct consumer_count {
     int in_flight;
     int64_t held; /* the sum of their calls' holds (micro-yuan) */
 } consumers[GW_MAX_CONSUMERS];
-/* A hold that must grow takes this much answer more when the funds allow,
- * so that a stream comes back for more once per step, not per chunk. */
-#define GW_HOLD_STEP_BYTES 4096
+/* A hold that must grow takes this much answer more (output tokens and
+ * upstream time) when the funds allow, so that a stream comes back for
+ * more once per step, not per chunk. */
+#define GW_HOLD_STEP_TOKENS 4096
 #define GW_HOLD_STEP_MS 2000
 
 static struct consumer_count *consumer_slot(const char *user_id, int create)
@@ -222,7 +223,7 @@ int64_t gw_hold(struct gw_call_app *a, int64_t need)
     int64_t more = need - a->held;
     int64_t free_now = u && more > 0 ? funds_free(a->user_id, u) : 0;
     if (u && more > 0 && free_now >= more) {
-        int64_t step = gw_call_cost(a, 0, GW_HOLD_STEP_BYTES, GW_HOLD_STEP_MS) - a->price_request;
+        int64_t step = gw_call_cost(a, 0, GW_HOLD_STEP_TOKENS, GW_HOLD_STEP_MS) - a->price_request;
         /* The step only when the funds have room for it: else just what
          * is needed, so the consumer's other calls keep their share. */
         if (free_now - more >= step)
@@ -466,8 +467,9 @@ int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_ca
         out->price_output_1k = json_integer_value(json_object_get(app, "price_output_1k"));
         out->price_second = json_integer_value(json_object_get(app, "price_second"));
         /* The call's first hold: its price, the input its body announces
-         * (a token is at least a byte) and a first grain of answer. */
-        int64_t need = gw_call_cost(out, body_len > 0 ? body_len : 0, GW_HOLD_GRAIN_BYTES, GW_HOLD_GRAIN_MS);
+         * (a token is at least a byte) and a first grain of answer (its
+         * output is held as it comes: proxy.c, held_output). */
+        int64_t need = gw_call_cost(out, body_len > 0 ? body_len : 0, GW_HOLD_GRAIN_TOKENS, GW_HOLD_GRAIN_MS);
         struct consumer_count *u = consumer_slot(user, 1);
         int64_t have = funds_free(user, u);
         if (wait) {

@@ -16,7 +16,10 @@ answers 200 (so the agent's check passes); a POST, by MODE:
            true; each chunk's `seen` is the stream_options it was sent.
            A request's "words" makes that many content chunks instead
            (w1, w2, ...; the usage's completion tokens say so), one every
-           "word_ms", as a model generating slowly would
+           "word_ms", as a model generating slowly would; unstreamed, one
+           answer with those words as its text. A request's "claim_tokens"
+           makes the usage claim that many completion tokens instead (a
+           replica that lies)
 """
 import json
 import sys
@@ -72,7 +75,8 @@ class Handler(BaseHTTPRequestHandler):
         if include:
             for chunk in chunks:
                 chunk["usage"] = None
-            chunks.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": len(words)}})
+            chunks.append({"choices": [], "usage": {"prompt_tokens": 5,
+                                                     "completion_tokens": request.get("claim_tokens", len(words))}})
         for i, chunk in enumerate(chunks):
             if i:
                 time.sleep(request.get("word_ms", 0) / 1000)
@@ -86,8 +90,10 @@ class Handler(BaseHTTPRequestHandler):
             request = json.loads(body)
             if request.get("stream"):
                 return self.stream(request)
-            return self.reply(200, {"choices": [{"text": "one two three"}],
-                                    "usage": {"prompt_tokens": 5, "completion_tokens": 3}})
+            words = [f"w{i + 1}" for i in range(request["words"])] if "words" in request else ["one", "two", "three"]
+            return self.reply(200, {"choices": [{"text": " ".join(words)}],
+                                    "usage": {"prompt_tokens": 5,
+                                              "completion_tokens": request.get("claim_tokens", len(words))}})
         if MODE == "silent":
             threading.Event().wait()  # holds the connection, answering nothing
         if MODE == "huge":

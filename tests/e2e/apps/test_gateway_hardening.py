@@ -10,7 +10,10 @@ non-streamed answer over the 4 MiB kept whole is still charged its
 tokens; rate-limit windows never run out; a stream from a server that
 reports usage only when asked is charged its tokens whatever the client
 asked, and a client that leaves mid-stream pays what the stream reports
-within the 2 s it is read on."""
+within the 2 s it is read on. The funds a call holds are close to its
+cost when its replica reports usage only at the end: a stream is held a
+token an event, an answer in one body the usage it reports (withheld
+until whole), each within a token a byte and the request's max_tokens."""
 import http.client
 import json
 import os
@@ -494,6 +497,132 @@ def test_a_stream_priced_per_second_ends_when_its_funds_do(market):
     [row] = m.wait_calls(app["id"], 1)
     [(duration,)] = m.d.sql("SELECT duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
     assert row[7] == 0 and row[4] == duration * 100000 // 1000 and 0 < row[4] <= 350000, (row, duration)
+    assert_ledger_ok(m)
+
+
+def per_output_token_app(m):
+    """A fake_replica.py app in openai mode at 1 yuan per 1k output tokens
+    (0.001 a token), no other price."""
+    app, _ = fake_app(m, "openai", price_per_request="0", price_per_1k_input_tokens="0",
+                      price_per_1k_output_tokens="1")
+    return app
+
+
+def test_a_stream_reporting_usage_only_at_its_end_is_held_about_its_cost(market):
+    """A replica that reports a stream's usage only in its last chunk, as
+    OpenAI's API and vLLM do, and a consumer with 0.15 yuan: a stream of
+    100 tokens (0.1 yuan) in chunks of some 130 bytes is served in full
+    and charged its 100 tokens. Before, the hold counted every answer byte
+    as a token until the usage came, 13 yuan for this stream, and it was
+    cut with insufficient_funds after its first chunk."""
+    m = market
+    app = per_output_token_app(m)
+    poor = topped_up(m, "0.15")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    result = stream_call(gw, app["slug"], poor.key, {"messages": [{"role": "user", "content": "hi"}],
+                                                     "stream": True, "words": 100})
+    assert result == (200, None, 100, True), result
+    [row] = m.wait_calls(app["id"], 1)
+    # Status, input and output tokens, charge, unpaid, completed.
+    assert (row[1], row[2], row[3], row[4], row[7], row[8]) == (200, 5, 100, 100000, 0, 1), row
+    assert_ledger_ok(m)
+
+
+def test_an_answer_with_its_usage_at_its_end_is_held_for_the_usage_it_reports(market):
+    """One JSON answer of 30 words (some 200 bytes) with its usage at its
+    end, and a consumer with 0.1 yuan at 0.001 a token. Its bytes, a
+    token each, are more than the funds hold, so the answer is withheld
+    until it is whole, then held for the 30 tokens it reports, served and
+    charged them; before, it was refused 402. A replica claiming a million
+    tokens for such an answer is held and charged at most a token a byte
+    of it, which the funds do not hold: 402, nothing charged. With
+    max_completion_tokens 20 and n 2 the claim is held and charged 40."""
+    m = market
+    app = per_output_token_app(m)
+    poor = topped_up(m, "0.1")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    body = {"prompt": "hi", "words": 30}
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={**body, "claim_tokens": 1000000})
+    assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json=body)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 30, r.text
+    assert len(r.content) > 150, r.content  # over what the funds hold a token a byte
+    r = gw.call(app["slug"], "/v1/completions", poor.key,
+                json={**body, "max_completion_tokens": 20, "n": 2, "claim_tokens": 1000000})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1000000, r.text
+    rows = m.wait_calls(app["id"], 3)
+    assert [(row[1], row[3], row[4], row[7]) for row in rows] == [(402, 0, 0, 0), (200, 30, 30000, 0),
+                                                                  (200, 40, 40000, 0)], rows
+    assert_ledger_ok(m)
+
+
+def test_an_answer_withheld_past_1_mib_is_refused_whole(market):
+    """A JSON answer of 5 MB, and a consumer with 20 yuan at 0.001 a
+    token, which holds some 20 KB of it a token a byte: held at its first
+    bytes for all it announces, it is withheld for its usage, but only up
+    to 1 MiB (no more of an answer waits in the gateway), so it is refused
+    402 whole and charged nothing. Before, its first pieces passed and the
+    client got a 200 whose body was cut short."""
+    m = market
+    app, _ = fake_app(m, "huge", price_per_request="0", price_per_1k_input_tokens="0",
+                      price_per_1k_output_tokens="1")
+    poor = topped_up(m, "20")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi"})
+    assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text[:200]
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[3], row[4], row[7]) == (402, 0, 0, 0), row
+    assert_ledger_ok(m)
+
+
+def test_a_stream_claiming_more_tokens_than_it_sent_is_capped(market):
+    """A replica that streams three words and then claims a million
+    completion tokens: a consumer with funds to spare is charged a token
+    a byte of the answer it got (the hard ceiling), or the max_tokens it
+    asked for; a consumer with 0.1 yuan gets the three words and is
+    charged no more than its funds held, nothing unpaid."""
+    m = market
+    app = per_output_token_app(m)
+    rich, poor = topped_up(m, "10"), topped_up(m, "0.1")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    # The client asks for the usage itself: the bytes it gets are all the replica's.
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "words": 3, "claim_tokens": 1000000,
+            "stream_options": {"include_usage": True}}
+    r = gw.call(app["slug"], "/v1/chat/completions", rich.key, json=body)
+    assert r.status_code == 200 and b"data: [DONE]" in r.content, r.text
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[3], row[4], row[7]) == (200, len(r.content), len(r.content) * 1000, 0), (row, len(r.content))
+    r = gw.call(app["slug"], "/v1/chat/completions", rich.key, json={**body, "max_tokens": 10})
+    assert r.status_code == 200 and b"data: [DONE]" in r.content, r.text
+    rows = m.wait_calls(app["id"], 2)
+    assert (rows[1][1], rows[1][3], rows[1][4]) == (200, 10, 10000), rows
+    status, code, chunks, _ = stream_call(gw, app["slug"], poor.key, body)
+    assert (status, chunks) == (200, 3) and code in (None, "insufficient_funds"), (status, code, chunks)
+    rows = m.wait_calls(app["id"], 3)
+    assert rows[2][1] == 200 and rows[2][7] == 0 and 0 < rows[2][4] <= 100000, rows
+    assert m.d.sql("SELECT balance FROM ledger_accounts WHERE id = ?", [f"cash:{poor.id}"])[0][0] >= 0
+    assert_ledger_ok(m)
+
+
+def test_a_call_priced_per_request_only_is_held_its_price_whatever_its_answer(market):
+    """An app priced 0.01 a call and nothing else, and a consumer with
+    0.015 yuan: a stream of 200 chunks is served in full and charged 0.01;
+    its hold never depended on the answer's bytes or tokens."""
+    m = market
+    app, _ = fake_app(m, "openai", price_per_request="0.01", price_per_1k_input_tokens="0",
+                      price_per_1k_output_tokens="0")
+    poor = topped_up(m, "0.015")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    result = stream_call(gw, app["slug"], poor.key, {"messages": [{"role": "user", "content": "hi"}],
+                                                     "stream": True, "words": 200})
+    assert result == (200, None, 200, True), result
+    [row] = m.wait_calls(app["id"], 1)
+    assert (row[1], row[3], row[4], row[7], row[8]) == (200, 200, 10000, 0, 1), row
     assert_ledger_ok(m)
 
 
