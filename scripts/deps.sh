@@ -5,7 +5,7 @@
 set -eu
 
 build_pkgs="gcc make pkg-config libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev
-libsqlite3-dev libssl-dev libinih-dev libsystemd-dev libssh-dev
+libsqlite3-dev libssl-dev libgnutls28-dev libinih-dev libsystemd-dev libssh-dev
 libwslay-dev"
 test_pkgs="libcmocka-dev python3 python3-pytest python3-requests python3-aiosmtpd sqlite3 openssl openssh-client
 prometheus pdsh chromium fonts-wqy-microhei
