@@ -5,6 +5,7 @@ logs in without a restart, a suspended account's sessions end and its
 logins are refused, and a node that holds other keys than the account's
 (a send it missed) is given them again by the reconciler's sweep."""
 import hashlib
+import re
 import shutil
 import subprocess
 
@@ -68,8 +69,19 @@ class Rank:
         return p
 
     def digest(self):
-        wl = [w for w in self.cloud.workloads(self.node_name) if w["id"] == self.wl_id]
-        return wl[0]["ssh_keys_digest"] if wl else None
+        return rank_digest(self.cloud, self.node_name, self.wl_id)
+
+
+def rank_digest(cloud, node_name, wl_id):
+    """The ssh_keys_digest a rank's agent reports for its workload."""
+    wl = [w for w in cloud.workloads(node_name) if w["id"] == wl_id]
+    return wl[0]["ssh_keys_digest"] if wl else None
+
+
+def sweeps(cloud):
+    r = cloud.d.get("/metrics", key=cloud.d.admin_key)
+    assert r.status_code == 200, r.text
+    return int(re.search(r'^gpurent_reconciler_passes_total\{kind="sweep"\} (\d+)$', r.text, re.M).group(1))
 
 
 def account_keys(cloud, acct):
@@ -185,3 +197,32 @@ def test_the_sweep_gives_a_node_that_missed_a_change_the_accounts_keys(cloud, tm
         assert rank.run(key).stdout == "in\n"
     finally:
         end(held)
+
+
+def test_every_rank_of_a_gang_gets_the_change_and_keeps_its_own_key(cloud, tmp_path):
+    """A two-node instance: a deleted key reaches both ranks, each still
+    holding the instance's own key its ranks log in to each other with, and
+    the sweeps that follow find nothing to send again."""
+    cloud.fleet(2, sim=SSH_SIM)
+    acct = cloud.user()
+    _, pub_a = keygen(tmp_path, "a")
+    _, pub_b = keygen(tmp_path, "b")
+    a_id = add_key(cloud, acct, "a", pub_a)
+    add_key(cloud, acct, "b", pub_b)
+    inst = cloud.create(acct, card_count=16)
+    cloud.wait_state(acct, inst["id"], "running")
+    internal = cloud.d.sql("SELECT internal_pubkey FROM instances WHERE id = ?", [inst["id"]])[0][0]
+    ranks = cloud.d.sql("SELECT n.name, p.workload_id FROM instance_nodes p JOIN nodes n ON n.id = p.node_id"
+                        " WHERE p.instance_id = ? ORDER BY p.rank", [inst["id"]])
+    assert len(ranks) == 2
+    for name, wl in ranks:
+        assert rank_digest(cloud, name, wl) == digest(account_keys(cloud, acct) + [internal])
+    assert cloud.d.delete(f"/v1/ssh-keys/{a_id}", key=acct.key).status_code == 204
+    want = digest([pub_b, internal])
+    for name, wl in ranks:
+        poll(lambda: rank_digest(cloud, name, wl) == want, DEADLINE, f"rank on {name} to drop the key")
+    # Two sweeps later nothing was found to differ: each compares what it
+    # sent with what it should hold, the instance key included.
+    seen = sweeps(cloud)
+    poll(lambda: sweeps(cloud) >= seen + 2, DEADLINE, "two sweeps")
+    assert "holds other SSH keys" not in cloud.d.stderr_text()
