@@ -299,6 +299,23 @@ json_t *spec_to_json(const struct wl_spec *spec);
  * whatever its order, same ssh user and keys in the same order, same ports
  * in the same order, same cluster (cluster_equal). */
 int spec_equal(const struct wl_spec *a, const struct wl_spec *b);
+/* spec_equal leaving ssh.authorized_keys out: a PUT of the same workload
+ * with other keys replaces its keys (the account's keys changed while the
+ * control plane's first PUT was in flight). */
+int spec_equal_but_ssh_keys(const struct wl_spec *a, const struct wl_spec *b);
+/* Parses an array of authorized key lines (name: the field it is, for the
+ * messages) into out->keys and out->n_keys, each "<type> <base64>" checked
+ * with libssh. 0, or -1 with field and err; out's keys are then the
+ * caller's to free all the same (spec_ssh_keys_free). */
+int spec_ssh_keys_parse(const json_t *keys, const char *name, struct spec_ssh *out, char *field, size_t fieldlen,
+                        char *err, size_t errlen);
+/* Frees n_keys lines and the array; NULL is a no-op. */
+void spec_ssh_keys_free(char **keys, int n_keys);
+/* "ssh_keys_digest" of GET /v1/workloads: lowercase hex SHA-256 of the
+ * keys, each line followed by "\n", in order (that of "" for none), which
+ * gpurentd compares with what it sent to find a workload that missed a
+ * change of its keys. */
+void spec_ssh_keys_digest(const struct spec_ssh *ssh, char out[65]);
 /* Parses one ssh.authorized_keys line "<type> <base64>" with libssh; the
  * blob must be of the named type. 0 with *out (libssh's ssh_key, which the
  * caller frees with ssh_key_free), or -1. */
@@ -402,7 +419,10 @@ enum wl_health health_next(enum wl_health cur, int answered, int status);
 struct workload {
     char id[AGENT_NAME_MAX];      /* chosen by the control plane */
     struct agent_node *node;      /* owner; immutable */
-    struct wl_spec spec;          /* immutable once in the node's list */
+    struct wl_spec spec;          /* immutable once in the node's list, but for spec.ssh.keys and
+                                     n_keys, which PUT .../ssh-keys replaces under the node lock */
+    int64_t ssh_keys_gen;         /* node lock: bumped each time spec.ssh.keys is replaced, so a
+                                     logged-in connection checks its key again (ssh/server.c) */
     enum wl_phase phase;          /* node lock */
     char message[256];            /* node lock: why failed or exited */
     int64_t created_at;           /* node lock: epoch seconds */

@@ -371,6 +371,26 @@ static json_t *reply_after_wait(struct agent *a, struct agent_node *n, const cha
     return reply;
 }
 
+/* Gives w the keys in keys (whose old ones keys then holds, for the caller
+ * to free), under the node's lock: logins are checked against them from
+ * now on, and each logged-in connection checks its own key again within
+ * a second (ssh/server.c), closed if it is no longer there. Kept on disk
+ * so a restart keeps them. 0, or -1 when the record could not be written
+ * (logged; the new keys apply all the same until a restart). */
+static int replace_ssh_keys(const char *dir, struct workload *w, struct spec_ssh *keys)
+{
+    char **old_keys = w->spec.ssh.keys;
+    int n_old = w->spec.ssh.n_keys;
+    w->spec.ssh.keys = keys->keys;
+    w->spec.ssh.n_keys = keys->n_keys;
+    keys->keys = old_keys;
+    keys->n_keys = n_old;
+    w->ssh_keys_gen++;
+    log_info("workload %s on %s: SSH keys replaced: %d before, %d now", w->id, w->node->name, n_old,
+             w->spec.ssh.n_keys);
+    return record_save(dir, w);
+}
+
 static void api_workload_put(struct http_request *req)
 {
     struct agent *a = app(req);
@@ -412,6 +432,17 @@ static void api_workload_put(struct http_request *req)
     } else if (old && spec_equal(&old->spec, &spec)) {
         status = 200;
         reply = workload_json_ended(a, n, old);
+    } else if (old && spec_equal_but_ssh_keys(&old->spec, &spec)) {
+        /* The account's keys changed while the control plane put it: the
+         * newer PUT's keys are the ones to hold, as PUT .../ssh-keys would
+         * make them. */
+        if (replace_ssh_keys(dir, old, &spec.ssh) < 0) {
+            e = ERR_INTERNAL;
+            snprintf(err, sizeof err, "cannot record workload %s's new SSH keys on disk", id);
+        } else {
+            status = 200;
+            reply = workload_json_ended(a, n, old);
+        }
     } else if (old) {
         snprintf(err, sizeof err, "workload %s exists with another spec; delete it first", id);
     } else if (n->n_wl >= (size_t)a->conf->max_workloads) {
@@ -493,6 +524,64 @@ static void api_workload_put(struct http_request *req)
         http_error_ext(req, e, "gpus", json_pack("{s:s}", "holder", holder), "%s", err);
     else
         http_error(req, e, NULL, "%s", err[0] ? err : "cannot accept the workload");
+}
+
+/* PUT .../v1/workloads/{id}/ssh-keys {"authorized_keys": [...]}: the keys
+ * that log in to a workload from now on, sent by the control plane when
+ * its owner's account keys change (AGENT_PROTOCOL.md). A connection logged
+ * in with a key no longer there is closed. */
+static void api_workload_ssh_keys(struct http_request *req)
+{
+    static const struct json_field fields[] = {
+        {"authorized_keys", JSON_KIND_ARRAY, 1, 0},
+        {NULL,              0,               0, 0},
+    };
+    struct agent *a = app(req);
+    struct agent_node *n = req_node(req);
+    const char *id = req_id(req);
+    if (!agent_name_valid(id)) {
+        http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+        return;
+    }
+    json_t *body = http_json_body(req, fields);
+    if (!body)
+        return;
+    struct spec_ssh keys = {0};
+    char field[96], err[256];
+    int rc = spec_ssh_keys_parse(json_object_get(body, "authorized_keys"), "authorized_keys", &keys, field,
+                                 sizeof field, err, sizeof err);
+    json_decref(body);
+    if (rc < 0) {
+        spec_ssh_keys_free(keys.keys, keys.n_keys);
+        http_error(req, ERR_INVALID_FIELD, field[0] ? field : NULL, "%s", err);
+        return;
+    }
+    char dir[PATH_MAX];
+    agent_node_dir(a, n, dir, sizeof dir);
+    enum api_error e = ERR_NOT_FOUND;
+    json_t *reply = NULL;
+    err[0] = '\0';
+    pthread_mutex_lock(&n->lock);
+    struct workload *w = agent_node_workload(n, id);
+    if (!w || w->removing) {
+        snprintf(err, sizeof err, "no workload %.64s on this node", id);
+    } else if (!w->spec.ssh.present) {
+        e = ERR_CONFLICT;
+        snprintf(err, sizeof err, "workload %s was put without ssh: nobody logs in to it, with any key", id);
+    } else if (replace_ssh_keys(dir, w, &keys) < 0) {
+        e = ERR_INTERNAL;
+        snprintf(err, sizeof err, "cannot record workload %s's new SSH keys on disk", id);
+    } else {
+        char digest[65];
+        spec_ssh_keys_digest(&w->spec.ssh, digest);
+        reply = json_pack("{s:s, s:i, s:s}", "id", w->id, "keys", w->spec.ssh.n_keys, "ssh_keys_digest", digest);
+    }
+    pthread_mutex_unlock(&n->lock);
+    spec_ssh_keys_free(keys.keys, keys.n_keys); /* the old ones, or those refused */
+    if (reply)
+        http_reply_json(req, 200, reply);
+    else
+        http_error(req, e, NULL, "%s", err);
 }
 
 /* Whether node n no longer holds workload id, waiting up to wait_ms for its
@@ -581,6 +670,7 @@ const struct http_route agent_routes_single[] = {
     {"GET", "/v1/workloads/{id}", api_workload_get, AUTH_SIGNED, NULL},
     {"PUT", "/v1/workloads/{id}", api_workload_put, AUTH_SIGNED, NULL},
     {"DELETE", "/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED, NULL},
+    {"PUT", "/v1/workloads/{id}/ssh-keys", api_workload_ssh_keys, AUTH_SIGNED, NULL},
     {"GET", "/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED, NULL},
     {"GET", "/v1/workloads/{id}/terminal", api_workload_terminal, AUTH_SIGNED, NULL},
     {NULL, NULL, NULL, AUTH_NONE, NULL},
@@ -593,6 +683,7 @@ const struct http_route agent_routes_fleet[] = {
     {"GET", "/nodes/{node}/v1/workloads/{id}", api_workload_get, AUTH_SIGNED, NULL},
     {"PUT", "/nodes/{node}/v1/workloads/{id}", api_workload_put, AUTH_SIGNED, NULL},
     {"DELETE", "/nodes/{node}/v1/workloads/{id}", api_workload_delete, AUTH_SIGNED, NULL},
+    {"PUT", "/nodes/{node}/v1/workloads/{id}/ssh-keys", api_workload_ssh_keys, AUTH_SIGNED, NULL},
     {"GET", "/nodes/{node}/v1/workloads/{id}/logs", api_workload_logs, AUTH_SIGNED, NULL},
     {"GET", "/nodes/{node}/v1/workloads/{id}/terminal", api_workload_terminal, AUTH_SIGNED, NULL},
     {NULL, NULL, NULL, AUTH_NONE, NULL},

@@ -258,6 +258,13 @@ json_t *workload_json(const struct workload *w)
                           "exited_at", exited_at, "exit_code", exit_code);
     if (j)
         spec_public_json(&w->spec, j); /* secret values as "***" */
+    /* Which keys it holds, for the control plane to find one that missed a
+     * change of the account's keys; only for a spec with ssh. */
+    if (j && w->spec.ssh.present) {
+        char digest[65];
+        spec_ssh_keys_digest(&w->spec.ssh, digest);
+        json_object_set_new(j, "ssh_keys_digest", json_string(digest));
+    }
     /* The health check's verdict, only for a spec that has one. */
     if (j && w->spec.health.present) {
         json_object_set_new(j, "health", json_string(wl_health_name(w->health)));

@@ -3,6 +3,7 @@
  * meaning of a podman/docker command line built from it. */
 #include "agent.h"
 #include "gpurent/image_transport.h"
+#include "gpurent/secrets.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -59,9 +60,7 @@ void spec_free(struct wl_spec *spec)
     for (int i = 0; i < spec->n_command; i++)
         free(spec->command[i]);
     free(spec->command);
-    for (int i = 0; i < spec->ssh.n_keys; i++)
-        free(spec->ssh.keys[i]);
-    free(spec->ssh.keys);
+    spec_ssh_keys_free(spec->ssh.keys, spec->ssh.n_keys);
     cluster_free(&spec->cluster);
     memset(spec, 0, sizeof *spec);
 }
@@ -243,6 +242,57 @@ int spec_ssh_key_import(const char *line, ssh_key *out)
     return 0;
 }
 
+int spec_ssh_keys_parse(const json_t *keys, const char *name, struct spec_ssh *out, char *field, size_t fieldlen,
+                        char *err, size_t errlen)
+{
+    char f[96];
+    size_t len = 0, i;
+    json_t *v;
+    out->keys = NULL;
+    out->n_keys = 0;
+    if (!json_is_array(keys) || json_array_size(keys) > SPEC_SSH_MAX_KEYS)
+        return spec_bad(field, fieldlen, name, err, errlen, "%s must be an array of at most %d public keys", name,
+                        SPEC_SSH_MAX_KEYS);
+    if (json_array_size(keys) > 0 && !(out->keys = calloc(json_array_size(keys), sizeof *out->keys)))
+        return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
+    json_array_foreach(keys, i, v) {
+        snprintf(f, sizeof f, "%.64s[%zu]", name, i);
+        const char *line = spec_plain_string(v, &len);
+        ssh_key parsed = NULL;
+        if (!line || len >= SPEC_SSH_KEY_MAX || spec_ssh_key_import(line, &parsed) < 0)
+            return spec_bad(field, fieldlen, f, err, errlen,
+                       "%s must be a public key \"<type> <base64>\" (no comment, at most %d bytes) whose blob is "
+                       "of that type",
+                       f, SPEC_SSH_KEY_MAX - 1);
+        ssh_key_free(parsed);
+        if (!(out->keys[out->n_keys] = strdup(line)))
+            return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
+        out->n_keys++;
+    }
+    return 0;
+}
+
+void spec_ssh_keys_free(char **keys, int n_keys)
+{
+    for (int i = 0; i < n_keys; i++)
+        free(keys[i]);
+    free(keys);
+}
+
+void spec_ssh_keys_digest(const struct spec_ssh *ssh, char out[65])
+{
+    /* Each line and its newline, as gpurentd hashes what it sent. */
+    const void *parts[2 * SPEC_SSH_MAX_KEYS];
+    size_t lens[2 * SPEC_SSH_MAX_KEYS], n = 0;
+    for (int i = 0; i < ssh->n_keys && i < SPEC_SSH_MAX_KEYS; i++) {
+        parts[n] = ssh->keys[i];
+        lens[n++] = strlen(ssh->keys[i]);
+        parts[n] = "\n";
+        lens[n++] = 1;
+    }
+    sha256_hex_parts(parts, lens, n, out);
+}
+
 static int parse_ssh(const json_t *ssh, struct wl_spec *out, char *field, size_t fieldlen, char *err, size_t errlen)
 {
     char f[64];
@@ -262,27 +312,9 @@ static int parse_ssh(const json_t *ssh, struct wl_spec *out, char *field, size_t
         return spec_bad(field, fieldlen, "ssh.user", err, errlen, "ssh.user must be 1 to %d of a-z, 0-9, _ and -",
                    SPEC_SSH_USER_MAX - 1);
     snprintf(out->ssh.user, sizeof out->ssh.user, "%s", user);
-    json_t *keys = json_object_get(ssh, "authorized_keys");
-    if (!json_is_array(keys) || json_array_size(keys) > SPEC_SSH_MAX_KEYS)
-        return spec_bad(field, fieldlen, "ssh.authorized_keys", err, errlen,
-                   "ssh.authorized_keys must be an array of at most %d public keys", SPEC_SSH_MAX_KEYS);
-    if (json_array_size(keys) > 0 && !(out->ssh.keys = calloc(json_array_size(keys), sizeof *out->ssh.keys)))
-        return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
-    size_t i;
-    json_array_foreach(keys, i, v) {
-        snprintf(f, sizeof f, "ssh.authorized_keys[%zu]", i);
-        const char *line = spec_plain_string(v, &len);
-        ssh_key parsed = NULL;
-        if (!line || len >= SPEC_SSH_KEY_MAX || spec_ssh_key_import(line, &parsed) < 0)
-            return spec_bad(field, fieldlen, f, err, errlen,
-                       "%s must be a public key \"<type> <base64>\" (no comment, at most %d bytes) whose blob is "
-                       "of that type",
-                       f, SPEC_SSH_KEY_MAX - 1);
-        ssh_key_free(parsed);
-        if (!(out->ssh.keys[out->ssh.n_keys] = strdup(line)))
-            return spec_bad(field, fieldlen, "", err, errlen, "out of memory");
-        out->ssh.n_keys++;
-    }
+    if (spec_ssh_keys_parse(json_object_get(ssh, "authorized_keys"), "ssh.authorized_keys", &out->ssh, field,
+                            fieldlen, err, errlen) < 0)
+        return -1;
     out->ssh.present = 1;
     return 0;
 }
@@ -667,7 +699,9 @@ json_t *spec_to_json(const struct wl_spec *spec)
     return o;
 }
 
-int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
+/* Whether a and b ask for the same thing, their ssh.authorized_keys
+ * compared too when with_keys. */
+static int specs_equal(const struct wl_spec *a, const struct wl_spec *b, int with_keys)
 {
     if (strcmp(a->image, b->image) != 0 || strcmp(a->stack, b->stack) != 0 || a->n_gpus != b->n_gpus ||
         a->n_volumes != b->n_volumes || a->n_env != b->n_env)
@@ -688,9 +722,11 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
     for (int i = 0; i < a->n_command; i++)
         if (strcmp(a->command[i], b->command[i]) != 0)
             return 0;
-    if (a->ssh.present != b->ssh.present || strcmp(a->ssh.user, b->ssh.user) != 0 || a->ssh.n_keys != b->ssh.n_keys)
+    if (a->ssh.present != b->ssh.present || strcmp(a->ssh.user, b->ssh.user) != 0)
         return 0;
-    for (int i = 0; i < a->ssh.n_keys; i++)
+    if (with_keys && a->ssh.n_keys != b->ssh.n_keys)
+        return 0;
+    for (int i = 0; with_keys && i < a->ssh.n_keys; i++)
         if (strcmp(a->ssh.keys[i], b->ssh.keys[i]) != 0)
             return 0;
     if (a->n_ports != b->n_ports)
@@ -702,6 +738,16 @@ int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
         a->health.interval_s != b->health.interval_s || strcmp(a->health.path, b->health.path) != 0)
         return 0;
     return cluster_equal(&a->cluster, &b->cluster);
+}
+
+int spec_equal(const struct wl_spec *a, const struct wl_spec *b)
+{
+    return specs_equal(a, b, 1);
+}
+
+int spec_equal_but_ssh_keys(const struct wl_spec *a, const struct wl_spec *b)
+{
+    return specs_equal(a, b, 0);
 }
 
 void spec_public_json(const struct wl_spec *spec, json_t *j)

@@ -218,6 +218,18 @@ struct workload *ssh_conn_workload(struct ssh_conn *c)
     struct workload *w = agent_node_workload(c->listener->node, c->wl_id);
     if (!w || w->removing || w->phase != WL_RUNNING || !w->spec.ssh.present || strcmp(w->spec.ssh.user, c->user))
         return NULL;
+    /* The keys were replaced since it last looked (the owner removed a key
+     * from the account): a connection whose key went with them is over. */
+    if (w->ssh_keys_gen != c->keys_gen) {
+        int held = 0;
+        for (int i = 0; i < w->spec.ssh.n_keys && !held && c->key_line; i++)
+            held = strcmp(w->spec.ssh.keys[i], c->key_line) == 0;
+        if (!held) {
+            c->key_removed = 1;
+            return NULL;
+        }
+        c->keys_gen = w->ssh_keys_gen;
+    }
     return w;
 }
 
@@ -300,6 +312,8 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
     }
     const char *why = NULL;
     char wl_id[AGENT_NAME_MAX] = "";
+    char *key_line = NULL; /* the workload's line of the key, kept by a connection that logs in */
+    int64_t keys_gen = 0;
     pthread_mutex_lock(&n->lock);
     struct workload *w = workload_of_user(n, user);
     if (!w) {
@@ -310,14 +324,19 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
         why = "the key is not one of the workload's";
         for (int i = 0; i < w->spec.ssh.n_keys && why; i++) {
             ssh_key k = NULL;
-            if (spec_ssh_key_import(w->spec.ssh.keys[i], &k) == 0 && ssh_key_cmp(k, pubkey, SSH_KEY_CMP_PUBLIC) == 0)
+            if (spec_ssh_key_import(w->spec.ssh.keys[i], &k) == 0 && ssh_key_cmp(k, pubkey, SSH_KEY_CMP_PUBLIC) == 0) {
                 why = NULL;
+                if (signature_state != SSH_PUBLICKEY_STATE_NONE && !(key_line = strdup(w->spec.ssh.keys[i])))
+                    why = "out of memory";
+            }
             ssh_key_free(k);
         }
+        keys_gen = w->ssh_keys_gen;
         snprintf(wl_id, sizeof wl_id, "%s", w->id);
     }
     pthread_mutex_unlock(&n->lock);
     if (why) {
+        free(key_line);
         c->refused = 1;
         log_warn("ssh refused: node %s user %.80s key %s from %s:%d: %s", n->name, user, c->fingerprint, c->addr,
                  c->port, why);
@@ -333,9 +352,14 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
         held += o->listener == c->listener && o->authenticated && strcmp(o->wl_id, wl_id) == 0;
     if (held < cap) {
         snprintf(c->wl_id, sizeof c->wl_id, "%s", wl_id);
+        free(c->key_line);
+        c->key_line = key_line;
+        key_line = NULL;
+        c->keys_gen = keys_gen;
         c->authenticated = 1;
     }
     pthread_mutex_unlock(&c->srv->lock);
+    free(key_line);
     if (!c->authenticated) {
         log_warn("ssh refused: node %s workload %s user %.80s from %s:%d: %lld connections to it already"
                  " (ssh_max_sessions_per_workload)",
@@ -396,6 +420,12 @@ static void conn_run(struct ssh_conn *c)
             pthread_mutex_lock(&n->lock);
             int running = ssh_conn_workload(c) != NULL;
             pthread_mutex_unlock(&n->lock);
+            if (!running && c->key_removed) {
+                log_info("ssh: node %s workload %s user %s from %s:%d: key %s was removed from the workload's keys,"
+                         " closed",
+                         n->name, c->wl_id, c->user, c->addr, c->port, c->fingerprint);
+                break;
+            }
             if (!running) {
                 log_info("ssh: node %s workload %s user %s from %s:%d: the workload no longer runs, closed", n->name,
                          c->wl_id, c->user, c->addr, c->port);
@@ -441,6 +471,7 @@ static void *conn_main(void *arg)
     }
     ssh_disconnect(c->session);
     ssh_free(c->session);
+    free(c->key_line);
     pthread_mutex_lock(&s->lock);
     c->listener->active--;
     s->connections--;

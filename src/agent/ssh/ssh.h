@@ -6,7 +6,8 @@
  *              kept in the node's directory), one accept thread for all,
  *              one thread per connection driving an ssh_event; public-key login
  *              only, as the workload spec's ssh.user with one of its
- *              ssh.authorized_keys while the workload runs; failed logins
+ *              ssh.authorized_keys while the workload runs and holds
+ *              that key (PUT .../ssh-keys replaces them); failed logins
  *              rate-limited per client address; every login and refusal
  *              logged
  *   session.c  session channels: a command, a shell with a PTY (window
@@ -152,6 +153,9 @@ struct ssh_conn {
     char user[96];                 /* the last user name tried */
     char fingerprint[96];          /* SHA256 fingerprint of the last key tried */
     char wl_id[AGENT_NAME_MAX];    /* the workload logged in to */
+    char *key_line;                /* the workload's ssh.authorized_keys line it logged in with (owned) */
+    int64_t keys_gen;              /* the workload's ssh_keys_gen when key_line was last found there */
+    int key_removed;               /* ssh_conn_workload found key_line gone from the workload's keys */
     int authenticated;
     int startup;                   /* counted in srv->startups until it logs in or ends */
     int fd;                        /* its socket, while it is in srv->conns */
@@ -166,7 +170,8 @@ struct ssh_conn {
 };
 
 /* server.c: the workload a logged-in connection may use, under its node's
- * lock: running, not being removed, still with this ssh.user. NULL if not. */
+ * lock: running, not being removed, still with this ssh.user and still
+ * holding the key the connection logged in with. NULL if not. */
 struct workload *ssh_conn_workload(struct ssh_conn *c);
 
 /* session.c */

@@ -1,11 +1,14 @@
 /* api_ssh_keys.c: /v1/ssh-keys — the caller's OpenSSH public keys: add
  * (parsed and fingerprinted, never pattern-matched), list, show, delete.
- * Instances take a snapshot of them at create and at every start; a key
- * deleted here stops working at the instance's next start. */
+ * A change reaches the caller's live instances at once: the same
+ * transaction gives each of them its keys again, and the reconciler sends
+ * them to their agents (a key deleted stops logging in, and its open
+ * sessions end; a key added logs in, without a restart). */
 #include "domain/ssh_keys.h"
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
 #include "http/api.h"
+#include "loops/loops.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -59,7 +62,9 @@ static int create_txn(struct store *s, void *vctx)
         ctx->over_limit = 1;
         return STORE_CONFLICT;
     }
-    return store_ssh_key_insert(s, &ctx->k);
+    if ((rc = store_ssh_key_insert(s, &ctx->k)) != STORE_OK)
+        return rc;
+    return store_user_ssh_resnapshot(s, ctx->k.user_id);
 }
 
 void api_ssh_keys_create(struct http_request *req)
@@ -100,6 +105,7 @@ void api_ssh_keys_create(struct http_request *req)
         int rc = s ? store_txn(s, create_txn, &ctx) : STORE_ERROR;
         if (rc == STORE_OK) {
             log_info("ssh-keys: %s added %s (%s %s)", req->user_id, ctx.k.id, ctx.k.type, ctx.k.fingerprint);
+            reconciler_push_ssh_keys(req->user_id);
             char location[64];
             snprintf(location, sizeof location, "/v1/ssh-keys/%s", ctx.k.id);
             http_add_header(req, "Location", location);
@@ -174,7 +180,8 @@ struct delete_ctx {
 static int delete_txn(struct store *s, void *vctx)
 {
     struct delete_ctx *ctx = vctx;
-    return store_ssh_key_delete(s, ctx->user_id, ctx->key_id);
+    int rc = store_ssh_key_delete(s, ctx->user_id, ctx->key_id);
+    return rc != STORE_OK ? rc : store_user_ssh_resnapshot(s, ctx->user_id);
 }
 
 void api_ssh_keys_delete(struct http_request *req)
@@ -195,6 +202,7 @@ void api_ssh_keys_delete(struct http_request *req)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     } else {
         log_info("ssh-keys: %s deleted %s (%s)", req->user_id, k.id, k.fingerprint);
+        reconciler_push_ssh_keys(req->user_id);
         http_reply_json(req, 204, NULL);
     }
 }

@@ -109,6 +109,10 @@ void reconciler_wake(void);
 /* Asks the next pass to list node_id's workloads (its agent reported an
  * exit) and wakes the reconciler. Any thread. */
 void reconciler_list_node(const char *node_id);
+/* Asks the next pass to send user_id's SSH keys (as its instances now hold
+ * them, store_user_ssh_resnapshot) to the agents of its live instances,
+ * and wakes the reconciler. Any thread. */
+void reconciler_push_ssh_keys(const char *user_id);
 void reconciler_stop(void);
 
 /* watchdog.c: systemd's watchdog, fed after real checks. */

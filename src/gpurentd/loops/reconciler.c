@@ -23,6 +23,13 @@
  * crash or restart the next pass (always a sweep) converges from the
  * database and the agents alone.
  *
+ * A change of an account's SSH keys reaches its instances' agents at once:
+ * the API queues the user (reconciler_push_ssh_keys) and the next pass
+ * sends every rank its keys (PUT .../ssh-keys), trying a failed send again
+ * for a few passes; every sweep compares each listed workload's
+ * ssh_keys_digest with the keys it should hold and sends them to one that
+ * missed a change (its node was down, the daemon stopped before sending).
+ *
  * A PUT asks its agent to hold the answer until the workload runs, for at
  * most agent_put_wait_ms, so a start that quick is seen running in the pass
  * that put it. While instances provision, passes come quickly (QUICK_MS
@@ -85,6 +92,7 @@ struct seen {
     int exit_code;            /* that status */
     char *last;               /* exited or failed: its last log lines, joined for a reason (malloc'd), or NULL */
     char health[16];          /* its health check's verdict; "" when it has none */
+    char ssh_keys_digest[65]; /* the keys it holds (AGENT_PROTOCOL.md); "" when it has no ssh or the agent is older */
 };
 
 static struct bg_loop loop = BG_LOOP_INIT("reconciler");
@@ -195,9 +203,10 @@ static int spec_inputs_get(struct store *s, const struct instance *in, struct sp
                                   sizeof out->health_path);
     if (rc != STORE_OK && rc != STORE_NOT_FOUND)
         return -1;
-    /* The keys were snapshotted at create or at the last start
-     * (store_instance_ssh_snapshot), so every rank and every retry of this
-     * run gets the same set: a key deleted since works until the next start. */
+    /* The keys as the account has them now: the snapshot is taken at
+     * create, at start and at every change of the account's keys
+     * (store_user_ssh_resnapshot), which is also sent to the ranks already
+     * put (push_plan). */
     char *keys;
     if (store_instance_ssh(s, in->id, &keys, NULL) != STORE_OK)
         return -1;
@@ -257,25 +266,44 @@ static void gang_env(json_t *env, const struct work *w, size_t r, size_t local_c
     (void)r;
 }
 
-/* For more than one node: every rank's hosts (rankN at its data-plane
- * address, its SSH server's port and host key, the login of that rank,
- * its cards as slots) and the identity they log in to each other with,
- * whose public key joins this rank's authorized_keys. Only when every node
- * reports an SSH server (the agent needs each host's port and key; without
- * them there is no ssh launcher to set up) and a data_address in its facts:
- * agents from before issue 12 report none, and refuse a spec member they do
- * not know. */
+/* Whether the ranks of w get "cluster" (gang_spec): more than one node, an
+ * instance key pair, and every node reporting an SSH server (the agent
+ * needs each host's port and key; without them there is no ssh launcher
+ * to set up) and a data_address in its facts: agents from before issue 12
+ * report none, and refuse a spec member they do not know. */
+static int gang_ready(const struct work *w, const struct instance_key *key)
+{
+    if (w->n_nodes < 2 || !key->pub[0])
+        return 0;
+    for (size_t k = 0; k < w->n_nodes; k++) {
+        const struct instance_node *p = &w->nodes[k];
+        if (p->ssh_port <= 0 || !p->ssh_host_key[0] || !p->data_address[0])
+            return 0;
+    }
+    return 1;
+}
+
+/* The instance key's public line without its comment, as authorized_keys
+ * entries are sent. */
+static void internal_key_line(const struct instance_key *key, char *line, size_t n)
+{
+    snprintf(line, n, "%s", key->pub);
+    char *sp = strchr(line, ' ');
+    if (sp && (sp = strchr(sp + 1, ' ')))
+        *sp = '\0';
+}
+
+/* For more than one node (gang_ready): every rank's hosts (rankN at its
+ * data-plane address, its SSH server's port and host key, the login of
+ * that rank, its cards as slots) and the identity they log in to each
+ * other with, whose public key joins this rank's authorized_keys. */
 static void gang_spec(json_t *spec, const struct spec_inputs *si, const struct work *w, size_t r)
 {
-    if (w->n_nodes < 2 || !si->key.pub[0])
+    if (!gang_ready(w, &si->key))
         return;
     json_t *hosts = json_array();
     for (size_t k = 0; k < w->n_nodes; k++) {
         const struct instance_node *p = &w->nodes[k];
-        if (p->ssh_port <= 0 || !p->ssh_host_key[0] || !p->data_address[0]) {
-            json_decref(hosts);
-            return;
-        }
         char name[32], address[254], user[ID_MAX + 24];
         snprintf(name, sizeof name, "rank%lld", (long long)p->rank);
         rank_data_address(p, address, sizeof address);
@@ -289,15 +317,11 @@ static void gang_spec(json_t *spec, const struct spec_inputs *si, const struct w
     json_object_set_new(spec, "cluster",
                         json_pack("{s:I, s:o, s:s}", "rank", (json_int_t)w->nodes[r].rank, "hosts", hosts, "identity",
                                   si->key.priv));
-    /* The key line without its comment, as authorized_keys entries are
-     * sent; a copy, since every rank's spec shares the users' snapshot. */
+    /* A copy, since every rank's spec shares the users' snapshot. */
     json_t *ssh = json_object_get(spec, "ssh");
     if (ssh) {
         char line[SSH_PUBKEY_MAX];
-        snprintf(line, sizeof line, "%s", si->key.pub);
-        char *sp = strchr(line, ' ');
-        if (sp && (sp = strchr(sp + 1, ' ')))
-            *sp = '\0';
+        internal_key_line(&si->key, line, sizeof line);
         json_t *keys = json_copy(json_object_get(ssh, "authorized_keys"));
         json_array_append_new(keys, json_string(line));
         json_object_set_new(ssh, "authorized_keys", keys);
@@ -1433,6 +1457,9 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
         snprintf(sn->message, sizeof sn->message, "%s", message ? message : "");
         const char *health = json_string_value(json_object_get(wl, "health"));
         snprintf(sn->health, sizeof sn->health, "%s", health ? health : "");
+        const char *digest = json_string_value(json_object_get(wl, "ssh_keys_digest"));
+        snprintf(sn->ssh_keys_digest, sizeof sn->ssh_keys_digest, "%s",
+                 digest && strlen(digest) == 64 ? digest : "");
         json_t *ended = json_object_get(wl, "exited_at");
         sn->exit_known = 0;
         sn->exit_code = 0;
@@ -1446,6 +1473,266 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
                                 : 0;
     }
     json_decref(doc);
+}
+
+/* ------------------------------------------------------------ SSH keys */
+
+/* Users whose keys changed, for the next pass to send to their instances;
+ * guarded by loop.lock. Capped: past it the next pass is a sweep, whose
+ * digest check finds every workload holding other keys. */
+#define MAX_PUSH_USERS 1024
+static char (*push_users)[ID_MAX];
+static size_t n_push_users;
+
+/* An instance whose ranks are to be sent their keys in the next pass;
+ * touched only by the reconciler thread. */
+struct pending_push {
+    char instance_id[ID_MAX]; /* which */
+    int tries;                /* passes whose send failed so far */
+};
+static struct pending_push *pushes;
+static size_t n_pushes;
+
+/* One send of this pass: a rank's keys to its agent. */
+struct key_push {
+    char instance_id[ID_MAX]; /* whose */
+    char node_name[64];       /* where, for the log */
+    int tries;                /* the instance's failed passes before this one */
+    struct agent_call *call;  /* the PUT .../ssh-keys */
+};
+
+void reconciler_push_ssh_keys(const char *user_id)
+{
+    loop_lock(&loop);
+    int known = 0;
+    for (size_t i = 0; i < n_push_users && !known; i++)
+        known = strcmp(push_users[i], user_id) == 0;
+    if (!known && !list_all) {
+        char(*grown)[ID_MAX] =
+            n_push_users < MAX_PUSH_USERS ? realloc(push_users, (n_push_users + 1) * sizeof *push_users) : NULL;
+        if (grown) {
+            push_users = grown;
+            snprintf(push_users[n_push_users++], ID_MAX, "%s", user_id);
+        } else {
+            list_all = 1; /* the next pass sweeps */
+        }
+    }
+    loop_unlock(&loop);
+    loop_wake(&loop);
+}
+
+/* Queues instance_id's keys for the next pass, unless queued already; tries
+ * counts the passes that failed to send them. Past MAX_DELETE_TRIES the
+ * sweep's digest check takes over. */
+static void queue_push(const char *instance_id, int tries)
+{
+    if (tries >= MAX_DELETE_TRIES) {
+        log_warn("reconciler: instance %s: giving up sending its SSH keys for now; the sweep will retry",
+                 instance_id);
+        return;
+    }
+    for (size_t i = 0; i < n_pushes; i++)
+        if (strcmp(pushes[i].instance_id, instance_id) == 0)
+            return;
+    if (n_pushes >= MAX_PENDING_DELETES)
+        return; /* the sweep finds it later */
+    struct pending_push *grown = realloc(pushes, (n_pushes + 1) * sizeof *pushes);
+    if (!grown)
+        return;
+    pushes = grown;
+    snprintf(pushes[n_pushes].instance_id, ID_MAX, "%s", instance_id);
+    pushes[n_pushes++].tries = tries;
+}
+
+/* The authorized_keys every rank of w holds: the account's keys as the
+ * instance has them (store_instance_ssh) and, for a gang, the instance's
+ * own key, as workload_spec and gang_spec send them. New reference, or
+ * NULL when they cannot be read. */
+static json_t *rank_keys(struct store *s, const struct work *w)
+{
+    char *text;
+    if (store_instance_ssh(s, w->in.id, &text, NULL) != STORE_OK)
+        return NULL;
+    json_t *keys = json_loads(text, 0, NULL);
+    free(text);
+    if (!json_is_array(keys)) {
+        json_decref(keys);
+        return NULL;
+    }
+    if (!instance_multi_node(w->in.card_count))
+        return keys;
+    struct instance_key key;
+    if (store_instance_internal_key(s, w->in.id, &key) != STORE_OK) {
+        secret_wipe(&key, sizeof key);
+        json_decref(keys);
+        return NULL;
+    }
+    if (gang_ready(w, &key)) {
+        char line[SSH_PUBKEY_MAX];
+        internal_key_line(&key, line, sizeof line);
+        json_array_append_new(keys, json_string(line));
+    }
+    secret_wipe(&key, sizeof key);
+    return keys;
+}
+
+/* The agent's ssh_keys_digest of keys: SHA-256 of each line and a newline. */
+static int keys_digest(const json_t *keys, char out[65])
+{
+    size_t n = json_array_size(keys);
+    const void **parts = calloc(2 * n + 1, sizeof *parts);
+    size_t *lens = calloc(2 * n + 1, sizeof *lens);
+    if (!parts || !lens) {
+        free(parts);
+        free(lens);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *line = json_array_get(keys, i);
+        parts[2 * i] = json_string_value(line) ? json_string_value(line) : "";
+        lens[2 * i] = strlen(parts[2 * i]);
+        parts[2 * i + 1] = "\n";
+        lens[2 * i + 1] = 1;
+    }
+    sha256_hex_parts(parts, lens, 2 * n, out);
+    free(parts);
+    free(lens);
+    return 0;
+}
+
+static int read_nodes(struct store *s, struct work *w);
+
+/* The sends of this pass: every instance of the users whose keys changed
+ * and those a failed send left queued, one PUT .../ssh-keys per rank on a
+ * node that answers and has an SSH server. An instance no longer live is
+ * dropped; one whose node does not answer gets its keys from the sweep
+ * after the node is back. *out malloc'd, the calls owned by it. */
+static void push_plan(struct store *s, const struct agent_client_opts *opts, struct key_push **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    loop_lock(&loop);
+    char(*users)[ID_MAX] = push_users;
+    size_t n_users = n_push_users;
+    push_users = NULL;
+    n_push_users = 0;
+    loop_unlock(&loop);
+    for (size_t u = 0; u < n_users; u++) {
+        char(*ids)[ID_MAX] = NULL;
+        size_t n_ids = 0;
+        if (store_user_ssh_push_instances(s, users[u], &ids, &n_ids) != STORE_OK) {
+            /* Read again by the sweep's digest check. */
+            log_error("reconciler: cannot read user %s's instances to send their SSH keys", users[u]);
+        }
+        for (size_t i = 0; i < n_ids; i++)
+            queue_push(ids[i], 0);
+        free(ids);
+    }
+    free(users);
+    struct pending_push *todo = pushes;
+    size_t n_todo = n_pushes;
+    pushes = NULL;
+    n_pushes = 0;
+    struct key_push *calls = NULL;
+    size_t n_calls = 0, cap = 0;
+    for (size_t i = 0; i < n_todo; i++) {
+        struct work *w = calloc(1, sizeof *w);
+        if (!w || store_instance_get(s, NULL, todo[i].instance_id, &w->in) != STORE_OK ||
+            strcmp(w->in.desired, "running") != 0 ||
+            (strcmp(w->in.state, "provisioning") && strcmp(w->in.state, "running") &&
+             strcmp(w->in.state, "unreachable"))) {
+            free(w);
+            continue;
+        }
+        json_t *keys = read_nodes(s, w) == 0 ? rank_keys(s, w) : NULL;
+        json_t *doc = keys ? json_pack("{s:O}", "authorized_keys", keys) : NULL;
+        char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+        json_decref(doc);
+        if (!body) /* a read failed: the next pass tries again */
+            queue_push(todo[i].instance_id, todo[i].tries + 1);
+        for (size_t r = 0; body && r < w->n_nodes; r++) {
+            const struct instance_node *p = &w->nodes[r];
+            if (strcmp(p->node_health, "up") != 0 || p->ssh_port <= 0)
+                continue;
+            if (n_calls == cap) {
+                cap = cap ? cap * 2 : 16;
+                struct key_push *grown = realloc(calls, cap * sizeof *calls);
+                if (!grown) {
+                    queue_push(todo[i].instance_id, todo[i].tries);
+                    break;
+                }
+                calls = grown;
+            }
+            char path[128];
+            snprintf(path, sizeof path, "/v1/workloads/%s/ssh-keys", p->workload_id);
+            struct key_push *kp = &calls[n_calls];
+            snprintf(kp->instance_id, sizeof kp->instance_id, "%s", w->in.id);
+            snprintf(kp->node_name, sizeof kp->node_name, "%s", p->node_name);
+            kp->tries = todo[i].tries;
+            if ((kp->call = agent_call_new(p->agent_url, p->secret, "PUT", path, body, opts)))
+                n_calls++;
+            else
+                queue_push(todo[i].instance_id, todo[i].tries + 1);
+        }
+        if (body)
+            log_info("reconciler: instance %s: sending its %zu SSH keys to its nodes", w->in.id,
+                     json_array_size(keys));
+        free(body);
+        json_decref(keys);
+        free(w->nodes);
+        free(w);
+    }
+    free(todo);
+    *out = calls;
+    *n_out = n_calls;
+}
+
+/* A send's answer: 200 took the keys; 404 (no such workload there: the PUT
+ * that makes it carries them, or it is gone) and 409 (put without ssh)
+ * leave nothing to send. Anything else is tried again next pass. */
+static void push_done(const struct key_push *kp, struct agent_call *c, int finished)
+{
+    if (c && finished && !c->error[0] && (c->status == 200 || c->status == 404 || c->status == 409))
+        return;
+    log_warn("reconciler: instance %s: node %s did not take its SSH keys (%s); trying again", kp->instance_id,
+             kp->node_name, !c || !finished ? "not sent" : c->error[0] ? c->error : "refused");
+    queue_push(kp->instance_id, kp->tries + 1);
+}
+
+/* The sweep's check: a live instance whose listed rank holds other keys
+ * than it should (a send it missed) is queued to get them. One read of the
+ * instance's keys per instance with a listed rank that reports a digest. */
+static void keys_check(struct store *s, struct work *works, size_t n_works, const struct apply_ctx *ctx)
+{
+    for (size_t i = 0; i < n_works; i++) {
+        struct work *w = &works[i];
+        if (strcmp(w->in.desired, "running") != 0 ||
+            (strcmp(w->in.state, "running") != 0 && strcmp(w->in.state, "provisioning") != 0))
+            continue;
+        char want[65] = "";
+        for (size_t r = 0; r < w->n_nodes; r++) {
+            const struct instance_node *p = &w->nodes[r];
+            if (p->ssh_port <= 0 || !was_listed(ctx, p->node_id))
+                continue;
+            const struct seen *sn = find_seen(ctx, p->workload_id);
+            if (!sn || !sn->ssh_keys_digest[0])
+                continue;
+            if (!want[0]) {
+                json_t *keys = rank_keys(s, w);
+                int ok = keys && keys_digest(keys, want) == 0;
+                json_decref(keys);
+                if (!ok)
+                    break;
+            }
+            if (strcmp(want, sn->ssh_keys_digest) != 0) {
+                log_info("reconciler: instance %s: workload %s on node %s holds other SSH keys than the account's;"
+                         " sending them",
+                         w->in.id, p->workload_id, p->node_name);
+                queue_push(w->in.id, 0);
+                break;
+            }
+        }
+    }
 }
 
 /* ------------------------------------------------------------ one pass */
@@ -1466,6 +1753,8 @@ struct pass_calls {
     size_t n_placed;
     struct agent_call **works_calls; /* plan_calls' calls, NULL where a node has none; the works own them */
     size_t n_works_calls;
+    struct key_push *pushes; /* push_plan's sends, made last; they own their calls */
+    size_t n_pushes;
     const struct agent_client_opts *opts;
     struct seen *seen; /* out: workloads of the nodes listed */
     size_t n_seen, cap_seen;
@@ -1488,7 +1777,9 @@ static struct agent_call *make_pass_call(void *ctx, size_t i)
             return NULL;
         return agent_call_new(t->agent_url, t->secret, "GET", "/v1/workloads", NULL, pc->opts);
     }
-    return pc->works_calls[i - pc->n_lists];
+    if ((i -= pc->n_lists) < pc->n_works_calls)
+        return pc->works_calls[i];
+    return pc->pushes[i - pc->n_works_calls].call;
 }
 
 /* Queues a delete of this pass again for the next, counting a try when it
@@ -1516,6 +1807,11 @@ static void pass_call_done(void *ctx, size_t i, struct agent_call *c, int finish
             memcpy(pc->listed[pc->n_listed++], pc->targets[i].id, ID_MAX);
         }
         agent_call_free(c);
+    } else if ((i -= pc->n_lists) >= pc->n_works_calls) {
+        struct key_push *kp = &pc->pushes[i - pc->n_works_calls];
+        push_done(kp, c, finished);
+        agent_call_free(c);
+        kp->call = NULL;
     }
     /* A per-instance call stays with its work, read when the pass applies. */
 }
@@ -1601,6 +1897,9 @@ static struct pass_result run_pass(struct store *s, int sweep)
         return res;
     }
     metrics_reconcile_pass(sweep, (int64_t)n_ins);
+    struct key_push *key_pushes = NULL;
+    size_t n_key_pushes = 0;
+    push_plan(s, &opts, &key_pushes, &n_key_pushes);
     struct work *works = calloc(n_ins ? n_ins : 1, sizeof *works);
     struct node_target *targets = NULL;
     size_t n_targets = 0;
@@ -1632,6 +1931,8 @@ static struct pass_result run_pass(struct store *s, int sweep)
                             .n_lists = listing ? n_targets : 0,
                             .placed = placed,
                             .n_placed = n_placed,
+                            .pushes = key_pushes,
+                            .n_pushes = n_key_pushes,
                             .opts = &opts};
     pending = NULL;
     n_pending = 0;
@@ -1650,7 +1951,7 @@ static struct pass_result run_pass(struct store *s, int sweep)
             if ((pc.works_calls[pc.n_works_calls++] = works[i].call[r])) /* what one a stop leaves unstarted says */
                 snprintf(works[i].call[r]->error, sizeof works[i].call[r]->error, "not run");
     const struct agent_call_stream stream = {make_pass_call, pass_call_done, &pc};
-    size_t total = pc.n_deletes + pc.n_lists + pc.n_works_calls;
+    size_t total = pc.n_deletes + pc.n_lists + pc.n_works_calls + pc.n_pushes;
     int64_t connects = agent_multi_connects(pool);
     agent_calls_stream(pool, total, (long)daemon_config->agent_max_parallel, should_stop, &stream);
     metrics_reconcile_connections(pool ? agent_multi_connects(pool) - connects : (int64_t)total); /* no pool: one each */
@@ -1666,6 +1967,10 @@ static struct pass_result run_pass(struct store *s, int sweep)
         qsort(seen, n_seen, sizeof *seen, seen_cmp);
     if (n_listed)
         qsort(listed, n_listed, ID_MAX, id_cmp);
+    if (n_listed) {
+        struct apply_ctx lists = {.seen = seen, .n_seen = n_seen, .listed = listed, .n_listed = n_listed};
+        keys_check(s, works, n_ins, &lists);
+    }
 
     /* The agents' replies are parsed here rather than in the batch's
      * transaction, where every other writer of the process waits for it. */
@@ -1703,6 +2008,13 @@ static struct pass_result run_pass(struct store *s, int sweep)
         free(seen[i].last);
     free(seen);
 out:
+    /* Sends a stop (or a lack of memory) left unmade go next pass. */
+    for (size_t i = 0; i < n_key_pushes; i++)
+        if (key_pushes[i].call) {
+            queue_push(key_pushes[i].instance_id, key_pushes[i].tries);
+            agent_call_free(key_pushes[i].call);
+        }
+    free(key_pushes);
     for (size_t i = 0; works && i < n_ins; i++) {
         for (size_t r = 0; r < works[i].n_nodes; r++)
             agent_call_free(works[i].call[r]);
@@ -1750,7 +2062,7 @@ static void *reconciler_main(void *arg)
         } else {
             quick = 0;
         }
-        if (n_pending && ms > 200)
+        if ((n_pending || n_pushes) && ms > 200)
             ms = 200;
         if (loop_sleep(&loop, ms))
             break;
@@ -1760,10 +2072,16 @@ static void *reconciler_main(void *arg)
     free(pending);
     pending = NULL;
     n_pending = 0;
+    free(pushes);
+    pushes = NULL;
+    n_pushes = 0;
     loop_lock(&loop);
     free(list_nodes);
     list_nodes = NULL;
     n_list_nodes = 0;
+    free(push_users);
+    push_users = NULL;
+    n_push_users = 0;
     loop_unlock(&loop);
     return NULL;
 }

@@ -599,6 +599,13 @@ int store_instance_ssh_snapshot(struct store *s, const char *instance_id);
 /* The snapshot (JSON array of "type base64") and, when ids_json is not NULL,
  * the ids it names (NULL for all); both malloc'd, caller frees. */
 int store_instance_ssh(struct store *s, const char *instance_id, char **keys_json, char **ids_json);
+/* Every live instance of user_id (pending to stopping) takes its snapshot
+ * again: the user's keys changed, and running instances follow them. */
+int store_user_ssh_resnapshot(struct store *s, const char *user_id);
+/* The ids of user_id's instances whose workloads may be on their nodes
+ * now (provisioning, running or unreachable, desired running): where a
+ * change of the keys is sent. *ids malloc'd, caller frees. */
+int store_user_ssh_push_instances(struct store *s, const char *user_id, char (**ids)[ID_MAX], size_t *n);
 
 /* store_ports.c: published ports (0016): what an instance asks for, the
  * range each node publishes on, and host ports given to instance nodes. */

@@ -21,11 +21,23 @@ static const char SQL_SSH_KEY_DELETE[] = "DELETE FROM ssh_keys WHERE id = ? AND 
 /* The snapshot: the keys named (ssh_key_ids), or every key of the owner
  * when it names none, oldest first, as "type base64". A named key since
  * deleted is simply not there any more. */
-static const char SQL_SSH_SNAPSHOT[] =
-    "UPDATE instances SET ssh_keys = (SELECT json_group_array(line) FROM (SELECT k.type || ' ' || k.blob AS line"
-    "   FROM ssh_keys k WHERE k.user_id = instances.user_id AND (instances.ssh_key_ids IS NULL"
+#define SSH_SNAPSHOT_SET                                                                                       \
+    "UPDATE instances SET ssh_keys = (SELECT json_group_array(line) FROM (SELECT k.type || ' ' || k.blob AS line" \
+    "   FROM ssh_keys k WHERE k.user_id = instances.user_id AND (instances.ssh_key_ids IS NULL"                  \
     "   OR k.id IN (SELECT value FROM json_each(instances.ssh_key_ids))) ORDER BY k.created_at, k.id))"
-    " WHERE id = ?";
+static const char SQL_SSH_SNAPSHOT[] = SSH_SNAPSHOT_SET " WHERE id = ?";
+/* Every instance of the user that holds cards (or is about to) takes its
+ * keys again when they change; the WHERE is instances_holding_by_user's,
+ * so only the user's live instances are read. A stopped one takes them at
+ * its next start. */
+#define KEYED_STATES "('pending', 'provisioning', 'running', 'stopping', 'unreachable')"
+static const char SQL_SSH_RESNAPSHOT_USER[] =
+    SSH_SNAPSHOT_SET " WHERE user_id = ? AND state IN " KEYED_STATES;
+/* Those whose workloads may run now, for the keys to be sent to. */
+static const char SQL_SSH_PUSH_INSTANCES[] =
+    "SELECT id FROM instances WHERE user_id = ? AND state IN " KEYED_STATES
+    " AND state IN ('provisioning', 'running', 'unreachable') AND desired = 'running' ORDER BY id";
+#undef KEYED_STATES
 static const char SQL_SSH_SET_IDS[] = "UPDATE instances SET ssh_key_ids = ? WHERE id = ?";
 static const char SQL_SSH_GET_INSTANCE[] = "SELECT ssh_keys, ssh_key_ids FROM instances WHERE id = ?";
 
@@ -164,5 +176,28 @@ int store_instance_ssh(struct store *s, const char *instance_id, char **keys_jso
             *ids_json = NULL;
         }
     }
+    return rc;
+}
+
+int store_user_ssh_resnapshot(struct store *s, const char *user_id)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_SSH_RESNAPSHOT_USER);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    return store_step_write(s, st, "snapshot the user's instances' ssh keys");
+}
+
+int store_user_ssh_push_instances(struct store *s, const char *user_id, char (**ids)[ID_MAX], size_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    sqlite3_stmt *st = store_stmt(s, SQL_SSH_PUSH_INSTANCES);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    void *rows = NULL;
+    int rc = store_collect(s, st, ID_MAX, &rows, n, store_read_id, "instances to send ssh keys to");
+    *ids = rows;
     return rc;
 }

@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -378,19 +379,105 @@ def test_bad_ssh_specs_are_refused(node, keys):
         assert err["field"] == field, r.text
 
 
-def test_other_keys_on_re_put_are_a_conflict(node, keys):
-    wid = node.run_workload("ins_same-0", [keys["mine"][1]], wait=None)
+def test_other_keys_on_re_put_replace_the_keys(node, keys):
+    """A PUT of the same workload with other keys (the account's keys changed
+    while gpurentd's first PUT was in flight) replaces its keys rather than
+    being a conflict that would fail the attempt."""
+    wid = node.run_workload("ins_same-0", [keys["mine"][1]])
     r = node.agent.put(f"/v1/workloads/{wid}", json={"image": "img", "gpus": [], "ssh": {
         "user": "ins_same-0", "authorized_keys": [keys["other"][1]]}})
+    assert r.status_code == 200, r.text
+    assert r.json()["ssh_keys_digest"] == keys_digest([keys["other"][1]])
+    assert node.ssh(keys["other"][0], "ins_same-0", "true").returncode == 0
+    assert node.ssh(keys["mine"][0], "ins_same-0", "true").returncode == 255
+    # Anything else differing is still a conflict.
+    r = node.agent.put(f"/v1/workloads/{wid}", json={"image": "img2", "gpus": [], "ssh": {
+        "user": "ins_same-0", "authorized_keys": [keys["other"][1]]}})
     assert r.status_code == 409, r.text
-    r = node.agent.put(f"/v1/workloads/{wid}", json={"image": "img", "gpus": [], "ssh": {
-        "user": "ins_same-0", "authorized_keys": [keys["mine"][1]]}})
-    assert r.status_code in (200, 201), r.text
     # A login name is one workload's on a node (else the second could never
     # be logged in to): another workload with it is refused.
     r = node.agent.put(f"/v1/workloads/{wl_id()}", json={"image": "img", "gpus": [], "ssh": {
         "user": "ins_same-0", "authorized_keys": [keys["other"][1]]}})
     assert r.status_code == 409 and "ssh user ins_same-0" in r.json()["error"]["message"], r.text
+    assert node.agent.delete(f"/v1/workloads/{wid}").status_code in (200, 202)
+
+
+def keys_digest(lines):
+    """ssh_keys_digest as AGENT_PROTOCOL.md defines it."""
+    return hashlib.sha256("".join(line + "\n" for line in lines).encode()).hexdigest()
+
+
+def test_replaced_keys_refuse_the_removed_one_and_end_its_sessions(tmp_path, keys):
+    """PUT .../ssh-keys: from the answer on, a removed key no longer logs in,
+    a connection logged in with it is closed, one logged in with a key that
+    stays is not, and an added key logs in, all while the workload runs; the
+    list's digest says which keys it holds, and a restart keeps them."""
+    n = Node(tmp_path / "rk", ssh_listen=f"127.0.0.1:{free_port()}")
+    held_mine = held_other = None
+    try:
+        d = tmp_path / "k"
+        d.mkdir()
+        third = keygen(d, "third")
+        mine, other = keys["mine"], keys["other"]
+        wid = n.run_workload("ins_keys-0", [mine[1], other[1]])
+        listed = n.agent.get("/v1/workloads").json()["workloads"]
+        assert [w["ssh_keys_digest"] for w in listed if w["id"] == wid] == [keys_digest([mine[1], other[1]])]
+        assert n.ssh(third[0], "ins_keys-0", "true").returncode == 255
+        held_mine = subprocess.Popen(n.ssh_args(mine[0], "ins_keys-0", extra=["-N"]), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        held_other = subprocess.Popen(n.ssh_args(other[0], "ins_keys-0", extra=["-N"]), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        poll(lambda: len(re.findall(r"ssh login: node \S+ workload \S+ user ins_keys-0", n.agent.stderr_text())) == 2,
+             20, "both logins")
+        r = n.agent.put(f"/v1/workloads/{wid}/ssh-keys", json={"authorized_keys": [other[1], third[1]]})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"id": wid, "keys": 2, "ssh_keys_digest": keys_digest([other[1], third[1]])}
+        assert n.agent.get(f"/v1/workloads/{wid}").json()["ssh_keys_digest"] == keys_digest([other[1], third[1]])
+        p = n.ssh(mine[0], "ins_keys-0", "true")
+        assert p.returncode == 255 and "Permission denied" in p.stderr
+        assert n.ssh(third[0], "ins_keys-0", "echo", "in").stdout == "in\n"
+        assert held_mine.wait(timeout=60) == 255
+        n.agent.wait_for_log(r"user ins_keys-0 from \S+: key SHA256:\S+ was removed from the workload's keys, closed")
+        assert held_other.poll() is None  # its key stays: its connection too
+        # Kept on disk: a restart holds the new keys.
+        n.agent.restart()
+        n.agent.wait_phase(wid, ["running"])
+        assert n.ssh(mine[0], "ins_keys-0", "true").returncode == 255
+        assert n.ssh(third[0], "ins_keys-0", "true").returncode == 0
+        # No keys at all: nobody logs in.
+        assert n.agent.put(f"/v1/workloads/{wid}/ssh-keys", json={"authorized_keys": []}).status_code == 200
+        assert n.ssh(third[0], "ins_keys-0", "true").returncode == 255
+    finally:
+        for held in (held_mine, held_other):
+            if held and held.poll() is None:
+                held.kill()
+                held.wait(timeout=30)
+        n.stop()
+
+
+def test_bad_key_replacements_are_refused(node, keys):
+    wid = node.run_workload("ins_badk-0", [keys["mine"][1]], wait=None)
+    path = f"/v1/workloads/{wid}/ssh-keys"
+    assert_error(node.agent.put(path, json={"authorized_keys": ["ssh-ed25519 AAAA"]}), 400, "invalid_field",
+                 "authorized_keys[0]")
+    assert_error(node.agent.put(path, json={"authorized_keys": [keys["other"][1] + " c"]}), 400, "invalid_field",
+                 "authorized_keys[0]")
+    assert_error(node.agent.put(path, json={"authorized_keys": [keys["other"][1]] * 65}), 400, "invalid_field",
+                 "authorized_keys")
+    assert_error(node.agent.put(path, json={}), 400, "missing_field", "authorized_keys")
+    assert_error(node.agent.put(path, json={"authorized_keys": [], "user": "x"}), 400, "unknown_field", "user")
+    # Refused: the keys it had still log in.
+    node.agent.wait_phase(wid, ["running"])
+    assert node.ssh(keys["mine"][0], "ins_badk-0", "true").returncode == 0
+    assert_error(node.agent.put(f"/v1/workloads/{wl_id()}/ssh-keys", json={"authorized_keys": []}), 404, "not_found")
+    # A workload put without ssh has no login to give keys to.
+    bare = wl_id()
+    assert node.agent.put(f"/v1/workloads/{bare}", json={"image": "img", "gpus": []}).status_code == 201
+    assert_error(node.agent.put(f"/v1/workloads/{bare}/ssh-keys", json={"authorized_keys": []}), 409, "conflict")
+    # One being deleted is gone for this call as for GET.
+    assert node.agent.delete(f"/v1/workloads/{wid}").status_code in (200, 202)
+    assert_error(node.agent.put(path, json={"authorized_keys": []}), 404, "not_found")
+    assert node.agent.delete(f"/v1/workloads/{bare}").status_code in (200, 202)
 
 
 def test_forward_reaches_a_server_inside_the_workload_only(node, keys, workload, tmp_path):

@@ -1,6 +1,8 @@
 """Instances take the account's SSH keys, and say how to connect: the keys
-an instance names (or all the account's) are snapshotted at create and at
-every start into the workload spec's `ssh` (contract 1 of issue 11); nodes
+an instance names (or all the account's) are snapshotted at create, at
+every start and at every change of the account's keys into the workload
+spec's `ssh` (contract 1 of issue 11), a change sent to running instances
+at once; nodes
 get a public_host and the SSH server their facts report (contract 2); each
 rank of a running instance shows host, port, user, host key fingerprint, a
 command and a known_hosts line, and GET /v1/instances/{id}/ssh-config is an
@@ -138,7 +140,7 @@ def test_connect_details_keys_in_the_spec_and_ssh_config(cloud, fake, host_key, 
     assert (resolved["hostname"], resolved["port"], resolved["user"]) == ("node7.example.com", "2222", user)
 
 
-def test_snapshot_is_taken_again_at_start(cloud, fake, tmp_path):
+def test_keys_reach_the_running_instance_and_are_taken_again_at_start(cloud, fake, tmp_path):
     a = fake()
     node = register_fake(cloud, a)
     poll(lambda: admin_node(cloud, node["id"])["ssh"], DEADLINE, "ssh facts")
@@ -149,9 +151,13 @@ def test_snapshot_is_taken_again_at_start(cloud, fake, tmp_path):
     cloud.wait_state(u, inst["id"], "running")
     first = a.specs()[-1][1]["ssh"]["authorized_keys"]
     assert sorted(first) == sorted(key_only(k["public_key"]) for k in keys)
+    wl_id = a.specs()[-1][0]
     assert cloud.d.delete(f"/v1/ssh-keys/{keys[0]['id']}", key=u.key).status_code == 204
-    # Until the next start the instance keeps its snapshot.
-    assert cloud.get(u, inst["id"])["nodes"][0]["ssh"] is not None
+    # The running instance is sent the account's keys as they are now.
+    kept = sorted(key_only(k["public_key"]) for k in keys[1:])
+    poll(lambda: any(w == wl_id and sorted(sent) == kept for w, sent in list(a.key_puts)), DEADLINE,
+         "the keys without the deleted one to be sent")
+    assert cloud.get(u, inst["id"])["state"] == "running"
     cloud.action(u, inst["id"], "stop")
     cloud.wait_state(u, inst["id"], "stopped")
     later = add_key(cloud.d, u, keygen(tmp_path)[0], "later")

@@ -53,6 +53,7 @@ class SshFakeAgent:
             self.facts["ssh"] = ssh
         self.workloads = {}
         self.puts = []
+        self.key_puts = []  # (workload id, authorized_keys) of each PUT .../ssh-keys
         self.lock = threading.Lock()
         outer = self
 
@@ -87,6 +88,14 @@ class SshFakeAgent:
 
             def do_PUT(self):
                 spec = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if self.path.endswith("/ssh-keys"):  # a change of the account's keys
+                    wl_id = self.path.rsplit("/", 2)[-2]
+                    with outer.lock:
+                        outer.key_puts.append((wl_id, spec["authorized_keys"]))
+                        if wl_id not in outer.workloads:
+                            return self._send(404, {"error": {"code": "not_found", "message": "no", "field": None}})
+                    return self._send(200, {"id": wl_id, "keys": len(spec["authorized_keys"]),
+                                            "ssh_keys_digest": ""})
                 wl_id = self.path.rsplit("/", 1)[-1]
                 with outer.lock:
                     outer.puts.append((wl_id, spec))

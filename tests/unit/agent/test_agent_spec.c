@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "gpurent/secrets.h"
 
 /* Parses JSON text into a spec; returns spec_parse's result and the field. */
 static int parse(const char *text, struct wl_spec *s, char field[64])
@@ -407,8 +408,36 @@ static void test_ssh(void **state)
     for (size_t i = 0; i < sizeof different / sizeof different[0]; i++) {
         assert_int_equal(parse(different[i], &b, field), 0);
         assert_false(spec_equal(&a, &b));
+        /* Only the user makes them differ but for the keys (a PUT with
+         * other keys replaces them; one with another user is a conflict). */
+        assert_int_equal(spec_equal_but_ssh_keys(&a, &b), i < 2);
         spec_free(&b);
     }
+    /* The digest: SHA-256 of each line and a newline, in order; of "" for none. */
+    char digest[65], want[65];
+    spec_ssh_keys_digest(&a.ssh, digest);
+    const char *joined = KEY_ED "\n" KEY_EC "\n";
+    sha256_hex(joined, strlen(joined), want);
+    assert_string_equal(digest, want);
+    assert_int_equal(parse("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": []}}", &b, field), 0);
+    spec_ssh_keys_digest(&b.ssh, digest);
+    assert_string_equal(digest, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    spec_free(&b);
+    /* A key list on its own (PUT .../ssh-keys): checked line by line, the
+     * field named after the caller's. */
+    struct spec_ssh keys = {0};
+    char why[256];
+    json_t *list = json_pack("[s, s]", KEY_EC, "ssh-ed25519 AAAA");
+    assert_int_equal(spec_ssh_keys_parse(list, "authorized_keys", &keys, field, 64, why, sizeof why), -1);
+    assert_string_equal(field, "authorized_keys[1]");
+    spec_ssh_keys_free(keys.keys, keys.n_keys);
+    json_decref(list);
+    list = json_pack("[s]", KEY_EC);
+    assert_int_equal(spec_ssh_keys_parse(list, "authorized_keys", &keys, field, 64, why, sizeof why), 0);
+    assert_int_equal(keys.n_keys, 1);
+    assert_string_equal(keys.keys[0], KEY_EC);
+    spec_ssh_keys_free(keys.keys, keys.n_keys);
+    json_decref(list);
     spec_free(&a);
     /* No keys is a valid (if useless) list. */
     assert_int_equal(parse("{\"image\": \"img\", \"ssh\": {\"user\": \"u\", \"authorized_keys\": []}}", &b, field), 0);
