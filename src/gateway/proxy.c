@@ -59,10 +59,7 @@
 #include <sys/socket.h>
 
 #define GW_BODY_MAX (8u << 20)    /* a request's body */
-#define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
-#define GW_TAIL_KEEP (64u << 10)  /* of one over GW_KEEP_MAX, the end kept to find its usage in */
 #define GW_BUFFER_MAX (1u << 20)  /* answer bytes waiting for a slow client */
-#define GW_EVENT_MAX (256u << 10) /* one server-sent event */
 #define GW_CONNECT_TRIES 3        /* replicas tried when they fail a call unanswered */
 #define GW_PROGRESS_MS 1000       /* between progress lines of an answer going out */
 #define GW_STOP_MS 5000           /* at a stop, the longest calls in progress get to end */
@@ -136,25 +133,9 @@ struct call {
     char up_type[128];
     char up_etag[128]; /* the replica's ETag, passed on ("" none) */
     CURLcode curl_rc;
-    /* Usage, from what was delivered. */
-    int streamed;
-    int usage_asked; /* the gateway asked for the stream's usage, not the client */
-    char *line;      /* usage_asked: a line of the stream not yet whole */
-    size_t line_len;
-    int line_passing; /* a line too long to be usage is going on as it comes */
-    char *event; /* a server-sent event being read */
-    size_t event_len;
-    char *keep; /* a whole answer being read, or (keep_tail) the end of one */
-    size_t keep_len;
-    int keep_tail; /* the answer outgrew GW_KEEP_MAX: keep holds its last GW_TAIL_KEEP bytes */
+    /* Usage, from what was delivered (usage.c). */
+    struct gw_usage usage;
     int delivered_all;
-    int64_t input_tokens, output_tokens; /* as the upstream reported them */
-    int64_t scanned_bytes;               /* of a stream, the bytes scan_delivered has read */
-    /* Output tokens are at most those the stream last reported and a token
-     * a byte after that: the hold's bound is body_received plus this
-     * (never above 0; 0 before any report), written as each report is
-     * read and read by the upstream thread as the answer comes. */
-    atomic_llong usage_slack;
     int64_t delivered_bytes; /* answer bytes handed to the client */
     /* A client that left mid-answer: the answer read on for its usage. */
     int draining;            /* its bytes go to drain_out, not to a client */
@@ -249,157 +230,12 @@ static void call_unref(struct call *c)
     pthread_mutex_destroy(&c->lock);
     free(c->body);
     free(c->out);
-    free(c->event);
-    free(c->line);
-    free(c->keep);
+    gw_usage_free(&c->usage);
     free(c);
     pthread_mutex_lock(&live_lock);
     calls_unfreed--;
     pthread_cond_broadcast(&freed_cond);
     pthread_mutex_unlock(&live_lock);
-}
-
-/* 1 when j carries a usage in range, now the call's. */
-static int take_usage(struct call *c, json_t *j)
-{
-    json_t *u = json_object_get(j, "usage");
-    if (!json_is_object(u))
-        return 0;
-    json_int_t in = json_integer_value(json_object_get(u, "prompt_tokens"));
-    json_int_t out = json_integer_value(json_object_get(u, "completion_tokens"));
-    if (in < 0 || in > 100000000 || out < 0 || out > 100000000)
-        return 0;
-    c->input_tokens = in;
-    c->output_tokens = out;
-    return 1;
-}
-
-/* Keeps the last GW_TAIL_KEEP bytes of a non-streamed answer too big to
- * keep whole, with the n more at p: its usage is then read from its end
- * (usage_from_tail), where OpenAI-style answers put it. Skipping the
- * pieces that did not fit, as before, left a hole and no usage at all. */
-static void keep_tail(struct call *c, const char *p, size_t n)
-{
-    if (!c->keep_tail) {
-        c->keep_tail = 1;
-        if (c->keep_len > GW_TAIL_KEEP) {
-            memmove(c->keep, c->keep + c->keep_len - GW_TAIL_KEEP, GW_TAIL_KEEP);
-            c->keep_len = GW_TAIL_KEEP;
-        }
-        char *fit = realloc(c->keep, GW_TAIL_KEEP + 1);
-        if (!fit) {
-            free(c->keep); /* no usage then: charged no tokens (finish_usage) */
-            c->keep = NULL;
-            c->keep_len = 0;
-            return;
-        }
-        c->keep = fit;
-    }
-    if (!c->keep)
-        return;
-    if (n >= GW_TAIL_KEEP) {
-        memcpy(c->keep, p + n - GW_TAIL_KEEP, GW_TAIL_KEEP);
-        c->keep_len = GW_TAIL_KEEP;
-    } else {
-        size_t room = GW_TAIL_KEEP - n;
-        if (c->keep_len > room) {
-            memmove(c->keep, c->keep + c->keep_len - room, room);
-            c->keep_len = room;
-        }
-        memcpy(c->keep + c->keep_len, p, n);
-        c->keep_len += n;
-    }
-    c->keep[c->keep_len] = '\0';
-}
-
-/* The usage of an answer of which only its end is kept: the last
- * `"usage": {...}` there that is a key of the JSON (its quote not escaped,
- * so not text inside a string) and parses. */
-static void usage_from_tail(struct call *c)
-{
-    json_t *found = NULL;
-    for (char *at = c->keep; (at = strstr(at, "\"usage\"")) != NULL; at++) {
-        size_t slashes = 0;
-        while (at - (ptrdiff_t)slashes > c->keep && at[-1 - (ptrdiff_t)slashes] == '\\')
-            slashes++;
-        if (slashes % 2)
-            continue;
-        const char *v = at + 7;
-        v += strspn(v, " \t\r\n");
-        if (*v++ != ':')
-            continue;
-        v += strspn(v, " \t\r\n");
-        json_t *u = *v == '{' ? json_loads(v, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
-        if (json_is_object(u)) {
-            json_decref(found);
-            found = u;
-        } else {
-            json_decref(u);
-        }
-    }
-    if (found) {
-        json_t *wrap = json_pack("{s:o}", "usage", found);
-        take_usage(c, wrap);
-        json_decref(wrap);
-    }
-}
-
-/* Reads the events whole in the bytes just handed to the client (or,
- * draining, read for one that left). */
-static void scan_delivered(struct call *c, const char *p, size_t n)
-{
-    if (n == 0)
-        return; /* nothing delivered (a HEAD, a 304): p may be NULL */
-    if (!c->streamed) {
-        if (!c->keep_tail && c->keep_len + n <= GW_KEEP_MAX) {
-            char *grown = realloc(c->keep, c->keep_len + n + 1);
-            if (grown) {
-                memcpy(grown + c->keep_len, p, n);
-                c->keep = grown;
-                c->keep_len += n;
-                c->keep[c->keep_len] = '\0';
-                return;
-            }
-        }
-        keep_tail(c, p, n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (c->event_len + 2 > GW_EVENT_MAX)
-            c->event_len = 0; /* an event too big to be usage; skip it */
-        char *grown = c->event_len % 4096 == 0 ? realloc(c->event, c->event_len + 4097) : c->event;
-        if (!grown)
-            return;
-        c->event = grown;
-        c->event[c->event_len++] = p[i];
-        c->event[c->event_len] = '\0';
-        /* An event ends at a blank line, "\n\n" or "\r\n\r\n". */
-        const char *e = c->event + c->event_len;
-        if (c->event_len >= 2 && e[-1] == '\n' &&
-            (e[-2] == '\n' || (c->event_len >= 3 && e[-2] == '\r' && e[-3] == '\n'))) {
-            for (char *line = c->event; line && *line;) {
-                char *next = strchr(line, '\n');
-                if (next)
-                    *next++ = '\0';
-                /* The usage event the client did not ask for went out as
-                 * a comment (hide_usage_event). */
-                if (c->usage_asked && strncmp(line, ":data:", 6) == 0)
-                    line++;
-                if (strncmp(line, "data:", 5) == 0) {
-                    json_t *j = json_loads(line + 5 + (line[5] == ' '), 0, NULL);
-                    /* The bytes read so far, this event's included, bound
-                     * what is still to be reported (see usage_slack). */
-                    int64_t through = c->scanned_bytes + (int64_t)i + 1;
-                    if (take_usage(c, j))
-                        atomic_store(&c->usage_slack, c->output_tokens < through ? c->output_tokens - through : 0);
-                    json_decref(j);
-                }
-                line = next;
-            }
-            c->event_len = 0;
-        }
-    }
-    c->scanned_bytes += (int64_t)n;
 }
 
 /* Copies the value of header line p (len bytes) into out if it is the
@@ -457,6 +293,12 @@ static int out_append(struct call *c, const char *p, size_t n)
     return 0;
 }
 
+/* out_append as gw_usage_hide's output (under c->lock). */
+static int emit_out(void *vc, const char *p, size_t n)
+{
+    return out_append(vc, p, n);
+}
+
 /* Whether path's segments, empty ones left out (as servers that merge
  * slashes read them), are those of a completion: v1/completions or
  * v1/chat/completions. */
@@ -501,7 +343,7 @@ static int dot_segment(const char *path)
  * ask is sent asking. The event the client did not ask for, usage with an
  * empty `choices`, then reaches it as an SSE comment line,
  * ":data: {...}", which every client's parser skips (a consumer reading
- * choices[0] of each chunk would fail on it), and scan_delivered still
+ * choices[0] of each chunk would fail on it), and gw_usage_scan still
  * reads the usage in it.
  *
  * The gateway must read the body as the replica will: it must be JSON
@@ -549,75 +391,18 @@ static const char *ask_stream_usage(struct call *c, const char *path, const char
         free(c->body);
         c->body = text;
         c->body_len = strlen(text);
-        c->usage_asked = 1;
+        c->usage.usage_asked = 1;
     }
     return NULL;
-}
-
-/* Whether a whole line of the stream is the usage event the client did
- * not ask for. */
-static int is_usage_event(const char *line, size_t n)
-{
-    if (n < 5 || strncmp(line, "data:", 5) != 0 || !memmem(line, n, "\"usage\"", 7))
-        return 0;
-    json_t *j = json_loadb(line + 5, n - 5, 0, NULL);
-    json_t *choices = json_object_get(j, "choices");
-    int usage = json_is_array(choices) && json_array_size(choices) == 0 && json_is_object(json_object_get(j, "usage"));
-    json_decref(j);
-    return usage;
-}
-
-/* Under c->lock: a last line held without its newline goes out, at the
- * answer's end. */
-static void flush_line(struct call *c)
-{
-    if (c->line_len && out_append(c, c->line, c->line_len) == 0)
-        c->line_len = 0;
 }
 
 /* Under c->lock, for a call whose client left mid-answer: what came for
  * it is read for its usage as if delivered, and dropped. */
 static void drain_out(struct call *c)
 {
-    scan_delivered(c, c->out, c->out_len);
+    gw_usage_scan(&c->usage, c->out, c->out_len);
     c->drained_bytes += (int64_t)c->out_len;
     c->out_len = 0;
-}
-
-/* Under c->lock: the n stream bytes at p join the answer a line at a time,
- * the usage event made a comment (see ask_stream_usage). A line longer
- * than an event may be goes on as it comes. -1 when out of memory. */
-static int hide_usage_event(struct call *c, const char *p, size_t n)
-{
-    while (n) {
-        const char *nl = memchr(p, '\n', n);
-        size_t take = nl ? (size_t)(nl - p) + 1 : n;
-        if (c->line_passing || c->line_len + take > GW_EVENT_MAX) {
-            if (out_append(c, c->line, c->line_len) < 0)
-                return -1;
-            c->line_len = 0;
-            if (out_append(c, p, take) < 0)
-                return -1;
-            c->line_passing = !nl;
-        } else {
-            char *grown = realloc(c->line, c->line_len + take);
-            if (!grown)
-                return -1;
-            c->line = grown;
-            memcpy(c->line + c->line_len, p, take);
-            c->line_len += take;
-            if (nl) {
-                if (is_usage_event(c->line, c->line_len) && out_append(c, ":", 1) < 0)
-                    return -1;
-                if (out_append(c, c->line, c->line_len) < 0)
-                    return -1;
-                c->line_len = 0;
-            }
-        }
-        p += take;
-        n -= take;
-    }
-    return 0;
 }
 
 /* Under c->lock: whether the answer is a stream of server-sent events whose
@@ -626,7 +411,7 @@ static int hide_usage_event(struct call *c, const char *p, size_t n)
 static int event_ended(const struct call *c)
 {
     const char *t = c->last4;
-    return strncasecmp(c->up_type, "text/event-stream", 17) == 0 && c->line_len == 0 &&
+    return strncasecmp(c->up_type, "text/event-stream", 17) == 0 && c->usage.line_len == 0 &&
            ((t[2] == '\n' && t[3] == '\n') || memcmp(t, "\r\n\r\n", 4) == 0);
 }
 
@@ -638,7 +423,7 @@ static int funds_hold(struct call *c, int64_t received, int64_t ahead_ms)
 {
     if (c->headers_done && c->status >= 400)
         return 1;
-    int64_t slack = atomic_load(&c->usage_slack);
+    int64_t slack = atomic_load(&c->usage.slack);
     int64_t out = received + (slack < 0 ? slack : 0);
     int64_t need =
         gw_call_cost(&c->app, (int64_t)c->client_len, out < 0 ? 0 : out, clock_mono_ms() - c->upstream_ms + ahead_ms);
@@ -682,9 +467,9 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         pthread_mutex_unlock(&c->lock);
         return 0;
     }
-    /* (c->streamed is set on the connection's side, maybe after this.) */
+    /* (c->usage.streamed is set on the connection's side, maybe after this.) */
     int stream = strncasecmp(c->up_type, "text/event-stream", 17) == 0;
-    int ok = c->usage_asked && stream ? hide_usage_event(c, p, len) : out_append(c, p, len);
+    int ok = c->usage.usage_asked && stream ? gw_usage_hide(&c->usage, p, len, emit_out, c) : out_append(c, p, len);
     if (ok == 0) {
         for (size_t i = len > 4 ? len - 4 : 0; i < len; i++) {
             memmove(c->last4, c->last4 + 1, 3);
@@ -697,7 +482,7 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         if (curl_easy_getinfo(c->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &want) == CURLE_OK && want >= 0 &&
             c->body_received >= want) {
             c->body_complete = 1;
-            flush_line(c);
+            gw_usage_flush_line(&c->usage, emit_out, c);
         }
     }
     if (c->draining)
@@ -809,7 +594,7 @@ static void up_end(struct call *c, CURLcode rc)
     }
     c->curl_rc = rc;
     c->up_end_ms = clock_mono_ms();
-    flush_line(c);
+    gw_usage_flush_line(&c->usage, emit_out, c);
     c->finished = 1;
     int drained = c->draining;
     if (drained)
@@ -1107,7 +892,7 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     if (go_on)
         up_enqueue(c);
     c->delivered_bytes += (int64_t)n;
-    scan_delivered(c, buf, n);
+    gw_usage_scan(&c->usage, buf, n);
     note_progress(c, more);
     return (ssize_t)n;
 }
@@ -1423,11 +1208,11 @@ static json_t *usage_record(struct call *c, int completed)
     /* The replica's counts are its word only: bounded by what passed
      * through here, a token being at least a byte of text each way (of
      * the replica's answer: not the bytes the gateway adds to it). */
-    int64_t in = c->input_tokens < (int64_t)c->client_len ? c->input_tokens : (int64_t)c->client_len;
+    int64_t in = c->usage.input_tokens < (int64_t)c->client_len ? c->usage.input_tokens : (int64_t)c->client_len;
     int64_t sent = c->delivered_bytes + c->drained_bytes;
     if (sent > received)
         sent = received;
-    int64_t out = c->output_tokens < sent ? c->output_tokens : sent;
+    int64_t out = c->usage.output_tokens < sent ? c->usage.output_tokens : sent;
     int status = c->status_sent > 0 ? c->status_sent : 502;
     if (status < 400)
         within_hold(c, &in, &out, &up);
@@ -1521,17 +1306,10 @@ static void finish_usage(struct call *c)
     c->recorded = 1;
     /* Whole: delivered, or read to the upstream's good end after the client left. */
     int whole = c->delivered_all || (c->draining && c->finished && c->curl_rc == CURLE_OK);
-    if (!c->streamed && whole && c->keep && !c->keep_tail) {
-        json_t *j = json_loads(c->keep, 0, NULL);
-        take_usage(c, j);
-        json_decref(j);
-    } else if (!c->streamed && whole && c->keep_tail) {
-        if (c->keep)
-            usage_from_tail(c);
-        /* No usage in its end: no tokens charged (never an estimate). */
-        if (c->input_tokens == 0 && c->output_tokens == 0)
-            log_no_usage_once(c->app.app_id);
-    }
+    /* A whole JSON answer's usage is read now; no usage in the end of one
+     * too big to keep: no tokens charged (never an estimate). */
+    if (whole && gw_usage_finish(&c->usage) < 0)
+        log_no_usage_once(c->app.app_id);
     record_usage(c);
 }
 
@@ -1601,7 +1379,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
         return reply_counted_error(conn, c, 504, "gateway_timeout", "the replica did not answer in time", 0);
     if (!got)
         return reply_counted_error(conn, c, 502, "bad_gateway", "the replica did not answer", 0);
-    c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
+    c->usage.streamed = strncasecmp(type, "text/event-stream", 17) == 0;
     c->status_sent = (int)up_status;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, answer_read, c, NULL);
     if (!r)
@@ -1616,7 +1394,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
         MHD_add_response_header(r, "Content-Type", type);
     if (etag[0])
         MHD_add_response_header(r, "ETag", etag);
-    if (c->streamed)
+    if (c->usage.streamed)
         MHD_add_response_header(r, "Cache-Control", "no-cache");
     allow_origins(r);
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)up_status, r);
