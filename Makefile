@@ -133,9 +133,9 @@ $(B)/gpurent-agent: $(B)/src/agent/main.o $(B)/libagent.a $(B)/libcommon.a
 $(B)/gpurent-gateway: $(B)/src/gateway/main.o $(B)/libgateway.a $(B)/libcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
+$(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libgateway.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/agent -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+	$(CC) $(ALL_CFLAGS) -Isrc/agent -Isrc/gateway -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
 # Unit tests run from the repository root so they can read tests/data.
 unit-programs: $(UNIT_BIN) $(FUZZ_REPLAY)

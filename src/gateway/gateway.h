@@ -147,6 +147,11 @@ int gw_journal_progress(const json_t *record);
 /* Notes that gpurentd answered for ids (an array of strings), so they are
  * not resent; compacts the file when most of it is answered. */
 void gw_journal_answered(const json_t *ids);
+/* Closes the journal and releases its lock, so that it can be opened again
+ * (the fuzz target, tests/fuzz/fuzz_journal.c, starts twice in a
+ * process). The gateway never calls it: it holds the journal until it
+ * exits, so that a record that comes after its stop still reaches the disk. */
+void gw_journal_close(void);
 
 /* usage.c */
 #define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
