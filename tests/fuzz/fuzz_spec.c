@@ -15,6 +15,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* libssh 0.10.6 (Debian 12) leaks 5 bytes inside itself when it refuses
+ * some malformed OpenSSH private keys (a cluster identity), the key freed
+ * or never made: corpus spec/libssh-leak-malformed-identity. Not ours to
+ * free, so LeakSanitizer is told to skip leaks allocated in libssh; that
+ * also hides a key this code forgot to free, which the unit tests'
+ * sanitized run (tests/unit/agent) still finds. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+    return "leak:libssh.so\n";
+}
+
 static void check_spec(const json_t *j)
 {
     struct wl_spec spec, again;
