@@ -5,7 +5,8 @@
  * survives its own round trip: spec_to_json reads back as an equal spec
  * and is a fixed point, and a record written by record_to_json reads back
  * and writes out the same JSON, the way a restart reads what the last run
- * saved. */
+ * saved; a cluster's hostfiles, known_hosts and ssh config hold a line
+ * per rank whatever its fields. */
 #include "agent.h"
 
 #include <jansson.h>
@@ -27,6 +28,50 @@ const char *__lsan_default_suppressions(void)
     return "leak:libssh.so\n";
 }
 
+/* Whether text is n lines, each with exactly spaces spaces and no other
+ * control character: no field of a host made a line of its own. */
+static int lines_of(const char *text, int n, int spaces)
+{
+    int lines = 0, in_line = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p == '\n') {
+            if (in_line != spaces)
+                return 0;
+            lines++;
+            in_line = 0;
+        } else if (*p == ' ') {
+            in_line++;
+        } else if ((unsigned char)*p < ' ' || *p == 0x7f) {
+            return 0;
+        }
+    }
+    return lines == n && in_line == 0;
+}
+
+/* The files a cluster's container gets (cluster.c): a line per rank, and
+ * the ssh config's eight per rank after its comment. */
+static void check_cluster_files(const struct spec_cluster *c)
+{
+    char *deepspeed = cluster_hostfile(c, 0), *mpi = cluster_hostfile(c, 1), *kh = cluster_known_hosts(c);
+    char *config = cluster_ssh_config(c, "/root/.ssh");
+    if (!deepspeed || !mpi || !kh || !config)
+        abort();
+    if (!lines_of(deepspeed, c->n_hosts, 1) || !lines_of(mpi, c->n_hosts, 0) || !lines_of(kh, c->n_hosts, 2))
+        abort();
+    int config_lines = 0;
+    for (const char *p = config; *p; p++) {
+        config_lines += *p == '\n';
+        if (*p == '\r' || *p == '"')
+            abort();
+    }
+    if (config_lines != 1 + 8 * c->n_hosts)
+        abort();
+    free(deepspeed);
+    free(mpi);
+    free(kh);
+    free(config);
+}
+
 static void check_spec(const json_t *j)
 {
     struct wl_spec spec, again;
@@ -37,6 +82,8 @@ static void check_spec(const json_t *j)
             abort(); /* every refusal says why */
         return;
     }
+    if (spec.cluster.present)
+        check_cluster_files(&spec.cluster);
     json_t *out = spec_to_json(&spec);
     if (!out)
         abort(); /* an accepted spec that cannot be written back */
