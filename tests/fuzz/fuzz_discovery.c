@@ -2,9 +2,11 @@
  * (amd-smi, rocm-smi, nvidia-smi, ROCm's version file): the first byte
  * picks the parser, the rest is the tool's output. A parse either fails
  * with a message and *out zeroed, or gives 1 to DISCOVERY_MAX_CARDS cards,
- * sorted by index (-1 last), every string terminated in its field, and a
- * reason exactly when a card is unhealthy; and the verdict reads only the
- * len bytes given: the same text followed by other bytes parses the same. */
+ * sorted by index (-1 last), every string terminated in its field and
+ * printable ASCII (messages too), the catalog model the one its name maps
+ * to, and a reason exactly when a card is unhealthy; and the verdict reads
+ * only the len bytes given: the same text followed by other bytes parses
+ * the same. */
 #include "discovery/discovery.h"
 
 #include <stdint.h>
@@ -14,6 +16,16 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define TERMINATED(field) (memchr((field), '\0', sizeof(field)) != NULL)
+
+/* Whether s is printable ASCII: what the tools print reaches the facts
+ * JSON and the logs only so (text.c's text_copy). */
+static int printable(const char *s)
+{
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e)
+            return 0;
+    return 1;
+}
 
 struct verdict {
     int rc;
@@ -49,7 +61,7 @@ static void check(int which, const struct verdict *v)
     if (which > 2)
         return;
     if (v->rc < 0) {
-        if (!v->err[0] || !TERMINATED(v->err) || memcmp(&v->facts, &zero, sizeof zero) != 0)
+        if (!v->err[0] || !TERMINATED(v->err) || !printable(v->err) || memcmp(&v->facts, &zero, sizeof zero) != 0)
             abort(); /* a failure says why and leaves nothing half filled */
         return;
     }
@@ -59,10 +71,19 @@ static void check(int which, const struct verdict *v)
     if (!TERMINATED(f->vendor) || !TERMINATED(f->stack) || !TERMINATED(f->driver_version) ||
         !TERMINATED(f->stack_version) || !f->vendor[0] || !f->stack[0])
         abort();
+    if (!printable(f->driver_version) || !printable(f->stack_version))
+        abort();
     for (size_t i = 0; i < f->n_cards; i++) {
         const struct gpu_card *c = &f->cards[i];
         if (!TERMINATED(c->model) || !TERMINATED(c->name) || !TERMINATED(c->health_reason) ||
             !TERMINATED(c->bus_id) || !TERMINATED(c->serial))
+            abort();
+        if (!printable(c->model) || !printable(c->name) || !printable(c->health_reason) || !printable(c->bus_id) ||
+            !printable(c->serial))
+            abort();
+        /* The catalog model is the one the name maps to. */
+        const char *code = discovery_model_code(c->name);
+        if (strcmp(c->model, code ? code : "") != 0)
             abort();
         if (c->index < -1 || c->memory_gb < 0 || (c->healthy != 0 && c->healthy != 1))
             abort();
