@@ -53,7 +53,7 @@ endif
 COMMON_SRC := $(wildcard src/common/*.c)
 DAEMON_SRC := $(filter-out src/gpurentd/cmd/main.c,$(wildcard src/gpurentd/*/*.c))
 AGENT_SRC  := $(filter-out src/agent/main.c,$(wildcard src/agent/*.c src/agent/*/*.c))
-GATEWAY_SRC := $(wildcard src/gateway/*.c)
+GATEWAY_SRC := $(filter-out src/gateway/main.c,$(wildcard src/gateway/*.c))
 UNIT_SRC   := $(wildcard tests/unit/*/test_*.c)
 MIGRATIONS := $(sort $(wildcard migrations/*.sql))
 
@@ -122,6 +122,9 @@ $(B)/libdaemon.a: $(DAEMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(B)/libagent.a: $(AGENT_OBJ)
 	@rm -f $@; ar rcs $@ $^
+# The gateway but its main(), so fuzz targets can link its parsers.
+$(B)/libgateway.a: $(GATEWAY_OBJ)
+	@rm -f $@; ar rcs $@ $^
 
 $(B)/gpurentd: $(B)/src/gpurentd/cmd/main.o $(B)/libdaemon.a $(B)/libcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
@@ -129,12 +132,12 @@ $(B)/gpurentd: $(B)/src/gpurentd/cmd/main.o $(B)/libdaemon.a $(B)/libcommon.a
 $(B)/gpurent-agent: $(B)/src/agent/main.o $(B)/libagent.a $(B)/libcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(B)/gpurent-gateway: $(GATEWAY_OBJ) $(B)/libcommon.a
+$(B)/gpurent-gateway: $(B)/src/gateway/main.o $(B)/libgateway.a $(B)/libcommon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-$(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
+$(B)/tests/%: tests/unit/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libgateway.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/agent -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+	$(CC) $(ALL_CFLAGS) -Isrc/agent -Isrc/gateway -Wno-missing-prototypes $(LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
 # Unit tests run from the repository root so they can read tests/data.
 unit-programs: $(UNIT_BIN) $(FUZZ_REPLAY)
@@ -149,12 +152,12 @@ unit: $(UNIT_BIN) $(FUZZ_REPLAY)
 # each for FUZZ_SECONDS, new inputs going to build/fuzz/corpus/NAME and
 # failures to build/fuzz/failures/ (copy one into the kept corpus with the
 # fix that makes it pass).
-$(B)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
+$(B)/fuzz-replay/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libgateway.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/agent $(LDFLAGS) -o $@ $^ $(LIBS)
-$(B)/fuzz-run/%: tests/fuzz/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libcommon.a
+	$(CC) $(ALL_CFLAGS) -Isrc/agent -Isrc/gateway $(LDFLAGS) -o $@ $^ $(LIBS)
+$(B)/fuzz-run/%: tests/fuzz/%.c $(B)/libdaemon.a $(B)/libagent.a $(B)/libgateway.a $(B)/libcommon.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Isrc/agent $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LIBS)
+	$(CC) $(ALL_CFLAGS) -Isrc/agent -Isrc/gateway $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(LIBS)
 FUZZ_SECONDS ?= 60
 .PHONY: fuzz fuzz-programs
 fuzz-programs: $(FUZZ_NAMES:%=$(B)/fuzz-run/fuzz_%)

@@ -453,6 +453,11 @@ struct workload {
 };
 /* Frees a workload and its spec; NULL is a no-op. */
 void workload_free(struct workload *w);
+/* Sets w->message to msg, cut to fit between two characters and any byte
+ * that is not UTF-8 made '?': the message goes into JSON (the record,
+ * GET /v1/workloads), which takes only UTF-8, and a runtime's error text
+ * may be longer than the field or hold any bytes. */
+void workload_message_set(struct workload *w, const char *msg);
 
 /* state.c: what the agent keeps on disk under state_dir:
  *   nodes/NAME/registration.json   sim-fleet: node id and secret (0600)

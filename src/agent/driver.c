@@ -200,7 +200,7 @@ static int set_phase(struct agent *a, struct workload *w, enum wl_phase p, const
         n->workload_exits++;
     }
     w->phase = p;
-    snprintf(w->message, sizeof w->message, "%s", msg);
+    workload_message_set(w, msg);
     w->updated_at = clock_now();
     if (p == WL_RUNNING || phase_final(p))
         record_save(dir, w);

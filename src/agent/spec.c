@@ -4,6 +4,7 @@
 #include "agent.h"
 #include "gpurent/image_transport.h"
 #include "gpurent/secrets.h"
+#include "gpurent/utf8.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -71,6 +72,16 @@ void workload_free(struct workload *w)
         return;
     spec_free(&w->spec);
     free(w);
+}
+
+void workload_message_set(struct workload *w, const char *msg)
+{
+    size_t n = strlen(msg), cap = sizeof w->message - 1;
+    if (n > cap)
+        n = cap - utf8_cut_tail((const unsigned char *)msg, cap);
+    memcpy(w->message, msg, n);
+    w->message[n] = '\0';
+    utf8_scrub(w->message);
 }
 
 /* Image references: registry/name:tag@digest characters, the same rule as

@@ -210,7 +210,9 @@ int record_from_json(const json_t *j, struct workload *w, char *err, size_t errl
         return -1;
     }
     snprintf(w->id, sizeof w->id, "%s", id);
-    snprintf(w->message, sizeof w->message, "%s", message);
+    /* Cut between characters: a message cut inside one would make the
+     * record unwritable (record_to_json needs UTF-8). */
+    workload_message_set(w, message);
     w->created_at = created;
     w->updated_at = updated;
     w->removing = removing;

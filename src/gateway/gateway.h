@@ -35,6 +35,8 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -146,6 +148,11 @@ int gw_journal_progress(const json_t *record);
 /* Notes that gpurentd answered for ids (an array of strings), so they are
  * not resent; compacts the file when most of it is answered. */
 void gw_journal_answered(const json_t *ids);
+/* Closes the journal and releases its lock, so that it can be opened again
+ * (the fuzz target, tests/fuzz/fuzz_journal.c, starts twice in a
+ * process). The gateway never calls it: it holds the journal until it
+ * exits, so that a record that comes after its stop still reaches the disk. */
+void gw_journal_close(void);
 
 /* proxy.c */
 enum MHD_Result gw_handle(struct MHD_Connection *c, const char *url, const char *method, const char *upload,

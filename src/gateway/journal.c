@@ -53,6 +53,7 @@
 static pthread_mutex_t jlock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t synced_cond = PTHREAD_COND_INITIALIZER;
 static int fd = -1;                       /* the journal, O_APPEND; -1: no journal */
+static int lock_fd = -1;                  /* dir_path/gateway.lock, flocked while open */
 static char dir_path[PATH_MAX];           /* the state directory */
 static char file_path[PATH_MAX];          /* dir_path/usage.journal */
 static off_t file_size;                   /* bytes in the file, all whole lines */
@@ -86,6 +87,14 @@ static int append_line(const char *text)
     return rc;
 }
 
+/* Whether r can be a usage record: an object with a string id and neither
+ * of the keys that make a line an answered or a progress line. */
+static int record_shaped(const json_t *r)
+{
+    return json_is_object(r) && json_is_string(json_object_get(r, "id")) && !json_object_get(r, "answered") &&
+           !json_object_get(r, "progress");
+}
+
 /* Reads path's live records, in order, into records, and the last progress
  * of each call with no record into progress (new references appended). A
  * last line without its newline is a write a crash cut short: skipped and
@@ -109,20 +118,25 @@ static int read_live(const char *path, json_t *records, json_t *progress)
             break; /* only the last line can lack its newline */
         }
         json_t *j = (size_t)n <= JOURNAL_LINE_MAX ? json_loadb(line, (size_t)n - 1, 0, NULL) : NULL;
-        json_t *ids = json_object_get(j, "answered");
-        json_t *p = json_object_get(j, "progress");
-        const char *id = json_string_value(json_object_get(j, "id"));
+        /* Only the three shapes the gateway writes; a line of another (a
+         * disk's corruption) is skipped rather than read as one of them.
+         * A progress line's record that carried "answered" too, say, would
+         * be rewritten by this start as a record, and read by the next as
+         * ids gpurentd answered for: two calls never charged. */
+        int one_key = json_object_size(j) == 1;
+        json_t *ids = one_key ? json_object_get(j, "answered") : NULL;
+        json_t *p = one_key ? json_object_get(j, "progress") : NULL;
         const char *pid = json_string_value(json_object_get(p, "id"));
         if (json_is_array(ids)) {
             size_t i;
             json_t *v;
             json_array_foreach(ids, i, v) if (json_is_string(v)) json_object_set(answered, json_string_value(v),
                                                                                   json_true());
-        } else if (json_is_object(p) && pid) {
+        } else if (record_shaped(p)) {
             if (!json_object_get(last, pid))
                 json_array_append_new(order, json_string(pid));
             json_object_set(last, pid, p);
-        } else if (json_is_object(j) && id) {
+        } else if (record_shaped(j)) {
             json_array_append(all, j);
         } else {
             log_warn("gateway: %s line %ld is neither a usage record nor an answered or progress line; skipped",
@@ -257,6 +271,7 @@ int gw_journal_open(const char *dir, json_t *recovered)
         fprintf(stderr, "gpurent-gateway: cannot read %s: %s\n", file_path, strerror(errno));
         json_decref(live);
         json_decref(cut);
+        close(lfd);
         return -1;
     }
     /* Calls the last gateway was answering when it ended: charged for what
@@ -274,8 +289,10 @@ int gw_journal_open(const char *dir, json_t *recovered)
     if (rewrite(live, NULL) < 0) {
         fprintf(stderr, "gpurent-gateway: cannot write %s: %s\n", file_path, strerror(errno));
         json_decref(live);
+        close(lfd);
         return -1;
     }
+    lock_fd = lfd;
     if (json_array_size(live))
         log_info("gateway: %zu usage records from %s not yet answered by gpurentd; resending them",
                  json_array_size(live), file_path);
@@ -377,4 +394,17 @@ int gw_journal_progress(const json_t *record)
                  file_path);
     free(text);
     return rc;
+}
+
+void gw_journal_close(void)
+{
+    pthread_mutex_lock(&jlock);
+    if (fd >= 0)
+        close(fd);
+    if (lock_fd >= 0)
+        close(lock_fd); /* the lock goes with its last descriptor */
+    fd = lock_fd = -1;
+    file_size = 0;
+    records_in_file = progress_in_file = answered_in_file = 0;
+    pthread_mutex_unlock(&jlock);
 }

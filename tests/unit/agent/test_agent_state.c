@@ -120,6 +120,53 @@ static void test_record_round_trip(void **state)
     workload_free(NULL);
 }
 
+/* A runtime's error text longer than the message field, with a character
+ * across the cut and bytes that are not UTF-8, still makes a record that
+ * is saved, loaded and saved again: cut between characters, the bad bytes
+ * '?'. A record file whose message is cut inside a character on reading
+ * (found by tests/fuzz/fuzz_spec.c) loads too. */
+static void test_record_with_long_multibyte_message(void **state)
+{
+    struct workload *w = make_workload("wl_utf8", "{\"image\": \"img\"}");
+    char msg[600] = "x";
+    for (int i = 0; i < 120; i++)
+        strcat(msg, "\xe5\xae\xb9"); /* 容: the field's 255 bytes end inside one */
+    workload_message_set(w, msg);
+    assert_int_equal(strlen(w->message), 253);
+    assert_memory_equal(w->message, msg, 253);
+    w->phase = WL_FAILED;
+    assert_int_equal(record_save(dir, w), 0);
+    struct agent_node node = {0};
+    struct loaded l = {0};
+    assert_int_equal(records_load(dir, &node, collect, &l), 1);
+    assert_string_equal(l.w[0]->message, w->message);
+    workload_free(l.w[0]);
+
+    workload_message_set(w, "podman: \xff\xfe bad \xe5\xae");
+    assert_string_equal(w->message, "podman: ?? bad ??");
+    assert_int_equal(record_save(dir, w), 0);
+
+    /* A record written with the whole message, read into the shorter field. */
+    char path[256];
+    snprintf(path, sizeof path, "%s/workloads/wl_utf8.json", dir);
+    json_t *rec = record_to_json(w);
+    assert_non_null(rec);
+    json_object_set_new(rec, "message", json_string(msg));
+    assert_int_equal(json_dump_file(rec, path, 0), 0);
+    json_decref(rec);
+    struct workload *back = calloc(1, sizeof *back);
+    char err[256];
+    json_t *j = json_load_file(path, 0, NULL);
+    assert_int_equal(record_from_json(j, back, err, sizeof err), 0);
+    json_decref(j);
+    assert_int_equal(strlen(back->message), 253);
+    json_t *again = record_to_json(back);
+    assert_non_null(again); /* was NULL: the record could not be saved again */
+    json_decref(again);
+    workload_free(back);
+    workload_free(w);
+}
+
 /* How a workload ended survives a save and a load: the exit second and
  * status, the instant it entered running, and null for each when unknown. */
 static void test_record_keeps_how_it_ended(void **state)
@@ -378,6 +425,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_record_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_keeps_how_it_ended, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_with_long_multibyte_message, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older_records_load_without_exit_fields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_records_are_moved_aside, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomic_write_and_read, setup, teardown),
