@@ -2069,9 +2069,9 @@ static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const 
                                    0);
     const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
     snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
+    const char *encoding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Encoding");
     struct refusal why;
-    if (ask_stream_usage(c, path ? path : "/", ct, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Encoding"),
-                         &why) < 0)
+    if (ask_stream_usage(c, path ? path : "/", ct, encoding, &why) < 0)
         return reply_counted_error(conn, c, why.status, why.code, why.field, why.msg, 0);
     int64_t wait_s = gw_opts.cold_start_s;
     const char *w = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Gpurent-Wait-Seconds");
