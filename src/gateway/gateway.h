@@ -75,6 +75,11 @@ struct gw_call_app {
     /* Micro-yuan of the consumer's funds held for this call while it is in
      * flight (state.c, gw_hold); only changed under state.c's lock. */
     int64_t held;
+    /* The input tokens that hold covers: the body's bytes (a token is at
+     * least a byte: the most a record may claim) while the funds allow,
+     * else gw_input_estimate of them. Set at admission; proxy.c lowers
+     * it, under the call's lock once its upstream runs. */
+    int64_t input_held;
     int consumer; /* its consumer's slot in state.c's table while in flight */
 };
 
@@ -90,7 +95,9 @@ void gw_usage_pending(int64_t *records);
  * *retry_after, 402, 503 before any copy) and a message. The copy's funds
  * are drawn only when records settle, so an admitted call holds part of
  * them (out->held) until it ends: at first its per-call price, the input
- * its body_len announces (-1: unknown) and a first grain of answer
+ * its body_len announces (-1: unknown; a token a byte, or
+ * gw_input_estimate when the funds do not hold that: out->input_held)
+ * and a first grain of answer
  * (GW_HOLD_GRAIN_*); then proxy.c grows it (gw_hold) to what the answer may
  * cost as it comes (held_output); a call is refused 402 when the consumer's
  * funds, less what their other calls hold and what finished calls cost that
@@ -101,6 +108,17 @@ int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_ca
  * output tokens and upstream time. */
 #define GW_HOLD_GRAIN_TOKENS 64
 #define GW_HOLD_GRAIN_MS 1000
+/* A prompt's tokens are known only from the usage its replica reports
+ * after, and a token a byte of the request body is the bound a record
+ * may claim but some 4 times what English text tokenizes to. So when the
+ * funds do not hold the body a token a byte, it is held at a token per
+ * GW_INPUT_BYTES_PER_TOKEN bytes (rounded up; gw_input_estimate), and the
+ * call's record is still capped to what was held (proxy.c, within_hold):
+ * the consumer never pays more than their funds held, and a prompt that
+ * tokenizes denser than the estimate (CJK text, code) costs its seller
+ * the difference only for consumers whose funds could not cover it. */
+#define GW_INPUT_BYTES_PER_TOKEN 4
+int64_t gw_input_estimate(int64_t body_bytes);
 /* The most gpurentd charges a call answered under 400 with these counts
  * at the prices it was admitted with (apps.c, app_call_price). */
 int64_t gw_call_cost(const struct gw_call_app *a, int64_t input_tokens, int64_t output_tokens, int64_t duration_ms);

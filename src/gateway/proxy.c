@@ -20,8 +20,8 @@
  * and the call sent to another, up to GW_CONNECT_TRIES replicas. Usage is
  * what the upstream reported in what was handed to the client: the last
  * `usage` of the server-sent events delivered, or of a whole JSON body;
- * never an estimate (the funds a call holds while its answer comes are
- * one: held_output, settle_withheld). A client that leaves an answer under way is charged
+ * never an estimate (the funds a call holds while it is in flight are
+ * one: input_held, held_output, settle_withheld). A client that leaves an answer under way is charged
  * for what the upstream reports in what it sent for the call: the answer
  * is read on, without a client, for up to GW_DRAIN_MS (drain_out), because
  * OpenAI-style servers report a stream's usage only in its last event, and
@@ -45,6 +45,7 @@
  * in the consumer's favour. */
 #include "gateway.h"
 #include "gpurent/clock.h"
+#include "gpurent/json_body.h"
 #include "gpurent/log.h"
 #include "gpurent/utf8.h"
 
@@ -541,35 +542,72 @@ static int dot_segment(const char *path)
  * its max_tokens or max_completion_tokens (the greater when both are set:
  * servers differ on which wins) times the sequences it asks for (n, or
  * best_of when more: a server generates, and counts, them all). -1 when it
- * sets no limit, or sets one of these otherwise than as a whole number in
- * range, which the replica might read otherwise than the gateway (100.0
- * as 100): the bytes alone bound the tokens then. */
+ * sets no limit (their types were checked: completion_refused), or one
+ * past what take_usage accepts: the bytes alone bound the tokens then. */
 static int64_t request_output_bound(const json_t *request)
 {
     static const char *const limits[] = {"max_tokens", "max_completion_tokens"}, *const copies[] = {"n", "best_of"};
     int64_t most = -1, times = 1;
     for (size_t i = 0; i < 2; i++) {
         json_t *v = json_object_get(request, limits[i]);
-        if (!v || json_is_null(v))
-            continue;
-        if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return -1;
-        if (json_integer_value(v) > most)
+        if (json_is_integer(v) && json_integer_value(v) > most)
             most = json_integer_value(v);
     }
     for (size_t i = 0; i < 2; i++) {
         json_t *v = json_object_get(request, copies[i]);
-        if (!v || json_is_null(v))
-            continue;
-        if (!json_is_integer(v) || json_integer_value(v) < 1)
-            return -1;
-        if (json_integer_value(v) > times)
+        if (json_is_integer(v) && json_integer_value(v) > times)
             times = json_integer_value(v);
     }
-    /* Past what take_usage accepts, a bound bounds nothing. */
     if (most < 0 || times > 100000000 || most > 100000000 / times)
         return -1;
     return most * times;
+}
+
+/* Why a call's request is refused before it is sent on: its status, error
+ * code, the field at fault (NULL: none) and a sentence. */
+struct refusal {
+    unsigned status;
+    const char *code, *field, *msg;
+};
+
+/* Whether a completion's JSON body j has a field the gateway reads (for
+ * the stream's usage or the output it allows) of a type the replica might
+ * read otherwise: `stream` and `stream_options.include_usage` booleans
+ * (a server taking "true" or 1 for true would stream unasked),
+ * `stream_options` an object, the output limits whole numbers of at least
+ * 0 and the sequences of at least 1 (a server reading "100" or 100.0 as
+ * 100 would be bounded by a limit the gateway did not see), each also
+ * null, as OpenAI's API has them. 1 with *why filled when one is. */
+static int completion_refused(const json_t *j, struct refusal *why)
+{
+    static const struct {
+        const char *name;
+        int least; /* -1: a boolean; -2: an object */
+        const char *msg;
+    } fields[] = {
+        {"stream", -1, "`stream` must be true or false"},
+        {"stream_options", -2, "`stream_options` must be an object"},
+        {"max_tokens", 0, "`max_tokens` must be a whole number of at least 0"},
+        {"max_completion_tokens", 0, "`max_completion_tokens` must be a whole number of at least 0"},
+        {"n", 1, "`n` must be a whole number of at least 1"},
+        {"best_of", 1, "`best_of` must be a whole number of at least 1"},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        json_t *v = json_object_get(j, fields[i].name);
+        int least = fields[i].least;
+        if (!v || json_is_null(v) || (least == -1 && json_is_boolean(v)) || (least == -2 && json_is_object(v)) ||
+            (least >= 0 && json_is_integer(v) && json_integer_value(v) >= least))
+            continue;
+        *why = (struct refusal){400, "invalid_field", fields[i].name, fields[i].msg};
+        return 1;
+    }
+    json_t *include = json_object_get(json_object_get(j, "stream_options"), "include_usage");
+    if (include && !json_is_boolean(include) && !json_is_null(include)) {
+        *why = (struct refusal){400, "invalid_field", "stream_options.include_usage",
+                                "`stream_options.include_usage` must be true or false"};
+        return 1;
+    }
+    return 0;
 }
 
 /* OpenAI-style servers (vLLM among them) put a stream's usage in it only
@@ -582,35 +620,56 @@ static int64_t request_output_bound(const json_t *request)
  * choices[0] of each chunk would fail on it), and scan_delivered still
  * reads the usage in it.
  *
- * The gateway must read the body as the replica will: it must be JSON
- * without a repeated key (parsers differ on which one counts), and
- * `stream` a boolean, as OpenAI's API has it (a server taking "true" or 1
- * for true would stream unasked). Reading it, the gateway also takes the
- * output tokens it allows (c->output_bound). NULL, or the error code of a
- * body refused, with *msg. */
-static const char *ask_stream_usage(struct call *c, const char *path, const char **msg)
+ * The gateway must read the body as the replica will: sent as JSON
+ * (content_type JSON, or none: it goes on as application/json; not
+ * encoded, encoding), UTF-8 JSON without a repeated key (parsers differ on
+ * which one counts), an object whose fields the gateway reads of their
+ * types (completion_refused). Other fields are the app's: passed on, as
+ * an OpenAI-compatible server takes fields of its own. Reading it, the
+ * gateway also takes the output tokens it allows (c->output_bound). 0, or
+ * -1 with *why when the body is refused. */
+static int ask_stream_usage(struct call *c, const char *path, const char *content_type, const char *encoding,
+                            struct refusal *why)
 {
     if (strcmp(c->method, "POST") != 0 || c->body_len == 0 || !completion_path(path))
-        return NULL;
+        return 0;
+    if (encoding && strcasecmp(encoding, "identity") != 0) {
+        *why = (struct refusal){415, "unsupported_media_type", "Content-Encoding",
+                                "the body of a completion is read as it is sent: send it without Content-Encoding"};
+        return -1;
+    }
+    if (content_type && content_type[0] && !json_body_media_type_ok(content_type)) {
+        *why = (struct refusal){415, "unsupported_media_type", "Content-Type",
+                                "the body of a completion must be JSON, sent with Content-Type: application/json"};
+        return -1;
+    }
     json_error_t err;
     json_t *j = json_loadb(c->body, c->body_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
     if (!j && json_error_code(&err) == json_error_duplicate_key) {
-        *msg = "an object in the request body repeats a key";
-        return "duplicate_key";
+        *why = (struct refusal){400, "duplicate_key", NULL, "an object in the request body repeats a key"};
+        return -1;
+    }
+    if (!j && json_error_code(&err) == json_error_invalid_utf8) {
+        *why = (struct refusal){400, "invalid_encoding", NULL, "the body of a completion must be UTF-8"};
+        return -1;
     }
     if (!j) {
-        static __thread char why[200];
-        snprintf(why, sizeof why, "the body of a completion must be JSON: %s", err.text);
-        *msg = why;
-        return "malformed_json";
+        static __thread char text_why[200];
+        snprintf(text_why, sizeof text_why, "the body of a completion must be JSON: %s", err.text);
+        *why = (struct refusal){400, "malformed_json", NULL, text_why};
+        return -1;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        *why = (struct refusal){400, "not_an_object", NULL, "the body of a completion must be a JSON object"};
+        return -1;
+    }
+    if (completion_refused(j, why)) {
+        json_decref(j);
+        return -1;
     }
     c->output_bound = request_output_bound(j);
     json_t *stream = json_object_get(j, "stream"), *options = json_object_get(j, "stream_options");
-    if (stream && !json_is_boolean(stream) && !json_is_null(stream)) {
-        json_decref(j);
-        *msg = "`stream` must be true or false";
-        return "invalid_field";
-    }
     char *text = NULL;
     if (json_is_true(stream) && !json_is_true(json_object_get(options, "include_usage"))) {
         if (!json_is_object(options))
@@ -620,8 +679,8 @@ static const char *ask_stream_usage(struct call *c, const char *path, const char
         text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
         if (!text) { /* out of memory: not sent unasked, so never unmetered */
             json_decref(j);
-            *msg = "the gateway could not prepare the call; retry";
-            return "internal";
+            *why = (struct refusal){500, "internal", NULL, "the gateway could not prepare the call; retry"};
+            return -1;
         }
     }
     json_decref(j);
@@ -631,7 +690,7 @@ static const char *ask_stream_usage(struct call *c, const char *path, const char
         c->body_len = strlen(text);
         c->usage_asked = 1;
     }
-    return NULL;
+    return 0;
 }
 
 /* Whether a whole line of the stream is the usage event the client did
@@ -741,6 +800,30 @@ static int64_t held_output(struct call *c, int64_t received, int64_t events)
     return out < 0 ? 0 : out;
 }
 
+/* Under c->lock once the upstream runs (before, on the connection's
+ * thread alone): whether the call's hold covers its price, its input
+ * (app.input_held), output tokens and ms of upstream time, grown to that
+ * when the funds allow. The input is held a token a byte of the body, the
+ * most its record may claim, while the funds allow; once they do not, its
+ * share drops for good to the estimate (GW_INPUT_BYTES_PER_TOKEN) and what
+ * that frees holds the answer, so a long prompt does not cut an answer
+ * its consumer could pay for. The hold itself never shrinks, and the
+ * record is capped to it (within_hold). */
+static int hold_covers(struct call *c, int64_t output, int64_t ms)
+{
+    int64_t need = gw_call_cost(&c->app, c->app.input_held, output, ms);
+    if (gw_hold(&c->app, need) >= need)
+        return 1;
+    int64_t guess = gw_input_estimate((int64_t)c->client_len);
+    if (c->app.input_held <= guess)
+        return 0;
+    need = gw_call_cost(&c->app, guess, output, ms);
+    if (gw_hold(&c->app, need) < need)
+        return 0;
+    c->app.input_held = guess;
+    return 1;
+}
+
 /* Under c->lock: whether the consumer's funds hold what the call may cost
  * with received answer bytes in all, events of them, its upstream's time
  * ahead_ms from now: its hold grows to that, or the call must stop short
@@ -749,9 +832,7 @@ static int hold_grows(struct call *c, int64_t received, int64_t events, int64_t 
 {
     if (c->headers_done && c->status >= 400)
         return 1;
-    int64_t need = gw_call_cost(&c->app, (int64_t)c->client_len, held_output(c, received, events),
-                                clock_mono_ms() - c->upstream_ms + ahead_ms);
-    return gw_hold(&c->app, need) >= need;
+    return hold_covers(c, held_output(c, received, events), clock_mono_ms() - c->upstream_ms + ahead_ms);
 }
 
 /* Under c->lock: the consumer's funds hold no more of the call; it is cut
@@ -801,8 +882,7 @@ static void settle_withheld(struct call *c)
         out = (json_int_t)c->out_len;
     if (c->output_bound >= 0 && out > c->output_bound)
         out = c->output_bound;
-    int64_t need = gw_call_cost(&c->app, (int64_t)c->client_len, out, clock_mono_ms() - c->upstream_ms);
-    if (gw_hold(&c->app, need) >= need) {
+    if (hold_covers(c, out, clock_mono_ms() - c->upstream_ms)) {
         wake(c);
         return;
     }
@@ -842,12 +922,20 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
      * (an answer not a stream) withheld until it is whole. At its first
      * bytes, an answer not a stream is held for all it announces, so that
      * one the funds do not hold a token a byte is withheld from its start,
-     * not cut after its first pieces passed. */
+     * not cut after its first pieces passed; a JSON answer that announces
+     * no length (chunked) is held so for all it may be withheld, 1 MiB:
+     * its client could use it only whole, and cut it would get a 200 with
+     * half a body. */
     int64_t upto = (int64_t)c->body_received + (int64_t)len;
-    curl_off_t announced = -1;
-    if (!stream && c->body_received == 0 &&
-        curl_easy_getinfo(c->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK && announced > upto)
-        upto = (int64_t)announced;
+    if (!stream && c->body_received == 0) {
+        curl_off_t announced = -1;
+        if (curl_easy_getinfo(c->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) != CURLE_OK)
+            announced = -1;
+        if (announced > upto)
+            upto = (int64_t)announced;
+        else if (announced < 0 && json_body_media_type_ok(c->up_type) && upto < (int64_t)GW_BUFFER_MAX)
+            upto = GW_BUFFER_MAX;
+    }
     if (c->withheld || !hold_grows(c, upto, events, 0)) {
         if (!may_withhold(c, stream, len)) {
             c->dropped_whole = c->withheld;
@@ -1351,17 +1439,21 @@ static enum MHD_Result reply_preflight(struct MHD_Connection *conn, struct call 
     return ok;
 }
 
-/* The API's error body, {"error": {"code", "message", "field": null}}.
- * The message may quote the client's bytes (an app's name), cut short:
- * made valid UTF-8 first, or jansson gives nothing to send. */
+/* The API's error body, {"error": {"code", "message", "field"}}, field
+ * naming the part of the request at fault (NULL: null). The message may
+ * quote the client's bytes (an app's name), cut short: made valid UTF-8
+ * first, or jansson gives nothing to send. As the API's errors, a 401
+ * names its challenge (RFC 9110), a 415 what a POST takes and a 405 what
+ * the resource allows. */
 static enum MHD_Result reply_error(struct MHD_Connection *conn, struct call *c, unsigned status, const char *code,
-                                   const char *msg, int64_t retry_after)
+                                   const char *field, const char *msg, int64_t retry_after)
 {
     c->status_sent = (int)status;
     char message[512];
     snprintf(message, sizeof message, "%s", msg);
     utf8_scrub(message);
-    json_t *j = json_pack("{s:{s:s, s:s, s:n}}", "error", "code", code, "message", message, "field");
+    json_t *j = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", code, "message", message, "field",
+                          field ? json_string(field) : json_null());
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!text)
@@ -1373,6 +1465,12 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, struct call *c, 
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
     allow_origins(r);
+    if (status == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    else if (status == 415)
+        MHD_add_response_header(r, "Accept-Post", "application/json");
+    else if (status == 405)
+        MHD_add_response_header(r, "Allow", "GET, HEAD");
     char ra[24];
     if (retry_after > 0) {
         snprintf(ra, sizeof ra, "%lld", (long long)retry_after);
@@ -1412,6 +1510,20 @@ static enum MHD_Result reply_health(struct MHD_Connection *conn)
     enum MHD_Result ok = MHD_queue_response(conn, age_ms >= 0 ? 200 : 503, r);
     MHD_destroy_response(r);
     return ok;
+}
+
+/* A request not to /apps/...: GET or HEAD /healthz, or a 404 (405 for
+ * another method on /healthz), answered at its headers, before any body
+ * is read: only an admitted call's body is buffered, so a connection
+ * without a key never holds more than its headers (libmicrohttpd reads no
+ * body after an early answer and closes the connection). */
+static enum MHD_Result reply_other(struct MHD_Connection *conn, struct call *c, const char *url, const char *method)
+{
+    if (strcmp(url, "/healthz") != 0)
+        return reply_error(conn, c, 404, "not_found", NULL, "calls go to /apps/{slug}/…", 0);
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return reply_error(conn, c, 405, "method_not_allowed", NULL, "/healthz takes GET or HEAD", 0);
+    return reply_health(conn);
 }
 
 /* Takes a ready replica for the call (one the copy lists: healthy by its
@@ -1737,11 +1849,12 @@ static void finish_usage(struct call *c)
 /* A gateway's own error answer to an admitted call: its record on disk
  * first, then the answer. */
 static enum MHD_Result reply_counted_error(struct MHD_Connection *conn, struct call *c, unsigned status,
-                                           const char *code, const char *msg, int64_t retry_after)
+                                           const char *code, const char *field, const char *msg,
+                                           int64_t retry_after)
 {
     c->status_sent = (int)status;
     finish_usage(c);
-    return reply_error(conn, c, status, code, msg, retry_after);
+    return reply_error(conn, c, status, code, field, msg, retry_after);
 }
 
 /* Appends the query arguments (libmicrohttpd hands the path without them)
@@ -1775,7 +1888,7 @@ static enum MHD_Result reply_no_replica(struct MHD_Connection *conn, struct call
     int sl = slash ? (int)(slash - rest) : (int)strlen(rest);
     snprintf(msg, sizeof msg, "no replica of %.*s became ready within %lld s; retry", sl > 40 ? 40 : sl, rest,
              (long long)c->wait_s);
-    return reply_counted_error(conn, c, 503, "no_replica", msg, 5);
+    return reply_counted_error(conn, c, 503, "no_replica", NULL, msg, 5);
 }
 
 /* The answer has begun (or the upstream failed first): queued as it comes. */
@@ -1797,17 +1910,18 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
     snprintf(etag, sizeof etag, "%s", c->up_etag);
     pthread_mutex_unlock(&c->lock);
     if (unfunded)
-        return reply_counted_error(conn, c, 402, "insufficient_funds",
+        return reply_counted_error(conn, c, 402, "insufficient_funds", NULL,
                                    "your funds, less what your other calls hold, do not cover this call; top up first",
                                    0);
     if (dropped)
-        return reply_counted_error(conn, c, 502, "bad_gateway", "the replica's answer ended before it was whole", 0);
+        return reply_counted_error(conn, c, 502, "bad_gateway", NULL,
+                                   "the replica's answer ended before it was whole", 0);
     if (!got && ending)
-        return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
+        return reply_counted_error(conn, c, 503, "unavailable", NULL, "the gateway is stopping; retry", 1);
     if (!got && rc == CURLE_OPERATION_TIMEDOUT)
-        return reply_counted_error(conn, c, 504, "gateway_timeout", "the replica did not answer in time", 0);
+        return reply_counted_error(conn, c, 504, "gateway_timeout", NULL, "the replica did not answer in time", 0);
     if (!got)
-        return reply_counted_error(conn, c, 502, "bad_gateway", "the replica did not answer", 0);
+        return reply_counted_error(conn, c, 502, "bad_gateway", NULL, "the replica did not answer", 0);
     c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
     c->status_sent = (int)up_status;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, answer_read, c, NULL);
@@ -1864,18 +1978,16 @@ static enum MHD_Result start_upstream(struct MHD_Connection *conn, struct call *
     char base[sizeof c->url];
     memcpy(base, c->url, sizeof base);
     if (append_path(c->url, sizeof c->url, slash ? slash : "/") < 0)
-        return reply_counted_error(conn, c, 414, "uri_too_long", "the path is too long", 0);
+        return reply_counted_error(conn, c, 414, "uri_too_long", NULL, "the path is too long", 0);
     struct query_ctx q = {.c = c};
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     if (q.overflow)
-        return reply_counted_error(conn, c, 414, "uri_too_long", "the path and query are too long", 0);
+        return reply_counted_error(conn, c, 414, "uri_too_long", NULL, "the path and query are too long", 0);
     snprintf(c->path_query, sizeof c->path_query, "%s", c->url + strlen(base));
-    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
-    snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
     const char *inm = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "If-None-Match");
     snprintf(c->if_none_match, sizeof c->if_none_match, "%s", inm && strlen(inm) < sizeof c->if_none_match ? inm : "");
     if (up_ready() < 0)
-        return reply_counted_error(conn, c, 500, "internal", "cannot start the upstream call", 0);
+        return reply_counted_error(conn, c, 500, "internal", NULL, "cannot start the upstream call", 0);
     c->upstream_ms = clock_mono_ms();
     c->phase = P_WAIT_HEADERS;
     /* Suspended before the upstream thread can answer, so that its wake()
@@ -1906,7 +2018,7 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
     char slug[64];
     size_t sl = slash ? (size_t)(slash - rest) : strlen(rest);
     if (sl == 0 || sl >= sizeof slug)
-        return *r = reply_error(conn, c, 404, "not_found", "no such app", 0), -1;
+        return *r = reply_error(conn, c, 404, "not_found", NULL, "no such app", 0), -1;
     snprintf(slug, sizeof slug, "%.*s", (int)sl, rest);
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     const char *token = auth && strncasecmp(auth, "Bearer ", 7) == 0 ? auth + 7 : NULL;
@@ -1925,12 +2037,12 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
         for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
             if (strcmp(codes[i][0], s) == 0)
                 code = codes[i][1];
-        return *r = reply_error(conn, c, (unsigned)status, code, msg, retry), -1;
+        return *r = reply_error(conn, c, (unsigned)status, code, NULL, msg, retry), -1;
     }
     c->admitted = 1; /* counted in flight for its consumer until recorded */
     /* A body announced over the bound is refused before it is read too. */
     if (cl && strtoull(cl, NULL, 10) > GW_BODY_MAX)
-        return *r = reply_error(conn, c, 413, "body_too_large", "the request body is over 8 MiB", 0), -1;
+        return *r = reply_error(conn, c, 413, "body_too_large", NULL, "the request body is over 8 MiB", 0), -1;
     return 0;
 }
 
@@ -1939,36 +2051,41 @@ static int admit_headers(struct MHD_Connection *conn, struct call *c, const char
 static enum MHD_Result admit(struct MHD_Connection *conn, struct call *c, const char *url)
 {
     if (c->too_large)
-        return reply_error(conn, c, 413, "body_too_large", "the request body is over 8 MiB", 0);
+        return reply_error(conn, c, 413, "body_too_large", NULL, "the request body is over 8 MiB", 0);
     gw_app_count(c->app.app_id, 1, 0);
     c->counted = 1;
     const char *path = strchr(url + 6, '/'); /* after "/apps/{slug}" */
     if (path && dot_segment(path))
-        return reply_counted_error(conn, c, 400, "invalid_path", "a path with a . or .. segment is not passed on", 0);
+        return reply_counted_error(conn, c, 400, "invalid_path", NULL,
+                                   "a path with a . or .. segment is not passed on", 0);
     c->client_len = c->body_len;
-    /* A body longer than announced (or sent chunked) holds its input now. */
-    int64_t need = gw_call_cost(&c->app, (int64_t)c->client_len, GW_HOLD_GRAIN_TOKENS, GW_HOLD_GRAIN_MS);
-    if (gw_hold(&c->app, need) < need)
-        return reply_counted_error(conn, c, 402, "insufficient_funds",
+    /* A body longer than announced (or sent chunked) holds its input now:
+     * a token a byte if the funds allow, else the estimate (hold_covers). */
+    c->app.input_held = (int64_t)c->client_len;
+    if (!hold_covers(c, GW_HOLD_GRAIN_TOKENS, GW_HOLD_GRAIN_MS))
+        return reply_counted_error(conn, c, 402, "insufficient_funds", NULL,
                                    "your funds, less what your other calls hold, do not cover this call's input;"
                                    " top up first",
                                    0);
-    const char *refused, *why = NULL;
-    if ((refused = ask_stream_usage(c, path ? path : "/", &why)) != NULL)
-        return reply_counted_error(conn, c, 400, refused, why, 0);
+    const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Type");
+    snprintf(c->content_type, sizeof c->content_type, "%s", ct ? ct : "");
+    const char *encoding = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Encoding");
+    struct refusal why;
+    if (ask_stream_usage(c, path ? path : "/", ct, encoding, &why) < 0)
+        return reply_counted_error(conn, c, why.status, why.code, why.field, why.msg, 0);
     int64_t wait_s = gw_opts.cold_start_s;
     const char *w = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Gpurent-Wait-Seconds");
     if (w) {
         char *end;
         long v = strtol(w, &end, 10);
         if (*end || v < 0 || end == w)
-            return reply_counted_error(conn, c, 400, "invalid_header", "X-Gpurent-Wait-Seconds must be a whole number",
-                                       0);
+            return reply_counted_error(conn, c, 400, "invalid_header", "X-Gpurent-Wait-Seconds",
+                                       "X-Gpurent-Wait-Seconds must be a whole number", 0);
         if (v < wait_s)
             wait_s = v;
     }
     if (stopping)
-        return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
+        return reply_counted_error(conn, c, 503, "unavailable", NULL, "the gateway is stopping; retry", 1);
     if (take_replica(c) == 0)
         return start_upstream(conn, c, url);
     c->wait_s = wait_s;
@@ -2000,13 +2117,19 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
         if (c->app_call && strcmp(method, "OPTIONS") == 0 &&
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Method"))
             return reply_preflight(conn, c);
+        if (!c->app_call)
+            return reply_other(conn, c, url, method);
         enum MHD_Result r;
-        if (c->app_call && admit_headers(conn, c, url, &r) < 0)
+        if (admit_headers(conn, c, url, &r) < 0)
             return r;
         return MHD_YES;
     }
     if (*upload_size) {
-        if (c->body_len + *upload_size > GW_BODY_MAX) {
+        /* Only an admitted call's body is kept; any other was answered at
+         * its headers, and what more comes is dropped. */
+        if (!c->admitted) {
+            /* dropped */
+        } else if (c->body_len + *upload_size > GW_BODY_MAX) {
             c->too_large = 1;
         } else {
             char *grown = realloc(c->body, c->body_len + *upload_size + 1);
@@ -2027,16 +2150,14 @@ enum MHD_Result gw_handle(struct MHD_Connection *conn, const char *url, const ch
     case P_NO_REPLICA:
         return reply_no_replica(conn, c, url);
     case P_STOPPED:
-        return reply_counted_error(conn, c, 503, "unavailable", "the gateway is stopping; retry", 1);
+        return reply_counted_error(conn, c, 503, "unavailable", NULL, "the gateway is stopping; retry", 1);
     case P_WAIT_HEADERS:
         return respond(conn, c);
     default:
         break;
     }
-    if (strcmp(url, "/healthz") == 0)
-        return reply_health(conn);
-    if (strncmp(url, "/apps/", 6) != 0 || !c->admitted)
-        return reply_error(conn, c, 404, "not_found", "calls go to /apps/{slug}/…", 0);
+    if (!c->admitted) /* refused at its headers (admit_headers) */
+        return reply_error(conn, c, 404, "not_found", NULL, "calls go to /apps/{slug}/…", 0);
     return admit(conn, c, url);
 }
 

@@ -111,6 +111,11 @@ int64_t gw_call_cost(const struct gw_call_app *a, int64_t input_tokens, int64_t 
     return cost < 0 ? 0 : cost > INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)cost;
 }
 
+int64_t gw_input_estimate(int64_t body_bytes)
+{
+    return body_bytes <= 0 ? 0 : (body_bytes - 1) / GW_INPUT_BYTES_PER_TOKEN + 1;
+}
+
 /* What this gateway's finished calls cost that the copy's funds may not
  * show yet, per consumer: records not yet answered for by gpurentd
  * (pending), answered since the last sync request went out (open), and
@@ -467,11 +472,17 @@ int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_ca
         out->price_output_1k = json_integer_value(json_object_get(app, "price_output_1k"));
         out->price_second = json_integer_value(json_object_get(app, "price_second"));
         /* The call's first hold: its price, the input its body announces
-         * (a token is at least a byte) and a first grain of answer (its
-         * output is held as it comes: proxy.c, held_output). */
-        int64_t need = gw_call_cost(out, body_len > 0 ? body_len : 0, GW_HOLD_GRAIN_TOKENS, GW_HOLD_GRAIN_MS);
+         * (a token a byte, the most a record may claim; when the funds do
+         * not hold that, the estimate: gateway.h) and a first grain of
+         * answer (its output is held as it comes: proxy.c, held_output). */
+        int64_t input = body_len > 0 ? body_len : 0;
         struct consumer_count *u = consumer_slot(user, 1);
         int64_t have = funds_free(user, u);
+        int64_t need = gw_call_cost(out, input, GW_HOLD_GRAIN_TOKENS, GW_HOLD_GRAIN_MS);
+        if (have < need) {
+            input = gw_input_estimate(input);
+            need = gw_call_cost(out, input, GW_HOLD_GRAIN_TOKENS, GW_HOLD_GRAIN_MS);
+        }
         if (wait) {
             status = 429, *retry_after = wait;
             snprintf(msg, msglen, "rate limit of %.40s reached; retry in %lld s", slug, (long long)wait);
@@ -485,6 +496,7 @@ int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_ca
             u->in_flight++;
             u->held += need;
             out->held = need;
+            out->input_held = input;
             out->consumer = (int)(u - consumers);
             snprintf(out->app_id, sizeof out->app_id, "%s", app_id);
             snprintf(out->user_id, sizeof out->user_id, "%s", user);

@@ -19,7 +19,11 @@ answers 200 (so the agent's check passes); a POST, by MODE:
            "word_ms", as a model generating slowly would; unstreamed, one
            answer with those words as its text. A request's "claim_tokens"
            makes the usage claim that many completion tokens instead (a
-           replica that lies)
+           replica that lies), its "prompt_tokens" that many prompt tokens
+           (5 else). An unstreamed answer with "chunked": N goes without a
+           Content-Length, in chunks of N bytes, one every "word_ms"; with
+           "break_after": N the replica closes the connection after N
+           bytes of it (a server that died mid-answer)
 """
 import json
 import sys
@@ -62,6 +66,35 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "17")
         self.end_headers()
 
+    def answer(self, request, body):
+        """An unstreamed answer, whole, chunked or broken off (see the top)."""
+        piece, cut = request.get("chunked"), request.get("break_after")
+        if not piece and cut is None:
+            return self.reply(200, body)
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if piece:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        sent, piece = 0, piece or len(data)
+        while sent < len(data):
+            part = data[sent:sent + piece]
+            if cut is not None and sent + len(part) > cut:
+                part = part[:cut - sent]
+            if sent:
+                time.sleep(request.get("word_ms", 0) / 1000)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part) if request.get("chunked") else part)
+            self.wfile.flush()
+            sent += len(part)
+            if cut is not None and sent >= cut:
+                self.close_connection = True
+                return
+        if request.get("chunked"):
+            self.wfile.write(b"0\r\n\r\n")
+
     def stream(self, request):
         include = (request.get("stream_options") or {}).get("include_usage") is True
         self.send_response(200)
@@ -75,7 +108,7 @@ class Handler(BaseHTTPRequestHandler):
         if include:
             for chunk in chunks:
                 chunk["usage"] = None
-            chunks.append({"choices": [], "usage": {"prompt_tokens": 5,
+            chunks.append({"choices": [], "usage": {"prompt_tokens": request.get("prompt_tokens", 5),
                                                      "completion_tokens": request.get("claim_tokens", len(words))}})
         for i, chunk in enumerate(chunks):
             if i:
@@ -91,9 +124,9 @@ class Handler(BaseHTTPRequestHandler):
             if request.get("stream"):
                 return self.stream(request)
             words = [f"w{i + 1}" for i in range(request["words"])] if "words" in request else ["one", "two", "three"]
-            return self.reply(200, {"choices": [{"text": " ".join(words)}],
-                                    "usage": {"prompt_tokens": 5,
-                                              "completion_tokens": request.get("claim_tokens", len(words))}})
+            return self.answer(request, {"choices": [{"text": " ".join(words)}],
+                                         "usage": {"prompt_tokens": request.get("prompt_tokens", 5),
+                                                   "completion_tokens": request.get("claim_tokens", len(words))}})
         if MODE == "silent":
             threading.Event().wait()  # holds the connection, answering nothing
         if MODE == "huge":

@@ -13,7 +13,10 @@ asked, and a client that leaves mid-stream pays what the stream reports
 within the 2 s it is read on. The funds a call holds are close to its
 cost when its replica reports usage only at the end: a stream is held a
 token an event, an answer in one body the usage it reports (withheld
-until whole), each within a token a byte and the request's max_tokens."""
+until whole, chunked JSON too, or refused 402 or 502 whole), each within a
+token a byte and the request's max_tokens; a prompt a token a byte, or a
+token per 4 bytes when the funds do not hold that. Bad requests get the
+API's errors, naming the field, and cost nothing."""
 import http.client
 import json
 import os
@@ -750,3 +753,188 @@ def test_bad_command_lines_say_what_is_wrong():
                        (["--sync-ms"], "--sync-ms needs a value")):
         p = subprocess.run([GATEWAY, *args], capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and says in p.stderr, (args, p.returncode, p.stderr)
+
+
+def per_token_app(m):
+    """A fake_replica.py app in openai mode at 1 yuan per 1k input and per
+    1k output tokens (0.001 a token each way), no other price."""
+    app, _ = fake_app(m, "openai", price_per_request="0", price_per_1k_input_tokens="1",
+                      price_per_1k_output_tokens="1")
+    return app
+
+
+def test_a_long_prompt_is_held_an_estimate_of_its_tokens_when_the_funds_do_not_hold_a_token_a_byte(market):
+    """A prompt of some 40 KB at 0.001 yuan an input token: a token a byte
+    it would hold 40 yuan, its estimate (a token per 4 bytes) some 10. A
+    consumer with 12 yuan whose replica reports 10000 prompt tokens is
+    served and charged them (it was refused 402: every byte was held as a
+    token). One whose replica claims 30000, within the bytes but past the
+    estimate, pays no more than its funds held, nothing unpaid; a consumer
+    whose funds hold the bytes is charged the 30000. A consumer whose
+    funds hold a 20 KB prompt a token a byte but not that and a stream of
+    500 tokens gets the whole stream: the input's share of the hold drops
+    to the estimate when the answer needs it (the stream was cut)."""
+    m = market
+    app = per_token_app(m)
+    poor, poorer, rich, streamer = (topped_up(m, a) for a in ("12", "12", "100", "20.3"))
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    prompt = "x" * 40000
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": prompt, "prompt_tokens": 10000})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 10000, r.text[:300]
+    for who in (poorer, rich):
+        r = gw.call(app["slug"], "/v1/completions", who.key, json={"prompt": prompt, "prompt_tokens": 30000})
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 30000, r.text[:300]
+    result = stream_call(gw, app["slug"], streamer.key, {"messages": [{"role": "user", "content": prompt[:20000]}],
+                                                          "stream": True, "words": 500})
+    assert result == (200, None, 500, True), result
+    rows = m.wait_calls(app["id"], 4)
+    # Status, input and output tokens, charge, unpaid, consumer.
+    got = [(row[1], row[2], row[3], row[4], row[7], row[10]) for row in rows]
+    assert got[0] == (200, 10000, 3, 10003000, 0, poor.id), got
+    assert got[1][0] == 200 and got[1][4] == 0 and got[1][5] == poorer.id, got
+    assert 10000000 < got[1][3] <= 12000000 and got[1][1] < 30000, got  # what was held, within the funds
+    assert got[2] == (200, 30000, 3, 30003000, 0, rich.id), got
+    assert got[3] == (200, 5, 500, 505000, 0, streamer.id), got
+    for who in (poor, poorer, rich, streamer):
+        assert m.d.sql("SELECT balance FROM ledger_accounts WHERE id = ?", [f"cash:{who.id}"])[0][0] >= 0
+    assert_ledger_ok(m)
+
+
+def test_an_answer_without_a_content_length_is_withheld_until_whole(market):
+    """A JSON answer of 30 words sent chunked, without a Content-Length, in
+    pieces of 16 bytes, and a consumer with 0.1 yuan at 0.001 an output
+    token: its first pieces were held a token a byte and passed, and it
+    was cut where 100 bytes had gone, a 200 with half a JSON body. Now it
+    is withheld until whole, as one that announces its length, then held
+    for the 30 tokens it reports and served whole; one claiming a million
+    tokens (held a token a byte of it, over the funds) is refused 402
+    whole, nothing charged."""
+    m = market
+    app = per_output_token_app(m)
+    poor = topped_up(m, "0.1")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    body = {"prompt": "hi", "words": 30, "chunked": 16, "word_ms": 20}
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json=body)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 30, r.text
+    assert len(r.content) > 150, r.content  # over what the funds hold a token a byte
+    r = gw.call(app["slug"], "/v1/completions", poor.key, json={**body, "claim_tokens": 1000000})
+    assert r.status_code == 402 and r.json()["error"]["code"] == "insufficient_funds", r.text
+    rows = m.wait_calls(app["id"], 2)
+    assert [(row[1], row[3], row[4], row[7]) for row in rows] == [(200, 30, 30000, 0), (402, 0, 0, 0)], rows
+    assert_ledger_ok(m)
+
+
+def test_a_withheld_answer_whose_replica_fails_before_it_is_whole_is_a_502(market):
+    """A JSON answer withheld for its usage (the funds do not hold it a
+    token a byte) whose replica closes the connection part way, with a
+    Content-Length announced and chunked: the client gets 502 bad_gateway,
+    never the part, and nothing is charged."""
+    m = market
+    app = per_output_token_app(m)
+    poor = topped_up(m, "0.1")
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    for cut in ({"break_after": 60}, {"break_after": 60, "chunked": 16}):
+        r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi", "words": 30, **cut})
+        assert r.status_code == 502 and r.json()["error"] == {
+            "code": "bad_gateway", "message": "the replica's answer ended before it was whole", "field": None}, r.text
+    rows = m.wait_calls(app["id"], 2)
+    assert [(row[1], row[3], row[4], row[7]) for row in rows] == [(502, 0, 0, 0)] * 2, rows
+    assert m.d.sql("SELECT balance FROM ledger_accounts WHERE id = ?", [f"cash:{poor.id}"]) == [(100000,)]
+    assert_ledger_ok(m)
+
+
+def test_bad_requests_get_the_apis_errors_and_cost_nothing(market):
+    """The gateway's own surface against the daemon's standard: each bad
+    request gets the API's JSON error naming the field at fault and
+    charges nothing. A completion whose body the gateway would read
+    otherwise than its replica (sent as another type or encoded, not UTF-8,
+    not an object, a field it reads of the wrong type) is refused 400 or
+    415, where before a text/plain or gzipped body was read as JSON anyway
+    and a max_tokens of "100" passed unseen; a 401 names its challenge
+    (WWW-Authenticate: Bearer); a key whose secret is another consumer's,
+    or a consumer not listed on a private app, is refused. A request to
+    another path than /apps/... is answered at its headers, before any
+    body (a connection without a key could make the gateway buffer 8 MiB
+    there), and /healthz takes GET or HEAD only. Fields of the app's own
+    are the app's: passed on."""
+    m = market
+    app, con = fake_app(m, "openai")
+    other = m.user()
+    private = m.publish(m.user(), visibility="private", allowed_users=[other.id])
+    gw = m.gateway()
+    ready_in_copy(m, gw, app["id"])
+    completions = f"/apps/{app['slug']}/v1/chat/completions"
+    auth = {"Authorization": f"Bearer {con.key}"}
+    as_json = {**auth, "Content-Type": "application/json"}
+    swapped = con.key[:-64] + other.key[-64:]  # the key's id, another consumer's secret
+
+    def error(r):
+        assert r.headers["Content-Type"] == "application/json", (r.status_code, r.headers, r.text)
+        return r.status_code, r.json()["error"]["code"], r.json()["error"]["field"]
+
+    cases = [
+        # (method, path, headers, body, status, code, field)
+        ("POST", completions, as_json, b'{"messages": [', 400, "malformed_json", None),
+        ("POST", completions, as_json, b'{"prompt": "\xff"}', 400, "invalid_encoding", None),
+        ("POST", completions, as_json, b'[{"prompt": "hi"}]', 400, "not_an_object", None),
+        ("POST", completions, as_json, b'{"prompt": "hi", "stream": "true"}', 400, "invalid_field", "stream"),
+        ("POST", completions, as_json, b'{"prompt": "hi", "max_tokens": "100"}', 400, "invalid_field", "max_tokens"),
+        ("POST", completions, as_json, b'{"prompt": "hi", "max_tokens": 100.0}', 400, "invalid_field", "max_tokens"),
+        ("POST", completions, as_json, b'{"prompt": "hi", "max_completion_tokens": -1}', 400, "invalid_field",
+         "max_completion_tokens"),
+        ("POST", completions, as_json, b'{"prompt": "hi", "n": 0}', 400, "invalid_field", "n"),
+        ("POST", completions, as_json, b'{"prompt": "hi", "stream": true, "stream_options": "usage"}', 400,
+         "invalid_field", "stream_options"),
+        ("POST", completions, as_json, b'{"prompt": "hi", "stream_options": {"include_usage": 1}}', 400,
+         "invalid_field", "stream_options.include_usage"),
+        ("POST", completions, {**auth, "Content-Type": "text/plain"}, b'{"prompt": "hi"}', 415,
+         "unsupported_media_type", "Content-Type"),
+        ("POST", completions, {**auth, "Content-Type": "application/x-www-form-urlencoded"}, b"prompt=hi", 415,
+         "unsupported_media_type", "Content-Type"),
+        ("POST", completions, {**as_json, "Content-Encoding": "gzip"}, b'{"prompt": "hi"}', 415,
+         "unsupported_media_type", "Content-Encoding"),
+        ("POST", completions, {**as_json, "X-Gpurent-Wait-Seconds": "soon"}, b'{"prompt": "hi"}', 400,
+         "invalid_header", "X-Gpurent-Wait-Seconds"),
+        ("POST", completions, {"Content-Type": "application/json"}, b'{"prompt": "hi"}', 401, "unauthorized", None),
+        ("POST", completions, {"Authorization": "Basic dXNlcjpwYXNz"}, b'{"prompt": "hi"}', 401, "unauthorized",
+         None),
+        ("POST", completions, {"Authorization": "Bearer "}, b'{"prompt": "hi"}', 401, "unauthorized", None),
+        ("POST", completions, {"Authorization": f"Bearer {swapped}"}, b'{"prompt": "hi"}', 401, "unauthorized",
+         None),
+        ("POST", f"/apps/{private['slug']}/v1/completions", as_json, b'{"prompt": "hi"}', 404, "not_found", None),
+        ("POST", "/healthz", as_json, b"{}", 405, "method_not_allowed", None),
+        ("GET", "/v1/models", auth, None, 404, "not_found", None),
+    ]
+    for method, path, headers, body, status, code, field in cases:
+        r = requests.request(method, gw.url + path, headers=headers, data=body, timeout=DEADLINE)
+        assert error(r) == (status, code, field), (path, headers, body, r.status_code, r.text)
+        if status == 401:
+            assert r.headers["WWW-Authenticate"] == "Bearer", r.headers
+        if status == 405:
+            assert r.headers["Allow"] == "GET, HEAD", r.headers
+    # A request to no app is answered at its headers, before its body.
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 8000000\r\n\r\n{" + b" " * 65536)
+        reply = b""
+        while not reply.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)  # the socket's timeout is the deadline
+            assert chunk, reply
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 404 ") and b'"not_found"' in reply, reply
+    # The app's own fields, and a body sent without a Content-Type (taken
+    # as JSON, and sent on so), are passed on.
+    r = requests.post(gw.url + completions, headers=auth, timeout=DEADLINE,
+                      data=b'{"prompt": "hi", "top_k": 5, "my_app_option": {"x": [1]}}')
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3, r.text
+    assert requests.head(gw.url + "/healthz", timeout=DEADLINE).status_code == 200
+    # The refused completions after admission are recorded 4xx, uncharged;
+    # the one passed on is charged its price and tokens.
+    rows = m.wait_calls(app["id"], 15)
+    assert sorted(row[1] for row in rows) == [200] + [400] * 11 + [415] * 3, rows
+    assert [row[4] for row in rows if row[1] != 200] == [0] * 14, rows
+    poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 0, DEADLINE, "no call left")
+    assert_ledger_ok(m)
