@@ -1451,8 +1451,13 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
         sn->last = NULL;
         if (strcmp(sn->phase, "exited") == 0 || strcmp(sn->phase, "failed") == 0)
             read_end(wl, &sn->exit_known, &sn->exit_code, &sn->last);
+        /* Both are the agent's numbers, and it is not trusted: an end
+         * before 1970 or a clock before it is no time at all (the end is
+         * then this pass), and the difference is taken only between two
+         * times that cannot overflow it (-1 - INT64_MIN could). */
         sn->ended_ago = -1;
-        if (json_is_integer(agent_now) && json_is_integer(ended))
+        if (json_is_integer(agent_now) && json_is_integer(ended) && json_integer_value(agent_now) >= 0 &&
+            json_integer_value(ended) >= 0)
             sn->ended_ago = json_integer_value(agent_now) > json_integer_value(ended)
                                 ? json_integer_value(agent_now) - json_integer_value(ended)
                                 : 0;
