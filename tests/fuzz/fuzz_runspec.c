@@ -41,8 +41,8 @@ static void check_env(const json_t *env)
     {
         const char *why;
         const char *name = json_string_value(json_object_get(e, "name"));
-        if (!name || !run_env_name_valid(name, strlen(name), &why) ||
-            !json_is_boolean(json_object_get(e, "secret")) || !json_is_string(json_object_get(e, "value")))
+        if (!name || !run_env_name_valid(name, strlen(name), &why) || !json_is_boolean(json_object_get(e, "secret")) ||
+            !json_is_string(json_object_get(e, "value")))
             abort();
     }
     json_t *pub = run_env_public(norm);

@@ -35,8 +35,8 @@ static char *field(const uint8_t **p, const uint8_t *end)
 }
 
 /* The HMAC of the canonical string, computed here from sign.h's text. */
-static void reference_mac(const char *method, const char *path, const char *ts, const char *nonce,
-                          const uint8_t *body, size_t body_len, char out[65])
+static void reference_mac(const char *method, const char *path, const char *ts, const char *nonce, const uint8_t *body,
+                          size_t body_len, char out[65])
 {
     unsigned char digest[32], mac[32];
     char body_hex[65];
@@ -84,8 +84,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         reference_mac(method, path, h.timestamp, h.nonce, body, body_len, mac);
         if (strcmp(mac, h.signature) != 0)
             abort();
-        if (sign_verify(SECRET, method, path, h.timestamp, h.nonce, h.signature, body, body_len, NOW + SKEW + 1,
-                        SKEW, rc) != SIGN_STALE ||
+        if (sign_verify(SECRET, method, path, h.timestamp, h.nonce, h.signature, body, body_len, NOW + SKEW + 1, SKEW,
+                        rc) != SIGN_STALE ||
             sign_verify(SECRET, method, path, h.timestamp, h.nonce, h.signature, body, body_len, NOW, SKEW, rc) !=
                 SIGN_OK ||
             sign_verify(SECRET, method, path, h.timestamp, h.nonce, h.signature, body, body_len, NOW, SKEW, rc) !=

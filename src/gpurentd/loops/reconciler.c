@@ -605,8 +605,8 @@ static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *re
     char why[512];
     int rc;
     if (attempts >= daemon_config->provision_max_attempts) {
-        snprintf(why, sizeof why, "gave up after %lld attempts: %.*s", (long long)attempts,
-                 (int)utf8_cut(reason, 200), reason);
+        snprintf(why, sizeof why, "gave up after %lld attempts: %.*s", (long long)attempts, (int)utf8_cut(reason, 200),
+                 reason);
         if ((rc = store_instance_set_attempts(s, in->id, attempts, 0)) != STORE_OK)
             return rc;
         return end_run(s, ctx, "failed", ctx->now, why);
