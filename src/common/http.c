@@ -607,16 +607,15 @@ int http_query_int(struct http_request *req, const char *name, int64_t min, int6
         *out = def;
         return 0;
     }
-    int digits = 0;
-    const char *p = v;
-    if (*p == '-')
-        p++;
-    for (; *p; p++, digits++)
-        if (*p < '0' || *p > '9')
-            digits = -1000;
-    errno = 0;
-    long long n = digits > 0 && digits <= 18 ? strtoll(v, NULL, 10) : 0;
-    if (digits <= 0 || digits > 18 || n < min || n > max) {
+    /* An optional minus, then 1 to 18 digits and nothing else (so that
+     * strtoll cannot overflow), however long the value: counting a bad
+     * character as -1000 digits once let one followed by a thousand
+     * digits through, read by strtoll as what came before it. */
+    const char *p = v + (*v == '-');
+    size_t digits = strspn(p, "0123456789");
+    int plain = digits > 0 && digits <= 18 && p[digits] == '\0';
+    long long n = plain ? strtoll(v, NULL, 10) : 0;
+    if (!plain || n < min || n > max) {
         http_error(req, ERR_INVALID_QUERY, name, "%s must be an integer from %lld to %lld", name, (long long)min,
                    (long long)max);
         return -1;

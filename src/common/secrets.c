@@ -398,8 +398,11 @@ int websocket_accept(const char *key, char out[64])
 {
     unsigned char raw[32];
     size_t kl = strlen(key);
-    /* 24 characters with "==" decode to 18 bytes of which 16 are the key. */
-    if (kl != 24 || key[22] != '=' || key[23] != '=' ||
+    /* 22 characters of the alphabet, then "==": 18 bytes of which 16 are
+     * the key. The alphabet is checked here, as OpenSSL's decoder takes an
+     * '=' inside (and blanks around) what base64 has only at the end. */
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (kl != 24 || strspn(key, alphabet) != 22 || key[22] != '=' || key[23] != '=' ||
         EVP_DecodeBlock(raw, (const unsigned char *)key, (int)kl) != 18)
         return -1;
     char joined[64];

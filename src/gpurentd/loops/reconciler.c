@@ -425,16 +425,10 @@ static int phase_rank(const char *phase)
     return -1;
 }
 
-/* Reads phase and message from a workload document (NULL: neither). */
-static void read_phase(json_t *j, char *phase, size_t pn, char *message, size_t mn)
-{
-    const char *p = json_string_value(json_object_get(j, "phase"));
-    const char *m = json_string_value(json_object_get(j, "message"));
-    snprintf(phase, pn, "%s", p ? p : "");
-    snprintf(message, mn, "%s", m ? m : "");
-}
-
-/* The length of s cut to at most max bytes on a character boundary. */
+/* The length of s cut to at most max bytes on a character boundary. An
+ * agent's text is cut with it wherever it does not fit (the copies here,
+ * the "%.*s" of every reason that quotes it): a reason cut inside a
+ * character is not UTF-8, and jansson refuses to put it in a reply. */
 static size_t utf8_cut(const char *s, size_t max)
 {
     size_t n = strlen(s);
@@ -443,6 +437,16 @@ static size_t utf8_cut(const char *s, size_t max)
     while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
         max--;
     return max;
+}
+
+/* Reads phase and message from a workload document (NULL: neither). */
+static void read_phase(json_t *j, char *phase, size_t pn, char *message, size_t mn)
+{
+    const char *p = json_string_value(json_object_get(j, "phase"));
+    const char *m = json_string_value(json_object_get(j, "message"));
+    p = p ? p : "", m = m ? m : "";
+    snprintf(phase, pn, "%.*s", (int)utf8_cut(p, pn - 1), p);
+    snprintf(message, mn, "%.*s", (int)utf8_cut(m, mn - 1), m);
 }
 
 /* The most bytes of last lines a reason carries: the newest that fit. */
@@ -625,7 +629,8 @@ static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *re
     char why[512];
     int rc;
     if (attempts >= daemon_config->provision_max_attempts) {
-        snprintf(why, sizeof why, "gave up after %lld attempts: %.200s", (long long)attempts, reason);
+        snprintf(why, sizeof why, "gave up after %lld attempts: %.*s", (long long)attempts, (int)utf8_cut(reason, 200),
+                 reason);
         if ((rc = store_instance_set_attempts(s, in->id, attempts, 0)) != STORE_OK)
             return rc;
         return end_run(s, ctx, "failed", ctx->now, why);
@@ -638,7 +643,8 @@ static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *re
     rc = instance_place(s, in, &o);
     json_decref(o.extra);
     if (rc == REFUSED) {
-        snprintf(why, sizeof why, "%.120s; no cards to retry on: %.120s", reason, o.message);
+        snprintf(why, sizeof why, "%.*s; no cards to retry on: %.*s", (int)utf8_cut(reason, 120), reason,
+                 (int)utf8_cut(o.message, 120), o.message);
         if ((rc = store_instance_set_attempts(s, in->id, attempts, 0)) != STORE_OK)
             return rc;
         return store_instance_set_state(s, in->id, "failed", "", why, ctx->now);
@@ -650,7 +656,8 @@ static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *re
         backoff *= 2;
     if ((rc = store_instance_set_attempts(s, in->id, attempts, ctx->now + (backoff > 300 ? 300 : backoff))) != STORE_OK)
         return rc;
-    snprintf(why, sizeof why, "attempt %lld failed, retrying on other cards: %.200s", (long long)attempts, reason);
+    snprintf(why, sizeof why, "attempt %lld failed, retrying on other cards: %.*s", (long long)attempts,
+             (int)utf8_cut(reason, 200), reason);
     return store_instance_set_state(s, in->id, "pending", "", why, ctx->now);
 }
 
@@ -759,7 +766,8 @@ static int lost_run(struct store *s, struct apply_ctx *ctx, int64_t at, const ch
     rc = instance_place(s, in, &o);
     if (rc == REFUSED) {
         char reason[1024];
-        snprintf(reason, sizeof reason, "%.600s; no cards to restart it on: %.300s", why, o.message);
+        snprintf(reason, sizeof reason, "%.*s; no cards to restart it on: %.*s", (int)utf8_cut(why, 600), why,
+                 (int)utf8_cut(o.message, 300), o.message);
         json_decref(o.extra);
         return store_instance_set_state(s, in->id, "lost", "", reason, ctx->now);
     }
@@ -904,7 +912,8 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
             }
         }
         if (strcmp(p->phase, "failed") == 0)
-            snprintf(failure, sizeof failure, "node %s: workload failed: %.160s", p->node_name, p->message);
+            snprintf(failure, sizeof failure, "node %s: workload failed: %.*s", p->node_name,
+                     (int)utf8_cut(p->message, 160), p->message);
         else if (strcmp(p->phase, "exited") == 0 && !exit_bad) {
             int known = 0, code = 0;
             char *last = NULL;
@@ -916,8 +925,8 @@ static int apply_provisioning(struct store *s, struct apply_ctx *ctx)
                 free(exit_last);
                 exit_last = last;
                 last = NULL;
-                snprintf(exited, sizeof exited, "node %s: workload exited before every node was seen running: %.160s",
-                         p->node_name, p->message);
+                snprintf(exited, sizeof exited, "node %s: workload exited before every node was seen running: %.*s",
+                         p->node_name, (int)utf8_cut(p->message, 160), p->message);
             }
             free(last);
         }
@@ -1057,7 +1066,7 @@ static void call_health(const struct work *w, size_t r, char *out, size_t n)
     /* Only a running workload's verdict means anything; an ended one is the
      * sweep's and check_workloads' to handle. */
     if (phase && strcmp(phase, "running") == 0 && health)
-        snprintf(out, n, "%s", health);
+        snprintf(out, n, "%.*s", (int)utf8_cut(health, n - 1), health);
 }
 
 /* Stores a running rank's new health verdict (0027). For an app replica
@@ -1111,7 +1120,8 @@ static int rank_broke(const struct apply_ctx *ctx, const struct instance_node *p
     *known = seen->exit_known;
     *code = seen->exit_code;
     if (failed)
-        snprintf(why, n, "workload failed on node %s: %.200s", p->node_name, seen->message);
+        snprintf(why, n, "workload failed on node %s: %.*s", p->node_name, (int)utf8_cut(seen->message, 200),
+                 seen->message);
     else if (!seen->exit_known)
         snprintf(why, n, "workload exited with an unknown status on node %s", p->node_name);
     else
@@ -1264,8 +1274,8 @@ static int apply_unreachable(struct store *s, struct apply_ctx *ctx)
             char *last = NULL;
             if (strcmp(p->phase, "exited") == 0)
                 read_end(agent_call_json(c), &known, &code, &last);
-            snprintf(why, sizeof why, "workload %s on node %s while it was unreachable: %.160s", p->phase, p->node_name,
-                     p->message);
+            snprintf(why, sizeof why, "workload %s on node %s while it was unreachable: %.*s", p->phase, p->node_name,
+                     (int)utf8_cut(p->message, 160), p->message);
             add_last_lines(why, sizeof why, last);
             free(last);
             return job_over(s, ctx, strcmp(p->phase, "exited") == 0 && known && code == 0, ctx->now, known, code, why);
@@ -1453,10 +1463,12 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
         snprintf(sn->workload_id, sizeof sn->workload_id, "%s", id);
         const char *phase = json_string_value(json_object_get(wl, "phase"));
         const char *message = json_string_value(json_object_get(wl, "message"));
-        snprintf(sn->phase, sizeof sn->phase, "%s", phase ? phase : "");
-        snprintf(sn->message, sizeof sn->message, "%s", message ? message : "");
+        phase = phase ? phase : "", message = message ? message : "";
+        snprintf(sn->phase, sizeof sn->phase, "%.*s", (int)utf8_cut(phase, sizeof sn->phase - 1), phase);
+        snprintf(sn->message, sizeof sn->message, "%.*s", (int)utf8_cut(message, sizeof sn->message - 1), message);
         const char *health = json_string_value(json_object_get(wl, "health"));
-        snprintf(sn->health, sizeof sn->health, "%s", health ? health : "");
+        health = health ? health : "";
+        snprintf(sn->health, sizeof sn->health, "%.*s", (int)utf8_cut(health, sizeof sn->health - 1), health);
         const char *digest = json_string_value(json_object_get(wl, "ssh_keys_digest"));
         snprintf(sn->ssh_keys_digest, sizeof sn->ssh_keys_digest, "%s",
                  digest && strlen(digest) == 64 ? digest : "");
@@ -1466,8 +1478,13 @@ static void take_list(struct agent_call *c, const struct node_target *t, char (*
         sn->last = NULL;
         if (strcmp(sn->phase, "exited") == 0 || strcmp(sn->phase, "failed") == 0)
             read_end(wl, &sn->exit_known, &sn->exit_code, &sn->last);
+        /* Both are the agent's numbers, and it is not trusted: an end
+         * before 1970 or a clock before it is no time at all (the end is
+         * then this pass), and the difference is taken only between two
+         * times that cannot overflow it (-1 - INT64_MIN could). */
         sn->ended_ago = -1;
-        if (json_is_integer(agent_now) && json_is_integer(ended))
+        if (json_is_integer(agent_now) && json_is_integer(ended) && json_integer_value(agent_now) >= 0 &&
+            json_integer_value(ended) >= 0)
             sn->ended_ago = json_integer_value(agent_now) > json_integer_value(ended)
                                 ? json_integer_value(agent_now) - json_integer_value(ended)
                                 : 0;

@@ -249,6 +249,14 @@ def test_key_list_limit_bounds(daemon, user):
         assert daemon.get("/v1/api-keys", key=user.key, params={"limit": limit}).status_code == 200
 
 
+@pytest.mark.parametrize("limit", ["5x" + "0" * 1004, "-" + "7" * 19, "1e2", " 5", "+5", "0x10"],
+                         ids=["junk-then-1004-digits", "19-digits", "exponent", "space", "plus", "hex"])
+def test_key_list_refuses_malformed_limit(daemon, user, limit):
+    # An integer argument is digits and nothing else, however long the
+    # value: "5x" and a thousand zeros once counted as 5.
+    assert_error(daemon.get("/v1/api-keys", key=user.key, params={"limit": limit}), 400, "invalid_query", "limit")
+
+
 @pytest.mark.parametrize("cursor", ["", "not a cursor!", "AAAA", "MTIzNDU", "LmtleV94", "eA" * 60])
 def test_key_list_refuses_bad_cursor(daemon, user, cursor):
     assert_error(daemon.get("/v1/api-keys", key=user.key, params={"cursor": cursor}), 400, "invalid_query",

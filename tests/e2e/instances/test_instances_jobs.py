@@ -436,3 +436,32 @@ def test_an_on_failure_job_whose_node_is_lost_restarts_on_other_cards(cloud):
     assert [p["node_name"] for p in inst["nodes"]] == ["b-01"], inst
     cloud.check_cards_consistent()
     _verify(cloud)
+
+
+@pytest.mark.parametrize("agent_now, exited_at", [(None, -2**63), (2**63 - 1, -1)], ids=["end-at-int64-min",
+                                                                                      "clock-at-int64-max"])
+def test_an_agent_reporting_an_end_out_of_time_ends_the_job_now(cloud, agent_now, exited_at):
+    # The agent's list says when a workload ended by the agent's clock; an
+    # agent is not trusted, and the difference of two such numbers
+    # overflowed (undefined behaviour, which the sanitized daemon dies of).
+    # An end no clock can show is taken as this pass.
+    from inventory_util import register
+    from ssh_util import SshFakeAgent
+    agent = SshFakeAgent(name="liar")
+    try:
+        register(cloud.d, "liar", agent.url)
+        cloud.wait_nodes_up(["liar"])
+        u = cloud.user()
+        iid = cloud.create(u, card_count=1)["id"]
+        cloud.wait_state(u, iid, "running")
+        with agent.lock:
+            [wl] = agent.workloads
+            agent.workloads[wl].update(phase="exited", exit_code=1, exited_at=exited_at)
+            if agent_now is not None:
+                agent.now = agent_now
+            agent.facts["workload_exits"] = 1
+        inst = cloud.wait_state(u, iid, ("failed", "succeeded", "stopped"))
+        assert inst["state"] == "failed" and inst["exit_code"] == 1, inst
+        assert cloud.d.get("/healthz").status_code == 200
+    finally:
+        agent.close()

@@ -198,6 +198,31 @@ def test_a_command_that_cannot_start_fails_the_start(cloud):
     assert "workload failed: run: no-such-program-xyz: executable file not found" in reason, reason
 
 
+def test_a_failure_message_is_cut_between_characters(cloud):
+    # The agent's message quotes the program ("run: PROGRAM: executable file
+    # not found"); the daemon keeps 160 bytes of it in the reason, and 160
+    # bytes of this one end inside a character. A reason cut there is not
+    # UTF-8: the events held it and could not be listed, the instance could
+    # not be shown.
+    c = cloud
+    c.fleet(1)
+    c.add_image(IMAGE)
+    u = c.user()
+    program = "a" + "\u4ef7" * 66
+    inst = c.create(u, card_count=1, image=IMAGE, command=[program])
+
+    def failed_attempt():
+        r = c.d.get(f"/v1/instances/{inst['id']}/events", key=u.key)
+        assert r.status_code == 200, r.text
+        return [e["reason"] for e in r.json()["data"] if "attempt 1 failed" in (e["reason"] or "")]
+    [reason] = poll(failed_attempt, DEADLINE, "the start to fail")
+    assert "workload failed: run: a\u4ef7" in reason, reason
+    # Cut before the character that did not fit, not inside it.
+    assert "\ufffd" not in reason and program not in reason, reason
+    r = c.d.get(f"/v1/instances/{inst['id']}", key=u.key)
+    assert r.status_code == 200, r.text
+
+
 BAD_CREATE = [
     ({"command": "echo hi"}, "command"),
     ({"command": [1, 2]}, "command"),

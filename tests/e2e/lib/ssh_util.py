@@ -52,6 +52,7 @@ class SshFakeAgent:
         if ssh is not None:
             self.facts["ssh"] = ssh
         self.workloads = {}
+        self.now = None  # the clock its workload list reports: the real one when None
         self.puts = []
         self.key_puts = []  # (workload id, authorized_keys) of each PUT .../ssh-keys
         self.lock = threading.Lock()
@@ -80,7 +81,7 @@ class SshFakeAgent:
                         return self._send(200, outer.facts)
                     if self.path == "/v1/workloads":
                         return self._send(200, {"workloads": [self._wl(i) for i in outer.workloads],
-                                                "now": int(time.time())})
+                                                "now": int(time.time()) if outer.now is None else outer.now})
                     wl_id = self.path.rsplit("/", 1)[-1]
                     if wl_id in outer.workloads:
                         return self._send(200, self._wl(wl_id))

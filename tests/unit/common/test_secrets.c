@@ -503,6 +503,25 @@ static void test_sha256_known_answers(void **state)
     }
 }
 
+/* RFC 6455 4.2.2's example, and keys that are not the padded base64 of 16
+ * bytes: OpenSSL's decoder takes an '=' inside, which base64 has only at
+ * the end. */
+static void test_websocket_accept(void **state)
+{
+    (void)state;
+    char accept[64];
+    assert_int_equal(websocket_accept("dGhlIHNhbXBsZSBub25jZQ==", accept), 0);
+    assert_string_equal(accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    static const char *const refused[] = {
+        "dGhlIHNhbXBsZSBub25j=Q==", "=GhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZQ=",
+        " dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZQ==\n", "dGhlIHNhbXBsZSBub25jZQ-_",
+        "dGhlIHNhbXBsZSBub25jZ===", "",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (websocket_accept(refused[i], accept) != -1)
+            fail_msg("websocket_accept took '%s'", refused[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -521,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_sha256_hex),
         cmocka_unit_test(test_ssh_keypair_format),
         cmocka_unit_test(test_ssh_keypair_ssh_keygen),
+        cmocka_unit_test(test_websocket_accept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
