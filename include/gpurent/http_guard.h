@@ -73,6 +73,9 @@ void http_guard_release(struct http_guard *g);
  * of the socket's bytes. */
 void http_guard_open(int fd);
 void http_guard_open_tls(int fd, void *tls_session);
+/* The server switched the connection on socket fd to another protocol (a
+ * WebSocket): its bytes are checked no further. */
+void http_guard_upgraded(int fd);
 void http_guard_close(int fd);
 /* Whether the libraries read TLS records through this module (1), so that
  * the guard sees a TLS connection's plaintext; 0 where the dynamic linker

@@ -483,6 +483,10 @@ static void on_mhd_upgrade(void *cls, struct MHD_Connection *conn, void *req_cls
     struct http_request *req = req_cls;
     if (req)
         req->upgrade = NULL; /* switched: the completion has nothing to release */
+    /* The client's socket (for TLS, sock is the library's socketpair). */
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (fd)
+        http_guard_upgraded(fd->connect_fd);
     http_upgraded_fn fn = u->fn;
     void *ctx = u->ctx;
     free(u);

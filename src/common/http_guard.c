@@ -201,7 +201,7 @@ static void head_done(struct http_guard *g)
         refuse(g, ERR_BAD_REQUEST, "the request line or a header holds a NUL byte");
         return;
     }
-    int te = 0, te_chunked = 0, cl = 0, upgrade = 0, host = 0;
+    int te = 0, te_chunked = 0, cl = 0, host = 0;
     uint64_t length = 0;
     for (const char *line = h; line < end;) {
         const char *next = memchr(line, '\n', (size_t)(end - line));
@@ -243,8 +243,6 @@ static void head_done(struct http_guard *g)
             }
             cl++;
             length = value;
-        } else if (header_is(line, e, "upgrade", &v, &ve)) {
-            upgrade = 1;
         } else if (header_is(line, e, "host", &v, &ve)) {
             host = 1;
             if (!host_ok(v, ve)) {
@@ -268,8 +266,6 @@ static void head_done(struct http_guard *g)
         refuse(g, ERR_BAD_REQUEST, "the request has both Content-Length and Transfer-Encoding");
     } else if (te && (te > 1 || !te_chunked)) {
         refuse(g, ERR_NOT_IMPLEMENTED, "only the chunked transfer coding is implemented; use chunked");
-    } else if (upgrade) {
-        g->state = G_PASS;
     } else if (te) {
         g->state = G_CHUNK_SIZE;
         g->line_len = 0;
@@ -550,6 +546,16 @@ void http_guard_open_tls(int fd, void *tls_session)
 {
     if (tls_session)
         guard_install(fd, tls_session);
+}
+
+void http_guard_upgraded(int fd)
+{
+    /* A request asking for an upgrade is framed as any other until the
+     * server switched: one it refuses leaves the connection speaking
+     * HTTP, and the requests after it are checked as ever. */
+    struct http_guard *g = guard_of(fd);
+    if (g && !g->refused)
+        g->state = G_PASS;
 }
 
 void http_guard_close(int fd)

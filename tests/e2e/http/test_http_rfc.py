@@ -370,6 +370,17 @@ def test_a_pipelined_request_after_a_good_one_is_refused_alone(daemon):
     assert refused and int(refused[0].split()[1]) >= 1, refused
 
 
+def test_a_request_after_an_upgrade_the_server_refused_is_checked_as_ever(daemon):
+    """An Upgrade header on a route that switches nothing leaves the
+    connection speaking HTTP: the request after it is still checked (a
+    repeated Host refused), not passed unread to the library."""
+    reply = exchange(daemon.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                                  b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n")
+    first, second = reply.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200 "), reply
+    assert second.startswith(b"400 ") and b"repeats its host header" in second.lower(), reply
+
+
 # ---------------------------------------------------------------- headers every error class carries
 
 def test_every_401_names_its_challenge(daemon):

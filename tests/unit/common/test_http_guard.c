@@ -194,11 +194,53 @@ static void test_more_than_the_cap_of_fields_is_431(void **state)
     free(req);
 }
 
-static void test_upgrades_are_not_read_further_and_unsure_framings_are_refused(void **state)
+/* A request asking for an upgrade is framed as any other: until the
+ * server says it switched (http_guard_upgraded), what follows is the next
+ * request, checked as ever, so an Upgrade header the server refuses opens
+ * no way past the guard; once switched, the socket's bytes pass as they
+ * are (a WebSocket's frames). */
+static void test_an_upgrade_passes_only_once_the_server_switched(void **state)
 {
     (void)state;
-    assert_passes(S("GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
-                    "\x81\x85\0\0\0\0zz\r\n\0"));
+    static const char ask[] = "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+    static const char frame[] = "\x81\x85\0\0\0\0zz\r\n\0";
+    char both[sizeof ask + sizeof frame];
+    memcpy(both, ask, sizeof ask - 1);
+    memcpy(both + sizeof ask - 1, frame, sizeof frame - 1);
+    assert_refused(both, sizeof ask - 1 + sizeof frame - 1, 400, "bad_request", sizeof ask - 1);
+    assert_refused(S("GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n"
+                     "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n"),
+                   400, "bad_request", 49);
+    for (int switched = 0; switched < 2; switched++) {
+        int fd[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fd), 0);
+        http_guard_open(fd[0]);
+        char buf[256];
+        assert_int_equal(write(fd[1], ask, sizeof ask - 1), (ssize_t)(sizeof ask - 1));
+        assert_int_equal(recv(fd[0], buf, sizeof buf, 0), (ssize_t)(sizeof ask - 1));
+        if (switched)
+            http_guard_upgraded(fd[0]);
+        assert_int_equal(write(fd[1], frame, sizeof frame - 1), (ssize_t)(sizeof frame - 1));
+        ssize_t n = recv(fd[0], buf, sizeof buf, 0);
+        if (switched) {
+            assert_int_equal(n, (ssize_t)(sizeof frame - 1));
+            assert_memory_equal(buf, frame, sizeof frame - 1);
+        } else {
+            assert_int_equal(n, 0); /* refused: the library sees the client end */
+            ssize_t answer = read(fd[1], buf, sizeof buf - 1);
+            assert_true(answer > 12);
+            buf[answer] = '\0';
+            assert_non_null(strstr(buf, "HTTP/1.1 400 "));
+        }
+        http_guard_close(fd[0]);
+        close(fd[0]);
+        close(fd[1]);
+    }
+}
+
+static void test_unsure_framings_are_refused(void **state)
+{
+    (void)state;
     /* Framings a proxy may read otherwise: refused on every server, the
      * gateway's too, not only where the API's handler checks them. */
     assert_refused(S("POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\0"), 400,
@@ -412,7 +454,8 @@ int main(void)
         cmocka_unit_test(test_more_than_the_cap_of_fields_is_431),
         cmocka_unit_test(test_a_request_line_over_the_cap_is_414),
         cmocka_unit_test(test_more_than_the_cap_of_query_parameters_is_414),
-        cmocka_unit_test(test_upgrades_are_not_read_further_and_unsure_framings_are_refused),
+        cmocka_unit_test(test_an_upgrade_passes_only_once_the_server_switched),
+        cmocka_unit_test(test_unsure_framings_are_refused),
         cmocka_unit_test(test_malformed_lines_are_refused),
         cmocka_unit_test(test_empty_lines_before_a_request_are_ignored),
         cmocka_unit_test(test_over_tls_the_registered_session_is_read_and_answered),
