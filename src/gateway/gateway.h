@@ -200,10 +200,17 @@ struct gw_usage {
     int64_t scanned_bytes;               /* of a stream, the bytes gw_usage_scan has read */
     int64_t scanned_events;              /* of a stream, the events gw_usage_scan has read */
     int scan_newlines;                   /* gw_sse_event_end's state over the bytes gw_usage_scan read */
+    /* Of a stream whose usage the gateway asked for: the ':' of the lines
+     * read that start ":data:" (those gw_usage_hide added, not the
+     * replica's bytes), and how much of ":data:" the line being read
+     * matches so far (-1: it does not start so). */
+    int64_t comment_colons;
+    int comment_match;
     /* Output tokens are at most those the stream last reported and a token
-     * a byte after that: the hold's bound is the bytes received plus this
-     * (never above 0; 0 before any report), written as each report is
-     * read and read by another thread (proxy.c's upstream thread). */
+     * a byte of the replica's after that: the hold's bound is the bytes
+     * received plus this (never above 0; 0 before any report), written as
+     * each report is read and read by another thread (proxy.c's upstream
+     * thread). */
     atomic_llong slack;
     /* The hold's estimate of a stream's output tokens (proxy.c,
      * held_output): those it last reported and a token an event after

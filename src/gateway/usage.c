@@ -111,6 +111,25 @@ int gw_sse_event_end(int *newlines, char b)
     return 1;
 }
 
+/* Counts, byte b by byte, the ':' of each line that starts ":data:" (of a
+ * stream whose usage the gateway asked for): the ':' gw_usage_hide put
+ * before the usage event, which the client got and the replica never sent
+ * (one such line the replica sent itself reads the same: its usage is
+ * read as the hidden event's, and its ':' is not counted either). Byte by
+ * byte, so that an event skipped or cut short still counts its lines. */
+static void count_comment_colon(struct gw_usage *u, char b)
+{
+    static const char comment[] = ":data:";
+    if (u->comment_match >= 0 && u->comment_match < 6 && b == comment[u->comment_match]) {
+        if (++u->comment_match == 6)
+            u->comment_colons++;
+    } else {
+        u->comment_match = -1;
+    }
+    if (b == '\n')
+        u->comment_match = 0;
+}
+
 void gw_usage_scan(struct gw_usage *u, const char *p, size_t n)
 {
     if (n == 0)
@@ -139,6 +158,8 @@ void gw_usage_scan(struct gw_usage *u, const char *p, size_t n)
         u->event[u->event_len++] = p[i];
         u->event[u->event_len] = '\0';
         u->scanned_events += gw_sse_event_end(&u->scan_newlines, p[i]);
+        if (u->usage_asked)
+            count_comment_colon(u, p[i]);
         /* An event ends at a blank line, "\n\n" or "\r\n\r\n". */
         const char *e = u->event + u->event_len;
         if (u->event_len >= 2 && e[-1] == '\n' &&
@@ -153,9 +174,11 @@ void gw_usage_scan(struct gw_usage *u, const char *p, size_t n)
                     line++;
                 if (strncmp(line, "data:", 5) == 0) {
                     json_t *j = json_loads(line + 5 + (line[5] == ' '), 0, NULL);
-                    /* The bytes read so far, this event's included, bound
-                     * what is still to be reported (see slack). */
-                    int64_t through = u->scanned_bytes + (int64_t)i + 1;
+                    /* The replica's bytes read so far, this event's
+                     * included, bound what is still to be reported (see
+                     * slack): those the hold counts as received, so not
+                     * the ':' the gateway put before its usage events. */
+                    int64_t through = u->scanned_bytes + (int64_t)i + 1 - u->comment_colons;
                     if (take_usage(u, j)) {
                         atomic_store(&u->slack, u->output_tokens < through ? u->output_tokens - through : 0);
                         atomic_store(&u->base, u->output_tokens - u->scanned_events);

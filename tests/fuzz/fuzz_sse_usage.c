@@ -174,11 +174,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (hidden.events != came)
         abort();
     /* Asked by the gateway and hidden, or asked by the client and shown:
-     * the same usage, and the same base for the hold. */
+     * the same usage, and the same bounds for the hold: its events, and
+     * its bytes (those the replica sent, not the gateway's ':'). */
     if (!has_data_comment(text, len)) {
         struct reading shown;
         read_usage(text, len, 1, 0, 0, &shown);
-        if (shown.in != hidden.in || shown.out != hidden.out || shown.base != hidden.base)
+        if (shown.in != hidden.in || shown.out != hidden.out || shown.base != hidden.base ||
+            shown.slack != hidden.slack)
             abort();
     }
     free(a.p);
