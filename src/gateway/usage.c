@@ -157,13 +157,15 @@ void gw_usage_scan(struct gw_usage *u, const char *p, size_t n)
         u->event = grown;
         u->event[u->event_len++] = p[i];
         u->event[u->event_len] = '\0';
-        u->scanned_events += gw_sse_event_end(&u->scan_newlines, p[i]);
         if (u->usage_asked)
             count_comment_colon(u, p[i]);
-        /* An event ends at a blank line, "\n\n" or "\r\n\r\n". */
-        const char *e = u->event + u->event_len;
-        if (u->event_len >= 2 && e[-1] == '\n' &&
-            (e[-2] == '\n' || (u->event_len >= 3 && e[-2] == '\r' && e[-3] == '\n'))) {
+        /* An event ends at a blank line, by the rule the hold counts
+         * events with: "\n\n", "\r\n\r\n", or any '\r's between. (Its
+         * own test before, "\n\n" or "\n\r\n" at the event's end, missed the
+         * usage of an event ending "\n\r\r\n", which the hold counted and
+         * the client read.) */
+        if (gw_sse_event_end(&u->scan_newlines, p[i])) {
+            u->scanned_events++;
             for (char *line = u->event; line && *line;) {
                 char *next = strchr(line, '\n');
                 if (next)
