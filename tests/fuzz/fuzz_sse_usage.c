@@ -9,7 +9,7 @@
  * answer with only a ':' put before some `data:` lines; and a stream's
  * usage, and the hold's reading of it, is the same whether the gateway
  * asked for it (and hid it as a comment) or the client did (and got it as
- * data). */
+ * data), and with or without the '\r's before its line ends. */
 #include "gateway.h"
 
 #include <stdint.h>
