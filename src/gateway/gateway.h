@@ -19,6 +19,10 @@
  *   metrics.c the Prometheus metrics, on --metrics-listen (off by
  *            default): calls by status, their durations, calls in flight,
  *            paused upstreams, the copy's age, usage records pending
+ *   usage.c  a call's usage read from the answer its replica sent, the
+ *            events of a stream that the hold counts, and the stream
+ *            filter that makes the usage event the client did not ask
+ *            for a comment (proxy.c feeds them what it delivers)
  *   proxy.c  one call: key, app, limits and funds checked at its
  *            headers (before its body is read; its hold then grows as
  *            its answer comes, and it is cut where the funds end), a
@@ -171,6 +175,76 @@ void gw_journal_answered(const json_t *ids);
  * process). The gateway never calls it: it holds the journal until it
  * exits, so that a record that comes after its stop still reaches the disk. */
 void gw_journal_close(void);
+
+/* usage.c */
+#define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
+#define GW_TAIL_KEEP (64u << 10)  /* of one over GW_KEEP_MAX, the end kept to find its usage in */
+#define GW_EVENT_MAX (256u << 10) /* one server-sent event, or a line gw_usage_hide holds */
+#define GW_USAGE_TOKENS_MAX 100000000 /* a count over this is not taken */
+/* What a call's answer has reported of its usage so far: the replica's
+ * word, read from the bytes delivered (gw_usage_scan) and never an
+ * estimate; and the events of a stream delivered, which the hold counts.
+ * Zeroed to start; the caller serialises calls on one. */
+struct gw_usage {
+    int streamed;    /* the answer is server-sent events (else one JSON body) */
+    int usage_asked; /* the gateway asked for the stream's usage, not the client */
+    char *line;      /* gw_usage_hide: a line of the stream not yet whole; owned */
+    size_t line_len;
+    int line_passing; /* a line too long to be usage is going on as it comes */
+    char *event;      /* a server-sent event being read; owned */
+    size_t event_len;
+    char *keep; /* a whole answer being read, or (keep_tail) the end of one; owned */
+    size_t keep_len;
+    int keep_tail; /* the answer outgrew GW_KEEP_MAX: keep holds its last GW_TAIL_KEEP bytes */
+    int64_t input_tokens, output_tokens; /* as the upstream reported them, 0 to GW_USAGE_TOKENS_MAX */
+    int64_t scanned_bytes;               /* of a stream, the bytes gw_usage_scan has read */
+    int64_t scanned_events;              /* of a stream, the events gw_usage_scan has read */
+    int scan_newlines;                   /* gw_sse_event_end's state over the bytes gw_usage_scan read */
+    /* Of a stream whose usage the gateway asked for: the ':' of the lines
+     * read that start ":data:" (those gw_usage_hide added, not the
+     * replica's bytes), and how much of ":data:" the line being read
+     * matches so far (-1: it does not start so). */
+    int64_t comment_colons;
+    int comment_match;
+    /* Output tokens are at most those the stream last reported and a token
+     * a byte of the replica's after that: the hold's bound is the bytes
+     * received plus this (never above 0; 0 before any report), written as
+     * each report is read and read by another thread (proxy.c's upstream
+     * thread). */
+    atomic_llong slack;
+    /* The hold's estimate of a stream's output tokens (proxy.c,
+     * held_output): those it last reported and a token an event after
+     * that, so the events received plus this (reported less the events
+     * through the report; 0 before any report). Written and read as slack. */
+    atomic_llong base;
+};
+/* Whether byte b ends a server-sent event (a blank line: "\n\n", or with
+ * "\r\n" line ends), given *newlines, the line ends just before it (a
+ * '\r' neither counts nor breaks them); *newlines starts at 0. proxy.c's
+ * upstream thread counts the events that came and gw_usage_scan those
+ * delivered with this one rule, so that the two counts name the same
+ * events. */
+int gw_sse_event_end(int *newlines, char b);
+/* Reads the n bytes at p, just delivered (or read for a client that
+ * left): each whole event's usage of a stream, and its events, or the
+ * body kept for gw_usage_finish. */
+void gw_usage_scan(struct gw_usage *u, const char *p, size_t n);
+/* After the whole answer was delivered: a JSON body's usage (of its last
+ * GW_TAIL_KEEP bytes for one over GW_KEEP_MAX). -1 when such a big
+ * answer had none there (no tokens are charged), else 0. */
+int gw_usage_finish(struct gw_usage *u);
+/* Where gw_usage_hide's output goes: 0, or -1 to stop (out of memory). */
+typedef int (*gw_usage_emit)(void *ctx, const char *p, size_t n);
+/* The n stream bytes at p go to emit a line at a time, a `data:` line of
+ * usage with an empty `choices` (the event the gateway asked for, not the
+ * client) made a comment by a ':' before it; a line longer than
+ * GW_EVENT_MAX goes on as it comes. -1 when emit or memory failed. */
+int gw_usage_hide(struct gw_usage *u, const char *p, size_t n, gw_usage_emit emit, void *ctx);
+/* A last line gw_usage_hide holds without its newline goes to emit, at
+ * the answer's end: 0, or -1 when emit failed (the line is still held). */
+int gw_usage_flush_line(struct gw_usage *u, gw_usage_emit emit, void *ctx);
+/* Frees what u holds (not u); its counts stay. */
+void gw_usage_free(struct gw_usage *u);
 
 /* proxy.c */
 enum MHD_Result gw_handle(struct MHD_Connection *c, const char *url, const char *method, const char *upload,

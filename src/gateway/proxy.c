@@ -61,10 +61,7 @@
 #include <sys/socket.h>
 
 #define GW_BODY_MAX (8u << 20)    /* a request's body */
-#define GW_KEEP_MAX (4u << 20)    /* a non-streamed answer kept to read its usage */
-#define GW_TAIL_KEEP (64u << 10)  /* of one over GW_KEEP_MAX, the end kept to find its usage in */
 #define GW_BUFFER_MAX (1u << 20)  /* answer bytes waiting for a slow client */
-#define GW_EVENT_MAX (256u << 10) /* one server-sent event */
 #define GW_CONNECT_TRIES 3        /* replicas tried when they fail a call unanswered */
 #define GW_PROGRESS_MS 1000       /* between progress lines of an answer going out */
 #define GW_STOP_MS 5000           /* at a stop, the longest calls in progress get to end */
@@ -143,34 +140,11 @@ struct call {
     char up_type[128];
     char up_etag[128]; /* the replica's ETag, passed on ("" none) */
     CURLcode curl_rc;
-    /* Usage, from what was delivered. */
-    int streamed;
-    int usage_asked; /* the gateway asked for the stream's usage, not the client */
-    char *line;      /* usage_asked: a line of the stream not yet whole */
-    size_t line_len;
-    int line_passing; /* a line too long to be usage is going on as it comes */
-    char *event; /* a server-sent event being read */
-    size_t event_len;
-    char *keep; /* a whole answer being read, or (keep_tail) the end of one */
-    size_t keep_len;
-    int keep_tail; /* the answer outgrew GW_KEEP_MAX: keep holds its last GW_TAIL_KEEP bytes */
+    /* Usage, from what was delivered (usage.c). */
+    struct gw_usage usage;
     int delivered_all;
-    int64_t input_tokens, output_tokens; /* as the upstream reported them */
-    int64_t scanned_bytes;               /* of a stream, the bytes scan_delivered has read */
-    /* Output tokens are at most those the stream last reported and a token
-     * a byte after that: the hold's bound is body_received plus this
-     * (never above 0; 0 before any report), written as each report is
-     * read and read by the upstream thread as the answer comes. */
-    atomic_llong usage_slack;
-    /* The hold's estimate of a stream's output tokens (see held_output):
-     * those it last reported and a token an event after that, so
-     * events_received plus this (reported less the events through the
-     * report; 0 before any report). Written and read as usage_slack. */
-    atomic_llong usage_base;
-    int64_t scanned_events; /* of a stream, the events scan_delivered has read */
-    int scan_newlines;      /* sse_event_end's state over the bytes scan_delivered read */
     /* Under lock: the events of the stream that came from the upstream,
-     * and sse_event_end's state over its bytes. */
+     * and gw_sse_event_end's state over its bytes. */
     int64_t events_received;
     int up_newlines;
     /* The most output tokens the request lets the replica generate
@@ -271,179 +245,12 @@ static void call_unref(struct call *c)
     pthread_mutex_destroy(&c->lock);
     free(c->body);
     free(c->out);
-    free(c->event);
-    free(c->line);
-    free(c->keep);
+    gw_usage_free(&c->usage);
     free(c);
     pthread_mutex_lock(&live_lock);
     calls_unfreed--;
     pthread_cond_broadcast(&freed_cond);
     pthread_mutex_unlock(&live_lock);
-}
-
-/* 1 when j carries a usage in range, now the call's. */
-static int take_usage(struct call *c, json_t *j)
-{
-    json_t *u = json_object_get(j, "usage");
-    if (!json_is_object(u))
-        return 0;
-    json_int_t in = json_integer_value(json_object_get(u, "prompt_tokens"));
-    json_int_t out = json_integer_value(json_object_get(u, "completion_tokens"));
-    if (in < 0 || in > 100000000 || out < 0 || out > 100000000)
-        return 0;
-    c->input_tokens = in;
-    c->output_tokens = out;
-    return 1;
-}
-
-/* Keeps the last GW_TAIL_KEEP bytes of a non-streamed answer too big to
- * keep whole, with the n more at p: its usage is then read from its end
- * (usage_from_tail), where OpenAI-style answers put it. Skipping the
- * pieces that did not fit, as before, left a hole and no usage at all. */
-static void keep_tail(struct call *c, const char *p, size_t n)
-{
-    if (!c->keep_tail) {
-        c->keep_tail = 1;
-        if (c->keep_len > GW_TAIL_KEEP) {
-            memmove(c->keep, c->keep + c->keep_len - GW_TAIL_KEEP, GW_TAIL_KEEP);
-            c->keep_len = GW_TAIL_KEEP;
-        }
-        char *fit = realloc(c->keep, GW_TAIL_KEEP + 1);
-        if (!fit) {
-            free(c->keep); /* no usage then: charged no tokens (finish_usage) */
-            c->keep = NULL;
-            c->keep_len = 0;
-            return;
-        }
-        c->keep = fit;
-    }
-    if (!c->keep)
-        return;
-    if (n >= GW_TAIL_KEEP) {
-        memcpy(c->keep, p + n - GW_TAIL_KEEP, GW_TAIL_KEEP);
-        c->keep_len = GW_TAIL_KEEP;
-    } else {
-        size_t room = GW_TAIL_KEEP - n;
-        if (c->keep_len > room) {
-            memmove(c->keep, c->keep + c->keep_len - room, room);
-            c->keep_len = room;
-        }
-        memcpy(c->keep + c->keep_len, p, n);
-        c->keep_len += n;
-    }
-    c->keep[c->keep_len] = '\0';
-}
-
-/* The usage of an answer of which only its end is kept: the last
- * `"usage": {...}` there that is a key of the JSON (its quote not escaped,
- * so not text inside a string) and parses. */
-static void usage_from_tail(struct call *c)
-{
-    json_t *found = NULL;
-    for (char *at = c->keep; (at = strstr(at, "\"usage\"")) != NULL; at++) {
-        size_t slashes = 0;
-        while (at - (ptrdiff_t)slashes > c->keep && at[-1 - (ptrdiff_t)slashes] == '\\')
-            slashes++;
-        if (slashes % 2)
-            continue;
-        const char *v = at + 7;
-        v += strspn(v, " \t\r\n");
-        if (*v++ != ':')
-            continue;
-        v += strspn(v, " \t\r\n");
-        json_t *u = *v == '{' ? json_loads(v, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
-        if (json_is_object(u)) {
-            json_decref(found);
-            found = u;
-        } else {
-            json_decref(u);
-        }
-    }
-    if (found) {
-        json_t *wrap = json_pack("{s:o}", "usage", found);
-        take_usage(c, wrap);
-        json_decref(wrap);
-    }
-}
-
-/* Whether byte b ends a server-sent event (a blank line: "\n\n", or with
- * "\r\n" line ends), given *newlines, the line ends just before it (a
- * '\r' neither counts nor breaks them). The upstream thread counts the
- * events that came and scan_delivered those delivered with this one rule,
- * so that the two counts name the same events. */
-static int sse_event_end(int *newlines, char b)
-{
-    if (b == '\r')
-        return 0;
-    if (b != '\n') {
-        *newlines = 0;
-        return 0;
-    }
-    if (++*newlines < 2)
-        return 0;
-    *newlines = 0;
-    return 1;
-}
-
-/* Reads the events whole in the bytes just handed to the client (or,
- * draining, read for one that left). */
-static void scan_delivered(struct call *c, const char *p, size_t n)
-{
-    if (n == 0)
-        return; /* nothing delivered (a HEAD, a 304): p may be NULL */
-    if (!c->streamed) {
-        if (!c->keep_tail && c->keep_len + n <= GW_KEEP_MAX) {
-            char *grown = realloc(c->keep, c->keep_len + n + 1);
-            if (grown) {
-                memcpy(grown + c->keep_len, p, n);
-                c->keep = grown;
-                c->keep_len += n;
-                c->keep[c->keep_len] = '\0';
-                return;
-            }
-        }
-        keep_tail(c, p, n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (c->event_len + 2 > GW_EVENT_MAX)
-            c->event_len = 0; /* an event too big to be usage; skip it */
-        char *grown = c->event_len % 4096 == 0 ? realloc(c->event, c->event_len + 4097) : c->event;
-        if (!grown)
-            return;
-        c->event = grown;
-        c->event[c->event_len++] = p[i];
-        c->event[c->event_len] = '\0';
-        c->scanned_events += sse_event_end(&c->scan_newlines, p[i]);
-        /* An event ends at a blank line, "\n\n" or "\r\n\r\n". */
-        const char *e = c->event + c->event_len;
-        if (c->event_len >= 2 && e[-1] == '\n' &&
-            (e[-2] == '\n' || (c->event_len >= 3 && e[-2] == '\r' && e[-3] == '\n'))) {
-            for (char *line = c->event; line && *line;) {
-                char *next = strchr(line, '\n');
-                if (next)
-                    *next++ = '\0';
-                /* The usage event the client did not ask for went out as
-                 * a comment (hide_usage_event). */
-                if (c->usage_asked && strncmp(line, ":data:", 6) == 0)
-                    line++;
-                if (strncmp(line, "data:", 5) == 0) {
-                    json_t *j = json_loads(line + 5 + (line[5] == ' '), 0, NULL);
-                    /* The bytes read so far, this event's included, bound
-                     * what is still to be reported (see usage_slack). */
-                    int64_t through = c->scanned_bytes + (int64_t)i + 1;
-                    if (take_usage(c, j)) {
-                        atomic_store(&c->usage_slack, c->output_tokens < through ? c->output_tokens - through : 0);
-                        atomic_store(&c->usage_base, c->output_tokens - c->scanned_events);
-                    }
-                    json_decref(j);
-                }
-                line = next;
-            }
-            c->event_len = 0;
-        }
-    }
-    c->scanned_bytes += (int64_t)n;
 }
 
 /* Copies the value of header line p (len bytes) into out if it is the
@@ -543,7 +350,8 @@ static int dot_segment(const char *path)
  * servers differ on which wins) times the sequences it asks for (n, or
  * best_of when more: a server generates, and counts, them all). -1 when it
  * sets no limit (their types were checked: completion_refused), or one
- * past what take_usage accepts: the bytes alone bound the tokens then. */
+ * past what usage.c takes (GW_USAGE_TOKENS_MAX): the bytes alone bound the
+ * tokens then. */
 static int64_t request_output_bound(const json_t *request)
 {
     static const char *const limits[] = {"max_tokens", "max_completion_tokens"}, *const copies[] = {"n", "best_of"};
@@ -558,7 +366,7 @@ static int64_t request_output_bound(const json_t *request)
         if (json_is_integer(v) && json_integer_value(v) > times)
             times = json_integer_value(v);
     }
-    if (most < 0 || times > 100000000 || most > 100000000 / times)
+    if (most < 0 || times > GW_USAGE_TOKENS_MAX || most > GW_USAGE_TOKENS_MAX / times)
         return -1;
     return most * times;
 }
@@ -617,7 +425,7 @@ static int completion_refused(const json_t *j, struct refusal *why)
  * ask is sent asking. The event the client did not ask for, usage with an
  * empty `choices`, then reaches it as an SSE comment line,
  * ":data: {...}", which every client's parser skips (a consumer reading
- * choices[0] of each chunk would fail on it), and scan_delivered still
+ * choices[0] of each chunk would fail on it), and gw_usage_scan still
  * reads the usage in it.
  *
  * The gateway must read the body as the replica will: sent as JSON
@@ -688,75 +496,32 @@ static int ask_stream_usage(struct call *c, const char *path, const char *conten
         free(c->body);
         c->body = text;
         c->body_len = strlen(text);
-        c->usage_asked = 1;
+        c->usage.usage_asked = 1;
     }
     return 0;
 }
 
-/* Whether a whole line of the stream is the usage event the client did
- * not ask for. */
-static int is_usage_event(const char *line, size_t n)
+/* Under c->lock: gw_usage_hide's output joins the answer waiting for the
+ * client (out_append). */
+static int emit_out(void *vc, const char *p, size_t n)
 {
-    if (n < 5 || strncmp(line, "data:", 5) != 0 || !memmem(line, n, "\"usage\"", 7))
-        return 0;
-    json_t *j = json_loadb(line + 5, n - 5, 0, NULL);
-    json_t *choices = json_object_get(j, "choices");
-    int usage = json_is_array(choices) && json_array_size(choices) == 0 && json_is_object(json_object_get(j, "usage"));
-    json_decref(j);
-    return usage;
+    return out_append(vc, p, n);
 }
 
 /* Under c->lock: a last line held without its newline goes out, at the
- * answer's end. */
+ * answer's end (held still when out of memory). */
 static void flush_line(struct call *c)
 {
-    if (c->line_len && out_append(c, c->line, c->line_len) == 0)
-        c->line_len = 0;
+    gw_usage_flush_line(&c->usage, emit_out, c);
 }
 
 /* Under c->lock, for a call whose client left mid-answer: what came for
  * it is read for its usage as if delivered, and dropped. */
 static void drain_out(struct call *c)
 {
-    scan_delivered(c, c->out, c->out_len);
+    gw_usage_scan(&c->usage, c->out, c->out_len);
     c->drained_bytes += (int64_t)c->out_len;
     c->out_len = 0;
-}
-
-/* Under c->lock: the n stream bytes at p join the answer a line at a time,
- * the usage event made a comment (see ask_stream_usage). A line longer
- * than an event may be goes on as it comes. -1 when out of memory. */
-static int hide_usage_event(struct call *c, const char *p, size_t n)
-{
-    while (n) {
-        const char *nl = memchr(p, '\n', n);
-        size_t take = nl ? (size_t)(nl - p) + 1 : n;
-        if (c->line_passing || c->line_len + take > GW_EVENT_MAX) {
-            if (out_append(c, c->line, c->line_len) < 0)
-                return -1;
-            c->line_len = 0;
-            if (out_append(c, p, take) < 0)
-                return -1;
-            c->line_passing = !nl;
-        } else {
-            char *grown = realloc(c->line, c->line_len + take);
-            if (!grown)
-                return -1;
-            c->line = grown;
-            memcpy(c->line + c->line_len, p, take);
-            c->line_len += take;
-            if (nl) {
-                if (is_usage_event(c->line, c->line_len) && out_append(c, ":", 1) < 0)
-                    return -1;
-                if (out_append(c, c->line, c->line_len) < 0)
-                    return -1;
-                c->line_len = 0;
-            }
-        }
-        p += take;
-        n -= take;
-    }
-    return 0;
 }
 
 /* Under c->lock: whether the answer is a stream of server-sent events whose
@@ -765,7 +530,7 @@ static int hide_usage_event(struct call *c, const char *p, size_t n)
 static int event_ended(const struct call *c)
 {
     const char *t = c->last4;
-    return strncasecmp(c->up_type, "text/event-stream", 17) == 0 && c->line_len == 0 &&
+    return strncasecmp(c->up_type, "text/event-stream", 17) == 0 && c->usage.line_len == 0 &&
            ((t[2] == '\n' && t[3] == '\n') || memcmp(t, "\r\n\r\n", 4) == 0);
 }
 
@@ -788,10 +553,10 @@ static int event_ended(const struct call *c)
  * event, as vLLM's continuous usage stats do, is held exactly). */
 static int64_t held_output(struct call *c, int64_t received, int64_t events)
 {
-    int64_t slack = atomic_load(&c->usage_slack);
+    int64_t slack = atomic_load(&c->usage.slack);
     int64_t out = received + (slack < 0 ? slack : 0);
     if (strncasecmp(c->up_type, "text/event-stream", 17) == 0) {
-        int64_t guess = atomic_load(&c->usage_base) + events + 1;
+        int64_t guess = atomic_load(&c->usage.base) + events + 1;
         if (guess < out)
             out = guess;
     }
@@ -876,8 +641,8 @@ static void settle_withheld(struct call *c)
     json_t *u = json_object_get(j, "usage");
     json_int_t out = json_is_object(u) ? json_integer_value(json_object_get(u, "completion_tokens")) : 0;
     json_decref(j);
-    if (out < 0 || out > 100000000)
-        out = 0; /* as take_usage: no usage in range is charged no tokens */
+    if (out < 0 || out > GW_USAGE_TOKENS_MAX)
+        out = 0; /* as usage.c: no usage in range is charged no tokens */
     if (out > (json_int_t)c->out_len)
         out = (json_int_t)c->out_len;
     if (c->output_bound >= 0 && out > c->output_bound)
@@ -912,12 +677,12 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         pthread_mutex_unlock(&c->lock);
         return 0; /* aborts the upstream call */
     }
-    /* (c->streamed is set on the connection's side, maybe after this.) */
+    /* (c->usage.streamed is set on the connection's side, maybe after this.) */
     int stream = strncasecmp(c->up_type, "text/event-stream", 17) == 0;
     int newlines = c->up_newlines;
     int64_t events = c->events_received;
     for (size_t i = 0; stream && i < len; i++)
-        events += sse_event_end(&newlines, p[i]);
+        events += gw_sse_event_end(&newlines, p[i]);
     /* Bytes the funds do not hold never pass: the answer is cut here, or
      * (an answer not a stream) withheld until it is whole. At its first
      * bytes, an answer not a stream is held for all it announces, so that
@@ -958,7 +723,7 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
     }
     c->up_newlines = newlines;
     c->events_received = events;
-    int ok = c->usage_asked && stream ? hide_usage_event(c, p, len) : out_append(c, p, len);
+    int ok = c->usage.usage_asked && stream ? gw_usage_hide(&c->usage, p, len, emit_out, c) : out_append(c, p, len);
     if (ok == 0) {
         for (size_t i = len > 4 ? len - 4 : 0; i < len; i++) {
             memmove(c->last4, c->last4 + 1, 3);
@@ -1390,7 +1155,7 @@ static ssize_t answer_read(void *vc, uint64_t pos, char *buf, size_t max)
     if (go_on)
         up_enqueue(c);
     c->delivered_bytes += (int64_t)n;
-    scan_delivered(c, buf, n);
+    gw_usage_scan(&c->usage, buf, n);
     note_progress(c, more);
     return (ssize_t)n;
 }
@@ -1732,11 +1497,11 @@ static json_t *usage_record(struct call *c, int completed)
      * the replica's answer: not the bytes the gateway adds to it), and
      * the output by what the request allowed (request_output_bound): the
      * hold's bounds (held_output). */
-    int64_t in = c->input_tokens < (int64_t)c->client_len ? c->input_tokens : (int64_t)c->client_len;
+    int64_t in = c->usage.input_tokens < (int64_t)c->client_len ? c->usage.input_tokens : (int64_t)c->client_len;
     int64_t sent = c->delivered_bytes + c->drained_bytes;
     if (sent > received)
         sent = received;
-    int64_t out = c->output_tokens < sent ? c->output_tokens : sent;
+    int64_t out = c->usage.output_tokens < sent ? c->usage.output_tokens : sent;
     if (c->output_bound >= 0 && out > c->output_bound)
         out = c->output_bound;
     int status = c->status_sent > 0 ? c->status_sent : 502;
@@ -1832,17 +1597,10 @@ static void finish_usage(struct call *c)
     c->recorded = 1;
     /* Whole: delivered, or read to the upstream's good end after the client left. */
     int whole = c->delivered_all || (c->draining && c->finished && c->curl_rc == CURLE_OK);
-    if (!c->streamed && whole && c->keep && !c->keep_tail) {
-        json_t *j = json_loads(c->keep, 0, NULL);
-        take_usage(c, j);
-        json_decref(j);
-    } else if (!c->streamed && whole && c->keep_tail) {
-        if (c->keep)
-            usage_from_tail(c);
-        /* No usage in its end: no tokens charged (never an estimate). */
-        if (c->input_tokens == 0 && c->output_tokens == 0)
-            log_no_usage_once(c->app.app_id);
-    }
+    /* A whole JSON answer's usage is read now; no usage in the end of one
+     * too big to keep: no tokens charged (never an estimate). */
+    if (whole && gw_usage_finish(&c->usage) < 0)
+        log_no_usage_once(c->app.app_id);
     record_usage(c);
 }
 
@@ -1922,7 +1680,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
         return reply_counted_error(conn, c, 504, "gateway_timeout", NULL, "the replica did not answer in time", 0);
     if (!got)
         return reply_counted_error(conn, c, 502, "bad_gateway", NULL, "the replica did not answer", 0);
-    c->streamed = strncasecmp(type, "text/event-stream", 17) == 0;
+    c->usage.streamed = strncasecmp(type, "text/event-stream", 17) == 0;
     c->status_sent = (int)up_status;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, answer_read, c, NULL);
     if (!r)
@@ -1937,7 +1695,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct call *c)
         MHD_add_response_header(r, "Content-Type", type);
     if (etag[0])
         MHD_add_response_header(r, "ETag", etag);
-    if (c->streamed)
+    if (c->usage.streamed)
         MHD_add_response_header(r, "Cache-Control", "no-cache");
     allow_origins(r);
     enum MHD_Result ok = MHD_queue_response(conn, (unsigned)up_status, r);

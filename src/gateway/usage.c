@@ -1,0 +1,276 @@
+/* usage.c: reading a call's usage out of the answer its replica sent (see
+ * gateway.h): the `usage` of the last server-sent event delivered, or of a
+ * whole JSON body (of its end only, for one too big to keep), the events
+ * delivered that the hold counts, and the stream filter that turns the
+ * usage event the client did not ask for into a comment. Replicas are
+ * untrusted, so every byte here is theirs; proxy.c feeds it what it
+ * delivers, under the call's lock, and tests/fuzz/fuzz_sse_usage.c
+ * whatever a replica might send. */
+#include "gateway.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 1 when j carries a usage in range, now the call's. */
+static int take_usage(struct gw_usage *u, json_t *j)
+{
+    json_t *usage = json_object_get(j, "usage");
+    if (!json_is_object(usage))
+        return 0;
+    json_int_t in = json_integer_value(json_object_get(usage, "prompt_tokens"));
+    json_int_t out = json_integer_value(json_object_get(usage, "completion_tokens"));
+    if (in < 0 || in > GW_USAGE_TOKENS_MAX || out < 0 || out > GW_USAGE_TOKENS_MAX)
+        return 0;
+    u->input_tokens = in;
+    u->output_tokens = out;
+    return 1;
+}
+
+/* Keeps the last GW_TAIL_KEEP bytes of a non-streamed answer too big to
+ * keep whole, with the n more at p: its usage is then read from its end
+ * (usage_from_tail), where OpenAI-style answers put it. Skipping the
+ * pieces that did not fit, as before, left a hole and no usage at all. */
+static void keep_tail(struct gw_usage *u, const char *p, size_t n)
+{
+    if (!u->keep_tail) {
+        u->keep_tail = 1;
+        if (u->keep_len > GW_TAIL_KEEP) {
+            memmove(u->keep, u->keep + u->keep_len - GW_TAIL_KEEP, GW_TAIL_KEEP);
+            u->keep_len = GW_TAIL_KEEP;
+        }
+        char *fit = realloc(u->keep, GW_TAIL_KEEP + 1);
+        if (!fit) {
+            free(u->keep); /* no usage then: charged no tokens (gw_usage_finish) */
+            u->keep = NULL;
+            u->keep_len = 0;
+            return;
+        }
+        u->keep = fit;
+    }
+    if (!u->keep)
+        return;
+    if (n >= GW_TAIL_KEEP) {
+        memcpy(u->keep, p + n - GW_TAIL_KEEP, GW_TAIL_KEEP);
+        u->keep_len = GW_TAIL_KEEP;
+    } else {
+        size_t room = GW_TAIL_KEEP - n;
+        if (u->keep_len > room) {
+            memmove(u->keep, u->keep + u->keep_len - room, room);
+            u->keep_len = room;
+        }
+        memcpy(u->keep + u->keep_len, p, n);
+        u->keep_len += n;
+    }
+    u->keep[u->keep_len] = '\0';
+}
+
+/* The usage of an answer of which only its end is kept: the last
+ * `"usage": {...}` there that is a key of the JSON (its quote not escaped,
+ * so not text inside a string) and parses. */
+static void usage_from_tail(struct gw_usage *u)
+{
+    json_t *found = NULL;
+    for (char *at = u->keep; (at = strstr(at, "\"usage\"")) != NULL; at++) {
+        size_t slashes = 0;
+        while (at - (ptrdiff_t)slashes > u->keep && at[-1 - (ptrdiff_t)slashes] == '\\')
+            slashes++;
+        if (slashes % 2)
+            continue;
+        const char *v = at + 7;
+        v += strspn(v, " \t\r\n");
+        if (*v++ != ':')
+            continue;
+        v += strspn(v, " \t\r\n");
+        json_t *obj = *v == '{' ? json_loads(v, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+        if (json_is_object(obj)) {
+            json_decref(found);
+            found = obj;
+        } else {
+            json_decref(obj);
+        }
+    }
+    if (found) {
+        json_t *wrap = json_pack("{s:o}", "usage", found);
+        take_usage(u, wrap);
+        json_decref(wrap);
+    }
+}
+
+int gw_sse_event_end(int *newlines, char b)
+{
+    if (b == '\r')
+        return 0;
+    if (b != '\n') {
+        *newlines = 0;
+        return 0;
+    }
+    if (++*newlines < 2)
+        return 0;
+    *newlines = 0;
+    return 1;
+}
+
+/* Counts, byte b by byte, the ':' of each line that starts ":data:" (of a
+ * stream whose usage the gateway asked for): the ':' gw_usage_hide put
+ * before the usage event, which the client got and the replica never sent
+ * (one such line the replica sent itself reads the same: its usage is
+ * read as the hidden event's, and its ':' is not counted either). Byte by
+ * byte, so that an event skipped or cut short still counts its lines. */
+static void count_comment_colon(struct gw_usage *u, char b)
+{
+    static const char comment[] = ":data:";
+    if (u->comment_match >= 0 && u->comment_match < 6 && b == comment[u->comment_match]) {
+        if (++u->comment_match == 6)
+            u->comment_colons++;
+    } else {
+        u->comment_match = -1;
+    }
+    if (b == '\n')
+        u->comment_match = 0;
+}
+
+void gw_usage_scan(struct gw_usage *u, const char *p, size_t n)
+{
+    if (n == 0)
+        return; /* nothing delivered (a HEAD, a 304): p may be NULL */
+    if (!u->streamed) {
+        if (!u->keep_tail && u->keep_len + n <= GW_KEEP_MAX) {
+            char *grown = realloc(u->keep, u->keep_len + n + 1);
+            if (grown) {
+                memcpy(grown + u->keep_len, p, n);
+                u->keep = grown;
+                u->keep_len += n;
+                u->keep[u->keep_len] = '\0';
+                return;
+            }
+        }
+        keep_tail(u, p, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (u->event_len + 2 > GW_EVENT_MAX)
+            u->event_len = 0; /* an event too big to be usage; skip it */
+        char *grown = u->event_len % 4096 == 0 ? realloc(u->event, u->event_len + 4097) : u->event;
+        if (!grown)
+            return;
+        u->event = grown;
+        u->event[u->event_len++] = p[i];
+        u->event[u->event_len] = '\0';
+        if (u->usage_asked)
+            count_comment_colon(u, p[i]);
+        /* An event ends at a blank line, by the rule the hold counts
+         * events with: "\n\n", "\r\n\r\n", or any '\r's between. (Its
+         * own test before, "\n\n" or "\n\r\n" at the event's end, missed the
+         * usage of an event ending "\n\r\r\n", which the hold counted and
+         * the client read.) */
+        if (gw_sse_event_end(&u->scan_newlines, p[i])) {
+            u->scanned_events++;
+            for (char *line = u->event; line && *line;) {
+                char *next = strchr(line, '\n');
+                if (next)
+                    *next++ = '\0';
+                /* The usage event the client did not ask for went out as
+                 * a comment (gw_usage_hide). */
+                if (u->usage_asked && strncmp(line, ":data:", 6) == 0)
+                    line++;
+                if (strncmp(line, "data:", 5) == 0) {
+                    json_t *j = json_loads(line + 5 + (line[5] == ' '), 0, NULL);
+                    /* The replica's bytes read so far, this event's
+                     * included, bound what is still to be reported (see
+                     * slack): those the hold counts as received, so not
+                     * the ':' the gateway put before its usage events. */
+                    int64_t through = u->scanned_bytes + (int64_t)i + 1 - u->comment_colons;
+                    if (take_usage(u, j)) {
+                        atomic_store(&u->slack, u->output_tokens < through ? u->output_tokens - through : 0);
+                        atomic_store(&u->base, u->output_tokens - u->scanned_events);
+                    }
+                    json_decref(j);
+                }
+                line = next;
+            }
+            u->event_len = 0;
+        }
+    }
+    u->scanned_bytes += (int64_t)n;
+}
+
+int gw_usage_finish(struct gw_usage *u)
+{
+    if (u->streamed)
+        return 0;
+    if (u->keep && !u->keep_tail) {
+        json_t *j = json_loads(u->keep, 0, NULL);
+        take_usage(u, j);
+        json_decref(j);
+        return 0;
+    }
+    if (u->keep_tail && u->keep)
+        usage_from_tail(u);
+    /* No usage in its end: no tokens charged (never an estimate). */
+    return u->keep_tail && u->input_tokens == 0 && u->output_tokens == 0 ? -1 : 0;
+}
+
+/* Whether a whole line of the stream is the usage event the client did
+ * not ask for. */
+static int is_usage_event(const char *line, size_t n)
+{
+    if (n < 5 || strncmp(line, "data:", 5) != 0 || !memmem(line, n, "\"usage\"", 7))
+        return 0;
+    json_t *j = json_loadb(line + 5, n - 5, 0, NULL);
+    json_t *choices = json_object_get(j, "choices");
+    int usage = json_is_array(choices) && json_array_size(choices) == 0 && json_is_object(json_object_get(j, "usage"));
+    json_decref(j);
+    return usage;
+}
+
+int gw_usage_flush_line(struct gw_usage *u, gw_usage_emit emit, void *ctx)
+{
+    if (u->line_len && emit(ctx, u->line, u->line_len) < 0)
+        return -1;
+    u->line_len = 0;
+    return 0;
+}
+
+int gw_usage_hide(struct gw_usage *u, const char *p, size_t n, gw_usage_emit emit, void *ctx)
+{
+    while (n) {
+        const char *nl = memchr(p, '\n', n);
+        size_t take = nl ? (size_t)(nl - p) + 1 : n;
+        if (u->line_passing || u->line_len + take > GW_EVENT_MAX) {
+            if (gw_usage_flush_line(u, emit, ctx) < 0)
+                return -1;
+            if (emit(ctx, p, take) < 0)
+                return -1;
+            u->line_passing = !nl;
+        } else {
+            char *grown = realloc(u->line, u->line_len + take);
+            if (!grown)
+                return -1;
+            u->line = grown;
+            memcpy(u->line + u->line_len, p, take);
+            u->line_len += take;
+            if (nl) {
+                if (is_usage_event(u->line, u->line_len) && emit(ctx, ":", 1) < 0)
+                    return -1;
+                if (emit(ctx, u->line, u->line_len) < 0)
+                    return -1;
+                u->line_len = 0;
+            }
+        }
+        p += take;
+        n -= take;
+    }
+    return 0;
+}
+
+void gw_usage_free(struct gw_usage *u)
+{
+    if (!u)
+        return;
+    free(u->event);
+    free(u->line);
+    free(u->keep);
+    u->event = u->line = u->keep = NULL;
+    u->event_len = u->line_len = u->keep_len = 0;
+}
