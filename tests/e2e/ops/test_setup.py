@@ -70,6 +70,19 @@ def test_check_refuses_bad_lists(tmp_path, option, value, message):
     assert p.stderr.startswith(f"gpurentd: {conf}:3: {option}: ") and message in p.stderr, p.stderr
 
 
+def test_agent_check_refuses_a_key_set_twice(tmp_path):
+    """The agent reads its file with the same engine: a second line for a
+    key (an appended `listen = ...`) is refused naming both lines, where
+    the last one used to win unnoticed."""
+    conf = tmp_path / "gpurent-agent.conf"
+    conf.write_text("listen = 127.0.0.1:9090\nruntime = sim\nlisten = 0.0.0.0:9090\n")
+    p = subprocess.run([AGENT, "-n", "-c", str(conf)], capture_output=True, text=True, timeout=60,
+                       env=sanitizer_env())
+    assert p.returncode != 0 and p.stdout == "", (p.stdout, p.stderr)
+    assert p.stderr == f"gpurent-agent: {conf}:3: 'listen' is set twice (first on line 1); keep one of the two lines\n", \
+        p.stderr
+
+
 def test_the_registries_image_policy_needs_registries():
     p = run_gpurentd("-n", "-o", "image_policy=registries")
     assert p.returncode != 0 and "image_policy = registries needs image_registries" in p.stderr, p.stderr
