@@ -36,7 +36,8 @@ int conf_set_defaults(const struct conf_option *table, void *conf, char *err, si
 int conf_set(const struct conf_option *table, void *conf, const char *name, const char *value, char *err,
              size_t errlen);
 /* Reads a file of "key = value" lines ('#' and ';' comments), each key at the
- * start of its line: no [sections], no indented continuation lines. -1 with
+ * start of its line and at most once: no [sections], no indented
+ * continuation lines, no key set twice. -1 with
  * err as "FILE:LINE: reason" on the first bad line or if the file cannot be
  * read. */
 int conf_load_file(const struct conf_option *table, void *conf, const char *path, char *err, size_t errlen);

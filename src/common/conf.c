@@ -142,6 +142,7 @@ struct file_ctx {
     int bad_line;   /* first line refused by the reader or the handler, or 0 */
     int read_errno; /* set if reading the file failed */
     char msg[512];  /* reason for bad_line */
+    int *set_on;    /* per option of table, the line that set it, or 0 */
 };
 
 /* inih's line reader, making the checks inih does not: a line too long for
@@ -189,8 +190,23 @@ static char *file_read_line(char *str, int num, void *stream)
 static int on_ini_line(void *user, const char *section, const char *name, const char *value)
 {
     struct file_ctx *ctx = user;
-    if (conf_set(ctx->table, ctx->conf, name, value, ctx->msg, sizeof ctx->msg) == 0)
+    /* A key written twice is refused rather than the last one winning: an
+     * operator who appends "listen = ..." to the shipped file, or merges
+     * two versions of it, would otherwise run with whichever line came
+     * last without a word, and -n would call the file OK. */
+    const struct conf_option *o = conf_find(ctx->table, name);
+    int *first = o ? &ctx->set_on[o - ctx->table] : NULL;
+    if (first && *first) {
+        snprintf(ctx->msg, sizeof ctx->msg, "'%s' is set twice (first on line %d); keep one of the two lines", name,
+                 *first);
+        ctx->bad_line = ctx->line;
+        return 0;
+    }
+    if (conf_set(ctx->table, ctx->conf, name, value, ctx->msg, sizeof ctx->msg) == 0) {
+        if (first)
+            *first = ctx->line;
         return 1;
+    }
     ctx->bad_line = ctx->line;
     return 0;
 }
@@ -198,9 +214,18 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
 int conf_load_file(const struct conf_option *table, void *conf, const char *path, char *err, size_t errlen)
 {
     struct file_ctx ctx = {.table = table, .conf = conf};
+    size_t options = 0;
+    while (table[options].name)
+        options++;
+    ctx.set_on = calloc(options + 1, sizeof *ctx.set_on);
+    if (!ctx.set_on) {
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(ENOMEM));
+        return -1;
+    }
     ctx.f = fopen(path, "r");
     if (!ctx.f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        free(ctx.set_on);
         return -1;
     }
     /* inih reports its first bad line (a syntax error, or the handler's);
@@ -208,6 +233,7 @@ int conf_load_file(const struct conf_option *table, void *conf, const char *path
     int line = ini_parse_stream(file_read_line, &ctx, on_ini_line, &ctx);
     fclose(ctx.f);
     free(ctx.buf);
+    free(ctx.set_on);
     if (line < 0 || ctx.read_errno) {
         snprintf(err, errlen, "%s: cannot read: %s", path, strerror(ctx.read_errno ? ctx.read_errno : ENOMEM));
         return -1;

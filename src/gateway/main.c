@@ -78,6 +78,20 @@ static int parse(int argc, char **argv)
             fprintf(stderr, "gpurent-gateway: unexpected argument '%s' (options only; see --help)\n", o);
             return -1;
         }
+        /* Named before its value is looked for: a misspelt last option
+         * was reported as "needs a value", sending the operator to look
+         * for a value the option was never going to take. */
+        static const char *const known[] = {"--listen", "--metrics-listen", "--control-url", "--secret-file",
+                                            "--gateway-id", "--sync-ms", "--report-ms", "--cold-start-timeout-s",
+                                            "--upstream-idle-s", "--max-call-s", "--max-pending", "--state-dir",
+                                            "--log-level"};
+        size_t k = 0;
+        while (k < sizeof known / sizeof known[0] && strcmp(o, known[k]) != 0)
+            k++;
+        if (k == sizeof known / sizeof known[0]) {
+            fprintf(stderr, "gpurent-gateway: unknown option %s (see --help)\n", o);
+            return -1;
+        }
         if (!v) {
             fprintf(stderr, "gpurent-gateway: %s needs a value\n", o);
             return -1;
@@ -123,8 +137,7 @@ static int parse(int argc, char **argv)
             if (rc == 0)
                 log_set_level(l);
         } else {
-            fprintf(stderr, "gpurent-gateway: unknown option %s\n", o);
-            usage(stderr);
+            fprintf(stderr, "gpurent-gateway: %s is known but not handled\n", o);
             return -1;
         }
         if (rc < 0)

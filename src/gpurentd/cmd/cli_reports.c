@@ -285,6 +285,24 @@ static const char *database_file(const char *database, const char *dest)
     return NULL;
 }
 
+/* Why dest cannot take the copy although it is not the database's, or
+ * NULL. The copy is written beside dest and renamed over it, which would
+ * put a regular file in place of a device (as root, `gpurentd backup
+ * /dev/null` would replace /dev/null), of a FIFO or socket another
+ * program reads, or of a symbolic link (the link replaced, not the file it
+ * names); only a new name or an existing regular file is taken. */
+static const char *backup_target_refused(const char *dest)
+{
+    struct stat st;
+    if (lstat(dest, &st) < 0 || S_ISREG(st.st_mode))
+        return NULL;
+    if (S_ISDIR(st.st_mode))
+        return "a directory; name the file to write, e.g. DIR/gpurent-backup.db";
+    if (S_ISLNK(st.st_mode))
+        return "a symbolic link, which the copy would replace; give the path of the file itself";
+    return "not a regular file (a device, FIFO or socket), which the copy would replace";
+}
+
 int cmd_backup(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -323,6 +341,11 @@ int cmd_backup(int argc, char **argv)
     const char *own = database_file(conf.database, argv[optind]);
     if (own) {
         fprintf(stderr, "gpurentd backup: %s is %s; give another file for the copy\n", argv[optind], own);
+        return 2;
+    }
+    const char *refused = backup_target_refused(argv[optind]);
+    if (refused) {
+        fprintf(stderr, "gpurentd backup: %s is %s\n", argv[optind], refused);
         return 2;
     }
     struct store *s = cli_open_readonly(&conf);

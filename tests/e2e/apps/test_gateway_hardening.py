@@ -750,9 +750,14 @@ def test_bad_command_lines_say_what_is_wrong():
     for args, says in ((["--listen", "127.0.0.1:99999", "--secret-file", "/nonexistent"],
                         "--listen must be HOST:PORT"),
                        (["extra"], "unexpected argument 'extra'"),
-                       (["--sync-ms"], "--sync-ms needs a value")):
+                       (["--sync-ms"], "--sync-ms needs a value"),
+                       # A misspelt option is named as unknown, last or not
+                       # (last, it was "--bogus needs a value"), in one line.
+                       (["--bogus"], "unknown option --bogus (see --help)"),
+                       (["--gateway-id", "gw-2", "--sync-mz", "50"], "unknown option --sync-mz (see --help)")):
         p = subprocess.run([GATEWAY, *args], capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and says in p.stderr, (args, p.returncode, p.stderr)
+        assert p.stderr.count("\n") == 1 and p.stdout == "", (args, p.stderr)
 
 
 def per_token_app(m):

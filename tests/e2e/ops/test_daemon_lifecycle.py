@@ -451,6 +451,22 @@ def test_sighup_reloads_the_configuration(new_daemon):
     assert allowed("http://two.test") == "http://two.test" and allowed("http://three.test") is None
 
 
+def test_sighup_keeps_the_running_configuration_when_a_key_is_set_twice(new_daemon):
+    d = new_daemon(config="cors_origins = http://one.test\n")
+
+    def allowed(origin):
+        return d.get("/healthz", headers={"Origin": origin}).headers.get("Access-Control-Allow-Origin")
+
+    with open(d.config_path, "w") as f:
+        f.write("cors_origins = http://two.test\n# appended later\ncors_origins = http://three.test\n")
+    d.terminate(signal.SIGHUP)
+    m = d.wait_for_log(r"reload: configuration has errors \((.*)\); keeping the running one")
+    assert m.group(1) == f"{d.config_path}:3: 'cors_origins' is set twice (first on line 1); keep one of the two lines", \
+        m.group(0)
+    assert allowed("http://one.test") == "http://one.test"
+    assert allowed("http://two.test") is None and allowed("http://three.test") is None
+
+
 # ---------------------------------------------------------------- configuration
 
 GOOD_CONFIG = """# a comment
@@ -496,6 +512,9 @@ def test_shipped_configuration_is_valid():
     ("bootstrap_admin_email = admin", "bootstrap_admin_email"),
     ("just some words", ""),
     ("[server]", "section"),
+    # Written twice (the template has log_level on line 2): the last one won
+    # without a word, and -n called the file OK.
+    ("log_level = debug", "'log_level' is set twice (first on line 2)"),
 ])
 def test_bad_configuration_names_file_and_line(tmp_path, line, why):
     conf = tmp_path / "bad.conf"

@@ -27,6 +27,7 @@ import re
 import signal
 import shutil
 import socket
+import stat
 import sqlite3
 import subprocess
 import tempfile
@@ -394,6 +395,33 @@ def test_backup_refuses_the_databases_own_files(daemon, tmp_path):
     assert daemon.dump() == before and daemon.get("/readyz").status_code == 200
     p = run_gpurentd("backup", str(tmp_path / "copy.db"), "--db", db)
     assert p.returncode == 0, p.stderr
+
+
+def test_backup_refuses_what_is_not_a_regular_file(daemon, tmp_path):
+    """The copy is renamed over FILE, which would put it in the place of a
+    FIFO, a socket or a device (as root, `backup /dev/full` replaced the
+    device node and said it had backed up), or of a symbolic link rather
+    than the file it names: each is refused with one line, exit status 2,
+    and left as it was. (A FIFO stands for devices here: a test must not
+    risk /dev/null.)"""
+    db = daemon.db_path
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    elsewhere = tmp_path / "elsewhere.db"
+    elsewhere.write_bytes(b"kept")
+    link = tmp_path / "link.db"
+    link.symlink_to(elsewhere)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for dest, says in ((fifo, "not a regular file"), (link, "symbolic link"), (folder, "a directory")):
+        p = run_gpurentd("backup", str(dest), "--db", db)
+        assert p.returncode == 2 and says in p.stderr and p.stderr.count("\n") == 1, (dest, p.stderr)
+        assert p.stdout == "", p.stdout
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.path.islink(link) and elsewhere.read_bytes() == b"kept"
+    assert os.listdir(folder) == [] and not [f for f in os.listdir(tmp_path) if f.endswith(".partial")]
+    # An existing regular file is replaced, as before.
+    p = run_gpurentd("backup", str(elsewhere), "--db", db)
+    assert p.returncode == 0 and elsewhere.read_bytes().startswith(b"SQLite format 3\0"), p.stderr
 
 
 def test_commands_fail_when_their_output_is_lost(daemon):

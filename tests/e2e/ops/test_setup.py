@@ -70,6 +70,19 @@ def test_check_refuses_bad_lists(tmp_path, option, value, message):
     assert p.stderr.startswith(f"gpurentd: {conf}:3: {option}: ") and message in p.stderr, p.stderr
 
 
+def test_agent_check_refuses_a_key_set_twice(tmp_path):
+    """The agent reads its file with the same engine: a second line for a
+    key (an appended `listen = ...`) is refused naming both lines, where
+    the last one used to win unnoticed."""
+    conf = tmp_path / "gpurent-agent.conf"
+    conf.write_text("listen = 127.0.0.1:9090\nruntime = sim\nlisten = 0.0.0.0:9090\n")
+    p = subprocess.run([AGENT, "-n", "-c", str(conf)], capture_output=True, text=True, timeout=60,
+                       env=sanitizer_env())
+    assert p.returncode != 0 and p.stdout == "", (p.stdout, p.stderr)
+    assert p.stderr == f"gpurent-agent: {conf}:3: 'listen' is set twice (first on line 1); keep one of the two lines\n", \
+        p.stderr
+
+
 def test_the_registries_image_policy_needs_registries():
     p = run_gpurentd("-n", "-o", "image_policy=registries")
     assert p.returncode != 0 and "image_policy = registries needs image_registries" in p.stderr, p.stderr
@@ -254,6 +267,56 @@ def test_make_install_under_usr(tmp_path):
     log = stderr_path.read_text()
     assert_no_sanitizer_report(log, "installed gpurentd")
     assert rc == 0, log[-4000:]
+
+
+# The exposure `systemd-analyze security --offline=true` gives each installed
+# unit at most (docs/OPERATIONS.md, "Checking the units"): what keeps
+# gpurentd and the gateway above 0 is the network they serve on; the
+# agent's unit says option by option why a container host cannot take the
+# sandbox.
+EXPOSURE = {"gpurentd.service": 1.1, "gpurent-gateway.service": 1.1, "gpurent-agent.service": 9.3}
+
+
+def systemd_analyze_version():
+    """systemd-analyze's version number, or a skip when it is missing."""
+    tool = shutil.which("systemd-analyze")
+    if not tool:
+        pytest.skip("systemd-analyze is not installed (Debian: apt-get install systemd)")
+    out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60).stdout
+    m = re.match(r"systemd (\d+)", out)
+    assert m, out
+    return int(m.group(1))
+
+
+def test_installed_units_verify_and_keep_their_sandbox(tmp_path):
+    """The three units as `make install` writes them, naming the installed
+    programs: `systemd-analyze verify` has nothing to say about any of them,
+    and none is more exposed than the documentation says."""
+    version = systemd_analyze_version()
+    dest = str(tmp_path / "root")
+    make_install(dest, "PREFIX=/usr/local")
+    unitdir = os.path.join(dest, "usr/local/lib/systemd/system")
+    # The units name /usr/local/bin, where this machine has no gpurent: point
+    # them at the copies make install put under DESTDIR, which verify checks
+    # are there and executable.
+    checked = tmp_path / "units"
+    checked.mkdir()
+    for unit in EXPOSURE:
+        text = read(os.path.join(unitdir, unit)).decode()
+        assert "/usr/local/bin/" in text, unit
+        (checked / unit).write_text(text.replace("/usr/local/bin/", dest + "/usr/local/bin/"))
+    paths = [str(checked / unit) for unit in EXPOSURE]
+    p = subprocess.run(["systemd-analyze", "verify", *paths], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout == "" and p.stderr == "", p.stdout + p.stderr
+
+    if version < 250:
+        pytest.skip(f"systemd {version}: security --offline needs 250 or later")
+    for unit, most in EXPOSURE.items():
+        p = subprocess.run(["systemd-analyze", "security", "--offline=true", str(checked / unit)],
+                           capture_output=True, text=True, timeout=120)
+        m = re.search(r"Overall exposure level for " + re.escape(unit) + r": (\d+\.\d+)", p.stdout)
+        assert m, p.stdout + p.stderr
+        assert float(m.group(1)) <= most, f"{unit} is exposed at {m.group(1)}, documented at most {most}:\n{p.stdout}"
 
 
 def test_make_install_elsewhere_keeps_changed_configuration(tmp_path):
