@@ -1,5 +1,5 @@
-/* http_conns.h: the HTTP server's table of open connections (private to
- * src/common): which are still sending a request's headers or body, the
+/* http_conns.h: the HTTP server's table of open connections (used by
+ * src/common's server and by gpurent-gateway's listener): which are still sending a request's headers or body, the
  * deadline each must meet, the accept policy that bounds them per client
  * address, and the thread that closes connections past their deadline.
  * libmicrohttpd's own idle timeout restarts with every byte, so a client

@@ -61,6 +61,9 @@ struct gateway_opts {
     char state_dir[1024];      /* the usage journal's directory */
     char metrics_host[128];    /* --metrics-listen; metrics_port 0: no metrics listener */
     int metrics_port;
+    int64_t header_timeout_s;  /* a request's headers must arrive within this of its start */
+    int64_t body_timeout_s;    /* and its body within this of the headers */
+    int64_t max_conns_per_client; /* connections one address may have still sending headers */
 };
 extern struct gateway_opts gw_opts;
 

@@ -3,6 +3,7 @@
  * only its own), and an orderly stop on SIGTERM. See gateway.h. */
 #include "gateway.h"
 #include "gpurent/conf.h"
+#include "gpurent/http_conns.h"
 #include "gpurent/http_guard.h"
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
@@ -29,6 +30,9 @@ struct gateway_opts gw_opts = {
     .max_pending = 100000,
     .state_dir = "/var/lib/gpurent-gateway",
     .metrics_host = "127.0.0.1",
+    .header_timeout_s = 30,
+    .body_timeout_s = 300,
+    .max_conns_per_client = 64,
 };
 
 static void usage(FILE *f)
@@ -48,6 +52,12 @@ static void usage(FILE *f)
                "  --state-dir DIR             the usage journal: records not yet answered by gpurentd, resent\n"
                "                              after a restart or a crash (/var/lib/gpurent-gateway)\n"
                "  --metrics-listen HOST:PORT  serve Prometheus metrics at /metrics there (none: not served)\n"
+               "  --header-timeout-s S        a request's headers, trickled or not, must be in within S s of its\n"
+               "                              start, and an idle kept-alive connection is closed after S s (30)\n"
+               "  --body-timeout-s S          a request's body must be in within S s of its headers (300)\n"
+               "  --max-connections-per-client N\n"
+               "                              connections one address may hold still sending headers; past it\n"
+               "                              its longest-waiting one is closed (64)\n"
                "  --log-level LEVEL           error, warn, info, debug (info)\n");
 }
 
@@ -125,6 +135,12 @@ static int parse(int argc, char **argv)
             rc = int_opt(o, v, 1, 86400, &gw_opts.upstream_idle_s);
         else if (strcmp(o, "--max-call-s") == 0)
             rc = int_opt(o, v, 1, 86000, &gw_opts.max_call_s);
+        else if (strcmp(o, "--header-timeout-s") == 0)
+            rc = int_opt(o, v, 1, 3600, &gw_opts.header_timeout_s);
+        else if (strcmp(o, "--body-timeout-s") == 0)
+            rc = int_opt(o, v, 1, 86400, &gw_opts.body_timeout_s);
+        else if (strcmp(o, "--max-connections-per-client") == 0)
+            rc = int_opt(o, v, 1, GW_MAX_CONNECTIONS, &gw_opts.max_conns_per_client);
         else if (strcmp(o, "--max-pending") == 0)
             rc = int_opt(o, v, 1, 10000000, &gw_opts.max_pending);
         else if (strcmp(o, "--state-dir") == 0)
@@ -169,11 +185,40 @@ int gw_resolve_listen(const char *host, int port, struct sockaddr_storage *sa, s
     return 0;
 }
 
+/* The open connections and their deadlines (gpurent/http_conns.h), as
+ * the API has them: libmicrohttpd's idle timeout restarts with every byte,
+ * so without these a client trickling a header line every few seconds held
+ * a connection for ever, and one address could hold every one of
+ * GW_MAX_CONNECTIONS, leaving no consumer a call. */
+static struct http_conns *conns;
+
+/* Where the connection carrying c's request is now, for its deadline. */
+static void conn_phase(struct MHD_Connection *c, enum http_conn_phase phase)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci)
+        http_conns_set_phase(conns, ci->socket_context, phase);
+}
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)cls;
+    (void)addrlen;
+    return http_conns_accept(conns, addr) ? MHD_YES : MHD_NO;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls)
 {
     (void)cls;
     (void)version;
+    /* The first call has the headers: the body's deadline runs from here.
+     * A later call without bytes is the body's end or a resume: the call is
+     * answered from then on, with no deadline (a stream may last hours). */
+    if (!*con_cls)
+        conn_phase(c, HTTP_CONN_BODY);
+    else if (!*upload_size)
+        conn_phase(c, HTTP_CONN_BUSY);
     return gw_handle(c, url, method, upload, upload_size, con_cls);
 }
 
@@ -187,7 +232,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)c;
+    conn_phase(c, HTTP_CONN_HEADERS); /* the next request on it, if any */
     gw_completed(con_cls, toe);
 }
 
@@ -199,14 +244,18 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode code)
 {
     (void)cls;
-    (void)socket_context;
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!info)
-        return;
     if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-        http_guard_close(info->connect_fd);
+        if (info)
+            http_guard_close(info->connect_fd);
+        http_conns_closed(conns, *socket_context);
+        *socket_context = NULL;
         return;
     }
+    if (!info)
+        return;
+    const union MHD_ConnectionInfo *peer = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    *socket_context = http_conns_opened(conns, info->connect_fd, peer ? peer->client_addr : NULL);
     int one = 1;
     setsockopt(info->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     http_guard_open(info->connect_fd);
@@ -235,12 +284,27 @@ int main(int argc, char **argv)
         gw_state_stop();
         return 1;
     }
+    /* The per-address cap counts only connections still sending headers,
+     * so consumers behind one NAT address whose calls are under way are
+     * not refused by it (http_conns.c). */
+    struct http_conns_limits limits = {
+        .header_timeout_ms = gw_opts.header_timeout_s * 1000,
+        .body_timeout_ms = gw_opts.body_timeout_s * 1000,
+        .max_connections = GW_MAX_CONNECTIONS,
+        .max_headers_per_client = (int)gw_opts.max_conns_per_client,
+    };
+    conns = http_conns_new(&limits);
+    if (!conns) {
+        gw_metrics_stop();
+        gw_state_stop();
+        return 1;
+    }
     /* A pool of threads over epoll: a connection waiting for a replica or
      * an upstream is suspended and holds none of them (proxy.c). */
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TURBO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
             (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-        0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
+        0, on_accept, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
         on_done, NULL, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned int)GW_MAX_CONNECTIONS, MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)GW_HTTP_THREADS,
         /* Room for what the guard lets through, which it refuses beyond
@@ -248,6 +312,7 @@ int main(int argc, char **argv)
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, HTTP_GUARD_CONNECTION_MEMORY, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "gpurent-gateway: cannot listen on %s:%d\n", gw_opts.listen_host, gw_opts.listen_port);
+        http_conns_free(conns);
         gw_metrics_stop();
         gw_state_stop();
         return 1;
@@ -262,6 +327,7 @@ int main(int argc, char **argv)
     MHD_quiesce_daemon(d);
     gw_proxy_stop();
     MHD_stop_daemon(d);
+    http_conns_free(conns);
     gw_metrics_stop();
     gw_proxy_drain(5000);
     gw_state_stop();

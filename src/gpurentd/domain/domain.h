@@ -320,15 +320,17 @@ char *instance_ssh_config(struct store *s, const struct instance *in);
  * memory (a restart drops those not yet used). */
 #define TERMINAL_TOKEN_MAX 69 /* "trm_" + 64 hex digits + NUL */
 enum terminal_token_result { TOKEN_OK, TOKEN_UNKNOWN, TOKEN_EXPIRED, TOKEN_OTHER_INSTANCE };
-/* A new token for user_id's terminal on rank of instance_id, valid ttl_s
- * seconds of clock_now(): 0 with token and *expires_at; -1 when too many
- * are outstanding (the user's or everyone's), -2 when no randomness. */
-int terminal_token_issue(const char *user_id, const char *instance_id, int64_t rank, int64_t ttl_s,
-                         char token[TERMINAL_TOKEN_MAX], int64_t *expires_at);
+/* A new token for user_id's terminal on rank of instance_id, asked for
+ * with API key key_id, valid ttl_s seconds of clock_now(): 0 with token
+ * and *expires_at; -1 when too many are outstanding (the user's or
+ * everyone's), -2 when no randomness. */
+int terminal_token_issue(const char *user_id, const char *key_id, const char *instance_id, int64_t rank,
+                         int64_t ttl_s, char token[TERMINAL_TOKEN_MAX], int64_t *expires_at);
 /* Takes token (it never works again) for instance_id: TOKEN_OK with the
- * user and rank it was issued for, or why not. */
+ * user, the key that asked for it and the rank it was issued for, or why
+ * not. */
 enum terminal_token_result terminal_token_take(const char *token, const char *instance_id, char user_id[ID_MAX],
-                                               int64_t *rank);
+                                               char key_id[ID_MAX], int64_t *rank);
 
 /* runspec.c: the bounds of what an instance runs (contract of issue 12). */
 #define RUN_COMMAND_MAX_WORDS 64

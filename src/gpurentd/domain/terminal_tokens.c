@@ -1,6 +1,8 @@
 /* terminal_tokens.c: the short-lived, single-use tokens that authorise a
  * browser's web terminal WebSocket (a browser cannot send an API key with
- * one). Each is bound to a user, an instance and a rank, and only its
+ * one). Each is bound to a user, the API key that asked for it (so a key
+ * revoked in the meantime spends its tokens too), an instance and a rank,
+ * and only its
  * SHA-256 is kept, in memory: a token lives terminal_token_ttl_s (a minute
  * by default), so one lost with a restart costs the console a new request,
  * and nothing of it reaches the database or its backups. */
@@ -21,6 +23,7 @@ struct token_entry {
     int used;                  /* the slot holds a live token */
     char hash[65];             /* SHA-256 of the token, hex */
     char user_id[ID_MAX];
+    char key_id[ID_MAX];
     char instance_id[ID_MAX];
     int64_t rank;
     int64_t expires_at;        /* clock_now() seconds */
@@ -29,8 +32,8 @@ struct token_entry {
 static struct token_entry tokens[TOKENS_MAX];
 static pthread_mutex_t tokens_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int terminal_token_issue(const char *user_id, const char *instance_id, int64_t rank, int64_t ttl_s,
-                         char token[TERMINAL_TOKEN_MAX], int64_t *expires_at)
+int terminal_token_issue(const char *user_id, const char *key_id, const char *instance_id, int64_t rank,
+                         int64_t ttl_s, char token[TERMINAL_TOKEN_MAX], int64_t *expires_at)
 {
     unsigned char raw[32];
     if (random_bytes(raw, sizeof raw) < 0)
@@ -59,6 +62,7 @@ int terminal_token_issue(const char *user_id, const char *instance_id, int64_t r
     e->used = 1;
     snprintf(e->hash, sizeof e->hash, "%s", hash);
     snprintf(e->user_id, sizeof e->user_id, "%s", user_id);
+    snprintf(e->key_id, sizeof e->key_id, "%s", key_id);
     snprintf(e->instance_id, sizeof e->instance_id, "%s", instance_id);
     e->rank = rank;
     e->expires_at = now + ttl_s;
@@ -68,7 +72,7 @@ int terminal_token_issue(const char *user_id, const char *instance_id, int64_t r
 }
 
 enum terminal_token_result terminal_token_take(const char *token, const char *instance_id, char user_id[ID_MAX],
-                                               int64_t *rank)
+                                               char key_id[ID_MAX], int64_t *rank)
 {
     if (strlen(token) != TERMINAL_TOKEN_MAX - 1 || strncmp(token, "trm_", 4) != 0)
         return TOKEN_UNKNOWN;
@@ -89,6 +93,7 @@ enum terminal_token_result terminal_token_take(const char *token, const char *in
         else {
             r = TOKEN_OK;
             snprintf(user_id, ID_MAX, "%s", e->user_id);
+            snprintf(key_id, ID_MAX, "%s", e->key_id);
             *rank = e->rank;
         }
         memset(e, 0, sizeof *e);

@@ -9,6 +9,7 @@
  *        (loops/terminal_relay.c), which holds no pool thread
  *
  * Neither waits on an agent: the relay connects to it after the switch. */
+#include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
@@ -91,8 +92,8 @@ void api_terminal_tokens_create(struct http_request *req)
         return;
     char token[TERMINAL_TOKEN_MAX];
     int64_t expires_at;
-    int rc = terminal_token_issue(req->user_id, req->params[0], rank, daemon_config->terminal_token_ttl_s, token,
-                                  &expires_at);
+    int rc = terminal_token_issue(req->user_id, req->key_id, req->params[0], rank, daemon_config->terminal_token_ttl_s,
+                                  token, &expires_at);
     if (rc == -1) {
         http_error(req, ERR_TOO_MANY_REQUESTS, NULL, "too many terminal tokens are waiting to be used; use or let "
                                                      "them expire first");
@@ -181,6 +182,35 @@ static int origin_allowed(struct http_request *req)
     return strcmp(page, own) == 0 && host_is_address(page);
 }
 
+/* Whether the API key that asked for a token still authenticates: a token
+ * is a minute of that key's authority, so one revoked since (logged out, a
+ * leaked key revoked, its password changed, its account suspended) or
+ * expired opens no terminal. Replies 401 (403 suspended) when not. */
+static int key_still_good(struct http_request *req, const char *key_id)
+{
+    struct store *s = store_thread();
+    if (!s) {
+        http_error(req, ERR_UNAVAILABLE, NULL, NULL);
+        return 0;
+    }
+    struct key_auth k;
+    int rc = store_api_key_auth(s, key_id, &k);
+    if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        return 0;
+    }
+    if (rc == STORE_NOT_FOUND || k.key.revoked_at || (k.key.expires_at && clock_now() >= k.key.expires_at)) {
+        http_error(req, ERR_UNAUTHORIZED, "token",
+                   "the API key that asked for this terminal token is revoked or expired");
+        return 0;
+    }
+    if (!k.active) {
+        http_error(req, ERR_ACCOUNT_DISABLED, NULL, NULL);
+        return 0;
+    }
+    return 1;
+}
+
 void api_instances_terminal(struct http_request *req)
 {
     static const char *const allowed[] = {"token", "rank", "cols", "rows", NULL};
@@ -219,9 +249,9 @@ void api_instances_terminal(struct http_request *req)
         http_error(req, ERR_UNAUTHORIZED, "token", "a terminal token is required (POST .../terminal-tokens)");
         return;
     }
-    char user_id[ID_MAX];
+    char user_id[ID_MAX], key_id[ID_MAX];
     int64_t rank;
-    switch (terminal_token_take(token, req->params[0], user_id, &rank)) {
+    switch (terminal_token_take(token, req->params[0], user_id, key_id, &rank)) {
     case TOKEN_OK: break;
     case TOKEN_EXPIRED:
         http_error(req, ERR_UNAUTHORIZED, "token", "the terminal token has expired; ask for a new one");
@@ -233,6 +263,8 @@ void api_instances_terminal(struct http_request *req)
         http_error(req, ERR_UNAUTHORIZED, "token", "the terminal token is unknown or was used already");
         return;
     }
+    if (!key_still_good(req, key_id))
+        return;
     if (want_rank >= 0 && want_rank != rank) {
         http_error(req, ERR_FORBIDDEN, "rank", "the terminal token is for rank %lld", (long long)rank);
         return;

@@ -3,7 +3,8 @@
 from POST /v1/instances/{id}/terminal-tokens opens the WebSocket, typed bytes
 reach the workload's shell and its output comes back, a resize reaches the
 PTY (`stty size`), `exit 3` closes with 1000 "exit 3"; the token is single
-use, expires on the testing clock, is bound to its instance, user and rank;
+use, expires on the testing clock, is bound to its instance, user and rank,
+and dies with the API key that asked for it;
 bad bodies are 400s, another user's instance 404, a stopped one 409; a
 cross-site Origin is 403, a rebound DNS name too, and a console on a name
 opens when public_url or cors_origins names its origin; ping is answered, an oversize message closes with
@@ -164,6 +165,29 @@ def test_token_expires_on_the_clock(cloud):
     with pytest.raises(websocket.WebSocketBadStatusException) as e:
         connect(c, tok)
     assert e.value.status_code == 401
+
+
+def test_a_token_dies_with_the_key_that_asked_for_it(cloud):
+    """A token is a minute of its API key's authority: one asked for with a
+    key revoked since (a leaked key, a logout, a password change) opened a
+    terminal anyway, as the token was bound to the user alone. Now it is
+    401, and a token of another key of the same user still opens."""
+    c = cloud
+    u, inst = running(c)
+    r = c.d.post("/v1/api-keys", key=u.key, json={"name": "leaked"})
+    assert r.status_code == 201, r.text
+    leaked = r.json()
+    tok = token(c, type("K", (), {"key": leaked["token"]}), inst["id"])
+    kept = token(c, u, inst["id"])
+    r = c.d.delete(f"/v1/api-keys/{leaked['id']}", key=u.key)
+    assert r.status_code == 200, r.text
+    with pytest.raises(websocket.WebSocketBadStatusException) as e:
+        connect(c, tok)
+    assert e.value.status_code == 401
+    ws = connect(c, kept)
+    type_(ws, "exit 0\n")
+    assert Screen(ws).wait_close() == (1000, "exit 0")
+    ws.close()
 
 
 def test_bad_bodies_other_users_and_stopped(cloud):

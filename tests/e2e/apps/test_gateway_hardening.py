@@ -10,7 +10,8 @@ non-streamed answer over the 4 MiB kept whole is still charged its
 tokens; rate-limit windows never run out; a stream from a server that
 reports usage only when asked is charged its tokens whatever the client
 asked, and a client that leaves mid-stream pays what the stream reports
-within the 2 s it is read on. The funds a call holds are close to its
+within the 2 s it is read on. Headers trickled, or idle connections
+from one address, cannot take the gateway's connections. The funds a call holds are close to its
 cost when its replica reports usage only at the end: a stream is held a
 token an event, an answer in one body the usage it reports (withheld
 until whole, chunked JSON too, or refused 402 or 502 whole), each within a
@@ -30,6 +31,7 @@ import requests
 
 from agent_util import poll
 from apps_util import DEADLINE, GATEWAY, Market, assert_ledger_ok, free_port
+from ports import cut_off_while_trickling
 
 FAKE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_replica.py")
 
@@ -943,3 +945,33 @@ def test_bad_requests_get_the_apis_errors_and_cost_nothing(market):
     assert [row[4] for row in rows if row[1] != 200] == [0] * 14, rows
     poll(lambda: requests.get(gw.url + "/healthz", timeout=10).json()["calls"] == 0, DEADLINE, "no call left")
     assert_ledger_ok(m)
+
+
+def test_slow_and_idle_connections_cannot_take_the_gateways_connections(market):
+    """The gateway had libmicrohttpd's idle timeout alone (600 s, restarted
+    by every byte) and no bound per address: a client trickling a header
+    line every second held its connection for ever, and one address could
+    hold all 4096 the gateway serves, leaving consumers no call. Now, as
+    on the API, a request's headers must be in within --header-timeout-s
+    of its start, and an address holding --max-connections-per-client
+    connections still sending headers that opens one more loses its
+    longest-waiting one, so its own fresh call still gets in; a call whose
+    headers are in is not cut by that deadline."""
+    m = market
+    app, con = fake_app(m, "openai")
+    gw = m.gateway(extra=("--header-timeout-s", "2", "--max-connections-per-client", "4"))
+    ready_in_copy(m, gw, app["id"])
+    assert cut_off_while_trickling(gw.port, b"GET /apps/x/v1/models HTTP/1.1\r\nHost: gw\r\n", b"X-Slow: 1\r\n"), \
+        "headers trickled a line a second were never cut off"
+    idle = [socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE) for _ in range(4)]
+    try:
+        # A fifth from the address: the longest-waiting is let go at once
+        # (its recv sees the end; the socket's timeout is the deadline).
+        idle.append(socket.create_connection(("127.0.0.1", gw.port), timeout=DEADLINE))
+        assert idle[0].recv(1) == b"", "the longest-waiting connection of a full address was kept"
+        r = requests.post(f"{gw.url}/apps/{app['slug']}/v1/completions", json={"prompt": "hi"},
+                          headers={"Authorization": f"Bearer {con.key}"}, timeout=DEADLINE)
+        assert r.status_code == 200, r.text
+    finally:
+        for s in idle:
+            s.close()
