@@ -90,11 +90,13 @@ static int parse(int argc, char **argv)
         }
         /* Named before its value is looked for: a misspelt last option
          * was reported as "needs a value", sending the operator to look
-         * for a value the option was never going to take. */
+         * for a value the option was never going to take. Every option
+         * the chain below takes, and no other. */
         static const char *const known[] = {"--listen", "--metrics-listen", "--control-url", "--secret-file",
                                             "--gateway-id", "--sync-ms", "--report-ms", "--cold-start-timeout-s",
-                                            "--upstream-idle-s", "--max-call-s", "--max-pending", "--state-dir",
-                                            "--log-level"};
+                                            "--upstream-idle-s", "--max-call-s", "--header-timeout-s",
+                                            "--body-timeout-s", "--max-connections-per-client", "--max-pending",
+                                            "--state-dir", "--log-level"};
         size_t k = 0;
         while (k < sizeof known / sizeof known[0] && strcmp(o, known[k]) != 0)
             k++;
