@@ -110,20 +110,8 @@ static void catalog_rollback_hook(void *ctx)
     ((struct store *)ctx)->auth_dirty = 0;
 }
 
-/* The log's length, in pages, past which a commit checkpoints it (SQLite's
- * own hook waits for 1 000). A checkpoint copies each page the log holds
- * once, its latest version, so the longer the log the more of a hot page's
- * versions one copy stands for: a create rewrites the same leaves of its
- * owner's, volume's and node's indexes as the creates before it, and with
- * few creates to a commit (8 clients, not 64) the copying and the syncs
- * of checkpoints every 1 000 pages were a fifth of a commit's CPU
- * (BENCHMARKS.md, "Checkpoints every 4 000 pages"). 4 000 keeps the log
- * within the first block of SQLite's index of it (4 062 frames), so
- * finding a page in the log costs what it did. */
-#define WAL_CHECKPOINT_PAGES 4000
-
 /* Replaces SQLite's default WAL hook, so it also checkpoints as that one
- * does (passive), once the log holds WAL_CHECKPOINT_PAGES. */
+ * does (passive, once the log holds 1 000 pages). */
 static int catalog_wal_hook(void *ctx, sqlite3 *db, const char *name, int pages)
 {
     struct store *s = ctx;
@@ -136,7 +124,7 @@ static int catalog_wal_hook(void *ctx, sqlite3 *db, const char *name, int pages)
         s->auth_dirty = 0;
         atomic_fetch_add_explicit(&auth_gen, 1, memory_order_release);
     }
-    if (pages >= WAL_CHECKPOINT_PAGES)
+    if (pages >= 1000)
         sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     return SQLITE_OK;
 }

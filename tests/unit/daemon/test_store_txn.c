@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include "gpurent/assert.h"
 #include "gpurentd.h"
@@ -39,8 +38,7 @@ static int setup(void **state)
     int rc = sqlite3_exec(store_db(s),
                           "CREATE TABLE counter (n INTEGER NOT NULL);"
                           "INSERT INTO counter VALUES (0);"
-                          "CREATE TABLE items (k TEXT PRIMARY KEY, by_thread INTEGER NOT NULL) STRICT;"
-                          "CREATE TABLE pages (b BLOB NOT NULL);",
+                          "CREATE TABLE items (k TEXT PRIMARY KEY, by_thread INTEGER NOT NULL) STRICT;",
                           NULL, NULL, NULL);
     store_close(s);
     store_set_path(db_path);
@@ -542,48 +540,6 @@ static void test_without_the_committer_the_answer_comes_before_returning(void **
     store_close(own);
 }
 
-/* The write-ahead log is copied back into the database (checkpointed) once
- * it holds 4 000 pages, not at SQLite's 1 000 (store.c,
- * WAL_CHECKPOINT_PAGES): a longer log lets one copy stand for more versions
- * of the pages every create rewrites. After a checkpoint the next commit
- * writes the log again from its start, so the log file's length says how
- * long the log grew: past 1 000 pages, and not past 4 000 and a commit. */
-#define PAGE_ROWS_PER_COMMIT 16
-
-static int pages_txn(struct store *s, void *ctx)
-{
-    (void)ctx;
-    /* Rows of 3 000 bytes: each fills a page of its own. */
-    for (int i = 0; i < PAGE_ROWS_PER_COMMIT; i++)
-        if (sqlite3_exec(store_db(s), "INSERT INTO pages (b) VALUES (zeroblob(3000))", NULL, NULL, NULL) != SQLITE_OK)
-            return STORE_ERROR;
-    return STORE_OK;
-}
-
-static void test_the_log_is_checkpointed_at_4000_pages_not_1000(void **state)
-{
-    (void)state;
-    struct store *s = store_thread();
-    assert_non_null(s);
-    /* Start from an empty log: nothing else reads or writes now. */
-    assert_int_equal(sqlite3_exec(store_db(s), "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL), SQLITE_OK);
-    int64_t page_size = one_int(s, "PRAGMA page_size");
-    char wal[160];
-    snprintf(wal, sizeof wal, "%s-wal", db_path);
-    int64_t longest = 0; /* frames */
-    for (int commit = 0; commit < 6000 / PAGE_ROWS_PER_COMMIT; commit++) {
-        assert_int_equal(store_txn(s, pages_txn, NULL), STORE_OK);
-        struct stat st;
-        assert_int_equal(stat(wal, &st), 0);
-        int64_t frames = st.st_size > 32 ? (st.st_size - 32) / (page_size + 24) : 0; /* a 32-byte header, then frames */
-        if (frames > longest)
-            longest = frames;
-    }
-    assert_true(longest > 2000);                               /* not checkpointed at 1 000 pages */
-    assert_true(longest <= 4000 + 2 * PAGE_ROWS_PER_COMMIT); /* but at 4 000 */
-    assert_int_equal(sqlite3_exec(store_db(s), "DELETE FROM pages", NULL, NULL, NULL), SQLITE_OK);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -596,7 +552,6 @@ int main(void)
         cmocka_unit_test(test_every_thread_writes_on_one_warm_connection),
         cmocka_unit_test(test_queued_without_waiting_each_is_answered_once_in_one_commit),
         cmocka_unit_test(test_without_the_committer_the_answer_comes_before_returning),
-        cmocka_unit_test(test_the_log_is_checkpointed_at_4000_pages_not_1000),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
