@@ -33,6 +33,17 @@ static const char *req_id(struct http_request *req)
     return req->params[app(req)->fleet ? 1 : 0];
 }
 
+/* The workload id a write or a terminal names, or NULL once a malformed
+ * one was answered 400. */
+static const char *req_workload_id(struct http_request *req)
+{
+    const char *id = req_id(req);
+    if (agent_name_valid(id))
+        return id;
+    http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+    return NULL;
+}
+
 /* The logs route's query arguments, in the order they are signed. */
 static const char *const logs_query[] = {"tail", "since", "after", NULL};
 /* The terminal route's, likewise. */
@@ -395,11 +406,9 @@ static void api_workload_put(struct http_request *req)
 {
     struct agent *a = app(req);
     struct agent_node *n = req_node(req);
-    const char *id = req_id(req);
-    if (!agent_name_valid(id)) {
-        http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+    const char *id = req_workload_id(req);
+    if (!id)
         return;
-    }
     json_t *body = http_json_body(req, spec_fields);
     if (!body)
         return;
@@ -538,11 +547,9 @@ static void api_workload_ssh_keys(struct http_request *req)
     };
     struct agent *a = app(req);
     struct agent_node *n = req_node(req);
-    const char *id = req_id(req);
-    if (!agent_name_valid(id)) {
-        http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+    const char *id = req_workload_id(req);
+    if (!id)
         return;
-    }
     json_t *body = http_json_body(req, fields);
     if (!body)
         return;
@@ -603,11 +610,9 @@ static void api_workload_delete(struct http_request *req)
 {
     struct agent *a = app(req);
     struct agent_node *n = req_node(req);
-    const char *id = req_id(req);
-    if (!agent_name_valid(id)) {
-        http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+    const char *id = req_workload_id(req);
+    if (!id)
         return;
-    }
     char dir[PATH_MAX];
     agent_node_dir(a, n, dir, sizeof dir);
     int failed = 0, started = 0;
@@ -651,15 +656,13 @@ static void api_workload_delete(struct http_request *req)
 static void api_workload_terminal(struct http_request *req)
 {
     struct agent_node *n = req_node(req);
-    const char *id = req_id(req);
     if (!n) {
         http_error(req, ERR_NOT_FOUND, NULL, "no such node");
         return;
     }
-    if (!agent_name_valid(id)) {
-        http_error(req, ERR_INVALID_FIELD, "id", "workload ids are 1 to 63 of a-z, 0-9, '_' and '-'");
+    const char *id = req_workload_id(req);
+    if (!id)
         return;
-    }
     agent_terminal_open(req, n, id);
 }
 
