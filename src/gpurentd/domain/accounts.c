@@ -256,6 +256,19 @@ int account_login_key(struct store *s, const char *user_id, const char *name, in
     return rc;
 }
 
+enum key_standing account_key_standing(struct store *s, const char *key_id, int64_t now)
+{
+    struct key_auth k;
+    int rc = store_api_key_auth(s, key_id, &k);
+    if (rc == STORE_NOT_FOUND)
+        return KEY_GONE;
+    if (rc != STORE_OK)
+        return KEY_UNREADABLE;
+    if (k.key.revoked_at || (k.key.expires_at && now >= k.key.expires_at))
+        return KEY_GONE;
+    return k.active ? KEY_IN_FORCE : KEY_OWNER_DISABLED;
+}
+
 /* ---------------------------------------------------------------- verification */
 
 /* The trial: the sign-up's invite code if it still redeems, else the

@@ -229,6 +229,16 @@ int account_key_create(struct store *s, const char *user_id, const char *name, c
  * ACCOUNT_KEY_LIMIT only when there are none to revoke. */
 int account_login_key(struct store *s, const char *user_id, const char *name, int64_t ttl_s, char *key_id,
                       char *token, int64_t *created_at);
+/* What an API key's authority is now, for what it opened that outlives its
+ * request (a terminal token, an open terminal, a followed log): a revoked,
+ * expired or unknown key's ends, as does a suspended owner's. */
+enum key_standing {
+    KEY_IN_FORCE,
+    KEY_GONE,           /* unknown, revoked or expired */
+    KEY_OWNER_DISABLED, /* the owner is suspended */
+    KEY_UNREADABLE      /* the store failed: nothing is known */
+};
+enum key_standing account_key_standing(struct store *s, const char *key_id, int64_t now);
 
 /* instances.c: the instance operations the API performs in one
  * transaction each, and the JSON shape of an instance. */

@@ -195,7 +195,7 @@ void api_instances_logs(struct http_request *req)
          * must pass each line on as it comes: nginx, as OPERATIONS.md sets
          * it up, keeps a proxied reply in its buffers unless told not to. */
         int busy;
-        struct logs_follow *f = logs_follow_new(job, node->workload_id, req->user_id, &busy);
+        struct logs_follow *f = logs_follow_new(job, node->workload_id, req->user_id, req->key_id, &busy);
         free(job);
         if (busy) {
             http_add_header(req, "Retry-After", "5");

@@ -193,22 +193,15 @@ static int key_still_good(struct http_request *req, const char *key_id)
         http_error(req, ERR_UNAVAILABLE, NULL, NULL);
         return 0;
     }
-    struct key_auth k;
-    int rc = store_api_key_auth(s, key_id, &k);
-    if (rc != STORE_OK && rc != STORE_NOT_FOUND) {
-        http_error(req, ERR_INTERNAL, NULL, NULL);
-        return 0;
-    }
-    if (rc == STORE_NOT_FOUND || k.key.revoked_at || (k.key.expires_at && clock_now() >= k.key.expires_at)) {
+    switch (account_key_standing(s, key_id, clock_now())) {
+    case KEY_IN_FORCE: return 1;
+    case KEY_GONE:
         http_error(req, ERR_UNAUTHORIZED, "token",
                    "the API key that asked for this terminal token is revoked or expired");
         return 0;
+    case KEY_OWNER_DISABLED: http_error(req, ERR_ACCOUNT_DISABLED, NULL, NULL); return 0;
+    default: http_error(req, ERR_INTERNAL, NULL, NULL); return 0;
     }
-    if (!k.active) {
-        http_error(req, ERR_ACCOUNT_DISABLED, NULL, NULL);
-        return 0;
-    }
-    return 1;
 }
 
 void api_instances_terminal(struct http_request *req)
@@ -289,6 +282,7 @@ void api_instances_terminal(struct http_request *req)
         return;
     }
     snprintf(g->user_id, sizeof g->user_id, "%s", user_id);
+    snprintf(g->key_id, sizeof g->key_id, "%s", key_id);
     snprintf(g->instance_id, sizeof g->instance_id, "%s", req->params[0]);
     g->rank = rank;
     snprintf(g->agent_url, sizeof g->agent_url, "%s", node.agent_url);

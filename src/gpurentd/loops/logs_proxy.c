@@ -8,6 +8,7 @@
 #include "gpurent/log.h"
 #include "loops/agent_client.h"
 #include "loops/loops.h"
+#include "store/store.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ struct logs_follow {
     int64_t next_at;            /* monotonic ms of the next poll (proxy thread only) */
     struct logs_follow *next;   /* start queue link */
     char user_id[ID_MAX];       /* whose follow */
+    char key_id[ID_MAX];        /* the API key it was opened with */
     struct logs_follow *live_prev, *live_next; /* live_follows, under live_lock */
 };
 
@@ -83,7 +85,7 @@ static void fail(struct logs_job *job, const char *why, const char *detail)
 }
 
 struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id, const char *user_id,
-                                    int *busy)
+                                    const char *key_id, int *busy)
 {
     *busy = 0;
     pthread_mutex_lock(&live_lock);
@@ -95,6 +97,7 @@ struct logs_follow *logs_follow_new(const struct logs_job *target, const char *w
         *busy = 1;
     else if ((f = calloc(1, sizeof *f))) {
         snprintf(f->user_id, sizeof f->user_id, "%s", user_id);
+        snprintf(f->key_id, sizeof f->key_id, "%s", key_id);
         f->live_next = live_follows;
         if (live_follows)
             live_follows->live_prev = f;
@@ -188,10 +191,10 @@ static void follow_wake(struct logs_follow *f)
         http_stream_wake(f->stream);
 }
 
-/* Ends the follow with a last line saying why (none if why is NULL). */
-static void follow_end(struct logs_follow *f, const char *why)
+/* Ends the follow with a last line saying why (none if why is NULL);
+ * f->lock held. */
+static void follow_end_locked(struct logs_follow *f, const char *why)
 {
-    pthread_mutex_lock(&f->lock);
     if (why && !f->ended) {
         char line[640];
         int n = snprintf(line, sizeof line, "gpurent: %s\n", why);
@@ -199,6 +202,13 @@ static void follow_end(struct logs_follow *f, const char *why)
     }
     f->ended = 1;
     follow_wake(f);
+}
+
+/* Ends the follow with a last line saying why (none if why is NULL). */
+static void follow_end(struct logs_follow *f, const char *why)
+{
+    pthread_mutex_lock(&f->lock);
+    follow_end_locked(f, why);
     pthread_mutex_unlock(&f->lock);
 }
 
@@ -264,6 +274,39 @@ void logs_follow_start(struct logs_follow *f, struct http_stream *st)
     agent_multi_wakeup(multi);
 }
 
+/* Ends each follow whose API key no longer grants its owner's authority, as
+ * terminal_relay.c's check_keys does for terminals: at the next tick after
+ * a change this process committed, within a second of any other. The text
+ * read and not yet pulled is dropped with it. */
+static void follows_check_keys(struct logs_follow **follows, size_t n)
+{
+    static uint64_t gen_seen;
+    static int64_t checked_ms;
+    uint64_t gen = store_auth_generation();
+    int64_t mono = clock_mono_ms();
+    if (n == 0 || (gen == gen_seen && mono - checked_ms < 1000))
+        return;
+    struct store *s = store_thread();
+    if (!s)
+        return;
+    gen_seen = gen;
+    checked_ms = mono;
+    int64_t now = clock_now();
+    for (size_t i = 0; i < n; i++) {
+        struct logs_follow *f = follows[i];
+        enum key_standing k = account_key_standing(s, f->key_id, now);
+        if (k != KEY_GONE && k != KEY_OWNER_DISABLED)
+            continue; /* a store that cannot answer ends nothing */
+        pthread_mutex_lock(&f->lock);
+        if (!f->ended) {
+            f->off = f->len;
+            follow_end_locked(f, k == KEY_GONE ? "the API key that opened this follow is revoked or expired"
+                                               : "the account is suspended");
+        }
+        pthread_mutex_unlock(&f->lock);
+    }
+}
+
 /* The proxy thread's follows: starts due polls, drops finished ones. */
 static void follows_tick(struct logs_follow **follows, size_t *n, const struct agent_client_opts *opts)
 {
@@ -305,6 +348,13 @@ static void follow_finished(struct logs_follow *f, int ok)
     struct agent_call *c = f->call;
     f->call = NULL;
     f->next_at = clock_mono_ms() + LOGS_FOLLOW_POLL_MS;
+    pthread_mutex_lock(&f->lock);
+    int ended = f->ended; /* its key's authority ended while the poll ran */
+    pthread_mutex_unlock(&f->lock);
+    if (ended) {
+        agent_call_free(c);
+        return;
+    }
     char why[512];
     if (ok != 0) {
         metrics_agent_error();
@@ -358,6 +408,7 @@ static void *proxy_main(void *arg)
         }
         if (stopping)
             break;
+        follows_check_keys(follows, n_follows);
         follows_tick(follows, &n_follows, &opts);
         for (struct logs_job *job = start; job; job = job->next) {
             job->call = agent_call_new(job->agent_url, job->secret, "GET", job->path, NULL, &opts);

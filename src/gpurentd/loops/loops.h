@@ -211,10 +211,11 @@ struct logs_follow;
 /* Followed logs one user may have at once (LOGS_MAX_FOLLOWS are everyone's). */
 #define LOGS_MAX_FOLLOWS_PER_USER 16
 /* A follow by user_id of target's node and workload (workload_id names
- * it); NULL with *busy set when that user has LOGS_MAX_FOLLOWS_PER_USER
+ * it), opened with API key key_id: it ends when that key's authority does
+ * (account_key_standing), as a terminal does. NULL with *busy set when that user has LOGS_MAX_FOLLOWS_PER_USER
  * already, NULL alone when out of memory. */
 struct logs_follow *logs_follow_new(const struct logs_job *target, const char *workload_id, const char *user_id,
-                                    int *busy);
+                                    const char *key_id, int *busy);
 /* The stream's pull and done (see http_reply_stream). */
 long logs_follow_pull(void *f, char *buf, size_t max);
 void logs_follow_done(void *f);
@@ -228,6 +229,7 @@ void logs_follow_free(struct logs_follow *f);
  * terminal_relay_upgraded as the callback and a malloc'd target as ctx. */
 struct terminal_target {
     char user_id[ID_MAX];     /* whose terminal (the token's user) */
+    char key_id[ID_MAX];      /* the API key that asked for the token: the terminal ends with its authority */
     char instance_id[ID_MAX];
     int64_t rank;
     char agent_url[513];      /* the rank's node */

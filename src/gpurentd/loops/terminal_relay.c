@@ -15,7 +15,9 @@
  * A browser silent for terminal_ping_s is pinged, so a reverse proxy's read
  * timeout never cuts an idle terminal; one silent three times as long, its
  * pongs too, is gone without a FIN (its network dropped) and its terminal
- * is freed, or it held a slot of max_terminals_per_user for ever. */
+ * is freed, or it held a slot of max_terminals_per_user for ever. A
+ * terminal ends (1008) with the authority of the API key that opened it
+ * (check_keys). */
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
@@ -23,6 +25,7 @@
 #include "gpurent/term_frame.h"
 #include "gpurent/ws_frames.h"
 #include "loops/loops.h"
+#include "store/store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -624,6 +627,40 @@ static void term_step(struct term *t, short ws_rev, short ag_rev)
         wslay_event_send(t->ws);
 }
 
+/* Ends each terminal whose API key no longer grants its owner's authority
+ * (revoked, expired, the owner suspended), as the next request with that
+ * key would be refused: within a poll of a change this process committed,
+ * which moves store_auth_generation(), and within a second of one made
+ * elsewhere or of an expiry. The agent connection closes with the
+ * browser's, which hangs the shell up. */
+static void check_keys(void)
+{
+    static uint64_t gen_seen;
+    static int64_t checked_ms;
+    uint64_t gen = store_auth_generation();
+    int64_t mono = clock_mono_ms();
+    if (!R.open || (gen == gen_seen && mono - checked_ms < 1000))
+        return;
+    struct store *s = store_thread();
+    if (!s)
+        return;
+    gen_seen = gen;
+    checked_ms = mono;
+    int64_t now = clock_now();
+    for (struct term *t = R.open; t; t = t->next) {
+        if (t->close_sent_ms)
+            continue;
+        enum key_standing k = account_key_standing(s, t->target.key_id, now);
+        if (k != KEY_GONE && k != KEY_OWNER_DISABLED)
+            continue; /* a store that cannot answer ends nothing */
+        const char *why = k == KEY_GONE ? "the API key that opened this terminal is revoked or expired"
+                                        : "the account is suspended";
+        log_info("terminal: instance %s rank %lld user %s: closed, %s", t->target.instance_id,
+                 (long long)t->target.rank, t->target.user_id, why);
+        ws_close(t, WSLAY_CODE_POLICY_VIOLATION, why);
+    }
+}
+
 static void *relay_main(void *arg)
 {
     struct pollfd *pfd = NULL;
@@ -675,6 +712,7 @@ static void *relay_main(void *arg)
             while (read(R.wake[0], buf, sizeof buf) > 0) {
             }
         }
+        check_keys();
         i = 1;
         for (struct term **pp = &R.open; *pp; i += 2) {
             struct term *t = *pp;

@@ -1,6 +1,7 @@
 """GET /v1/instances/{id}/logs against a real daemon and a sim fleet: lines
 appear as the container prints them, tail and since filter them, follow=true
-streams new lines as they are written and ends when the workload does, bad
+streams new lines as they are written and ends when the workload does or
+the API key that opened it is revoked, bad
 query values are 400, another user's instance is 404, a stopped instance's output is
 still read from the node it ran on (409 once that node no longer keeps it),
 and the key property: a log read from a paused (SIGSTOPped) node is pending
@@ -344,6 +345,33 @@ def test_follow_streams_new_lines_until_the_workload_ends(cloud):
     ended = requests.get(c.d.url(f"/v1/instances/{inst['id']}/logs"), params={"follow": "true", "tail": "3"},
                          headers={"Authorization": f"Bearer {u.key}"}, timeout=DEADLINE)
     assert ended.status_code == 200 and len(ended.text.splitlines()) == 3, ended.text
+
+
+def test_a_follow_ends_with_the_key_that_opened_it(cloud):
+    """A followed log outlived the revocation of the key that opened it. Now
+    it ends, with a last line saying why, as its key is revoked; a follow
+    through another key of the same user goes on."""
+    c = cloud
+    _, u, inst = running(c)
+    r = c.d.post("/v1/api-keys", key=u.key, json={"name": "leaked"})
+    assert r.status_code == 201, r.text
+    leaked = r.json()
+    wait_tick(c, u, inst["id"], 1, tail=1)  # every line from here is a tick
+    doomed = follow(c, type("K", (), {"key": leaked["token"]}), inst["id"], tail=1)
+    kept = follow(c, u, inst["id"], tail=1)
+    doomed_lines, kept_lines = doomed.iter_lines(decode_unicode=True), kept.iter_lines(decode_unicode=True)
+    assert LINE.match(next(doomed_lines))
+    r = c.d.delete(f"/v1/api-keys/{leaked['id']}", key=u.key)
+    assert r.status_code == 200, r.text
+    rest, deadline = [], time.monotonic() + DEADLINE
+    for line in doomed_lines:  # until the stream ends, as it must
+        rest.append(line)
+        assert time.monotonic() < deadline, f"the follow goes on after its key was revoked: {rest[-3:]}"
+    assert rest and rest[-1] == "gpurent: the API key that opened this follow is revoked or expired", rest[-3:]
+    doomed.close()
+    seen = [m.group(3) for m in map(LINE.match, (next(kept_lines) for _ in range(3))) if m]
+    assert len(seen) == 3 and all(t.startswith("tick ") for t in seen), seen
+    kept.close()
 
 
 def test_one_user_cannot_take_every_follow(cloud):

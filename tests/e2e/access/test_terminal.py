@@ -4,7 +4,7 @@ from POST /v1/instances/{id}/terminal-tokens opens the WebSocket, typed bytes
 reach the workload's shell and its output comes back, a resize reaches the
 PTY (`stty size`), `exit 3` closes with 1000 "exit 3"; the token is single
 use, expires on the testing clock, is bound to its instance, user and rank,
-and dies with the API key that asked for it;
+and dies with the API key that asked for it, as does the terminal it opened;
 bad bodies are 400s, another user's instance 404, a stopped one 409; a
 cross-site Origin is 403, a rebound DNS name too, and a console on a name
 opens when public_url or cors_origins names its origin; ping is answered, an oversize message closes with
@@ -188,6 +188,32 @@ def test_a_token_dies_with_the_key_that_asked_for_it(cloud):
     type_(ws, "exit 0\n")
     assert Screen(ws).wait_close() == (1000, "exit 0")
     ws.close()
+
+
+def test_an_open_terminal_ends_with_the_key_that_opened_it(cloud):
+    """An open terminal outlived the revocation of the key whose token opened
+    it: a leaked key revoked left its shells running. Now each closes with
+    1008 as its key is revoked, the shell hung up at the node, and a terminal
+    opened through another key of the same user goes on."""
+    c = cloud
+    u, inst = running(c)
+    r = c.d.post("/v1/api-keys", key=u.key, json={"name": "leaked"})
+    assert r.status_code == 201, r.text
+    leaked = r.json()
+    doomed = connect(c, token(c, type("K", (), {"key": leaked["token"]}), inst["id"]))
+    kept = connect(c, token(c, u, inst["id"]))
+    doomed_screen, kept_screen = Screen(doomed), Screen(kept)
+    type_(doomed, "echo before-$((6*7))\n")
+    doomed_screen.read_until(r"before-42")
+    r = c.d.delete(f"/v1/api-keys/{leaked['id']}", key=u.key)
+    assert r.status_code == 200, r.text
+    assert doomed_screen.wait_close() == (1008, "the API key that opened this terminal is revoked or expired")
+    doomed.close()
+    type_(kept, "echo still-$((6*7))\n")
+    kept_screen.read_until(r"still-42")
+    type_(kept, "exit 0\n")
+    assert kept_screen.wait_close() == (1000, "exit 0")
+    kept.close()
 
 
 def test_bad_bodies_other_users_and_stopped(cloud):
