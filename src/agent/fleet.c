@@ -350,7 +350,7 @@ int agent_cmd_fleet(int argc, char **argv)
                 goto out;
             n_overrides++;
             break;
-        default: fleet_usage(stderr); goto out;
+        default: fputs("Try 'gpurent-agent sim-fleet --help'.\n", stderr); goto out; /* getopt named the option */
         }
     }
     if (optind < argc) {

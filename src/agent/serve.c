@@ -383,7 +383,7 @@ int agent_cmd_serve(int argc, char **argv)
         case 'S': key = "state_dir"; break;
         case 'l': key = "log_level"; break;
         case 'o': key = ""; break;
-        default: serve_usage(stderr); goto out;
+        default: fputs("Try 'gpurent-agent serve --help'.\n", stderr); goto out; /* getopt named the option */
         }
         if (n_overrides >= MAX_OVERRIDES) {
             fprintf(stderr, "gpurent-agent: too many overrides\n");
@@ -394,8 +394,7 @@ int agent_cmd_serve(int argc, char **argv)
         n_overrides++;
     }
     if (optind < argc) {
-        fprintf(stderr, "gpurent-agent: unexpected argument '%s'\n", argv[optind]);
-        serve_usage(stderr);
+        fprintf(stderr, "gpurent-agent: unexpected argument '%s'; try 'gpurent-agent serve --help'.\n", argv[optind]);
         goto out;
     }
     status = 1;

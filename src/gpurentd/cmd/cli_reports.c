@@ -200,8 +200,8 @@ int cmd_report(int argc, char **argv)
         case 'h':
             report_usage(stdout);
             return 0;
-        default:
-            report_usage(stderr);
+        default: /* getopt named the option */
+            fputs("Try 'gpurentd report --help'.\n", stderr);
             return 2;
         }
     }

@@ -88,8 +88,8 @@ static int parse_serve_args(int argc, char **argv, const char **config_file, cha
         case 'o':
             key = "";
             break;
-        default:
-            serve_usage(stderr);
+        default: /* getopt named the option */
+            fputs("Try 'gpurentd serve --help'.\n", stderr);
             return -1;
         }
         if (*n_overrides >= MAX_OVERRIDES) {
@@ -102,8 +102,7 @@ static int parse_serve_args(int argc, char **argv, const char **config_file, cha
         overrides[(*n_overrides)++] = o;
     }
     if (optind < argc) {
-        fprintf(stderr, "gpurentd: unexpected argument '%s'\n", argv[optind]);
-        serve_usage(stderr);
+        fprintf(stderr, "gpurentd: unexpected argument '%s'; try 'gpurentd serve --help'.\n", argv[optind]);
         return -1;
     }
     return 0;

@@ -12,11 +12,13 @@ import re
 import signal
 import socket
 import sqlite3
+import subprocess
 
 import pytest
 
 from harness import (DEFAULT_PASSWORD, REPO, TOKEN, api_key_hash, assert_error, migration_versions,
                      route_table, run_gpurentd, unique_email)
+from agent_util import AGENT
 from instances_util import cloud, cloud_with  # noqa: F401  (fixture)
 
 BODY_ONE_CARD = {"gpu_type": "MI450", "card_count": 1, "image": "rocm/pytorch:2.3-rocm6.2"}
@@ -617,6 +619,29 @@ def test_help(args, mentions):
     assert p.stdout.startswith("usage: gpurentd"), p.stdout
     for word in mentions:
         assert word in p.stdout, (word, p.stdout)
+
+
+@pytest.mark.parametrize("args, named, hint", [
+    (["--no-such-option"], "--no-such-option", "Try 'gpurentd serve --help'."),
+    (["serve", "--listne", "127.0.0.1:1"], "--listne", "Try 'gpurentd serve --help'."),
+    (["report", "usage", "--frm", "2027-01-01"], "--frm", "Try 'gpurentd report --help'."),
+    (["serve", "stray"], "stray", "Try 'gpurentd serve --help'."),
+])
+def test_a_misspelt_option_is_named_with_a_pointer_to_help(args, named, hint):
+    """The whole usage text after an unknown option buried the one line that
+    said what was wrong: now the option is named, then where help is."""
+    p = run_gpurentd(*args)
+    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+    assert "usage:" not in p.stderr and named in p.stderr.splitlines()[0], p.stderr
+    assert p.stderr.rstrip("\n").lower().endswith(hint.lower()), p.stderr
+
+
+def test_the_agent_names_a_misspelt_option_with_a_pointer_to_help():
+    for args, hint in ((["--no-such-option"], "Try 'gpurent-agent serve --help'."),
+                       (["sim-fleet", "--nodez", "2"], "Try 'gpurent-agent sim-fleet --help'.")):
+        p = subprocess.run([AGENT, *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stdout == "", (args, p.stdout, p.stderr)
+        assert p.stderr.splitlines() == [p.stderr.splitlines()[0], hint] and "unrecognized option" in p.stderr, p.stderr
 
 
 def test_help_config_lists_every_option():
