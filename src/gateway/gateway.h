@@ -194,6 +194,7 @@ struct gw_usage {
     char *line;      /* gw_usage_hide: a line of the stream not yet whole; owned */
     size_t line_len;
     int line_passing; /* a line too long to be usage is going on as it comes */
+    int hide_after_cr; /* the last line gone on ended at a '\r': a '\n' next is its line end's */
     char *event;      /* a server-sent event being read; owned */
     size_t event_len;
     char *keep; /* a whole answer being read, or (keep_tail) the end of one; owned */
@@ -202,7 +203,7 @@ struct gw_usage {
     int64_t input_tokens, output_tokens; /* as the upstream reported them, 0 to GW_USAGE_TOKENS_MAX */
     int64_t scanned_bytes;               /* of a stream, the bytes gw_usage_scan has read */
     int64_t scanned_events;              /* of a stream, the events gw_usage_scan has read */
-    int scan_newlines;                   /* gw_sse_event_end's state over the bytes gw_usage_scan read */
+    int scan_sse_state;                  /* gw_sse_event_end's state over the bytes gw_usage_scan read */
     /* Of a stream whose usage the gateway asked for: the ':' of the lines
      * read that start ":data:" (those gw_usage_hide added, not the
      * replica's bytes), and how much of ":data:" the line being read
@@ -221,13 +222,22 @@ struct gw_usage {
      * through the report; 0 before any report). Written and read as slack. */
     atomic_llong base;
 };
-/* Whether byte b ends a server-sent event (a blank line: "\n\n", or with
- * "\r\n" line ends), given *newlines, the line ends just before it (a
- * '\r' neither counts nor breaks them); *newlines starts at 0. proxy.c's
- * upstream thread counts the events that came and gw_usage_scan those
- * delivered with this one rule, so that the two counts name the same
- * events. */
-int gw_sse_event_end(int *newlines, char b);
+/* Whether byte b ends a server-sent event, given *state, what the bytes
+ * before it ended with (it starts at 0, and b is added to it). By the
+ * grammar of the standard (WHATWG HTML, server-sent events): a line ends
+ * at "\r\n", '\n' or a lone '\r', and two line ends in a row (a blank
+ * line) end an event. A line end is counted at its first byte, so a
+ * "\r\n" ends its line at its '\r' (its '\n' ends nothing, in the same
+ * piece or the next) and an event ending "\r\n\r\n" ends at its second
+ * '\r'; after an event, the line ends are counted again from none.
+ * proxy.c's upstream thread counts the events that came and gw_usage_scan
+ * those delivered with this one rule, so that the two counts name the
+ * same events. */
+int gw_sse_event_end(int *state, char b);
+/* Whether the bytes read into state by gw_sse_event_end end with a whole
+ * event (nothing after its blank line but line ends), so that another
+ * event may follow. */
+int gw_sse_event_boundary(int state);
 /* Reads the n bytes at p, just delivered (or read for a client that
  * left): each whole event's usage of a stream, and its events, or the
  * body kept for gw_usage_finish. */
@@ -238,9 +248,11 @@ void gw_usage_scan(struct gw_usage *u, const char *p, size_t n);
 int gw_usage_finish(struct gw_usage *u);
 /* Where gw_usage_hide's output goes: 0, or -1 to stop (out of memory). */
 typedef int (*gw_usage_emit)(void *ctx, const char *p, size_t n);
-/* The n stream bytes at p go to emit a line at a time, a `data:` line of
- * usage with an empty `choices` (the event the gateway asked for, not the
- * client) made a comment by a ':' before it; a line longer than
+/* The n stream bytes at p go to emit a line at a time (a line ends at a
+ * '\r' or a '\n', a "\r\n" at its '\r', as gw_sse_event_end reads
+ * them, and its '\n' follows, in this piece or the next), a `data:` line
+ * of usage with an empty `choices` (the event the gateway asked for, not
+ * the client) made a comment by a ':' before it; a line longer than
  * GW_EVENT_MAX goes on as it comes. -1 when emit or memory failed. */
 int gw_usage_hide(struct gw_usage *u, const char *p, size_t n, gw_usage_emit emit, void *ctx);
 /* A last line gw_usage_hide holds without its newline goes to emit, at

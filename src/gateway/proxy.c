@@ -135,7 +135,6 @@ struct call {
      * for the usage it reports (settle_withheld). */
     int withheld;
     int dropped_whole; /* a withheld answer dropped, none of it passed: answered 402, or 502 (respond) */
-    char last4[4];            /* the answer's last 4 bytes from the upstream: where an event ends */
     long status;
     char up_type[128];
     char up_etag[128]; /* the replica's ETag, passed on ("" none) */
@@ -144,9 +143,9 @@ struct call {
     struct gw_usage usage;
     int delivered_all;
     /* Under lock: the events of the stream that came from the upstream,
-     * and gw_sse_event_end's state over its bytes. */
+     * and gw_sse_event_end's state over its bytes (event_ended reads it). */
     int64_t events_received;
-    int up_newlines;
+    int up_sse_state;
     /* The most output tokens the request lets the replica generate
      * (request_output_bound); -1: no bound but the bytes. Set before the
      * upstream starts. */
@@ -525,13 +524,12 @@ static void drain_out(struct call *c)
 }
 
 /* Under c->lock: whether the answer is a stream of server-sent events whose
- * bytes so far end with a whole event (a blank line), so that one more may
- * follow. */
+ * bytes so far end with a whole event (a blank line, with any of the
+ * standard's line ends: gw_sse_event_end), so that one more may follow. */
 static int event_ended(const struct call *c)
 {
-    const char *t = c->last4;
     return strncasecmp(c->up_type, "text/event-stream", 17) == 0 && c->usage.line_len == 0 &&
-           ((t[2] == '\n' && t[3] == '\n') || memcmp(t, "\r\n\r\n", 4) == 0);
+           gw_sse_event_boundary(c->up_sse_state);
 }
 
 /* Under c->lock: the output tokens the call's hold covers once received
@@ -679,10 +677,10 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
     }
     /* (c->usage.streamed is set on the connection's side, maybe after this.) */
     int stream = strncasecmp(c->up_type, "text/event-stream", 17) == 0;
-    int newlines = c->up_newlines;
+    int sse_state = c->up_sse_state;
     int64_t events = c->events_received;
     for (size_t i = 0; stream && i < len; i++)
-        events += gw_sse_event_end(&newlines, p[i]);
+        events += gw_sse_event_end(&sse_state, p[i]);
     /* Bytes the funds do not hold never pass: the answer is cut here, or
      * (an answer not a stream) withheld until it is whole. At its first
      * bytes, an answer not a stream is held for all it announces, so that
@@ -721,14 +719,10 @@ static size_t up_body(char *p, size_t size, size_t n, void *vc)
         pthread_mutex_unlock(&c->lock);
         return CURL_WRITEFUNC_PAUSE;
     }
-    c->up_newlines = newlines;
+    c->up_sse_state = sse_state;
     c->events_received = events;
     int ok = c->usage.usage_asked && stream ? gw_usage_hide(&c->usage, p, len, emit_out, c) : out_append(c, p, len);
     if (ok == 0) {
-        for (size_t i = len > 4 ? len - 4 : 0; i < len; i++) {
-            memmove(c->last4, c->last4 + 1, 3);
-            c->last4[3] = p[i];
-        }
         /* The whole body is in: the answer can end without waiting for
          * the transfer's end (one suspend and resume less a call). */
         curl_off_t want = -1;

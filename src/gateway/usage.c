@@ -97,18 +97,39 @@ static void usage_from_tail(struct gw_usage *u)
     }
 }
 
-int gw_sse_event_end(int *newlines, char b)
+/* gw_sse_event_end's state: what the bytes read so far end with. */
+enum {
+    SSE_LINE_ENDED = 1,  /* a line end: one more ends the event */
+    SSE_AFTER_CR = 2,    /* a '\r', counted as a line end: a '\n' next is its "\r\n" pair's */
+    SSE_EVENT_ENDED = 4, /* a whole event, and nothing since but line ends */
+};
+
+int gw_sse_event_end(int *state, char b)
 {
-    if (b == '\r')
-        return 0;
-    if (b != '\n') {
-        *newlines = 0;
+    int s = *state;
+    if (b == '\n' && (s & SSE_AFTER_CR)) {
+        *state = s & ~SSE_AFTER_CR; /* the '\n' of a "\r\n", which ended its line at the '\r' */
         return 0;
     }
-    if (++*newlines < 2)
+    if (b != '\n' && b != '\r') {
+        *state = 0;
         return 0;
-    *newlines = 0;
+    }
+    /* A line end is counted at its first byte, a "\r\n" at its '\r':
+     * a lone '\r' is a whole line end, and whether a '\n' follows may be
+     * known only with the next piece, or never (the stream's last byte). */
+    int cr = b == '\r' ? SSE_AFTER_CR : 0;
+    if (!(s & SSE_LINE_ENDED)) {
+        *state = (s & SSE_EVENT_ENDED) | SSE_LINE_ENDED | cr;
+        return 0;
+    }
+    *state = SSE_EVENT_ENDED | cr;
     return 1;
+}
+
+int gw_sse_event_boundary(int state)
+{
+    return (state & SSE_EVENT_ENDED) != 0;
 }
 
 /* Counts, byte b by byte, the ':' of each line that starts ":data:" (of a
@@ -116,7 +137,9 @@ int gw_sse_event_end(int *newlines, char b)
  * before the usage event, which the client got and the replica never sent
  * (one such line the replica sent itself reads the same: its usage is
  * read as the hidden event's, and its ':' is not counted either). Byte by
- * byte, so that an event skipped or cut short still counts its lines. */
+ * byte, so that an event skipped or cut short still counts its lines. A
+ * line starts after a '\r' or a '\n' (the '\n' of a "\r\n" starts an
+ * empty line, which cannot start ":data:"), as gw_usage_hide's lines do. */
 static void count_comment_colon(struct gw_usage *u, char b)
 {
     static const char comment[] = ":data:";
@@ -126,7 +149,7 @@ static void count_comment_colon(struct gw_usage *u, char b)
     } else {
         u->comment_match = -1;
     }
-    if (b == '\n')
+    if (b == '\n' || b == '\r')
         u->comment_match = 0;
 }
 
@@ -160,14 +183,19 @@ void gw_usage_scan(struct gw_usage *u, const char *p, size_t n)
         if (u->usage_asked)
             count_comment_colon(u, p[i]);
         /* An event ends at a blank line, by the rule the hold counts
-         * events with: "\n\n", "\r\n\r\n", or any '\r's between. (Its
-         * own test before, "\n\n" or "\n\r\n" at the event's end, missed the
-         * usage of an event ending "\n\r\r\n", which the hold counted and
-         * the client read.) */
-        if (gw_sse_event_end(&u->scan_newlines, p[i])) {
+         * events with (gw_sse_event_end: the standard's line ends, "\r\n",
+         * '\n' or a lone '\r'). (Its own test before, "\n\n" or "\n\r\n"
+         * at the event's end, missed the usage of an event ending
+         * "\n\r\r\n", which the hold counted and the client read.) */
+        if (gw_sse_event_end(&u->scan_sse_state, p[i])) {
             u->scanned_events++;
+            /* Its lines end at each '\r' or '\n': a "\r\n" read so
+             * leaves an empty line between the two, as the '\n' the
+             * event may start with (its last line end's, when that was a
+             * "\r\n": the event ended at the '\r'), and an empty line
+             * says nothing of usage. */
             for (char *line = u->event; line && *line;) {
-                char *next = strchr(line, '\n');
+                char *next = strpbrk(line, "\r\n");
                 if (next)
                     *next++ = '\0';
                 /* The usage event the client did not ask for went out as
@@ -232,17 +260,42 @@ int gw_usage_flush_line(struct gw_usage *u, gw_usage_emit emit, void *ctx)
     return 0;
 }
 
+/* The length of the line at p, of n bytes, through its line end (its
+ * first '\r' or '\n'); 0 when it has none there. */
+static size_t line_with_end(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] == '\n' || p[i] == '\r')
+            return i + 1;
+    return 0;
+}
+
 int gw_usage_hide(struct gw_usage *u, const char *p, size_t n, gw_usage_emit emit, void *ctx)
 {
     while (n) {
-        const char *nl = memchr(p, '\n', n);
-        size_t take = nl ? (size_t)(nl - p) + 1 : n;
+        if (u->hide_after_cr) {
+            u->hide_after_cr = 0;
+            /* The '\n' of a "\r\n": the end of the line gone on at its
+             * '\r', not an empty line of its own. */
+            if (*p == '\n') {
+                if (emit(ctx, p, 1) < 0)
+                    return -1;
+                p++;
+                n--;
+                continue;
+            }
+        }
+        size_t ended = line_with_end(p, n);
+        size_t take = ended ? ended : n;
+        /* A line ends at its '\r' whether or not a '\n' follows, so that
+         * it is read alike however the stream is cut. */
+        u->hide_after_cr = ended && p[ended - 1] == '\r';
         if (u->line_passing || u->line_len + take > GW_EVENT_MAX) {
             if (gw_usage_flush_line(u, emit, ctx) < 0)
                 return -1;
             if (emit(ctx, p, take) < 0)
                 return -1;
-            u->line_passing = !nl;
+            u->line_passing = !ended;
         } else {
             char *grown = realloc(u->line, u->line_len + take);
             if (!grown)
@@ -250,7 +303,7 @@ int gw_usage_hide(struct gw_usage *u, const char *p, size_t n, gw_usage_emit emi
             u->line = grown;
             memcpy(u->line + u->line_len, p, take);
             u->line_len += take;
-            if (nl) {
+            if (ended) {
                 if (is_usage_event(u->line, u->line_len) && emit(ctx, ":", 1) < 0)
                     return -1;
                 if (emit(ctx, u->line, u->line_len) < 0)
