@@ -9,7 +9,9 @@
  * answer with only a ':' put before some `data:` lines; and a stream's
  * usage, and the hold's reading of it, is the same whether the gateway
  * asked for it (and hid it as a comment) or the client did (and got it as
- * data), and with or without the '\r's before its line ends. */
+ * data), and whichever of the standard's line ends ("\r\n", '\n', a lone
+ * '\r') its lines end with; the events are those the standard's grammar
+ * names (a reference of it here, apart from usage.c's). */
 #include "gateway.h"
 
 #include <stdint.h>
@@ -77,16 +79,19 @@ static void read_usage(const char *text, size_t len, int streamed, int asked, un
 }
 
 /* The events the upstream thread counts in text as it comes in pieces
- * (proxy.c, up_body: gw_sse_event_end's state carried between them). */
-static int64_t count_events(const char *text, size_t len, unsigned cut)
+ * (proxy.c, up_body: gw_sse_event_end's state carried between them), and
+ * whether it ends with a whole event (gw_sse_event_boundary, by which a
+ * stream cut for its funds gets a last event saying why). */
+static int64_t count_events(const char *text, size_t len, unsigned cut, int *boundary)
 {
-    int newlines = 0;
+    int sse = 0;
     int64_t events = 0;
     for (size_t off = 0, k = 0, n; off < len; off += n, k++) {
         n = next_piece(cut, k, off, len);
         for (size_t i = 0; i < n; i++)
-            events += gw_sse_event_end(&newlines, text[off + i]);
+            events += gw_sse_event_end(&sse, text[off + i]);
     }
+    *boundary = gw_sse_event_boundary(sse);
     return events;
 }
 
@@ -105,12 +110,13 @@ static void hide(const char *text, size_t len, unsigned cut, struct buf *out)
 }
 
 /* Whether out is in with a ':' put at the start of some lines that begin
- * "data:", and nothing else changed. */
+ * "data:" (after a '\r' or a '\n': never between the two of a "\r\n",
+ * as no line starts "\ndata:"), and nothing else changed. */
 static int only_colons_added(const char *in, size_t in_len, const char *out, size_t out_len)
 {
     size_t i = 0, o = 0;
     while (i < in_len) {
-        int line_start = i == 0 || in[i - 1] == '\n';
+        int line_start = i == 0 || in[i - 1] == '\n' || in[i - 1] == '\r';
         if (line_start && o < out_len && out[o] == ':' && in[i] != ':') {
             if (in_len - i < 5 || memcmp(in + i, "data:", 5) != 0)
                 return 0;
@@ -124,23 +130,41 @@ static int only_colons_added(const char *in, size_t in_len, const char *out, siz
     return o == out_len;
 }
 
-/* text without the '\r's just before each '\n' (a line's end: never
- * inside a JSON text, in which a raw line end cannot be), into out. */
-static void without_crs_before_lf(const char *text, size_t len, struct buf *out)
+/* The standard's grammar (WHATWG HTML, server-sent events), apart from
+ * usage.c's: text with each of its line ends ("\r\n", a lone '\r', '\n')
+ * made end, into out. */
+static void with_line_ends(const char *text, size_t len, const char *end, struct buf *out)
 {
-    for (size_t i = 0; i < len;) {
-        size_t run = 0;
-        while (i + run < len && text[i + run] == '\r')
-            run++;
-        if (run && i + run < len && text[i + run] == '\n') {
-            i += run; /* '\r's before a '\n': dropped */
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] != '\r' && text[i] != '\n') {
+            emit(out, text + i, 1);
             continue;
         }
-        if (run == 0)
-            run = 1;
-        emit(out, text + i, run);
-        i += run;
+        if (text[i] == '\r' && i + 1 < len && text[i + 1] == '\n')
+            i++; /* one line end of two bytes */
+        emit(out, end, strlen(end));
     }
+}
+
+/* The events of a text whose line ends are all '\n' (with_line_ends), by
+ * the rule the hold counts them with: two line ends in a row end an
+ * event, and the count starts again after it, so a run of k line ends
+ * ends k / 2 events; and whether it ends with a whole event (a last run
+ * of two or more). */
+static int64_t reference_events(const char *lf_text, size_t len, int *boundary)
+{
+    int64_t events = 0;
+    size_t run = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (lf_text[i] == '\n') {
+            run++;
+            continue;
+        }
+        events += (int64_t)(run / 2);
+        run = 0;
+    }
+    *boundary = run >= 2;
+    return events + (int64_t)(run / 2);
 }
 
 /* Whether some line of text starts ":data:" (a comment the replica sent
@@ -149,7 +173,7 @@ static void without_crs_before_lf(const char *text, size_t len, struct buf *out)
 static int has_data_comment(const char *text, size_t len)
 {
     for (size_t i = 0; i + 6 <= len; i++)
-        if ((i == 0 || text[i - 1] == '\n') && memcmp(text + i, ":data:", 6) == 0)
+        if ((i == 0 || text[i - 1] == '\n' || text[i - 1] == '\r') && memcmp(text + i, ":data:", 6) == 0)
             return 1;
     return 0;
 }
@@ -172,11 +196,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
 
     /* The events the hold counts as they come name those read as
-     * delivered: the same count, however either arrived. */
-    int64_t came = count_events(text, len, 0);
-    if (count_events(text, len, cut) != came)
+     * delivered: the same count, however either arrived, and the count the
+     * standard's grammar gives. */
+    int boundary, cut_boundary, reference_boundary;
+    int64_t came = count_events(text, len, 0, &boundary);
+    if (count_events(text, len, cut, &cut_boundary) != came || cut_boundary != boundary)
         abort();
     if (whole.events != came)
+        abort();
+    struct buf lf = {0};
+    with_line_ends(text, len, "\n", &lf);
+    if (reference_events(lf.p, lf.len, &reference_boundary) != came || reference_boundary != boundary)
         abort();
 
     struct buf a = {0}, b = {0};
@@ -205,16 +235,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(a.p);
     free(b.p);
 
-    /* A '\r' neither counts nor breaks a line end (gw_sse_event_end, by
-     * which the hold counts events): without those before each '\n', the
-     * stream has the same events, so the same usage and events are read. */
-    struct buf lf = {0};
-    without_crs_before_lf(text, len, &lf);
-    struct reading crlf, plain;
-    read_usage(text, len, 1, asked, 0, &crlf);
-    read_usage(lf.p, lf.len, 1, asked, 0, &plain);
-    if (crlf.in != plain.in || crlf.out != plain.out || crlf.events != plain.events || crlf.base != plain.base)
-        abort();
+    /* A line end is one whichever of the standard's it is: with all
+     * '\n', all '\r' or all "\r\n", the stream has the same events, so
+     * the same usage and events are read, and the hold's estimate. */
+    struct buf cr = {0}, crlf = {0};
+    with_line_ends(text, len, "\r", &cr);
+    with_line_ends(text, len, "\r\n", &crlf);
+    const struct buf *same_events[] = {&lf, &cr, &crlf};
+    struct reading mixed;
+    read_usage(text, len, 1, asked, 0, &mixed);
+    for (size_t e = 0; e < sizeof same_events / sizeof same_events[0]; e++) {
+        struct reading other;
+        read_usage(same_events[e]->p, same_events[e]->len, 1, asked, cut, &other);
+        if (other.in != mixed.in || other.out != mixed.out || other.events != mixed.events || other.base != mixed.base)
+            abort();
+    }
     free(lf.p);
+    free(cr.p);
+    free(crlf.p);
     return 0;
 }

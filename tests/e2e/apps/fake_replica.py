@@ -23,7 +23,9 @@ answers 200 (so the agent's check passes); a POST, by MODE:
            (5 else). An unstreamed answer with "chunked": N goes without a
            Content-Length, in chunks of N bytes, one every "word_ms"; with
            "break_after": N the replica closes the connection after N
-           bytes of it (a server that died mid-answer)
+           bytes of it (a server that died mid-answer). A stream's
+           "line_end" ends its lines: LF if none, or CR or CR LF, as the
+           SSE standard allows
 """
 import json
 import sys
@@ -110,12 +112,13 @@ class Handler(BaseHTTPRequestHandler):
                 chunk["usage"] = None
             chunks.append({"choices": [], "usage": {"prompt_tokens": request.get("prompt_tokens", 5),
                                                      "completion_tokens": request.get("claim_tokens", len(words))}})
+        end = request.get("line_end", "\n").encode()
         for i, chunk in enumerate(chunks):
             if i:
                 time.sleep(request.get("word_ms", 0) / 1000)
-            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + end + end)
             self.wfile.flush()
-        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.write(b"data: [DONE]" + end + end)
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
