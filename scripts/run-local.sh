@@ -17,7 +17,9 @@
 # gpurentd, and shown once in the banner) in VAR/admin.key, mode 0600; the
 # fleets use it to register their nodes and keep each node's secret under
 # VAR/fleet/, so every later run on the same VAR and ports finds the same
-# nodes working again.
+# nodes working again. It also gives H100-SXM, which the seed catalog
+# leaves unpriced, a price of 2.00 per card-hour on a new database, so that
+# its node can be reserved.
 #
 # gpurentd's log goes to this terminal, the fleets' output to
 # VAR/fleet/NAME.log; Ctrl-C (or SIGTERM to this script) stops everything
@@ -46,15 +48,19 @@
 set -euo pipefail
 
 # GPURENT_VAR is read before the cd below, so a relative one names a
-# directory under the caller's; the default is the repository's var/.
+# directory under the caller's; the default is the repository's var/. Either
+# way var is absolute: the fleets' state directories are under it, and a sim
+# container's HOME and GPURENT_HOSTFILE are paths there, which must resolve
+# from the container directory a shell starts in.
 var=${GPURENT_VAR:-}
 case $var in
-  '') var=var ;;
+  '') ;;
   /*) ;;
   *) var=$PWD/$var ;;
 esac
 
 cd "$(dirname "$0")/.."
+[ -n "$var" ] || var=$PWD/var
 
 port=${GPURENT_PORT:-8080}
 ssh_port=${GPURENT_SSH_PORT:-2222}
@@ -271,6 +277,17 @@ fi
 admin_key=""
 [ -r "$key_file" ] && admin_key=$(head -n 1 "$key_file")
 
+# The seed catalog has no price for H100-SXM (booked ahead only), and a type
+# without one cannot be booked: on a new database give it 2.00 per
+# card-hour, so the reservation examples of README.md book a block of the
+# H100 node (8 cards x 3 hours: 48.00). An admin may change it later.
+if [ -n "$new_key" ] && [ -n "$admin_key" ] && command -v curl >/dev/null; then
+  status=$(curl -s -o /dev/null -w '%{http_code}' -X PUT "$base/v1/admin/prices/H100-SXM" \
+    -H "Authorization: Bearer $admin_key" -H 'Content-Type: application/json' \
+    -d '{"price_per_card_hour":"2.00","reason":"make run: the local H100-SXM node can be reserved"}' || true)
+  [ "$status" = 200 ] || echo "run-local: pricing H100-SXM for reservations failed (HTTP $status)" >&2
+fi
+
 # ---------------------------------------------------------------------------
 # The marketplace: gpurent-gateway and the demo app "echo"
 # ---------------------------------------------------------------------------
@@ -379,16 +396,16 @@ cat <<EOF
    curl -s \$API/v1/instances/\$ID -H "Authorization: Bearer \$KEY"
    curl -s \$API/v1/instances/\$ID/events -H "Authorization: Bearer \$KEY"
 
-   # your SSH key (make one with ssh-keygen -t ed25519 if you have none); the
-   # instance takes the account's keys when it starts
-   curl -s -X POST \$API/v1/ssh-keys -H "Authorization: Bearer \$KEY" \
+   # your SSH key (make one with ssh-keygen -t ed25519 if you have none);
+   # the account's keys reach its instances, running ones too, within moments
+   curl -s -X POST \$API/v1/ssh-keys -H "Authorization: Bearer \$KEY" \\
         --json "{\\"name\\":\\"laptop\\",\\"public_key\\":\\"\$(cat ~/.ssh/id_ed25519.pub)\\"}"
-   # ... launch as above once the key is there, then take an OpenSSH config
-   # and the host keys for every rank, and go in: a shell in the workload,
-   # a file into /shared, and what the container printed
+   # then take an OpenSSH config and the host keys for every rank, and go
+   # in: a shell in the workload, a file into /shared, and what the
+   # container printed
    curl -s \$API/v1/instances/\$ID/ssh-config -H "Authorization: Bearer \$KEY" > gpurent.ssh
-   curl -s \$API/v1/instances/\$ID -H "Authorization: Bearer \$KEY" \
-        | python3 -c 'import json,sys; [print(n["ssh"]["known_hosts"]) for n in json.load(sys.stdin)["nodes"]]' \
+   curl -s \$API/v1/instances/\$ID -H "Authorization: Bearer \$KEY" \\
+        | python3 -c 'import json,sys; [print(n["ssh"]["known_hosts"]) for n in json.load(sys.stdin)["nodes"]]' \\
         > gpurent.known_hosts
    ssh -F gpurent.ssh -o UserKnownHostsFile=gpurent.known_hosts \$ID-0 'pwd; ls'
    scp -F gpurent.ssh -o UserKnownHostsFile=gpurent.known_hosts README.md \$ID-0:/shared/

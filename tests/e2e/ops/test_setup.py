@@ -387,18 +387,25 @@ class RunLocal:
     """One run of scripts/run-local.sh in its own session (so its process
     group is what Ctrl-C would reach in a terminal), output to files."""
 
-    def __init__(self, var, port, ssh_port, tag):
+    def __init__(self, var, port, ssh_port, tag, script=RUN_LOCAL, var_from_env=True):
+        """var is the state directory the script uses: given to it as
+        GPURENT_VAR, or, with var_from_env False, the default it picks
+        itself (the var/ beside the script's scripts/ folder)."""
         self.var, self.port, self.base = str(var), port, f"http://127.0.0.1:{port}"
         self.out_path = os.path.join(os.path.dirname(self.var), f"run-local-{tag}.stdout")
         self.err_path = os.path.join(os.path.dirname(self.var), f"run-local-{tag}.stderr")
-        env = {**sanitizer_env(), "GPURENT_VAR": self.var, "GPURENT_PORT": str(port), "GPURENT_SSH_PORT": str(ssh_port),
+        env = {**sanitizer_env(), "GPURENT_PORT": str(port), "GPURENT_SSH_PORT": str(ssh_port),
                "GPURENTD": GPURENTD, "GPURENT_AGENT": AGENT}
+        if var_from_env:
+            env["GPURENT_VAR"] = self.var
+        else:
+            env.pop("GPURENT_VAR", None)
         env.pop("GPURENT_FLEET", None)
         env.pop("GPURENT_CORS_ORIGINS", None)
         # Started from outside the repository: the script finds its way there
         # itself, and GPURENT_VAR is absolute.
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(["bash", RUN_LOCAL], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                          env=env, cwd=os.path.dirname(self.var), start_new_session=True)
 
     def stdout(self):
@@ -484,6 +491,52 @@ class RunLocal:
 TOKEN_LINE = re.compile(r"^ +(gpk_[0-9a-z]{20}_[0-9a-f]{64})$", re.M)
 
 
+def renter_walk(run, tmp_path, ssh_port):
+    """The walk-through the banner suggests, up to a shell: sign up with the
+    invite code, verify the address with the code from the log, add an SSH
+    key, launch 8 x MI450 with ROCm PyTorch, watch it run, take its
+    ssh-config and known_hosts lines. Returns the renter's auth header, the
+    running instance and the ssh options that reach it."""
+    r = requests.post(run.base + "/v1/signup", timeout=60, json={
+        "email": "ada@example.com", "password": "correct horse battery", "invite_code": "AMD6GW"})
+    assert r.status_code == 201, r.text
+    key = r.json()["api_key"]["token"]
+    auth = {"Authorization": f"Bearer {key}"}
+    # Without smtp_url the verification code is in the daemon's log on
+    # the terminal, as the banner says.
+    code_line = re.compile(r"E-MAIL NOT SENT \(no smtp_url\): verify ada@example\.com with code (evc_[0-9a-z]{20})")
+    code = poll(lambda: (code_line.search(run.stderr()) or None) and code_line.search(run.stderr()).group(1),
+                30, "the verification code in the log")
+    r = requests.post(run.base + "/v1/verify-email", timeout=30, json={"token": code})
+    assert r.status_code == 200 and r.json()["credit"]["source"] == "invite:AMD6GW", r.text
+    ssh_key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh_key)], check=True)
+    r = requests.post(run.base + "/v1/ssh-keys", headers=auth, timeout=30,
+                      json={"name": "laptop", "public_key": (tmp_path / "id_ed25519.pub").read_text()})
+    assert r.status_code == 201, r.text
+    r = requests.post(run.base + "/v1/instances", headers=auth, timeout=30,
+                      json={"gpu_type": "MI450", "card_count": 8, "image": "rocm/pytorch:2.3-rocm6.2"})
+    assert r.status_code == 201, r.text
+    inst_id = r.json()["id"]
+
+    def running():
+        i = requests.get(f"{run.base}/v1/instances/{inst_id}", headers=auth, timeout=30).json()
+        assert i["state"] in ("pending", "provisioning", "running"), i
+        return i["state"] == "running" and i
+    inst = poll(running, SLOW, "the instance to run")
+    assert len(inst["nodes"]) == 1 and len(inst["nodes"][0]["cards"]) == 8, inst
+
+    # In as the banner says: its ssh-config and known_hosts lines.
+    r = requests.get(f"{run.base}/v1/instances/{inst_id}/ssh-config", headers=auth, timeout=30)
+    assert r.status_code == 200, r.text
+    (tmp_path / "gpurent.ssh").write_text(r.text)
+    (tmp_path / "gpurent.known_hosts").write_text(inst["nodes"][0]["ssh"]["known_hosts"] + "\n")
+    opts = ["-F", str(tmp_path / "gpurent.ssh"), "-i", str(ssh_key), "-o", "IdentitiesOnly=yes",
+            "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={tmp_path / 'gpurent.known_hosts'}"]
+    assert inst["nodes"][0]["ssh"]["port"] in range(ssh_port, ssh_port + 4), inst
+    return auth, inst, opts
+
+
 def test_run_local_end_to_end(tmp_path):
     var = tmp_path / "state"
     port = free_port_block()
@@ -507,48 +560,27 @@ def test_run_local_end_to_end(tmp_path):
             assert re.search(rf"^   {re.escape(model)} +{n} x 8 cards .* {n} registered, 0 kept, 0 failed$",
                              banner, re.M), banner
         run.wait_nodes_ready(admin_key, started)
+        # Every command the banner prints is whole on its lines: a line that
+        # goes on ends in a backslash (an unescaped one in the script's
+        # here-document joined two lines into one, with a run of spaces).
+        assert not re.search(r"[^\s#] {4,}(--json|\||>) ", banner), banner
 
-        # The walk-through the banner suggests: sign up with the invite code,
-        # launch 8 x MI450 with ROCm PyTorch, watch it run.
-        r = requests.post(run.base + "/v1/signup", timeout=60, json={
-            "email": "ada@example.com", "password": "correct horse battery", "invite_code": "AMD6GW"})
-        assert r.status_code == 201, r.text
-        key = r.json()["api_key"]["token"]
-        auth = {"Authorization": f"Bearer {key}"}
-        # Without smtp_url the verification code is in the daemon's log on
-        # the terminal, as the banner says.
-        code_line = re.compile(r"E-MAIL NOT SENT \(no smtp_url\): verify ada@example\.com with code (evc_[0-9a-z]{20})")
-        code = poll(lambda: (code_line.search(run.stderr()) or None) and code_line.search(run.stderr()).group(1),
-                    30, "the verification code in the log")
-        assert "E-MAIL NOT SENT" in banner or "verify-email" in banner, banner
-        r = requests.post(run.base + "/v1/verify-email", timeout=30, json={"token": code})
-        assert r.status_code == 200 and r.json()["credit"]["source"] == "invite:AMD6GW", r.text
-        ssh_key = tmp_path / "id_ed25519"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh_key)], check=True)
-        r = requests.post(run.base + "/v1/ssh-keys", headers=auth, timeout=30,
-                          json={"name": "laptop", "public_key": (tmp_path / "id_ed25519.pub").read_text()})
-        assert r.status_code == 201, r.text
-        r = requests.post(run.base + "/v1/instances", headers=auth, timeout=30,
-                          json={"gpu_type": "MI450", "card_count": 8, "image": "rocm/pytorch:2.3-rocm6.2"})
-        assert r.status_code == 201, r.text
-        inst_id = r.json()["id"]
+        # H100-SXM, which the seed catalog leaves unpriced, has a price on
+        # a new database, so README's reservation example can book its node:
+        # 8 cards for 3 hours quote 48.00 (the renter's trial credit does
+        # not cover it: 402 with the price).
+        types = {t["code"]: t for t in requests.get(run.base + "/v1/gpu-types", timeout=30).json()["data"]}
+        assert types["H100-SXM"]["price_per_card_hour"] == "2.00", types["H100-SXM"]
 
-        def running():
-            i = requests.get(f"{run.base}/v1/instances/{inst_id}", headers=auth, timeout=30).json()
-            assert i["state"] in ("pending", "provisioning", "running"), i
-            return i["state"] == "running" and i
-        inst = poll(running, SLOW, "the instance to run")
-        assert len(inst["nodes"]) == 1 and len(inst["nodes"][0]["cards"]) == 8, inst
-
-        # In as the banner says: its ssh-config and known_hosts lines, a
-        # command, a file into /shared, read back.
-        r = requests.get(f"{run.base}/v1/instances/{inst_id}/ssh-config", headers=auth, timeout=30)
-        assert r.status_code == 200, r.text
-        (tmp_path / "gpurent.ssh").write_text(r.text)
-        (tmp_path / "gpurent.known_hosts").write_text(inst["nodes"][0]["ssh"]["known_hosts"] + "\n")
-        opts = ["-F", str(tmp_path / "gpurent.ssh"), "-i", str(ssh_key), "-o", "IdentitiesOnly=yes",
-                "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={tmp_path / 'gpurent.known_hosts'}"]
-        assert inst["nodes"][0]["ssh"]["port"] in range(ssh_port, ssh_port + 4), inst
+        auth, inst, opts = renter_walk(run, tmp_path, ssh_port)
+        inst_id = inst["id"]
+        r = requests.post(run.base + "/v1/reservations", headers=auth, timeout=30, json={
+            "gpu_type": "H100-SXM", "cards": 8,
+            "starts_at": (datetime.datetime.now(datetime.timezone.utc).replace(minute=0, second=0, microsecond=0)
+                          + datetime.timedelta(days=7)).strftime("%Y-%m-%dT%H:00:00Z"),
+            "ends_at": (datetime.datetime.now(datetime.timezone.utc).replace(minute=0, second=0, microsecond=0)
+                        + datetime.timedelta(days=7, hours=3)).strftime("%Y-%m-%dT%H:00:00Z")})
+        assert r.status_code == 402 and r.json()["error"]["price"] == "48.00", r.text
         out = subprocess.run(["ssh", *opts, f"{inst_id}-0", "echo in-the-instance"], capture_output=True,
                              text=True, timeout=SLOW)
         assert (out.returncode, out.stdout) == (0, "in-the-instance\n"), out
@@ -580,10 +612,48 @@ def test_run_local_end_to_end(tmp_path):
                              banner, re.M), banner
         nodes = run.wait_nodes_ready(admin_key, started)
         assert len({n["id"] for n in nodes}) == sum(FLEET_NODES.values())
+        # The H100-SXM price was set once, by the first run.
+        prices = run.admin(admin_key, "/v1/admin/audit?action=price")["data"]
+        assert [(a["target"], a["amount"]) for a in prices] == [("H100-SXM", "2.00")], prices
         # The instance of the first run is still there, on its node (the sim
         # agents reload their workload records).
         again = requests.get(f"{run.base}/v1/instances/{inst_id}", headers=auth, timeout=30).json()
         assert again["state"] == "running" and again["nodes"] == inst["nodes"], again
+        run.interrupt()
+    finally:
+        run.kill()
+
+
+def test_run_local_default_state_is_absolute(tmp_path):
+    """Without GPURENT_VAR the state is the var/ of the repository, named by
+    its absolute path: the fleets' state directories are under it, and a sim
+    shell's HOME (and a cluster's GPURENT_HOSTFILE) are paths there, which
+    must resolve from the container directory the shell starts in. (With a
+    relative var/, HOME was var/fleet/…, and `cd` in a shell failed.) The
+    script runs from a copy of the repository's layout, so that its var/
+    is the test's."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    script = repo / "scripts" / "run-local.sh"
+    shutil.copy(RUN_LOCAL, script)
+    os.symlink(os.path.join(REPO, "conf"), repo / "conf")
+    os.symlink(os.path.join(REPO, "console"), repo / "console")
+    var = repo / "var"
+    port = free_port_block()
+    ssh_port = free_port_block(7)
+    started = time.time()
+    run = RunLocal(var, port, ssh_port, "default-var", script=script, var_from_env=False)
+    try:
+        banner = run.wait_banner()
+        assert f"gpurent is running at {run.base}   (database {var}/gpurent.db)" in banner, banner
+        admin_key = TOKEN_LINE.findall(banner)[0]
+        run.wait_nodes_ready(admin_key, started)
+        auth, inst, opts = renter_walk(run, tmp_path, ssh_port)
+        out = subprocess.run(["ssh", *opts, f"{inst['id']}-0", 'cd && pwd && test -d shared && echo "$HOME"'],
+                             capture_output=True, text=True, timeout=SLOW)
+        assert out.returncode == 0, out
+        home, again = out.stdout.splitlines()
+        assert home == again and home.startswith(f"{var}/fleet/"), out
         run.interrupt()
     finally:
         run.kill()
