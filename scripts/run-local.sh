@@ -69,7 +69,6 @@ gpurentd=${GPURENTD:-build/gpurentd}
 agent=${GPURENT_AGENT:-build/gpurent-agent}
 cors=${GPURENT_CORS_ORIGINS:-"http://127.0.0.1:$port http://localhost:$port"}
 gateway=${GPURENT_GATEWAY_BIN:-build/gpurent-gateway}
-gw_port=${GPURENT_GATEWAY_PORT:-$((port + 4))}
 db=$var/gpurent.db
 key_file=$var/admin.key
 stdout_file=$var/gpurentd.stdout
@@ -88,6 +87,16 @@ if [ "$ssh_port" -lt 1 ] || [ "$ssh_port" -gt 65529 ]; then
 fi
 if [ "$port" -lt 1 ] || [ "$port" -gt 65532 ]; then
   echo "run-local: GPURENT_PORT must be from 1 to 65532 (the fleet uses the next three)" >&2
+  exit 2
+fi
+# Computed once GPURENT_PORT is known to be a number: bash's arithmetic
+# would take a word for a variable's name.
+gw_port=${GPURENT_GATEWAY_PORT:-$((port + 4))}
+case $gw_port in
+  ''|*[!0-9]*) echo "run-local: GPURENT_GATEWAY_PORT must be a port number, not '$gw_port'" >&2; exit 2 ;;
+esac
+if [ "$gw_port" -lt 1 ] || [ "$gw_port" -gt 65535 ]; then
+  echo "run-local: the gateway's port $gw_port is not from 1 to 65535 (GPURENT_GATEWAY_PORT, default GPURENT_PORT+4)" >&2
   exit 2
 fi
 if [ ! -x "$gpurentd" ]; then
@@ -120,7 +129,11 @@ port_open() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-for p in "$port" $(for f in "${fleets[@]}"; do set -- $f; echo "$6"; seq "$7" $(($7 + $3 - 1)); done); do
+# The gateway starts with the fleet (it needs a replica to route to).
+gateway_ports=()
+[ ${#fleets[@]} -gt 0 ] && [ -x "$gateway" ] && gateway_ports=("$gw_port")
+for p in "$port" $(for f in "${fleets[@]}"; do set -- $f; echo "$6"; seq "$7" $(($7 + $3 - 1)); done) \
+         ${gateway_ports[@]+"${gateway_ports[@]}"}; do
   if port_open "$p"; then
     echo "run-local: something already listens on 127.0.0.1:$p;" \
          "stop it or choose other ports: GPURENT_PORT=9080 make run" >&2

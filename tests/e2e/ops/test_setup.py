@@ -624,6 +624,58 @@ def test_run_local_end_to_end(tmp_path):
         run.kill()
 
 
+GATEWAY = os.environ.get("GPURENT_GATEWAY") or os.path.join(os.path.dirname(GPURENTD), "gpurent-gateway")
+
+
+def run_local_refused(tmp_path, extra_env):
+    """Runs scripts/run-local.sh with extra_env, expecting it to refuse
+    before it starts anything; returns (status, stderr). One that starts
+    instead is stopped (its whole process group) and fails the test."""
+    var = tmp_path / "state"
+    env = {**sanitizer_env(), "GPURENT_VAR": str(var), "GPURENTD": GPURENTD, "GPURENT_AGENT": AGENT,
+           "GPURENT_GATEWAY_BIN": GATEWAY, **extra_env}
+    proc = subprocess.Popen(["bash", RUN_LOCAL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=SLOW)
+        raise AssertionError(f"run-local.sh started instead of refusing\n{out[-2000:]}\n{err[-2000:]}")
+    assert not var.exists(), "a refused start made its state directory"
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    # A word was read by bash's arithmetic as a variable's name (unbound,
+    # under set -u), and 80x as a number in a bad base, before the check
+    # that names the variable.
+    ("GPURENT_PORT", "abc", "run-local: GPURENT_PORT must be a port number, not 'abc'"),
+    ("GPURENT_PORT", "80x", "run-local: GPURENT_PORT must be a port number, not '80x'"),
+    # The gateway's port was not checked at all.
+    ("GPURENT_GATEWAY_PORT", "x", "run-local: GPURENT_GATEWAY_PORT must be a port number, not 'x'"),
+    ("GPURENT_PORT", "65532",
+     "run-local: the gateway's port 65536 is not from 1 to 65535 (GPURENT_GATEWAY_PORT, default GPURENT_PORT+4)"),
+])
+def test_run_local_refuses_bad_ports(tmp_path, variable, value, message):
+    env = {"GPURENT_PORT": str(free_port_block(5)), "GPURENT_SSH_PORT": str(free_port_block(7)), variable: value}
+    status, err = run_local_refused(tmp_path, env)
+    assert (status, err) == (2, message + "\n")
+
+
+def test_run_local_refuses_a_busy_gateway_port(tmp_path):
+    """The gateway's port is checked with the others before anything
+    starts; it was not, so the gateway failed in its log while the banner
+    sent the marketplace's calls to whatever held the port."""
+    port = free_port_block(5)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port + 4))
+        holder.listen()
+        status, err = run_local_refused(tmp_path, {"GPURENT_PORT": str(port),
+                                                   "GPURENT_SSH_PORT": str(free_port_block(7))})
+    assert status == 1 and f"run-local: something already listens on 127.0.0.1:{port + 4};" in err, err
+
+
 def test_run_local_default_state_is_absolute(tmp_path):
     """Without GPURENT_VAR the state is the var/ of the repository, named by
     its absolute path: the fleets' state directories are under it, and a sim
