@@ -66,7 +66,7 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_NAMES := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 FUZZ_REPLAY := $(FUZZ_NAMES:%=$(B)/fuzz-replay/fuzz_%)
 
-.PHONY: all deps run check check-layers lint-openapi format unit unit-programs e2e check-fast install clean
+.PHONY: all deps run stop check check-layers lint-openapi format unit unit-programs e2e check-fast install clean
 all: $(B)/gpurentd $(B)/gpurent-agent $(B)/gpurent-gateway console-vendor
 gateway: $(B)/gpurent-gateway
 
@@ -219,6 +219,11 @@ run:
 	@scripts/deps.sh build
 	$(MAKE) all
 	scripts/run-local.sh
+
+# make stop: stops a make run from another terminal (the one using the same
+# GPURENT_VAR), as Ctrl-C in its own terminal does.
+stop:
+	@scripts/run-local.sh stop
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: the two binaries in
 # $(PREFIX)/bin; the systemd units in $(PREFIX)/lib/systemd/system and the

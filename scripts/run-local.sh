@@ -23,7 +23,10 @@
 #
 # gpurentd's log goes to this terminal, the fleets' output to
 # VAR/fleet/NAME.log; Ctrl-C (or SIGTERM to this script) stops everything
-# cleanly and this script exits with gpurentd's status.
+# cleanly and this script exits with gpurentd's status. While it runs, its
+# process id is in VAR/run-local.pid: `run-local.sh stop` (make stop), with
+# the same GPURENT_VAR, sends it SIGTERM from another terminal and waits
+# until everything has stopped.
 #
 # Environment:
 #   GPURENT_PORT          port to listen on (default 8080); the fleets use the
@@ -60,7 +63,46 @@ case $var in
 esac
 
 cd "$(dirname "$0")/.."
+stop_command="make stop"
+[ -n "$var" ] && stop_command="GPURENT_VAR=$var make stop"
 [ -n "$var" ] || var=$PWD/var
+pid_file=$var/run-local.pid
+
+# run-local.sh stop (make stop): SIGTERM to the run-local.sh whose process
+# id VAR/run-local.pid holds, which stops what it started as Ctrl-C does;
+# returns once it has exited. The process must still be a run-local.sh: a
+# file left by one killed outright may name a process id now reused.
+if [ $# -gt 0 ]; then
+  if [ "$1" != stop ] || [ $# -gt 1 ]; then
+    echo "run-local: unknown arguments '$*': none starts gpurent, 'stop' stops the one using $var" >&2
+    exit 2
+  fi
+  running=$(head -n 1 "$pid_file" 2>/dev/null || true)
+  case $running in
+    ''|*[!0-9]*) running="" ;;
+  esac
+  if [ -z "$running" ] || ! tr '\0' ' ' <"/proc/$running/cmdline" 2>/dev/null | grep -q 'run-local\.sh'; then
+    echo "run-local: no make run is running on $var"
+    exit 0
+  fi
+  # Running: there and not a zombie (one that has exited, which its parent
+  # has not yet collected, still takes kill -0).
+  running_still() {
+    kill -0 "$running" 2>/dev/null &&
+      [ "$(sed 's/.*) \(.\).*/\1/' "/proc/$running/stat" 2>/dev/null)" != Z ]
+  }
+  kill -TERM "$running" 2>/dev/null || true
+  for _ in $(seq 1 1200); do
+    running_still || break
+    sleep 0.05
+  done
+  if running_still; then
+    echo "run-local: make run (process $running) has not stopped within 60 seconds" >&2
+    exit 1
+  fi
+  echo "run-local: stopped make run (process $running) on $var"
+  exit 0
+fi
 
 port=${GPURENT_PORT:-8080}
 ssh_port=${GPURENT_SSH_PORT:-2222}
@@ -223,6 +265,11 @@ if ! port_open "$port"; then
   wait "$pid" || true
   exit 1
 fi
+
+# Written once gpurentd listens, so holds this state directory's database (a
+# second run on it has been refused by then); removed at exit if still ours.
+echo "$$" > "$pid_file"
+trap '[ "$(head -n 1 "$pid_file" 2>/dev/null)" = "$$" ] && rm -f "$pid_file"' EXIT
 
 # The key is the last line of what gpurentd printed, on a new database only.
 new_key=$(grep -E '^gpk_[a-z0-9]+_[0-9a-f]+$' "$stdout_file" | tail -n 1 || true)
@@ -466,8 +513,8 @@ cat <<EOF
    curl -s \$API/v1/openapi.json
    curl -s \$API/healthz
 
- Ctrl-C stops gpurentd${fleet_pids[0]:+ and the fleet}; the data stays in $var/ for the next
- 'make run' ('rm -rf $var' starts afresh).
+ Ctrl-C stops gpurentd${fleet_pids[0]:+ and the fleet}, as does '$stop_command' in another
+ terminal; the data stays in $var/ for the next 'make run' ('rm -rf $var' starts afresh).
 ==============================================================================
 
 EOF

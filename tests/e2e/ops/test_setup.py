@@ -450,13 +450,35 @@ class RunLocal:
     def interrupt(self):
         """Ctrl-C: SIGINT to the whole process group, as a terminal sends it.
         The script must stop everything it started and exit 0."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        self.check_stopped("SIGINT")
+
+    def make_stop(self):
+        """make stop from another terminal, with the same GPURENT_VAR: it
+        returns once the script has stopped everything, which exits 0."""
+        pid_file = os.path.join(self.var, "run-local.pid")
+        with open(pid_file) as f:
+            assert f.read() == f"{self.proc.pid}\n", "the pid file names the script"
+        env = {**sanitizer_env(), "GPURENT_VAR": self.var}
+        out = subprocess.run(["make", "-s", "-C", REPO, "stop"], capture_output=True, text=True, env=env,
+                             timeout=SLOW)
+        assert (out.returncode, out.stderr) == (0, ""), out
+        assert out.stdout == f"run-local: stopped make run (process {self.proc.pid}) on {self.var}\n", out
+        # make stop returned after the script had exited: nothing to wait for.
+        assert self.proc.poll() is not None, "make stop returned before run-local.sh exited"
+        self.check_stopped("make stop")
+        assert not os.path.exists(pid_file), "the pid file outlived the run"
+        out = subprocess.run(["make", "-s", "-C", REPO, "stop"], capture_output=True, text=True, env=env,
+                             timeout=SLOW)
+        assert (out.returncode, out.stdout) == (0, f"run-local: no make run is running on {self.var}\n"), out
+
+    def check_stopped(self, how):
         pgid = self.proc.pid  # start_new_session: the script leads its group
-        os.killpg(pgid, signal.SIGINT)
         try:
             rc = self.proc.wait(timeout=SLOW)
         except subprocess.TimeoutExpired:
             os.killpg(pgid, signal.SIGKILL)
-            raise AssertionError(f"run-local.sh did not stop after SIGINT\n{self.logs()}")
+            raise AssertionError(f"run-local.sh did not stop after {how}\n{self.logs()}")
         assert_no_sanitizer_report(self.stderr(), "run-local.sh")
         for name in os.listdir(os.path.join(self.var, "fleet")):
             if name.endswith(".log"):
@@ -564,6 +586,7 @@ def test_run_local_end_to_end(tmp_path):
         # goes on ends in a backslash (an unescaped one in the script's
         # here-document joined two lines into one, with a run of spaces).
         assert not re.search(r"[^\s#] {4,}(--json|\||>) ", banner), banner
+        assert f"as does 'GPURENT_VAR={var} make stop' in another" in banner, banner
 
         # H100-SXM, which the seed catalog leaves unpriced, has a price on
         # a new database, so README's reservation example can book its node:
@@ -619,7 +642,7 @@ def test_run_local_end_to_end(tmp_path):
         # agents reload their workload records).
         again = requests.get(f"{run.base}/v1/instances/{inst_id}", headers=auth, timeout=30).json()
         assert again["state"] == "running" and again["nodes"] == inst["nodes"], again
-        run.interrupt()
+        run.make_stop()
     finally:
         run.kill()
 
@@ -698,6 +721,7 @@ def test_run_local_default_state_is_absolute(tmp_path):
     try:
         banner = run.wait_banner()
         assert f"gpurent is running at {run.base}   (database {var}/gpurent.db)" in banner, banner
+        assert "as does 'make stop' in another" in banner, banner
         admin_key = TOKEN_LINE.findall(banner)[0]
         run.wait_nodes_ready(admin_key, started)
         auth, inst, opts = renter_walk(run, tmp_path, ssh_port)
