@@ -117,30 +117,27 @@ stdout_file=$var/gpurentd.stdout
 fleet_dir=$var/fleet
 base=http://127.0.0.1:$port
 
-case $port in
-  ''|*[!0-9]*) echo "run-local: GPURENT_PORT must be a port number, not '$port'" >&2; exit 2 ;;
-esac
-case $ssh_port in
-  ''|*[!0-9]*) echo "run-local: GPURENT_SSH_PORT must be a port number, not '$ssh_port'" >&2; exit 2 ;;
-esac
-if [ "$ssh_port" -lt 1 ] || [ "$ssh_port" -gt 65529 ]; then
-  echo "run-local: GPURENT_SSH_PORT must be from 1 to 65529 (the nodes use it and the next six)" >&2
-  exit 2
-fi
-if [ "$port" -lt 1 ] || [ "$port" -gt 65532 ]; then
-  echo "run-local: GPURENT_PORT must be from 1 to 65532 (the fleet uses the next three)" >&2
-  exit 2
-fi
+# A port variable's value: a number from 1 to its most (the ports after it
+# that the variable's users take leave room), else the run stops here.
+check_port() { # NAME VALUE MOST WHY-THE-MOST
+  case $2 in
+    ''|*[!0-9]*) echo "run-local: $1 must be a port number, not '$2'" >&2; exit 2 ;;
+  esac
+  if [ "$2" -lt 1 ] || [ "$2" -gt "$3" ]; then
+    echo "run-local: $1 must be from 1 to $3$4" >&2
+    exit 2
+  fi
+}
+check_port GPURENT_SSH_PORT "$ssh_port" 65529 " (the nodes use it and the next six)"
+check_port GPURENT_PORT "$port" 65532 " (the fleet uses the next three)"
 # Computed once GPURENT_PORT is known to be a number: bash's arithmetic
 # would take a word for a variable's name.
 gw_port=${GPURENT_GATEWAY_PORT:-$((port + 4))}
-case $gw_port in
-  ''|*[!0-9]*) echo "run-local: GPURENT_GATEWAY_PORT must be a port number, not '$gw_port'" >&2; exit 2 ;;
-esac
-if [ "$gw_port" -lt 1 ] || [ "$gw_port" -gt 65535 ]; then
+if [ -z "${GPURENT_GATEWAY_PORT:-}" ] && [ "$gw_port" -gt 65535 ]; then
   echo "run-local: the gateway's port $gw_port is not from 1 to 65535 (GPURENT_GATEWAY_PORT, default GPURENT_PORT+4)" >&2
   exit 2
 fi
+check_port GPURENT_GATEWAY_PORT "$gw_port" 65535 ""
 if [ ! -x "$gpurentd" ]; then
   echo "run-local: $gpurentd is not built; run 'make run' (or 'make' first)" >&2
   exit 1

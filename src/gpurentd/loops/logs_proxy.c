@@ -280,17 +280,10 @@ void logs_follow_start(struct logs_follow *f, struct http_stream *st)
  * read and not yet pulled is dropped with it. */
 static void follows_check_keys(struct logs_follow **follows, size_t n)
 {
-    static uint64_t gen_seen;
-    static int64_t checked_ms;
-    uint64_t gen = store_auth_generation();
-    int64_t mono = clock_mono_ms();
-    if (n == 0 || (gen == gen_seen && mono - checked_ms < 1000))
+    static struct key_watch watch;
+    struct store *s;
+    if (n == 0 || !key_watch_due(&watch) || !(s = store_thread()))
         return;
-    struct store *s = store_thread();
-    if (!s)
-        return;
-    gen_seen = gen;
-    checked_ms = mono;
     int64_t now = clock_now();
     for (size_t i = 0; i < n; i++) {
         struct logs_follow *f = follows[i];

@@ -4,7 +4,9 @@
  * own pacing; this file only spares them from writing the same thread
  * plumbing four times. */
 #include "gpurent/assert.h"
+#include "gpurent/clock.h"
 #include "loops/loops.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <time.h>
@@ -92,4 +94,15 @@ int loop_stopping(struct bg_loop *l)
     int stop = l->stop_requested;
     loop_unlock(l);
     return stop;
+}
+
+int key_watch_due(struct key_watch *w)
+{
+    uint64_t gen = store_auth_generation();
+    int64_t mono = clock_mono_ms();
+    if (gen == w->gen_seen && mono - w->checked_ms < 1000)
+        return 0;
+    w->gen_seen = gen;
+    w->checked_ms = mono;
+    return 1;
 }

@@ -65,6 +65,16 @@ int loop_sleep_locked(struct bg_loop *l, int64_t ms);
 int loop_stopping(struct bg_loop *l);
 /* The CLOCK_REALTIME instant us microseconds from now, for timed waits. */
 void loop_deadline_us(int64_t us, struct timespec *ts);
+/* For a loop holding streams opened with API keys (terminals, followed
+ * logs), which end with their key's authority (account_key_standing):
+ * whether to read those keys again now, after a change this process
+ * committed to keys (store_auth_generation moved) or once a second (an
+ * expiry, a change made by another process). Zero-initialised. */
+struct key_watch {
+    uint64_t gen_seen;
+    int64_t checked_ms;
+};
+int key_watch_due(struct key_watch *w);
 
 /* heartbeat.c: polls every agent for its facts on its own thread. */
 int heartbeat_start(void);

@@ -635,17 +635,10 @@ static void term_step(struct term *t, short ws_rev, short ag_rev)
  * browser's, which hangs the shell up. */
 static void check_keys(void)
 {
-    static uint64_t gen_seen;
-    static int64_t checked_ms;
-    uint64_t gen = store_auth_generation();
-    int64_t mono = clock_mono_ms();
-    if (!R.open || (gen == gen_seen && mono - checked_ms < 1000))
+    static struct key_watch watch;
+    struct store *s;
+    if (!R.open || !key_watch_due(&watch) || !(s = store_thread()))
         return;
-    struct store *s = store_thread();
-    if (!s)
-        return;
-    gen_seen = gen;
-    checked_ms = mono;
     int64_t now = clock_now();
     for (struct term *t = R.open; t; t = t->next) {
         if (t->close_sent_ms)
