@@ -139,7 +139,7 @@ def settled(gw):
 def reports_cut(gw):
     """How many of the gateway's reports gpurentd died in the middle of."""
     return sum(1 for line in gw.text().splitlines()
-               if "POST /internal/gateway/reports: Failure when receiving data from the peer" in line)
+               if "POST /internal/gateway/reports: " in line and "Couldn't connect" not in line)
 
 
 def kill_gpurentd_mid_report(m, rng):
