@@ -17,6 +17,8 @@ each restart, once every call has settled:
   client that leaves is charged what its replica sent within the 2 s the
   gateway reads on for it, ARCHITECTURE.md "Metering", so only the first
   bound applies to it);
+* the replica's time a call pays for (the app has a price per second too)
+  is within the time its client waited, but for a client that left;
 * no call is unpaid, no cash account below zero, the poor consumer's
   charges within the funds it was given;
 * each charged call has one app_call transaction, whose legs draw its
@@ -52,10 +54,12 @@ KILLS = ["gateway"] * 3 + ["gateway twice"] + ["gpurentd"] * 2 + ["both"]
 FEE_PPM = 100000  # apps_util.Market's app_platform_fee_ppm
 POOR_TOPUP = "0.1"  # yuan, each round: a few calls, some cut mid-stream, then 402s
 OUTPUT_PRICE = "0.4"  # yuan per 1k output tokens: 0.0004 a token, a whole answer worth holding
+SECOND_PRICE = "0.01"  # yuan per second of the replica's time
 
 
-def cost(input_tokens, output_tokens):
-    return price(input_tokens, output_tokens, p_out=400000)
+def cost(input_tokens, output_tokens, duration_ms):
+    """What a call costs at these prices, as gpurentd computes it."""
+    return price(input_tokens, output_tokens, p_out=400000) + duration_ms * 10000 // 1000
 
 
 class Load:
@@ -84,6 +88,13 @@ class Load:
 
     def one(self):
         n, out, leave_after = self._take()
+        start = time.monotonic()
+        try:
+            self._call(n, out, leave_after)
+        finally:
+            out["elapsed_ms"] = (time.monotonic() - start) * 1000
+
+    def _call(self, n, out, leave_after):
         consumer, kind = out["consumer"], out["kind"]
         out["consumer"] = consumer.id
         body = {"messages": [{"role": "user", "content": " ".join(["w"] * (n + 1))}],
@@ -165,8 +176,8 @@ def kill_gpurentd_mid_report(m, rng):
 
 
 def check_books(m, app, pub_id, load, poor, poor_funds, when):
-    rows = m.d.sql("SELECT id, consumer_id, status, input_tokens, output_tokens, charge, earning, fee, unpaid"
-                   " FROM app_calls WHERE app_id = ?", [app["id"]])
+    rows = m.d.sql("SELECT id, consumer_id, status, input_tokens, output_tokens, charge, earning, fee, unpaid,"
+                   " duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
     by_call = {}
     for row in rows:
         by_call.setdefault((row[1], row[3] - 1), []).append(row)
@@ -174,13 +185,17 @@ def check_books(m, app, pub_id, load, poor, poor_funds, when):
         mine = by_call.get((out["consumer"], n), [])
         what = f"{when}: call {n} {out}: {mine}"
         assert len(mine) <= 1, "recorded twice: " + what
+        if mine and out["kind"] != "cut":
+            # The replica's time it pays for is within the time its client
+            # waited (one that leaves pays the 2 s read on for it).
+            assert mine[0][9] <= out["elapsed_ms"], "charged time past the call's: " + what
         if out["whole"]:
             # Received whole: charged once, its full price, whatever crashed
             # (the poor consumer's funds held it too, or it was cut).
             assert len(mine) == 1 and mine[0][2] == 200, "a whole answer not charged once: " + what
-            assert mine[0][4] == out["max_tokens"] and mine[0][5] == cost(n + 1, out["max_tokens"]), what
+            assert mine[0][4] == out["max_tokens"] and mine[0][5] == cost(n + 1, out["max_tokens"], mine[0][9]), what
         elif mine and mine[0][2] < 400:
-            assert mine[0][4] <= out["max_tokens"] and mine[0][5] <= cost(n + 1, out["max_tokens"]), what
+            assert mine[0][4] <= out["max_tokens"] and mine[0][5] <= cost(n + 1, out["max_tokens"], mine[0][9]), what
             if (out["broken"] or out["funds_cut"]) and out["kind"] != "json":
                 # Cut by the gateway's death or by its funds: no more than
                 # its client received.
@@ -212,7 +227,7 @@ def check_books(m, app, pub_id, load, poor, poor_funds, when):
 def test_money_holds_when_the_gateway_and_gpurentd_are_killed_under_load(market):
     m = market
     rng = random.Random(SEED)
-    app, rich = m.running_app(token_ms=5, price_per_1k_output_tokens=OUTPUT_PRICE)
+    app, rich = m.running_app(token_ms=5, price_per_1k_output_tokens=OUTPUT_PRICE, price_per_second=SECOND_PRICE)
     [(pub_id,)] = m.d.sql("SELECT publisher_id FROM apps WHERE id = ?", [app["id"]])
     poor, poor_funds = topped_up(m, POOR_TOPUP), 0
     gw = m.gateway(report_ms=50)
