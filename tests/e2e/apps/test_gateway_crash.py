@@ -71,7 +71,7 @@ class Load:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.next_n = 0
-        self.outcomes = {}  # n -> {consumer, kind, max_tokens, status, whole, seen, broken}
+        self.outcomes = {}  # n -> {consumer, kind, max_tokens, status, whole, seen, broken, funds_cut, elapsed_ms}
         self.stopping = threading.Event()
         self.threads = []
 
@@ -176,6 +176,8 @@ def kill_gpurentd_mid_report(m, rng):
 
 
 def check_books(m, app, pub_id, load, poor, poor_funds, when):
+    """Every call of the load against its app_calls row and the ledger (see
+    the top of this file); when says which round, for the messages."""
     rows = m.d.sql("SELECT id, consumer_id, status, input_tokens, output_tokens, charge, earning, fee, unpaid,"
                    " duration_ms FROM app_calls WHERE app_id = ?", [app["id"]])
     by_call = {}
@@ -236,7 +238,6 @@ def test_money_holds_when_the_gateway_and_gpurentd_are_killed_under_load(market)
     load = Load(gw, app["slug"], [rich, rich, poor], SEED)
     kills = KILLS * ROUNDS
     rng.shuffle(kills)
-    daemon_kills = 0
     for rnd, what in enumerate(kills):
         when = f"round {rnd}, {what} killed (seed {SEED})"
         if rnd:  # topped up again: its calls are refused, or cut, as its funds run out
@@ -260,7 +261,6 @@ def test_money_holds_when_the_gateway_and_gpurentd_are_killed_under_load(market)
             time.sleep(rng.uniform(0, 0.5))  # the gateway serves on from its copy, and journals
             load.stop()
             m.d.start()
-            daemon_kills += 1
             assert reports_cut(gw) > cut_before, f"{when}: no report was in flight when gpurentd died"
         else:
             kill_gpurentd_mid_report(m, rng)
