@@ -43,6 +43,7 @@ import requests
 
 from agent_util import poll
 from apps_util import DEADLINE, assert_ledger_ok
+from money_util import ledger_verify
 from test_gateway_hardening import ready_in_copy, topped_up
 from test_gateway_journal import journal_lines, price
 
@@ -167,12 +168,15 @@ def reports_cut(gw):
 def kill_gpurentd_mid_report(m, rng):
     """Stops gpurentd at a random moment (inside a report's transaction, or
     between two), lets the gateway's next report reach its socket, then
-    SIGKILLs it: the report is cut whatever gpurentd had done of it."""
+    SIGKILLs it: the report is cut whatever gpurentd had done of it, and
+    `ledger verify` passes on the database it left."""
     m.d.proc.send_signal(signal.SIGSTOP)
     time.sleep(0.15 + rng.uniform(0, 0.1))  # 3 report periods: one is sent and waits for its answer
     m.d.proc.kill()
     m.d.proc.wait(timeout=30)
     m.d.proc = None
+    rc, out = ledger_verify(m.d.db_path)  # what it left, before a start could touch it
+    assert rc == 0, out
 
 
 def check_books(m, app, pub_id, load, poor, poor_funds, when):
