@@ -531,7 +531,10 @@ int ledger_refund(struct store *s, const struct billable *b, int64_t amount, int
  * is before the instance is seen to stop, unless the clock was ahead when
  * billing cut it and has stepped back since: then the instance stopped
  * (at ended_at) before the second it was charged to, and the interval ends
- * there instead, what was charged beyond given back. */
+ * there instead, what was charged beyond given back. Only when that
+ * interval is the instance's last: one started since (and stopped now,
+ * with the clock stepped back below the old cut) leaves the old one as it
+ * was billed, which once refunded it whole. */
 static int pull_back_funds_cut(struct store *s, const char *instance_id, int64_t ended_at, const char *reason,
                                int64_t now)
 {

@@ -104,9 +104,13 @@ static const char SQL_BILLABLES[] =
     "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.user_id = ? AND r.settled = 0 ORDER BY r.id";
 static const char SQL_INTERVAL_GET_OPEN[] =
     "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.instance_id = ? AND r.ended_at IS NULL";
+/* The instance's last interval only: an older one cut by funds was
+ * followed by a start, so the stop being seen now is not the one the cut
+ * asked for, and that interval's time ran. */
 static const char SQL_INTERVAL_GET_CUT_AFTER[] =
-    "SELECT " BILLABLE_COLUMNS " FROM running_intervals r WHERE r.instance_id = ?1 AND r.ended_at > ?2"
-    " AND r.end_reason = 'funds exhausted' ORDER BY r.id DESC LIMIT 1";
+    "SELECT " BILLABLE_COLUMNS " FROM running_intervals r"
+    " WHERE r.id = (SELECT max(id) FROM running_intervals WHERE instance_id = ?1) AND r.ended_at > ?2"
+    " AND r.end_reason = 'funds exhausted'";
 /* Net payment per user account for an interval's usage and refunds, the
  * account drawn last first, so a refund gives back in the reverse order of
  * the charges. */

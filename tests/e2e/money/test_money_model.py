@@ -56,11 +56,12 @@ each seed (spawning it every step would cost more than the rest of the step
 under ASan). Launches and starts are predicted: 402 exactly when the model
 says what is left does not cover a minimum run.
 
-Three daemon bugs the walk found are mended and pinned by the deterministic
+Four daemon bugs the walk found are mended and pinned by the deterministic
 tests at the end of this file: a stop on a node that missed heartbeats
 billed the silent time; funds running out left an unreachable instance
 meant to run; a price set after the clock stepped back could start inside
-billed time. The walk now expects the mended behaviour (an unreachable
+billed time; a stop after a restart, with the clock stepped back below an
+older cut by funds, refunded that older interval whole. The walk now expects the mended behaviour (an unreachable
 instance out of funds is stopping; a price before billed time is refused),
 and still lands no stop during a blip, which the deterministic test covers.
 An instance is never started,
@@ -71,7 +72,7 @@ before the old one's end.
 MONEY_MODEL_SEED=N reruns one seed; MONEY_MODEL_SEEDS sets how many seeds
 (default 4), MONEY_MODEL_STEPS the steps per seed (default 300),
 MONEY_MODEL_CLI_EVERY how often the command runs. A failure names its seed
-and the last steps taken."""
+and the last steps taken (MONEY_MODEL_TAIL of them, default 25)."""
 import copy
 import json
 import os
@@ -197,7 +198,7 @@ class Run:
         self.timing = {}       # step kind -> (steps, seconds spent in them, without the checks)
 
     def fail(self, msg):
-        tail = "\n  ".join(self.log[-25:])
+        tail = "\n  ".join(self.log[-int(os.environ.get("MONEY_MODEL_TAIL", "25")):])
         raise AssertionError(f"seed {self.seed} (rerun: MONEY_MODEL_SEED={self.seed}), step {len(self.log)}: "
                              f"{msg}\nlast steps:\n  {tail}")
 
@@ -1145,6 +1146,40 @@ def test_funds_running_out_refund_what_was_charged_past_the_end(new_cluster):
     refunds = c.d.sql("SELECT interval_id FROM ledger_transactions WHERE kind = 'refund'")
     assert refunds == [(iv_id,)], refunds
     assert _net_charges(c, u) == sum(iv[2] for iv in got.values())
+    rc, out = ledger_verify(c.d.db_path)
+    assert rc == 0, out
+
+
+def test_a_stop_after_a_restart_leaves_an_older_funds_cut_interval_as_billed(new_cluster):
+    """Found by the walk (seed 36341): funds ran out and cut an interval;
+    the user topped up and started the instance again; the clock stepped
+    back below the old cut; a stop then refunded the old interval whole, as
+    if the stop being seen were the one the cut asked for (the cut is pulled
+    back only to the stop that followed it). The old interval keeps what it
+    was billed, the new one ends at its start, and `ledger verify` passes."""
+    c = new_cluster(nodes={"MI450": 1})
+    u = c.cli_user()
+    c.topup(u, MICRO)
+    t0 = c.d.now()
+    iid = c.launch(u, "MI450", 1)
+    c.d.set_clock(t0 + 7200)
+    c.billing()
+    c.wait_state(u, iid, "stopped")
+    cut_s = max(s for s in range(7200) if accrue(PRICE["MI450"], 1, s) <= MICRO)
+    first = _intervals(c)[iid]
+    assert first == (t0, t0 + cut_s, accrue(PRICE["MI450"], 1, cut_s), 1), first
+    c.topup(u, MICRO)
+    r = c.start(u, iid)
+    assert r.status_code == 200, r.text
+    c.wait_state(u, iid, "running")
+    c.d.set_clock(t0 + 1000)  # below the old cut
+    c.stop(u, iid)
+    c.wait_idle()
+    rows = c.d.sql("SELECT started_at, ended_at, billed, settled FROM running_intervals WHERE instance_id = ?"
+                   " ORDER BY id", (iid,))
+    assert rows == [first, (t0 + 7200, t0 + 7200, 0, rows[1][3])], rows
+    assert c.d.sql("SELECT count(*) FROM ledger_transactions WHERE kind = 'refund'") == [(0,)]
+    assert _net_charges(c, u) == first[2]
     rc, out = ledger_verify(c.d.db_path)
     assert rc == 0, out
 

@@ -553,7 +553,7 @@ def test_missing_configuration_file(tmp_path):
     (["-o", "threads"], "KEY=VALUE"),
     (["--listen", "nowhere"], "listen"),
     (["--log-level", "loud"], "log_level"),
-    (["--no-such-flag"], "usage"),
+    (["--no-such-flag"], "no-such-flag"),
     (["stray-argument"], "stray-argument"),
 ])
 def test_bad_flags_fail(args, why):

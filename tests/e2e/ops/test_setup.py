@@ -460,7 +460,7 @@ class RunLocal:
         with open(pid_file) as f:
             assert f.read() == f"{self.proc.pid}\n", "the pid file names the script"
         env = {**sanitizer_env(), "GPURENT_VAR": self.var}
-        out = subprocess.run(["make", "-s", "-C", REPO, "stop"], capture_output=True, text=True, env=env,
+        out = subprocess.run(["make", "-s", "--no-print-directory", "-C", REPO, "stop"], capture_output=True, text=True, env=env,
                              timeout=SLOW)
         assert (out.returncode, out.stderr) == (0, ""), out
         assert out.stdout == f"run-local: stopped make run (process {self.proc.pid}) on {self.var}\n", out
@@ -468,7 +468,7 @@ class RunLocal:
         assert self.proc.poll() is not None, "make stop returned before run-local.sh exited"
         self.check_stopped("make stop")
         assert not os.path.exists(pid_file), "the pid file outlived the run"
-        out = subprocess.run(["make", "-s", "-C", REPO, "stop"], capture_output=True, text=True, env=env,
+        out = subprocess.run(["make", "-s", "--no-print-directory", "-C", REPO, "stop"], capture_output=True, text=True, env=env,
                              timeout=SLOW)
         assert (out.returncode, out.stdout) == (0, f"run-local: no make run is running on {self.var}\n"), out
 
