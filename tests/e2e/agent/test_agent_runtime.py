@@ -783,7 +783,7 @@ def test_a_multi_node_ranks_published_ports_are_relayed_into_its_container(real_
     inside, outside = free_port(), free_port()
     # The "container": a web server in a pid namespace of its own, on the
     # host's network; and a server of the host's on the other port.
-    box = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+    box = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
                             str(inside)], cwd=www, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     host = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(outside)], cwd=www,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

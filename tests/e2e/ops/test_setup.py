@@ -561,7 +561,7 @@ def renter_walk(run, tmp_path, ssh_port):
 
 def test_run_local_end_to_end(tmp_path):
     var = tmp_path / "state"
-    port = free_port_block()
+    port = free_port_block(5)  # the daemon, three fleets and the gateway
     ssh_port = free_port_block(7)  # one SSH port per node
     key_file = var / "admin.key"
 
@@ -714,7 +714,7 @@ def test_run_local_default_state_is_absolute(tmp_path):
     os.symlink(os.path.join(REPO, "conf"), repo / "conf")
     os.symlink(os.path.join(REPO, "console"), repo / "console")
     var = repo / "var"
-    port = free_port_block()
+    port = free_port_block(5)
     ssh_port = free_port_block(7)
     started = time.time()
     run = RunLocal(var, port, ssh_port, "default-var", script=script, var_from_env=False)
