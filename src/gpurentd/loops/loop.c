@@ -2,7 +2,8 @@
  * watchdog) shares: its thread, the lock and condition it sleeps on, and
  * the wake and stop requests that cut a sleep short. Each loop keeps its
  * own pacing; this file only spares them from writing the same thread
- * plumbing four times. */
+ * plumbing four times. Also the one rule for when a loop holding streams
+ * opened with API keys reads those keys again (key_watch_due). */
 #include "gpurent/assert.h"
 #include "gpurent/clock.h"
 #include "loops/loops.h"

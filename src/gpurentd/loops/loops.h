@@ -3,7 +3,8 @@
  * they count. They act on the domain and the store; handlers above wake
  * them and read their counters.
  *
- *   loop.c          thread, sleep, wake and stop, shared by every loop
+ *   loop.c          thread, sleep, wake and stop, shared by every loop;
+ *                   when a loop's open streams read their API keys again
  *   heartbeat.c     polls every agent's facts; up, unreachable, offline
  *   reconciler.c    drives agents towards what instances want
  *   billing.c       the billing loop: each user billed in a savepoint of
