@@ -70,8 +70,11 @@ export async function raw(method, path, { body, query, headers, signal, accept }
     if (e.retryAfter) quietUntil = Math.max(quietUntil, Date.now() + e.retryAfter * 1000);
     // Told once per session: a page's other requests with the same key
     // answer 401 too, and one sent with an earlier session's key must not
-    // end the session logged in since.
-    if (r.status === 401 && key && key === getKey()) onUnauthorized.forEach((fn) => fn(e));
+    // end the session logged in since. A wrong password (the login
+    // form's invalid_credentials, typed while a session is open) is not
+    // the key refused: it ended the session and drew the form again
+    // without saying what was wrong.
+    if (r.status === 401 && key && key === getKey() && e.code !== "invalid_credentials") onUnauthorized.forEach((fn) => fn(e));
     throw e;
   }
   return r;

@@ -1223,6 +1223,28 @@ const scenarios = {
     await waitText(page, "#instance-volume", "/shared");
   },
 
+  // A wrong password typed while a session is open (the login page
+  // reached again with Back, or to log in as someone else) is said as a
+  // wrong password, where it was typed: it is not the session's key
+  // refused, so the session stays and the form keeps its next page. (The
+  // 401 ended the session, drew the form again without the error and
+  // dropped ?next.)
+  async wrong_password(page) {
+    expected.push(/status of 401/);
+    await login(page, world.email, world.password);
+    await setLang(page, "en");
+    await page.goto(`${base}/console#/login?next=%2Finstances`);
+    await page.fill("#login-email", world.email);
+    await page.fill("#login-password", "not the password at all");
+    await page.click("#login-submit");
+    await waitText(page, "main", "Wrong e-mail or password");
+    const after = await page.evaluate(() => ({ hash: location.hash, key: !!sessionStorage.getItem("gpurent.key"), toast: document.getElementById("toast").textContent }));
+    if (after.hash !== "#/login?next=%2Finstances" || !after.key || after.toast) throw new Error(`a wrong password ended the session: ${JSON.stringify(after)}`);
+    await page.fill("#login-password", world.password);
+    await page.click("#login-submit");
+    await page.waitForFunction(() => location.hash === "#/instances", null, { timeout: DEADLINE });
+  },
+
   // Someone else's instance id in the address: not found, nothing of theirs.
   async foreign(page) {
     await login(page, world.email, world.password);

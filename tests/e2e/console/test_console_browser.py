@@ -408,6 +408,13 @@ def test_a_revoked_session_ends_once_and_comes_back_to_its_page(new_daemon, tmp_
     run_scenario("session_revoked", as_user(d, user, key=user.key), tmp_path)
 
 
+def test_a_wrong_password_in_an_open_session_is_said_and_ends_nothing(new_daemon, tmp_path):
+    d = new_daemon()
+    user = d.signup()
+    run_scenario("wrong_password", as_user(d, user), tmp_path)
+    assert d.get("/v1/me", key=user.key).status_code == 200
+
+
 def test_the_event_timeline_names_phases_and_warnings(new_daemon, tmp_path):
     c = cloud_for(new_daemon, tmp_path)
     c.fleet(1)
