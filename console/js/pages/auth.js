@@ -84,8 +84,10 @@ export async function verify(main, params, ctx) {
 }
 
 export async function password(main) {
-  const cur = h("input", { type: "password", autocomplete: "current-password", required: true, id: "pw-current" });
-  const nw = h("input", { type: "password", autocomplete: "new-password", required: true, minlength: PASSWORD_MIN, id: "pw-new" });
+  // Named as the API's fields: a refused one (a wrong current password)
+  // is marked on its input (ui.js busy).
+  const cur = h("input", { type: "password", name: "current_password", autocomplete: "current-password", required: true, id: "pw-current" });
+  const nw = h("input", { type: "password", name: "new_password", autocomplete: "new-password", required: true, minlength: PASSWORD_MIN, id: "pw-new" });
   const err = h("div"), done = h("div", { role: "status" });
   const btn = h("button", { type: "submit" }, t("auth.change_password"));
   const form = h("form", { class: "stack card" }, field(t("auth.current_password"), cur), field(t("auth.new_password"), nw, t("auth.password_hint")), err, btn, done);

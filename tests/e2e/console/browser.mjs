@@ -1228,7 +1228,8 @@ const scenarios = {
   // wrong password, where it was typed: it is not the session's key
   // refused, so the session stays and the form keeps its next page. (The
   // 401 ended the session, drew the form again without the error and
-  // dropped ?next.)
+  // dropped ?next.) A wrong current password in the password form is
+  // marked on its input.
   async wrong_password(page) {
     expected.push(/status of 401/);
     await login(page, world.email, world.password);
@@ -1243,6 +1244,14 @@ const scenarios = {
     await page.fill("#login-password", world.password);
     await page.click("#login-submit");
     await page.waitForFunction(() => location.hash === "#/instances", null, { timeout: DEADLINE });
+    // A wrong current password on the change-password form marks that
+    // input (its name is the field the API's error names) and focuses it.
+    expected.push(/status of 403/);
+    await page.goto(`${base}/console#/password`);
+    await page.fill("#pw-current", "not the password at all");
+    await page.fill("#pw-new", "a brand new password");
+    await page.click("main form button[type=submit]");
+    await page.waitForSelector("#pw-current[aria-invalid='true']:focus", { timeout: DEADLINE });
   },
 
   // Someone else's instance id in the address: not found, nothing of theirs.
