@@ -262,7 +262,10 @@ export async function detail(main, params, ctx) {
   // action's own error (err) until the next action.
   const pollErr = h("div", { id: "instance-poll-error" });
   const logs = logsView(id, ctx);
-  main.append(h("h1", {}, t("instances.detail"), " ", h("code", {}, id)), head, actions, err, pollErr,
+  // The name the renter gave it (the list links by it) heads the page,
+  // before the id.
+  main.append(h("h1", {}, t("instances.detail"), " ", inst.name ? [h("span", { id: "instance-name" }, inst.name), " "] : null, h("code", {}, id)),
+    head, actions, err, pollErr,
     h("div", { class: "card" }, h("h2", {}, t("instances.ranks")), ranks),
     h("div", { class: "card" }, h("h2", {}, t("connect.title")), connect), logs.box,
     h("div", { class: "card" }, h("h2", {}, t("instances.events")), events));

@@ -1215,12 +1215,18 @@ const scenarios = {
 
   // An instance launched with a volume says so on its page: the volume's
   // name and where it is mounted (the page showed nothing of it).
+  // Its own name too (the page showed only the id), within a phone's
+  // width however long the name's words.
   async instance_volume(page) {
     await login(page, world.email, world.password);
     await setLang(page, "en");
+    await page.setViewportSize({ width: 375, height: 800 });
     await page.goto(`${base}/console#/instances/${world.instance_id}`);
     await waitText(page, "#instance-volume", "shared-data");
     await waitText(page, "#instance-volume", "/shared");
+    await waitText(page, "main h1", world.name);
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+    if (wide > 375) throw new Error(`the instance page is ${wide} px wide on a 375 px phone`);
   },
 
   // A wrong password typed while a session is open (the login page

@@ -489,14 +489,15 @@ def test_the_instance_list_says_when_it_cannot_update(new_daemon, tmp_path):
     run_scenario("list_poll_error", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
-def test_an_instance_page_names_its_volume(new_daemon, tmp_path):
+def test_an_instance_page_names_itself_and_its_volume(new_daemon, tmp_path):
     c = cloud_for(new_daemon, tmp_path)
     c.fleet(1)
     owner = c.user()
     r = c.d.post("/v1/volumes", key=owner.key, json={"name": "shared-data", "size_gb": 10})
     assert r.status_code == 201, r.text
-    inst = running_instance(c, owner, volume_id=r.json()["id"])
-    run_scenario("instance_volume", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
+    name = "llama3_70b_instruct_finetune_lr3e5_bs256_seed42_final_v2"  # one long word
+    inst = running_instance(c, owner, volume_id=r.json()["id"], name=name)
+    run_scenario("instance_volume", as_user(c.d, owner, instance_id=inst["id"], name=name), tmp_path)
 
 
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
