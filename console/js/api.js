@@ -36,8 +36,11 @@ function retryAfter(r) {
   return Number.isFinite(n) && n > 0 ? n : 0;
 }
 
-// Until when the server asked to be left alone (its last Retry-After):
-// the pages' polls (ui.js every) wait until then.
+// Until when the server asked to be left alone (its last Retry-After to
+// a read): the pages' polls (ui.js every) wait until then. A Retry-After
+// to an action is that action's own wait (one account's password guesses
+// locked out for 15 minutes, a mail resent a minute early): it held up
+// every page's polls, and an instance page stood still that long.
 let quietUntil = 0;
 export function retryWait() { return Math.max(0, quietUntil - Date.now()); }
 
@@ -67,7 +70,7 @@ export async function raw(method, path, { body, query, headers, signal, accept }
     const { code, message, field, ...extra } = err;
     const e = new ApiError(r.status, code || STATUS_CODES[r.status] || `http_${r.status}`, message || r.statusText, field, extra);
     e.retryAfter = retryAfter(r);
-    if (e.retryAfter) quietUntil = Math.max(quietUntil, Date.now() + e.retryAfter * 1000);
+    if (e.retryAfter && method === "GET") quietUntil = Math.max(quietUntil, Date.now() + e.retryAfter * 1000);
     // Told once per session: a page's other requests with the same key
     // answer 401 too, and one sent with an earlier session's key must not
     // end the session logged in since. A wrong password (the login

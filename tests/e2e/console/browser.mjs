@@ -1235,7 +1235,7 @@ const scenarios = {
   // refused, so the session stays and the form keeps its next page. (The
   // 401 ended the session, drew the form again without the error and
   // dropped ?next.) A wrong current password in the password form is
-  // marked on its input.
+  // marked on its input, and its lockout holds up no page's polls.
   async wrong_password(page) {
     expected.push(/status of 401/);
     await login(page, world.email, world.password);
@@ -1258,6 +1258,19 @@ const scenarios = {
     await page.fill("#pw-new", "a brand new password");
     await page.click("main form button[type=submit]");
     await page.waitForSelector("#pw-current[aria-invalid='true']:focus", { timeout: DEADLINE });
+    // Guessed again, the account's password guesses are locked out for
+    // login_lockout_s (429, Retry-After 900): that wait is this form's,
+    // and the pages' polls go on at their pace (every poll of the console
+    // waited the 900 s, so an instance page stood still, saying nothing).
+    expected.push(/status of 429/);
+    for (const want of ["not allowed", "Try again in"]) {
+      await page.click("main form button[type=submit]");
+      await waitText(page, "main form .error", want);
+    }
+    const polls = [];
+    page.on("response", (r) => { if (r.request().method() === "GET" && new URL(r.url()).pathname === "/v1/instances") polls.push(Date.now()); });
+    await page.goto(`${base}/console#/instances`);
+    await poll(() => polls.length >= 3); // the first draw, then two polls
   },
 
   // Someone else's instance id in the address: not found, nothing of theirs.

@@ -409,7 +409,7 @@ def test_a_revoked_session_ends_once_and_comes_back_to_its_page(new_daemon, tmp_
 
 
 def test_a_wrong_password_in_an_open_session_is_said_and_ends_nothing(new_daemon, tmp_path):
-    d = new_daemon()
+    d = new_daemon(options={"login_max_failures": "2"})  # the second wrong current password locks them out
     user = d.signup()
     run_scenario("wrong_password", as_user(d, user), tmp_path)
     assert d.get("/v1/me", key=user.key).status_code == 200
