@@ -145,9 +145,12 @@ export async function all(path, query, max = 20) {
 // was wrong with the value, which the code alone does not).
 export function errorText(e) {
   if (!(e instanceof ApiError)) return t("err.unexpected", { message: String(e && e.message || e) });
-  const k = `err.${e.code}`;
+  // A code and field the catalogue words together ("err.forbidden.
+  // current_password": the current password is wrong, not "you are not
+  // allowed to do that") need no field named after them.
+  const pair = `err.${e.code}.${e.field}`, k = e.field && has(pair) ? pair : `err.${e.code}`;
   let s = has(k) ? t(k, { field: e.field || "" }) : t("err.other", { code: e.code });
-  if (e.field && has(k)) s += " " + t("err.field", { field: e.field });
+  if (e.field && has(k) && k !== pair) s += " " + t("err.field", { field: e.field });
   // The console's own checks (code console_*) carry the value typed; a
   // network failure the browser's words; the server's message is detail.
   const fromServer = e.status > 0 && !e.code.startsWith("console_");

@@ -1258,12 +1258,15 @@ const scenarios = {
     await page.fill("#pw-new", "a brand new password");
     await page.click("main form button[type=submit]");
     await page.waitForSelector("#pw-current[aria-invalid='true']:focus", { timeout: DEADLINE });
+    // Said as a wrong password (403 forbidden read "You are not allowed
+    // to do that").
+    await waitText(page, "main form .error", "The current password is wrong");
     // Guessed again, the account's password guesses are locked out for
     // login_lockout_s (429, Retry-After 900): that wait is this form's,
     // and the pages' polls go on at their pace (every poll of the console
     // waited the 900 s, so an instance page stood still, saying nothing).
     expected.push(/status of 429/);
-    for (const want of ["not allowed", "Try again in"]) {
+    for (const want of ["password is wrong", "Try again in"]) {
       await page.click("main form button[type=submit]");
       await waitText(page, "main form .error", want);
     }
