@@ -47,6 +47,8 @@
 #define TERM_WS_MAX 65536            /* largest message from a browser */
 #define TERM_HIGH (256 * 1024)       /* bytes queued one way before the other side is read no more */
 #define TERM_CLOSE_GRACE_MS 2000     /* a close sent waits this long for the browser's */
+#define TERM_WS_QUEUED_MAX (2 * TERM_HIGH) /* bytes queued for the browser before it is read no more */
+#define TERM_WS_QUEUED_MSGS 4096     /* messages queued for the browser before it is read no more */
 
 enum agent_state { AG_CONNECTING, AG_REQUEST, AG_RESPONSE, AG_OPEN, AG_GONE };
 
@@ -390,9 +392,27 @@ static void agent_io(struct term *t, short revents)
 
 /* ---------------------------------------------------------------- the browser side */
 
+/* Whether the browser's bytes may be read now. Not while the agent's queue
+ * is full, and not while the browser leaves unread what is queued for it:
+ * wslay answers every ping with a pong queued in memory, so a client that
+ * sent pings and read nothing grew the daemon by gigabytes a minute (empty
+ * pings add no bytes to the queue, only messages, hence both bounds). The
+ * byte bound is above what the agent's output can fill (TERM_HIGH and one
+ * read), so only a browser's own pings reach it. Checked in ws_recv too:
+ * one wslay_event_recv reads for as long as bytes keep coming. */
+static int browser_readable(struct term *t)
+{
+    return t->to_agent_len < TERM_HIGH && wslay_event_get_queued_msg_length(t->ws) < TERM_WS_QUEUED_MAX &&
+           wslay_event_get_queued_msg_count(t->ws) < TERM_WS_QUEUED_MSGS;
+}
+
 static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
 {
     struct term *t = user;
+    if (!t->bad_frame && !browser_readable(t)) {
+        wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+        return -1;
+    }
     /* Past a forbidden header wslay reads nothing more: it would close
      * without a status code, and we close with 1002 and say why. */
     ssize_t n = t->bad_frame ? -1 : recv(t->ws_fd, buf, len, 0);
@@ -686,7 +706,7 @@ static void *relay_main(void *arg)
         size_t i = 1;
         for (struct term *t = R.open; t; t = t->next, i += 2) {
             short we = 0, ae = 0;
-            if (t->draining || (wslay_event_want_read(t->ws) && t->to_agent_len < TERM_HIGH))
+            if (t->draining || (wslay_event_want_read(t->ws) && browser_readable(t)))
                 we |= POLLIN;
             if (wslay_event_want_write(t->ws))
                 we |= POLLOUT;

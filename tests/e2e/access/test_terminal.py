@@ -7,7 +7,8 @@ use, expires on the testing clock, is bound to its instance, user and rank,
 and dies with the API key that asked for it, as does the terminal it opened;
 bad bodies are 400s, another user's instance 404, a stopped one 409; a
 cross-site Origin is 403, a rebound DNS name too, and a console on a name
-opens when public_url or cors_origins names its origin; ping is answered, an oversize message closes with
+opens when public_url or cors_origins names its origin; ping is answered, a client that pings and reads
+nothing is read no more, an oversize message closes with
 1009 and each malformed frame with 1002 (1007 for text not in UTF-8); more terminals than HTTP pool threads
 stay open while /healthz answers (none holds a thread); the daemon stops
 cleanly on SIGTERM with terminals open. The agent's terminal route: signed
@@ -341,6 +342,45 @@ def test_oversize_and_malformed_frames(cloud):
     ws = connect(c, token(c, u, inst["id"]))
     ws.send(json.dumps({"type": "resize", "cols": 0, "rows": 10}))
     assert Screen(ws).wait_close()[0] == 1003
+    ws.close()
+
+
+def _kernel_buffer_max():
+    """The most bytes the kernel may hold for one loopback connection, both
+    ends' buffers together (tcp_rmem and tcp_wmem's maxima)."""
+    total = 0
+    for name in ("tcp_rmem", "tcp_wmem"):
+        with open(f"/proc/sys/net/ipv4/{name}") as f:
+            total += int(f.read().split()[2])
+    return total
+
+
+def test_a_browser_that_pings_and_reads_nothing_is_read_no_more(cloud):
+    """wslay answers every ping with a pong queued in memory: a client that
+    sent pings and read nothing grew the daemon by 1.7 GB in 15 s, from one
+    terminal. The browser is now read only while what waits for it is
+    bounded (in bytes, and in messages, as an empty ping's pong adds none),
+    so the flood stops in the kernel's buffers; the daemon serves on."""
+    c = cloud
+    u, inst = running(c)
+    limit = 2 * _kernel_buffer_max() + (8 << 20)
+    for payload in (b"p" * 125, b""):
+        ws = connect(c, token(c, u, inst["id"]), sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 4096),))
+        burst = client_frame(0x9, payload) * 1000
+        sent = 0
+        ws.sock.settimeout(5)  # no progress for that long: the daemon reads no more
+        try:
+            while sent < limit:
+                ws.sock.sendall(burst)
+                sent += len(burst)
+        except socket.timeout:
+            pass
+        assert sent < limit, f"{sent} bytes of pings ({len(payload)} bytes each) taken from a client that reads nothing"
+        ws.sock.close()
+    assert requests.get(c.d.url("/healthz"), timeout=DEADLINE).status_code == 200
+    ws = connect(c, token(c, u, inst["id"]))
+    type_(ws, "echo alive-$((6*7))\n")
+    Screen(ws).read_until(r"alive-42")
     ws.close()
 
 
