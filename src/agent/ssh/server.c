@@ -523,24 +523,36 @@ static void accept_one(struct ssh_listener *l)
      * the node's cap the oldest of them is cut off for the new one, rather
      * than the new one refused: a renter logs in within moments, so silent
      * connections can no longer hold the door, and each cut counts against
-     * its address as a failed login does (ssh_login_rate). */
+     * its address as a failed login does (ssh_login_rate). The same at
+     * ssh_max_sessions while any of them holds a slot: logged-in
+     * connections and silent ones together filled a busy node (33 logins
+     * and 31 silent, under ssh_max_startups, of 64) and the next renter
+     * was refused. A connection cut off holds its slot until its thread
+     * ends, so the count may pass the cap by those for a moment. */
     const struct agent_conf *conf = s->agent->conf;
     char evicted[64] = "";
+    const char *cut_why = NULL; /* the cap at which the oldest was cut off */
+    int64_t cut_cap = 0;
     pthread_mutex_lock(&s->lock);
-    int full = l->active >= conf->ssh_max_sessions;
+    struct ssh_conn *oldest = NULL; /* not logged in, not cut off yet; new connections go first in the list */
+    for (struct ssh_conn *c = s->conns; c; c = c->next)
+        if (c->listener == l && c->startup && !c->evicted)
+            oldest = c;
+    int full = l->active >= conf->ssh_max_sessions && !oldest;
     struct ssh_startup *st = full ? NULL : startup_entry(s, l, addr);
     int starting = !full && (!st || st->count >= conf->ssh_max_startups_per_client);
     if (!full && !starting) {
-        if (l->starting >= conf->ssh_max_startups) {
-            struct ssh_conn *oldest = NULL; /* new connections go first in the list */
-            for (struct ssh_conn *c = s->conns; c; c = c->next)
-                if (c->listener == l && c->startup && !c->evicted)
-                    oldest = c;
-            if (oldest) {
-                oldest->evicted = 1;
-                shutdown(oldest->fd, SHUT_RDWR);
-                snprintf(evicted, sizeof evicted, "%s", oldest->addr);
-            }
+        if (l->active >= conf->ssh_max_sessions) {
+            cut_why = "connections (ssh_max_sessions): cut off the oldest not logged in";
+            cut_cap = conf->ssh_max_sessions;
+        } else if (l->starting >= conf->ssh_max_startups && oldest) {
+            cut_why = "connections not logged in yet (ssh_max_startups): cut off the oldest";
+            cut_cap = conf->ssh_max_startups;
+        }
+        if (cut_why) {
+            oldest->evicted = 1;
+            shutdown(oldest->fd, SHUT_RDWR);
+            snprintf(evicted, sizeof evicted, "%s", oldest->addr);
         }
         l->active++;
         l->starting++;
@@ -548,10 +560,9 @@ static void accept_one(struct ssh_listener *l)
         st->count++;
     }
     pthread_mutex_unlock(&s->lock);
-    if (evicted[0])
-        log_warn("ssh: node %s: %lld connections not logged in yet (ssh_max_startups): cut off the oldest, from %s,"
-                 " for one from %s:%s",
-                 l->node->name, (long long)conf->ssh_max_startups, evicted, addr, serv);
+    if (cut_why)
+        log_warn("ssh: node %s: %lld %s, from %s, for one from %s:%s", l->node->name, (long long)cut_cap, cut_why,
+                 evicted, addr, serv);
     if (full || starting) {
         if (full)
             log_warn("ssh refused: node %s from %s:%s: %lld connections already (ssh_max_sessions)", l->node->name,

@@ -830,6 +830,40 @@ def test_silent_connections_from_many_addresses_cannot_lock_renters_out(tmp_path
         n.stop()
 
 
+def test_silent_connections_cannot_fill_a_busy_node(tmp_path, keys):
+    """A node whose logged-in connections and silent ones together reach
+    ssh_max_sessions turned the next renter away, while the silent ones
+    held their slots until their login timeout: with 64 slots, 33 logins
+    and 31 silent connections (under ssh_max_startups) kept every other
+    renter out. The oldest silent connection is now cut off for the
+    newcomer at that cap too."""
+    n = Node(tmp_path / "busy", ssh_max_sessions="4", ssh_max_startups="3", ssh_auth_timeout_s="120")
+    held, silent = [], []
+    try:
+        n.run_workload("ins_busy-0", [keys["mine"][1]])
+        for i in range(2):
+            held.append(n.ssh_background(keys["mine"][0], "ins_busy-0", "sleep 600"))
+            poll(lambda: n.agent.stderr_text().count("user ins_busy-0 from 127.0.0.1:") >= i + 1, 30, "the login")
+        for i in range(2):
+            s = socket.socket()
+            s.bind((f"127.0.0.{2 + i}", 0))
+            s.connect(("127.0.0.1", n.port))
+            s.settimeout(30)
+            assert s.recv(4096).startswith(b"SSH-2.0-")  # accepted and counted
+            silent.append(s)
+        p = n.ssh(keys["mine"][0], "ins_busy-0", "echo in")
+        assert p.returncode == 0 and p.stdout == "in\n", (p.stderr, n.agent.stderr_text()[-2000:])
+        n.agent.wait_for_log(r"4 connections \(ssh_max_sessions\): cut off the oldest not logged in,"
+                             r" from 127\.0\.0\.2, for one from 127\.0\.0\.1")
+    finally:
+        for s in silent:
+            s.close()
+        for h in held:
+            h.kill()
+            h.wait(timeout=30)
+        n.stop()
+
+
 def test_a_client_that_stops_reading_does_not_hold_up_the_agents_stop(tmp_path, keys):
     """A connection thread blocked writing to a client whose window is full
     waited out libssh's timeout (ssh_auth_timeout_s, here 60 s) before the
