@@ -399,6 +399,18 @@ static void conn_run(struct ssh_conn *c)
     while (!atomic_load(&c->srv->stopping)) {
         if (ssh_event_dopoll(c->event, 200) == SSH_ERROR && !ssh_is_connected(c->session))
             break;
+        /* A packet libssh could not take (a bad MAC, a length out of
+         * bounds) leaves the session in its error state but connected, and
+         * its socket read on: every byte the client sent after it was kept
+         * in libssh's input buffer, unprocessed, until the login timeout,
+         * or for ever once logged in. Such a session is over. */
+        if (ssh_get_status(c->session) & SSH_CLOSED_ERROR) {
+            log_warn("ssh: node %s workload %s user %.80s from %s:%d: protocol error, closed: %s",
+                     c->listener->node->name, c->wl_id[0] ? c->wl_id : "-", c->user[0] ? c->user : "-", c->addr,
+                     c->port, ssh_get_error(c->session));
+            c->refused = !c->authenticated;
+            break;
+        }
         for (int i = 0; i < c->n_chans; i++)
             ssh_chan_pump(c->chans[i]);
         ssh_conn_drop_finished(c);

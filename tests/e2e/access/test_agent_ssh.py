@@ -28,6 +28,7 @@ import pytest
 
 from agent_util import AGENT, Agent, FakeControlPlane, Fleet, assert_error, poll
 from ports import free_port
+from ssh_raw import MSG_USERAUTH_REQUEST, RawSSH, ssh_string
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh-keygen"),
                                 reason="needs openssh-client")
@@ -861,6 +862,37 @@ def test_silent_connections_cannot_fill_a_busy_node(tmp_path, keys):
         for h in held:
             h.kill()
             h.wait(timeout=30)
+        n.stop()
+
+
+def kernel_buffer_max():
+    """The most bytes the kernel may hold for one loopback connection, both
+    ends' buffers together (tcp_rmem and tcp_wmem's maxima)."""
+    total = 0
+    for name in ("tcp_rmem", "tcp_wmem"):
+        with open(f"/proc/sys/net/ipv4/{name}") as f:
+            total += int(f.read().split()[2])
+    return total
+
+
+def test_a_packet_that_cannot_be_read_ends_the_connection(tmp_path, keys):
+    """A packet libssh cannot take (here bytes that decrypt to a length out
+    of bounds) left the session in its error state but connected, and the
+    agent read on: everything the client sent after it piled up unread in
+    libssh's buffer until the login timeout, and for ever on a connection
+    that had logged in. Such a connection is now closed."""
+    n = Node(tmp_path / "garbage", ssh_auth_timeout_s="120")
+    try:
+        c = RawSSH("127.0.0.1", n.port)
+        c.service()
+        junk, sent, limit = os.urandom(1 << 16), 0, 2 * kernel_buffer_max() + (8 << 20)
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            while sent < limit:
+                c.sock.sendall(junk)
+                sent += len(junk)
+        c.sock.close()
+        n.agent.wait_for_log(r"from 127\.0\.0\.1:\d+: protocol error, closed: ")
+    finally:
         n.stop()
 
 
