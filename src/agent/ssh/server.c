@@ -373,6 +373,23 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
     return SSH_AUTH_SUCCESS;
 }
 
+/* Whether the client's socket takes more bytes, waiting up to 200 ms for
+ * it to. What the kernel cannot take waits in libssh's memory, with no
+ * bound, and libssh answers many requests whether or not the client reads
+ * the answers (a login by "none" or a key type it does not know, a global
+ * request, an unknown message): a client that sent them and read nothing,
+ * not even logged in, grew the agent by its own upload rate (250 MB in
+ * 20 s from one connection). The connection's input is read only while
+ * the socket takes its output, so such a client stalls in the kernel's
+ * buffers, as TCP would stall it against a server that reads no more. A
+ * client that reads, however slowly, is read as it does; one that went
+ * away is found by keepalive or its reset (POLLERR, POLLHUP). */
+static int client_takes_bytes(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    return poll(&p, 1, 200) != 0;
+}
+
 static void conn_run(struct ssh_conn *c)
 {
     const struct agent_conf *conf = c->srv->agent->conf;
@@ -397,7 +414,8 @@ static void conn_run(struct ssh_conn *c)
     int64_t auth_deadline = clock_mono_ms() + conf->ssh_auth_timeout_s * 1000, next_workload_check = 0;
     c->last_activity_ms = clock_mono_ms();
     while (!atomic_load(&c->srv->stopping)) {
-        if (ssh_event_dopoll(c->event, 200) == SSH_ERROR && !ssh_is_connected(c->session))
+        if (client_takes_bytes(c->fd) && ssh_event_dopoll(c->event, 200) == SSH_ERROR &&
+            !ssh_is_connected(c->session))
             break;
         /* A packet libssh could not take (a bad MAC, a length out of
          * bounds) leaves the session in its error state but connected, and

@@ -875,6 +875,38 @@ def kernel_buffer_max():
     return total
 
 
+def test_a_client_that_reads_none_of_its_answers_is_read_no_more(tmp_path, keys):
+    """libssh answers a login by "none" (as it does a global request or an
+    unknown message) whether or not the client reads the answer, and keeps
+    what the kernel cannot take in memory: a client that sent such requests
+    and read nothing, without logging in, grew the agent by what it
+    uploaded (250 MB in 20 s). Its bytes are now read only while it takes
+    what it is sent, so the flood stops in the kernel's buffers."""
+    n = Node(tmp_path / "unread")
+    try:
+        n.run_workload("ins_unread-0", [keys["mine"][1]])
+        c = RawSSH("127.0.0.1", n.port, rcvbuf=4096)
+        c.service()
+        login = (bytes([MSG_USERAUTH_REQUEST]) + ssh_string("ins_unread-0") + ssh_string("ssh-connection") +
+                 ssh_string("none"))
+        limit = 2 * kernel_buffer_max() + (8 << 20)
+        sent = 0
+        c.sock.settimeout(5)  # no progress for that long: the agent reads no more
+        try:
+            while sent < limit:
+                burst = b"".join(c.packet(login) for _ in range(500))
+                c.sock.sendall(burst)
+                sent += len(burst)
+        except socket.timeout:
+            pass
+        c.sock.close()
+        assert sent < limit, f"{sent} bytes of logins taken from a client that reads nothing"
+        p = n.ssh(keys["mine"][0], "ins_unread-0", "echo in")
+        assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+    finally:
+        n.stop()
+
+
 def test_a_packet_that_cannot_be_read_ends_the_connection(tmp_path, keys):
     """A packet libssh cannot take (here bytes that decrypt to a length out
     of bounds) left the session in its error state but connected, and the
