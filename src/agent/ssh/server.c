@@ -408,14 +408,23 @@ static void conn_run(struct ssh_conn *c)
         c->refused = 1; /* a connection that never speaks counts against its address too */
         return;
     }
+    /* Non-blocking from here on: in a blocking session every channel
+     * write, EOF and close waits (up to the session's timeout) for libssh
+     * to pass all it holds to the kernel, and reads and answers the
+     * client's requests while it waits, so a client with a channel's
+     * output pending that read nothing was still read, its answers kept,
+     * whatever client_takes_bytes said. What libssh cannot pass to the
+     * kernel now it sends as the socket takes it (its poll in
+     * ssh_event_dopoll). */
+    ssh_set_blocking(c->session, 0);
     c->event = ssh_event_new();
     if (!c->event || ssh_event_add_session(c->event, c->session) != SSH_OK)
         return;
     int64_t auth_deadline = clock_mono_ms() + conf->ssh_auth_timeout_s * 1000, next_workload_check = 0;
     c->last_activity_ms = clock_mono_ms();
     while (!atomic_load(&c->srv->stopping)) {
-        if (client_takes_bytes(c->fd) && ssh_event_dopoll(c->event, 200) == SSH_ERROR &&
-            !ssh_is_connected(c->session))
+        int takes = client_takes_bytes(c->fd);
+        if (takes && ssh_event_dopoll(c->event, 200) == SSH_ERROR && !ssh_is_connected(c->session))
             break;
         /* A packet libssh could not take (a bad MAC, a length out of
          * bounds) leaves the session in its error state but connected, and
@@ -429,7 +438,10 @@ static void conn_run(struct ssh_conn *c)
             c->refused = !c->authenticated;
             break;
         }
-        for (int i = 0; i < c->n_chans; i++)
+        /* The pumps too: libssh reads the socket when asked whether a
+         * channel holds data (ssh_channel_poll), a few KiB per channel and
+         * pass, so they wait with the rest for the client to read. */
+        for (int i = 0; takes && i < c->n_chans; i++)
             ssh_chan_pump(c->chans[i]);
         ssh_conn_drop_finished(c);
         if (!ssh_is_connected(c->session))

@@ -28,7 +28,7 @@ import pytest
 
 from agent_util import AGENT, Agent, FakeControlPlane, Fleet, assert_error, poll
 from ports import free_port
-from ssh_raw import MSG_USERAUTH_REQUEST, RawSSH, ssh_string
+from ssh_raw import MSG_GLOBAL_REQUEST, MSG_USERAUTH_REQUEST, RawSSH, ssh_string
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh-keygen"),
                                 reason="needs openssh-client")
@@ -875,6 +875,23 @@ def kernel_buffer_max():
     return total
 
 
+def flood_until_stalled(sock, burst):
+    """Sends what burst() makes until the peer takes no more for 5 s (True)
+    or, on a connection it keeps reading, until it took twice what the
+    kernel may buffer and 8 MiB more or two minutes passed (False)."""
+    limit, deadline = 2 * kernel_buffer_max() + (8 << 20), time.monotonic() + 120
+    sent = 0
+    sock.settimeout(5)
+    try:
+        while sent < limit and time.monotonic() < deadline:
+            data = burst()
+            sock.sendall(data)
+            sent += len(data)
+    except socket.timeout:
+        return True
+    return False
+
+
 def test_a_client_that_reads_none_of_its_answers_is_read_no_more(tmp_path, keys):
     """libssh answers a login by "none" (as it does a global request or an
     unknown message) whether or not the client reads the answer, and keeps
@@ -889,20 +906,34 @@ def test_a_client_that_reads_none_of_its_answers_is_read_no_more(tmp_path, keys)
         c.service()
         login = (bytes([MSG_USERAUTH_REQUEST]) + ssh_string("ins_unread-0") + ssh_string("ssh-connection") +
                  ssh_string("none"))
-        limit = 2 * kernel_buffer_max() + (8 << 20)
-        sent = 0
-        c.sock.settimeout(5)  # no progress for that long: the agent reads no more
-        try:
-            while sent < limit:
-                burst = b"".join(c.packet(login) for _ in range(500))
-                c.sock.sendall(burst)
-                sent += len(burst)
-        except socket.timeout:
-            pass
+        stalled = flood_until_stalled(c.sock, lambda: b"".join(c.packet(login) for _ in range(500)))
         c.sock.close()
-        assert sent < limit, f"{sent} bytes of logins taken from a client that reads nothing"
+        assert stalled, "the agent read on a client that reads nothing"
         p = n.ssh(keys["mine"][0], "ins_unread-0", "echo in")
         assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+    finally:
+        n.stop()
+
+
+def test_a_logged_in_client_with_output_pending_that_reads_nothing_is_read_no_more(tmp_path, keys):
+    """In a blocking libssh session each channel write waited for libssh's
+    buffer to reach the kernel and read and answered the client's requests
+    meanwhile: a logged-in client running `yes` with a large window, reading
+    nothing and sending keepalive requests, was read on and its answers
+    kept. The session is non-blocking now, so it stalls as any other
+    client that reads nothing."""
+    n = Node(tmp_path / "pending")
+    try:
+        n.run_workload("ins_pending-0", [keys["mine"][1]])
+        c = RawSSH("127.0.0.1", n.port, rcvbuf=4096)
+        c.service()
+        assert c.login("ins_pending-0", keys["mine"][0])
+        c.exec("yes", window=0xFFFFFFFF)
+        n.agent.wait_for_log(r"user ins_pending-0 from \S+: command")
+        keepalive = bytes([MSG_GLOBAL_REQUEST]) + ssh_string("keepalive@openssh.com") + b"\1"
+        stalled = flood_until_stalled(c.sock, lambda: b"".join(c.packet(keepalive) for _ in range(500)))
+        c.sock.close()
+        assert stalled, "the agent read on a logged-in client that reads nothing"
     finally:
         n.stop()
 

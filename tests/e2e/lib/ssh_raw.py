@@ -10,6 +10,9 @@ RawSSH(host, port, timeout=30, rcvbuf=None)   version exchange and keys
     .send(payload)              .packet() sent
     .recv() -> payload          the next packet
     .service("ssh-userauth")    SERVICE_REQUEST until SERVICE_ACCEPT
+    .login(user, key_path) -> bool   public-key login with an ed25519 key file
+    .exec(command, window) -> channel   a session channel opened with that
+                                initial window, its command started
     .sock                       the socket (settimeout, sendall, close)
 ssh_string(b), u32(n)           the wire encodings, for building payloads
 """
@@ -25,7 +28,9 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 MSG_SERVICE_REQUEST, MSG_SERVICE_ACCEPT = 5, 6
 MSG_KEXINIT, MSG_NEWKEYS, MSG_KEX_ECDH_INIT, MSG_KEX_ECDH_REPLY = 20, 21, 30, 31
-MSG_USERAUTH_REQUEST = 50
+MSG_USERAUTH_REQUEST, MSG_USERAUTH_FAILURE, MSG_USERAUTH_SUCCESS = 50, 51, 52
+MSG_GLOBAL_REQUEST = 80
+MSG_CHANNEL_OPEN, MSG_CHANNEL_OPEN_CONFIRMATION, MSG_CHANNEL_REQUEST = 90, 91, 98
 
 
 def u32(n):
@@ -132,7 +137,7 @@ class RawSSH:
             at += 4 + n
         host_key, q_s = fields
         k = _mpint(mine.exchange(X25519PublicKey.from_public_bytes(q_s)))
-        h = hashlib.sha256(ssh_string(self.version) + ssh_string(self.server_version) + ssh_string(kexinit) +
+        h = self.session_id = hashlib.sha256(ssh_string(self.version) + ssh_string(self.server_version) + ssh_string(kexinit) +
                            ssh_string(server_kexinit) + ssh_string(host_key) + ssh_string(q_c) + ssh_string(q_s) +
                            k).digest()
 
@@ -155,3 +160,30 @@ class RawSSH:
             if p[0] == MSG_SERVICE_ACCEPT:
                 return
             assert p[0] in (2, 4, 53), f"answered {p[0]} to a service request"  # ignore, debug, banner
+
+    def _until(self, *types):
+        """The next packet of one of types, skipping what a server may send
+        unasked (ignore, debug, banner, global requests, window adjusts)."""
+        while True:
+            p = self.recv()
+            if p[0] in types:
+                return p
+            assert p[0] in (2, 4, 53, 80, 93), f"unexpected message {p[0]}"
+
+    def login(self, user, key_path):
+        with open(key_path, "rb") as f:
+            key = serialization.load_ssh_private_key(f.read(), None)
+        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        blob = ssh_string("ssh-ed25519") + ssh_string(raw)
+        request = (bytes([MSG_USERAUTH_REQUEST]) + ssh_string(user) + ssh_string("ssh-connection") +
+                   ssh_string("publickey") + b"\1" + ssh_string("ssh-ed25519") + ssh_string(blob))
+        signature = key.sign(ssh_string(self.session_id) + request)
+        self.send(request + ssh_string(ssh_string("ssh-ed25519") + ssh_string(signature)))
+        return self._until(MSG_USERAUTH_SUCCESS, MSG_USERAUTH_FAILURE)[0] == MSG_USERAUTH_SUCCESS
+
+    def exec(self, command, window=1 << 21):
+        self.send(bytes([MSG_CHANNEL_OPEN]) + ssh_string("session") + u32(0) + u32(window) + u32(32768))
+        reply = self._until(MSG_CHANNEL_OPEN_CONFIRMATION)
+        channel = struct.unpack(">I", reply[5:9])[0]
+        self.send(bytes([MSG_CHANNEL_REQUEST]) + u32(channel) + ssh_string("exec") + b"\0" + ssh_string(command))
+        return channel
