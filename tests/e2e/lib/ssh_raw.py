@@ -137,9 +137,10 @@ class RawSSH:
             at += 4 + n
         host_key, q_s = fields
         k = _mpint(mine.exchange(X25519PublicKey.from_public_bytes(q_s)))
-        h = self.session_id = hashlib.sha256(ssh_string(self.version) + ssh_string(self.server_version) + ssh_string(kexinit) +
+        h = hashlib.sha256(ssh_string(self.version) + ssh_string(self.server_version) + ssh_string(kexinit) +
                            ssh_string(server_kexinit) + ssh_string(host_key) + ssh_string(q_c) + ssh_string(q_s) +
                            k).digest()
+        self.session_id = h
 
         def derive(letter, size):
             out = hashlib.sha256(k + h + letter + h).digest()
