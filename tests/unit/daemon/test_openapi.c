@@ -436,6 +436,41 @@ static void test_error_codes_match_status(void **state)
         fail_msg("%d error code(s) under the wrong status (listed above)", n);
 }
 
+/* What the HTTP layer refuses before any route runs (a NUL byte in the target,
+ * a header that may be given once given twice: src/common/http_guard.c and
+ * http.c) is 400 bad_request on every operation, so a 400 that lists its
+ * codes lists that one too: a client that trusts the list must not meet a
+ * code it was not told of. */
+static void test_every_400_lists_bad_request(void **state)
+{
+    int n = 0;
+    const char *path;
+    json_t *item;
+    json_object_foreach(json_object_get(doc, "paths"), path, item) {
+        const char *method;
+        json_t *op;
+        json_object_foreach(item, method, op) {
+            if (!is_http_method(method))
+                continue;
+            json_t *d = deref(json_object_get(json_object_get(op, "responses"), "400"));
+            json_t *codes = d ? json_object_get(d, "x-error-codes") : NULL;
+            if (!json_is_array(codes))
+                continue;
+            int listed = 0;
+            size_t i;
+            json_t *c;
+            json_array_foreach(codes, i, c)
+                if (json_is_string(c) && strcmp(json_string_value(c), "bad_request") == 0)
+                    listed = 1;
+            if (!listed)
+                problem(&n, "%s %s: its 400 lists codes but not bad_request, which any route may answer", method,
+                        path);
+        }
+    }
+    if (n)
+        fail_msg("%d operation(s) whose 400 leaves out bad_request (listed above)", n);
+}
+
 /* An example error body under a documented status has a code sent with that
  * status, and one the response lists in x-error-codes when it lists any. */
 static void check_example_error(const char *method, const char *path, long st, json_t *codes, json_t *value, int *n)
@@ -557,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_error_codes_exist),
         cmocka_unit_test(test_error_codes_match_status),
         cmocka_unit_test(test_error_examples_match_status),
+        cmocka_unit_test(test_every_400_lists_bad_request),
         cmocka_unit_test(test_operation_tags_are_declared),
         cmocka_unit_test(test_refs_resolve),
     };
