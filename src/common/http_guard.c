@@ -600,9 +600,13 @@ static ssize_t answer_refusal(struct http_guard *g, int fd)
         struct tm tm;
         if (gmtime_r(&now, &tm))
             strftime(date, sizeof date, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        /* The headers every answer of the servers carries (http.c's
+         * add_common_headers): an error is never stored by a cache between,
+         * nor sniffed by a browser as something other than JSON. */
         int len = snprintf(reply, sizeof reply,
                            "HTTP/1.1 %d %s\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                           "X-Request-Id: %s\r\nConnection: close\r\n\r\n%s",
+                           "X-Request-Id: %s\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+                           "Connection: close\r\n\r\n%s",
                            g->status, reason && reason[0] ? reason : "Error", date, body ? strlen(body) : 0, request_id,
                            body ? body : "");
         free(body);

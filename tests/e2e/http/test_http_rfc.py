@@ -56,6 +56,11 @@ def raw(d, data, timeout=10, tls=None):
 def json_error(status, headers, body, code):
     assert headers["content-type"] == "application/json", headers
     assert headers.get("x-request-id", "").startswith("req_"), headers  # refused unread or not
+    # what every answer carries (ARCHITECTURE.md, "The life of a request"),
+    # the guard's refusals too: an error quoting nothing of the client is
+    # still never stored or sniffed as a page
+    assert headers.get("cache-control") == "no-store", headers
+    assert headers.get("x-content-type-options") == "nosniff", headers
     err = json.loads(body)["error"]
     assert err["code"] == code, err
     return err
