@@ -789,11 +789,27 @@ const scenarios = {
 
   // Enter pressed three times quickly in the launch form: the button stays
   // disabled from the first until the instance's page replaces the form
-  // (it was enabled again in between), so one instance is made.
+  // (it was enabled again in between), so one instance is made. Before
+  // that, the form opens on the one type with free cards (MI450), not on
+  // the first in the list (MI300X, none free, which says so and is marked
+  // unavailable), and a type short of the cards asked for says so before
+  // Launch is pressed.
   async enter_thrice(page) {
     await login(page, world.email, world.password);
     await page.goto(`${base}/console#/launch`);
+    await page.waitForSelector("#launch-type");
+    const opened = await page.$eval("#launch-type", (s) => ({ value: s.value,
+      unavailable: [...s.options].filter((o) => o.classList.contains("unavailable")).map((o) => o.textContent) }));
+    if (opened.value !== "MI450") throw new Error(`the launch form opens on ${opened.value}, not the type with free cards`);
+    if (!opened.unavailable.some((x) => x.startsWith("MI300X") && x.includes("暂无空闲")))
+      throw new Error(`MI300X, with no free card, is not marked unavailable: ${JSON.stringify(opened.unavailable)}`);
+    await page.selectOption("#launch-type", "MI300X");
+    await waitText(page, "#launch-capacity", "MI300X 目前仅空闲 0 张");
+    await page.selectOption("#launch-type", "MI450");
+    await page.fill("#launch-cards", "16");
+    await waitText(page, "#launch-capacity", "MI450 目前仅空闲 8 张，创建 16 张");
     await fillLaunch(page, { cards: 1 });
+    await page.waitForSelector("#launch-capacity", { state: "detached", timeout: DEADLINE });
     await page.waitForSelector("#estimate-hour", { timeout: DEADLINE });
     await page.evaluate(() => {
       // Every change of the button's disabled attribute, with its value before.
