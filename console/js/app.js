@@ -5,7 +5,7 @@
 // gave ctx.onLeave() run then (a stream that never sends another chunk
 // would otherwise hold one of the browser's six connections to the host).
 import { loadLang, t, currentLang } from "./i18n.js";
-import { getKey, getUser, clearSession, whenUnauthorized, del } from "./api.js";
+import { getKey, getUser, clearSession, whenUnauthorized, raw } from "./api.js";
 import { h, clear, toast } from "./ui.js";
 import * as auth from "./pages/auth.js";
 import * as account from "./pages/account.js";
@@ -168,10 +168,17 @@ async function start() {
     }
     show();
   });
-  document.getElementById("logout").addEventListener("click", async () => {
-    try { await del("/v1/api-keys/" + (getUser() || {}).api_key_id); } catch { /* the key may be gone already */ }
+  // Logging out ends the session here first, then revokes its key with
+  // the key in hand: a key already revoked or expired answers 401, which
+  // with the session still open ended it again with "session ended" (and
+  // a ?next= back to the page) over a plain logout. Requests of the page
+  // still out answer for a key no longer the session's, and say nothing.
+  document.getElementById("logout").addEventListener("click", () => {
+    const key = getKey(), id = (getUser() || {}).api_key_id;
     clearSession();
-    location.hash = "#/login";
+    if (location.hash === "#/login") show(); else location.hash = "#/login";
+    if (key && id) raw("DELETE", `/v1/api-keys/${encodeURIComponent(id)}`, { headers: { Authorization: `Bearer ${key}` } })
+      .catch(() => { /* gone already, or unreachable: this tab has forgotten it either way */ });
   });
   // The skip link moves the focus to the page, nothing else: followed as a
   // link it set the location's hash to #main, which names no route, and

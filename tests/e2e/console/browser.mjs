@@ -1049,6 +1049,27 @@ const scenarios = {
     await page.fill("#login-password", world.password);
     await page.click("#login-submit");
     await page.waitForSelector("#launch-form", { timeout: DEADLINE });
+    // Logging out with a key revoked meanwhile (or expired) just logs out:
+    // no "session ended" notice and no way back to the page (the revoking
+    // DELETE's 401 ended the session first, with both).
+    const again = await page.evaluate(() => JSON.parse(sessionStorage.getItem("gpurent.user")).api_key_id);
+    const r2 = await fetch(`${base}/v1/api-keys/${again}`, { method: "DELETE", headers: { Authorization: `Bearer ${world.key}` } });
+    if (r2.status !== 200) throw new Error(`revoking the console's second key: ${r2.status}`);
+    await page.evaluate(() => {
+      const box = document.getElementById("toast");
+      while (box.firstChild) box.firstChild.remove();
+      window.gpurentToasts = [];
+      new MutationObserver(() => { if (box.textContent) window.gpurentToasts.push(box.textContent); }).observe(box, { childList: true, subtree: true });
+    });
+    const revoking = page.waitForResponse((x) => x.request().method() === "DELETE" && x.url().endsWith(`/v1/api-keys/${again}`), { timeout: DEADLINE });
+    await page.click("#logout");
+    const answer = await revoking;
+    await answer.finished();
+    if (answer.status() !== 401) throw new Error(`the logout's DELETE of a revoked key answered ${answer.status()}`);
+    await page.waitForSelector("#login-email", { timeout: DEADLINE });
+    const out = await page.evaluate(() => ({ hash: location.hash, key: sessionStorage.getItem("gpurent.key"), toasts: window.gpurentToasts,
+      logout: document.getElementById("logout").hidden }));
+    if (out.hash !== "#/login" || out.key || out.toasts.length || !out.logout) throw new Error(`logging out with a revoked key: ${JSON.stringify(out)}`);
   },
 
   // Every kind of event the API documents is named in words in the
@@ -1086,6 +1107,12 @@ const scenarios = {
     await page.waitForFunction(() => document.documentElement.clientWidth === 375, null, { timeout: DEADLINE });
     const narrow = await widths();
     if (narrow.some((w, i) => w < wide[i] - 1)) throw new Error(`the header's controls are squeezed on a phone: ${narrow} px, ${wide} px on a laptop`);
+    // Log out, there, revokes the session's key (it is ended here first).
+    const keyId = await page.evaluate(() => JSON.parse(sessionStorage.getItem("gpurent.user")).api_key_id);
+    const revoking = page.waitForResponse((x) => x.request().method() === "DELETE" && x.url().endsWith(`/v1/api-keys/${keyId}`), { timeout: DEADLINE });
+    await page.click("#logout");
+    if ((await revoking).status() !== 200) throw new Error("Log out did not revoke the session's key");
+    await page.waitForSelector("#login-email", { timeout: DEADLINE });
   },
 
   // Every page has a title of its own, in the console's language.

@@ -427,6 +427,9 @@ def test_the_phone_header_keeps_its_controls_whole(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup(email=unique_email("a-rather-long-address-for-a-phone"))
     run_scenario("phone_header", as_user(d, user), tmp_path)
+    # Log out revoked the console's key, and only that one.
+    assert d.sql("SELECT name FROM api_keys WHERE revoked_at IS NOT NULL") == [("console",)]
+    assert d.get("/v1/me", key=user.key).status_code == 200
 
 
 def test_every_page_has_a_title_of_its_own(new_daemon, tmp_path):
