@@ -1097,7 +1097,8 @@ const scenarios = {
 
   // On a phone the header's language menu and Log out keep the width they
   // have on a laptop (the menu was squeezed to "Er" of English by a long
-  // e-mail address beside it).
+  // e-mail address beside it), a notice keeps off the screen's edges, and
+  // Log out works.
   async phone_header(page) {
     await login(page, world.email, world.password);
     await setLang(page, "en");
@@ -1107,6 +1108,14 @@ const scenarios = {
     await page.waitForFunction(() => document.documentElement.clientWidth === 375, null, { timeout: DEADLINE });
     const narrow = await widths();
     if (narrow.some((w, i) => w < wide[i] - 1)) throw new Error(`the header's controls are squeezed on a phone: ${narrow} px, ${wide} px on a laptop`);
+    // A long notice keeps a margin on both sides (it sat flush with the
+    // screen's left edge).
+    const edges = await page.evaluate(async () => {
+      (await import("/console/js/ui.js")).toast("Something went wrong: " + "the server said a long thing about it, ".repeat(3), true);
+      const r = document.querySelector("#toast div").getBoundingClientRect();
+      return [r.left, document.documentElement.clientWidth - r.right];
+    });
+    if (edges.some((m) => m < 8)) throw new Error(`a notice on a 375 px phone has margins of ${edges.join(" and ")} px`);
     // Log out, there, revokes the session's key (it is ended here first).
     const keyId = await page.evaluate(() => JSON.parse(sessionStorage.getItem("gpurent.user")).api_key_id);
     const revoking = page.waitForResponse((x) => x.request().method() === "DELETE" && x.url().endsWith(`/v1/api-keys/${keyId}`), { timeout: DEADLINE });
