@@ -70,14 +70,20 @@ export async function verify(main, params, ctx) {
       const res = await post("/v1/verify-email", { token: token.value.trim() });
       const user = getUser();
       if (user && getKey()) setSession(getKey(), { ...user, email_verified: true });
+      resent.remove();
       add(done, h("p", { class: "ok" }, t("auth.verified")),
         res.credit ? h("p", {}, t("auth.credit_granted"), " ", money(res.credit.amount, res.credit.currency)) : null,
         h("a", { href: getKey() ? "#/overview" : "#/login" }, t("auth.continue")));
     }, err);
   });
+  // "A new code is on its way" says what the last press did: a resend
+  // refused after one that went (429, asked again within the minute) was
+  // shown beside it, as if a code were coming after all.
+  const resent = h("p", { id: "verify-resent" }, t("auth.resent"));
   resend.addEventListener("click", () => busy(resend, async () => {
+    resent.remove();
     await post("/v1/verify-email/resend");
-    done.append(h("p", {}, t("auth.resent")));
+    done.append(resent);
   }, err));
   main.append(h("h1", {}, t("auth.verify_title")), form);
   token.focus();

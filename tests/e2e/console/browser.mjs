@@ -774,6 +774,17 @@ const scenarios = {
     await page.goto(`${base}/console#/overview`);
     await page.waitForSelector("#available", { timeout: DEADLINE });
     if (!(await page.$("main .warn a[href='#/verify']"))) throw new Error("an unverified account is not asked to verify");
+    // A code sent again, then a second press within the minute refused
+    // (429): the page says the refusal, no longer that a code is coming.
+    expected.push(/status of 429/);
+    await page.click("main .warn a[href='#/verify']");
+    await page.click("#verify-resend");
+    await page.waitForSelector("#verify-resent", { timeout: DEADLINE });
+    await page.click("#verify-resend");
+    await waitText(page, "main form .error", "秒后重试");
+    if (await page.$("#verify-resent")) throw new Error("a refused resend is shown beside 'a new code is on its way'");
+    await page.goto(`${base}/console#/overview`);
+    await page.waitForSelector("#available", { timeout: DEADLINE });
     await ask({ verify: world.email });
     await page.reload();
     await page.waitForSelector("#available", { timeout: DEADLINE });
