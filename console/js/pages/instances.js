@@ -276,8 +276,10 @@ export async function detail(main, params, ctx) {
   const pollErr = h("div", { id: "instance-poll-error" });
   const logs = logsView(id, ctx);
   // The name the renter gave it (the list links by it) heads the page,
-  // before the id.
-  main.append(h("h1", {}, t("instances.detail"), " ", inst.name ? [h("span", { id: "instance-name" }, inst.name), " "] : null, h("code", {}, id)),
+  // before the id, written from each poll like the rest of the page (it
+  // was drawn once, and a name changed meanwhile never showed).
+  const nameCell = h("span", { id: "instance-name" });
+  main.append(h("h1", {}, t("instances.detail"), " ", nameCell, " ", h("code", {}, id)),
     head, actions, err, pollErr,
     h("div", { class: "card" }, h("h2", {}, t("instances.ranks")), ranks),
     h("div", { class: "card" }, h("h2", {}, t("connect.title")), connect), logs.box,
@@ -305,6 +307,8 @@ export async function detail(main, params, ctx) {
   // Drawn again at every poll; the focused button or link is given its
   // focus back (keepFocus), the state written in place.
   const draw = () => keepFocus(main, () => {
+    if (nameCell.textContent !== (inst.name || "")) nameCell.textContent = inst.name || "";
+    nameCell.hidden = !inst.name;
     if (shownState !== `${inst.state} ${inst.phase || ""}`) {
       shownState = `${inst.state} ${inst.phase || ""}`;
       add(clear(stateCell), h("div", { class: "hint" }, t("instances.state")), h("span", { id: "instance-state", "data-state": inst.state }, badge(inst.state)),

@@ -1279,7 +1279,7 @@ const scenarios = {
   // An instance launched with a volume says so on its page: the volume's
   // name and where it is mounted (the page showed nothing of it).
   // Its own name too (the page showed only the id), within a phone's
-  // width however long the name's words.
+  // width however long the name's words, and kept current.
   async instance_volume(page) {
     await login(page, world.email, world.password);
     await setLang(page, "en");
@@ -1290,6 +1290,15 @@ const scenarios = {
     await waitText(page, "main h1", world.name);
     const wide = await page.evaluate(() => document.documentElement.scrollWidth);
     if (wide > 375) throw new Error(`the instance page is ${wide} px wide on a 375 px phone`);
+    // A name changed while the page is open heads it from the next poll.
+    // (The API has no rename yet: the polls' answers carry a new name here.)
+    await page.route(`**/v1/instances/${world.instance_id}`, async (route) => {
+      if (route.request().method() !== "GET") return route.continue();
+      const real = await route.fetch();
+      await route.fulfill({ response: real, json: { ...(await real.json()), name: "renamed-run" } });
+    });
+    await waitText(page, "#instance-name", "renamed-run");
+    if ((await page.textContent("main h1")).includes(world.name)) throw new Error("the old name still heads the instance page");
   },
 
   // A wrong password typed while a session is open (the login page
