@@ -107,26 +107,30 @@ export async function copyText(text, el) {
   toast(ok ? t("connect.copied") : t("connect.copy_by_hand"), !ok);
 }
 
-// The input of errSlot's form that an error names (its field, the input's
-// name): marked invalid, described by the error's box and focused, so a
+// The input that an error names (its field, the input's name, or its
+// data-api-field where the API gets its value under another name: a
+// window's length in hours sent as the window's end), in errSlot's form or
+// else the pressed button's (an admin page's error line sits below its
+// forms): marked invalid, described by the error's box and focused, so a
 // screen reader says what is wrong where the user is. Without this the
 // error was a line under the form that named the field by its API name.
 let errorBoxes = 0;
-function markField(errSlot, e, box) {
-  const form = errSlot.closest("form");
-  const input = form && e && e.field && [...form.elements].find((el) => el.name === e.field);
+function markField(form, e, box) {
+  const input = form && e && e.field && [...form.elements].find((el) => el.name === e.field || el.dataset.apiField === e.field);
   if (!input) return;
   box.id = `error-${++errorBoxes}`;
   input.setAttribute("aria-invalid", "true");
   input.setAttribute("aria-describedby", box.id);
   input.focus();
 }
+// The marks the errors in errSlot made, taken off with them (one slot may
+// serve two forms).
 function unmarkFields(errSlot) {
-  const form = errSlot.closest("form");
-  for (const el of form ? form.querySelectorAll("[aria-invalid]") : []) {
-    el.removeAttribute("aria-invalid");
-    el.removeAttribute("aria-describedby");
-  }
+  for (const box of errSlot.querySelectorAll("[id^='error-']"))
+    for (const el of document.querySelectorAll(`[aria-describedby="${box.id}"]`)) {
+      el.removeAttribute("aria-invalid");
+      el.removeAttribute("aria-describedby");
+    }
 }
 
 // Runs fn with the button disabled and showing progress; an error goes
@@ -139,11 +143,11 @@ export async function busy(button, fn, errSlot) {
   const from = location.hash;
   button.disabled = true;
   button.classList.add("progress");
-  if (errSlot) { clear(errSlot); unmarkFields(errSlot); }
+  if (errSlot) { unmarkFields(errSlot); clear(errSlot); }
   try {
     return await fn();
   } catch (e) {
-    if (errSlot) markField(errSlot, e, errSlot.appendChild(errorBox(e)));
+    if (errSlot) markField(errSlot.closest("form") || button.form, e, errSlot.appendChild(errorBox(e)));
     else toast(errorText(e), true);
     return undefined;
   } finally {

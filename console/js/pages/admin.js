@@ -56,10 +56,12 @@ export async function prices(main) {
   const [types, list] = await Promise.all([get("/v1/gpu-types"), get("/v1/prices")]).catch((e) => { err.append(errorBox(e)); return [null, null]; });
   main.append(err);
   if (!types) return;
-  const type = h("select", { id: "price-type" }, types.data.map((g) => h("option", { value: g.code }, g.code)));
-  const price = h("input", { id: "price-amount", required: true, inputmode: "decimal", placeholder: "1.20" });
-  const at = h("input", { id: "price-at", type: "datetime-local" });
-  const reason = h("input", { id: "price-reason" });
+  // The admin forms' inputs are named as the API's fields: an error that
+  // names one marks it (ui.js busy).
+  const type = h("select", { id: "price-type", name: "gpu_type" }, types.data.map((g) => h("option", { value: g.code }, g.code)));
+  const price = h("input", { id: "price-amount", name: "price_per_card_hour", required: true, inputmode: "decimal", placeholder: "1.20" });
+  const at = h("input", { id: "price-at", name: "effective_at", type: "datetime-local" });
+  const reason = h("input", { id: "price-reason", name: "reason" });
   const btn = h("button", { type: "submit" }, t("prices.set"));
   const form = h("form", { class: "inline card" }, field(t("catalog.type"), type), field(t("prices.per_card_hour"), price),
     field(t("prices.effective"), at, t("prices.effective_hint")), field(t("common.reason"), reason), btn);
@@ -79,10 +81,10 @@ export async function prices(main) {
 export async function invites(main) {
   main.append(h("h1", {}, t("invites.title")));
   const err = h("div"), out = h("div", { id: "invite-result" });
-  const code = h("input", { id: "invite-code", required: true, pattern: "[A-Za-z0-9_\\-]+" });
-  const amount = h("input", { id: "invite-amount", required: true, inputmode: "decimal", placeholder: "10.00" });
-  const uses = h("input", { id: "invite-uses", type: "number", min: 1 });
-  const days = h("input", { id: "invite-days", type: "number", min: 1 });
+  const code = h("input", { id: "invite-code", name: "code", required: true, pattern: "[A-Za-z0-9_\\-]+" });
+  const amount = h("input", { id: "invite-amount", name: "amount", required: true, inputmode: "decimal", placeholder: "10.00" });
+  const uses = h("input", { id: "invite-uses", name: "max_uses", type: "number", min: 1 });
+  const days = h("input", { id: "invite-days", name: "credit_days", type: "number", min: 1 });
   const btn = h("button", { type: "submit" }, t("invites.create"));
   const form = h("form", { class: "inline card" }, field(t("invites.code"), code), field(t("invites.amount"), amount),
     field(t("invites.max_uses"), uses), field(t("invites.credit_days"), days), btn);
@@ -102,7 +104,7 @@ export async function invites(main) {
     show(await post("/v1/admin/invite-codes", body));
     await drawList();
   }, err); });
-  const look = h("input", { id: "invite-lookup", required: true });
+  const look = h("input", { id: "invite-lookup", name: "code", required: true });
   const lbtn = h("button", { type: "submit", class: "secondary" }, t("invites.lookup"));
   const lform = h("form", { class: "inline card" }, field(t("invites.code"), look), lbtn);
   lform.addEventListener("submit", (e) => { e.preventDefault(); busy(lbtn, async () => show(await get(`/v1/admin/invite-codes/${encodeURIComponent(look.value.trim())}`)), err); });
@@ -128,12 +130,12 @@ export { moneyPage as money };
 async function moneyPage(main) {
   main.append(h("h1", {}, t("funds.title")));
   const err = h("div"), out = h("div");
-  const email = h("input", { id: "funds-email", type: "email", required: true });
+  const email = h("input", { id: "funds-email", name: "email", type: "email", required: true });
   const kind = h("select", { id: "funds-kind" }, h("option", { value: "topup" }, t("funds.topup")), h("option", { value: "grant" }, t("funds.grant")));
-  const amount = h("input", { id: "funds-amount", required: true, inputmode: "decimal", placeholder: "100.00" });
-  const payment = h("input", { id: "funds-payment", placeholder: t("funds.payment_hint") });
-  const expires = h("input", { id: "funds-expires", type: "date" });
-  const reason = h("input", { id: "funds-reason" });
+  const amount = h("input", { id: "funds-amount", name: "amount", required: true, inputmode: "decimal", placeholder: "100.00" });
+  const payment = h("input", { id: "funds-payment", name: "payment_id", placeholder: t("funds.payment_hint") });
+  const expires = h("input", { id: "funds-expires", name: "expires_at", type: "date" });
+  const reason = h("input", { id: "funds-reason", name: "reason" });
   const btn = h("button", { type: "submit", id: "funds-submit" }, t("funds.submit"));
   const form = h("form", { class: "stack card" }, field(t("auth.email"), email), field(t("funds.kind"), kind), field(t("invites.amount"), amount),
     field(t("funds.payment_id"), payment), field(t("funds.expires"), expires, t("funds.expires_hint")), field(t("common.reason"), reason), btn);
@@ -163,7 +165,7 @@ async function moneyPage(main) {
 export async function users(main) {
   main.append(h("h1", {}, t("users.title")));
   const err = h("div"), out = h("div");
-  const email = h("input", { id: "users-email", type: "email", required: true });
+  const email = h("input", { id: "users-email", name: "email", type: "email", required: true });
   const btn = h("button", { type: "submit" }, t("users.lookup"));
   const form = h("form", { class: "inline card" }, field(t("auth.email"), email), btn);
   const show = (u) => {
@@ -191,8 +193,8 @@ export async function users(main) {
 
 export async function audit(main) {
   main.append(h("h1", {}, t("audit.title")));
-  const action = h("input", { id: "audit-action", placeholder: "topup" });
-  const target = h("input", { id: "audit-target" });
+  const action = h("input", { id: "audit-action", name: "action", placeholder: "topup" });
+  const target = h("input", { id: "audit-target", name: "target" });
   const btn = h("button", { type: "submit" }, t("audit.filter"));
   const box = h("div", { id: "audit" });
   const load = async () => {

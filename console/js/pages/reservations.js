@@ -67,10 +67,12 @@ function refundRule() { return h("p", { class: "hint", id: "refund-rule" }, t("r
 function reservableTypes(types) { return types.filter((g) => g.reservation_required || g.cards_reservable > 0); }
 
 function availabilityView(types, ctx) {
-  const type = h("select", { id: "avail-type" }, types.map((g) => h("option", { value: g.code }, g.code)));
+  // Named as the query's fields (the hours as the window's end, "to"): an
+  // error that names one marks it (ui.js busy).
+  const type = h("select", { id: "avail-type", name: "gpu_type" }, types.map((g) => h("option", { value: g.code }, g.code)));
   if (ctx.query.get("gpu_type")) type.value = ctx.query.get("gpu_type");
-  const from = h("input", { type: "datetime-local", id: "avail-from", step: 3600, value: localInput(firstHour(ctx)), required: true });
-  const hours = h("input", { type: "number", id: "avail-hours", min: 1, max: 168, value: 24, required: true });
+  const from = h("input", { type: "datetime-local", id: "avail-from", name: "from", step: 3600, value: localInput(firstHour(ctx)), required: true });
+  const hours = h("input", { type: "number", id: "avail-hours", name: "hours", "data-api-field": "to", min: 1, max: 168, value: 24, required: true });
   const err = h("div"), out = h("div", { id: "availability" });
   const btn = h("button", { type: "submit", id: "avail-show" }, t("resv.show"));
   const load = async () => {
@@ -97,7 +99,7 @@ function bookForm(types, reload, ctx) {
   if (ctx.query.get("gpu_type") && byCode[ctx.query.get("gpu_type")]) type.value = ctx.query.get("gpu_type");
   const cards = h("input", { type: "number", id: "book-cards", name: "cards", min: 1, max: 256, value: 8, required: true });
   const start = h("input", { type: "datetime-local", id: "book-start", name: "starts_at", step: 3600, value: localInput(firstHour(ctx) + HOUR_MS), required: true });
-  const hours = h("input", { type: "number", id: "book-hours", name: "hours", min: 1, max: 8784, value: 3, required: true });
+  const hours = h("input", { type: "number", id: "book-hours", name: "hours", "data-api-field": "ends_at", min: 1, max: 8784, value: 3, required: true });
   const quote = h("div", { class: "card estimate", id: "book-quote", "aria-live": "polite" });
   const err = h("div", { id: "book-error" }), done = h("div", { id: "book-done" });
   const btn = h("button", { type: "submit", id: "book-submit" }, t("resv.book"));

@@ -266,15 +266,27 @@ const scenarios = {
     if (sent.length !== 2 || !sent.every((b) => JSON.parse(b).reason)) throw new Error(`requests sent: ${sent.join(", ")}`);
   },
 
-  // An admin's top-up shows in the audit trail.
+  // An admin's top-up shows in the audit trail. A value the API refuses
+  // on an admin form marks its input (the inputs carry the API's field
+  // names), and the mark goes with the next try.
   async topup(page) {
+    expected.push(/status of (400|409)/);
+    const marked = async (sel) => page.waitForSelector(`${sel}[aria-invalid='true']:focus`, { timeout: DEADLINE });
     await login(page, world.email, world.password);
     await page.goto(`${base}/console#/admin/money`);
     await page.fill("#funds-email", world.target_email);
-    await page.fill("#funds-amount", "50.00");
+    await page.fill("#funds-amount", "50,00");
     await page.fill("#funds-reason", "console audit test");
     await page.click("#funds-submit");
+    await marked("#funds-amount");
+    await page.fill("#funds-amount", "50.00");
+    await page.click("#funds-submit");
     await waitText(page, "#funds-done", "50.00");
+    if (await page.getAttribute("#funds-amount", "aria-invalid")) throw new Error("the amount stays marked after it was taken");
+    await page.goto(`${base}/console#/admin/prices`);
+    await page.fill("#price-amount", "1.2.3");
+    await page.click("main form button[type=submit]");
+    await marked("#price-amount");
     await page.goto(`${base}/console#/admin/audit`);
     await waitText(page, "#audit", world.target_id);
     await waitText(page, "#audit", "console audit test");
@@ -287,6 +299,8 @@ const scenarios = {
     await page.click("#invite-code ~ button, form.inline button[type='submit']");
     await waitText(page, "#invite-list", "CONSOLE-LIST");
     await waitText(page, "#invite-list", "0 / 3");
+    await page.click("#invite-code ~ button, form.inline button[type='submit']"); // the same code again: taken
+    await marked("#invite-code");
   },
 
   // The terminal page against the terminal contract, the server's side
@@ -739,6 +753,21 @@ const scenarios = {
       await page.fill(sel, "1");
       await page.waitForSelector("#book-total", { timeout: DEADLINE });
     }
+    // Windows past the booking horizon (world.horizon hours): the API
+    // names the window's end ("to", "ends_at"), and the hours that make it
+    // are marked, in the availability form and the booking form.
+    expected.push(/status of 400/);
+    const over = String(world.horizon + 10);
+    // The test's browser runs in Asia/Shanghai (UTC+8): the hour as typed there.
+    await page.fill("#book-start", new Date(Date.parse(world.start) + 8 * 3600000).toISOString().slice(0, 16));
+    for (const [hours, button] of [["#avail-hours", "#avail-show"], ["#book-hours", "#book-submit"]]) {
+      await page.fill(hours, over);
+      await page.click(button);
+      await page.waitForSelector(`${hours}[aria-invalid='true']:focus`, { timeout: DEADLINE });
+      await page.fill(hours, "1");
+    }
+    await page.click("#avail-show");
+    await page.waitForSelector("#avail-hours:not([aria-invalid])", { timeout: DEADLINE });
     await page.setViewportSize({ width: 375, height: 800 });
     await page.goto(`${base}/console#/launch`);
     await page.waitForSelector("#launch-form code");

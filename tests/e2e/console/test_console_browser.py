@@ -647,11 +647,14 @@ def test_a_refused_value_is_explained_and_passwords_want_ten(new_daemon, tmp_pat
 
 
 def test_exact_money_whole_booking_numbers_and_a_phone_wide_launch(new_daemon, tmp_path):
-    rc = ResvCloud(cloud_for(new_daemon, tmp_path))
+    horizon = 48  # hours: a window longer is refused, naming its end
+    rc = ResvCloud(cloud_for(new_daemon, tmp_path, reservation_horizon_hours=str(horizon)))
     rc.price("H100-SXM", "2.00")
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
     user = rc.c.user(funds="100.00")
     r = rc.d.post("/v1/ssh-keys", key=user.key, json={"name": "laptop", "public_key": SSH_KEY})
     assert r.status_code == 201, r.text
     run_scenario("exact_money_fractions_phone", {"base_url": rc.d.base_url, "email": user.email,
-                                                  "password": user.password}, tmp_path)
+                                                  "password": user.password, "horizon": horizon,
+                                                  "start": iso(rc.hour(2))}, tmp_path)
+    assert rc.d.get("/v1/reservations", key=user.key).json()["data"] == []
