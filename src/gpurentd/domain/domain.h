@@ -398,10 +398,12 @@ struct instance_patch_field {
     size_t max_len;         /* strings: the longest the body parser takes */
     int (*check)(const json_t *value, struct op_outcome *o);
     int (*apply)(struct store *s, const struct instance *in, const json_t *value, struct op_outcome *o);
+    int any_state;          /* 1: a label, changed in any state but terminated; 0: only while nothing runs */
 };
 extern const struct instance_patch_field instance_patch_fields[]; /* ends with a NULL name */
-/* Runs in a store transaction: the caller's instance id, stopped, gets
- * every field of body that a row names (checked already). */
+/* Runs in a store transaction: the caller's instance id gets every field
+ * of body that a row names (checked already); a field other than a label
+ * only while the instance is stopped, succeeded, failed or lost. */
 int instance_patch(struct store *s, const char *user_id, const char *id, const json_t *body, struct op_outcome *o);
 
 /* gang.c: multi-node instances (issue 12). */

@@ -1,8 +1,9 @@
 /* instance_run.c: what an instance runs, in the database: command, env and
  * working_dir stored at create and shown (secret values never), the image
  * policy that decides which images may run, and PATCH /v1/instances/{id},
- * which changes such fields only while the instance is stopped, driven by
- * a table of fields that later fields join as rows. */
+ * which changes such fields only while the instance is stopped (its name,
+ * a label, at any time before it is terminated), driven by a table of
+ * fields that later fields join as rows. */
 #include "domain/domain.h"
 #include "gpurent/clock.h"
 #include "store/store.h"
@@ -194,16 +195,48 @@ static int apply_rendezvous(struct store *s, const struct instance *in, const js
     return store_instance_set_rendezvous_timeout(s, in->id, json_integer_value(v));
 }
 
+/* The name is the owner's label (at most 63 bytes, "" for none, as at
+ * create): nothing the instance runs reads it, so it may change while it
+ * runs. */
+static int check_name(const json_t *v, struct op_outcome *o)
+{
+    return 0;
+}
+
+static int apply_name(struct store *s, const struct instance *in, const json_t *v, struct op_outcome *o)
+{
+    return store_instance_set_name(s, in->id, json_string_value(v));
+}
+
 const struct instance_patch_field instance_patch_fields[] = {
-    {"image",       JSON_KIND_STRING, 255,  check_image,       apply_image      },
-    {"command",     JSON_KIND_ARRAY,  0,    check_command,     apply_command    },
-    {"env",         JSON_KIND_ARRAY,  0,    check_env,         apply_env        },
-    {"working_dir", JSON_KIND_STRING, 4096, check_working_dir, apply_working_dir},
-    {"restart_policy", JSON_KIND_STRING, 16, check_restart_policy, apply_restart_policy},
-    {"max_runtime_minutes", JSON_KIND_INTEGER, 0, check_max_runtime, apply_max_runtime},
-    {"rendezvous_timeout_s", JSON_KIND_INTEGER, 0, check_rendezvous, apply_rendezvous},
-    {NULL,          0,                0,    NULL,              NULL             },
+    {"name",                 JSON_KIND_STRING,  63,   check_name,           apply_name,           1},
+    {"image",                JSON_KIND_STRING,  255,  check_image,          apply_image,          0},
+    {"command",              JSON_KIND_ARRAY,   0,    check_command,        apply_command,        0},
+    {"env",                  JSON_KIND_ARRAY,   0,    check_env,            apply_env,            0},
+    {"working_dir",          JSON_KIND_STRING,  4096, check_working_dir,    apply_working_dir,    0},
+    {"restart_policy",       JSON_KIND_STRING,  16,   check_restart_policy, apply_restart_policy, 0},
+    {"max_runtime_minutes",  JSON_KIND_INTEGER, 0,    check_max_runtime,    apply_max_runtime,    0},
+    {"rendezvous_timeout_s", JSON_KIND_INTEGER, 0,    check_rendezvous,     apply_rendezvous,     0},
+    {NULL,                   0,                 0,    NULL,                 NULL,                 0},
 };
+
+/* The body's first field that the instance's state does not let change,
+ * or NULL: any once it is terminated or on its way there (gone), a field
+ * other than a label while something may run. A running job reads its
+ * spec once, at start: a change now would show what does not run. Settled
+ * states (stopped, a job's succeeded or failed, and lost, which a stop
+ * refuses) are where nothing runs and the next start reads it: a job lost
+ * with its node is resumed from a checkpoint by changing its command and
+ * starting it again. */
+static const char *field_held(const struct instance *in, int gone, const json_t *body)
+{
+    int settled = strcmp(in->state, "stopped") == 0 || strcmp(in->state, "succeeded") == 0 ||
+                  strcmp(in->state, "failed") == 0 || strcmp(in->state, "lost") == 0;
+    for (const struct instance_patch_field *f = instance_patch_fields; f->name; f++)
+        if (json_object_get(body, f->name) && (gone || (!f->any_state && !settled)))
+            return f->name;
+    return NULL;
+}
 
 int instance_patch(struct store *s, const char *user_id, const char *id, const json_t *body, struct op_outcome *o)
 {
@@ -213,17 +246,17 @@ int instance_patch(struct store *s, const char *user_id, const char *id, const j
         return op_refuse(o, ERR_NOT_FOUND, NULL, NULL, "no instance %.32s", id);
     if (rc != STORE_OK)
         return rc;
-    /* A running job reads its spec once, at start: a change now would show
-     * what does not run. Settled states (stopped, a job's succeeded or
-     * failed, and lost, which a stop refuses) are where nothing runs and
-     * the next start reads it: a job lost with its node is resumed from a
-     * checkpoint by changing its command and starting it again. */
-    if (strcmp(in.state, "stopped") != 0 && strcmp(in.state, "succeeded") != 0 && strcmp(in.state, "failed") != 0 &&
-        strcmp(in.state, "lost") != 0)
+    int gone = strcmp(in.state, "terminated") == 0 || strcmp(in.desired, "terminated") == 0;
+    const char *held = field_held(&in, gone, body);
+    if (held && gone)
         return op_refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
-                      "instance %s is %s; it can be changed only while stopped, succeeded, failed or lost "
-                      "(POST /v1/instances/%s/stop)",
-                      in.id, in.state, in.id);
+                         "instance %s is %s; it can no longer be changed", in.id,
+                         strcmp(in.state, "terminated") == 0 ? "terminated" : "being terminated");
+    if (held)
+        return op_refuse(o, ERR_INVALID_STATE, NULL, json_pack("{s:s}", "state", in.state),
+                         "instance %s is %s; %s can be changed only while it is stopped, succeeded, failed or lost "
+                         "(POST /v1/instances/%s/stop); its name at any time",
+                         in.id, in.state, held, in.id);
     /* The event names the fields, never a value: env may hold secrets. */
     char reason[256] = "changed by the user:";
     size_t len = strlen(reason);

@@ -634,6 +634,7 @@ int store_instance_set_command(struct store *s, const char *instance_id, const c
 int store_instance_set_env(struct store *s, const char *instance_id, const char *env_json);
 int store_instance_set_working_dir(struct store *s, const char *instance_id, const char *dir);
 int store_instance_set_image(struct store *s, const char *instance_id, const char *ref);
+int store_instance_set_name(struct store *s, const char *instance_id, const char *name);
 /* Reads them; free with store_instance_run_free (also after a failure). */
 int store_instance_run(struct store *s, const char *instance_id, struct instance_run *out);
 void store_instance_run_free(struct instance_run *r);

@@ -1,5 +1,6 @@
 /* store_run.c: SQL for what an instance runs (0017): its command, env and
- * working directory, and its image, which may change while it is stopped. */
+ * working directory, and its image, which may change while it is stopped;
+ * and its name, which may change at any time before it is terminated. */
 #include "store/store_sql.h"
 
 #include <stdio.h>
@@ -10,6 +11,7 @@ static const char SQL_SET_COMMAND[] = "UPDATE instances SET command = ?2 WHERE i
 static const char SQL_SET_ENV[] = "UPDATE instances SET env = ?2 WHERE id = ?1";
 static const char SQL_SET_WORKING_DIR[] = "UPDATE instances SET working_dir = ?2 WHERE id = ?1";
 static const char SQL_SET_IMAGE[] = "UPDATE instances SET image = ?2 WHERE id = ?1";
+static const char SQL_SET_NAME[] = "UPDATE instances SET name = ?2 WHERE id = ?1";
 static const char SQL_GET_RUN[] = "SELECT command, env, working_dir FROM instances WHERE id = ?";
 
 static int set_text(struct store *s, const char *sql, const char *id, const char *value, const char *what)
@@ -43,6 +45,11 @@ int store_instance_set_working_dir(struct store *s, const char *instance_id, con
 int store_instance_set_image(struct store *s, const char *instance_id, const char *ref)
 {
     return set_text(s, SQL_SET_IMAGE, instance_id, ref, "instance image");
+}
+
+int store_instance_set_name(struct store *s, const char *instance_id, const char *name)
+{
+    return set_text(s, SQL_SET_NAME, instance_id, name, "instance name");
 }
 
 int store_instance_run(struct store *s, const char *instance_id, struct instance_run *out)

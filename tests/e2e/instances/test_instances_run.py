@@ -4,7 +4,8 @@ its container directory) and its output comes back through GET
 /v1/instances/{id}/logs; an env entry marked secret reaches the process but
 never any API reply (create, get, list, PATCH, events), the daemon's or the
 agent's log, or the agent's GET /v1/workloads (which shows "***"); PATCH
-changes what the next start runs and only while the instance is stopped;
+changes what the next start runs and only while the instance is stopped,
+and its name at any time before it is terminated;
 every bad field is a 400 naming it; and the image policy: catalog only by
 default, or any valid reference of an allowed registry."""
 import os
@@ -154,6 +155,46 @@ def test_patch_changes_what_the_next_start_runs_only_while_stopped(cloud):
         assert_error(r, 400, "invalid_field", field)
     assert c.get(u, inst["id"])["restart_policy"] == "on_failure"
 
+
+
+def test_an_instance_is_renamed_while_it_runs_and_not_once_terminated(cloud):
+    c = cloud
+    c.fleet(1)
+    u = c.user()
+    inst = c.create(u, card_count=1, name="first-try")
+    c.wait_state(u, inst["id"], "running")
+    r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={"name": "llama-70b 微调 v2"})
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == "llama-70b 微调 v2" and r.json()["state"] == "running"
+    assert c.get(u, inst["id"])["name"] == "llama-70b 微调 v2"
+    listed = c.d.get("/v1/instances", key=u.key).json()["data"]
+    assert [i["name"] for i in listed if i["id"] == inst["id"]] == ["llama-70b 微调 v2"]
+    events = c.d.get(f"/v1/instances/{inst['id']}/events", key=u.key).json()["data"]
+    assert any(e["reason"] == "changed by the user: name" and e["state"] == "running" for e in events), events
+    # A rename leaves what runs alone: the workload is the same one.
+    assert c.get(u, inst["id"])["state"] == "running"
+    # A name with another field still needs the instance stopped, and
+    # changes nothing while it runs.
+    r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={"name": "x", "command": ["true"]})
+    assert_error(r, 409, "invalid_state")
+    assert "command" in r.json()["error"]["message"]
+    assert c.get(u, inst["id"])["name"] == "llama-70b 微调 v2"
+    # Each bad name is a 400 naming it, and changes nothing.
+    for bad in ("n" * 64, "名" * 22, 7, ["a"], {"a": 1}, True):
+        r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={"name": bad})
+        assert_error(r, 400, "invalid_field", "name")
+    other = c.user()
+    r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=other.key, json={"name": "mine now"})
+    assert_error(r, 404, "not_found")
+    assert c.get(u, inst["id"])["name"] == "llama-70b 微调 v2"
+    # "" takes the label away, as at create.
+    r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={"name": ""})
+    assert r.status_code == 200 and r.json()["name"] == "", r.text
+    c.action(u, inst["id"], "terminate")
+    c.wait_state(u, inst["id"], "terminated")
+    r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=u.key, json={"name": "after"})
+    assert_error(r, 409, "invalid_state")
+    assert c.get(u, inst["id"])["name"] == ""
 
 @pytest.fixture
 def local_volumes(new_daemon, tmp_path):
