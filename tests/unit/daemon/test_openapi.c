@@ -436,6 +436,17 @@ static void test_error_codes_match_status(void **state)
         fail_msg("%d error code(s) under the wrong status (listed above)", n);
 }
 
+/* Whether an x-error-codes array lists code. */
+static int lists_code(json_t *codes, const char *code)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(codes, i, c)
+        if (json_is_string(c) && strcmp(json_string_value(c), code) == 0)
+            return 1;
+    return 0;
+}
+
 /* What the HTTP layer refuses before any route runs (a NUL byte in the target,
  * a header that may be given once given twice: src/common/http_guard.c and
  * http.c) is 400 bad_request on every operation, so a 400 that lists its
@@ -456,13 +467,7 @@ static void test_every_400_lists_bad_request(void **state)
             json_t *codes = d ? json_object_get(d, "x-error-codes") : NULL;
             if (!json_is_array(codes))
                 continue;
-            int listed = 0;
-            size_t i;
-            json_t *c;
-            json_array_foreach(codes, i, c)
-                if (json_is_string(c) && strcmp(json_string_value(c), "bad_request") == 0)
-                    listed = 1;
-            if (!listed)
+            if (!lists_code(codes, "bad_request"))
                 problem(&n, "%s %s: its 400 lists codes but not bad_request, which any route may answer", method,
                         path);
         }
@@ -483,17 +488,9 @@ static void check_example_error(const char *method, const char *path, long st, j
     if (info && (long)info->status != st)
         problem(n, "%s %s: an example under %ld has code \"%s\", which is sent with status %u", method, path, st, code,
                 info->status);
-    if (json_is_array(codes)) {
-        int listed = 0;
-        size_t i;
-        json_t *c;
-        json_array_foreach(codes, i, c)
-            if (json_is_string(c) && strcmp(json_string_value(c), code) == 0)
-                listed = 1;
-        if (!listed)
-            problem(n, "%s %s: an example under %ld has code \"%s\", which its x-error-codes does not list", method,
-                    path, st, code);
-    }
+    if (json_is_array(codes) && !lists_code(codes, code))
+        problem(n, "%s %s: an example under %ld has code \"%s\", which its x-error-codes does not list", method, path,
+                st, code);
 }
 
 static void test_error_examples_match_status(void **state)
