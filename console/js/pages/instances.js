@@ -1,9 +1,10 @@
 // instances.js: launching an instance (with the live cost estimate), the
-// list, and one instance's page: live state, phases per rank, actions, the
-// connect panel (SSH per rank, ssh-config, published ports), the event
-// timeline and the logs (tail, or follow as they are written).
+// list, and one instance's page: live state, phases per rank, actions,
+// renaming, the connect panel (SSH per rank, ssh-config, published
+// ports), the event timeline and the logs (tail, or follow as they are
+// written).
 import { t, has, locale } from "../i18n.js";
-import { get, post, del, all, raw, ApiError, errorText, formKey } from "../api.js";
+import { get, post, patch, del, all, raw, ApiError, errorText, formKey } from "../api.js";
 import { h, add, clear, money, money2, time, table, field, busy, errorBox, badge, download, every, toast, copyText, keepFocus, scrollable } from "../ui.js";
 
 
@@ -279,8 +280,19 @@ export async function detail(main, params, ctx) {
   // before the id, written from each poll like the rest of the page (it
   // was drawn once, and a name changed meanwhile never showed).
   const nameCell = h("span", { id: "instance-name" });
+  // Renaming: the API takes a new name in any state but terminated or
+  // being terminated (nothing the instance runs reads it). The form is
+  // drawn once and kept, not drawn again at each poll, so what is being
+  // typed stays; a poll writes a name changed elsewhere into its input
+  // only while the input still holds the name it was last given.
+  const renameInput = h("input", { id: "rename-name", name: "name", autocomplete: "off", value: inst.name || "" });
+  const renameBtn = h("button", { type: "submit", class: "secondary", id: "rename-submit" }, t("instances.rename"));
+  const renameErr = h("div", { id: "rename-error" });
+  const renameForm = h("form", { class: "inline card", id: "rename-form" },
+    field(t("common.name"), renameInput, t("instances.rename_hint")), renameBtn, renameErr);
+  let namedAs = inst.name || "";
   main.append(h("h1", {}, t("instances.detail"), " ", nameCell, " ", h("code", {}, id)),
-    head, actions, err, pollErr,
+    head, actions, err, pollErr, renameForm,
     h("div", { class: "card" }, h("h2", {}, t("instances.ranks")), ranks),
     h("div", { class: "card" }, h("h2", {}, t("connect.title")), connect), logs.box,
     h("div", { class: "card" }, h("h2", {}, t("instances.events")), events));
@@ -309,6 +321,11 @@ export async function detail(main, params, ctx) {
   const draw = () => keepFocus(main, () => {
     if (nameCell.textContent !== (inst.name || "")) nameCell.textContent = inst.name || "";
     nameCell.hidden = !inst.name;
+    if (renameInput.value === namedAs) renameInput.value = inst.name || "";
+    namedAs = inst.name || "";
+    // Terminated, or on its way there, it can no longer be renamed (the
+    // API answers 409): the form goes for good, as neither state ends.
+    if (inst.state === "terminated" || inst.desired_state === "terminated") renameForm.remove();
     if (shownState !== `${inst.state} ${inst.phase || ""}`) {
       shownState = `${inst.state} ${inst.phase || ""}`;
       add(clear(stateCell), h("div", { class: "hint" }, t("instances.state")), h("span", { id: "instance-state", "data-state": inst.state }, badge(inst.state)),
@@ -338,6 +355,19 @@ export async function detail(main, params, ctx) {
       else if (!lastState || starting(lastState)) logs.load();
       lastState = inst.state;
     }
+  });
+  // The answer is the instance as renamed: drawn at once, and a poll
+  // sent before it came is dropped (actionsDone), as after an action, so
+  // the old name does not come back for a moment.
+  renameForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    busy(renameBtn, async () => {
+      const now = await patch(`/v1/instances/${id}`, { name: renameInput.value.trim() });
+      inst = now; actionsDone++;
+      renameInput.value = namedAs = inst.name || "";
+      draw();
+      toast(t("instances.renamed"));
+    }, renameErr);
   });
   const drawEvents = async () => {
     const ev = await all(`/v1/instances/${id}/events`);

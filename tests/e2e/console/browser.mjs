@@ -1308,8 +1308,13 @@ const scenarios = {
   // An instance launched with a volume says so on its page: the volume's
   // name and where it is mounted (the page showed nothing of it).
   // Its own name too (the page showed only the id), within a phone's
-  // width however long the name's words, and kept current.
+  // width however long the name's words, and kept current. On the same
+  // phone it is renamed from the page with the keyboard alone: a name too
+  // long (in bytes, as the API counts: 22 CJK characters are 66) is
+  // marked on the input as the API refused it, a good one heads the page
+  // and the list; once it is being terminated there is nothing to rename.
   async instance_volume(page) {
+    expected.push(/status of 400/);
     await login(page, world.email, world.password);
     await setLang(page, "en");
     await page.setViewportSize({ width: 375, height: 800 });
@@ -1317,17 +1322,50 @@ const scenarios = {
     await waitText(page, "#instance-volume", "shared-data");
     await waitText(page, "#instance-volume", "/shared");
     await waitText(page, "main h1", world.name);
-    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
-    if (wide > 375) throw new Error(`the instance page is ${wide} px wide on a 375 px phone`);
-    // A name changed while the page is open heads it from the next poll.
-    // (The API has no rename yet: the polls' answers carry a new name here.)
-    await page.route(`**/v1/instances/${world.instance_id}`, async (route) => {
-      if (route.request().method() !== "GET") return route.continue();
-      const real = await route.fetch();
-      await route.fulfill({ response: real, json: { ...(await real.json()), name: "renamed-run" } });
-    });
+    const narrow = async () => {
+      const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+      if (wide > 375) throw new Error(`the instance page is ${wide} px wide on a 375 px phone`);
+    };
+    await narrow();
+    // A name changed elsewhere (the API) while the page is open heads it
+    // from the next poll, and the rename input, untouched, follows it.
+    await ask({ rename: "renamed-run" });
     await waitText(page, "#instance-name", "renamed-run");
     if ((await page.textContent("main h1")).includes(world.name)) throw new Error("the old name still heads the instance page");
+    await page.waitForSelector("#rename-form #rename-name", { timeout: DEADLINE });
+    await page.waitForFunction(() => document.getElementById("rename-name").value === "renamed-run", null, { timeout: DEADLINE, polling: 100 });
+    const label = await page.evaluate(() => [...document.getElementById("rename-name").labels].map((l) => l.textContent).join(" "));
+    if (!label.includes("Name")) throw new Error(`the rename input is not labelled: ${JSON.stringify(label)}`);
+
+    await page.focus("#rename-name");
+    await page.keyboard.press("Control+A");
+    await page.keyboard.type("名".repeat(22));
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("#rename-name[aria-invalid='true']:focus", { timeout: DEADLINE });
+    const said = await page.evaluate(() => (document.getElementById(document.getElementById("rename-name").getAttribute("aria-describedby")) || {}).textContent || "");
+    if (!said.includes("(field: name)") || !said.includes("63")) throw new Error(`the refused name is not told on its input: ${JSON.stringify(said)}`);
+    await waitText(page, "#instance-name", "renamed-run");
+    await narrow();
+
+    const renamed = "llama-70b 微调 v2";
+    await page.keyboard.press("Control+A");
+    await page.keyboard.type(renamed);
+    await page.keyboard.press("Tab");
+    if (!(await page.evaluate(() => document.activeElement.id === "rename-submit"))) throw new Error("Tab from the name does not reach Rename");
+    await page.keyboard.press("Enter");
+    await waitText(page, "#instance-name", renamed);
+    await page.waitForFunction(() => !document.getElementById("rename-name").hasAttribute("aria-invalid"), null, { timeout: DEADLINE, polling: 100 });
+    await waitText(page, "#toast", "Name changed");
+    await narrow();
+    await page.goto(`${base}/console#/instances`);
+    await waitText(page, `main a[href='#/instances/${world.instance_id}']`, renamed);
+
+    await page.goto(`${base}/console#/instances/${world.instance_id}`);
+    await page.waitForSelector("#rename-form", { timeout: DEADLINE });
+    await ask({ terminate: true });
+    await page.waitForSelector("#instance-state[data-state='terminated']", { timeout: DEADLINE });
+    if (await page.$("#rename-form, #rename-name")) throw new Error("a terminated instance is offered a rename");
+    await waitText(page, "#instance-name", renamed);
   },
 
   // A wrong password typed while a session is open (the login page

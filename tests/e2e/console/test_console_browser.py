@@ -492,7 +492,7 @@ def test_the_instance_list_says_when_it_cannot_update(new_daemon, tmp_path):
     run_scenario("list_poll_error", as_user(c.d, owner, instance_id=inst["id"]), tmp_path)
 
 
-def test_an_instance_page_names_itself_and_its_volume(new_daemon, tmp_path):
+def test_an_instance_page_names_itself_and_its_volume_and_renames_it(new_daemon, tmp_path):
     c = cloud_for(new_daemon, tmp_path)
     c.fleet(1)
     owner = c.user()
@@ -500,7 +500,23 @@ def test_an_instance_page_names_itself_and_its_volume(new_daemon, tmp_path):
     assert r.status_code == 201, r.text
     name = "llama3_70b_instruct_finetune_lr3e5_bs256_seed42_final_v2"  # one long word
     inst = running_instance(c, owner, volume_id=r.json()["id"], name=name)
-    run_scenario("instance_volume", as_user(c.d, owner, instance_id=inst["id"], name=name), tmp_path)
+
+    def answer(q):
+        if "rename" in q:
+            r = c.d.request("PATCH", f"/v1/instances/{inst['id']}", key=owner.key, json={"name": q["rename"]})
+            assert r.status_code == 200, r.text
+            return {"ok": True}
+        if "terminate" in q:
+            c.action(owner, inst["id"], "terminate")
+            return {"ok": True}
+        return None
+
+    run_scenario("instance_volume", as_user(c.d, owner, instance_id=inst["id"], name=name), tmp_path, answer)
+    # The name the page gave stands (the one too long changed nothing), and
+    # each rename, the API's and the page's, is one event naming the field.
+    assert c.get(owner, inst["id"])["name"] == "llama-70b 微调 v2"
+    events = c.d.get(f"/v1/instances/{inst['id']}/events", key=owner.key).json()["data"]
+    assert [e["reason"] for e in events].count("changed by the user: name") == 2, events
 
 
 def test_an_address_verified_in_another_tab_is_verified_on_the_overview(new_daemon, tmp_path):
