@@ -3,9 +3,11 @@
  * it was when gpurentd cannot be reached, so calls go on being served
  * from it; usage records are journaled on disk (journal.c) and wait in a
  * bounded queue, each with its id, and are resent until gpurentd has
- * answered for them (it settles an id once). */
+ * answered for them (it settles an id once), or until a copy shows that a
+ * report that carried them was committed. */
 #include "gateway.h"
 #include "gpurent/clock.h"
+#include "gpurent/ids.h"
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
 #include "gpurent/sign.h"
@@ -117,19 +119,46 @@ int64_t gw_input_estimate(int64_t body_bytes)
 }
 
 /* What this gateway's finished calls cost that the copy's funds may not
- * show yet, per consumer: records not yet answered for by gpurentd
- * (pending), answered since the last sync request went out (open), and
- * answered before it went (asked: the copy that request brings shows
- * them, since gpurentd settles a record before it answers for it).
- * Admission takes all three off the copy's funds, so quick calls one after
- * another within a sync period cannot each spend the same funds. A chained
- * hash table; an entry goes when all three are 0. */
+ * show yet, per consumer: records in pending, and records answered for
+ * whose report no copy has shown committed yet (answered below).
+ * Admission takes both off the copy's funds, so quick calls one after
+ * another within a sync period cannot each spend the same funds; and no
+ * more, since a copy that shows a record's charge no longer counts it here
+ * (copy_taken), so a consumer near the end of their funds is not refused
+ * for calls counted twice. A chained hash table; an entry goes when both
+ * are 0. */
 #define UNSETTLED_BUCKETS 1024
 static struct unsettled {
     char user_id[ID_MAX];
-    int64_t pending, open, asked;
+    int64_t pending, answered;
     struct unsettled *next;
 } *unsettled[UNSETTLED_BUCKETS];
+
+/* Each report names this run (random, new at every start) and its number
+ * in it, from 1; gpurentd keeps the highest it committed of the run, in the
+ * report's transaction, and the state lists it, read with the funds. A
+ * record is sent in the first GW_REPORT_BATCH of pending, and stays in
+ * them until it leaves pending (records only join at the end), so it goes
+ * in every report from the first that carried it (first_sent) on: a copy
+ * that lists report n of this run committed shows, in its funds, every
+ * record first sent in report n or before, and no other. */
+static char report_run[33];
+static int64_t report_seq;   /* the last report sent */
+static int64_t answered_seq; /* the last report answered */
+static json_t *first_sent;   /* id of a pending record sent -> the first report that carried it */
+
+/* Records answered for that a copy may not show yet: until one lists a
+ * report from first_sent on committed, or one whose request went out after
+ * the answer came (gpurentd settles a record before it answers for it; all
+ * a copy tells that lists no report of this run, as when a report of the
+ * last run, slow to commit, replaced this run's in gpurentd's row). */
+static struct answered_cost {
+    char user_id[ID_MAX];
+    int64_t cost;
+    int64_t first_sent;  /* the first report that carried it; 0: none of this run */
+    int64_t answered_in; /* the report whose answer said so */
+} *answered;
+static size_t n_answered, answered_cap;
 
 static struct unsettled **unsettled_link(const char *user_id)
 {
@@ -160,9 +189,8 @@ static int64_t record_cost(const json_t *r)
                         json_integer_value(json_object_get(r, "duration_ms")));
 }
 
-/* Under lock: a record joins pending (moved 1), or leaves it answered
- * (moved -1). */
-static void unsettled_move(const json_t *r, int moved)
+/* Under lock: a record joins pending. */
+static void pending_join(const json_t *r)
 {
     const char *user = json_string_value(json_object_get(r, "user_id"));
     int64_t cost = record_cost(r);
@@ -170,33 +198,100 @@ static void unsettled_move(const json_t *r, int moved)
         return;
     struct unsettled **link = unsettled_link(user);
     if (!*link) {
-        if (moved < 0 || !(*link = calloc(1, sizeof **link)))
+        if (!(*link = calloc(1, sizeof **link)))
             return;
         snprintf((*link)->user_id, sizeof (*link)->user_id, "%s", user);
     }
-    if (moved > 0) {
-        (*link)->pending += cost;
-    } else {
-        (*link)->pending -= cost;
-        (*link)->open += cost;
-    }
+    (*link)->pending += cost;
 }
 
-/* Under lock: a sync request is going out (asking 1: what was answered
- * until now, the copy it brings will show), or its copy came (asking 0:
- * what it shows is forgotten). */
-static void unsettled_sync(int asking)
+/* Under lock: pending record k leaves pending, answered for in report
+ * answered_in (its cost then waits for a copy that shows it), or shown by
+ * the copy being taken (answered_in 0). */
+static void pending_leave(size_t k, int64_t answered_in)
 {
+    const json_t *r = json_array_get(pending, k);
+    const char *id = json_string_value(json_object_get(r, "id"));
+    const char *user = json_string_value(json_object_get(r, "user_id"));
+    int64_t cost = record_cost(r);
+    int64_t first = id ? json_integer_value(json_object_get(first_sent, id)) : 0;
+    struct unsettled *u = user && cost ? *unsettled_link(user) : NULL;
+    if (u) {
+        u->pending -= cost;
+        if (answered_in && n_answered == answered_cap) {
+            size_t cap = answered_cap ? 2 * answered_cap : 256;
+            struct answered_cost *grown = realloc(answered, cap * sizeof *grown);
+            if (grown)
+                answered = grown, answered_cap = cap;
+        }
+        /* Out of memory, it is forgotten at once: counted once too few
+         * until the next copy, rather than for ever. */
+        if (answered_in && n_answered < answered_cap) {
+            struct answered_cost *a = &answered[n_answered++];
+            snprintf(a->user_id, sizeof a->user_id, "%s", user);
+            a->cost = cost;
+            a->first_sent = first;
+            a->answered_in = answered_in;
+            u->answered += cost;
+        }
+    }
+    if (id)
+        json_object_del(first_sent, id);
+    json_array_remove(pending, k);
+}
+
+/* The highest report of this run that fresh lists committed; 0 if none. */
+static int64_t committed_in(const json_t *fresh)
+{
+    size_t i;
+    const json_t *r;
+    json_array_foreach(json_object_get(fresh, "reported"), i, r)
+    {
+        const char *gateway = json_string_value(json_object_get(r, "gateway_id"));
+        const char *run = json_string_value(json_object_get(r, "run"));
+        if (gateway && run && strcmp(gateway, gw_opts.gateway_id) == 0 && strcmp(run, report_run) == 0)
+            return json_integer_value(json_object_get(r, "seq"));
+    }
+    return 0;
+}
+
+/* Under lock: a copy came, whose request went out when report asked was
+ * the last answered. What its funds show leaves the counts: the records of
+ * the reports it lists committed (first sent in report `committed` or
+ * before), which also leave pending, their ids added to shown for the
+ * journal; and the records answered before its request went out. */
+static void copy_taken(const json_t *fresh, int64_t asked, json_t *shown)
+{
+    int64_t committed = committed_in(fresh);
+    if (committed > 0) {
+        /* Only the first GW_REPORT_BATCH were ever sent (see first_sent). */
+        for (size_t k = json_array_size(pending) < GW_REPORT_BATCH ? json_array_size(pending) : GW_REPORT_BATCH;
+             k-- > 0;) {
+            json_t *id = json_object_get(json_array_get(pending, k), "id");
+            json_int_t first =
+                json_is_string(id) ? json_integer_value(json_object_get(first_sent, json_string_value(id))) : 0;
+            if (first > 0 && first <= committed) {
+                json_array_append(shown, id);
+                pending_leave(k, 0);
+            }
+        }
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < n_answered; i++) {
+        struct answered_cost *a = &answered[i];
+        if (a->answered_in <= asked || (a->first_sent > 0 && a->first_sent <= committed)) {
+            struct unsettled *u = *unsettled_link(a->user_id);
+            if (u)
+                u->answered -= a->cost;
+        } else {
+            answered[kept++] = *a;
+        }
+    }
+    n_answered = kept;
     for (int b = 0; b < UNSETTLED_BUCKETS; b++)
         for (struct unsettled **link = &unsettled[b]; *link;) {
             struct unsettled *u = *link;
-            if (asking) {
-                u->asked += u->open;
-                u->open = 0;
-            } else {
-                u->asked = 0;
-            }
-            if (u->pending <= 0 && u->open == 0 && u->asked == 0) {
+            if (u->pending <= 0 && u->answered <= 0) {
                 *link = u->next;
                 free(u);
             } else {
@@ -209,7 +304,7 @@ static void unsettled_sync(int asking)
 static int64_t unsettled_cost(const char *user)
 {
     struct unsettled *u = *unsettled_link(user);
-    return u ? u->pending + u->open + u->asked : 0;
+    return u ? u->pending + u->answered : 0;
 }
 
 /* Under lock: what of user's funds is free for another hold: the copy's,
@@ -591,7 +686,7 @@ void gw_usage_add(json_t *record, struct gw_call_app *release)
     if (release)
         consumer_leave(release);
     if ((json_int_t)json_array_size(pending) < gw_opts.max_pending) {
-        unsettled_move(record, 1);
+        pending_join(record);
         json_array_append_new(pending, record);
     } else {
         /* Beyond the memory bound a journaled record stays on disk alone:
@@ -692,19 +787,24 @@ static void other_holds(json_t *fresh)
 static void sync_once(void)
 {
     pthread_mutex_lock(&lock);
-    unsettled_sync(1);
+    int64_t asked = answered_seq;
     pthread_mutex_unlock(&lock);
     json_t *fresh = signed_call("GET", "/internal/gateway/state", NULL);
     if (!fresh)
         return;
     other_holds(fresh);
+    json_t *shown = json_array();
     pthread_mutex_lock(&lock);
-    unsettled_sync(0);
+    copy_taken(fresh, asked, shown);
     json_decref(copy);
     copy = fresh;
     copy_mono_ms = clock_mono_ms();
     syncs++;
     pthread_mutex_unlock(&lock);
+    /* Settled, as the copy shows: out of the journal as an answer takes
+     * them (a resend would only be answered as duplicates). */
+    gw_journal_answered(shown);
+    json_decref(shown);
 }
 
 void gw_copy_info(int64_t *good_syncs, int64_t *age_ms)
@@ -722,8 +822,8 @@ void gw_usage_pending(int64_t *records)
     pthread_mutex_unlock(&lock);
 }
 
-/* Drops from pending every record gpurentd answered for. */
-static void forget_answered(json_t *answer)
+/* Drops from pending every record gpurentd answered for in report seq. */
+static void forget_answered(json_t *answer, int64_t seq)
 {
     json_t *done = json_object(), *ids = json_array();
     const char *lists[] = {"accepted", "duplicates"};
@@ -733,7 +833,6 @@ static void forget_answered(json_t *answer)
         json_array_foreach(json_object_get(answer, lists[l]), i, id) if (json_is_string(id))
         {
             json_object_set(done, json_string_value(id), json_true());
-            json_array_append(ids, id);
         }
     }
     size_t i;
@@ -744,19 +843,22 @@ static void forget_answered(json_t *answer)
         if (id) {
             log_error("gateway: usage record %s rejected: %s", id, json_string_value(json_object_get(r, "why")));
             json_object_set(done, id, json_true());
-            json_array_append_new(ids, json_string(id));
         }
     }
-    /* Out of the journal only now that gpurentd has them settled. */
+    pthread_mutex_lock(&lock);
+    answered_seq = seq;
+    for (size_t k = json_array_size(pending); k-- > 0;) {
+        json_t *id = json_object_get(json_array_get(pending, k), "id");
+        if (json_object_get(done, json_string_value(id))) {
+            json_array_append(ids, id);
+            pending_leave(k, seq);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    /* Out of the journal only now that gpurentd has them settled (those a
+     * copy showed settled meanwhile are out already). */
     gw_journal_answered(ids);
     json_decref(ids);
-    pthread_mutex_lock(&lock);
-    for (size_t k = json_array_size(pending); k-- > 0;)
-        if (json_object_get(done, json_string_value(json_object_get(json_array_get(pending, k), "id")))) {
-            unsettled_move(json_array_get(pending, k), -1);
-            json_array_remove(pending, k);
-        }
-    pthread_mutex_unlock(&lock);
     json_decref(done);
 }
 
@@ -774,8 +876,14 @@ static void report_once(void)
         json_array_append_new(demand, json_pack("{s:s, s:i, s:i, s:o}", "app_id", apps_count[i].app_id, "in_flight",
                                                 apps_count[i].in_flight, "queued", apps_count[i].queued, "busy", busy));
     }
-    for (size_t i = 0; i < json_array_size(pending) && i < GW_REPORT_BATCH; i++)
-        json_array_append(usage, json_array_get(pending, i));
+    int64_t seq = ++report_seq;
+    for (size_t i = 0; i < json_array_size(pending) && i < GW_REPORT_BATCH; i++) {
+        json_t *r = json_array_get(pending, i);
+        const char *id = json_string_value(json_object_get(r, "id"));
+        if (id && !json_object_get(first_sent, id))
+            json_object_set_new(first_sent, id, json_integer(seq));
+        json_array_append(usage, r);
+    }
     /* What this gateway's calls in flight hold: the other gateways take it
      * off the funds in their copies (other_holds). */
     json_t *holds = json_array();
@@ -784,14 +892,14 @@ static void report_once(void)
             json_array_append_new(holds, json_pack("{s:s, s:I}", "user_id", consumers[i].user_id, "held",
                                                    (json_int_t)consumers[i].held));
     pthread_mutex_unlock(&lock);
-    json_t *body = json_pack("{s:s, s:o, s:o, s:o}", "gateway_id", gw_opts.gateway_id, "demand", demand, "usage", usage,
-                             "holds", holds);
+    json_t *body = json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "gateway_id", gw_opts.gateway_id, "run", report_run,
+                             "seq", (json_int_t)seq, "demand", demand, "usage", usage, "holds", holds);
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     json_t *answer = text ? signed_call("POST", "/internal/gateway/reports", text) : NULL;
     free(text);
     if (answer)
-        forget_answered(answer);
+        forget_answered(answer, seq);
     json_decref(answer);
 }
 
@@ -835,12 +943,19 @@ static void *report_main(void *arg)
 int gw_state_start(void)
 {
     pending = json_array();
+    first_sent = json_object();
+    unsigned char run[16];
+    if (random_bytes(run, sizeof run) < 0) {
+        fprintf(stderr, "gpurent-gateway: no randomness for the run's name\n");
+        return -1;
+    }
+    hex_encode(run, sizeof run, report_run);
     /* What a killed run served and had not reported goes out first. */
     if (gw_journal_open(gw_opts.state_dir, pending) < 0)
         return -1;
     size_t i;
     json_t *r;
-    json_array_foreach(pending, i, r) unsettled_move(r, 1);
+    json_array_foreach(pending, i, r) pending_join(r);
     if (pthread_create(&sync_thread, NULL, sync_main, NULL) != 0)
         return -1;
     if (pthread_create(&report_thread, NULL, report_main, NULL) != 0)
@@ -858,7 +973,11 @@ void gw_state_stop(void)
     pthread_join(report_thread, NULL);
     json_decref(copy);
     json_decref(pending);
-    copy = pending = NULL;
+    json_decref(first_sent);
+    copy = pending = first_sent = NULL;
+    free(answered);
+    answered = NULL;
+    n_answered = answered_cap = 0;
     for (int b = 0; b < UNSETTLED_BUCKETS; b++)
         while (unsettled[b]) {
             struct unsettled *u = unsettled[b];

@@ -19,6 +19,9 @@
 #define APPS_PAGE_MAX 100
 #define GATEWAY_BATCH_MAX 1000 /* usage records in one report */
 #define MONEY_HOLD_MAX 1000000000000000LL /* one hold: a billion yuan */
+/* How long the state lists a gateway's last committed report (gateway_reports,
+ * 0047) after it was made: a gateway reports every second or so. */
+#define GATEWAY_REPORTED_KEEP_S 86400
 
 /* The fields a publish takes; PATCH takes the same but slug. */
 #define APP_FIELDS                                           \
@@ -481,7 +484,7 @@ void api_gateway_state(struct http_request *req)
 {
     req->routine = 1; /* every gateway, every second */
     struct store *s = store_thread();
-    char *apps_text = NULL, *keys_text = NULL, *calls_text = NULL;
+    char *apps_text = NULL, *keys_text = NULL, *calls_text = NULL, *reported_text = NULL;
     char (*users)[ID_MAX] = NULL;
     size_t n = 0;
     int64_t now = clock_now();
@@ -489,28 +492,47 @@ void api_gateway_state(struct http_request *req)
      * which the gateways count their minutes in from `at`): each gateway
      * counts the others' calls against a limit that holds across all. */
     int64_t since = (now / 60 - 1) * 60;
-    if (!s || store_gateway_apps_json(s, &apps_text) != STORE_OK || store_gateway_keys_json(s, now, &keys_text) != STORE_OK ||
-        store_gateway_recent_calls_json(s, since, &calls_text) != STORE_OK ||
-        store_gateway_key_users(s, &users, &n) != STORE_OK) {
+    /* One snapshot: the funds show exactly the records of the reports that
+     * `reported` says were committed, no more and no fewer, so a gateway
+     * counts each of its records once, either in the funds or beside them. */
+    if (!s || store_read_begin(s) != STORE_OK) {
         http_error(req, ERR_INTERNAL, NULL, NULL);
         goto done;
     }
-    json_t *apps = json_loads(apps_text, 0, NULL), *keys = json_loads(keys_text, 0, NULL), *funds = json_object();
-    json_t *calls = json_loads(calls_text, 0, NULL);
-    resolve_replicas(apps);
+    int rc = store_gateway_apps_json(s, &apps_text);
+    if (rc == STORE_OK)
+        rc = store_gateway_keys_json(s, now, &keys_text);
+    if (rc == STORE_OK)
+        rc = store_gateway_recent_calls_json(s, since, &calls_text);
+    if (rc == STORE_OK)
+        rc = store_gateway_reported_json(s, now - GATEWAY_REPORTED_KEEP_S, &reported_text);
+    if (rc == STORE_OK)
+        rc = store_gateway_key_users(s, &users, &n);
+    json_t *funds = json_object();
     /* What each consumer may spend now, for the 402 before any work. */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         struct funds f;
         if (ledger_funds_now(s, users[i], now, &f) == STORE_OK)
             json_object_set_new(funds, users[i], json_integer(f.available));
     }
-    http_reply_json(req, 200, json_pack("{s:I, s:o, s:o, s:o, s:o, s:o}", "at", (json_int_t)now, "apps",
+    store_read_end(s);
+    if (rc != STORE_OK) {
+        json_decref(funds);
+        http_error(req, ERR_INTERNAL, NULL, NULL);
+        goto done;
+    }
+    json_t *apps = json_loads(apps_text, 0, NULL), *keys = json_loads(keys_text, 0, NULL);
+    json_t *calls = json_loads(calls_text, 0, NULL), *reported = json_loads(reported_text, 0, NULL);
+    resolve_replicas(apps);
+    http_reply_json(req, 200, json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "at", (json_int_t)now, "apps",
                                         apps ? apps : json_array(), "keys", keys ? keys : json_array(), "funds", funds,
-                                        "recent_calls", calls ? calls : json_array(), "holds", holds_json(now)));
+                                        "recent_calls", calls ? calls : json_array(), "holds", holds_json(now),
+                                        "reported", reported ? reported : json_array()));
 done:
     free(apps_text);
     free(keys_text);
     free(calls_text);
+    free(reported_text);
     free(users);
 }
 
@@ -579,6 +601,8 @@ static int record_read(const json_t *r, const char *gateway_id, struct app_call 
 
 struct report_ctx {
     const char *gateway_id;
+    const char *run; /* the gateway's run and its number for this report; NULL from an older gateway */
+    int64_t seq;
     const json_t *demand, *usage;
     json_t *accepted, *duplicates, *rejected; /* ids */
 };
@@ -636,6 +660,10 @@ static int report_txn(struct store *s, void *vctx)
         else
             return result;
     }
+    /* Committed with the records it settles: a gateway whose answer is lost
+     * learns from its next copy that the funds there show them. */
+    if (ctx->run)
+        return store_gateway_report_put(s, ctx->gateway_id, ctx->run, ctx->seq, now, now - GATEWAY_REPORTED_KEEP_S);
     return STORE_OK;
 }
 
@@ -669,18 +697,34 @@ static int demand_valid(const json_t *demand)
     return 1;
 }
 
+/* "run" and "seq" come together or not at all: a name of 1 to 64 of a-z,
+ * 0-9, '_' and '-', and a report number from 1. NULL, or the field at fault. */
+static const char *run_fault(const json_t *run, const json_t *seq)
+{
+    const char *r = json_string_value(run);
+    if (!run && !seq)
+        return NULL;
+    if (!r || !r[0] || strlen(r) > 64 || strspn(r, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(r))
+        return "run";
+    return json_is_integer(seq) && json_integer_value(seq) >= 1 ? NULL : "seq";
+}
+
 /* POST /internal/gateway/reports: demand per app and a batch of usage
  * records. Every record is answered accepted, duplicate (its id was
- * settled before: a resent batch charges once) or rejected with why. */
+ * settled before: a resent batch charges once) or rejected with why. With
+ * the gateway's run and the report's number, which the state then lists
+ * as committed (read with the funds). */
 void api_gateway_reports(struct http_request *req)
 {
     req->routine = 1;
     static const struct json_field fields[] = {
-        {"gateway_id", JSON_KIND_STRING, 1, 64},
-        {"demand",     JSON_KIND_ARRAY,  1, 0 },
-        {"usage",      JSON_KIND_ARRAY,  1, 0 },
-        {"holds",      JSON_KIND_ARRAY,  0, 0 },
-        {NULL,         0,                0, 0 },
+        {"gateway_id", JSON_KIND_STRING,  1, 64},
+        {"demand",     JSON_KIND_ARRAY,   1, 0 },
+        {"usage",      JSON_KIND_ARRAY,   1, 0 },
+        {"holds",      JSON_KIND_ARRAY,   0, 0 },
+        {"run",        JSON_KIND_STRING,  0, 64},
+        {"seq",        JSON_KIND_INTEGER, 0, 0 },
+        {NULL,         0,                 0, 0 },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -688,6 +732,8 @@ void api_gateway_reports(struct http_request *req)
     struct report_ctx ctx = {.gateway_id = json_string_value(json_object_get(body, "gateway_id")),
                              .demand = json_object_get(body, "demand"),
                              .usage = json_object_get(body, "usage"),
+                             .run = json_string_value(json_object_get(body, "run")),
+                             .seq = json_integer_value(json_object_get(body, "seq")),
                              .accepted = json_array(),
                              .duplicates = json_array(),
                              .rejected = json_array()};
@@ -703,6 +749,9 @@ void api_gateway_reports(struct http_request *req)
         http_error(req, ERR_INVALID_FIELD, "holds",
                    "holds are at most %d {user_id, held} with held 0 to %lld micro-yuan", GATEWAY_HOLDS_REPORT,
                    (long long)MONEY_HOLD_MAX);
+    else if (run_fault(json_object_get(body, "run"), json_object_get(body, "seq")))
+        http_error(req, ERR_INVALID_FIELD, run_fault(json_object_get(body, "run"), json_object_get(body, "seq")),
+                   "run (1 to 64 of a-z, 0-9, '_' and '-') and seq (an integer from 1) come together");
     else if (!s || store_txn(s, report_txn, &ctx) != STORE_OK)
         http_error(req, ERR_INTERNAL, NULL, NULL);
     else {

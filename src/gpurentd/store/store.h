@@ -1212,6 +1212,14 @@ int store_gateway_keys_json(struct store *s, int64_t now, char **json);
 int store_gateway_recent_calls_json(struct store *s, int64_t since, char **json);
 /* Users holding a live API key, for their funds in the gateway state. */
 int store_gateway_key_users(struct store *s, char (**ids)[ID_MAX], size_t *n);
+/* A gateway's report numbered seq of its run was committed (0047), in the
+ * report's transaction: the row keeps the run's highest (a slow report may
+ * commit after a later one), and rows older than `forget_before` go. */
+int store_gateway_report_put(struct store *s, const char *gateway_id, const char *run, int64_t seq, int64_t at,
+                             int64_t forget_before);
+/* The gateways' last committed reports since `since`, as JSON text:
+ * [{"gateway_id", "run", "seq"}]. */
+int store_gateway_reported_json(struct store *s, int64_t since, char **json);
 /* A usage record. */
 struct app_call {
     char id[65];

@@ -90,6 +90,14 @@ static const char SQL_GATEWAY_RECENT_CALLS[] =
 static const char SQL_GATEWAY_KEY_USERS[] =
     "SELECT DISTINCT k.user_id FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.revoked_at IS NULL"
     " AND u.status = 'active' ORDER BY k.user_id";
+static const char SQL_GATEWAY_REPORT_PUT[] =
+    "INSERT INTO gateway_reports (gateway_id, run, seq, at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (gateway_id) DO UPDATE"
+    " SET seq = CASE WHEN run = excluded.run THEN max(seq, excluded.seq) ELSE excluded.seq END, run = excluded.run,"
+    " at = excluded.at";
+static const char SQL_GATEWAY_REPORTS_FORGET[] = "DELETE FROM gateway_reports WHERE at < ?1";
+static const char SQL_GATEWAY_REPORTED[] =
+    "SELECT coalesce(json_group_array(json_object('gateway_id', gateway_id, 'run', run, 'seq', seq)), '[]')"
+    " FROM gateway_reports WHERE at >= ?1";
 static const char SQL_CALL_INSERT[] =
     "INSERT INTO app_calls (id, app_id, consumer_id, key_id, gateway_id, at, status, input_tokens, output_tokens,"
     " duration_ms, cold_start, completed, charge, earning, fee, unpaid, transaction_id, created_at) VALUES (?1, ?2,"
@@ -416,6 +424,28 @@ int store_gateway_key_users(struct store *s, char (**ids)[ID_MAX], size_t *n)
     int rc = store_collect(s, st, ID_MAX, &rows, n, store_read_id, "gateway key users");
     *ids = rows;
     return rc;
+}
+
+int store_gateway_report_put(struct store *s, const char *gateway_id, const char *run, int64_t seq, int64_t at,
+                             int64_t forget_before)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_GATEWAY_REPORTS_FORGET);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, forget_before);
+    int rc = store_step_write(s, st, "forget gateway reports");
+    if (rc != STORE_OK || !(st = store_stmt(s, SQL_GATEWAY_REPORT_PUT)))
+        return rc != STORE_OK ? rc : STORE_ERROR;
+    sqlite3_bind_text(st, 1, gateway_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, run, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, seq);
+    sqlite3_bind_int64(st, 4, at);
+    return store_step_write(s, st, "gateway report");
+}
+
+int store_gateway_reported_json(struct store *s, int64_t since, char **json)
+{
+    return json_text_at(s, SQL_GATEWAY_REPORTED, since, json, "gateway reports");
 }
 
 int store_app_call_exists(struct store *s, const char *id)

@@ -1,7 +1,8 @@
 /* test_store_apps.c: the marketplace's store (store_apps.c) and settlement
  * (app_call_settle) on a migrated database: apps by slug and id, the
  * public list against a publisher's, access, events, demand with busy
- * replicas, and a call settled once, balanced, checked by ledger verify. */
+ * replicas, a call settled once, balanced, checked by ledger verify, and
+ * each gateway's last committed report (0047). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -139,11 +140,35 @@ static void test_call_settled_once_and_balanced(void **state)
     assert_int_equal(ledger_verify(fx.s, stderr), 0);
 }
 
+/* A gateway's row keeps its run's highest report, whatever order they
+ * commit in; a new run replaces it; rows older than forget_before go, and
+ * the list gives those since its bound. */
+static void test_gateway_reports_keep_each_runs_highest(void **state)
+{
+    (void)state;
+    char *json = NULL;
+    assert_int_equal(store_gateway_report_put(fx.s, "gw-2", "run-c", 5, 50, 0), STORE_OK);
+    assert_int_equal(store_gateway_report_put(fx.s, "gw-1", "run-a", 3, 100, 0), STORE_OK);
+    assert_int_equal(store_gateway_report_put(fx.s, "gw-1", "run-a", 2, 101, 0), STORE_OK); /* a slow one, late */
+    assert_int_equal(store_gateway_reported_json(fx.s, 0, &json), STORE_OK);
+    assert_non_null(strstr(json, "{\"gateway_id\":\"gw-1\",\"run\":\"run-a\",\"seq\":3}"));
+    assert_non_null(strstr(json, "{\"gateway_id\":\"gw-2\",\"run\":\"run-c\",\"seq\":5}"));
+    free(json);
+    assert_int_equal(store_gateway_reported_json(fx.s, 60, &json), STORE_OK);
+    assert_null(strstr(json, "gw-2"));
+    free(json);
+    assert_int_equal(store_gateway_report_put(fx.s, "gw-1", "run-b", 1, 200, 60), STORE_OK); /* restarted */
+    assert_int_equal(store_gateway_reported_json(fx.s, 0, &json), STORE_OK);
+    assert_string_equal(json, "[{\"gateway_id\":\"gw-1\",\"run\":\"run-b\",\"seq\":1}]");
+    free(json);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         fx_test(test_apps_rows),
         fx_test(test_call_settled_once_and_balanced),
+        fx_test(test_gateway_reports_keep_each_runs_highest),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
