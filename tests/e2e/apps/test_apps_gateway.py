@@ -460,15 +460,17 @@ def test_waiting_and_idle_connections_hold_no_thread(market):
 
 
 def test_calls_being_answered_hold_no_thread(market):
-    """Thirty streams in progress at once (each 40 tokens 50 ms apart): the
+    """Thirty streams in progress at once (each 120 tokens 50 ms apart): the
     gateway's threads are those it had plus the one upstream thread, where
     a thread per upstream call would be thirty more. Each stream arrives
-    whole and is charged for what it delivered."""
+    whole and is charged for what it delivered. A stream lasts 6 s so that
+    none has ended before the last has begun on a loaded machine (at 2 s,
+    one had, under ASan beside other suites)."""
     m = market
     app, con = m.running_app(token_ms=50)
     gw = m.gateway()
     base = gateway_threads(gw)
-    words = " ".join(f"w{i}" for i in range(40))
+    words = " ".join(f"w{i}" for i in range(120))
     started = threading.Semaphore(0)
     results = []
 
@@ -492,9 +494,9 @@ def test_calls_being_answered_hold_no_thread(market):
     assert requests.get(gw.url + "/healthz").json()["calls"] == 30
     for t in threads:
         t.join()
-    assert results == [(200, b"[DONE]", 40)] * 30, results
+    assert results == [(200, b"[DONE]", 120)] * 30, results
     rows = m.wait_calls(app["id"], 30)
-    assert [(r[1], r[2], r[3], r[4], r[8]) for r in rows] == [(200, 40, 40, price(40, 40), 1)] * 30, rows
+    assert [(r[1], r[2], r[3], r[4], r[8]) for r in rows] == [(200, 120, 120, price(120, 120), 1)] * 30, rows
     assert_ledger_ok(m)
 
 
