@@ -275,20 +275,29 @@ class Cloud:
         return inst
 
     def check_cards_consistent(self):
-        d = self.d
-        # node_cards and instance_nodes say the same thing, card by card.
-        claimed = sorted(d.sql("SELECT node_id, idx, instance_id FROM node_cards WHERE instance_id IS NOT NULL"))
-        placed = []
-        for inst, node, cards in d.sql("SELECT instance_id, node_id, cards FROM instance_nodes"):
-            placed += [(node, c, inst) for c in json.loads(cards)]
-        assert sorted(placed) == claimed, "node_cards and instance_nodes disagree"
-        assert len({(n, c) for n, c, _ in placed}) == len(placed), "a card is placed twice"
-        # Only instances that hold cards have them.
-        holders = {i for (i,) in d.sql(f"SELECT id FROM instances WHERE state IN {HOLDING}")}
-        assert {i for _, _, i in claimed} <= holders
-        # Each node's free-card count (kept by triggers for placement) is its cards' truth.
-        assert d.sql("SELECT id, free_cards FROM nodes WHERE free_cards <> (SELECT count(*) FROM node_cards c"
-                     " WHERE c.node_id = nodes.id AND c.healthy = 1 AND c.instance_id IS NULL)") == []
+        # One read transaction: a job that ends meanwhile frees its cards
+        # and leaves HOLDING in one write, which separate reads would split.
+        con = self.d._connect()
+        try:
+            con.execute("BEGIN")
+
+            def sql(q):
+                return con.execute(q).fetchall()
+            # node_cards and instance_nodes say the same thing, card by card.
+            claimed = sorted(sql("SELECT node_id, idx, instance_id FROM node_cards WHERE instance_id IS NOT NULL"))
+            placed = []
+            for inst, node, cards in sql("SELECT instance_id, node_id, cards FROM instance_nodes"):
+                placed += [(node, c, inst) for c in json.loads(cards)]
+            assert sorted(placed) == claimed, "node_cards and instance_nodes disagree"
+            assert len({(n, c) for n, c, _ in placed}) == len(placed), "a card is placed twice"
+            # Only instances that hold cards have them.
+            holders = {i for (i,) in sql(f"SELECT id FROM instances WHERE state IN {HOLDING}")}
+            assert {i for _, _, i in claimed} <= holders
+            # Each node's free-card count (kept by triggers for placement) is its cards' truth.
+            assert sql("SELECT id, free_cards FROM nodes WHERE free_cards <> (SELECT count(*) FROM node_cards c"
+                       " WHERE c.node_id = nodes.id AND c.healthy = 1 AND c.instance_id IS NULL)") == []
+        finally:
+            con.close()
         # The agents agree: no card is in two workloads on any node.
         for name, wls in self.all_workloads().items():
             gpus = [g for w in wls for g in w["gpus"]]
