@@ -167,7 +167,7 @@ struct agent_conf {
     int64_t ssh_max_startups;            /* connections to one node not logged in yet */
     int64_t ssh_max_sessions_per_workload; /* logged-in connections to one workload */
     int64_t ssh_auth_timeout_s;    /* bound on key exchange and login */
-    int64_t ssh_max_auth_tries;    /* public keys tried per connection */
+    int64_t ssh_max_auth_tries;    /* failed login attempts per connection */
     int64_t ssh_login_rate;        /* failed logins per client address per minute before refusal */
     int64_t ssh_idle_timeout_s;    /* silent connections closed after this; 0 = never */
     int64_t log_max_bytes;         /* a workload's log file is rotated (once) past this */

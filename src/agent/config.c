@@ -271,7 +271,7 @@ const struct conf_option agent_options[] = {
     OPT_INT(ssh_max_startups, 1, 100000, 32, "SSH connections to one node that have not logged in yet"),
     OPT_INT(ssh_max_sessions_per_workload, 1, 100000, 16, "logged-in SSH connections to one workload"),
     OPT_INT(ssh_auth_timeout_s, 1, 600, 30, "seconds a connection has to log in"),
-    OPT_INT(ssh_max_auth_tries, 1, 100, 6, "public keys one connection may try"),
+    OPT_INT(ssh_max_auth_tries, 1, 100, 6, "failed login attempts one connection may make"),
     OPT_INT(ssh_login_rate, 1, 100000, 20, "failed SSH logins per client address per minute before it is refused"),
     OPT_INT(ssh_idle_timeout_s, 0, 604800, 0, "seconds an SSH connection may stay silent; 0 = no limit"),
     OPT_INT(log_max_bytes, 4096, 1073741824, 8388608,

@@ -280,6 +280,104 @@ static const char *key_refused(const ssh_key key)
     return bits >= RSA_MIN_BITS ? NULL : "the RSA key is shorter than 2048 bits";
 }
 
+/* Failed login attempts count toward ssh_max_auth_tries as OpenSSH's
+ * sshd counts them toward MaxAuthTries: every attempt that fails, by any
+ * method, but for a first "none" (a client sends it to learn the methods).
+ * A key offered counts once, its probe and its signature together, and
+ * also when it may be used (a client holding many keys, or a public key
+ * without its private half, gets ssh_max_auth_tries in all). The failure
+ * that reaches the limit ends the connection: conn_run closes it with
+ * sshd's "Too many authentication failures", and it counts against its
+ * address as a refused login does (ssh_login_rate). Before, only keys
+ * counted, and a client could try "none", passwords or requests libssh
+ * drops for as long as the login timeout let it. */
+static void tries_spent(struct ssh_conn *c)
+{
+    c->refused = 1;
+    if (c->too_many || c->tries < c->srv->agent->conf->ssh_max_auth_tries)
+        return;
+    c->too_many = 1;
+    /* libssh answers every key its callback refuses; without the callback
+     * public-key requests reach conn_message, which leaves them unanswered
+     * (else a client's next key, read before the close, was refused and
+     * the client gave up without reading why). */
+    c->server_cb.auth_pubkey_function = NULL;
+    log_warn("ssh refused: node %s user %.80s from %s:%d: too many authentication failures (%lld,"
+             " ssh_max_auth_tries)",
+             c->listener->node->name, c->user[0] ? c->user : "-", c->addr, c->port,
+             (long long)c->srv->agent->conf->ssh_max_auth_tries);
+}
+
+/* libssh drops some login requests with neither an answer nor a
+ * callback: a key of a type it cannot read, a signature that does not
+ * verify or is of an algorithm not offered. They are failed attempts all
+ * the same (each a signature checked), seen only in libssh's counts of
+ * packets: before login libssh takes nothing but service and login
+ * requests, which it answers, and messages that want no answer (ignore,
+ * debug, unimplemented, ext-info; a key re-exchange or a global request
+ * is a protocol error). So each client packet left unanswered counts as a
+ * failed attempt, past SSH_UNANSWERED_FREE of them for those messages.
+ * answering: 1 from a callback whose request libssh answers once it
+ * returns. */
+#define SSH_UNANSWERED_FREE 8
+static void count_unanswered(struct ssh_conn *c, int answering)
+{
+    int64_t unanswered = (int64_t)c->packets.in_packets - (int64_t)c->packets.out_packets - answering -
+                         SSH_UNANSWERED_FREE;
+    if (c->authenticated || unanswered <= c->unanswered_counted)
+        return;
+    c->tries += unanswered - c->unanswered_counted;
+    c->unanswered_counted = unanswered;
+    tries_spent(c);
+}
+
+/* The name of a login method, as the client sent it (RFC 4252). */
+static const char *method_name(int method)
+{
+    switch (method) {
+    case SSH_AUTH_METHOD_NONE:
+        return "none";
+    case SSH_AUTH_METHOD_PASSWORD:
+        return "password";
+    case SSH_AUTH_METHOD_HOSTBASED:
+        return "hostbased";
+    case SSH_AUTH_METHOD_INTERACTIVE:
+        return "keyboard-interactive";
+    case SSH_AUTH_METHOD_GSSAPI_MIC:
+        return "gssapi-with-mic";
+    default:
+        return "an unknown method";
+    }
+}
+
+/* Every message the other callbacks do not take: a login request by
+ * another method than a public key, refused (libssh answers with the
+ * methods there are: publickey) and counted; the rest is forward.c's.
+ * Once the tries are spent nothing more is answered. */
+static int conn_message(ssh_session session, ssh_message msg, void *userdata)
+{
+    struct ssh_conn *c = userdata;
+    if (c->too_many)
+        return 0;
+    if (ssh_message_type(msg) != SSH_REQUEST_AUTH)
+        return ssh_forward_message(session, msg, userdata);
+    if (c->authenticated)
+        return 1;
+    count_unanswered(c, 1);
+    if (c->too_many)
+        return 0;
+    int method = ssh_message_subtype(msg), first = c->requests++ == 0;
+    if (method == SSH_AUTH_METHOD_NONE && first)
+        return 1;
+    const char *user = ssh_message_auth_user(msg);
+    snprintf(c->user, sizeof c->user, "%s", user ? user : "");
+    log_warn("ssh refused: node %s user %.80s from %s:%d: %s login (public keys only)", c->listener->node->name,
+             c->user, c->addr, c->port, method_name(method));
+    c->tries++;
+    tries_spent(c);
+    return c->too_many ? 0 : 1; /* the attempt that spends them gets no answer but the close, as from sshd */
+}
+
 /* Public-key login: libssh calls this once without a signature (may this
  * key be used?) and once with a verified one. Every refusal looks the same
  * to the client; the log says why. */
@@ -288,26 +386,25 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
 {
     struct ssh_conn *c = userdata;
     struct agent_node *n = c->listener->node;
+    c->requests++;
+    count_unanswered(c, 1);
+    if (c->too_many)
+        return SSH_AUTH_DENIED;
     snprintf(c->user, sizeof c->user, "%s", user);
     key_fingerprint(pubkey, c->fingerprint, sizeof c->fingerprint);
-    /* Every key offered counts, signed or not: a client holding many keys
-     * (or replaying signed refusals) gets ssh_max_auth_tries in all. A
-     * key's signed attempt after its probe is the same try. */
     int answers_probe = signature_state != SSH_PUBLICKEY_STATE_NONE && strcmp(c->fingerprint, c->probed) == 0;
     if (!answers_probe)
         c->tries++;
     snprintf(c->probed, sizeof c->probed, "%s", signature_state == SSH_PUBLICKEY_STATE_NONE ? c->fingerprint : "");
     if (c->tries > c->srv->agent->conf->ssh_max_auth_tries) {
-        log_warn("ssh refused: node %s user %.80s key %s from %s: more than %lld keys tried", n->name, user,
-                 c->fingerprint, c->addr, (long long)c->srv->agent->conf->ssh_max_auth_tries);
-        c->refused = 1;
-        ssh_disconnect(session);
+        /* Another key after one that might have been used at the limit. */
+        tries_spent(c);
         return SSH_AUTH_DENIED;
     }
     if (signature_state != SSH_PUBLICKEY_STATE_NONE && signature_state != SSH_PUBLICKEY_STATE_VALID) {
-        c->refused = 1;
         log_warn("ssh refused: node %s user %.80s key %s from %s: bad signature", n->name, user, c->fingerprint,
                  c->addr);
+        tries_spent(c);
         return SSH_AUTH_DENIED;
     }
     const char *why = NULL;
@@ -337,9 +434,9 @@ static int auth_pubkey(ssh_session session, const char *user, struct ssh_key_str
     pthread_mutex_unlock(&n->lock);
     if (why) {
         free(key_line);
-        c->refused = 1;
         log_warn("ssh refused: node %s user %.80s key %s from %s:%d: %s", n->name, user, c->fingerprint, c->addr,
                  c->port, why);
+        tries_spent(c);
         return SSH_AUTH_DENIED;
     }
     if (signature_state == SSH_PUBLICKEY_STATE_NONE)
@@ -390,6 +487,24 @@ static int client_takes_bytes(int fd)
     return poll(&p, 1, 200) != 0;
 }
 
+/* Closes a connection whose tries are spent, with the reason. libssh
+ * writes a packet at once only when its last poll found the socket
+ * writable and it wrote nothing since; else it queues the packet, and
+ * ssh_disconnect closes the socket with it unsent (a client just answered
+ * never saw why). So it polls first, while the client takes bytes, until
+ * a poll finds nothing to do: what was queued is written and the socket
+ * seen writable. A few polls at most; input read meanwhile is not
+ * answered. A client that reads nothing misses the reason, which is of no
+ * matter. */
+static void close_too_many(struct ssh_conn *c)
+{
+    ssh_session_set_disconnect_message(c->session, "Too many authentication failures");
+    for (int i = 0; i < 8 && client_takes_bytes(c->fd); i++)
+        if (ssh_event_dopoll(c->event, 0) == SSH_AGAIN)
+            break;
+    ssh_disconnect(c->session);
+}
+
 static void conn_run(struct ssh_conn *c)
 {
     const struct agent_conf *conf = c->srv->agent->conf;
@@ -400,7 +515,7 @@ static void conn_run(struct ssh_conn *c)
     c->server_cb.channel_open_request_session_function = ssh_session_open;
     ssh_callbacks_init(&c->server_cb);
     ssh_set_server_callbacks(c->session, &c->server_cb);
-    ssh_set_message_callback(c->session, ssh_forward_message, c);
+    ssh_set_message_callback(c->session, conn_message, c);
     ssh_set_auth_methods(c->session, SSH_AUTH_METHOD_PUBLICKEY);
     if (ssh_handle_key_exchange(c->session) != SSH_OK) {
         log_info("ssh: node %s from %s:%d: key exchange failed: %s", c->listener->node->name, c->addr, c->port,
@@ -417,6 +532,7 @@ static void conn_run(struct ssh_conn *c)
      * kernel now it sends as the socket takes it (its poll in
      * ssh_event_dopoll). */
     ssh_set_blocking(c->session, 0);
+    ssh_set_counters(c->session, NULL, &c->packets);
     c->event = ssh_event_new();
     if (!c->event || ssh_event_add_session(c->event, c->session) != SSH_OK)
         return;
@@ -436,6 +552,11 @@ static void conn_run(struct ssh_conn *c)
                      c->listener->node->name, c->wl_id[0] ? c->wl_id : "-", c->user[0] ? c->user : "-", c->addr,
                      c->port, ssh_get_error(c->session));
             c->refused = !c->authenticated;
+            break;
+        }
+        count_unanswered(c, 0);
+        if (c->too_many) {
+            close_too_many(c);
             break;
         }
         /* The pumps too: libssh reads the socket when asked whether a

@@ -7,9 +7,10 @@
  *              one thread per connection driving an ssh_event; public-key login
  *              only, as the workload spec's ssh.user with one of its
  *              ssh.authorized_keys while the workload runs and holds
- *              that key (PUT .../ssh-keys replaces them); failed logins
- *              rate-limited per client address; every login and refusal
- *              logged
+ *              that key (PUT .../ssh-keys replaces them); failed
+ *              attempts of a connection counted as sshd counts them for
+ *              MaxAuthTries, failed logins rate-limited per client
+ *              address; every login and refusal logged
  *   session.c  session channels: a command, a shell with a PTY (window
  *              changes, signals), or the sftp subsystem, each a child
  *              process whose output goes to the channel and whose end
@@ -160,7 +161,11 @@ struct ssh_conn {
     int startup;                   /* counted in srv->startups until it logs in or ends */
     int fd;                        /* its socket, while it is in srv->conns */
     struct ssh_conn *prev, *next;  /* srv->conns, under srv->lock */
-    int64_t tries;                 /* keys offered */
+    int64_t tries;                 /* failed login attempts, every key offered counted (server.c) */
+    int64_t requests;              /* login requests the callbacks saw */
+    int64_t unanswered_counted;    /* client packets left unanswered before login, counted in tries */
+    struct ssh_counter_struct packets; /* libssh's count of packets either way since the key exchange */
+    int too_many;                  /* ssh_max_auth_tries failed: to be closed with the reason */
     char probed[96];               /* the key just probed (offered unsigned), "" once answered */
     int refused;                   /* a login was refused (counted against addr) */
     int evicted;                   /* srv->lock: cut off, not logged in, to make room for a newer connection */
@@ -196,8 +201,9 @@ int ssh_chan_watch(struct ssh_chan *ch, int fd, int is_stderr);
 void ssh_chan_set_callbacks(struct ssh_chan *ch);
 
 /* forward.c */
-/* The message callback: direct-tcpip channel opens; returns 1 for every
- * other message, which libssh then answers by default (refusal). */
+/* What server.c's message callback passes on: direct-tcpip channel opens;
+ * returns 1 for every other message, which libssh then answers by default
+ * (refusal). */
 int ssh_forward_message(ssh_session session, ssh_message msg, void *userdata);
 #endif
 

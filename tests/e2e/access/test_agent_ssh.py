@@ -2,7 +2,9 @@
 OpenSSH client against a standalone sim agent: a workload PUT with a spec
 whose ssh member names a user and keys made by ssh-keygen, then commands
 (output, stderr apart, exit codes, signals), a PTY, refusals (wrong user,
-another key, a workload not running, a password, no spec ssh), the host key
+another key, a workload not running, a password, no spec ssh), failed login
+attempts of every kind counted toward ssh_max_auth_tries as sshd counts
+them (the real client with several keys still logging in), the host key
 reported in facts, kept across a restart and pinned by StrictHostKeyChecking,
 and `ssh -L` reaching a server inside the workload but not one outside it.
 """
@@ -25,10 +27,11 @@ import urllib.request
 import uuid
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from agent_util import AGENT, Agent, FakeControlPlane, Fleet, assert_error, poll
 from ports import free_port
-from ssh_raw import MSG_GLOBAL_REQUEST, MSG_USERAUTH_REQUEST, RawSSH, ssh_string
+from ssh_raw import MSG_GLOBAL_REQUEST, MSG_SERVICE_REQUEST, MSG_USERAUTH_FAILURE, RawSSH, ssh_string, userauth
 
 pytestmark = pytest.mark.skipif(not shutil.which("ssh") or not shutil.which("ssh-keygen"),
                                 reason="needs openssh-client")
@@ -619,8 +622,144 @@ def test_keys_signed_without_a_probe_count_toward_the_tries(tmp_path, keys):
         p = n.ssh(pem[0], "ins_signed-0", "echo in", extra=["-v", "-i", pem[1], "-i", keys["mine"][0]])
         assert p.returncode == 255 and p.stdout == "", p.stderr
         assert f"Trying private key: {pem[1]}" in p.stderr
-        assert "user ins_signed-0 key" in n.agent.stderr_text() and "more than 2 keys tried" in n.agent.stderr_text()
+        assert "user ins_signed-0 from 127.0.0.1:" in n.agent.stderr_text()
+        assert "too many authentication failures (2, ssh_max_auth_tries)" in n.agent.stderr_text()
+        assert "Too many authentication failures" in p.stderr
     finally:
+        n.stop()
+
+
+def ed25519_blob(key_path):
+    """The public key blob of an ed25519 key file."""
+    with open(key_path, "rb") as f:
+        key = serialization.load_ssh_private_key(f.read(), None)
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return ssh_string("ssh-ed25519") + ssh_string(raw)
+
+
+def tries_until_cut_off(port, request, count=64, timeout=10):
+    """count copies of a login request sent at once on a new connection:
+    how many the server answered with a failure, and the description of
+    the DISCONNECT it closed with ("" without one, None if it had not
+    closed within timeout seconds of silence)."""
+    c = RawSSH("127.0.0.1", port)
+    try:
+        c.service()
+        c.sock.sendall(b"".join(c.packet(request) for _ in range(count)))
+        c.sock.settimeout(timeout)
+        types, why = c.until_closed()
+        return types.count(MSG_USERAUTH_FAILURE), why
+    finally:
+        c.sock.close()
+
+
+def test_every_failed_login_attempt_counts_toward_the_tries(tmp_path, keys):
+    """Only keys counted toward ssh_max_auth_tries: a client could try
+    "none", passwords, keyboard-interactive or another method, or send
+    login requests that libssh drops without an answer (a key type it
+    cannot read, a bad signature), for as long as the login timeout let
+    it. Every failed attempt counts now, as in OpenSSH's sshd (but for a
+    first "none"): at the limit the server says "Too many authentication
+    failures" and closes, without answering the attempt that reached it."""
+    user = "ins_tries-0"
+    n = Node(tmp_path / "tries", ssh_max_auth_tries="3", ssh_auth_timeout_s="120")
+    try:
+        n.run_workload(user, [keys["mine"][1]])
+        blob = ed25519_blob(keys["mine"][0])
+        signed = userauth(user, "publickey", b"\1" + ssh_string("ssh-ed25519") + ssh_string(blob))
+        cases = [  # what, the request, how many are answered (a failure each) before the close
+            ("none", userauth(user, "none"), 3),
+            ("password", userauth(user, "password", b"\0" + ssh_string("hunter2")), 2),
+            ("keyboard-interactive", userauth(user, "keyboard-interactive", ssh_string("") + ssh_string("")), 2),
+            ("hostbased", userauth(user, "hostbased", ssh_string("ssh-ed25519") + ssh_string(blob)), 2),
+            ("a key type libssh cannot read",
+             userauth(user, "publickey", b"\0" + ssh_string("ssh-foo") + ssh_string(ssh_string("ssh-foo"))), 0),
+            ("a bad signature by the right key", signed + ssh_string(ssh_string("ssh-ed25519") + bytes(64)), 0),
+        ]
+        for what, request, answered in cases:
+            failures, why = tries_until_cut_off(n.port, request)
+            assert why == "Too many authentication failures", (what, why)
+            assert failures == answered, (what, failures)
+        # Dropped requests sent ahead of a good login count before it is looked at.
+        c = RawSSH("127.0.0.1", n.port)
+        c.service()
+        bad = signed + ssh_string(ssh_string("ssh-ed25519") + bytes(64))
+        c.sock.sendall(b"".join(c.packet(bad) for _ in range(64)))
+        assert not c.login(user, keys["mine"][0])
+        c.sock.close()
+        text = n.agent.stderr_text()
+        assert re.search(rf"ssh refused: node node-a user {user} from 127\.0\.0\.1:\d+: too many authentication "
+                         r"failures \(3, ssh_max_auth_tries\)", text), text[-2000:]
+        # None of it keeps the right key out.
+        p = n.ssh(keys["mine"][0], user, "echo in")
+        assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+    finally:
+        n.stop()
+
+
+def test_a_connection_cut_off_for_its_tries_counts_against_its_address(tmp_path, keys):
+    """Each connection closed at ssh_max_auth_tries is a failed login of its
+    address: past ssh_login_rate of them even the right key is turned away
+    for the minute."""
+    user = "ins_cut-0"
+    n = Node(tmp_path / "cut", ssh_max_auth_tries="2", ssh_login_rate="2", ssh_auth_timeout_s="120")
+    try:
+        n.run_workload(user, [keys["mine"][1]])
+        for _ in range(2):
+            _, why = tries_until_cut_off(n.port, userauth(user, "password", b"\0" + ssh_string("x")))
+            assert why == "Too many authentication failures", why
+        p = n.ssh(keys["mine"][0], user, "true")
+        assert p.returncode == 255
+        n.agent.wait_for_log(r"more than 2 failed logins in a minute")
+    finally:
+        n.stop()
+
+
+def test_openssh_with_several_keys_logs_in_while_the_right_one_is_within_the_tries(tmp_path, keys):
+    """The real client sends "none" first (free) and then each key of its
+    identity files or its agent in turn: with ssh_max_auth_tries 3 the
+    right key still logs in third, and fourth it is not reached, the
+    client told why."""
+    user = "ins_many-0"
+    wrong = [keygen(tmp_path, f"wrong{i}")[0] for i in range(3)]
+    mine = keys["mine"][0]
+    n = Node(tmp_path / "many", ssh_max_auth_tries="3")
+    agent = None
+    try:
+        n.run_workload(user, [keys["mine"][1]])
+
+        def more(*paths):  # identity files after the first, tried in this order
+            return [a for path in paths for a in ("-i", path)]
+        p = n.ssh(wrong[0], user, "echo in", extra=more(wrong[1], mine))
+        assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+        p = n.ssh(wrong[0], user, "echo in", extra=more(wrong[1], wrong[2], mine))
+        assert p.returncode == 255 and "Too many authentication failures" in p.stderr, p.stderr
+        # The same keys in an agent, tried in the order they were added.
+        sock = str(tmp_path / "agent.sock")
+        agent = subprocess.Popen(["ssh-agent", "-D", "-a", sock], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        env = dict(os.environ, SSH_AUTH_SOCK=sock)
+        poll(lambda: os.path.exists(sock), 10, "the ssh-agent's socket")
+
+        def through_agent(*paths):
+            subprocess.run(["ssh-add", "-D"], env=env, capture_output=True, timeout=30)
+            for path in paths:
+                subprocess.run(["ssh-add", path], env=env, check=True, capture_output=True, timeout=30)
+            # An IdentityFile that does not exist keeps ~/.ssh's keys out.
+            args = ["ssh", "-F", "/dev/null", "-o", "IdentitiesOnly=no", "-o", f"IdentityFile={tmp_path}/absent",
+                    "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={n.known_hosts}",
+                    "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-p", str(n.port), f"{user}@127.0.0.1",
+                    "echo in"]
+            return subprocess.run(args, env=env, capture_output=True, text=True, timeout=30,
+                                  stdin=subprocess.DEVNULL)
+        p = through_agent(*wrong[:2], mine)
+        assert p.returncode == 0 and p.stdout == "in\n", p.stderr
+        p = through_agent(*wrong, mine)
+        assert p.returncode == 255 and "Too many authentication failures" in p.stderr, p.stderr
+    finally:
+        if agent:
+            agent.terminate()
+            agent.wait(timeout=30)
         n.stop()
 
 
@@ -893,20 +1032,20 @@ def flood_until_stalled(sock, burst):
 
 
 def test_a_client_that_reads_none_of_its_answers_is_read_no_more(tmp_path, keys):
-    """libssh answers a login by "none" (as it does a global request or an
+    """libssh answers a service request (as it does a login request or an
     unknown message) whether or not the client reads the answer, and keeps
     what the kernel cannot take in memory: a client that sent such requests
     and read nothing, without logging in, grew the agent by what it
-    uploaded (250 MB in 20 s). Its bytes are now read only while it takes
-    what it is sent, so the flood stops in the kernel's buffers."""
+    uploaded (250 MB in 20 s, with logins by "none", which now end the
+    connection at ssh_max_auth_tries). Its bytes are now read only while it
+    takes what it is sent, so the flood stops in the kernel's buffers."""
     n = Node(tmp_path / "unread")
     try:
         n.run_workload("ins_unread-0", [keys["mine"][1]])
         c = RawSSH("127.0.0.1", n.port, rcvbuf=4096)
         c.service()
-        login = (bytes([MSG_USERAUTH_REQUEST]) + ssh_string("ins_unread-0") + ssh_string("ssh-connection") +
-                 ssh_string("none"))
-        stalled = flood_until_stalled(c.sock, lambda: b"".join(c.packet(login) for _ in range(500)))
+        request = bytes([MSG_SERVICE_REQUEST]) + ssh_string("ssh-userauth")
+        stalled = flood_until_stalled(c.sock, lambda: b"".join(c.packet(request) for _ in range(500)))
         c.sock.close()
         assert stalled, "the agent read on a client that reads nothing"
         p = n.ssh(keys["mine"][0], "ins_unread-0", "echo in")

@@ -11,10 +11,16 @@ RawSSH(host, port, timeout=30, rcvbuf=None)   version exchange and keys
     .recv() -> payload          the next packet
     .service("ssh-userauth")    SERVICE_REQUEST until SERVICE_ACCEPT
     .login(user, key_path) -> bool   public-key login with an ed25519 key file
+                                (False when refused, or closed on instead)
     .exec(command, window) -> channel   a session channel opened with that
                                 initial window, its command started
+    .until_closed() -> (types, why)   the types of the packets read until the
+                                server closed, and why: its DISCONNECT's
+                                description, "" if it sent none, None if the
+                                socket's timeout came first
     .sock                       the socket (settimeout, sendall, close)
 ssh_string(b), u32(n)           the wire encodings, for building payloads
+userauth(user, method, fields)  a USERAUTH_REQUEST payload for ssh-connection
 """
 import hashlib
 import hmac
@@ -26,7 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-MSG_SERVICE_REQUEST, MSG_SERVICE_ACCEPT = 5, 6
+MSG_DISCONNECT, MSG_SERVICE_REQUEST, MSG_SERVICE_ACCEPT = 1, 5, 6
 MSG_KEXINIT, MSG_NEWKEYS, MSG_KEX_ECDH_INIT, MSG_KEX_ECDH_REPLY = 20, 21, 30, 31
 MSG_USERAUTH_REQUEST, MSG_USERAUTH_FAILURE, MSG_USERAUTH_SUCCESS = 50, 51, 52
 MSG_GLOBAL_REQUEST = 80
@@ -41,6 +47,10 @@ def ssh_string(b):
     if isinstance(b, str):
         b = b.encode()
     return u32(len(b)) + b
+
+
+def userauth(user, method, fields=b""):
+    return bytes([MSG_USERAUTH_REQUEST]) + ssh_string(user) + ssh_string("ssh-connection") + ssh_string(method) + fields
 
 
 def _name_list(*names):
@@ -176,11 +186,10 @@ class RawSSH:
             key = serialization.load_ssh_private_key(f.read(), None)
         raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         blob = ssh_string("ssh-ed25519") + ssh_string(raw)
-        request = (bytes([MSG_USERAUTH_REQUEST]) + ssh_string(user) + ssh_string("ssh-connection") +
-                   ssh_string("publickey") + b"\1" + ssh_string("ssh-ed25519") + ssh_string(blob))
+        request = userauth(user, "publickey", b"\1" + ssh_string("ssh-ed25519") + ssh_string(blob))
         signature = key.sign(ssh_string(self.session_id) + request)
         self.send(request + ssh_string(ssh_string("ssh-ed25519") + ssh_string(signature)))
-        return self._until(MSG_USERAUTH_SUCCESS, MSG_USERAUTH_FAILURE)[0] == MSG_USERAUTH_SUCCESS
+        return self._until(MSG_USERAUTH_SUCCESS, MSG_USERAUTH_FAILURE, MSG_DISCONNECT)[0] == MSG_USERAUTH_SUCCESS
 
     def exec(self, command, window=1 << 21):
         self.send(bytes([MSG_CHANNEL_OPEN]) + ssh_string("session") + u32(0) + u32(window) + u32(32768))
@@ -188,3 +197,17 @@ class RawSSH:
         channel = struct.unpack(">I", reply[5:9])[0]
         self.send(bytes([MSG_CHANNEL_REQUEST]) + u32(channel) + ssh_string("exec") + b"\0" + ssh_string(command))
         return channel
+
+    def until_closed(self):
+        types = []
+        try:
+            while True:
+                p = self.recv()
+                if p[0] == MSG_DISCONNECT:
+                    n = struct.unpack(">I", p[5:9])[0]
+                    return types, p[9:9 + n].decode()
+                types.append(p[0])
+        except (EOFError, ConnectionResetError):
+            return types, ""
+        except socket.timeout:
+            return types, None
