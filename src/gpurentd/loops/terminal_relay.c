@@ -15,9 +15,11 @@
  * A browser silent for terminal_ping_s is pinged, so a reverse proxy's read
  * timeout never cuts an idle terminal; one silent three times as long, its
  * pongs too, is gone without a FIN (its network dropped) and its terminal
- * is freed, or it held a slot of max_terminals_per_user for ever. A
- * terminal ends (1008) with the authority of the API key that opened it
- * (check_keys). */
+ * is freed, or it held a slot of max_terminals_per_user for ever. A close
+ * (ours or wslay's) the browser does not take and answer within
+ * TERM_CLOSE_GRACE_MS drops the connection, even while it waits behind
+ * output the browser leaves unread. A terminal ends (1008) with the
+ * authority of the API key that opened it (check_keys). */
 #include "gpurent/clock.h"
 #include "gpurent/log.h"
 #include "gpurent/secrets.h"
@@ -46,7 +48,7 @@
 
 #define TERM_WS_MAX 65536            /* largest message from a browser */
 #define TERM_HIGH (256 * 1024)       /* bytes queued one way before the other side is read no more */
-#define TERM_CLOSE_GRACE_MS 2000     /* a close sent waits this long for the browser's */
+#define TERM_CLOSE_GRACE_MS 2000     /* a close queued waits this long to be sent and answered */
 #define TERM_WS_QUEUED_MAX (2 * TERM_HIGH) /* bytes queued for the browser before it is read no more */
 #define TERM_WS_QUEUED_MSGS 4096     /* messages queued for the browser before it is read no more */
 
@@ -571,6 +573,10 @@ static int term_over(struct term *t)
 {
     if (t->ws_dead)
         return 1;
+    /* wslay closes by itself on what it finds wrong in a frame (1002,
+     * 1007, 1009): it reads no more, and its close waits as ours does. */
+    if (!t->close_sent_ms && !wslay_event_want_read(t->ws))
+        t->close_sent_ms = clock_mono_ms();
     if (!wslay_event_want_read(t->ws) && !wslay_event_want_write(t->ws)) {
         if (wslay_event_get_close_received(t->ws))
             return 1; /* closes sent and received */
@@ -585,10 +591,25 @@ static int term_over(struct term *t)
         }
         return clock_mono_ms() - t->close_sent_ms > TERM_CLOSE_GRACE_MS;
     }
-    if (t->close_sent_ms && !wslay_event_want_write(t->ws) &&
-        clock_mono_ms() - t->close_sent_ms > TERM_CLOSE_GRACE_MS)
-        return 1; /* the browser never answered our close */
-    return 0;
+    if (!t->close_sent_ms || clock_mono_ms() - t->close_sent_ms <= TERM_CLOSE_GRACE_MS)
+        return 0;
+    /* The close had its grace: the browser never answered it, or never
+     * took it. It waits behind the output queued for the browser, and one
+     * that reads nothing while its workload floods the terminal (its
+     * kernel buffers full, its window shut) held the terminal and a slot
+     * of max_terminals_per_user for ever: browser_gone no longer looks
+     * once a close is queued, and TCP keeps a connection whose peer
+     * answers with a shut window. Such a one is reset, so the kernel does
+     * not go on holding what it was sent (under TLS the fd is one end of
+     * libmicrohttpd's socket pair, and the reset stops there). */
+    if (wslay_event_want_write(t->ws)) {
+        struct linger reset = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(t->ws_fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        log_info("terminal: instance %s rank %lld user %s: the close could not be sent in %d ms, the browser"
+                 " reads nothing: dropped",
+                 t->target.instance_id, (long long)t->target.rank, t->target.user_id, TERM_CLOSE_GRACE_MS);
+    }
+    return 1;
 }
 
 /* Pings a silent browser; 1 when it has been silent too long to be there. */

@@ -9,8 +9,9 @@ bad bodies are 400s, another user's instance 404, a stopped one 409; a
 cross-site Origin is 403, a rebound DNS name too, and a console on a name
 opens when public_url or cors_origins names its origin; ping is answered, a client that pings and reads
 nothing is read no more, an oversize message closes with
-1009 and each malformed frame with 1002 (1007 for text not in UTF-8); more terminals than HTTP pool threads
-stay open while /healthz answers (none holds a thread); the daemon stops
+1009 and each malformed frame with 1002 (1007 for text not in UTF-8), and a close the browser cannot take
+(it reads nothing while `yes` floods it) drops it within the grace, freeing its slot; more terminals than
+HTTP pool threads stay open while /healthz answers (none holds a thread); the daemon stops
 cleanly on SIGTERM with terminals open. The agent's terminal route: signed
 only, unknown workload 404."""
 import json
@@ -463,6 +464,98 @@ def test_a_silent_browser_is_pinged_and_one_that_never_answers_is_let_go(cloud_f
     poll(lambda: _opens(c, u, inst["id"]), DEADLINE, "the silent terminal's slot free again")
 
 
+def _unsent(server_port, client_port):
+    """Bytes the daemon's end of a loopback connection holds that the
+    client has not taken (tx_queue in /proc/net/tcp), None if not found."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in f.read().splitlines()[1:]:
+                cols = row.split()
+                if int(cols[1].rsplit(":", 1)[1], 16) == server_port and \
+                        int(cols[2].rsplit(":", 1)[1], 16) == client_port:
+                    return int(cols[4].split(":")[0], 16)
+    return None
+
+
+def _flooded_browser(c, tok):
+    """A terminal running `yes` whose browser reads nothing, once the
+    daemon's kernel buffer for the browser is full: what it holds unsent
+    has not moved over five looks half a second apart (the kernel takes a
+    little more while its window probes back off). The WebSocket, and a
+    function that says what the daemon holds unsent now."""
+    ws = connect(c, tok, sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 4096),))
+    type_(ws, "yes\n")
+    server, client = int(c.d.base_url.rsplit(":", 1)[1]), ws.sock.getsockname()[1]
+    seen, deadline = [], time.monotonic() + DEADLINE
+    while not (len(seen) >= 5 and seen[-1] and len(set(seen[-5:])) == 1):
+        assert time.monotonic() < deadline, f"the daemon's send queue never filled: {seen[-5:]}"
+        time.sleep(0.5)
+        seen.append(_unsent(server, client))
+    return ws, lambda: _unsent(server, client)
+
+
+def _close_stuck(c, u, inst_id, opened, close, what):
+    """Floods a terminal of opened(), has the relay close it (close(ws),
+    which returns once the close is queued) and returns the WebSocket when
+    that close could not be written: the daemon's unsent bytes stay as they
+    were. Whether the kernel takes a close frame behind a full buffer is
+    its own affair (the frame in progress may end in a gap, a little room
+    may open), so a terminal whose close went is let go and another tried."""
+    for _ in range(5):
+        ws, unsent = _flooded_browser(c, opened())
+        before = unsent()
+        close(ws)
+        stayed = True
+        for look in range(5):
+            time.sleep(0.2)
+            stayed = stayed and unsent() == before
+        if stayed:
+            return ws
+        ws.sock.close()
+        poll(lambda: _opens(c, u, inst_id), DEADLINE, f"the slot of a terminal closed for {what}")
+    raise AssertionError(f"the kernel took the close ({what}) every time")
+
+
+def test_a_close_the_browser_cannot_take_ends_its_terminal_within_the_grace(cloud_two_terminals):
+    """Once the relay had queued its own close (the key revoked, a bad
+    frame, the shell's exit) it stopped checking whether the browser was
+    there, and waited for the close to be written: a browser that read
+    nothing while its workload flooded the terminal, its kernel buffers
+    full, held the terminal and a slot of max_terminals_per_user for ever.
+    A close not sent within TERM_CLOSE_GRACE_MS now drops the connection
+    and frees the slot. The same for the close wslay queues by itself on a
+    frame it refuses, which the relay did not know of: that terminal was
+    let go only once three pings had gone unanswered."""
+    c = cloud_two_terminals
+    u, inst = running(c)
+    revoked = []
+
+    def leaked_token():
+        r = c.d.post("/v1/api-keys", key=u.key, json={"name": "leaked"})
+        assert r.status_code == 201, r.text
+        revoked.append(r.json())
+        return token(c, type("K", (), {"key": revoked[-1]["token"]}), inst["id"])
+
+    def revoke(ws):
+        assert _opens(c, u, inst["id"]) is None  # the user's one terminal is taken
+        closes = c.d.stderr_text().count("closed, the API key that opened this terminal is revoked")
+        r = c.d.delete(f"/v1/api-keys/{revoked[-1]['id']}", key=u.key)
+        assert r.status_code == 200, r.text
+        poll(lambda: c.d.stderr_text().count("closed, the API key that opened this terminal is revoked") > closes,
+             DEADLINE, "the relay closing the revoked key's terminal")
+
+    ws = _close_stuck(c, u, inst["id"], leaked_token, revoke, "a revoked key")
+    poll(lambda: _opens(c, u, inst["id"]), DEADLINE, "the slot of a terminal whose close could not be sent")
+    assert "the close could not be sent in 2000 ms, the browser reads nothing: dropped" in c.d.stderr_text()
+    ws.sock.close()
+    # A frame wslay refuses (a reserved bit): it closes by itself.
+    ws = _close_stuck(c, u, inst["id"], lambda: token(c, u, inst["id"]), lambda w: w.sock.sendall(MALFORMED[0][0]),
+                      "a bad frame")
+    poll(lambda: _opens(c, u, inst["id"]), DEADLINE, "the slot of a terminal closed for a bad frame")
+    ws.sock.close()
+    assert requests.get(c.d.url("/healthz"), timeout=DEADLINE).status_code == 200
+
+
 def _opens(c, u, inst_id):
     try:
         ws = connect(c, token(c, u, inst_id))
@@ -543,3 +636,4 @@ def test_agent_stops_cleanly_with_a_terminal_open(cloud):
     assert code == 1011 and "node" in reason, (code, reason)
     ws.close()
     assert not _alive(pid)
+
