@@ -259,23 +259,21 @@ static int bind_block(struct store *s, const struct reservation *r, int64_t from
     return rc;
 }
 
-/* Moves block r off node_id onto a spare reserved node with room for
- * [from, r->ends_at): the best fit for its cards there, or for a
- * multi-node block a whole free node of its fabric. STORE_NOT_FOUND when
- * there is none (nothing written); new_node gets the node. */
-static int rehome(struct store *s, const struct reservation *r, const char *node_id, int64_t from, int64_t now,
-                  char new_node[ID_MAX])
+/* A spare for block r's cards on one of its nodes over [from, r->ends_at):
+ * the reserved node that best fits its cards there, or for a multi-node
+ * block a whole free node of its fabric, never one it is bound to already.
+ * STORE_NOT_FOUND when there is none; spare gets the node. Writes nothing. */
+static int spare_for(struct store *s, const struct reservation *r, int64_t from, char spare[ID_MAX])
 {
-    new_node[0] = 0;
+    spare[0] = 0;
     if (from >= r->ends_at)
         return STORE_NOT_FOUND;
     struct node_calendar c;
     int rc = node_calendar_load(s, r->gpu_model, from, r->ends_at, &c);
     if (rc != STORE_OK)
         return rc;
-    int whole = r->card_count > PLACEMENT_NODE_CARDS;
     size_t pick[1], n = 0;
-    if (!whole) {
+    if (r->card_count <= PLACEMENT_NODE_CARDS) {
         choose_nodes(&c, r->card_count, NULL, r->id, pick, &n);
     } else {
         for (size_t i = 0; i < c.n_nodes && !n; i++)
@@ -284,13 +282,20 @@ static int rehome(struct store *s, const struct reservation *r, const char *node
                 n = 1;
             }
     }
-    if (n == 0) {
-        node_calendar_free(&c);
-        return STORE_NOT_FOUND;
-    }
-    snprintf(new_node, ID_MAX, "%s", c.nodes[pick[0]].id);
+    if (n)
+        snprintf(spare, ID_MAX, "%s", c.nodes[pick[0]].id);
     node_calendar_free(&c);
-    if ((rc = store_reservation_rebind(s, r->id, node_id, new_node, now)) == STORE_OK)
+    return n ? STORE_OK : STORE_NOT_FOUND;
+}
+
+/* Moves block r off node_id onto its spare for [from, r->ends_at)
+ * (spare_for). STORE_NOT_FOUND when there is none (nothing written);
+ * new_node gets the node. */
+static int rehome(struct store *s, const struct reservation *r, const char *node_id, int64_t from, int64_t now,
+                  char new_node[ID_MAX])
+{
+    int rc = spare_for(s, r, from, new_node);
+    if (rc == STORE_OK && (rc = store_reservation_rebind(s, r->id, node_id, new_node, now)) == STORE_OK)
         log_info("reservations: %s re-homed from node %s to node %s for the rest of its window", r->id, node_id,
                  new_node);
     return rc;
@@ -821,55 +826,93 @@ static int catch_up(struct store *s, const struct reservation *r, int64_t until,
     return rc == STORE_NOT_FOUND ? STORE_OK : rc;
 }
 
+/* What block i of a node's blocks has on it this pass. */
+struct on_node {
+    int64_t held;    /* cards of the node its instances hold */
+    int64_t healthy; /* of those, the ones not reported failed */
+    int moved;       /* re-homed by this pass */
+};
+
 /* One node's shortfall this hour: the cards its active blocks hold there
  * (a[], oldest booking first) beyond what it can give now. The newest
  * blocks move first, each onto a spare reserved node with room for the
  * rest of its window (then nothing is lost); what is still short falls on
- * the newest blocks, lost[] per block, node_of[] naming the node. A node
- * an admin took out of service (cordoned, draining, maintenance) has all
- * its blocks moved where a spare has room; one that stays there loses the
- * cards its instances do not already run on, as nothing new is placed on
- * such a node: the holder paid for them, so they are credited as failed
- * hardware is. */
+ * the newest blocks left, lost[] per block, node_of[] naming the node. A
+ * node an admin took out of service (cordoned, draining, maintenance) has
+ * all its blocks moved where a spare has room; one that stays there loses
+ * the cards its instances do not already run on, as nothing new is placed
+ * on such a node: the holder paid for them, so they are credited as failed
+ * hardware is.
+ *
+ * A block whose instances hold cards on the node is not moved: they run on
+ * there (a node set aside, a failed card beside them), or may (a silent or
+ * refused node whose instances wait to be judged lost), and the block
+ * moved would hold a spare's cards too while theirs stayed held outside
+ * any block, free on the calendar to be sold again to a block that then
+ * could not launch. It takes its share of what is short and moves on the
+ * first pass after its instances let go (stopped, lost). On a node that
+ * gives nothing it is not credited meanwhile where a spare has room for
+ * it: judged, its instances would be gone and the block moved without
+ * credit, as it will be; where none has, it is credited as any block
+ * without a spare. */
 static int node_shortfall(struct store *s, const char *node_id, const struct reservation *a, size_t n,
                           const struct reservation_binding *const *bind, int64_t *lost, char (*node_of)[ID_MAX],
                           int64_t now)
 {
-    int active;
-    int64_t usable = store_node_usable_cards(s, node_id, &active), held = 0;
+    int active, up;
+    int64_t usable = store_node_usable_cards(s, node_id, &active, &up), held = 0;
     if (usable < 0)
         return (int)usable;
     for (size_t i = 0; i < n; i++)
         if (bind[i] && strcmp(bind[i]->node_id, node_id) == 0)
             held += bind[i]->cards;
     int64_t short_by = held - usable, move = active ? short_by : held;
-    for (size_t i = n; i-- > 0 && move > 0;) {
-        if (!bind[i] || strcmp(bind[i]->node_id, node_id) != 0)
+    if (move <= 0)
+        return STORE_OK;
+    struct on_node *on = calloc(n, sizeof *on);
+    if (!on)
+        return STORE_ERROR;
+    int rc = STORE_OK;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        if (bind[i] && strcmp(bind[i]->node_id, node_id) == 0)
+            rc = store_reservation_cards_on_node(s, a[i].id, node_id, &on[i].held, &on[i].healthy);
+    /* Every move before any credit: a block credited before an older one
+     * moved would keep a credit for cards the move gave back. */
+    int64_t this_hour = now - now % HOUR;
+    for (size_t i = n; i-- > 0 && move > 0 && rc == STORE_OK;) {
+        if (!bind[i] || strcmp(bind[i]->node_id, node_id) != 0 || on[i].held > 0)
             continue;
         char to_node[ID_MAX];
-        int rc = rehome(s, &a[i], node_id, now - now % HOUR, now, to_node);
+        rc = rehome(s, &a[i], node_id, this_hour, now, to_node);
         move -= bind[i]->cards;
         if (rc == STORE_OK) {
             short_by -= bind[i]->cards;
+            on[i].moved = 1;
+        } else if (rc == STORE_NOT_FOUND) {
+            rc = STORE_OK;
+        }
+    }
+    for (size_t i = n; i-- > 0 && rc == STORE_OK;) {
+        if (!bind[i] || strcmp(bind[i]->node_id, node_id) != 0 || on[i].moved)
             continue;
-        }
-        if (rc != STORE_NOT_FOUND)
-            return rc;
         int64_t l = short_by <= 0 ? 0 : short_by < bind[i]->cards ? short_by : bind[i]->cards;
-        if (!active) {
-            int64_t running = store_reservation_cards_on_node(s, a[i].id, node_id);
-            if (running < 0)
-                return (int)running;
-            l = bind[i]->cards - running > l ? bind[i]->cards - running : l;
+        if (!active && bind[i]->cards - on[i].healthy > l)
+            l = bind[i]->cards - on[i].healthy;
+        short_by -= l;
+        if (l > 0 && on[i].held > 0 && !up) {
+            char spare[ID_MAX];
+            rc = spare_for(s, &a[i], this_hour, spare);
+            l = rc == STORE_OK ? 0 : l;
+            rc = rc == STORE_NOT_FOUND ? STORE_OK : rc;
         }
-        if (l <= 0)
+        if (l <= 0 || rc != STORE_OK)
             continue;
         lost[i] += l;
-        short_by -= l;
         if (!node_of[i][0])
             snprintf(node_of[i], ID_MAX, "%s", node_id);
     }
-    return STORE_OK;
+    free(on);
+    return rc;
 }
 
 /* Re-homes or credits the active blocks a[0..n) (by type, oldest booking

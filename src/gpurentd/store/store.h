@@ -1335,9 +1335,10 @@ int store_reservation_price(struct store *s, const char *gpu_model, int64_t *car
 int store_reservation_price_set(struct store *s, const char *gpu_model, int64_t card_hour, int64_t at);
 /* Cards held now by the reservation's instances, except instance except_id. */
 int64_t store_reservation_cards_held(struct store *s, const char *reservation_id, const char *except_id);
-/* Healthy cards of node_id its instances hold now (a negative store_rc on
- * failure). */
-int64_t store_reservation_cards_on_node(struct store *s, const char *reservation_id, const char *node_id);
+/* Cards of node_id the reservation's instances hold now: *held all of
+ * them, *healthy those not reported failed. */
+int store_reservation_cards_on_node(struct store *s, const char *reservation_id, const char *node_id, int64_t *held,
+                                    int64_t *healthy);
 /* Ids of the reservation's instances that want to run or hold cards (malloc'd). */
 int store_reservation_instances(struct store *s, const char *reservation_id, char (**ids)[ID_MAX], size_t *n);
 /* The instance's reservation ("" for on-demand). */
@@ -1396,8 +1397,9 @@ int store_node_reservations(struct store *s, const char *node_id, int64_t after,
 int store_reservations_unbound(struct store *s, int64_t after, struct reservation **out, size_t *n);
 /* Cards a bound node can give now: its healthy cards while up and not
  * removed, else 0 (a negative store_rc on failure); *active whether it is
- * still in service (not removed, admin state active). */
-int64_t store_node_usable_cards(struct store *s, const char *node_id, int *active);
+ * still in service (not removed, admin state active), *up whether it
+ * answers (not removed, health up: an unreachable one still counts). */
+int64_t store_node_usable_cards(struct store *s, const char *node_id, int *active, int *up);
 /* Placement candidates of an instance inside a bound block: only its
  * nodes, each offering at most the block's cards there less what its other
  * instances hold on it; otherwise as store_placement_candidates_pool. */

@@ -74,8 +74,9 @@ static const char SQL_RESV_PRICE_SET[] =
     " ON CONFLICT (gpu_model) DO UPDATE SET card_hour = excluded.card_hour, updated_at = excluded.updated_at";
 static const char SQL_RESV_HELD[] = "SELECT coalesce(sum(card_count), 0) FROM instances WHERE reservation_id = ?1"
                                     " AND id <> ?2 AND state IN " RESV_HOLDING;
-static const char SQL_RESV_ON_NODE[] = "SELECT count(*) FROM node_cards c JOIN instances i ON i.id = c.instance_id"
-                                       " WHERE c.node_id = ?2 AND c.healthy = 1 AND i.reservation_id = ?1";
+static const char SQL_RESV_ON_NODE[] =
+    "SELECT count(*), coalesce(sum(c.healthy = 1), 0) FROM node_cards c JOIN instances i ON i.id = c.instance_id"
+    " WHERE c.node_id = ?2 AND i.reservation_id = ?1";
 static const char SQL_RESV_INSTANCES[] =
     "SELECT id FROM instances WHERE reservation_id = ?1 AND state IN " RESV_HOLDING " ORDER BY created_at, id";
 static const char SQL_INS_RESV[] = "SELECT coalesce(reservation_id, '') FROM instances WHERE id = ?";
@@ -344,18 +345,23 @@ int64_t store_reservation_cards_held(struct store *s, const char *reservation_id
     return v;
 }
 
-int64_t store_reservation_cards_on_node(struct store *s, const char *reservation_id, const char *node_id)
+int store_reservation_cards_on_node(struct store *s, const char *reservation_id, const char *node_id, int64_t *held,
+                                    int64_t *healthy)
 {
+    *held = *healthy = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_RESV_ON_NODE);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, reservation_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, node_id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
-    int64_t v =
-        rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "reservation cards on node");
+    if (rc == SQLITE_ROW) {
+        *held = sqlite3_column_int64(st, 0);
+        *healthy = sqlite3_column_int64(st, 1);
+    }
+    rc = rc == SQLITE_ROW ? STORE_OK : store_rc_from_sqlite(s, rc, "reservation cards on node");
     sqlite3_reset(st);
-    return v;
+    return rc;
 }
 
 int store_reservation_instances(struct store *s, const char *reservation_id, char (**ids)[ID_MAX], size_t *n)
@@ -550,8 +556,8 @@ static const char SQL_UNBOUND[] =
     " AND NOT EXISTS (SELECT 1 FROM reservation_nodes b WHERE b.reservation_id = r.id) ORDER BY created_at, id";
 static const char SQL_NODE_USABLE[] =
     "SELECT CASE WHEN n.removed_at IS NULL AND n.health = 'up' THEN (SELECT count(*) FROM node_cards c"
-    " WHERE c.node_id = n.id AND c.healthy = 1) ELSE 0 END, n.removed_at IS NULL AND n.admin_state = 'active'"
-    " FROM nodes n WHERE n.id = ?1";
+    " WHERE c.node_id = n.id AND c.healthy = 1) ELSE 0 END, n.removed_at IS NULL AND n.admin_state = 'active',"
+    " n.removed_at IS NULL AND n.health = 'up' FROM nodes n WHERE n.id = ?1";
 
 static void read_reserved_node(sqlite3_stmt *st, void *row)
 {
@@ -671,16 +677,18 @@ int store_reservations_unbound(struct store *s, int64_t after, struct reservatio
     return collect(s, st, out, n, "unbound reservations");
 }
 
-int64_t store_node_usable_cards(struct store *s, const char *node_id, int *active)
+int64_t store_node_usable_cards(struct store *s, const char *node_id, int *active, int *up)
 {
-    *active = 0;
+    *active = *up = 0;
     sqlite3_stmt *st = store_stmt(s, SQL_NODE_USABLE);
     if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, node_id, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
+    if (rc == SQLITE_ROW) {
         *active = sqlite3_column_int(st, 1);
+        *up = sqlite3_column_int(st, 2);
+    }
     int64_t v = rc == SQLITE_ROW    ? sqlite3_column_int64(st, 0)
                 : rc == SQLITE_DONE ? 0
                                     : store_rc_from_sqlite(s, rc, "usable cards");

@@ -6,7 +6,11 @@ block's instance then lands on its own node), availability's largest block,
 re-homing onto a spare when a bound node is lost (no credit; for a
 multi-node block what a spare takes), the credit
 when no spare has room, a pool change that re-homes or is refused, and
-blocks booked before 0028 bound by the pass.
+blocks booked before 0028 bound by the pass. A block is never re-homed
+from under its instances: on a node set aside it stays while they run
+there (credited the cards they leave unused) and moves once they stop; on
+a node refused for its hardware it waits, neither moved nor credited,
+until they are lost, then moves to the spare.
 `ledger verify` passes after every money step."""
 import os
 import sqlite3
@@ -17,7 +21,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from harness import assert_error  # noqa: E402
-from instances_util import cloud, wait  # noqa: E402,F401  (fixture)
+from instances_util import cloud, cloud_with, wait  # noqa: E402,F401  (fixture)
 from money_util import iso, micro  # noqa: E402
 from resv_util import ResvCloud  # noqa: E402
 
@@ -356,4 +360,135 @@ def test_availability_shows_nothing_free_in_hours_booking_does_not_sell(rc):
                            json={"gpu_type": "H100-SXM", "cards": 1, "starts_at": iso(rc.hour(horizon)),
                                  "ends_at": iso(rc.hour(horizon + 1))}), 400, "invalid_field", "ends_at")
     rc.book(u, 8, rc.hour(horizon - 1), 1)
+    rc.verify()
+
+
+def node_id(rc, name):
+    return rc.d.sql("SELECT id FROM nodes WHERE name = ?", (name,))[0][0]
+
+
+def on_nodes(rc, acct, inst_id):
+    return [p["node_name"] for p in rc.c.get(acct, inst_id)["nodes"]]
+
+
+def reservation_grants(rc):
+    return rc.d.sql("SELECT user_id, amount FROM credit_grants WHERE source = 'reservation' ORDER BY created_at")
+
+
+def test_a_block_stays_with_its_instance_on_a_node_set_aside_and_moves_once_it_stops(rc):
+    """A node an admin drains keeps running what runs there, so a block
+    whose instance runs on it stays bound to it: moved, it would hold a
+    spare's cards as well while the instance kept the old node's outside
+    any block. The idle block beside it moves to the spare. Once the
+    instance stops the block moves too, and the instance starts again on
+    the spare. Nothing is credited: neither holder lacked a card."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    busy, idle = rc.c.user(), rc.c.user()
+    y = rc.book(busy, 4, rc.hour(1), 3)
+    x = rc.book(idle, 4, rc.hour(1), 3)
+    assert bound(rc, y["id"]) == [("a-01", 4)] and bound(rc, x["id"]) == [("a-01", 4)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    inst = rc.launch(busy, y["id"], 4)
+    rc.c.wait_state(busy, inst["id"], "running")
+    s = rc.c.admin("POST", f"/v1/admin/nodes/{node_id(rc, 'a-01')}/state", json={"state": "draining"})
+    assert s.status_code == 200, s.text
+    for _ in range(2):
+        rc.billing()
+        assert bound(rc, x["id"]) == [("b-01", 4)]
+        assert bound(rc, y["id"]) == [("a-01", 4)]
+        assert rc.c.get(busy, inst["id"])["state"] == "running" and on_nodes(rc, busy, inst["id"]) == ["a-01"]
+        rc.d.advance_clock(3600)
+    rc.c.action(busy, inst["id"], "stop")
+    rc.c.wait_state(busy, inst["id"], "stopped")
+    rc.billing()
+    assert bound(rc, y["id"]) == [("b-01", 4)]
+    rc.c.action(busy, inst["id"], "start")
+    rc.c.wait_state(busy, inst["id"], "running")
+    assert on_nodes(rc, busy, inst["id"]) == ["b-01"]
+    assert reservation_grants(rc) == []
+    rc.verify()
+
+
+def test_a_block_its_instance_half_uses_on_a_node_set_aside_is_credited_the_other_half(rc):
+    """Nothing new is placed on a node in maintenance, so a block of 8 whose
+    4-card instance runs there, and which cannot move while it does, cannot
+    use its other 4 cards: they are credited each hour, though a spare
+    node is free (the block is not moved from under its instance). Once
+    the instance stops, the block moves to the spare and nothing more is
+    credited."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 3)
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    inst = rc.launch(u, r["id"], 4)
+    rc.c.wait_state(u, inst["id"], "running")
+    s = rc.c.admin("POST", f"/v1/admin/nodes/{node_id(rc, 'a-01')}/state",
+                   json={"state": "maintenance", "reason": "firmware"})
+    assert s.status_code == 200, s.text
+    rc.billing()
+    rc.billing()  # the same hour: nothing more
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert on_nodes(rc, u, inst["id"]) == ["a-01"]
+    assert reservation_grants(rc) == [(u.id, 4 * PRICE)]
+    rc.d.advance_clock(3600)
+    rc.billing()
+    assert reservation_grants(rc) == [(u.id, 4 * PRICE)] * 2
+    rc.c.action(u, inst["id"], "stop")
+    rc.c.wait_state(u, inst["id"], "stopped")
+    rc.billing()
+    assert bound(rc, r["id"]) == [("b-01", 8)]
+    rc.d.advance_clock(3600)
+    rc.billing()
+    got = rc.d.get(f"/v1/reservations/{r['id']}", key=u.key).json()
+    assert micro(got["credited"]) == 2 * 4 * PRICE, got
+    rc.verify()
+
+
+# A node that stops giving its cards keeps its instances for ten minutes.
+cloud_patient = cloud_with(node_lost_after_s="600")
+
+
+def test_a_block_stays_with_its_instance_on_a_node_that_gives_nothing_until_the_instance_is_lost(cloud_patient):
+    """A node that comes back reporting 4 cards where 8 were registered is
+    refused and gives its blocks nothing, but its instances keep their
+    cards for node_lost_after_s (their workloads may still run). The block
+    of such an instance is neither moved nor credited meanwhile, though a
+    spare has room: it would hold the spare's cards as well while the
+    instance kept the old node's, and could launch there too. Once the
+    instance is lost, the next pass moves the block to the spare, without
+    credit, and the instance starts again there."""
+    rc = ResvCloud(cloud_patient)
+    rc.price("H100-SXM", "2.00")
+    fa = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u = rc.c.user()
+    r = rc.book(u, 4, rc.hour(1), 2)
+    assert bound(rc, r["id"]) == [("a-01", 4)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    inst = rc.launch(u, r["id"], 4)
+    rc.c.wait_state(u, inst["id"], "running")
+    port = fa.base_url.rsplit(":", 1)[1]  # the node is registered at it
+    fa.stop()
+    fa.args[fa.args.index("--cards") + 1] = "4"
+    fa.args += ["--listen", f"127.0.0.1:{port}"]
+    fa.start(expect_ready=False)
+    wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'a-01'") == [("rejected",)], what="a-01 refused")
+    rc.c.wait_state(u, inst["id"], "unreachable")
+    rc.billing()
+    rc.billing()
+    assert bound(rc, r["id"]) == [("a-01", 4)]
+    assert {n: len(c) for n, c in rc.c.held_cards(inst["id"]).items()} == {"a-01": 4}
+    assert reservation_grants(rc) == []
+    # Past node_lost_after_s from its last accepted report: lost, its cards let go.
+    rc.d.advance_clock(601)
+    rc.c.wait_state(u, inst["id"], "lost")
+    rc.billing()
+    assert bound(rc, r["id"]) == [("b-01", 4)]
+    rc.c.action(u, inst["id"], "start")
+    rc.c.wait_state(u, inst["id"], "running")
+    assert on_nodes(rc, u, inst["id"]) == ["b-01"]
+    assert reservation_grants(rc) == []
     rc.verify()
