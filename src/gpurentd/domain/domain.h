@@ -285,6 +285,10 @@ int op_refuse(struct op_outcome *o, enum api_error e, const char *field, json_t 
 /* Checks the owner's quota and claims cards for the instance (best fit),
  * in the caller's transaction. */
 int instance_place(struct store *s, const struct instance *in, struct op_outcome *o);
+/* The same, trying the node prefer_node first (for up to a node's worth of
+ * cards, while it takes new work and has room): where the reconciler places
+ * an instance again (a restart off a failed card). */
+int instance_place_near(struct store *s, const struct instance *in, const char *prefer_node, struct op_outcome *o);
 /* The owner's funds as a create's minimum-run check read them, so that its
  * reply need not read them again; known is 0 for a create inside a
  * reservation, which checks none. */

@@ -33,6 +33,21 @@ int op_refuse(struct op_outcome *o, enum api_error e, const char *field, json_t 
  * the caller's transaction, so no card is ever given twice. */
 int instance_place(struct store *s, const struct instance *in, struct op_outcome *o)
 {
+    return instance_place_near(s, in, NULL, o);
+}
+
+/* Keeps only the candidate named node_id of nodes[0..*n), if there. */
+static void keep_node(struct placement_node *nodes, size_t *n, const char *node_id)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(nodes[i].id, node_id) == 0)
+            nodes[kept++] = nodes[i];
+    *n = kept;
+}
+
+int instance_place_near(struct store *s, const struct instance *in, const char *prefer_node, struct op_outcome *o)
+{
     int64_t used = store_user_cards_in_use(s, in->user_id, in->id);
     int64_t limit = store_user_max_cards(s, in->user_id, daemon_config->default_max_cards);
     if (used < 0 || limit < 0)
@@ -64,15 +79,34 @@ int instance_place(struct store *s, const struct instance *in, struct op_outcome
     int bound = 0;
     if (reservation[0] && (rc = reservation_bound(s, reservation, &bound)) != STORE_OK)
         return rc;
-    if (bound)
-        rc = store_placement_candidates_bound(s, in->gpu_model, (int64_t)n_ports, reservation, in->id, &nodes, &n);
-    else
-        rc = store_placement_candidates_pool(s, in->gpu_model, in->card_count, (int64_t)n_ports,
-                                             reservation[0] ? "reserved" : "on_demand", &nodes, &n);
-    if (rc != STORE_OK)
-        return rc;
+    const char *pool = reservation[0] ? "reserved" : "on_demand";
     struct placement p;
-    int placed = placement_choose(nodes, n, (int)in->card_count, &p) == 0;
+    int placed = 0;
+    /* The node it is asked to stay on, first, when it still takes new work
+     * and has room there: an instance placed again keeps its image pulled,
+     * and a /shared that is a directory of the node (a gang is placed as a
+     * whole, anywhere). */
+    if (prefer_node && in->card_count <= PLACEMENT_NODE_CARDS) {
+        if (bound)
+            rc = store_placement_candidates_bound(s, in->gpu_model, (int64_t)n_ports, reservation, in->id, &nodes, &n);
+        else
+            rc = store_placement_candidate_node(s, in->gpu_model, in->card_count, (int64_t)n_ports, pool, prefer_node,
+                                                &nodes, &n);
+        if (rc != STORE_OK)
+            return rc;
+        keep_node(nodes, &n, prefer_node);
+        if (!(placed = placement_choose(nodes, n, (int)in->card_count, &p) == 0))
+            free(nodes);
+    }
+    if (!placed) {
+        if (bound)
+            rc = store_placement_candidates_bound(s, in->gpu_model, (int64_t)n_ports, reservation, in->id, &nodes, &n);
+        else
+            rc = store_placement_candidates_pool(s, in->gpu_model, in->card_count, (int64_t)n_ports, pool, &nodes, &n);
+        if (rc != STORE_OK)
+            return rc;
+        placed = placement_choose(nodes, n, (int)in->card_count, &p) == 0;
+    }
     if (!placed && reservation[0]) {
         free(nodes);
         return op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count", NULL,

@@ -80,6 +80,7 @@ struct work {
     size_t n_nodes;                                  /* entries in nodes */
     struct agent_call *call[PLACEMENT_MAX_NODES];    /* this pass's call per node, or NULL */
     enum call_kind kind[PLACEMENT_MAX_NODES];        /* what each call is */
+    int unfit;                                       /* pending, a held card failed: placed again, nothing put */
 };
 
 /* A workload seen in an agent's list during a sweep. */
@@ -530,6 +531,19 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
     int running = !winding_down && strcmp(in->state, "running") == 0;
     if (provisioning && now < in->next_attempt_at)
         return;
+    /* About to put the workloads of a pending instance (a create's, a
+     * retry's or a restart's once its backoff is over): none goes on a card
+     * that failed since it was placed. The pass's transaction places it
+     * again (apply_unfit). */
+    if (provisioning && strcmp(in->state, "pending") == 0) {
+        struct placement_unfit u;
+        if (store_instance_unfit(s, in->id, &u) != STORE_OK)
+            return; /* the next pass tries again */
+        if (u.failed_card >= 0) {
+            w->unfit = 1;
+            return;
+        }
+    }
     for (size_t r = 0; r < w->n_nodes; r++) {
         struct instance_node *p = &w->nodes[r];
         if (strcmp(p->node_health, "up") != 0)
@@ -661,6 +675,127 @@ static int attempt_failed(struct store *s, struct apply_ctx *ctx, const char *re
     return store_instance_set_state(s, in->id, "pending", "", why, ctx->now);
 }
 
+/* ------------------------------------------------------------ placing again */
+
+/* What keeps u's placement from new workloads, into why; *must when a card
+ * it holds failed (a node set aside or silent is only better left).
+ * Returns whether anything does. */
+static int unfit_why(const struct placement_unfit *u, char *why, size_t n, int *must)
+{
+    *must = u->failed_card >= 0;
+    if (*must)
+        snprintf(why, n, "card %lld of node %s failed", (long long)u->failed_card, u->failed_node);
+    else if (u->aside_node[0])
+        snprintf(why, n, "node %s is %s", u->aside_node, u->aside_state);
+    else
+        return 0;
+    return 1;
+}
+
+/* Where the instance is placed now, for an event: "node a-01 cards [0,2]",
+ * or "nodes b-01, b-02" for a gang. */
+static int placed_on(struct store *s, const char *id, char *out, size_t n)
+{
+    struct instance_node *nodes = calloc(PLACEMENT_MAX_NODES, sizeof *nodes);
+    size_t k = 0;
+    if (!nodes)
+        return STORE_ERROR;
+    int rc = store_instance_nodes(s, id, nodes, PLACEMENT_MAX_NODES, &k);
+    if (rc == STORE_OK && k == 1) {
+        snprintf(out, n, "node %s cards %s", nodes[0].node_name, nodes[0].cards);
+    } else if (rc == STORE_OK) {
+        size_t len = (size_t)snprintf(out, n, "nodes");
+        for (size_t i = 0; i < k && len < n; i++)
+            len += (size_t)snprintf(out + len, n - len, "%s %s", i ? "," : "", nodes[i].node_name);
+    }
+    free(nodes);
+    return rc;
+}
+
+struct place_again {
+    const struct instance *in; /* the instance */
+    const char *prefer;        /* the node it was on, tried first; NULL for a gang */
+    struct op_outcome o;       /* out: why it was refused */
+};
+
+static int place_again_part(struct store *s, void *vctx)
+{
+    struct place_again *pa = vctx;
+    int rc;
+    if ((rc = store_instance_release(s, pa->in->id)) != STORE_OK ||
+        (rc = store_instance_set_rendezvous(s, pa->in->id, 0)) != STORE_OK)
+        return rc;
+    return instance_place_near(s, pa->in, pa->prefer, &pa->o);
+}
+
+/* Places the instance afresh, none of its new workloads put yet: on the
+ * node it was on while that takes new work and has room there, else
+ * wherever placement finds room (a gang as a whole), as a create would.
+ * In a savepoint of its own: refused (REFUSED, o->message says why, and
+ * o->extra is the caller's), its placement stays as it was. */
+static int place_again(struct store *s, const struct work *w, struct op_outcome *o)
+{
+    struct place_again pa = {&w->in, w->n_nodes == 1 ? w->nodes[0].node_id : NULL, {0}};
+    int rc;
+    if (store_part(s, place_again_part, &pa, &rc) < 0)
+        rc = STORE_ERROR; /* the savepoint failed: the whole transaction gives up */
+    *o = pa.o;
+    return rc;
+}
+
+/* Nothing can run the instance now (no card left for it): it ends failed
+ * and settled (desired stopped), as a job that ended is, its cards freed and
+ * its workloads' deletes queued already, so nothing tries to run it until
+ * its owner starts it again; that start is refused, as a create is, while
+ * there is still no room. Billing ended with its last run. */
+static int end_unplaced(struct store *s, struct apply_ctx *ctx, const char *reason)
+{
+    const char *id = ctx->w->in.id;
+    int rc;
+    log_info("reconciler: instance %s: %s", id, reason);
+    ctx->progress = 1;
+    if ((rc = store_instance_set_desired(s, id, "stopped", ctx->now)) != STORE_OK ||
+        (rc = store_instance_release(s, id)) != STORE_OK || (rc = store_instance_set_attempts(s, id, 0, 0)) != STORE_OK)
+        return rc;
+    return store_instance_set_state(s, id, "failed", "", reason, ctx->now);
+}
+
+/* plan_calls put nothing: a card the pending instance holds failed since
+ * it was placed (during a restart's or a retry's backoff, or right after
+ * its create or start). It is placed again before anything is put, not a
+ * failed attempt since nothing ran; with no room anywhere it ends
+ * (end_unplaced). */
+static int apply_unfit(struct store *s, struct apply_ctx *ctx)
+{
+    struct work *w = ctx->w;
+    struct placement_unfit u;
+    char unfit[160], where[400], reason[1024];
+    int must, rc;
+    ctx->progress = 1;
+    if ((rc = store_instance_unfit(s, w->in.id, &u)) != STORE_OK)
+        return rc;
+    if (!unfit_why(&u, unfit, sizeof unfit, &must) || !must)
+        return STORE_OK; /* repaired since the pass read it: put next pass */
+    /* A put of an earlier pass whose answer was lost may have reached its agent. */
+    queue_all_deletes(ctx);
+    struct op_outcome o = {0};
+    rc = place_again(s, w, &o);
+    json_decref(o.extra);
+    if (rc == REFUSED) {
+        snprintf(reason, sizeof reason, "no cards to run on: %s before its workloads were put, and %.*s", unfit,
+                 (int)utf8_cut(o.message, 600), o.message);
+        return end_unplaced(s, ctx, reason);
+    }
+    if (rc != STORE_OK || (rc = placed_on(s, w->in.id, where, sizeof where)) != STORE_OK)
+        return rc;
+    snprintf(reason, sizeof reason, "%s before its workloads were put: placed again on %s", unfit, where);
+    log_info("reconciler: instance %s: %s", w->in.id, reason);
+    /* An event even though the state stays pending (set_state writes none). */
+    if ((rc = store_instance_event(s, w->in.id, ctx->now, "pending", reason)) != STORE_OK)
+        return rc;
+    return store_instance_set_state(s, w->in.id, "pending", "", reason, ctx->now);
+}
+
 /* ------------------------------------------------------------ jobs */
 
 /* Appends "; last lines: ..." to why (cap bytes) when there are some. */
@@ -671,14 +806,20 @@ static void add_last_lines(char *why, size_t cap, const char *last)
         snprintf(why + len, cap - len, "; last lines: %.*s", (int)utf8_cut(last, cap - len - 16), last);
 }
 
-static int restart_after_backoff(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why);
+static int restart_after_backoff(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why,
+                                 const char *moved);
 
 /* The restart policy brings the run back after its exit at `at`: billing
  * stops there, the workloads are deleted, and after a backoff
- * (restart_after_backoff) every rank is put again on the same cards under a
- * fresh workload id; unbilled until every node runs again. A user's stop
- * meanwhile wins: the instance is pending, so it winds down and never
- * restarts. */
+ * (restart_after_backoff) every rank is put again under a fresh workload
+ * id; unbilled until every node runs again. A restart is new work, so it
+ * goes where new work may: on the same cards while they can take it;
+ * placed again (place_again) when a card of them failed or a node of them
+ * was set aside or went silent; and when a card failed and nothing else
+ * has room, not at all (the job ends failed, end_unplaced). A node set
+ * aside or silent with no room elsewhere keeps it, as it keeps a running
+ * instance. A user's stop meanwhile wins: the instance is pending, so it
+ * winds down and never restarts. */
 static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why)
 {
     struct work *w = ctx->w;
@@ -687,6 +828,32 @@ static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const
     if ((rc = ledger_close_interval(s, in->id, at, why, ctx->now)) != STORE_OK)
         return rc;
     queue_all_deletes(ctx);
+    struct placement_unfit u;
+    char unfit[160];
+    int must;
+    if ((rc = store_instance_unfit(s, in->id, &u)) != STORE_OK)
+        return rc;
+    if (unfit_why(&u, unfit, sizeof unfit, &must)) {
+        struct op_outcome o = {0};
+        rc = place_again(s, w, &o);
+        json_decref(o.extra);
+        if (rc == STORE_OK) {
+            char where[400], moved[600];
+            if ((rc = placed_on(s, in->id, where, sizeof where)) != STORE_OK)
+                return rc;
+            snprintf(moved, sizeof moved, " on %s, as %s", where, unfit);
+            return restart_after_backoff(s, ctx, at, why, moved);
+        }
+        if (rc != REFUSED)
+            return rc;
+        if (must) {
+            char reason[1024];
+            snprintf(reason, sizeof reason,
+                     "no cards to restart on (restart_policy %s): %s, and %.*s; the run ended: %.*s",
+                     in->restart_policy, unfit, (int)utf8_cut(o.message, 300), o.message, (int)utf8_cut(why, 500), why);
+            return end_unplaced(s, ctx, reason);
+        }
+    }
     for (size_t r = 0; r < w->n_nodes; r++) {
         char wl[ID_MAX];
         if (id_new_ordered("wl", wl) < 0)
@@ -694,14 +861,15 @@ static int restart_run(struct store *s, struct apply_ctx *ctx, int64_t at, const
         if ((rc = store_instance_node_renew(s, in->id, w->nodes[r].rank, wl)) != STORE_OK)
             return rc;
     }
-    return restart_after_backoff(s, ctx, at, why);
+    return restart_after_backoff(s, ctx, at, why, "");
 }
 
 /* The restart's count, backoff and event, once the run that ended at `at`
- * is billed and its next placement made: the instance is pending until the
- * backoff (10 s, doubling per restart up to 300 s, back to 10 s after a
- * run of ten minutes or more) is over. */
-static int restart_after_backoff(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why)
+ * is billed and its next placement made (moved: where to, when it moved,
+ * else ""): the instance is pending until the backoff (10 s, doubling per
+ * restart up to 300 s, back to 10 s after a run of ten minutes or more) is
+ * over. */
+static int restart_after_backoff(struct store *s, struct apply_ctx *ctx, int64_t at, const char *why, const char *moved)
 {
     const struct instance *in = &ctx->w->in;
     int rc;
@@ -711,8 +879,8 @@ static int restart_after_backoff(struct store *s, struct apply_ctx *ctx, int64_t
                                                              : in->restart_backoff_s * 2;
     int64_t count = in->restart_count + 1;
     char reason[1024];
-    snprintf(reason, sizeof reason, "restart %lld in %llds (restart_policy %s): %.*s", (long long)count,
-             (long long)backoff, in->restart_policy, (int)utf8_cut(why, 900), why);
+    snprintf(reason, sizeof reason, "restart %lld in %llds (restart_policy %s)%.*s: %.*s", (long long)count,
+             (long long)backoff, in->restart_policy, (int)utf8_cut(moved, 300), moved, (int)utf8_cut(why, 600), why);
     if ((rc = store_instance_set_restarts(s, in->id, count, backoff)) != STORE_OK ||
         (rc = store_instance_set_ranks_exited(s, in->id, 0)) != STORE_OK ||
         (rc = store_instance_set_attempts(s, in->id, 0, ctx->now + backoff)) != STORE_OK)
@@ -772,7 +940,7 @@ static int lost_run(struct store *s, struct apply_ctx *ctx, int64_t at, const ch
         return store_instance_set_state(s, in->id, "lost", "", reason, ctx->now);
     }
     json_decref(o.extra);
-    return rc != STORE_OK ? rc : restart_after_backoff(s, ctx, at, why);
+    return rc != STORE_OK ? rc : restart_after_backoff(s, ctx, at, why, "");
 }
 
 /* The end of the current run under max_runtime_minutes, or 0 when
@@ -1357,7 +1525,7 @@ static int apply_txn(struct store *s, void *vctx)
     if (strcmp(in->state, "pending") == 0 || strcmp(in->state, "provisioning") == 0) {
         if (ctx->now < in->next_attempt_at)
             return STORE_OK;
-        return apply_provisioning(s, ctx);
+        return ctx->w->unfit ? apply_unfit(s, ctx) : apply_provisioning(s, ctx);
     }
     return STORE_OK;
 }

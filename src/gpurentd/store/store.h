@@ -522,6 +522,17 @@ int store_instance_claim(struct store *s, const char *instance_id, int64_t rank,
 /* Frees every card of the instance and forgets its placement, keeping
  * where each accepted rank ran (store_instance_past_rank). */
 int store_instance_release(struct store *s, const char *instance_id);
+/* What keeps an instance's placement from taking new workloads (a restart,
+ * or a put after a backoff; reconciler.c): the first card it holds that its
+ * agent reports failed, and the first of its nodes that takes no new work
+ * (set aside by an admin, not answering, refused or removed). */
+struct placement_unfit {
+    char failed_node[64]; /* that card's node's name; "" when no held card failed */
+    int64_t failed_card;  /* its index, -1 when none */
+    char aside_node[64];  /* that node's name; "" when every node takes new work */
+    char aside_state[16]; /* its state as the admin API names it: cordoned, draining, maintenance, unreachable … */
+};
+int store_instance_unfit(struct store *s, const char *instance_id, struct placement_unfit *out);
 /* Where rank last ran once its placement went: rank, node_id, node_name,
  * agent_url, secret and workload_id of out; STORE_NOT_FOUND if nowhere (or
  * the node was removed since). */
@@ -1412,6 +1423,11 @@ int store_node_set_pool(struct store *s, const char *id, const char *pool, int64
 int64_t store_node_healthy_cards(struct store *s, const char *id);
 /* A node's pool ("on_demand" or "reserved"). */
 int store_node_pool(struct store *s, const char *id, char out[16]);
+/* node_id alone, when it is a candidate of pool with `cards` free cards
+ * (and `ports` free host ports): *n is 1 or 0; *out is malloc'd (caller
+ * frees). */
+int store_placement_candidate_node(struct store *s, const char *gpu_model, int64_t cards, int64_t ports,
+                                   const char *pool, const char *node_id, struct placement_node **out, size_t *n);
 /* Placement candidates of one pool ("on_demand" or "reserved"); otherwise
  * as store_placement_candidates_ports. */
 int store_placement_candidates_pool(struct store *s, const char *gpu_model, int64_t cards, int64_t ports,

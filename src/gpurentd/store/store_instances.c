@@ -88,6 +88,21 @@ static const char SQL_CARD_CLAIM[] =
     "UPDATE node_cards SET instance_id = ?1 WHERE node_id = ?2 AND idx = ?3 AND instance_id IS NULL AND healthy = 1";
 static const char SQL_PLACEMENT_INSERT[] =
     "INSERT INTO instance_nodes (instance_id, rank, node_id, workload_id, cards) VALUES (?, ?, ?, ?, ?)";
+/* What a placement must not be used for new workloads on (0002, 0012):
+ * the first card it holds that its agent reports failed, in rank order, and
+ * the first of its nodes that takes no new work, named as GET
+ * /v1/admin/nodes names its state. */
+static const char SQL_PLACED_FAILED_CARD[] =
+    "SELECT n.name, c.idx FROM instance_nodes p JOIN node_cards c ON c.node_id = p.node_id"
+    " AND c.instance_id = p.instance_id JOIN nodes n ON n.id = p.node_id"
+    " WHERE p.instance_id = ?1 AND c.healthy = 0 ORDER BY p.rank, c.idx LIMIT 1";
+static const char SQL_PLACED_NODE_ASIDE[] =
+    "SELECT n.name, CASE WHEN n.removed_at IS NOT NULL THEN 'removed' WHEN n.health = 'unknown' THEN 'pending'"
+    " WHEN n.health <> 'up' THEN n.health WHEN n.unreachable_since IS NOT NULL THEN 'unreachable'"
+    " ELSE n.admin_state END"
+    " FROM instance_nodes p JOIN nodes n ON n.id = p.node_id WHERE p.instance_id = ?1"
+    " AND NOT (n.removed_at IS NULL AND n.health = 'up' AND n.unreachable_since IS NULL AND n.admin_state = 'active')"
+    " ORDER BY p.rank LIMIT 1";
 static const char SQL_CARD_RELEASE[] = "UPDATE node_cards SET instance_id = NULL WHERE instance_id = ?";
 /* Host ports go with the cards (0016). */
 static const char SQL_PORTS_RELEASE[] = "DELETE FROM node_ports WHERE instance_id = ?";
@@ -415,6 +430,28 @@ int store_placement_candidates_pool(struct store *s, const char *gpu_model, int6
     return rc;
 }
 
+/* One node, if it is a candidate that has `cards` free: as the best fit's
+ * query with the node named (?5), for placing an instance again where it
+ * ran. */
+static const char SQL_CANDIDATE_NODE[] = CANDIDATE_COLUMNS " AND n.free_cards >= ?2 AND n.id = ?5";
+
+int store_placement_candidate_node(struct store *s, const char *gpu_model, int64_t cards, int64_t ports,
+                                   const char *pool, const char *node_id, struct placement_node **out, size_t *n)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_CANDIDATE_NODE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, gpu_model, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, cards);
+    sqlite3_bind_int64(st, 3, ports);
+    sqlite3_bind_text(st, 4, pool, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, node_id, -1, SQLITE_STATIC);
+    void *rows;
+    int rc = store_collect(s, st, sizeof **out, &rows, n, read_candidate, "placement candidate node");
+    *out = rows;
+    return rc;
+}
+
 /* An instance inside a bound block (0028): its block's nodes only, and on
  * each at most the cards the block holds there less what its other
  * instances hold; ?4 is the pool, ?5 the block, ?6 the instance. */
@@ -527,6 +564,38 @@ int store_instance_release(struct store *s, const char *instance_id)
         rc = store_step_write(s, st, steps[i][1]);
     }
     return rc;
+}
+
+static void read_failed_card(sqlite3_stmt *st, void *row)
+{
+    struct placement_unfit *u = row;
+    store_column_text(u->failed_node, sizeof u->failed_node, st, 0);
+    u->failed_card = sqlite3_column_int64(st, 1);
+}
+
+static void read_node_aside(sqlite3_stmt *st, void *row)
+{
+    struct placement_unfit *u = row;
+    store_column_text(u->aside_node, sizeof u->aside_node, st, 0);
+    store_column_text(u->aside_state, sizeof u->aside_state, st, 1);
+}
+
+int store_instance_unfit(struct store *s, const char *instance_id, struct placement_unfit *out)
+{
+    memset(out, 0, sizeof *out);
+    out->failed_card = -1;
+    sqlite3_stmt *st = store_stmt(s, SQL_PLACED_FAILED_CARD);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    int rc = store_read_one(s, st, out, read_failed_card, "placed failed card");
+    if (rc != STORE_OK && rc != STORE_NOT_FOUND)
+        return rc;
+    if (!(st = store_stmt(s, SQL_PLACED_NODE_ASIDE)))
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
+    rc = store_read_one(s, st, out, read_node_aside, "placed node set aside");
+    return rc == STORE_NOT_FOUND ? STORE_OK : rc;
 }
 
 static void read_past_rank(sqlite3_stmt *st, void *row)

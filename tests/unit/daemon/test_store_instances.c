@@ -2,7 +2,8 @@
  * lists and the reconciler's unsettled set, state changes and their events,
  * desired state and attempts, claiming and releasing cards, the agents'
  * phases, running intervals (open, close, the open one), placed workloads,
- * card quotas, and the instance metrics. */
+ * card quotas, the instance metrics, what keeps a placement from new
+ * workloads, and one node as a placement candidate. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -330,6 +331,86 @@ static void test_release_frees_every_card_and_forgets_the_placement(void **state
     assert_int_equal(store_instance_release(fx.s, in.id), STORE_OK); /* nothing left: still fine */
 }
 
+/* What keeps a placement from new workloads: a card it holds that failed
+ * (the first by rank and index; another's failed card is not its concern),
+ * and a node of it set aside, silent or removed, as the admin API names it. */
+static void test_unfit_names_a_failed_held_card_and_a_node_set_aside(void **state)
+{
+    setup_rows();
+    char n1[ID_MAX], n2[ID_MAX], n3[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 1000, n1);
+    fx_ready_node(fx.s, "n2", FX_TST, 8, "f1", 1000, n2);
+    fx_ready_node(fx.s, "n3", FX_TST, 8, "f1", 1000, n3);
+    struct instance gang, one;
+    fx_instance(fx.s, alice, FX_TST, 16, "pending", 1000, &gang);
+    assert_int_equal(fx_claim(fx.s, gang.id, 0, n1, 0xff), STORE_OK);
+    assert_int_equal(fx_claim(fx.s, gang.id, 1, n2, 0xff), STORE_OK);
+    fx_instance(fx.s, bob, FX_TST, 2, "pending", 1000, &one);
+    assert_int_equal(fx_claim(fx.s, one.id, 0, n3, 0x03), STORE_OK);
+    struct placement_unfit u;
+    assert_int_equal(store_instance_unfit(fx.s, gang.id, &u), STORE_OK);
+    assert_int_equal(u.failed_card, -1);
+    assert_string_equal(u.failed_node, "");
+    assert_string_equal(u.aside_node, "");
+    /* Cards 2 and 5 of rank 1's node fail; card 7 of n3, which one does not hold. */
+    assert_int_equal(fx_beat(fx.s, n2, 1001, FX_TST, 8, 0x24), STORE_OK);
+    assert_int_equal(fx_beat(fx.s, n3, 1001, FX_TST, 8, 0x80), STORE_OK);
+    assert_int_equal(store_instance_unfit(fx.s, gang.id, &u), STORE_OK);
+    assert_string_equal(u.failed_node, "n2");
+    assert_int_equal(u.failed_card, 2);
+    assert_string_equal(u.aside_node, "");
+    assert_int_equal(store_instance_unfit(fx.s, one.id, &u), STORE_OK);
+    assert_int_equal(u.failed_card, -1);
+    assert_string_equal(u.aside_node, "");
+    /* Rank 0's node set aside, then silent: named by rank. */
+    assert_int_equal(store_node_set_admin_state(fx.s, n1, "draining", "PSU", 1002), STORE_OK);
+    assert_int_equal(store_instance_unfit(fx.s, gang.id, &u), STORE_OK);
+    assert_string_equal(u.aside_node, "n1");
+    assert_string_equal(u.aside_state, "draining");
+    assert_int_equal(u.failed_card, 2);
+    for (int i = 1; i <= 3; i++)
+        assert_int_equal(store_node_beat_missed(fx.s, n1, 1002 + i, 3, 600, "timeout"), STORE_OK);
+    assert_int_equal(store_instance_unfit(fx.s, gang.id, &u), STORE_OK);
+    assert_string_equal(u.aside_state, "unreachable");
+    assert_int_equal(store_instance_unfit(fx.s, "ins_none", &u), STORE_OK);
+    assert_int_equal(u.failed_card, -1);
+    assert_string_equal(u.aside_node, "");
+}
+
+/* The one node asked for, when it is a candidate with the cards free. */
+static void test_candidate_node_is_that_node_only_while_it_has_room(void **state)
+{
+    setup_rows();
+    char n1[ID_MAX], n2[ID_MAX];
+    fx_ready_node(fx.s, "n1", FX_TST, 8, "f1", 1000, n1);
+    fx_ready_node(fx.s, "n2", FX_TST, 8, "f1", 1000, n2);
+    struct placement_node *c;
+    size_t n;
+    assert_int_equal(store_placement_candidate_node(fx.s, FX_TST, 4, 0, "on_demand", n1, &c, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(c[0].id, n1);
+    assert_int_equal(c[0].free_mask, 0xff);
+    free(c);
+    struct instance in;
+    fx_instance(fx.s, bob, FX_TST, 6, "running", 1000, &in);
+    assert_int_equal(fx_claim(fx.s, in.id, 0, n1, 0x3f), STORE_OK);
+    assert_int_equal(fx_beat(fx.s, n1, 1001, FX_TST, 8, 0x80), STORE_OK); /* card 7 failed */
+    assert_int_equal(store_placement_candidate_node(fx.s, FX_TST, 2, 0, "on_demand", n1, &c, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(c);
+    assert_int_equal(store_placement_candidate_node(fx.s, FX_TST, 1, 0, "on_demand", n1, &c, &n), STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(c[0].free_mask, 0x40);
+    free(c);
+    assert_int_equal(store_placement_candidate_node(fx.s, FX_TST, 1, 0, "reserved", n1, &c, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(c);
+    assert_int_equal(store_node_set_admin_state(fx.s, n2, "cordoned", "test", 1002), STORE_OK);
+    assert_int_equal(store_placement_candidate_node(fx.s, FX_TST, 1, 0, "on_demand", n2, &c, &n), STORE_OK);
+    assert_int_equal(n, 0);
+    free(c);
+}
+
 /* Host ports: the lowest free ones of the node's range, never one port to
  * two instances, too few is a conflict, released with the cards; nodes
  * without a range or without enough free ports are no candidates. */
@@ -623,6 +704,8 @@ int main(void)
         fx_test(test_user_max_cards_is_the_default_until_an_admin_sets_it),
         fx_test(test_metrics_count_instances_by_state_and_model),
         fx_test(test_host_ports_are_claimed_like_cards),
+        fx_test(test_unfit_names_a_failed_held_card_and_a_node_set_aside),
+        fx_test(test_candidate_node_is_that_node_only_while_it_has_room),
     };
     return cmocka_run_group_tests(tests, fx_group_setup, fx_group_teardown);
 }
