@@ -593,8 +593,11 @@ int agent_inventory_refresh(struct agent *a);
  * when no facts were ever read, or without memory. */
 char *agent_facts_reply(struct agent *a, struct agent_node *n, size_t *len, char etag[AGENT_ETAG_MAX], char *err,
                         size_t errlen);
-/* Whether card index exists on this node; fills the node's stack ("ROCm"/"CUDA"). */
-int agent_inventory_has_card(struct agent *a, int index, char stack[8]);
+/* Card index of this node as discovery last saw it: 1 healthy, -1 reported
+ * failed (why, whylen bytes, gets the reason; why may be NULL), 0 no such
+ * card or no discovery yet; fills the node's stack ("ROCm"/"CUDA", "" while
+ * discovery has not succeeded). */
+int agent_inventory_card(struct agent *a, int index, char stack[8], char *why, size_t whylen);
 /* A workload as the API shows it. New reference; call under the node lock. */
 json_t *workload_json(const struct workload *w);
 /* workload_json, plus "last_lines" (the log's last lines) when the

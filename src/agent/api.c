@@ -292,13 +292,18 @@ static const struct json_field spec_fields[] = {
     {NULL, 0, 0, 0},
 };
 
-/* Checks the spec against this node's cards and fills in its stack. */
-static int check_against_node(struct http_request *req, struct wl_spec *spec)
+/* Checks the spec against this node's cards and fills in its stack; the
+ * first of its cards that discovery reports failed goes into failed (its
+ * index and why; "" when none). */
+static int check_against_node(struct http_request *req, struct wl_spec *spec, char *failed, size_t failed_len)
 {
     struct agent *a = app(req);
     char stack[8] = "";
+    failed[0] = '\0';
     for (int i = 0; i < spec->n_gpus; i++) {
-        if (!agent_inventory_has_card(a, spec->gpus[i], stack)) {
+        char why[96] = "";
+        int card = agent_inventory_card(a, spec->gpus[i], stack, why, sizeof why);
+        if (card == 0) {
             if (!stack[0]) {
                 http_add_header(req, "Retry-After", "5");
                 http_error(req, ERR_UNAVAILABLE, NULL, "GPU discovery has not succeeded yet");
@@ -307,6 +312,8 @@ static int check_against_node(struct http_request *req, struct wl_spec *spec)
             }
             return -1;
         }
+        if (card < 0 && !failed[0])
+            snprintf(failed, failed_len, "card %d is reported failed: %s", spec->gpus[i], why);
     }
     /* Host ports are the node's to give: only from its range (set before
      * the API served, never changed: no lock). */
@@ -324,7 +331,7 @@ static int check_against_node(struct http_request *req, struct wl_spec *spec)
         }
     }
     if (!stack[0])
-        agent_inventory_has_card(a, -1, stack);
+        agent_inventory_card(a, -1, stack, NULL, 0);
     if (!spec->stack[0])
         snprintf(spec->stack, sizeof spec->stack, "%s", stack[0] ? stack : "ROCm");
     else if (stack[0] && strcmp(spec->stack, stack) != 0) {
@@ -420,7 +427,8 @@ static void api_workload_put(struct http_request *req)
         http_error(req, ERR_INVALID_FIELD, field[0] ? field : NULL, "%s", err);
         return;
     }
-    if (check_against_node(req, &spec) < 0) {
+    char failed[160];
+    if (check_against_node(req, &spec, failed, sizeof failed) < 0) {
         spec_free(&spec);
         return;
     }
@@ -429,6 +437,7 @@ static void api_workload_put(struct http_request *req)
     agent_node_dir(a, n, dir, sizeof dir);
     err[0] = '\0';
     char holder[AGENT_NAME_MAX] = ""; /* the workload holding a card asked for */
+    const char *err_field = NULL;     /* the field a refusal names */
     unsigned status = 0;
     enum api_error e = ERR_CONFLICT;
     json_t *reply = NULL;
@@ -456,6 +465,13 @@ static void api_workload_put(struct http_request *req)
         snprintf(err, sizeof err, "workload %s exists with another spec; delete it first", id);
     } else if (n->n_wl >= (size_t)a->conf->max_workloads) {
         snprintf(err, sizeof err, "this node already holds %zu workloads, its maximum", n->n_wl);
+    } else if (failed[0]) {
+        /* A card this node reports failed takes no new workload, whatever
+         * the control plane last heard (it hears of the failure at its next
+         * heartbeat, and places a refused workload again); one it holds
+         * already is answered as it is (above). */
+        snprintf(err, sizeof err, "%s", failed);
+        err_field = "gpus";
     } else {
         /* A card runs one workload: refuse a spec that shares one with any
          * workload still on the node (until that one is deleted). Held only
@@ -532,7 +548,7 @@ static void api_workload_put(struct http_request *req)
     else if (holder[0]) /* named, so that a control plane can tell one it forgot from one it knows */
         http_error_ext(req, e, "gpus", json_pack("{s:s}", "holder", holder), "%s", err);
     else
-        http_error(req, e, NULL, "%s", err[0] ? err : "cannot accept the workload");
+        http_error(req, e, err_field, "%s", err[0] ? err : "cannot accept the workload");
 }
 
 /* PUT .../v1/workloads/{id}/ssh-keys {"authorized_keys": [...]}: the keys

@@ -111,14 +111,19 @@ int agent_inventory_refresh(struct agent *a)
     return rc;
 }
 
-int agent_inventory_has_card(struct agent *a, int index, char stack[8])
+int agent_inventory_card(struct agent *a, int index, char stack[8], char *why, size_t whylen)
 {
     int found = 0;
     pthread_mutex_lock(&a->inv.lock);
     if (a->inv.ok) {
-        for (size_t i = 0; i < a->inv.facts.n_cards; i++)
-            if (a->inv.facts.cards[i].index == index)
-                found = 1;
+        for (size_t i = 0; i < a->inv.facts.n_cards && !found; i++) {
+            const struct gpu_card *c = &a->inv.facts.cards[i];
+            if (c->index != index)
+                continue;
+            found = c->healthy ? 1 : -1;
+            if (!c->healthy && why)
+                snprintf(why, whylen, "%s", c->health_reason[0] ? c->health_reason : "reported failed");
+        }
     }
     snprintf(stack, 8, "%s", a->inv.ok ? a->inv.facts.stack : "");
     pthread_mutex_unlock(&a->inv.lock);

@@ -477,6 +477,27 @@ def test_cards_are_not_shared(agent):
     assert agent.delete(f"/v1/workloads/{b_id}").status_code == 200
 
 
+def test_a_card_reported_failed_takes_no_new_workload(new_agent):
+    """The control plane hears of a failed card only at its next heartbeat:
+    until then it may still put a workload there, which the agent refuses
+    (409, field gpus, no holder: nobody holds it), so that it is placed
+    again. A workload it holds already is answered as it is, on any card."""
+    a = new_agent()
+    held = wl_id()
+    spec = {"image": "busybox", "gpus": [2, 3]}
+    assert a.put(f"/v1/workloads/{held}", json=spec).status_code == 201
+    a.restart(inventory_failed_cards="3,5")
+    r = a.put(f"/v1/workloads/{held}", json=spec)
+    assert r.status_code == 200 and r.json()["id"] == held, r.text
+    for gpus in ([5], [4, 5], [1, 5, 6]):
+        err = assert_error(a.put(f"/v1/workloads/{wl_id()}", json={"image": "busybox", "gpus": gpus}), 409,
+                           "conflict", "gpus")
+        assert err["message"] == "card 5 is reported failed: uncorrectable ECC errors (configured failure)", err
+        assert "holder" not in err, err
+    assert [w["id"] for w in a.get("/v1/workloads").json()["workloads"]] == [held]
+    assert a.put(f"/v1/workloads/{wl_id()}", json={"image": "busybox", "gpus": [4]}).status_code == 201
+
+
 def test_phases_progress_in_order(new_agent):
     a = new_agent(options={"sim_pull_ms": "400", "sim_mount_ms": "400", "sim_start_ms": "400"})
     r = a.put("/v1/workloads/wl_p", json=SPEC)
