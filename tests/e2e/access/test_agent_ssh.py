@@ -30,6 +30,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from agent_util import AGENT, Agent, FakeControlPlane, Fleet, assert_error, poll
+from harness import kernel_buffer_max
 from ports import free_port
 from ssh_raw import MSG_GLOBAL_REQUEST, MSG_SERVICE_REQUEST, MSG_USERAUTH_FAILURE, RawSSH, ssh_string, userauth
 
@@ -1002,16 +1003,6 @@ def test_silent_connections_cannot_fill_a_busy_node(tmp_path, keys):
             h.kill()
             h.wait(timeout=30)
         n.stop()
-
-
-def kernel_buffer_max():
-    """The most bytes the kernel may hold for one loopback connection, both
-    ends' buffers together (tcp_rmem and tcp_wmem's maxima)."""
-    total = 0
-    for name in ("tcp_rmem", "tcp_wmem"):
-        with open(f"/proc/sys/net/ipv4/{name}") as f:
-            total += int(f.read().split()[2])
-    return total
 
 
 def flood_until_stalled(sock, burst):

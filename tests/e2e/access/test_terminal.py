@@ -26,7 +26,7 @@ import requests
 import websocket
 
 from agent_util import poll, sign
-from harness import assert_error
+from harness import assert_error, kernel_buffer_max
 from instances_util import DEADLINE, cloud, cloud_with  # noqa: F401  (fixtures)
 
 IMAGE = "rocm/pytorch:2.3-rocm6.2"
@@ -346,16 +346,6 @@ def test_oversize_and_malformed_frames(cloud):
     ws.close()
 
 
-def _kernel_buffer_max():
-    """The most bytes the kernel may hold for one loopback connection, both
-    ends' buffers together (tcp_rmem and tcp_wmem's maxima)."""
-    total = 0
-    for name in ("tcp_rmem", "tcp_wmem"):
-        with open(f"/proc/sys/net/ipv4/{name}") as f:
-            total += int(f.read().split()[2])
-    return total
-
-
 def test_a_browser_that_pings_and_reads_nothing_is_read_no_more(cloud):
     """wslay answers every ping with a pong queued in memory: a client that
     sent pings and read nothing grew the daemon by 1.7 GB in 15 s, from one
@@ -364,7 +354,7 @@ def test_a_browser_that_pings_and_reads_nothing_is_read_no_more(cloud):
     so the flood stops in the kernel's buffers; the daemon serves on."""
     c = cloud
     u, inst = running(c)
-    limit = 2 * _kernel_buffer_max() + (8 << 20)
+    limit = 2 * kernel_buffer_max() + (8 << 20)
     for payload in (b"p" * 125, b""):
         ws = connect(c, token(c, u, inst["id"]), sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 4096),))
         burst = client_frame(0x9, payload) * 1000

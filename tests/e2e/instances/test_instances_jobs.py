@@ -15,7 +15,7 @@ import pytest
 from agent_util import pause
 from harness import assert_error
 from instances_util import cloud, cloud_with, wait  # noqa: F401  (fixtures)
-from money_util import PRICE, accrue, ledger_verify
+from money_util import PRICE, accrue, charged_usage, ledger_verify
 
 
 def _verify(cloud):
@@ -31,16 +31,6 @@ def _image(cloud, ref):
 def _intervals(cloud, iid):
     return cloud.d.sql("SELECT started_at, ended_at, end_reason FROM running_intervals WHERE instance_id = ?"
                        " ORDER BY id", (iid,))
-
-
-def _charged(cloud, u):
-    """Micro-yuan the user paid for usage, refunds counted (a billing pass first)."""
-    r = cloud.admin("POST", "/v1/admin/billing/run", json={})
-    assert r.status_code == 200, r.text
-    return cloud.d.sql(
-        "SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t"
-        " ON t.id = p.transaction_id JOIN ledger_accounts a ON a.id = p.account_id"
-        " WHERE t.kind IN ('usage', 'refund') AND t.user_id = ? AND a.kind IN ('cash', 'grant')", (u.id,))[0][0]
 
 
 def _workload_ids(cloud, iid):
@@ -112,7 +102,7 @@ def test_never_job_succeeds_billed_to_its_exit_second(cloud):
     due = created + 3
     low = max(start, start + k - (int(seen) - int(due))) if due > moved else start
     assert low <= end <= start + k, (low, end, start + k)
-    assert _charged(cloud, u) == accrue(PRICE["MI450"], 8, end - start)
+    assert charged_usage(cloud, u) == accrue(PRICE["MI450"], 8, end - start)
     # Cards freed and the workload gone; the volume stays.
     assert inst["nodes"] == [] and cloud.held_cards(iid) == {}
     wait(lambda: wl not in _agent_ids(cloud), what="the job's workload to be deleted")
@@ -129,7 +119,7 @@ def test_never_job_succeeds_billed_to_its_exit_second(cloud):
     after = cloud.get(u, iid)
     assert (after["state"], after["desired_state"], after["state_since"]) == \
         ("succeeded", "stopped", inst["state_since"]), after
-    assert _charged(cloud, u) == accrue(PRICE["MI450"], 8, end - start), "billed after the exit"
+    assert charged_usage(cloud, u) == accrue(PRICE["MI450"], 8, end - start), "billed after the exit"
     # It can be started again; stopping it as it is is refused like failed.
     cloud.action(u, iid, "stop", expect=409)
     cloud.action(other, oid, "stop")
@@ -250,7 +240,7 @@ def test_max_runtime_warns_then_stops(cloud):
     assert inst["desired_state"] == "stopped" and cloud.held_cards(iid) == {}, inst
     [(began, end, reason)] = _intervals(cloud, iid)
     assert (began, end) == (start, start + 1800) and reason.startswith("max_runtime_minutes reached"), (began, end)
-    assert _charged(cloud, u) == accrue(PRICE["MI450"], 8, 1800)
+    assert charged_usage(cloud, u) == accrue(PRICE["MI450"], 8, 1800)
     assert len(warned()) == 1
     assert cloud.volume(u, inst["volume_id"])["id"] == inst["volume_id"]
     _verify(cloud)
@@ -295,7 +285,7 @@ def test_multinode_rank_failing_ends_the_gang(cloud, nodes):
     wait(lambda: not set(wls) & _agent_ids(cloud), what="every rank's workload to be deleted")
     [(began, end, _)] = _intervals(cloud, iid)
     assert began == start and start <= end <= start + 60
-    assert _charged(cloud, u) == accrue(PRICE["MI450"], 8 * nodes, end - start)
+    assert charged_usage(cloud, u) == accrue(PRICE["MI450"], 8 * nodes, end - start)
     cloud.check_cards_consistent()
     _verify(cloud)
 
@@ -313,7 +303,7 @@ def test_multinode_job_succeeds_when_every_rank_exits_0(cloud):
     assert "on every node" in inst["state_reason"], inst
     [(began, end, reason)] = _intervals(cloud, iid)
     assert began == start and start <= end <= start + 30 and reason.startswith("workload exited with status 0")
-    assert _charged(cloud, u) == accrue(PRICE["MI450"], 16, end - start)
+    assert charged_usage(cloud, u) == accrue(PRICE["MI450"], 16, end - start)
     assert inst["nodes"] == [] and cloud.held_cards(iid) == {}
     cloud.wait_no_orphans()
     _verify(cloud)
@@ -404,7 +394,7 @@ def test_a_rank_failing_while_another_node_is_silent_ends_the_gang_at_once(cloud
         os.kill(b.proc.pid, signal.SIGCONT)
     # Back, b's rank is nobody's: deleted.
     wait(lambda: wls[1] not in _agent_ids(cloud), what="rank 1 to be deleted once its node answers")
-    assert _charged(cloud, u) == accrue(PRICE["MI450"], 16, end - began)
+    assert charged_usage(cloud, u) == accrue(PRICE["MI450"], 16, end - began)
     cloud.check_cards_consistent()
     _verify(cloud)
 

@@ -15,7 +15,7 @@ the restart makes its node unreachable for a moment, not lost."""
 import pytest
 
 from instances_util import cloud_with, wait  # noqa: F401  (fixtures)
-from money_util import PRICE, accrue, ledger_verify
+from money_util import PRICE, accrue, charged_usage, ledger_verify
 
 cloud_patient = cloud_with(node_lost_after_s="3600")
 
@@ -31,21 +31,11 @@ def _intervals(cloud, iid):
     return cloud.d.sql("SELECT started_at, ended_at FROM running_intervals WHERE instance_id = ? ORDER BY id", (iid,))
 
 
-def _charged(cloud, u):
-    """Micro-yuan the user paid for usage, refunds counted (a billing pass first)."""
-    r = cloud.admin("POST", "/v1/admin/billing/run", json={})
-    assert r.status_code == 200, r.text
-    return cloud.d.sql(
-        "SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t"
-        " ON t.id = p.transaction_id JOIN ledger_accounts a ON a.id = p.account_id"
-        " WHERE t.kind IN ('usage', 'refund') AND t.user_id = ? AND a.kind IN ('cash', 'grant')", (u.id,))[0][0]
-
-
 def _billed_exactly(cloud, u, iid, cards):
     """The user paid for the instance's running intervals and nothing else."""
     now = cloud.d.now()
     due = sum(accrue(PRICE["MI450"], cards, (e if e is not None else now) - b) for b, e in _intervals(cloud, iid))
-    assert _charged(cloud, u) == due, (_intervals(cloud, iid), due)
+    assert charged_usage(cloud, u) == due, (_intervals(cloud, iid), due)
 
 
 def _restarts(cloud, u, iid):

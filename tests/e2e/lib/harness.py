@@ -481,3 +481,13 @@ class Daemon:
             assert time.monotonic() < deadline, f"no /{pattern}/ in the log after {timeout}s:\n" \
                                                 f"{self.stderr_text()[-4000:]}"
             time.sleep(0.01)
+
+
+def kernel_buffer_max():
+    """The most bytes the kernel may hold for one loopback connection, both
+    ends' buffers together (tcp_rmem and tcp_wmem's maxima)."""
+    total = 0
+    for name in ("tcp_rmem", "tcp_wmem"):
+        with open(f"/proc/sys/net/ipv4/{name}") as f:
+            total += int(f.read().split()[2])
+    return total

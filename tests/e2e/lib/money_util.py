@@ -893,3 +893,13 @@ class RefModel:
         for m, n in held.items():
             need += accrue(self.price_at(m, now), n, minutes * 60)
         return need
+
+
+def charged_usage(cloud, u):
+    """Micro-yuan the user paid for usage, refunds counted (a billing pass first)."""
+    r = cloud.admin("POST", "/v1/admin/billing/run", json={})
+    assert r.status_code == 200, r.text
+    return cloud.d.sql(
+        "SELECT coalesce(-sum(p.amount), 0) FROM ledger_postings p JOIN ledger_transactions t"
+        " ON t.id = p.transaction_id JOIN ledger_accounts a ON a.id = p.account_id"
+        " WHERE t.kind IN ('usage', 'refund') AND t.user_id = ? AND a.kind IN ('cash', 'grant')", (u.id,))[0][0]
