@@ -537,7 +537,7 @@ static void plan_calls(struct store *s, struct work *w, int64_t now, const struc
      * again (apply_unfit). */
     if (provisioning && strcmp(in->state, "pending") == 0) {
         struct placement_unfit u;
-        if (store_instance_unfit(s, in->id, &u) != STORE_OK)
+        if (store_instance_failed_card(s, in->id, &u) != STORE_OK)
             return; /* the next pass tries again */
         if (u.failed_card >= 0) {
             w->unfit = 1;

@@ -533,6 +533,9 @@ struct placement_unfit {
     char aside_state[16]; /* its state as the admin API names it: cordoned, draining, maintenance, unreachable … */
 };
 int store_instance_unfit(struct store *s, const char *instance_id, struct placement_unfit *out);
+/* Only the failed card of out (the aside node left ""): a put's check, on
+ * the path of every create, needs no more. */
+int store_instance_failed_card(struct store *s, const char *instance_id, struct placement_unfit *out);
 /* Where rank last ran once its placement went: rank, node_id, node_name,
  * agent_url, secret and workload_id of out; STORE_NOT_FOUND if nowhere (or
  * the node was removed since). */

@@ -580,7 +580,7 @@ static void read_node_aside(sqlite3_stmt *st, void *row)
     store_column_text(u->aside_state, sizeof u->aside_state, st, 1);
 }
 
-int store_instance_unfit(struct store *s, const char *instance_id, struct placement_unfit *out)
+int store_instance_failed_card(struct store *s, const char *instance_id, struct placement_unfit *out)
 {
     memset(out, 0, sizeof *out);
     out->failed_card = -1;
@@ -589,9 +589,16 @@ int store_instance_unfit(struct store *s, const char *instance_id, struct placem
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
     int rc = store_read_one(s, st, out, read_failed_card, "placed failed card");
-    if (rc != STORE_OK && rc != STORE_NOT_FOUND)
+    return rc == STORE_NOT_FOUND ? STORE_OK : rc;
+}
+
+int store_instance_unfit(struct store *s, const char *instance_id, struct placement_unfit *out)
+{
+    int rc = store_instance_failed_card(s, instance_id, out);
+    if (rc != STORE_OK)
         return rc;
-    if (!(st = store_stmt(s, SQL_PLACED_NODE_ASIDE)))
+    sqlite3_stmt *st = store_stmt(s, SQL_PLACED_NODE_ASIDE);
+    if (!st)
         return STORE_ERROR;
     sqlite3_bind_text(st, 1, instance_id, -1, SQLITE_STATIC);
     rc = store_read_one(s, st, out, read_node_aside, "placed node set aside");
