@@ -251,21 +251,6 @@ static void env_int(json_t *env, const char *name, long long v)
     json_object_set_new(env, name, json_string(num));
 }
 
-/* The environment every rank's job gets for rendezvous (ARCHITECTURE.md):
- * MASTER_ADDR is rank 0's data-plane address, WORLD_SIZE every card of the
- * instance (as torchrun means it), LOCAL_WORLD_SIZE and
- * GPURENT_GPUS_PER_NODE this node's cards. */
-static void gang_env(json_t *env, const struct work *w, size_t r, size_t local_cards)
-{
-    char master[254];
-    rank_data_address(&w->nodes[0], master, sizeof master);
-    json_object_set_new(env, "MASTER_ADDR", json_string(master));
-    env_int(env, "WORLD_SIZE", (long long)w->in.card_count);
-    env_int(env, "LOCAL_WORLD_SIZE", (long long)local_cards);
-    env_int(env, "GPURENT_GPUS_PER_NODE", (long long)local_cards);
-    json_object_set_new(env, "GPURENT_HOSTFILE", json_string("/etc/gpurent/hostfile"));
-    (void)r;
-}
 
 /* Whether the ranks of w get "cluster" (gang_spec): more than one node, an
  * instance key pair, and every node reporting an SSH server (the agent
@@ -282,6 +267,24 @@ static int gang_ready(const struct work *w, const struct instance_key *key)
             return 0;
     }
     return 1;
+}
+
+/* The environment every rank's job gets for rendezvous (ARCHITECTURE.md):
+ * MASTER_ADDR is rank 0's data-plane address, WORLD_SIZE every card of the
+ * instance (as torchrun means it), LOCAL_WORLD_SIZE and
+ * GPURENT_GPUS_PER_NODE this node's cards. GPURENT_HOSTFILE only where the
+ * agent writes the file (a "cluster" goes with the spec): a launcher given
+ * a path with nothing there fails, where without one it runs locally. */
+static void gang_env(json_t *env, const struct work *w, const struct instance_key *key, size_t local_cards)
+{
+    char master[254];
+    rank_data_address(&w->nodes[0], master, sizeof master);
+    json_object_set_new(env, "MASTER_ADDR", json_string(master));
+    env_int(env, "WORLD_SIZE", (long long)w->in.card_count);
+    env_int(env, "LOCAL_WORLD_SIZE", (long long)local_cards);
+    env_int(env, "GPURENT_GPUS_PER_NODE", (long long)local_cards);
+    if (gang_ready(w, key))
+        json_object_set_new(env, "GPURENT_HOSTFILE", json_string("/etc/gpurent/hostfile"));
 }
 
 /* The instance key's public line without its comment, as authorized_keys
@@ -374,14 +377,12 @@ static char *workload_spec(const struct spec_inputs *si, const struct work *w, s
     snprintf(num, sizeof num, "%zu", w->n_nodes);
     json_object_set_new(env, "NNODES", json_string(num));
     json_object_set_new(env, "GPURENT_NODE_COUNT", json_string(num));
-    snprintf(num, sizeof num, "%lld", (long long)w->in.card_count);
-    json_object_set_new(env, "WORLD_SIZE", json_string(num));
     snprintf(num, sizeof num, "%zu", cards ? json_array_size(cards) : 0);
     json_object_set_new(env, "GPURENT_CARDS_PER_NODE", json_string(num));
     snprintf(port, sizeof port, "%lld", (long long)daemon_config->master_port);
     json_object_set_new(env, "MASTER_PORT", json_string(port));
     json_object_set_new(env, "GPURENT_INSTANCE_ID", json_string(w->in.id));
-    gang_env(env, w, r, cards ? json_array_size(cards) : 0);
+    gang_env(env, w, &si->key, cards ? json_array_size(cards) : 0);
     /* size_gb travels with the volume so a node's mount can enforce the
      * quota (AGENT_PROTOCOL.md); the volumes API and volume_default_size_gb
      * keep it within 1..1048576, the range agents accept. */

@@ -270,7 +270,10 @@ class Cloud:
                               (master,)):
                 assert env["MASTER_ADDR"] == _host(self.node_fleet(master).nodes[master]["url"]), env
             assert env["LOCAL_WORLD_SIZE"] == env["GPURENT_GPUS_PER_NODE"] == str(len(p["cards"])), env
-            assert env["GPURENT_HOSTFILE"] == "/etc/gpurent/hostfile", env
+            # The hostfile is named only where the agent writes one: with
+            # the ranks' "cluster", never for a single node.
+            assert env.get("GPURENT_HOSTFILE") == ("/etc/gpurent/hostfile" if "cluster" in spec else None), env
+            assert n > 1 or "cluster" not in spec, spec
         assert vol["in_use"] is True and vol["mount_path"] == "/shared", vol
         return inst
 
