@@ -4,15 +4,16 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Instances that still need the volume (everything but the ended ones), and
- * those holding cards. Both counts read the index of live instances by
- * volume (migration 0009), whose WHERE they repeat word for word so that
- * SQLite uses it: every create, start and provisioning reads a volume, and
- * must not read the owner's terminated instances to do it. */
-#define VOLUME_COLUMNS                                                                                          \
-    "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                               \
-    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed'))," \
-    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state NOT IN ('terminated', 'failed')"   \
+/* Instances that still need the volume (every one but the terminated: a
+ * failed, lost or succeeded one can be started again), and those holding
+ * cards. Both counts read the index of live instances by volume (migration
+ * 0048), whose WHERE they repeat word for word so that SQLite uses it:
+ * every create, start and provisioning reads a volume, and must not read
+ * the owner's terminated instances to do it. */
+#define VOLUME_COLUMNS                                                                                 \
+    "v.id, v.user_id, v.name, v.size_gb, v.source, v.created_at,"                                      \
+    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state <> 'terminated'),"        \
+    " (SELECT count(*) FROM instances i WHERE i.volume_id = v.id AND i.state <> 'terminated'"          \
     "   AND i.state IN ('pending', 'provisioning', 'running', 'stopping')), v.region"
 
 static const char SQL_VOLUME_INSERT[] =

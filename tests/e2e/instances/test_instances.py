@@ -2,7 +2,7 @@
 real sim agents (`gpurent-agent sim-fleet`): 1, 8, 16 and 256 cards placed
 best-fit on the right nodes and run by the agents with the image, cards,
 /shared volume and distributed-job environment; the life cycle and its
-events; running intervals as billing reads them; stop and start moving to
+events; a volume kept for every instance that can start again; running intervals as billing reads them; stop and start moving to
 other nodes with the volume following; volumes and their size quota in
 the agents' specs; card quotas; a reconciler
 woken by new work rather than by its period.
@@ -389,6 +389,30 @@ def test_volumes_crud_and_in_use(cloud):
         if not cursor:
             break
     assert sorted(seen) == ["datasets", "v0", "v1", "v2"]
+
+
+def test_a_failed_job_keeps_its_volume_for_its_next_start(cloud):
+    """A failed instance can be started again, as a stopped one can, so its
+    volume stays in use until it is terminated."""
+    cloud.fleet(1, prefix="n-")
+    cloud.add_image("example/job:1")
+    u = cloud.user()
+    d = cloud.d
+    vol = d.post("/v1/volumes", key=u.key, json={"name": "work"}).json()
+    inst = cloud.create(u, card_count=1, image="example/job:1", volume_id=vol["id"], command=["sh", "-c", "exit 3"])
+    cloud.wait_state(u, inst["id"], "failed")
+    assert d.get(f"/v1/volumes/{vol['id']}", key=u.key).json()["instances"] == 1
+    before = d.dump()
+    err = assert_error(d.delete(f"/v1/volumes/{vol['id']}", key=u.key), 409, "volume_in_use")
+    assert vol["id"] in err["message"]
+    assert d.dump() == before
+    r = d.post(f"/v1/instances/{inst['id']}/start", key=u.key)
+    assert r.status_code == 200 and r.json()["state"] == "pending", r.text
+    cloud.wait_state(u, inst["id"], "failed")
+    cloud.action(u, inst["id"], "terminate")
+    cloud.wait_state(u, inst["id"], "terminated")
+    assert d.get(f"/v1/volumes/{vol['id']}", key=u.key).json()["instances"] == 0
+    assert d.delete(f"/v1/volumes/{vol['id']}", key=u.key).status_code == 204
 
 
 def test_card_quota(cloud):

@@ -815,10 +815,9 @@ class Harness:
             [(deleted,)] = self.d.sql("SELECT deleted_at IS NOT NULL FROM volumes WHERE id = ?", (vid,))
             assert m["deleted"] in ("maybe", bool(deleted)) or (m["deleted"] is None and not deleted), (vid, m)
             m["deleted"] = True if deleted else None
-        # A failed instance holds no volume (instances_live_by_volume): its
-        # volume may go, and a start then answers 409 naming it.
+        # Every instance but a terminated one keeps its volume.
         assert self.d.sql("SELECT i.id FROM instances i JOIN volumes v ON v.id = i.volume_id"
-                          " WHERE i.state NOT IN ('terminated', 'failed') AND v.deleted_at IS NOT NULL") == []
+                          " WHERE i.state <> 'terminated' AND v.deleted_at IS NOT NULL") == []
         for rid, m in self.resv.items():
             [(state,)] = self.d.sql("SELECT state FROM reservations WHERE id = ?", (rid,))
             assert m["cancelled"] == "maybe" or (state == "cancelled") == m["cancelled"], (rid, m, state)
