@@ -116,13 +116,7 @@ static int queue_verification(struct store *s, const struct user *u, int64_t now
     if (rc != STORE_OK)
         return rc;
     char base[300];
-    if (daemon_config->public_url[0])
-        snprintf(base, sizeof base, "%s", daemon_config->public_url);
-    else
-        snprintf(base, sizeof base, "%s://%s", daemon_config->tls_cert[0] ? "https" : "http", daemon_config->listen);
-    size_t bl = strlen(base);
-    while (bl > 0 && base[bl - 1] == '/')
-        base[--bl] = '\0';
+    public_base_url(base, sizeof base);
     const char *to = u->email_display[0] ? u->email_display : u->email;
     char *body = NULL;
     if (asprintf(&body,

@@ -21,7 +21,9 @@
  *   runspec.c    what an instance runs (command, env, working_dir) and
  *                image references, checked (pure)
  *   instance_run.c  storing those at create, PATCH while stopped (the
- *                field table), the image policy */
+ *                field table), the image policy
+ *   notices.c    mail a renter gets without asking (instances stopped
+ *                when the funds ran out) */
 #ifndef GPURENT_DOMAIN_H
 #define GPURENT_DOMAIN_H
 
@@ -239,6 +241,24 @@ enum key_standing {
     KEY_UNREADABLE      /* the store failed: nothing is known */
 };
 enum key_standing account_key_standing(struct store *s, const char *key_id, int64_t now);
+
+/* notices.c: mail a renter gets without asking, queued in the outbox in
+ * the transaction of the change it tells of. */
+/* public_url, else the scheme and listen address, without a final '/'. */
+void public_base_url(char *out, size_t n);
+/* The instances one change stopped, listed for a notice. */
+struct notice_stopped {
+    char *lines;  /* "  id (name)\n" each, the first NOTICE_LISTED; malloc'd */
+    size_t len;   /* of lines */
+    size_t count; /* every one added */
+};
+void notice_stopped_init(struct notice_stopped *n);
+int notice_stopped_add(struct notice_stopped *n, const char *id, const char *name); /* -1: out of memory */
+void notice_stopped_free(struct notice_stopped *n);
+/* Queues "funds ran out at ran_out_at" naming the instances in n for
+ * user_id's address; nothing when n is empty. */
+int notice_stopped_for_funds(struct store *s, const char *user_id, const struct notice_stopped *n, const char *ran_out_at,
+                             int64_t now);
 
 /* instances.c: the instance operations the API performs in one
  * transaction each, and the JSON shape of an instance. */

@@ -116,10 +116,12 @@ static int stop_for_funds(struct store *s, struct pass *p, const char *user_id, 
     json_decref(when);
     char why[128];
     snprintf(why, sizeof why, "funds ran out at %s; the volume is kept", at);
+    struct notice_stopped stopped;
+    notice_stopped_init(&stopped);
+    int rc;
     for (;;) {
-        int rc = store_instance_list(s, &f, list, 64, &n);
-        if (rc != STORE_OK)
-            return rc;
+        if ((rc = store_instance_list(s, &f, list, 64, &n)) != STORE_OK)
+            break;
         for (size_t i = 0; i < n; i++) {
             struct instance *in = &list[i];
             /* An unreachable instance is not billed now, but it would be
@@ -131,21 +133,30 @@ static int stop_for_funds(struct store *s, struct pass *p, const char *user_id, 
             /* An instance inside a reservation runs on hours already paid. */
             char reservation[ID_MAX];
             if ((rc = store_instance_reservation(s, in->id, reservation)) != STORE_OK)
-                return rc;
+                break;
             if (reservation[0])
                 continue;
             if ((rc = ledger_close_interval(s, in->id, t, "funds exhausted", p->now)) != STORE_OK ||
                 (rc = store_instance_set_desired(s, in->id, "stopped", p->now)) != STORE_OK ||
                 (rc = store_instance_set_state(s, in->id, "stopping", "", why, p->now)) != STORE_OK)
-                return rc;
+                break;
+            if (notice_stopped_add(&stopped, in->id, in->name) < 0) {
+                rc = STORE_ERROR;
+                break;
+            }
             log_info("billing: stopping %s of %s: %s", in->id, user_id, why);
             p->stopped_any = 1;
         }
-        if (n < 64)
-            return STORE_OK;
+        if (rc != STORE_OK || n < 64)
+            break;
         f.after_created = list[n - 1].created_at;
         f.after_id = list[n - 1].id;
     }
+    /* The renter hears of it by mail, sent once this pass commits. */
+    if (rc == STORE_OK)
+        rc = notice_stopped_for_funds(s, user_id, &stopped, at, p->now);
+    notice_stopped_free(&stopped);
+    return rc;
 }
 
 /* Bills the user's intervals b[0..n) up to t; ran_out: the funds ran out

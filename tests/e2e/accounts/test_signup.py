@@ -5,75 +5,23 @@ normalised e-mail uniqueness, expired and used codes, sign-up rate limits
 per address and subnet (applied on SIGHUP, counted in /metrics), invite
 codes' per-day cap, the mailer's retries, admins' look-up, sign-up list
 and suspension, and bad input on every new route and field."""
-import email
-import email.policy
 import http.client
 import json
 import os
-import re
 import signal
-import socket
-import threading
-import time
 
 import pytest
-from aiosmtpd.controller import Controller
 
 from agent_util import poll
 from harness import DEFAULT_PASSWORD, assert_error, run_gpurentd, unique_email
+from mail_sink import VERIFICATION_CODE, Sink, free_port, mail_options, verification_code
 from money_util import ledger_verify
-
-CODE = re.compile(r"verification code: (evc_[0-9a-z]{20})")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Sink:
-    """A local SMTP server keeping every message it is given."""
-
-    def __init__(self, port=None):
-        self.port = port or free_port()
-        self.messages = []  # (envelope rcpt list, email.message.EmailMessage)
-        self.lock = threading.Lock()
-        self.controller = Controller(self, hostname="127.0.0.1", port=self.port)
-        self.controller.start()
-
-    async def handle_DATA(self, server, session, envelope):
-        msg = email.message_from_bytes(envelope.original_content or envelope.content, policy=email.policy.default)
-        with self.lock:
-            self.messages.append((list(envelope.rcpt_tos), envelope.mail_from, msg))
-        return "250 OK"
-
-    def stop(self):
-        self.controller.stop()
-
-    def mail_to(self, addr, n=1, timeout=15):
-        """Waits for the n-th message to addr; returns the list of them."""
-        def got():
-            with self.lock:
-                m = [x for x in self.messages if addr in x[0]]
-            return m if len(m) >= n else None
-        return poll(got, timeout, f"{n} mail(s) to {addr}")
-
-    def code_for(self, addr, n=1):
-        rcpt, sender, msg = self.mail_to(addr, n)[n - 1]
-        return CODE.search(msg.get_content()).group(1)
-
 
 @pytest.fixture
 def sink():
     s = Sink()
     yield s
     s.stop()
-
-
-def mail_options(sink, **extra):
-    return {"smtp_url": f"smtp://127.0.0.1:{sink.port}", "smtp_tls": "none", "smtp_from": "noreply@gpurent.test",
-            "public_url": "https://api.gpurent.test/", **extra}
 
 
 def balance(d, key):
@@ -128,7 +76,7 @@ def test_mail_is_sent_and_credit_waits_for_verification(new_daemon, sink):
     assert rcpt == [typed] and sender == "noreply@gpurent.test"
     assert msg["Subject"] == "Verify your gpurent e-mail address" and typed in str(msg["To"])
     text = msg.get_content()
-    code = CODE.search(text).group(1)
+    code = VERIFICATION_CODE.search(text).group(1)
     assert "https://api.gpurent.test/v1/verify-email" in text
     # Only the code's hash is stored, and the outbox forgets the text once sent.
     assert d.sql("SELECT count(*) FROM email_verifications WHERE token_hash = ?", (code,)) == [(0,)]
@@ -158,7 +106,7 @@ def test_invite_code_at_signup_is_the_trial_granted_at_verification(new_daemon, 
     uid = signup(d, addr, invite_code="amd6gw").json()["user"]["id"]
     assert grants(d, uid) == []
     assert d.sql("SELECT uses FROM invite_codes WHERE code = 'AMD6GW'") == [(0,)]
-    v = d.post("/v1/verify-email", json={"token": sink.code_for(addr)}).json()
+    v = d.post("/v1/verify-email", json={"token": verification_code(sink, addr)}).json()
     assert (v["credit"]["source"], v["credit"]["amount"]) == ("invite:AMD6GW", "10.00")
     assert grants(d, uid) == [("invite:AMD6GW", 10_000_000)]
     # A second code later: refused, the account had its trial.
@@ -187,7 +135,7 @@ def test_expired_code_and_resend(new_daemon, sink):
     d = new_daemon(options=mail_options(sink, email_verify_ttl_s="3600"))
     addr = unique_email("late")
     key = signup(d, addr).json()["api_key"]["token"]
-    code = sink.code_for(addr)
+    code = verification_code(sink, addr)
     d.advance_clock(3600)
     e = assert_error(d.post("/v1/verify-email", json={"token": code}), 400, "invalid_field", "token")
     assert "expired" in e["message"]
@@ -198,7 +146,7 @@ def test_expired_code_and_resend(new_daemon, sink):
     r2 = d.post("/v1/verify-email/resend", key=key)
     assert_error(r2, 429, "too_many_requests")
     assert 1 <= int(r2.headers["Retry-After"]) <= 60
-    fresh = sink.code_for(addr, n=2)
+    fresh = verification_code(sink, addr, n=2)
     assert fresh != code
     assert d.post("/v1/verify-email", json={"token": fresh}).status_code == 200
     d.advance_clock(61)
@@ -383,7 +331,7 @@ def test_mail_is_retried_until_the_server_takes_it(new_daemon):
     s = Sink(port)
     try:
         d.advance_clock(3600)
-        code = s.code_for(addr)
+        code = verification_code(s, addr)
         assert d.post("/v1/verify-email", json={"token": code}).status_code == 200
         poll(lambda: d.sql("SELECT sent_at IS NOT NULL FROM outbox WHERE user_id = ?", (uid,)) == [(1,)], 10, "sent")
     finally:

@@ -5,16 +5,11 @@ against a real gpurentd with a sim fleet. Each test builds its world here
 what the scenario asks for: the verification code from a real SMTP sink,
 the testing clock moved, a billing pass. Without Chromium, node or
 playwright-core the tests are skipped, saying which is missing."""
-import email
-import email.policy
 import json
 import os
-import re
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 import warnings
 
@@ -24,6 +19,7 @@ import requests
 from agent_util import poll
 from harness import REPO, DEFAULT_PASSWORD, unique_email
 from instances_util import FAST_CLOUD, Cloud
+from mail_sink import Sink, verification_code
 from money_util import iso, ledger_verify
 
 HERE = os.path.dirname(__file__)
@@ -86,44 +82,9 @@ def run_scenario(name, world, tmp_path, answer=None, timeout=240):
     return "".join(out)
 
 
-class MailSink:
-    """A local SMTP server (aiosmtpd, as tests/e2e/accounts uses) keeping the
-    verification codes it is sent, by recipient."""
-    CODE = re.compile(r"verification code: (evc_[0-9a-z]{20})")
-
-    def __init__(self):
-        from aiosmtpd.controller import Controller
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.messages = []
-        self.lock = threading.Lock()
-        self.controller = Controller(self, hostname="127.0.0.1", port=self.port)
-        self.controller.start()
-
-    async def handle_DATA(self, server, session, envelope):
-        msg = email.message_from_bytes(envelope.original_content or envelope.content, policy=email.policy.default)
-        with self.lock:
-            self.messages.append((list(envelope.rcpt_tos), msg))
-        return "250 OK"
-
-    def code_for(self, addr):
-        def got():
-            with self.lock:
-                for rcpt, msg in self.messages:
-                    m = addr in rcpt and self.CODE.search(msg.get_content())
-                    if m:
-                        return m.group(1)
-            return None
-        return poll(got, 30, f"the verification mail to {addr}")
-
-    def stop(self):
-        self.controller.stop()
-
-
 @pytest.fixture
 def sink():
-    s = MailSink()
+    s = Sink()
     yield s
     s.stop()
 
@@ -157,7 +118,7 @@ def test_new_user_signs_up_launches_watches_stops_and_pays(new_daemon, tmp_path,
 
     def answer(q):
         if "mail_code" in q:
-            return {"code": sink.code_for(q["mail_code"])}
+            return {"code": verification_code(sink, q["mail_code"])}
         if "advance_clock" in q:
             c.d.advance_clock(q["advance_clock"])
             return {"ok": True}
