@@ -36,15 +36,16 @@ export async function launch(main, params, ctx) {
   // type; on demand only the types with a price and no booking required.
   const active = resvs.filter((r) => r.state === "active");
   const launchable = types.data.filter((g) => (!g.reservation_required && g.price_per_card_hour) || active.some((r) => r.gpu_type === g.code));
-  // Each type says how many cards are free now; one with none stays in
-  // the list (its price and estimate may still be wanted) but says it is
-  // unavailable, and the form opens on a type that has free cards: it
-  // opened on the first type, none of whose cards were free, and Launch
-  // was refused for want of GPUs.
+  // Each type says how many cards are free now and how many of them one
+  // instance can get (free cards spread over nodes are not one launch's
+  // worth); one with none stays in the list (its price and estimate may
+  // still be wanted) but says it is unavailable, and the form opens on a
+  // type that has free cards: it opened on the first type, none of whose
+  // cards were free, and Launch was refused for want of GPUs.
   const type = h("select", { id: "launch-type", name: "gpu_type", required: true },
-    launchable.map((g) => h("option", { value: g.code, class: g.cards_free > 0 ? null : "unavailable", "data-free": g.cards_free },
-      `${g.code} · ${g.memory_gb} GB · ${g.cards_free > 0 ? t("launch.free_cards", { n: g.cards_free }) : t("launch.none_free")}`)));
-  const firstFree = launchable.find((g) => g.cards_free > 0);
+    launchable.map((g) => h("option", { value: g.code, class: g.cards_launchable > 0 ? null : "unavailable", "data-free": g.cards_free },
+      `${g.code} · ${g.memory_gb} GB · ${g.cards_launchable > 0 ? t("launch.free_cards", { n: g.cards_free, max: g.cards_launchable }) : t("launch.none_free")}`)));
+  const firstFree = launchable.find((g) => g.cards_launchable > 0);
   if (firstFree) type.value = firstFree.code;
   if (launchable.some((g) => g.code === ctx.query.get("gpu_type"))) type.value = ctx.query.get("gpu_type");
   const cards = h("input", { type: "number", id: "launch-cards", name: "card_count", min: 1, max: 256, value: 8, required: true });
@@ -73,11 +74,12 @@ export async function launch(main, params, ctx) {
       clear(estimate).append(h("div", { id: "estimate-reservation" }, t("launch.in_reservation", { cards: r.cards, type: r.gpu_type })), " ", time(r.ends_at));
       return;
     }
-    // Fewer free cards than asked for is said before Launch is pressed
-    // (as free when the page was read: the server has the last word).
+    // More cards than one instance can get is said before Launch is
+    // pressed (as free when the page was read: the server has the last word).
     const g = launchable.find((x) => x.code === type.value);
-    const short = g && Number(cards.value) > g.cards_free
-      ? h("div", { class: "warn", id: "launch-capacity" }, t("launch.short_cards", { type: g.code, free: g.cards_free, cards: cards.value })) : null;
+    const short = g && Number(cards.value) > g.cards_launchable
+      ? h("div", { class: "warn", id: "launch-capacity" },
+        t("launch.short_cards", { type: g.code, free: g.cards_free, max: g.cards_launchable, cards: cards.value })) : null;
     const q = { gpu_type: type.value, card_count: cards.value };
     try {
       const [hour, span] = await Promise.all([get("/v1/estimate", { ...q, hours: 1 }), get("/v1/estimate", { ...q, hours: hours.value || 1 })]);

@@ -29,6 +29,9 @@ static json_t *type_json(struct store *s, const struct gpu_type *t)
      * instance can take now, cards_reservable what reservations are sold
      * from. A reservation-required type has no on-demand cards. */
     json_object_set_new(j, "cards_reservable", json_integer(t->cards_reservable));
+    /* Free cards may lie in pieces no one create can take at once. */
+    int64_t launchable = t->reservation_required ? 0 : store_gpu_type_launchable(s, t->code);
+    json_object_set_new(j, "cards_launchable", json_integer(launchable > 0 ? launchable : 0));
     int64_t rprice = -1;
     if (store_reservation_price(s, t->code, &rprice) != STORE_OK)
         rprice = price;

@@ -239,6 +239,10 @@ int store_gpu_type_list(struct store *s, struct gpu_type **out, size_t *n);
 /* The first price start after now, INT64_MAX when none is scheduled. */
 int store_next_price_change(struct store *s, int64_t now, int64_t *at);
 int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out);
+/* The most cards one on-demand create of type code can be placed with now
+ * (up to PLACEMENT_NODE_CARDS on one node, or whole free nodes of one
+ * fabric), or a negative store_rc. */
+int64_t store_gpu_type_launchable(struct store *s, const char *code);
 /* The same without the card counts (left 0): no scan of the cards. */
 int store_gpu_type_row(struct store *s, const char *code, struct gpu_type *out);
 /* Creates or replaces the type's description (not its counts); *created

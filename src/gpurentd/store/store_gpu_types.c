@@ -28,6 +28,14 @@ static const char SQL_TYPE_LIST[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types 
                                     " GROUP BY n.gpu_model) k ON k.code = t.code ORDER BY t.code";
 static const char SQL_TYPE_GET[] = "SELECT " GPU_TYPE_COLUMNS " FROM gpu_types t LEFT JOIN (" CARD_COUNTS
                                    " AND n.gpu_model = ?1) k ON 1 WHERE t.code = ?1";
+/* What the largest on-demand create can be placed on now (placement.h's
+ * rules): the most free cards of one node, and the most whole free nodes
+ * of one fabric. Both read the nodes_placement index (0006). */
+static const char SQL_TYPE_LAUNCHABLE[] =
+    "SELECT coalesce((SELECT n.free_cards FROM nodes n WHERE " STORE_NODE_TAKES_ON_DEMAND("?1")
+    " ORDER BY n.free_cards DESC LIMIT 1), 0),"
+    " (SELECT coalesce(max(w), 0) FROM (SELECT count(*) AS w FROM nodes n WHERE " STORE_NODE_TAKES_ON_DEMAND("?1")
+    " AND n.free_cards = ?2 AND n.card_count = ?2 GROUP BY n.fabric))";
 /* The catalog row alone, for callers that need no counts (instance
  * creation runs it inside its write transaction). */
 static const char SQL_TYPE_ROW[] =
@@ -90,6 +98,27 @@ static int get_one(struct store *s, const char *sql, const char *code, struct gp
 int store_gpu_type_get(struct store *s, const char *code, struct gpu_type *out)
 {
     return get_one(s, SQL_TYPE_GET, code, out);
+}
+
+int64_t store_gpu_type_launchable(struct store *s, const char *code)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_TYPE_LAUNCHABLE);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, code, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, PLACEMENT_NODE_CARDS);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_reset(st);
+        return store_rc_from_sqlite(s, rc, "launchable cards");
+    }
+    int64_t one_node = sqlite3_column_int64(st, 0), whole = sqlite3_column_int64(st, 1);
+    sqlite3_reset(st);
+    if (one_node > PLACEMENT_NODE_CARDS)
+        one_node = PLACEMENT_NODE_CARDS;
+    if (whole > PLACEMENT_MAX_NODES)
+        whole = PLACEMENT_MAX_NODES;
+    return whole >= 2 ? whole * PLACEMENT_NODE_CARDS : one_node;
 }
 
 int store_gpu_type_row(struct store *s, const char *code, struct gpu_type *out)

@@ -82,8 +82,7 @@ static const char SQL_CANDIDATE_BEST_FIT[] =
 static const char SQL_CANDIDATES_WHOLE[] =
     CANDIDATE_COLUMNS " AND n.free_cards = ?2 AND n.card_count = ?2 ORDER BY n.fabric, n.name";
 static const char SQL_FREE_CARDS[] =
-    "SELECT coalesce(sum(free_cards), 0) FROM nodes n WHERE gpu_model = ?1 AND removed_at IS NULL AND health = 'up'"
-    " AND admin_state = 'active' AND unreachable_since IS NULL AND " STORE_POOL_IS("n", "'on_demand'");
+    "SELECT coalesce(sum(n.free_cards), 0) FROM nodes n WHERE " STORE_NODE_TAKES_ON_DEMAND("?1");
 static const char SQL_CARD_CLAIM[] =
     "UPDATE node_cards SET instance_id = ?1 WHERE node_id = ?2 AND idx = ?3 AND instance_id IS NULL AND healthy = 1";
 static const char SQL_PLACEMENT_INSERT[] =

@@ -114,4 +114,9 @@ int64_t store_int64_by_text(struct store *s, const char *sql, const char *arg, c
 #define STORE_POOL_IS(a, p)                                                                                    \
     "(CASE WHEN " a ".pool = 'reserved' OR EXISTS (SELECT 1 FROM gpu_types rt WHERE rt.code = " a ".gpu_model" \
     " AND rt.reservation_required = 1) THEN 'reserved' ELSE 'on_demand' END) = " p
+/* A node of model m (SQL text) whose free cards an on-demand create may
+ * take now: up, active, answering, in the on-demand pool. The node is "n". */
+#define STORE_NODE_TAKES_ON_DEMAND(m)                                                                      \
+    "n.gpu_model = " m " AND n.removed_at IS NULL AND n.health = 'up' AND n.admin_state = 'active'"       \
+    " AND n.unreachable_since IS NULL AND " STORE_POOL_IS("n", "'on_demand'")
 #endif

@@ -844,10 +844,10 @@ const scenarios = {
     if (!opened.unavailable.some((x) => x.startsWith("MI300X") && x.includes("暂无空闲")))
       throw new Error(`MI300X, with no free card, is not marked unavailable: ${JSON.stringify(opened.unavailable)}`);
     await page.selectOption("#launch-type", "MI300X");
-    await waitText(page, "#launch-capacity", "MI300X 目前仅空闲 0 张");
+    await waitText(page, "#launch-capacity", "MI300X 目前单个实例最多 0 张（共空闲 0 张）");
     await page.selectOption("#launch-type", "MI450");
     await page.fill("#launch-cards", "16");
-    await waitText(page, "#launch-capacity", "MI450 目前仅空闲 8 张，创建 16 张");
+    await waitText(page, "#launch-capacity", "MI450 目前单个实例最多 8 张（共空闲 8 张），创建 16 张");
     await fillLaunch(page, { cards: 1 });
     await page.waitForSelector("#launch-capacity", { state: "detached", timeout: DEADLINE });
     await page.waitForSelector("#estimate-hour", { timeout: DEADLINE });

@@ -11,7 +11,7 @@ Every check asks the agents themselves (signed GET /v1/workloads, and the
 workload records they keep) as well as the API and the database."""
 import signal
 
-from agent_util import pause
+from agent_util import pause, poll
 from harness import assert_error
 from instances_util import cloud, cloud_with, wait  # noqa: F401  (cloud is a fixture)
 
@@ -413,6 +413,30 @@ def test_a_failed_job_keeps_its_volume_for_its_next_start(cloud):
     cloud.wait_state(u, inst["id"], "terminated")
     assert d.get(f"/v1/volumes/{vol['id']}", key=u.key).json()["instances"] == 0
     assert d.delete(f"/v1/volumes/{vol['id']}", key=u.key).status_code == 204
+
+
+def test_the_catalog_says_the_largest_instance_one_create_can_get(cloud):
+    """Free cards in pieces are not one instance's worth: cards_launchable
+    is the most one create can be placed with now, as placement places."""
+    cloud.fleet(3, prefix="n-")
+    u = cloud.user(max_cards=1000)
+
+    def launchable():
+        [t] = [t for t in cloud.d.get("/v1/gpu-types").json()["data"] if t["code"] == "MI450"]
+        return t["cards_free"], t["cards_launchable"]
+    assert launchable() == (24, 24)  # three whole nodes of one fabric
+    one = cloud.create(u, card_count=1)
+    assert launchable() == (23, 16)
+    eight = cloud.create(u, card_count=8)
+    assert launchable() == (15, 8)  # one whole node, and the 7 beside the one card
+    cloud.create(u, card_count=8)
+    assert launchable() == (7, 7)
+    assert_error(cloud.d.post("/v1/instances", key=u.key, json={"gpu_type": "MI450", "card_count": 8,
+                                                                 "image": "rocm/pytorch:2.3-rocm6.2"}),
+                 409, "insufficient_capacity", "card_count")
+    for i in (one, eight):
+        cloud.action(u, i["id"], "terminate")
+    poll(lambda: launchable() == (16, 16), 30, "the cards to come back")
 
 
 def test_card_quota(cloud):

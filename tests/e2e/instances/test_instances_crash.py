@@ -778,19 +778,34 @@ class Harness:
         """GET /v1/gpu-types against the node and card rows."""
         rows = self.d.sql(
             "SELECT n.gpu_model, n.health, n.unreachable_since, n.admin_state, c.healthy, c.instance_id,"
-            " n.pool = 'reserved' OR t.reservation_required FROM node_cards c JOIN nodes n ON n.id = c.node_id"
-            " JOIN gpu_types t ON t.code = n.gpu_model WHERE n.removed_at IS NULL")
-        want = {}
-        for model, health, unreach, admin, healthy, holder, reserved in rows:
-            w = want.setdefault(model, [0, 0, 0, 0])
+            " n.pool = 'reserved' OR t.reservation_required, n.id, n.fabric, n.card_count FROM node_cards c"
+            " JOIN nodes n ON n.id = c.node_id JOIN gpu_types t ON t.code = n.gpu_model WHERE n.removed_at IS NULL")
+        want, free_on = {}, {}
+        for model, health, unreach, admin, healthy, holder, reserved, node, fabric, cards in rows:
+            w = want.setdefault(model, [0, 0, 0, 0, 0])
             usable = health == "up" and admin == "active" and healthy == 1
             w[0] += health in ("up", "offline")
-            w[1] += usable and unreach is None and holder is None and not reserved
+            free = usable and unreach is None and holder is None and not reserved
+            w[1] += free
             w[2] += holder is not None
             w[3] += usable and bool(reserved)
+            k = (model, fabric, node, cards)
+            free_on[k] = free_on.get(k, 0) + free
+        # The largest one create can take: up to 8 cards of one node, or
+        # whole free 8-card nodes of one fabric (up to 32 of them).
+        for model, w in want.items():
+            whole = {}
+            for (m, fabric, node, cards), free in free_on.items():
+                if m == model:
+                    w[4] = max(w[4], min(free, 8))
+                    whole[fabric] = whole.get(fabric, 0) + (cards == 8 and free == 8)
+            most = min(max(whole.values(), default=0), 32)
+            if most >= 2:
+                w[4] = 8 * most
         r = self.d.get("/v1/gpu-types")
         assert r.status_code == 200, r.text
-        got = {t["code"]: [t["cards_total"], t["cards_free"], t["cards_in_use"], t["cards_reservable"]]
+        got = {t["code"]: [t["cards_total"], t["cards_free"], t["cards_in_use"], t["cards_reservable"],
+                           t["cards_launchable"]]
                for t in r.json()["data"] if t["code"] in want}
         return True if got == want else (got, want)
 
