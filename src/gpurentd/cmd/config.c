@@ -338,7 +338,7 @@ const struct conf_option daemon_options[] = {
     OPT_INT(billing_post_interval_s, 1, 86400, 300,
             "seconds between ledger postings of a user's running usage (funds are checked every pass)"),
     OPT_INT(min_run_minutes, 0, 1440, 10, "funds needed to start an instance: this many minutes of it"),
-    OPT_INT(low_balance_minutes, 0, 100000, 60, "warn when funds last less than this many minutes at the current burn"),
+    OPT_INT(low_balance_minutes, 0, 100000, 60, "warn (low_balance, and one mail) when funds last less than this many minutes at the current burn"),
     OPT_STR(signup_credit, "10.00", validate_signup_credit,
             "trial credit of a new account, in the platform currency (at most max_grant and max_balance)"),
     OPT_INT(signup_credit_days, 0, 3650, 0, "days until the trial credit expires; 0 never"),

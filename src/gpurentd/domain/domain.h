@@ -22,8 +22,8 @@
  *                image references, checked (pure)
  *   instance_run.c  storing those at create, PATCH while stopped (the
  *                field table), the image policy
- *   notices.c    mail a renter gets without asking (instances stopped
- *                when the funds ran out) */
+ *   notices.c    mail a renter gets without asking (funds running low,
+ *                instances stopped when they ran out) */
 #ifndef GPURENT_DOMAIN_H
 #define GPURENT_DOMAIN_H
 
@@ -259,6 +259,11 @@ void notice_stopped_free(struct notice_stopped *n);
  * user_id's address; nothing when n is empty. */
 int notice_stopped_for_funds(struct store *s, const char *user_id, const struct notice_stopped *n, const char *ran_out_at,
                              int64_t now);
+/* When user_id has cards running, their funds last less than
+ * low_balance_minutes at what they burn now (GET /v1/balance's
+ * low_balance) and no such notice went out since money last came in,
+ * queues one and marks it sent. */
+int notice_low_balance(struct store *s, const char *user_id, int64_t now);
 
 /* instances.c: the instance operations the API performs in one
  * transaction each, and the JSON shape of an instance. */

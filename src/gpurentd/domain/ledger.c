@@ -198,7 +198,9 @@ int ledger_grant(struct store *s, const char *user_id, const char *source, int64
     snprintf(legs[0].grant_id, sizeof legs[0].grant_id, "%s", g.id);
     snprintf(legs[1].account_id, sizeof legs[1].account_id, "promotion");
     struct ledger_entry e = {.at = at, .kind = "grant", .user_id = user_id, .reason = reason, .grant_id = g.id};
-    if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK)
+    /* Money came in: the next time the funds run low is worth a notice. */
+    if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK ||
+        (rc = store_user_set_low_balance_noticed(s, user_id, 0)) != STORE_OK)
         return rc;
     if (id_out)
         memcpy(id_out, g.id, ID_MAX);
@@ -243,6 +245,8 @@ int ledger_topup(struct store *s, const char *user_id, const char *payment_id, i
     struct ledger_entry e = {.at = at, .kind = "topup", .user_id = user_id, .reason = reason, .topup_id = t.id};
     if ((rc = store_ledger_post(s, &e, legs, 2, at)) != STORE_OK)
         return rc == STORE_CONFLICT ? STORE_ERROR : rc;
+    if ((rc = store_user_set_low_balance_noticed(s, user_id, 0)) != STORE_OK)
+        return rc;
     memcpy(id_out, t.id, ID_MAX);
     return STORE_OK;
 }

@@ -1,8 +1,11 @@
 /* notices.c: the mail a renter gets about their account without asking
- * (their instances stopped because the funds ran out), queued in the
- * outbox in the transaction that made the change, so that it is sent
- * exactly when the change commits; and the base URL mail links name. */
+ * (their funds running low, their instances stopped because the funds ran
+ * out), queued in the outbox in the transaction that made the change, so
+ * that it is sent exactly when the change commits; and the base URL mail
+ * links name. */
 #include "domain/domain.h"
+#include "domain/ledger.h"
+#include "gpurent/money.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -89,4 +92,50 @@ int notice_stopped_for_funds(struct store *s, const char *user_id, const struct 
     rc = store_outbox_insert(s, u.id, to, subject, body, now);
     free(body);
     return rc;
+}
+
+int notice_low_balance(struct store *s, const char *user_id, int64_t now)
+{
+    int noticed, low;
+    int64_t burn, minutes;
+    struct funds f;
+    int rc = store_user_low_balance_noticed(s, user_id, &noticed);
+    if (rc != STORE_OK || noticed)
+        return rc;
+    /* Only running cards stop when the funds run out: storage alone is
+     * owed and kept, and whoever's instances just stopped for want of funds
+     * has had the mail that says so. */
+    int64_t cards = store_user_burn_rate(s, user_id, now);
+    if (cards <= 0)
+        return cards < 0 ? (int)cards : STORE_OK;
+    if ((rc = ledger_runway(s, user_id, now, &f, &burn, &minutes, &low)) != STORE_OK || !low)
+        return rc;
+    struct user u;
+    if ((rc = store_user_get(s, user_id, &u)) != STORE_OK)
+        return rc;
+    char base[300], left[MONEY_FMT_LEN], rate[MONEY_FMT_LEN];
+    public_base_url(base, sizeof base);
+    char *body = NULL;
+    if (asprintf(&body,
+                 "At what your instances and volumes cost now (%s %s an hour), your gpurent\n"
+                 "funds (%s %s) last about %lld more minutes.\n"
+                 "\n"
+                 "When they run out, your running instances are stopped and billing ends;\n"
+                 "their volumes are kept. To keep them running, add funds (a top-up or an\n"
+                 "invite code) before then.\n"
+                 "\n"
+                 "Your balance, burn rate and runway:\n"
+                 "\n"
+                 "  curl %s/v1/balance -H \"Authorization: Bearer $KEY\"\n"
+                 "\n"
+                 "This is the only such mail until money comes in again.\n",
+                 money_format(burn, rate), daemon_config->currency, money_format(f.available, left),
+                 daemon_config->currency, (long long)minutes, base) < 0)
+        return STORE_ERROR;
+    const char *to = u.email_display[0] ? u.email_display : u.email;
+    char subject[96];
+    snprintf(subject, sizeof subject, "Low balance: your gpurent funds last about %lld minutes", (long long)minutes);
+    rc = store_outbox_insert(s, u.id, to, subject, body, now);
+    free(body);
+    return rc == STORE_OK ? store_user_set_low_balance_noticed(s, user_id, now) : rc;
 }

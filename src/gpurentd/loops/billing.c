@@ -383,7 +383,9 @@ static int bill_user(struct store *s, struct pass *p, const char *user_id, int e
         if ((rc = bill_until(s, p, user_id, expiries[i])) != STORE_OK ||
             (rc = ledger_expire_grants(s, user_id, expiries[i])) != STORE_OK)
             return rc;
-    return bill_until(s, p, user_id, p->now);
+    if ((rc = bill_until(s, p, user_id, p->now)) != STORE_OK)
+        return rc;
+    return notice_low_balance(s, user_id, p->now);
 }
 
 /* Per user of a batch: how billing them went, for after the commit. */
@@ -546,7 +548,28 @@ struct batch_plan {
     size_t n_intervals;
     struct billed_volume *volumes;
     size_t n_volumes;
+    const char **low; /* users whose funds may last under low_balance_minutes (notice_low_balance decides) */
+    size_t n_low;
 };
+
+/* Whether what is left of a user's funds after a batch's charges may last
+ * less than low_balance_minutes at what the next hour of their open
+ * intervals and kept volumes costs. Only a first sieve, in C over what the
+ * batch read: notice_low_balance reads the runway as GET /v1/balance does. */
+static int may_run_low(struct store *s, struct pass *p, int64_t left, const struct billable *b, size_t nb,
+                       const struct storage_billable *v, size_t nv)
+{
+    int64_t hour = 0, now, later;
+    for (size_t i = 0; i < nb; i++)
+        if (!b[i].ended_at && due_at(s, p, &b[i], p->now, &now) == STORE_OK &&
+            due_at(s, p, &b[i], p->now + 3600, &later) == STORE_OK)
+            hour += later - now;
+    for (size_t i = 0; i < nv; i++)
+        if (!v[i].deleted_at && storage_due_at(s, p, &v[i], p->now, &now) == STORE_OK &&
+            storage_due_at(s, p, &v[i], p->now + 3600, &later) == STORE_OK)
+            hour += later - now;
+    return hour > 0 && (__int128)left * 60 < (__int128)hour * daemon_config->low_balance_minutes;
+}
 
 /* Plans a charge of amount to the user as charge_to() posts one: drawn from
  * their grants g[0..ng) in order, then from their cash. -1 if it cannot be
@@ -644,6 +667,11 @@ static int plan_user(struct store *s, struct pass *p, struct batch_plan *pl, con
         if (due > b[i].billed || settled)
             pl->intervals[pl->n_intervals++] = (struct billed_interval){b[i].id, due, settled};
     }
+    int64_t left = cash;
+    for (size_t i = 0; i < ng; i++)
+        left += g[i].remaining;
+    if (may_run_low(s, p, left, b, nb, v, nv))
+        pl->low[pl->n_low++] = f->user_id;
     return 0;
 }
 
@@ -685,8 +713,9 @@ static int bulk_txn(struct store *s, void *vctx)
                             .reasons = calloc(room + 1, sizeof *pl.reasons),
                             .first_leg = calloc(room + 1, sizeof *pl.first_leg),
                             .intervals = calloc(rd.n_intervals + 1, sizeof *pl.intervals),
-                            .volumes = calloc(rd.n_volumes + 1, sizeof *pl.volumes)};
-    if (!pl.entries || !pl.reasons || !pl.first_leg || !pl.intervals || !pl.volumes)
+                            .volumes = calloc(rd.n_volumes + 1, sizeof *pl.volumes),
+                            .low = calloc(ctx->n + 1, sizeof *pl.low)};
+    if (!pl.entries || !pl.reasons || !pl.first_leg || !pl.intervals || !pl.volumes || !pl.low)
         rc = STORE_ERROR;
     size_t bi = 0, vi = 0, fi = 0, gi = 0;
     for (size_t u = 0; rc == STORE_OK && u < ctx->n; u++) {
@@ -727,6 +756,9 @@ static int bulk_txn(struct store *s, void *vctx)
                                  pl.intervals, pl.n_intervals, pl.volumes, pl.n_volumes};
     if (rc == STORE_OK)
         rc = store_charge_batch_post(s, &batch, p->now);
+    for (size_t i = 0; rc == STORE_OK && i < pl.n_low; i++)
+        rc = notice_low_balance(s, pl.low[i], p->now);
+    free(pl.low);
     free(pl.entries);
     free(pl.reasons);
     free(pl.first_leg);

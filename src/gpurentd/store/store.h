@@ -168,6 +168,10 @@ int store_user_get_by_email(struct store *s, const char *email_key, struct user 
 int store_user_get_by_login(struct store *s, const char *email_key, const char *lower, struct user *out);
 /* Number of admin accounts, or a negative store_rc. */
 int64_t store_user_count_admins(struct store *s);
+/* Whether user_id was mailed a low-balance notice since money last came in
+ * (migration 0049); set it at `at`, or clear it with 0. */
+int store_user_low_balance_noticed(struct store *s, const char *user_id, int *noticed);
+int store_user_set_low_balance_noticed(struct store *s, const char *user_id, int64_t at);
 
 /* store_api_keys.c */
 struct api_key {

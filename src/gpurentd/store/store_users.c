@@ -13,6 +13,11 @@ static const char SQL_USER_BY_EMAIL[] =
     "SELECT " USER_COLUMNS " FROM users WHERE email_key = ?";
 static const char SQL_USER_BY_LOWER[] = "SELECT " USER_COLUMNS " FROM users WHERE email = ?";
 static const char SQL_USER_COUNT_ADMINS[] = "SELECT count(*) FROM users WHERE role = 'admin'";
+static const char SQL_USER_LOW_NOTICED[] = "SELECT low_balance_noticed_at IS NOT NULL FROM users WHERE id = ?";
+/* Writes the row only when the mark changes: a top-up or grant of a user
+ * who was never warned writes nothing here. */
+static const char SQL_USER_SET_LOW_NOTICED[] =
+    "UPDATE users SET low_balance_noticed_at = ?2 WHERE id = ?1 AND low_balance_noticed_at IS NOT ?2";
 
 int store_user_insert(struct store *s, const struct user *u)
 {
@@ -103,4 +108,28 @@ int64_t store_user_count_admins(struct store *s)
     int64_t n = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : store_rc_from_sqlite(s, rc, "count admins");
     sqlite3_reset(st);
     return n;
+}
+
+int store_user_low_balance_noticed(struct store *s, const char *user_id, int *noticed)
+{
+    int64_t v = store_int64_by_text(s, SQL_USER_LOW_NOTICED, user_id, "low balance notice");
+    if (v < 0)
+        return (int)v;
+    *noticed = v == 1;
+    return STORE_OK;
+}
+
+int store_user_set_low_balance_noticed(struct store *s, const char *user_id, int64_t at)
+{
+    sqlite3_stmt *st = store_stmt(s, SQL_USER_SET_LOW_NOTICED);
+    if (!st)
+        return STORE_ERROR;
+    sqlite3_bind_text(st, 1, user_id, -1, SQLITE_STATIC);
+    if (at)
+        sqlite3_bind_int64(st, 2, at);
+    else
+        sqlite3_bind_null(st, 2);
+    int rc = store_rc_from_sqlite(s, sqlite3_step(st), "mark low balance notice");
+    sqlite3_reset(st);
+    return rc;
 }

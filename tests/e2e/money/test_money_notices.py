@@ -1,11 +1,13 @@
-"""test_money_notices.py: the mail a renter gets when billing stops their
-instances because the funds ran out, read from a real local SMTP server
-(aiosmtpd): sent once, when the pass that stopped them commits, naming
-every instance it stopped and the second the funds ran out; none for
-instances the renter stopped, nor from later passes. `gpurentd ledger
-verify` runs after the test."""
+"""test_money_notices.py: the mail a renter gets about their funds, read
+from a real local SMTP server (aiosmtpd). When billing stops their
+instances because the funds ran out: sent once, when the pass that
+stopped them commits, naming every instance it stopped and the second the
+funds ran out; none for instances the renter stopped, nor from later
+passes. When a pass leaves the funds lasting under low_balance_minutes:
+once, with what is left and the rate, and again only after money came in.
+`gpurentd ledger verify` runs after each test."""
 from mail_sink import Sink, mail_options, verification_code
-from money_util import MICRO, User, accrue, iso, new_cluster  # noqa: F401  (new_cluster is a fixture)
+from money_util import MICRO, PRICE, User, accrue, iso, new_cluster, yuan  # noqa: F401  (new_cluster is a fixture)
 
 import pytest
 
@@ -55,3 +57,58 @@ def test_the_renter_is_mailed_once_when_funds_run_out_and_their_instances_stop(n
     c.billing()
     assert c.d.sql("SELECT count(*) FROM outbox WHERE user_id = ?", (u.id,)) == [(2,)]
     assert len(sink.mail_to(u.email, 2)) == 2
+
+
+def test_a_low_balance_is_mailed_once_until_money_comes_in_again(new_cluster, sink):
+    c = new_cluster(options=mail_options(sink))
+    u = signup_verified(c, sink, invite_code="AMD6GW")  # 10.00
+    t0 = c.d.now()
+    iid = c.launch(u, "MI450", 8)  # 9.60 an hour: 62 minutes, above the 60-minute mark
+    burn = 8 * PRICE["MI450"]
+
+    def outbox():
+        return [s for (s,) in c.d.sql("SELECT subject FROM outbox WHERE user_id = ? ORDER BY id", (u.id,))]
+
+    def minutes(available):
+        return available * 60 // burn
+
+    c.d.set_clock(t0 + 60)
+    c.billing()
+    assert len(outbox()) == 1  # the verification mail alone: 61 minutes left
+    # Ten minutes in, 52 are left: one notice, with what is left and the rate.
+    c.d.set_clock(t0 + 600)
+    c.billing()
+    left = 10 * MICRO - accrue(PRICE["MI450"], 8, 600)
+    assert c.balance(u)["available"] == left
+    subject = f"Low balance: your gpurent funds last about {minutes(left)} minutes"
+    assert outbox()[1:] == [subject]
+    [_, (rcpt, _, msg)] = sink.mail_to(u.email, 2)
+    body = msg.get_content().replace("\r\n", "\n")
+    assert msg["Subject"] == subject and "(9.60 CNY an hour)" in body and f"({yuan(left)} CNY)" in body, body
+    assert "https://api.gpurent.test/v1/balance" in body, body
+    # Later passes, lower still, send nothing more.
+    c.d.set_clock(t0 + 1200)
+    c.billing()
+    c.billing()
+    assert len(outbox()) == 2
+    # Money comes in: the funds last long again, and the next time they run
+    # low is worth a notice.
+    c.topup(u, 20 * MICRO)
+    c.d.set_clock(t0 + 1800)
+    c.billing()
+    assert len(outbox()) == 2
+    spent = accrue(PRICE["MI450"], 8, 7700)
+    c.d.set_clock(t0 + 7700)
+    c.billing()
+    left = 30 * MICRO - spent
+    assert minutes(left) < 60
+    assert outbox()[2:] == [f"Low balance: your gpurent funds last about {minutes(left)} minutes"]
+    # Then they run out: the stop has its own mail, and no other.
+    c.d.set_clock(t0 + 20000)
+    c.billing()
+    assert "funds ran out" in c.wait_state(u, iid, "stopped")["state_reason"]
+    assert outbox()[3:] == ["Funds ran out: 1 gpurent instance stopped"]
+    c.d.advance_clock(3600)
+    c.billing()
+    assert len(outbox()) == 4
+    assert len(sink.mail_to(u.email, 4)) == 4
