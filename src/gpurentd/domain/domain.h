@@ -544,6 +544,14 @@ int reservation_admit(struct store *s, const char *user_id, const char *reservat
  * first block that cannot be, while the node is up and active (a node
  * already lost leaves, and its blocks are credited). */
 int reservation_pool_shrink_check(struct store *s, const char *node_id, int64_t now, int removing, int64_t *hour);
+/* In a placement's transaction, before an instance inside bound block
+ * reservation_id is placed: each node the block is bound to that is lost,
+ * set aside or short of healthy cards has its blocks moved onto spares now,
+ * by the pass's own rule (the newest first, never one whose instances hold
+ * cards there; their earlier hours credited first, this hour left to the
+ * pass), so a start or a job's restart need not wait for the next pass.
+ * Where no spare has room nothing moves. */
+int reservation_rehome_now(struct store *s, const char *reservation_id, int64_t now);
 /* One pass over reservations (in a transaction): the warning before the
  * end, stopping instances at the end, and credits for hours lost to failed
  * reserved hardware. *stopped says whether any instance was stopped. */

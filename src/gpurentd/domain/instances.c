@@ -79,6 +79,12 @@ int instance_place_near(struct store *s, const struct instance *in, const char *
     int bound = 0;
     if (reservation[0] && (rc = reservation_bound(s, reservation, &bound)) != STORE_OK)
         return rc;
+    /* The holder paid for the block's cards: one bound to a node lost, set
+     * aside or short of healthy cards moves onto a spare now, as the next
+     * pass would move it, rather than leave a start refused or a job's
+     * restart lost till then. */
+    if (bound && (rc = reservation_rehome_now(s, reservation, clock_now())) != STORE_OK)
+        return rc;
     const char *pool = reservation[0] ? "reserved" : "on_demand";
     struct placement p;
     int placed = 0;

@@ -288,13 +288,19 @@ static int spare_for(struct store *s, const struct reservation *r, int64_t from,
     return n ? STORE_OK : STORE_NOT_FOUND;
 }
 
+static int catch_up(struct store *s, const struct reservation *r, int64_t until, int64_t now);
+
 /* Moves block r off node_id onto its spare for [from, r->ends_at)
  * (spare_for). STORE_NOT_FOUND when there is none (nothing written);
- * new_node gets the node. */
+ * new_node gets the node. The hours before this one that no pass saw are
+ * credited first (catch_up), from the node it leaves: once moved, its
+ * binding names the spare, and they would go uncredited. */
 static int rehome(struct store *s, const struct reservation *r, const char *node_id, int64_t from, int64_t now,
                   char new_node[ID_MAX])
 {
     int rc = spare_for(s, r, from, new_node);
+    if (rc == STORE_OK)
+        rc = catch_up(s, r, now - now % HOUR, now);
     if (rc == STORE_OK && (rc = store_reservation_rebind(s, r->id, node_id, new_node, now)) == STORE_OK)
         log_info("reservations: %s re-homed from node %s to node %s for the rest of its window", r->id, node_id,
                  new_node);
@@ -625,8 +631,6 @@ static int stop_at_end(struct store *s, const struct reservation *r, const char 
     return store_instance_set_state(s, instance_id, "stopping", "", why, now);
 }
 
-static int catch_up(struct store *s, const struct reservation *r, int64_t until, int64_t now);
-
 /* The warning before the end, or the stop at the end, for r. */
 static int end_due(struct store *s, const struct reservation *r, int64_t now, int *stopped)
 {
@@ -854,7 +858,12 @@ struct on_node {
  * gives nothing it is not credited meanwhile where a spare has room for
  * it: judged, its instances would be gone and the block moved without
  * credit, as it will be; where none has, it is credited as any block
- * without a spare. */
+ * without a spare.
+ *
+ * lost NULL: the moves alone, this hour's credits left to the pass (a
+ * placement that needs a block's cards now, reservation_rehome_now). The
+ * pass credits nothing for a block it moved, so moving it sooner changes
+ * no credit. */
 static int node_shortfall(struct store *s, const char *node_id, const struct reservation *a, size_t n,
                           const struct reservation_binding *const *bind, int64_t *lost, char (*node_of)[ID_MAX],
                           int64_t now)
@@ -892,7 +901,7 @@ static int node_shortfall(struct store *s, const char *node_id, const struct res
             rc = STORE_OK;
         }
     }
-    for (size_t i = n; i-- > 0 && rc == STORE_OK;) {
+    for (size_t i = n; lost && i-- > 0 && rc == STORE_OK;) {
         if (!bind[i] || strcmp(bind[i]->node_id, node_id) != 0 || on[i].moved)
             continue;
         int64_t l = short_by <= 0 ? 0 : short_by < bind[i]->cards ? short_by : bind[i]->cards;
@@ -960,6 +969,48 @@ static int shortfalls(struct store *s, const struct reservation *a, size_t n, in
     free(lost);
     free(node_of);
     free(bind);
+    return rc;
+}
+
+/* node_shortfall's moves on node_id now, over the active blocks bound to
+ * it (oldest booking first, as the pass takes them). */
+static int node_moves_now(struct store *s, const char *node_id, int64_t now)
+{
+    struct reservation *newest = NULL, *a = NULL; /* newest booking first, as read; a: oldest first */
+    struct reservation_binding *rows = NULL;
+    const struct reservation_binding **bind = NULL;
+    size_t n = 0, n_rows = 0, k = 0;
+    int rc = store_node_reservations(s, node_id, now, &newest, &n);
+    if (rc == STORE_OK)
+        rc = store_node_bindings(s, node_id, now, &rows, &n_rows);
+    if (rc == STORE_OK && (!(a = calloc(n + 1, sizeof *a)) || !(bind = calloc(n + 1, sizeof *bind))))
+        rc = STORE_ERROR;
+    for (size_t i = n; rc == STORE_OK && i-- > 0;) {
+        if (newest[i].starts_at > now)
+            continue; /* not begun: the pass leaves it too */
+        a[k] = newest[i];
+        for (size_t m = 0; m < n_rows; m++)
+            if (strcmp(rows[m].reservation_id, a[k].id) == 0)
+                bind[k] = &rows[m];
+        k++;
+    }
+    if (rc == STORE_OK)
+        rc = node_shortfall(s, node_id, a, k, bind, NULL, NULL, now);
+    free(newest);
+    free(a);
+    free(rows);
+    free(bind);
+    return rc;
+}
+
+int reservation_rehome_now(struct store *s, const char *reservation_id, int64_t now)
+{
+    struct reservation_binding *mine = NULL;
+    size_t n = 0;
+    int rc = store_reservation_bindings(s, reservation_id, &mine, &n);
+    for (size_t k = 0; k < n && rc == STORE_OK; k++)
+        rc = node_moves_now(s, mine[k].node_id, now);
+    free(mine);
     return rc;
 }
 

@@ -1,0 +1,215 @@
+"""test_reservation_rehome_on_placement.py: a block bound to a node that is
+lost or set aside moves onto a spare when a placement inside it needs its
+cards, in that placement's transaction, not at the next billing pass: a
+reserved job whose node is lost restarts on the spare at once, and a stop
+and immediate start (or a create) of a reserved instance whose block sits
+on a node set aside lands on the spare. It moves as billing's pass would
+move it, so nothing is credited for the move, and cards the holder could not
+use before it are credited as before. With no spare the outcome is as it
+was: the job ends lost, the start or create is refused 409, and the pass
+credits the block's lost cards. No billing pass runs between
+the loss or the stop and the placement, so each case fails if the block
+moves only with the pass. `ledger verify` passes after every money step."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from harness import assert_error  # noqa: E402
+from instances_util import cloud, wait  # noqa: E402,F401  (fixture)
+from money_util import micro  # noqa: E402
+from resv_util import CUDA_IMAGE, ResvCloud  # noqa: E402
+
+PRICE = 2_000_000  # H100-SXM, micro-yuan per card-hour
+
+
+@pytest.fixture
+def rc(cloud):
+    r = ResvCloud(cloud)
+    r.price("H100-SXM", "2.00")
+    return r
+
+
+def bound(rc, rid):
+    """Names of the nodes the block is bound to, with its cards on each."""
+    return rc.d.sql("SELECT n.name, b.cards FROM reservation_nodes b JOIN nodes n ON n.id = b.node_id"
+                    " WHERE b.reservation_id = ? ORDER BY n.name", (rid,))
+
+
+def grants(rc):
+    return rc.d.sql("SELECT user_id, amount FROM credit_grants WHERE source = 'reservation' ORDER BY created_at")
+
+
+def credited(rc, acct, rid):
+    return micro(rc.d.get(f"/v1/reservations/{rid}", key=acct.key).json()["credited"])
+
+
+def set_state(rc, name, state):
+    node = rc.d.sql("SELECT id FROM nodes WHERE name = ?", (name,))[0][0]
+    r = rc.c.admin("POST", f"/v1/admin/nodes/{node}/state", json={"state": state, "reason": "test"})
+    assert r.status_code == 200, r.text
+
+
+def reserved_job(rc, acct, rid, cards):
+    return rc.c.create(acct, gpu_type="H100-SXM", image=CUDA_IMAGE, card_count=cards, reservation_id=rid,
+                       restart_policy="on_failure")
+
+
+def test_a_reserved_job_whose_node_is_lost_restarts_on_a_spare_with_its_block(rc):
+    a = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 3)
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    job = reserved_job(rc, u, r["id"], 8)["id"]
+    rc.c.wait_state(u, job, "running")
+    a.stop()
+    # No billing pass: the reconciler's verdict moves the block itself, in
+    # the transaction that places the restart.
+    wait(lambda: rc.c.get(u, job)["restart_count"] == 1, what="the restart")
+    inst = rc.c.get(u, job)
+    assert inst["state"] == "pending" and inst["desired_state"] == "running", inst
+    assert inst["state_reason"].startswith("restart 1 in 10s (restart_policy on_failure): node a-01 "), inst
+    assert bound(rc, r["id"]) == [("b-01", 8)]
+    assert rc.c.held_cards(job) == {"b-01": list(range(8))}
+    rc.d.advance_clock(10)
+    rc.c.wait_state(u, job, "running")
+    rc.c.check_running(u, job)
+    rc.billing()
+    rc.d.advance_clock(3600)
+    rc.billing()
+    assert grants(rc) == [] and credited(rc, u, r["id"]) == 0
+    assert rc.d.sql("SELECT count(*) FROM running_intervals WHERE instance_id = ?", (job,)) == [(0,)]
+    rc.c.check_cards_consistent()
+    rc.verify()
+
+
+def test_a_reserved_job_whose_node_is_lost_with_no_spare_ends_lost_and_is_credited(rc):
+    a = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u, v = rc.c.user(), rc.c.user()
+    x = rc.book(u, 8, rc.hour(1), 2)
+    y = rc.book(v, 6, rc.hour(1), 2)
+    assert bound(rc, x["id"]) == [("a-01", 8)] and bound(rc, y["id"]) == [("b-01", 6)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    job = reserved_job(rc, u, x["id"], 8)["id"]
+    rc.c.wait_state(u, job, "running")
+    a.stop()
+    inst = rc.c.wait_state(u, job, ("lost", "pending"))
+    # b-01 has 2 cards spare, not 8: nothing to restart on.
+    assert inst["state"] == "lost" and inst["restart_count"] == 0, inst
+    assert "no cards to restart it on: the nodes of reservation " + x["id"] in inst["state_reason"], inst
+    assert bound(rc, x["id"]) == [("a-01", 8)] and rc.c.held_cards(job) == {}
+    rc.billing()
+    rc.billing()  # the same hour: nothing more
+    assert grants(rc) == [(u.id, PRICE * 8)]
+    assert credited(rc, u, x["id"]) == PRICE * 8 and credited(rc, v, y["id"]) == 0
+    rc.d.advance_clock(3600)
+    rc.billing()
+    assert grants(rc) == [(u.id, PRICE * 8)] * 2 and credited(rc, u, x["id"]) == 2 * PRICE * 8
+    rc.verify()
+
+
+def test_a_stop_and_immediate_start_moves_the_block_off_a_node_set_aside(rc):
+    """A block of 8 whose 4-card instance runs on a node put in maintenance
+    stays with it there, credited the 4 cards it cannot use; stopped and at
+    once started, the instance takes the block to the spare. Nothing more is
+    credited in that hour or after."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 3)
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    inst = rc.launch(u, r["id"], 4)
+    rc.c.wait_state(u, inst["id"], "running")
+    set_state(rc, "a-01", "maintenance")
+    rc.billing()
+    assert bound(rc, r["id"]) == [("a-01", 8)] and grants(rc) == [(u.id, 4 * PRICE)]
+    rc.c.action(u, inst["id"], "stop")
+    rc.c.wait_state(u, inst["id"], "stopped")
+    started = rc.c.action(u, inst["id"], "start")
+    assert [p["node_name"] for p in started["nodes"]] == ["b-01"], started
+    assert bound(rc, r["id"]) == [("b-01", 8)]
+    rc.c.wait_state(u, inst["id"], "running")
+    rc.c.check_running(u, inst["id"])
+    rc.billing()
+    rc.d.advance_clock(3600)
+    rc.billing()
+    assert grants(rc) == [(u.id, 4 * PRICE)] and credited(rc, u, r["id"]) == 4 * PRICE
+    rc.c.check_cards_consistent()
+    rc.verify()
+
+
+def test_a_create_in_a_block_on_a_node_set_aside_moves_it_before_any_pass(rc):
+    """A block bound to a node cordoned before its window: its first launch
+    in the window moves it to the spare, though no pass has run since the
+    window began."""
+    rc.c.fleet(2, model="H100-SXM", fabric="ib-1", prefix="a-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 2)
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    set_state(rc, "a-01", "cordoned")
+    rc.d.set_clock(rc.hour(1) + 60)
+    inst = rc.launch(u, r["id"], 8)
+    assert [p["node_name"] for p in inst["nodes"]] == ["a-02"], inst
+    assert bound(rc, r["id"]) == [("a-02", 8)]
+    rc.c.wait_state(u, inst["id"], "running")
+    rc.billing()
+    assert grants(rc) == []
+    rc.verify()
+
+
+def test_a_start_with_no_spare_is_refused_and_the_block_is_credited(rc):
+    """The only reserved node is drained under a block's instance: stopped,
+    it cannot start again anywhere (409, nothing changed),
+    and the pass credits the block's cards for the hour."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 2)
+    rc.d.set_clock(rc.hour(1) + 60)
+    inst = rc.launch(u, r["id"], 8)
+    rc.c.wait_state(u, inst["id"], "running")
+    set_state(rc, "a-01", "draining")
+    rc.billing()
+    assert grants(rc) == []  # its instance runs on all 8 cards
+    rc.c.action(u, inst["id"], "stop")
+    rc.c.wait_state(u, inst["id"], "stopped")
+    err = assert_error(rc.d.post(f"/v1/instances/{inst['id']}/start", key=u.key), 409, "insufficient_capacity",
+                       "card_count")
+    assert f"the nodes of reservation {r['id']} have no room for 8 H100-SXM cards now" in err["message"] \
+        and "credited" in err["message"], err
+    got = rc.c.get(u, inst["id"])
+    assert got["state"] == "stopped" and got["desired_state"] == "stopped" and got["nodes"] == [], got
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    rc.billing()
+    assert grants(rc) == [(u.id, 8 * PRICE)] and credited(rc, u, r["id"]) == 8 * PRICE
+    rc.verify()
+
+
+def test_hours_no_pass_saw_are_credited_before_a_launch_moves_the_block(rc):
+    """The block's node went offline before its window and no pass ran in
+    its first two hours (the clock moved on): a launch in the third hour
+    moves it to the spare, and the two hours the lost node could not give
+    are credited first, from the node it leaves, as the pass would have
+    credited them; the hour it moved in is not."""
+    a = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 4)
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    a.stop()
+    wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'a-01'") == [("offline",)], what="a-01 offline")
+    rc.d.set_clock(rc.hour(3) + 60)
+    inst = rc.launch(u, r["id"], 8)
+    assert [p["node_name"] for p in inst["nodes"]] == ["b-01"], inst
+    assert bound(rc, r["id"]) == [("b-01", 8)]
+    hours = rc.d.sql("SELECT hour, cards FROM reservation_credits WHERE reservation_id = ? ORDER BY hour", (r["id"],))
+    assert hours == [(rc.hour(-2), 8), (rc.hour(-1), 8)], hours
+    rc.billing()
+    rc.billing()
+    assert grants(rc) == [(u.id, 8 * PRICE)] * 2 and credited(rc, u, r["id"]) == 2 * 8 * PRICE
+    rc.verify()
