@@ -552,6 +552,11 @@ int reservation_pool_shrink_check(struct store *s, const char *node_id, int64_t 
  * pass), so a start or a job's restart need not wait for the next pass.
  * Where no spare has room nothing moves. */
 int reservation_rehome_now(struct store *s, const char *reservation_id, int64_t now);
+/* Why the block's placement found no room, into why (n bytes): the first
+ * node it is bound to that takes no new work, with why the block is still
+ * there ("node a-01 is draining, and no other reserved node has room ...");
+ * "" when every one takes new work. */
+int reservation_stuck_why(struct store *s, const char *reservation_id, char *why, size_t n);
 /* One pass over reservations (in a transaction): the warning before the
  * end, stopping instances at the end, and credits for hours lost to failed
  * reserved hardware. *stopped says whether any instance was stopped. */

@@ -115,6 +115,14 @@ int instance_place_near(struct store *s, const struct instance *in, const char *
     }
     if (!placed && reservation[0]) {
         free(nodes);
+        char why[400] = "";
+        if (bound && (rc = reservation_stuck_why(s, reservation, why, sizeof why)) != STORE_OK)
+            return rc;
+        if (why[0])
+            return op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count", NULL,
+                             "the nodes of reservation %s have no room for %lld %s cards now: %s (lost hours are "
+                             "credited)",
+                             reservation, (long long)in->card_count, in->gpu_model, why);
         return op_refuse(o, ERR_INSUFFICIENT_CAPACITY, "card_count", NULL,
                          "the nodes of reservation %s have no room for %lld %s cards now (its instances hold "
                          "its cards there, or a node of it is down; lost hours are credited)",

@@ -1014,6 +1014,37 @@ int reservation_rehome_now(struct store *s, const char *reservation_id, int64_t 
     return rc;
 }
 
+int reservation_stuck_why(struct store *s, const char *reservation_id, char *why, size_t n)
+{
+    why[0] = 0;
+    struct reservation_binding *mine = NULL;
+    size_t n_mine = 0;
+    int rc = store_reservation_bindings(s, reservation_id, &mine, &n_mine);
+    for (size_t k = 0; k < n_mine && rc == STORE_OK && !why[0]; k++) {
+        struct node node;
+        int64_t held, healthy;
+        if ((rc = store_node_get(s, mine[k].node_id, &node)) == STORE_NOT_FOUND) {
+            snprintf(node.name, sizeof node.name, "%s", mine[k].node_id);
+            snprintf(node.state, sizeof node.state, "removed");
+        } else if (rc != STORE_OK || strcmp(node.state, "ready") == 0) {
+            continue;
+        }
+        if ((rc = store_reservation_cards_on_node(s, reservation_id, mine[k].node_id, &held, &healthy)) != STORE_OK)
+            break;
+        /* Why the pass's rule (node_shortfall) left the block there. */
+        const char *stays = held > 0 ? "the block stays with its instances, which hold cards there"
+                            : strcmp(node.state, "unreachable") == 0
+                                ? "the block waits for it to answer again or be judged lost"
+                                : "no other reserved node has room for the block for the rest of its window";
+        const char *is = strcmp(node.state, "rejected") == 0 ? "refused (its hardware no longer matches its "
+                                                               "registration)"
+                                                             : node.state;
+        snprintf(why, n, "node %s is %s, and %s", node.name, is, stays);
+    }
+    free(mine);
+    return rc;
+}
+
 /* Binds the blocks booked before 0028 for what is left of their windows,
  * oldest first; one that no node can hold stays unbound (its instances
  * take the pool's best fit, as before 0028). */

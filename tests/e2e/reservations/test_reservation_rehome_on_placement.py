@@ -6,8 +6,8 @@ and immediate start (or a create) of a reserved instance whose block sits
 on a node set aside lands on the spare. It moves as billing's pass would
 move it, so nothing is credited for the move, and cards the holder could not
 use before it are credited as before. With no spare the outcome is as it
-was: the job ends lost, the start or create is refused 409, and the pass
-credits the block's lost cards. No billing pass runs between
+was: the job ends lost, the start or create is refused 409 naming the node,
+and the pass credits the block's lost cards. No billing pass runs between
 the loss or the stop and the placement, so each case fails if the block
 moves only with the pass. `ledger verify` passes after every money step."""
 import os
@@ -102,6 +102,7 @@ def test_a_reserved_job_whose_node_is_lost_with_no_spare_ends_lost_and_is_credit
     # b-01 has 2 cards spare, not 8: nothing to restart on.
     assert inst["state"] == "lost" and inst["restart_count"] == 0, inst
     assert "no cards to restart it on: the nodes of reservation " + x["id"] in inst["state_reason"], inst
+    assert "node a-01 is offline" in inst["state_reason"], inst
     assert bound(rc, x["id"]) == [("a-01", 8)] and rc.c.held_cards(job) == {}
     rc.billing()
     rc.billing()  # the same hour: nothing more
@@ -163,9 +164,9 @@ def test_a_create_in_a_block_on_a_node_set_aside_moves_it_before_any_pass(rc):
     rc.verify()
 
 
-def test_a_start_with_no_spare_is_refused_and_the_block_is_credited(rc):
+def test_a_start_with_no_spare_is_refused_naming_the_node_and_the_block_is_credited(rc):
     """The only reserved node is drained under a block's instance: stopped,
-    it cannot start again anywhere (409, nothing changed),
+    it cannot start again anywhere (409 naming the node, nothing changed),
     and the pass credits the block's cards for the hour."""
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
     u = rc.c.user()
@@ -180,8 +181,8 @@ def test_a_start_with_no_spare_is_refused_and_the_block_is_credited(rc):
     rc.c.wait_state(u, inst["id"], "stopped")
     err = assert_error(rc.d.post(f"/v1/instances/{inst['id']}/start", key=u.key), 409, "insufficient_capacity",
                        "card_count")
-    assert f"the nodes of reservation {r['id']} have no room for 8 H100-SXM cards now" in err["message"] \
-        and "credited" in err["message"], err
+    assert f"the nodes of reservation {r['id']} have no room for 8 H100-SXM cards now: node a-01 is draining" \
+        in err["message"] and "credited" in err["message"], err
     got = rc.c.get(u, inst["id"])
     assert got["state"] == "stopped" and got["desired_state"] == "stopped" and got["nodes"] == [], got
     assert bound(rc, r["id"]) == [("a-01", 8)]
@@ -212,4 +213,26 @@ def test_hours_no_pass_saw_are_credited_before_a_launch_moves_the_block(rc):
     rc.billing()
     rc.billing()
     assert grants(rc) == [(u.id, 8 * PRICE)] * 2 and credited(rc, u, r["id"]) == 2 * 8 * PRICE
+    rc.verify()
+
+
+def test_a_block_whose_instance_holds_cards_on_a_node_set_aside_stays_and_a_second_launch_is_refused(rc):
+    """A spare has room, but the block's first instance runs on its node,
+    now cordoned: the block stays with it (moved, it would hold the spare's
+    cards too while the instance kept the old node's), so a second instance
+    in the block cannot be placed; the refusal says why."""
+    rc.c.fleet(2, model="H100-SXM", fabric="ib-1", prefix="a-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 2)
+    rc.d.set_clock(rc.hour(1) + 60)
+    first = rc.launch(u, r["id"], 4)
+    rc.c.wait_state(u, first["id"], "running")
+    set_state(rc, "a-01", "cordoned")
+    err = assert_error(rc.d.post("/v1/instances", key=u.key,
+                                 json={"gpu_type": "H100-SXM", "card_count": 4, "reservation_id": r["id"],
+                                       "image": CUDA_IMAGE}), 409, "insufficient_capacity", "card_count")
+    assert "node a-01 is cordoned, and the block stays with its instances, which hold cards there" \
+        in err["message"], err
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.c.get(u, first["id"])["state"] == "running"
     rc.verify()
