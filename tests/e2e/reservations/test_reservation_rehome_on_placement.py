@@ -1,7 +1,8 @@
 """test_reservation_rehome_on_placement.py: a block bound to a node that is
 lost or set aside moves onto a spare when a placement inside it needs its
 cards, in that placement's transaction, not at the next billing pass: a
-reserved job whose node is lost restarts on the spare at once, and a stop
+reserved job whose node is lost restarts on the spare at once (as does one
+that exits on a node cordoned meanwhile), and a stop
 and immediate start (or a create) of a reserved instance whose block sits
 on a node set aside lands on the spare. It moves as billing's pass would
 move it, so nothing is credited for the move, and cards the holder could not
@@ -111,6 +112,35 @@ def test_a_reserved_job_whose_node_is_lost_with_no_spare_ends_lost_and_is_credit
     rc.d.advance_clock(3600)
     rc.billing()
     assert grants(rc) == [(u.id, PRICE * 8)] * 2 and credited(rc, u, x["id"]) == 2 * PRICE * 8
+    rc.verify()
+
+
+def test_a_reserved_jobs_restart_leaves_a_node_set_aside_with_its_block(rc):
+    """A restart is new work: a reserved job that exits on a node cordoned
+    meanwhile restarts on the spare, its block moved there in the same
+    transaction, as an on-demand job's restart leaves such a node."""
+    rc.c.fleet(2, model="H100-SXM", fabric="ib-1", prefix="a-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 2)
+    assert bound(rc, r["id"]) == [("a-01", 8)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    flag = rc.c.tmp / "exit-now"
+    job = rc.c.create(u, gpu_type="H100-SXM", image=CUDA_IMAGE, card_count=8, reservation_id=r["id"],
+                      restart_policy="on_failure",
+                      command=["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done; rm -f {flag}; exit 3"])["id"]
+    rc.c.wait_state(u, job, "running")
+    set_state(rc, "a-01", "cordoned")
+    flag.touch()
+    wait(lambda: rc.c.get(u, job)["restart_count"] == 1, what="the restart")
+    assert rc.c.get(u, job)["state_reason"].startswith(
+        "restart 1 in 10s (restart_policy on_failure) on node a-02 cards [0,1,2,3,4,5,6,7], as node a-01 is"
+        " cordoned: workload exited with status 3"), rc.c.get(u, job)
+    assert bound(rc, r["id"]) == [("a-02", 8)]
+    rc.d.advance_clock(10)
+    rc.c.wait_state(u, job, "running")
+    rc.c.check_running(u, job)
+    rc.billing()
+    assert grants(rc) == []
     rc.verify()
 
 
