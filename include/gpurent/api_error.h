@@ -46,6 +46,7 @@ enum api_error {
     ERR_EMAIL_NOT_VERIFIED,     /* the account's e-mail address is not verified yet */
     ERR_HTTP_VERSION,           /* an HTTP version other than 1.0 and 1.1 */
     ERR_UNSUPPORTED_MEDIA_TYPE, /* a body not sent as JSON, or content-encoded */
+    ERR_INVALID_RESET_CODE,     /* a password reset code that is wrong, expired, used or worn out */
     ERR_COUNT
 };
 

@@ -45,6 +45,9 @@ static const struct api_error_info errors[ERR_COUNT] = {
     [ERR_HTTP_VERSION] = {"http_version_not_supported", 505, "only HTTP/1.0 and HTTP/1.1 are served"},
     [ERR_UNSUPPORTED_MEDIA_TYPE] = {"unsupported_media_type", 415,
                                     "a request body must be JSON, sent with Content-Type: application/json"},
+    [ERR_INVALID_RESET_CODE] = {"invalid_reset_code", 400,
+                                "this password reset code does not work (wrong, expired, used, or tried too often);"
+                                " ask for a new one"},
 };
 
 const struct api_error_info *api_error_info(enum api_error e)

@@ -392,6 +392,12 @@ const struct conf_option daemon_options[] = {
             "sign-ups per hour from one client address; 0 no limit (SIGHUP applies a change)"),
     OPT_INT(signup_rate_per_subnet, 0, 1000000, 50,
             "sign-ups per hour from one /24 (IPv6: /64); 0 no limit (SIGHUP applies a change)"),
+    OPT_INT(password_reset_ttl_s, 60, 86400, 1800, "seconds a password reset code works"),
+    OPT_INT(password_reset_max_tries, 1, 100, 5, "wrong codes tried before an account's password reset code is dead"),
+    OPT_INT(password_reset_rate_per_email, 0, 1000000, 5,
+            "password reset requests per hour for one e-mail address; 0 no limit (SIGHUP applies a change)"),
+    OPT_INT(password_reset_rate_per_address, 0, 1000000, 20,
+            "password reset requests per hour from one client address; 0 no limit (SIGHUP applies a change)"),
     /* The app marketplace (issue 17). */
     OPT_INT(app_platform_fee_ppm, 0, 1000000, 100000,
             "the platform's share of every app call, in millionths of its charge (100000: 10%)"),

@@ -180,14 +180,21 @@ static void reload(struct http_server *srv, struct loaded *l)
     int64_t per_address = fresh.signup_rate_per_address, per_subnet = fresh.signup_rate_per_subnet;
     daemon_config->signup_rate_per_address = per_address;
     daemon_config->signup_rate_per_subnet = per_subnet;
+    /* And the password reset limits (api_password_reset.c). */
+    int64_t reset_per_email = fresh.password_reset_rate_per_email,
+            reset_per_address = fresh.password_reset_rate_per_address;
+    daemon_config->password_reset_rate_per_email = reset_per_email;
+    daemon_config->password_reset_rate_per_address = reset_per_address;
     log_level_change(level,
                      "reload: applied log_level=%s cors_origins='%s' max_body_bytes=%lld max_json_depth=%lld "
                      "login_max_failures=%lld (per client %lld) login_lockout_s=%lld "
-                     "signup_rate_per_address=%lld signup_rate_per_subnet=%lld; "
+                     "signup_rate_per_address=%lld signup_rate_per_subnet=%lld "
+                     "password_reset_rate_per_email=%lld password_reset_rate_per_address=%lld; "
                      "other options take effect at the next restart",
                      fresh.log_level, fresh.cors_origins, (long long)fresh.max_body_bytes,
                      (long long)fresh.max_json_depth, (long long)max_failures, (long long)max_failures * 4,
-                     (long long)lockout_s, (long long)per_address, (long long)per_subnet);
+                     (long long)lockout_s, (long long)per_address, (long long)per_subnet, (long long)reset_per_email,
+                     (long long)reset_per_address);
 }
 
 /* One daemon per database: two would each reconcile the same instances

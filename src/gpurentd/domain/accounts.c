@@ -347,11 +347,15 @@ static int verify_txn(struct store *s, void *vctx)
         return rc == STORE_NOT_FOUND ? ACCOUNT_TOKEN_USED : rc;
     /* A second code of an account already verified (a resend) does nothing
      * more than use itself up. */
-    if (u.email_verified_at)
-        return STORE_OK;
-    if ((rc = store_user_set_verified(s, u.id, now)) != STORE_OK)
+    return u.email_verified_at ? STORE_OK : account_mark_verified(s, &u, now, ctx->out);
+}
+
+int account_mark_verified(struct store *s, const struct user *u, int64_t now, struct account_verified *out)
+{
+    int rc = store_user_set_verified(s, u->id, now);
+    if (rc != STORE_OK)
         return rc;
-    return u.trial_at ? STORE_OK : grant_trial(s, &u, now, ctx->out);
+    return u->trial_at ? STORE_OK : grant_trial(s, u, now, out);
 }
 
 int account_verify(struct store *s, const char *token, struct account_verified *out)

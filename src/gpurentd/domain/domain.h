@@ -5,6 +5,8 @@
  * include of a layer above.
  *
  *   accounts.c   accounts and API keys, shared by the API and the CLI
+ *   password_reset.c  a forgotten password: the mailed code, its checks,
+ *                the new password and the sessions it ends
  *   instances.c  create, start, stop, terminate as transaction callbacks,
  *                and the JSON shape of an instance
  *   placement.c  best-fit card placement (placement.h; pure)
@@ -139,6 +141,13 @@ struct daemon_conf {
      * limit. Changed on SIGHUP like the login limits (atomic). */
     _Atomic int64_t signup_rate_per_address;
     _Atomic int64_t signup_rate_per_subnet;
+    /* Password resets: how long a code works, wrong tries before it is
+     * dead, and requests per hour per e-mail address and per client
+     * address (0 no limit; the two rates change on SIGHUP, atomic). */
+    int64_t password_reset_ttl_s;
+    int64_t password_reset_max_tries;
+    _Atomic int64_t password_reset_rate_per_email;
+    _Atomic int64_t password_reset_rate_per_address;
     /* Reservations (issue 16). */
     int64_t reservation_horizon_hours;       /* a reservation ends at most this many hours ahead */
     int64_t reservation_max_hours;           /* longest reservation */
@@ -191,6 +200,10 @@ struct account_verified {
  * credit when there was none or it no longer redeems), in one
  * transaction. */
 int account_verify(struct store *s, const char *token, struct account_verified *out);
+/* Marks u's address verified and, if it has not had its trial, grants it
+ * as account_verify does; in the caller's transaction. For a proof of the
+ * mailbox other than the verification code (a password reset's). */
+int account_mark_verified(struct store *s, const struct user *u, int64_t now, struct account_verified *out);
 /* Queues a new verification mail for user_id (the old codes keep working
  * until they expire); ACCOUNT_ALREADY_VERIFIED when there is nothing to do. */
 int account_resend_verification(struct store *s, const char *user_id);
@@ -205,6 +218,32 @@ int account_invite_day_check(struct store *s, const char *code, int64_t now);
 #define ACCOUNT_CODE_REDEEMED (-127)
 int account_redeem_check(struct store *s, const char *user_id, const char *code, int64_t now);
 int account_redeem_done(struct store *s, const char *user_id, int64_t now);
+/* password_reset.c: POST /v1/password-reset and its confirm. The account
+ * is found by the e-mail address (email_key, then the lower-cased form, as
+ * logging in finds it). */
+/* Queues a reset code mail for the account at that address when there is
+ * one and it is active, replacing its earlier code, and records the
+ * request; nothing at all otherwise (*queued 0). from: the client. */
+int account_reset_request(struct store *s, const char *email_key, const char *lower, const char *from, int *queued);
+/* What a confirm did. */
+struct reset_done {
+    int refused;                    /* the code was wrong, expired, used or worn out, or no such account */
+    int64_t login_keys_revoked;     /* keys made by logging in, all revoked */
+    int64_t api_keys_kept;          /* the account's other live keys, kept */
+    struct account_verified verified; /* the address verified by this reset: its trial, if granted */
+    int verified_now;               /* 1 when the reset verified the address */
+};
+/* Checks code against the account's live code (constant time) and, when it
+ * matches, sets password_hash, deletes the code, verifies the address,
+ * revokes every key made by logging in and records it, in one transaction.
+ * A wrong code is counted (password_reset_max_tries wrong ones delete it)
+ * and gives out->refused with STORE_OK, so the count is kept. */
+int account_reset_confirm(struct store *s, const char *email_key, const char *lower, const char *code,
+                          const char *password_hash, const char *from, struct reset_done *out);
+/* Adds an account_events row (event as the table's CHECK lists it;
+ * detail borrowed, NULL for {}) in the caller's transaction. */
+int account_event(struct store *s, const char *user_id, const char *event, const char *from, json_t *detail,
+                  int64_t now);
 /* Suspends (active 0: keys refused, instances stopped) or reinstates an
  * account, in the caller's transaction; *stopped gets how many instances
  * were told to stop. */

@@ -5,7 +5,7 @@
  *
  *   routes.c       every route, in one table (docs/openapi.json follows it)
  *   auth.c         bearer API keys (expiry, last use) and roles
- *   throttle.c     failed-login lockouts
+ *   throttle.c     failed-login lockouts and the sign-up and reset limits
  *   idempotency.c  Idempotency-Key: the replay before a change and the
  *                  record in its transaction
  *   paging.c       limit and cursor
@@ -14,8 +14,9 @@
  *   api_*.c        one file per resource: health, accounts, keys, GPU
  *                  types, nodes, images, volumes, instances, users, balance,
  *                  prices, storage prices, credits, payments, billing,
- *                  audit, SSH keys, the password (api_password.c), sign-ups
- *                  and admins acting on accounts (api_signup.c)
+ *                  audit, SSH keys, the password (api_password.c) and its
+ *                  reset (api_password_reset.c), sign-ups and admins
+ *                  acting on accounts (api_signup.c)
  *   api_logs.c     instance logs, read from agents by the logs proxy
  *   api_apps.c     the app marketplace and gpurent-gateway's signed
  *                  internal API (issue 17)
@@ -154,6 +155,9 @@ void api_keys_revoke(struct http_request *req);
 void api_keys_revoke_all(struct http_request *req);
 /* api_password.c */
 void api_me_password(struct http_request *req);
+/* api_password_reset.c: a forgotten password. */
+void api_password_reset(struct http_request *req);
+void api_password_reset_confirm(struct http_request *req);
 /* The password rules (api_accounts.c): replies 400 naming field and returns
  * -1 when pw breaks one. */
 #define API_PASSWORD_MAX 256

@@ -1,5 +1,6 @@
 /* api_password.c: POST /v1/me/password — change the account's password,
- * proving the current one, and end the sessions other logins opened. */
+ * proving the current one, end the sessions other logins opened, and
+ * record it in account_events. */
 #include "gpurent/clock.h"
 #include "gpurent/secrets.h"
 #include "http/api.h"
@@ -15,6 +16,7 @@ struct password_ctx {
     int wrong;           /* out: current did not match */
     int64_t now;
     int64_t revoked;     /* out: other login keys revoked */
+    const char *from;    /* the client, for account_events */
 };
 
 /* The check and the change in one transaction, so two changes racing with
@@ -31,7 +33,12 @@ static int password_txn(struct store *s, void *vctx)
         return REFUSED;
     if ((rc = store_user_set_password(s, ctx->user_id, ctx->hash)) != STORE_OK)
         return rc;
-    return store_api_keys_revoke_all(s, ctx->user_id, ctx->key_id, 1, ctx->now, &ctx->revoked);
+    if ((rc = store_api_keys_revoke_all(s, ctx->user_id, ctx->key_id, 1, ctx->now, &ctx->revoked)) != STORE_OK)
+        return rc;
+    json_t *detail = json_pack("{s:I, s:s}", "login_keys_revoked", (json_int_t)ctx->revoked, "api_key_id", ctx->key_id);
+    rc = account_event(s, ctx->user_id, "password_change", ctx->from, detail, ctx->now);
+    json_decref(detail);
+    return rc;
 }
 
 void api_me_password(struct http_request *req)
@@ -47,7 +54,7 @@ void api_me_password(struct http_request *req)
     const char *current = json_string_value(json_object_get(body, "current_password"));
     const char *next = json_string_value(json_object_get(body, "new_password"));
     struct password_ctx ctx = {.user_id = req->user_id, .key_id = req->key_id, .current = current,
-                               .now = clock_now()};
+                               .now = clock_now(), .from = req->client_ip};
     /* Guesses at the current password are limited as logins are (per
      * account and per client, login_max_failures and login_lockout_s): an
      * API key that leaked must not be a way to find the password. */

@@ -33,6 +33,8 @@ const struct http_route daemon_routes[] = {
     {"DELETE", "/v1/api-keys/{id}",           api_keys_revoke,         AUTH_USER, NO_QUERY},
     {"DELETE", "/v1/api-keys",                api_keys_revoke_all,     AUTH_USER, QUERY_IN_HANDLER},
     {"POST",   "/v1/me/password",             api_me_password,         AUTH_USER, NO_QUERY},
+    {"POST",   "/v1/password-reset",          api_password_reset,      AUTH_NONE, NO_QUERY},
+    {"POST",   "/v1/password-reset/confirm",  api_password_reset_confirm, AUTH_NONE, NO_QUERY},
 
     {"GET",    "/v1/gpu-types",               api_gpu_types_list,      AUTH_NONE, NO_QUERY},
     {"PUT",    "/v1/admin/gpu-types/{code}",  api_gpu_types_put,       AUTH_ADMIN, NO_QUERY},

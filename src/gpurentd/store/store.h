@@ -8,7 +8,8 @@
  * table or concern the SQL: users, API keys, GPU types, nodes, capacity
  * history, images, volumes, instances, idempotency, money, money reports,
  * audit, metrics, reports, verify, SSH keys, what an instance runs, storage
- * billing, multi-node jobs (store_gang.c).
+ * billing, multi-node jobs (store_gang.c), password reset codes and account
+ * events (store_resets.c).
  *
  * Threading: a struct store is one SQLite connection and its cache of
  * prepared statements, used by one thread only. store_thread() gives each
@@ -1114,6 +1115,27 @@ struct volume_charge {
 /* Calls fn for every volume that has storage charged or is settled, by
  * region then id; a non-zero return stops with STORE_ERROR. */
 int store_volume_charges(struct store *s, int (*fn)(void *ctx, const struct volume_charge *vc), void *ctx);
+
+/* store_resets.c: password reset codes, one live per account, and the
+ * account's security record (migration 0050). */
+struct password_reset {
+    char code_hash[65];  /* sha256_hex of the code */
+    int64_t created_at;  /* epoch seconds it was asked for */
+    int64_t expires_at;  /* epoch seconds; refused from then on */
+    int64_t failures;    /* wrong codes tried since */
+};
+/* Puts user_id's code, replacing any earlier one (and its failures). */
+int store_reset_put(struct store *s, const char *user_id, const char *code_hash, int64_t at, int64_t expires_at,
+                    const char *from);
+/* STORE_NOT_FOUND when the account has no code. */
+int store_reset_get(struct store *s, const char *user_id, struct password_reset *out);
+/* Counts a wrong try at user_id's code. */
+int store_reset_fail(struct store *s, const char *user_id);
+/* Deletes user_id's code (used or worn out); STORE_NOT_FOUND when none. */
+int store_reset_delete(struct store *s, const char *user_id);
+/* Adds one account_events row; detail is a JSON object's text. */
+int store_account_event_insert(struct store *s, int64_t at, const char *user_id, const char *event, const char *from,
+                               const char *detail);
 
 /* store_signup.c: e-mail verification codes, the outbox, sign-up lists,
  * suspension and invite codes' per-day caps (migration 0021). */

@@ -37,6 +37,8 @@ static const struct {
                                 " AND (?2 IS NULL OR day < ?2) ORDER BY day, reservation_id"},
     {"reservation-refunds", "SELECT * FROM report_reservation_refunds WHERE (?1 IS NULL OR day >= ?1)"
                             " AND (?2 IS NULL OR day < ?2) ORDER BY day, kind, reservation_id"},
+    {"account-events", "SELECT * FROM report_account_events WHERE (?1 IS NULL OR day >= ?1)"
+                       " AND (?2 IS NULL OR day < ?2) ORDER BY day, event_id"},
 };
 
 /* Columns named *_micro hold money, which must come out as integers. SQLite

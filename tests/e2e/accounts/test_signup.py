@@ -5,8 +5,6 @@ normalised e-mail uniqueness, expired and used codes, sign-up rate limits
 per address and subnet (applied on SIGHUP, counted in /metrics), invite
 codes' per-day cap, the mailer's retries, admins' look-up, sign-up list
 and suspension, and bad input on every new route and field."""
-import http.client
-import json
 import os
 import signal
 
@@ -14,8 +12,9 @@ import pytest
 
 from agent_util import poll
 from harness import DEFAULT_PASSWORD, assert_error, run_gpurentd, unique_email
-from mail_sink import VERIFICATION_CODE, Sink, free_port, mail_options, verification_code
+from mail_util import VERIFICATION_CODE, Sink, free_port, mail_options, post_from, verification_code
 from money_util import ledger_verify
+
 
 @pytest.fixture
 def sink():
@@ -207,17 +206,6 @@ def test_bad_domain_aliases_are_refused_at_load(value):
 
 
 # ---------------------------------------------------------------- farming: the rate limits
-
-def post_from(d, source, path, body):
-    """POSTs JSON from a given loopback source address."""
-    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30, source_address=(source, 0))
-    try:
-        c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        return r.status, dict(r.getheaders()), json.loads(r.read() or b"null")
-    finally:
-        c.close()
-
 
 def metric(d, name, **labels):
     text = d.get("/metrics", key=d.admin_key).text

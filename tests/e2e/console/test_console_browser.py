@@ -19,7 +19,7 @@ import requests
 from agent_util import poll
 from harness import REPO, DEFAULT_PASSWORD, unique_email
 from instances_util import FAST_CLOUD, Cloud
-from mail_sink import Sink, verification_code
+from mail_util import Sink, verification_code
 from money_util import iso, ledger_verify
 
 HERE = os.path.dirname(__file__)

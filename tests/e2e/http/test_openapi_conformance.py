@@ -169,6 +169,14 @@ def accounts(w):
     w.call("POST", "/v1/verify-email", json={"token": "evc_" + "0" * 20}, expect=(400, 404))
     w.json("POST", "/v1/verify-email", json={"token": w.d.verification_code(email)})
     w.call("POST", "/v1/verify-email/resend", key=key, expect=(409, 429))
+    # A forgotten password: the same 202 for an account's address and for
+    # nobody's; a code that does not work is 400 (the mail, and so the
+    # 200, is tests/e2e/accounts/test_password_reset.py's).
+    w.json("POST", "/v1/password-reset", json={"email": email}, expect=202)
+    w.json("POST", "/v1/password-reset", json={"email": unique_email("nobody")}, expect=202)
+    w.call("POST", "/v1/password-reset", json={"email": "not-an-address"}, expect=400)
+    w.call("POST", "/v1/password-reset/confirm", json={"email": email, "code": "prc_" + "0" * 20,
+                                                       "new_password": "a brand new passphrase"}, expect=400)
     w.json("POST", "/v1/login", json={"email": email, "password": DEFAULT_PASSWORD, "key_name": "laptop"})
     w.call("POST", "/v1/login", json={"email": email, "password": "wrong password!"}, expect=401)
     w.json("GET", "/v1/me", key=key)

@@ -32,7 +32,7 @@ Daemon(directory, *, options=None, config=None, args=(), clock=START_TIME,
     gpurent.db, clock (the testing clock file), gpurentd.conf (when config
     text is given; passed with -c) and stdout-N.log / stderr-N.log for the
     N-th start. options are extra `-o key=value` overrides, applied over
-    FAST_OPTIONS (password_iterations=1000, no sign-up rate limits). clock=None runs on the system
+    FAST_OPTIONS (password_iterations=1000, no sign-up or reset rate limits). clock=None runs on the system
     clock. listen defaults to port 0: the daemon binds a free port and the
     harness reads it from the "listening on" log line, so there is no race
     for ports between tests.
@@ -88,9 +88,11 @@ import requests
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 GPURENTD = os.path.abspath(os.environ.get("GPURENTD") or os.path.join(REPO, "build", "gpurentd"))
 START_TIME = 1_800_000_000  # 2027-01-15T08:00:00Z
-# Tests make many accounts from 127.0.0.1: the sign-up rate limits are off
-# unless a test sets them (tests/e2e/accounts/test_signup.py does).
+# Tests make many accounts from 127.0.0.1: the sign-up and password reset
+# rate limits are off unless a test sets them (tests/e2e/accounts/
+# test_signup.py and test_password_reset.py do).
 FAST_OPTIONS = {"password_iterations": "1000", "signup_rate_per_address": "0", "signup_rate_per_subnet": "0",
+                "password_reset_rate_per_email": "0", "password_reset_rate_per_address": "0",
                 # the repository's web console, not an installed one
                 "console_dir": os.path.join(REPO, "console")}
 DEFAULT_PASSWORD = "correct horse battery"

@@ -272,16 +272,17 @@ static void collect(void *ctx, int n, const char *const *names, const char *cons
     t->rows++;
 }
 
-static void test_report_names_are_ten_then_null(void **state)
+static void test_report_names_are_eleven_then_null(void **state)
 {
     static const char *const want[] = {"daily-revenue",       "usage",
                                        "utilisation",         "credit-liability",
                                        "topups",              "admin-actions",
                                        "storage",             "reservation-revenue",
-                                       "reservation-utilisation", "reservation-refunds"};
-    for (size_t i = 0; i < 10; i++)
+                                       "reservation-utilisation", "reservation-refunds",
+                                       "account-events"};
+    for (size_t i = 0; i < 11; i++)
         assert_string_equal(store_report_name(i), want[i]);
-    assert_null(store_report_name(10));
+    assert_null(store_report_name(11));
     assert_null(store_report_name(1000));
 }
 
@@ -604,7 +605,7 @@ int main(void)
         fx_test(test_funds_before_are_the_ledger_as_it_stood),
         fx_test(test_burn_rate_is_price_times_cards_of_what_runs),
         fx_test(test_money_totals_add_up_every_kind_of_movement),
-        cmocka_unit_test(test_report_names_are_ten_then_null),
+        cmocka_unit_test(test_report_names_are_eleven_then_null),
         fx_test(test_every_report_runs_on_an_empty_ledger_with_its_header),
         fx_test(test_daily_revenue_nets_refunds_per_day_and_type),
         fx_test(test_topups_and_credit_liability_reports_list_their_rows),

@@ -1,0 +1,99 @@
+"""mail_util.py: a real local SMTP server (aiosmtpd) for the tests of mail
+the daemon sends (verification codes, password reset codes), and the
+options that point a daemon at it.
+
+Sink(port=None)           an SMTP server on 127.0.0.1 keeping every message:
+                          messages [(rcpt list, mail_from, EmailMessage)],
+                          mail_to(addr, n=1, timeout=15) waits for the n-th
+                          message to addr and returns them, count(addr),
+                          stop()
+sink                      pytest fixture: a Sink, stopped afterwards
+mail_options(sink, **extra)   gpurentd options sending mail through sink
+free_port()               a free TCP port on 127.0.0.1
+VERIFICATION_CODE         what a sign-up's verification mail carries
+verification_code(sink, addr, n=1)   the code of the n-th mail to addr
+post_from(d, source, path, body) -> (status, headers, json): a POST from a
+                          given loopback source address (127.0.0.x), for
+                          per-client limits
+"""
+import email
+import email.policy
+import http.client
+import json
+import re
+import socket
+import threading
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from agent_util import poll
+
+VERIFICATION_CODE = re.compile(r"verification code: (evc_[0-9a-z]{20})")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sink:
+    """A local SMTP server keeping every message it is given."""
+
+    def __init__(self, port=None):
+        self.port = port or free_port()
+        self.messages = []  # (envelope rcpt list, envelope sender, email.message.EmailMessage)
+        self.lock = threading.Lock()
+        self.controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+    async def handle_DATA(self, server, session, envelope):
+        msg = email.message_from_bytes(envelope.original_content or envelope.content, policy=email.policy.default)
+        with self.lock:
+            self.messages.append((list(envelope.rcpt_tos), envelope.mail_from, msg))
+        return "250 OK"
+
+    def stop(self):
+        self.controller.stop()
+
+    def count(self, addr):
+        with self.lock:
+            return sum(1 for x in self.messages if addr in x[0])
+
+    def mail_to(self, addr, n=1, timeout=15):
+        """Waits for the n-th message to addr; returns the list of them."""
+        def got():
+            with self.lock:
+                m = [x for x in self.messages if addr in x[0]]
+            return m if len(m) >= n else None
+        return poll(got, timeout, f"{n} mail(s) to {addr}")
+
+
+def verification_code(sink, addr, n=1):
+    """The verification code of the n-th mail to addr."""
+    rcpt, sender, msg = sink.mail_to(addr, n, timeout=30)[n - 1]
+    return VERIFICATION_CODE.search(msg.get_content()).group(1)
+
+
+@pytest.fixture
+def sink():
+    s = Sink()
+    yield s
+    s.stop()
+
+
+def mail_options(sink, **extra):
+    return {"smtp_url": f"smtp://127.0.0.1:{sink.port}", "smtp_tls": "none", "smtp_from": "noreply@gpurent.test",
+            "public_url": "https://api.gpurent.test/", **extra}
+
+
+def post_from(d, source, path, body):
+    """POSTs JSON from a given loopback source address."""
+    c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30, source_address=(source, 0))
+    try:
+        c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        return r.status, dict(r.getheaders()), json.loads(r.read() or b"null")
+    finally:
+        c.close()
