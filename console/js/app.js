@@ -21,6 +21,7 @@ const ROUTES = [
   ["login", auth.login, false],
   ["signup", auth.signup, false],
   ["verify", auth.verify, false],
+  ["reset", auth.reset, false],
   ["password", auth.password, true],
   ["overview", account.overview, true],
   ["catalog", account.catalog, false],

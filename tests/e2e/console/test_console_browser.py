@@ -19,7 +19,7 @@ import requests
 from agent_util import poll
 from harness import REPO, DEFAULT_PASSWORD, unique_email
 from instances_util import FAST_CLOUD, Cloud
-from mail_util import Sink, verification_code
+from mail_util import Sink, reset_codes, verification_code
 from money_util import iso, ledger_verify
 
 HERE = os.path.dirname(__file__)
@@ -135,6 +135,27 @@ def test_new_user_signs_up_launches_watches_stops_and_pays(new_daemon, tmp_path,
                           " WHERE t.kind = 'usage' AND a.kind IN ('cash', 'grant')")
     assert amount == -4_800_000
     check_ledger(c.d)
+
+
+def test_forgotten_password_is_reset_with_a_mailed_code(new_daemon, tmp_path, sink):
+    d = new_daemon(options={"smtp_url": f"smtp://127.0.0.1:{sink.port}", "smtp_tls": "none"})
+    email = unique_email("forgetful")
+    d.cli_create_user(email, password=DEFAULT_PASSWORD)  # its key for scripts is kept
+    session = d.login(email, DEFAULT_PASSWORD).json()["api_key"]["token"]
+
+    def answer(q):
+        if "reset_code" in q:
+            return {"code": reset_codes(sink, q["reset_code"], q["n"])[q["n"] - 1]}
+        return None
+
+    new_password = "a brand new passphrase"
+    run_scenario("reset", {"base_url": d.base_url, "email": email, "password": DEFAULT_PASSWORD,
+                           "new_password": new_password}, tmp_path, answer)
+    assert d.get("/v1/me", key=session).status_code == 401
+    assert d.login(email, DEFAULT_PASSWORD).status_code == 401
+    assert d.login(email, new_password).status_code == 200
+    assert [e for (e,) in d.sql("SELECT event FROM account_events ORDER BY id")] == [
+        "password_reset_requested", "password_reset_requested", "password_reset"]
 
 
 def test_too_little_credit_is_said_in_chinese_and_english(new_daemon, tmp_path):

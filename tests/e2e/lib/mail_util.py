@@ -11,7 +11,9 @@ sink                      pytest fixture: a Sink, stopped afterwards
 mail_options(sink, **extra)   gpurentd options sending mail through sink
 free_port()               a free TCP port on 127.0.0.1
 VERIFICATION_CODE         what a sign-up's verification mail carries
-verification_code(sink, addr, n=1)   the code of the n-th mail to addr
+codes(sink, addr, pattern, n)   waits for n codes mailed to addr, returns them
+verification_code(sink, addr, n=1), reset_codes(sink, addr, n)   the same for
+                          sign-up verification and password reset codes
 post_from(d, source, path, body) -> (status, headers, json): a POST from a
                           given loopback source address (127.0.0.x), for
                           per-client limits
@@ -30,6 +32,7 @@ from aiosmtpd.controller import Controller
 from agent_util import poll
 
 VERIFICATION_CODE = re.compile(r"verification code: (evc_[0-9a-z]{20})")
+RESET_CODE = re.compile(r"password reset code: (prc_[0-9a-z]{20})")
 
 
 def free_port():
@@ -70,10 +73,25 @@ class Sink:
         return poll(got, timeout, f"{n} mail(s) to {addr}")
 
 
+def codes(sink, addr, pattern, n):
+    """Waits until the mail to addr carries n codes matching pattern (its
+    one group); returns them all, oldest first."""
+    def got():
+        with sink.lock:
+            found = [pattern.search(msg.get_content()) for rcpt, _, msg in sink.messages if addr in rcpt]
+        found = [m.group(1) for m in found if m]
+        return found if len(found) >= n else None
+    return poll(got, 30, f"{n} code(s) matching {pattern.pattern!r} mailed to {addr}")
+
+
 def verification_code(sink, addr, n=1):
-    """The verification code of the n-th mail to addr."""
-    rcpt, sender, msg = sink.mail_to(addr, n, timeout=30)[n - 1]
-    return VERIFICATION_CODE.search(msg.get_content()).group(1)
+    """The n-th verification code mailed to addr."""
+    return codes(sink, addr, VERIFICATION_CODE, n)[n - 1]
+
+
+def reset_codes(sink, addr, n):
+    """The first n password reset codes mailed to addr."""
+    return codes(sink, addr, RESET_CODE, n)
 
 
 @pytest.fixture
