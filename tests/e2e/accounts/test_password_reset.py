@@ -5,23 +5,32 @@ sets the new password with it. Covered: the whole flow (the mail, only the
 code's hash stored, the new password, the old one refused, every login
 session ended and the other keys kept, the address verified with its
 trial, the account's events, the report); the same answer and no mail for
-an unknown or suspended address; expiry on the daemon's clock; wrong tries
-until the code is dead; a newer code replacing the older; replay of a used
-code; the rate limits per address and per client address; wrong codes
-counted as failed logins from the client; and bad input of every kind,
-which changes nothing."""
+an unknown or suspended address; no code in the log without smtp_url;
+expiry on the daemon's clock; wrong tries until the code is dead; a newer
+code replacing the older; replay of a used code; the rate limits per
+address and per client address; wrong codes counted as failed logins from
+the client; and bad input of every kind, which changes nothing."""
 import hashlib
 import json
 import re
 
+import pytest
+
 from agent_util import poll
 from harness import DEFAULT_PASSWORD, assert_error, run_gpurentd, unique_email
-from mail_util import mail_options, post_from, sink  # noqa: F401,F811 (sink is a fixture)
+from mail_util import Sink, mail_options, post_from
 from money_util import ledger_verify
 
 RESET_CODE = re.compile(r"password reset code: (prc_[0-9a-z]{20})")
 VERIFY_CODE = re.compile(r"verification code: (evc_[0-9a-z]{20})")
 NEW_PASSWORD = "a brand new passphrase"
+
+
+@pytest.fixture
+def sink():
+    s = Sink()
+    yield s
+    s.stop()
 
 
 def wait_reset_mails(sink, addr, n):
@@ -212,6 +221,18 @@ def test_a_suspended_account_gets_no_new_password_with_a_code_it_had(new_daemon,
     assert login_status(d, acct.email, DEFAULT_PASSWORD) == 200
     assert confirm(d, acct.email, code).status_code == 200
     assert login_status(d, acct.email, NEW_PASSWORD) == 200
+
+
+def test_without_smtp_url_the_code_is_never_logged(new_daemon):
+    # A verification code is logged for make run; a reset code would let
+    # whoever reads the log into the account.
+    d = new_daemon()
+    acct = d.signup(verify=False)
+    ask(d, acct.email)
+    d.wait_for_log(rf'E-MAIL NOT SENT \(no smtp_url\): to {re.escape(acct.email)}, subject "Reset your gpurent password"')
+    poll(lambda: d.sql("SELECT count(*) FROM outbox WHERE body LIKE '%prc_%'") == [(0,)], 10,
+         "the reset mail marked sent and blanked")
+    assert "prc_" not in d.stdout_text() + d.stderr_text()
 
 
 # ---------------------------------------------------------------- expiry and wrong tries
