@@ -7,6 +7,8 @@ user        a fresh signed-up Account on that module's daemon
 new_daemon  factory for a test that needs its own daemon (its own options,
             configuration, clock or database): new_daemon(**Daemon kwargs);
             the directory defaults to a fresh one under tmp_path
+sink        a local SMTP server keeping the mail it is sent (mail_util.Sink;
+            mail_util.mail_options points a daemon at it)
 Every daemon a fixture started is stopped with SIGTERM at the end and must
 exit 0 without a sanitizer report, so each test is also a clean-shutdown and
 memory-safety test.
@@ -32,6 +34,15 @@ def daemon(tmp_path_factory):
     d = Daemon(tmp_path_factory.mktemp("daemon"))
     yield d
     stop_all([d])
+
+
+@pytest.fixture
+def sink():
+    # aiosmtpd is imported only by the tests that send mail.
+    from mail_util import Sink
+    s = Sink()
+    yield s
+    s.stop()
 
 
 @pytest.fixture

@@ -14,32 +14,14 @@ import hashlib
 import json
 import re
 
-import pytest
 
 from agent_util import poll
 from harness import DEFAULT_PASSWORD, assert_error, run_gpurentd, unique_email
-from mail_util import Sink, mail_options, post_from
+from mail_util import RESET_CODE, VERIFICATION_CODE, mail_options, post_from, reset_codes
 from money_util import ledger_verify
 
-RESET_CODE = re.compile(r"password reset code: (prc_[0-9a-z]{20})")
-VERIFY_CODE = re.compile(r"verification code: (evc_[0-9a-z]{20})")
 NEW_PASSWORD = "a brand new passphrase"
 
-
-@pytest.fixture
-def sink():
-    s = Sink()
-    yield s
-    s.stop()
-
-
-def wait_reset_mails(sink, addr, n):
-    """Waits until addr has had n reset mails; returns their codes."""
-    def got():
-        codes = [RESET_CODE.search(m[2].get_content()) for m in sink.messages if addr in m[0]]
-        codes = [c.group(1) for c in codes if c]
-        return codes if len(codes) >= n else None
-    return poll(got, 15, f"{n} reset mail(s) to {addr}")
 
 
 def ask(d, addr, ttl=1800):
@@ -131,7 +113,7 @@ def test_reset_sets_the_password_ends_sessions_and_verifies_the_address(new_daem
     assert d.dump() == before
     assert login_status(d, typed, NEW_PASSWORD) == 200
     # The verification code mailed at sign-up has nothing left to do.
-    verify = VERIFY_CODE.search(sink.mail_to(typed)[0][2].get_content()).group(1)
+    verify = VERIFICATION_CODE.search(sink.mail_to(typed)[0][2].get_content()).group(1)
     assert d.post("/v1/verify-email", json={"token": verify}).json()["credit"] is None
     assert d.sql("SELECT count(*) FROM credit_grants WHERE user_id = ?", (uid,)) == [(1,)]
 
@@ -157,13 +139,13 @@ def test_reset_sets_the_password_ends_sessions_and_verifies_the_address(new_daem
 def test_a_verified_account_keeps_its_trial_and_a_newer_code_replaces_the_older(new_daemon, sink):
     d = new_daemon(options=mail_options(sink))
     acct = d.signup(verify=False)
-    d.post("/v1/verify-email", json={"token": VERIFY_CODE.search(sink.mail_to(acct.email)[0][2].get_content())
+    d.post("/v1/verify-email", json={"token": VERIFICATION_CODE.search(sink.mail_to(acct.email)[0][2].get_content())
                                      .group(1)})
     grants = d.sql("SELECT id FROM credit_grants WHERE user_id = ?", (acct.id,))
     assert len(grants) == 1
     ask(d, acct.email)
     ask(d, acct.email)
-    first, second = wait_reset_mails(sink, acct.email, 2)
+    first, second = reset_codes(sink, acct.email, 2)
     assert first != second
     refused(d, acct.email, first)
     r = confirm(d, acct.email, second)
@@ -193,7 +175,7 @@ def test_unknown_and_suspended_addresses_get_the_same_answer_and_no_mail(new_dae
             # Nothing written: no code, no mail, no event.
             assert d.sql("SELECT count(*) FROM outbox")[0][0] == before
     assert len(set(answers.values())) == 1, answers
-    wait_reset_mails(sink, known.email, 1)
+    reset_codes(sink, known.email, 1)
     assert d.sql("SELECT count(*) FROM password_resets") == [(1,)]
     assert d.sql("SELECT count(*) FROM account_events WHERE user_id != ?", (known.id,)) == [(0,)]
     assert sink.count(ghost) == 0 and sink.count(suspended.email) == 1  # its sign-up mail only
@@ -214,7 +196,7 @@ def test_a_suspended_account_gets_no_new_password_with_a_code_it_had(new_daemon,
     d = new_daemon(options=mail_options(sink))
     acct = d.signup(verify=False)
     ask(d, acct.email)
-    code = wait_reset_mails(sink, acct.email, 1)[0]
+    code = reset_codes(sink, acct.email, 1)[0]
     assert d.post(f"/v1/admin/users/{acct.id}/suspend", key=d.admin_key, json={"reason": "a test"}).status_code == 200
     refused(d, acct.email, code)
     assert d.post(f"/v1/admin/users/{acct.id}/reinstate", key=d.admin_key, json={"reason": "a test"}).status_code == 200
@@ -241,7 +223,7 @@ def test_a_code_expires_on_the_daemons_clock(new_daemon, sink):
     d = new_daemon(options=mail_options(sink, password_reset_ttl_s="600"))
     acct = d.signup(verify=False)
     ask(d, acct.email, ttl=600)
-    code = wait_reset_mails(sink, acct.email, 1)[0]
+    code = reset_codes(sink, acct.email, 1)[0]
     assert "10 minutes" in sink.mail_to(acct.email, 2)[-1][2].get_content()
     d.advance_clock(599)
     assert d.sql("SELECT count(*) FROM password_resets WHERE user_id = ?", (acct.id,)) == [(1,)]
@@ -253,14 +235,14 @@ def test_a_code_expires_on_the_daemons_clock(new_daemon, sink):
     assert login_status(d, acct.email, NEW_PASSWORD) == 401
     # A new request works again.
     ask(d, acct.email, ttl=600)
-    assert confirm(d, acct.email, wait_reset_mails(sink, acct.email, 2)[1]).status_code == 200
+    assert confirm(d, acct.email, reset_codes(sink, acct.email, 2)[1]).status_code == 200
 
 
 def test_wrong_tries_are_counted_until_the_code_is_dead(new_daemon, sink):
     d = new_daemon(options=mail_options(sink, password_reset_max_tries="3"))
     acct = d.signup(verify=False)
     ask(d, acct.email)
-    code = wait_reset_mails(sink, acct.email, 1)[0]
+    code = reset_codes(sink, acct.email, 1)[0]
     # A wrong code one character off: counted.
     wrong = code[:-1] + ("a" if code[-1] != "a" else "b")
     refused(d, acct.email, wrong)
@@ -271,7 +253,7 @@ def test_wrong_tries_are_counted_until_the_code_is_dead(new_daemon, sink):
     # ...and a new one that meets its third wrong try is dead, right code
     # or not.
     ask(d, acct.email)
-    code = wait_reset_mails(sink, acct.email, 2)[1]
+    code = reset_codes(sink, acct.email, 2)[1]
     for _ in range(3):
         refused(d, acct.email, wrong)
     assert d.sql("SELECT count(*) FROM password_resets WHERE user_id = ?", (acct.id,)) == [(0,)]
@@ -304,7 +286,7 @@ def test_a_reset_ends_the_accounts_login_lockout(new_daemon, sink):
         assert_error(d.login(acct.email, "not the password at all"), 401, "invalid_credentials")
     assert_error(d.login(acct.email, DEFAULT_PASSWORD), 429, "too_many_requests")
     ask(d, acct.email)
-    assert confirm(d, acct.email, wait_reset_mails(sink, acct.email, 1)[0]).status_code == 200
+    assert confirm(d, acct.email, reset_codes(sink, acct.email, 1)[0]).status_code == 200
     assert login_status(d, acct.email, NEW_PASSWORD) == 200
 
 
@@ -327,7 +309,7 @@ def test_requests_are_limited_per_address_and_per_client(new_daemon, sink):
         status, headers, body = attempt("127.0.0.4", addr)
         assert status == 429 and body["error"]["code"] == "too_many_requests", body
         assert 3500 <= int(headers["Retry-After"]) <= 3600 and "e-mail address" in body["error"]["message"]
-    assert len(wait_reset_mails(sink, known.email, 2)) == 2
+    assert len(reset_codes(sink, known.email, 2)) == 2
     # Per client address.
     for i in range(3):
         assert attempt("127.0.0.5", unique_email("spray"))[0] == 202
@@ -339,7 +321,7 @@ def test_requests_are_limited_per_address_and_per_client(new_daemon, sink):
     # An hour on the daemon's clock later, both may ask again.
     d.advance_clock(3601)
     assert attempt("127.0.0.5", known.email)[0] == 202
-    assert len(wait_reset_mails(sink, known.email, 3)) == 3
+    assert len(reset_codes(sink, known.email, 3)) == 3
 
 
 # ---------------------------------------------------------------- bad input
@@ -397,7 +379,7 @@ def test_bad_input_is_refused_naming_the_field_and_changes_nothing(new_daemon, s
     d = new_daemon(options=mail_options(sink))
     acct = d.signup(email="owner@example.test", verify=False)
     ask(d, acct.email)
-    code = wait_reset_mails(sink, acct.email, 1)[0]
+    code = reset_codes(sink, acct.email, 1)[0]
     before = d.dump()
     for path, cases in (("/v1/password-reset", BAD_REQUESTS), ("/v1/password-reset/confirm", BAD_CONFIRMS)):
         for label, body, status, err, field in cases:

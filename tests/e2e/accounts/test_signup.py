@@ -16,12 +16,6 @@ from mail_util import VERIFICATION_CODE, Sink, free_port, mail_options, post_fro
 from money_util import ledger_verify
 
 
-@pytest.fixture
-def sink():
-    s = Sink()
-    yield s
-    s.stop()
-
 
 def balance(d, key):
     r = d.get("/v1/balance", key=key)

@@ -19,7 +19,7 @@ import requests
 from agent_util import poll
 from harness import REPO, DEFAULT_PASSWORD, unique_email
 from instances_util import FAST_CLOUD, Cloud
-from mail_util import Sink, reset_codes, verification_code
+from mail_util import reset_codes, verification_code
 from money_util import iso, ledger_verify
 
 HERE = os.path.dirname(__file__)
@@ -81,12 +81,6 @@ def run_scenario(name, world, tmp_path, answer=None, timeout=240):
     assert rc == 0 and "PASS\n" in out, f"scenario {name} failed (rc {rc}):\n{''.join(out)}\n{err}"
     return "".join(out)
 
-
-@pytest.fixture
-def sink():
-    s = Sink()
-    yield s
-    s.stop()
 
 
 _clouds = []  # made by cloud_for in the running test; their fleets stop after it

@@ -1,16 +1,16 @@
 """mail_util.py: a real local SMTP server (aiosmtpd) for the tests of mail
-the daemon sends (verification codes, password reset codes), and the
-options that point a daemon at it.
+the daemon sends (verification and password reset codes, notices), and the
+options that point a daemon at it; conftest.py's `sink` fixture is a Sink.
 
 Sink(port=None)           an SMTP server on 127.0.0.1 keeping every message:
                           messages [(rcpt list, mail_from, EmailMessage)],
                           mail_to(addr, n=1, timeout=15) waits for the n-th
                           message to addr and returns them, count(addr),
                           stop()
-sink                      pytest fixture: a Sink, stopped afterwards
 mail_options(sink, **extra)   gpurentd options sending mail through sink
 free_port()               a free TCP port on 127.0.0.1
-VERIFICATION_CODE         what a sign-up's verification mail carries
+VERIFICATION_CODE, RESET_CODE   what a sign-up's verification mail and a
+                          password reset mail carry
 codes(sink, addr, pattern, n)   waits for n codes mailed to addr, returns them
 verification_code(sink, addr, n=1), reset_codes(sink, addr, n)   the same for
                           sign-up verification and password reset codes
@@ -26,7 +26,6 @@ import re
 import socket
 import threading
 
-import pytest
 from aiosmtpd.controller import Controller
 
 from agent_util import poll
@@ -93,12 +92,6 @@ def reset_codes(sink, addr, n):
     """The first n password reset codes mailed to addr."""
     return codes(sink, addr, RESET_CODE, n)
 
-
-@pytest.fixture
-def sink():
-    s = Sink()
-    yield s
-    s.stop()
 
 
 def mail_options(sink, **extra):

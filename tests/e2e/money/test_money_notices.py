@@ -6,17 +6,10 @@ funds ran out; none for instances the renter stopped, nor from later
 passes. When a pass leaves the funds lasting under low_balance_minutes:
 once, with what is left and the rate, and again only after money came in.
 `gpurentd ledger verify` runs after each test."""
-from mail_util import Sink, mail_options, verification_code
+from mail_util import mail_options, verification_code
 from money_util import MICRO, PRICE, User, accrue, iso, new_cluster, yuan  # noqa: F401  (new_cluster is a fixture)
 
-import pytest
 
-
-@pytest.fixture
-def sink():
-    s = Sink()
-    yield s
-    s.stop()
 
 
 def signup_verified(c, sink, **fields):
