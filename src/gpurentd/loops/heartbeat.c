@@ -10,7 +10,13 @@
  * once it has been silent for node_lost_after_s; a good reply brings it
  * back. When a node's count of ended workloads changes, the reconciler is
  * asked to list that node's workloads now, so an exit is billed to its
- * second. A registration wakes the loop to poll just the new node. */
+ * second. A registration wakes the loop to poll just the new node.
+ *
+ * A good reply is recorded as seen when its pass began asking, not when the
+ * batch holding it is written: a batch waits for the pass's slowest node (up
+ * to agent_timeout_ms), and the node may have stopped answering, and the
+ * clock moved on, in the meantime. Billing charges a quiet node's instances
+ * up to that time and no further (ledger_billable_end). */
 #include "domain/facts.h"
 #include "gpurent/clock.h"
 #include "gpurent/secrets.h"
@@ -154,6 +160,7 @@ struct pass {
     struct beat *batch;       /* BATCH slots */
     size_t n_batch;           /* slots filled */
     int only_new;             /* a pass for new nodes: failures are not recorded */
+    int64_t asked_at;         /* clock when the pass began asking: every reply came after it */
     size_t answered;          /* good replies, for the log line */
     int64_t record_us;        /* time spent writing */
 };
@@ -161,7 +168,8 @@ struct pass {
 struct record_ctx {
     struct beat *beats; /* the batch */
     size_t n;           /* its length */
-    int64_t now;        /* when the batch is written */
+    int64_t asked_at;   /* when the pass began asking: what a good beat records as last seen */
+    int64_t now;        /* when the batch is written: what a missed beat is judged at */
 };
 
 static int record_txn(struct store *s, void *vctx)
@@ -171,10 +179,10 @@ static int record_txn(struct store *s, void *vctx)
         struct beat *b = &ctx->beats[i];
         int rc;
         if (b->same) {
-            rc = store_node_seen(s, b->target->id, ctx->now, b->target->workload_exits,
+            rc = store_node_seen(s, b->target->id, ctx->asked_at, b->target->workload_exits,
                                  strcmp(b->target->health, "unreachable") == 0);
         } else if (b->ok) {
-            rc = store_node_beat_ok(s, b->target->id, ctx->now, b->verdict.canonical, b->verdict.accepted,
+            rc = store_node_beat_ok(s, b->target->id, ctx->asked_at, b->verdict.canonical, b->verdict.accepted,
                                     b->verdict.reason, b->verdict.driver_version, b->verdict.stack_version,
                                     b->verdict.cards, b->verdict.n_cards, b->verdict.workload_exits);
             if (rc == STORE_OK)
@@ -232,7 +240,7 @@ static void flush(struct pass *p)
         return;
     int64_t t0 = clock_mono_us();
     int changed = 0;
-    struct record_ctx ctx = {p->batch, p->n_batch, clock_now()};
+    struct record_ctx ctx = {p->batch, p->n_batch, p->asked_at, clock_now()};
     for (size_t i = 0; i < p->n_batch; i++)
         changed |= log_changes(&p->batch[i], ctx.now);
     if (store_txn(p->s, record_txn, &ctx) != STORE_OK)
@@ -348,7 +356,7 @@ static void run_pass(struct store *s, struct agent_multi *pool, struct beat *bat
         log_debug("heartbeat: pass over 0 nodes%s: 0 answered", only_new ? " (new)" : "");
         return;
     }
-    struct pass p = {.s = s, .pool = pool, .batch = batch, .only_new = only_new};
+    struct pass p = {.s = s, .pool = pool, .batch = batch, .only_new = only_new, .asked_at = clock_now()};
     int64_t t0 = clock_mono_us();
     if (poll_targets(&p, targets, n) == 0)
         flush(&p);

@@ -9,15 +9,19 @@ Each test is a regression for one way the ledger broke (issue 9): a quiet
 node's time billed past its last heartbeat and the ledger failing its own
 check once the node was declared offline; a backward clock step doing the
 same at a stop; one user's failing billing stopping billing for everyone;
-an exited job billed until the next sweep. And the unreachable stage: a
-blip keeps the job and bills only confirmed time, a silence past
+an exited job billed until the next sweep; a node's last good reply
+recorded as later than it came, when the clock moved while its heartbeat
+pass still waited on a slower node. And the unreachable stage: a blip
+keeps the job and bills only confirmed time, a silence past
 node_lost_after_s loses the instance without double billing."""
 import json
 import os
+import re
 import sqlite3
 
 from agent_util import poll
 from harness import START_TIME
+from inventory_util import FakeAgent, register, wait_state
 from money_util import MICRO, PRICE, accrue, micro, new_cluster, quiet  # noqa: F401 (a fixture)
 
 T0 = START_TIME
@@ -132,6 +136,80 @@ def test_quiet_node_is_billed_again_once_it_answers(new_cluster):
     c.stop(u, iid)
     c.billing()
     assert charged(c, u) == accrue(PRICE["MI450"], 8, 3600)
+
+
+def replies_unrecorded(c):
+    """Good facts replies the heartbeat has taken in but not yet written:
+    the replies /metrics counts as they arrive, less those of the passes
+    whose end (after their write) the debug log shows."""
+    metrics = c.d.get("/metrics", key=c.d.admin_key).text
+    taken = sum(int(n) for n in re.findall(r"^gpurent_heartbeat_replies_total\{kind=\"\w+\"\} (\d+)$", metrics, re.M))
+    written = sum(int(n) for n in re.findall(r"heartbeat: pass over \d+ nodes(?: \(new\))?: (\d+) answered",
+                                             c.d.stderr_text()))
+    return taken - written
+
+
+def test_beat_taken_before_the_clock_moved_is_recorded_at_its_pass(new_cluster):
+    """Regression: a heartbeat pass writes its replies only once its slowest
+    node answers or times out, and recorded every good reply as seen at
+    that moment. A node that answered, fell silent while the pass still
+    waited on another one, and the clock moved on meanwhile, was recorded
+    as last seen after it went silent, and its instance billed for that
+    silence for good (the interval closed there). Here another node holds
+    the pass (a fake agent that answers nothing until released) while the
+    clock moves and the node running the instance dies. Billing in that
+    moment charges up to now, as for any node that has missed no beat
+    yet; the close at the last good beat gives the rest back."""
+    c = new_cluster(nodes={"MI450": 1}, options={**QUIET, "agent_timeout_ms": "60000", "node_lost_after_s": "600",
+                                                 "log_level": "debug"})
+    u, iid = renter(c)
+    slow = FakeAgent(model="H100-SXM", name="slow")
+    try:
+        n, slow.secret = register(c.d, "slow", slow.url, model="H100-SXM")
+        wait_state(c.d, n["id"], "ready", DEADLINE)
+        [(node_id,)] = c.d.sql("SELECT id FROM nodes WHERE gpu_model = 'MI450'")
+
+        def row():
+            return c.d.sql("SELECT missed_beats, last_seen_at FROM node_liveness WHERE node_id = ?", (node_id,))[0]
+        c.d.set_clock(T0 + 600)
+        poll(lambda: row() == (0, T0 + 600), DEADLINE, "a heartbeat at T0 + 600")
+
+        # The next pass asks both nodes and waits on the slow one; the
+        # instance's node answers it at T0 + 600.
+        def facts_asked():
+            with slow.lock:
+                return sum(path.endswith("/v1/facts") for _, path, _ in slow.requests)
+        slow.mode = "hang"
+        asked = facts_asked()
+        poll(lambda: facts_asked() > asked, DEADLINE, "a pass waiting on the slow node")
+        poll(lambda: replies_unrecorded(c) == 1, DEADLINE, "the instance's node to answer that pass")
+        c.d.set_clock(T0 + 900)
+        f = c.fleets[0]
+        port = f.base_url.rsplit(":", 1)[1]  # the node is registered at it
+        f.proc.kill()
+        f.proc.wait(timeout=30)
+        # No miss is written before the pass ends: billing takes the node
+        # for running, up to now, until the close gives the silence back.
+        c.billing()
+        assert charged(c, u) == accrue(PRICE["MI450"], 8, 900)
+        slow.mode = "facts"
+        slow.release.set()
+        c.wait_state(u, iid, "unreachable", timeout=DEADLINE)
+        assert row()[1] == T0 + 600
+        assert c.intervals(iid) == [(T0, T0 + 600, accrue(PRICE["MI450"], 8, 600), 0, "node unreachable")]
+        assert sum(a for _, acct, a in refunds(c, u) if acct != "revenue") == accrue(PRICE["MI450"], 8, 300)
+        c.billing()
+        assert charged(c, u) == accrue(PRICE["MI450"], 8, 600)
+        # Back on its port with the job still there: billed again from then.
+        f.args[f.args.index("--listen") + 1] = f"127.0.0.1:{port}"
+        f.start()
+        c.wait_state(u, iid, "running", timeout=DEADLINE)
+        assert [r[:2] for r in c.intervals(iid)] == [(T0, T0 + 600), (T0 + 900, None)]
+        c.stop(u, iid)
+        c.billing()
+        assert charged(c, u) == accrue(PRICE["MI450"], 8, 600)
+    finally:
+        slow.close()
 
 
 def test_short_blip_keeps_the_job_and_bills_only_confirmed_time(new_cluster):
