@@ -475,8 +475,8 @@ class Harness:
                 # (A job waiting out its restart's backoff waits for the clock.)
                 return all(rows[i][0] not in ("running", "provisioning", "pending", "stopping")
                            or (rows[i][0] == "pending" and rows[i][2] > now) for i in on_it) \
-                    and d.sql(f"SELECT count(*) FROM nodes WHERE name IN ({marks}) AND (health = 'offline'"
-                              f" OR unreachable_since IS NOT NULL)", names) == [(len(names),)]
+                    and d.sql(f"SELECT count(*) FROM nodes WHERE removed_at IS NULL AND name IN ({marks})"
+                              f" AND (health = 'offline' OR unreachable_since IS NOT NULL)", names) == [(len(names),)]
             poll(judged, DEADLINE, f"{names} and their instances to be judged silent")
             self.jump(d.now() + seconds)
             # The pass that comes with the moved clock (lost, credits).
@@ -489,20 +489,38 @@ class Harness:
         """A node stops answering and the clock moves on after it has
         missed a beat but (as a rule) before the daemon judges it: billing
         runs in that window, and no instance on it may be charged past its
-        node's last good heartbeat, then or after."""
+        node's last good heartbeat, then or after.
+
+        The window follows the rule the daemon bills by (ARCHITECTURE.md,
+        "Only time known to have run is charged"): an interval is charged
+        up to now until one of its nodes misses a beat, and from then only
+        up to that node's last good one. So the nodes first answer at the
+        current clock: otherwise billing may already have charged up to it
+        (settle() may have moved it) before their first beat there. And the
+        miss waited for is one of this silence: a miss left from before the
+        pause (a restart, a slow reply) may be followed by the answer of a
+        pass asked before it, which lifts the cap again. Removed nodes do
+        not count: one registered again under its name keeps its old row."""
         d = self.d
         self.settle()
         live = self.live_nodes(fleet)
         if not live:
             return self.jump(d.now() + seconds)
         marks = ",".join("?" * len(live))
+        liveness = (f"SELECT n.id, l.missed_beats, l.last_seen_at FROM node_liveness l JOIN nodes n"
+                    f" ON n.id = l.node_id WHERE n.removed_at IS NULL AND n.name IN ({marks})")
+        now = d.now()
+        poll(lambda: all(m == 0 and t == now for _, m, t in d.sql(liveness, live)), DEADLINE,
+             f"{live} to answer at {now}")
         pause(fleet.proc)
         try:
-            poll(lambda: d.sql(f"SELECT count(*) FROM node_liveness l JOIN nodes n ON n.id = l.node_id"
-                               f" WHERE n.name IN ({marks}) AND l.missed_beats > 0", live) == [(len(live),)],
-                 DEADLINE, f"{live} to miss a heartbeat")
-            last = dict(d.sql(f"SELECT n.id, l.last_seen_at FROM node_liveness l JOIN nodes n ON n.id = l.node_id"
-                              f" WHERE n.name IN ({marks})", live))
+            # Counted after the pause: a pass asked before it may still
+            # write an answer (0) or a miss; a count above this one is a
+            # miss after whatever that pass wrote, and no answer follows.
+            before = {n: m for n, m, _ in d.sql(liveness, live)}
+            poll(lambda: all(m > before[n] for n, m, _ in d.sql(liveness, live)), DEADLINE,
+                 f"{live} to miss a heartbeat")
+            last = {n: t for n, _, t in d.sql(liveness, live)}
             heard = {}
             for iid, node in d.sql(f"SELECT p.instance_id, p.node_id FROM instance_nodes p JOIN instances i"
                                    f" ON i.id = p.instance_id WHERE i.reservation_id IS NULL"
@@ -522,12 +540,11 @@ class Harness:
                     due = price * cards * max(0, end - s) // 3600
                     assert billed <= due, \
                         f"{iid}: {billed} billed for {s}..{e}, its node last answered at {t} (seed {SEED})"
-            poll(lambda: d.sql(f"SELECT count(*) FROM nodes WHERE name IN ({marks}) AND (health = 'offline'"
-                               f" OR unreachable_since IS NOT NULL)", live) == [(len(live),)] and
-                 not [i for i in heard if self.instance_rows()[i][0] == "running"],
+            poll(lambda: d.sql(f"SELECT count(*) FROM nodes WHERE removed_at IS NULL AND name IN ({marks})"
+                               f" AND (health = 'offline' OR unreachable_since IS NOT NULL)", live) == [(len(live),)]
+                 and not [i for i in heard if self.instance_rows()[i][0] == "running"],
                  DEADLINE, f"{live} and their instances to be judged silent")
-            seen = d.sql(f"SELECT n.name, l.missed_beats, l.last_seen_at FROM node_liveness l JOIN nodes n"
-                         f" ON n.id = l.node_id WHERE n.name IN ({marks})", live)
+            seen = d.sql(liveness, live)
             for iid, t in heard.items():
                 for s, e, why in d.sql("SELECT started_at, ended_at, end_reason FROM running_intervals"
                                        " WHERE instance_id = ?", (iid,)):
