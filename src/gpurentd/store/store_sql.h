@@ -64,13 +64,17 @@ void store_read_user(sqlite3_stmt *st, void *row);
     "id, user_id, source, amount, remaining, coalesce(expires_at, 0), coalesce(voided_at, 0), created_at"
 /* An open interval on a node that has missed a heartbeat is known to have
  * run only until that node's last good one: billing stops there until the
- * node answers again (its missed_beats back to 0). Whether any node is quiet
- * is asked once per statement (an uncorrelated subquery, through the
- * node_liveness_quiet index of 0034): nearly always none is, and then no interval
- * pays for looking up its nodes. */
+ * node answers again (its missed_beats back to 0). Whether any quiet node
+ * holds a placement is asked once per statement (an uncorrelated subquery,
+ * through the node_liveness_quiet index of 0034 and instance_nodes by node):
+ * nearly always none does, and then no interval pays for looking up its
+ * nodes. Offline and removed nodes stay quiet for good, but their instances
+ * were moved or ended and hold nothing there, so a fleet with dead nodes in
+ * it keeps the short way. */
 #define BILLABLE_COLUMNS                                                                                          \
     "r.id, r.instance_id, r.user_id, r.gpu_model, r.card_count, r.started_at, coalesce(r.ended_at, 0), r.billed," \
-    " CASE WHEN r.ended_at IS NULL AND EXISTS (SELECT 1 FROM node_liveness WHERE missed_beats > 0)"               \
+    " CASE WHEN r.ended_at IS NULL AND EXISTS (SELECT 1 FROM node_liveness q WHERE q.missed_beats > 0"            \
+    "   AND EXISTS (SELECT 1 FROM instance_nodes h WHERE h.node_id = q.node_id))"                                 \
     "   THEN coalesce((SELECT min(coalesce(l.last_seen_at, 0)) FROM instance_nodes p JOIN node_liveness l"        \
     "   ON l.node_id = p.node_id WHERE p.instance_id = r.instance_id AND l.missed_beats > 0), -1) ELSE -1 END"
 #define STORAGE_COLUMNS \
