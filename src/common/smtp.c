@@ -43,7 +43,9 @@ static int one_line(const char *s)
     return !strpbrk(s, "\r\n");
 }
 
-/* The message: headers then the body with bare \n made \r\n. libcurl
+/* The message: headers then the body with every bare \n or \r made \r\n,
+ * so that no line ends other than as SMTP ends lines (a lone CR or LF next
+ * to a dot is how a message smuggles another past a relay). libcurl
  * escapes leading dots itself (since 7.x, CURLOPT_MAIL_* uploads). */
 static char *build(const char *from, const char *to, const char *subject, const char *body, size_t *len)
 {
@@ -62,9 +64,12 @@ static char *build(const char *from, const char *to, const char *subject, const 
             "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n",
             date, from, to, subject);
     for (const char *p = body; *p; p++) {
-        if (*p == '\n' && (p == body || p[-1] != '\r'))
-            fputc('\r', f);
-        fputc(*p, f);
+        if (*p == '\r' && p[1] == '\n')
+            continue; /* written with the \n */
+        if (*p == '\r' || *p == '\n')
+            fputs("\r\n", f);
+        else
+            fputc(*p, f);
     }
     fclose(f);
     *len = mlen;

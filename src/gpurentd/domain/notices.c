@@ -37,8 +37,15 @@ int notice_stopped_add(struct notice_stopped *n, const char *id, const char *nam
     n->count++;
     if (n->count > NOTICE_LISTED)
         return 0;
-    char line[ID_MAX + 80];
-    int len = name[0] ? snprintf(line, sizeof line, "  %s (%s)\n", id, name) : snprintf(line, sizeof line, "  %s\n", id);
+    /* A label is the renter's own text: a control character in it could
+     * forge lines of the mail (or, a bare CR, upset its transport). */
+    char label[80];
+    size_t k = 0;
+    for (const unsigned char *c = (const unsigned char *)name; *c && k + 1 < sizeof label; c++)
+        label[k++] = *c < 0x20 || *c == 0x7f ? '?' : (char)*c;
+    label[k] = '\0';
+    char line[ID_MAX + 96];
+    int len = label[0] ? snprintf(line, sizeof line, "  %s (%s)\n", id, label) : snprintf(line, sizeof line, "  %s\n", id);
     if (len < 0)
         return -1;
     char *grown = realloc(n->lines, n->len + (size_t)len + 1);

@@ -24,7 +24,8 @@ def test_the_renter_is_mailed_once_when_funds_run_out_and_their_instances_stop(n
     u = signup_verified(c, sink, invite_code="AMD6GW")  # 10.00
     t0 = c.d.now()
     named = c.launch(u, "MI450", 4)
-    r = c.d.request("PATCH", f"/v1/instances/{named}", key=u.key, json={"name": "train-a"})
+    # A label with line breaks in it does not forge lines of the mail.
+    r = c.d.request("PATCH", f"/v1/instances/{named}", key=u.key, json={"name": "train-a\r\n.\r\nQUIT\rx"})
     assert r.status_code == 200, r.text
     other = c.launch(u, "MI450", 4)
     # One the renter stopped is not among those billing stops.
@@ -41,7 +42,8 @@ def test_the_renter_is_mailed_once_when_funds_run_out_and_their_instances_stop(n
     assert msg["Subject"] == "Funds ran out: 2 gpurent instances stopped"
     body = msg.get_content().replace("\r\n", "\n")
     assert f"funds ran out at {iso(t0 + 3750)}" in body, body
-    assert f"  {named} (train-a)\n" in body and f"  {other}\n" in body, body
+    assert f"  {named} (train-a??.??QUIT?x)\n" in body and f"  {other}\n" in body, body
+    assert "\r" not in body.replace("\r\n", ""), repr(body)
     assert mine not in body
     assert "https://api.gpurent.test/v1/instances/INSTANCE_ID/start" in body, body
     # Later passes stop nothing more and send nothing more.
