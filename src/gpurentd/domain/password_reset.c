@@ -36,11 +36,29 @@ struct request_ctx {
     int queued; /* out */
 };
 
+/* addr for the inside of a single-quoted shell word: an address may hold
+ * a ' (o'brien@...), which closes the word; each becomes '\'' (close,
+ * a quoted ', open again). out holds 4 bytes an input byte. */
+static void shell_quoted(const char *addr, char *out, size_t n)
+{
+    size_t o = 0;
+    for (const char *p = addr; *p && o + 5 <= n; p++) {
+        if (*p == '\'') {
+            memcpy(out + o, "'\\''", 4);
+            o += 4;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
 static int queue_reset_mail(struct store *s, const struct user *u, const char *code, int64_t now)
 {
-    char base[300];
+    char base[300], quoted[4 * sizeof u->email_display];
     public_base_url(base, sizeof base);
     const char *to = u->email_display[0] ? u->email_display : u->email;
+    shell_quoted(to, quoted, sizeof quoted);
     int64_t minutes = (daemon_config->password_reset_ttl_s + 59) / 60;
     char *body = NULL;
     if (asprintf(&body,
@@ -57,7 +75,7 @@ static int queue_reset_mail(struct store *s, const struct user *u, const char *c
                  "\n"
                  "Setting the new password logs out every browser session of the account.\n"
                  "If this was not you, ignore this mail: the password stays as it is.\n",
-                 code, (long long)minutes, base, to, code) < 0)
+                 code, (long long)minutes, base, quoted, code) < 0)
         return STORE_ERROR;
     int rc = store_outbox_insert(s, u->id, to, "Reset your gpurent password", body, now);
     secret_wipe(body, strlen(body));

@@ -4,7 +4,8 @@ real daemon and a real local SMTP server (aiosmtpd): POST
 sets the new password with it. Covered: the whole flow (the mail, only the
 code's hash stored, the new password, the old one refused, every login
 session ended and the other keys kept, the address verified with its
-trial, the account's events, the report); the same answer and no mail for
+trial, the account's events, the report); the mailed curl line for an
+address holding a '; the same answer and no mail for
 an unknown or suspended address; no code in the log without smtp_url;
 expiry on the daemon's clock; wrong tries until the code is dead; a newer
 code replacing the older; replay of a used code; the rate limits per
@@ -13,6 +14,7 @@ the client; and bad input of every kind, which changes nothing."""
 import hashlib
 import json
 import re
+import shlex
 
 
 from agent_util import poll
@@ -154,6 +156,24 @@ def test_a_verified_account_keeps_its_trial_and_a_newer_code_replaces_the_older(
     assert d.sql("SELECT id FROM credit_grants WHERE user_id = ?", (acct.id,)) == grants
     assert events(d, acct.id)[-1][1]["email_verified_now"] is False
     check_ledger(d)
+
+
+def test_the_mailed_command_works_for_an_address_with_a_quote(new_daemon, sink):
+    """An address may hold a ' (o'brien@...): the curl line in the mail,
+    pasted into a shell, must still send the address and the code."""
+    d = new_daemon(options=mail_options(sink))
+    typed = "o'brien@example.test"
+    signup(d, typed)
+    ask(d, typed)
+    text = [m for m in sink.mail_to(typed, 2) if m[2]["Subject"] == "Reset your gpurent password"][0][2].get_content()
+    code = RESET_CODE.search(text).group(1)
+    line = text[text.index("curl -X POST"):].split("\n\n")[0].replace("\\\n", " ")
+    argv = shlex.split(line)
+    sent = json.loads(argv[argv.index("-d") + 1])
+    assert sent["email"] == typed and sent["code"] == code
+    sent["new_password"] = NEW_PASSWORD
+    r = d.post("/v1/password-reset/confirm", json=sent)
+    assert r.status_code == 200, r.text
 
 
 # ---------------------------------------------------------------- what the request tells
