@@ -400,7 +400,7 @@ struct volume {
     int64_t size_gb;      /* quota */
     char source[513];     /* what agents mount */
     int64_t created_at;   /* epoch seconds */
-    int64_t instances;    /* instances not terminated or failed that use it */
+    int64_t instances;    /* instances not terminated that use it */
     int64_t mounted;      /* of those, how many hold cards now */
     char region[64];      /* whose storage price applies; "" the global one (0020) */
 };
@@ -416,7 +416,7 @@ int store_volume_mount(struct store *s, const char *id, struct volume *out);
 int store_volume_id_by_name(struct store *s, const char *user_id, const char *name, char id_out[ID_MAX]);
 int store_volume_list(struct store *s, const char *user_id, int64_t after_created, const char *after_id,
                       struct volume *out, size_t max, size_t *n);
-/* STORE_CONFLICT while an instance that is not terminated or failed uses it. */
+/* STORE_CONFLICT while an instance that is not terminated uses it. */
 int store_volume_delete(struct store *s, const char *user_id, const char *id, int64_t now);
 
 /* store_instances.c */
