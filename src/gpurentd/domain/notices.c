@@ -38,15 +38,18 @@ int notice_stopped_add(struct notice_stopped *n, const char *id, const char *nam
     if (n->count > NOTICE_LISTED)
         return 0;
     /* A label is the renter's own text: a control character in it could
-     * forge lines of the mail (or, a bare CR, upset its transport). */
-    char label[80];
+     * forge lines of the mail (or, a bare CR, upset its transport). The
+     * label and the id are clipped to what the API takes, so the length
+     * snprintf returns is what it wrote. */
+    char label[64];
     size_t k = 0;
     for (const unsigned char *c = (const unsigned char *)name; *c && k + 1 < sizeof label; c++)
         label[k++] = *c < 0x20 || *c == 0x7f ? '?' : (char)*c;
     label[k] = '\0';
-    char line[ID_MAX + 96];
-    int len = label[0] ? snprintf(line, sizeof line, "  %s (%s)\n", id, label) : snprintf(line, sizeof line, "  %s\n", id);
-    if (len < 0)
+    char line[ID_MAX + 80];
+    int len = label[0] ? snprintf(line, sizeof line, "  %.31s (%s)\n", id, label)
+                       : snprintf(line, sizeof line, "  %.31s\n", id);
+    if (len < 0 || (size_t)len >= sizeof line)
         return -1;
     char *grown = realloc(n->lines, n->len + (size_t)len + 1);
     if (!grown)
