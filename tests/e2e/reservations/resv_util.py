@@ -8,6 +8,9 @@ ResvCloud(cloud) wraps an instances_util.Cloud:
   hour(n) -> the whole hour n hours after the current one
   billing()                     a full billing pass (runs the reservations pass first)
   verify()                      `gpurentd ledger verify` passes and the Python re-check finds nothing
+  bound(rid) -> [(node name, cards)]  the nodes block rid is bound to
+  reservation_grants() -> [(user_id, amount)]  the credit reservations gave, oldest first
+  node_id(name) -> the id of the node so named
 """
 import os
 import sqlite3
@@ -58,6 +61,18 @@ class ResvCloud:
     def launch(self, acct, reservation_id, cards, expect=201):
         return self.c.create(acct, expect=expect, gpu_type="H100-SXM", image=CUDA_IMAGE, card_count=cards,
                              reservation_id=reservation_id)
+
+    def bound(self, rid):
+        """Names of the nodes the block is bound to, with its cards on each."""
+        return self.d.sql("SELECT n.name, b.cards FROM reservation_nodes b JOIN nodes n ON n.id = b.node_id"
+                          " WHERE b.reservation_id = ? ORDER BY n.name", (rid,))
+
+    def reservation_grants(self):
+        return self.d.sql("SELECT user_id, amount FROM credit_grants WHERE source = 'reservation'"
+                          " ORDER BY created_at")
+
+    def node_id(self, name):
+        return self.d.sql("SELECT id FROM nodes WHERE name = ?", (name,))[0][0]
 
     def counts(self):
         """What a refused request must leave as it was."""

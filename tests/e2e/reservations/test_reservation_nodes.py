@@ -35,12 +35,6 @@ def rc(cloud):
     return r
 
 
-def bound(rc, rid):
-    """Names of the nodes the block is bound to, with its cards on each."""
-    return rc.d.sql("SELECT n.name, b.cards FROM reservation_nodes b JOIN nodes n ON n.id = b.node_id"
-                    " WHERE b.reservation_id = ? ORDER BY n.name", (rid,))
-
-
 def availability(rc, acct, start, hours):
     r = rc.d.get("/v1/reservations/availability", key=acct.key,
                  params={"gpu_type": "H100-SXM", "from": iso(start), "to": iso(start + hours * 3600)})
@@ -54,7 +48,7 @@ def test_six_six_four_each_block_on_its_own_node(rc):
     start = rc.hour(2)
     x = rc.book(u, 6, start, 2)
     y = rc.book(u, 6, start, 2)
-    assert bound(rc, x["id"]) == [("a-01", 6)] and bound(rc, y["id"]) == [("a-02", 6)]
+    assert rc.bound(x["id"]) == [("a-01", 6)] and rc.bound(y["id"]) == [("a-02", 6)]
     # 4 more fit the totals (2 + 2 free) but no single node: refused at
     # booking, nothing paid, and availability says why.
     before = rc.counts()
@@ -69,7 +63,7 @@ def test_six_six_four_each_block_on_its_own_node(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="c-")
     wait(lambda: availability(rc, u, start, 1)[0]["largest_block"] == 8, what="c-01 reservable")
     z = rc.book(u, 4, start, 2)
-    assert bound(rc, z["id"]) == [("c-01", 4)]
+    assert rc.bound(z["id"]) == [("c-01", 4)]
     rc.verify()
     # In the window the 4-card block launches first; best fit over the pool
     # would have put it on a-01 (8 free, first by name), the node x holds.
@@ -106,7 +100,7 @@ def test_a_block_no_single_node_holds_is_refused_though_the_total_fits(rc):
         assert "no single H100-SXM node" in err["message"], err
     assert rc.counts() == before
     b = rc.book(u, 3, start, 1)
-    assert bound(rc, b["id"])[0][1] == 3
+    assert rc.bound(b["id"])[0][1] == 3
     rc.verify()
 
 
@@ -115,12 +109,12 @@ def test_a_lost_node_rehomes_its_block_onto_a_spare_without_credit(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 3)
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     rc.d.set_clock(rc.hour(1) + 60)
     a.stop()
     wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'a-01'") == [("offline",)], what="a-01 offline")
     rc.billing()
-    assert bound(rc, r["id"]) == [("b-01", 8)]
+    assert rc.bound(r["id"]) == [("b-01", 8)]
     assert rc.d.sql("SELECT count(*) FROM credit_grants WHERE source = 'reservation'") == [(0,)]
     inst = rc.launch(u, r["id"], 8)
     assert [p["node_name"] for p in inst["nodes"]] == ["b-01"], inst
@@ -137,14 +131,14 @@ def test_a_lost_node_without_a_spare_is_credited(rc):
     u, v = rc.c.user(), rc.c.user()
     x = rc.book(u, 8, rc.hour(1), 2)
     y = rc.book(v, 6, rc.hour(1), 2)
-    assert bound(rc, x["id"]) == [("a-01", 8)] and bound(rc, y["id"]) == [("b-01", 6)]
+    assert rc.bound(x["id"]) == [("a-01", 8)] and rc.bound(y["id"]) == [("b-01", 6)]
     rc.d.set_clock(rc.hour(1) + 60)
     a.stop()
     wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'a-01'") == [("offline",)], what="a-01 offline")
     rc.billing()
     rc.billing()  # the same hour: nothing more
     # b-01 has 2 cards spare, not 8: x stays on a-01 and is credited.
-    assert bound(rc, x["id"]) == [("a-01", 8)]
+    assert rc.bound(x["id"]) == [("a-01", 8)]
     assert rc.d.sql("SELECT user_id, amount FROM credit_grants WHERE source = 'reservation'") == [(u.id, PRICE * 8)]
     assert micro(rc.d.get(f"/v1/reservations/{x['id']}", key=u.key).json()["credited"]) == PRICE * 8
     assert rc.d.get(f"/v1/reservations/{y['id']}", key=v.key).json()["credited"] == "0.00"
@@ -183,7 +177,7 @@ def test_hours_no_pass_saw_are_credited_for_cards_that_failed_before_them(rc):
     u, v = rc.c.user(), rc.c.user()
     x = rc.book(u, 8, rc.hour(1), 3)
     y = rc.book(v, 6, rc.hour(1), 3)
-    assert bound(rc, x["id"]) == [("a-01", 8)] and bound(rc, y["id"]) == [("b-01", 6)]
+    assert rc.bound(x["id"]) == [("a-01", 8)] and rc.bound(y["id"]) == [("b-01", 6)]
     for f, failed in ((fa, "2,5"), (fb, "1")):
         f.stop()
         f.args += ["-o", f"inventory_failed_cards={failed}"]
@@ -229,13 +223,13 @@ def test_a_node_taken_out_of_service_moves_its_block_to_a_spare_without_credit(r
     rc.c.fleet(2, model="H100-SXM", fabric="ib-1", prefix="a-")
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 2)
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     node = rc.d.sql("SELECT id FROM nodes WHERE name = 'a-01'")[0][0]
     s = rc.c.admin("POST", f"/v1/admin/nodes/{node}/state", json={"state": "maintenance", "reason": "firmware"})
     assert s.status_code == 200, s.text
     rc.d.set_clock(rc.hour(1) + 60)
     rc.billing()
-    assert bound(rc, r["id"]) == [("a-02", 8)]
+    assert rc.bound(r["id"]) == [("a-02", 8)]
     inst = rc.launch(u, r["id"], 8)
     assert [p["node_name"] for p in inst["nodes"]] == ["a-02"], inst
     assert rc.d.sql("SELECT count(*) FROM credit_grants WHERE source = 'reservation'") == [(0,)]
@@ -254,11 +248,11 @@ def test_blocks_booked_before_binding_are_bound_by_the_pass(rc):
     con.close()
     assert rc.d.sql("SELECT count(*) FROM reservation_nodes") == [(0,)]
     rc.billing()
-    assert [c for (_, c) in bound(rc, small["id"])] == [6]
-    assert [c for (_, c) in bound(rc, big["id"])] == [8, 8]
+    assert [c for (_, c) in rc.bound(small["id"])] == [6]
+    assert [c for (_, c) in rc.bound(big["id"])] == [8, 8]
     rc.d.set_clock(rc.hour(2) + 60)
     inst = rc.launch(u, small["id"], 6)
-    assert [p["node_name"] for p in inst["nodes"]] == [bound(rc, small["id"])[0][0]], inst
+    assert [p["node_name"] for p in inst["nodes"]] == [rc.bound(small["id"])[0][0]], inst
     rc.verify()
 
 
@@ -267,7 +261,7 @@ def test_a_multi_node_block_rehomes_what_a_spare_takes_and_is_credited_the_rest(
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
     u = rc.c.user()
     r = rc.book(u, 16, rc.hour(1), 2)
-    assert bound(rc, r["id"]) == [("a-01", 8), ("a-02", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8), ("a-02", 8)]
     rc.d.set_clock(rc.hour(1) + 60)
     a.stop()
     wait(lambda: rc.d.sql("SELECT count(*) FROM nodes WHERE name LIKE 'a-%' AND health = 'offline'") == [(2,)],
@@ -276,7 +270,7 @@ def test_a_multi_node_block_rehomes_what_a_spare_takes_and_is_credited_the_rest(
     rc.billing()
     # One whole spare node of ib-1: one of the two moves there, the other's
     # 8 cards are credited for the hour.
-    got = bound(rc, r["id"])
+    got = rc.bound(r["id"])
     assert ("b-01", 8) in got and len(got) == 2, got
     assert rc.d.sql("SELECT amount FROM credit_grants WHERE source = 'reservation' AND user_id = ?",
                     (u.id,)) == [(PRICE * 8,)]
@@ -293,7 +287,7 @@ def test_a_node_out_of_service_without_a_spare_credits_the_cards_its_blocks_cann
     idle, busy = rc.c.user(), rc.c.user()
     x = rc.book(idle, 4, rc.hour(1), 2)
     y = rc.book(busy, 4, rc.hour(1), 2)
-    assert bound(rc, x["id"]) == [("a-01", 4)] and bound(rc, y["id"]) == [("a-01", 4)]
+    assert rc.bound(x["id"]) == [("a-01", 4)] and rc.bound(y["id"]) == [("a-01", 4)]
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(busy, y["id"], 4)
     rc.c.wait_state(busy, inst["id"], "running")
@@ -327,7 +321,7 @@ def test_availability_shows_no_more_than_booking_sells_while_a_bound_node_is_los
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
     u, v = rc.c.user(), rc.c.user()
     x = rc.book(u, 8, rc.hour(2), 2)
-    assert bound(rc, x["id"]) == [("a-01", 8)]
+    assert rc.bound(x["id"]) == [("a-01", 8)]
     a.stop()
     wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'a-01'") == [("offline",)], what="a-01 offline")
     shown = availability(rc, v, rc.hour(1), 4)
@@ -337,7 +331,7 @@ def test_availability_shows_no_more_than_booking_sells_while_a_bound_node_is_los
                                        "ends_at": iso(rc.hour(3))}), 409, "insufficient_capacity", "cards")
     assert err["cards_free"] == shown[1]["cards_free"], err
     y = rc.book(v, 8, rc.hour(4), 1)
-    assert bound(rc, y["id"]) == [("b-01", 8)]
+    assert rc.bound(y["id"]) == [("b-01", 8)]
     rc.verify()
 
 
@@ -363,16 +357,8 @@ def test_availability_shows_nothing_free_in_hours_booking_does_not_sell(rc):
     rc.verify()
 
 
-def node_id(rc, name):
-    return rc.d.sql("SELECT id FROM nodes WHERE name = ?", (name,))[0][0]
-
-
 def on_nodes(rc, acct, inst_id):
     return [p["node_name"] for p in rc.c.get(acct, inst_id)["nodes"]]
-
-
-def reservation_grants(rc):
-    return rc.d.sql("SELECT user_id, amount FROM credit_grants WHERE source = 'reservation' ORDER BY created_at")
 
 
 def test_a_block_stays_with_its_instance_on_a_node_set_aside_and_moves_once_it_stops(rc):
@@ -387,26 +373,26 @@ def test_a_block_stays_with_its_instance_on_a_node_set_aside_and_moves_once_it_s
     busy, idle = rc.c.user(), rc.c.user()
     y = rc.book(busy, 4, rc.hour(1), 3)
     x = rc.book(idle, 4, rc.hour(1), 3)
-    assert bound(rc, y["id"]) == [("a-01", 4)] and bound(rc, x["id"]) == [("a-01", 4)]
+    assert rc.bound(y["id"]) == [("a-01", 4)] and rc.bound(x["id"]) == [("a-01", 4)]
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(busy, y["id"], 4)
     rc.c.wait_state(busy, inst["id"], "running")
-    s = rc.c.admin("POST", f"/v1/admin/nodes/{node_id(rc, 'a-01')}/state", json={"state": "draining"})
+    s = rc.c.admin("POST", f"/v1/admin/nodes/{rc.node_id('a-01')}/state", json={"state": "draining"})
     assert s.status_code == 200, s.text
     for _ in range(2):
         rc.billing()
-        assert bound(rc, x["id"]) == [("b-01", 4)]
-        assert bound(rc, y["id"]) == [("a-01", 4)]
+        assert rc.bound(x["id"]) == [("b-01", 4)]
+        assert rc.bound(y["id"]) == [("a-01", 4)]
         assert rc.c.get(busy, inst["id"])["state"] == "running" and on_nodes(rc, busy, inst["id"]) == ["a-01"]
         rc.d.advance_clock(3600)
     rc.c.action(busy, inst["id"], "stop")
     rc.c.wait_state(busy, inst["id"], "stopped")
     rc.billing()
-    assert bound(rc, y["id"]) == [("b-01", 4)]
+    assert rc.bound(y["id"]) == [("b-01", 4)]
     rc.c.action(busy, inst["id"], "start")
     rc.c.wait_state(busy, inst["id"], "running")
     assert on_nodes(rc, busy, inst["id"]) == ["b-01"]
-    assert reservation_grants(rc) == []
+    assert rc.reservation_grants() == []
     rc.verify()
 
 
@@ -421,25 +407,25 @@ def test_a_block_its_instance_half_uses_on_a_node_set_aside_is_credited_the_othe
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 3)
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(u, r["id"], 4)
     rc.c.wait_state(u, inst["id"], "running")
-    s = rc.c.admin("POST", f"/v1/admin/nodes/{node_id(rc, 'a-01')}/state",
+    s = rc.c.admin("POST", f"/v1/admin/nodes/{rc.node_id('a-01')}/state",
                    json={"state": "maintenance", "reason": "firmware"})
     assert s.status_code == 200, s.text
     rc.billing()
     rc.billing()  # the same hour: nothing more
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     assert on_nodes(rc, u, inst["id"]) == ["a-01"]
-    assert reservation_grants(rc) == [(u.id, 4 * PRICE)]
+    assert rc.reservation_grants() == [(u.id, 4 * PRICE)]
     rc.d.advance_clock(3600)
     rc.billing()
-    assert reservation_grants(rc) == [(u.id, 4 * PRICE)] * 2
+    assert rc.reservation_grants() == [(u.id, 4 * PRICE)] * 2
     rc.c.action(u, inst["id"], "stop")
     rc.c.wait_state(u, inst["id"], "stopped")
     rc.billing()
-    assert bound(rc, r["id"]) == [("b-01", 8)]
+    assert rc.bound(r["id"]) == [("b-01", 8)]
     rc.d.advance_clock(3600)
     rc.billing()
     got = rc.d.get(f"/v1/reservations/{r['id']}", key=u.key).json()
@@ -466,7 +452,7 @@ def test_a_block_stays_with_its_instance_on_a_node_that_gives_nothing_until_the_
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
     u = rc.c.user()
     r = rc.book(u, 4, rc.hour(1), 2)
-    assert bound(rc, r["id"]) == [("a-01", 4)]
+    assert rc.bound(r["id"]) == [("a-01", 4)]
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(u, r["id"], 4)
     rc.c.wait_state(u, inst["id"], "running")
@@ -479,16 +465,16 @@ def test_a_block_stays_with_its_instance_on_a_node_that_gives_nothing_until_the_
     rc.c.wait_state(u, inst["id"], "unreachable")
     rc.billing()
     rc.billing()
-    assert bound(rc, r["id"]) == [("a-01", 4)]
+    assert rc.bound(r["id"]) == [("a-01", 4)]
     assert {n: len(c) for n, c in rc.c.held_cards(inst["id"]).items()} == {"a-01": 4}
-    assert reservation_grants(rc) == []
+    assert rc.reservation_grants() == []
     # Past node_lost_after_s from its last accepted report: lost, its cards let go.
     rc.d.advance_clock(601)
     rc.c.wait_state(u, inst["id"], "lost")
     rc.billing()
-    assert bound(rc, r["id"]) == [("b-01", 4)]
+    assert rc.bound(r["id"]) == [("b-01", 4)]
     rc.c.action(u, inst["id"], "start")
     rc.c.wait_state(u, inst["id"], "running")
     assert on_nodes(rc, u, inst["id"]) == ["b-01"]
-    assert reservation_grants(rc) == []
+    assert rc.reservation_grants() == []
     rc.verify()

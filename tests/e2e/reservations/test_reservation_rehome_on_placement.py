@@ -33,23 +33,12 @@ def rc(cloud):
     return r
 
 
-def bound(rc, rid):
-    """Names of the nodes the block is bound to, with its cards on each."""
-    return rc.d.sql("SELECT n.name, b.cards FROM reservation_nodes b JOIN nodes n ON n.id = b.node_id"
-                    " WHERE b.reservation_id = ? ORDER BY n.name", (rid,))
-
-
-def grants(rc):
-    return rc.d.sql("SELECT user_id, amount FROM credit_grants WHERE source = 'reservation' ORDER BY created_at")
-
-
 def credited(rc, acct, rid):
     return micro(rc.d.get(f"/v1/reservations/{rid}", key=acct.key).json()["credited"])
 
 
 def set_state(rc, name, state):
-    node = rc.d.sql("SELECT id FROM nodes WHERE name = ?", (name,))[0][0]
-    r = rc.c.admin("POST", f"/v1/admin/nodes/{node}/state", json={"state": state, "reason": "test"})
+    r = rc.c.admin("POST", f"/v1/admin/nodes/{rc.node_id(name)}/state", json={"state": state, "reason": "test"})
     assert r.status_code == 200, r.text
 
 
@@ -63,7 +52,7 @@ def test_a_reserved_job_whose_node_is_lost_restarts_on_a_spare_with_its_block(rc
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 3)
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     rc.d.set_clock(rc.hour(1) + 60)
     job = reserved_job(rc, u, r["id"], 8)["id"]
     rc.c.wait_state(u, job, "running")
@@ -74,7 +63,7 @@ def test_a_reserved_job_whose_node_is_lost_restarts_on_a_spare_with_its_block(rc
     inst = rc.c.get(u, job)
     assert inst["state"] == "pending" and inst["desired_state"] == "running", inst
     assert inst["state_reason"].startswith("restart 1 in 10s (restart_policy on_failure): node a-01 "), inst
-    assert bound(rc, r["id"]) == [("b-01", 8)]
+    assert rc.bound(r["id"]) == [("b-01", 8)]
     assert rc.c.held_cards(job) == {"b-01": list(range(8))}
     rc.d.advance_clock(10)
     rc.c.wait_state(u, job, "running")
@@ -82,7 +71,7 @@ def test_a_reserved_job_whose_node_is_lost_restarts_on_a_spare_with_its_block(rc
     rc.billing()
     rc.d.advance_clock(3600)
     rc.billing()
-    assert grants(rc) == [] and credited(rc, u, r["id"]) == 0
+    assert rc.reservation_grants() == [] and credited(rc, u, r["id"]) == 0
     assert rc.d.sql("SELECT count(*) FROM running_intervals WHERE instance_id = ?", (job,)) == [(0,)]
     rc.c.check_cards_consistent()
     rc.verify()
@@ -94,7 +83,7 @@ def test_a_reserved_job_whose_node_is_lost_with_no_spare_ends_lost_and_is_credit
     u, v = rc.c.user(), rc.c.user()
     x = rc.book(u, 8, rc.hour(1), 2)
     y = rc.book(v, 6, rc.hour(1), 2)
-    assert bound(rc, x["id"]) == [("a-01", 8)] and bound(rc, y["id"]) == [("b-01", 6)]
+    assert rc.bound(x["id"]) == [("a-01", 8)] and rc.bound(y["id"]) == [("b-01", 6)]
     rc.d.set_clock(rc.hour(1) + 60)
     job = reserved_job(rc, u, x["id"], 8)["id"]
     rc.c.wait_state(u, job, "running")
@@ -104,14 +93,14 @@ def test_a_reserved_job_whose_node_is_lost_with_no_spare_ends_lost_and_is_credit
     assert inst["state"] == "lost" and inst["restart_count"] == 0, inst
     assert "no cards to restart it on: the nodes of reservation " + x["id"] in inst["state_reason"], inst
     assert "node a-01 is offline" in inst["state_reason"], inst
-    assert bound(rc, x["id"]) == [("a-01", 8)] and rc.c.held_cards(job) == {}
+    assert rc.bound(x["id"]) == [("a-01", 8)] and rc.c.held_cards(job) == {}
     rc.billing()
     rc.billing()  # the same hour: nothing more
-    assert grants(rc) == [(u.id, PRICE * 8)]
+    assert rc.reservation_grants() == [(u.id, PRICE * 8)]
     assert credited(rc, u, x["id"]) == PRICE * 8 and credited(rc, v, y["id"]) == 0
     rc.d.advance_clock(3600)
     rc.billing()
-    assert grants(rc) == [(u.id, PRICE * 8)] * 2 and credited(rc, u, x["id"]) == 2 * PRICE * 8
+    assert rc.reservation_grants() == [(u.id, PRICE * 8)] * 2 and credited(rc, u, x["id"]) == 2 * PRICE * 8
     rc.verify()
 
 
@@ -122,7 +111,7 @@ def test_a_reserved_jobs_restart_leaves_a_node_set_aside_with_its_block(rc):
     rc.c.fleet(2, model="H100-SXM", fabric="ib-1", prefix="a-")
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 2)
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     rc.d.set_clock(rc.hour(1) + 60)
     flag = rc.c.tmp / "exit-now"
     job = rc.c.create(u, gpu_type="H100-SXM", image=CUDA_IMAGE, card_count=8, reservation_id=r["id"],
@@ -135,12 +124,12 @@ def test_a_reserved_jobs_restart_leaves_a_node_set_aside_with_its_block(rc):
     assert rc.c.get(u, job)["state_reason"].startswith(
         "restart 1 in 10s (restart_policy on_failure) on node a-02 cards [0,1,2,3,4,5,6,7], as node a-01 is"
         " cordoned: workload exited with status 3"), rc.c.get(u, job)
-    assert bound(rc, r["id"]) == [("a-02", 8)]
+    assert rc.bound(r["id"]) == [("a-02", 8)]
     rc.d.advance_clock(10)
     rc.c.wait_state(u, job, "running")
     rc.c.check_running(u, job)
     rc.billing()
-    assert grants(rc) == []
+    assert rc.reservation_grants() == []
     rc.verify()
 
 
@@ -153,24 +142,24 @@ def test_a_stop_and_immediate_start_moves_the_block_off_a_node_set_aside(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 3)
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(u, r["id"], 4)
     rc.c.wait_state(u, inst["id"], "running")
     set_state(rc, "a-01", "maintenance")
     rc.billing()
-    assert bound(rc, r["id"]) == [("a-01", 8)] and grants(rc) == [(u.id, 4 * PRICE)]
+    assert rc.bound(r["id"]) == [("a-01", 8)] and rc.reservation_grants() == [(u.id, 4 * PRICE)]
     rc.c.action(u, inst["id"], "stop")
     rc.c.wait_state(u, inst["id"], "stopped")
     started = rc.c.action(u, inst["id"], "start")
     assert [p["node_name"] for p in started["nodes"]] == ["b-01"], started
-    assert bound(rc, r["id"]) == [("b-01", 8)]
+    assert rc.bound(r["id"]) == [("b-01", 8)]
     rc.c.wait_state(u, inst["id"], "running")
     rc.c.check_running(u, inst["id"])
     rc.billing()
     rc.d.advance_clock(3600)
     rc.billing()
-    assert grants(rc) == [(u.id, 4 * PRICE)] and credited(rc, u, r["id"]) == 4 * PRICE
+    assert rc.reservation_grants() == [(u.id, 4 * PRICE)] and credited(rc, u, r["id"]) == 4 * PRICE
     rc.c.check_cards_consistent()
     rc.verify()
 
@@ -182,15 +171,15 @@ def test_a_create_in_a_block_on_a_node_set_aside_moves_it_before_any_pass(rc):
     rc.c.fleet(2, model="H100-SXM", fabric="ib-1", prefix="a-")
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 2)
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     set_state(rc, "a-01", "cordoned")
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(u, r["id"], 8)
     assert [p["node_name"] for p in inst["nodes"]] == ["a-02"], inst
-    assert bound(rc, r["id"]) == [("a-02", 8)]
+    assert rc.bound(r["id"]) == [("a-02", 8)]
     rc.c.wait_state(u, inst["id"], "running")
     rc.billing()
-    assert grants(rc) == []
+    assert rc.reservation_grants() == []
     rc.verify()
 
 
@@ -206,7 +195,7 @@ def test_a_start_with_no_spare_is_refused_naming_the_node_and_the_block_is_credi
     rc.c.wait_state(u, inst["id"], "running")
     set_state(rc, "a-01", "draining")
     rc.billing()
-    assert grants(rc) == []  # its instance runs on all 8 cards
+    assert rc.reservation_grants() == []  # its instance runs on all 8 cards
     rc.c.action(u, inst["id"], "stop")
     rc.c.wait_state(u, inst["id"], "stopped")
     err = assert_error(rc.d.post(f"/v1/instances/{inst['id']}/start", key=u.key), 409, "insufficient_capacity",
@@ -215,9 +204,9 @@ def test_a_start_with_no_spare_is_refused_naming_the_node_and_the_block_is_credi
         in err["message"] and "credited" in err["message"], err
     got = rc.c.get(u, inst["id"])
     assert got["state"] == "stopped" and got["desired_state"] == "stopped" and got["nodes"] == [], got
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     rc.billing()
-    assert grants(rc) == [(u.id, 8 * PRICE)] and credited(rc, u, r["id"]) == 8 * PRICE
+    assert rc.reservation_grants() == [(u.id, 8 * PRICE)] and credited(rc, u, r["id"]) == 8 * PRICE
     rc.verify()
 
 
@@ -231,18 +220,18 @@ def test_hours_no_pass_saw_are_credited_before_a_launch_moves_the_block(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 4)
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     a.stop()
     wait(lambda: rc.d.sql("SELECT health FROM nodes WHERE name = 'a-01'") == [("offline",)], what="a-01 offline")
     rc.d.set_clock(rc.hour(3) + 60)
     inst = rc.launch(u, r["id"], 8)
     assert [p["node_name"] for p in inst["nodes"]] == ["b-01"], inst
-    assert bound(rc, r["id"]) == [("b-01", 8)]
+    assert rc.bound(r["id"]) == [("b-01", 8)]
     hours = rc.d.sql("SELECT hour, cards FROM reservation_credits WHERE reservation_id = ? ORDER BY hour", (r["id"],))
     assert hours == [(rc.hour(-2), 8), (rc.hour(-1), 8)], hours
     rc.billing()
     rc.billing()
-    assert grants(rc) == [(u.id, 8 * PRICE)] * 2 and credited(rc, u, r["id"]) == 2 * 8 * PRICE
+    assert rc.reservation_grants() == [(u.id, 8 * PRICE)] * 2 and credited(rc, u, r["id"]) == 2 * 8 * PRICE
     rc.verify()
 
 
@@ -263,6 +252,6 @@ def test_a_block_whose_instance_holds_cards_on_a_node_set_aside_stays_and_a_seco
                                        "image": CUDA_IMAGE}), 409, "insufficient_capacity", "card_count")
     assert "node a-01 is cordoned, and the block stays with its instances, which hold cards there" \
         in err["message"], err
-    assert bound(rc, r["id"]) == [("a-01", 8)]
+    assert rc.bound(r["id"]) == [("a-01", 8)]
     assert rc.c.get(u, first["id"])["state"] == "running"
     rc.verify()
