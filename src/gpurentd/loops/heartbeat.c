@@ -12,7 +12,7 @@
  * asked to list that node's workloads now, so an exit is billed to its
  * second. A registration wakes the loop to poll just the new node.
  *
- * A good reply is recorded as seen when its pass began asking, not when the
+ * A good reply is recorded as seen when its call was made, not when the
  * batch holding it is written: a batch waits for the pass's slowest node (up
  * to agent_timeout_ms), and the node may have stopped answering, and the
  * clock moved on, in the meantime. Billing charges a quiet node's instances
@@ -45,6 +45,7 @@ struct beat {
     char etag[AGENT_CALL_ETAG_MAX]; /* the reply's ETag, "" for none */
     struct facts_verdict verdict;   /* when ok and not same (same: accepted and workload_exits only) */
     char reason[256];               /* why not ok */
+    int64_t asked_at;               /* clock when the call was made: the reply came after it */
 };
 
 /* Cuts s at its first byte that does not begin a complete, valid UTF-8
@@ -160,7 +161,6 @@ struct pass {
     struct beat *batch;       /* BATCH slots */
     size_t n_batch;           /* slots filled */
     int only_new;             /* a pass for new nodes: failures are not recorded */
-    int64_t asked_at;         /* clock when the pass began asking: every reply came after it */
     size_t answered;          /* good replies, for the log line */
     int64_t record_us;        /* time spent writing */
 };
@@ -168,7 +168,6 @@ struct pass {
 struct record_ctx {
     struct beat *beats; /* the batch */
     size_t n;           /* its length */
-    int64_t asked_at;   /* when the pass began asking: what a good beat records as last seen */
     int64_t now;        /* when the batch is written: what a missed beat is judged at */
 };
 
@@ -179,10 +178,10 @@ static int record_txn(struct store *s, void *vctx)
         struct beat *b = &ctx->beats[i];
         int rc;
         if (b->same) {
-            rc = store_node_seen(s, b->target->id, ctx->asked_at, b->target->workload_exits,
+            rc = store_node_seen(s, b->target->id, b->asked_at, b->target->workload_exits,
                                  strcmp(b->target->health, "unreachable") == 0);
         } else if (b->ok) {
-            rc = store_node_beat_ok(s, b->target->id, ctx->asked_at, b->verdict.canonical, b->verdict.accepted,
+            rc = store_node_beat_ok(s, b->target->id, b->asked_at, b->verdict.canonical, b->verdict.accepted,
                                     b->verdict.reason, b->verdict.driver_version, b->verdict.stack_version,
                                     b->verdict.cards, b->verdict.n_cards, b->verdict.workload_exits);
             if (rc == STORE_OK)
@@ -240,7 +239,7 @@ static void flush(struct pass *p)
         return;
     int64_t t0 = clock_mono_us();
     int changed = 0;
-    struct record_ctx ctx = {p->batch, p->n_batch, p->asked_at, clock_now()};
+    struct record_ctx ctx = {p->batch, p->n_batch, clock_now()};
     for (size_t i = 0; i < p->n_batch; i++)
         changed |= log_changes(&p->batch[i], ctx.now);
     if (store_txn(p->s, record_txn, &ctx) != STORE_OK)
@@ -262,12 +261,13 @@ static void flush(struct pass *p)
     p->record_us += clock_mono_us() - t0;
 }
 
-/* Judges one finished call (NULL: it could not be built) into the batch,
- * writing the batch when it is full. */
-static void add_result(struct pass *p, struct node_target *t, struct agent_call *c)
+/* Judges one finished call (NULL: it could not be built), made at asked_at,
+ * into the batch, writing the batch when it is full. */
+static void add_result(struct pass *p, struct node_target *t, struct agent_call *c, int64_t asked_at)
 {
     struct beat *b = &p->batch[p->n_batch++];
     b->target = t;
+    b->asked_at = asked_at;
     b->ok = b->same = b->not_modified = 0;
     b->digest[0] = '\0';
     b->etag[0] = '\0';
@@ -304,6 +304,7 @@ static void add_result(struct pass *p, struct node_target *t, struct agent_call 
 struct facts_stream {
     struct pass *p;
     struct node_target *targets;
+    int64_t *asked_at; /* per target: clock when its call was made */
     struct agent_client_opts opts;
 };
 
@@ -311,6 +312,7 @@ static struct agent_call *make_facts_call(void *vctx, size_t i)
 {
     struct facts_stream *fs = vctx;
     const struct node_target *t = &fs->targets[i];
+    fs->asked_at[i] = clock_now();
     struct agent_call *c = agent_call_new(t->agent_url, t->secret, "GET", "/v1/facts", NULL, &fs->opts);
     /* Without the header (no memory) the agent sends the whole reply. */
     if (c && confirmable(t))
@@ -322,7 +324,7 @@ static void take_facts(void *vctx, size_t i, struct agent_call *c, int finished)
 {
     struct facts_stream *fs = vctx;
     if (finished)
-        add_result(fs->p, &fs->targets[i], c);
+        add_result(fs->p, &fs->targets[i], c, fs->asked_at[i]);
     agent_call_free(c);
 }
 
@@ -332,11 +334,14 @@ static void take_facts(void *vctx, size_t i, struct agent_call *c, int finished)
 static int poll_targets(struct pass *p, struct node_target *targets, size_t n)
 {
     const struct daemon_conf *cf = daemon_config;
-    struct facts_stream fs = {p, targets, agent_client_opts_from_config()};
+    struct facts_stream fs = {p, targets, calloc(n, sizeof *fs.asked_at), agent_client_opts_from_config()};
+    if (!fs.asked_at)
+        return -1;
     const struct agent_call_stream st = {make_facts_call, take_facts, &fs};
     int64_t connects = agent_multi_connects(p->pool);
     int rc = agent_calls_stream(p->pool, n, (long)cf->agent_max_parallel, should_stop, &st);
     metrics_heartbeat_connections(agent_multi_connects(p->pool) - connects);
+    free(fs.asked_at);
     return rc;
 }
 
@@ -356,7 +361,7 @@ static void run_pass(struct store *s, struct agent_multi *pool, struct beat *bat
         log_debug("heartbeat: pass over 0 nodes%s: 0 answered", only_new ? " (new)" : "");
         return;
     }
-    struct pass p = {.s = s, .pool = pool, .batch = batch, .only_new = only_new, .asked_at = clock_now()};
+    struct pass p = {.s = s, .pool = pool, .batch = batch, .only_new = only_new};
     int64_t t0 = clock_mono_us();
     if (poll_targets(&p, targets, n) == 0)
         flush(&p);
