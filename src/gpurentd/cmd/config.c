@@ -397,7 +397,7 @@ const struct conf_option daemon_options[] = {
     OPT_INT(password_reset_rate_per_email, 0, 1000000, 5,
             "password reset requests per hour for one e-mail address; 0 no limit (SIGHUP applies a change)"),
     OPT_INT(password_reset_rate_per_address, 0, 1000000, 20,
-            "password reset requests per hour from one client address; 0 no limit (SIGHUP applies a change)"),
+            "password reset requests per hour from one client address (an IPv6 /64); 0 no limit (SIGHUP applies a change)"),
     /* The app marketplace (issue 17). */
     OPT_INT(app_platform_fee_ppm, 0, 1000000, 100000,
             "the platform's share of every app call, in millionths of its charge (100000: 10%)"),

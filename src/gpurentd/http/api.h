@@ -68,6 +68,10 @@ int throttle_refused(struct http_request *req, const char *key, const char *ip_k
 /* A failure of both: the account is locked after login_max_failures, the
  * client address after four times that, for login_lockout_s. */
 void throttle_fail_both(const char *key, const char *ip_key, int64_t now);
+/* The network a client address counts against as text: its /24
+ * (v4_bits 24) or the address itself (32) for IPv4, IPv4-mapped IPv6
+ * included, and its /64 for IPv6, which one host is given whole. */
+void throttle_network(const char *ip, int v4_bits, char *out, size_t outlen);
 
 /* paging.c: limit and cursor for list endpoints. Handlers fetch limit + 1
  * rows: the extra one says whether another page follows. */

@@ -21,7 +21,7 @@ struct reset_keys {
     char lower[256];     /* the address lower-cased, as stored */
     char email_key[256]; /* its normalised form (account_email_key) */
     char by_email[300];  /* throttle key of the address */
-    char by_client[128]; /* throttle key of the client */
+    char by_client[128]; /* throttle key of the client (its /64 for IPv6) */
 };
 
 /* Validates the email field into k; replies 400 and -1 when it is bad. */
@@ -36,7 +36,10 @@ static int address(struct http_request *req, json_t *body, struct reset_keys *k)
     /* Every spelling that reaches the mailbox shares the address's limit. */
     account_email_key(k->lower, k->email_key, sizeof k->email_key);
     snprintf(k->by_email, sizeof k->by_email, "reset-email:%s", k->email_key);
-    snprintf(k->by_client, sizeof k->by_client, "reset-addr:%s", req->client_ip);
+    /* An IPv6 host has a /64 to pick addresses from: it counts as one. */
+    char net[80];
+    throttle_network(req->client_ip, 32, net, sizeof net);
+    snprintf(k->by_client, sizeof k->by_client, "reset-addr:%s", net);
     return 0;
 }
 

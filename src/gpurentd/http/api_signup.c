@@ -62,32 +62,10 @@ void signup_metrics_write(FILE *f)
 
 /* ---------------------------------------------------------------- rate limits */
 
-/* The client's /24 (IPv4, also IPv4-mapped IPv6) or /64 (IPv6), as text. */
-static void subnet_of(const char *ip, char *out, size_t outlen)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, ip, &a4) == 1) {
-        unsigned char *b = (unsigned char *)&a4;
-        snprintf(out, outlen, "%u.%u.%u.0/24", b[0], b[1], b[2]);
-    } else if (inet_pton(AF_INET6, ip, &a6) == 1) {
-        if (IN6_IS_ADDR_V4MAPPED(&a6)) {
-            snprintf(out, outlen, "%u.%u.%u.0/24", a6.s6_addr[12], a6.s6_addr[13], a6.s6_addr[14]);
-            return;
-        }
-        memset(a6.s6_addr + 8, 0, 8);
-        char t[INET6_ADDRSTRLEN];
-        inet_ntop(AF_INET6, &a6, t, sizeof t);
-        snprintf(out, outlen, "%s/64", t);
-    } else {
-        snprintf(out, outlen, "%s", ip);
-    }
-}
-
 static void keys(const struct http_request *req, char *addr_key, char *net_key, size_t n)
 {
     char net[80];
-    subnet_of(req->client_ip, net, sizeof net);
+    throttle_network(req->client_ip, 24, net, sizeof net);
     snprintf(addr_key, n, "signup-addr:%s", req->client_ip);
     snprintf(net_key, n, "signup-net:%s", net);
 }

@@ -4,6 +4,7 @@
  * the oldest entry evicted keeps memory bounded whatever attackers send. */
 #include "http/api.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -99,4 +100,27 @@ void throttle_fail_both(const char *key, const char *ip_key, int64_t now)
 {
     throttle_fail(key, now, daemon_config->login_max_failures, daemon_config->login_lockout_s);
     throttle_fail(ip_key, now, daemon_config->login_max_failures * 4, daemon_config->login_lockout_s);
+}
+
+void throttle_network(const char *ip, int v4_bits, char *out, size_t outlen)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    const unsigned char *b = NULL;
+    if (inet_pton(AF_INET, ip, &a4) == 1)
+        b = (const unsigned char *)&a4;
+    else if (inet_pton(AF_INET6, ip, &a6) == 1 && IN6_IS_ADDR_V4MAPPED(&a6))
+        b = a6.s6_addr + 12;
+    if (b && v4_bits == 24) {
+        snprintf(out, outlen, "%u.%u.%u.0/24", b[0], b[1], b[2]);
+    } else if (b) {
+        snprintf(out, outlen, "%u.%u.%u.%u", b[0], b[1], b[2], b[3]);
+    } else if (inet_pton(AF_INET6, ip, &a6) == 1) {
+        memset(a6.s6_addr + 8, 0, 8);
+        char t[INET6_ADDRSTRLEN];
+        inet_ntop(AF_INET6, &a6, t, sizeof t);
+        snprintf(out, outlen, "%s/64", t);
+    } else {
+        snprintf(out, outlen, "%s", ip);
+    }
 }
