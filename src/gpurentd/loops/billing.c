@@ -555,7 +555,9 @@ struct batch_plan {
 /* Whether what is left of a user's funds after a batch's charges may last
  * less than low_balance_minutes at what the next hour of their open
  * intervals and kept volumes costs. Only a first sieve, in C over what the
- * batch read: notice_low_balance reads the runway as GET /v1/balance does. */
+ * batch read: notice_low_balance reads the runway as GET /v1/balance does,
+ * at the rate now. The sieve lets through twice the runway, so that a
+ * price falling within the hour does not hide a user it should pass. */
 static int may_run_low(struct store *s, struct pass *p, int64_t left, const struct billable *b, size_t nb,
                        const struct storage_billable *v, size_t nv)
 {
@@ -568,7 +570,7 @@ static int may_run_low(struct store *s, struct pass *p, int64_t left, const stru
         if (!v[i].deleted_at && storage_due_at(s, p, &v[i], p->now, &now) == STORE_OK &&
             storage_due_at(s, p, &v[i], p->now + 3600, &later) == STORE_OK)
             hour += later - now;
-    return hour > 0 && (__int128)left * 60 < (__int128)hour * daemon_config->low_balance_minutes;
+    return hour > 0 && (__int128)left * 60 < (__int128)hour * daemon_config->low_balance_minutes * 2;
 }
 
 /* Plans a charge of amount to the user as charge_to() posts one: drawn from
