@@ -11,10 +11,14 @@ ResvCloud(cloud) wraps an instances_util.Cloud:
   bound(rid) -> [(node name, cards)]  the nodes block rid is bound to
   reservation_grants() -> [(user_id, amount)]  the credit reservations gave, oldest first
   node_id(name) -> the id of the node so named
+rc                              pytest fixture: a ResvCloud over the test's `cloud`
+                                with H100-SXM at 2.00 a card-hour
 """
 import os
 import sqlite3
 import sys
+
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "lib"))
 
@@ -78,3 +82,10 @@ class ResvCloud:
         """What a refused request must leave as it was."""
         return self.d.sql("SELECT (SELECT count(*) FROM reservations), (SELECT count(*) FROM ledger_transactions),"
                           " (SELECT coalesce(sum(balance), 0) FROM ledger_accounts WHERE kind = 'cash')")[0]
+
+
+@pytest.fixture
+def rc(cloud):
+    r = ResvCloud(cloud)
+    r.price("H100-SXM", "2.00")
+    return r

@@ -14,23 +14,16 @@ moves only with the pass. `ledger verify` passes after every money step."""
 import os
 import sys
 
-import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from harness import assert_error  # noqa: E402
 from instances_util import cloud, wait  # noqa: E402,F401  (fixture)
 from money_util import micro  # noqa: E402
-from resv_util import CUDA_IMAGE, ResvCloud  # noqa: E402
+from resv_util import CUDA_IMAGE, rc  # noqa: E402,F401  (rc is a fixture)
 
 PRICE = 2_000_000  # H100-SXM, micro-yuan per card-hour
 
-
-@pytest.fixture
-def rc(cloud):
-    r = ResvCloud(cloud)
-    r.price("H100-SXM", "2.00")
-    return r
 
 
 def credited(rc, acct, rid):

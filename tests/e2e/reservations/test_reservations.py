@@ -10,23 +10,16 @@ import os
 import sys
 import time
 
-import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from harness import assert_error  # noqa: E402
 from instances_util import cloud, cloud_with, wait  # noqa: E402,F401  (fixture)
 from money_util import from_iso, iso, ledger_verify, micro, run_gpurentd  # noqa: E402
-from resv_util import ResvCloud  # noqa: E402
+from resv_util import ResvCloud, rc  # noqa: E402,F401  (rc is a fixture)
 
 PRICE = 2_000_000  # H100-SXM, micro-yuan per card-hour
 
-
-@pytest.fixture
-def rc(cloud):
-    r = ResvCloud(cloud)
-    r.price("H100-SXM", "2.00")
-    return r
 
 
 def balance(rc, acct):

@@ -11,21 +11,14 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from harness import assert_error  # noqa: E402
 from instances_util import cloud  # noqa: E402,F401  (fixture)
 from money_util import iso  # noqa: E402
-from resv_util import ResvCloud  # noqa: E402
+from resv_util import rc  # noqa: E402,F401  (rc is a fixture)
 
-
-@pytest.fixture
-def rc(cloud):
-    r = ResvCloud(cloud)
-    r.price("H100-SXM", "2.00")
-    return r
 
 
 def _parallel(n, fn):
