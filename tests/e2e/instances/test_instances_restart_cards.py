@@ -42,41 +42,6 @@ def _restarts(cloud, u, iid):
     return [e["reason"] for e in cloud.events(u, iid) if e["reason"].startswith("restart ")]
 
 
-def _fail_cards(cloud, f, cards):
-    """Card indexes `cards` ("1" or "1,6") of every node of fleet f fail: the
-    fleet is killed, its nodes waited for until unreachable, and it is started
-    again reporting those cards failed, until the database has them so."""
-    names = sorted(f.nodes)
-    f.proc.kill()
-    f.proc.wait()
-    marks = ",".join("?" * len(names))
-
-    def silent():
-        rows = cloud.d.sql(f"SELECT unreachable_since FROM nodes WHERE name IN ({marks})", names)
-        return len(rows) == len(names) and all(t is not None for (t,) in rows)
-    wait(silent, what=f"{names} to be unreachable")
-    args, i = [], 0
-    while i < len(f.args):  # an earlier failure is replaced, not added to
-        if f.args[i] == "-o" and f.args[i + 1].startswith("inventory_failed_cards="):
-            i += 2
-            continue
-        args.append(f.args[i])
-        i += 1
-    f.args = args + ["-o", f"inventory_failed_cards={cards}"]
-    cloud.restart_fleet(f)
-    want = sorted(int(c) for c in cards.split(","))
-
-    def reported():
-        for name in names:
-            rows = cloud.d.sql("SELECT n.health, n.unreachable_since, c.idx, c.healthy FROM nodes n JOIN node_cards c"
-                               " ON c.node_id = n.id WHERE n.name = ?", (name,))
-            if any(h != "up" or t is not None for h, t, _, _ in rows) or \
-                    sorted(i for _, _, i, ok in rows if not ok) != want:
-                return False
-        return True
-    wait(reported, what=f"{names} up with cards {want} failed")
-
-
 def _set_state(cloud, name, state):
     node = cloud.d.sql("SELECT id FROM nodes WHERE name = ?", (name,))[0][0]
     r = cloud.admin("POST", f"/v1/admin/nodes/{node}/state", json={"state": state, "reason": "test"})
@@ -95,7 +60,7 @@ def test_a_card_failing_under_a_job_moves_its_restart_to_healthy_cards_of_its_no
     # Card 1 fails. The agent restarted to report it has lost the job's
     # process, which it reports exited with an unknown status: a failure,
     # which the policy restarts, only not on card 1.
-    _fail_cards(cloud, a, "1")
+    cloud.fail_cards(a, "1")
     wait(lambda: cloud.get(u, job)["restart_count"] == 1, what="the restart")
     inst = cloud.get(u, job)
     assert inst["state"] == "pending" and inst["desired_state"] == "running", inst
@@ -125,7 +90,7 @@ def test_a_restart_with_no_healthy_cards_left_ends_the_job_failed(cloud_patient)
     hog = cloud.create(other, card_count=8)["id"]
     cloud.wait_state(other, hog, "running")
     assert cloud.held_cards(job) == {"a-01": list(range(8))} and cloud.held_cards(hog) == {"b-01": list(range(8))}
-    _fail_cards(cloud, a, "3")
+    cloud.fail_cards(a, "3")
     inst = cloud.wait_state(u, job, ("failed", "pending", "succeeded"))
     assert inst["state"] == "failed" and inst["desired_state"] == "stopped", inst
     assert inst["state_reason"].startswith("no cards to restart on (restart_policy always): card 3 of node a-01"
@@ -163,7 +128,7 @@ def test_a_gang_whose_card_failed_restarts_as_a_whole_on_healthy_nodes(cloud_pat
     inst = cloud.wait_state(u, job, "running")
     on = [p["node_name"] for p in inst["nodes"]]
     assert on == ["a-01", "b-01"], inst["nodes"]
-    _fail_cards(cloud, a, "5")
+    cloud.fail_cards(a, "5")
     wait(lambda: cloud.get(u, job)["restart_count"] == 1, what="the restart")
     inst = cloud.get(u, job)
     assert inst["state_reason"].startswith("restart 1 in 10s (restart_policy on_failure) on nodes b-01, b-02,"
@@ -197,7 +162,7 @@ def test_a_card_failing_during_the_restart_backoff_is_left_when_the_job_is_put_a
     assert "(restart_policy on_failure): " in first["state_reason"], first
     assert cloud.held_cards(job) == {"a-01": list(range(cards))}
     wait(lambda: cloud.workloads("a-01") == [], what="the exited workload to be deleted")
-    _fail_cards(cloud, a, "1")
+    cloud.fail_cards(a, "1")
     assert cloud.held_cards(job) == {"a-01": list(range(cards))}, "moved before its backoff ended"
     flag.touch()
     cloud.d.advance_clock(10)

@@ -135,6 +135,42 @@ class Cloud:
         assert f.base_url.endswith(f":{port}"), f.base_url
         assert all(n["status"] == "kept" for n in f.nodes.values()), f.stdout_text()
 
+    def fail_cards(self, f, cards):
+        """Card indexes `cards` ("1" or "1,6") of every node of fleet f fail:
+        the fleet is killed, its nodes waited for until unreachable (a daemon
+        with a long node_lost_after_s keeps them from being lost), and it is
+        started again reporting those cards failed, until the database has
+        them so."""
+        names = sorted(f.nodes)
+        f.proc.kill()
+        f.proc.wait()
+        marks = ",".join("?" * len(names))
+
+        def silent():
+            rows = self.d.sql(f"SELECT unreachable_since FROM nodes WHERE name IN ({marks})", names)
+            return len(rows) == len(names) and all(t is not None for (t,) in rows)
+        wait(silent, what=f"{names} to be unreachable")
+        args, i = [], 0
+        while i < len(f.args):  # an earlier failure is replaced, not added to
+            if f.args[i] == "-o" and f.args[i + 1].startswith("inventory_failed_cards="):
+                i += 2
+                continue
+            args.append(f.args[i])
+            i += 1
+        f.args = args + ["-o", f"inventory_failed_cards={cards}"]
+        self.restart_fleet(f)
+        want = sorted(int(c) for c in cards.split(","))
+
+        def reported():
+            for name in names:
+                rows = self.d.sql("SELECT n.health, n.unreachable_since, c.idx, c.healthy FROM nodes n"
+                                  " JOIN node_cards c ON c.node_id = n.id WHERE n.name = ?", (name,))
+                if any(h != "up" or t is not None for h, t, _, _ in rows) or \
+                        sorted(i for _, _, i, ok in rows if not ok) != want:
+                    return False
+            return True
+        wait(reported, what=f"{names} up with cards {want} failed")
+
     def record(self, name, wl_id):
         f = self.node_fleet(name)
         with open(os.path.join(f.state_dir, "nodes", name, "workloads", f"{wl_id}.json")) as fh:

@@ -2,7 +2,7 @@
 lost or set aside moves onto a spare when a placement inside it needs its
 cards, in that placement's transaction, not at the next billing pass: a
 reserved job whose node is lost restarts on the spare at once (as does one
-that exits on a node cordoned meanwhile), and a stop
+that exits on a node cordoned meanwhile, or whose card fails), and a stop
 and immediate start (or a create) of a reserved instance whose block sits
 on a node set aside lands on the spare. It moves as billing's pass would
 move it, so nothing is credited for the move, and cards the holder could not
@@ -18,9 +18,9 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 from harness import assert_error  # noqa: E402
-from instances_util import cloud, wait  # noqa: E402,F401  (fixture)
+from instances_util import cloud, cloud_with, wait  # noqa: E402,F401  (fixture)
 from money_util import micro  # noqa: E402
-from resv_util import CUDA_IMAGE, rc  # noqa: E402,F401  (rc is a fixture)
+from resv_util import CUDA_IMAGE, ResvCloud, rc  # noqa: E402,F401  (rc is a fixture)
 
 PRICE = 2_000_000  # H100-SXM, micro-yuan per card-hour
 
@@ -123,6 +123,42 @@ def test_a_reserved_jobs_restart_leaves_a_node_set_aside_with_its_block(rc):
     rc.c.check_running(u, job)
     rc.billing()
     assert rc.reservation_grants() == []
+    rc.verify()
+
+
+# A card fails by restarting its fleet: long enough a node_lost_after_s
+# keeps the node unreachable for that moment, not lost.
+cloud_patient = cloud_with(node_lost_after_s="3600")
+
+
+def test_a_reserved_jobs_restart_leaves_a_failed_card_with_its_block(cloud_patient):
+    """A card failing under a reserved job of a whole block: the restart
+    cannot stay on that node, so it goes to the spare with its block, in
+    the transaction that places it, and nothing is credited."""
+    rc = ResvCloud(cloud_patient)
+    rc.price("H100-SXM", "2.00")
+    a = rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="a-")
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1", prefix="b-")
+    u = rc.c.user()
+    r = rc.book(u, 8, rc.hour(1), 2)
+    assert rc.bound(r["id"]) == [("a-01", 8)]
+    rc.d.set_clock(rc.hour(1) + 60)
+    job = rc.c.create(u, gpu_type="H100-SXM", image=CUDA_IMAGE, card_count=8, reservation_id=r["id"],
+                      restart_policy="on_failure", command=["sleep", "600"])["id"]
+    rc.c.wait_state(u, job, "running")
+    rc.c.fail_cards(a, "3")
+    wait(lambda: rc.c.get(u, job)["restart_count"] == 1, what="the restart")
+    inst = rc.c.get(u, job)
+    assert inst["state_reason"].startswith("restart 1 in 10s (restart_policy on_failure) on node b-01 cards"
+                                           " [0,1,2,3,4,5,6,7], as card 3 of node a-01 failed"), inst
+    assert rc.bound(r["id"]) == [("b-01", 8)]
+    assert rc.c.held_cards(job) == {"b-01": list(range(8))}
+    rc.d.advance_clock(10)
+    rc.c.wait_state(u, job, "running")
+    rc.c.check_running(u, job)
+    rc.billing()
+    assert rc.reservation_grants() == [] and credited(rc, u, r["id"]) == 0
+    rc.c.check_cards_consistent()
     rc.verify()
 
 
