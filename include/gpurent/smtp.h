@@ -19,6 +19,11 @@ struct smtp_server {
     enum smtp_tls tls;    /* CURLOPT_USE_SSL */
     long timeout_ms;      /* the whole exchange */
 };
+/* The message smtp_send uploads, malloc'd (*len its length): the headers,
+ * then the body with every bare \n or \r made \r\n, so that no line ends
+ * other than as SMTP ends lines (a lone CR or LF beside a dot is how a
+ * message smuggles another past a relay). NULL without memory. */
+char *smtp_message(const char *from, const char *to, const char *subject, const char *body, size_t *len);
 /* Sends subject and body (plain text, UTF-8, lines ending in \n) to to.
  * 0, or -1 with the reason in err. */
 int smtp_send(const struct smtp_server *srv, const char *to, const char *subject, const char *body, char *err,

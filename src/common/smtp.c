@@ -43,11 +43,8 @@ static int one_line(const char *s)
     return !strpbrk(s, "\r\n");
 }
 
-/* The message: headers then the body with every bare \n or \r made \r\n,
- * so that no line ends other than as SMTP ends lines (a lone CR or LF next
- * to a dot is how a message smuggles another past a relay). libcurl
- * escapes leading dots itself (since 7.x, CURLOPT_MAIL_* uploads). */
-static char *build(const char *from, const char *to, const char *subject, const char *body, size_t *len)
+/* libcurl escapes leading dots itself (since 7.x, CURLOPT_MAIL_* uploads). */
+char *smtp_message(const char *from, const char *to, const char *subject, const char *body, size_t *len)
 {
     char date[64];
     time_t now = time(NULL);
@@ -84,7 +81,7 @@ int smtp_send(const struct smtp_server *srv, const char *to, const char *subject
         return -1;
     }
     size_t len;
-    char *msg = build(srv->from, to, subject, body, &len);
+    char *msg = smtp_message(srv->from, to, subject, body, &len);
     CURL *c = curl_easy_init();
     if (!msg || !c) {
         free(msg);
