@@ -42,12 +42,6 @@ def _restarts(cloud, u, iid):
     return [e["reason"] for e in cloud.events(u, iid) if e["reason"].startswith("restart ")]
 
 
-def _set_state(cloud, name, state):
-    node = cloud.d.sql("SELECT id FROM nodes WHERE name = ?", (name,))[0][0]
-    r = cloud.admin("POST", f"/v1/admin/nodes/{node}/state", json={"state": state, "reason": "test"})
-    assert r.status_code == 200, r.text
-
-
 def test_a_card_failing_under_a_job_moves_its_restart_to_healthy_cards_of_its_node(cloud_patient):
     cloud = cloud_patient
     a = cloud.fleet(1, prefix="a-")
@@ -199,7 +193,7 @@ def test_a_restart_leaves_a_node_set_aside_when_another_has_room(cloud_patient):
     cloud.wait_state(u, job, "running")
     assert cloud.held_cards(job) == {"a-01": [0, 1]}
     # Cordoned: it keeps running there, but its restart goes to b-01.
-    _set_state(cloud, "a-01", "cordoned")
+    cloud.set_node_state("a-01", "cordoned")
     flag.touch()
     wait(lambda: cloud.get(u, job)["restart_count"] == 1, what="the first restart")
     assert cloud.get(u, job)["state_reason"].startswith(
@@ -210,7 +204,7 @@ def test_a_restart_leaves_a_node_set_aside_when_another_has_room(cloud_patient):
     cloud.wait_state(u, job, "running")
     cloud.check_running(u, job)
     # Both set aside: nowhere else has room, so it stays where it is.
-    _set_state(cloud, "b-01", "draining")
+    cloud.set_node_state("b-01", "draining")
     wait(lambda: not flag.exists() and cloud.get(u, job)["state"] == "running", what="the flag taken")
     flag.touch()
     wait(lambda: cloud.get(u, job)["restart_count"] == 2, what="the second restart")

@@ -181,6 +181,13 @@ class Cloud:
     def admin(self, method, path, **kw):
         return self.d.request(method, path, key=self.d.admin_key, **kw)
 
+    def set_node_state(self, name, state):
+        """The admin puts the live node so named in state (ready, cordoned,
+        draining, maintenance)."""
+        [(node,)] = self.d.sql("SELECT id FROM nodes WHERE name = ? AND removed_at IS NULL", (name,))
+        r = self.admin("POST", f"/v1/admin/nodes/{node}/state", json={"state": state, "reason": "test"})
+        assert r.status_code == 200, r.text
+
     def user(self, funds="100000.00", max_cards=None):
         u = self.d.signup()
         if funds:

@@ -27,7 +27,6 @@ from resv_util import ResvCloud, rc  # noqa: E402,F401  (rc is a fixture)
 PRICE = 2_000_000  # H100-SXM, micro-yuan per card-hour
 
 
-
 def availability(rc, acct, start, hours):
     r = rc.d.get("/v1/reservations/availability", key=acct.key,
                  params={"gpu_type": "H100-SXM", "from": iso(start), "to": iso(start + hours * 3600)})

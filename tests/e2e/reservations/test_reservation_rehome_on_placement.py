@@ -25,14 +25,8 @@ from resv_util import CUDA_IMAGE, ResvCloud, rc  # noqa: E402,F401  (rc is a fix
 PRICE = 2_000_000  # H100-SXM, micro-yuan per card-hour
 
 
-
 def credited(rc, acct, rid):
     return micro(rc.d.get(f"/v1/reservations/{rid}", key=acct.key).json()["credited"])
-
-
-def set_state(rc, name, state):
-    r = rc.c.admin("POST", f"/v1/admin/nodes/{rc.node_id(name)}/state", json={"state": state, "reason": "test"})
-    assert r.status_code == 200, r.text
 
 
 def reserved_job(rc, acct, rid, cards):
@@ -111,7 +105,7 @@ def test_a_reserved_jobs_restart_leaves_a_node_set_aside_with_its_block(rc):
                       restart_policy="on_failure",
                       command=["sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.05; done; rm -f {flag}; exit 3"])["id"]
     rc.c.wait_state(u, job, "running")
-    set_state(rc, "a-01", "cordoned")
+    rc.c.set_node_state("a-01", "cordoned")
     flag.touch()
     wait(lambda: rc.c.get(u, job)["restart_count"] == 1, what="the restart")
     assert rc.c.get(u, job)["state_reason"].startswith(
@@ -175,7 +169,7 @@ def test_a_stop_and_immediate_start_moves_the_block_off_a_node_set_aside(rc):
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(u, r["id"], 4)
     rc.c.wait_state(u, inst["id"], "running")
-    set_state(rc, "a-01", "maintenance")
+    rc.c.set_node_state("a-01", "maintenance")
     rc.billing()
     assert rc.bound(r["id"]) == [("a-01", 8)] and rc.reservation_grants() == [(u.id, 4 * PRICE)]
     rc.c.action(u, inst["id"], "stop")
@@ -201,7 +195,7 @@ def test_a_create_in_a_block_on_a_node_set_aside_moves_it_before_any_pass(rc):
     u = rc.c.user()
     r = rc.book(u, 8, rc.hour(1), 2)
     assert rc.bound(r["id"]) == [("a-01", 8)]
-    set_state(rc, "a-01", "cordoned")
+    rc.c.set_node_state("a-01", "cordoned")
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(u, r["id"], 8)
     assert [p["node_name"] for p in inst["nodes"]] == ["a-02"], inst
@@ -222,7 +216,7 @@ def test_a_start_with_no_spare_is_refused_naming_the_node_and_the_block_is_credi
     rc.d.set_clock(rc.hour(1) + 60)
     inst = rc.launch(u, r["id"], 8)
     rc.c.wait_state(u, inst["id"], "running")
-    set_state(rc, "a-01", "draining")
+    rc.c.set_node_state("a-01", "draining")
     rc.billing()
     assert rc.reservation_grants() == []  # its instance runs on all 8 cards
     rc.c.action(u, inst["id"], "stop")
@@ -275,7 +269,7 @@ def test_a_block_whose_instance_holds_cards_on_a_node_set_aside_stays_and_a_seco
     rc.d.set_clock(rc.hour(1) + 60)
     first = rc.launch(u, r["id"], 4)
     rc.c.wait_state(u, first["id"], "running")
-    set_state(rc, "a-01", "cordoned")
+    rc.c.set_node_state("a-01", "cordoned")
     err = assert_error(rc.d.post("/v1/instances", key=u.key,
                                  json={"gpu_type": "H100-SXM", "card_count": 4, "reservation_id": r["id"],
                                        "image": CUDA_IMAGE}), 409, "insufficient_capacity", "card_count")

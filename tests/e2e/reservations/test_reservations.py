@@ -21,7 +21,6 @@ from resv_util import ResvCloud, rc  # noqa: E402,F401  (rc is a fixture)
 PRICE = 2_000_000  # H100-SXM, micro-yuan per card-hour
 
 
-
 def balance(rc, acct):
     r = rc.d.get("/v1/balance", key=acct.key)
     assert r.status_code == 200, r.text

@@ -20,7 +20,6 @@ from money_util import iso  # noqa: E402
 from resv_util import rc  # noqa: E402,F401  (rc is a fixture)
 
 
-
 def _parallel(n, fn):
     barrier = threading.Barrier(n)
 
