@@ -92,7 +92,7 @@ OWNED = ("/v1/api-keys/{id}", "/v1/ssh-keys/{id}", "/v1/volumes/{id}", "/v1/inst
          "/v1/reservations/{id}", "/v1/apps/{slug}")
 # Fields a 2xx may give back in another spelling (normalised), so the
 # echo check leaves them: addresses are lowercased, keys reformatted,
-# image references resolved.
+# image references resolved. An empty region is the global one.
 NORMALISED = {"email", "public_key", "image", "ref", "agent_url", "data_host", "amount", "price_per_card_hour",
               "price_per_gb_month", "price_per_request", "effective_at", "expires_at", "starts_at", "ends_at"}
 
@@ -458,7 +458,8 @@ def body_families(rng, w, method, template, schema, base, required):
         else:
             refused = must or (value is not None and breaks(schema, put(base, where, value)))
             data = with_raw(base, where, raw)
-        echo = {where[0]: value} if len(where) == 1 and value is not None and where[0] not in NORMALISED else None
+        echo = {where[0]: value} if len(where) == 1 and value is not None and where[0] not in NORMALISED \
+            and (where[0], value) != ("region", "") else None
         return case(f"{name}: {label}", data, refused, echo=echo,
                     want={413} if len(data) > MAX_BODY else None)
 
