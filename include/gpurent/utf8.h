@@ -11,6 +11,9 @@
 size_t utf8_sequence(const unsigned char *s, size_t n);
 /* Whether the n bytes at s are valid UTF-8. */
 int utf8_valid(const char *s, size_t n);
+/* How many characters (code points) the n bytes of valid UTF-8 at s hold:
+ * the length a person, and JSON Schema's minLength and maxLength, count. */
+size_t utf8_chars(const char *s, size_t n);
 /* Replaces, in place, every byte of s (NUL-terminated) that is not part of
  * a valid sequence with '?': jansson refuses strings that are not UTF-8,
  * and an error message may quote a client's bytes or cut a character in

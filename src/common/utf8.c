@@ -42,6 +42,14 @@ int utf8_valid(const char *s, size_t n)
     return 1;
 }
 
+size_t utf8_chars(const char *s, size_t n)
+{
+    size_t chars = 0;
+    for (size_t i = 0; i < n; i++)
+        chars += ((unsigned char)s[i] & 0xC0) != 0x80; /* continuation bytes are not characters */
+    return chars;
+}
+
 size_t utf8_cut_tail(const unsigned char *s, size_t n)
 {
     for (size_t k = 1; k <= 3 && k <= n; k++) {

@@ -163,9 +163,15 @@ void api_me_password(struct http_request *req);
 void api_password_reset(struct http_request *req);
 void api_password_reset_confirm(struct http_request *req);
 /* The password rules (api_accounts.c): replies 400 naming field and returns
- * -1 when pw breaks one. */
-#define API_PASSWORD_MAX 256
+ * -1 when pw breaks one. A password is 10 to API_PASSWORD_MAX characters,
+ * counted as code points, as a person and the API document count them; a
+ * body may carry up to API_PASSWORD_MAX_BYTES, four bytes a character. */
+#define API_PASSWORD_MAX       256
+#define API_PASSWORD_MAX_BYTES (4 * API_PASSWORD_MAX)
 int api_password_check(struct http_request *req, const char *field, const char *pw);
+/* The same for a password given to be compared (a login, the current one):
+ * only its longest. */
+int api_password_given_check(struct http_request *req, const char *field, const char *pw);
 
 /* api_instances.c */
 void api_instances_create(struct http_request *req);

@@ -4,6 +4,7 @@
 #include "domain/ledger.h"
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
+#include "gpurent/utf8.h"
 #include "http/api.h"
 #include "loops/loops.h"
 #include "store/store.h"
@@ -14,6 +15,7 @@
 
 #define PASSWORD_MIN 10
 #define PASSWORD_MAX API_PASSWORD_MAX
+#define PASSWORD_BYTES API_PASSWORD_MAX_BYTES
 
 static json_t *user_json(const struct user *u)
 {
@@ -31,9 +33,18 @@ static json_t *new_key_json(const char *id, const char *name, const char *token,
 
 int api_password_check(struct http_request *req, const char *field, const char *pw)
 {
-    size_t n = strlen(pw);
+    size_t n = utf8_chars(pw, strlen(pw));
     if (n < PASSWORD_MIN || n > PASSWORD_MAX) {
         http_error(req, ERR_INVALID_FIELD, field, "%s must be %d to %d characters", field, PASSWORD_MIN, PASSWORD_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+int api_password_given_check(struct http_request *req, const char *field, const char *pw)
+{
+    if (utf8_chars(pw, strlen(pw)) > PASSWORD_MAX) {
+        http_error(req, ERR_INVALID_FIELD, field, "%s is longer than %d characters", field, PASSWORD_MAX);
         return -1;
     }
     return 0;
@@ -64,7 +75,7 @@ void api_signup(struct http_request *req)
 {
     static const struct json_field fields[] = {
         {"email",       JSON_KIND_STRING, 1, 254         },
-        {"password",    JSON_KIND_STRING, 1, PASSWORD_MAX},
+        {"password",    JSON_KIND_STRING, 1, PASSWORD_BYTES},
         {"invite_code", JSON_KIND_STRING, 0, 32          },
         {NULL,          0,                0, 0           },
     };
@@ -149,7 +160,7 @@ void api_login(struct http_request *req)
 {
     static const struct json_field fields[] = {
         {"email",    JSON_KIND_STRING, 1, 254         },
-        {"password", JSON_KIND_STRING, 1, PASSWORD_MAX},
+        {"password", JSON_KIND_STRING, 1, PASSWORD_BYTES},
         {"key_name", JSON_KIND_STRING, 0, 128         },
         {NULL,       0,                0, 0           },
     };
@@ -158,6 +169,10 @@ void api_login(struct http_request *req)
         return;
     const char *password = json_string_value(json_object_get(body, "password"));
     const char *key_name = json_string_value(json_object_get(body, "key_name"));
+    if (api_password_given_check(req, "password", password) < 0) {
+        json_decref(body);
+        return;
+    }
     char email[256], email_key[300], ip_key[80];
     const char *why;
     char lower[256];

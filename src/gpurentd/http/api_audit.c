@@ -7,6 +7,7 @@
 #include "gpurent/clock.h"
 #include "gpurent/jsonx.h"
 #include "gpurent/log.h"
+#include "gpurent/utf8.h"
 #include "http/api.h"
 #include "store/store.h"
 
@@ -28,10 +29,8 @@ int audit_reason(struct http_request *req, json_t *body, size_t max_chars, const
     /* Any text: a grant's reason is a statement line, which may hold quotes
      * and line breaks. (The body parser refuses a NUL in a string.) */
     const char *r = json_string_value(v);
-    size_t len = json_string_length(v), chars = 0;
-    for (size_t i = 0; i < len; i++)
-        chars += ((unsigned char)r[i] & 0xc0) != 0x80; /* UTF-8 continuation bytes are not characters */
-    if (len == 0 || chars > max_chars) {
+    size_t len = json_string_length(v);
+    if (len == 0 || utf8_chars(r, len) > max_chars) {
         http_error(req, ERR_INVALID_FIELD, "reason", "reason must be 1 to %zu characters", max_chars);
         return -1;
     }

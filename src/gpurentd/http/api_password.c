@@ -44,8 +44,8 @@ static int password_txn(struct store *s, void *vctx)
 void api_me_password(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"current_password", JSON_KIND_STRING, 1, API_PASSWORD_MAX},
-        {"new_password",     JSON_KIND_STRING, 1, API_PASSWORD_MAX},
+        {"current_password", JSON_KIND_STRING, 1, API_PASSWORD_MAX_BYTES},
+        {"new_password",     JSON_KIND_STRING, 1, API_PASSWORD_MAX_BYTES},
         {NULL,               0,                0, 0               },
     };
     json_t *body = http_json_body(req, fields);
@@ -65,7 +65,8 @@ void api_me_password(struct http_request *req)
         json_decref(body);
         return;
     }
-    if (api_password_check(req, "new_password", next) < 0) {
+    if (api_password_given_check(req, "current_password", current) < 0 ||
+        api_password_check(req, "new_password", next) < 0) {
         json_decref(body);
         return;
     }

@@ -95,6 +95,20 @@ def test_password_length_bounds_are_inclusive(daemon):
                  400, "invalid_field", "password")
 
 
+def test_password_length_is_counted_in_characters_not_bytes(daemon):
+    # Eight astral characters are 32 bytes of UTF-8 but still too short; 256
+    # of them (1 024 bytes) are a password, and logging in with it works.
+    before = daemon.dump()
+    assert_error(daemon.post("/v1/signup", json={"email": unique_email(), "password": "\U0001D54F" * 9}),
+                 400, "invalid_field", "password")
+    assert daemon.dump() == before
+    email, longest = unique_email(), "\U0001F600" * 256
+    assert daemon.post("/v1/signup", json={"email": email, "password": longest}).status_code == 201
+    assert daemon.login(email, longest).status_code == 200
+    assert_error(daemon.post("/v1/signup", json={"email": unique_email(), "password": "\U0001F600" * 257}),
+                 400, "invalid_field", "password")
+
+
 def test_login_returns_a_new_working_key(daemon, user):
     r = daemon.login(user.email.upper(), user.password)
     assert r.status_code == 200, r.text

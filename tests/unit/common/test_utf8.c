@@ -85,12 +85,27 @@ static void test_scrub_keeps_valid_text_and_replaces_the_rest(void **state)
     }
 }
 
+static void test_chars_counts_code_points_not_bytes(void **state)
+{
+    (void)state;
+    static const struct { const char *bytes; size_t chars; } cases[] = {
+        {"", 0},
+        {"password", 8},
+        {"caf\xc3\xa9", 4},                       /* é is two bytes */
+        {"\xe4\xb8\xad\xe6\x96\x87", 2},              /* two CJK characters, three bytes each */
+        {"\xf0\x9d\x95\x8f\xf0\x9d\x95\x8f", 2},     /* two astral characters, four bytes each */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(utf8_chars(cases[i].bytes, strlen(cases[i].bytes)), cases[i].chars);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sequences_accepted_and_refused),
         cmocka_unit_test(test_scrub_keeps_valid_text_and_replaces_the_rest),
         cmocka_unit_test(test_cut_tail_names_a_character_cut_short),
+        cmocka_unit_test(test_chars_counts_code_points_not_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
