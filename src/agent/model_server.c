@@ -6,9 +6,10 @@
  * `max_tokens` cuts the echo short or, above the input's length, repeats
  * the input until it is reached (up to MODEL_TOKENS_MAX), as a model
  * generating up to its limit would; with
- * "stream": true the words go out as server-sent events, each chunk
- * carrying the usage so far (as vLLM's continuous usage stats do), the last
- * one the totals, then "data: [DONE]". An input holding "__fail__" answers
+ * "stream": true the words go out as server-sent events in OpenAI's chunk
+ * shape, each chunk carrying the usage so far (as vLLM's continuous usage
+ * stats do), the last one an empty delta and the totals, then
+ * "data: [DONE]". An input holding "__fail__" answers
  * 500 (an upstream error) after the first-token delay. GET /health answers
  * 200 once listening. With --unwell-file PATH (relative: to the sim
  * container's directory, its working directory), once PATH exists the
@@ -118,6 +119,15 @@ static json_t *usage_json(long in, long out)
                      "total_tokens", (json_int_t)(in + out));
 }
 
+/* A completion or one streamed chunk of it, in OpenAI's shape: id,
+ * object, created, model, choices (one, taken) and usage (taken). */
+static json_t *completion_json(int chat, int chunk, json_t *choice, json_t *usage)
+{
+    const char *object = chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", "cmpl-sim", "object", object, "created",
+                     (json_int_t)time(NULL), "model", "sim-echo", "choices", choice, "usage", usage);
+}
+
 static void set_event(struct stream *st, json_t *chunk)
 {
     char *text = json_dumps(chunk, JSON_COMPACT);
@@ -141,16 +151,17 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             char piece[600];
             snprintf(piece, sizeof piece, "%s%s", st->sent ? " " : "", st->words[st->sent % st->nwords]);
             st->sent++;
-            json_t *choice = st->chat ? json_pack("{s:i, s:{s:s}, s:n}", "index", 0, "delta", "content", piece,
-                                                  "finish_reason")
+            /* The first chat delta names the role, as OpenAI's does. */
+            json_t *choice = st->chat ? json_pack("{s:i, s:{s:s, s:s*}, s:n}", "index", 0, "delta", "content", piece,
+                                                  "role", st->sent == 1 ? "assistant" : NULL, "finish_reason")
                                       : json_pack("{s:i, s:s, s:n}", "index", 0, "text", piece, "finish_reason");
-            set_event(st, json_pack("{s:s, s:s, s:[o], s:o}", "id", "cmpl-sim", "object",
-                                    st->chat ? "chat.completion.chunk" : "text_completion", "choices", choice, "usage",
-                                    usage_json(st->input_tokens, st->sent)));
+            set_event(st, completion_json(st->chat, 1, choice, usage_json(st->input_tokens, st->sent)));
         } else {
-            set_event(st, json_pack("{s:s, s:s, s:[{s:i, s:s}], s:o}", "id", "cmpl-sim", "object",
-                                    st->chat ? "chat.completion.chunk" : "text_completion", "choices", "index", 0,
-                                    "finish_reason", "stop", "usage", usage_json(st->input_tokens, st->n)));
+            /* The last chunk: an empty delta (or text) and the reason, so a
+             * client reading every chunk's delta finds one here too. */
+            json_t *choice = st->chat ? json_pack("{s:i, s:{}, s:s}", "index", 0, "delta", "finish_reason", "stop")
+                                      : json_pack("{s:i, s:s, s:s}", "index", 0, "text", "", "finish_reason", "stop");
+            set_event(st, completion_json(st->chat, 1, choice, usage_json(st->input_tokens, st->n)));
             st->plen = (size_t)snprintf(st->pending + st->plen, sizeof st->pending - st->plen, "data: [DONE]\n\n") +
                        st->plen;
             st->done_sent = 1;
@@ -236,9 +247,7 @@ static enum MHD_Result complete(struct MHD_Connection *c, const char *url, struc
     json_t *choice = chat ? json_pack("{s:i, s:{s:s, s:s}, s:s}", "index", 0, "message", "role", "assistant", "content",
                                       out, "finish_reason", "stop")
                           : json_pack("{s:i, s:s, s:s}", "index", 0, "text", out, "finish_reason", "stop");
-    json_t *j = json_pack("{s:s, s:s, s:s, s:[o], s:o}", "id", "cmpl-sim", "object",
-                          chat ? "chat.completion" : "text_completion", "model", "sim-echo", "choices", choice, "usage",
-                          usage_json(st->input_tokens, st->n));
+    json_t *j = completion_json(chat, 0, choice, usage_json(st->input_tokens, st->n));
     free(out);
     stream_free(st);
     return reply_json(c, 200, j);

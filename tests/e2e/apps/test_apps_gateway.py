@@ -79,8 +79,15 @@ def test_publish_call_from_zero_stream_and_money(market):
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
     ev = sse_events(r)
     assert ev[-1] == "[DONE]" and json.loads(ev[-2])["usage"]["completion_tokens"] == 4, ev
-    text = "".join(json.loads(e)["choices"][0].get("delta", {}).get("content", "") for e in ev[:-1])
-    assert text == "one two three four"
+    chunks = [json.loads(e) for e in ev[:-1]]
+    # OpenAI's chunk shape, which its client libraries read field by field:
+    # every chunk has its delta (the last an empty one with the reason),
+    # the first names the role.
+    assert all(c["object"] == "chat.completion.chunk" and isinstance(c["created"], int) and c["model"]
+               and "delta" in c["choices"][0] for c in chunks), chunks
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "finish_reason": "stop"}
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "one two three four"
 
     rows = m.wait_calls(app["id"], 2)
     want = [price(3, 3), price(4, 4)]
