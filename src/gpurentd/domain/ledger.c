@@ -268,7 +268,12 @@ int ledger_charge_app_call(struct store *s, const char *consumer_id, const char 
     snprintf(dest[1].account_id, sizeof dest[1].account_id, "revenue");
     struct ledger_entry e = {.at = at, .kind = "app_call", .user_id = consumer_id, .reason = reason,
                              .app_call_id = call_id, .payee_id = charge_amount > fee ? publisher_id : NULL};
-    return charge_to(s, consumer_id, charge_amount, at, &e, dest, 2);
+    int rc = charge_to(s, consumer_id, charge_amount, at, &e, dest, 2);
+    /* The publisher earned: as for a top-up, their next low balance is
+     * worth a notice. */
+    if (rc == STORE_OK && e.payee_id)
+        rc = store_user_set_low_balance_noticed(s, publisher_id, 0);
+    return rc;
 }
 
 int ledger_charge(struct store *s, const char *user_id, int64_t amount, int64_t at, const char *instance_id,
@@ -501,6 +506,9 @@ static int refund_payers(struct store *s, const struct interval_payer *payers, s
                                  .grant_id = payers[i].grant_id};
         rc = store_ledger_post(s, &x, v, 2, e->at);
     }
+    /* Money came back: the next time the funds run low is worth a notice. */
+    if (rc == STORE_OK)
+        rc = store_user_set_low_balance_noticed(s, e->user_id, 0);
 done:
     free(taken);
     free(legs);

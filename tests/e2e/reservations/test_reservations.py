@@ -204,6 +204,38 @@ def test_late_cancel_refunds_half_and_a_started_block_nothing(rc):
     rc.verify()
 
 
+def test_a_refund_makes_the_next_low_balance_worth_a_notice_again(rc):
+    """The low-balance notice is sent once until money comes in; a late
+    cancel's refund is money coming in, as a top-up is."""
+    rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
+    rc.c.fleet(1)  # MI450, on demand at 1.20 a card-hour
+    u = rc.c.user(funds="2.00")  # and the 10.00 of signing up
+    b = rc.book(u, 1, rc.hour(10), 2)  # 4.00, half of it refunded when cancelled now
+    iid = rc.c.create(u, gpu_type="MI450", card_count=8, image="rocm/pytorch:2.3-rocm6.2")["id"]  # 9.60 an hour
+    rc.c.wait_state(u, iid, "running")
+
+    def marked():
+        [(at,)] = rc.d.sql("SELECT low_balance_noticed_at FROM users WHERE id = ?", (u.id,))
+        return at is not None
+
+    def notices():
+        [(n,)] = rc.d.sql("SELECT count(*) FROM outbox WHERE user_id = ? AND subject LIKE 'Low balance%'", (u.id,))
+        return n
+
+    rc.billing()  # 7.84 left: 49 minutes
+    assert rc.d.get("/v1/balance", key=u.key).json()["low_balance"] is True
+    assert marked() and notices() == 1
+    r = rc.d.delete(f"/v1/reservations/{b['id']}", key=u.key)
+    assert r.status_code == 200 and micro(r.json()["refunded"]) == PRICE, r.text
+    assert not marked()
+    rc.billing()  # the refund makes 61 minutes: not low
+    assert notices() == 1
+    rc.d.advance_clock(600)
+    rc.billing()  # low again: told again
+    assert marked() and notices() == 2
+    rc.verify()
+
+
 def test_booking_without_funds_is_402_and_changes_nothing(rc):
     rc.c.fleet(1, model="H100-SXM", fabric="ib-1")
     u = rc.d.signup()  # only the 10-yuan trial: 8 cards x 1 hour is 16
