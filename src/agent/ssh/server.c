@@ -815,15 +815,29 @@ static void *accept_main(void *arg)
  * clients refuse), and by default it verifies ssh-dss and SHA-1 ssh-rsa
  * signatures, which OpenSSH's sshd has refused since 8.8. (Short RSA keys
  * are key_refused's: libssh's own RSA_MIN_SIZE fails the signed request
- * without an answer, and the client waited for the login timeout.) */
+ * without an answer, and the client waited for the login timeout.) Key
+ * exchange is by Curve25519 or a fixed MODP group of 2048 bits or more, not
+ * the NIST curves nor a group the client may ask to be small; MACs only
+ * encrypt-then-MAC. Every OpenSSH since 6.5 has one of each. libssh adds the
+ * strict key exchange marker (kex-strict-s-v00, against Terrapin) itself.
+ * The version line names gpurent-agent rather than the library's version,
+ * which only tells a scanner what to try (and ssh-audit misreads 0.10 as
+ * older than 0.7, flagging a CVE fixed in 0.7.3). */
 static int bind_algorithms(ssh_bind bind)
 {
+    static const char kex[] = "curve25519-sha256,curve25519-sha256@libssh.org,diffie-hellman-group16-sha512,"
+                              "diffie-hellman-group18-sha512,diffie-hellman-group14-sha256";
     static const char ciphers[] = "chacha20-poly1305@openssh.com,aes256-gcm@openssh.com,aes128-gcm@openssh.com,"
                                   "aes256-ctr,aes192-ctr,aes128-ctr";
+    static const char macs[] = "hmac-sha2-256-etm@openssh.com,hmac-sha2-512-etm@openssh.com";
     static const char pubkeys[] = "ssh-ed25519,ecdsa-sha2-nistp256,ecdsa-sha2-nistp384,ecdsa-sha2-nistp521,"
                                   "rsa-sha2-512,rsa-sha2-256";
-    return ssh_bind_options_set(bind, SSH_BIND_OPTIONS_CIPHERS_C_S, ciphers) == SSH_OK &&
+    return ssh_bind_options_set(bind, SSH_BIND_OPTIONS_BANNER, "gpurent-agent") == SSH_OK &&
+                   ssh_bind_options_set(bind, SSH_BIND_OPTIONS_KEY_EXCHANGE, kex) == SSH_OK &&
+                   ssh_bind_options_set(bind, SSH_BIND_OPTIONS_CIPHERS_C_S, ciphers) == SSH_OK &&
                    ssh_bind_options_set(bind, SSH_BIND_OPTIONS_CIPHERS_S_C, ciphers) == SSH_OK &&
+                   ssh_bind_options_set(bind, SSH_BIND_OPTIONS_HMAC_C_S, macs) == SSH_OK &&
+                   ssh_bind_options_set(bind, SSH_BIND_OPTIONS_HMAC_S_C, macs) == SSH_OK &&
                    ssh_bind_options_set(bind, SSH_BIND_OPTIONS_HOSTKEY_ALGORITHMS, "ssh-ed25519") == SSH_OK &&
                    ssh_bind_options_set(bind, SSH_BIND_OPTIONS_PUBKEY_ACCEPTED_KEY_TYPES, pubkeys) == SSH_OK
                ? 0

@@ -1,7 +1,8 @@
 """ssh_raw.py: a bare SSH client transport (RFC 4253) for tests that must
 send what no real client would: it does the key exchange the agent's
 server offers (curve25519-sha256, ssh-ed25519 host keys, aes128-ctr with
-hmac-sha2-256, written here from the RFCs with python3-cryptography) and
+hmac-sha2-256-etm@openssh.com, written here from the RFCs and OpenSSH's
+PROTOCOL file with python3-cryptography) and
 then sends and reads packets as the test builds them, without the client's
 own manners (it answers nothing, reads only when asked).
 
@@ -99,15 +100,19 @@ class RawSSH:
         return out
 
     def packet(self, payload):
-        block = 16 if self._enc else 8
-        pad = block - (5 + len(payload)) % block
+        # Encrypt-then-MAC: the length goes in clear and the padding makes
+        # what follows it whole blocks; the MAC covers the ciphertext.
+        block, counted = (16, 1) if self._enc else (8, 5)
+        pad = block - (counted + len(payload)) % block
         if pad < 4:
             pad += block
-        plain = u32(1 + len(payload) + pad) + bytes([pad]) + payload + os.urandom(pad)
-        out = plain
-        if self._enc:
-            mac = hmac.new(self._mac_out, u32(self._seq_out) + plain, hashlib.sha256).digest()
-            out = self._enc.update(plain) + mac
+        length = u32(1 + len(payload) + pad)
+        body = bytes([pad]) + payload + os.urandom(pad)
+        if not self._enc:
+            out = length + body
+        else:
+            sealed = length + self._enc.update(body)
+            out = sealed + hmac.new(self._mac_out, u32(self._seq_out) + sealed, hashlib.sha256).digest()
         self._seq_out = (self._seq_out + 1) & 0xFFFFFFFF
         return out
 
@@ -116,12 +121,12 @@ class RawSSH:
 
     def recv(self):
         if self._dec:
-            first = self._dec.update(self._read(16))
-            length = struct.unpack(">I", first[:4])[0]
-            plain = first + self._dec.update(self._read(length + 4 - 16))
+            head = self._read(4)
+            sealed = head + self._read(struct.unpack(">I", head)[0])
             mac = self._read(32)
-            want = hmac.new(self._mac_in, u32(self._seq_in) + plain, hashlib.sha256).digest()
+            want = hmac.new(self._mac_in, u32(self._seq_in) + sealed, hashlib.sha256).digest()
             assert hmac.compare_digest(mac, want), "the server's MAC does not verify"
+            plain = head + self._dec.update(sealed[4:])
         else:
             head = self._read(5)
             plain = head + self._read(struct.unpack(">I", head[:4])[0] - 1)
@@ -130,8 +135,8 @@ class RawSSH:
 
     def _key_exchange(self):
         kexinit = (bytes([MSG_KEXINIT]) + os.urandom(16) + _name_list("curve25519-sha256") +
-                   _name_list("ssh-ed25519") + _name_list("aes128-ctr") * 2 + _name_list("hmac-sha2-256") * 2 +
-                   _name_list("none") * 2 + _name_list() * 2 + b"\0" + u32(0))
+                   _name_list("ssh-ed25519") + _name_list("aes128-ctr") * 2 +
+                   _name_list("hmac-sha2-256-etm@openssh.com") * 2 + _name_list("none") * 2 + _name_list() * 2 + b"\0" + u32(0))
         self.send(kexinit)
         server_kexinit = self.recv()
         assert server_kexinit[0] == MSG_KEXINIT, server_kexinit[0]
