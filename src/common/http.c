@@ -1296,9 +1296,17 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
             log_warn("http: libmicrohttpd does not read TLS through the request guard (is it built on GnuTLS?); "
                      "over HTTPS only the HTTP layer's own checks of the framing apply");
     }
+    /* GnuTLS's NORMAL still offers TLS 1.0 and 1.1 and CBC ciphers with
+     * SHA-1 MACs, which TLS scanners rightly fail: TLS 1.2 and 1.3 only,
+     * AEAD ciphers only, forward secrecy only (as Mozilla's "intermediate"
+     * profile; every browser and curl of the last ten years has them). */
+    static char tls_priorities[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-GCM:"
+                                   "+AES-256-GCM:+CHACHA20-POLY1305:-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:"
+                                   "+ECDHE-RSA";
     struct MHD_OptionItem tls_opts[] = {
         {srv->cert_pem ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, srv->cert_pem},
         {srv->key_pem ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, srv->key_pem},
+        {srv->cert_pem ? MHD_OPTION_HTTPS_PRIORITIES : MHD_OPTION_END, 0, tls_priorities},
         {MHD_OPTION_END, 0, NULL},
     };
     /* The per-address cap counts only connections still sending headers
@@ -1326,7 +1334,7 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
                                 MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, CONNECTION_MEMORY,
-                                MHD_OPTION_ARRAY, srv->cert_pem ? tls_opts : tls_opts + 2,
+                                MHD_OPTION_ARRAY, tls_opts, /* empty (its first item ends it) without a certificate */
                                 MHD_OPTION_END);
     freeaddrinfo(ai);
     ai = NULL;

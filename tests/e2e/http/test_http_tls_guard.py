@@ -10,7 +10,8 @@ requests (the ones before a refused request answered first), chunked bodies
 with extensions and trailers, a body spread over many TLS records
 followed by another request on the same connection, and the web
 terminal's WebSocket (the guard reads nothing after the upgrade). The node
-agent, on the same HTTP layer, refuses them over TLS too."""
+agent, on the same HTTP layer, refuses them over TLS too. Only TLS 1.2 and
+1.3 with AEAD ciphers and forward secrecy are spoken."""
 import http.client
 import json
 import re
@@ -188,6 +189,32 @@ def test_a_repeated_host_changes_nothing_over_tls(tls):
 
 
 # ---------------------------------------------------------------- what still works over TLS
+
+def test_only_tls_1_2_and_1_3_with_aead_ciphers_are_spoken(tls, pki):
+    """GnuTLS's NORMAL priorities, libmicrohttpd's default, offered TLS 1.0
+    and 1.1 and CBC ciphers with SHA-1 MACs, which TLS scanners fail."""
+    def handshake(lowest, highest, ciphers=None):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_verify_locations(pki[0])
+        context.minimum_version, context.maximum_version = lowest, highest
+        if ciphers:
+            context.set_ciphers(ciphers)  # SECLEVEL=0: the client would offer what is old
+        try:
+            with connect(tls, context) as s:
+                return s.version(), s.cipher()[0]
+        except (ssl.SSLError, ConnectionResetError):
+            return None
+
+    v = ssl.TLSVersion
+    for old in (v.TLSv1, v.TLSv1_1):
+        assert handshake(old, old, "ALL:@SECLEVEL=0") is None, old
+    assert handshake(v.TLSv1_2, v.TLSv1_2, "ECDHE+AES+SHA1:ECDHE+AES+SHA256:ECDHE+AES+SHA384:-AESGCM:-AESCCM:"
+                     "@SECLEVEL=0") is None
+    assert handshake(v.TLSv1_2, v.TLSv1_2, "kRSA:@SECLEVEL=0") is None  # no forward secrecy
+    version, cipher = handshake(v.TLSv1_2, v.TLSv1_2)
+    assert version == "TLSv1.2" and ("GCM" in cipher or "CHACHA20" in cipher), cipher
+    assert handshake(v.TLSv1_3, v.TLSv1_3)[0] == "TLSv1.3"
+
 
 def test_keep_alive_over_tls(tls):
     u = tls.signup()
