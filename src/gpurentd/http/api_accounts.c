@@ -74,10 +74,10 @@ static int normalize_invite(const char *in, char *out, size_t outlen)
 void api_signup(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"email",       JSON_KIND_STRING, 1, 254         },
+        {"email",       JSON_KIND_STRING, 1, 254           },
         {"password",    JSON_KIND_STRING, 1, PASSWORD_BYTES},
-        {"invite_code", JSON_KIND_STRING, 0, 32          },
-        {NULL,          0,                0, 0           },
+        {"invite_code", JSON_KIND_STRING, 0, 32            },
+        {NULL,          0,                0, 0             },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
@@ -159,10 +159,10 @@ static void dummy_password_check(const char *pw)
 void api_login(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"email",    JSON_KIND_STRING, 1, 254         },
+        {"email",    JSON_KIND_STRING, 1, 254           },
         {"password", JSON_KIND_STRING, 1, PASSWORD_BYTES},
-        {"key_name", JSON_KIND_STRING, 0, 128         },
-        {NULL,       0,                0, 0           },
+        {"key_name", JSON_KIND_STRING, 0, 128           },
+        {NULL,       0,                0, 0             },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)

@@ -46,7 +46,7 @@ void api_me_password(struct http_request *req)
     static const struct json_field fields[] = {
         {"current_password", JSON_KIND_STRING, 1, API_PASSWORD_MAX_BYTES},
         {"new_password",     JSON_KIND_STRING, 1, API_PASSWORD_MAX_BYTES},
-        {NULL,               0,                0, 0               },
+        {NULL,               0,                0, 0                     },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)

@@ -105,10 +105,10 @@ void api_password_reset(struct http_request *req)
 void api_password_reset_confirm(struct http_request *req)
 {
     static const struct json_field fields[] = {
-        {"email",        JSON_KIND_STRING, 1, 254             },
-        {"code",         JSON_KIND_STRING, 1, 64              },
+        {"email",        JSON_KIND_STRING, 1, 254                   },
+        {"code",         JSON_KIND_STRING, 1, 64                    },
         {"new_password", JSON_KIND_STRING, 1, API_PASSWORD_MAX_BYTES},
-        {NULL,           0,                0, 0               },
+        {NULL,           0,                0, 0                     },
     };
     json_t *body = http_json_body(req, fields);
     if (!body)
