@@ -607,7 +607,8 @@ static void funds_cut(struct call *c)
          * as an error, before the connection ends without the stream's end. */
         static const char why[] = "data: {\"error\":{\"code\":\"insufficient_funds\",\"message\":"
                                   "\"your funds, less what your other calls hold, cover no more of this answer;"
-                                  " top up first\",\"field\":null}}\n\n";
+                                  " top up first\",\"field\":null,\"type\":\"insufficient_quota\","
+                                  "\"param\":null}}\n\n";
         out_append(c, why, sizeof why - 1);
     }
     if (!c->funds_out)
@@ -1198,12 +1199,27 @@ static enum MHD_Result reply_preflight(struct MHD_Connection *conn, struct call 
     return ok;
 }
 
+/* The kind of error an OpenAI client library names by the error's "type"
+ * (its exception classes follow the status; the type is what it keeps). */
+static const char *openai_type(unsigned status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 402: return "insufficient_quota";
+    case 403: return "permission_error";
+    case 429: return "rate_limit_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
 /* The API's error body, {"error": {"code", "message", "field"}}, field
- * naming the part of the request at fault (NULL: null). The message may
- * quote the client's bytes (an app's name), cut short: made valid UTF-8
- * first, or jansson gives nothing to send. As the API's errors, a 401
- * names its challenge (RFC 9110), a 415 what a POST takes and a 405 what
- * the resource allows. */
+ * naming the part of the request at fault (NULL: null), with OpenAI's
+ * "type" and "param" (the same as field) beside them, since the apps are
+ * called through OpenAI's client libraries. The message may quote the
+ * client's bytes (an app's name), cut short: made valid UTF-8 first, or
+ * jansson gives nothing to send. As the API's errors, a 401 names its
+ * challenge (RFC 9110), a 415 what a POST takes and a 405 what the
+ * resource allows. */
 static enum MHD_Result reply_error(struct MHD_Connection *conn, struct call *c, unsigned status, const char *code,
                                    const char *field, const char *msg, int64_t retry_after)
 {
@@ -1211,7 +1227,8 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, struct call *c, 
     char message[512];
     snprintf(message, sizeof message, "%s", msg);
     utf8_scrub(message);
-    json_t *j = json_pack("{s:{s:s, s:s, s:o}}", "error", "code", code, "message", message, "field",
+    json_t *j = json_pack("{s:{s:s, s:s, s:o, s:s, s:o}}", "error", "code", code, "message", message, "field",
+                          field ? json_string(field) : json_null(), "type", openai_type(status), "param",
                           field ? json_string(field) : json_null());
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);

@@ -427,6 +427,7 @@ def stream_call(gw, slug, key, body):
                 event = json.loads(line[6:])
                 if "error" in event:
                     code = event["error"]["code"]
+                    assert code != "insufficient_funds" or event["error"]["type"] == "insufficient_quota", event
                 elif event["choices"]:
                     chunks += 1
     except requests.exceptions.ChunkedEncodingError:
@@ -846,7 +847,8 @@ def test_a_withheld_answer_whose_replica_fails_before_it_is_whole_is_a_502(marke
     for cut in ({"break_after": 60}, {"break_after": 60, "chunked": 16}):
         r = gw.call(app["slug"], "/v1/completions", poor.key, json={"prompt": "hi", "words": 30, **cut})
         assert r.status_code == 502 and r.json()["error"] == {
-            "code": "bad_gateway", "message": "the replica's answer ended before it was whole", "field": None}, r.text
+            "code": "bad_gateway", "message": "the replica's answer ended before it was whole", "field": None,
+            "type": "server_error", "param": None}, r.text
     rows = m.wait_calls(app["id"], 2)
     assert [(row[1], row[3], row[4], row[7]) for row in rows] == [(502, 0, 0, 0)] * 2, rows
     assert m.d.sql("SELECT balance FROM ledger_accounts WHERE id = ?", [f"cash:{poor.id}"]) == [(100000,)]
@@ -866,7 +868,8 @@ def test_bad_requests_get_the_apis_errors_and_cost_nothing(market):
     another path than /apps/... is answered at its headers, before any
     body (a connection without a key could make the gateway buffer 8 MiB
     there), and /healthz takes GET or HEAD only. Fields of the app's own
-    are the app's: passed on."""
+    are the app's: passed on. Each error also carries OpenAI's type and
+    param."""
     m = market
     app, con = fake_app(m, "openai")
     other = m.user()
@@ -880,7 +883,12 @@ def test_bad_requests_get_the_apis_errors_and_cost_nothing(market):
 
     def error(r):
         assert r.headers["Content-Type"] == "application/json", (r.status_code, r.headers, r.text)
-        return r.status_code, r.json()["error"]["code"], r.json()["error"]["field"]
+        e = r.json()["error"]
+        # OpenAI's "type" and "param" beside the API's code and field, for
+        # the OpenAI client libraries the apps are called through.
+        want = {401: "authentication_error"}.get(r.status_code, "invalid_request_error")
+        assert e["type"] == want and e["param"] == e["field"], e
+        return r.status_code, e["code"], e["field"]
 
     cases = [
         # (method, path, headers, body, status, code, field)
