@@ -282,8 +282,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return unwell ? reply_json(c, 503, json_pack("{s:s}", "status", "unwell"))
                       : reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
     if (strcmp(method, "GET") == 0 && strcmp(url, "/v1/models") == 0)
-        return reply_json(c, 200, json_pack("{s:s, s:[{s:s, s:s}]}", "object", "list", "data", "id", "sim-echo",
-                                            "object", "model"));
+        return reply_json(c, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id",
+                                            "sim-echo", "object", "model", "created", (json_int_t)time(NULL),
+                                            "owned_by", "gpurent"));
     if (strcmp(method, "POST") == 0 &&
         (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0))
         return complete(c, url, b);

@@ -138,7 +138,10 @@ def test_publish_call_from_zero_stream_and_money(market):
     # Any method and path, with its query: GET /v1/models, as OpenAI clients list models.
     r = requests.get(f"{gw.url}/apps/{slug}/v1/models?limit=5&x=a%20b", headers={"Authorization": f"Bearer {con.key}"},
                      timeout=30)
-    assert r.status_code == 200 and r.json()["data"][0]["id"] == "sim-echo", r.text
+    assert r.status_code == 200 and r.json()["object"] == "list", r.text
+    [model] = r.json()["data"]
+    assert model["id"] == "sim-echo" and model["object"] == "model" and model["owned_by"] and \
+        isinstance(model["created"], int), model
     assert requests.get(f"{gw.url}/apps/{slug}/v1/models").status_code == 401
     assert requests.get(f"{gw.url}/apps/no-such-app/v1/models", headers={"Authorization": f"Bearer {con.key}"},
                         timeout=30).status_code == 404
