@@ -162,6 +162,11 @@ static void add_common_headers(struct http_request *req, struct MHD_Response *re
     if (!http_has_header(req, "Cache-Control"))
         MHD_add_response_header(resp, "Cache-Control", "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    /* Served over TLS: a browser that came once keeps to HTTPS for a year
+     * (RFC 6797), so a later http:// link cannot be taken over on the way.
+     * Not over plain HTTP, where the header means nothing. */
+    if (req->server->cert_pem)
+        MHD_add_response_header(resp, "Strict-Transport-Security", "max-age=31536000");
     for (int i = 0; i < req->n_extra; i++)
         MHD_add_response_header(resp, req->extra[i].name, req->extra[i].value);
 

@@ -61,6 +61,7 @@ def json_error(status, headers, body, code):
     # still never stored or sniffed as a page
     assert headers.get("cache-control") == "no-store", headers
     assert headers.get("x-content-type-options") == "nosniff", headers
+    assert "strict-transport-security" not in headers, headers  # HSTS only over TLS
     err = json.loads(body)["error"]
     assert err["code"] == code, err
     return err

@@ -223,6 +223,7 @@ def test_keep_alive_over_tls(tls):
         conn.request("GET", "/healthz")
         r = conn.getresponse()
         assert r.status == 200, r.read()
+        assert r.getheader("Strict-Transport-Security") == "max-age=31536000"  # HSTS, over TLS only
         r.read()
         sock = conn.sock
         for _ in range(5):
