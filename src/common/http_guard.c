@@ -708,6 +708,11 @@ ssize_t gnutls_record_recv(gnutls_session_t session, void *data, size_t data_siz
     if (g && g->refused)
         return answer_refusal(g, fd);
     ssize_t n = gnutls_record_recv_real(session, data, data_size);
+    /* A client asking to renegotiate (TLS 1.2) is told no, as RFC 5246 has
+     * it, so it fails at once rather than making the server do a handshake
+     * per request; libmicrohttpd then closes the connection. */
+    if (g && n == GNUTLS_E_REHANDSHAKE)
+        (void)gnutls_alert_send(session, GNUTLS_AL_WARNING, GNUTLS_A_NO_RENEGOTIATION);
     if (!g || n <= 0)
         return n;
     return guard_read(g, fd, data, (size_t)n);

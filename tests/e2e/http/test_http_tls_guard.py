@@ -11,12 +11,14 @@ with extensions and trailers, a body spread over many TLS records
 followed by another request on the same connection, and the web
 terminal's WebSocket (the guard reads nothing after the upgrade). The node
 agent, on the same HTTP layer, refuses them over TLS too. Only TLS 1.2 and
-1.3 with AEAD ciphers and forward secrecy are spoken."""
+1.3 with AEAD ciphers and forward secrecy are spoken, in the server's order,
+and a client's renegotiation is refused with an alert."""
 import http.client
 import json
 import re
 import socket
 import ssl
+import subprocess
 import threading
 
 import pytest
@@ -190,6 +192,14 @@ def test_a_repeated_host_changes_nothing_over_tls(tls):
 
 # ---------------------------------------------------------------- what still works over TLS
 
+def handshake_version(d, pki, version=ssl.TLSVersion.TLSv1_2):
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(pki[0])
+    context.minimum_version = context.maximum_version = version
+    with connect(d, context) as s:
+        return s.version()
+
+
 def test_only_tls_1_2_and_1_3_with_aead_ciphers_are_spoken(tls, pki):
     """GnuTLS's NORMAL priorities, libmicrohttpd's default, offered TLS 1.0
     and 1.1 and CBC ciphers with SHA-1 MACs, which TLS scanners fail."""
@@ -214,6 +224,20 @@ def test_only_tls_1_2_and_1_3_with_aead_ciphers_are_spoken(tls, pki):
     version, cipher = handshake(v.TLSv1_2, v.TLSv1_2)
     assert version == "TLSv1.2" and ("GCM" in cipher or "CHACHA20" in cipher), cipher
     assert handshake(v.TLSv1_3, v.TLSv1_3)[0] == "TLSv1.3"
+
+
+def test_a_client_asking_to_renegotiate_is_told_no(tls, pki):
+    """A TLS 1.2 client may ask for a new handshake at any time, which costs
+    the server one each time (a denial of service TLS scanners flag). The
+    server answers the no_renegotiation alert, and OpenSSL's client fails
+    on it; before, the connection was closed without a word, which the
+    client could not tell from a renegotiation that went through."""
+    p = subprocess.run(["openssl", "s_client", "-tls1_2", "-CAfile", pki[0], "-connect", f"127.0.0.1:{tls.port}"],
+                       input=b"R\n", capture_output=True, timeout=30)  # R: s_client's renegotiate command
+    out = (p.stdout + p.stderr).decode(errors="replace")
+    assert "RENEGOTIATING" in out and "no renegotiation" in out and p.returncode == 1, out
+    # The server goes on serving.
+    assert handshake_version(tls, pki) == "TLSv1.2"
 
 
 def test_keep_alive_over_tls(tls):
