@@ -54,9 +54,14 @@ async function login(page, email, password) {
   await page.waitForFunction(() => !location.hash.startsWith("#/login"), null, { timeout: DEADLINE });
 }
 
+// Picks the console's language and waits until the page is drawn in it:
+// <html lang> changes first, the header's words (the menu toggle's name
+// among them) when the page is drawn again a moment later.
 async function setLang(page, lang) {
   await page.selectOption("#lang", lang);
-  await page.waitForFunction((l) => document.documentElement.lang.startsWith(l), lang, { timeout: DEADLINE });
+  const menu = { zh: "菜单", en: "Menu" }[lang];
+  await page.waitForFunction(([l, m]) => document.documentElement.lang.startsWith(l) &&
+    document.getElementById("nav-toggle").getAttribute("aria-label") === m, [lang, menu], { timeout: DEADLINE });
 }
 
 async function fillLaunch(page, { cards = 8, command } = {}) {
