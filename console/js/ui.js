@@ -190,7 +190,10 @@ export function table(columns, rows, empty, label) {
   if (!rows.length) return h("p", { class: "hint" }, empty || t("common.none"));
   return scrollable(h("div", { class: "table-wrap" }, rows.truncated ? h("p", { class: "warn" }, t("common.truncated", { n: rows.length })) : null,
     h("table", {},
-      h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c[0])))),
+      // A column of buttons has no heading to show, but a screen reader
+      // still names it.
+      h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" },
+        c[0] === "" ? h("span", { class: "sr-only" }, t("common.actions")) : c[0])))),
       h("tbody", {}, rows.map((r) => h("tr", {}, columns.map((c) => h("td", {}, c[1](r)))))))), label);
 }
 

@@ -8,6 +8,7 @@
 import { chromium } from "playwright-core";
 import { createInterface } from "node:readline";
 import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 
 const world = JSON.parse(process.env.CONSOLE_WORLD || "{}");
 const base = world.base_url;
@@ -1170,6 +1171,49 @@ const scenarios = {
   },
 
   // Every page has a title of its own, in the console's language.
+  // Every page, logged out, as a user and as an admin, in both languages,
+  // passes axe-core's WCAG 2.2 A and AA rules and its best practices
+  // (labels, names, contrast, landmarks, table headings, lang).
+  async axe_every_page(page) {
+    const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+    const found = [];
+    const check = async (route) => {
+      await page.goto(`${base}/console#/${route}`);
+      await page.waitForSelector("main h1", { timeout: DEADLINE });
+      await page.waitForSelector("#loading", { state: "detached", timeout: DEADLINE });
+      // Run through the DevTools protocol, which the page's CSP does not govern.
+      if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(axeSource);
+      const result = await page.evaluate(() => window.axe.run(document, {
+        runOnly: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"] }));
+      for (const v of result.violations)
+        found.push(`#/${route} (${await page.evaluate(() => document.documentElement.lang)}): ${v.id}: ${v.help}: ` +
+          v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", "));
+    };
+    const pages = {
+      public: ["login", "signup", "reset", "catalog", "apps"],
+      user: ["overview", "catalog", "launch", "instances", `instances/${world.instance_id}`,
+        `terminal/${world.instance_id}/0`, "reservations", `reservations/${world.reservation_id}`, "apps",
+        `apps/${world.slug}`, "publish", "my-apps", "volumes", "ssh-keys", "api-keys", "usage", "transactions",
+        "statement", "password"],
+      admin: ["admin/nodes", "admin/prices", "admin/invites", "admin/money", "admin/users", "admin/audit"],
+    };
+    const everyPage = async (routes) => {
+      for (const lang of ["zh", "en"]) {
+        await setLang(page, lang);
+        for (const route of routes) await check(route);
+      }
+    };
+    await page.goto(`${base}/console#/login`);
+    await everyPage(pages.public);
+    await login(page, world.email, world.password);
+    await everyPage(pages.user);
+    await page.click("#logout");
+    await page.waitForSelector("#login-email", { timeout: DEADLINE });
+    await login(page, world.admin_email, world.admin_password);
+    await everyPage(pages.admin);
+    if (found.length) throw new Error(`axe-core found ${found.length}:\n${found.join("\n")}`);
+  },
+
   async page_titles(page) {
     await login(page, world.email, world.password);
     const seen = new Set();

@@ -408,6 +408,33 @@ def test_the_phone_header_keeps_its_controls_whole(new_daemon, tmp_path):
     assert d.get("/v1/me", key=user.key).status_code == 200
 
 
+def test_every_page_passes_axe(new_daemon, tmp_path):
+    """axe-core, the accessibility checker browsers' own tools run, finds
+    nothing on any page: logged out, as a renter with an instance, a
+    volume, keys, a reservation and an app, and as an admin."""
+    m = Market(new_daemon, tmp_path)
+    try:
+        rc = ResvCloud(m)
+        rc.price("H100-SXM", "2.00")
+        m.fleet(1, model="H100-SXM", fabric="ib-1")
+        m.fleet(1)
+        owner = m.user(funds="100.00")
+        assert m.d.post("/v1/volumes", key=owner.key, json={"name": "data", "size_gb": 10}).status_code == 201
+        assert m.d.post("/v1/ssh-keys", key=owner.key, json={"name": "laptop", "public_key": SSH_KEY}).status_code == 201
+        assert m.d.post("/v1/api-keys", key=owner.key, json={"name": "ci"}).status_code == 201
+        resv = rc.book(owner, 1, rc.hour(5), 1)
+        app = m.publish(owner, slug="axe-app")
+        inst = m.create(owner, card_count=1, command=["sh", "-c", "echo hello; sleep 3600"])
+        poll(lambda: m.get(owner, inst["id"])["state"] == "running", 60, "the instance to run")
+        admin = unique_email("root")
+        m.d.cli_create_user(admin, admin=True, password=DEFAULT_PASSWORD)
+        run_scenario("axe_every_page", as_user(m.d, owner, instance_id=inst["id"], reservation_id=resv["id"],
+                                               slug=app["slug"], admin_email=admin, admin_password=DEFAULT_PASSWORD),
+                     tmp_path, timeout=600)
+    finally:
+        m.close()
+
+
 def test_every_page_has_a_title_of_its_own(new_daemon, tmp_path):
     d = new_daemon()
     user = d.signup()
