@@ -420,7 +420,8 @@ def test_every_page_passes_axe(new_daemon, tmp_path):
         m.fleet(1)
         owner = m.user(funds="100.00")
         assert m.d.post("/v1/volumes", key=owner.key, json={"name": "data", "size_gb": 10}).status_code == 201
-        assert m.d.post("/v1/ssh-keys", key=owner.key, json={"name": "laptop", "public_key": SSH_KEY}).status_code == 201
+        r = m.d.post("/v1/ssh-keys", key=owner.key, json={"name": "laptop", "public_key": SSH_KEY})
+        assert r.status_code == 201, r.text
         assert m.d.post("/v1/api-keys", key=owner.key, json={"name": "ci"}).status_code == 201
         resv = rc.book(owner, 1, rc.hour(5), 1)
         app = m.publish(owner, slug="axe-app")
