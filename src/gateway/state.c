@@ -536,8 +536,10 @@ int gw_admit(const char *token, const char *slug, int64_t body_len, struct gw_ca
     unsigned char presented[API_SECRET_HASH_LEN];
     memset(out, 0, sizeof *out);
     *retry_after = 0;
-    if (!token || api_key_parse(token, key_id, presented) < 0)
+    if (!token || !token[0])
         return snprintf(msg, msglen, "an API key is required: Authorization: Bearer <key>"), 401;
+    if (api_key_parse(token, key_id, presented) < 0)
+        return snprintf(msg, msglen, "the bearer token is not a gpurent API key (gpk_...)"), 401;
     int status = 0;
     pthread_mutex_lock(&lock);
     int64_t now = control_now();

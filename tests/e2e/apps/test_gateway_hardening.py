@@ -928,6 +928,13 @@ def test_bad_requests_get_the_apis_errors_and_cost_nothing(market):
         assert error(r) == (status, code, field), (path, headers, body, r.status_code, r.text)
         if status == 401:
             assert r.headers["WWW-Authenticate"] == "Bearer", r.headers
+    # A 401 says which: no key, a token that is not a gpurent key (an
+    # OpenAI key pasted by mistake), or a key the gateway does not know.
+    for token, says in (("", "an API key is required"), ("sk-proj-abc", "is not a gpurent API key"),
+                        (swapped, "unknown, revoked or expired")):
+        r = requests.post(gw.url + completions, headers={"Authorization": f"Bearer {token}"},
+                          json={"prompt": "hi"}, timeout=DEADLINE)
+        assert r.status_code == 401 and says in r.json()["error"]["message"], (token, r.text)
         if status == 405:
             assert r.headers["Allow"] == "GET, HEAD", r.headers
     # A request to no app is answered at its headers, before its body.
