@@ -9,7 +9,7 @@
  * Browser to agent: binary messages are terminal bytes ('d' frames), a text
  * message {"type":"resize","cols":C,"rows":R} a resize ('r'). Agent to
  * browser: 'd' frames as binary messages; the shell's end ('x') as a close
- * with code 1000 and reason "exit N". Pings are answered by wslay; a message
+ * with code 1000 and reason "exit N", once the output before it has gone. Pings are answered by wslay; a message
  * over TERM_WS_MAX is closed with 1009, a malformed frame with 1002 (the
  * headers wslay would close on without a code are found first, ws_frames.h).
  * A browser silent for terminal_ping_s is pinged, so a reverse proxy's read
@@ -63,6 +63,7 @@ struct term {
     struct ws_frames frames;          /* the browser's frame headers, checked before wslay reads them */
     const char *bad_frame;            /* why the stream stopped at a forbidden header, NULL while none */
     int64_t close_sent_ms;            /* when our close went, 0 before */
+    char exit_reason[32];             /* "exit N" once the shell ended, its close waiting for the output */
     int64_t heard_ms;                 /* when the browser last sent bytes (a pong counts) */
     int64_t pinged_ms;                /* when we last pinged it, 0 before */
     int agent_fd;                     /* -1 when none */
@@ -162,6 +163,16 @@ int64_t terminal_relay_open_count(void)
 
 /* ---------------------------------------------------------------- the agent side */
 
+/* The agent connection ends (the agent hangs up a shell still running). */
+static void agent_end(struct term *t)
+{
+    if (t->agent_fd >= 0) {
+        close(t->agent_fd);
+        t->agent_fd = -1;
+    }
+    t->agent = AG_GONE;
+}
+
 /* Our close to the browser (once); the agent connection ends with it. */
 static void ws_close(struct term *t, uint16_t code, const char *reason)
 {
@@ -169,11 +180,7 @@ static void ws_close(struct term *t, uint16_t code, const char *reason)
         wslay_event_queue_close(t->ws, code, (const uint8_t *)reason, strlen(reason));
         t->close_sent_ms = clock_mono_ms();
     }
-    if (t->agent_fd >= 0) {
-        close(t->agent_fd);
-        t->agent_fd = -1;
-    }
-    t->agent = AG_GONE;
+    agent_end(t);
 }
 
 static void agent_fail(struct term *t, const char *why)
@@ -278,11 +285,12 @@ static void agent_frame(struct term *t, unsigned char type, const unsigned char 
         if (len > 0 && !t->close_sent_ms)
             wslay_event_queue_msg(t->ws, &m);
     } else if (type == TERM_FRAME_EXIT && len == 4) {
-        char reason[32];
-        snprintf(reason, sizeof reason, "exit %u", term_get_be32(p));
+        /* The close waits for the output queued before it (term_step):
+         * wslay sends a close ahead of the messages queued, and none after. */
+        snprintf(t->exit_reason, sizeof t->exit_reason, "exit %u", term_get_be32(p));
         log_info("terminal: instance %s rank %lld user %s: the shell ended (%s)", t->target.instance_id,
-                 (long long)t->target.rank, t->target.user_id, reason);
-        ws_close(t, WSLAY_CODE_NORMAL_CLOSURE, reason);
+                 (long long)t->target.rank, t->target.user_id, t->exit_reason);
+        agent_end(t);
     } else {
         agent_fail(t, "sent a frame that is not in the protocol");
     }
@@ -485,11 +493,7 @@ static void ws_message(wslay_event_context_ptr ctx, const struct wslay_event_on_
         /* The browser closed: wslay answers it; the agent hangs the shell up. */
         if (!t->close_sent_ms)
             t->close_sent_ms = clock_mono_ms();
-        if (t->agent_fd >= 0) {
-            close(t->agent_fd);
-            t->agent_fd = -1;
-        }
-        t->agent = AG_GONE;
+        agent_end(t);
     }
 }
 
@@ -666,6 +670,10 @@ static void term_step(struct term *t, short ws_rev, short ag_rev)
         agent_fail(t, "did not open the terminal in time");
     if (wslay_event_want_write(t->ws) && !t->ws_dead)
         wslay_event_send(t->ws);
+    if (t->exit_reason[0] && !t->close_sent_ms && !t->ws_dead && wslay_event_get_queued_msg_count(t->ws) == 0) {
+        ws_close(t, WSLAY_CODE_NORMAL_CLOSURE, t->exit_reason);
+        wslay_event_send(t->ws);
+    }
 }
 
 /* Ends each terminal whose API key no longer grants its owner's authority

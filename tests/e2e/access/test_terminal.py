@@ -546,6 +546,31 @@ def test_a_close_the_browser_cannot_take_ends_its_terminal_within_the_grace(clou
     assert requests.get(c.d.url("/healthz"), timeout=DEADLINE).status_code == 200
 
 
+def test_a_slow_browser_gets_the_end_of_the_output_before_the_exit_status(cloud):
+    """A shell that prints a lot and exits leaves its output queued in the
+    relay for a browser that reads it slowly. The close saying "exit N" was
+    queued at once, and wslay sends a close ahead of the messages queued
+    and none after it: the browser got the exit status and lost the last
+    few hundred KB of output. The close now waits for the output."""
+    c = cloud
+    u, inst = running(c)
+    # A small receive buffer read at about 1 MB/s: the shell writes faster,
+    # so its output waits in the relay when it exits.
+    ws = connect(c, token(c, u, inst["id"]), sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 4096),))
+    type_(ws, "head -c 4000000 /dev/zero | tr '\\0' x; echo; echo END-OF-OUTPUT; exit 7\n")
+    s = Screen(ws)
+    ws.settimeout(DEADLINE)
+    while s.close is None:
+        op, data = ws.recv_data(control_frame=True)
+        if op == websocket.ABNF.OPCODE_BINARY:
+            s.text = s.text[-100:] + data.decode("utf-8", "replace")
+            time.sleep(len(data) / 1_000_000)
+        elif op == websocket.ABNF.OPCODE_CLOSE:
+            s.close = (struct.unpack("!H", data[:2])[0], data[2:].decode())
+    assert "END-OF-OUTPUT" in s.text and s.close == (1000, "exit 7"), (s.text[-200:], s.close)
+    ws.close()
+
+
 def _opens(c, u, inst_id):
     try:
         ws = connect(c, token(c, u, inst_id))
