@@ -1304,8 +1304,8 @@ struct http_server *http_server_start(const struct http_config *cfg, const struc
     /* GnuTLS's NORMAL still offers TLS 1.0 and 1.1 and CBC ciphers with
      * SHA-1 MACs, which TLS scanners rightly fail: TLS 1.2 and 1.3 only,
      * AEAD ciphers only, forward secrecy only, in the server's order of
-     * preference (as Mozilla's "intermediate"
-     * profile; every browser and curl of the last ten years has them). */
+     * preference, as Mozilla's "intermediate" profile has it (every browser
+     * and curl of the last ten years speaks them). */
     static char tls_priorities[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-GCM:"
                                    "+AES-256-GCM:+CHACHA20-POLY1305:-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:"
                                    "+ECDHE-RSA:%SERVER_PRECEDENCE";

@@ -9,9 +9,10 @@
  * Browser to agent: binary messages are terminal bytes ('d' frames), a text
  * message {"type":"resize","cols":C,"rows":R} a resize ('r'). Agent to
  * browser: 'd' frames as binary messages; the shell's end ('x') as a close
- * with code 1000 and reason "exit N", once the output before it has gone. Pings are answered by wslay; a message
- * over TERM_WS_MAX is closed with 1009, a malformed frame with 1002 (the
- * headers wslay would close on without a code are found first, ws_frames.h).
+ * with code 1000 and reason "exit N", once the output before it has gone.
+ * Pings are answered by wslay; a message over TERM_WS_MAX is closed with
+ * 1009, a malformed frame with 1002 (the headers wslay would close on
+ * without a code are found first, ws_frames.h).
  * A browser silent for terminal_ping_s is pinged, so a reverse proxy's read
  * timeout never cuts an idle terminal; one silent three times as long, its
  * pongs too, is gone without a FIN (its network dropped) and its terminal
