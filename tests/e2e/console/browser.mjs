@@ -1170,7 +1170,6 @@ const scenarios = {
     await page.waitForSelector("#login-email", { timeout: DEADLINE });
   },
 
-  // Every page has a title of its own, in the console's language.
   // Every page, logged out, as a user and as an admin, in both languages,
   // passes axe-core's WCAG 2.2 A and AA rules and its best practices
   // (labels, names, contrast, landmarks, table headings, lang).
@@ -1214,6 +1213,7 @@ const scenarios = {
     if (found.length) throw new Error(`axe-core found ${found.length}:\n${found.join("\n")}`);
   },
 
+  // Every page has a title of its own, in the console's language.
   async page_titles(page) {
     await login(page, world.email, world.password);
     const seen = new Set();
