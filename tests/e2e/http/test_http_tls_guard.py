@@ -193,40 +193,35 @@ def test_a_repeated_host_changes_nothing_over_tls(tls):
 
 # ---------------------------------------------------------------- what still works over TLS
 
-def handshake_version(d, pki, version=ssl.TLSVersion.TLSv1_2):
+def handshake(d, pki, lowest, highest, ciphers=None):
+    """(protocol, cipher) of a TLS handshake with d offering only lowest
+    to highest (and ciphers), or None when d refuses it."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.load_verify_locations(pki[0])
-    context.minimum_version = context.maximum_version = version
-    with connect(d, context) as s:
-        return s.version()
+    with warnings.catch_warnings():  # Python calls TLS 1.0 and 1.1 deprecated: what is asked here
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version, context.maximum_version = lowest, highest
+    if ciphers:
+        context.set_ciphers(ciphers)  # SECLEVEL=0: the client would offer what is old
+    try:
+        with connect(d, context) as s:
+            return s.version(), s.cipher()[0]
+    except (ssl.SSLError, ConnectionResetError):
+        return None
 
 
 def test_only_tls_1_2_and_1_3_with_aead_ciphers_are_spoken(tls, pki):
     """GnuTLS's NORMAL priorities, libmicrohttpd's default, offered TLS 1.0
     and 1.1 and CBC ciphers with SHA-1 MACs, which TLS scanners fail."""
-    def handshake(lowest, highest, ciphers=None):
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.load_verify_locations(pki[0])
-        with warnings.catch_warnings():  # Python calls TLS 1.0 and 1.1 deprecated: what is asked here
-            warnings.simplefilter("ignore", DeprecationWarning)
-            context.minimum_version, context.maximum_version = lowest, highest
-        if ciphers:
-            context.set_ciphers(ciphers)  # SECLEVEL=0: the client would offer what is old
-        try:
-            with connect(tls, context) as s:
-                return s.version(), s.cipher()[0]
-        except (ssl.SSLError, ConnectionResetError):
-            return None
-
     v = ssl.TLSVersion
     for old in (v.TLSv1, v.TLSv1_1):
-        assert handshake(old, old, "ALL:@SECLEVEL=0") is None, old
-    assert handshake(v.TLSv1_2, v.TLSv1_2, "ECDHE+AES+SHA1:ECDHE+AES+SHA256:ECDHE+AES+SHA384:-AESGCM:-AESCCM:"
-                     "@SECLEVEL=0") is None
-    assert handshake(v.TLSv1_2, v.TLSv1_2, "kRSA:@SECLEVEL=0") is None  # no forward secrecy
-    version, cipher = handshake(v.TLSv1_2, v.TLSv1_2)
+        assert handshake(tls, pki, old, old, "ALL:@SECLEVEL=0") is None, old
+    assert handshake(tls, pki, v.TLSv1_2, v.TLSv1_2, "ECDHE+AES+SHA1:ECDHE+AES+SHA256:ECDHE+AES+SHA384:-AESGCM:"
+                     "-AESCCM:@SECLEVEL=0") is None
+    assert handshake(tls, pki, v.TLSv1_2, v.TLSv1_2, "kRSA:@SECLEVEL=0") is None  # no forward secrecy
+    version, cipher = handshake(tls, pki, v.TLSv1_2, v.TLSv1_2)
     assert version == "TLSv1.2" and ("GCM" in cipher or "CHACHA20" in cipher), cipher
-    assert handshake(v.TLSv1_3, v.TLSv1_3)[0] == "TLSv1.3"
+    assert handshake(tls, pki, v.TLSv1_3, v.TLSv1_3)[0] == "TLSv1.3"
 
 
 def test_a_client_asking_to_renegotiate_is_told_no(tls, pki):
@@ -240,7 +235,7 @@ def test_a_client_asking_to_renegotiate_is_told_no(tls, pki):
     out = (p.stdout + p.stderr).decode(errors="replace")
     assert "RENEGOTIATING" in out and "no renegotiation" in out and p.returncode == 1, out
     # The server goes on serving.
-    assert handshake_version(tls, pki) == "TLSv1.2"
+    assert handshake(tls, pki, ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2)[0] == "TLSv1.2"
 
 
 def test_keep_alive_over_tls(tls):

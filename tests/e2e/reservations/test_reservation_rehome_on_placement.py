@@ -29,9 +29,9 @@ def credited(rc, acct, rid):
     return micro(rc.d.get(f"/v1/reservations/{rid}", key=acct.key).json()["credited"])
 
 
-def reserved_job(rc, acct, rid, cards):
+def reserved_job(rc, acct, rid, cards, **body):
     return rc.c.create(acct, gpu_type="H100-SXM", image=CUDA_IMAGE, card_count=cards, reservation_id=rid,
-                       restart_policy="on_failure")
+                       restart_policy="on_failure", **body)
 
 
 def test_a_reserved_job_whose_node_is_lost_restarts_on_a_spare_with_its_block(rc):
@@ -137,8 +137,7 @@ def test_a_reserved_jobs_restart_leaves_a_failed_card_with_its_block(cloud_patie
     r = rc.book(u, 8, rc.hour(1), 2)
     assert rc.bound(r["id"]) == [("a-01", 8)]
     rc.d.set_clock(rc.hour(1) + 60)
-    job = rc.c.create(u, gpu_type="H100-SXM", image=CUDA_IMAGE, card_count=8, reservation_id=r["id"],
-                      restart_policy="on_failure", command=["sleep", "600"])["id"]
+    job = reserved_job(rc, u, r["id"], 8, command=["sleep", "600"])["id"]
     rc.c.wait_state(u, job, "running")
     rc.c.fail_cards(a, "3")
     wait(lambda: rc.c.get(u, job)["restart_count"] == 1, what="the restart")
